@@ -1,0 +1,139 @@
+"""Loaders for the datasets the project ships under ``datasets/`` (see datasets/README.md).
+
+The data directory is ``$SSVM_TORCH_DATA`` if set, else the ``datasets/`` folder of the source tree
+(an editable install or a clone).
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from .errors import SSVMInputError, check, check_finite
+
+OCR_LETTERS = "abcdefghijklmnopqrstuvwxyz"
+
+
+def data_dir() -> Path:
+    env = os.environ.get("SSVM_TORCH_DATA")
+    path = Path(env) if env else Path(__file__).resolve().parent.parent / "datasets"
+    if not path.is_dir():
+        raise SSVMInputError(
+            f"data directory: expected a folder with the shipped datasets at {path} "
+            "(set SSVM_TORCH_DATA to the repository's datasets/ folder)")
+    return path
+
+
+@dataclass
+class ChainData:
+    """Sequences stored ragged: ``X`` (N, F) features of all positions, ``Y`` (N,) labels,
+    ``offsets`` (n+1,) so that sequence i is rows ``offsets[i]:offsets[i+1]``."""
+
+    X: torch.Tensor
+    Y: torch.Tensor
+    offsets: torch.Tensor
+    n_states: int
+    name: str = "chain"
+
+    def __post_init__(self):
+        check(isinstance(self.X, torch.Tensor) and self.X.dim() == 2, "X", "a 2-d tensor (positions, features)",
+              getattr(self.X, "shape", type(self.X)))
+        check(isinstance(self.Y, torch.Tensor) and self.Y.dim() == 1, "Y", "a 1-d tensor of labels",
+              getattr(self.Y, "shape", type(self.Y)))
+        check(self.Y.shape[0] == self.X.shape[0], "Y", f"one label per row of X ({self.X.shape[0]})",
+              self.Y.shape[0])
+        check(not self.Y.is_floating_point(), "Y", "an integer tensor", self.Y.dtype)
+        check(isinstance(self.n_states, int) and self.n_states >= 1, "n_states", "an int >= 1", self.n_states)
+        off = self.offsets
+        check(off.dim() == 1 and off.shape[0] >= 2, "offsets", "a 1-d tensor with n+1 >= 2 entries",
+              tuple(off.shape))
+        check(int(off[0]) == 0 and int(off[-1]) == self.X.shape[0], "offsets",
+              f"to start at 0 and end at the number of positions {self.X.shape[0]}",
+              (int(off[0]), int(off[-1])))
+        lengths = off[1:] - off[:-1]
+        if bool((lengths <= 0).any()):
+            i = int(torch.nonzero(lengths <= 0)[0])
+            raise SSVMInputError(f"sequence {i}: expected length >= 1, got {int(lengths[i])} (empty sequence)")
+        if self.Y.numel():
+            lo, hi = int(self.Y.min()), int(self.Y.max())
+            check(lo >= 0 and hi < self.n_states, "Y", f"labels in [0, {self.n_states - 1}]", f"range [{lo}, {hi}]")
+        check_finite(self.X, "X")
+
+    @classmethod
+    def from_sequences(cls, xs, ys, n_states: int, name: str = "chain", dtype=torch.float64) -> "ChainData":
+        """Build from lists of per-sequence arrays ``xs[i]`` (T_i, F) and ``ys[i]`` (T_i,)."""
+        check(len(xs) == len(ys), "ys", f"as many label sequences as feature sequences ({len(xs)})", len(ys))
+        check(len(xs) >= 1, "xs", "at least one sequence", 0)
+        xs = [torch.as_tensor(np.asarray(x), dtype=dtype) for x in xs]
+        ys = [torch.as_tensor(np.asarray(y), dtype=torch.int64) for y in ys]
+        for i, (x, y) in enumerate(zip(xs, ys)):
+            check(x.dim() == 2, f"xs[{i}]", "a 2-d array (length, features)", tuple(x.shape))
+            check(x.shape[1] == xs[0].shape[1], f"xs[{i}]", f"{xs[0].shape[1]} features like xs[0]", x.shape[1])
+            check(y.dim() == 1 and y.shape[0] == x.shape[0], f"ys[{i}]",
+                  f"a 1-d array with {x.shape[0]} labels", tuple(y.shape))
+            if x.shape[0] == 0:
+                raise SSVMInputError(f"sequence {i}: expected length >= 1, got 0 (empty sequence)")
+        lengths = torch.tensor([x.shape[0] for x in xs], dtype=torch.int64)
+        offsets = torch.zeros(len(xs) + 1, dtype=torch.int64)
+        offsets[1:] = torch.cumsum(lengths, 0)
+        return cls(torch.cat(xs), torch.cat(ys), offsets, n_states, name)
+
+    @property
+    def n(self) -> int:
+        return self.offsets.shape[0] - 1
+
+    @property
+    def lengths(self) -> torch.Tensor:
+        return self.offsets[1:] - self.offsets[:-1]
+
+    def subset(self, idx) -> "ChainData":
+        idx = torch.as_tensor(idx, dtype=torch.int64)
+        rows = torch.cat([torch.arange(int(self.offsets[i]), int(self.offsets[i + 1])) for i in idx.tolist()])
+        lengths = self.lengths[idx]
+        offsets = torch.zeros(len(idx) + 1, dtype=torch.int64)
+        offsets[1:] = torch.cumsum(lengths, 0)
+        return ChainData(self.X[rows], self.Y[rows], offsets, self.n_states, self.name)
+
+    def to(self, device=None, dtype=None) -> "ChainData":
+        return ChainData(self.X.to(device=device, dtype=dtype or self.X.dtype), self.Y.to(device),
+                         self.offsets.to(device), self.n_states, self.name)
+
+
+def load_ocr(split: str = "small", dtype=torch.float64) -> tuple[ChainData, ChainData]:
+    """OCR handwritten words (Taskar et al. 2003), 16x8 binary pixels per letter, 26 classes.
+
+    Splits of the papers: ``small`` trains on fold 0 (626 words) and tests on folds 1-9 (6,251);
+    ``large`` trains on folds 1-9 and tests on fold 0. Returns (train, test).
+    """
+    if split not in ("small", "large"):
+        raise SSVMInputError(f"split: expected 'small' or 'large', got {split!r}")
+    z = np.load(data_dir() / "ocr_letters.npz")
+    pixels = np.unpackbits(z["pixels_packed"], axis=1, count=128)
+    labels, off, folds = z["labels"].astype(np.int64), z["word_offsets"].astype(np.int64), z["folds"]
+
+    def build(words):
+        rows = np.concatenate([np.arange(off[i], off[i + 1]) for i in words])
+        lengths = off[words + 1] - off[words]
+        offsets = np.concatenate([[0], np.cumsum(lengths)])
+        return ChainData(torch.as_tensor(pixels[rows], dtype=dtype), torch.as_tensor(labels[rows]),
+                         torch.as_tensor(offsets), 26, f"ocr-{split}")
+
+    fold0 = np.flatnonzero(folds == 0)
+    rest = np.flatnonzero(folds != 0)
+    train, test = (fold0, rest) if split == "small" else (rest, fold0)
+    return build(train), build(test)
+
+
+DATASETS = {
+    "ocr-small": lambda: load_ocr("small"),
+    "ocr-large": lambda: load_ocr("large"),
+}
+
+
+def load_dataset(name: str):
+    if name not in DATASETS:
+        raise SSVMInputError(f"dataset: expected one of {sorted(DATASETS)}, got {name!r}")
+    return DATASETS[name]()

@@ -1,0 +1,38 @@
+"""Input validation helpers: every check names the offending field and what was expected."""
+from __future__ import annotations
+
+import math
+
+import torch
+
+
+class SSVMInputError(ValueError):
+    """Raised when user input (data, hyper-parameters, options) is invalid."""
+
+
+def check(cond: bool, field: str, expected: str, got: object = None) -> None:
+    if not cond:
+        msg = f"{field}: expected {expected}"
+        if got is not None:
+            msg += f", got {got}"
+        raise SSVMInputError(msg)
+
+
+def check_positive(value: float, field: str) -> float:
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise SSVMInputError(f"{field}: expected a positive number, got {value!r}") from None
+    check(math.isfinite(v) and v > 0, field, "a finite number > 0", value)
+    return v
+
+
+def check_finite(t: torch.Tensor, field: str) -> None:
+    if t.is_floating_point() and not bool(torch.isfinite(t).all()):
+        bad = int((~torch.isfinite(t)).sum())
+        raise SSVMInputError(f"{field}: expected finite values, found {bad} NaN/inf entries")
+
+
+def check_choice(value: str, field: str, choices) -> str:
+    check(value in choices, field, f"one of {sorted(choices)}", repr(value))
+    return value

@@ -1,0 +1,136 @@
+"""Max-sum (Viterbi) decoding of linear chains.
+
+Score of a labeling y of length T:
+    s(y) = sum_t U[t, y_t] + first[y_0] + last[y_{T-1}] + sum_{t<T-1} trans[y_{t+1}, y_t]
+(``trans`` is indexed [next, previous], the layout of the OCR weight vector, see models/chain.py).
+
+Two implementations of the same recursion:
+
+* :func:`viterbi` -- padded, masked batch of shape (B, T, K); pure torch, any device (CUDA included).
+* :func:`viterbi_ragged` -- ragged sequences (all positions stacked, ``offsets``), numba-compiled,
+  CPU only. It serves the batch-1 BCFW step and full gap passes on CPU, where per-op framework
+  overhead dominates: measured on the 2-core dev machine (DESIGN 4b, benchmarks/bench_speed.py),
+  a torch batch-1 decode costs ~400 us versus a few us here.
+
+Both optionally add the normalized Hamming loss ``[k != gt_t] / T`` to the unaries on the fly
+(loss-augmented decoding, the max oracle of the SSVM).
+"""
+from __future__ import annotations
+
+import numba as nb
+import numpy as np
+import torch
+
+
+def viterbi(unary: torch.Tensor, lengths: torch.Tensor, first: torch.Tensor, last: torch.Tensor,
+            trans: torch.Tensor, gt: torch.Tensor | None = None):
+    """Batched Viterbi on padded input.
+
+    unary (B, T, K); lengths (B,) with 1 <= lengths <= T; first, last (K,); trans (K, K) [next, prev];
+    gt (B, T) ground-truth labels for loss augmentation (normalized Hamming), or None.
+    Returns (labels (B, T) int64 with -1 at padded positions, scores (B,)) where the score includes
+    the loss term when ``gt`` is given.
+    """
+    B, T, K = unary.shape
+    steps = torch.arange(T, device=unary.device)
+    valid = steps[None, :] < lengths[:, None]
+    if gt is not None:
+        inv_len = (1.0 / lengths.to(unary.dtype))[:, None, None]
+        unary = unary + inv_len * (1.0 - torch.nn.functional.one_hot(gt.clamp(min=0), K).to(unary.dtype))
+    delta = unary[:, 0] + first
+    backptr = []
+    for t in range(1, T):
+        cand = delta[:, None, :] + trans[None]          # (B, next, prev)
+        best, arg = cand.max(dim=2)
+        backptr.append(arg)
+        delta = torch.where(valid[:, t, None], best + unary[:, t], delta)
+    final = delta + last
+    scores, end = final.max(dim=1)
+    labels = torch.full((B, T), -1, dtype=torch.int64, device=unary.device)
+    cur = end
+    for t in range(T - 1, -1, -1):
+        if t < T - 1:
+            prev = backptr[t].gather(1, cur[:, None]).squeeze(1)    # backptr[t] maps y_{t+1} -> y_t
+            cur = torch.where(t == lengths - 1, end, prev)
+        else:
+            cur = end
+        labels[:, t] = torch.where(valid[:, t], cur, labels[:, t])
+    return labels, scores
+
+
+@nb.njit(cache=True, nogil=True)
+def viterbi_segment(U, start, T, first, last, trans, gt, augment, out, delta, newd, bp):
+    """Decode one sequence (rows start..start+T of U) into out[start:start+T]; returns its score.
+
+    ``delta``/``newd`` (K,) and ``bp`` (>=T, K) are work buffers. If ``augment``, the normalized
+    Hamming loss against gt[start:start+T] is added to the unaries.
+    """
+    K = U.shape[1]
+    inv_t = 1.0 / T
+    for k in range(K):
+        v = U[start, k] + first[k]
+        if augment and k != gt[start]:
+            v += inv_t
+        delta[k] = v
+    for t in range(1, T):
+        r = start + t
+        for k in range(K):
+            best = delta[0] + trans[k, 0]
+            arg = 0
+            for j in range(1, K):
+                c = delta[j] + trans[k, j]
+                if c > best:
+                    best = c
+                    arg = j
+            v = best + U[r, k]
+            if augment and k != gt[r]:
+                v += inv_t
+            newd[k] = v
+            bp[t, k] = arg
+        for k in range(K):
+            delta[k] = newd[k]
+    best = delta[0] + last[0]
+    arg = 0
+    for k in range(1, K):
+        c = delta[k] + last[k]
+        if c > best:
+            best = c
+            arg = k
+    out[start + T - 1] = arg
+    for t in range(T - 1, 0, -1):
+        arg = bp[t, arg]
+        out[start + t - 1] = arg
+    return best
+
+
+@nb.njit(cache=True, nogil=True)
+def _viterbi_all(U, offsets, first, last, trans, gt, augment, out, scores):
+    K = U.shape[1]
+    n = offsets.shape[0] - 1
+    tmax = 1
+    for i in range(n):
+        tmax = max(tmax, offsets[i + 1] - offsets[i])
+    delta = np.empty(K)
+    newd = np.empty(K)
+    bp = np.empty((tmax, K), dtype=np.int64)
+    for i in range(n):
+        scores[i] = viterbi_segment(U, offsets[i], offsets[i + 1] - offsets[i], first, last, trans, gt,
+                                    augment, out, delta, newd, bp)
+
+
+def viterbi_ragged(unary: np.ndarray, offsets: np.ndarray, first: np.ndarray, last: np.ndarray,
+                   trans: np.ndarray, gt: np.ndarray | None = None):
+    """Viterbi over ragged sequences on CPU (numpy arrays or CPU tensors viewed as numpy).
+
+    unary (N, K) float64 rows of all sequences; offsets (n+1,) int64. Returns (labels (N,), scores (n,)).
+    """
+    U = np.ascontiguousarray(unary, dtype=np.float64)
+    offsets = np.ascontiguousarray(offsets, dtype=np.int64)
+    out = np.empty(U.shape[0], dtype=np.int64)
+    scores = np.empty(offsets.shape[0] - 1)
+    aug = gt is not None
+    gt_arr = np.ascontiguousarray(gt, dtype=np.int64) if aug else np.zeros(1, dtype=np.int64)
+    _viterbi_all(U, offsets, np.ascontiguousarray(first, dtype=np.float64),
+                 np.ascontiguousarray(last, dtype=np.float64), np.ascontiguousarray(trans, dtype=np.float64),
+                 gt_arr, aug, out, scores)
+    return out, scores

@@ -1,0 +1,104 @@
+"""The seam between solvers and structures.
+
+A solver sees an SSVM only through a :class:`BlockDual`: the dual variables of the n blocks
+(examples), stored however the structure likes (dense ``w_i`` rows, or a compact sufficient-
+statistics form), together with the primal point ``w = sum_i w_i`` and ``ell = sum_i ell_i``.
+
+Notation of Lacoste-Julien et al. 2013 / Osokin et al. 2016, objective (1):
+    min_w  lam/2 ||w||^2 + 1/n sum_i H_i(w),   H_i(w) = max_y L_i(y) - <w, psi_i(y)>.
+For block i and its loss-augmented decoding y* at w, the FW corner is
+    w_s = psi_i(y*) / (lam n),  ell_s = L_i(y*) / n,
+the block gap is  g_i = lam <w_i - w_s, w> - ell_i + ell_s   (eq. (6) of Osokin et al. 2016)
+and the exact line search of BCFW is  gamma = g_i / (lam ||w_i - w_s||^2)  clipped to [0, 1].
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+
+@dataclass
+class Corner:
+    """FW corner of one block at the current w: labeling ``labels``, ``loss`` = L_i(y*)/n,
+    ``dot`` = <w_i - w_s, w>, ``sqnorm`` = ||w_i - w_s||^2 and the block gap
+    ``gap`` = lam * dot - ell_i + loss (eq. (6) of Osokin et al. 2016)."""
+
+    labels: Any
+    loss: float
+    dot: float
+    sqnorm: float
+    gap: float
+
+
+@dataclass
+class GapPass:
+    """Result of one batched oracle pass over all blocks at the current w."""
+
+    labels: Any                 # the loss-augmented labelings (structure-specific container)
+    loss: torch.Tensor          # (n,) L_i(y*_i) / n
+    H: torch.Tensor             # (n,) H_i(w) (structured hinge loss of block i)
+    block_gaps: torch.Tensor    # (n,) g_i, eq. (6) of Osokin et al. 2016
+
+
+class BlockDual:
+    """Interface (and shared formulas) for per-block dual storage. Subclasses implement the
+    structure-specific methods; everything here is structure-agnostic."""
+
+    n: int
+    lam: float
+    w: torch.Tensor
+    ell_i: torch.Tensor
+
+    # -- structure-specific ------------------------------------------------------------------
+    def fw_corner(self, i: int) -> Corner:
+        raise NotImplementedError
+
+    def fw_move(self, i: int, corner: Corner, gamma: float) -> None:
+        """w_i <- (1-gamma) w_i + gamma w_s (and ell_i likewise); w and ell follow."""
+        raise NotImplementedError
+
+    def gap_pass(self) -> GapPass:
+        raise NotImplementedError
+
+    def corner_point(self, gp: GapPass) -> tuple[torch.Tensor, float]:
+        """(w_s, ell_s) = sum over blocks of the FW corners found by ``gp`` (batch FW)."""
+        raise NotImplementedError
+
+    def move_all(self, gp: GapPass, w_s: torch.Tensor, ell_s: float, gamma: float) -> None:
+        """Batch FW update of every block toward its corner with one step size."""
+        raise NotImplementedError
+
+    def add_psi(self, i: int, corner: Corner, coef: float) -> None:
+        """w <- w + coef * psi_i(y*) (primal-only update used by SSG)."""
+        raise NotImplementedError
+
+    def recompute(self) -> None:
+        """Recompute w and ell exactly from the blocks (removes incremental drift)."""
+        raise NotImplementedError
+
+    def state_dict(self) -> dict:
+        raise NotImplementedError
+
+    def load_state_dict(self, state: dict) -> None:
+        raise NotImplementedError
+
+    @property
+    def ell(self) -> float:
+        raise NotImplementedError
+
+    def set_point(self, w: torch.Tensor, ell: float) -> None:
+        """Overwrite (w, ell) without touching the blocks: used to evaluate another point such as
+        the weighted average, whose Lagrange gap depends on (w, ell) only. Call recompute() or set
+        the previous point back afterwards."""
+        raise NotImplementedError
+
+    # -- shared formulas ---------------------------------------------------------------------
+    def primal(self, H: torch.Tensor) -> float:
+        """lam/2 ||w||^2 + 1/n sum_i H_i(w): objective (1)."""
+        return 0.5 * self.lam * float(self.w @ self.w) + float(H.sum()) / self.n
+
+    def dual(self) -> float:
+        """-lam/2 ||w||^2 + ell: the dual objective (3) at the current dual point."""
+        return -0.5 * self.lam * float(self.w @ self.w) + self.ell

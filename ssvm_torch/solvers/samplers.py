@@ -1,0 +1,175 @@
+"""Block samplers for BCFW: uniform, random permutation per pass, and gap sampling.
+
+Gap sampling is Alg. 2 of Osokin et al. 2016: block i is drawn with probability proportional to
+its last computed block gap g_i. Every g_i starts at +inf, so the first n draws visit each block
+once (uniformly among the unvisited, i.e. a random permutation); each step writes the gap it
+computed for its block, and an exact gap pass overwrites all of them. A sum-tree keeps every draw
+and update O(log n) and exact (no chunking, so probabilities reflect every update). Negative
+block gaps, which exist only as floating-point noise around 0, get probability 0.
+
+All randomness comes from one seeded torch.Generator, drawn in chunks of ``chunk`` numbers.
+"""
+from __future__ import annotations
+
+import numba as nb
+import numpy as np
+import torch
+
+
+class _Stream:
+    """Buffered uniform(0,1) or integer draws from a seeded torch.Generator (reproducible, resumable)."""
+
+    def __init__(self, seed: int, chunk: int = 4096):
+        self.gen = torch.Generator().manual_seed(int(seed))
+        self.chunk = chunk
+        self.buf = np.empty(0)
+        self.pos = 0
+
+    def uniform(self) -> float:
+        if self.pos >= self.buf.shape[0]:
+            self.buf = torch.rand(self.chunk, generator=self.gen, dtype=torch.float64).numpy()
+            self.pos = 0
+        u = self.buf[self.pos]
+        self.pos += 1
+        return u
+
+    def permutation(self, n: int) -> np.ndarray:
+        return torch.randperm(n, generator=self.gen).numpy()
+
+    def state_dict(self):
+        return {"gen": self.gen.get_state(), "buf": self.buf.copy(), "pos": self.pos}
+
+    def load_state_dict(self, s):
+        self.gen.set_state(s["gen"])
+        self.buf, self.pos = s["buf"].copy(), int(s["pos"])
+
+
+class Sampler:
+    def __init__(self, n: int, seed: int):
+        self.n = n
+        self.stream = _Stream(seed)
+
+    def next(self) -> int:
+        raise NotImplementedError
+
+    def update(self, i: int, gap: float) -> None:
+        """The block gap of i computed by the step just taken."""
+
+    def set_all(self, gaps: np.ndarray) -> None:
+        """Exact block gaps of a full gap pass."""
+
+    def state_dict(self) -> dict:
+        return {"stream": self.stream.state_dict()}
+
+    def load_state_dict(self, s: dict) -> None:
+        self.stream.load_state_dict(s["stream"])
+
+
+class UniformSampler(Sampler):
+    def next(self) -> int:
+        return min(int(self.stream.uniform() * self.n), self.n - 1)
+
+
+class PermSampler(Sampler):
+    """A fresh random permutation of the blocks every pass."""
+
+    def __init__(self, n, seed):
+        super().__init__(n, seed)
+        self.perm = np.empty(0, dtype=np.int64)
+        self.pos = 0
+
+    def next(self) -> int:
+        if self.pos >= self.perm.shape[0]:
+            self.perm = self.stream.permutation(self.n)
+            self.pos = 0
+        i = int(self.perm[self.pos])
+        self.pos += 1
+        return i
+
+    def state_dict(self):
+        return {**super().state_dict(), "perm": self.perm.copy(), "pos": self.pos}
+
+    def load_state_dict(self, s):
+        super().load_state_dict(s)
+        self.perm, self.pos = s["perm"].copy(), int(s["pos"])
+
+
+@nb.njit(cache=True)
+def _tree_set(tree, size, i, value):
+    j = size + i
+    delta = value - tree[j]
+    while j >= 1:
+        tree[j] += delta
+        j //= 2
+
+
+@nb.njit(cache=True)
+def _tree_build(tree, size, values):
+    tree[:] = 0.0
+    for i in range(values.shape[0]):
+        tree[size + i] = values[i]
+    for j in range(size - 1, 0, -1):
+        tree[j] = tree[2 * j] + tree[2 * j + 1]
+
+
+@nb.njit(cache=True)
+def _tree_find(tree, size, u):
+    """Leaf index i with prefix(i) <= u * total < prefix(i+1)."""
+    target = u * tree[1]
+    j = 1
+    while j < size:
+        left = tree[2 * j]
+        if target < left:
+            j = 2 * j
+        else:
+            target -= left
+            j = 2 * j + 1
+    return j - size
+
+
+class GapSampler(Sampler):
+    """p_i proportional to the stale block gap g_i (Alg. 2 of Osokin et al. 2016)."""
+
+    def __init__(self, n, seed):
+        super().__init__(n, seed)
+        self.size = 1 << max(1, (n - 1).bit_length())
+        self.tree = np.zeros(2 * self.size)
+        self.unvisited = self.stream.permutation(n).astype(np.int64)   # the blocks whose g_i is still +inf
+        self.pos = 0
+
+    def next(self) -> int:
+        if self.pos < self.unvisited.shape[0]:
+            i = int(self.unvisited[self.pos])
+            self.pos += 1
+            return i
+        u = self.stream.uniform()
+        if self.tree[1] <= 0.0:            # every gap is 0: nothing to prefer
+            return min(int(u * self.n), self.n - 1)
+        return min(int(_tree_find(self.tree, self.size, u)), self.n - 1)
+
+    def update(self, i, gap):
+        _tree_set(self.tree, self.size, i, gap if gap > 0.0 else 0.0)
+
+    def set_all(self, gaps):
+        self.pos = self.unvisited.shape[0]
+        _tree_build(self.tree, self.size, np.maximum(np.asarray(gaps, dtype=np.float64), 0.0))
+
+    def probabilities(self) -> np.ndarray:
+        """Current sampling distribution over blocks (for monitoring and tests)."""
+        if self.pos < self.unvisited.shape[0]:
+            p = np.zeros(self.n)
+            p[self.unvisited[self.pos:]] = 1.0
+            return p / p.sum()
+        leaves = self.tree[self.size:self.size + self.n]
+        return leaves / leaves.sum() if leaves.sum() > 0 else np.full(self.n, 1.0 / self.n)
+
+    def state_dict(self):
+        return {**super().state_dict(), "tree": self.tree.copy(), "unvisited": self.unvisited.copy(),
+                "pos": self.pos}
+
+    def load_state_dict(self, s):
+        super().load_state_dict(s)
+        self.tree, self.unvisited, self.pos = s["tree"].copy(), s["unvisited"].copy(), int(s["pos"])
+
+
+SAMPLERS = {"uniform": UniformSampler, "perm": PermSampler, "gap": GapSampler}
