@@ -1,0 +1,43 @@
+import itertools
+
+import numpy as np
+import pytest
+import torch
+
+from ssvm_torch import ChainData
+
+torch.set_num_threads(1)
+
+
+def chain_score(U, first, last, trans, y):
+    """Score of one labeling by the definition (independent of the DP)."""
+    s = first[y[0]] + last[y[-1]] + sum(U[t, y[t]] for t in range(len(y)))
+    return s + sum(trans[y[t + 1], y[t]] for t in range(len(y) - 1))
+
+
+def brute_force_chain(U, first, last, trans, gt=None):
+    """max over all K^T labelings of score (+ normalized Hamming loss against gt)."""
+    T, K = U.shape
+    best = -np.inf
+    for y in itertools.product(range(K), repeat=T):
+        v = chain_score(U, first, last, trans, y)
+        if gt is not None:
+            v += np.mean(np.asarray(y) != np.asarray(gt))
+        best = max(best, v)
+    return best
+
+
+def random_chain_data(rng, n, K, F, tmin=1, tmax=5, binary=False):
+    xs, ys = [], []
+    for _ in range(n):
+        T = int(rng.integers(tmin, tmax + 1))
+        x = rng.integers(0, 2, size=(T, F)).astype(float) if binary else rng.normal(size=(T, F))
+        xs.append(x)
+        ys.append(rng.integers(0, K, size=T))
+    return ChainData.from_sequences(xs, ys, K)
+
+
+@pytest.fixture(scope="session")
+def ocr_small():
+    from ssvm_torch import load_ocr
+    return load_ocr("small")

@@ -1,0 +1,60 @@
+"""ssvm-train end to end on OCR-small: outputs follow the contract, bad options fail clearly,
+--checkpoint/--resume continues a run exactly."""
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from ssvm_torch.train import main
+
+KEYS = {"passes", "oracle_calls", "time_s", "primal", "dual", "gap", "gap_estimate", "train_error", "test_error"}
+
+
+def test_train_cli_writes_history_and_model(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main(["--dataset", "ocr-small", "--lam", "0.01", "--passes", "6", "--gap-check", "2",
+                 "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "exact duality gap:" in text and "test error:" in text
+    hist = json.loads((out / "history.json").read_text())
+    assert len(hist) == 3 and all(KEYS <= set(r) for r in hist)
+    assert [r["passes"] for r in hist] == [0.0, 3.0, 6.0]
+    assert hist[-1]["gap"] < hist[0]["gap"] and hist[-1]["gap"] == pytest.approx(hist[-1]["primal"] - hist[-1]["dual"])
+    assert hist[-1]["test_error"] < 0.5
+    model = torch.load(out / "model.pt")
+    assert model["w"].dtype == torch.float64 and model["w"].shape == (4082,)
+    assert model["lam"] == 0.01 and model["dataset"] == "ocr-small"
+    assert model["feature_layout"]["d"] == 4082 and model["feature_layout"]["transition"] == [3406, 4082]
+
+
+def test_resume_continues_exactly(tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    common = ["--dataset", "ocr-small", "--lam", "0.01", "--gap-check", "1", "--seed", "3", "--quiet"]
+    assert main(common + ["--passes", "6", "--out", str(a)]) == 0
+    assert main(common + ["--passes", "2", "--out", str(b), "--checkpoint"]) == 0
+    assert (b / "checkpoint.pt").is_file() and not (b / "checkpoint.pt.tmp").exists()
+    assert main(common + ["--passes", "6", "--out", str(b), "--resume", str(b / "checkpoint.pt")]) == 0
+    ha = json.loads((a / "history.json").read_text())
+    hb = json.loads((b / "history.json").read_text())
+    strip = lambda h: [{k: v for k, v in r.items() if k != "time_s"} for r in h]
+    assert strip(ha) == strip(hb)
+    assert torch.equal(torch.load(a / "model.pt")["w"], torch.load(b / "model.pt")["w"])
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["--dataset", "mnist"], "dataset: expected one of"),
+    (["--lam", "0"], "lam: expected a finite number > 0"),
+    (["--lam", "-1"], "lam: expected a finite number > 0"),
+    (["--gap-check", "0"], "gap_check: expected an int >= 1"),
+    (["--resume", "/nonexistent/ck.pt"], "resume: expected a checkpoint file"),
+])
+def test_cli_bad_input(tmp_path, capsys, argv, needle):
+    assert main(argv + ["--passes", "1", "--out", str(tmp_path)]) == 2
+    assert needle in capsys.readouterr().err
+
+
+def test_module_entry_point_help():
+    r = subprocess.run([sys.executable, "-m", "ssvm_torch.train", "--help"], capture_output=True, text=True)
+    assert r.returncode == 0 and "--gap-threshold" in r.stdout
