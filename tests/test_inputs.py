@@ -86,3 +86,17 @@ def test_explicit_model_validation():
         ExplicitModel([np.zeros((2, 3)), np.zeros((2, 4))], [np.zeros(2), np.zeros(2)])
     with pytest.raises(SSVMInputError, match=r"psi\[0\]"):
         ExplicitModel([np.full((2, 3), np.inf)], [np.zeros(2)])
+
+
+def test_shipped_data_checksum():
+    import hashlib
+    from ssvm_torch.datasets import data_dir
+    for line in (data_dir() / "SHA256SUMS").read_text().splitlines():
+        digest, name = line.split()
+        assert hashlib.sha256((data_dir() / name).read_bytes()).hexdigest() == digest, name
+
+
+def test_missing_data_dir_is_a_clear_error(monkeypatch, tmp_path):
+    monkeypatch.setenv("SSVM_TORCH_DATA", str(tmp_path / "nope"))
+    with pytest.raises(SSVMInputError, match="data directory"):
+        load_ocr("small")

@@ -278,10 +278,14 @@ class ChainDual(BlockDual):
         """Loss-augmented decoding of blocks ``idx`` and the terms of eq. (6): returns a dict with
         padded labels, valid mask, loss (L/n), aug score, <M_i, theta_i>, dot*(lam n), sq*(lam n)^2."""
         K = self.model.K
-        U, first, last, trans = self._potentials()
         pos, valid = padded_index(self.offsets, idx)
         lengths = valid.sum(1)
-        Ub = U[pos] * valid[..., None]
+        if idx.shape[0] == self.n:
+            U, first, last, trans = self._potentials()
+            Ub = U[pos] * valid[..., None]
+        else:                                   # only the rows of these blocks: O(batch), not O(N)
+            W, first, last, trans = self.model.split(self.w)
+            Ub = self._unary_rows(W, pos.reshape(-1)).view(*pos.shape, K) * valid[..., None]
         gt = torch.where(valid, self.Y[pos], -1)
         labels, aug = viterbi(Ub, lengths, first, last, trans, gt=gt)
         wrong = ((labels != gt) & valid).sum(1).to(self.dtype)
@@ -305,6 +309,16 @@ class ChainDual(BlockDual):
             Dt = self._trans_of_padded(labels, valid) - Mt
             out["sq"] = em + (D[ar, 0] ** 2).sum(1) + (D[ar, lengths - 1] ** 2).sum(1) + (Dt ** 2).sum((1, 2))
         return out
+
+    def _unary_rows(self, W: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+        """U[r] = W x_r for the given rows only, by a gather over their stored features."""
+        starts = self.fptr[rows]
+        counts = self.fptr[rows + 1] - starts
+        local = torch.repeat_interleave(torch.arange(rows.shape[0], device=self.device), counts)
+        first_nz = torch.cumsum(counts, 0) - counts
+        nz = starts[local] + torch.arange(local.shape[0], device=self.device) - first_nz[local]
+        U = torch.zeros(rows.shape[0], W.shape[0], dtype=self.dtype, device=self.device)
+        return U.index_add_(0, local, self.fval[nz, None] * W.T[self.fidx[nz]])
 
     def _trans_of_padded(self, labels, valid):
         B, T = labels.shape
