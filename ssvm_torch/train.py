@@ -23,7 +23,7 @@ from .datasets import DATASETS, load_dataset
 from .errors import SSVMInputError, check_positive
 from .models import ChainModel
 from .solvers import Solver, SolverConfig
-from .solvers.engine import SOLVERS
+from .solvers.engine import SOLVERS, STEPS
 from .solvers.samplers import SAMPLERS
 
 
@@ -34,6 +34,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--lam", type=float, default=None, help="regularization lambda of objective (1); default 1/n")
     p.add_argument("--solver", choices=SOLVERS, default="bcfw")
     p.add_argument("--sampling", choices=sorted(SAMPLERS), default="gap")
+    p.add_argument("--step", choices=STEPS, default="fw",
+                   help="BCFW step: fw (Alg. 1), pairwise (BCPFW, Alg. 3), away (BCAFW, Alg. 4), best of the three")
+    p.add_argument("--cache", action="store_true", help="gap-based caching of corners (Alg. 5)")
+    p.add_argument("--cache-F", type=float, default=0.25, help="cache hit if g_hat >= max(F g_i, nu g / n)")
+    p.add_argument("--cache-nu", type=float, default=0.01)
+    p.add_argument("--max-cache", type=int, default=50, help="cache entries per block")
     p.add_argument("--gap-check", type=int, default=10, help="effective passes between exact gap checks")
     p.add_argument("--passes", type=float, default=50, help="maximum effective passes (gap passes included)")
     p.add_argument("--gap-threshold", type=float, default=0.0, help="stop when the exact duality gap <= this")
@@ -66,7 +72,8 @@ def run(args) -> dict:
     dual = model.dual(train, lam, device=args.device, dtype=dtype)
     cfg = SolverConfig(solver=args.solver, sampling=args.sampling, gap_check=args.gap_check, passes=args.passes,
                        gap_threshold=args.gap_threshold, time_budget=args.time_budget, seed=args.seed,
-                       averaging=args.averaging, recompute_every=args.recompute_every)
+                       averaging=args.averaging, recompute_every=args.recompute_every, step=args.step,
+                       cache=args.cache, cache_F=args.cache_F, cache_nu=args.cache_nu, max_cache=args.max_cache)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
 
@@ -95,7 +102,9 @@ def run(args) -> dict:
         solver.load_state_dict(torch.load(path, weights_only=False))
     if not args.quiet:
         print(f"{args.dataset}: n = {train.n} train / {test.n} test sequences, d = {model.d}, lam = {lam:g}, "
-              f"solver = {args.solver}" + (f" ({args.sampling} sampling)" if args.solver != "fw" else ""), flush=True)
+              f"solver = {args.solver}" + (f" ({args.sampling} sampling)" if args.solver != "fw" else "")
+              + (f", {args.step} steps" if args.solver == "bcfw" else "") + (", cache" if args.cache else ""),
+              flush=True)
     t0 = time.perf_counter()
     history = solver.run()
     wall = time.perf_counter() - t0
@@ -108,6 +117,9 @@ def run(args) -> dict:
         print(f"stopped: {solver.state.stop_reason} after {last['passes']:.1f} effective passes, "
               f"{last['time_s']:.2f} s solver time ({wall:.2f} s wall incl. evaluation)")
         print(f"exact duality gap: {gap}")
+        if "cache_hit_rate" in last:
+            print(f"steps: {last['fw_steps']} FW, {last['pairwise_steps']} pairwise, {last['away_steps']} away, "
+                  f"{last['drop_steps']} drop; cache hit rate {last['cache_hit_rate']:.3f}")
         print(f"test error: {last['test_error']:.4f} (per word, normalized Hamming); "
               f"per-letter error: {last['test_position_error']:.4f}")
         print(f"wrote {out / 'history.json'} and {out / 'model.pt'}")

@@ -58,3 +58,15 @@ def test_cli_bad_input(tmp_path, capsys, argv, needle):
 def test_module_entry_point_help():
     r = subprocess.run([sys.executable, "-m", "ssvm_torch.train", "--help"], capture_output=True, text=True)
     assert r.returncode == 0 and "--gap-threshold" in r.stdout
+
+
+def test_cli_variants(tmp_path, capsys):
+    out = tmp_path / "v"
+    assert main(["--dataset", "ocr-small", "--lam", "0.1", "--passes", "4", "--gap-check", "2", "--step", "best",
+                 "--cache", "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "cache hit rate" in text
+    hist = json.loads((out / "history.json").read_text())
+    assert {"cache_hit_rate", "pairwise_steps", "away_steps", "drop_steps"} <= set(hist[-1])
+    assert main(["--solver", "fw", "--step", "pairwise", "--passes", "1", "--out", str(out)]) == 2
+    assert "step: expected 'fw' without cache" in capsys.readouterr().err

@@ -212,8 +212,9 @@ class ChainDual(BlockDual):
                     self.G.numpy(), self.goff.numpy(), W.numpy(), first.numpy(), last.numpy(), trans.numpy(),
                     self.Mu.numpy(), self.Mt.numpy())
         self._np_ell = (self.ell_i.numpy(), self._ell.numpy())
+        self._no_labels = np.zeros(1, dtype=np.int64)
         self._work = (np.empty((tmax, K)), np.empty(K), np.empty(K), np.empty((tmax, K), dtype=np.int64),
-                      np.empty((K, K)))
+                      np.empty((tmax, K)), np.empty((K, K)))
 
     @property
     def ell(self) -> float:
@@ -239,7 +240,7 @@ class ChainDual(BlockDual):
 
     def fw_move(self, i: int, corner: Corner, gamma: float) -> None:
         if self._cpu:
-            _nb_fw_move(i, float(gamma), 1.0 / (self.lam * self.n), corner.labels, *self._np, self._work[4])
+            self._np_move(i, np.asarray(corner.labels, dtype=np.int64), None, gamma)
             ell_i, ell = self._np_ell
             old = ell_i[i]
             ell_i[i] = (1.0 - gamma) * old + gamma * corner.loss
@@ -249,6 +250,90 @@ class ChainDual(BlockDual):
         old = float(self.ell_i[i])
         self.ell_i[i] = (1.0 - gamma) * old + gamma * corner.loss
         self._ell[0] += gamma * (corner.loss - old)
+
+    # -- active-set primitives (pairwise / away steps, caching) --------------------------------
+    # A point of block i is a labeling (int64 array of length T_i) or None, the block's current dual
+    # point. Directions are differences of two points: x_i += gamma (v_P - v_Q).
+    def gt_labeling(self, i: int) -> np.ndarray:
+        s, e = int(self.offsets[i]), int(self.offsets[i + 1])
+        return self.Y[s:e].cpu().numpy().copy()
+
+    @staticmethod
+    def key(labeling) -> bytes:
+        return np.asarray(labeling, dtype=np.int64).tobytes()
+
+    def loss_of(self, i: int, labeling) -> float:
+        s, e = int(self.offsets[i]), int(self.offsets[i + 1])
+        y = torch.as_tensor(np.asarray(labeling), device=self.device)
+        return float((y != self.Y[s:e]).double().mean()) / self.n
+
+    def corner_gaps(self, i: int, labelings) -> np.ndarray:
+        """g_i(y) = lam <w_i - w_s(y), w> - ell_i + L_i(y)/n for each labeling: the FW gap of block i
+        towards corner y (eq. (6) with y in place of the oracle's answer)."""
+        L = np.ascontiguousarray(np.stack([np.asarray(y, dtype=np.int64) for y in labelings]))
+        if self._cpu:
+            out = np.empty(L.shape[0])
+            _nb_corner_gaps(i, L, *self._np[:5], *self._np[7:], self._work[0], out)
+            return out / self.n - self._np_ell[0][i]
+        s, e = int(self.offsets[i]), int(self.offsets[i + 1])
+        W, first, last, trans = self.model.split(self.w)
+        U = self._unary_rows(W, torch.arange(s, e, device=self.device))
+        Lt = torch.as_tensor(L, device=self.device)
+        t = torch.arange(e - s, device=self.device)
+        score = U[t, Lt].sum(1) + first[Lt[:, 0]] + last[Lt[:, -1]] + trans[Lt[:, 1:], Lt[:, :-1]].sum(1)
+        loss = (Lt != self.Y[s:e]).to(self.dtype).mean(1)
+        m_theta = (self.Mu[s:e] * U).sum() + self.Mu[s] @ first + self.Mu[e - 1] @ last + (self.Mt[i] * trans).sum()
+        return ((score + loss - m_theta) / self.n - self.ell_i[i]).cpu().numpy()
+
+    def _np_delta(self, i, P, Q):
+        Du, Dt = self._work[4], self._work[5]
+        _nb_build_delta(i, P is None, self._no_labels if P is None else P, Q is None,
+                        self._no_labels if Q is None else Q, self._np[3], self._np[11], self._np[12], Du, Dt)
+        return Du, Dt
+
+    def _np_move(self, i, P, Q, gamma):
+        Du, Dt = self._np_delta(i, P, Q)
+        _nb_delta_move(i, -gamma / (self.lam * self.n), gamma, Du, Dt, *self._np[:4], *self._np[7:])
+
+    def _torch_delta(self, i, P, Q):
+        s, e = int(self.offsets[i]), int(self.offsets[i + 1])
+        K = self.model.K
+        ones = torch.ones(1, e - s, dtype=torch.bool, device=self.device)
+
+        def stats(point):
+            if point is None:
+                return self.Mu[s:e], self.Mt[i]
+            y = torch.as_tensor(np.asarray(point), device=self.device)
+            return Fn.one_hot(y, K).to(self.dtype), self._trans_of_padded(y[None], ones)[0]
+        (pu, pt), (qu, qt) = stats(P), stats(Q)
+        return s, e, pu - qu, pt - qt
+
+    def pair_sqnorm(self, i: int, P, Q) -> float:
+        """||w(P) - w(Q)||^2 for two points of block i."""
+        if self._cpu:
+            Du, Dt = self._np_delta(i, P, Q)
+            sq = _nb_delta_sqnorm(i, Du, Dt, self._np[3], self._np[5], self._np[6])
+        else:
+            s, e, D, Dt = self._torch_delta(i, P, Q)
+            T = e - s
+            G = self.G[int(self.goff[i]):int(self.goff[i + 1])].view(T, T)
+            sq = float((D * (G @ D)).sum() + (D[0] ** 2).sum() + (D[-1] ** 2).sum() + (Dt ** 2).sum())
+        return sq / (self.lam * self.n) ** 2
+
+    def pair_move(self, i: int, P, Q, loss_P: float, loss_Q: float, gamma: float) -> None:
+        """x_i += gamma (v_P - v_Q); losses are L/n (for the current point: ell_i)."""
+        if self._cpu:
+            self._np_move(i, P, Q, gamma)
+            ell_i, ell = self._np_ell
+            ell_i[i] += gamma * (loss_P - loss_Q)
+            ell[0] += gamma * (loss_P - loss_Q)
+            return
+        s, e, D, Dt = self._torch_delta(i, P, Q)
+        self._add_stats(s, e, -gamma / (self.lam * self.n), D, Dt)
+        self.Mu[s:e] += gamma * D
+        self.Mt[i] += gamma * Dt
+        self.ell_i[i] += gamma * (loss_P - loss_Q)
+        self._ell[0] += gamma * (loss_P - loss_Q)
 
     def add_psi(self, i: int, corner: Corner, coef: float) -> None:
         """w += coef * psi_i(y*) = coef * A_i(S(y_i) - S(y*)): the emission part touches only the
@@ -332,12 +417,7 @@ class ChainDual(BlockDual):
         return out
 
     def _move_torch(self, i: int, ys, gamma: float):
-        K = self.model.K
-        s, e = int(self.offsets[i]), int(self.offsets[i + 1])
-        ys = torch.as_tensor(ys, device=self.device)
-        D = Fn.one_hot(ys, K).to(self.dtype) - self.Mu[s:e]
-        St = self._trans_of_padded(ys[None], torch.ones(1, e - s, dtype=torch.bool, device=self.device))[0]
-        Dt = St - self.Mt[i]
+        s, e, D, Dt = self._torch_delta(i, ys, None)
         self._add_stats(s, e, -gamma / (self.lam * self.n), D, Dt)
         self.Mu[s:e] += gamma * D
         self.Mt[i] += gamma * Dt
@@ -443,10 +523,8 @@ _FAST = {"reassoc", "contract", "nsz", "arcp"}
 
 
 @nb.njit(cache=True, nogil=True, fastmath=_FAST)
-def _nb_fw_corner(i, fptr, fidx, fval, off, Y, G, goff, W, first, last, trans, Mu, Mt, U, delta, newd, bp, St,
-                  ys):
-    """Batch-1 loss-augmented oracle for block i and the terms of eq. (6) in units of 1/(lam n):
-    returns (L(y*), <S(y*) - M_i, theta_i>, ||A_i(S(y*) - M_i)||^2) and writes y* into ys."""
+def _nb_block_unary(i, fptr, fidx, fval, off, W, U):
+    """U[t, k] = <W[k], x_t> for the positions of block i (CSR features)."""
     s = off[i]
     T = off[i + 1] - s
     K = W.shape[0]
@@ -458,80 +536,137 @@ def _nb_fw_corner(i, fptr, fidx, fval, off, Y, G, goff, W, first, last, trans, M
             f = fidx[j]
             for k in range(K):
                 U[t, k] += v * W[k, f]
+
+
+@nb.njit(cache=True, nogil=True, fastmath=_FAST)
+def _nb_m_theta(i, off, U, first, last, trans, Mu, Mt):
+    """<M_i, theta_i>: the expected score of block i's current dual point."""
+    s = off[i]
+    T = off[i + 1] - s
+    K = U.shape[1]
+    m = 0.0
+    for t in range(T):
+        for k in range(K):
+            m += Mu[s + t, k] * U[t, k]
+    for k in range(K):
+        m += Mu[s, k] * first[k] + Mu[s + T - 1, k] * last[k]
+    for a in range(K):
+        for b in range(K):
+            m += Mt[i, a, b] * trans[a, b]
+    return m
+
+
+@nb.njit(cache=True, nogil=True)
+def _nb_build_delta(i, p_cur, P, q_cur, Q, off, Mu, Mt, Du, Dt):
+    """D = S(P) - S(Q) for two points of block i, each a labeling or (``*_cur``) the current dual
+    point M_i: unary part Du (T, K), transition part Dt (K, K) [next, prev]."""
+    s = off[i]
+    T = off[i + 1] - s
+    K = Mu.shape[1]
+    for t in range(T):
+        for k in range(K):
+            Du[t, k] = (Mu[s + t, k] if p_cur else 0.0) - (Mu[s + t, k] if q_cur else 0.0)
+        if not p_cur:
+            Du[t, P[t]] += 1.0
+        if not q_cur:
+            Du[t, Q[t]] -= 1.0
+    for a in range(K):
+        for b in range(K):
+            Dt[a, b] = (Mt[i, a, b] if p_cur else 0.0) - (Mt[i, a, b] if q_cur else 0.0)
+    for t in range(T - 1):
+        if not p_cur:
+            Dt[P[t + 1], P[t]] += 1.0
+        if not q_cur:
+            Dt[Q[t + 1], Q[t]] -= 1.0
+
+
+@nb.njit(cache=True, nogil=True, fastmath=_FAST)
+def _nb_delta_sqnorm(i, Du, Dt, off, G, goff):
+    """||A_i(D)||^2 = sum_k D_k^T G_i D_k + |D_0|^2 + |D_{T-1}|^2 + |Dt|_F^2."""
+    s = off[i]
+    T = off[i + 1] - s
+    K = Du.shape[1]
+    g0 = goff[i]
+    sq = 0.0
+    for k in range(K):
+        for t in range(T):
+            dt = Du[t, k]
+            if dt == 0.0:
+                continue
+            acc = 0.0
+            for u in range(T):
+                acc += G[g0 + t * T + u] * Du[u, k]
+            sq += dt * acc
+    for k in range(K):
+        sq += Du[0, k] * Du[0, k] + Du[T - 1, k] * Du[T - 1, k]
+    for a in range(K):
+        for b in range(K):
+            sq += Dt[a, b] * Dt[a, b]
+    return sq
+
+
+@nb.njit(cache=True, nogil=True, fastmath=_FAST)
+def _nb_delta_move(i, c, gamma, Du, Dt, fptr, fidx, fval, off, W, first, last, trans, Mu, Mt):
+    """w += c A_i(D) and M_i += gamma D (sparse in the nonzeros of D)."""
+    s = off[i]
+    T = off[i + 1] - s
+    K = W.shape[0]
+    for t in range(T):
+        for k in range(K):
+            dk = Du[t, k]
+            if dk != 0.0:
+                cd = c * dk
+                for j in range(fptr[s + t], fptr[s + t + 1]):
+                    W[k, fidx[j]] += cd * fval[j]
+                if t == 0:
+                    first[k] += cd
+                if t == T - 1:
+                    last[k] += cd
+                Mu[s + t, k] += gamma * dk
+    for a in range(K):
+        for b in range(K):
+            if Dt[a, b] != 0.0:
+                trans[a, b] += c * Dt[a, b]
+                Mt[i, a, b] += gamma * Dt[a, b]
+
+
+@nb.njit(cache=True, nogil=True, fastmath=_FAST)
+def _nb_fw_corner(i, fptr, fidx, fval, off, Y, G, goff, W, first, last, trans, Mu, Mt, U, delta, newd, bp, Du, Dt,
+                  ys):
+    """Batch-1 loss-augmented oracle for block i and the terms of eq. (6) in units of 1/(lam n):
+    returns (L(y*), <S(y*) - M_i, theta_i>, ||A_i(S(y*) - M_i)||^2) and writes y* into ys."""
+    s = off[i]
+    T = off[i + 1] - s
+    _nb_block_unary(i, fptr, fidx, fval, off, W, U)
     aug = viterbi_segment(U, 0, T, first, last, trans, Y[s:s + T], True, ys, delta, newd, bp)
     wrong = 0
     for t in range(T):
         if ys[t] != Y[s + t]:
             wrong += 1
     loss = wrong / T
-    # <M_i, theta_i>
-    m_theta = 0.0
-    for t in range(T):
-        for k in range(K):
-            m_theta += Mu[s + t, k] * U[t, k]
-    for k in range(K):
-        m_theta += Mu[s, k] * first[k] + Mu[s + T - 1, k] * last[k]
-    for a in range(K):
-        for b in range(K):
-            m_theta += Mt[i, a, b] * trans[a, b]
-    dot = (aug - loss) - m_theta
-    # ||A_i(Delta)||^2 with Delta = onehot(ys) - Mu_i, Gram G_i for the emission part
-    g0 = goff[i]
-    sq = 0.0
-    for k in range(K):
-        for t in range(T):
-            dt = (1.0 if ys[t] == k else 0.0) - Mu[s + t, k]
-            if dt == 0.0:
-                continue
-            acc = 0.0
-            for u in range(T):
-                du = (1.0 if ys[u] == k else 0.0) - Mu[s + u, k]
-                acc += G[g0 + t * T + u] * du
-            sq += dt * acc
-    for k in range(K):
-        d0 = (1.0 if ys[0] == k else 0.0) - Mu[s, k]
-        d1 = (1.0 if ys[T - 1] == k else 0.0) - Mu[s + T - 1, k]
-        sq += d0 * d0 + d1 * d1
-    for a in range(K):
-        for b in range(K):
-            St[a, b] = -Mt[i, a, b]
-    for t in range(T - 1):
-        St[ys[t + 1], ys[t]] += 1.0
-    for a in range(K):
-        for b in range(K):
-            sq += St[a, b] * St[a, b]
-    return loss, dot, sq
+    dot = (aug - loss) - _nb_m_theta(i, off, U, first, last, trans, Mu, Mt)
+    _nb_build_delta(i, False, ys, True, ys, off, Mu, Mt, Du, Dt)
+    return loss, dot, _nb_delta_sqnorm(i, Du, Dt, off, G, goff)
 
 
 @nb.njit(cache=True, nogil=True, fastmath=_FAST)
-def _nb_fw_move(i, gamma, inv_lamn, ys, fptr, fidx, fval, off, Y, G, goff, W, first, last, trans, Mu, Mt, St):
-    """w_i <- (1-gamma) w_i + gamma w_s in compact form; w -= gamma/(lam n) A_i(S(y*) - M_i)."""
+def _nb_corner_gaps(i, labels, fptr, fidx, fval, off, Y, W, first, last, trans, Mu, Mt, U, out):
+    """For each row y of ``labels`` (m, T_i): <S(y), theta_i> + L(y) - <M_i, theta_i>, i.e. n times
+    (block gap w.r.t. corner y + ell_i)."""
     s = off[i]
     T = off[i + 1] - s
-    K = W.shape[0]
-    c = gamma * inv_lamn
-    for t in range(T):
-        for k in range(K):
-            dk = (1.0 if ys[t] == k else 0.0) - Mu[s + t, k]
-            if dk != 0.0:
-                cd = c * dk
-                for j in range(fptr[s + t], fptr[s + t + 1]):
-                    W[k, fidx[j]] -= cd * fval[j]
-                if t == 0:
-                    first[k] -= cd
-                if t == T - 1:
-                    last[k] -= cd
-                Mu[s + t, k] += gamma * dk
-    for a in range(K):
-        for b in range(K):
-            St[a, b] = -Mt[i, a, b]
-    for t in range(T - 1):
-        St[ys[t + 1], ys[t]] += 1.0
-    for a in range(K):
-        for b in range(K):
-            if St[a, b] != 0.0:
-                trans[a, b] -= c * St[a, b]
-                Mt[i, a, b] += gamma * St[a, b]
+    _nb_block_unary(i, fptr, fidx, fval, off, W, U)
+    m_theta = _nb_m_theta(i, off, U, first, last, trans, Mu, Mt)
+    for r in range(labels.shape[0]):
+        v = first[labels[r, 0]] + last[labels[r, T - 1]]
+        wrong = 0
+        for t in range(T):
+            v += U[t, labels[r, t]]
+            if labels[r, t] != Y[s + t]:
+                wrong += 1
+            if t + 1 < T:
+                v += trans[labels[r, t + 1], labels[r, t]]
+        out[r] = v + wrong / T - m_theta
 
 
 @nb.njit(cache=True, nogil=True, fastmath=_FAST)

@@ -14,7 +14,11 @@ from ..solvers.dual import BlockDual, Corner, GapPass
 
 
 class ExplicitModel:
-    def __init__(self, psi: list, losses: list, dtype=torch.float64):
+    """``psi[i]`` (m_i, d) rows psi_i(y); ``losses[i]`` (m_i,) L_i(y); ``gt[i]`` the index of the
+    ground-truth output (default 0), which must have psi = 0 and loss = 0 (the dual starts at
+    alpha_i = delta(y_i), i.e. w_i = 0)."""
+
+    def __init__(self, psi: list, losses: list, gt: list | None = None, dtype=torch.float64):
         check(len(psi) == len(losses) and len(psi) >= 1, "losses", f"one loss vector per block ({len(psi)})",
               len(losses))
         d = torch.as_tensor(psi[0]).shape[1]
@@ -32,6 +36,13 @@ class ExplicitModel:
             self.psi[i, :p.shape[0]] = p
             self.losses[i, :p.shape[0]] = l
         self.n, self.d = n, d
+        self.gt = [0] * n if gt is None else [int(g) for g in gt]
+        check(len(self.gt) == n, "gt", f"one ground-truth index per block ({n})", len(self.gt))
+        for i, g in enumerate(self.gt):
+            m_i = torch.as_tensor(psi[i]).shape[0]
+            check(0 <= g < m_i, f"gt[{i}]", f"an index in [0, {m_i - 1}]", g)
+            check(bool((self.psi[i, g] == 0).all()) and float(self.losses[i, g]) == 0.0, f"psi[{i}][{g}]",
+                  "the ground truth to have psi = 0 and loss = 0", "nonzero")
 
     def dual(self, lam: float, device=None, dtype=torch.float64) -> "DenseDual":
         return DenseDual(self, lam, device, dtype)
@@ -44,6 +55,7 @@ class DenseDual(BlockDual):
         self.lam = check_positive(lam, "lam")
         self.n, self.d = model.n, model.d
         self.device = torch.device(device) if device is not None else torch.device("cpu")
+        self.gt = model.gt
         self.psi = model.psi.to(self.device, dtype)
         self.losses = model.losses.to(self.device, dtype)
         self.W_blocks = torch.zeros(self.n, self.d, dtype=dtype, device=self.device)
@@ -79,6 +91,36 @@ class DenseDual(BlockDual):
         old = float(self.ell_i[i])
         self.ell_i[i] = (1 - gamma) * old + gamma * corner.loss
         self._ell += gamma * (corner.loss - old)
+
+    def gt_labeling(self, i: int) -> int:
+        return self.gt[i]
+
+    @staticmethod
+    def key(labeling) -> int:
+        return int(labeling)
+
+    def loss_of(self, i: int, labeling) -> float:
+        return float(self.losses[i, int(labeling)]) / self.n
+
+    def _point(self, i, P):
+        return self.W_blocks[i] if P is None else self.psi[i, int(P)] / (self.lam * self.n)
+
+    def corner_gaps(self, i: int, labelings):
+        ys = torch.as_tensor([int(y) for y in labelings], device=self.device)
+        w_s = self.psi[i, ys] / (self.lam * self.n)
+        g = self.lam * ((self.W_blocks[i] - w_s) @ self.w) - self.ell_i[i] + self.losses[i, ys] / self.n
+        return g.cpu().numpy()
+
+    def pair_sqnorm(self, i: int, P, Q) -> float:
+        diff = self._point(i, P) - self._point(i, Q)
+        return float(diff @ diff)
+
+    def pair_move(self, i: int, P, Q, loss_P: float, loss_Q: float, gamma: float) -> None:
+        step = gamma * (self._point(i, P) - self._point(i, Q))
+        self.W_blocks[i] += step
+        self.w += step
+        self.ell_i[i] += gamma * (loss_P - loss_Q)
+        self._ell += gamma * (loss_P - loss_Q)
 
     def add_psi(self, i: int, corner: Corner, coef: float) -> None:
         self.w += coef * self.psi[i, corner.labels]

@@ -78,6 +78,36 @@ class BlockDual:
         """Recompute w and ell exactly from the blocks (removes incremental drift)."""
         raise NotImplementedError
 
+    # -- active-set primitives (pairwise / away steps and caching, Osokin et al. 2016 Alg. 3-5) --
+    # A point of block i is a labeling (structure-specific, hashable through ``key``) or None for
+    # the block's current dual point; a direction is v_P - v_Q.
+    def gt_labeling(self, i: int):
+        raise NotImplementedError
+
+    def key(self, labeling):
+        raise NotImplementedError
+
+    def loss_of(self, i: int, labeling) -> float:
+        """L_i(y) / n."""
+        raise NotImplementedError
+
+    def corner_gaps(self, i: int, labelings):
+        """g_i(y) = lam <w_i - w_s(y), w> - ell_i + L_i(y)/n for each labeling (numpy array)."""
+        raise NotImplementedError
+
+    def pair_sqnorm(self, i: int, P, Q) -> float:
+        """||w(P) - w(Q)||^2 between two points of block i."""
+        raise NotImplementedError
+
+    def pair_move(self, i: int, P, Q, loss_P: float, loss_Q: float, gamma: float) -> None:
+        """x_i += gamma (v_P - v_Q), with L/n losses of the two points (ell_i for None)."""
+        raise NotImplementedError
+
+    @property
+    def v(self) -> torch.Tensor:
+        """v = A alpha = sum_i w_i. Equal to w unless box constraints clip w (App. H)."""
+        return self.w
+
     def state_dict(self) -> dict:
         raise NotImplementedError
 

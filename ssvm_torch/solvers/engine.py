@@ -8,6 +8,15 @@
   per-pass permutation or gap sampling (Alg. 2 of Osokin et al.). Every ``gap_check`` effective
   passes an exact gap pass refreshes all block gaps; it is n oracle calls and counts as one
   effective pass (and its time counts).
+  Step types (Osokin et al. 2016): ``fw`` (Alg. 1), ``pairwise`` (BCPFW, Alg. 3: move mass
+  gamma in [0, alpha(y_a)] from the away corner to the FW corner), ``away`` (BCAFW, Alg. 4: the FW
+  step or an away step x_i += gamma (x_i - v_a), gamma in [0, alpha_a/(1-alpha_a)], whichever
+  direction is steeper) and ``best`` (the reference code's stepType 0: the best of the three by dual
+  improvement). Pairwise/away keep explicit active sets of labelings. ``cache`` (Alg. 5) keeps a
+  working set per block; the best cached corner is used instead of the oracle iff its gap
+  g_hat >= max(F g_i, nu/n g), g_i the block's last oracle gap, g the last exact global gap
+  (so no hit before the first gap check). Cache hits are not oracle calls, not passes, and do
+  not refresh g_i.
 * ``ssg``  -- stochastic subgradient, w <- (1 - gamma) w + gamma psi_i(y*)/lam with gamma = 1/(k+1)
   (Shalev-Shwartz et al. 2011 in the form of Lacoste-Julien et al. 2013). SSG keeps no dual, so
   its records carry the primal only (``dual``/``gap`` are None); its gap checks are monitoring and
@@ -19,6 +28,7 @@ is reported in the ``avg_*`` fields of every record, next to the current iterate
 """
 from __future__ import annotations
 
+import copy
 import math
 import time
 from dataclasses import asdict, dataclass, field
@@ -28,10 +38,12 @@ import numpy as np
 import torch
 
 from ..errors import SSVMInputError, check, check_choice
-from .dual import BlockDual
+from .active_set import BlockSet
+from .dual import BlockDual, Corner
 from .samplers import SAMPLERS, Sampler
 
 SOLVERS = ("fw", "bcfw", "ssg")
+STEPS = ("fw", "pairwise", "away", "best")
 
 
 @dataclass
@@ -45,6 +57,11 @@ class SolverConfig:
     seed: int = 0
     averaging: bool = False
     recompute_every: int = 10    # BCFW: passes between exact recomputations of w, ell from the blocks
+    step: str = "fw"             # BCFW step type: fw, pairwise, away, best
+    cache: bool = False          # gap-based caching (Alg. 5)
+    cache_F: float = 0.25
+    cache_nu: float = 0.01
+    max_cache: int = 50
 
     def validate(self) -> "SolverConfig":
         check_choice(self.solver, "solver", SOLVERS)
@@ -55,7 +72,18 @@ class SolverConfig:
         check(self.time_budget > 0, "time_budget", "a number of seconds > 0", self.time_budget)
         check(isinstance(self.recompute_every, int) and self.recompute_every >= 1, "recompute_every",
               "an int >= 1", self.recompute_every)
+        check_choice(self.step, "step", STEPS)
+        check(self.cache_F >= 0, "cache_F", "a number >= 0", self.cache_F)
+        check(self.cache_nu >= 0, "cache_nu", "a number >= 0", self.cache_nu)
+        check(isinstance(self.max_cache, int) and self.max_cache >= 1, "max_cache", "an int >= 1", self.max_cache)
+        if self.solver != "bcfw":
+            check(self.step == "fw" and not self.cache, "step", f"'fw' without cache for solver {self.solver!r} "
+                  "(step types and caching are BCFW variants)", self.step + (" + cache" if self.cache else ""))
         return self
+
+    @property
+    def uses_sets(self) -> bool:
+        return self.solver == "bcfw" and (self.cache or self.step != "fw")
 
 
 Evaluator = Callable[[torch.Tensor], dict]
@@ -70,6 +98,14 @@ class SolverState:
     history: list = field(default_factory=list)
     done: bool = False
     stop_reason: str = ""
+    cache_hits: int = 0
+    step_oracle_calls: int = 0
+    fw_steps: int = 0
+    pairwise_steps: int = 0
+    away_steps: int = 0
+    drop_steps: int = 0
+    last_gap: float = math.inf    # last exact global gap (the cache's nu-criterion)
+    cache_limit: int = 0          # grows by 20% when every cached corner is active
 
 
 class Solver:
@@ -83,7 +119,12 @@ class Solver:
         sampling = "uniform" if config.solver == "ssg" and config.sampling == "gap" else config.sampling
         self.sampler: Sampler = SAMPLERS[sampling](dual.n, config.seed)
         self.stale = np.full(dual.n, np.inf)      # last computed gap of every block (the gap estimate)
-        self.state = SolverState()
+        self.state = SolverState(cache_limit=config.max_cache)
+        self.sets = None
+        if config.uses_sets:
+            self.sets = [BlockSet(dual.gt_labeling(i), dual.key(dual.gt_labeling(i)), 0.0) for i in range(dual.n)]
+        if config.averaging and hasattr(dual, "v_c"):
+            raise SSVMInputError("averaging: not supported with box constraints")
         self.w_avg = dual.w.clone() if config.averaging else None
         self.ell_avg = dual.ell if config.averaging else 0.0
 
@@ -102,6 +143,12 @@ class Solver:
         else:
             rec.update(dual=d.dual(), gap=float(gp.block_gaps.sum()))
         rec["gap_estimate"] = est
+        if self.sets is not None:
+            rec.update(cache_hits=st.cache_hits,
+                       cache_hit_rate=st.cache_hits / max(st.cache_hits + st.step_oracle_calls, 1),
+                       fw_steps=st.fw_steps, pairwise_steps=st.pairwise_steps, away_steps=st.away_steps,
+                       drop_steps=st.drop_steps, active_set_mean=float(np.mean([len(s.active()) for s in self.sets])),
+                       cache_size_mean=float(np.mean([len(s) for s in self.sets])))
         if self.w_avg is not None and self.cfg.solver != "ssg":
             saved_w, saved_ell = d.w.clone(), d.ell
             d.set_point(self.w_avg, self.ell_avg)
@@ -133,6 +180,7 @@ class Solver:
         if self.cfg.solver == "bcfw":
             self.sampler.set_all(gaps)
             self.stale[:] = gaps
+            self.state.last_gap = rec["gap"]
         self._log(rec)
         return rec
 
@@ -156,9 +204,14 @@ class Solver:
         if not st.history:                  # monitoring record of the starting point (not counted)
             gp = self.dual.gap_pass()
             self._log(self._record(gp, counted=False))
-        run = {"fw": self._run_fw, "bcfw": self._run_bcfw, "ssg": self._run_ssg}[self.cfg.solver]
+        if self.cfg.solver == "fw":
+            while not st.done:
+                self._run_fw()
+            return st.history
+        step = {"bcfw": self._step_sets if self.sets is not None else self._step_bcfw,
+                "ssg": self._step_ssg}[self.cfg.solver]
         while not st.done:
-            run()
+            self._run_blocks(step)
         return st.history
 
     def _average(self):
@@ -167,38 +220,166 @@ class Solver:
             self.w_avg.lerp_(self.dual.w, rho)
             self.ell_avg += rho * (self.dual.ell - self.ell_avg)
 
-    def _run_bcfw(self):
-        """One chunk of ``gap_check`` passes of BCFW steps, then an exact gap check."""
-        d, st, lam = self.dual, self.state, self.dual.lam
-        sampler, stale = self.sampler, self.stale
-        target_calls = st.oracle_calls + self.cfg.gap_check * d.n
+    def _run_blocks(self, step):
+        """``gap_check`` passes of n block steps ``step(i)`` each, then an exact gap check. As in the
+        reference code, a pass is n sampled steps; effective passes count oracle calls only, so
+        with caching a pass of steps can cost less than one effective pass."""
+        d, st = self.dual, self.state
+        sampler = self.sampler
         max_calls = math.ceil(self.cfg.passes * d.n)
         reason = ""
-        while st.oracle_calls < target_calls and not reason:
+        for _ in range(self.cfg.gap_check):
             t0 = time.perf_counter()
-            steps = min(d.n, target_calls - st.oracle_calls, max(max_calls - st.oracle_calls, 0))
-            for _ in range(steps):
-                i = sampler.next()
-                c = d.fw_corner(i)
-                g = c.gap
-                if c.sqnorm > 0.0 and g > 0.0:
-                    gamma = g / (lam * c.sqnorm)
-                    d.fw_move(i, c, 1.0 if gamma > 1.0 else gamma)
-                sampler.update(i, g)
-                stale[i] = g
+            calls0 = st.oracle_calls
+            for _ in range(d.n):
+                if st.oracle_calls >= max_calls:
+                    break
+                step(sampler.next())
                 st.steps += 1
                 if self.w_avg is not None:
                     self._average()
-            st.oracle_calls += steps
-            st.passes_since_recompute += steps / d.n
-            if st.passes_since_recompute >= self.cfg.recompute_every:
+            st.passes_since_recompute += (st.oracle_calls - calls0) / d.n
+            if self.cfg.solver == "bcfw" and st.passes_since_recompute >= self.cfg.recompute_every:
                 d.recompute()
                 st.passes_since_recompute = 0.0
             st.time_s += time.perf_counter() - t0
-            reason = self._should_stop(None) if steps else "passes"
+            reason = self._should_stop(None)
+            if reason:
+                break
         rec = self._check()
         st.stop_reason = self._should_stop(rec)
         st.done = bool(st.stop_reason)
+
+    def _step_bcfw(self, i: int) -> None:
+        """Plain BCFW step (Alg. 1 of Osokin et al. 2016): oracle, exact line search, update."""
+        d = self.dual
+        c = d.fw_corner(i)
+        g = c.gap
+        if c.sqnorm > 0.0 and g > 0.0:
+            gamma = g / (d.lam * c.sqnorm)
+            d.fw_move(i, c, 1.0 if gamma > 1.0 else gamma)
+        self.sampler.update(i, g)
+        self.stale[i] = g
+        self.state.oracle_calls += 1
+        self.state.step_oracle_calls += 1
+
+    def _step_ssg(self, i: int) -> None:
+        d, st = self.dual, self.state
+        c = d.fw_corner(i)
+        gamma = 1.0 / (st.steps + 1.0)
+        d.w.mul_(1.0 - gamma)
+        d.add_psi(i, c, gamma / d.lam)
+        st.oracle_calls += 1
+        st.step_oracle_calls += 1
+
+    def _step_sets(self, i: int) -> None:
+        """BCFW step with a working set: FW corner from the cache or the oracle (Alg. 5), away corner
+        from the active set, then a FW, pairwise (Alg. 3), away (Alg. 4) or best step."""
+        d, st, cfg, lam = self.dual, self.state, self.cfg, self.dual.lam
+        bs = self.sets[i]
+        need_away = cfg.step != "fw"
+        gaps = None
+        corner = None
+        if cfg.cache:
+            gaps = d.corner_gaps(i, bs.labels)
+            j = int(np.argmax(gaps))
+            g_hat = float(gaps[j])
+            threshold = max(cfg.cache_F * self.stale[i], cfg.cache_nu * st.last_gap / d.n)
+            if g_hat >= threshold and g_hat > 0.0:
+                st.cache_hits += 1
+                y = bs.labels[j]
+                corner = Corner(y, bs.loss[j], 0.0, d.pair_sqnorm(i, y, None), g_hat)
+                fw = j
+        if corner is None:
+            corner = d.fw_corner(i)
+            st.oracle_calls += 1
+            st.step_oracle_calls += 1
+            self.sampler.update(i, corner.gap)
+            self.stale[i] = corner.gap
+            fw = bs.add(corner.labels, d.key(corner.labels), corner.loss, corner.gap)
+            if gaps is not None and fw == len(gaps):
+                gaps = np.append(gaps, corner.gap)
+        g_fw, sq_fw = corner.gap, corner.sqnorm
+        # candidate steps: (improvement of the exact quadratic model, kind, gamma)
+        cands = []
+        if cfg.step in ("fw", "away", "best"):
+            gam = min(g_fw / (lam * sq_fw), 1.0) if sq_fw > 0 and g_fw > 0 else 0.0
+            cands.append((gam * g_fw - 0.5 * lam * gam * gam * sq_fw, "fw", gam))
+        if need_away:
+            active = bs.active()
+            ag = gaps[active] if gaps is not None and len(gaps) == len(bs) else d.corner_gaps(i, [bs.labels[j] for j in active])
+            a = active[int(np.argmin(ag))]
+            g_away = -float(np.min(ag))                          # <-grad, x_i - v_a> >= 0
+            alpha_a = bs.alpha[a]
+            if cfg.step in ("pairwise", "best") and a != fw:
+                g_pw = g_fw + g_away
+                sq = d.pair_sqnorm(i, bs.labels[fw], bs.labels[a])
+                gam = min(g_pw / (lam * sq), alpha_a) if sq > 0 and g_pw > 0 else 0.0
+                cands.append((gam * g_pw - 0.5 * lam * gam * gam * sq, "pairwise", gam))
+            if cfg.step in ("away", "best") and len(active) > 1 and alpha_a < 1.0:
+                sq = d.pair_sqnorm(i, None, bs.labels[a])
+                gmax = alpha_a / (1.0 - alpha_a)
+                gam = min(g_away / (lam * sq), gmax) if sq > 0 and g_away > 0 else 0.0
+                imp = gam * g_away - 0.5 * lam * gam * gam * sq
+                if cfg.step == "away":                          # Alg. 4: the steeper direction wins
+                    cands = [(imp, "away", gam)] if g_away > g_fw else cands
+                else:
+                    cands.append((imp, "away", gam))
+        if cands:
+            imp, kind, gam = max(cands, key=lambda c: c[0])     # ties: first listed (FW) wins
+            if gam > 0.0 and imp > 0.0:
+                self._apply(i, bs, kind, gam, corner, fw, a if need_away else None)
+        self._trim(bs, fw)
+
+    def _apply(self, i, bs, kind, gam, corner, fw, a):
+        d, st = self.dual, self.state
+        if kind == "fw":
+            d.fw_move(i, corner, gam)
+            st.fw_steps += 1
+            if gam >= 1.0:
+                bs.alpha = [0.0] * len(bs)
+                bs.alpha[fw] = 1.0
+                st.drop_steps += 1
+            else:
+                bs.alpha = [(1.0 - gam) * x for x in bs.alpha]
+                bs.alpha[fw] += gam
+        elif kind == "pairwise":
+            d.pair_move(i, bs.labels[fw], bs.labels[a], bs.loss[fw], bs.loss[a], gam)
+            st.pairwise_steps += 1
+            bs.alpha[fw] += gam
+            if gam >= bs.alpha[a]:
+                bs.alpha[a] = 0.0
+                st.drop_steps += 1
+            else:
+                bs.alpha[a] -= gam
+        else:
+            alpha_a = bs.alpha[a]
+            d.pair_move(i, None, bs.labels[a], float(d.ell_i[i]), bs.loss[a], gam)
+            st.away_steps += 1
+            bs.alpha = [(1.0 + gam) * x for x in bs.alpha]
+            if gam >= alpha_a / (1.0 - alpha_a):
+                bs.alpha[a] = 0.0
+                st.drop_steps += 1
+            else:
+                bs.alpha[a] -= gam
+
+    def _trim(self, bs, fw):
+        """Active set only (no cache): drop zero-weight corners. Cache: evict the lowest-scoring
+        zero-weight entries beyond ``max_cache``; FW steps need no active set, so they may evict any
+        entry, while pairwise/away steps let the cache grow by 20% rather than drop an active corner."""
+        if not self.cfg.cache:
+            drop = {j for j, x in enumerate(bs.alpha) if x <= 0.0}
+            if drop:
+                bs.remove(drop)
+            return
+        st = self.state
+        limit = max(st.cache_limit, self.cfg.max_cache)
+        if not bs.evict(limit, protect={fw}):
+            if self.cfg.step == "fw":
+                order = sorted((bs.score[j], j) for j in range(len(bs)) if j != fw)
+                bs.remove({j for _, j in order[:len(bs) - limit]})
+            else:
+                st.cache_limit = int(math.ceil(1.2 * limit))
 
     def _run_fw(self):
         """Batch FW iterations; the gap of each iteration's oracle pass is exact and free."""
@@ -208,7 +389,7 @@ class Solver:
             gp = d.gap_pass()
             st.oracle_calls += d.n
             w_s, ell_s = d.corner_point(gp)
-            diff = d.w - w_s
+            diff = d.v - w_s
             gap = lam * float(diff @ d.w) - d.ell + ell_s
             sq = lam * float(diff @ diff)
             gamma = min(max(gap / sq, 0.0), 1.0) if sq > 0 else 0.0
@@ -228,37 +409,15 @@ class Solver:
             self._average()
             st.time_s += time.perf_counter() - t0
 
-    def _run_ssg(self):
-        d, st, lam = self.dual, self.state, self.dual.lam
-        target_calls = st.oracle_calls + self.cfg.gap_check * d.n
-        max_calls = math.ceil(self.cfg.passes * d.n)
-        reason = ""
-        while st.oracle_calls < target_calls and not reason:
-            t0 = time.perf_counter()
-            steps = min(d.n, target_calls - st.oracle_calls, max(max_calls - st.oracle_calls, 0))
-            for _ in range(steps):
-                i = self.sampler.next()
-                c = d.fw_corner(i)
-                gamma = 1.0 / (st.steps + 1.0)
-                d.w.mul_(1.0 - gamma)
-                d.add_psi(i, c, gamma / lam)
-                st.steps += 1
-                self._average()
-            st.oracle_calls += steps
-            st.time_s += time.perf_counter() - t0
-            reason = self._should_stop(None) if steps else "passes"
-        rec = self._check()
-        st.stop_reason = self._should_stop(rec)
-        st.done = bool(st.stop_reason)
-
     # -- checkpointing --------------------------------------------------------------------------
     def state_dict(self) -> dict:
         return {"config": asdict(self.cfg), "dual": self.dual.state_dict(), "sampler": self.sampler.state_dict(),
                 "stale": self.stale.copy(), "state": asdict(self.state),
-                "w_avg": None if self.w_avg is None else self.w_avg.clone(), "ell_avg": self.ell_avg}
+                "w_avg": None if self.w_avg is None else self.w_avg.clone(), "ell_avg": self.ell_avg,
+                "sets": copy.deepcopy(self.sets)}
 
     def load_state_dict(self, s: dict) -> None:
-        for key in ("solver", "sampling", "seed", "gap_check", "averaging"):
+        for key in ("solver", "sampling", "seed", "gap_check", "averaging", "step", "cache"):
             if s["config"][key] != getattr(self.cfg, key):
                 raise SSVMInputError(f"checkpoint config.{key}: expected {getattr(self.cfg, key)!r} "
                                      f"(this run), got {s['config'][key]!r}")
@@ -270,3 +429,4 @@ class Solver:
         if self.w_avg is not None:
             self.w_avg.copy_(s["w_avg"])
         self.ell_avg = s["ell_avg"]
+        self.sets = copy.deepcopy(s["sets"])

@@ -1,0 +1,57 @@
+"""Per-block working sets of labelings with their dual weights (Osokin et al. 2016, Alg. 3-5).
+
+One structure serves both the active set S_i (entries with alpha_i(y) > 0) and the cache C_i
+(S_i plus zero-weight labelings kept for cache hits), as the paper's reference code does. Labelings
+are stored as given by the structure (integer arrays, ints); their feature vectors are never
+stored: psi and L are recomputed on demand by the BlockDual.
+"""
+from __future__ import annotations
+
+
+class BlockSet:
+    __slots__ = ("labels", "keys", "alpha", "loss", "score")
+
+    def __init__(self, label, key, loss: float):
+        self.labels = [label]
+        self.keys = {key: 0}
+        self.alpha = [1.0]           # the dual starts at alpha_i = delta(y_i)
+        self.loss = [loss]
+        self.score = [0.0]           # last known corner gap, for eviction
+
+    def __len__(self):
+        return len(self.labels)
+
+    def active(self) -> list[int]:
+        return [j for j, a in enumerate(self.alpha) if a > 0.0]
+
+    def add(self, label, key, loss: float, score: float) -> int:
+        j = self.keys.get(key)
+        if j is None:
+            j = len(self.labels)
+            self.keys[key] = j
+            self.labels.append(label)
+            self.alpha.append(0.0)
+            self.loss.append(loss)
+            self.score.append(score)
+        else:
+            self.score[j] = score
+        return j
+
+    def remove(self, drop: set[int]) -> None:
+        keep = [j for j in range(len(self.labels)) if j not in drop]
+        self.labels = [self.labels[j] for j in keep]
+        self.alpha = [self.alpha[j] for j in keep]
+        self.loss = [self.loss[j] for j in keep]
+        self.score = [self.score[j] for j in keep]
+        self.keys = {k: keep.index(j) for k, j in self.keys.items() if j not in drop}
+
+    def evict(self, max_size: int, protect: set[int]) -> bool:
+        """Drop lowest-scoring zero-weight entries until ``max_size`` entries remain. Returns False
+        when that is impossible without dropping an active or protected entry."""
+        if len(self.labels) <= max_size:
+            return True
+        candidates = sorted((self.score[j], j) for j in range(len(self.labels))
+                            if self.alpha[j] <= 0.0 and j not in protect)
+        excess = len(self.labels) - max_size
+        self.remove({j for _, j in candidates[:excess]})
+        return len(self.labels) <= max_size
