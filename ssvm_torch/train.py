@@ -41,6 +41,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cache-nu", type=float, default=0.01)
     p.add_argument("--max-cache", type=int, default=50, help="cache entries per block")
     p.add_argument("--gap-check", type=int, default=10, help="effective passes between exact gap checks")
+    p.add_argument("--gap-refresh", type=int, default=1,
+                   help="every k-th gap check refreshes the sampler's block gaps (0: never; others only monitor)")
     p.add_argument("--passes", type=float, default=50, help="maximum effective passes (gap passes included)")
     p.add_argument("--gap-threshold", type=float, default=0.0, help="stop when the exact duality gap <= this")
     p.add_argument("--time-budget", type=float, default=math.inf, help="stop after this many solver seconds")
@@ -73,7 +75,7 @@ def run(args) -> dict:
     cfg = SolverConfig(solver=args.solver, sampling=args.sampling, gap_check=args.gap_check, passes=args.passes,
                        gap_threshold=args.gap_threshold, time_budget=args.time_budget, seed=args.seed,
                        averaging=args.averaging, recompute_every=args.recompute_every, step=args.step,
-                       cache=args.cache, cache_F=args.cache_F, cache_nu=args.cache_nu, max_cache=args.max_cache)
+                       cache=args.cache, gap_refresh=args.gap_refresh, cache_F=args.cache_F, cache_nu=args.cache_nu, max_cache=args.max_cache)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
 

@@ -199,3 +199,15 @@ def test_checkpoint_resume_is_exact(ocr_small, tmp_path, solver, sampling):
     h_res = strip_time(resumed.run())
     assert h_res == h_full
     assert torch.equal(resumed.dual.w, full.dual.w)
+
+
+def test_gap_refresh_schedule(ocr_small):
+    """Every k-th gap check refreshes the sampler and counts as a pass; the others only monitor."""
+    sub = ocr_small[0].subset(range(20))
+    m = ChainModel.for_data(sub)
+    for k, counted in [(1, 4), (2, 2), (0, 0)]:
+        h = Solver(m.dual(sub, 0.05), SolverConfig(sampling="gap", passes=8 + counted, gap_check=2,
+                                                    gap_refresh=k)).run()
+        steps_passes = h[-1]["steps"] / sub.n
+        assert steps_passes == 8 and h[-1]["passes"] == 8 + counted
+        assert all(r["gap"] is not None for r in h)

@@ -270,7 +270,9 @@ class ChainDual(BlockDual):
     def corner_gaps(self, i: int, labelings) -> np.ndarray:
         """g_i(y) = lam <w_i - w_s(y), w> - ell_i + L_i(y)/n for each labeling: the FW gap of block i
         towards corner y (eq. (6) with y in place of the oracle's answer)."""
-        L = np.ascontiguousarray(np.stack([np.asarray(y, dtype=np.int64) for y in labelings]))
+        L = labelings if isinstance(labelings, np.ndarray) and labelings.ndim == 2 else \
+            np.stack([np.asarray(y, dtype=np.int64) for y in labelings])
+        L = np.ascontiguousarray(L, dtype=np.int64)
         if self._cpu:
             out = np.empty(L.shape[0])
             _nb_corner_gaps(i, L, *self._np[:5], *self._np[7:], self._work[0], out)

@@ -7,9 +7,11 @@ stored: psi and L are recomputed on demand by the BlockDual.
 """
 from __future__ import annotations
 
+import numpy as np
+
 
 class BlockSet:
-    __slots__ = ("labels", "keys", "alpha", "loss", "score")
+    __slots__ = ("labels", "keys", "alpha", "loss", "score", "_matrix")
 
     def __init__(self, label, key, loss: float):
         self.labels = [label]
@@ -17,6 +19,13 @@ class BlockSet:
         self.alpha = [1.0]           # the dual starts at alpha_i = delta(y_i)
         self.loss = [loss]
         self.score = [0.0]           # last known corner gap, for eviction
+        self._matrix = None
+
+    def matrix(self):
+        """The labelings stacked into one array (cached until the set changes)."""
+        if self._matrix is None:
+            self._matrix = np.stack([np.asarray(y) for y in self.labels])
+        return self._matrix
 
     def __len__(self):
         return len(self.labels)
@@ -33,6 +42,7 @@ class BlockSet:
             self.alpha.append(0.0)
             self.loss.append(loss)
             self.score.append(score)
+            self._matrix = None
         else:
             self.score[j] = score
         return j
@@ -44,6 +54,7 @@ class BlockSet:
         self.loss = [self.loss[j] for j in keep]
         self.score = [self.score[j] for j in keep]
         self.keys = {k: keep.index(j) for k, j in self.keys.items() if j not in drop}
+        self._matrix = None
 
     def evict(self, max_size: int, protect: set[int]) -> bool:
         """Drop lowest-scoring zero-weight entries until ``max_size`` entries remain. Returns False
