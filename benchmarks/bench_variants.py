@@ -9,7 +9,7 @@ Parts (select with --parts):
             vs uniform sampling (Fig. 1a), and the ratio gap_estimate / true gap (Fig. 1b).
   cache     cache regimes over a grid of F and nu (Fig. 2): passes and time to reach a gap.
 
-Writes benchmarks/results/variants_<part>.json and .png. Budgets are per run (--passes-small,
+Writes benchmarks/results/variants_<part>[_<datasets>].json and .png. Budgets are per run (--passes-small,
 --passes-large, --time-budget); timings on a 2-core machine are noisy: compare medians.
 """
 from __future__ import annotations
@@ -92,8 +92,8 @@ def part_methods(args):
                       + "  ".join(f"->{t:g}: {s[f'passes_to_{t:g}'] or '-'}p/{_f(s[f'seconds_to_{t:g}'])}s"
                                   for t in TARGETS)
                       + (f"  hit {s['cache_hit_rate']:.2f}" if "cache_hit_rate" in s else ""), flush=True)
-            save("methods", out)
-    plot_methods(out)
+            save("methods_" + "_".join(args.datasets), out)
+    plot_methods(out, "_".join(args.datasets))
 
 
 def part_staleness(args):
@@ -159,7 +159,7 @@ def save(part, obj):
     (RESULTS / f"variants_{part}.json").write_text(json.dumps(obj, indent=1))
 
 
-def plot_methods(out):
+def plot_methods(out, suffix):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -182,7 +182,7 @@ def plot_methods(out):
             axes[row][col].set_ylabel("duality gap")
     axes[0][0].legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(RESULTS / "variants_methods.png", dpi=90)
+    fig.savefig(RESULTS / f"variants_methods_{suffix}.png", dpi=90)
 
 
 def plot_staleness(out):
