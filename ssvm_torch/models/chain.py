@@ -38,7 +38,7 @@ import torch.nn.functional as Fn
 
 from ..datasets import ChainData
 from ..errors import SSVMInputError, check, check_positive
-from ..oracles.viterbi import viterbi, viterbi_ragged, viterbi_segment
+from ..oracles.viterbi import _viterbi_all, viterbi, viterbi_ragged, viterbi_segment
 from ..solvers.dual import BlockDual, Corner, GapPass
 
 
@@ -682,16 +682,10 @@ def _nb_gap_pass(U, off, Y, first, last, trans, Mu, Mt):
     m_theta = np.empty(n)
     gt_score = np.empty(n)
     wrong = np.empty(n)
-    tmax = 1
-    for i in range(n):
-        tmax = max(tmax, off[i + 1] - off[i])
-    delta = np.empty(K)
-    newd = np.empty(K)
-    bp = np.empty((tmax, K), dtype=np.int64)
+    _viterbi_all(U, off, first, last, trans, Y, True, labels, aug)
     for i in range(n):
         s = off[i]
         T = off[i + 1] - s
-        aug[i] = viterbi_segment(U, s, T, first, last, trans, Y, True, labels, delta, newd, bp)
         mt = 0.0
         gs = first[Y[s]] + last[Y[s + T - 1]]
         wr = 0.0
