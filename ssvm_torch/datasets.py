@@ -6,7 +6,7 @@ The data directory is ``$SSVM_TORCH_DATA`` if set, else the ``datasets/`` folder
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -29,14 +29,19 @@ def data_dir() -> Path:
 
 @dataclass
 class ChainData:
-    """Sequences stored ragged: ``X`` (N, F) features of all positions, ``Y`` (N,) labels,
-    ``offsets`` (n+1,) so that sequence i is rows ``offsets[i]:offsets[i+1]``."""
+    """Sequences stored ragged: ``X`` (N, F) features of all positions (dense, or a torch sparse CSR
+    tensor for large sparse feature maps), ``Y`` (N,) labels, ``offsets`` (n+1,) so that sequence i
+    is rows ``offsets[i]:offsets[i+1]``. With ``allow_unknown`` (evaluation data only), a label may
+    equal ``n_states``: a tag the model does not know, which every prediction gets wrong.
+    ``meta`` carries dataset-specific extras (e.g. tag names, original tag strings)."""
 
     X: torch.Tensor
     Y: torch.Tensor
     offsets: torch.Tensor
     n_states: int
     name: str = "chain"
+    allow_unknown: bool = False
+    meta: dict = field(default_factory=dict)
 
     def __post_init__(self):
         check(isinstance(self.X, torch.Tensor) and self.X.dim() == 2, "X", "a 2-d tensor (positions, features)",
@@ -59,8 +64,10 @@ class ChainData:
             raise SSVMInputError(f"sequence {i}: expected length >= 1, got {int(lengths[i])} (empty sequence)")
         if self.Y.numel():
             lo, hi = int(self.Y.min()), int(self.Y.max())
-            check(lo >= 0 and hi < self.n_states, "Y", f"labels in [0, {self.n_states - 1}]", f"range [{lo}, {hi}]")
-        check_finite(self.X, "X")
+            top = self.n_states if self.allow_unknown else self.n_states - 1
+            check(lo >= 0 and hi <= top, "Y", f"labels in [0, {top}]", f"range [{lo}, {hi}]")
+        check(self.X.layout in (torch.strided, torch.sparse_csr), "X", "a dense or sparse CSR tensor", self.X.layout)
+        check_finite(self.X.values() if self.is_sparse else self.X, "X")
 
     @classmethod
     def from_sequences(cls, xs, ys, n_states: int, name: str = "chain", dtype=torch.float64) -> "ChainData":
@@ -82,6 +89,10 @@ class ChainData:
         return cls(torch.cat(xs), torch.cat(ys), offsets, n_states, name)
 
     @property
+    def is_sparse(self) -> bool:
+        return self.X.layout == torch.sparse_csr
+
+    @property
     def n(self) -> int:
         return self.offsets.shape[0] - 1
 
@@ -95,11 +106,21 @@ class ChainData:
         lengths = self.lengths[idx]
         offsets = torch.zeros(len(idx) + 1, dtype=torch.int64)
         offsets[1:] = torch.cumsum(lengths, 0)
-        return ChainData(self.X[rows], self.Y[rows], offsets, self.n_states, self.name)
+        X = csr_rows(self.X, rows) if self.is_sparse else self.X[rows]
+        meta = {k: ([v[i] for i in idx.tolist()] if k == "tags" else v) for k, v in self.meta.items()}
+        return ChainData(X, self.Y[rows], offsets, self.n_states, self.name, self.allow_unknown, meta)
 
-    def to(self, device=None, dtype=None) -> "ChainData":
-        return ChainData(self.X.to(device=device, dtype=dtype or self.X.dtype), self.Y.to(device),
-                         self.offsets.to(device), self.n_states, self.name)
+
+def csr_rows(X: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+    """Rows of a sparse CSR tensor, as a new CSR tensor."""
+    crow, col, val = X.crow_indices(), X.col_indices(), X.values()
+    counts = crow[rows + 1] - crow[rows]
+    local = torch.repeat_interleave(torch.arange(rows.shape[0]), counts)
+    starts = torch.cumsum(counts, 0) - counts
+    nz = crow[rows][local] + torch.arange(local.shape[0]) - starts[local]
+    new_crow = torch.zeros(rows.shape[0] + 1, dtype=torch.int64)
+    new_crow[1:] = torch.cumsum(counts, 0)
+    return torch.sparse_csr_tensor(new_crow, col[nz], val[nz], (rows.shape[0], X.shape[1]))
 
 
 def load_ocr(split: str = "small", dtype=torch.float64) -> tuple[ChainData, ChainData]:

@@ -72,9 +72,32 @@ class ChainModel:
         check(data.n_states == self.K, f"{field}.n_states", f"{self.K}", data.n_states)
 
     def features(self, data: ChainData, dtype=torch.float64, device=None) -> torch.Tensor:
-        """Per-position feature rows with the constant 1 appended: (N, F)."""
-        X = data.X.to(device=device, dtype=dtype)
+        """Dense per-position feature rows with the constant 1 appended: (N, F). Small data only."""
+        X = data.X.to_dense() if data.is_sparse else data.X
+        X = X.to(device=device, dtype=dtype)
         return torch.cat([X, torch.ones(X.shape[0], 1, dtype=dtype, device=X.device)], dim=1)
+
+    def features_csr(self, data: ChainData, dtype=torch.float64, device=None):
+        """CSR (row pointers, sorted column indices, values) of the feature rows with the constant
+        1 appended as column F-1; dense input keeps only its nonzeros."""
+        N = data.X.shape[0]
+        if data.is_sparse:
+            crow, col, val = data.X.crow_indices(), data.X.col_indices(), data.X.values()
+        else:
+            rows, col = torch.nonzero(data.X, as_tuple=True)
+            val = data.X[rows, col]
+            crow = torch.zeros(N + 1, dtype=torch.int64)
+            crow[1:] = torch.cumsum(torch.bincount(rows, minlength=N), 0)
+        counts = crow[1:] - crow[:-1] + 1
+        ptr = torch.zeros(N + 1, dtype=torch.int64)
+        ptr[1:] = torch.cumsum(counts, 0)
+        idx = torch.full((int(ptr[-1]),), self.F - 1, dtype=torch.int64)
+        vals = torch.ones(int(ptr[-1]), dtype=dtype)
+        keep = torch.ones(int(ptr[-1]), dtype=torch.bool)
+        keep[ptr[1:] - 1] = False                       # the last slot of each row is the constant
+        idx[keep] = col.to(torch.int64)
+        vals[keep] = val.to(dtype)
+        return ptr.to(device), idx.to(device), vals.to(device)
 
     def split(self, w: torch.Tensor):
         """Views (W_em (K, F), first (K,), last (K,), trans (K, K) [next, prev]) into w."""
@@ -84,15 +107,19 @@ class ChainModel:
         return (w[:e].view(K, F), w[e:e + K], w[e + K:e + 2 * K], w[e + 2 * K:].view(K, K))
 
     # -- batched evaluation (torch, any device) ------------------------------------------------
-    def decode(self, w: torch.Tensor, data: ChainData, Xc: torch.Tensor | None = None) -> torch.Tensor:
+    def decode(self, w: torch.Tensor, data: ChainData) -> torch.Tensor:
         """Plain (not loss-augmented) max-scoring labels of every position: (N,) int64."""
         self.check_data(data)
         W, first, last, trans = self.split(w)
-        Xc = self.features(data, w.dtype, w.device) if Xc is None else Xc
-        U = Xc @ W.T
-        if w.device.type == "cpu":
-            labels, _ = viterbi_ragged(U.numpy(), data.offsets.numpy(), first.numpy(), last.numpy(), trans.numpy())
+        ptr, idx, val = self.features_csr(data, w.dtype, w.device)
+        if w.device.type == "cpu" and w.dtype == torch.float64:
+            U = np.empty((data.X.shape[0], self.K))
+            _nb_unary_all(np.ascontiguousarray(W.numpy().T), ptr.numpy(), idx.numpy(), val.numpy(), U)
+            labels, _ = viterbi_ragged(U, data.offsets.numpy(), first.numpy(), last.numpy(), trans.numpy())
             return torch.from_numpy(labels)
+        rows = segment_ids(ptr)
+        X = torch.sparse_coo_tensor(torch.stack([rows, idx]), val, (data.X.shape[0], self.F))
+        U = torch.sparse.mm(X, W.T.contiguous())
         pos, valid = padded_index(data.offsets.to(w.device))
         lab, _ = viterbi(U[pos] * valid[..., None], valid.sum(1), first, last, trans)
         return lab[valid]
@@ -171,7 +198,10 @@ class ChainDual(BlockDual):
         dev = torch.device(device) if device is not None else torch.device("cpu")
         self.device, self.dtype = dev, dtype
         K = model.K
-        self.fptr, self.fidx, self.fval = csr_features(model.features(data, dtype, dev))
+        if data.allow_unknown and bool((data.Y >= model.K).any()):
+            raise SSVMInputError(f"Y: training labels must be in [0, {model.K - 1}]; this data has labels "
+                                 "unknown to the model (evaluation-only data)")
+        self.fptr, self.fidx, self.fval = model.features_csr(data, dtype, dev)
         N, F = data.X.shape[0], model.F
         rows = segment_ids(self.fptr)
         self.X_sp = torch.sparse_coo_tensor(torch.stack([rows, self.fidx]), self.fval, (N, F), check_invariants=True).coalesce()
@@ -492,7 +522,7 @@ class ChainDual(BlockDual):
     def block_w(self, i: int) -> torch.Tensor:
         """Dense w_i of one block (for tests and inspection; never used by the solvers)."""
         s, e = int(self.offsets[i]), int(self.offsets[i + 1])
-        Xi = self.X_sp.to_dense()[s:e]
+        Xi = self.X_sp.index_select(0, torch.arange(s, e, device=self.device)).to_dense()
         phi_gt = self.model.joint_feature(Xi, self.Y[s:e])
         w = torch.zeros_like(self.w)
         W, first, last, trans = self.model.split(w)
@@ -766,11 +796,3 @@ def _nb_gram(fptr, fidx, fval, off, goff, G):
                         b += 1
                 G[goff[i] + t * T + u] = acc
                 G[goff[i] + u * T + t] = acc
-
-
-def csr_features(X: torch.Tensor):
-    """CSR form (row pointers, column indices sorted per row, values) of the nonzeros of dense X."""
-    rows, cols = torch.nonzero(X, as_tuple=True)
-    ptr = torch.zeros(X.shape[0] + 1, dtype=torch.int64, device=X.device)
-    ptr[1:] = torch.cumsum(torch.bincount(rows, minlength=X.shape[0]), 0)
-    return ptr, cols.contiguous(), X[rows, cols].contiguous()
