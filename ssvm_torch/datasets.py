@@ -148,13 +148,23 @@ def load_ocr(split: str = "small", dtype=torch.float64) -> tuple[ChainData, Chai
     return build(train), build(test)
 
 
+def _conll(train_size=None):
+    from .conll import load_conll2000
+    return load_conll2000(train_size)
+
+
 DATASETS = {
-    "ocr-small": lambda: load_ocr("small"),
-    "ocr-large": lambda: load_ocr("large"),
+    "ocr-small": lambda train_size=None: load_ocr("small"),
+    "ocr-large": lambda train_size=None: load_ocr("large"),
+    "conll2000": _conll,
 }
 
 
-def load_dataset(name: str):
+def load_dataset(name: str, train_size: int | None = None):
+    """(train, test) ChainData of a shipped dataset; ``train_size`` keeps the first N training
+    sequences (CoNLL-2000 only: its feature dictionary is built from the kept ones)."""
     if name not in DATASETS:
         raise SSVMInputError(f"dataset: expected one of {sorted(DATASETS)}, got {name!r}")
-    return DATASETS[name]()
+    if train_size is not None and name != "conll2000":
+        raise SSVMInputError(f"train_size: only supported for conll2000, not {name!r}")
+    return DATASETS[name](train_size)

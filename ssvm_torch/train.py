@@ -31,6 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="ssvm-train", description=__doc__.split("\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--dataset", default="ocr-small", help=f"one of {sorted(DATASETS)}")
+    p.add_argument("--train-size", type=int, default=None, help="conll2000: keep the first N training sentences")
     p.add_argument("--lam", type=float, default=None, help="regularization lambda of objective (1); default 1/n")
     p.add_argument("--solver", choices=SOLVERS, default="bcfw")
     p.add_argument("--sampling", choices=sorted(SAMPLERS), default="gap")
@@ -40,7 +41,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cache-F", type=float, default=0.25, help="cache hit if g_hat >= max(F g_i, nu g / n)")
     p.add_argument("--cache-nu", type=float, default=0.01)
     p.add_argument("--max-cache", type=int, default=50, help="cache entries per block")
-    p.add_argument("--gap-check", type=int, default=10, help="effective passes between exact gap checks")
+    p.add_argument("--gap-check", type=float, default=10,
+                   help="passes of block steps between exact gap checks (fractional: e.g. 0.1 = every n/10 steps)")
     p.add_argument("--gap-refresh", type=int, default=1,
                    help="every k-th gap check refreshes the sampler's block gaps (0: never; others only monitor)")
     p.add_argument("--passes", type=float, default=50, help="maximum effective passes (gap passes included)")
@@ -67,7 +69,7 @@ def run(args) -> dict:
     if args.threads < 1:
         raise SSVMInputError(f"threads: expected an int >= 1, got {args.threads}")
     torch.set_num_threads(args.threads)
-    train, test = load_dataset(args.dataset)
+    train, test = load_dataset(args.dataset, args.train_size)
     lam = check_positive(args.lam if args.lam is not None else 1.0 / train.n, "lam")
     dtype = getattr(torch, args.dtype)
     model = ChainModel.for_data(train)
@@ -81,8 +83,15 @@ def run(args) -> dict:
 
     def evaluate(w):
         w64 = w.detach().to("cpu", torch.float64)
-        tr, te = model.errors(w64, train), model.errors(w64, test)
-        return {"train_error": tr["error"], "test_error": te["error"], "test_position_error": te["position_error"]}
+        tr = model.errors(w64, train)
+        labels = model.decode(w64, test)
+        per_seq = model.loss(test, labels)
+        rec = {"train_error": tr["error"], "test_error": float(per_seq.mean()),
+               "test_position_error": float((labels != test.Y).double().mean())}
+        if "tag_names" in test.meta:
+            from .conll import chunk_f1
+            rec["test_f1"] = chunk_f1(test, labels)["f1"]
+        return rec
 
     solver = None
 
@@ -90,6 +99,7 @@ def run(args) -> dict:
         if not args.quiet:
             print(f"pass {rec['passes']:7.1f}  gap {_fmt(rec['gap'], '.3e')}  primal {rec['primal']:.6f}  "
                   f"dual {_fmt(rec['dual'], '.6f')}  train {rec['train_error']:.4f}  test {rec['test_error']:.4f}  "
+                  + (f"F1 {rec['test_f1']:.2f}  " if "test_f1" in rec else "") +
                   f"[{rec['time_s']:.2f} s]", flush=True)
         if args.checkpoint and solver is not None:
             tmp = out / "checkpoint.pt.tmp"
@@ -122,8 +132,11 @@ def run(args) -> dict:
         if "cache_hit_rate" in last:
             print(f"steps: {last['fw_steps']} FW, {last['pairwise_steps']} pairwise, {last['away_steps']} away, "
                   f"{last['drop_steps']} drop; cache hit rate {last['cache_hit_rate']:.3f}")
-        print(f"test error: {last['test_error']:.4f} (per word, normalized Hamming); "
-              f"per-letter error: {last['test_position_error']:.4f}")
+        unit = "sentence" if args.dataset == "conll2000" else "word"
+        print(f"test error: {last['test_error']:.4f} (per {unit}, normalized Hamming); "
+              f"per-{'token' if unit == 'sentence' else 'letter'} error: {last['test_position_error']:.4f}")
+        if "test_f1" in last:
+            print(f"test chunk F1: {last['test_f1']:.2f}")
         print(f"wrote {out / 'history.json'} and {out / 'model.pt'}")
     return last
 

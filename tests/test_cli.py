@@ -47,7 +47,7 @@ def test_resume_continues_exactly(tmp_path):
     (["--dataset", "mnist"], "dataset: expected one of"),
     (["--lam", "0"], "lam: expected a finite number > 0"),
     (["--lam", "-1"], "lam: expected a finite number > 0"),
-    (["--gap-check", "0"], "gap_check: expected an int >= 1"),
+    (["--gap-check", "0"], "gap_check: expected a number > 0"),
     (["--resume", "/nonexistent/ck.pt"], "resume: expected a checkpoint file"),
 ])
 def test_cli_bad_input(tmp_path, capsys, argv, needle):

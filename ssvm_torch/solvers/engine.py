@@ -50,7 +50,8 @@ STEPS = ("fw", "pairwise", "away", "best")
 class SolverConfig:
     solver: str = "bcfw"
     sampling: str = "gap"
-    gap_check: int = 10          # effective passes between exact gap checks (FW: iterations)
+    gap_check: float = 10        # passes of block steps between exact gap checks, may be fractional
+                                 # (e.g. 0.1: every n/10 steps); FW: iterations (rounded, >= 1)
     passes: float = 50.0         # stop after this many effective passes
     gap_threshold: float = 0.0   # stop when the exact duality gap <= this
     time_budget: float = math.inf
@@ -68,7 +69,8 @@ class SolverConfig:
     def validate(self) -> "SolverConfig":
         check_choice(self.solver, "solver", SOLVERS)
         check_choice(self.sampling, "sampling", SAMPLERS)
-        check(isinstance(self.gap_check, int) and self.gap_check >= 1, "gap_check", "an int >= 1", self.gap_check)
+        check(isinstance(self.gap_check, (int, float)) and self.gap_check > 0, "gap_check", "a number > 0",
+              self.gap_check)
         check(self.passes > 0, "passes", "a number > 0", self.passes)
         check(self.gap_threshold >= 0, "gap_threshold", "a number >= 0", self.gap_threshold)
         check(self.time_budget > 0, "time_budget", "a number of seconds > 0", self.time_budget)
@@ -228,17 +230,21 @@ class Solver:
             self.ell_avg += rho * (self.dual.ell - self.ell_avg)
 
     def _run_blocks(self, step):
-        """``gap_check`` passes of n block steps ``step(i)`` each, then an exact gap check. As in the
+        """``gap_check`` passes of n block steps ``step(i)`` each (``gap_check`` * n steps), then an
+        exact gap check. As in the
         reference code, a pass is n sampled steps; effective passes count oracle calls only, so
         with caching a pass of steps can cost less than one effective pass."""
         d, st = self.dual, self.state
         sampler = self.sampler
         max_calls = math.ceil(self.cfg.passes * d.n)
         reason = ""
-        for _ in range(self.cfg.gap_check):
+        steps_left = max(1, round(self.cfg.gap_check * d.n))
+        while steps_left > 0:
+            chunk = min(d.n, steps_left)
+            steps_left -= chunk
             t0 = time.perf_counter()
             calls0 = st.oracle_calls
-            for _ in range(d.n):
+            for _ in range(chunk):
                 if st.oracle_calls >= max_calls:
                     break
                 step(sampler.next())
@@ -393,7 +399,8 @@ class Solver:
     def _run_fw(self):
         """Batch FW iterations; the gap of each iteration's oracle pass is exact and free."""
         d, st, lam = self.dual, self.state, self.dual.lam
-        for it in range(self.cfg.gap_check):
+        iterations = max(1, round(self.cfg.gap_check))
+        for it in range(iterations):
             t0 = time.perf_counter()
             gp = d.gap_pass()
             st.oracle_calls += d.n
@@ -403,7 +410,7 @@ class Solver:
             sq = lam * float(diff @ diff)
             gamma = min(max(gap / sq, 0.0), 1.0) if sq > 0 else 0.0
             st.time_s += time.perf_counter() - t0
-            last = it == self.cfg.gap_check - 1
+            last = it == iterations - 1
             stop = self._should_stop({"gap": float(gp.block_gaps.sum())})
             if last or stop:               # record the exact gap of this pass (at the pre-step w)
                 self.stale[:] = gp.block_gaps.detach().cpu().numpy()
