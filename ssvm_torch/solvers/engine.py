@@ -297,7 +297,10 @@ class Solver:
             gaps = d.corner_gaps(i, bs.matrix())
             j = int(np.argmax(gaps))
             g_hat = float(gaps[j])
-            threshold = max(cfg.cache_F * self.stale[i], cfg.cache_nu * st.last_gap / d.n)
+            # F = 0 or nu = 0 switches a criterion off (F * inf would be NaN for unvisited blocks)
+            local = cfg.cache_F * self.stale[i] if cfg.cache_F > 0 else 0.0
+            glob = cfg.cache_nu * st.last_gap / d.n if cfg.cache_nu > 0 else 0.0
+            threshold = max(local, glob)
             if g_hat >= threshold and g_hat > 0.0:
                 st.cache_hits += 1
                 y = bs.labels[j]
