@@ -69,6 +69,12 @@ def run(args) -> dict:
     if args.threads < 1:
         raise SSVMInputError(f"threads: expected an int >= 1, got {args.threads}")
     torch.set_num_threads(args.threads)
+    try:
+        device = torch.device(args.device)
+    except RuntimeError:
+        raise SSVMInputError(f"device: expected a torch device such as 'cpu' or 'cuda:0', got {args.device!r}") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise SSVMInputError(f"device: {args.device!r} requested but no CUDA device is available")
     train, test = load_dataset(args.dataset, args.train_size)
     lam = check_positive(args.lam if args.lam is not None else 1.0 / train.n, "lam")
     dtype = getattr(torch, args.dtype)

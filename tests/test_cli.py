@@ -49,6 +49,9 @@ def test_resume_continues_exactly(tmp_path):
     (["--lam", "-1"], "lam: expected a finite number > 0"),
     (["--gap-check", "0"], "gap_check: expected a number > 0"),
     (["--resume", "/nonexistent/ck.pt"], "resume: expected a checkpoint file"),
+    (["--device", "tpu:x"], "device: expected a torch device"),
+    (["--dataset", "conll2000", "--train-size", "0"], "train_size: expected an int in [1, 8936]"),
+    (["--max-cache", "0", "--cache"], "max_cache: expected an int >= 1"),
 ])
 def test_cli_bad_input(tmp_path, capsys, argv, needle):
     assert main(argv + ["--passes", "1", "--out", str(tmp_path)]) == 2
