@@ -211,3 +211,29 @@ def test_gap_refresh_schedule(ocr_small):
         steps_passes = h[-1]["steps"] / sub.n
         assert steps_passes == 8 and h[-1]["passes"] == 8 + counted
         assert all(r["gap"] is not None for r in h)
+
+
+@pytest.mark.parametrize("path", ["numba", "torch", "dense"])
+def test_lazy_average_equals_explicit_recursion(ocr_small, path):
+    """BCFW keeps w_avg lazily (shadow vector on each move's support); it must equal the O(d)
+    recursion w_avg(k+1) = k/(k+2) w_avg(k) + 2/(k+2) w(k+1) of Lacoste-Julien et al. 2013."""
+    sub = ocr_small[0].subset(range(30))
+
+    def make():
+        if path == "dense":
+            return app_c_toy(12).dual(1.0)
+        d = ChainModel.for_data(sub).dual(sub, 0.05)
+        d._cpu = path == "numba"
+        return d
+    cfg = SolverConfig(solver="bcfw", sampling="gap", step="pairwise" if path != "numba" else "fw",
+                       passes=12, gap_check=3, averaging=True, recompute_every=2, seed=2)
+    lazy = Solver(make(), cfg)
+    h_lazy = lazy.run()
+    explicit = Solver(make(), cfg)
+    explicit.lazy_avg, explicit.avg_R = False, None
+    explicit.dual.shadow = None
+    explicit._w_avg = explicit.dual.w.clone()
+    h_exp = explicit.run()
+    assert torch.allclose(lazy.w_avg, explicit.w_avg, rtol=1e-10, atol=1e-12 * float(explicit.w_avg.abs().max()))
+    assert h_lazy[-1]["avg_gap"] == pytest.approx(h_exp[-1]["avg_gap"], rel=1e-8)
+    assert not torch.allclose(lazy.w_avg, lazy.dual.w)

@@ -325,7 +325,12 @@ class ChainDual(BlockDual):
 
     def _np_move(self, i, P, Q, gamma):
         Du, Dt = self._np_delta(i, P, Q)
-        _nb_delta_move(i, -gamma / (self.lam * self.n), gamma, Du, Dt, *self._np[:4], *self._np[7:])
+        if self.shadow is not None:
+            sh = self.model.split(self.shadow)
+            shadow = (True, float(self.shadow_coef), sh[0].numpy(), sh[1].numpy(), sh[2].numpy(), sh[3].numpy())
+        else:
+            shadow = (False, 0.0, *self._np[7:11])
+        _nb_delta_move(i, -gamma / (self.lam * self.n), gamma, Du, Dt, *self._np[:4], *self._np[7:], *shadow)
 
     def _torch_delta(self, i, P, Q):
         s, e = int(self.offsets[i]), int(self.offsets[i + 1])
@@ -379,7 +384,7 @@ class ChainDual(BlockDual):
         D = Fn.one_hot(self.Y[s:e], K).to(self.dtype) - Fn.one_hot(ys, K).to(self.dtype)
         ones = torch.ones(1, e - s, dtype=torch.bool, device=self.device)
         Dt = self._trans_of_padded(self.Y[s:e][None], ones)[0] - self._trans_of_padded(ys[None], ones)[0]
-        self._add_stats(s, e, coef, D, Dt)
+        self._add_stats(s, e, coef, D, Dt, shadow=False)
 
     # -- batched torch path (any device) ------------------------------------------------------
     def _potentials(self):
@@ -454,9 +459,14 @@ class ChainDual(BlockDual):
         self.Mu[s:e] += gamma * D
         self.Mt[i] += gamma * Dt
 
-    def _add_stats(self, s: int, e: int, coef: float, D: torch.Tensor, Dt: torch.Tensor) -> None:
-        """w += coef * A_i(D, Dt) for the sequence at rows s..e (torch path)."""
-        W, first, last, trans = self.model.split(self.w)
+    def _add_stats(self, s: int, e: int, coef: float, D: torch.Tensor, Dt: torch.Tensor, shadow: bool = True) -> None:
+        """w += coef * A_i(D, Dt) for the sequence at rows s..e (torch path); the shadow follows."""
+        self._add_stats_to(self.w, s, e, coef, D, Dt)
+        if shadow and self.shadow is not None:
+            self._add_stats_to(self.shadow, s, e, coef * self.shadow_coef, D, Dt)
+
+    def _add_stats_to(self, target, s, e, coef, D, Dt) -> None:
+        W, first, last, trans = self.model.split(target)
         a, b = int(self.fptr[s]), int(self.fptr[e])
         rows = segment_ids(self.fptr[s:e + 1] - self.fptr[s])
         W.index_add_(1, self.fidx[a:b], (coef * D[rows] * self.fval[a:b, None]).T)
@@ -638,11 +648,14 @@ def _nb_delta_sqnorm(i, Du, Dt, off, G, goff):
 
 
 @nb.njit(cache=True, nogil=True, fastmath=_FAST)
-def _nb_delta_move(i, c, gamma, Du, Dt, fptr, fidx, fval, off, W, first, last, trans, Mu, Mt):
-    """w += c A_i(D) and M_i += gamma D (sparse in the nonzeros of D)."""
+def _nb_delta_move(i, c, gamma, Du, Dt, fptr, fidx, fval, off, W, first, last, trans, Mu, Mt,
+                   sh_on, sh_c, SW, Sfirst, Slast, Strans):
+    """w += c A_i(D) and M_i += gamma D (sparse in the nonzeros of D); with ``sh_on`` the shadow
+    vector (SW, Sfirst, Slast, Strans) gets sh_c times the same change."""
     s = off[i]
     T = off[i + 1] - s
     K = W.shape[0]
+    cs = c * sh_c
     for t in range(T):
         for k in range(K):
             dk = Du[t, k]
@@ -654,11 +667,21 @@ def _nb_delta_move(i, c, gamma, Du, Dt, fptr, fidx, fval, off, W, first, last, t
                     first[k] += cd
                 if t == T - 1:
                     last[k] += cd
+                if sh_on:
+                    csd = cs * dk
+                    for j in range(fptr[s + t], fptr[s + t + 1]):
+                        SW[k, fidx[j]] += csd * fval[j]
+                    if t == 0:
+                        Sfirst[k] += csd
+                    if t == T - 1:
+                        Slast[k] += csd
                 Mu[s + t, k] += gamma * dk
     for a in range(K):
         for b in range(K):
             if Dt[a, b] != 0.0:
                 trans[a, b] += c * Dt[a, b]
+                if sh_on:
+                    Strans[a, b] += cs * Dt[a, b]
                 Mt[i, a, b] += gamma * Dt[a, b]
 
 

@@ -86,7 +86,7 @@ class DenseDual(BlockDual):
     def fw_move(self, i: int, corner: Corner, gamma: float) -> None:
         w_s = self.psi[i, corner.labels] / (self.lam * self.n)
         new = (1 - gamma) * self.W_blocks[i] + gamma * w_s
-        self.w += new - self.W_blocks[i]
+        self._add(new - self.W_blocks[i])
         self.W_blocks[i] = new
         old = float(self.ell_i[i])
         self.ell_i[i] = (1 - gamma) * old + gamma * corner.loss
@@ -118,9 +118,14 @@ class DenseDual(BlockDual):
     def pair_move(self, i: int, P, Q, loss_P: float, loss_Q: float, gamma: float) -> None:
         step = gamma * (self._point(i, P) - self._point(i, Q))
         self.W_blocks[i] += step
-        self.w += step
+        self._add(step)
         self.ell_i[i] += gamma * (loss_P - loss_Q)
         self._ell += gamma * (loss_P - loss_Q)
+
+    def _add(self, dw):
+        self.w += dw
+        if self.shadow is not None:
+            self.shadow += self.shadow_coef * dw
 
     def add_psi(self, i: int, corner: Corner, coef: float) -> None:
         self.w += coef * self.psi[i, corner.labels]

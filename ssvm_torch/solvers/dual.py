@@ -50,6 +50,10 @@ class BlockDual:
     lam: float
     w: torch.Tensor
     ell_i: torch.Tensor
+    # Optional shadow vector: every block move that adds dw to w also adds shadow_coef * dw to it
+    # (sparse, on the move's support). The engine uses it for O(support) weighted averaging.
+    shadow: torch.Tensor | None = None
+    shadow_coef: float = 0.0
 
     # -- structure-specific ------------------------------------------------------------------
     def fw_corner(self, i: int) -> Corner:
