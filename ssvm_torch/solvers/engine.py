@@ -154,7 +154,7 @@ class Solver:
         return self.state.oracle_calls / self.dual.n
 
     # -- one exact check ------------------------------------------------------------------------
-    def _record(self, gp, counted: bool) -> dict:
+    def _record(self, gp) -> dict:
         d, lam, st = self.dual, self.dual.lam, self.state
         est = float(self.stale.sum()) if np.isfinite(self.stale).all() else None
         rec = {"passes": self.passes, "oracle_calls": st.oracle_calls, "steps": st.steps, "time_s": st.time_s,
@@ -199,7 +199,7 @@ class Solver:
         if counted:
             self.state.oracle_calls += self.dual.n
             self.state.time_s += time.perf_counter() - t0
-        rec = self._record(gp, counted)
+        rec = self._record(gp)
         gaps = gp.block_gaps.detach().cpu().numpy()
         if counted:
             self.sampler.set_all(gaps)
@@ -227,7 +227,7 @@ class Solver:
         st = self.state
         if not st.history:                  # monitoring record of the starting point (not counted)
             gp = self.dual.gap_pass()
-            self._log(self._record(gp, counted=False))
+            self._log(self._record(gp))
         if self.cfg.solver == "fw":
             while not st.done:
                 self._run_fw()
@@ -439,7 +439,7 @@ class Solver:
             stop = self._should_stop({"gap": float(gp.block_gaps.sum())})
             if last or stop:               # record the exact gap of this pass (at the pre-step w)
                 self.stale[:] = gp.block_gaps.detach().cpu().numpy()
-                rec = self._record(gp, counted=True)
+                rec = self._record(gp)
                 self._log(rec)
                 if stop:
                     st.stop_reason, st.done = stop, True
