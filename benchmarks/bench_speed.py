@@ -17,7 +17,6 @@ import numpy as np
 import torch
 
 from ssvm_torch import ChainModel, Solver, SolverConfig, load_ocr
-from ssvm_torch.models.chain import padded_index
 from ssvm_torch.oracles import viterbi
 
 

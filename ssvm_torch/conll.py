@@ -25,7 +25,6 @@ import gzip
 import warnings
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from .datasets import ChainData, data_dir

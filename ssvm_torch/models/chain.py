@@ -142,7 +142,6 @@ class ChainModel:
 
     def joint_feature(self, Xc: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         """phi(x, y) of one sequence: Xc (T, F) rows with the constant, labels (T,). Dense (d,)."""
-        K, F = self.K, self.F
         phi = torch.zeros(self.d, dtype=Xc.dtype, device=Xc.device)
         W, first, last, trans = self.split(phi)
         W.index_add_(0, labels, Xc)

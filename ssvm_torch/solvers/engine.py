@@ -155,7 +155,7 @@ class Solver:
 
     # -- one exact check ------------------------------------------------------------------------
     def _record(self, gp) -> dict:
-        d, lam, st = self.dual, self.dual.lam, self.state
+        d, st = self.dual, self.state
         est = float(self.stale.sum()) if np.isfinite(self.stale).all() else None
         rec = {"passes": self.passes, "oracle_calls": st.oracle_calls, "steps": st.steps, "time_s": st.time_s,
                "primal": d.primal(gp.H)}
