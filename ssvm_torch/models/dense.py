@@ -1,0 +1,131 @@
+"""Dense per-block dual storage for structures with a small joint feature space.
+
+Any model that provides, for a batch of block indices ``idx`` (LongTensor) and labelings,
+    oracle(w, idx)        -> (labels, H)   loss-augmented decoding, H_i(w) = max_y L_i(y) - <w, psi_i(y)>
+    psi(idx, labels)      -> (B, d)         psi_i(y) = phi(x_i, y_i) - phi(x_i, y)
+    loss(idx, labels)     -> (B,)           L_i(y)
+    gt(i), key(y), n, d   ground truth of block i, a hashable key of a labeling
+gets every solver of the engine through :class:`DenseDual`, which stores w_i as the rows of an
+n x d matrix (fine for d up to ~1e4 and n up to ~1e4). Labelings are batched along dim 0.
+"""
+from __future__ import annotations
+
+import torch
+
+from ..errors import check_positive
+from ..solvers.dual import BlockDual, Corner, GapPass
+
+
+class DenseDual(BlockDual):
+    def __init__(self, model, lam: float, device=None, dtype=torch.float64):
+        self.model = model
+        self.lam = check_positive(lam, "lam")
+        self.n, self.d = model.n, model.d
+        self.device = torch.device(device) if device is not None else torch.device("cpu")
+        self.dtype = dtype
+        self.W_blocks = torch.zeros(self.n, self.d, dtype=dtype, device=self.device)
+        self.ell_i = torch.zeros(self.n, dtype=dtype, device=self.device)
+        self.w = torch.zeros(self.d, dtype=dtype, device=self.device)
+        self._ell = 0.0
+        self._all = torch.arange(self.n, device=self.device)
+
+    @property
+    def ell(self) -> float:
+        return self._ell
+
+    def set_point(self, w: torch.Tensor, ell: float) -> None:
+        self.w.copy_(w)
+        self._ell = float(ell)
+
+    def _idx(self, i):
+        return torch.as_tensor([i], device=self.device)
+
+    def _w_s(self, idx, labels):
+        return self.model.psi(idx, labels).to(self.dtype) / (self.lam * self.n)
+
+    def fw_corner(self, i: int) -> Corner:
+        idx = self._idx(i)
+        y, _ = self.model.oracle(self.w, idx)
+        diff = self.W_blocks[i] - self._w_s(idx, y)[0]
+        loss, dot = float(self.model.loss(idx, y)[0]) / self.n, float(diff @ self.w)
+        return Corner(y[0], loss, dot, float(diff @ diff), self.lam * dot - float(self.ell_i[i]) + loss)
+
+    def fw_move(self, i: int, corner: Corner, gamma: float) -> None:
+        w_s = self._w_s(self._idx(i), self._batch([corner.labels]))[0]
+        new = (1 - gamma) * self.W_blocks[i] + gamma * w_s
+        self._add(new - self.W_blocks[i])
+        self.W_blocks[i] = new
+        old = float(self.ell_i[i])
+        self.ell_i[i] = (1 - gamma) * old + gamma * corner.loss
+        self._ell += gamma * (corner.loss - old)
+
+    def _add(self, dw):
+        self.w += dw
+        if self.shadow is not None:
+            self.shadow += self.shadow_coef * dw
+
+    def _batch(self, labelings):
+        return torch.stack([torch.as_tensor(y, device=self.device) for y in labelings])
+
+    # -- active-set primitives ----------------------------------------------------------------
+    def gt_labeling(self, i: int):
+        return self.model.gt(i)
+
+    def key(self, labeling):
+        return self.model.key(labeling)
+
+    def loss_of(self, i: int, labeling) -> float:
+        return float(self.model.loss(self._idx(i), self._batch([labeling]))[0]) / self.n
+
+    def _point(self, i, P):
+        return self.W_blocks[i] if P is None else self._w_s(self._idx(i), self._batch([P]))[0]
+
+    def corner_gaps(self, i: int, labelings):
+        ys = self._batch(list(labelings))
+        idx = self._idx(i).expand(ys.shape[0])
+        w_s = self._w_s(idx, ys)
+        g = self.lam * ((self.W_blocks[i] - w_s) @ self.w) - self.ell_i[i] + self.model.loss(idx, ys) / self.n
+        return g.cpu().numpy()
+
+    def pair_sqnorm(self, i: int, P, Q) -> float:
+        diff = self._point(i, P) - self._point(i, Q)
+        return float(diff @ diff)
+
+    def pair_move(self, i: int, P, Q, loss_P: float, loss_Q: float, gamma: float) -> None:
+        step = gamma * (self._point(i, P) - self._point(i, Q))
+        self.W_blocks[i] += step
+        self._add(step)
+        self.ell_i[i] += gamma * (loss_P - loss_Q)
+        self._ell += gamma * (loss_P - loss_Q)
+
+    def add_psi(self, i: int, corner: Corner, coef: float) -> None:
+        self.w += coef * self.model.psi(self._idx(i), self._batch([corner.labels]))[0].to(self.dtype)
+
+    # -- batched ------------------------------------------------------------------------------
+    def gap_pass(self) -> GapPass:
+        y, H = self.model.oracle(self.w, self._all)
+        loss = self.model.loss(self._all, y).to(self.dtype) / self.n
+        gaps = self.lam * (self.W_blocks @ self.w) - self.ell_i + H.to(self.dtype) / self.n
+        return GapPass(labels=y, loss=loss, H=H, block_gaps=gaps)
+
+    def corner_point(self, gp: GapPass):
+        return self._w_s(self._all, gp.labels).sum(0), float(gp.loss.sum())
+
+    def move_all(self, gp: GapPass, w_s, ell_s, gamma: float) -> None:
+        self.W_blocks.mul_(1 - gamma).add_(self._w_s(self._all, gp.labels), alpha=gamma)
+        self.ell_i.mul_(1 - gamma).add_(gp.loss, alpha=gamma)
+        self.recompute()
+
+    def recompute(self) -> None:
+        self.w.copy_(self.W_blocks.sum(0))
+        self._ell = float(self.ell_i.sum())
+
+    def state_dict(self) -> dict:
+        return {"W_blocks": self.W_blocks.clone(), "ell_i": self.ell_i.clone(), "w": self.w.clone(),
+                "ell": self._ell, "lam": self.lam}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.W_blocks.copy_(state["W_blocks"])
+        self.ell_i.copy_(state["ell_i"])
+        self.w.copy_(state["w"])
+        self._ell = float(state["ell"])
