@@ -148,6 +148,21 @@ def load_ocr(split: str = "small", dtype=torch.float64) -> tuple[ChainData, Chai
     return build(train), build(test)
 
 
+def load_scene(dtype=torch.float64):
+    """Scene multi-label data (Boutell et al. 2004): 294 features, 6 labels; 1,211 train / 1,196 test.
+    Returns (X_train, Y_train, X_test, Y_test)."""
+    z = np.load(data_dir() / "scene.npz")
+    return (torch.as_tensor(z["X_train"], dtype=dtype), torch.as_tensor(z["y_train"].astype(np.int64)),
+            torch.as_tensor(z["X_test"], dtype=dtype), torch.as_tensor(z["y_test"].astype(np.int64)))
+
+
+def load_ocr_letters(split: str = "large", dtype=torch.float64):
+    """OCR letters as independent characters (multiclass, 26 classes) with the words' split.
+    Returns (X_train, y_train, X_test, y_test)."""
+    train, test = load_ocr(split, dtype)
+    return train.X, train.Y, test.X, test.Y
+
+
 def _conll(train_size=None):
     from .conll import load_conll2000
     return load_conll2000(train_size)

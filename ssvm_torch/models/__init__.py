@@ -1,5 +1,7 @@
 """Structures (the "what"): joint feature map, task loss, compact block storage, oracle dispatch."""
 from .chain import ChainModel
+from .dense import DenseDual
 from .explicit import ExplicitModel
+from .flat import MulticlassModel, MultiLabelModel
 
-__all__ = ["ChainModel", "ExplicitModel"]
+__all__ = ["ChainModel", "DenseDual", "ExplicitModel", "MulticlassModel", "MultiLabelModel"]
