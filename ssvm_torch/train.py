@@ -30,7 +30,7 @@ from .solvers.samplers import SAMPLERS
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="ssvm-train", description=__doc__.split("\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--dataset", default="ocr-small", help=f"one of {sorted(DATASETS)}")
+    p.add_argument("--dataset", default="ocr-small", help=f"one of {sorted(DATASETS) + list(FLAT_DATASETS)}")
     p.add_argument("--train-size", type=int, default=None, help="conll2000: keep the first N training sentences")
     p.add_argument("--lam", type=float, default=None, help="regularization lambda of objective (1); default 1/n")
     p.add_argument("--solver", choices=SOLVERS, default="bcfw")
@@ -65,27 +65,40 @@ def _fmt(v, spec=".4g"):
     return "-" if v is None else format(v, spec)
 
 
-def run(args) -> dict:
-    if args.threads < 1:
-        raise SSVMInputError(f"threads: expected an int >= 1, got {args.threads}")
-    torch.set_num_threads(args.threads)
-    try:
-        device = torch.device(args.device)
-    except RuntimeError:
-        raise SSVMInputError(f"device: expected a torch device such as 'cpu' or 'cuda:0', got {args.device!r}") from None
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise SSVMInputError(f"device: {args.device!r} requested but no CUDA device is available")
+FLAT_DATASETS = ("scene", "ocr-letters")
+
+
+def build_task(args, dtype) -> dict:
+    """Model, dual, evaluation function and descriptions for ``args.dataset``."""
+    if args.dataset in FLAT_DATASETS:
+        if args.train_size is not None:
+            raise SSVMInputError(f"train_size: only supported for conll2000, not {args.dataset!r}")
+        from .datasets import load_ocr_letters, load_scene
+        from .models import MulticlassModel, MultiLabelModel
+        if args.dataset == "scene":
+            Xtr, Ytr, Xte, Yte = load_scene(dtype)
+            model = MultiLabelModel(Xtr, Ytr, dtype=dtype)
+            names = ("Hamming loss, fraction of wrong labels", "per-image 0/1 error")
+        else:
+            Xtr, Ytr, Xte, Yte = load_ocr_letters("small", dtype)   # dense blocks: n x d = 4,617 x 3,354
+            model = MulticlassModel(Xtr, Ytr, 26, dtype=dtype)
+            names = ("0/1 error per letter", "0/1 error per letter")
+        lam = check_positive(args.lam if args.lam is not None else 1.0 / model.n, "lam")
+
+        def evaluate(w):
+            w64 = w.detach().to("cpu", torch.float64)
+            pred_tr, pred_te = model.predict(w64, Xtr), model.predict(w64, Xte)
+            wrong = (pred_te != Yte).double()
+            per_example = wrong.reshape(len(Yte), -1)
+            return {"train_error": float((pred_tr != Ytr).double().mean()), "test_error": float(wrong.mean()),
+                    "test_position_error": float((per_example.max(1).values if wrong.dim() > 1 else wrong).mean())}
+        layout = {"kind": type(model).__name__, "d": model.d}
+        return {"lam": lam, "dual": model.dual(lam, device=args.device, dtype=dtype), "evaluate": evaluate,
+                "n_train": model.n, "n_test": len(Yte), "d": model.d, "feature_layout": layout,
+                "error_name": names[0], "position_name": names[1]}
     train, test = load_dataset(args.dataset, args.train_size)
     lam = check_positive(args.lam if args.lam is not None else 1.0 / train.n, "lam")
-    dtype = getattr(torch, args.dtype)
     model = ChainModel.for_data(train)
-    dual = model.dual(train, lam, device=args.device, dtype=dtype)
-    cfg = SolverConfig(solver=args.solver, sampling=args.sampling, gap_check=args.gap_check, passes=args.passes,
-                       gap_threshold=args.gap_threshold, time_budget=args.time_budget, seed=args.seed,
-                       averaging=args.averaging, recompute_every=args.recompute_every, step=args.step,
-                       cache=args.cache, gap_refresh=args.gap_refresh, cache_F=args.cache_F, cache_nu=args.cache_nu, max_cache=args.max_cache)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
 
     def evaluate(w):
         w64 = w.detach().to("cpu", torch.float64)
@@ -98,6 +111,33 @@ def run(args) -> dict:
             from .conll import chunk_f1
             rec["test_f1"] = chunk_f1(test, labels)["f1"]
         return rec
+    unit = "sentence" if args.dataset == "conll2000" else "word"
+    return {"lam": lam, "dual": model.dual(train, lam, device=args.device, dtype=dtype), "evaluate": evaluate,
+            "n_train": train.n, "n_test": test.n, "d": model.d, "feature_layout": model.feature_layout,
+            "error_name": f"per {unit}, normalized Hamming",
+            "position_name": f"per-{'token' if unit == 'sentence' else 'letter'} error"}
+
+
+def run(args) -> dict:
+    if args.threads < 1:
+        raise SSVMInputError(f"threads: expected an int >= 1, got {args.threads}")
+    torch.set_num_threads(args.threads)
+    try:
+        device = torch.device(args.device)
+    except RuntimeError:
+        raise SSVMInputError(f"device: expected a torch device such as 'cpu' or 'cuda:0', got {args.device!r}") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise SSVMInputError(f"device: {args.device!r} requested but no CUDA device is available")
+    dtype = getattr(torch, args.dtype)
+    task = build_task(args, dtype)
+    lam, dual, evaluate = task["lam"], task["dual"], task["evaluate"]
+    cfg = SolverConfig(solver=args.solver, sampling=args.sampling, gap_check=args.gap_check, passes=args.passes,
+                       gap_threshold=args.gap_threshold, time_budget=args.time_budget, seed=args.seed,
+                       averaging=args.averaging, recompute_every=args.recompute_every, step=args.step,
+                       cache=args.cache, gap_refresh=args.gap_refresh, cache_F=args.cache_F, cache_nu=args.cache_nu,
+                       max_cache=args.max_cache)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
 
     solver = None
 
@@ -119,7 +159,7 @@ def run(args) -> dict:
             raise SSVMInputError(f"resume: expected a checkpoint file, {path} does not exist")
         solver.load_state_dict(torch.load(path, weights_only=False))
     if not args.quiet:
-        print(f"{args.dataset}: n = {train.n} train / {test.n} test sequences, d = {model.d}, lam = {lam:g}, "
+        print(f"{args.dataset}: n = {task['n_train']} train / {task['n_test']} test examples, d = {task['d']}, lam = {lam:g}, "
               f"solver = {args.solver}" + (f" ({args.sampling} sampling)" if args.solver != "fw" else "")
               + (f", {args.step} steps" if args.solver == "bcfw" else "") + (", cache" if args.cache else ""),
               flush=True)
@@ -129,7 +169,7 @@ def run(args) -> dict:
     last = history[-1]
     (out / "history.json").write_text(json.dumps(history, indent=1))
     torch.save({"w": dual.w.detach().to("cpu", torch.float64), "ell": dual.ell, "lam": lam,
-                "dataset": args.dataset, "feature_layout": model.feature_layout}, out / "model.pt")
+                "dataset": args.dataset, "feature_layout": task["feature_layout"]}, out / "model.pt")
     if not args.quiet:
         gap = "n/a (SSG keeps no dual)" if last["gap"] is None else f"{last['gap']:.6e}"
         print(f"stopped: {solver.state.stop_reason} after {last['passes']:.1f} effective passes, "
@@ -138,9 +178,8 @@ def run(args) -> dict:
         if "cache_hit_rate" in last:
             print(f"steps: {last['fw_steps']} FW, {last['pairwise_steps']} pairwise, {last['away_steps']} away, "
                   f"{last['drop_steps']} drop; cache hit rate {last['cache_hit_rate']:.3f}")
-        unit = "sentence" if args.dataset == "conll2000" else "word"
-        print(f"test error: {last['test_error']:.4f} (per {unit}, normalized Hamming); "
-              f"per-{'token' if unit == 'sentence' else 'letter'} error: {last['test_position_error']:.4f}")
+        print(f"test error: {last['test_error']:.4f} ({task['error_name']}); "
+              f"{task['position_name']}: {last['test_position_error']:.4f}")
         if "test_f1" in last:
             print(f"test chunk F1: {last['test_f1']:.2f}")
         print(f"wrote {out / 'history.json'} and {out / 'model.pt'}")

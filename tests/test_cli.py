@@ -73,3 +73,14 @@ def test_cli_variants(tmp_path, capsys):
     assert {"cache_hit_rate", "pairwise_steps", "away_steps", "drop_steps"} <= set(hist[-1])
     assert main(["--solver", "fw", "--step", "pairwise", "--passes", "1", "--out", str(out)]) == 2
     assert "step: expected 'fw' without cache" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("dataset,needle", [("scene", "Hamming loss"), ("ocr-letters", "0/1 error per letter")])
+def test_cli_flat_datasets(tmp_path, capsys, dataset, needle):
+    out = tmp_path / dataset
+    assert main(["--dataset", dataset, "--lam", "0.01", "--passes", "2", "--gap-check", "1", "--out", str(out)]) == 0
+    assert needle in capsys.readouterr().out
+    hist = json.loads((out / "history.json").read_text())
+    assert KEYS <= set(hist[-1]) and hist[-1]["gap"] < hist[0]["gap"]
+    model = torch.load(out / "model.pt")
+    assert model["w"].shape == (model["feature_layout"]["d"],) and model["dataset"] == dataset
