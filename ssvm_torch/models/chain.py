@@ -646,6 +646,17 @@ def _nb_delta_sqnorm(i, Du, Dt, off, G, goff):
     return sq
 
 
+@nb.njit(cache=True, nogil=True, fastmath=_FAST, inline="always")
+def _nb_add_position(s, t, T, k, coef, fptr, fidx, fval, W, first, last):
+    """Add coef * (the features of position t, the first/last indicators) to state k's weights."""
+    for j in range(fptr[s + t], fptr[s + t + 1]):
+        W[k, fidx[j]] += coef * fval[j]
+    if t == 0:
+        first[k] += coef
+    if t == T - 1:
+        last[k] += coef
+
+
 @nb.njit(cache=True, nogil=True, fastmath=_FAST)
 def _nb_delta_move(i, c, gamma, Du, Dt, fptr, fidx, fval, off, W, first, last, trans, Mu, Mt,
                    sh_on, sh_c, SW, Sfirst, Slast, Strans):
@@ -659,21 +670,9 @@ def _nb_delta_move(i, c, gamma, Du, Dt, fptr, fidx, fval, off, W, first, last, t
         for k in range(K):
             dk = Du[t, k]
             if dk != 0.0:
-                cd = c * dk
-                for j in range(fptr[s + t], fptr[s + t + 1]):
-                    W[k, fidx[j]] += cd * fval[j]
-                if t == 0:
-                    first[k] += cd
-                if t == T - 1:
-                    last[k] += cd
+                _nb_add_position(s, t, T, k, c * dk, fptr, fidx, fval, W, first, last)
                 if sh_on:
-                    csd = cs * dk
-                    for j in range(fptr[s + t], fptr[s + t + 1]):
-                        SW[k, fidx[j]] += csd * fval[j]
-                    if t == 0:
-                        Sfirst[k] += csd
-                    if t == T - 1:
-                        Slast[k] += csd
+                    _nb_add_position(s, t, T, k, cs * dk, fptr, fidx, fval, SW, Sfirst, Slast)
                 Mu[s + t, k] += gamma * dk
     for a in range(K):
         for b in range(K):
