@@ -52,13 +52,9 @@ def main():
     sampler = solver.sampler
     sampler.set_all(dual.gap_pass().block_gaps.numpy())
 
-    def one_pass():
+    def one_pass():                       # the engine's own BCFW step (oracle, line search, update, sampler)
         for _ in range(n):
-            i = sampler.next()
-            c = dual.fw_corner(i)
-            if c.sqnorm > 0 and c.gap > 0:
-                dual.fw_move(i, c, min(c.gap / (lam * c.sqnorm), 1.0))
-            sampler.update(i, c.gap)
+            solver._step_bcfw(sampler.next())
 
     med, times = median_of(one_pass, args.repeats)
     res["bcfw_step_us"] = med / n * 1e6

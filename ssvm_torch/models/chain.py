@@ -268,17 +268,10 @@ class ChainDual(BlockDual):
                       dot / self.n - float(self.ell_i[i]) + loss)
 
     def fw_move(self, i: int, corner: Corner, gamma: float) -> None:
-        if self._cpu:
-            self._np_move(i, np.asarray(corner.labels, dtype=np.int64), None, gamma)
-            ell_i, ell = self._np_ell
-            old = ell_i[i]
-            ell_i[i] = (1.0 - gamma) * old + gamma * corner.loss
-            ell[0] += gamma * (corner.loss - old)
-            return
-        self._move_torch(i, corner.labels, gamma)
-        old = float(self.ell_i[i])
-        self.ell_i[i] = (1.0 - gamma) * old + gamma * corner.loss
-        self._ell[0] += gamma * (corner.loss - old)
+        """The FW step is the move from the current point towards the corner."""
+        ell_i = self._np_ell[0][i] if self._cpu else float(self.ell_i[i])
+        self.pair_move(i, np.asarray(corner.labels, dtype=np.int64) if self._cpu else corner.labels, None,
+                       corner.loss, ell_i, gamma)
 
     # -- active-set primitives (pairwise / away steps, caching) --------------------------------
     # A point of block i is a labeling (int64 array of length T_i) or None, the block's current dual
@@ -451,12 +444,6 @@ class ChainDual(BlockDual):
             out.index_put_((b[both], labels[:, 1:][both], labels[:, :-1][both]),
                            torch.ones(int(both.sum()), dtype=self.dtype, device=self.device), accumulate=True)
         return out
-
-    def _move_torch(self, i: int, ys, gamma: float):
-        s, e, D, Dt = self._torch_delta(i, ys, None)
-        self._add_stats(s, e, -gamma / (self.lam * self.n), D, Dt)
-        self.Mu[s:e] += gamma * D
-        self.Mt[i] += gamma * Dt
 
     def _add_stats(self, s: int, e: int, coef: float, D: torch.Tensor, Dt: torch.Tensor, shadow: bool = True) -> None:
         """w += coef * A_i(D, Dt) for the sequence at rows s..e (torch path); the shadow follows."""
