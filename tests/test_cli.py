@@ -84,3 +84,24 @@ def test_cli_flat_datasets(tmp_path, capsys, dataset, needle):
     assert KEYS <= set(hist[-1]) and hist[-1]["gap"] < hist[0]["gap"]
     model = torch.load(out / "model.pt")
     assert model["w"].shape == (model["feature_layout"]["d"],) and model["dataset"] == dataset
+
+
+@pytest.mark.parametrize("extra", [[], ["--unary-only"], ["--step", "best", "--cache"], ["--solver", "ssg"]])
+def test_cli_segmentation(tmp_path, capsys, extra):
+    out = tmp_path / "seg"
+    assert main(["--dataset", "segmentation-synth", "--train-size", "30", "--lam", "0.01", "--passes", "3",
+                 "--gap-check", "1", "--out", str(out)] + extra) == 0
+    assert "class-balanced Hamming loss" in capsys.readouterr().out
+    hist = json.loads((out / "history.json").read_text())
+    assert KEYS <= set(hist[-1]) and hist[-1]["test_error"] < 0.5
+    model = torch.load(out / "model.pt")
+    layout = model["feature_layout"]
+    assert model["w"].shape == (layout["d"],) and (layout["pairwise"] is None) == ("--unary-only" in extra)
+    if layout["pairwise"]:
+        assert bool((model["w"][layout["pairwise"][0]:] >= 0).all())
+
+
+def test_cli_segmentation_refuses_averaging(tmp_path, capsys):
+    assert main(["--dataset", "segmentation-synth", "--averaging", "--passes", "1", "--out", str(tmp_path)]) == 2
+    assert "averaging: not supported with box constraints" in capsys.readouterr().err
+    assert main(["--dataset", "scene", "--unary-only", "--passes", "1", "--out", str(tmp_path)]) == 2

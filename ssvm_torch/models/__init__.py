@@ -3,5 +3,7 @@ from .chain import ChainModel
 from .dense import DenseDual
 from .explicit import ExplicitModel
 from .flat import MulticlassModel, MultiLabelModel
+from .graphcut import GraphCutModel, GraphExample
 
-__all__ = ["ChainModel", "DenseDual", "ExplicitModel", "MulticlassModel", "MultiLabelModel"]
+__all__ = ["ChainModel", "DenseDual", "ExplicitModel", "GraphCutModel", "GraphExample", "MulticlassModel",
+           "MultiLabelModel"]

@@ -528,6 +528,46 @@ class ChainDual(BlockDual):
         trans.copy_(self.Mt[i])
         return (phi_gt - w) / (self.lam * self.n)
 
+    # -- regularization path ------------------------------------------------------------------
+    def rescale(self, lam_new: float, rho: float) -> None:
+        """Mixes the statistics toward the ground truth (alpha_i <- rho alpha_i + (1 - rho) delta(y_i)),
+        in place so the numba views stay valid; w follows exactly from the statistics."""
+        lam_new = check_positive(lam_new, "lam_new")
+        K = self.model.K
+        self.Mu.mul_(rho).add_(Fn.one_hot(self.Y, K).to(self.dtype), alpha=1.0 - rho)
+        self.Mt.mul_(rho).add_(_trans_counts(self.Y, self.seg, self.n, K).to(self.dtype), alpha=1.0 - rho)
+        self.ell_i.mul_(rho)
+        self.lam = lam_new
+        self.recompute()
+
+    def _scores(self, U, first, last, trans, labels) -> torch.Tensor:
+        """<w, phi(x_i, y)> of ragged labels (N,) for every sequence, from the potentials of w."""
+        sc = torch.zeros(self.n, dtype=self.dtype, device=self.device).index_add_(
+            0, self.seg, U.gather(1, labels[:, None])[:, 0])
+        sc += first[labels[self.first_pos]] + last[labels[self.last_pos]]
+        return sc + (_trans_counts(labels, self.seg, self.n, self.model.K).to(self.dtype) * trans).sum((1, 2))
+
+    def _potentials_of(self, w):
+        saved = self.w.clone()
+        self.w.copy_(w)
+        try:
+            return tuple(t.clone() for t in self._potentials())
+        finally:
+            self.w.copy_(saved)
+
+    def max_margins(self, w: torch.Tensor) -> torch.Tensor:
+        w = w.to(self.device, self.dtype)
+        labels = self.model.decode(w, self.data).to(self.device)
+        pots = self._potentials_of(w)
+        return self._scores(*pots, labels) - self._scores(*pots, self.Y)
+
+    def block_wdots(self) -> torch.Tensor:
+        """lam <w_i, w> = (<S(y_i), theta_i> - <M_i, theta_i>) / n (module docstring)."""
+        U, first, last, trans = self._potentials()
+        m_theta = torch.zeros(self.n, dtype=self.dtype, device=self.device).index_add_(0, self.seg, (self.Mu * U).sum(1))
+        m_theta += self.Mu[self.first_pos] @ first + self.Mu[self.last_pos] @ last + (self.Mt * trans).sum((1, 2))
+        return (self._scores(U, first, last, trans, self.Y) - m_theta) / self.n
+
     def state_dict(self) -> dict:
         return {"w": self.w.clone(), "ell": self._ell.clone(), "ell_i": self.ell_i.clone(),
                 "Mu": self.Mu.clone(), "Mt": self.Mt.clone(), "lam": self.lam}

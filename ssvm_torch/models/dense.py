@@ -120,6 +120,24 @@ class DenseDual(BlockDual):
         self.w.copy_(self.W_blocks.sum(0))
         self._ell = float(self.ell_i.sum())
 
+    # -- regularization path ------------------------------------------------------------------
+    def rescale(self, lam_new: float, rho: float) -> None:
+        lam_new = check_positive(lam_new, "lam_new")
+        self.W_blocks.mul_(rho * self.lam / lam_new)
+        self.ell_i.mul_(rho)
+        self.lam = lam_new
+        self.recompute()
+
+    def max_margins(self, w: torch.Tensor) -> torch.Tensor:
+        if not hasattr(self.model, "decode"):
+            raise NotImplementedError(f"{type(self.model).__name__} has no plain decode(w, idx)")
+        w = w.to(self.device, self.dtype)
+        labels = self.model.decode(w, self._all)
+        return -(self.model.psi(self._all, labels).to(self.device, self.dtype) @ w)
+
+    def block_wdots(self) -> torch.Tensor:
+        return self.lam * (self.W_blocks @ self.w)
+
     def state_dict(self) -> dict:
         return {"W_blocks": self.W_blocks.clone(), "ell_i": self.ell_i.clone(), "w": self.w.clone(),
                 "ell": self._ell, "lam": self.lam}

@@ -50,6 +50,11 @@ class ExplicitModel:
         H, y = vals.max(dim=-1)
         return y, H
 
+    def decode(self, w, idx):
+        """argmax_y <w, phi(x_i, y)> = argmax_y -<w, psi_i(y)> over the block's outputs."""
+        vals = -(self.psi_table[idx] @ w.to(self.psi_table))
+        return vals.masked_fill(torch.isinf(self.losses[idx]), float("-inf")).argmax(dim=-1)
+
     def psi(self, idx, labels):
         return self.psi_table[idx, labels]
 

@@ -46,6 +46,9 @@ class MulticlassModel:
         best, labels = aug.max(1)
         return labels, best - scores.gather(1, self.y[idx][:, None])[:, 0]
 
+    def decode(self, w, idx):
+        return (self.X[idx] @ w.view(self.K, self.F).T.to(self.X)).argmax(1)
+
     def psi(self, idx, labels):
         return self.phi(idx, self.y[idx]) - self.phi(idx, torch.as_tensor(labels).reshape(-1))
 
@@ -108,6 +111,9 @@ class MultiLabelModel:
         best, j = (s + loss).max(1)
         gt_j = (self.Y[idx] * (2 ** torch.arange(self.L - 1, -1, -1))).sum(1)
         return self.all[j], best - s.gather(1, gt_j[:, None])[:, 0]
+
+    def decode(self, w, idx):
+        return self.all[self.scores_all(w, self.X[idx]).argmax(1)]
 
     def psi(self, idx, labels):
         return self.phi(idx, self.Y[idx]) - self.phi(idx, labels)

@@ -107,6 +107,24 @@ class BlockDual:
         """x_i += gamma (v_P - v_Q), with L/n losses of the two points (ell_i for None)."""
         raise NotImplementedError
 
+    # -- regularization path primitives (Osokin et al. 2016, Section 4) ------------------------
+    def rescale(self, lam_new: float, rho: float) -> None:
+        """alpha_i <- rho alpha_i + (1 - rho) delta(y_i) for every block and lam <- lam_new.
+        Since psi_i(y_i) = 0 and L_i(y_i) = 0: w_i <- rho (lam / lam_new) w_i, ell_i <- rho ell_i.
+        With rho = lam_new / lam this keeps w (the induction step, Alg. 7, and the keep-primal
+        warm start of grid search); with rho = 1 it keeps alpha (w scales by lam / lam_new)."""
+        raise NotImplementedError(f"{type(self).__name__} does not support the regularization path")
+
+    def max_margins(self, w: torch.Tensor) -> torch.Tensor:
+        """theta_i = max_y <w, phi(x_i, y)> - <w, phi(x_i, y_i)> = max_y -<w, psi_i(y)> >= 0 for
+        every block (plain decoding, no loss): the theta_i of the path's initialization (Alg. 6)."""
+        raise NotImplementedError(f"{type(self).__name__} does not support the regularization path")
+
+    def block_wdots(self) -> torch.Tensor:
+        """lam <w_i, w> for every block at the current point (no oracle call), so that
+        H_i(w) / n = g_i - lam <w_i, w> + ell_i recovers the hinge terms from block gaps."""
+        raise NotImplementedError(f"{type(self).__name__} does not support the regularization path")
+
     @property
     def v(self) -> torch.Tensor:
         """v = A alpha = sum_i w_i. Equal to w unless box constraints clip w (App. H)."""

@@ -68,6 +68,8 @@ class SolverConfig:
     max_cache: int = 50
     gap_refresh: int = 1         # BCFW: every k-th gap check refreshes the block gaps (0: never);
                                  # the others are monitoring only (not counted, not timed)
+    estimate_threshold: float = 0.0   # BCFW: also stop when the gap estimate (sum of the stale block
+                                      # gaps) is <= this (the heuristic path's stopping rule, App. K)
 
     def validate(self) -> "SolverConfig":
         check_choice(self.solver, "solver", SOLVERS)
@@ -76,6 +78,7 @@ class SolverConfig:
               self.gap_check)
         check(self.passes > 0, "passes", "a number > 0", self.passes)
         check(self.gap_threshold >= 0, "gap_threshold", "a number >= 0", self.gap_threshold)
+        check(self.estimate_threshold >= 0, "estimate_threshold", "a number >= 0", self.estimate_threshold)
         check(self.time_budget > 0, "time_budget", "a number of seconds > 0", self.time_budget)
         check(isinstance(self.recompute_every, int) and self.recompute_every >= 1, "recompute_every",
               "an int >= 1", self.recompute_every)
@@ -123,8 +126,9 @@ class Solver:
     at each gap check (excluded from the timing)."""
 
     def __init__(self, dual: BlockDual, config: SolverConfig, evaluate: Evaluator | None = None,
-                 progress: Callable[[dict], None] | None = None):
+                 progress: Callable[[dict], None] | None = None, monitor_start: bool = True):
         self.dual, self.cfg = dual, config.validate()
+        self.monitor_start = monitor_start      # record the starting point (an uncounted gap pass)
         self.evaluate, self.progress = evaluate, progress
         sampling = "uniform" if config.solver == "ssg" and config.sampling == "gap" else config.sampling
         self.sampler: Sampler = SAMPLERS[sampling](dual.n, config.seed)
@@ -134,7 +138,8 @@ class Solver:
         if config.uses_sets:
             self.sets = [BlockSet(dual.gt_labeling(i), dual.key(dual.gt_labeling(i)), 0.0) for i in range(dual.n)]
         if config.averaging and isinstance(dual, BoxedDual):
-            raise SSVMInputError("averaging: not supported with box constraints")
+            raise SSVMInputError("averaging: not supported with box constraints (e.g. segmentation-synth's "
+                                 "w_pairwise >= 0): the average of clipped iterates is not a clipped dual point")
         self.lazy_avg = config.averaging and config.solver == "bcfw"
         self._w_avg = dual.w.clone() if config.averaging and not self.lazy_avg else None
         self.avg_R = torch.zeros_like(dual.w) if self.lazy_avg else None
@@ -193,6 +198,7 @@ class Solver:
         """Exact gap pass at the current w; feeds the gap sampler (BCFW) and the history."""
         t0 = time.perf_counter()
         gp = self.dual.gap_pass()
+        self.last_gap_pass = gp
         self.state.checks += 1
         k = self.cfg.gap_refresh
         counted = self.cfg.solver == "bcfw" and k > 0 and self.state.checks % k == 0
@@ -213,9 +219,19 @@ class Solver:
         if self.progress is not None:
             self.progress(rec)
 
+    def set_block_gaps(self, gaps) -> None:
+        """Start from known block gaps (e.g. eq. (12) after a path step) instead of +inf."""
+        gaps = np.asarray(torch.as_tensor(gaps).detach().cpu(), dtype=float)
+        check(gaps.shape == (self.dual.n,), "gaps", f"shape ({self.dual.n},)", gaps.shape)
+        self.sampler.set_all(gaps)
+        self.stale[:] = gaps
+
     def _should_stop(self, rec: dict | None) -> str:
         if rec is not None and rec.get("gap") is not None and rec["gap"] <= self.cfg.gap_threshold:
             return "gap_threshold"
+        if (self.cfg.estimate_threshold > 0 and np.isfinite(self.stale).all()
+                and float(self.stale.sum()) <= self.cfg.estimate_threshold):
+            return "estimate_threshold"
         if self.passes >= self.cfg.passes - 1e-12:
             return "passes"
         if self.state.time_s >= self.cfg.time_budget:
@@ -225,7 +241,7 @@ class Solver:
     # -- main loops -----------------------------------------------------------------------------
     def run(self) -> list:
         st = self.state
-        if not st.history:                  # monitoring record of the starting point (not counted)
+        if not st.history and self.monitor_start:   # monitoring record of the starting point (not counted)
             gp = self.dual.gap_pass()
             self._log(self._record(gp))
         if self.cfg.solver == "fw":

@@ -1,0 +1,164 @@
+"""Regularization path (Osokin et al. 2016, Section 4): the rescaling primitives, eq. (12), the
+certificate of the path at random lambda recomputed from scratch, the heuristic path, grid search
+and the ssvm-path command's files."""
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from ssvm_torch import SSVMInputError, Solver, SolverConfig
+from ssvm_torch.datasets import load_ocr
+from ssvm_torch.models import ChainModel, ExplicitModel
+from ssvm_torch.path import RegPath, check_zero_gt_loss, grid_search, path_gap, regularization_path
+from ssvm_torch.path_cli import main as path_main
+
+
+def random_explicit(seed, n=12, m=6, d=5):
+    rng = np.random.default_rng(seed)
+    psi, losses = [], []
+    for _ in range(n):
+        p = rng.normal(size=(m, d))
+        p[0] = 0.0
+        loss = rng.uniform(0.1, 1.0, size=m)
+        loss[0] = 0.0
+        psi.append(p)
+        losses.append(loss)
+    return ExplicitModel(psi, losses)
+
+
+@pytest.fixture(scope="module")
+def ocr_part():
+    train, _ = load_ocr("small")
+    part = train.subset(torch.arange(60))
+    return ChainModel.for_data(train), part
+
+
+def duals(ocr_part):
+    model, part = ocr_part
+    return [random_explicit(0).dual(0.3), model.dual(part, 0.3)]
+
+
+def test_rescale_keeps_w_and_gives_eq12(ocr_part):
+    for dual in duals(ocr_part):
+        Solver(dual, SolverConfig(solver="bcfw", sampling="uniform", passes=3, gap_check=3, seed=1)).run()
+        gp = dual.gap_pass()
+        w, ell = dual.w.clone(), dual.ell
+        rho = 0.37
+        dual.rescale(dual.lam * rho, rho)
+        assert torch.allclose(dual.w, w, atol=1e-12, rtol=0)
+        assert dual.ell == pytest.approx(rho * ell, abs=1e-12)
+        gp2 = dual.gap_pass()
+        expected = rho * gp.block_gaps + (1 - rho) * gp.H / dual.n                       # eq. (12)
+        assert torch.allclose(gp2.block_gaps, expected, atol=1e-12, rtol=0)
+        assert torch.allclose(gp2.H, gp.H, atol=1e-12, rtol=0)
+        lam = dual.lam
+        dual.rescale(2 * lam, 1.0)                                                       # keep alpha
+        assert torch.allclose(dual.w, w / 2, atol=1e-12, rtol=0)
+
+
+def test_block_wdots_and_max_margins(ocr_part):
+    model, part = ocr_part
+    for dual in duals(ocr_part):
+        Solver(dual, SolverConfig(solver="bcfw", sampling="uniform", passes=2, gap_check=2)).run()
+        gp = dual.gap_pass()
+        Hn = gp.block_gaps - dual.block_wdots() + dual.ell_i                # H_i / n from the identity
+        assert torch.allclose(Hn, gp.H / dual.n, atol=1e-12, rtol=0)
+    ex = random_explicit(3)
+    w = torch.tensor(np.random.default_rng(1).normal(size=ex.d))
+    theta = ex.dual(1.0).max_margins(w)
+    assert torch.allclose(theta, (-(ex.psi_table @ w)).max(1).values, atol=1e-12)
+    cd = model.dual(part, 1.0)
+    w = torch.tensor(np.random.default_rng(2).normal(size=model.d) * 0.1)
+    theta = cd.max_margins(w)
+    labels = model.decode(w, part)
+    for i in range(5):
+        s, e = int(part.offsets[i]), int(part.offsets[i + 1])
+        Xi = torch.cat([part.X[s:e], torch.ones(e - s, 1, dtype=part.X.dtype)], 1)     # rows with the constant
+        diff = model.joint_feature(Xi, labels[s:e]) - model.joint_feature(Xi, part.Y[s:e])
+        assert float(theta[i]) == pytest.approx(float(diff @ w), abs=1e-10) and float(theta[i]) >= -1e-12
+
+
+@pytest.mark.parametrize("which", [0, 1])
+def test_path_is_certified_at_random_lambdas(ocr_part, which):
+    eps = 0.05 if which == 0 else 0.1
+    model, part = ocr_part
+    make = (lambda lam: random_explicit(0).dual(lam)) if which == 0 else (lambda lam: model.dual(part, lam))
+    path = regularization_path(make(1.0), eps, kappa=0.9, lam_min=1e-3 if which == 0 else 2e-2)
+    assert len(path.lambdas) >= 3 and bool((path.lambdas[1:] < path.lambdas[:-1]).all())
+    lo = max(path.lam_end, 1e-4)
+    rng = np.random.default_rng(which)
+    lams = list(np.exp(rng.uniform(np.log(lo), np.log(10 * float(path.lambdas[0])), size=8)))
+    lams += [float(v) for v in path.lambdas[:3]] + [lo]
+    checker = make(1.0)
+    for lam in lams:
+        g = path_gap(checker, path, float(lam))
+        assert -1e-9 <= g <= eps + 1e-9, (lam, g)
+    for r in path.records[1:]:
+        assert r["gap"] <= 0.9 * eps + 1e-12
+    if path.lam_end > 0:
+        with pytest.raises(SSVMInputError, match="lam: expected lam >="):
+            path.w(path.lam_end / 2)
+
+
+def test_heuristic_path_and_grid(ocr_part):
+    ex = random_explicit(4)
+    path = regularization_path(ex.dual(1.0), 0.05, kappa=0.7, heuristic=True, lam_min=1e-3)
+    assert path.heuristic and len(path.lambdas) >= 3
+    assert all(r["gap_estimate"] <= 0.7 * 0.05 + 1e-12 for r in path.records[1:])
+    lams = [2.0 ** k for k in range(4, -8, -1)]
+    warm = grid_search(lambda lam: ex.dual(lam), 0.05, lams, warm=True)
+    cold = grid_search(lambda lam: ex.dual(lam), 0.05, lams, warm=False)
+    for recs in (warm, cold):
+        assert [r["lam"] for r in recs] == lams and all(r["gap"] <= 0.05 + 1e-12 for r in recs)
+        assert all(b["passes"] >= a["passes"] for a, b in zip(recs, recs[1:]))
+
+
+def test_path_refuses_nonzero_gt_loss_and_box():
+    ex = random_explicit(0)
+    ex.losses[3, 0] = 0.5
+    with pytest.raises(SSVMInputError, match="L_i\\(y_i\\) = 0.*block 3"):
+        check_zero_gt_loss(ex.dual(1.0))
+    from ssvm_torch.models import GraphCutModel
+    from ssvm_torch.segmentation import make_segmentation_synth
+    from ssvm_torch.solvers.box import BoxedDual
+    m = GraphCutModel(make_segmentation_synth(3, 1)[0])
+    with pytest.raises(SSVMInputError, match="box-constrained"):
+        regularization_path(BoxedDual(m.dual(1.0), m.pairwise_index, lower=0.0), 0.1)
+
+
+def test_regpath_pieces_and_roundtrip(tmp_path):
+    W = torch.tensor([[2.0, 0.0], [1.0, 1.0], [0.0, 3.0]], dtype=torch.float64)
+    p = RegPath(torch.tensor([8.0, 4.0, 1.0], dtype=torch.float64), W, torch.tensor([0.5, 0.4, 0.3], dtype=torch.float64),
+                eps=0.1, lam_end=0.5, records=[{"lam": 8.0}])
+    assert torch.equal(p.w(16.0), W[0] / 2) and p.ell(16.0) == 0.5          # first piece: lam_1 / lam W[0]
+    assert torch.equal(p.w(6.0), W[0]) and p.ell(6.0) == pytest.approx(0.5 * 6 / 8)
+    assert torch.equal(p.w(4.0), W[1]) and torch.equal(p.w(0.75), W[2])
+    p.save(tmp_path)
+    q = RegPath.load(tmp_path)
+    assert torch.equal(q.W, p.W) and q.lam_end == 0.5 and q.records == [{"lam": 8.0}]
+
+
+def test_ssvm_path_cli_files(tmp_path, capsys):
+    out = tmp_path / "p"
+    assert path_main(["--dataset", "ocr-small", "--eps", "0.3", "--lam-min", "0.05", "--out", str(out)]) == 0
+    assert "breakpoints" in capsys.readouterr().out
+    saved = torch.load(out / "path.pt")
+    assert {"lambdas", "W", "ells", "eps"} <= set(saved) and saved["W"].shape == (len(saved["lambdas"]), 4082)
+    assert saved["W"].dtype == torch.float64 and saved["eps"] == 0.3
+    recs = json.loads((out / "path.json").read_text())
+    assert len(recs) == len(saved["lambdas"])
+    assert all({"lam", "gap", "passes", "time_s", "test_error"} <= set(r) for r in recs)
+    # anyone can re-check the certificate from the files: w = W[j], ell = ells[j] lam / lam_j
+    train, _ = load_ocr("small")
+    model = ChainModel.for_data(train)
+    j = len(saved["lambdas"]) // 2
+    lam = float(saved["lambdas"][j]) * 0.97
+    dual = model.dual(train, lam)
+    w, ell = saved["W"][j], float(saved["ells"][j]) * lam / float(saved["lambdas"][j])
+    dual.set_point(w, ell)
+    gap = lam * float(w @ w) - ell + float(dual.gap_pass().H.sum()) / train.n
+    assert 0 <= gap <= 0.3 + 1e-9
+    assert path_main(["--eps", "0", "--out", str(out)]) == 2
+    assert path_main(["--dataset", "segmentation-synth", "--out", str(out)]) == 2
+    assert "box-constrained" in capsys.readouterr().err
