@@ -16,16 +16,11 @@ from pathlib import Path
 
 import torch
 
-from ssvm_torch.path import grid_lambdas, grid_search, regularization_path
+from ssvm_torch.path import cold_starts, grid_lambdas, grid_search, regularization_path
+from ssvm_torch.path_cli import path_task as task_for
 from ssvm_torch.solvers import SolverConfig
-from ssvm_torch.train import build_task
 
 RESULTS = Path(__file__).parent / "results"
-
-
-def task_for(name):
-    ns = argparse.Namespace(dataset=name, train_size=None, lam=1.0, unary_only=False, device="cpu")
-    return build_task(ns, torch.float64)
 
 
 def run(name, eps, lo, max_passes):
@@ -50,11 +45,7 @@ def run(name, eps, lo, max_passes):
     lams = [v for v in grid_lambdas(15, lo)]
     for warm in (True, False):
         task = task_for(name)
-
-        def make_dual(lam, _t=task):
-            _t["dual"].rescale(lam, 0.0)
-            return _t["dual"]
-        recs = grid_search(make_dual, eps, lams, warm=warm, config=cfg, evaluate=task["evaluate"],
+        recs = grid_search(cold_starts(task["dual"]), eps, lams, warm=warm, config=cfg, evaluate=task["evaluate"],
                            max_passes=max_passes)
         label = "grid_warm" if warm else "grid_cold"
         best = min(recs, key=lambda r: r["test_error"])

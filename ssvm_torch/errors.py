@@ -36,3 +36,15 @@ def check_finite(t: torch.Tensor, field: str) -> None:
 def check_choice(value: str, field: str, choices) -> str:
     check(value in choices, field, f"one of {sorted(choices)}", repr(value))
     return value
+
+
+def run_cli(prog: str, fn, args) -> int:
+    """Run a command's ``fn(args)``; bad input (SSVMInputError) prints ``prog: error: ...`` and
+    returns exit code 2 instead of a traceback."""
+    import sys
+    try:
+        fn(args)
+    except SSVMInputError as e:
+        print(f"{prog}: error: {e}", file=sys.stderr)
+        return 2
+    return 0

@@ -114,8 +114,8 @@ class _Clock:
         self.passes, self.time_s = 0.0, 0.0
 
 
-def _solve(dual, lam, target, cfg_base: SolverConfig, gaps, clock, heuristic, max_passes):
-    """Runs the engine at ``lam`` from the current dual to gap (or estimate, heuristic) <= target."""
+def _solve(dual, target, cfg_base: SolverConfig, gaps, clock, heuristic, max_passes):
+    """Runs the engine at the dual's lam from the current dual to gap (or estimate, heuristic) <= target."""
     cfg = SolverConfig(**{**asdict(cfg_base), "passes": max_passes, "gap_threshold": 0.0 if heuristic else target,
                           "estimate_threshold": target if heuristic else 0.0,
                           "gap_refresh": 0 if heuristic else cfg_base.gap_refresh,
@@ -154,16 +154,15 @@ def regularization_path(dual: BlockDual, eps: float, kappa: float = 0.9, heurist
     cfg = (config or SolverConfig(solver="bcfw", sampling="gap", gap_check=1)).validate()
     check(cfg.solver == "bcfw", "config.solver", "'bcfw' (the path warm-starts block-coordinate solvers)", cfg.solver)
     check_zero_gt_loss(dual)
-    try:
-        dual.rescale(dual.lam, 1.0)
-    except NotImplementedError as e:
-        raise SSVMInputError(f"dual: {e} (box-constrained models are not supported)") from None
     clock = _Clock()
     n = dual.n
 
     # -- Alg. 6: max-loss corners at w = 0, lam_inf ---------------------------------------------
     t0 = time.perf_counter()
-    dual.rescale(1.0, 0.0)                     # alpha_i = delta(y_i), lam = 1: w = 0
+    try:
+        dual.rescale(1.0, 0.0)                 # alpha_i = delta(y_i), lam = 1: w = 0
+    except NotImplementedError as e:
+        raise SSVMInputError(f"dual: {e} (box-constrained models are not supported)") from None
     gp = dual.gap_pass()                       # at w = 0 the oracle maximizes the loss alone
     w_s, ell_s = dual.corner_point(gp)
     dual.move_all(gp, w_s, ell_s, 1.0)         # alpha_i = delta(y~_i); at lam = 1, w = psi~
@@ -202,7 +201,7 @@ def regularization_path(dual: BlockDual, eps: float, kappa: float = 0.9, heurist
         dual.rescale(lam_new, rho)
         gaps = rho * torch.as_tensor(gaps).to(dual.w) + (1 - rho) * Hn          # eq. (12)
         clock.time_s += time.perf_counter() - t0
-        solver, last = _solve(dual, lam_new, kappa * eps, cfg, gaps, clock, heuristic, max_passes)
+        solver, last = _solve(dual, kappa * eps, cfg, gaps, clock, heuristic, max_passes)
         if heuristic:
             gaps = torch.as_tensor(solver.stale.copy()).to(dual.w)
             g = float(gaps.sum())
@@ -224,6 +223,15 @@ def regularization_path(dual: BlockDual, eps: float, kappa: float = 0.9, heurist
             progress(records[-1])
     return RegPath(torch.tensor(lambdas, dtype=torch.float64), torch.stack(Ws).to(torch.float64),
                    torch.tensor(ells, dtype=torch.float64), eps, max(lam_end, 0.0), kappa, heuristic, records)
+
+
+def cold_starts(dual: BlockDual) -> Callable[[float], BlockDual]:
+    """``make_dual`` for grid search that re-uses one dual: alpha_i = delta(y_i) at each lam (the
+    same point as a fresh dual, without rebuilding the structure)."""
+    def make_dual(lam: float) -> BlockDual:
+        dual.rescale(lam, 0.0)
+        return dual
+    return make_dual
 
 
 def grid_lambdas(hi: int = 15, lo: int = -15) -> list:
@@ -256,7 +264,7 @@ def grid_search(make_dual: Callable[[float], BlockDual], eps: float, lambdas=Non
             last, solver = {"gap": float(gaps.sum())}, None      # the warm start is already eps-optimal
             exact = GapPass(labels=exact.labels, loss=exact.loss, H=exact.H, block_gaps=gaps)
         else:
-            solver, last = _solve(dual, lam, eps, cfg, gaps, clock, False, max_passes)
+            solver, last = _solve(dual, eps, cfg, gaps, clock, False, max_passes)
             exact = solver.last_gap_pass
         rec = _record(dual, lam, last["gap"], clock, evaluate, warm=warm,
                       stop_reason=solver.state.stop_reason if solver else "warm_start")
@@ -276,4 +284,4 @@ def path_gap(dual: BlockDual, path: RegPath, lam: float) -> float:
     return lam * float(w @ w) - ell + float(H.sum()) / dual.n
 
 
-__all__ = ["RegPath", "regularization_path", "grid_search", "grid_lambdas", "path_gap", "check_zero_gt_loss"]
+__all__ = ["RegPath", "regularization_path", "grid_search", "grid_lambdas", "cold_starts", "path_gap", "check_zero_gt_loss"]

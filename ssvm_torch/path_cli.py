@@ -14,14 +14,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from pathlib import Path
 
 import torch
 
-from .errors import SSVMInputError, check
-from .path import grid_lambdas, grid_search, regularization_path
+from .errors import check, run_cli
+from .path import cold_starts, grid_lambdas, grid_search, regularization_path
 from .solvers import SolverConfig
 from .solvers.engine import STEPS
 from .solvers.samplers import SAMPLERS
@@ -51,16 +50,20 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def run(args) -> dict:
+def path_task(dataset: str, train_size=None, device="cpu") -> dict:
+    """The training task of ``ssvm-train --dataset`` (dual at lam = 1, evaluation) for a path."""
     from .train import build_task
+    ns = argparse.Namespace(dataset=dataset, train_size=train_size, lam=1.0, unary_only=False, device=device)
+    return build_task(ns, torch.float64)
+
+
+def run(args) -> dict:
     check(args.threads >= 1, "threads", "an int >= 1", args.threads)
     torch.set_num_threads(args.threads)
     kappa = args.kappa if args.kappa is not None else (0.7 if args.heuristic else 0.9)
     cfg = SolverConfig(solver="bcfw", sampling=args.sampling, step=args.step, cache=args.cache,
                        gap_check=args.gap_check, seed=args.seed)
-    ns = argparse.Namespace(dataset=args.dataset, train_size=args.train_size, lam=1.0, unary_only=False,
-                            device=args.device)
-    task = build_task(ns, torch.float64)
+    task = path_task(args.dataset, args.train_size, args.device)
     out = Path(args.out)
 
     def show(rec):
@@ -84,11 +87,7 @@ def run(args) -> dict:
         lams = [v for v in grid_lambdas() if v >= args.lam_min]
         for warm in (True, False):
             name = "warm" if warm else "cold"
-
-            def make_dual(lam, _t=task):
-                _t["dual"].rescale(lam, 0.0)         # alpha_i = delta(y_i): a cold start at lam
-                return _t["dual"]
-            recs = grid_search(make_dual, args.eps, lams, warm=warm, config=cfg, evaluate=task["evaluate"],
+            recs = grid_search(cold_starts(task["dual"]), args.eps, lams, warm=warm, config=cfg, evaluate=task["evaluate"],
                                max_passes=args.max_passes, progress=show)
             (out / f"grid_{name}.json").write_text(json.dumps(recs, indent=1))
             summary[f"grid_{name}"] = {"passes": recs[-1]["passes"], "time_s": recs[-1]["time_s"]}
@@ -101,15 +100,7 @@ def run(args) -> dict:
 
 
 def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
-    try:
-        if not (args.eps > 0 and math.isfinite(args.eps)):
-            raise SSVMInputError(f"eps: expected a finite number > 0, got {args.eps}")
-        run(args)
-    except SSVMInputError as e:
-        print(f"ssvm-path: error: {e}", file=sys.stderr)
-        return 2
-    return 0
+    return run_cli("ssvm-path", run, build_parser().parse_args(argv))
 
 
 if __name__ == "__main__":

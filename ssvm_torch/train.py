@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 
 from .datasets import DATASETS, load_dataset
-from .errors import SSVMInputError, check, check_positive
+from .errors import SSVMInputError, check, check_positive, run_cli
 from .models import ChainModel
 from .solvers import Solver, SolverConfig
 from .solvers.engine import SOLVERS, STEPS
@@ -224,13 +224,7 @@ def run(args) -> dict:
 
 
 def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
-    try:
-        run(args)
-    except SSVMInputError as e:
-        print(f"ssvm-train: error: {e}", file=sys.stderr)
-        return 2
-    return 0
+    return run_cli("ssvm-train", run, build_parser().parse_args(argv))
 
 
 if __name__ == "__main__":

@@ -80,12 +80,10 @@ class GraphCutModel:
         self.edge_off = np.concatenate([[0], np.cumsum(esizes)])
         X = np.concatenate([np.hstack([ex.X, np.ones((ex.X.shape[0], 1))]) for ex in graphs])
         y = np.concatenate([ex.y for ex in graphs]).astype(np.int64)
-        # edges in global node numbering
-        edges = np.concatenate([ex.edges + off for ex, off in zip(graphs, self.node_off[:-1])]).astype(np.int64)
         ef = np.concatenate([ex.edge_features for ex in graphs])
         self.X = torch.as_tensor(X, dtype=dtype, device=self.device)
         self.y = torch.as_tensor(y, device=self.device)
-        self.edges_np, self.edges = edges, torch.as_tensor(edges, device=self.device)
+        # edge endpoints numbered within their example
         self.edges_local = torch.as_tensor(np.concatenate([ex.edges for ex in graphs]).astype(np.int64), device=self.device)
         self.Fe = torch.as_tensor(ef, dtype=dtype, device=self.device)
         # class-balanced per-node loss weight c_{y*_v}
@@ -111,30 +109,27 @@ class GraphCutModel:
         return torch.arange(self.d_unary, self.d)
 
     # -- ragged helpers --------------------------------------------------------------------------
-    def _nodes(self, idx):
-        """Global node ids of the examples ``idx`` (in batch order), their batch row and local position."""
+    def _ranges(self, off: np.ndarray, idx):
+        """Expand the ranges off[i]:off[i+1] of the examples ``idx`` (in batch order): global ids,
+        batch row and position within the example."""
         idx = torch.as_tensor(idx).reshape(-1).cpu().numpy()
-        if len(idx) == 1:                        # the block step's case: one contiguous range
-            lo, hi = int(self.node_off[idx[0]]), int(self.node_off[idx[0] + 1])
-            local = torch.arange(hi - lo, device=self.device)
-            return local + lo, torch.zeros_like(local), local
-        lo, hi = self.node_off[idx], self.node_off[idx + 1]
-        rows = np.repeat(np.arange(len(idx)), hi - lo)
-        local = np.arange(rows.shape[0]) - np.repeat(np.cumsum(np.concatenate([[0], hi - lo]))[:-1], hi - lo)
-        nodes = np.repeat(lo, hi - lo) + local
         dev = self.device
-        return torch.as_tensor(nodes, device=dev), torch.as_tensor(rows, device=dev), torch.as_tensor(local, device=dev)
+        if len(idx) == 1:                        # the block step's case: one contiguous range
+            lo, hi = int(off[idx[0]]), int(off[idx[0] + 1])
+            local = torch.arange(hi - lo, device=dev)
+            return local + lo, torch.zeros_like(local), local
+        lo, hi = off[idx], off[idx + 1]
+        rows = np.repeat(np.arange(len(idx)), hi - lo)
+        local = np.arange(rows.shape[0]) - np.repeat(np.cumsum(hi - lo) - (hi - lo), hi - lo)
+        ids = np.repeat(lo, hi - lo) + local
+        return torch.as_tensor(ids, device=dev), torch.as_tensor(rows, device=dev), torch.as_tensor(local, device=dev)
+
+    def _nodes(self, idx):
+        return self._ranges(self.node_off, idx)
 
     def _edges(self, idx):
-        idx = torch.as_tensor(idx).reshape(-1).cpu().numpy()
-        if len(idx) == 1:
-            lo, hi = int(self.edge_off[idx[0]]), int(self.edge_off[idx[0] + 1])
-            eids = torch.arange(lo, hi, device=self.device)
-            return eids, torch.zeros_like(eids)
-        lo, hi = self.edge_off[idx], self.edge_off[idx + 1]
-        rows = np.repeat(np.arange(len(idx)), hi - lo)
-        eids = np.repeat(lo, hi - lo) + np.arange(rows.shape[0]) - np.repeat(np.cumsum(np.concatenate([[0], hi - lo]))[:-1], hi - lo)
-        return torch.as_tensor(eids, device=self.device), torch.as_tensor(rows, device=self.device)
+        eids, rows, _ = self._ranges(self.edge_off, idx)
+        return eids, rows
 
     def _flat_labels(self, idx, labels):
         """Labels of every node of ``idx`` (global order of ``_nodes``) from a (B, >= N_i) batch."""
@@ -216,13 +211,14 @@ class GraphCutModel:
         # source capacity, cost of y_v = 0 on the sink capacity (shifted to be >= 0).
         g.add_grid_tedges(ids, np.maximum(-gain, 0.0), np.maximum(gain, 0.0))
         if self.pairwise:
-            eids, _ = self._edges(idx)
+            eids, erows = self._edges(idx)
             if len(eids):
                 theta = ((self.Fe[eids] @ wp) * self.inv_size[self.edge_graph[eids]]).cpu().numpy()
-                pos = np.empty(self.X.shape[0], dtype=np.int64)
-                pos[nodes.cpu().numpy()] = np.arange(len(gain))
-                e = self.edges_np[eids.cpu().numpy()]
-                g.add_edges(pos[e[:, 0]], pos[e[:, 1]], theta, theta)
+                # the cut graph numbers the batch's nodes example after example
+                sizes = self.sizes[idx.to(self.sizes.device)]
+                row_start = (torch.cumsum(sizes, 0) - sizes).to(self.device)
+                e = (self.edges_local[eids] + row_start[erows][:, None]).cpu().numpy()
+                g.add_edges(e[:, 0], e[:, 1], theta, theta)
         g.maxflow()
         seg = torch.as_tensor(g.get_grid_segments(ids).astype(np.int64), device=self.device)
         M = int(self.sizes[idx.to(self.sizes.device)].max())
