@@ -119,6 +119,9 @@ class SolverState:
     drop_steps: int = 0
     last_gap: float = math.inf    # last exact global gap (the cache's nu-criterion)
     cache_limit: int = 0          # grows by 20% when every cached corner is active
+    gamma_sum: float = 0.0        # step sizes since the last gap check (monitoring)
+    gamma_n: int = 0
+    gamma_full: int = 0           # FW steps with gamma = 1 (the block jumps to its corner)
 
 
 class Solver:
@@ -135,6 +138,7 @@ class Solver:
         self.stale = np.full(dual.n, np.inf)      # last computed gap of every block (the gap estimate)
         self.state = SolverState(cache_limit=config.max_cache)
         self.sets = None
+        self._stopping = ""                       # stop reason met inside the current interval
         if config.uses_sets:
             self.sets = [BlockSet(dual.gt_labeling(i), dual.key(dual.gt_labeling(i)), 0.0) for i in range(dual.n)]
         if config.averaging and isinstance(dual, BoxedDual):
@@ -169,6 +173,10 @@ class Solver:
         else:
             rec.update(dual=d.dual(), gap=float(gp.block_gaps.sum()))
         rec["gap_estimate"] = est
+        if self.cfg.solver != "ssg":   # step sizes since the previous record (SSG's are 1/(k+1))
+            rec.update(step_size_mean=st.gamma_sum / st.gamma_n if st.gamma_n else None,
+                       full_step_rate=st.gamma_full / st.gamma_n if st.gamma_n else None)
+            st.gamma_sum, st.gamma_n, st.gamma_full = 0.0, 0, 0
         if self.sets is not None:
             rec.update(cache_hits=st.cache_hits,
                        cache_hit_rate=st.cache_hits / max(st.cache_hits + st.step_oracle_calls, 1),
@@ -240,19 +248,86 @@ class Solver:
 
     # -- main loops -----------------------------------------------------------------------------
     def run(self) -> list:
+        """Run to a stopping criterion; returns the history (one record per exact gap check)."""
         st = self.state
-        if not st.history and self.monitor_start:   # monitoring record of the starting point (not counted)
-            gp = self.dual.gap_pass()
-            self._log(self._record(gp))
+        self.start()
         if self.cfg.solver == "fw":
             while not st.done:
                 self._run_fw()
             return st.history
-        step = {"bcfw": self._step_sets if self.sets is not None else self._step_bcfw,
-                "ssg": self._step_ssg}[self.cfg.solver]
         while not st.done:
-            self._run_blocks(step)
+            for size in self.chunk_sizes():
+                draws = (self.sampler.next() for _ in range(size))     # lazy: each draw sees the last update
+                if self.run_chunk(draws):
+                    break
+            self.end_interval()
         return st.history
+
+    # The pieces of ``run`` for drivers that own the loop (the Lightning module): ``start`` once, then
+    # per interval ``run_chunk`` for each of ``chunk_sizes()`` and ``end_interval``.
+    def start(self) -> None:
+        """Record the starting point (an uncounted gap pass) unless resuming or ``monitor_start=False``."""
+        if not self.state.history and self.monitor_start:
+            gp = self.dual.gap_pass()
+            self._log(self._record(gp))
+
+    def chunk_sizes(self, chunk: int | None = None) -> list[int]:
+        """Block steps between two exact gap checks (``gap_check`` passes), split in chunks of
+        ``chunk`` (default n): the unit of timing, drift recomputation and stop checks."""
+        chunk = self.dual.n if chunk is None else chunk
+        check(isinstance(chunk, int) and chunk >= 1, "chunk", "an int >= 1", chunk)
+        total = max(1, round(self.cfg.gap_check * self.dual.n))
+        return [chunk] * (total // chunk) + ([total % chunk] if total % chunk else [])
+
+    @property
+    def step_fn(self) -> Callable[[int], None]:
+        return {"bcfw": self._step_sets if self.sets is not None else self._step_bcfw,
+                "ssg": self._step_ssg}[self.cfg.solver]
+
+    def run_chunk(self, indices) -> str:
+        """Block steps on the blocks of ``indices`` (an iterable, pulled one at a time so a lazy
+        sampler sees every update before its next draw) until the pass budget; then the exact
+        recomputation of w if due. Returns the stop reason ("" to go on); once a chunk returned
+        one, later chunks of the same interval do nothing."""
+        d, st = self.dual, self.state
+        if self._stopping:
+            return self._stopping
+        step = self.step_fn
+        max_calls = math.ceil(self.cfg.passes * d.n)
+        averaging, lazy = self.cfg.averaging, self.lazy_avg
+        t0 = time.perf_counter()
+        calls0 = st.oracle_calls
+        it = iter(indices)
+        while st.oracle_calls < max_calls:
+            i = next(it, None)
+            if i is None:
+                break
+            if lazy:
+                d.shadow_coef = st.steps * (st.steps + 1) / 2.0      # T(j-1) for step j = steps + 1
+            step(i)
+            st.steps += 1
+            if averaging:
+                self._average()
+        st.passes_since_recompute += (st.oracle_calls - calls0) / d.n
+        if self.cfg.solver == "bcfw" and st.passes_since_recompute >= self.cfg.recompute_every:
+            w_before = d.w.clone() if lazy else None
+            d.recompute()
+            if lazy:        # the drift correction belongs to the last step's change
+                self.avg_R.add_(d.w - w_before, alpha=max(st.steps - 1, 0) * st.steps / 2.0)
+            st.passes_since_recompute = 0.0
+        st.time_s += time.perf_counter() - t0
+        self._stopping = self._should_stop(None)
+        return self._stopping
+
+    def end_interval(self) -> dict:
+        """The exact gap check closing an interval of block steps; sets ``state.done`` when a
+        stopping criterion holds. Returns the new history record."""
+        st = self.state
+        rec = self._check()
+        st.stop_reason = self._should_stop(rec)
+        st.done = bool(st.stop_reason)
+        self._stopping = ""
+        return rec
 
     def _average(self):
         """After step K (state.steps == K): rho = 2/(K+1), i.e. 2/(k+2) with k = K-1 in the paper."""
@@ -261,54 +336,20 @@ class Solver:
             self._w_avg.lerp_(self.dual.w, rho)
         self.ell_avg += rho * (self.dual.ell - self.ell_avg)
 
-    def _run_blocks(self, step):
-        """``gap_check`` passes of n block steps ``step(i)`` each (``gap_check`` * n steps), then an
-        exact gap check. As in the
-        reference code, a pass is n sampled steps; effective passes count oracle calls only, so
-        with caching a pass of steps can cost less than one effective pass."""
-        d, st = self.dual, self.state
-        sampler = self.sampler
-        max_calls = math.ceil(self.cfg.passes * d.n)
-        reason = ""
-        steps_left = max(1, round(self.cfg.gap_check * d.n))
-        while steps_left > 0:
-            chunk = min(d.n, steps_left)
-            steps_left -= chunk
-            t0 = time.perf_counter()
-            calls0 = st.oracle_calls
-            averaging = self.cfg.averaging
-            for _ in range(chunk):
-                if st.oracle_calls >= max_calls:
-                    break
-                if self.lazy_avg:
-                    d.shadow_coef = st.steps * (st.steps + 1) / 2.0      # T(j-1) for step j = steps + 1
-                step(sampler.next())
-                st.steps += 1
-                if averaging:
-                    self._average()
-            st.passes_since_recompute += (st.oracle_calls - calls0) / d.n
-            if self.cfg.solver == "bcfw" and st.passes_since_recompute >= self.cfg.recompute_every:
-                w_before = d.w.clone() if self.lazy_avg else None
-                d.recompute()
-                if self.lazy_avg:        # the drift correction belongs to the last step's change
-                    self.avg_R.add_(d.w - w_before, alpha=max(st.steps - 1, 0) * st.steps / 2.0)
-                st.passes_since_recompute = 0.0
-            st.time_s += time.perf_counter() - t0
-            reason = self._should_stop(None)
-            if reason:
-                break
-        rec = self._check()
-        st.stop_reason = self._should_stop(rec)
-        st.done = bool(st.stop_reason)
-
     def _step_bcfw(self, i: int) -> None:
         """Plain BCFW step (Alg. 1 of Osokin et al. 2016): oracle, exact line search, update."""
         d = self.dual
         c = d.fw_corner(i)
         g = c.gap
+        st = self.state
         if c.sqnorm > 0.0 and g > 0.0:
             gamma = g / (d.lam * c.sqnorm)
-            d.fw_move(i, c, 1.0 if gamma > 1.0 else gamma)
+            if gamma >= 1.0:
+                gamma = 1.0
+                st.gamma_full += 1
+            d.fw_move(i, c, gamma)
+            st.gamma_sum += gamma
+        st.gamma_n += 1
         self.sampler.update(i, g)
         self.stale[i] = g
         self.state.oracle_calls += 1
@@ -381,10 +422,13 @@ class Solver:
                     cands = [(imp, "away", gam)] if g_away > g_fw else cands
                 else:
                     cands.append((imp, "away", gam))
+        st.gamma_n += 1
         if cands:
             imp, kind, gam = max(cands, key=lambda c: c[0])     # ties: first listed (FW) wins
             if gam > 0.0 and imp > 0.0:
                 self._apply(i, bs, kind, gam, corner, fw, a if need_away else None)
+                st.gamma_sum += gam
+                st.gamma_full += kind == "fw" and gam >= 1.0
         self._trim(bs, fw)
 
     def _apply(self, i, bs, kind, gam, corner, fw, a):
@@ -451,6 +495,7 @@ class Solver:
             sq = lam * float(diff @ diff)
             gamma = min(max(gap / sq, 0.0), 1.0) if sq > 0 else 0.0
             st.time_s += time.perf_counter() - t0
+            st.gamma_sum, st.gamma_n, st.gamma_full = st.gamma_sum + gamma, st.gamma_n + 1, st.gamma_full + (gamma >= 1.0)
             last = it == iterations - 1
             stop = self._should_stop({"gap": float(gp.block_gaps.sum())})
             if last or stop:               # record the exact gap of this pass (at the pre-step w)

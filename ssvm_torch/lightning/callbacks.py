@@ -1,0 +1,37 @@
+"""Callbacks of the Lightning loop."""
+from __future__ import annotations
+
+import lightning as L
+
+
+class GapCheck(L.Callback):
+    """End of every epoch (an interval of ``gap_check`` passes): the exact gap pass, which refreshes
+    all block gaps of the gap sampler (Alg. 2 of Osokin et al. 2016) and evaluates the train/test
+    error with the batched oracle; logs the new record(s); stops the trainer when the gap is
+    <= ``gap_threshold`` or the pass / time budget is spent. At the end of fit, writes
+    ``history.json`` and ``model.pt``. Runs before ``ModelCheckpoint`` (Lightning orders checkpoint
+    callbacks last), so every epoch-end checkpoint holds the checked state."""
+
+    def on_train_epoch_end(self, trainer: L.Trainer, module) -> None:
+        solver = module.solver
+        if solver.cfg.solver != "fw" and not solver.state.done:
+            solver.end_interval()
+        module.log_records()
+        last = solver.state.history[-1]
+        bar = {"passes": float(last["passes"]), "test_error": float(last["test_error"])}
+        if last.get("gap") is not None:
+            bar["gap"] = float(last["gap"])
+        module.log_dict(bar, prog_bar=True, logger=False, on_epoch=True)
+        if solver.state.done:
+            trainer.should_stop = True
+
+    def on_train_end(self, trainer: L.Trainer, module) -> None:
+        if not trainer.is_global_zero:
+            return
+        out = module.write_outputs()
+        last, st = module.history[-1], module.solver.state
+        gap = "n/a (SSG keeps no dual)" if last.get("gap") is None else f"{last['gap']:.6e}"
+        print(f"stopped: {st.stop_reason or 'trainer limit'} after {last['passes']:.1f} effective passes, "
+              f"{last['time_s']:.2f} s solver time\nexact duality gap: {gap}\n"
+              f"test error: {last['test_error']:.4f} ({module.task['error_name']})\n"
+              f"wrote {out / 'history.json'} and {out / 'model.pt'}", flush=True)

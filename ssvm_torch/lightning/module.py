@@ -1,0 +1,203 @@
+"""``SSVMModule``: the solver engine as a Lightning optimizer loop (manual optimization).
+
+Nothing here re-implements a solver. The module builds the task with ``ssvm_torch.train.build_task``
+(the same datasets, models and duals as ``ssvm-train``) and a :class:`~ssvm_torch.solvers.Solver`,
+then lets Lightning own the loop:
+
+* an epoch = one interval between exact gap checks (``gap_check`` passes of block steps);
+* a training step = one chunk of ``blocks_per_step`` block steps (default n), run by the
+  :class:`BlockFrankWolfe` optimizer's ``step`` so that Lightning counts optimizer steps
+  (global step = chunks);
+* the :class:`~ssvm_torch.lightning.callbacks.GapCheck` callback closes every epoch with the exact
+  gap pass (refreshing all block gaps of the gap sampler), the test error, logging and stopping
+  on gap <= ``gap_threshold`` / the pass or time budget;
+* checkpoints carry the full solver state (w, ell, blocks, gap estimates, counters, sampler RNG,
+  active sets and caches), so ``trainer.fit(module, ckpt_path=...)`` resumes exactly.
+
+For a fixed seed the history equals ``Solver.run()``'s (and ``ssvm-train``'s) record for record,
+apart from timings, as long as ``blocks_per_step`` is n (other chunk sizes move the exact w
+recomputation, done at chunk ends, by less than a chunk).
+
+TensorBoard (any Lightning logger gets the scalars): ``ssvm/<field>`` for every numeric history
+field (gap, gap_estimate, primal, dual, train/test error, oracle_calls, passes, step_size_mean,
+full_step_rate, cache_hit_rate, ...) at step = oracle calls, histograms ``ssvm/block_gaps`` and
+``ssvm/sampling_prob``, and the run's hyper-parameters.
+"""
+from __future__ import annotations
+
+import json
+import math
+import warnings
+from pathlib import Path
+from types import SimpleNamespace
+
+import lightning as L
+import numpy as np
+import torch
+from lightning.pytorch.plugins.io import TorchCheckpointIO
+
+from ..errors import SSVMInputError, check, check_choice
+from ..solvers import Solver, SolverConfig
+from ..solvers.portable import pack, unpack
+from ..solvers.samplers import GapSampler
+from .checkpoint_io import AtomicCheckpointIO
+from .data import LiveChunk, block_loader
+
+# the loader must stay in-process (its draws read the solver's live block gaps)
+warnings.filterwarnings("ignore", ".*does not have many workers.*")
+warnings.filterwarnings("ignore", ".*`IterableDataset` has `__len__` defined.*")
+warnings.filterwarnings("ignore", ".*returned `None`, this fit will run with no optimizer.*")
+
+CHECKPOINT_KEY = "ssvm_solver"
+
+
+class BlockFrankWolfe(torch.optim.Optimizer):
+    """torch.optim face of the engine: ``step(closure)`` runs the block steps of the chunk the
+    closure returns (BCFW / SSG), or ``gap_check`` batch FW iterations. The parameter is w."""
+
+    def __init__(self, solver: Solver):
+        self.solver = solver
+        super().__init__([solver.dual.w], {})
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        chunk = closure() if closure is not None else None
+        if self.solver.cfg.solver == "fw":
+            if not self.solver.state.done:
+                self.solver._run_fw()
+            return None
+        check(isinstance(chunk, LiveChunk), "chunk", "a LiveChunk from the closure", type(chunk).__name__)
+        return self.solver.run_chunk(chunk)
+
+
+class SSVMModule(L.LightningModule):
+    """Train an SSVM with FW / BCFW (uniform, perm, gap sampling; fw/pairwise/away/best steps;
+    caching) / SSG under a Lightning ``Trainer``. Arguments are ``ssvm-train``'s flags.
+
+    Args:
+        dataset: ocr-small, ocr-large, conll2000, scene, ocr-letters or segmentation-synth.
+        lam: regularization lambda of objective (1); default 1/n.
+        blocks_per_step: block steps per Lightning training step (default n, one pass).
+        out: directory for ``history.json`` and ``model.pt`` (default: the logger's log_dir,
+            else the trainer's default_root_dir).
+        histograms: log block-gap and sampling-probability histograms at every gap check.
+    """
+
+    def __init__(self, dataset: str = "ocr-small", lam: float | None = None, train_size: int | None = None,
+                 unary_only: bool = False, solver: str = "bcfw", sampling: str = "gap", step: str = "fw",
+                 cache: bool = False, cache_F: float = 0.25, cache_nu: float = 0.01, max_cache: int = 50,
+                 gap_check: float = 10, gap_refresh: int = 1, passes: float = 50, gap_threshold: float = 0.0,
+                 time_budget: float | None = None, seed: int = 0, averaging: bool = False,
+                 recompute_every: int = 10, blocks_per_step: int | None = None, dtype: str = "float64",
+                 threads: int | None = 1, histograms: bool = True, out: str | None = None):
+        super().__init__()
+        self.save_hyperparameters()
+        self.automatic_optimization = False
+        check_choice(dtype, "dtype", ("float64", "float32"))
+        if blocks_per_step is not None:
+            check(isinstance(blocks_per_step, int) and blocks_per_step >= 1, "blocks_per_step", "an int >= 1",
+                  blocks_per_step)
+        if threads is not None:
+            check(isinstance(threads, int) and threads >= 1, "threads", "an int >= 1", threads)
+        self.config = SolverConfig(
+            solver=solver, sampling=sampling, gap_check=gap_check, passes=passes, gap_threshold=gap_threshold,
+            time_budget=math.inf if time_budget is None else time_budget, seed=seed, averaging=averaging,
+            recompute_every=recompute_every, step=step, cache=cache, gap_refresh=gap_refresh, cache_F=cache_F,
+            cache_nu=cache_nu, max_cache=max_cache).validate()
+        self.solver: Solver | None = None
+        self.task: dict | None = None
+        self.logged = 0              # history records already sent to the loggers
+
+    # -- set-up ---------------------------------------------------------------------------------
+    def setup(self, stage: str) -> None:
+        if self.solver is not None:
+            return
+        strategy = self.trainer.strategy
+        if type(strategy.checkpoint_io) is TorchCheckpointIO:
+            strategy.checkpoint_io = AtomicCheckpointIO()
+        if self.hparams.threads is not None:
+            torch.set_num_threads(self.hparams.threads)
+        from ..train import build_task
+        hp = self.hparams
+        args = SimpleNamespace(dataset=hp.dataset, train_size=hp.train_size, unary_only=hp.unary_only, lam=hp.lam,
+                               device=strategy.root_device)
+        self.task = build_task(args, getattr(torch, hp.dtype))
+        self.solver = Solver(self.task["dual"], self.config, evaluate=self.task["evaluate"])
+
+    def configure_optimizers(self):
+        return BlockFrankWolfe(self.solver)
+
+    def configure_callbacks(self):
+        from .callbacks import GapCheck
+        return [GapCheck()]
+
+    def train_dataloader(self):
+        return block_loader(self.solver, self.hparams.blocks_per_step)
+
+    # -- the loop -------------------------------------------------------------------------------
+    def on_train_start(self) -> None:
+        self.solver.start()
+        self.log_records()
+
+    def training_step(self, chunk, batch_idx):
+        self.optimizers().step(closure=lambda: chunk)
+
+    @property
+    def history(self) -> list:
+        return self.solver.state.history
+
+    # -- logging --------------------------------------------------------------------------------
+    def log_records(self) -> None:
+        """Send the history records not yet logged to every logger (step = oracle calls)."""
+        for rec in self.history[self.logged:]:
+            step = int(rec["oracle_calls"])
+            scalars = {f"ssvm/{k}": float(v) for k, v in rec.items()
+                       if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)}
+            for logger in self.loggers:
+                logger.log_metrics(scalars, step=step)
+        if self.history[self.logged:] and self.hparams.histograms:
+            self._log_histograms(int(self.history[-1]["oracle_calls"]))
+        self.logged = len(self.history)
+        for logger in self.loggers:
+            logger.save()
+
+    def _log_histograms(self, step: int) -> None:
+        from lightning.pytorch.loggers import TensorBoardLogger
+        gaps = self.solver.stale
+        sampler = self.solver.sampler
+        probs = sampler.probabilities() if isinstance(sampler, GapSampler) else np.full(len(gaps), 1.0 / len(gaps))
+        for logger in self.loggers:
+            if isinstance(logger, TensorBoardLogger):
+                if np.isfinite(gaps).all():
+                    logger.experiment.add_histogram("ssvm/block_gaps", gaps, step)
+                logger.experiment.add_histogram("ssvm/sampling_prob", probs, step)
+
+    # -- checkpoints ----------------------------------------------------------------------------
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        checkpoint[CHECKPOINT_KEY] = {"solver": pack(self.solver.state_dict()), "logged": self.logged}
+
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        if CHECKPOINT_KEY not in checkpoint:
+            raise SSVMInputError(f"checkpoint: expected an SSVMModule checkpoint with key {CHECKPOINT_KEY!r}, "
+                                 f"got keys {sorted(checkpoint)}")
+        self.solver.load_state_dict(unpack(checkpoint[CHECKPOINT_KEY]["solver"]))
+        self.logged = checkpoint[CHECKPOINT_KEY]["logged"]
+
+    # -- outputs --------------------------------------------------------------------------------
+    def output_dir(self) -> Path:
+        if self.hparams.out is not None:
+            return Path(self.hparams.out)
+        logger = self.trainer.logger
+        return Path(logger.log_dir if logger is not None and getattr(logger, "log_dir", None)
+                    else self.trainer.default_root_dir)
+
+    def write_outputs(self) -> Path:
+        """history.json and model.pt, in the formats of ``ssvm-train``."""
+        out = self.output_dir()
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "history.json").write_text(json.dumps(self.history, indent=1))
+        dual = self.solver.dual
+        torch.save({"w": dual.w.detach().to("cpu", torch.float64), "ell": dual.ell, "lam": self.task["lam"],
+                    "dataset": self.hparams.dataset, "feature_layout": self.task["feature_layout"]},
+                   out / "model.pt")
+        return out

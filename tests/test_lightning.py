@@ -1,0 +1,186 @@
+"""The Lightning loop: same trajectory as the plain engine, exact resume (also after SIGKILL),
+atomic checkpoints, TensorBoard event files, LightningCLI recipes, clear errors."""
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import lightning as L
+import numpy as np
+import pytest
+import torch
+from lightning.pytorch.callbacks import ModelCheckpoint
+
+from ssvm_torch.errors import SSVMInputError
+from ssvm_torch.lightning import AtomicCheckpointIO, BlockChunks, SSVMModule
+from ssvm_torch.solvers import Solver, SolverConfig
+from ssvm_torch.train import build_task
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def strip(history):
+    return [{k: v for k, v in r.items() if k != "time_s"} for r in history]
+
+
+def trainer(tmp_path, **kw):
+    kw.setdefault("max_epochs", -1)
+    return L.Trainer(default_root_dir=tmp_path, enable_progress_bar=False, enable_model_summary=False,
+                     log_every_n_steps=1, callbacks=[ModelCheckpoint(save_top_k=0, save_last=True)], **kw)
+
+
+def plain_history(dataset="ocr-small", lam=0.01, **cfg):
+    task = build_task(SimpleNamespace(dataset=dataset, train_size=None, unary_only=False, lam=lam, device="cpu"),
+                      torch.float64)
+    solver = Solver(task["dual"], SolverConfig(**cfg), evaluate=task["evaluate"])
+    return solver.run(), task["dual"].w
+
+
+@pytest.mark.parametrize("cfg", [dict(sampling="gap"), dict(sampling="perm", step="best", cache=True),
+                                 dict(solver="fw", gap_check=2)], ids=["gap", "perm-best-cache", "fw"])
+def test_same_trajectory_as_plain_engine(tmp_path, cfg):
+    cfg = {"passes": 6, "gap_check": 2, "seed": 3, **cfg}
+    module = SSVMModule(dataset="ocr-small", lam=0.01, **cfg)
+    trainer(tmp_path).fit(module)
+    hist, w = plain_history(**cfg)
+    assert len(hist) >= 3 and strip(module.history) == strip(hist)
+    assert torch.equal(module.solver.dual.w, w)
+    written = json.loads((Path(module.output_dir()) / "history.json").read_text())
+    assert strip(written) == strip(hist)
+    model = torch.load(Path(module.output_dir()) / "model.pt")
+    assert torch.equal(model["w"], w) and model["dataset"] == "ocr-small"
+
+
+def test_chunks_smaller_than_a_pass_draw_the_same_blocks(tmp_path):
+    """blocks_per_step < n: more training steps, the same draws (recompute_every is never hit)."""
+    module = SSVMModule(dataset="ocr-small", lam=0.01, passes=4, gap_check=2, seed=1, blocks_per_step=100)
+    trainer(tmp_path).fit(module)
+    assert len(BlockChunks(module.solver, 100)) == 13            # 2 passes of 626 blocks in chunks of 100
+    hist, _ = plain_history(passes=4, gap_check=2, seed=1)
+    ours = strip(module.history)
+    assert [r["gap"] for r in ours] == pytest.approx([r["gap"] for r in hist], rel=1e-12)
+    assert module.trainer.global_step == 2 * 13
+
+
+def test_resume_reproduces_the_uninterrupted_run(tmp_path):
+    cfg = dict(dataset="ocr-small", lam=0.01, passes=9, gap_check=2, seed=5, step="pairwise", cache=True)
+    full = SSVMModule(**cfg)
+    trainer(tmp_path / "full").fit(full)
+    first = SSVMModule(**cfg)
+    trainer(tmp_path / "cut", max_epochs=2).fit(first)            # stopped by the trainer after 2 epochs
+    ckpt = tmp_path / "cut" / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt"
+    assert ckpt.is_file() and len(first.history) == 3            # start + 2 gap checks
+    assert "ssvm_solver" in torch.load(ckpt, weights_only=True)  # what LightningCLI reads before resuming
+    resumed = SSVMModule(**cfg)
+    trainer(tmp_path / "cut").fit(resumed, ckpt_path=ckpt)
+    assert strip(resumed.history) == strip(full.history)
+    assert torch.equal(resumed.solver.dual.w, full.solver.dual.w)
+    for x, y in zip(resumed.solver.sets, full.solver.sets):      # active sets and caches too
+        assert x.alpha == y.alpha and all(np.array_equal(a, b) for a, b in zip(x.labels, y.labels))
+
+
+def test_killed_run_resumes_exactly(tmp_path):
+    """SIGKILL a CLI run at a random moment after its first checkpoint: last.ckpt is whole, and
+    resuming from it gives the history of an uninterrupted run."""
+    root = tmp_path / "killed"
+    cmd = [sys.executable, "-m", "ssvm_torch.lightning", "fit", "--config", str(ROOT / "recipes" / "ocr_small.yaml"),
+           "--model.passes", "200", "--model.gap_check", "1", "--model.gap_threshold", "0", "--model.seed", "2",
+           "--trainer.default_root_dir", str(root), "--trainer.enable_progress_bar", "false"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT)
+    ckpt = root / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt"
+    deadline = time.time() + 120
+    while not ckpt.exists() and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.05)
+    time.sleep(float(np.random.default_rng().uniform(0.0, 0.3)))
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert ckpt.exists(), "the run never wrote a checkpoint"
+    state = torch.load(ckpt, weights_only=True)             # whole, not truncated
+    done = state["ssvm_solver"]["solver"]["state"]["history"][-1]["passes"]
+    target = done + 4
+    resumed = SSVMModule(dataset="ocr-small", lam=0.01, passes=target, gap_check=1, seed=2, gap_threshold=0.0)
+    trainer(root).fit(resumed, ckpt_path=ckpt)
+    hist, _ = plain_history(passes=target, gap_check=1, seed=2)
+    assert strip(resumed.history) == strip(hist)
+
+
+def test_interrupted_save_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
+    io = AtomicCheckpointIO()
+    path = tmp_path / "last.ckpt"
+    io.save_checkpoint({"x": torch.arange(3)}, path)
+
+    def dying_save(obj, f, *a, **k):
+        f.write(b"partial bytes")
+        raise KeyboardInterrupt                               # killed in the middle of the write
+    monkeypatch.setattr(torch, "save", dying_save)
+    with pytest.raises(KeyboardInterrupt):
+        io.save_checkpoint({"x": torch.arange(5)}, path)
+    monkeypatch.undo()
+    assert torch.equal(io.load_checkpoint(path)["x"], torch.arange(3))
+    assert [p.name for p in tmp_path.iterdir()] == ["last.ckpt"]
+
+
+def test_tensorboard_events_hold_scalars_histograms_and_hparams(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.plugins.hparams import plugin_data_pb2
+    module = SSVMModule(dataset="ocr-small", lam=0.01, passes=6, gap_check=2, step="best", cache=True)
+    trainer(tmp_path).fit(module)
+    acc = EventAccumulator(str(Path(module.output_dir())), size_guidance={"tensors": 0, "histograms": 0}).Reload()
+    tags = acc.Tags()
+    for name in ("gap", "gap_estimate", "primal", "dual", "train_error", "test_error", "oracle_calls", "passes",
+                 "step_size_mean", "full_step_rate", "cache_hit_rate"):
+        assert f"ssvm/{name}" in tags["scalars"], name
+    gaps = acc.Scalars("ssvm/gap")
+    assert [e.value for e in gaps] == pytest.approx([r["gap"] for r in module.history])
+    assert [e.step for e in gaps] == [r["oracle_calls"] for r in module.history]
+    assert {"ssvm/block_gaps", "ssvm/sampling_prob"} <= set(tags["histograms"])
+    hist = acc.Histograms("ssvm/block_gaps")[-1].histogram_value
+    assert hist.num == module.solver.dual.n and hist.sum == pytest.approx(module.history[-1]["gap"])
+    start = plugin_data_pb2.HParamsPluginData.FromString(
+        acc.SummaryMetadata("_hparams_/session_start_info").plugin_data.content).session_start_info
+    assert start.hparams["dataset"].string_value == "ocr-small" and start.hparams["lam"].number_value == 0.01
+
+
+def test_cli_recipe_runs_and_resumes(tmp_path):
+    root = tmp_path / "cli"
+    base = [sys.executable, "-m", "ssvm_torch.lightning", "fit", "--config", str(ROOT / "recipes" / "ocr_small.yaml"),
+            "--model.gap_check", "1", "--trainer.default_root_dir", str(root), "--trainer.enable_progress_bar", "false"]
+    r = subprocess.run(base + ["--model.passes", "2"], capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "exact duality gap:" in r.stdout and "test error:" in r.stdout
+    v0 = root / "lightning_logs" / "version_0"
+    assert {"history.json", "model.pt", "config.yaml", "hparams.yaml"} <= {p.name for p in v0.iterdir()}
+    assert any(p.name.startswith("events.out.tfevents") for p in v0.iterdir())
+    assert json.loads((v0 / "history.json").read_text())[-1]["passes"] == 2.0
+    r = subprocess.run(base + ["--model.passes", "4", "--ckpt_path", str(v0 / "checkpoints" / "last.ckpt")],
+                       capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 0, r.stderr[-2000:]
+    hist = json.loads((root / "lightning_logs" / "version_1" / "history.json").read_text())
+    assert [h["passes"] for h in hist] == [0.0, 2.0, 4.0]
+    bad = subprocess.run(base + ["--model.solver", "newton"], capture_output=True, text=True, cwd=ROOT)
+    assert bad.returncode != 0 and "solver" in bad.stderr and "newton" in bad.stderr
+
+
+def test_bad_arguments_fail_clearly(tmp_path):
+    with pytest.raises(SSVMInputError, match="sampling"):
+        SSVMModule(sampling="importance")
+    with pytest.raises(SSVMInputError, match="blocks_per_step"):
+        SSVMModule(blocks_per_step=0)
+    with pytest.raises(SSVMInputError, match="dtype"):
+        SSVMModule(dtype="float16")
+    module = SSVMModule(passes=2, gap_check=1)
+    trainer(tmp_path).fit(module)
+    with pytest.raises(SSVMInputError, match="ssvm_solver"):
+        module.on_load_checkpoint({"state_dict": {}})
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_gpu_accelerator_needs_no_code_change(tmp_path):
+    module = SSVMModule(dataset="ocr-small", lam=0.01, passes=4, gap_check=2, seed=3)
+    trainer(tmp_path, accelerator="gpu", devices=1).fit(module)
+    assert module.solver.dual.w.is_cuda
+    hist, _ = plain_history(passes=4, gap_check=2, seed=3)
+    assert [r["gap"] for r in module.history] == pytest.approx([r["gap"] for r in hist], rel=1e-6)
