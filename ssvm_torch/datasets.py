@@ -179,7 +179,7 @@ def load_dataset(name: str, train_size: int | None = None):
     """(train, test) ChainData of a shipped dataset; ``train_size`` keeps the first N training
     sequences (CoNLL-2000 only: its feature dictionary is built from the kept ones)."""
     if name not in DATASETS:
-        raise SSVMInputError(f"dataset: expected one of {sorted(DATASETS) + ['ocr-letters', 'scene', 'segmentation-synth']}, got {name!r}")
+        raise SSVMInputError(f"dataset: expected one of {sorted(DATASETS) + ['ocr-letters', 'scene', 'segmentation-synth', 'pose-synth', 'hansards']}, got {name!r}")
     if train_size is not None and name != "conll2000":
         raise SSVMInputError(f"train_size: only supported for conll2000, not {name!r}")
     return DATASETS[name](train_size)

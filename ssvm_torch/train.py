@@ -30,11 +30,11 @@ from .solvers.samplers import SAMPLERS
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="ssvm-train", description=__doc__.split("\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--dataset", default="ocr-small", help=f"one of {sorted(DATASETS) + list(FLAT_DATASETS) + list(GRAPH_DATASETS)}")
+    p.add_argument("--dataset", default="ocr-small", help=f"one of {sorted(DATASETS) + list(FLAT_DATASETS) + list(GRAPH_DATASETS) + list(MATCHING_DATASETS)}")
     p.add_argument("--train-size", type=int, default=None,
-                   help="conll2000 / segmentation-synth: keep the first N training examples")
+                   help="conll2000 / segmentation-synth / pose-synth / hansards: keep the first N training examples")
     p.add_argument("--unary-only", action="store_true",
-                   help="segmentation-synth: drop the pairwise Potts features (the unaries-only baseline)")
+                   help="segmentation-synth / pose-synth: drop the pairwise features (the unaries-only baseline)")
     p.add_argument("--lam", type=float, default=None, help="regularization lambda of objective (1); default 1/n")
     p.add_argument("--solver", choices=SOLVERS, default="bcfw")
     p.add_argument("--sampling", choices=sorted(SAMPLERS), default="gap")
@@ -69,7 +69,16 @@ def _fmt(v, spec=".4g"):
 
 
 FLAT_DATASETS = ("scene", "ocr-letters")
-GRAPH_DATASETS = ("segmentation-synth",)
+GRAPH_DATASETS = ("segmentation-synth", "pose-synth")
+MATCHING_DATASETS = ("hansards",)
+
+
+def _boxed_dual(model, args, dtype, pairwise: bool):
+    """(lam, dense dual) with the model's pairwise weights kept >= 0 (App. H) when ``pairwise``."""
+    from .solvers.box import BoxedDual
+    lam = check_positive(args.lam if args.lam is not None else 1.0 / model.n, "lam")
+    dual = model.dual(lam, device=args.device, dtype=dtype)
+    return lam, (BoxedDual(dual, model.pairwise_index, lower=0.0) if pairwise else dual)
 
 
 def _segmentation_task(args, dtype) -> dict:
@@ -77,18 +86,12 @@ def _segmentation_task(args, dtype) -> dict:
     weights are kept >= 0 by box constraints (App. H) so every oracle call is an exact min cut."""
     from .models.graphcut import GraphCutModel
     from .segmentation import make_segmentation_synth
-    from .solvers.box import BoxedDual
     train, test = make_segmentation_synth()
-    if args.train_size is not None:
-        check(1 <= args.train_size <= len(train), "train_size", f"an int in [1, {len(train)}]", args.train_size)
-        train = train[:args.train_size]
+    train = _keep(train, args, len(train))
     pairwise = not args.unary_only
     model = GraphCutModel(train, pairwise=pairwise, dtype=dtype, device=args.device)
     test_model = GraphCutModel(test, pairwise=pairwise, dtype=dtype, device=args.device)
-    lam = check_positive(args.lam if args.lam is not None else 1.0 / model.n, "lam")
-    dual = model.dual(lam, device=args.device, dtype=dtype)
-    if pairwise:
-        dual = BoxedDual(dual, model.pairwise_index, lower=0.0)
+    lam, dual = _boxed_dual(model, args, dtype, pairwise)
 
     def evaluate(w):
         te = test_model.errors(w)
@@ -101,15 +104,74 @@ def _segmentation_task(args, dtype) -> dict:
             "error_name": "class-balanced Hamming loss per image", "position_name": "per-node error"}
 
 
+def _keep(data, args, n):
+    if args.train_size is None:
+        return data
+    check(isinstance(args.train_size, int) and 1 <= args.train_size <= n, "train_size", f"an int in [1, {n}]",
+          args.train_size)
+    return data[:args.train_size] if isinstance(data, list) else data.subset(args.train_size)
+
+
+def _pose_task(args, dtype) -> dict:
+    """Tree-structured pose (App. I.4 model) on seeded synthetic stick figures: max-sum with
+    generalized distance transforms; the quadratic deformation weights are kept >= 0 (App. H)."""
+    from .models.pose import TreePoseModel
+    from .pose import PARENTS, make_pose_synth
+    train, test = make_pose_synth()
+    train = _keep(train, args, train.n)
+    pairwise = not args.unary_only
+    model = TreePoseModel(train.scores, train.joints, PARENTS, pairwise=pairwise, dtype=dtype, device=args.device)
+    test_model = TreePoseModel(test.scores, test.joints, PARENTS, rest=model.rest, pairwise=pairwise, dtype=dtype,
+                               device=args.device)
+    lam, dual = _boxed_dual(model, args, dtype, pairwise)
+
+    def evaluate(w):
+        te = test_model.errors(w)
+        return {"train_error": model.errors(w)["error"], "test_error": te["error"], "test_pck": te["pck"],
+                "test_position_error": te["loss"]}
+    layout = {"kind": "TreePoseModel", "d": model.d, "unary": [0, model.J],
+              "pairwise": [model.J, model.d] if pairwise else None, "parents": list(PARENTS),
+              "rest": model.rest.tolist(), "scale": model.scale, "radius": model.radius}
+    return {"lam": lam, "dual": dual, "evaluate": evaluate, "n_train": model.n, "n_test": test_model.n, "d": model.d,
+            "feature_layout": layout, "error_name": "mean joint error in grid cells",
+            "position_name": f"share of joints off by > {model.radius} cell (the loss)"}
+
+
+def _hansards_task(args, dtype) -> dict:
+    """Word alignment by bipartite matching with NULL on the Hansards gold standard; test error = AER."""
+    from .alignment import EDGE_FEATURES, NULL_FEATURES, aer, load_hansards
+    from .models.matching import MatchingModel
+    train, test = load_hansards()
+    train = _keep(train, args, len(train))
+    model = MatchingModel.from_pairs(train, dtype=dtype, device=args.device)
+    test_model = MatchingModel.from_pairs(test, dtype=dtype, device=args.device)
+    lam = check_positive(args.lam if args.lam is not None else 1.0 / model.n, "lam")
+
+    def evaluate(w):
+        te = aer(test, test_model.links(w))
+        return {"train_error": aer(train, model.links(w))["aer"], "test_error": te["aer"],
+                "test_precision": te["precision"], "test_recall": te["recall"],
+                "test_position_error": 1.0 - te["recall"]}
+    layout = {"kind": "MatchingModel", "d": model.d, "edge": list(EDGE_FEATURES), "null_e": list(NULL_FEATURES),
+              "null_f": list(NULL_FEATURES)}
+    return {"lam": lam, "dual": model.dual(lam, device=args.device, dtype=dtype), "evaluate": evaluate,
+            "n_train": model.n, "n_test": test_model.n, "d": model.d, "feature_layout": layout,
+            "error_name": "alignment error rate (AER)", "position_name": "1 - recall of sure links"}
+
+
 def build_task(args, dtype) -> dict:
     """Model, dual, evaluation function and descriptions for ``args.dataset``."""
     if args.unary_only and args.dataset not in GRAPH_DATASETS:
         raise SSVMInputError(f"unary_only: only supported for {GRAPH_DATASETS}, not {args.dataset!r}")
+    if args.dataset == "pose-synth":
+        return _pose_task(args, dtype)
+    if args.dataset in MATCHING_DATASETS:
+        return _hansards_task(args, dtype)
     if args.dataset in GRAPH_DATASETS:
         return _segmentation_task(args, dtype)
     if args.dataset in FLAT_DATASETS:
         if args.train_size is not None:
-            raise SSVMInputError(f"train_size: only supported for conll2000, not {args.dataset!r}")
+            raise SSVMInputError(f"train_size: not supported for {args.dataset!r}")
         from .datasets import load_ocr_letters, load_scene
         from .models import MulticlassModel, MultiLabelModel
         if args.dataset == "scene":

@@ -16,6 +16,22 @@ from ..errors import check_positive
 from ..solvers.dual import BlockDual, Corner, GapPass
 
 
+class DecodingModel:
+    """``oracle`` and ``predict`` for models with ``decode(w, idx, augment)``, ``loss`` and ``psi``."""
+
+    def oracle(self, w, idx):
+        """Loss-augmented decoding and H_i(w) = L_i(y) - <w, psi_i(y)> evaluated exactly at its result."""
+        labels = self.decode(w, idx, augment=True)
+        w = torch.as_tensor(w).to(self.device, self.dtype)
+        return labels, self.loss(idx, labels) - self.psi(idx, labels) @ w
+
+    def predict(self, w, idx=None) -> torch.Tensor:
+        return self.decode(w, torch.arange(self.n) if idx is None else idx)
+
+    def dual(self, lam, device=None, dtype=torch.float64) -> "DenseDual":
+        return DenseDual(self, lam, device, dtype)
+
+
 class DenseDual(BlockDual):
     def __init__(self, model, lam: float, device=None, dtype=torch.float64):
         self.model = model

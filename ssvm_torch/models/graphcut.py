@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from ..errors import SSVMInputError, check
-from .dense import DenseDual
+from .dense import DecodingModel
 
 
 @dataclass
@@ -59,7 +59,7 @@ def _check_example(k: int, ex: GraphExample, F: int, P: int) -> None:
           f"graphs[{k}].edge_features", "finite values >= 0 (submodularity needs f_e >= 0)", "negative/NaN/inf")
 
 
-class GraphCutModel:
+class GraphCutModel(DecodingModel):
     """Structured model for binary segmentation of graphs (see the module docstring).
 
     ``pairwise=False`` drops the Potts features (d = F + 1): the unaries-only baseline."""
@@ -226,15 +226,6 @@ class GraphCutModel:
         out[rows, local] = seg
         return out
 
-    def oracle(self, w, idx):
-        """Loss-augmented decoding and H_i(w) = L_i(y) - <w, psi_i(y)> evaluated exactly at the cut."""
-        labels = self.decode(w, idx, augment=True)
-        w = torch.as_tensor(w).to(self.device, self.dtype)
-        H = self.loss(idx, labels) - self.psi(idx, labels) @ w
-        return labels, H
-
-    def predict(self, w, idx=None) -> torch.Tensor:
-        return self.decode(w, torch.arange(self.n) if idx is None else idx)
 
     def errors(self, w) -> dict:
         """Mean class-balanced Hamming loss and plain per-node error of the prediction at w."""
@@ -243,7 +234,3 @@ class GraphCutModel:
         nodes, rows, flat = self._flat_labels(idx, labels)
         return {"error": float(self.loss(idx, labels).mean()),
                 "node_error": float((flat != self.y[nodes]).to(self.dtype).mean())}
-
-    def dual(self, lam, device=None, dtype=torch.float64) -> DenseDual:
-        return DenseDual(self, lam, device, dtype)
-
