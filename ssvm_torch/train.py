@@ -230,11 +230,7 @@ def run(args) -> dict:
     dtype = getattr(torch, args.dtype)
     task = build_task(args, dtype)
     lam, dual, evaluate = task["lam"], task["dual"], task["evaluate"]
-    cfg = SolverConfig(solver=args.solver, sampling=args.sampling, gap_check=args.gap_check, passes=args.passes,
-                       gap_threshold=args.gap_threshold, time_budget=args.time_budget, seed=args.seed,
-                       averaging=args.averaging, recompute_every=args.recompute_every, step=args.step,
-                       cache=args.cache, gap_refresh=args.gap_refresh, cache_F=args.cache_F, cache_nu=args.cache_nu,
-                       max_cache=args.max_cache)
+    cfg = SolverConfig.from_options(args)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
 

@@ -62,21 +62,20 @@ class BlockChunks(tud.IterableDataset):
     def __init__(self, solver: Solver, blocks_per_step: int | None = None):
         self.solver, self.blocks_per_step = solver, blocks_per_step
 
-    def sizes(self) -> list[int]:
-        if self.solver.cfg.solver == "fw":
-            return [0]
-        return self.solver.chunk_sizes(self.blocks_per_step)
+    @property
+    def fw(self) -> bool:
+        return self.solver.cfg.solver == "fw"
 
     def __iter__(self):
-        if self.solver.cfg.solver == "fw":
+        if self.fw:
             yield FWIteration()
             return
         draws = iter(LiveBlockSampler(self.solver))
-        for size in self.sizes():
+        for size in self.solver.chunk_sizes(self.blocks_per_step):
             yield LiveChunk(draws, size)
 
     def __len__(self) -> int:
-        return len(self.sizes())
+        return 1 if self.fw else len(self.solver.chunk_sizes(self.blocks_per_step))
 
 
 def block_loader(solver: Solver, blocks_per_step: int | None = None) -> tud.DataLoader:

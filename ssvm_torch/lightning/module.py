@@ -64,7 +64,7 @@ class BlockFrankWolfe(torch.optim.Optimizer):
         chunk = closure() if closure is not None else None
         if self.solver.cfg.solver == "fw":
             if not self.solver.state.done:
-                self.solver._run_fw()
+                self.solver.fw_iterations()
             return None
         check(isinstance(chunk, LiveChunk), "chunk", "a LiveChunk from the closure", type(chunk).__name__)
         return self.solver.run_chunk(chunk)
@@ -75,7 +75,8 @@ class SSVMModule(L.LightningModule):
     caching) / SSG under a Lightning ``Trainer``. Arguments are ``ssvm-train``'s flags.
 
     Args:
-        dataset: ocr-small, ocr-large, conll2000, scene, ocr-letters or segmentation-synth.
+        dataset: ocr-small, ocr-large, conll2000, scene, ocr-letters, segmentation-synth, pose-synth
+            or hansards.
         lam: regularization lambda of objective (1); default 1/n.
         blocks_per_step: block steps per Lightning training step (default n, one pass).
         out: directory for ``history.json`` and ``model.pt`` (default: the logger's log_dir,
@@ -99,11 +100,8 @@ class SSVMModule(L.LightningModule):
                   blocks_per_step)
         if threads is not None:
             check(isinstance(threads, int) and threads >= 1, "threads", "an int >= 1", threads)
-        self.config = SolverConfig(
-            solver=solver, sampling=sampling, gap_check=gap_check, passes=passes, gap_threshold=gap_threshold,
-            time_budget=math.inf if time_budget is None else time_budget, seed=seed, averaging=averaging,
-            recompute_every=recompute_every, step=step, cache=cache, gap_refresh=gap_refresh, cache_F=cache_F,
-            cache_nu=cache_nu, max_cache=max_cache).validate()
+        self.config = SolverConfig.from_options(SimpleNamespace(
+            **{**self.hparams, "time_budget": math.inf if time_budget is None else time_budget})).validate()
         self.solver: Solver | None = None
         self.task: dict | None = None
         self.logged = 0              # history records already sent to the loggers

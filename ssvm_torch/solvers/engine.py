@@ -33,7 +33,7 @@ from __future__ import annotations
 import copy
 import math
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Callable
 
 import numpy as np
@@ -70,6 +70,12 @@ class SolverConfig:
                                  # the others are monitoring only (not counted, not timed)
     estimate_threshold: float = 0.0   # BCFW: also stop when the gap estimate (sum of the stale block
                                       # gaps) is <= this (the heuristic path's stopping rule, App. K)
+
+    @classmethod
+    def from_options(cls, options) -> "SolverConfig":
+        """The config from an object with attributes named like the fields (argparse namespace,
+        hyper-parameters); fields it lacks keep their defaults."""
+        return cls(**{f.name: getattr(options, f.name) for f in fields(cls) if hasattr(options, f.name)})
 
     def validate(self) -> "SolverConfig":
         check_choice(self.solver, "solver", SOLVERS)
@@ -253,7 +259,7 @@ class Solver:
         self.start()
         if self.cfg.solver == "fw":
             while not st.done:
-                self._run_fw()
+                self.fw_iterations()
             return st.history
         while not st.done:
             for size in self.chunk_sizes():
@@ -352,8 +358,8 @@ class Solver:
         st.gamma_n += 1
         self.sampler.update(i, g)
         self.stale[i] = g
-        self.state.oracle_calls += 1
-        self.state.step_oracle_calls += 1
+        st.oracle_calls += 1
+        st.step_oracle_calls += 1
 
     def _step_ssg(self, i: int) -> None:
         d, st = self.dual, self.state
@@ -481,8 +487,8 @@ class Solver:
             else:
                 st.cache_limit = int(math.ceil(1.2 * limit))
 
-    def _run_fw(self):
-        """Batch FW iterations; the gap of each iteration's oracle pass is exact and free."""
+    def fw_iterations(self):
+        """``gap_check`` batch FW iterations (the FW counterpart of an interval of block steps); the gap of each iteration's oracle pass is exact and free."""
         d, st, lam = self.dual, self.state, self.dual.lam
         iterations = max(1, round(self.cfg.gap_check))
         for it in range(iterations):
