@@ -1,9 +1,13 @@
 """ssvm_torch: structured SVMs in PyTorch with the Frank-Wolfe family of dual solvers."""
-from .datasets import ChainData, load_dataset, load_ocr
+from .data import ChainData, ExplicitData, FlatData, GraphData, PairData, PoseData, load_ocr
 from .errors import SSVMInputError
-from .models import ChainModel, ExplicitModel
+from .estimator import ChainSSVM, MulticlassSSVM, MultiLabelSSVM, StructuredSVM
+from .models import ChainModel, ExplicitModel, StructuredModel
 from .solvers import Solver, SolverConfig
+from .stores import make_store
+from .tasks import TASKS, load_dataset, load_task
 
 __version__ = "0.1.0"
-__all__ = ["ChainData", "ChainModel", "ExplicitModel", "Solver", "SolverConfig", "SSVMInputError",
-           "load_dataset", "load_ocr"]
+__all__ = ["ChainData", "ChainModel", "ChainSSVM", "ExplicitData", "ExplicitModel", "FlatData", "GraphData",
+           "MulticlassSSVM", "MultiLabelSSVM", "PairData", "PoseData", "Solver", "SolverConfig", "SSVMInputError",
+           "StructuredModel", "StructuredSVM", "TASKS", "load_dataset", "load_ocr", "load_task", "make_store"]

@@ -1,6 +1,6 @@
 """Regularization paths of the SSVM (Osokin et al. 2016, Section 4, Alg. 6-7, Prop. 1, App. K).
 
-Notation of :mod:`ssvm_torch.solvers.dual`: objective (1) with regularization lam; for a dual point
+Notation of :mod:`ssvm_torch.stores.base`: objective (1) with regularization lam; for a dual point
 alpha, w = sum_i w_i with w_i = sum_y alpha_i(y) psi_i(y) / (lam n), ell = sum_i ell_i, block gaps
 g_i = lam <w_i - w_s, w> - ell_i + ell_s, H_i(w) = max_y L_i(y) - <w, psi_i(y)>.
 
@@ -42,8 +42,9 @@ from typing import Callable
 import torch
 
 from .errors import SSVMInputError, check, check_positive
+from .outputs import atomic_write_bytes, load_torch, save_torch
 from .solvers import Solver, SolverConfig
-from .solvers.dual import BlockDual, GapPass
+from .stores.base import BlockDual, GapPass
 
 
 @dataclass
@@ -84,15 +85,14 @@ class RegPath:
 
     def save(self, out_dir) -> None:
         out = Path(out_dir)
-        out.mkdir(parents=True, exist_ok=True)
-        torch.save({"lambdas": self.lambdas, "W": self.W, "ells": self.ells, "eps": self.eps,
-                    "lam_end": self.lam_end, "kappa": self.kappa, "heuristic": self.heuristic}, out / "path.pt")
-        (out / "path.json").write_text(json.dumps(self.records, indent=1))
+        save_torch(out / "path.pt", {"lambdas": self.lambdas, "W": self.W, "ells": self.ells, "eps": self.eps,
+                                     "lam_end": self.lam_end, "kappa": self.kappa, "heuristic": self.heuristic})
+        atomic_write_bytes(out / "path.json", json.dumps(self.records, indent=1).encode())
 
     @classmethod
     def load(cls, out_dir) -> "RegPath":
         out = Path(out_dir)
-        d = torch.load(out / "path.pt", weights_only=False)
+        d = load_torch(out / "path.pt", "path")
         recs = json.loads((out / "path.json").read_text()) if (out / "path.json").is_file() else []
         return cls(d["lambdas"], d["W"], d["ells"], d["eps"], d["lam_end"], d.get("kappa", 0.9),
                    d.get("heuristic", False), recs)
@@ -158,11 +158,11 @@ def regularization_path(dual: BlockDual, eps: float, kappa: float = 0.9, heurist
     n = dual.n
 
     # -- Alg. 6: max-loss corners at w = 0, lam_inf ---------------------------------------------
+    if not dual.supports_path:
+        raise SSVMInputError(f"dual: {type(dual).__name__} does not support the regularization path "
+                             "(box-constrained models are not supported)")
     t0 = time.perf_counter()
-    try:
-        dual.rescale(1.0, 0.0)                 # alpha_i = delta(y_i), lam = 1: w = 0
-    except NotImplementedError as e:
-        raise SSVMInputError(f"dual: {e} (box-constrained models are not supported)") from None
+    dual.rescale(1.0, 0.0)                     # alpha_i = delta(y_i), lam = 1: w = 0
     gp = dual.gap_pass()                       # at w = 0 the oracle maximizes the loss alone
     w_s, ell_s = dual.corner_point(gp)
     dual.move_all(gp, w_s, ell_s, 1.0)         # alpha_i = delta(y~_i); at lam = 1, w = psi~
@@ -203,7 +203,7 @@ def regularization_path(dual: BlockDual, eps: float, kappa: float = 0.9, heurist
         clock.time_s += time.perf_counter() - t0
         solver, last = _solve(dual, kappa * eps, cfg, gaps, clock, heuristic, max_passes)
         if heuristic:
-            gaps = torch.as_tensor(solver.stale.copy()).to(dual.w)
+            gaps = torch.as_tensor(solver.block_gaps.copy()).to(dual.w)
             g = float(gaps.sum())
         else:
             exact = solver.last_gap_pass

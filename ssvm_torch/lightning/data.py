@@ -20,7 +20,7 @@ from typing import Iterator
 
 import torch.utils.data as tud
 
-from ..solvers.engine import Solver
+from ..solvers.loop import Solver
 
 
 class LiveBlockSampler(tud.Sampler):

@@ -25,11 +25,9 @@ full_step_rate, cache_hit_rate, ...) at step = oracle calls, histograms ``ssvm/b
 """
 from __future__ import annotations
 
-import json
 import math
 import warnings
 from pathlib import Path
-from types import SimpleNamespace
 
 import lightning as L
 import numpy as np
@@ -37,9 +35,11 @@ import torch
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 from ..errors import SSVMInputError, check, check_choice
-from ..solvers import Solver, SolverConfig
-from ..solvers.portable import pack, unpack
-from ..solvers.samplers import GapSampler
+from ..outputs import save_history, save_model
+from ..portable import pack, unpack
+from ..solvers import GapSampler, Solver, SolverConfig
+from ..stores import KERNELS
+from ..tasks import Problem, load_task
 from .checkpoint_io import AtomicCheckpointIO
 from .data import LiveChunk, block_loader
 
@@ -90,20 +90,22 @@ class SSVMModule(L.LightningModule):
                  gap_check: float = 10, gap_refresh: int = 1, passes: float = 50, gap_threshold: float = 0.0,
                  time_budget: float | None = None, seed: int = 0, averaging: bool = False,
                  recompute_every: int = 10, blocks_per_step: int | None = None, dtype: str = "float64",
-                 threads: int | None = 1, histograms: bool = True, out: str | None = None):
+                 threads: int | None = 1, histograms: bool = True, out: str | None = None, kernels: str = "auto"):
         super().__init__()
         self.save_hyperparameters()
         self.automatic_optimization = False
         check_choice(dtype, "dtype", ("float64", "float32"))
+        check_choice(kernels, "kernels", KERNELS)
         if blocks_per_step is not None:
             check(isinstance(blocks_per_step, int) and blocks_per_step >= 1, "blocks_per_step", "an int >= 1",
                   blocks_per_step)
         if threads is not None:
             check(isinstance(threads, int) and threads >= 1, "threads", "an int >= 1", threads)
-        self.config = SolverConfig.from_options(SimpleNamespace(
-            **{**self.hparams, "time_budget": math.inf if time_budget is None else time_budget})).validate()
+        self.config = SolverConfig.from_mapping(
+            {**self.hparams, "time_budget": math.inf if time_budget is None else time_budget}).validate()
         self.solver: Solver | None = None
-        self.task: dict | None = None
+        self.task: Problem | None = None
+        self.lam: float | None = None
         self.logged = 0              # history records already sent to the loggers
 
     # -- set-up ---------------------------------------------------------------------------------
@@ -115,12 +117,13 @@ class SSVMModule(L.LightningModule):
             strategy.checkpoint_io = AtomicCheckpointIO()
         if self.hparams.threads is not None:
             torch.set_num_threads(self.hparams.threads)
-        from ..train import build_task
         hp = self.hparams
-        args = SimpleNamespace(dataset=hp.dataset, train_size=hp.train_size, unary_only=hp.unary_only, lam=hp.lam,
-                               device=strategy.root_device)
-        self.task = build_task(args, getattr(torch, hp.dtype))
-        self.solver = Solver(self.task["dual"], self.config, evaluate=self.task["evaluate"])
+        dtype, device = getattr(torch, hp.dtype), strategy.root_device
+        self.task = load_task(hp.dataset, train_size=hp.train_size, unary_only=hp.unary_only, device=device,
+                              dtype=dtype)
+        self.lam = self.task.lam(hp.lam)
+        store = self.task.store(self.lam, device=device, dtype=dtype, kernels=hp.kernels)
+        self.solver = Solver(store, self.config, evaluate=self.task.evaluate)
 
     def configure_optimizers(self):
         return BlockFrankWolfe(self.solver)
@@ -161,7 +164,7 @@ class SSVMModule(L.LightningModule):
 
     def _log_histograms(self, step: int) -> None:
         from lightning.pytorch.loggers import TensorBoardLogger
-        gaps = self.solver.stale
+        gaps = self.solver.block_gaps
         sampler = self.solver.sampler
         probs = sampler.probabilities() if isinstance(sampler, GapSampler) else np.full(len(gaps), 1.0 / len(gaps))
         for logger in self.loggers:
@@ -192,10 +195,7 @@ class SSVMModule(L.LightningModule):
     def write_outputs(self) -> Path:
         """history.json and model.pt, in the formats of ``ssvm-train``."""
         out = self.output_dir()
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "history.json").write_text(json.dumps(self.history, indent=1))
+        save_history(out, self.history)
         dual = self.solver.dual
-        torch.save({"w": dual.w.detach().to("cpu", torch.float64), "ell": dual.ell, "lam": self.task["lam"],
-                    "dataset": self.hparams.dataset, "feature_layout": self.task["feature_layout"]},
-                   out / "model.pt")
+        save_model(out, dual.w, dual.ell, self.lam, self.hparams.dataset, self.task.describe())
         return out

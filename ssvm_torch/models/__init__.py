@@ -1,9 +1,11 @@
-"""Structures (the "what"): joint feature map, task loss, compact block storage, oracle dispatch."""
+"""Structures (the "what"): data-free models with one interface (:class:`StructuredModel`)."""
+from .base import StructuredModel
 from .chain import ChainModel
-from .dense import DenseDual
 from .explicit import ExplicitModel
 from .flat import MulticlassModel, MultiLabelModel
-from .graphcut import GraphCutModel, GraphExample
+from .graphcut import GraphCutModel
+from .matching import MatchingModel
+from .pose import TreePoseModel
 
-__all__ = ["ChainModel", "DenseDual", "ExplicitModel", "GraphCutModel", "GraphExample", "MulticlassModel",
-           "MultiLabelModel"]
+__all__ = ["StructuredModel", "ChainModel", "ExplicitModel", "GraphCutModel", "MatchingModel", "MulticlassModel",
+           "MultiLabelModel", "TreePoseModel"]

@@ -19,39 +19,52 @@ from __future__ import annotations
 
 import torch
 
+from ..data.examples import PoseData
 from ..errors import SSVMInputError, check
 from ..oracles.distance_transform import tree_max_sum
-from .dense import DecodingModel
+from .base import StructuredModel
 
 
-class TreePoseModel(DecodingModel):
-    def __init__(self, scores: torch.Tensor, joints: torch.Tensor, parents, rest: torch.Tensor | None = None,
-                 scale: float = 4.0, radius: int = 1, pairwise: bool = True, dtype=torch.float64, device=None):
-        check(scores.dim() == 4 and scores.shape[2] >= 1 and scores.shape[3] >= 1, "scores", "an (n, J, H, W) tensor",
-              tuple(scores.shape))
-        n, J, H, W = scores.shape
-        check(joints.shape == (n, J, 2), "joints", f"shape ({n}, {J}, 2)", tuple(joints.shape))
-        check(bool(torch.isfinite(scores).all()), "scores", "finite values", "NaN or inf")
-        check(bool((joints[..., 0] >= 0).all() and (joints[..., 0] < H).all() and (joints[..., 1] >= 0).all()
-                   and (joints[..., 1] < W).all()), "joints", f"cells inside the {H} x {W} grid", "out of range")
+class TreePoseModel(StructuredModel):
+    """Data-free tree model: ``J`` parts on a tree (``parents``), rest offsets ``rest`` (J, 2) as
+    (x, y), deformation ``scale`` and loss ``radius`` (see the module docstring). Data:
+    :class:`~ssvm_torch.data.examples.PoseData`; labelings are (B, J, 2) cells."""
+
+    kind = "pose"
+
+    def __init__(self, parents, rest: torch.Tensor, scale: float = 4.0, radius: int = 1, pairwise: bool = True):
         parents = [int(p) for p in parents]
-        check(len(parents) == J and parents[0] == -1 and all(0 <= parents[j] < j for j in range(1, J)),
+        J = len(parents)
+        check(J >= 1 and parents[0] == -1 and all(0 <= parents[j] < j for j in range(1, J)),
               "parents", f"{J} ints with parents[0] = -1 and 0 <= parents[j] < j", parents)
         check(scale > 0, "scale", "a number > 0", scale)
         check(isinstance(radius, int) and radius >= 0, "radius", "an int >= 0", radius)
-        self.device = torch.device(device) if device is not None else scores.device
-        self.dtype = dtype
-        self.S = scores.to(self.device, dtype)
-        self.Y = joints.to(self.device, torch.int64)
-        self.parents, self.scale, self.radius, self.pairwise = parents, float(scale), radius, pairwise
-        self.n, self.J, self.H, self.W = n, J, H, W
-        if rest is None:            # mean child - parent offset (x = col, y = row)
-            off = (self.Y[:, 1:] - self.Y[:, parents[1:]]).to(dtype)
-            rest = torch.cat([torch.zeros(1, 2, dtype=dtype, device=self.device), off.mean(0).flip(-1)])
-        self.rest = torch.as_tensor(rest, dtype=dtype, device=self.device)
+        self.rest = torch.as_tensor(rest, dtype=torch.float64)
         check(self.rest.shape == (J, 2), "rest", f"shape ({J}, 2)", tuple(self.rest.shape))
+        self.parents, self.scale, self.radius, self.pairwise = parents, float(scale), radius, bool(pairwise)
+        self.J = J
         self.d = J + (4 * (J - 1) if pairwise else 0)
-        self.phi_gt = self.phi(torch.arange(n), self.Y)
+
+    @classmethod
+    def for_data(cls, data: PoseData, parents, scale: float = 4.0, radius: int = 1,
+                 pairwise: bool = True) -> "TreePoseModel":
+        """Rest offsets = the mean child - parent offset (x = col, y = row) over ``data``."""
+        parents = [int(p) for p in parents]
+        check(len(parents) == data.J, "parents", f"{data.J} parents (one per part of the data)", len(parents))
+        check(parents[0] == -1 and all(0 <= parents[j] < j for j in range(1, data.J)),
+              "parents", f"{data.J} ints with parents[0] = -1 and 0 <= parents[j] < j", parents)
+        off = (data.Y[:, 1:] - data.Y[:, parents[1:]]).to(torch.float64)
+        rest = torch.cat([torch.zeros(1, 2, dtype=torch.float64), off.mean(0).flip(-1).cpu()])
+        return cls(parents, rest, scale, radius, pairwise)
+
+    def check_data(self, data, field: str = "data") -> None:
+        check(isinstance(data, PoseData), field, "a PoseData", type(data).__name__)
+        check(data.J == self.J, f"{field}.scores", f"{self.J} part maps", data.J)
+
+    def describe(self) -> dict:
+        return {"kind": "TreePoseModel", "d": self.d, "unary": [0, self.J],
+                "pairwise": [self.J, self.d] if self.pairwise else None, "parents": list(self.parents),
+                "rest": self.rest.tolist(), "scale": self.scale, "radius": self.radius}
 
     @property
     def pairwise_index(self) -> torch.Tensor:
@@ -59,43 +72,46 @@ class TreePoseModel(DecodingModel):
         base = self.J + 4 * torch.arange(self.J - 1)
         return torch.stack([base + 1, base + 3], 1).reshape(-1)
 
-    def _idx(self, idx):
-        return torch.as_tensor(idx, device=self.device).reshape(-1)
+    @staticmethod
+    def _idx(data, idx):
+        return torch.as_tensor(idx, device=data.S.device).reshape(-1)
 
-    def phi(self, idx, labels) -> torch.Tensor:
-        idx = self._idx(idx)
-        labels = torch.as_tensor(labels, device=self.device).reshape(len(idx), self.J, 2)
-        parts = torch.arange(self.J, device=self.device)
-        unary = self.S[idx[:, None], parts[None, :], labels[..., 0], labels[..., 1]]          # (B, J)
+    def phi(self, data: PoseData, idx, labels) -> torch.Tensor:
+        idx = self._idx(data, idx)
+        dev, dtype = data.S.device, data.S.dtype
+        labels = torch.as_tensor(labels, device=dev).reshape(len(idx), self.J, 2)
+        parts = torch.arange(self.J, device=dev)
+        unary = data.S[idx[:, None], parts[None, :], labels[..., 0], labels[..., 1]]          # (B, J)
         if not self.pairwise:
             return unary
-        child, parent = labels[:, 1:].to(self.dtype), labels[:, self.parents[1:]].to(self.dtype)
-        dx = (child[..., 1] - parent[..., 1] - self.rest[1:, 0]) / self.scale
-        dy = (child[..., 0] - parent[..., 0] - self.rest[1:, 1]) / self.scale
+        rest = self.rest.to(dev, dtype)
+        child, parent = labels[:, 1:].to(dtype), labels[:, self.parents[1:]].to(dtype)
+        dx = (child[..., 1] - parent[..., 1] - rest[1:, 0]) / self.scale
+        dy = (child[..., 0] - parent[..., 0] - rest[1:, 1]) / self.scale
         pair = torch.stack([dx, -dx * dx, dy, -dy * dy], -1)                                  # (B, J-1, 4)
         return torch.cat([unary, pair.reshape(len(idx), -1)], 1)
 
-    def psi(self, idx, labels) -> torch.Tensor:
-        return self.phi_gt[self._idx(idx)] - self.phi(idx, labels)
+    def _far(self, data: PoseData, idx, labels) -> torch.Tensor:
+        diff = (torch.as_tensor(labels, device=data.S.device).reshape(-1, self.J, 2) - data.Y[self._idx(data, idx)]).abs()
+        return (diff.max(-1).values > self.radius).to(data.S.dtype)
 
-    def _far(self, idx, labels) -> torch.Tensor:
-        diff = (torch.as_tensor(labels, device=self.device).reshape(-1, self.J, 2) - self.Y[self._idx(idx)]).abs()
-        return (diff.max(-1).values > self.radius).to(self.dtype)
+    def loss(self, data: PoseData, idx, labels) -> torch.Tensor:
+        return self._far(data, idx, labels).mean(1)
 
-    def loss(self, idx, labels) -> torch.Tensor:
-        return self._far(idx, labels).mean(1)
+    def gt(self, data: PoseData, i: int) -> torch.Tensor:
+        return data.Y[i].clone()
 
-    def gt(self, i: int) -> torch.Tensor:
-        return self.Y[i].clone()
+    def gt_batch(self, data: PoseData, idx) -> torch.Tensor:
+        return data.Y[self._idx(data, idx)]
 
     @staticmethod
     def key(labeling):
         return tuple(int(v) for v in torch.as_tensor(labeling).reshape(-1))
 
-    def _w_parts(self, w):
-        w = torch.as_tensor(w).to(self.device, self.dtype)
+    def _w_parts(self, w, data: PoseData):
+        w = torch.as_tensor(w).to(data.S.device, data.S.dtype)
         check(w.shape == (self.d,), "w", f"shape ({self.d},)", tuple(w.shape))
-        w_pair = torch.zeros(self.J, 4, dtype=self.dtype, device=self.device)
+        w_pair = torch.zeros(self.J, 4, dtype=w.dtype, device=w.device)
         if self.pairwise:
             w_pair[1:] = w[self.J:].reshape(self.J - 1, 4)
             if bool((w_pair[:, [1, 3]] < 0).any()):
@@ -103,24 +119,32 @@ class TreePoseModel(DecodingModel):
                                      f"(got min {float(w_pair[:, [1, 3]].min()):.3g}); train with the box constraint")
         return w[:self.J], w_pair
 
-    def decode(self, w, idx, augment: bool = False) -> torch.Tensor:
-        """argmax_y <w, phi(x_i, y)> (+ L_i(y) if ``augment``) by max-sum with distance transforms; (B, J, 2)."""
-        idx = self._idx(idx)
-        wu, w_pair = self._w_parts(w)
-        unary = self.S[idx] * wu[None, :, None, None]
-        if augment:
-            rows = torch.arange(self.H, device=self.device)[:, None]
-            cols = torch.arange(self.W, device=self.device)[None, :]
-            gt = self.Y[idx]
-            cheb = torch.maximum((rows - gt[..., 0, None, None]).abs(), (cols - gt[..., 1, None, None]).abs())
-            unary = unary + (cheb > self.radius).to(self.dtype) / self.J
-        loc, _ = tree_max_sum(unary, self.parents, w_pair, self.rest, self.scale)
+    def scores(self, w, data: PoseData, idx):
+        """(unary maps (B, J, H, W) = w_j S_j, deformation weights (J, 4) per part, row 0 unused)."""
+        idx = self._idx(data, idx)
+        wu, w_pair = self._w_parts(w, data)
+        return data.S[idx] * wu[None, :, None, None], w_pair
+
+    def augment(self, scores, data: PoseData, idx):
+        """The loss decomposes over joints: + 1/J where a cell is more than ``radius`` off."""
+        unary, w_pair = scores
+        dev = unary.device
+        rows = torch.arange(data.H, device=dev)[:, None]
+        cols = torch.arange(data.W, device=dev)[None, :]
+        gt = data.Y[self._idx(data, idx)]
+        cheb = torch.maximum((rows - gt[..., 0, None, None]).abs(), (cols - gt[..., 1, None, None]).abs())
+        return unary + (cheb > self.radius).to(unary.dtype) / self.J, w_pair
+
+    def decode(self, scores, data: PoseData, idx) -> torch.Tensor:
+        """Max-sum on the tree with generalized distance transforms; (B, J, 2)."""
+        unary, w_pair = scores
+        loc, _ = tree_max_sum(unary, self.parents, w_pair, self.rest.to(unary.device, unary.dtype), self.scale)
         return loc
 
-
-    def errors(self, w) -> dict:
-        idx = torch.arange(self.n)
-        pred = self.predict(w, idx)
-        dist = (pred - self.Y).to(self.dtype).norm(dim=-1)
-        return {"error": float(dist.mean()), "pck": float(1.0 - self._far(idx, pred).mean()),
-                "loss": float(self.loss(idx, pred).mean())}
+    def metrics(self, w, data: PoseData) -> dict:
+        """Mean joint error in cells (Euclidean), PCK within ``radius`` and the mean loss."""
+        idx = torch.arange(data.n)
+        pred = self.predict(w, data, idx)
+        dist = (pred - data.Y).to(data.S.dtype).norm(dim=-1)
+        return {"error": float(dist.mean()), "pck": float(1.0 - self._far(data, idx, pred).mean()),
+                "loss": float(self.loss(data, idx, pred).mean())}

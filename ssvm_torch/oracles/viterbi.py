@@ -104,7 +104,7 @@ def viterbi_segment(U, start, T, first, last, trans, gt, augment, out, delta, ne
 
 
 @nb.njit(cache=True, nogil=True)
-def _viterbi_all(U, offsets, first, last, trans, gt, augment, out, scores):
+def viterbi_all(U, offsets, first, last, trans, gt, augment, out, scores):
     K = U.shape[1]
     n = offsets.shape[0] - 1
     tmax = 1
@@ -130,7 +130,7 @@ def viterbi_ragged(unary: np.ndarray, offsets: np.ndarray, first: np.ndarray, la
     scores = np.empty(offsets.shape[0] - 1)
     aug = gt is not None
     gt_arr = np.ascontiguousarray(gt, dtype=np.int64) if aug else np.zeros(1, dtype=np.int64)
-    _viterbi_all(U, offsets, np.ascontiguousarray(first, dtype=np.float64),
+    viterbi_all(U, offsets, np.ascontiguousarray(first, dtype=np.float64),
                  np.ascontiguousarray(last, dtype=np.float64), np.ascontiguousarray(trans, dtype=np.float64),
                  gt_arr, aug, out, scores)
     return out, scores

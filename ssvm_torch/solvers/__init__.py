@@ -1,8 +1,8 @@
-"""Solvers: step rules, samplers, stopping and monitoring; they know nothing of any structure."""
-from .box import BoxedDual
-from .dual import BlockDual, Corner, GapPass
-from .engine import Solver, SolverConfig
-from .samplers import GapSampler, PermSampler, UniformSampler
+"""Solvers: the loop, step rules, samplers, averaging and history; they know nothing of any structure."""
+from .config import SOLVERS, STEPS, SolverConfig, SolverState
+from .loop import Solver
+from .samplers import SAMPLERS, GapSampler, PermSampler, UniformSampler
+from .steps import FWStep, SetStep, SSGStep, StepRule
 
-__all__ = ["BoxedDual", "BlockDual", "Corner", "GapPass", "Solver", "SolverConfig", "GapSampler", "PermSampler",
-           "UniformSampler"]
+__all__ = ["Solver", "SolverConfig", "SolverState", "SOLVERS", "STEPS", "SAMPLERS", "GapSampler", "PermSampler",
+           "UniformSampler", "StepRule", "FWStep", "SetStep", "SSGStep"]

@@ -7,6 +7,10 @@ computed for its block, and an exact gap pass overwrites all of them. A sum-tree
 and update O(log n) and exact (no chunking, so probabilities reflect every update). Negative
 block gaps, which exist only as floating-point noise around 0, get probability 0.
 
+Every sampler owns the block gap estimates ``gaps`` (the stale g_i of the last step or gap pass on
+each block, +inf before the first): their sum is the gap estimate of the history records, and the
+cache's local criterion reads them.
+
 All randomness comes from one seeded torch.Generator, drawn in chunks of ``chunk`` numbers.
 """
 from __future__ import annotations
@@ -48,15 +52,30 @@ class Sampler:
     def __init__(self, n: int, seed: int):
         self.n = n
         self.stream = _Stream(seed)
+        self.gaps = np.full(n, np.inf)
 
     def next(self) -> int:
         raise NotImplementedError
 
     def update(self, i: int, gap: float) -> None:
         """The block gap of i computed by the step just taken."""
+        self.gaps[i] = gap
+        self._update(i, gap)
 
-    def set_all(self, gaps: np.ndarray) -> None:
-        """Exact block gaps of a full gap pass."""
+    def set_all(self, gaps) -> None:
+        """Exact block gaps of a full gap pass (or known ones, e.g. eq. (12) after a path step)."""
+        self.gaps[:] = gaps
+        self._set_all(self.gaps)
+
+    def estimate(self) -> float | None:
+        """Sum of the stale block gaps, once every block has one (else None)."""
+        return float(self.gaps.sum()) if np.isfinite(self.gaps).all() else None
+
+    def _update(self, i: int, gap: float) -> None:
+        pass
+
+    def _set_all(self, gaps: np.ndarray) -> None:
+        pass
 
     def state_dict(self) -> dict:
         return {"stream": self.stream.state_dict()}
@@ -147,10 +166,10 @@ class GapSampler(Sampler):
             return min(int(u * self.n), self.n - 1)
         return min(int(_tree_find(self.tree, self.size, u)), self.n - 1)
 
-    def update(self, i, gap):
+    def _update(self, i, gap):
         _tree_set(self.tree, self.size, i, gap if gap > 0.0 else 0.0)
 
-    def set_all(self, gaps):
+    def _set_all(self, gaps):
         self.pos = self.unvisited.shape[0]
         _tree_build(self.tree, self.size, np.maximum(np.asarray(gaps, dtype=np.float64), 0.0))
 

@@ -1,4 +1,4 @@
-"""The seam between solvers and structures.
+"""The seam between solvers and structures: the block store.
 
 A solver sees an SSVM only through a :class:`BlockDual`: the dual variables of the n blocks
 (examples), stored however the structure likes (dense ``w_i`` rows, or a compact sufficient-
@@ -54,6 +54,11 @@ class BlockDual:
     # (sparse, on the move's support). The engine uses it for O(support) weighted averaging.
     shadow: torch.Tensor | None = None
     shadow_coef: float = 0.0
+    # Declared capabilities (clients read these instead of probing for NotImplementedError):
+    # the regularization path needs rescale / max_margins / block_wdots; weighted averaging needs
+    # an unconstrained dual point.
+    supports_path: bool = True
+    supports_averaging: bool = True
 
     # -- structure-specific ------------------------------------------------------------------
     def fw_corner(self, i: int) -> Corner:

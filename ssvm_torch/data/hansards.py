@@ -30,8 +30,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .datasets import data_dir
-from .errors import SSVMInputError
+from ..errors import SSVMInputError
+from .types import data_dir
 
 EDGE_FEATURES = ("bias", "dice", "dice_neighbours", "best_for_e", "best_for_f", "identical", "prefix4",
                  "similarity", "distortion", "distortion_sq", "same_punct", "both_numbers", "one_punct",

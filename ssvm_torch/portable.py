@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .active_set import BlockSet
+from .solvers.active_set import BlockSet
 
 _NP, _SET, _TUPLE = "__ndarray__", "__blockset__", "__tuple__"
 

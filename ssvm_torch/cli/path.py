@@ -19,17 +19,17 @@ from pathlib import Path
 
 import torch
 
-from .errors import check, run_cli
-from .path import cold_starts, grid_lambdas, grid_search, regularization_path
-from .solvers import SolverConfig
-from .solvers.engine import STEPS
-from .solvers.samplers import SAMPLERS
+from ..errors import check, run_cli
+from ..outputs import atomic_write_bytes
+from ..path import cold_starts, grid_lambdas, grid_search, regularization_path
+from ..solvers import SAMPLERS, STEPS, SolverConfig
+from ..tasks import TASKS, Problem, load_task
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="ssvm-path", description=__doc__.split("\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--dataset", default="ocr-small")
+    p.add_argument("--dataset", default="ocr-small", help=f"one of {list(TASKS)}")
     p.add_argument("--train-size", type=int, default=None)
     p.add_argument("--eps", type=float, default=0.1, help="duality gap guaranteed along the path")
     p.add_argument("--kappa", type=float, default=None,
@@ -50,11 +50,9 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def path_task(dataset: str, train_size=None, device="cpu") -> dict:
-    """The training task of ``ssvm-train --dataset`` (dual at lam = 1, evaluation) for a path."""
-    from .train import build_task
-    ns = argparse.Namespace(dataset=dataset, train_size=train_size, lam=1.0, unary_only=False, device=device)
-    return build_task(ns, torch.float64)
+def path_task(dataset: str, train_size=None, device="cpu") -> Problem:
+    """The training task of ``ssvm-train --dataset`` for a path (its store is built at lam = 1)."""
+    return load_task(dataset, train_size=train_size, device=device)
 
 
 def run(args) -> dict:
@@ -64,6 +62,7 @@ def run(args) -> dict:
     cfg = SolverConfig(solver="bcfw", sampling=args.sampling, step=args.step, cache=args.cache,
                        gap_check=args.gap_check, seed=args.seed)
     task = path_task(args.dataset, args.train_size, args.device)
+    dual = task.store(1.0, device=args.device)
     out = Path(args.out)
 
     def show(rec):
@@ -71,10 +70,10 @@ def run(args) -> dict:
             print(f"lam {rec['lam']:11.5g}  gap {rec['gap']:.4f}  passes {rec['passes']:8.1f}  "
                   f"time {rec['time_s']:7.2f} s  test {rec.get('test_error', float('nan')):.4f}", flush=True)
     if not args.quiet:
-        print(f"{args.dataset}: n = {task['n_train']}, d = {task['d']}, eps = {args.eps}, kappa = {kappa}, "
+        print(f"{args.dataset}: n = {task.n_train}, d = {task.d}, eps = {args.eps}, kappa = {kappa}, "
               f"{'heuristic' if args.heuristic else 'eps-approximate'} path down to {args.lam_min:g}", flush=True)
-    path = regularization_path(task["dual"], args.eps, kappa=kappa, heuristic=args.heuristic, lam_min=args.lam_min,
-                               config=cfg, evaluate=task["evaluate"], max_passes=args.max_passes, progress=show)
+    path = regularization_path(dual, args.eps, kappa=kappa, heuristic=args.heuristic, lam_min=args.lam_min,
+                               config=cfg, evaluate=task.evaluate, max_passes=args.max_passes, progress=show)
     path.save(out)
     best = min(path.records, key=lambda r: r["test_error"])
     summary = {"breakpoints": len(path.lambdas), "lam_end": path.lam_end, "passes": path.records[-1]["passes"],
@@ -87,9 +86,9 @@ def run(args) -> dict:
         lams = [v for v in grid_lambdas() if v >= args.lam_min]
         for warm in (True, False):
             name = "warm" if warm else "cold"
-            recs = grid_search(cold_starts(task["dual"]), args.eps, lams, warm=warm, config=cfg, evaluate=task["evaluate"],
+            recs = grid_search(cold_starts(dual), args.eps, lams, warm=warm, config=cfg, evaluate=task.evaluate,
                                max_passes=args.max_passes, progress=show)
-            (out / f"grid_{name}.json").write_text(json.dumps(recs, indent=1))
+            atomic_write_bytes(out / f"grid_{name}.json", json.dumps(recs, indent=1).encode())
             summary[f"grid_{name}"] = {"passes": recs[-1]["passes"], "time_s": recs[-1]["time_s"]}
             if not args.quiet:
                 print(f"grid search ({name}): {len(recs)} lambdas, {recs[-1]['passes']:.0f} effective passes, "

@@ -27,8 +27,8 @@ from pathlib import Path
 
 import torch
 
-from .datasets import ChainData, data_dir
-from .errors import SSVMInputError, check
+from ..errors import SSVMInputError, check
+from .types import ChainData, data_dir
 
 TEMPLATE = (
     (("w", -2),), (("w", -1),), (("w", 0),), (("w", 1),), (("w", 2),),

@@ -1,49 +1,36 @@
 """Dense per-block dual storage for structures with a small joint feature space.
 
-Any model that provides, for a batch of block indices ``idx`` (LongTensor) and labelings,
-    oracle(w, idx)        -> (labels, H)   loss-augmented decoding, H_i(w) = max_y L_i(y) - <w, psi_i(y)>
-    psi(idx, labels)      -> (B, d)         psi_i(y) = phi(x_i, y_i) - phi(x_i, y)
-    loss(idx, labels)     -> (B,)           L_i(y)
-    gt(i), key(y), n, d   ground truth of block i, a hashable key of a labeling
-gets every solver of the engine through :class:`DenseDual`, which stores w_i as the rows of an
-n x d matrix (fine for d up to ~1e4 and n up to ~1e4). Labelings are batched along dim 0.
+Any :class:`~ssvm_torch.models.base.StructuredModel` gets every solver of the loop through
+:class:`DenseDual`, which stores w_i as the rows of an n x d matrix (fine for d up to ~1e4 and n up
+to ~1e4). The store sees the model only through that interface (oracle, phi, loss, gt, key,
+predict); labelings are batched along dim 0. psi_i(y) = phi(x_i, y_i) - phi(x_i, y) uses the
+ground-truth features phi(x_i, y_i), computed once here.
 """
 from __future__ import annotations
 
 import torch
 
 from ..errors import check_positive
-from ..solvers.dual import BlockDual, Corner, GapPass
-
-
-class DecodingModel:
-    """``oracle`` and ``predict`` for models with ``decode(w, idx, augment)``, ``loss`` and ``psi``."""
-
-    def oracle(self, w, idx):
-        """Loss-augmented decoding and H_i(w) = L_i(y) - <w, psi_i(y)> evaluated exactly at its result."""
-        labels = self.decode(w, idx, augment=True)
-        w = torch.as_tensor(w).to(self.device, self.dtype)
-        return labels, self.loss(idx, labels) - self.psi(idx, labels) @ w
-
-    def predict(self, w, idx=None) -> torch.Tensor:
-        return self.decode(w, torch.arange(self.n) if idx is None else idx)
-
-    def dual(self, lam, device=None, dtype=torch.float64) -> "DenseDual":
-        return DenseDual(self, lam, device, dtype)
+from .base import BlockDual, Corner, GapPass
 
 
 class DenseDual(BlockDual):
-    def __init__(self, model, lam: float, device=None, dtype=torch.float64):
+    """Block i's w_i as row i of an (n, d) matrix; ``data`` is moved to ``device``/``dtype`` once."""
+
+    def __init__(self, model, data, lam: float, device=None, dtype=torch.float64):
+        model.check_data(data)
         self.model = model
         self.lam = check_positive(lam, "lam")
-        self.n, self.d = model.n, model.d
         self.device = torch.device(device) if device is not None else torch.device("cpu")
         self.dtype = dtype
+        self.data = data.to(self.device, dtype)
+        self.n, self.d = data.n, model.d
         self.W_blocks = torch.zeros(self.n, self.d, dtype=dtype, device=self.device)
         self.ell_i = torch.zeros(self.n, dtype=dtype, device=self.device)
         self.w = torch.zeros(self.d, dtype=dtype, device=self.device)
         self._ell = 0.0
         self._all = torch.arange(self.n, device=self.device)
+        self.phi_gt = model.phi(self.data, self._all, model.gt_batch(self.data, self._all)).to(dtype)
 
     @property
     def ell(self) -> float:
@@ -56,14 +43,23 @@ class DenseDual(BlockDual):
     def _idx(self, i):
         return torch.as_tensor([i], device=self.device)
 
+    def _psi(self, idx, labels):
+        return self.phi_gt[idx] - self.model.phi(self.data, idx, labels).to(self.dtype)
+
+    def _oracle(self, idx):
+        return self.model.oracle(self.w, self.data, idx, phi_gt=self.phi_gt[idx])
+
+    def _loss(self, idx, labels):
+        return self.model.loss(self.data, idx, labels).to(self.dtype)
+
     def _w_s(self, idx, labels):
-        return self.model.psi(idx, labels).to(self.dtype) / (self.lam * self.n)
+        return self._psi(idx, labels) / (self.lam * self.n)
 
     def fw_corner(self, i: int) -> Corner:
         idx = self._idx(i)
-        y, _ = self.model.oracle(self.w, idx)
+        y, _ = self._oracle(idx)
         diff = self.W_blocks[i] - self._w_s(idx, y)[0]
-        loss, dot = float(self.model.loss(idx, y)[0]) / self.n, float(diff @ self.w)
+        loss, dot = float(self._loss(idx, y)[0]) / self.n, float(diff @ self.w)
         return Corner(y[0], loss, dot, float(diff @ diff), self.lam * dot - float(self.ell_i[i]) + loss)
 
     def fw_move(self, i: int, corner: Corner, gamma: float) -> None:
@@ -85,13 +81,13 @@ class DenseDual(BlockDual):
 
     # -- active-set primitives ----------------------------------------------------------------
     def gt_labeling(self, i: int):
-        return self.model.gt(i)
+        return self.model.gt(self.data, i)
 
     def key(self, labeling):
         return self.model.key(labeling)
 
     def loss_of(self, i: int, labeling) -> float:
-        return float(self.model.loss(self._idx(i), self._batch([labeling]))[0]) / self.n
+        return float(self._loss(self._idx(i), self._batch([labeling]))[0]) / self.n
 
     def _point(self, i, P):
         return self.W_blocks[i] if P is None else self._w_s(self._idx(i), self._batch([P]))[0]
@@ -100,7 +96,7 @@ class DenseDual(BlockDual):
         ys = self._batch(list(labelings))
         idx = self._idx(i).expand(ys.shape[0])
         w_s = self._w_s(idx, ys)
-        g = self.lam * ((self.W_blocks[i] - w_s) @ self.w) - self.ell_i[i] + self.model.loss(idx, ys) / self.n
+        g = self.lam * ((self.W_blocks[i] - w_s) @ self.w) - self.ell_i[i] + self._loss(idx, ys) / self.n
         return g.cpu().numpy()
 
     def pair_sqnorm(self, i: int, P, Q) -> float:
@@ -115,12 +111,12 @@ class DenseDual(BlockDual):
         self._ell += gamma * (loss_P - loss_Q)
 
     def add_psi(self, i: int, corner: Corner, coef: float) -> None:
-        self.w += coef * self.model.psi(self._idx(i), self._batch([corner.labels]))[0].to(self.dtype)
+        self.w += coef * self._psi(self._idx(i), self._batch([corner.labels]))[0]
 
     # -- batched ------------------------------------------------------------------------------
     def gap_pass(self) -> GapPass:
-        y, H = self.model.oracle(self.w, self._all)
-        loss = self.model.loss(self._all, y).to(self.dtype) / self.n
+        y, H = self._oracle(self._all)
+        loss = self._loss(self._all, y) / self.n
         gaps = self.lam * (self.W_blocks @ self.w) - self.ell_i + H.to(self.dtype) / self.n
         return GapPass(labels=y, loss=loss, H=H, block_gaps=gaps)
 
@@ -145,11 +141,9 @@ class DenseDual(BlockDual):
         self.recompute()
 
     def max_margins(self, w: torch.Tensor) -> torch.Tensor:
-        if not hasattr(self.model, "decode"):
-            raise NotImplementedError(f"{type(self.model).__name__} has no plain decode(w, idx)")
         w = w.to(self.device, self.dtype)
-        labels = self.model.decode(w, self._all)
-        return -(self.model.psi(self._all, labels).to(self.device, self.dtype) @ w)
+        labels = self.model.predict(w, self.data, self._all)
+        return -(self._psi(self._all, labels) @ w)
 
     def block_wdots(self) -> torch.Tensor:
         return self.lam * (self.W_blocks @ self.w)

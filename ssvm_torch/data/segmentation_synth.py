@@ -30,8 +30,8 @@ from __future__ import annotations
 import numpy as np
 from scipy.spatial import Delaunay
 
-from .errors import check
-from .models.graphcut import GraphExample
+from ..errors import check
+from .examples import GraphExample
 
 N_APPEARANCE = 6
 

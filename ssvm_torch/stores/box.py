@@ -16,10 +16,15 @@ from __future__ import annotations
 import torch
 
 from ..errors import SSVMInputError, check
-from .dual import BlockDual, Corner, GapPass
+from .base import BlockDual, Corner, GapPass
 
 
 class BoxedDual(BlockDual):
+    # App. H's path would need the box in the rescaling; the average of clipped iterates is not a
+    # clipped dual point.
+    supports_path = False
+    supports_averaging = False
+
     def __init__(self, inner: BlockDual, index, lower=None, upper=None):
         self.inner = inner
         d = inner.w.shape[0]

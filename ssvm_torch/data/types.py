@@ -1,4 +1,4 @@
-"""Loaders for the datasets the project ships under ``datasets/`` (see datasets/README.md).
+"""Sequence data (:class:`ChainData`) and where the shipped datasets live.
 
 The data directory is ``$SSVM_TORCH_DATA`` if set, else the ``datasets/`` folder of the source tree
 (an editable install or a clone).
@@ -12,14 +12,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .errors import SSVMInputError, check, check_finite
-
-OCR_LETTERS = "abcdefghijklmnopqrstuvwxyz"
+from ..errors import SSVMInputError, check, check_finite
 
 
 def data_dir() -> Path:
     env = os.environ.get("SSVM_TORCH_DATA")
-    path = Path(env) if env else Path(__file__).resolve().parent.parent / "datasets"
+    path = Path(env) if env else Path(__file__).resolve().parents[2] / "datasets"
     if not path.is_dir():
         raise SSVMInputError(
             f"data directory: expected a folder with the shipped datasets at {path} "
@@ -121,65 +119,3 @@ def csr_rows(X: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
     new_crow = torch.zeros(rows.shape[0] + 1, dtype=torch.int64)
     new_crow[1:] = torch.cumsum(counts, 0)
     return torch.sparse_csr_tensor(new_crow, col[nz], val[nz], (rows.shape[0], X.shape[1]))
-
-
-def load_ocr(split: str = "small", dtype=torch.float64) -> tuple[ChainData, ChainData]:
-    """OCR handwritten words (Taskar et al. 2003), 16x8 binary pixels per letter, 26 classes.
-
-    Splits of the papers: ``small`` trains on fold 0 (626 words) and tests on folds 1-9 (6,251);
-    ``large`` trains on folds 1-9 and tests on fold 0. Returns (train, test).
-    """
-    if split not in ("small", "large"):
-        raise SSVMInputError(f"split: expected 'small' or 'large', got {split!r}")
-    z = np.load(data_dir() / "ocr_letters.npz")
-    pixels = np.unpackbits(z["pixels_packed"], axis=1, count=128)
-    labels, off, folds = z["labels"].astype(np.int64), z["word_offsets"].astype(np.int64), z["folds"]
-
-    def build(words):
-        rows = np.concatenate([np.arange(off[i], off[i + 1]) for i in words])
-        lengths = off[words + 1] - off[words]
-        offsets = np.concatenate([[0], np.cumsum(lengths)])
-        return ChainData(torch.as_tensor(pixels[rows], dtype=dtype), torch.as_tensor(labels[rows]),
-                         torch.as_tensor(offsets), 26, f"ocr-{split}")
-
-    fold0 = np.flatnonzero(folds == 0)
-    rest = np.flatnonzero(folds != 0)
-    train, test = (fold0, rest) if split == "small" else (rest, fold0)
-    return build(train), build(test)
-
-
-def load_scene(dtype=torch.float64):
-    """Scene multi-label data (Boutell et al. 2004): 294 features, 6 labels; 1,211 train / 1,196 test.
-    Returns (X_train, Y_train, X_test, Y_test)."""
-    z = np.load(data_dir() / "scene.npz")
-    return (torch.as_tensor(z["X_train"], dtype=dtype), torch.as_tensor(z["y_train"].astype(np.int64)),
-            torch.as_tensor(z["X_test"], dtype=dtype), torch.as_tensor(z["y_test"].astype(np.int64)))
-
-
-def load_ocr_letters(split: str = "large", dtype=torch.float64):
-    """OCR letters as independent characters (multiclass, 26 classes) with the words' split.
-    Returns (X_train, y_train, X_test, y_test)."""
-    train, test = load_ocr(split, dtype)
-    return train.X, train.Y, test.X, test.Y
-
-
-def _conll(train_size=None):
-    from .conll import load_conll2000
-    return load_conll2000(train_size)
-
-
-DATASETS = {
-    "ocr-small": lambda train_size=None: load_ocr("small"),
-    "ocr-large": lambda train_size=None: load_ocr("large"),
-    "conll2000": _conll,
-}
-
-
-def load_dataset(name: str, train_size: int | None = None):
-    """(train, test) ChainData of a shipped dataset; ``train_size`` keeps the first N training
-    sequences (CoNLL-2000 only: its feature dictionary is built from the kept ones)."""
-    if name not in DATASETS:
-        raise SSVMInputError(f"dataset: expected one of {sorted(DATASETS) + ['ocr-letters', 'scene', 'segmentation-synth', 'pose-synth', 'hansards']}, got {name!r}")
-    if train_size is not None and name != "conll2000":
-        raise SSVMInputError(f"train_size: only supported for conll2000, not {name!r}")
-    return DATASETS[name](train_size)

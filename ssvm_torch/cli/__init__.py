@@ -1,0 +1,1 @@
+"""Command-line clients: ``ssvm-train`` (:mod:`.train`) and ``ssvm-path`` (:mod:`.path`)."""

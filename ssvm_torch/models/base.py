@@ -1,0 +1,96 @@
+"""The one interface every structure implements: a data-free model on a scores-level oracle.
+
+A model knows its joint feature map phi, its task loss L and its decoder; it owns no examples.
+Examples live in a typed container (``ssvm_torch.data``) and a batch is named by indices ``idx``
+into it, so one call serves batch size 1 (a block step) and n (a gap pass, evaluation, batch FW).
+
+The max oracle of the SSVM (loss-augmented decoding, objective (1) of Osokin et al. 2016)
+    y*_i = argmax_y  L_i(y) + <w, phi(x_i, y)>
+is split in three pure steps so that anything upstream (a network, a GPU batch) can feed it:
+
+    s  = scores(w, data, idx)        potentials <w, phi(x_i, .)> in the structure's own factor form
+    s' = augment(s, data, idx)       the loss offsets added (every loss here decomposes over factors)
+    y* = decode(s', data, idx)       the exact argmax of the factor scores (Viterbi, min cut, ...)
+
+and H_i(w) = max_y L_i(y) - <w, psi_i(y)> with psi_i(y) = phi(x_i, y_i) - phi(x_i, y).
+"""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any
+
+import torch
+
+
+class StructuredModel(ABC):
+    """Data-free structure: feature map, loss, scores-level decoding. ``d`` is the length of w."""
+
+    d: int
+    #: name of the structure in the conformance registry and in run outputs
+    kind: str = "structure"
+
+    # -- the structure ------------------------------------------------------------------------
+    @abstractmethod
+    def check_data(self, data, field: str = "data") -> None:
+        """Raise :class:`~ssvm_torch.errors.SSVMInputError` naming ``field`` if ``data`` does not fit."""
+
+    @abstractmethod
+    def scores(self, w: torch.Tensor, data, idx: torch.Tensor) -> Any:
+        """Factor potentials of the examples ``idx`` at ``w``: <w, phi(x_i, y)> = sum of factor scores."""
+
+    @abstractmethod
+    def augment(self, scores, data, idx: torch.Tensor) -> Any:
+        """``scores`` plus the loss offsets, so that decode(augment(s)) is the loss-augmented argmax."""
+
+    @abstractmethod
+    def decode(self, scores, data, idx: torch.Tensor):
+        """Exact argmax labeling of every example of the batch (a batched labelings container)."""
+
+    @abstractmethod
+    def phi(self, data, idx: torch.Tensor, labels) -> torch.Tensor:
+        """Joint feature map phi(x_i, y) of a batch of labelings: (B, d)."""
+
+    @abstractmethod
+    def loss(self, data, idx: torch.Tensor, labels) -> torch.Tensor:
+        """Task loss L_i(y) of a batch of labelings: (B,)."""
+
+    @abstractmethod
+    def gt(self, data, i: int):
+        """The ground-truth labeling of example i (block-level form, as ``key`` accepts it)."""
+
+    @abstractmethod
+    def gt_batch(self, data, idx: torch.Tensor):
+        """The ground-truth labelings of a batch, in the batched form of ``decode``."""
+
+    @staticmethod
+    @abstractmethod
+    def key(labeling):
+        """A hashable key of one block-level labeling (active sets and caches store labelings)."""
+
+    @abstractmethod
+    def metrics(self, w: torch.Tensor, data) -> dict:
+        """Named evaluation metrics of the prediction at ``w``; ``error`` (the task's error) first."""
+
+    def describe(self) -> dict:
+        """The feature layout recorded in run outputs."""
+        return {"kind": type(self).__name__, "d": self.d}
+
+    # -- shared ---------------------------------------------------------------------------------
+    def predict(self, w: torch.Tensor, data, idx: torch.Tensor | None = None):
+        """Plain decoding argmax_y <w, phi(x_i, y)> of the examples ``idx`` (default: all)."""
+        idx = torch.arange(data.n) if idx is None else torch.as_tensor(idx).reshape(-1)
+        return self.decode(self.scores(w, data, idx), data, idx)
+
+    def psi(self, data, idx: torch.Tensor, labels) -> torch.Tensor:
+        """psi_i(y) = phi(x_i, y_i) - phi(x_i, y): (B, d)."""
+        return self.phi(data, idx, self.gt_batch(data, idx)) - self.phi(data, idx, labels)
+
+    def oracle(self, w: torch.Tensor, data, idx: torch.Tensor, phi_gt: torch.Tensor | None = None):
+        """Loss-augmented decoding y* = decode(augment(scores)) and H_i(w) = L_i(y*) - <w, psi_i(y*)>
+        evaluated exactly at y*; ``phi_gt`` (B, d), if given, are the batch's phi(x_i, y_i)."""
+        labels = self.decode(self.augment(self.scores(w, data, idx), data, idx), data, idx)
+        phi = self.phi(data, idx, labels)
+        if phi_gt is None:
+            phi_gt = self.phi(data, idx, self.gt_batch(data, idx))
+        w = w.to(phi)
+        return labels, self.loss(data, idx, labels).to(phi) - (phi_gt.to(phi) - phi) @ w

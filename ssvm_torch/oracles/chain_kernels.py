@@ -1,0 +1,271 @@
+"""Numba kernels of the compact chain store (CPU, float64): per-block unaries, the terms of the
+block gap (eq. (6) of Osokin et al. 2016) in the sufficient-statistics form documented in
+:mod:`ssvm_torch.stores.chain`, sparse block moves, the batched gap pass and the Gram matrices.
+They read and write zero-copy numpy views of the store's tensors."""
+from __future__ import annotations
+
+import numba as nb
+import numpy as np
+
+from .viterbi import viterbi_all, viterbi_segment
+
+# fastmath lets LLVM vectorize the floating-point reductions (the unary dot products dominate the
+# batch-1 step); results stay deterministic for a given build, and exactness is tested against the
+# torch path to 1e-9.
+_FAST = {"reassoc", "contract", "nsz", "arcp"}
+
+
+@nb.njit(cache=True, nogil=True, fastmath=_FAST)
+def nb_block_unary(i, fptr, fidx, fval, off, W, U):
+    """U[t, k] = <W[k], x_t> for the positions of block i (CSR features)."""
+    s = off[i]
+    T = off[i + 1] - s
+    K = W.shape[0]
+    for t in range(T):
+        for k in range(K):
+            U[t, k] = 0.0
+        for j in range(fptr[s + t], fptr[s + t + 1]):
+            v = fval[j]
+            f = fidx[j]
+            for k in range(K):
+                U[t, k] += v * W[k, f]
+
+
+@nb.njit(cache=True, nogil=True, fastmath=_FAST)
+def nb_m_theta(i, off, U, first, last, trans, Mu, Mt):
+    """<M_i, theta_i>: the expected score of block i's current dual point."""
+    s = off[i]
+    T = off[i + 1] - s
+    K = U.shape[1]
+    m = 0.0
+    for t in range(T):
+        for k in range(K):
+            m += Mu[s + t, k] * U[t, k]
+    for k in range(K):
+        m += Mu[s, k] * first[k] + Mu[s + T - 1, k] * last[k]
+    for a in range(K):
+        for b in range(K):
+            m += Mt[i, a, b] * trans[a, b]
+    return m
+
+
+@nb.njit(cache=True, nogil=True)
+def nb_build_delta(i, p_cur, P, q_cur, Q, off, Mu, Mt, Du, Dt):
+    """D = S(P) - S(Q) for two points of block i, each a labeling or (``*_cur``) the current dual
+    point M_i: unary part Du (T, K), transition part Dt (K, K) [next, prev]."""
+    s = off[i]
+    T = off[i + 1] - s
+    K = Mu.shape[1]
+    for t in range(T):
+        for k in range(K):
+            Du[t, k] = (Mu[s + t, k] if p_cur else 0.0) - (Mu[s + t, k] if q_cur else 0.0)
+        if not p_cur:
+            Du[t, P[t]] += 1.0
+        if not q_cur:
+            Du[t, Q[t]] -= 1.0
+    for a in range(K):
+        for b in range(K):
+            Dt[a, b] = (Mt[i, a, b] if p_cur else 0.0) - (Mt[i, a, b] if q_cur else 0.0)
+    for t in range(T - 1):
+        if not p_cur:
+            Dt[P[t + 1], P[t]] += 1.0
+        if not q_cur:
+            Dt[Q[t + 1], Q[t]] -= 1.0
+
+
+@nb.njit(cache=True, nogil=True, fastmath=_FAST)
+def nb_delta_sqnorm(i, Du, Dt, off, G, goff):
+    """||A_i(D)||^2 = sum_k D_k^T G_i D_k + |D_0|^2 + |D_{T-1}|^2 + |Dt|_F^2."""
+    s = off[i]
+    T = off[i + 1] - s
+    K = Du.shape[1]
+    g0 = goff[i]
+    sq = 0.0
+    for k in range(K):
+        for t in range(T):
+            dt = Du[t, k]
+            if dt == 0.0:
+                continue
+            acc = 0.0
+            for u in range(T):
+                acc += G[g0 + t * T + u] * Du[u, k]
+            sq += dt * acc
+    for k in range(K):
+        sq += Du[0, k] * Du[0, k] + Du[T - 1, k] * Du[T - 1, k]
+    for a in range(K):
+        for b in range(K):
+            sq += Dt[a, b] * Dt[a, b]
+    return sq
+
+
+@nb.njit(cache=True, nogil=True, fastmath=_FAST, inline="always")
+def nb_add_position(s, t, T, k, coef, fptr, fidx, fval, W, first, last):
+    """Add coef * (the features of position t, the first/last indicators) to state k's weights."""
+    for j in range(fptr[s + t], fptr[s + t + 1]):
+        W[k, fidx[j]] += coef * fval[j]
+    if t == 0:
+        first[k] += coef
+    if t == T - 1:
+        last[k] += coef
+
+
+@nb.njit(cache=True, nogil=True, fastmath=_FAST)
+def nb_delta_move(i, c, gamma, Du, Dt, fptr, fidx, fval, off, W, first, last, trans, Mu, Mt,
+                   sh_on, sh_c, SW, Sfirst, Slast, Strans):
+    """w += c A_i(D) and M_i += gamma D (sparse in the nonzeros of D); with ``sh_on`` the shadow
+    vector (SW, Sfirst, Slast, Strans) gets sh_c times the same change."""
+    s = off[i]
+    T = off[i + 1] - s
+    K = W.shape[0]
+    cs = c * sh_c
+    for t in range(T):
+        for k in range(K):
+            dk = Du[t, k]
+            if dk != 0.0:
+                nb_add_position(s, t, T, k, c * dk, fptr, fidx, fval, W, first, last)
+                if sh_on:
+                    nb_add_position(s, t, T, k, cs * dk, fptr, fidx, fval, SW, Sfirst, Slast)
+                Mu[s + t, k] += gamma * dk
+    for a in range(K):
+        for b in range(K):
+            if Dt[a, b] != 0.0:
+                trans[a, b] += c * Dt[a, b]
+                if sh_on:
+                    Strans[a, b] += cs * Dt[a, b]
+                Mt[i, a, b] += gamma * Dt[a, b]
+
+
+@nb.njit(cache=True, nogil=True, fastmath=_FAST)
+def nb_fw_corner(i, fptr, fidx, fval, off, Y, G, goff, W, first, last, trans, Mu, Mt, U, delta, newd, bp, Du, Dt,
+                  ys):
+    """Batch-1 loss-augmented oracle for block i and the terms of eq. (6) in units of 1/(lam n):
+    returns (L(y*), <S(y*) - M_i, theta_i>, ||A_i(S(y*) - M_i)||^2) and writes y* into ys."""
+    s = off[i]
+    T = off[i + 1] - s
+    nb_block_unary(i, fptr, fidx, fval, off, W, U)
+    aug = viterbi_segment(U, 0, T, first, last, trans, Y[s:s + T], True, ys, delta, newd, bp)
+    wrong = 0
+    for t in range(T):
+        if ys[t] != Y[s + t]:
+            wrong += 1
+    loss = wrong / T
+    dot = (aug - loss) - nb_m_theta(i, off, U, first, last, trans, Mu, Mt)
+    nb_build_delta(i, False, ys, True, ys, off, Mu, Mt, Du, Dt)
+    return loss, dot, nb_delta_sqnorm(i, Du, Dt, off, G, goff)
+
+
+@nb.njit(cache=True, nogil=True, fastmath=_FAST)
+def nb_corner_gaps(i, labels, fptr, fidx, fval, off, Y, W, first, last, trans, Mu, Mt, U, out):
+    """For each row y of ``labels`` (m, T_i): <S(y), theta_i> + L(y) - <M_i, theta_i>, i.e. n times
+    (block gap w.r.t. corner y + ell_i)."""
+    s = off[i]
+    T = off[i + 1] - s
+    nb_block_unary(i, fptr, fidx, fval, off, W, U)
+    m_theta = nb_m_theta(i, off, U, first, last, trans, Mu, Mt)
+    for r in range(labels.shape[0]):
+        v = first[labels[r, 0]] + last[labels[r, T - 1]]
+        wrong = 0
+        for t in range(T):
+            v += U[t, labels[r, t]]
+            if labels[r, t] != Y[s + t]:
+                wrong += 1
+            if t + 1 < T:
+                v += trans[labels[r, t + 1], labels[r, t]]
+        out[r] = v + wrong / T - m_theta
+
+
+@nb.njit(cache=True, nogil=True, fastmath=_FAST)
+def nb_gap_pass(U, off, Y, first, last, trans, Mu, Mt):
+    """Loss-augmented Viterbi for every block; returns labels (N,), aug scores, <M_i, theta_i>,
+    ground-truth scores and mismatch counts (n,)."""
+    N, K = U.shape
+    n = off.shape[0] - 1
+    labels = np.empty(N, dtype=np.int64)
+    aug = np.empty(n)
+    m_theta = np.empty(n)
+    gt_score = np.empty(n)
+    wrong = np.empty(n)
+    viterbi_all(U, off, first, last, trans, Y, True, labels, aug)
+    for i in range(n):
+        s = off[i]
+        T = off[i + 1] - s
+        mt = 0.0
+        gs = first[Y[s]] + last[Y[s + T - 1]]
+        wr = 0.0
+        for t in range(T):
+            r = s + t
+            for k in range(K):
+                mt += Mu[r, k] * U[r, k]
+            gs += U[r, Y[r]]
+            if t + 1 < T:
+                gs += trans[Y[r + 1], Y[r]]
+            if labels[r] != Y[r]:
+                wr += 1.0
+        for k in range(K):
+            mt += Mu[s, k] * first[k] + Mu[s + T - 1, k] * last[k]
+        for a in range(K):
+            for b in range(K):
+                mt += Mt[i, a, b] * trans[a, b]
+        m_theta[i] = mt
+        gt_score[i] = gs
+        wrong[i] = wr
+    return labels, aug, m_theta, gt_score, wrong
+
+
+@nb.njit(cache=True, nogil=True)
+def nb_add_psi(i, coef, ys, fptr, fidx, fval, off, Y, W, first, last, trans):
+    """w += coef * psi_i(ys) = coef * (phi(x_i, y_i) - phi(x_i, ys))."""
+    s = off[i]
+    T = off[i + 1] - s
+    for t in range(T):
+        a, b = Y[s + t], ys[t]
+        if a != b:
+            for j in range(fptr[s + t], fptr[s + t + 1]):
+                W[a, fidx[j]] += coef * fval[j]
+                W[b, fidx[j]] -= coef * fval[j]
+    first[Y[s]] += coef
+    first[ys[0]] -= coef
+    last[Y[s + T - 1]] += coef
+    last[ys[T - 1]] -= coef
+    for t in range(T - 1):
+        trans[Y[s + t + 1], Y[s + t]] += coef
+        trans[ys[t + 1], ys[t]] -= coef
+
+
+@nb.njit(cache=True, nogil=True, fastmath=_FAST)
+def nb_unary_all(WT, fptr, fidx, fval, U):
+    """U[r, k] = sum_j fval[j] * W[k, fidx[j]] over the stored entries of row r (WT = W^T, (F, K))."""
+    N, K = U.shape
+    for r in range(N):
+        for k in range(K):
+            U[r, k] = 0.0
+        for j in range(fptr[r], fptr[r + 1]):
+            v = fval[j]
+            f = fidx[j]
+            for k in range(K):
+                U[r, k] += v * WT[f, k]
+
+
+@nb.njit(cache=True)
+def nb_gram(fptr, fidx, fval, off, goff, G):
+    """Per-sequence Gram matrices G_i[t, u] = <x_t, x_u> from CSR rows with sorted column indices."""
+    n = off.shape[0] - 1
+    for i in range(n):
+        s = off[i]
+        T = off[i + 1] - s
+        for t in range(T):
+            for u in range(t, T):
+                a, a_end = fptr[s + t], fptr[s + t + 1]
+                b, b_end = fptr[s + u], fptr[s + u + 1]
+                acc = 0.0
+                while a < a_end and b < b_end:
+                    if fidx[a] == fidx[b]:
+                        acc += fval[a] * fval[b]
+                        a += 1
+                        b += 1
+                    elif fidx[a] < fidx[b]:
+                        a += 1
+                    else:
+                        b += 1
+                G[goff[i] + t * T + u] = acc
+                G[goff[i] + u * T + t] = acc

@@ -1,0 +1,95 @@
+"""Solver options (:class:`SolverConfig`, validated with named-field errors) and the loop's counters
+(:class:`SolverState`, saved in checkpoints)."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, fields
+
+from ..errors import check, check_choice
+from .samplers import SAMPLERS
+
+SOLVERS = ("fw", "bcfw", "ssg")
+STEPS = ("fw", "pairwise", "away", "best")
+
+
+@dataclass
+class SolverConfig:
+    solver: str = "bcfw"
+    sampling: str = "gap"
+    gap_check: float = 10        # passes of block steps between exact gap checks, may be fractional
+                                 # (e.g. 0.1: every n/10 steps); FW: iterations (rounded, >= 1)
+    passes: float = 50.0         # stop after this many effective passes
+    gap_threshold: float = 0.0   # stop when the exact duality gap <= this
+    time_budget: float = math.inf
+    seed: int = 0
+    averaging: bool = False
+    recompute_every: int = 10    # BCFW: passes between exact recomputations of w, ell from the blocks
+    step: str = "fw"             # BCFW step type: fw, pairwise, away, best
+    cache: bool = False          # gap-based caching (Alg. 5)
+    cache_F: float = 0.25
+    cache_nu: float = 0.01
+    max_cache: int = 50
+    gap_refresh: int = 1         # BCFW: every k-th gap check refreshes the block gaps (0: never);
+                                 # the others are monitoring only (not counted, not timed)
+    estimate_threshold: float = 0.0   # BCFW: also stop when the gap estimate (sum of the stale block
+                                      # gaps) is <= this (the heuristic path's stopping rule, App. K)
+
+    @classmethod
+    def from_mapping(cls, options) -> "SolverConfig":
+        """The config from a mapping with keys named like the fields (hyper-parameters, estimator
+        parameters); fields it lacks keep their defaults."""
+        return cls(**{f.name: options[f.name] for f in fields(cls) if f.name in options})
+
+    @classmethod
+    def from_options(cls, options) -> "SolverConfig":
+        """The config from an object with attributes named like the fields (an argparse namespace)."""
+        return cls.from_mapping(vars(options))
+
+    def validate(self) -> "SolverConfig":
+        check_choice(self.solver, "solver", SOLVERS)
+        check_choice(self.sampling, "sampling", SAMPLERS)
+        check(isinstance(self.gap_check, (int, float)) and self.gap_check > 0, "gap_check", "a number > 0",
+              self.gap_check)
+        check(self.passes > 0, "passes", "a number > 0", self.passes)
+        check(self.gap_threshold >= 0, "gap_threshold", "a number >= 0", self.gap_threshold)
+        check(self.estimate_threshold >= 0, "estimate_threshold", "a number >= 0", self.estimate_threshold)
+        check(self.time_budget > 0, "time_budget", "a number of seconds > 0", self.time_budget)
+        check(isinstance(self.recompute_every, int) and self.recompute_every >= 1, "recompute_every",
+              "an int >= 1", self.recompute_every)
+        check_choice(self.step, "step", STEPS)
+        check(isinstance(self.gap_refresh, int) and self.gap_refresh >= 0, "gap_refresh", "an int >= 0",
+              self.gap_refresh)
+        check(self.cache_F >= 0, "cache_F", "a number >= 0", self.cache_F)
+        check(self.cache_nu >= 0, "cache_nu", "a number >= 0", self.cache_nu)
+        check(isinstance(self.max_cache, int) and self.max_cache >= 1, "max_cache", "an int >= 1", self.max_cache)
+        if self.solver != "bcfw":
+            check(self.step == "fw" and not self.cache, "step", f"'fw' without cache for solver {self.solver!r} "
+                  "(step types and caching are BCFW variants)", self.step + (" + cache" if self.cache else ""))
+        return self
+
+    @property
+    def uses_sets(self) -> bool:
+        return self.solver == "bcfw" and (self.cache or self.step != "fw")
+
+
+@dataclass
+class SolverState:
+    steps: int = 0
+    oracle_calls: int = 0
+    time_s: float = 0.0
+    passes_since_recompute: float = 0.0
+    history: list = field(default_factory=list)
+    done: bool = False
+    stop_reason: str = ""
+    checks: int = 0
+    cache_hits: int = 0
+    step_oracle_calls: int = 0
+    fw_steps: int = 0
+    pairwise_steps: int = 0
+    away_steps: int = 0
+    drop_steps: int = 0
+    last_gap: float = math.inf    # last exact global gap (the cache's nu-criterion)
+    cache_limit: int = 0          # grows by 20% when every cached corner is active
+    gamma_sum: float = 0.0        # step sizes since the last gap check (monitoring)
+    gamma_n: int = 0
+    gamma_full: int = 0           # FW steps with gamma = 1 (the block jumps to its corner)

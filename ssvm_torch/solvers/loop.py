@@ -1,0 +1,267 @@
+"""The one solver loop, structure-agnostic, over a block store (:class:`~ssvm_torch.stores.base.BlockDual`).
+
+* ``fw``   -- batch Frank-Wolfe, Alg. 2 of Lacoste-Julien et al. 2013 (n oracle calls per
+  iteration, one exact line search over all blocks). The oracle pass gives the exact duality gap
+  for free, so FW's gap checks cost nothing extra.
+* ``bcfw`` -- block-coordinate FW, Alg. 1 of Osokin et al. 2016 (Alg. 3 of Lacoste-Julien et al.),
+  exact line search gamma = g_i / (lam ||w_i - w_s||^2) clipped to [0, 1], with uniform,
+  per-pass permutation or gap sampling (Alg. 2 of Osokin et al.). Every ``gap_check`` effective
+  passes an exact gap pass refreshes all block gaps; it is n oracle calls and counts as one
+  effective pass (and its time counts).
+  Step types (Osokin et al. 2016): ``fw`` (Alg. 1), ``pairwise`` (BCPFW, Alg. 3: move mass
+  gamma in [0, alpha(y_a)] from the away corner to the FW corner), ``away`` (BCAFW, Alg. 4: the FW
+  step or an away step x_i += gamma (x_i - v_a), gamma in [0, alpha_a/(1-alpha_a)], whichever
+  direction is steeper) and ``best`` (the reference code's stepType 0: the best of the three by dual
+  improvement). Pairwise/away keep explicit active sets of labelings. ``cache`` (Alg. 5) keeps a
+  working set per block; the best cached corner is used instead of the oracle iff its gap
+  g_hat >= max(F g_i, nu/n g), g_i the block's last oracle gap, g the last exact global gap
+  (so no hit before the first gap check). Cache hits are not oracle calls, not passes, and do
+  not refresh g_i.
+* ``ssg``  -- stochastic subgradient, w <- (1 - gamma) w + gamma psi_i(y*)/lam with gamma = 1/(k+1)
+  (Shalev-Shwartz et al. 2011 in the form of Lacoste-Julien et al. 2013). SSG keeps no dual, so
+  its records carry the primal only (``dual``/``gap`` are None); its gap checks are monitoring and
+  are not counted as passes.
+
+The pieces: step rules (:mod:`.steps`), the sampler that owns the block gaps (:mod:`.samplers`),
+weighted averaging (:mod:`.averaging`) and history records (:mod:`.history`) are objects this loop
+calls; none of them calls back into it.
+"""
+from __future__ import annotations
+
+import copy
+import math
+import time
+from dataclasses import asdict
+from typing import Callable
+
+import numpy as np
+import torch
+
+from ..errors import SSVMInputError, check
+from ..stores.base import BlockDual
+from .averaging import Averager
+from .config import SOLVERS, STEPS, SolverConfig, SolverState
+from .history import Evaluator, make_record
+from .samplers import SAMPLERS, Sampler
+from .steps import SetStep, make_step_rule
+
+__all__ = ["Solver", "SolverConfig", "SolverState", "SOLVERS", "STEPS"]
+
+
+class Solver:
+    """Runs one of the solvers on ``dual``; ``evaluate(w)`` (optional) returns train/test errors
+    at each gap check (excluded from the timing); ``progress(record)`` is called with every new
+    history record."""
+
+    def __init__(self, dual: BlockDual, config: SolverConfig, evaluate: Evaluator | None = None,
+                 progress: Callable[[dict], None] | None = None, monitor_start: bool = True):
+        self.dual, self.cfg = dual, config.validate()
+        self.monitor_start = monitor_start      # record the starting point (an uncounted gap pass)
+        self.evaluate, self.progress = evaluate, progress
+        sampling = "uniform" if config.solver == "ssg" and config.sampling == "gap" else config.sampling
+        self.sampler: Sampler = SAMPLERS[sampling](dual.n, config.seed)
+        self.state = SolverState(cache_limit=config.max_cache)
+        self.rule = make_step_rule(dual, config, self.sampler)
+        self.averager = Averager(dual, lazy=config.solver == "bcfw") if config.averaging else None
+        if self.averager is None:
+            dual.shadow = None
+        self.last_gap_pass = None                 # the GapPass of the last exact check
+        self._stopping = ""                       # stop reason met inside the current interval
+
+    @property
+    def sets(self) -> list | None:
+        """The per-block working sets of pairwise / away / cache steps (None otherwise)."""
+        return self.rule.sets if isinstance(self.rule, SetStep) else None
+
+    @property
+    def block_gaps(self) -> np.ndarray:
+        """The stale block gap estimates (owned by the sampler)."""
+        return self.sampler.gaps
+
+    @property
+    def w_avg(self) -> torch.Tensor | None:
+        """The weighted average of the iterates (None without averaging)."""
+        return None if self.averager is None else self.averager.w_avg(self.state.steps)
+
+    @property
+    def passes(self) -> float:
+        return self.state.oracle_calls / self.dual.n
+
+    # -- one exact check ------------------------------------------------------------------------
+    def _record(self, gp) -> dict:
+        return make_record(self.dual, gp, self.cfg, self.state, self.sampler, self.sets, self.averager,
+                           self.evaluate)
+
+    def _check(self) -> dict:
+        """Exact gap pass at the current w; feeds the gap sampler (BCFW) and the history."""
+        t0 = time.perf_counter()
+        gp = self.dual.gap_pass()
+        self.last_gap_pass = gp
+        self.state.checks += 1
+        k = self.cfg.gap_refresh
+        counted = self.cfg.solver == "bcfw" and k > 0 and self.state.checks % k == 0
+        if counted:
+            self.state.oracle_calls += self.dual.n
+            self.state.time_s += time.perf_counter() - t0
+        rec = self._record(gp)
+        if counted:
+            self.sampler.set_all(gp.block_gaps.detach().cpu().numpy())
+            self.state.last_gap = rec["gap"]
+        self._log(rec)
+        return rec
+
+    def _log(self, rec):
+        self.state.history.append(rec)
+        if self.progress is not None:
+            self.progress(rec)
+
+    def set_block_gaps(self, gaps) -> None:
+        """Start from known block gaps (e.g. eq. (12) after a path step) instead of +inf."""
+        gaps = np.asarray(torch.as_tensor(gaps).detach().cpu(), dtype=float)
+        check(gaps.shape == (self.dual.n,), "gaps", f"shape ({self.dual.n},)", gaps.shape)
+        self.sampler.set_all(gaps)
+
+    def _should_stop(self, rec: dict | None) -> str:
+        if rec is not None and rec.get("gap") is not None and rec["gap"] <= self.cfg.gap_threshold:
+            return "gap_threshold"
+        if self.cfg.estimate_threshold > 0:
+            est = self.sampler.estimate()
+            if est is not None and est <= self.cfg.estimate_threshold:
+                return "estimate_threshold"
+        if self.passes >= self.cfg.passes - 1e-12:
+            return "passes"
+        if self.state.time_s >= self.cfg.time_budget:
+            return "time_budget"
+        return ""
+
+    # -- main loops -----------------------------------------------------------------------------
+    def run(self) -> list:
+        """Run to a stopping criterion; returns the history (one record per exact gap check)."""
+        st = self.state
+        self.start()
+        if self.cfg.solver == "fw":
+            while not st.done:
+                self.fw_iterations()
+            return st.history
+        while not st.done:
+            for size in self.chunk_sizes():
+                draws = (self.sampler.next() for _ in range(size))     # lazy: each draw sees the last update
+                if self.run_chunk(draws):
+                    break
+            self.end_interval()
+        return st.history
+
+    # The pieces of ``run`` for drivers that own the loop (the Lightning module): ``start`` once, then
+    # per interval ``run_chunk`` for each of ``chunk_sizes()`` and ``end_interval``.
+    def start(self) -> None:
+        """Record the starting point (an uncounted gap pass) unless resuming or ``monitor_start=False``."""
+        if not self.state.history and self.monitor_start:
+            gp = self.dual.gap_pass()
+            self._log(self._record(gp))
+
+    def chunk_sizes(self, chunk: int | None = None) -> list[int]:
+        """Block steps between two exact gap checks (``gap_check`` passes), split in chunks of
+        ``chunk`` (default n): the unit of timing, drift recomputation and stop checks."""
+        chunk = self.dual.n if chunk is None else chunk
+        check(isinstance(chunk, int) and chunk >= 1, "chunk", "an int >= 1", chunk)
+        total = max(1, round(self.cfg.gap_check * self.dual.n))
+        return [chunk] * (total // chunk) + ([total % chunk] if total % chunk else [])
+
+    def run_chunk(self, indices) -> str:
+        """Block steps on the blocks of ``indices`` (an iterable, pulled one at a time so a lazy
+        sampler sees every update before its next draw) until the pass budget; then the exact
+        recomputation of w if due. Returns the stop reason ("" to go on); once a chunk returned
+        one, later chunks of the same interval do nothing."""
+        d, st = self.dual, self.state
+        if self._stopping:
+            return self._stopping
+        step, avg = self.rule.step, self.averager
+        max_calls = math.ceil(self.cfg.passes * d.n)
+        t0 = time.perf_counter()
+        calls0 = st.oracle_calls
+        it = iter(indices)
+        while st.oracle_calls < max_calls:
+            i = next(it, None)
+            if i is None:
+                break
+            if avg is not None:
+                avg.before_step(st.steps)
+            step(i, st)
+            st.steps += 1
+            if avg is not None:
+                avg.after_step(st.steps)
+        st.passes_since_recompute += (st.oracle_calls - calls0) / d.n
+        if self.cfg.solver == "bcfw" and st.passes_since_recompute >= self.cfg.recompute_every:
+            w_before = d.w.clone() if avg is not None and avg.lazy else None
+            d.recompute()
+            if w_before is not None:
+                avg.after_recompute(w_before, st.steps)
+            st.passes_since_recompute = 0.0
+        st.time_s += time.perf_counter() - t0
+        self._stopping = self._should_stop(None)
+        return self._stopping
+
+    def end_interval(self) -> dict:
+        """The exact gap check closing an interval of block steps; sets ``state.done`` when a
+        stopping criterion holds. Returns the new history record."""
+        st = self.state
+        rec = self._check()
+        st.stop_reason = self._should_stop(rec)
+        st.done = bool(st.stop_reason)
+        self._stopping = ""
+        return rec
+
+    def fw_iterations(self):
+        """``gap_check`` batch FW iterations (Alg. 2 of Lacoste-Julien et al. 2013: one oracle pass,
+        one exact line search on all blocks); the gap of each iteration's oracle pass is exact and free."""
+        d, st, lam = self.dual, self.state, self.dual.lam
+        iterations = max(1, round(self.cfg.gap_check))
+        for it in range(iterations):
+            t0 = time.perf_counter()
+            gp = d.gap_pass()
+            st.oracle_calls += d.n
+            w_s, ell_s = d.corner_point(gp)
+            diff = d.v - w_s
+            gap = lam * float(diff @ d.w) - d.ell + ell_s
+            sq = lam * float(diff @ diff)
+            gamma = min(max(gap / sq, 0.0), 1.0) if sq > 0 else 0.0
+            st.time_s += time.perf_counter() - t0
+            st.gamma_sum, st.gamma_n, st.gamma_full = st.gamma_sum + gamma, st.gamma_n + 1, st.gamma_full + (gamma >= 1.0)
+            last = it == iterations - 1
+            stop = self._should_stop({"gap": float(gp.block_gaps.sum())})
+            if last or stop:               # record the exact gap of this pass (at the pre-step w)
+                self.sampler.gaps[:] = gp.block_gaps.detach().cpu().numpy()
+                self.last_gap_pass = gp
+                self._log(self._record(gp))
+                if stop:
+                    st.stop_reason, st.done = stop, True
+                    return
+            t0 = time.perf_counter()
+            d.move_all(gp, w_s, ell_s, gamma)
+            st.steps += 1
+            if self.averager is not None:
+                self.averager.after_step(st.steps)
+            st.time_s += time.perf_counter() - t0
+
+    # -- checkpointing --------------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        avg = self.averager.state_dict() if self.averager is not None else {"w_avg": None, "ell_avg": 0.0,
+                                                                             "avg_R": None}
+        return {"config": asdict(self.cfg), "dual": self.dual.state_dict(), "sampler": self.sampler.state_dict(),
+                "stale": self.sampler.gaps.copy(), "state": asdict(self.state), **avg,
+                "sets": copy.deepcopy(self.sets)}
+
+    def load_state_dict(self, s: dict) -> None:
+        for key in ("solver", "sampling", "seed", "gap_check", "averaging", "step", "cache"):
+            if s["config"][key] != getattr(self.cfg, key):
+                raise SSVMInputError(f"checkpoint config.{key}: expected {getattr(self.cfg, key)!r} "
+                                     f"(this run), got {s['config'][key]!r}")
+        self.dual.load_state_dict(s["dual"])
+        self.sampler.load_state_dict(s["sampler"])
+        self.sampler.gaps[:] = s["stale"]
+        self.state = SolverState(**s["state"])
+        self.state.done = False
+        if self.averager is not None:
+            self.averager.load_state_dict(s)
+        if isinstance(self.rule, SetStep):
+            self.rule.load_state_dict({"sets": copy.deepcopy(s["sets"])})

@@ -1,0 +1,213 @@
+"""Block step rules: small objects the loop calls as ``rule.step(i, state)`` for block i.
+
+They see the SSVM only through the store (:class:`~ssvm_torch.stores.base.BlockDual`), write the
+block gap they computed into the sampler (which owns the gap estimates) and count into the loop's
+:class:`~ssvm_torch.solvers.config.SolverState`.
+
+* :class:`FWStep` -- BCFW, Alg. 1 of Osokin et al. 2016 (Alg. 3 of Lacoste-Julien et al. 2013):
+  oracle, exact line search gamma = g_i / (lam ||w_i - w_s||^2) clipped to [0, 1], update.
+* :class:`SSGStep` -- stochastic subgradient, w <- (1 - gamma) w + gamma psi_i(y*)/lam with
+  gamma = 1/(k+1) (Shalev-Shwartz et al. 2011 in the form of Lacoste-Julien et al. 2013).
+* :class:`SetStep` -- steps with a per-block working set of labelings: ``pairwise`` (BCPFW, Alg. 3:
+  move mass gamma in [0, alpha(y_a)] from the away corner to the FW corner), ``away`` (BCAFW,
+  Alg. 4: the FW step or an away step, whichever direction is steeper), ``best`` (the reference
+  code's stepType 0: the best of the three by dual improvement), each with or without the gap-based
+  cache of Alg. 5 (the best cached corner replaces the oracle iff its gap
+  g_hat >= max(F g_i, nu/n g), g_i the block's last oracle gap, g the last exact global gap).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..stores.base import BlockDual, Corner
+from .active_set import BlockSet
+from .config import SolverConfig, SolverState
+from .samplers import Sampler
+
+
+class StepRule:
+    """A block step on ``dual``; ``step(i, state)`` takes one step on block i."""
+
+    def __init__(self, dual: BlockDual, cfg: SolverConfig, sampler: Sampler):
+        self.dual, self.cfg, self.sampler = dual, cfg, sampler
+
+    def step(self, i: int, state: SolverState) -> None:
+        raise NotImplementedError
+
+    def state_dict(self) -> dict:
+        return {}
+
+    def load_state_dict(self, s: dict) -> None:
+        pass
+
+
+class FWStep(StepRule):
+    def step(self, i: int, st: SolverState) -> None:
+        d = self.dual
+        c = d.fw_corner(i)
+        g = c.gap
+        if c.sqnorm > 0.0 and g > 0.0:
+            gamma = g / (d.lam * c.sqnorm)
+            if gamma >= 1.0:
+                gamma = 1.0
+                st.gamma_full += 1
+            d.fw_move(i, c, gamma)
+            st.gamma_sum += gamma
+        st.gamma_n += 1
+        self.sampler.update(i, g)
+        st.oracle_calls += 1
+        st.step_oracle_calls += 1
+
+
+class SSGStep(StepRule):
+    def step(self, i: int, st: SolverState) -> None:
+        d = self.dual
+        c = d.fw_corner(i)
+        gamma = 1.0 / (st.steps + 1.0)
+        d.w.mul_(1.0 - gamma)
+        d.add_psi(i, c, gamma / d.lam)
+        st.oracle_calls += 1
+        st.step_oracle_calls += 1
+
+
+class SetStep(StepRule):
+    """FW corner from the cache or the oracle (Alg. 5), away corner from the active set, then a FW,
+    pairwise (Alg. 3), away (Alg. 4) or best step. Owns the per-block working sets."""
+
+    def __init__(self, dual: BlockDual, cfg: SolverConfig, sampler: Sampler):
+        super().__init__(dual, cfg, sampler)
+        self.sets = [BlockSet(dual.gt_labeling(i), dual.key(dual.gt_labeling(i)), 0.0) for i in range(dual.n)]
+
+    def state_dict(self) -> dict:
+        return {"sets": self.sets}
+
+    def load_state_dict(self, s: dict) -> None:
+        self.sets = s["sets"]
+
+    def _cached_corner(self, i, bs, st):
+        """The best cached corner if it passes the cache test (Alg. 5), with the gaps of all entries."""
+        d, cfg = self.dual, self.cfg
+        gaps = d.corner_gaps(i, bs.matrix())
+        j = int(np.argmax(gaps))
+        g_hat = float(gaps[j])
+        # F = 0 or nu = 0 switches a criterion off (F * inf would be NaN for unvisited blocks)
+        local = cfg.cache_F * self.sampler.gaps[i] if cfg.cache_F > 0 else 0.0
+        glob = cfg.cache_nu * st.last_gap / d.n if cfg.cache_nu > 0 else 0.0
+        if g_hat >= max(local, glob) and g_hat > 0.0:
+            st.cache_hits += 1
+            y = bs.labels[j]
+            return Corner(y, bs.loss[j], 0.0, d.pair_sqnorm(i, y, None), g_hat), j, gaps
+        return None, None, gaps
+
+    def step(self, i: int, st: SolverState) -> None:
+        d, cfg, lam = self.dual, self.cfg, self.dual.lam
+        bs = self.sets[i]
+        need_away = cfg.step != "fw"
+        gaps, corner, fw = None, None, None
+        if cfg.cache:
+            corner, fw, gaps = self._cached_corner(i, bs, st)
+        if corner is None:
+            corner = d.fw_corner(i)
+            st.oracle_calls += 1
+            st.step_oracle_calls += 1
+            self.sampler.update(i, corner.gap)
+            fw = bs.add(corner.labels, d.key(corner.labels), corner.loss, corner.gap)
+            if gaps is not None and fw == len(gaps):
+                gaps = np.append(gaps, corner.gap)
+        g_fw, sq_fw = corner.gap, corner.sqnorm
+        # candidate steps: (improvement of the exact quadratic model, kind, gamma)
+        cands = []
+        a = None
+        if cfg.step in ("fw", "away", "best"):
+            gam = min(g_fw / (lam * sq_fw), 1.0) if sq_fw > 0 and g_fw > 0 else 0.0
+            cands.append((gam * g_fw - 0.5 * lam * gam * gam * sq_fw, "fw", gam))
+        if need_away:
+            active = bs.active()
+            if gaps is None or len(gaps) != len(bs):
+                gaps = d.corner_gaps(i, bs.matrix())
+            ag = gaps[active]
+            a = active[int(np.argmin(ag))]
+            g_away = -float(np.min(ag))                          # <-grad, x_i - v_a> >= 0
+            alpha_a = bs.alpha[a]
+            if cfg.step in ("pairwise", "best") and a != fw:
+                g_pw = g_fw + g_away
+                sq = d.pair_sqnorm(i, bs.labels[fw], bs.labels[a])
+                gam = min(g_pw / (lam * sq), alpha_a) if sq > 0 and g_pw > 0 else 0.0
+                cands.append((gam * g_pw - 0.5 * lam * gam * gam * sq, "pairwise", gam))
+            if cfg.step in ("away", "best") and len(active) > 1 and alpha_a < 1.0:
+                sq = d.pair_sqnorm(i, None, bs.labels[a])
+                gmax = alpha_a / (1.0 - alpha_a)
+                gam = min(g_away / (lam * sq), gmax) if sq > 0 and g_away > 0 else 0.0
+                imp = gam * g_away - 0.5 * lam * gam * gam * sq
+                if cfg.step == "away":                          # Alg. 4: the steeper direction wins
+                    cands = [(imp, "away", gam)] if g_away > g_fw else cands
+                else:
+                    cands.append((imp, "away", gam))
+        st.gamma_n += 1
+        if cands:
+            imp, kind, gam = max(cands, key=lambda c: c[0])     # ties: first listed (FW) wins
+            if gam > 0.0 and imp > 0.0:
+                self._apply(i, bs, kind, gam, corner, fw, a, st)
+                st.gamma_sum += gam
+                st.gamma_full += kind == "fw" and gam >= 1.0
+        self._trim(bs, fw, st)
+
+    def _apply(self, i, bs, kind, gam, corner, fw, a, st):
+        d = self.dual
+        if kind == "fw":
+            d.fw_move(i, corner, gam)
+            st.fw_steps += 1
+            if gam >= 1.0:
+                bs.alpha = [0.0] * len(bs)
+                bs.alpha[fw] = 1.0
+                st.drop_steps += 1
+            else:
+                bs.alpha = [(1.0 - gam) * x for x in bs.alpha]
+                bs.alpha[fw] += gam
+        elif kind == "pairwise":
+            d.pair_move(i, bs.labels[fw], bs.labels[a], bs.loss[fw], bs.loss[a], gam)
+            st.pairwise_steps += 1
+            bs.alpha[fw] += gam
+            if gam >= bs.alpha[a]:
+                bs.alpha[a] = 0.0
+                st.drop_steps += 1
+            else:
+                bs.alpha[a] -= gam
+        else:
+            alpha_a = bs.alpha[a]
+            d.pair_move(i, None, bs.labels[a], float(d.ell_i[i]), bs.loss[a], gam)
+            st.away_steps += 1
+            bs.alpha = [(1.0 + gam) * x for x in bs.alpha]
+            if gam >= alpha_a / (1.0 - alpha_a):
+                bs.alpha[a] = 0.0
+                st.drop_steps += 1
+            else:
+                bs.alpha[a] -= gam
+
+    def _trim(self, bs, fw, st):
+        """Active set only (no cache): drop zero-weight corners. Cache: evict the lowest-scoring
+        zero-weight entries beyond ``max_cache``; FW steps need no active set, so they may evict any
+        entry, while pairwise/away steps let the cache grow by 20% rather than drop an active corner."""
+        if not self.cfg.cache:
+            drop = {j for j, x in enumerate(bs.alpha) if x <= 0.0}
+            if drop:
+                bs.remove(drop)
+            return
+        limit = max(st.cache_limit, self.cfg.max_cache)
+        if not bs.evict(limit, protect={fw}):
+            if self.cfg.step == "fw":
+                order = sorted((bs.score[j], j) for j in range(len(bs)) if j != fw)
+                bs.remove({j for _, j in order[:len(bs) - limit]})
+            else:
+                st.cache_limit = int(math.ceil(1.2 * limit))
+
+
+def make_step_rule(dual: BlockDual, cfg: SolverConfig, sampler: Sampler) -> StepRule | None:
+    """The block step rule of ``cfg`` (None for batch FW, which has no block steps)."""
+    if cfg.solver == "fw":
+        return None
+    if cfg.solver == "ssg":
+        return SSGStep(dual, cfg, sampler)
+    return SetStep(dual, cfg, sampler) if cfg.uses_sets else FWStep(dual, cfg, sampler)

@@ -1,0 +1,33 @@
+"""Block stores: the dual variables of the n blocks and the primal point w = sum_i w_i.
+
+:func:`make_store` assembles the store of a model and its training data: the compact
+sufficient-statistics store for chains, the dense (n, d) store otherwise, optionally wrapped in box
+constraints (App. H of Osokin et al. 2016). Stores know models only through the
+:class:`~ssvm_torch.models.base.StructuredModel` interface; models import no store.
+"""
+from __future__ import annotations
+
+import torch
+
+from ..models.base import StructuredModel
+from ..models.chain import ChainModel
+from .base import BlockDual, Corner, GapPass
+from .box import BoxedDual
+from .chain import KERNELS, ChainDual
+from .dense import DenseDual
+
+__all__ = ["BlockDual", "BoxedDual", "ChainDual", "Corner", "DenseDual", "GapPass", "KERNELS", "make_store"]
+
+
+def make_store(model: StructuredModel, data, lam: float, device=None, dtype=torch.float64, kernels: str = "auto",
+               nonnegative=None) -> BlockDual:
+    """The block store of ``model`` on ``data`` at regularization ``lam``. ``nonnegative``: indices of
+    w kept >= 0 by box constraints (e.g. ``model.pairwise_index`` for graph cuts and pose).
+    ``kernels`` picks the chain store's backend (``auto``, ``numba``, ``torch``)."""
+    if isinstance(model, ChainModel):
+        store = ChainDual(model, data, lam, device=device, dtype=dtype, kernels=kernels)
+    else:
+        store = DenseDual(model, data, lam, device=device, dtype=dtype)
+    if nonnegative is not None and len(nonnegative):
+        store = BoxedDual(store, nonnegative, lower=0.0)
+    return store

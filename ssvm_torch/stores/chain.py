@@ -1,0 +1,433 @@
+"""Compact per-block dual storage of a chain SSVM (:class:`~ssvm_torch.models.chain.ChainModel`).
+
+Since w_i = sum_y alpha_i(y) psi_i(y) / (lam n) and
+psi_i(y) = phi(x_i, y_i) - phi(x_i, y) is linear in the chain's sufficient statistics, block i is
+stored as the expected statistics under alpha_i: per-position label marginals Mu_i (T_i, K) and
+expected transition counts Mt_i (K, K). Then w_i = A_i(S(y_i) - M_i) / (lam n), with A_i the linear
+map from statistics to feature space, and
+    <w_i - w_s, w>    = (<S(y*), theta_i> - <M_i, theta_i>) / (lam n)
+    ||w_i - w_s||^2   = (sum_k D_k^T G_i D_k + |D_0|^2 + |D_{T-1}|^2 + |Dt|^2_F) / (lam n)^2
+with theta_i the potentials the oracle computes anyway, D = onehot(y*) - Mu_i, Dt = S_trans(y*) - Mt_i,
+and G_i = X_i X_i^T the (T_i, T_i) Gram matrix of the example. State is O(sum_i T_i K + n K^2).
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+import torch.nn.functional as Fn
+
+from ..data.types import ChainData
+from ..errors import SSVMInputError, check, check_choice, check_positive
+from ..models.chain import ChainModel, padded_index, segment_ids, trans_counts
+from ..oracles.chain_kernels import (nb_add_psi, nb_build_delta, nb_corner_gaps, nb_delta_move, nb_delta_sqnorm,
+                                     nb_fw_corner, nb_gap_pass, nb_gram, nb_unary_all)
+from ..oracles.viterbi import viterbi
+from .base import BlockDual, Corner, GapPass
+
+KERNELS = ("auto", "numba", "torch")
+
+
+class ChainDual(BlockDual):
+    """Compact per-block dual state of a chain SSVM (see module docstring). Tensors live on
+    ``device``. ``kernels``: ``numba`` runs the batch-1 step and gap passes as compiled kernels on
+    zero-copy numpy views of the same tensors (CPU float64 only), ``torch`` the batched torch path
+    (any device), ``auto`` numba where it applies, torch elsewhere."""
+
+    def __init__(self, model: ChainModel, data: ChainData, lam: float, device=None, dtype=torch.float64,
+                 kernels: str = "auto"):
+        model.check_data(data)
+        self.model, self.data = model, data
+        self.lam = check_positive(lam, "lam")
+        self.n = data.n
+        dev = torch.device(device) if device is not None else torch.device("cpu")
+        self.device, self.dtype = dev, dtype
+        K = model.K
+        if data.allow_unknown and bool((data.Y >= model.K).any()):
+            raise SSVMInputError(f"Y: training labels must be in [0, {model.K - 1}]; this data has labels "
+                                 "unknown to the model (evaluation-only data)")
+        self.fptr, self.fidx, self.fval = model.features_csr(data, dtype, dev)
+        N, F = data.X.shape[0], model.F
+        rows = segment_ids(self.fptr)
+        self.X_sp = torch.sparse_coo_tensor(torch.stack([rows, self.fidx]), self.fval, (N, F), check_invariants=True).coalesce()
+        self.XT_sp = torch.sparse_coo_tensor(torch.stack([self.fidx, rows]), self.fval, (F, N), check_invariants=True).coalesce()
+        self.Y = data.Y.to(dev)
+        self.offsets = data.offsets.to(dev)
+        self.seg = segment_ids(self.offsets)
+        self.lengths = self.offsets[1:] - self.offsets[:-1]
+        # Per-example Gram matrices G_i = X_i X_i^T, stored flat (sum_i T_i^2).
+        glen = self.lengths ** 2
+        self.goff = torch.zeros(self.n + 1, dtype=torch.int64, device=dev)
+        self.goff[1:] = torch.cumsum(glen, 0)
+        G = np.zeros(int(self.goff[-1]))
+        nb_gram(self.fptr.cpu().numpy(), self.fidx.cpu().numpy(), self.fval.cpu().double().numpy(),
+                 self.offsets.cpu().numpy(), self.goff.cpu().numpy(), G)
+        self.G = torch.as_tensor(G, dtype=dtype, device=dev)
+        self.first_pos = self.offsets[:-1]
+        self.last_pos = self.offsets[1:] - 1
+        onehot_y = Fn.one_hot(self.Y, K).to(dtype)
+        self.gt_trans = trans_counts(self.Y, self.seg, self.n, K).sum(0).to(dtype)
+        # dual state: alpha_i = delta(y_i) at start, i.e. w_i = 0, ell_i = 0
+        self.Mu = onehot_y.clone()
+        self.Mt = trans_counts(self.Y, self.seg, self.n, K).to(dtype)
+        self.ell_i = torch.zeros(self.n, dtype=dtype, device=dev)
+        self._ell = torch.zeros(1, dtype=dtype, device=dev)
+        self.w = torch.zeros(model.d, dtype=dtype, device=dev)
+        check_choice(kernels, "kernels", KERNELS)
+        numba_ok = dev.type == "cpu" and dtype == torch.float64
+        if kernels == "numba" and not numba_ok:
+            raise SSVMInputError(f"kernels: 'numba' needs CPU float64 state, got device {dev}, dtype {dtype}")
+        self.kernels = "numba" if kernels == "auto" and numba_ok else kernels if kernels != "auto" else "torch"
+        self._numba = self.kernels == "numba"
+        if self._numba:
+            self._bind_numpy()
+
+    # -- numba fast path -----------------------------------------------------------------------
+    def _bind_numpy(self):
+        """Zero-copy numpy views of the state tensors (valid as long as they are updated in place)."""
+        W, first, last, trans = self.model.split(self.w)
+        K = self.model.K
+        tmax = int(self.lengths.max())
+        self._np = (self.fptr.numpy(), self.fidx.numpy(), self.fval.numpy(), self.offsets.numpy(), self.Y.numpy(),
+                    self.G.numpy(), self.goff.numpy(), W.numpy(), first.numpy(), last.numpy(), trans.numpy(),
+                    self.Mu.numpy(), self.Mt.numpy())
+        self._np_ell = (self.ell_i.numpy(), self._ell.numpy())
+        self._no_labels = np.zeros(1, dtype=np.int64)
+        self._work = (np.empty((tmax, K)), np.empty(K), np.empty(K), np.empty((tmax, K), dtype=np.int64),
+                      np.empty((tmax, K)), np.empty((K, K)))
+
+    @property
+    def ell(self) -> float:
+        return float(self._ell[0])
+
+    def set_point(self, w: torch.Tensor, ell: float) -> None:
+        self.w.copy_(w)
+        self._ell[0] = ell
+
+    def fw_corner(self, i: int) -> Corner:
+        inv_lamn = 1.0 / (self.lam * self.n)
+        if self._numba:
+            T = int(self._np[3][i + 1] - self._np[3][i])
+            ys = np.empty(T, dtype=np.int64)
+            loss, dot, sq = nb_fw_corner(i, *self._np, *self._work, ys)
+            loss /= self.n
+            return Corner(ys, loss, dot * inv_lamn, sq * inv_lamn * inv_lamn,
+                          dot / self.n - self._np_ell[0][i] + loss)
+        c = self._corners_torch(torch.tensor([i], device=self.device), with_sqnorm=True)
+        loss, dot = float(c["loss"][0]), float(c["dot"][0])
+        return Corner(c["labels"][0][c["valid"][0]], loss, dot * inv_lamn, float(c["sq"][0]) * inv_lamn * inv_lamn,
+                      dot / self.n - float(self.ell_i[i]) + loss)
+
+    def fw_move(self, i: int, corner: Corner, gamma: float) -> None:
+        """The FW step is the move from the current point towards the corner."""
+        ell_i = self._np_ell[0][i] if self._numba else float(self.ell_i[i])
+        self.pair_move(i, np.asarray(corner.labels, dtype=np.int64) if self._numba else corner.labels, None,
+                       corner.loss, ell_i, gamma)
+
+    # -- active-set primitives (pairwise / away steps, caching) --------------------------------
+    # A point of block i is a labeling (int64 array of length T_i) or None, the block's current dual
+    # point. Directions are differences of two points: x_i += gamma (v_P - v_Q).
+    def gt_labeling(self, i: int) -> np.ndarray:
+        s, e = int(self.offsets[i]), int(self.offsets[i + 1])
+        return self.Y[s:e].cpu().numpy().copy()
+
+    @staticmethod
+    def key(labeling) -> bytes:
+        return np.asarray(labeling, dtype=np.int64).tobytes()
+
+    def loss_of(self, i: int, labeling) -> float:
+        s, e = int(self.offsets[i]), int(self.offsets[i + 1])
+        y = torch.as_tensor(np.asarray(labeling), device=self.device)
+        return float((y != self.Y[s:e]).double().mean()) / self.n
+
+    def corner_gaps(self, i: int, labelings) -> np.ndarray:
+        """g_i(y) = lam <w_i - w_s(y), w> - ell_i + L_i(y)/n for each labeling: the FW gap of block i
+        towards corner y (eq. (6) with y in place of the oracle's answer)."""
+        L = labelings if isinstance(labelings, np.ndarray) and labelings.ndim == 2 else \
+            np.stack([np.asarray(y, dtype=np.int64) for y in labelings])
+        L = np.ascontiguousarray(L, dtype=np.int64)
+        if self._numba:
+            out = np.empty(L.shape[0])
+            nb_corner_gaps(i, L, *self._np[:5], *self._np[7:], self._work[0], out)
+            return out / self.n - self._np_ell[0][i]
+        s, e = int(self.offsets[i]), int(self.offsets[i + 1])
+        W, first, last, trans = self.model.split(self.w)
+        U = self._unary_rows(W, torch.arange(s, e, device=self.device))
+        Lt = torch.as_tensor(L, device=self.device)
+        t = torch.arange(e - s, device=self.device)
+        score = U[t, Lt].sum(1) + first[Lt[:, 0]] + last[Lt[:, -1]] + trans[Lt[:, 1:], Lt[:, :-1]].sum(1)
+        loss = (Lt != self.Y[s:e]).to(self.dtype).mean(1)
+        m_theta = (self.Mu[s:e] * U).sum() + self.Mu[s] @ first + self.Mu[e - 1] @ last + (self.Mt[i] * trans).sum()
+        return ((score + loss - m_theta) / self.n - self.ell_i[i]).cpu().numpy()
+
+    def _np_delta(self, i, P, Q):
+        Du, Dt = self._work[4], self._work[5]
+        nb_build_delta(i, P is None, self._no_labels if P is None else P, Q is None,
+                        self._no_labels if Q is None else Q, self._np[3], self._np[11], self._np[12], Du, Dt)
+        return Du, Dt
+
+    def _np_move(self, i, P, Q, gamma):
+        Du, Dt = self._np_delta(i, P, Q)
+        if self.shadow is not None:
+            sh = self.model.split(self.shadow)
+            shadow = (True, float(self.shadow_coef), sh[0].numpy(), sh[1].numpy(), sh[2].numpy(), sh[3].numpy())
+        else:
+            shadow = (False, 0.0, *self._np[7:11])
+        nb_delta_move(i, -gamma / (self.lam * self.n), gamma, Du, Dt, *self._np[:4], *self._np[7:], *shadow)
+
+    def _torch_delta(self, i, P, Q):
+        s, e = int(self.offsets[i]), int(self.offsets[i + 1])
+        K = self.model.K
+        ones = torch.ones(1, e - s, dtype=torch.bool, device=self.device)
+
+        def stats(point):
+            if point is None:
+                return self.Mu[s:e], self.Mt[i]
+            y = torch.as_tensor(np.asarray(point), device=self.device)
+            return Fn.one_hot(y, K).to(self.dtype), self._trans_of_padded(y[None], ones)[0]
+        (pu, pt), (qu, qt) = stats(P), stats(Q)
+        return s, e, pu - qu, pt - qt
+
+    def pair_sqnorm(self, i: int, P, Q) -> float:
+        """||w(P) - w(Q)||^2 for two points of block i."""
+        if self._numba:
+            Du, Dt = self._np_delta(i, P, Q)
+            sq = nb_delta_sqnorm(i, Du, Dt, self._np[3], self._np[5], self._np[6])
+        else:
+            s, e, D, Dt = self._torch_delta(i, P, Q)
+            T = e - s
+            G = self.G[int(self.goff[i]):int(self.goff[i + 1])].view(T, T)
+            sq = float((D * (G @ D)).sum() + (D[0] ** 2).sum() + (D[-1] ** 2).sum() + (Dt ** 2).sum())
+        return sq / (self.lam * self.n) ** 2
+
+    def pair_move(self, i: int, P, Q, loss_P: float, loss_Q: float, gamma: float) -> None:
+        """x_i += gamma (v_P - v_Q); losses are L/n (for the current point: ell_i)."""
+        if self._numba:
+            self._np_move(i, P, Q, gamma)
+            ell_i, ell = self._np_ell
+            ell_i[i] += gamma * (loss_P - loss_Q)
+            ell[0] += gamma * (loss_P - loss_Q)
+            return
+        s, e, D, Dt = self._torch_delta(i, P, Q)
+        self._add_stats(s, e, -gamma / (self.lam * self.n), D, Dt)
+        self.Mu[s:e] += gamma * D
+        self.Mt[i] += gamma * Dt
+        self.ell_i[i] += gamma * (loss_P - loss_Q)
+        self._ell[0] += gamma * (loss_P - loss_Q)
+
+    def add_psi(self, i: int, corner: Corner, coef: float) -> None:
+        """w += coef * psi_i(y*) = coef * A_i(S(y_i) - S(y*)): the emission part touches only the
+        rows of the labels involved."""
+        if self._numba:
+            nb_add_psi(i, coef, corner.labels, *self._np[:5], *self._np[7:11])
+            return
+        s, e = int(self.offsets[i]), int(self.offsets[i + 1])
+        ys = torch.as_tensor(corner.labels, device=self.device)
+        K = self.model.K
+        D = Fn.one_hot(self.Y[s:e], K).to(self.dtype) - Fn.one_hot(ys, K).to(self.dtype)
+        ones = torch.ones(1, e - s, dtype=torch.bool, device=self.device)
+        Dt = self._trans_of_padded(self.Y[s:e][None], ones)[0] - self._trans_of_padded(ys[None], ones)[0]
+        self._add_stats(s, e, coef, D, Dt, shadow=False)
+
+    # -- batched torch path (any device) ------------------------------------------------------
+    def _potentials(self):
+        """Unary potentials U = X W^T of all positions (sparse-dense product) and the other blocks of w."""
+        W, first, last, trans = self.model.split(self.w)
+        if self._numba:
+            U = np.empty((self.Y.shape[0], self.model.K))
+            nb_unary_all(np.ascontiguousarray(W.numpy().T), self._np[0], self._np[1], self._np[2], U)
+            return torch.from_numpy(U), first, last, trans
+        return torch.sparse.mm(self.X_sp, W.T.contiguous()), first, last, trans
+
+    def _corners_torch(self, idx: torch.Tensor, with_sqnorm: bool):
+        """Loss-augmented decoding of blocks ``idx`` and the terms of eq. (6): returns a dict with
+        padded labels, valid mask, loss (L/n), aug score, <M_i, theta_i>, dot*(lam n), sq*(lam n)^2."""
+        K = self.model.K
+        pos, valid = padded_index(self.offsets, idx)
+        lengths = valid.sum(1)
+        if idx.shape[0] == self.n:
+            U, first, last, trans = self._potentials()
+            Ub = U[pos] * valid[..., None]
+        else:                                   # only the rows of these blocks: O(batch), not O(N)
+            W, first, last, trans = self.model.split(self.w)
+            Ub = self._unary_rows(W, pos.reshape(-1)).view(*pos.shape, K) * valid[..., None]
+        gt = torch.where(valid, self.Y[pos], -1)
+        labels, aug = viterbi(Ub, lengths, first, last, trans, gt=gt)
+        wrong = ((labels != gt) & valid).sum(1).to(self.dtype)
+        loss_norm = wrong / lengths.to(self.dtype)
+        score_s = aug - loss_norm
+        Mu = self.Mu[pos] * valid[..., None]
+        Mt = self.Mt[idx]
+        m_theta = (Mu * Ub).sum((1, 2)) + (Mu[torch.arange(len(idx)), 0] @ first) \
+            + (Mu[torch.arange(len(idx)), lengths - 1] @ last) + (Mt * trans).sum((1, 2))
+        out = {"labels": labels, "valid": valid, "loss": loss_norm / self.n, "aug": aug, "m_theta": m_theta,
+               "dot": score_s - m_theta, "pos": pos}
+        if with_sqnorm:
+            D = (Fn.one_hot(labels.clamp(min=0), K).to(self.dtype) - Mu) * valid[..., None]
+            Tm = int(lengths.max())
+            gidx = self.goff[idx][:, None, None] + lengths[:, None, None] * torch.arange(Tm, device=self.device)[
+                None, :, None] + torch.arange(Tm, device=self.device)[None, None, :]
+            vv = valid[:, :, None] & valid[:, None, :]
+            G = torch.where(vv, self.G[gidx.clamp(max=self.G.shape[0] - 1)], 0)
+            em = torch.einsum("bsk,bst,btk->b", D, G, D)
+            ar = torch.arange(len(idx), device=self.device)
+            Dt = self._trans_of_padded(labels, valid) - Mt
+            out["sq"] = em + (D[ar, 0] ** 2).sum(1) + (D[ar, lengths - 1] ** 2).sum(1) + (Dt ** 2).sum((1, 2))
+        return out
+
+    def _unary_rows(self, W: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+        """U[r] = W x_r for the given rows only, by a gather over their stored features."""
+        starts = self.fptr[rows]
+        counts = self.fptr[rows + 1] - starts
+        local = torch.repeat_interleave(torch.arange(rows.shape[0], device=self.device), counts)
+        first_nz = torch.cumsum(counts, 0) - counts
+        nz = starts[local] + torch.arange(local.shape[0], device=self.device) - first_nz[local]
+        U = torch.zeros(rows.shape[0], W.shape[0], dtype=self.dtype, device=self.device)
+        return U.index_add_(0, local, self.fval[nz, None] * W.T[self.fidx[nz]])
+
+    def _trans_of_padded(self, labels, valid):
+        B, T = labels.shape
+        K = self.model.K
+        out = torch.zeros(B, K, K, dtype=self.dtype, device=self.device)
+        if T > 1:
+            both = valid[:, 1:] & valid[:, :-1]
+            b = torch.arange(B, device=self.device)[:, None].expand(B, T - 1)
+            out.index_put_((b[both], labels[:, 1:][both], labels[:, :-1][both]),
+                           torch.ones(int(both.sum()), dtype=self.dtype, device=self.device), accumulate=True)
+        return out
+
+    def _add_stats(self, s: int, e: int, coef: float, D: torch.Tensor, Dt: torch.Tensor, shadow: bool = True) -> None:
+        """w += coef * A_i(D, Dt) for the sequence at rows s..e (torch path); the shadow follows."""
+        self._add_stats_to(self.w, s, e, coef, D, Dt)
+        if shadow and self.shadow is not None:
+            self._add_stats_to(self.shadow, s, e, coef * self.shadow_coef, D, Dt)
+
+    def _add_stats_to(self, target, s, e, coef, D, Dt) -> None:
+        W, first, last, trans = self.model.split(target)
+        a, b = int(self.fptr[s]), int(self.fptr[e])
+        rows = segment_ids(self.fptr[s:e + 1] - self.fptr[s])
+        W.index_add_(1, self.fidx[a:b], (coef * D[rows] * self.fval[a:b, None]).T)
+        first.add_(coef * D[0])
+        last.add_(coef * D[-1])
+        trans.add_(coef * Dt)
+
+    def gap_pass(self) -> GapPass:
+        """All block gaps at the current w: g_i = (aug_score_i - <M_i, theta_i>)/n - ell_i, since
+        lam <w_i, w> = (<S(y_i), theta_i> - <M_i, theta_i>)/n and H_i = aug_score_i - <S(y_i), theta_i>."""
+        U, first, last, trans = self._potentials()
+        if self._numba:
+            labels, aug, m_theta, gt_score, wrong = nb_gap_pass(U.numpy(), *self._np[3:5], first.numpy(),
+                                                                 last.numpy(), trans.numpy(), self._np[11],
+                                                                 self._np[12])
+            labels, aug, m_theta, gt_score = map(torch.from_numpy, (labels, aug, m_theta, gt_score))
+            loss = torch.from_numpy(wrong) / self.lengths.to(self.dtype) / self.n
+        else:
+            c = self._corners_torch(torch.arange(self.n, device=self.device), with_sqnorm=False)
+            labels, aug, m_theta = c["labels"][c["valid"]], c["aug"], c["m_theta"]
+            loss = c["loss"]
+            gt_score = torch.zeros(self.n, dtype=self.dtype, device=self.device).index_add_(
+                0, self.seg, U.gather(1, self.Y[:, None])[:, 0])
+            gt_score += first[self.Y[self.first_pos]] + last[self.Y[self.last_pos]]
+            gt_score += (trans_counts(self.Y, self.seg, self.n, self.model.K).to(self.dtype) * trans).sum((1, 2))
+        H = aug - gt_score
+        gaps = (aug - m_theta) / self.n - self.ell_i
+        return GapPass(labels=labels, loss=loss, H=H, block_gaps=gaps)
+
+    def _point_of(self, labels: torch.Tensor):
+        """Statistics of ragged labels: (one-hot (N, K), transition counts (n, K, K))."""
+        K = self.model.K
+        return Fn.one_hot(labels, K).to(self.dtype), trans_counts(labels, self.seg, self.n, K).to(self.dtype)
+
+    def _w_from_stats(self, Mu: torch.Tensor, Mt_sum: torch.Tensor) -> torch.Tensor:
+        """sum_i A_i(S(y_i) - M_i) / (lam n) for stacked statistics (the exact map from duals to w)."""
+        K = self.model.K
+        D = Fn.one_hot(self.Y, K).to(self.dtype) - Mu
+        w = torch.empty_like(self.w)
+        W, first, last, trans = self.model.split(w)
+        W.copy_(torch.sparse.mm(self.XT_sp, D).T)
+        first.copy_(D[self.first_pos].sum(0))
+        last.copy_(D[self.last_pos].sum(0))
+        trans.copy_(self.gt_trans - Mt_sum)
+        return w / (self.lam * self.n)
+
+    def corner_point(self, gp: GapPass):
+        oh, tc = self._point_of(gp.labels.to(self.device))
+        return self._w_from_stats(oh, tc.sum(0)), float(gp.loss.sum())
+
+    def move_all(self, gp: GapPass, w_s: torch.Tensor, ell_s: float, gamma: float) -> None:
+        oh, tc = self._point_of(gp.labels.to(self.device))
+        self.Mu.mul_(1 - gamma).add_(oh, alpha=gamma)
+        self.Mt.mul_(1 - gamma).add_(tc, alpha=gamma)
+        self.ell_i.mul_(1 - gamma).add_(gp.loss.to(self.device, self.dtype), alpha=gamma)
+        self.w.mul_(1 - gamma).add_(w_s, alpha=gamma)
+        self._ell[0] = self.ell_i.sum()
+
+    def recompute(self) -> None:
+        self.w.copy_(self._w_from_stats(self.Mu, self.Mt.sum(0)))
+        self._ell[0] = self.ell_i.sum()
+
+    def block_w(self, i: int) -> torch.Tensor:
+        """Dense w_i of one block (for tests and inspection; never used by the solvers)."""
+        s, e = int(self.offsets[i]), int(self.offsets[i + 1])
+        Xi = self.X_sp.index_select(0, torch.arange(s, e, device=self.device)).to_dense()
+        phi_gt = self.model.joint_feature(Xi, self.Y[s:e])
+        w = torch.zeros_like(self.w)
+        W, first, last, trans = self.model.split(w)
+        W.copy_(self.Mu[s:e].T @ Xi)
+        first.copy_(self.Mu[s])
+        last.copy_(self.Mu[e - 1])
+        trans.copy_(self.Mt[i])
+        return (phi_gt - w) / (self.lam * self.n)
+
+    # -- regularization path ------------------------------------------------------------------
+    def rescale(self, lam_new: float, rho: float) -> None:
+        """Mixes the statistics toward the ground truth (alpha_i <- rho alpha_i + (1 - rho) delta(y_i)),
+        in place so the numba views stay valid; w follows exactly from the statistics."""
+        lam_new = check_positive(lam_new, "lam_new")
+        K = self.model.K
+        self.Mu.mul_(rho).add_(Fn.one_hot(self.Y, K).to(self.dtype), alpha=1.0 - rho)
+        self.Mt.mul_(rho).add_(trans_counts(self.Y, self.seg, self.n, K).to(self.dtype), alpha=1.0 - rho)
+        self.ell_i.mul_(rho)
+        self.lam = lam_new
+        self.recompute()
+
+    def _scores(self, U, first, last, trans, labels) -> torch.Tensor:
+        """<w, phi(x_i, y)> of ragged labels (N,) for every sequence, from the potentials of w."""
+        sc = torch.zeros(self.n, dtype=self.dtype, device=self.device).index_add_(
+            0, self.seg, U.gather(1, labels[:, None])[:, 0])
+        sc += first[labels[self.first_pos]] + last[labels[self.last_pos]]
+        return sc + (trans_counts(labels, self.seg, self.n, self.model.K).to(self.dtype) * trans).sum((1, 2))
+
+    def _potentials_of(self, w):
+        saved = self.w.clone()
+        self.w.copy_(w)
+        try:
+            return tuple(t.clone() for t in self._potentials())
+        finally:
+            self.w.copy_(saved)
+
+    def max_margins(self, w: torch.Tensor) -> torch.Tensor:
+        w = w.to(self.device, self.dtype)
+        labels = self.model.predict_ragged(w, self.data).to(self.device)
+        pots = self._potentials_of(w)
+        return self._scores(*pots, labels) - self._scores(*pots, self.Y)
+
+    def block_wdots(self) -> torch.Tensor:
+        """lam <w_i, w> = (<S(y_i), theta_i> - <M_i, theta_i>) / n (module docstring)."""
+        U, first, last, trans = self._potentials()
+        m_theta = torch.zeros(self.n, dtype=self.dtype, device=self.device).index_add_(0, self.seg, (self.Mu * U).sum(1))
+        m_theta += self.Mu[self.first_pos] @ first + self.Mu[self.last_pos] @ last + (self.Mt * trans).sum((1, 2))
+        return (self._scores(U, first, last, trans, self.Y) - m_theta) / self.n
+
+    def state_dict(self) -> dict:
+        return {"w": self.w.clone(), "ell": self._ell.clone(), "ell_i": self.ell_i.clone(),
+                "Mu": self.Mu.clone(), "Mt": self.Mt.clone(), "lam": self.lam}
+
+    def load_state_dict(self, state: dict) -> None:
+        for key in ("w", "ell_i", "Mu", "Mt"):
+            dst = getattr(self, key)
+            check(tuple(state[key].shape) == tuple(dst.shape), f"state[{key!r}]", f"shape {tuple(dst.shape)}",
+                  tuple(state[key].shape))
+            dst.copy_(state[key])
+        self._ell.copy_(state["ell"])
+        if float(state["lam"]) != self.lam:
+            raise SSVMInputError(f"state['lam']: expected {self.lam}, got {state['lam']}")

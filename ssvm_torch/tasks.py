@@ -1,0 +1,229 @@
+"""The task registry: every named dataset with its model, default lambda and evaluation, in one place.
+
+A :class:`Task` knows how to load its data and build its model (:meth:`Task.load` returns a
+:class:`Problem`); a :class:`Problem` is what every client (``ssvm-train``, ``ssvm-path``, the
+Lightning module, the benchmarks) needs: the data-free model, the train/test containers, the
+default lambda (1/n, objective (1) of Osokin et al. 2016), the block store and ``evaluate(w)``,
+which returns the named metrics of a history record (``train_error``, ``test_error``,
+``test_position_error`` and task-specific extras).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+
+from .data.examples import FlatData, GraphData, PairData, PoseData
+from .data.ocr import load_ocr, load_ocr_letters, load_scene
+from .data.types import ChainData
+from .errors import SSVMInputError, check, check_positive
+from .models import ChainModel, GraphCutModel, MatchingModel, MulticlassModel, MultiLabelModel, TreePoseModel
+from .models.base import StructuredModel
+from .stores import make_store
+from .stores.base import BlockDual
+
+
+@dataclass
+class Problem:
+    """A loaded task: model, data, evaluation and the names of its two reported errors."""
+
+    name: str
+    model: StructuredModel
+    train: Any
+    test: Any
+    evaluate: Callable[[torch.Tensor], dict]
+    error_name: str
+    position_name: str
+    nonnegative: torch.Tensor | None = None      # coordinates of w kept >= 0 (App. H)
+    layout: dict = field(default_factory=dict)
+
+    @property
+    def n_train(self) -> int:
+        return self.train.n
+
+    @property
+    def n_test(self) -> int:
+        return self.test.n
+
+    @property
+    def d(self) -> int:
+        return self.model.d
+
+    def lam(self, lam: float | None = None) -> float:
+        """The regularization lambda: ``lam`` if given, else the default 1/n."""
+        return check_positive(lam if lam is not None else 1.0 / self.n_train, "lam")
+
+    def store(self, lam: float | None = None, device=None, dtype=torch.float64, kernels: str = "auto") -> BlockDual:
+        """The block store of the training set (box constraints included where the model needs them)."""
+        return make_store(self.model, self.train, self.lam(lam), device=device, dtype=dtype, kernels=kernels,
+                          nonnegative=self.nonnegative)
+
+    def describe(self) -> dict:
+        """The feature layout recorded in ``model.pt``."""
+        return self.layout or self.model.describe()
+
+
+@dataclass(frozen=True)
+class Task:
+    name: str
+    build: Callable[..., Problem]
+    description: str
+    train_size: bool = False          # supports keeping the first N training examples
+    unary_only: bool = False          # has a pairwise part that can be dropped (the unaries-only baseline)
+
+    def load(self, train_size: int | None = None, unary_only: bool = False, device=None,
+             dtype=torch.float64) -> Problem:
+        if train_size is not None and not self.train_size:
+            raise SSVMInputError(f"train_size: not supported for {self.name!r} "
+                                 f"(supported for {[t.name for t in TASKS.values() if t.train_size]})")
+        if unary_only and not self.unary_only:
+            raise SSVMInputError(f"unary_only: only supported for {[t.name for t in TASKS.values() if t.unary_only]}, "
+                                 f"not {self.name!r}")
+        return self.build(self.name, train_size=train_size, unary_only=unary_only, device=device, dtype=dtype)
+
+
+def _keep(n: int, train_size: int | None) -> int:
+    if train_size is None:
+        return n
+    check(isinstance(train_size, int) and 1 <= train_size <= n, "train_size", f"an int in [1, {n}]", train_size)
+    return train_size
+
+
+def _chain(name, train_size=None, unary_only=False, device=None, dtype=torch.float64) -> Problem:
+    """OCR words (Taskar et al. 2003) or CoNLL-2000 chunking as a first-order chain (Viterbi)."""
+    if name == "conll2000":
+        from .data.conll import load_conll2000
+        train, test = load_conll2000(train_size)
+    else:
+        train, test = load_ocr(name.split("-")[1])
+    model = ChainModel.for_data(train)
+
+    def evaluate(w):
+        w64 = w.detach().to("cpu", torch.float64)
+        labels = model.predict_ragged(w64, test)
+        rec = {"train_error": model.metrics(w64, train)["error"],
+               "test_error": float(model.ragged_loss(test, labels).mean()),
+               "test_position_error": float((labels != test.Y).double().mean())}
+        if "tag_names" in test.meta:
+            from .data.conll import chunk_f1
+            rec["test_f1"] = chunk_f1(test, labels)["f1"]
+        return rec
+    unit = "sentence" if name == "conll2000" else "word"
+    return Problem(name, model, train, test, evaluate, f"per {unit}, normalized Hamming",
+                   f"per-{'token' if unit == 'sentence' else 'letter'} error")
+
+
+def _flat(name, train_size=None, unary_only=False, device=None, dtype=torch.float64) -> Problem:
+    """Scene (multi-label, full pairwise graph, exact enumeration) or OCR letters (multiclass)."""
+    if name == "scene":
+        train, test = (FlatData(X, Y) for X, Y in _pairs(load_scene(dtype)))
+        model = MultiLabelModel.for_data(train)
+        names = ("Hamming loss, fraction of wrong labels", "per-image 0/1 error")
+    else:
+        train, test = (FlatData(X, Y) for X, Y in _pairs(load_ocr_letters("small", dtype)))  # n x d = 4,617 x 3,354
+        model = MulticlassModel.for_data(train, 26)
+        names = ("0/1 error per letter", "0/1 error per letter")
+
+    def evaluate(w):
+        w = w.detach().to("cpu", dtype)
+        te = model.metrics(w, test)
+        return {"train_error": model.metrics(w, train)["error"], "test_error": te["error"],
+                "test_position_error": te.get("example_error", te["error"])}
+    return Problem(name, model, train, test, evaluate, *names)
+
+
+def _pairs(four):
+    Xtr, Ytr, Xte, Yte = four
+    return (Xtr, Ytr), (Xte, Yte)
+
+
+def _segmentation(name, train_size=None, unary_only=False, device=None, dtype=torch.float64) -> Problem:
+    """Graph-cut segmentation (App. I.3) on the seeded synthetic superpixel graphs; the Potts
+    weights are kept >= 0 by box constraints (App. H) so every oracle call is an exact min cut."""
+    from .data.segmentation_synth import make_segmentation_synth
+    graphs_tr, graphs_te = make_segmentation_synth()
+    train = GraphData(graphs_tr[:_keep(len(graphs_tr), train_size)], dtype, device)
+    test = GraphData(graphs_te, dtype, device)
+    model = GraphCutModel.for_data(train, pairwise=not unary_only)
+
+    def evaluate(w):
+        te = model.metrics(w, test)
+        return {"train_error": model.metrics(w, train)["error"], "test_error": te["error"],
+                "test_position_error": te["node_error"]}
+    return Problem(name, model, train, test, evaluate, "class-balanced Hamming loss per image", "per-node error",
+                   nonnegative=model.pairwise_index if model.pairwise else None)
+
+
+def _pose(name, train_size=None, unary_only=False, device=None, dtype=torch.float64) -> Problem:
+    """Tree-structured pose (App. I.4 model) on seeded synthetic stick figures: max-sum with
+    generalized distance transforms; the quadratic deformation weights are kept >= 0 (App. H)."""
+    from .data.pose_synth import PARENTS, make_pose_synth
+    tr, te = make_pose_synth()
+    k = _keep(tr.n, train_size)
+    train = PoseData(tr.scores[:k], tr.joints[:k], dtype, device)
+    test = PoseData(te.scores, te.joints, dtype, device)
+    model = TreePoseModel.for_data(train, PARENTS, pairwise=not unary_only)
+
+    def evaluate(w):
+        m = model.metrics(w, test)
+        return {"train_error": model.metrics(w, train)["error"], "test_error": m["error"], "test_pck": m["pck"],
+                "test_position_error": m["loss"]}
+    return Problem(name, model, train, test, evaluate, "mean joint error in grid cells",
+                   f"share of joints off by > {model.radius} cell (the loss)",
+                   nonnegative=model.pairwise_index if model.pairwise else None)
+
+
+def _hansards(name, train_size=None, unary_only=False, device=None, dtype=torch.float64) -> Problem:
+    """Word alignment by bipartite matching with NULL on the Hansards gold standard; test error = AER."""
+    from .data.hansards import EDGE_FEATURES, NULL_FEATURES, aer, load_hansards
+    pairs_tr, pairs_te = load_hansards()
+    pairs_tr = pairs_tr[:_keep(len(pairs_tr), train_size)]
+    train = PairData.from_pairs(pairs_tr, dtype=dtype, device=device)
+    test = PairData.from_pairs(pairs_te, dtype=dtype, device=device)
+    model = MatchingModel.for_data(train)
+
+    def evaluate(w):
+        te = aer(pairs_te, model.links(w, test))
+        return {"train_error": aer(pairs_tr, model.links(w, train))["aer"], "test_error": te["aer"],
+                "test_precision": te["precision"], "test_recall": te["recall"],
+                "test_position_error": 1.0 - te["recall"]}
+    layout = {"kind": "MatchingModel", "d": model.d, "edge": list(EDGE_FEATURES), "null_e": list(NULL_FEATURES),
+              "null_f": list(NULL_FEATURES)}
+    return Problem(name, model, train, test, evaluate, "alignment error rate (AER)", "1 - recall of sure links",
+                   layout=layout)
+
+
+TASKS: dict[str, Task] = {t.name: t for t in (
+    Task("ocr-small", _chain, "OCR words, train fold 0 (626 words), test folds 1-9"),
+    Task("ocr-large", _chain, "OCR words, train folds 1-9 (6,251 words), test fold 0"),
+    Task("conll2000", _chain, "CoNLL-2000 chunking, sparse Sha & Pereira attributes", train_size=True),
+    Task("scene", _flat, "scene multi-label (6 labels, full pairwise graph)"),
+    Task("ocr-letters", _flat, "OCR letters as independent multiclass examples"),
+    Task("segmentation-synth", _segmentation, "graph-cut segmentation of synthetic superpixel graphs",
+         train_size=True, unary_only=True),
+    Task("pose-synth", _pose, "tree-structured pose of synthetic stick figures", train_size=True, unary_only=True),
+    Task("hansards", _hansards, "Hansards word alignment by matching with NULL", train_size=True),
+)}
+
+
+def get_task(name: str) -> Task:
+    if name not in TASKS:
+        raise SSVMInputError(f"dataset: expected one of {list(TASKS)}, got {name!r}")
+    return TASKS[name]
+
+
+def load_task(name: str, train_size: int | None = None, unary_only: bool = False, device=None,
+              dtype=torch.float64) -> Problem:
+    """The :class:`Problem` of the registered task ``name``."""
+    return get_task(name).load(train_size=train_size, unary_only=unary_only, device=device, dtype=dtype)
+
+
+def load_dataset(name: str, train_size: int | None = None) -> tuple[ChainData, ChainData]:
+    """(train, test) :class:`ChainData` of a shipped sequence dataset (ocr-small, ocr-large, conll2000)."""
+    task = get_task(name)
+    if task.build is not _chain:
+        raise SSVMInputError(f"dataset: expected a sequence dataset {[n for n, t in TASKS.items() if t.build is _chain]}, "
+                             f"got {name!r}")
+    p = task.load(train_size=train_size)
+    return p.train, p.test
