@@ -28,7 +28,7 @@ import torch
 from ssvm_torch.alignment import aer, load_hansards
 from ssvm_torch.models.matching import MatchingModel
 from ssvm_torch.models.pose import TreePoseModel
-from ssvm_torch.oracles.distance_transform import _torch_dt1d, dt1d, dt2d, tree_max_sum
+from ssvm_torch.oracles.distance_transform import torch_dt1d, dt1d, dt2d, tree_max_sum
 from ssvm_torch.pose import PARENTS, make_pose_synth
 from ssvm_torch.solvers import Solver, SolverConfig
 from ssvm_torch.solvers.box import BoxedDual
@@ -55,7 +55,7 @@ def throughput(train, repeats):
         rows, cols = torch.arange(32)[:, None], torch.arange(32)[None, :]
         cheb = torch.maximum((rows - gt[..., 0, None, None]).abs(), (cols - gt[..., 1, None, None]).abs())
         unary = model.S[idx] * 0.1 + (cheb > 1).double() / model.J
-        for name, kernel in (("numba", dt1d), ("torch", _torch_dt1d)):
+        for name, kernel in (("numba", dt1d), ("torch", torch_dt1d)):
             t = timed(lambda: tree_max_sum(unary, PARENTS, w_pair, model.rest, model.scale, kernel), repeats)
             out[f"{name}_B{B}"] = {"batch": B, "kernel": name, "s_per_batch": t, "examples_per_s": B / t}
             print(f"tree oracle {name:5s} batch {B:3d}: {B / t:9.1f} examples/s  ({t * 1e3:7.2f} ms per batch)",

@@ -54,12 +54,12 @@ def save_torch(path, obj) -> Path:
     return atomic_write_bytes(path, buf.getvalue())
 
 
-def load_torch(path, what: str = "file"):
+def load_torch(path, what: str = "file", noun: str = "an ssvm_torch"):
     """A file written by :func:`save_torch`, loaded with ``weights_only=True`` and unpacked; a
-    missing or damaged file raises :class:`SSVMInputError` naming it."""
+    missing or damaged file raises :class:`SSVMInputError` naming the field ``what``."""
     path = Path(path)
     if not path.is_file():
-        raise SSVMInputError(f"{what}: expected a file, {path} does not exist")
+        raise SSVMInputError(f"{what}: expected {noun} file, {path} does not exist")
     try:
         obj = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:          # torch raises several types for truncated / foreign archives
@@ -78,7 +78,7 @@ def save_model(out, w: torch.Tensor, ell: float, lam: float, dataset: str, layou
 
 
 def load_model(path) -> dict:
-    return load_torch(path, "model")
+    return load_torch(path, "model", "a model.pt")
 
 
 def save_checkpoint(path, solver_state: dict) -> Path:
@@ -87,7 +87,7 @@ def save_checkpoint(path, solver_state: dict) -> Path:
 
 def load_checkpoint(path) -> dict:
     """The solver state of a checkpoint written by :func:`save_checkpoint`."""
-    ck = load_torch(path, "resume")
+    ck = load_torch(path, "resume", "a checkpoint")
     if not isinstance(ck, dict) or ck.get("format") != CHECKPOINT_FORMAT:
         raise SSVMInputError(f"resume: expected an ssvm_torch checkpoint ({CHECKPOINT_FORMAT}), {path} is not one")
     return ck["solver"]

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from ssvm_torch import ChainData
+from ssvm_torch import ChainData, ExplicitData, ExplicitModel
 
 torch.set_num_threads(1)
 
@@ -25,6 +25,12 @@ def brute_force_chain(U, first, last, trans, gt=None):
             v += np.mean(np.asarray(y) != np.asarray(gt))
         best = max(best, v)
     return best
+
+
+def explicit(psi, losses, gt=None):
+    """An explicit-output SSVM (block i: candidates psi_i(y), losses L_i(y)) as (model, data)."""
+    data = ExplicitData(psi, losses, gt)
+    return ExplicitModel.for_data(data), data
 
 
 def random_chain_data(rng, n, K, F, tmin=1, tmax=5, binary=False):

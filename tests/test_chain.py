@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from conftest import brute_force_chain, chain_score, random_chain_data
-from ssvm_torch import ChainModel
+from ssvm_torch import ChainModel, make_store
 
 
 def test_ocr_feature_layout_matches_reference():
@@ -44,7 +44,7 @@ def test_score_is_inner_product_with_joint_feature():
 
 def _dual_with_random_state(rng, data, lam, steps=40):
     m = ChainModel.for_data(data)
-    d = m.dual(data, lam)
+    d = make_store(m, data, lam)
     for k in range(steps):                       # arbitrary feasible moves with random step sizes
         i = int(rng.integers(data.n))
         c = d.fw_corner(i)
@@ -85,7 +85,7 @@ def test_w_is_sum_of_blocks_after_many_steps(ocr_small):
     sub = train.subset(range(40))
     rng = np.random.default_rng(2)
     m = ChainModel.for_data(sub)
-    d = m.dual(sub, 0.05)
+    d = make_store(m, sub, 0.05)
     for _ in range(4000):
         i = int(rng.integers(sub.n))
         c = d.fw_corner(i)
@@ -105,9 +105,9 @@ def test_torch_path_equals_numba_path():
     data = random_chain_data(rng, 15, 4, 6, tmin=1, tmax=6)
     _, a = _dual_with_random_state(rng, data, 0.2)
     m = ChainModel.for_data(data)
-    b = m.dual(data, 0.2)
+    b = make_store(m, data, 0.2, kernels="torch")
     b.load_state_dict(a.state_dict())
-    b._cpu = False
+    assert (a.kernels, b.kernels) == ("numba", "torch")
     for k in range(30):
         i = int(rng.integers(data.n))
         ca, cb = a.fw_corner(i), b.fw_corner(i)
@@ -133,10 +133,10 @@ def test_decode_and_errors(ocr_small):
     w = torch.zeros(m.d, dtype=torch.float64)
     W, first, last, trans = m.split(w)
     W[3, 128] = 1.0                       # every letter scores 'd' best
-    labels = m.decode(w, test)
+    labels = m.predict_ragged(w, test)
     assert (labels == 3).all()
-    err = m.errors(w, test)
+    err = m.metrics(w, test)
     assert err["position_error"] == pytest.approx(float((test.Y != 3).double().mean()))
-    per_word = m.loss(test, labels)
+    per_word = m.ragged_loss(test, labels)
     assert err["error"] == pytest.approx(float(per_word.mean()))
     assert 0 < err["error"] < 1

@@ -7,7 +7,7 @@ import sys
 import pytest
 import torch
 
-from ssvm_torch.train import main
+from ssvm_torch.cli.train import main
 
 KEYS = {"passes", "oracle_calls", "time_s", "primal", "dual", "gap", "gap_estimate", "train_error", "test_error"}
 

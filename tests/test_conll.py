@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import brute_force_chain, chain_score
-from ssvm_torch import ChainData, ChainModel, ExplicitModel, SSVMInputError
-from ssvm_torch.conll import build_chain_data, chunk_f1, load_conll2000, token_attributes
-from ssvm_torch.train import main
+from conftest import brute_force_chain, chain_score, explicit
+from ssvm_torch import ChainData, ChainModel, SSVMInputError, make_store
+from ssvm_torch.data.conll import build_chain_data, chunk_f1, load_conll2000, token_attributes
+from ssvm_torch.cli.train import main
 
 SENT = [("He", "PRP", "B-NP"), ("reckons", "VBZ", "B-VP"), ("the", "DT", "B-NP")]
 
@@ -29,8 +29,8 @@ def test_template_on_a_hand_checked_sentence():
 
 
 def test_sparse_feature_map_equals_dense_reference():
-    from ssvm_torch.conll import read_conll
-    from ssvm_torch.datasets import data_dir
+    from ssvm_torch.data.conll import read_conll
+    from ssvm_torch.data import data_dir
     raw = read_conll(data_dir() / "conll2000_train.txt.gz")[:3]
     index = {}
     for s in raw:
@@ -51,7 +51,7 @@ def test_sparse_feature_map_equals_dense_reference():
     for a, b in zip(m.features_csr(data), m.features_csr(dense_data)):
         assert torch.equal(a, b)
     # joint feature map through the sparse dual equals the dense one
-    d = m.dual(data, 0.1)
+    d = make_store(m, data, 0.1)
     Xc = m.features(dense_data)
     for i in range(data.n):
         s, e = int(data.offsets[i]), int(data.offsets[i + 1])
@@ -79,7 +79,7 @@ def test_sparse_oracle_equals_brute_force():
     for K in (2, 3):
         sparse, dense = random_sparse_chain(rng, 15, K, 6)
         m = ChainModel.for_data(sparse)
-        d = m.dual(sparse, 0.2)
+        d = make_store(m, sparse, 0.2)
         d.w.copy_(torch.tensor(rng.normal(size=m.d)))
         W, first, last, trans = m.split(d.w)
         Xc = m.features(dense)
@@ -100,7 +100,7 @@ def test_compact_blocks_equal_dense_block_store():
     sparse, dense = random_sparse_chain(rng, 6, 2, 4, density=0.6, tmax=3)
     lam = 0.05
     m = ChainModel.for_data(sparse)
-    chain = m.dual(sparse, lam)
+    chain = make_store(m, sparse, lam)
     Xc = m.features(dense)
     psi, losses, gts, index = [], [], [], []
     for i in range(sparse.n):
@@ -112,7 +112,7 @@ def test_compact_blocks_equal_dense_block_store():
         losses.append(np.array([np.mean(np.array(y) != np.array(gt)) for y in labs]))
         gts.append(labs.index(gt))
         index.append({y: j for j, y in enumerate(labs)})
-    dense_dual = ExplicitModel(psi, losses, gt=gts).dual(lam)
+    dense_dual = make_store(*explicit(psi, losses, gt=gts), lam)
     order = rng.integers(0, sparse.n, size=60)
     for i in order:
         a, b = chain.fw_corner(int(i)), dense_dual.fw_corner(int(i))
@@ -135,11 +135,11 @@ def test_unknown_test_tag_counts_as_error(conll_small):
     unknown = test.Y == K
     assert int(unknown.sum()) >= 2                       # I-LST (and tags unseen in 150 sentences)
     m = ChainModel.for_data(train)
-    labels = m.decode(torch.zeros(m.d, dtype=torch.float64), test)
+    labels = m.predict_ragged(torch.zeros(m.d, dtype=torch.float64), test)
     assert bool((labels[unknown] != test.Y[unknown]).all())
     assert chunk_f1(test, labels)["f1"] >= 0
     with pytest.raises(SSVMInputError, match="training labels"):
-        m.dual(test, 0.1)
+        make_store(m, test, 0.1)
 
 
 def test_chunk_f1_hand_checked():

@@ -2,12 +2,12 @@
 import pytest
 import torch
 
-from ssvm_torch import ChainModel, Solver, SolverConfig
+from ssvm_torch import ChainModel, Solver, SolverConfig, make_store
 
 
 def run(sub, dtype, device="cpu"):
     m = ChainModel.for_data(sub)
-    d = m.dual(sub, 0.05, device=device, dtype=dtype)
+    d = make_store(m, sub, 0.05, device=device, dtype=dtype)
     hist = Solver(d, SolverConfig(solver="bcfw", sampling="perm", passes=4, gap_check=2, seed=1)).run()
     return d, hist
 
@@ -16,7 +16,7 @@ def test_float32_tracks_float64(ocr_small):
     sub = ocr_small[0].subset(range(25))
     d64, h64 = run(sub, torch.float64)
     d32, h32 = run(sub, torch.float32)
-    assert d32.w.dtype == torch.float32 and not d32._cpu          # served by the torch path
+    assert d32.w.dtype == torch.float32 and d32.kernels == "torch"          # served by the torch path
     assert h32[-1]["gap"] == pytest.approx(h64[-1]["gap"], rel=1e-3)
     assert torch.allclose(d32.w.double(), d64.w, atol=1e-4 * float(d64.w.abs().max()))
 

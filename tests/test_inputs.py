@@ -3,8 +3,10 @@ import numpy as np
 import pytest
 import torch
 
-from ssvm_torch import ChainData, ChainModel, ExplicitModel, SSVMInputError, Solver, SolverConfig, load_dataset
-from ssvm_torch.datasets import load_ocr
+from conftest import explicit
+from ssvm_torch import (ChainData, ChainModel, ExplicitData, SSVMInputError, Solver, SolverConfig, load_dataset,
+                        make_store)
+from ssvm_torch.data import load_ocr
 
 
 def good():
@@ -51,16 +53,16 @@ def test_bad_offsets_and_label_dtype():
 def test_bad_lambda(lam):
     data = ChainData.from_sequences(*good(), 3)
     with pytest.raises(SSVMInputError, match="lam"):
-        ChainModel.for_data(data).dual(data, lam)
+        make_store(ChainModel.for_data(data), data, lam)
     with pytest.raises(SSVMInputError, match="lam"):
-        ExplicitModel([np.zeros((2, 3))], [np.zeros(2)]).dual(lam)
+        make_store(*explicit([np.zeros((2, 3))], [np.zeros(2)]), lam)
 
 
 def test_model_data_mismatch_and_bad_w():
     data = ChainData.from_sequences(*good(), 3)
     m = ChainModel(5, 3)
     with pytest.raises(SSVMInputError, match="data.X"):
-        m.dual(data, 0.1)
+        make_store(m, data, 0.1)
     with pytest.raises(SSVMInputError, match="w: expected a vector of length d"):
         ChainModel.for_data(data).split(torch.zeros(7))
 
@@ -71,7 +73,7 @@ def test_unknown_dataset_and_solver_options():
     with pytest.raises(SSVMInputError, match="split"):
         load_ocr("medium")
     data = ChainData.from_sequences(*good(), 3)
-    d = ChainModel.for_data(data).dual(data, 0.1)
+    d = make_store(ChainModel.for_data(data), data, 0.1)
     for kw, field in [({"solver": "sgd"}, "solver"), ({"sampling": "greedy"}, "sampling"),
                       ({"gap_check": 0}, "gap_check"), ({"passes": 0}, "passes"),
                       ({"gap_threshold": -1}, "gap_threshold"), ({"time_budget": 0}, "time_budget")]:
@@ -81,16 +83,16 @@ def test_unknown_dataset_and_solver_options():
 
 def test_explicit_model_validation():
     with pytest.raises(SSVMInputError, match=r"losses\[0\]"):
-        ExplicitModel([np.zeros((2, 3))], [np.zeros(3)])
+        ExplicitData([np.zeros((2, 3))], [np.zeros(3)])
     with pytest.raises(SSVMInputError, match=r"psi\[1\]"):
-        ExplicitModel([np.zeros((2, 3)), np.zeros((2, 4))], [np.zeros(2), np.zeros(2)])
+        ExplicitData([np.zeros((2, 3)), np.zeros((2, 4))], [np.zeros(2), np.zeros(2)])
     with pytest.raises(SSVMInputError, match=r"psi\[0\]"):
-        ExplicitModel([np.full((2, 3), np.inf)], [np.zeros(2)])
+        ExplicitData([np.full((2, 3), np.inf)], [np.zeros(2)])
 
 
 def test_shipped_data_checksum():
     import hashlib
-    from ssvm_torch.datasets import data_dir
+    from ssvm_torch.data import data_dir
     for line in (data_dir() / "SHA256SUMS").read_text().splitlines():
         digest, name = line.split()
         assert hashlib.sha256((data_dir() / name).read_bytes()).hexdigest() == digest, name

@@ -6,7 +6,6 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from types import SimpleNamespace
 
 import lightning as L
 import numpy as np
@@ -17,7 +16,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from ssvm_torch.errors import SSVMInputError
 from ssvm_torch.lightning import AtomicCheckpointIO, BlockChunks, SSVMModule
 from ssvm_torch.solvers import Solver, SolverConfig
-from ssvm_torch.train import build_task
+from ssvm_torch.tasks import load_task
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -33,10 +32,10 @@ def trainer(tmp_path, **kw):
 
 
 def plain_history(dataset="ocr-small", lam=0.01, **cfg):
-    task = build_task(SimpleNamespace(dataset=dataset, train_size=None, unary_only=False, lam=lam, device="cpu"),
-                      torch.float64)
-    solver = Solver(task["dual"], SolverConfig(**cfg), evaluate=task["evaluate"])
-    return solver.run(), task["dual"].w
+    task = load_task(dataset)
+    store = task.store(lam)
+    solver = Solver(store, SolverConfig(**cfg), evaluate=task.evaluate)
+    return solver.run(), store.w
 
 
 @pytest.mark.parametrize("cfg", [dict(sampling="gap"), dict(sampling="perm", step="best", cache=True),

@@ -6,10 +6,14 @@ import numpy as np
 import pytest
 import torch
 
-from ssvm_torch.alignment import SentencePair, aer, load_hansards
+from ssvm_torch.data.hansards import SentencePair, aer, load_hansards
+from ssvm_torch.data import PairData
+from ssvm_torch.data.examples import best_one_to_one
 from ssvm_torch.errors import SSVMInputError
-from ssvm_torch.models.matching import MatchingModel, assign, best_one_to_one
+from ssvm_torch.models.matching import MatchingModel
+from ssvm_torch.oracles.assignment import assign
 from ssvm_torch.solvers import Solver, SolverConfig
+from ssvm_torch.stores import make_store
 
 
 def alignments(m, n):
@@ -47,30 +51,31 @@ def random_model(rng, n_ex=4):
         Ne.append(torch.tensor(rng.normal(size=(m, 2))))
         Nf.append(torch.tensor(rng.normal(size=(n, 2))))
         T.append(next(itertools.islice(alignments(m, n), int(rng.integers(0, 5)), None)))
-    return MatchingModel(X, Ne, Nf, T)
+    data = PairData(X, Ne, Nf, T)
+    return MatchingModel.for_data(data), data
 
 
 def test_loss_augmented_oracle_equals_enumeration():
     rng = np.random.default_rng(1)
-    model = random_model(rng)
+    model, data = random_model(rng)
     for _ in range(5):
         w = torch.tensor(rng.normal(size=model.d)) * 3
-        labels, H = model.oracle(w, torch.arange(model.n))
-        for k in range(model.n):
-            m, n = model.X[k].shape[:2]
+        labels, H = model.oracle(w, data, torch.arange(data.n))
+        for k in range(data.n):
+            m, n = data.X[k].shape[:2]
             cands = list(alignments(m, n))
-            vals = [model.loss([k], torch.tensor(a)) - model.psi([k], torch.tensor(a)) @ w for a in cands]
+            vals = [model.loss(data, [k], torch.tensor(a)) - model.psi(data, [k], torch.tensor(a)) @ w for a in cands]
             assert float(H[k]) == pytest.approx(float(max(vals)), abs=1e-10)
-        assert torch.allclose(model.loss(torch.arange(model.n), labels), torch.stack(
-            [model.loss([k], labels[k]) for k in range(model.n)]).reshape(-1))
+        assert torch.allclose(model.loss(data, torch.arange(data.n), labels), torch.stack(
+            [model.loss(data, [k], labels[k]) for k in range(data.n)]).reshape(-1))
 
 
 def test_targets_loss_and_aer_by_hand():
     a = best_one_to_one(3, 3, sure={(0, 0), (1, 1)}, probable={(0, 0), (1, 1), (1, 2), (2, 1)})
     assert a.tolist() == [0, 1, -1]                     # (1, 1) is sure: it wins over (2, 1)
-    model = random_model(np.random.default_rng(2))
-    for k in range(model.n):
-        assert float(model.loss([k], model.gt(k))) == 0.0
+    model, data = random_model(np.random.default_rng(2))
+    for k in range(data.n):
+        assert float(model.loss(data, [k], model.gt(data, k))) == 0.0
     p = SentencePair(1, ["a", "b", "c"], ["x", "y", "z"], {(0, 0), (1, 1)}, {(0, 0), (1, 1), (2, 2)})
     # A = {(0,0), (2,2), (1,2)}: |A&S| = 1, |A&P| = 2 -> AER = 1 - 3/5
     r = aer([p], [{(0, 0), (2, 2), (1, 2)}])
@@ -80,9 +85,9 @@ def test_targets_loss_and_aer_by_hand():
 def test_bad_targets_are_refused():
     X, Ne, Nf = [torch.zeros(2, 2, 3)], [torch.zeros(2, 2)], [torch.zeros(2, 2)]
     with pytest.raises(SSVMInputError, match="one-to-one"):
-        MatchingModel(X, Ne, Nf, [np.array([1, 1])])
+        PairData(X, Ne, Nf, [np.array([1, 1])])
     with pytest.raises(SSVMInputError, match="targets"):
-        MatchingModel(X, Ne, Nf, [np.array([0, 5])])
+        PairData(X, Ne, Nf, [np.array([0, 5])])
 
 
 @pytest.fixture(scope="module")
@@ -102,10 +107,11 @@ def test_hansards_data_as_documented(hansards):
 
 def test_learned_alignment_beats_the_dice_heuristic(hansards):
     train, test = hansards
-    model, test_model = MatchingModel.from_pairs(train), MatchingModel.from_pairs(test)
-    dual = model.dual(1e-3)
+    data = PairData.from_pairs(train)
+    model = MatchingModel.for_data(data)
+    dual = make_store(model, data, 1e-3)
     Solver(dual, SolverConfig(passes=6, gap_check=3)).run()
-    learned = aer(test, test_model.links(dual.w))
+    learned = aer(test, model.links(dual.w, PairData.from_pairs(test)))
     dice = [{(i, int(p.edge[i, :, 1].argmax())) for i in range(len(p.e)) if float(p.edge[i, :, 1].max()) > 0.3}
             for p in test]                              # each English word to its best-Dice French word
     baseline = aer(test, dice)
@@ -115,7 +121,7 @@ def test_learned_alignment_beats_the_dice_heuristic(hansards):
 def test_cli_hansards(tmp_path):
     import json
 
-    from ssvm_torch.train import main
+    from ssvm_torch.cli.train import main
     assert main(["--dataset", "hansards", "--lam", "1e-3", "--train-size", "60", "--passes", "2", "--gap-check", "1",
                  "--quiet", "--out", str(tmp_path)]) == 0
     last = json.loads((tmp_path / "history.json").read_text())[-1]

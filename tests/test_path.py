@@ -8,10 +8,12 @@ import pytest
 import torch
 
 from ssvm_torch import SSVMInputError, Solver, SolverConfig
-from ssvm_torch.datasets import load_ocr
-from ssvm_torch.models import ChainModel, ExplicitModel
+from ssvm_torch.data import load_ocr
+from conftest import explicit
+from ssvm_torch.models import ChainModel
+from ssvm_torch.stores import make_store
 from ssvm_torch.path import RegPath, check_zero_gt_loss, grid_search, path_gap, regularization_path
-from ssvm_torch.path_cli import main as path_main
+from ssvm_torch.cli.path import main as path_main
 
 
 def random_explicit(seed, n=12, m=6, d=5):
@@ -24,7 +26,7 @@ def random_explicit(seed, n=12, m=6, d=5):
         loss[0] = 0.0
         psi.append(p)
         losses.append(loss)
-    return ExplicitModel(psi, losses)
+    return explicit(psi, losses)
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +38,7 @@ def ocr_part():
 
 def duals(ocr_part):
     model, part = ocr_part
-    return [random_explicit(0).dual(0.3), model.dual(part, 0.3)]
+    return [make_store(*random_explicit(0), 0.3), make_store(model, part, 0.3)]
 
 
 def test_rescale_keeps_w_and_gives_eq12(ocr_part):
@@ -65,13 +67,13 @@ def test_block_wdots_and_max_margins(ocr_part):
         Hn = gp.block_gaps - dual.block_wdots() + dual.ell_i                # H_i / n from the identity
         assert torch.allclose(Hn, gp.H / dual.n, atol=1e-12, rtol=0)
     ex = random_explicit(3)
-    w = torch.tensor(np.random.default_rng(1).normal(size=ex.d))
-    theta = ex.dual(1.0).max_margins(w)
-    assert torch.allclose(theta, (-(ex.psi_table @ w)).max(1).values, atol=1e-12)
-    cd = model.dual(part, 1.0)
+    w = torch.tensor(np.random.default_rng(1).normal(size=ex[0].d))
+    theta = make_store(*ex, 1.0).max_margins(w)
+    assert torch.allclose(theta, (-(ex[1].psi_table @ w)).max(1).values, atol=1e-12)
+    cd = make_store(model, part, 1.0)
     w = torch.tensor(np.random.default_rng(2).normal(size=model.d) * 0.1)
     theta = cd.max_margins(w)
-    labels = model.decode(w, part)
+    labels = model.predict_ragged(w, part)
     for i in range(5):
         s, e = int(part.offsets[i]), int(part.offsets[i + 1])
         Xi = torch.cat([part.X[s:e], torch.ones(e - s, 1, dtype=part.X.dtype)], 1)     # rows with the constant
@@ -83,7 +85,7 @@ def test_block_wdots_and_max_margins(ocr_part):
 def test_path_is_certified_at_random_lambdas(ocr_part, which):
     eps = 0.05 if which == 0 else 0.1
     model, part = ocr_part
-    make = (lambda lam: random_explicit(0).dual(lam)) if which == 0 else (lambda lam: model.dual(part, lam))
+    make = (lambda lam: make_store(*random_explicit(0), lam)) if which == 0 else (lambda lam: make_store(model, part, lam))
     path = regularization_path(make(1.0), eps, kappa=0.9, lam_min=1e-3 if which == 0 else 2e-2)
     assert len(path.lambdas) >= 3 and bool((path.lambdas[1:] < path.lambdas[:-1]).all())
     lo = max(path.lam_end, 1e-4)
@@ -103,12 +105,12 @@ def test_path_is_certified_at_random_lambdas(ocr_part, which):
 
 def test_heuristic_path_and_grid(ocr_part):
     ex = random_explicit(4)
-    path = regularization_path(ex.dual(1.0), 0.05, kappa=0.7, heuristic=True, lam_min=1e-3)
+    path = regularization_path(make_store(*ex, 1.0), 0.05, kappa=0.7, heuristic=True, lam_min=1e-3)
     assert path.heuristic and len(path.lambdas) >= 3
     assert all(r["gap_estimate"] <= 0.7 * 0.05 + 1e-12 for r in path.records[1:])
     lams = [2.0 ** k for k in range(4, -8, -1)]
-    warm = grid_search(lambda lam: ex.dual(lam), 0.05, lams, warm=True)
-    cold = grid_search(lambda lam: ex.dual(lam), 0.05, lams, warm=False)
+    warm = grid_search(lambda lam: make_store(*ex, lam), 0.05, lams, warm=True)
+    cold = grid_search(lambda lam: make_store(*ex, lam), 0.05, lams, warm=False)
     for recs in (warm, cold):
         assert [r["lam"] for r in recs] == lams and all(r["gap"] <= 0.05 + 1e-12 for r in recs)
         assert all(b["passes"] >= a["passes"] for a, b in zip(recs, recs[1:]))
@@ -116,15 +118,16 @@ def test_heuristic_path_and_grid(ocr_part):
 
 def test_path_refuses_nonzero_gt_loss_and_box():
     ex = random_explicit(0)
-    ex.losses[3, 0] = 0.5
+    ex[1].losses[3, 0] = 0.5
     with pytest.raises(SSVMInputError, match="L_i\\(y_i\\) = 0.*block 3"):
-        check_zero_gt_loss(ex.dual(1.0))
+        check_zero_gt_loss(make_store(*ex, 1.0))
+    from ssvm_torch.data import GraphData
+    from ssvm_torch.data.segmentation_synth import make_segmentation_synth
     from ssvm_torch.models import GraphCutModel
-    from ssvm_torch.segmentation import make_segmentation_synth
-    from ssvm_torch.solvers.box import BoxedDual
-    m = GraphCutModel(make_segmentation_synth(3, 1)[0])
+    data = GraphData(make_segmentation_synth(3, 1)[0])
+    m = GraphCutModel.for_data(data)
     with pytest.raises(SSVMInputError, match="box-constrained"):
-        regularization_path(BoxedDual(m.dual(1.0), m.pairwise_index, lower=0.0), 0.1)
+        regularization_path(make_store(m, data, 1.0, nonnegative=m.pairwise_index), 0.1)
 
 
 def test_regpath_pieces_and_roundtrip(tmp_path):
@@ -154,7 +157,7 @@ def test_ssvm_path_cli_files(tmp_path, capsys):
     model = ChainModel.for_data(train)
     j = len(saved["lambdas"]) // 2
     lam = float(saved["lambdas"][j]) * 0.97
-    dual = model.dual(train, lam)
+    dual = make_store(model, train, lam)
     w, ell = saved["W"][j], float(saved["ells"][j]) * lam / float(saved["lambdas"][j])
     dual.set_point(w, ell)
     gap = lam * float(w @ w) - ell + float(dual.gap_pass().H.sum()) / train.n

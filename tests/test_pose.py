@@ -6,15 +6,16 @@ import numpy as np
 import pytest
 import torch
 
+from ssvm_torch.data import PoseData
 from ssvm_torch.errors import SSVMInputError
 from ssvm_torch.models.pose import TreePoseModel
-from ssvm_torch.oracles.distance_transform import _torch_dt1d, dt1d, dt1d_brute, dt2d, tree_max_sum
-from ssvm_torch.pose import PARENTS, make_pose_synth
+from ssvm_torch.oracles.distance_transform import torch_dt1d, dt1d, dt1d_brute, dt2d, tree_max_sum
+from ssvm_torch.data.pose_synth import PARENTS, make_pose_synth
 from ssvm_torch.solvers import Solver, SolverConfig
-from ssvm_torch.solvers.box import BoxedDual
+from ssvm_torch.stores import make_store
 
 
-@pytest.mark.parametrize("kernel", [dt1d, _torch_dt1d], ids=["numba", "torch"])
+@pytest.mark.parametrize("kernel", [dt1d, torch_dt1d], ids=["numba", "torch"])
 def test_dt1d_equals_brute_force(kernel):
     rng = np.random.default_rng(0)
     for trial in range(400):
@@ -41,7 +42,7 @@ def brute_message(b, w, shift, scale):
     return (b.reshape(B, 1, H * W) + pair[None]).max(2).values.reshape(B, H, W)
 
 
-@pytest.mark.parametrize("kernel", [dt1d, _torch_dt1d], ids=["numba", "torch"])
+@pytest.mark.parametrize("kernel", [dt1d, torch_dt1d], ids=["numba", "torch"])
 def test_dt2d_message_equals_the_quadratic_time_message(kernel):
     rng = np.random.default_rng(1)
     for trial in range(30):
@@ -92,36 +93,38 @@ def tiny_model(rng, n=3, J=3, H=3, W=3, pairwise=True):
     parents = [-1] + [int(rng.integers(0, j)) for j in range(1, J)]
     scores = torch.tensor(rng.normal(size=(n, J, H, W)))
     joints = torch.stack([torch.tensor(rng.integers(0, [H, W], size=(J, 2))) for _ in range(n)])
-    return TreePoseModel(scores, joints, parents, scale=2.0, radius=0, pairwise=pairwise)
+    data = PoseData(scores, joints)
+    return TreePoseModel.for_data(data, parents, scale=2.0, radius=0, pairwise=pairwise), data
 
 
 def test_loss_augmented_oracle_equals_enumeration():
     rng = np.random.default_rng(3)
     for _ in range(5):
-        model = tiny_model(rng)
+        model, data = tiny_model(rng)
         w = torch.tensor(rng.normal(size=model.d))
         w[model.pairwise_index] = torch.tensor(rng.exponential(size=len(model.pairwise_index)))
-        labels, H = model.oracle(w, torch.arange(model.n))
-        cells = list(itertools.product(range(model.H), range(model.W)))
-        for i in range(model.n):
+        every = torch.arange(data.n)
+        labels, H = model.oracle(w, data, every)
+        cells = list(itertools.product(range(data.H), range(data.W)))
+        for i in range(data.n):
             ys = torch.tensor(list(itertools.product(cells, repeat=model.J)))            # (K, J, 2)
             idx = torch.full((len(ys),), i)
-            vals = model.loss(idx, ys) - model.psi(idx, ys) @ w
+            vals = model.loss(data, idx, ys) - model.psi(data, idx, ys) @ w
             assert float(H[i]) == pytest.approx(float(vals.max()), abs=1e-10)
-        assert torch.allclose(H, model.loss(torch.arange(model.n), labels) - model.psi(torch.arange(model.n), labels) @ w)
+        assert torch.allclose(H, model.loss(data, every, labels) - model.psi(data, every, labels) @ w)
 
 
 def test_refuses_convex_deformations_and_bad_trees():
     rng = np.random.default_rng(4)
-    model = tiny_model(rng)
+    model, data = tiny_model(rng)
     w = torch.zeros(model.d)
     w[model.pairwise_index[0]] = -0.1
     with pytest.raises(SSVMInputError, match="quadratic deformation weights must be >= 0"):
-        model.decode(w, [0])
+        model.predict(w, data, [0])
     with pytest.raises(SSVMInputError, match="parents"):
-        TreePoseModel(model.S, model.Y, [-1, 2, 0])
+        TreePoseModel.for_data(data, [-1, 2, 0])
     with pytest.raises(SSVMInputError, match="joints"):
-        TreePoseModel(model.S, model.Y + 10, [-1, 0, 0])
+        PoseData(data.S, data.Y + 10)
 
 
 def test_generator_is_seeded_and_prefix_stable():
@@ -138,15 +141,13 @@ def test_learned_deformations_beat_unaries_alone():
     train, test = make_pose_synth(60, 60)
     errors = {}
     for pairwise in (False, True):
-        model = TreePoseModel(train.scores, train.joints, PARENTS, pairwise=pairwise)
-        test_model = TreePoseModel(test.scores, test.joints, PARENTS, rest=model.rest, pairwise=pairwise)
-        dual = model.dual(1e-2)
-        if pairwise:
-            dual = BoxedDual(dual, model.pairwise_index, lower=0.0)
+        data = PoseData(train.scores, train.joints)
+        model = TreePoseModel.for_data(data, PARENTS, pairwise=pairwise)
+        dual = make_store(model, data, 1e-2, nonnegative=model.pairwise_index if pairwise else None)
         Solver(dual, SolverConfig(passes=6, gap_check=3)).run()
         if pairwise:
             assert bool((dual.w[model.pairwise_index] >= 0).all())
-        errors[pairwise] = test_model.errors(dual.w)
+        errors[pairwise] = model.metrics(dual.w, PoseData(test.scores, test.joints))
     assert errors[True]["error"] < 0.6 * errors[False]["error"]
     assert errors[True]["pck"] > errors[False]["pck"] + 0.15
 
@@ -154,7 +155,7 @@ def test_learned_deformations_beat_unaries_alone():
 def test_cli_pose_synth(tmp_path):
     import json
 
-    from ssvm_torch.train import main
+    from ssvm_torch.cli.train import main
     assert main(["--dataset", "pose-synth", "--train-size", "30", "--passes", "2", "--gap-check", "1", "--quiet",
                  "--out", str(tmp_path)]) == 0
     hist = json.loads((tmp_path / "history.json").read_text())

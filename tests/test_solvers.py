@@ -4,8 +4,9 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import brute_force_chain, chain_score, random_chain_data
-from ssvm_torch import ChainModel, ExplicitModel, Solver, SolverConfig
+from conftest import brute_force_chain, chain_score, explicit, random_chain_data
+from ssvm_torch import ChainModel, Solver, SolverConfig, make_store
+from ssvm_torch.solvers.averaging import Averager
 from ssvm_torch.oracles import viterbi
 from ssvm_torch.solvers.samplers import GapSampler
 
@@ -43,7 +44,7 @@ def test_gap_equals_independent_primal_minus_dual_tiny(solver):
     data = random_chain_data(rng, 10, 3, 4, tmin=1, tmax=5)
     m = ChainModel.for_data(data)
     lam = 0.05
-    d = m.dual(data, lam)
+    d = make_store(m, data, lam)
     hist = Solver(d, SolverConfig(solver=solver, sampling="gap", passes=7, gap_check=3)).run()
     primal, dual = independent_primal_dual_chain(m, data, d, lam, brute=True)
     assert hist[-1]["gap"] == pytest.approx(primal - dual, rel=1e-9)
@@ -57,7 +58,7 @@ def test_gap_equals_independent_primal_minus_dual_ocr(ocr_small):
     sub = train.subset(range(60))
     m = ChainModel.for_data(sub)
     lam = 0.01
-    d = m.dual(sub, lam)
+    d = make_store(m, sub, lam)
     hist = Solver(d, SolverConfig(solver="bcfw", sampling="gap", passes=12, gap_check=5)).run()
     primal, dual = independent_primal_dual_chain(m, sub, d, lam)
     assert hist[-1]["gap"] == pytest.approx(primal - dual, rel=1e-9)
@@ -72,7 +73,7 @@ def test_bcfw_with_one_block_equals_batch_fw(ocr_small):
     train, _ = ocr_small
     one = train.subset([3])
     m = ChainModel.for_data(one)
-    a, b = m.dual(one, 0.1), m.dual(one, 0.1)
+    a, b = make_store(m, one, 0.1), make_store(m, one, 0.1)
     ha = Solver(a, SolverConfig(solver="bcfw", sampling="uniform", passes=10, gap_check=10)).run()
     hb = Solver(b, SolverConfig(solver="fw", passes=11, gap_check=11)).run()
     assert ha[-1]["steps"] == hb[-1]["steps"] == 10
@@ -86,8 +87,8 @@ def test_explicit_model_bcfw_one_block_equals_fw():
     psi = [rng.normal(size=(6, 5))]
     psi[0][0] = 0
     losses = [np.r_[0.0, rng.uniform(0.5, 2, size=5)]]
-    model = ExplicitModel(psi, losses)
-    a, b = model.dual(0.2), model.dual(0.2)
+    model = explicit(psi, losses)
+    a, b = make_store(*model, 0.2), make_store(*model, 0.2)
     Solver(a, SolverConfig(solver="bcfw", sampling="perm", passes=25, gap_check=25)).run()
     Solver(b, SolverConfig(solver="fw", passes=26, gap_check=26)).run()
     assert torch.allclose(a.w, b.w, atol=1e-12)
@@ -101,12 +102,12 @@ def test_fixed_seed_gives_identical_history(ocr_small, solver, sampling):
     m = ChainModel.for_data(sub)
     runs = []
     for _ in range(2):
-        d = m.dual(sub, 0.01)
+        d = make_store(m, sub, 0.01)
         cfg = SolverConfig(solver=solver, sampling=sampling, passes=6, gap_check=2, seed=11, averaging=True)
         runs.append((strip_time(Solver(d, cfg).run()), d.w.clone()))
     assert runs[0][0] == runs[1][0]
     assert torch.equal(runs[0][1], runs[1][1])
-    d = m.dual(sub, 0.01)
+    d = make_store(m, sub, 0.01)
     other = strip_time(Solver(d, SolverConfig(solver=solver, sampling=sampling, passes=6, gap_check=2,
                                                seed=12, averaging=True)).run())
     if solver != "fw":                     # batch FW is deterministic: no sampling
@@ -130,11 +131,11 @@ def app_c_toy(n, lam=1.0, a=1.0):
         e[1, 1 + j] = a
         psi.append(e)
         losses.append(np.array([0.0, 1.5 * a * a / lamn]))
-    return ExplicitModel(psi, losses)
+    return explicit(psi, losses)
 
 
 def calls_to_reach(model, sampling, eps, seed):
-    d = model.dual(1.0)
+    d = make_store(*model, 1.0)
     hist = Solver(d, SolverConfig(solver="bcfw", sampling=sampling, passes=2000, gap_check=1,
                                   gap_threshold=eps, seed=seed)).run()
     assert hist[-1]["gap"] <= eps, "did not converge"
@@ -144,7 +145,7 @@ def calls_to_reach(model, sampling, eps, seed):
 def test_app_c_toy_gap_sampling_needs_n_over_2_times_fewer_calls():
     n = 20
     model = app_c_toy(n)
-    g0 = Solver(model.dual(1.0), SolverConfig(solver="bcfw", passes=1, gap_check=1)).run()[0]["gap"]
+    g0 = Solver(make_store(*model, 1.0), SolverConfig(solver="bcfw", passes=1, gap_check=1)).run()[0]["gap"]
     eps = 1e-4 * g0
     uni = np.median([calls_to_reach(model, "uniform", eps, s) for s in range(3)])
     gap = np.median([calls_to_reach(model, "gap", eps, s) for s in range(3)])
@@ -171,14 +172,14 @@ def test_averaged_iterate_gap_is_a_certificate(ocr_small):
     train, _ = ocr_small
     sub = train.subset(range(40))
     m = ChainModel.for_data(sub)
-    d = m.dual(sub, 0.05)
+    d = make_store(m, sub, 0.05)
     solver = Solver(d, SolverConfig(solver="bcfw", sampling="uniform", passes=10, gap_check=5, averaging=True))
     hist = solver.run()
     last = hist[-1]
     assert last["avg_gap"] == pytest.approx(last["avg_primal"] - last["avg_dual"], rel=1e-12)
     assert last["avg_gap"] >= 0
     # the averaged point is a separate one: independent primal at w_avg
-    d.set_point(solver.w_avg, solver.ell_avg)
+    d.set_point(solver.w_avg, solver.averager.ell_avg)
     assert last["avg_primal"] == pytest.approx(d.primal(d.gap_pass().H), rel=1e-12)
     assert last["avg_gap"] != pytest.approx(last["gap"], rel=1e-6)
 
@@ -189,12 +190,12 @@ def test_checkpoint_resume_is_exact(ocr_small, tmp_path, solver, sampling):
     sub = train.subset(range(30))
     m = ChainModel.for_data(sub)
     cfg = dict(solver=solver, sampling=sampling, gap_check=2, seed=5, averaging=True)
-    full = Solver(m.dual(sub, 0.02), SolverConfig(passes=12, **cfg))
+    full = Solver(make_store(m, sub, 0.02), SolverConfig(passes=12, **cfg))
     h_full = strip_time(full.run())
-    part = Solver(m.dual(sub, 0.02), SolverConfig(passes=6, **cfg))
+    part = Solver(make_store(m, sub, 0.02), SolverConfig(passes=6, **cfg))
     part.run()
     torch.save(part.state_dict(), tmp_path / "ck.pt")
-    resumed = Solver(m.dual(sub, 0.02), SolverConfig(passes=12, **cfg))
+    resumed = Solver(make_store(m, sub, 0.02), SolverConfig(passes=12, **cfg))
     resumed.load_state_dict(torch.load(tmp_path / "ck.pt", weights_only=False))
     h_res = strip_time(resumed.run())
     assert h_res == h_full
@@ -206,7 +207,7 @@ def test_gap_refresh_schedule(ocr_small):
     sub = ocr_small[0].subset(range(20))
     m = ChainModel.for_data(sub)
     for k, counted in [(1, 4), (2, 2), (0, 0)]:
-        h = Solver(m.dual(sub, 0.05), SolverConfig(sampling="gap", passes=8 + counted, gap_check=2,
+        h = Solver(make_store(m, sub, 0.05), SolverConfig(sampling="gap", passes=8 + counted, gap_check=2,
                                                     gap_refresh=k)).run()
         steps_passes = h[-1]["steps"] / sub.n
         assert steps_passes == 8 and h[-1]["passes"] == 8 + counted
@@ -221,18 +222,14 @@ def test_lazy_average_equals_explicit_recursion(ocr_small, path):
 
     def make():
         if path == "dense":
-            return app_c_toy(12).dual(1.0)
-        d = ChainModel.for_data(sub).dual(sub, 0.05)
-        d._cpu = path == "numba"
-        return d
+            return make_store(*app_c_toy(12), 1.0)
+        return make_store(ChainModel.for_data(sub), sub, 0.05, kernels="numba" if path == "numba" else "torch")
     cfg = SolverConfig(solver="bcfw", sampling="gap", step="pairwise" if path != "numba" else "fw",
                        passes=12, gap_check=3, averaging=True, recompute_every=2, seed=2)
     lazy = Solver(make(), cfg)
     h_lazy = lazy.run()
     explicit = Solver(make(), cfg)
-    explicit.lazy_avg, explicit.avg_R = False, None
-    explicit.dual.shadow = None
-    explicit._w_avg = explicit.dual.w.clone()
+    explicit.averager = Averager(explicit.dual, lazy=False)      # the O(d) recursion, no shadow vector
     h_exp = explicit.run()
     assert torch.allclose(lazy.w_avg, explicit.w_avg, rtol=1e-10, atol=1e-12 * float(explicit.w_avg.abs().max()))
     assert h_lazy[-1]["avg_gap"] == pytest.approx(h_exp[-1]["avg_gap"], rel=1e-8)

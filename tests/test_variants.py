@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import random_chain_data
+from conftest import explicit, random_chain_data
 from qp_reference import qp_optimum, random_explicit_problem
-from ssvm_torch import ChainModel, ExplicitModel, SSVMInputError, Solver, SolverConfig
-from ssvm_torch.solvers import BoxedDual
+from ssvm_torch import ChainModel, SSVMInputError, Solver, SolverConfig, make_store
+from ssvm_torch.stores import BoxedDual
 
 METHODS = list(itertools.product(["fw", "pairwise", "away", "best"], [False, True]))
 
@@ -30,7 +30,7 @@ def hard_problem(seed):
     neg = np.flatnonzero(w < 0)[:2]
     box = (list(neg), [0.0] * len(neg), [np.inf] * len(neg))       # binding: the unconstrained w* < 0 there
     Pb, wb = qp_optimum(psi, losses, lam, box)
-    return ExplicitModel(psi, losses), lam, P, box, Pb
+    return explicit(psi, losses), lam, P, box, Pb
 
 
 @pytest.mark.parametrize("boxed", [False, True])
@@ -38,7 +38,7 @@ def hard_problem(seed):
 def test_linearly_convergent_variants_reach_qp_optimum(step, cache, boxed):
     for seed in (0, 1):
         model, lam, P, box, Pb = hard_problem(seed)
-        dual = model.dual(lam)
+        dual = make_store(*model, lam)
         if boxed:
             dual = BoxedDual(dual, *box)
         _, hist = run(dual, step, cache)
@@ -58,7 +58,7 @@ def test_fw_step_variants(cache, boxed):
     a segment, where a FW step with exact line search is exact block minimization and converges
     linearly) they reach the QP optimum to 1e-6."""
     model, lam, P, box, Pb = hard_problem(0)
-    dual = model.dual(lam)
+    dual = make_store(*model, lam)
     if boxed:
         dual = BoxedDual(dual, *box)
     _, hist = run(dual, "fw", cache, passes=300)
@@ -68,7 +68,7 @@ def test_fw_step_variants(cache, boxed):
     rng = np.random.default_rng(0)
     psi, losses = random_explicit_problem(rng, n=4, m=2, d=3)
     for lam in (0.05, 1.0):
-        dual = ExplicitModel(psi, losses).dual(lam)
+        dual = make_store(*explicit(psi, losses), lam)
         P_easy, _ = qp_optimum(psi, losses, lam)
         _, h = run(dual, "fw", cache, passes=200)
         assert abs(h[-1]["primal"] - P_easy) <= 1e-6 and h[-1]["gap"] <= 1e-6
@@ -92,7 +92,7 @@ def test_active_sets_reproduce_w_chain(step, cache):
     sub = train.subset(range(12))
     m = ChainModel.for_data(sub)
     lam = 0.05
-    dual = m.dual(sub, lam)
+    dual = make_store(m, sub, lam)
     solver, hist = run(dual, step, cache, passes=30, eps=0.0, gap_check=3)
     Xc = m.features(sub)
 
@@ -117,11 +117,10 @@ def test_chain_active_set_primitives_torch_equals_numba():
     rng = np.random.default_rng(8)
     data = random_chain_data(rng, 8, 3, 5, tmin=1, tmax=5)
     m = ChainModel.for_data(data)
-    a = m.dual(data, 0.1)
+    a = make_store(m, data, 0.1)
     run(a, "pairwise", False, passes=6, eps=0.0, gap_check=2)
-    b = m.dual(data, 0.1)
+    b = make_store(m, data, 0.1, kernels="torch")
     b.load_state_dict(a.state_dict())
-    b._cpu = False
     for i in range(data.n):
         T = int(data.lengths[i])
         ys = [rng.integers(0, 3, size=T) for _ in range(3)]
@@ -141,7 +140,7 @@ def test_box_constrained_run_stays_in_bounds_and_gap_is_app_h_lagrange_gap():
     lam = 0.02
     trans_idx = torch.arange(m.d - 9, m.d)                   # transitions >= 0 (an attractive chain)
     for step in ("fw", "pairwise"):
-        inner = m.dual(data, lam)
+        inner = make_store(m, data, lam)
         dual = BoxedDual(inner, trans_idx, lower=0.0)
         solver = Solver(dual, SolverConfig(solver="bcfw", sampling="gap", step=step, passes=40, gap_check=4))
         steps_seen = []
@@ -168,11 +167,11 @@ def test_box_constrained_run_stays_in_bounds_and_gap_is_app_h_lagrange_gap():
 
 def test_box_batch_fw_and_bad_box():
     model, lam, P, box, Pb = hard_problem(1)
-    dual = BoxedDual(model.dual(lam), *box)
+    dual = BoxedDual(make_store(*model, lam), *box)
     hist = Solver(dual, SolverConfig(solver="fw", passes=200, gap_check=50)).run()
     assert hist[-1]["dual"] - 1e-12 <= Pb <= hist[-1]["primal"] + 1e-12
     assert bool((dual.w[torch.tensor(box[0])] >= 0).all())
-    inner = model.dual(lam)
+    inner = make_store(*model, lam)
     with pytest.raises(SSVMInputError, match="box index"):
         BoxedDual(inner, [0, 99])
     with pytest.raises(SSVMInputError, match="box lower"):
@@ -186,12 +185,12 @@ def test_box_batch_fw_and_bad_box():
 def test_checkpoint_resume_with_sets_is_exact(tmp_path):
     model, lam, *_ = hard_problem(0)
     cfg = dict(solver="bcfw", sampling="gap", step="best", cache=True, gap_check=2, seed=4)
-    full = Solver(model.dual(lam), SolverConfig(passes=12, **cfg))
+    full = Solver(make_store(*model, lam), SolverConfig(passes=12, **cfg))
     h_full = [{k: v for k, v in r.items() if k != "time_s"} for r in full.run()]
-    part = Solver(model.dual(lam), SolverConfig(passes=6, **cfg))
+    part = Solver(make_store(*model, lam), SolverConfig(passes=6, **cfg))
     part.run()
     torch.save(part.state_dict(), tmp_path / "ck.pt")
-    res = Solver(model.dual(lam), SolverConfig(passes=12, **cfg))
+    res = Solver(make_store(*model, lam), SolverConfig(passes=12, **cfg))
     res.load_state_dict(torch.load(tmp_path / "ck.pt", weights_only=False))
     h_res = [{k: v for k, v in r.items() if k != "time_s"} for r in res.run()]
     assert h_res == h_full

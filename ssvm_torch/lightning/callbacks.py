@@ -33,5 +33,5 @@ class GapCheck(L.Callback):
         gap = "n/a (SSG keeps no dual)" if last.get("gap") is None else f"{last['gap']:.6e}"
         print(f"stopped: {st.stop_reason or 'trainer limit'} after {last['passes']:.1f} effective passes, "
               f"{last['time_s']:.2f} s solver time\nexact duality gap: {gap}\n"
-              f"test error: {last['test_error']:.4f} ({module.task['error_name']})\n"
+              f"test error: {last['test_error']:.4f} ({module.task.error_name})\n"
               f"wrote {out / 'history.json'} and {out / 'model.pt'}", flush=True)

@@ -64,7 +64,7 @@ def _nb_dt1d(f, a, c, shift, out, arg):
             arg[r, p] = q
 
 
-def _torch_dt1d(f: torch.Tensor, a: float, c: float, shift: float):
+def torch_dt1d(f: torch.Tensor, a: float, c: float, shift: float):
     R, P = f.shape
     pos = torch.arange(P, device=f.device, dtype=f.dtype)
     t = pos + shift
@@ -107,7 +107,7 @@ def dt1d(f: torch.Tensor, a: float, c: float, shift: float = 0.0):
         arg = torch.empty(fc.shape, dtype=torch.int64)
         _nb_dt1d(fc.numpy(), float(a), float(c), float(shift), out.numpy(), arg.numpy())
         return out, arg
-    return _torch_dt1d(f, float(a), float(c), float(shift))
+    return torch_dt1d(f, float(a), float(c), float(shift))
 
 
 def dt1d_brute(f: torch.Tensor, a: float, c: float, shift: float = 0.0):
