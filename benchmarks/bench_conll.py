@@ -20,8 +20,8 @@ from pathlib import Path
 
 import torch
 
-from ssvm_torch import ChainModel, Solver, SolverConfig
-from ssvm_torch.conll import chunk_f1, load_conll2000
+from ssvm_torch import ChainModel, Solver, SolverConfig, make_store
+from ssvm_torch.data.conll import chunk_f1, load_conll2000
 
 RESULTS = Path(__file__).parent / "results"
 
@@ -39,14 +39,14 @@ def part_full(args):
     print(f"CoNLL-2000: n = {train.n}, d = {model.d:,} ({train.X.shape[1]:,} attributes), loaded in {load_s:.1f} s")
 
     def evaluate(w):
-        labels = model.decode(w, test)
+        labels = model.predict_ragged(w, test)
         f1 = chunk_f1(test, labels)
         return {"test_f1": f1["f1"], "test_position_error": float((labels != test.Y).double().mean()),
-                "test_error": float(model.loss(test, labels).mean()), "train_error": model.errors(w, train)["error"]}
+                "test_error": float(model.ragged_loss(test, labels).mean()), "train_error": model.metrics(w, train)["error"]}
 
     for lam_s in args.lams:
         lam = 1.0 / train.n if lam_s == "inv-n" else float(lam_s)
-        dual = model.dual(train, lam)
+        dual = make_store(model, train, lam)
         hist = Solver(dual, SolverConfig(solver="bcfw", sampling="gap", passes=args.passes, gap_check=10),
                       evaluate=evaluate).run()
         last = hist[-1]
@@ -73,7 +73,7 @@ def part_seed0(args):
     out = {"n": train.n, "lam": lam, "methods": {}}
 
     def evaluate(w):
-        return {"train_error": model.errors(w, train)["error"]}
+        return {"train_error": model.metrics(w, train)["error"]}
 
     methods = {"fw": dict(solver="fw", gap_check=1), "bcfw-uniform": dict(sampling="uniform", gap_check=0.1,
                                                                             gap_refresh=0),
@@ -82,7 +82,7 @@ def part_seed0(args):
         seeds = [0] if name == "fw" else range(args.seeds)
         runs = []
         for seed in seeds:
-            dual = model.dual(train, lam)
+            dual = make_store(model, train, lam)
             hist = Solver(dual, SolverConfig(passes=args.seed0_passes, seed=seed, **cfg), evaluate=evaluate).run()
             it = [r["steps"] * (train.n if name == "fw" else 1) for r in hist]     # FW: n block updates per step
             reach = next((i for i, r in zip(it, hist) if r["gap"] <= 0.01), None)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from ssvm_torch import ChainModel, Solver, SolverConfig, load_ocr
+from ssvm_torch import ChainModel, Solver, SolverConfig, load_ocr, make_store
 
 SETTINGS = {"small": ("ocr-small", 0.01), "large": ("ocr-large", 1e-3)}
 METHODS = {"fw": ("fw", "uniform"), "bcfw-uniform": ("bcfw", "uniform"), "bcfw-gap": ("bcfw", "gap"),
@@ -26,10 +26,10 @@ METHODS = {"fw": ("fw", "uniform"), "bcfw-uniform": ("bcfw", "uniform"), "bcfw-g
 
 
 def run_one(model, train, test, lam, solver, sampling, passes, seed):
-    dual = model.dual(train, lam)
+    dual = make_store(model, train, lam)
 
     def evaluate(w):
-        return {"test_error": model.errors(w, test)["error"], "train_error": model.errors(w, train)["error"]}
+        return {"test_error": model.metrics(w, test)["error"], "train_error": model.metrics(w, train)["error"]}
 
     cfg = SolverConfig(solver=solver, sampling=sampling, passes=passes, gap_check=10, seed=seed)
     return Solver(dual, cfg, evaluate=evaluate).run()

@@ -19,14 +19,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import platform
 import statistics
 import tempfile
 import time
 import warnings
 from pathlib import Path
-from types import SimpleNamespace
 
 import lightning as L
 import torch
@@ -34,7 +32,8 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 
 from ssvm_torch.lightning import SSVMModule
 from ssvm_torch.solvers import Solver, SolverConfig
-from ssvm_torch.train import build_task
+from ssvm_torch.outputs import save_checkpoint
+from ssvm_torch.tasks import load_task
 
 warnings.filterwarnings("ignore")
 
@@ -48,17 +47,14 @@ class LoopTimer(L.Callback):
 
 
 def plain(args, checkpoint_dir=None):
-    task = build_task(SimpleNamespace(dataset="ocr-large", train_size=None, unary_only=False, lam=args.lam,
-                                      device="cpu"), torch.float64)
+    task = load_task("ocr-large")
     solver = None
 
     def save(rec):                       # what ssvm-train --checkpoint does at every gap check
         if checkpoint_dir is not None and solver is not None:
-            tmp = Path(checkpoint_dir) / "checkpoint.pt.tmp"
-            torch.save(solver.state_dict(), tmp)
-            os.replace(tmp, Path(checkpoint_dir) / "checkpoint.pt")
-    solver = Solver(task["dual"], SolverConfig(passes=args.passes, gap_check=args.gap_check, seed=args.seed),
-                    evaluate=task["evaluate"], progress=save)
+            save_checkpoint(Path(checkpoint_dir) / "checkpoint.pt", solver.state_dict())
+    solver = Solver(task.store(args.lam), SolverConfig(passes=args.passes, gap_check=args.gap_check, seed=args.seed),
+                    evaluate=task.evaluate, progress=save)
     t0 = time.perf_counter()
     hist = solver.run()
     return time.perf_counter() - t0, hist
@@ -88,7 +84,7 @@ def main():
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "lightning_overhead.json"))
     args = ap.parse_args()
     torch.set_num_threads(1)
-    plain(SimpleNamespace(**{**vars(args), "passes": 2, "gap_check": 1}))         # numba warm-up
+    plain(argparse.Namespace(**{**vars(args), "passes": 2, "gap_check": 1}))      # numba warm-up
     n = 6251
     variants = {"plain": (None, False), "lightning": (n, False), "lightning_chunk_n/10": (-(-n // 10), False),
                 "plain_ckpt": (None, True), "lightning_ckpt": (n, True)}

@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 
 from ssvm_torch.path import cold_starts, grid_lambdas, grid_search, regularization_path
-from ssvm_torch.path_cli import path_task as task_for
+from ssvm_torch.cli.path import path_task as task_for
 from ssvm_torch.solvers import SolverConfig
 
 RESULTS = Path(__file__).parent / "results"
@@ -30,8 +30,8 @@ def run(name, eps, lo, max_passes):
     for label, heuristic, kappa in (("path", False, 0.9), ("heuristic", True, 0.7)):
         task = task_for(name)
         t0 = time.perf_counter()
-        p = regularization_path(task["dual"], eps, kappa=kappa, heuristic=heuristic, lam_min=lam_min, config=cfg,
-                                evaluate=task["evaluate"], max_passes=max_passes)
+        p = regularization_path(task.store(1.0), eps, kappa=kappa, heuristic=heuristic, lam_min=lam_min, config=cfg,
+                                evaluate=task.evaluate, max_passes=max_passes)
         recs = p.records
         best = min(recs, key=lambda r: r["test_error"])
         out[label] = {"kappa": kappa, "breakpoints": len(recs), "lam_end": p.lam_end, "records": recs,
@@ -45,7 +45,7 @@ def run(name, eps, lo, max_passes):
     lams = [v for v in grid_lambdas(15, lo)]
     for warm in (True, False):
         task = task_for(name)
-        recs = grid_search(cold_starts(task["dual"]), eps, lams, warm=warm, config=cfg, evaluate=task["evaluate"],
+        recs = grid_search(cold_starts(task.store(1.0)), eps, lams, warm=warm, config=cfg, evaluate=task.evaluate,
                            max_passes=max_passes)
         label = "grid_warm" if warm else "grid_cold"
         best = min(recs, key=lambda r: r["test_error"])

@@ -25,13 +25,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ssvm_torch.alignment import aer, load_hansards
+from ssvm_torch.data import PairData, PoseData
+from ssvm_torch.data.hansards import aer, load_hansards
+from ssvm_torch.data.pose_synth import PARENTS, make_pose_synth
 from ssvm_torch.models.matching import MatchingModel
 from ssvm_torch.models.pose import TreePoseModel
 from ssvm_torch.oracles.distance_transform import torch_dt1d, dt1d, dt2d, tree_max_sum
-from ssvm_torch.pose import PARENTS, make_pose_synth
 from ssvm_torch.solvers import Solver, SolverConfig
-from ssvm_torch.solvers.box import BoxedDual
+from ssvm_torch.stores import make_store
 
 
 def timed(fn, repeats):
@@ -45,23 +46,20 @@ def timed(fn, repeats):
 
 
 def throughput(train, repeats):
-    model = TreePoseModel(train.scores, train.joints, PARENTS)
+    data = PoseData(train.scores, train.joints)
+    model = TreePoseModel.for_data(data, PARENTS)
     w = torch.ones(model.d, dtype=torch.float64) * 0.1
-    _, w_pair = model._w_parts(w)
     out = {}
     for B in (1, 16, 64, 200):
         idx = torch.arange(B)
-        gt = model.Y[idx]
-        rows, cols = torch.arange(32)[:, None], torch.arange(32)[None, :]
-        cheb = torch.maximum((rows - gt[..., 0, None, None]).abs(), (cols - gt[..., 1, None, None]).abs())
-        unary = model.S[idx] * 0.1 + (cheb > 1).double() / model.J
+        unary, w_pair = model.augment(model.scores(w, data, idx), data, idx)     # the loss-augmented scores
         for name, kernel in (("numba", dt1d), ("torch", torch_dt1d)):
             t = timed(lambda: tree_max_sum(unary, PARENTS, w_pair, model.rest, model.scale, kernel), repeats)
             out[f"{name}_B{B}"] = {"batch": B, "kernel": name, "s_per_batch": t, "examples_per_s": B / t}
             print(f"tree oracle {name:5s} batch {B:3d}: {B / t:9.1f} examples/s  ({t * 1e3:7.2f} ms per batch)",
                   flush=True)
     # one message: distance transform vs the O(P^2) definition over P = 1024 positions
-    b = model.S[:1, 4]
+    b = data.S[:1, 4]
     t_dt = timed(lambda: dt2d(b, (0.1, 0.2, 0.1, 0.2), (0.5, 0.5), 4.0), repeats)
     q = torch.stack(torch.meshgrid(torch.arange(32), torch.arange(32), indexing="ij"), -1).reshape(-1, 2).double()
 
@@ -80,15 +78,13 @@ def pose_results(train, test, passes):
     res = {}
     for lam in (1e-2, 1.0 / train.n):
         for pairwise in (False, True):
-            model = TreePoseModel(train.scores, train.joints, PARENTS, pairwise=pairwise)
-            test_model = TreePoseModel(test.scores, test.joints, PARENTS, rest=model.rest, pairwise=pairwise)
-            dual = model.dual(lam)
-            if pairwise:
-                dual = BoxedDual(dual, model.pairwise_index, lower=0.0)
+            data = PoseData(train.scores, train.joints)
+            model = TreePoseModel.for_data(data, PARENTS, pairwise=pairwise)
+            dual = make_store(model, data, lam, nonnegative=model.pairwise_index if pairwise else None)
             t0 = time.perf_counter()
             hist = Solver(dual, SolverConfig(passes=passes, gap_check=10)).run()
             wall = time.perf_counter() - t0
-            e = test_model.errors(dual.w)
+            e = model.metrics(dual.w, PoseData(test.scores, test.joints))
             key = f"lam{lam:.4g}_{'pairwise' if pairwise else 'unary'}"
             res[key] = {"lam": lam, "pairwise": pairwise, "test_mean_joint_error": e["error"], "test_pck": e["pck"],
                         "test_loss": e["loss"], "gap": hist[-1]["gap"], "passes": hist[-1]["passes"],
@@ -101,13 +97,14 @@ def pose_results(train, test, passes):
 def alignment_results(passes):
     from sklearn.linear_model import LogisticRegression
     train, test = load_hansards()
-    model, test_model = MatchingModel.from_pairs(train), MatchingModel.from_pairs(test)
+    data, test_data = PairData.from_pairs(train), PairData.from_pairs(test)
+    model = MatchingModel.for_data(data)
     res = {}
     for lam in (1e-2, 1e-3, 1e-4):
-        dual = model.dual(lam)
+        dual = make_store(model, data, lam)
         hist = Solver(dual, SolverConfig(passes=passes, gap_check=10)).run()
-        r = aer(test, test_model.links(dual.w))
-        res[f"ssvm_lam{lam:g}"] = {**r, "gap": hist[-1]["gap"], "train_aer": aer(train, model.links(dual.w))["aer"]}
+        r = aer(test, model.links(dual.w, test_data))
+        res[f"ssvm_lam{lam:g}"] = {**r, "gap": hist[-1]["gap"], "train_aer": aer(train, model.links(dual.w, data))["aer"]}
         print(f"alignment SSVM lam {lam:g}: AER {r['aer']:.4f}  P {r['precision']:.3f}  R {r['recall']:.3f}", flush=True)
 
     def flat(pairs):

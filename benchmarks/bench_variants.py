@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from ssvm_torch import ChainModel, Solver, SolverConfig, load_ocr
+from ssvm_torch import ChainModel, Solver, SolverConfig, load_ocr, make_store
 
 RESULTS = Path(__file__).parent / "results"
 METHODS = {f"{s}-{'bcpfw' if st == 'pairwise' else 'bcfw'}{'-cache' if c else ''}": (s, st, c)
@@ -31,7 +31,7 @@ TARGETS = (1e-2, 1e-3, 1e-4)
 
 
 def run(model, train, lam, seed, passes, time_budget, gap_check=5, eps=1e-5, **cfg):
-    dual = model.dual(train, lam)
+    dual = make_store(model, train, lam)
     config = SolverConfig(solver="bcfw", passes=passes, gap_check=gap_check, seed=seed, time_budget=time_budget,
                           gap_threshold=eps, **cfg)
     return Solver(dual, config).run()

@@ -6,8 +6,8 @@ face: iterating it draws from the solver's sampler *lazily*, one block at a time
 the block gap written by the step before it, exactly as in Alg. 2 (no chunked pre-drawing, whose
 probabilities would be stale within a chunk).
 
-One Lightning training step costs ~300 us of framework overhead (Lightning 2.6 on this CPU), ten
-times a block step, so a step runs a *chunk* of block steps: :class:`BlockChunks` yields one
+A Lightning training step carries framework overhead that is large next to one block step
+(benchmarks/bench_lightning.py measures it), so a step runs a *chunk* of block steps: :class:`BlockChunks` yields one
 :class:`LiveChunk` per training step (``blocks_per_step`` blocks, default n = one pass; the last
 chunk of an interval may be shorter) and an epoch is one interval between two exact gap checks
 (``gap_check`` passes). A chunk is a lazy view: Lightning's one-batch prefetch creates the next

@@ -1,7 +1,8 @@
 """``SSVMModule``: the solver engine as a Lightning optimizer loop (manual optimization).
 
-Nothing here re-implements a solver. The module builds the task with ``ssvm_torch.train.build_task``
-(the same datasets, models and duals as ``ssvm-train``) and a :class:`~ssvm_torch.solvers.Solver`,
+Nothing here re-implements a solver. The module loads the task from the registry
+(:func:`ssvm_torch.tasks.load_task`: the same datasets, models and stores as ``ssvm-train``) and a
+:class:`~ssvm_torch.solvers.Solver`,
 then lets Lightning own the loop:
 
 * an epoch = one interval between exact gap checks (``gap_check`` passes of block steps);

@@ -8,9 +8,9 @@ Two implementations of the same recursion:
 
 * :func:`viterbi` -- padded, masked batch of shape (B, T, K); pure torch, any device (CUDA included).
 * :func:`viterbi_ragged` -- ragged sequences (all positions stacked, ``offsets``), numba-compiled,
-  CPU only. It serves the batch-1 BCFW step and full gap passes on CPU, where per-op framework
-  overhead dominates: measured on the 2-core dev machine (DESIGN 4b, benchmarks/bench_speed.py),
-  a torch batch-1 decode costs ~400 us versus a few us here.
+  CPU only. It serves the batch-1 BCFW step and full gap passes on CPU, where the per-op overhead
+  of a framework call dominates a sequence of a few positions (benchmarks/bench_speed.py compares
+  the two at batch size 1).
 
 Both optionally add the normalized Hamming loss ``[k != gt_t] / T`` to the unaries on the fly
 (loss-augmented decoding, the max oracle of the SSVM).
