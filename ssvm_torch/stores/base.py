@@ -130,6 +130,10 @@ class BlockDual:
         H_i(w) / n = g_i - lam <w_i, w> + ell_i recovers the hinge terms from block gaps."""
         raise NotImplementedError(f"{type(self).__name__} does not support the regularization path")
 
+    def block_w(self, i: int) -> torch.Tensor:
+        """Dense w_i of block i (for tests and inspection; never used by the solvers): v = sum_i w_i."""
+        raise NotImplementedError
+
     @property
     def v(self) -> torch.Tensor:
         """v = A alpha = sum_i w_i. Equal to w unless box constraints clip w (App. H)."""

@@ -120,6 +120,9 @@ class BoxedDual(BlockDual):
         raise SSVMInputError("averaging: not supported with box constraints (the average of clipped "
                              "points is not the clip of the averaged dual)")
 
+    def block_w(self, i: int) -> torch.Tensor:
+        return self.inner.block_w(i)
+
     def gt_labeling(self, i):
         return self.inner.gt_labeling(i)
 

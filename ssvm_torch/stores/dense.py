@@ -128,6 +128,9 @@ class DenseDual(BlockDual):
         self.ell_i.mul_(1 - gamma).add_(gp.loss, alpha=gamma)
         self.recompute()
 
+    def block_w(self, i: int) -> torch.Tensor:
+        return self.W_blocks[i].clone()
+
     def recompute(self) -> None:
         self.w.copy_(self.W_blocks.sum(0))
         self._ell = float(self.ell_i.sum())

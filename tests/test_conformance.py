@@ -1,0 +1,315 @@
+"""Conformance suite: every structure passes the same checks through the one model interface.
+
+A structure enters by one line in STRUCTURES: a tiny-instance generator (model, data, the indices
+of w kept >= 0) and a brute-force enumerator of all labelings of one example. The checks:
+
+* decode(scores(w)) attains the brute-force max of <w, phi(x_i, y)>;
+* the loss-augmented oracle returns H_i = max_y L_i(y) - <w, psi_i(y)> and a labeling attaining it;
+* scores(w) is linear in w (the feature map does not depend on w);
+* the exact duality gap of a run equals an independent primal - dual (brute-force H_i);
+* the store's v equals the sum of its blocks after many random steps (no drift, no lost update);
+* a checkpoint written and read through ssvm_torch.outputs resumes to the same trajectory;
+* where a structure has two kernels (compiled and pure torch), both give the same result.
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import random_chain_data
+from ssvm_torch import Solver, SolverConfig, make_store
+from ssvm_torch.data import ChainData, ExplicitData, FlatData, GraphData, GraphExample, PairData, PoseData
+from ssvm_torch.models import (ChainModel, ExplicitModel, GraphCutModel, MatchingModel, MulticlassModel,
+                               MultiLabelModel, TreePoseModel)
+from ssvm_torch.oracles.distance_transform import tree_max_sum, torch_dt1d
+from ssvm_torch.outputs import load_checkpoint, save_checkpoint
+
+
+@dataclass
+class Structure:
+    make: Callable            # rng -> (model, data, nonnegative index or None)
+    enumerate: Callable       # (model, data, i) -> every labeling of example i, batched
+    two_kernels: bool = False
+
+
+# -- tiny instances and enumerators ------------------------------------------------------------
+def chain(rng, sparse=False):
+    data = random_chain_data(rng, 5, 3, 4, tmin=1, tmax=4)
+    if sparse:
+        X = data.X * torch.tensor(rng.uniform(size=data.X.shape) < 0.5)
+        data = ChainData(X.to_sparse_csr(), data.Y, data.offsets, data.n_states)
+    return ChainModel.for_data(data), data, None
+
+
+def chain_labelings(model, data, i):
+    return torch.tensor(list(itertools.product(range(model.K), repeat=int(data.lengths[i]))))
+
+
+def multiclass(rng):
+    data = FlatData(rng.normal(size=(8, 3)), rng.integers(0, 4, size=8))
+    return MulticlassModel.for_data(data, 4), data, None
+
+
+def multilabel(rng):
+    data = FlatData(rng.normal(size=(6, 3)), rng.integers(0, 2, size=(6, 3)))
+    return MultiLabelModel.for_data(data), data, None
+
+
+def graphcut(rng):
+    graphs = []
+    for _ in range(5):
+        N = int(rng.integers(2, 7))
+        pairs = np.array(list(itertools.combinations(range(N), 2)))
+        edges = pairs[rng.uniform(size=len(pairs)) < 0.5]
+        edges = edges if len(edges) else pairs[:1]
+        graphs.append(GraphExample(rng.normal(size=(N, 3)), edges, rng.uniform(size=(len(edges), 2)),
+                                   rng.integers(0, 2, size=N)))
+    data = GraphData(graphs)
+    model = GraphCutModel.for_data(data)
+    return model, data, model.pairwise_index
+
+
+def binary_labelings(model, data, i):
+    return torch.tensor(list(itertools.product((0, 1), repeat=int(data.sizes[i]))))
+
+
+def pose(rng):
+    J, H, W = 3, 3, 3
+    parents = [-1] + [int(rng.integers(0, j)) for j in range(1, J)]
+    data = PoseData(torch.tensor(rng.normal(size=(3, J, H, W))),
+                    torch.stack([torch.tensor(rng.integers(0, [H, W], size=(J, 2))) for _ in range(3)]))
+    model = TreePoseModel.for_data(data, parents, scale=2.0, radius=0)
+    return model, data, model.pairwise_index
+
+
+def pose_labelings(model, data, i):
+    cells = list(itertools.product(range(data.H), range(data.W)))
+    return torch.tensor(list(itertools.product(cells, repeat=model.J)))
+
+
+def alignments(m, n):
+    for a in itertools.product(range(-1, n), repeat=m):
+        used = [j for j in a if j >= 0]
+        if len(used) == len(set(used)):
+            yield list(a)
+
+
+def matching(rng):
+    X, Ne, Nf, T = [], [], [], []
+    for _ in range(4):
+        m, n = int(rng.integers(1, 4)), int(rng.integers(1, 4))
+        X.append(rng.normal(size=(m, n, 3)))
+        Ne.append(rng.normal(size=(m, 2)))
+        Nf.append(rng.normal(size=(n, 2)))
+        cands = list(alignments(m, n))
+        T.append(np.array(cands[int(rng.integers(len(cands)))]))
+    data = PairData(X, Ne, Nf, T)
+    return MatchingModel.for_data(data), data, None
+
+
+def matching_labelings(model, data, i):
+    m, n = data.X[i].shape[:2]
+    return torch.tensor(list(alignments(m, n)))
+
+
+def explicit(rng):
+    psi, losses = [], []
+    for _ in range(6):
+        m = int(rng.integers(2, 6))
+        p = rng.normal(size=(m, 4))
+        p[0] = 0.0
+        psi.append(p)
+        losses.append(np.r_[0.0, rng.uniform(0.1, 1.0, size=m - 1)])
+    data = ExplicitData(psi, losses)
+    return ExplicitModel.for_data(data), data, None
+
+
+def explicit_labelings(model, data, i):
+    return torch.arange(int(torch.isfinite(data.losses[i]).sum()))
+
+
+STRUCTURES = {
+    "chain": Structure(chain, chain_labelings, two_kernels=True),
+    "sparse-chain": Structure(lambda rng: chain(rng, sparse=True), chain_labelings, two_kernels=True),
+    "multiclass": Structure(multiclass, lambda m, d, i: torch.arange(m.K)),
+    "multilabel": Structure(multilabel, lambda m, d, i: m.all),
+    "graphcut": Structure(graphcut, binary_labelings),
+    "pose": Structure(pose, pose_labelings, two_kernels=True),
+    "matching": Structure(matching, matching_labelings),
+    "explicit": Structure(explicit, explicit_labelings),
+}
+
+
+def instance(name, seed=0):
+    rng = np.random.default_rng(seed)
+    model, data, nonneg = STRUCTURES[name].make(rng)
+    w = torch.tensor(rng.normal(size=model.d))
+    if nonneg is not None:
+        w[nonneg] = w[nonneg].abs()
+    return model, data, nonneg, w
+
+
+def values(name, model, data, i, w, augment):
+    """<w, phi(x_i, y)> (+ L_i(y)) of every labeling y of example i, by enumeration."""
+    Y = STRUCTURES[name].enumerate(model, data, i)
+    idx = torch.full((len(Y),), i)
+    v = model.phi(data, idx, Y) @ w
+    return v + model.loss(data, idx, Y) if augment else v
+
+
+each = pytest.mark.parametrize("name", list(STRUCTURES))
+
+
+def strip(h):
+    return [{k: v for k, v in r.items() if k != "time_s"} for r in h]
+
+
+# -- the checks --------------------------------------------------------------------------------
+@each
+def test_conformance_decode_is_brute_force_argmax(name):
+    model, data, _, w = instance(name)
+    pred = model.predict(w, data)
+    for i in range(data.n):
+        v = values(name, model, data, i, w, augment=False)
+        got = float(model.phi(data, torch.tensor([i]), pred[i:i + 1]) @ w)
+        assert got == pytest.approx(float(v.max()), abs=1e-10), f"{name} example {i}"
+
+
+@each
+def test_conformance_loss_augmented_oracle_is_brute_force(name):
+    model, data, _, w = instance(name, seed=1)
+    idx = torch.arange(data.n)
+    labels, H = model.oracle(w, data, idx)
+    for i in range(data.n):
+        v = values(name, model, data, i, w, augment=True)
+        one = torch.tensor([i])
+        gt = float(model.phi(data, one, model.gt_batch(data, one)) @ w)
+        assert float(H[i]) == pytest.approx(float(v.max()) - gt, abs=1e-10), f"{name} example {i}"
+        attained = float(model.phi(data, one, labels[i:i + 1]) @ w + model.loss(data, one, labels[i:i + 1]))
+        assert attained == pytest.approx(float(v.max()), abs=1e-10)
+        assert float(model.loss(data, one, model.gt_batch(data, one))) == 0.0          # L_i(y_i) = 0
+
+
+def _floats(x):
+    """The floating-point tensors of a (nested) scores value."""
+    if isinstance(x, torch.Tensor):
+        return [x] if x.is_floating_point() else []
+    if isinstance(x, (list, tuple)):
+        return [t for v in x for t in _floats(v)]
+    return []
+
+
+@each
+def test_conformance_scores_are_linear_in_w(name):
+    model, data, nonneg, w1 = instance(name, seed=2)
+    _, _, _, w2 = instance(name, seed=3)
+    idx = torch.arange(data.n)
+    a, b = 0.7, 1.9
+    mixed = _floats(model.scores(a * w1 + b * w2, data, idx))
+    parts = zip(_floats(model.scores(w1, data, idx)), _floats(model.scores(w2, data, idx)))
+    expected = [a * s1 + b * s2 for s1, s2 in parts]
+    assert len(mixed) == len(expected) >= 1
+    for got, exp in zip(mixed, expected):
+        finite = torch.isfinite(exp)
+        assert torch.equal(finite, torch.isfinite(got))
+        assert torch.allclose(got[finite], exp[finite], atol=1e-10)
+    # the augmented scores differ from the plain ones by w-independent offsets
+    s0, s1 = model.scores(0 * w1, data, idx), model.scores(w1, data, idx)
+    off0 = [x - y for x, y in zip(_floats(model.augment(s0, data, idx)), _floats(s0))]
+    off1 = [x - y for x, y in zip(_floats(model.augment(s1, data, idx)), _floats(s1))]
+    for o0, o1 in zip(off0, off1):
+        finite = torch.isfinite(o0)
+        assert torch.allclose(o0[finite], o1[finite], atol=1e-12)
+
+
+@each
+def test_conformance_gap_is_independent_primal_minus_dual(name):
+    model, data, nonneg, _ = instance(name)
+    lam = 0.1
+    store = make_store(model, data, lam, nonnegative=nonneg)
+    hist = Solver(store, SolverConfig(solver="bcfw", sampling="gap", step="best", cache=True, passes=6,
+                                      gap_check=2, seed=4)).run()
+    w, v = store.w.clone(), store.v.clone()
+    H = []
+    for i in range(data.n):
+        best = values(name, model, data, i, w, augment=True)
+        one = torch.tensor([i])
+        H.append(float(best.max()) - float(model.phi(data, one, model.gt_batch(data, one)) @ w))
+    primal = lam / 2 * float(w @ w) + float(np.mean(H))
+    dual = store.ell - lam * float(w @ v) + lam / 2 * float(w @ w)       # App. H; = ell - lam/2 |w|^2 if v = w
+    assert hist[-1]["primal"] == pytest.approx(primal, abs=1e-9)
+    assert hist[-1]["gap"] == pytest.approx(primal - dual, abs=1e-9)
+    assert hist[-1]["gap"] >= -1e-12
+    duals = [r["dual"] for r in hist]
+    assert all(y >= x - 1e-12 for x, y in zip(duals, duals[1:])) and duals[-1] > duals[0]   # ascent (App. H)
+
+
+@each
+def test_conformance_store_is_the_sum_of_its_blocks(name):
+    model, data, nonneg, _ = instance(name, seed=5)
+    store = make_store(model, data, 0.05, nonnegative=nonneg)
+    for step, cache in (("pairwise", True), ("away", False), ("fw", False)):
+        Solver(store, SolverConfig(solver="bcfw", sampling="perm", step=step, cache=cache, passes=15, gap_check=15,
+                                   recompute_every=1000, seed=6)).run()
+        blocks = sum(store.block_w(i) for i in range(data.n))
+        assert torch.allclose(store.v, blocks, atol=1e-10), f"{name} after {step} steps"
+    if nonneg is not None:
+        assert bool((store.w[nonneg] >= 0).all())
+
+
+@each
+def test_conformance_checkpoint_round_trip(name, tmp_path):
+    """As ``ssvm-train --checkpoint`` / ``--resume``: the state saved at a gap check, written and
+    read back through the run format, continues to the uninterrupted trajectory."""
+    model, data, nonneg, _ = instance(name, seed=7)
+    cfg = SolverConfig(solver="bcfw", sampling="gap", step="pairwise", cache=True, passes=9, gap_check=2, seed=8)
+    full = None
+
+    def save_second(rec):
+        if len(full.state.history) == 2:
+            save_checkpoint(tmp_path / "checkpoint.pt", full.state_dict())
+    full = Solver(make_store(model, data, 0.05, nonnegative=nonneg), cfg, progress=save_second)
+    h_full = full.run()
+    resumed = Solver(make_store(model, data, 0.05, nonnegative=nonneg), cfg)
+    resumed.load_state_dict(load_checkpoint(tmp_path / "checkpoint.pt"))
+    assert len(resumed.state.history) == 2 < len(h_full)
+    h_res = resumed.run()
+    assert strip(h_res) == strip(h_full)
+    assert torch.equal(resumed.dual.w, full.dual.w)
+
+
+@pytest.mark.parametrize("name", [n for n, s in STRUCTURES.items() if s.two_kernels])
+def test_conformance_torch_kernel_equals_compiled(name):
+    model, data, nonneg, w = instance(name, seed=9)
+    if isinstance(model, ChainModel):
+        runs = []
+        for kernels in ("numba", "torch"):
+            store = make_store(model, data, 0.1, kernels=kernels)
+            hist = Solver(store, SolverConfig(solver="bcfw", sampling="gap", passes=6, gap_check=2, seed=1)).run()
+            runs.append((hist, store))
+        (ha, a), (hb, b) = runs
+        assert (a.kernels, b.kernels) == ("numba", "torch")
+        assert hb[-1]["gap"] == pytest.approx(ha[-1]["gap"], rel=1e-9)
+        assert torch.allclose(a.w, b.w, atol=1e-10)
+        gpa, gpb = a.gap_pass(), b.gap_pass()
+        assert torch.allclose(gpa.block_gaps, gpb.block_gaps, atol=1e-10)
+        return
+    idx = torch.arange(data.n)
+    unary, w_pair = model.augment(model.scores(w, data, idx), data, idx)
+    rest = model.rest.to(unary)
+    loc_nb, best_nb = tree_max_sum(unary, model.parents, w_pair, rest, model.scale)
+    loc_t, best_t = tree_max_sum(unary, model.parents, w_pair, rest, model.scale, dt=torch_dt1d)
+    assert torch.allclose(best_nb, best_t, atol=1e-10)
+    vals = model.phi(data, idx, loc_t) @ w + model.loss(data, idx, loc_t)
+    assert torch.allclose(vals, model.phi(data, idx, loc_nb) @ w + model.loss(data, idx, loc_nb), atol=1e-10)
+
+
+def test_conformance_registry_covers_every_structure():
+    kinds = {type(STRUCTURES[n].make(np.random.default_rng(0))[0]) for n in STRUCTURES}
+    assert kinds == {ChainModel, ExplicitModel, GraphCutModel, MatchingModel, MulticlassModel, MultiLabelModel,
+                     TreePoseModel}
