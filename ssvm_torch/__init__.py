@@ -1,13 +1,23 @@
 """ssvm_torch: structured SVMs in PyTorch with the Frank-Wolfe family of dual solvers."""
 from .data import ChainData, ExplicitData, FlatData, GraphData, PairData, PoseData, load_ocr
 from .errors import SSVMInputError
-from .estimator import ChainSSVM, MulticlassSSVM, MultiLabelSSVM, StructuredSVM
 from .models import ChainModel, ExplicitModel, StructuredModel
 from .solvers import Solver, SolverConfig
 from .stores import make_store
 from .tasks import TASKS, load_dataset, load_task
 
 __version__ = "0.1.0"
+_ESTIMATORS = ("ChainSSVM", "MulticlassSSVM", "MultiLabelSSVM", "StructuredSVM")
+
+
+def __getattr__(name):
+    # the estimators import scikit-learn (optional, and slow to import): load them on first use
+    if name in _ESTIMATORS:
+        from . import estimator
+        return getattr(estimator, name)
+    raise AttributeError(f"module 'ssvm_torch' has no attribute {name!r}")
+
+
 __all__ = ["ChainData", "ChainModel", "ChainSSVM", "ExplicitData", "ExplicitModel", "FlatData", "GraphData",
            "MulticlassSSVM", "MultiLabelSSVM", "PairData", "PoseData", "Solver", "SolverConfig", "SSVMInputError",
            "StructuredModel", "StructuredSVM", "TASKS", "load_dataset", "load_ocr", "load_task", "make_store"]

@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from ssvm_torch import ChainData, ExplicitData, ExplicitModel
+from ssvm_torch.stores import BoxedDual
 
 torch.set_num_threads(1)
 
@@ -31,6 +32,38 @@ def explicit(psi, losses, gt=None):
     """An explicit-output SSVM (block i: candidates psi_i(y), losses L_i(y)) as (model, data)."""
     data = ExplicitData(psi, losses, gt)
     return ExplicitModel.for_data(data), data
+
+
+class CheckedBox(BoxedDual):
+    """Box constraints that assert lower <= w <= upper on their coordinates after every move of
+    every kind (through the store's public moves) and count the checks."""
+
+    checks = 0
+
+    def _check(self):
+        w = self.w[self.idx]
+        assert bool((w >= self.lower).all()) and bool((w <= self.upper).all())
+        self.checks += 1
+
+    def fw_move(self, *args):
+        super().fw_move(*args)
+        self._check()
+
+    def pair_move(self, *args):
+        super().pair_move(*args)
+        self._check()
+
+    def move_all(self, *args):
+        super().move_all(*args)
+        self._check()
+
+    def add_psi(self, *args):
+        super().add_psi(*args)
+        self._check()
+
+    def recompute(self):
+        super().recompute()
+        self._check()
 
 
 def random_chain_data(rng, n, K, F, tmin=1, tmax=5, binary=False):

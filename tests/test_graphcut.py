@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import torch
 
+from conftest import CheckedBox
 from ssvm_torch import SSVMInputError, Solver, SolverConfig
 from ssvm_torch.data import GraphData, GraphExample
 from ssvm_torch.data.segmentation_synth import make_segmentation_synth
@@ -105,36 +106,6 @@ def test_generator_is_seeded_and_prefix_stable():
         assert 60 <= len(g.y) <= 140 and 0 < g.y.mean() < 1
         assert (g.edge_features >= 0).all() and g.edges.shape[0] >= 2 * len(g.y)   # planar triangulation
     GraphData(a_tr)                                                                # passes the input checks
-
-
-class CheckedBox(BoxedDual):
-    """Asserts w_pairwise >= 0 after every move of every kind (through the store's public moves)."""
-
-    checks = 0
-
-    def _check(self):
-        assert bool((self.w[self.idx] >= 0).all())
-        self.checks += 1
-
-    def fw_move(self, *args):
-        super().fw_move(*args)
-        self._check()
-
-    def pair_move(self, *args):
-        super().pair_move(*args)
-        self._check()
-
-    def move_all(self, *args):
-        super().move_all(*args)
-        self._check()
-
-    def add_psi(self, *args):
-        super().add_psi(*args)
-        self._check()
-
-    def recompute(self):
-        super().recompute()
-        self._check()
 
 
 @pytest.mark.parametrize("solver,sampling,step,cache", [

@@ -102,3 +102,14 @@ def test_missing_data_dir_is_a_clear_error(monkeypatch, tmp_path):
     monkeypatch.setenv("SSVM_TORCH_DATA", str(tmp_path / "nope"))
     with pytest.raises(SSVMInputError, match="data directory"):
         load_ocr("small")
+
+
+def test_kernels_choice_is_checked():
+    data = ChainData.from_sequences(*good(), 3)
+    with pytest.raises(SSVMInputError, match="kernels"):
+        make_store(ChainModel.for_data(data), data, 0.1, kernels="cuda")
+    with pytest.raises(SSVMInputError, match="kernels: 'numba' needs CPU float64"):
+        make_store(ChainModel.for_data(data), data, 0.1, dtype=torch.float32, kernels="numba")
+    with pytest.raises(SSVMInputError, match="kernels: 'numba' applies to chain stores"):
+        make_store(*explicit([np.zeros((2, 3))], [np.zeros(2)]), 0.1, kernels="numba")
+    assert make_store(ChainModel.for_data(data), data, 0.1, kernels="torch").kernels == "torch"

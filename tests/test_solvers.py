@@ -6,6 +6,7 @@ import torch
 
 from conftest import brute_force_chain, chain_score, explicit, random_chain_data
 from ssvm_torch import ChainModel, Solver, SolverConfig, make_store
+from ssvm_torch.outputs import load_checkpoint, save_checkpoint
 from ssvm_torch.solvers.averaging import Averager
 from ssvm_torch.oracles import viterbi
 from ssvm_torch.solvers.samplers import GapSampler
@@ -194,9 +195,9 @@ def test_checkpoint_resume_is_exact(ocr_small, tmp_path, solver, sampling):
     h_full = strip_time(full.run())
     part = Solver(make_store(m, sub, 0.02), SolverConfig(passes=6, **cfg))
     part.run()
-    torch.save(part.state_dict(), tmp_path / "ck.pt")
+    save_checkpoint(tmp_path / "ck.pt", part.state_dict())
     resumed = Solver(make_store(m, sub, 0.02), SolverConfig(passes=12, **cfg))
-    resumed.load_state_dict(torch.load(tmp_path / "ck.pt", weights_only=False))
+    resumed.load_state_dict(load_checkpoint(tmp_path / "ck.pt"))
     h_res = strip_time(resumed.run())
     assert h_res == h_full
     assert torch.equal(resumed.dual.w, full.dual.w)

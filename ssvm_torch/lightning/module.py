@@ -83,6 +83,8 @@ class SSVMModule(L.LightningModule):
         out: directory for ``history.json`` and ``model.pt`` (default: the logger's log_dir,
             else the trainer's default_root_dir).
         histograms: log block-gap and sampling-probability histograms at every gap check.
+        kernels: the chain store's backend, ``auto`` (numba on CPU float64, torch elsewhere),
+            ``numba`` or ``torch`` (forces the pure-torch path, the one CUDA runs).
     """
 
     def __init__(self, dataset: str = "ocr-small", lam: float | None = None, train_size: int | None = None,

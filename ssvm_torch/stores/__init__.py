@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import torch
 
+from ..errors import SSVMInputError, check_choice
 from ..models.base import StructuredModel
 from ..models.chain import ChainModel
 from .base import BlockDual, Corner, GapPass
@@ -23,10 +24,15 @@ def make_store(model: StructuredModel, data, lam: float, device=None, dtype=torc
                nonnegative=None) -> BlockDual:
     """The block store of ``model`` on ``data`` at regularization ``lam``. ``nonnegative``: indices of
     w kept >= 0 by box constraints (e.g. ``model.pairwise_index`` for graph cuts and pose).
-    ``kernels`` picks the chain store's backend (``auto``, ``numba``, ``torch``)."""
+    ``kernels`` picks the chain store's backend (``auto``, ``numba``, ``torch``); the dense store
+    is pure torch."""
+    check_choice(kernels, "kernels", KERNELS)
     if isinstance(model, ChainModel):
         store = ChainDual(model, data, lam, device=device, dtype=dtype, kernels=kernels)
     else:
+        if kernels == "numba":
+            raise SSVMInputError(f"kernels: 'numba' applies to chain stores; {type(model).__name__} runs on the "
+                                 "dense store, which is pure torch (use 'auto' or 'torch')")
         store = DenseDual(model, data, lam, device=device, dtype=dtype)
     if nonnegative is not None and len(nonnegative):
         store = BoxedDual(store, nonnegative, lower=0.0)
