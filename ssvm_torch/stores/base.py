@@ -13,6 +13,7 @@ and the exact line search of BCFW is  gamma = g_i / (lam ||w_i - w_s||^2)  clipp
 """
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,120 +43,56 @@ class GapPass:
     block_gaps: torch.Tensor    # (n,) g_i, eq. (6) of Osokin et al. 2016
 
 
-class BlockDual:
-    """Interface (and shared formulas) for per-block dual storage. Subclasses implement the
-    structure-specific methods; everything here is structure-agnostic."""
+class PointStore(ABC):
+    """The dual variables of the n blocks and the primal point: w = sum_i w_i (clipped by box
+    constraints, App. H), ell = sum_i ell_i, objective values, exact recomputation, state."""
 
     n: int
     lam: float
     w: torch.Tensor
     ell_i: torch.Tensor
     # Optional shadow vector: every block move that adds dw to w also adds shadow_coef * dw to it
-    # (sparse, on the move's support). The engine uses it for O(support) weighted averaging.
+    # (sparse, on the move's support). The weighted averaging of the loop uses it (O(support)).
     shadow: torch.Tensor | None = None
     shadow_coef: float = 0.0
     # Declared capabilities (clients read these instead of probing for NotImplementedError):
-    # the regularization path needs rescale / max_margins / block_wdots; weighted averaging needs
-    # an unconstrained dual point.
+    # the regularization path needs the PathRescaling methods; weighted averaging needs an
+    # unconstrained dual point.
     supports_path: bool = True
     supports_averaging: bool = True
 
-    # -- structure-specific ------------------------------------------------------------------
-    def fw_corner(self, i: int) -> Corner:
-        raise NotImplementedError
-
-    def fw_move(self, i: int, corner: Corner, gamma: float) -> None:
-        """w_i <- (1-gamma) w_i + gamma w_s (and ell_i likewise); w and ell follow."""
-        raise NotImplementedError
-
-    def gap_pass(self) -> GapPass:
-        raise NotImplementedError
-
-    def corner_point(self, gp: GapPass) -> tuple[torch.Tensor, float]:
-        """(w_s, ell_s) = sum over blocks of the FW corners found by ``gp`` (batch FW)."""
-        raise NotImplementedError
-
-    def move_all(self, gp: GapPass, w_s: torch.Tensor, ell_s: float, gamma: float) -> None:
-        """Batch FW update of every block toward its corner with one step size."""
-        raise NotImplementedError
-
-    def add_psi(self, i: int, corner: Corner, coef: float) -> None:
-        """w <- w + coef * psi_i(y*) (primal-only update used by SSG)."""
-        raise NotImplementedError
-
-    def recompute(self) -> None:
-        """Recompute w and ell exactly from the blocks (removes incremental drift)."""
-        raise NotImplementedError
-
-    # -- active-set primitives (pairwise / away steps and caching, Osokin et al. 2016 Alg. 3-5) --
-    # A point of block i is a labeling (structure-specific, hashable through ``key``) or None for
-    # the block's current dual point; a direction is v_P - v_Q.
-    def gt_labeling(self, i: int):
-        raise NotImplementedError
-
-    def key(self, labeling):
-        raise NotImplementedError
-
-    def loss_of(self, i: int, labeling) -> float:
-        """L_i(y) / n."""
-        raise NotImplementedError
-
-    def corner_gaps(self, i: int, labelings):
-        """g_i(y) = lam <w_i - w_s(y), w> - ell_i + L_i(y)/n for each labeling (numpy array)."""
-        raise NotImplementedError
-
-    def pair_sqnorm(self, i: int, P, Q) -> float:
-        """||w(P) - w(Q)||^2 between two points of block i."""
-        raise NotImplementedError
-
-    def pair_move(self, i: int, P, Q, loss_P: float, loss_Q: float, gamma: float) -> None:
-        """x_i += gamma (v_P - v_Q), with L/n losses of the two points (ell_i for None)."""
-        raise NotImplementedError
-
-    # -- regularization path primitives (Osokin et al. 2016, Section 4) ------------------------
-    def rescale(self, lam_new: float, rho: float) -> None:
-        """alpha_i <- rho alpha_i + (1 - rho) delta(y_i) for every block and lam <- lam_new.
-        Since psi_i(y_i) = 0 and L_i(y_i) = 0: w_i <- rho (lam / lam_new) w_i, ell_i <- rho ell_i.
-        With rho = lam_new / lam this keeps w (the induction step, Alg. 7, and the keep-primal
-        warm start of grid search); with rho = 1 it keeps alpha (w scales by lam / lam_new)."""
-        raise NotImplementedError(f"{type(self).__name__} does not support the regularization path")
-
-    def max_margins(self, w: torch.Tensor) -> torch.Tensor:
-        """theta_i = max_y <w, phi(x_i, y)> - <w, phi(x_i, y_i)> = max_y -<w, psi_i(y)> >= 0 for
-        every block (plain decoding, no loss): the theta_i of the path's initialization (Alg. 6)."""
-        raise NotImplementedError(f"{type(self).__name__} does not support the regularization path")
-
-    def block_wdots(self) -> torch.Tensor:
-        """lam <w_i, w> for every block at the current point (no oracle call), so that
-        H_i(w) / n = g_i - lam <w_i, w> + ell_i recovers the hinge terms from block gaps."""
-        raise NotImplementedError(f"{type(self).__name__} does not support the regularization path")
-
-    def block_w(self, i: int) -> torch.Tensor:
-        """Dense w_i of block i (for tests and inspection; never used by the solvers): v = sum_i w_i."""
-        raise NotImplementedError
+    @property
+    @abstractmethod
+    def ell(self) -> float:
+        """ell = sum_i ell_i."""
 
     @property
     def v(self) -> torch.Tensor:
         """v = A alpha = sum_i w_i. Equal to w unless box constraints clip w (App. H)."""
         return self.w
 
-    def state_dict(self) -> dict:
-        raise NotImplementedError
-
-    def load_state_dict(self, state: dict) -> None:
-        raise NotImplementedError
-
-    @property
-    def ell(self) -> float:
-        raise NotImplementedError
-
+    @abstractmethod
     def set_point(self, w: torch.Tensor, ell: float) -> None:
         """Overwrite (w, ell) without touching the blocks: used to evaluate another point such as
         the weighted average, whose Lagrange gap depends on (w, ell) only. Call recompute() or set
         the previous point back afterwards."""
-        raise NotImplementedError
 
-    # -- shared formulas ---------------------------------------------------------------------
+    @abstractmethod
+    def recompute(self) -> None:
+        """Recompute w and ell exactly from the blocks (removes incremental drift)."""
+
+    @abstractmethod
+    def block_w(self, i: int) -> torch.Tensor:
+        """Dense w_i of block i (for tests and inspection; never used by the solvers): v = sum_i w_i."""
+
+    @abstractmethod
+    def state_dict(self) -> dict:
+        """Every tensor needed to restore the blocks exactly (checkpoints)."""
+
+    @abstractmethod
+    def load_state_dict(self, state: dict) -> None:
+        pass
+
     def primal(self, H: torch.Tensor) -> float:
         """lam/2 ||w||^2 + 1/n sum_i H_i(w): objective (1)."""
         return 0.5 * self.lam * float(self.w @ self.w) + float(H.sum()) / self.n
@@ -163,3 +100,94 @@ class BlockDual:
     def dual(self) -> float:
         """-lam/2 ||w||^2 + ell: the dual objective (3) at the current dual point."""
         return -0.5 * self.lam * float(self.w @ self.w) + self.ell
+
+
+class BlockMoves(ABC):
+    """The FW step of one block (BCFW, SSG): the oracle's corner and the move towards it."""
+
+    @abstractmethod
+    def fw_corner(self, i: int) -> Corner:
+        """Loss-augmented decoding of block i at the current w and the terms of eq. (6)."""
+
+    @abstractmethod
+    def fw_move(self, i: int, corner: Corner, gamma: float) -> None:
+        """w_i <- (1-gamma) w_i + gamma w_s (and ell_i likewise); w and ell follow."""
+
+    @abstractmethod
+    def add_psi(self, i: int, corner: Corner, coef: float) -> None:
+        """w <- w + coef * psi_i(y*) (primal-only update used by SSG)."""
+
+
+class BatchPasses(ABC):
+    """One batched oracle pass over all blocks: the exact duality gap, and batch FW's step."""
+
+    @abstractmethod
+    def gap_pass(self) -> GapPass:
+        """Loss-augmented decoding of every block at the current w: H_i, L_i and the block gaps."""
+
+    @abstractmethod
+    def corner_point(self, gp: GapPass) -> tuple[torch.Tensor, float]:
+        """(w_s, ell_s) = sum over blocks of the FW corners found by ``gp`` (batch FW)."""
+
+    @abstractmethod
+    def move_all(self, gp: GapPass, w_s: torch.Tensor, ell_s: float, gamma: float) -> None:
+        """Batch FW update of every block toward its corner with one step size."""
+
+
+class ActiveSetMoves(ABC):
+    """Primitives of pairwise / away steps and caching (Osokin et al. 2016, Alg. 3-5). A point of
+    block i is a labeling (structure-specific, hashable through ``key``) or None for the block's
+    current dual point; a direction is v_P - v_Q."""
+
+    @abstractmethod
+    def gt_labeling(self, i: int):
+        """The ground-truth labeling of block i (alpha_i = delta(y_i) at the start)."""
+
+    @abstractmethod
+    def key(self, labeling):
+        """A hashable key of a labeling of this store's structure."""
+
+    @abstractmethod
+    def loss_of(self, i: int, labeling) -> float:
+        """L_i(y) / n."""
+
+    @abstractmethod
+    def corner_gaps(self, i: int, labelings):
+        """g_i(y) = lam <w_i - w_s(y), w> - ell_i + L_i(y)/n for each labeling (numpy array)."""
+
+    @abstractmethod
+    def pair_sqnorm(self, i: int, P, Q) -> float:
+        """||w(P) - w(Q)||^2 between two points of block i."""
+
+    @abstractmethod
+    def pair_move(self, i: int, P, Q, loss_P: float, loss_Q: float, gamma: float) -> None:
+        """x_i += gamma (v_P - v_Q), with L/n losses of the two points (ell_i for None)."""
+
+
+class PathRescaling(ABC):
+    """Primitives of the regularization path (Osokin et al. 2016, Section 4); a store that cannot
+    provide them sets ``supports_path = False``."""
+
+    @abstractmethod
+    def rescale(self, lam_new: float, rho: float) -> None:
+        """alpha_i <- rho alpha_i + (1 - rho) delta(y_i) for every block and lam <- lam_new.
+        Since psi_i(y_i) = 0 and L_i(y_i) = 0: w_i <- rho (lam / lam_new) w_i, ell_i <- rho ell_i.
+        With rho = lam_new / lam this keeps w (the induction step, Alg. 7, and the keep-primal
+        warm start of grid search); with rho = 1 it keeps alpha (w scales by lam / lam_new)."""
+
+    @abstractmethod
+    def max_margins(self, w: torch.Tensor) -> torch.Tensor:
+        """theta_i = max_y <w, phi(x_i, y)> - <w, phi(x_i, y_i)> = max_y -<w, psi_i(y)> >= 0 for
+        every block (plain decoding, no loss): the theta_i of the path's initialization (Alg. 6)."""
+
+    @abstractmethod
+    def block_wdots(self) -> torch.Tensor:
+        """lam <w_i, w> for every block at the current point (no oracle call), so that
+        H_i(w) / n = g_i - lam <w_i, w> + ell_i recovers the hinge terms from block gaps."""
+
+
+class BlockDual(PointStore, BlockMoves, BatchPasses, ActiveSetMoves, PathRescaling):
+    """A complete block store: the point, the block moves of every step rule, batched passes,
+    active-set primitives and path rescaling. Clients depend on the part they use: the step rules
+    on :class:`BlockMoves` / :class:`ActiveSetMoves`, gap checks and batch FW on
+    :class:`BatchPasses`, the path on :class:`PathRescaling` (if ``supports_path``)."""

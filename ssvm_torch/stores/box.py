@@ -141,6 +141,20 @@ class BoxedDual(BlockDual):
     def state_dict(self) -> dict:
         return {"inner": self.inner.state_dict(), "v_c": self.v_c.clone()}
 
+    # -- the path is declared unsupported (supports_path = False) -----------------------------
+    def _no_path(self):
+        raise SSVMInputError("dual: box-constrained stores do not support the regularization path "
+                             "(the rescaling of Alg. 7 would have to account for the box)")
+
+    def rescale(self, lam_new: float, rho: float) -> None:
+        self._no_path()
+
+    def max_margins(self, w: torch.Tensor) -> torch.Tensor:
+        self._no_path()
+
+    def block_wdots(self) -> torch.Tensor:
+        self._no_path()
+
     def load_state_dict(self, state: dict) -> None:
         self.inner.load_state_dict(state["inner"])
         self.v_c = state["v_c"].clone()
