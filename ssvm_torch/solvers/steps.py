@@ -12,17 +12,15 @@ block gap they computed into the sampler (which owns the gap estimates) and coun
   move mass gamma in [0, alpha(y_a)] from the away corner to the FW corner), ``away`` (BCAFW,
   Alg. 4: the FW step or an away step, whichever direction is steeper), ``best`` (the reference
   code's stepType 0: the best of the three by dual improvement), each with or without the gap-based
-  cache of Alg. 5 (the best cached corner replaces the oracle iff its gap
-  g_hat >= max(F g_i, nu/n g), g_i the block's last oracle gap, g the last exact global gap).
+  cache of Alg. 5 (:mod:`.cache`).
 """
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
-from ..stores.base import BlockDual, Corner
+from ..stores.base import BlockDual
 from .active_set import BlockSet
+from .cache import GapCache
 from .config import SolverConfig, SolverState
 from .samplers import Sampler
 
@@ -78,6 +76,7 @@ class SetStep(StepRule):
 
     def __init__(self, dual: BlockDual, cfg: SolverConfig, sampler: Sampler):
         super().__init__(dual, cfg, sampler)
+        self.cache = GapCache(cfg) if cfg.cache else None
         self.sets = [BlockSet(dual.gt_labeling(i), dual.key(dual.gt_labeling(i)), 0.0) for i in range(dual.n)]
 
     def state_dict(self) -> dict:
@@ -86,28 +85,13 @@ class SetStep(StepRule):
     def load_state_dict(self, s: dict) -> None:
         self.sets = s["sets"]
 
-    def _cached_corner(self, i, bs, st):
-        """The best cached corner if it passes the cache test (Alg. 5), with the gaps of all entries."""
-        d, cfg = self.dual, self.cfg
-        gaps = d.corner_gaps(i, bs.matrix())
-        j = int(np.argmax(gaps))
-        g_hat = float(gaps[j])
-        # F = 0 or nu = 0 switches a criterion off (F * inf would be NaN for unvisited blocks)
-        local = cfg.cache_F * self.sampler.gaps[i] if cfg.cache_F > 0 else 0.0
-        glob = cfg.cache_nu * st.last_gap / d.n if cfg.cache_nu > 0 else 0.0
-        if g_hat >= max(local, glob) and g_hat > 0.0:
-            st.cache_hits += 1
-            y = bs.labels[j]
-            return Corner(y, bs.loss[j], 0.0, d.pair_sqnorm(i, y, None), g_hat), j, gaps
-        return None, None, gaps
-
     def step(self, i: int, st: SolverState) -> None:
         d, cfg, lam = self.dual, self.cfg, self.dual.lam
         bs = self.sets[i]
         need_away = cfg.step != "fw"
         gaps, corner, fw = None, None, None
-        if cfg.cache:
-            corner, fw, gaps = self._cached_corner(i, bs, st)
+        if self.cache is not None:
+            corner, fw, gaps = self.cache.lookup(d, i, bs, self.sampler.gaps[i], st)
         if corner is None:
             corner = d.fw_corner(i)
             st.oracle_calls += 1
@@ -187,21 +171,13 @@ class SetStep(StepRule):
                 bs.alpha[a] -= gam
 
     def _trim(self, bs, fw, st):
-        """Active set only (no cache): drop zero-weight corners. Cache: evict the lowest-scoring
-        zero-weight entries beyond ``max_cache``; FW steps need no active set, so they may evict any
-        entry, while pairwise/away steps let the cache grow by 20% rather than drop an active corner."""
-        if not self.cfg.cache:
-            drop = {j for j, x in enumerate(bs.alpha) if x <= 0.0}
-            if drop:
-                bs.remove(drop)
+        """Without a cache the set is the active set: drop the zero-weight corners."""
+        if self.cache is not None:
+            self.cache.trim(bs, fw, st)
             return
-        limit = max(st.cache_limit, self.cfg.max_cache)
-        if not bs.evict(limit, protect={fw}):
-            if self.cfg.step == "fw":
-                order = sorted((bs.score[j], j) for j in range(len(bs)) if j != fw)
-                bs.remove({j for _, j in order[:len(bs) - limit]})
-            else:
-                st.cache_limit = int(math.ceil(1.2 * limit))
+        drop = {j for j, x in enumerate(bs.alpha) if x <= 0.0}
+        if drop:
+            bs.remove(drop)
 
 
 def make_step_rule(dual: BlockDual, cfg: SolverConfig, sampler: Sampler) -> StepRule | None:
