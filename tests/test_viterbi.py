@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conftest import brute_force_chain, chain_score
-from ssvm_torch.oracles import viterbi, viterbi_ragged
+from ssvm_torch.oracles import decode, viterbi, viterbi_ragged
 
 
 def random_batch(rng, B, K, tmax, ties, dtype):
@@ -82,3 +82,22 @@ def test_torch_and_ragged_agree(K, lengths, seed):
     np.testing.assert_allclose(sc.numpy(), rsc, rtol=1e-12, atol=1e-12)
     # continuous random potentials: the maximizer is unique almost surely
     assert lab[torch.arange(T)[None] < torch.tensor(lengths)[:, None]].tolist() == rlab.tolist()
+
+
+@pytest.mark.parametrize("augment", [False, True])
+def test_decode_backends_are_one_call(augment):
+    """oracles.decode: the numba and torch kernels behind one padded call give the same optimum."""
+    rng = np.random.default_rng(7)
+    U, first, last, trans, gt, lengths, t = random_batch(rng, 80, 4, 6, False, torch.float64)
+    L = torch.tensor(lengths)
+    gt_t = torch.tensor(np.where(np.arange(6)[None] < lengths[:, None], gt, -1)) if augment else None
+    out = {b: decode(t(U), L, t(first), t(last), t(trans), gt=gt_t, backend=b) for b in ("numba", "torch", "auto")}
+    assert torch.equal(out["numba"][0], out["auto"][0])
+    assert torch.allclose(out["numba"][1], out["torch"][1], atol=1e-10)
+    assert bool(((out["numba"][0] == -1) == (torch.arange(6)[None] >= L[:, None])).all())
+    for b in range(len(lengths)):
+        y = out["numba"][0][b, :lengths[b]].tolist()
+        val = chain_score(U[b], first, last, trans, y) + (np.mean(np.array(y) != gt[b, :lengths[b]]) if augment else 0)
+        assert val == pytest.approx(float(out["torch"][1][b]), abs=1e-10)
+    with pytest.raises(ValueError, match="backend"):
+        decode(t(U).float(), L, t(first).float(), t(last).float(), t(trans).float(), backend="numba")

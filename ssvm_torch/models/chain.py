@@ -28,7 +28,7 @@ import torch
 from ..data.types import ChainData
 from ..errors import check
 from ..oracles.chain_kernels import nb_unary_all
-from ..oracles.viterbi import viterbi, viterbi_ragged
+from ..oracles.viterbi import decode, viterbi, viterbi_ragged
 from .base import StructuredModel
 
 
@@ -169,8 +169,9 @@ class ChainModel(StructuredModel):
         return unary + off * valid[..., None], lengths, first, last, trans
 
     def decode(self, scores, data: ChainData, idx) -> torch.Tensor:
+        """Viterbi on the (padded) scores: the compiled kernel on CPU float64, torch elsewhere."""
         unary, lengths, first, last, trans = scores
-        return viterbi(unary, lengths, first, last, trans)[0]
+        return decode(unary, lengths, first, last, trans)[0]
 
     def gt_batch(self, data: ChainData, idx) -> torch.Tensor:
         idx = torch.as_tensor(idx).reshape(-1)

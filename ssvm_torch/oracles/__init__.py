@@ -1,4 +1,4 @@
-"""Batched decoding kernels: pure functions of tensors (the "how to argmax")."""
-from .viterbi import viterbi, viterbi_ragged
+"""Batched decoding kernels: pure functions of score tensors (the "how to argmax")."""
+from .viterbi import decode, viterbi, viterbi_ragged
 
-__all__ = ["viterbi", "viterbi_ragged"]
+__all__ = ["decode", "viterbi", "viterbi_ragged"]

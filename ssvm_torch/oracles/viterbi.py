@@ -12,7 +12,8 @@ Two implementations of the same recursion:
   of a framework call dominates a sequence of a few positions (benchmarks/bench_speed.py compares
   the two at batch size 1).
 
-Both optionally add the normalized Hamming loss ``[k != gt_t] / T`` to the unaries on the fly
+:func:`decode` is the one call over both: padded input, ``backend`` = ``numba`` (CPU float64),
+``torch`` or ``auto`` (numba where it applies). Both optionally add the normalized Hamming loss ``[k != gt_t] / T`` to the unaries on the fly
 (loss-augmented decoding, the max oracle of the SSVM).
 """
 from __future__ import annotations
@@ -134,3 +135,30 @@ def viterbi_ragged(unary: np.ndarray, offsets: np.ndarray, first: np.ndarray, la
                  np.ascontiguousarray(last, dtype=np.float64), np.ascontiguousarray(trans, dtype=np.float64),
                  gt_arr, aug, out, scores)
     return out, scores
+
+
+BACKENDS = ("auto", "numba", "torch")
+
+
+def decode(unary: torch.Tensor, lengths: torch.Tensor, first: torch.Tensor, last: torch.Tensor,
+           trans: torch.Tensor, gt: torch.Tensor | None = None, backend: str = "auto"):
+    """Batched Viterbi on padded input with either kernel; the arguments and the result are those
+    of :func:`viterbi` (labels (B, T) padded with -1, scores (B,)). ``numba`` runs the ragged
+    compiled kernel on the valid rows (CPU float64 only), ``torch`` the padded recursion (any
+    device), ``auto`` numba where it applies."""
+    if backend not in BACKENDS:
+        raise ValueError(f"backend: expected one of {BACKENDS}, got {backend!r}")
+    numba_ok = unary.device.type == "cpu" and unary.dtype == torch.float64
+    if backend == "numba" and not numba_ok:
+        raise ValueError(f"backend: 'numba' needs CPU float64 scores, got {unary.device} {unary.dtype}")
+    if backend == "torch" or (backend == "auto" and not numba_ok):
+        return viterbi(unary, lengths, first, last, trans, gt=gt)
+    B, T, _ = unary.shape
+    valid = torch.arange(T)[None, :] < lengths[:, None]
+    offsets = torch.zeros(B + 1, dtype=torch.int64)
+    offsets[1:] = torch.cumsum(lengths.to(torch.int64), 0)
+    rows, scores = viterbi_ragged(unary[valid].numpy(), offsets.numpy(), first.numpy(), last.numpy(),
+                                  trans.numpy(), None if gt is None else gt[valid].numpy())
+    labels = torch.full((B, T), -1, dtype=torch.int64)
+    labels[valid] = torch.from_numpy(rows)
+    return labels, torch.from_numpy(scores)
