@@ -6,5 +6,5 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 venv="$(bash "$root/scripts/env.sh")"
 for lam in 1e-2 1e-4 1.1190689346463742e-4 3e-2; do
   "$venv/bin/ssvm-train" --dataset conll2000 --lam "$lam" --solver bcfw --sampling gap --gap-check 10 \
-    --passes "${PASSES:-100}" --out "$root/runs/conll-lam$lam" "$@"
+    --passes "${PASSES:-100}" --out "$root/runs/conll-lam$lam" --overwrite "$@"
 done

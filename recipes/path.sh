@@ -4,5 +4,5 @@
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 venv="$(bash "$root/scripts/env.sh")"
-"$venv/bin/ssvm-path" --dataset ocr-small --eps 0.1 --kappa 0.9 --lam-min 9.765625e-4 --grid --out "$root/runs/path-ocr-small" "$@"
-"$venv/bin/ssvm-path" --dataset ocr-small --eps 0.1 --heuristic --lam-min 9.765625e-4 --out "$root/runs/path-ocr-small-heuristic" "$@"
+"$venv/bin/ssvm-path" --dataset ocr-small --eps 0.1 --kappa 0.9 --lam-min 9.765625e-4 --grid --out "$root/runs/path-ocr-small" --overwrite "$@"
+"$venv/bin/ssvm-path" --dataset ocr-small --eps 0.1 --heuristic --lam-min 9.765625e-4 --out "$root/runs/path-ocr-small-heuristic" --overwrite "$@"

@@ -9,7 +9,7 @@ passes="${PASSES:-50}"
 for args in "pose-synth --lam 1e-2" "pose-synth --lam 1e-2 --unary-only" "hansards --lam 1e-3"; do
   name="$(echo "$args" | tr ' ' '_' | tr -d '-')"
   # shellcheck disable=SC2086
-  "$venv/bin/ssvm-train" --dataset $args --passes "$passes" --gap-check 10 --quiet --out "$root/runs/pose_align/$name" "$@"
+  "$venv/bin/ssvm-train" --dataset $args --passes "$passes" --gap-check 10 --quiet --overwrite --out "$root/runs/pose_align/$name" "$@"
   python3 -c "import json,sys; r=json.load(open(sys.argv[1]))[-1]; print(f\"{sys.argv[2]:40s} test error {r['test_error']:.4f} gap {r['gap']:.3g} passes {r['passes']:.0f}\")" \
     "$root/runs/pose_align/$name/history.json" "$args"
 done

@@ -15,7 +15,7 @@ run() {  # dataset lam extra-args...
     name="${v%%:*}"; args="${v#*:}"
     # shellcheck disable=SC2086
     "$venv/bin/ssvm-train" --dataset "$ds" --lam "$lam" --passes "$passes" --gap-check 5 $args "$@" \
-      --quiet --out "$root/runs/structures/$ds${*:+-unary}-$name"
+      --quiet --overwrite --out "$root/runs/structures/$ds${*:+-unary}-$name"
     python3 -c "import json,sys; r=json.load(open(sys.argv[1]))[-1]; print(f\"{sys.argv[2]:45s} test {r['test_error']:.4f} gap {r['gap'] if r['gap'] is None else format(r['gap'], '.2e')} passes {r['passes']:.0f} time {r['time_s']:.1f} s\")" \
       "$root/runs/structures/$ds${*:+-unary}-$name/history.json" "$ds${*:+ (unaries only)} $name"
   done

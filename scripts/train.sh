@@ -6,4 +6,4 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 venv="$(bash "$root/scripts/env.sh")"
 cd "$root"
 exec "$venv/bin/ssvm-train" --dataset ocr-large --lam 1e-3 --solver bcfw --sampling gap \
-  --gap-check 10 --passes 50 --out runs/ocr-large-bcfw-gap "$@"
+  --gap-check 10 --passes 50 --out runs/ocr-large-bcfw-gap --overwrite "$@"

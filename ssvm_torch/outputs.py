@@ -9,16 +9,20 @@ A run directory holds
 
 Every ``.pt`` file is a torch zip archive of tensors and primitives (numpy arrays and active sets
 are packed by :mod:`ssvm_torch.portable`), read back with ``torch.load(..., weights_only=True)``:
-loading a file never runs code from it. Every file is written to a temporary name in the same
+loading a file never runs code from it. Each carries a manifest (``__manifest__``: the SHA-256 of
+its content, tensors' bytes, dtypes and shapes included) that is verified on load, because torch
+does not check the archive's CRCs: a file with flipped bytes is refused by name. Every file is written to a temporary name in the same
 directory, fsynced and renamed over the target (``os.replace``), so a killed run leaves the
 previous version intact, never a truncated one.
 """
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import os
 import tempfile
+import warnings
 from pathlib import Path
 
 import torch
@@ -27,6 +31,35 @@ from .errors import SSVMInputError
 from .portable import pack, unpack
 
 CHECKPOINT_FORMAT = "ssvm_torch.checkpoint/1"
+MANIFEST = "__manifest__"
+
+
+def content_digest(obj) -> str:
+    """SHA-256 of a (packed) object: every tensor's dtype, shape and bytes, every key and primitive,
+    in a fixed order."""
+    h = hashlib.sha256()
+
+    def walk(x):
+        if isinstance(x, torch.Tensor):
+            t = x.detach().cpu()
+            t = (t.to_dense() if t.layout != torch.strided else t).contiguous().reshape(-1)
+            h.update(f"T{x.dtype}{tuple(x.shape)}".encode())
+            h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+        elif isinstance(x, dict):
+            h.update(b"{")
+            for k in sorted(x, key=repr):
+                h.update(repr(k).encode())
+                walk(x[k])
+            h.update(b"}")
+        elif isinstance(x, (list, tuple)):
+            h.update(b"[")
+            for v in x:
+                walk(v)
+            h.update(b"]")
+        else:
+            h.update(repr(x).encode())
+    walk(obj)
+    return h.hexdigest()
 
 
 def atomic_write_bytes(path, data: bytes) -> Path:
@@ -47,10 +80,12 @@ def atomic_write_bytes(path, data: bytes) -> Path:
     return path
 
 
-def save_torch(path, obj) -> Path:
-    """``torch.save`` of packed ``obj``, atomically."""
+def save_torch(path, obj: dict) -> Path:
+    """``torch.save`` of packed ``obj`` with its content manifest, atomically."""
+    packed = pack(obj)
+    packed[MANIFEST] = {"sha256": content_digest(packed)}
     buf = io.BytesIO()
-    torch.save(pack(obj), buf)
+    torch.save(packed, buf)
     return atomic_write_bytes(path, buf.getvalue())
 
 
@@ -63,7 +98,17 @@ def load_torch(path, what: str = "file", noun: str = "an ssvm_torch"):
     try:
         obj = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:          # torch raises several types for truncated / foreign archives
-        raise SSVMInputError(f"{what}: {path} is not a readable ssvm_torch file ({type(e).__name__}: {e})") from None
+        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        raise SSVMInputError(f"{what}: {path} is not a readable ssvm_torch file ({type(e).__name__}: {first[:200]})") \
+            from None
+    if not isinstance(obj, dict):
+        raise SSVMInputError(f"{what}: {path} holds a {type(obj).__name__}, expected an ssvm_torch file (a dict)")
+    manifest = obj.pop(MANIFEST, None)
+    if manifest is None:
+        warnings.warn(f"{path} has no content manifest (written before manifests existed): not verified", stacklevel=2)
+    elif not isinstance(manifest, dict) or manifest.get("sha256") != content_digest(obj):
+        raise SSVMInputError(f"{what}: {path} is damaged: its content does not match the SHA-256 of its manifest "
+                             "(flipped or truncated bytes); use another copy or rerun")
     return unpack(obj)
 
 
@@ -88,6 +133,116 @@ def save_checkpoint(path, solver_state: dict) -> Path:
 def load_checkpoint(path) -> dict:
     """The solver state of a checkpoint written by :func:`save_checkpoint`."""
     ck = load_torch(path, "resume", "a checkpoint")
-    if not isinstance(ck, dict) or ck.get("format") != CHECKPOINT_FORMAT:
+    if ck.get("format") != CHECKPOINT_FORMAT or not isinstance(ck.get("solver"), dict):
         raise SSVMInputError(f"resume: expected an ssvm_torch checkpoint ({CHECKPOINT_FORMAT}), {path} is not one")
     return ck["solver"]
+
+
+RUN_FILES = ("config.json", "history.json", "model.pt", "checkpoint.pt", "path.pt", "path.json")
+LOCK = ".ssvm-run.lock"
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:          # alive, owned by someone else
+        return True
+    return True
+
+
+class RunDir:
+    """The output directory of one run, checked before any training so that no work is lost at the
+    end: ``out`` must be a creatable, writable directory; a directory that already holds a run (any
+    of :data:`RUN_FILES`) is refused unless ``overwrite`` (its run files are then removed, so no
+    file of the earlier run stays beside the new ones) or unless the run resumes from a checkpoint
+    inside it; stale temporary files of killed writes are removed; a lock file makes a second
+    concurrent run in the same directory fail at once. Use as a context manager (releases the lock)."""
+
+    def __init__(self, out, overwrite: bool = False, resume=None, field: str = "out"):
+        if out is None or str(out).strip() == "":
+            raise SSVMInputError(f"{field}: expected a directory path, got an empty string")
+        self.path = Path(out)
+        if self.path.exists() and not self.path.is_dir():
+            raise SSVMInputError(f"{field}: expected a directory, {self.path} is an existing file")
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+            fd, probe = tempfile.mkstemp(prefix=".ssvm-write-probe.", dir=self.path)
+            os.close(fd)
+            os.unlink(probe)
+        except OSError as e:
+            raise SSVMInputError(f"{field}: cannot write into {self.path} ({e.strerror or e})") from None
+        self._lock()
+        try:
+            resuming = resume is not None and Path(resume).resolve().parent == self.path.resolve()
+            held = [f for f in RUN_FILES if (self.path / f).exists()]
+            if held and not (overwrite or resuming):
+                raise SSVMInputError(f"{field}: {self.path} already holds a run ({', '.join(held)}); pass --overwrite "
+                                     f"to replace it, or --resume {self.path / 'checkpoint.pt'} to continue it")
+            if held and overwrite and not resuming:
+                for f in held:
+                    (self.path / f).unlink()
+            for stale in self.path.glob(".*.tmp"):       # temp files of writes killed midway
+                stale.unlink(missing_ok=True)
+        except BaseException:
+            self.release()
+            raise
+
+    def _lock(self) -> None:
+        lock = self.path / LOCK
+        for _ in range(2):
+            try:
+                fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+            except FileExistsError:
+                try:
+                    pid = int(lock.read_text().strip() or 0)
+                except (OSError, ValueError):
+                    pid = 0
+                if pid and _pid_alive(pid):
+                    raise SSVMInputError(f"out: {self.path} is in use by another run (process {pid}, lock file "
+                                         f"{lock}); choose another --out") from None
+                lock.unlink(missing_ok=True)             # the lock of a run that died
+                continue
+            with os.fdopen(fd, "w") as f:
+                f.write(str(os.getpid()))
+            self.locked = True
+            return
+        raise SSVMInputError(f"out: could not lock {self.path} ({lock})")
+
+    def release(self) -> None:
+        if getattr(self, "locked", False):
+            (self.path / LOCK).unlink(missing_ok=True)
+            self.locked = False
+
+    def __enter__(self) -> "RunDir":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+    def write_config(self, config: dict) -> Path:
+        """config.json: what the run was (dataset, lambda, seed, solver options, ...) and with what
+        (package versions, git revision)."""
+        return atomic_write_bytes(self.path / "config.json",
+                                  json.dumps({**config, "environment": environment()}, indent=1).encode())
+
+
+def environment() -> dict:
+    """Versions of the packages a result depends on, and the source's git revision if known."""
+    import platform
+    import subprocess
+
+    import numba
+    import numpy
+
+    from . import __version__
+    rev = None
+    try:
+        root = Path(__file__).resolve().parents[1]
+        r = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5)
+        rev = r.stdout.strip() or None if r.returncode == 0 else None
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return {"ssvm_torch": __version__, "torch": torch.__version__, "numpy": numpy.__version__,
+            "numba": numba.__version__, "python": platform.python_version(), "git_revision": rev}

@@ -15,12 +15,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
 
-from ..errors import check, run_cli
-from ..outputs import atomic_write_bytes
+from ..errors import SSVMInputError, check, run_cli
+from ..outputs import RunDir, atomic_write_bytes
 from ..path import cold_starts, grid_lambdas, grid_search, regularization_path
 from ..solvers import SAMPLERS, STEPS, SolverConfig
 from ..tasks import TASKS, Problem, load_task
@@ -45,7 +46,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default="cpu")
     p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--out", default="runs/path")
+    p.add_argument("--out", default="runs/path", help="output directory (refused if it holds another run)")
+    p.add_argument("--overwrite", action="store_true", help="replace the run already in --out")
     p.add_argument("--quiet", action="store_true")
     return p
 
@@ -60,10 +62,21 @@ def run(args) -> dict:
     torch.set_num_threads(args.threads)
     kappa = args.kappa if args.kappa is not None else (0.7 if args.heuristic else 0.9)
     cfg = SolverConfig(solver="bcfw", sampling=args.sampling, step=args.step, cache=args.cache,
-                       gap_check=args.gap_check, seed=args.seed)
+                       gap_check=args.gap_check, seed=args.seed).validate()
     task = path_task(args.dataset, args.train_size, args.device)
     dual = task.store(1.0, device=args.device)
-    out = Path(args.out)
+    if not dual.supports_path:
+        raise SSVMInputError(f"dataset: {args.dataset!r} trains a box-constrained store, which does not support the "
+                             "regularization path")
+    with RunDir(args.out, overwrite=args.overwrite) as run_dir:        # checked before the path is computed
+        run_dir.write_config({"command": "ssvm-path", "dataset": args.dataset, "train_size": args.train_size,
+                              "eps": args.eps, "kappa": kappa, "heuristic": args.heuristic, "lam_min": args.lam_min,
+                              "grid": args.grid, "max_passes": args.max_passes, "device": args.device,
+                              "solver": asdict(cfg)})
+        return _path(args, cfg, kappa, task, dual, run_dir.path)
+
+
+def _path(args, cfg, kappa, task: Problem, dual, out: Path) -> dict:
 
     def show(rec):
         if not args.quiet:

@@ -6,6 +6,7 @@ Outputs in ``--out DIR`` (the run format of :mod:`ssvm_torch.outputs`):
                 gap_estimate, train_error, test_error (+ test_position_error, and avg_* with --averaging)
   model.pt      {"w": float64 tensor (d,), "ell": float, "lam": float, "dataset": str, "feature_layout": dict}
   checkpoint.pt the full solver state at the last gap check (with --checkpoint), for --resume
+  config.json   dataset, lambda, every solver option, package versions and git revision
 """
 from __future__ import annotations
 
@@ -13,15 +14,16 @@ import argparse
 import math
 import sys
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
 
 from ..errors import SSVMInputError, run_cli
-from ..outputs import load_checkpoint, save_checkpoint, save_history, save_model
+from ..outputs import RunDir, load_checkpoint, save_checkpoint, save_history, save_model
 from ..solvers import SAMPLERS, SOLVERS, STEPS, Solver, SolverConfig
 from ..stores import KERNELS
-from ..tasks import TASKS, load_task
+from ..tasks import TASKS, get_task, load_task
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -56,7 +58,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--kernels", choices=KERNELS, default="auto",
                    help="chain store backend: numba (CPU float64), torch (any device), auto = numba where it applies")
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads (1 keeps batch-1 steps steady)")
-    p.add_argument("--out", default="runs/latest", help="output directory")
+    p.add_argument("--out", default="runs/latest", help="output directory (refused if it holds another run)")
+    p.add_argument("--overwrite", action="store_true", help="replace the run already in --out")
     p.add_argument("--checkpoint", action="store_true", help="save the solver state at every gap check")
     p.add_argument("--resume", default=None, help="checkpoint.pt to resume from (same options)")
     p.add_argument("--quiet", action="store_true")
@@ -78,13 +81,24 @@ def run(args) -> dict:
     if device.type == "cuda" and not torch.cuda.is_available():
         raise SSVMInputError(f"device: {args.device!r} requested but no CUDA device is available")
     dtype = getattr(torch, args.dtype)
+    if args.resume is not None and not Path(args.resume).is_file():
+        raise SSVMInputError(f"resume: expected a checkpoint file, {args.resume} does not exist")
+    SolverConfig.from_options(args).validate()                   # bad options fail before the directory is touched
+    get_task(args.dataset)
+    with RunDir(args.out, overwrite=args.overwrite, resume=args.resume) as run_dir:   # before any work
+        return _train(args, device, dtype, run_dir)
+
+
+def _train(args, device, dtype, run_dir: RunDir) -> dict:
     task = load_task(args.dataset, train_size=args.train_size, unary_only=args.unary_only, device=device,
                      dtype=dtype)
     lam = task.lam(args.lam)
     dual = task.store(lam, device=device, dtype=dtype, kernels=args.kernels)
-    cfg = SolverConfig.from_options(args)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    cfg = SolverConfig.from_options(args).validate()
+    out = run_dir.path
+    run_dir.write_config({"command": "ssvm-train", "dataset": args.dataset, "train_size": args.train_size,
+                          "unary_only": args.unary_only, "lam": lam, "device": str(device), "dtype": args.dtype,
+                          "kernels": args.kernels, "resume": args.resume, "solver": asdict(cfg)})
 
     solver = None
 

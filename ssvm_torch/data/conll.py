@@ -28,7 +28,7 @@ from pathlib import Path
 import torch
 
 from ..errors import SSVMInputError, check
-from .types import ChainData, data_dir
+from .types import ChainData, data_file
 
 TEMPLATE = (
     (("w", -2),), (("w", -1),), (("w", 0),), (("w", 1),), (("w", 2),),
@@ -106,8 +106,8 @@ def build_chain_data(sents, attr_index: dict, tags: list[str], name: str, allow_
 def load_conll2000(train_size: int | None = None) -> tuple[ChainData, ChainData]:
     """CoNLL-2000 (WSJ 15-18 train, 20 test). ``train_size`` keeps the first N training sentences
     (the attribute dictionary and tag set are then built from those only)."""
-    train = read_conll(data_dir() / "conll2000_train.txt.gz")
-    test = read_conll(data_dir() / "conll2000_test.txt.gz")
+    train = read_conll(data_file("conll2000_train.txt.gz"))
+    test = read_conll(data_file("conll2000_test.txt.gz"))
     if train_size is not None:
         check(isinstance(train_size, int) and 1 <= train_size <= len(train), "train_size",
               f"an int in [1, {len(train)}]", train_size)

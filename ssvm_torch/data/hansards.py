@@ -31,7 +31,7 @@ import numpy as np
 import torch
 
 from ..errors import SSVMInputError
-from .types import data_dir
+from .types import data_file
 
 EDGE_FEATURES = ("bias", "dice", "dice_neighbours", "best_for_e", "best_for_f", "identical", "prefix4",
                  "similarity", "distortion", "distortion_sq", "same_punct", "both_numbers", "one_punct",
@@ -75,10 +75,10 @@ def _read_links(path):
 
 
 def _pairs(prefix):
-    root = data_dir() / "hansards_naacl2003"
+    root = "hansards_naacl2003/"
     wa = "test.wa.nonullalign.gz" if prefix == "test" else "trial.wa.gz"
-    E, F = _read_sents(root / f"{prefix}.e.gz"), _read_sents(root / f"{prefix}.f.gz")
-    links = _read_links(root / wa)
+    E, F = _read_sents(data_file(root + f"{prefix}.e.gz")), _read_sents(data_file(root + f"{prefix}.f.gz"))
+    links = _read_links(data_file(root + wa))
     pairs = []
     for s in sorted(E):
         sure, prob = set(), set()

@@ -5,6 +5,7 @@ The data directory is ``$SSVM_TORCH_DATA`` if set, else the ``datasets/`` folder
 """
 from __future__ import annotations
 
+import hashlib
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +23,40 @@ def data_dir() -> Path:
         raise SSVMInputError(
             f"data directory: expected a folder with the shipped datasets at {path} "
             "(set SSVM_TORCH_DATA to the repository's datasets/ folder)")
+    return path
+
+
+_VERIFIED: dict = {}      # (path, size, mtime) -> True: a file is hashed once per process
+
+
+def data_file(name: str) -> Path:
+    """``data_dir() / name``, checked against the folder's ``SHA256SUMS`` (once per process and file
+    version): a missing or damaged data file is refused by name instead of failing deep in a reader."""
+    root = data_dir()
+    path = root / name
+    if not path.is_file():
+        raise SSVMInputError(f"data file: {path} is missing; copy it from the repository's datasets/ folder "
+                             "(provenance in datasets/README.md)")
+    st = path.stat()
+    key = (str(path), st.st_size, st.st_mtime_ns)
+    if key in _VERIFIED:
+        return path
+    sums = root / "SHA256SUMS"
+    expected = None
+    if sums.is_file():
+        for line in sums.read_text().splitlines():
+            parts = line.split()
+            if len(parts) == 2 and parts[1] == name:
+                expected = parts[0]
+    if expected is not None:
+        h = hashlib.sha256()
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+        if h.hexdigest() != expected:
+            raise SSVMInputError(f"data file: {path} is damaged (its SHA-256 differs from {sums}); copy it again "
+                                 "from the repository's datasets/ folder (provenance in datasets/README.md)")
+    _VERIFIED[key] = True
     return path
 
 

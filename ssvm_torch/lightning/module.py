@@ -36,7 +36,7 @@ import torch
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 from ..errors import SSVMInputError, check, check_choice
-from ..outputs import save_history, save_model
+from ..outputs import content_digest, save_history, save_model
 from ..portable import pack, unpack
 from ..solvers import GapSampler, Solver, SolverConfig
 from ..stores import KERNELS
@@ -178,13 +178,18 @@ class SSVMModule(L.LightningModule):
 
     # -- checkpoints ----------------------------------------------------------------------------
     def on_save_checkpoint(self, checkpoint: dict) -> None:
-        checkpoint[CHECKPOINT_KEY] = {"solver": pack(self.solver.state_dict()), "logged": self.logged}
+        state = pack(self.solver.state_dict())
+        checkpoint[CHECKPOINT_KEY] = {"solver": state, "logged": self.logged, "sha256": content_digest(state)}
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         if CHECKPOINT_KEY not in checkpoint:
             raise SSVMInputError(f"checkpoint: expected an SSVMModule checkpoint with key {CHECKPOINT_KEY!r}, "
                                  f"got keys {sorted(checkpoint)}")
-        self.solver.load_state_dict(unpack(checkpoint[CHECKPOINT_KEY]["solver"]))
+        saved = checkpoint[CHECKPOINT_KEY]
+        if "sha256" in saved and saved["sha256"] != content_digest(saved["solver"]):
+            raise SSVMInputError("checkpoint: the solver state is damaged: its content does not match the SHA-256 "
+                                 "saved with it (flipped or truncated bytes); resume from another checkpoint")
+        self.solver.load_state_dict(unpack(saved["solver"]))
         self.logged = checkpoint[CHECKPOINT_KEY]["logged"]
 
     # -- outputs --------------------------------------------------------------------------------
