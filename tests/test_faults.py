@@ -1,0 +1,183 @@
+"""Fault injection: files a user hands in are untrusted (no code runs from a checkpoint, damaged
+files are refused by name), and a run never loses work (its directory is checked before any
+training, an earlier run is not overwritten, concurrent runs cannot share a directory, a mid-run
+kill -9 resumes to the uninterrupted trajectory)."""
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from ssvm_torch.cli.path import main as path_main
+from ssvm_torch.cli.train import main
+from ssvm_torch.data import data_dir, load_scene
+from ssvm_torch.errors import SSVMInputError
+from ssvm_torch.lightning import SSVMModule
+from ssvm_torch.outputs import LOCK, RunDir, load_model, save_torch
+from ssvm_torch.solvers import Solver, SolverConfig
+from ssvm_torch.tasks import load_task
+
+QUICK = ["--dataset", "ocr-small", "--lam", "0.05", "--passes", "2", "--gap-check", "1", "--quiet"]
+
+
+def strip(h):
+    return [{k: v for k, v in r.items() if k != "time_s"} for r in h]
+
+
+def flip_bytes(path: Path, at: float = 0.5, count: int = 64) -> None:
+    raw = bytearray(path.read_bytes())
+    i = int(len(raw) * at)
+    for k in range(count):
+        raw[i + k] ^= 0xFF
+    path.write_bytes(bytes(raw))
+
+
+class Evil:
+    """Unpickling this would create the marker file."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.makedirs, (self.marker,))
+
+
+# -- files handed in ---------------------------------------------------------------------------
+def test_crafted_pickle_checkpoint_does_not_execute(tmp_path, capsys):
+    marker = tmp_path / "pwned"
+    torch.save({"config": Evil(str(marker))}, tmp_path / "evil.pt")
+    assert main(QUICK + ["--out", str(tmp_path / "run"), "--resume", str(tmp_path / "evil.pt")]) == 2
+    assert not marker.exists()
+    assert "resume:" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("damage", ["flip", "truncate", "empty", "text", "wrong-dict"])
+def test_damaged_checkpoint_is_refused(tmp_path, capsys, damage):
+    run = tmp_path / "run"
+    assert main(QUICK + ["--out", str(run), "--checkpoint"]) == 0
+    ck = run / "checkpoint.pt"
+    before = (run / "history.json").read_bytes()
+    if damage == "flip":
+        flip_bytes(ck)
+    elif damage == "truncate":
+        ck.write_bytes(ck.read_bytes()[: ck.stat().st_size // 2])
+    elif damage == "empty":
+        ck.write_bytes(b"")
+    elif damage == "text":
+        ck.write_text("not a checkpoint\n")
+    else:
+        save_torch(ck, {"config": {}})
+    assert main(QUICK + ["--passes", "4", "--out", str(run), "--resume", str(ck)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("ssvm-train: error: resume:") and str(ck) in err and err.count("\n") == 1
+    assert (run / "history.json").read_bytes() == before          # the earlier run's outputs are intact
+
+
+def test_bit_flipped_model_is_refused(tmp_path):
+    assert main(QUICK + ["--out", str(tmp_path)]) == 0
+    w = load_model(tmp_path / "model.pt")["w"]
+    assert w.shape == (4082,)
+    flip_bytes(tmp_path / "model.pt", at=0.6)
+    with pytest.raises(SSVMInputError, match="model: .*model.pt is damaged|model: .*not a readable"):
+        load_model(tmp_path / "model.pt")
+
+
+def test_lightning_solver_state_is_verified():
+    module = SSVMModule(dataset="ocr-small", lam=0.05)
+    ck = {}
+    task = load_task("ocr-small")
+    module.solver = Solver(task.store(0.05), SolverConfig(passes=1, gap_check=1))
+    module.solver.run()
+    module.on_save_checkpoint(ck)
+    module.on_load_checkpoint(ck)                                 # intact: accepted
+    state = ck["ssvm_solver"]["solver"]["dual"]
+    state["w"][7] += 1.0                                          # one changed weight
+    with pytest.raises(SSVMInputError, match="checkpoint: the solver state is damaged"):
+        module.on_load_checkpoint(ck)
+
+
+def test_damaged_or_missing_data_file(tmp_path, monkeypatch):
+    copy = tmp_path / "data"
+    shutil.copytree(data_dir(), copy)
+    monkeypatch.setenv("SSVM_TORCH_DATA", str(copy))
+    flip_bytes(copy / "scene.npz", count=4)
+    with pytest.raises(SSVMInputError, match=r"data file: .*scene.npz is damaged"):
+        load_scene()
+    (copy / "scene.npz").unlink()
+    with pytest.raises(SSVMInputError, match=r"data file: .*scene.npz is missing"):
+        load_scene()
+
+
+# -- run directories -------------------------------------------------------------------------
+def test_out_checked_before_any_work(tmp_path, capsys):
+    a_file = tmp_path / "file"
+    a_file.write_text("keep me")
+    t0 = time.perf_counter()
+    assert main(QUICK + ["--passes", "50", "--out", str(a_file)]) == 2
+    assert "out: expected a directory" in capsys.readouterr().err
+    assert path_main(["--dataset", "ocr-small", "--eps", "0.1", "--quiet", "--out", str(a_file)]) == 2
+    assert "out: expected a directory" in capsys.readouterr().err
+    assert time.perf_counter() - t0 < 30 and a_file.read_text() == "keep me"
+    assert main(QUICK + ["--out", ""]) == 2
+    assert "out: expected a directory path" in capsys.readouterr().err
+
+
+def test_earlier_run_is_not_overwritten(tmp_path, capsys):
+    run = tmp_path / "run"
+    assert main(QUICK + ["--out", str(run), "--checkpoint"]) == 0
+    before = {f: (run / f).read_bytes() for f in ("history.json", "model.pt", "checkpoint.pt", "config.json")}
+    assert main(QUICK + ["--dataset", "ocr-large", "--out", str(run)]) == 2
+    assert "already holds a run" in capsys.readouterr().err
+    assert all((run / f).read_bytes() == b for f, b in before.items())
+    # --overwrite replaces the run whole: no checkpoint of the earlier run stays beside the new model
+    assert main(QUICK + ["--seed", "1", "--out", str(run), "--overwrite"]) == 0
+    assert not (run / "checkpoint.pt").exists()
+    config = json.loads((run / "config.json").read_text())
+    assert config["dataset"] == "ocr-small" and config["solver"]["seed"] == 1 and config["lam"] == 0.05
+    assert config["environment"]["torch"] == torch.__version__ and "git_revision" in config["environment"]
+
+
+def test_concurrent_runs_cannot_share_a_directory(tmp_path, capsys):
+    run = tmp_path / "run"
+    with RunDir(run):
+        assert (run / LOCK).read_text() == str(os.getpid())
+        assert main(QUICK + ["--out", str(run)]) == 2
+        assert "is in use by another run" in capsys.readouterr().err
+    assert not (run / LOCK).exists()
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    (run / LOCK).write_text(str(dead.pid))                      # the lock of a run that died
+    (run / ".history.json.abc.tmp").write_text("half")            # and a write it left midway
+    assert main(QUICK + ["--out", str(run)]) == 0
+    assert not (run / LOCK).exists() and not (run / ".history.json.abc.tmp").exists()
+
+
+def test_killed_train_run_resumes_exactly(tmp_path):
+    """A real kill -9 of ssvm-train mid-run (the process is still training), then --resume from the
+    last checkpoint: the history and w equal the uninterrupted run's."""
+    args = ["--dataset", "ocr-small", "--lam", "0.01", "--gap-check", "1", "--passes", "40", "--seed", "2",
+            "--quiet", "--checkpoint"]
+    killed, full = tmp_path / "killed", tmp_path / "full"
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "ssvm_torch.cli.train", *args, "--out", str(killed)], env=env)
+    deadline = time.time() + 120
+    while not (killed / "checkpoint.pt").exists() and time.time() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.5)
+    assert proc.poll() is None, "the run finished before it could be killed"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert not (killed / "history.json").exists()                 # it died mid-run
+    assert main(args + ["--out", str(killed), "--resume", str(killed / "checkpoint.pt")]) == 0
+    assert main(args + ["--out", str(full)]) == 0
+    h_res = json.loads((killed / "history.json").read_text())
+    h_full = json.loads((full / "history.json").read_text())
+    assert len(h_full) == 21                                      # 40 passes: a step pass + a gap pass per check
+    assert strip(h_res) == strip(h_full)
+    assert torch.equal(load_model(killed / "model.pt")["w"], load_model(full / "model.pt")["w"])
