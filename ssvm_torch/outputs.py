@@ -126,15 +126,22 @@ def load_model(path) -> dict:
     return load_torch(path, "model", "a model.pt")
 
 
-def save_checkpoint(path, solver_state: dict) -> Path:
-    return save_torch(path, {"format": CHECKPOINT_FORMAT, "solver": solver_state})
+def save_checkpoint(path, solver_state: dict, run: dict | None = None) -> Path:
+    """checkpoint.pt: the solver state and ``run``, what it belongs to (dataset, dtype, n, d, ...)."""
+    return save_torch(path, {"format": CHECKPOINT_FORMAT, "solver": solver_state, "run": run or {}})
 
 
-def load_checkpoint(path) -> dict:
-    """The solver state of a checkpoint written by :func:`save_checkpoint`."""
+def load_checkpoint(path, run: dict | None = None) -> dict:
+    """The solver state of a checkpoint written by :func:`save_checkpoint`; with ``run``, every key
+    both record must agree (a checkpoint of another dataset, dtype or size is refused by name)."""
     ck = load_torch(path, "resume", "a checkpoint")
     if ck.get("format") != CHECKPOINT_FORMAT or not isinstance(ck.get("solver"), dict):
         raise SSVMInputError(f"resume: expected an ssvm_torch checkpoint ({CHECKPOINT_FORMAT}), {path} is not one")
+    saved = ck.get("run") or {}
+    for key, value in (run or {}).items():
+        if key in saved and saved[key] != value:
+            raise SSVMInputError(f"resume: {path} is a checkpoint of {key} = {saved[key]!r}, this run has "
+                                 f"{key} = {value!r}")
     return ck["solver"]
 
 

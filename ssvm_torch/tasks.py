@@ -9,6 +9,7 @@ which returns the named metrics of a history record (``train_error``, ``test_err
 """
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -51,8 +52,14 @@ class Problem:
         return self.model.d
 
     def lam(self, lam: float | None = None) -> float:
-        """The regularization lambda: ``lam`` if given, else the default 1/n."""
-        return check_positive(lam if lam is not None else 1.0 / self.n_train, "lam")
+        """The regularization lambda: ``lam`` if given, else the default 1/n. A lambda whose lam n
+        is outside [1e-12, 1e12] is warned about: the corners w_s = psi / (lam n) then under- or
+        overflow the float64 range of the features, and the gap cannot move."""
+        lam = check_positive(lam if lam is not None else 1.0 / self.n_train, "lam")
+        if not 1e-12 <= lam * self.n_train <= 1e12:
+            warnings.warn(f"lam: lam n = {lam * self.n_train:.3g} is outside [1e-12, 1e12]; w = sum psi / (lam n) "
+                          "is then at the edge of float64 and the step sizes and the gap may not move", stacklevel=2)
+        return lam
 
     def store(self, lam: float | None = None, device=None, dtype=torch.float64, kernels: str = "auto") -> BlockDual:
         """The block store of the training set (box constraints included where the model needs them)."""

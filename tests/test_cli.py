@@ -47,7 +47,7 @@ def test_resume_continues_exactly(tmp_path):
     (["--dataset", "mnist"], "dataset: expected one of"),
     (["--lam", "0"], "lam: expected a finite number > 0"),
     (["--lam", "-1"], "lam: expected a finite number > 0"),
-    (["--gap-check", "0"], "gap_check: expected a number > 0"),
+    (["--gap-check", "0"], "gap_check: expected a finite number > 0"),
     (["--resume", "/nonexistent/ck.pt"], "resume: expected a checkpoint file"),
     (["--device", "tpu:x"], "device: expected a torch device"),
     (["--dataset", "conll2000", "--train-size", "0"], "train_size: expected an int in [1, 8936]"),

@@ -11,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -181,3 +182,48 @@ def test_killed_train_run_resumes_exactly(tmp_path):
     assert len(h_full) == 21                                      # 40 passes: a step pass + a gap pass per check
     assert strip(h_res) == strip(h_full)
     assert torch.equal(load_model(killed / "model.pt")["w"], load_model(full / "model.pt")["w"])
+
+
+# -- bad input: one line naming the field, exit code 2 ------------------------------------------
+@pytest.mark.parametrize("argv,needle", [
+    (["--passes", "inf"], "passes: expected a finite number > 0"),
+    (["--passes", "nan"], "passes: expected a finite number > 0"),
+    (["--seed", "100000000000000000000"], "seed: expected an int in [0, 2^63)"),
+    (["--seed", "-1"], "seed: expected an int in [0, 2^63)"),
+    (["--device", "meta"], "device: expected 'cpu' or 'cuda[:N]'"),
+    (["--gap-threshold", "inf"], "gap_threshold: expected a finite number >= 0"),
+    (["--gap-check", "inf"], "gap_check: expected a finite number > 0"),
+    (["--dataset", "ocr-small", "--kernels", "numba", "--dtype", "float32"], "kernels: 'numba' needs CPU float64"),
+    (["--dataset", "scene", "--kernels", "numba"], "kernels: 'numba' applies to chain stores"),
+])
+def test_bad_options_fail_in_one_line(tmp_path, capsys, argv, needle):
+    assert main(["--dataset", "ocr-small", "--quiet", "--out", str(tmp_path / "run"), *argv]) == 2
+    err = capsys.readouterr().err
+    assert needle in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("change,field", [(["--dataset", "hansards"], "dataset"), (["--dtype", "float32"], "dtype"),
+                                          (["--lam", "0.5"], "lam")])
+def test_checkpoint_of_another_run_is_refused(tmp_path, capsys, change, field):
+    run = tmp_path / "run"
+    assert main(QUICK + ["--out", str(run), "--checkpoint"]) == 0
+    assert main(QUICK + ["--passes", "4", "--out", str(run), "--resume", str(run / "checkpoint.pt"), *change]) == 2
+    assert f"resume: {run / 'checkpoint.pt'} is a checkpoint of {field} = " in capsys.readouterr().err
+
+
+def test_labels_and_features_are_never_coerced_silently():
+    from ssvm_torch import ChainData, FlatData
+    x = [np.zeros((3, 2))]
+    with pytest.raises(SSVMInputError, match=r"ys\[0\]: expected integer labels.*1.7"):
+        ChainData.from_sequences(x, [np.array([0, 1.7, 2.2])], 3)
+    with pytest.raises(SSVMInputError, match=r"xs\[0\]: expected a numeric array"):
+        ChainData.from_sequences([np.array([["a", "b"]])], [np.array([0])], 3)
+    with pytest.raises(SSVMInputError, match=r"xs\[0\]: expected a numeric array of one shape"):
+        ChainData.from_sequences([[[0.0, 1.0], [2.0]]], [np.array([0, 1])], 3)
+    with pytest.raises(SSVMInputError, match="Y: expected integer labels"):
+        FlatData(np.zeros((3, 2)), np.array([0, 1.5, 2]))
+    data = ChainData.from_sequences(x, [np.array([0, 1, 2], dtype=np.int32)], 3)     # any integer dtype is fine
+    assert data.Y.dtype == torch.int64
+    direct = ChainData(torch.zeros(3, 2), torch.tensor([0, 1, 2], dtype=torch.int32), torch.tensor([0, 3]), 3)
+    assert direct.Y.dtype == torch.int64
+    assert ChainData.from_sequences(x, [np.array([0.0, 1.0, 2.0])], 3).Y.tolist() == [0, 1, 2]

@@ -78,6 +78,8 @@ def run(args) -> dict:
         device = torch.device(args.device)
     except RuntimeError:
         raise SSVMInputError(f"device: expected a torch device such as 'cpu' or 'cuda:0', got {args.device!r}") from None
+    if device.type not in ("cpu", "cuda"):
+        raise SSVMInputError(f"device: expected 'cpu' or 'cuda[:N]', got {args.device!r}")
     if device.type == "cuda" and not torch.cuda.is_available():
         raise SSVMInputError(f"device: {args.device!r} requested but no CUDA device is available")
     dtype = getattr(torch, args.dtype)
@@ -101,6 +103,8 @@ def _train(args, device, dtype, run_dir: RunDir) -> dict:
                           "kernels": args.kernels, "resume": args.resume, "solver": asdict(cfg)})
 
     solver = None
+    identity = {"dataset": args.dataset, "train_size": args.train_size, "unary_only": args.unary_only,
+                "dtype": args.dtype, "n": task.n_train, "d": task.d, "lam": lam}
 
     def progress(rec):
         if not args.quiet:
@@ -109,16 +113,18 @@ def _train(args, device, dtype, run_dir: RunDir) -> dict:
                   + (f"F1 {rec['test_f1']:.2f}  " if "test_f1" in rec else "") +
                   f"[{rec['time_s']:.2f} s]", flush=True)
         if args.checkpoint and solver is not None:
-            save_checkpoint(out / "checkpoint.pt", solver.state_dict())
+            save_checkpoint(out / "checkpoint.pt", solver.state_dict(), identity)
 
     solver = Solver(dual, cfg, evaluate=task.evaluate, progress=progress)
     if args.resume:
-        solver.load_state_dict(load_checkpoint(args.resume))
+        solver.load_state_dict(load_checkpoint(args.resume, identity))
     if not args.quiet:
         print(f"{args.dataset}: n = {task.n_train} train / {task.n_test} test examples, d = {task.d}, lam = {lam:g}, "
               f"solver = {args.solver}" + (f" ({args.sampling} sampling)" if args.solver != "fw" else "")
               + (f", {args.step} steps" if args.solver == "bcfw" else "") + (", cache" if args.cache else ""),
               flush=True)
+        if args.resume:
+            print(f"resumed from {args.resume} at {solver.passes:.1f} effective passes", flush=True)
     t0 = time.perf_counter()
     history = solver.run()
     wall = time.perf_counter() - t0

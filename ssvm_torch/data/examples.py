@@ -14,6 +14,7 @@ import torch
 from scipy.optimize import linear_sum_assignment
 
 from ..errors import check, check_finite
+from .types import integer_labels, numeric
 
 
 @dataclass
@@ -25,15 +26,11 @@ class FlatData:
     Y: torch.Tensor
 
     def __post_init__(self):
-        self.X = torch.as_tensor(np.asarray(self.X) if not isinstance(self.X, torch.Tensor) else self.X)
-        if not self.X.is_floating_point():
-            self.X = self.X.double()
-        self.Y = torch.as_tensor(np.asarray(self.Y) if not isinstance(self.Y, torch.Tensor) else self.Y)
+        if not (isinstance(self.X, torch.Tensor) and self.X.is_floating_point()):
+            self.X = numeric(self.X, "X")
+        self.Y = integer_labels(self.Y.cpu() if isinstance(self.Y, torch.Tensor) else self.Y, "Y")
         check(self.X.dim() == 2 and self.X.shape[0] >= 1, "X", "a 2-d array (examples, features)",
               tuple(self.X.shape))
-        check(not self.Y.is_floating_point() or bool((self.Y == self.Y.round()).all()), "Y", "integer labels",
-              self.Y.dtype)
-        self.Y = self.Y.to(torch.int64)
         check(self.Y.dim() in (1, 2) and self.Y.shape[0] == self.X.shape[0], "Y",
               f"({self.X.shape[0]},) class labels or a ({self.X.shape[0]}, L) 0/1 array", tuple(self.Y.shape))
         check_finite(self.X, "X")

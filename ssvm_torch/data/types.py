@@ -26,6 +26,29 @@ def data_dir() -> Path:
     return path
 
 
+def numeric(x, field: str, dtype=torch.float64) -> torch.Tensor:
+    """``x`` as a float tensor, or a clear error for strings, objects and ragged nesting."""
+    try:
+        arr = np.asarray(x)
+        if arr.dtype.kind not in "biuf":
+            raise TypeError(f"dtype {arr.dtype}")
+        return torch.as_tensor(arr, dtype=dtype)
+    except (TypeError, ValueError) as e:
+        raise SSVMInputError(f"{field}: expected a numeric array of one shape, got {type(x).__name__} "
+                             f"({str(e).splitlines()[0][:80]})") from None
+
+
+def integer_labels(y, field: str) -> torch.Tensor:
+    """``y`` as int64 labels: integer dtypes are accepted, floats only with integral values (never truncated)."""
+    arr = np.asarray(y)
+    if arr.dtype.kind == "f" and np.isfinite(arr).all() and (arr == np.round(arr)).all():
+        arr = arr.astype(np.int64)
+    if arr.dtype.kind not in "iu":
+        raise SSVMInputError(f"{field}: expected integer labels, got {arr.dtype} values "
+                             f"{arr.reshape(-1)[:3].tolist()} (labels are never rounded)")
+    return torch.as_tensor(arr.astype(np.int64))
+
+
 _VERIFIED: dict = {}      # (path, size, mtime) -> True: a file is hashed once per process
 
 
@@ -83,6 +106,8 @@ class ChainData:
               getattr(self.Y, "shape", type(self.Y)))
         check(self.Y.shape[0] == self.X.shape[0], "Y", f"one label per row of X ({self.X.shape[0]})",
               self.Y.shape[0])
+        if self.Y.dtype != torch.int64 and not self.Y.is_floating_point() and self.Y.dtype != torch.bool:
+            self.Y = self.Y.to(torch.int64)        # any integer dtype is a label; the kernels index with int64
         check(not self.Y.is_floating_point(), "Y", "an integer tensor", self.Y.dtype)
         check(isinstance(self.n_states, int) and self.n_states >= 1, "n_states", "an int >= 1", self.n_states)
         off = self.offsets
@@ -107,8 +132,8 @@ class ChainData:
         """Build from lists of per-sequence arrays ``xs[i]`` (T_i, F) and ``ys[i]`` (T_i,)."""
         check(len(xs) == len(ys), "ys", f"as many label sequences as feature sequences ({len(xs)})", len(ys))
         check(len(xs) >= 1, "xs", "at least one sequence", 0)
-        xs = [torch.as_tensor(np.asarray(x), dtype=dtype) for x in xs]
-        ys = [torch.as_tensor(np.asarray(y), dtype=torch.int64) for y in ys]
+        xs = [numeric(x, f"xs[{i}]", dtype) for i, x in enumerate(xs)]
+        ys = [integer_labels(y, f"ys[{i}]") for i, y in enumerate(ys)]
         for i, (x, y) in enumerate(zip(xs, ys)):
             check(x.dim() == 2, f"xs[{i}]", "a 2-d array (length, features)", tuple(x.shape))
             check(x.shape[1] == xs[0].shape[1], f"xs[{i}]", f"{xs[0].shape[1]} features like xs[0]", x.shape[1])

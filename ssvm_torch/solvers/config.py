@@ -48,10 +48,14 @@ class SolverConfig:
     def validate(self) -> "SolverConfig":
         check_choice(self.solver, "solver", SOLVERS)
         check_choice(self.sampling, "sampling", SAMPLERS)
-        check(isinstance(self.gap_check, (int, float)) and self.gap_check > 0, "gap_check", "a number > 0",
-              self.gap_check)
-        check(self.passes > 0, "passes", "a number > 0", self.passes)
-        check(self.gap_threshold >= 0, "gap_threshold", "a number >= 0", self.gap_threshold)
+        check(isinstance(self.gap_check, (int, float)) and math.isfinite(self.gap_check) and self.gap_check > 0,
+              "gap_check", "a finite number > 0", self.gap_check)
+        # the pass budget becomes an oracle-call count: it must be finite
+        check(isinstance(self.passes, (int, float)) and math.isfinite(self.passes) and self.passes > 0, "passes",
+              "a finite number > 0 (use --gap-threshold or --time-budget to stop otherwise)", self.passes)
+        check(isinstance(self.gap_threshold, (int, float)) and math.isfinite(self.gap_threshold)
+              and self.gap_threshold >= 0, "gap_threshold", "a finite number >= 0", self.gap_threshold)
+        check(isinstance(self.seed, int) and 0 <= self.seed < 2 ** 63, "seed", "an int in [0, 2^63)", self.seed)
         check(self.estimate_threshold >= 0, "estimate_threshold", "a number >= 0", self.estimate_threshold)
         check(self.time_budget > 0, "time_budget", "a number of seconds > 0", self.time_budget)
         check(isinstance(self.recompute_every, int) and self.recompute_every >= 1, "recompute_every",

@@ -252,11 +252,18 @@ class Solver:
                 "sets": copy.deepcopy(self.sets)}
 
     def load_state_dict(self, s: dict) -> None:
+        missing = {"config", "dual", "sampler", "stale", "state"} - set(s)
+        if missing:
+            raise SSVMInputError(f"checkpoint: expected a solver state, missing {sorted(missing)}")
         for key in ("solver", "sampling", "seed", "gap_check", "averaging", "step", "cache"):
             if s["config"][key] != getattr(self.cfg, key):
                 raise SSVMInputError(f"checkpoint config.{key}: expected {getattr(self.cfg, key)!r} "
                                      f"(this run), got {s['config'][key]!r}")
-        self.dual.load_state_dict(s["dual"])
+        try:
+            self.dual.load_state_dict(s["dual"])
+        except KeyError as e:
+            raise SSVMInputError(f"checkpoint: its block state lacks {e} (a checkpoint of another structure: "
+                                 f"this run's store is {type(self.dual).__name__})") from None
         self.sampler.load_state_dict(s["sampler"])
         self.sampler.gaps[:] = s["stale"]
         self.state = SolverState(**s["state"])
