@@ -94,16 +94,19 @@ def test_killed_run_resumes_exactly(tmp_path):
     while not ckpt.exists() and time.time() < deadline and proc.poll() is None:
         time.sleep(0.05)
     time.sleep(float(np.random.default_rng().uniform(0.0, 0.3)))
+    assert proc.poll() is None, "the run ended before it could be killed mid-run"
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     assert ckpt.exists(), "the run never wrote a checkpoint"
+    assert not (root / "lightning_logs" / "version_0" / "history.json").exists()     # it died mid-run
     state = torch.load(ckpt, weights_only=True)             # whole, not truncated
     done = state["ssvm_solver"]["solver"]["state"]["history"][-1]["passes"]
     target = done + 4
     resumed = SSVMModule(dataset="ocr-small", lam=0.01, passes=target, gap_check=1, seed=2, gap_threshold=0.0)
     trainer(root).fit(resumed, ckpt_path=ckpt)
-    hist, _ = plain_history(passes=target, gap_check=1, seed=2)
+    hist, w = plain_history(passes=target, gap_check=1, seed=2)
     assert strip(resumed.history) == strip(hist)
+    assert torch.equal(resumed.solver.dual.w, w)                 # bit for bit
 
 
 def test_interrupted_save_keeps_the_previous_checkpoint(tmp_path, monkeypatch):

@@ -1,6 +1,8 @@
 """Callbacks of the Lightning loop."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import lightning as L
 
 
@@ -10,7 +12,12 @@ class GapCheck(L.Callback):
     error with the batched oracle; logs the new record(s); stops the trainer when the gap is
     <= ``gap_threshold`` or the pass / time budget is spent. At the end of fit, writes
     ``history.json`` and ``model.pt``. Runs before ``ModelCheckpoint`` (Lightning orders checkpoint
-    callbacks last), so every epoch-end checkpoint holds the checked state."""
+    callbacks last), so every epoch-end checkpoint holds the checked state.
+
+    When the trainer checkpoints (a ``ModelCheckpoint`` is configured), every gap check also writes
+    ``last.ckpt`` in its directory, atomically: a run killed at any moment can be resumed from its
+    last gap check, whatever the ``ModelCheckpoint`` options (with ``save_top_k: 0`` some Lightning
+    versions write ``last.ckpt`` only when training ends)."""
 
     def on_train_epoch_end(self, trainer: L.Trainer, module) -> None:
         solver = module.solver
@@ -24,6 +31,9 @@ class GapCheck(L.Callback):
         module.log_dict(bar, prog_bar=True, logger=False, on_epoch=True)
         if solver.state.done:
             trainer.should_stop = True
+        cb = trainer.checkpoint_callback
+        if cb is not None and getattr(cb, "dirpath", None):
+            trainer.save_checkpoint(Path(cb.dirpath) / f"{cb.CHECKPOINT_NAME_LAST}{cb.FILE_EXTENSION}")
 
     def on_train_end(self, trainer: L.Trainer, module) -> None:
         if not trainer.is_global_zero:
