@@ -1,20 +1,34 @@
 #!/usr/bin/env bash
 # Create or reuse the project's virtual environment (.venv) and install the package into it.
 # Re-installs only when pyproject.toml or constraints.txt changed since the last install.
+# Prints one line per step; pip's own output goes to .venv/pip-install.log (shown if a step fails).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 venv="${SSVM_VENV:-$root/.venv}"
 py="${PYTHON:-python3}"
+t0=$SECONDS
 if [ ! -x "$venv/bin/python" ]; then
   echo "[env] creating $venv" >&2
   "$py" -m venv "$venv"
 fi
 stamp="$venv/.ssvm-torch-stamp"
+log="$venv/pip-install.log"
 want="$(cat "$root/pyproject.toml" "$root/constraints.txt" | sha256sum | cut -d' ' -f1)"
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
-  echo "[env] installing ssvm-torch[dev] with constraints.txt (torch pinned to the CPU wheel)" >&2
-  "$venv/bin/python" -m pip install -q --upgrade pip >&2
-  "$venv/bin/python" -m pip install -q -c "$root/constraints.txt" -e "$root[dev]" >&2
+  step() {
+    echo "[env] $1 (log: $log)" >&2
+    shift
+    if ! "$@" >>"$log" 2>&1; then
+      echo "[env] failed; the end of $log:" >&2
+      tail -n 30 "$log" >&2
+      exit 1
+    fi
+  }
+  : >"$log"
+  step "upgrading pip" "$venv/bin/python" -m pip install --upgrade pip
+  step "installing ssvm-torch[dev] with constraints.txt (torch pinned to the CPU wheel; about a minute)" \
+    "$venv/bin/python" -m pip install -c "$root/constraints.txt" -e "$root[dev]"
   echo "$want" > "$stamp"
+  echo "[env] ready in $((SECONDS - t0)) s: $venv (ssvm-train and ssvm-path are in $venv/bin)" >&2
 fi
 echo "$venv"

@@ -105,3 +105,20 @@ def test_cli_segmentation_refuses_averaging(tmp_path, capsys):
     assert main(["--dataset", "segmentation-synth", "--averaging", "--passes", "1", "--out", str(tmp_path)]) == 2
     assert "averaging: not supported with box constraints" in capsys.readouterr().err
     assert main(["--dataset", "scene", "--unary-only", "--passes", "1", "--out", str(tmp_path)]) == 2
+
+
+@pytest.mark.parametrize("module", ["ssvm_torch.cli.train", "ssvm_torch.cli.path"])
+def test_every_option_has_help_and_default(module):
+    import importlib
+    import re
+    parser = importlib.import_module(module).build_parser()
+    assert parser.description and parser.description.endswith(".") and "``" not in parser.description
+    text = parser.format_help().split("options:", 1)[1]
+    entries = re.split(r"\n(?=  -)", text.strip("\n"))
+    assert len(entries) >= 15
+    for entry in entries:
+        first, *rest = entry.splitlines()
+        described = re.search(r"\S\s{2,}\S", first.strip()) or any(line.strip() for line in rest)
+        assert described, f"{module}: {first.strip()} has no help text"
+        if "(default: None)" in entry:                          # a None default is explained
+            assert "None = " in " ".join(entry.split()), f"{module}: {first.strip()} does not say what None means"

@@ -28,27 +28,30 @@ from ..tasks import TASKS, Problem, load_task
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="ssvm-path", description=__doc__.split("\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--dataset", default="ocr-small", help=f"one of {list(TASKS)}")
-    p.add_argument("--train-size", type=int, default=None)
+    p = argparse.ArgumentParser(
+        prog="ssvm-path", formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        description="Compute the eps-approximate (or heuristic) regularization path of a structured SVM for all "
+                    "lambda (Osokin et al. 2016, Alg. 6-7), optionally with the grid-search baselines. Writes "
+                    "path.pt, path.json and config.json to --out.")
+    p.add_argument("--dataset", default="ocr-small", help=f"one of {', '.join(TASKS)}")
+    p.add_argument("--train-size", type=int, default=None, help="keep the first N training examples (where supported); None = all")
     p.add_argument("--eps", type=float, default=0.1, help="duality gap guaranteed along the path")
     p.add_argument("--kappa", type=float, default=None,
-                   help="solve each breakpoint to kappa * eps (default 0.9; 0.7 with --heuristic)")
+                   help="solve each breakpoint to kappa * eps; None = 0.9, or 0.7 with --heuristic")
     p.add_argument("--heuristic", action="store_true", help="App. K: stop on stale gap estimates (not certified)")
     p.add_argument("--lam-min", type=float, default=1e-5, help="stop the path below this lambda")
-    p.add_argument("--sampling", choices=sorted(SAMPLERS), default="gap")
-    p.add_argument("--step", choices=STEPS, default="fw")
-    p.add_argument("--cache", action="store_true")
+    p.add_argument("--sampling", choices=sorted(SAMPLERS), default="gap", help="BCFW block sampling")
+    p.add_argument("--step", choices=STEPS, default="fw", help="BCFW step: fw, pairwise, away or best")
+    p.add_argument("--cache", action="store_true", help="gap-based caching of corners (Alg. 5)")
     p.add_argument("--gap-check", type=float, default=1, help="passes of block steps between exact gap checks")
     p.add_argument("--max-passes", type=float, default=1000, help="cap on each breakpoint's solve")
     p.add_argument("--grid", action="store_true", help="also run grid search 2^15 ... 2^-15, warm and cold")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--device", default="cpu")
-    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--seed", type=int, default=0, help="seed of the block sampling")
+    p.add_argument("--device", default="cpu", help="where the solver state lives: cpu or cuda[:N]")
+    p.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
     p.add_argument("--out", default="runs/path", help="output directory (refused if it holds another run)")
     p.add_argument("--overwrite", action="store_true", help="replace the run already in --out")
-    p.add_argument("--quiet", action="store_true")
+    p.add_argument("--quiet", action="store_true", help="print nothing but errors")
     return p
 
 

@@ -27,42 +27,52 @@ from ..tasks import TASKS, get_task, load_task
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="ssvm-train", description=__doc__.split("\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--dataset", default="ocr-small", help=f"one of {list(TASKS)}")
+    p = argparse.ArgumentParser(
+        prog="ssvm-train", formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        description="Train a structured SVM with batch FW, BCFW (uniform, permutation or gap sampling; FW, "
+                    "pairwise, away or best steps; optional caching) or SSG, and report the exact duality gap "
+                    "and the test error. Writes history.json, model.pt and config.json to --out.")
+    p.add_argument("--dataset", default="ocr-small", help=f"one of {', '.join(TASKS)}")
     p.add_argument("--train-size", type=int, default=None,
-                   help="conll2000 / segmentation-synth / pose-synth / hansards: keep the first N training examples")
+                   help="conll2000 / segmentation-synth / pose-synth / hansards: keep the first N training "
+                        "examples; None = all")
     p.add_argument("--unary-only", action="store_true",
                    help="segmentation-synth / pose-synth: drop the pairwise features (the unaries-only baseline)")
-    p.add_argument("--lam", type=float, default=None, help="regularization lambda of objective (1); default 1/n")
-    p.add_argument("--solver", choices=SOLVERS, default="bcfw")
-    p.add_argument("--sampling", choices=sorted(SAMPLERS), default="gap")
+    p.add_argument("--lam", type=float, default=None,
+                   help="regularization lambda of objective (1), lam/2 |w|^2 + 1/n sum_i H_i(w); None = 1/n")
+    p.add_argument("--solver", choices=SOLVERS, default="bcfw",
+                   help="fw: batch Frank-Wolfe; bcfw: block-coordinate FW; ssg: stochastic subgradient")
+    p.add_argument("--sampling", choices=sorted(SAMPLERS), default="gap",
+                   help="block sampling: uniform, a fresh permutation per pass, or gap sampling (p_i ~ g_i)")
     p.add_argument("--step", choices=STEPS, default="fw",
                    help="BCFW step: fw (Alg. 1), pairwise (BCPFW, Alg. 3), away (BCAFW, Alg. 4), best of the three")
     p.add_argument("--cache", action="store_true", help="gap-based caching of corners (Alg. 5)")
     p.add_argument("--cache-F", type=float, default=0.25, help="cache hit if g_hat >= max(F g_i, nu g / n)")
-    p.add_argument("--cache-nu", type=float, default=0.01)
+    p.add_argument("--cache-nu", type=float, default=0.01, help="nu of the cache test above")
     p.add_argument("--max-cache", type=int, default=50, help="cache entries per block")
     p.add_argument("--gap-check", type=float, default=10,
                    help="passes of block steps between exact gap checks (fractional: e.g. 0.1 = every n/10 steps)")
     p.add_argument("--gap-refresh", type=int, default=1,
                    help="every k-th gap check refreshes the sampler's block gaps (0: never; others only monitor)")
-    p.add_argument("--passes", type=float, default=50, help="maximum effective passes (gap passes included)")
+    p.add_argument("--passes", type=float, default=50,
+                   help="budget of effective passes (n oracle calls each, counted gap passes included); the run "
+                        "stops at the first gap check at or after it, so the last record may show a little more")
     p.add_argument("--gap-threshold", type=float, default=0.0, help="stop when the exact duality gap <= this")
     p.add_argument("--time-budget", type=float, default=math.inf, help="stop after this many solver seconds")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="seed of the block sampling (a seed gives one trajectory)")
     p.add_argument("--averaging", action="store_true", help="also report the weighted average (rho = 2/(k+2))")
     p.add_argument("--recompute-every", type=int, default=10, help="passes between exact recomputations of w")
-    p.add_argument("--device", default="cpu")
-    p.add_argument("--dtype", choices=["float64", "float32"], default="float64")
+    p.add_argument("--device", default="cpu", help="where the solver state lives: cpu or cuda[:N]")
+    p.add_argument("--dtype", choices=["float64", "float32"], default="float64",
+                   help="precision of the solver state (float64 keeps gaps exact to ~1e-12)")
     p.add_argument("--kernels", choices=KERNELS, default="auto",
                    help="chain store backend: numba (CPU float64), torch (any device), auto = numba where it applies")
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads (1 keeps batch-1 steps steady)")
     p.add_argument("--out", default="runs/latest", help="output directory (refused if it holds another run)")
     p.add_argument("--overwrite", action="store_true", help="replace the run already in --out")
     p.add_argument("--checkpoint", action="store_true", help="save the solver state at every gap check")
-    p.add_argument("--resume", default=None, help="checkpoint.pt to resume from (same options)")
-    p.add_argument("--quiet", action="store_true")
+    p.add_argument("--resume", default=None, help="checkpoint.pt to resume from (same options); None = a new run")
+    p.add_argument("--quiet", action="store_true", help="print nothing but errors")
     return p
 
 
