@@ -160,8 +160,8 @@ def test_cli_recipe_runs_and_resumes(tmp_path):
     r = subprocess.run(base + ["--model.passes", "4", "--ckpt_path", str(v0 / "checkpoints" / "last.ckpt")],
                        capture_output=True, text=True, cwd=ROOT)
     assert r.returncode == 0, r.stderr[-2000:]
-    hist = json.loads((root / "lightning_logs" / "version_1" / "history.json").read_text())
-    assert [h["passes"] for h in hist] == [0.0, 2.0, 4.0]
+    hist = json.loads((v0 / "history.json").read_text())           # the resumed run continues in its directory
+    assert [h["passes"] for h in hist] == [0.0, 2.0, 4.0] and not (root / "lightning_logs" / "version_1").exists()
     bad = subprocess.run(base + ["--model.solver", "newton"], capture_output=True, text=True, cwd=ROOT)
     assert bad.returncode != 0 and "solver" in bad.stderr and "newton" in bad.stderr
 
@@ -186,3 +186,23 @@ def test_gpu_accelerator_needs_no_code_change(tmp_path):
     assert module.solver.dual.w.is_cuda
     hist, _ = plain_history(passes=4, gap_check=2, seed=3)
     assert [r["gap"] for r in module.history] == pytest.approx([r["gap"] for r in hist], rel=1e-6)
+
+
+def test_version_directories_are_claimed_and_resume_stays_in_its_own(tmp_path, capsys):
+    from ssvm_torch.lightning.__main__ import claim_version, main
+    logs = tmp_path / "claims"
+    assert [claim_version(logs) for _ in range(2)] == ["version_0", "version_1"]
+    (logs / "version_7").mkdir()
+    assert claim_version(logs) == "version_8"                   # never a directory another run holds
+    root = tmp_path / "root"
+    base = ["fit", "--config", str(ROOT / "recipes" / "ocr_small.yaml"), "--model.gap_check", "1",
+            "--trainer.default_root_dir", str(root), "--trainer.enable_progress_bar", "false"]
+    assert main(base + ["--model.passes", "2"]) == 0
+    ckpt = root / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt"
+    assert main(base + ["--model.passes", "6", "--ckpt_path", str(ckpt)]) == 0
+    assert [p.name for p in (root / "lightning_logs").iterdir()] == ["version_0"]   # one run, one directory
+    hist = json.loads((root / "lightning_logs" / "version_0" / "history.json").read_text())
+    assert [r["passes"] for r in hist] == [0.0, 2.0, 4.0, 6.0]
+    assert main(base + ["--model.lam", "abc"]) == 2
+    err = capsys.readouterr().err
+    assert "python -m ssvm_torch.lightning: error:" in err and "model.lam" in err and err.count("\n") == 1

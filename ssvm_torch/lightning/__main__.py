@@ -9,11 +9,28 @@ given explicitly as ``--model.<name>`` flags (e.g. ``--model.passes 400`` to ext
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
+from jsonargparse import ArgumentError
+from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.cli import LightningCLI
+from lightning.pytorch.loggers import TensorBoardLogger
 
 from ..errors import SSVMInputError
 from .module import SSVMModule
+
+
+def claim_version(logs: Path) -> str:
+    """Create and return the next free ``version_N`` under ``logs`` (``os.mkdir`` is atomic)."""
+    logs.mkdir(parents=True, exist_ok=True)
+    taken = [int(p.name[8:]) for p in logs.glob("version_*") if p.name[8:].isdigit()]
+    n = max(taken) + 1 if taken else 0
+    while True:
+        try:
+            (logs / f"version_{n}").mkdir()
+            return f"version_{n}"
+        except FileExistsError:
+            n += 1
 
 
 def _explicit_model_flags(argv: list[str]) -> list[str]:
@@ -21,6 +38,13 @@ def _explicit_model_flags(argv: list[str]) -> list[str]:
 
 
 class SSVMCLI(LightningCLI):
+    """LightningCLI with ``fit`` only (evaluation is part of every gap check; the history and model
+    files hold it), explicit ``--model.*`` flags winning over a checkpoint's hyper-parameters."""
+
+    @staticmethod
+    def subcommands() -> dict:
+        return {"fit": LightningCLI.subcommands()["fit"]}
+
     def _parse_ckpt_path(self) -> None:
         sub = self.config.get("subcommand")
         argv = self._argv if self._argv is not None else sys.argv[1:]
@@ -29,17 +53,50 @@ class SSVMCLI(LightningCLI):
         for k, v in given.items():          # explicit command-line flags win over the checkpoint's
             self.config[f"{sub}.model.{k}"] = v
 
+    def instantiate_trainer(self, **kwargs):
+        """The default TensorBoard logger gets a version directory of its own: the checkpoint's when
+        resuming (one run, one set of curves), else a fresh ``version_N`` claimed atomically (two
+        runs started together under one root never share one)."""
+        trainer = super().instantiate_trainer(**kwargs)
+        sub = self.config.get("subcommand")
+        cfg = self.config[sub] if sub else self.config
+        if cfg["trainer"].get("logger") not in (None, True) or not isinstance(trainer.logger, TensorBoardLogger):
+            return trainer                           # a logger the user configured is left alone
+        root = Path(trainer.default_root_dir)
+        ckpt = cfg.get("ckpt_path")
+        version = None
+        if ckpt and Path(ckpt).parent.name == "checkpoints":
+            version = Path(ckpt).parent.parent.name
+        if version is None:
+            version = claim_version(root / "lightning_logs")
+        trainer.logger = TensorBoardLogger(save_dir=str(root), name="lightning_logs", version=version)
+        return trainer
+
     def parse_arguments(self, parser, args) -> None:
         self._argv = list(args) if isinstance(args, (list, tuple)) else None
         super().parse_arguments(parser, args)
 
 
+PROG = "python -m ssvm_torch.lightning"
+
+
 def main(args=None) -> int:
     try:
         SSVMCLI(SSVMModule, save_config_kwargs={"overwrite": True},
-                trainer_defaults={"max_epochs": -1, "num_sanity_val_steps": 0}, args=args)
+                trainer_defaults={"max_epochs": -1, "num_sanity_val_steps": 0}, args=args,
+                parser_kwargs={"prog": PROG, "exit_on_error": False})
     except SSVMInputError as e:
-        print(f"ssvm_torch.lightning: error: {e}", file=sys.stderr)
+        print(f"{PROG}: error: {e}", file=sys.stderr)
+        return 2
+    except ArgumentError as e:                     # a bad flag or value: one line, not the usage dump
+        print(f"{PROG}: error: {' '.join(str(e).split())[:400]}", file=sys.stderr)
+        return 2
+    except MisconfigurationException as e:         # e.g. --trainer.accelerator gpu without a GPU
+        print(f"{PROG}: error: trainer: {e}", file=sys.stderr)
+        return 2
+    except (NotADirectoryError, FileExistsError, PermissionError) as e:
+        print(f"{PROG}: error: trainer.default_root_dir: cannot write logs at {e.filename} ({e.strerror})",
+              file=sys.stderr)
         return 2
     return 0
 
