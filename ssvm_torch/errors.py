@@ -33,6 +33,16 @@ def check_finite(t: torch.Tensor, field: str) -> None:
         raise SSVMInputError(f"{field}: expected finite values, found {bad} NaN/inf entries")
 
 
+def warn_scale(t: torch.Tensor, field: str, limit: float = 1e100) -> None:
+    """Warn when values are so large that products of them with w overflow or swamp float64."""
+    if t.numel() and t.is_floating_point():
+        top = float(t.detach().abs().max())
+        if top > limit:
+            import warnings
+            warnings.warn(f"{field}: values up to {top:.3g}; scores <w, phi> of such features overflow or lose all "
+                          "precision in float64 and the steps stall; rescale the features", stacklevel=3)
+
+
 def check_choice(value: str, field: str, choices) -> str:
     check(value in choices, field, f"one of {sorted(choices)}", repr(value))
     return value

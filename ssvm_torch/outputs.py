@@ -228,6 +228,14 @@ class RunDir:
     def __exit__(self, *exc) -> None:
         self.release()
 
+    def require_free(self, nbytes: int, what: str) -> None:
+        """Refuse to start when the disk cannot hold ``what`` (``nbytes``, with a 20% margin)."""
+        import shutil
+        free = shutil.disk_usage(self.path).free
+        if free < 1.2 * nbytes:
+            raise SSVMInputError(f"out: {self.path} has {free / 2**20:.0f} MB free, {what} needs about "
+                                 f"{1.2 * nbytes / 2**20:.0f} MB")
+
     def write_config(self, config: dict) -> Path:
         """config.json: what the run was (dataset, lambda, seed, solver options, ...) and with what
         (package versions, git revision)."""

@@ -227,3 +227,28 @@ def test_labels_and_features_are_never_coerced_silently():
     direct = ChainData(torch.zeros(3, 2), torch.tensor([0, 1, 2], dtype=torch.int32), torch.tensor([0, 3]), 3)
     assert direct.Y.dtype == torch.int64
     assert ChainData.from_sequences(x, [np.array([0.0, 1.0, 2.0])], 3).Y.tolist() == [0, 1, 2]
+
+
+def test_extreme_scales_are_warned_about():
+    from ssvm_torch import ChainData, FlatData
+    with pytest.warns(UserWarning, match="X: values up to 1e.308"):
+        ChainData.from_sequences([np.full((2, 2), 1e308)], [np.array([0, 1])], 2)
+    with pytest.warns(UserWarning, match="X: values up to"):
+        FlatData(np.full((3, 2), 1e200), np.array([0, 1, 0]))
+    task = load_task("ocr-small")
+    with pytest.warns(UserWarning, match="lam: lam n = .* outside"):
+        task.lam(1e300)
+
+
+def test_lightning_errors_in_one_line(tmp_path, capsys):
+    from ssvm_torch.lightning.__main__ import main as lightning_main
+    a_file = tmp_path / "file"
+    a_file.write_text("x")
+    base = ["fit", "--config", str(Path(__file__).resolve().parents[1] / "recipes" / "ocr_small.yaml"),
+            "--model.passes", "1", "--trainer.enable_progress_bar", "false"]
+    assert lightning_main(base + ["--trainer.default_root_dir", str(a_file)]) == 2
+    assert "trainer.default_root_dir: cannot write logs" in capsys.readouterr().err
+    if not torch.cuda.is_available():
+        assert lightning_main(base + ["--trainer.default_root_dir", str(tmp_path / "r"),
+                                      "--trainer.accelerator", "gpu"]) == 2
+        assert "error: trainer:" in capsys.readouterr().err

@@ -126,6 +126,10 @@ def _train(args, device, dtype, run_dir: RunDir) -> dict:
             save_checkpoint(out / "checkpoint.pt", solver.state_dict(), identity)
 
     solver = Solver(dual, cfg, evaluate=task.evaluate, progress=progress)
+    if args.checkpoint:          # the first checkpoint is written at the first gap check: room for it now
+        state = dual.state_dict()
+        run_dir.require_free(sum(t.numel() * t.element_size() for t in state.values() if torch.is_tensor(t)),
+                             "one checkpoint")
     if args.resume:
         solver.load_state_dict(load_checkpoint(args.resume, identity))
     if not args.quiet:
@@ -143,7 +147,9 @@ def _train(args, device, dtype, run_dir: RunDir) -> dict:
     save_model(out, dual.w, dual.ell, lam, args.dataset, task.describe())
     if not args.quiet:
         gap = "n/a (SSG keeps no dual)" if last["gap"] is None else f"{last['gap']:.6e}"
-        print(f"stopped: {solver.state.stop_reason} after {last['passes']:.1f} effective passes, "
+        budget = f" (budget {args.passes:g}; a run stops at the first gap check at or after it)" \
+            if solver.state.stop_reason == "passes" and last["passes"] > args.passes else ""
+        print(f"stopped: {solver.state.stop_reason} after {last['passes']:.1f} effective passes{budget}, "
               f"{last['time_s']:.2f} s solver time ({wall:.2f} s wall incl. evaluation)")
         print(f"exact duality gap: {gap}")
         if "cache_hit_rate" in last:

@@ -13,7 +13,7 @@ import numpy as np
 import torch
 from scipy.optimize import linear_sum_assignment
 
-from ..errors import check, check_finite
+from ..errors import check, check_finite, warn_scale
 from .types import integer_labels, numeric
 
 
@@ -34,6 +34,7 @@ class FlatData:
         check(self.Y.dim() in (1, 2) and self.Y.shape[0] == self.X.shape[0], "Y",
               f"({self.X.shape[0]},) class labels or a ({self.X.shape[0]}, L) 0/1 array", tuple(self.Y.shape))
         check_finite(self.X, "X")
+        warn_scale(self.X, "X")
 
     @property
     def n(self) -> int:

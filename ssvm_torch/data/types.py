@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..errors import SSVMInputError, check, check_finite
+from ..errors import SSVMInputError, check, check_finite, warn_scale
 
 
 def data_dir() -> Path:
@@ -126,6 +126,7 @@ class ChainData:
             check(lo >= 0 and hi <= top, "Y", f"labels in [0, {top}]", f"range [{lo}, {hi}]")
         check(self.X.layout in (torch.strided, torch.sparse_csr), "X", "a dense or sparse CSR tensor", self.X.layout)
         check_finite(self.X.values() if self.is_sparse else self.X, "X")
+        warn_scale(self.X.values() if self.is_sparse else self.X, "X")
 
     @classmethod
     def from_sequences(cls, xs, ys, n_states: int, name: str = "chain", dtype=torch.float64) -> "ChainData":
