@@ -162,6 +162,7 @@ def test_cli_recipe_runs_and_resumes(tmp_path):
     assert r.returncode == 0, r.stderr[-2000:]
     hist = json.loads((v0 / "history.json").read_text())           # the resumed run continues in its directory
     assert [h["passes"] for h in hist] == [0.0, 2.0, 4.0] and not (root / "lightning_logs" / "version_1").exists()
+    assert "resumed at 2.0 effective passes" in r.stdout
     bad = subprocess.run(base + ["--model.solver", "newton"], capture_output=True, text=True, cwd=ROOT)
     assert bad.returncode != 0 and "solver" in bad.stderr and "newton" in bad.stderr
 

@@ -140,6 +140,9 @@ class SSVMModule(L.LightningModule):
 
     # -- the loop -------------------------------------------------------------------------------
     def on_train_start(self) -> None:
+        if self.history and self.trainer.is_global_zero:       # restored by on_load_checkpoint
+            print(f"resumed at {self.solver.passes:.1f} effective passes ({len(self.history)} history records)",
+                  flush=True)
         self.solver.start()
         self.log_records()
 
