@@ -33,7 +33,9 @@ class GapCheck(L.Callback):
             trainer.should_stop = True
         cb = trainer.checkpoint_callback
         if cb is not None and getattr(cb, "dirpath", None):
-            trainer.save_checkpoint(Path(cb.dirpath) / f"{cb.CHECKPOINT_NAME_LAST}{cb.FILE_EXTENSION}")
+            # weights_only=False: the full checkpoint (loops, callbacks, optimizer), which resuming needs
+            trainer.save_checkpoint(Path(cb.dirpath) / f"{cb.CHECKPOINT_NAME_LAST}{cb.FILE_EXTENSION}",
+                                    weights_only=False)
 
     def on_train_end(self, trainer: L.Trainer, module) -> None:
         if not trainer.is_global_zero:
