@@ -78,6 +78,7 @@ class Task:
     description: str
     train_size: bool = False          # supports keeping the first N training examples
     unary_only: bool = False          # has a pairwise part that can be dropped (the unaries-only baseline)
+    sequences: bool = False           # its data are ChainData (load_dataset)
 
     def load(self, train_size: int | None = None, unary_only: bool = False, device=None,
              dtype=torch.float64) -> Problem:
@@ -97,13 +98,8 @@ def _keep(n: int, train_size: int | None) -> int:
     return train_size
 
 
-def _chain(name, train_size=None, unary_only=False, device=None, dtype=torch.float64) -> Problem:
-    """OCR words (Taskar et al. 2003) or CoNLL-2000 chunking as a first-order chain (Viterbi)."""
-    if name == "conll2000":
-        from .data.conll import load_conll2000
-        train, test = load_conll2000(train_size)
-    else:
-        train, test = load_ocr(name.split("-")[1])
+def _chain_problem(name, train: ChainData, test: ChainData, unit: str, position: str) -> Problem:
+    """A first-order chain (Viterbi) on sequence data; test_f1 where the data name chunk tags."""
     model = ChainModel.for_data(train)
 
     def evaluate(w):
@@ -116,28 +112,43 @@ def _chain(name, train_size=None, unary_only=False, device=None, dtype=torch.flo
             from .data.conll import chunk_f1
             rec["test_f1"] = chunk_f1(test, labels)["f1"]
         return rec
-    unit = "sentence" if name == "conll2000" else "word"
-    return Problem(name, model, train, test, evaluate, f"per {unit}, normalized Hamming",
-                   f"per-{'token' if unit == 'sentence' else 'letter'} error")
+    return Problem(name, model, train, test, evaluate, f"per {unit}, normalized Hamming", position)
 
 
-def _flat(name, train_size=None, unary_only=False, device=None, dtype=torch.float64) -> Problem:
-    """Scene (multi-label, full pairwise graph, exact enumeration) or OCR letters (multiclass)."""
-    if name == "scene":
-        train, test = (FlatData(X, Y) for X, Y in _pairs(load_scene(dtype)))
-        model = MultiLabelModel.for_data(train)
-        names = ("Hamming loss, fraction of wrong labels", "per-image 0/1 error")
-    else:
-        train, test = (FlatData(X, Y) for X, Y in _pairs(load_ocr_letters("small", dtype)))  # n x d = 4,617 x 3,354
-        model = MulticlassModel.for_data(train, 26)
-        names = ("0/1 error per letter", "0/1 error per letter")
+def _ocr(name, train_size=None, unary_only=False, device=None, dtype=torch.float64) -> Problem:
+    """OCR words (Taskar et al. 2003) with the papers' splits."""
+    train, test = load_ocr(name.split("-")[1])
+    return _chain_problem(name, train, test, "word", "per-letter error")
 
+
+def _conll(name, train_size=None, unary_only=False, device=None, dtype=torch.float64) -> Problem:
+    """CoNLL-2000 chunking with sparse attributes; ``train_size`` keeps the first N sentences."""
+    from .data.conll import load_conll2000
+    train, test = load_conll2000(train_size)
+    return _chain_problem(name, train, test, "sentence", "per-token error")
+
+
+def _flat_problem(name, model, train: FlatData, test: FlatData, dtype, names) -> Problem:
     def evaluate(w):
         w = w.detach().to("cpu", dtype)
         te = model.metrics(w, test)
         return {"train_error": model.metrics(w, train)["error"], "test_error": te["error"],
                 "test_position_error": te.get("example_error", te["error"])}
     return Problem(name, model, train, test, evaluate, *names)
+
+
+def _scene(name, train_size=None, unary_only=False, device=None, dtype=torch.float64) -> Problem:
+    """Scene multi-label (full pairwise label graph, exact enumeration)."""
+    train, test = (FlatData(X, Y) for X, Y in _pairs(load_scene(dtype)))
+    return _flat_problem(name, MultiLabelModel.for_data(train), train, test, dtype,
+                         ("Hamming loss, fraction of wrong labels", "per-image 0/1 error"))
+
+
+def _ocr_letters(name, train_size=None, unary_only=False, device=None, dtype=torch.float64) -> Problem:
+    """OCR letters as independent multiclass examples (dense blocks: n x d = 4,617 x 3,354)."""
+    train, test = (FlatData(X, Y) for X, Y in _pairs(load_ocr_letters("small", dtype)))
+    return _flat_problem(name, MulticlassModel.for_data(train, 26), train, test, dtype,
+                         ("0/1 error per letter", "0/1 error per letter"))
 
 
 def _pairs(four):
@@ -202,11 +213,12 @@ def _hansards(name, train_size=None, unary_only=False, device=None, dtype=torch.
 
 
 TASKS: dict[str, Task] = {t.name: t for t in (
-    Task("ocr-small", _chain, "OCR words, train fold 0 (626 words), test folds 1-9"),
-    Task("ocr-large", _chain, "OCR words, train folds 1-9 (6,251 words), test fold 0"),
-    Task("conll2000", _chain, "CoNLL-2000 chunking, sparse Sha & Pereira attributes", train_size=True),
-    Task("scene", _flat, "scene multi-label (6 labels, full pairwise graph)"),
-    Task("ocr-letters", _flat, "OCR letters as independent multiclass examples"),
+    Task("ocr-small", _ocr, "OCR words, train fold 0 (626 words), test folds 1-9", sequences=True),
+    Task("ocr-large", _ocr, "OCR words, train folds 1-9 (6,251 words), test fold 0", sequences=True),
+    Task("conll2000", _conll, "CoNLL-2000 chunking, sparse Sha & Pereira attributes", train_size=True,
+         sequences=True),
+    Task("scene", _scene, "scene multi-label (6 labels, full pairwise graph)"),
+    Task("ocr-letters", _ocr_letters, "OCR letters as independent multiclass examples"),
     Task("segmentation-synth", _segmentation, "graph-cut segmentation of synthetic superpixel graphs",
          train_size=True, unary_only=True),
     Task("pose-synth", _pose, "tree-structured pose of synthetic stick figures", train_size=True, unary_only=True),
@@ -229,8 +241,8 @@ def load_task(name: str, train_size: int | None = None, unary_only: bool = False
 def load_dataset(name: str, train_size: int | None = None) -> tuple[ChainData, ChainData]:
     """(train, test) :class:`ChainData` of a shipped sequence dataset (ocr-small, ocr-large, conll2000)."""
     task = get_task(name)
-    if task.build is not _chain:
-        raise SSVMInputError(f"dataset: expected a sequence dataset {[n for n, t in TASKS.items() if t.build is _chain]}, "
+    if not task.sequences:
+        raise SSVMInputError(f"dataset: expected a sequence dataset {[n for n, t in TASKS.items() if t.sequences]}, "
                              f"got {name!r}")
     p = task.load(train_size=train_size)
     return p.train, p.test
