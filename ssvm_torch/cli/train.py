@@ -95,18 +95,17 @@ def run(args) -> dict:
     dtype = getattr(torch, args.dtype)
     if args.resume is not None and not Path(args.resume).is_file():
         raise SSVMInputError(f"resume: expected a checkpoint file, {args.resume} does not exist")
-    SolverConfig.from_options(args).validate()                   # bad options fail before the directory is touched
+    cfg = SolverConfig.from_options(args).validate()             # bad options fail before the directory is touched
     get_task(args.dataset)
     with RunDir(args.out, overwrite=args.overwrite, resume=args.resume) as run_dir:   # before any work
-        return _train(args, device, dtype, run_dir)
+        return _train(args, cfg, device, dtype, run_dir)
 
 
-def _train(args, device, dtype, run_dir: RunDir) -> dict:
+def _train(args, cfg: SolverConfig, device, dtype, run_dir: RunDir) -> dict:
     task = load_task(args.dataset, train_size=args.train_size, unary_only=args.unary_only, device=device,
                      dtype=dtype)
     lam = task.lam(args.lam)
     dual = task.store(lam, device=device, dtype=dtype, kernels=args.kernels)
-    cfg = SolverConfig.from_options(args).validate()
     out = run_dir.path
     run_dir.write_config({"command": "ssvm-train", "dataset": args.dataset, "train_size": args.train_size,
                           "unary_only": args.unary_only, "lam": lam, "device": str(device), "dtype": args.dtype,

@@ -183,7 +183,7 @@ class ChainModel(StructuredModel):
 
     @staticmethod
     def key(labeling) -> bytes:
-        return np.asarray(torch.as_tensor(labeling).cpu(), dtype=np.int64).tobytes()
+        return np.asarray(labeling.cpu() if torch.is_tensor(labeling) else labeling, dtype=np.int64).tobytes()
 
     def phi(self, data: ChainData, idx, labels) -> torch.Tensor:
         """Dense joint features of padded labelings (B, T_max): (B, d). Small data only."""

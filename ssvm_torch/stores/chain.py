@@ -130,9 +130,8 @@ class ChainDual(BlockDual):
         s, e = int(self.offsets[i]), int(self.offsets[i + 1])
         return self.Y[s:e].cpu().numpy().copy()
 
-    @staticmethod
-    def key(labeling) -> bytes:
-        return np.asarray(labeling, dtype=np.int64).tobytes()
+    def key(self, labeling) -> bytes:
+        return self.model.key(labeling)
 
     def loss_of(self, i: int, labeling) -> float:
         s, e = int(self.offsets[i]), int(self.offsets[i + 1])
