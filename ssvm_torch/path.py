@@ -41,6 +41,7 @@ from typing import Callable
 
 import torch
 
+from .devices import from_host
 from .errors import SSVMInputError, check, check_positive
 from .outputs import atomic_write_bytes, load_torch, save_torch
 from .solvers import Solver, SolverConfig
@@ -129,6 +130,11 @@ def _solve(dual, target, cfg_base: SolverConfig, gaps, clock, heuristic, max_pas
     return solver, hist[-1]
 
 
+def _on_device(gaps, dual) -> torch.Tensor:
+    """Block gaps (a tensor, or the sampler's host array) as a tensor beside w."""
+    return gaps.to(dual.w) if torch.is_tensor(gaps) else from_host(gaps, dual.w.device, dual.w.dtype)
+
+
 def _hinge_from_gaps(dual, gaps) -> torch.Tensor:
     """H_i / n = g_i - lam <w_i, w> + ell_i (exact when g_i are exact block gaps at w)."""
     return torch.as_tensor(gaps, dtype=dual.w.dtype, device=dual.w.device) - dual.block_wdots() + dual.ell_i
@@ -199,11 +205,11 @@ def regularization_path(dual: BlockDual, eps: float, kappa: float = 0.9, heurist
             break
         t0 = time.perf_counter()
         dual.rescale(lam_new, rho)
-        gaps = rho * torch.as_tensor(gaps).to(dual.w) + (1 - rho) * Hn          # eq. (12)
+        gaps = rho * _on_device(gaps, dual) + (1 - rho) * Hn          # eq. (12)
         clock.time_s += time.perf_counter() - t0
         solver, last = _solve(dual, kappa * eps, cfg, gaps, clock, heuristic, max_passes)
         if heuristic:
-            gaps = torch.as_tensor(solver.block_gaps.copy()).to(dual.w)
+            gaps = _on_device(solver.block_gaps, dual)
             g = float(gaps.sum())
         else:
             exact = solver.last_gap_pass
@@ -221,8 +227,8 @@ def regularization_path(dual: BlockDual, eps: float, kappa: float = 0.9, heurist
                                stop_reason=solver.state.stop_reason))
         if progress:
             progress(records[-1])
-    return RegPath(torch.tensor(lambdas, dtype=torch.float64), torch.stack(Ws).to(torch.float64),
-                   torch.tensor(ells, dtype=torch.float64), eps, max(lam_end, 0.0), kappa, heuristic, records)
+    return RegPath(torch.tensor(lambdas, dtype=torch.float64, device="cpu"), torch.stack(Ws).to("cpu", torch.float64),
+                   torch.tensor(ells, dtype=torch.float64, device="cpu"), eps, max(lam_end, 0.0), kappa, heuristic, records)
 
 
 def cold_starts(dual: BlockDual) -> Callable[[float], BlockDual]:

@@ -227,13 +227,17 @@ def test_conformance_scores_are_linear_in_w(name):
         assert torch.allclose(o0[finite], o1[finite], atol=1e-12)
 
 
+GAP_RUNS = {"best-cache": dict(step="best", cache=True), "minibatch": dict(batch_size=3)}
+
+
 @each
-def test_conformance_gap_is_independent_primal_minus_dual(name):
+@pytest.mark.parametrize("run", list(GAP_RUNS))
+def test_conformance_gap_is_independent_primal_minus_dual(name, run):
     model, data, nonneg, _ = instance(name)
     lam = 0.1
     store = make_store(model, data, lam, nonnegative=nonneg)
-    hist = Solver(store, SolverConfig(solver="bcfw", sampling="gap", step="best", cache=True, passes=6,
-                                      gap_check=2, seed=4)).run()
+    hist = Solver(store, SolverConfig(solver="bcfw", sampling="gap", passes=6, gap_check=2, seed=4,
+                                      **GAP_RUNS[run])).run()
     w, v = store.w.clone(), store.v.clone()
     H = []
     for i in range(data.n):
@@ -253,9 +257,9 @@ def test_conformance_gap_is_independent_primal_minus_dual(name):
 def test_conformance_store_is_the_sum_of_its_blocks(name):
     model, data, nonneg, _ = instance(name, seed=5)
     store = make_store(model, data, 0.05, nonnegative=nonneg)
-    for step, cache in (("pairwise", True), ("away", False), ("fw", False)):
+    for step, cache, tau in (("pairwise", True, 1), ("away", False, 1), ("fw", False, 1), ("fw", False, 2)):
         Solver(store, SolverConfig(solver="bcfw", sampling="perm", step=step, cache=cache, passes=15, gap_check=15,
-                                   recompute_every=1000, seed=6)).run()
+                                   recompute_every=1000, seed=6, batch_size=tau)).run()
         blocks = sum(store.block_w(i) for i in range(data.n))
         assert torch.allclose(store.v, blocks, atol=1e-10), f"{name} after {step} steps"
     if nonneg is not None:

@@ -13,6 +13,7 @@ import pytest
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 
+from ssvm_torch.devices import host_guard
 from ssvm_torch.errors import SSVMInputError
 from ssvm_torch.lightning import AtomicCheckpointIO, BlockChunks, SSVMModule
 from ssvm_torch.solvers import Solver, SolverConfig
@@ -27,8 +28,9 @@ def strip(history):
 
 def trainer(tmp_path, **kw):
     kw.setdefault("max_epochs", -1)
+    kw.setdefault("callbacks", [ModelCheckpoint(save_top_k=0, save_last=True)])
     return L.Trainer(default_root_dir=tmp_path, enable_progress_bar=False, enable_model_summary=False,
-                     log_every_n_steps=1, callbacks=[ModelCheckpoint(save_top_k=0, save_last=True)], **kw)
+                     log_every_n_steps=1, **kw)
 
 
 def plain_history(dataset="ocr-small", lam=0.01, **cfg):
@@ -39,7 +41,8 @@ def plain_history(dataset="ocr-small", lam=0.01, **cfg):
 
 
 @pytest.mark.parametrize("cfg", [dict(sampling="gap"), dict(sampling="perm", step="best", cache=True),
-                                 dict(solver="fw", gap_check=2)], ids=["gap", "perm-best-cache", "fw"])
+                                 dict(solver="fw", gap_check=2), dict(sampling="gap", batch_size=16)],
+                         ids=["gap", "perm-best-cache", "fw", "minibatch"])
 def test_same_trajectory_as_plain_engine(tmp_path, cfg):
     cfg = {"passes": 6, "gap_check": 2, "seed": 3, **cfg}
     module = SSVMModule(dataset="ocr-small", lam=0.01, **cfg)
@@ -178,6 +181,38 @@ def test_bad_arguments_fail_clearly(tmp_path):
     trainer(tmp_path).fit(module)
     with pytest.raises(SSVMInputError, match="ssvm_solver"):
         module.on_load_checkpoint({"state_dict": {}})
+
+
+class GuardTrainingSteps(L.Callback):
+    """host_guard around every training step (a chunk of solver steps); Lightning's own set-up, data
+    loading and logging stay outside, as they are host-side by design."""
+
+    steps = 0
+
+    def on_train_batch_start(self, trainer, module, batch, batch_idx):
+        self.ctx = host_guard()
+        self.ctx.__enter__()
+
+    def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+        self.ctx.__exit__(None, None, None)
+        self.ctx = None
+        self.steps += 1
+
+    def on_exception(self, trainer, module, exception):
+        if getattr(self, "ctx", None) is not None:
+            self.ctx.__exit__(type(exception), exception, None)
+            self.ctx = None
+
+
+def test_lightning_training_steps_never_leave_the_device(tmp_path):
+    """The CPU guard of the device path (tests/test_device_guard.py, where the gap passes are guarded
+    too) around every Lightning training step on the pure-torch kernels, mini-batch steps included."""
+    module = SSVMModule(dataset="ocr-small", lam=0.01, passes=4, gap_check=1, seed=2, batch_size=32, kernels="torch",
+                        blocks_per_step=5, histograms=False)
+    guard = GuardTrainingSteps()
+    trainer(tmp_path, callbacks=[ModelCheckpoint(save_top_k=0, save_last=True), guard]).fit(module)
+    assert module.solver.dual.kernels == "torch" and module.history[-1]["passes"] >= 4
+    assert guard.steps == 2 * 4                   # 2 epochs of 20 mini-batch steps in chunks of 5
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")

@@ -46,6 +46,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="block sampling: uniform, a fresh permutation per pass, or gap sampling (p_i ~ g_i)")
     p.add_argument("--step", choices=STEPS, default="fw",
                    help="BCFW step: fw (Alg. 1), pairwise (BCPFW, Alg. 3), away (BCAFW, Alg. 4), best of the three")
+    p.add_argument("--batch-size", type=int, default=1,
+                   help="mini-batch BCFW: blocks per step, decoded in one batched oracle call with one exact line "
+                        "search on their joint direction (1 = BCFW, n = batch FW; a GPU wants hundreds)")
     p.add_argument("--cache", action="store_true", help="gap-based caching of corners (Alg. 5)")
     p.add_argument("--cache-F", type=float, default=0.25, help="cache hit if g_hat >= max(F g_i, nu g / n)")
     p.add_argument("--cache-nu", type=float, default=0.01, help="nu of the cache test above")
@@ -66,7 +69,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dtype", choices=["float64", "float32"], default="float64",
                    help="precision of the solver state (float64 keeps gaps exact to ~1e-12)")
     p.add_argument("--kernels", choices=KERNELS, default="auto",
-                   help="chain store backend: numba (CPU float64), torch (any device), auto = numba where it applies")
+                   help="decoder and store kernels: numba (compiled, CPU float64), torch (the pure-torch path CUDA "
+                        "runs, also on CPU), auto = numba on CPU float64, torch elsewhere")
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads (1 keeps batch-1 steps steady)")
     p.add_argument("--out", default="runs/latest", help="output directory (refused if it holds another run)")
     p.add_argument("--overwrite", action="store_true", help="replace the run already in --out")

@@ -28,7 +28,8 @@ class FlatData:
     def __post_init__(self):
         if not (isinstance(self.X, torch.Tensor) and self.X.is_floating_point()):
             self.X = numeric(self.X, "X")
-        self.Y = integer_labels(self.Y.cpu() if isinstance(self.Y, torch.Tensor) else self.Y, "Y")
+        device = self.X.device
+        self.Y = integer_labels(self.Y.cpu() if isinstance(self.Y, torch.Tensor) else self.Y, "Y").to(device)
         check(self.X.dim() == 2 and self.X.shape[0] >= 1, "X", "a 2-d array (examples, features)",
               tuple(self.X.shape))
         check(self.Y.dim() in (1, 2) and self.Y.shape[0] == self.X.shape[0], "Y",
@@ -40,11 +41,15 @@ class FlatData:
     def n(self) -> int:
         return self.X.shape[0]
 
+    @property
+    def device(self) -> torch.device:
+        return self.X.device
+
     def to(self, device=None, dtype=None) -> "FlatData":
         return FlatData(self.X.to(device, dtype or self.X.dtype), self.Y.to(device))
 
     def subset(self, idx) -> "FlatData":
-        idx = torch.as_tensor(idx, dtype=torch.int64)
+        idx = torch.as_tensor(idx, dtype=torch.int64, device=self.X.device)
         return FlatData(self.X[idx], self.Y[idx])
 
 
@@ -111,6 +116,8 @@ class GraphData:
         self.cw = torch.as_tensor(cw, dtype=dtype, device=dev)
         self.node_graph = torch.as_tensor(np.repeat(np.arange(len(graphs)), sizes), device=dev)
         self.edge_graph = torch.as_tensor(np.repeat(np.arange(len(graphs)), esizes), device=dev)
+        self.node_off_t = torch.as_tensor(self.node_off, dtype=torch.int64, device=dev)
+        self.edge_off_t = torch.as_tensor(self.edge_off, dtype=torch.int64, device=dev)
         self.sizes = torch.as_tensor(sizes, device=dev)
         self.inv_size = torch.as_tensor(1.0 / sizes, dtype=dtype, device=dev)
 
@@ -125,22 +132,24 @@ class GraphData:
         return GraphData(self.graphs, dtype or self.dtype, device)
 
     def subset(self, idx) -> "GraphData":
-        return GraphData([self.graphs[int(i)] for i in torch.as_tensor(idx).reshape(-1)], self.dtype, self.device)
+        return GraphData([self.graphs[int(i)] for i in torch.as_tensor(idx, device=self.device).reshape(-1)],
+                         self.dtype, self.device)
 
     def ranges(self, off: np.ndarray, idx):
         """Expand the ranges off[i]:off[i+1] of the examples ``idx`` (in batch order): global ids,
-        batch row and position within the example."""
-        idx = torch.as_tensor(idx).reshape(-1).cpu().numpy()
+        batch row and position within the example, as tensors on the data's device."""
         dev = self.device
+        idx = torch.as_tensor(idx, device=dev).reshape(-1)
         if len(idx) == 1:                        # the block step's case: one contiguous range
-            lo, hi = int(off[idx[0]]), int(off[idx[0] + 1])
+            i = int(idx[0])
+            lo, hi = int(off[i]), int(off[i + 1])
             local = torch.arange(hi - lo, device=dev)
             return local + lo, torch.zeros_like(local), local
-        lo, hi = off[idx], off[idx + 1]
-        rows = np.repeat(np.arange(len(idx)), hi - lo)
-        local = np.arange(rows.shape[0]) - np.repeat(np.cumsum(hi - lo) - (hi - lo), hi - lo)
-        ids = np.repeat(lo, hi - lo) + local
-        return torch.as_tensor(ids, device=dev), torch.as_tensor(rows, device=dev), torch.as_tensor(local, device=dev)
+        off_t = self.node_off_t if off is self.node_off else self.edge_off_t
+        lo, counts = off_t[idx], off_t[idx + 1] - off_t[idx]
+        rows = torch.repeat_interleave(torch.arange(len(idx), device=dev), counts)
+        local = torch.arange(rows.shape[0], device=dev) - (torch.cumsum(counts, 0) - counts)[rows]
+        return lo[rows] + local, rows, local
 
     def nodes(self, idx):
         return self.ranges(self.node_off, idx)
@@ -167,6 +176,10 @@ class PoseData:
         self.S = scores.to(device, dtype)
         self.Y = joints.to(device, torch.int64)
         self.n, self.J, self.H, self.W = n, J, H, W
+
+    @property
+    def device(self) -> torch.device:
+        return self.S.device
 
     def to(self, device=None, dtype=None) -> "PoseData":
         return PoseData(self.S, self.Y, dtype or self.S.dtype, device or self.S.device)
@@ -280,6 +293,10 @@ class ExplicitData:
                   "the ground truth to have psi = 0 and loss = 0", "nonzero")
         if device is not None:
             self.psi_table, self.losses = self.psi_table.to(device), self.losses.to(device)
+
+    @property
+    def device(self) -> torch.device:
+        return self.psi_table.device
 
     def to(self, device=None, dtype=None) -> "ExplicitData":
         out = object.__new__(ExplicitData)

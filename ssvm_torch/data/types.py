@@ -156,14 +156,19 @@ class ChainData:
         return self.offsets.shape[0] - 1
 
     @property
+    def device(self) -> torch.device:
+        return self.offsets.device
+
+    @property
     def lengths(self) -> torch.Tensor:
         return self.offsets[1:] - self.offsets[:-1]
 
     def subset(self, idx) -> "ChainData":
-        idx = torch.as_tensor(idx, dtype=torch.int64)
-        rows = torch.cat([torch.arange(int(self.offsets[i]), int(self.offsets[i + 1])) for i in idx.tolist()])
+        dev = self.offsets.device
+        idx = torch.as_tensor(idx, dtype=torch.int64, device=dev).reshape(-1)
+        rows = torch.cat([torch.arange(int(self.offsets[i]), int(self.offsets[i + 1]), device=dev) for i in idx.tolist()])
         lengths = self.lengths[idx]
-        offsets = torch.zeros(len(idx) + 1, dtype=torch.int64)
+        offsets = torch.zeros(len(idx) + 1, dtype=torch.int64, device=dev)
         offsets[1:] = torch.cumsum(lengths, 0)
         X = csr_rows(self.X, rows) if self.is_sparse else self.X[rows]
         meta = {k: ([v[i] for i in idx.tolist()] if k == "tags" else v) for k, v in self.meta.items()}
@@ -174,9 +179,11 @@ def csr_rows(X: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
     """Rows of a sparse CSR tensor, as a new CSR tensor."""
     crow, col, val = X.crow_indices(), X.col_indices(), X.values()
     counts = crow[rows + 1] - crow[rows]
-    local = torch.repeat_interleave(torch.arange(rows.shape[0]), counts)
+    dev = crow.device
+    local = torch.repeat_interleave(torch.arange(rows.shape[0], device=dev), counts)
     starts = torch.cumsum(counts, 0) - counts
-    nz = crow[rows][local] + torch.arange(local.shape[0]) - starts[local]
-    new_crow = torch.zeros(rows.shape[0] + 1, dtype=torch.int64)
+    nz = crow[rows][local] + torch.arange(local.shape[0], device=dev) - starts[local]
+    new_crow = torch.zeros(rows.shape[0] + 1, dtype=torch.int64, device=dev)
     new_crow[1:] = torch.cumsum(counts, 0)
-    return torch.sparse_csr_tensor(new_crow, col[nz], val[nz], (rows.shape[0], X.shape[1]))
+    return torch.sparse_csr_tensor(new_crow, col[nz], val[nz], (rows.shape[0], X.shape[1]),
+                                   check_invariants=False)

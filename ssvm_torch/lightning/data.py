@@ -29,10 +29,9 @@ class LiveBlockSampler(tud.Sampler):
     def __init__(self, solver: Solver):
         self.solver = solver
 
-    def __iter__(self) -> Iterator[int]:
-        sampler = self.solver.sampler
+    def __iter__(self) -> Iterator[int | list[int]]:
         while True:
-            yield sampler.next()
+            yield self.solver.draw()          # a block, or a mini-batch of distinct blocks
 
 
 class LiveChunk:

@@ -79,11 +79,13 @@ class SSVMModule(L.LightningModule):
         dataset: ocr-small, ocr-large, conll2000, scene, ocr-letters, segmentation-synth, pose-synth
             or hansards.
         lam: regularization lambda of objective (1); default 1/n.
-        blocks_per_step: block steps per Lightning training step (default n, one pass).
+        blocks_per_step: steps per Lightning training step (default one pass: n, or n / batch_size).
+        batch_size: blocks per step (mini-batch BCFW: tau distinct blocks decoded in one batched oracle
+            call, one exact line search on their joint direction; 1 = BCFW).
         out: directory for ``history.json`` and ``model.pt`` (default: the logger's log_dir,
             else the trainer's default_root_dir).
         histograms: log block-gap and sampling-probability histograms at every gap check.
-        kernels: the chain store's backend, ``auto`` (numba on CPU float64, torch elsewhere),
+        kernels: the decoder and store kernels, ``auto`` (numba on CPU float64, torch elsewhere),
             ``numba`` or ``torch`` (forces the pure-torch path, the one CUDA runs).
     """
 
@@ -93,7 +95,8 @@ class SSVMModule(L.LightningModule):
                  gap_check: float = 10, gap_refresh: int = 1, passes: float = 50, gap_threshold: float = 0.0,
                  time_budget: float | None = None, seed: int = 0, averaging: bool = False,
                  recompute_every: int = 10, blocks_per_step: int | None = None, dtype: str = "float64",
-                 threads: int | None = 1, histograms: bool = True, out: str | None = None, kernels: str = "auto"):
+                 threads: int | None = 1, histograms: bool = True, out: str | None = None, kernels: str = "auto",
+                 batch_size: int = 1):
         super().__init__()
         self.save_hyperparameters()
         self.automatic_optimization = False

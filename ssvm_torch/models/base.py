@@ -16,10 +16,14 @@ and H_i(w) = max_y L_i(y) - <w, psi_i(y)> with psi_i(y) = phi(x_i, y_i) - phi(x_
 """
 from __future__ import annotations
 
+import copy
 from abc import ABC, abstractmethod
 from typing import Any
 
 import torch
+
+from ..devices import KERNELS
+from ..errors import check_choice
 
 
 class StructuredModel(ABC):
@@ -28,6 +32,20 @@ class StructuredModel(ABC):
     d: int
     #: name of the structure in the conformance registry and in run outputs
     kind: str = "structure"
+    #: which implementation of the decoder runs: ``auto`` (compiled CPU kernels on CPU float64, pure
+    #: torch elsewhere), ``numba`` or ``torch`` (the code CUDA runs, also on CPU: see ssvm_torch.devices)
+    kernels: str = "auto"
+
+    def with_kernels(self, kernels: str) -> "StructuredModel":
+        """A copy of this model whose decoders use ``kernels`` (the model itself is not changed)."""
+        check_choice(kernels, "kernels", KERNELS)
+        model = copy.copy(self)
+        model.kernels = kernels
+        return model
+
+    def compiled(self, t: torch.Tensor) -> bool:
+        """Whether the compiled CPU kernels serve a decoder on ``t`` under this model's ``kernels``."""
+        return self.kernels != "torch" and t.device.type == "cpu" and t.dtype == torch.float64
 
     # -- the structure ------------------------------------------------------------------------
     @abstractmethod
@@ -78,7 +96,8 @@ class StructuredModel(ABC):
     # -- shared ---------------------------------------------------------------------------------
     def predict(self, w: torch.Tensor, data, idx: torch.Tensor | None = None):
         """Plain decoding argmax_y <w, phi(x_i, y)> of the examples ``idx`` (default: all)."""
-        idx = torch.arange(data.n) if idx is None else torch.as_tensor(idx).reshape(-1)
+        dev = data.device
+        idx = torch.arange(data.n, device=dev) if idx is None else torch.as_tensor(idx, device=dev).reshape(-1)
         return self.decode(self.scores(w, data, idx), data, idx)
 
     def psi(self, data, idx: torch.Tensor, labels) -> torch.Tensor:

@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from ..data.types import ChainData
+from ..devices import from_host, to_host
 from ..errors import check
 from ..oracles.chain_kernels import nb_unary_all
 from ..oracles.viterbi import decode, viterbi, viterbi_ragged
@@ -78,17 +79,18 @@ class ChainModel(StructuredModel):
         else:
             rows, col = torch.nonzero(data.X, as_tuple=True)
             val = data.X[rows, col]
-            crow = torch.zeros(N + 1, dtype=torch.int64)
+            crow = torch.zeros(N + 1, dtype=torch.int64, device=data.X.device)
             crow[1:] = torch.cumsum(torch.bincount(rows, minlength=N), 0)
         counts = crow[1:] - crow[:-1] + 1
-        ptr = torch.zeros(N + 1, dtype=torch.int64)
+        here = crow.device                              # built where the data are, then moved once
+        ptr = torch.zeros(N + 1, dtype=torch.int64, device=here)
         ptr[1:] = torch.cumsum(counts, 0)
-        idx = torch.full((int(ptr[-1]),), self.F - 1, dtype=torch.int64)
-        vals = torch.ones(int(ptr[-1]), dtype=dtype)
-        keep = torch.ones(int(ptr[-1]), dtype=torch.bool)
+        idx = torch.full((int(ptr[-1]),), self.F - 1, dtype=torch.int64, device=here)
+        vals = torch.ones(int(ptr[-1]), dtype=dtype, device=here)
+        keep = torch.ones(int(ptr[-1]), dtype=torch.bool, device=here)
         keep[ptr[1:] - 1] = False                       # the last slot of each row is the constant
-        idx[keep] = col.to(torch.int64)
-        vals[keep] = val.to(dtype)
+        idx[keep] = col.to(here, torch.int64)
+        vals[keep] = val.to(here, dtype)
         return ptr.to(device), idx.to(device), vals.to(device)
 
     def split(self, w: torch.Tensor):
@@ -105,13 +107,13 @@ class ChainModel(StructuredModel):
         self.check_data(data)
         W, first, last, trans = self.split(w)
         ptr, idx, val = self.features_csr(data, w.dtype, w.device)
-        if w.device.type == "cpu" and w.dtype == torch.float64:
+        if self.compiled(w):
             U = np.empty((data.X.shape[0], self.K))
-            nb_unary_all(np.ascontiguousarray(W.numpy().T), ptr.numpy(), idx.numpy(), val.numpy(), U)
-            labels, _ = viterbi_ragged(U, data.offsets.numpy(), first.numpy(), last.numpy(), trans.numpy())
-            return torch.from_numpy(labels)
+            nb_unary_all(np.ascontiguousarray(to_host(W).T), to_host(ptr), to_host(idx), to_host(val), U)
+            labels, _ = viterbi_ragged(U, to_host(data.offsets), to_host(first), to_host(last), to_host(trans))
+            return from_host(labels, w.device)
         rows = segment_ids(ptr)
-        X = torch.sparse_coo_tensor(torch.stack([rows, idx]), val, (data.X.shape[0], self.F))
+        X = torch.sparse_coo_tensor(torch.stack([rows, idx]), val, (data.X.shape[0], self.F), check_invariants=False)
         U = torch.sparse.mm(X, W.T.contiguous())
         pos, valid = padded_index(data.offsets.to(w.device))
         lab, _ = viterbi(U[pos] * valid[..., None], valid.sum(1), first, last, trans)
@@ -133,6 +135,19 @@ class ChainModel(StructuredModel):
         per_pos = float((labels.cpu() != data.Y.cpu()).double().mean())
         return {"error": float(per_seq.mean()), "position_error": per_pos}
 
+    def add_statistics(self, target: torch.Tensor, csr, rows, D, D_first, D_last, Dt, coef: float) -> None:
+        """target += coef * A(D): the linear map from chain statistics to feature space (the compact
+        blocks of stores/chain.py). ``csr`` = (row pointers, feature indices, values) of the feature
+        rows with the constant; D (len(rows), K) label statistics of positions ``rows``, D_first /
+        D_last (K,) those of the first / last positions summed, Dt (K, K) transition counts."""
+        fptr, fidx, fval = csr
+        W, first, last, trans = self.split(target)
+        local, nz = csr_row_nonzeros(fptr, rows)
+        W.index_add_(1, fidx[nz], (coef * D[local] * fval[nz, None]).T)
+        first.add_(coef * D_first)
+        last.add_(coef * D_last)
+        trans.add_(coef * Dt)
+
     def joint_feature(self, Xc: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         """phi(x, y) of one sequence: Xc (T, F) rows with the constant, labels (T,). Dense (d,)."""
         phi = torch.zeros(self.d, dtype=Xc.dtype, device=Xc.device)
@@ -153,7 +168,7 @@ class ChainModel(StructuredModel):
         _, valid = padded_index(data.offsets.to(w.device), idx)
         ptr, fidx, val = self.features_csr(data.subset(idx.cpu()), w.dtype, w.device)
         rows = segment_ids(ptr)
-        X = torch.sparse_coo_tensor(torch.stack([rows, fidx]), val, (int(valid.sum()), self.F))
+        X = torch.sparse_coo_tensor(torch.stack([rows, fidx]), val, (int(valid.sum()), self.F), check_invariants=False)
         U = torch.sparse.mm(X, W.T.contiguous())
         flat = torch.zeros(*valid.shape, self.K, dtype=w.dtype, device=w.device)
         flat[valid] = U
@@ -171,10 +186,10 @@ class ChainModel(StructuredModel):
     def decode(self, scores, data: ChainData, idx) -> torch.Tensor:
         """Viterbi on the (padded) scores: the compiled kernel on CPU float64, torch elsewhere."""
         unary, lengths, first, last, trans = scores
-        return decode(unary, lengths, first, last, trans)[0]
+        return decode(unary, lengths, first, last, trans, backend=self.kernels)[0]
 
     def gt_batch(self, data: ChainData, idx) -> torch.Tensor:
-        idx = torch.as_tensor(idx).reshape(-1)
+        idx = torch.as_tensor(idx, device=data.offsets.device).reshape(-1)
         pos, valid = padded_index(data.offsets, idx)
         return torch.where(valid, data.Y[pos], -1)
 
@@ -183,24 +198,24 @@ class ChainModel(StructuredModel):
 
     @staticmethod
     def key(labeling) -> bytes:
-        return np.asarray(labeling.cpu() if torch.is_tensor(labeling) else labeling, dtype=np.int64).tobytes()
+        return np.asarray(to_host(labeling) if torch.is_tensor(labeling) else labeling, dtype=np.int64).tobytes()
 
     def phi(self, data: ChainData, idx, labels) -> torch.Tensor:
         """Dense joint features of padded labelings (B, T_max): (B, d). Small data only."""
-        idx = torch.as_tensor(idx).reshape(-1)
-        labels = torch.as_tensor(labels).reshape(len(idx), -1)
+        idx = torch.as_tensor(idx, device=data.Y.device).reshape(-1)
+        labels = torch.as_tensor(labels, device=data.Y.device).reshape(len(idx), -1)
         Xc = self.features(data.subset(idx))
         out, start = [], 0
         for b in range(len(idx)):
             T = int(data.lengths[idx[b]])
-            out.append(self.joint_feature(Xc[start:start + T], labels[b, :T].cpu()))
+            out.append(self.joint_feature(Xc[start:start + T], labels[b, :T].to(Xc.device)))
             start += T
         return torch.stack(out)
 
     def loss(self, data: ChainData, idx, labels) -> torch.Tensor:
-        idx = torch.as_tensor(idx).reshape(-1)
+        idx = torch.as_tensor(idx, device=data.Y.device).reshape(-1)
         gt = self.gt_batch(data, idx)
-        labels = torch.as_tensor(labels).reshape(gt.shape[0], -1)[:, :gt.shape[1]].cpu()
+        labels = torch.as_tensor(labels, device=gt.device).reshape(gt.shape[0], -1)[:, :gt.shape[1]]
         valid = gt >= 0
         return ((labels != gt) & valid).sum(1).double() / valid.sum(1).double()
 
@@ -231,3 +246,25 @@ def trans_counts(labels: torch.Tensor, seg: torch.Tensor, n: int, K: int) -> tor
     out.index_put_((seg[1:][same], labels[1:][same], labels[:-1][same]),
                    torch.ones(int(same.sum()), dtype=torch.float64, device=labels.device), accumulate=True)
     return out
+
+
+def padded_trans_counts(labels: torch.Tensor, valid: torch.Tensor, K: int, dtype=torch.float64) -> torch.Tensor:
+    """Transition counts (B, K, K) [next, prev] of padded labelings (B, T) with mask ``valid``."""
+    B, T = labels.shape
+    out = torch.zeros(B, K, K, dtype=dtype, device=labels.device)
+    if T > 1:
+        both = valid[:, 1:] & valid[:, :-1]
+        b = torch.arange(B, device=labels.device)[:, None].expand(B, T - 1)
+        out.index_put_((b[both], labels[:, 1:][both], labels[:, :-1][both]),
+                       torch.ones(int(both.sum()), dtype=dtype, device=labels.device), accumulate=True)
+    return out
+
+
+def csr_row_nonzeros(fptr: torch.Tensor, rows: torch.Tensor):
+    """For CSR row pointers ``fptr`` and some ``rows``: (batch row of each stored entry, its index
+    into the CSR arrays), in row order."""
+    starts = fptr[rows]
+    counts = fptr[rows + 1] - starts
+    local = torch.repeat_interleave(torch.arange(rows.shape[0], device=fptr.device), counts)
+    first_nz = torch.cumsum(counts, 0) - counts
+    return local, starts[local] + torch.arange(local.shape[0], device=fptr.device) - first_nz[local]

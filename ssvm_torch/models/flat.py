@@ -163,7 +163,7 @@ class MultiLabelModel(StructuredModel):
 
     @staticmethod
     def key(labeling):
-        return tuple(int(v) for v in labeling)
+        return tuple(int(v) for v in (labeling.tolist() if torch.is_tensor(labeling) else labeling))
 
     def metrics(self, w, data) -> dict:
         """Hamming loss (fraction of wrong labels) and the per-example 0/1 error."""

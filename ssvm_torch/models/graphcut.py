@@ -66,7 +66,7 @@ class GraphCutModel(StructuredModel):
     def _flat_labels(self, data: GraphData, idx, labels):
         """Labels of every node of ``idx`` (global order of ``nodes``) from a (B, >= N_i) batch."""
         nodes, rows, local = data.nodes(idx)
-        labels = torch.as_tensor(labels, device=data.device).reshape(len(torch.as_tensor(idx).reshape(-1)), -1)
+        labels = torch.as_tensor(labels, device=data.device).reshape(len(torch.as_tensor(idx, device=data.device).reshape(-1)), -1)
         flat = labels[rows, local]
         if bool((flat < 0).any()) or bool((flat > 1).any()):
             raise SSVMInputError("labels: expected 0/1 labels for every node of the example (padding only past N_i)")
@@ -74,7 +74,7 @@ class GraphCutModel(StructuredModel):
 
     def phi(self, data: GraphData, idx, labels) -> torch.Tensor:
         """Joint features phi(x_i, y) for a batch, (B, d)."""
-        B = len(torch.as_tensor(idx).reshape(-1))
+        B = len(torch.as_tensor(idx, device=data.device).reshape(-1))
         nodes, rows, flat = self._flat_labels(data, idx, labels)
         out = torch.zeros(B, self.d, dtype=data.dtype, device=data.device)
         on = flat[:, None].to(data.dtype)
@@ -91,13 +91,13 @@ class GraphCutModel(StructuredModel):
 
     def loss(self, data: GraphData, idx, labels) -> torch.Tensor:
         """Class-balanced Hamming loss per example, (B,)."""
-        B = len(torch.as_tensor(idx).reshape(-1))
+        B = len(torch.as_tensor(idx, device=data.device).reshape(-1))
         nodes, rows, flat = self._flat_labels(data, idx, labels)
         wrong = (flat != data.y[nodes]).to(data.dtype) * data.cw[nodes]
         return torch.zeros(B, dtype=data.dtype, device=data.device).index_add_(0, rows, wrong)
 
     def gt_batch(self, data: GraphData, idx) -> torch.Tensor:
-        idx = torch.as_tensor(idx).reshape(-1)
+        idx = torch.as_tensor(idx, device=data.device).reshape(-1)
         nodes, rows, local = data.nodes(idx)
         M = int(data.sizes[idx.to(data.sizes.device)].max())
         out = torch.full((len(idx), M), -1, dtype=torch.int64, device=data.device)
@@ -109,7 +109,7 @@ class GraphCutModel(StructuredModel):
 
     @staticmethod
     def key(labeling):
-        return tuple(int(v) for v in labeling if int(v) >= 0)
+        return tuple(int(v) for v in (labeling.tolist() if torch.is_tensor(labeling) else labeling) if int(v) >= 0)
 
     def _w_parts(self, w, data: GraphData):
         w = torch.as_tensor(w).to(data.device, data.dtype)
@@ -123,7 +123,7 @@ class GraphCutModel(StructuredModel):
     def scores(self, w, data: GraphData, idx):
         """(gain (nodes of the batch,), theta (edges of the batch,)): the score of y_v = 1 over
         y_v = 0, and the agreement reward of each edge (>= 0)."""
-        idx = torch.as_tensor(idx).reshape(-1)
+        idx = torch.as_tensor(idx, device=data.device).reshape(-1)
         wu, wp = self._w_parts(w, data)
         nodes, _, _ = data.nodes(idx)
         gain = (data.X[nodes] @ wu[:-1] + wu[-1]) * data.inv_size[data.node_graph[nodes]]
@@ -142,7 +142,7 @@ class GraphCutModel(StructuredModel):
 
     def decode(self, scores, data: GraphData, idx) -> torch.Tensor:
         """One min cut on the disjoint union of the batch's graphs; (B, max N) padded with -1."""
-        idx = torch.as_tensor(idx).reshape(-1)
+        idx = torch.as_tensor(idx, device=data.device).reshape(-1)
         gain, theta = scores
         _, rows, local = data.nodes(idx)
         edges = None
@@ -160,7 +160,7 @@ class GraphCutModel(StructuredModel):
 
     def metrics(self, w, data: GraphData) -> dict:
         """Mean class-balanced Hamming loss and plain per-node error of the prediction at w."""
-        idx = torch.arange(data.n)
+        idx = torch.arange(data.n, device=data.device)
         labels = self.predict(w, data, idx)
         nodes, rows, flat = self._flat_labels(data, idx, labels)
         return {"error": float(self.loss(data, idx, labels).mean()),

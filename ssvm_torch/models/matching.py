@@ -20,9 +20,11 @@ Data: :class:`~ssvm_torch.data.examples.PairData`.
 """
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from ..data.examples import PairData
+from ..devices import from_host, to_host
 from ..errors import check
 from ..oracles.assignment import assign
 from .base import StructuredModel
@@ -95,7 +97,8 @@ class MatchingModel(StructuredModel):
 
     @staticmethod
     def key(labeling):
-        return tuple(int(v) for v in torch.as_tensor(labeling).reshape(-1) if int(v) != PAD)
+        flat = labeling.reshape(-1).tolist() if torch.is_tensor(labeling) else np.asarray(labeling).reshape(-1).tolist()
+        return tuple(int(v) for v in flat if int(v) != PAD)
 
     # -- decoding --------------------------------------------------------------------------------
     def scores(self, w, data: PairData, idx) -> list:
@@ -124,11 +127,17 @@ class MatchingModel(StructuredModel):
 
     def decode(self, scores, data: PairData, idx) -> torch.Tensor:
         """One assignment problem per example; (B, max m) padded with -2."""
-        out = torch.full((len(scores), max(S.shape[0] for S, _, _ in scores)), PAD, dtype=torch.int64)
-        for r, (S, se, sf) in enumerate(scores):
-            a = assign(*(t.detach().cpu().numpy() for t in (S, se, sf)))
-            out[r, :len(a)] = torch.from_numpy(a)
-        return out.to(data.device)
+        # one host transfer for the whole batch: the assignments run in scipy on the host
+        host = to_host(torch.cat([torch.cat([S.reshape(-1), se, sf]) for S, se, sf in scores]))
+        out = np.full((len(scores), max(S.shape[0] for S, _, _ in scores)), PAD, dtype=np.int64)
+        start = 0
+        for r, (S, _, _) in enumerate(scores):
+            m, n = S.shape
+            block = host[start:start + m * n + m + n]
+            start += m * n + m + n
+            a = assign(block[:m * n].reshape(m, n), block[m * n:m * n + m], block[m * n + m:])
+            out[r, :len(a)] = a
+        return from_host(out, data.device)
 
     def links(self, w, data: PairData) -> list[set]:
         """Predicted alignment links {(i, j)} of every example (NULL omitted)."""
@@ -139,5 +148,5 @@ class MatchingModel(StructuredModel):
     def metrics(self, w, data: PairData) -> dict:
         """Mean loss of the prediction (the edge Hamming distance / Z); AER needs the gold S/P links
         and is computed by the task (:func:`~ssvm_torch.data.hansards.aer`)."""
-        idx = torch.arange(data.n)
+        idx = torch.arange(data.n, device=data.device)
         return {"error": float(self.loss(data, idx, self.predict(w, data, idx)).mean())}

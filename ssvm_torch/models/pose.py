@@ -17,11 +17,12 @@ stride 2, so one cell is 2 image pixels). Reported errors: ``error`` = mean join
 """
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from ..data.examples import PoseData
 from ..errors import SSVMInputError, check
-from ..oracles.distance_transform import tree_max_sum
+from ..oracles.distance_transform import dt1d, torch_dt1d, tree_max_sum
 from .base import StructuredModel
 
 
@@ -106,7 +107,8 @@ class TreePoseModel(StructuredModel):
 
     @staticmethod
     def key(labeling):
-        return tuple(int(v) for v in torch.as_tensor(labeling).reshape(-1))
+        flat = labeling.reshape(-1).tolist() if torch.is_tensor(labeling) else np.asarray(labeling).reshape(-1).tolist()
+        return tuple(int(v) for v in flat)
 
     def _w_parts(self, w, data: PoseData):
         w = torch.as_tensor(w).to(data.S.device, data.S.dtype)
@@ -138,12 +140,13 @@ class TreePoseModel(StructuredModel):
     def decode(self, scores, data: PoseData, idx) -> torch.Tensor:
         """Max-sum on the tree with generalized distance transforms; (B, J, 2)."""
         unary, w_pair = scores
-        loc, _ = tree_max_sum(unary, self.parents, w_pair, self.rest.to(unary.device, unary.dtype), self.scale)
+        dt = dt1d if self.compiled(unary) else torch_dt1d
+        loc, _ = tree_max_sum(unary, self.parents, w_pair, self.rest.to(unary.device, unary.dtype), self.scale, dt)
         return loc
 
     def metrics(self, w, data: PoseData) -> dict:
         """Mean joint error in cells (Euclidean), PCK within ``radius`` and the mean loss."""
-        idx = torch.arange(data.n)
+        idx = torch.arange(data.n, device=data.S.device)
         pred = self.predict(w, data, idx)
         dist = (pred - data.Y).to(data.S.dtype).norm(dim=-1)
         return {"error": float(dist.mean()), "pck": float(1.0 - self._far(data, idx, pred).mean()),

@@ -269,3 +269,40 @@ def nb_gram(fptr, fidx, fval, off, goff, G):
                         b += 1
                 G[goff[i] + t * T + u] = acc
                 G[goff[i] + u * T + t] = acc
+
+
+@nb.njit(cache=True, nogil=True, parallel=True, fastmath=_FAST)
+def nb_batch_corners(idx, lab_off, fptr, fidx, fval, off, Y, W, first, last, trans, Mu, Mt, labels, loss, dot):
+    """The loss-augmented oracle of the blocks ``idx`` in parallel threads (one mini-batch BCFW
+    step): block b's y* goes to labels[lab_off[b]:lab_off[b+1]], L(y*) to loss[b] and
+    <S(y*) - M_i, theta_i> (units of 1/(lam n), as in :func:`nb_fw_corner`) to dot[b]."""
+    K = W.shape[0]
+    for b in nb.prange(idx.shape[0]):
+        i = idx[b]
+        s = off[i]
+        T = off[i + 1] - s
+        U = np.empty((T, K))
+        delta, newd = np.empty(K), np.empty(K)
+        bp = np.empty((T, K), dtype=np.int64)
+        ys = np.empty(T, dtype=np.int64)
+        nb_block_unary(i, fptr, fidx, fval, off, W, U)
+        aug = viterbi_segment(U, 0, T, first, last, trans, Y[s:s + T], True, ys, delta, newd, bp)
+        wrong = 0
+        for t in range(T):
+            labels[lab_off[b] + t] = ys[t]
+            if ys[t] != Y[s + t]:
+                wrong += 1
+        loss[b] = wrong / T
+        dot[b] = (aug - loss[b]) - nb_m_theta(i, off, U, first, last, trans, Mu, Mt)
+
+
+def batch_corners_host(idx, lengths, views):
+    """:func:`nb_batch_corners` on host arrays: (labels of all blocks concatenated, L(y*), dot) for
+    the blocks ``idx`` of the given ``lengths``; ``views`` are the chain store's numpy views."""
+    lab_off = np.zeros(len(lengths) + 1, dtype=np.int64)
+    lab_off[1:] = np.cumsum(lengths)
+    flat = np.empty(int(lab_off[-1]), dtype=np.int64)
+    loss, dot = np.empty(len(lengths)), np.empty(len(lengths))
+    fptr, fidx, fval, off, Y, _, _, W, first, last, trans, Mu, Mt = views
+    nb_batch_corners(idx, lab_off, fptr, fidx, fval, off, Y, W, first, last, trans, Mu, Mt, flat, loss, dot)
+    return flat, loss, dot

@@ -19,6 +19,8 @@ import numba as nb
 import numpy as np
 import torch
 
+from ..devices import from_host, to_host
+
 from ..errors import check
 
 
@@ -102,11 +104,9 @@ def dt1d(f: torch.Tensor, a: float, c: float, shift: float = 0.0):
     check(c >= 0.0, "c", "a number >= 0 (a concave quadratic score)", c)
     check(bool(torch.isfinite(f).all()), "f", "finite values", "NaN or inf")
     if f.device.type == "cpu" and f.dtype == torch.float64:
-        fc = f.contiguous()
-        out = torch.empty_like(fc)
-        arg = torch.empty(fc.shape, dtype=torch.int64)
-        _nb_dt1d(fc.numpy(), float(a), float(c), float(shift), out.numpy(), arg.numpy())
-        return out, arg
+        out, arg = np.empty(tuple(f.shape)), np.empty(tuple(f.shape), dtype=np.int64)
+        _nb_dt1d(np.ascontiguousarray(to_host(f)), float(a), float(c), float(shift), out, arg)
+        return from_host(out, f.device), from_host(arg, f.device)
     return torch_dt1d(f, float(a), float(c), float(shift))
 
 

@@ -22,6 +22,8 @@ import numba as nb
 import numpy as np
 import torch
 
+from ..devices import KERNELS, from_host, to_host
+
 
 def viterbi(unary: torch.Tensor, lengths: torch.Tensor, first: torch.Tensor, last: torch.Tensor,
             trans: torch.Tensor, gt: torch.Tensor | None = None):
@@ -137,7 +139,7 @@ def viterbi_ragged(unary: np.ndarray, offsets: np.ndarray, first: np.ndarray, la
     return out, scores
 
 
-BACKENDS = ("auto", "numba", "torch")
+BACKENDS = KERNELS
 
 
 def decode(unary: torch.Tensor, lengths: torch.Tensor, first: torch.Tensor, last: torch.Tensor,
@@ -154,11 +156,12 @@ def decode(unary: torch.Tensor, lengths: torch.Tensor, first: torch.Tensor, last
     if backend == "torch" or (backend == "auto" and not numba_ok):
         return viterbi(unary, lengths, first, last, trans, gt=gt)
     B, T, _ = unary.shape
-    valid = torch.arange(T)[None, :] < lengths[:, None]
-    offsets = torch.zeros(B + 1, dtype=torch.int64)
+    dev = unary.device
+    valid = torch.arange(T, device=dev)[None, :] < lengths[:, None]
+    offsets = torch.zeros(B + 1, dtype=torch.int64, device=dev)
     offsets[1:] = torch.cumsum(lengths.to(torch.int64), 0)
-    rows, scores = viterbi_ragged(unary[valid].numpy(), offsets.numpy(), first.numpy(), last.numpy(),
-                                  trans.numpy(), None if gt is None else gt[valid].numpy())
-    labels = torch.full((B, T), -1, dtype=torch.int64)
-    labels[valid] = torch.from_numpy(rows)
-    return labels, torch.from_numpy(scores)
+    rows, scores = viterbi_ragged(to_host(unary[valid]), to_host(offsets), to_host(first), to_host(last),
+                                  to_host(trans), None if gt is None else to_host(gt[valid]))
+    labels = torch.full((B, T), -1, dtype=torch.int64, device=dev)
+    labels[valid] = from_host(rows, dev)
+    return labels, from_host(scores, dev)

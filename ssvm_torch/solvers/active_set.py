@@ -8,6 +8,7 @@ stored: psi and L are recomputed on demand by the BlockDual.
 from __future__ import annotations
 
 import numpy as np
+import torch
 
 
 class BlockSet:
@@ -24,7 +25,11 @@ class BlockSet:
     def matrix(self):
         """The labelings stacked into one array (cached until the set changes)."""
         if self._matrix is None:
-            self._matrix = np.stack([np.asarray(y) for y in self.labels])
+            on = next((y.device for y in self.labels if isinstance(y, torch.Tensor)), None)
+            if on is not None:                      # device labelings stay on their device
+                self._matrix = torch.stack([torch.as_tensor(y, device=on) for y in self.labels])
+            else:
+                self._matrix = np.stack([np.asarray(y) for y in self.labels])
         return self._matrix
 
     def __len__(self):

@@ -33,6 +33,8 @@ class SolverConfig:
                                  # the others are monitoring only (not counted, not timed)
     estimate_threshold: float = 0.0   # BCFW: also stop when the gap estimate (sum of the stale block
                                       # gaps) is <= this (the heuristic path's stopping rule, App. K)
+    batch_size: int = 1          # BCFW: blocks per step (mini-batch BCFW): tau distinct blocks decoded in
+                                 # one batched oracle call, one exact line search on the joint direction
 
     @classmethod
     def from_mapping(cls, options) -> "SolverConfig":
@@ -66,6 +68,13 @@ class SolverConfig:
         check(self.cache_F >= 0, "cache_F", "a number >= 0", self.cache_F)
         check(self.cache_nu >= 0, "cache_nu", "a number >= 0", self.cache_nu)
         check(isinstance(self.max_cache, int) and self.max_cache >= 1, "max_cache", "an int >= 1", self.max_cache)
+        check(isinstance(self.batch_size, int) and not isinstance(self.batch_size, bool) and self.batch_size >= 1,
+              "batch_size", "an int >= 1 (blocks per step)", self.batch_size)
+        if self.batch_size > 1:
+            check(self.solver == "bcfw" and self.step == "fw" and not self.cache, "batch_size",
+                  "1 unless solver 'bcfw' with step 'fw' and no cache (mini-batch BCFW moves tau blocks along their "
+                  "joint FW direction)", f"{self.batch_size} with solver {self.solver!r}, step {self.step!r}"
+                  + (", cache" if self.cache else ""))
         if self.solver != "bcfw":
             check(self.step == "fw" and not self.cache, "step", f"'fw' without cache for solver {self.solver!r} "
                   "(step types and caching are BCFW variants)", self.step + (" + cache" if self.cache else ""))

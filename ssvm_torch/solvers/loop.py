@@ -37,6 +37,7 @@ from typing import Callable
 import numpy as np
 import torch
 
+from ..devices import to_host
 from ..errors import SSVMInputError, check
 from ..stores.base import BlockDual
 from .averaging import Averager
@@ -61,6 +62,8 @@ class Solver:
         sampling = "uniform" if config.solver == "ssg" and config.sampling == "gap" else config.sampling
         self.sampler: Sampler = SAMPLERS[sampling](dual.n, config.seed)
         self.state = SolverState(cache_limit=config.max_cache)
+        check(config.batch_size <= dual.n, "batch_size", f"an int in [1, n = {dual.n}] (blocks per step)",
+              config.batch_size)
         self.rule = make_step_rule(dual, config, self.sampler)
         self.averager = Averager(dual, lazy=config.solver == "bcfw") if config.averaging else None
         if self.averager is None:
@@ -105,7 +108,7 @@ class Solver:
             self.state.time_s += time.perf_counter() - t0
         rec = self._record(gp)
         if counted:
-            self.sampler.set_all(gp.block_gaps.detach().cpu().numpy())
+            self.sampler.set_all(to_host(gp.block_gaps))
             self.state.last_gap = rec["gap"]
         self._log(rec)
         return rec
@@ -117,7 +120,7 @@ class Solver:
 
     def set_block_gaps(self, gaps) -> None:
         """Start from known block gaps (e.g. eq. (12) after a path step) instead of +inf."""
-        gaps = np.asarray(torch.as_tensor(gaps).detach().cpu(), dtype=float)
+        gaps = np.asarray(to_host(gaps) if torch.is_tensor(gaps) else gaps, dtype=float)
         check(gaps.shape == (self.dual.n,), "gaps", f"shape ({self.dual.n},)", gaps.shape)
         self.sampler.set_all(gaps)
 
@@ -145,7 +148,7 @@ class Solver:
             return st.history
         while not st.done:
             for size in self.chunk_sizes():
-                draws = (self.sampler.next() for _ in range(size))     # lazy: each draw sees the last update
+                draws = (self.draw() for _ in range(size))     # lazy: each draw sees the last update
                 if self.run_chunk(draws):
                     break
             self.end_interval()
@@ -159,17 +162,26 @@ class Solver:
             gp = self.dual.gap_pass()
             self._log(self._record(gp))
 
+    def draw(self):
+        """What the next step works on, drawn from the live sampler: a block (an int), or for
+        mini-batch BCFW a list of ``batch_size`` distinct blocks."""
+        tau = self.cfg.batch_size
+        return self.sampler.next() if tau == 1 else self.sampler.draw(tau)
+
     def chunk_sizes(self, chunk: int | None = None) -> list[int]:
-        """Block steps between two exact gap checks (``gap_check`` passes), split in chunks of
-        ``chunk`` (default n): the unit of timing, drift recomputation and stop checks."""
-        chunk = self.dual.n if chunk is None else chunk
+        """Steps between two exact gap checks (``gap_check`` passes, i.e. gap_check n / batch_size
+        steps), split in chunks of ``chunk`` steps (default one pass): the unit of timing, drift
+        recomputation and stop checks."""
+        per_pass = self.dual.n / self.cfg.batch_size
+        chunk = max(1, round(per_pass)) if chunk is None else chunk
         check(isinstance(chunk, int) and chunk >= 1, "chunk", "an int >= 1", chunk)
-        total = max(1, round(self.cfg.gap_check * self.dual.n))
+        total = max(1, round(self.cfg.gap_check * per_pass))
         return [chunk] * (total // chunk) + ([total % chunk] if total % chunk else [])
 
     def run_chunk(self, indices) -> str:
-        """Block steps on the blocks of ``indices`` (an iterable, pulled one at a time so a lazy
-        sampler sees every update before its next draw) until the pass budget; then the exact
+        """Steps on the draws of ``indices`` (an iterable of blocks, or of block lists for mini-batch
+        BCFW, pulled one at a time so a lazy sampler sees every update before its next draw) until
+        the pass budget (a last mini-batch is cut to the calls left); then the exact
         recomputation of w if due. Returns the stop reason ("" to go on); once a chunk returned
         one, later chunks of the same interval do nothing."""
         d, st = self.dual, self.state
@@ -184,6 +196,8 @@ class Solver:
             i = next(it, None)
             if i is None:
                 break
+            if isinstance(i, list) and len(i) > max_calls - st.oracle_calls:
+                i = i[:max_calls - st.oracle_calls]
             if avg is not None:
                 avg.before_step(st.steps)
             step(i, st)
@@ -230,7 +244,7 @@ class Solver:
             last = it == iterations - 1
             stop = self._should_stop({"gap": float(gp.block_gaps.sum())})
             if last or stop:               # record the exact gap of this pass (at the pre-step w)
-                self.sampler.gaps[:] = gp.block_gaps.detach().cpu().numpy()
+                self.sampler.gaps[:] = to_host(gp.block_gaps)
                 self.last_gap_pass = gp
                 self._log(self._record(gp))
                 if stop:
@@ -255,10 +269,11 @@ class Solver:
         missing = {"config", "dual", "sampler", "stale", "state"} - set(s)
         if missing:
             raise SSVMInputError(f"checkpoint: expected a solver state, missing {sorted(missing)}")
-        for key in ("solver", "sampling", "seed", "gap_check", "averaging", "step", "cache"):
-            if s["config"][key] != getattr(self.cfg, key):
+        for key in ("solver", "sampling", "seed", "gap_check", "averaging", "step", "cache", "batch_size"):
+            saved = s["config"].get(key, 1 if key == "batch_size" else None)    # older checkpoints: tau = 1
+            if saved != getattr(self.cfg, key):
                 raise SSVMInputError(f"checkpoint config.{key}: expected {getattr(self.cfg, key)!r} "
-                                     f"(this run), got {s['config'][key]!r}")
+                                     f"(this run), got {saved!r}")
         try:
             self.dual.load_state_dict(s["dual"])
         except KeyError as e:

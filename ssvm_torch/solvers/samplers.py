@@ -11,13 +11,17 @@ Every sampler owns the block gap estimates ``gaps`` (the stale g_i of the last s
 each block, +inf before the first): their sum is the gap estimate of the history records, and the
 cache's local criterion reads them.
 
-All randomness comes from one seeded torch.Generator, drawn in chunks of ``chunk`` numbers.
+All randomness comes from one seeded CPU torch.Generator, drawn in chunks of ``chunk`` numbers: the
+draws are host-side (they pick which block the next step touches), whatever the store's device, so a
+trajectory is the same on CPU and CUDA.
 """
 from __future__ import annotations
 
 import numba as nb
 import numpy as np
 import torch
+
+from ..devices import to_host
 
 
 class _Stream:
@@ -31,14 +35,14 @@ class _Stream:
 
     def uniform(self) -> float:
         if self.pos >= self.buf.shape[0]:
-            self.buf = torch.rand(self.chunk, generator=self.gen, dtype=torch.float64).numpy()
+            self.buf = to_host(torch.rand(self.chunk, generator=self.gen, dtype=torch.float64, device="cpu"))
             self.pos = 0
         u = self.buf[self.pos]
         self.pos += 1
         return u
 
     def permutation(self, n: int) -> np.ndarray:
-        return torch.randperm(n, generator=self.gen).numpy()
+        return to_host(torch.randperm(n, generator=self.gen, device="cpu"))
 
     def state_dict(self):
         return {"gen": self.gen.get_state(), "buf": self.buf.copy(), "pos": self.pos}
@@ -56,6 +60,18 @@ class Sampler:
 
     def next(self) -> int:
         raise NotImplementedError
+
+    def draw(self, tau: int) -> list[int]:
+        """``tau`` distinct blocks for one mini-batch step, drawn with this sampler's law without
+        replacement (a block drawn twice is drawn again). ``draw(1) == [next()]``, and the draws
+        depend only on the seed and the block gaps, never on how the work is split."""
+        out, seen = [], set()
+        while len(out) < tau:
+            i = self.next()
+            if i not in seen:
+                seen.add(i)
+                out.append(i)
+        return out
 
     def update(self, i: int, gap: float) -> None:
         """The block gap of i computed by the step just taken."""
@@ -104,6 +120,22 @@ class PermSampler(Sampler):
         i = int(self.perm[self.pos])
         self.pos += 1
         return i
+
+    def draw(self, tau: int) -> list[int]:
+        """The next ``tau`` blocks of the permutation; where a draw crosses into the next pass, the
+        blocks already taken are skipped and put back at the front of that pass (still once per pass)."""
+        out, seen, skipped = [], set(), []
+        while len(out) < tau:
+            i = self.next()
+            if i in seen:
+                skipped.append(i)
+            else:
+                seen.add(i)
+                out.append(i)
+        if skipped:
+            self.perm = np.concatenate([self.perm[:self.pos], np.asarray(skipped, dtype=self.perm.dtype),
+                                        self.perm[self.pos:]])
+        return out
 
     def state_dict(self):
         return {**super().state_dict(), "perm": self.perm.copy(), "pos": self.pos}
@@ -165,6 +197,24 @@ class GapSampler(Sampler):
         if self.tree[1] <= 0.0:            # every gap is 0: nothing to prefer
             return min(int(u * self.n), self.n - 1)
         return min(int(_tree_find(self.tree, self.size, u)), self.n - 1)
+
+    def draw(self, tau: int) -> list[int]:
+        """``tau`` distinct blocks, p proportional to g_i without replacement: each drawn leaf is set
+        to 0 for the rest of the draw and restored after (unvisited blocks come first, as in next())."""
+        out, seen, held = [], set(), []
+        while len(out) < tau:
+            i = self.next()
+            if i in seen:
+                continue
+            seen.add(i)
+            out.append(i)
+            leaf = self.tree[self.size + i]
+            if leaf > 0.0:
+                held.append((i, leaf))
+                _tree_set(self.tree, self.size, i, 0.0)
+        for i, leaf in held:
+            _tree_set(self.tree, self.size, i, leaf)
+        return out
 
     def _update(self, i, gap):
         _tree_set(self.tree, self.size, i, gap if gap > 0.0 else 0.0)

@@ -27,6 +27,8 @@ def make_store(model: StructuredModel, data, lam: float, device=None, dtype=torc
     ``kernels`` picks the chain store's backend (``auto``, ``numba``, ``torch``); the dense store
     is pure torch."""
     check_choice(kernels, "kernels", KERNELS)
+    if kernels != "auto":
+        model = model.with_kernels(kernels)          # the decoders follow the store's choice
     if isinstance(model, ChainModel):
         store = ChainDual(model, data, lam, device=device, dtype=dtype, kernels=kernels)
     else:

@@ -43,12 +43,26 @@ class GapPass:
     block_gaps: torch.Tensor    # (n,) g_i, eq. (6) of Osokin et al. 2016
 
 
+@dataclass
+class BatchCorners:
+    """FW corners of a mini-batch of distinct blocks at the current w, from one batched oracle call:
+    the terms of the joint line search of mini-batch BCFW (:class:`~ssvm_torch.solvers.steps.MiniBatchStep`)."""
+
+    idx: torch.Tensor           # (tau,) the blocks, on the store's device
+    loss: torch.Tensor          # (tau,) L_i(y*_i) / n
+    gaps: torch.Tensor          # (tau,) block gaps g_i at the current w, eq. (6) of Osokin et al. 2016
+    dw: torch.Tensor            # (d,) the joint direction sum_i (w_s,i - w_i) (of v under box constraints)
+    dell: float                 # sum_i (ell_s,i - ell_i)
+    moves: Any = None           # what the store's batch_move reuses (labelings, statistics)
+
+
 class PointStore(ABC):
     """The dual variables of the n blocks and the primal point: w = sum_i w_i (clipped by box
     constraints, App. H), ell = sum_i ell_i, objective values, exact recomputation, state."""
 
     n: int
     lam: float
+    device: torch.device
     w: torch.Tensor
     ell_i: torch.Tensor
     # Optional shadow vector: every block move that adds dw to w also adds shadow_coef * dw to it
@@ -134,6 +148,23 @@ class BatchPasses(ABC):
         """Batch FW update of every block toward its corner with one step size."""
 
 
+class MiniBatchMoves(ABC):
+    """Mini-batch BCFW's primitives: the corners of tau blocks in one batched oracle call, and the
+    move of all tau blocks towards them with one step size. Along that joint direction the dual (3)
+    is the quadratic D(gamma) = D(0) + gamma sum_i g_i - gamma^2 lam/2 ||dw||^2, so the exact line
+    search is gamma = sum_i g_i / (lam ||dw||^2) clipped to [0, 1] (tau = 1: BCFW's step; tau = n:
+    batch FW's)."""
+
+    @abstractmethod
+    def batch_corners(self, idx: torch.Tensor) -> BatchCorners:
+        """Loss-augmented decoding of the distinct blocks ``idx`` at the current w (one batched call)."""
+
+    @abstractmethod
+    def batch_move(self, corners: BatchCorners, gamma: float) -> None:
+        """alpha_i <- (1 - gamma) alpha_i + gamma delta(y*_i) for every block of the batch: w += gamma dw,
+        ell += gamma dell."""
+
+
 class ActiveSetMoves(ABC):
     """Primitives of pairwise / away steps and caching (Osokin et al. 2016, Alg. 3-5). A point of
     block i is a labeling (structure-specific, hashable through ``key``) or None for the block's
@@ -186,8 +217,8 @@ class PathRescaling(ABC):
         H_i(w) / n = g_i - lam <w_i, w> + ell_i recovers the hinge terms from block gaps."""
 
 
-class BlockDual(PointStore, BlockMoves, BatchPasses, ActiveSetMoves, PathRescaling):
-    """A complete block store: the point, the block moves of every step rule, batched passes,
+class BlockDual(PointStore, BlockMoves, MiniBatchMoves, BatchPasses, ActiveSetMoves, PathRescaling):
+    """A complete block store: the point, the block moves of every step rule, mini-batch moves, batched passes,
     active-set primitives and path rescaling. Clients depend on the part they use: the step rules
     on :class:`BlockMoves` / :class:`ActiveSetMoves`, gap checks and batch FW on
     :class:`BatchPasses`, the path on :class:`PathRescaling` (if ``supports_path``)."""

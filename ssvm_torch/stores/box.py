@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 
 from ..errors import SSVMInputError, check
-from .base import BlockDual, Corner, GapPass
+from .base import BatchCorners, BlockDual, Corner, GapPass
 
 
 class BoxedDual(BlockDual):
@@ -67,6 +67,10 @@ class BoxedDual(BlockDual):
         return self.inner.ell_i
 
     @property
+    def device(self) -> torch.device:
+        return self.inner.device
+
+    @property
     def ell(self) -> float:
         return self.inner.ell
 
@@ -91,6 +95,14 @@ class BoxedDual(BlockDual):
 
     def pair_move(self, i, P, Q, loss_P, loss_Q, gamma) -> None:
         self.inner.pair_move(i, P, Q, loss_P, loss_Q, gamma)
+        self._sync()
+
+    def batch_corners(self, idx) -> BatchCorners:
+        return self.inner.batch_corners(idx)
+
+    def batch_move(self, corners: BatchCorners, gamma: float) -> None:
+        """The step along dv (gamma from the unclipped direction is safe, App. H), then re-clip."""
+        self.inner.batch_move(corners, gamma)
         self._sync()
 
     def gap_pass(self) -> GapPass:

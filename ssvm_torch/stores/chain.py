@@ -17,14 +17,14 @@ import torch
 import torch.nn.functional as Fn
 
 from ..data.types import ChainData
+from ..devices import KERNELS, from_host, resolve_device, to_host
 from ..errors import SSVMInputError, check, check_choice, check_positive
-from ..models.chain import ChainModel, padded_index, segment_ids, trans_counts
-from ..oracles.chain_kernels import (nb_add_psi, nb_build_delta, nb_corner_gaps, nb_delta_move, nb_delta_sqnorm,
-                                     nb_fw_corner, nb_gap_pass, nb_gram, nb_unary_all)
+from ..models.chain import ChainModel, csr_row_nonzeros, padded_index, padded_trans_counts, segment_ids, trans_counts
+from ..oracles.chain_kernels import (batch_corners_host, nb_add_psi, nb_build_delta, nb_corner_gaps, nb_delta_move,
+                                     nb_delta_sqnorm, nb_fw_corner, nb_gap_pass, nb_gram, nb_unary_all)
 from ..oracles.viterbi import viterbi
-from .base import BlockDual, Corner, GapPass
+from .base import BatchCorners, BlockDual, Corner, GapPass
 
-KERNELS = ("auto", "numba", "torch")
 
 
 class ChainDual(BlockDual):
@@ -39,7 +39,7 @@ class ChainDual(BlockDual):
         self.model, self.data = model, data
         self.lam = check_positive(lam, "lam")
         self.n = data.n
-        dev = torch.device(device) if device is not None else torch.device("cpu")
+        dev = resolve_device(device)
         self.device, self.dtype = dev, dtype
         K = model.K
         if data.allow_unknown and bool((data.Y >= model.K).any()):
@@ -126,37 +126,40 @@ class ChainDual(BlockDual):
     # -- active-set primitives (pairwise / away steps, caching) --------------------------------
     # A point of block i is a labeling (int64 array of length T_i) or None, the block's current dual
     # point. Directions are differences of two points: x_i += gamma (v_P - v_Q).
-    def gt_labeling(self, i: int) -> np.ndarray:
+    # Labelings are numpy int64 arrays for the numba kernels and int64 tensors on ``device`` for the
+    # torch path (so a step never moves a labeling between host and device).
+    def gt_labeling(self, i: int):
         s, e = int(self.offsets[i]), int(self.offsets[i + 1])
-        return self.Y[s:e].cpu().numpy().copy()
+        return to_host(self.Y[s:e]).copy() if self._numba else self.Y[s:e].clone()
 
     def key(self, labeling) -> bytes:
         return self.model.key(labeling)
 
     def loss_of(self, i: int, labeling) -> float:
         s, e = int(self.offsets[i]), int(self.offsets[i + 1])
-        y = torch.as_tensor(np.asarray(labeling), device=self.device)
+        y = torch.as_tensor(labeling, device=self.device)
         return float((y != self.Y[s:e]).double().mean()) / self.n
 
     def corner_gaps(self, i: int, labelings) -> np.ndarray:
         """g_i(y) = lam <w_i - w_s(y), w> - ell_i + L_i(y)/n for each labeling: the FW gap of block i
         towards corner y (eq. (6) with y in place of the oracle's answer)."""
-        L = labelings if isinstance(labelings, np.ndarray) and labelings.ndim == 2 else \
-            np.stack([np.asarray(y, dtype=np.int64) for y in labelings])
-        L = np.ascontiguousarray(L, dtype=np.int64)
         if self._numba:
+            L = labelings if isinstance(labelings, np.ndarray) and labelings.ndim == 2 else \
+                np.stack([np.asarray(y, dtype=np.int64) for y in labelings])
+            L = np.ascontiguousarray(L, dtype=np.int64)
             out = np.empty(L.shape[0])
             nb_corner_gaps(i, L, *self._np[:5], *self._np[7:], self._work[0], out)
             return out / self.n - self._np_ell[0][i]
         s, e = int(self.offsets[i]), int(self.offsets[i + 1])
         W, first, last, trans = self.model.split(self.w)
         U = self._unary_rows(W, torch.arange(s, e, device=self.device))
-        Lt = torch.as_tensor(L, device=self.device)
+        Lt = labelings if torch.is_tensor(labelings) and labelings.dim() == 2 else \
+            torch.stack([torch.as_tensor(y, device=self.device) for y in labelings])
         t = torch.arange(e - s, device=self.device)
         score = U[t, Lt].sum(1) + first[Lt[:, 0]] + last[Lt[:, -1]] + trans[Lt[:, 1:], Lt[:, :-1]].sum(1)
         loss = (Lt != self.Y[s:e]).to(self.dtype).mean(1)
         m_theta = (self.Mu[s:e] * U).sum() + self.Mu[s] @ first + self.Mu[e - 1] @ last + (self.Mt[i] * trans).sum()
-        return ((score + loss - m_theta) / self.n - self.ell_i[i]).cpu().numpy()
+        return to_host((score + loss - m_theta) / self.n - self.ell_i[i])
 
     def _np_delta(self, i, P, Q):
         Du, Dt = self._work[4], self._work[5]
@@ -181,8 +184,8 @@ class ChainDual(BlockDual):
         def stats(point):
             if point is None:
                 return self.Mu[s:e], self.Mt[i]
-            y = torch.as_tensor(np.asarray(point), device=self.device)
-            return Fn.one_hot(y, K).to(self.dtype), self._trans_of_padded(y[None], ones)[0]
+            y = torch.as_tensor(point, device=self.device)
+            return Fn.one_hot(y, K).to(self.dtype), padded_trans_counts(y[None], ones, K, self.dtype)[0]
         (pu, pt), (qu, qt) = stats(P), stats(Q)
         return s, e, pu - qu, pt - qt
 
@@ -219,12 +222,7 @@ class ChainDual(BlockDual):
         if self._numba:
             nb_add_psi(i, coef, corner.labels, *self._np[:5], *self._np[7:11])
             return
-        s, e = int(self.offsets[i]), int(self.offsets[i + 1])
-        ys = torch.as_tensor(corner.labels, device=self.device)
-        K = self.model.K
-        D = Fn.one_hot(self.Y[s:e], K).to(self.dtype) - Fn.one_hot(ys, K).to(self.dtype)
-        ones = torch.ones(1, e - s, dtype=torch.bool, device=self.device)
-        Dt = self._trans_of_padded(self.Y[s:e][None], ones)[0] - self._trans_of_padded(ys[None], ones)[0]
+        s, e, D, Dt = self._torch_delta(i, self.gt_labeling(i), corner.labels)
         self._add_stats(s, e, coef, D, Dt, shadow=False)
 
     # -- batched torch path (any device) ------------------------------------------------------
@@ -256,8 +254,8 @@ class ChainDual(BlockDual):
         score_s = aug - loss_norm
         Mu = self.Mu[pos] * valid[..., None]
         Mt = self.Mt[idx]
-        m_theta = (Mu * Ub).sum((1, 2)) + (Mu[torch.arange(len(idx)), 0] @ first) \
-            + (Mu[torch.arange(len(idx)), lengths - 1] @ last) + (Mt * trans).sum((1, 2))
+        ar = torch.arange(len(idx), device=self.device)
+        m_theta = (Mu * Ub).sum((1, 2)) + (Mu[ar, 0] @ first) + (Mu[ar, lengths - 1] @ last) + (Mt * trans).sum((1, 2))
         out = {"labels": labels, "valid": valid, "loss": loss_norm / self.n, "aug": aug, "m_theta": m_theta,
                "dot": score_s - m_theta, "pos": pos}
         if with_sqnorm:
@@ -268,46 +266,62 @@ class ChainDual(BlockDual):
             vv = valid[:, :, None] & valid[:, None, :]
             G = torch.where(vv, self.G[gidx.clamp(max=self.G.shape[0] - 1)], 0)
             em = torch.einsum("bsk,bst,btk->b", D, G, D)
-            ar = torch.arange(len(idx), device=self.device)
-            Dt = self._trans_of_padded(labels, valid) - Mt
+            Dt = padded_trans_counts(labels, valid, K, self.dtype) - Mt
             out["sq"] = em + (D[ar, 0] ** 2).sum(1) + (D[ar, lengths - 1] ** 2).sum(1) + (Dt ** 2).sum((1, 2))
         return out
 
     def _unary_rows(self, W: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
         """U[r] = W x_r for the given rows only, by a gather over their stored features."""
-        starts = self.fptr[rows]
-        counts = self.fptr[rows + 1] - starts
-        local = torch.repeat_interleave(torch.arange(rows.shape[0], device=self.device), counts)
-        first_nz = torch.cumsum(counts, 0) - counts
-        nz = starts[local] + torch.arange(local.shape[0], device=self.device) - first_nz[local]
+        local, nz = csr_row_nonzeros(self.fptr, rows)
         U = torch.zeros(rows.shape[0], W.shape[0], dtype=self.dtype, device=self.device)
         return U.index_add_(0, local, self.fval[nz, None] * W.T[self.fidx[nz]])
 
-    def _trans_of_padded(self, labels, valid):
-        B, T = labels.shape
+    # -- mini-batch BCFW ------------------------------------------------------------------------
+    def batch_corners(self, idx: torch.Tensor) -> BatchCorners:
+        """The corners of the distinct blocks ``idx``: with numba kernels the tau decodes run in
+        parallel threads, else one padded torch Viterbi; the joint direction dw = -sum_i A_i(D_i) /
+        (lam n) with D_i = S(y*_i) - M_i (module docstring) is one scatter over the batch's features."""
+        idx = torch.as_tensor(idx, device=self.device).reshape(-1)
+        pos, valid = padded_index(self.offsets, idx)
+        if self._numba:
+            flat, loss, dot = batch_corners_host(to_host(idx), to_host(self.lengths[idx]), self._np)
+            labels = torch.full(pos.shape, -1, dtype=torch.int64, device=self.device)
+            labels[valid] = from_host(flat, self.device)
+            loss, dot = from_host(loss, self.device) / self.n, from_host(dot, self.device)
+        else:
+            c = self._corners_torch(idx, with_sqnorm=False)
+            labels, loss, dot = c["labels"], c["loss"], c["dot"]
+        ell_b = self.ell_i[idx]
+        gaps = dot / self.n - ell_b + loss
         K = self.model.K
-        out = torch.zeros(B, K, K, dtype=self.dtype, device=self.device)
-        if T > 1:
-            both = valid[:, 1:] & valid[:, :-1]
-            b = torch.arange(B, device=self.device)[:, None].expand(B, T - 1)
-            out.index_put_((b[both], labels[:, 1:][both], labels[:, :-1][both]),
-                           torch.ones(int(both.sum()), dtype=self.dtype, device=self.device), accumulate=True)
-        return out
+        D = (Fn.one_hot(labels.clamp(min=0), K).to(self.dtype) - self.Mu[pos]) * valid[..., None]
+        Dt = padded_trans_counts(labels, valid, K, self.dtype) - self.Mt[idx]
+        ar = torch.arange(len(idx), device=self.device)
+        dw = torch.zeros_like(self.w)
+        self._stats_into(dw, pos[valid], D[valid], D[ar, 0].sum(0), D[ar, valid.sum(1) - 1].sum(0), Dt.sum(0),
+                         -1.0 / (self.lam * self.n))
+        return BatchCorners(idx, loss, gaps, dw, float((loss - ell_b).sum()), moves=(pos[valid], D[valid], Dt))
+
+    def batch_move(self, corners: BatchCorners, gamma: float) -> None:
+        rows, D, Dt = corners.moves
+        idx = corners.idx
+        self.Mu.index_put_((rows,), gamma * D, accumulate=True)          # in place: numba views stay valid
+        self.Mt.index_put_((idx,), gamma * Dt, accumulate=True)
+        self.ell_i.index_put_((idx,), gamma * (corners.loss - self.ell_i[idx]), accumulate=True)
+        self._ell[0] += gamma * corners.dell
+        self.w.add_(corners.dw, alpha=gamma)
+        if self.shadow is not None:
+            self.shadow.add_(corners.dw, alpha=gamma * self.shadow_coef)
 
     def _add_stats(self, s: int, e: int, coef: float, D: torch.Tensor, Dt: torch.Tensor, shadow: bool = True) -> None:
         """w += coef * A_i(D, Dt) for the sequence at rows s..e (torch path); the shadow follows."""
-        self._add_stats_to(self.w, s, e, coef, D, Dt)
+        rows = torch.arange(s, e, device=self.device)
+        self._stats_into(self.w, rows, D, D[0], D[-1], Dt, coef)
         if shadow and self.shadow is not None:
-            self._add_stats_to(self.shadow, s, e, coef * self.shadow_coef, D, Dt)
+            self._stats_into(self.shadow, rows, D, D[0], D[-1], Dt, coef * self.shadow_coef)
 
-    def _add_stats_to(self, target, s, e, coef, D, Dt) -> None:
-        W, first, last, trans = self.model.split(target)
-        a, b = int(self.fptr[s]), int(self.fptr[e])
-        rows = segment_ids(self.fptr[s:e + 1] - self.fptr[s])
-        W.index_add_(1, self.fidx[a:b], (coef * D[rows] * self.fval[a:b, None]).T)
-        first.add_(coef * D[0])
-        last.add_(coef * D[-1])
-        trans.add_(coef * Dt)
+    def _stats_into(self, target, rows, D, D_first, D_last, Dt, coef) -> None:
+        self.model.add_statistics(target, (self.fptr, self.fidx, self.fval), rows, D, D_first, D_last, Dt, coef)
 
     def gap_pass(self) -> GapPass:
         """All block gaps at the current w: g_i = (aug_score_i - <M_i, theta_i>)/n - ell_i, since

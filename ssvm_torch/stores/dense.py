@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import torch
 
+from ..devices import resolve_device, to_host
 from ..errors import check_positive
-from .base import BlockDual, Corner, GapPass
+from .base import BatchCorners, BlockDual, Corner, GapPass
 
 
 class DenseDual(BlockDual):
@@ -21,7 +22,7 @@ class DenseDual(BlockDual):
         model.check_data(data)
         self.model = model
         self.lam = check_positive(lam, "lam")
-        self.device = torch.device(device) if device is not None else torch.device("cpu")
+        self.device = resolve_device(device)
         self.dtype = dtype
         self.data = data.to(self.device, dtype)
         self.n, self.d = data.n, model.d
@@ -97,7 +98,7 @@ class DenseDual(BlockDual):
         idx = self._idx(i).expand(ys.shape[0])
         w_s = self._w_s(idx, ys)
         g = self.lam * ((self.W_blocks[i] - w_s) @ self.w) - self.ell_i[i] + self._loss(idx, ys) / self.n
-        return g.cpu().numpy()
+        return to_host(g)
 
     def pair_sqnorm(self, i: int, P, Q) -> float:
         diff = self._point(i, P) - self._point(i, Q)
@@ -112,6 +113,23 @@ class DenseDual(BlockDual):
 
     def add_psi(self, i: int, corner: Corner, coef: float) -> None:
         self.w += coef * self._psi(self._idx(i), self._batch([corner.labels]))[0]
+
+    # -- mini-batch BCFW ------------------------------------------------------------------------
+    def batch_corners(self, idx: torch.Tensor) -> BatchCorners:
+        idx = torch.as_tensor(idx, device=self.device).reshape(-1)
+        y, _ = self._oracle(idx)
+        w_s = self._w_s(idx, y)
+        diff = self.W_blocks[idx] - w_s
+        loss, ell_b = self._loss(idx, y) / self.n, self.ell_i[idx]
+        gaps = self.lam * (diff @ self.w) - ell_b + loss
+        return BatchCorners(idx, loss, gaps, -diff.sum(0), float((loss - ell_b).sum()), moves=w_s)
+
+    def batch_move(self, corners: BatchCorners, gamma: float) -> None:
+        idx = corners.idx
+        self.W_blocks[idx] = self.W_blocks[idx].lerp(corners.moves, gamma)
+        self.ell_i[idx] = self.ell_i[idx].lerp(corners.loss, gamma)
+        self._add(gamma * corners.dw)
+        self._ell += gamma * corners.dell
 
     # -- batched ------------------------------------------------------------------------------
     def gap_pass(self) -> GapPass:

@@ -1,0 +1,155 @@
+"""GPU figures of the device path (needs CUDA; without it prints one skip line and exits 0).
+
+* exact gap pass on OCR-large (6,251 words) with the pure-torch kernels, float64 and float32;
+* raw batched Viterbi throughput (words/s) vs batch size on OCR shapes (K = 26, the lengths of
+  OCR-large resampled), for the plain loop over positions (the reference kernel) and, if it
+  compiles, the same function under ``torch.compile(mode="reduce-overhead")`` (CUDA graphs);
+* mini-batch BCFW seconds per effective pass and gap vs time for tau in {1, 64, 1024, n} on the GPU,
+  next to the CPU numba BCFW of the same seed measured on the same machine (OCR-large, lambda 1e-3,
+  and the wall time to reach gap 0.1);
+* CoNLL-2000 peak GPU memory (store, gap pass, mini-batch steps).
+
+Writes benchmarks/results/gpu.json. ``--device cpu --quick`` runs the same code on the CPU torch
+path with small sizes (a smoke test of this script, not a figure).
+
+Usage: python benchmarks/bench_gpu.py [--repeats 5] [--quick] [--device cuda]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+
+def sync(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def timed(fn, device, repeats):
+    times = []
+    for _ in range(repeats):
+        sync(device)
+        t0 = time.perf_counter()
+        fn()
+        sync(device)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def gap_pass_figures(task, device, repeats):
+    out = {}
+    for dtype in (torch.float64, torch.float32):
+        store = task.store(1e-3, device=device, dtype=dtype, kernels="torch")
+        store.gap_pass()
+        out[str(dtype).split(".")[1]] = {"gap_pass_ms": 1e3 * timed(store.gap_pass, device, repeats)}
+    return out
+
+
+def decode_figures(task, device, repeats, batches):
+    from ssvm_torch.oracles.viterbi import viterbi
+    lengths_all = task.train.lengths
+    K = task.model.K
+    gen = torch.Generator().manual_seed(0)
+    variants = {"loop": viterbi}
+    try:
+        variants["compiled"] = torch.compile(viterbi, mode="reduce-overhead", dynamic=False)
+    except Exception as e:                                       # noqa: BLE001 - reported, not fatal
+        print(f"torch.compile unavailable: {e}", flush=True)
+    out = {}
+    for B in batches:
+        pick = torch.randint(len(lengths_all), (B,), generator=gen)
+        lengths = lengths_all[pick].to(device)
+        T = int(lengths.max())
+        unary = torch.randn(B, T, K, generator=gen).to(device)
+        unary *= (torch.arange(T, device=device)[None, :] < lengths[:, None])[..., None]
+        first, last, trans = (torch.randn(*s, generator=gen).to(device) for s in ((K,), (K,), (K, K)))
+        row = {}
+        for name, fn in variants.items():
+            try:
+                fn(unary, lengths, first, last, trans)           # warm-up / compile / capture
+                sec = timed(lambda: fn(unary, lengths, first, last, trans), device, repeats)
+                row[name] = {"ms": 1e3 * sec, "words_per_s": B / sec}
+            except Exception as e:                               # noqa: BLE001
+                row[name] = {"error": f"{type(e).__name__}: {e}"[:300]}
+        out[str(B)] = row
+        print(f"decode B={B:8d}  " + "  ".join(f"{k}: {v.get('words_per_s', float('nan')) / 1e6:.2f} M words/s"
+                                                 for k, v in row.items()), flush=True)
+    return out
+
+
+def minibatch_figures(task, device, taus, passes, target):
+    from ssvm_torch import Solver, SolverConfig
+    out = {}
+    runs = [("cpu-numba", 1, torch.device("cpu"), "auto")] + [(f"{device.type}-tau{t}", t, device, "torch")
+                                                              for t in taus]
+    for name, tau, dev, kernels in runs:
+        store = task.store(1e-3, device=dev, kernels=kernels)
+        cfg = SolverConfig(solver="bcfw", sampling="gap", batch_size=min(tau, store.n), passes=passes,
+                           gap_check=1, seed=0, gap_threshold=target)
+        t0 = time.perf_counter()
+        hist = Solver(store, cfg).run()
+        wall = time.perf_counter() - t0
+        reached = next((r for r in hist if r["gap"] <= target), None)
+        out[name] = {"tau": min(tau, store.n), "s_per_pass": hist[-1]["time_s"] / hist[-1]["passes"],
+                     "wall_s": wall, "time_to_target_s": None if reached is None else reached["time_s"],
+                     "curve": [{"passes": r["passes"], "gap": r["gap"], "time_s": r["time_s"]} for r in hist]}
+        print(f"{name:16s} {out[name]['s_per_pass']:.4f} s/pass, final gap {hist[-1]['gap']:.4g}, "
+              f"time to gap {target}: {out[name]['time_to_target_s']}", flush=True)
+    return out
+
+
+def conll_memory(device, train_size):
+    from ssvm_torch import Solver, SolverConfig
+    from ssvm_torch.tasks import load_task
+    task = load_task("conll2000", train_size=train_size)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    store = task.store(3e-2, device=device, kernels="torch")
+    store.gap_pass()
+    Solver(store, SolverConfig(batch_size=min(256, store.n), passes=1, gap_check=1)).run()
+    peak = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None
+    return {"n": task.n_train, "peak_gpu_mb": None if peak is None else peak / 2 ** 20}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--quick", action="store_true", help="small sizes (a smoke test of the script)")
+    ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "gpu.json"))
+    args = ap.parse_args()
+    device = torch.device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        print("bench_gpu: skipped, no CUDA device (torch %s)" % torch.__version__)
+        return 0
+    from ssvm_torch.outputs import atomic_write_bytes
+    from ssvm_torch.tasks import load_task
+    torch.set_num_threads(1)
+    task = load_task("ocr-large")
+    quick = args.quick
+    res = {"device": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor(),
+           "torch": torch.__version__, "quick": quick}
+    res["gap_pass_ocr_large"] = gap_pass_figures(task, device, args.repeats)
+    print("gap pass OCR-large: " + ", ".join(f"{k} {v['gap_pass_ms']:.2f} ms" for k, v in
+                                              res["gap_pass_ocr_large"].items()), flush=True)
+    batches = [256, 4096] if quick else [1024, 6251, 65536, 262144, 1 << 20]
+    res["decode"] = decode_figures(task, device, args.repeats, batches)
+    taus = [64] if quick else [1, 64, 1024, task.n_train]
+    res["minibatch_ocr_large"] = minibatch_figures(task, device, taus, passes=1 if quick else 30, target=0.1)
+    res["conll_memory"] = conll_memory(device, 200 if quick else None)
+    print(f"CoNLL-2000 peak GPU memory: {res['conll_memory']['peak_gpu_mb']} MB", flush=True)
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes(Path(args.out), json.dumps(res, indent=1).encode())
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

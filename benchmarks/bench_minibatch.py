@@ -1,0 +1,57 @@
+"""Mini-batch BCFW on this CPU: duality gap vs effective passes and vs time for several batch
+sizes tau (tau = 1 is BCFW), OCR-large, lambda = 1e-3, gap sampling, the same seed. Shows how much
+per-pass progress a large tau costs (one joint line search for tau blocks instead of tau searches).
+Prints a table and writes benchmarks/results/minibatch.json.
+
+Usage: python benchmarks/bench_minibatch.py [--taus 1 16 256] [--passes 20] [--kernels auto]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+from pathlib import Path
+
+import numba
+import torch
+
+from ssvm_torch import Solver, SolverConfig
+from ssvm_torch.outputs import atomic_write_bytes
+from ssvm_torch.tasks import load_task
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--dataset", default="ocr-large")
+    ap.add_argument("--lam", type=float, default=1e-3)
+    ap.add_argument("--taus", type=int, nargs="+", default=[1, 16, 256])
+    ap.add_argument("--passes", type=float, default=20)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--kernels", default="auto", help="auto = numba (parallel decodes over numba threads) on CPU")
+    ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
+    ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "minibatch.json"))
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    task = load_task(args.dataset)
+    res = {"machine": platform.processor() or platform.machine(), "torch_threads": args.threads,
+           "numba_threads": numba.get_num_threads(), "torch": torch.__version__, "dataset": args.dataset,
+           "n": task.n_train, "lam": args.lam, "seed": args.seed, "kernels": args.kernels, "runs": {}}
+    warm = task.store(args.lam, kernels=args.kernels)          # compile the kernels outside the timings
+    Solver(warm, SolverConfig(batch_size=2, passes=0.01, gap_check=0.01)).run()
+    for tau in args.taus:
+        store = task.store(args.lam, kernels=args.kernels)
+        cfg = SolverConfig(solver="bcfw", sampling="gap", batch_size=tau, passes=args.passes, gap_check=1,
+                           seed=args.seed)
+        hist = Solver(store, cfg).run()
+        curve = [{"passes": r["passes"], "gap": r["gap"], "time_s": r["time_s"]} for r in hist]
+        res["runs"][str(tau)] = {"curve": curve, "s_per_pass": hist[-1]["time_s"] / hist[-1]["passes"]}
+        print(f"tau={tau:5d}  {hist[-1]['time_s'] / hist[-1]['passes']:.3f} s/effective pass   gap after "
+              + "  ".join(f"{p:g}: {next(r['gap'] for r in curve if r['passes'] >= p):.4g}"
+                          for p in (2, 5, 10, args.passes) if p <= args.passes), flush=True)
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes(Path(args.out), json.dumps(res, indent=1).encode())
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()

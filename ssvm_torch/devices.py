@@ -1,0 +1,135 @@
+"""Where tensors live, and the one sanctioned way to leave the device.
+
+Every store keeps its state on one ``device`` (CPU or CUDA); the solver's steps and gap passes run
+torch ops on it. A few oracles are CPU libraries (PyMaxflow's graph cut, scipy's assignment, the
+numba kernels on CPU float64): they read their inputs through :func:`to_host` and hand results back
+through :func:`from_host`, once per batch. Nothing else converts a tensor to numpy.
+
+:func:`host_guard` makes that checkable on a machine without a GPU, which is how CI runs: inside it
+
+* ``Tensor.numpy()``, ``np.asarray(tensor)`` (``Tensor.__array__``) and ``torch.from_numpy`` raise
+  :class:`HostCopyError` -- on CUDA they fail or silently copy to the host;
+* a tensor factory (``torch.arange``, ``torch.zeros``, ``torch.tensor``, ``torch.as_tensor`` of
+  non-tensor data, ...) called without ``device=`` raises -- on CUDA it makes a CPU tensor that
+  then meets device tensors ("indices should be either on cpu or on the same device");
+* :func:`to_host` / :func:`from_host` still work and are counted (``guard.host_copies``), so a test
+  can also check that a CPU-library oracle copies once per batch, not once per element.
+
+The guard is a torch function mode plus two patched methods; it is for tests and for authors of new
+structures (docs/structures.md), not for production runs.
+"""
+from __future__ import annotations
+
+import contextlib
+import threading
+
+import numpy as np
+import torch
+from torch.overrides import TorchFunctionMode
+
+__all__ = ["KERNELS", "HostCopyError", "from_host", "host_guard", "resolve_device", "to_host"]
+
+#: ``numba``: compiled CPU kernels (CPU float64 only); ``torch``: the pure-torch path (any device);
+#: ``auto``: numba where it applies, torch elsewhere.
+KERNELS = ("auto", "numba", "torch")
+
+_NUMPY = torch.Tensor.numpy
+_ARRAY = torch.Tensor.__array__
+_FROM_NUMPY = torch.from_numpy
+_state = threading.local()
+
+# Factories whose result lands on the default device unless told otherwise.
+_FACTORIES = {torch.arange, torch.zeros, torch.ones, torch.empty, torch.full, torch.rand, torch.randn,
+              torch.randint, torch.randperm, torch.linspace, torch.eye, torch.tensor, torch.as_tensor}
+
+
+class HostCopyError(RuntimeError):
+    """A tensor left its device (or a new one was made on the default device) inside :func:`host_guard`."""
+
+
+def resolve_device(device) -> torch.device:
+    """``device`` as a torch.device (``None`` is the CPU)."""
+    return torch.device(device) if device is not None else torch.device("cpu")
+
+
+def _sanctioned():
+    return getattr(_state, "sanctioned", 0) > 0
+
+
+@contextlib.contextmanager
+def _sanction():
+    _state.sanctioned = getattr(_state, "sanctioned", 0) + 1
+    guard = getattr(_state, "guard", None)
+    if guard is not None:
+        guard.host_copies += 1
+    try:
+        yield
+    finally:
+        _state.sanctioned -= 1
+
+
+def to_host(t: torch.Tensor) -> np.ndarray:
+    """The tensor as a numpy array on the host (a copy from a GPU, a zero-copy view of a CPU tensor).
+    The one sanctioned device -> host conversion: CPU-library oracles call it once per batch."""
+    with _sanction():
+        return _NUMPY(t.detach().cpu())
+
+
+def from_host(a, device, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """A numpy array (a CPU library's result) as a tensor on ``device``: the way back from :func:`to_host`."""
+    with _sanction():
+        t = _FROM_NUMPY(np.ascontiguousarray(a))
+        return t.to(device=device, dtype=dtype) if dtype is not None else t.to(device)
+
+
+def _refuse_numpy(self, *args, **kwargs):
+    if _sanctioned():
+        return _NUMPY(self, *args, **kwargs)
+    raise HostCopyError("Tensor.numpy() inside host_guard: a device tensor would leave its device here "
+                        "(use ssvm_torch.devices.to_host where a CPU library needs the values)")
+
+
+def _refuse_array(self, *args, **kwargs):
+    if _sanctioned():
+        return _ARRAY(self, *args, **kwargs)
+    raise HostCopyError("np.asarray(tensor) inside host_guard: a device tensor would leave its device here "
+                        "(keep it a tensor, or use ssvm_torch.devices.to_host)")
+
+
+def _refuse_from_numpy(a):
+    if _sanctioned():
+        return _FROM_NUMPY(a)
+    raise HostCopyError("torch.from_numpy inside host_guard makes a CPU tensor whatever the store's device "
+                        "(use ssvm_torch.devices.from_host(array, device))")
+
+
+class _FactoryMode(TorchFunctionMode):
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func in _FACTORIES and "device" not in kwargs and not _sanctioned():
+            data = args[0] if args else kwargs.get("data")
+            if not (func in (torch.as_tensor, torch.tensor) and isinstance(data, torch.Tensor)):
+                name = getattr(func, "__name__", str(func))
+                raise HostCopyError(f"torch.{name}(...) without device= inside host_guard: on CUDA it makes a "
+                                    "CPU tensor that then meets the store's device tensors (pass device=)")
+        return func(*args, **kwargs)
+
+
+class _Guard:
+    host_copies = 0
+
+
+@contextlib.contextmanager
+def host_guard():
+    """Forbid implicit host copies and default-device factories (module docstring); yields an
+    object whose ``host_copies`` counts the sanctioned :func:`to_host` / :func:`from_host` calls."""
+    guard = _Guard()
+    previous = getattr(_state, "guard", None)
+    _state.guard = guard
+    torch.Tensor.numpy, torch.Tensor.__array__, torch.from_numpy = _refuse_numpy, _refuse_array, _refuse_from_numpy
+    try:
+        with _FactoryMode():
+            yield guard
+    finally:
+        torch.Tensor.numpy, torch.Tensor.__array__, torch.from_numpy = _NUMPY, _ARRAY, _FROM_NUMPY
+        _state.guard = previous

@@ -1,0 +1,115 @@
+"""The CPU guard of the device path (issue: device-true paths).
+
+Every dataset's store runs the pure-torch kernels (``kernels="torch"``, the code CUDA runs) under
+:func:`ssvm_torch.devices.host_guard`, which makes ``Tensor.numpy()``, ``np.asarray(tensor)``,
+``torch.from_numpy`` and tensor factories without ``device=`` raise. Those are exactly the calls
+that fail on a GPU (``can't convert cuda:0 device type tensor to numpy``, ``indices should be either
+on cpu or on the same device``), so a CPU machine without a GPU catches them. Tiny subsets keep the
+whole file to seconds.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from ssvm_torch import Solver, SolverConfig, make_store
+from ssvm_torch.devices import HostCopyError, from_host, host_guard, to_host
+from ssvm_torch.path import regularization_path
+from ssvm_torch.tasks import TASKS, load_task
+
+SIZES = {"ocr-small": 12, "ocr-large": 12, "conll2000": 8, "scene": 16, "ocr-letters": 16,
+         "segmentation-synth": 5, "pose-synth": 4, "hansards": 6}
+
+CONFIGS = {
+    "bcfw-gap": dict(solver="bcfw", sampling="gap"),
+    "pairwise-cache": dict(solver="bcfw", sampling="perm", step="pairwise", cache=True),
+    "away": dict(solver="bcfw", sampling="uniform", step="away"),
+    "best-cache": dict(solver="bcfw", sampling="gap", step="best", cache=True),
+    "fw": dict(solver="fw"),
+    "ssg": dict(solver="ssg", sampling="perm"),
+    "bcfw-averaging": dict(solver="bcfw", sampling="perm", averaging=True),
+    "minibatch": dict(solver="bcfw", sampling="gap", batch_size=3),
+}
+
+
+@pytest.fixture(scope="module")
+def problems():
+    cache = {}
+
+    def get(name):
+        if name not in cache:
+            task = TASKS[name]
+            cache[name] = load_task(name, train_size=SIZES[name] if task.train_size else None)
+        return cache[name]
+    return get
+
+
+def tiny_store(problem, name):
+    sub = problem.train.subset(range(min(SIZES[name], problem.n_train)))
+    return make_store(problem.model, sub, 0.1, kernels="torch", nonnegative=problem.nonnegative)
+
+
+@pytest.mark.parametrize("name", list(SIZES))
+@pytest.mark.parametrize("config", list(CONFIGS))
+def test_torch_path_never_leaves_the_device(problems, name, config):
+    problem = problems(name)
+    store = tiny_store(problem, name)
+    opts = dict(CONFIGS[config])
+    if opts.get("averaging") and not store.supports_averaging:
+        pytest.skip("averaging is refused with box constraints")
+    cfg = SolverConfig(passes=2.0, gap_check=1.0, seed=3, **opts)
+    with host_guard() as guard:
+        hist = Solver(store, cfg).run()
+        store.recompute()
+        if store.supports_path:
+            store.max_margins(store.w)
+            store.block_wdots()
+    assert len(hist) >= 2 and hist[-1]["passes"] >= 2.0
+    if cfg.solver != "ssg":
+        assert np.isfinite(hist[-1]["gap"]) and hist[-1]["gap"] >= -1e-9
+    # CPU-library oracles (graph cut, assignment) copy once per batch: a handful of copies per
+    # gap pass and per block step, never one per node or edge
+    steps = hist[-1]["passes"] * store.n + len(hist)
+    assert guard.host_copies <= 8 * steps
+
+
+@pytest.mark.parametrize("heuristic", [False, True])
+def test_regularization_path_never_leaves_the_device(problems, heuristic):
+    problem = problems("ocr-small")
+    store = make_store(problem.model, problem.train.subset(range(8)), 1.0, kernels="torch")
+    with host_guard():
+        path = regularization_path(store, 0.2, kappa=0.7, heuristic=heuristic, lam_min=0.05)
+    assert len(path.lambdas) >= 2 and float(path.lambdas[-1]) < float(path.lambdas[0])
+
+
+def test_every_registered_task_is_guarded():
+    assert set(SIZES) == set(TASKS), "add the new dataset to SIZES (a tiny subset size)"
+
+
+def test_model_prediction_and_metrics_stay_on_device(problems):
+    for name in SIZES:
+        problem = problems(name)
+        sub = problem.test.subset(range(4)) if hasattr(problem.test, "subset") else problem.test
+        model = problem.model.with_kernels("torch")
+        w = torch.zeros(model.d, dtype=torch.float64)
+        with host_guard():
+            model.metrics(w, sub)
+
+
+def test_the_guard_catches_what_fails_on_cuda():
+    t = torch.arange(3, device="cpu")
+    with host_guard() as guard:
+        with pytest.raises(HostCopyError, match="numpy"):
+            t.numpy()
+        with pytest.raises(HostCopyError, match="asarray"):
+            np.asarray(t)
+        with pytest.raises(HostCopyError, match="device="):
+            t[torch.tensor([0, 1])]                    # a CPU index into what would be a CUDA tensor
+        with pytest.raises(HostCopyError, match="from_numpy"):
+            torch.from_numpy(np.zeros(2))
+        assert to_host(t).tolist() == [0, 1, 2]
+        assert from_host(np.ones(2), "cpu").sum() == 2
+        assert torch.as_tensor(t) is t                 # re-wrapping a tensor stays where it is
+    assert guard.host_copies == 2
+    assert t.numpy().tolist() == [0, 1, 2]             # restored on exit

@@ -1,0 +1,112 @@
+"""Mini-batch BCFW (issue: device-true paths, item 3): tau distinct blocks per step, one batched
+oracle call, one exact line search on the joint direction. tau = 1 is BCFW, tau = n batch FW; the
+draws depend only on the seed and the block gaps. (Its gap against an independent primal - dual is
+in test_conformance.py, for every structure.)"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from ssvm_torch import Solver, SolverConfig, make_store
+from ssvm_torch.errors import SSVMInputError
+from ssvm_torch.solvers.samplers import SAMPLERS
+from ssvm_torch.solvers.steps import FWStep, MiniBatchStep
+from ssvm_torch.solvers.config import SolverState
+from ssvm_torch.tasks import load_task
+
+
+@pytest.fixture(scope="module")
+def ocr():
+    return load_task("ocr-small")
+
+
+def chain_store(problem, n, kernels):
+    return make_store(problem.model, problem.train.subset(range(n)), 0.05, kernels=kernels)
+
+
+@pytest.mark.parametrize("kernels", ["numba", "torch"])
+def test_tau_one_takes_bcfw_steps(ocr, kernels):
+    """MiniBatchStep with tau = 1 and FWStep, driven by samplers of the same seed, take the same
+    steps: the same blocks, step sizes and gaps, the same w."""
+    cfg = SolverConfig(solver="bcfw", sampling="gap", seed=7)
+    runs = []
+    for rule_cls in (FWStep, MiniBatchStep):
+        store = chain_store(ocr, 30, kernels)
+        sampler = SAMPLERS["gap"](store.n, cfg.seed)
+        rule, st = rule_cls(store, cfg, sampler), SolverState()
+        drawn = []
+        for _ in range(3 * store.n):
+            i = sampler.draw(1) if rule_cls is MiniBatchStep else sampler.next()
+            rule.step(i, st)
+            drawn.append(i[0] if isinstance(i, list) else i)
+        runs.append((drawn, sampler.gaps.copy(), store.w.clone(), st.gamma_sum))
+    (d1, g1, w1, s1), (d2, g2, w2, s2) = runs
+    assert d1 == d2
+    np.testing.assert_allclose(g2, g1, rtol=1e-9, atol=1e-14)
+    assert torch.allclose(w2, w1, rtol=1e-9, atol=1e-12)
+    assert s2 == pytest.approx(s1, rel=1e-9)
+
+
+@pytest.mark.parametrize("kernels", ["numba", "torch"])
+def test_tau_n_takes_batch_fw_steps(ocr, kernels):
+    fw = chain_store(ocr, 25, kernels)
+    batch_fw = Solver(fw, SolverConfig(solver="fw", passes=4, gap_check=4))
+    batch_fw.run()
+    assert batch_fw.state.steps == 3               # the 4th oracle pass only measures the gap
+    mb = chain_store(ocr, 25, kernels)
+    cfg = SolverConfig(solver="bcfw", sampling="perm", batch_size=mb.n)
+    sampler = SAMPLERS["perm"](mb.n, 0)
+    rule, st = MiniBatchStep(mb, cfg, sampler), SolverState()
+    for _ in range(3):
+        rule.step(sampler.draw(mb.n), st)
+    assert torch.allclose(mb.w, fw.w, rtol=1e-9, atol=1e-12)
+    assert mb.ell == pytest.approx(fw.ell, rel=1e-9)
+
+
+def test_minibatch_run_ascends_and_counts_passes(ocr):
+    store = chain_store(ocr, 40, "auto")
+    hist = Solver(store, SolverConfig(solver="bcfw", sampling="gap", batch_size=8, passes=6, gap_check=2,
+                                      seed=1)).run()
+    duals = [r["dual"] for r in hist]
+    assert all(b >= a - 1e-12 for a, b in zip(duals, duals[1:])) and duals[-1] > duals[0]
+    assert hist[-1]["passes"] == pytest.approx(6.0)          # the last batch is cut to the budget
+    assert hist[-1]["gap"] < hist[0]["gap"] / 2
+
+
+@pytest.mark.parametrize("sampling", ["uniform", "perm", "gap"])
+def test_draws_are_distinct_and_reproducible(sampling):
+    a, b = SAMPLERS[sampling](50, 3), SAMPLERS[sampling](50, 3)
+    rng = np.random.default_rng(0)
+    for step in range(40):
+        da, db = a.draw(16), b.draw(16)
+        assert da == db and len(set(da)) == 16
+        for i in da:                                      # the same gaps feed both
+            g = float(rng.uniform())
+            a.update(i, g)
+            b.update(i, g)
+    assert a.draw(50) == b.draw(50) and sorted(a.draw(50)) == list(range(50))
+
+
+def test_perm_draws_visit_every_block_once_per_pass():
+    s = SAMPLERS["perm"](10, 0)
+    seen = [i for _ in range(5) for i in s.draw(4)]        # 20 draws = 2 passes
+    assert sorted(seen[:10]) == list(range(10)) and sorted(seen[10:]) == list(range(10))
+
+
+def test_gap_draws_follow_the_gaps():
+    s = SAMPLERS["gap"](6, 0)
+    s.set_all(np.array([0.0, 0.0, 1.0, 1.0, 0.0, 0.0]))
+    for _ in range(20):
+        assert sorted(s.draw(2)) == [2, 3]                 # the only two blocks with a positive gap
+    assert s.probabilities()[[2, 3]].tolist() == [0.5, 0.5]   # the tree is restored after each draw
+
+
+def test_batch_size_is_checked(ocr):
+    store = chain_store(ocr, 10, "auto")
+    with pytest.raises(SSVMInputError, match=r"batch_size: expected an int in \[1, n = 10\]"):
+        Solver(store, SolverConfig(batch_size=11))
+    with pytest.raises(SSVMInputError, match="batch_size: expected 1 unless solver 'bcfw' with step 'fw'"):
+        SolverConfig(batch_size=4, step="pairwise").validate()
+    with pytest.raises(SSVMInputError, match="batch_size: expected an int >= 1"):
+        SolverConfig(batch_size=0).validate()
