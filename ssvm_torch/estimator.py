@@ -26,6 +26,7 @@ import torch
 
 from .data.examples import FlatData
 from .data.types import ChainData
+from .devices import to_host
 from .errors import SSVMInputError, check, check_choice
 from .models import ChainModel, MulticlassModel, MultiLabelModel
 from .models.base import StructuredModel
@@ -175,11 +176,15 @@ class StructuredSVM(_Base):
         data = self._data(X)
         self.model_.check_data(data, "X")
         if isinstance(self.model_, ChainModel):
-            labels = self.model_.predict_ragged(self.coef_, data).numpy()
-            off = data.offsets.numpy()
+            labels = to_host(self.model_.predict_ragged(self.coef_, data))
+            off = to_host(data.offsets)
             return [labels[off[i]:off[i + 1]] for i in range(data.n)]
-        pred = self.model_.predict(self.coef_.to(self._data_dtype(data)), data)
-        return pred.cpu().numpy() if self.structure in ("multiclass", "multilabel") else pred
+        pred = self.model_.predict(self._coef_for(data), data)
+        return to_host(pred) if self.structure in ("multiclass", "multilabel") else pred
+
+    def _coef_for(self, data) -> torch.Tensor:
+        """coef_ where the data are, in their precision (the model was fitted on ``device``)."""
+        return self.coef_.to(data.device, self._data_dtype(data))
 
     @staticmethod
     def _data_dtype(data):
@@ -195,10 +200,10 @@ class StructuredSVM(_Base):
         data = self._data(X, Y)
         self.model_.check_data(data, "X")
         if isinstance(self.model_, ChainModel):
-            return self.model_.ragged_loss(data, self.model_.predict_ragged(self.coef_, data)).numpy()
-        idx = torch.arange(data.n)
-        pred = self.model_.predict(self.coef_.to(self._data_dtype(data)), data, idx)
-        return self.model_.loss(data, idx, pred).cpu().numpy()
+            return to_host(self.model_.ragged_loss(data, self.model_.predict_ragged(self.coef_, data)))
+        idx = torch.arange(data.n, device=data.device)
+        pred = self.model_.predict(self._coef_for(data), data, idx)
+        return to_host(self.model_.loss(data, idx, pred))
 
     def score(self, X, Y=None) -> float:
         """1 - the mean task loss (for chains: 1 - the papers' test error, per sequence)."""
@@ -211,7 +216,7 @@ class StructuredSVM(_Base):
             raise SSVMInputError(f"decision_function: defined for multiclass / multilabel, not {self.structure!r} "
                                  "(structured outputs have no per-class scores)")
         data = self._data(X)
-        return self.model_.scores(self.coef_, data, torch.arange(data.n)).cpu().numpy()
+        return to_host(self.model_.scores(self._coef_for(data), data, torch.arange(data.n, device=data.device)))
 
 
 class ChainSSVM(StructuredSVM):

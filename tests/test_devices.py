@@ -1,14 +1,26 @@
-"""dtype/device coverage: the pure-torch path in float32 tracks float64; CUDA runs where present."""
+"""dtype/device coverage, parametrized over ``cpu`` and ``cuda`` (skipped without a GPU): the
+pure-torch path on a device tracks the float64 CPU numba run; float32 tracks float64; mini-batch
+BCFW runs there too. The CPU guard of the device path is tests/test_device_guard.py."""
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 
 from ssvm_torch import ChainModel, Solver, SolverConfig, make_store
+from ssvm_torch.tasks import load_task
+
+ROOT = Path(__file__).resolve().parents[1]
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(),
+                                                                reason="needs a CUDA device"))]
 
 
-def run(sub, dtype, device="cpu"):
+def run(sub, dtype, device="cpu", kernels="auto", **cfg):
     m = ChainModel.for_data(sub)
-    d = make_store(m, sub, 0.05, device=device, dtype=dtype)
-    hist = Solver(d, SolverConfig(solver="bcfw", sampling="perm", passes=4, gap_check=2, seed=1)).run()
+    d = make_store(m, sub, 0.05, device=device, dtype=dtype, kernels=kernels)
+    opts = dict(solver="bcfw", sampling="perm", passes=4, gap_check=2, seed=1)
+    hist = Solver(d, SolverConfig(**{**opts, **cfg})).run()
     return d, hist
 
 
@@ -21,11 +33,35 @@ def test_float32_tracks_float64(ocr_small):
     assert torch.allclose(d32.w.double(), d64.w, atol=1e-4 * float(d64.w.abs().max()))
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-def test_cuda_matches_cpu(ocr_small):
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("cfg", [{}, {"batch_size": 8}, {"step": "pairwise", "cache": True}],
+                         ids=["bcfw", "minibatch", "pairwise-cache"])
+def test_torch_path_on_device_matches_numba_on_cpu(ocr_small, device, cfg):
     sub = ocr_small[0].subset(range(25))
-    dc, hc = run(sub, torch.float64, "cuda")
-    d, h = run(sub, torch.float64)
-    assert dc.w.is_cuda
+    dc, hc = run(sub, torch.float64, device, kernels="torch", **cfg)
+    d, h = run(sub, torch.float64, **cfg)
+    assert dc.w.device.type == device and dc.kernels == "torch" and d.kernels == "numba"
     assert hc[-1]["gap"] == pytest.approx(h[-1]["gap"], rel=1e-9)
     assert torch.allclose(dc.w.cpu(), d.w, atol=1e-10)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("name", ["scene", "segmentation-synth", "pose-synth", "hansards"])
+def test_dense_structures_run_on_device(device, name):
+    task = load_task(name, train_size=6 if name != "scene" else None)
+    sub = task.train.subset(range(6))
+    ref = make_store(task.model, sub, 0.1, nonnegative=task.nonnegative)
+    dev = make_store(task.model, sub.to(device), 0.1, device=device, kernels="torch", nonnegative=task.nonnegative)
+    cfg = SolverConfig(solver="bcfw", sampling="gap", batch_size=2, passes=3, gap_check=1, seed=0)
+    h_ref, h_dev = Solver(ref, cfg).run(), Solver(dev, cfg).run()
+    assert dev.w.device.type == device
+    assert h_dev[-1]["gap"] == pytest.approx(h_ref[-1]["gap"], rel=1e-7, abs=1e-12)
+
+
+def test_bench_gpu_skips_cleanly_without_cuda():
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present: the benchmark would run")
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_gpu.py")], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0 and out.stdout.strip() == \
+        f"bench_gpu: skipped, no CUDA device (torch {torch.__version__})"
