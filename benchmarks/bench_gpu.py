@@ -140,7 +140,7 @@ def main():
     batches = [256, 4096] if quick else [1024, 6251, 65536, 262144, 1 << 20]
     res["decode"] = decode_figures(task, device, args.repeats, batches)
     taus = [64] if quick else [1, 64, 1024, task.n_train]
-    res["minibatch_ocr_large"] = minibatch_figures(task, device, taus, passes=1 if quick else 30, target=0.1)
+    res["minibatch_ocr_large"] = minibatch_figures(task, device, taus, passes=1 if quick else 200, target=0.1)
     res["conll_memory"] = conll_memory(device, 200 if quick else None)
     print(f"CoNLL-2000 peak GPU memory: {res['conll_memory']['peak_gpu_mb']} MB", flush=True)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)

@@ -235,14 +235,15 @@ class ChainDual(BlockDual):
             return torch.from_numpy(U), first, last, trans
         return torch.sparse.mm(self.X_sp, W.T.contiguous()), first, last, trans
 
-    def _corners_torch(self, idx: torch.Tensor, with_sqnorm: bool):
+    def _corners_torch(self, idx: torch.Tensor, with_sqnorm: bool, potentials=None):
         """Loss-augmented decoding of blocks ``idx`` and the terms of eq. (6): returns a dict with
-        padded labels, valid mask, loss (L/n), aug score, <M_i, theta_i>, dot*(lam n), sq*(lam n)^2."""
+        padded labels, valid mask, loss (L/n), aug score, <M_i, theta_i>, dot*(lam n), sq*(lam n)^2.
+        ``potentials``: those of every position at the current w, if already computed."""
         K = self.model.K
         pos, valid = padded_index(self.offsets, idx)
         lengths = valid.sum(1)
-        if idx.shape[0] == self.n:
-            U, first, last, trans = self._potentials()
+        if idx.shape[0] == self.n or potentials is not None:
+            U, first, last, trans = potentials if potentials is not None else self._potentials()
             Ub = U[pos] * valid[..., None]
         else:                                   # only the rows of these blocks: O(batch), not O(N)
             W, first, last, trans = self.model.split(self.w)
@@ -334,7 +335,8 @@ class ChainDual(BlockDual):
             labels, aug, m_theta, gt_score = map(torch.from_numpy, (labels, aug, m_theta, gt_score))
             loss = torch.from_numpy(wrong) / self.lengths.to(self.dtype) / self.n
         else:
-            c = self._corners_torch(torch.arange(self.n, device=self.device), with_sqnorm=False)
+            c = self._corners_torch(torch.arange(self.n, device=self.device), with_sqnorm=False,
+                                    potentials=(U, first, last, trans))
             labels, aug, m_theta = c["labels"][c["valid"]], c["aug"], c["m_theta"]
             loss = c["loss"]
             gt_score = torch.zeros(self.n, dtype=self.dtype, device=self.device).index_add_(
