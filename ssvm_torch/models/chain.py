@@ -148,6 +148,30 @@ class ChainModel(StructuredModel):
         last.add_(coef * D_last)
         trans.add_(coef * Dt)
 
+    def direction_parts(self, csr, pos, valid, D, Dt, coef: float) -> dict:
+        """The pieces of coef * sum_b A_b(D_b) for a padded batch of statistics, block by block
+        (``count`` = entries of each block): the emission entries (feature index, coef D x value),
+        the first / last position rows and the transition counts. Summed by
+        :meth:`direction_from_parts` in batch order, they give the same bits whichever process
+        computed which block (ssvm_torch.distributed)."""
+        fptr, fidx, fval = csr
+        rows = pos[valid]
+        local, nz = csr_row_nonzeros(fptr, rows)
+        block = valid.nonzero()[:, 0][local]                 # the batch row of every entry
+        ar = torch.arange(pos.shape[0], device=pos.device)
+        return {"count": torch.bincount(block, minlength=pos.shape[0]), "entry_index": fidx[nz],
+                "entry_value": coef * D[valid][local] * fval[nz, None], "first": coef * D[ar, 0],
+                "last": coef * D[ar, valid.sum(1) - 1], "trans": coef * Dt}
+
+    def direction_from_parts(self, parts: dict, out: torch.Tensor) -> torch.Tensor:
+        """out += the sum of :meth:`direction_parts` (entries scattered in order, rows summed)."""
+        W, first, last, trans = self.split(out)
+        W.index_add_(1, parts["entry_index"], parts["entry_value"].T)
+        first.add_(parts["first"].sum(0))
+        last.add_(parts["last"].sum(0))
+        trans.add_(parts["trans"].sum(0))
+        return out
+
     def joint_feature(self, Xc: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         """phi(x, y) of one sequence: Xc (T, F) rows with the constant, labels (T,). Dense (d,)."""
         phi = torch.zeros(self.d, dtype=Xc.dtype, device=Xc.device)

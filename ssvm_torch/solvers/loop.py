@@ -64,6 +64,10 @@ class Solver:
         self.state = SolverState(cache_limit=config.max_cache)
         check(config.batch_size <= dual.n, "batch_size", f"an int in [1, n = {dual.n}] (blocks per step)",
               config.batch_size)
+        if not dual.supports_block_steps:
+            check(config.solver == "bcfw" and config.step == "fw" and not config.cache, "solver",
+                  "'bcfw' with step 'fw' and no cache for a store sharded over processes (mini-batch BCFW)",
+                  f"{config.solver!r}, step {config.step!r}" + (", cache" if config.cache else ""))
         self.rule = make_step_rule(dual, config, self.sampler)
         self.averager = Averager(dual, lazy=config.solver == "bcfw") if config.averaging else None
         if self.averager is None:
@@ -140,19 +144,22 @@ class Solver:
     # -- main loops -----------------------------------------------------------------------------
     def run(self) -> list:
         """Run to a stopping criterion; returns the history (one record per exact gap check)."""
-        st = self.state
         self.start()
+        while not self.state.done:
+            self.interval()
+        return self.state.history
+
+    def interval(self) -> None:
+        """One interval: ``gap_check`` passes of steps (batch FW: iterations) closed by the exact gap
+        check, which may set ``state.done``."""
         if self.cfg.solver == "fw":
-            while not st.done:
-                self.fw_iterations()
-            return st.history
-        while not st.done:
-            for size in self.chunk_sizes():
-                draws = (self.draw() for _ in range(size))     # lazy: each draw sees the last update
-                if self.run_chunk(draws):
-                    break
-            self.end_interval()
-        return st.history
+            self.fw_iterations()
+            return
+        for size in self.chunk_sizes():
+            draws = (self.draw() for _ in range(size))     # lazy: each draw sees the last update
+            if self.run_chunk(draws):
+                break
+        self.end_interval()
 
     # The pieces of ``run`` for drivers that own the loop (the Lightning module): ``start`` once, then
     # per interval ``run_chunk`` for each of ``chunk_sizes()`` and ``end_interval``.
@@ -166,7 +173,7 @@ class Solver:
         """What the next step works on, drawn from the live sampler: a block (an int), or for
         mini-batch BCFW a list of ``batch_size`` distinct blocks."""
         tau = self.cfg.batch_size
-        return self.sampler.next() if tau == 1 else self.sampler.draw(tau)
+        return self.sampler.next() if tau == 1 and self.dual.supports_block_steps else self.sampler.draw(tau)
 
     def chunk_sizes(self, chunk: int | None = None) -> list[int]:
         """Steps between two exact gap checks (``gap_check`` passes, i.e. gap_check n / batch_size

@@ -214,6 +214,6 @@ def make_step_rule(dual: BlockDual, cfg: SolverConfig, sampler: Sampler) -> Step
         return None
     if cfg.solver == "ssg":
         return SSGStep(dual, cfg, sampler)
-    if cfg.batch_size > 1:
+    if cfg.batch_size > 1 or not dual.supports_block_steps:
         return MiniBatchStep(dual, cfg, sampler)
     return SetStep(dual, cfg, sampler) if cfg.uses_sets else FWStep(dual, cfg, sampler)

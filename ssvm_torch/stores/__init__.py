@@ -21,21 +21,22 @@ __all__ = ["BlockDual", "BoxedDual", "ChainDual", "Corner", "DenseDual", "GapPas
 
 
 def make_store(model: StructuredModel, data, lam: float, device=None, dtype=torch.float64, kernels: str = "auto",
-               nonnegative=None) -> BlockDual:
+               nonnegative=None, n_objective: int | None = None) -> BlockDual:
     """The block store of ``model`` on ``data`` at regularization ``lam``. ``nonnegative``: indices of
     w kept >= 0 by box constraints (e.g. ``model.pairwise_index`` for graph cuts and pose).
     ``kernels`` picks the chain store's backend (``auto``, ``numba``, ``torch``); the dense store
-    is pure torch."""
+    is pure torch. ``n_objective``: the n of objective (1) when ``data`` is one shard of a larger
+    training set (ssvm_torch.distributed); default data.n."""
     check_choice(kernels, "kernels", KERNELS)
     if kernels != "auto":
         model = model.with_kernels(kernels)          # the decoders follow the store's choice
     if isinstance(model, ChainModel):
-        store = ChainDual(model, data, lam, device=device, dtype=dtype, kernels=kernels)
+        store = ChainDual(model, data, lam, device=device, dtype=dtype, kernels=kernels, n_objective=n_objective)
     else:
         if kernels == "numba":
             raise SSVMInputError(f"kernels: 'numba' applies to chain stores; {type(model).__name__} runs on the "
                                  "dense store, which is pure torch (use 'auto' or 'torch')")
-        store = DenseDual(model, data, lam, device=device, dtype=dtype)
+        store = DenseDual(model, data, lam, device=device, dtype=dtype, n_objective=n_objective)
     if nonnegative is not None and len(nonnegative):
         store = BoxedDual(store, nonnegative, lower=0.0)
     return store

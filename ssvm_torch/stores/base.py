@@ -19,6 +19,8 @@ from typing import Any
 
 import torch
 
+from ..errors import check
+
 
 @dataclass
 class Corner:
@@ -54,13 +56,26 @@ class BatchCorners:
     dw: torch.Tensor            # (d,) the joint direction sum_i (w_s,i - w_i) (of v under box constraints)
     dell: float                 # sum_i (ell_s,i - ell_i)
     moves: Any = None           # what the store's batch_move reuses (labelings, statistics)
+    parts: dict | None = None   # dw block by block (direction()): "count" (tau,) entries per block,
+                                # "entry_*" (sum of counts, ...) entries in block order, others (tau, ...)
+
+
+def objective_n(n_blocks: int, n_objective: int | None) -> int:
+    """The n of objective (1): the store's own number of blocks, or more when it holds one shard
+    of a larger problem (ssvm_torch.distributed)."""
+    if n_objective is None:
+        return n_blocks
+    check(isinstance(n_objective, int) and n_objective >= n_blocks, "n_objective",
+          f"an int >= the store's {n_blocks} blocks", n_objective)
+    return n_objective
 
 
 class PointStore(ABC):
     """The dual variables of the n blocks and the primal point: w = sum_i w_i (clipped by box
     constraints, App. H), ell = sum_i ell_i, objective values, exact recomputation, state."""
 
-    n: int
+    n: int                      # blocks held by this store
+    N: int                      # the n of objective (1): n, unless the store holds a shard
     lam: float
     device: torch.device
     w: torch.Tensor
@@ -74,6 +89,8 @@ class PointStore(ABC):
     # unconstrained dual point.
     supports_path: bool = True
     supports_averaging: bool = True
+    # False for a store whose blocks live in several processes: only mini-batch steps apply
+    supports_block_steps: bool = True
 
     @property
     @abstractmethod
@@ -107,9 +124,17 @@ class PointStore(ABC):
     def load_state_dict(self, state: dict) -> None:
         pass
 
+    def move_point(self, dw: torch.Tensor, dell: float, gamma: float) -> None:
+        """w += gamma dw and ell += gamma dell without touching this store's blocks: the share of a
+        distributed mini-batch step whose blocks live on other ranks (the shadow follows)."""
+        self.w.add_(dw, alpha=gamma)
+        if self.shadow is not None:
+            self.shadow.add_(dw, alpha=gamma * self.shadow_coef)
+        self.set_point(self.w, self.ell + gamma * dell)
+
     def primal(self, H: torch.Tensor) -> float:
         """lam/2 ||w||^2 + 1/n sum_i H_i(w): objective (1)."""
-        return 0.5 * self.lam * float(self.w @ self.w) + float(H.sum()) / self.n
+        return 0.5 * self.lam * float(self.w @ self.w) + float(H.sum()) / self.N
 
     def dual(self) -> float:
         """-lam/2 ||w||^2 + ell: the dual objective (3) at the current dual point."""
@@ -158,6 +183,11 @@ class MiniBatchMoves(ABC):
     @abstractmethod
     def batch_corners(self, idx: torch.Tensor) -> BatchCorners:
         """Loss-augmented decoding of the distinct blocks ``idx`` at the current w (one batched call)."""
+
+    @abstractmethod
+    def direction(self, parts: dict) -> torch.Tensor:
+        """dw from the block-by-block ``parts`` of :class:`BatchCorners`, in batch order (a batch
+        whose parts were computed by several processes gives the same bits as one process)."""
 
     @abstractmethod
     def batch_move(self, corners: BatchCorners, gamma: float) -> None:

@@ -44,7 +44,7 @@ class BoxedDual(BlockDual):
         self.upper = bound(upper, "upper", float("inf"))
         if bool((self.lower > self.upper).any()):
             raise SSVMInputError("box lower: expected lower <= upper for every constrained coordinate")
-        self.n, self.lam = inner.n, inner.lam
+        self.n, self.N, self.lam = inner.n, inner.N, inner.lam
         self.v_c = inner.w[idx].clone()
         self._clip()
 
@@ -100,9 +100,16 @@ class BoxedDual(BlockDual):
     def batch_corners(self, idx) -> BatchCorners:
         return self.inner.batch_corners(idx)
 
+    def direction(self, parts: dict) -> torch.Tensor:
+        return self.inner.direction(parts)
+
     def batch_move(self, corners: BatchCorners, gamma: float) -> None:
         """The step along dv (gamma from the unclipped direction is safe, App. H), then re-clip."""
         self.inner.batch_move(corners, gamma)
+        self._sync()
+
+    def move_point(self, dw, dell, gamma) -> None:
+        self.inner.move_point(dw, dell, gamma)
         self._sync()
 
     def gap_pass(self) -> GapPass:

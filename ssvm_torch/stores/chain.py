@@ -23,7 +23,7 @@ from ..models.chain import ChainModel, csr_row_nonzeros, padded_index, padded_tr
 from ..oracles.chain_kernels import (batch_corners_host, nb_add_psi, nb_build_delta, nb_corner_gaps, nb_delta_move,
                                      nb_delta_sqnorm, nb_fw_corner, nb_gap_pass, nb_gram, nb_unary_all)
 from ..oracles.viterbi import viterbi
-from .base import BatchCorners, BlockDual, Corner, GapPass
+from .base import BatchCorners, BlockDual, Corner, GapPass, objective_n
 
 
 
@@ -34,11 +34,12 @@ class ChainDual(BlockDual):
     (any device), ``auto`` numba where it applies, torch elsewhere."""
 
     def __init__(self, model: ChainModel, data: ChainData, lam: float, device=None, dtype=torch.float64,
-                 kernels: str = "auto"):
+                 kernels: str = "auto", n_objective: int | None = None):
         model.check_data(data)
         self.model, self.data = model, data
         self.lam = check_positive(lam, "lam")
         self.n = data.n
+        self.N = objective_n(data.n, n_objective)
         dev = resolve_device(device)
         self.device, self.dtype = dev, dtype
         K = model.K
@@ -104,18 +105,18 @@ class ChainDual(BlockDual):
         self._ell[0] = ell
 
     def fw_corner(self, i: int) -> Corner:
-        inv_lamn = 1.0 / (self.lam * self.n)
+        inv_lamn = 1.0 / (self.lam * self.N)
         if self._numba:
             T = int(self._np[3][i + 1] - self._np[3][i])
             ys = np.empty(T, dtype=np.int64)
             loss, dot, sq = nb_fw_corner(i, *self._np, *self._work, ys)
-            loss /= self.n
+            loss /= self.N
             return Corner(ys, loss, dot * inv_lamn, sq * inv_lamn * inv_lamn,
-                          dot / self.n - self._np_ell[0][i] + loss)
+                          dot / self.N - self._np_ell[0][i] + loss)
         c = self._corners_torch(torch.tensor([i], device=self.device), with_sqnorm=True)
         loss, dot = float(c["loss"][0]), float(c["dot"][0])
         return Corner(c["labels"][0][c["valid"][0]], loss, dot * inv_lamn, float(c["sq"][0]) * inv_lamn * inv_lamn,
-                      dot / self.n - float(self.ell_i[i]) + loss)
+                      dot / self.N - float(self.ell_i[i]) + loss)
 
     def fw_move(self, i: int, corner: Corner, gamma: float) -> None:
         """The FW step is the move from the current point towards the corner."""
@@ -138,7 +139,7 @@ class ChainDual(BlockDual):
     def loss_of(self, i: int, labeling) -> float:
         s, e = int(self.offsets[i]), int(self.offsets[i + 1])
         y = torch.as_tensor(labeling, device=self.device)
-        return float((y != self.Y[s:e]).double().mean()) / self.n
+        return float((y != self.Y[s:e]).double().mean()) / self.N
 
     def corner_gaps(self, i: int, labelings) -> np.ndarray:
         """g_i(y) = lam <w_i - w_s(y), w> - ell_i + L_i(y)/n for each labeling: the FW gap of block i
@@ -149,7 +150,7 @@ class ChainDual(BlockDual):
             L = np.ascontiguousarray(L, dtype=np.int64)
             out = np.empty(L.shape[0])
             nb_corner_gaps(i, L, *self._np[:5], *self._np[7:], self._work[0], out)
-            return out / self.n - self._np_ell[0][i]
+            return out / self.N - self._np_ell[0][i]
         s, e = int(self.offsets[i]), int(self.offsets[i + 1])
         W, first, last, trans = self.model.split(self.w)
         U = self._unary_rows(W, torch.arange(s, e, device=self.device))
@@ -159,7 +160,7 @@ class ChainDual(BlockDual):
         score = U[t, Lt].sum(1) + first[Lt[:, 0]] + last[Lt[:, -1]] + trans[Lt[:, 1:], Lt[:, :-1]].sum(1)
         loss = (Lt != self.Y[s:e]).to(self.dtype).mean(1)
         m_theta = (self.Mu[s:e] * U).sum() + self.Mu[s] @ first + self.Mu[e - 1] @ last + (self.Mt[i] * trans).sum()
-        return to_host((score + loss - m_theta) / self.n - self.ell_i[i])
+        return to_host((score + loss - m_theta) / self.N - self.ell_i[i])
 
     def _np_delta(self, i, P, Q):
         Du, Dt = self._work[4], self._work[5]
@@ -174,7 +175,7 @@ class ChainDual(BlockDual):
             shadow = (True, float(self.shadow_coef), sh[0].numpy(), sh[1].numpy(), sh[2].numpy(), sh[3].numpy())
         else:
             shadow = (False, 0.0, *self._np[7:11])
-        nb_delta_move(i, -gamma / (self.lam * self.n), gamma, Du, Dt, *self._np[:4], *self._np[7:], *shadow)
+        nb_delta_move(i, -gamma / (self.lam * self.N), gamma, Du, Dt, *self._np[:4], *self._np[7:], *shadow)
 
     def _torch_delta(self, i, P, Q):
         s, e = int(self.offsets[i]), int(self.offsets[i + 1])
@@ -199,7 +200,7 @@ class ChainDual(BlockDual):
             T = e - s
             G = self.G[int(self.goff[i]):int(self.goff[i + 1])].view(T, T)
             sq = float((D * (G @ D)).sum() + (D[0] ** 2).sum() + (D[-1] ** 2).sum() + (Dt ** 2).sum())
-        return sq / (self.lam * self.n) ** 2
+        return sq / (self.lam * self.N) ** 2
 
     def pair_move(self, i: int, P, Q, loss_P: float, loss_Q: float, gamma: float) -> None:
         """x_i += gamma (v_P - v_Q); losses are L/n (for the current point: ell_i)."""
@@ -210,7 +211,7 @@ class ChainDual(BlockDual):
             ell[0] += gamma * (loss_P - loss_Q)
             return
         s, e, D, Dt = self._torch_delta(i, P, Q)
-        self._add_stats(s, e, -gamma / (self.lam * self.n), D, Dt)
+        self._add_stats(s, e, -gamma / (self.lam * self.N), D, Dt)
         self.Mu[s:e] += gamma * D
         self.Mt[i] += gamma * Dt
         self.ell_i[i] += gamma * (loss_P - loss_Q)
@@ -257,7 +258,7 @@ class ChainDual(BlockDual):
         Mt = self.Mt[idx]
         ar = torch.arange(len(idx), device=self.device)
         m_theta = (Mu * Ub).sum((1, 2)) + (Mu[ar, 0] @ first) + (Mu[ar, lengths - 1] @ last) + (Mt * trans).sum((1, 2))
-        out = {"labels": labels, "valid": valid, "loss": loss_norm / self.n, "aug": aug, "m_theta": m_theta,
+        out = {"labels": labels, "valid": valid, "loss": loss_norm / self.N, "aug": aug, "m_theta": m_theta,
                "dot": score_s - m_theta, "pos": pos}
         if with_sqnorm:
             D = (Fn.one_hot(labels.clamp(min=0), K).to(self.dtype) - Mu) * valid[..., None]
@@ -288,20 +289,21 @@ class ChainDual(BlockDual):
             flat, loss, dot = batch_corners_host(to_host(idx), to_host(self.lengths[idx]), self._np)
             labels = torch.full(pos.shape, -1, dtype=torch.int64, device=self.device)
             labels[valid] = from_host(flat, self.device)
-            loss, dot = from_host(loss, self.device) / self.n, from_host(dot, self.device)
+            loss, dot = from_host(loss, self.device) / self.N, from_host(dot, self.device)
         else:
             c = self._corners_torch(idx, with_sqnorm=False)
             labels, loss, dot = c["labels"], c["loss"], c["dot"]
         ell_b = self.ell_i[idx]
-        gaps = dot / self.n - ell_b + loss
-        K = self.model.K
-        D = (Fn.one_hot(labels.clamp(min=0), K).to(self.dtype) - self.Mu[pos]) * valid[..., None]
-        Dt = padded_trans_counts(labels, valid, K, self.dtype) - self.Mt[idx]
-        ar = torch.arange(len(idx), device=self.device)
-        dw = torch.zeros_like(self.w)
-        self._stats_into(dw, pos[valid], D[valid], D[ar, 0].sum(0), D[ar, valid.sum(1) - 1].sum(0), Dt.sum(0),
-                         -1.0 / (self.lam * self.n))
-        return BatchCorners(idx, loss, gaps, dw, float((loss - ell_b).sum()), moves=(pos[valid], D[valid], Dt))
+        gaps = dot / self.N - ell_b + loss
+        D = (Fn.one_hot(labels.clamp(min=0), self.model.K).to(self.dtype) - self.Mu[pos]) * valid[..., None]
+        Dt = padded_trans_counts(labels, valid, self.model.K, self.dtype) - self.Mt[idx]
+        parts = self.model.direction_parts((self.fptr, self.fidx, self.fval), pos, valid, D, Dt,
+                                           -1.0 / (self.lam * self.N))
+        return BatchCorners(idx, loss, gaps, self.direction(parts), float((loss - ell_b).sum()),
+                            moves=(pos[valid], D[valid], Dt), parts=parts)
+
+    def direction(self, parts: dict) -> torch.Tensor:
+        return self.model.direction_from_parts(parts, torch.zeros_like(self.w))
 
     def batch_move(self, corners: BatchCorners, gamma: float) -> None:
         rows, D, Dt = corners.moves
@@ -333,7 +335,7 @@ class ChainDual(BlockDual):
                                                                  last.numpy(), trans.numpy(), self._np[11],
                                                                  self._np[12])
             labels, aug, m_theta, gt_score = map(torch.from_numpy, (labels, aug, m_theta, gt_score))
-            loss = torch.from_numpy(wrong) / self.lengths.to(self.dtype) / self.n
+            loss = torch.from_numpy(wrong) / self.lengths.to(self.dtype) / self.N
         else:
             c = self._corners_torch(torch.arange(self.n, device=self.device), with_sqnorm=False,
                                     potentials=(U, first, last, trans))
@@ -344,7 +346,7 @@ class ChainDual(BlockDual):
             gt_score += first[self.Y[self.first_pos]] + last[self.Y[self.last_pos]]
             gt_score += (trans_counts(self.Y, self.seg, self.n, self.model.K).to(self.dtype) * trans).sum((1, 2))
         H = aug - gt_score
-        gaps = (aug - m_theta) / self.n - self.ell_i
+        gaps = (aug - m_theta) / self.N - self.ell_i
         return GapPass(labels=labels, loss=loss, H=H, block_gaps=gaps)
 
     def _point_of(self, labels: torch.Tensor):
@@ -362,7 +364,7 @@ class ChainDual(BlockDual):
         first.copy_(D[self.first_pos].sum(0))
         last.copy_(D[self.last_pos].sum(0))
         trans.copy_(self.gt_trans - Mt_sum)
-        return w / (self.lam * self.n)
+        return w / (self.lam * self.N)
 
     def corner_point(self, gp: GapPass):
         oh, tc = self._point_of(gp.labels.to(self.device))
@@ -391,7 +393,7 @@ class ChainDual(BlockDual):
         first.copy_(self.Mu[s])
         last.copy_(self.Mu[e - 1])
         trans.copy_(self.Mt[i])
-        return (phi_gt - w) / (self.lam * self.n)
+        return (phi_gt - w) / (self.lam * self.N)
 
     # -- regularization path ------------------------------------------------------------------
     def rescale(self, lam_new: float, rho: float) -> None:
@@ -431,7 +433,7 @@ class ChainDual(BlockDual):
         U, first, last, trans = self._potentials()
         m_theta = torch.zeros(self.n, dtype=self.dtype, device=self.device).index_add_(0, self.seg, (self.Mu * U).sum(1))
         m_theta += self.Mu[self.first_pos] @ first + self.Mu[self.last_pos] @ last + (self.Mt * trans).sum((1, 2))
-        return (self._scores(U, first, last, trans, self.Y) - m_theta) / self.n
+        return (self._scores(U, first, last, trans, self.Y) - m_theta) / self.N
 
     def state_dict(self) -> dict:
         return {"w": self.w.clone(), "ell": self._ell.clone(), "ell_i": self.ell_i.clone(),

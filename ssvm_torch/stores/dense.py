@@ -12,13 +12,13 @@ import torch
 
 from ..devices import resolve_device, to_host
 from ..errors import check_positive
-from .base import BatchCorners, BlockDual, Corner, GapPass
+from .base import BatchCorners, BlockDual, Corner, GapPass, objective_n
 
 
 class DenseDual(BlockDual):
     """Block i's w_i as row i of an (n, d) matrix; ``data`` is moved to ``device``/``dtype`` once."""
 
-    def __init__(self, model, data, lam: float, device=None, dtype=torch.float64):
+    def __init__(self, model, data, lam: float, device=None, dtype=torch.float64, n_objective: int | None = None):
         model.check_data(data)
         self.model = model
         self.lam = check_positive(lam, "lam")
@@ -26,6 +26,7 @@ class DenseDual(BlockDual):
         self.dtype = dtype
         self.data = data.to(self.device, dtype)
         self.n, self.d = data.n, model.d
+        self.N = objective_n(data.n, n_objective)
         self.W_blocks = torch.zeros(self.n, self.d, dtype=dtype, device=self.device)
         self.ell_i = torch.zeros(self.n, dtype=dtype, device=self.device)
         self.w = torch.zeros(self.d, dtype=dtype, device=self.device)
@@ -54,13 +55,13 @@ class DenseDual(BlockDual):
         return self.model.loss(self.data, idx, labels).to(self.dtype)
 
     def _w_s(self, idx, labels):
-        return self._psi(idx, labels) / (self.lam * self.n)
+        return self._psi(idx, labels) / (self.lam * self.N)
 
     def fw_corner(self, i: int) -> Corner:
         idx = self._idx(i)
         y, _ = self._oracle(idx)
         diff = self.W_blocks[i] - self._w_s(idx, y)[0]
-        loss, dot = float(self._loss(idx, y)[0]) / self.n, float(diff @ self.w)
+        loss, dot = float(self._loss(idx, y)[0]) / self.N, float(diff @ self.w)
         return Corner(y[0], loss, dot, float(diff @ diff), self.lam * dot - float(self.ell_i[i]) + loss)
 
     def fw_move(self, i: int, corner: Corner, gamma: float) -> None:
@@ -88,7 +89,7 @@ class DenseDual(BlockDual):
         return self.model.key(labeling)
 
     def loss_of(self, i: int, labeling) -> float:
-        return float(self._loss(self._idx(i), self._batch([labeling]))[0]) / self.n
+        return float(self._loss(self._idx(i), self._batch([labeling]))[0]) / self.N
 
     def _point(self, i, P):
         return self.W_blocks[i] if P is None else self._w_s(self._idx(i), self._batch([P]))[0]
@@ -97,7 +98,7 @@ class DenseDual(BlockDual):
         ys = self._batch(list(labelings))
         idx = self._idx(i).expand(ys.shape[0])
         w_s = self._w_s(idx, ys)
-        g = self.lam * ((self.W_blocks[i] - w_s) @ self.w) - self.ell_i[i] + self._loss(idx, ys) / self.n
+        g = self.lam * ((self.W_blocks[i] - w_s) @ self.w) - self.ell_i[i] + self._loss(idx, ys) / self.N
         return to_host(g)
 
     def pair_sqnorm(self, i: int, P, Q) -> float:
@@ -120,9 +121,14 @@ class DenseDual(BlockDual):
         y, _ = self._oracle(idx)
         w_s = self._w_s(idx, y)
         diff = self.W_blocks[idx] - w_s
-        loss, ell_b = self._loss(idx, y) / self.n, self.ell_i[idx]
+        loss, ell_b = self._loss(idx, y) / self.N, self.ell_i[idx]
         gaps = self.lam * (diff @ self.w) - ell_b + loss
-        return BatchCorners(idx, loss, gaps, -diff.sum(0), float((loss - ell_b).sum()), moves=w_s)
+        parts = {"count": torch.zeros(len(idx), dtype=torch.int64, device=self.device), "rows": -diff}
+        return BatchCorners(idx, loss, gaps, self.direction(parts), float((loss - ell_b).sum()), moves=w_s,
+                            parts=parts)
+
+    def direction(self, parts: dict) -> torch.Tensor:
+        return parts["rows"].sum(0)
 
     def batch_move(self, corners: BatchCorners, gamma: float) -> None:
         idx = corners.idx
@@ -134,8 +140,8 @@ class DenseDual(BlockDual):
     # -- batched ------------------------------------------------------------------------------
     def gap_pass(self) -> GapPass:
         y, H = self._oracle(self._all)
-        loss = self._loss(self._all, y) / self.n
-        gaps = self.lam * (self.W_blocks @ self.w) - self.ell_i + H.to(self.dtype) / self.n
+        loss = self._loss(self._all, y) / self.N
+        gaps = self.lam * (self.W_blocks @ self.w) - self.ell_i + H.to(self.dtype) / self.N
         return GapPass(labels=y, loss=loss, H=H, block_gaps=gaps)
 
     def corner_point(self, gp: GapPass):
