@@ -40,7 +40,7 @@ import torch
 import torch.distributed as dist
 
 from .errors import SSVMInputError, check
-from .stores.base import BatchCorners, BlockDual, GapPass
+from .stores.base import SPARSE_D, BatchCorners, BlockDual, GapPass
 from .stores.box import BoxedDual
 
 EXCHANGES = ("auto", "allreduce", "gather")
@@ -69,6 +69,37 @@ def init(device: torch.device, timeout_s: float = 300.0) -> tuple[int, int]:
         backend = "nccl" if device.type == "cuda" else "gloo"
         dist.init_process_group(backend, timeout=datetime.timedelta(seconds=float(timeout_s)))
     return dist.get_rank(), dist.get_world_size()
+
+
+def finish() -> None:
+    """Leave the process group (end of a torchrun run)."""
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def on_rank0(fn):
+    """``fn()`` on rank 0 (e.g. claiming the run directory); its input error is raised on every rank,
+    so no rank waits at a collective that rank 0 will never reach. Returns fn's result on rank 0,
+    None elsewhere."""
+    rank, size = world()
+    result, message = None, [""]
+    if rank == 0:
+        try:
+            result = fn()
+        except SSVMInputError as e:
+            message = [str(e)]
+    if size > 1:
+        _collective(dist.broadcast_object_list, message, src=0)
+    if message[0]:
+        raise SSVMInputError(message[0])
+    return result
+
+
+def describe(store: "ShardedDual") -> dict:
+    """The partition and the exchange of a sharded run, for config.json."""
+    return {"world_size": store.size, "backend": dist.get_backend(),
+            "partition": "round-robin: rank r holds blocks i with i mod world_size = r (local block i // world_size)",
+            "exchange": "gather" if store.gather else "allreduce"}
 
 
 def shard_of(n: int, world_size: int, rank: int) -> torch.Tensor:
@@ -108,9 +139,10 @@ class ShardedDual(BlockDual):
         self.n = self.N = n
         self.lam, self.device = local.lam, local.device
         d = local.w.numel()
-        self.gather = exchange == "gather" or (exchange == "auto" and d >= 1 << 20)
+        self.gather = exchange == "gather" or (exchange == "auto" and d >= SPARSE_D)
         probe = local.batch_corners(torch.zeros(1, dtype=torch.int64, device=self.device)).parts   # changes nothing
-        self.part_shapes = {k: (tuple(t.shape[1:]), t.dtype) for k, t in probe.items()}
+        self.part_shapes = {k: ({g: (tuple(u.shape[1:]), u.dtype) for g, u in t.items()} if isinstance(t, dict)
+                                else (tuple(t.shape[1:]), t.dtype)) for k, t in probe.items()}
         self.bytes_sent = 0                   # what this rank contributed to collectives
         self.steps_exchanged = 0
 
@@ -164,37 +196,53 @@ class ShardedDual(BlockDual):
         _collective(dist.all_gather, out, t.contiguous())
         return out
 
+    def _all_gather_ragged(self, t: torch.Tensor) -> torch.Tensor:
+        """The ranks' 1-D tensors of different lengths, concatenated in rank order."""
+        sizes = self._all_gather(torch.tensor([t.numel()], dtype=torch.int64, device=self.device))
+        most = int(max(int(x) for x in sizes))
+        pad = torch.zeros(most, dtype=t.dtype, device=self.device)
+        pad[:t.numel()] = t
+        return torch.cat([part[:int(x)] for part, x in zip(self._all_gather(pad), sizes)])
+
     def _gather_parts(self, batch: list[int], parts: dict | None) -> dict:
         """Every block's direction parts (BatchCorners.parts) on every rank, in batch order: one
-        all-gather of the per-block entry counts, then one of each part (padded to the largest rank)."""
+        all-gather of the per-block row counts of every group, then one per part tensor (padded to
+        the largest rank's share)."""
         owned = [[b for b, i in enumerate(batch) if i % self.size == r] for r in range(self.size)]
         most = max(len(o) for o in owned)
-        count = torch.zeros(most, dtype=torch.int64, device=self.device)
-        if parts is not None:
-            count[:len(owned[self.rank])] = parts["count"]
-        counts = [c[:len(o)] for c, o in zip(self._all_gather(count), owned)]
-        entries = max(int(c.sum()) for c in counts)
         if parts is None:                      # no block of this batch here: zero-row parts of the right shapes
-            parts = {k: torch.zeros((0,) + shape, dtype=dtype, device=self.device)
-                     for k, (shape, dtype) in self.part_shapes.items()}
-        gathered = {}
-        for key, t in parts.items():
-            if key == "count":
-                continue
-            rows = entries if key.startswith("entry_") else most
+            parts = {k: ({g: torch.zeros((0,) + sh, dtype=dt, device=self.device) for g, (sh, dt) in v.items()}
+                         if isinstance(v, dict) else torch.zeros((0,) + v[0], dtype=v[1], device=self.device))
+                     for k, v in self.part_shapes.items()}
+        groups = [k for k, v in parts.items() if isinstance(v, dict)]
+        count = torch.zeros(len(groups), most, dtype=torch.int64, device=self.device)
+        for g, key in enumerate(groups):
+            count[g, :parts[key]["count"].numel()] = parts[key]["count"]
+        counts = torch.stack(self._all_gather(count))                     # (ranks, groups, most)
+        where = torch.tensor([[r, o.index(b)] for b in range(len(batch)) for r, o in enumerate(owned) if b in o],
+                             dtype=torch.int64, device=self.device)         # (tau, 2): owner rank, place there
+
+        def gathered(t, rows):                 # (ranks * rows, ...) of every rank's rows, padded
             pad = torch.zeros((rows,) + tuple(t.shape[1:]), dtype=t.dtype, device=self.device)
             pad[:t.shape[0]] = t
-            gathered[key] = self._all_gather(pad)
-        # reassemble in batch order: block b of the batch is block k of its owner's list
-        start = [torch.cumsum(c, 0) - c for c in counts]
-        where = {b: (r, k) for r, o in enumerate(owned) for k, b in enumerate(o)}
-        out = {"count": torch.stack([counts[r][k] for r, k in (where[b] for b in range(len(batch)))])}
-        for key, parts_r in gathered.items():
-            if key.startswith("entry_"):
-                out[key] = torch.cat([parts_r[r][int(start[r][k]):int(start[r][k] + counts[r][k])]
-                                      for r, k in (where[b] for b in range(len(batch)))])
-            else:
-                out[key] = torch.stack([parts_r[r][k] for r, k in (where[b] for b in range(len(batch)))])
+            return torch.cat(self._all_gather(pad))
+
+        out = {}
+        for key, value in parts.items():
+            if not isinstance(value, dict):
+                out[key] = gathered(value, most)[where[:, 0] * most + where[:, 1]]
+                continue
+            sizes = counts[:, groups.index(key)]                                # (ranks, most)
+            rows = int(sizes.sum(1).max())
+            length = sizes[where[:, 0], where[:, 1]]
+            first = where[:, 0] * rows + (torch.cumsum(sizes, 1) - sizes)[where[:, 0], where[:, 1]]
+            offset = torch.cumsum(length, 0) - length
+            index = torch.repeat_interleave(first - offset, length) + torch.arange(int(length.sum()),
+                                                                                  device=self.device)
+            out[key] = {"count": length}
+            for name, t in value.items():
+                if name != "count":
+                    out[key][name] = gathered(t, rows)[index]
         return out
 
     # -- mini-batch BCFW -------------------------------------------------------------------------
@@ -214,9 +262,17 @@ class ShardedDual(BlockDual):
             dw = corners.dw.clone()
         else:
             dw = torch.zeros_like(self.local.w)
+            if getattr(self.local, "sparse_direction", False):
+                dw = dw.to_sparse()
         self._all_reduce(small)                                  # each entry has one owner: the sum is a gather
-        if self.gather:
+        if self.size == 1:
+            pass                                                 # one rank: its direction is the joint one
+        elif self.gather:
             dw = self.local.direction(self._gather_parts(batch, corners.parts if corners is not None else None))
+        elif dw.is_sparse:                                       # touched coordinates from every rank, summed
+            dw = dw.coalesce()
+            index, values = self._all_gather_ragged(dw.indices()[0]), self._all_gather_ragged(dw.values())
+            dw = torch.sparse_coo_tensor(index[None], values, dw.shape).coalesce()
         else:
             dw = self._all_reduce(dw)
         self.steps_exchanged += 1

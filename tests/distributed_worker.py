@@ -33,6 +33,8 @@ def run(rank, world, port, spec, out):
     init(torch.device("cpu"), timeout_s=spec.get("timeout_s", 60))
     task = problem(spec)
     store = sharded_store(task, spec["lam"], exchange=spec.get("exchange", "auto"))
+    if spec.get("sparse_direction"):
+        store.local.sparse_direction = True
     solver = Solver(store, config(spec))
     if spec.get("resume_from"):
         solver.load_state_dict(torch.load(spec["resume_from"], weights_only=False))

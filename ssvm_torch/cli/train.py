@@ -11,7 +11,9 @@ Outputs in ``--out DIR`` (the run format of :mod:`ssvm_torch.outputs`):
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
+import os
 import sys
 import time
 from dataclasses import asdict
@@ -19,6 +21,7 @@ from pathlib import Path
 
 import torch
 
+from .. import distributed
 from ..errors import SSVMInputError, run_cli
 from ..outputs import RunDir, load_checkpoint, save_checkpoint, save_history, save_model
 from ..solvers import SAMPLERS, SOLVERS, STEPS, Solver, SolverConfig
@@ -72,6 +75,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="decoder and store kernels: numba (compiled, CPU float64), torch (the pure-torch path CUDA "
                         "runs, also on CPU), auto = numba on CPU float64, torch elsewhere")
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads (1 keeps batch-1 steps steady)")
+    p.add_argument("--exchange", choices=distributed.EXCHANGES, default="auto",
+                   help="under torchrun: how the ranks combine a mini-batch's direction: allreduce (one d-vector), "
+                        "gather (each block's compact change; bit-identical to one process), auto = gather for "
+                        "d >= 2^20")
+    p.add_argument("--dist-timeout", type=float, default=300,
+                   help="under torchrun: seconds a collective waits for a silent rank before every rank stops")
     p.add_argument("--out", default="runs/latest", help="output directory (refused if it holds another run)")
     p.add_argument("--overwrite", action="store_true", help="replace the run already in --out")
     p.add_argument("--checkpoint", action="store_true", help="save the solver state at every gap check")
@@ -101,41 +110,70 @@ def run(args) -> dict:
         raise SSVMInputError(f"resume: expected a checkpoint file, {args.resume} does not exist")
     cfg = SolverConfig.from_options(args).validate()             # bad options fail before the directory is touched
     get_task(args.dataset)
-    with RunDir(args.out, overwrite=args.overwrite, resume=args.resume) as run_dir:   # before any work
-        return _train(args, cfg, device, dtype, run_dir)
+    if not distributed.launched_by_torchrun():
+        with RunDir(args.out, overwrite=args.overwrite, resume=args.resume) as run_dir:   # before any work
+            return _train(args, cfg, device, dtype, run_dir)
+    # torchrun: every rank trains its shard; rank 0 owns the run directory and writes the outputs
+    _, size = distributed.init(device, args.dist_timeout)
+    if device.type == "cuda":
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+    try:
+        with contextlib.ExitStack() as stack:
+            run_dir = distributed.on_rank0(
+                lambda: stack.enter_context(RunDir(args.out, overwrite=args.overwrite, resume=args.resume)))
+            return _train(args, cfg, device, dtype, run_dir)
+    finally:
+        distributed.finish()
 
 
-def _train(args, cfg: SolverConfig, device, dtype, run_dir: RunDir) -> dict:
+def _train(args, cfg: SolverConfig, device, dtype, run_dir: RunDir | None) -> dict:
+    """One process's run; under torchrun every rank runs it on its shard and only rank 0 (the one with
+    ``run_dir``) evaluates, prints and writes."""
+    rank, size = distributed.world()
     task = load_task(args.dataset, train_size=args.train_size, unary_only=args.unary_only, device=device,
                      dtype=dtype)
     lam = task.lam(args.lam)
-    dual = task.store(lam, device=device, dtype=dtype, kernels=args.kernels)
-    out = run_dir.path
-    run_dir.write_config({"command": "ssvm-train", "dataset": args.dataset, "train_size": args.train_size,
-                          "unary_only": args.unary_only, "lam": lam, "device": str(device), "dtype": args.dtype,
-                          "kernels": args.kernels, "resume": args.resume, "solver": asdict(cfg)})
+    if size > 1:
+        dual = distributed.sharded_store(task, lam, device=device, dtype=dtype, kernels=args.kernels,
+                                         exchange=args.exchange)
+    else:
+        dual = task.store(lam, device=device, dtype=dtype, kernels=args.kernels)
+    out = run_dir.path if run_dir is not None else None
+    speak = not args.quiet and run_dir is not None
+    if run_dir is not None:
+        run_dir.write_config({"command": "ssvm-train", "dataset": args.dataset, "train_size": args.train_size,
+                              "unary_only": args.unary_only, "lam": lam, "device": str(device), "dtype": args.dtype,
+                              "kernels": args.kernels, "resume": args.resume, "solver": asdict(cfg),
+                              "distributed": distributed.describe(dual) if size > 1 else None})
 
     solver = None
     identity = {"dataset": args.dataset, "train_size": args.train_size, "unary_only": args.unary_only,
-                "dtype": args.dtype, "n": task.n_train, "d": task.d, "lam": lam}
+                "dtype": args.dtype, "n": task.n_train, "d": task.d, "lam": lam,
+                **({"world_size": size} if size > 1 else {})}
 
     def progress(rec):
-        if not args.quiet:
+        if speak:
             print(f"pass {rec['passes']:7.1f}  gap {_fmt(rec['gap'], '.3e')}  primal {rec['primal']:.6f}  "
                   f"dual {_fmt(rec['dual'], '.6f')}  train {rec['train_error']:.4f}  test {rec['test_error']:.4f}  "
                   + (f"F1 {rec['test_f1']:.2f}  " if "test_f1" in rec else "") +
                   f"[{rec['time_s']:.2f} s]", flush=True)
         if args.checkpoint and solver is not None:
-            save_checkpoint(out / "checkpoint.pt", solver.state_dict(), identity)
+            state = solver.state_dict()                 # a collective under torchrun: every rank takes part
+            if out is not None:
+                save_checkpoint(out / "checkpoint.pt", state, identity)
 
-    solver = Solver(dual, cfg, evaluate=task.evaluate, progress=progress)
-    if args.checkpoint:          # the first checkpoint is written at the first gap check: room for it now
-        state = dual.state_dict()
-        run_dir.require_free(sum(t.numel() * t.element_size() for t in state.values() if torch.is_tensor(t)),
+    solver = Solver(dual, cfg, evaluate=task.evaluate if run_dir is not None else None, progress=progress)
+    if args.checkpoint and run_dir is not None:   # the first checkpoint comes at the first gap check: room now
+        local = dual.local if size > 1 else dual
+        state = local.state_dict()
+        run_dir.require_free(size * sum(t.numel() * t.element_size() for t in state.values() if torch.is_tensor(t)),
                              "one checkpoint")
     if args.resume:
         solver.load_state_dict(load_checkpoint(args.resume, identity))
-    if not args.quiet:
+    if speak and size > 1:
+        print(f"torchrun: {size} ranks ({'nccl' if device.type == 'cuda' else 'gloo'}), round-robin shards of "
+              f"{dual.local.n} or so blocks, exchange {'gather' if dual.gather else 'allreduce'}", flush=True)
+    if speak:
         print(f"{args.dataset}: n = {task.n_train} train / {task.n_test} test examples, d = {task.d}, lam = {lam:g}, "
               f"solver = {args.solver}" + (f" ({args.sampling} sampling)" if args.solver != "fw" else "")
               + (f", {args.step} steps" if args.solver == "bcfw" else "") + (", cache" if args.cache else ""),
@@ -146,9 +184,13 @@ def _train(args, cfg: SolverConfig, device, dtype, run_dir: RunDir) -> dict:
     history = solver.run()
     wall = time.perf_counter() - t0
     last = history[-1]
+    if out is None:
+        return last
     save_history(out, history)
     save_model(out, dual.w, dual.ell, lam, args.dataset, task.describe())
-    if not args.quiet:
+    if speak and size > 1:
+        print(f"exchanged {dual.bytes_per_step / 1e3:.1f} kB per step per rank ({dual.steps_exchanged} steps)")
+    if speak:
         gap = "n/a (SSG keeps no dual)" if last["gap"] is None else f"{last['gap']:.6e}"
         budget = f" (budget {args.passes:g}; a run stops at the first gap check at or after it)" \
             if solver.state.stop_reason == "passes" and last["passes"] > args.passes else ""

@@ -8,6 +8,7 @@ given explicitly as ``--model.<name>`` flags (e.g. ``--model.passes 400`` to ext
 """
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -67,8 +68,9 @@ class SSVMCLI(LightningCLI):
         version = None
         if ckpt and Path(ckpt).parent.name == "checkpoints":
             version = Path(ckpt).parent.parent.name
-        if version is None:
-            version = claim_version(root / "lightning_logs")
+        if version is None:          # DDP's launcher re-runs this command for ranks > 0: they share rank 0's
+            version = os.environ.get("SSVM_LOG_VERSION") or claim_version(root / "lightning_logs")
+            os.environ["SSVM_LOG_VERSION"] = version
         trainer.logger = TensorBoardLogger(save_dir=str(root), name="lightning_logs", version=version)
         return trainer
 

@@ -35,6 +35,7 @@ import numpy as np
 import torch
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
+from .. import distributed
 from ..errors import SSVMInputError, check, check_choice
 from ..outputs import content_digest, save_history, save_model
 from ..portable import pack, unpack
@@ -82,6 +83,9 @@ class SSVMModule(L.LightningModule):
         blocks_per_step: steps per Lightning training step (default one pass: n, or n / batch_size).
         batch_size: blocks per step (mini-batch BCFW: tau distinct blocks decoded in one batched oracle
             call, one exact line search on their joint direction; 1 = BCFW).
+        exchange: under ``strategy="ddp"`` (data-parallel mini-batch BCFW, ssvm_torch.distributed): how
+            the ranks combine a step's direction, ``allreduce``, ``gather`` (bit-identical to one
+            process) or ``auto`` (gather for d >= 2^20).
         out: directory for ``history.json`` and ``model.pt`` (default: the logger's log_dir,
             else the trainer's default_root_dir).
         histograms: log block-gap and sampling-probability histograms at every gap check.
@@ -96,12 +100,13 @@ class SSVMModule(L.LightningModule):
                  time_budget: float | None = None, seed: int = 0, averaging: bool = False,
                  recompute_every: int = 10, blocks_per_step: int | None = None, dtype: str = "float64",
                  threads: int | None = 1, histograms: bool = True, out: str | None = None, kernels: str = "auto",
-                 batch_size: int = 1):
+                 batch_size: int = 1, exchange: str = "auto"):
         super().__init__()
         self.save_hyperparameters()
         self.automatic_optimization = False
         check_choice(dtype, "dtype", ("float64", "float32"))
         check_choice(kernels, "kernels", KERNELS)
+        check_choice(exchange, "exchange", distributed.EXCHANGES)
         if blocks_per_step is not None:
             check(isinstance(blocks_per_step, int) and blocks_per_step >= 1, "blocks_per_step", "an int >= 1",
                   blocks_per_step)
@@ -128,7 +133,14 @@ class SSVMModule(L.LightningModule):
         self.task = load_task(hp.dataset, train_size=hp.train_size, unary_only=hp.unary_only, device=device,
                               dtype=dtype)
         self.lam = self.task.lam(hp.lam)
-        store = self.task.store(self.lam, device=device, dtype=dtype, kernels=hp.kernels)
+        if self.trainer.world_size > 1:        # DDP: this rank's shard of the blocks (ssvm_torch.distributed)
+            store = distributed.sharded_store(self.task, self.lam, device=device, dtype=dtype, kernels=hp.kernels,
+                                              exchange=hp.exchange)
+            # DDP wraps only a module with a trainable parameter; the solver's state is not one (it runs
+            # its own collectives), so a sharded run carries this one unused scalar
+            self.ddp_anchor = torch.nn.Parameter(torch.zeros(1, device=device))
+        else:
+            store = self.task.store(self.lam, device=device, dtype=dtype, kernels=hp.kernels)
         self.solver = Solver(store, self.config, evaluate=self.task.evaluate)
 
     def configure_optimizers(self):

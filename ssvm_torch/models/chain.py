@@ -149,28 +149,50 @@ class ChainModel(StructuredModel):
         trans.add_(coef * Dt)
 
     def direction_parts(self, csr, pos, valid, D, Dt, coef: float) -> dict:
-        """The pieces of coef * sum_b A_b(D_b) for a padded batch of statistics, block by block
-        (``count`` = entries of each block): the emission entries (feature index, coef D x value),
-        the first / last position rows and the transition counts. Summed by
-        :meth:`direction_from_parts` in batch order, they give the same bits whichever process
-        computed which block (ssvm_torch.distributed)."""
+        """The pieces of coef * sum_b A_b(D_b) for a padded batch of statistics, block by block: the
+        first / last position rows and transition counts (one per block), the scaled statistics of
+        every position (group ``positions``) and the stored features of every position (group
+        ``features``: index, value, position within its block). Summed by
+        :meth:`direction_from_parts` in batch order they give the same bits whichever process
+        computed which block (ssvm_torch.distributed ships exactly these)."""
         fptr, fidx, fval = csr
-        rows = pos[valid]
-        local, nz = csr_row_nonzeros(fptr, rows)
-        block = valid.nonzero()[:, 0][local]                 # the batch row of every entry
+        at = valid.nonzero()                                  # (batch row, position) of every valid position
+        local, nz = csr_row_nonzeros(fptr, pos[valid])
+        lengths = valid.sum(1)
         ar = torch.arange(pos.shape[0], device=pos.device)
-        return {"count": torch.bincount(block, minlength=pos.shape[0]), "entry_index": fidx[nz],
-                "entry_value": coef * D[valid][local] * fval[nz, None], "first": coef * D[ar, 0],
-                "last": coef * D[ar, valid.sum(1) - 1], "trans": coef * Dt}
+        return {"first": coef * D[ar, 0], "last": coef * D[ar, lengths - 1], "trans": coef * Dt,
+                "positions": {"count": lengths, "stats": coef * D[valid]},
+                "features": {"count": torch.bincount(at[local, 0], minlength=pos.shape[0]), "index": fidx[nz],
+                             "value": fval[nz], "position": at[local, 1]}}
 
     def direction_from_parts(self, parts: dict, out: torch.Tensor) -> torch.Tensor:
-        """out += the sum of :meth:`direction_parts` (entries scattered in order, rows summed)."""
+        """out += the sum of :meth:`direction_parts`: emission entries scattered in batch order, the
+        per-block rows summed."""
         W, first, last, trans = self.split(out)
-        W.index_add_(1, parts["entry_index"], parts["entry_value"].T)
+        positions, features = parts["positions"], parts["features"]
+        start = torch.cumsum(positions["count"], 0) - positions["count"]
+        block = torch.repeat_interleave(torch.arange(len(start), device=start.device), features["count"])
+        stats = positions["stats"][start[block] + features["position"]]
+        W.index_add_(1, features["index"], (stats * features["value"][:, None]).T)
         first.add_(parts["first"].sum(0))
         last.add_(parts["last"].sum(0))
         trans.add_(parts["trans"].sum(0))
         return out
+
+    def sparse_direction(self, parts: dict, scratch: torch.Tensor) -> torch.Tensor:
+        """:meth:`direction_from_parts` as a coalesced sparse vector of the touched coordinates:
+        accumulated in the zero ``scratch`` (d,) with the same operations, read out at the touched
+        feature columns, and ``scratch`` zeroed there again."""
+        self.direction_from_parts(parts, scratch)
+        cols = torch.unique(parts["features"]["index"])                      # sorted
+        K, F = self.K, self.F
+        W = scratch[:K * F].view(K, F)
+        index = torch.cat([(torch.arange(K, device=cols.device)[:, None] * F + cols[None, :]).reshape(-1),
+                           torch.arange(K * F, self.d, device=cols.device)])
+        values = torch.cat([W[:, cols].reshape(-1), scratch[K * F:]])
+        W[:, cols] = 0.0
+        scratch[K * F:] = 0.0
+        return torch.sparse_coo_tensor(index[None], values, (self.d,), is_coalesced=True)
 
     def joint_feature(self, Xc: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         """phi(x, y) of one sequence: Xc (T, F) rows with the constant, labels (T,). Dense (d,)."""

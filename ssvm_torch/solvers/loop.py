@@ -180,9 +180,10 @@ class Solver:
         steps), split in chunks of ``chunk`` steps (default one pass): the unit of timing, drift
         recomputation and stop checks."""
         per_pass = self.dual.n / self.cfg.batch_size
-        chunk = max(1, round(per_pass)) if chunk is None else chunk
+        chunk = max(1, math.ceil(per_pass)) if chunk is None else chunk
         check(isinstance(chunk, int) and chunk >= 1, "chunk", "an int >= 1", chunk)
-        total = max(1, round(self.cfg.gap_check * per_pass))
+        total = max(1, round(self.cfg.gap_check * self.dual.n) if self.cfg.batch_size == 1
+                    else math.ceil(self.cfg.gap_check * per_pass))       # a mini-batch interval covers its passes
         return [chunk] * (total // chunk) + ([total % chunk] if total % chunk else [])
 
     def run_chunk(self, indices) -> str:

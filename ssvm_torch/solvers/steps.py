@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from ..devices import to_host
-from ..stores.base import BlockDual
+from ..stores.base import BlockDual, squared_norm
 from .active_set import BlockSet
 from .cache import GapCache
 from .config import SolverConfig, SolverState
@@ -72,7 +72,7 @@ class MiniBatchStep(StepRule):
         d = self.dual
         corners = d.batch_corners(torch.as_tensor(batch, device=d.device))
         g = float(corners.gaps.sum())
-        sq = float(corners.dw @ corners.dw)
+        sq = squared_norm(corners.dw)
         if sq > 0.0 and g > 0.0:
             gamma = g / (d.lam * sq)
             if gamma >= 1.0:

@@ -53,11 +53,22 @@ class BatchCorners:
     idx: torch.Tensor           # (tau,) the blocks, on the store's device
     loss: torch.Tensor          # (tau,) L_i(y*_i) / n
     gaps: torch.Tensor          # (tau,) block gaps g_i at the current w, eq. (6) of Osokin et al. 2016
-    dw: torch.Tensor            # (d,) the joint direction sum_i (w_s,i - w_i) (of v under box constraints)
+    dw: torch.Tensor            # (d,) the joint direction sum_i (w_s,i - w_i) (of v under box constraints);
+                                # a sparse COO vector of its touched coordinates when d >= SPARSE_D
     dell: float                 # sum_i (ell_s,i - ell_i)
     moves: Any = None           # what the store's batch_move reuses (labelings, statistics)
-    parts: dict | None = None   # dw block by block (direction()): "count" (tau,) entries per block,
-                                # "entry_*" (sum of counts, ...) entries in block order, others (tau, ...)
+    parts: dict | None = None   # dw block by block (direction()): tensors (tau, ...) with one row per
+                                # block, and groups {"count": (tau,) rows per block, name: (sum of counts, ...)}
+
+
+#: from this d on, a mini-batch direction is kept sparse (its touched coordinates), not as a d-vector
+SPARSE_D = 1 << 20
+
+
+def squared_norm(v: torch.Tensor) -> float:
+    """||v||^2 of a dense or a (coalesced) sparse vector."""
+    values = v.coalesce().values() if v.is_sparse else v
+    return float(values @ values)
 
 
 def objective_n(n_blocks: int, n_objective: int | None) -> int:

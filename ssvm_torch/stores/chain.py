@@ -23,7 +23,7 @@ from ..models.chain import ChainModel, csr_row_nonzeros, padded_index, padded_tr
 from ..oracles.chain_kernels import (batch_corners_host, nb_add_psi, nb_build_delta, nb_corner_gaps, nb_delta_move,
                                      nb_delta_sqnorm, nb_fw_corner, nb_gap_pass, nb_gram, nb_unary_all)
 from ..oracles.viterbi import viterbi
-from .base import BatchCorners, BlockDual, Corner, GapPass, objective_n
+from .base import SPARSE_D, BatchCorners, BlockDual, Corner, GapPass, objective_n
 
 
 
@@ -73,6 +73,7 @@ class ChainDual(BlockDual):
         self.ell_i = torch.zeros(self.n, dtype=dtype, device=dev)
         self._ell = torch.zeros(1, dtype=dtype, device=dev)
         self.w = torch.zeros(model.d, dtype=dtype, device=dev)
+        self.sparse_direction = model.d >= SPARSE_D     # mini-batch directions as their touched coordinates
         check_choice(kernels, "kernels", KERNELS)
         numba_ok = dev.type == "cpu" and dtype == torch.float64
         if kernels == "numba" and not numba_ok:
@@ -303,7 +304,11 @@ class ChainDual(BlockDual):
                             moves=(pos[valid], D[valid], Dt), parts=parts)
 
     def direction(self, parts: dict) -> torch.Tensor:
-        return self.model.direction_from_parts(parts, torch.zeros_like(self.w))
+        if not self.sparse_direction:
+            return self.model.direction_from_parts(parts, torch.zeros_like(self.w))
+        if getattr(self, "_scratch", None) is None:     # O(touched) per step, not O(d): a zeroed buffer reused
+            self._scratch = torch.zeros_like(self.w)
+        return self.model.sparse_direction(parts, self._scratch)
 
     def batch_move(self, corners: BatchCorners, gamma: float) -> None:
         rows, D, Dt = corners.moves

@@ -123,7 +123,7 @@ class DenseDual(BlockDual):
         diff = self.W_blocks[idx] - w_s
         loss, ell_b = self._loss(idx, y) / self.N, self.ell_i[idx]
         gaps = self.lam * (diff @ self.w) - ell_b + loss
-        parts = {"count": torch.zeros(len(idx), dtype=torch.int64, device=self.device), "rows": -diff}
+        parts = {"rows": -diff}
         return BatchCorners(idx, loss, gaps, self.direction(parts), float((loss - ell_b).sum()), moves=w_s,
                             parts=parts)
 
