@@ -60,6 +60,8 @@ def worker(args):
                "s_per_pass": hist[-1]["time_s"] / hist[-1]["passes"],
                "bytes_per_step": store.bytes_per_step, "steps": store.steps_exchanged,
                "bytes_per_pass": store.bytes_sent / hist[-1]["passes"],
+               "comm_s_per_pass": store.comm_s / hist[-1]["passes"],
+               "shard_s_per_pass": store.shard_s / hist[-1]["passes"],
                "curve": [{"passes": r["passes"], "gap": r["gap"], "time_s": r["time_s"]} for r in hist],
                "comm": comm}
         Path(args.json).write_text(json.dumps(res))
@@ -82,24 +84,25 @@ def launch(P, dataset, tau, passes, gap_check, lam, exchange):
         return json.loads(out.read_text())
 
 
-def model(run1, run2, n, P):
-    """Predicted seconds per pass on P ranks: the sharded work (decoding, gap pass) divides by P,
-    the replicated work (line search, move of w, sampler) does not, plus the measured exchange time
-    for the bytes per step. Assumes gloo-like links as measured here between 2 local processes."""
-    t1, t2 = run1["s_per_pass"], run2["s_per_pass"]
-    # two equations: t1 = a + r, t2 = a/2 + r + c2  (c2 = exchange time per pass on 2 ranks)
-    steps_per_pass = n / run1["tau"]
-    mb = run2["bytes_per_step"] / 2 ** 20
-    sizes = sorted(run2["comm"], key=float)
-    key = min(sizes, key=lambda k: abs(float(k) - mb))
-    op = "allgather_s" if run2["exchange"] == "gather" else "allreduce_s"
-    c2 = steps_per_pass * run2["comm"][key][op] * (mb / float(key) if float(key) > 0 else 1)
-    a = max(2 * (t1 - t2 + c2), 0.0)
-    r = max(t1 - a, 0.0)
-    # ring all-reduce: ~2 (P-1)/P of the message per rank; all-gather: (P-1)/P of P pieces
-    cP = c2 * (2 * (P - 1) / P if op == "allreduce_s" else (P - 1))
-    return {"P": P, "s_per_pass": a / P + r + cP, "speedup": t1 / (a / P + r + cP), "sharded_s": a, "replicated_s": r,
-            "exchange_s_per_pass_at_2": c2}
+def model(one, two, scale, P):
+    """Predicted seconds per effective pass on P ranks (Amdahl plus the wire):
+        T(P) = S / P + R + C(P)
+    S = the sharded work per pass on one rank (decoding and the block terms, measured in the P = 1
+    run), R = the replicated work (the rest of the P = 1 pass: the joint direction, the line search,
+    the move of w, the sampler), C(P) = the collectives: the bytes one rank sends per pass at P = 2
+    times (P - 1) for an all-gather (every rank receives every other rank's share; the gather exchange
+    and the sparse all-reduce) or 2 (P - 1) / P for a ring all-reduce of a dense d-vector, at the
+    all-gather bandwidth measured here between two local processes. ``scale`` multiplies n (a 100x replicated CoNLL has
+    100x the blocks per pass: S, R and the bytes scale with it at a fixed tau)."""
+    S = one["shard_s_per_pass"] * scale
+    R = max(one["s_per_pass"] - one["shard_s_per_pass"], 0.0) * scale
+    sizes = sorted(two["comm"], key=float)
+    big = sizes[-1]
+    bandwidth = float(big) * 2 ** 20 / two["comm"][big]["allgather_s"]          # bytes per second, all-gather
+    ring = two["exchange"] == "allreduce" and two["d"] < (1 << 20)     # a dense all-reduce: 2 (P-1)/P per rank
+    C = two["bytes_per_pass"] * scale * (2 * (P - 1) / P if ring else (P - 1)) / bandwidth
+    T = S / P + R + C
+    return {"P": P, "s_per_pass": T, "speedup": (S + R) / T, "S": S, "R": R, "C": C, "bandwidth_MBps": bandwidth / 1e6}
 
 
 def main():
@@ -111,7 +114,8 @@ def main():
     ap.add_argument("--passes", type=float, default=6)
     ap.add_argument("--gap-check", type=float, default=2)
     ap.add_argument("--lam", type=float, default=None)
-    ap.add_argument("--exchange", default="auto")
+    ap.add_argument("--exchange", default="auto", help="(worker) the exchange of this run")
+    ap.add_argument("--exchanges", nargs="+", default=["allreduce", "gather"], help="P = 2 runs to make")
     ap.add_argument("--json", default=None)
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "distributed.json"))
     args = ap.parse_args()
@@ -122,19 +126,27 @@ def main():
     res = {"runs": {}, "model": {}}
     for ds in args.datasets:
         st = settings.get(ds, dict(tau=args.tau or 256, lam=args.lam or 1e-3))
-        runs = [launch(P, ds, st["tau"], args.passes, args.gap_check, st["lam"], args.exchange) for P in (1, 2)]
-        res["runs"][ds] = runs
-        n = runs[0]["n"]
-        print(f"{ds}: n = {n}, d = {runs[0]['d']}, tau = {st['tau']}, exchange {runs[1]['exchange']}")
-        for r in runs:
-            print(f"  P = {r['P']}: {r['s_per_pass']:.3f} s per effective pass, final gap {r['curve'][-1]['gap']:.4g}, "
-                  f"{r['bytes_per_pass'] / 2 ** 20:.1f} MiB sent per rank per pass", flush=True)
-        print(f"  speedup P=2 vs P=1: {runs[0]['s_per_pass'] / runs[1]['s_per_pass']:.2f}x")
-        preds = [model(runs[0], runs[1], n, P) for P in (8, 64, 512)]
-        big = [model(runs[0], runs[1], 100 * n, P) for P in (8, 64, 512)] if ds == "conll2000" else []
-        res["model"][ds] = {"measured_n": preds, "replicated_100x": big}
-        for p in preds:
-            print(f"  predicted P = {p['P']}: {p['s_per_pass']:.3f} s per pass ({p['speedup']:.1f}x)")
+        one = launch(1, ds, st["tau"], args.passes, args.gap_check, st["lam"], "allreduce")
+        n = one["n"]
+        print(f"{ds}: n = {n}, d = {one['d']}, tau = {st['tau']}")
+        print(f"  P = 1: {one['s_per_pass']:.3f} s per effective pass, final gap {one['curve'][-1]['gap']:.4g}",
+              flush=True)
+        res["runs"][ds] = {"1": one}
+        res["model"][ds] = {}
+        for exchange in args.exchanges:
+            two = launch(2, ds, st["tau"], args.passes, args.gap_check, st["lam"], exchange)
+            res["runs"][ds][f"2-{exchange}"] = two
+            print(f"  P = 2, {exchange}: {two['s_per_pass']:.3f} s per effective pass "
+                  f"({one['s_per_pass'] / two['s_per_pass']:.2f}x), final gap {two['curve'][-1]['gap']:.4g}, "
+                  f"{two['bytes_per_pass'] / 2 ** 20:.1f} MiB sent per rank per pass, {two['comm_s_per_pass']:.3f} s of it in "
+                  "collectives", flush=True)
+            preds = [model(one, two, 1, P) for P in (2, 8, 64, 512)]
+            big = [model(one, two, 100, P) for P in (8, 64, 512)] if ds == "conll2000" else []
+            res["model"][ds][exchange] = {"measured_n": preds, "replicated_100x": big}
+            for label, rows in (("n", preds), ("100 n", big)):
+                if rows:
+                    print(f"    predicted ({label}): " + ", ".join(f"P = {p['P']}: {p['s_per_pass']:.3f} s/pass "
+                                                                 f"({p['speedup']:.1f}x)" for p in rows))
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     atomic_write_bytes(Path(args.out), json.dumps(res, indent=1).encode())
     print(f"wrote {args.out}")

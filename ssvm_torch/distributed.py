@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import time
 
 import torch
 import torch.distributed as dist
@@ -144,6 +145,8 @@ class ShardedDual(BlockDual):
         self.part_shapes = {k: ({g: (tuple(u.shape[1:]), u.dtype) for g, u in t.items()} if isinstance(t, dict)
                                 else (tuple(t.shape[1:]), t.dtype)) for k, t in probe.items()}
         self.bytes_sent = 0                   # what this rank contributed to collectives
+        self.comm_s = 0.0                     # seconds spent in collectives (waiting for the others included)
+        self.shard_s = 0.0                    # seconds of this rank's own decoding (steps and gap passes)
         self.steps_exchanged = 0
 
     # -- the replicated point ------------------------------------------------------------------
@@ -187,13 +190,17 @@ class ShardedDual(BlockDual):
 
     def _all_reduce(self, t: torch.Tensor) -> torch.Tensor:
         self.bytes_sent += t.numel() * t.element_size()
+        t0 = time.perf_counter()
         _collective(dist.all_reduce, t)
+        self.comm_s += time.perf_counter() - t0
         return t
 
     def _all_gather(self, t: torch.Tensor) -> list[torch.Tensor]:
         out = [torch.empty_like(t) for _ in range(self.size)]
         self.bytes_sent += t.numel() * t.element_size()
+        t0 = time.perf_counter()
         _collective(dist.all_gather, out, t.contiguous())
+        self.comm_s += time.perf_counter() - t0
         return out
 
     def _all_gather_ragged(self, t: torch.Tensor) -> torch.Tensor:
@@ -254,7 +261,9 @@ class ShardedDual(BlockDual):
         corners = None
         if mine:
             local_idx = torch.tensor([batch[b] // self.size for b in mine], device=self.device)
+            t0 = time.perf_counter()
             corners = self.local.batch_corners(local_idx)
+            self.shard_s += time.perf_counter() - t0
             at = torch.tensor(mine, device=self.device)
             small[at] = corners.gaps.to(small.dtype)
             small[tau + at] = corners.loss.to(small.dtype)
@@ -309,7 +318,9 @@ class ShardedDual(BlockDual):
 
     def gap_pass(self) -> GapPass:
         """The exact gap pass of every shard, gathered: block gaps, H_i and L_i / n of all n blocks."""
+        t0 = time.perf_counter()
         gp = self.local.gap_pass()
+        self.shard_s += time.perf_counter() - t0
         g = gp.block_gaps
         out = self._gather_blocks(torch.stack([g, gp.H.to(g), gp.loss.to(g)], 1))
         cols = out.T.contiguous()               # contiguous columns: their sums reduce as in one process

@@ -28,7 +28,7 @@ import torch
 from ..data.types import ChainData
 from ..devices import from_host, to_host
 from ..errors import check
-from ..oracles.chain_kernels import nb_unary_all
+from ..oracles.chain_kernels import nb_scatter_entries, nb_unary_all
 from ..oracles.viterbi import decode, viterbi, viterbi_ragged
 from .base import StructuredModel
 
@@ -172,8 +172,12 @@ class ChainModel(StructuredModel):
         positions, features = parts["positions"], parts["features"]
         start = torch.cumsum(positions["count"], 0) - positions["count"]
         block = torch.repeat_interleave(torch.arange(len(start), device=start.device), features["count"])
-        stats = positions["stats"][start[block] + features["position"]]
-        W.index_add_(1, features["index"], (stats * features["value"][:, None]).T)
+        row = start[block] + features["position"]
+        if self.compiled(out) and W.is_contiguous():          # the same sums in the same order, compiled
+            nb_scatter_entries(to_host(W), to_host(features["index"]), to_host(features["value"]),
+                               to_host(positions["stats"]), to_host(row))
+        else:
+            W.index_add_(1, features["index"], (positions["stats"][row] * features["value"][:, None]).T)
         first.add_(parts["first"].sum(0))
         last.add_(parts["last"].sum(0))
         trans.add_(parts["trans"].sum(0))

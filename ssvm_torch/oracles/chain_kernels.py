@@ -306,3 +306,14 @@ def batch_corners_host(idx, lengths, views):
     fptr, fidx, fval, off, Y, _, _, W, first, last, trans, Mu, Mt = views
     nb_batch_corners(idx, lab_off, fptr, fidx, fval, off, Y, W, first, last, trans, Mu, Mt, flat, loss, dot)
     return flat, loss, dot
+
+
+@nb.njit(cache=True, nogil=True)
+def nb_scatter_entries(W, index, value, stats, row):
+    """W[k, index[e]] += stats[row[e], k] * value[e] for every entry e in order and every label k:
+    the emission part of a mini-batch direction (one pass, no (entries, K) temporary)."""
+    K = W.shape[0]
+    for e in range(index.shape[0]):
+        f, v, r = index[e], value[e], row[e]
+        for k in range(K):
+            W[k, f] += stats[r, k] * v
