@@ -318,3 +318,11 @@ def csr_row_nonzeros(fptr: torch.Tensor, rows: torch.Tensor):
     local = torch.repeat_interleave(torch.arange(rows.shape[0], device=fptr.device), counts)
     first_nz = torch.cumsum(counts, 0) - counts
     return local, starts[local] + torch.arange(local.shape[0], device=fptr.device) - first_nz[local]
+
+
+def unary_rows(W: torch.Tensor, csr, rows: torch.Tensor) -> torch.Tensor:
+    """U[r] = W x_r (K,) for the given feature rows only, by a gather over their stored CSR entries."""
+    fptr, fidx, fval = csr
+    local, nz = csr_row_nonzeros(fptr, rows)
+    U = torch.zeros(rows.shape[0], W.shape[0], dtype=W.dtype, device=W.device)
+    return U.index_add_(0, local, fval[nz, None] * W.T[fidx[nz]])

@@ -19,7 +19,7 @@ import torch.nn.functional as Fn
 from ..data.types import ChainData
 from ..devices import KERNELS, from_host, resolve_device, to_host
 from ..errors import SSVMInputError, check, check_choice, check_positive
-from ..models.chain import ChainModel, csr_row_nonzeros, padded_index, padded_trans_counts, segment_ids, trans_counts
+from ..models.chain import ChainModel, padded_index, padded_trans_counts, segment_ids, trans_counts, unary_rows
 from ..oracles.chain_kernels import (batch_corners_host, nb_add_psi, nb_build_delta, nb_corner_gaps, nb_delta_move,
                                      nb_delta_sqnorm, nb_fw_corner, nb_gap_pass, nb_gram, nb_unary_all)
 from ..oracles.viterbi import viterbi
@@ -73,7 +73,7 @@ class ChainDual(BlockDual):
         self.ell_i = torch.zeros(self.n, dtype=dtype, device=dev)
         self._ell = torch.zeros(1, dtype=dtype, device=dev)
         self.w = torch.zeros(model.d, dtype=dtype, device=dev)
-        self.sparse_direction = model.d >= SPARSE_D     # mini-batch directions as their touched coordinates
+        self.sparse_direction, self._scratch = model.d >= SPARSE_D, None    # directions as touched coordinates
         check_choice(kernels, "kernels", KERNELS)
         numba_ok = dev.type == "cpu" and dtype == torch.float64
         if kernels == "numba" and not numba_ok:
@@ -154,7 +154,7 @@ class ChainDual(BlockDual):
             return out / self.N - self._np_ell[0][i]
         s, e = int(self.offsets[i]), int(self.offsets[i + 1])
         W, first, last, trans = self.model.split(self.w)
-        U = self._unary_rows(W, torch.arange(s, e, device=self.device))
+        U = unary_rows(W, (self.fptr, self.fidx, self.fval), torch.arange(s, e, device=self.device))
         Lt = labelings if torch.is_tensor(labelings) and labelings.dim() == 2 else \
             torch.stack([torch.as_tensor(y, device=self.device) for y in labelings])
         t = torch.arange(e - s, device=self.device)
@@ -249,7 +249,7 @@ class ChainDual(BlockDual):
             Ub = U[pos] * valid[..., None]
         else:                                   # only the rows of these blocks: O(batch), not O(N)
             W, first, last, trans = self.model.split(self.w)
-            Ub = self._unary_rows(W, pos.reshape(-1)).view(*pos.shape, K) * valid[..., None]
+            Ub = unary_rows(W, (self.fptr, self.fidx, self.fval), pos.reshape(-1)).view(*pos.shape, K) * valid[..., None]
         gt = torch.where(valid, self.Y[pos], -1)
         labels, aug = viterbi(Ub, lengths, first, last, trans, gt=gt)
         wrong = ((labels != gt) & valid).sum(1).to(self.dtype)
@@ -272,12 +272,6 @@ class ChainDual(BlockDual):
             Dt = padded_trans_counts(labels, valid, K, self.dtype) - Mt
             out["sq"] = em + (D[ar, 0] ** 2).sum(1) + (D[ar, lengths - 1] ** 2).sum(1) + (Dt ** 2).sum((1, 2))
         return out
-
-    def _unary_rows(self, W: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
-        """U[r] = W x_r for the given rows only, by a gather over their stored features."""
-        local, nz = csr_row_nonzeros(self.fptr, rows)
-        U = torch.zeros(rows.shape[0], W.shape[0], dtype=self.dtype, device=self.device)
-        return U.index_add_(0, local, self.fval[nz, None] * W.T[self.fidx[nz]])
 
     # -- mini-batch BCFW ------------------------------------------------------------------------
     def batch_corners(self, idx: torch.Tensor) -> BatchCorners:
@@ -306,8 +300,7 @@ class ChainDual(BlockDual):
     def direction(self, parts: dict) -> torch.Tensor:
         if not self.sparse_direction:
             return self.model.direction_from_parts(parts, torch.zeros_like(self.w))
-        if getattr(self, "_scratch", None) is None:     # O(touched) per step, not O(d): a zeroed buffer reused
-            self._scratch = torch.zeros_like(self.w)
+        self._scratch = torch.zeros_like(self.w) if self._scratch is None else self._scratch   # O(touched), not O(d)
         return self.model.sparse_direction(parts, self._scratch)
 
     def batch_move(self, corners: BatchCorners, gamma: float) -> None:
