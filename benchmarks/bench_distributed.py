@@ -92,13 +92,12 @@ def model(one, two, scale, P):
     the move of w, the sampler), C(P) = the collectives: the bytes one rank sends per pass at P = 2
     times (P - 1) for an all-gather (every rank receives every other rank's share; the gather exchange
     and the sparse all-reduce) or 2 (P - 1) / P for a ring all-reduce of a dense d-vector, at the
-    all-gather bandwidth measured here between two local processes. ``scale`` multiplies n (a 100x replicated CoNLL has
+    all-gather bandwidth measured here between two local processes for the steps' message size. ``scale`` multiplies n (a 100x replicated CoNLL has
     100x the blocks per pass: S, R and the bytes scale with it at a fixed tau)."""
     S = one["shard_s_per_pass"] * scale
     R = max(one["s_per_pass"] - one["shard_s_per_pass"], 0.0) * scale
-    sizes = sorted(two["comm"], key=float)
-    big = sizes[-1]
-    bandwidth = float(big) * 2 ** 20 / two["comm"][big]["allgather_s"]          # bytes per second, all-gather
+    at = min(two["comm"], key=lambda k: abs(float(k) * 2 ** 20 - two["bytes_per_step"]))   # the steps' message size
+    bandwidth = float(at) * 2 ** 20 / two["comm"][at]["allgather_s"]           # bytes per second, all-gather
     ring = two["exchange"] == "allreduce" and two["d"] < (1 << 20)     # a dense all-reduce: 2 (P-1)/P per rank
     C = two["bytes_per_pass"] * scale * (2 * (P - 1) / P if ring else (P - 1)) / bandwidth
     T = S / P + R + C

@@ -147,6 +147,7 @@ class ShardedDual(BlockDual):
         self.bytes_sent = 0                   # what this rank contributed to collectives
         self.comm_s = 0.0                     # seconds spent in collectives (waiting for the others included)
         self.shard_s = 0.0                    # seconds of this rank's own decoding (steps and gap passes)
+        self._acc = self._mask = None         # merge buffers of the sparse allreduce (allocated on first use)
         self.steps_exchanged = 0
 
     # -- the replicated point ------------------------------------------------------------------
@@ -202,6 +203,21 @@ class ShardedDual(BlockDual):
         _collective(dist.all_gather, out, t.contiguous())
         self.comm_s += time.perf_counter() - t0
         return out
+
+    def _merge(self, index: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+        """The sum of the ranks' sparse directions as one coalesced sparse vector, without a sort: the
+        values are accumulated in a reused dense buffer and the union of the touched coordinates is
+        read off a reused mask (both zeroed again on exactly those coordinates)."""
+        if self._acc is None:
+            self._acc = torch.zeros_like(self.local.w)
+            self._mask = torch.zeros(self.local.w.shape, dtype=torch.bool, device=self.device)
+        self._acc.index_add_(0, index, values)
+        self._mask[index] = True
+        union = self._mask.nonzero().reshape(-1)                          # sorted
+        merged = self._acc[union]
+        self._acc[union] = 0.0
+        self._mask[union] = False
+        return torch.sparse_coo_tensor(union[None], merged, self._acc.shape, is_coalesced=True)
 
     def _all_gather_ragged(self, t: torch.Tensor) -> torch.Tensor:
         """The ranks' 1-D tensors of different lengths, concatenated in rank order."""
@@ -280,8 +296,7 @@ class ShardedDual(BlockDual):
             dw = self.local.direction(self._gather_parts(batch, corners.parts if corners is not None else None))
         elif dw.is_sparse:                                       # touched coordinates from every rank, summed
             dw = dw.coalesce()
-            index, values = self._all_gather_ragged(dw.indices()[0]), self._all_gather_ragged(dw.values())
-            dw = torch.sparse_coo_tensor(index[None], values, dw.shape).coalesce()
+            dw = self._merge(self._all_gather_ragged(dw.indices()[0]), self._all_gather_ragged(dw.values()))
         else:
             dw = self._all_reduce(dw)
         self.steps_exchanged += 1
