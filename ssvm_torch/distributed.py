@@ -287,7 +287,7 @@ class ShardedDual(BlockDual):
             dw = corners.dw.clone()
         else:
             dw = torch.zeros_like(self.local.w)
-            if getattr(self.local, "sparse_direction", False):
+            if self.local.sparse_direction:
                 dw = dw.to_sparse()
         self._all_reduce(small)                                  # each entry has one owner: the sum is a gather
         if self.size == 1:

@@ -2,7 +2,6 @@
 the same trajectory as one process, the exact distributed gap, resume, and a dead rank."""
 from __future__ import annotations
 
-import dataclasses
 import socket
 from pathlib import Path
 
@@ -121,7 +120,6 @@ def test_sharded_store_checks_its_inputs():
     boxed = make_store(seg.model, seg.train, 0.1, nonnegative=seg.nonnegative)
     with pytest.raises(SSVMInputError, match="box constraints"):
         ShardedDual(boxed, 4)
-    assert dataclasses.is_dataclass(task)
 
 
 def test_torchrun_launch_of_ssvm_train_matches_one_process(tmp_path):
