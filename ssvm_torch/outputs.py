@@ -116,6 +116,11 @@ def save_history(out, history: list) -> Path:
     return atomic_write_bytes(Path(out) / "history.json", json.dumps(history, indent=1).encode())
 
 
+def save_selection(out, selection: dict) -> Path:
+    """selection.json: the lambda selection on the development split (ssvm_torch.selection)."""
+    return atomic_write_bytes(Path(out) / "selection.json", json.dumps(selection, indent=1).encode())
+
+
 def save_model(out, w: torch.Tensor, ell: float, lam: float, dataset: str, layout: dict) -> Path:
     """model.pt: the weights (float64, CPU) with what is needed to use them."""
     return save_torch(Path(out) / "model.pt", {"w": w.detach().to("cpu", torch.float64), "ell": float(ell),
@@ -145,7 +150,7 @@ def load_checkpoint(path, run: dict | None = None) -> dict:
     return ck["solver"]
 
 
-RUN_FILES = ("config.json", "history.json", "model.pt", "checkpoint.pt", "path.pt", "path.json")
+RUN_FILES = ("config.json", "history.json", "model.pt", "checkpoint.pt", "path.pt", "path.json", "selection.json")
 LOCK = ".ssvm-run.lock"
 
 

@@ -79,16 +79,26 @@ class Task:
     train_size: bool = False          # supports keeping the first N training examples
     unary_only: bool = False          # has a pairwise part that can be dropped (the unaries-only baseline)
     sequences: bool = False           # its data are ChainData (load_dataset)
+    templates: bool = False           # featurized by a feature template (features, min_count, heldout)
 
     def load(self, train_size: int | None = None, unary_only: bool = False, device=None,
-             dtype=torch.float64) -> Problem:
+             dtype=torch.float64, features: str | None = None, min_count: int = 1,
+             heldout: float | None = None) -> Problem:
         if train_size is not None and not self.train_size:
             raise SSVMInputError(f"train_size: not supported for {self.name!r} "
                                  f"(supported for {[t.name for t in TASKS.values() if t.train_size]})")
         if unary_only and not self.unary_only:
             raise SSVMInputError(f"unary_only: only supported for {[t.name for t in TASKS.values() if t.unary_only]}, "
                                  f"not {self.name!r}")
-        return self.build(self.name, train_size=train_size, unary_only=unary_only, device=device, dtype=dtype)
+        featurization = {"features": features, "min_count": min_count, "heldout": heldout}
+        if not self.templates:
+            given = [k for k, v in featurization.items() if v not in (None, 1)]
+            if given:
+                raise SSVMInputError(f"{given[0]}: only supported for "
+                                     f"{[t.name for t in TASKS.values() if t.templates]}, not {self.name!r}")
+            featurization = {}
+        return self.build(self.name, train_size=train_size, unary_only=unary_only, device=device, dtype=dtype,
+                          **featurization)
 
 
 def _keep(n: int, train_size: int | None) -> int:
@@ -121,11 +131,15 @@ def _ocr(name, train_size=None, unary_only=False, device=None, dtype=torch.float
     return _chain_problem(name, train, test, "word", "per-letter error")
 
 
-def _conll(name, train_size=None, unary_only=False, device=None, dtype=torch.float64) -> Problem:
-    """CoNLL-2000 chunking with sparse attributes; ``train_size`` keeps the first N sentences."""
+def _conll(name, train_size=None, unary_only=False, device=None, dtype=torch.float64, features=None, min_count=1,
+           heldout=None) -> Problem:
+    """CoNLL-2000 chunking with sparse attributes of a feature template (default ``sha-pereira``);
+    ``train_size`` keeps the first N sentences, ``heldout`` makes the test set the last part of them."""
     from .data.conll import load_conll2000
-    train, test = load_conll2000(train_size)
-    return _chain_problem(name, train, test, "sentence", "per-token error")
+    train, test = load_conll2000(train_size, features or "sha-pereira", min_count, heldout)
+    p = _chain_problem(name, train, test, "sentence", "per-token error")
+    p.layout = {**p.model.describe(), "featurization": train.meta["featurization"]}
+    return p
 
 
 def _flat_problem(name, model, train: FlatData, test: FlatData, dtype, names) -> Problem:
@@ -215,8 +229,8 @@ def _hansards(name, train_size=None, unary_only=False, device=None, dtype=torch.
 TASKS: dict[str, Task] = {t.name: t for t in (
     Task("ocr-small", _ocr, "OCR words, train fold 0 (626 words), test folds 1-9", sequences=True),
     Task("ocr-large", _ocr, "OCR words, train folds 1-9 (6,251 words), test fold 0", sequences=True),
-    Task("conll2000", _conll, "CoNLL-2000 chunking, sparse Sha & Pereira attributes", train_size=True,
-         sequences=True),
+    Task("conll2000", _conll, "CoNLL-2000 chunking, sparse attributes of a feature template", train_size=True,
+         sequences=True, templates=True),
     Task("scene", _scene, "scene multi-label (6 labels, full pairwise graph)"),
     Task("ocr-letters", _ocr_letters, "OCR letters as independent multiclass examples"),
     Task("segmentation-synth", _segmentation, "graph-cut segmentation of synthetic superpixel graphs",
@@ -233,9 +247,11 @@ def get_task(name: str) -> Task:
 
 
 def load_task(name: str, train_size: int | None = None, unary_only: bool = False, device=None,
-              dtype=torch.float64) -> Problem:
-    """The :class:`Problem` of the registered task ``name``."""
-    return get_task(name).load(train_size=train_size, unary_only=unary_only, device=device, dtype=dtype)
+              dtype=torch.float64, **featurization) -> Problem:
+    """The :class:`Problem` of the registered task ``name`` (``features``, ``min_count``, ``heldout``
+    for the tasks featurized by a template)."""
+    return get_task(name).load(train_size=train_size, unary_only=unary_only, device=device, dtype=dtype,
+                               **featurization)
 
 
 def load_dataset(name: str, train_size: int | None = None) -> tuple[ChainData, ChainData]:

@@ -7,6 +7,8 @@ Outputs in ``--out DIR`` (the run format of :mod:`ssvm_torch.outputs`):
   model.pt      {"w": float64 tensor (d,), "ell": float, "lam": float, "dataset": str, "feature_layout": dict}
   checkpoint.pt the full solver state at the last gap check (with --checkpoint), for --resume
   config.json   dataset, lambda, every solver option, package versions and git revision
+  selection.json  with --select-lam: the dev split, the lambda grid with each lambda's dev score, gap
+                and passes, and the lambda refit on all training data (whose run history.json holds)
 """
 from __future__ import annotations
 
@@ -23,7 +25,8 @@ import torch
 
 from .. import distributed
 from ..errors import SSVMInputError, run_cli
-from ..outputs import RunDir, load_checkpoint, save_checkpoint, save_history, save_model
+from ..outputs import RunDir, load_checkpoint, save_checkpoint, save_history, save_model, save_selection
+from ..selection import DEFAULT_LAMS, select_lambda
 from ..solvers import SAMPLERS, SOLVERS, STEPS, Solver, SolverConfig
 from ..stores import KERNELS
 from ..tasks import TASKS, get_task, load_task
@@ -41,8 +44,19 @@ def build_parser() -> argparse.ArgumentParser:
                         "examples; None = all")
     p.add_argument("--unary-only", action="store_true",
                    help="segmentation-synth / pose-synth: drop the pairwise features (the unaries-only baseline)")
+    p.add_argument("--features", default=None,
+                   help="conll2000: the feature template, sha-pereira (default), rich, or a template string such "
+                        "as 'w[0] w[-1]|w[0] suf3[0]' (docs/conll.md)")
+    p.add_argument("--min-count", type=int, default=1,
+                   help="conll2000: keep the attributes seen at least this often in the training sentences")
     p.add_argument("--lam", type=float, default=None,
                    help="regularization lambda of objective (1), lam/2 |w|^2 + 1/n sum_i H_i(w); None = 1/n")
+    p.add_argument("--select-lam", action="store_true",
+                   help="choose lambda on a development split (the last --heldout of the training examples) by a "
+                        "warm-started grid over --lams, each bounded by --passes, then refit on all training data; "
+                        "only the refit model sees the test set")
+    p.add_argument("--lams", type=float, nargs="+", default=list(DEFAULT_LAMS), help="the grid of --select-lam")
+    p.add_argument("--heldout", type=float, default=0.1, help="the development share of --select-lam")
     p.add_argument("--solver", choices=SOLVERS, default="bcfw",
                    help="fw: batch Frank-Wolfe; bcfw: block-coordinate FW; ssg: stochastic subgradient")
     p.add_argument("--sampling", choices=sorted(SAMPLERS), default="gap",
@@ -109,7 +123,16 @@ def run(args) -> dict:
     if args.resume is not None and not Path(args.resume).is_file():
         raise SSVMInputError(f"resume: expected a checkpoint file, {args.resume} does not exist")
     cfg = SolverConfig.from_options(args).validate()             # bad options fail before the directory is touched
-    get_task(args.dataset)
+    task = get_task(args.dataset)
+    if args.select_lam:
+        if args.lam is not None:
+            raise SSVMInputError("lam: --select-lam chooses lambda; drop --lam (or --select-lam)")
+        if not task.templates:
+            raise SSVMInputError(f"select_lam: needs a task with a development split "
+                                 f"{[t.name for t in TASKS.values() if t.templates]}, not {args.dataset!r}")
+        if args.resume is not None or distributed.launched_by_torchrun() or args.solver != "bcfw":
+            raise SSVMInputError("select_lam: runs the BCFW grid in one process; not with --resume, torchrun or "
+                                 f"--solver {args.solver}")
     if not distributed.launched_by_torchrun():
         with RunDir(args.out, overwrite=args.overwrite, resume=args.resume) as run_dir:   # before any work
             return _train(args, cfg, device, dtype, run_dir)
@@ -130,9 +153,11 @@ def _train(args, cfg: SolverConfig, device, dtype, run_dir: RunDir | None) -> di
     """One process's run; under torchrun every rank runs it on its shard and only rank 0 (the one with
     ``run_dir``) evaluates, prints and writes."""
     rank, size = distributed.world()
+    featurization = {"features": args.features, "min_count": args.min_count}     # refused by tasks without templates
+    selection = _select(args, cfg, device, dtype, run_dir, featurization) if args.select_lam else None
     task = load_task(args.dataset, train_size=args.train_size, unary_only=args.unary_only, device=device,
-                     dtype=dtype)
-    lam = task.lam(args.lam)
+                     dtype=dtype, **featurization)
+    lam = selection["lam"] if selection else task.lam(args.lam)
     if size > 1:
         dual = distributed.sharded_store(task, lam, device=device, dtype=dtype, kernels=args.kernels,
                                          exchange=args.exchange)
@@ -142,12 +167,12 @@ def _train(args, cfg: SolverConfig, device, dtype, run_dir: RunDir | None) -> di
     speak = not args.quiet and run_dir is not None
     if run_dir is not None:
         run_dir.write_config({"command": "ssvm-train", "dataset": args.dataset, "train_size": args.train_size,
-                              "unary_only": args.unary_only, "lam": lam, "device": str(device), "dtype": args.dtype,
+                              "unary_only": args.unary_only, **featurization, "lam": lam, "selection": selection, "device": str(device), "dtype": args.dtype,
                               "kernels": args.kernels, "resume": args.resume, "solver": asdict(cfg),
                               "distributed": distributed.describe(dual) if size > 1 else None})
 
     solver = None
-    identity = {"dataset": args.dataset, "train_size": args.train_size, "unary_only": args.unary_only,
+    identity = {"dataset": args.dataset, "train_size": args.train_size, "unary_only": args.unary_only, **featurization,
                 "dtype": args.dtype, "n": task.n_train, "d": task.d, "lam": lam,
                 **({"world_size": size} if size > 1 else {})}
 
@@ -206,6 +231,31 @@ def _train(args, cfg: SolverConfig, device, dtype, run_dir: RunDir | None) -> di
             print(f"test chunk F1: {last['test_f1']:.2f}")
         print(f"wrote {out / 'history.json'} and {out / 'model.pt'}")
     return last
+
+
+def _select(args, cfg: SolverConfig, device, dtype, run_dir: RunDir, featurization: dict) -> dict:
+    """--select-lam: the warm grid on the fit / dev split; selection.json is written before the refit."""
+    fit = load_task(args.dataset, train_size=args.train_size, device=device, dtype=dtype, heldout=args.heldout,
+                    **featurization)
+    speak = not args.quiet
+    if speak:
+        print(f"selecting lambda on a dev split: {fit.n_train} fit / {fit.n_test} dev examples, lams "
+              f"{', '.join(f'{v:g}' for v in sorted(args.lams, reverse=True))}, at most {args.passes:g} passes each",
+              flush=True)
+
+    def progress(rec):
+        if speak:
+            score = f"dev F1 {rec['test_f1']:.2f}" if "test_f1" in rec else f"dev error {rec['test_error']:.4f}"
+            print(f"  lam {rec['lam']:<8g} {score}  gap {rec['gap']:.3e}  [{rec['passes']:.0f} passes, "
+                  f"{rec['time_s']:.1f} s]", flush=True)
+    best, table = select_lambda(fit, args.lams, cfg, passes=args.passes, device=device, dtype=dtype,
+                                kernels=args.kernels, progress=progress)
+    selection = {"lam": best, "heldout": args.heldout, "n_fit": fit.n_train, "n_dev": fit.n_test,
+                 "passes_per_lam": args.passes, "table": table}
+    save_selection(run_dir.path, selection)
+    if speak:
+        print(f"selected lam = {best:g}; refitting on all {fit.n_train + fit.n_test} training examples", flush=True)
+    return selection
 
 
 def main(argv=None) -> int:

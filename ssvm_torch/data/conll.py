@@ -1,19 +1,19 @@
-"""CoNLL-2000 text chunking: reader, the Sha & Pereira (2003) attribute template, chunk F1.
+"""CoNLL-2000 text chunking: reader, featurization under a named or user template, chunk F1.
 
-Attribute template (the CRFsuite chunking example, after Sha & Pereira 2003), for token t with
-words w and part-of-speech tags p; an attribute whose window leaves the sentence is not generated:
+Templates (:mod:`ssvm_torch.data.templates`): ``sha-pereira`` (the default; the CRFsuite chunking
+example after Sha & Pereira 2003: words w[-2..2], word bigrams w[-1]|w[0], w[0]|w[1], POS p[-2..2],
+POS bigrams and trigrams in the window) and ``rich`` (it plus outer word bigrams, lower-cased
+words, word x POS conjunctions, prefixes / suffixes 1-4, word shapes and orthographic flags), or any
+template string. An attribute whose window leaves the sentence is not generated.
 
-    w[t-2], w[t-1], w[t], w[t+1], w[t+2],
-    w[t-1]|w[t], w[t]|w[t+1],
-    p[t-2], p[t-1], p[t], p[t+1], p[t+2],
-    p[t-2]|p[t-1], p[t-1]|p[t], p[t]|p[t+1], p[t+1]|p[t+2],
-    p[t-2]|p[t-1]|p[t], p[t-1]|p[t]|p[t+1], p[t]|p[t+1]|p[t+2]
+The attribute dictionary is built on the training sentences only (optionally keeping attributes
+seen >= ``min_count`` times); unseen attributes of other sentences are dropped. The joint feature
+map is the chain's (models/chain.py): emission = attributes (+ a constant) x tags, first/last-tag
+biases, tag transitions; with all 8,936 training sentences and ``sha-pereira`` there are 22 tags
+and 335,672 attributes, d = 22 (A + 1) + 2*22 + 22^2 = 7,385,294.
 
-The attribute dictionary is built on the training sentences only; unseen test attributes are
-dropped. The joint feature map is the chain's (models/chain.py): emission = attributes (+ a
-constant) x tags, first/last-tag biases, tag transitions. With all 8,936 training sentences
-there are 22 tags and the dictionary gives d = 22 (A + 1) + 2*22 + 22^2 (printed by
-``load_conll2000``; the paper's map has d = 1,643,026).
+``heldout=f`` splits the training file itself: the first (1 - f) of its sentences train, the last f
+are the development set that model selection looks at; the test file is then not read at all.
 
 Tags come from the training data (22). ``I-LST`` occurs only in the test set: it is kept as an
 "unknown" label that no prediction can match, so it counts as an error in the per-token error and
@@ -22,21 +22,18 @@ as a missed chunk in F1 (the official conlleval counts it the same way).
 from __future__ import annotations
 
 import gzip
+import hashlib
+import time
 import warnings
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from ..errors import SSVMInputError, check
+from . import feature_cache
+from .templates import featurize, get_template
 from .types import ChainData, data_file
-
-TEMPLATE = (
-    (("w", -2),), (("w", -1),), (("w", 0),), (("w", 1),), (("w", 2),),
-    (("w", -1), ("w", 0)), (("w", 0), ("w", 1)),
-    (("p", -2),), (("p", -1),), (("p", 0),), (("p", 1),), (("p", 2),),
-    (("p", -2), ("p", -1)), (("p", -1), ("p", 0)), (("p", 0), ("p", 1)), (("p", 1), ("p", 2)),
-    (("p", -2), ("p", -1), ("p", 0)), (("p", -1), ("p", 0), ("p", 1)), (("p", 0), ("p", 1), ("p", 2)),
-)
 
 
 def read_conll(path) -> list[list[tuple[str, str, str]]]:
@@ -60,30 +57,20 @@ def read_conll(path) -> list[list[tuple[str, str, str]]]:
     return sents
 
 
-def token_attributes(sent) -> list[list[str]]:
-    """The template's attribute strings for every token of a sentence."""
-    words = [t[0] for t in sent]
-    pos = [t[1] for t in sent]
-    cols = {"w": words, "p": pos}
-    T = len(sent)
-    out = []
-    for t in range(T):
-        attrs = []
-        for tmpl in TEMPLATE:
-            if all(0 <= t + off < T for _, off in tmpl):
-                name = "|".join(f"{c}[{off}]" for c, off in tmpl)
-                value = "|".join(cols[c][t + off] for c, off in tmpl)
-                attrs.append(f"{name}={value}")
-        out.append(attrs)
-    return out
+def token_attributes(sent, template="sha-pereira") -> list[list[str]]:
+    """The template's attribute strings for every token of a sentence (the readable reference)."""
+    return get_template(template).attributes(sent)
 
 
-def build_chain_data(sents, attr_index: dict, tags: list[str], name: str, allow_unknown: bool) -> ChainData:
-    """Sparse (CSR) ChainData: binary attribute indicators per token; unseen attributes dropped."""
+def build_chain_data(sents, attr_index: dict, tags: list[str], name: str, allow_unknown: bool,
+                     template="sha-pereira") -> ChainData:
+    """Sparse (CSR) ChainData built from attribute strings, one dict lookup per attribute: the
+    string reference the vectorized :func:`load_conll2000` is tested against."""
+    template = get_template(template)
     tag_index = {t: k for k, t in enumerate(tags)}
     crow, cols, labels, lengths = [0], [], [], []
     for sent in sents:
-        for attrs, tok in zip(token_attributes(sent), sent):
+        for attrs, tok in zip(template.attributes(sent), sent):
             ids = sorted({attr_index[a] for a in attrs if a in attr_index})
             cols.extend(ids)
             crow.append(len(cols))
@@ -103,23 +90,70 @@ def build_chain_data(sents, attr_index: dict, tags: list[str], name: str, allow_
                      {"tag_names": list(tags), "tags": [[t[2] for t in s] for s in sents]})
 
 
-def load_conll2000(train_size: int | None = None) -> tuple[ChainData, ChainData]:
-    """CoNLL-2000 (WSJ 15-18 train, 20 test). ``train_size`` keeps the first N training sentences
-    (the attribute dictionary and tag set are then built from those only)."""
-    train = read_conll(data_file("conll2000_train.txt.gz"))
-    test = read_conll(data_file("conll2000_test.txt.gz"))
+def load_conll2000(train_size: int | None = None, features="sha-pereira", min_count: int = 1,
+                   heldout: float | None = None, cache: bool = True) -> tuple[ChainData, ChainData]:
+    """(train, test) of CoNLL-2000 (WSJ 15-18 train, 20 test) under the template ``features`` (a
+    name in TEMPLATES, a template string or a :class:`Template`). ``train_size`` keeps the first N
+    training sentences; ``heldout`` (in (0, 0.5]) returns (fit, dev) instead: the last ``heldout``
+    of those sentences as dev, the test file untouched. The designs are cached on disk, keyed by the
+    template, ``min_count``, the split and the data files' checksums; ``meta["featurization"]``
+    says how long building them took and whether the cache answered."""
+    template = get_template(features)
+    train_path = data_file("conll2000_train.txt.gz")
+    train = read_conll(train_path)
     if train_size is not None:
         check(isinstance(train_size, int) and 1 <= train_size <= len(train), "train_size",
               f"an int in [1, {len(train)}]", train_size)
         train = train[:train_size]
-    attr_index: dict[str, int] = {}
-    for sent in train:
-        for attrs in token_attributes(sent):
-            for a in attrs:
-                attr_index.setdefault(a, len(attr_index))
+    if heldout is not None:
+        check(isinstance(heldout, float) and 0.0 < heldout <= 0.5, "heldout", "a fraction in (0, 0.5]", heldout)
+        n_fit = len(train) - max(1, round(heldout * len(train)))
+        check(n_fit >= 1, "heldout", f"to leave at least one of the {len(train)} sentences to train on", heldout)
+        (train, other), other_path, names = (train[:n_fit], train[n_fit:]), train_path, ("conll2000-fit", "conll2000-dev")
+    else:
+        other_path = data_file("conll2000_test.txt.gz")
+        other, names = read_conll(other_path), ("conll2000", "conll2000-test")
+    t0 = time.perf_counter()
+    key = feature_cache.cache_key(template.key(), min_count, train_size, heldout, _checksum(train_path),
+                                  _checksum(other_path))
+    arrays = feature_cache.load(key) if cache else None
+    hit = arrays is not None
+    if arrays is None:
+        (a, b), n_attr = featurize(template, [train, other], min_count)
+        arrays = {"train_crow": a.crow, "train_cols": a.cols, "other_crow": b.crow, "other_cols": b.cols,
+                  "n_attributes": np.array([n_attr])}
+        if cache:
+            feature_cache.save(key, arrays)
+    info = {"template": template.name, "items": template.text(), "min_count": min_count,
+            "n_attributes": int(arrays["n_attributes"][0]), "seconds": time.perf_counter() - t0, "cached": hit}
     tags = sorted({tok[2] for s in train for tok in s})
-    return (build_chain_data(train, attr_index, tags, "conll2000", False),
-            build_chain_data(test, attr_index, tags, "conll2000-test", True))
+    return (_chain_data(train, arrays["train_crow"], arrays["train_cols"], info, tags, names[0], False),
+            _chain_data(other, arrays["other_crow"], arrays["other_cols"], info, tags, names[1], True))
+
+
+def _checksum(path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def _chain_data(sents, crow, cols, info: dict, tags: list[str], name: str, allow_unknown: bool) -> ChainData:
+    """ChainData of binary attribute indicators from a cached design (CSR rows = tokens)."""
+    tag_index = {t: k for k, t in enumerate(tags)}
+    gold = [[t[2] for t in s] for s in sents]
+    labels = [tag_index.get(t, len(tags)) for s in gold for t in s]
+    if not allow_unknown and len(tags) in labels:
+        raise SSVMInputError(f"tags: a training tag is not in the tag set {tags}")
+    n_tok = len(labels)
+    if crow.shape != (n_tok + 1,) or int(crow[-1]) != len(cols) or (len(cols) and int(cols.max()) >= info["n_attributes"]):
+        raise SSVMInputError(f"{name}: the featurized design does not match the sentences ({n_tok} tokens); "
+                             f"delete the feature cache in {feature_cache.cache_dir()}")
+    with warnings.catch_warnings():           # torch flags sparse CSR as beta; we only store and slice it
+        warnings.simplefilter("ignore", UserWarning)
+        X = torch.sparse_csr_tensor(torch.from_numpy(crow), torch.from_numpy(cols),
+                                    torch.ones(len(cols), dtype=torch.float64), (n_tok, info["n_attributes"]))
+    offsets = torch.zeros(len(sents) + 1, dtype=torch.int64)
+    offsets[1:] = torch.cumsum(torch.tensor([len(s) for s in sents]), 0)
+    return ChainData(X, torch.tensor(labels, dtype=torch.int64), offsets, len(tags), name, allow_unknown,
+                     {"tag_names": list(tags), "tags": gold, "featurization": info})
 
 
 def chunk_f1(data: ChainData, labels: torch.Tensor) -> dict:
