@@ -19,7 +19,7 @@ from .data.examples import FlatData, GraphData, PairData, PoseData
 from .data.ocr import load_ocr, load_ocr_letters, load_scene
 from .data.types import ChainData
 from .errors import SSVMInputError, check, check_positive
-from .models import ChainModel, GraphCutModel, MatchingModel, MulticlassModel, MultiLabelModel, TreePoseModel
+from .models import ChainModel, EdgeChainModel, GraphCutModel, MatchingModel, MulticlassModel, MultiLabelModel, TreePoseModel
 from .models.base import StructuredModel
 from .stores import make_store
 from .stores.base import BlockDual
@@ -110,7 +110,7 @@ def _keep(n: int, train_size: int | None) -> int:
 
 def _chain_problem(name, train: ChainData, test: ChainData, unit: str, position: str) -> Problem:
     """A first-order chain (Viterbi) on sequence data; test_f1 where the data name chunk tags."""
-    model = ChainModel.for_data(train)
+    model = (ChainModel if train.E is None else EdgeChainModel).for_data(train)
 
     def evaluate(w):
         w64 = w.detach().to("cpu", torch.float64)

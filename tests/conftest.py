@@ -10,6 +10,15 @@ from ssvm_torch.stores import BoxedDual
 torch.set_num_threads(1)
 
 
+@pytest.fixture(autouse=True, scope="session")
+def feature_cache_of_this_session(tmp_path_factory):
+    """Featurized designs go to a folder of this test session, not the user's cache."""
+    mp = pytest.MonkeyPatch()
+    mp.setenv("SSVM_TORCH_CACHE", str(tmp_path_factory.mktemp("feature-cache")))
+    yield
+    mp.undo()
+
+
 def chain_score(U, first, last, trans, y):
     """Score of one labeling by the definition (independent of the DP)."""
     s = first[y[0]] + last[y[-1]] + sum(U[t, y[t]] for t in range(len(y)))

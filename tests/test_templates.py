@@ -44,7 +44,7 @@ def string_reference(template, train, other, min_count=1):
 @pytest.mark.parametrize("template,min_count", [(SHA_PEREIRA, 1), (RICH, 1), (RICH, 3)])
 def test_engine_reproduces_the_string_reference(raw, template, min_count):
     train, test = raw[0][:600], raw[1][:200]
-    (a, b), n_attr = featurize(template, [train, test], min_count)
+    (a, b), n_attr, _ = featurize(template, [train, test], min_count)
     ref_tr, ref_te, n_ref = string_reference(template, train, test, min_count)
     assert n_attr == n_ref                                  # same d
     for design, ref in ((a, ref_tr), (b, ref_te)):         # same rows, same attribute ids
@@ -80,7 +80,7 @@ def test_user_template_string_and_column_functions(raw):
     assert vowels.attributes(SENT)[0] == ["w[0]=McDonald's", "nv[0]|p[0]=2|NNP"]
     tagged = Template.parse("p[0] coarse[0]", columns={"coarse": ("p", lambda p: p[:2])})
     assert tagged.attributes(SENT)[0] == ["p[0]=NNP", "coarse[0]=NN"]
-    (a,), n = featurize(vowels, [raw[0][:100]])
+    (a,), n, _ = featurize(vowels, [raw[0][:100]])
     ref, _, n_ref = string_reference(vowels, raw[0][:100], raw[0][:1])
     assert n == n_ref and np.array_equal(a.cols, ref.X.col_indices().numpy())
     # the cache key follows the function's code, not only the column name

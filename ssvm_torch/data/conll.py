@@ -119,23 +119,28 @@ def load_conll2000(train_size: int | None = None, features="sha-pereira", min_co
     arrays = feature_cache.load(key) if cache else None
     hit = arrays is not None
     if arrays is None:
-        (a, b), n_attr = featurize(template, [train, other], min_count)
+        (a, b), n_attr, n_edge = featurize(template, [train, other], min_count)
         arrays = {"train_crow": a.crow, "train_cols": a.cols, "other_crow": b.crow, "other_cols": b.cols,
-                  "n_attributes": np.array([n_attr])}
+                  "n_attributes": np.array([n_attr]), "n_edge_attributes": np.array([n_edge])}
+        if n_edge:
+            arrays.update({"train_edge_crow": a.edge_crow, "train_edge_cols": a.edge_cols,
+                           "other_edge_crow": b.edge_crow, "other_edge_cols": b.edge_cols})
         if cache:
             feature_cache.save(key, arrays)
     info = {"template": template.name, "items": template.text(), "min_count": min_count,
-            "n_attributes": int(arrays["n_attributes"][0]), "seconds": time.perf_counter() - t0, "cached": hit}
+            "n_attributes": int(arrays["n_attributes"][0]), "n_edge_attributes": int(arrays["n_edge_attributes"][0]),
+            "seconds": time.perf_counter() - t0, "cached": hit}
     tags = sorted({tok[2] for s in train for tok in s})
-    return (_chain_data(train, arrays["train_crow"], arrays["train_cols"], info, tags, names[0], False),
-            _chain_data(other, arrays["other_crow"], arrays["other_cols"], info, tags, names[1], True))
+    return (_chain_data(train, arrays, "train", info, tags, names[0], False),
+            _chain_data(other, arrays, "other", info, tags, names[1], True))
 
 
 def _checksum(path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
-def _chain_data(sents, crow, cols, info: dict, tags: list[str], name: str, allow_unknown: bool) -> ChainData:
+def _chain_data(sents, arrays: dict, split: str, info: dict, tags: list[str], name: str,
+                allow_unknown: bool) -> ChainData:
     """ChainData of binary attribute indicators from a cached design (CSR rows = tokens)."""
     tag_index = {t: k for k, t in enumerate(tags)}
     gold = [[t[2] for t in s] for s in sents]
@@ -143,17 +148,21 @@ def _chain_data(sents, crow, cols, info: dict, tags: list[str], name: str, allow
     if not allow_unknown and len(tags) in labels:
         raise SSVMInputError(f"tags: a training tag is not in the tag set {tags}")
     n_tok = len(labels)
-    if crow.shape != (n_tok + 1,) or int(crow[-1]) != len(cols) or (len(cols) and int(cols.max()) >= info["n_attributes"]):
-        raise SSVMInputError(f"{name}: the featurized design does not match the sentences ({n_tok} tokens); "
-                             f"delete the feature cache in {feature_cache.cache_dir()}")
-    with warnings.catch_warnings():           # torch flags sparse CSR as beta; we only store and slice it
-        warnings.simplefilter("ignore", UserWarning)
-        X = torch.sparse_csr_tensor(torch.from_numpy(crow), torch.from_numpy(cols),
-                                    torch.ones(len(cols), dtype=torch.float64), (n_tok, info["n_attributes"]))
+
+    def csr(prefix, width):
+        crow, cols = arrays[f"{split}_{prefix}crow"], arrays[f"{split}_{prefix}cols"]
+        if crow.shape != (n_tok + 1,) or int(crow[-1]) != len(cols) or (len(cols) and int(cols.max()) >= width):
+            raise SSVMInputError(f"{name}: the featurized design does not match the sentences ({n_tok} tokens); "
+                                 f"delete the feature cache in {feature_cache.cache_dir()}")
+        with warnings.catch_warnings():           # torch flags sparse CSR as beta; we only store and slice it
+            warnings.simplefilter("ignore", UserWarning)
+            return torch.sparse_csr_tensor(torch.from_numpy(crow), torch.from_numpy(cols),
+                                           torch.ones(len(cols), dtype=torch.float64), (n_tok, width))
     offsets = torch.zeros(len(sents) + 1, dtype=torch.int64)
     offsets[1:] = torch.cumsum(torch.tensor([len(s) for s in sents]), 0)
-    return ChainData(X, torch.tensor(labels, dtype=torch.int64), offsets, len(tags), name, allow_unknown,
-                     {"tag_names": list(tags), "tags": gold, "featurization": info})
+    E = csr("edge_", info["n_edge_attributes"]) if info["n_edge_attributes"] else None
+    return ChainData(csr("", info["n_attributes"]), torch.tensor(labels, dtype=torch.int64), offsets, len(tags), name,
+                     allow_unknown, {"tag_names": list(tags), "tags": gold, "featurization": info}, E)
 
 
 def chunk_f1(data: ChainData, labels: torch.Tensor) -> dict:

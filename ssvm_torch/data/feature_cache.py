@@ -17,7 +17,7 @@ import numpy as np
 
 from ..outputs import atomic_write_bytes
 
-FORMAT = "ssvm-features-1"
+FORMAT = "ssvm-features-2"
 
 
 def cache_dir() -> Path:

@@ -6,6 +6,12 @@ at t>``; an item whose window leaves the sentence gives nothing at t (the CRFsui
 the one of Sha & Pereira 2003). Template strings list items separated by white space, e.g.
 ``"w[0] w[-1]|w[0] suf3[0] shape[0]"``.
 
+An item prefixed ``edge:`` is an *edge-observation* attribute (Sha & Pereira 2003's label-pair x
+observation features): ``edge:p[0]`` at token t >= 1 conditions the transition y_{t-1} -> y_t on
+the POS tag at t; the model gets one weight per (edge attribute, label pair seen in the training
+data), which keeps the chain first-order (models/chain_edges.py). Edge attributes are never
+generated at the first token of a sentence (no transition enters it).
+
 Columns (functions of one token's word or POS tag, evaluated once per distinct word):
 
     w, p             the word, the part-of-speech tag
@@ -72,6 +78,7 @@ class Template:
     name: str
     items: tuple
     columns: tuple          # (name, source "w" | "p", fn or None), sorted by name
+    edge_items: tuple = ()  # items of the edge-observation attributes (``edge:`` prefix)
 
     @classmethod
     def parse(cls, spec, columns: dict | None = None, name: str = "custom") -> "Template":
@@ -88,26 +95,30 @@ class Template:
                 raise SSVMInputError(f"template column {col!r}: expected a new name and fn(word) -> str or "
                                      f"('w' | 'p', fn); built-in names are {sorted(BUILTIN_COLUMNS)}")
             table[col] = (src, fn)
-        items = []
+        items, edge_items = [], []
         for text in texts:
             parts = []
-            for part in text.split("|"):
+            edge = text.startswith("edge:")
+            for part in text.removeprefix("edge:").split("|"):
                 m = _PART.match(part.strip())
                 if m is None or m.group(1) not in table:
                     raise SSVMInputError(f"template item {text!r}: expected column[offset] parts joined by '|' with "
                                          f"columns from {sorted(table)}, got {part!r}")
                 parts.append((m.group(1), int(m.group(2))))
-            items.append(tuple(parts))
-        if len(set(items)) != len(items):
+            (edge_items if edge else items).append(tuple(parts))
+        if len(set(items)) != len(items) or len(set(edge_items)) != len(edge_items):
             raise SSVMInputError(f"template: an item is listed twice in {texts}")
-        used = sorted({c for item in items for c, _ in item})
-        return cls(name, tuple(items), tuple((c, *table[c]) for c in used))
+        if not items:
+            raise SSVMInputError(f"template: expected at least one node item besides the edge: items, got {texts}")
+        used = sorted({c for item in items + edge_items for c, _ in item})
+        return cls(name, tuple(items), tuple((c, *table[c]) for c in used), tuple(edge_items))
 
-    def item_name(self, item) -> str:
-        return "|".join(f"{c}[{off}]" for c, off in item)
+    def item_name(self, item, edge: bool = False) -> str:
+        return ("edge:" if edge else "") + "|".join(f"{c}[{off}]" for c, off in item)
 
     def text(self) -> str:
-        return " ".join(self.item_name(item) for item in self.items)
+        return " ".join([self.item_name(item) for item in self.items] +
+                        [self.item_name(item, True) for item in self.edge_items])
 
     def key(self) -> str:
         """A digest of the items and of the code of every user column (the feature cache's key)."""
@@ -118,14 +129,15 @@ class Template:
                 h.update(f"{col}:{src}:".encode() + code.co_code + repr(code.co_consts).encode())
         return h.hexdigest()[:24]
 
-    def attributes(self, sent) -> list[list[str]]:
-        """The attribute strings of every token of one sentence of (word, POS, ...) tuples: the
-        reference the vectorized :func:`featurize` is tested against, and readable output."""
+    def attributes(self, sent, edge: bool = False) -> list[list[str]]:
+        """The (``edge``: edge-observation) attribute strings of every token of one sentence of
+        (word, POS, ...) tuples: the reference the vectorized :func:`featurize` is tested against."""
         values = {c: [t[0 if src == "w" else 1] if fn is None else fn(t[0 if src == "w" else 1]) for t in sent]
                   for c, src, fn in self.columns}
         T = len(sent)
-        return [[f"{self.item_name(item)}=" + "|".join(values[c][t + off] for c, off in item)
-                 for item in self.items if all(0 <= t + off < T for _, off in item)] for t in range(T)]
+        return [[f"{self.item_name(item, edge)}=" + "|".join(values[c][t + off] for c, off in item)
+                 for item in (self.edge_items if edge else self.items)
+                 if all(0 <= t + off < T for _, off in item) and (t >= 1 or not edge)] for t in range(T)]
 
 
 SHA_PEREIRA = Template.parse(
@@ -165,16 +177,20 @@ def factorize(values: list) -> tuple[np.ndarray, list]:
 
 @dataclass
 class Design:
-    """A split's sparse design: CSR row pointers / sorted attribute ids per token."""
+    """A split's sparse design: CSR row pointers / sorted attribute ids per token (``edge_*``: the
+    edge-observation attributes, None without edge items)."""
 
     crow: np.ndarray
     cols: np.ndarray
+    edge_crow: np.ndarray | None = None
+    edge_cols: np.ndarray | None = None
 
 
-def featurize(template: Template, splits: list, min_count: int = 1) -> tuple[list[Design], int]:
+def featurize(template: Template, splits: list, min_count: int = 1) -> tuple[list[Design], int, int]:
     """Designs of every split (lists of sentences of (word, POS, ...) tuples) under ``template``, with
-    the attribute dictionary built on ``splits[0]`` (attributes seen >= ``min_count`` times there;
-    the others' unseen attributes dropped). Returns (designs, number of attributes)."""
+    the attribute dictionaries built on ``splits[0]`` (attributes seen >= ``min_count`` times there;
+    the others' unseen attributes dropped). Returns (designs, number of attributes, number of edge
+    attributes)."""
     if not (isinstance(min_count, (int, np.integer)) and min_count >= 1):
         raise SSVMInputError(f"min_count: expected an int >= 1, got {min_count!r}")
     sents = [s for sp in splits for s in sp]
@@ -196,11 +212,24 @@ def featurize(template: Template, splits: list, min_count: int = 1) -> tuple[lis
             inv = dinv[inv]
         codes[col], sizes[col] = inv, len(uniq)
     n_train = int(sum(len(s) for s in splits[0]))
-    n_items = len(template.items)
+    sizes_of = [int(sum(len(s) for s in sp)) for sp in splits]
+    node, n_attr = _encode(template, template.items, codes, sizes, pos, length_of, n_train, min_count, sizes_of)
+    if not template.edge_items:
+        return [Design(c, k) for c, k in node], n_attr, 0
+    edge, n_edge = _encode(template, template.edge_items, codes, sizes, pos, length_of, n_train, min_count,
+                           sizes_of, first=1)
+    return [Design(c, k, ec, ek) for (c, k), (ec, ek) in zip(node, edge)], n_attr, n_edge
+
+
+def _encode(template, items, codes, sizes, pos, length_of, n_train, min_count, sizes_of, first=0):
+    """CSR (row pointers, sorted ids) of every split for one list of items, tokens at positions
+    >= ``first`` only, and the dictionary size (see :func:`featurize`)."""
+    N = len(pos)
+    n_items = len(items)
     ids = np.full((n_items, N), -1, dtype=np.int64)      # item-major: every item's pass is contiguous
     firsts, inverses = [], []
-    for j, item in enumerate(template.items):
-        lo = max(0, -min(off for _, off in item))
+    for j, item in enumerate(items):
+        lo = max(first, -min(off for _, off in item))
         hi = max(0, max(off for _, off in item))
         rows = np.flatnonzero((pos >= lo) & (pos < length_of - hi))   # tokens whose window fits the sentence
         key = np.zeros(len(rows), dtype=np.int64)
@@ -214,10 +243,10 @@ def featurize(template: Template, splits: list, min_count: int = 1) -> tuple[lis
         uk, inv = np.unique(key, return_inverse=True)
         train = rows < n_train                          # the dictionary counts training tokens only
         count = np.bincount(inv[train], minlength=len(uk))
-        first = np.full(len(uk), N, dtype=np.int64)
-        np.minimum.at(first, inv[train], rows[train])
+        first_at = np.full(len(uk), N, dtype=np.int64)
+        np.minimum.at(first_at, inv[train], rows[train])
         keep = count >= min_count
-        firsts.append(first[keep] * n_items + j)
+        firsts.append(first_at[keep] * n_items + j)
         inverses.append((rows, inv, keep))
     # attribute ids: order of first occurrence in the training tokens, item order within a token
     order = np.argsort(np.concatenate(firsts))
@@ -230,12 +259,11 @@ def featurize(template: Template, splits: list, min_count: int = 1) -> tuple[lis
         start += int(keep.sum())
         ids[j, rows] = id_of[inv]
     ids = np.sort(ids.T, axis=1)                    # per token: -1 first, then its sorted attribute ids
-    designs, begin = [], 0
-    for sp in splits:
-        end = begin + int(sum(len(s) for s in sp))
-        block = ids[begin:end]
-        crow = np.zeros(end - begin + 1, dtype=np.int64)
+    out, begin = [], 0
+    for size in sizes_of:
+        block = ids[begin:begin + size]
+        crow = np.zeros(size + 1, dtype=np.int64)
         np.cumsum((block >= 0).sum(1), out=crow[1:])
-        designs.append(Design(crow, block[block >= 0]))
-        begin = end
-    return designs, len(order)
+        out.append((crow, block[block >= 0]))
+        begin += size
+    return out, len(order)

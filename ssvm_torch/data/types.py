@@ -89,7 +89,9 @@ class ChainData:
     tensor for large sparse feature maps), ``Y`` (N,) labels, ``offsets`` (n+1,) so that sequence i
     is rows ``offsets[i]:offsets[i+1]``. With ``allow_unknown`` (evaluation data only), a label may
     equal ``n_states``: a tag the model does not know, which every prediction gets wrong.
-    ``meta`` carries dataset-specific extras (e.g. tag names, original tag strings)."""
+    ``meta`` carries dataset-specific extras (e.g. tag names, original tag strings). ``E`` (N, A_e),
+    optional sparse CSR: the edge-observation attributes of the transition *into* each position
+    (the rows of first positions are empty; models/chain_edges.py)."""
 
     X: torch.Tensor
     Y: torch.Tensor
@@ -98,6 +100,7 @@ class ChainData:
     name: str = "chain"
     allow_unknown: bool = False
     meta: dict = field(default_factory=dict)
+    E: torch.Tensor | None = None
 
     def __post_init__(self):
         check(isinstance(self.X, torch.Tensor) and self.X.dim() == 2, "X", "a 2-d tensor (positions, features)",
@@ -125,6 +128,14 @@ class ChainData:
             top = self.n_states if self.allow_unknown else self.n_states - 1
             check(lo >= 0 and hi <= top, "Y", f"labels in [0, {top}]", f"range [{lo}, {hi}]")
         check(self.X.layout in (torch.strided, torch.sparse_csr), "X", "a dense or sparse CSR tensor", self.X.layout)
+        if self.E is not None:
+            check(isinstance(self.E, torch.Tensor) and self.E.layout == torch.sparse_csr and self.E.dim() == 2
+                  and self.E.shape[0] == self.X.shape[0], "E", f"a sparse CSR tensor with {self.X.shape[0]} rows",
+                  getattr(self.E, "shape", type(self.E)))
+            crow = self.E.crow_indices()
+            check(bool((crow[off[:-1] + 1] == crow[off[:-1]]).all()), "E",
+                  "no edge attributes at the first position of a sequence (no transition enters it)", "some")
+            check_finite(self.E.values(), "E")
         check_finite(self.X.values() if self.is_sparse else self.X, "X")
         warn_scale(self.X.values() if self.is_sparse else self.X, "X")
 
@@ -172,7 +183,8 @@ class ChainData:
         offsets[1:] = torch.cumsum(lengths, 0)
         X = csr_rows(self.X, rows) if self.is_sparse else self.X[rows]
         meta = {k: ([v[i] for i in idx.tolist()] if k == "tags" else v) for k, v in self.meta.items()}
-        return ChainData(X, self.Y[rows], offsets, self.n_states, self.name, self.allow_unknown, meta)
+        E = None if self.E is None else csr_rows(self.E, rows)
+        return ChainData(X, self.Y[rows], offsets, self.n_states, self.name, self.allow_unknown, meta, E)
 
 
 def csr_rows(X: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:

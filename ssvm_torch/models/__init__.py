@@ -1,11 +1,12 @@
 """Structures (the "what"): data-free models with one interface (:class:`StructuredModel`)."""
 from .base import StructuredModel
 from .chain import ChainModel
+from .chain_edges import EdgeChainModel
 from .explicit import ExplicitModel
 from .flat import MulticlassModel, MultiLabelModel
 from .graphcut import GraphCutModel
 from .matching import MatchingModel
 from .pose import TreePoseModel
 
-__all__ = ["StructuredModel", "ChainModel", "ExplicitModel", "GraphCutModel", "MatchingModel", "MulticlassModel",
+__all__ = ["StructuredModel", "ChainModel", "EdgeChainModel", "ExplicitModel", "GraphCutModel", "MatchingModel", "MulticlassModel",
            "MultiLabelModel", "TreePoseModel"]

@@ -98,7 +98,7 @@ class ChainModel(StructuredModel):
         check(w.dim() == 1 and w.shape[0] == self.d, "w", f"a vector of length d = {self.d}", tuple(w.shape))
         K, F = self.K, self.F
         e = K * F
-        return (w[:e].view(K, F), w[e:e + K], w[e + K:e + 2 * K], w[e + 2 * K:].view(K, K))
+        return (w[:e].view(K, F), w[e:e + K], w[e + K:e + 2 * K], w[e + 2 * K:e + 2 * K + K * K].view(K, K))
 
     # -- batched evaluation (torch, any device) ------------------------------------------------
     def predict_ragged(self, w: torch.Tensor, data: ChainData) -> torch.Tensor:

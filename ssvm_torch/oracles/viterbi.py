@@ -68,6 +68,15 @@ def viterbi_segment(U, start, T, first, last, trans, gt, augment, out, delta, ne
     ``delta``/``newd`` (K,) and ``bp`` (>=T, K) are work buffers. If ``augment``, the normalized
     Hamming loss against gt[start:start+T] is added to the unaries.
     """
+    K = trans.shape[0]
+    return viterbi_segment_tt(U, start, T, first, last, trans.reshape((1, K, K)), False, gt, augment, out, delta,
+                              newd, bp)
+
+
+@nb.njit(cache=True, nogil=True)
+def viterbi_segment_tt(U, start, T, first, last, trans3, per_position, gt, augment, out, delta, newd, bp):
+    """:func:`viterbi_segment` with the transition into position t read from ``trans3[t]`` (T, K, K)
+    when ``per_position`` (edge-observation features, models/chain_edges.py), else ``trans3[0]``."""
     K = U.shape[1]
     inv_t = 1.0 / T
     for k in range(K):
@@ -77,6 +86,7 @@ def viterbi_segment(U, start, T, first, last, trans, gt, augment, out, delta, ne
         delta[k] = v
     for t in range(1, T):
         r = start + t
+        trans = trans3[t if per_position else 0]
         for k in range(K):
             best = delta[0] + trans[k, 0]
             arg = 0

@@ -68,6 +68,11 @@ class Solver:
             check(config.solver == "bcfw" and config.step == "fw" and not config.cache, "solver",
                   "'bcfw' with step 'fw' and no cache for a store sharded over processes (mini-batch BCFW)",
                   f"{config.solver!r}, step {config.step!r}" + (", cache" if config.cache else ""))
+        if dual.only_fw_block_steps:
+            check(config.solver == "bcfw" and config.step == "fw" and not config.cache and config.batch_size == 1,
+                  "solver", f"'bcfw' with step 'fw', no cache and batch size 1 for {type(dual).__name__}",
+                  f"{config.solver!r}, step {config.step!r}, batch size {config.batch_size}"
+                  + (", cache" if config.cache else ""))
         self.rule = make_step_rule(dual, config, self.sampler)
         self.averager = Averager(dual, lazy=config.solver == "bcfw") if config.averaging else None
         if self.averager is None:

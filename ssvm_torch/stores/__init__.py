@@ -12,12 +12,15 @@ import torch
 from ..errors import SSVMInputError, check_choice
 from ..models.base import StructuredModel
 from ..models.chain import ChainModel
+from ..models.chain_edges import EdgeChainModel
 from .base import BlockDual, Corner, GapPass
 from .box import BoxedDual
 from .chain import KERNELS, ChainDual
+from .chain_edges import EdgeChainDual
 from .dense import DenseDual
 
-__all__ = ["BlockDual", "BoxedDual", "ChainDual", "Corner", "DenseDual", "GapPass", "KERNELS", "make_store"]
+__all__ = ["BlockDual", "BoxedDual", "ChainDual", "Corner", "DenseDual", "EdgeChainDual", "GapPass", "KERNELS",
+           "make_store"]
 
 
 def make_store(model: StructuredModel, data, lam: float, device=None, dtype=torch.float64, kernels: str = "auto",
@@ -30,7 +33,9 @@ def make_store(model: StructuredModel, data, lam: float, device=None, dtype=torc
     check_choice(kernels, "kernels", KERNELS)
     if kernels != "auto":
         model = model.with_kernels(kernels)          # the decoders follow the store's choice
-    if isinstance(model, ChainModel):
+    if isinstance(model, EdgeChainModel):
+        store = EdgeChainDual(model, data, lam, device=device, dtype=dtype, kernels=kernels, n_objective=n_objective)
+    elif isinstance(model, ChainModel):
         store = ChainDual(model, data, lam, device=device, dtype=dtype, kernels=kernels, n_objective=n_objective)
     else:
         if kernels == "numba":

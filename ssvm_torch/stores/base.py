@@ -102,6 +102,8 @@ class PointStore(ABC):
     supports_averaging: bool = True
     # False for a store whose blocks live in several processes: only mini-batch steps apply
     supports_block_steps: bool = True
+    # True for a store that implements only the FW block step (BCFW, no sets, cache or mini-batches)
+    only_fw_block_steps: bool = False
     # mini-batch directions as sparse vectors of their touched coordinates (large sparse models)
     sparse_direction: bool = False
 

@@ -356,7 +356,7 @@ class ChainDual(BlockDual):
         """sum_i A_i(S(y_i) - M_i) / (lam n) for stacked statistics (the exact map from duals to w)."""
         K = self.model.K
         D = Fn.one_hot(self.Y, K).to(self.dtype) - Mu
-        w = torch.empty_like(self.w)
+        w = torch.zeros_like(self.w)
         W, first, last, trans = self.model.split(w)
         W.copy_(torch.sparse.mm(self.XT_sp, D).T)
         first.copy_(D[self.first_pos].sum(0))

@@ -1,0 +1,165 @@
+"""Numba kernels of chains with edge-observation features (models/chain_edges.py, stores/chain_edges.py).
+
+The transition into position t scores trans[y_t, y_{t-1}] + sum_a e_t[a] E[a, p(y_t, y_{t-1})],
+e_t the edge attributes of position t (CSR ``eptr, eidx, evals``), E (A_e, P) the edge weights and
+p the index of a label pair among the P pairs the model has weights for (``pair_next``,
+``pair_prev``; ``pair_of[next, prev]`` = p or -1). The compact store keeps, per block i and per
+distinct edge attribute of the block (a *group* g, ``gptr[i] <= g < gptr[i+1]``, attribute
+``gattr[g]``, entry j of the edge CSR in group ``egrp[j]``), the expected label-pair counts
+Me[g, p] under alpha_i: a linear statistic, so the block gap terms keep the form of
+:mod:`ssvm_torch.stores.chain` with one more term each:
+    <M_i, theta_i>   += sum_g <Me[g], E[gattr[g]]>
+    ||A_i(D)||^2     += sum_g ||De[g]||^2          (the groups of a block are distinct attributes)
+"""
+from __future__ import annotations
+
+import numba as nb
+import numpy as np
+
+from .chain_kernels import _FAST, nb_block_unary, nb_build_delta, nb_delta_sqnorm, nb_m_theta
+from .viterbi import viterbi_segment_tt
+
+
+@nb.njit(cache=True, nogil=True, fastmath=_FAST)
+def nb_position_trans(s, T, eptr, eidx, evals, E, pair_next, pair_prev, trans, Tt):
+    """Tt[t] = trans + the edge scores of position s+t, for t = 1..T-1 (Tt[0] is not used)."""
+    K = trans.shape[0]
+    for t in range(1, T):
+        for a in range(K):
+            for b in range(K):
+                Tt[t, a, b] = trans[a, b]
+        for j in range(eptr[s + t], eptr[s + t + 1]):
+            v = evals[j]
+            f = eidx[j]
+            for p in range(pair_next.shape[0]):
+                Tt[t, pair_next[p], pair_prev[p]] += v * E[f, p]
+
+
+@nb.njit(cache=True, nogil=True)
+def nb_viterbi_edges(U, off, first, last, trans, eptr, eidx, evals, E, pair_next, pair_prev, gt, augment, out,
+                     scores):
+    """(Loss-augmented) Viterbi of every sequence with per-position transitions; U (N, K) all rows."""
+    K = U.shape[1]
+    n = off.shape[0] - 1
+    tmax = 1
+    for i in range(n):
+        tmax = max(tmax, off[i + 1] - off[i])
+    Tt = np.empty((tmax, K, K))
+    delta, newd = np.empty(K), np.empty(K)
+    bp = np.empty((tmax, K), dtype=np.int64)
+    for i in range(n):
+        s, T = off[i], off[i + 1] - off[i]
+        nb_position_trans(s, T, eptr, eidx, evals, E, pair_next, pair_prev, trans, Tt)
+        scores[i] = viterbi_segment_tt(U, s, T, first, last, Tt, True, gt, augment, out, delta, newd, bp)
+
+
+@nb.njit(cache=True, nogil=True, fastmath=_FAST)
+def nb_edge_m_theta(i, gptr, gattr, E, Me):
+    """sum_g <Me[g], E[gattr[g]]> over the groups of block i."""
+    m = 0.0
+    for g in range(gptr[i], gptr[i + 1]):
+        a = gattr[g]
+        for p in range(Me.shape[1]):
+            m += Me[g, p] * E[a, p]
+    return m
+
+
+@nb.njit(cache=True, nogil=True)
+def nb_edge_stats(labels, off, eptr, evals, egrp, pair_of, out):
+    """out[g, p] += the edge statistics of ragged ``labels`` (N,): sum over positions t >= 1 of a
+    sequence and their entries j in group g of evals[j] [pair (y_t, y_{t-1}) = p]."""
+    for i in range(off.shape[0] - 1):
+        for r in range(off[i] + 1, off[i + 1]):
+            p = pair_of[labels[r], labels[r - 1]]
+            if p >= 0:
+                for j in range(eptr[r], eptr[r + 1]):
+                    out[egrp[j], p] += evals[j]
+
+
+@nb.njit(cache=True, nogil=True)
+def nb_edge_delta(i, s, T, ys, eptr, evals, egrp, pair_of, gptr, Me, De):
+    """De[g - gptr[i]] = S_e(ys)[g] - Me[g] for the groups of block i; returns sum De^2."""
+    g0 = gptr[i]
+    for g in range(g0, gptr[i + 1]):
+        for p in range(Me.shape[1]):
+            De[g - g0, p] = -Me[g, p]
+    for t in range(1, T):
+        p = pair_of[ys[t], ys[t - 1]]
+        if p >= 0:
+            for j in range(eptr[s + t], eptr[s + t + 1]):
+                De[egrp[j] - g0, p] += evals[j]
+    sq = 0.0
+    for g in range(gptr[i + 1] - g0):
+        for p in range(Me.shape[1]):
+            sq += De[g, p] * De[g, p]
+    return sq
+
+
+@nb.njit(cache=True, nogil=True)
+def nb_edge_move(i, c, gamma, De, gptr, gattr, E, Me):
+    """E[gattr[g]] += c De[g] and Me[g] += gamma De[g] for the groups of block i."""
+    g0 = gptr[i]
+    for g in range(g0, gptr[i + 1]):
+        a = gattr[g]
+        for p in range(Me.shape[1]):
+            d = De[g - g0, p]
+            if d != 0.0:
+                E[a, p] += c * d
+                Me[g, p] += gamma * d
+
+
+@nb.njit(cache=True, nogil=True, fastmath=_FAST)
+def nb_fw_corner_edges(i, fptr, fidx, fval, off, Y, G, goff, W, first, last, trans, Mu, Mt,
+                       eptr, eidx, evals, egrp, E, pair_next, pair_prev, pair_of, gptr, gattr, Me,
+                       U, Tt, delta, newd, bp, Du, Dt, De, ys):
+    """:func:`~ssvm_torch.oracles.chain_kernels.nb_fw_corner` with edge-observation features:
+    (L(y*), <S(y*) - M_i, theta_i>, ||A_i(S(y*) - M_i)||^2) in units of 1/(lam n); y* into ys and
+    the edge part of S(y*) - M_i into De."""
+    s = off[i]
+    T = off[i + 1] - s
+    nb_block_unary(i, fptr, fidx, fval, off, W, U)
+    nb_position_trans(s, T, eptr, eidx, evals, E, pair_next, pair_prev, trans, Tt)
+    aug = viterbi_segment_tt(U, 0, T, first, last, Tt, True, Y[s:s + T], True, ys, delta, newd, bp)
+    wrong = 0
+    for t in range(T):
+        if ys[t] != Y[s + t]:
+            wrong += 1
+    loss = wrong / T
+    m_theta = nb_m_theta(i, off, U, first, last, trans, Mu, Mt) + nb_edge_m_theta(i, gptr, gattr, E, Me)
+    nb_build_delta(i, False, ys, True, ys, off, Mu, Mt, Du, Dt)
+    sq = nb_delta_sqnorm(i, Du, Dt, off, G, goff) + nb_edge_delta(i, s, T, ys, eptr, evals, egrp, pair_of, gptr,
+                                                                  Me, De)
+    return loss, (aug - loss) - m_theta, sq
+
+
+@nb.njit(cache=True, nogil=True, fastmath=_FAST)
+def nb_gap_pass_edges(U, off, Y, first, last, trans, Mu, Mt, eptr, eidx, evals, E, pair_next, pair_prev, gptr,
+                      gattr, Me):
+    """:func:`~ssvm_torch.oracles.chain_kernels.nb_gap_pass` with edge-observation features: labels
+    (N,), aug scores, <M_i, theta_i>, ground-truth scores and mismatch counts (n,)."""
+    N, K = U.shape
+    n = off.shape[0] - 1
+    labels = np.empty(N, dtype=np.int64)
+    aug = np.empty(n)
+    nb_viterbi_edges(U, off, first, last, trans, eptr, eidx, evals, E, pair_next, pair_prev, Y, True, labels, aug)
+    m_theta, gt_score, wrong = np.empty(n), np.empty(n), np.empty(n)
+    tmax = 1
+    for i in range(n):
+        tmax = max(tmax, off[i + 1] - off[i])
+    Tt = np.empty((tmax, K, K))
+    for i in range(n):
+        s, T = off[i], off[i + 1] - off[i]
+        m_theta[i] = nb_m_theta(i, off, U[s:s + T], first, last, trans, Mu, Mt) + nb_edge_m_theta(i, gptr, gattr,
+                                                                                                   E, Me)
+        nb_position_trans(s, T, eptr, eidx, evals, E, pair_next, pair_prev, trans, Tt)
+        gs = first[Y[s]] + last[Y[s + T - 1]]
+        wr = 0.0
+        for t in range(T):
+            gs += U[s + t, Y[s + t]]
+            if t > 0:
+                gs += Tt[t, Y[s + t], Y[s + t - 1]]
+            if labels[s + t] != Y[s + t]:
+                wr += 1.0
+        gt_score[i] = gs
+        wrong[i] = wr
+    return labels, aug, m_theta, gt_score, wrong

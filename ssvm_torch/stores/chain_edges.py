@@ -1,0 +1,147 @@
+"""Compact block store of a chain with edge-observation features (models/chain_edges.py).
+
+Block i is :class:`~ssvm_torch.stores.chain.ChainDual`'s (label marginals Mu_i, transition counts
+Mt_i) plus, for each distinct edge attribute of the block (a group g), the expected counts of the
+supported label pairs at the positions carrying it, Me[g] (P,). The edge part of w_i is
+(S_e(y_i) - Me_i) / (lam n) scattered to the rows of the groups' attributes, and the block gap
+terms gain the edge terms documented in :mod:`ssvm_torch.oracles.edge_kernels`. State grows by
+sum_i (distinct edge attributes of block i) x P floats.
+
+The store runs BCFW with FW block steps (any sampling, gap passes, checkpoints, the warm lambda
+grid of ssvm_torch.selection) on the numba kernels (CPU float64). Pairwise / away steps, caching,
+mini-batches, batch FW, SSG, averaging and the regularization path are refused with a clear error.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from ..data.types import ChainData
+from ..errors import SSVMInputError, check
+from ..models.chain_edges import EdgeChainModel
+from ..oracles.edge_kernels import nb_edge_delta, nb_edge_move, nb_edge_stats, nb_fw_corner_edges, nb_gap_pass_edges
+from .base import Corner, GapPass
+from .chain import ChainDual
+
+
+class EdgeChainDual(ChainDual):
+    """:class:`ChainDual` with the edge statistics Me (sum of groups, P) of every block."""
+
+    supports_path = False
+    supports_averaging = False
+    only_fw_block_steps = True
+
+    def __init__(self, model: EdgeChainModel, data: ChainData, lam: float, device=None, dtype=torch.float64,
+                 kernels: str = "auto", n_objective: int | None = None):
+        check(isinstance(model, EdgeChainModel), "model", "an EdgeChainModel", type(model).__name__)
+        if kernels == "torch" or (device is not None and torch.device(device).type != "cpu") or dtype != torch.float64:
+            raise SSVMInputError(f"kernels: a chain with edge-observation features runs on the numba kernels (CPU "
+                                 f"float64); got kernels {kernels!r}, device {device}, dtype {dtype}")
+        super().__init__(model, data, lam, device=device, dtype=dtype, kernels=kernels, n_objective=n_objective)
+        self.eptr, self.eidx, self.evals = model.edge_csr(data)
+        # groups: the distinct (block, edge attribute) pairs, in block order
+        block_of_entry = np.repeat(self.seg.numpy(), np.diff(self.eptr))
+        A = model.n_edge_features
+        keys, self.egrp = np.unique(block_of_entry * A + self.eidx, return_inverse=True)
+        self.egrp = self.egrp.astype(np.int64)
+        self.gattr = (keys % A).astype(np.int64)
+        self.gptr = np.searchsorted(keys // A, np.arange(self.n + 1)).astype(np.int64)
+        self.pair_next, self.pair_prev = model.pairs[:, 0].numpy().copy(), model.pairs[:, 1].numpy().copy()
+        self.Me = torch.from_numpy(self._gt_edge_stats())         # alpha_i = delta(y_i)
+        tmax, K = int(self.lengths.max()), model.K
+        self._ework = (np.empty((tmax, K, K)), np.empty((max(1, int(np.diff(self.gptr).max(initial=1))), model.P)))
+
+    def _gt_edge_stats(self) -> np.ndarray:
+        out = np.zeros((len(self.gattr), self.model.P))
+        nb_edge_stats(self._np[4], self._np[3], self.eptr, self.evals, self.egrp, self.model.pair_of, out)
+        return out
+
+    def _edge_args(self):
+        return (self.eptr, self.eidx, self.evals, self.egrp, self.model.edge_weights(self.w).numpy(),
+                self.pair_next, self.pair_prev, self.model.pair_of, self.gptr, self.gattr, self.Me.numpy())
+
+    def fw_corner(self, i: int) -> Corner:
+        inv_lamn = 1.0 / (self.lam * self.N)
+        T = int(self._np[3][i + 1] - self._np[3][i])
+        ys = np.empty(T, dtype=np.int64)
+        U, delta, newd, bp, Du, Dt = self._work[0], self._work[1], self._work[2], self._work[3], self._work[4], \
+            self._work[5]
+        loss, dot, sq = nb_fw_corner_edges(i, *self._np, *self._edge_args(), U, self._ework[0], delta, newd, bp, Du,
+                                           Dt, self._ework[1], ys)
+        loss /= self.N
+        return Corner(ys, loss, dot * inv_lamn, sq * inv_lamn * inv_lamn, dot / self.N - self._np_ell[0][i] + loss)
+
+    def fw_move(self, i: int, corner: Corner, gamma: float) -> None:
+        ys = np.asarray(corner.labels, dtype=np.int64)
+        s, e = int(self._np[3][i]), int(self._np[3][i + 1])
+        args = self._edge_args()
+        De = self._ework[1]
+        nb_edge_delta(i, s, e - s, ys, args[0], args[2], args[3], args[7], args[8], args[10], De)
+        nb_edge_move(i, -gamma / (self.lam * self.N), gamma, De, args[8], args[9], args[4], args[10])
+        super().pair_move(i, ys, None, corner.loss, self._np_ell[0][i], gamma)
+
+    def gap_pass(self) -> GapPass:
+        U, first, last, trans = self._potentials()
+        a = self._edge_args()
+        labels, aug, m_theta, gt_score, wrong = nb_gap_pass_edges(
+            U.numpy(), *self._np[3:5], first.numpy(), last.numpy(), trans.numpy().copy(), self._np[11], self._np[12],
+            a[0], a[1], a[2], a[4], a[5], a[6], a[8], a[9], a[10])
+        labels, aug, m_theta, gt_score = map(torch.from_numpy, (labels, aug, m_theta, gt_score))
+        loss = torch.from_numpy(wrong) / self.lengths.to(self.dtype) / self.N
+        return GapPass(labels=labels, loss=loss, H=aug - gt_score, block_gaps=(aug - m_theta) / self.N - self.ell_i)
+
+    def recompute(self) -> None:
+        super().recompute()                                  # chain blocks; the edge block is rebuilt here
+        E = self.model.edge_weights(self.w)
+        E.zero_()
+        E.index_add_(0, torch.from_numpy(self.gattr), torch.from_numpy(self._gt_edge_stats()) - self.Me)
+        E.div_(self.lam * self.N)
+
+    def rescale(self, lam_new: float, rho: float) -> None:
+        self.Me.mul_(rho).add_(torch.from_numpy(self._gt_edge_stats()), alpha=1.0 - rho)
+        super().rescale(lam_new, rho)
+
+    def block_w(self, i: int) -> torch.Tensor:
+        """Dense w_i of one block (tests and inspection)."""
+        w = super().block_w(i)
+        g0, g1 = int(self.gptr[i]), int(self.gptr[i + 1])
+        D = torch.from_numpy(self._gt_edge_stats()[g0:g1]) - self.Me[g0:g1]
+        self.model.edge_weights(w).index_add_(0, torch.from_numpy(self.gattr[g0:g1]), D / (self.lam * self.N))
+        return w
+
+    def state_dict(self) -> dict:
+        return {**super().state_dict(), "Me": self.Me.clone()}
+
+    def load_state_dict(self, state: dict) -> None:
+        check("Me" in state and tuple(state["Me"].shape) == tuple(self.Me.shape), "state['Me']",
+              f"edge statistics of shape {tuple(self.Me.shape)}", tuple(state.get("Me", torch.zeros(0)).shape))
+        super().load_state_dict(state)
+        self.Me.copy_(state["Me"])
+
+    def _refuse(self, what: str):
+        raise SSVMInputError(f"{what}: not available with edge-observation features; their store runs BCFW with FW "
+                             "block steps (--solver bcfw --step fw, no --cache, --batch-size 1, no --averaging)")
+
+    def corner_gaps(self, i, labelings):
+        self._refuse("cache / active-set steps")
+
+    def pair_sqnorm(self, i, P, Q):
+        self._refuse("pairwise / away steps")
+
+    def pair_move(self, i, P, Q, loss_P, loss_Q, gamma):
+        self._refuse("pairwise / away steps")
+
+    def add_psi(self, i, corner, coef):
+        self._refuse("SSG")
+
+    def batch_corners(self, idx):
+        self._refuse("mini-batch BCFW")
+
+    def corner_point(self, gp):
+        self._refuse("batch FW")
+
+    def max_margins(self, w):
+        self._refuse("the regularization path")
+
+    def block_wdots(self):
+        self._refuse("the regularization path")

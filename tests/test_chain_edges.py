@@ -1,0 +1,175 @@
+"""Chains with edge-observation features: the oracle and decoding against brute force over all
+labelings of the dense joint feature map, the compact store's line-search terms and gaps against
+dense blocks and an independent primal/dual computation, exact resume, refused combinations, and
+the edge items of the template engine on CoNLL."""
+import itertools
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+from ssvm_torch import ChainData, SolverConfig, SSVMInputError, make_store
+from ssvm_torch.data.templates import Template, featurize
+from ssvm_torch.models import EdgeChainModel
+from ssvm_torch.solvers import Solver
+
+LAM = 0.3
+
+
+def random_edge_chains(seed, n=7, K=3, F=3, A=2, tmax=4):
+    rng = np.random.default_rng(seed)
+    xs, ys, es = [], [], []
+    for i in range(n):
+        T = 1 if i == 0 else int(rng.integers(2, tmax + 1))     # one length-1 sequence on purpose
+        xs.append(rng.normal(size=(T, F)))
+        ys.append(rng.integers(0, K, size=T))
+        e = (rng.random((T, A)) < 0.6) * rng.choice([1.0, 2.0], size=(T, A))
+        e[0] = 0.0                                               # no transition enters position 0
+        es.append(e)
+    base = ChainData.from_sequences(xs, ys, K)
+    with warnings.catch_warnings():             # torch flags sparse CSR as beta
+        warnings.simplefilter("ignore", UserWarning)
+        E = torch.tensor(np.concatenate(es)).to_sparse_csr()
+    return ChainData(base.X, base.Y, base.offsets, K, E=E)
+
+
+def dense_parts(data, i):
+    s, e = int(data.offsets[i]), int(data.offsets[i + 1])
+    X = torch.cat([data.X[s:e], torch.ones(e - s, 1, dtype=torch.float64)], 1)
+    return X, data.E.to_dense()[s:e], data.Y[s:e]
+
+
+def brute_force(model, data, i, w, augmented):
+    """argmax_y <w, phi(x_i, y)> (+ L_i(y)) over all K^T labelings, with the dense feature map."""
+    X, Ec, gt = dense_parts(data, i)
+    best, arg = -np.inf, None
+    for y in itertools.product(range(model.K), repeat=X.shape[0]):
+        y = torch.tensor(y)
+        v = float(w @ model.joint_feature(X, y, Ec)) + (float((y != gt).double().mean()) if augmented else 0.0)
+        if v > best + 1e-12:
+            best, arg = v, y
+    return arg, best
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_oracle_and_line_search_terms_against_brute_force_and_dense_blocks(seed):
+    data = random_edge_chains(seed)
+    model = EdgeChainModel.for_data(data)
+    assert model.d == model.d0 + 2 * model.P and model.P <= model.K ** 2
+    store = make_store(model, data, LAM)
+    solver = Solver(store, SolverConfig(passes=3, gap_check=1, seed=seed))
+    solver.run()                                                 # a dual point away from the start
+    w = store.w.clone()
+    X_all = [dense_parts(data, i) for i in range(data.n)]
+    for i in range(data.n):
+        corner = store.fw_corner(i)
+        y_star, best = brute_force(model, data, i, w, augmented=True)
+        X, Ec, gt = X_all[i]
+        score = float(w @ model.joint_feature(X, torch.as_tensor(corner.labels), Ec)) + \
+            float((torch.as_tensor(corner.labels) != gt).double().mean())
+        assert score == pytest.approx(best, abs=1e-10)           # an argmax (ties may pick another)
+        w_s = (model.joint_feature(X, gt, Ec) - model.joint_feature(X, torch.as_tensor(corner.labels), Ec)) \
+            / (LAM * data.n)
+        w_i = store.block_w(i)
+        assert corner.dot == pytest.approx(float((w_i - w_s) @ w), abs=1e-10)
+        assert corner.sqnorm == pytest.approx(float((w_i - w_s) @ (w_i - w_s)), abs=1e-10)
+    # w is the sum of the blocks, and recomputing it from the statistics changes nothing
+    assert torch.allclose(sum(store.block_w(i) for i in range(data.n)), w, atol=1e-12)
+    store.recompute()
+    assert torch.allclose(store.w, w, atol=1e-12)
+    # prediction = brute force without the loss
+    pred = model.predict_ragged(w, data)
+    for i in range(data.n):
+        s, e = int(data.offsets[i]), int(data.offsets[i + 1])
+        y_hat, best = brute_force(model, data, i, w, augmented=False)
+        X, Ec, _ = X_all[i]
+        assert float(w @ model.joint_feature(X, pred[s:e], Ec)) == pytest.approx(best, abs=1e-10)
+
+
+def test_gap_pass_equals_an_independent_primal_dual_computation():
+    data = random_edge_chains(11, n=6)
+    model = EdgeChainModel.for_data(data)
+    store = make_store(model, data, LAM)
+    Solver(store, SolverConfig(passes=4, gap_check=2, sampling="uniform")).run()
+    gp = store.gap_pass()
+    w = store.w
+    H = []
+    for i in range(data.n):
+        X, Ec, gt = dense_parts(data, i)
+        _, best = brute_force(model, data, i, w, augmented=True)
+        H.append(best - float(w @ model.joint_feature(X, gt, Ec)))      # max_y L(y) - <w, psi_i(y)>
+    primal = 0.5 * LAM * float(w @ w) + sum(H) / data.n
+    dual = -0.5 * LAM * float(w @ w) + store.ell
+    assert torch.allclose(gp.H, torch.tensor(H, dtype=torch.float64), atol=1e-10)
+    assert float(gp.block_gaps.sum()) == pytest.approx(primal - dual, abs=1e-10)
+    assert float(gp.block_gaps.min()) >= -1e-12
+
+
+def test_state_round_trip_and_warm_rescale_keep_w():
+    data = random_edge_chains(5)
+    model = EdgeChainModel.for_data(data)
+    a = make_store(model, data, LAM)
+    Solver(a, SolverConfig(passes=3, gap_check=1)).run()
+    b = make_store(model, data, LAM)
+    b.load_state_dict(a.state_dict())
+    assert torch.equal(a.Me, b.Me) and torch.equal(a.w, b.w)
+    for i in range(data.n):                                      # the same next steps
+        assert np.array_equal(a.fw_corner(i).labels, b.fw_corner(i).labels)
+    w = a.w.clone()
+    a.rescale(LAM / 2, 0.5)                                      # keep-primal warm start of the lambda grid
+    assert torch.allclose(a.w, w, atol=1e-12)
+
+
+@pytest.mark.parametrize("options,match", [(dict(step="pairwise"), "step 'fw'"), (dict(cache=True), "no cache"),
+                                           (dict(batch_size=2), "batch size 1"), (dict(solver="ssg"), "'bcfw'")])
+def test_unsupported_steps_are_refused_by_name(options, match):
+    data = random_edge_chains(1)
+    store = make_store(EdgeChainModel.for_data(data), data, LAM)
+    with pytest.raises(SSVMInputError, match=match):
+        Solver(store, SolverConfig(**options))
+
+
+def test_torch_kernels_and_averaging_are_refused():
+    data = random_edge_chains(2)
+    model = EdgeChainModel.for_data(data)
+    with pytest.raises(SSVMInputError, match="numba kernels"):
+        make_store(model, data, LAM, kernels="torch")
+    with pytest.raises(SSVMInputError, match="averaging"):
+        Solver(make_store(model, data, LAM), SolverConfig(averaging=True))
+    with pytest.raises(SSVMInputError, match="ChainData.E"):
+        EdgeChainModel.for_data(ChainData(data.X, data.Y, data.offsets, 3))
+
+
+def test_edge_items_of_the_template_engine_equal_the_strings():
+    from ssvm_torch.data import data_dir
+    from ssvm_torch.data.conll import read_conll
+    sents = read_conll(data_dir() / "conll2000_train.txt.gz")[:300]
+    t = Template.parse("w[0] edge:p[0] edge:w[-1]|p[0]")
+    assert t.attributes(sents[0], edge=True)[0] == []                    # nothing enters the first token
+    assert t.attributes(sents[0], edge=True)[1] == [f"edge:p[0]={sents[0][1][1]}",
+                                                    f"edge:w[-1]|p[0]={sents[0][0][0]}|{sents[0][1][1]}"]
+    (d,), _, n_edge = featurize(t, [sents])
+    index = {}
+    for s in sents:
+        for attrs in t.attributes(s, edge=True):
+            for a in attrs:
+                index.setdefault(a, len(index))
+    rows = [sorted(index[a] for a in attrs) for s in sents for attrs in t.attributes(s, edge=True)]
+    assert n_edge == len(index)
+    assert np.array_equal(d.edge_cols, np.array([c for r in rows for c in r]))
+    assert np.array_equal(np.diff(d.edge_crow), [len(r) for r in rows])
+
+
+def test_conll_with_edge_features_trains_and_resumes_exactly(tmp_path):
+    from ssvm_torch.cli.train import main
+    args = ["--dataset", "conll2000", "--train-size", "120", "--features", "w[0] p[0] p[-1]|p[0] edge:p[0]",
+            "--gap-check", "1", "--quiet"]
+    assert main(args + ["--passes", "2", "--out", str(tmp_path / "a"), "--checkpoint"]) == 0
+    assert main(args + ["--passes", "6", "--out", str(tmp_path / "b")]) == 0
+    assert main(args + ["--passes", "6", "--out", str(tmp_path / "a"), "--resume",
+                        str(tmp_path / "a" / "checkpoint.pt")]) == 0
+    wa = torch.load(tmp_path / "a" / "model.pt", weights_only=True)
+    wb = torch.load(tmp_path / "b" / "model.pt", weights_only=True)
+    assert wa["feature_layout"]["kind"] == "chain-edges" and wa["feature_layout"]["n_edge_features"] >= 30
+    assert torch.equal(wa["w"], wb["w"])
