@@ -289,6 +289,15 @@ def padded_index(offsets: torch.Tensor, idx: torch.Tensor | None = None):
     return pos, valid
 
 
+def feature_coo(csr, F: int, transpose: bool = False) -> torch.Tensor:
+    """CSR feature rows (row pointers, indices, values) as a coalesced sparse COO (N, F), or (F, N)."""
+    fptr, fidx, fval = csr
+    rows = segment_ids(fptr)
+    N = fptr.shape[0] - 1
+    ij, shape = (torch.stack([fidx, rows]), (F, N)) if transpose else (torch.stack([rows, fidx]), (N, F))
+    return torch.sparse_coo_tensor(ij, fval, shape, check_invariants=True).coalesce()
+
+
 def trans_counts(labels: torch.Tensor, seg: torch.Tensor, n: int, K: int) -> torch.Tensor:
     """Transition counts per sequence, (n, K, K) [next, prev], of ragged ``labels``."""
     out = torch.zeros(n, K, K, dtype=torch.float64, device=labels.device)

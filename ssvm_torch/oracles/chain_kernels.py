@@ -309,6 +309,17 @@ def batch_corners_host(idx, lengths, views):
 
 
 @nb.njit(cache=True, nogil=True)
+def nb_csr_scatter_rows(fptr, fidx, fval, D, W):
+    """W[k, f] += sum_r D[r, k] x_r[f] over the CSR rows r: X^T D without a sparse transpose."""
+    K = W.shape[0]
+    for r in range(fptr.shape[0] - 1):
+        for j in range(fptr[r], fptr[r + 1]):
+            f, v = fidx[j], fval[j]
+            for k in range(K):
+                W[k, f] += D[r, k] * v
+
+
+@nb.njit(cache=True, nogil=True)
 def nb_scatter_entries(W, index, value, stats, row):
     """W[k, index[e]] += stats[row[e], k] * value[e] for every entry e in order and every label k:
     the emission part of a mini-batch direction (one pass, no (entries, K) temporary)."""

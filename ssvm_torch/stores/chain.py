@@ -19,9 +19,10 @@ import torch.nn.functional as Fn
 from ..data.types import ChainData
 from ..devices import KERNELS, from_host, resolve_device, to_host
 from ..errors import SSVMInputError, check, check_choice, check_positive
-from ..models.chain import ChainModel, padded_index, padded_trans_counts, segment_ids, trans_counts, unary_rows
-from ..oracles.chain_kernels import (batch_corners_host, nb_add_psi, nb_build_delta, nb_corner_gaps, nb_delta_move,
-                                     nb_delta_sqnorm, nb_fw_corner, nb_gap_pass, nb_gram, nb_unary_all)
+from ..models.chain import (ChainModel, feature_coo, padded_index, padded_trans_counts, segment_ids, trans_counts,
+                            unary_rows)
+from ..oracles.chain_kernels import (batch_corners_host, nb_add_psi, nb_build_delta, nb_corner_gaps, nb_csr_scatter_rows,
+                                     nb_delta_move, nb_delta_sqnorm, nb_fw_corner, nb_gap_pass, nb_gram, nb_unary_all)
 from ..oracles.viterbi import viterbi
 from .base import SPARSE_D, BatchCorners, BlockDual, Corner, GapPass, objective_n
 
@@ -38,8 +39,7 @@ class ChainDual(BlockDual):
         model.check_data(data)
         self.model, self.data = model, data
         self.lam = check_positive(lam, "lam")
-        self.n = data.n
-        self.N = objective_n(data.n, n_objective)
+        self.n, self.N = data.n, objective_n(data.n, n_objective)
         dev = resolve_device(device)
         self.device, self.dtype = dev, dtype
         K = model.K
@@ -47,29 +47,22 @@ class ChainDual(BlockDual):
             raise SSVMInputError(f"Y: training labels must be in [0, {model.K - 1}]; this data has labels "
                                  "unknown to the model (evaluation-only data)")
         self.fptr, self.fidx, self.fval = model.features_csr(data, dtype, dev)
-        N, F = data.X.shape[0], model.F
-        rows = segment_ids(self.fptr)
-        self.X_sp = torch.sparse_coo_tensor(torch.stack([rows, self.fidx]), self.fval, (N, F), check_invariants=True).coalesce()
-        self.XT_sp = torch.sparse_coo_tensor(torch.stack([self.fidx, rows]), self.fval, (F, N), check_invariants=True).coalesce()
+        self._coo = {}                  # the torch path's sparse products, built on first use
         self.Y = data.Y.to(dev)
         self.offsets = data.offsets.to(dev)
         self.seg = segment_ids(self.offsets)
         self.lengths = self.offsets[1:] - self.offsets[:-1]
         # Per-example Gram matrices G_i = X_i X_i^T, stored flat (sum_i T_i^2).
-        glen = self.lengths ** 2
-        self.goff = torch.zeros(self.n + 1, dtype=torch.int64, device=dev)
-        self.goff[1:] = torch.cumsum(glen, 0)
+        self.goff = Fn.pad(torch.cumsum(self.lengths ** 2, 0), (1, 0))
         G = np.zeros(int(self.goff[-1]))
         nb_gram(self.fptr.cpu().numpy(), self.fidx.cpu().numpy(), self.fval.cpu().double().numpy(),
                  self.offsets.cpu().numpy(), self.goff.cpu().numpy(), G)
         self.G = torch.as_tensor(G, dtype=dtype, device=dev)
-        self.first_pos = self.offsets[:-1]
-        self.last_pos = self.offsets[1:] - 1
-        onehot_y = Fn.one_hot(self.Y, K).to(dtype)
-        self.gt_trans = trans_counts(self.Y, self.seg, self.n, K).sum(0).to(dtype)
+        self.first_pos, self.last_pos = self.offsets[:-1], self.offsets[1:] - 1
         # dual state: alpha_i = delta(y_i) at start, i.e. w_i = 0, ell_i = 0
-        self.Mu = onehot_y.clone()
+        self.Mu = Fn.one_hot(self.Y, K).to(dtype)
         self.Mt = trans_counts(self.Y, self.seg, self.n, K).to(dtype)
+        self.gt_trans = self.Mt.sum(0)
         self.ell_i = torch.zeros(self.n, dtype=dtype, device=dev)
         self._ell = torch.zeros(1, dtype=dtype, device=dev)
         self.w = torch.zeros(model.d, dtype=dtype, device=dev)
@@ -235,7 +228,13 @@ class ChainDual(BlockDual):
             U = np.empty((self.Y.shape[0], self.model.K))
             nb_unary_all(np.ascontiguousarray(W.numpy().T), self._np[0], self._np[1], self._np[2], U)
             return torch.from_numpy(U), first, last, trans
-        return torch.sparse.mm(self.X_sp, W.T.contiguous()), first, last, trans
+        return torch.sparse.mm(self.sparse_features(), W.T.contiguous()), first, last, trans
+
+    def sparse_features(self, transpose: bool = False) -> torch.Tensor:
+        """The feature rows (N, F) (or transposed) as a coalesced sparse COO, built once on first use."""
+        if transpose not in self._coo:
+            self._coo[transpose] = feature_coo((self.fptr, self.fidx, self.fval), self.model.F, transpose)
+        return self._coo[transpose]
 
     def _corners_torch(self, idx: torch.Tensor, with_sqnorm: bool, potentials=None):
         """Loss-augmented decoding of blocks ``idx`` and the terms of eq. (6): returns a dict with
@@ -358,7 +357,10 @@ class ChainDual(BlockDual):
         D = Fn.one_hot(self.Y, K).to(self.dtype) - Mu
         w = torch.zeros_like(self.w)
         W, first, last, trans = self.model.split(w)
-        W.copy_(torch.sparse.mm(self.XT_sp, D).T)
+        if self._numba:                         # X^T D by a CSR walk: no transposed copy of the features
+            nb_csr_scatter_rows(*self._np[:3], D.numpy(), W.numpy())
+        else:
+            W.copy_(torch.sparse.mm(self.sparse_features(True), D).T)
         first.copy_(D[self.first_pos].sum(0))
         last.copy_(D[self.last_pos].sum(0))
         trans.copy_(self.gt_trans - Mt_sum)
@@ -383,7 +385,7 @@ class ChainDual(BlockDual):
     def block_w(self, i: int) -> torch.Tensor:
         """Dense w_i of one block (for tests and inspection; never used by the solvers)."""
         s, e = int(self.offsets[i]), int(self.offsets[i + 1])
-        Xi = self.X_sp.index_select(0, torch.arange(s, e, device=self.device)).to_dense()
+        Xi = self.sparse_features().index_select(0, torch.arange(s, e, device=self.device)).to_dense()
         phi_gt = self.model.joint_feature(Xi, self.Y[s:e])
         w = torch.zeros_like(self.w)
         W, first, last, trans = self.model.split(w)
