@@ -83,7 +83,7 @@ class Task:
 
     def load(self, train_size: int | None = None, unary_only: bool = False, device=None,
              dtype=torch.float64, features: str | None = None, min_count: int = 1,
-             heldout: float | None = None) -> Problem:
+             heldout: float | None = None, loss: str | None = None) -> Problem:
         if train_size is not None and not self.train_size:
             raise SSVMInputError(f"train_size: not supported for {self.name!r} "
                                  f"(supported for {[t.name for t in TASKS.values() if t.train_size]})")
@@ -97,6 +97,11 @@ class Task:
                 raise SSVMInputError(f"{given[0]}: only supported for "
                                      f"{[t.name for t in TASKS.values() if t.templates]}, not {self.name!r}")
             featurization = {}
+        if loss is not None:
+            if not self.sequences:
+                raise SSVMInputError(f"loss: only for the chain tasks {[t.name for t in TASKS.values() if t.sequences]}, "
+                                     f"not {self.name!r}")
+            featurization["loss"] = loss
         return self.build(self.name, train_size=train_size, unary_only=unary_only, device=device, dtype=dtype,
                           **featurization)
 
@@ -108,9 +113,10 @@ def _keep(n: int, train_size: int | None) -> int:
     return train_size
 
 
-def _chain_problem(name, train: ChainData, test: ChainData, unit: str, position: str) -> Problem:
-    """A first-order chain (Viterbi) on sequence data; test_f1 where the data name chunk tags."""
-    model = (ChainModel if train.E is None else EdgeChainModel).for_data(train)
+def _chain_problem(name, train: ChainData, test: ChainData, unit: str, position: str, loss=None) -> Problem:
+    """A first-order chain (Viterbi) on sequence data, with edge-observation features where the data
+    have them; test_f1 where the data name chunk tags. ``loss``: normalized (default) or hamming."""
+    model = (ChainModel if train.E is None else EdgeChainModel).for_data(train, loss or "normalized")
 
     def evaluate(w):
         w64 = w.detach().to("cpu", torch.float64)
@@ -122,22 +128,22 @@ def _chain_problem(name, train: ChainData, test: ChainData, unit: str, position:
             from .data.conll import chunk_f1
             rec["test_f1"] = chunk_f1(test, labels)["f1"]
         return rec
-    return Problem(name, model, train, test, evaluate, f"per {unit}, normalized Hamming", position)
+    return Problem(name, model, train, test, evaluate, f"per {unit}, {model.loss_name} Hamming", position)
 
 
-def _ocr(name, train_size=None, unary_only=False, device=None, dtype=torch.float64) -> Problem:
+def _ocr(name, train_size=None, unary_only=False, device=None, dtype=torch.float64, loss=None) -> Problem:
     """OCR words (Taskar et al. 2003) with the papers' splits."""
     train, test = load_ocr(name.split("-")[1])
-    return _chain_problem(name, train, test, "word", "per-letter error")
+    return _chain_problem(name, train, test, "word", "per-letter error", loss)
 
 
 def _conll(name, train_size=None, unary_only=False, device=None, dtype=torch.float64, features=None, min_count=1,
-           heldout=None) -> Problem:
+           heldout=None, loss=None) -> Problem:
     """CoNLL-2000 chunking with sparse attributes of a feature template (default ``sha-pereira``);
     ``train_size`` keeps the first N sentences, ``heldout`` makes the test set the last part of them."""
     from .data.conll import load_conll2000
     train, test = load_conll2000(train_size, features or "sha-pereira", min_count, heldout)
-    p = _chain_problem(name, train, test, "sentence", "per-token error")
+    p = _chain_problem(name, train, test, "sentence", "per-token error", loss)
     p.layout = {**p.model.describe(), "featurization": train.meta["featurization"]}
     return p
 

@@ -25,14 +25,16 @@ def chain_score(U, first, last, trans, y):
     return s + sum(trans[y[t + 1], y[t]] for t in range(len(y) - 1))
 
 
-def brute_force_chain(U, first, last, trans, gt=None):
-    """max over all K^T labelings of score (+ normalized Hamming loss against gt)."""
+def brute_force_chain(U, first, last, trans, gt=None, token_loss=None):
+    """max over all K^T labelings of score (+ Hamming loss against gt: token_loss per wrong
+    position, default 1/T, the normalized Hamming loss)."""
     T, K = U.shape
     best = -np.inf
     for y in itertools.product(range(K), repeat=T):
         v = chain_score(U, first, last, trans, y)
         if gt is not None:
-            v += np.mean(np.asarray(y) != np.asarray(gt))
+            wrong = np.sum(np.asarray(y) != np.asarray(gt))
+            v += wrong / T if token_loss is None else token_loss * wrong
         best = max(best, v)
     return best
 

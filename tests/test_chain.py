@@ -42,8 +42,8 @@ def test_score_is_inner_product_with_joint_feature():
         assert float(w @ m.joint_feature(Xc[s:e], y)) == pytest.approx(ref, rel=1e-12)
 
 
-def _dual_with_random_state(rng, data, lam, steps=40):
-    m = ChainModel.for_data(data)
+def _dual_with_random_state(rng, data, lam, steps=40, loss="normalized"):
+    m = ChainModel.for_data(data, loss)
     d = make_store(m, data, lam)
     for k in range(steps):                       # arbitrary feasible moves with random step sizes
         i = int(rng.integers(data.n))
@@ -52,21 +52,24 @@ def _dual_with_random_state(rng, data, lam, steps=40):
     return m, d
 
 
-def test_oracle_equals_brute_force_and_dense_blocks():
-    """Loss-augmented oracle = enumeration; <w_i - w_s, w>, ||w_i - w_s||^2 and the block gap from the
-    compact store equal their dense computation (w_i rebuilt densely, psi by the joint feature map)."""
+@pytest.mark.parametrize("loss", ["normalized", "hamming"])
+def test_oracle_equals_brute_force_and_dense_blocks(loss):
+    """Loss-augmented oracle = enumeration (normalized Hamming or the Hamming count); <w_i - w_s, w>,
+    ||w_i - w_s||^2 and the block gap from the compact store equal their dense computation (w_i
+    rebuilt densely, psi by the joint feature map)."""
     rng = np.random.default_rng(1)
     for K, F in [(2, 3), (3, 2), (4, 4)]:
         data = random_chain_data(rng, 12, K, F, tmin=1, tmax=4)
         lam = 0.3
-        m, d = _dual_with_random_state(rng, data, lam)
+        m, d = _dual_with_random_state(rng, data, lam, loss=loss)
         Xc = m.features(data)
         W, first, last, trans = m.split(d.w)
         for i in range(data.n):
             s, e = int(data.offsets[i]), int(data.offsets[i + 1])
             U = (Xc[s:e] @ W.T).numpy()
             gt = data.Y[s:e].numpy()
-            best = brute_force_chain(U, first.numpy(), last.numpy(), trans.numpy(), gt)
+            best = brute_force_chain(U, first.numpy(), last.numpy(), trans.numpy(), gt,
+                                     token_loss=None if loss == "normalized" else 1.0)
             c = d.fw_corner(i)
             ys = torch.as_tensor(c.labels)
             H = best - chain_score(U, first.numpy(), last.numpy(), trans.numpy(), gt.tolist())
@@ -99,12 +102,13 @@ def test_w_is_sum_of_blocks_after_many_steps(ocr_small):
     assert torch.allclose(d.w, w_inc, rtol=0, atol=1e-12)
 
 
-def test_torch_path_equals_numba_path():
+@pytest.mark.parametrize("loss", ["normalized", "hamming"])
+def test_torch_path_equals_numba_path(loss):
     """The pure-torch path (what CUDA runs) gives the same corners, moves and gap pass."""
     rng = np.random.default_rng(3)
     data = random_chain_data(rng, 15, 4, 6, tmin=1, tmax=6)
-    _, a = _dual_with_random_state(rng, data, 0.2)
-    m = ChainModel.for_data(data)
+    _, a = _dual_with_random_state(rng, data, 0.2, loss=loss)
+    m = ChainModel.for_data(data, loss)
     b = make_store(m, data, 0.2, kernels="torch")
     b.load_state_dict(a.state_dict())
     assert (a.kernels, b.kernels) == ("numba", "torch")

@@ -41,21 +41,23 @@ def dense_parts(data, i):
 
 
 def brute_force(model, data, i, w, augmented):
-    """argmax_y <w, phi(x_i, y)> (+ L_i(y)) over all K^T labelings, with the dense feature map."""
+    """argmax_y <w, phi(x_i, y)> (+ L_i(y), the model's loss) over all K^T labelings, with the dense
+    feature map."""
     X, Ec, gt = dense_parts(data, i)
+    c = float(model.token_loss(torch.tensor([X.shape[0]]))[0])
     best, arg = -np.inf, None
     for y in itertools.product(range(model.K), repeat=X.shape[0]):
         y = torch.tensor(y)
-        v = float(w @ model.joint_feature(X, y, Ec)) + (float((y != gt).double().mean()) if augmented else 0.0)
+        v = float(w @ model.joint_feature(X, y, Ec)) + (c * float((y != gt).sum()) if augmented else 0.0)
         if v > best + 1e-12:
             best, arg = v, y
     return arg, best
 
 
-@pytest.mark.parametrize("seed", range(4))
-def test_oracle_and_line_search_terms_against_brute_force_and_dense_blocks(seed):
+@pytest.mark.parametrize("seed,loss", [(0, "normalized"), (1, "normalized"), (2, "hamming"), (3, "hamming")])
+def test_oracle_and_line_search_terms_against_brute_force_and_dense_blocks(seed, loss):
     data = random_edge_chains(seed)
-    model = EdgeChainModel.for_data(data)
+    model = EdgeChainModel.for_data(data, loss)
     assert model.d == model.d0 + 2 * model.P and model.P <= model.K ** 2
     store = make_store(model, data, LAM)
     solver = Solver(store, SolverConfig(passes=3, gap_check=1, seed=seed))
@@ -66,8 +68,10 @@ def test_oracle_and_line_search_terms_against_brute_force_and_dense_blocks(seed)
         corner = store.fw_corner(i)
         y_star, best = brute_force(model, data, i, w, augmented=True)
         X, Ec, gt = X_all[i]
-        score = float(w @ model.joint_feature(X, torch.as_tensor(corner.labels), Ec)) + \
-            float((torch.as_tensor(corner.labels) != gt).double().mean())
+        y = torch.as_tensor(corner.labels)
+        c = 1.0 / len(y) if loss == "normalized" else 1.0                 # the loss of one wrong token
+        assert corner.loss * data.n == pytest.approx(c * float((y != gt).sum()), abs=1e-12)
+        score = float(w @ model.joint_feature(X, y, Ec)) + c * float((y != gt).sum())
         assert score == pytest.approx(best, abs=1e-10)           # an argmax (ties may pick another)
         w_s = (model.joint_feature(X, gt, Ec) - model.joint_feature(X, torch.as_tensor(corner.labels), Ec)) \
             / (LAM * data.n)
@@ -87,9 +91,10 @@ def test_oracle_and_line_search_terms_against_brute_force_and_dense_blocks(seed)
         assert float(w @ model.joint_feature(X, pred[s:e], Ec)) == pytest.approx(best, abs=1e-10)
 
 
-def test_gap_pass_equals_an_independent_primal_dual_computation():
+@pytest.mark.parametrize("loss", ["normalized", "hamming"])
+def test_gap_pass_equals_an_independent_primal_dual_computation(loss):
     data = random_edge_chains(11, n=6)
-    model = EdgeChainModel.for_data(data)
+    model = EdgeChainModel.for_data(data, loss)
     store = make_store(model, data, LAM)
     Solver(store, SolverConfig(passes=4, gap_check=2, sampling="uniform")).run()
     gp = store.gap_pass()

@@ -49,6 +49,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "as 'w[0] w[-1]|w[0] suf3[0]' (docs/conll.md)")
     p.add_argument("--min-count", type=int, default=1,
                    help="conll2000: keep the attributes seen at least this often in the training sentences")
+    p.add_argument("--loss", choices=["normalized", "hamming"], default=None,
+                   help="chain tasks: the task loss, normalized Hamming (1/T per wrong position, the papers'; the "
+                        "default) or the Hamming count (1 per wrong position: every token weighs alike)")
     p.add_argument("--lam", type=float, default=None,
                    help="regularization lambda of objective (1), lam/2 |w|^2 + 1/n sum_i H_i(w); None = 1/n")
     p.add_argument("--select-lam", action="store_true",
@@ -153,7 +156,7 @@ def _train(args, cfg: SolverConfig, device, dtype, run_dir: RunDir | None) -> di
     """One process's run; under torchrun every rank runs it on its shard and only rank 0 (the one with
     ``run_dir``) evaluates, prints and writes."""
     rank, size = distributed.world()
-    featurization = {"features": args.features, "min_count": args.min_count}     # refused by tasks without templates
+    featurization = {"features": args.features, "min_count": args.min_count, "loss": args.loss}  # checked by the task
     selection = _select(args, cfg, device, dtype, run_dir, featurization) if args.select_lam else None
     task = load_task(args.dataset, train_size=args.train_size, unary_only=args.unary_only, device=device,
                      dtype=dtype, **featurization)
@@ -167,7 +170,8 @@ def _train(args, cfg: SolverConfig, device, dtype, run_dir: RunDir | None) -> di
     speak = not args.quiet and run_dir is not None
     if run_dir is not None:
         run_dir.write_config({"command": "ssvm-train", "dataset": args.dataset, "train_size": args.train_size,
-                              "unary_only": args.unary_only, **featurization, "lam": lam, "selection": selection, "device": str(device), "dtype": args.dtype,
+                              "unary_only": args.unary_only, **featurization, "lam": lam, "selection": selection,
+                              "device": str(device), "dtype": args.dtype,
                               "kernels": args.kernels, "resume": args.resume, "solver": asdict(cfg),
                               "distributed": distributed.describe(dual) if size > 1 else None})
 

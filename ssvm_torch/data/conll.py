@@ -10,7 +10,7 @@ The attribute dictionary is built on the training sentences only (optionally kee
 seen >= ``min_count`` times); unseen attributes of other sentences are dropped. The joint feature
 map is the chain's (models/chain.py): emission = attributes (+ a constant) x tags, first/last-tag
 biases, tag transitions; with all 8,936 training sentences and ``sha-pereira`` there are 22 tags
-and 335,672 attributes, d = 22 (A + 1) + 2*22 + 22^2 = 7,385,294.
+and 335,672 attributes, d = 22 (A + 1) + 2*22 + 22^2 = 7,385,334.
 
 ``heldout=f`` splits the training file itself: the first (1 - f) of its sentences train, the last f
 are the development set that model selection looks at; the test file is then not read at all.

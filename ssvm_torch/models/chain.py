@@ -18,7 +18,10 @@ reference codes of Lacoste-Julien et al. 2013 / Osokin et al. 2016 (pixel ``p`` 
 ``y*129 + p``, constant at 128, transitions at ``y_t + 26*y_{t+1}``), so weights are interchangeable.
 Viewed as a (K, K) matrix, the transition block is ``trans[next, prev]``.
 
-Task loss: normalized Hamming distance L(y_true, y) = (1/T) sum_t [y_t != y_true_t].
+Task loss: ``loss="normalized"`` (the papers'), the normalized Hamming distance
+L(y_true, y) = (1/T) sum_t [y_t != y_true_t]; ``loss="hamming"``, the Hamming count sum_t [y_t != y_true_t]
+(Taskar et al. 2003's M3N loss), which weights every token alike instead of every sequence. Both are
+c_i sum_t [y_t != y_true_t] with a per-sequence token loss c_i (:meth:`ChainModel.token_loss`).
 """
 from __future__ import annotations
 
@@ -39,21 +42,29 @@ class ChainModel(StructuredModel):
 
     kind = "chain"
 
-    def __init__(self, n_features: int, n_states: int):
+    LOSSES = ("normalized", "hamming")
+
+    def __init__(self, n_features: int, n_states: int, loss: str = "normalized"):
         check(int(n_features) >= 1, "n_features", "an int >= 1", n_features)
         check(int(n_states) >= 1, "n_states", "an int >= 1", n_states)
+        check(loss in self.LOSSES, "loss", f"one of {self.LOSSES}", loss)
+        self.loss_name = loss
         self.n_features = int(n_features)
         self.K = int(n_states)
         self.F = self.n_features + 1
         self.d = self.K * self.F + 2 * self.K + self.K * self.K
 
     @classmethod
-    def for_data(cls, data: ChainData) -> "ChainModel":
-        return cls(data.X.shape[1], data.n_states)
+    def for_data(cls, data: ChainData, loss: str = "normalized") -> "ChainModel":
+        return cls(data.X.shape[1], data.n_states, loss)
+
+    def token_loss(self, lengths: torch.Tensor, dtype=torch.float64) -> torch.Tensor:
+        """The loss of one wrong position of each sequence: 1/T (normalized Hamming) or 1 (Hamming)."""
+        return 1.0 / lengths.to(dtype) if self.loss_name == "normalized" else torch.ones_like(lengths, dtype=dtype)
 
     def describe(self) -> dict:
         K, F = self.K, self.F
-        return {"kind": "chain", "n_states": K, "n_features": self.n_features,
+        return {"kind": "chain", "n_states": K, "n_features": self.n_features, "loss": self.loss_name,
                 "emission": [0, K * F], "emission_index": "y*F + f, constant feature at f = F-1",
                 "first": [K * F, K * F + K], "last": [K * F + K, K * F + 2 * K],
                 "transition": [K * F + 2 * K, self.d], "transition_index": "y_t + K*y_{t+1}", "d": self.d}
@@ -120,16 +131,16 @@ class ChainModel(StructuredModel):
         return lab[valid]
 
     def ragged_loss(self, data: ChainData, labels: torch.Tensor) -> torch.Tensor:
-        """Normalized Hamming loss of each sequence for ragged labels (N,): (n,)."""
+        """The task loss of each sequence (normalized Hamming or Hamming) for ragged labels (N,): (n,)."""
         check(labels.shape == data.Y.shape, "labels", f"shape {tuple(data.Y.shape)}", tuple(labels.shape))
         seg = segment_ids(data.offsets.to(labels.device))
         wrong = torch.zeros(data.n, dtype=torch.float64, device=labels.device)
         wrong.index_add_(0, seg, (labels != data.Y.to(labels.device)).to(torch.float64))
-        return wrong / data.lengths.to(device=labels.device, dtype=torch.float64)
+        return wrong * self.token_loss(data.lengths.to(labels.device))
 
     def metrics(self, w: torch.Tensor, data: ChainData) -> dict:
-        """Test error as the papers report it: mean over sequences of the normalized Hamming loss,
-        plus the per-position (per-letter) error rate."""
+        """Test error as the papers report it: mean over sequences of the task loss (the normalized
+        Hamming loss for the papers' models), plus the per-position (per-letter) error rate."""
         labels = self.predict_ragged(w, data)
         per_seq = self.ragged_loss(data, labels)
         per_pos = float((labels.cpu() != data.Y.cpu()).double().mean())
@@ -225,12 +236,12 @@ class ChainModel(StructuredModel):
         return flat, valid.sum(1), first, last, trans
 
     def augment(self, scores, data: ChainData, idx) -> tuple:
-        """Adds [k != y_t] / T_i to the unaries: the normalized Hamming loss decomposes over positions."""
+        """Adds c_i [k != y_t] to the unaries (c_i = 1/T_i or 1): the Hamming losses decompose over positions."""
         unary, lengths, first, last, trans = scores
         gt = self.gt_batch(data, idx).to(unary.device)
         valid = gt >= 0
         off = (1.0 - torch.nn.functional.one_hot(gt.clamp(min=0), self.K).to(unary.dtype)) \
-            / lengths.to(unary.dtype)[:, None, None]
+            * self.token_loss(lengths, unary.dtype)[:, None, None]
         return unary + off * valid[..., None], lengths, first, last, trans
 
     def decode(self, scores, data: ChainData, idx) -> torch.Tensor:
@@ -267,7 +278,7 @@ class ChainModel(StructuredModel):
         gt = self.gt_batch(data, idx)
         labels = torch.as_tensor(labels, device=gt.device).reshape(gt.shape[0], -1)[:, :gt.shape[1]]
         valid = gt >= 0
-        return ((labels != gt) & valid).sum(1).double() / valid.sum(1).double()
+        return ((labels != gt) & valid).sum(1).double() * self.token_loss(valid.sum(1))
 
 
 def segment_ids(offsets: torch.Tensor) -> torch.Tensor:

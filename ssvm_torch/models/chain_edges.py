@@ -32,8 +32,8 @@ class EdgeChainModel(ChainModel):
 
     kind = "chain-edges"
 
-    def __init__(self, n_features: int, n_states: int, n_edge_features: int, pairs):
-        super().__init__(n_features, n_states)
+    def __init__(self, n_features: int, n_states: int, n_edge_features: int, pairs, loss: str = "normalized"):
+        super().__init__(n_features, n_states, loss)
         pairs = torch.as_tensor(np.asarray(pairs, dtype=np.int64)).reshape(-1, 2)
         check(int(n_edge_features) >= 1, "n_edge_features", "an int >= 1", n_edge_features)
         check(pairs.shape[0] >= 1 and int(pairs.min()) >= 0 and int(pairs.max()) < self.K, "pairs",
@@ -48,7 +48,7 @@ class EdgeChainModel(ChainModel):
         self.pair_of = pair_of
 
     @classmethod
-    def for_data(cls, data: ChainData) -> "EdgeChainModel":
+    def for_data(cls, data: ChainData, loss: str = "normalized") -> "EdgeChainModel":
         """Weights for the edge attributes of ``data`` and the label pairs of its training labels."""
         check(data.E is not None, "data.E", "edge attributes (ChainData.E)", None)
         starts = torch.zeros(data.Y.shape[0], dtype=torch.bool)
@@ -57,7 +57,7 @@ class EdgeChainModel(ChainModel):
         pairs = torch.unique(torch.stack([data.Y[1:][inner], data.Y[:-1][inner]], 1), dim=0)
         if pairs.shape[0] == 0:
             raise SSVMInputError("data: edge-observation features need at least one sequence of length >= 2")
-        return cls(data.X.shape[1], data.n_states, data.E.shape[1], pairs)
+        return cls(data.X.shape[1], data.n_states, data.E.shape[1], pairs, loss)
 
     def describe(self) -> dict:
         return {**super().describe(), "kind": self.kind, "transition": [self.d0 - self.K * self.K, self.d0],
@@ -98,9 +98,10 @@ class EdgeChainModel(ChainModel):
         off = to_host(data.offsets).astype(np.int64)
         out, scores = np.empty(U.shape[0], dtype=np.int64), np.empty(data.n)
         gt_arr = np.zeros(1, dtype=np.int64) if gt is None else to_host(gt).astype(np.int64)
+        lw = np.zeros(data.n) if gt is None else to_host(self.token_loss(data.lengths)).astype(np.float64)
         nb_viterbi_edges(U, off, to_host(first), to_host(last), to_host(trans).copy(), *self.edge_csr(data),
                          np.ascontiguousarray(to_host(self.edge_weights(w))), self.pairs[:, 0].numpy(),
-                         self.pairs[:, 1].numpy(), gt_arr, gt is not None, out, scores)
+                         self.pairs[:, 1].numpy(), gt_arr, lw, out, scores)
         return from_host(out, w.device)
 
     def joint_feature(self, Xc: torch.Tensor, labels: torch.Tensor, Ec: torch.Tensor | None = None) -> torch.Tensor:

@@ -36,9 +36,9 @@ def nb_position_trans(s, T, eptr, eidx, evals, E, pair_next, pair_prev, trans, T
 
 
 @nb.njit(cache=True, nogil=True)
-def nb_viterbi_edges(U, off, first, last, trans, eptr, eidx, evals, E, pair_next, pair_prev, gt, augment, out,
-                     scores):
-    """(Loss-augmented) Viterbi of every sequence with per-position transitions; U (N, K) all rows."""
+def nb_viterbi_edges(U, off, first, last, trans, eptr, eidx, evals, E, pair_next, pair_prev, gt, lw, out, scores):
+    """(Loss-augmented) Viterbi of every sequence with per-position transitions; U (N, K) all rows,
+    ``lw`` (n,) the loss of one wrong position of each sequence (zeros: plain decoding)."""
     K = U.shape[1]
     n = off.shape[0] - 1
     tmax = 1
@@ -50,7 +50,7 @@ def nb_viterbi_edges(U, off, first, last, trans, eptr, eidx, evals, E, pair_next
     for i in range(n):
         s, T = off[i], off[i + 1] - off[i]
         nb_position_trans(s, T, eptr, eidx, evals, E, pair_next, pair_prev, trans, Tt)
-        scores[i] = viterbi_segment_tt(U, s, T, first, last, Tt, True, gt, augment, out, delta, newd, bp)
+        scores[i] = viterbi_segment_tt(U, s, T, first, last, Tt, True, gt, lw[i], out, delta, newd, bp)
 
 
 @nb.njit(cache=True, nogil=True, fastmath=_FAST)
@@ -109,7 +109,7 @@ def nb_edge_move(i, c, gamma, De, gptr, gattr, E, Me):
 
 
 @nb.njit(cache=True, nogil=True, fastmath=_FAST)
-def nb_fw_corner_edges(i, fptr, fidx, fval, off, Y, G, goff, W, first, last, trans, Mu, Mt,
+def nb_fw_corner_edges(i, lw, fptr, fidx, fval, off, Y, G, goff, W, first, last, trans, Mu, Mt,
                        eptr, eidx, evals, egrp, E, pair_next, pair_prev, pair_of, gptr, gattr, Me,
                        U, Tt, delta, newd, bp, Du, Dt, De, ys):
     """:func:`~ssvm_torch.oracles.chain_kernels.nb_fw_corner` with edge-observation features:
@@ -119,12 +119,12 @@ def nb_fw_corner_edges(i, fptr, fidx, fval, off, Y, G, goff, W, first, last, tra
     T = off[i + 1] - s
     nb_block_unary(i, fptr, fidx, fval, off, W, U)
     nb_position_trans(s, T, eptr, eidx, evals, E, pair_next, pair_prev, trans, Tt)
-    aug = viterbi_segment_tt(U, 0, T, first, last, Tt, True, Y[s:s + T], True, ys, delta, newd, bp)
+    aug = viterbi_segment_tt(U, 0, T, first, last, Tt, True, Y[s:s + T], lw, ys, delta, newd, bp)
     wrong = 0
     for t in range(T):
         if ys[t] != Y[s + t]:
             wrong += 1
-    loss = wrong / T
+    loss = wrong * lw
     m_theta = nb_m_theta(i, off, U, first, last, trans, Mu, Mt) + nb_edge_m_theta(i, gptr, gattr, E, Me)
     nb_build_delta(i, False, ys, True, ys, off, Mu, Mt, Du, Dt)
     sq = nb_delta_sqnorm(i, Du, Dt, off, G, goff) + nb_edge_delta(i, s, T, ys, eptr, evals, egrp, pair_of, gptr,
@@ -134,14 +134,14 @@ def nb_fw_corner_edges(i, fptr, fidx, fval, off, Y, G, goff, W, first, last, tra
 
 @nb.njit(cache=True, nogil=True, fastmath=_FAST)
 def nb_gap_pass_edges(U, off, Y, first, last, trans, Mu, Mt, eptr, eidx, evals, E, pair_next, pair_prev, gptr,
-                      gattr, Me):
+                      gattr, Me, tw):
     """:func:`~ssvm_torch.oracles.chain_kernels.nb_gap_pass` with edge-observation features: labels
     (N,), aug scores, <M_i, theta_i>, ground-truth scores and mismatch counts (n,)."""
     N, K = U.shape
     n = off.shape[0] - 1
     labels = np.empty(N, dtype=np.int64)
     aug = np.empty(n)
-    nb_viterbi_edges(U, off, first, last, trans, eptr, eidx, evals, E, pair_next, pair_prev, Y, True, labels, aug)
+    nb_viterbi_edges(U, off, first, last, trans, eptr, eidx, evals, E, pair_next, pair_prev, Y, tw, labels, aug)
     m_theta, gt_score, wrong = np.empty(n), np.empty(n), np.empty(n)
     tmax = 1
     for i in range(n):

@@ -13,8 +13,10 @@ Two implementations of the same recursion:
   the two at batch size 1).
 
 :func:`decode` is the one call over both: padded input, ``backend`` = ``numba`` (CPU float64),
-``torch`` or ``auto`` (numba where it applies). Both optionally add the normalized Hamming loss ``[k != gt_t] / T`` to the unaries on the fly
-(loss-augmented decoding, the max oracle of the SSVM).
+``torch`` or ``auto`` (numba where it applies). Both optionally add a Hamming loss ``c [k != gt_t]``
+to the unaries on the fly (loss-augmented decoding, the max oracle of the SSVM), with ``c`` the loss
+of one wrong position of the sequence: 1/T (normalized Hamming, the default) or any per-sequence
+``token_loss`` (1 for the plain Hamming count).
 """
 from __future__ import annotations
 
@@ -26,11 +28,12 @@ from ..devices import KERNELS, from_host, to_host
 
 
 def viterbi(unary: torch.Tensor, lengths: torch.Tensor, first: torch.Tensor, last: torch.Tensor,
-            trans: torch.Tensor, gt: torch.Tensor | None = None):
+            trans: torch.Tensor, gt: torch.Tensor | None = None, token_loss: torch.Tensor | None = None):
     """Batched Viterbi on padded input.
 
     unary (B, T, K); lengths (B,) with 1 <= lengths <= T; first, last (K,); trans (K, K) [next, prev];
-    gt (B, T) ground-truth labels for loss augmentation (normalized Hamming), or None.
+    gt (B, T) ground-truth labels for loss augmentation, or None; token_loss (B,) the loss of one
+    wrong position of each sequence (default 1 / length: normalized Hamming).
     Returns (labels (B, T) int64 with -1 at padded positions, scores (B,)) where the score includes
     the loss term when ``gt`` is given.
     """
@@ -38,7 +41,8 @@ def viterbi(unary: torch.Tensor, lengths: torch.Tensor, first: torch.Tensor, las
     steps = torch.arange(T, device=unary.device)
     valid = steps[None, :] < lengths[:, None]
     if gt is not None:
-        inv_len = (1.0 / lengths.to(unary.dtype))[:, None, None]
+        c = 1.0 / lengths.to(unary.dtype) if token_loss is None else token_loss.to(unary.dtype)
+        inv_len = c[:, None, None]
         unary = unary + inv_len * (1.0 - torch.nn.functional.one_hot(gt.clamp(min=0), K).to(unary.dtype))
     delta = unary[:, 0] + first
     backptr = []
@@ -62,27 +66,26 @@ def viterbi(unary: torch.Tensor, lengths: torch.Tensor, first: torch.Tensor, las
 
 
 @nb.njit(cache=True, nogil=True)
-def viterbi_segment(U, start, T, first, last, trans, gt, augment, out, delta, newd, bp):
+def viterbi_segment(U, start, T, first, last, trans, gt, lw, out, delta, newd, bp):
     """Decode one sequence (rows start..start+T of U) into out[start:start+T]; returns its score.
 
-    ``delta``/``newd`` (K,) and ``bp`` (>=T, K) are work buffers. If ``augment``, the normalized
-    Hamming loss against gt[start:start+T] is added to the unaries.
+    ``delta``/``newd`` (K,) and ``bp`` (>=T, K) are work buffers. If ``lw`` != 0, the Hamming loss
+    lw [k != gt_t] against gt[start:start+T] is added to the unaries (lw = 1/T: normalized).
     """
     K = trans.shape[0]
-    return viterbi_segment_tt(U, start, T, first, last, trans.reshape((1, K, K)), False, gt, augment, out, delta,
+    return viterbi_segment_tt(U, start, T, first, last, trans.reshape((1, K, K)), False, gt, lw, out, delta,
                               newd, bp)
 
 
 @nb.njit(cache=True, nogil=True)
-def viterbi_segment_tt(U, start, T, first, last, trans3, per_position, gt, augment, out, delta, newd, bp):
+def viterbi_segment_tt(U, start, T, first, last, trans3, per_position, gt, lw, out, delta, newd, bp):
     """:func:`viterbi_segment` with the transition into position t read from ``trans3[t]`` (T, K, K)
     when ``per_position`` (edge-observation features, models/chain_edges.py), else ``trans3[0]``."""
     K = U.shape[1]
-    inv_t = 1.0 / T
     for k in range(K):
         v = U[start, k] + first[k]
-        if augment and k != gt[start]:
-            v += inv_t
+        if lw != 0.0 and k != gt[start]:
+            v += lw
         delta[k] = v
     for t in range(1, T):
         r = start + t
@@ -96,8 +99,8 @@ def viterbi_segment_tt(U, start, T, first, last, trans3, per_position, gt, augme
                     best = c
                     arg = j
             v = best + U[r, k]
-            if augment and k != gt[r]:
-                v += inv_t
+            if lw != 0.0 and k != gt[r]:
+                v += lw
             newd[k] = v
             bp[t, k] = arg
         for k in range(K):
@@ -117,7 +120,8 @@ def viterbi_segment_tt(U, start, T, first, last, trans3, per_position, gt, augme
 
 
 @nb.njit(cache=True, nogil=True)
-def viterbi_all(U, offsets, first, last, trans, gt, augment, out, scores):
+def viterbi_all(U, offsets, first, last, trans, gt, lw, out, scores):
+    """Every sequence; ``lw`` (n,) the loss of one wrong position of each (zeros: plain decoding)."""
     K = U.shape[1]
     n = offsets.shape[0] - 1
     tmax = 1
@@ -128,24 +132,28 @@ def viterbi_all(U, offsets, first, last, trans, gt, augment, out, scores):
     bp = np.empty((tmax, K), dtype=np.int64)
     for i in range(n):
         scores[i] = viterbi_segment(U, offsets[i], offsets[i + 1] - offsets[i], first, last, trans, gt,
-                                    augment, out, delta, newd, bp)
+                                    lw[i], out, delta, newd, bp)
 
 
 def viterbi_ragged(unary: np.ndarray, offsets: np.ndarray, first: np.ndarray, last: np.ndarray,
-                   trans: np.ndarray, gt: np.ndarray | None = None):
+                   trans: np.ndarray, gt: np.ndarray | None = None, token_loss: np.ndarray | None = None):
     """Viterbi over ragged sequences on CPU (numpy arrays or CPU tensors viewed as numpy).
 
-    unary (N, K) float64 rows of all sequences; offsets (n+1,) int64. Returns (labels (N,), scores (n,)).
-    """
+    unary (N, K) float64 rows of all sequences; offsets (n+1,) int64; with ``gt`` (N,) loss-augmented,
+    ``token_loss`` (n,) the loss of one wrong position (default 1 / length). Returns (labels (N,),
+    scores (n,))."""
     U = np.ascontiguousarray(unary, dtype=np.float64)
     offsets = np.ascontiguousarray(offsets, dtype=np.int64)
     out = np.empty(U.shape[0], dtype=np.int64)
     scores = np.empty(offsets.shape[0] - 1)
-    aug = gt is not None
-    gt_arr = np.ascontiguousarray(gt, dtype=np.int64) if aug else np.zeros(1, dtype=np.int64)
+    if gt is None:
+        gt_arr, lw = np.zeros(1, dtype=np.int64), np.zeros(len(scores))
+    else:
+        gt_arr = np.ascontiguousarray(gt, dtype=np.int64)
+        lw = 1.0 / np.diff(offsets) if token_loss is None else np.ascontiguousarray(token_loss, dtype=np.float64)
     viterbi_all(U, offsets, np.ascontiguousarray(first, dtype=np.float64),
-                 np.ascontiguousarray(last, dtype=np.float64), np.ascontiguousarray(trans, dtype=np.float64),
-                 gt_arr, aug, out, scores)
+                np.ascontiguousarray(last, dtype=np.float64), np.ascontiguousarray(trans, dtype=np.float64),
+                gt_arr, lw, out, scores)
     return out, scores
 
 
@@ -153,7 +161,8 @@ BACKENDS = KERNELS
 
 
 def decode(unary: torch.Tensor, lengths: torch.Tensor, first: torch.Tensor, last: torch.Tensor,
-           trans: torch.Tensor, gt: torch.Tensor | None = None, backend: str = "auto"):
+           trans: torch.Tensor, gt: torch.Tensor | None = None, backend: str = "auto",
+           token_loss: torch.Tensor | None = None):
     """Batched Viterbi on padded input with either kernel; the arguments and the result are those
     of :func:`viterbi` (labels (B, T) padded with -1, scores (B,)). ``numba`` runs the ragged
     compiled kernel on the valid rows (CPU float64 only), ``torch`` the padded recursion (any
@@ -164,14 +173,15 @@ def decode(unary: torch.Tensor, lengths: torch.Tensor, first: torch.Tensor, last
     if backend == "numba" and not numba_ok:
         raise ValueError(f"backend: 'numba' needs CPU float64 scores, got {unary.device} {unary.dtype}")
     if backend == "torch" or (backend == "auto" and not numba_ok):
-        return viterbi(unary, lengths, first, last, trans, gt=gt)
+        return viterbi(unary, lengths, first, last, trans, gt=gt, token_loss=token_loss)
     B, T, _ = unary.shape
     dev = unary.device
     valid = torch.arange(T, device=dev)[None, :] < lengths[:, None]
     offsets = torch.zeros(B + 1, dtype=torch.int64, device=dev)
     offsets[1:] = torch.cumsum(lengths.to(torch.int64), 0)
     rows, scores = viterbi_ragged(to_host(unary[valid]), to_host(offsets), to_host(first), to_host(last),
-                                  to_host(trans), None if gt is None else to_host(gt[valid]))
+                                  to_host(trans), None if gt is None else to_host(gt[valid]),
+                                  None if token_loss is None else to_host(token_loss))
     labels = torch.full((B, T), -1, dtype=torch.int64, device=dev)
     labels[valid] = from_host(rows, dev)
     return labels, from_host(scores, dev)

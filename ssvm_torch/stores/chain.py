@@ -52,6 +52,7 @@ class ChainDual(BlockDual):
         self.offsets = data.offsets.to(dev)
         self.seg = segment_ids(self.offsets)
         self.lengths = self.offsets[1:] - self.offsets[:-1]
+        self.tw = model.token_loss(self.lengths, dtype)       # the loss of one wrong position of each block
         # Per-example Gram matrices G_i = X_i X_i^T, stored flat (sum_i T_i^2).
         self.goff = Fn.pad(torch.cumsum(self.lengths ** 2, 0), (1, 0))
         G = np.zeros(int(self.goff[-1]))
@@ -85,7 +86,7 @@ class ChainDual(BlockDual):
         self._np = (self.fptr.numpy(), self.fidx.numpy(), self.fval.numpy(), self.offsets.numpy(), self.Y.numpy(),
                     self.G.numpy(), self.goff.numpy(), W.numpy(), first.numpy(), last.numpy(), trans.numpy(),
                     self.Mu.numpy(), self.Mt.numpy())
-        self._np_ell = (self.ell_i.numpy(), self._ell.numpy())
+        self._np_ell, self._tw = (self.ell_i.numpy(), self._ell.numpy()), self.tw.numpy()
         self._no_labels = np.zeros(1, dtype=np.int64)
         self._work = (np.empty((tmax, K)), np.empty(K), np.empty(K), np.empty((tmax, K), dtype=np.int64),
                       np.empty((tmax, K)), np.empty((K, K)))
@@ -103,7 +104,7 @@ class ChainDual(BlockDual):
         if self._numba:
             T = int(self._np[3][i + 1] - self._np[3][i])
             ys = np.empty(T, dtype=np.int64)
-            loss, dot, sq = nb_fw_corner(i, *self._np, *self._work, ys)
+            loss, dot, sq = nb_fw_corner(i, self._tw[i], *self._np, *self._work, ys)
             loss /= self.N
             return Corner(ys, loss, dot * inv_lamn, sq * inv_lamn * inv_lamn,
                           dot / self.N - self._np_ell[0][i] + loss)
@@ -133,7 +134,7 @@ class ChainDual(BlockDual):
     def loss_of(self, i: int, labeling) -> float:
         s, e = int(self.offsets[i]), int(self.offsets[i + 1])
         y = torch.as_tensor(labeling, device=self.device)
-        return float((y != self.Y[s:e]).double().mean()) / self.N
+        return float((y != self.Y[s:e]).double().sum() * self.tw[i]) / self.N
 
     def corner_gaps(self, i: int, labelings) -> np.ndarray:
         """g_i(y) = lam <w_i - w_s(y), w> - ell_i + L_i(y)/n for each labeling: the FW gap of block i
@@ -143,7 +144,7 @@ class ChainDual(BlockDual):
                 np.stack([np.asarray(y, dtype=np.int64) for y in labelings])
             L = np.ascontiguousarray(L, dtype=np.int64)
             out = np.empty(L.shape[0])
-            nb_corner_gaps(i, L, *self._np[:5], *self._np[7:], self._work[0], out)
+            nb_corner_gaps(i, self._tw[i], L, *self._np[:5], *self._np[7:], self._work[0], out)
             return out / self.N - self._np_ell[0][i]
         s, e = int(self.offsets[i]), int(self.offsets[i + 1])
         W, first, last, trans = self.model.split(self.w)
@@ -152,7 +153,7 @@ class ChainDual(BlockDual):
             torch.stack([torch.as_tensor(y, device=self.device) for y in labelings])
         t = torch.arange(e - s, device=self.device)
         score = U[t, Lt].sum(1) + first[Lt[:, 0]] + last[Lt[:, -1]] + trans[Lt[:, 1:], Lt[:, :-1]].sum(1)
-        loss = (Lt != self.Y[s:e]).to(self.dtype).mean(1)
+        loss = (Lt != self.Y[s:e]).to(self.dtype).sum(1) * self.tw[i]
         m_theta = (self.Mu[s:e] * U).sum() + self.Mu[s] @ first + self.Mu[e - 1] @ last + (self.Mt[i] * trans).sum()
         return to_host((score + loss - m_theta) / self.N - self.ell_i[i])
 
@@ -250,9 +251,8 @@ class ChainDual(BlockDual):
             W, first, last, trans = self.model.split(self.w)
             Ub = unary_rows(W, (self.fptr, self.fidx, self.fval), pos.reshape(-1)).view(*pos.shape, K) * valid[..., None]
         gt = torch.where(valid, self.Y[pos], -1)
-        labels, aug = viterbi(Ub, lengths, first, last, trans, gt=gt)
-        wrong = ((labels != gt) & valid).sum(1).to(self.dtype)
-        loss_norm = wrong / lengths.to(self.dtype)
+        labels, aug = viterbi(Ub, lengths, first, last, trans, gt=gt, token_loss=self.tw[idx])
+        loss_norm = ((labels != gt) & valid).sum(1).to(self.dtype) * self.tw[idx]
         score_s = aug - loss_norm
         Mu = self.Mu[pos] * valid[..., None]
         Mt = self.Mt[idx]
@@ -280,7 +280,7 @@ class ChainDual(BlockDual):
         idx = torch.as_tensor(idx, device=self.device).reshape(-1)
         pos, valid = padded_index(self.offsets, idx)
         if self._numba:
-            flat, loss, dot = batch_corners_host(to_host(idx), to_host(self.lengths[idx]), self._np)
+            flat, loss, dot = batch_corners_host(to_host(idx), to_host(self.lengths[idx]), self._tw, self._np)
             labels = torch.full(pos.shape, -1, dtype=torch.int64, device=self.device)
             labels[valid] = from_host(flat, self.device)
             loss, dot = from_host(loss, self.device) / self.N, from_host(dot, self.device)
@@ -330,9 +330,9 @@ class ChainDual(BlockDual):
         if self._numba:
             labels, aug, m_theta, gt_score, wrong = nb_gap_pass(U.numpy(), *self._np[3:5], first.numpy(),
                                                                  last.numpy(), trans.numpy(), self._np[11],
-                                                                 self._np[12])
+                                                                 self._np[12], self._tw)
             labels, aug, m_theta, gt_score = map(torch.from_numpy, (labels, aug, m_theta, gt_score))
-            loss = torch.from_numpy(wrong) / self.lengths.to(self.dtype) / self.N
+            loss = torch.from_numpy(wrong) * self.tw / self.N
         else:
             c = self._corners_torch(torch.arange(self.n, device=self.device), with_sqnorm=False,
                                     potentials=(U, first, last, trans))

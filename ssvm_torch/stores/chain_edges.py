@@ -66,8 +66,8 @@ class EdgeChainDual(ChainDual):
         ys = np.empty(T, dtype=np.int64)
         U, delta, newd, bp, Du, Dt = self._work[0], self._work[1], self._work[2], self._work[3], self._work[4], \
             self._work[5]
-        loss, dot, sq = nb_fw_corner_edges(i, *self._np, *self._edge_args(), U, self._ework[0], delta, newd, bp, Du,
-                                           Dt, self._ework[1], ys)
+        loss, dot, sq = nb_fw_corner_edges(i, self._tw[i], *self._np, *self._edge_args(), U, self._ework[0], delta,
+                                           newd, bp, Du, Dt, self._ework[1], ys)
         loss /= self.N
         return Corner(ys, loss, dot * inv_lamn, sq * inv_lamn * inv_lamn, dot / self.N - self._np_ell[0][i] + loss)
 
@@ -85,9 +85,9 @@ class EdgeChainDual(ChainDual):
         a = self._edge_args()
         labels, aug, m_theta, gt_score, wrong = nb_gap_pass_edges(
             U.numpy(), *self._np[3:5], first.numpy(), last.numpy(), trans.numpy().copy(), self._np[11], self._np[12],
-            a[0], a[1], a[2], a[4], a[5], a[6], a[8], a[9], a[10])
+            a[0], a[1], a[2], a[4], a[5], a[6], a[8], a[9], a[10], self._tw)
         labels, aug, m_theta, gt_score = map(torch.from_numpy, (labels, aug, m_theta, gt_score))
-        loss = torch.from_numpy(wrong) / self.lengths.to(self.dtype) / self.N
+        loss = torch.from_numpy(wrong) * self.tw / self.N
         return GapPass(labels=labels, loss=loss, H=aug - gt_score, block_gaps=(aug - m_theta) / self.N - self.ell_i)
 
     def recompute(self) -> None:
