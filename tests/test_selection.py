@@ -1,0 +1,63 @@
+"""Lambda chosen on a development split: the warm grid's table, the choice, the refit through
+``ssvm-train --select-lam``, and that the selection never reads the test file."""
+import json
+import shutil
+
+import pytest
+import torch
+
+from ssvm_torch import SSVMInputError
+from ssvm_torch.cli.train import main
+from ssvm_torch.data import data_dir
+from ssvm_torch.selection import select_lambda
+from ssvm_torch.tasks import load_task
+
+
+def test_the_grid_runs_on_fit_and_scores_on_dev_without_the_test_file(tmp_path, monkeypatch):
+    data = tmp_path / "data"
+    data.mkdir()
+    shutil.copy(data_dir() / "conll2000_train.txt.gz", data)         # no test file at all
+    monkeypatch.setenv("SSVM_TORCH_DATA", str(data))
+    fit = load_task("conll2000", train_size=200, heldout=0.1, features="rich", loss="hamming")
+    assert (fit.n_train, fit.n_test, fit.test.name) == (180, 20, "conll2000-dev")
+    lam, table = select_lambda(fit, [1e-3, 1e-1, 1e-2], passes=3)
+    assert [r["lam"] for r in table] == [1e-1, 1e-2, 1e-3]               # from the largest down (warm starts)
+    assert all(r["passes"] >= 3 for r in table)
+    assert [r["cumulative_passes"] for r in table] == sorted(r["cumulative_passes"] for r in table)
+    best = max(r["dev_f1"] for r in table)
+    assert lam == max(r["lam"] for r in table if r["dev_f1"] == best)   # the best dev F1, ties to the larger
+    with pytest.raises(SSVMInputError, match="data file"):
+        load_task("conll2000", train_size=200)                           # the test file is needed only here
+
+
+def test_cli_select_lam_refits_on_all_training_data(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main(["--dataset", "conll2000", "--train-size", "150", "--select-lam", "--lams", "1e-1", "1e-2",
+                 "--passes", "3", "--gap-check", "3", "--out", str(out)]) == 0
+    sel = json.loads((out / "selection.json").read_text())
+    assert sel["n_fit"] + sel["n_dev"] == 150 and sel["heldout"] == 0.1 and len(sel["table"]) == 2
+    assert sel["lam"] in (0.1, 0.01) and {"dev_f1", "dev_error", "gap", "passes"} <= set(sel["table"][0])
+    config = json.loads((out / "config.json").read_text())
+    assert config["lam"] == sel["lam"] and config["selection"]["table"] == sel["table"]
+    hist = json.loads((out / "history.json").read_text())
+    assert "test_f1" in hist[-1] and hist[-1]["passes"] >= 3
+    model = torch.load(out / "model.pt", weights_only=True)
+    assert model["lam"] == sel["lam"] and model["feature_layout"]["featurization"]["template"] == "sha-pereira"
+    printed = capsys.readouterr().out
+    assert "selecting lambda on a dev split: 135 fit / 15 dev" in printed and "test chunk F1" in printed
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["--dataset", "conll2000", "--select-lam", "--lam", "0.1"], "drop --lam"),
+    (["--dataset", "ocr-small", "--select-lam"], "select_lam: needs a task with a development split"),
+    (["--dataset", "conll2000", "--select-lam", "--solver", "ssg"], "not with --resume, torchrun or --solver ssg"),
+    (["--dataset", "ocr-small", "--features", "rich"], "features: only supported for"),
+    (["--dataset", "scene", "--loss", "hamming"], "loss: only for the chain tasks"),
+    (["--dataset", "conll2000", "--features", "w[0] q[1]"], "template item 'q[1]'"),
+])
+def test_bad_selection_and_feature_options_are_refused(argv, needle, tmp_path, capsys):
+    extra = ["--train-size", "50"] if argv[1] == "conll2000" else []
+    assert main(argv + extra + ["--passes", "1", "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert needle in err
+    assert not (tmp_path / "o" / "history.json").exists()
