@@ -33,16 +33,20 @@ def test_the_grid_runs_on_fit_and_scores_on_dev_without_the_test_file(tmp_path, 
 def test_cli_select_lam_refits_on_all_training_data(tmp_path, capsys):
     out = tmp_path / "run"
     assert main(["--dataset", "conll2000", "--train-size", "150", "--select-lam", "--lams", "1e-1", "1e-2",
-                 "--passes", "3", "--gap-check", "3", "--out", str(out)]) == 0
+                 "--min-counts", "1", "2", "--passes", "3", "--gap-check", "3", "--out", str(out)]) == 0
     sel = json.loads((out / "selection.json").read_text())
-    assert sel["n_fit"] + sel["n_dev"] == 150 and sel["heldout"] == 0.1 and len(sel["table"]) == 2
-    assert sel["lam"] in (0.1, 0.01) and {"dev_f1", "dev_error", "gap", "passes"} <= set(sel["table"][0])
+    assert sel["n_fit"] + sel["n_dev"] == 150 and sel["heldout"] == 0.1 and len(sel["table"]) == 4
+    assert {"dev_f1", "dev_error", "gap", "passes", "min_count", "d"} <= set(sel["table"][0])
+    best = max(r["dev_f1"] for r in sel["table"])
+    chosen = next(r for r in sel["table"] if r["lam"] == sel["lam"] and r["min_count"] == sel["min_count"])
+    assert chosen["dev_f1"] == best and sel["table"][0]["d"] > sel["table"][2]["d"]      # the cut-off shrinks d
     config = json.loads((out / "config.json").read_text())
     assert config["lam"] == sel["lam"] and config["selection"]["table"] == sel["table"]
     hist = json.loads((out / "history.json").read_text())
     assert "test_f1" in hist[-1] and hist[-1]["passes"] >= 3
     model = torch.load(out / "model.pt", weights_only=True)
     assert model["lam"] == sel["lam"] and model["feature_layout"]["featurization"]["template"] == "sha-pereira"
+    assert model["feature_layout"]["featurization"]["min_count"] == sel["min_count"]
     printed = capsys.readouterr().out
     assert "selecting lambda on a dev split: 135 fit / 15 dev" in printed and "test chunk F1" in printed
 
@@ -54,6 +58,7 @@ def test_cli_select_lam_refits_on_all_training_data(tmp_path, capsys):
     (["--dataset", "ocr-small", "--features", "rich"], "features: only supported for"),
     (["--dataset", "scene", "--loss", "hamming"], "loss: only for the chain tasks"),
     (["--dataset", "conll2000", "--features", "w[0] q[1]"], "template item 'q[1]'"),
+    (["--dataset", "conll2000", "--min-counts", "1", "2"], "min_counts: a grid of cut-offs is for --select-lam"),
 ])
 def test_bad_selection_and_feature_options_are_refused(argv, needle, tmp_path, capsys):
     extra = ["--train-size", "50"] if argv[1] == "conll2000" else []

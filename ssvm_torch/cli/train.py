@@ -60,6 +60,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "only the refit model sees the test set")
     p.add_argument("--lams", type=float, nargs="+", default=list(DEFAULT_LAMS), help="the grid of --select-lam")
     p.add_argument("--heldout", type=float, default=0.1, help="the development share of --select-lam")
+    p.add_argument("--min-counts", type=int, nargs="+", default=None,
+                   help="conll2000 with --select-lam: also choose the cut-off among these (default: --min-count)")
     p.add_argument("--solver", choices=SOLVERS, default="bcfw",
                    help="fw: batch Frank-Wolfe; bcfw: block-coordinate FW; ssg: stochastic subgradient")
     p.add_argument("--sampling", choices=sorted(SAMPLERS), default="gap",
@@ -127,12 +129,16 @@ def run(args) -> dict:
         raise SSVMInputError(f"resume: expected a checkpoint file, {args.resume} does not exist")
     cfg = SolverConfig.from_options(args).validate()             # bad options fail before the directory is touched
     task = get_task(args.dataset)
+    if args.min_counts and not args.select_lam:
+        raise SSVMInputError("min_counts: a grid of cut-offs is for --select-lam; use --min-count for one")
     if args.select_lam:
         if args.lam is not None:
             raise SSVMInputError("lam: --select-lam chooses lambda; drop --lam (or --select-lam)")
         if not task.templates:
             raise SSVMInputError(f"select_lam: needs a task with a development split "
                                  f"{[t.name for t in TASKS.values() if t.templates]}, not {args.dataset!r}")
+        if args.min_counts and not task.templates:
+            raise SSVMInputError(f"min_counts: only for {[t.name for t in TASKS.values() if t.templates]}")
         if args.resume is not None or distributed.launched_by_torchrun() or args.solver != "bcfw":
             raise SSVMInputError("select_lam: runs the BCFW grid in one process; not with --resume, torchrun or "
                                  f"--solver {args.solver}")
@@ -158,6 +164,8 @@ def _train(args, cfg: SolverConfig, device, dtype, run_dir: RunDir | None) -> di
     rank, size = distributed.world()
     featurization = {"features": args.features, "min_count": args.min_count, "loss": args.loss}  # checked by the task
     selection = _select(args, cfg, device, dtype, run_dir, featurization) if args.select_lam else None
+    if selection:
+        featurization["min_count"] = selection["min_count"]
     task = load_task(args.dataset, train_size=args.train_size, unary_only=args.unary_only, device=device,
                      dtype=dtype, **featurization)
     lam = selection["lam"] if selection else task.lam(args.lam)
@@ -238,27 +246,35 @@ def _train(args, cfg: SolverConfig, device, dtype, run_dir: RunDir | None) -> di
 
 
 def _select(args, cfg: SolverConfig, device, dtype, run_dir: RunDir, featurization: dict) -> dict:
-    """--select-lam: the warm grid on the fit / dev split; selection.json is written before the refit."""
-    fit = load_task(args.dataset, train_size=args.train_size, device=device, dtype=dtype, heldout=args.heldout,
-                    **featurization)
-    speak = not args.quiet
-    if speak:
-        print(f"selecting lambda on a dev split: {fit.n_train} fit / {fit.n_test} dev examples, lams "
-              f"{', '.join(f'{v:g}' for v in sorted(args.lams, reverse=True))}, at most {args.passes:g} passes each",
-              flush=True)
+    """--select-lam: the warm grid on the fit / dev split for each cut-off of --min-counts; the best
+    (lambda, cut-off) by the dev score. selection.json is written before the refit."""
+    speak, rows, best = not args.quiet, [], None
 
     def progress(rec):
         if speak:
             score = f"dev F1 {rec['test_f1']:.2f}" if "test_f1" in rec else f"dev error {rec['test_error']:.4f}"
             print(f"  lam {rec['lam']:<8g} {score}  gap {rec['gap']:.3e}  [{rec['passes']:.0f} passes, "
                   f"{rec['time_s']:.1f} s]", flush=True)
-    best, table = select_lambda(fit, args.lams, cfg, passes=args.passes, device=device, dtype=dtype,
-                                kernels=args.kernels, progress=progress)
-    selection = {"lam": best, "heldout": args.heldout, "n_fit": fit.n_train, "n_dev": fit.n_test,
-                 "passes_per_lam": args.passes, "table": table}
+    for min_count in args.min_counts or [args.min_count]:
+        fit = load_task(args.dataset, train_size=args.train_size, device=device, dtype=dtype, heldout=args.heldout,
+                        **{**featurization, "min_count": min_count})
+        if speak:
+            print(f"selecting lambda on a dev split: {fit.n_train} fit / {fit.n_test} dev examples, min count "
+                  f"{min_count} (d = {fit.d:,}), lams {', '.join(f'{v:g}' for v in sorted(args.lams, reverse=True))}, "
+                  f"at most {args.passes:g} passes each", flush=True)
+        lam, table = select_lambda(fit, args.lams, cfg, passes=args.passes, device=device, dtype=dtype,
+                                   kernels=args.kernels, progress=progress)
+        rows += [{"min_count": min_count, "d": fit.d, **r} for r in table]
+        key = "dev_f1" if "dev_f1" in table[0] else "dev_error"
+        score = next(r[key] for r in table if r["lam"] == lam) * (1 if key == "dev_f1" else -1)
+        if best is None or score > best[0]:                 # ties keep the smaller cut-off (the larger model)
+            best = (score, lam, min_count)
+    selection = {"lam": best[1], "min_count": best[2], "heldout": args.heldout, "n_fit": fit.n_train,
+                 "n_dev": fit.n_test, "passes_per_lam": args.passes, "table": rows}
     save_selection(run_dir.path, selection)
     if speak:
-        print(f"selected lam = {best:g}; refitting on all {fit.n_train + fit.n_test} training examples", flush=True)
+        print(f"selected lam = {best[1]:g}, min count {best[2]}; refitting on all {fit.n_train + fit.n_test} "
+              "training examples", flush=True)
     return selection
 
 
