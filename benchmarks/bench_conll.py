@@ -244,7 +244,7 @@ def main():
     ap.add_argument("--hamming-lams", nargs="+", type=float, default=[1e-2, 3e-3, 1e-3, 3e-4],
                     help="the grid with the Hamming count (a loss ~24x larger per sentence: lambda ~24x smaller)")
     ap.add_argument("--loss", default="normalized", help=argparse.SUPPRESS)
-    ap.add_argument("--c2s", nargs="+", type=float, default=[0.3, 1.0, 3.0])
+    ap.add_argument("--c2s", nargs="+", type=float, default=[0.01, 0.03, 0.1, 0.3])
     ap.add_argument("--min-count", type=int, default=1)
     ap.add_argument("--passes", type=float, default=50)
     ap.add_argument("--seed0-passes", type=float, default=30)

@@ -3,8 +3,8 @@
 Templates (:mod:`ssvm_torch.data.templates`): ``sha-pereira`` (the default; the CRFsuite chunking
 example after Sha & Pereira 2003: words w[-2..2], word bigrams w[-1]|w[0], w[0]|w[1], POS p[-2..2],
 POS bigrams and trigrams in the window) and ``rich`` (it plus outer word bigrams, lower-cased
-words, word x POS conjunctions, prefixes / suffixes 1-4, word shapes and orthographic flags), or any
-template string. An attribute whose window leaves the sentence is not generated.
+words, word x POS conjunctions, prefixes / suffixes 1-4, word shapes, orthographic flags and a +-3
+window), or any template string. An attribute whose window leaves the sentence is not generated.
 
 The attribute dictionary is built on the training sentences only (optionally keeping attributes
 seen >= ``min_count`` times); unseen attributes of other sentences are dropped. The joint feature

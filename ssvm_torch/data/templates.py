@@ -151,7 +151,8 @@ RICH = Template.parse(
     "w[0]|p[0] w[-1]|p[0] p[-1]|w[0] w[0]|p[1] p[0]|w[1] w[-1]|p[-1] w[1]|p[1] "
     "pre1[0] pre2[0] pre3[0] pre4[0] suf1[0] suf2[0] suf3[0] suf4[0] suf2[-1] suf2[1] suf3[-1] suf3[1] "
     "shape[-1] shape[0] shape[1] shape[-1]|shape[0] shape[0]|shape[1] shape[0]|p[0] "
-    "cap[0] digit[0] hyphen[0] punct[0] cap[-1]|cap[0] cap[0]|cap[1]", name="rich")
+    "cap[0] digit[0] hyphen[0] punct[0] cap[-1]|cap[0] cap[0]|cap[1] "
+    "w[-3] w[3] p[-3] p[3] p[-3]|p[-2] p[2]|p[3] p[-1]|p[1] w[-1]|w[1] p[-1]|w[0]|p[1]", name="rich")
 
 TEMPLATES = {"sha-pereira": SHA_PEREIRA, "rich": RICH}
 
