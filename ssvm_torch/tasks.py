@@ -113,10 +113,12 @@ def _keep(n: int, train_size: int | None) -> int:
     return train_size
 
 
-def _chain_problem(name, train: ChainData, test: ChainData, unit: str, position: str, loss=None) -> Problem:
+def _chain_problem(name, train: ChainData, test: ChainData, unit: str, position: str, loss=None,
+                   emission="label-major") -> Problem:
     """A first-order chain (Viterbi) on sequence data, with edge-observation features where the data
-    have them; test_f1 where the data name chunk tags. ``loss``: normalized (default) or hamming."""
-    model = (ChainModel if train.E is None else EdgeChainModel).for_data(train, loss or "normalized")
+    have them; test_f1 where the data name chunk tags. ``loss``: normalized (default) or hamming;
+    ``emission``: the layout of the emission weights (models/chain.py)."""
+    model = (ChainModel if train.E is None else EdgeChainModel).for_data(train, loss or "normalized", emission)
 
     def evaluate(w):
         w64 = w.detach().to("cpu", torch.float64)
@@ -143,7 +145,7 @@ def _conll(name, train_size=None, unary_only=False, device=None, dtype=torch.flo
     ``train_size`` keeps the first N sentences, ``heldout`` makes the test set the last part of them."""
     from .data.conll import load_conll2000
     train, test = load_conll2000(train_size, features or "sha-pereira", min_count, heldout)
-    p = _chain_problem(name, train, test, "sentence", "per-token error", loss)
+    p = _chain_problem(name, train, test, "sentence", "per-token error", loss, "feature-major")
     p.layout = {**p.model.describe(), "featurization": train.meta["featurization"]}
     return p
 

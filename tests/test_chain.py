@@ -42,8 +42,8 @@ def test_score_is_inner_product_with_joint_feature():
         assert float(w @ m.joint_feature(Xc[s:e], y)) == pytest.approx(ref, rel=1e-12)
 
 
-def _dual_with_random_state(rng, data, lam, steps=40, loss="normalized"):
-    m = ChainModel.for_data(data, loss)
+def _dual_with_random_state(rng, data, lam, steps=40, loss="normalized", emission="label-major"):
+    m = ChainModel.for_data(data, loss, emission)
     d = make_store(m, data, lam)
     for k in range(steps):                       # arbitrary feasible moves with random step sizes
         i = int(rng.integers(data.n))
@@ -52,8 +52,9 @@ def _dual_with_random_state(rng, data, lam, steps=40, loss="normalized"):
     return m, d
 
 
-@pytest.mark.parametrize("loss", ["normalized", "hamming"])
-def test_oracle_equals_brute_force_and_dense_blocks(loss):
+@pytest.mark.parametrize("loss,emission", [("normalized", "label-major"), ("hamming", "label-major"),
+                                           ("hamming", "feature-major")])
+def test_oracle_equals_brute_force_and_dense_blocks(loss, emission):
     """Loss-augmented oracle = enumeration (normalized Hamming or the Hamming count); <w_i - w_s, w>,
     ||w_i - w_s||^2 and the block gap from the compact store equal their dense computation (w_i
     rebuilt densely, psi by the joint feature map)."""
@@ -61,7 +62,7 @@ def test_oracle_equals_brute_force_and_dense_blocks(loss):
     for K, F in [(2, 3), (3, 2), (4, 4)]:
         data = random_chain_data(rng, 12, K, F, tmin=1, tmax=4)
         lam = 0.3
-        m, d = _dual_with_random_state(rng, data, lam, loss=loss)
+        m, d = _dual_with_random_state(rng, data, lam, loss=loss, emission=emission)
         Xc = m.features(data)
         W, first, last, trans = m.split(d.w)
         for i in range(data.n):
@@ -102,13 +103,13 @@ def test_w_is_sum_of_blocks_after_many_steps(ocr_small):
     assert torch.allclose(d.w, w_inc, rtol=0, atol=1e-12)
 
 
-@pytest.mark.parametrize("loss", ["normalized", "hamming"])
-def test_torch_path_equals_numba_path(loss):
+@pytest.mark.parametrize("loss,emission", [("normalized", "label-major"), ("hamming", "feature-major")])
+def test_torch_path_equals_numba_path(loss, emission):
     """The pure-torch path (what CUDA runs) gives the same corners, moves and gap pass."""
     rng = np.random.default_rng(3)
     data = random_chain_data(rng, 15, 4, 6, tmin=1, tmax=6)
-    _, a = _dual_with_random_state(rng, data, 0.2, loss=loss)
-    m = ChainModel.for_data(data, loss)
+    _, a = _dual_with_random_state(rng, data, 0.2, loss=loss, emission=emission)
+    m = ChainModel.for_data(data, loss, emission)
     b = make_store(m, data, 0.2, kernels="torch")
     b.load_state_dict(a.state_dict())
     assert (a.kernels, b.kernels) == ("numba", "torch")

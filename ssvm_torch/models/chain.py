@@ -18,6 +18,11 @@ reference codes of Lacoste-Julien et al. 2013 / Osokin et al. 2016 (pixel ``p`` 
 ``y*129 + p``, constant at 128, transitions at ``y_t + 26*y_{t+1}``), so weights are interchangeable.
 Viewed as a (K, K) matrix, the transition block is ``trans[next, prev]``.
 
+``emission="feature-major"`` stores the emission block as ``f*K + y`` instead (the K weights of a
+feature adjacent in memory): the layout for large sparse feature maps (CoNLL), where a block step
+touches a few hundred features and reads / writes all K weights of each. The kernels see the same
+(K, F) view of W either way (a strided view here).
+
 Task loss: ``loss="normalized"`` (the papers'), the normalized Hamming distance
 L(y_true, y) = (1/T) sum_t [y_t != y_true_t]; ``loss="hamming"``, the Hamming count sum_t [y_t != y_true_t]
 (Taskar et al. 2003's M3N loss), which weights every token alike instead of every sequence. Both are
@@ -43,20 +48,22 @@ class ChainModel(StructuredModel):
     kind = "chain"
 
     LOSSES = ("normalized", "hamming")
+    EMISSIONS = ("label-major", "feature-major")
 
-    def __init__(self, n_features: int, n_states: int, loss: str = "normalized"):
+    def __init__(self, n_features: int, n_states: int, loss: str = "normalized", emission: str = "label-major"):
         check(int(n_features) >= 1, "n_features", "an int >= 1", n_features)
         check(int(n_states) >= 1, "n_states", "an int >= 1", n_states)
         check(loss in self.LOSSES, "loss", f"one of {self.LOSSES}", loss)
-        self.loss_name = loss
+        check(emission in self.EMISSIONS, "emission", f"one of {self.EMISSIONS}", emission)
+        self.loss_name, self.emission = loss, emission
         self.n_features = int(n_features)
         self.K = int(n_states)
         self.F = self.n_features + 1
         self.d = self.K * self.F + 2 * self.K + self.K * self.K
 
     @classmethod
-    def for_data(cls, data: ChainData, loss: str = "normalized") -> "ChainModel":
-        return cls(data.X.shape[1], data.n_states, loss)
+    def for_data(cls, data: ChainData, loss: str = "normalized", emission: str = "label-major") -> "ChainModel":
+        return cls(data.X.shape[1], data.n_states, loss, emission)
 
     def token_loss(self, lengths: torch.Tensor, dtype=torch.float64) -> torch.Tensor:
         """The loss of one wrong position of each sequence: 1/T (normalized Hamming) or 1 (Hamming)."""
@@ -65,7 +72,8 @@ class ChainModel(StructuredModel):
     def describe(self) -> dict:
         K, F = self.K, self.F
         return {"kind": "chain", "n_states": K, "n_features": self.n_features, "loss": self.loss_name,
-                "emission": [0, K * F], "emission_index": "y*F + f, constant feature at f = F-1",
+                "emission": [0, K * F], "emission_index": ("y*F + f" if self.emission == "label-major" else "f*K + y")
+                + ", constant feature at f = F-1",
                 "first": [K * F, K * F + K], "last": [K * F + K, K * F + 2 * K],
                 "transition": [K * F + 2 * K, self.d], "transition_index": "y_t + K*y_{t+1}", "d": self.d}
 
@@ -109,7 +117,8 @@ class ChainModel(StructuredModel):
         check(w.dim() == 1 and w.shape[0] == self.d, "w", f"a vector of length d = {self.d}", tuple(w.shape))
         K, F = self.K, self.F
         e = K * F
-        return (w[:e].view(K, F), w[e:e + K], w[e + K:e + 2 * K], w[e + 2 * K:e + 2 * K + K * K].view(K, K))
+        W = w[:e].view(K, F) if self.emission == "label-major" else w[:e].view(F, K).T
+        return W, w[e:e + K], w[e + K:e + 2 * K], w[e + 2 * K:e + 2 * K + K * K].view(K, K)
 
     # -- batched evaluation (torch, any device) ------------------------------------------------
     def predict_ragged(self, w: torch.Tensor, data: ChainData) -> torch.Tensor:
@@ -184,7 +193,7 @@ class ChainModel(StructuredModel):
         start = torch.cumsum(positions["count"], 0) - positions["count"]
         block = torch.repeat_interleave(torch.arange(len(start), device=start.device), features["count"])
         row = start[block] + features["position"]
-        if self.compiled(out) and W.is_contiguous():          # the same sums in the same order, compiled
+        if self.compiled(out):                                # the same sums in the same order, compiled
             nb_scatter_entries(to_host(W), to_host(features["index"]), to_host(features["value"]),
                                to_host(positions["stats"]), to_host(row))
         else:
@@ -201,10 +210,11 @@ class ChainModel(StructuredModel):
         self.direction_from_parts(parts, scratch)
         cols = torch.unique(parts["features"]["index"])                      # sorted
         K, F = self.K, self.F
-        W = scratch[:K * F].view(K, F)
-        index = torch.cat([(torch.arange(K, device=cols.device)[:, None] * F + cols[None, :]).reshape(-1),
-                           torch.arange(K * F, self.d, device=cols.device)])
-        values = torch.cat([W[:, cols].reshape(-1), scratch[K * F:]])
+        W = self.split(scratch)[0]
+        ks = torch.arange(K, device=cols.device)[:, None]
+        flat = ks * F + cols[None, :] if self.emission == "label-major" else cols[None, :] * K + ks
+        index, order = torch.sort(torch.cat([flat.reshape(-1), torch.arange(K * F, self.d, device=cols.device)]))
+        values = torch.cat([W[:, cols].reshape(-1), scratch[K * F:]])[order]
         W[:, cols] = 0.0
         scratch[K * F:] = 0.0
         return torch.sparse_coo_tensor(index[None], values, (self.d,), is_coalesced=True)

@@ -32,8 +32,9 @@ class EdgeChainModel(ChainModel):
 
     kind = "chain-edges"
 
-    def __init__(self, n_features: int, n_states: int, n_edge_features: int, pairs, loss: str = "normalized"):
-        super().__init__(n_features, n_states, loss)
+    def __init__(self, n_features: int, n_states: int, n_edge_features: int, pairs, loss: str = "normalized",
+                 emission: str = "label-major"):
+        super().__init__(n_features, n_states, loss, emission)
         pairs = torch.as_tensor(np.asarray(pairs, dtype=np.int64)).reshape(-1, 2)
         check(int(n_edge_features) >= 1, "n_edge_features", "an int >= 1", n_edge_features)
         check(pairs.shape[0] >= 1 and int(pairs.min()) >= 0 and int(pairs.max()) < self.K, "pairs",
@@ -48,7 +49,7 @@ class EdgeChainModel(ChainModel):
         self.pair_of = pair_of
 
     @classmethod
-    def for_data(cls, data: ChainData, loss: str = "normalized") -> "EdgeChainModel":
+    def for_data(cls, data: ChainData, loss: str = "normalized", emission: str = "label-major") -> "EdgeChainModel":
         """Weights for the edge attributes of ``data`` and the label pairs of its training labels."""
         check(data.E is not None, "data.E", "edge attributes (ChainData.E)", None)
         starts = torch.zeros(data.Y.shape[0], dtype=torch.bool)
@@ -57,7 +58,7 @@ class EdgeChainModel(ChainModel):
         pairs = torch.unique(torch.stack([data.Y[1:][inner], data.Y[:-1][inner]], 1), dim=0)
         if pairs.shape[0] == 0:
             raise SSVMInputError("data: edge-observation features need at least one sequence of length >= 2")
-        return cls(data.X.shape[1], data.n_states, data.E.shape[1], pairs, loss)
+        return cls(data.X.shape[1], data.n_states, data.E.shape[1], pairs, loss, emission)
 
     def describe(self) -> dict:
         return {**super().describe(), "kind": self.kind, "transition": [self.d0 - self.K * self.K, self.d0],
