@@ -19,6 +19,7 @@ Usage: python benchmarks/bench_conll.py [--parts select crfsuite seed0] [--templ
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import resource
@@ -89,6 +90,7 @@ def one_select(args) -> dict:
         f"  [{args.template[:20]}] lam {r['lam']:g}: dev F1 {r['test_f1']:.2f}, gap {r['gap']:.2e}", flush=True))
     out.update({"selection": table, "lam": lam, "selection_s": time.perf_counter() - t0})
     del fit
+    gc.collect()                                   # the fit split's store is gone before the refit's is built
     task = load_task("conll2000", features=args.template, min_count=args.min_count, loss=args.loss)
     dual = task.store(lam)
     hist = Solver(dual, SolverConfig(solver="bcfw", sampling="gap", passes=args.passes, gap_check=10),

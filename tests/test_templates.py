@@ -75,6 +75,13 @@ def test_hand_written_attributes_of_every_column_family():
     assert word_shape("U.S.") == "X.X." and word_shape("IBM") == "X" and word_shape("") == ""
 
 
+def test_named_templates():
+    assert len(SHA_PEREIRA.items) == 19 and not SHA_PEREIRA.edge_items
+    rich_edges = get_template("rich-edges")
+    assert rich_edges.items == RICH.items and rich_edges.edge_items == ((("p", 0),), (("w", 0),))
+    assert get_template(RICH.text()).key() == RICH.key()                  # a template is its items
+
+
 def test_user_template_string_and_column_functions(raw):
     vowels = Template.parse(["w[0]", "nv[0]|p[0]"], columns={"nv": lambda w: str(sum(c in "aeiou" for c in w.lower()))})
     assert vowels.attributes(SENT)[0] == ["w[0]=McDonald's", "nv[0]|p[0]=2|NNP"]

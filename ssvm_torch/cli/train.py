@@ -45,13 +45,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--unary-only", action="store_true",
                    help="segmentation-synth / pose-synth: drop the pairwise features (the unaries-only baseline)")
     p.add_argument("--features", default=None,
-                   help="conll2000: the feature template, sha-pereira (default), rich, or a template string such "
-                        "as 'w[0] w[-1]|w[0] suf3[0]' (docs/conll.md)")
+                   help="conll2000: the feature template, sha-pereira, rich, or a template string such as "
+                        "'w[0] w[-1]|w[0] suf3[0] edge:p[0]' (docs/conll.md); None = sha-pereira")
     p.add_argument("--min-count", type=int, default=1,
                    help="conll2000: keep the attributes seen at least this often in the training sentences")
     p.add_argument("--loss", choices=["normalized", "hamming"], default=None,
-                   help="chain tasks: the task loss, normalized Hamming (1/T per wrong position, the papers'; the "
-                        "default) or the Hamming count (1 per wrong position: every token weighs alike)")
+                   help="chain tasks: the task loss, normalized Hamming (1/T per wrong position, the papers') or the "
+                        "Hamming count (1 per wrong position: every token weighs alike); None = normalized")
     p.add_argument("--lam", type=float, default=None,
                    help="regularization lambda of objective (1), lam/2 |w|^2 + 1/n sum_i H_i(w); None = 1/n")
     p.add_argument("--select-lam", action="store_true",
@@ -61,7 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--lams", type=float, nargs="+", default=list(DEFAULT_LAMS), help="the grid of --select-lam")
     p.add_argument("--heldout", type=float, default=0.1, help="the development share of --select-lam")
     p.add_argument("--min-counts", type=int, nargs="+", default=None,
-                   help="conll2000 with --select-lam: also choose the cut-off among these (default: --min-count)")
+                   help="conll2000 with --select-lam: also choose the cut-off among these; None = --min-count only")
     p.add_argument("--solver", choices=SOLVERS, default="bcfw",
                    help="fw: batch Frank-Wolfe; bcfw: block-coordinate FW; ssg: stochastic subgradient")
     p.add_argument("--sampling", choices=sorted(SAMPLERS), default="gap",

@@ -154,7 +154,9 @@ RICH = Template.parse(
     "cap[0] digit[0] hyphen[0] punct[0] cap[-1]|cap[0] cap[0]|cap[1] "
     "w[-3] w[3] p[-3] p[3] p[-3]|p[-2] p[2]|p[3] p[-1]|p[1] w[-1]|w[1] p[-1]|w[0]|p[1]", name="rich")
 
-TEMPLATES = {"sha-pereira": SHA_PEREIRA, "rich": RICH}
+RICH_EDGES = Template.parse(RICH.text() + " edge:p[0] edge:w[0]", name="rich-edges")
+
+TEMPLATES = {"sha-pereira": SHA_PEREIRA, "rich": RICH, "rich-edges": RICH_EDGES}
 
 
 def get_template(template) -> Template:

@@ -126,18 +126,32 @@ class ChainModel(StructuredModel):
         int64 (numba on CPU float64, the batched torch Viterbi elsewhere)."""
         self.check_data(data)
         W, first, last, trans = self.split(w)
-        ptr, idx, val = self.features_csr(data, w.dtype, w.device)
         if self.compiled(w):
-            U = np.empty((data.X.shape[0], self.K))
-            nb_unary_all(np.ascontiguousarray(to_host(W).T), to_host(ptr), to_host(idx), to_host(val), U)
+            U = self.host_unaries(W, data)
             labels, _ = viterbi_ragged(U, to_host(data.offsets), to_host(first), to_host(last), to_host(trans))
             return from_host(labels, w.device)
+        ptr, idx, val = self.features_csr(data, w.dtype, w.device)
         rows = segment_ids(ptr)
         X = torch.sparse_coo_tensor(torch.stack([rows, idx]), val, (data.X.shape[0], self.F), check_invariants=False)
         U = torch.sparse.mm(X, W.T.contiguous())
         pos, valid = padded_index(data.offsets.to(w.device))
         lab, _ = viterbi(U[pos] * valid[..., None], valid.sum(1), first, last, trans)
         return lab[valid]
+
+    def host_unaries(self, W: torch.Tensor, data: ChainData) -> np.ndarray:
+        """U = [X, 1] W^T (N, K) on the host by the compiled kernel; sparse data are read in place
+        (no copy of the design with the constant column) and the bias added after."""
+        if data.is_sparse:
+            X = data.X
+            ptr, idx, val = (to_host(t) for t in (X.crow_indices(), X.col_indices(), X.values().double()))
+        else:
+            ptr, idx, val = (to_host(t) for t in self.features_csr(data))
+        U = np.empty((data.X.shape[0], self.K))
+        nb_unary_all(np.ascontiguousarray(to_host(W).T), ptr.astype(np.int64, copy=False), idx.astype(np.int64, copy=False),
+                     val, U)
+        if data.is_sparse:
+            U += to_host(W[:, self.F - 1])[None, :]
+        return U
 
     def ragged_loss(self, data: ChainData, labels: torch.Tensor) -> torch.Tensor:
         """The task loss of each sequence (normalized Hamming or Hamming) for ragged labels (N,): (n,)."""

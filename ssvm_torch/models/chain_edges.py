@@ -21,7 +21,6 @@ import torch
 from ..data.types import ChainData
 from ..devices import from_host, to_host
 from ..errors import SSVMInputError, check
-from ..oracles.chain_kernels import nb_unary_all
 from ..oracles.edge_kernels import nb_viterbi_edges
 from .chain import ChainModel
 
@@ -93,9 +92,7 @@ class EdgeChainModel(ChainModel):
         self.check_data(data)
         self._numba_only(w, "predict")
         W, first, last, trans = self.split(w)
-        ptr, idx, val = self.features_csr(data, w.dtype)
-        U = np.empty((data.X.shape[0], self.K))
-        nb_unary_all(np.ascontiguousarray(to_host(W).T), to_host(ptr), to_host(idx), to_host(val), U)
+        U = self.host_unaries(W, data)
         off = to_host(data.offsets).astype(np.int64)
         out, scores = np.empty(U.shape[0], dtype=np.int64), np.empty(data.n)
         gt_arr = np.zeros(1, dtype=np.int64) if gt is None else to_host(gt).astype(np.int64)

@@ -65,15 +65,31 @@ def nb_edge_m_theta(i, gptr, gattr, E, Me):
 
 
 @nb.njit(cache=True, nogil=True)
-def nb_edge_stats(labels, off, eptr, evals, egrp, pair_of, out):
-    """out[g, p] += the edge statistics of ragged ``labels`` (N,): sum over positions t >= 1 of a
-    sequence and their entries j in group g of evals[j] [pair (y_t, y_{t-1}) = p]."""
+def nb_edge_stats(labels, off, eptr, evals, egrp, pair_of, out, scale):
+    """out[g, p] += scale * the edge statistics of ragged ``labels`` (N,): the sum over positions
+    t >= 1 of a sequence and their entries j in group g of evals[j] [pair (y_t, y_{t-1}) = p]."""
     for i in range(off.shape[0] - 1):
         for r in range(off[i] + 1, off[i + 1]):
             p = pair_of[labels[r], labels[r - 1]]
             if p >= 0:
                 for j in range(eptr[r], eptr[r + 1]):
-                    out[egrp[j], p] += evals[j]
+                    out[egrp[j], p] += scale * evals[j]
+
+
+@nb.njit(cache=True, nogil=True)
+def nb_edge_weights(Y, off, eptr, evals, egrp, pair_of, gattr, Me, coef, E):
+    """E = coef * sum_g (S_e(y_gt)[g] - Me[g]) scattered to the rows gattr[g]: the edge block of w
+    from the statistics, with no (groups, P) temporary."""
+    E[:] = 0.0
+    for g in range(Me.shape[0]):
+        for p in range(Me.shape[1]):
+            E[gattr[g], p] -= coef * Me[g, p]
+    for i in range(off.shape[0] - 1):
+        for r in range(off[i] + 1, off[i + 1]):
+            p = pair_of[Y[r], Y[r - 1]]
+            if p >= 0:
+                for j in range(eptr[r], eptr[r + 1]):
+                    E[gattr[egrp[j]], p] += coef * evals[j]
 
 
 @nb.njit(cache=True, nogil=True)

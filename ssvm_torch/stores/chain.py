@@ -351,11 +351,11 @@ class ChainDual(BlockDual):
         K = self.model.K
         return Fn.one_hot(labels, K).to(self.dtype), trans_counts(labels, self.seg, self.n, K).to(self.dtype)
 
-    def _w_from_stats(self, Mu: torch.Tensor, Mt_sum: torch.Tensor) -> torch.Tensor:
-        """sum_i A_i(S(y_i) - M_i) / (lam n) for stacked statistics (the exact map from duals to w)."""
-        K = self.model.K
-        D = Fn.one_hot(self.Y, K).to(self.dtype) - Mu
-        w = torch.zeros_like(self.w)
+    def _w_from_stats(self, Mu: torch.Tensor, Mt_sum: torch.Tensor, w: torch.Tensor | None = None) -> torch.Tensor:
+        """sum_i A_i(S(y_i) - M_i) / (lam n) for stacked statistics (the exact map from duals to w),
+        into ``w`` in place if given (no d-sized temporaries: recompute on d = 24M)."""
+        D = Fn.one_hot(self.Y, self.model.K).to(self.dtype) - Mu
+        w = torch.zeros_like(self.w) if w is None else w.zero_()
         W, first, last, trans = self.model.split(w)
         if self._numba:                         # X^T D by a CSR walk: no transposed copy of the features
             nb_csr_scatter_rows(*self._np[:3], D.numpy(), W.numpy())
@@ -364,7 +364,7 @@ class ChainDual(BlockDual):
         first.copy_(D[self.first_pos].sum(0))
         last.copy_(D[self.last_pos].sum(0))
         trans.copy_(self.gt_trans - Mt_sum)
-        return w / (self.lam * self.N)
+        return w.div_(self.lam * self.N)
 
     def corner_point(self, gp: GapPass):
         oh, tc = self._point_of(gp.labels.to(self.device))
@@ -379,7 +379,7 @@ class ChainDual(BlockDual):
         self._ell[0] = self.ell_i.sum()
 
     def recompute(self) -> None:
-        self.w.copy_(self._w_from_stats(self.Mu, self.Mt.sum(0)))
+        self._w_from_stats(self.Mu, self.Mt.sum(0), self.w)
         self._ell[0] = self.ell_i.sum()
 
     def block_w(self, i: int) -> torch.Tensor:

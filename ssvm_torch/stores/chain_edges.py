@@ -19,7 +19,8 @@ import torch
 from ..data.types import ChainData
 from ..errors import SSVMInputError, check
 from ..models.chain_edges import EdgeChainModel
-from ..oracles.edge_kernels import nb_edge_delta, nb_edge_move, nb_edge_stats, nb_fw_corner_edges, nb_gap_pass_edges
+from ..oracles.edge_kernels import (nb_edge_delta, nb_edge_move, nb_edge_stats, nb_edge_weights, nb_fw_corner_edges,
+                                    nb_gap_pass_edges)
 from .base import Corner, GapPass
 from .chain import ChainDual
 
@@ -47,13 +48,14 @@ class EdgeChainDual(ChainDual):
         self.gattr = (keys % A).astype(np.int64)
         self.gptr = np.searchsorted(keys // A, np.arange(self.n + 1)).astype(np.int64)
         self.pair_next, self.pair_prev = model.pairs[:, 0].numpy().copy(), model.pairs[:, 1].numpy().copy()
-        self.Me = torch.from_numpy(self._gt_edge_stats())         # alpha_i = delta(y_i)
+        self.Me = torch.zeros(len(self.gattr), model.P, dtype=torch.float64)
+        self._add_gt_edge_stats(self.Me.numpy(), 1.0)             # alpha_i = delta(y_i)
         tmax, K = int(self.lengths.max()), model.K
         self._ework = (np.empty((tmax, K, K)), np.empty((max(1, int(np.diff(self.gptr).max(initial=1))), model.P)))
 
-    def _gt_edge_stats(self) -> np.ndarray:
-        out = np.zeros((len(self.gattr), self.model.P))
-        nb_edge_stats(self._np[4], self._np[3], self.eptr, self.evals, self.egrp, self.model.pair_of, out)
+    def _add_gt_edge_stats(self, out: np.ndarray, scale: float) -> np.ndarray:
+        """out += scale * S_e(y_i) of every block (in place: no (groups, P) temporary)."""
+        nb_edge_stats(self._np[4], self._np[3], self.eptr, self.evals, self.egrp, self.model.pair_of, out, scale)
         return out
 
     def _edge_args(self):
@@ -92,20 +94,18 @@ class EdgeChainDual(ChainDual):
 
     def recompute(self) -> None:
         super().recompute()                                  # chain blocks; the edge block is rebuilt here
-        E = self.model.edge_weights(self.w)
-        E.zero_()
-        E.index_add_(0, torch.from_numpy(self.gattr), torch.from_numpy(self._gt_edge_stats()) - self.Me)
-        E.div_(self.lam * self.N)
+        nb_edge_weights(self._np[4], self._np[3], self.eptr, self.evals, self.egrp, self.model.pair_of, self.gattr,
+                        self.Me.numpy(), 1.0 / (self.lam * self.N), self.model.edge_weights(self.w).numpy())
 
     def rescale(self, lam_new: float, rho: float) -> None:
-        self.Me.mul_(rho).add_(torch.from_numpy(self._gt_edge_stats()), alpha=1.0 - rho)
+        self._add_gt_edge_stats(self.Me.mul_(rho).numpy(), 1.0 - rho)
         super().rescale(lam_new, rho)
 
     def block_w(self, i: int) -> torch.Tensor:
         """Dense w_i of one block (tests and inspection)."""
         w = super().block_w(i)
         g0, g1 = int(self.gptr[i]), int(self.gptr[i + 1])
-        D = torch.from_numpy(self._gt_edge_stats()[g0:g1]) - self.Me[g0:g1]
+        D = torch.from_numpy(self._add_gt_edge_stats(np.zeros(self.Me.shape), 1.0)[g0:g1]) - self.Me[g0:g1]
         self.model.edge_weights(w).index_add_(0, torch.from_numpy(self.gattr[g0:g1]), D / (self.lam * self.N))
         return w
 
