@@ -93,6 +93,25 @@ def test_sparse_oracle_equals_brute_force():
             assert got == pytest.approx(best, abs=1e-10)
 
 
+@pytest.mark.parametrize("emission", ["label-major", "feature-major"])
+def test_prediction_on_sparse_data_equals_brute_force(emission):
+    """Decoding reads a sparse design in place (bias added after): the plain argmax by enumeration,
+    for both layouts of the emission weights and for the torch kernels."""
+    rng = np.random.default_rng(5)
+    sparse, dense = random_sparse_chain(rng, 12, 3, 5)
+    m = ChainModel.for_data(sparse, emission=emission)
+    w = torch.tensor(rng.normal(size=m.d))
+    W, first, last, trans = m.split(w)
+    U_all = (m.features(dense) @ W.T).numpy()
+    pred = m.predict_ragged(w, sparse)
+    assert torch.equal(pred, m.predict_ragged(w, dense)) and torch.equal(pred, m.with_kernels("torch").predict_ragged(w, sparse))
+    for i in range(sparse.n):
+        s, e = int(sparse.offsets[i]), int(sparse.offsets[i + 1])
+        best = brute_force_chain(U_all[s:e], first.numpy(), last.numpy(), trans.numpy())
+        assert chain_score(U_all[s:e], first.numpy(), last.numpy(), trans.numpy(), pred[s:e].tolist()) == \
+            pytest.approx(best, abs=1e-10)
+
+
 def test_compact_blocks_equal_dense_block_store():
     """The same BCFW trajectory (same blocks, exact line search) on the compact chain store and on
     a dense store over all K^T labelings: block gaps, step sizes and w agree to 1e-9."""
