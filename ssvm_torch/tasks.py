@@ -130,7 +130,8 @@ def _chain_problem(name, train: ChainData, test: ChainData, unit: str, position:
             from .data.conll import chunk_f1
             rec["test_f1"] = chunk_f1(test, labels)["f1"]
         return rec
-    return Problem(name, model, train, test, evaluate, f"per {unit}, {model.loss_name} Hamming", position)
+    loss_text = "normalized Hamming" if model.loss_name == "normalized" else "Hamming count"
+    return Problem(name, model, train, test, evaluate, f"per {unit}, {loss_text}", position)
 
 
 def _ocr(name, train_size=None, unary_only=False, device=None, dtype=torch.float64, loss=None) -> Problem:
