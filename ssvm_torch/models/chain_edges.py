@@ -87,7 +87,7 @@ class EdgeChainModel(ChainModel):
                                  f"(CPU float64, kernels 'auto' or 'numba'), got {w.device} {w.dtype}, kernels "
                                  f"{self.kernels!r}")
 
-    def predict_ragged(self, w: torch.Tensor, data: ChainData, gt: torch.Tensor | None = None) -> torch.Tensor:
+    def predict_ragged(self, w: torch.Tensor, data: ChainData) -> torch.Tensor:
         """Max-scoring labels (N,) of every position with per-position transitions (numba)."""
         self.check_data(data)
         self._numba_only(w, "predict")
@@ -95,11 +95,9 @@ class EdgeChainModel(ChainModel):
         U = self.host_unaries(W, data)
         off = to_host(data.offsets).astype(np.int64)
         out, scores = np.empty(U.shape[0], dtype=np.int64), np.empty(data.n)
-        gt_arr = np.zeros(1, dtype=np.int64) if gt is None else to_host(gt).astype(np.int64)
-        lw = np.zeros(data.n) if gt is None else to_host(self.token_loss(data.lengths)).astype(np.float64)
-        nb_viterbi_edges(U, off, to_host(first), to_host(last), to_host(trans).copy(), *self.edge_csr(data),
+        nb_viterbi_edges(U, off, to_host(first), to_host(last), to_host(trans), *self.edge_csr(data),
                          np.ascontiguousarray(to_host(self.edge_weights(w))), self.pairs[:, 0].numpy(),
-                         self.pairs[:, 1].numpy(), gt_arr, lw, out, scores)
+                         self.pairs[:, 1].numpy(), np.zeros(1, dtype=np.int64), np.zeros(data.n), out, scores)
         return from_host(out, w.device)
 
     def joint_feature(self, Xc: torch.Tensor, labels: torch.Tensor, Ec: torch.Tensor | None = None) -> torch.Tensor:

@@ -58,36 +58,36 @@ class EdgeChainDual(ChainDual):
         nb_edge_stats(self._np[4], self._np[3], self.eptr, self.evals, self.egrp, self.model.pair_of, out, scale)
         return out
 
-    def _edge_args(self):
-        return (self.eptr, self.eidx, self.evals, self.egrp, self.model.edge_weights(self.w).numpy(),
-                self.pair_next, self.pair_prev, self.model.pair_of, self.gptr, self.gattr, self.Me.numpy())
+    def _E(self) -> np.ndarray:
+        """The edge block of w as a zero-copy (A_e, P) numpy view."""
+        return self.model.edge_weights(self.w).numpy()
 
     def fw_corner(self, i: int) -> Corner:
         inv_lamn = 1.0 / (self.lam * self.N)
         T = int(self._np[3][i + 1] - self._np[3][i])
         ys = np.empty(T, dtype=np.int64)
-        U, delta, newd, bp, Du, Dt = self._work[0], self._work[1], self._work[2], self._work[3], self._work[4], \
-            self._work[5]
-        loss, dot, sq = nb_fw_corner_edges(i, self._tw[i], *self._np, *self._edge_args(), U, self._ework[0], delta,
-                                           newd, bp, Du, Dt, self._ework[1], ys)
+        U, delta, newd, bp, Du, Dt = self._work
+        loss, dot, sq = nb_fw_corner_edges(
+            i, self._tw[i], *self._np, self.eptr, self.eidx, self.evals, self.egrp, self._E(), self.pair_next,
+            self.pair_prev, self.model.pair_of, self.gptr, self.gattr, self.Me.numpy(), U, self._ework[0], delta, newd,
+            bp, Du, Dt, self._ework[1], ys)
         loss /= self.N
         return Corner(ys, loss, dot * inv_lamn, sq * inv_lamn * inv_lamn, dot / self.N - self._np_ell[0][i] + loss)
 
     def fw_move(self, i: int, corner: Corner, gamma: float) -> None:
         ys = np.asarray(corner.labels, dtype=np.int64)
         s, e = int(self._np[3][i]), int(self._np[3][i + 1])
-        args = self._edge_args()
-        De = self._ework[1]
-        nb_edge_delta(i, s, e - s, ys, args[0], args[2], args[3], args[7], args[8], args[10], De)
-        nb_edge_move(i, -gamma / (self.lam * self.N), gamma, De, args[8], args[9], args[4], args[10])
+        De, Me = self._ework[1], self.Me.numpy()
+        nb_edge_delta(i, s, e - s, ys, self.eptr, self.evals, self.egrp, self.model.pair_of, self.gptr, Me, De)
+        nb_edge_move(i, -gamma / (self.lam * self.N), gamma, De, self.gptr, self.gattr, self._E(), Me)
         super().pair_move(i, ys, None, corner.loss, self._np_ell[0][i], gamma)
 
     def gap_pass(self) -> GapPass:
         U, first, last, trans = self._potentials()
-        a = self._edge_args()
         labels, aug, m_theta, gt_score, wrong = nb_gap_pass_edges(
-            U.numpy(), *self._np[3:5], first.numpy(), last.numpy(), trans.numpy().copy(), self._np[11], self._np[12],
-            a[0], a[1], a[2], a[4], a[5], a[6], a[8], a[9], a[10], self._tw)
+            U.numpy(), *self._np[3:5], first.numpy(), last.numpy(), trans.numpy(), self._np[11], self._np[12],
+            self.eptr, self.eidx, self.evals, self._E(), self.pair_next, self.pair_prev, self.gptr, self.gattr,
+            self.Me.numpy(), self._tw)
         labels, aug, m_theta, gt_score = map(torch.from_numpy, (labels, aug, m_theta, gt_score))
         loss = torch.from_numpy(wrong) * self.tw / self.N
         return GapPass(labels=labels, loss=loss, H=aug - gt_score, block_gaps=(aug - m_theta) / self.N - self.ell_i)
@@ -95,7 +95,7 @@ class EdgeChainDual(ChainDual):
     def recompute(self) -> None:
         super().recompute()                                  # chain blocks; the edge block is rebuilt here
         nb_edge_weights(self._np[4], self._np[3], self.eptr, self.evals, self.egrp, self.model.pair_of, self.gattr,
-                        self.Me.numpy(), 1.0 / (self.lam * self.N), self.model.edge_weights(self.w).numpy())
+                        self.Me.numpy(), 1.0 / (self.lam * self.N), self._E())
 
     def rescale(self, lam_new: float, rho: float) -> None:
         self._add_gt_edge_stats(self.Me.mul_(rho).numpy(), 1.0 - rho)
