@@ -8,8 +8,8 @@ README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
 BLOCKS = re.findall(r"```python\n(.*?)```", README, re.S)
 
 
-def test_readme_has_the_two_examples():
-    assert len(BLOCKS) == 2 and "ChainSSVM" in BLOCKS[0] and "SSVMModule" in BLOCKS[1]
+def test_readme_has_the_three_examples():
+    assert len(BLOCKS) == 3 and "ChainSSVM" in BLOCKS[0] and "SSVMModule" in BLOCKS[1] and "ChainSSVMHead" in BLOCKS[2]
 
 
 def test_estimator_example_runs(capsys):
@@ -26,3 +26,11 @@ def test_lightning_example_runs(tmp_path):
     scope = {}
     exec(compile(code, "README Lightning example", "exec"), scope)
     assert scope["module"].history[-1]["gap"] > 0 and (tmp_path / "lightning_logs").is_dir()
+
+
+def test_differentiable_example_runs():
+    code = BLOCKS[2].replace("train_size=500", "train_size=40").replace("range(2)", "range(1)")
+    scope = {}
+    exec(compile(code, "README differentiable example", "exec"), scope)
+    labels, test = scope["labels"], scope["test"]
+    assert labels.shape == test.pos.shape and bool(((labels >= 0) == (test.pos >= 0)).all())

@@ -82,22 +82,24 @@ class SSVMCLI(LightningCLI):
 PROG = "python -m ssvm_torch.lightning"
 
 
-def main(args=None) -> int:
+def main(args=None, module=SSVMModule, prog: str = PROG, max_epochs: int = -1) -> int:
+    """Run the CLI on ``module`` (``SSVMModule`` here; ssvm_torch.deep's module for ``python -m
+    ssvm_torch.deep``); errors become one line on stderr and exit status 2."""
     try:
-        SSVMCLI(SSVMModule, save_config_kwargs={"overwrite": True},
-                trainer_defaults={"max_epochs": -1, "num_sanity_val_steps": 0}, args=args,
-                parser_kwargs={"prog": PROG, "exit_on_error": False})
+        SSVMCLI(module, save_config_kwargs={"overwrite": True},
+                trainer_defaults={"max_epochs": max_epochs, "num_sanity_val_steps": 0}, args=args,
+                parser_kwargs={"prog": prog, "exit_on_error": False})
     except SSVMInputError as e:
-        print(f"{PROG}: error: {e}", file=sys.stderr)
+        print(f"{prog}: error: {e}", file=sys.stderr)
         return 2
     except ArgumentError as e:                     # a bad flag or value: one line, not the usage dump
-        print(f"{PROG}: error: {' '.join(str(e).split())[:400]}", file=sys.stderr)
+        print(f"{prog}: error: {' '.join(str(e).split())[:400]}", file=sys.stderr)
         return 2
     except MisconfigurationException as e:         # e.g. --trainer.accelerator gpu without a GPU
-        print(f"{PROG}: error: trainer: {e}", file=sys.stderr)
+        print(f"{prog}: error: trainer: {e}", file=sys.stderr)
         return 2
     except (NotADirectoryError, FileExistsError, PermissionError) as e:
-        print(f"{PROG}: error: trainer.default_root_dir: cannot write logs at {e.filename} ({e.strerror})",
+        print(f"{prog}: error: trainer.default_root_dir: cannot write logs at {e.filename} ({e.strerror})",
               file=sys.stderr)
         return 2
     return 0

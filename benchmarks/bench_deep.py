@@ -1,0 +1,120 @@
+"""CNN + SSVM pipelines (issue 16): pose-synth heat maps and the OCR-large runs' table.
+
+``--parts pose``: pose-synth (200 / 200 figures), mean joint error (grid cells) and PCK@1 of
+  * the template detector + learned deformations (the model of docs/structures.md),
+  * CNN heat maps alone (per-joint argmax of the network's maps),
+  * CNN heat maps + learned deformations (two-stage: the FCN trained on the training figures,
+    frozen, its log-softmax maps as the tree SSVM's unaries),
+  both SSVMs with BCFW + gap sampling at lambda = 1/n for ``--passes`` effective passes, the
+  quadratic deformation weights kept >= 0 (box constraints).
+``--parts ocr RUN_DIR ...``: reads the run directories of ``python -m ssvm_torch.deep fit`` (one per
+  method), recomputes each test error from ``test_predictions.pt`` and the test labels, and checks it
+  against the last history record.
+
+Usage: python benchmarks/bench_deep.py --parts pose [--passes 60] [--epochs 60]
+       python benchmarks/bench_deep.py --parts ocr --runs runs/ocr_deep_*/lightning_logs/version_0
+Writes benchmarks/results/deep_pose.json / deep_ocr.json.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+from ssvm_torch.data import PoseData
+from ssvm_torch.data.ocr import load_ocr
+from ssvm_torch.data.pose_synth import PARENTS, make_pose_synth
+from ssvm_torch.deep.pose import heatmap_maps, heatmap_pose_data, train_heatmaps
+from ssvm_torch.models.pose import TreePoseModel
+from ssvm_torch.outputs import load_torch
+from ssvm_torch.solvers import Solver, SolverConfig
+from ssvm_torch.stores import make_store
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def tree_ssvm(train: PoseData, test: PoseData, passes: float) -> dict:
+    model = TreePoseModel.for_data(train, PARENTS)
+    dual = make_store(model, train, 1.0 / train.n, nonnegative=model.pairwise_index)
+    t0 = time.perf_counter()
+    hist = Solver(dual, SolverConfig(passes=passes, gap_check=10)).run()
+    m = model.metrics(dual.w, test)
+    return {"test_mean_joint_error": m["error"], "test_pck": m["pck"], "gap": hist[-1]["gap"],
+            "primal": hist[-1]["primal"], "passes": hist[-1]["passes"], "seconds": time.perf_counter() - t0}
+
+
+def pose(passes: float, epochs: int) -> dict:
+    tr, te = make_pose_synth()
+    res = {"template + deformations": tree_ssvm(PoseData(tr.scores, tr.joints), PoseData(te.scores, te.joints), passes)}
+    t0 = time.perf_counter()
+    net = train_heatmaps(tr.images, tr.joints, epochs=epochs,
+                         log=lambda e, l: print(f"  heat-map epoch {e}: loss {l:.4f}", flush=True) if e % 10 == 9 else None)
+    train_s = time.perf_counter() - t0
+    maps = heatmap_maps(net, te.images)
+    n, J, H, W = maps.shape
+    flat = maps.reshape(n, J, H * W).argmax(-1)
+    pred = torch.stack([flat // W, flat % W], -1)
+    dist = (pred - te.joints).to(torch.float64).norm(dim=-1)
+    res["CNN heat maps alone"] = {"test_mean_joint_error": float(dist.mean()),
+                                  "test_pck": float(((pred - te.joints).abs().max(-1).values <= 1).double().mean()),
+                                  "train_seconds": train_s, "epochs": epochs}
+    res["CNN heat maps + deformations"] = tree_ssvm(heatmap_pose_data(net, tr.images, tr.joints),
+                                                    heatmap_pose_data(net, te.images, te.joints), passes)
+    for k, v in res.items():
+        print(f"pose {k:30s}: mean joint error {v['test_mean_joint_error']:.3f} cells, PCK {v['test_pck']:.3f}"
+              + (f", gap {v['gap']:.3g}" if "gap" in v else ""), flush=True)
+    return res
+
+
+def ocr(runs: list[str]) -> dict:
+    _, test = load_ocr("large")
+    lengths = test.lengths
+    out = {}
+    for run in runs:
+        run = Path(run)
+        cfg = json.loads((run / "config.json").read_text())
+        hist = json.loads((run / "history.json").read_text())
+        preds = load_torch(run / "test_predictions.pt", "predictions")["predictions"]
+        pred = torch.cat(preds)
+        wrong = (pred != test.Y).to(torch.float64)
+        per_word = torch.zeros(test.n, dtype=torch.float64).index_add_(
+            0, torch.repeat_interleave(torch.arange(test.n), lengths), wrong) / lengths
+        last = hist[-1]
+        assert abs(float(per_word.mean()) - last["test_error"]) < 1e-12, run
+        stages = {}
+        for r in hist:
+            stages.setdefault(r["stage"], []).append(r.get("seconds", float("nan")))
+        out[cfg["method"]] = {"run": str(run), "seed": cfg["seed"], "test_error": float(per_word.mean()),
+                              "test_letter_error": float(wrong.mean()), "train_error": last["train_error"],
+                              "epochs": len([r for r in hist if r["stage"] != "two-stage"]),
+                              "s_per_epoch": {k: statistics.median(v) for k, v in stages.items()},
+                              "gap": last.get("gap"), "history": hist}
+        print(f"ocr {cfg['method']:12s}: test error {per_word.mean():.4f} per word, {wrong.mean():.4f} per letter",
+              flush=True)
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--parts", nargs="+", default=["pose"], choices=["pose", "ocr"])
+    ap.add_argument("--passes", type=float, default=60)
+    ap.add_argument("--epochs", type=int, default=60)
+    ap.add_argument("--runs", nargs="*", default=[])
+    args = ap.parse_args()
+    torch.set_num_threads(2)
+    meta = {"machine": platform.platform(), "torch": torch.__version__, "threads": torch.get_num_threads()}
+    RESULTS.mkdir(exist_ok=True)
+    if "pose" in args.parts:
+        res = {"meta": {**meta, "passes": args.passes, "epochs": args.epochs}, "results": pose(args.passes, args.epochs)}
+        (RESULTS / "deep_pose.json").write_text(json.dumps(res, indent=1))
+    if "ocr" in args.parts:
+        (RESULTS / "deep_ocr.json").write_text(json.dumps({"meta": meta, "results": ocr(args.runs)}, indent=1))
+
+
+if __name__ == "__main__":
+    main()

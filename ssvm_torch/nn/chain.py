@@ -1,0 +1,144 @@
+"""The structured hinge of a linear chain as a differentiable torch function.
+
+For a padded batch of chains with scores s(y) = sum_t U[t, y_t] + first[y_0] + last[y_{T-1}]
++ sum_t trans[y_{t+1}, y_t] (the conventions of :func:`ssvm_torch.oracles.viterbi.viterbi`), the
+per-example structured hinge of the n-slack SSVM (objective (1) of Osokin et al. 2016) is
+
+    H_i = max_y [ Delta(y, y_i) + s_i(y) ] - s_i(y_i)  >= 0,
+
+Delta the Hamming loss c_i sum_t [y_t != y_i,t] with c_i = 1/T_i (normalized, the default) or a
+given per-sequence ``token_loss``. H_i is convex and piecewise linear in the scores; its
+subgradient w.r.t. (U, first, last, trans) is the statistics of the loss-augmented labeling y*
+minus those of the ground truth. :func:`chain_hinge` finds y* with the batched max oracle on the
+tensors' device (the numba kernel on CPU float64, the torch recursion elsewhere: no host round
+trip on CUDA) and returns Delta(y*) + s(y*) - s(y_i) built from differentiable gathers, so
+autograd yields exactly that subgradient (and any loss on top of it composes).
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ..errors import check, check_choice
+from ..oracles.viterbi import decode
+
+
+def check_chain(unary, lengths, first, last, trans, gt=None) -> None:
+    """Clear errors for the padded-chain arguments (shapes, devices, lengths, label ranges)."""
+    check(torch.is_tensor(unary) and unary.dim() == 3 and unary.is_floating_point(), "unary",
+          "a float tensor (B, T, K)", getattr(unary, "shape", type(unary)))
+    B, T, K = unary.shape
+    check(B >= 1 and T >= 1 and K >= 1, "unary", "non-empty dimensions (B, T, K)", tuple(unary.shape))
+    check(torch.is_tensor(lengths) and lengths.shape == (B,) and not lengths.is_floating_point(), "lengths",
+          f"an integer tensor of shape ({B},)", getattr(lengths, "shape", type(lengths)))
+    check(bool((lengths >= 1).all()) and bool((lengths <= T).all()), "lengths", f"values in [1, {T}]",
+          f"range [{int(lengths.min())}, {int(lengths.max())}]")
+    for name, t, shape in (("first", first, (K,)), ("last", last, (K,)), ("trans", trans, (K, K))):
+        check(torch.is_tensor(t) and tuple(t.shape) == shape, name, f"a tensor of shape {shape}",
+              getattr(t, "shape", type(t)))
+        check(t.device == unary.device, name, f"a tensor on {unary.device} like unary", t.device)
+    check(lengths.device == unary.device, "lengths", f"a tensor on {unary.device} like unary", lengths.device)
+    if gt is not None:
+        check(torch.is_tensor(gt) and gt.shape == (B, T) and gt.dtype == torch.int64, "gt",
+              f"an int64 tensor of shape ({B}, {T})", (getattr(gt, "shape", None), getattr(gt, "dtype", None)))
+        valid = torch.arange(T, device=gt.device)[None, :] < lengths[:, None]
+        check(bool(((gt >= 0) & (gt < K))[valid].all()), "gt", f"labels in [0, {K - 1}] within lengths",
+              "a label out of range")
+        check(bool((gt[~valid] == -1).all()), "gt", "-1 beyond each sequence's length (padding)", "other values")
+
+
+def chain_score(unary, lengths, first, last, trans, labels) -> torch.Tensor:
+    """s_i(y) of padded labelings ``labels`` (B, T) (-1 beyond ``lengths``): (B,), differentiable
+    w.r.t. the score tensors."""
+    B, T, K = unary.shape
+    valid = torch.arange(T, device=unary.device)[None, :] < lengths[:, None]
+    lab = labels.clamp(min=0)
+    s = torch.where(valid, unary.gather(2, lab[..., None])[..., 0], unary.new_zeros(())).sum(1)
+    s = s + first[lab[:, 0]] + last[lab.gather(1, (lengths - 1)[:, None])[:, 0]]
+    if T > 1:
+        s = s + torch.where(valid[:, 1:], trans[lab[:, 1:], lab[:, :-1]], unary.new_zeros(())).sum(1)
+    return s
+
+
+def hamming(labels, gt, lengths, token_loss=None) -> torch.Tensor:
+    """Delta(y, y_i) = c_i sum_t [y_t != y_i,t], c_i = 1/T_i unless ``token_loss`` (B,) is given."""
+    wrong = ((labels != gt) & (gt >= 0)).sum(1)
+    c = 1.0 / lengths.to(torch.float64) if token_loss is None else token_loss.to(torch.float64)
+    return wrong * c
+
+
+def chain_decode(unary, lengths, first, last, trans, gt=None, token_loss=None) -> torch.Tensor:
+    """Max-scoring labelings (B, T) int64, -1 beyond ``lengths``; loss-augmented if ``gt`` is given.
+    No gradient flows (use :func:`chain_hinge` for training)."""
+    check_chain(unary, lengths, first, last, trans, gt)
+    with torch.no_grad():
+        args = [t.detach() for t in (unary, first, last, trans)]
+        labels, _ = decode(args[0], lengths, *args[1:], gt=gt, token_loss=token_loss)
+    return labels
+
+
+def chain_hinge(unary, lengths, first, last, trans, gt, token_loss=None) -> torch.Tensor:
+    """Per-example structured hinge H_i (B,) (module docstring), differentiable w.r.t. ``unary``,
+    ``first``, ``last`` and ``trans``; its gradient is the subgradient
+    onehot-statistics(y*) - onehot-statistics(y_i) of the loss-augmented labeling y*."""
+    y_star = chain_decode(unary, lengths, first, last, trans, gt, token_loss)
+    delta = hamming(y_star, gt, lengths, token_loss).to(unary.dtype)
+    return delta + chain_score(unary, lengths, first, last, trans, y_star) - chain_score(
+        unary, lengths, first, last, trans, gt)
+
+
+class ChainSSVMHead(nn.Module):
+    """A linear-chain SSVM on top of a network: emission weights W (K, F) and bias (K,) (the
+    constant feature of :class:`~ssvm_torch.models.chain.ChainModel`), ``first``, ``last`` and
+    ``trans`` [next, prev]. ``forward(features, lengths, gt)`` returns the hinges H_i of the padded
+    features (B, T, F); :meth:`decode` predicts; :meth:`to_w` / :meth:`load_w` convert to and from the
+    ChainModel weight vector (label-major layout), so the BCFW engine and this head share weights."""
+
+    def __init__(self, n_features: int, n_states: int, loss: str = "normalized"):
+        super().__init__()
+        check(int(n_features) >= 1, "n_features", "an int >= 1", n_features)
+        check(int(n_states) >= 1, "n_states", "an int >= 1", n_states)
+        self.loss = check_choice(loss, "loss", ("normalized", "hamming"))
+        K, F = int(n_states), int(n_features)
+        self.emission = nn.Linear(F, K)
+        nn.init.zeros_(self.emission.weight)
+        nn.init.zeros_(self.emission.bias)
+        self.first = nn.Parameter(torch.zeros(K))
+        self.last = nn.Parameter(torch.zeros(K))
+        self.trans = nn.Parameter(torch.zeros(K, K))
+
+    def unaries(self, features: torch.Tensor) -> torch.Tensor:
+        return self.emission(features)
+
+    def token_loss(self, lengths):
+        return None if self.loss == "normalized" else torch.ones(lengths.shape, dtype=torch.float64,
+                                                                 device=lengths.device)
+
+    def forward(self, features, lengths, gt) -> torch.Tensor:
+        return chain_hinge(self.unaries(features), lengths, self.first, self.last, self.trans, gt,
+                           self.token_loss(lengths))
+
+    def decode(self, features, lengths) -> torch.Tensor:
+        return chain_decode(self.unaries(features), lengths, self.first, self.last, self.trans)
+
+    def sq_norm(self) -> torch.Tensor:
+        """||w||^2 of the head's weights (the regularizer lam/2 ||w||^2 of objective (1))."""
+        return sum((p * p).sum() for p in self.parameters())
+
+    def to_w(self) -> torch.Tensor:
+        """The ChainModel weight vector [W | bias per state, first, last, trans] (label-major)."""
+        W = torch.cat([self.emission.weight, self.emission.bias[:, None]], 1)
+        return torch.cat([W.reshape(-1), self.first, self.last, self.trans.reshape(-1)]).detach()
+
+    @torch.no_grad()
+    def load_w(self, w: torch.Tensor) -> None:
+        K, F = self.emission.weight.shape
+        d = K * (F + 1) + 2 * K + K * K
+        check(w.dim() == 1 and w.shape[0] == d, "w", f"a vector of length {d}", tuple(w.shape))
+        W = w[:K * (F + 1)].view(K, F + 1)
+        self.emission.weight.copy_(W[:, :F])
+        self.emission.bias.copy_(W[:, F])
+        e = K * (F + 1)
+        self.first.copy_(w[e:e + K])
+        self.last.copy_(w[e + K:e + 2 * K])
+        self.trans.copy_(w[e + 2 * K:].view(K, K))
