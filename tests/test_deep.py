@@ -19,7 +19,7 @@ from ssvm_torch.outputs import load_model, load_torch
 
 def fit(tmp_path, epochs=3, **kw):
     module = DeepChainModule(split="large", train_size=200, pretrain_epochs=1, bcfw_passes=4, gap_check=2,
-                             width=8, n_features=32, threads=2, out=str(tmp_path), **kw)
+                             width=8, n_features=32, threads=None, out=str(tmp_path), **kw)
     trainer = L.Trainer(max_epochs=epochs, logger=False, enable_checkpointing=False,
                         enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0)
     trainer.fit(module)
@@ -138,7 +138,7 @@ def test_alternating_run_resumed_from_a_checkpoint_equals_the_uninterrupted_run(
 
     def run(out, epochs, ckpt=None):
         module = DeepChainModule(method="alternating", split="large", train_size=100, pretrain_epochs=1,
-                                 bcfw_passes=3, gap_check=3, width=8, n_features=16, threads=2, out=str(out))
+                                 bcfw_passes=3, gap_check=3, width=8, n_features=16, threads=None, out=str(out))
         trainer = L.Trainer(max_epochs=epochs, logger=False, enable_progress_bar=False, enable_model_summary=False,
                             num_sanity_val_steps=0, default_root_dir=str(out),
                             callbacks=[ModelCheckpoint(dirpath=str(out / "ckpt"), save_last=True, save_top_k=0)])

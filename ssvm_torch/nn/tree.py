@@ -123,5 +123,13 @@ class TreeSSVMHead(nn.Module):
     def decode(self, maps) -> torch.Tensor:
         return tree_decode(self._unary(maps), self.w_pair().to(maps), self.parents, self.rest, self.scale)
 
+    def weights(self) -> torch.Tensor:
+        """The TreePoseModel weight vector [unary weights ; (w1, w2, w3, w4) per edge], differentiable."""
+        return torch.cat([self.unary_weight, self.w_pair()[1:].reshape(-1)])
+
+    def sq_norm(self) -> torch.Tensor:
+        """||w||^2 (the regularizer lam/2 ||w||^2 of objective (1))."""
+        return (self.weights() ** 2).sum()
+
     def to_w(self) -> torch.Tensor:
-        return torch.cat([self.unary_weight, self.w_pair()[1:].reshape(-1)]).detach()
+        return self.weights().detach()
