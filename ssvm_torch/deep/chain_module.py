@@ -32,6 +32,7 @@ import torch.nn.functional as Fn
 import torch.utils.data as tud
 
 from ..errors import SSVMInputError, check, check_choice, check_positive
+from ..lightning.module import run_output_dir
 from ..models.chain import ChainModel
 from ..nn import ChainSSVMHead, chain_crf_nll, chain_decode, chain_hinge
 from ..outputs import atomic_write_bytes, content_digest, save_history, save_model, save_torch
@@ -306,11 +307,7 @@ class DeepChainModule(L.LightningModule):
 
     # -- outputs --------------------------------------------------------------------------------
     def output_dir(self) -> Path:
-        if self.hparams.out is not None:
-            return Path(self.hparams.out)
-        logger = self.trainer.logger
-        return Path(logger.log_dir if logger is not None and getattr(logger, "log_dir", None)
-                    else self.trainer.default_root_dir)
+        return run_output_dir(self.trainer, self.hparams.out)
 
     def on_fit_end(self) -> None:
         if self.trainer.is_global_zero:

@@ -72,6 +72,16 @@ class BlockFrankWolfe(torch.optim.Optimizer):
         return self.solver.run_chunk(chunk)
 
 
+def run_output_dir(trainer, out) -> Path:
+    """Where a module writes its run files: ``out`` if given, else the logger's log_dir, else the
+    trainer's default_root_dir."""
+    if out is not None:
+        return Path(out)
+    logger = trainer.logger
+    return Path(logger.log_dir if logger is not None and getattr(logger, "log_dir", None)
+                else trainer.default_root_dir)
+
+
 class SSVMModule(L.LightningModule):
     """Train an SSVM with FW / BCFW (uniform, perm, gap sampling; fw/pairwise/away/best steps;
     caching) / SSG under a Lightning ``Trainer``. Arguments are ``ssvm-train``'s flags.
@@ -212,11 +222,7 @@ class SSVMModule(L.LightningModule):
 
     # -- outputs --------------------------------------------------------------------------------
     def output_dir(self) -> Path:
-        if self.hparams.out is not None:
-            return Path(self.hparams.out)
-        logger = self.trainer.logger
-        return Path(logger.log_dir if logger is not None and getattr(logger, "log_dir", None)
-                    else self.trainer.default_root_dir)
+        return run_output_dir(self.trainer, self.hparams.out)
 
     def write_outputs(self) -> Path:
         """history.json and model.pt, in the formats of ``ssvm-train``."""
