@@ -18,6 +18,7 @@ Writes benchmarks/results/deep_pose.json / deep_ocr.json.
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import platform
 import statistics
@@ -30,7 +31,9 @@ from ssvm_torch.data import PoseData
 from ssvm_torch.data.ocr import load_ocr
 from ssvm_torch.data.pose_synth import PARENTS, make_pose_synth
 from ssvm_torch.deep.pose import heatmap_maps, heatmap_pose_data, train_heatmaps
+from ssvm_torch.models.chain import ChainModel
 from ssvm_torch.models.pose import TreePoseModel
+from ssvm_torch.nn import TreeSSVMHead
 from ssvm_torch.outputs import load_torch
 from ssvm_torch.solvers import Solver, SolverConfig
 from ssvm_torch.stores import make_store
@@ -51,11 +54,6 @@ def tree_ssvm(train: PoseData, test: PoseData, passes: float) -> dict:
 def end_to_end_pose(net, tr, te, epochs: int) -> dict:
     """Stage-1 network and a TreeSSVMHead trained together on mean H_i + lam/2 ||w||^2 through
     tree_hinge (the distance-transform oracle), lam = 1/n, Adam; joint error of the final model."""
-    import copy
-
-    from ssvm_torch.deep.pose import heatmap_maps
-    from ssvm_torch.nn import TreeSSVMHead
-    from ssvm_torch.models.pose import TreePoseModel
     net = copy.deepcopy(net).train()
     rest = TreePoseModel.for_data(PoseData(tr.scores, tr.joints), PARENTS).rest
     head = TreeSSVMHead(PARENTS, rest, scale=4.0)
@@ -125,7 +123,6 @@ def linear_chain(passes: float) -> dict:
 
 def ocr(runs: list[str], passes: float) -> dict:
     _, test = load_ocr("large")
-    lengths = test.lengths
     out = {"linear chain (pixels)": linear_chain(passes)}
     for run in runs:
         run = Path(run)
@@ -134,8 +131,7 @@ def ocr(runs: list[str], passes: float) -> dict:
         preds = load_torch(run / "test_predictions.pt", "predictions")["predictions"]
         pred = torch.cat(preds)
         wrong = (pred != test.Y).to(torch.float64)
-        per_word = torch.zeros(test.n, dtype=torch.float64).index_add_(
-            0, torch.repeat_interleave(torch.arange(test.n), lengths), wrong) / lengths
+        per_word = ChainModel.for_data(test).ragged_loss(test, pred)
         last = hist[-1]
         assert abs(float(per_word.mean()) - last["test_error"]) < 1e-12, run
         stages = {}

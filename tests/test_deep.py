@@ -168,3 +168,22 @@ def test_damaged_checkpoint_is_refused_by_name():
         module.on_load_checkpoint(ck)
     with pytest.raises(SSVMInputError, match="expected a DeepChainModule checkpoint"):
         module.on_load_checkpoint({"state_dict": {}})
+
+
+def test_tree_layer_uses_no_host_copy_on_the_torch_path():
+    """float32 maps take the torch distance transform (the CUDA path): no host copy, and the hinge
+    equals the float64 (numba) one."""
+    from ssvm_torch.nn import tree_hinge
+    g = torch.Generator().manual_seed(0)
+    maps = torch.randn(2, 3, 6, 6, generator=g, dtype=torch.float64)
+    w_pair = torch.tensor([[0.0, 0.0, 0.0, 0.0], [0.1, 0.5, -0.2, 0.3], [0.0, 0.2, 0.1, 0.4]], dtype=torch.float64)
+    rest = torch.tensor([[0.0, 0.0], [1.0, -1.0], [-1.0, 2.0]], dtype=torch.float64)
+    gt = torch.tensor([[[0, 0], [1, 2], [3, 4]], [[5, 5], [2, 1], [0, 3]]])
+    ref = tree_hinge(maps, gt, w_pair, [-1, 0, 0], rest, scale=2.0)
+    with host_guard() as guard:
+        m32 = maps.float().requires_grad_(True)
+        H = tree_hinge(m32, gt, w_pair.float(), [-1, 0, 0], rest.float(), scale=2.0)
+        H.sum().backward()
+        assert guard.host_copies == 0
+    torch.testing.assert_close(H.double(), ref, rtol=0, atol=1e-5)
+    assert m32.grad is not None and float(m32.grad.abs().sum()) > 0

@@ -22,6 +22,7 @@ tensors, one per test word in dataset order) and ``config.json``.
 """
 from __future__ import annotations
 
+import json
 import math
 import time
 from pathlib import Path
@@ -298,11 +299,9 @@ class DeepChainModule(L.LightningModule):
         out = {}
         for name, words in (("train", self.train_words), ("test", self.test_words)):
             pred = torch.cat(self.predict_words(words))
-            wrong = (pred != words.chain.Y).to(torch.float64)
-            per_word = torch.zeros(words.n, dtype=torch.float64).index_add_(
-                0, torch.repeat_interleave(torch.arange(words.n), words.chain.lengths), wrong) / words.chain.lengths
+            per_word = ChainModel.for_data(words.chain).ragged_loss(words.chain, pred)      # normalized Hamming
             out[f"{name}_error"] = float(per_word.mean())
-            out[f"{name}_letter_error"] = float(wrong.mean())
+            out[f"{name}_letter_error"] = float((pred != words.chain.Y).to(torch.float64).mean())
         return out
 
     # -- outputs --------------------------------------------------------------------------------
@@ -314,7 +313,6 @@ class DeepChainModule(L.LightningModule):
             self.write_outputs()
 
     def write_outputs(self) -> Path:
-        import json
         out = self.output_dir()
         out.mkdir(parents=True, exist_ok=True)
         save_history(out, self.history)

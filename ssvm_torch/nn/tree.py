@@ -30,8 +30,8 @@ def _check_tree(unary, parents, w_pair, rest, labels=None) -> None:
     check(len(parents) == J, "parents", f"{J} parents (one per part map)", len(parents))
     check(torch.is_tensor(w_pair) and tuple(w_pair.shape) == (J, 4), "w_pair", f"a tensor of shape ({J}, 4)",
           getattr(w_pair, "shape", type(w_pair)))
-    check(bool((w_pair[1:, [1, 3]] >= 0).all()), "w_pair", "quadratic weights (columns 1 and 3) >= 0",
-          float(w_pair[1:, [1, 3]].min()) if J > 1 else None)
+    if not bool((w_pair[1:, [1, 3]] >= 0).all()):                    # the minimum is read only to report it
+        check(False, "w_pair", "quadratic weights (columns 1 and 3) >= 0", float(w_pair[1:, [1, 3]].min()))
     check(torch.is_tensor(rest) and tuple(rest.shape) == (J, 2), "rest", f"a tensor of shape ({J}, 2)",
           getattr(rest, "shape", type(rest)))
     if labels is not None:
