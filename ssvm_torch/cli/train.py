@@ -27,7 +27,8 @@ from .. import distributed
 from ..errors import SSVMInputError, run_cli
 from ..outputs import RunDir, load_checkpoint, save_checkpoint, save_history, save_model, save_selection
 from ..selection import DEFAULT_LAMS, select_lambda
-from ..solvers import SAMPLERS, SOLVERS, STEPS, Solver, SolverConfig
+from ..solvers import SAMPLERS, SOLVERS, STEPS, SolverConfig, make_solver
+from ..solvers.cutting_plane import QP_SOLVERS
 from ..stores import KERNELS
 from ..tasks import TASKS, get_task, load_task
 
@@ -63,7 +64,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--min-counts", type=int, nargs="+", default=None,
                    help="conll2000 with --select-lam: also choose the cut-off among these; None = --min-count only")
     p.add_argument("--solver", choices=SOLVERS, default="bcfw",
-                   help="fw: batch Frank-Wolfe; bcfw: block-coordinate FW; ssg: stochastic subgradient")
+                   help="fw: batch Frank-Wolfe; bcfw: block-coordinate FW; ssg: stochastic subgradient; eg: online "
+                        "exponentiated gradient (chains); deg: dual extragradient (chains); cutting-plane: 1-slack "
+                        "cutting plane (docs/solvers.md)")
+    p.add_argument("--step-size", type=float, default=0.0,
+                   help="eg / deg: multiple of the safe step (0 = the solver's default: eg 10, deg 10)")
+    p.add_argument("--qp-solver", choices=QP_SOLVERS, default="daqp",
+                   help="cutting-plane: the qpsolvers backend of the working-set QP")
+    p.add_argument("--inactive-window", type=int, default=50,
+                   help="cutting-plane: QP solves a constraint may stay inactive (alpha = 0) before it is pruned")
     p.add_argument("--sampling", choices=sorted(SAMPLERS), default="gap",
                    help="block sampling: uniform, a fresh permutation per pass, or gap sampling (p_i ~ g_i)")
     p.add_argument("--step", choices=STEPS, default="fw",
@@ -199,7 +208,7 @@ def _train(args, cfg: SolverConfig, device, dtype, run_dir: RunDir | None) -> di
             if out is not None:
                 save_checkpoint(out / "checkpoint.pt", state, identity)
 
-    solver = Solver(dual, cfg, evaluate=task.evaluate if run_dir is not None else None, progress=progress)
+    solver = make_solver(dual, cfg, evaluate=task.evaluate if run_dir is not None else None, progress=progress)
     if args.checkpoint and run_dir is not None:   # the first checkpoint comes at the first gap check: room now
         local = dual.local if size > 1 else dual
         state = local.state_dict()
@@ -224,7 +233,8 @@ def _train(args, cfg: SolverConfig, device, dtype, run_dir: RunDir | None) -> di
     if out is None:
         return last
     save_history(out, history)
-    save_model(out, dual.w, dual.ell, lam, args.dataset, task.describe())
+    w_model, ell_model = solver.model_point()
+    save_model(out, w_model, ell_model, lam, args.dataset, task.describe())
     if speak and size > 1:
         print(f"exchanged {dual.bytes_per_step / 1e3:.1f} kB per step per rank ({dual.steps_exchanged} steps)")
     if speak:

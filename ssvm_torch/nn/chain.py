@@ -23,8 +23,9 @@ from ..errors import check, check_choice
 from ..oracles.viterbi import decode
 
 
-def check_chain(unary, lengths, first, last, trans, gt=None) -> None:
-    """Clear errors for the padded-chain arguments (shapes, devices, lengths, label ranges)."""
+def check_chain(unary, lengths, first, last, trans, gt=None, per_sequence: bool = False) -> None:
+    """Clear errors for the padded-chain arguments (shapes, devices, lengths, label ranges);
+    ``per_sequence``: ``first``/``last``/``trans`` may also be given per sequence, (B, K) / (B, K, K)."""
     check(torch.is_tensor(unary) and unary.dim() == 3 and unary.is_floating_point(), "unary",
           "a float tensor (B, T, K)", getattr(unary, "shape", type(unary)))
     B, T, K = unary.shape
@@ -34,8 +35,9 @@ def check_chain(unary, lengths, first, last, trans, gt=None) -> None:
     if not bool(((lengths >= 1) & (lengths <= T)).all()):           # the range is read only to report it
         check(False, "lengths", f"values in [1, {T}]", f"range [{int(lengths.min())}, {int(lengths.max())}]")
     for name, t, shape in (("first", first, (K,)), ("last", last, (K,)), ("trans", trans, (K, K))):
-        check(torch.is_tensor(t) and tuple(t.shape) == shape, name, f"a tensor of shape {shape}",
-              getattr(t, "shape", type(t)))
+        shapes = (shape, (B, *shape)) if per_sequence else (shape,)
+        check(torch.is_tensor(t) and tuple(t.shape) in shapes, name,
+              f"a tensor of shape {' or '.join(map(str, shapes))}", getattr(t, "shape", type(t)))
         check(t.device == unary.device, name, f"a tensor on {unary.device} like unary", t.device)
     check(lengths.device == unary.device, "lengths", f"a tensor on {unary.device} like unary", lengths.device)
     if gt is not None:

@@ -29,13 +29,16 @@ from .chain import chain_score, check_chain
 
 def edge_potentials(unary, lengths, first, last, trans) -> torch.Tensor:
     """torch-struct's (B, T-1, K, K) ``lp[b, n, cur, prev]`` holding every score of the chain:
-    the sum over a labeling's edges equals s(y) (sequences of length >= 2)."""
+    the sum over a labeling's edges equals s(y) (sequences of length >= 2). ``first``/``last``
+    (K,) or per sequence (B, K), ``trans`` (K, K) or per sequence (B, K, K)."""
     B, T, K = unary.shape
-    lp = trans[None, None] + unary[:, 1:, :, None]                    # cur's unary on the edge entering it
+    tr = trans[:, None] if trans.dim() == 3 else trans[None, None]
+    lp = tr + unary[:, 1:, :, None]                                    # cur's unary on the edge entering it
     head = (unary[:, 0] + first)[:, None, :]                           # prev = position 0
     lp = torch.cat([lp[:, :1] + head[:, None], lp[:, 1:]], 1)
     at_end = (torch.arange(T - 1, device=unary.device)[None, :] == (lengths - 2)[:, None])
-    return lp + at_end[:, :, None, None].to(lp.dtype) * last[None, None, :, None]
+    end = last[:, None, :, None] if last.dim() == 2 else last[None, None, :, None]
+    return lp + at_end[:, :, None, None].to(lp.dtype) * end
 
 
 def chain_log_partition(unary, lengths, first, last, trans, chunk: int = 256) -> torch.Tensor:
@@ -43,20 +46,25 @@ def chain_log_partition(unary, lengths, first, last, trans, chunk: int = 256) ->
     log semiring; length-1 rows directly)."""
     from torch_struct import LinearChainCRF
 
-    check_chain(unary, lengths, first, last, trans)
+    check_chain(unary, lengths, first, last, trans, per_sequence=True)
     B = unary.shape[0]
     out = []
     one = lengths == 1
+
+    def rows_of(t, s, e, dim):               # a per-sequence parameter's rows s:e, a shared one as is
+        return t[s:e] if t.dim() == dim else t
     for s in range(0, B, chunk):
         e = min(B, s + chunk)
         U, L = unary[s:e], lengths[s:e]
-        part = torch.logsumexp(U[:, 0] + first + last, 1)              # right for the length-1 rows
+        f, la, tr = rows_of(first, s, e, 2), rows_of(last, s, e, 2), rows_of(trans, s, e, 3)
+        part = torch.logsumexp(U[:, 0] + f + la, 1)                    # right for the length-1 rows
         many = ~one[s:e]
         if bool(many.any()):
             rows = torch.nonzero(many)[:, 0]
             Lm = L[rows]
             Tm = int(Lm.max())
-            lp = edge_potentials(U[rows, :Tm], Lm, first, last, trans)
+            lp = edge_potentials(U[rows, :Tm], Lm, *(t[rows] if t.dim() == d else t
+                                                     for t, d in ((f, 2), (la, 2), (tr, 3))))
             with warnings.catch_warnings():        # torch-struct 0.5 does not declare arg_constraints
                 warnings.filterwarnings("ignore", message=".*arg_constraints.*")
                 z = LinearChainCRF(lp + 0.0, lengths=Lm).partition     # + 0.0: a fresh tensor for requires_grad_
@@ -72,6 +80,21 @@ def chain_marginals(unary, lengths, first, last, trans, chunk: int = 256) -> tor
         logz = chain_log_partition(leaf, lengths, first.detach(), last.detach(), trans.detach(), chunk)
         (grad,) = torch.autograd.grad(logz.sum(), leaf)
     return grad.detach()
+
+
+def chain_expectations(unary, lengths, first, last, trans, chunk: int = 256):
+    """The sufficient statistics of p(y) = exp s(y) / Z per sequence: label marginals (B, T, K) (zero
+    beyond ``lengths``), expected first and last labels (B, K), expected transition counts
+    (B, K, K) [next, prev] and log Z (B,), all as gradients of log Z (torch-struct in the log
+    semiring); ``first``/``last``/``trans`` shared or per sequence. No graph is kept."""
+    B, K = unary.shape[0], unary.shape[2]
+    with torch.enable_grad():
+        leaves = [unary.detach().clone().requires_grad_(True)]
+        for t, shape in ((first, (B, K)), (last, (B, K)), (trans, (B, K, K))):
+            leaves.append(t.detach().expand(*shape).clone().requires_grad_(True))
+        logz = chain_log_partition(*leaves[:1], lengths, *leaves[1:], chunk=chunk)
+        grads = torch.autograd.grad(logz.sum(), leaves)
+    return (*(g.detach() for g in grads), logz.detach())
 
 
 def chain_crf_nll(unary, lengths, first, last, trans, gt, chunk: int = 256) -> torch.Tensor:

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field, fields
 from ..errors import check, check_choice
 from .samplers import SAMPLERS
 
-SOLVERS = ("fw", "bcfw", "ssg")
+SOLVERS = ("fw", "bcfw", "ssg", "eg", "deg", "cutting-plane")
 STEPS = ("fw", "pairwise", "away", "best")
 
 
@@ -33,6 +33,9 @@ class SolverConfig:
                                  # the others are monitoring only (not counted, not timed)
     estimate_threshold: float = 0.0   # BCFW: also stop when the gap estimate (sum of the stale block
                                       # gaps) is <= this (the heuristic path's stopping rule, App. K)
+    step_size: float = 0.0       # EG / DEG: multiple of the safe step (0 = 1; see solvers/eg.py, deg.py)
+    qp_solver: str = "daqp"      # cutting plane: the qpsolvers backend of the working-set QP
+    inactive_window: int = 50    # cutting plane: QP solves a constraint may stay at alpha = 0 before pruning
     batch_size: int = 1          # BCFW: blocks per step (mini-batch BCFW): tau distinct blocks decoded in
                                  # one batched oracle call, one exact line search on the joint direction
 
@@ -75,7 +78,14 @@ class SolverConfig:
                   "1 unless solver 'bcfw' with step 'fw' and no cache (mini-batch BCFW moves tau blocks along their "
                   "joint FW direction)", f"{self.batch_size} with solver {self.solver!r}, step {self.step!r}"
                   + (", cache" if self.cache else ""))
-        if self.solver != "bcfw":
+        check(isinstance(self.step_size, (int, float)) and math.isfinite(self.step_size) and self.step_size >= 0,
+              "step_size", "a finite number >= 0 (0 = the default multiple 1 of the safe step)", self.step_size)
+        check(isinstance(self.inactive_window, int) and self.inactive_window >= 1, "inactive_window", "an int >= 1",
+              self.inactive_window)
+        check_choice(self.qp_solver, "qp_solver", ("daqp", "quadprog", "clarabel", "osqp"))
+        if self.solver == "cutting-plane":
+            check(self.step == "fw", "step", "'fw' for the cutting plane (step types are BCFW variants)", self.step)
+        elif self.solver != "bcfw":
             check(self.step == "fw" and not self.cache, "step", f"'fw' without cache for solver {self.solver!r} "
                   "(step types and caching are BCFW variants)", self.step + (" + cache" if self.cache else ""))
         return self

@@ -57,6 +57,8 @@ class Solver:
     def __init__(self, dual: BlockDual, config: SolverConfig, evaluate: Evaluator | None = None,
                  progress: Callable[[dict], None] | None = None, monitor_start: bool = True):
         self.dual, self.cfg = dual, config.validate()
+        check(config.solver in ("fw", "bcfw", "ssg"), "solver", "'fw', 'bcfw' or 'ssg' for Solver (solvers.make_solver "
+              "builds the others)", config.solver)
         self.monitor_start = monitor_start      # record the starting point (an uncounted gap pass)
         self.evaluate, self.progress = evaluate, progress
         sampling = "uniform" if config.solver == "ssg" and config.sampling == "gap" else config.sampling
@@ -98,6 +100,10 @@ class Solver:
     @property
     def passes(self) -> float:
         return self.state.oracle_calls / self.dual.n
+
+    def model_point(self) -> tuple[torch.Tensor, float]:
+        """(w, ell) that ``model.pt`` holds: the store's point."""
+        return self.dual.w, self.dual.ell
 
     # -- one exact check ------------------------------------------------------------------------
     def _record(self, gp) -> dict:

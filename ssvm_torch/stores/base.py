@@ -61,6 +61,15 @@ class BatchCorners:
                                 # block, and groups {"count": (tau,) rows per block, name: (sum of counts, ...)}
 
 
+@dataclass
+class BlockMarginals:
+    """A point of block i's marginal polytope (a chain's: label marginals ``mu`` (T_i, K), expected
+    transition counts ``mt`` (K, K) [next, prev]); the dual point of a Gibbs distribution alpha_i."""
+
+    mu: torch.Tensor
+    mt: torch.Tensor
+
+
 #: from this d on, a mini-batch direction is kept sparse (its touched coordinates), not as a d-vector
 SPARSE_D = 1 << 20
 
@@ -260,6 +269,32 @@ class PathRescaling(ABC):
     def block_wdots(self) -> torch.Tensor:
         """lam <w_i, w> for every block at the current point (no oracle call), so that
         H_i(w) / n = g_i - lam <w_i, w> + ell_i recovers the hinge terms from block gaps."""
+
+
+class MarginalMoves(ABC):
+    """What the marginal-based solvers (EG, Collins et al. 2008; the dual extragradient, Taskar et al.
+    2006) need of a store whose blocks are points of a marginal polytope (chains). The part-wise
+    log-potentials of block i at w are theta_i(w) + c_i, with theta_i(w) the scores <w, phi(x_i, .)>
+    on the parts and c_i the loss on the parts; the dual's gradient w.r.t. alpha_i(y) is
+    (L_i(y) + <w, phi(x_i, y)>)/n + const = <theta_i(w) + c_i, S(y)>/n + const."""
+
+    supports_marginals: bool = True
+
+    @abstractmethod
+    def potentials(self, w: torch.Tensor | None = None) -> tuple:
+        """(U (N, K), first (K,), last (K,), trans (K, K)): the part scores of w (default: the store's)."""
+
+    @abstractmethod
+    def loss_potentials(self) -> torch.Tensor:
+        """c: (N, K) the loss of label k at each position (L_i(y) = sum_t c[t, y_t])."""
+
+    @abstractmethod
+    def set_marginals(self, Mu: torch.Tensor, Mt: torch.Tensor, gamma: float = 1.0) -> None:
+        """Every block moves to (1 - gamma) M_i + gamma (Mu_i, Mt_i); ell_i and w follow exactly."""
+
+    @abstractmethod
+    def w_of_marginals(self, Mu: torch.Tensor, Mt: torch.Tensor) -> tuple[torch.Tensor, float]:
+        """(w(z), ell(z)) of marginals z = (Mu, Mt) of every block, without touching the store."""
 
 
 class BlockDual(PointStore, BlockMoves, MiniBatchMoves, BatchPasses, ActiveSetMoves, PathRescaling):

