@@ -122,3 +122,19 @@ def test_every_option_has_help_and_default(module):
         assert described, f"{module}: {first.strip()} has no help text"
         if "(default: None)" in entry:                          # a None default is explained
             assert "None = " in " ".join(entry.split()), f"{module}: {first.strip()} does not say what None means"
+
+
+@pytest.mark.parametrize("solver", ["eg", "deg", "cutting-plane"])
+def test_cli_other_solvers_write_the_same_records(tmp_path, capsys, solver):
+    from ssvm_torch import load_task
+    out = tmp_path / solver
+    assert main(["--dataset", "ocr-small", "--lam", "0.01", "--solver", solver, "--sampling", "perm", "--passes", "4",
+                 "--gap-check", "2", "--out", str(out)]) == 0
+    hist = json.loads((out / "history.json").read_text())
+    assert all(KEYS <= set(r) for r in hist) and [r["passes"] for r in hist] == [0.0, 2.0, 4.0]
+    assert hist[-1]["gap"] == pytest.approx(hist[-1]["primal"] - hist[-1]["dual"])
+    w = torch.load(out / "model.pt")["w"]
+    task = load_task("ocr-small")
+    d = task.store(0.01)
+    d.w.copy_(w)
+    assert d.primal(d.gap_pass().H) == pytest.approx(hist[-1]["primal"], rel=1e-10)     # primal is model.pt's

@@ -1,0 +1,187 @@
+"""Head-to-head: the FW family against the solvers it is measured against (issue 17).
+
+Parts (select with --parts):
+  oracle  the chain marginal oracle: numba forward-backward vs torch-struct (the reference), one
+          sequence, a batch of 64 and a whole pass over OCR-small / OCR-large (median of repeats).
+  qp      the cutting plane's working-set QP from a real run (OCR-small, lam = 0.01): DAQP, quadprog,
+          Clarabel, OSQP through qpsolvers: milliseconds and dual value against the best.
+  study   primal suboptimality P(w) - P* vs effective passes and vs solver seconds for batch FW,
+          BCFW-uniform, BCFW-gap, BCPFW-gap-cache, SSG, DEG, EG (chains) and the 1-slack cutting plane
+          on OCR-small (lam = 0.01), OCR-large (lam = 1e-3) and Hansards (lam = 1/n). P* is the dual
+          value of a BCPFW-gap-cache run to gap <= 1e-5 or --ref-budget seconds (a lower bound on P*,
+          within the reference's final gap, recorded; every suboptimality shown is >= 0). Seeded methods run --seeds seeds where a run takes under a
+          minute, one otherwise; FW, DEG and the cutting plane are deterministic (one run).
+
+Writes benchmarks/results/solvers_<part>.json (+ solvers_study.png). Timings on a 2-core machine are
+noisy: medians of repeats, one process at a time.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ssvm_torch import SolverConfig, load_task
+from ssvm_torch.oracles.marginals import chain_marginals_ragged
+from ssvm_torch.solvers import make_solver
+from ssvm_torch.solvers.cutting_plane import QP_SOLVERS, solve_working_set_qp
+
+RESULTS = Path(__file__).parent / "results"
+METHODS = {
+    "fw": dict(solver="fw"),
+    "bcfw-uniform": dict(solver="bcfw", sampling="uniform"),
+    "bcfw-gap": dict(solver="bcfw", sampling="gap"),
+    "bcpfw-gap-cache": dict(solver="bcfw", sampling="gap", step="pairwise", cache=True),
+    "ssg": dict(solver="ssg", sampling="uniform"),
+    "deg": dict(solver="deg"),
+    "eg": dict(solver="eg", sampling="perm"),
+    "cutting-plane": dict(solver="cutting-plane"),
+}
+DETERMINISTIC = {"fw", "deg", "cutting-plane"}
+CHAINS_ONLY = {"deg", "eg"}
+PROBLEMS = {"ocr-small": 0.01, "ocr-large": 1e-3, "hansards": None}
+
+
+def median_ms(fn, repeats=7):
+    fn()
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return 1e3 * statistics.median(times)
+
+
+def part_oracle():
+    rows = []
+    for name in ("ocr-small", "ocr-large"):
+        d = load_task(name).store(0.01)
+        rng = np.random.default_rng(0)
+        U = torch.as_tensor(rng.normal(size=(int(d.lengths.sum()), d.model.K)))
+        first, last, trans = (torch.as_tensor(rng.normal(size=s)) for s in ((26,), (26,), (26, 26)))
+        off = d.offsets
+        for label, b in (("one sequence", 1), ("batch of 64", 64), ("all", d.n)):
+            rows_U = U[:int(off[b])]
+            for backend in ("numba", "torch-struct"):
+                if backend == "torch-struct" and b == d.n and name == "ocr-large":
+                    continue              # one call over OCR-large exhausts memory; chunked below
+                ms = median_ms(lambda: chain_marginals_ragged(rows_U, d.lengths[:b], first, last, trans,
+                                                              backend=backend), repeats=3 if b == d.n else 7)
+                rows.append({"data": name, "case": label, "sequences": b, "backend": backend, "ms": ms})
+                print(f"{name:9s} {label:13s} {backend:12s} {ms:9.3f} ms", flush=True)
+    return {"rows": rows, "threads": torch.get_num_threads()}
+
+
+def part_qp():
+    task = load_task("ocr-small")
+    d = task.store(0.01)
+    s = make_solver(d, SolverConfig(solver="cutting-plane", passes=400, gap_check=400))
+    s.run()
+    Q, b = s.Q, s.b
+    out = []
+    values = {}
+    for solver in QP_SOLVERS:
+        ms = median_ms(lambda: solve_working_set_qp(Q, b, solver))
+        x = solve_working_set_qp(Q, b, solver)
+        values[solver] = float(b @ x - 0.5 * x @ Q @ x)
+        out.append({"solver": solver, "ms": ms})
+    best = max(values.values())
+    for r in out:
+        r["dual_value"], r["below_best"] = values[r["solver"]], best - values[r["solver"]]
+        print(f"{r['solver']:9s} {r['ms']:8.3f} ms  dual {r['dual_value']:.12f}  below best {r['below_best']:.2e}")
+    return {"working_set": int(b.shape[0]), "rows": out}
+
+
+def run_method(task, lam, method, seed, passes, budget, gap_check):
+    cfg = SolverConfig(seed=seed, passes=passes, time_budget=budget, gap_check=gap_check, **METHODS[method])
+    d = task.store(lam)
+    hist = make_solver(d, cfg).run()
+    return [{k: r.get(k) for k in ("passes", "time_s", "primal", "dual", "gap")} for r in hist]
+
+
+def part_study(problems, seeds, budget, passes, ref_budget):
+    out = {}
+    for name in problems:
+        task = load_task(name)
+        lam = task.lam(PROBLEMS[name])
+        t0 = time.perf_counter()
+        ref = run_method(task, lam, "bcpfw-gap-cache", 0, 5000, ref_budget, 5)
+        ref_dual = max(r["dual"] for r in ref)
+        print(f"{name}: lam {lam:g}, P* reference gap {ref[-1]['gap']:.2e} after {ref[-1]['passes']:.0f} passes "
+              f"({time.perf_counter() - t0:.0f} s)", flush=True)
+        runs = {}
+        for method in METHODS:
+            if method in CHAINS_ONLY and name == "hansards":
+                continue
+            gc = 1 if method in ("fw", "cutting-plane") else 2
+            first = run_method(task, lam, method, 0, passes[name], budget[name], gc)
+            many = method not in DETERMINISTIC and first[-1]["time_s"] < 60
+            hists = [first] + ([run_method(task, lam, method, s, passes[name], budget[name], gc)
+                                for s in range(1, seeds)] if many else [])
+            for h in hists:
+                for r in h:
+                    r["subopt"] = r["primal"] - ref_dual
+            runs[method] = hists
+            last = [h[-1] for h in hists]
+            print(f"  {method:16s} seeds {len(hists)}  subopt {statistics.median(r['subopt'] for r in last):.2e}  "
+                  f"passes {last[0]['passes']:.0f}  {statistics.median(r['time_s'] for r in last):.1f} s", flush=True)
+        out[name] = {"lam": lam, "p_star_lower": ref_dual, "p_star_gap": ref[-1]["gap"], "runs": runs,
+                     "budget_s": budget[name], "max_passes": passes[name]}
+    return out
+
+
+def plot_study(study, path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    names = list(study)
+    fig, axes = plt.subplots(2, len(names), figsize=(5 * len(names), 8), squeeze=False)
+    for j, name in enumerate(names):
+        for method, hists in study[name]["runs"].items():
+            h = hists[0]
+            for i, key in enumerate(("passes", "time_s")):
+                x = [r[key] for r in h]
+                y = [max(r["subopt"], 1e-7) for r in h]
+                axes[i, j].loglog([max(v, 1e-2) for v in x], y, label=method)
+        axes[0, j].set_title(f"{name}, lam = {study[name]['lam']:.3g}")
+        axes[0, j].set_xlabel("effective passes")
+        axes[1, j].set_xlabel("solver seconds")
+        for i in range(2):
+            axes[i, j].set_ylabel("primal suboptimality")
+            axes[i, j].grid(True, which="both", alpha=0.3)
+    axes[0, 0].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--parts", nargs="+", default=["oracle", "qp", "study"], choices=["oracle", "qp", "study"])
+    p.add_argument("--problems", nargs="+", default=list(PROBLEMS), choices=list(PROBLEMS))
+    p.add_argument("--seeds", type=int, default=3)
+    p.add_argument("--budget-small", type=float, default=20, help="solver seconds per run, OCR-small and Hansards")
+    p.add_argument("--budget-large", type=float, default=90, help="solver seconds per run, OCR-large")
+    p.add_argument("--ref-budget", type=float, default=150, help="solver seconds of the P* reference run")
+    p.add_argument("--threads", type=int, default=1)
+    args = p.parse_args()
+    torch.set_num_threads(args.threads)
+    RESULTS.mkdir(exist_ok=True)
+    if "oracle" in args.parts:
+        (RESULTS / "solvers_oracle.json").write_text(json.dumps(part_oracle(), indent=1))
+    if "qp" in args.parts:
+        (RESULTS / "solvers_qp.json").write_text(json.dumps(part_qp(), indent=1))
+    if "study" in args.parts:
+        budget = {"ocr-small": args.budget_small, "hansards": args.budget_small, "ocr-large": args.budget_large}
+        passes = {"ocr-small": 3000, "hansards": 3000, "ocr-large": 1000}
+        study = part_study(args.problems, args.seeds, budget, passes, args.ref_budget)
+        (RESULTS / "solvers_study.json").write_text(json.dumps(study, indent=1))
+        plot_study(study, RESULTS / "solvers_study.png")
+
+
+if __name__ == "__main__":
+    main()
