@@ -174,12 +174,13 @@ def test_cutting_plane_qp_on_its_working_set_and_its_gap_bounds_the_suboptimalit
     assert hist[-1]["gap"] < hist[1]["gap"]
 
 
-@pytest.mark.parametrize("solver", ["eg", "deg", "cutting-plane"])
-def test_resume_is_exact(ocr_small, tmp_path, solver):
+@pytest.mark.parametrize("solver,cache", [("eg", False), ("deg", False), ("cutting-plane", False),
+                                          ("cutting-plane", True)])
+def test_resume_is_exact(ocr_small, tmp_path, solver, cache):
     train, _ = ocr_small
     sub = train.subset(range(20))
     m = ChainModel.for_data(sub)
-    cfg = dict(solver=solver, sampling="perm", gap_check=2, seed=4)
+    cfg = dict(solver=solver, sampling="perm", gap_check=2, seed=4, cache=cache)
 
     def strip(h):
         return [{k: v for k, v in r.items() if k != "time_s"} for r in h]
@@ -199,6 +200,11 @@ def test_clear_errors():
     task = load_task("scene")
     with pytest.raises(SSVMInputError, match="marginal moves"):
         make_solver(task.store(0.01), SolverConfig(solver="eg"))
+    with pytest.raises(SSVMInputError, match="relaxation"):
+        make_solver(task.store(0.01), SolverConfig(solver="deg"))
+    seg = load_task("segmentation-synth", train_size=5)
+    with pytest.raises(SSVMInputError, match="cutting-plane"):
+        make_solver(seg.store(0.01), SolverConfig(solver="cutting-plane"))
     with pytest.raises(SSVMInputError, match="step_size"):
         SolverConfig(solver="deg", step_size=-1).validate()
     with pytest.raises(SSVMInputError, match="qp_solver"):
@@ -206,3 +212,88 @@ def test_clear_errors():
     model, data = tiny_problem()
     with pytest.raises(SSVMInputError, match="make_solver"):
         Solver(make_store(model, data, 0.1), SolverConfig(solver="eg"))
+
+
+def tiny_matching(seed=0, n_ex=3):
+    from ssvm_torch.data.examples import PairData
+    from ssvm_torch.models.matching import MatchingModel
+    rng = np.random.default_rng(seed)
+    X, Ne, Nf, A = [], [], [], []
+    for _ in range(n_ex):
+        m, n = rng.integers(1, 4), rng.integers(1, 4)
+        X.append(rng.normal(size=(m, n, 2)))
+        Ne.append(rng.normal(size=(m, 1)))
+        Nf.append(rng.normal(size=(n, 1)))
+        a, perm = -np.ones(m, dtype=int), rng.permutation(n)
+        for j in range(min(m, n)):
+            if rng.random() < 0.7:
+                a[j] = perm[j]
+        A.append(a)
+    data = PairData(X, Ne, Nf, A)
+    return MatchingModel.for_data(data), data
+
+
+def test_matching_relaxation_is_exact_at_alignments_and_linear():
+    from ssvm_torch.stores import MatchingDual
+    model, data = tiny_matching(1, n_ex=5)
+    d = make_store(model, data, 0.1)
+    assert isinstance(d, MatchingDual)
+    rng = np.random.default_rng(0)
+    idx = torch.arange(data.n)
+    for _ in range(5):
+        w = torch.as_tensor(rng.normal(size=model.d))
+        labels = model.predict(w, data, idx)
+        z = torch.zeros_like(d.gold)
+        off = 0
+        for k in range(data.n):
+            m, n = data.X[k].shape[:2]
+            for j, a in enumerate(labels[k, :m].tolist()):
+                if a >= 0:
+                    z[off + j * n + a] = 1.0
+            off += m * n
+        torch.testing.assert_close(d.phi_relaxed(z), model.phi(data, idx, labels), rtol=0, atol=1e-12)
+        torch.testing.assert_close(d.loss_relaxed(z), model.loss(data, idx, labels), rtol=0, atol=1e-12)
+        theta = d.relaxed_scores(w)[0]          # <w, phi(z) - phi(z_gt)> = <theta(w), z - z_gt>
+        assert float(((d.phi_relaxed(z) - d.phi_gt) @ w).sum()) == pytest.approx(float(theta @ (z - d.gold)), abs=1e-12)
+
+
+def test_matching_projection_equals_an_independent_solve():
+    model, data = tiny_matching(2, n_ex=4)
+    d = make_store(model, data, 0.1)
+    a = d.gold + torch.as_tensor(np.random.default_rng(0).normal(scale=0.7, size=d.gold.shape[0]))
+    z = d.project(a).numpy()
+    G = d._G.toarray()
+    assert (z >= 0).all() and (G @ z <= 1 + 1e-12).all()
+    an = a.numpy()
+    ref = minimize(lambda x: 0.5 * ((x - an) ** 2).sum(), np.zeros_like(an), jac=lambda x: x - an,
+                   bounds=[(0, None)] * len(an), method="SLSQP", options={"ftol": 1e-15, "maxiter": 1000},
+                   constraints=[{"type": "ineq", "fun": lambda x: 1 - G @ x, "jac": lambda x: -G}])
+    np.testing.assert_allclose(z, ref.x, rtol=0, atol=1e-6)
+
+
+def test_deg_on_matchings_reaches_the_bcfw_optimum():
+    model, data = tiny_matching()
+    p_star, _ = optimum(model, data, 1.0)
+    s = make_solver(make_store(model, data, 1.0), SolverConfig(solver="deg", passes=2000, gap_check=1000, step_size=10))
+    hist = s.run()
+    assert hist[-1]["primal"] - p_star < 1e-5
+    assert all(r["gap"] >= r["primal"] - p_star - 1e-12 for r in hist)
+    assert hist[-1]["geometry"] == "euclidean"
+
+
+def test_cutting_plane_inference_cache_saves_oracle_calls(ocr_small):
+    train, _ = ocr_small
+    sub = train.subset(range(40))
+    model, lam = ChainModel.for_data(sub), 0.05
+    p_star, _ = optimum(model, sub, lam)
+    calls = {}
+    for cache in (False, True):
+        d = make_store(model, sub, lam)
+        s = make_solver(d, SolverConfig(solver="cutting-plane", cache=cache, passes=200, gap_check=1,
+                                        gap_threshold=1e-2))
+        hist = s.run()
+        assert hist[-1]["gap"] <= 1e-2 and all(r["gap"] >= r["primal"] - p_star - 1e-10 for r in hist)
+        calls[cache] = hist[-1]["oracle_calls"]
+        if cache:
+            assert hist[-1]["cache_hits"] > 0
+    assert calls[True] < calls[False]

@@ -83,7 +83,7 @@ class SolverConfig:
         check(isinstance(self.inactive_window, int) and self.inactive_window >= 1, "inactive_window", "an int >= 1",
               self.inactive_window)
         check_choice(self.qp_solver, "qp_solver", ("daqp", "quadprog", "clarabel", "osqp"))
-        if self.solver == "cutting-plane":
+        if self.solver == "cutting-plane":              # cache: its inference cache (solvers/cutting_plane.py)
             check(self.step == "fw", "step", "'fw' for the cutting plane (step types are BCFW variants)", self.step)
         elif self.solver != "bcfw":
             check(self.step == "fw" and not self.cache, "step", f"'fw' without cache for solver {self.solver!r} "

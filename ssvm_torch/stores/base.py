@@ -192,6 +192,14 @@ class BatchPasses(ABC):
     def corner_point(self, gp: GapPass) -> tuple[torch.Tensor, float]:
         """(w_s, ell_s) = sum over blocks of the FW corners found by ``gp`` (batch FW)."""
 
+    def block_labeling(self, gp: GapPass, i: int):
+        """Block i's labeling in ``gp.labels`` (a point for ``corner_gaps`` / ``stack_labelings``)."""
+        return gp.labels[i]
+
+    def stack_labelings(self, labelings: list):
+        """The ``GapPass.labels`` container of one labeling per block (the inverse of block_labeling)."""
+        return torch.stack([torch.as_tensor(y, device=self.device) for y in labelings])
+
     @abstractmethod
     def move_all(self, gp: GapPass, w_s: torch.Tensor, ell_s: float, gamma: float) -> None:
         """Batch FW update of every block toward its corner with one step size."""
@@ -295,6 +303,46 @@ class MarginalMoves(ABC):
     @abstractmethod
     def w_of_marginals(self, Mu: torch.Tensor, Mt: torch.Tensor) -> tuple[torch.Tensor, float]:
         """(w(z), ell(z)) of marginals z = (Mu, Mt) of every block, without touching the store."""
+
+
+class RelaxedPasses(ABC):
+    """What the dual extragradient (Taskar, Lacoste-Julien & Jordan 2006) needs of a store: a
+    relaxation Z_i of block i's labelings (the chain's marginal polytope, the bipartite matching
+    polytope) whose points are feasible dual blocks, with scores and losses linear on it,
+    <w, phi(x_i, z_i)> = <theta_i(w), z_i> + const and L_i(z_i) = <c_i, z_i> + const, and the Bregman
+    prox of its geometry. "Parts" are tuples of tensors over all blocks, added and scaled element-wise."""
+
+    geometry: str = ""          # "entropic" (KL, Taskar et al. Sec. 4.1) or "euclidean" (Sec. 4.2)
+
+    @abstractmethod
+    def relaxed_scores(self, w: torch.Tensor) -> tuple:
+        """theta(w): the parts of the scores of w on every block."""
+
+    @abstractmethod
+    def relaxed_loss(self) -> tuple:
+        """c: the parts of the loss, in the shapes of relaxed_scores."""
+
+    @abstractmethod
+    def prox_center(self) -> tuple:
+        """The prox state of the centre z_c of every block (the ground truth's neighbourhood)."""
+
+    @abstractmethod
+    def prox(self, base: tuple, step: tuple) -> tuple[Any, tuple]:
+        """z = argmax_{z in Z} <step, z> - D(z, z_base) for every block, and z's prox state (so that a
+        further prox can start from z): the Bregman projection of Taskar et al. eq. (17)."""
+
+    @abstractmethod
+    def prox_scale(self) -> float:
+        """max_i R_i^2: ||psi_i(z) - psi_i(z')|| <= R_i ||z - z'|| in the geometry's norm (l1 for the
+        entropic, l2 for the Euclidean), which sets the z step."""
+
+    @abstractmethod
+    def w_of_relaxed(self, z) -> tuple[torch.Tensor, float]:
+        """(w(z), ell(z)) = (sum_i (phi(x_i, y_i) - phi(x_i, z_i)) / (lam n), sum_i L_i(z_i) / n)."""
+
+    @abstractmethod
+    def set_relaxed(self, z, gamma: float = 1.0) -> None:
+        """Every block moves to (1 - gamma) (its point) + gamma (the dual point of z_i); w, ell follow."""
 
 
 class BlockDual(PointStore, BlockMoves, MiniBatchMoves, BatchPasses, ActiveSetMoves, PathRescaling):

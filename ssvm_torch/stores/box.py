@@ -118,6 +118,12 @@ class BoxedDual(BlockDual):
     def corner_point(self, gp: GapPass):
         return self.inner.corner_point(gp)
 
+    def block_labeling(self, gp: GapPass, i: int):
+        return self.inner.block_labeling(gp, i)
+
+    def stack_labelings(self, labelings: list):
+        return self.inner.stack_labelings(labelings)
+
     def move_all(self, gp: GapPass, w_s, ell_s, gamma) -> None:
         v_c = (1.0 - gamma) * self.v_c + gamma * w_s[self.idx]
         self.inner.move_all(gp, w_s, ell_s, gamma)

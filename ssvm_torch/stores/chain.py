@@ -272,6 +272,14 @@ class ChainDual(ChainTorchPath, ChainMarginalMoves, BlockDual):
         trans.copy_(self.gt_trans - Mt_sum)
         return w.div_(self.lam * self.N)
 
+    def block_labeling(self, gp: GapPass, i: int):
+        s, e = int(self.offsets[i]), int(self.offsets[i + 1])
+        y = gp.labels[s:e]
+        return to_host(y).copy() if self._numba else y.clone()
+
+    def stack_labelings(self, labelings: list) -> torch.Tensor:
+        return torch.cat([torch.as_tensor(y, device=self.device) for y in labelings])
+
     def corner_point(self, gp: GapPass):
         oh, tc = self._point_of(gp.labels.to(self.device))
         return self.w_from_stats(oh, tc.sum(0)), float(gp.loss.sum())

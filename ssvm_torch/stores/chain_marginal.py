@@ -8,11 +8,21 @@ import torch
 import torch.nn.functional as Fn
 
 from ..models.chain import unary_rows
-from .base import BlockMarginals, MarginalMoves
+from ..oracles.marginals import chain_marginals_ragged
+from .base import BlockMarginals, MarginalMoves, RelaxedPasses
 
 
-class ChainMarginalMoves(MarginalMoves):
-    """The marginal half of :class:`~ssvm_torch.stores.chain.ChainDual`."""
+#: the prox centre (EG's start, DEG's centre): the Gibbs distribution of START_MARGIN S(y_i), most of
+#: alpha_i's mass on y_i (solvers/eg.py says why neither uniform nor delta(y_i))
+START_MARGIN = 5.0
+
+
+class ChainMarginalMoves(MarginalMoves, RelaxedPasses):
+    """The marginal half of :class:`~ssvm_torch.stores.chain.ChainDual`: per-block moves for EG and
+    the entropic relaxation for the dual extragradient (z = (Mu, Mt); prox state = the log-potentials
+    (U, first, last, trans) whose marginals z is)."""
+
+    geometry = "entropic"
 
     def potentials(self, w: torch.Tensor | None = None) -> tuple:
         return self._potentials() if w is None else self._potentials_of(w)
@@ -54,3 +64,41 @@ class ChainMarginalMoves(MarginalMoves):
 
     def w_of_marginals(self, Mu: torch.Tensor, Mt: torch.Tensor) -> tuple[torch.Tensor, float]:
         return self.w_from_stats(Mu, Mt.sum(0)), float(self.expected_loss(Mu).sum())
+
+    # -- the entropic relaxation (RelaxedPasses) ------------------------------------------------
+    def relaxed_scores(self, w: torch.Tensor) -> tuple:
+        return self.potentials(w)
+
+    def relaxed_loss(self) -> tuple:
+        K = self.model.K
+        z = torch.zeros(K, dtype=self.dtype, device=self.device)
+        return self.loss_potentials(), z, z, torch.zeros(K, K, dtype=self.dtype, device=self.device)
+
+    def prox_center(self) -> tuple:
+        K = self.model.K
+        z = torch.zeros(K, dtype=self.dtype, device=self.device)
+        return START_MARGIN * Fn.one_hot(self.Y, K).to(self.dtype), z, z, torch.zeros(K, K, dtype=self.dtype,
+                                                                                         device=self.device)
+
+    def prox(self, base: tuple, step: tuple):
+        """KL prox: the marginals of the log-potentials base + step (one marginal pass)."""
+        pots = tuple(b + s for b, s in zip(base, step))
+        Mu, Mt, _ = chain_marginals_ragged(pots[0], self.lengths, *pots[1:])
+        return (Mu, Mt), pots
+
+    def prox_scale(self) -> float:
+        """max_i R_i^2 with R_i^2 = 2 tr(G_i) + 4 T_i >= ||psi_i(y)||^2 for every y: each wrong position
+        moves ||x_t||^2 out of one label's row into another's (2 ||x_t||^2), the transition counts and
+        the first / last indicators change by at most 4 T_i in squared norm."""
+        T = self.lengths
+        rows = torch.repeat_interleave(torch.arange(self.n, device=self.device), T)
+        t = torch.arange(int(T.sum()), device=self.device) - self.offsets[:-1][rows]
+        diag = self.G[self.goff[:-1][rows] + t * T[rows] + t]              # G_i[t, t] = ||x_t||^2
+        tr = torch.zeros(self.n, dtype=self.dtype, device=self.device).index_add_(0, rows, diag)
+        return float((2 * tr + 4 * T.to(self.dtype)).max())
+
+    def w_of_relaxed(self, z) -> tuple[torch.Tensor, float]:
+        return self.w_of_marginals(*z)
+
+    def set_relaxed(self, z, gamma: float = 1.0) -> None:
+        self.set_marginals(*z, gamma=gamma)
