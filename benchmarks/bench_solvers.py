@@ -162,6 +162,44 @@ def plot_study(study, path):
     fig.savefig(path, dpi=110)
 
 
+def first_reach(hist, target, key):
+    return next((r[key] for r in hist if r["subopt"] <= target), None)
+
+
+def report():
+    """The results tables (markdown) from the JSON files."""
+    fmt = (lambda v, spec: "–" if v is None else format(v, spec))
+    oracle = json.loads((RESULTS / "solvers_oracle.json").read_text())
+    print("| data | case | numba ms | torch-struct ms | ratio |\n|---|---|---|---|---|")
+    rows = {(r["data"], r["case"], r["backend"]): r["ms"] for r in oracle["rows"]}
+    for (data, case, backend), ms in rows.items():
+        if backend == "numba":
+            ts = rows.get((data, case, "torch-struct"))
+            print(f"| {data} | {case} | {ms:.3f} | {fmt(ts, '.1f')} | {fmt(ts and ts / ms, '.0f')} |")
+    qp = json.loads((RESULTS / "solvers_qp.json").read_text())
+    print(f"\nworking set of {qp['working_set']} constraints\n\n| QP solver | ms | below the best dual |\n|---|---|---|")
+    for r in qp["rows"]:
+        print(f"| {r['solver']} | {r['ms']:.3f} | {r['below_best']:.1e} |")
+    study = json.loads((RESULTS / "solvers_study.json").read_text())
+    for name, st in study.items():
+        print(f"\n{name}, lam = {st['lam']:.4g}: P* lower bound {st['p_star_lower']:.8f} (reference gap "
+              f"{st['p_star_gap']:.1e}); budget {st['budget_s']:g} s per run\n")
+        print("| method | runs | passes | final P - P* (median, min-max) | to 1e-2: passes / s | to 1e-3: passes / s "
+              "| to 1e-4: passes / s |\n|---|---|---|---|---|---|---|")
+        for method, hists in st["runs"].items():
+            fin = sorted(h[-1]["subopt"] for h in hists)
+            cells = []
+            for target in (1e-2, 1e-3, 1e-4):
+                ps = [first_reach(h, target, "passes") for h in hists]
+                ts = [first_reach(h, target, "time_s") for h in hists]
+                ok = [(a, b) for a, b in zip(ps, ts) if a is not None]
+                cells.append("–" if len(ok) < len(hists) else
+                             f"{statistics.median(a for a, _ in ok):.0f} / {statistics.median(b for _, b in ok):.2f}")
+            spread = f" ({fin[0]:.1e}–{fin[-1]:.1e})" if len(fin) > 1 else ""
+            print(f"| {method} | {len(hists)} | {statistics.median(h[-1]['passes'] for h in hists):.0f} | "
+                  f"{statistics.median(fin):.1e}{spread} | " + " | ".join(cells) + " |")
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--parts", nargs="+", default=["oracle", "qp", "study"], choices=["oracle", "qp", "study"])
@@ -171,7 +209,10 @@ def main():
     p.add_argument("--budget-large", type=float, default=90, help="solver seconds per run, OCR-large")
     p.add_argument("--ref-budget", type=float, default=240, help="solver seconds of the P* reference run")
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--report", action="store_true", help="print the results tables from the JSON files and exit")
     args = p.parse_args()
+    if args.report:
+        return report()
     torch.set_num_threads(args.threads)
     RESULTS.mkdir(exist_ok=True)
     if "oracle" in args.parts:
@@ -182,7 +223,10 @@ def main():
         budget = {"ocr-small": args.budget_small, "hansards": args.budget_small, "ocr-large": args.budget_large}
         passes = {"ocr-small": 3000, "hansards": 3000, "ocr-large": 1000}
         study = part_study(args.problems, args.seeds, budget, passes, args.ref_budget)
-        (RESULTS / "solvers_study.json").write_text(json.dumps(study, indent=1))
+        path = RESULTS / "solvers_study.json"
+        if path.exists():                    # a rerun of some problems keeps the others' results
+            study = {**json.loads(path.read_text()), **study}
+        path.write_text(json.dumps(study, indent=1))
         plot_study(study, RESULTS / "solvers_study.png")
 
 

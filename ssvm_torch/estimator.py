@@ -30,7 +30,7 @@ from .devices import to_host
 from .errors import SSVMInputError, check, check_choice
 from .models import ChainModel, MulticlassModel, MultiLabelModel
 from .models.base import StructuredModel
-from .solvers import Solver, SolverConfig
+from .solvers import SolverConfig, make_solver
 from .stores import make_store
 
 try:                                       # scikit-learn is optional
@@ -156,11 +156,11 @@ class StructuredSVM(_Base):
                 self.n_states_ = self.model_.K
             store = make_store(self.model_, data, lam, device=self.device, dtype=self._torch_dtype(),
                                kernels=self.kernels, nonnegative=self.nonnegative)
-        self.solver_ = Solver(store, cfg)
+        self.solver_ = make_solver(store, cfg)
         self.history_ = self.solver_.run()
         self.store_, self.lam_ = store, lam
         last = self.history_[-1]
-        self.coef_ = store.w.detach().to("cpu", torch.float64).clone()
+        self.coef_ = self.solver_.model_point()[0].detach().to("cpu", torch.float64).clone()
         self.gap_ = last["gap"]
         self.n_iter_ = last["passes"]
         return self

@@ -115,3 +115,13 @@ def test_custom_structure_from_a_container():
         StructuredSVM(structure="custom", model=model).fit([np.zeros((3, 2))])
     with pytest.raises(SSVMInputError, match="model"):
         StructuredSVM(structure="custom").fit(data)
+
+
+@pytest.mark.parametrize("solver", ["cutting-plane", "deg"])
+def test_estimator_runs_the_other_solvers(ocr_small, solver):
+    train, test = ocr_small
+    X, Y = as_lists(train.subset(range(60)))
+    est = ChainSSVM(lam=0.05, solver=solver, passes=20, gap_check=10).fit(X, Y)
+    assert est.gap_ == pytest.approx(est.history_[-1]["primal"] - est.history_[-1]["dual"])
+    assert torch.equal(est.coef_, est.solver_.model_point()[0])
+    assert est.score(X, Y) > 0.3

@@ -202,9 +202,11 @@ def test_clear_errors():
         make_solver(task.store(0.01), SolverConfig(solver="eg"))
     with pytest.raises(SSVMInputError, match="relaxation"):
         make_solver(task.store(0.01), SolverConfig(solver="deg"))
-    seg = load_task("segmentation-synth", train_size=5)
+    from ssvm_torch.models import EdgeChainModel
+    from test_chain_edges import random_edge_chains
+    edges = random_edge_chains(0)
     with pytest.raises(SSVMInputError, match="cutting-plane"):
-        make_solver(seg.store(0.01), SolverConfig(solver="cutting-plane"))
+        make_solver(make_store(EdgeChainModel.for_data(edges), edges, 0.1), SolverConfig(solver="cutting-plane"))
     with pytest.raises(SSVMInputError, match="step_size"):
         SolverConfig(solver="deg", step_size=-1).validate()
     with pytest.raises(SSVMInputError, match="qp_solver"):
@@ -297,3 +299,33 @@ def test_cutting_plane_inference_cache_saves_oracle_calls(ocr_small):
         if cache:
             assert hist[-1]["cache_hits"] > 0
     assert calls[True] < calls[False]
+
+
+def test_cutting_plane_under_box_constraints():
+    from ssvm_torch import load_task
+    task = load_task("segmentation-synth", train_size=12)
+    lam = 0.01
+    ref = Solver(task.store(lam), SolverConfig(solver="bcfw", step="pairwise", passes=500, gap_check=20)).run()[-1]
+    d = task.store(lam)
+    idx, lower, _ = d.box()
+    s = make_solver(d, SolverConfig(solver="cutting-plane", passes=300, gap_check=5, gap_threshold=1e-9))
+    hist = s.run()
+    last = hist[-1]
+    assert bool((d.w[idx] >= lower - 1e-12).all())
+    assert last["gap"] <= 1e-9
+    # two independent certificates agree: BCPFW's dual <= the cutting plane's primal and vice versa
+    assert ref["dual"] <= last["primal"] + 1e-12 and last["dual"] <= ref["primal"] + 1e-12
+    p_star = last["dual"]                                      # within 1e-9 of P*
+    assert all(r["gap"] >= r["primal"] - p_star - 1e-9 for r in hist)
+    # the working set's primal QP min lam/2 |w|^2 + xi (xi >= b_c - lam <a_c, w>, w in the box), solved
+    # independently, has the value of the store's (App. H) dual
+    A, b, dim = s.A.numpy(), s.b, d.w.shape[0]
+    bounds = [(None, None)] * dim + [(0, None)]
+    for j in idx.tolist():
+        bounds[j] = (0, None)
+    res = minimize(lambda x: 0.5 * lam * x[:dim] @ x[:dim] + x[dim], np.zeros(dim + 1),
+                   jac=lambda x: np.r_[lam * x[:dim], 1.0], bounds=bounds, method="SLSQP",
+                   constraints=[{"type": "ineq", "fun": lambda x: lam * A @ x[:dim] + x[dim] - b,
+                                 "jac": lambda x: np.hstack([lam * A, np.ones((len(b), 1))])}],
+                   options={"ftol": 1e-15, "maxiter": 2000})
+    assert d.dual() == pytest.approx(res.fun, abs=1e-8)

@@ -80,8 +80,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=int, default=1,
                    help="mini-batch BCFW: blocks per step, decoded in one batched oracle call with one exact line "
                         "search on their joint direction (1 = BCFW, n = batch FW; a GPU wants hundreds)")
-    p.add_argument("--cache", action="store_true", help="gap-based caching of corners (Alg. 5)")
-    p.add_argument("--cache-F", type=float, default=0.25, help="cache hit if g_hat >= max(F g_i, nu g / n)")
+    p.add_argument("--cache", action="store_true",
+                   help="gap-based caching of corners (Alg. 5); with --solver cutting-plane its inference cache")
+    p.add_argument("--cache-F", type=float, default=0.25,
+                   help="cache hit if g_hat >= max(F g_i, nu g / n) (cutting plane: violation >= F x the last 1-slack gap)")
     p.add_argument("--cache-nu", type=float, default=0.01, help="nu of the cache test above")
     p.add_argument("--max-cache", type=int, default=50, help="cache entries per block")
     p.add_argument("--gap-check", type=float, default=10,

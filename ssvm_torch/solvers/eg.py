@@ -12,15 +12,15 @@ and the new dual point of the block is the marginals of theta_i (the chain margi
 :mod:`ssvm_torch.oracles.marginals`), written into the store like any other block move. The
 block's dual change is exact and cheap (a Gram form), so a step that would lower the dual is
 refused and beta_i halved (the per-example rule of Collins et al., Sec. 6); every tried step is one
-marginal call. Blocks start at theta_i = START_MARGIN S(y_i) (stores/chain_marginal.py) (most of alpha_i's mass on y_i): the
-paper's uniform start (theta_i = 0) puts w = sum_i E_unif psi_i / (lam n) far from the optimum at
+marginal call. Blocks start at theta_i = START_MARGIN S(y_i) (stores/chain_marginal.py; most of
+alpha_i's mass on y_i): the paper's uniform start (theta_i = 0) puts w = sum_i E_unif psi_i / (lam n) far from the optimum at
 the regularizations of the FW papers (OCR-small, lam = 0.01: primal 2717 at the start; gap 5.2 after
 20 passes against 0.66 from START_MARGIN = 5), while a start at delta(y_i) itself (START_MARGIN = 20)
 leaves EG's multiplicative updates almost no mass to move (gap 1.000 after 10 passes).
 
 The initial beta is ``step_size`` (default DEFAULT_STEP = 10: on OCR-small no step was refused at
-10, while 100 refuses ~10% of them and ends worse per pass) times the safe value lam n / max_i R_i^2 of Collins et
-al.'s convergence theorem (the dual is R_i^2 / (lam n^2)-smooth in alpha_i w.r.t. the l1 norm), with
+10, while 100 refuses ~10% of them and ends worse per pass) times the safe value lam n / max_i R_i^2
+of Collins et al.'s convergence theorem (the dual is R_i^2 / (lam n^2)-smooth in alpha_i w.r.t. the l1 norm), with
 R_i^2 >= max_y ||psi_i(y)||^2 bounded from the Gram matrices (the store's ``prox_scale``).
 """
 from __future__ import annotations

@@ -109,6 +109,8 @@ class PointStore(ABC):
     # unconstrained dual point.
     supports_path: bool = True
     supports_averaging: bool = True
+    # the cutting plane sets the point from a dual held outside the blocks (set_dual_point)
+    supports_dual_point: bool = True
     # False for a store whose blocks live in several processes: only mini-batch steps apply
     supports_block_steps: bool = True
     # True for a store that implements only the FW block step (BCFW, no sets, cache or mini-batches)
@@ -147,6 +149,15 @@ class PointStore(ABC):
     @abstractmethod
     def load_state_dict(self, state: dict) -> None:
         pass
+
+    def box(self):
+        """(index, lower, upper) of the box constraints on w (App. H), or None."""
+        return None
+
+    def set_dual_point(self, v: torch.Tensor, ell: float) -> None:
+        """Make (v = A alpha, ell) the point of a dual alpha held outside the blocks (the cutting plane's
+        working set): w = v, or clip(v) under box constraints. The blocks are not touched."""
+        self.set_point(v, ell)
 
     def move_point(self, dw: torch.Tensor, dell: float, gamma: float) -> None:
         """w += gamma dw and ell += gamma dell without touching this store's blocks: the share of a

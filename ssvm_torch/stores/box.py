@@ -141,6 +141,14 @@ class BoxedDual(BlockDual):
         self.v_c = self.inner.w[self.idx].clone()
         self._clip()
 
+    def box(self):
+        return self.idx, self.lower, self.upper
+
+    def set_dual_point(self, v: torch.Tensor, ell: float) -> None:
+        self.inner.set_point(v, ell)
+        self.v_c = v[self.idx].clone()
+        self._clip()
+
     def set_point(self, w, ell) -> None:
         raise SSVMInputError("averaging: not supported with box constraints (the average of clipped "
                              "points is not the clip of the averaged dual)")

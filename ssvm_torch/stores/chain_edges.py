@@ -30,6 +30,7 @@ class EdgeChainDual(ChainDual):
 
     supports_path = False
     supports_averaging = False
+    supports_dual_point = False      # no batch corner (corner_point): no cutting plane
     only_fw_block_steps = True
 
     def __init__(self, model: EdgeChainModel, data: ChainData, lam: float, device=None, dtype=torch.float64,
