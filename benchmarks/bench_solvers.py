@@ -236,7 +236,7 @@ def main():
         study = part_study(args.problems, args.seeds, budget, passes, args.ref_budget, args.ref_gap, args.methods,
                            previous)
         study = {**previous, **study}        # a rerun of some problems / methods keeps the others' results
-        path.write_text(json.dumps(study, indent=1))
+        path.write_text(json.dumps(study, separators=(",", ":")))
         plot_study(study, RESULTS / "solvers_study.png")
 
 
