@@ -11,7 +11,7 @@ Two backends behind one call:
 
 * ``numba``: a log-space forward-backward, one thread per sequence (CPU float64);
 * ``torch-struct``: the project's one torch-struct wrapper
-  (:func:`ssvm_torch.nn.crf.chain_expectations`, the log semiring's gradient), any device; it is
+  (:func:`ssvm_torch.oracles.crf.chain_expectations`, the log semiring's gradient), any device; it is
   the reference the numba kernel is tested against, and the CUDA path.
 
 ``benchmarks/bench_solvers.py --part oracle`` measures both (the choice of the default is there).
@@ -25,6 +25,7 @@ import torch.nn.functional as Fn
 
 from ..devices import from_host, to_host
 from ..errors import check, check_choice
+from .crf import chain_expectations
 
 BACKENDS = ("auto", "numba", "torch-struct")
 
@@ -119,8 +120,6 @@ def chain_marginals_ragged(U: torch.Tensor, lengths: torch.Tensor, first: torch.
 
 
 def _torch_struct(U, lengths, first, last, trans):
-    from ..nn.crf import chain_expectations           # the one torch-struct wrapper (nn/crf.py)
-
     B, K = lengths.shape[0], U.shape[1]
     T = int(lengths.max())
     offsets = Fn.pad(torch.cumsum(lengths, 0), (1, 0))

@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from ..devices import KERNELS, from_host, to_host
+from ..errors import check
 
 
 def viterbi(unary: torch.Tensor, lengths: torch.Tensor, first: torch.Tensor, last: torch.Tensor,
@@ -185,3 +186,29 @@ def decode(unary: torch.Tensor, lengths: torch.Tensor, first: torch.Tensor, last
     labels = torch.full((B, T), -1, dtype=torch.int64, device=dev)
     labels[valid] = from_host(rows, dev)
     return labels, from_host(scores, dev)
+
+
+def check_chain(unary, lengths, first, last, trans, gt=None, per_sequence: bool = False) -> None:
+    """Clear errors for the padded-chain arguments (shapes, devices, lengths, label ranges);
+    ``per_sequence``: ``first``/``last``/``trans`` may also be given per sequence, (B, K) / (B, K, K)."""
+    check(torch.is_tensor(unary) and unary.dim() == 3 and unary.is_floating_point(), "unary",
+          "a float tensor (B, T, K)", getattr(unary, "shape", type(unary)))
+    B, T, K = unary.shape
+    check(B >= 1 and T >= 1 and K >= 1, "unary", "non-empty dimensions (B, T, K)", tuple(unary.shape))
+    check(torch.is_tensor(lengths) and lengths.shape == (B,) and not lengths.is_floating_point(), "lengths",
+          f"an integer tensor of shape ({B},)", getattr(lengths, "shape", type(lengths)))
+    if not bool(((lengths >= 1) & (lengths <= T)).all()):           # the range is read only to report it
+        check(False, "lengths", f"values in [1, {T}]", f"range [{int(lengths.min())}, {int(lengths.max())}]")
+    for name, t, shape in (("first", first, (K,)), ("last", last, (K,)), ("trans", trans, (K, K))):
+        shapes = (shape, (B, *shape)) if per_sequence else (shape,)
+        check(torch.is_tensor(t) and tuple(t.shape) in shapes, name,
+              f"a tensor of shape {' or '.join(map(str, shapes))}", getattr(t, "shape", type(t)))
+        check(t.device == unary.device, name, f"a tensor on {unary.device} like unary", t.device)
+    check(lengths.device == unary.device, "lengths", f"a tensor on {unary.device} like unary", lengths.device)
+    if gt is not None:
+        check(torch.is_tensor(gt) and gt.shape == (B, T) and gt.dtype == torch.int64, "gt",
+              f"an int64 tensor of shape ({B}, {T})", (getattr(gt, "shape", None), getattr(gt, "dtype", None)))
+        valid = torch.arange(T, device=gt.device)[None, :] < lengths[:, None]
+        check(bool(((gt >= 0) & (gt < K))[valid].all()), "gt", f"labels in [0, {K - 1}] within lengths",
+              "a label out of range")
+        check(bool((gt[~valid] == -1).all()), "gt", "-1 beyond each sequence's length (padding)", "other values")

@@ -50,8 +50,12 @@ class DEGSolver(OuterSolver):
         d = dual
         step = config.step_size if config.step_size > 0 else DEFAULT_STEP
         self.eta_w, self.beta = W_STEP / d.lam, step * d.lam * d.N / d.prox_scale()
-        gp = d.gap_pass()                                      # at w = 0: P(0) = mean max loss
-        self.radius = math.sqrt(2 * d.primal(gp.H) / d.lam)
+        saved_w, saved_ell = d.w.clone(), d.ell                # P(0) = the mean max loss, at w = 0
+        try:
+            d.set_point(torch.zeros_like(saved_w), saved_ell)
+            self.radius = math.sqrt(2 * d.primal(d.gap_pass().H) / d.lam)
+        finally:
+            d.set_point(saved_w, saved_ell)
         self.c, self.center = d.relaxed_loss(), d.prox_center()
         self.s_w = torch.zeros_like(d.w)
         self.S_w = torch.zeros_like(d.w)
