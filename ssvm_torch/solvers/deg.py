@@ -50,12 +50,7 @@ class DEGSolver(OuterSolver):
         d = dual
         step = config.step_size if config.step_size > 0 else DEFAULT_STEP
         self.eta_w, self.beta = W_STEP / d.lam, step * d.lam * d.N / d.prox_scale()
-        saved_w, saved_ell = d.w.clone(), d.ell                # P(0) = the mean max loss, at w = 0
-        try:
-            d.set_point(torch.zeros_like(saved_w), saved_ell)
-            self.radius = math.sqrt(2 * d.primal(d.gap_pass().H) / d.lam)
-        finally:
-            d.set_point(saved_w, saved_ell)
+        self.radius = math.sqrt(2 * d.primal_at(torch.zeros_like(d.w)) / d.lam)     # P(0): the mean max loss
         self.c, self.center = d.relaxed_loss(), d.prox_center()
         self.s_w = torch.zeros_like(d.w)
         self.S_w = torch.zeros_like(d.w)
@@ -97,12 +92,7 @@ class DEGSolver(OuterSolver):
             inner = d.dual()
         else:                               # min over the ball of lam/2 |w|^2 - lam <w, w(z)> + ell
             inner = 0.5 * lam * self.radius ** 2 - lam * self.radius * norm_z + d.ell
-        saved_w, saved_ell = d.w.clone(), d.ell
-        try:
-            d.set_point(self.w_bar, saved_ell)
-            primal = d.primal(d.gap_pass().H)
-        finally:
-            d.set_point(saved_w, saved_ell)
+        primal = d.primal_at(self.w_bar)
         rec = self.record(gp_z, primal_z=primal_z, gap_z=gap_z, iterations=self.t, step_w=self.eta_w,
                           step_z=self.beta, geometry=d.geometry)
         rec.update(primal=primal, dual=inner, gap=primal - inner)

@@ -171,6 +171,15 @@ class PointStore(ABC):
         """lam/2 ||w||^2 + 1/n sum_i H_i(w): objective (1)."""
         return 0.5 * self.lam * float(self.w @ self.w) + float(H.sum()) / self.N
 
+    def primal_at(self, w: torch.Tensor) -> float:
+        """Objective (1) at another w (one gap pass there); the store's point is set back."""
+        saved_w, saved_ell = self.w.clone(), self.ell
+        try:
+            self.set_point(w, saved_ell)
+            return self.primal(self.gap_pass().H)
+        finally:
+            self.set_point(saved_w, saved_ell)
+
     def dual(self) -> float:
         """-lam/2 ||w||^2 + ell: the dual objective (3) at the current dual point."""
         return -0.5 * self.lam * float(self.w @ self.w) + self.ell
