@@ -113,3 +113,24 @@ def test_the_guard_catches_what_fails_on_cuda():
         assert torch.as_tensor(t) is t                 # re-wrapping a tensor stays where it is
     assert guard.host_copies == 2
     assert t.numpy().tolist() == [0, 1, 2]             # restored on exit
+
+
+@pytest.mark.parametrize("name", list(SIZES))
+def test_cutting_plane_and_deg_torch_paths_never_leave_the_device(problems, name):
+    """The cutting plane on every store (its QP runs on the host through to_host / from_host) and
+    DEG on matchings (the projection QP likewise). DEG and EG on chains go through torch-struct on
+    this path, whose internals create tensors without ``device=`` (tests/test_nn.py pins it), so
+    the guard cannot cover them."""
+    from ssvm_torch.solvers import make_solver
+    problem = problems(name)
+    store = tiny_store(problem, name)
+    if not store.supports_dual_point:
+        pytest.skip("no batch corner: the cutting plane refuses this store")
+    with host_guard() as guard:
+        hist = make_solver(store, SolverConfig(solver="cutting-plane", passes=3, gap_check=1)).run()
+    assert guard.host_copies > 0 and hist[-1]["gap"] >= 0
+    if name == "hansards":
+        deg_store = tiny_store(problem, name)
+        with host_guard():
+            hist = make_solver(deg_store, SolverConfig(solver="deg", passes=4, gap_check=2)).run()
+        assert hist[-1]["geometry"] == "euclidean" and 0 <= hist[-1]["gap"] < hist[0]["gap"]

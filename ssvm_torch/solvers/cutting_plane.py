@@ -33,7 +33,7 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
-from ..devices import to_host
+from ..devices import from_host, to_host
 from ..errors import SSVMInputError, check
 from ..stores.base import GapPass
 from .outer import OuterSolver
@@ -161,7 +161,7 @@ class CuttingPlaneSolver(OuterSolver):
             k = torch.as_tensor(np.nonzero(keep)[0], device=self.A.device)
             self.A, self.b, self.alpha, self.idle = self.A[k], self.b[keep], self.alpha[keep], self.idle[keep]
             self.Q = self.Q[np.ix_(keep, keep)]
-        alpha = torch.as_tensor(self.alpha, dtype=d.w.dtype, device=d.device)
+        alpha = from_host(self.alpha, d.device).to(d.w.dtype)
         d.set_dual_point(alpha @ self.A, float(self.alpha @ self.b))
         viol = self.b - to_host(self.A @ d.w) * d.lam
         self.xi = max(0.0, float(viol.max()))
