@@ -116,3 +116,18 @@ class SolverState:
     gamma_sum: float = 0.0        # step sizes since the last gap check (monitoring)
     gamma_n: int = 0
     gamma_full: int = 0           # FW steps with gamma = 1 (the block jumps to its corner)
+
+
+def stop_reason(cfg: SolverConfig, st: SolverState, passes: float, rec: dict | None = None,
+                estimate: float | None = None) -> str:
+    """The stopping criterion met, in order: the exact gap of ``rec``, the gap ``estimate`` (when
+    ``estimate_threshold`` is set), the pass budget, the time budget; "" to go on."""
+    if rec is not None and rec.get("gap") is not None and rec["gap"] <= cfg.gap_threshold:
+        return "gap_threshold"
+    if cfg.estimate_threshold > 0 and estimate is not None and estimate <= cfg.estimate_threshold:
+        return "estimate_threshold"
+    if passes >= cfg.passes - 1e-12:
+        return "passes"
+    if st.time_s >= cfg.time_budget:
+        return "time_budget"
+    return ""

@@ -41,7 +41,7 @@ from ..devices import to_host
 from ..errors import SSVMInputError, check
 from ..stores.base import BlockDual
 from .averaging import Averager
-from .config import SOLVERS, STEPS, SolverConfig, SolverState
+from .config import SOLVERS, STEPS, SolverConfig, SolverState, stop_reason
 from .history import Evaluator, make_record
 from .samplers import SAMPLERS, Sampler
 from .steps import SetStep, make_step_rule
@@ -140,17 +140,8 @@ class Solver:
         self.sampler.set_all(gaps)
 
     def _should_stop(self, rec: dict | None) -> str:
-        if rec is not None and rec.get("gap") is not None and rec["gap"] <= self.cfg.gap_threshold:
-            return "gap_threshold"
-        if self.cfg.estimate_threshold > 0:
-            est = self.sampler.estimate()
-            if est is not None and est <= self.cfg.estimate_threshold:
-                return "estimate_threshold"
-        if self.passes >= self.cfg.passes - 1e-12:
-            return "passes"
-        if self.state.time_s >= self.cfg.time_budget:
-            return "time_budget"
-        return ""
+        estimate = self.sampler.estimate() if self.cfg.estimate_threshold > 0 else None
+        return stop_reason(self.cfg, self.state, self.passes, rec, estimate)
 
     # -- main loops -----------------------------------------------------------------------------
     def run(self) -> list:

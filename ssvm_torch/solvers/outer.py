@@ -21,7 +21,7 @@ import torch
 from ..devices import to_host
 from ..errors import SSVMInputError
 from ..stores.base import BlockDual, GapPass
-from .config import SolverConfig, SolverState
+from .config import SolverConfig, SolverState, stop_reason
 from .history import Evaluator, make_record
 from .samplers import SAMPLERS, Sampler
 
@@ -86,13 +86,7 @@ class OuterSolver:
             self.progress(rec)
 
     def _should_stop(self, rec: dict | None) -> str:
-        if rec is not None and rec.get("gap") is not None and rec["gap"] <= self.cfg.gap_threshold:
-            return "gap_threshold"
-        if self.passes >= self.cfg.passes - 1e-12:
-            return "passes"
-        if self.state.time_s >= self.cfg.time_budget:
-            return "time_budget"
-        return ""
+        return stop_reason(self.cfg, self.state, self.passes, rec)
 
     def run(self) -> list:
         st = self.state
