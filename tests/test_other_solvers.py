@@ -117,6 +117,7 @@ def test_deg_certificate_on_the_way_to_the_optimum():
     hist = s.run()
     gaps = [r["gap"] for r in hist[1:]]
     assert all(r["gap"] >= r["primal"] - p_star - 1e-12 and r["dual"] <= p_star + 1e-12 for r in hist)
+    assert all(r["primal_last"] >= p_star - 1e-12 and r["primal_z"] >= p_star - 1e-12 for r in hist)
     assert gaps[-1] < gaps[0] and hist[-1]["primal"] - p_star < 1e-4
 
 

@@ -22,8 +22,9 @@ guarantee is about the averaged iterate (w_bar, z_bar): its saddle-point gap
     P(w_bar) - min_{w in W} L(w, z_bar)  >=  P(w_bar) - P*
 is what the records' ``gap`` holds, ``primal`` is P(w_bar) (the w model.pt holds) and ``dual`` is
 min_{w in W} L(w, z_bar) (= D(z_bar) when ||w(z_bar)|| <= R). ``primal_z`` / ``gap_z`` are the primal
-and the FW duality gap at w(z_bar). Each iteration is 2 prox passes (2 effective passes: a marginal
-pass on chains, a projection of every example on matchings).
+and the FW duality gap at w(z_bar), ``primal_last`` the primal at the current iterate u_w. Each
+iteration is 2 prox passes (2 effective passes: a marginal pass on chains, a projection of every
+example on matchings).
 """
 from __future__ import annotations
 
@@ -55,6 +56,7 @@ class DEGSolver(OuterSolver):
         self.s_w = torch.zeros_like(d.w)
         self.S_w = torch.zeros_like(d.w)
         self.w_bar = torch.zeros_like(d.w)
+        self.w_last = torch.zeros_like(d.w)                     # the current iterate u_w
         self.t = 0
 
     def project(self, w: torch.Tensor) -> torch.Tensor:
@@ -78,6 +80,7 @@ class DEGSolver(OuterSolver):
         self.S_w.add_(u_w)
         self.t += 1
         self.w_bar.add_(u_w - self.w_bar, alpha=1.0 / self.t)
+        self.w_last.copy_(u_w)
         d.set_relaxed(u_z, gamma=1.0 / self.t)                   # z_bar: the running mean of the u_z
 
     def model_point(self):
@@ -93,16 +96,18 @@ class DEGSolver(OuterSolver):
         else:                               # min over the ball of lam/2 |w|^2 - lam <w, w(z)> + ell
             inner = 0.5 * lam * self.radius ** 2 - lam * self.radius * norm_z + d.ell
         primal = d.primal_at(self.w_bar)
-        rec = self.record(gp_z, primal_z=primal_z, gap_z=gap_z, iterations=self.t, step_w=self.eta_w,
+        rec = self.record(gp_z, primal_z=primal_z, gap_z=gap_z, primal_last=d.primal_at(self.w_last),
+                          iterations=self.t, step_w=self.eta_w,
                           step_z=self.beta, geometry=d.geometry)
         rec.update(primal=primal, dual=inner, gap=primal - inner)
         return rec
 
     def extra_state(self) -> dict:
-        return {"s_w": self.s_w.clone(), "S_w": self.S_w.clone(), "w_bar": self.w_bar.clone(), "t": self.t}
+        return {"s_w": self.s_w.clone(), "S_w": self.S_w.clone(), "w_bar": self.w_bar.clone(),
+                "w_last": self.w_last.clone(), "t": self.t}
 
     def load_extra_state(self, s: dict) -> None:
-        for key in ("s_w", "S_w", "w_bar"):
+        for key in ("s_w", "S_w", "w_bar", "w_last"):
             dst = getattr(self, key)
             check(tuple(s[key].shape) == tuple(dst.shape), f"state[{key!r}]", f"shape {tuple(dst.shape)}",
                   tuple(s[key].shape))
