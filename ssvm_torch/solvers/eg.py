@@ -85,12 +85,16 @@ class EGSolver(OuterSolver):
             lin = float((dM * U).sum() + dM[0] @ first + dM[-1] @ last + ((mt[0] - M_t) * trans).sum()) / d.N
             sq = d.pair_sqnorm(i, point, None)
             gain = (ell_new - ell_i) + lin - 0.5 * d.lam * sq
-            if gain >= -1e-15 * max(1.0, abs(d.dual())) or b < 1e-12:
+            if gain >= -1e-15 * max(1.0, abs(d.dual())):
                 break
             self.beta[i] = b / 2                             # Collins et al. Sec. 6: halve and retry
             self.refused += 1
-        d.pair_move(i, point, None, ell_new, ell_i, 1.0)
-        self.theta_u[s:e], self.theta_first[i], self.theta_last[i], self.theta_trans[i] = tu, tf, tl, tt
+            if b < 1e-12:                                    # no step raises the dual: the block stays
+                gain = None
+                break
+        if gain is not None:
+            d.pair_move(i, point, None, ell_new, ell_i, 1.0)
+            self.theta_u[s:e], self.theta_first[i], self.theta_last[i], self.theta_trans[i] = tu, tf, tl, tt
         st.passes_since_recompute += 1 / d.n
         if st.passes_since_recompute >= self.cfg.recompute_every:
             d.recompute()
