@@ -115,10 +115,12 @@ class _Clock:
         self.passes, self.time_s = 0.0, 0.0
 
 
-def _solve(dual, target, cfg_base: SolverConfig, gaps, clock, heuristic, max_passes):
-    """Runs the engine at the dual's lam from the current dual to gap (or estimate, heuristic) <= target."""
+def _solve(dual, target, cfg_base: SolverConfig, gaps, clock, heuristic, max_passes, gated=False):
+    """Runs the engine at the dual's lam from the current dual to gap (or estimate, heuristic) <= target.
+    ``gated``: the exact gap pass is paid once the gap estimate is <= target (``check_below``)."""
     cfg = SolverConfig(**{**asdict(cfg_base), "passes": max_passes, "gap_threshold": 0.0 if heuristic else target,
                           "estimate_threshold": target if heuristic else 0.0,
+                          "check_below": target if gated and not heuristic else 0.0,
                           "gap_refresh": 0 if heuristic else cfg_base.gap_refresh,
                           "gap_check": max_passes if heuristic else cfg_base.gap_check})
     solver = Solver(dual, cfg, monitor_start=False)
@@ -150,10 +152,13 @@ def _record(dual, lam, gap, clock, evaluate, **extra) -> dict:
 def regularization_path(dual: BlockDual, eps: float, kappa: float = 0.9, heuristic: bool = False,
                         lam_min: float = 1e-5, config: SolverConfig | None = None,
                         evaluate: Callable | None = None, max_passes: float = 1000,
-                        max_breakpoints: int = 10_000, progress: Callable | None = None) -> RegPath:
+                        max_breakpoints: int = 10_000, progress: Callable | None = None,
+                        gated: bool = True) -> RegPath:
     """eps-approximate (or heuristic, App. K) regularization path on ``dual`` (a fresh dual at any lam;
     it is re-used and rescaled). ``config`` sets the solver (default BCFW + gap sampling, gap check
-    every pass); ``max_passes`` caps each breakpoint's solve."""
+    every pass); ``max_passes`` caps each breakpoint's solve. ``gated``: each breakpoint pays its exact
+    gap pass only once the gap estimate (the warm block gaps of eq. (12), refreshed by the steps) is
+    <= kappa eps (SolverConfig.check_below), checking the estimate every ``config.gap_check`` passes."""
     eps = check_positive(eps, "eps")
     check(0 < kappa < 1, "kappa", "a number in (0, 1)", kappa)
     lam_min = check_positive(lam_min, "lam_min")
@@ -207,7 +212,7 @@ def regularization_path(dual: BlockDual, eps: float, kappa: float = 0.9, heurist
         dual.rescale(lam_new, rho)
         gaps = rho * _on_device(gaps, dual) + (1 - rho) * Hn          # eq. (12)
         clock.time_s += time.perf_counter() - t0
-        solver, last = _solve(dual, kappa * eps, cfg, gaps, clock, heuristic, max_passes)
+        solver, last = _solve(dual, kappa * eps, cfg, gaps, clock, heuristic, max_passes, gated)
         if heuristic:
             gaps = _on_device(solver.block_gaps, dual)
             g = float(gaps.sum())
@@ -246,10 +251,11 @@ def grid_lambdas(hi: int = 15, lo: int = -15) -> list:
 
 def grid_search(make_dual: Callable[[float], BlockDual], eps: float, lambdas=None, warm: bool = True,
                 config: SolverConfig | None = None, evaluate: Callable | None = None, max_passes: float = 1000,
-                progress: Callable | None = None) -> list:
+                progress: Callable | None = None, gated: bool = True) -> list:
     """Solve each lam of ``lambdas`` (descending; default 2^15 ... 2^-15) to exact gap <= eps, cold
     (a fresh dual each time) or warm (keep-primal rescaling of the previous solution, block gaps by
-    (12)). Returns one record per lam with cumulative passes and time."""
+    (12)). ``gated`` as for :func:`regularization_path`. Returns one record per lam with cumulative
+    passes and time."""
     eps = check_positive(eps, "eps")
     lambdas = grid_lambdas() if lambdas is None else [float(v) for v in lambdas]
     check(all(a > b for a, b in zip(lambdas, lambdas[1:])), "lambdas", "a strictly decreasing list", lambdas[:3])
@@ -270,7 +276,7 @@ def grid_search(make_dual: Callable[[float], BlockDual], eps: float, lambdas=Non
             last, solver = {"gap": float(gaps.sum())}, None      # the warm start is already eps-optimal
             exact = GapPass(labels=exact.labels, loss=exact.loss, H=exact.H, block_gaps=gaps)
         else:
-            solver, last = _solve(dual, eps, cfg, gaps, clock, False, max_passes)
+            solver, last = _solve(dual, eps, cfg, gaps, clock, False, max_passes, gated)
             exact = solver.last_gap_pass
         rec = _record(dual, lam, last["gap"], clock, evaluate, warm=warm,
                       stop_reason=solver.state.stop_reason if solver else "warm_start")

@@ -194,7 +194,7 @@ def test_killed_train_run_resumes_exactly(tmp_path):
     (["--gap-threshold", "inf"], "gap_threshold: expected a finite number >= 0"),
     (["--gap-check", "inf"], "gap_check: expected a finite number > 0"),
     (["--dataset", "ocr-small", "--kernels", "numba", "--dtype", "float32"], "kernels: 'numba' needs CPU float64"),
-    (["--dataset", "scene", "--kernels", "numba"], "kernels: 'numba' applies to chain stores"),
+    (["--dataset", "scene", "--kernels", "numba", "--dtype", "float32"], "kernels: 'numba' needs a CPU float64 store"),
 ])
 def test_bad_options_fail_in_one_line(tmp_path, capsys, argv, needle):
     assert main(["--dataset", "ocr-small", "--quiet", "--out", str(tmp_path / "run"), *argv]) == 2

@@ -110,6 +110,7 @@ def test_kernels_choice_is_checked():
         make_store(ChainModel.for_data(data), data, 0.1, kernels="cuda")
     with pytest.raises(SSVMInputError, match="kernels: 'numba' needs CPU float64"):
         make_store(ChainModel.for_data(data), data, 0.1, dtype=torch.float32, kernels="numba")
-    with pytest.raises(SSVMInputError, match="kernels: 'numba' applies to chain stores"):
+    with pytest.raises(SSVMInputError, match="kernels: 'numba' needs a CPU float64 store and a structure with "
+                                             "compiled block steps .* got ExplicitModel"):
         make_store(*explicit([np.zeros((2, 3))], [np.zeros(2)]), 0.1, kernels="numba")
     assert make_store(ChainModel.for_data(data), data, 0.1, kernels="torch").kernels == "torch"

@@ -18,6 +18,20 @@ from ..errors import check
 from .base import StructuredModel
 
 
+#: scores within TIE (relative, at least absolute) of the best are ties, decided for the lowest index:
+#: exact ties occur (labelings whose differing parts score alike) and the compiled block step
+#: (stores/host_structures.py) sums in another order than torch's matmul, so both oracles must
+#: resolve a tie the same way whatever the last bits
+TIE = 1e-12
+
+
+def first_max(scores: torch.Tensor) -> torch.Tensor:
+    """Per row, the lowest index whose score is within TIE of the row's maximum."""
+    best = scores.max(1).values
+    tol = TIE * best.abs().clamp_min(1.0)
+    return (scores >= (best - tol)[:, None]).to(torch.int8).argmax(1)
+
+
 def _check_flat(data, n_features: int, field: str) -> None:
     check(isinstance(data, FlatData), field, "a FlatData", type(data).__name__)
     check(data.X.shape[1] == n_features, f"{field}.X", f"{n_features} features per example", data.X.shape[1])
@@ -52,13 +66,14 @@ class MulticlassModel(StructuredModel):
         return scores + (torch.arange(self.K, device=scores.device)[None] != data.Y[idx][:, None]).to(scores)
 
     def decode(self, scores, data, idx):
-        return scores.argmax(1)
+        return first_max(scores)
 
     def oracle(self, w, data, idx, phi_gt=None):
         """argmax + 0/1 loss; H_i = best augmented score - ground-truth score."""
         scores = self.scores(w, data, idx)
-        best, labels = self.augment(scores, data, idx).max(1)
-        return labels, best - scores.gather(1, data.Y[idx][:, None])[:, 0]
+        aug = self.augment(scores, data, idx)
+        labels = first_max(aug)
+        return labels, aug.gather(1, labels[:, None])[:, 0] - scores.gather(1, data.Y[idx][:, None])[:, 0]
 
     def phi(self, data, idx, labels):
         X = data.X[idx]
@@ -133,12 +148,14 @@ class MultiLabelModel(StructuredModel):
         return scores + (allL[None] != data.Y[idx][:, None]).to(scores).mean(2)
 
     def decode(self, scores, data, idx):
-        return self._table(scores.device)[0][scores.argmax(1)]
+        return self._table(scores.device)[0][first_max(scores)]
 
     def oracle(self, w, data, idx, phi_gt=None):
         """Enumeration of all 2^L labelings; H_i = best augmented score - ground-truth score."""
         s = self.scores(w, data, idx)
-        best, j = self.augment(s, data, idx).max(1)
+        aug = self.augment(s, data, idx)
+        j = first_max(aug)
+        best = aug.gather(1, j[:, None])[:, 0]
         gt_j = (data.Y[idx] * (2 ** torch.arange(self.L - 1, -1, -1, device=s.device))).sum(1)
         return self._table(s.device)[0][j], best - s.gather(1, gt_j[:, None])[:, 0]
 

@@ -164,3 +164,46 @@ def tree_max_sum(unary: torch.Tensor, parents, w_pair: torch.Tensor, rest: torch
         loc[:, j, 0] = args[j][0][rows, pr, pc]
         loc[:, j, 1] = args[j][1][rows, pr, pc]
     return loc, best
+
+
+@nb.njit(cache=True)
+def _nb_tree_max_sum_one(belief, parents, w_pair, rest, scale, loc):
+    """:func:`tree_max_sum` of one example in one compiled call (the batch-1 block step): ``belief``
+    (J, H, W) holds the unaries and is overwritten by the beliefs; ``loc`` (J, 2) receives the
+    argmax cells. Same recursion, tie-breaking and order of additions as the batched version."""
+    J, H, W = belief.shape
+    arg_r = np.empty((J, H, W), np.int64)
+    col = np.empty((J, H, W), np.int64)
+    T = np.empty((H, W))
+    arg_c = np.empty((H, W), np.int64)
+    Tt = np.empty((W, H))
+    mt = np.empty((W, H))
+    art = np.empty((W, H), np.int64)
+    s2 = scale ** 2
+    for j in range(J - 1, 0, -1):
+        _nb_dt1d(belief[j], w_pair[j, 0] / scale, w_pair[j, 1] / s2, rest[j, 0], T, arg_c)
+        for r in range(H):
+            for c in range(W):
+                Tt[c, r] = T[r, c]
+        _nb_dt1d(Tt, w_pair[j, 2] / scale, w_pair[j, 3] / s2, rest[j, 1], mt, art)
+        p = parents[j]
+        for r in range(H):
+            for c in range(W):
+                qr = art[c, r]
+                arg_r[j, r, c] = qr
+                col[j, r, c] = arg_c[qr, c]
+                belief[p, r, c] += mt[c, r]
+    best = -np.inf
+    flat = 0
+    for r in range(H):
+        for c in range(W):
+            if belief[0, r, c] > best:
+                best = belief[0, r, c]
+                flat = r * W + c
+    loc[0, 0] = flat // W
+    loc[0, 1] = flat % W
+    for j in range(1, J):
+        pr, pc = loc[parents[j], 0], loc[parents[j], 1]
+        loc[j, 0] = arg_r[j, pr, pc]
+        loc[j, 1] = col[j, pr, pc]
+    return best

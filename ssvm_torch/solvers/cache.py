@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 
 from ..stores.base import ActiveSetMoves, Corner
-from .active_set import BlockSet
+from .active_set import BlockSet, first_best
 from .config import SolverConfig, SolverState
 
 
@@ -26,7 +25,7 @@ class GapCache:
         """(corner, its index in ``bs``, the gaps of every entry): the best cached corner if it
         passes the test of Alg. 5, else (None, None, gaps)."""
         gaps = store.corner_gaps(i, bs.matrix())
-        j = int(np.argmax(gaps))
+        j = first_best(gaps, 1.0 / store.N)
         g_hat = float(gaps[j])
         # F = 0 or nu = 0 switches a criterion off (F * inf would be NaN for unvisited blocks)
         local = self.F * g_i if self.F > 0 else 0.0

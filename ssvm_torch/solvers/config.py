@@ -33,6 +33,9 @@ class SolverConfig:
                                  # the others are monitoring only (not counted, not timed)
     estimate_threshold: float = 0.0   # BCFW: also stop when the gap estimate (sum of the stale block
                                       # gaps) is <= this (the heuristic path's stopping rule, App. K)
+    check_below: float = 0.0     # BCFW: after the gap_check passes of an interval, go on in steps of
+                                 # gap_check passes (up to one pass more) until the gap estimate is <= this,
+                                 # then pay the exact check (0: check every gap_check passes)
     step_size: float = 0.0       # EG / DEG: multiple of the safe step (0 = 1; see solvers/eg.py, deg.py)
     qp_solver: str = "daqp"      # cutting plane: the qpsolvers backend of the working-set QP
     inactive_window: int = 50    # cutting plane: QP solves a constraint may stay at alpha = 0 before pruning
@@ -62,6 +65,8 @@ class SolverConfig:
               and self.gap_threshold >= 0, "gap_threshold", "a finite number >= 0", self.gap_threshold)
         check(isinstance(self.seed, int) and 0 <= self.seed < 2 ** 63, "seed", "an int in [0, 2^63)", self.seed)
         check(self.estimate_threshold >= 0, "estimate_threshold", "a number >= 0", self.estimate_threshold)
+        check(isinstance(self.check_below, (int, float)) and math.isfinite(self.check_below) and self.check_below >= 0,
+              "check_below", "a finite number >= 0", self.check_below)
         check(self.time_budget > 0, "time_budget", "a number of seconds > 0", self.time_budget)
         check(isinstance(self.recompute_every, int) and self.recompute_every >= 1, "recompute_every",
               "an int >= 1", self.recompute_every)

@@ -157,11 +157,24 @@ class Solver:
         if self.cfg.solver == "fw":
             self.fw_iterations()
             return
+        self._steps_of_interval()
+        if self.cfg.check_below > 0:
+            # the estimate decides when the exact pass is worth paying (at most one pass more)
+            extra = 0.0
+            while not self._stopping and extra < 1.0 and self._estimate_above(self.cfg.check_below):
+                self._steps_of_interval()
+                extra += self.cfg.gap_check
+        self.end_interval()
+
+    def _steps_of_interval(self) -> None:
         for size in self.chunk_sizes():
             draws = (self.draw() for _ in range(size))     # lazy: each draw sees the last update
             if self.run_chunk(draws):
                 break
-        self.end_interval()
+
+    def _estimate_above(self, level: float) -> bool:
+        estimate = self.sampler.estimate()
+        return estimate is None or estimate > level
 
     # The pieces of ``run`` for drivers that own the loop (the Lightning module): ``start`` once, then
     # per interval ``run_chunk`` for each of ``chunk_sizes()`` and ``end_interval``.

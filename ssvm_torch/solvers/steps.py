@@ -21,7 +21,7 @@ import torch
 
 from ..devices import to_host
 from ..stores.base import BlockDual, squared_norm
-from .active_set import BlockSet
+from .active_set import BlockSet, first_best
 from .cache import GapCache
 from .config import SolverConfig, SolverState
 from .samplers import Sampler
@@ -140,7 +140,7 @@ class SetStep(StepRule):
             if gaps is None or len(gaps) != len(bs):
                 gaps = d.corner_gaps(i, bs.matrix())
             ag = gaps[active]
-            a = active[int(np.argmin(ag))]
+            a = active[first_best(ag, 1.0 / d.N, largest=False)]
             g_away = -float(np.min(ag))                          # <-grad, x_i - v_a> >= 0
             alpha_a = bs.alpha[a]
             if cfg.step in ("pairwise", "best") and a != fw:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import torch
 
+from ..devices import resolve_device
 from ..errors import SSVMInputError, check_choice
 from ..models.base import StructuredModel
 from ..models.chain import ChainModel
@@ -19,9 +20,11 @@ from .box import BoxedDual
 from .chain import KERNELS, ChainDual
 from .chain_edges import EdgeChainDual
 from .dense import DenseDual
+from .dense_compiled import CompiledDenseDual, CompiledMatchingDual
+from .host_structures import HOSTS
 from .matching import MatchingDual
 
-__all__ = ["BlockDual", "BoxedDual", "ChainDual", "Corner", "DenseDual", "EdgeChainDual", "GapPass", "KERNELS", "MatchingDual",
+__all__ = ["BlockDual", "BoxedDual", "ChainDual", "CompiledDenseDual", "CompiledMatchingDual", "Corner", "DenseDual", "EdgeChainDual", "GapPass", "KERNELS", "MatchingDual",
            "make_store"]
 
 
@@ -29,8 +32,8 @@ def make_store(model: StructuredModel, data, lam: float, device=None, dtype=torc
                nonnegative=None, n_objective: int | None = None) -> BlockDual:
     """The block store of ``model`` on ``data`` at regularization ``lam``. ``nonnegative``: indices of
     w kept >= 0 by box constraints (e.g. ``model.pairwise_index`` for graph cuts and pose).
-    ``kernels`` picks the chain store's backend (``auto``, ``numba``, ``torch``); the dense store
-    is pure torch. ``n_objective``: the n of objective (1) when ``data`` is one shard of a larger
+    ``kernels`` picks the backend (``auto``, ``numba``, ``torch``): of the chain stores, and of the
+    dense store's block steps (compiled on CPU float64 for the structures of stores/host_structures.py). ``n_objective``: the n of objective (1) when ``data`` is one shard of a larger
     training set (ssvm_torch.distributed); default data.n."""
     check_choice(kernels, "kernels", KERNELS)
     if kernels != "auto":
@@ -40,11 +43,24 @@ def make_store(model: StructuredModel, data, lam: float, device=None, dtype=torc
     elif isinstance(model, ChainModel):
         store = ChainDual(model, data, lam, device=device, dtype=dtype, kernels=kernels, n_objective=n_objective)
     else:
-        if kernels == "numba":
-            raise SSVMInputError(f"kernels: 'numba' applies to chain stores; {type(model).__name__} runs on the "
-                                 "dense store, which is pure torch (use 'auto' or 'torch')")
-        dense = MatchingDual if isinstance(model, MatchingModel) else DenseDual    # + its relaxation (DEG)
-        store = dense(model, data, lam, device=device, dtype=dtype, n_objective=n_objective)
+        store = _dense_store(model, data, lam, device, dtype, kernels, n_objective)
     if nonnegative is not None and len(nonnegative):
         store = BoxedDual(store, nonnegative, lower=0.0)
     return store
+
+
+def _dense_store(model, data, lam, device, dtype, kernels, n_objective) -> BlockDual:
+    """The dense store: block steps compiled (``numba``, or ``auto`` on CPU float64 for a structure with
+    a host oracle), else the torch store; matchings carry their relaxation (DEG) either way."""
+    matching = isinstance(model, MatchingModel)
+    host = HOSTS.get(type(model))
+    on_host = resolve_device(device).type == "cpu" and dtype == torch.float64
+    if kernels == "numba" and (host is None or not on_host):
+        raise SSVMInputError(f"kernels: 'numba' needs a CPU float64 store and a structure with compiled block steps "
+                             f"({', '.join(sorted(m.__name__ for m in HOSTS))}); got {type(model).__name__} on "
+                             f"{resolve_device(device)} {dtype} (use 'auto' or 'torch')")
+    if kernels != "torch" and host is not None and on_host:
+        compiled = CompiledMatchingDual if matching else CompiledDenseDual
+        return compiled(model, data, lam, host, n_objective=n_objective)
+    dense = MatchingDual if matching else DenseDual                  # + its relaxation (DEG)
+    return dense(model, data, lam, device=device, dtype=dtype, n_objective=n_objective)

@@ -17,6 +17,7 @@ import torch
 
 from ..errors import SSVMInputError, check
 from .base import BatchCorners, BlockDual, Corner, GapPass
+from .block_kernels import box_sync
 
 
 class BoxedDual(BlockDual):
@@ -45,6 +46,8 @@ class BoxedDual(BlockDual):
         if bool((self.lower > self.upper).any()):
             raise SSVMInputError("box lower: expected lower <= upper for every constrained coordinate")
         self.n, self.N, self.lam = inner.n, inner.N, inner.lam
+        self._host_sync = ((idx.numpy(), self.lower.numpy(), self.upper.numpy())
+                           if getattr(inner, "compiled_blocks", False) else None)
         self.v_c = inner.w[idx].clone()
         self._clip()
 
@@ -55,6 +58,10 @@ class BoxedDual(BlockDual):
 
     def _sync(self):
         """The inner dual added a change to w; on constrained coordinates it belongs to v."""
+        if self._host_sync is not None:           # compiled inner store: one numba call per block step
+            idx, lower, upper = self._host_sync
+            box_sync(self.inner.w.numpy(), idx, self.v_c.numpy(), self.w_c.numpy(), lower, upper)
+            return
         self.v_c += self.inner.w[self.idx] - self.w_c
         self._clip()
 

@@ -1,0 +1,391 @@
+"""One example at a time on the host: the batch-1 oracle, sparse phi and loss of each dense structure,
+for the compiled block step (stores/dense_compiled.py). CPU float64 only; the batched torch models
+(ssvm_torch.models) stay the reference and the path every other device runs, and the tests hold these
+to them (same labelings, features and losses).
+
+A structure exposes, for block i and a labeling y in its block-level form (numpy):
+    corner(w, i) -> (y*, cols, vals, L_i(y*))   loss-augmented decoding y* = argmax L_i(y) + <w, phi(x_i, y)>
+    features(i, y) -> (cols, vals)               phi(x_i, y) as distinct coordinates and values
+    loss(i, y) -> L_i(y)                         the task loss (not divided by n)
+    gt(i)                                        the ground-truth labeling
+Sparse where the structure is (multiclass: the label's row; multi-label: the active labels' rows and
+one state per pair); the graph cut, pose and matching features have d <= a few dozen and are dense.
+The libraries stay where they are the oracle: PyMaxflow's min cut and scipy's assignment solver run
+on host arrays built by numba, without tensors.
+"""
+from __future__ import annotations
+
+import numba as nb
+import numpy as np
+import torch
+from scipy.optimize import linear_sum_assignment
+
+from ..errors import SSVMInputError
+from ..models.flat import TIE, MulticlassModel, MultiLabelModel
+from ..models.graphcut import GraphCutModel
+from ..models.matching import MatchingModel
+from ..models.pose import TreePoseModel
+from ..oracles.distance_transform import _nb_tree_max_sum_one
+from ..oracles.maxflow import binary_cut_host
+
+
+def _np(t) -> np.ndarray:
+    return np.ascontiguousarray(t.detach().cpu().numpy() if torch.is_tensor(t) else np.asarray(t))
+
+
+def _labels(y) -> np.ndarray:
+    return np.asarray(y.cpu() if torch.is_tensor(y) else y, dtype=np.int64)
+
+
+@nb.njit(cache=True)
+def _first_max(s):
+    """The lowest index within TIE of the maximum (models/flat.py's ``first_max``)."""
+    best = s.max()
+    tol = TIE * max(1.0, abs(best))
+    for k in range(s.shape[0]):
+        if s[k] >= best - tol:
+            return k
+    return 0
+
+
+# -- multiclass (Crammer-Singer) -------------------------------------------------------------------
+@nb.njit(cache=True)
+def _multiclass_decode(x, yi, w, K, F):
+    scores = np.empty(K)
+    for k in range(K):
+        s = 0.0
+        for f in range(F - 1):
+            s += x[f] * w[k * F + f]
+        s += w[k * F + F - 1]
+        if k != yi:
+            s += 1.0
+        scores[k] = s
+    return _first_max(scores)
+
+
+class MulticlassHost:
+    def __init__(self, model: MulticlassModel, data):
+        self.K, self.F = model.K, model.F
+        X = _np(data.X)
+        self.Xb = np.ascontiguousarray(np.concatenate([X, np.ones((X.shape[0], 1))], 1))
+        self.Y = _np(data.Y).astype(np.int64)
+        self.base = np.arange(self.F, dtype=np.int64)
+
+    def gt(self, i):
+        return int(self.Y[i])
+
+    def features(self, i, y):
+        return self.base + int(y) * self.F, self.Xb[i]
+
+    def loss(self, i, y):
+        return float(int(y) != self.Y[i])
+
+    def corner(self, w, i):
+        y = _multiclass_decode(self.Xb[i], self.Y[i], w, self.K, self.F)
+        return y, self.base + y * self.F, self.Xb[i], float(y != self.Y[i])
+
+
+# -- multi-label, full pairwise graph (enumeration) -------------------------------------------------
+@nb.njit(cache=True)
+def _multilabel_decode(x, yi, w, L, F, pa, pb, out):
+    U = np.empty(L)
+    for l in range(L):
+        s = 0.0
+        for f in range(F - 1):
+            s += x[f] * w[l * F + f]
+        U[l] = s + w[l * F + F - 1]
+    du = L * F
+    scores = np.empty(1 << L)
+    for j in range(1 << L):
+        s = 0.0
+        wrong = 0
+        for l in range(L):
+            bit = (j >> (L - 1 - l)) & 1
+            if bit == 1:
+                s += U[l]
+            if bit != yi[l]:
+                wrong += 1
+        for p in range(pa.shape[0]):
+            state = 2 * ((j >> (L - 1 - pa[p])) & 1) + ((j >> (L - 1 - pb[p])) & 1)
+            s += w[du + 4 * p + state]
+        scores[j] = s + wrong / L
+    arg = _first_max(scores)
+    for l in range(L):
+        out[l] = (arg >> (L - 1 - l)) & 1
+
+
+@nb.njit(cache=True)
+def _multilabel_features(xb, y, F, pa, pb, cols, vals):
+    L = y.shape[0]
+    k = 0
+    for l in range(L):
+        if y[l] == 1:
+            for f in range(F):
+                cols[k] = l * F + f
+                vals[k] = xb[f]
+                k += 1
+    for p in range(pa.shape[0]):
+        cols[k] = L * F + 4 * p + 2 * y[pa[p]] + y[pb[p]]
+        vals[k] = 1.0
+        k += 1
+    return k
+
+
+class MultiLabelHost:
+    def __init__(self, model: MultiLabelModel, data):
+        self.L, self.F = model.L, model.F
+        X = _np(data.X)
+        self.Xb = np.ascontiguousarray(np.concatenate([X, np.ones((X.shape[0], 1))], 1))
+        self.Y = _np(data.Y).astype(np.int64)
+        self.pa = np.array([p[0] for p in model.pairs], dtype=np.int64)
+        self.pb = np.array([p[1] for p in model.pairs], dtype=np.int64)
+        self.nnz = self.L * self.F + len(self.pa)
+
+    def gt(self, i):
+        return self.Y[i].copy()
+
+    def features(self, i, y):
+        cols, vals = np.empty(self.nnz, np.int64), np.empty(self.nnz)
+        k = _multilabel_features(self.Xb[i], _labels(y), self.F, self.pa, self.pb, cols, vals)
+        return cols[:k], vals[:k]
+
+    def loss(self, i, y):
+        return float((_labels(y) != self.Y[i]).sum()) / self.L
+
+    def corner(self, w, i):
+        y = np.empty(self.L, np.int64)
+        _multilabel_decode(self.Xb[i], self.Y[i], w, self.L, self.F, self.pa, self.pb, y)
+        cols, vals = self.features(i, y)
+        return y, cols, vals, self.loss(i, y)
+
+
+# -- graph cut (submodular Potts on superpixel graphs) ----------------------------------------------
+@nb.njit(cache=True)
+def _graph_potentials(X, y, cw, Fe, edges_e, w, F, inv, pairwise, gain, theta):
+    for v in range(X.shape[0]):
+        s = 0.0
+        for f in range(F - 1):
+            s += X[v, f] * w[f]
+        s = (s + w[F - 1]) * inv
+        gain[v] = s + (cw[v] if y[v] == 0 else -cw[v])
+    if pairwise:
+        for e in range(Fe.shape[0]):
+            s = 0.0
+            for f in range(Fe.shape[1]):
+                s += Fe[e, f] * w[F + f]
+            theta[e] = s * inv
+
+
+@nb.njit(cache=True)
+def _graph_features(X, Fe, edges, lab, F, inv, pairwise, out):
+    out[:] = 0.0
+    for v in range(X.shape[0]):
+        if lab[v] == 1:
+            for f in range(F - 1):
+                out[f] += X[v, f]
+            out[F - 1] += 1.0
+    if pairwise:
+        for e in range(edges.shape[0]):
+            if lab[edges[e, 0]] == lab[edges[e, 1]]:
+                for f in range(Fe.shape[1]):
+                    out[F + f] += Fe[e, f]
+    for k in range(out.shape[0]):
+        out[k] *= inv
+
+
+class GraphCutHost:
+    def __init__(self, model: GraphCutModel, data):
+        self.F, self.d, self.pairwise = model.F, model.d, model.pairwise
+        X, Fe, edges = _np(data.X), _np(data.Fe), _np(data.edges_local).astype(np.int64)
+        y, cw = _np(data.y).astype(np.int64), _np(data.cw)
+        inv = _np(data.inv_size)
+        no, eo = data.node_off, data.edge_off
+        self.ex = [(X[no[i]:no[i + 1]], y[no[i]:no[i + 1]], cw[no[i]:no[i + 1]], Fe[eo[i]:eo[i + 1]],
+                    np.ascontiguousarray(edges[eo[i]:eo[i + 1]]), float(inv[i])) for i in range(data.n)]
+        self.cols = np.arange(self.d, dtype=np.int64)
+
+    def gt(self, i):
+        return self.ex[i][1].copy()
+
+    def _lab(self, i, y):
+        return _labels(y)[:self.ex[i][0].shape[0]]       # batched labelings are padded with -1
+
+    def features(self, i, y):
+        X, _, _, Fe, edges, inv = self.ex[i]
+        out = np.empty(self.d)
+        _graph_features(X, Fe, edges, self._lab(i, y), self.F, inv, self.pairwise, out)
+        return self.cols, out
+
+    def loss(self, i, y):
+        _, yi, cw, _, _, _ = self.ex[i]
+        return float(cw[self._lab(i, y) != yi].sum())
+
+    def corner(self, w, i):
+        X, yi, cw, Fe, edges, inv = self.ex[i]
+        if self.pairwise and w[self.F:].min() < 0:       # the check of models/graphcut.py
+            raise SSVMInputError("w: the pairwise (Potts) weights must be >= 0 for an exact graph cut (got min "
+                                 f"{w[self.F:].min():.3g}); train with the box constraint w_pairwise >= 0")
+        gain, theta = np.empty(X.shape[0]), np.empty(Fe.shape[0])
+        _graph_potentials(X, yi, cw, Fe, edges, w, self.F, inv, self.pairwise, gain, theta)
+        y = binary_cut_host(gain, edges if self.pairwise else None, theta if self.pairwise else None)
+        cols, vals = self.features(i, y)
+        return y, cols, vals, self.loss(i, y)
+
+
+# -- tree-structured pose (max-sum with distance transforms) ----------------------------------------
+@nb.njit(cache=True)
+def _pose_unaries(S, gt, w, radius, out):
+    J, H, W = S.shape
+    for j in range(J):
+        for r in range(H):
+            for c in range(W):
+                cheb = max(abs(r - gt[j, 0]), abs(c - gt[j, 1]))
+                out[j, r, c] = S[j, r, c] * w[j] + (1.0 / J if cheb > radius else 0.0)
+
+
+@nb.njit(cache=True)
+def _pose_features(S, lab, parents, rest, scale, pairwise, out):
+    J = S.shape[0]
+    for j in range(J):
+        out[j] = S[j, lab[j, 0], lab[j, 1]]
+    if pairwise:
+        for j in range(1, J):
+            p = parents[j]
+            dx = (lab[j, 1] - lab[p, 1] - rest[j, 0]) / scale
+            dy = (lab[j, 0] - lab[p, 0] - rest[j, 1]) / scale
+            k = J + 4 * (j - 1)
+            out[k], out[k + 1], out[k + 2], out[k + 3] = dx, -dx * dx, dy, -dy * dy
+
+
+class TreePoseHost:
+    def __init__(self, model: TreePoseModel, data):
+        self.J, self.d, self.pairwise = model.J, model.d, model.pairwise
+        self.radius, self.scale = model.radius, model.scale
+        self.parents = np.array(model.parents, dtype=np.int64)
+        self.rest = _np(model.rest).astype(np.float64)
+        self.S, self.Y = _np(data.S), _np(data.Y).astype(np.int64)
+        self.cols = np.arange(self.d, dtype=np.int64)
+        self.w_pair = np.zeros((self.J, 4))
+        self.belief = np.empty(self.S.shape[1:])
+
+    def gt(self, i):
+        return self.Y[i].copy()
+
+    def features(self, i, y):
+        out = np.empty(self.d)
+        _pose_features(self.S[i], _labels(y).reshape(self.J, 2), self.parents, self.rest, self.scale, self.pairwise, out)
+        return self.cols, out
+
+    def loss(self, i, y):
+        far = np.abs(_labels(y).reshape(self.J, 2) - self.Y[i]).max(1) > self.radius
+        return float(far.sum()) / self.J
+
+    def corner(self, w, i):
+        if self.pairwise:
+            self.w_pair[1:] = w[self.J:].reshape(self.J - 1, 4)
+            low = min(self.w_pair[:, 1].min(), self.w_pair[:, 3].min())
+            if low < 0:        # the check of models/pose.py: a convex deformation has no distance transform
+                raise SSVMInputError("w: the quadratic deformation weights must be >= 0 for the distance "
+                                     f"transform (got min {low:.3g}); train with the box constraint")
+        _pose_unaries(self.S[i], self.Y[i], w, self.radius, self.belief)
+        y = np.empty((self.J, 2), np.int64)
+        _nb_tree_max_sum_one(self.belief, self.parents, self.w_pair, self.rest, self.scale, y)
+        cols, vals = self.features(i, y)
+        return y, cols, vals, self.loss(i, y)
+
+
+# -- word alignment (bipartite matching with NULL) ---------------------------------------------------
+@nb.njit(cache=True)
+def _matching_matrix(X, Ne, Nf, A, w, Fe, Fn, M):
+    m, n = X.shape[0], X.shape[1]
+    Z = m + n
+    M[:, :] = -np.inf
+    for i in range(m):
+        for j in range(n):
+            s = 0.0
+            for f in range(Fe):
+                s += X[i, j, f] * w[f]
+            gold = 1.0 if A[i] == j else 0.0
+            M[i, j] = s / Z + (1.0 - 2.0 * gold) / Z
+        s = 0.0
+        for f in range(Fn):
+            s += Ne[i, f] * w[Fe + f]
+        M[i, n + i] = s / Z
+    for j in range(n):
+        s = 0.0
+        for f in range(Fn):
+            s += Nf[j, f] * w[Fe + Fn + f]
+        M[m + j, j] = s / Z
+    for i in range(n):
+        for j in range(m):
+            M[m + i, n + j] = 0.0
+
+
+@nb.njit(cache=True)
+def _matching_features(X, Ne, Nf, a, Fe, Fn, out):
+    m, n = X.shape[0], X.shape[1]
+    out[:] = 0.0
+    taken = np.zeros(n, np.bool_)
+    for i in range(m):
+        if a[i] >= 0:
+            taken[a[i]] = True
+            for f in range(Fe):
+                out[f] += X[i, a[i], f]
+        else:
+            for f in range(Fn):
+                out[Fe + f] += Ne[i, f]
+    for j in range(n):
+        if not taken[j]:
+            for f in range(Fn):
+                out[Fe + Fn + f] += Nf[j, f]
+    for k in range(out.shape[0]):
+        out[k] /= m + n
+
+
+class MatchingHost:
+    def __init__(self, model: MatchingModel, data):
+        self.Fe, self.Fn, self.d = model.Fe, model.Fn, model.d
+        self.ex = [(_np(data.X[k]), _np(data.Ne[k]), _np(data.Nf[k]), _np(data.A[k]).astype(np.int64))
+                   for k in range(data.n)]
+        self.cols = np.arange(self.d, dtype=np.int64)
+
+    def gt(self, i):
+        return self.ex[i][3].copy()
+
+    def _lab(self, i, y):
+        return _labels(y)[:self.ex[i][0].shape[0]]       # batched labelings are padded
+
+    def features(self, i, y):
+        X, Ne, Nf, _ = self.ex[i]
+        out = np.empty(self.d)
+        _matching_features(X, Ne, Nf, self._lab(i, y), self.Fe, self.Fn, out)
+        return self.cols, out
+
+    def loss(self, i, y):
+        X, _, _, t = self.ex[i]
+        a = self._lab(i, y)
+        wrong = int(((a != t) & (a >= 0)).sum()) + int(((a != t) & (t >= 0)).sum())
+        return wrong / (X.shape[0] + X.shape[1])
+
+    def corner(self, w, i):
+        X, Ne, Nf, A = self.ex[i]
+        m, n = X.shape[:2]
+        M = np.empty((m + n, n + m))
+        _matching_matrix(X, Ne, Nf, A, w, self.Fe, self.Fn, M)
+        rows, cols = linear_sum_assignment(M, maximize=True)       # as oracles/assignment.py
+        y = np.full(m, -1, dtype=np.int64)
+        real = (rows < m) & (cols < n)
+        y[rows[real]] = cols[real]
+        c, v = self.features(i, y)
+        return y, c, v, self.loss(i, y)
+
+
+HOSTS = {MulticlassModel: MulticlassHost, MultiLabelModel: MultiLabelHost, GraphCutModel: GraphCutHost,
+         TreePoseModel: TreePoseHost, MatchingModel: MatchingHost}
+
+
+def host_structure(model, data):
+    """The host structure of ``model`` on ``data`` (CPU copies of its arrays), or None when the
+    structure has none (the dense store then runs the torch model)."""
+    cls = HOSTS.get(type(model))
+    return None if cls is None else cls(model, data)
