@@ -229,7 +229,7 @@ def regularization_path(dual: BlockDual, eps: float, kappa: float = 0.9, heurist
         ells.append(dual.ell)
         records.append(_record(dual, lam, last["gap"], clock, evaluate, rho=rho, Delta=Delta,
                                gap_estimate=float(gaps.sum()) if heuristic else None, solved=True,
-                               stop_reason=solver.state.stop_reason))
+                               stop_reason=solver.state.stop_reason, checks=solver.state.checks))
         if progress:
             progress(records[-1])
     return RegPath(torch.tensor(lambdas, dtype=torch.float64, device="cpu"), torch.stack(Ws).to("cpu", torch.float64),
@@ -279,7 +279,8 @@ def grid_search(make_dual: Callable[[float], BlockDual], eps: float, lambdas=Non
             solver, last = _solve(dual, eps, cfg, gaps, clock, False, max_passes, gated)
             exact = solver.last_gap_pass
         rec = _record(dual, lam, last["gap"], clock, evaluate, warm=warm,
-                      stop_reason=solver.state.stop_reason if solver else "warm_start")
+                      stop_reason=solver.state.stop_reason if solver else "warm_start",
+                      checks=solver.state.checks if solver else 0)
         records.append(rec)
         if progress:
             progress(rec)

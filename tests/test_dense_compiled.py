@@ -87,6 +87,22 @@ def test_host_oracle_equals_the_torch_model(problems, name):
 
 
 @pytest.mark.parametrize("name", list(DENSE))
+def test_gap_pass_equals_the_torch_store(problems, name):
+    """The compiled gap pass (a loop of the host oracle, or the torch model for multi-label) gives the
+    torch store's labelings, H_i, losses and block gaps at the same point."""
+    problem, data = problems(name)
+    a, b = stores(problem, data, 1.0 / data.n)
+    Solver(b, SolverConfig(passes=2, seed=1, gap_check=2)).run()
+    inner(a).load_state_dict(inner(b).state_dict())
+    if isinstance(a, BoxedDual):
+        a.load_state_dict(b.state_dict())
+    ga, gb = a.gap_pass(), b.gap_pass()
+    assert torch.equal(ga.labels, gb.labels)
+    for field in ("H", "loss", "block_gaps"):
+        torch.testing.assert_close(getattr(ga, field), getattr(gb, field), rtol=0, atol=1e-10)
+
+
+@pytest.mark.parametrize("name", list(DENSE))
 @pytest.mark.parametrize("step", list(STEPS))
 def test_same_run_as_the_torch_store(problems, name, step):
     problem, data = problems(name)

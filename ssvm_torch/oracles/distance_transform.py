@@ -166,19 +166,20 @@ def tree_max_sum(unary: torch.Tensor, parents, w_pair: torch.Tensor, rest: torch
     return loc, best
 
 
+def tree_workspace(J: int, H: int, W: int) -> tuple:
+    """The scratch arrays of :func:`_nb_tree_max_sum_one` (allocated once per store: a fresh 180 kB per
+    call costs page faults that can double the call's time)."""
+    return (np.empty((J, H, W), np.int64), np.empty((J, H, W), np.int64), np.empty((H, W)),
+            np.empty((H, W), np.int64), np.empty((W, H)), np.empty((W, H)), np.empty((W, H), np.int64))
+
+
 @nb.njit(cache=True)
-def _nb_tree_max_sum_one(belief, parents, w_pair, rest, scale, loc):
+def _nb_tree_max_sum_one(belief, parents, w_pair, rest, scale, loc, arg_r, col, T, arg_c, Tt, mt, art):
     """:func:`tree_max_sum` of one example in one compiled call (the batch-1 block step): ``belief``
     (J, H, W) holds the unaries and is overwritten by the beliefs; ``loc`` (J, 2) receives the
-    argmax cells. Same recursion, tie-breaking and order of additions as the batched version."""
+    argmax cells; the rest is :func:`tree_workspace`. Same recursion, tie-breaking and order of
+    additions as the batched version."""
     J, H, W = belief.shape
-    arg_r = np.empty((J, H, W), np.int64)
-    col = np.empty((J, H, W), np.int64)
-    T = np.empty((H, W))
-    arg_c = np.empty((H, W), np.int64)
-    Tt = np.empty((W, H))
-    mt = np.empty((W, H))
-    art = np.empty((W, H), np.int64)
     s2 = scale ** 2
     for j in range(J - 1, 0, -1):
         _nb_dt1d(belief[j], w_pair[j, 0] / scale, w_pair[j, 1] / s2, rest[j, 0], T, arg_c)

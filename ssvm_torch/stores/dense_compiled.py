@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from . import block_kernels as bk
-from .base import Corner
+from .base import Corner, GapPass
 from .dense import DenseDual
 from .matching import MatchingDual
 
@@ -66,6 +66,23 @@ class HostBlocks:
         cols, vals = self._features(i, corner.labels)
         self._wn += coef * self._Gn[i]
         self._wn[cols] -= coef * vals
+
+    # -- BatchPasses ------------------------------------------------------------------------------
+    def gap_pass(self) -> GapPass:
+        """The exact gap pass as a loop of the host oracle over the blocks (faster than the batched torch
+        model for every structure but multi-label, whose enumeration is one tensor op):
+        H_i = L_i(y*) - <w, g_i> + <w, phi(x_i, y*)>, block gaps as DenseDual.gap_pass."""
+        if not getattr(self.host, "loop_gap_pass", True):
+            return super().gap_pass()
+        w = self._wn
+        labels, L, phi_w = [], np.empty(self.n), np.empty(self.n)
+        for i in range(self.n):
+            y, cols, vals, L[i] = self.host.corner(w, i)
+            labels.append(y)
+            phi_w[i] = bk.phi_dot(cols, vals, w)
+        H = torch.from_numpy(L - self._Gn @ w + phi_w)
+        gaps = self.lam * (self.W_blocks @ self.w) - self.ell_i + H / self.N
+        return GapPass(labels=self.host.stack(labels), loss=torch.from_numpy(L) / self.N, H=H, block_gaps=gaps)
 
     # -- ActiveSetMoves ---------------------------------------------------------------------------
     def gt_labeling(self, i: int):

@@ -8,6 +8,7 @@ A structure exposes, for block i and a labeling y in its block-level form (numpy
     features(i, y) -> (cols, vals)               phi(x_i, y) as distinct coordinates and values
     loss(i, y) -> L_i(y)                         the task loss (not divided by n)
     gt(i)                                        the ground-truth labeling
+    stack(labelings)                             the batched labelings container of the torch model
 Sparse where the structure is (multiclass: the label's row; multi-label: the active labels' rows and
 one state per pair); the graph cut, pose and matching features have d <= a few dozen and are dense.
 The libraries stay where they are the oracle: PyMaxflow's min cut and scipy's assignment solver run
@@ -23,9 +24,9 @@ from scipy.optimize import linear_sum_assignment
 from ..errors import SSVMInputError
 from ..models.flat import TIE, MulticlassModel, MultiLabelModel
 from ..models.graphcut import GraphCutModel
-from ..models.matching import MatchingModel
+from ..models.matching import PAD, MatchingModel
 from ..models.pose import TreePoseModel
-from ..oracles.distance_transform import _nb_tree_max_sum_one
+from ..oracles.distance_transform import _nb_tree_max_sum_one, tree_workspace
 from ..oracles.maxflow import binary_cut_host
 
 
@@ -35,6 +36,17 @@ def _np(t) -> np.ndarray:
 
 def _labels(y) -> np.ndarray:
     return np.asarray(y.cpu() if torch.is_tensor(y) else y, dtype=np.int64)
+
+
+def _padded(labelings, fill: int) -> torch.Tensor:
+    out = np.full((len(labelings), max(len(y) for y in labelings)), fill, dtype=np.int64)
+    for r, y in enumerate(labelings):
+        out[r, :len(y)] = y
+    return torch.from_numpy(out)
+
+
+def _stacked(labelings) -> torch.Tensor:
+    return torch.from_numpy(np.stack([np.asarray(y, dtype=np.int64) for y in labelings]))
 
 
 @nb.njit(cache=True)
@@ -64,6 +76,8 @@ def _multiclass_decode(x, yi, w, K, F):
 
 
 class MulticlassHost:
+    stack = staticmethod(_stacked)
+
     def __init__(self, model: MulticlassModel, data):
         self.K, self.F = model.K, model.F
         X = _np(data.X)
@@ -132,6 +146,10 @@ def _multilabel_features(xb, y, F, pa, pb, cols, vals):
 
 
 class MultiLabelHost:
+    stack = staticmethod(_stacked)
+    # the torch model's enumeration of all 2^L labelings is one batched tensor op: faster for a gap pass
+    loop_gap_pass = False
+
     def __init__(self, model: MultiLabelModel, data):
         self.L, self.F = model.L, model.F
         X = _np(data.X)
@@ -194,6 +212,9 @@ def _graph_features(X, Fe, edges, lab, F, inv, pairwise, out):
 
 
 class GraphCutHost:
+    def stack(self, labelings):
+        return _padded(labelings, -1)
+
     def __init__(self, model: GraphCutModel, data):
         self.F, self.d, self.pairwise = model.F, model.d, model.pairwise
         X, Fe, edges = _np(data.X), _np(data.Fe), _np(data.edges_local).astype(np.int64)
@@ -258,6 +279,8 @@ def _pose_features(S, lab, parents, rest, scale, pairwise, out):
 
 
 class TreePoseHost:
+    stack = staticmethod(_stacked)
+
     def __init__(self, model: TreePoseModel, data):
         self.J, self.d, self.pairwise = model.J, model.d, model.pairwise
         self.radius, self.scale = model.radius, model.scale
@@ -267,6 +290,7 @@ class TreePoseHost:
         self.cols = np.arange(self.d, dtype=np.int64)
         self.w_pair = np.zeros((self.J, 4))
         self.belief = np.empty(self.S.shape[1:])
+        self.work = tree_workspace(*self.S.shape[1:])
 
     def gt(self, i):
         return self.Y[i].copy()
@@ -289,7 +313,7 @@ class TreePoseHost:
                                      f"transform (got min {low:.3g}); train with the box constraint")
         _pose_unaries(self.S[i], self.Y[i], w, self.radius, self.belief)
         y = np.empty((self.J, 2), np.int64)
-        _nb_tree_max_sum_one(self.belief, self.parents, self.w_pair, self.rest, self.scale, y)
+        _nb_tree_max_sum_one(self.belief, self.parents, self.w_pair, self.rest, self.scale, y, *self.work)
         cols, vals = self.features(i, y)
         return y, cols, vals, self.loss(i, y)
 
@@ -343,6 +367,9 @@ def _matching_features(X, Ne, Nf, a, Fe, Fn, out):
 
 
 class MatchingHost:
+    def stack(self, labelings):
+        return _padded(labelings, PAD)
+
     def __init__(self, model: MatchingModel, data):
         self.Fe, self.Fn, self.d = model.Fe, model.Fn, model.d
         self.ex = [(_np(data.X[k]), _np(data.Ne[k]), _np(data.Nf[k]), _np(data.A[k]).astype(np.int64))
