@@ -166,34 +166,67 @@ def tree_max_sum(unary: torch.Tensor, parents, w_pair: torch.Tensor, rest: torch
     return loc, best
 
 
+def tree_split(parents) -> tuple[np.ndarray, np.ndarray]:
+    """The parts below the root in two groups of whole root subtrees (greedy, largest first), each in
+    descending index order (children before parents): (groups, starts) for
+    :func:`_nb_tree_max_sum_one`, whose two threads pass the messages of one group each."""
+    J = len(parents)
+    subtrees: dict = {}
+    for j in range(1, J):
+        top = j
+        while parents[top] != 0:
+            top = parents[top]
+        subtrees.setdefault(top, []).append(j)
+    halves: list = [[], []]
+    for root_child in sorted(subtrees, key=lambda c: (-len(subtrees[c]), c)):
+        halves[0 if len(halves[0]) <= len(halves[1]) else 1].extend(subtrees[root_child])
+    groups = np.array(sorted(halves[0], reverse=True) + sorted(halves[1], reverse=True), dtype=np.int64)
+    return groups, np.array([0, len(halves[0]), J - 1], dtype=np.int64)
+
+
 def tree_workspace(J: int, H: int, W: int) -> tuple:
-    """The scratch arrays of :func:`_nb_tree_max_sum_one` (allocated once per store: a fresh 180 kB per
-    call costs page faults that can double the call's time)."""
-    return (np.empty((J, H, W), np.int64), np.empty((J, H, W), np.int64), np.empty((H, W)),
-            np.empty((H, W), np.int64), np.empty((W, H)), np.empty((W, H)), np.empty((W, H), np.int64))
+    """The scratch arrays of :func:`_nb_tree_max_sum_one`, allocated once per store (a fresh ~300 kB per
+    call would cost page faults): backtracking tables, root messages, one set of transform buffers
+    per thread."""
+    return (np.empty((J, H, W), np.int64), np.empty((J, H, W), np.int64), np.empty((J, H, W)),
+            np.empty((2, H, W)), np.empty((2, H, W), np.int64), np.empty((2, W, H)), np.empty((2, W, H)),
+            np.empty((2, W, H), np.int64))
 
 
-@nb.njit(cache=True)
-def _nb_tree_max_sum_one(belief, parents, w_pair, rest, scale, loc, arg_r, col, T, arg_c, Tt, mt, art):
+@nb.njit(parallel=True, cache=True)
+def _nb_tree_max_sum_one(belief, parents, w_pair, rest, scale, groups, starts, loc,
+                         arg_r, col, msg, T, arg_c, Tt, mt, art):
     """:func:`tree_max_sum` of one example in one compiled call (the batch-1 block step): ``belief``
-    (J, H, W) holds the unaries and is overwritten by the beliefs; ``loc`` (J, 2) receives the
-    argmax cells; the rest is :func:`tree_workspace`. Same recursion, tie-breaking and order of
-    additions as the batched version."""
+    (J, H, W) holds the unaries and is overwritten by the beliefs; ``loc`` (J, 2) receives the argmax
+    cells; ``groups``/``starts`` from :func:`tree_split`, the rest is :func:`tree_workspace`. The two
+    halves of the root's subtrees run on two threads; messages into the root are added afterwards in
+    the order of the batched version (children in descending index), so every addition, tie and
+    result is the same as :func:`tree_max_sum`'s."""
     J, H, W = belief.shape
     s2 = scale ** 2
+    for g in nb.prange(2):
+        for gi in range(starts[g], starts[g + 1]):
+            j = groups[gi]
+            _nb_dt1d(belief[j], w_pair[j, 0] / scale, w_pair[j, 1] / s2, rest[j, 0], T[g], arg_c[g])
+            for r in range(H):
+                for c in range(W):
+                    Tt[g, c, r] = T[g, r, c]
+            _nb_dt1d(Tt[g], w_pair[j, 2] / scale, w_pair[j, 3] / s2, rest[j, 1], mt[g], art[g])
+            p = parents[j]
+            for r in range(H):
+                for c in range(W):
+                    qr = art[g, c, r]
+                    arg_r[j, r, c] = qr
+                    col[j, r, c] = arg_c[g, qr, c]
+                    if p == 0:
+                        msg[j, r, c] = mt[g, c, r]
+                    else:
+                        belief[p, r, c] += mt[g, c, r]
     for j in range(J - 1, 0, -1):
-        _nb_dt1d(belief[j], w_pair[j, 0] / scale, w_pair[j, 1] / s2, rest[j, 0], T, arg_c)
-        for r in range(H):
-            for c in range(W):
-                Tt[c, r] = T[r, c]
-        _nb_dt1d(Tt, w_pair[j, 2] / scale, w_pair[j, 3] / s2, rest[j, 1], mt, art)
-        p = parents[j]
-        for r in range(H):
-            for c in range(W):
-                qr = art[c, r]
-                arg_r[j, r, c] = qr
-                col[j, r, c] = arg_c[qr, c]
-                belief[p, r, c] += mt[c, r]
+        if parents[j] == 0:
+            for r in range(H):
+                for c in range(W):
+                    belief[0, r, c] += msg[j, r, c]
     best = -np.inf
     flat = 0
     for r in range(H):

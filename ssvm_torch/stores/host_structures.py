@@ -26,7 +26,7 @@ from ..models.flat import TIE, MulticlassModel, MultiLabelModel
 from ..models.graphcut import GraphCutModel
 from ..models.matching import PAD, MatchingModel
 from ..models.pose import TreePoseModel
-from ..oracles.distance_transform import _nb_tree_max_sum_one, tree_workspace
+from ..oracles.distance_transform import _nb_tree_max_sum_one, tree_split, tree_workspace
 from ..oracles.maxflow import binary_cut_host
 
 
@@ -255,20 +255,14 @@ class GraphCutHost:
 
 # -- tree-structured pose (max-sum with distance transforms) ----------------------------------------
 @nb.njit(cache=True)
-def _pose_unaries(S, gt, w, radius, out):
-    J, H, W = S.shape
-    for j in range(J):
-        for r in range(H):
-            for c in range(W):
-                cheb = max(abs(r - gt[j, 0]), abs(c - gt[j, 1]))
-                out[j, r, c] = S[j, r, c] * w[j] + (1.0 / J if cheb > radius else 0.0)
-
-
-@nb.njit(cache=True)
-def _pose_features(S, lab, parents, rest, scale, pairwise, out):
+def _pose_features_loss(S, gt, lab, parents, rest, scale, radius, pairwise, out):
+    """phi(x, y) into ``out`` and L(y) = share of joints more than ``radius`` cells off (models/pose.py)."""
     J = S.shape[0]
+    far = 0
     for j in range(J):
         out[j] = S[j, lab[j, 0], lab[j, 1]]
+        if max(abs(lab[j, 0] - gt[j, 0]), abs(lab[j, 1] - gt[j, 1])) > radius:
+            far += 1
     if pairwise:
         for j in range(1, J):
             p = parents[j]
@@ -276,6 +270,31 @@ def _pose_features(S, lab, parents, rest, scale, pairwise, out):
             dy = (lab[j, 0] - lab[p, 0] - rest[j, 1]) / scale
             k = J + 4 * (j - 1)
             out[k], out[k + 1], out[k + 2], out[k + 3] = dx, -dx * dx, dy, -dy * dy
+    return far / J
+
+
+@nb.njit(cache=True)
+def _pose_corner(S, gt, w, parents, rest, scale, radius, pairwise, groups, starts, w_pair, belief, loc, out,
+                 arg_r, col, msg, T, arg_c, Tt, mt, art):
+    """Loss-augmented unaries w_j S_j + [far] / J, tree max-sum, phi and the loss of the argmax; returns
+    (L, the smallest quadratic deformation weight) (the caller refuses a negative one)."""
+    J, H, W = S.shape
+    low = 0.0
+    if pairwise:
+        for j in range(1, J):
+            for k in range(4):
+                w_pair[j, k] = w[J + 4 * (j - 1) + k]
+            low = min(low, w_pair[j, 1], w_pair[j, 3])
+        if low < 0.0:
+            return 0.0, low
+    for j in range(J):
+        for r in range(H):
+            for c in range(W):
+                cheb = max(abs(r - gt[j, 0]), abs(c - gt[j, 1]))
+                belief[j, r, c] = S[j, r, c] * w[j] + (1.0 / J if cheb > radius else 0.0)
+    _nb_tree_max_sum_one(belief, parents, w_pair, rest, scale, groups, starts, loc, arg_r, col, msg, T, arg_c,
+                         Tt, mt, art)
+    return _pose_features_loss(S, gt, loc, parents, rest, scale, radius, pairwise, out), low
 
 
 class TreePoseHost:
@@ -291,31 +310,31 @@ class TreePoseHost:
         self.w_pair = np.zeros((self.J, 4))
         self.belief = np.empty(self.S.shape[1:])
         self.work = tree_workspace(*self.S.shape[1:])
+        self.split = tree_split(model.parents)
 
     def gt(self, i):
         return self.Y[i].copy()
 
-    def features(self, i, y):
+    def _features_loss(self, i, y):
         out = np.empty(self.d)
-        _pose_features(self.S[i], _labels(y).reshape(self.J, 2), self.parents, self.rest, self.scale, self.pairwise, out)
-        return self.cols, out
+        L = _pose_features_loss(self.S[i], self.Y[i], _labels(y).reshape(self.J, 2), self.parents, self.rest,
+                                self.scale, self.radius, self.pairwise, out)
+        return out, L
+
+    def features(self, i, y):
+        return self.cols, self._features_loss(i, y)[0]
 
     def loss(self, i, y):
-        far = np.abs(_labels(y).reshape(self.J, 2) - self.Y[i]).max(1) > self.radius
-        return float(far.sum()) / self.J
+        return self._features_loss(i, y)[1]
 
     def corner(self, w, i):
-        if self.pairwise:
-            self.w_pair[1:] = w[self.J:].reshape(self.J - 1, 4)
-            low = min(self.w_pair[:, 1].min(), self.w_pair[:, 3].min())
-            if low < 0:        # the check of models/pose.py: a convex deformation has no distance transform
-                raise SSVMInputError("w: the quadratic deformation weights must be >= 0 for the distance "
-                                     f"transform (got min {low:.3g}); train with the box constraint")
-        _pose_unaries(self.S[i], self.Y[i], w, self.radius, self.belief)
-        y = np.empty((self.J, 2), np.int64)
-        _nb_tree_max_sum_one(self.belief, self.parents, self.w_pair, self.rest, self.scale, y, *self.work)
-        cols, vals = self.features(i, y)
-        return y, cols, vals, self.loss(i, y)
+        y, out = np.empty((self.J, 2), np.int64), np.empty(self.d)
+        L, low = _pose_corner(self.S[i], self.Y[i], w, self.parents, self.rest, self.scale, self.radius, self.pairwise,
+                              *self.split, self.w_pair, self.belief, y, out, *self.work)
+        if low < 0:            # the check of models/pose.py: a convex deformation has no distance transform
+            raise SSVMInputError("w: the quadratic deformation weights must be >= 0 for the distance "
+                                 f"transform (got min {low:.3g}); train with the box constraint")
+        return y, self.cols, out, L
 
 
 # -- word alignment (bipartite matching with NULL) ---------------------------------------------------
