@@ -8,7 +8,8 @@ throughput, and the regularization path against the warm grid.
             before    DenseDual with the compiled decoders (the default before this change)
             compiled  CompiledDenseDual (``--kernels auto`` on CPU float64 now)
           next to OCR-small's chain store (numba) in the same run; median of --repeats.
-  pose    BCFW + gap sampling on pose-synth at lam = 1/n, ``--time-budget`` seconds, exact gap every pass:
+  pose    BCFW + gap sampling on pose-synth at lam = 1/n, ``--time-budget`` seconds, exact gap every 10 passes
+          (the defaults of ssvm-train), stopped at the first check with gap <= 1% of the primal:
           gap / primal vs time, and the test joint errors (cells) against the unaries-only SSVM (solved the
           same way) and the template detector alone (per-joint argmax of its score maps); plus the tree
           max-sum oracle's throughput, single (the block step's call) and batched (a gap pass).
@@ -131,7 +132,7 @@ def tree_throughput(problem, repeats) -> dict:
 
 def solve_to_gap(problem, budget, rel) -> tuple[list, object]:
     store = problem.store()
-    cfg = SolverConfig(solver="bcfw", sampling="gap", passes=1e7, gap_check=1, time_budget=budget, seed=0)
+    cfg = SolverConfig(solver="bcfw", sampling="gap", passes=1e7, gap_check=10, time_budget=budget, seed=0)
     solver = Solver(store, cfg)
     solver.start()
     hist = solver.state.history
@@ -182,28 +183,70 @@ def part_path(args) -> dict:
             cfg = SolverConfig(solver="bcfw", sampling="gap", gap_check=gc)
             p = load_task(name)
             path = regularization_path(p.store(1.0), args.eps, kappa=0.9, lam_min=2.0 ** -10, config=cfg, gated=gated)
-            pr = path.records
             p = load_task(name)
-            gr = grid_search(cold_starts(p.store(1.0)), args.eps, grid_lambdas(15, -10), warm=True, config=cfg,
-                             gated=gated)
-            res[label] = {"path": cost(pr, 3.0), "grid_warm": cost(gr, 0.0)}
-            a, b = res[label]["path"], res[label]["grid_warm"]
-            print(f"{name} {label:10s}: path {a['solves']} breakpoints {a['passes']:.0f} passes ({a['check_passes']:.0f} "
-                  f"certification + {a['step_passes']:.0f} steps) {a['time_s']:.1f} s | warm grid {b['solves']} lambdas "
-                  f"{b['passes']:.0f} passes ({b['check_passes']:.0f} + {b['step_passes']:.0f}) {b['time_s']:.1f} s",
-                  flush=True)
+            grid = grid_search(cold_starts(p.store(1.0)), args.eps, grid_lambdas(15, -10), warm=True, config=cfg,
+                               gated=gated)
+            res[label] = {"path": cost(path.records, 3.0, args.eps), "grid_warm": cost(grid, 0.0)}
+            report(name, label, res[label])
+        if name == "ocr-small":                 # does another kappa trade breakpoints for step passes better?
+            for kappa in (0.7, 0.8, 0.95):
+                p = load_task(name)
+                path = regularization_path(p.store(1.0), args.eps, kappa=kappa, lam_min=2.0 ** -10, gated=True,
+                                           config=SolverConfig(solver="bcfw", sampling="gap", gap_check=0.1))
+                res[f"gated_kappa{kappa}"] = {"path": cost(path.records, 3.0, args.eps)}
+                a = res[f"gated_kappa{kappa}"]["path"]
+                print(f"{name} gated kappa {kappa}: path {a['solves']} breakpoints {a['passes']:.0f} passes "
+                      f"({a['check_passes']:.0f} certification + {a['step_passes']:.0f} steps)", flush=True)
         out["datasets"][name] = res
     return out
 
 
-def cost(records, init_passes) -> dict:
+def report(name, label, r):
+    a, b = r["path"], r["grid_warm"]
+    print(f"{name} {label:10s}: path {a['solves']} breakpoints {a['passes']:.0f} passes ({a['check_passes']:.0f} "
+          f"certification + {a['step_passes']:.0f} steps) {a['time_s']:.1f} s | warm grid {b['solves']} lambdas "
+          f"{b['passes']:.0f} passes ({b['check_passes']:.0f} + {b['step_passes']:.0f}) {b['time_s']:.1f} s; "
+          f"breakpoints with every solve exact: {a['breakpoint_floor']:.0f}", flush=True)
+    for lo in sorted(a["by_range"], reverse=True):
+        pa, gb = a["by_range"][lo], b["by_range"].get(lo, {"check": 0, "step": 0, "solves": 0})
+        print(f"   lam in [2^{lo}, 2^{lo + 5}): path {pa['solves']:3d} solves {pa['check']:5.0f} + {pa['step']:5.0f} | "
+              f"grid {gb['solves']:2d} solves {gb['check']:4.0f} + {gb['step']:5.0f}")
+
+
+def cost(records, init_passes, eps=None) -> dict:
     """Total effective passes split into exact certification passes (one per exact gap check: the
-    solver's records, ``checks``) and step passes; ``init_passes``: the path's Alg. 6 passes."""
-    checks = sum(r.get("checks", 1) for r in records if r.get("stop_reason") not in (None, "warm_start"))
-    passes = records[-1]["passes"]
-    return {"solves": len(records), "passes": passes, "check_passes": checks + init_passes,
-            "step_passes": passes - checks - init_passes, "time_s": records[-1]["time_s"],
-            "records": [{k: r.get(k) for k in ("lam", "gap", "passes", "time_s", "checks")} for r in records]}
+    records' ``checks``) and step passes, in all and by ranges of lambda (5 octaves each);
+    ``init_passes``: the path's Alg. 6 passes (counted as certification)."""
+    by, prev = {}, 0.0
+    for r in records:
+        lo = 5 * int(np.floor(np.log2(r["lam"]) / 5))
+        b = by.setdefault(lo, {"solves": 0, "check": 0.0, "step": 0.0})
+        spent = r["passes"] - prev
+        prev = r["passes"]
+        checks = float(r.get("checks") or 0) if r.get("stop_reason") is not None else min(spent, init_passes)
+        b["solves"] += 1
+        b["check"] += checks
+        b["step"] += spent - checks
+    check = sum(b["check"] for b in by.values())
+    out = {"solves": len(records), "passes": records[-1]["passes"], "check_passes": check,
+           "step_passes": records[-1]["passes"] - check, "time_s": records[-1]["time_s"], "by_range": by,
+           "records": [{k: r.get(k) for k in ("lam", "gap", "passes", "time_s", "checks", "Delta", "rho")}
+                       for r in records]}
+    if eps is not None:
+        out["breakpoint_floor"] = breakpoint_floor(records, eps)
+    return out
+
+
+def breakpoint_floor(records, eps: float) -> float:
+    """Breakpoints the eps-path would need on the same Delta(lam) profile if every breakpoint were solved to
+    gap 0: Prop. 1 then steps by rho = 1 - eps / Delta, i.e. -log(1 - eps / Delta) in log lam per breakpoint
+    (the largest possible). Each breakpoint pays one exact pass, so this is a floor on its certification
+    passes, whatever the solver. Record k holds the Delta (at lam_{k-1}) that chose lam_k."""
+    total = 0.0
+    for a, b in zip(records, records[1:]):
+        if b.get("Delta") and b["Delta"] > eps:
+            total += np.log(a["lam"] / b["lam"]) / -np.log(1.0 - eps / b["Delta"])
+    return float(total)
 
 
 def main():

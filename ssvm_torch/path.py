@@ -153,7 +153,7 @@ def regularization_path(dual: BlockDual, eps: float, kappa: float = 0.9, heurist
                         lam_min: float = 1e-5, config: SolverConfig | None = None,
                         evaluate: Callable | None = None, max_passes: float = 1000,
                         max_breakpoints: int = 10_000, progress: Callable | None = None,
-                        gated: bool = True) -> RegPath:
+                        gated: bool = False) -> RegPath:
     """eps-approximate (or heuristic, App. K) regularization path on ``dual`` (a fresh dual at any lam;
     it is re-used and rescaled). ``config`` sets the solver (default BCFW + gap sampling, gap check
     every pass); ``max_passes`` caps each breakpoint's solve. ``gated``: each breakpoint pays its exact
@@ -251,7 +251,7 @@ def grid_lambdas(hi: int = 15, lo: int = -15) -> list:
 
 def grid_search(make_dual: Callable[[float], BlockDual], eps: float, lambdas=None, warm: bool = True,
                 config: SolverConfig | None = None, evaluate: Callable | None = None, max_passes: float = 1000,
-                progress: Callable | None = None, gated: bool = True) -> list:
+                progress: Callable | None = None, gated: bool = False) -> list:
     """Solve each lam of ``lambdas`` (descending; default 2^15 ... 2^-15) to exact gap <= eps, cold
     (a fresh dual each time) or warm (keep-primal rescaling of the previous solution, block gaps by
     (12)). ``gated`` as for :func:`regularization_path`. Returns one record per lam with cumulative

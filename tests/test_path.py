@@ -81,12 +81,17 @@ def test_block_wdots_and_max_margins(ocr_part):
         assert float(theta[i]) == pytest.approx(float(diff @ w), abs=1e-10) and float(theta[i]) >= -1e-12
 
 
+@pytest.mark.parametrize("gated", [False, True])
 @pytest.mark.parametrize("which", [0, 1])
-def test_path_is_certified_at_random_lambdas(ocr_part, which):
+def test_path_is_certified_at_random_lambdas(ocr_part, which, gated):
+    """Also with the estimate-gated exact passes (checks every 0.25 pass, paid once the estimate is
+    <= kappa eps): the certificate must not depend on how the solver decided to check."""
     eps = 0.05 if which == 0 else 0.1
     model, part = ocr_part
     make = (lambda lam: make_store(*random_explicit(0), lam)) if which == 0 else (lambda lam: make_store(model, part, lam))
-    path = regularization_path(make(1.0), eps, kappa=0.9, lam_min=1e-3 if which == 0 else 2e-2)
+    cfg = SolverConfig(solver="bcfw", sampling="gap", gap_check=0.25 if gated else 1.0)
+    path = regularization_path(make(1.0), eps, kappa=0.9, lam_min=1e-3 if which == 0 else 2e-2, config=cfg,
+                               gated=gated)
     assert len(path.lambdas) >= 3 and bool((path.lambdas[1:] < path.lambdas[:-1]).all())
     lo = max(path.lam_end, 1e-4)
     rng = np.random.default_rng(which)
@@ -111,7 +116,9 @@ def test_heuristic_path_and_grid(ocr_part):
     lams = [2.0 ** k for k in range(4, -8, -1)]
     warm = grid_search(lambda lam: make_store(*ex, lam), 0.05, lams, warm=True)
     cold = grid_search(lambda lam: make_store(*ex, lam), 0.05, lams, warm=False)
-    for recs in (warm, cold):
+    gated = grid_search(lambda lam: make_store(*ex, lam), 0.05, lams, warm=True, gated=True,
+                        config=SolverConfig(solver="bcfw", sampling="gap", gap_check=0.25))
+    for recs in (warm, cold, gated):
         assert [r["lam"] for r in recs] == lams and all(r["gap"] <= 0.05 + 1e-12 for r in recs)
         assert all(b["passes"] >= a["passes"] for a, b in zip(recs, recs[1:]))
 
@@ -162,6 +169,27 @@ def test_ssvm_path_cli_files(tmp_path, capsys):
     dual.set_point(w, ell)
     gap = lam * float(w @ w) - ell + float(dual.gap_pass().H.sum()) / train.n
     assert 0 <= gap <= 0.3 + 1e-9
+    gated = tmp_path / "gated"
+    assert path_main(["--dataset", "ocr-small", "--eps", "0.3", "--lam-min", "0.05", "--gated", "--gap-check", "0.5",
+                      "--quiet", "--out", str(gated)]) == 0
+    assert all(r["gap"] <= 0.9 * 0.3 + 1e-12 for r in json.loads((gated / "path.json").read_text())[1:])
     assert path_main(["--eps", "0", "--out", str(out)]) == 2
     assert path_main(["--dataset", "segmentation-synth", "--out", str(out)]) == 2
     assert "box-constrained" in capsys.readouterr().err
+
+
+def test_check_below_defers_the_exact_pass(ocr_part):
+    """check_below: an interval goes on (in gap_check steps, at most one pass more) while the gap
+    estimate is above the level, so a level no estimate reaches spaces the checks by gap_check + 1
+    pass, and a level every estimate is under changes nothing."""
+    model, part = ocr_part
+
+    def check_passes(level):
+        cfg = SolverConfig(solver="bcfw", sampling="gap", gap_check=0.25, passes=6, check_below=level)
+        hist = Solver(make_store(model, part, 0.1), cfg).run()
+        return [round(b["passes"] - a["passes"], 6) for a, b in zip(hist[1:], hist[2:])]
+    assert check_passes(0.0) == check_passes(1e9) == [1.25] * len(check_passes(0.0))     # 0.25 + the check
+    spaced = check_passes(1e-300)
+    assert spaced[:2] == [2.25, 2.25]                       # 0.25 + 1 more pass (the cap) + the check
+    with pytest.raises(SSVMInputError, match="check_below"):
+        SolverConfig(check_below=-1.0).validate()

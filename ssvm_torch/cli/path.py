@@ -44,6 +44,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--step", choices=STEPS, default="fw", help="BCFW step: fw, pairwise, away or best")
     p.add_argument("--cache", action="store_true", help="gap-based caching of corners (Alg. 5)")
     p.add_argument("--gap-check", type=float, default=1, help="passes of block steps between exact gap checks")
+    p.add_argument("--gated", action="store_true",
+                   help="pay each exact gap pass only once the gap estimate is <= the target, checking the estimate "
+                        "every --gap-check passes (e.g. --gap-check 0.1 --gated; docs/solvers.md)")
     p.add_argument("--max-passes", type=float, default=1000, help="cap on each breakpoint's solve")
     p.add_argument("--grid", action="store_true", help="also run grid search 2^15 ... 2^-15, warm and cold")
     p.add_argument("--seed", type=int, default=0, help="seed of the block sampling")
@@ -89,7 +92,8 @@ def _path(args, cfg, kappa, task: Problem, dual, out: Path) -> dict:
         print(f"{args.dataset}: n = {task.n_train}, d = {task.d}, eps = {args.eps}, kappa = {kappa}, "
               f"{'heuristic' if args.heuristic else 'eps-approximate'} path down to {args.lam_min:g}", flush=True)
     path = regularization_path(dual, args.eps, kappa=kappa, heuristic=args.heuristic, lam_min=args.lam_min,
-                               config=cfg, evaluate=task.evaluate, max_passes=args.max_passes, progress=show)
+                               config=cfg, evaluate=task.evaluate, max_passes=args.max_passes, progress=show,
+                               gated=args.gated)
     path.save(out)
     best = min(path.records, key=lambda r: r["test_error"])
     summary = {"breakpoints": len(path.lambdas), "lam_end": path.lam_end, "passes": path.records[-1]["passes"],
@@ -103,7 +107,7 @@ def _path(args, cfg, kappa, task: Problem, dual, out: Path) -> dict:
         for warm in (True, False):
             name = "warm" if warm else "cold"
             recs = grid_search(cold_starts(dual), args.eps, lams, warm=warm, config=cfg, evaluate=task.evaluate,
-                               max_passes=args.max_passes, progress=show)
+                               max_passes=args.max_passes, progress=show, gated=args.gated)
             atomic_write_bytes(out / f"grid_{name}.json", json.dumps(recs, indent=1).encode())
             summary[f"grid_{name}"] = {"passes": recs[-1]["passes"], "time_s": recs[-1]["time_s"]}
             if not args.quiet:
