@@ -9,7 +9,7 @@ import torch
 from ssvm_torch.data import PoseData
 from ssvm_torch.errors import SSVMInputError
 from ssvm_torch.models.pose import TreePoseModel
-from ssvm_torch.oracles.distance_transform import torch_dt1d, dt1d, dt1d_brute, dt2d, tree_max_sum
+from ssvm_torch.oracles.distance_transform import BRUTE_MAX_P, torch_dt1d, dt1d, dt1d_brute, dt2d, tree_max_sum
 from ssvm_torch.data.pose_synth import PARENTS, make_pose_synth
 from ssvm_torch.solvers import Solver, SolverConfig
 from ssvm_torch.stores import make_store
@@ -17,9 +17,10 @@ from ssvm_torch.stores import make_store
 
 @pytest.mark.parametrize("kernel", [dt1d, torch_dt1d], ids=["numba", "torch"])
 def test_dt1d_equals_brute_force(kernel):
+    """Both numba algorithms too: every candidate up to BRUTE_MAX_P positions, the lower envelope above."""
     rng = np.random.default_rng(0)
     for trial in range(400):
-        P = int(rng.integers(1, 14))
+        P = int(rng.integers(1, 14)) if trial % 7 else int(rng.integers(BRUTE_MAX_P - 3, BRUTE_MAX_P + 25))
         f = torch.tensor(rng.normal(size=(5, P)) if trial % 3 else rng.integers(-2, 3, size=(5, P)).astype(float))
         a = float(rng.normal())
         c = 0.0 if trial % 5 == 0 else float(rng.exponential())

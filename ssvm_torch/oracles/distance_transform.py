@@ -8,7 +8,10 @@ computed in O(P) per row as the upper envelope of the parabolas h_q(t) = f(q) + 
 one recursion: a numba loop per row (CPU, float64: the latency-bound batch-1 BCFW step) and a torch
 version vectorized over rows (any device): its outer loop runs over the P parabolas, the pops of the
 envelope stack are masked tensor ops. c = 0 (the box constraint's boundary) is the linear case,
-D(p) = max_q (f(q) + a q) - a t_p. Both are tested against the O(P^2) definition.
+D(p) = max_q (f(q) + a q) - a t_p. For short rows (P <= BRUTE_MAX_P, e.g. the 32-cell pose grid) the
+numba kernel evaluates every candidate instead, branch-free and vectorized across rows: O(P^2) per
+row but ~2x faster there than the envelope, whose stack pops are data-dependent branches. All are
+tested against the O(P^2) definition.
 
 A 2-D message with a separable score  a_x dx - c_x dx^2 + a_y dy - c_y dy^2  is two 1-D transforms
 (columns, then rows): O(HW) per message instead of O((HW)^2).
@@ -24,9 +27,47 @@ from ..devices import from_host, to_host
 from ..errors import check
 
 
+#: up to this many positions per row the compiled transform takes every candidate (O(P^2) per row,
+#: vectorized across rows) instead of the lower envelope (O(P)): on 32 x 32 pose grids the envelope's
+#: data-dependent branches cost more than the extra arithmetic (benchmarks/bench_dense.py, docs/results.md)
+BRUTE_MAX_P = 40
+
+
+@nb.njit(cache=True, fastmath={"nnan", "ninf", "nsz"})
+def _nb_dt1d_all(f, a, c, shift, out, arg):
+    """The transform by its definition, D(p) = max_q f(q) + a (q - t_p) - c (q - t_p)^2 over every q, the
+    lowest q on ties; the inner loop runs across rows (contiguous in a q-major copy) without branches."""
+    R, P = f.shape
+    ft = np.empty((P, R))
+    best = np.empty(R)
+    bq = np.empty(R, np.int64)
+    for r in range(R):
+        for q in range(P):
+            ft[q, r] = f[r, q]
+    for p in range(P):
+        t = p + shift
+        for r in range(R):
+            best[r] = -np.inf
+            bq[r] = 0
+        for q in range(P):
+            d = q - t
+            k = a * d - c * d * d
+            for r in range(R):
+                val = ft[q, r] + k
+                gt = val > best[r]
+                bq[r] = q if gt else bq[r]
+                best[r] = val if gt else best[r]
+        for r in range(R):
+            out[r, p] = best[r]
+            arg[r, p] = bq[r]
+
+
 @nb.njit(cache=True)
 def _nb_dt1d(f, a, c, shift, out, arg):
     R, P = f.shape
+    if c > 0.0 and P <= BRUTE_MAX_P:
+        _nb_dt1d_all(f, a, c, shift, out, arg)
+        return
     v = np.empty(P, np.int64)
     z = np.empty(P + 1)
     h = np.empty(P)
