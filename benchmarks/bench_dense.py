@@ -32,6 +32,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ssvm_torch.models import MatchingModel
 from ssvm_torch.path import cold_starts, grid_lambdas, grid_search, regularization_path
 from ssvm_torch.solvers import Solver, SolverConfig
 from ssvm_torch.stores import BoxedDual, DenseDual, MatchingDual, make_store
@@ -53,7 +54,7 @@ def store_of(problem, variant: str):
     if variant == "torch":
         return make_store(problem.model, problem.train, lam, kernels="torch", nonnegative=problem.nonnegative)
     # the landed dense store: torch block algebra around the model's default (compiled) decoders
-    cls = MatchingDual if type(problem.model).__name__ == "MatchingModel" else DenseDual
+    cls = MatchingDual if isinstance(problem.model, MatchingModel) else DenseDual
     store = cls(problem.model, problem.train, lam)
     nonneg = problem.nonnegative
     return BoxedDual(store, nonneg, lower=0.0) if nonneg is not None and len(nonneg) else store

@@ -26,6 +26,13 @@ from ..devices import KERNELS
 from ..errors import check_choice
 
 
+#: values within TIE (relative to their scale) of the best are ties, decided for the lowest index: exact
+#: ties occur (labelings or corners whose differing parts score alike) and the compiled and the torch
+#: paths (and CPU and CUDA) sum in different orders, so a tie must not depend on the last bits
+#: (models/flat.py's oracles, the away and cache corners of solvers/steps.py)
+TIE = 1e-12
+
+
 class StructuredModel(ABC):
     """Data-free structure: feature map, loss, scores-level decoding. ``d`` is the length of w."""
 

@@ -15,18 +15,12 @@ import torch
 
 from ..data.examples import FlatData
 from ..errors import check
-from .base import StructuredModel
-
-
-#: scores within TIE (relative, at least absolute) of the best are ties, decided for the lowest index:
-#: exact ties occur (labelings whose differing parts score alike) and the compiled block step
-#: (stores/host_structures.py) sums in another order than torch's matmul, so both oracles must
-#: resolve a tie the same way whatever the last bits
-TIE = 1e-12
+from .base import TIE, StructuredModel
 
 
 def first_max(scores: torch.Tensor) -> torch.Tensor:
-    """Per row, the lowest index whose score is within TIE of the row's maximum."""
+    """Per row, the lowest index whose score is within TIE (relative, at least absolute) of the row's
+    maximum (models/base.py: the compiled oracles of stores/host_flat.py decide ties alike)."""
     best = scores.max(1).values
     tol = TIE * best.abs().clamp_min(1.0)
     return (scores >= (best - tol)[:, None]).to(torch.int8).argmax(1)

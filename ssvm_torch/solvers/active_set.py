@@ -10,15 +10,12 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-
-#: corner gaps within TIE x (their scale) of the best are ties, decided for the first entry: exact ties
-#: occur (corners whose differing parts score alike) and stores compute gaps in different orders
-#: (the compiled and the torch dense store, CPU and CUDA), so a tie must not depend on the last bits
-TIE = 1e-12
+from ..models.base import TIE
 
 
 def first_best(values, scale: float, largest: bool = True) -> int:
-    """Index of the first entry within TIE * max(|values|, scale) of the largest (smallest) value."""
+    """Index of the first entry within TIE * max(|values|, scale) of the largest (smallest) value: ties
+    of corner gaps go to the first entry whatever store computed them (models/base.py)."""
     v = np.asarray(values, dtype=np.float64)
     best = v.max() if largest else v.min()
     tol = TIE * max(float(np.abs(v).max()), scale)

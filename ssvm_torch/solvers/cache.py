@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import math
 
-
 from ..stores.base import ActiveSetMoves, Corner
 from .active_set import BlockSet, first_best
 from .config import SolverConfig, SolverState

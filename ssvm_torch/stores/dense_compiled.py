@@ -21,6 +21,10 @@ from .dense import DenseDual
 from .matching import MatchingDual
 
 
+#: the sparse features of "the block's current point" (no labeling) in point_diff
+_NO_FEATURES = (np.empty(0, dtype=np.int64), np.empty(0))
+
+
 class HostBlocks:
     """Mixin over :class:`DenseDual`: block steps through ``self.host`` (a host structure)."""
 
@@ -101,8 +105,8 @@ class HostBlocks:
         return out - float(self._elln[i])
 
     def _diff(self, i, P, Q):
-        cp, vp = (bk.empty_shadow().astype(np.int64), bk.empty_shadow()) if P is None else self._features(i, P)
-        cq, vq = (bk.empty_shadow().astype(np.int64), bk.empty_shadow()) if Q is None else self._features(i, Q)
+        cp, vp = _NO_FEATURES if P is None else self._features(i, P)
+        cq, vq = _NO_FEATURES if Q is None else self._features(i, Q)
         bk.point_diff(self._scratch, self._Wn[i], self._Gn[i], self._s, P is None, cp, vp, Q is None, cq, vq)
         return self._scratch
 

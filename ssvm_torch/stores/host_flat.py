@@ -7,7 +7,8 @@ import numba as nb
 import numpy as np
 import torch
 
-from ..models.flat import TIE, MulticlassModel, MultiLabelModel
+from ..models.base import TIE
+from ..models.flat import MulticlassModel, MultiLabelModel
 
 
 def as_host(t) -> np.ndarray:
