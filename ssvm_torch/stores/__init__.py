@@ -33,8 +33,9 @@ def make_store(model: StructuredModel, data, lam: float, device=None, dtype=torc
     """The block store of ``model`` on ``data`` at regularization ``lam``. ``nonnegative``: indices of
     w kept >= 0 by box constraints (e.g. ``model.pairwise_index`` for graph cuts and pose).
     ``kernels`` picks the backend (``auto``, ``numba``, ``torch``): of the chain stores, and of the
-    dense store's block steps (compiled on CPU float64 for the structures of stores/host_structures.py). ``n_objective``: the n of objective (1) when ``data`` is one shard of a larger
-    training set (ssvm_torch.distributed); default data.n."""
+    dense store's block steps (compiled on CPU float64 for the structures of stores/host_structures.py).
+    ``n_objective``: the n of objective (1) when ``data`` is one shard of a larger training set
+    (ssvm_torch.distributed); default data.n."""
     check_choice(kernels, "kernels", KERNELS)
     if kernels != "auto":
         model = model.with_kernels(kernels)          # the decoders follow the store's choice

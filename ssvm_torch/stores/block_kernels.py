@@ -112,5 +112,5 @@ def box_sync(w, idx, v_c, w_c, lower, upper):
         w[j] = c
 
 
-def empty_shadow() -> np.ndarray:
-    return np.empty(0)
+#: the ``shadow`` argument when the store has none
+NO_SHADOW = np.empty(0)

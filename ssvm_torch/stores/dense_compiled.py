@@ -43,7 +43,7 @@ class HostBlocks:
         return 1.0 / (self.lam * self.N)
 
     def _shadow(self):
-        return bk.empty_shadow() if self.shadow is None else self.shadow.numpy()
+        return bk.NO_SHADOW if self.shadow is None else self.shadow.numpy()
 
     def _features(self, i, labeling):
         j, y, cols, vals = self._last         # the corner just decoded (fw_corner -> fw_move)

@@ -18,7 +18,7 @@ from .host_flat import as_host, labels_of, padded, stacked
 
 # -- graph cut (submodular Potts on superpixel graphs) ----------------------------------------------
 @nb.njit(cache=True)
-def _graph_potentials(X, y, cw, Fe, edges_e, w, F, inv, pairwise, gain, theta):
+def _graph_potentials(X, y, cw, Fe, w, F, inv, pairwise, gain, theta):
     for v in range(X.shape[0]):
         s = 0.0
         for f in range(F - 1):
@@ -86,7 +86,7 @@ class GraphCutHost:
             raise SSVMInputError("w: the pairwise (Potts) weights must be >= 0 for an exact graph cut (got min "
                                  f"{w[self.F:].min():.3g}); train with the box constraint w_pairwise >= 0")
         gain, theta = np.empty(X.shape[0]), np.empty(Fe.shape[0])
-        _graph_potentials(X, yi, cw, Fe, edges, w, self.F, inv, self.pairwise, gain, theta)
+        _graph_potentials(X, yi, cw, Fe, w, self.F, inv, self.pairwise, gain, theta)
         y = binary_cut_host(gain, edges if self.pairwise else None, theta if self.pairwise else None)
         cols, vals = self.features(i, y)
         return y, cols, vals, self.loss(i, y)
