@@ -88,7 +88,7 @@ def test_full_batch_steps_on_the_hinge_lower_it():
 
 
 def test_chain_layers_use_no_host_copy_on_the_torch_path():
-    """float32 scores take the torch oracle, the path CUDA runs: no numpy, no default-device factory.
+    """The torch oracle (``kernels="torch"``), the path CUDA runs: no numpy, no default-device factory.
     (The CRF is left out: torch-struct builds CPU index tensors and moves them with ``type_as``, which
     is right on CUDA but trips the guard's factory check.)"""
     dev = torch.device("cpu")
@@ -99,7 +99,7 @@ def test_chain_layers_use_no_host_copy_on_the_torch_path():
         trans = torch.randn(5, 5, generator=g, device=dev, requires_grad=True)
         lengths = torch.tensor([4, 1, 2], device=dev)
         gt = torch.tensor([[0, 1, 2, 3], [4, -1, -1, -1], [1, 1, -1, -1]], device=dev)
-        chain_hinge(unary, lengths, first, last, trans, gt).sum().backward()
+        chain_hinge(unary, lengths, first, last, trans, gt, kernels="torch").sum().backward()
         assert guard.host_copies == 0
     assert unary.grad is not None and trans.grad is not None
 

@@ -20,7 +20,8 @@ import torch
 from torch import nn
 
 from ..errors import check, check_choice
-from ..oracles.viterbi import check_chain, decode
+from ..oracles.viterbi import check_chain
+from . import chain_ops
 
 
 def chain_score(unary, lengths, first, last, trans, labels) -> torch.Tensor:
@@ -43,24 +44,37 @@ def hamming(labels, gt, lengths, token_loss=None) -> torch.Tensor:
     return wrong * c
 
 
-def chain_decode(unary, lengths, first, last, trans, gt=None, token_loss=None) -> torch.Tensor:
+def _as_masked(unary, lengths, gt, token_loss):
+    """The padded-by-lengths arguments in the masked form of :mod:`ssvm_torch.nn.chain_ops`:
+    mask (B, T), gold labels (0 where padded), per-row loss of one wrong position, Hamming costs."""
+    B, T, K = unary.shape
+    mask = torch.arange(T, device=unary.device)[None, :] < lengths[:, None]
+    gold = None if gt is None else gt.clamp(min=0)
+    rowc = (1.0 / lengths.to(torch.float64) if token_loss is None else token_loss.to(torch.float64))
+    cost = 1.0 - torch.eye(K, dtype=torch.float64, device=unary.device)
+    return mask, gold, rowc, cost
+
+
+def chain_decode(unary, lengths, first, last, trans, gt=None, token_loss=None, kernels: str = "auto") -> torch.Tensor:
     """Max-scoring labelings (B, T) int64, -1 beyond ``lengths``; loss-augmented if ``gt`` is given.
-    No gradient flows (use :func:`chain_hinge` for training)."""
+    No gradient flows (use :func:`chain_hinge` for training). The oracle is
+    :func:`ssvm_torch.nn.chain_ops.decode`; ``kernels``: "auto" (compiled on CPU float32/float64,
+    torch elsewhere), "numba" or "torch"."""
     check_chain(unary, lengths, first, last, trans, gt)
+    mask, gold, rowc, cost = _as_masked(unary, lengths, gt, token_loss)
     with torch.no_grad():
-        args = [t.detach() for t in (unary, first, last, trans)]
-        labels, _ = decode(args[0], lengths, *args[1:], gt=gt, token_loss=token_loss)
+        labels, _ = chain_ops.decode(unary, mask, first, last, trans, kernels=kernels, gold=gold, rowc=rowc, cost=cost)
     return labels
 
 
-def chain_hinge(unary, lengths, first, last, trans, gt, token_loss=None) -> torch.Tensor:
+def chain_hinge(unary, lengths, first, last, trans, gt, token_loss=None, kernels: str = "auto") -> torch.Tensor:
     """Per-example structured hinge H_i (B,) (module docstring), differentiable w.r.t. ``unary``,
     ``first``, ``last`` and ``trans``; its gradient is the subgradient
-    onehot-statistics(y*) - onehot-statistics(y_i) of the loss-augmented labeling y*."""
-    y_star = chain_decode(unary, lengths, first, last, trans, gt, token_loss)
-    delta = hamming(y_star, gt, lengths, token_loss).to(unary.dtype)
-    return delta + chain_score(unary, lengths, first, last, trans, y_star) - chain_score(
-        unary, lengths, first, last, trans, gt)
+    onehot-statistics(y*) - onehot-statistics(y_i) of the loss-augmented labeling y*
+    (:func:`ssvm_torch.nn.chain_ops.hinge`, the oracle of :class:`~ssvm_torch.nn.LinearChain` too)."""
+    check_chain(unary, lengths, first, last, trans, gt)
+    mask, gold, rowc, cost = _as_masked(unary, lengths, gt, token_loss)
+    return chain_ops.hinge(unary, mask, first, last, trans, gold, rowc, cost, kernels=kernels)
 
 
 class ChainSSVMHead(nn.Module):

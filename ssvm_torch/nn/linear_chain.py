@@ -1,0 +1,222 @@
+"""``LinearChain``: a linear-chain layer that loads pytorch-crf's weights and trains with the
+structured hinge (max-margin) or the CRF likelihood.
+
+Scores of a tag sequence y over the masked-on positions t_0 < ... < t_{L-1} of a row, exactly as
+pytorch-crf's ``torchcrf.CRF`` (parameters of the same names, shapes and meaning):
+
+    s(y) = start_transitions[y_0] + sum_s emissions[t_s, y_s]
+           + sum_{s>=1} transitions[y_{s-1}, y_s] + end_transitions[y_{L-1}]
+
+``transitions[i, j]`` is the score of moving from tag i to tag j. ``forward`` returns a loss to
+minimise (pytorch-crf returns the log-likelihood, to maximise):
+
+* ``loss="hinge"``: the structured hinge of the n-slack SSVM (Taskar et al. 2003; objective (1) of
+  Osokin et al. 2016), H = max_y [Delta(y, y_i) + s(y)] - s(y_i) >= 0, with Delta the Hamming count
+  (``token_loss="hamming"``), the Hamming count over the row's length (``"normalized"``), or a cost
+  given per gold tag (a (K,) vector: Delta = sum_t v[y_i,t] [y_t != y_i,t]) or per pair (a (K, K)
+  matrix C[gold, predicted] with a zero diagonal). Its gradient is the subgradient
+  S(y*) - S(y_i), the statistics of the loss-augmented labeling y* minus the gold ones;
+* ``loss="crf"``: the negative log-likelihood log Z - s(y_i) = -pytorch-crf's ``forward``.
+
+Masks may be arbitrary: a row's result equals that of the row with its masked-off positions
+removed; a row with none on has loss 0 and decodes to all -1. Tag constraints
+(:func:`ssvm_torch.constraints.allowed_transitions`) are applied at every call as -inf scores,
+never written into the parameters, and are not in the ``state_dict``.
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ..constraints import check_constraints, first_violation, penalties
+from ..devices import KERNELS
+from ..errors import SSVMInputError, check, check_choice
+from . import chain_ops
+
+LOSSES = ("hinge", "crf")
+REDUCTIONS = ("none", "sum", "mean", "token_mean")
+TOKEN_LOSSES = ("hamming", "normalized")
+
+
+class LinearChain(nn.Module):
+    """A linear-chain layer with pytorch-crf's parameters (module docstring).
+
+    num_tags: K. batch_first: emissions (B, T, K) and mask/tags (B, T) if True, else (T, B, K) and
+    (T, B), as pytorch-crf. loss: "hinge" or "crf". constraints: None or a dict of bool tensors
+    {"start": (K,), "transitions": (K, K), "end": (K,)} (True = allowed, ``transitions[i, j]``: tag
+    i may be followed by tag j). token_loss: "hamming", "normalized", or a (K,) / (K, K) cost tensor
+    (hinge only). kernels: "auto" (compiled numba kernels for CPU float32/float64, the torch path
+    elsewhere), "numba" or "torch" (the pure-torch path, e.g. to check it on CPU).
+    """
+
+    def __init__(self, num_tags: int, batch_first: bool = False, loss: str = "hinge", constraints=None,
+                 token_loss="hamming", kernels: str = "auto"):
+        super().__init__()
+        check(isinstance(num_tags, int) and not isinstance(num_tags, bool) and num_tags >= 1, "num_tags",
+              "an int >= 1", repr(num_tags))
+        K = num_tags
+        self.num_tags = K
+        self.batch_first = bool(batch_first)
+        self.loss = check_choice(loss, "loss", LOSSES)
+        self.kernels = check_choice(kernels, "kernels", KERNELS)
+        self.start_transitions = nn.Parameter(torch.empty(K))
+        self.end_transitions = nn.Parameter(torch.empty(K))
+        self.transitions = nn.Parameter(torch.empty(K, K))
+        self.reset_parameters()
+        self.register_buffer("token_cost", self._cost(token_loss), persistent=False)
+        self.normalized = isinstance(token_loss, str) and token_loss == "normalized"
+        self.set_constraints(constraints)
+
+    def reset_parameters(self) -> None:
+        """pytorch-crf's initialisation: every score uniform in [-0.1, 0.1]."""
+        for p in (self.start_transitions, self.end_transitions, self.transitions):
+            nn.init.uniform_(p, -0.1, 0.1)
+
+    def _cost(self, token_loss) -> torch.Tensor:
+        K = self.num_tags
+        if isinstance(token_loss, str):
+            check_choice(token_loss, "token_loss", TOKEN_LOSSES)
+            return 1.0 - torch.eye(K, dtype=torch.float64)
+        check(torch.is_tensor(token_loss) and token_loss.is_floating_point() and tuple(token_loss.shape) in ((K,), (K, K)),
+              "token_loss", f"'hamming', 'normalized' or a float tensor of shape ({K},) or ({K}, {K})",
+              repr(token_loss) if not torch.is_tensor(token_loss) else (token_loss.dtype, tuple(token_loss.shape)))
+        c = token_loss.detach().to(torch.float64).cpu()
+        check(bool(torch.isfinite(c).all()) and bool((c >= 0).all()), "token_loss", "finite values >= 0",
+              "negative or non-finite entries")
+        if c.dim() == 1:
+            return c[:, None] * (1.0 - torch.eye(K, dtype=torch.float64))
+        check(bool((c.diagonal() == 0).all()), "token_loss", "a cost matrix with a zero diagonal "
+              "(predicting the gold tag costs nothing)", "nonzero diagonal entries")
+        return c
+
+    def set_constraints(self, constraints) -> None:
+        """Replace the tag constraints (None removes them); kept as non-persistent buffers."""
+        if constraints is None:
+            self.constraint_masks = None
+            for name in ("penalty_start", "penalty_end", "penalty_trans"):
+                self.register_buffer(name, None, persistent=False)
+            return
+        masks = check_constraints(constraints, self.num_tags)
+        self.constraint_masks = {k: v.clone() for k, v in masks.items()}
+        for name, pen in zip(("penalty_start", "penalty_end", "penalty_trans"), penalties(masks)):
+            self.register_buffer(name, pen.to(self.transitions.device), persistent=False)
+
+    def extra_repr(self) -> str:
+        return (f"num_tags={self.num_tags}, batch_first={self.batch_first}, loss={self.loss!r}, "
+                f"constraints={self.constraint_masks is not None}, kernels={self.kernels!r}")
+
+    def __prepare_scriptable__(self):
+        raise SSVMInputError("LinearChain cannot be compiled by torch.jit.script (its CPU kernels are numba "
+                             "functions); use torch.export or torch.compile, which take its pure-torch path")
+
+    # ------------------------------------------------------------------------- the internal form
+
+    def _penalty(self):
+        return None if self.penalty_trans is None else (self.penalty_start, self.penalty_end, self.penalty_trans)
+
+    def _scores(self):
+        """(start, end, trans[next, prev]): the one place where pytorch-crf's orientation
+        ``transitions[prev, next]`` becomes the project's internal one."""
+        return self.start_transitions, self.end_transitions, self.transitions.t()
+
+    def _inputs(self, emissions, mask, tags=None):
+        """Batch-first emissions, bool mask and tags after the checks (every field named)."""
+        check(torch.is_tensor(emissions) and emissions.dim() == 3 and emissions.is_floating_point(), "emissions",
+              "a float tensor of 3 dimensions", getattr(emissions, "shape", type(emissions)))
+        layout = "(B, T)" if self.batch_first else "(T, B)"
+        check(emissions.shape[2] == self.num_tags, "emissions", f"a last dimension of num_tags = {self.num_tags}",
+              tuple(emissions.shape))
+        check(emissions.shape[0] >= 1 and emissions.shape[1] >= 1, "emissions", "non-empty batch and time dimensions",
+              tuple(emissions.shape))
+        check(emissions.device == self.transitions.device, "emissions", f"a tensor on {self.transitions.device} "
+              "like the layer's parameters", emissions.device)
+        if not bool(torch.isfinite(emissions).all()):
+            raise SSVMInputError(f"emissions: expected finite values, found "
+                                 f"{int((~torch.isfinite(emissions)).sum())} NaN/inf entries")
+        if mask is None:
+            mask = torch.ones(emissions.shape[:2], dtype=torch.bool, device=emissions.device)
+        check(torch.is_tensor(mask) and mask.shape == emissions.shape[:2] and mask.device == emissions.device,
+              "mask", f"a tensor {layout} = {tuple(emissions.shape[:2])} on {emissions.device}",
+              (getattr(mask, "shape", type(mask)), getattr(mask, "device", None)))
+        if mask.dtype != torch.bool:
+            check(not mask.is_floating_point() and bool(((mask == 0) | (mask == 1)).all()), "mask",
+                  "a bool tensor (or integers 0/1)", mask.dtype)
+            mask = mask.bool()
+        if not self.batch_first:
+            emissions, mask = emissions.transpose(0, 1), mask.transpose(0, 1)
+        if tags is None:
+            return emissions, mask, None
+        check(torch.is_tensor(tags) and not tags.is_floating_point() and tags.dtype != torch.bool, "tags",
+              f"an integer tensor {layout}", getattr(tags, "dtype", type(tags)))
+        check(tags.shape == (emissions.shape[:2] if self.batch_first else emissions.shape[1::-1]), "tags",
+              f"shape {layout} like the mask", tuple(tags.shape))
+        tags = (tags if self.batch_first else tags.transpose(0, 1)).long()
+        inside = (tags >= 0) & (tags < self.num_tags)
+        if not bool((inside | ~mask).all()):
+            b, t = (int(v) for v in torch.nonzero(~inside & mask)[0])
+            raise SSVMInputError(f"tags: expected values in [0, {self.num_tags - 1}] where the mask is on, "
+                                 f"got {int(tags[b, t])} at row {b}, position {t}")
+        tags = torch.where(mask, tags, torch.zeros_like(tags))
+        if self.constraint_masks is not None:
+            bad = first_violation(self.constraint_masks, tags, mask)
+            if bad is not None:
+                raise SSVMInputError(f"tags: row {bad[0]}, position {bad[1]}: the gold tag sequence breaks the "
+                                     f"constraints (tag {int(tags[bad])} is not allowed there)")
+        return emissions, mask, tags
+
+    # ------------------------------------------------------------------------- the public calls
+
+    def forward(self, emissions: torch.Tensor, tags: torch.Tensor, mask: torch.Tensor | None = None,
+                reduction: str = "sum") -> torch.Tensor:
+        """The loss to minimise (module docstring): per row with ``reduction="none"`` (B,), else
+        its sum, mean over rows, or sum over the number of masked-on tokens ("token_mean")."""
+        check_choice(reduction, "reduction", REDUCTIONS)
+        E, mask, tags = self._inputs(emissions, mask, tags)
+        start, end, trans = self._scores()
+        if self.loss == "crf":
+            per_row = chain_ops.nll(E, mask, start, end, trans, tags, self._penalty(), self.kernels)
+        else:
+            lengths = mask.sum(1)
+            rowc = (1.0 / lengths.clamp(min=1).to(torch.float64) if self.normalized
+                    else torch.ones(E.shape[0], dtype=torch.float64, device=E.device))
+            per_row = chain_ops.hinge(E, mask, start, end, trans, tags, rowc, self.token_cost, self._penalty(),
+                                      self.kernels)
+        if reduction == "none":
+            return per_row
+        if reduction == "sum":
+            return per_row.sum()
+        if reduction == "mean":
+            return per_row.mean()
+        return per_row.sum() / mask.sum().clamp(min=1)
+
+    def score(self, emissions, tags, mask=None) -> torch.Tensor:
+        """s(tags) per row (B,): pytorch-crf's numerator, differentiable."""
+        E, mask, tags = self._inputs(emissions, mask, tags)
+        order, lengths = chain_ops.compact(mask)
+        return chain_ops._padded_score(chain_ops._gather_rows(E, order), lengths, *self._scores(),
+                                       tags.gather(1, order))
+
+    def decode(self, emissions: torch.Tensor, mask: torch.Tensor | None = None, as_lists: bool = False):
+        """The best tag sequence of every row: a LongTensor (B, T) (batch-first) on the emissions'
+        device, -1 where the mask is off; ``as_lists=True`` gives pytorch-crf's list of lists (the
+        tags of each row's masked-on positions)."""
+        E, mask, _ = self._inputs(emissions, mask)
+        with torch.no_grad():
+            labels, _ = chain_ops.decode(E, mask, *self._scores(), self._penalty(), self.kernels)
+        if as_lists:
+            return [row[row >= 0].tolist() for row in labels.cpu()]
+        return labels
+
+    def log_partition(self, emissions, mask=None) -> torch.Tensor:
+        """log Z per row (B,), differentiable (the CRF's normaliser; 0 for an empty row)."""
+        E, mask, _ = self._inputs(emissions, mask)
+        order, lengths = chain_ops.compact(mask)
+        logz = chain_ops._torch_log_partition(chain_ops._gather_rows(chain_ops._float(E), order),
+                                              lengths.clamp(min=1), *self._scores(), self._penalty())
+        return torch.where(lengths > 0, logz, torch.zeros_like(logz))
+
+    def marginals(self, emissions: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        """Posterior tag marginals p(y_t = k | x) of the CRF of these scores: (B, T, K) batch-first,
+        0 where the mask is off (forbidden tags get 0). No gradient."""
+        E, mask, _ = self._inputs(emissions, mask)
+        return chain_ops.marginals(E, mask, *self._scores(), self._penalty(), self.kernels)
