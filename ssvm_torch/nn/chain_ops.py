@@ -32,8 +32,14 @@ from ..oracles.viterbi import viterbi
 NUMBA_DTYPES = (torch.float32, torch.float64)
 
 
+def tracing() -> bool:
+    """Under torch.compile / torch.export: the torch path only, and no data-dependent checks
+    (a traced graph cannot branch on values)."""
+    return torch.compiler.is_compiling() or torch.compiler.is_exporting()
+
+
 def use_numba(E: torch.Tensor, kernels: str) -> bool:
-    ok = E.device.type == "cpu" and E.dtype in NUMBA_DTYPES and not torch.compiler.is_compiling()
+    ok = E.device.type == "cpu" and E.dtype in NUMBA_DTYPES and not tracing()
     if kernels == "numba" and not ok:
         raise SSVMInputError(f"kernels: 'numba' needs CPU float32/float64 emissions, got {E.device} {E.dtype}")
     return ok and kernels != "torch"
@@ -52,6 +58,8 @@ def _host(*tensors):
 
 
 def _fail_no_path(scores: torch.Tensor, mask: torch.Tensor):
+    if tracing():
+        return
     bad = torch.nonzero(~torch.isfinite(scores) & mask.any(1))
     if len(bad):
         b = int(bad[0, 0])
@@ -142,11 +150,14 @@ class _NumbaNLL(torch.autograd.Function):
 
 
 def _forward_backward(E, mask, start, end, trans, penalty, g):
-    """Gradient buffers of sum_b g_b log Z_b: (marginals (B, T, K), start, end, trans [next, prev])."""
+    """Gradient buffers of sum_b g_b log Z_b: (marginals (B, T, K), start, end, trans [next, prev]);
+    a row without an allowed path (or that underflows) is refused by name."""
     s, e, t = effective(start, end, trans, penalty, torch.float64, E.device)
     buffers = _grad_buffers(E.shape, E.device)
     logz = torch.empty(E.shape[0], dtype=torch.float64, device=E.device)
-    mc.nb_forward_backward(*_host(E, mask, s, e, t, g), numba.get_num_threads(), to_host(logz), *(to_host(x) for x in buffers))
+    mc.nb_forward_backward(*_host(E, mask, s, e, t, g), numba.get_num_threads(), to_host(logz),
+                           *(to_host(x) for x in buffers))
+    _fail_log_partition(logz, E, mask, start, end, trans, penalty)
     return buffers
 
 
@@ -320,6 +331,8 @@ def marginals(E, mask, start, end, trans, penalty=None, kernels="auto"):
         valid = torch.arange(E.shape[1], device=E.device)[None, :] < lengths[:, None]
         grad = torch.where(valid[..., None], grad, torch.zeros_like(grad))
         out = torch.zeros_like(grad).scatter(1, order[..., None].expand_as(grad), grad)
-    if not bool(torch.isfinite(out).all()):
-        raise SSVMInputError("emissions: the marginals overflowed (no allowed tag sequence or scores out of range)")
+    if not tracing() and not bool(torch.isfinite(out).all()):
+        _, scores, *_ = _torch_decode(E, mask, start, end, trans, penalty)
+        _fail_no_path(scores, mask)
+        raise SSVMInputError("emissions: the marginals overflowed (scores out of the dtype's range)")
     return out

@@ -130,7 +130,8 @@ class LinearChain(nn.Module):
               tuple(emissions.shape))
         check(emissions.device == self.transitions.device, "emissions", f"a tensor on {self.transitions.device} "
               "like the layer's parameters", emissions.device)
-        if not bool(torch.isfinite(emissions).all()):
+        traced = chain_ops.tracing()
+        if not traced and not bool(torch.isfinite(emissions).all()):
             raise SSVMInputError(f"emissions: expected finite values, found "
                                  f"{int((~torch.isfinite(emissions)).sum())} NaN/inf entries")
         if mask is None:
@@ -139,7 +140,7 @@ class LinearChain(nn.Module):
               "mask", f"a tensor {layout} = {tuple(emissions.shape[:2])} on {emissions.device}",
               (getattr(mask, "shape", type(mask)), getattr(mask, "device", None)))
         if mask.dtype != torch.bool:
-            check(not mask.is_floating_point() and bool(((mask == 0) | (mask == 1)).all()), "mask",
+            check(not mask.is_floating_point() and (traced or bool(((mask == 0) | (mask == 1)).all())), "mask",
                   "a bool tensor (or integers 0/1)", mask.dtype)
             mask = mask.bool()
         if not self.batch_first:
