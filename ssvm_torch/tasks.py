@@ -80,10 +80,11 @@ class Task:
     unary_only: bool = False          # has a pairwise part that can be dropped (the unaries-only baseline)
     sequences: bool = False           # its data are ChainData (load_dataset)
     templates: bool = False           # featurized by a feature template (features, min_count, heldout)
+    chunk_tags: bool = False          # its tags are chunk tags (B-X / I-X / O): --constraints applies
 
     def load(self, train_size: int | None = None, unary_only: bool = False, device=None,
              dtype=torch.float64, features: str | None = None, min_count: int = 1,
-             heldout: float | None = None, loss: str | None = None) -> Problem:
+             heldout: float | None = None, loss: str | None = None, constraints: str | None = None) -> Problem:
         if train_size is not None and not self.train_size:
             raise SSVMInputError(f"train_size: not supported for {self.name!r} "
                                  f"(supported for {[t.name for t in TASKS.values() if t.train_size]})")
@@ -102,6 +103,11 @@ class Task:
                 raise SSVMInputError(f"loss: only for the chain tasks {[t.name for t in TASKS.values() if t.sequences]}, "
                                      f"not {self.name!r}")
             featurization["loss"] = loss
+        if constraints not in (None, "none"):
+            if not self.chunk_tags:
+                raise SSVMInputError(f"constraints: only for the tasks with chunk tags "
+                                     f"{[t.name for t in TASKS.values() if t.chunk_tags]}, not {self.name!r}")
+            featurization["constraints"] = constraints
         return self.build(self.name, train_size=train_size, unary_only=unary_only, device=device, dtype=dtype,
                           **featurization)
 
@@ -141,14 +147,32 @@ def _ocr(name, train_size=None, unary_only=False, device=None, dtype=torch.float
 
 
 def _conll(name, train_size=None, unary_only=False, device=None, dtype=torch.float64, features=None, min_count=1,
-           heldout=None, loss=None) -> Problem:
+           heldout=None, loss=None, constraints=None) -> Problem:
     """CoNLL-2000 chunking with sparse attributes of a feature template (default ``sha-pereira``);
-    ``train_size`` keeps the first N sentences, ``heldout`` makes the test set the last part of them."""
+    ``train_size`` keeps the first N sentences, ``heldout`` makes the test set the last part of them;
+    ``constraints``: a chunking scheme ("bio", "iob1", "bioes") whose transitions every oracle obeys."""
     from .data.conll import load_conll2000
     train, test = load_conll2000(train_size, features or "sha-pereira", min_count, heldout)
     p = _chain_problem(name, train, test, "sentence", "per-token error", loss, "feature-major")
+    if constraints is not None:
+        constrain(p.model, train, constraints)
     p.layout = {**p.model.describe(), "featurization": train.meta["featurization"]}
     return p
+
+
+def constrain(model, train: ChainData, scheme: str) -> None:
+    """Give a chain model the transition constraints of ``scheme`` over the data's tag names, refused
+    by name when the scheme does not fit the tag set or the training tags break it."""
+    from .constraints import allowed_transitions
+    names = train.meta.get("tag_names") if train.meta else None
+    if names is None:
+        raise SSVMInputError(f"constraints: the data {train.name!r} have no tag names")
+    try:
+        masks = allowed_transitions(scheme, names)
+    except SSVMInputError as e:
+        raise SSVMInputError(f"constraints: the scheme {scheme!r} does not fit the tag set ({e})") from None
+    model.set_constraints(masks, scheme.upper())
+    model.check_labels_allowed(train, "constraints")
 
 
 def _flat_problem(name, model, train: FlatData, test: FlatData, dtype, names) -> Problem:
@@ -239,7 +263,7 @@ TASKS: dict[str, Task] = {t.name: t for t in (
     Task("ocr-small", _ocr, "OCR words, train fold 0 (626 words), test folds 1-9", sequences=True),
     Task("ocr-large", _ocr, "OCR words, train folds 1-9 (6,251 words), test fold 0", sequences=True),
     Task("conll2000", _conll, "CoNLL-2000 chunking, sparse attributes of a feature template", train_size=True,
-         sequences=True, templates=True),
+         sequences=True, templates=True, chunk_tags=True),
     Task("scene", _scene, "scene multi-label (6 labels, full pairwise graph)"),
     Task("ocr-letters", _ocr_letters, "OCR letters as independent multiclass examples"),
     Task("segmentation-synth", _segmentation, "graph-cut segmentation of synthetic superpixel graphs",

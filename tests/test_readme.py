@@ -8,8 +8,19 @@ README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
 BLOCKS = re.findall(r"```python\n(.*?)```", README, re.S)
 
 
-def test_readme_has_the_three_examples():
-    assert len(BLOCKS) == 3 and "ChainSSVM" in BLOCKS[0] and "SSVMModule" in BLOCKS[1] and "ChainSSVMHead" in BLOCKS[2]
+def test_readme_has_the_four_examples():
+    assert len(BLOCKS) == 4 and "ChainSSVM" in BLOCKS[0] and "SSVMModule" in BLOCKS[1] and "ChainSSVMHead" in BLOCKS[2]
+    assert "LinearChain" in BLOCKS[3]
+
+
+def test_linear_chain_example_runs():
+    scope = {}
+    exec(compile(BLOCKS[3], "README LinearChain example", "exec"), scope)
+    paths, tags, mask = scope["paths"], scope["tags"], scope["mask"]
+    assert float(scope["loss"]) >= 0 and paths.shape == (2, 6) and bool((paths[~mask] == -1).all())
+    for row in paths.tolist():
+        seq = [tags[y] for y in row if y >= 0]
+        assert all(not b.startswith("I-") or (a != "O" and a[2:] == b[2:]) for a, b in zip(["O"] + seq, seq))
 
 
 def test_estimator_example_runs(capsys):

@@ -55,6 +55,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "Hamming count (1 per wrong position: every token weighs alike); None = normalized")
     p.add_argument("--lam", type=float, default=None,
                    help="regularization lambda of objective (1), lam/2 |w|^2 + 1/n sum_i H_i(w); None = 1/n")
+    p.add_argument("--constraints", choices=["none", "bio", "iob1", "bioes"], default="none",
+                   help="conll2000: tag transitions every oracle obeys (BIO = IOB2, IOB1, BIOES chunking schemes); "
+                        "refused when the scheme does not fit the tag set")
     p.add_argument("--select-lam", action="store_true",
                    help="choose lambda on a development split (the last --heldout of the training examples) by a "
                         "warm-started grid over --lams, each bounded by --passes, then refit on all training data; "
@@ -173,7 +176,8 @@ def _train(args, cfg: SolverConfig, device, dtype, run_dir: RunDir | None) -> di
     """One process's run; under torchrun every rank runs it on its shard and only rank 0 (the one with
     ``run_dir``) evaluates, prints and writes."""
     rank, size = distributed.world()
-    featurization = {"features": args.features, "min_count": args.min_count, "loss": args.loss}  # checked by the task
+    featurization = {"features": args.features, "min_count": args.min_count, "loss": args.loss,  # checked by the task
+                     "constraints": args.constraints}
     selection = _select(args, cfg, device, dtype, run_dir, featurization) if args.select_lam else None
     if selection:
         featurization["min_count"] = selection["min_count"]

@@ -33,11 +33,12 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from ..constraints import check_constraints, first_violation, penalties
 from ..data.types import ChainData
 from ..devices import from_host, to_host
-from ..errors import check
+from ..errors import SSVMInputError, check
 from ..oracles.chain_kernels import nb_scatter_entries, nb_unary_all
-from ..oracles.viterbi import decode, viterbi, viterbi_ragged
+from ..oracles.viterbi import NO_PEN, decode, penalty_array, viterbi, viterbi_ragged
 from .base import StructuredModel
 
 
@@ -60,6 +61,34 @@ class ChainModel(StructuredModel):
         self.K = int(n_states)
         self.F = self.n_features + 1
         self.d = self.K * self.F + 2 * self.K + self.K * self.K
+        self.set_constraints(None)
+
+    def set_constraints(self, constraints, scheme: str | None = None) -> None:
+        """Tag constraints for every max and marginal oracle of this model: None, or the boolean
+        masks of :func:`ssvm_torch.constraints.allowed_transitions` ({start, transitions [prev,
+        next], end}); ``scheme`` names them in :meth:`describe`. Forbidden moves are never decoded and
+        get probability 0; the weights are not touched (the penalties are added by the oracles)."""
+        if constraints is None:
+            self.constraints, self.constraint_scheme, self.pen_host = None, None, NO_PEN
+            return
+        masks = check_constraints(constraints, self.K)
+        self.constraints = {k: v.cpu() for k, v in masks.items()}
+        self.constraint_scheme = scheme or "custom"
+        self.pen_host = penalty_array(*penalties(self.constraints))
+
+    def penalty(self, dtype=torch.float64, device=None):
+        """(first, last, trans [next, prev]) additive constraint scores (0 / -inf) on ``device``, or None."""
+        return None if self.constraints is None else penalties(self.constraints, dtype, device)
+
+    def check_labels_allowed(self, data: ChainData, field: str = "data") -> None:
+        """Refuse, naming the sequence and position, gold labels that break the constraints."""
+        if self.constraints is None:
+            return
+        pos, valid = padded_index(data.offsets)
+        bad = first_violation(self.constraints, torch.where(valid, data.Y[pos], 0), valid)
+        if bad is not None:
+            raise SSVMInputError(f"{field}: sequence {bad[0]}, position {bad[1]}: the gold tags break the "
+                                 f"{self.constraint_scheme} constraints")
 
     @classmethod
     def for_data(cls, data: ChainData, loss: str = "normalized", emission: str = "label-major") -> "ChainModel":
@@ -75,7 +104,8 @@ class ChainModel(StructuredModel):
                 "emission": [0, K * F], "emission_index": ("y*F + f" if self.emission == "label-major" else "f*K + y")
                 + ", constant feature at f = F-1",
                 "first": [K * F, K * F + K], "last": [K * F + K, K * F + 2 * K],
-                "transition": [K * F + 2 * K, self.d], "transition_index": "y_t + K*y_{t+1}", "d": self.d}
+                "transition": [K * F + 2 * K, self.d], "transition_index": "y_t + K*y_{t+1}", "d": self.d,
+                "constraints": self.constraint_scheme}
 
     def check_data(self, data: ChainData, field: str = "data") -> None:
         check(isinstance(data, ChainData), field, "a ChainData", type(data).__name__)
@@ -128,14 +158,16 @@ class ChainModel(StructuredModel):
         W, first, last, trans = self.split(w)
         if self.compiled(w):
             U = self.host_unaries(W, data)
-            labels, _ = viterbi_ragged(U, to_host(data.offsets), to_host(first), to_host(last), to_host(trans))
+            labels, _ = viterbi_ragged(U, to_host(data.offsets), to_host(first), to_host(last), to_host(trans),
+                                       pen=self.pen_host)
             return from_host(labels, w.device)
         ptr, idx, val = self.features_csr(data, w.dtype, w.device)
         rows = segment_ids(ptr)
         X = torch.sparse_coo_tensor(torch.stack([rows, idx]), val, (data.X.shape[0], self.F), check_invariants=False)
         U = torch.sparse.mm(X, W.T.contiguous())
         pos, valid = padded_index(data.offsets.to(w.device))
-        lab, _ = viterbi(U[pos] * valid[..., None], valid.sum(1), first, last, trans)
+        lab, _ = viterbi(U[pos] * valid[..., None], valid.sum(1), first, last, trans,
+                         penalty=self.penalty(w.dtype, w.device))
         return lab[valid]
 
     def host_unaries(self, W: torch.Tensor, data: ChainData) -> np.ndarray:
@@ -271,7 +303,8 @@ class ChainModel(StructuredModel):
     def decode(self, scores, data: ChainData, idx) -> torch.Tensor:
         """Viterbi on the (padded) scores: the compiled kernel on CPU float64, torch elsewhere."""
         unary, lengths, first, last, trans = scores
-        return decode(unary, lengths, first, last, trans, backend=self.kernels)[0]
+        return decode(unary, lengths, first, last, trans, backend=self.kernels,
+                      penalty=self.penalty(unary.dtype, unary.device))[0]
 
     def gt_batch(self, data: ChainData, idx) -> torch.Tensor:
         idx = torch.as_tensor(idx, device=data.offsets.device).reshape(-1)

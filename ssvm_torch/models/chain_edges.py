@@ -97,7 +97,8 @@ class EdgeChainModel(ChainModel):
         out, scores = np.empty(U.shape[0], dtype=np.int64), np.empty(data.n)
         nb_viterbi_edges(U, off, to_host(first), to_host(last), to_host(trans), *self.edge_csr(data),
                          np.ascontiguousarray(to_host(self.edge_weights(w))), self.pairs[:, 0].numpy(),
-                         self.pairs[:, 1].numpy(), np.zeros(1, dtype=np.int64), np.zeros(data.n), out, scores)
+                         self.pairs[:, 1].numpy(), np.zeros(1, dtype=np.int64), np.zeros(data.n), out, scores,
+                         self.pen_host)
         return from_host(out, w.device)
 
     def joint_feature(self, Xc: torch.Tensor, labels: torch.Tensor, Ec: torch.Tensor | None = None) -> torch.Tensor:

@@ -137,14 +137,14 @@ def nb_delta_move(i, c, gamma, Du, Dt, fptr, fidx, fval, off, W, first, last, tr
 
 @nb.njit(cache=True, nogil=True, fastmath=_FAST)
 def nb_fw_corner(i, lw, fptr, fidx, fval, off, Y, G, goff, W, first, last, trans, Mu, Mt, U, delta, newd, bp, Du,
-                 Dt, ys):
+                 Dt, ys, pen):
     """Batch-1 loss-augmented oracle for block i (``lw``: the loss of one wrong position) and the
     terms of eq. (6) in units of 1/(lam n): returns (L(y*), <S(y*) - M_i, theta_i>,
-    ||A_i(S(y*) - M_i)||^2) and writes y* into ys."""
+    ||A_i(S(y*) - M_i)||^2) and writes y* into ys; ``pen``: tag constraints (oracles/viterbi.py)."""
     s = off[i]
     T = off[i + 1] - s
     nb_block_unary(i, fptr, fidx, fval, off, W, U)
-    aug = viterbi_segment(U, 0, T, first, last, trans, Y[s:s + T], lw, ys, delta, newd, bp)
+    aug = viterbi_segment(U, 0, T, first, last, trans, Y[s:s + T], lw, ys, delta, newd, bp, pen)
     wrong = 0
     for t in range(T):
         if ys[t] != Y[s + t]:
@@ -176,7 +176,7 @@ def nb_corner_gaps(i, lw, labels, fptr, fidx, fval, off, Y, W, first, last, tran
 
 
 @nb.njit(cache=True, nogil=True, fastmath=_FAST)
-def nb_gap_pass(U, off, Y, first, last, trans, Mu, Mt, tw):
+def nb_gap_pass(U, off, Y, first, last, trans, Mu, Mt, tw, pen):
     """Loss-augmented Viterbi for every block (``tw`` (n,): the loss of one wrong position of each);
     returns labels (N,), aug scores, <M_i, theta_i>, ground-truth scores and mismatch counts (n,)."""
     N, K = U.shape
@@ -186,7 +186,7 @@ def nb_gap_pass(U, off, Y, first, last, trans, Mu, Mt, tw):
     m_theta = np.empty(n)
     gt_score = np.empty(n)
     wrong = np.empty(n)
-    viterbi_all(U, off, first, last, trans, Y, tw, labels, aug)
+    viterbi_all(U, off, first, last, trans, Y, tw, labels, aug, pen)
     for i in range(n):
         s = off[i]
         T = off[i + 1] - s
@@ -273,7 +273,8 @@ def nb_gram(fptr, fidx, fval, off, goff, G):
 
 
 @nb.njit(cache=True, nogil=True, parallel=True, fastmath=_FAST)
-def nb_batch_corners(idx, lab_off, tw, fptr, fidx, fval, off, Y, W, first, last, trans, Mu, Mt, labels, loss, dot):
+def nb_batch_corners(idx, lab_off, tw, fptr, fidx, fval, off, Y, W, first, last, trans, Mu, Mt, labels, loss, dot,
+                     pen):
     """The loss-augmented oracle of the blocks ``idx`` in parallel threads (one mini-batch BCFW
     step): block b's y* goes to labels[lab_off[b]:lab_off[b+1]], L(y*) to loss[b] and
     <S(y*) - M_i, theta_i> (units of 1/(lam n), as in :func:`nb_fw_corner`) to dot[b]."""
@@ -287,7 +288,7 @@ def nb_batch_corners(idx, lab_off, tw, fptr, fidx, fval, off, Y, W, first, last,
         bp = np.empty((T, K), dtype=np.int64)
         ys = np.empty(T, dtype=np.int64)
         nb_block_unary(i, fptr, fidx, fval, off, W, U)
-        aug = viterbi_segment(U, 0, T, first, last, trans, Y[s:s + T], tw[i], ys, delta, newd, bp)
+        aug = viterbi_segment(U, 0, T, first, last, trans, Y[s:s + T], tw[i], ys, delta, newd, bp, pen)
         wrong = 0
         for t in range(T):
             labels[lab_off[b] + t] = ys[t]
@@ -297,16 +298,16 @@ def nb_batch_corners(idx, lab_off, tw, fptr, fidx, fval, off, Y, W, first, last,
         dot[b] = (aug - loss[b]) - nb_m_theta(i, off, U, first, last, trans, Mu, Mt)
 
 
-def batch_corners_host(idx, lengths, tw, views):
+def batch_corners_host(idx, lengths, tw, views, pen):
     """:func:`nb_batch_corners` on host arrays: (labels of all blocks concatenated, L(y*), dot) for
     the blocks ``idx`` of the given ``lengths``; ``tw`` (n,) the loss of one wrong position of every
-    block; ``views`` are the chain store's numpy views."""
+    block; ``views`` are the chain store's numpy views; ``pen`` the tag constraints (oracles/viterbi.py)."""
     lab_off = np.zeros(len(lengths) + 1, dtype=np.int64)
     lab_off[1:] = np.cumsum(lengths)
     flat = np.empty(int(lab_off[-1]), dtype=np.int64)
     loss, dot = np.empty(len(lengths)), np.empty(len(lengths))
     fptr, fidx, fval, off, Y, _, _, W, first, last, trans, Mu, Mt = views
-    nb_batch_corners(idx, lab_off, tw, fptr, fidx, fval, off, Y, W, first, last, trans, Mu, Mt, flat, loss, dot)
+    nb_batch_corners(idx, lab_off, tw, fptr, fidx, fval, off, Y, W, first, last, trans, Mu, Mt, flat, loss, dot, pen)
     return flat, loss, dot
 
 

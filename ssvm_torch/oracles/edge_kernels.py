@@ -36,9 +36,11 @@ def nb_position_trans(s, T, eptr, eidx, evals, E, pair_next, pair_prev, trans, T
 
 
 @nb.njit(cache=True, nogil=True)
-def nb_viterbi_edges(U, off, first, last, trans, eptr, eidx, evals, E, pair_next, pair_prev, gt, lw, out, scores):
+def nb_viterbi_edges(U, off, first, last, trans, eptr, eidx, evals, E, pair_next, pair_prev, gt, lw, out, scores,
+                     pen):
     """(Loss-augmented) Viterbi of every sequence with per-position transitions; U (N, K) all rows,
-    ``lw`` (n,) the loss of one wrong position of each sequence (zeros: plain decoding)."""
+    ``lw`` (n,) the loss of one wrong position of each sequence (zeros: plain decoding); ``pen`` the
+    tag constraints (oracles/viterbi.py)."""
     K = U.shape[1]
     n = off.shape[0] - 1
     tmax = 1
@@ -50,7 +52,7 @@ def nb_viterbi_edges(U, off, first, last, trans, eptr, eidx, evals, E, pair_next
     for i in range(n):
         s, T = off[i], off[i + 1] - off[i]
         nb_position_trans(s, T, eptr, eidx, evals, E, pair_next, pair_prev, trans, Tt)
-        scores[i] = viterbi_segment_tt(U, s, T, first, last, Tt, True, gt, lw[i], out, delta, newd, bp)
+        scores[i] = viterbi_segment_tt(U, s, T, first, last, Tt, True, gt, lw[i], out, delta, newd, bp, pen)
 
 
 @nb.njit(cache=True, nogil=True, fastmath=_FAST)
@@ -127,7 +129,7 @@ def nb_edge_move(i, c, gamma, De, gptr, gattr, E, Me):
 @nb.njit(cache=True, nogil=True, fastmath=_FAST)
 def nb_fw_corner_edges(i, lw, fptr, fidx, fval, off, Y, G, goff, W, first, last, trans, Mu, Mt,
                        eptr, eidx, evals, egrp, E, pair_next, pair_prev, pair_of, gptr, gattr, Me,
-                       U, Tt, delta, newd, bp, Du, Dt, De, ys):
+                       U, Tt, delta, newd, bp, Du, Dt, De, ys, pen):
     """:func:`~ssvm_torch.oracles.chain_kernels.nb_fw_corner` with edge-observation features:
     (L(y*), <S(y*) - M_i, theta_i>, ||A_i(S(y*) - M_i)||^2) in units of 1/(lam n); y* into ys and
     the edge part of S(y*) - M_i into De."""
@@ -135,7 +137,7 @@ def nb_fw_corner_edges(i, lw, fptr, fidx, fval, off, Y, G, goff, W, first, last,
     T = off[i + 1] - s
     nb_block_unary(i, fptr, fidx, fval, off, W, U)
     nb_position_trans(s, T, eptr, eidx, evals, E, pair_next, pair_prev, trans, Tt)
-    aug = viterbi_segment_tt(U, 0, T, first, last, Tt, True, Y[s:s + T], lw, ys, delta, newd, bp)
+    aug = viterbi_segment_tt(U, 0, T, first, last, Tt, True, Y[s:s + T], lw, ys, delta, newd, bp, pen)
     wrong = 0
     for t in range(T):
         if ys[t] != Y[s + t]:
@@ -150,14 +152,14 @@ def nb_fw_corner_edges(i, lw, fptr, fidx, fval, off, Y, G, goff, W, first, last,
 
 @nb.njit(cache=True, nogil=True, fastmath=_FAST)
 def nb_gap_pass_edges(U, off, Y, first, last, trans, Mu, Mt, eptr, eidx, evals, E, pair_next, pair_prev, gptr,
-                      gattr, Me, tw):
+                      gattr, Me, tw, pen):
     """:func:`~ssvm_torch.oracles.chain_kernels.nb_gap_pass` with edge-observation features: labels
     (N,), aug scores, <M_i, theta_i>, ground-truth scores and mismatch counts (n,)."""
     N, K = U.shape
     n = off.shape[0] - 1
     labels = np.empty(N, dtype=np.int64)
     aug = np.empty(n)
-    nb_viterbi_edges(U, off, first, last, trans, eptr, eidx, evals, E, pair_next, pair_prev, Y, tw, labels, aug)
+    nb_viterbi_edges(U, off, first, last, trans, eptr, eidx, evals, E, pair_next, pair_prev, Y, tw, labels, aug, pen)
     m_theta, gt_score, wrong = np.empty(n), np.empty(n), np.empty(n)
     tmax = 1
     for i in range(n):

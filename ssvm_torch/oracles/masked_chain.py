@@ -8,7 +8,7 @@ compacted row"); a row with none has score 0 and no labels. Scores, with ``trans
     s(y) = start[y_0] + sum_t E[t, y_t] + sum_{t>=1} trans[y_t, y_{t-1}] + end[y_{L-1}].
 
 Tag constraints enter as -inf entries of ``start``/``end``/``trans`` (the caller adds them at every
-call, :mod:`ssvm_torch.nn.constraints`): the max recursion never takes them and they get weight
+call, :mod:`ssvm_torch.constraints`): the max recursion never takes them and they get weight
 exp(-inf) = 0 in the sums.
 
 * :func:`nb_decode` -- (loss-augmented) Viterbi of every row: the max oracle of the structured hinge
@@ -30,7 +30,7 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from .viterbi import viterbi_segment_tt
+from .viterbi import NO_PEN, viterbi_segment_tt
 
 NO_LOSS = np.zeros(1, dtype=np.int64)      # viterbi_segment_tt's gt when the loss is already in the scratch
 
@@ -86,7 +86,8 @@ def nb_decode(E, mask, start, end, trans3, augment, gold, cost, rowc, out, score
         ys = np.empty(L, dtype=np.int64)
         delta, newd = np.empty(K), np.empty(K)
         bp = np.empty((L, K), dtype=np.int64)
-        scores[b] = viterbi_segment_tt(U, 0, L, start, end, trans3, False, NO_LOSS, 0.0, ys, delta, newd, bp)
+        scores[b] = viterbi_segment_tt(U, 0, L, start, end, trans3, False, NO_LOSS, 0.0, ys, delta, newd, bp,
+                                       NO_PEN)
         for s in range(L):
             out[b, pos[s]] = ys[s]
         if augment:

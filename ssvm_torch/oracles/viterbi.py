@@ -17,6 +17,11 @@ Two implementations of the same recursion:
 to the unaries on the fly (loss-augmented decoding, the max oracle of the SSVM), with ``c`` the loss
 of one wrong position of the sequence: 1/T (normalized Hamming, the default) or any per-sequence
 ``token_loss`` (1 for the plain Hamming count).
+
+Tag constraints (:mod:`ssvm_torch.constraints`) enter every kernel as a penalty array ``pen``
+(K+2, K): rows 0..K-1 the additive transition scores [next, prev], row K the first-tag and row K+1
+the last-tag scores, each 0 (allowed) or -inf (forbidden); an array with no rows (:data:`NO_PEN`)
+means unconstrained. Penalties are read by the max recursion only, never added into the weights.
 """
 from __future__ import annotations
 
@@ -27,17 +32,29 @@ import torch
 from ..devices import KERNELS, from_host, to_host
 from ..errors import check
 
+NO_PEN = np.zeros((0, 1))          # the unconstrained penalty array of the numba kernels
+
+
+def penalty_array(start, end, trans) -> np.ndarray:
+    """The (K+2, K) ``pen`` array of the numba kernels from additive (start, end, trans[next, prev])."""
+    return np.ascontiguousarray(np.concatenate([to_host(trans), to_host(start)[None], to_host(end)[None]]),
+                                dtype=np.float64)
+
 
 def viterbi(unary: torch.Tensor, lengths: torch.Tensor, first: torch.Tensor, last: torch.Tensor,
-            trans: torch.Tensor, gt: torch.Tensor | None = None, token_loss: torch.Tensor | None = None):
+            trans: torch.Tensor, gt: torch.Tensor | None = None, token_loss: torch.Tensor | None = None,
+            penalty=None):
     """Batched Viterbi on padded input.
 
     unary (B, T, K); lengths (B,) with 1 <= lengths <= T; first, last (K,); trans (K, K) [next, prev];
     gt (B, T) ground-truth labels for loss augmentation, or None; token_loss (B,) the loss of one
     wrong position of each sequence (default 1 / length: normalized Hamming).
     Returns (labels (B, T) int64 with -1 at padded positions, scores (B,)) where the score includes
-    the loss term when ``gt`` is given.
+    the loss term when ``gt`` is given. ``penalty``: None or additive (first, last, trans) constraint
+    scores (0 / -inf), tensors on unary's device.
     """
+    if penalty is not None:
+        first, last, trans = first + penalty[0], last + penalty[1], trans + penalty[2]
     B, T, K = unary.shape
     steps = torch.arange(T, device=unary.device)
     valid = steps[None, :] < lengths[:, None]
@@ -67,24 +84,28 @@ def viterbi(unary: torch.Tensor, lengths: torch.Tensor, first: torch.Tensor, las
 
 
 @nb.njit(cache=True, nogil=True)
-def viterbi_segment(U, start, T, first, last, trans, gt, lw, out, delta, newd, bp):
+def viterbi_segment(U, start, T, first, last, trans, gt, lw, out, delta, newd, bp, pen):
     """Decode one sequence (rows start..start+T of U) into out[start:start+T]; returns its score.
 
     ``delta``/``newd`` (K,) and ``bp`` (>=T, K) are work buffers. If ``lw`` != 0, the Hamming loss
     lw [k != gt_t] against gt[start:start+T] is added to the unaries (lw = 1/T: normalized).
+    ``pen``: the constraint penalties (module docstring) or :data:`NO_PEN`.
     """
     K = trans.shape[0]
     return viterbi_segment_tt(U, start, T, first, last, trans.reshape((1, K, K)), False, gt, lw, out, delta,
-                              newd, bp)
+                              newd, bp, pen)
 
 
 @nb.njit(cache=True, nogil=True)
-def viterbi_segment_tt(U, start, T, first, last, trans3, per_position, gt, lw, out, delta, newd, bp):
+def viterbi_segment_tt(U, start, T, first, last, trans3, per_position, gt, lw, out, delta, newd, bp, pen):
     """:func:`viterbi_segment` with the transition into position t read from ``trans3[t]`` (T, K, K)
     when ``per_position`` (edge-observation features, models/chain_edges.py), else ``trans3[0]``."""
     K = U.shape[1]
+    cons = pen.shape[0] > 0
     for k in range(K):
         v = U[start, k] + first[k]
+        if cons:
+            v += pen[K, k]
         if lw != 0.0 and k != gt[start]:
             v += lw
         delta[k] = v
@@ -93,12 +114,21 @@ def viterbi_segment_tt(U, start, T, first, last, trans3, per_position, gt, lw, o
         trans = trans3[t if per_position else 0]
         for k in range(K):
             best = delta[0] + trans[k, 0]
+            if cons:
+                best += pen[k, 0]
             arg = 0
-            for j in range(1, K):
-                c = delta[j] + trans[k, j]
-                if c > best:
-                    best = c
-                    arg = j
+            if cons:
+                for j in range(1, K):
+                    c = delta[j] + trans[k, j] + pen[k, j]
+                    if c > best:
+                        best = c
+                        arg = j
+            else:
+                for j in range(1, K):
+                    c = delta[j] + trans[k, j]
+                    if c > best:
+                        best = c
+                        arg = j
             v = best + U[r, k]
             if lw != 0.0 and k != gt[r]:
                 v += lw
@@ -106,10 +136,10 @@ def viterbi_segment_tt(U, start, T, first, last, trans3, per_position, gt, lw, o
             bp[t, k] = arg
         for k in range(K):
             delta[k] = newd[k]
-    best = delta[0] + last[0]
+    best = delta[0] + last[0] + (pen[K + 1, 0] if cons else 0.0)
     arg = 0
     for k in range(1, K):
-        c = delta[k] + last[k]
+        c = delta[k] + last[k] + (pen[K + 1, k] if cons else 0.0)
         if c > best:
             best = c
             arg = k
@@ -121,7 +151,7 @@ def viterbi_segment_tt(U, start, T, first, last, trans3, per_position, gt, lw, o
 
 
 @nb.njit(cache=True, nogil=True)
-def viterbi_all(U, offsets, first, last, trans, gt, lw, out, scores):
+def viterbi_all(U, offsets, first, last, trans, gt, lw, out, scores, pen):
     """Every sequence; ``lw`` (n,) the loss of one wrong position of each (zeros: plain decoding)."""
     K = U.shape[1]
     n = offsets.shape[0] - 1
@@ -133,11 +163,12 @@ def viterbi_all(U, offsets, first, last, trans, gt, lw, out, scores):
     bp = np.empty((tmax, K), dtype=np.int64)
     for i in range(n):
         scores[i] = viterbi_segment(U, offsets[i], offsets[i + 1] - offsets[i], first, last, trans, gt,
-                                    lw[i], out, delta, newd, bp)
+                                    lw[i], out, delta, newd, bp, pen)
 
 
 def viterbi_ragged(unary: np.ndarray, offsets: np.ndarray, first: np.ndarray, last: np.ndarray,
-                   trans: np.ndarray, gt: np.ndarray | None = None, token_loss: np.ndarray | None = None):
+                   trans: np.ndarray, gt: np.ndarray | None = None, token_loss: np.ndarray | None = None,
+                   pen: np.ndarray = NO_PEN):
     """Viterbi over ragged sequences on CPU (numpy arrays or CPU tensors viewed as numpy).
 
     unary (N, K) float64 rows of all sequences; offsets (n+1,) int64; with ``gt`` (N,) loss-augmented,
@@ -154,7 +185,7 @@ def viterbi_ragged(unary: np.ndarray, offsets: np.ndarray, first: np.ndarray, la
         lw = 1.0 / np.diff(offsets) if token_loss is None else np.ascontiguousarray(token_loss, dtype=np.float64)
     viterbi_all(U, offsets, np.ascontiguousarray(first, dtype=np.float64),
                 np.ascontiguousarray(last, dtype=np.float64), np.ascontiguousarray(trans, dtype=np.float64),
-                gt_arr, lw, out, scores)
+                gt_arr, lw, out, scores, pen)
     return out, scores
 
 
@@ -163,18 +194,19 @@ BACKENDS = KERNELS
 
 def decode(unary: torch.Tensor, lengths: torch.Tensor, first: torch.Tensor, last: torch.Tensor,
            trans: torch.Tensor, gt: torch.Tensor | None = None, backend: str = "auto",
-           token_loss: torch.Tensor | None = None):
+           token_loss: torch.Tensor | None = None, penalty=None):
     """Batched Viterbi on padded input with either kernel; the arguments and the result are those
     of :func:`viterbi` (labels (B, T) padded with -1, scores (B,)). ``numba`` runs the ragged
     compiled kernel on the valid rows (CPU float64 only), ``torch`` the padded recursion (any
-    device), ``auto`` numba where it applies."""
+    device), ``auto`` numba where it applies. ``penalty``: None or additive (first, last,
+    trans) constraint scores (0 / -inf) as tensors."""
     if backend not in BACKENDS:
         raise ValueError(f"backend: expected one of {BACKENDS}, got {backend!r}")
     numba_ok = unary.device.type == "cpu" and unary.dtype == torch.float64
     if backend == "numba" and not numba_ok:
         raise ValueError(f"backend: 'numba' needs CPU float64 scores, got {unary.device} {unary.dtype}")
     if backend == "torch" or (backend == "auto" and not numba_ok):
-        return viterbi(unary, lengths, first, last, trans, gt=gt, token_loss=token_loss)
+        return viterbi(unary, lengths, first, last, trans, gt=gt, token_loss=token_loss, penalty=penalty)
     B, T, _ = unary.shape
     dev = unary.device
     valid = torch.arange(T, device=dev)[None, :] < lengths[:, None]
@@ -182,7 +214,8 @@ def decode(unary: torch.Tensor, lengths: torch.Tensor, first: torch.Tensor, last
     offsets[1:] = torch.cumsum(lengths.to(torch.int64), 0)
     rows, scores = viterbi_ragged(to_host(unary[valid]), to_host(offsets), to_host(first), to_host(last),
                                   to_host(trans), None if gt is None else to_host(gt[valid]),
-                                  None if token_loss is None else to_host(token_loss))
+                                  None if token_loss is None else to_host(token_loss),
+                                  NO_PEN if penalty is None else penalty_array(*penalty))
     labels = torch.full((B, T), -1, dtype=torch.int64, device=dev)
     labels[valid] = from_host(rows, dev)
     return labels, from_host(scores, dev)

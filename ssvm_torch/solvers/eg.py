@@ -28,7 +28,6 @@ from __future__ import annotations
 import torch
 
 from ..errors import SSVMInputError, check
-from ..oracles.marginals import chain_marginals_ragged
 from ..stores.base import MarginalMoves
 from .outer import OuterSolver
 
@@ -54,8 +53,7 @@ class EGSolver(OuterSolver):
         beta0 = (config.step_size if config.step_size > 0 else DEFAULT_STEP) * d.lam * d.N / d.prox_scale()
         self.beta = torch.full((d.n,), beta0, dtype=torch.float64)
         self.refused = 0
-        Mu, Mt, _ = chain_marginals_ragged(self.theta_u, d.lengths, self.theta_first, self.theta_last,
-                                           self.theta_trans)
+        Mu, Mt, _ = d.gibbs_marginals(self.theta_u, d.lengths, self.theta_first, self.theta_last, self.theta_trans)
         d.set_marginals(Mu, Mt)                      # alpha_i ~ delta(y_i): w ~ 0, where the FW family starts
 
     def iterate(self) -> None:
@@ -75,7 +73,7 @@ class EGSolver(OuterSolver):
             tu = self.theta_u[s:e] + b * gu
             tf, tl = self.theta_first[i] + b * first, self.theta_last[i] + b * last
             tt = self.theta_trans[i] + b * trans
-            mu, mt, _ = chain_marginals_ragged(tu, lengths, tf, tl, tt)
+            mu, mt, _ = d.gibbs_marginals(tu, lengths, tf, tl, tt)
             st.oracle_calls += 1
             point = d.block_point(i, mu, mt[0])
             ell_new = d.block_expected_loss(i, mu)

@@ -105,7 +105,7 @@ class ChainDual(ChainTorchPath, ChainMarginalMoves, BlockDual):
         if self._numba:
             T = int(self._np[3][i + 1] - self._np[3][i])
             ys = np.empty(T, dtype=np.int64)
-            loss, dot, sq = nb_fw_corner(i, self._tw[i], *self._np, *self._work, ys)
+            loss, dot, sq = nb_fw_corner(i, self._tw[i], *self._np, *self._work, ys, self.model.pen_host)
             loss /= self.N
             return Corner(ys, loss, dot * inv_lamn, sq * inv_lamn * inv_lamn,
                           dot / self.N - self._np_ell[0][i] + loss)
@@ -236,7 +236,7 @@ class ChainDual(ChainTorchPath, ChainMarginalMoves, BlockDual):
         if self._numba:
             labels, aug, m_theta, gt_score, wrong = nb_gap_pass(U.numpy(), *self._np[3:5], first.numpy(),
                                                                  last.numpy(), trans.numpy(), self._np[11],
-                                                                 self._np[12], self._tw)
+                                                                 self._np[12], self._tw, self.model.pen_host)
             labels, aug, m_theta, gt_score = map(torch.from_numpy, (labels, aug, m_theta, gt_score))
             loss = torch.from_numpy(wrong) * self.tw / self.N
         else:

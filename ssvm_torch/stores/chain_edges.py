@@ -71,7 +71,7 @@ class EdgeChainDual(ChainDual):
         loss, dot, sq = nb_fw_corner_edges(
             i, self._tw[i], *self._np, self.eptr, self.eidx, self.evals, self.egrp, self._E(), self.pair_next,
             self.pair_prev, self.model.pair_of, self.gptr, self.gattr, self.Me.numpy(), U, self._ework[0], delta, newd,
-            bp, Du, Dt, self._ework[1], ys)
+            bp, Du, Dt, self._ework[1], ys, self.model.pen_host)
         loss /= self.N
         return Corner(ys, loss, dot * inv_lamn, sq * inv_lamn * inv_lamn, dot / self.N - self._np_ell[0][i] + loss)
 
@@ -88,7 +88,7 @@ class EdgeChainDual(ChainDual):
         labels, aug, m_theta, gt_score, wrong = nb_gap_pass_edges(
             U.numpy(), *self._np[3:5], first.numpy(), last.numpy(), trans.numpy(), self._np[11], self._np[12],
             self.eptr, self.eidx, self.evals, self._E(), self.pair_next, self.pair_prev, self.gptr, self.gattr,
-            self.Me.numpy(), self._tw)
+            self.Me.numpy(), self._tw, self.model.pen_host)
         labels, aug, m_theta, gt_score = map(torch.from_numpy, (labels, aug, m_theta, gt_score))
         loss = torch.from_numpy(wrong) * self.tw / self.N
         return GapPass(labels=labels, loss=loss, H=aug - gt_score, block_gaps=(aug - m_theta) / self.N - self.ell_i)

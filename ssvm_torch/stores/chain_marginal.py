@@ -47,6 +47,14 @@ class ChainMarginalMoves(MarginalMoves, RelaxedPasses):
         W, first, last, trans = self.model.split(self.w)
         return unary_rows(W, (self.fptr, self.fidx, self.fval), torch.arange(s, e, device=self.device)), first, last, trans
 
+    def gibbs_marginals(self, U, lengths, first, last, trans):
+        """:func:`~ssvm_torch.oracles.marginals.chain_marginals_ragged` of these log-potentials under
+        the model's tag constraints (forbidden moves get probability 0): (Mu, Mt, log Z)."""
+        pen = self.model.penalty(U.dtype, U.device)
+        if pen is not None:
+            first, last, trans = first + pen[0], last + pen[1], trans + pen[2]
+        return chain_marginals_ragged(U, lengths, first, last, trans)
+
     def block_point(self, i: int, mu: torch.Tensor, mt: torch.Tensor) -> BlockMarginals:
         """A point of block i's marginal polytope, for :meth:`pair_sqnorm` / :meth:`pair_move`."""
         return BlockMarginals(mu.to(self.device, self.dtype), mt.to(self.device, self.dtype))
@@ -83,7 +91,7 @@ class ChainMarginalMoves(MarginalMoves, RelaxedPasses):
     def prox(self, base: tuple, step: tuple):
         """KL prox: the marginals of the log-potentials base + step (one marginal pass)."""
         pots = tuple(b + s for b, s in zip(base, step))
-        Mu, Mt, _ = chain_marginals_ragged(pots[0], self.lengths, *pots[1:])
+        Mu, Mt, _ = self.gibbs_marginals(pots[0], self.lengths, *pots[1:])
         return (Mu, Mt), pots
 
     def prox_scale(self) -> float:

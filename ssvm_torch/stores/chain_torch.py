@@ -48,7 +48,8 @@ class ChainTorchPath:
             W, first, last, trans = self.model.split(self.w)
             Ub = unary_rows(W, (self.fptr, self.fidx, self.fval), pos.reshape(-1)).view(*pos.shape, K) * valid[..., None]
         gt = torch.where(valid, self.Y[pos], -1)
-        labels, aug = viterbi(Ub, lengths, first, last, trans, gt=gt, token_loss=self.tw[idx])
+        labels, aug = viterbi(Ub, lengths, first, last, trans, gt=gt, token_loss=self.tw[idx],
+                              penalty=self.model.penalty(self.dtype, self.device))
         loss_norm = ((labels != gt) & valid).sum(1).to(self.dtype) * self.tw[idx]
         score_s = aug - loss_norm
         Mu = self.Mu[pos] * valid[..., None]
@@ -77,7 +78,8 @@ class ChainTorchPath:
         idx = torch.as_tensor(idx, device=self.device).reshape(-1)
         pos, valid = padded_index(self.offsets, idx)
         if self._numba:
-            flat, loss, dot = batch_corners_host(to_host(idx), to_host(self.lengths[idx]), self._tw, self._np)
+            flat, loss, dot = batch_corners_host(to_host(idx), to_host(self.lengths[idx]), self._tw, self._np,
+                                                 self.model.pen_host)
             labels = torch.full(pos.shape, -1, dtype=torch.int64, device=self.device)
             labels[valid] = from_host(flat, self.device)
             loss, dot = from_host(loss, self.device) / self.N, from_host(dot, self.device)

@@ -1,0 +1,179 @@
+"""The linear-chain layers taggers use, side by side on CPU: ssvm_torch's LinearChain (structured hinge
+and CRF) vs pytorch-crf 0.7.2 (``torchcrf.CRF``) vs torch-struct 0.5 ``LinearChainCRF`` (through the
+project's wrapper, ssvm_torch/oracles/crf.py). For every (B, T, K) of the grid, float32 emissions,
+full masks: decode, loss + backward, marginals (pytorch-crf has none) -- median seconds of repeats --
+and peak memory of each call (torch's CPU allocations seen by the profiler, the allocations the
+kernels make with numpy not included; they are O(T K) per row). Runs once with 1 thread
+(torch.set_num_threads(1), numba.set_num_threads(1)) and once with all cores. A reference library is
+skipped where its (B, T, K, K) working set would exceed --max-gb: estimated as B T K^2 x 4 bytes x 2
+for pytorch-crf (the per-step (B, K, K) sums autograd keeps) and min(B, 256) T K^2 x 4 bytes x 4 for
+torch-struct (the wrapper cuts batches into 256 rows; edge potentials, their log-semiring scan and
+its gradient).
+
+AllenNLP's ConditionalRandomField is not measured: its last release requires torch < 1.13.
+
+Usage: python benchmarks/bench_layers.py [--quick] [--max-gb 3] [--out benchmarks/results/layers.json]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import time
+import warnings
+from pathlib import Path
+
+import numba
+import torch
+
+from ssvm_torch.nn import LinearChain, chain_crf_nll, chain_marginals
+from ssvm_torch.oracles.crf import edge_potentials
+
+GRID_B, GRID_T, GRID_K = (1, 64, 512), (20, 50, 200), (9, 45, 200)
+
+
+def timed(fn, budget_s: float):
+    """Median seconds of repeated calls after one warm-up call: 5 repeats, fewer when a call is slow."""
+    t0 = time.perf_counter()
+    fn()
+    first = time.perf_counter() - t0
+    repeats = 5 if first < budget_s / 10 else 3 if first < budget_s / 2 else 1
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times), repeats
+
+
+def peak_mb(fn) -> float:
+    """Peak of torch's CPU allocations during one call, from the profiler's memory events (MB)."""
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        fn()
+    events = sorted((e for e in prof.events() if e.cpu_memory_usage != 0), key=lambda e: e.time_range.start)
+    cur = peak = 0
+    for e in events:
+        cur += e.cpu_memory_usage
+        peak = max(peak, cur)
+    return peak / 2 ** 20
+
+
+def layers(K: int):
+    from torchcrf import CRF
+    torch.manual_seed(0)
+    ref = CRF(K, batch_first=True)
+    hinge = LinearChain(K, batch_first=True, loss="hinge")
+    crf = LinearChain(K, batch_first=True, loss="crf")
+    hinge.load_state_dict(ref.state_dict())
+    crf.load_state_dict(ref.state_dict())
+    return ref, hinge, crf
+
+
+def calls(B, T, K, max_gb):
+    """{(library, operation): callable} for one grid point; None where a reference is skipped."""
+    g = torch.Generator().manual_seed(0)
+    E = torch.randn(B, T, K, generator=g)
+    Eg = E.clone().requires_grad_(True)
+    tags = torch.randint(K, (B, T), generator=g)
+    mask = torch.ones(B, T, dtype=torch.bool)
+    lengths = torch.full((B,), T)
+    ref, hinge, crf = layers(K)
+    big_crf = B * T * K * K * 4 * 2 / 2 ** 30 > max_gb
+    big_ts = min(B, 256) * T * K * K * 4 * 4 / 2 ** 30 > max_gb
+
+    def backward(loss):
+        Eg.grad = None
+        loss.backward()
+
+    def ts_scores():
+        return ref.start_transitions, ref.end_transitions, ref.transitions.t()
+
+    def ts_decode():                               # in chunks of 256 rows, as the wrapper's other calls
+        from torch_struct import LinearChainCRF
+        out = []
+        with torch.no_grad(), warnings.catch_warnings():     # torch-struct 0.5 does not declare arg_constraints
+            warnings.filterwarnings("ignore", message=".*arg_constraints.*")
+            for s in range(0, B, 256):
+                lp = edge_potentials(E[s:s + 256], lengths[s:s + 256], *(p.detach() for p in ts_scores()))
+                out.append(LinearChainCRF(lp, lengths=lengths[s:s + 256]).argmax)
+        return out
+
+    out = {
+        ("ssvm_torch", "decode"): lambda: hinge.decode(E, mask),
+        ("ssvm_torch", "hinge+backward"): lambda: backward(hinge(Eg, tags, mask)),
+        ("ssvm_torch", "crf+backward"): lambda: backward(crf(Eg, tags, mask)),
+        ("ssvm_torch", "marginals"): lambda: crf.marginals(E, mask),
+        ("pytorch-crf", "decode"): None if big_crf else (lambda: ref.decode(E, mask)),
+        ("pytorch-crf", "crf+backward"): None if big_crf else (lambda: backward(-ref(Eg, tags, mask))),
+        ("torch-struct", "decode"): None if big_ts else ts_decode,
+        ("torch-struct", "crf+backward"): None if big_ts else (
+            lambda: backward(chain_crf_nll(Eg, lengths, *ts_scores(), tags).sum())),
+        ("torch-struct", "marginals"): None if big_ts else (lambda: chain_marginals(E, lengths, *ts_scores())),
+    }
+    return out
+
+
+def run(threads: int, grid, max_gb: float, budget_s: float, memory: bool):
+    torch.set_num_threads(threads)
+    numba.set_num_threads(threads)
+    rows = []
+    for B, T, K in grid:
+        for (lib, op), fn in calls(B, T, K, max_gb).items():
+            row = {"B": B, "T": T, "K": K, "library": lib, "op": op, "threads": threads}
+            if fn is None:
+                row["skipped"] = f"(B, T, K, K) working set above {max_gb} GB"
+            else:
+                row["s"], row["repeats"] = timed(fn, budget_s)
+                if memory:
+                    row["peak_mb"] = peak_mb(fn)
+            rows.append(row)
+            print(f"threads {threads} B {B:>4} T {T:>4} K {K:>4} {lib:<12} {op:<15} "
+                  + (f"{row['s'] * 1e3:10.3f} ms" if "s" in row else "   skipped")
+                  + (f"  peak {row['peak_mb']:8.1f} MB" if "peak_mb" in row else ""), flush=True)
+    return rows
+
+
+def speedups(rows):
+    """LinearChain's speed-up over each reference, per grid point and thread count."""
+    by = {(r["B"], r["T"], r["K"], r["threads"], r["library"], r["op"]): r.get("s") for r in rows}
+    out = []
+    for (B, T, K, th, lib, op), s in by.items():
+        if lib != "ssvm_torch" or s is None:
+            continue
+        for ref in ("pytorch-crf", "torch-struct"):
+            ref_op = "crf+backward" if op in ("hinge+backward", "crf+backward") else op
+            t = by.get((B, T, K, th, ref, ref_op))
+            if t:
+                out.append({"B": B, "T": T, "K": K, "threads": th, "op": op, "vs": ref, "vs_op": ref_op,
+                            "speedup": t / s})
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true", help="the must-show point (B 64, T 50, K 9) and K = 200, B = 512, T = 20 only")
+    ap.add_argument("--max-gb", type=float, default=6.0)
+    ap.add_argument("--budget-s", type=float, default=20.0, help="fewer repeats for calls slower than budget/10")
+    ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "layers.json"))
+    args = ap.parse_args()
+    grid = [(64, 50, 9), (512, 20, 200)] if args.quick else [(B, T, K) for K in GRID_K for T in GRID_T for B in GRID_B]
+    rows = run(1, grid, args.max_gb, args.budget_s, memory=True)
+    rows += run(os.cpu_count(), grid, args.max_gb, args.budget_s, memory=False)
+    res = {"machine": {"cpus": os.cpu_count(), "processor": platform.processor() or platform.machine()},
+           "torch": torch.__version__, "numba": numba.__version__, "dtype": "float32", "mask": "full",
+           "grid": {"B": list(GRID_B), "T": list(GRID_T), "K": list(GRID_K)}, "rows": rows,
+           "speedups": speedups(rows)}
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(res, indent=1))
+    for s in res["speedups"]:
+        if (s["B"], s["T"], s["K"]) in ((64, 50, 9), (512, 20, 200), (512, 50, 200)):
+            print(f"B {s['B']} T {s['T']} K {s['K']} threads {s['threads']}: {s['op']} {s['speedup']:.1f}x "
+                  f"{s['vs']} {s['vs_op']}")
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
