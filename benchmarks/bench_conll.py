@@ -15,6 +15,7 @@
 
 Writes benchmarks/results/conll_<part>.json (+ conll_seed0.png).
 Usage: python benchmarks/bench_conll.py [--parts select crfsuite seed0] [--templates sha-pereira rich]
+       python benchmarks/bench_conll.py --parts select --templates rich-edges --losses hamming --constraints none bio
 """
 from __future__ import annotations
 
@@ -46,14 +47,14 @@ def rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def in_own_process(part: str, template: str, args, loss: str = "normalized") -> dict:
+def in_own_process(part: str, template: str, args, loss: str = "normalized", constraints: str = "none") -> dict:
     """Runs one template of a part in a fresh interpreter (its own peak RSS) and returns its JSON."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "one.json"
         cmd = [sys.executable, __file__, "--one", part, "--template", template, "--json", str(out),
                "--passes", str(args.passes), "--lams", *map(str, args.lams), "--c2s", *map(str, args.c2s),
                "--hamming-lams", *map(str, args.hamming_lams),
-               "--min-count", str(args.min_count), "--loss", loss]
+               "--min-count", str(args.min_count), "--loss", loss, "--constraint", constraints]
         subprocess.run(cmd, check=True)
         return json.loads(out.read_text())
 
@@ -82,8 +83,10 @@ def featurization_seconds(template, min_count) -> dict:
 
 def one_select(args) -> dict:
     """One template and loss: featurization, lambda on dev, refit, test."""
-    out = {"template": args.template, "loss": args.loss, **featurization_seconds(args.template, args.min_count)}
-    fit = load_task("conll2000", features=args.template, min_count=args.min_count, heldout=0.1, loss=args.loss)
+    out = {"template": args.template, "loss": args.loss, "constraints": args.constraint,
+           **featurization_seconds(args.template, args.min_count)}
+    fit = load_task("conll2000", features=args.template, min_count=args.min_count, heldout=0.1, loss=args.loss,
+                    constraints=args.constraint)
     t0 = time.perf_counter()
     lams = args.hamming_lams if args.loss == "hamming" else args.lams
     lam, table = select_lambda(fit, lams, passes=args.passes, progress=lambda r: print(
@@ -91,7 +94,8 @@ def one_select(args) -> dict:
     out.update({"selection": table, "lam": lam, "selection_s": time.perf_counter() - t0})
     del fit
     gc.collect()                                   # the fit split's store is gone before the refit's is built
-    task = load_task("conll2000", features=args.template, min_count=args.min_count, loss=args.loss)
+    task = load_task("conll2000", features=args.template, min_count=args.min_count, loss=args.loss,
+                     constraints=args.constraint)
     dual = task.store(lam)
     hist = Solver(dual, SolverConfig(solver="bcfw", sampling="gap", passes=args.passes, gap_check=10),
                   evaluate=task.evaluate).run()
@@ -157,15 +161,17 @@ def one_crfsuite(args) -> dict:
 
 
 def part_select(args):
-    runs = [in_own_process("select", t, args, loss) for t in args.templates for loss in args.losses]
+    runs = [in_own_process("select", t, args, loss, c) for t in args.templates for loss in args.losses
+            for c in args.constraints]
     for r in runs:
         if args.brief:
             r.pop("history", None)
-        print(f"{r['template'][:40]:40s} {r['loss']:10s} d = {r['d']:,}, featurize {r['featurize_s']:.2f} s (cached load "
+        print(f"{r['template'][:40]:40s} {r['loss']:10s} constraints {r['constraints']:5s} d = {r['d']:,}, featurize {r['featurize_s']:.2f} s (cached load "
               f"{r['load_cached_s']:.2f} s), lam = {r['lam']:g} (dev), {r['passes']:.0f} passes in {r['solver_s']:.1f} s "
               f"({r['s_per_pass']:.2f} s/pass), gap {r['gap']:.2e}, test F1 {r['test_f1']:.2f}, peak RSS "
               f"{r['peak_rss_mb']:.0f} MB", flush=True)
-    save("select", {"passes": args.passes, "lams": args.lams, "hamming_lams": args.hamming_lams, "runs": runs})
+    name = "select" if args.constraints == ["none"] else "select_constraints"    # conll_select.json stays as it is
+    save(name, {"passes": args.passes, "lams": args.lams, "hamming_lams": args.hamming_lams, "runs": runs})
 
 
 def part_crfsuite(args):
@@ -246,6 +252,9 @@ def main():
     ap.add_argument("--hamming-lams", nargs="+", type=float, default=[1e-2, 3e-3, 1e-3, 3e-4],
                     help="the grid with the Hamming count (a loss ~24x larger per sentence: lambda ~24x smaller)")
     ap.add_argument("--loss", default="normalized", help=argparse.SUPPRESS)
+    ap.add_argument("--constraints", nargs="+", default=["none"], choices=["none", "bio", "iob1", "bioes"],
+                    help="select: tag constraints of the runs (with any but none: conll_select_constraints.json)")
+    ap.add_argument("--constraint", default="none", help=argparse.SUPPRESS)
     ap.add_argument("--c2s", nargs="+", type=float, default=[0.01, 0.03, 0.1, 0.3])
     ap.add_argument("--min-count", type=int, default=1)
     ap.add_argument("--passes", type=float, default=50)
