@@ -54,7 +54,7 @@ def in_own_process(part: str, template: str, args, loss: str = "normalized", con
         cmd = [sys.executable, __file__, "--one", part, "--template", template, "--json", str(out),
                "--passes", str(args.passes), "--lams", *map(str, args.lams), "--c2s", *map(str, args.c2s),
                "--hamming-lams", *map(str, args.hamming_lams),
-               "--min-count", str(args.min_count), "--loss", loss, "--constraint", constraints]
+               "--min-count", str(args.min_count), "--loss", loss, "--constraint", constraints, "--tag-scheme", args.tags]
         subprocess.run(cmd, check=True)
         return json.loads(out.read_text())
 
@@ -83,10 +83,10 @@ def featurization_seconds(template, min_count) -> dict:
 
 def one_select(args) -> dict:
     """One template and loss: featurization, lambda on dev, refit, test."""
-    out = {"template": args.template, "loss": args.loss, "constraints": args.constraint,
+    out = {"template": args.template, "loss": args.loss, "constraints": args.constraint, "tags": args.tag_scheme,
            **featurization_seconds(args.template, args.min_count)}
     fit = load_task("conll2000", features=args.template, min_count=args.min_count, heldout=0.1, loss=args.loss,
-                    constraints=args.constraint)
+                    constraints=args.constraint, tags=args.tag_scheme)
     t0 = time.perf_counter()
     lams = args.hamming_lams if args.loss == "hamming" else args.lams
     lam, table = select_lambda(fit, lams, passes=args.passes, progress=lambda r: print(
@@ -95,7 +95,7 @@ def one_select(args) -> dict:
     del fit
     gc.collect()                                   # the fit split's store is gone before the refit's is built
     task = load_task("conll2000", features=args.template, min_count=args.min_count, loss=args.loss,
-                     constraints=args.constraint)
+                     constraints=args.constraint, tags=args.tag_scheme)
     dual = task.store(lam)
     hist = Solver(dual, SolverConfig(solver="bcfw", sampling="gap", passes=args.passes, gap_check=10),
                   evaluate=task.evaluate).run()
@@ -166,11 +166,12 @@ def part_select(args):
     for r in runs:
         if args.brief:
             r.pop("history", None)
-        print(f"{r['template'][:40]:40s} {r['loss']:10s} constraints {r['constraints']:5s} d = {r['d']:,}, featurize {r['featurize_s']:.2f} s (cached load "
+        print(f"{r['template'][:40]:40s} {r['loss']:10s} tags {r['tags']:5s} constraints {r['constraints']:5s} d = {r['d']:,}, featurize {r['featurize_s']:.2f} s (cached load "
               f"{r['load_cached_s']:.2f} s), lam = {r['lam']:g} (dev), {r['passes']:.0f} passes in {r['solver_s']:.1f} s "
               f"({r['s_per_pass']:.2f} s/pass), gap {r['gap']:.2e}, test F1 {r['test_f1']:.2f}, peak RSS "
               f"{r['peak_rss_mb']:.0f} MB", flush=True)
-    name = "select" if args.constraints == ["none"] else "select_constraints"    # conll_select.json stays as it is
+    # conll_select.json stays as it is; runs with constraints or BIOES tags go to conll_select_<tags>_constraints.json
+    name = "select" if args.constraints == ["none"] and args.tags == "bio" else f"select_{args.tags}_constraints"
     save(name, {"passes": args.passes, "lams": args.lams, "hamming_lams": args.hamming_lams, "runs": runs})
 
 
@@ -253,8 +254,10 @@ def main():
                     help="the grid with the Hamming count (a loss ~24x larger per sentence: lambda ~24x smaller)")
     ap.add_argument("--loss", default="normalized", help=argparse.SUPPRESS)
     ap.add_argument("--constraints", nargs="+", default=["none"], choices=["none", "bio", "iob1", "bioes"],
-                    help="select: tag constraints of the runs (with any but none: conll_select_constraints.json)")
+                    help="select: tag constraints of the runs (with any but none, or --tags bioes: conll_select_<tags>_constraints.json)")
     ap.add_argument("--constraint", default="none", help=argparse.SUPPRESS)
+    ap.add_argument("--tags", default="bio", choices=["bio", "bioes"], help="select: the tag scheme trained on")
+    ap.add_argument("--tag-scheme", default="bio", help=argparse.SUPPRESS)
     ap.add_argument("--c2s", nargs="+", type=float, default=[0.01, 0.03, 0.1, 0.3])
     ap.add_argument("--min-count", type=int, default=1)
     ap.add_argument("--passes", type=float, default=50)

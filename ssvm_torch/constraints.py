@@ -1,4 +1,5 @@
-"""Tag-sequence constraints of chunking schemes (BIO = IOB2, IOB1, BIOES), as boolean masks.
+"""Chunking schemes (BIO = IOB2, IOB1, BIOES): tag-sequence constraints as boolean masks, and the
+conversion between BIO and BIOES tags (:func:`bio_to_bioes`, :func:`bioes_to_bio`).
 
 A constraint set is a dict of boolean tensors ``{"start": (K,), "transitions": (K, K), "end": (K,)}``
 with True = allowed and ``transitions[i, j]`` = "tag i may be followed by tag j" (the orientation
@@ -125,3 +126,26 @@ def first_violation(constraints, labels: torch.Tensor, mask: torch.Tensor):
         return None
     flat = int(torch.nonzero(bad.reshape(-1))[0])
     return flat // T, flat % T
+
+
+def bio_to_bioes(tags: list[str]) -> list[str]:
+    """One sentence's BIO (IOB2) tags in BIOES: a chunk of one token is S-X, the last token of a longer
+    chunk E-X. An I-X that does not continue a chunk of type X starts one (conlleval's reading)."""
+    out = []
+    for i, tag in enumerate(tags):
+        if tag == "O":
+            out.append("O")
+            continue
+        head, _, kind = tag.partition("-")
+        check(head in ("B", "I") and kind, "tags", "BIO tags ('O', 'B-X', 'I-X')", repr(tag))
+        starts = head == "B" or i == 0 or tags[i - 1] == "O" or tags[i - 1].partition("-")[2] != kind
+        nxt = tags[i + 1] if i + 1 < len(tags) else "O"
+        continues = nxt.startswith("I-") and nxt.partition("-")[2] == kind
+        out.append(("B-" if continues else "S-") + kind if starts else ("I-" if continues else "E-") + kind)
+    return out
+
+
+def bioes_to_bio(tags: list[str]) -> list[str]:
+    """BIOES tags back to BIO: S-X -> B-X, E-X -> I-X (B, I and O unchanged)."""
+    swap = {"S": "B", "E": "I"}
+    return [t if t == "O" else swap.get(t[0], t[0]) + t[1:] for t in tags]

@@ -84,7 +84,8 @@ class Task:
 
     def load(self, train_size: int | None = None, unary_only: bool = False, device=None,
              dtype=torch.float64, features: str | None = None, min_count: int = 1,
-             heldout: float | None = None, loss: str | None = None, constraints: str | None = None) -> Problem:
+             heldout: float | None = None, loss: str | None = None, constraints: str | None = None,
+             tags: str | None = None) -> Problem:
         if train_size is not None and not self.train_size:
             raise SSVMInputError(f"train_size: not supported for {self.name!r} "
                                  f"(supported for {[t.name for t in TASKS.values() if t.train_size]})")
@@ -108,6 +109,11 @@ class Task:
                 raise SSVMInputError(f"constraints: only for the tasks with chunk tags "
                                      f"{[t.name for t in TASKS.values() if t.chunk_tags]}, not {self.name!r}")
             featurization["constraints"] = constraints
+        if tags not in (None, "bio"):
+            if not self.chunk_tags:
+                raise SSVMInputError(f"tags: only for the tasks with chunk tags "
+                                     f"{[t.name for t in TASKS.values() if t.chunk_tags]}, not {self.name!r}")
+            featurization["tags"] = tags
         return self.build(self.name, train_size=train_size, unary_only=unary_only, device=device, dtype=dtype,
                           **featurization)
 
@@ -147,12 +153,13 @@ def _ocr(name, train_size=None, unary_only=False, device=None, dtype=torch.float
 
 
 def _conll(name, train_size=None, unary_only=False, device=None, dtype=torch.float64, features=None, min_count=1,
-           heldout=None, loss=None, constraints=None) -> Problem:
+           heldout=None, loss=None, constraints=None, tags="bio") -> Problem:
     """CoNLL-2000 chunking with sparse attributes of a feature template (default ``sha-pereira``);
     ``train_size`` keeps the first N sentences, ``heldout`` makes the test set the last part of them;
-    ``constraints``: a chunking scheme ("bio", "iob1", "bioes") whose transitions every oracle obeys."""
+    ``constraints``: a chunking scheme ("bio", "iob1", "bioes") whose transitions every oracle obeys;
+    ``tags``: train on the file's BIO tags or on them converted to BIOES (F1 always on BIO chunks)."""
     from .data.conll import load_conll2000
-    train, test = load_conll2000(train_size, features or "sha-pereira", min_count, heldout)
+    train, test = load_conll2000(train_size, features or "sha-pereira", min_count, heldout, tags=tags)
     p = _chain_problem(name, train, test, "sentence", "per-token error", loss, "feature-major")
     if constraints is not None:
         constrain(p.model, train, constraints)

@@ -170,3 +170,34 @@ def test_conll_trains_under_bio_constraints_and_predicts_only_allowed_tags(tmp_p
     assert all(allowed(pred[a:b].tolist(), masks) for a, b in zip(off, off[1:]))
     with pytest.raises(SSVMInputError, match="constraints"):
         load_task("conll2000", train_size=50, constraints="iob1")
+
+
+def test_bio_bioes_conversion_round_trips_and_reads_stray_i_as_a_chunk_start():
+    from ssvm_torch.constraints import bio_to_bioes, bioes_to_bio
+    bio = ["B-NP", "I-NP", "I-NP", "O", "B-VP", "B-NP", "I-NP", "O", "I-PP", "I-NP"]
+    bioes = bio_to_bioes(bio)
+    assert bioes == ["B-NP", "I-NP", "E-NP", "O", "S-VP", "B-NP", "E-NP", "O", "S-PP", "S-NP"]
+    assert bioes_to_bio(bioes)[:8] == bio[:8]
+    assert bioes_to_bio(bioes)[8:] == ["B-PP", "B-NP"]                  # the same chunks, in IOB2
+    masks = allowed_transitions("BIOES", sorted(set(bioes)))
+    names = sorted(set(bioes))
+    assert allowed([names.index(t) for t in bioes], masks)
+    with pytest.raises(SSVMInputError, match="tags: expected BIO tags"):
+        bio_to_bioes(["B-NP", "E-NP"])
+
+
+def test_conll_on_bioes_tags_scores_the_official_bio_chunks(tmp_path):
+    from ssvm_torch.data.conll import chunk_f1
+    from ssvm_torch.tasks import load_task
+    task = load_task("conll2000", train_size=300, tags="bioes", constraints="bioes")
+    names = task.train.meta["tag_names"]
+    assert any(n.startswith("E-") for n in names) and any(n.startswith("S-") for n in names)
+    assert task.train.meta["tags"][0][0][:2] in ("B-", "I-", "O")   # the BIO strings stay the gold of F1
+    # the gold BIOES labels, decoded back, score F1 = 100 against the BIO gold
+    assert chunk_f1(task.train, task.train.Y)["f1"] == pytest.approx(100.0)
+    with pytest.raises(SSVMInputError, match="does not fit the tag set"):
+        load_task("conll2000", train_size=50, tags="bioes", constraints="bio")
+    with pytest.raises(SSVMInputError, match="tags: only for the tasks with chunk tags"):
+        load_task("ocr-small", tags="bioes")
+    assert train_main(["--dataset", "conll2000", "--train-size", "200", "--tags", "bioes", "--constraints", "bioes",
+                       "--passes", "1", "--out", str(tmp_path / "r")]) == 0

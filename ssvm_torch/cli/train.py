@@ -58,6 +58,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--constraints", choices=["none", "bio", "iob1", "bioes"], default="none",
                    help="conll2000: tag transitions every oracle obeys (BIO = IOB2, IOB1, BIOES chunking schemes); "
                         "refused when the scheme does not fit the tag set")
+    p.add_argument("--tags", choices=["bio", "bioes"], default="bio",
+                   help="conll2000: train on the BIO tags of the file or on them converted to BIOES (predictions are "
+                        "converted back to BIO before the chunk F1)")
     p.add_argument("--select-lam", action="store_true",
                    help="choose lambda on a development split (the last --heldout of the training examples) by a "
                         "warm-started grid over --lams, each bounded by --passes, then refit on all training data; "
@@ -177,7 +180,7 @@ def _train(args, cfg: SolverConfig, device, dtype, run_dir: RunDir | None) -> di
     ``run_dir``) evaluates, prints and writes."""
     rank, size = distributed.world()
     featurization = {"features": args.features, "min_count": args.min_count, "loss": args.loss,  # checked by the task
-                     "constraints": args.constraints}
+                     "constraints": args.constraints, "tags": args.tags}
     selection = _select(args, cfg, device, dtype, run_dir, featurization) if args.select_lam else None
     if selection:
         featurization["min_count"] = selection["min_count"]

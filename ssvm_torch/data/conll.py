@@ -30,6 +30,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ..constraints import bio_to_bioes, bioes_to_bio
 from ..errors import SSVMInputError, check
 from . import feature_cache
 from .templates import featurize, get_template
@@ -91,13 +92,16 @@ def build_chain_data(sents, attr_index: dict, tags: list[str], name: str, allow_
 
 
 def load_conll2000(train_size: int | None = None, features="sha-pereira", min_count: int = 1,
-                   heldout: float | None = None, cache: bool = True) -> tuple[ChainData, ChainData]:
+                   heldout: float | None = None, cache: bool = True, tags: str = "bio") -> tuple[ChainData, ChainData]:
     """(train, test) of CoNLL-2000 (WSJ 15-18 train, 20 test) under the template ``features`` (a
     name in TEMPLATES, a template string or a :class:`Template`). ``train_size`` keeps the first N
     training sentences; ``heldout`` (in (0, 0.5]) returns (fit, dev) instead: the last ``heldout``
     of those sentences as dev, the test file untouched. The designs are cached on disk, keyed by the
     template, ``min_count``, the split and the data files' checksums; ``meta["featurization"]``
-    says how long building them took and whether the cache answered."""
+    says how long building them took and whether the cache answered. ``tags="bioes"`` trains on the
+    tags converted to BIOES (:func:`ssvm_torch.constraints.bio_to_bioes`); ``meta["tags"]`` keeps the
+    official BIO tags and :func:`chunk_f1` converts predictions back to BIO before scoring."""
+    check(tags in ("bio", "bioes"), "tags", "'bio' or 'bioes'", repr(tags))
     template = get_template(features)
     train_path = data_file("conll2000_train.txt.gz")
     train = read_conll(train_path)
@@ -130,9 +134,11 @@ def load_conll2000(train_size: int | None = None, features="sha-pereira", min_co
     info = {"template": template.name, "items": template.text(), "min_count": min_count,
             "n_attributes": int(arrays["n_attributes"][0]), "n_edge_attributes": int(arrays["n_edge_attributes"][0]),
             "seconds": time.perf_counter() - t0, "cached": hit}
-    tags = sorted({tok[2] for s in train for tok in s})
-    return (_chain_data(train, arrays, "train", info, tags, names[0], False),
-            _chain_data(other, arrays, "other", info, tags, names[1], True))
+    scheme = tags.upper()
+    names_of = (lambda s: bio_to_bioes([t[2] for t in s])) if scheme == "BIOES" else (lambda s: [t[2] for t in s])
+    tag_set = sorted({t for s in train for t in names_of(s)})
+    return (_chain_data(train, arrays, "train", info, tag_set, names[0], False, names_of, scheme),
+            _chain_data(other, arrays, "other", info, tag_set, names[1], True, names_of, scheme))
 
 
 def _checksum(path) -> str:
@@ -140,11 +146,12 @@ def _checksum(path) -> str:
 
 
 def _chain_data(sents, arrays: dict, split: str, info: dict, tags: list[str], name: str,
-                allow_unknown: bool) -> ChainData:
-    """ChainData of binary attribute indicators from a cached design (CSR rows = tokens)."""
+                allow_unknown: bool, names_of, scheme: str) -> ChainData:
+    """ChainData of binary attribute indicators from a cached design (CSR rows = tokens); the labels
+    are the tags ``names_of`` gives (BIO or BIOES), ``meta["tags"]`` the file's BIO tags."""
     tag_index = {t: k for k, t in enumerate(tags)}
     gold = [[t[2] for t in s] for s in sents]
-    labels = [tag_index.get(t, len(tags)) for s in gold for t in s]
+    labels = [tag_index.get(t, len(tags)) for s in sents for t in names_of(s)]
     if not allow_unknown and len(tags) in labels:
         raise SSVMInputError(f"tags: a training tag is not in the tag set {tags}")
     n_tok = len(labels)
@@ -162,14 +169,18 @@ def _chain_data(sents, arrays: dict, split: str, info: dict, tags: list[str], na
     offsets[1:] = torch.cumsum(torch.tensor([len(s) for s in sents]), 0)
     E = csr("edge_", info["n_edge_attributes"]) if info["n_edge_attributes"] else None
     return ChainData(csr("", info["n_attributes"]), torch.tensor(labels, dtype=torch.int64), offsets, len(tags), name,
-                     allow_unknown, {"tag_names": list(tags), "tags": gold, "featurization": info}, E)
+                     allow_unknown, {"tag_names": list(tags), "tags": gold, "featurization": info,
+                                     "tag_scheme": scheme}, E)
 
 
 def chunk_f1(data: ChainData, labels: torch.Tensor) -> dict:
     """Chunk precision / recall / F1 (in %) by seqeval (conlleval-compatible chunking rules),
-    against the original gold tag strings (tags unknown to the model included)."""
+    against the original gold BIO tag strings (tags unknown to the model included); predictions in
+    BIOES are converted to BIO first, so F1 is always on the official chunks."""
     from seqeval.metrics import f1_score, precision_score, recall_score
     names = data.meta["tag_names"]
+    if data.meta.get("tag_scheme") == "BIOES":
+        names = bioes_to_bio(names)
     lab = labels.cpu().numpy()
     off = data.offsets.cpu().numpy()
     pred = [[names[k] for k in lab[off[i]:off[i + 1]]] for i in range(data.n)]
