@@ -8,7 +8,13 @@ kernels make with numpy not included; they are O(T K) per row). Runs once with 1
 skipped where its (B, T, K, K) working set would exceed --max-gb: estimated as B T K^2 x 4 bytes x 2
 for pytorch-crf (the per-step (B, K, K) sums autograd keeps) and min(B, 256) T K^2 x 4 bytes x 4 for
 torch-struct (the wrapper cuts batches into 256 rows; edge potentials, their log-semiring scan and
-its gradient).
+its gradient). torch-struct is also skipped above --max-ts-work = B T K^3 (its chart products are
+K^3 per step: 1e9 keeps B 512, T 20, K 45, which already takes ~50 s per loss + backward here, and
+B 1, T 200, K 200 takes 28 s per decode), except its decode at B 512, T 20, K 200 (tried: it asks for
+131 GB and is recorded as failed). A call that raises (out of memory) is recorded as failed.
+
+--ks runs a subset of K; --merge PATH keeps the rows of an earlier JSON for the points not rerun;
+--all-threads quick measures the all-cores pass at B 64, T 50, K 9 and B 512, T 20, K 200 only.
 
 AllenNLP's ConditionalRandomField is not measured: its last release requires torch < 1.13.
 
@@ -76,7 +82,7 @@ def layers(K: int):
     return ref, hinge, crf
 
 
-def calls(B, T, K, max_gb):
+def calls(B, T, K, max_gb, max_ts_work):
     """{(library, operation): callable} for one grid point; None where a reference is skipped."""
     g = torch.Generator().manual_seed(0)
     E = torch.randn(B, T, K, generator=g)
@@ -86,7 +92,8 @@ def calls(B, T, K, max_gb):
     lengths = torch.full((B,), T)
     ref, hinge, crf = layers(K)
     big_crf = B * T * K * K * 4 * 2 / 2 ** 30 > max_gb
-    big_ts = min(B, 256) * T * K * K * 4 * 4 / 2 ** 30 > max_gb
+    big_ts = min(B, 256) * T * K * K * 4 * 4 / 2 ** 30 > max_gb or B * T * K ** 3 > max_ts_work
+    ts_decode_ok = not big_ts or (B, T, K) == (512, 20, 200)
 
     def backward(loss):
         Eg.grad = None
@@ -112,7 +119,7 @@ def calls(B, T, K, max_gb):
         ("ssvm_torch", "marginals"): lambda: crf.marginals(E, mask),
         ("pytorch-crf", "decode"): None if big_crf else (lambda: ref.decode(E, mask)),
         ("pytorch-crf", "crf+backward"): None if big_crf else (lambda: backward(-ref(Eg, tags, mask))),
-        ("torch-struct", "decode"): None if big_ts else ts_decode,
+        ("torch-struct", "decode"): ts_decode if ts_decode_ok else None,
         ("torch-struct", "crf+backward"): None if big_ts else (
             lambda: backward(chain_crf_nll(Eg, lengths, *ts_scores(), tags).sum())),
         ("torch-struct", "marginals"): None if big_ts else (lambda: chain_marginals(E, lengths, *ts_scores())),
@@ -120,22 +127,25 @@ def calls(B, T, K, max_gb):
     return out
 
 
-def run(threads: int, grid, max_gb: float, budget_s: float, memory: bool):
+def run(threads: int, grid, max_gb: float, max_ts_work: float, budget_s: float, memory: bool):
     torch.set_num_threads(threads)
     numba.set_num_threads(threads)
     rows = []
     for B, T, K in grid:
-        for (lib, op), fn in calls(B, T, K, max_gb).items():
+        for (lib, op), fn in calls(B, T, K, max_gb, max_ts_work).items():
             row = {"B": B, "T": T, "K": K, "library": lib, "op": op, "threads": threads}
             if fn is None:
-                row["skipped"] = f"(B, T, K, K) working set above {max_gb} GB"
+                row["skipped"] = f"(B, T, K, K) working set above {max_gb} GB or B T K^2 above {max_ts_work:g}"
             else:
-                row["s"], row["repeats"] = timed(fn, budget_s)
-                if memory and row["s"] < budget_s:          # one more call of a slow one is not worth it
-                    row["peak_mb"] = peak_mb(fn)
+                try:
+                    row["s"], row["repeats"] = timed(fn, budget_s)
+                    if memory and row["s"] < budget_s:      # one more call of a slow one is not worth it
+                        row["peak_mb"] = peak_mb(fn)
+                except (RuntimeError, MemoryError) as e:    # e.g. torch-struct's K^3 scan at K = 200
+                    row["failed"] = str(e).splitlines()[0][-200:]
             rows.append(row)
             print(f"threads {threads} B {B:>4} T {T:>4} K {K:>4} {lib:<12} {op:<15} "
-                  + (f"{row['s'] * 1e3:10.3f} ms" if "s" in row else "   skipped")
+                  + (f"{row['s'] * 1e3:10.3f} ms" if "s" in row else "    failed" if "failed" in row else "   skipped")
                   + (f"  peak {row['peak_mb']:8.1f} MB" if "peak_mb" in row else ""), flush=True)
     return rows
 
@@ -160,15 +170,26 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="the must-show point (B 64, T 50, K 9) and K = 200, B = 512, T = 20 only")
     ap.add_argument("--max-gb", type=float, default=6.0)
+    ap.add_argument("--max-ts-work", type=float, default=1e9)
+    ap.add_argument("--ks", type=int, nargs="+", default=list(GRID_K))
+    ap.add_argument("--all-threads", choices=["full", "quick"], default="full")
+    ap.add_argument("--merge", default=None, help="an earlier layers JSON whose rows fill the points not rerun")
     ap.add_argument("--budget-s", type=float, default=20.0, help="fewer repeats for calls slower than budget/10")
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "layers.json"))
     args = ap.parse_args()
-    grid = [(64, 50, 9), (512, 20, 200)] if args.quick else [(B, T, K) for K in GRID_K for T in GRID_T for B in GRID_B]
-    rows = run(1, grid, args.max_gb, args.budget_s, memory=True)
-    rows += run(os.cpu_count(), grid, args.max_gb, args.budget_s, memory=False)
+    quick = [(64, 50, 9), (512, 20, 200)]
+    grid = quick if args.quick else [(B, T, K) for K in args.ks for T in GRID_T for B in GRID_B]
+    rows = run(1, grid, args.max_gb, args.max_ts_work, args.budget_s, memory=True)
+    rows += run(os.cpu_count(), quick if args.all_threads == "quick" else grid, args.max_gb, args.max_ts_work,
+                args.budget_s, memory=False)
+    if args.merge:
+        key = ("B", "T", "K", "threads", "library", "op")
+        new = {tuple(r[k] for k in key) for r in rows}
+        rows = [r for r in json.loads(Path(args.merge).read_text())["rows"] if tuple(r[k] for k in key) not in new] + rows
     res = {"machine": {"cpus": os.cpu_count(), "processor": platform.processor() or platform.machine()},
            "torch": torch.__version__, "numba": numba.__version__, "dtype": "float32", "mask": "full",
-           "grid": {"B": list(GRID_B), "T": list(GRID_T), "K": list(GRID_K)}, "rows": rows,
+           "grid": {"B": list(GRID_B), "T": list(GRID_T), "K": list(GRID_K)}, "all_threads": args.all_threads,
+           "max_ts_work": args.max_ts_work, "rows": rows,
            "speedups": speedups(rows)}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(res, indent=1))
