@@ -201,3 +201,25 @@ def test_conll_on_bioes_tags_scores_the_official_bio_chunks(tmp_path):
         load_task("ocr-small", tags="bioes")
     assert train_main(["--dataset", "conll2000", "--train-size", "200", "--tags", "bioes", "--constraints", "bioes",
                        "--passes", "1", "--out", str(tmp_path / "r")]) == 0
+
+
+@pytest.mark.parametrize("batch_size", [1, 4])
+def test_constrained_torch_store_never_leaves_the_device(batch_size):
+    """The CUDA path of a constrained chain, checked on CPU: no numpy, no default-device factory, and
+    no host copy beyond those the unconstrained run makes (the penalties are built on the device)."""
+    from ssvm_torch.devices import host_guard
+    data = bio_chains(4)
+    copies = []
+    for constrained in (False, True):
+        model = ChainModel.for_data(data, "hamming")
+        if constrained:
+            model, masks = constrained_model(data)
+        store = make_store(model, data, LAM, kernels="torch")
+        with host_guard() as guard:
+            hist = Solver(store, SolverConfig(passes=2, gap_check=1, seed=0, batch_size=batch_size)).run()
+        copies.append(guard.host_copies)
+        assert hist[-1]["gap"] >= -1e-9
+    assert copies[1] == copies[0]
+    labels = model.predict_ragged(store.w, data)
+    off = data.offsets.tolist()
+    assert all(allowed(labels[a:b].tolist(), masks) for a, b in zip(off, off[1:]))

@@ -177,6 +177,10 @@ def test_hinge_decode_marginals_and_nll_equal_brute_force(kernels, scheme, token
     m = lay.marginals(E, mask)
     for b, r in enumerate(ref):
         torch.testing.assert_close(m[b][mask[b]], r[5], rtol=0, atol=1e-10)
+    torch.testing.assert_close(lay.log_partition(E, mask), torch.tensor([r[4] for r in ref], dtype=torch.float64),
+                               rtol=0, atol=1e-10)
+    torch.testing.assert_close(lay.score(E, tags, mask), torch.tensor([r[3] for r in ref], dtype=torch.float64),
+                               rtol=0, atol=1e-10)
     lay.loss = "crf"
     torch.testing.assert_close(lay(E, tags, mask, reduction="none"),
                                torch.tensor([r[4] - r[3] for r in ref], dtype=torch.float64), rtol=0, atol=1e-10)

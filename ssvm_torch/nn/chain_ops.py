@@ -226,15 +226,14 @@ def _torch_hinge(E, start, end, trans, mask, gold, rowc, cost, penalty):
         Ec, lengths, start, end, trans, gold_c)
 
 
-def _torch_log_partition(Ec, lengths, start, end, trans, penalty):
-    """log Z of compacted rows by the scaled forward recursion (the numba kernel's), in Ec's dtype;
-    differentiable by autograd; -inf penalties become exact zeros of exp(trans), so no nan arises."""
-    s, e, t = start, end, trans
-    if penalty is not None:
-        s, e, t = (x + p.to(x.device, x.dtype) for x, p in zip((start, end, trans), penalty))
+def _log_partition_rows(Ec, lengths, start, end, trans, penalty):
+    """log Z of compacted rows (0 for an empty row) by the scaled forward recursion (the numba
+    kernel's), in Ec's dtype; differentiable by autograd; -inf penalties become exact zeros of
+    exp(trans), so no nan arises."""
+    s, e, t = with_penalty(start, end, trans, penalty)
     B, T, K = Ec.shape
     tm = t.detach().masked_fill(~torch.isfinite(t.detach()), float("-inf")).max()
-    tm = torch.where(torch.isfinite(tm), tm, tm.new_zeros(()))
+    tm = torch.where(torch.isfinite(tm), tm, tm.new_zeros(()))     # all forbidden: any shift will do
     X = torch.exp(t - tm)                                            # [next, prev]
     v = Ec[:, 0] + s
     m = v.detach().max(1, keepdim=True).values
@@ -251,25 +250,24 @@ def _torch_log_partition(Ec, lengths, start, end, trans, penalty):
         alpha = torch.where(on, nxt / ci_safe, alpha)
         logz = logz + torch.where(on[:, 0], torch.log(ci_safe[:, 0]) + mi[:, 0] + tm, logz.new_zeros(()))
     me = e.detach().max()
-    return logz + torch.log((alpha * torch.exp(e - me)).sum(1)) + me
+    logz = logz + torch.log((alpha * torch.exp(e - me)).sum(1)) + me
+    return torch.where(lengths > 0, logz, torch.zeros_like(logz))
 
 
 def _torch_nll(E, start, end, trans, mask, gold, penalty):
     order, lengths = compact(mask)
     Ec = _gather_rows(E, order)
-    logz = _torch_log_partition(Ec, lengths.clamp(min=1), start, end, trans, penalty)
-    logz = torch.where(lengths > 0, logz, torch.zeros_like(logz))
+    logz = _log_partition_rows(Ec, lengths, start, end, trans, penalty)
     if not bool(torch.isfinite(logz).all()):
         _, scores, _, _, _ = _torch_decode(E, mask, start, end, trans, penalty)
         _fail_no_path(scores, mask)
         raise SSVMInputError("emissions: the scores' spread exceeds the dtype's range in the scaled forward "
                              "recursion; rescale them or use float64")
-    gold_c = gold.gather(1, order)
-    gold_s = _padded_score(Ec, lengths, *effective_grad(start, end, trans, penalty), gold_c)
+    gold_s = _padded_score(Ec, lengths, *with_penalty(start, end, trans, penalty), gold.gather(1, order))
     return logz - gold_s
 
 
-def effective_grad(start, end, trans, penalty):
+def with_penalty(start, end, trans, penalty):
     """Parameters plus penalties, keeping the graph (a gold labeling that breaks a constraint scores -inf)."""
     if penalty is None:
         return start, end, trans
@@ -325,9 +323,8 @@ def marginals(E, mask, start, end, trans, penalty=None, kernels="auto"):
         order, lengths = compact(mask)
         with torch.enable_grad():
             Ec = _gather_rows(E, order).requires_grad_(True)
-            logz = _torch_log_partition(Ec, lengths.clamp(min=1), start.detach(), end.detach(), trans.detach(),
-                                        penalty)
-            (grad,) = torch.autograd.grad(torch.where(lengths > 0, logz, torch.zeros_like(logz)).sum(), Ec)
+            logz = _log_partition_rows(Ec, lengths, start.detach(), end.detach(), trans.detach(), penalty)
+            (grad,) = torch.autograd.grad(logz.sum(), Ec)
         valid = torch.arange(E.shape[1], device=E.device)[None, :] < lengths[:, None]
         grad = torch.where(valid[..., None], grad, torch.zeros_like(grad))
         out = torch.zeros_like(grad).scatter(1, order[..., None].expand_as(grad), grad)
@@ -336,3 +333,15 @@ def marginals(E, mask, start, end, trans, penalty=None, kernels="auto"):
         _fail_no_path(scores, mask)
         raise SSVMInputError("emissions: the marginals overflowed (scores out of the dtype's range)")
     return out
+
+
+def log_partition(E, mask, start, end, trans, penalty=None):
+    """log Z per row (B,) (0 for an empty row), differentiable (the torch recursion on any device)."""
+    order, lengths = compact(mask)
+    return _log_partition_rows(_gather_rows(_float(E), order), lengths, start, end, trans, penalty)
+
+
+def score(E, mask, start, end, trans, tags):
+    """s(tags) per row (B,) over the masked-on positions, differentiable."""
+    order, lengths = compact(mask)
+    return _padded_score(_gather_rows(E, order), lengths, start, end, trans, tags.gather(1, order))

@@ -193,9 +193,7 @@ class LinearChain(nn.Module):
     def score(self, emissions, tags, mask=None) -> torch.Tensor:
         """s(tags) per row (B,): pytorch-crf's numerator, differentiable."""
         E, mask, tags = self._inputs(emissions, mask, tags)
-        order, lengths = chain_ops.compact(mask)
-        return chain_ops._padded_score(chain_ops._gather_rows(E, order), lengths, *self._scores(),
-                                       tags.gather(1, order))
+        return chain_ops.score(E, mask, *self._scores(), tags)
 
     def decode(self, emissions: torch.Tensor, mask: torch.Tensor | None = None, as_lists: bool = False):
         """The best tag sequence of every row: a LongTensor (B, T) (batch-first) on the emissions'
@@ -211,10 +209,7 @@ class LinearChain(nn.Module):
     def log_partition(self, emissions, mask=None) -> torch.Tensor:
         """log Z per row (B,), differentiable (the CRF's normaliser; 0 for an empty row)."""
         E, mask, _ = self._inputs(emissions, mask)
-        order, lengths = chain_ops.compact(mask)
-        logz = chain_ops._torch_log_partition(chain_ops._gather_rows(chain_ops._float(E), order),
-                                              lengths.clamp(min=1), *self._scores(), self._penalty())
-        return torch.where(lengths > 0, logz, torch.zeros_like(logz))
+        return chain_ops.log_partition(E, mask, *self._scores(), self._penalty())
 
     def marginals(self, emissions: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         """Posterior tag marginals p(y_t = k | x) of the CRF of these scores: (B, T, K) batch-first,
