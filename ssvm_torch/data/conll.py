@@ -91,6 +91,16 @@ def build_chain_data(sents, attr_index: dict, tags: list[str], name: str, allow_
                      {"tag_names": list(tags), "tags": [[t[2] for t in s] for s in sents]})
 
 
+def split_heldout(sents: list, heldout: float) -> tuple[list, list]:
+    """(fit, dev) of the training sentences: the last ``heldout`` share (at least one sentence) is the
+    development set. The one split of every CoNLL model selection (``ssvm-train --select-lam
+    --heldout``, the neural chunkers of :mod:`ssvm_torch.deep.conll_module`), so dev sets are identical."""
+    check(isinstance(heldout, float) and 0.0 < heldout <= 0.5, "heldout", "a fraction in (0, 0.5]", heldout)
+    n_fit = len(sents) - max(1, round(heldout * len(sents)))
+    check(n_fit >= 1, "heldout", f"to leave at least one of the {len(sents)} sentences to train on", heldout)
+    return sents[:n_fit], sents[n_fit:]
+
+
 def load_conll2000(train_size: int | None = None, features="sha-pereira", min_count: int = 1,
                    heldout: float | None = None, cache: bool = True, tags: str = "bio") -> tuple[ChainData, ChainData]:
     """(train, test) of CoNLL-2000 (WSJ 15-18 train, 20 test) under the template ``features`` (a
@@ -110,10 +120,7 @@ def load_conll2000(train_size: int | None = None, features="sha-pereira", min_co
               f"an int in [1, {len(train)}]", train_size)
         train = train[:train_size]
     if heldout is not None:
-        check(isinstance(heldout, float) and 0.0 < heldout <= 0.5, "heldout", "a fraction in (0, 0.5]", heldout)
-        n_fit = len(train) - max(1, round(heldout * len(train)))
-        check(n_fit >= 1, "heldout", f"to leave at least one of the {len(train)} sentences to train on", heldout)
-        (train, other), other_path, names = (train[:n_fit], train[n_fit:]), train_path, ("conll2000-fit", "conll2000-dev")
+        (train, other), other_path, names = split_heldout(train, heldout), train_path, ("conll2000-fit", "conll2000-dev")
     else:
         other_path = data_file("conll2000_test.txt.gz")
         other, names = read_conll(other_path), ("conll2000", "conll2000-test")

@@ -1,16 +1,23 @@
-"""``python -m ssvm_torch.deep fit --config recipes/ocr_deep_alternating.yaml``: the CNN + SSVM
-pipelines of :mod:`ssvm_torch.deep.chain_module` under the same LightningCLI as ``ssvm_torch.lightning``
-(``--model.<name>``, ``--trainer.<name>``; TensorBoard logs under the trainer's default_root_dir)."""
+"""``python -m ssvm_torch.deep fit --config recipes/<recipe>.yaml``: the deep pipelines under the same
+LightningCLI as ``ssvm_torch.lightning`` (``--model.<name>``, ``--trainer.<name>``; TensorBoard logs
+under the trainer's default_root_dir). The recipe's ``model.class_path`` picks the module (subclass
+mode): :class:`ssvm_torch.deep.ConllChunker` (``recipes/conll_deep_*.yaml``) or
+:class:`ssvm_torch.deep.DeepChainModule`, the CNN + SSVM pipelines on OCR, which a recipe without a
+class_path gets (``recipes/ocr_deep_*.yaml``)."""
 from __future__ import annotations
 
 import sys
 
+import lightning as L
+
 from ..lightning.__main__ import main as cli_main
-from .chain_module import DeepChainModule
+
+DEFAULT_MODULE = "ssvm_torch.deep.chain_module.DeepChainModule"
 
 
 def main(args=None) -> int:
-    return cli_main(args, module=DeepChainModule, prog="python -m ssvm_torch.deep", max_epochs=10)
+    return cli_main(args, module=L.LightningModule, prog="python -m ssvm_torch.deep", max_epochs=10,
+                    default_module=DEFAULT_MODULE)
 
 
 if __name__ == "__main__":

@@ -35,24 +35,34 @@ def claim_version(logs: Path) -> str:
 
 
 def _explicit_model_flags(argv: list[str]) -> list[str]:
-    return sorted({a[len("--model."):].split("=", 1)[0] for a in argv if a.startswith("--model.")})
+    names = {a[len("--model."):].split("=", 1)[0] for a in argv if a.startswith("--model.")}
+    return sorted(n[len("init_args."):] if n.startswith("init_args.") else n for n in names)
 
 
 class SSVMCLI(LightningCLI):
     """LightningCLI with ``fit`` only (evaluation is part of every gap check; the history and model
     files hold it), explicit ``--model.*`` flags winning over a checkpoint's hyper-parameters."""
 
+    default_module: str | None = None          # subclass mode: the module of a config without class_path
+
     @staticmethod
     def subcommands() -> dict:
         return {"fit": LightningCLI.subcommands()["fit"]}
 
+    def add_arguments_to_parser(self, parser) -> None:
+        if self.subclass_mode_model and self.default_module:
+            parser.set_defaults({"model": {"class_path": self.default_module}})
+
+    def _model_key(self, sub: str, name: str) -> str:
+        return f"{sub}.model.init_args.{name}" if self.subclass_mode_model else f"{sub}.model.{name}"
+
     def _parse_ckpt_path(self) -> None:
         sub = self.config.get("subcommand")
         argv = self._argv if self._argv is not None else sys.argv[1:]
-        given = {k: self.config[f"{sub}.model.{k}"] for k in _explicit_model_flags(argv)} if sub else {}
+        given = {k: self.config[self._model_key(sub, k)] for k in _explicit_model_flags(argv)} if sub else {}
         super()._parse_ckpt_path()
         for k, v in given.items():          # explicit command-line flags win over the checkpoint's
-            self.config[f"{sub}.model.{k}"] = v
+            self.config[self._model_key(sub, k)] = v
 
     def instantiate_trainer(self, **kwargs):
         """The default TensorBoard logger gets a version directory of its own: the checkpoint's when
@@ -82,11 +92,14 @@ class SSVMCLI(LightningCLI):
 PROG = "python -m ssvm_torch.lightning"
 
 
-def main(args=None, module=SSVMModule, prog: str = PROG, max_epochs: int = -1) -> int:
-    """Run the CLI on ``module`` (``SSVMModule`` here; ssvm_torch.deep's module for ``python -m
-    ssvm_torch.deep``); errors become one line on stderr and exit status 2."""
+def main(args=None, module=SSVMModule, prog: str = PROG, max_epochs: int = -1, default_module: str | None = None) -> int:
+    """Run the CLI on ``module`` (``SSVMModule`` here); with ``default_module`` (the import path of a
+    LightningModule) the CLI runs in subclass mode: the config's ``model.class_path`` picks the module,
+    a config without one gets ``default_module`` (``python -m ssvm_torch.deep``). Errors become one
+    line on stderr and exit status 2."""
+    cli = SSVMCLI if default_module is None else type("SSVMSubclassCLI", (SSVMCLI,), {"default_module": default_module})
     try:
-        SSVMCLI(module, save_config_kwargs={"overwrite": True},
+        cli(module, subclass_mode_model=default_module is not None, save_config_kwargs={"overwrite": True},
                 trainer_defaults={"max_epochs": max_epochs, "num_sanity_val_steps": 0}, args=args,
                 parser_kwargs={"prog": prog, "exit_on_error": False})
     except SSVMInputError as e:

@@ -1,0 +1,239 @@
+"""Neural CoNLL-2000 chunkers as one LightningModule: ``python -m ssvm_torch.deep fit --config
+recipes/conll_deep_hinge.yaml`` (the recipe's ``model.class_path`` picks this module).
+
+The network (:class:`ssvm_torch.deep.tagger.ChunkTagger`) trains on the *fit* split with Adam on the
+mean per-sentence loss of its chain layer: the structured hinge with Hamming token loss
+(``loss="hinge"``: max_y [s(y) + Hamming(y, y_i)] - s(y_i), the margin-rescaled hinge of Taskar et al.
+2003 / Tsochantaridis et al. 2005 inside the network) or the CRF negative log-likelihood
+(``loss="crf"``). With ``features`` (a template name, e.g. ``rich``) the linear model's sparse
+attributes add their per-tag scores to the emissions (the hybrid; SparseAdam on those rows).
+
+Model selection: after every epoch the chunk F1 of the *dev* split (the last ``heldout`` of the
+training file, :func:`ssvm_torch.data.conll.split_heldout`, the split of ``ssvm-train --select-lam``)
+is recorded; the weights of the best dev epoch are kept, training stops after ``patience`` epochs
+without a better dev F1 (or at the trainer's ``max_epochs``). The test file is decoded once, at the
+end, with the best dev weights. Outputs (``out`` or the logger's directory): ``config.json``,
+``history.json`` (per epoch: loss, dev F1, seconds, peak RSS), ``chunker.pt`` (weights, vocabulary,
+hyper-parameters), ``test_predictions.pt`` (``{"predictions": [[BIO tag, ...], ...]}``, one list per
+test sentence in file order) and ``results.json``. Every file loads with ``weights_only=True``;
+Lightning checkpoints carry the history and the best weights, so a resumed run ends where the
+uninterrupted one would.
+"""
+from __future__ import annotations
+
+import json
+import math
+import resource
+import time
+from pathlib import Path
+
+import lightning as L
+import torch
+import torch.utils.data as tud
+
+from ..constraints import allowed_transitions
+from ..errors import SSVMInputError, check, check_choice, check_positive
+from ..lightning.checkpoint_io import AtomicCheckpointIO
+from ..lightning.module import run_output_dir
+from ..outputs import atomic_write_bytes, content_digest, save_history, save_torch
+from ..portable import pack, unpack
+from .chain_module import EpochPermutation, epoch_seed
+from .tagger import ChunkTagger
+from .text import load_chunking, tags_to_bio, word_dropout
+
+CHECKPOINT_KEY = "ssvm_chunker"
+
+
+def peak_rss_mb() -> float:
+    """Peak resident memory of this process so far (MB; Linux reports ru_maxrss in KB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def chunk_f1(gold: list, pred: list) -> float:
+    """Chunk F1 in % by seqeval (default conlleval mode) of BIO tag lists."""
+    from seqeval.metrics import f1_score
+    return 100 * f1_score(gold, pred)
+
+
+class ConllChunker(L.LightningModule):
+    """See the module docstring. ``tags``: train on BIO or BIOES tags; ``constraints``: forbid the
+    scheme's invalid transitions in training and decoding (:func:`ssvm_torch.nn.allowed_transitions`);
+    ``word_dropout``: the alpha of the UNK dropout; ``batch_sentences``: sentences per step."""
+
+    def __init__(self, loss: str = "hinge", tags: str = "bioes", constraints: bool = True,
+                 features: str | None = None, attr_min_count: int = 1, bag_lr: float = 0.01,
+                 word_min_count: int = 2, word_dropout: float = 0.25, word_dim: int = 100, char_dim: int = 30,
+                 char_filters: int = 50, pos_dim: int = 25, hidden: int = 128, layers: int = 1,
+                 dropout: float = 0.5, lr: float = 1e-3, weight_decay: float = 0.0, grad_clip: float = 5.0,
+                 batch_sentences: int = 32, patience: int = 5, heldout: float = 0.1, train_size: int | None = None,
+                 seed: int = 0, threads: int | None = None, kernels: str = "auto", out: str | None = None):
+        super().__init__()
+        self.save_hyperparameters()
+        self.automatic_optimization = False
+        check_choice(loss, "loss", ("hinge", "crf"))
+        check_choice(tags, "tags", ("bio", "bioes"))
+        check(isinstance(batch_sentences, int) and batch_sentences >= 1, "batch_sentences", "an int >= 1",
+              batch_sentences)
+        check(isinstance(patience, int) and patience >= 1, "patience", "an int >= 1", patience)
+        check(0.0 <= dropout < 1.0, "dropout", "a probability in [0, 1)", dropout)
+        check(word_dropout >= 0, "word_dropout", "alpha >= 0", word_dropout)
+        for name in ("lr", "bag_lr", "grad_clip"):
+            check_positive(getattr(self.hparams, name), name)
+        check(weight_decay >= 0, "weight_decay", ">= 0", weight_decay)
+        self.corpus = self.tagger = None
+        self.history: list = []
+        self.best: dict = {"epoch": -1, "dev_f1": -math.inf, "state": None}
+        self.gen = torch.Generator().manual_seed(seed)
+        self._epoch: dict = {}
+
+    # -- set-up ---------------------------------------------------------------------------------
+    def setup(self, stage: str) -> None:
+        if self.corpus is not None:
+            return
+        strategy = self.trainer.strategy
+        if type(strategy.checkpoint_io).__name__ == "TorchCheckpointIO":
+            strategy.checkpoint_io = AtomicCheckpointIO()
+        hp = self.hparams
+        if hp.threads is not None:
+            check(isinstance(hp.threads, int) and hp.threads >= 1, "threads", "an int >= 1", hp.threads)
+            torch.set_num_threads(hp.threads)
+        self.corpus = load_chunking(hp.tags, hp.heldout, hp.word_min_count, hp.features, hp.attr_min_count,
+                                    hp.train_size)
+        v = self.corpus.vocab
+        constraints = allowed_transitions(self.corpus.scheme, v.tags) if hp.constraints else None
+        torch.manual_seed(hp.seed)                  # the initial weights: a function of the seed alone
+        self.tagger = ChunkTagger(len(v.words), len(v.chars), len(v.pos), len(v.tags), self.corpus.n_attributes,
+                                  hp.word_dim, hp.char_dim, hp.char_filters, hp.pos_dim, hp.hidden, hp.layers,
+                                  hp.dropout, hp.loss, constraints, hp.kernels).to(self.device)
+        self.word_counts = torch.tensor(v.word_counts)
+
+    def configure_optimizers(self):
+        hp = self.hparams
+        opts = [torch.optim.AdamW(self.tagger.dense_parameters(), lr=hp.lr, weight_decay=hp.weight_decay)]
+        if self.tagger.sparse_parameters():
+            opts.append(torch.optim.SparseAdam(self.tagger.sparse_parameters(), lr=hp.bag_lr))
+        return opts
+
+    def train_dataloader(self):
+        order = EpochPermutation(self.corpus.fit.n, self.hparams.seed)
+        return tud.DataLoader(range(self.corpus.fit.n), batch_size=self.hparams.batch_sentences, sampler=order,
+                              collate_fn=torch.tensor)
+
+    def _on_device(self, batch: dict) -> dict:
+        out = {k: (v.to(self.device) if torch.is_tensor(v) else v) for k, v in batch.items()}
+        if batch["bag"] is not None:
+            out["bag"] = tuple(t.to(self.device) for t in batch["bag"])
+        return out
+
+    # -- the loop -------------------------------------------------------------------------------
+    def on_train_epoch_start(self) -> None:
+        s = epoch_seed(self.hparams.seed, self.current_epoch)
+        self.gen.manual_seed(s)                     # UNK dropout
+        torch.manual_seed(s + 1)                    # dropout
+        self._epoch = {"t0": time.perf_counter(), "loss": 0.0, "batches": 0}
+
+    def training_step(self, idx, batch_idx):
+        hp = self.hparams
+        self.tagger.train()
+        batch = self.corpus.fit.batch(idx.cpu())
+        word = word_dropout(batch["word"], self.word_counts, hp.word_dropout, self.gen)
+        batch = self._on_device(batch)
+        em = self.tagger.emissions(batch, word.to(self.device))
+        loss = self.tagger.chain(em, batch["tag"].clamp(min=0), batch["mask"], reduction="mean")
+        opts = self.optimizers()
+        opts = opts if isinstance(opts, list) else [opts]
+        for opt in opts:
+            opt.zero_grad()
+        self.manual_backward(loss)
+        torch.nn.utils.clip_grad_norm_(self.tagger.dense_parameters(), hp.grad_clip)
+        for opt in opts:
+            opt.step()
+        self._epoch["loss"] += float(loss.detach())
+        self._epoch["batches"] += 1
+        return None
+
+    def on_train_epoch_end(self) -> None:
+        hp = self.hparams
+        seconds = time.perf_counter() - self._epoch["t0"]
+        dev_f1 = chunk_f1(self.corpus.dev.gold, self.predict(self.corpus.dev))
+        rec = {"epoch": self.current_epoch, "loss": self._epoch["loss"] / max(1, self._epoch["batches"]),
+               "dev_f1": dev_f1, "seconds": seconds, "peak_rss_mb": peak_rss_mb()}
+        if dev_f1 > self.best["dev_f1"]:
+            self.best = {"epoch": self.current_epoch, "dev_f1": dev_f1,
+                         "state": {k: v.detach().cpu().clone() for k, v in self.tagger.state_dict().items()}}
+        rec["best_epoch"] = self.best["epoch"]
+        self.history.append(rec)
+        if self.current_epoch - self.best["epoch"] >= hp.patience:
+            self.trainer.should_stop = True
+        if self.trainer.is_global_zero:
+            print(f"epoch {rec['epoch']}: loss {rec['loss']:.4f}, dev F1 {dev_f1:.2f} (best {self.best['dev_f1']:.2f} "
+                  f"at epoch {self.best['epoch']}), {seconds:.1f} s, peak RSS {rec['peak_rss_mb']:.0f} MB", flush=True)
+        for logger in self.loggers:
+            logger.log_metrics({f"chunker/{k}": float(v) for k, v in rec.items()}, step=self.current_epoch)
+
+    # -- prediction -----------------------------------------------------------------------------
+    @torch.no_grad()
+    def predict(self, split, chunk: int = 256) -> list:
+        """BIO tag lists of every sentence of ``split`` (in its order), decoded by the chain layer
+        under the constraints; sentences batched by length."""
+        was = self.tagger.training
+        self.tagger.eval()
+        names = tags_to_bio(self.corpus.vocab.tags, self.corpus.scheme)
+        order = torch.argsort(split.lengths, stable=True)
+        out = [None] * split.n
+        for s in range(0, split.n, chunk):
+            idx = order[s:s + chunk]
+            batch = self._on_device(split.batch(idx))
+            tags = self.tagger.chain.decode(self.tagger.emissions(batch), batch["mask"]).cpu()
+            for row, i in enumerate(idx.tolist()):
+                out[i] = [names[k] for k in tags[row, :int(split.lengths[i])].tolist()]
+        self.tagger.train(was)
+        return out
+
+    # -- checkpoints ----------------------------------------------------------------------------
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        """Lightning saves the weights and optimizers; this adds the history and the best dev weights,
+        with a SHA-256 of their content."""
+        state = {"history": list(self.history), "best": pack(dict(self.best))}
+        checkpoint[CHECKPOINT_KEY] = {**state, "sha256": content_digest(state)}
+
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        saved = checkpoint.get(CHECKPOINT_KEY)
+        if saved is None:
+            raise SSVMInputError(f"checkpoint: expected a ConllChunker checkpoint with key {CHECKPOINT_KEY!r}, "
+                                 f"got keys {sorted(checkpoint)}")
+        body = {k: v for k, v in saved.items() if k != "sha256"}
+        if saved.get("sha256") != content_digest(body):
+            raise SSVMInputError("checkpoint: the chunker state is damaged: its content does not match the SHA-256 "
+                                 "saved with it; resume from another checkpoint")
+        self.history = list(saved["history"])
+        self.best = unpack(saved["best"])
+
+    # -- outputs --------------------------------------------------------------------------------
+    def on_fit_end(self) -> None:
+        if self.trainer.is_global_zero:
+            self.write_outputs()
+
+    def write_outputs(self) -> Path:
+        """Restore the best dev weights, decode the test file once, write the run files."""
+        out = run_output_dir(self.trainer, self.hparams.out)
+        out.mkdir(parents=True, exist_ok=True)
+        if self.best["state"] is not None:
+            self.tagger.load_state_dict(self.best["state"])
+        test = self.predict(self.corpus.test)
+        n_tok = sum(map(len, test))
+        results = {"dev_f1": self.best["dev_f1"], "test_f1": chunk_f1(self.corpus.test.gold, test),
+                   "best_epoch": self.best["epoch"], "epochs": len(self.history),
+                   "s_per_epoch": sum(r["seconds"] for r in self.history) / max(1, len(self.history)),
+                   "peak_rss_mb": peak_rss_mb(), "test_sentences": len(test), "test_tokens": n_tok,
+                   "n_parameters": sum(p.numel() for p in self.tagger.parameters())}
+        save_history(out, self.history)
+        save_torch(out / "chunker.pt", {"state_dict": {k: v.detach().cpu() for k, v in self.tagger.state_dict().items()},
+                                        "vocab": self.corpus.vocab.state(), "hparams": dict(self.hparams)})
+        save_torch(out / "test_predictions.pt", {"predictions": test})
+        config = {"module": "ssvm_torch.deep.ConllChunker", **dict(self.hparams)}
+        atomic_write_bytes(out / "config.json", json.dumps(config, indent=1, default=str).encode())
+        atomic_write_bytes(out / "results.json", json.dumps(results, indent=1).encode())
+        print(f"best dev F1 {results['dev_f1']:.2f} (epoch {results['best_epoch']}); test F1 {results['test_f1']:.2f} "
+              f"on {len(test)} sentences; {results['s_per_epoch']:.1f} s/epoch; outputs in {out}", flush=True)
+        return out

@@ -1,0 +1,81 @@
+"""The neural chunker: word, character and POS embeddings -> BiLSTM -> per-token emissions ->
+:class:`ssvm_torch.nn.LinearChain` (structured hinge or CRF), optionally with the linear model's sparse
+template attributes as an extra, additive input (the hybrid).
+
+Encoder (Lample et al. 2016 / Ma & Hovy 2016 without pre-trained vectors): lower-cased word embeddings
+learned from scratch, a character CNN with max-pooling over each word form (capitalisation, suffixes:
+Ma & Hovy 2016, Sec. 2.1), embeddings of the gold POS column (the linear model's input too), dropout
+on the concatenation and on the BiLSTM's output, a linear map to one score per tag. Hybrid: one
+``nn.EmbeddingBag`` row of per-tag scores per template attribute, summed over a token's attributes and
+added to the emissions, which is the linear model's emission term w_y . phi(x_t) exactly
+(:mod:`ssvm_torch.models.chain`); the network then adds to it rather than relearning it.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+from ..nn import LinearChain
+from .text import PAD
+
+
+class CharCNN(nn.Module):
+    """Max over positions of a width-``width`` convolution of character embeddings: (U, L) -> (U, filters)."""
+
+    def __init__(self, n_chars: int, dim: int = 30, filters: int = 50, width: int = 3):
+        super().__init__()
+        self.embed = nn.Embedding(n_chars, dim, padding_idx=PAD)
+        self.conv = nn.Conv1d(dim, filters, width, padding=width // 2)
+
+    def forward(self, chars: torch.Tensor) -> torch.Tensor:
+        h = self.conv(self.embed(chars).transpose(1, 2))                      # (U, filters, L)
+        h = h.masked_fill((chars == PAD)[:, None, :], float("-inf"))
+        return h.max(2).values
+
+
+class ChunkTagger(nn.Module):
+    """Emissions (B, T, K) of a padded batch (:meth:`ssvm_torch.deep.text.Split.batch`) and the chain
+    layer that turns them into a loss or tags. ``n_attributes`` > 0 adds the sparse attribute scores
+    (an ``EmbeddingBag`` with sparse gradients, zero at start: the hybrid starts as the pure network)."""
+
+    def __init__(self, n_words: int, n_chars: int, n_pos: int, n_tags: int, n_attributes: int = 0,
+                 word_dim: int = 100, char_dim: int = 30, char_filters: int = 50, pos_dim: int = 25,
+                 hidden: int = 128, layers: int = 1, dropout: float = 0.5, loss: str = "hinge",
+                 constraints=None, kernels: str = "auto"):
+        super().__init__()
+        self.words = nn.Embedding(n_words, word_dim, padding_idx=PAD)
+        self.chars = CharCNN(n_chars, char_dim, char_filters)
+        self.pos = nn.Embedding(n_pos, pos_dim, padding_idx=PAD)
+        self.drop = nn.Dropout(dropout)
+        self.lstm = nn.LSTM(word_dim + char_filters + pos_dim, hidden, num_layers=layers, batch_first=True,
+                            bidirectional=True, dropout=dropout if layers > 1 else 0.0)
+        self.out = nn.Linear(2 * hidden, n_tags)
+        self.attributes = None
+        if n_attributes:
+            self.attributes = nn.EmbeddingBag(n_attributes, n_tags, mode="sum", sparse=True)
+            nn.init.zeros_(self.attributes.weight)
+        self.chain = LinearChain(n_tags, batch_first=True, loss=loss, constraints=constraints,
+                                 token_loss="hamming", kernels=kernels)
+
+    def emissions(self, batch: dict, word: torch.Tensor | None = None) -> torch.Tensor:
+        """Per-token tag scores (B, T, K); ``word`` replaces the batch's word ids (UNK dropout)."""
+        mask = batch["mask"]
+        word = batch["word"] if word is None else word
+        chars = self.chars(batch["chars"])[batch["form"]]
+        x = self.drop(torch.cat([self.words(word), chars, self.pos(batch["pos"])], -1))
+        lengths = mask.sum(1).cpu()
+        packed = pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
+        h, _ = pad_packed_sequence(self.lstm(packed)[0], batch_first=True, total_length=mask.shape[1])
+        scores = self.out(self.drop(h))
+        if self.attributes is not None:
+            ids, offsets = batch["bag"]
+            flat = self.attributes(ids, offsets)                                # (tokens, K), row-major
+            scores = scores + torch.zeros_like(scores).masked_scatter(mask[..., None].expand_as(scores), flat)
+        return scores
+
+    def dense_parameters(self):
+        return [p for n, p in self.named_parameters() if not n.startswith("attributes.")]
+
+    def sparse_parameters(self):
+        return [] if self.attributes is None else [self.attributes.weight]
