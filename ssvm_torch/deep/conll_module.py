@@ -52,16 +52,16 @@ def peak_rss_mb() -> float:
 def chunk_f1(gold: list, pred: list) -> float:
     """Chunk F1 in % by seqeval (default conlleval mode) of BIO tag lists."""
     from seqeval.metrics import f1_score
-    return 100 * f1_score(gold, pred)
+    return 100 * float(f1_score(gold, pred))   # a Python float: checkpoints load weights_only
 
 
 class ConllChunker(L.LightningModule):
     """See the module docstring. ``tags``: train on BIO or BIOES tags; ``constraints``: forbid the
     scheme's invalid transitions in training and decoding (:func:`ssvm_torch.nn.allowed_transitions`);
-    ``word_dropout``: the alpha of the UNK dropout; ``batch_sentences``: sentences per step."""
+    ``word_dropout``: the alpha of the UNK dropout; ``attr_dropout``: the hybrid's attribute dropout; ``batch_sentences``: sentences per step."""
 
     def __init__(self, loss: str = "hinge", tags: str = "bioes", constraints: bool = True,
-                 features: str | None = None, attr_min_count: int = 1, bag_lr: float = 0.01,
+                 features: str | None = None, attr_min_count: int = 1, bag_lr: float = 0.01, attr_dropout: float = 0.0,
                  word_min_count: int = 2, word_dropout: float = 0.25, word_dim: int = 100, char_dim: int = 30,
                  char_filters: int = 50, pos_dim: int = 25, hidden: int = 128, layers: int = 1,
                  dropout: float = 0.5, lr: float = 1e-3, weight_decay: float = 0.0, grad_clip: float = 5.0,
@@ -77,6 +77,7 @@ class ConllChunker(L.LightningModule):
         check(isinstance(patience, int) and patience >= 1, "patience", "an int >= 1", patience)
         check(0.0 <= dropout < 1.0, "dropout", "a probability in [0, 1)", dropout)
         check(word_dropout >= 0, "word_dropout", "alpha >= 0", word_dropout)
+        check(0.0 <= attr_dropout < 1.0, "attr_dropout", "a probability in [0, 1)", attr_dropout)
         for name in ("lr", "bag_lr", "grad_clip"):
             check_positive(getattr(self.hparams, name), name)
         check(weight_decay >= 0, "weight_decay", ">= 0", weight_decay)
@@ -104,7 +105,7 @@ class ConllChunker(L.LightningModule):
         torch.manual_seed(hp.seed)                  # the initial weights: a function of the seed alone
         self.tagger = ChunkTagger(len(v.words), len(v.chars), len(v.pos), len(v.tags), self.corpus.n_attributes,
                                   hp.word_dim, hp.char_dim, hp.char_filters, hp.pos_dim, hp.hidden, hp.layers,
-                                  hp.dropout, hp.loss, constraints, hp.kernels).to(self.device)
+                                  hp.dropout, hp.loss, constraints, hp.kernels, hp.attr_dropout).to(self.device)
         self.word_counts = torch.tensor(v.word_counts)
 
     def configure_optimizers(self):
@@ -127,13 +128,16 @@ class ConllChunker(L.LightningModule):
 
     # -- the loop -------------------------------------------------------------------------------
     def on_train_epoch_start(self) -> None:
-        s = epoch_seed(self.hparams.seed, self.current_epoch)
-        self.gen.manual_seed(s)                     # UNK dropout
-        torch.manual_seed(s + 1)                    # dropout
         self._epoch = {"t0": time.perf_counter(), "loss": 0.0, "batches": 0}
 
     def training_step(self, idx, batch_idx):
         hp = self.hparams
+        # every random draw of a step (UNK, dropout and attribute-dropout masks) from a seed of (run seed,
+        # epoch, step) alone: a resumed run draws what the uninterrupted one drew, whatever else (e.g. the
+        # DataLoader's base seed) consumed the global generator in between
+        s = epoch_seed(hp.seed, self.current_epoch) * 100_003 + batch_idx
+        self.gen.manual_seed(s % (2 ** 63))
+        torch.manual_seed((s + 1) % (2 ** 63))
         self.tagger.train()
         batch = self.corpus.fit.batch(idx.cpu())
         word = word_dropout(batch["word"], self.word_counts, hp.word_dropout, self.gen)

@@ -37,13 +37,15 @@ class CharCNN(nn.Module):
 class ChunkTagger(nn.Module):
     """Emissions (B, T, K) of a padded batch (:meth:`ssvm_torch.deep.text.Split.batch`) and the chain
     layer that turns them into a loss or tags. ``n_attributes`` > 0 adds the sparse attribute scores
-    (an ``EmbeddingBag`` with sparse gradients, zero at start: the hybrid starts as the pure network)."""
+    (an ``EmbeddingBag`` with sparse gradients, zero at start: the hybrid starts as the pure network);
+    ``attr_dropout`` drops each attribute occurrence with that probability in training."""
 
     def __init__(self, n_words: int, n_chars: int, n_pos: int, n_tags: int, n_attributes: int = 0,
                  word_dim: int = 100, char_dim: int = 30, char_filters: int = 50, pos_dim: int = 25,
                  hidden: int = 128, layers: int = 1, dropout: float = 0.5, loss: str = "hinge",
-                 constraints=None, kernels: str = "auto"):
+                 constraints=None, kernels: str = "auto", attr_dropout: float = 0.0):
         super().__init__()
+        self.attr_dropout = attr_dropout
         self.words = nn.Embedding(n_words, word_dim, padding_idx=PAD)
         self.chars = CharCNN(n_chars, char_dim, char_filters)
         self.pos = nn.Embedding(n_pos, pos_dim, padding_idx=PAD)
@@ -70,7 +72,14 @@ class ChunkTagger(nn.Module):
         scores = self.out(self.drop(h))
         if self.attributes is not None:
             ids, offsets = batch["bag"]
-            flat = self.attributes(ids, offsets)                                # (tokens, K), row-major
+            weights = None
+            if self.training and self.attr_dropout > 0:
+                # attribute dropout: each attribute of each token is dropped with probability p (kept ones
+                # scaled by 1/(1-p)), so the sparse rows cannot fit the training set alone, the hinge keeps
+                # a margin to learn from and the BiLSTM keeps learning
+                keep = torch.rand(ids.shape, device=ids.device) >= self.attr_dropout
+                weights = keep.to(self.attributes.weight.dtype) / (1.0 - self.attr_dropout)
+            flat = self.attributes(ids, offsets, per_sample_weights=weights)   # (tokens, K), row-major
             scores = scores + torch.zeros_like(scores).masked_scatter(mask[..., None].expand_as(scores), flat)
         return scores
 

@@ -1,0 +1,217 @@
+"""Neural CoNLL-2000 chunkers (issue 31): the four recipes ``recipes/conll_deep_{hinge,crf,hybrid_hinge,
+hybrid_crf}.yaml``, seed 0 each, then seeds 1 and 2 of the dev-best hinge and the dev-best CRF
+configuration; the table against the linear BCFW models; a paired bootstrap between the two heads.
+
+``--train``: runs the recipes one after another (``python -m ssvm_torch.deep fit``, two threads; on
+  a two-core machine parallel runs slow each other several-fold), each into ``RUNS/<recipe>_s<seed>``;
+  a run directory that already holds ``results.json`` is kept (the queue can be restarted).
+  Configurations are ranked by seed-0 *dev* F1 only.
+``--report`` (the default): reads every ``RUNS/*_s*/**/results.json``, recomputes each test F1 from
+  its ``test_predictions.pt`` and the test file (seqeval, default conlleval mode) and checks it against
+  ``results.json``; mean +- sample std over seeds of test F1, dev F1, epochs, s/epoch, peak RSS; the
+  linear rows from ``conll_select.json`` (BIO, no constraints) and
+  ``conll_select_{bio,bioes}_constraints.json`` (lambda chosen on the same dev split); a paired
+  bootstrap (test sentences resampled with replacement, ``--draws`` draws; Koehn 2004,
+  Berg-Kirkpatrick et al. 2012) between the dev-best hinge and the dev-best CRF configuration: the
+  F1 difference of the seed-averaged systems, its 95% interval and the one-sided p-value (share of
+  draws whose difference has the other sign); copies the dev-best configuration's seed-0
+  predictions to ``conll_deep_test_predictions.pt``.
+
+Usage: python benchmarks/bench_conll_deep.py --train --runs runs/conll_deep
+       python benchmarks/bench_conll_deep.py --runs runs/conll_deep
+Writes benchmarks/results/conll_deep.json (+ conll_deep_test_predictions.pt).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from ssvm_torch.data.conll import read_conll
+from ssvm_torch.data.types import data_file
+from ssvm_torch.outputs import load_torch
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+RECIPES = ("hybrid_hinge", "hybrid_crf", "hinge", "crf")
+HEAD = {"hinge": "hinge", "hybrid_hinge": "hinge", "crf": "crf", "hybrid_crf": "crf"}
+
+
+def run_dir(runs: Path, recipe: str, seed: int) -> Path | None:
+    """The newest version directory of one run that finished (holds results.json)."""
+    found = sorted((runs / f"{recipe}_s{seed}").glob("**/results.json"), key=lambda p: p.stat().st_mtime)
+    return found[-1].parent if found else None
+
+
+def dev_f1(runs: Path, recipe: str, seed: int = 0) -> float:
+    d = run_dir(runs, recipe, seed)
+    return json.loads((d / "results.json").read_text())["dev_f1"] if d else float("-inf")
+
+
+def train(runs: Path, threads: int) -> None:
+    def one(recipe, seed):
+        if run_dir(runs, recipe, seed) is not None:
+            return
+        out = runs / f"{recipe}_s{seed}"
+        cmd = [sys.executable, "-m", "ssvm_torch.deep", "fit", "--config", str(ROOT / "recipes" / f"conll_deep_{recipe}.yaml"),
+               "--model.seed", str(seed), "--seed_everything", str(seed), "--model.threads", str(threads),
+               "--trainer.default_root_dir", str(out)]
+        print(" ".join(cmd), flush=True)
+        subprocess.run(cmd, check=True)
+
+    for recipe in RECIPES:
+        one(recipe, 0)
+    best = [max((r for r in RECIPES if HEAD[r] == head), key=lambda r: dev_f1(runs, r)) for head in ("hinge", "crf")]
+    for seed in (1, 2):
+        for recipe in best:
+            one(recipe, seed)
+
+
+# -- chunk counts per sentence: F1 of any resample is a ratio of sums -------------------------------
+def chunk_counts(gold: list, pred: list) -> np.ndarray:
+    """(n, 3) per-sentence counts (correct, predicted, gold chunks) in seqeval's default (conlleval)
+    chunk reading; F1 = 2 correct / (predicted + gold) over any set of sentences."""
+    from seqeval.metrics.sequence_labeling import get_entities
+    out = np.zeros((len(gold), 3), dtype=np.int64)
+    for i, (g, p) in enumerate(zip(gold, pred)):
+        gs, ps = set(get_entities(list(g))), set(get_entities(list(p)))
+        out[i] = len(gs & ps), len(ps), len(gs)
+    return out
+
+
+def f1_of(counts: np.ndarray) -> np.ndarray:
+    """F1 in % of per-sentence counts (n, 3) summed over the sentences."""
+    c, p, g = counts.sum(0)
+    return float(200.0 * c / max(p + g, 1))
+
+
+def paired_bootstrap(a: list, b: list, draws: int, seed: int = 0) -> dict:
+    """Paired bootstrap of the F1 difference mean_seeds F1(a) - mean_seeds F1(b): ``a`` and ``b`` are
+    lists (one per seed) of (n, 3) count arrays on the same test sentences; each draw resamples the n
+    sentences with replacement, the same sentences for every system and seed."""
+    rng = np.random.default_rng(seed)
+    n = a[0].shape[0]
+    observed = float(np.mean([f1_of(x) for x in a]) - np.mean([f1_of(x) for x in b]))
+    diffs = np.empty(draws)
+    for k in range(draws):
+        idx = rng.integers(0, n, n)
+        diffs[k] = np.mean([f1_of(x[idx]) for x in a]) - np.mean([f1_of(x[idx]) for x in b])
+    sign = 1.0 if observed >= 0 else -1.0
+    return {"draws": draws, "observed_diff": observed, "ci95": [float(np.percentile(diffs, 2.5)),
+                                                               float(np.percentile(diffs, 97.5))],
+            "p_value": float(np.mean(sign * diffs <= 0)), "mean_diff": float(diffs.mean())}
+
+
+def mean_std(xs: list) -> dict:
+    return {"mean": statistics.fmean(xs), "std": statistics.stdev(xs) if len(xs) > 1 else None, "values": xs}
+
+
+def linear_rows() -> list:
+    rows = []
+    for name in ("conll_select", "conll_select_bio_constraints", "conll_select_bioes_constraints"):
+        path = RESULTS / f"{name}.json"
+        if not path.is_file():
+            continue
+        for r in json.loads(path.read_text())["runs"]:
+            if r["template"] != "rich-edges" or r["loss"] != "hamming":
+                continue
+            dev = max(s["dev_f1"] for s in r["selection"] if s["lam"] == r["lam"])
+            rows.append({"system": f"linear BCFW ({r.get('tags', 'bio').upper()}, constraints {r.get('constraints', 'none')})",
+                         "tags": r.get("tags", "bio"), "constraints": r.get("constraints", "none"), "lam": r["lam"],
+                         "test_f1": mean_std([r["test_f1"]]), "dev_f1": mean_std([dev]), "passes": r["passes"],
+                         "s_per_pass": r["s_per_pass"], "peak_rss_mb": mean_std([r["peak_rss_mb"]]), "source": path.name})
+    return rows
+
+
+def report(runs: Path, draws: int) -> dict:
+    test = read_conll(data_file("conll2000_test.txt.gz"))
+    gold = [[t[2] for t in s] for s in test]
+    from seqeval.metrics import f1_score
+    rows, counts = [], {}
+    for recipe in RECIPES:
+        seeds = [s for s in range(3) if run_dir(runs, recipe, s) is not None]
+        if not seeds:
+            continue
+        per = []
+        for s in seeds:
+            d = run_dir(runs, recipe, s)
+            res = json.loads((d / "results.json").read_text())
+            pred = load_torch(d / "test_predictions.pt", "predictions")["predictions"]
+            assert len(pred) == len(gold) and all(len(p) == len(g) for p, g in zip(pred, gold)), d
+            f1 = 100 * f1_score(gold, pred)
+            assert abs(f1 - res["test_f1"]) < 1e-9, (d, f1, res["test_f1"])
+            c = chunk_counts(gold, pred)
+            assert abs(f1_of(c) - f1) < 1e-9, (f1_of(c), f1)
+            counts.setdefault(recipe, []).append(c)
+            per.append({"seed": s, "dir": str(d.relative_to(ROOT) if d.is_relative_to(ROOT) else d), **res})
+        cfg = json.loads((run_dir(runs, recipe, seeds[0]) / "config.json").read_text())
+        rows.append({"system": f"{'hybrid' if cfg['features'] else 'neural'} {cfg['loss']}", "recipe": f"recipes/conll_deep_{recipe}.yaml",
+                     "head": cfg["loss"], "features": cfg["features"], "tags": cfg["tags"], "constraints": cfg["constraints"],
+                     "seeds": seeds, "test_f1": mean_std([p["test_f1"] for p in per]),
+                     "dev_f1": mean_std([p["dev_f1"] for p in per]), "epochs": mean_std([p["epochs"] for p in per]),
+                     "best_epoch": mean_std([p["best_epoch"] for p in per]),
+                     "s_per_epoch": mean_std([p["s_per_epoch"] for p in per]),
+                     "peak_rss_mb": mean_std([p["peak_rss_mb"] for p in per]), "n_parameters": per[0]["n_parameters"],
+                     "runs": per})
+    out = {"machine": platform.processor() or platform.machine(), "linear": linear_rows(), "neural": rows}
+    by_dev = {head: max((r for r in rows if r["head"] == head), key=lambda r: r["runs"][0]["dev_f1"], default=None)
+              for head in ("hinge", "crf")}
+    if by_dev["hinge"] and by_dev["crf"]:
+        h, c = (Path(by_dev[k]["recipe"]).stem.removeprefix("conll_deep_") for k in ("hinge", "crf"))
+        out["bootstrap"] = {"a": h, "b": c, "seeds_a": by_dev["hinge"]["seeds"], "seeds_b": by_dev["crf"]["seeds"],
+                            **paired_bootstrap(counts[h], counts[c], draws)}
+    if rows:
+        best = max(rows, key=lambda r: r["runs"][0]["dev_f1"])
+        src = ROOT / best["runs"][0]["dir"] / "test_predictions.pt"
+        shutil.copyfile(src, RESULTS / "conll_deep_test_predictions.pt")
+        pred = load_torch(RESULTS / "conll_deep_test_predictions.pt", "predictions")["predictions"]
+        out["committed_predictions"] = {"file": "benchmarks/results/conll_deep_test_predictions.pt",
+                                        "recipe": best["recipe"], "seed": 0, "test_f1": 100 * f1_score(gold, pred),
+                                        "sentences": len(pred), "tokens": sum(map(len, pred))}
+    return out
+
+
+def print_table(out: dict) -> None:
+    def fmt(ms, d=2):
+        return f"{ms['mean']:.{d}f}" + (f" +- {ms['std']:.{d}f}" if ms["std"] is not None else "")
+    for r in out["linear"]:
+        print(f"{r['system']:45s} test F1 {fmt(r['test_f1'])}, dev F1 {fmt(r['dev_f1'])}, lam {r['lam']:g}, "
+              f"{r['s_per_pass']:.2f} s/pass, peak RSS {r['peak_rss_mb']['mean']:.0f} MB")
+    for r in out["neural"]:
+        print(f"{r['system']:45s} test F1 {fmt(r['test_f1'])} ({len(r['seeds'])} seeds), dev F1 {fmt(r['dev_f1'])}, "
+              f"{fmt(r['epochs'], 1)} epochs, {fmt(r['s_per_epoch'], 1)} s/epoch, peak RSS "
+              f"{r['peak_rss_mb']['mean']:.0f} MB")
+    if "bootstrap" in out:
+        b = out["bootstrap"]
+        print(f"paired bootstrap {b['a']} - {b['b']}: {b['observed_diff']:+.3f} F1, 95% CI [{b['ci95'][0]:+.3f}, "
+              f"{b['ci95'][1]:+.3f}], p = {b['p_value']:.3f} ({b['draws']} draws)")
+    if "committed_predictions" in out:
+        c = out["committed_predictions"]
+        print(f"{c['file']}: {c['recipe']} seed 0, test F1 {c['test_f1']:.2f} ({c['sentences']} sentences, "
+              f"{c['tokens']} tokens)")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--runs", default="runs/conll_deep", help="directory of the run directories")
+    ap.add_argument("--train", action="store_true", help="train the queue first (hours on 2 cores)")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--draws", type=int, default=1000)
+    args = ap.parse_args()
+    runs = Path(args.runs).resolve()
+    if args.train:
+        train(runs, args.threads)
+    out = report(runs, args.draws)
+    print_table(out)
+    (RESULTS / "conll_deep.json").write_text(json.dumps(out, indent=1))
+
+
+if __name__ == "__main__":
+    main()

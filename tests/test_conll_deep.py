@@ -1,0 +1,149 @@
+"""Neural CoNLL-2000 chunkers (ssvm_torch.deep.ConllChunker, recipes/conll_deep_*.yaml): BIO <-> BIOES on
+every training sentence, dev split = the linear model's, vocabularies from the fit split only, a
+tiny run whose loss falls and whose predictions respect the tag constraints, the predictions file
+format, an exact resume, the OCR recipes under the subclass-mode CLI, clear errors."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from ssvm_torch.constraints import allowed_transitions, bio_to_bioes, bioes_to_bio
+from ssvm_torch.data.conll import load_conll2000, read_conll, split_heldout
+from ssvm_torch.data.types import data_file
+from ssvm_torch.deep.__main__ import main as deep_main
+from ssvm_torch.deep.text import UNK, load_chunking, tags_to_bio
+from ssvm_torch.errors import SSVMInputError
+
+ROOT = Path(__file__).resolve().parents[1]
+TEST_SENTENCES, TEST_TOKENS = 2012, 47377
+
+
+def valid_iob2(tags: list) -> bool:
+    """Every I-X follows B-X or I-X (IOB2, the file's scheme)."""
+    prev = "O"
+    for t in tags:
+        if t.startswith("I-") and prev[2:] != t[2:]:
+            return False
+        prev = t
+    return True
+
+
+def test_bio_bioes_round_trip_on_every_training_sentence():
+    train = read_conll(data_file("conll2000_train.txt.gz"))
+    assert len(train) == 8936
+    names = sorted({t for s in train for t in bio_to_bioes([x[2] for x in s])})
+    masks = allowed_transitions("BIOES", names)
+    index = {n: i for i, n in enumerate(names)}
+    for s in train:
+        bio = [x[2] for x in s]
+        bioes = bio_to_bioes(bio)
+        assert bioes_to_bio(bioes) == bio
+        ids = [index[t] for t in bioes]
+        assert bool(masks["start"][ids[0]]) and bool(masks["end"][ids[-1]])
+        assert all(bool(masks["transitions"][a, b]) for a, b in zip(ids, ids[1:]))
+    assert len(names) == 40                      # 10 chunk types seen with B, I, E and S, 11 with S only, O
+
+
+def test_dev_split_is_the_select_lam_split_and_nothing_of_dev_or_test_enters_the_vocabulary():
+    corpus = load_chunking("bioes", heldout=0.1)
+    train = read_conll(data_file("conll2000_train.txt.gz"))
+    fit, dev = split_heldout(train, 0.1)
+    assert (corpus.fit.n, corpus.dev.n, corpus.test.n) == (8042, 894, TEST_SENTENCES)
+    assert corpus.dev.gold == [[t[2] for t in s] for s in dev]
+    linear_fit, linear_dev = load_conll2000(features="w[0]", heldout=0.1)
+    assert (linear_fit.n, linear_dev.n) == (corpus.fit.n, corpus.dev.n)
+    assert int(corpus.dev.lengths.sum()) == sum(len(s) for s in dev)
+    fit_words = {t[0].lower() for s in fit for t in s}
+    assert set(corpus.vocab.words[2:]) <= fit_words
+    unseen = {t[0].lower() for s in read_conll(data_file("conll2000_test.txt.gz")) for t in s} - fit_words
+    assert unseen and not unseen & set(corpus.vocab.words)
+    # a test-only word is UNK in the test split; the training tags come back as the file's BIO tags
+    test_words = [t[0].lower() for s in read_conll(data_file("conll2000_test.txt.gz")) for t in s]
+    first = next(i for i, w in enumerate(test_words) if w in unseen)
+    assert int(corpus.test.word[first]) == UNK
+    names = tags_to_bio(corpus.vocab.tags, corpus.scheme)
+    decoded = [names[k] for k in corpus.fit.tag[:int(corpus.fit.offsets[50])].tolist()]
+    assert decoded == [t[2] for s in fit[:50] for t in s]
+
+
+def test_hybrid_bags_are_the_linear_models_attributes_of_each_token():
+    corpus = load_chunking("bio", heldout=0.1, features="w[0] p[0]", train_size=300)
+    batch = corpus.fit.batch(torch.tensor([3, 0]))
+    ids, offsets = batch["bag"]
+    assert offsets.numel() == int(batch["mask"].sum())
+    counts = torch.diff(torch.cat([offsets, torch.tensor([ids.numel()])]))
+    assert bool((counts == 2).all())             # w[0] and p[0] seen in fit: both attributes present
+    assert int(ids.max()) < corpus.n_attributes
+    with pytest.raises(SSVMInputError, match="features"):
+        load_chunking("bio", features="rich-edges", train_size=50)
+
+
+def run(tmp_path, *extra, recipe="conll_deep_hinge", epochs=4):
+    args = ["fit", "--config", str(ROOT / "recipes" / f"{recipe}.yaml"), "--model.train_size", "200",
+            "--model.hidden", "16", "--model.word_dim", "16", "--model.char_filters", "8", "--model.lr", "0.01",
+            "--trainer.max_epochs", str(epochs), "--trainer.default_root_dir", str(tmp_path), *extra]
+    assert deep_main(args) == 0
+    return sorted(tmp_path.glob("lightning_logs/version_*"))[-1]
+
+
+def test_tiny_run_loss_falls_predictions_respect_the_constraints_and_files_load_weights_only(tmp_path):
+    out = run(tmp_path)
+    history = json.loads((out / "history.json").read_text())
+    losses = [r["loss"] for r in history]
+    assert len(losses) == 4 and all(b < a for a, b in zip(losses, losses[1:])) and losses[-1] < 0.8 * losses[0]
+    raw = torch.load(out / "test_predictions.pt", weights_only=True)
+    pred = raw["predictions"]
+    test = read_conll(data_file("conll2000_test.txt.gz"))
+    assert len(pred) == TEST_SENTENCES and sum(map(len, pred)) == TEST_TOKENS
+    assert [len(p) for p in pred] == [len(s) for s in test]
+    assert all(isinstance(t, str) for p in pred for t in p)
+    assert all(valid_iob2(p) for p in pred)
+    from seqeval.metrics import f1_score
+    results = json.loads((out / "results.json").read_text())
+    assert results["test_f1"] == pytest.approx(100 * f1_score([[t[2] for t in s] for s in test], pred), abs=1e-12)
+    assert results["best_epoch"] == max(range(4), key=lambda e: (history[e]["dev_f1"], -e))
+    saved = torch.load(out / "chunker.pt", weights_only=True)
+    assert "state_dict" in saved and saved["vocab"]["tags"][0] == "B-ADJP"
+    assert json.loads((out / "config.json").read_text())["loss"] == "hinge"
+
+
+def test_hybrid_crf_run_trains_the_attribute_rows(tmp_path):
+    out = run(tmp_path, "--model.features", "w[0] p[0]", recipe="conll_deep_hybrid_crf", epochs=2)
+    state = torch.load(out / "chunker.pt", weights_only=True)["state_dict"]
+    assert float(state["attributes.weight"].abs().sum()) > 0   # zero at start, moved by SparseAdam
+    assert json.loads((out / "results.json").read_text())["test_f1"] > 0
+
+
+def test_resumed_run_ends_where_the_uninterrupted_run_ends(tmp_path):
+    full = run(tmp_path / "full", epochs=3)
+    first = run(tmp_path / "cut", epochs=2)
+    ckpt = next(first.glob("checkpoints/last.ckpt"))
+    resumed = run(tmp_path / "cut", "--ckpt_path", str(ckpt), epochs=3)
+    h_full = json.loads((full / "history.json").read_text())
+    h_res = json.loads((resumed / "history.json").read_text())
+    assert [(r["loss"], r["dev_f1"]) for r in h_full] == [(r["loss"], r["dev_f1"]) for r in h_res]
+    a = torch.load(full / "test_predictions.pt", weights_only=True)["predictions"]
+    b = torch.load(resumed / "test_predictions.pt", weights_only=True)["predictions"]
+    assert a == b
+
+
+def test_ocr_recipes_still_run_the_ocr_module_under_subclass_mode(capsys):
+    for recipe in ("ocr_deep_hinge", "ocr_deep_alternating"):
+        with pytest.raises(SystemExit) as done:
+            deep_main(["fit", "--config", str(ROOT / "recipes" / f"{recipe}.yaml"), "--print_config"])
+        assert done.value.code == 0
+        printed = capsys.readouterr().out
+        assert "class_path: ssvm_torch.deep.DeepChainModule" in printed
+    assert "method: alternating" in printed
+
+
+def test_bad_chunker_settings_are_refused_by_name(tmp_path, capsys):
+    assert deep_main(["fit", "--config", str(ROOT / "recipes" / "conll_deep_hinge.yaml"), "--model.loss", "svm",
+                      "--trainer.default_root_dir", str(tmp_path)]) == 2
+    assert "loss" in capsys.readouterr().err
+    assert deep_main(["fit", "--config", str(ROOT / "recipes" / "conll_deep_hinge.yaml"), "--model.train_size", "1",
+                      "--trainer.default_root_dir", str(tmp_path)]) == 2
+    assert "train_size" in capsys.readouterr().err
