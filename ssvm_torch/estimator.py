@@ -18,7 +18,6 @@ typed container (``GraphData``, ``PoseData``, ``PairData``, ``ExplicitData``) wi
 """
 from __future__ import annotations
 
-import inspect
 import math
 
 import numpy as np
@@ -33,29 +32,19 @@ from .models.base import StructuredModel
 from .solvers import SolverConfig, make_solver
 from .stores import make_store
 
-try:                                       # scikit-learn is optional
-    from sklearn.base import BaseEstimator as _Base
-except ImportError:                        # pragma: no cover - exercised only without scikit-learn
-    class _Base:
-        """get_params / set_params of scikit-learn's convention (the __init__ arguments)."""
-
-        @classmethod
-        def _get_param_names(cls):
-            return sorted(p for p in inspect.signature(cls.__init__).parameters if p != "self")
-
-        def get_params(self, deep: bool = True) -> dict:
-            return {k: getattr(self, k) for k in self._get_param_names()}
-
-        def set_params(self, **params):
-            for k, v in params.items():
-                check(k in self._get_param_names(), "set_params", f"one of {self._get_param_names()}", k)
-                setattr(self, k, v)
-            return self
+try:                                       # the estimators' one hard requirement beyond the package's
+    from sklearn.base import BaseEstimator, ClassifierMixin
+    from sklearn.utils.multiclass import check_classification_targets, type_of_target
+    from sklearn.utils.validation import check_is_fitted, validate_data
+except ImportError as e:                   # pragma: no cover - exercised only without scikit-learn
+    raise ImportError("ssvm_torch's estimators (ChainSSVM, MulticlassSSVM, MultiLabelSSVM, StructuredSVM) need "
+                      "scikit-learn >= 1.6: pip install 'ssvm-torch[sklearn]' (the rest of ssvm_torch works "
+                      "without it)") from e
 
 STRUCTURES = ("chain", "multiclass", "multilabel", "custom")
 
 
-class StructuredSVM(_Base):
+class StructuredSVM(BaseEstimator):
     """Structured SVM trained by the Frank-Wolfe family (default: BCFW with gap sampling).
 
     Parameters mirror ``ssvm-train``: ``structure`` (chain, multiclass, multilabel, or custom with a
@@ -94,23 +83,85 @@ class StructuredSVM(_Base):
         check_choice(self.dtype, "dtype", ("float64", "float32"))
         return getattr(torch, self.dtype)
 
+    def _labels_inside(self, X) -> bool:
+        """Typed containers carry their labels (Y is then ignored)."""
+        return isinstance(X, (ChainData, FlatData)) or self.structure == "custom"
+
+    def _require_labels(self, X, Y, method: str) -> None:
+        if Y is None and not self._labels_inside(X):
+            raise SSVMInputError(f"Y: {type(self).__name__}.{method} needs the labels of X (Y=None given); "
+                                 "only typed containers (ChainData, FlatData, ...) carry their own")
+
+    def _fit_classes(self, labels: np.ndarray) -> np.ndarray:
+        """``classes_`` from the training labels (1-d, any hashable type): arange(n_states) when
+        ``n_states`` is given (the labels must then be its indices), else the sorted distinct labels."""
+        if labels.dtype.kind == "f" and not np.isfinite(labels).all():
+            raise SSVMInputError(f"Y: expected labels without NaN / inf, found {int((~np.isfinite(labels)).sum())}")
+        if self.n_states is not None:
+            check(isinstance(self.n_states, (int, np.integer)) and self.n_states >= 1, "n_states", "an int >= 1",
+                  self.n_states)
+            classes = np.arange(int(self.n_states))
+            outside = ~np.isin(labels, classes) if labels.dtype.kind in "iuf" else np.ones(len(labels), bool)
+            if outside.any():
+                raise SSVMInputError(f"Y: with n_states={self.n_states} expected labels in 0..{self.n_states - 1}, "
+                                     f"got {labels[outside][:3].tolist()}")
+            return classes
+        try:
+            return np.unique(labels)
+        except TypeError:
+            raise SSVMInputError("Y: expected labels of one sortable type (ints or strings), got a mix of "
+                                 f"{sorted({type(v).__name__ for v in labels.tolist()})}") from None
+
+    def _encode(self, labels: np.ndarray, field: str = "Y") -> np.ndarray:
+        """Indices into ``classes_`` of known labels (a label unseen in fit is refused by name)."""
+        idx = np.searchsorted(self.classes_, labels)
+        idx = np.clip(idx, 0, len(self.classes_) - 1)
+        bad = self.classes_[idx] != labels
+        if np.any(bad):
+            raise SSVMInputError(f"{field}: expected labels among classes_ ({len(self.classes_)} seen in fit), got "
+                                 f"{np.asarray(labels)[bad][:3].tolist()}")
+        return idx.astype(np.int64)
+
+    def _chain_arrays(self, X, Y=None, fitting: bool = False):
+        """Validated per-sequence arrays of a chain: X a list of (T_i, F) finite arrays (T_i >= 1, one F,
+        the fitted one after fit), Y a list of (T_i,) labels of any hashable type."""
+        check(isinstance(X, (list, tuple)) and len(X) >= 1, "X", "a non-empty list of (T_i, F) arrays",
+              type(X).__name__ if not isinstance(X, (list, tuple)) else "an empty list")
+        xs = []
+        for i, x in enumerate(X):
+            x = np.asarray(x)
+            check(x.ndim == 2, f"X[{i}]", "a 2-d array (length, features)", x.shape)
+            check(x.shape[0] >= 1, f"X[{i}]", "a sequence of length >= 1", "an empty sequence")
+            check(x.dtype.kind in "biuf", f"X[{i}]", "real numbers", x.dtype)
+            check(np.isfinite(x).all(), f"X[{i}]", "finite values", "NaN or inf")
+            width = xs[0].shape[1] if xs else (None if fitting else self.n_features_in_)
+            check(width is None or x.shape[1] == width, f"X[{i}]", f"{width} features", x.shape[1])
+            xs.append(x.astype(np.float64, copy=False))
+        if Y is None:
+            return xs, None
+        check(isinstance(Y, (list, tuple)) and len(Y) == len(X), "Y", f"a list of {len(X)} label arrays",
+              type(Y).__name__ if not isinstance(Y, (list, tuple)) else f"{len(Y)} arrays")
+        ys = []
+        for i, (x, y) in enumerate(zip(xs, Y)):
+            y = np.asarray(y)
+            check(y.shape == (x.shape[0],), f"Y[{i}]", f"({x.shape[0]},) labels, one per position of X[{i}]", y.shape)
+            ys.append(y)
+        return xs, ys
+
     def _data(self, X, Y=None, fitting: bool = False):
-        """The typed container of (X, Y); without Y (prediction) the labels are placeholders."""
+        """The typed container of (X, Y) with labels encoded as indices into ``classes_``; without Y
+        (prediction) the labels are placeholders."""
         s = check_choice(self.structure, "structure", STRUCTURES)
         if s == "chain":
             if isinstance(X, ChainData):
                 return X
-            check(isinstance(X, (list, tuple)) and len(X) >= 1, "X", "a non-empty list of (T_i, F) arrays",
-                  type(X).__name__)
-            if Y is None:
-                Y = [np.zeros(np.shape(x)[0], dtype=np.int64) for x in X]
-            else:
-                check(isinstance(Y, (list, tuple)) and len(Y) == len(X), "Y",
-                      f"a list of {len(X)} label arrays", type(Y).__name__ if not hasattr(Y, "__len__") else len(Y))
-            K = self.n_states_ if not fitting else self.n_states
-            if K is None:
-                K = int(max(int(np.max(y)) for y in Y)) + 1
-            return ChainData.from_sequences(X, Y, int(K), dtype=torch.float64)
+            xs, ys = self._chain_arrays(X, Y, fitting)
+            if fitting:
+                self.classes_ = self._fit_classes(np.concatenate(ys))
+                self.n_features_in_ = xs[0].shape[1]
+            codes = ([self._encode(y, f"Y[{i}]") for i, y in enumerate(ys)] if ys is not None
+                     else [np.zeros(x.shape[0], dtype=np.int64) for x in xs])
+            return ChainData.from_sequences(xs, codes, len(self.classes_), dtype=torch.float64)
         if s in ("multiclass", "multilabel"):
             if isinstance(X, FlatData):
                 return X
@@ -136,7 +187,11 @@ class StructuredSVM(_Base):
 
     # -- fit / predict --------------------------------------------------------------------------
     def fit(self, X, Y=None):
-        data = self._data(X, Y, fitting=True)
+        """Train on (X, Y); Y may be omitted only for typed containers, which carry their labels."""
+        self._require_labels(X, Y, "fit")
+        return self._fit_data(self._data(X, Y, fitting=True))
+
+    def _fit_data(self, data):
         n = data.n
         lam = self.lam if self.lam is not None else 1.0 / n
         cfg = SolverConfig(solver=self.solver, sampling=self.sampling, step=self.step, cache=self.cache,
@@ -153,7 +208,9 @@ class StructuredSVM(_Base):
         else:
             self.model_ = self._make_model(data)
             if self.structure == "chain":
-                self.n_states_ = self.model_.K
+                self.n_states_, self.n_features_in_ = self.model_.K, int(data.X.shape[1])
+                if not hasattr(self, "classes_") or len(self.classes_) != self.model_.K:
+                    self.classes_ = np.arange(self.model_.K)        # a ChainData: its state indices
             store = make_store(self.model_, data, lam, device=self.device, dtype=self._torch_dtype(),
                                kernels=self.kernels, nonnegative=self.nonnegative)
         self.solver_ = make_solver(store, cfg)
@@ -166,18 +223,20 @@ class StructuredSVM(_Base):
         return self
 
     def _check_fitted(self):
-        if not hasattr(self, "coef_"):
-            raise SSVMInputError(f"{type(self).__name__}: not fitted yet; call fit(X, Y) first")
+        check_is_fitted(self, "coef_")
 
     def predict(self, X):
-        """Labelings in the input's form: a list of (T_i,) arrays for chains given as lists, an array
-        for multiclass (n,) / multi-label (n, L), the model's batched labelings for containers."""
+        """Labelings in the input's form: a list of (T_i,) arrays of the training tags (``classes_``)
+        for chains given as lists, an array for multiclass (n,) / multi-label (n, L), the model's
+        batched labelings for containers."""
         self._check_fitted()
         data = self._data(X)
         self.model_.check_data(data, "X")
         if isinstance(self.model_, ChainModel):
             labels = to_host(self.model_.predict_ragged(self.coef_, data))
             off = to_host(data.offsets)
+            if not isinstance(X, ChainData):
+                labels = self.classes_[labels]
             return [labels[off[i]:off[i + 1]] for i in range(data.n)]
         pred = self.model_.predict(self._coef_for(data), data)
         return to_host(pred) if self.structure in ("multiclass", "multilabel") else pred
@@ -195,8 +254,14 @@ class StructuredSVM(_Base):
         return torch.float64
 
     def loss(self, X, Y=None) -> np.ndarray:
-        """The task loss L_i of the prediction for every example (normalized Hamming for chains)."""
+        """The task loss L_i of the prediction for every example (normalized Hamming for chains); Y
+        may be omitted only for typed containers."""
         self._check_fitted()
+        self._require_labels(X, Y, "loss")
+        if self.structure == "chain" and not isinstance(X, ChainData):
+            # compared in the user's tags: a tag unseen in fit (e.g. a CV fold's) is simply never right
+            xs, ys = self._chain_arrays(X, Y)
+            return np.array([np.mean(p != y) for p, y in zip(self.predict(xs), ys)])
         data = self._data(X, Y)
         self.model_.check_data(data, "X")
         if isinstance(self.model_, ChainModel):
@@ -220,7 +285,9 @@ class StructuredSVM(_Base):
 
 
 class ChainSSVM(StructuredSVM):
-    """:class:`StructuredSVM` for linear chains (Viterbi), e.g. OCR words or chunking."""
+    """:class:`StructuredSVM` for linear chains (Viterbi), e.g. OCR words or chunking. Tags may be any
+    sortable hashable type (``classes_``; predictions come back in them); ``n_states`` fixes
+    ``classes_ = arange(n_states)``."""
 
     def __init__(self, lam: float | None = None, solver: str = "bcfw", sampling: str = "gap", step: str = "fw",
                  cache: bool = False, passes: float = 50, gap_check: float = 10, gap_threshold: float = 0.0,
@@ -230,8 +297,11 @@ class ChainSSVM(StructuredSVM):
                          seed, n_states, None, None, warm_start, device, dtype, kernels)
 
 
-class MulticlassSSVM(StructuredSVM):
-    """:class:`StructuredSVM` for multiclass classification (Crammer-Singer)."""
+class MulticlassSSVM(ClassifierMixin, StructuredSVM):
+    """:class:`StructuredSVM` for multiclass classification (Crammer-Singer), a scikit-learn classifier:
+    ``classes_`` (any labels; ``arange(n_states)`` when ``n_states`` is given), ``n_features_in_``,
+    inputs validated by scikit-learn's ``validate_data`` (dense real arrays or DataFrames; sparse
+    input is refused), ``score`` = accuracy."""
 
     def __init__(self, lam: float | None = None, solver: str = "bcfw", sampling: str = "gap", passes: float = 50,
                  gap_check: float = 10, gap_threshold: float = 0.0, seed: int = 0, n_states: int | None = None,
@@ -239,12 +309,95 @@ class MulticlassSSVM(StructuredSVM):
         super().__init__("multiclass", lam, solver, sampling, "fw", False, passes, gap_check, gap_threshold, False,
                          seed, n_states, None, None, warm_start, device, dtype, "auto")
 
+    def fit(self, X, y=None):
+        if isinstance(X, FlatData):                 # a typed container: class indices inside
+            self.classes_ = np.arange(self.n_states if self.n_states is not None else int(X.Y.max()) + 1)
+            self.n_features_in_ = X.X.shape[1]
+            return self._fit_data(X)
+        X, y = validate_data(self, X, y, dtype=np.float64)
+        check_classification_targets(y)
+        self.classes_ = self._fit_classes(np.asarray(y))
+        if len(self.classes_) < 2:
+            raise SSVMInputError(f"y: expected at least 2 classes to fit a classifier, got 1 class "
+                                 f"({self.classes_[0]!r})")
+        codes = self._encode(np.asarray(y), "y")
+        return self._fit_data(FlatData(X, codes))
 
-class MultiLabelSSVM(StructuredSVM):
-    """:class:`StructuredSVM` for multi-label classification with a full pairwise label graph."""
+    def _features(self, X):
+        self._check_fitted()
+        return X if isinstance(X, FlatData) else validate_data(self, X, dtype=np.float64, reset=False)
+
+    def predict(self, X):
+        X = self._features(X)
+        if isinstance(X, FlatData):
+            return super().predict(X)
+        return self.classes_[super().predict(X)]
+
+    def decision_function(self, X):
+        """Scores of every class, (n, len(classes_)); with two classes scikit-learn's binary
+        convention, (n,) = score of classes_[1] - score of classes_[0] (> 0 predicts classes_[1])."""
+        scores = super().decision_function(self._features(X))
+        return scores[:, 1] - scores[:, 0] if scores.shape[1] == 2 else scores
+
+    def score(self, X, y=None, sample_weight=None) -> float:
+        """Accuracy of ``predict(X)`` against ``y`` (scikit-learn's ``ClassifierMixin.score``); a :class:`FlatData` carries its own labels."""
+        if isinstance(X, FlatData):
+            return StructuredSVM.score(self, X)
+        self._require_labels(X, y, "score")
+        return ClassifierMixin.score(self, X, y, sample_weight)
+
+
+class MultiLabelSSVM(ClassifierMixin, StructuredSVM):
+    """:class:`StructuredSVM` for multi-label classification with a full pairwise label graph, a
+    scikit-learn multi-label classifier: ``y`` an (n, L) 0/1 indicator matrix (L >= 1),
+    ``n_features_in_``, ``classes_ = arange(L)`` (the label columns), inputs validated by
+    ``validate_data`` (sparse input refused), ``score`` = subset accuracy."""
 
     def __init__(self, lam: float | None = None, solver: str = "bcfw", sampling: str = "gap", passes: float = 50,
                  gap_check: float = 10, gap_threshold: float = 0.0, seed: int = 0, warm_start: bool = False,
                  device: str = "cpu", dtype: str = "float64"):
         super().__init__("multilabel", lam, solver, sampling, "fw", False, passes, gap_check, gap_threshold, False,
                          seed, None, None, None, warm_start, device, dtype, "auto")
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.target_tags.single_output = False
+        tags.target_tags.multi_output = True
+        tags.classifier_tags.multi_label = True
+        return tags
+
+    def fit(self, X, y=None):
+        if isinstance(X, FlatData):
+            self.n_features_in_, self.classes_ = X.X.shape[1], np.arange(X.Y.shape[1])
+            return self._fit_data(X)
+        X, y = validate_data(self, X, y, dtype=np.float64, multi_output=True)
+        kind = type_of_target(y)
+        if kind != "multilabel-indicator":          # the word "continuous" reaches the user for real targets
+            raise SSVMInputError(f"y: expected an (n, L >= 2) 0/1 label indicator matrix (multilabel-indicator), "
+                                 f"got a {kind} target of shape {np.shape(y)}")
+        y = np.asarray(y)
+        self.classes_ = np.arange(y.shape[1])
+        return self._fit_data(FlatData(X, y.astype(np.int64)))
+
+    def _features(self, X):
+        self._check_fitted()
+        return X if isinstance(X, FlatData) else validate_data(self, X, dtype=np.float64, reset=False)
+
+    def predict(self, X):
+        """(n, L) 0/1 indicators of the predicted label sets."""
+        return super().predict(self._features(X))
+
+    def decision_function(self, X):
+        """(n, L) max-marginal margins: for label j, the best score of a labeling with j on minus the
+        best with j off (the model's pairwise terms make per-label scores otherwise undefined); > 0
+        exactly where ``predict`` turns j on (up to ties)."""
+        table = super().decision_function(self._features(X))               # (n, 2^L), one per labeling
+        on = to_host(self.model_.all).astype(bool).T[None]                  # (1, L, 2^L)
+        return (np.where(on, table[:, None, :], -np.inf).max(2) - np.where(~on, table[:, None, :], -np.inf).max(2))
+
+    def score(self, X, y=None, sample_weight=None) -> float:
+        """Subset accuracy (every label of an example right), scikit-learn's ``ClassifierMixin.score``; a :class:`FlatData` carries its own labels."""
+        if isinstance(X, FlatData):
+            return StructuredSVM.score(self, X)
+        self._require_labels(X, y, "score")
+        return ClassifierMixin.score(self, X, y, sample_weight)

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import torch
 from sklearn.base import clone
+from sklearn.exceptions import NotFittedError
 from sklearn.model_selection import GridSearchCV
 
 from ssvm_torch import ChainSSVM, MulticlassSSVM, MultiLabelSSVM, SSVMInputError, StructuredSVM
@@ -31,7 +32,7 @@ def test_estimator_contract():
     twin = clone(est)
     assert twin is not est and twin.get_params() == est.get_params()
     assert StructuredSVM().get_params()["structure"] == "chain"
-    with pytest.raises(SSVMInputError, match="not fitted"):
+    with pytest.raises(NotFittedError, match="not fitted"):
         ChainSSVM().predict([np.zeros((2, 3))])
 
 
@@ -86,9 +87,11 @@ def test_multiclass_and_multilabel_forms():
     ml = MultiLabelSSVM(lam=0.01, passes=4, gap_check=2).fit(Xtr[:200].numpy(), Ytr[:200].numpy())
     pred = ml.predict(Xte[:50].numpy())
     assert pred.shape == (50, 6) and set(np.unique(pred)) <= {0, 1}
-    assert 1.0 - ml.score(Xte[:300].numpy(), Yte[:300].numpy()) < 0.181       # the all-zero predictor
-    scores = ml.decision_function(Xte[:5].numpy())
-    assert scores.shape == (5, 64) and np.array_equal(ml.model_.all[scores.argmax(1)].numpy(), ml.predict(Xte[:5].numpy()))
+    assert ml.loss(Xte[:300].numpy(), Yte[:300].numpy()).mean() < 0.181        # Hamming: the all-zero predictor
+    zero_subset_accuracy = float((Yte[:300].sum(1) == 0).double().mean())
+    assert ml.score(Xte[:300].numpy(), Yte[:300].numpy()) > zero_subset_accuracy + 0.3   # subset accuracy
+    margins = ml.decision_function(Xte[:5].numpy())                  # max-marginal margins, one per label
+    assert margins.shape == (5, 6) and np.array_equal((margins > 0).astype(int), ml.predict(Xte[:5].numpy()))
     rng = np.random.default_rng(0)
     centers = rng.normal(size=(3, 4)) * 3
     y = rng.integers(0, 3, size=150)
