@@ -8,7 +8,8 @@ configuration; the table against the linear BCFW models; a paired bootstrap betw
   Configurations are ranked by seed-0 *dev* F1 only.
 ``--report`` (the default): reads every ``RUNS/*_s*/**/results.json``, recomputes each test F1 from
   its ``test_predictions.pt`` and the test file (seqeval, default conlleval mode) and checks it against
-  ``results.json``; mean +- sample std over seeds of test F1, dev F1, epochs, s/epoch, peak RSS; the
+  ``results.json``; mean +- sample std over seeds of test F1, dev F1, epochs, s/epoch (mean and
+  median epoch of each run), peak RSS; the
   linear rows from ``conll_select.json`` (BIO, no constraints) and
   ``conll_select_{bio,bioes}_constraints.json`` (lambda chosen on the same dev split); a paired
   bootstrap (test sentences resampled with replacement, ``--draws`` draws; Koehn 2004,
@@ -150,6 +151,9 @@ def report(runs: Path, draws: int) -> dict:
             c = chunk_counts(gold, pred)
             assert abs(f1_of(c) - f1) < 1e-9, (f1_of(c), f1)
             counts.setdefault(recipe, []).append(c)
+            history = json.loads((d / "history.json").read_text())
+            # the median epoch: other work on the machine inflates single epochs, never shortens them
+            res["s_per_epoch_median"] = statistics.median(r["seconds"] for r in history)
             per.append({"seed": s, "dir": str(d.relative_to(ROOT) if d.is_relative_to(ROOT) else d), **res})
         cfg = json.loads((run_dir(runs, recipe, seeds[0]) / "config.json").read_text())
         rows.append({"system": f"{'hybrid' if cfg['features'] else 'neural'} {cfg['loss']}", "recipe": f"recipes/conll_deep_{recipe}.yaml",
@@ -158,6 +162,7 @@ def report(runs: Path, draws: int) -> dict:
                      "dev_f1": mean_std([p["dev_f1"] for p in per]), "epochs": mean_std([p["epochs"] for p in per]),
                      "best_epoch": mean_std([p["best_epoch"] for p in per]),
                      "s_per_epoch": mean_std([p["s_per_epoch"] for p in per]),
+                     "s_per_epoch_median": mean_std([p["s_per_epoch_median"] for p in per]),
                      "peak_rss_mb": mean_std([p["peak_rss_mb"] for p in per]), "n_parameters": per[0]["n_parameters"],
                      "runs": per})
     out = {"machine": platform.processor() or platform.machine(), "linear": linear_rows(), "neural": rows}
@@ -186,7 +191,7 @@ def print_table(out: dict) -> None:
               f"{r['s_per_pass']:.2f} s/pass, peak RSS {r['peak_rss_mb']['mean']:.0f} MB")
     for r in out["neural"]:
         print(f"{r['system']:45s} test F1 {fmt(r['test_f1'])} ({len(r['seeds'])} seeds), dev F1 {fmt(r['dev_f1'])}, "
-              f"{fmt(r['epochs'], 1)} epochs, {fmt(r['s_per_epoch'], 1)} s/epoch, peak RSS "
+              f"{fmt(r['epochs'], 1)} epochs, {fmt(r['s_per_epoch_median'], 1)} s/epoch (median), peak RSS "
               f"{r['peak_rss_mb']['mean']:.0f} MB")
     if "bootstrap" in out:
         b = out["bootstrap"]

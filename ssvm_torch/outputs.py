@@ -62,12 +62,22 @@ def content_digest(obj) -> str:
     return h.hexdigest()
 
 
+def file_mode() -> int:
+    """The mode ``open()`` gives a new file: 0o666 less the process umask (mkstemp's temporary files
+    are 0o600, which a finished output must not keep)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
 def atomic_write_bytes(path, data: bytes) -> Path:
-    """Write ``data`` to ``path`` atomically (temporary file + fsync + rename)."""
+    """Write ``data`` to ``path`` atomically (temporary file + fsync + rename), with the permissions
+    any other tool's output gets (the umask's)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, file_mode())
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()

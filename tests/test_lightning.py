@@ -242,3 +242,58 @@ def test_version_directories_are_claimed_and_resume_stays_in_its_own(tmp_path, c
     assert main(base + ["--model.lam", "abc"]) == 2
     err = capsys.readouterr().err
     assert "python -m ssvm_torch.lightning: error:" in err and "model.lam" in err and err.count("\n") == 1
+
+
+def test_a_checkpoint_of_another_run_or_a_damaged_one_is_refused_by_name(tmp_path, capsys):
+    from ssvm_torch.lightning.__main__ import main
+    root = tmp_path / "root"
+    base = ["fit", "--config", str(ROOT / "recipes" / "ocr_small.yaml"), "--model.gap_check", "1",
+            "--trainer.default_root_dir", str(root), "--trainer.enable_progress_bar", "false"]
+    assert main(base + ["--model.passes", "1"]) == 0
+    ckpt = root / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt"
+    history = root / "lightning_logs" / "version_0" / "history.json"
+    before = history.read_text()
+    capsys.readouterr()
+    # another dataset or lambda, from the command line or from a config file: refused, nothing trained
+    other = tmp_path / "other.yaml"
+    other.write_text((ROOT / "recipes" / "ocr_small.yaml").read_text().replace("lam: 0.01", "lam: 0.05"))
+    for extra in (["--model.dataset", "ocr-large"], ["--config", str(other)]):
+        assert main(base + extra + ["--ckpt_path", str(ckpt)]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "ckpt_path:" in err and "is a checkpoint of" in err
+    assert "lam = 0.01" in err and "lam = 0.05" in err
+    damaged = tmp_path / "cut.ckpt"
+    damaged.write_bytes(ckpt.read_bytes()[:5000])
+    for path, words in ((damaged, "not a readable Lightning checkpoint"), (tmp_path, "is a directory"),
+                        (tmp_path / "none.ckpt", "does not exist")):
+        assert main(base + ["--ckpt_path", str(path)]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "ckpt_path: " in err and words in err
+    assert history.read_text() == before                # the refused runs trained nothing
+    assert [p.name for p in (root / "lightning_logs").iterdir()] == ["version_0"]
+
+
+def test_a_fresh_run_is_quiet_keeps_one_last_checkpoint_and_files_follow_the_umask(tmp_path, capfd, recwarn):
+    import os
+
+    from ssvm_torch.lightning.__main__ import main
+    root = tmp_path / "root"
+    old = os.umask(0o022)
+    try:
+        assert main(["fit", "--config", str(ROOT / "recipes" / "ocr_small.yaml"), "--model.gap_check", "1",
+                     "--model.passes", "3", "--trainer.default_root_dir", str(root)]) == 0
+    finally:
+        os.umask(old)
+    out, err = capfd.readouterr()
+    for noise in ("litlogger", "LeafSpec", "Epoch "):
+        assert noise not in out + err
+    assert not [w for w in recwarn if "LeafSpec" in str(w.message)]
+    run = root / "lightning_logs" / "version_0"
+    assert [p.name for p in (run / "checkpoints").iterdir()] == ["last.ckpt"]
+    for name in ("history.json", "model.pt", "checkpoints/last.ckpt"):
+        assert (run / name).stat().st_mode & 0o777 == 0o644, name
+    # the one last.ckpt is the newest state: resuming it continues after the last gap check
+    assert main(["fit", "--config", str(ROOT / "recipes" / "ocr_small.yaml"), "--model.gap_check", "1",
+                 "--model.passes", "6", "--trainer.default_root_dir", str(root), "--ckpt_path",
+                 str(run / "checkpoints" / "last.ckpt")]) == 0
+    assert [r["passes"] for r in json.loads((run / "history.json").read_text())] == [0.0, 2.0, 4.0, 6.0]

@@ -86,6 +86,9 @@ class DeepChainModule(L.LightningModule):
     """See the module docstring. ``lam`` defaults to 1/n; ``bcfw_passes`` are the effective passes of
     each BCFW phase (two-stage / alternating), checked exactly every ``gap_check`` passes."""
 
+    # what a checkpoint belongs to: resuming it under other values is refused (lightning/__main__.py)
+    resume_identity = ("method", "split", "train_size", "width", "n_features", "lam")
+
     def __init__(self, method: str = "alternating", split: str = "large", train_size: int | None = None,
                  width: int = 32, n_features: int = 128, dropout: float = 0.3, augment: bool = True,
                  pretrain_epochs: int = 8, lr: float = 1e-3, finetune_lr: float = 2e-4, weight_decay: float = 1e-4,

@@ -33,6 +33,7 @@ import torch.utils.data as tud
 
 from ..constraints import allowed_transitions
 from ..errors import SSVMInputError, check, check_choice, check_positive
+from ..lightning.callbacks import save_last_checkpoint
 from ..lightning.checkpoint_io import AtomicCheckpointIO
 from ..lightning.module import run_output_dir
 from ..outputs import atomic_write_bytes, content_digest, save_history, save_torch
@@ -59,6 +60,10 @@ class ConllChunker(L.LightningModule):
     """See the module docstring. ``tags``: train on BIO or BIOES tags; ``constraints``: forbid the
     scheme's invalid transitions in training and decoding (:func:`ssvm_torch.nn.allowed_transitions`);
     ``word_dropout``: the alpha of the UNK dropout; ``attr_dropout``: the hybrid's attribute dropout; ``batch_sentences``: sentences per step."""
+
+    # what a checkpoint belongs to: resuming it under other values is refused (lightning/__main__.py)
+    resume_identity = ("loss", "tags", "constraints", "features", "attr_min_count", "word_min_count", "heldout",
+                       "train_size", "word_dim", "char_dim", "char_filters", "pos_dim", "hidden", "layers")
 
     def __init__(self, loss: str = "hinge", tags: str = "bioes", constraints: bool = True,
                  features: str | None = None, attr_min_count: int = 1, bag_lr: float = 0.01, attr_dropout: float = 0.0,
@@ -174,6 +179,7 @@ class ConllChunker(L.LightningModule):
                   f"at epoch {self.best['epoch']}), {seconds:.1f} s, peak RSS {rec['peak_rss_mb']:.0f} MB", flush=True)
         for logger in self.loggers:
             logger.log_metrics({f"chunker/{k}": float(v) for k, v in rec.items()}, step=self.current_epoch)
+        save_last_checkpoint(self.trainer)          # every epoch: a killed run resumes from its last one
 
     # -- prediction -----------------------------------------------------------------------------
     @torch.no_grad()

@@ -8,10 +8,15 @@ given explicitly as ``--model.<name>`` flags (e.g. ``--model.passes 400`` to ext
 """
 from __future__ import annotations
 
+import importlib
+import logging
 import os
 import sys
+import warnings
+from contextlib import contextmanager
 from pathlib import Path
 
+import torch
 from jsonargparse import ArgumentError
 from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.cli import LightningCLI
@@ -56,8 +61,41 @@ class SSVMCLI(LightningCLI):
     def _model_key(self, sub: str, name: str) -> str:
         return f"{sub}.model.init_args.{name}" if self.subclass_mode_model else f"{sub}.model.{name}"
 
+    def _module_class(self, sub: str):
+        if not self.subclass_mode_model:
+            return self.model_class
+        module, _, name = str(self.config[f"{sub}.model.class_path"]).rpartition(".")
+        return getattr(importlib.import_module(module), name)
+
+    def _check_checkpoint(self, sub: str) -> None:
+        """Refuse a ``--ckpt_path`` that is missing, damaged, or of another run: every hyper-parameter
+        in the module's ``resume_identity`` (dataset, lambda, architecture, ...) must equal this
+        run's, wherever this run's value came from (config file or command line) - the rule of
+        ``ssvm-train --resume`` (:func:`ssvm_torch.outputs.load_checkpoint`)."""
+        ckpt_path = self.config[sub].get("ckpt_path")
+        if not ckpt_path:
+            return
+        path = Path(ckpt_path)
+        if not path.is_file():
+            what = "is a directory" if path.is_dir() else "does not exist"
+            raise SSVMInputError(f"ckpt_path: expected a Lightning checkpoint file (e.g. .../checkpoints/last.ckpt), "
+                                 f"{path} {what}")
+        try:
+            saved = torch.load(path, weights_only=True, map_location="cpu").get("hyper_parameters", {})
+        except Exception as e:          # truncated or foreign archives raise several types
+            first = (str(e).strip().splitlines() or [""])[0][:200]
+            raise SSVMInputError(f"ckpt_path: {path} is not a readable Lightning checkpoint ({type(e).__name__}: "
+                                 f"{first}); resume from another checkpoint or start a new run") from None
+        for key in getattr(self._module_class(sub), "resume_identity", ()):
+            mine = self.config[self._model_key(sub, key)]
+            if key in saved and saved[key] != mine:
+                raise SSVMInputError(f"ckpt_path: {path} is a checkpoint of {key} = {saved[key]!r}, this run has "
+                                     f"{key} = {mine!r}; resume with the checkpoint's value or start a new run")
+
     def _parse_ckpt_path(self) -> None:
         sub = self.config.get("subcommand")
+        if sub:
+            self._check_checkpoint(sub)
         argv = self._argv if self._argv is not None else sys.argv[1:]
         given = {k: self.config[self._model_key(sub, k)] for k in _explicit_model_flags(argv)} if sub else {}
         super()._parse_ckpt_path()
@@ -92,6 +130,38 @@ class SSVMCLI(LightningCLI):
 PROG = "python -m ssvm_torch.lightning"
 
 
+def _input_error_in(exc: BaseException) -> SSVMInputError | None:
+    """The SSVMInputError an exception was raised from (its __cause__ / __context__ chain), if any."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, SSVMInputError):
+            return exc
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+class _NoAdvert(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "litlogger" not in record.getMessage()
+
+
+@contextmanager
+def quiet_lightning():
+    """Drop Lightning's noise for this command only: its litlogger advertisement and the FutureWarning
+    its own pytree helper triggers in torch (``isinstance(treespec, LeafSpec)``); neither is about
+    the user's run."""
+    log = logging.getLogger("lightning.pytorch.utilities.rank_zero")
+    advert = _NoAdvert()
+    log.addFilter(advert)
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)", category=FutureWarning)
+            yield
+    finally:
+        log.removeFilter(advert)
+
+
 def main(args=None, module=SSVMModule, prog: str = PROG, max_epochs: int = -1, default_module: str | None = None) -> int:
     """Run the CLI on ``module`` (``SSVMModule`` here); with ``default_module`` (the import path of a
     LightningModule) the CLI runs in subclass mode: the config's ``model.class_path`` picks the module,
@@ -99,11 +169,20 @@ def main(args=None, module=SSVMModule, prog: str = PROG, max_epochs: int = -1, d
     line on stderr and exit status 2."""
     cli = SSVMCLI if default_module is None else type("SSVMSubclassCLI", (SSVMCLI,), {"default_module": default_module})
     try:
-        cli(module, subclass_mode_model=default_module is not None, save_config_kwargs={"overwrite": True},
-                trainer_defaults={"max_epochs": max_epochs, "num_sanity_val_steps": 0}, args=args,
-                parser_kwargs={"prog": prog, "exit_on_error": False})
+        # no progress bar by default: the loops print their own lines (an SSVM run's epoch count is open,
+        # max_epochs = -1, so the bar would read "Epoch 3/-2"); --trainer.enable_progress_bar true brings it
+        with quiet_lightning():
+            cli(module, subclass_mode_model=default_module is not None, save_config_kwargs={"overwrite": True},
+                trainer_defaults={"max_epochs": max_epochs, "num_sanity_val_steps": 0, "enable_progress_bar": False},
+                args=args, parser_kwargs={"prog": prog, "exit_on_error": False})
     except SSVMInputError as e:
         print(f"{prog}: error: {e}", file=sys.stderr)
+        return 2
+    except ValueError as e:                        # subclass mode: jsonargparse wraps the module's own error
+        cause = _input_error_in(e)
+        if cause is None:
+            raise
+        print(f"{prog}: error: {cause}", file=sys.stderr)
         return 2
     except ArgumentError as e:                     # a bad flag or value: one line, not the usage dump
         print(f"{prog}: error: {' '.join(str(e).split())[:400]}", file=sys.stderr)

@@ -6,6 +6,21 @@ from pathlib import Path
 import lightning as L
 
 
+def save_last_checkpoint(trainer: L.Trainer) -> Path | None:
+    """Write the full checkpoint (loops, callbacks, optimizers) to the ``ModelCheckpoint``'s
+    ``last.ckpt`` now, from an epoch-end hook: Lightning 2.6 with ``save_top_k: 0`` writes
+    ``last.ckpt`` only when training ends, and a long run must be resumable after a kill at any
+    moment. The callback's public ``last_model_path`` is set to the file first (as the callback
+    itself does), so its own final save overwrites it instead of versioning a ``last-v1.ckpt``."""
+    cb = trainer.checkpoint_callback
+    if cb is None or not getattr(cb, "dirpath", None):
+        return None
+    path = cb.format_checkpoint_name({}, cb.CHECKPOINT_NAME_LAST)
+    cb.last_model_path = path
+    trainer.save_checkpoint(path, weights_only=False)
+    return Path(path)
+
+
 class GapCheck(L.Callback):
     """End of every epoch (an interval of ``gap_check`` passes): the exact gap pass, which refreshes
     all block gaps of the gap sampler (Alg. 2 of Osokin et al. 2016) and evaluates the train/test
@@ -15,9 +30,8 @@ class GapCheck(L.Callback):
     callbacks last), so every epoch-end checkpoint holds the checked state.
 
     When the trainer checkpoints (a ``ModelCheckpoint`` is configured), every gap check also writes
-    ``last.ckpt`` in its directory, atomically: a run killed at any moment can be resumed from its
-    last gap check, whatever the ``ModelCheckpoint`` options (with ``save_top_k: 0`` some Lightning
-    versions write ``last.ckpt`` only when training ends)."""
+    ``last.ckpt`` in its directory, atomically (:func:`save_last_checkpoint`): a run killed at any
+    moment can be resumed from its last gap check."""
 
     def on_train_epoch_end(self, trainer: L.Trainer, module) -> None:
         solver = module.solver
@@ -31,11 +45,7 @@ class GapCheck(L.Callback):
         module.log_dict(bar, prog_bar=True, logger=False, on_epoch=True)
         if solver.state.done:
             trainer.should_stop = True
-        cb = trainer.checkpoint_callback
-        if cb is not None and getattr(cb, "dirpath", None):
-            # weights_only=False: the full checkpoint (loops, callbacks, optimizer), which resuming needs
-            trainer.save_checkpoint(Path(cb.dirpath) / f"{cb.CHECKPOINT_NAME_LAST}{cb.FILE_EXTENSION}",
-                                    weights_only=False)
+        save_last_checkpoint(trainer)
 
     def on_train_end(self, trainer: L.Trainer, module) -> None:
         if not trainer.is_global_zero:

@@ -103,6 +103,9 @@ class SSVMModule(L.LightningModule):
             ``numba`` or ``torch`` (forces the pure-torch path, the one CUDA runs).
     """
 
+    # what a checkpoint belongs to: resuming it under other values is refused (lightning/__main__.py)
+    resume_identity = ("dataset", "lam", "train_size", "unary_only", "dtype")
+
     def __init__(self, dataset: str = "ocr-small", lam: float | None = None, train_size: int | None = None,
                  unary_only: bool = False, solver: str = "bcfw", sampling: str = "gap", step: str = "fw",
                  cache: bool = False, cache_F: float = 0.25, cache_nu: float = 0.01, max_cache: int = 50,
