@@ -104,7 +104,8 @@ def load_torch(path, what: str = "file", noun: str = "an ssvm_torch"):
     missing or damaged file raises :class:`SSVMInputError` naming the field ``what``."""
     path = Path(path)
     if not path.is_file():
-        raise SSVMInputError(f"{what}: expected {noun} file, {path} does not exist")
+        raise SSVMInputError(f"{what}: expected {noun} file, {path} "
+                             f"{'is a directory' if path.is_dir() else 'does not exist'}")
     try:
         obj = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:          # torch raises several types for truncated / foreign archives

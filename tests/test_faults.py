@@ -115,6 +115,33 @@ def test_damaged_or_missing_data_file(tmp_path, monkeypatch):
         load_scene()
 
 
+def test_truncated_or_empty_conll_file_without_a_checksum_is_refused_by_name(tmp_path, monkeypatch, capsys):
+    """User data (no SHA256SUMS entry to catch it): a truncated gzip and an empty file get one line."""
+    import gzip
+
+    from ssvm_torch.data.conll import read_conll
+    from ssvm_torch.deep.text import load_chunking
+    data = tmp_path / "data"
+    data.mkdir()
+    whole = (data_dir() / "conll2000_train.txt.gz").read_bytes()
+    (data / "conll2000_train.txt.gz").write_bytes(whole[:len(whole) // 3])
+    shutil.copy(data_dir() / "conll2000_test.txt.gz", data / "conll2000_test.txt.gz")
+    monkeypatch.setenv("SSVM_TORCH_DATA", str(data))
+    with pytest.raises(SSVMInputError, match=r"data file: .*conll2000_train.txt.gz is damaged or unreadable after line \d+"):
+        read_conll(data / "conll2000_train.txt.gz")
+    assert main(["--dataset", "conll2000", "--passes", "1", "--quiet"]) == 2
+    assert "conll2000_train.txt.gz is damaged" in capsys.readouterr().err
+    with gzip.open(data / "conll2000_train.txt.gz", "wt") as f:
+        f.write("\n\n")
+    with pytest.raises(SSVMInputError, match="holds no sentences"):
+        load_chunking(train_size=10)
+
+
+def test_resume_given_a_directory_says_so(tmp_path, capsys):
+    assert main(QUICK + ["--resume", str(tmp_path)]) == 2
+    assert f"resume: expected a checkpoint file, {tmp_path} is a directory" in capsys.readouterr().err
+
+
 # -- run directories -------------------------------------------------------------------------
 def test_out_checked_before_any_work(tmp_path, capsys):
     a_file = tmp_path / "file"

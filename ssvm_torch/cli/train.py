@@ -143,7 +143,8 @@ def run(args) -> dict:
         raise SSVMInputError(f"device: {args.device!r} requested but no CUDA device is available")
     dtype = getattr(torch, args.dtype)
     if args.resume is not None and not Path(args.resume).is_file():
-        raise SSVMInputError(f"resume: expected a checkpoint file, {args.resume} does not exist")
+        what = "is a directory (pass its checkpoint.pt)" if Path(args.resume).is_dir() else "does not exist"
+        raise SSVMInputError(f"resume: expected a checkpoint file, {args.resume} {what}")
     cfg = SolverConfig.from_options(args).validate()             # bad options fail before the directory is touched
     task = get_task(args.dataset)
     if args.min_counts and not args.select_lam:

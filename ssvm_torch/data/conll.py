@@ -25,6 +25,7 @@ import gzip
 import hashlib
 import time
 import warnings
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -41,20 +42,31 @@ def read_conll(path) -> list[list[tuple[str, str, str]]]:
     """Sentences of (word, POS, chunk tag) triples from a (gzipped) 3-column CoNLL file."""
     path = Path(path)
     opener = gzip.open if path.suffix == ".gz" else open
-    sents, cur = [], []
-    with opener(path, "rt", encoding="ascii") as f:
-        for lineno, line in enumerate(f, 1):
-            parts = line.split()
-            if not parts:
-                if cur:
-                    sents.append(cur)
-                    cur = []
-                continue
-            if len(parts) != 3:
-                raise SSVMInputError(f"{path.name} line {lineno}: expected 3 columns (word POS tag), got {len(parts)}")
-            cur.append(tuple(parts))
+    sents, cur, lineno = [], [], 0
+    try:
+        with opener(path, "rt", encoding="ascii") as f:
+            for lineno, line in enumerate(f, 1):
+                parts = line.split()
+                if not parts:
+                    if cur:
+                        sents.append(cur)
+                        cur = []
+                    continue
+                if len(parts) != 3:
+                    raise SSVMInputError(f"{path.name} line {lineno}: expected 3 columns (word POS tag), "
+                                         f"got {len(parts)}")
+                cur.append(tuple(parts))
+    except (EOFError, OSError, zlib.error) as e:     # a truncated or corrupt gzip, an unreadable file
+        raise SSVMInputError(f"data file: {path} is damaged or unreadable after line {lineno} "
+                             f"({type(e).__name__}: {e}); copy it again") from None
+    except UnicodeDecodeError as e:
+        raise SSVMInputError(f"data file: {path} line {lineno + 1}: expected ASCII text, got byte "
+                             f"{e.object[e.start:e.start + 1]!r}") from None
     if cur:
         sents.append(cur)
+    if not sents:
+        raise SSVMInputError(f"data file: {path} holds no sentences (expected word POS tag lines, sentences "
+                             "separated by blank lines)")
     return sents
 
 
