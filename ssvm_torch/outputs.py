@@ -201,8 +201,10 @@ class RunDir:
             resuming = resume is not None and Path(resume).resolve().parent == self.path.resolve()
             held = [f for f in RUN_FILES if (self.path / f).exists()]
             if held and not (overwrite or resuming):
+                ckpt = self.path / "checkpoint.pt"     # a hint names only a file that exists
+                more = f", or --resume {ckpt} to continue it" if ckpt.is_file() else ""
                 raise SSVMInputError(f"{field}: {self.path} already holds a run ({', '.join(held)}); pass --overwrite "
-                                     f"to replace it, or --resume {self.path / 'checkpoint.pt'} to continue it")
+                                     f"to replace it{more}")
             if held and overwrite and not resuming:
                 for f in held:
                     (self.path / f).unlink()

@@ -149,6 +149,16 @@ def _record(dual, lam, gap, clock, evaluate, **extra) -> dict:
     return rec
 
 
+def check_path_options(eps: float, kappa: float, lam_min: float, max_passes: float) -> tuple[float, float]:
+    """(eps, lam_min) as floats, or a clear error naming the bad option (called by ``ssvm-path``
+    before it creates its output directory)."""
+    eps = check_positive(eps, "eps")
+    check(isinstance(kappa, (int, float)) and 0 < kappa < 1, "kappa", "a number in (0, 1)", kappa)
+    lam_min = check_positive(lam_min, "lam_min")
+    check_positive(max_passes, "max_passes")
+    return eps, lam_min
+
+
 def regularization_path(dual: BlockDual, eps: float, kappa: float = 0.9, heuristic: bool = False,
                         lam_min: float = 1e-5, config: SolverConfig | None = None,
                         evaluate: Callable | None = None, max_passes: float = 1000,
@@ -159,9 +169,7 @@ def regularization_path(dual: BlockDual, eps: float, kappa: float = 0.9, heurist
     every pass); ``max_passes`` caps each breakpoint's solve. ``gated``: each breakpoint pays its exact
     gap pass only once the gap estimate (the warm block gaps of eq. (12), refreshed by the steps) is
     <= kappa eps (SolverConfig.check_below), checking the estimate every ``config.gap_check`` passes."""
-    eps = check_positive(eps, "eps")
-    check(0 < kappa < 1, "kappa", "a number in (0, 1)", kappa)
-    lam_min = check_positive(lam_min, "lam_min")
+    eps, lam_min = check_path_options(eps, kappa, lam_min, max_passes)
     cfg = (config or SolverConfig(solver="bcfw", sampling="gap", gap_check=1)).validate()
     check(cfg.solver == "bcfw", "config.solver", "'bcfw' (the path warm-starts block-coordinate solvers)", cfg.solver)
     check_zero_gt_loss(dual)

@@ -137,6 +137,27 @@ def test_truncated_or_empty_conll_file_without_a_checksum_is_refused_by_name(tmp
         load_chunking(train_size=10)
 
 
+@pytest.mark.parametrize("argv", [["--eps", "-1"], ["--lam-min", "0"], ["--kappa", "2"], ["--max-passes", "0"],
+                                  ["--gap-check", "-1"], ["--threads", "0"]])
+def test_a_refused_path_run_creates_nothing_and_its_corrected_rerun_runs(tmp_path, capsys, argv):
+    out = tmp_path / "run"
+    assert path_main(["--dataset", "ocr-small", "--quiet", "--out", str(out), *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and argv[0][2:].replace("-", "_") in err
+    assert not out.exists()
+
+
+def test_a_held_directory_hint_names_only_files_that_exist(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main(QUICK + ["--out", str(out)]) == 0                # no --checkpoint: no checkpoint.pt
+    assert main(QUICK + ["--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "already holds a run" in err and "--overwrite" in err and "--resume" not in err
+    assert main(QUICK + ["--out", str(out), "--overwrite", "--checkpoint"]) == 0
+    assert main(QUICK + ["--out", str(out)]) == 2
+    assert f"--resume {out / 'checkpoint.pt'}" in capsys.readouterr().err
+
+
 def test_resume_given_a_directory_says_so(tmp_path, capsys):
     assert main(QUICK + ["--resume", str(tmp_path)]) == 2
     assert f"resume: expected a checkpoint file, {tmp_path} is a directory" in capsys.readouterr().err

@@ -22,7 +22,7 @@ import torch
 
 from ..errors import SSVMInputError, check, run_cli
 from ..outputs import RunDir, atomic_write_bytes
-from ..path import cold_starts, grid_lambdas, grid_search, regularization_path
+from ..path import check_path_options, cold_starts, grid_lambdas, grid_search, regularization_path
 from ..solvers import SAMPLERS, STEPS, SolverConfig
 from ..tasks import TASKS, Problem, load_task
 
@@ -69,6 +69,7 @@ def run(args) -> dict:
     kappa = args.kappa if args.kappa is not None else (0.7 if args.heuristic else 0.9)
     cfg = SolverConfig(solver="bcfw", sampling=args.sampling, step=args.step, cache=args.cache,
                        gap_check=args.gap_check, seed=args.seed).validate()
+    check_path_options(args.eps, kappa, args.lam_min, args.max_passes)   # all of it before --out is created
     task = path_task(args.dataset, args.train_size, args.device)
     dual = task.store(1.0, device=args.device)
     if not dual.supports_path:
