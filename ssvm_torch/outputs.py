@@ -18,7 +18,6 @@ previous version intact, never a truncated one.
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import os
 import tempfile
@@ -70,16 +69,18 @@ def file_mode() -> int:
     return 0o666 & ~mask
 
 
-def atomic_write_bytes(path, data: bytes) -> Path:
-    """Write ``data`` to ``path`` atomically (temporary file + fsync + rename), with the permissions
-    any other tool's output gets (the umask's)."""
+def atomic_write(path, write) -> Path:
+    """Write ``path`` atomically: ``write(f)`` streams into a temporary file in the same directory,
+    which is fsynced and renamed over ``path`` (no copy of the content in memory), with the
+    permissions any other tool's output gets (the umask's). A write killed midway leaves the
+    previous file intact and removes the temporary one."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         os.fchmod(fd, file_mode())
         with os.fdopen(fd, "wb") as f:
-            f.write(data)
+            write(f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -90,13 +91,16 @@ def atomic_write_bytes(path, data: bytes) -> Path:
     return path
 
 
+def atomic_write_bytes(path, data: bytes) -> Path:
+    """:func:`atomic_write` of ``data``."""
+    return atomic_write(path, lambda f: f.write(data))
+
+
 def save_torch(path, obj: dict) -> Path:
     """``torch.save`` of packed ``obj`` with its content manifest, atomically."""
     packed = pack(obj)
     packed[MANIFEST] = {"sha256": content_digest(packed)}
-    buf = io.BytesIO()
-    torch.save(packed, buf)
-    return atomic_write_bytes(path, buf.getvalue())
+    return atomic_write(path, lambda f: torch.save(packed, f))
 
 
 def load_torch(path, what: str = "file", noun: str = "an ssvm_torch"):
