@@ -18,8 +18,12 @@ configuration; the table against the linear BCFW models; a paired bootstrap betw
   draws whose difference has the other sign); copies the dev-best configuration's seed-0
   predictions to ``conll_deep_test_predictions.pt``.
 
-Usage: python benchmarks/bench_conll_deep.py --train --runs runs/conll_deep
-       python benchmarks/bench_conll_deep.py --runs runs/conll_deep
+``--archive``: copies each finished run's small files (config.json, history.json, results.json,
+  test_predictions.pt; not the weights) to ``benchmarks/results/conll_deep_runs/<recipe>_s<seed>/``,
+  so the table is recomputed from the repository alone: ``--runs benchmarks/results/conll_deep_runs``.
+
+Usage: python benchmarks/bench_conll_deep.py --train --runs runs/conll_deep --archive
+       python benchmarks/bench_conll_deep.py --runs benchmarks/results/conll_deep_runs
 Writes benchmarks/results/conll_deep.json (+ conll_deep_test_predictions.pt).
 """
 from __future__ import annotations
@@ -49,6 +53,26 @@ def run_dir(runs: Path, recipe: str, seed: int) -> Path | None:
     """The newest version directory of one run that finished (holds results.json)."""
     found = sorted((runs / f"{recipe}_s{seed}").glob("**/results.json"), key=lambda p: p.stat().st_mtime)
     return found[-1].parent if found else None
+
+
+ARCHIVE = RESULTS / "conll_deep_runs"
+ARCHIVED = ("config.json", "history.json", "results.json", "test_predictions.pt")
+
+
+def archive(runs: Path) -> list:
+    """Copy the small files of every finished run under ``runs`` into :data:`ARCHIVE`."""
+    done = []
+    for recipe in RECIPES:
+        for seed in range(3):
+            d = run_dir(runs, recipe, seed)
+            if d is None:
+                continue
+            dest = ARCHIVE / f"{recipe}_s{seed}"
+            dest.mkdir(parents=True, exist_ok=True)
+            for name in ARCHIVED:
+                shutil.copyfile(d / name, dest / name)
+            done.append(dest.name)
+    return done
 
 
 def dev_f1(runs: Path, recipe: str, seed: int = 0) -> float:
@@ -209,10 +233,14 @@ def main():
     ap.add_argument("--train", action="store_true", help="train the queue first (hours on 2 cores)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--draws", type=int, default=1000)
+    ap.add_argument("--archive", action="store_true", help="copy the finished runs' small files into the repository")
     args = ap.parse_args()
     runs = Path(args.runs).resolve()
     if args.train:
         train(runs, args.threads)
+    if args.archive:
+        print("archived:", ", ".join(archive(runs)))
+        runs = ARCHIVE
     out = report(runs, args.draws)
     print_table(out)
     (RESULTS / "conll_deep.json").write_text(json.dumps(out, indent=1))
