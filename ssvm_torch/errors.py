@@ -48,13 +48,21 @@ def check_choice(value: str, field: str, choices) -> str:
     return value
 
 
+class RunInterrupted(Exception):
+    """A run stopped by Ctrl-C / SIGTERM after writing what it had computed; the message says what."""
+
+
 def run_cli(prog: str, fn, args) -> int:
     """Run a command's ``fn(args)``; bad input (SSVMInputError) prints ``prog: error: ...`` and
-    returns exit code 2 instead of a traceback."""
+    returns exit code 2 instead of a traceback; an interrupted run (RunInterrupted) prints its one
+    line and returns 130, the shell's code for Ctrl-C."""
     import sys
     try:
         fn(args)
     except SSVMInputError as e:
         print(f"{prog}: error: {e}", file=sys.stderr)
         return 2
+    except RunInterrupted as e:
+        print(f"{prog}: {e}", file=sys.stderr)
+        return 130
     return 0

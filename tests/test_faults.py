@@ -232,6 +232,33 @@ def test_killed_train_run_resumes_exactly(tmp_path):
     assert torch.equal(load_model(killed / "model.pt")["w"], load_model(full / "model.pt")["w"])
 
 
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_interrupted_run_without_checkpoint_keeps_its_work(tmp_path, sig):
+    """Ctrl-C / SIGTERM mid-run, no --checkpoint: the run closes its interval with an exact gap check,
+    writes history.json and model.pt of that point, says so in one line and exits 130."""
+    out = tmp_path / "run"
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "ssvm_torch.cli.train", "--dataset", "ocr-small", "--lam", "0.01",
+                             "--gap-check", "5", "--passes", "100000", "--out", str(out)], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    for line in proc.stdout:                                      # the first gap check: training is under way
+        if line.startswith("pass") and not line.startswith("pass     0.0"):
+            break
+    proc.send_signal(sig)
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 130
+    last_line = stderr.strip().splitlines()[-1]
+    assert last_line.startswith("ssvm-train: interrupted at") and "exact duality gap there" in last_line
+    assert "Traceback" not in stderr
+    history = json.loads((out / "history.json").read_text())
+    assert 5.0 < history[-1]["passes"] < 100000 and history[-1]["gap"] > 0
+    model = load_model(out / "model.pt")
+    task = load_task("ocr-small")
+    # model.pt is the point the last record certifies: its primal objective, recomputed
+    w = model["w"]
+    assert task.store(0.01).primal_at(w) == pytest.approx(history[-1]["primal"], rel=1e-9)
+
+
 # -- bad input: one line naming the field, exit code 2 ------------------------------------------
 @pytest.mark.parametrize("argv,needle", [
     (["--passes", "inf"], "passes: expected a finite number > 0"),

@@ -24,13 +24,14 @@ from pathlib import Path
 import torch
 
 from .. import distributed
-from ..errors import SSVMInputError, run_cli
+from ..errors import RunInterrupted, SSVMInputError, run_cli
 from ..outputs import RunDir, load_checkpoint, save_checkpoint, save_history, save_model, save_selection
 from ..selection import DEFAULT_LAMS, select_lambda
 from ..solvers import SAMPLERS, SOLVERS, STEPS, SolverConfig, make_solver
 from ..solvers.cutting_plane import QP_SOLVERS
 from ..stores import KERNELS
 from ..tasks import TASKS, get_task, load_task
+from .interrupts import stop_on_signal
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -218,7 +219,9 @@ def _train(args, cfg: SolverConfig, device, dtype, run_dir: RunDir | None) -> di
             if out is not None:
                 save_checkpoint(out / "checkpoint.pt", state, identity)
 
-    solver = make_solver(dual, cfg, evaluate=task.evaluate if run_dir is not None else None, progress=progress)
+    stop = {"requested": lambda: False}              # set to the signal flag while the solver runs
+    solver = make_solver(dual, cfg, evaluate=task.evaluate if run_dir is not None else None, progress=progress,
+                         interrupt=lambda: stop["requested"]())
     if args.checkpoint and run_dir is not None:   # the first checkpoint comes at the first gap check: room now
         local = dual.local if size > 1 else dual
         state = local.state_dict()
@@ -237,10 +240,18 @@ def _train(args, cfg: SolverConfig, device, dtype, run_dir: RunDir | None) -> di
         if args.resume:
             print(f"resumed from {args.resume} at {solver.passes:.1f} effective passes", flush=True)
     t0 = time.perf_counter()
-    history = solver.run()
+    # Ctrl-C / SIGTERM: the solver stops at its next exact gap check and everything below runs as
+    # after any stop (torchrun's ranks stop together only through their own launcher: not here)
+    signals = stop_on_signal("ssvm-train") if size == 1 else contextlib.nullcontext(lambda: False)
+    with signals as requested:
+        stop["requested"] = requested
+        history = solver.run()
     wall = time.perf_counter() - t0
     last = history[-1]
+    interrupted = solver.state.stop_reason == "interrupted"
     if out is None:
+        if interrupted:
+            raise RunInterrupted(f"interrupted at {last['passes']:.1f} effective passes (nothing written: no --out)")
         return last
     save_history(out, history)
     w_model, ell_model = solver.model_point()
@@ -262,6 +273,12 @@ def _train(args, cfg: SolverConfig, device, dtype, run_dir: RunDir | None) -> di
         if "test_f1" in last:
             print(f"test chunk F1: {last['test_f1']:.2f}")
         print(f"wrote {out / 'history.json'} and {out / 'model.pt'}")
+    if interrupted:
+        gap = "n/a" if last["gap"] is None else f"{last['gap']:.3e}"
+        resume = (f"resume with --resume {out / 'checkpoint.pt'}" if args.checkpoint
+                  else "a run with --checkpoint can be resumed")
+        raise RunInterrupted(f"interrupted at {last['passes']:.1f} effective passes (exact duality gap there {gap}); "
+                             f"wrote {out / 'history.json'} and {out / 'model.pt'}; {resume}")
     return last
 
 

@@ -124,11 +124,15 @@ class SolverState:
 
 
 def stop_reason(cfg: SolverConfig, st: SolverState, passes: float, rec: dict | None = None,
-                estimate: float | None = None) -> str:
-    """The stopping criterion met, in order: the exact gap of ``rec``, the gap ``estimate`` (when
-    ``estimate_threshold`` is set), the pass budget, the time budget; "" to go on."""
+                estimate: float | None = None, interrupted: bool = False) -> str:
+    """The stopping criterion met, in order: the exact gap of ``rec``, an interrupt the caller saw
+    (e.g. Ctrl-C in ``ssvm-train``: the loop closes its interval with an exact gap check and stops),
+    the gap ``estimate`` (when ``estimate_threshold`` is set), the pass budget, the time budget; ""
+    to go on."""
     if rec is not None and rec.get("gap") is not None and rec["gap"] <= cfg.gap_threshold:
         return "gap_threshold"
+    if interrupted:
+        return "interrupted"
     if cfg.estimate_threshold > 0 and estimate is not None and estimate <= cfg.estimate_threshold:
         return "estimate_threshold"
     if passes >= cfg.passes - 1e-12:

@@ -87,11 +87,11 @@ def solve_boxed_working_set_qp(A: np.ndarray, b: np.ndarray, lam: float, idx, lo
 class CuttingPlaneSolver(OuterSolver):
     identity = OuterSolver.identity + ("qp_solver", "cache")
 
-    def __init__(self, dual, config, evaluate=None, progress=None, monitor_start=True):
+    def __init__(self, dual, config, evaluate=None, progress=None, monitor_start=True, interrupt=None):
         if not dual.supports_dual_point:
             raise SSVMInputError(f"solver: 'cutting-plane' sets w from its working set, which {type(dual).__name__} "
                                  "does not allow; use a FW-family solver")
-        super().__init__(dual, config, evaluate, progress, monitor_start)
+        super().__init__(dual, config, evaluate, progress, monitor_start, interrupt)
         self.A = torch.zeros(0, dual.w.shape[0], dtype=dual.w.dtype, device=dual.device)   # constraints a_c
         self.b = np.zeros(0)
         self.Q = np.zeros((0, 0))

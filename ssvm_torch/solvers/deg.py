@@ -43,11 +43,11 @@ W_STEP = 0.5                # eta_w lam: the correction moves w halfway to w(v_z
 class DEGSolver(OuterSolver):
     identity = OuterSolver.identity + ("step_size",)
 
-    def __init__(self, dual, config, evaluate=None, progress=None, monitor_start=True):
+    def __init__(self, dual, config, evaluate=None, progress=None, monitor_start=True, interrupt=None):
         if not isinstance(dual, RelaxedPasses):
             raise SSVMInputError(f"solver: 'deg' needs a store with a relaxation and its prox (chains, matchings); "
                                  f"{type(dual).__name__} has none")
-        super().__init__(dual, config, evaluate, progress, monitor_start)
+        super().__init__(dual, config, evaluate, progress, monitor_start, interrupt)
         d = dual
         step = config.step_size if config.step_size > 0 else DEFAULT_STEP
         self.eta_w, self.beta = W_STEP / d.lam, step * d.lam * d.N / d.prox_scale()

@@ -38,11 +38,11 @@ DEFAULT_STEP = 10.0
 class EGSolver(OuterSolver):
     identity = OuterSolver.identity + ("step_size",)
 
-    def __init__(self, dual, config, evaluate=None, progress=None, monitor_start=True):
+    def __init__(self, dual, config, evaluate=None, progress=None, monitor_start=True, interrupt=None):
         if not isinstance(dual, MarginalMoves):
             raise SSVMInputError(f"solver: 'eg' needs a store with marginal moves (chains); "
                                  f"{type(dual).__name__} has none")
-        super().__init__(dual, config, evaluate, progress, monitor_start)
+        super().__init__(dual, config, evaluate, progress, monitor_start, interrupt)
         d = dual
         K = d.model.K
         self.theta_u = d.prox_center()[0].clone()

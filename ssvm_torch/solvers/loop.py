@@ -55,8 +55,10 @@ class Solver:
     history record."""
 
     def __init__(self, dual: BlockDual, config: SolverConfig, evaluate: Evaluator | None = None,
-                 progress: Callable[[dict], None] | None = None, monitor_start: bool = True):
+                 progress: Callable[[dict], None] | None = None, monitor_start: bool = True,
+                 interrupt: Callable[[], bool] | None = None):
         self.dual, self.cfg = dual, config.validate()
+        self.interrupt = interrupt              # polled after every chunk: True stops at the next gap check
         check(config.solver in ("fw", "bcfw", "ssg"), "solver", "'fw', 'bcfw' or 'ssg' for Solver (solvers.make_solver "
               "builds the others)", config.solver)
         self.monitor_start = monitor_start      # record the starting point (an uncounted gap pass)
@@ -141,7 +143,8 @@ class Solver:
 
     def _should_stop(self, rec: dict | None) -> str:
         estimate = self.sampler.estimate() if self.cfg.estimate_threshold > 0 else None
-        return stop_reason(self.cfg, self.state, self.passes, rec, estimate)
+        return stop_reason(self.cfg, self.state, self.passes, rec, estimate,
+                           interrupted=self.interrupt is not None and self.interrupt())
 
     # -- main loops -----------------------------------------------------------------------------
     def run(self) -> list:

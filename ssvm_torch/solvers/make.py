@@ -12,7 +12,7 @@ from .loop import Solver
 OUTER = {"eg": EGSolver, "deg": DEGSolver, "cutting-plane": CuttingPlaneSolver}
 
 
-def make_solver(dual, config: SolverConfig, evaluate=None, progress=None, monitor_start: bool = True):
+def make_solver(dual, config: SolverConfig, evaluate=None, progress=None, monitor_start: bool = True, interrupt=None):
     """The solver ``config.solver`` names, on ``dual``."""
     cls = OUTER.get(config.validate().solver, Solver)
-    return cls(dual, config, evaluate=evaluate, progress=progress, monitor_start=monitor_start)
+    return cls(dual, config, evaluate=evaluate, progress=progress, monitor_start=monitor_start, interrupt=interrupt)

@@ -33,12 +33,14 @@ class OuterSolver:
     identity = ("solver", "seed", "gap_check", "sampling")
 
     def __init__(self, dual: BlockDual, config: SolverConfig, evaluate: Evaluator | None = None,
-                 progress: Callable[[dict], None] | None = None, monitor_start: bool = True):
+                 progress: Callable[[dict], None] | None = None, monitor_start: bool = True,
+                 interrupt: Callable[[], bool] | None = None):
         self.dual, self.cfg = dual, config.validate()
         if not dual.supports_block_steps:
             raise SSVMInputError(f"solver: {config.solver!r} runs in one process; a store sharded over processes "
                                  "(torchrun) takes 'bcfw' mini-batches only")
         self.evaluate, self.progress, self.monitor_start = evaluate, progress, monitor_start
+        self.interrupt = interrupt              # polled at every check: True stops there
         self.sampler: Sampler = SAMPLERS[config.sampling](dual.n, config.seed)
         self.state = SolverState()
         self.certified = False          # set by an iteration that met the gap threshold on its own
@@ -86,7 +88,8 @@ class OuterSolver:
             self.progress(rec)
 
     def _should_stop(self, rec: dict | None) -> str:
-        return stop_reason(self.cfg, self.state, self.passes, rec)
+        return stop_reason(self.cfg, self.state, self.passes, rec,
+                           interrupted=self.interrupt is not None and self.interrupt())
 
     def run(self) -> list:
         st = self.state

@@ -1,0 +1,41 @@
+"""Ctrl-C and SIGTERM as a request to stop, not a crash: the first signal sets a flag that the solver
+polls after every pass (``make_solver(..., interrupt=...)``); the loop then closes its interval with
+an exact gap check at the current point and stops (stop reason "interrupted"), so the command writes
+``history.json`` and ``model.pt`` of that point as after any other stop. A second signal aborts at
+once (the previous handlers are back)."""
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+from contextlib import contextmanager
+
+SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+@contextmanager
+def stop_on_signal(prog: str):
+    """Yield a callable that is True once SIGINT or SIGTERM arrived (outside the main thread, where
+    Python cannot install handlers, it stays False and signals act as usual)."""
+    event = threading.Event()
+    received: list = []
+    if threading.current_thread() is not threading.main_thread():
+        yield event.is_set
+        return
+    previous = {s: signal.getsignal(s) for s in SIGNALS}
+
+    def handler(signum, frame):
+        received.append(signal.Signals(signum).name)
+        event.set()
+        for s, h in previous.items():              # a second signal: the usual behaviour (abort)
+            signal.signal(s, h)
+        print(f"{prog}: {received[0]} received: stopping after the current pass and its exact gap check "
+              "(again to abort at once)", file=sys.stderr, flush=True)
+
+    for s in SIGNALS:
+        signal.signal(s, handler)
+    try:
+        yield event.is_set
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
