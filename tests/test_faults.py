@@ -259,6 +259,35 @@ def test_interrupted_run_without_checkpoint_keeps_its_work(tmp_path, sig):
     assert task.store(0.01).primal_at(w) == pytest.approx(history[-1]["primal"], rel=1e-9)
 
 
+def test_too_little_space_is_refused_before_training_and_a_failed_final_write_keeps_the_results(
+        tmp_path, capsys, monkeypatch):
+    import shutil as sh
+    from collections import namedtuple
+
+    import ssvm_torch.cli.train as train_cli
+    usage = namedtuple("usage", "total used free")
+    real = sh.disk_usage
+    monkeypatch.setattr(sh, "disk_usage", lambda p: usage(10**9, 10**9 - 1000, 1000))
+    out = tmp_path / "run"
+    assert main(QUICK + ["--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "model.pt and history.json needs about" in err and not (out / "history.json").exists()
+    monkeypatch.setattr(sh, "disk_usage", real)
+    saved = train_cli.save_model
+
+    def full_disk(where, *a, **k):
+        if Path(where) == out:
+            raise OSError(28, "No space left on device")
+        return saved(where, *a, **k)
+    monkeypatch.setattr(train_cli, "save_model", full_disk)
+    assert main(QUICK + ["--out", str(out), "--overwrite"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "No space left on device" in err and "they are in" in err
+    rescue = Path(err.split("they are in ")[1].split(" ")[0])
+    assert load_model(rescue / "model.pt")["w"].numel() > 0 and (rescue / "history.json").is_file()
+    shutil.rmtree(rescue)
+
+
 # -- bad input: one line naming the field, exit code 2 ------------------------------------------
 @pytest.mark.parametrize("argv,needle", [
     (["--passes", "inf"], "passes: expected a finite number > 0"),

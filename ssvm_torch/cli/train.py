@@ -227,6 +227,9 @@ def _train(args, cfg: SolverConfig, device, dtype, run_dir: RunDir | None) -> di
         state = local.state_dict()
         run_dir.require_free(size * sum(t.numel() * t.element_size() for t in state.values() if torch.is_tensor(t)),
                              "one checkpoint")
+    elif run_dir is not None:                     # the final files, before any training: model.pt + history.json
+        checks = max(1.0, (args.passes if math.isfinite(args.passes) else 1000) / cfg.gap_check) + 2
+        run_dir.require_free(8 * task.d + (1 << 16) + int(checks) * 2048, "model.pt and history.json")
     if args.resume:
         solver.load_state_dict(load_checkpoint(args.resume, identity))
     if speak and size > 1:
@@ -253,9 +256,8 @@ def _train(args, cfg: SolverConfig, device, dtype, run_dir: RunDir | None) -> di
         if interrupted:
             raise RunInterrupted(f"interrupted at {last['passes']:.1f} effective passes (nothing written: no --out)")
         return last
-    save_history(out, history)
     w_model, ell_model = solver.model_point()
-    save_model(out, w_model, ell_model, lam, args.dataset, task.describe())
+    _save_results(out, history, w_model, ell_model, lam, args.dataset, task.describe())
     if speak and size > 1:
         print(f"exchanged {dual.bytes_per_step / 1e3:.1f} kB per step per rank ({dual.steps_exchanged} steps)")
     if speak:
@@ -280,6 +282,21 @@ def _train(args, cfg: SolverConfig, device, dtype, run_dir: RunDir | None) -> di
         raise RunInterrupted(f"interrupted at {last['passes']:.1f} effective passes (exact duality gap there {gap}); "
                              f"wrote {out / 'history.json'} and {out / 'model.pt'}; {resume}")
     return last
+
+
+def _save_results(out: Path, history: list, w, ell: float, lam: float, dataset: str, layout: dict) -> None:
+    """history.json and model.pt into ``out``; if that fails (e.g. the disk filled up during the run),
+    into a fresh temporary directory named in the error, so the trained model is not lost."""
+    try:
+        save_history(out, history)
+        save_model(out, w, ell, lam, dataset, layout)
+    except OSError as e:
+        import tempfile
+        rescue = Path(tempfile.mkdtemp(prefix="ssvm-train-results-"))
+        save_history(rescue, history)
+        save_model(rescue, w, ell, lam, dataset, layout)
+        raise SSVMInputError(f"out: writing the results into {out} failed ({e.strerror or e}); they are in {rescue} "
+                             "(history.json, model.pt)") from None
 
 
 def _select(args, cfg: SolverConfig, device, dtype, run_dir: RunDir, featurization: dict) -> dict:
