@@ -268,3 +268,32 @@ def test_chain_hinge_float32_uses_the_torch_oracle_and_agrees():
     torch.testing.assert_close(H32.double(), H64, rtol=0, atol=1e-5)
     assert torch.allclose(chain_score(unary, lengths, first, last, trans, gt).float(),
                           chain_score(unary.float(), lengths, first.float(), last.float(), trans.float(), gt))
+
+
+def test_non_finite_scores_are_refused_and_minus_inf_marks_a_forbidden_tag():
+    from ssvm_torch.nn import ChainSSVMHead, chain_decode, chain_hinge
+    B, T, K = 2, 4, 3
+    unary = torch.randn(B, T, K, dtype=torch.float64)
+    lengths = torch.tensor([4, 2])
+    gt = torch.tensor([[0, 1, 2, 1], [2, 0, -1, -1]])
+    z, zz = torch.zeros(K, dtype=torch.float64), torch.zeros(K, K, dtype=torch.float64)
+    for kernels in ("numba", "torch"):
+        for bad in (float("nan"), float("inf")):
+            u = unary.clone()
+            u[1, 0, 2] = bad
+            with pytest.raises(SSVMInputError, match=r"unary: expected scores without NaN or \+inf .*found 1 such"):
+                chain_hinge(u, lengths, z, z, zz, gt, kernels=kernels)
+            with pytest.raises(SSVMInputError, match="unary: expected scores without NaN"):
+                chain_decode(u, lengths, z, z, zz, kernels=kernels)
+        t = zz.clone()
+        t[0, 0] = float("nan")
+        with pytest.raises(SSVMInputError, match="trans: expected scores without NaN"):
+            chain_hinge(unary, lengths, z, z, t, gt, kernels=kernels)
+        u = unary.clone()
+        u[0, :, 1] = float("-inf")                                # tag 1 forbidden in row 0: allowed input
+        assert not bool((chain_decode(u, lengths, z, z, zz, kernels=kernels)[0] == 1).any())
+    with pytest.raises(SSVMInputError, match=r"lengths: expected an integer tensor of shape \(2,\), got \(2,\) torch.float32"):
+        chain_decode(unary, lengths.float(), z, z, zz)
+    head = ChainSSVMHead(n_features=5, n_states=K)
+    with pytest.raises(SSVMInputError, match=r"features: expected a \(B, T, 5\) tensor"):
+        head(torch.zeros(B, T, 4), lengths, gt)

@@ -55,12 +55,18 @@ def _as_masked(unary, lengths, gt, token_loss):
     return mask, gold, rowc, cost
 
 
+def _check_scores(unary, lengths, first, last, trans, gt) -> None:
+    check_chain(unary, lengths, first, last, trans, gt)
+    for name, t in (("unary", unary), ("first", first), ("last", last), ("trans", trans)):
+        chain_ops.refuse_bad_scores(t.detach(), name)
+
+
 def chain_decode(unary, lengths, first, last, trans, gt=None, token_loss=None, kernels: str = "auto") -> torch.Tensor:
     """Max-scoring labelings (B, T) int64, -1 beyond ``lengths``; loss-augmented if ``gt`` is given.
     No gradient flows (use :func:`chain_hinge` for training). The oracle is
     :func:`ssvm_torch.nn.chain_ops.decode`; ``kernels``: "auto" (compiled on CPU float32/float64,
     torch elsewhere), "numba" or "torch"."""
-    check_chain(unary, lengths, first, last, trans, gt)
+    _check_scores(unary, lengths, first, last, trans, gt)
     mask, gold, rowc, cost = _as_masked(unary, lengths, gt, token_loss)
     with torch.no_grad():
         labels, _ = chain_ops.decode(unary, mask, first, last, trans, kernels=kernels, gold=gold, rowc=rowc, cost=cost)
@@ -72,7 +78,7 @@ def chain_hinge(unary, lengths, first, last, trans, gt, token_loss=None, kernels
     ``first``, ``last`` and ``trans``; its gradient is the subgradient
     onehot-statistics(y*) - onehot-statistics(y_i) of the loss-augmented labeling y*
     (:func:`ssvm_torch.nn.chain_ops.hinge`, the oracle of :class:`~ssvm_torch.nn.LinearChain` too)."""
-    check_chain(unary, lengths, first, last, trans, gt)
+    _check_scores(unary, lengths, first, last, trans, gt)
     mask, gold, rowc, cost = _as_masked(unary, lengths, gt, token_loss)
     return chain_ops.hinge(unary, mask, first, last, trans, gold, rowc, cost, kernels=kernels)
 
@@ -98,6 +104,9 @@ class ChainSSVMHead(nn.Module):
         self.trans = nn.Parameter(torch.zeros(K, K))
 
     def unaries(self, features: torch.Tensor) -> torch.Tensor:
+        F = self.emission.in_features
+        check(torch.is_tensor(features) and features.dim() == 3 and features.shape[2] == F, "features",
+              f"a (B, T, {F}) tensor (n_features = {F})", tuple(getattr(features, "shape", ())) or type(features))
         return self.emission(features)
 
     def token_loss(self, lengths):

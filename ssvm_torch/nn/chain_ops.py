@@ -57,6 +57,22 @@ def _host(*tensors):
     return [to_host(t.detach().contiguous()) for t in tensors]
 
 
+def refuse_bad_scores(t: torch.Tensor, field: str, allow_neg_inf: bool = True) -> None:
+    """NaN and +inf scores are refused (they would decode to arbitrary labels and NaN gradients);
+    -inf is allowed where it marks a forbidden tag or move (``allow_neg_inf``). On CUDA an
+    asynchronous device assertion (no host sync; the error surfaces at the next sync); elsewhere a
+    host check that counts the bad entries. One elementwise pass, O(B T K) against the decoders'
+    O(B T K^2)."""
+    if tracing():
+        return
+    bad = torch.isnan(t) | (t == float("inf")) if allow_neg_inf else ~torch.isfinite(t)
+    what = "NaN or +inf (-inf marks a forbidden tag or move)" if allow_neg_inf else "NaN or inf"
+    if t.is_cuda:
+        torch._assert_async(~bad.any(), f"{field}: expected scores without {what}")
+    elif bool(bad.any()):
+        raise SSVMInputError(f"{field}: expected scores without {what}, found {int(bad.sum())} such entries")
+
+
 def _fail_no_path(scores: torch.Tensor, mask: torch.Tensor):
     if tracing():
         return

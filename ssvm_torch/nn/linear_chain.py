@@ -131,9 +131,7 @@ class LinearChain(nn.Module):
         check(emissions.device == self.transitions.device, "emissions", f"a tensor on {self.transitions.device} "
               "like the layer's parameters", emissions.device)
         traced = chain_ops.tracing()
-        if not traced and not bool(torch.isfinite(emissions).all()):
-            raise SSVMInputError(f"emissions: expected finite values, found "
-                                 f"{int((~torch.isfinite(emissions)).sum())} NaN/inf entries")
+        chain_ops.refuse_bad_scores(emissions.detach(), "emissions", allow_neg_inf=False)   # no host sync on CUDA
         if mask is None:
             mask = torch.ones(emissions.shape[:2], dtype=torch.bool, device=emissions.device)
         check(torch.is_tensor(mask) and mask.shape == emissions.shape[:2] and mask.device == emissions.device,

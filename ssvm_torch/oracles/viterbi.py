@@ -229,7 +229,8 @@ def check_chain(unary, lengths, first, last, trans, gt=None, per_sequence: bool 
     B, T, K = unary.shape
     check(B >= 1 and T >= 1 and K >= 1, "unary", "non-empty dimensions (B, T, K)", tuple(unary.shape))
     check(torch.is_tensor(lengths) and lengths.shape == (B,) and not lengths.is_floating_point(), "lengths",
-          f"an integer tensor of shape ({B},)", getattr(lengths, "shape", type(lengths)))
+          f"an integer tensor of shape ({B},)",
+          f"{tuple(lengths.shape)} {lengths.dtype}" if torch.is_tensor(lengths) else type(lengths).__name__)
     if not bool(((lengths >= 1) & (lengths <= T)).all()):           # the range is read only to report it
         check(False, "lengths", f"values in [1, {T}]", f"range [{int(lengths.min())}, {int(lengths.max())}]")
     for name, t, shape in (("first", first, (K,)), ("last", last, (K,)), ("trans", trans, (K, K))):
