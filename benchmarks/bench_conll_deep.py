@@ -227,6 +227,23 @@ def print_table(out: dict) -> None:
               f"{c['tokens']} tokens)")
 
 
+def markdown(out: dict) -> str:
+    """The docs/results.md table of ``out`` (linear rows, then the neural ones)."""
+    def ms(x, d=2):
+        return f"{x['mean']:.{d}f}" + (f" ± {x['std']:.{d}f}" if x["std"] is not None else "")
+    rows = ["| system | seeds | **test F1** | dev F1 | epochs (best) | s / epoch (median) | peak RSS |",
+            "| --- | --- | --- | --- | --- | --- | --- |"]
+    for r in out["linear"]:
+        rows.append(f"| {r['system']}, λ = {r['lam']:g} (dev) | – | **{ms(r['test_f1'])}** | {ms(r['dev_f1'])} | "
+                    f"{r['passes']:.0f} passes | {r['s_per_pass']:.2f} s / pass | {r['peak_rss_mb']['mean'] / 1024:.2f} GB |")
+    for r in out["neural"]:
+        seeds = ", ".join(f"{p['test_f1']:.2f}" for p in r["runs"])
+        rows.append(f"| {r['system']} (`{Path(r['recipe']).name}`) | {len(r['seeds'])} ({seeds}) | "
+                    f"**{ms(r['test_f1'])}** | {ms(r['dev_f1'])} | {ms(r['epochs'], 1)} ({ms(r['best_epoch'], 1)}) | "
+                    f"{ms(r['s_per_epoch_median'], 1)} | {max(p['peak_rss_mb'] for p in r['runs']) / 1024:.2f} GB |")
+    return "\n".join(rows)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--runs", default="runs/conll_deep", help="directory of the run directories")
@@ -234,6 +251,7 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--draws", type=int, default=1000)
     ap.add_argument("--archive", action="store_true", help="copy the finished runs' small files into the repository")
+    ap.add_argument("--markdown", action="store_true", help="also print the docs/results.md table")
     args = ap.parse_args()
     runs = Path(args.runs).resolve()
     if args.train:
@@ -243,6 +261,8 @@ def main():
         runs = ARCHIVE
     out = report(runs, args.draws)
     print_table(out)
+    if args.markdown:
+        print(markdown(out))
     (RESULTS / "conll_deep.json").write_text(json.dumps(out, indent=1))
 
 
