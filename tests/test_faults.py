@@ -356,3 +356,18 @@ def test_lightning_errors_in_one_line(tmp_path, capsys):
         assert lightning_main(base + ["--trainer.default_root_dir", str(tmp_path / "r"),
                                       "--trainer.accelerator", "gpu"]) == 2
         assert "error: trainer:" in capsys.readouterr().err
+
+
+def test_data_dir_points_the_commands_at_a_copy_of_the_datasets(tmp_path, capsys, monkeypatch):
+    copy = tmp_path / "data"
+    shutil.copytree(data_dir(), copy)
+    monkeypatch.setenv("SSVM_TORCH_DATA", str(tmp_path / "nowhere"))
+    assert main(QUICK + ["--out", str(tmp_path / "a")]) == 2
+    err = capsys.readouterr().err
+    assert "pass --data-dir or set SSVM_TORCH_DATA" in err and "nowhere" in err
+    assert main(QUICK + ["--data-dir", str(copy), "--out", str(tmp_path / "b")]) == 0
+    assert os.environ["SSVM_TORCH_DATA"] == str(tmp_path / "nowhere")     # restored after the command
+    assert main(QUICK + ["--data-dir", str(tmp_path / "missing"), "--out", str(tmp_path / "c")]) == 2
+    assert "data_dir: expected a folder with the datasets" in capsys.readouterr().err
+    assert path_main(["--dataset", "ocr-small", "--eps", "0.5", "--quiet", "--data-dir", str(copy),
+                      "--out", str(tmp_path / "path")]) == 0

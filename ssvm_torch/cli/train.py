@@ -24,6 +24,7 @@ from pathlib import Path
 import torch
 
 from .. import distributed
+from ..data.types import data_folder
 from ..errors import RunInterrupted, SSVMInputError, run_cli
 from ..outputs import RunDir, load_checkpoint, save_checkpoint, save_history, save_model, save_selection
 from ..selection import DEFAULT_LAMS, select_lambda
@@ -41,6 +42,9 @@ def build_parser() -> argparse.ArgumentParser:
                     "pairwise, away or best steps; optional caching) or SSG, and report the exact duality gap "
                     "and the test error. Writes history.json, model.pt and config.json to --out.")
     p.add_argument("--dataset", default="ocr-small", help=f"one of {', '.join(TASKS)}")
+    p.add_argument("--data-dir", default=None,
+                   help="folder of the datasets (a copy of the repository's datasets/); default $SSVM_TORCH_DATA, "
+                        "else the source checkout's datasets/")
     p.add_argument("--train-size", type=int, default=None,
                    help="conll2000 / segmentation-synth / pose-synth / hansards: keep the first N training "
                         "examples; None = all")
@@ -332,8 +336,13 @@ def _select(args, cfg: SolverConfig, device, dtype, run_dir: RunDir, featurizati
     return selection
 
 
+def _run_in_data_dir(args):
+    with data_folder(args.data_dir):
+        return run(args)
+
+
 def main(argv=None) -> int:
-    return run_cli("ssvm-train", run, build_parser().parse_args(argv))
+    return run_cli("ssvm-train", _run_in_data_dir, build_parser().parse_args(argv))
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -17,13 +18,37 @@ from ..errors import SSVMInputError, check, check_finite, warn_scale
 
 
 def data_dir() -> Path:
+    """The folder of the datasets: ``$SSVM_TORCH_DATA`` (``--data-dir`` of the commands sets it), else
+    the repository's ``datasets/`` beside the package (a source checkout). The wheel does not carry
+    the datasets (datasets/README.md: they come without explicit licences)."""
     env = os.environ.get("SSVM_TORCH_DATA")
     path = Path(env) if env else Path(__file__).resolve().parents[2] / "datasets"
     if not path.is_dir():
         raise SSVMInputError(
-            f"data directory: expected a folder with the shipped datasets at {path} "
-            "(set SSVM_TORCH_DATA to the repository's datasets/ folder)")
+            f"data directory: expected a folder with the datasets at {path}; pass --data-dir or set "
+            "SSVM_TORCH_DATA to a copy of the repository's datasets/ folder (the wheel does not include them)")
     return path
+
+
+@contextmanager
+def data_folder(path):
+    """``--data-dir``: read the datasets from ``path`` inside the block (the previous setting is back
+    afterwards); None leaves everything as it is."""
+    if path is None:
+        yield
+        return
+    if not Path(path).is_dir():
+        raise SSVMInputError(f"data_dir: expected a folder with the datasets, {path} "
+                             f"{'is a file' if Path(path).exists() else 'does not exist'}")
+    before = os.environ.get("SSVM_TORCH_DATA")
+    os.environ["SSVM_TORCH_DATA"] = str(Path(path).resolve())
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("SSVM_TORCH_DATA", None)
+        else:
+            os.environ["SSVM_TORCH_DATA"] = before
 
 
 def numeric(x, field: str, dtype=torch.float64) -> torch.Tensor:
