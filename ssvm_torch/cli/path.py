@@ -36,7 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "path.pt, path.json and config.json to --out.")
     p.add_argument("--dataset", default="ocr-small", help=f"one of {', '.join(TASKS)}")
     p.add_argument("--data-dir", default=None,
-                   help="folder of the datasets (a copy of the repository's datasets/); default $SSVM_TORCH_DATA, "
+                   help="folder of the datasets (a copy of the repository's datasets/); None = $SSVM_TORCH_DATA, "
                         "else the source checkout's datasets/")
     p.add_argument("--train-size", type=int, default=None, help="keep the first N training examples (where supported); None = all")
     p.add_argument("--eps", type=float, default=0.1, help="duality gap guaranteed along the path")

@@ -43,7 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "and the test error. Writes history.json, model.pt and config.json to --out.")
     p.add_argument("--dataset", default="ocr-small", help=f"one of {', '.join(TASKS)}")
     p.add_argument("--data-dir", default=None,
-                   help="folder of the datasets (a copy of the repository's datasets/); default $SSVM_TORCH_DATA, "
+                   help="folder of the datasets (a copy of the repository's datasets/); None = $SSVM_TORCH_DATA, "
                         "else the source checkout's datasets/")
     p.add_argument("--train-size", type=int, default=None,
                    help="conll2000 / segmentation-synth / pose-synth / hansards: keep the first N training "
