@@ -32,11 +32,12 @@ import torch
 import torch.nn.functional as Fn
 import torch.utils.data as tud
 
-from ..errors import SSVMInputError, check, check_choice, check_positive
+from ..errors import check, check_choice, check_positive
+from ..lightning.checkpoint_io import seal, unseal
 from ..lightning.module import run_output_dir
 from ..models.chain import ChainModel
 from ..nn import ChainSSVMHead, chain_crf_nll, chain_decode, chain_hinge
-from ..outputs import atomic_write_bytes, content_digest, save_history, save_model, save_torch
+from ..outputs import atomic_write_bytes, save_history, save_model, save_torch
 from ..portable import pack, unpack
 from ..solvers.loop import Solver, SolverConfig
 from ..stores import make_store
@@ -257,17 +258,10 @@ class DeepChainModule(L.LightningModule):
         features, so the resumed run rebuilds its store on the restored network's features."""
         state = {"solver": None if self.solver is None else pack(self.solver.state_dict()),
                  "history": list(self.history), "phase": dict(getattr(self, "_phase_record", {}))}
-        checkpoint[CHECKPOINT_KEY] = {**state, "sha256": content_digest(state)}
+        checkpoint[CHECKPOINT_KEY] = seal(state)
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
-        saved = checkpoint.get(CHECKPOINT_KEY)
-        if saved is None:
-            raise SSVMInputError(f"checkpoint: expected a DeepChainModule checkpoint with key {CHECKPOINT_KEY!r}, "
-                                 f"got keys {sorted(checkpoint)}")
-        body = {k: v for k, v in saved.items() if k != "sha256"}
-        if saved.get("sha256") != content_digest(body):
-            raise SSVMInputError("checkpoint: the SSVM state is damaged: its content does not match the SHA-256 "
-                                 "saved with it; resume from another checkpoint")
+        saved = unseal(checkpoint, CHECKPOINT_KEY, "DeepChainModule", "SSVM state")
         self.history = list(saved["history"])
         self._phase_record = dict(saved["phase"])
         self._resumed = None if saved["solver"] is None else unpack(saved["solver"])

@@ -32,11 +32,11 @@ import torch
 import torch.utils.data as tud
 
 from ..constraints import allowed_transitions
-from ..errors import SSVMInputError, check, check_choice, check_positive
+from ..errors import check, check_choice, check_positive
 from ..lightning.callbacks import save_last_checkpoint
-from ..lightning.checkpoint_io import AtomicCheckpointIO
+from ..lightning.checkpoint_io import AtomicCheckpointIO, seal, unseal
 from ..lightning.module import run_output_dir
-from ..outputs import atomic_write_bytes, content_digest, save_history, save_torch
+from ..outputs import atomic_write_bytes, save_history, save_torch
 from ..portable import pack, unpack
 from .chain_module import EpochPermutation, epoch_seed
 from .tagger import ChunkTagger
@@ -204,18 +204,10 @@ class ConllChunker(L.LightningModule):
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         """Lightning saves the weights and optimizers; this adds the history and the best dev weights,
         with a SHA-256 of their content."""
-        state = {"history": list(self.history), "best": pack(dict(self.best))}
-        checkpoint[CHECKPOINT_KEY] = {**state, "sha256": content_digest(state)}
+        checkpoint[CHECKPOINT_KEY] = seal({"history": list(self.history), "best": pack(dict(self.best))})
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
-        saved = checkpoint.get(CHECKPOINT_KEY)
-        if saved is None:
-            raise SSVMInputError(f"checkpoint: expected a ConllChunker checkpoint with key {CHECKPOINT_KEY!r}, "
-                                 f"got keys {sorted(checkpoint)}")
-        body = {k: v for k, v in saved.items() if k != "sha256"}
-        if saved.get("sha256") != content_digest(body):
-            raise SSVMInputError("checkpoint: the chunker state is damaged: its content does not match the SHA-256 "
-                                 "saved with it; resume from another checkpoint")
+        saved = unseal(checkpoint, CHECKPOINT_KEY, "ConllChunker", "chunker state")
         self.history = list(saved["history"])
         self.best = unpack(saved["best"])
 
