@@ -3,13 +3,19 @@ sizes tau (tau = 1 is BCFW), OCR-large, lambda = 1e-3, gap sampling, the same se
 per-pass progress a large tau costs (one joint line search for tau blocks instead of tau searches).
 Prints a table and writes benchmarks/results/minibatch.json.
 
+With ``--vs-batch-fw``: seconds per step of tau = n (``--batch-size n``) against batch FW
+(``--solver fw``) on OCR-small, lambda = 0.01 (median of ``--repeats`` runs, both in one process),
+written to benchmarks/results/minibatch_tau_n.json.
+
 Usage: python benchmarks/bench_minibatch.py [--taus 1 16 256] [--passes 20] [--kernels auto]
+       python benchmarks/bench_minibatch.py --vs-batch-fw [--repeats 5]
 """
 from __future__ import annotations
 
 import argparse
 import json
 import platform
+import statistics
 from pathlib import Path
 
 import numba
@@ -18,6 +24,8 @@ import torch
 from ssvm_torch import Solver, SolverConfig
 from ssvm_torch.outputs import atomic_write_bytes
 from ssvm_torch.tasks import load_task
+
+RESULTS = Path(__file__).parent / "results"
 
 
 def main():
@@ -31,9 +39,15 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--kernels", default="auto", help="auto = numba (parallel decodes over numba threads) on CPU")
     ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
-    ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "minibatch.json"))
+    ap.add_argument("--out", default=None, help="default: benchmarks/results/minibatch.json "
+                                               "(--vs-batch-fw: minibatch_tau_n.json)")
+    ap.add_argument("--vs-batch-fw", action="store_true", help="time tau = n against batch FW instead")
+    ap.add_argument("--repeats", type=int, default=5)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
+    if args.vs_batch_fw:
+        return tau_n_vs_batch_fw(args)
+    args.out = args.out or str(RESULTS / "minibatch.json")
     task = load_task(args.dataset)
     res = {"machine": platform.processor() or platform.machine(), "torch_threads": args.threads,
            "numba_threads": numba.get_num_threads(), "torch": torch.__version__, "dataset": args.dataset,
@@ -58,6 +72,35 @@ def main():
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     atomic_write_bytes(Path(args.out), json.dumps(res, indent=1).encode())
     print(f"wrote {args.out}")
+
+
+def tau_n_vs_batch_fw(args) -> None:
+    """s per step of mini-batch BCFW with tau = n and of batch FW (the same steps: test_minibatch.py),
+    on OCR-small at lambda = 0.01 unless --dataset / --lam say otherwise; the first record's time
+    (kernel compilation, the start's gap pass) is left out."""
+    dataset = "ocr-small" if args.dataset == "ocr-large" else args.dataset
+    lam = 0.01 if args.lam == 1e-3 else args.lam
+    task = load_task(dataset)
+    steps = 10
+    configs = {"batch-fw": dict(solver="fw", passes=steps + 1, gap_check=steps + 1),
+               "tau-n": dict(solver="bcfw", sampling="gap", batch_size=task.n_train, passes=steps,
+                             gap_check=steps, seed=args.seed)}
+    per_step = {k: [] for k in configs}
+    for _ in range(args.repeats + 1):                  # the first round compiles the kernels
+        for name, kw in configs.items():
+            hist = Solver(task.store(lam, kernels=args.kernels), SolverConfig(**kw)).run()
+            per_step[name].append((hist[-1]["time_s"] - hist[0]["time_s"]) / hist[-1]["steps"])
+    med = {k: statistics.median(v[1:]) for k, v in per_step.items()}
+    res = {"machine": platform.processor() or platform.machine(), "torch": torch.__version__,
+           "numba_threads": numba.get_num_threads(), "dataset": dataset, "n": task.n_train, "lam": lam,
+           "steps": steps, "repeats": args.repeats, "s_per_step": per_step, "median_s_per_step": med,
+           "ratio_tau_n_to_batch_fw": med["tau-n"] / med["batch-fw"]}
+    print(f"{dataset}: batch FW {med['batch-fw'] * 1e3:.1f} ms/step, tau = n {med['tau-n'] * 1e3:.1f} ms/step, "
+          f"ratio {res['ratio_tau_n_to_batch_fw']:.2f} (median of {args.repeats})")
+    out = Path(args.out or RESULTS / "minibatch_tau_n.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes(out, json.dumps(res, indent=1).encode())
+    print(f"wrote {out}")
 
 
 if __name__ == "__main__":

@@ -49,7 +49,10 @@ def test_tau_one_takes_bcfw_steps(ocr, kernels):
 
 
 @pytest.mark.parametrize("kernels", ["numba", "torch"])
-def test_tau_n_takes_batch_fw_steps(ocr, kernels):
+@pytest.mark.parametrize("path", ["corners_step", "full_step"])
+def test_tau_n_takes_batch_fw_steps(ocr, kernels, path):
+    """Both ways of a tau = n step (the general one on batched corners, and the batch-FW one that
+    ``step`` takes when the batch holds every block) move as batch FW does."""
     fw = chain_store(ocr, 25, kernels)
     batch_fw = Solver(fw, SolverConfig(solver="fw", passes=4, gap_check=4))
     batch_fw.run()
@@ -59,9 +62,31 @@ def test_tau_n_takes_batch_fw_steps(ocr, kernels):
     sampler = SAMPLERS["perm"](mb.n, 0)
     rule, st = MiniBatchStep(mb, cfg, sampler), SolverState()
     for _ in range(3):
-        rule.step(sampler.draw(mb.n), st)
+        getattr(rule, path)(sampler.draw(mb.n), st)
     assert torch.allclose(mb.w, fw.w, rtol=1e-9, atol=1e-12)
     assert mb.ell == pytest.approx(fw.ell, rel=1e-9)
+    assert st.oracle_calls == 3 * mb.n and st.gamma_n == 3
+    # the block gaps the sampler holds are those of the last step's pass (at the pre-step w)
+    assert np.isfinite(sampler.gaps).all() and (sampler.gaps >= -1e-12).all()
+
+
+@pytest.mark.parametrize("averaging", [None, "weighted"])
+def test_tau_n_run_follows_batch_fw(ocr, averaging):
+    """``--batch-size n`` runs batch FW's trajectory through the solver loop: the same records
+    (gap, primal, dual) pass by pass, with and without weighted averaging (the shadow follows)."""
+    runs = []
+    for cfg in (SolverConfig(solver="fw", passes=6, gap_check=1, averaging=averaging),
+                SolverConfig(solver="bcfw", sampling="gap", batch_size=30, passes=6, gap_check=1,
+                             averaging=averaging, seed=3)):
+        runs.append(Solver(chain_store(ocr, 30, "numba"), cfg).run())
+    fw, mb = runs
+    # batch FW's records sit at its pre-step points; the mini-batch run's after its steps and
+    # count its exact gap passes too: match the records by the number of steps taken
+    at_step = {r["steps"]: r for r in fw}
+    assert [r["steps"] for r in mb] == [0, 1, 2, 3] and max(at_step) == 5
+    for key in ("gap", "primal", "dual"):
+        np.testing.assert_allclose([r[key] for r in mb], [at_step[r["steps"]][key] for r in mb],
+                                   rtol=1e-8, atol=1e-12)
 
 
 def test_minibatch_run_ascends_and_counts_passes(ocr):

@@ -66,22 +66,57 @@ class MiniBatchStep(StepRule):
     oracle call and moves all of them along their joint FW direction dw = sum_i (w_s,i - w_i) with
     the exact line search of the quadratic dual, gamma = sum_i g_i / (lam ||dw||^2) clipped to [0, 1]
     (:class:`~ssvm_torch.stores.base.MiniBatchMoves`; the parallel analysis is Wang et al., ICML
-    2016). tau = 1 takes BCFW's steps, tau = n batch FW's."""
+    2016). tau = 1 takes BCFW's steps, tau = n batch FW's: a batch of every block of a store that
+    holds them all runs as batch FW does (:meth:`full_step`: one gap pass and the dense corner point
+    instead of tau block directions scattered into w)."""
 
     def step(self, batch: list[int], st: SolverState) -> None:
         d = self.dual
+        if len(batch) == d.n and d.supports_block_steps and d.box() is None:
+            self.full_step(batch, st)
+        else:
+            self.corners_step(batch, st)
+
+    def corners_step(self, batch: list[int], st: SolverState) -> None:
+        """The step on any tau distinct blocks from their batched corners."""
+        d = self.dual
         corners = d.batch_corners(torch.as_tensor(batch, device=d.device))
-        g = float(corners.gaps.sum())
-        sq = squared_norm(corners.dw)
+        self._line_search(float(corners.gaps.sum()), squared_norm(corners.dw),
+                          lambda gamma: d.batch_move(corners, gamma), st)
+        self._count(batch, to_host(corners.gaps).tolist(), st)
+
+    def full_step(self, batch: list[int], st: SolverState) -> None:
+        """The step on all n blocks by batch FW's primitives (Alg. 2 of Lacoste-Julien et al. 2013):
+        dw = w_s - w and sum_i g_i, the same line search (``tests/test_minibatch.py`` checks both
+        paths against batch FW); the shadow follows w."""
+        d = self.dual
+        gp = d.gap_pass()
+        w_s, ell_s = d.corner_point(gp)
+        dw = w_s - d.w
+
+        def move(gamma: float) -> None:
+            d.move_all(gp, w_s, ell_s, gamma)
+            if d.shadow is not None:
+                d.shadow.add_(dw, alpha=gamma * d.shadow_coef)
+
+        self._line_search(float(gp.block_gaps.sum()), squared_norm(dw), move, st)
+        gaps = to_host(gp.block_gaps)
+        self._count(batch, [float(gaps[i]) for i in batch], st)
+
+    def _line_search(self, g: float, sq: float, move, st: SolverState) -> None:
+        """gamma = g / (lam sq) clipped to [0, 1], applied by ``move(gamma)`` (no move when the
+        direction is zero or not ascending)."""
         if sq > 0.0 and g > 0.0:
-            gamma = g / (d.lam * sq)
+            gamma = g / (self.dual.lam * sq)
             if gamma >= 1.0:
                 gamma = 1.0
                 st.gamma_full += 1
-            d.batch_move(corners, gamma)
+            move(gamma)
             st.gamma_sum += gamma
         st.gamma_n += 1
-        for i, gi in zip(batch, to_host(corners.gaps).tolist()):
+
+    def _count(self, batch: list[int], gaps: list[float], st: SolverState) -> None:
+        for i, gi in zip(batch, gaps):
             self.sampler.update(i, gi)
         st.oracle_calls += len(batch)
         st.step_oracle_calls += len(batch)
