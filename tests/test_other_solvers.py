@@ -125,13 +125,13 @@ def test_eg_raises_the_dual_at_every_step(ocr_small):
     train, _ = ocr_small
     sub = train.subset(range(30))
     d = make_store(ChainModel.for_data(sub), sub, 0.01)
-    s = make_solver(d, SolverConfig(solver="eg", sampling="perm", passes=3, gap_check=1, step_size=300))
+    s = make_solver(d, SolverConfig(solver="eg", sampling="perm", passes=3, gap_check=1, step_size=30000))
     duals = []
     for _ in range(3 * sub.n):
         s.step(s.sampler.next())
         duals.append(d.dual())
     assert all(b >= a - 1e-12 for a, b in zip(duals, duals[1:]))
-    assert s.refused > 0                                  # step 300 is too long for some blocks: halved
+    assert s.refused > 0                                  # step 30000 is too long for some blocks: halved
     w = d.w.clone()
     d.recompute()
     torch.testing.assert_close(d.w, w, rtol=0, atol=1e-10)    # the incremental w is the blocks' w
@@ -330,3 +330,71 @@ def test_cutting_plane_under_box_constraints():
                                  "jac": lambda x: np.hstack([lam * A, np.ones((len(b), 1))])}],
                    options={"ftol": 1e-15, "maxiter": 2000})
     assert d.dual() == pytest.approx(res.fun, abs=1e-8)
+
+
+def test_eg_kernel_takes_the_torch_paths_steps(ocr_small):
+    """The numba EG step (oracles/eg_kernels.py) and the torch path it replaces on the CPU take the
+    same steps: the same records and w after 3 passes with refused tries (step 30000)."""
+    train, _ = ocr_small
+    sub = train.subset(range(30))
+    runs = []
+    for kernels in ("numba", "torch"):
+        s = make_solver(make_store(ChainModel.for_data(sub), sub, 0.01, kernels=kernels),
+                        SolverConfig(solver="eg", sampling="uniform", passes=3, gap_check=1, step_size=30000, seed=2))
+        runs.append((s.run(), s.model_point()[0].clone(), s.refused))
+    (h1, w1, r1), (h2, w2, r2) = runs
+    assert r1 == r2 > 0
+    assert [r["passes"] for r in h1] == [r["passes"] for r in h2]
+    for key in ("primal", "dual", "gap"):
+        np.testing.assert_allclose([r[key] for r in h1], [r[key] for r in h2], rtol=1e-9, atol=1e-12)
+    torch.testing.assert_close(w1, w2, rtol=0, atol=1e-10)
+
+
+def test_scaled_forward_backward_and_its_log_space_fallback():
+    """fb_scaled (probability space, Rabiner's scaling) equals the log-space marginals on random
+    potentials of scale 30 under tag constraints, and declines (returns False) where a scaling
+    constant underflows; fb_log then gives the exact answer."""
+    from ssvm_torch.constraints import allowed_transitions, penalties
+    from ssvm_torch.oracles.eg_kernels import fb_log, fb_scaled
+    from ssvm_torch.oracles.viterbi import NO_PEN, penalty_array
+    rng = np.random.default_rng(5)
+    tags = ["O", "B-NP", "I-NP", "B-VP", "I-VP"]
+    K, T = len(tags), 6
+    masks = allowed_transitions("BIO", tags)
+    pen_t = penalties(masks)
+    for pen, with_pen in ((NO_PEN, False), (penalty_array(*pen_t), True)):
+        P, tf, tl, tt = (rng.normal(scale=30, size=s) for s in ((T, K), (K,), (K,), (K, K)))
+        work = [np.empty((K, K)), np.empty((T, K)), np.empty((T, K)), np.empty(T)]
+        mu, mt = np.empty((T, K)), np.empty((K, K))
+        assert fb_scaled(P, T, tf, tl, tt, pen, *work, mu, mt)
+        extra = [x.clone() for x in pen_t] if with_pen else [torch.zeros(K), torch.zeros(K), torch.zeros(K, K)]
+        Mu, Mt, _ = chain_marginals_ragged(torch.as_tensor(P), torch.tensor([T]), torch.as_tensor(tf) + extra[0],
+                                           torch.as_tensor(tl) + extra[1], torch.as_tensor(tt) + extra[2])
+        np.testing.assert_allclose(mu, Mu.numpy(), rtol=0, atol=1e-10)
+        np.testing.assert_allclose(mt, Mt[0].numpy(), rtol=0, atol=1e-9)
+    # position 0 all but forces label 0 (e^-1000 underflows), and every move out of label 0 is forbidden
+    # but 0 -> 0, whose unary at position 1 is e^-1000 too: the scaled forward pass sums to 0
+    P = np.array([[0.0, -1000.0], [-1000.0, 0.0]])
+    z2 = np.zeros(2)
+    pen = penalty_array(torch.zeros(2), torch.zeros(2), torch.tensor([[0.0, 0.0], [-np.inf, 0.0]]))
+    work = [np.empty((2, 2)), np.empty((2, 2)), np.empty((2, 2)), np.empty(2)]
+    mu, mt = np.empty((2, 2)), np.empty((2, 2))
+    assert not fb_scaled(P, 2, z2, z2, np.zeros((2, 2)), pen, *work, mu, mt)
+    fb_log(P, 2, z2, z2, np.zeros((2, 2)), pen, np.empty((2, 2)), np.empty((2, 2)), np.empty(2), mu, mt)
+    # two labelings remain, (0, 0) and (1, 1), each scoring -1000: half the mass each
+    np.testing.assert_allclose(mu, [[0.5, 0.5], [0.5, 0.5]], atol=1e-12)
+    np.testing.assert_allclose(mt, [[0.5, 0.0], [0.0, 0.5]], atol=1e-12)
+
+
+def test_eg_start_choice(ocr_small):
+    """``eg_start='uniform'`` is Collins et al.'s uniform alpha_i (theta = 0: every position's marginal
+    1/K); the default margin start puts >= 99.8% of each position's mass on y_i; a bad value is refused."""
+    train, _ = ocr_small
+    sub = train.subset(range(10))
+    for start, check in (("uniform", lambda mu: torch.allclose(mu, torch.full_like(mu, 1 / 26))),
+                         ("margin", lambda mu: bool((mu.gather(1, sub.Y[:, None]) > 0.998).all()))):
+        d = make_store(ChainModel.for_data(sub), sub, 0.01)
+        make_solver(d, SolverConfig(solver="eg", eg_start=start, passes=1))
+        assert check(d.Mu)
+    with pytest.raises(SSVMInputError, match="eg_start"):
+        SolverConfig(solver="eg", eg_start="zero").validate()

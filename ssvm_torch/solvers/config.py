@@ -37,6 +37,8 @@ class SolverConfig:
                                  # gap_check passes (up to one pass more) until the gap estimate is <= this,
                                  # then pay the exact check (0: check every gap_check passes)
     step_size: float = 0.0       # EG / DEG: multiple of the safe step (0 = 1; see solvers/eg.py, deg.py)
+    eg_start: str = "margin"     # EG: "margin" (theta_i = EG_START_MARGIN S(y_i)) or "uniform" (theta_i = 0,
+                                 # Collins et al.'s uniform alpha_i); solvers/eg.py says why margin is the default
     qp_solver: str = "daqp"      # cutting plane: the qpsolvers backend of the working-set QP
     inactive_window: int = 50    # cutting plane: QP solves a constraint may stay at alpha = 0 before pruning
     batch_size: int = 1          # BCFW: blocks per step (mini-batch BCFW): tau distinct blocks decoded in
@@ -87,6 +89,7 @@ class SolverConfig:
               "step_size", "a finite number >= 0 (0 = the default multiple 1 of the safe step)", self.step_size)
         check(isinstance(self.inactive_window, int) and self.inactive_window >= 1, "inactive_window", "an int >= 1",
               self.inactive_window)
+        check_choice(self.eg_start, "eg_start", ("margin", "uniform"))
         check_choice(self.qp_solver, "qp_solver", ("daqp", "quadprog", "clarabel", "osqp"))
         if self.solver == "cutting-plane":              # cache: its inference cache (solvers/cutting_plane.py)
             check(self.step == "fw", "step", "'fw' for the cutting plane (step types are BCFW variants)", self.step)

@@ -12,31 +12,47 @@ and the new dual point of the block is the marginals of theta_i (the chain margi
 :mod:`ssvm_torch.oracles.marginals`), written into the store like any other block move. The
 block's dual change is exact and cheap (a Gram form), so a step that would lower the dual is
 refused and beta_i halved (the per-example rule of Collins et al., Sec. 6); every tried step is one
-marginal call. Blocks start at theta_i = START_MARGIN S(y_i) (stores/chain_marginal.py; most of
-alpha_i's mass on y_i): the paper's uniform start (theta_i = 0) puts w = sum_i E_unif psi_i / (lam n) far from the optimum at
-the regularizations of the FW papers (OCR-small, lam = 0.01: primal 2717 at the start; gap 5.2 after
-20 passes against 0.66 from START_MARGIN = 5), while a start at delta(y_i) itself (START_MARGIN = 20)
-leaves EG's multiplicative updates almost no mass to move (gap 1.000 after 10 passes).
+marginal call. On the CPU the whole step is one numba kernel
+(:func:`~ssvm_torch.oracles.eg_kernels.nb_eg_step`); the torch path (any device) is its tested reference.
 
-The initial beta is ``step_size`` (default DEFAULT_STEP = 10: on OCR-small no step was refused at
-10, while 100 refuses ~10% of them and ends worse per pass) times the safe value lam n / max_i R_i^2
-of Collins et al.'s convergence theorem (the dual is R_i^2 / (lam n^2)-smooth in alpha_i w.r.t. the l1 norm), with
-R_i^2 >= max_y ||psi_i(y)||^2 bounded from the Gram matrices (the store's ``prox_scale``).
+Start and step, measured on OCR-small at lam = 0.01, 30 passes (primal at 30; BCFW 0.285, P* ~ 0.165):
+
+* ``eg_start="uniform"`` (theta_i = 0, Collins et al.'s uniform alpha_i): w = sum_i E_unif psi_i / (lam n)
+  is far from the optimum at the regularizations of the FW papers (primal 2717 at the start, 2.77 at
+  30 passes with step 10, 3.44 with step 100);
+* theta_i = m S(y_i): most of alpha_i's mass on y_i. m = 5 (the dual extragradient's prox centre,
+  START_MARGIN in stores/chain_marginal.py) leaves 14% of each position's mass on wrong labels: primal
+  276 at the start, 0.708 at 30 passes (step 10); m = 10 starts at primal 2.76 with 0.1% of the mass
+  wrong, and EG's multiplicative updates then need large steps to move it: 1.02 at step 10, 0.80 at
+  300, **0.522 at 1000**, 0.512 at 3000, 0.561 at 10000; m = 13 and 16 end at 0.60-0.72. Per-example
+  R_i instead of max_i R_i in the safe step, and growing beta_i after accepted steps (x1.05, x1.2,
+  x1.5), made it worse (more refused tries, each a counted marginal call).
+
+So the default start is m = EG_START_MARGIN = 10 and the default initial beta is DEFAULT_STEP = 1000
+times the safe value lam n / max_i R_i^2 of Collins et al.'s convergence theorem (the dual is
+R_i^2 / (lam n^2)-smooth in alpha_i w.r.t. the l1 norm), with R_i^2 >= max_y ||psi_i(y)||^2 bounded
+from the Gram matrices (the store's ``prox_scale``); the halving rule keeps the steps that would lower
+the dual out.
 """
 from __future__ import annotations
 
+import math
+
+import numpy as np
 import torch
+import torch.nn.functional as Fn
 
 from ..errors import SSVMInputError, check
 from ..stores.base import MarginalMoves
 from .outer import OuterSolver
 
 
-DEFAULT_STEP = 10.0
+DEFAULT_STEP = 1000.0
+EG_START_MARGIN = 10.0      # EG's own start; DEG's prox centre is START_MARGIN (stores/chain_marginal.py)
 
 
 class EGSolver(OuterSolver):
-    identity = OuterSolver.identity + ("step_size",)
+    identity = OuterSolver.identity + ("step_size", "eg_start")
 
     def __init__(self, dual, config, evaluate=None, progress=None, monitor_start=True, interrupt=None):
         if not isinstance(dual, MarginalMoves):
@@ -45,67 +61,66 @@ class EGSolver(OuterSolver):
         super().__init__(dual, config, evaluate, progress, monitor_start, interrupt)
         d = dual
         K = d.model.K
-        self.theta_u = d.prox_center()[0].clone()
+        margin = EG_START_MARGIN if config.eg_start == "margin" else 0.0
+        self.theta_u = margin * Fn.one_hot(d.Y, K).to(d.dtype)
         self.theta_first = torch.zeros(d.n, K, dtype=d.dtype, device=d.device)
         self.theta_last = torch.zeros_like(self.theta_first)
         self.theta_trans = torch.zeros(d.n, K, K, dtype=d.dtype, device=d.device)
         self.c = d.loss_potentials()
         beta0 = (config.step_size if config.step_size > 0 else DEFAULT_STEP) * d.lam * d.N / d.prox_scale()
         self.beta = torch.full((d.n,), beta0, dtype=torch.float64)
+        self.beta_np = self.beta.numpy()                 # the view the steps update in place
+        self.theta = (self.theta_u, self.theta_first, self.theta_last, self.theta_trans)
         self.refused = 0
+        self.pending: list[int] = []                     # blocks drawn for steps not yet taken
+        self.chunk = max(1, math.ceil(d.n / 10))
         Mu, Mt, _ = d.gibbs_marginals(self.theta_u, d.lengths, self.theta_first, self.theta_last, self.theta_trans)
-        d.set_marginals(Mu, Mt)                      # alpha_i ~ delta(y_i): w ~ 0, where the FW family starts
+        d.set_marginals(Mu, Mt)           # margin start: alpha_i ~ delta(y_i), w ~ 0 where the FW family starts
+        self.tol = self._tolerance()
+
+    def _tolerance(self) -> float:
+        """The dual decrease a step may make and still be taken (rounding), refreshed at every check."""
+        return 1e-15 * max(1.0, abs(self.dual.dual()))
 
     def iterate(self) -> None:
-        """One pass-worth of online EG steps is cut by the frame; here one block step."""
-        i = self.sampler.next()
-        self.step(i)
+        """Up to a tenth of a pass of online EG steps (marginal calls, refused tries included), cut at
+        the interval's end: the blocks are drawn ahead (EG leaves the sampler's gaps alone between
+        checks, so the draws do not depend on the steps); those a chunk leaves unused come first in
+        the next one, so every drawn block gets its step in order."""
+        budget = max(1, min(self.chunk, math.ceil(self.interval_end - self.state.oracle_calls)))
+        fresh = [self.sampler.next() for _ in range(max(0, budget - len(self.pending)))]
+        blocks = self.pending + fresh
+        steps = self.steps_on(blocks, budget)
+        self.pending = blocks[steps:]
+        self.state.steps += steps - 1                    # the frame counts one per iterate()
 
     def step(self, i: int) -> None:
+        """One EG step on block i (all its tries)."""
+        self.steps_on([i], 1)
+
+    def steps_on(self, blocks: list[int], max_calls: int) -> int:
+        """EG steps on ``blocks`` in order until ``max_calls`` marginal calls are spent; returns the
+        number of steps taken."""
         d, st = self.dual, self.state
-        s, e = d.block_rows(i)
-        U, first, last, trans = d.block_potentials(i)
-        gu, ell_i = U + self.c[s:e], float(d.ell_i[i])
-        lengths = d.lengths[i:i + 1]
-        M_u, M_t = d.Mu[s:e], d.Mt[i]
-        while True:
-            b = float(self.beta[i])
-            tu = self.theta_u[s:e] + b * gu
-            tf, tl = self.theta_first[i] + b * first, self.theta_last[i] + b * last
-            tt = self.theta_trans[i] + b * trans
-            mu, mt, _ = d.gibbs_marginals(tu, lengths, tf, tl, tt)
-            st.oracle_calls += 1
-            point = d.block_point(i, mu, mt[0])
-            ell_new = d.block_expected_loss(i, mu)
-            # dual change of replacing M_i by the new point: d ell - lam <w, dw_i> - lam/2 |dw_i|^2, with
-            # lam <w, dw_i> = -<dM, theta_i(w)> / n (stores/chain.py docstring)
-            dM = mu - M_u
-            lin = float((dM * U).sum() + dM[0] @ first + dM[-1] @ last + ((mt[0] - M_t) * trans).sum()) / d.N
-            sq = d.pair_sqnorm(i, point, None)
-            gain = (ell_new - ell_i) + lin - 0.5 * d.lam * sq
-            if gain >= -1e-15 * max(1.0, abs(d.dual())):
-                break
-            self.beta[i] = b / 2                             # Collins et al. Sec. 6: halve and retry
-            self.refused += 1
-            if b < 1e-12:                                    # no step raises the dual: the block stays
-                gain = None
-                break
-        if gain is not None:
-            d.pair_move(i, point, None, ell_new, ell_i, 1.0)
-            self.theta_u[s:e], self.theta_first[i], self.theta_last[i], self.theta_trans[i] = tu, tf, tl, tt
-        st.passes_since_recompute += 1 / d.n
+        steps, calls, accepted = d.eg_steps(np.asarray(blocks, dtype=np.int64), self.theta, self.c, self.beta_np,
+                                            self.tol, max_calls)
+        self.refused += calls - accepted                 # tries that would have lowered the dual
+        st.oracle_calls += calls
+        st.passes_since_recompute += steps / d.n
         if st.passes_since_recompute >= self.cfg.recompute_every:
             d.recompute()
             st.passes_since_recompute = 0.0
+        return steps
 
     def check(self) -> dict:
+        self.tol = self._tolerance()
         gp = self.exact_gap_pass()
         return self.record(gp, step_size_mean=float(self.beta.mean()), refused_steps=self.refused)
 
     def extra_state(self) -> dict:
         return {"theta_u": self.theta_u.clone(), "theta_first": self.theta_first.clone(),
                 "theta_last": self.theta_last.clone(), "theta_trans": self.theta_trans.clone(),
-                "beta": self.beta.clone(), "refused": self.refused}
+                "beta": self.beta.clone(), "refused": self.refused, "pending": list(self.pending)}
 
     def load_extra_state(self, s: dict) -> None:
         for key in ("theta_u", "theta_first", "theta_last", "theta_trans", "beta"):
@@ -114,3 +129,5 @@ class EGSolver(OuterSolver):
                   tuple(s[key].shape))
             dst.copy_(s[key])
         self.refused = int(s["refused"])
+        self.pending = [int(i) for i in s.get("pending", [])]
+        self.tol = self._tolerance()

@@ -7,7 +7,8 @@ the same store seam, stopping rules, counters, history records and checkpoint en
 * every ``gap_check`` passes an exact check records the state (``primal`` = objective (1) at the
   point :meth:`model_point` returns, the one ``model.pt`` holds).
 
-A subclass implements :meth:`iterate` (some work, counting its calls in ``state.oracle_calls``),
+A subclass implements :meth:`iterate` (some work, counting its calls in ``state.oracle_calls``, never
+starting work past ``interval_end``),
 :meth:`check` (the record of an exact check) and its own state.
 """
 from __future__ import annotations
@@ -44,6 +45,7 @@ class OuterSolver:
         self.sampler: Sampler = SAMPLERS[config.sampling](dual.n, config.seed)
         self.state = SolverState()
         self.certified = False          # set by an iteration that met the gap threshold on its own
+        self.interval_end = 0.0         # oracle calls at which the current interval's check is due
 
     @property
     def passes(self) -> float:
@@ -97,6 +99,7 @@ class OuterSolver:
             self._log(self.check())
         while not st.done:
             target = self.passes + self.cfg.gap_check
+            self.interval_end = target * self.dual.n          # in oracle calls: iterate() may batch up to it
             while self.passes < target - 1e-12:
                 t0 = time.perf_counter()
                 self.iterate()

@@ -324,6 +324,16 @@ class MarginalMoves(ABC):
     def w_of_marginals(self, Mu: torch.Tensor, Mt: torch.Tensor) -> tuple[torch.Tensor, float]:
         """(w(z), ell(z)) of marginals z = (Mu, Mt) of every block, without touching the store."""
 
+    @abstractmethod
+    def eg_steps(self, blocks, theta: tuple, c: torch.Tensor, beta, tol: float, max_calls: int) -> tuple:
+        """Online-EG steps (Collins et al. 2008, Fig. 2; eq. (10) in potentials) on ``blocks`` in order
+        until ``max_calls`` marginal calls are spent: theta_i <- theta_i + beta_i (theta_i(w) + c_i),
+        block i moves to the marginals of the new theta_i if the dual does not decrease by more than
+        ``tol``, else beta_i is halved and the step retried (their Sec. 6) until beta_i < 1e-12.
+        ``theta`` = (unary (N, K), first (n, K), last (n, K), trans (n, K, K)) log-potentials of every
+        block and ``beta`` (a float64 numpy array (n,)) are updated in place; ``c`` the loss
+        potentials. Returns (steps taken, marginal calls, steps accepted)."""
+
 
 class RelaxedPasses(ABC):
     """What the dual extragradient (Taskar, Lacoste-Julien & Jordan 2006) needs of a store: a

@@ -49,6 +49,7 @@ class ChainDual(ChainTorchPath, ChainMarginalMoves, BlockDual):
                                  "unknown to the model (evaluation-only data)")
         self.fptr, self.fidx, self.fval = model.features_csr(data, dtype, dev)
         self._coo = {}                  # the torch path's sparse products, built on first use
+        self._eg_work = None            # the EG kernel's scratch arrays, allocated on first use
         self.Y = data.Y.to(dev)
         self.offsets = data.offsets.to(dev)
         self.seg = segment_ids(self.offsets)

@@ -7,12 +7,15 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as Fn
 
+import numpy as np
+
 from ..models.chain import unary_rows
+from ..oracles.eg_kernels import nb_eg_steps
 from ..oracles.marginals import chain_marginals_ragged
 from .base import BlockMarginals, MarginalMoves, RelaxedPasses
 
 
-#: the prox centre (EG's start, DEG's centre): the Gibbs distribution of START_MARGIN S(y_i), most of
+#: the dual extragradient's prox centre: the Gibbs distribution of START_MARGIN S(y_i), most of
 #: alpha_i's mass on y_i (solvers/eg.py says why neither uniform nor delta(y_i))
 START_MARGIN = 5.0
 
@@ -72,6 +75,61 @@ class ChainMarginalMoves(MarginalMoves, RelaxedPasses):
 
     def w_of_marginals(self, Mu: torch.Tensor, Mt: torch.Tensor) -> tuple[torch.Tensor, float]:
         return self.w_from_stats(Mu, Mt.sum(0)), float(self.expected_loss(Mu).sum())
+
+    def eg_steps(self, blocks, theta: tuple, c: torch.Tensor, beta, tol: float, max_calls: int) -> tuple:
+        if self._numba:
+            return self._eg_steps_numba(np.ascontiguousarray(blocks, dtype=np.int64), theta, beta, tol, max_calls)
+        steps = calls = accepted = 0
+        while calls < max_calls and steps < len(blocks):
+            i = int(blocks[steps])
+            ok, beta[i], tries = self._eg_block_step_torch(i, theta, c, float(beta[i]), tol)
+            steps, calls, accepted = steps + 1, calls + tries, accepted + int(ok)
+        return steps, calls, accepted
+
+    def _eg_steps_numba(self, blocks, theta, beta, tol, max_calls):
+        """:func:`~ssvm_torch.oracles.eg_kernels.nb_eg_steps` on the store's numpy views."""
+        if self._eg_work is None or self._eg_work[0] is not theta or self._eg_work[2] is not self._np:
+            T, K = int(self.lengths.max()), self.model.K
+            work = (np.empty((T, K)), np.empty((T, K)), np.empty(K), np.empty(K), np.empty((K, K)),
+                    np.empty((K, K)), np.empty((T, K)), np.empty((T, K)), np.empty(T), np.empty(K),
+                    np.empty((T, K)), np.empty((K, K)), np.empty((T, K)), np.empty((K, K)))
+            self._eg_work = (theta, (self._tw, *self._np, *(t.numpy() for t in theta), self.model.pen_host, *work,
+                                     self._np_ell[0]), self._np)
+        steps, calls, accepted, d_ell = nb_eg_steps(blocks, max_calls, beta, tol, self.lam, self.N,
+                                                    *self._eg_work[1])
+        self._np_ell[1][0] += d_ell
+        return steps, calls, accepted
+
+    def _eg_block_step_torch(self, i, theta, c, beta, tol):
+        """The same step from the store's torch primitives (any device; the kernel's reference)."""
+        theta_u, theta_first, theta_last, theta_trans = theta
+        s, e = self.block_rows(i)
+        U, first, last, trans = self.block_potentials(i)
+        gu, ell_i = U + c[s:e], float(self.ell_i[i])
+        lengths = self.lengths[i:i + 1]
+        M_u, M_t = self.Mu[s:e], self.Mt[i]
+        tries = 0
+        while True:
+            b = beta
+            tu = theta_u[s:e] + b * gu
+            tf, tl, tt = theta_first[i] + b * first, theta_last[i] + b * last, theta_trans[i] + b * trans
+            mu, mt, _ = self.gibbs_marginals(tu, lengths, tf, tl, tt)
+            tries += 1
+            point = self.block_point(i, mu, mt[0])
+            ell_new = self.block_expected_loss(i, mu)
+            # dual change of replacing M_i by the new point: d ell - lam <w, dw_i> - lam/2 |dw_i|^2, with
+            # lam <w, dw_i> = -<dM, theta_i(w)> / n (stores/chain.py docstring)
+            dM = mu - M_u
+            lin = float((dM * U).sum() + dM[0] @ first + dM[-1] @ last + ((mt[0] - M_t) * trans).sum()) / self.N
+            gain = (ell_new - ell_i) + lin - 0.5 * self.lam * self.pair_sqnorm(i, point, None)
+            if gain >= -tol:
+                break
+            beta = b / 2                                     # Collins et al. Sec. 6: halve and retry
+            if b < 1e-12:                                    # no step raises the dual: the block stays
+                return False, beta, tries
+        self.pair_move(i, point, None, ell_new, ell_i, 1.0)
+        theta_u[s:e], theta_first[i], theta_last[i], theta_trans[i] = tu, tf, tl, tt
+        return True, beta, tries
 
     # -- the entropic relaxation (RelaxedPasses) ------------------------------------------------
     def relaxed_scores(self, w: torch.Tensor) -> tuple:

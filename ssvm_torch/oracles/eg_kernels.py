@@ -1,0 +1,243 @@
+"""Numba kernel of one online-EG step on one block of the compact chain store (CPU, float64):
+Collins, Globerson, Koo, Carreras & Bartlett, JMLR 2008, Fig. 2 (online EG) with the per-example
+step halving of their Sec. 6, on the sufficient statistics documented in :mod:`ssvm_torch.stores.chain`.
+
+One call does what :meth:`~ssvm_torch.stores.base.MarginalMoves.eg_block_step` does with torch
+primitives (the reference it is tested against): the block's part scores theta_i(w), the
+log-potential update theta_i + beta (theta_i(w) + c_i) (eq. (10)), the Gibbs marginals of the new
+potentials, the exact dual change of moving block i there (a Gram form), and the move when the dual
+does not decrease (else beta is halved and the step retried). The marginals use a scaled
+forward-backward in probability space (Rabiner's scaling: one exp per part instead of a logsumexp
+per transition), with the log-space recursion of :mod:`~ssvm_torch.oracles.marginals` as the
+fallback when a scaling constant under- or overflows (extreme potentials under tag constraints).
+"""
+from __future__ import annotations
+
+import numba as nb
+import numpy as np
+
+from .chain_kernels import nb_block_unary, nb_delta_move, nb_delta_sqnorm
+
+
+@nb.njit(cache=True, nogil=True)
+def _lse(v, K):
+    m = -np.inf
+    for k in range(K):
+        if v[k] > m:
+            m = v[k]
+    if m == -np.inf:
+        return m
+    acc = 0.0
+    for k in range(K):
+        acc += np.exp(v[k] - m)
+    return m + np.log(acc)
+
+
+@nb.njit(cache=True, nogil=True)
+def fb_scaled(P, T, tf, tl, tt, pen, E, fa, fb, fc, mu, mt):
+    """Marginals of one chain with log-potentials P (T, K) (first/last tf/tl (K,), transitions tt
+    (K, K) [next, prev], ``pen`` the (K+2, K) constraint scores or empty): writes mu (T, K) and
+    mt (K, K); False (nothing usable written) if a scaling constant is not a positive finite number."""
+    K = P.shape[1]
+    has_pen = pen.shape[0] > 0
+    m = -np.inf
+    for k in range(K):
+        for j in range(K):
+            x = tt[k, j] + (pen[k, j] if has_pen else 0.0)
+            E[k, j] = x
+            if x > m:
+                m = x
+    if not np.isfinite(m):
+        return False
+    for k in range(K):
+        for j in range(K):
+            E[k, j] = np.exp(E[k, j] - m)
+    # fb[t] holds the unary weights u_t = exp(P_t + first/last - max) until the backward pass
+    for t in range(T):
+        r = -np.inf
+        for k in range(K):
+            x = P[t, k]
+            if t == 0:
+                x += tf[k] + (pen[K, k] if has_pen else 0.0)
+            if t == T - 1:
+                x += tl[k] + (pen[K + 1, k] if has_pen else 0.0)
+            mu[t, k] = x
+            if x > r:
+                r = x
+        if not np.isfinite(r):
+            return False
+        for k in range(K):
+            mu[t, k] = np.exp(mu[t, k] - r)
+    c = 0.0
+    for k in range(K):
+        fa[0, k] = mu[0, k]
+        c += fa[0, k]
+    if not (c > 0.0 and np.isfinite(c)):
+        return False
+    fc[0] = c
+    for k in range(K):
+        fa[0, k] /= c
+    for t in range(1, T):
+        c = 0.0
+        for k in range(K):
+            acc = 0.0
+            for j in range(K):
+                acc += E[k, j] * fa[t - 1, j]
+            fa[t, k] = acc * mu[t, k]
+            c += fa[t, k]
+        if not (c > 0.0 and np.isfinite(c)):
+            return False
+        fc[t] = c
+        for k in range(K):
+            fa[t, k] /= c
+    for k in range(K):
+        fb[T - 1, k] = 1.0
+        for j in range(K):
+            mt[k, j] = 0.0
+    for t in range(T - 1, 0, -1):
+        for k in range(K):                                   # u_t b_t / c_t, reused by mt and b_{t-1}
+            fb[t, k] = fb[t, k] * mu[t, k] / fc[t]
+        for k in range(K):
+            for j in range(K):
+                mt[k, j] += fa[t - 1, j] * E[k, j] * fb[t, k]
+        for j in range(K):
+            acc = 0.0
+            for k in range(K):
+                acc += E[k, j] * fb[t, k]
+            fb[t - 1, j] = acc
+        for k in range(K):                                   # back to b_t for the marginals
+            fb[t, k] = fb[t, k] * fc[t] / mu[t, k] if mu[t, k] > 0.0 else 0.0
+    for t in range(T):
+        for k in range(K):
+            mu[t, k] = fa[t, k] * fb[t, k]
+    return True
+
+
+@nb.njit(cache=True, nogil=True)
+def fb_log(P, T, tf, tl, tt, pen, fa, fb, v, mu, mt):
+    """The same marginals by the log-space recursion (any finite or -inf potentials)."""
+    K = P.shape[1]
+    has_pen = pen.shape[0] > 0
+    for k in range(K):
+        fa[0, k] = P[0, k] + tf[k] + (pen[K, k] if has_pen else 0.0)
+    for t in range(1, T):
+        for k in range(K):
+            for j in range(K):
+                v[j] = fa[t - 1, j] + tt[k, j] + (pen[k, j] if has_pen else 0.0)
+            fa[t, k] = P[t, k] + _lse(v, K)
+    for k in range(K):
+        fb[T - 1, k] = tl[k] + (pen[K + 1, k] if has_pen else 0.0)
+    for t in range(T - 2, -1, -1):
+        for j in range(K):
+            for k in range(K):
+                v[k] = tt[k, j] + (pen[k, j] if has_pen else 0.0) + P[t + 1, k] + fb[t + 1, k]
+            fb[t, j] = _lse(v, K)
+    for k in range(K):
+        v[k] = fa[T - 1, k] + fb[T - 1, k]
+    z = _lse(v, K)
+    for t in range(T):
+        for k in range(K):
+            mu[t, k] = np.exp(fa[t, k] + fb[t, k] - z)
+    for k in range(K):
+        for j in range(K):
+            mt[k, j] = 0.0
+    for t in range(1, T):
+        for k in range(K):
+            for j in range(K):
+                mt[k, j] += np.exp(fa[t - 1, j] + tt[k, j] + (pen[k, j] if has_pen else 0.0)
+                                   + P[t, k] + fb[t, k] - z)
+
+
+@nb.njit(cache=True, nogil=True)
+def nb_eg_step(i, beta, tol, lam, N, tw_i, fptr, fidx, fval, off, Y, G, goff, W, first, last, trans, Mu, Mt,
+               th_u, th_f, th_l, th_t, pen, U, P, tf, tl, tt, E, fa, fb, fc, v, mu, mt, Du, Dt, ell_i):
+    """One online-EG step on block i starting from step coefficient ``beta`` (= eta / n). Returns
+    (accepted, beta, tries, d_ell): the step taken (the dual changed by >= -tol) or refused after
+    beta fell below 1e-12, the beta that was used (halved once per refused try), the number of
+    marginal calls, and the change of ell = sum_i ell_i. On acceptance w, Mu, Mt, ell_i[i] and
+    block i's log-potentials (th_u rows, th_f, th_l, th_t) move; nothing moves otherwise."""
+    s = off[i]
+    T = off[i + 1] - s
+    K = W.shape[0]
+    nb_block_unary(i, fptr, fidx, fval, off, W, U)                   # theta_i(w): the part scores
+    ell_old = ell_i[i]
+    c_w = 1.0 / (lam * N)
+    tries = 0
+    accepted = False
+    ell_new = ell_old
+    while True:
+        b = beta
+        for t in range(T):
+            y = Y[s + t]
+            for k in range(K):
+                P[t, k] = th_u[s + t, k] + b * (U[t, k] + (tw_i if k != y else 0.0))
+        for k in range(K):
+            tf[k] = th_f[i, k] + b * first[k]
+            tl[k] = th_l[i, k] + b * last[k]
+            for j in range(K):
+                tt[k, j] = th_t[i, k, j] + b * trans[k, j]
+        if not fb_scaled(P, T, tf, tl, tt, pen, E, fa, fb, fc, mu, mt):
+            fb_log(P, T, tf, tl, tt, pen, fa, fb, v, mu, mt)
+        tries += 1
+        right = 0.0
+        lin = 0.0
+        for t in range(T):
+            right += mu[t, Y[s + t]]
+            for k in range(K):
+                d = mu[t, k] - Mu[s + t, k]
+                Du[t, k] = d
+                lin += d * U[t, k]
+        for k in range(K):
+            lin += Du[0, k] * first[k] + Du[T - 1, k] * last[k]
+            for j in range(K):
+                d = mt[k, j] - Mt[i, k, j]
+                Dt[k, j] = d
+                lin += d * trans[k, j]
+        ell_new = (T - right) * tw_i / N
+        sq = nb_delta_sqnorm(i, Du, Dt, off, G, goff) * c_w * c_w
+        # dual change: d ell - lam <w, dw_i> - lam/2 |dw_i|^2 with lam <w, dw_i> = -<dM, theta_i(w)> / n
+        gain = (ell_new - ell_old) + lin / N - 0.5 * lam * sq
+        if gain >= -tol:
+            accepted = True
+            break
+        beta = b / 2.0                                   # Collins et al. Sec. 6: halve and retry
+        if b < 1e-12:                                    # no step raises the dual: the block stays
+            break
+    if not accepted:
+        return False, beta, tries, 0.0
+    nb_delta_move(i, -c_w, 1.0, Du, Dt, fptr, fidx, fval, off, W, first, last, trans, Mu, Mt,
+                  False, 0.0, W, first, last, trans)
+    for t in range(T):
+        for k in range(K):
+            th_u[s + t, k] = P[t, k]
+    for k in range(K):
+        th_f[i, k] = tf[k]
+        th_l[i, k] = tl[k]
+        for j in range(K):
+            th_t[i, k, j] = tt[k, j]
+    ell_i[i] = ell_new
+    return True, beta, tries, ell_new - ell_old
+
+
+@nb.njit(cache=True, nogil=True)
+def nb_eg_steps(blocks, max_calls, beta, tol, lam, N, tw, fptr, fidx, fval, off, Y, G, goff, W, first, last, trans,
+                Mu, Mt, th_u, th_f, th_l, th_t, pen, U, P, tf, tl, tt, E, fa, fb, fc, v, mu, mt, Du, Dt, ell_i):
+    """:func:`nb_eg_step` on ``blocks`` in order, each from its own beta[i] (updated in place), until
+    ``max_calls`` marginal calls are spent. Returns (steps taken, marginal calls, steps accepted,
+    the change of ell)."""
+    calls = 0
+    steps = 0
+    accepted = 0
+    d_ell = 0.0
+    while calls < max_calls and steps < blocks.shape[0]:
+        i = blocks[steps]
+        ok, b, tries, de = nb_eg_step(i, beta[i], tol, lam, N, tw[i], fptr, fidx, fval, off, Y, G, goff, W,
+                                      first, last, trans, Mu, Mt, th_u, th_f, th_l, th_t, pen, U, P, tf, tl, tt,
+                                      E, fa, fb, fc, v, mu, mt, Du, Dt, ell_i)
+        beta[i] = b
+        calls += tries
+        steps += 1
+        if ok:
+            accepted += 1
+            d_ell += de
+    return steps, calls, accepted, d_ell
