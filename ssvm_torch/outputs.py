@@ -4,6 +4,7 @@ estimator.
 A run directory holds
   history.json   one record per exact gap check (:mod:`ssvm_torch.solvers.history`)
   model.pt       {"w": float64 (d,), "ell": float, "lam": float, "dataset": str, "feature_layout": dict}
+                 (+ "w_dual": float64 (d,), "radius": float for the dual extragradient)
   checkpoint.pt  {"format": CHECKPOINT_FORMAT, "solver": packed solver state} (resumable)
   path.pt / path.json   the regularization path (``ssvm-path``)
 
@@ -136,10 +137,15 @@ def save_selection(out, selection: dict) -> Path:
     return atomic_write_bytes(Path(out) / "selection.json", json.dumps(selection, indent=1).encode())
 
 
-def save_model(out, w: torch.Tensor, ell: float, lam: float, dataset: str, layout: dict) -> Path:
-    """model.pt: the weights (float64, CPU) with what is needed to use them."""
+def save_model(out, w: torch.Tensor, ell: float, lam: float, dataset: str, layout: dict,
+               extras: dict | None = None) -> Path:
+    """model.pt: the weights (float64, CPU) with what is needed to use them, and the solver's
+    ``model_extras`` (the dual extragradient: ``w_dual``, ``radius``)."""
+    more = {k: v.detach().to("cpu", torch.float64) if torch.is_tensor(v) else float(v)
+            for k, v in (extras or {}).items()}
     return save_torch(Path(out) / "model.pt", {"w": w.detach().to("cpu", torch.float64), "ell": float(ell),
-                                               "lam": float(lam), "dataset": dataset, "feature_layout": layout})
+                                               "lam": float(lam), "dataset": dataset, "feature_layout": layout,
+                                               **more})
 
 
 def load_model(path) -> dict:

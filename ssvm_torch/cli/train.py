@@ -5,6 +5,7 @@ Outputs in ``--out DIR`` (the run format of :mod:`ssvm_torch.outputs`):
   history.json  one record per exact gap check: passes, oracle_calls, steps, time_s, primal, dual, gap,
                 gap_estimate, train_error, test_error (+ test_position_error, and avg_* with --averaging)
   model.pt      {"w": float64 tensor (d,), "ell": float, "lam": float, "dataset": str, "feature_layout": dict}
+                (deg adds "w_dual" = w(z_bar) and "radius" R: its records' dual is recomputable from the file)
   checkpoint.pt the full solver state at the last gap check (with --checkpoint), for --resume
   config.json   dataset, lambda, every solver option, package versions and git revision
   selection.json  with --select-lam: the dev split, the lambda grid with each lambda's dev score, gap
@@ -264,7 +265,7 @@ def _train(args, cfg: SolverConfig, device, dtype, run_dir: RunDir | None) -> di
             raise RunInterrupted(f"interrupted at {last['passes']:.1f} effective passes (nothing written: no --out)")
         return last
     w_model, ell_model = solver.model_point()
-    _save_results(out, history, w_model, ell_model, lam, args.dataset, task.describe())
+    _save_results(out, history, w_model, ell_model, lam, args.dataset, task.describe(), solver.model_extras())
     if speak and size > 1:
         print(f"exchanged {dual.bytes_per_step / 1e3:.1f} kB per step per rank ({dual.steps_exchanged} steps)")
     if speak:
@@ -291,17 +292,18 @@ def _train(args, cfg: SolverConfig, device, dtype, run_dir: RunDir | None) -> di
     return last
 
 
-def _save_results(out: Path, history: list, w, ell: float, lam: float, dataset: str, layout: dict) -> None:
+def _save_results(out: Path, history: list, w, ell: float, lam: float, dataset: str, layout: dict,
+                  extras: dict | None = None) -> None:
     """history.json and model.pt into ``out``; if that fails (e.g. the disk filled up during the run),
     into a fresh temporary directory named in the error, so the trained model is not lost."""
     try:
         save_history(out, history)
-        save_model(out, w, ell, lam, dataset, layout)
+        save_model(out, w, ell, lam, dataset, layout, extras)
     except OSError as e:
         import tempfile
         rescue = Path(tempfile.mkdtemp(prefix="ssvm-train-results-"))
         save_history(rescue, history)
-        save_model(rescue, w, ell, lam, dataset, layout)
+        save_model(rescue, w, ell, lam, dataset, layout, extras)
         raise SSVMInputError(f"out: writing the results into {out} failed ({e.strerror or e}); they are in {rescue} "
                              "(history.json, model.pt)") from None
 

@@ -84,17 +84,28 @@ class DEGSolver(OuterSolver):
         d.set_relaxed(u_z, gamma=1.0 / self.t)                   # z_bar: the running mean of the u_z
 
     def model_point(self):
+        """(w_bar, ell(z_bar)): the primal point of the records and the loss of the averaged z."""
         return self.w_bar, self.dual.ell
+
+    def model_extras(self) -> dict:
+        """w(z_bar) and R: the records' dual, min_{||w|| <= R} L(w, z_bar) (:meth:`ball_dual`), is
+        then recomputable from ``model.pt`` alone."""
+        return {"w_dual": self.dual.w.clone(), "radius": self.radius}
+
+    @staticmethod
+    def ball_dual(w_dual: torch.Tensor, ell: float, lam: float, radius: float) -> float:
+        """min over ||w|| <= R of L(w, z) = lam/2 ||w||^2 - lam <w, w(z)> + ell(z): D(z) = ell - lam/2
+        ||w(z)||^2 inside the ball, else at w = R w(z) / ||w(z)||."""
+        norm = float(w_dual.norm())
+        if norm <= radius:
+            return ell - 0.5 * lam * norm ** 2
+        return 0.5 * lam * radius ** 2 - lam * radius * norm + ell
 
     def check(self) -> dict:
         d, lam = self.dual, self.dual.lam
         gp_z = self.exact_gap_pass()                               # at w(z_bar): its primal and FW gap
         primal_z, gap_z = d.primal(gp_z.H), float(gp_z.block_gaps.sum())
-        norm_z = float(d.w.norm())
-        if norm_z <= self.radius:
-            inner = d.dual()
-        else:                               # min over the ball of lam/2 |w|^2 - lam <w, w(z)> + ell
-            inner = 0.5 * lam * self.radius ** 2 - lam * self.radius * norm_z + d.ell
+        inner = d.dual() if float(d.w.norm()) <= self.radius else self.ball_dual(d.w, d.ell, lam, self.radius)
         primal = d.primal_at(self.w_bar)
         rec = self.record(gp_z, primal_z=primal_z, gap_z=gap_z, primal_last=d.primal_at(self.w_last),
                           iterations=self.t, step_w=self.eta_w,

@@ -107,6 +107,11 @@ class Solver:
         """(w, ell) that ``model.pt`` holds: the store's point."""
         return self.dual.w, self.dual.ell
 
+    def model_extras(self) -> dict:
+        """Nothing besides (w, ell): the records' dual is ell - lam/2 ||w||^2 (App. H stores add the
+        box term, which needs v; their files are not dual-recomputable)."""
+        return {}
+
     # -- one exact check ------------------------------------------------------------------------
     def _record(self, gp) -> dict:
         return make_record(self.dual, gp, self.cfg, self.state, self.sampler, self.sets, self.averager,

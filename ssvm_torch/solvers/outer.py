@@ -63,6 +63,11 @@ class OuterSolver:
         """(w, ell) that ``model.pt`` holds; the records' ``primal`` is objective (1) at this w."""
         return self.dual.w, self.dual.ell
 
+    def model_extras(self) -> dict:
+        """What ``model.pt`` holds besides (w, ell) so that the records' dual is recomputable from the
+        file alone (none: dual = ell - lam/2 ||w||^2 at the file's w)."""
+        return {}
+
     def extra_state(self) -> dict:
         return {}
 
