@@ -149,6 +149,7 @@ def test_tensorboard_events_hold_scalars_histograms_and_hparams(tmp_path):
     assert start.hparams["dataset"].string_value == "ocr-small" and start.hparams["lam"].number_value == 0.01
 
 
+@pytest.mark.slow          # the slow tier (SSVM_SLOW=1): keeps the fast CI tier short
 def test_cli_recipe_runs_and_resumes(tmp_path):
     root = tmp_path / "cli"
     base = [sys.executable, "-m", "ssvm_torch.lightning", "fit", "--config", str(ROOT / "recipes" / "ocr_small.yaml"),

@@ -10,6 +10,7 @@ nbclient = pytest.importorskip("nbclient")
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.slow          # the slow tier (SSVM_SLOW=1): keeps the fast CI tier short
 def test_gap_curves_notebook_executes(tmp_path, monkeypatch):
     runs = tmp_path / "runs"
     runs.mkdir()

@@ -109,6 +109,7 @@ def test_eg_and_deg_reach_the_bcfw_optimum(solver, passes, step):
     torch.testing.assert_close(s.model_point()[0], w_star, rtol=0, atol=1e-2)
 
 
+@pytest.mark.slow          # the slow tier (SSVM_SLOW=1): keeps the fast CI tier short
 def test_deg_certificate_on_the_way_to_the_optimum():
     model, data = tiny_problem()
     p_star, w_star = optimum(model, data, 1.0)
@@ -284,6 +285,7 @@ def test_deg_on_matchings_reaches_the_bcfw_optimum():
     assert hist[-1]["geometry"] == "euclidean"
 
 
+@pytest.mark.slow          # the slow tier (SSVM_SLOW=1): keeps the fast CI tier short
 def test_cutting_plane_inference_cache_saves_oracle_calls(ocr_small):
     train, _ = ocr_small
     sub = train.subset(range(40))

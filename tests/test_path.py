@@ -108,6 +108,7 @@ def test_path_is_certified_at_random_lambdas(ocr_part, which, gated):
             path.w(path.lam_end / 2)
 
 
+@pytest.mark.slow          # the slow tier (SSVM_SLOW=1): keeps the fast CI tier short
 def test_heuristic_path_and_grid(ocr_part):
     ex = random_explicit(4)
     path = regularization_path(make_store(*ex, 1.0), 0.05, kappa=0.7, heuristic=True, lam_min=1e-3)
