@@ -145,6 +145,10 @@ def test_alternating_run_resumed_from_a_checkpoint_equals_the_uninterrupted_run(
         trainer.fit(module, ckpt_path=ckpt)
         return json.loads((out / "history.json").read_text())
 
+    # the first alternating epoch of a process can differ from later ones in the 8th digit of the SSVM
+    # warm start (the network's loss is identical): a one-time path below this package, not the
+    # checkpoint; every run compared here is then a process's second or later
+    run(tmp_path / "warm", 2)
     whole = run(tmp_path / "whole", 3)
     run(tmp_path / "part", 2)
     resumed = run(tmp_path / "part", 3, ckpt=str(tmp_path / "part" / "ckpt" / "last.ckpt"))
