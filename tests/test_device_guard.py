@@ -74,6 +74,14 @@ def test_torch_path_never_leaves_the_device(problems, name, config):
     assert guard.host_copies <= 8 * steps
 
 
+def test_minibatch_of_every_block_never_leaves_the_device(problems):
+    """tau = n takes batch FW's primitives (MiniBatchStep.full_step) on the torch path too."""
+    store = tiny_store(problems("ocr-small"), "ocr-small")
+    with host_guard():
+        hist = Solver(store, SolverConfig(batch_size=store.n, passes=3.0, gap_check=1.0, averaging=True)).run()
+    assert hist[-1]["steps"] == 2 and hist[-1]["gap"] >= 0 and hist[-1]["dual"] > hist[0]["dual"]
+
+
 @pytest.mark.parametrize("heuristic", [False, True])
 def test_regularization_path_never_leaves_the_device(problems, heuristic):
     problem = problems("ocr-small")

@@ -105,7 +105,7 @@ class DEGSolver(OuterSolver):
         d, lam = self.dual, self.dual.lam
         gp_z = self.exact_gap_pass()                               # at w(z_bar): its primal and FW gap
         primal_z, gap_z = d.primal(gp_z.H), float(gp_z.block_gaps.sum())
-        inner = d.dual() if float(d.w.norm()) <= self.radius else self.ball_dual(d.w, d.ell, lam, self.radius)
+        inner = self.ball_dual(d.w, d.ell, lam, self.radius)
         primal = d.primal_at(self.w_bar)
         rec = self.record(gp_z, primal_z=primal_z, gap_z=gap_z, primal_last=d.primal_at(self.w_last),
                           iterations=self.t, step_w=self.eta_w,

@@ -4,10 +4,9 @@ distribution's marginals are a dual point as they are. A mixin of
 :class:`~ssvm_torch.stores.chain.ChainDual` (it reads the store's state tensors)."""
 from __future__ import annotations
 
+import numpy as np
 import torch
 import torch.nn.functional as Fn
-
-import numpy as np
 
 from ..models.chain import unary_rows
 from ..oracles.eg_kernels import nb_eg_steps
@@ -16,7 +15,7 @@ from .base import BlockMarginals, MarginalMoves, RelaxedPasses
 
 
 #: the dual extragradient's prox centre: the Gibbs distribution of START_MARGIN S(y_i), most of
-#: alpha_i's mass on y_i (solvers/eg.py says why neither uniform nor delta(y_i))
+#: alpha_i's mass on y_i (solvers/eg.py measures such starts for EG, which has its own)
 START_MARGIN = 5.0
 
 
@@ -88,13 +87,13 @@ class ChainMarginalMoves(MarginalMoves, RelaxedPasses):
 
     def _eg_steps_numba(self, blocks, theta, beta, tol, max_calls):
         """:func:`~ssvm_torch.oracles.eg_kernels.nb_eg_steps` on the store's numpy views."""
-        if self._eg_work is None or self._eg_work[0] is not theta or self._eg_work[2] is not self._np:
+        if self._eg_work is None or self._eg_work[0] is not theta:       # the arguments, once per solver
             T, K = int(self.lengths.max()), self.model.K
             work = (np.empty((T, K)), np.empty((T, K)), np.empty(K), np.empty(K), np.empty((K, K)),
                     np.empty((K, K)), np.empty((T, K)), np.empty((T, K)), np.empty(T), np.empty(K),
                     np.empty((T, K)), np.empty((K, K)), np.empty((T, K)), np.empty((K, K)))
             self._eg_work = (theta, (self._tw, *self._np, *(t.numpy() for t in theta), self.model.pen_host, *work,
-                                     self._np_ell[0]), self._np)
+                                     self._np_ell[0]))
         steps, calls, accepted, d_ell = nb_eg_steps(blocks, max_calls, beta, tol, self.lam, self.N,
                                                     *self._eg_work[1])
         self._np_ell[1][0] += d_ell
