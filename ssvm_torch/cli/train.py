@@ -80,12 +80,16 @@ def build_parser() -> argparse.ArgumentParser:
                         "exponentiated gradient (chains); deg: dual extragradient (chains); cutting-plane: 1-slack "
                         "cutting plane (docs/solvers.md)")
     p.add_argument("--step-size", type=float, default=0.0,
-                   help="eg / deg: multiple of the safe step (0 = the solver's default: eg 1000, deg 10)")
+                   help="eg / deg: multiple of the safe step, the first try's (both adapt it: halved on a refused try) "
+                        "(0 = the solver's default: eg 1000, deg 500)")
     p.add_argument("--eg-start", choices=("margin", "uniform"), default="margin",
                    help="eg: the start alpha_i ~ exp(10 S(y_i)) (margin) or the uniform alpha_i of Collins et al. "
                         "2008 (docs/solvers.md compares them)")
     p.add_argument("--qp-solver", choices=QP_SOLVERS, default="daqp",
                    help="cutting-plane: the qpsolvers backend of the working-set QP")
+    p.add_argument("--working-set", choices=("auto", "dense", "labelings"), default="auto",
+                   help="cutting-plane: keep the constraints as dense d-vectors or as their joint labelings (chains; "
+                        "auto: labelings when d >= 2^20)")
     p.add_argument("--inactive-window", type=int, default=50,
                    help="cutting-plane: QP solves a constraint may stay inactive (alpha = 0) before it is pruned")
     p.add_argument("--sampling", choices=sorted(SAMPLERS), default="gap",

@@ -36,11 +36,13 @@ class SolverConfig:
     check_below: float = 0.0     # BCFW: after the gap_check passes of an interval, go on in steps of
                                  # gap_check passes (up to one pass more) until the gap estimate is <= this,
                                  # then pay the exact check (0: check every gap_check passes)
-    step_size: float = 0.0       # EG / DEG: multiple of the safe step (0 = 1; see solvers/eg.py, deg.py)
+    step_size: float = 0.0       # EG / DEG: first try's multiple of the safe step (0 = the solver's default)
     eg_start: str = "margin"     # EG: "margin" (theta_i = EG_START_MARGIN S(y_i)) or "uniform" (theta_i = 0,
                                  # Collins et al.'s uniform alpha_i); solvers/eg.py says why margin is the default
     qp_solver: str = "daqp"      # cutting plane: the qpsolvers backend of the working-set QP
     inactive_window: int = 50    # cutting plane: QP solves a constraint may stay at alpha = 0 before pruning
+    working_set: str = "auto"    # cutting plane: constraints as "dense" rows or joint "labelings" (large chain
+                                 # models); "auto" picks (solvers/working_set.py)
     batch_size: int = 1          # BCFW: blocks per step (mini-batch BCFW): tau distinct blocks decoded in
                                  # one batched oracle call, one exact line search on the joint direction
 
@@ -86,11 +88,12 @@ class SolverConfig:
                   "joint FW direction)", f"{self.batch_size} with solver {self.solver!r}, step {self.step!r}"
                   + (", cache" if self.cache else ""))
         check(isinstance(self.step_size, (int, float)) and math.isfinite(self.step_size) and self.step_size >= 0,
-              "step_size", "a finite number >= 0 (0 = the default multiple 1 of the safe step)", self.step_size)
+              "step_size", "a finite number >= 0 (0 = the solver's default multiple of the safe step)", self.step_size)
         check(isinstance(self.inactive_window, int) and self.inactive_window >= 1, "inactive_window", "an int >= 1",
               self.inactive_window)
         check_choice(self.eg_start, "eg_start", ("margin", "uniform"))
         check_choice(self.qp_solver, "qp_solver", ("daqp", "quadprog", "clarabel", "osqp"))
+        check_choice(self.working_set, "working_set", ("auto", "dense", "labelings"))
         if self.solver == "cutting-plane":              # cache: its inference cache (solvers/cutting_plane.py)
             check(self.step == "fw", "step", "'fw' for the cutting plane (step types are BCFW variants)", self.step)
         elif self.solver != "bcfw":

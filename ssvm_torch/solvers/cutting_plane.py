@@ -12,6 +12,10 @@ with a QP solver from a kept library (qpsolvers; backend ``qp_solver``, DAQP by 
 active-set method, exact on these small dense QPs; benchmarks/bench_solvers.py --part qp measures the
 alternatives). Then w = sum_c alpha_c a_c.
 
+The working set keeps the constraints as dense rows or, on large chain models, as their joint
+labelings (solvers/working_set.py, ``working_set``): CoNLL-2000's d = 7.4M would take 59 MB per dense
+constraint.
+
 Certificates: every joint constraint is a corner of the n-slack dual's product of simplices, so
 alpha induces an n-slack dual point with the same w and dual value D = sum alpha b - lam/2 |w|^2.
 The records' ``primal`` is the n-slack objective (1) at w (from the oracle pass) and ``gap`` the
@@ -33,10 +37,11 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
-from ..devices import from_host, to_host
-from ..errors import SSVMInputError, check
+from ..devices import to_host
+from ..errors import SSVMInputError
 from ..stores.base import GapPass
 from .outer import OuterSolver
+from .working_set import make_working_set
 
 QP_SOLVERS = ("daqp", "quadprog", "clarabel", "osqp")
 
@@ -85,14 +90,14 @@ def solve_boxed_working_set_qp(A: np.ndarray, b: np.ndarray, lam: float, idx, lo
 
 
 class CuttingPlaneSolver(OuterSolver):
-    identity = OuterSolver.identity + ("qp_solver", "cache")
+    identity = OuterSolver.identity + ("qp_solver", "cache", "working_set")
 
     def __init__(self, dual, config, evaluate=None, progress=None, monitor_start=True, interrupt=None):
         if not dual.supports_dual_point:
             raise SSVMInputError(f"solver: 'cutting-plane' sets w from its working set, which {type(dual).__name__} "
                                  "does not allow; use a FW-family solver")
         super().__init__(dual, config, evaluate, progress, monitor_start, interrupt)
-        self.A = torch.zeros(0, dual.w.shape[0], dtype=dual.w.dtype, device=dual.device)   # constraints a_c
+        self.ws = make_working_set(dual, config.working_set)         # the constraints a_c
         self.b = np.zeros(0)
         self.Q = np.zeros((0, 0))
         self.alpha = np.zeros(0)
@@ -105,7 +110,7 @@ class CuttingPlaneSolver(OuterSolver):
         d, st = self.dual, self.state
         found = self.cached_constraint() if self.cache is not None and st.oracle_calls else None
         if found is not None:
-            a, b = found
+            a, b, gp = found
             st.cache_hits += 1
         else:
             gp = d.gap_pass()                        # the most violated joint constraint at w
@@ -118,7 +123,7 @@ class CuttingPlaneSolver(OuterSolver):
                 return
             if self.cache is not None:
                 self.remember(gp)
-        self.add(a, b)
+        self.add(a, b, gp)
 
     def remember(self, gp: GapPass) -> None:
         d = self.dual
@@ -137,33 +142,34 @@ class CuttingPlaneSolver(OuterSolver):
             ys = [y for _, y in self.cache[i]]
             best.append(ys[int(np.argmax(d.corner_gaps(i, ys)))])
         loss = torch.tensor([d.loss_of(i, y) for i, y in enumerate(best)], dtype=d.w.dtype, device=d.device)
-        a, b = d.corner_point(GapPass(labels=d.stack_labelings(best), loss=loss, H=None, block_gaps=None))
+        gp = GapPass(labels=d.stack_labelings(best), loss=loss, H=None, block_gaps=None)
+        a, b = d.corner_point(gp)
         violation = b - d.lam * float(a @ d.w) - self.xi
-        return (a, b) if violation >= self.cfg.cache_F * self.last_gap and violation > 0 else None
+        return (a, b, gp) if violation >= self.cfg.cache_F * self.last_gap and violation > 0 else None
 
-    def add(self, a: torch.Tensor, b: float) -> None:
-        """Add the constraint (a, b), solve the working-set QP, prune, move w."""
+    def add(self, a: torch.Tensor, b: float, gp: GapPass) -> None:
+        """Add the constraint (a, b) of the joint labeling of ``gp``, solve the working-set QP, prune,
+        move w."""
         d = self.dual
-        Aa = to_host(self.A @ a) * d.lam
+        Aa = self.ws.lam_dots(a)
         m = self.b.shape[0]
         Q = np.zeros((m + 1, m + 1))
         Q[:m, :m], Q[m, :m], Q[:m, m] = self.Q, Aa, Aa
         Q[m, m] = d.lam * float(a @ a)
-        self.A = torch.cat([self.A, a[None]])
+        self.ws.append(a, gp)
         self.b, self.Q = np.append(self.b, b), Q
         self.idle = np.append(self.idle, 0)
         box = d.box()
         self.alpha = solve_working_set_qp(self.Q, self.b, self.cfg.qp_solver) if box is None else \
-            solve_boxed_working_set_qp(to_host(self.A), self.b, d.lam, *(to_host(t) for t in box))
+            solve_boxed_working_set_qp(to_host(self.ws.dense()), self.b, d.lam, *(to_host(t) for t in box))
         self.idle = np.where(self.alpha > 1e-12, 0, self.idle + 1)
         keep = self.idle < self.cfg.inactive_window
         if not keep.all():
-            k = torch.as_tensor(np.nonzero(keep)[0], device=self.A.device)
-            self.A, self.b, self.alpha, self.idle = self.A[k], self.b[keep], self.alpha[keep], self.idle[keep]
+            self.ws.keep(keep)
+            self.b, self.alpha, self.idle = self.b[keep], self.alpha[keep], self.idle[keep]
             self.Q = self.Q[np.ix_(keep, keep)]
-        alpha = from_host(self.alpha, d.device).to(d.w.dtype)
-        d.set_dual_point(alpha @ self.A, float(self.alpha @ self.b))
-        viol = self.b - to_host(self.A @ d.w) * d.lam
+        d.set_dual_point(self.ws.point(self.alpha), float(self.alpha @ self.b))
+        viol = self.b - self.ws.lam_dots(d.w)
         self.xi = max(0.0, float(viol.max()))
 
     def check(self) -> dict:
@@ -176,15 +182,13 @@ class CuttingPlaneSolver(OuterSolver):
         return rec
 
     def extra_state(self) -> dict:
-        return {"A": self.A.clone(), "b": torch.as_tensor(self.b), "alpha": torch.as_tensor(self.alpha),
+        return {**self.ws.state_dict(), "b": torch.as_tensor(self.b), "alpha": torch.as_tensor(self.alpha),
                 "Q": torch.as_tensor(self.Q),
                 "idle": torch.as_tensor(self.idle), "xi": self.xi, "last_gap": self.last_gap,
                 "cache": None if self.cache is None else [[torch.as_tensor(y) for _, y in c] for c in self.cache]}
 
     def load_extra_state(self, s: dict) -> None:
-        check(s["A"].dim() == 2 and s["A"].shape[1] == self.dual.w.shape[0], "state['A']",
-              f"a (m, {self.dual.w.shape[0]}) tensor of constraints", tuple(s["A"].shape))
-        self.A = s["A"].to(self.dual.device, self.dual.w.dtype)
+        self.ws.load_state_dict(s)
         self.b, self.alpha, self.idle, self.Q = (s[k].numpy().copy() for k in ("b", "alpha", "idle", "Q"))
         self.xi, self.last_gap = float(s["xi"]), float(s["last_gap"])
         if self.cache is not None:

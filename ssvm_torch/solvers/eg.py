@@ -20,8 +20,8 @@ Start and step, measured on OCR-small at lam = 0.01, 30 passes (primal at 30; BC
 * ``eg_start="uniform"`` (theta_i = 0, Collins et al.'s uniform alpha_i): w = sum_i E_unif psi_i / (lam n)
   is far from the optimum at the regularizations of the FW papers (primal 2717 at the start, 2.77 at
   30 passes with step 10, 3.44 with step 100);
-* theta_i = m S(y_i): most of alpha_i's mass on y_i. m = 5 (the dual extragradient's prox centre,
-  START_MARGIN in stores/chain_marginal.py) leaves 14% of each position's mass on wrong labels: primal
+* theta_i = m S(y_i): most of alpha_i's mass on y_i. m = 5 (the former default, then shared with the
+  dual extragradient's prox centre) leaves 14% of each position's mass on wrong labels: primal
   276 at the start, 0.708 at 30 passes (step 10); m = 10 starts at primal 2.76 with 0.1% of the mass
   wrong, and EG's multiplicative updates then need large steps to move it: 1.02 at step 10, 0.80 at
   300, **0.522 at 1000**, 0.512 at 3000, 0.561 at 10000; m = 13 and 16 end at 0.60-0.72. Per-example

@@ -362,6 +362,13 @@ class RelaxedPasses(ABC):
         further prox can start from z): the Bregman projection of Taskar et al. eq. (17)."""
 
     @abstractmethod
+    def relaxed_divergence(self, z, state: tuple, base: tuple) -> tuple[float, float]:
+        """(D(z, z_base) summed over blocks, a bound on its rounding error): the Bregman divergence of the geometry between the point z
+        (with its prox state ``state``) and the point whose prox state is ``base`` (KL between the two
+        Gibbs distributions for the entropic geometry, 1/2 ||z - z_base||^2 for the Euclidean one);
+        the dual extragradient's step test needs it (solvers/deg.py)."""
+
+    @abstractmethod
     def prox_scale(self) -> float:
         """max_i R_i^2: ||psi_i(z) - psi_i(z')|| <= R_i ||z - z'|| in the geometry's norm (l1 for the
         entropic, l2 for the Euclidean), which sets the z step."""
@@ -373,6 +380,24 @@ class RelaxedPasses(ABC):
     @abstractmethod
     def set_relaxed(self, z, gamma: float = 1.0) -> None:
         """Every block moves to (1 - gamma) (its point) + gamma (the dual point of z_i); w, ell follow."""
+
+
+class JointConstraints(ABC):
+    """Joint constraints kept as their labelings (the 1-slack cutting plane on models too large for
+    dense d-vectors, solvers/working_set.py): a joint labeling y = (y_1..y_n) stands for the batch
+    corner a(y) = sum_i psi_i(y_i) / (lam n) that ``corner_point`` would return densely."""
+
+    @abstractmethod
+    def joint_labels(self, gp: GapPass) -> torch.Tensor:
+        """The compact form of ``corner_point(gp)``'s constraint: its labeling, as small integers."""
+
+    @abstractmethod
+    def joint_dots(self, w: torch.Tensor, labels: list) -> torch.Tensor:
+        """lam <a(y_c), w> for each labeling y_c of ``labels``: (m,), one scoring of every position."""
+
+    @abstractmethod
+    def joint_point(self, weights: torch.Tensor, labels: list) -> torch.Tensor:
+        """sum_c weights_c a(y_c) (weights >= 0, sum <= 1): one map from statistics to w."""
 
 
 class BlockDual(PointStore, BlockMoves, MiniBatchMoves, BatchPasses, ActiveSetMoves, PathRescaling):

@@ -23,13 +23,13 @@ from ..models.chain import (ChainModel, padded_trans_counts, segment_ids, trans_
                             unary_rows)
 from ..oracles.chain_kernels import (nb_add_psi, nb_build_delta, nb_corner_gaps, nb_csr_scatter_rows,
                                      nb_delta_move, nb_delta_sqnorm, nb_fw_corner, nb_gap_pass, nb_gram)
-from .base import SPARSE_D, BlockDual, BlockMarginals, Corner, GapPass, objective_n
+from .base import SPARSE_D, BlockDual, BlockMarginals, Corner, GapPass, JointConstraints, objective_n
 from .chain_marginal import ChainMarginalMoves
 from .chain_torch import ChainTorchPath
 
 
 
-class ChainDual(ChainTorchPath, ChainMarginalMoves, BlockDual):
+class ChainDual(ChainTorchPath, ChainMarginalMoves, JointConstraints, BlockDual):
     """Compact per-block dual state of a chain SSVM (see module docstring). Tensors live on
     ``device``. ``kernels``: ``numba`` runs the batch-1 step and gap passes as compiled kernels on
     zero-copy numpy views of the same tensors (CPU float64 only), ``torch`` the batched torch path
@@ -284,6 +284,35 @@ class ChainDual(ChainTorchPath, ChainMarginalMoves, BlockDual):
     def corner_point(self, gp: GapPass):
         oh, tc = self._point_of(gp.labels.to(self.device))
         return self.w_from_stats(oh, tc.sum(0)), float(gp.loss.sum())
+
+    # -- joint constraints as labelings (JointConstraints) -------------------------------------
+    def joint_labels(self, gp: GapPass) -> torch.Tensor:
+        small = torch.int16 if self.model.K <= torch.iinfo(torch.int16).max else torch.int64
+        return gp.labels.to(self.device, small)
+
+    def joint_dots(self, w: torch.Tensor, labels: list) -> torch.Tensor:
+        """lam <a(y), w> = (<w, Phi(y_gt)> - <w, Phi(y)>) / n with Phi the sum over examples: scores
+        from the potentials of w (no d-sized work per labeling)."""
+        pots = self._potentials_of(w)
+        gt = float(self._scores(*pots, self.Y).sum())
+        return torch.tensor([gt - float(self._scores(*pots, y.long()).sum()) for y in labels],
+                            dtype=self.dtype) / self.N
+
+    def joint_point(self, weights: torch.Tensor, labels: list) -> torch.Tensor:
+        """w_from_stats of the weighted statistics, the missing mass 1 - sum weights on the ground
+        truth (whose psi is 0), so the map's D = sum_c weights_c (S(y_gt) - S(y_c))."""
+        K, rest = self.model.K, 1.0 - float(weights.sum())
+        Mu = Fn.one_hot(self.Y, K).to(self.dtype).mul_(rest)
+        Mt = self.gt_trans * rest
+        rows = torch.arange(len(self.Y), device=self.device)
+        inner = self.seg[1:] == self.seg[:-1]                  # position pairs inside one sequence
+        for wc, y in zip(weights.tolist(), labels):
+            y = y.long().to(self.device)
+            Mu.index_put_((rows, y), torch.full(y.shape, wc, dtype=self.dtype, device=self.device), accumulate=True)
+            nxt, prev = y[1:][inner], y[:-1][inner]
+            Mt.index_put_((nxt, prev), torch.full(nxt.shape, wc, dtype=self.dtype, device=self.device),
+                          accumulate=True)
+        return self.w_from_stats(Mu, Mt)
 
     def move_all(self, gp: GapPass, w_s: torch.Tensor, ell_s: float, gamma: float) -> None:
         oh, tc = self._point_of(gp.labels.to(self.device))

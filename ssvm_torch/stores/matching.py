@@ -104,6 +104,10 @@ class MatchingDual(DenseDual, RelaxedPasses):
         z = self.project(base[0] + step[0])
         return (z,), (z,)
 
+    def relaxed_divergence(self, z, state: tuple, base: tuple) -> tuple[float, float]:
+        """(1/2 ||z - z_base||^2, a bound on its rounding error)."""
+        return 0.5 * float(((z[0] - base[0]) ** 2).sum()), 1e-13 * float((z[0] ** 2 + base[0] ** 2).sum())
+
     def prox_scale(self) -> float:
         """max_i ||Phi_i||_F^2 >= ||Phi_i||_2^2, Phi_i the map z -> phi(x_i, z) (column jk:
         (X_jk, -Ne_j, -Nf_k) / Z)."""
