@@ -130,6 +130,7 @@ def test_cutting_plane_and_deg_torch_paths_never_leave_the_device(problems, name
     this path, whose internals create tensors without ``device=`` (tests/test_nn.py pins it), so
     the guard cannot cover them."""
     from ssvm_torch.solvers import make_solver
+    from ssvm_torch.stores.base import JointConstraints
     problem = problems(name)
     store = tiny_store(problem, name)
     if not store.supports_dual_point:
@@ -137,6 +138,12 @@ def test_cutting_plane_and_deg_torch_paths_never_leave_the_device(problems, name
     with host_guard() as guard:
         hist = make_solver(store, SolverConfig(solver="cutting-plane", passes=3, gap_check=1)).run()
     assert guard.host_copies > 0 and hist[-1]["gap"] >= 0
+    if isinstance(store, JointConstraints):              # chains: the working set as joint labelings too
+        compact = tiny_store(problem, name)
+        with host_guard():
+            hist = make_solver(compact, SolverConfig(solver="cutting-plane", passes=3, gap_check=1,
+                                                     working_set="labelings")).run()
+        assert hist[-1]["gap"] >= 0
     if name == "hansards":
         deg_store = tiny_store(problem, name)
         with host_guard():

@@ -167,7 +167,7 @@ def test_cutting_plane_qp_on_its_working_set_and_its_gap_bounds_the_suboptimalit
     for r in hist[1:]:
         assert r["gap"] >= r["primal"] - p_star - 1e-10 >= -1e-10
     # the working set's QP, solved independently, has the dual value the store reports
-    A, b = s.A.numpy(), s.b
+    A, b = s.ws.dense().numpy(), s.b
     Q = lam * A @ A.T
     ref = minimize(lambda x: -(b @ x - 0.5 * x @ Q @ x), np.full(len(b), 0.5 / len(b)), jac=lambda x: Q @ x - b,
                    bounds=[(0, None)] * len(b), method="SLSQP", options={"ftol": 1e-15, "maxiter": 5000},
@@ -323,7 +323,7 @@ def test_cutting_plane_under_box_constraints():
     assert all(r["gap"] >= r["primal"] - p_star - 1e-9 for r in hist)
     # the working set's primal QP min lam/2 |w|^2 + xi (xi >= b_c - lam <a_c, w>, w in the box), solved
     # independently, has the value of the store's (App. H) dual
-    A, b, dim = s.A.numpy(), s.b, d.w.shape[0]
+    A, b, dim = s.ws.dense().numpy(), s.b, d.w.shape[0]
     bounds = [(None, None)] * dim + [(0, None)]
     for j in idx.tolist():
         bounds[j] = (0, None)

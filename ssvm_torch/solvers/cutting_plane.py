@@ -53,14 +53,28 @@ def solve_working_set_qp(Q: np.ndarray, b: np.ndarray, solver: str = "daqp") -> 
     import qpsolvers
 
     m = b.shape[0]
+    top, c = float(b.max(initial=0.0)), float(np.diag(Q).max(initial=0.0))
+    if top <= 0.0 or c <= 0.0:                      # alpha = 0 is optimal (no constraint has b_c > 0)
+        return np.zeros(m) if top <= 0.0 else _simplex_vertex(b)
+    # solved in x = alpha / s, s = max b / max diag Q, as the objective divided by max(b)^2 / max diag Q:
+    # entries of order 1 whatever lam (at lam = 1/n on CoNLL-2000 Q ~ 1e5 and alpha ~ 1e-6, where
+    # DAQP on the raw QP returned points whose dual fell from one iteration to the next)
+    Qs, bs, scale = Q / c, b / top, top / c
     # a ridge far below the solvers' tolerances: constraints repeat (Q singular), quadprog needs PD
-    P = Q + np.eye(m) * 1e-12 * max(1.0, float(np.trace(Q)) / m)
-    x = qpsolvers.solve_qp(P, -b, G=np.ones((1, m)), h=np.array([1.0]), lb=np.zeros(m), solver=solver)
+    P = Qs + np.eye(m) * 1e-12 * max(1.0, float(np.trace(Qs)) / m)
+    x = qpsolvers.solve_qp(P, -bs, G=np.ones((1, m)), h=np.array([1.0 / scale]), lb=np.zeros(m), solver=solver)
     if x is None:
         raise SSVMInputError(f"qp_solver: {solver!r} found no solution of the working-set QP ({m} constraints)")
-    x = np.clip(x, 0.0, None)
+    x = np.clip(x, 0.0, None) * scale
     s = x.sum()
     return x / s if s > 1.0 else x
+
+
+def _simplex_vertex(b: np.ndarray) -> np.ndarray:
+    """argmax over {alpha >= 0, sum alpha <= 1} of b^T alpha when Q = 0: all mass on the largest b."""
+    x = np.zeros(b.shape[0])
+    x[int(np.argmax(b))] = 1.0
+    return x
 
 
 def solve_boxed_working_set_qp(A: np.ndarray, b: np.ndarray, lam: float, idx, lower, upper) -> np.ndarray:

@@ -79,7 +79,7 @@ class LabelingWorkingSet:
         self.labels = [y for y, k in zip(self.labels, mask) if k]
 
     def point(self, alpha: np.ndarray) -> torch.Tensor:
-        return self.dual.joint_point(torch.as_tensor(alpha, dtype=self.dual.w.dtype), self.labels)
+        return self.dual.joint_point(alpha, self.labels)
 
     def dense(self) -> torch.Tensor:
         raise SSVMInputError("working_set: box constraints need the dense working set (working_set='dense')")

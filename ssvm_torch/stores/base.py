@@ -396,8 +396,9 @@ class JointConstraints(ABC):
         """lam <a(y_c), w> for each labeling y_c of ``labels``: (m,), one scoring of every position."""
 
     @abstractmethod
-    def joint_point(self, weights: torch.Tensor, labels: list) -> torch.Tensor:
-        """sum_c weights_c a(y_c) (weights >= 0, sum <= 1): one map from statistics to w."""
+    def joint_point(self, weights, labels: list) -> torch.Tensor:
+        """sum_c weights_c a(y_c) (host floats weights >= 0, sum <= 1: the QP's answer): one map from
+        statistics to w."""
 
 
 class BlockDual(PointStore, BlockMoves, MiniBatchMoves, BatchPasses, ActiveSetMoves, PathRescaling):

@@ -294,19 +294,26 @@ class ChainDual(ChainTorchPath, ChainMarginalMoves, JointConstraints, BlockDual)
         """lam <a(y), w> = (<w, Phi(y_gt)> - <w, Phi(y)>) / n with Phi the sum over examples: scores
         from the potentials of w (no d-sized work per labeling)."""
         pots = self._potentials_of(w)
-        gt = float(self._scores(*pots, self.Y).sum())
-        return torch.tensor([gt - float(self._scores(*pots, y.long()).sum()) for y in labels],
-                            dtype=self.dtype) / self.N
+        inner = self.seg[1:] == self.seg[:-1]                  # position pairs inside one sequence
+        scores = torch.stack([self._total_score(*pots, y.to(self.device).long(), inner) for y in labels])
+        return (self._total_score(*pots, self.Y, inner) - scores) / self.N
 
-    def joint_point(self, weights: torch.Tensor, labels: list) -> torch.Tensor:
+    def _total_score(self, U, first, last, trans, labels, inner) -> torch.Tensor:
+        """sum over every sequence of <w, phi(x_i, y_i)> for ragged labels (N,): :meth:`_scores`
+        summed, without the per-sequence transition counts."""
+        return (U.gather(1, labels[:, None]).sum() + first[labels[self.first_pos]].sum()
+                + last[labels[self.last_pos]].sum() + trans[labels[1:][inner], labels[:-1][inner]].sum())
+
+    def joint_point(self, weights, labels: list) -> torch.Tensor:
         """w_from_stats of the weighted statistics, the missing mass 1 - sum weights on the ground
         truth (whose psi is 0), so the map's D = sum_c weights_c (S(y_gt) - S(y_c))."""
-        K, rest = self.model.K, 1.0 - float(weights.sum())
+        K, rest = self.model.K, 1.0 - float(sum(weights))
         Mu = Fn.one_hot(self.Y, K).to(self.dtype).mul_(rest)
         Mt = self.gt_trans * rest
         rows = torch.arange(len(self.Y), device=self.device)
         inner = self.seg[1:] == self.seg[:-1]                  # position pairs inside one sequence
-        for wc, y in zip(weights.tolist(), labels):
+        for wc, y in zip(weights, labels):
+            wc = float(wc)
             y = y.long().to(self.device)
             Mu.index_put_((rows, y), torch.full(y.shape, wc, dtype=self.dtype, device=self.device), accumulate=True)
             nxt, prev = y[1:][inner], y[:-1][inner]
