@@ -83,7 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="eg / deg: multiple of the safe step, the first try's (both adapt it: halved on a refused try) "
                         "(0 = the solver's default: eg 1000, deg 500)")
     p.add_argument("--eg-start", choices=("margin", "uniform"), default="margin",
-                   help="eg: the start alpha_i ~ exp(10 S(y_i)) (margin) or the uniform alpha_i of Collins et al. "
+                   help="eg: the start alpha_i ~ exp(9 S(y_i)) (margin) or the uniform alpha_i of Collins et al. "
                         "2008 (docs/solvers.md compares them)")
     p.add_argument("--qp-solver", choices=QP_SOLVERS, default="daqp",
                    help="cutting-plane: the qpsolvers backend of the working-set QP")

@@ -24,11 +24,15 @@ Start and step, measured on OCR-small at lam = 0.01, 30 passes (primal at 30; BC
   dual extragradient's prox centre) leaves 14% of each position's mass on wrong labels: primal
   276 at the start, 0.708 at 30 passes (step 10); m = 10 starts at primal 2.76 with 0.1% of the mass
   wrong, and EG's multiplicative updates then need large steps to move it: 1.02 at step 10, 0.80 at
-  300, **0.522 at 1000**, 0.512 at 3000, 0.561 at 10000; m = 13 and 16 end at 0.60-0.72. Per-example
+  300, 0.522 at 1000, 0.512 at 3000, 0.561 at 10000 (gap sampling); m = 13 and 16 end at 0.60-0.72.
+  With uniform sampling, seeds 0-3, step 1000: m = 10 0.561 / 0.537 / 0.585 / 0.530 (mean 0.553),
+  **m = 9 0.498 / 0.560 / 0.532 / 0.518 (mean 0.527)**, m = 8 0.534-0.651, m = 7 0.660-0.694; step 3000
+  with m = 9: 0.507-0.580; gap sampling, seeds 0-2: m = 9 0.494 / 0.508 / 0.521, m = 10 0.532 /
+  0.526 / 0.510. Per-example
   R_i instead of max_i R_i in the safe step, and growing beta_i after accepted steps (x1.05, x1.2,
   x1.5), made it worse (more refused tries, each a counted marginal call).
 
-So the default start is m = EG_START_MARGIN = 10 and the default initial beta is DEFAULT_STEP = 1000
+So the default start is m = EG_START_MARGIN = 9 and the default initial beta is DEFAULT_STEP = 1000
 times the safe value lam n / max_i R_i^2 of Collins et al.'s convergence theorem (the dual is
 R_i^2 / (lam n^2)-smooth in alpha_i w.r.t. the l1 norm), with R_i^2 >= max_y ||psi_i(y)||^2 bounded
 from the Gram matrices (the store's ``prox_scale``); the halving rule keeps the steps that would lower
@@ -48,7 +52,7 @@ from .outer import OuterSolver
 
 
 DEFAULT_STEP = 1000.0
-EG_START_MARGIN = 10.0      # EG's own start; DEG's prox centre is START_MARGIN (stores/chain_marginal.py)
+EG_START_MARGIN = 9.0       # EG's own start; DEG's prox centre is START_MARGIN (stores/chain_marginal.py)
 
 
 class EGSolver(OuterSolver):
