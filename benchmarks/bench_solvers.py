@@ -7,13 +7,16 @@ Parts (select with --parts):
           Clarabel, OSQP through qpsolvers: milliseconds and dual value against the best.
   study   primal suboptimality P(w) - P* vs effective passes and vs solver seconds for batch FW,
           BCFW-uniform, BCFW-gap, BCPFW-gap-cache, SSG, DEG, EG (chains) and the 1-slack cutting plane
-          (without and with its inference cache)
-          on OCR-small (lam = 0.01), OCR-large (lam = 1e-3) and Hansards (lam = 1/n). P* is the dual
-          value of a BCPFW-gap-cache run to gap <= --ref-gap or --ref-budget seconds (a lower bound on P*,
-          within the reference's final gap, recorded; every suboptimality shown is >= 0). Seeded methods run --seeds seeds where a run takes under a
-          minute, one otherwise; FW, DEG and the cutting plane are deterministic (one run).
+          (without and with its inference cache) on the cases of PROBLEMS (--problems): OCR-small (lam =
+          0.01), OCR-large (lam = 1e-3, 0.01, 1/n), CoNLL-2000 (lam = 1/n; the cutting plane keeps its
+          constraints as joint labelings there) and Hansards (lam = 1/n). P* is the dual value of a
+          BCPFW-gap-cache run to gap <= --ref-gap (1e-6) or --ref-budget seconds (a lower bound on P*,
+          within the reference's final gap, recorded in the JSON and the tables; every suboptimality
+          shown is >= 0). Seeded methods run --seeds seeds where a run takes under a minute, one
+          otherwise; FW, DEG and the cutting plane are deterministic (one run). One figure per case
+          (solvers_study.png: one column each).
 
-  reference  a longer P* reference run per problem (results/solvers_reference_<problem>.json); then
+  reference  a longer P* reference run per case (results/solvers_reference_<case>.json); then
           --rebase PROBLEM that.json recomputes the stored runs' suboptimalities against it.
 
 Writes benchmarks/results/solvers_<part>.json (+ solvers_study.png). Timings on a 2-core machine are
@@ -49,7 +52,17 @@ METHODS = {
 }
 DETERMINISTIC = {"fw", "deg", "cutting-plane", "cutting-plane-cache"}
 CHAINS_ONLY = {"eg"}
-PROBLEMS = {"ocr-small": 0.01, "ocr-large": 1e-3, "hansards": None}
+#: study cases: name -> (dataset, lam (None = 1/n), solver seconds per run, max passes per run)
+PROBLEMS = {"ocr-small": ("ocr-small", 0.01, 20, 3000), "ocr-large": ("ocr-large", 1e-3, 45, 1000),
+            "ocr-large-0.01": ("ocr-large", 0.01, 45, 1000), "ocr-large-1/n": ("ocr-large", None, 90, 1000),
+            "conll2000-1/n": ("conll2000", None, 600, 300), "hansards": ("hansards", None, 12, 3000)}
+
+
+def case(name):
+    """(task, lam) of a study case."""
+    dataset, lam = PROBLEMS[name][:2]
+    task = load_task(dataset)
+    return task, task.lam(lam)
 
 
 def median_ms(fn, repeats=7):
@@ -116,8 +129,7 @@ def run_method(task, lam, method, seed, passes, budget, gap_check, threshold=0.0
 def part_study(problems, seeds, budget, passes, ref_budget, ref_gap, methods, previous):
     out = {}
     for name in problems:
-        task = load_task(name)
-        lam = task.lam(PROBLEMS[name])
+        task, lam = case(name)
         t0 = time.perf_counter()
         if name in previous and methods != list(METHODS):         # rerun some methods against the same P*
             ref_dual, ref_gap, runs = previous[name]["p_star_lower"], previous[name]["p_star_gap"], previous[name]["runs"]
@@ -127,7 +139,7 @@ def part_study(problems, seeds, budget, passes, ref_budget, ref_gap, methods, pr
             print(f"{name}: lam {lam:g}, P* reference gap {ref_gap:.2e} after {ref[-1]['passes']:.0f} passes "
                   f"({time.perf_counter() - t0:.0f} s)", flush=True)
         for method in methods:
-            if method in CHAINS_ONLY and name == "hansards":
+            if method in CHAINS_ONLY and PROBLEMS[name][0] == "hansards":
                 continue
             gc = 1 if method.startswith(("fw", "cutting-plane")) else 2
             first = run_method(task, lam, method, 0, passes[name], budget[name], gc)
@@ -213,13 +225,12 @@ def part_reference(problems, ref_budget, ref_gap):
     """A longer P* reference run per problem (BCPFW-gap-cache to --ref-gap or --ref-budget seconds),
     saved as results/solvers_reference_<problem>.json for --rebase."""
     for name in problems:
-        task = load_task(name)
-        lam = task.lam(PROBLEMS[name])
+        task, lam = case(name)
         hist = run_method(task, lam, "bcpfw-gap-cache", 0, 10 ** 6, ref_budget, 10, threshold=ref_gap)
         best = max(hist, key=lambda r: r["dual"])
         out = {"problem": name, "lam": lam, "dual": best["dual"], "gap": hist[-1]["gap"], "passes": hist[-1]["passes"],
                "time_s": hist[-1]["time_s"], "method": "bcpfw-gap-cache"}
-        (RESULTS / f"solvers_reference_{name}.json").write_text(json.dumps(out, indent=1))
+        (RESULTS / f"solvers_reference_{name.replace('/', '_')}.json").write_text(json.dumps(out, indent=1))
         print(out, flush=True)
 
 
@@ -249,10 +260,10 @@ def main():
     p.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS),
                    help="a subset reruns these methods against the stored P* and keeps the others")
     p.add_argument("--seeds", type=int, default=3)
-    p.add_argument("--budget-small", type=float, default=20, help="solver seconds per run, OCR-small and Hansards")
-    p.add_argument("--budget-large", type=float, default=90, help="solver seconds per run, OCR-large")
-    p.add_argument("--ref-budget", type=float, default=240, help="solver seconds of the P* reference run")
-    p.add_argument("--ref-gap", type=float, default=1e-5, help="the P* reference run stops at this gap")
+    p.add_argument("--budget", type=float, default=None,
+                   help="solver seconds per run for every selected case (None = each case's own, PROBLEMS)")
+    p.add_argument("--ref-budget", type=float, default=3600, help="solver seconds of the P* reference run")
+    p.add_argument("--ref-gap", type=float, default=1e-6, help="the P* reference run stops at this gap")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--report", action="store_true", help="print the results tables from the JSON files and exit")
     p.add_argument("--rebase", nargs=2, metavar=("PROBLEM", "REFERENCE_JSON"),
@@ -271,8 +282,8 @@ def main():
     if "reference" in args.parts:
         part_reference(args.problems, args.ref_budget, args.ref_gap)
     if "study" in args.parts:
-        budget = {"ocr-small": args.budget_small, "hansards": args.budget_small, "ocr-large": args.budget_large}
-        passes = {"ocr-small": 3000, "hansards": 3000, "ocr-large": 1000}
+        budget = {k: args.budget if args.budget is not None else v[2] for k, v in PROBLEMS.items()}
+        passes = {k: v[3] for k, v in PROBLEMS.items()}
         path = RESULTS / "solvers_study.json"
         previous = json.loads(path.read_text()) if path.exists() else {}
         study = part_study(args.problems, args.seeds, budget, passes, args.ref_budget, args.ref_gap, args.methods,
