@@ -348,9 +348,9 @@ def test_eg_kernel_takes_the_torch_paths_steps(ocr_small):
     (h1, w1, r1), (h2, w2, r2) = runs
     assert r1 == r2 > 0
     assert [r["passes"] for r in h1] == [r["passes"] for r in h2]
-    for key in ("primal", "dual", "gap"):
-        np.testing.assert_allclose([r[key] for r in h1], [r[key] for r in h2], rtol=1e-9, atol=1e-12)
-    torch.testing.assert_close(w1, w2, rtol=0, atol=1e-10)
+    for key in ("primal", "dual", "gap"):          # scaled FB (numba) and log space (torch) round differently
+        np.testing.assert_allclose([r[key] for r in h1], [r[key] for r in h2], rtol=1e-8, atol=1e-12)
+    torch.testing.assert_close(w1, w2, rtol=0, atol=1e-9)             # |w| ~ 1: 3 passes of rounding
 
 
 def test_scaled_forward_backward_and_its_log_space_fallback():
@@ -391,11 +391,12 @@ def test_scaled_forward_backward_and_its_log_space_fallback():
 
 def test_eg_start_choice(ocr_small):
     """``eg_start='uniform'`` is Collins et al.'s uniform alpha_i (theta = 0: every position's marginal
-    1/K); the default margin start puts >= 99.8% of each position's mass on y_i; a bad value is refused."""
+    1/K); the default margin start (9 S(y_i)) puts >= 99.6% of each position's mass on y_i; a bad value
+    is refused."""
     train, _ = ocr_small
     sub = train.subset(range(10))
     for start, check in (("uniform", lambda mu: torch.allclose(mu, torch.full_like(mu, 1 / 26))),
-                         ("margin", lambda mu: bool((mu.gather(1, sub.Y[:, None]) > 0.998).all()))):
+                         ("margin", lambda mu: bool((mu.gather(1, sub.Y[:, None]) > 0.996).all()))):
         d = make_store(ChainModel.for_data(sub), sub, 0.01)
         make_solver(d, SolverConfig(solver="eg", eg_start=start, passes=1))
         assert check(d.Mu)
