@@ -21,15 +21,11 @@ from ..devices import from_host, to_host
 from ..errors import SSVMInputError, check
 from ..stores.base import SPARSE_D, GapPass, JointConstraints
 
-class DenseWorkingSet:
-    form = "dense"
 
+class DenseWorkingSet:
     def __init__(self, dual):
         self.dual = dual
         self.A = torch.zeros(0, dual.w.shape[0], dtype=dual.w.dtype, device=dual.device)
-
-    def __len__(self) -> int:
-        return self.A.shape[0]
 
     def lam_dots(self, w: torch.Tensor) -> np.ndarray:
         """lam <a_c, w> for every constraint: (m,)."""
@@ -58,14 +54,9 @@ class DenseWorkingSet:
 
 
 class LabelingWorkingSet:
-    form = "labelings"
-
     def __init__(self, dual: JointConstraints):
         self.dual = dual
         self.labels: list[torch.Tensor] = []
-
-    def __len__(self) -> int:
-        return len(self.labels)
 
     def lam_dots(self, w: torch.Tensor) -> np.ndarray:
         if not self.labels:

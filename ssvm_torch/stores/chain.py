@@ -62,6 +62,7 @@ class ChainDual(ChainTorchPath, ChainMarginalMoves, JointConstraints, BlockDual)
                  self.offsets.cpu().numpy(), self.goff.cpu().numpy(), G)
         self.G = torch.as_tensor(G, dtype=dtype, device=dev)
         self.first_pos, self.last_pos = self.offsets[:-1], self.offsets[1:] - 1
+        self.inner_pairs = self.seg[1:] == self.seg[:-1]       # positions t >= 1 within one sequence (t-1, t)
         # dual state: alpha_i = delta(y_i) at start, i.e. w_i = 0, ell_i = 0
         self.Mu = Fn.one_hot(self.Y, K).to(dtype)
         self.Mt = trans_counts(self.Y, self.seg, self.n, K).to(dtype)
@@ -294,15 +295,8 @@ class ChainDual(ChainTorchPath, ChainMarginalMoves, JointConstraints, BlockDual)
         """lam <a(y), w> = (<w, Phi(y_gt)> - <w, Phi(y)>) / n with Phi the sum over examples: scores
         from the potentials of w (no d-sized work per labeling)."""
         pots = self._potentials_of(w)
-        inner = self.seg[1:] == self.seg[:-1]                  # position pairs inside one sequence
-        scores = torch.stack([self._total_score(*pots, y.to(self.device).long(), inner) for y in labels])
-        return (self._total_score(*pots, self.Y, inner) - scores) / self.N
-
-    def _total_score(self, U, first, last, trans, labels, inner) -> torch.Tensor:
-        """sum over every sequence of <w, phi(x_i, y_i)> for ragged labels (N,): :meth:`_scores`
-        summed, without the per-sequence transition counts."""
-        return (U.gather(1, labels[:, None]).sum() + first[labels[self.first_pos]].sum()
-                + last[labels[self.last_pos]].sum() + trans[labels[1:][inner], labels[:-1][inner]].sum())
+        scores = torch.stack([self._scores(*pots, y.to(self.device).long()).sum() for y in labels])
+        return (self._scores(*pots, self.Y).sum() - scores) / self.N
 
     def joint_point(self, weights, labels: list) -> torch.Tensor:
         """w_from_stats of the weighted statistics, the missing mass 1 - sum weights on the ground
@@ -310,8 +304,7 @@ class ChainDual(ChainTorchPath, ChainMarginalMoves, JointConstraints, BlockDual)
         K, rest = self.model.K, 1.0 - float(sum(weights))
         Mu = Fn.one_hot(self.Y, K).to(self.dtype).mul_(rest)
         Mt = self.gt_trans * rest
-        rows = torch.arange(len(self.Y), device=self.device)
-        inner = self.seg[1:] == self.seg[:-1]                  # position pairs inside one sequence
+        rows, inner = torch.arange(len(self.Y), device=self.device), self.inner_pairs
         for wc, y in zip(weights, labels):
             wc = float(wc)
             y = y.long().to(self.device)
@@ -363,7 +356,8 @@ class ChainDual(ChainTorchPath, ChainMarginalMoves, JointConstraints, BlockDual)
         sc = torch.zeros(self.n, dtype=self.dtype, device=self.device).index_add_(
             0, self.seg, U.gather(1, labels[:, None])[:, 0])
         sc += first[labels[self.first_pos]] + last[labels[self.last_pos]]
-        return sc + (trans_counts(labels, self.seg, self.n, self.model.K).to(self.dtype) * trans).sum((1, 2))
+        inner = self.inner_pairs                          # transition scores gathered, no (n, K, K) counts
+        return sc.index_add_(0, self.seg[1:][inner], trans[labels[1:][inner], labels[:-1][inner]])
 
     def _potentials_of(self, w):
         saved = self.w.clone()
