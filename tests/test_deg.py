@@ -3,10 +3,12 @@ against brute force over all labelings, and the backtracking on a step far beyon
 import itertools
 
 import numpy as np
+import pytest
 import torch
 
 from conftest import chain_score, random_chain_data
 from ssvm_torch import ChainModel, SolverConfig, make_store
+from ssvm_torch.errors import SSVMInputError
 from ssvm_torch.solvers import make_solver
 from test_other_solvers import optimum, tiny_problem
 
@@ -54,3 +56,14 @@ def test_deg_backtracks_from_a_step_far_beyond_the_safe_one():
     assert hist[-1]["step_z"] < 0.1 * hist[0]["step_z"]            # the step came down to what the test accepts
     assert all(r["gap"] >= r["primal"] - p_star - 1e-12 and r["dual"] <= p_star + 1e-12 for r in hist)
     assert hist[-1]["primal"] - p_star < 0.1 * (hist[0]["primal"] - p_star) and hist[-1]["gap"] < hist[1]["gap"]
+
+
+def test_a_deg_checkpoint_without_the_adaptive_step_is_refused_by_name():
+    model, data = tiny_problem()
+    s = make_solver(make_store(model, data, 1.0), SolverConfig(solver="deg", passes=4, gap_check=2))
+    s.run()
+    state = s.state_dict()
+    del state["method"]["eta"]
+    fresh = make_solver(make_store(model, data, 1.0), SolverConfig(solver="deg", passes=8, gap_check=2))
+    with pytest.raises(SSVMInputError, match=r"missing \['eta'\]"):
+        fresh.load_state_dict(state)

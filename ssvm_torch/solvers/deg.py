@@ -203,6 +203,9 @@ class DEGSolver(OuterSolver):
                 "backtracks": self.backtracks}
 
     def load_extra_state(self, s: dict) -> None:
+        missing = sorted({"s_w", "S_w", "w_bar", "w_last", "t", "eta", "coef", "backtracks"} - set(s))
+        check(not missing, "state", "a DEG state of the adaptive step (s_w, S_w, w_bar, w_last, t, eta, coef, "
+              "backtracks)", f"missing {missing}")
         for key in ("s_w", "S_w", "w_bar", "w_last"):
             dst = getattr(self, key)
             check(tuple(s[key].shape) == tuple(dst.shape), f"state[{key!r}]", f"shape {tuple(dst.shape)}",
