@@ -13,13 +13,13 @@ Parts (select with --parts):
           BCPFW-gap-cache run to gap <= --ref-gap (1e-6) or --ref-budget seconds (a lower bound on P*,
           within the reference's final gap, recorded in the JSON and the tables; every suboptimality
           shown is >= 0). Seeded methods run --seeds seeds where a run takes under a minute, one
-          otherwise; FW, DEG and the cutting plane are deterministic (one run). One figure per case
-          (solvers_study.png: one column each).
+          otherwise; FW, DEG and the cutting plane are deterministic (one run). One figure per dataset
+          (solvers_study_<dataset>.png: a column per case of that dataset).
 
   reference  a longer P* reference run per case (results/solvers_reference_<case>.json); then
           --rebase PROBLEM that.json recomputes the stored runs' suboptimalities against it.
 
-Writes benchmarks/results/solvers_<part>.json (+ solvers_study.png). Timings on a 2-core machine are
+Writes benchmarks/results/solvers_<part>.json (+ solvers_study_<dataset>.png). Timings on a 2-core machine are
 noisy: medians of repeats, one process at a time.
 """
 from __future__ import annotations
@@ -158,29 +158,35 @@ def part_study(problems, seeds, budget, passes, ref_budget, ref_gap, methods, pr
     return out
 
 
-def plot_study(study, path):
+def plot_study(study, results=RESULTS):
+    """One figure per dataset, solvers_study_<dataset>.png: a column per case of that dataset (its
+    lam), primal suboptimality of each method's first seed vs effective passes (top) and seconds."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    names = list(study)
-    fig, axes = plt.subplots(2, len(names), figsize=(5 * len(names), 8), squeeze=False)
-    colors = dict(zip(METHODS, plt.get_cmap("tab10").colors))       # one colour per method in every panel
-    for j, name in enumerate(names):
-        for method, hists in study[name]["runs"].items():
-            h = hists[0]
-            for i, key in enumerate(("passes", "time_s")):
-                x = [r[key] for r in h]
-                y = [max(r["subopt"], 1e-11) for r in h]
-                axes[i, j].loglog([max(v, 1e-2) for v in x], y, label=method, color=colors[method])
-        axes[0, j].set_title(f"{name}, lam = {study[name]['lam']:.3g}")
-        axes[0, j].set_xlabel("effective passes")
-        axes[1, j].set_xlabel("solver seconds")
-        for i in range(2):
-            axes[i, j].set_ylabel("primal suboptimality")
-            axes[i, j].grid(True, which="both", alpha=0.3)
-        axes[0, j].legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    colors = dict(zip(METHODS, plt.get_cmap("tab10").colors))       # one colour per method in every figure
+    datasets = {}
+    for name in study:
+        datasets.setdefault(PROBLEMS[name][0] if name in PROBLEMS else name, []).append(name)
+    for dataset, names in datasets.items():
+        fig, axes = plt.subplots(2, len(names), figsize=(5 * len(names), 8), squeeze=False)
+        for j, name in enumerate(names):
+            for method, hists in study[name]["runs"].items():
+                h = hists[0]
+                for i, key in enumerate(("passes", "time_s")):
+                    x = [r[key] for r in h]
+                    y = [max(r["subopt"], 1e-11) for r in h]
+                    axes[i, j].loglog([max(v, 1e-2) for v in x], y, label=method, color=colors[method])
+            axes[0, j].set_title(f"{name}, lam = {study[name]['lam']:.3g} (P* to gap {study[name]['p_star_gap']:.0e})")
+            axes[0, j].set_xlabel("effective passes")
+            axes[1, j].set_xlabel("solver seconds")
+            for i in range(2):
+                axes[i, j].set_ylabel("primal suboptimality")
+                axes[i, j].grid(True, which="both", alpha=0.3)
+            axes[0, j].legend(fontsize=7)
+        fig.tight_layout()
+        fig.savefig(results / f"solvers_study_{dataset}.png", dpi=110)
+        plt.close(fig)
 
 
 def first_reach(hist, target, key):
@@ -250,7 +256,7 @@ def rebase(problem: str, reference: Path) -> None:
             for r in h:
                 r["subopt"] = r["primal"] - ref["dual"]
     path.write_text(json.dumps(study, separators=(",", ":")))
-    plot_study(study, RESULTS / "solvers_study.png")
+    plot_study(study)
 
 
 def main():
@@ -290,7 +296,7 @@ def main():
                            previous)
         study = {**previous, **study}        # a rerun of some problems / methods keeps the others' results
         path.write_text(json.dumps(study, separators=(",", ":")))
-        plot_study(study, RESULTS / "solvers_study.png")
+        plot_study(study)
 
 
 if __name__ == "__main__":

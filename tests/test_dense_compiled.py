@@ -137,13 +137,14 @@ def test_other_solvers_on_the_compiled_store(problems, name, opts):
 @pytest.mark.parametrize("name", list(DENSE))
 def test_incremental_w_is_the_sum_of_blocks_after_many_moves(problems, name):
     """10^4 random FW, pairwise and away moves (random step sizes, no recomputation): w = sum_i w_i
-    and ell = sum_i ell_i to 1e-10; then the same moves on the torch store give the same point."""
+    and ell = sum_i ell_i to 1e-10; then the same moves on the torch store give the same point.
+    pose-synth takes 2,000 (its tree max-sum corner in Python costs most of this file's time)."""
     problem, data = problems(name)
     data = data.subset(range(3))
     a, b = (make_store(problem.model, data, 0.3, kernels=k, nonnegative=problem.nonnegative) for k in ("numba", "torch"))
     rng = np.random.default_rng(1)
     last = [None] * data.n
-    steps = 10_000
+    steps = 2_000 if name == "pose-synth" else 10_000
     for k in range(steps):
         i, kind, gamma = int(rng.integers(data.n)), int(rng.integers(3)), float(rng.random())
         for s in (a, b) if k >= steps - 50 else (a,):

@@ -31,6 +31,12 @@ def spawn(spec, tmp_path, world=2, name="out.pt"):
     return torch.load(out, weights_only=False)
 
 
+@pytest.fixture(scope="module")
+def ocr_run(tmp_path_factory):
+    """The 2-rank run of OCR, shared by the tests that only read it (each spawn costs two interpreters)."""
+    return spawn(OCR, tmp_path_factory.mktemp("ocr"))
+
+
 def single(spec):
     task = worker.problem(spec)
     store = make_store(task.model, task.train, spec["lam"])
@@ -44,11 +50,11 @@ def single(spec):
                                   {**OCR, "sparse_direction": True}],
                          ids=["ocr-allreduce", "ocr-gather", "conll-gather", "conll-sparse-gather",
                               "ocr-sparse-allreduce"])
-def test_two_ranks_follow_the_single_process_trajectory(spec, tmp_path):
+def test_two_ranks_follow_the_single_process_trajectory(spec, tmp_path, request):
     """allreduce sums the ranks' directions in another order than one process: equal to rounding
     (CoNLL's binary features can turn such a rounding difference into another Viterbi tie-break, so
     CoNLL is checked with the bit-identical gather exchange)."""
-    dist_run = spawn(spec, tmp_path)
+    dist_run = request.getfixturevalue("ocr_run") if spec is OCR else spawn(spec, tmp_path)
     solver, hist, store, _ = single(spec)
     exact = spec.get("exchange") == "gather"
     assert dist_run["gather"] == exact
@@ -65,10 +71,10 @@ def test_two_ranks_follow_the_single_process_trajectory(spec, tmp_path):
     np.testing.assert_allclose(dist_run["gaps"], solver.block_gaps, rtol=1e-9, atol=1e-13)
 
 
-def test_distributed_gap_equals_a_single_process_recomputation(tmp_path):
+def test_distributed_gap_equals_a_single_process_recomputation(ocr_run):
     """Rebuild the blocks of both shards in one store from the 2-rank checkpoint: its own exact
     gap pass gives the distributed run's last gap."""
-    run = spawn(OCR, tmp_path)
+    run = ocr_run
     task = worker.problem(OCR)
     store = make_store(task.model, task.train, OCR["lam"])
     shards = run["state"]["dual"]["shards"]
@@ -93,8 +99,8 @@ def test_distributed_gap_equals_a_single_process_recomputation(tmp_path):
     assert primal - dual == pytest.approx(last["gap"], rel=1e-9)
 
 
-def test_resume_on_the_same_ranks_reproduces_the_run(tmp_path):
-    full = spawn(OCR, tmp_path, name="full.pt")
+def test_resume_on_the_same_ranks_reproduces_the_run(tmp_path, ocr_run):
+    full = ocr_run
     part = spawn({**OCR, "stop_at": 2}, tmp_path, name="part.pt")
     ckpt = tmp_path / "ckpt.pt"
     torch.save(part["state"], ckpt)
@@ -147,6 +153,7 @@ def test_torchrun_launch_of_ssvm_train_matches_one_process(tmp_path):
     assert ck["run"]["world_size"] == 2 and len(ck["solver"]["dual"]["shards"]) == 2
 
 
+@pytest.mark.slow          # two Lightning interpreters (~30 s); the sharded store itself is covered above
 def test_lightning_ddp_runs_the_sharded_store(tmp_path):
     """``python -m ssvm_torch.lightning fit --trainer.strategy ddp --trainer.devices 2``: Lightning's
     launcher starts rank 1, each rank holds its shard, the gather exchange makes the history equal the

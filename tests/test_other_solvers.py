@@ -158,7 +158,7 @@ def test_working_set_qp_equals_an_independent_solve():
 
 def test_cutting_plane_qp_on_its_working_set_and_its_gap_bounds_the_suboptimality(ocr_small):
     train, _ = ocr_small
-    sub = train.subset(range(25))
+    sub = train.subset(range(12))
     model, lam = ChainModel.for_data(sub), 0.05
     p_star, _ = optimum(model, sub, lam)
     d = make_store(model, sub, lam)

@@ -43,7 +43,7 @@ def string_reference(template, train, other, min_count=1):
 
 @pytest.mark.parametrize("template,min_count", [(SHA_PEREIRA, 1), (RICH, 1), (RICH, 3)])
 def test_engine_reproduces_the_string_reference(raw, template, min_count):
-    train, test = raw[0][:600], raw[1][:200]
+    train, test = raw[0][:300], raw[1][:100]
     (a, b), n_attr, _ = featurize(template, [train, test], min_count)
     ref_tr, ref_te, n_ref = string_reference(template, train, test, min_count)
     assert n_attr == n_ref                                  # same d
