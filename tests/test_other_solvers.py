@@ -391,14 +391,33 @@ def test_scaled_forward_backward_and_its_log_space_fallback():
 
 def test_eg_start_choice(ocr_small):
     """``eg_start='uniform'`` is Collins et al.'s uniform alpha_i (theta = 0: every position's marginal
-    1/K); the default margin start (9 S(y_i)) puts >= 99.6% of each position's mass on y_i; a bad value
-    is refused."""
+    1/K); the default margin start theta_i = m S(y_i) takes the smallest integer m whose dual is at
+    least -0.01 P(0) (checked here from fresh stores at m and m - 1, at two lam whose m differ); a
+    bad value is refused."""
     train, _ = ocr_small
     sub = train.subset(range(10))
-    for start, check in (("uniform", lambda mu: torch.allclose(mu, torch.full_like(mu, 1 / 26))),
-                         ("margin", lambda mu: bool((mu.gather(1, sub.Y[:, None]) > 0.996).all()))):
-        d = make_store(ChainModel.for_data(sub), sub, 0.01)
-        make_solver(d, SolverConfig(solver="eg", eg_start=start, passes=1))
-        assert check(d.Mu)
+    model = ChainModel.for_data(sub)
+    d = make_store(model, sub, 0.01)
+    make_solver(d, SolverConfig(solver="eg", eg_start="uniform", passes=1))
+    assert torch.allclose(d.Mu, torch.full_like(d.Mu, 1 / 26))
+
+    def dual_at(lam, m):
+        e = make_store(model, sub, lam)
+        K = e.model.K
+        z, zt = torch.zeros(e.n, K, dtype=e.dtype), torch.zeros(e.n, K, K, dtype=e.dtype)
+        Mu, Mt, _ = e.gibbs_marginals(m * torch.nn.functional.one_hot(e.Y, K).to(e.dtype), e.lengths, z, z, zt)
+        e.set_marginals(Mu, Mt)
+        return e.dual(), e.primal_at(torch.zeros_like(e.w))
+
+    margins = []
+    for lam in (0.01, 1e-3):
+        d = make_store(model, sub, lam)
+        hist = make_solver(d, SolverConfig(solver="eg", passes=1, gap_check=1)).run()
+        m = hist[-1]["start_margin"]
+        (dm, p0), (below, _) = dual_at(lam, m), dual_at(lam, m - 1)
+        assert m == int(m) and dm >= -0.01 * p0 > below
+        assert hist[-1]["start_passes"] >= 2
+        margins.append(m)
+    assert margins[1] > margins[0]                # a smaller lam n needs less mass on the wrong labelings
     with pytest.raises(SSVMInputError, match="eg_start"):
         SolverConfig(solver="eg", eg_start="zero").validate()

@@ -83,8 +83,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="eg / deg: multiple of the safe step, the first try's (both adapt it: halved on a refused try) "
                         "(0 = the solver's default: eg 1000, deg 500)")
     p.add_argument("--eg-start", choices=("margin", "uniform"), default="margin",
-                   help="eg: the start alpha_i ~ exp(9 S(y_i)) (margin) or the uniform alpha_i of Collins et al. "
-                        "2008 (docs/solvers.md compares them)")
+                   help="eg: the start alpha_i ~ exp(m S(y_i)), m the smallest margin whose dual is >= -0.01 P(0) "
+                        "(margin), or the uniform alpha_i of Collins et al. 2008 (docs/solvers.md compares them)")
     p.add_argument("--qp-solver", choices=QP_SOLVERS, default="daqp",
                    help="cutting-plane: the qpsolvers backend of the working-set QP")
     p.add_argument("--working-set", choices=("auto", "dense", "labelings"), default="auto",

@@ -37,7 +37,7 @@ class SolverConfig:
                                  # gap_check passes (up to one pass more) until the gap estimate is <= this,
                                  # then pay the exact check (0: check every gap_check passes)
     step_size: float = 0.0       # EG / DEG: first try's multiple of the safe step (0 = the solver's default)
-    eg_start: str = "margin"     # EG: "margin" (theta_i = EG_START_MARGIN S(y_i)) or "uniform" (theta_i = 0,
+    eg_start: str = "margin"     # EG: "margin" (theta_i = m S(y_i), m from solvers.eg.start_margin) or "uniform" (theta_i = 0,
                                  # Collins et al.'s uniform alpha_i); solvers/eg.py says why margin is the default
     qp_solver: str = "daqp"      # cutting plane: the qpsolvers backend of the working-set QP
     inactive_window: int = 50    # cutting plane: QP solves a constraint may stay at alpha = 0 before pruning

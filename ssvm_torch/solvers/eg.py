@@ -32,8 +32,18 @@ Start and step, measured on OCR-small at lam = 0.01, 30 passes (primal at 30; BC
   R_i instead of max_i R_i in the safe step, and growing beta_i after accepted steps (x1.05, x1.2,
   x1.5), made it worse (more refused tries, each a counted marginal call).
 
-So the default start is m = EG_START_MARGIN = 9 and the default initial beta is DEFAULT_STEP = 1000
-times the safe value lam n / max_i R_i^2 of Collins et al.'s convergence theorem (the dual is
+A fixed m does not carry to other problems: w(z_m) = sum_i psi_i(z_m) / (lam n) grows as 1/(lam n)
+and with the feature scale. At lam = 1/n the start's primal is 34.3 with m = 9 on OCR-small, 374 on
+OCR-large and 2,079 on CoNLL-2000; CoNLL-2000 after 6 passes: 8.48 from m = 9, 0.716 from 13, 1.29
+from 16; OCR-large after 30: 1.80 from 9, 1.56 from 12; OCR-small (30 passes): 0.94-1.10 for m = 9-13.
+The dual of the start, D(z_m), rises with m to a maximum near 0 (11 on OCR-small at 0.01, 13 at 1/n,
+~18 on CoNLL) while the best EG runs start 2-5 below it, where D(z_m) is still within 1% of P(0) of
+the FW start's 0 (OCR-small 0.01: D(z_9) = -0.0078, D(z_8) = -0.071; CoNLL: D(z_13) = -0.0034,
+D(z_12) = -0.025). So the start is m = :func:`start_margin`: the smallest integer m whose dual is >=
+-START_DUAL_DROP P(0), walked from EG_START_MARGIN = 9 (one marginal pass per m, set-up like DEG's
+centre, not counted; the records keep ``start_margin`` and ``start_passes``).
+
+The default initial beta is DEFAULT_STEP = 1000 times the safe value lam n / max_i R_i^2 of Collins et al.'s convergence theorem (the dual is
 R_i^2 / (lam n^2)-smooth in alpha_i w.r.t. the l1 norm), with R_i^2 >= max_y ||psi_i(y)||^2 bounded
 from the Gram matrices (the store's ``prox_scale``); the halving rule keeps the steps that would lower
 the dual out.
@@ -52,7 +62,42 @@ from .outer import OuterSolver
 
 
 DEFAULT_STEP = 1000.0
-EG_START_MARGIN = 9.0       # EG's own start; DEG's prox centre is START_MARGIN (stores/chain_marginal.py)
+EG_START_MARGIN = 9.0       # where the start search begins; DEG's prox centre is START_MARGIN (stores/chain_marginal.py)
+START_DUAL_DROP = 0.01      # the start's dual may lie this fraction of P(0) below the FW family's start (dual 0)
+MAX_START_MARGIN = 40.0
+
+
+def start_margin(dual) -> tuple[float, int]:
+    """The margin m of EG's start theta_i = m S(y_i): the smallest integer m, searched from
+    EG_START_MARGIN in steps of 1, whose dual (3) is >= -START_DUAL_DROP P(0), and the number of
+    marginal passes the search took. EG's multiplicative steps need mass on the wrong labelings to
+    move (a small m), while w(z_m) = sum_i psi_i(z_m) / (lam n) must stay near the FW family's start
+    w = 0 (a large m); how much wrong mass is too much depends on lam n and the feature scale, so a
+    fixed m cannot serve every problem (solvers/eg.py's module docstring has the figures). The dual
+    grows with m up to its maximum, so the walk stops at the first m on the other side of the floor."""
+    d, K = dual, dual.model.K
+    floor = -START_DUAL_DROP * d.primal_at(torch.zeros_like(d.w))
+    one_hot = Fn.one_hot(d.Y, K).to(d.dtype)
+    zeros, zeros_t = torch.zeros(d.n, K, dtype=d.dtype, device=d.device), torch.zeros(d.n, K, K, dtype=d.dtype, device=d.device)
+    passes = 0
+
+    def above(m):
+        nonlocal passes
+        Mu, Mt, _ = d.gibbs_marginals(m * one_hot, d.lengths, zeros, zeros, zeros_t)
+        d.set_marginals(Mu, Mt)
+        passes += 1
+        return d.dual() >= floor
+
+    m = EG_START_MARGIN
+    if above(m):
+        while m > 1 and above(m - 1):
+            m -= 1
+    else:
+        while m < MAX_START_MARGIN:
+            m += 1
+            if above(m):
+                break
+    return m, passes
 
 
 class EGSolver(OuterSolver):
@@ -65,8 +110,8 @@ class EGSolver(OuterSolver):
         super().__init__(dual, config, evaluate, progress, monitor_start, interrupt)
         d = dual
         K = d.model.K
-        margin = EG_START_MARGIN if config.eg_start == "margin" else 0.0
-        self.theta_u = margin * Fn.one_hot(d.Y, K).to(d.dtype)
+        self.start_margin, self.start_passes = start_margin(d) if config.eg_start == "margin" else (0.0, 0)
+        self.theta_u = self.start_margin * Fn.one_hot(d.Y, K).to(d.dtype)
         self.theta_first = torch.zeros(d.n, K, dtype=d.dtype, device=d.device)
         self.theta_last = torch.zeros_like(self.theta_first)
         self.theta_trans = torch.zeros(d.n, K, K, dtype=d.dtype, device=d.device)
@@ -119,7 +164,8 @@ class EGSolver(OuterSolver):
     def check(self) -> dict:
         self.tol = self._tolerance()
         gp = self.exact_gap_pass()
-        return self.record(gp, step_size_mean=float(self.beta.mean()), refused_steps=self.refused)
+        return self.record(gp, step_size_mean=float(self.beta.mean()), refused_steps=self.refused,
+                           start_margin=self.start_margin, start_passes=self.start_passes)
 
     def extra_state(self) -> dict:
         return {"theta_u": self.theta_u.clone(), "theta_first": self.theta_first.clone(),
