@@ -36,7 +36,12 @@ primal at about 10 / 20 / 30 passes, lam = 0.01 | lam = 1/n; P(0) = 1):
 * adaptive, margin 10, first step 500, W_STEP 0.15 (the defaults): 1.028 / 0.945 / 0.916 |
   0.953 / 0.761 / 0.726; first steps 300-2000 and W_STEP 0.1-0.5 gave 0.98-1.43 at the first record
   and 0.90-0.97 at 30 (lam = 0.01); margin 9 gave 0.962 / 0.867 / 0.845 | 1.380 / 0.721 / 0.626,
-  margin 8 and 11-14 were worse at the first record. The first records sit near P(0) because w(z)
+  margin 8 and 11-14 were worse at the first record; GROW 1.5 or 2 with first steps 50-300 and
+  W_STEP 0.1-0.2 gave 0.947-1.386 (lam = 0.01) and 0.975-4.03 (1/n) at the first record, no setting
+  below 1 at both (a first step that scales as 1 / (lam n), 80 at lam = 0.01 for 500 at 1/n: 1.015
+  and 0.975 with GROW 1.5). Traced per iteration (lam = 0.01, defaults) the current iterate u_w
+  oscillates between primal 1.25 and 2.99 over the first 15 iterations, w(z_bar) between 0.89 and
+  4.15, and the dual min L(w, z_bar) is 0.004 after 40 passes (P* ~ 0.165). The first records sit near P(0) because w(z)
   near the centre is an ascent direction from w = 0 (P(a w(z_c)) > 1 for every a tried, margins 8-14)
   and u_w moves towards it until z leaves the centre; later the bound's O(1/t) is slow against BCFW
   (primal 0.285 at 30 passes, lam = 0.01: DEG ignores the strong convexity in w that BCFW's
