@@ -184,11 +184,14 @@ def test_compiled_oracles_refuse_weights_outside_the_box(problems):
             host.corner(w, 0)
 
 
-@pytest.mark.parametrize("name,size", [("scene", None), ("ocr-letters", None), ("segmentation-synth", 10),
-                                       ("pose-synth", 6), ("hansards", 8)])
+@pytest.mark.parametrize("name,size", [("scene", None),
+                                       pytest.param("ocr-letters", None, marks=pytest.mark.slow),
+                                       ("segmentation-synth", 10),
+                                       pytest.param("pose-synth", 6, marks=pytest.mark.slow), ("hansards", 8)])
 def test_compiled_run_resumes_exactly_through_the_cli(tmp_path, name, size):
     """Pairwise steps with the cache keep the compiled store's (host) labelings in their working sets:
-    a checkpointed and resumed ssvm-train run equals the uninterrupted one."""
+    a checkpointed and resumed ssvm-train run equals the uninterrupted one. OCR letters and pose (the
+    slowest two, ~11 s each) run in the slow tier; the flat, graph-cut and matching stores here."""
     import json
 
     from ssvm_torch.cli.train import main

@@ -46,7 +46,7 @@ def single(spec):
 
 
 @pytest.mark.parametrize("spec", [OCR, {**OCR, "exchange": "gather"}, CONLL,
-                                  {**CONLL, "sparse_direction": True},
+                                  pytest.param({**CONLL, "sparse_direction": True}, marks=pytest.mark.slow),
                                   {**OCR, "sparse_direction": True}],
                          ids=["ocr-allreduce", "ocr-gather", "conll-gather", "conll-sparse-gather",
                               "ocr-sparse-allreduce"])

@@ -153,7 +153,7 @@ def test_regpath_pieces_and_roundtrip(tmp_path):
 
 def test_ssvm_path_cli_files(tmp_path, capsys):
     out = tmp_path / "p"
-    assert path_main(["--dataset", "ocr-small", "--eps", "0.3", "--lam-min", "0.05", "--out", str(out)]) == 0
+    assert path_main(["--dataset", "ocr-small", "--eps", "0.3", "--lam-min", "0.1", "--out", str(out)]) == 0
     assert "breakpoints" in capsys.readouterr().out
     saved = torch.load(out / "path.pt")
     assert {"lambdas", "W", "ells", "eps"} <= set(saved) and saved["W"].shape == (len(saved["lambdas"]), 4082)
