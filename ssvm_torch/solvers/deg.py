@@ -41,11 +41,11 @@ primal at about 10 / 20 / 30 passes, lam = 0.01 | lam = 1/n; P(0) = 1):
   below 1 at both (a first step that scales as 1 / (lam n), 80 at lam = 0.01 for 500 at 1/n: 1.015
   and 0.975 with GROW 1.5). Traced per iteration (lam = 0.01, defaults) the current iterate u_w
   oscillates between primal 1.25 and 2.99 over the first 15 iterations, w(z_bar) between 0.89 and
-  4.15, and the dual min L(w, z_bar) is 0.004 after 40 passes (P* ~ 0.165). The first records sit near P(0) because w(z)
-  near the centre is an ascent direction from w = 0 (P(a w(z_c)) > 1 for every a tried, margins 8-14)
-  and u_w moves towards it until z leaves the centre; later the bound's O(1/t) is slow against BCFW
-  (primal 0.285 at 30 passes, lam = 0.01: DEG ignores the strong convexity in w that BCFW's
-  steps use).
+  4.15, and the dual min L(w, z_bar) is 0.004 after 40 passes (P* ~ 0.165). The first records sit
+  near P(0) because w(z) near the centre is an ascent direction from w = 0 (P(a w(z_c)) > 1 for
+  every a tried, margins 8-14) and u_w moves towards it until z leaves the centre; later the
+  bound's O(1/t) is slow against BCFW (primal 0.285 at 30 passes, lam = 0.01: DEG ignores the
+  strong convexity in w that BCFW's steps use).
 
 The method's guarantee is about the averaged iterate (w_bar, z_bar): its saddle-point gap
     P(w_bar) - min_{w in W} L(w, z_bar)  >=  P(w_bar) - P*

@@ -43,10 +43,10 @@ D(z_12) = -0.025). So the start is m = :func:`start_margin`: the smallest intege
 -START_DUAL_DROP P(0), walked from EG_START_MARGIN = 9 (one marginal pass per m, set-up like DEG's
 centre, not counted; the records keep ``start_margin`` and ``start_passes``).
 
-The default initial beta is DEFAULT_STEP = 1000 times the safe value lam n / max_i R_i^2 of Collins et al.'s convergence theorem (the dual is
-R_i^2 / (lam n^2)-smooth in alpha_i w.r.t. the l1 norm), with R_i^2 >= max_y ||psi_i(y)||^2 bounded
-from the Gram matrices (the store's ``prox_scale``); the halving rule keeps the steps that would lower
-the dual out.
+The default initial beta is DEFAULT_STEP = 1000 times the safe value lam n / max_i R_i^2 of Collins
+et al.'s convergence theorem (the dual is R_i^2 / (lam n^2)-smooth in alpha_i w.r.t. the l1 norm),
+with R_i^2 >= max_y ||psi_i(y)||^2 bounded from the Gram matrices (the store's ``prox_scale``); the
+halving rule keeps the steps that would lower the dual out.
 """
 from __future__ import annotations
 
@@ -62,9 +62,9 @@ from .outer import OuterSolver
 
 
 DEFAULT_STEP = 1000.0
-EG_START_MARGIN = 9.0       # where the start search begins; DEG's prox centre is START_MARGIN (stores/chain_marginal.py)
+EG_START_MARGIN = 9.0       # where the start search begins (DEG's prox centre: stores/chain_marginal.py)
 START_DUAL_DROP = 0.01      # the start's dual may lie this fraction of P(0) below the FW family's start (dual 0)
-MAX_START_MARGIN = 40.0
+MAX_START_MARGIN = 40.0     # the walk's upper end: m = 40 leaves ~e^-40 of a position's mass on wrong labels
 
 
 def start_margin(dual) -> tuple[float, int]:
@@ -74,11 +74,13 @@ def start_margin(dual) -> tuple[float, int]:
     move (a small m), while w(z_m) = sum_i psi_i(z_m) / (lam n) must stay near the FW family's start
     w = 0 (a large m); how much wrong mass is too much depends on lam n and the feature scale, so a
     fixed m cannot serve every problem (solvers/eg.py's module docstring has the figures). The dual
-    grows with m up to its maximum, so the walk stops at the first m on the other side of the floor."""
+    grows with m up to its maximum, so the walk stops at the first m on the other side of the floor.
+    It moves the store to the points it evaluates; the caller then sets the start it chose."""
     d, K = dual, dual.model.K
     floor = -START_DUAL_DROP * d.primal_at(torch.zeros_like(d.w))
     one_hot = Fn.one_hot(d.Y, K).to(d.dtype)
-    zeros, zeros_t = torch.zeros(d.n, K, dtype=d.dtype, device=d.device), torch.zeros(d.n, K, K, dtype=d.dtype, device=d.device)
+    zeros = torch.zeros(d.n, K, dtype=d.dtype, device=d.device)
+    zeros_t = torch.zeros(d.n, K, K, dtype=d.dtype, device=d.device)
     passes = 0
 
     def above(m):
