@@ -1,10 +1,12 @@
-"""Data-parallel mini-batch BCFW on this machine: P = 1 and 2 processes (gloo, one torch and one
-numba thread each, launched by torchrun) on OCR-large and CoNLL-2000: seconds per effective pass,
-gap vs wall time and bytes sent per rank per pass; then a model of larger clusters from the measured
+"""Data-parallel mini-batch BCFW on this machine: P = 1, 2, 4, 8 processes up to its cores (gloo, one
+torch and one numba thread each, launched by torchrun) on OCR-large and CoNLL-2000, the same tau,
+seed and passes for every P: seconds per effective pass, the speed-up over P = 1, the time to the
+gap the P = 1 run ends at, whether the gaps equal P = 1's record for record, and bytes sent per rank
+per pass; then a model of larger clusters from the measured
 per-block decode time, the per-step replicated cost and gloo's all-reduce / all-gather time vs
 message size. Prints tables and writes benchmarks/results/distributed.json.
 
-Usage: python benchmarks/bench_distributed.py [--datasets ocr-large conll2000] [--passes 6]
+Usage: python benchmarks/bench_distributed.py [--datasets ocr-large conll2000] [--passes 6] [--procs 1 2 4 8]
        (internally re-launched as: torchrun --nproc-per-node P benchmarks/bench_distributed.py --worker ...)
 """
 from __future__ import annotations
@@ -62,6 +64,7 @@ def worker(args):
                "bytes_per_pass": store.bytes_sent / hist[-1]["passes"],
                "comm_s_per_pass": store.comm_s / hist[-1]["passes"],
                "shard_s_per_pass": store.shard_s / hist[-1]["passes"],
+               "joint_s_per_pass": store.joint_s / hist[-1]["passes"],
                "curve": [{"passes": r["passes"], "gap": r["gap"], "time_s": r["time_s"]} for r in hist],
                "comm": comm}
         Path(args.json).write_text(json.dumps(res))
@@ -104,6 +107,12 @@ def model(one, two, scale, P):
     return {"P": P, "s_per_pass": T, "speedup": (S + R) / T, "S": S, "R": R, "C": C, "bandwidth_MBps": bandwidth / 1e6}
 
 
+def time_to(run: dict, target: float):
+    """The solver seconds (and passes) of the run's first record with gap <= target, or None."""
+    hit = next((r for r in run["curve"] if r["gap"] <= target * (1 + 1e-9)), None)
+    return (None, None) if hit is None else (hit["time_s"], hit["passes"])
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--worker", action="store_true")
@@ -114,41 +123,65 @@ def main():
     ap.add_argument("--gap-check", type=float, default=2)
     ap.add_argument("--lam", type=float, default=None)
     ap.add_argument("--exchange", default="auto", help="(worker) the exchange of this run")
-    ap.add_argument("--exchanges", nargs="+", default=["allreduce", "gather"], help="P = 2 runs to make")
+    ap.add_argument("--exchanges", nargs="+", default=["allreduce", "gather"], help="exchanges to run at P >= 2")
+    ap.add_argument("--procs", nargs="+", type=int, default=None,
+                    help="process counts (default: 1, 2, 4, 8 up to the machine's cores)")
     ap.add_argument("--json", default=None)
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "distributed.json"))
     args = ap.parse_args()
     if args.worker:
         return worker(args)
+    import platform
     from ssvm_torch.outputs import atomic_write_bytes
+    cpus = os.cpu_count() or 1
+    procs = args.procs or [p for p in (1, 2, 4, 8) if p <= max(cpus, 2)]
+    if procs[0] != 1:
+        raise SystemExit("--procs: expected the list to start with 1 (the baseline of every ratio)")
     settings = {"ocr-large": dict(tau=256, lam=1e-3), "conll2000": dict(tau=1024, lam=3e-2)}
-    res = {"runs": {}, "model": {}}
+    res = {"machine": {"cpus": cpus, "platform": platform.platform(), "processor": platform.processor(),
+                       "torch": torch.__version__, "threads_per_rank": 1},
+           "runs": {}, "model": {}}
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
     for ds in args.datasets:
         st = settings.get(ds, dict(tau=args.tau or 256, lam=args.lam or 1e-3))
         one = launch(1, ds, st["tau"], args.passes, args.gap_check, st["lam"], "allreduce")
-        n = one["n"]
-        print(f"{ds}: n = {n}, d = {one['d']}, tau = {st['tau']}")
-        print(f"  P = 1: {one['s_per_pass']:.3f} s per effective pass, final gap {one['curve'][-1]['gap']:.4g}",
-              flush=True)
+        target = one["curve"][-1]["gap"]                 # every run is timed to the gap the P = 1 run ends at
+        one["target_gap"] = target
+        one["time_to_target_s"], one["passes_to_target"] = time_to(one, target)
+        print(f"{ds}: n = {one['n']}, d = {one['d']}, tau = {st['tau']}, target gap {target:.6g}")
+        print(f"  P = 1: {one['s_per_pass']:.3f} s per effective pass (decode and block terms "
+              f"{one['shard_s_per_pass']:.3f})", flush=True)
         res["runs"][ds] = {"1": one}
         res["model"][ds] = {}
+        for P in procs[1:]:
+            for exchange in args.exchanges:
+                run = launch(P, ds, st["tau"], args.passes, args.gap_check, st["lam"], exchange)
+                run["target_gap"] = target
+                run["time_to_target_s"], run["passes_to_target"] = time_to(run, target)
+                run["speedup_s_per_pass"] = one["s_per_pass"] / run["s_per_pass"]
+                run["same_gaps_as_P1"] = [r["gap"] for r in run["curve"]] == [r["gap"] for r in one["curve"]]
+                res["runs"][ds][f"{P}-{exchange}"] = run
+                print(f"  P = {P}, {exchange}: {run['s_per_pass']:.3f} s per effective pass "
+                      f"({run['speedup_s_per_pass']:.2f}x), final gap {run['curve'][-1]['gap']:.6g} "
+                      f"(same gaps as P = 1: {run['same_gaps_as_P1']}), shard {run['shard_s_per_pass']:.3f} s, "
+                      f"collectives {run['comm_s_per_pass']:.3f} s, joint direction {run['joint_s_per_pass']:.3f} s, "
+                      f"{run['bytes_per_pass'] / 2 ** 20:.1f} MiB "
+                      "sent per rank per pass", flush=True)
+                atomic_write_bytes(out, json.dumps(res, indent=1).encode())
         for exchange in args.exchanges:
-            two = launch(2, ds, st["tau"], args.passes, args.gap_check, st["lam"], exchange)
-            res["runs"][ds][f"2-{exchange}"] = two
-            print(f"  P = 2, {exchange}: {two['s_per_pass']:.3f} s per effective pass "
-                  f"({one['s_per_pass'] / two['s_per_pass']:.2f}x), final gap {two['curve'][-1]['gap']:.4g}, "
-                  f"{two['bytes_per_pass'] / 2 ** 20:.1f} MiB sent per rank per pass, {two['comm_s_per_pass']:.3f} s of it in "
-                  "collectives", flush=True)
-            preds = [model(one, two, 1, P) for P in (2, 8, 64, 512)]
+            two = res["runs"][ds].get(f"2-{exchange}")
+            if two is None:
+                continue
+            preds = [model(one, two, 1, P) for P in sorted(set(procs[1:]) | {64, 512})]
             big = [model(one, two, 100, P) for P in (8, 64, 512)] if ds == "conll2000" else []
             res["model"][ds][exchange] = {"measured_n": preds, "replicated_100x": big}
             for label, rows in (("n", preds), ("100 n", big)):
                 if rows:
-                    print(f"    predicted ({label}): " + ", ".join(f"P = {p['P']}: {p['s_per_pass']:.3f} s/pass "
-                                                                 f"({p['speedup']:.1f}x)" for p in rows))
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_bytes(Path(args.out), json.dumps(res, indent=1).encode())
-    print(f"wrote {args.out}")
+                    print(f"    {exchange} model ({label}): " + ", ".join(
+                        f"P = {p['P']}: {p['s_per_pass']:.3f} s/pass ({p['speedup']:.1f}x)" for p in rows))
+        atomic_write_bytes(out, json.dumps(res, indent=1).encode())
+    print(f"wrote {out}")
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 
 import numpy as np
 import torch
@@ -50,6 +51,17 @@ class HostCopyError(RuntimeError):
 def resolve_device(device) -> torch.device:
     """``device`` as a torch.device (``None`` is the CPU)."""
     return torch.device(device) if device is not None else torch.device("cpu")
+
+
+def device_clock(device: torch.device) -> float:
+    """Seconds on the host clock after every kernel queued on ``device`` has finished.
+
+    CUDA kernels run asynchronously: a host timer read right after a launch measures the launch,
+    not the work, so the solvers read this at their timing boundaries (the records' ``time_s``);
+    on the CPU it is ``time.perf_counter()``."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter()
 
 
 def _sanctioned():

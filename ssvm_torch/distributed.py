@@ -147,6 +147,7 @@ class ShardedDual(BlockDual):
         self.bytes_sent = 0                   # what this rank contributed to collectives
         self.comm_s = 0.0                     # seconds spent in collectives (waiting for the others included)
         self.shard_s = 0.0                    # seconds of this rank's own decoding (steps and gap passes)
+        self.joint_s = 0.0                    # seconds building the joint direction from what was exchanged
         self._acc = self._mask = None         # merge buffers of the sparse allreduce (allocated on first use)
         self.steps_exchanged = 0
 
@@ -231,8 +232,10 @@ class ShardedDual(BlockDual):
         """Every block's direction parts (BatchCorners.parts) on every rank, in batch order: one
         all-gather of the per-block row counts of every group, then one per part tensor (padded to
         the largest rank's share)."""
-        owned = [[b for b, i in enumerate(batch) if i % self.size == r] for r in range(self.size)]
-        most = max(len(o) for o in owned)
+        owner = torch.as_tensor(batch, dtype=torch.int64, device=self.device) % self.size
+        seen = torch.nn.functional.one_hot(owner, self.size).cumsum(0)     # blocks of each rank so far
+        place = seen.gather(1, owner[:, None]).reshape(-1) - 1              # a block's place in its owner's list
+        most = int(seen[-1].max())
         if parts is None:                      # no block of this batch here: zero-row parts of the right shapes
             parts = {k: ({g: torch.zeros((0,) + sh, dtype=dt, device=self.device) for g, (sh, dt) in v.items()}
                          if isinstance(v, dict) else torch.zeros((0,) + v[0], dtype=v[1], device=self.device))
@@ -242,8 +245,7 @@ class ShardedDual(BlockDual):
         for g, key in enumerate(groups):
             count[g, :parts[key]["count"].numel()] = parts[key]["count"]
         counts = torch.stack(self._all_gather(count))                     # (ranks, groups, most)
-        where = torch.tensor([[r, o.index(b)] for b in range(len(batch)) for r, o in enumerate(owned) if b in o],
-                             dtype=torch.int64, device=self.device)         # (tau, 2): owner rank, place there
+        where = torch.stack([owner, place], 1)                              # (tau, 2): owner rank, place there
 
         def gathered(t, rows):                 # (ranks * rows, ...) of every rank's rows, padded
             pad = torch.zeros((rows,) + tuple(t.shape[1:]), dtype=t.dtype, device=self.device)
@@ -269,7 +271,8 @@ class ShardedDual(BlockDual):
         return out
 
     # -- mini-batch BCFW -------------------------------------------------------------------------
-    def batch_corners(self, idx) -> BatchCorners:
+    def batch_corners(self, idx, with_direction: bool = True) -> BatchCorners:
+        """The τ blocks' corners and the joint direction (always built: the step needs it on every rank)."""
         batch = torch.as_tensor(idx).reshape(-1).tolist()
         tau = len(batch)
         mine = [b for b, i in enumerate(batch) if i % self.size == self.rank]
@@ -278,13 +281,13 @@ class ShardedDual(BlockDual):
         if mine:
             local_idx = torch.tensor([batch[b] // self.size for b in mine], device=self.device)
             t0 = time.perf_counter()
-            corners = self.local.batch_corners(local_idx)
+            corners = self.local.batch_corners(local_idx, with_direction=not (self.gather and self.size > 1))
             self.shard_s += time.perf_counter() - t0
             at = torch.tensor(mine, device=self.device)
             small[at] = corners.gaps.to(small.dtype)
             small[tau + at] = corners.loss.to(small.dtype)
             small[-1] = corners.dell
-            dw = corners.dw.clone()
+            dw = None if corners.dw is None else corners.dw.clone()
         else:
             dw = torch.zeros_like(self.local.w)
             if self.local.sparse_direction:
@@ -293,18 +296,32 @@ class ShardedDual(BlockDual):
         if self.size == 1:
             pass                                                 # one rank: its direction is the joint one
         elif self.gather:
-            dw = self.local.direction(self._gather_parts(batch, corners.parts if corners is not None else None))
+            parts = self._gather_parts(batch, corners.parts if corners is not None else None)
+            t0 = time.perf_counter()
+            if self.local.shares_direction:                      # each rank scatters its share of the coordinates
+                mine_dw = self.local.direction(parts, share=(self.rank, self.size))
+                self.joint_s += time.perf_counter() - t0
+                index = self._all_gather_ragged(mine_dw.indices()[0])
+                values = self._all_gather_ragged(mine_dw.values())
+                t0 = time.perf_counter()                         # the shares in rank order: coalesced as they are
+                dw = torch.sparse_coo_tensor(index[None], values, mine_dw.shape, is_coalesced=True)
+            else:
+                dw = self.local.direction(parts)                 # every rank scatters all tau blocks
+            self.joint_s += time.perf_counter() - t0
         elif dw.is_sparse:                                       # touched coordinates from every rank, summed
             dw = dw.coalesce()
-            dw = self._merge(self._all_gather_ragged(dw.indices()[0]), self._all_gather_ragged(dw.values()))
+            index, values = self._all_gather_ragged(dw.indices()[0]), self._all_gather_ragged(dw.values())
+            t0 = time.perf_counter()
+            dw = self._merge(index, values)
+            self.joint_s += time.perf_counter() - t0
         else:
             dw = self._all_reduce(dw)
         self.steps_exchanged += 1
         return BatchCorners(torch.as_tensor(idx), small[tau:2 * tau], small[:tau], dw, float(small[-1]),
                             moves=corners)
 
-    def direction(self, parts: dict) -> torch.Tensor:
-        return self.local.direction(parts)
+    def direction(self, parts: dict, share: tuple[int, int] | None = None) -> torch.Tensor:
+        return self.local.direction(parts, share)
 
     def batch_move(self, corners: BatchCorners, gamma: float) -> None:
         """This rank's blocks move towards their corners; the replicated w and ell by the joint step."""

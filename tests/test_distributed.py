@@ -181,3 +181,21 @@ def test_lightning_ddp_runs_the_sharded_store(tmp_path):
     ref = solver.run()
     assert [h["gap"] for h in hist] == [h["gap"] for h in ref]
     assert [h["test_error"] for h in hist] == [h["test_error"] for h in ref]
+
+
+def test_direction_shares_concatenate_to_the_whole_direction():
+    """What each rank of the gather exchange builds for a sparse (CoNLL) direction: its share of the
+    feature columns. The shares, concatenated in rank order, are the whole direction bit for bit,
+    already coalesced (indices strictly increasing), for any number of shares."""
+    task = worker.problem(CONLL)
+    store = make_store(task.model, task.train, CONLL["lam"])
+    store.sparse_direction = True
+    assert store.shares_direction
+    parts = store.batch_corners(torch.arange(0, 20, 2)).parts
+    whole = store.direction(parts)
+    for p in (1, 2, 3, 7):
+        shares = [store.direction(parts, share=(r, p)) for r in range(p)]
+        index = torch.cat([s.indices()[0] for s in shares])
+        assert torch.equal(index, whole.indices()[0]) and bool((index[1:] > index[:-1]).all())
+        assert torch.equal(torch.cat([s.values() for s in shares]), whole.values())
+    assert not store.direction(parts, share=(0, 2)).indices()[0].ge(task.model.K * task.model.F).any()

@@ -231,37 +231,55 @@ class ChainModel(StructuredModel):
                 "features": {"count": torch.bincount(at[local, 0], minlength=pos.shape[0]), "index": fidx[nz],
                              "value": fval[nz], "position": at[local, 1]}}
 
-    def direction_from_parts(self, parts: dict, out: torch.Tensor) -> torch.Tensor:
+    def direction_from_parts(self, parts: dict, out: torch.Tensor, columns: tuple[int, int] | None = None,
+                             tail: bool = True) -> torch.Tensor:
         """out += the sum of :meth:`direction_parts`: emission entries scattered in batch order, the
-        per-block rows summed."""
+        per-block rows summed. ``columns`` = (lo, hi): only the emission entries of feature columns
+        lo <= f < hi (each coordinate still sums its entries in batch order, so its bits do not
+        change); ``tail=False``: not the first / last / transition rows."""
         W, first, last, trans = self.split(out)
         positions, features = parts["positions"], parts["features"]
         start = torch.cumsum(positions["count"], 0) - positions["count"]
         block = torch.repeat_interleave(torch.arange(len(start), device=start.device), features["count"])
         row = start[block] + features["position"]
+        index, value = features["index"], features["value"]
+        if columns is not None:
+            keep = (index >= columns[0]) & (index < columns[1])
+            row, index, value = row[keep], index[keep], value[keep]
         if self.compiled(out):                                # the same sums in the same order, compiled
-            nb_scatter_entries(to_host(W), to_host(features["index"]), to_host(features["value"]),
-                               to_host(positions["stats"]), to_host(row))
+            nb_scatter_entries(to_host(W), to_host(index), to_host(value), to_host(positions["stats"]), to_host(row))
         else:
-            W.index_add_(1, features["index"], (positions["stats"][row] * features["value"][:, None]).T)
-        first.add_(parts["first"].sum(0))
-        last.add_(parts["last"].sum(0))
-        trans.add_(parts["trans"].sum(0))
+            W.index_add_(1, index, (positions["stats"][row] * value[:, None]).T)
+        if tail:
+            first.add_(parts["first"].sum(0))
+            last.add_(parts["last"].sum(0))
+            trans.add_(parts["trans"].sum(0))
         return out
 
-    def sparse_direction(self, parts: dict, scratch: torch.Tensor) -> torch.Tensor:
+    def sparse_direction(self, parts: dict, scratch: torch.Tensor, columns: tuple[int, int] | None = None,
+                         tail: bool = True) -> torch.Tensor:
         """:meth:`direction_from_parts` as a coalesced sparse vector of the touched coordinates:
         accumulated in the zero ``scratch`` (d,) with the same operations, read out at the touched
-        feature columns, and ``scratch`` zeroed there again."""
-        self.direction_from_parts(parts, scratch)
-        cols = torch.unique(parts["features"]["index"])                      # sorted
+        feature columns, and ``scratch`` zeroed there again. ``columns``, ``tail``: only those
+        coordinates (:meth:`direction_from_parts`)."""
+        self.direction_from_parts(parts, scratch, columns, tail)
         K, F = self.K, self.F
-        W = self.split(scratch)[0]
+        seen = torch.zeros(F, dtype=torch.bool, device=scratch.device)    # a mark per column: no sort
+        index = parts["features"]["index"]
+        seen[index if columns is None else index[(index >= columns[0]) & (index < columns[1])]] = True
+        cols = seen.nonzero().reshape(-1)                                  # sorted
         ks = torch.arange(K, device=cols.device)[:, None]
-        flat = ks * F + cols[None, :] if self.emission == "label-major" else cols[None, :] * K + ks
-        index, order = torch.sort(torch.cat([flat.reshape(-1), torch.arange(K * F, self.d, device=cols.device)]))
-        values = torch.cat([W[:, cols].reshape(-1), scratch[K * F:]])[order]
-        W[:, cols] = 0.0
+        # Built in increasing flat order, so no sort: label-major w[k F + f] walks k, then the sorted
+        # columns; feature-major w[f K + k] walks the sorted columns, then k (whole rows of the (F, K)
+        # view, read and zeroed as rows); the first / last / transition entries (K F ..< d) come last.
+        if self.emission == "label-major":
+            W, dim, flat = scratch[:K * F].view(K, F), 1, ks * F + cols[None, :]
+        else:
+            W, dim, flat = scratch[:K * F].view(F, K), 0, (cols[None, :] * K + ks).T
+        rest = torch.arange(K * F, self.d if tail else K * F, device=cols.device)
+        index = torch.cat([flat.reshape(-1), rest])
+        values = torch.cat([W.index_select(dim, cols).reshape(-1), scratch[rest]])
+        W.index_fill_(dim, cols, 0.0)
         scratch[K * F:] = 0.0
         return torch.sparse_coo_tensor(index[None], values, (self.d,), is_coalesced=True)
 

@@ -6,7 +6,8 @@ Score of a labeling y of length T:
 
 Two implementations of the same recursion:
 
-* :func:`viterbi` -- padded, masked batch of shape (B, T, K); pure torch, any device (CUDA included).
+* :func:`viterbi` -- padded, masked batch of shape (B, T, K); any device: :func:`viterbi_loop` (pure
+  torch) or, on CUDA, the fused Triton kernel of :mod:`ssvm_torch.oracles.viterbi_triton`.
 * :func:`viterbi_ragged` -- ragged sequences (all positions stacked, ``offsets``), numba-compiled,
   CPU only. It serves the batch-1 BCFW step and full gap passes on CPU, where the per-op overhead
   of a framework call dominates a sequence of a few positions (benchmarks/bench_speed.py compares
@@ -25,12 +26,15 @@ means unconstrained. Penalties are read by the max recursion only, never added i
 """
 from __future__ import annotations
 
+import os
+
 import numba as nb
 import numpy as np
 import torch
 
 from ..devices import KERNELS, from_host, to_host
 from ..errors import check
+from .viterbi_triton import fused_available, viterbi_fused
 
 NO_PEN = np.zeros((0, 1))          # the unconstrained penalty array of the numba kernels
 
@@ -41,10 +45,35 @@ def penalty_array(start, end, trans) -> np.ndarray:
                                 dtype=np.float64)
 
 
+CUDA_DECODERS = ("fused", "loop")
+
+
+def cuda_decoder() -> str:
+    """Which kernel :func:`viterbi` runs on CUDA: ``fused`` (one Triton kernel,
+    :mod:`ssvm_torch.oracles.viterbi_triton`; the default where Triton is importable) or ``loop``
+    (:func:`viterbi_loop`), from the environment variable ``SSVM_CUDA_VITERBI``."""
+    choice = os.environ.get("SSVM_CUDA_VITERBI", "fused")
+    if choice not in CUDA_DECODERS:
+        raise ValueError(f"SSVM_CUDA_VITERBI: expected one of {CUDA_DECODERS}, got {choice!r}")
+    return choice
+
+
 def viterbi(unary: torch.Tensor, lengths: torch.Tensor, first: torch.Tensor, last: torch.Tensor,
             trans: torch.Tensor, gt: torch.Tensor | None = None, token_loss: torch.Tensor | None = None,
             penalty=None):
-    """Batched Viterbi on padded input.
+    """Batched Viterbi on padded input: :func:`viterbi_loop`'s arguments and result. On CUDA with
+    shared (not per-sequence) scores it runs the fused Triton kernel unless
+    ``SSVM_CUDA_VITERBI=loop`` (benchmarks/bench_gpu.py measures both)."""
+    if (unary.is_cuda and first.dim() == 1 and trans.dim() == 2 and cuda_decoder() == "fused"
+            and fused_available(unary)):
+        return viterbi_fused(unary, lengths, first, last, trans, gt=gt, token_loss=token_loss, penalty=penalty)
+    return viterbi_loop(unary, lengths, first, last, trans, gt=gt, token_loss=token_loss, penalty=penalty)
+
+
+def viterbi_loop(unary: torch.Tensor, lengths: torch.Tensor, first: torch.Tensor, last: torch.Tensor,
+                 trans: torch.Tensor, gt: torch.Tensor | None = None, token_loss: torch.Tensor | None = None,
+                 penalty=None):
+    """Batched Viterbi on padded input, a loop over positions of batched torch ops (any device).
 
     unary (B, T, K); lengths (B,) with 1 <= lengths <= T; first, last (K,); trans (K, K) [next, prev];
     gt (B, T) ground-truth labels for loss augmentation, or None; token_loss (B,) the loss of one

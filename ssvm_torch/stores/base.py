@@ -53,7 +53,7 @@ class BatchCorners:
     idx: torch.Tensor           # (tau,) the blocks, on the store's device
     loss: torch.Tensor          # (tau,) L_i(y*_i) / n
     gaps: torch.Tensor          # (tau,) block gaps g_i at the current w, eq. (6) of Osokin et al. 2016
-    dw: torch.Tensor            # (d,) the joint direction sum_i (w_s,i - w_i) (of v under box constraints);
+    dw: torch.Tensor | None     # (d,) the joint direction sum_i (w_s,i - w_i) (of v under box constraints);
                                 # a sparse COO vector of its touched coordinates when d >= SPARSE_D
     dell: float                 # sum_i (ell_s,i - ell_i)
     moves: Any = None           # what the store's batch_move reuses (labelings, statistics)
@@ -233,13 +233,21 @@ class MiniBatchMoves(ABC):
     batch FW's)."""
 
     @abstractmethod
-    def batch_corners(self, idx: torch.Tensor) -> BatchCorners:
-        """Loss-augmented decoding of the distinct blocks ``idx`` at the current w (one batched call)."""
+    def batch_corners(self, idx: torch.Tensor, with_direction: bool = True) -> BatchCorners:
+        """Loss-augmented decoding of the distinct blocks ``idx`` at the current w (one batched call).
+        ``with_direction=False`` leaves ``dw`` None (the parts are still there): a rank of the gather
+        exchange builds the joint direction from every rank's parts, not its own."""
 
     @abstractmethod
-    def direction(self, parts: dict) -> torch.Tensor:
+    def direction(self, parts: dict, share: tuple[int, int] | None = None) -> torch.Tensor:
         """dw from the block-by-block ``parts`` of :class:`BatchCorners`, in batch order (a batch
-        whose parts were computed by several processes gives the same bits as one process)."""
+        whose parts were computed by several processes gives the same bits as one process).
+        ``share`` = (r, p), only where :attr:`shares_direction`: the coalesced sparse share r of p
+        of dw's coordinates, with the same bits there; the p shares' entries, concatenated in order
+        of r, are dw's (what each rank of the distributed gather exchange builds)."""
+
+    #: whether :meth:`direction` takes ``share`` (sparse directions of the chain stores)
+    shares_direction: bool = False
 
     @abstractmethod
     def batch_move(self, corners: BatchCorners, gamma: float) -> None:

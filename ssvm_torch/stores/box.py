@@ -104,11 +104,15 @@ class BoxedDual(BlockDual):
         self.inner.pair_move(i, P, Q, loss_P, loss_Q, gamma)
         self._sync()
 
-    def batch_corners(self, idx) -> BatchCorners:
-        return self.inner.batch_corners(idx)
+    def batch_corners(self, idx, with_direction: bool = True) -> BatchCorners:
+        return self.inner.batch_corners(idx, with_direction)
 
-    def direction(self, parts: dict) -> torch.Tensor:
-        return self.inner.direction(parts)
+    def direction(self, parts: dict, share: tuple[int, int] | None = None) -> torch.Tensor:
+        return self.inner.direction(parts, share)
+
+    @property
+    def shares_direction(self) -> bool:
+        return self.inner.shares_direction
 
     def batch_move(self, corners: BatchCorners, gamma: float) -> None:
         """The step along dv (gamma from the unclipped direction is safe, App. H), then re-clip."""

@@ -135,7 +135,7 @@ class EdgeChainDual(ChainDual):
     def add_psi(self, i, corner, coef):
         self._refuse("SSG")
 
-    def batch_corners(self, idx):
+    def batch_corners(self, idx, with_direction: bool = True):
         self._refuse("mini-batch BCFW")
 
     def corner_point(self, gp):

@@ -71,7 +71,7 @@ class ChainTorchPath:
         return out
 
     # -- mini-batch BCFW ------------------------------------------------------------------------
-    def batch_corners(self, idx: torch.Tensor) -> BatchCorners:
+    def batch_corners(self, idx: torch.Tensor, with_direction: bool = True) -> BatchCorners:
         """The corners of the distinct blocks ``idx``: with numba kernels the tau decodes run in
         parallel threads, else one padded torch Viterbi; the joint direction dw = -sum_i A_i(D_i) /
         (lam n) with D_i = S(y*_i) - M_i (module docstring) is one scatter over the batch's features."""
@@ -92,14 +92,25 @@ class ChainTorchPath:
         Dt = padded_trans_counts(labels, valid, self.model.K, self.dtype) - self.Mt[idx]
         parts = self.model.direction_parts((self.fptr, self.fidx, self.fval), pos, valid, D, Dt,
                                            -1.0 / (self.lam * self.N))
-        return BatchCorners(idx, loss, gaps, self.direction(parts), float((loss - ell_b).sum()),
+        return BatchCorners(idx, loss, gaps, self.direction(parts) if with_direction else None,
+                            float((loss - ell_b).sum()),
                             moves=(pos[valid], D[valid], Dt), parts=parts)
 
-    def direction(self, parts: dict) -> torch.Tensor:
+    def direction(self, parts: dict, share: tuple[int, int] | None = None) -> torch.Tensor:
         if not self.sparse_direction:
             return self.model.direction_from_parts(parts, torch.zeros_like(self.w))
         self._scratch = torch.zeros_like(self.w) if self._scratch is None else self._scratch   # O(touched), not O(d)
-        return self.model.sparse_direction(parts, self._scratch)
+        if share is None:
+            return self.model.sparse_direction(parts, self._scratch)
+        r, p = share                            # feature columns [F r / p, F (r+1) / p); the last share has the tail
+        F = self.model.F
+        return self.model.sparse_direction(parts, self._scratch, (F * r // p, F * (r + 1) // p), tail=r == p - 1)
+
+    @property
+    def shares_direction(self) -> bool:
+        """Sparse directions of feature-major weights can be built in coordinate shares
+        (:meth:`BlockDual.direction`): a share of the feature columns is a contiguous range of w."""
+        return self.sparse_direction and self.model.emission == "feature-major"
 
     def batch_move(self, corners: BatchCorners, gamma: float) -> None:
         rows, D, Dt = corners.moves

@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 
 from ..devices import resolve_device, to_host
-from ..errors import check_positive
+from ..errors import check, check_positive
 from .base import BatchCorners, BlockDual, Corner, GapPass, objective_n
 
 
@@ -116,7 +116,7 @@ class DenseDual(BlockDual):
         self.w += coef * self._psi(self._idx(i), self._batch([corner.labels]))[0]
 
     # -- mini-batch BCFW ------------------------------------------------------------------------
-    def batch_corners(self, idx: torch.Tensor) -> BatchCorners:
+    def batch_corners(self, idx: torch.Tensor, with_direction: bool = True) -> BatchCorners:
         idx = torch.as_tensor(idx, device=self.device).reshape(-1)
         y, _ = self._oracle(idx)
         w_s = self._w_s(idx, y)
@@ -124,10 +124,12 @@ class DenseDual(BlockDual):
         loss, ell_b = self._loss(idx, y) / self.N, self.ell_i[idx]
         gaps = self.lam * (diff @ self.w) - ell_b + loss
         parts = {"rows": -diff}
-        return BatchCorners(idx, loss, gaps, self.direction(parts), float((loss - ell_b).sum()), moves=w_s,
+        return BatchCorners(idx, loss, gaps, self.direction(parts) if with_direction else None,
+                            float((loss - ell_b).sum()), moves=w_s,
                             parts=parts)
 
-    def direction(self, parts: dict) -> torch.Tensor:
+    def direction(self, parts: dict, share: tuple[int, int] | None = None) -> torch.Tensor:
+        check(share is None, "share", "None (dense directions are not built in shares)", share)
         return parts["rows"].sum(0)
 
     def batch_move(self, corners: BatchCorners, gamma: float) -> None:

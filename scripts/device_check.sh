@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# One prepared run on a machine with a CUDA GPU and >= 8 cores (docs/devices.md, "Measured on a GPU"):
+#   1. the test suite with CUDA visible (cores 2-15), while bench_gpu.py measures the gap pass, the
+#      decoders and CoNLL's GPU memory on cores 0-1;
+#   2. bench_gpu.py's mini-batch section alone (its CPU baseline must not share the cores);
+#   3. bench_distributed.py at P = 1, 2, 4, 8 processes alone;
+#   4. the deep recipes on the GPU for a few epochs (s / epoch).
+# Expects the project and the packages the machine lacks as wheels in .whl/ (pip wheel --no-deps -w .whl .),
+# writes everything under $OUT (default out/device). Each stage has its own time limit, so a slow
+# stage costs its own figures only.
+set -uo pipefail
+OUT="${OUT:-out/device}"
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 OMP_NUM_THREADS=1
+py="${PY:-python3}"
+t_start=$(date +%s)
+stamp() { echo "[$(( $(date +%s) - t_start )) s] $*" | tee -a "$OUT/stages.log"; }
+
+stamp install
+[ "${SKIP_INSTALL:-0}" = "1" ] || $py -m pip install -q --no-index --no-deps --no-compile --no-cache-dir .whl/*.whl >"$OUT/install.log" 2>&1 \
+  || { stamp "install into the environment failed, using --target"; \
+       $py -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl \
+         >>"$OUT/install.log" 2>&1 && export PYTHONPATH=/tmp/site; }
+{ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv; nproc
+  $py -c "import torch, numba, lightning; print('torch', torch.__version__, 'cuda', torch.version.cuda, \
+'gpu', torch.cuda.is_available(), 'numba', numba.__version__, 'lightning', lightning.__version__)"
+  $py -c "import triton; print('triton', triton.__version__)"; } >"$OUT/versions.txt" 2>&1
+
+stamp "tests (cores 2-15) | bench_gpu gap, decode, conll (cores 0-1)"
+taskset -c 0,1 timeout "${GPU_S:-200}" $py benchmarks/bench_gpu.py --sections gap decode conll \
+  --out "$OUT/gpu.json" >"$OUT/bench_gpu.log" 2>&1 &
+bench=$!
+taskset -c 2-15 timeout "${TEST_S:-200}" $py -m pytest -n 12 --dist loadfile -m "not slow" -p no:cacheprovider \
+  -q -rs --junitxml="$OUT/junit.xml" >"$OUT/pytest.log" 2>&1
+stamp "tests rc=$?"
+wait $bench
+stamp "bench_gpu rc=$?"
+
+stamp "bench_gpu minibatch (alone)"
+timeout "${MB_S:-90}" $py benchmarks/bench_gpu.py --sections minibatch --budget "${MB_BUDGET:-12}" \
+  --out "$OUT/gpu.json" >>"$OUT/bench_gpu.log" 2>&1
+stamp "minibatch rc=$?"
+
+stamp "bench_distributed P = 1 2 4 8 (alone)"
+timeout "${DIST_S:-150}" $py benchmarks/bench_distributed.py --procs 1 2 4 8 --passes 4 \
+  --out "$OUT/distributed.json" >"$OUT/distributed.log" 2>&1
+stamp "distributed rc=$?"
+
+stamp "deep recipes on the GPU"
+for run in "conll_deep_hinge --trainer.max_epochs 2" \
+           "ocr_deep_hinge --model.pretrain_epochs 1 --trainer.max_epochs 3" \
+           "ocr_deep_alternating --model.pretrain_epochs 1 --trainer.max_epochs 3 --model.bcfw_passes 4"; do
+  set -- $run
+  name=$1; shift
+  timeout "${DEEP_S:-40}" $py -m ssvm_torch.deep fit --config "recipes/$name.yaml" --trainer.accelerator gpu \
+    --trainer.devices 1 --trainer.default_root_dir "/tmp/deep_$name" "$@" >"$OUT/deep_$name.log" 2>&1
+  stamp "deep $name rc=$?"
+done
+stamp done

@@ -1,0 +1,119 @@
+"""Fused batched Viterbi for CUDA: one Triton kernel decodes a block of sequences end to end.
+
+The padded torch recursion (:func:`ssvm_torch.oracles.viterbi.viterbi`) launches a handful of
+kernels per position and materializes the (B, K, K) candidate scores of every position in memory;
+on a GPU it is bound by launches at small B and by that memory traffic at large B. Here each program
+holds ``BLOCK_B`` sequences' max-marginals delta (BLOCK_B, K) in registers, walks the positions with
+the same recursion (eq. of the module docstring of viterbi.py: delta_t[k] = U[t, k] + max_j delta_{t-1}[j]
++ trans[k, j], with the Hamming loss c [k != gt_t] added on the fly), writes only the back-pointers,
+then follows them back within the same program. One launch for the whole batch.
+
+:func:`viterbi_fused` takes and returns what :func:`viterbi` does; :func:`fused_available` says
+whether it applies (CUDA tensors, Triton importable, K <= :data:`MAX_K`). ``TRITON_INTERPRET=1``
+runs the same kernel on CPU tensors (how tests/test_viterbi_triton.py checks it without a GPU).
+Ties between equal candidates go to the lowest index, as in the numba kernel.
+"""
+from __future__ import annotations
+
+import os
+
+import torch
+
+try:                                       # an optional dependency: the CUDA image ships it with torch
+    import triton
+    import triton.language as tl
+except ImportError:                        # pragma: no cover - exercised where Triton is absent
+    triton = None
+
+MAX_K = 64          # (BLOCK_B, K, K) candidates live in registers: beyond 64 tags the loop is used
+
+
+def _interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+
+def fused_available(unary: torch.Tensor) -> bool:
+    """True where :func:`viterbi_fused` runs: Triton importable, K <= MAX_K, and CUDA tensors (or
+    any tensors under ``TRITON_INTERPRET=1``)."""
+    if triton is None or unary.shape[-1] > MAX_K:
+        return False
+    return unary.is_cuda or _interpreting()
+
+
+if triton is not None:
+    @triton.jit
+    def _viterbi_kernel(U, LEN, FIRST, LAST, TRANS, GT, C, BP, LABELS, SCORES, B, T, K,
+                        HAS_GT: tl.constexpr, BLOCK_B: tl.constexpr, BLOCK_K: tl.constexpr):
+        pid = tl.program_id(0)
+        rb = pid * BLOCK_B + tl.arange(0, BLOCK_B)
+        rk = tl.arange(0, BLOCK_K)
+        bmask = rb < B
+        kmask = rk < K
+        m2 = bmask[:, None] & kmask[None, :]
+        neg = float("-inf")
+        length = tl.load(LEN + rb, mask=bmask, other=1)
+        trans = tl.load(TRANS + rk[:, None] * K + rk[None, :], mask=kmask[:, None] & kmask[None, :], other=neg)
+        first = tl.load(FIRST + rk, mask=kmask, other=neg)
+        last = tl.load(LAST + rk, mask=kmask, other=neg)
+        row = rb.to(tl.int64) * T * K
+        u = tl.load(U + row[:, None] + rk[None, :], mask=m2, other=0.0)
+        if HAS_GT:
+            c = tl.load(C + rb, mask=bmask, other=0.0)
+            g = tl.load(GT + rb.to(tl.int64) * T, mask=bmask, other=-1)
+            u += tl.where(rk[None, :] != g[:, None], c[:, None], 0.0)
+        delta = tl.where(kmask[None, :], u + first[None, :], neg)
+        for t in range(1, T):
+            cand = delta[:, None, :] + trans[None, :, :]             # (BLOCK_B, next, prev)
+            best = tl.max(cand, axis=2)
+            arg = tl.argmax(cand, axis=2)
+            u = tl.load(U + row[:, None] + t * K + rk[None, :], mask=m2, other=0.0)
+            if HAS_GT:
+                g = tl.load(GT + rb.to(tl.int64) * T + t, mask=bmask, other=-1)
+                u += tl.where(rk[None, :] != g[:, None], c[:, None], 0.0)
+            active = (t < length)[:, None] & kmask[None, :]
+            delta = tl.where(active, best + u, delta)
+            tl.store(BP + row[:, None] + t * K + rk[None, :], arg.to(BP.dtype.element_ty), mask=m2)
+        final = tl.where(kmask[None, :], delta + last[None, :], neg)
+        score = tl.max(final, axis=1)
+        cur = tl.argmax(final, axis=1).to(tl.int32)
+        tl.store(SCORES + rb, score, mask=bmask)
+        tl.debug_barrier()                       # back-pointers written by other threads of this program
+        lab_row = rb.to(tl.int64) * T
+        for s in range(0, T):
+            t = T - 1 - s
+            inside = t < length - 1
+            prev = tl.load(BP + row + (t + 1) * K + cur, mask=bmask & inside, other=0).to(tl.int32)
+            cur = tl.where(inside, prev, cur)
+            lab = tl.where(t < length, cur, -1)
+            tl.store(LABELS + lab_row + t, lab.to(tl.int64), mask=bmask)
+
+
+def viterbi_fused(unary: torch.Tensor, lengths: torch.Tensor, first: torch.Tensor, last: torch.Tensor,
+                  trans: torch.Tensor, gt: torch.Tensor | None = None, token_loss: torch.Tensor | None = None,
+                  penalty=None):
+    """:func:`ssvm_torch.oracles.viterbi.viterbi` as one Triton kernel (same arguments, same result:
+    labels (B, T) int64 padded with -1, scores (B,) including the loss term when ``gt`` is given)."""
+    if triton is None:
+        raise RuntimeError("viterbi_fused: Triton is not installed")
+    if penalty is not None:
+        first, last, trans = first + penalty[0], last + penalty[1], trans + penalty[2]
+    B, T, K = unary.shape
+    dtype, dev = unary.dtype, unary.device
+    unary = unary.contiguous()
+    first, last, trans = (x.to(dtype).contiguous() for x in (first, last, trans))
+    lengths32 = lengths.to(torch.int32).contiguous()
+    bp = torch.empty((B, T, K), dtype=torch.int8 if K <= 127 else torch.int16, device=dev)
+    labels = torch.empty((B, T), dtype=torch.int64, device=dev)
+    scores = torch.empty((B,), dtype=dtype, device=dev)
+    if gt is not None:
+        c = (1.0 / lengths.to(dtype) if token_loss is None else token_loss.to(dtype)).contiguous()
+        gt_arg = gt.to(torch.int32).contiguous()
+    else:
+        c, gt_arg = scores, lengths32           # unread (HAS_GT is False): any pointer of the right kind
+    block_k = max(2, triton.next_power_of_2(K))
+    block_b = max(1, min(64, 8192 // (block_k * block_k)))
+    grid = (triton.cdiv(B, block_b),)
+    _viterbi_kernel[grid](unary, lengths32, first, last, trans, gt_arg, c, bp, labels, scores, B, T, K,
+                          HAS_GT=gt is not None, BLOCK_B=block_b, BLOCK_K=block_k,
+                          num_warps=4 if block_k <= 32 else 8)
+    return labels, scores

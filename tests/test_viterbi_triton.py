@@ -1,0 +1,89 @@
+"""The fused Triton Viterbi (oracles/viterbi_triton.py) against the loop over positions: same labels
+and scores, with loss augmentation, per-sequence token losses and -inf constraint penalties. On CUDA
+the kernel runs directly; without a GPU it runs under Triton's interpreter (``TRITON_INTERPRET=1``,
+which must be set before Triton compiles the kernel, hence a subprocess). Both skip without Triton
+(it ships with CUDA builds of torch, not with the CPU wheel CI installs)."""
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+from ssvm_torch.oracles.viterbi import cuda_decoder, viterbi
+
+HAVE_TRITON = importlib.util.find_spec("triton") is not None
+
+COMPARE = textwrap.dedent("""
+    import torch
+    from ssvm_torch.oracles.viterbi import viterbi_loop
+    from ssvm_torch.oracles.viterbi_triton import viterbi_fused
+
+    def compare(device):
+        g = torch.Generator().manual_seed(0)
+        cases = 0
+        for dtype, K in ((torch.float64, 1), (torch.float64, 26), (torch.float32, 5), (torch.float32, 40)):
+            B, T = 21, 7
+            lengths = torch.randint(1, T + 1, (B,), generator=g)
+            lengths[0] = T
+            U, f, l, tr = (torch.randn(*s, generator=g, dtype=dtype) for s in ((B, T, K), (K,), (K,), (K, K)))
+            gt = torch.randint(0, K, (B, T), generator=g)
+            gt = torch.where(torch.arange(T)[None] < lengths[:, None], gt, -1)
+            pen = None
+            if K > 2:                                  # forbid half of the moves, one first and one last tag
+                forbid = torch.rand(K, K, generator=g) < 0.5
+                forbid.fill_diagonal_(False)
+                pen = (torch.zeros(K, dtype=dtype).index_fill_(0, torch.tensor([0]), float("-inf")),
+                       torch.zeros(K, dtype=dtype).index_fill_(0, torch.tensor([1]), float("-inf")),
+                       torch.zeros(K, K, dtype=dtype).masked_fill_(forbid, float("-inf")))
+            for kw in ({}, {"gt": gt}, {"gt": gt, "token_loss": torch.rand(B, generator=g, dtype=dtype)},
+                       {"gt": gt, "penalty": pen}):
+                if "penalty" in kw and pen is None:
+                    continue
+                args = [x.to(device) for x in (U, lengths, f, l, tr)]
+                kw = {k: (tuple(p.to(device) for p in v) if isinstance(v, tuple) else v.to(device))
+                      for k, v in kw.items()}
+                a_lab, a_sc = viterbi_loop(*args, **kw)
+                b_lab, b_sc = viterbi_fused(*args, **kw)
+                assert torch.equal(a_lab.cpu(), b_lab.cpu()), (dtype, K, sorted(kw))
+                torch.testing.assert_close(a_sc.cpu(), b_sc.cpu())
+                cases += 1
+        return cases
+""")
+
+
+@pytest.mark.skipif(not (HAVE_TRITON and torch.cuda.is_available()), reason="needs Triton and a CUDA GPU")
+def test_fused_viterbi_equals_loop_on_cuda():
+    scope = {}
+    exec(COMPARE, scope)
+    assert scope["compare"]("cuda") == 15
+
+
+@pytest.mark.skipif(not HAVE_TRITON, reason="needs Triton (TRITON_INTERPRET=1 runs the kernel on the CPU)")
+def test_fused_viterbi_equals_loop_in_triton_interpreter():
+    script = COMPARE + "\nprint('cases', compare('cpu'))\n"
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    r = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "cases 15" in r.stdout
+
+
+def test_cuda_decoder_choice_is_validated(monkeypatch):
+    monkeypatch.setenv("SSVM_CUDA_VITERBI", "loop")
+    assert cuda_decoder() == "loop"
+    monkeypatch.setenv("SSVM_CUDA_VITERBI", "cudnn")
+    with pytest.raises(ValueError, match="SSVM_CUDA_VITERBI: expected one of"):
+        cuda_decoder()
+
+
+def test_cpu_viterbi_never_takes_the_cuda_kernel(monkeypatch):
+    """On the CPU ``viterbi`` is the loop whatever the setting (the fused kernel is CUDA's)."""
+    monkeypatch.setenv("SSVM_CUDA_VITERBI", "fused")
+    U = torch.tensor([[[0.0, 1.0], [2.0, 0.0]]], dtype=torch.float64)
+    z = torch.zeros(2, dtype=torch.float64)
+    labels, scores = viterbi(U, torch.tensor([2]), z, z, torch.zeros(2, 2, dtype=torch.float64))
+    assert labels.tolist() == [[1, 0]] and scores.tolist() == [3.0]
