@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import socket
 import subprocess
@@ -87,24 +88,45 @@ def launch(P, dataset, tau, passes, gap_check, lam, exchange):
         return json.loads(out.read_text())
 
 
-def model(one, two, scale, P):
+def model(one, two, scale, P, network=None):
     """Predicted seconds per effective pass on P ranks (Amdahl plus the wire):
-        T(P) = S / P + R + C(P)
+        T(P) = S / P + R + J + C(P)
     S = the sharded work per pass on one rank (decoding and the block terms, measured in the P = 1
-    run), R = the replicated work (the rest of the P = 1 pass: the joint direction, the line search,
-    the move of w, the sampler), C(P) = the collectives: the bytes one rank sends per pass at P = 2
-    times (P - 1) for an all-gather (every rank receives every other rank's share; the gather exchange
-    and the sparse all-reduce) or 2 (P - 1) / P for a ring all-reduce of a dense d-vector, at the
-    all-gather bandwidth measured here between two local processes for the steps' message size. ``scale`` multiplies n (a 100x replicated CoNLL has
-    100x the blocks per pass: S, R and the bytes scale with it at a fixed tau)."""
+    run), R = the replicated work (the rest of the P = 1 pass: the line search, the move of w, the
+    sampler), J = the work every rank repeats on what was exchanged (building the joint direction from
+    the gathered parts or merging the gathered entries: ``joint_s_per_pass`` of the P = 2 run; the
+    coordinate shares of the gather exchange make it fall with P, which the model does not credit),
+    C(P) = the collectives: what one rank receives per pass, 2 B2 (P - 1) / P with B2 the bytes one
+    rank sends per pass at P = 2 (what is exchanged is the ranks' shares of a fixed total 2 B2, of
+    which a rank receives all but its own; a ring all-reduce of a dense d-vector moves the same
+    2 (P - 1) / P times its size), at a bandwidth: by default the
+    all-gather bandwidth measured here between two local processes at the steps' message size;
+    ``network`` = (bytes per second, seconds of latency per collective) for a network instead, the
+    latency counted once per collective of a step (``collectives_per_step``). ``scale`` multiplies n
+    (a 100x replicated CoNLL has 100x the blocks per pass: S, R, J and the bytes scale with it at a
+    fixed tau)."""
     S = one["shard_s_per_pass"] * scale
     R = max(one["s_per_pass"] - one["shard_s_per_pass"], 0.0) * scale
+    J = two.get("joint_s_per_pass", 0.0) * scale
     at = min(two["comm"], key=lambda k: abs(float(k) * 2 ** 20 - two["bytes_per_step"]))   # the steps' message size
     bandwidth = float(at) * 2 ** 20 / two["comm"][at]["allgather_s"]           # bytes per second, all-gather
-    ring = two["exchange"] == "allreduce" and two["d"] < (1 << 20)     # a dense all-reduce: 2 (P-1)/P per rank
-    C = two["bytes_per_pass"] * scale * (2 * (P - 1) / P if ring else (P - 1)) / bandwidth
-    T = S / P + R + C
-    return {"P": P, "s_per_pass": T, "speedup": (S + R) / T, "S": S, "R": R, "C": C, "bandwidth_MBps": bandwidth / 1e6}
+    latency = 0.0
+    if network is not None:
+        bandwidth, per_collective = network
+        steps_per_pass = two["steps"] / two["passes"]
+        latency = per_collective * COLLECTIVES_PER_STEP[two["exchange"]] * steps_per_pass * scale * math.log2(P)
+    C = 2 * two["bytes_per_pass"] * scale * (P - 1) / P / bandwidth + latency
+    T = S / P + R + J + C
+    return {"P": P, "s_per_pass": T, "speedup": (S + R) / T, "S": S, "R": R, "J": J, "C": C,
+            "bandwidth_MBps": bandwidth / 1e6}
+
+
+#: collectives of one mini-batch step (distributed.ShardedDual.batch_corners): the small all-reduce,
+#: then the allreduce exchange's two ragged all-gathers (sizes and data: 4) or the gather exchange's
+#: counts, its part tensors (first, last, trans, positions' stats, features' index, value, position)
+#: and the two ragged all-gathers of the coordinate shares (1 + 7 + 4); a tree/ring collective's
+#: latency grows as log2 P.
+COLLECTIVES_PER_STEP = {"allreduce": 5, "gather": 13}
 
 
 def time_to(run: dict, target: float):
@@ -127,12 +149,25 @@ def main():
     ap.add_argument("--procs", nargs="+", type=int, default=None,
                     help="process counts (default: 1, 2, 4, 8 up to the machine's cores)")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--network-gbps", type=float, default=10.0, help="the model's network: bandwidth (Gbit/s)")
+    ap.add_argument("--latency-us", type=float, default=50.0, help="the model's network: latency per collective")
+    ap.add_argument("--remodel", action="store_true",
+                    help="recompute the models of an existing --out file from its runs (no runs)")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "distributed.json"))
     args = ap.parse_args()
     if args.worker:
         return worker(args)
     import platform
     from ssvm_torch.outputs import atomic_write_bytes
+    network = (args.network_gbps * 1e9 / 8, args.latency_us * 1e-6)
+    out = Path(args.out)
+    if args.remodel:
+        res = json.loads(out.read_text())
+        res["model_network"] = {"gbps": args.network_gbps, "latency_us": args.latency_us}
+        for ds in res["runs"]:
+            add_models(res, ds, network)
+        atomic_write_bytes(out, json.dumps(res, indent=1).encode())
+        return print(f"wrote {out}")
     cpus = os.cpu_count() or 1
     procs = args.procs or [p for p in (1, 2, 4, 8) if p <= max(cpus, 2)]
     if procs[0] != 1:
@@ -140,8 +175,7 @@ def main():
     settings = {"ocr-large": dict(tau=256, lam=1e-3), "conll2000": dict(tau=1024, lam=3e-2)}
     res = {"machine": {"cpus": cpus, "platform": platform.platform(), "processor": platform.processor(),
                        "torch": torch.__version__, "threads_per_rank": 1},
-           "runs": {}, "model": {}}
-    out = Path(args.out)
+           "runs": {}, "model": {}, "model_network": {"gbps": args.network_gbps, "latency_us": args.latency_us}}
     out.parent.mkdir(parents=True, exist_ok=True)
     for ds in args.datasets:
         st = settings.get(ds, dict(tau=args.tau or 256, lam=args.lam or 1e-3))
@@ -169,19 +203,36 @@ def main():
                       f"{run['bytes_per_pass'] / 2 ** 20:.1f} MiB "
                       "sent per rank per pass", flush=True)
                 atomic_write_bytes(out, json.dumps(res, indent=1).encode())
-        for exchange in args.exchanges:
-            two = res["runs"][ds].get(f"2-{exchange}")
-            if two is None:
-                continue
-            preds = [model(one, two, 1, P) for P in sorted(set(procs[1:]) | {64, 512})]
-            big = [model(one, two, 100, P) for P in (8, 64, 512)] if ds == "conll2000" else []
-            res["model"][ds][exchange] = {"measured_n": preds, "replicated_100x": big}
-            for label, rows in (("n", preds), ("100 n", big)):
-                if rows:
-                    print(f"    {exchange} model ({label}): " + ", ".join(
-                        f"P = {p['P']}: {p['s_per_pass']:.3f} s/pass ({p['speedup']:.1f}x)" for p in rows))
+        add_models(res, ds, network)
         atomic_write_bytes(out, json.dumps(res, indent=1).encode())
     print(f"wrote {out}")
+
+
+def add_models(res: dict, ds: str, network) -> None:
+    """res["model"][ds][exchange]: :func:`model` from the P = 1 and P = 2 runs, at the process counts
+    measured (to check it against them) and 64, 512, with the local bandwidth (``measured_n``) and
+    over ``network`` (``network_n``; CoNLL also 100x replicated: ``replicated_100x_network``)."""
+    runs = res["runs"][ds]
+    one = runs["1"]
+    measured = sorted({int(k.split("-")[0]) for k in runs if k != "1"})
+    res["model"][ds] = {}
+    for key, two in runs.items():
+        if not key.startswith("2-"):
+            continue
+        exchange = key[2:]
+        m = {"measured_n": [model(one, two, 1, P) for P in sorted(set(measured) | {64, 512})],
+             "network_n": [model(one, two, 1, P, network) for P in (2, 8, 64, 512)]}
+        if ds == "conll2000":
+            m["replicated_100x_network"] = [model(one, two, 100, P, network) for P in (8, 64, 512)]
+        for row in m["measured_n"]:
+            run = runs.get(f"{row['P']}-{exchange}")
+            row["measured_s_per_pass"] = None if run is None else run["s_per_pass"]
+        res["model"][ds][exchange] = m
+        for label, rows in m.items():
+            print(f"    {ds} {exchange} model ({label}): " + ", ".join(
+                f"P = {p['P']}: {p['s_per_pass']:.3f} s/pass ({p['speedup']:.1f}x)"
+                + (f" [measured {p['measured_s_per_pass']:.3f}]" if p.get("measured_s_per_pass") else "")
+                for p in rows))
 
 
 if __name__ == "__main__":

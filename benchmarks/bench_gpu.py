@@ -1,11 +1,12 @@
 """GPU figures of the device path (needs CUDA; without it prints one skip line and exits 0).
 
 * exact gap pass on OCR-large (6,251 words) with the torch kernels, float64 and float32, with each
-  CUDA Viterbi (``fused``: the Triton kernel of oracles/viterbi_triton.py, the default; ``loop``);
+  CUDA Viterbi (``fused``: the tile variant of the Triton kernel of oracles/viterbi_triton.py, the
+  default; ``fused-rows``: its rows variant; ``loop``);
 * raw batched Viterbi throughput (words/s) vs batch size on OCR shapes (K = 26, the lengths of
   OCR-large resampled), for the plain loop over positions (the reference kernel), the same function
   under ``torch.compile(mode="reduce-overhead")`` (CUDA graphs; at two batch sizes, since every
-  shape compiles anew) and the fused Triton kernel;
+  shape compiles anew) and both variants of the fused Triton kernel;
 * mini-batch BCFW seconds per effective pass and gap vs time for tau in {1, 64, 1024, n} on the GPU,
   next to the CPU numba BCFW of the same seed measured on the same machine (OCR-large, lambda 1e-3,
   and the wall time to reach gap 0.1);
@@ -21,6 +22,7 @@ Usage: python benchmarks/bench_gpu.py [--repeats 5] [--quick] [--device cuda] [-
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import platform
@@ -69,6 +71,16 @@ def gap_pass_figures(task, device, repeats, decoders):
     return out
 
 
+def graph_step(fn):
+    """``fn`` compiled with mode="reduce-overhead" (CUDA graphs), each call a new graph step: a replay
+    overwrites the previous call's outputs, which the caller clones if it keeps them (the first
+    device run failed with "accessing tensor output of CUDAGraphs that has been overwritten")."""
+    def step(*args):
+        torch.compiler.cudagraph_mark_step_begin()
+        return fn(*args)
+    return step
+
+
 def decode_figures(task, device, repeats, batches, compile_batches):
     from ssvm_torch.oracles.viterbi import viterbi_loop
     from ssvm_torch.oracles.viterbi_triton import fused_available, viterbi_fused
@@ -89,14 +101,17 @@ def decode_figures(task, device, repeats, batches, compile_batches):
         unary *= (torch.arange(T, device=device)[None, :] < lengths[:, None])[..., None]
         if fused_available(unary):
             variants["fused"] = viterbi_fused
+            variants["fused-rows"] = functools.partial(viterbi_fused, variant="rows")
         first, last, trans = (torch.randn(*s, generator=gen).to(device) for s in ((K,), (K,), (K, K)))
         row = {}
         ref = None
         for name, fn in variants.items():
             try:
-                labels, _ = fn(unary, lengths, first, last, trans)     # warm-up / compile / capture
+                if name == "compiled":                           # CUDA graphs reuse their output buffers
+                    fn = graph_step(fn)
+                labels = fn(unary, lengths, first, last, trans)[0].clone()   # warm-up / compile / capture
                 if ref is None:
-                    ref = labels.clone()
+                    ref = labels
                 sec = timed(lambda: fn(unary, lengths, first, last, trans), device, repeats)
                 row[name] = {"ms": 1e3 * sec, "words_per_s": B / sec,
                              "tokens_per_s": float(lengths.sum()) / sec,
@@ -181,7 +196,7 @@ def main():
         atomic_write_bytes(out, json.dumps(res, indent=1).encode())
 
     if "gap" in args.sections:
-        decoders = ["fused", "loop"] if device.type == "cuda" and triton is not None else ["loop"]
+        decoders = ["fused", "fused-rows", "loop"] if device.type == "cuda" and triton is not None else ["loop"]
         res["gap_pass_ocr_large"] = gap_pass_figures(task, device, args.repeats, decoders)
         print("gap pass OCR-large (ms): " + ", ".join(f"{k} {v['by_decoder']}" for k, v in
                                                      res["gap_pass_ocr_large"].items()), flush=True)

@@ -12,6 +12,8 @@ set -uo pipefail
 OUT="${OUT:-out/device}"
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 OMP_NUM_THREADS=1
+# the installed wheel has no datasets: read the checkout's
+export SSVM_TORCH_DATA="${SSVM_TORCH_DATA:-$PWD/datasets}"
 py="${PY:-python3}"
 t_start=$(date +%s)
 stamp() { echo "[$(( $(date +%s) - t_start )) s] $*" | tee -a "$OUT/stages.log"; }
@@ -30,9 +32,11 @@ stamp "tests (cores 2-15) | bench_gpu gap, decode, conll (cores 0-1)"
 taskset -c 0,1 timeout "${GPU_S:-200}" $py benchmarks/bench_gpu.py --sections gap decode conll \
   --out "$OUT/gpu.json" >"$OUT/bench_gpu.log" 2>&1 &
 bench=$!
-taskset -c 2-15 timeout "${TEST_S:-200}" $py -m pytest -n 12 --dist loadfile -m "not slow" -p no:cacheprovider \
-  -q -rs --junitxml="$OUT/junit.xml" >"$OUT/pytest.log" 2>&1
-stamp "tests rc=$?"
+taskset -c 2-15 timeout "${TEST_S:-300}" $py -m pytest -n 12 --dist loadfile -m "not slow" -p no:cacheprovider \
+  -v -rfEs --junitxml="$OUT/junit.xml" >"$OUT/pytest.log" 2>&1
+stamp "tests rc=$?: $(grep -c ' PASSED' "$OUT/pytest.log") passed, $(grep -c ' SKIPPED' "$OUT/pytest.log") skipped, \
+$(grep -c ' FAILED' "$OUT/pytest.log") failed (-v names each test as it ends: a cut-off run still says which failed)"
+grep -E ' (FAILED|ERROR) ' "$OUT/pytest.log" >>"$OUT/stages.log"
 wait $bench
 stamp "bench_gpu rc=$?"
 
@@ -42,7 +46,7 @@ timeout "${MB_S:-90}" $py benchmarks/bench_gpu.py --sections minibatch --budget 
 stamp "minibatch rc=$?"
 
 stamp "bench_distributed P = 1 2 4 8 (alone)"
-timeout "${DIST_S:-150}" $py benchmarks/bench_distributed.py --procs 1 2 4 8 --passes 4 \
+timeout "${DIST_S:-150}" $py benchmarks/bench_distributed.py --datasets conll2000 ocr-large --procs 1 2 4 8 --passes 4 \
   --out "$OUT/distributed.json" >"$OUT/distributed.log" 2>&1
 stamp "distributed rc=$?"
 

@@ -45,13 +45,14 @@ def penalty_array(start, end, trans) -> np.ndarray:
                                 dtype=np.float64)
 
 
-CUDA_DECODERS = ("fused", "loop")
+CUDA_DECODERS = ("fused", "fused-rows", "loop")
 
 
 def cuda_decoder() -> str:
     """Which kernel :func:`viterbi` runs on CUDA: ``fused`` (one Triton kernel,
-    :mod:`ssvm_torch.oracles.viterbi_triton`; the default where Triton is importable) or ``loop``
-    (:func:`viterbi_loop`), from the environment variable ``SSVM_CUDA_VITERBI``."""
+    :mod:`ssvm_torch.oracles.viterbi_triton`, its tile variant; the default where Triton is
+    importable), ``fused-rows`` (its rows variant) or ``loop`` (:func:`viterbi_loop`), from the
+    environment variable ``SSVM_CUDA_VITERBI``."""
     choice = os.environ.get("SSVM_CUDA_VITERBI", "fused")
     if choice not in CUDA_DECODERS:
         raise ValueError(f"SSVM_CUDA_VITERBI: expected one of {CUDA_DECODERS}, got {choice!r}")
@@ -64,9 +65,10 @@ def viterbi(unary: torch.Tensor, lengths: torch.Tensor, first: torch.Tensor, las
     """Batched Viterbi on padded input: :func:`viterbi_loop`'s arguments and result. On CUDA with
     shared (not per-sequence) scores it runs the fused Triton kernel unless
     ``SSVM_CUDA_VITERBI=loop`` (benchmarks/bench_gpu.py measures both)."""
-    if (unary.is_cuda and first.dim() == 1 and trans.dim() == 2 and cuda_decoder() == "fused"
-            and fused_available(unary)):
-        return viterbi_fused(unary, lengths, first, last, trans, gt=gt, token_loss=token_loss, penalty=penalty)
+    choice = cuda_decoder() if unary.is_cuda else "loop"
+    if choice != "loop" and first.dim() == 1 and trans.dim() == 2 and fused_available(unary):
+        return viterbi_fused(unary, lengths, first, last, trans, gt=gt, token_loss=token_loss, penalty=penalty,
+                             variant="rows" if choice == "fused-rows" else "tile")
     return viterbi_loop(unary, lengths, first, last, trans, gt=gt, token_loss=token_loss, penalty=penalty)
 
 
