@@ -144,6 +144,7 @@ class ShardedDual(BlockDual):
         probe = local.batch_corners(torch.zeros(1, dtype=torch.int64, device=self.device)).parts   # changes nothing
         self.part_shapes = {k: ({g: (tuple(u.shape[1:]), u.dtype) for g, u in t.items()} if isinstance(t, dict)
                                 else (tuple(t.shape[1:]), t.dtype)) for k, t in probe.items()}
+        self._narrow_ints = d < 2 ** 31 and n < 2 ** 31      # see _all_gather
         self.bytes_sent = 0                   # what this rank contributed to collectives
         self.comm_s = 0.0                     # seconds spent in collectives (waiting for the others included)
         self.shard_s = 0.0                    # seconds of this rank's own decoding (steps and gap passes)
@@ -198,12 +199,16 @@ class ShardedDual(BlockDual):
         return t
 
     def _all_gather(self, t: torch.Tensor) -> list[torch.Tensor]:
+        """Every rank's ``t``. Integer tensors travel as int32 where every integer the exchange ships
+        (coordinates, feature ids, positions, counts) is below d < 2^31: half the bytes of int64."""
+        wide = t.dtype == torch.int64 and self._narrow_ints
+        t = t.to(torch.int32) if wide else t
         out = [torch.empty_like(t) for _ in range(self.size)]
         self.bytes_sent += t.numel() * t.element_size()
         t0 = time.perf_counter()
         _collective(dist.all_gather, out, t.contiguous())
         self.comm_s += time.perf_counter() - t0
-        return out
+        return [o.to(torch.int64) for o in out] if wide else out
 
     def _merge(self, index: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
         """The sum of the ranks' sparse directions as one coalesced sparse vector, without a sort: the
@@ -299,12 +304,11 @@ class ShardedDual(BlockDual):
             parts = self._gather_parts(batch, corners.parts if corners is not None else None)
             t0 = time.perf_counter()
             if self.local.shares_direction:                      # each rank scatters its share of the coordinates
-                mine_dw = self.local.direction(parts, share=(self.rank, self.size))
+                ids, values = self.local.direction_share(parts, (self.rank, self.size))
                 self.joint_s += time.perf_counter() - t0
-                index = self._all_gather_ragged(mine_dw.indices()[0])
-                values = self._all_gather_ragged(mine_dw.values())
-                t0 = time.perf_counter()                         # the shares in rank order: coalesced as they are
-                dw = torch.sparse_coo_tensor(index[None], values, mine_dw.shape, is_coalesced=True)
+                ids, values = self._all_gather_ragged(ids), self._all_gather_ragged(values)
+                t0 = time.perf_counter()
+                dw = self.local.joined_shares(ids, values)
             else:
                 dw = self.local.direction(parts)                 # every rank scatters all tau blocks
             self.joint_s += time.perf_counter() - t0
@@ -320,8 +324,8 @@ class ShardedDual(BlockDual):
         return BatchCorners(torch.as_tensor(idx), small[tau:2 * tau], small[:tau], dw, float(small[-1]),
                             moves=corners)
 
-    def direction(self, parts: dict, share: tuple[int, int] | None = None) -> torch.Tensor:
-        return self.local.direction(parts, share)
+    def direction(self, parts: dict) -> torch.Tensor:
+        return self.local.direction(parts)
 
     def batch_move(self, corners: BatchCorners, gamma: float) -> None:
         """This rank's blocks move towards their corners; the replicated w and ell by the joint step."""

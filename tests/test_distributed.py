@@ -193,9 +193,12 @@ def test_direction_shares_concatenate_to_the_whole_direction():
     assert store.shares_direction
     parts = store.batch_corners(torch.arange(0, 20, 2)).parts
     whole = store.direction(parts)
+    K, F = task.model.K, task.model.F
     for p in (1, 2, 3, 7):
-        shares = [store.direction(parts, share=(r, p)) for r in range(p)]
-        index = torch.cat([s.indices()[0] for s in shares])
-        assert torch.equal(index, whole.indices()[0]) and bool((index[1:] > index[:-1]).all())
-        assert torch.equal(torch.cat([s.values() for s in shares]), whole.values())
-    assert not store.direction(parts, share=(0, 2)).indices()[0].ge(task.model.K * task.model.F).any()
+        shares = [store.direction_share(parts, (r, p)) for r in range(p)]
+        for r, (cols, values) in enumerate(shares):     # share r: its columns, K values each (+ the tail last)
+            assert bool(((cols >= F * r // p) & (cols < F * (r + 1) // p)).all())
+            assert values.numel() == K * cols.numel() + (store.model.d - K * F if r == p - 1 else 0)
+        dw = store.joined_shares(torch.cat([c for c, _ in shares]), torch.cat([v for _, v in shares]))
+        assert torch.equal(dw.indices(), whole.indices()) and torch.equal(dw.values(), whole.values())
+        assert bool((dw.indices()[0, 1:] > dw.indices()[0, :-1]).all())

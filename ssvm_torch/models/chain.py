@@ -256,32 +256,44 @@ class ChainModel(StructuredModel):
             trans.add_(parts["trans"].sum(0))
         return out
 
-    def sparse_direction(self, parts: dict, scratch: torch.Tensor, columns: tuple[int, int] | None = None,
-                         tail: bool = True) -> torch.Tensor:
-        """:meth:`direction_from_parts` as a coalesced sparse vector of the touched coordinates:
-        accumulated in the zero ``scratch`` (d,) with the same operations, read out at the touched
-        feature columns, and ``scratch`` zeroed there again. ``columns``, ``tail``: only those
-        coordinates (:meth:`direction_from_parts`)."""
+    def packed_direction(self, parts: dict, scratch: torch.Tensor, columns: tuple[int, int] | None = None,
+                         tail: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`direction_from_parts` as (touched feature columns, values): accumulated in the zero
+        ``scratch`` (d,) with the same operations, read out at the touched columns (all K weights of
+        each, in flat order) and, with ``tail``, the first / last / transition entries after them;
+        ``scratch`` is zeroed there again. :meth:`unpacked_direction` makes it the sparse vector; the
+        columns are what the distributed exchange ships instead of a flat index per value.
+        ``columns``, ``tail``: only those coordinates (:meth:`direction_from_parts`)."""
         self.direction_from_parts(parts, scratch, columns, tail)
         K, F = self.K, self.F
         seen = torch.zeros(F, dtype=torch.bool, device=scratch.device)    # a mark per column: no sort
         index = parts["features"]["index"]
         seen[index if columns is None else index[(index >= columns[0]) & (index < columns[1])]] = True
         cols = seen.nonzero().reshape(-1)                                  # sorted
-        ks = torch.arange(K, device=cols.device)[:, None]
-        # Built in increasing flat order, so no sort: label-major w[k F + f] walks k, then the sorted
-        # columns; feature-major w[f K + k] walks the sorted columns, then k (whole rows of the (F, K)
-        # view, read and zeroed as rows); the first / last / transition entries (K F ..< d) come last.
-        if self.emission == "label-major":
-            W, dim, flat = scratch[:K * F].view(K, F), 1, ks * F + cols[None, :]
-        else:
-            W, dim, flat = scratch[:K * F].view(F, K), 0, (cols[None, :] * K + ks).T
-        rest = torch.arange(K * F, self.d if tail else K * F, device=cols.device)
-        index = torch.cat([flat.reshape(-1), rest])
-        values = torch.cat([W.index_select(dim, cols).reshape(-1), scratch[rest]])
+        # Read in increasing flat order (unpacked_direction): label-major w[k F + f] walks k, then the
+        # columns; feature-major w[f K + k] the columns, then k (whole rows of the (F, K) view).
+        W, dim = (scratch[:K * F].view(K, F), 1) if self.emission == "label-major" else (scratch[:K * F].view(F, K), 0)
+        values = W.index_select(dim, cols).reshape(-1)
+        if tail:
+            values = torch.cat([values, scratch[K * F:]])
         W.index_fill_(dim, cols, 0.0)
         scratch[K * F:] = 0.0
+        return cols, values
+
+    def unpacked_direction(self, cols: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+        """The coalesced sparse (d,) vector of :meth:`packed_direction`'s (columns, values); the tail
+        entries are there when ``values`` is longer than K per column."""
+        K, F = self.K, self.F
+        ks = torch.arange(K, device=cols.device)[:, None]
+        flat = ks * F + cols[None, :] if self.emission == "label-major" else (cols[None, :] * K + ks).T
+        index = flat.reshape(-1)
+        if values.numel() > index.numel():
+            index = torch.cat([index, torch.arange(K * F, self.d, device=cols.device)])
         return torch.sparse_coo_tensor(index[None], values, (self.d,), is_coalesced=True)
+
+    def sparse_direction(self, parts: dict, scratch: torch.Tensor) -> torch.Tensor:
+        """:meth:`direction_from_parts` as a coalesced sparse vector of the touched coordinates."""
+        return self.unpacked_direction(*self.packed_direction(parts, scratch))
 
     def joint_feature(self, Xc: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         """phi(x, y) of one sequence: Xc (T, F) rows with the constant, labels (T,). Dense (d,)."""

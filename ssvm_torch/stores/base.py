@@ -239,15 +239,22 @@ class MiniBatchMoves(ABC):
         exchange builds the joint direction from every rank's parts, not its own."""
 
     @abstractmethod
-    def direction(self, parts: dict, share: tuple[int, int] | None = None) -> torch.Tensor:
+    def direction(self, parts: dict) -> torch.Tensor:
         """dw from the block-by-block ``parts`` of :class:`BatchCorners`, in batch order (a batch
-        whose parts were computed by several processes gives the same bits as one process).
-        ``share`` = (r, p), only where :attr:`shares_direction`: the coalesced sparse share r of p
-        of dw's coordinates, with the same bits there; the p shares' entries, concatenated in order
-        of r, are dw's (what each rank of the distributed gather exchange builds)."""
+        whose parts were computed by several processes gives the same bits as one process)."""
 
-    #: whether :meth:`direction` takes ``share`` (sparse directions of the chain stores)
+    #: whether :meth:`direction_share` and :meth:`joined_shares` exist (sparse chain directions)
     shares_direction: bool = False
+
+    def direction_share(self, parts: dict, share: tuple[int, int]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Share r of p of dw's coordinates, ``share`` = (r, p), packed as (ids, values): what each
+        rank of the distributed gather exchange builds and ships. The p shares' ids and values,
+        each concatenated in order of r, give dw with the same bits (:meth:`joined_shares`)."""
+        raise NotImplementedError(f"{type(self).__name__} builds no direction shares")
+
+    def joined_shares(self, ids: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+        """dw from the concatenated (ids, values) of every share (:meth:`direction_share`)."""
+        raise NotImplementedError(f"{type(self).__name__} builds no direction shares")
 
     @abstractmethod
     def batch_move(self, corners: BatchCorners, gamma: float) -> None:

@@ -107,8 +107,8 @@ class BoxedDual(BlockDual):
     def batch_corners(self, idx, with_direction: bool = True) -> BatchCorners:
         return self.inner.batch_corners(idx, with_direction)
 
-    def direction(self, parts: dict, share: tuple[int, int] | None = None) -> torch.Tensor:
-        return self.inner.direction(parts, share)
+    def direction(self, parts: dict) -> torch.Tensor:
+        return self.inner.direction(parts)
 
     @property
     def shares_direction(self) -> bool:

@@ -96,15 +96,20 @@ class ChainTorchPath:
                             float((loss - ell_b).sum()),
                             moves=(pos[valid], D[valid], Dt), parts=parts)
 
-    def direction(self, parts: dict, share: tuple[int, int] | None = None) -> torch.Tensor:
+    def direction(self, parts: dict) -> torch.Tensor:
         if not self.sparse_direction:
             return self.model.direction_from_parts(parts, torch.zeros_like(self.w))
         self._scratch = torch.zeros_like(self.w) if self._scratch is None else self._scratch   # O(touched), not O(d)
-        if share is None:
-            return self.model.sparse_direction(parts, self._scratch)
+        return self.model.sparse_direction(parts, self._scratch)
+
+    def direction_share(self, parts: dict, share: tuple[int, int]) -> tuple[torch.Tensor, torch.Tensor]:
         r, p = share                            # feature columns [F r / p, F (r+1) / p); the last share has the tail
         F = self.model.F
-        return self.model.sparse_direction(parts, self._scratch, (F * r // p, F * (r + 1) // p), tail=r == p - 1)
+        self._scratch = torch.zeros_like(self.w) if self._scratch is None else self._scratch
+        return self.model.packed_direction(parts, self._scratch, (F * r // p, F * (r + 1) // p), tail=r == p - 1)
+
+    def joined_shares(self, cols: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+        return self.model.unpacked_direction(cols, values)
 
     @property
     def shares_direction(self) -> bool:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 
 from ..devices import resolve_device, to_host
-from ..errors import check, check_positive
+from ..errors import check_positive
 from .base import BatchCorners, BlockDual, Corner, GapPass, objective_n
 
 
@@ -128,8 +128,7 @@ class DenseDual(BlockDual):
                             float((loss - ell_b).sum()), moves=w_s,
                             parts=parts)
 
-    def direction(self, parts: dict, share: tuple[int, int] | None = None) -> torch.Tensor:
-        check(share is None, "share", "None (dense directions are not built in shares)", share)
+    def direction(self, parts: dict) -> torch.Tensor:
         return parts["rows"].sum(0)
 
     def batch_move(self, corners: BatchCorners, gamma: float) -> None:
