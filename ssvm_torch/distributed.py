@@ -13,14 +13,17 @@ one store of all n blocks, so the solver loop and its mini-batch step rule
   batched oracle call, and one all-reduce of [the tau block gaps, dell] plus the exchange of the
   local directions dw_r gives every rank the joint direction dw = sum_r dw_r and the same exact line
   search; each rank then moves its own blocks and the replicated w by gamma dw;
-* **the direction exchange**: ``allreduce`` sums the ranks' d-vectors dw_r (OCR: d = 4,082; equal to
-  one process up to the order of floating-point additions); ``gather`` all-gathers each block's
-  compact change -- its emission entries (feature index, value), first / last rows and transition
-  counts, ``BatchCorners.parts`` -- and every rank scatters them in batch order exactly as one
-  process does, so the run is bit-identical to the single-process one (it matters: with binary
-  features a rounding difference can flip a tie in a Viterbi argmax and change the trajectory), and
-  a sparse model such as CoNLL-2000 (d = 7.4M) sends a few hundred entries per block instead of d
-  numbers; ``auto`` picks gather for d >= 2^20. ``bytes_per_step`` counts what one rank sends;
+* **the direction exchange**: ``allreduce`` sums the ranks' d-vectors dw_r (OCR: d = 4,082; a
+  sparse one as the union of their touched coordinates; equal to one process up to the order of
+  floating-point additions); ``gather`` all-gathers each block's compact change -- its emission
+  entries (feature index, value), first / last rows and transition counts, ``BatchCorners.parts`` --
+  and every rank scatters them in batch order exactly as one process does, so the run is
+  bit-identical to the single-process one (it matters: with binary features a rounding difference
+  can flip a tie in a Viterbi argmax and change the trajectory); for a sparse model such as
+  CoNLL-2000 (d = 7.4M) each rank scatters only its share of the feature columns and the shares are
+  all-gathered as (columns, values) (``BlockDual.direction_share``). ``auto`` picks gather for
+  d >= 2^20. The collectives and their accounting (``bytes_per_step``: what one rank sends; integers
+  travel as int32) are :class:`~ssvm_torch.collectives.Collectives`;
 * **the exact gap**: each rank runs the gap pass of its shard; the block gaps, H_i and losses are
   all-gathered into the global order, so every rank holds the same history record and the same
   sampler state;
@@ -40,15 +43,15 @@ import time
 import torch
 import torch.distributed as dist
 
+from .collectives import Collectives, DistributedError, collective, shard_of
 from .errors import SSVMInputError, check
 from .stores.base import SPARSE_D, BatchCorners, BlockDual, GapPass
 from .stores.box import BoxedDual
 
 EXCHANGES = ("auto", "allreduce", "gather")
 
-
-class DistributedError(RuntimeError):
-    """A collective failed (a rank died or timed out): the run stops instead of hanging."""
+__all__ = ["EXCHANGES", "DistributedError", "ShardedDual", "describe", "finish", "init", "launched_by_torchrun",
+           "on_rank0", "shard_of", "sharded_store", "world"]
 
 
 def world() -> tuple[int, int]:
@@ -90,7 +93,7 @@ def on_rank0(fn):
         except SSVMInputError as e:
             message = [str(e)]
     if size > 1:
-        _collective(dist.broadcast_object_list, message, src=0)
+        collective(dist.broadcast_object_list, message, src=0)
     if message[0]:
         raise SSVMInputError(message[0])
     return result
@@ -101,22 +104,6 @@ def describe(store: "ShardedDual") -> dict:
     return {"world_size": store.size, "backend": dist.get_backend(),
             "partition": "round-robin: rank r holds blocks i with i mod world_size = r (local block i // world_size)",
             "exchange": "gather" if store.gather else "allreduce"}
-
-
-def shard_of(n: int, world_size: int, rank: int) -> torch.Tensor:
-    """The blocks of rank ``rank``: i = rank, rank + P, rank + 2P, ... (round-robin, so every shard
-    gets long and short examples alike)."""
-    check(isinstance(world_size, int) and world_size >= 1, "world_size", "an int >= 1", world_size)
-    check(world_size <= n, "world_size", f"at most n = {n} ranks (one block each at least)", world_size)
-    return torch.arange(rank, n, world_size)
-
-
-def _collective(fn, *args, **kwargs):
-    try:
-        return fn(*args, **kwargs)
-    except RuntimeError as e:            # gloo / NCCL report a dead peer or a timeout as RuntimeError
-        raise DistributedError(f"distributed: a collective failed ({str(e).splitlines()[0][:200]}); another rank "
-                               "died or stopped responding, so this rank stops too") from None
 
 
 class ShardedDual(BlockDual):
@@ -144,12 +131,9 @@ class ShardedDual(BlockDual):
         probe = local.batch_corners(torch.zeros(1, dtype=torch.int64, device=self.device)).parts   # changes nothing
         self.part_shapes = {k: ({g: (tuple(u.shape[1:]), u.dtype) for g, u in t.items()} if isinstance(t, dict)
                                 else (tuple(t.shape[1:]), t.dtype)) for k, t in probe.items()}
-        self._narrow_ints = d < 2 ** 31 and n < 2 ** 31      # see _all_gather
-        self.bytes_sent = 0                   # what this rank contributed to collectives
-        self.comm_s = 0.0                     # seconds spent in collectives (waiting for the others included)
+        self.coll = Collectives(rank, size, self.device, narrow_ints=d < 2 ** 31 and n < 2 ** 31)
         self.shard_s = 0.0                    # seconds of this rank's own decoding (steps and gap passes)
         self.joint_s = 0.0                    # seconds building the joint direction from what was exchanged
-        self._acc = self._mask = None         # merge buffers of the sparse allreduce (allocated on first use)
         self.steps_exchanged = 0
 
     # -- the replicated point ------------------------------------------------------------------
@@ -191,90 +175,6 @@ class ShardedDual(BlockDual):
     def dual(self) -> float:
         return self.local.dual()
 
-    def _all_reduce(self, t: torch.Tensor) -> torch.Tensor:
-        self.bytes_sent += t.numel() * t.element_size()
-        t0 = time.perf_counter()
-        _collective(dist.all_reduce, t)
-        self.comm_s += time.perf_counter() - t0
-        return t
-
-    def _all_gather(self, t: torch.Tensor) -> list[torch.Tensor]:
-        """Every rank's ``t``. Integer tensors travel as int32 where every integer the exchange ships
-        (coordinates, feature ids, positions, counts) is below d < 2^31: half the bytes of int64."""
-        wide = t.dtype == torch.int64 and self._narrow_ints
-        t = t.to(torch.int32) if wide else t
-        out = [torch.empty_like(t) for _ in range(self.size)]
-        self.bytes_sent += t.numel() * t.element_size()
-        t0 = time.perf_counter()
-        _collective(dist.all_gather, out, t.contiguous())
-        self.comm_s += time.perf_counter() - t0
-        return [o.to(torch.int64) for o in out] if wide else out
-
-    def _merge(self, index: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
-        """The sum of the ranks' sparse directions as one coalesced sparse vector, without a sort: the
-        values are accumulated in a reused dense buffer and the union of the touched coordinates is
-        read off a reused mask (both zeroed again on exactly those coordinates)."""
-        if self._acc is None:
-            self._acc = torch.zeros_like(self.local.w)
-            self._mask = torch.zeros(self.local.w.shape, dtype=torch.bool, device=self.device)
-        self._acc.index_add_(0, index, values)
-        self._mask[index] = True
-        union = self._mask.nonzero().reshape(-1)                          # sorted
-        merged = self._acc[union]
-        self._acc[union] = 0.0
-        self._mask[union] = False
-        return torch.sparse_coo_tensor(union[None], merged, self._acc.shape, is_coalesced=True)
-
-    def _all_gather_ragged(self, t: torch.Tensor) -> torch.Tensor:
-        """The ranks' 1-D tensors of different lengths, concatenated in rank order."""
-        sizes = self._all_gather(torch.tensor([t.numel()], dtype=torch.int64, device=self.device))
-        most = int(max(int(x) for x in sizes))
-        pad = torch.zeros(most, dtype=t.dtype, device=self.device)
-        pad[:t.numel()] = t
-        return torch.cat([part[:int(x)] for part, x in zip(self._all_gather(pad), sizes)])
-
-    def _gather_parts(self, batch: list[int], parts: dict | None) -> dict:
-        """Every block's direction parts (BatchCorners.parts) on every rank, in batch order: one
-        all-gather of the per-block row counts of every group, then one per part tensor (padded to
-        the largest rank's share)."""
-        owner = torch.as_tensor(batch, dtype=torch.int64, device=self.device) % self.size
-        seen = torch.nn.functional.one_hot(owner, self.size).cumsum(0)     # blocks of each rank so far
-        place = seen.gather(1, owner[:, None]).reshape(-1) - 1              # a block's place in its owner's list
-        most = int(seen[-1].max())
-        if parts is None:                      # no block of this batch here: zero-row parts of the right shapes
-            parts = {k: ({g: torch.zeros((0,) + sh, dtype=dt, device=self.device) for g, (sh, dt) in v.items()}
-                         if isinstance(v, dict) else torch.zeros((0,) + v[0], dtype=v[1], device=self.device))
-                     for k, v in self.part_shapes.items()}
-        groups = [k for k, v in parts.items() if isinstance(v, dict)]
-        count = torch.zeros(len(groups), most, dtype=torch.int64, device=self.device)
-        for g, key in enumerate(groups):
-            count[g, :parts[key]["count"].numel()] = parts[key]["count"]
-        counts = torch.stack(self._all_gather(count))                     # (ranks, groups, most)
-        where = torch.stack([owner, place], 1)                              # (tau, 2): owner rank, place there
-
-        def gathered(t, rows):                 # (ranks * rows, ...) of every rank's rows, padded
-            pad = torch.zeros((rows,) + tuple(t.shape[1:]), dtype=t.dtype, device=self.device)
-            pad[:t.shape[0]] = t
-            return torch.cat(self._all_gather(pad))
-
-        out = {}
-        for key, value in parts.items():
-            if not isinstance(value, dict):
-                out[key] = gathered(value, most)[where[:, 0] * most + where[:, 1]]
-                continue
-            sizes = counts[:, groups.index(key)]                                # (ranks, most)
-            rows = int(sizes.sum(1).max())
-            length = sizes[where[:, 0], where[:, 1]]
-            first = where[:, 0] * rows + (torch.cumsum(sizes, 1) - sizes)[where[:, 0], where[:, 1]]
-            offset = torch.cumsum(length, 0) - length
-            index = torch.repeat_interleave(first - offset, length) + torch.arange(int(length.sum()),
-                                                                                  device=self.device)
-            out[key] = {"count": length}
-            for name, t in value.items():
-                if name != "count":
-                    out[key][name] = gathered(t, rows)[index]
-        return out
-
     # -- mini-batch BCFW -------------------------------------------------------------------------
     def batch_corners(self, idx, with_direction: bool = True) -> BatchCorners:
         """The τ blocks' corners and the joint direction (always built: the step needs it on every rank)."""
@@ -297,16 +197,16 @@ class ShardedDual(BlockDual):
             dw = torch.zeros_like(self.local.w)
             if self.local.sparse_direction:
                 dw = dw.to_sparse()
-        self._all_reduce(small)                                  # each entry has one owner: the sum is a gather
+        self.coll.all_reduce(small)                                  # each entry has one owner: the sum is a gather
         if self.size == 1:
             pass                                                 # one rank: its direction is the joint one
         elif self.gather:
-            parts = self._gather_parts(batch, corners.parts if corners is not None else None)
+            parts = self.coll.gather_parts(batch, corners.parts if corners is not None else None, self.part_shapes)
             t0 = time.perf_counter()
             if self.local.shares_direction:                      # each rank scatters its share of the coordinates
                 ids, values = self.local.direction_share(parts, (self.rank, self.size))
                 self.joint_s += time.perf_counter() - t0
-                ids, values = self._all_gather_ragged(ids), self._all_gather_ragged(values)
+                ids, values = self.coll.all_gather_ragged(ids), self.coll.all_gather_ragged(values)
                 t0 = time.perf_counter()
                 dw = self.local.joined_shares(ids, values)
             else:
@@ -314,12 +214,12 @@ class ShardedDual(BlockDual):
             self.joint_s += time.perf_counter() - t0
         elif dw.is_sparse:                                       # touched coordinates from every rank, summed
             dw = dw.coalesce()
-            index, values = self._all_gather_ragged(dw.indices()[0]), self._all_gather_ragged(dw.values())
+            index, values = self.coll.all_gather_ragged(dw.indices()[0]), self.coll.all_gather_ragged(dw.values())
             t0 = time.perf_counter()
-            dw = self._merge(index, values)
+            dw = self.coll.merge(index, values, self.local.w)
             self.joint_s += time.perf_counter() - t0
         else:
-            dw = self._all_reduce(dw)
+            dw = self.coll.all_reduce(dw)
         self.steps_exchanged += 1
         return BatchCorners(torch.as_tensor(idx), small[tau:2 * tau], small[:tau], dw, float(small[-1]),
                             moves=corners)
@@ -338,42 +238,41 @@ class ShardedDual(BlockDual):
 
     @property
     def bytes_per_step(self) -> float:
-        return self.bytes_sent / max(self.steps_exchanged, 1)
+        return self.coll.bytes_sent / max(self.steps_exchanged, 1)
+
+    @property
+    def bytes_sent(self) -> int:
+        """Bytes this rank contributed to collectives."""
+        return self.coll.bytes_sent
+
+    @property
+    def comm_s(self) -> float:
+        """Seconds spent in collectives (waiting for the other ranks included)."""
+        return self.coll.comm_s
 
     # -- exact gap pass and recomputation -------------------------------------------------------
-    def _gather_blocks(self, values: torch.Tensor) -> torch.Tensor:
-        """Per-block rows (n_local, k) of every shard, all-gathered into the global order (n, k)."""
-        per = -(-self.n // self.size)
-        pad = torch.zeros(per, values.shape[1], dtype=values.dtype, device=self.device)
-        pad[:values.shape[0]] = values
-        out = torch.empty(self.n, values.shape[1], dtype=values.dtype, device=self.device)
-        for r, part in enumerate(self._all_gather(pad)):
-            ids = shard_of(self.n, self.size, r).to(self.device)
-            out[ids] = part[:ids.numel()]
-        return out
-
     def gap_pass(self) -> GapPass:
         """The exact gap pass of every shard, gathered: block gaps, H_i and L_i / n of all n blocks."""
         t0 = time.perf_counter()
         gp = self.local.gap_pass()
         self.shard_s += time.perf_counter() - t0
         g = gp.block_gaps
-        out = self._gather_blocks(torch.stack([g, gp.H.to(g), gp.loss.to(g)], 1))
+        out = self.coll.gather_blocks(torch.stack([g, gp.H.to(g), gp.loss.to(g)], 1), self.n)
         cols = out.T.contiguous()               # contiguous columns: their sums reduce as in one process
         return GapPass(labels=None, loss=cols[2], H=cols[1], block_gaps=cols[0])
 
     def recompute(self) -> None:
         """w and ell exactly from the blocks: each shard's partial sums, all-reduced."""
         self.local.recompute()
-        w = self._all_reduce(self.local.w.clone())
-        ell = self._all_reduce(torch.tensor([self.local.ell], dtype=torch.float64, device=self.device))
+        w = self.coll.all_reduce(self.local.w.clone())
+        ell = self.coll.all_reduce(torch.tensor([self.local.ell], dtype=torch.float64, device=self.device))
         self.local.set_point(w, float(ell[0]))
 
     # -- checkpoints -----------------------------------------------------------------------------
     def state_dict(self) -> dict:
         """Every rank's shard state (gathered to all ranks) plus the replicated point."""
         shards = [None] * self.size
-        _collective(dist.all_gather_object, shards, self.local.state_dict())
+        collective(dist.all_gather_object, shards, self.local.state_dict())
         return {"world_size": self.size, "shards": shards}
 
     def load_state_dict(self, state: dict) -> None:
