@@ -88,3 +88,17 @@ def test_cpu_viterbi_never_takes_the_cuda_kernel(monkeypatch):
     z = torch.zeros(2, dtype=torch.float64)
     labels, scores = viterbi(U, torch.tensor([2]), z, z, torch.zeros(2, 2, dtype=torch.float64))
     assert labels.tolist() == [[1, 0]] and scores.tolist() == [3.0]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_cuda_viterbi_scores_keep_their_gradients():
+    """With an input that requires grad, ``viterbi`` on CUDA runs the loop (the fused kernel's scores
+    carry no autograd graph): the gradient of the best score is the one-hot of the best path."""
+    g = torch.Generator().manual_seed(3)
+    U = torch.randn(4, 6, 5, generator=g).cuda().requires_grad_()
+    f, la, t = (torch.randn(*s, generator=g).cuda() for s in ((5,), (5,), (5, 5)))
+    lengths = torch.tensor([6, 3, 1, 5], device="cuda")
+    labels, scores = viterbi(U, lengths, f, la, t)
+    scores.sum().backward()
+    onehot = torch.nn.functional.one_hot(labels.clamp(min=0), 5).float() * (labels >= 0)[..., None]
+    torch.testing.assert_close(U.grad, onehot)

@@ -64,9 +64,12 @@ def viterbi(unary: torch.Tensor, lengths: torch.Tensor, first: torch.Tensor, las
             penalty=None):
     """Batched Viterbi on padded input: :func:`viterbi_loop`'s arguments and result. On CUDA with
     shared (not per-sequence) scores it runs the fused Triton kernel unless
-    ``SSVM_CUDA_VITERBI=loop`` (benchmarks/bench_gpu.py measures both)."""
+    ``SSVM_CUDA_VITERBI=loop`` (benchmarks/bench_gpu.py measures both), or unless the scores must
+    carry gradients (an input requires grad): the kernel's scores have no autograd graph, the
+    loop's do."""
     choice = cuda_decoder() if unary.is_cuda else "loop"
-    if choice != "loop" and first.dim() == 1 and trans.dim() == 2 and fused_available(unary):
+    differentiable = torch.is_grad_enabled() and any(t.requires_grad for t in (unary, first, last, trans))
+    if choice != "loop" and not differentiable and first.dim() == 1 and trans.dim() == 2 and fused_available(unary):
         return viterbi_fused(unary, lengths, first, last, trans, gt=gt, token_loss=token_loss, penalty=penalty,
                              variant="rows" if choice == "fused-rows" else "tile")
     return viterbi_loop(unary, lengths, first, last, trans, gt=gt, token_loss=token_loss, penalty=penalty)
