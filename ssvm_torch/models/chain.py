@@ -40,6 +40,7 @@ from ..errors import SSVMInputError, check
 from ..oracles.chain_kernels import nb_scatter_entries, nb_unary_all
 from ..oracles.viterbi import NO_PEN, decode, penalty_array, viterbi, viterbi_ragged
 from .base import StructuredModel
+from .chain_index import csr_row_nonzeros, padded_index, segment_ids
 
 
 class ChainModel(StructuredModel):
@@ -237,7 +238,12 @@ class ChainModel(StructuredModel):
         per-block rows summed. ``columns`` = (lo, hi): only the emission entries of feature columns
         lo <= f < hi (each coordinate still sums its entries in batch order, so its bits do not
         change); ``tail=False``: not the first / last / transition rows."""
-        W, first, last, trans = self.split(out)
+        return self._scatter_entries(parts, out, self._emission_entries(parts, columns), tail)
+
+    @staticmethod
+    def _emission_entries(parts: dict, columns: tuple[int, int] | None):
+        """(row of the positions' statistics, feature index, value) of every emission entry of
+        ``parts`` in batch order; with ``columns`` = (lo, hi) only those of columns lo <= f < hi."""
         positions, features = parts["positions"], parts["features"]
         start = torch.cumsum(positions["count"], 0) - positions["count"]
         block = torch.repeat_interleave(torch.arange(len(start), device=start.device), features["count"])
@@ -246,6 +252,13 @@ class ChainModel(StructuredModel):
         if columns is not None:
             keep = (index >= columns[0]) & (index < columns[1])
             row, index, value = row[keep], index[keep], value[keep]
+        return row, index, value
+
+    def _scatter_entries(self, parts: dict, out: torch.Tensor, entries, tail: bool) -> torch.Tensor:
+        """out += the emission ``entries`` (:meth:`_emission_entries`) and, with ``tail``, the per-block rows."""
+        W, first, last, trans = self.split(out)
+        row, index, value = entries
+        positions = parts["positions"]
         if self.compiled(out):                                # the same sums in the same order, compiled
             nb_scatter_entries(to_host(W), to_host(index), to_host(value), to_host(positions["stats"]), to_host(row))
         else:
@@ -264,11 +277,11 @@ class ChainModel(StructuredModel):
         ``scratch`` is zeroed there again. :meth:`unpacked_direction` makes it the sparse vector; the
         columns are what the distributed exchange ships instead of a flat index per value.
         ``columns``, ``tail``: only those coordinates (:meth:`direction_from_parts`)."""
-        self.direction_from_parts(parts, scratch, columns, tail)
+        entries = self._emission_entries(parts, columns)
+        self._scatter_entries(parts, scratch, entries, tail)
         K, F = self.K, self.F
         seen = torch.zeros(F, dtype=torch.bool, device=scratch.device)    # a mark per column: no sort
-        index = parts["features"]["index"]
-        seen[index if columns is None else index[(index >= columns[0]) & (index < columns[1])]] = True
+        seen[entries[1]] = True
         cols = seen.nonzero().reshape(-1)                                  # sorted
         # Read in increasing flat order (unpacked_direction): label-major w[k F + f] walks k, then the
         # columns; feature-major w[f K + k] the columns, then k (whole rows of the (F, K) view).
@@ -366,70 +379,3 @@ class ChainModel(StructuredModel):
         labels = torch.as_tensor(labels, device=gt.device).reshape(gt.shape[0], -1)[:, :gt.shape[1]]
         valid = gt >= 0
         return ((labels != gt) & valid).sum(1).double() * self.token_loss(valid.sum(1))
-
-
-def segment_ids(offsets: torch.Tensor) -> torch.Tensor:
-    """Sequence id of every position: (N,)."""
-    lengths = offsets[1:] - offsets[:-1]
-    return torch.repeat_interleave(torch.arange(lengths.shape[0], device=offsets.device), lengths)
-
-
-def padded_index(offsets: torch.Tensor, idx: torch.Tensor | None = None):
-    """Row indices (B, Tmax) into the stacked positions of sequences ``idx`` and their mask."""
-    if idx is None:
-        idx = torch.arange(offsets.shape[0] - 1, device=offsets.device)
-    start = offsets[idx]
-    lengths = offsets[idx + 1] - start
-    tmax = int(lengths.max())
-    steps = torch.arange(tmax, device=offsets.device)
-    valid = steps[None, :] < lengths[:, None]
-    pos = torch.where(valid, start[:, None] + steps[None, :], torch.zeros_like(start)[:, None])
-    return pos, valid
-
-
-def feature_coo(csr, F: int, transpose: bool = False) -> torch.Tensor:
-    """CSR feature rows (row pointers, indices, values) as a coalesced sparse COO (N, F), or (F, N)."""
-    fptr, fidx, fval = csr
-    rows = segment_ids(fptr)
-    N = fptr.shape[0] - 1
-    ij, shape = (torch.stack([fidx, rows]), (F, N)) if transpose else (torch.stack([rows, fidx]), (N, F))
-    return torch.sparse_coo_tensor(ij, fval, shape, check_invariants=True).coalesce()
-
-
-def trans_counts(labels: torch.Tensor, seg: torch.Tensor, n: int, K: int) -> torch.Tensor:
-    """Transition counts per sequence, (n, K, K) [next, prev], of ragged ``labels``."""
-    out = torch.zeros(n, K, K, dtype=torch.float64, device=labels.device)
-    same = seg[1:] == seg[:-1]
-    out.index_put_((seg[1:][same], labels[1:][same], labels[:-1][same]),
-                   torch.ones(int(same.sum()), dtype=torch.float64, device=labels.device), accumulate=True)
-    return out
-
-
-def padded_trans_counts(labels: torch.Tensor, valid: torch.Tensor, K: int, dtype=torch.float64) -> torch.Tensor:
-    """Transition counts (B, K, K) [next, prev] of padded labelings (B, T) with mask ``valid``."""
-    B, T = labels.shape
-    out = torch.zeros(B, K, K, dtype=dtype, device=labels.device)
-    if T > 1:
-        both = valid[:, 1:] & valid[:, :-1]
-        b = torch.arange(B, device=labels.device)[:, None].expand(B, T - 1)
-        out.index_put_((b[both], labels[:, 1:][both], labels[:, :-1][both]),
-                       torch.ones(int(both.sum()), dtype=dtype, device=labels.device), accumulate=True)
-    return out
-
-
-def csr_row_nonzeros(fptr: torch.Tensor, rows: torch.Tensor):
-    """For CSR row pointers ``fptr`` and some ``rows``: (batch row of each stored entry, its index
-    into the CSR arrays), in row order."""
-    starts = fptr[rows]
-    counts = fptr[rows + 1] - starts
-    local = torch.repeat_interleave(torch.arange(rows.shape[0], device=fptr.device), counts)
-    first_nz = torch.cumsum(counts, 0) - counts
-    return local, starts[local] + torch.arange(local.shape[0], device=fptr.device) - first_nz[local]
-
-
-def unary_rows(W: torch.Tensor, csr, rows: torch.Tensor) -> torch.Tensor:
-    """U[r] = W x_r (K,) for the given feature rows only, by a gather over their stored CSR entries."""
-    fptr, fidx, fval = csr
-    local, nz = csr_row_nonzeros(fptr, rows)
-    U = torch.zeros(rows.shape[0], W.shape[0], dtype=W.dtype, device=W.device)
-    return U.index_add_(0, local, fval[nz, None] * W.T[fidx[nz]])

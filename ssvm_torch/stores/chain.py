@@ -19,8 +19,8 @@ import torch.nn.functional as Fn
 from ..data.types import ChainData
 from ..devices import KERNELS, resolve_device, to_host
 from ..errors import SSVMInputError, check, check_choice, check_positive
-from ..models.chain import (ChainModel, padded_trans_counts, segment_ids, trans_counts,
-                            unary_rows)
+from ..models.chain import ChainModel
+from ..models.chain_index import padded_trans_counts, segment_ids, trans_counts, unary_rows
 from ..oracles.chain_kernels import (nb_add_psi, nb_build_delta, nb_corner_gaps, nb_csr_scatter_rows,
                                      nb_delta_move, nb_delta_sqnorm, nb_fw_corner, nb_gap_pass, nb_gram)
 from .base import SPARSE_D, BlockDual, BlockMarginals, Corner, GapPass, JointConstraints, objective_n

@@ -8,7 +8,7 @@ import numpy as np
 import torch
 import torch.nn.functional as Fn
 
-from ..models.chain import unary_rows
+from ..models.chain_index import unary_rows
 from ..oracles.eg_kernels import nb_eg_steps
 from ..oracles.marginals import chain_marginals_ragged
 from .base import BlockMarginals, MarginalMoves, RelaxedPasses

@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as Fn
 
 from ..devices import from_host, to_host
-from ..models.chain import feature_coo, padded_index, padded_trans_counts, unary_rows
+from ..models.chain_index import feature_coo, padded_index, padded_trans_counts, unary_rows
 from ..oracles.chain_kernels import batch_corners_host, nb_unary_all
 from ..oracles.viterbi import viterbi
 from .base import BatchCorners
@@ -99,14 +99,19 @@ class ChainTorchPath:
     def direction(self, parts: dict) -> torch.Tensor:
         if not self.sparse_direction:
             return self.model.direction_from_parts(parts, torch.zeros_like(self.w))
-        self._scratch = torch.zeros_like(self.w) if self._scratch is None else self._scratch   # O(touched), not O(d)
-        return self.model.sparse_direction(parts, self._scratch)
+        return self.model.sparse_direction(parts, self._zero_scratch())
+
+    def _zero_scratch(self) -> torch.Tensor:
+        """A zero d-vector kept between steps (the sparse directions zero what they touched: O(touched), not O(d))."""
+        if self._scratch is None:
+            self._scratch = torch.zeros_like(self.w)
+        return self._scratch
 
     def direction_share(self, parts: dict, share: tuple[int, int]) -> tuple[torch.Tensor, torch.Tensor]:
         r, p = share                            # feature columns [F r / p, F (r+1) / p); the last share has the tail
         F = self.model.F
-        self._scratch = torch.zeros_like(self.w) if self._scratch is None else self._scratch
-        return self.model.packed_direction(parts, self._scratch, (F * r // p, F * (r + 1) // p), tail=r == p - 1)
+        return self.model.packed_direction(parts, self._zero_scratch(), (F * r // p, F * (r + 1) // p),
+                                           tail=r == p - 1)
 
     def joined_shares(self, cols: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
         return self.model.unpacked_direction(cols, values)
