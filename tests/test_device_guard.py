@@ -149,3 +149,17 @@ def test_cutting_plane_and_deg_torch_paths_never_leave_the_device(problems, name
         with host_guard():
             hist = make_solver(deg_store, SolverConfig(solver="deg", passes=4, gap_check=2)).run()
         assert hist[-1]["geometry"] == "euclidean" and 0 <= hist[-1]["gap"] < hist[0]["gap"]
+
+
+def test_direction_shares_never_leave_the_device(problems):
+    """The distributed gather exchange's coordinate shares (BlockDual.direction_share / joined_shares)
+    on the torch path: built and joined under the guard, equal to the whole sparse direction."""
+    store = tiny_store(problems("conll2000"), "conll2000")
+    store.sparse_direction = True
+    assert store.shares_direction
+    with host_guard():
+        parts = store.batch_corners(torch.arange(4, device=store.device), with_direction=False).parts
+        whole = store.direction(parts)
+        shares = [store.direction_share(parts, (r, 3)) for r in range(3)]
+        joined = store.joined_shares(torch.cat([c for c, _ in shares]), torch.cat([v for _, v in shares]))
+    assert torch.equal(joined.indices(), whole.indices()) and torch.equal(joined.values(), whole.values())
