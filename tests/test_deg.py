@@ -67,3 +67,21 @@ def test_a_deg_checkpoint_without_the_adaptive_step_is_refused_by_name():
     fresh = make_solver(make_store(model, data, 1.0), SolverConfig(solver="deg", passes=8, gap_check=2))
     with pytest.raises(SSVMInputError, match=r"missing \['eta'\]"):
         fresh.load_state_dict(state)
+
+
+def test_deg_model_point_is_the_best_primal_point_the_run_certified():
+    """The records' primal is the lowest of P(0), P(w_bar) and P(w(z_bar)) over the checks so far
+    (monotone, never above P(0)), and it is the objective at the point model_point returns."""
+    model, data = tiny_problem()
+    d = make_store(model, data, 0.1)
+    s = make_solver(d, SolverConfig(solver="deg", sampling="perm", passes=40, gap_check=2, step_size=1e3))
+    hist = s.run()
+    best = d.primal_at(torch.zeros_like(d.w))
+    moved = 0
+    for r in hist:
+        best = min(best, r["primal_avg"], r["primal_z"])
+        assert r["primal"] == best and r["gap"] == r["primal"] - r["dual"]
+        moved += r["model_passes"] == r["passes"]
+    assert [r["primal"] for r in hist] == sorted((r["primal"] for r in hist), reverse=True)
+    assert moved >= 2 and any(r["primal_avg"] > r["primal"] for r in hist)   # the safeguard mattered
+    assert abs(d.primal_at(s.model_point()[0]) - hist[-1]["primal"]) < 1e-12

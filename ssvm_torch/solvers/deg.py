@@ -49,9 +49,13 @@ primal at about 10 / 20 / 30 passes, lam = 0.01 | lam = 1/n; P(0) = 1):
 
 The method's guarantee is about the averaged iterate (w_bar, z_bar): its saddle-point gap
     P(w_bar) - min_{w in W} L(w, z_bar)  >=  P(w_bar) - P*
-is what the records' ``gap`` holds, ``primal`` is P(w_bar) (the w model.pt holds) and ``dual`` is
-min_{w in W} L(w, z_bar) (= D(z_bar) when ||w(z_bar)|| <= R). ``primal_z`` / ``gap_z`` are the primal
-and the FW duality gap at w(z_bar), ``primal_last`` the primal at the current iterate u_w. Each
+bounds the suboptimality of w_bar, and P(w) - min_{w in W} L(w, z_bar) bounds that of any primal point
+w. The records' ``dual`` is min_{w in W} L(w, z_bar) (= D(z_bar) when ||w(z_bar)|| <= R), ``primal``
+is the objective at the model point (the w model.pt holds): the best of w_bar, w(z_bar) and the
+earlier checks' points, w = 0 at the start (:meth:`DEGSolver.check`), so that the model is never
+worse than P(0) - the first records above sit near P(0) (1.028 at lam = 0.01 with the defaults).
+``gap`` = primal - dual; ``primal_avg`` is P(w_bar), ``primal_z`` / ``gap_z`` the primal and the FW
+duality gap at w(z_bar), ``primal_last`` the primal at the current iterate u_w. Each
 try is 2 prox passes (2 effective passes: a marginal pass on chains, a projection of every example on
 matchings); ``backtracks`` counts the refused tries.
 """
@@ -92,7 +96,8 @@ class DEGSolver(OuterSolver):
         d = dual
         step = config.step_size if config.step_size > 0 else DEFAULT_STEP
         self.eta_w, self.beta = W_STEP / d.lam, step * d.lam * d.N / d.prox_scale()   # the geometries' scales
-        self.radius = math.sqrt(2 * d.primal_at(torch.zeros_like(d.w)) / d.lam)     # P(0): the mean max loss
+        primal_0 = d.primal_at(torch.zeros_like(d.w))                               # P(0): the mean max loss
+        self.radius = math.sqrt(2 * primal_0 / d.lam)
         self.c, self.center = d.relaxed_loss(), d.prox_center()
         self.s_w = torch.zeros_like(d.w)
         self.S_w = torch.zeros_like(d.w)                        # sum_t eta_t u_w^t
@@ -103,6 +108,8 @@ class DEGSolver(OuterSolver):
         self.coef = 0.0                                         # sum_t eta_t of the accepted iterations
         self.backtracks = 0                                     # refused tries
         self.v: Point | None = None                             # the prediction at (s_w, coef, S_w)
+        self.best_w = torch.zeros_like(d.w)                     # the model point: the best primal so far,
+        self.best_primal, self.best_passes = primal_0, 0.0      # from w = 0 at the start (see check)
 
     def project(self, w: torch.Tensor) -> torch.Tensor:
         norm = float(w.norm())
@@ -173,8 +180,9 @@ class DEGSolver(OuterSolver):
         d.set_relaxed(u.z, gamma=eta / coef)                  # z_bar: the eta-weighted mean of the u_z
 
     def model_point(self):
-        """(w_bar, ell(z_bar)): the primal point of the records and the loss of the averaged z."""
-        return self.w_bar, self.dual.ell
+        """(w, ell(z_bar)): the records' primal point (the best of the candidates so far, see
+        :meth:`check`) and the loss of the averaged z."""
+        return self.best_w, self.dual.ell
 
     def model_extras(self) -> dict:
         """w(z_bar) and R: the records' dual, min_{||w|| <= R} L(w, z_bar) (:meth:`ball_dual`), is
@@ -190,13 +198,30 @@ class DEGSolver(OuterSolver):
             return ell - 0.5 * lam * norm ** 2
         return 0.5 * lam * radius ** 2 - lam * radius * norm + ell
 
+    def keep_best(self, primal: float, w: torch.Tensor) -> None:
+        if primal < self.best_primal:
+            self.best_primal, self.best_passes = primal, self.passes
+            self.best_w.copy_(w)
+
     def check(self) -> dict:
+        """The record of an exact check. The model point (``primal``, ``model.pt``'s w, the test error)
+        is the best primal point the run has certified: the averaged iterate w_bar of the theorem,
+        w(z_bar), or an earlier check's point (w = 0 at the start), whichever has the lowest
+        objective (1). The method is not monotone (the averaged w moves towards w(z) of z near the
+        prox centre first, an ascent direction from w = 0 on OCR: module docstring), and the gap stays
+        a certificate for any primal point, so the model is never worse than one the run had;
+        ``primal_avg`` (w_bar), ``primal_z`` and ``primal_last`` keep the raw trajectory and
+        ``model_passes`` says when the model point was found."""
         d, lam = self.dual, self.dual.lam
         gp_z = self.exact_gap_pass()                               # at w(z_bar): its primal and FW gap
         primal_z, gap_z = d.primal(gp_z.H), float(gp_z.block_gaps.sum())
         inner = self.ball_dual(d.w, d.ell, lam, self.radius)
-        primal = d.primal_at(self.w_bar)
+        primal_avg = d.primal_at(self.w_bar)
+        self.keep_best(primal_avg, self.w_bar)
+        self.keep_best(primal_z, d.w)
+        primal = self.best_primal
         rec = self.record(gp_z, primal_z=primal_z, gap_z=gap_z, primal_last=d.primal_at(self.w_last),
+                          primal_avg=primal_avg, model_passes=self.best_passes,
                           iterations=self.t, step_w=self.eta * self.eta_w, step_z=self.eta * self.beta,
                           backtracks=self.backtracks, geometry=d.geometry)
         rec.update(primal=primal, dual=inner, gap=primal - inner)
@@ -205,18 +230,22 @@ class DEGSolver(OuterSolver):
     def extra_state(self) -> dict:
         return {"s_w": self.s_w.clone(), "S_w": self.S_w.clone(), "w_bar": self.w_bar.clone(),
                 "w_last": self.w_last.clone(), "t": self.t, "eta": self.eta, "coef": self.coef,
-                "backtracks": self.backtracks}
+                "backtracks": self.backtracks, "best_w": self.best_w.clone(), "best_primal": self.best_primal,
+                "best_passes": self.best_passes}
 
     def load_extra_state(self, s: dict) -> None:
-        missing = sorted({"s_w", "S_w", "w_bar", "w_last", "t", "eta", "coef", "backtracks"} - set(s))
-        check(not missing, "state", "a DEG state of the adaptive step (s_w, S_w, w_bar, w_last, t, eta, coef, "
-              "backtracks)", f"missing {missing}")
-        for key in ("s_w", "S_w", "w_bar", "w_last"):
+        keys = ("s_w", "S_w", "w_bar", "w_last", "t", "eta", "coef", "backtracks", "best_w", "best_primal",
+                "best_passes")
+        missing = sorted(set(keys) - set(s))
+        check(not missing, "state", f"a DEG state of the adaptive step and the model point ({', '.join(keys)})",
+              f"missing {missing}")
+        for key in ("s_w", "S_w", "w_bar", "w_last", "best_w"):
             dst = getattr(self, key)
             check(tuple(s[key].shape) == tuple(dst.shape), f"state[{key!r}]", f"shape {tuple(dst.shape)}",
                   tuple(s[key].shape))
             dst.copy_(s[key])
         self.t, self.eta, self.coef = int(s["t"]), float(s["eta"]), float(s["coef"])
         self.backtracks = int(s["backtracks"])
+        self.best_primal, self.best_passes = float(s["best_primal"]), float(s["best_passes"])
         self.v = None                                         # recomputed from (s_w, coef, S_w)
 
