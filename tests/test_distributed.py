@@ -45,7 +45,7 @@ def single(spec):
     return solver, solver.run(), store, task
 
 
-@pytest.mark.parametrize("spec", [OCR, {**OCR, "exchange": "gather"}, CONLL,
+@pytest.mark.parametrize("spec", [OCR, pytest.param({**OCR, "exchange": "gather"}, marks=pytest.mark.slow), CONLL,
                                   pytest.param({**CONLL, "sparse_direction": True}, marks=pytest.mark.slow),
                                   {**OCR, "sparse_direction": True}],
                          ids=["ocr-allreduce", "ocr-gather", "conll-gather", "conll-sparse-gather",
