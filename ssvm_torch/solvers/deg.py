@@ -39,7 +39,10 @@ primal at about 10 / 20 / 30 passes, lam = 0.01 | lam = 1/n; P(0) = 1):
   margin 8 and 11-14 were worse at the first record; GROW 1.5 or 2 with first steps 50-300 and
   W_STEP 0.1-0.2 gave 0.947-1.386 (lam = 0.01) and 0.975-4.03 (1/n) at the first record, no setting
   below 1 at both (a first step that scales as 1 / (lam n), 80 at lam = 0.01 for 500 at 1/n: 1.015
-  and 0.975 with GROW 1.5). Traced per iteration (lam = 0.01, defaults) the current iterate u_w
+  and 0.975 with GROW 1.5). Margins 9.25 / 9.4 / 9.5 / 9.6 / 9.75 (first step 500, GROW 1.2) gave
+  1.005 / 1.010 / 0.973 / 0.982 / 0.998 | 1.130 / 1.001 / 0.962 / 1.060 / 0.976 at the first
+  record: below 1 at both only at 9.5 and 9.75, a knife edge rather than a default (GROW 1.0 or 1.1
+  at margins 9.5-10.5: 0.979-1.083 | 0.986-1.655). Traced per iteration (lam = 0.01, defaults) the current iterate u_w
   oscillates between primal 1.25 and 2.99 over the first 15 iterations, w(z_bar) between 0.89 and
   4.15, and the dual min L(w, z_bar) is 0.004 after 40 passes (P* ~ 0.165). The first records sit
   near P(0) because w(z) near the centre is an ascent direction from w = 0 (P(a w(z_c)) > 1 for
