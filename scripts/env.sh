@@ -26,10 +26,10 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   }
   : >"$log"
   step "upgrading pip" "$venv/bin/python" -m pip install --upgrade pip
-  # --no-compile: pip would byte-compile every module of torch, scipy and lightning at install (about a
-  # minute on two cores); Python compiles the modules it imports on first use instead
+  # byte-compiled at install on purpose (no --no-compile): with PYTHONDONTWRITEBYTECODE set, as on these
+  # machines, every test process would otherwise compile torch's modules again at import
   step "installing ssvm-torch[dev] with constraints.txt (torch pinned to the CPU wheel; about a minute)" \
-    "$venv/bin/python" -m pip install --no-compile -c "$root/constraints.txt" -e "$root[dev]"
+    "$venv/bin/python" -m pip install -c "$root/constraints.txt" -e "$root[dev]"
   echo "$want" > "$stamp"
   echo "[env] ready in $((SECONDS - t0)) s: $venv (ssvm-train and ssvm-path are in $venv/bin)" >&2
 fi
