@@ -7,15 +7,8 @@ With ``--vs-batch-fw``: seconds per step of tau = n (``--batch-size n``) against
 (``--solver fw``) on OCR-small, lambda = 0.01 (median of ``--repeats`` runs, both in one process),
 written to benchmarks/results/minibatch_tau_n.json.
 
-With ``--draw``: milliseconds per gap-sampling draw of tau distinct blocks (``GapSampler.draw``,
-the batch every rank of distributed BCFW draws for itself) at the block counts of OCR-large (6,251)
-and CoNLL-2000 (8,936), stale gaps from an exponential law with a tenth at zero, one update per drawn
-block between draws as the steps make them (not timed); median over ``--repeats`` x 20 draws, written to
-benchmarks/results/minibatch_draw.json.
-
 Usage: python benchmarks/bench_minibatch.py [--taus 1 16 256] [--passes 20] [--kernels auto]
        python benchmarks/bench_minibatch.py --vs-batch-fw [--repeats 5]
-       python benchmarks/bench_minibatch.py --draw [--taus 64 256 1024]
 """
 from __future__ import annotations
 
@@ -49,14 +42,11 @@ def main():
     ap.add_argument("--out", default=None, help="default: benchmarks/results/minibatch.json "
                                                "(--vs-batch-fw: minibatch_tau_n.json)")
     ap.add_argument("--vs-batch-fw", action="store_true", help="time tau = n against batch FW instead")
-    ap.add_argument("--draw", action="store_true", help="time the gap sampler's draws instead")
     ap.add_argument("--repeats", type=int, default=5)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     if args.vs_batch_fw:
         return tau_n_vs_batch_fw(args)
-    if args.draw:
-        return draw_times(args)
     args.out = args.out or str(RESULTS / "minibatch.json")
     task = load_task(args.dataset)
     res = {"machine": platform.processor() or platform.machine(), "torch_threads": args.threads,
@@ -82,38 +72,6 @@ def main():
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     atomic_write_bytes(Path(args.out), json.dumps(res, indent=1).encode())
     print(f"wrote {args.out}")
-
-
-def draw_times(args) -> None:
-    """ms per GapSampler.draw(tau) (see the module docstring)."""
-    import time
-
-    import numpy as np
-
-    from ssvm_torch.solvers.samplers import SAMPLERS
-    res = {"machine": platform.processor() or platform.machine(), "seed": args.seed, "repeats": args.repeats,
-           "draws_per_repeat": 20, "ms_per_draw": {}}
-    for name, n in (("ocr-large", 6251), ("conll2000", 8936)):
-        for tau in args.taus:
-            rng = np.random.default_rng(args.seed)
-            s = SAMPLERS["gap"](n, args.seed)
-            s.set_all(rng.exponential(size=n) * (rng.uniform(size=n) >= 0.1))
-            s.draw(min(tau, n))                                  # compile outside the timings
-            times = []
-            for _ in range(args.repeats):
-                spent = 0.0
-                for _ in range(20):
-                    t0 = time.perf_counter()
-                    drawn = s.draw(min(tau, n))
-                    spent += time.perf_counter() - t0
-                    for i in drawn:                              # the steps' updates, not timed
-                        s.update(i, float(rng.exponential()))
-                times.append(spent / 20 * 1e3)
-            res["ms_per_draw"][f"{name}-{tau}"] = statistics.median(times)
-            print(f"{name:10s} n={n:5d} tau={tau:5d}  {statistics.median(times):8.3f} ms per draw", flush=True)
-    out = Path(args.out or RESULTS / "minibatch_draw.json")
-    atomic_write_bytes(out, json.dumps(res, indent=1).encode())
-    print(f"wrote {out}")
 
 
 def tau_n_vs_batch_fw(args) -> None:

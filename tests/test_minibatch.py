@@ -10,7 +10,7 @@ import torch
 
 from ssvm_torch import Solver, SolverConfig, make_store
 from ssvm_torch.errors import SSVMInputError
-from ssvm_torch.solvers.samplers import SAMPLERS, _tree_set
+from ssvm_torch.solvers.samplers import SAMPLERS
 from ssvm_torch.solvers.steps import FWStep, MiniBatchStep
 from ssvm_torch.solvers.config import SolverState
 from ssvm_torch.tasks import load_task
@@ -125,51 +125,6 @@ def test_gap_draws_follow_the_gaps():
     for _ in range(20):
         assert sorted(s.draw(2)) == [2, 3]                 # the only two blocks with a positive gap
     assert s.probabilities()[[2, 3]].tolist() == [0.5, 0.5]   # the tree is restored after each draw
-
-
-def reference_gap_draw(s, tau):
-    """GapSampler.draw as one next() per draw (the loop the compiled draw replaces)."""
-    out, seen, held = [], set(), []
-    while len(out) < tau:
-        i = s.next()
-        if i in seen:
-            continue
-        seen.add(i)
-        out.append(i)
-        leaf = s.tree[s.size + i]
-        if leaf > 0.0:
-            held.append((i, leaf))
-            _tree_set(s.tree, s.size, i, 0.0)
-    for i, leaf in held:
-        _tree_set(s.tree, s.size, i, leaf)
-    return out
-
-
-@pytest.mark.parametrize("n,tau", [(37, 5), (300, 64), (1000, 700)])
-def test_compiled_gap_draw_is_the_per_draw_loop_bit_for_bit(n, tau):
-    """The same blocks, the same tree (every internal sum bit for bit) and the same stream position
-    as one next() per draw: through the unvisited phase, uniform-buffer refills (small chunks),
-    zero gaps and updates between draws; update_many is update() in order."""
-    a, b = SAMPLERS["gap"](n, 4), SAMPLERS["gap"](n, 4)
-    a.stream.chunk = b.stream.chunk = 97                    # many refills inside one draw
-    rng = np.random.default_rng(1)
-    for step in range(30):
-        assert a.draw(tau) == reference_gap_draw(b, tau)
-        assert np.array_equal(a.tree, b.tree) and a.pos == b.pos and a.stream.pos == b.stream.pos
-        assert np.array_equal(a.stream.buf, b.stream.buf)
-        if step == 10:                                    # an exact gap pass with many zero gaps
-            g = rng.exponential(size=n) * (rng.uniform(size=n) < 0.3)
-            a.set_all(g)
-            b.set_all(g)
-        blocks = rng.permutation(n)[:tau]                 # a step's gap updates (some zero, one NaN)
-        gaps = rng.exponential(size=tau) * (rng.uniform(size=tau) < 0.8)
-        gaps[0] = np.nan if step == 20 else gaps[0]
-        a.update_many(blocks, gaps)
-        for i, g in zip(blocks.tolist(), gaps.tolist()):
-            b.update(i, g)
-        assert np.array_equal(a.tree, b.tree) and np.array_equal(a.gaps, b.gaps, equal_nan=True)
-    with pytest.raises(SSVMInputError, match=r"tau: expected an int in \[1, n = 37\]"):
-        SAMPLERS["gap"](37, 0).draw(38)
 
 
 def test_batch_size_is_checked(ocr):

@@ -22,7 +22,6 @@ import numpy as np
 import torch
 
 from ..devices import to_host
-from ..errors import check
 
 
 class _Stream:
@@ -34,14 +33,10 @@ class _Stream:
         self.buf = np.empty(0)
         self.pos = 0
 
-    def refill(self) -> None:
-        """The next ``chunk`` uniforms of the generator (the buffer must be used up)."""
-        self.buf = to_host(torch.rand(self.chunk, generator=self.gen, dtype=torch.float64, device="cpu"))
-        self.pos = 0
-
     def uniform(self) -> float:
         if self.pos >= self.buf.shape[0]:
-            self.refill()
+            self.buf = to_host(torch.rand(self.chunk, generator=self.gen, dtype=torch.float64, device="cpu"))
+            self.pos = 0
         u = self.buf[self.pos]
         self.pos += 1
         return u
@@ -83,13 +78,6 @@ class Sampler:
         self.gaps[i] = gap
         self._update(i, gap)
 
-    def update_many(self, blocks, gaps) -> None:
-        """``update(i, g)`` for each (i, g) of a mini-batch step, in order (distinct blocks)."""
-        idx = np.asarray(blocks, dtype=np.int64)
-        values = np.asarray(gaps, dtype=np.float64)
-        self.gaps[idx] = values
-        self._update_many(idx, values)
-
     def set_all(self, gaps) -> None:
         """Exact block gaps of a full gap pass (or known ones, e.g. eq. (12) after a path step)."""
         self.gaps[:] = gaps
@@ -100,9 +88,6 @@ class Sampler:
         return float(self.gaps.sum()) if np.isfinite(self.gaps).all() else None
 
     def _update(self, i: int, gap: float) -> None:
-        pass
-
-    def _update_many(self, blocks: np.ndarray, gaps: np.ndarray) -> None:
         pass
 
     def _set_all(self, gaps: np.ndarray) -> None:
@@ -193,55 +178,6 @@ def _tree_find(tree, size, u):
     return j - size
 
 
-@nb.njit(cache=True)
-def _gap_draw(tree, size, n, unvisited, pos, buf, bpos, tau, out, count, seen, held_i, held_v, nheld):
-    """The loop of :meth:`GapSampler.draw` in one call: draws until ``tau`` distinct blocks are in
-    ``out`` or the uniform buffer ``buf`` runs out (the caller refills it and calls again); each
-    drawn block's leaf is zeroed and kept in ``held_*`` for the caller to restore in order, so the
-    tree's sums see the same additions in the same order as one ``next()`` and ``_tree_set`` per
-    draw. Returns (count, pos, bpos, nheld)."""
-    m = unvisited.shape[0]
-    while count < tau:
-        if pos < m:
-            i = unvisited[pos]
-            pos += 1
-        else:
-            if bpos >= buf.shape[0]:
-                break
-            u = buf[bpos]
-            bpos += 1
-            if tree[1] <= 0.0:
-                i = min(int(u * n), n - 1)
-            else:
-                i = min(_tree_find(tree, size, u), n - 1)
-        if seen[i]:
-            continue
-        seen[i] = True
-        out[count] = i
-        count += 1
-        leaf = tree[size + i]
-        if leaf > 0.0:
-            held_i[nheld] = i
-            held_v[nheld] = leaf
-            nheld += 1
-            _tree_set(tree, size, i, 0.0)
-    return count, pos, bpos, nheld
-
-
-@nb.njit(cache=True)
-def _tree_set_many(tree, size, blocks, gaps):
-    """_tree_set of each block's gap (negative or NaN: 0) in order, as GapSampler._update does."""
-    for k in range(blocks.shape[0]):
-        g = gaps[k]
-        _tree_set(tree, size, blocks[k], g if g > 0.0 else 0.0)
-
-
-@nb.njit(cache=True)
-def _restore(tree, size, held_i, held_v, nheld):
-    for k in range(nheld):
-        _tree_set(tree, size, held_i[k], held_v[k])
-
-
 class GapSampler(Sampler):
     """p_i proportional to the stale block gap g_i (Alg. 2 of Osokin et al. 2016)."""
 
@@ -264,29 +200,24 @@ class GapSampler(Sampler):
 
     def draw(self, tau: int) -> list[int]:
         """``tau`` distinct blocks, p proportional to g_i without replacement: each drawn leaf is set
-        to 0 for the rest of the draw and restored after (unvisited blocks come first, as in next()).
-        Compiled (:func:`_gap_draw`): the same uniforms, in the same order, and the same tree updates
-        as ``tau`` calls of next() with a skip of repeated blocks, without a Python call per draw."""
-        check(1 <= tau <= self.n, "tau", f"an int in [1, n = {self.n}]", tau)
-        st = self.stream
-        out = np.empty(tau, dtype=np.int64)
-        seen = np.zeros(self.n, dtype=np.bool_)
-        held_i, held_v = np.empty(tau, dtype=np.int64), np.empty(tau)
-        count = nheld = 0
-        while True:
-            count, self.pos, st.pos, nheld = _gap_draw(self.tree, self.size, self.n, self.unvisited, self.pos, st.buf,
-                                                       st.pos, tau, out, count, seen, held_i, held_v, nheld)
-            if count == tau:
-                break
-            st.refill()
-        _restore(self.tree, self.size, held_i, held_v, nheld)
-        return out.tolist()
+        to 0 for the rest of the draw and restored after (unvisited blocks come first, as in next())."""
+        out, seen, held = [], set(), []
+        while len(out) < tau:
+            i = self.next()
+            if i in seen:
+                continue
+            seen.add(i)
+            out.append(i)
+            leaf = self.tree[self.size + i]
+            if leaf > 0.0:
+                held.append((i, leaf))
+                _tree_set(self.tree, self.size, i, 0.0)
+        for i, leaf in held:
+            _tree_set(self.tree, self.size, i, leaf)
+        return out
 
     def _update(self, i, gap):
         _tree_set(self.tree, self.size, i, gap if gap > 0.0 else 0.0)
-
-    def _update_many(self, blocks, gaps):
-        _tree_set_many(self.tree, self.size, blocks, gaps)
 
     def _set_all(self, gaps):
         self.pos = self.unvisited.shape[0]
