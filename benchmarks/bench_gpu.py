@@ -211,7 +211,7 @@ def main():
         print(f"CoNLL-2000 peak GPU memory: {res['conll_memory']['peak_gpu_mb']} MB", flush=True)
         save()
     if "minibatch" in args.sections:
-        # tau = 1 on the GPU took 10.6 s per pass on an H200 (~60 launches per step): not worth a budget
+        # tau = 1 on the GPU is dozens of kernel launches per block step (docs/devices.md has its figure): no budget for it
         taus = [64] if quick else [64, 256, 1024, task.n_train]
         res["minibatch_ocr_large"] = minibatch_figures(task, device, taus, passes=1 if quick else 200,
                                                        target=0.1, budget_s=args.budget)
