@@ -20,8 +20,8 @@ step() {
 step "building the wheel and the sdist" "$venv/bin/python" -m build --outdir "$work/dist" "$root"
 step "twine check" "$venv/bin/twine" check --strict "$work/dist/"*
 step "fresh venv" python3 -m venv "$work/venv"
-# --no-compile: pip would byte-compile all of torch, scipy and lightning (about a minute); the one smoke
-# process compiles only what it imports
+# --no-compile: pip would byte-compile every module of torch, scipy and lightning; the one smoke process
+# compiles only what it imports
 step "installing the wheel with constraints.txt" "$work/venv/bin/python" -m pip install --no-compile -c "$root/constraints.txt" \
   "$(ls "$work/dist/"*.whl)[sklearn]"
 cp "$root/scripts/smoke.py" "$work/smoke.py"
