@@ -1,7 +1,7 @@
 """GPU figures of the device path (needs CUDA; without it prints one skip line and exits 0).
 
 * exact gap pass on OCR-large (6,251 words) with the torch kernels, float64 and float32, with each
-  CUDA Viterbi (``fused``: the tile variant of the Triton kernel of oracles/viterbi_triton.py, the
+  CUDA Viterbi (``fused``: the tile variant of the Triton kernel of chain/triton_viterbi.py, the
   default; ``fused-rows``: its rows variant; ``loop``);
 * raw batched Viterbi throughput (words/s) vs batch size on OCR shapes (K = 26, the lengths of
   OCR-large resampled), for the plain loop over positions (the reference kernel), the same function
@@ -51,7 +51,7 @@ def timed(fn, device, repeats):
 
 
 def decoder_setting(name):
-    """Select the CUDA Viterbi of every store call (oracles/viterbi.py reads SSVM_CUDA_VITERBI)."""
+    """Select the CUDA Viterbi of every store call (chain/padded.py reads SSVM_CUDA_VITERBI)."""
     os.environ["SSVM_CUDA_VITERBI"] = name
 
 
@@ -82,8 +82,8 @@ def graph_step(fn):
 
 
 def decode_figures(task, device, repeats, batches, compile_batches):
-    from ssvm_torch.oracles.viterbi import viterbi_loop
-    from ssvm_torch.oracles.viterbi_triton import fused_available, viterbi_fused
+    from ssvm_torch.chain.torch_viterbi import viterbi_loop
+    from ssvm_torch.chain.triton_viterbi import fused_available, viterbi_fused
     lengths_all = task.train.lengths
     K = task.model.K
     gen = torch.Generator().manual_seed(0)
@@ -179,7 +179,7 @@ def main():
     if device.type == "cuda" and not torch.cuda.is_available():
         print("bench_gpu: skipped, no CUDA device (torch %s)" % torch.__version__)
         return 0
-    from ssvm_torch.oracles.viterbi_triton import triton
+    from ssvm_torch.chain.triton_viterbi import triton
     from ssvm_torch.outputs import atomic_write_bytes
     from ssvm_torch.tasks import load_task
     torch.set_num_threads(1)

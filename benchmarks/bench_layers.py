@@ -1,6 +1,6 @@
 """The linear-chain layers taggers use, side by side on CPU: ssvm_torch's LinearChain (structured hinge
 and CRF) vs pytorch-crf 0.7.2 (``torchcrf.CRF``) vs torch-struct 0.5 ``LinearChainCRF`` (through the
-project's wrapper, ssvm_torch/oracles/crf.py). For every (B, T, K) of the grid, float32 emissions,
+project's reference adapter, ssvm_torch/chain/torch_struct.py). For every (B, T, K) of the grid, float32 emissions,
 full masks: decode, loss + backward, marginals (pytorch-crf has none) -- median seconds of repeats --
 and peak memory of each call (torch's CPU allocations seen by the profiler, the allocations the
 kernels make with numpy not included; they are O(T K) per row). Runs once with 1 thread
@@ -34,8 +34,9 @@ from pathlib import Path
 import numba
 import torch
 
-from ssvm_torch.nn import LinearChain, chain_crf_nll, chain_marginals
-from ssvm_torch.oracles.crf import edge_potentials
+from ssvm_torch.chain import chain_score, edge_potentials
+from ssvm_torch.chain.torch_struct import reference_log_partition, reference_marginals
+from ssvm_torch.nn import LinearChain
 
 GRID_B, GRID_T, GRID_K = (1, 64, 512), (20, 50, 200), (9, 45, 200)
 
@@ -121,8 +122,9 @@ def calls(B, T, K, max_gb, max_ts_work):
         ("pytorch-crf", "crf+backward"): None if big_crf else (lambda: backward(-ref(Eg, tags, mask))),
         ("torch-struct", "decode"): ts_decode if ts_decode_ok else None,
         ("torch-struct", "crf+backward"): None if big_ts else (
-            lambda: backward(chain_crf_nll(Eg, lengths, *ts_scores(), tags).sum())),
-        ("torch-struct", "marginals"): None if big_ts else (lambda: chain_marginals(E, lengths, *ts_scores())),
+            lambda: backward((reference_log_partition(Eg, lengths, *ts_scores())
+                               - chain_score(Eg, lengths, *ts_scores(), tags)).sum())),
+        ("torch-struct", "marginals"): None if big_ts else (lambda: reference_marginals(E, lengths, *ts_scores())),
     }
     return out
 

@@ -34,7 +34,7 @@ import numpy as np
 import torch
 
 from ssvm_torch import SolverConfig, load_task
-from ssvm_torch.oracles.marginals import chain_marginals_ragged
+from ssvm_torch.chain import chain_marginals_ragged
 from ssvm_torch.solvers import make_solver
 from ssvm_torch.solvers.cutting_plane import QP_SOLVERS, solve_working_set_qp
 

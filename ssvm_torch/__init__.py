@@ -5,12 +5,8 @@ from .models import ChainModel, ExplicitModel, StructuredModel
 from .solvers import Solver, SolverConfig
 from .stores import make_store
 from .tasks import TASKS, load_dataset, load_task
+from .version import __version__ as __version__
 
-try:                                        # the installed distribution's version (pyproject.toml), one source
-    from importlib.metadata import PackageNotFoundError, version as _version
-    __version__ = _version("ssvm-torch")
-except PackageNotFoundError:                # pragma: no cover - a source tree that was never installed
-    __version__ = "0+unknown"
 _ESTIMATORS = ("ChainSSVM", "MulticlassSSVM", "MultiLabelSSVM", "StructuredSVM")
 
 

@@ -106,6 +106,19 @@ def describe(store: "ShardedDual") -> dict:
             "exchange": "gather" if store.gather else "allreduce"}
 
 
+def _single(what: str):
+    """A store method that needs every block on one process: it refuses, naming ``what``."""
+    def refuse(self, *args, **kwargs):
+        raise SSVMInputError(f"{what}: the sharded store runs mini-batch BCFW (solver 'bcfw', step 'fw', no cache; "
+                             "any --batch-size) and exact gap passes; run other solvers in one process")
+    return refuse
+
+
+def _forwarded(inner: str, name: str, doc: str | None = None) -> property:
+    """A read-only property returning ``self.<inner>.<name>``."""
+    return property(lambda self: getattr(getattr(self, inner), name), doc=doc)
+
+
 class ShardedDual(BlockDual):
     """One rank's shard of the blocks, presented as the store of all n blocks (module docstring).
     ``local`` is the shard's own store (built with ``n_objective = n``); it serves mini-batch BCFW
@@ -137,17 +150,7 @@ class ShardedDual(BlockDual):
         self.steps_exchanged = 0
 
     # -- the replicated point ------------------------------------------------------------------
-    @property
-    def w(self) -> torch.Tensor:
-        return self.local.w
-
-    @property
-    def ell(self) -> float:
-        return self.local.ell
-
-    @property
-    def ell_i(self) -> torch.Tensor:
-        return self.local.ell_i
+    w, ell, ell_i = (_forwarded("local", name) for name in ("w", "ell", "ell_i"))
 
     @property
     def v(self) -> torch.Tensor:
@@ -240,15 +243,8 @@ class ShardedDual(BlockDual):
     def bytes_per_step(self) -> float:
         return self.coll.bytes_sent / max(self.steps_exchanged, 1)
 
-    @property
-    def bytes_sent(self) -> int:
-        """Bytes this rank contributed to collectives."""
-        return self.coll.bytes_sent
-
-    @property
-    def comm_s(self) -> float:
-        """Seconds spent in collectives (waiting for the other ranks included)."""
-        return self.coll.comm_s
+    bytes_sent = _forwarded("coll", "bytes_sent", "Bytes this rank contributed to collectives.")
+    comm_s = _forwarded("coll", "comm_s", "Seconds spent in collectives (waiting for the other ranks included).")
 
     # -- exact gap pass and recomputation -------------------------------------------------------
     def gap_pass(self) -> GapPass:
@@ -284,52 +280,12 @@ class ShardedDual(BlockDual):
     def block_w(self, i: int) -> torch.Tensor:
         raise SSVMInputError("block_w: a sharded store holds only its own blocks (ask the rank that owns block i)")
 
-    # -- what needs every block on one process --------------------------------------------------
-    def _single(self, what: str):
-        raise SSVMInputError(f"{what}: the sharded store runs mini-batch BCFW (solver 'bcfw', step 'fw', no cache; "
-                             "any --batch-size) and exact gap passes; run other solvers in one process")
-
-    def fw_corner(self, i):
-        self._single("fw_corner")
-
-    def fw_move(self, i, corner, gamma):
-        self._single("fw_move")
-
-    def add_psi(self, i, corner, coef):
-        self._single("ssg")
-
-    def corner_point(self, gp):
-        self._single("batch FW")
-
-    def move_all(self, gp, w_s, ell_s, gamma):
-        self._single("batch FW")
-
-    def gt_labeling(self, i):
-        self._single("active sets")
-
-    def key(self, labeling):
-        self._single("active sets")
-
-    def loss_of(self, i, labeling):
-        self._single("active sets")
-
-    def corner_gaps(self, i, labelings):
-        self._single("active sets")
-
-    def pair_sqnorm(self, i, P, Q):
-        self._single("active sets")
-
-    def pair_move(self, i, P, Q, loss_P, loss_Q, gamma):
-        self._single("active sets")
-
-    def rescale(self, lam_new, rho):
-        self._single("the regularization path")
-
-    def max_margins(self, w):
-        self._single("the regularization path")
-
-    def block_wdots(self):
-        self._single("the regularization path")
+    # -- what needs every block on one process: each such method refuses by name
+    fw_corner, fw_move = _single("fw_corner"), _single("fw_move")
+    add_psi = _single("ssg")
+    corner_point = move_all = _single("batch FW")
+    gt_labeling = key = loss_of = corner_gaps = pair_sqnorm = pair_move = _single("active sets")
+    rescale = max_margins = block_wdots = _single("the regularization path")
 
 
 def sharded_store(task, lam: float, device=None, dtype=torch.float64, kernels: str = "auto",

@@ -27,8 +27,10 @@ from pathlib import Path
 
 import torch
 
+from .atomic import atomic_write, atomic_write_bytes
 from .errors import SSVMInputError
 from .portable import pack, unpack
+from .version import __version__
 
 CHECKPOINT_FORMAT = "ssvm_torch.checkpoint/1"
 MANIFEST = "__manifest__"
@@ -60,41 +62,6 @@ def content_digest(obj) -> str:
             h.update(repr(x).encode())
     walk(obj)
     return h.hexdigest()
-
-
-def file_mode() -> int:
-    """The mode ``open()`` gives a new file: 0o666 less the process umask (mkstemp's temporary files
-    are 0o600, which a finished output must not keep)."""
-    mask = os.umask(0)
-    os.umask(mask)
-    return 0o666 & ~mask
-
-
-def atomic_write(path, write) -> Path:
-    """Write ``path`` atomically: ``write(f)`` streams into a temporary file in the same directory,
-    which is fsynced and renamed over ``path`` (no copy of the content in memory), with the
-    permissions any other tool's output gets (the umask's). A write killed midway leaves the
-    previous file intact and removes the temporary one."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        os.fchmod(fd, file_mode())
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    return path
-
-
-def atomic_write_bytes(path, data: bytes) -> Path:
-    """:func:`atomic_write` of ``data``."""
-    return atomic_write(path, lambda f: f.write(data))
 
 
 def save_torch(path, obj: dict) -> Path:
@@ -279,7 +246,6 @@ def environment() -> dict:
     import numba
     import numpy
 
-    from . import __version__
     rev = None
     try:
         root = Path(__file__).resolve().parents[1]

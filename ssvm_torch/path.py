@@ -43,7 +43,8 @@ import torch
 
 from .devices import from_host
 from .errors import SSVMInputError, check, check_positive
-from .outputs import atomic_write_bytes, load_torch, save_torch
+from .atomic import atomic_write_bytes
+from .outputs import load_torch, save_torch
 from .solvers import Solver, SolverConfig
 from .stores.base import BlockDual, GapPass
 

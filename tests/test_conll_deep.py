@@ -14,7 +14,7 @@ from ssvm_torch.constraints import allowed_transitions, bio_to_bioes, bioes_to_b
 from ssvm_torch.data.conll import load_conll2000, read_conll, split_heldout
 from ssvm_torch.data.types import data_file
 from ssvm_torch.deep.__main__ import main as deep_main
-from ssvm_torch.deep.text import UNK, load_chunking, tags_to_bio
+from ssvm_torch.deep.conll_text import UNK, load_chunking, tags_to_bio
 from ssvm_torch.errors import SSVMInputError
 
 ROOT = Path(__file__).resolve().parents[1]

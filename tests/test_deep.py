@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from ssvm_torch.data.ocr import load_ocr
-from ssvm_torch.deep.chain_module import DeepChainModule
-from ssvm_torch.deep.nets import LetterCNN
+from ssvm_torch.deep.ocr_module import DeepChainModule
+from ssvm_torch.deep.ocr_pose_nets import LetterCNN
 from ssvm_torch.deep.warm import with_features
 from ssvm_torch.devices import host_guard
 from ssvm_torch.models.chain import ChainModel
@@ -67,7 +67,7 @@ def test_full_batch_steps_on_the_hinge_lower_it():
     torch.manual_seed(0)
     train, _ = load_ocr("large")
     words = train.subset(torch.arange(40))
-    from ssvm_torch.deep.data import Words, pad_rows
+    from ssvm_torch.deep.ocr_words import Words, pad_rows
     w = Words.of(words)
     pos, lengths, gt = w.batch(torch.arange(40))
     net = LetterCNN(8, 16)

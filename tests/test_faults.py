@@ -120,7 +120,7 @@ def test_truncated_or_empty_conll_file_without_a_checksum_is_refused_by_name(tmp
     import gzip
 
     from ssvm_torch.data.conll import read_conll
-    from ssvm_torch.deep.text import load_chunking
+    from ssvm_torch.deep.conll_text import load_chunking
     data = tmp_path / "data"
     data.mkdir()
     whole = (data_dir() / "conll2000_train.txt.gz").read_bytes()
@@ -345,7 +345,7 @@ def test_extreme_scales_are_warned_about():
 
 
 def test_lightning_errors_in_one_line(tmp_path, capsys):
-    from ssvm_torch.lightning.__main__ import main as lightning_main
+    from ssvm_torch.lightning.cli import main as lightning_main
     a_file = tmp_path / "file"
     a_file.write_text("x")
     base = ["fit", "--config", str(Path(__file__).resolve().parents[1] / "recipes" / "ocr_small.yaml"),

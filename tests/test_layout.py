@@ -118,3 +118,76 @@ def test_no_hub_or_private_flags():
 def test_cycle_finder_finds_a_cycle():
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert find_cycle({"a": {"b"}, "b": set()}) is None
+
+
+# The import layers, bottom-up (docs/design.md, "Import layers"): a unit (a folder of ssvm_torch, or a
+# top-level module) imports only from its own layer or below, and the units' import graph has no loop.
+LAYERS = [
+    {"errors", "devices", "atomic", "version"},
+    {"chain", "oracles", "constraints", "collectives"},
+    {"data", "nn"},
+    {"models"},
+    {"stores"},
+    {"solvers", "tasks", "distributed"},
+    {"estimator", "portable"},
+    {"outputs"},
+    {"path", "lightning"},
+    {"deep", "selection"},
+    {"cli", "train"},
+]
+
+
+def unit(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "<root>"
+
+
+def unit_edges(edges) -> dict:
+    out = {}
+    for a, targets in edges.items():
+        for b in targets:
+            if unit(a) != unit(b):
+                out.setdefault(unit(a), set()).add(unit(b))
+    return out
+
+
+def layer_violations(edges, layers) -> list:
+    level = {u: i for i, layer in enumerate(layers) for u in layer}
+    bad = []
+    for a, targets in sorted(edges.items()):
+        if unit(a) == "<root>":
+            continue                              # ssvm_torch/__init__.py re-exports the API: above every layer
+        for b in sorted(targets):
+            if unit(b) == "<root>":
+                bad.append(f"{a} imports the package root (import the module that defines the name)")
+            elif unit(a) not in level or unit(b) not in level:
+                bad.append(f"{a} -> {b}: {unit(a) if unit(a) not in level else unit(b)} has no layer in LAYERS")
+            elif level[unit(b)] > level[unit(a)]:
+                bad.append(f"{a} (layer {level[unit(a)]}) imports {b} (layer {level[unit(b)]})")
+    return bad
+
+
+def test_imports_follow_the_layers_and_no_folder_loop():
+    edges = import_edges(modules())
+    assert layer_violations(edges, LAYERS) == []
+    units = unit_edges(edges)
+    units.pop("<root>", None)
+    assert find_cycle(units) is None, " -> ".join(find_cycle(units))
+
+
+def test_layer_check_catches_an_upward_import_and_a_folder_loop():
+    edges = {"ssvm_torch.data.x": {"ssvm_torch.solvers.loop"}, "ssvm_torch.solvers.loop": set()}
+    assert layer_violations(edges, LAYERS) == ["ssvm_torch.data.x (layer 2) imports ssvm_torch.solvers.loop (layer 5)"]
+    assert "package root" in layer_violations({"ssvm_torch.outputs": {"ssvm_torch"}}, LAYERS)[0]
+    loop = unit_edges({"ssvm_torch.chain.a": {"ssvm_torch.oracles.b"}, "ssvm_torch.oracles.c": {"ssvm_torch.chain.d"}})
+    assert find_cycle(loop) is not None
+
+
+def test_design_md_names_every_module():
+    """docs/design.md's file map names every module by its path relative to ssvm_torch/ (a folder entry
+    does not count; package __init__ files only where they hold more than re-exports are optional)."""
+    text = (ROOT / "docs" / "design.md").read_text()
+    named = set(re.findall(r"(?<![\w/.])((?:[a-z_]+/)?[a-z_]+\.py)\b", text))
+    missing = sorted(str(p.relative_to(PKG)) for p in PKG.rglob("*.py")
+                     if p.name != "__init__.py" and str(p.relative_to(PKG)) not in named)
+    assert missing == []

@@ -226,7 +226,7 @@ def test_gpu_accelerator_needs_no_code_change(tmp_path):
 
 
 def test_version_directories_are_claimed_and_resume_stays_in_its_own(tmp_path, capsys):
-    from ssvm_torch.lightning.__main__ import claim_version, main
+    from ssvm_torch.lightning.cli import claim_version, main
     logs = tmp_path / "claims"
     assert [claim_version(logs) for _ in range(2)] == ["version_0", "version_1"]
     (logs / "version_7").mkdir()
@@ -246,7 +246,7 @@ def test_version_directories_are_claimed_and_resume_stays_in_its_own(tmp_path, c
 
 
 def test_a_checkpoint_of_another_run_or_a_damaged_one_is_refused_by_name(tmp_path, capsys):
-    from ssvm_torch.lightning.__main__ import main
+    from ssvm_torch.lightning.cli import main
     root = tmp_path / "root"
     base = ["fit", "--config", str(ROOT / "recipes" / "ocr_small.yaml"), "--model.gap_check", "1",
             "--trainer.default_root_dir", str(root), "--trainer.enable_progress_bar", "false"]
@@ -277,7 +277,7 @@ def test_a_checkpoint_of_another_run_or_a_damaged_one_is_refused_by_name(tmp_pat
 def test_a_fresh_run_is_quiet_keeps_one_last_checkpoint_and_files_follow_the_umask(tmp_path, capfd, recwarn):
     import os
 
-    from ssvm_torch.lightning.__main__ import main
+    from ssvm_torch.lightning.cli import main
     root = tmp_path / "root"
     old = os.umask(0o022)
     try:

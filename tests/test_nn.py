@@ -168,7 +168,7 @@ def test_torch_struct_pitfalls_are_real_and_handled():
 
     from torch_struct import LinearChainCRF
 
-    from ssvm_torch.nn.crf import edge_potentials
+    from ssvm_torch.nn import edge_potentials
     unary, lengths, first, last, trans, gt = random_chains(2, lengths=[3, 1])
     lp = edge_potentials(unary[:, :3], lengths, first, last, trans)
     z = LinearChainCRF(lp.clone(), lengths=lengths).partition

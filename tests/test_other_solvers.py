@@ -12,7 +12,7 @@ from scipy.optimize import minimize
 from conftest import chain_score, random_chain_data
 from ssvm_torch import ChainModel, SolverConfig, make_store
 from ssvm_torch.errors import SSVMInputError
-from ssvm_torch.oracles.marginals import chain_marginals_ragged
+from ssvm_torch.chain import chain_marginals_ragged
 from ssvm_torch.outputs import load_checkpoint, save_checkpoint
 from ssvm_torch.solvers import Solver, make_solver
 from ssvm_torch.solvers.cutting_plane import solve_working_set_qp
@@ -35,7 +35,7 @@ def brute_marginals(U, first, last, trans):
     return mu, mt, logz
 
 
-@pytest.mark.parametrize("backend", ["numba", "torch-struct"])
+@pytest.mark.parametrize("backend", ["numba", "torch", "torch-struct"])
 @pytest.mark.parametrize("shared", [True, False])
 def test_marginals_equal_enumeration_on_ragged_chains_with_length_one(backend, shared):
     rng = np.random.default_rng(1)
@@ -64,9 +64,10 @@ def test_marginal_backends_agree_on_ocr_and_reject_bad_input(ocr_small):
     U = torch.as_tensor(rng.normal(size=(int(d.lengths.sum()), 26)))
     first, last, trans = (torch.as_tensor(rng.normal(size=s)) for s in ((26,), (26,), (26, 26)))
     a = chain_marginals_ragged(U, d.lengths, first, last, trans, backend="numba")
-    b = chain_marginals_ragged(U, d.lengths, first, last, trans, backend="torch-struct")
-    for x, y in zip(a, b):
-        torch.testing.assert_close(x, y, rtol=0, atol=1e-10)
+    for other in ("torch", "torch-struct"):
+        b = chain_marginals_ragged(U, d.lengths, first, last, trans, backend=other)
+        for x, y in zip(a, b):
+            torch.testing.assert_close(x, y, rtol=0, atol=1e-10)
     with pytest.raises(SSVMInputError, match="lengths"):
         chain_marginals_ragged(U, d.lengths + 1, first, last, trans)
     with pytest.raises(SSVMInputError, match="trans"):
@@ -351,42 +352,6 @@ def test_eg_kernel_takes_the_torch_paths_steps(ocr_small):
     for key in ("primal", "dual", "gap"):          # scaled FB (numba) and log space (torch) round differently
         np.testing.assert_allclose([r[key] for r in h1], [r[key] for r in h2], rtol=1e-8, atol=1e-12)
     torch.testing.assert_close(w1, w2, rtol=0, atol=1e-9)             # |w| ~ 1: 3 passes of rounding
-
-
-def test_scaled_forward_backward_and_its_log_space_fallback():
-    """fb_scaled (probability space, Rabiner's scaling) equals the log-space marginals on random
-    potentials of scale 30 under tag constraints, and declines (returns False) where a scaling
-    constant underflows; fb_log then gives the exact answer."""
-    from ssvm_torch.constraints import allowed_transitions, penalties
-    from ssvm_torch.oracles.eg_kernels import fb_log, fb_scaled
-    from ssvm_torch.oracles.viterbi import NO_PEN, penalty_array
-    rng = np.random.default_rng(5)
-    tags = ["O", "B-NP", "I-NP", "B-VP", "I-VP"]
-    K, T = len(tags), 6
-    masks = allowed_transitions("BIO", tags)
-    pen_t = penalties(masks)
-    for pen, with_pen in ((NO_PEN, False), (penalty_array(*pen_t), True)):
-        P, tf, tl, tt = (rng.normal(scale=30, size=s) for s in ((T, K), (K,), (K,), (K, K)))
-        work = [np.empty((K, K)), np.empty((T, K)), np.empty((T, K)), np.empty(T)]
-        mu, mt = np.empty((T, K)), np.empty((K, K))
-        assert fb_scaled(P, T, tf, tl, tt, pen, *work, mu, mt)
-        extra = [x.clone() for x in pen_t] if with_pen else [torch.zeros(K), torch.zeros(K), torch.zeros(K, K)]
-        Mu, Mt, _ = chain_marginals_ragged(torch.as_tensor(P), torch.tensor([T]), torch.as_tensor(tf) + extra[0],
-                                           torch.as_tensor(tl) + extra[1], torch.as_tensor(tt) + extra[2])
-        np.testing.assert_allclose(mu, Mu.numpy(), rtol=0, atol=1e-10)
-        np.testing.assert_allclose(mt, Mt[0].numpy(), rtol=0, atol=1e-9)
-    # position 0 all but forces label 0 (e^-1000 underflows), and every move out of label 0 is forbidden
-    # but 0 -> 0, whose unary at position 1 is e^-1000 too: the scaled forward pass sums to 0
-    P = np.array([[0.0, -1000.0], [-1000.0, 0.0]])
-    z2 = np.zeros(2)
-    pen = penalty_array(torch.zeros(2), torch.zeros(2), torch.tensor([[0.0, 0.0], [-np.inf, 0.0]]))
-    work = [np.empty((2, 2)), np.empty((2, 2)), np.empty((2, 2)), np.empty(2)]
-    mu, mt = np.empty((2, 2)), np.empty((2, 2))
-    assert not fb_scaled(P, 2, z2, z2, np.zeros((2, 2)), pen, *work, mu, mt)
-    fb_log(P, 2, z2, z2, np.zeros((2, 2)), pen, np.empty((2, 2)), np.empty((2, 2)), np.empty(2), mu, mt)
-    # two labelings remain, (0, 0) and (1, 1), each scoring -1000: half the mass each
-    np.testing.assert_allclose(mu, [[0.5, 0.5], [0.5, 0.5]], atol=1e-12)
-    np.testing.assert_allclose(mt, [[0.5, 0.0], [0.0, 0.5]], atol=1e-12)
 
 
 def test_eg_start_choice(ocr_small):

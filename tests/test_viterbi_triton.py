@@ -1,4 +1,4 @@
-"""The fused Triton Viterbi (oracles/viterbi_triton.py, both variants) against the loop over positions: same labels
+"""The fused Triton Viterbi (chain/triton_viterbi.py, both variants) against the loop over positions: same labels
 and scores, with loss augmentation, per-sequence token losses and -inf constraint penalties. On CUDA
 the kernel runs directly; without a GPU it runs under Triton's interpreter (``TRITON_INTERPRET=1``,
 which must be set before Triton compiles the kernel, hence a subprocess). Both skip without Triton
@@ -14,14 +14,14 @@ import textwrap
 import pytest
 import torch
 
-from ssvm_torch.oracles.viterbi import cuda_decoder, viterbi
+from ssvm_torch.chain.padded import cuda_decoder, viterbi
 
 HAVE_TRITON = importlib.util.find_spec("triton") is not None
 
 COMPARE = textwrap.dedent("""
     import torch
-    from ssvm_torch.oracles.viterbi import viterbi_loop
-    from ssvm_torch.oracles.viterbi_triton import viterbi_fused
+    from ssvm_torch.chain.torch_viterbi import viterbi_loop
+    from ssvm_torch.chain.triton_viterbi import viterbi_fused
 
     def compare(device):
         g = torch.Generator().manual_seed(0)

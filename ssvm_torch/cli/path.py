@@ -20,24 +20,19 @@ from pathlib import Path
 
 import torch
 
-from ..data.types import data_folder
-from ..errors import SSVMInputError, check, run_cli
-from ..outputs import RunDir, atomic_write_bytes
+from ..errors import SSVMInputError, check
+from ..atomic import atomic_write_bytes
+from .entry import command_parser, run_command
+from ..outputs import RunDir
 from ..path import check_path_options, cold_starts, grid_lambdas, grid_search, regularization_path
 from ..solvers import SAMPLERS, STEPS, SolverConfig
-from ..tasks import TASKS, Problem, load_task
+from ..tasks import Problem, load_task
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="ssvm-path", formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-        description="Compute the eps-approximate (or heuristic) regularization path of a structured SVM for all "
-                    "lambda (Osokin et al. 2016, Alg. 6-7), optionally with the grid-search baselines. Writes "
-                    "path.pt, path.json and config.json to --out.")
-    p.add_argument("--dataset", default="ocr-small", help=f"one of {', '.join(TASKS)}")
-    p.add_argument("--data-dir", default=None,
-                   help="folder of the datasets (a copy of the repository's datasets/); None = $SSVM_TORCH_DATA, "
-                        "else the source checkout's datasets/")
+    p = command_parser("ssvm-path", "Compute the eps-approximate (or heuristic) regularization path of a structured SVM for all "
+                       "lambda (Osokin et al. 2016, Alg. 6-7), optionally with the grid-search baselines. Writes "
+                       "path.pt, path.json and config.json to --out.")
     p.add_argument("--train-size", type=int, default=None, help="keep the first N training examples (where supported); None = all")
     p.add_argument("--eps", type=float, default=0.1, help="duality gap guaranteed along the path")
     p.add_argument("--kappa", type=float, default=None,
@@ -127,13 +122,8 @@ def _path(args, cfg, kappa, task: Problem, dual, out: Path) -> dict:
     return summary
 
 
-def _run_in_data_dir(args):
-    with data_folder(args.data_dir):
-        return run(args)
-
-
 def main(argv=None) -> int:
-    return run_cli("ssvm-path", _run_in_data_dir, build_parser().parse_args(argv))
+    return run_command("ssvm-path", run, build_parser().parse_args(argv))
 
 
 if __name__ == "__main__":

@@ -25,8 +25,8 @@ from pathlib import Path
 import torch
 
 from .. import distributed
-from ..data.types import data_folder
-from ..errors import RunInterrupted, SSVMInputError, run_cli
+from ..errors import RunInterrupted, SSVMInputError
+from .entry import command_parser, run_command
 from ..outputs import RunDir, load_checkpoint, save_checkpoint, save_history, save_model, save_selection
 from ..selection import DEFAULT_LAMS, select_lambda
 from ..solvers import SAMPLERS, SOLVERS, STEPS, SolverConfig, make_solver
@@ -37,15 +37,9 @@ from .interrupts import stop_on_signal
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="ssvm-train", formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-        description="Train a structured SVM with batch FW, BCFW (uniform, permutation or gap sampling; FW, "
-                    "pairwise, away or best steps; optional caching) or SSG, and report the exact duality gap "
-                    "and the test error. Writes history.json, model.pt and config.json to --out.")
-    p.add_argument("--dataset", default="ocr-small", help=f"one of {', '.join(TASKS)}")
-    p.add_argument("--data-dir", default=None,
-                   help="folder of the datasets (a copy of the repository's datasets/); None = $SSVM_TORCH_DATA, "
-                        "else the source checkout's datasets/")
+    p = command_parser("ssvm-train", "Train a structured SVM with batch FW, BCFW (uniform, permutation or gap sampling; FW, "
+                       "pairwise, away or best steps; optional caching) or SSG, and report the exact duality gap "
+                       "and the test error. Writes history.json, model.pt and config.json to --out.")
     p.add_argument("--train-size", type=int, default=None,
                    help="conll2000 / segmentation-synth / pose-synth / hansards: keep the first N training "
                         "examples; None = all")
@@ -345,13 +339,8 @@ def _select(args, cfg: SolverConfig, device, dtype, run_dir: RunDir, featurizati
     return selection
 
 
-def _run_in_data_dir(args):
-    with data_folder(args.data_dir):
-        return run(args)
-
-
 def main(argv=None) -> int:
-    return run_cli("ssvm-train", _run_in_data_dir, build_parser().parse_args(argv))
+    return run_command("ssvm-train", run, build_parser().parse_args(argv))
 
 
 if __name__ == "__main__":

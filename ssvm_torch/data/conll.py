@@ -106,7 +106,7 @@ def build_chain_data(sents, attr_index: dict, tags: list[str], name: str, allow_
 def split_heldout(sents: list, heldout: float) -> tuple[list, list]:
     """(fit, dev) of the training sentences: the last ``heldout`` share (at least one sentence) is the
     development set. The one split of every CoNLL model selection (``ssvm-train --select-lam
-    --heldout``, the neural chunkers of :mod:`ssvm_torch.deep.conll_module`), so dev sets are identical."""
+    --heldout``, the neural chunkers of :mod:`ssvm_torch.deep.conll_chunker`), so dev sets are identical."""
     check(isinstance(heldout, float) and 0.0 < heldout <= 0.5, "heldout", "a fraction in (0, 0.5]", heldout)
     n_fit = len(sents) - max(1, round(heldout * len(sents)))
     check(n_fit >= 1, "heldout", f"to leave at least one of the {len(sents)} sentences to train on", heldout)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..outputs import atomic_write_bytes
+from ..atomic import atomic_write_bytes
 
 FORMAT = "ssvm-features-2"
 

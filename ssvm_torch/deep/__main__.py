@@ -10,9 +10,9 @@ import sys
 
 import lightning as L
 
-from ..lightning.__main__ import main as cli_main
+from ..lightning import cli_main
 
-DEFAULT_MODULE = "ssvm_torch.deep.chain_module.DeepChainModule"
+DEFAULT_MODULE = "ssvm_torch.deep.DeepChainModule"
 
 
 def main(args=None) -> int:

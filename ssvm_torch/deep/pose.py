@@ -1,7 +1,7 @@
 """CNN heat maps + tree SSVM on pose-synth (the LSP recipe of Osokin et al. 2016, App. I.4: CNN
 unaries as in Chen & Yuille 2014, the pictorial-structures SSVM on top).
 
-Stage 1 (:func:`train_heatmaps`): a fully convolutional network (:class:`~ssvm_torch.deep.nets.HeatmapFCN`)
+Stage 1 (:func:`train_heatmaps`): a fully convolutional network (:class:`~ssvm_torch.deep.ocr_pose_nets.HeatmapFCN`)
 is trained on the training figures alone with a per-joint softmax cross-entropy over the G x G cells
 (target: the joint's cell), replacing the template detector of :mod:`ssvm_torch.data.pose_synth`.
 Stage 2 (:func:`heatmap_pose_data`): its per-joint log-softmax maps become the unary score maps S_j of
@@ -15,7 +15,7 @@ import torch.nn.functional as Fn
 
 from ..data.examples import PoseData
 from ..errors import check
-from .nets import HeatmapFCN
+from .ocr_pose_nets import HeatmapFCN
 
 
 def heatmap_loss(maps: torch.Tensor, joints: torch.Tensor) -> torch.Tensor:

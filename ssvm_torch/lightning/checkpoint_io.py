@@ -7,12 +7,13 @@ import torch
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 from ..errors import SSVMInputError
-from ..outputs import atomic_write, content_digest
+from ..atomic import atomic_write
+from ..outputs import content_digest
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
     """Writes ``path`` as a temporary file in the same directory, fsyncs it and renames it over
-    ``path`` (:func:`ssvm_torch.outputs.atomic_write`): a run killed mid-write leaves the
+    ``path`` (:func:`ssvm_torch.atomic.atomic_write`): a run killed mid-write leaves the
     previous checkpoint intact and never a truncated one. The solver state inside is packed
     (``ssvm_torch.portable``) so the file loads with ``weights_only=True``."""
 

@@ -103,7 +103,7 @@ class SSVMModule(L.LightningModule):
             ``numba`` or ``torch`` (forces the pure-torch path, the one CUDA runs).
     """
 
-    # what a checkpoint belongs to: resuming it under other values is refused (lightning/__main__.py)
+    # what a checkpoint belongs to: resuming it under other values is refused (lightning/cli.py)
     resume_identity = ("dataset", "lam", "train_size", "unary_only", "dtype")
 
     def __init__(self, dataset: str = "ocr-small", lam: float | None = None, train_size: int | None = None,

@@ -38,7 +38,8 @@ from ..data.types import ChainData
 from ..devices import from_host, to_host
 from ..errors import SSVMInputError, check
 from ..oracles.chain_kernels import nb_scatter_entries, nb_unary_all
-from ..oracles.viterbi import NO_PEN, decode, penalty_array, viterbi, viterbi_ragged
+from ..chain.numba_viterbi import NO_PEN, penalty_array, viterbi_ragged
+from ..chain.padded import decode, viterbi
 from .base import StructuredModel
 from .chain_index import csr_row_nonzeros, padded_index, segment_ids
 

@@ -1,86 +1,13 @@
-"""The structured hinge of a linear chain as a differentiable torch function.
-
-For a padded batch of chains with scores s(y) = sum_t U[t, y_t] + first[y_0] + last[y_{T-1}]
-+ sum_t trans[y_{t+1}, y_t] (the conventions of :func:`ssvm_torch.oracles.viterbi.viterbi`), the
-per-example structured hinge of the n-slack SSVM (objective (1) of Osokin et al. 2016) is
-
-    H_i = max_y [ Delta(y, y_i) + s_i(y) ] - s_i(y_i)  >= 0,
-
-Delta the Hamming loss c_i sum_t [y_t != y_i,t] with c_i = 1/T_i (normalized, the default) or a
-given per-sequence ``token_loss``. H_i is convex and piecewise linear in the scores; its
-subgradient w.r.t. (U, first, last, trans) is the statistics of the loss-augmented labeling y*
-minus those of the ground truth. :func:`chain_hinge` finds y* with the batched max oracle on the
-tensors' device (the numba kernel on CPU float64, the torch recursion elsewhere: no host round
-trip on CUDA) and returns Delta(y*) + s(y*) - s(y_i) built from differentiable gathers, so
-autograd yields exactly that subgradient (and any loss on top of it composes).
-"""
+"""The structured hinge of a linear chain as a layer on top of a network: :class:`ChainSSVMHead`
+(emission weights, first / last / transition scores), whose loss and decoder are the chain
+package's :func:`~ssvm_torch.chain.chain_hinge` and :func:`~ssvm_torch.chain.chain_decode`."""
 from __future__ import annotations
 
 import torch
 from torch import nn
 
+from ..chain import chain_decode, chain_hinge
 from ..errors import check, check_choice
-from ..oracles.viterbi import check_chain
-from . import chain_ops
-
-
-def chain_score(unary, lengths, first, last, trans, labels) -> torch.Tensor:
-    """s_i(y) of padded labelings ``labels`` (B, T) (-1 beyond ``lengths``): (B,), differentiable
-    w.r.t. the score tensors."""
-    B, T, K = unary.shape
-    valid = torch.arange(T, device=unary.device)[None, :] < lengths[:, None]
-    lab = labels.clamp(min=0)
-    s = torch.where(valid, unary.gather(2, lab[..., None])[..., 0], unary.new_zeros(())).sum(1)
-    s = s + first[lab[:, 0]] + last[lab.gather(1, (lengths - 1)[:, None])[:, 0]]
-    if T > 1:
-        s = s + torch.where(valid[:, 1:], trans[lab[:, 1:], lab[:, :-1]], unary.new_zeros(())).sum(1)
-    return s
-
-
-def hamming(labels, gt, lengths, token_loss=None) -> torch.Tensor:
-    """Delta(y, y_i) = c_i sum_t [y_t != y_i,t], c_i = 1/T_i unless ``token_loss`` (B,) is given."""
-    wrong = ((labels != gt) & (gt >= 0)).sum(1)
-    c = 1.0 / lengths.to(torch.float64) if token_loss is None else token_loss.to(torch.float64)
-    return wrong * c
-
-
-def _as_masked(unary, lengths, gt, token_loss):
-    """The padded-by-lengths arguments in the masked form of :mod:`ssvm_torch.nn.chain_ops`:
-    mask (B, T), gold labels (0 where padded), per-row loss of one wrong position, Hamming costs."""
-    B, T, K = unary.shape
-    mask = torch.arange(T, device=unary.device)[None, :] < lengths[:, None]
-    gold = None if gt is None else gt.clamp(min=0)
-    rowc = (1.0 / lengths.to(torch.float64) if token_loss is None else token_loss.to(torch.float64))
-    cost = 1.0 - torch.eye(K, dtype=torch.float64, device=unary.device)
-    return mask, gold, rowc, cost
-
-
-def _check_scores(unary, lengths, first, last, trans, gt) -> None:
-    check_chain(unary, lengths, first, last, trans, gt)
-    for name, t in (("unary", unary), ("first", first), ("last", last), ("trans", trans)):
-        chain_ops.refuse_bad_scores(t.detach(), name)
-
-
-def chain_decode(unary, lengths, first, last, trans, gt=None, token_loss=None, kernels: str = "auto") -> torch.Tensor:
-    """Max-scoring labelings (B, T) int64, -1 beyond ``lengths``; loss-augmented if ``gt`` is given.
-    No gradient flows (use :func:`chain_hinge` for training). The oracle is
-    :func:`ssvm_torch.nn.chain_ops.decode`; ``kernels``: "auto" (compiled on CPU float32/float64,
-    torch elsewhere), "numba" or "torch"."""
-    _check_scores(unary, lengths, first, last, trans, gt)
-    mask, gold, rowc, cost = _as_masked(unary, lengths, gt, token_loss)
-    with torch.no_grad():
-        labels, _ = chain_ops.decode(unary, mask, first, last, trans, kernels=kernels, gold=gold, rowc=rowc, cost=cost)
-    return labels
-
-
-def chain_hinge(unary, lengths, first, last, trans, gt, token_loss=None, kernels: str = "auto") -> torch.Tensor:
-    """Per-example structured hinge H_i (B,) (module docstring), differentiable w.r.t. ``unary``,
-    ``first``, ``last`` and ``trans``; its gradient is the subgradient
-    onehot-statistics(y*) - onehot-statistics(y_i) of the loss-augmented labeling y*
-    (:func:`ssvm_torch.nn.chain_ops.hinge`, the oracle of :class:`~ssvm_torch.nn.LinearChain` too)."""
-    _check_scores(unary, lengths, first, last, trans, gt)
-    mask, gold, rowc, cost = _as_masked(unary, lengths, gt, token_loss)
-    return chain_ops.hinge(unary, mask, first, last, trans, gold, rowc, cost, kernels=kernels)
 
 
 class ChainSSVMHead(nn.Module):

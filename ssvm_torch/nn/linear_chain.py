@@ -31,7 +31,7 @@ from torch import nn
 from ..constraints import check_constraints, first_violation, penalties
 from ..devices import KERNELS
 from ..errors import SSVMInputError, check, check_choice
-from . import chain_ops
+from ..chain import ops
 
 LOSSES = ("hinge", "crf")
 REDUCTIONS = ("none", "sum", "mean", "token_mean")
@@ -130,8 +130,8 @@ class LinearChain(nn.Module):
               tuple(emissions.shape))
         check(emissions.device == self.transitions.device, "emissions", f"a tensor on {self.transitions.device} "
               "like the layer's parameters", emissions.device)
-        traced = chain_ops.tracing()
-        chain_ops.refuse_bad_scores(emissions.detach(), "emissions", allow_neg_inf=False)   # no host sync on CUDA
+        traced = ops.tracing()
+        ops.refuse_bad_scores(emissions.detach(), "emissions", allow_neg_inf=False)   # no host sync on CUDA
         if mask is None:
             mask = torch.ones(emissions.shape[:2], dtype=torch.bool, device=emissions.device)
         check(torch.is_tensor(mask) and mask.shape == emissions.shape[:2] and mask.device == emissions.device,
@@ -173,12 +173,12 @@ class LinearChain(nn.Module):
         E, mask, tags = self._inputs(emissions, mask, tags)
         start, end, trans = self._scores()
         if self.loss == "crf":
-            per_row = chain_ops.nll(E, mask, start, end, trans, tags, self._penalty(), self.kernels)
+            per_row = ops.nll(E, mask, start, end, trans, tags, self._penalty(), self.kernels)
         else:
             lengths = mask.sum(1)
             rowc = (1.0 / lengths.clamp(min=1).to(torch.float64) if self.normalized
                     else torch.ones(E.shape[0], dtype=torch.float64, device=E.device))
-            per_row = chain_ops.hinge(E, mask, start, end, trans, tags, rowc, self.token_cost, self._penalty(),
+            per_row = ops.hinge(E, mask, start, end, trans, tags, rowc, self.token_cost, self._penalty(),
                                       self.kernels)
         if reduction == "none":
             return per_row
@@ -191,7 +191,7 @@ class LinearChain(nn.Module):
     def score(self, emissions, tags, mask=None) -> torch.Tensor:
         """s(tags) per row (B,): pytorch-crf's numerator, differentiable."""
         E, mask, tags = self._inputs(emissions, mask, tags)
-        return chain_ops.score(E, mask, *self._scores(), tags)
+        return ops.score(E, mask, *self._scores(), tags)
 
     def decode(self, emissions: torch.Tensor, mask: torch.Tensor | None = None, as_lists: bool = False):
         """The best tag sequence of every row: a LongTensor (B, T) (batch-first) on the emissions'
@@ -199,7 +199,7 @@ class LinearChain(nn.Module):
         tags of each row's masked-on positions)."""
         E, mask, _ = self._inputs(emissions, mask)
         with torch.no_grad():
-            labels, _ = chain_ops.decode(E, mask, *self._scores(), self._penalty(), self.kernels)
+            labels, _ = ops.decode(E, mask, *self._scores(), self._penalty(), self.kernels)
         if as_lists:
             return [row[row >= 0].tolist() for row in labels.cpu()]
         return labels
@@ -207,10 +207,10 @@ class LinearChain(nn.Module):
     def log_partition(self, emissions, mask=None) -> torch.Tensor:
         """log Z per row (B,), differentiable (the CRF's normaliser; 0 for an empty row)."""
         E, mask, _ = self._inputs(emissions, mask)
-        return chain_ops.log_partition(E, mask, *self._scores(), self._penalty())
+        return ops.log_partition(E, mask, *self._scores(), self._penalty())
 
     def marginals(self, emissions: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         """Posterior tag marginals p(y_t = k | x) of the CRF of these scores: (B, T, K) batch-first,
         0 where the mask is off (forbidden tags get 0). No gradient."""
         E, mask, _ = self._inputs(emissions, mask)
-        return chain_ops.marginals(E, mask, *self._scores(), self._penalty(), self.kernels)
+        return ops.marginals(E, mask, *self._scores(), self._penalty(), self.kernels)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from .viterbi import viterbi_all, viterbi_segment
+from ..chain.numba_viterbi import viterbi_all, viterbi_segment
 
 # fastmath lets LLVM vectorize the floating-point reductions (the unary dot products dominate the
 # batch-1 step); results stay deterministic for a given build, and exactness is tested against the

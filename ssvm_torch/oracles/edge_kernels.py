@@ -17,7 +17,7 @@ import numba as nb
 import numpy as np
 
 from .chain_kernels import _FAST, nb_block_unary, nb_build_delta, nb_delta_sqnorm, nb_m_theta
-from .viterbi import viterbi_segment_tt
+from ..chain.numba_viterbi import viterbi_segment_tt
 
 
 @nb.njit(cache=True, nogil=True, fastmath=_FAST)

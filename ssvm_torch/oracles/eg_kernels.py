@@ -6,151 +6,51 @@ One step does what the chain store's torch path of :meth:`~ssvm_torch.stores.bas
 does with torch primitives (the reference it is tested against): the block's part scores theta_i(w), the
 log-potential update theta_i + beta (theta_i(w) + c_i) (eq. (10)), the Gibbs marginals of the new
 potentials, the exact dual change of moving block i there (a Gram form), and the move when the dual
-does not decrease (else beta is halved and the step retried). The marginals use a scaled
-forward-backward in probability space (Rabiner's scaling: one exp per part instead of a logsumexp
-per transition), with the log-space recursion of :mod:`~ssvm_torch.oracles.marginals` as the
-fallback when a scaling constant under- or overflows (extreme potentials under tag constraints).
+does not decrease (else beta is halved and the step retried). The marginals are the chain package's
+forward-backward (:mod:`ssvm_torch.chain.numba_fb`): the scaled recursion in probability space
+(Rabiner's scaling: one exp per part instead of a logsumexp per transition), the log-space one when a
+scaling constant under- or overflows (extreme potentials under tag constraints).
 """
 from __future__ import annotations
 
 import numba as nb
 import numpy as np
 
+from ..chain.numba_fb import backward_row, exp_trans, forward_row, log_fb_row
 from .chain_kernels import nb_block_unary, nb_delta_move, nb_delta_sqnorm
 
 
 @nb.njit(cache=True, nogil=True)
-def _lse(v, K):
-    m = -np.inf
-    for k in range(K):
-        if v[k] > m:
-            m = v[k]
-    if m == -np.inf:
-        return m
-    acc = 0.0
-    for k in range(K):
-        acc += np.exp(v[k] - m)
-    return m + np.log(acc)
-
-
-@nb.njit(cache=True, nogil=True)
-def fb_scaled(P, T, tf, tl, tt, pen, E, fa, fb, fc, mu, mt):
+def block_marginals(P, T, tf, tl, tt, pen, X, fa, fb, fc, v, mu, mt, pos, se, te, acc_se, nxt):
     """Marginals of one chain with log-potentials P (T, K) (first/last tf/tl (K,), transitions tt
-    (K, K) [next, prev], ``pen`` the (K+2, K) constraint scores or empty): writes mu (T, K) and
-    mt (K, K); False (nothing usable written) if a scaling constant is not a positive finite number."""
-    K = P.shape[1]
-    has_pen = pen.shape[0] > 0
-    m = -np.inf
-    for k in range(K):
-        for j in range(K):
-            x = tt[k, j] + (pen[k, j] if has_pen else 0.0)
-            E[k, j] = x
-            if x > m:
-                m = x
-    if not np.isfinite(m):
-        return False
-    for k in range(K):
-        for j in range(K):
-            E[k, j] = np.exp(E[k, j] - m)
-    # fb[t] holds the unary weights u_t = exp(P_t + first/last - max) until the backward pass
-    for t in range(T):
-        r = -np.inf
-        for k in range(K):
-            x = P[t, k]
-            if t == 0:
-                x += tf[k] + (pen[K, k] if has_pen else 0.0)
-            if t == T - 1:
-                x += tl[k] + (pen[K + 1, k] if has_pen else 0.0)
-            mu[t, k] = x
-            if x > r:
-                r = x
-        if not np.isfinite(r):
-            return False
-        for k in range(K):
-            mu[t, k] = np.exp(mu[t, k] - r)
-    c = 0.0
-    for k in range(K):
-        fa[0, k] = mu[0, k]
-        c += fa[0, k]
-    if not (c > 0.0 and np.isfinite(c)):
-        return False
-    fc[0] = c
-    for k in range(K):
-        fa[0, k] /= c
-    for t in range(1, T):
-        c = 0.0
-        for k in range(K):
-            acc = 0.0
-            for j in range(K):
-                acc += E[k, j] * fa[t - 1, j]
-            fa[t, k] = acc * mu[t, k]
-            c += fa[t, k]
-        if not (c > 0.0 and np.isfinite(c)):
-            return False
-        fc[t] = c
-        for k in range(K):
-            fa[t, k] /= c
-    for k in range(K):
-        fb[T - 1, k] = 1.0
-        for j in range(K):
-            mt[k, j] = 0.0
-    for t in range(T - 1, 0, -1):
-        for k in range(K):                                   # u_t b_t / c_t, reused by mt and b_{t-1}
-            fb[t, k] = fb[t, k] * mu[t, k] / fc[t]
-        for k in range(K):
-            for j in range(K):
-                mt[k, j] += fa[t - 1, j] * E[k, j] * fb[t, k]
-        for j in range(K):
-            acc = 0.0
-            for k in range(K):
-                acc += E[k, j] * fb[t, k]
-            fb[t - 1, j] = acc
-        for k in range(K):                                   # back to b_t for the marginals
-            fb[t, k] = fb[t, k] * fc[t] / mu[t, k] if mu[t, k] > 0.0 else 0.0
-    for t in range(T):
-        for k in range(K):
-            mu[t, k] = fa[t, k] * fb[t, k]
-    return True
-
-
-@nb.njit(cache=True, nogil=True)
-def fb_log(P, T, tf, tl, tt, pen, fa, fb, v, mu, mt):
-    """The same marginals by the log-space recursion (any finite or -inf potentials)."""
+    (K, K) [next, prev], ``pen`` the (K+2, K) constraint scores or empty) by the chain package's
+    recursions (:mod:`ssvm_torch.chain.numba_fb`: the scaled one, the log-space one where its
+    scaling fails): writes mu (T, K) and mt (K, K). ``pos`` = 0..T-1; the rest is scratch."""
     K = P.shape[1]
     has_pen = pen.shape[0] > 0
     for k in range(K):
-        fa[0, k] = P[0, k] + tf[k] + (pen[K, k] if has_pen else 0.0)
-    for t in range(1, T):
-        for k in range(K):
-            for j in range(K):
-                v[j] = fa[t - 1, j] + tt[k, j] + (pen[k, j] if has_pen else 0.0)
-            fa[t, k] = P[t, k] + _lse(v, K)
-    for k in range(K):
-        fb[T - 1, k] = tl[k] + (pen[K + 1, k] if has_pen else 0.0)
-    for t in range(T - 2, -1, -1):
+        se[0, k] = tf[k] + (pen[K, k] if has_pen else 0.0)
+        se[1, k] = tl[k] + (pen[K + 1, k] if has_pen else 0.0)
+        acc_se[0, k] = 0.0
+        acc_se[1, k] = 0.0
         for j in range(K):
-            for k in range(K):
-                v[k] = tt[k, j] + (pen[k, j] if has_pen else 0.0) + P[t + 1, k] + fb[t + 1, k]
-            fb[t, j] = _lse(v, K)
-    for k in range(K):
-        v[k] = fa[T - 1, k] + fb[T - 1, k]
-    z = _lse(v, K)
+            te[k, j] = tt[k, j] + (pen[k, j] if has_pen else 0.0)
+            mt[k, j] = 0.0
     for t in range(T):
         for k in range(K):
-            mu[t, k] = np.exp(fa[t, k] + fb[t, k] - z)
-    for k in range(K):
-        for j in range(K):
-            mt[k, j] = 0.0
-    for t in range(1, T):
-        for k in range(K):
-            for j in range(K):
-                mt[k, j] += np.exp(fa[t - 1, j] + tt[k, j] + (pen[k, j] if has_pen else 0.0)
-                                   + P[t, k] + fb[t, k] - z)
+            mu[t, k] = 0.0
+    P3 = P.reshape((1, P.shape[0], K))
+    mu3 = mu.reshape((1, mu.shape[0], K))
+    tm = exp_trans(te, X)
+    if np.isnan(forward_row(P3, 0, pos, T, se[0], se[1], X, tm, fa, fb, fc)):
+        log_fb_row(P3, 0, pos, T, se[0], se[1], te, 1.0, mu3, acc_se, mt, fa, fb, v)
+    else:
+        backward_row(0, pos, T, se[1], X, fa, fb, fc, 1.0, mu3, acc_se, mt, v, nxt)
 
 
 @nb.njit(cache=True, nogil=True)
 def nb_eg_step(i, beta, tol, lam, N, tw_i, fptr, fidx, fval, off, Y, G, goff, W, first, last, trans, Mu, Mt,
-               th_u, th_f, th_l, th_t, pen, U, P, tf, tl, tt, E, fa, fb, fc, v, mu, mt, Du, Dt, ell_i):
+               th_u, th_f, th_l, th_t, pen, U, P, tf, tl, tt, E, fa, fb, fc, v, mu, mt, Du, Dt, ell_i, fb_work):
     """One online-EG step on block i starting from step coefficient ``beta`` (= eta / n). Returns
     (accepted, beta, tries, d_ell): the step taken (the dual changed by >= -tol) or refused after
     beta fell below 1e-12, the beta that was used (halved once per refused try), the number of
@@ -159,6 +59,7 @@ def nb_eg_step(i, beta, tol, lam, N, tw_i, fptr, fidx, fval, off, Y, G, goff, W,
     s = off[i]
     T = off[i + 1] - s
     K = W.shape[0]
+    pos, se, te, acc_se, nxt = fb_work
     nb_block_unary(i, fptr, fidx, fval, off, W, U)                   # theta_i(w): the part scores
     ell_old = ell_i[i]
     c_w = 1.0 / (lam * N)
@@ -176,8 +77,7 @@ def nb_eg_step(i, beta, tol, lam, N, tw_i, fptr, fidx, fval, off, Y, G, goff, W,
             tl[k] = th_l[i, k] + b * last[k]
             for j in range(K):
                 tt[k, j] = th_t[i, k, j] + b * trans[k, j]
-        if not fb_scaled(P, T, tf, tl, tt, pen, E, fa, fb, fc, mu, mt):
-            fb_log(P, T, tf, tl, tt, pen, fa, fb, v, mu, mt)
+        block_marginals(P, T, tf, tl, tt, pen, E, fa, fb, fc, v, mu, mt, pos, se, te, acc_se, nxt)
         tries += 1
         right = 0.0
         lin = 0.0
@@ -225,6 +125,8 @@ def nb_eg_steps(blocks, max_calls, beta, tol, lam, N, tw, fptr, fidx, fval, off,
     """:func:`nb_eg_step` on ``blocks`` in order, each from its own beta[i] (updated in place), until
     ``max_calls`` marginal calls are spent. Returns (steps taken, marginal calls, steps accepted,
     the change of ell)."""
+    K = W.shape[0]
+    fb_work = (np.arange(P.shape[0]), np.empty((2, K)), np.empty((K, K)), np.empty((2, K)), np.empty(K))
     calls = 0
     steps = 0
     accepted = 0
@@ -233,7 +135,7 @@ def nb_eg_steps(blocks, max_calls, beta, tol, lam, N, tw, fptr, fidx, fval, off,
         i = blocks[steps]
         ok, b, tries, de = nb_eg_step(i, beta[i], tol, lam, N, tw[i], fptr, fidx, fval, off, Y, G, goff, W,
                                       first, last, trans, Mu, Mt, th_u, th_f, th_l, th_t, pen, U, P, tf, tl, tt,
-                                      E, fa, fb, fc, v, mu, mt, Du, Dt, ell_i)
+                                      E, fa, fb, fc, v, mu, mt, Du, Dt, ell_i, fb_work)
         beta[i] = b
         calls += tries
         steps += 1

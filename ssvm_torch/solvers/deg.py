@@ -69,7 +69,7 @@ from typing import NamedTuple
 
 import torch
 
-from ..errors import SSVMInputError, check
+from ..errors import check
 from ..stores.base import RelaxedPasses
 from .outer import OuterSolver
 
@@ -90,11 +90,9 @@ class Point(NamedTuple):
 
 class DEGSolver(OuterSolver):
     identity = OuterSolver.identity + ("step_size",)
+    needs = (RelaxedPasses, "a relaxation and its prox (chains, matchings)")
 
     def __init__(self, dual, config, evaluate=None, progress=None, monitor_start=True, interrupt=None):
-        if not isinstance(dual, RelaxedPasses):
-            raise SSVMInputError(f"solver: 'deg' needs a store with a relaxation and its prox (chains, matchings); "
-                                 f"{type(dual).__name__} has none")
         super().__init__(dual, config, evaluate, progress, monitor_start, interrupt)
         d = dual
         step = config.step_size if config.step_size > 0 else DEFAULT_STEP

@@ -9,7 +9,7 @@ as its part-wise log-potentials theta_i (a (T_i, K) unary part, (K,) first / las
 grad) / Z is, in potentials, eq. (10) of Collins et al.:
     theta_i <- theta_i + beta_i (theta_i(w) + c_i),     beta_i = eta / n,
 and the new dual point of the block is the marginals of theta_i (the chain marginal oracle,
-:mod:`ssvm_torch.oracles.marginals`), written into the store like any other block move. The
+:mod:`ssvm_torch.chain.ragged`), written into the store like any other block move. The
 block's dual change is exact and cheap (a Gram form), so a step that would lower the dual is
 refused and beta_i halved (the per-example rule of Collins et al., Sec. 6); every tried step is one
 marginal call. On the CPU the whole step is one numba kernel
@@ -56,7 +56,7 @@ import numpy as np
 import torch
 import torch.nn.functional as Fn
 
-from ..errors import SSVMInputError, check
+from ..errors import check
 from ..stores.base import MarginalMoves
 from .outer import OuterSolver
 
@@ -104,11 +104,9 @@ def start_margin(dual) -> tuple[float, int]:
 
 class EGSolver(OuterSolver):
     identity = OuterSolver.identity + ("step_size", "eg_start")
+    needs = (MarginalMoves, "marginal moves (chains)")
 
     def __init__(self, dual, config, evaluate=None, progress=None, monitor_start=True, interrupt=None):
-        if not isinstance(dual, MarginalMoves):
-            raise SSVMInputError(f"solver: 'eg' needs a store with marginal moves (chains); "
-                                 f"{type(dual).__name__} has none")
         super().__init__(dual, config, evaluate, progress, monitor_start, interrupt)
         d = dual
         K = d.model.K

@@ -31,11 +31,16 @@ class OuterSolver:
 
     #: config fields a checkpoint must agree on
     identity = ("solver", "seed", "gap_check", "sampling")
+    #: (the store interface this solver needs, what it is called in the refusal), or None
+    needs: tuple | None = None
 
     def __init__(self, dual: BlockDual, config: SolverConfig, evaluate: Evaluator | None = None,
                  progress: Callable[[dict], None] | None = None, monitor_start: bool = True,
                  interrupt: Callable[[], bool] | None = None):
         self.dual, self.cfg = dual, config.validate()
+        if self.needs is not None and not isinstance(dual, self.needs[0]):
+            raise SSVMInputError(f"solver: {config.solver!r} needs a store with {self.needs[1]}; "
+                                 f"{type(dual).__name__} has none")
         if not dual.supports_block_steps:
             raise SSVMInputError(f"solver: {config.solver!r} runs in one process; a store sharded over processes "
                                  "(torchrun) takes 'bcfw' mini-batches only")

@@ -10,7 +10,7 @@ import torch.nn.functional as Fn
 
 from ..models.chain_index import unary_rows
 from ..oracles.eg_kernels import nb_eg_steps
-from ..oracles.marginals import chain_marginals_ragged
+from ..chain import chain_marginals_ragged
 from .base import BlockMarginals, MarginalMoves, RelaxedPasses
 
 
@@ -52,7 +52,7 @@ class ChainMarginalMoves(MarginalMoves, RelaxedPasses):
         return unary_rows(W, (self.fptr, self.fidx, self.fval), torch.arange(s, e, device=self.device)), first, last, trans
 
     def gibbs_marginals(self, U, lengths, first, last, trans):
-        """:func:`~ssvm_torch.oracles.marginals.chain_marginals_ragged` of these log-potentials under
+        """:func:`~ssvm_torch.chain.chain_marginals_ragged` of these log-potentials under
         the model's tag constraints (forbidden moves get probability 0): (Mu, Mt, log Z)."""
         pen = self.model.penalty(U.dtype, U.device)
         if pen is not None:
@@ -92,7 +92,7 @@ class ChainMarginalMoves(MarginalMoves, RelaxedPasses):
         if self._eg_work is None or self._eg_work[0] is not theta:       # the arguments, once per solver
             T, K = int(self.lengths.max()), self.model.K
             work = (np.empty((T, K)), np.empty((T, K)), np.empty(K), np.empty(K), np.empty((K, K)),
-                    np.empty((K, K)), np.empty((T, K)), np.empty((T, K)), np.empty(T), np.empty(K),
+                    np.empty((K, K)), np.empty((T, K)), np.empty((T, K)), np.empty(T + 1), np.empty(K),
                     np.empty((T, K)), np.empty((K, K)), np.empty((T, K)), np.empty((K, K)))
             self._eg_work = (theta, (self._tw, *self._np, *(t.numpy() for t in theta), self.model.pen_host, *work,
                                      self._np_ell[0]))

@@ -11,7 +11,7 @@ import torch.nn.functional as Fn
 from ..devices import from_host, to_host
 from ..models.chain_index import feature_coo, padded_index, padded_trans_counts, unary_rows
 from ..oracles.chain_kernels import batch_corners_host, nb_unary_all
-from ..oracles.viterbi import viterbi
+from ..chain.padded import viterbi
 from .base import BatchCorners
 
 

@@ -10,7 +10,7 @@
   SSVM subproblem is recorded after every phase.
 * ``hinge``       -- end to end: network and chain weights by one torch optimizer on
   1/B sum_b H_b + lam/2 ||w||^2 (the deep structured SVM).
-* ``crf``         -- the same with the CRF negative log-likelihood (torch-struct, :mod:`ssvm_torch.nn.crf`).
+* ``crf``         -- the same with the CRF negative log-likelihood (:func:`ssvm_torch.chain.chain_crf_nll`).
 
 Every method starts with ``pretrain_epochs`` of letter cross-entropy (the network trained upstream
 on its own loss). An epoch is one pass over the training words in batches of ``batch_words``.
@@ -33,43 +33,21 @@ import torch.nn.functional as Fn
 import torch.utils.data as tud
 
 from ..errors import check, check_choice, check_positive
-from ..lightning.checkpoint_io import seal, unseal
-from ..lightning.module import run_output_dir
+from ..lightning import run_output_dir, seal, unseal
 from ..models.chain import ChainModel
 from ..nn import ChainSSVMHead, chain_crf_nll, chain_decode, chain_hinge
-from ..outputs import atomic_write_bytes, save_history, save_model, save_torch
+from ..atomic import atomic_write_bytes
+from ..outputs import save_history, save_model, save_torch
 from ..portable import pack, unpack
 from ..solvers.loop import Solver, SolverConfig
 from ..stores import make_store
-from .data import load_ocr_words, pad_rows
-from .nets import LetterCNN
+from .epochs import EpochPermutation, epoch_seed, manual_step
+from .ocr_words import load_ocr_words, pad_rows
+from .ocr_pose_nets import LetterCNN
 from .warm import warm_start, with_features
 
 METHODS = ("cnn", "two-stage", "alternating", "hinge", "crf")
 CHECKPOINT_KEY = "ssvm_deep"
-
-
-def epoch_seed(seed: int, epoch: int) -> int:
-    """The seed of everything random in one epoch (order, augmentation, dropout): a function of the run's
-    seed and the epoch alone, so a run resumed at an epoch boundary draws what the uninterrupted run drew."""
-    return (int(seed) * 1_000_003 + int(epoch)) % (2 ** 63)
-
-
-class EpochPermutation(tud.Sampler):
-    """A permutation of range(n) per epoch, drawn from :func:`epoch_seed` (Lightning calls ``set_epoch``)."""
-
-    def __init__(self, n: int, seed: int):
-        self.n, self.seed, self.epoch = n, seed, 0
-
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch = epoch
-
-    def __len__(self) -> int:
-        return self.n
-
-    def __iter__(self):
-        return iter(torch.randperm(self.n, generator=torch.Generator().manual_seed(epoch_seed(self.seed, self.epoch)))
-                    .tolist())
 
 
 def shift_augment(images: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
@@ -87,7 +65,7 @@ class DeepChainModule(L.LightningModule):
     """See the module docstring. ``lam`` defaults to 1/n; ``bcfw_passes`` are the effective passes of
     each BCFW phase (two-stage / alternating), checked exactly every ``gap_check`` passes."""
 
-    # what a checkpoint belongs to: resuming it under other values is refused (lightning/__main__.py)
+    # what a checkpoint belongs to: resuming it under other values is refused (lightning/cli.py)
     resume_identity = ("method", "split", "train_size", "width", "n_features", "lam")
 
     def __init__(self, method: str = "alternating", split: str = "large", train_size: int | None = None,
@@ -197,10 +175,7 @@ class DeepChainModule(L.LightningModule):
             loss = per.mean()
             if hp.method in ("hinge", "crf"):
                 loss = loss + self.lam / 2 * self.head.sq_norm()
-        opt.zero_grad()
-        self.manual_backward(loss)
-        opt.step()
-        self._epoch["loss"] += float(loss.detach())
+        self._epoch["loss"] += manual_step(self, loss, [opt])
         self._epoch["batches"] += 1
         return None
 

@@ -7,78 +7,31 @@ the factored dual (Collins et al. 2008, eq. (10)) map log-potentials on the chai
 marginals, i.e. to the point of the marginal polytope (= the convex hull of labelings' statistics
 on a chain) that stores like :class:`~ssvm_torch.stores.chain.ChainDual` hold per block.
 
-Two backends behind one call:
+Two backends behind one call, both the chain package's recursions:
 
-* ``numba``: a log-space forward-backward, one thread per sequence (CPU float64);
-* ``torch-struct``: the project's one torch-struct wrapper
-  (:func:`ssvm_torch.oracles.crf.chain_expectations`, the log semiring's gradient), any device; it is
-  the reference the numba kernel is tested against, and the CUDA path.
+* ``numba`` (CPU float64): :func:`~ssvm_torch.chain.numba_fb.nb_ragged_marginals`, one thread per
+  sequence, the scaled forward-backward with the log-space one where its scaling fails;
+* ``torch`` (any device): :func:`~ssvm_torch.chain.losses.chain_expectations`, the gradient of the
+  torch forward recursion of log Z; the CUDA path.
+
+``torch-struct`` (:mod:`ssvm_torch.chain.torch_struct`, another library's log-space recursion) is
+the independent reference both are tested against; ``auto`` never picks it.
 
 ``benchmarks/bench_solvers.py --part oracle`` measures both (the choice of the default is there).
 """
 from __future__ import annotations
 
-import numba as nb
 import numpy as np
 import torch
 import torch.nn.functional as Fn
 
 from ..devices import from_host, to_host
 from ..errors import check, check_choice
-from .crf import chain_expectations
+from .losses import chain_expectations
+from .numba_fb import nb_ragged_marginals
+from .torch_struct import reference_expectations
 
-BACKENDS = ("auto", "numba", "torch-struct")
-
-
-@nb.njit(cache=True, nogil=True)
-def _logsumexp(v):
-    m = v.max()
-    if m == -np.inf:
-        return m
-    return m + np.log(np.exp(v - m).sum())
-
-
-@nb.njit(cache=True, nogil=True, parallel=True)
-def nb_chain_marginals(U, offsets, first, last, trans, Mu, Mt, logZ):
-    """Forward-backward in log space for every sequence b (rows offsets[b]:offsets[b+1] of U);
-    first/last (B, K) and trans (B, K, K) [next, prev] per sequence. Writes the label marginals
-    Mu (rows, K), the expected transition counts Mt (B, K, K) and log Z (B,)."""
-    B = offsets.shape[0] - 1
-    K = U.shape[1]
-    for b in nb.prange(B):
-        s, e = offsets[b], offsets[b + 1]
-        T = e - s
-        a = np.empty((T, K))
-        be = np.empty((T, K))
-        v = np.empty(K)
-        for k in range(K):
-            a[0, k] = U[s, k] + first[b, k]
-        for t in range(1, T):
-            for k in range(K):
-                for j in range(K):
-                    v[j] = a[t - 1, j] + trans[b, k, j]
-                a[t, k] = U[s + t, k] + _logsumexp(v)
-        for k in range(K):
-            be[T - 1, k] = last[b, k]
-        for t in range(T - 2, -1, -1):
-            for j in range(K):
-                for k in range(K):
-                    v[k] = trans[b, k, j] + U[s + t + 1, k] + be[t + 1, k]
-                be[t, j] = _logsumexp(v)
-        for k in range(K):
-            v[k] = a[T - 1, k] + be[T - 1, k]
-        z = _logsumexp(v)
-        logZ[b] = z
-        for t in range(T):
-            for k in range(K):
-                Mu[s + t, k] = np.exp(a[t, k] + be[t, k] - z)
-        for k in range(K):
-            for j in range(K):
-                Mt[b, k, j] = 0.0
-        for t in range(1, T):
-            for k in range(K):
-                for j in range(K):
-                    Mt[b, k, j] += np.exp(a[t - 1, j] + trans[b, k, j] + U[s + t, k] + be[t, k] - z)
+BACKENDS = ("auto", "numba", "torch", "torch-struct")
 
 
 def _per_sequence(t: torch.Tensor, B: int, shape: tuple, name: str) -> torch.Tensor:
@@ -93,7 +46,8 @@ def chain_marginals_ragged(U: torch.Tensor, lengths: torch.Tensor, first: torch.
     concatenated, ``lengths`` (B,) with sum M, ``first``/``last`` (K,) or (B, K), ``trans`` (K, K) or
     (B, K, K) [next, prev]. Returns (Mu (M, K), Mt (B, K, K), logZ (B,)) on U's device and dtype:
     Mu_t[k] = p(y_t = k), Mt[k, j] = sum_t p(y_t = k, y_{t-1} = j), log Z = logsumexp_y s(y).
-    ``backend``: numba (CPU float64), torch-struct (any device), auto = numba where it applies."""
+    ``backend``: numba (CPU float64), torch (any device), auto = numba where it applies;
+    ``torch-struct`` the independent reference (:mod:`ssvm_torch.chain.torch_struct`)."""
     check_choice(backend, "backend", BACKENDS)
     check(torch.is_tensor(U) and U.dim() == 2 and U.is_floating_point(), "U", "a float tensor (M, K)",
           getattr(U, "shape", type(U)))
@@ -113,13 +67,14 @@ def chain_marginals_ragged(U: torch.Tensor, lengths: torch.Tensor, first: torch.
         offsets = np.zeros(B + 1, dtype=np.int64)
         np.cumsum(to_host(lengths), out=offsets[1:])
         Mu, Mt, logZ = np.empty((M, K)), np.empty((B, K, K)), np.empty(B)
-        nb_chain_marginals(np.ascontiguousarray(to_host(U)), offsets, *(np.ascontiguousarray(to_host(t))
+        nb_ragged_marginals(np.ascontiguousarray(to_host(U)), offsets, *(np.ascontiguousarray(to_host(t))
                            for t in (first, last, trans)), Mu, Mt, logZ)
         return tuple(from_host(a, U.device) for a in (Mu, Mt, logZ))
-    return _torch_struct(U, lengths, first, last, trans)
+    return _padded(U, lengths, first, last, trans,
+                   reference_expectations if backend == "torch-struct" else chain_expectations)
 
 
-def _torch_struct(U, lengths, first, last, trans):
+def _padded(U, lengths, first, last, trans, expectations):
     B, K = lengths.shape[0], U.shape[1]
     T = int(lengths.max())
     offsets = Fn.pad(torch.cumsum(lengths, 0), (1, 0))
@@ -128,5 +83,5 @@ def _torch_struct(U, lengths, first, last, trans):
     rows = (offsets[:-1, None] + t[None, :])[valid]
     padded = U.new_zeros(B, T, K)
     padded[valid] = U[rows]
-    Mu, _, _, Mt, logZ = chain_expectations(padded, lengths, first, last, trans)
+    Mu, _, _, Mt, logZ = expectations(padded, lengths, first, last, trans)
     return Mu[valid], Mt, logZ

@@ -1,10 +1,10 @@
 """Fused batched Viterbi for CUDA: one Triton kernel decodes a block of sequences end to end.
 
-The padded torch recursion (:func:`ssvm_torch.oracles.viterbi.viterbi`) launches a handful of
+The padded torch recursion (:func:`ssvm_torch.chain.torch_viterbi.viterbi_loop`) launches a handful of
 kernels per position and materializes the (B, K, K) candidate scores of every position in memory;
 on a GPU it is bound by launches at small B and by that memory traffic at large B. Here each program
 holds ``BLOCK_B`` sequences' max-marginals delta (BLOCK_B, K) in registers, walks the positions with
-the same recursion (eq. of the module docstring of viterbi.py: delta_t[k] = U[t, k] + max_j delta_{t-1}[j]
+the same recursion (the convention of :mod:`ssvm_torch.chain`: delta_t[k] = U[t, k] + max_j delta_{t-1}[j]
 + trans[k, j], with the Hamming loss c [k != gt_t] added on the fly), writes only the back-pointers,
 then follows them back within the same program. One launch for the whole batch.
 
@@ -145,7 +145,7 @@ VARIANTS = ("tile", "rows")
 def viterbi_fused(unary: torch.Tensor, lengths: torch.Tensor, first: torch.Tensor, last: torch.Tensor,
                   trans: torch.Tensor, gt: torch.Tensor | None = None, token_loss: torch.Tensor | None = None,
                   penalty=None, variant: str = "tile"):
-    """:func:`ssvm_torch.oracles.viterbi.viterbi` as one Triton kernel (same arguments, same result:
+    """:func:`ssvm_torch.chain.padded.viterbi` as one Triton kernel (same arguments, same result:
     labels (B, T) int64 padded with -1, scores (B,) including the loss term when ``gt`` is given).
     ``variant``: ``tile`` (the max over the previous tag as a (BLOCK_B, K, K) register tile) or
     ``rows`` (a loop over the previous tag inside each thread)."""

@@ -1,9 +1,9 @@
-"""The project's one wrapper around torch-struct's ``LinearChainCRF``: log-partition and marginals
-(all sufficient statistics) of a padded chain batch, with the scores conventions of
-:func:`ssvm_torch.oracles.viterbi.viterbi` (unary (B, T, K), first, last, trans [next, prev]).
-
-The CRF of the same scores s(y) is p(y | x) = exp s(y) / Z, log Z = logsumexp_y s(y); its NLL
-log Z - s(y_i) is the smooth counterpart of the structured hinge (:func:`ssvm_torch.nn.chain_hinge`).
+"""torch-struct's ``LinearChainCRF`` as an independent reference of the chain package: log-partition and
+marginals (all sufficient statistics) of a padded chain batch in the log semiring, with the
+package's conventions (:mod:`ssvm_torch.chain`: unary (B, T, K), first, last, trans [next, prev]).
+No operation dispatches here: the tests and ``benchmarks/`` compare the package's backends with it
+(another library's log-space recursion), and ``chain_marginals_ragged(..., backend="torch-struct")``
+names it explicitly. :func:`edge_potentials` (public) is the score layout torch-struct reads.
 
 torch-struct 0.5's pitfalls, each handled here and pinned by tests/test_nn.py:
 
@@ -24,7 +24,7 @@ import warnings
 
 import torch
 
-from .viterbi import check_chain
+from .padded import check_chain
 
 
 def edge_potentials(unary, lengths, first, last, trans) -> torch.Tensor:
@@ -41,7 +41,7 @@ def edge_potentials(unary, lengths, first, last, trans) -> torch.Tensor:
     return lp + at_end[:, :, None, None].to(lp.dtype) * end
 
 
-def chain_log_partition(unary, lengths, first, last, trans, chunk: int = 256) -> torch.Tensor:
+def reference_log_partition(unary, lengths, first, last, trans, chunk: int = 256) -> torch.Tensor:
     """log Z_i = logsumexp_y s_i(y): (B,), differentiable (torch-struct's forward algorithm in the
     log semiring; length-1 rows directly)."""
     from torch_struct import LinearChainCRF
@@ -73,16 +73,16 @@ def chain_log_partition(unary, lengths, first, last, trans, chunk: int = 256) ->
     return torch.cat(out)
 
 
-def chain_marginals(unary, lengths, first, last, trans, chunk: int = 256) -> torch.Tensor:
+def reference_marginals(unary, lengths, first, last, trans, chunk: int = 256) -> torch.Tensor:
     """Per-position label marginals p(y_t = k | x) (B, T, K), zero beyond ``lengths``; no graph kept."""
     with torch.enable_grad():
         leaf = unary.detach().clone().requires_grad_(True)
-        logz = chain_log_partition(leaf, lengths, first.detach(), last.detach(), trans.detach(), chunk)
+        logz = reference_log_partition(leaf, lengths, first.detach(), last.detach(), trans.detach(), chunk)
         (grad,) = torch.autograd.grad(logz.sum(), leaf)
     return grad.detach()
 
 
-def chain_expectations(unary, lengths, first, last, trans, chunk: int = 256):
+def reference_expectations(unary, lengths, first, last, trans, chunk: int = 256):
     """The sufficient statistics of p(y) = exp s(y) / Z per sequence: label marginals (B, T, K) (zero
     beyond ``lengths``), expected first and last labels (B, K), expected transition counts
     (B, K, K) [next, prev] and log Z (B,), all as gradients of log Z (torch-struct in the log
@@ -92,6 +92,6 @@ def chain_expectations(unary, lengths, first, last, trans, chunk: int = 256):
         leaves = [unary.detach().clone().requires_grad_(True)]
         for t, shape in ((first, (B, K)), (last, (B, K)), (trans, (B, K, K))):
             leaves.append(t.detach().expand(*shape).clone().requires_grad_(True))
-        logz = chain_log_partition(*leaves[:1], lengths, *leaves[1:], chunk=chunk)
+        logz = reference_log_partition(*leaves[:1], lengths, *leaves[1:], chunk=chunk)
         grads = torch.autograd.grad(logz.sum(), leaves)
     return (*(g.detach() for g in grads), logz.detach())

@@ -1,7 +1,7 @@
 """Neural CoNLL-2000 chunkers as one LightningModule: ``python -m ssvm_torch.deep fit --config
 recipes/conll_deep_hinge.yaml`` (the recipe's ``model.class_path`` picks this module).
 
-The network (:class:`ssvm_torch.deep.tagger.ChunkTagger`) trains on the *fit* split with Adam on the
+The network (:class:`ssvm_torch.deep.conll_tagger.ChunkTagger`) trains on the *fit* split with Adam on the
 mean per-sentence loss of its chain layer: the structured hinge with Hamming token loss
 (``loss="hinge"``: max_y [s(y) + Hamming(y, y_i)] - s(y_i), the margin-rescaled hinge of Taskar et al.
 2003 / Tsochantaridis et al. 2005 inside the network) or the CRF negative log-likelihood
@@ -33,14 +33,13 @@ import torch.utils.data as tud
 
 from ..constraints import allowed_transitions
 from ..errors import check, check_choice, check_positive
-from ..lightning.callbacks import save_last_checkpoint
-from ..lightning.checkpoint_io import AtomicCheckpointIO, seal, unseal
-from ..lightning.module import run_output_dir
-from ..outputs import atomic_write_bytes, save_history, save_torch
+from ..lightning import AtomicCheckpointIO, run_output_dir, save_last_checkpoint, seal, unseal
+from ..atomic import atomic_write_bytes
+from ..outputs import save_history, save_torch
 from ..portable import pack, unpack
-from .chain_module import EpochPermutation, epoch_seed
-from .tagger import ChunkTagger
-from .text import load_chunking, tags_to_bio, word_dropout
+from .epochs import EpochPermutation, epoch_seed, manual_step
+from .conll_tagger import ChunkTagger
+from .conll_text import load_chunking, tags_to_bio, word_dropout
 
 CHECKPOINT_KEY = "ssvm_chunker"
 
@@ -61,7 +60,7 @@ class ConllChunker(L.LightningModule):
     scheme's invalid transitions in training and decoding (:func:`ssvm_torch.nn.allowed_transitions`);
     ``word_dropout``: the alpha of the UNK dropout; ``attr_dropout``: the hybrid's attribute dropout; ``batch_sentences``: sentences per step."""
 
-    # what a checkpoint belongs to: resuming it under other values is refused (lightning/__main__.py)
+    # what a checkpoint belongs to: resuming it under other values is refused (lightning/cli.py)
     resume_identity = ("loss", "tags", "constraints", "features", "attr_min_count", "word_min_count", "heldout",
                        "train_size", "word_dim", "char_dim", "char_filters", "pos_dim", "hidden", "layers")
 
@@ -151,13 +150,7 @@ class ConllChunker(L.LightningModule):
         loss = self.tagger.chain(em, batch["tag"].clamp(min=0), batch["mask"], reduction="mean")
         opts = self.optimizers()
         opts = opts if isinstance(opts, list) else [opts]
-        for opt in opts:
-            opt.zero_grad()
-        self.manual_backward(loss)
-        torch.nn.utils.clip_grad_norm_(self.tagger.dense_parameters(), hp.grad_clip)
-        for opt in opts:
-            opt.step()
-        self._epoch["loss"] += float(loss.detach())
+        self._epoch["loss"] += manual_step(self, loss, opts, clip=(self.tagger.dense_parameters(), hp.grad_clip))
         self._epoch["batches"] += 1
         return None
 

@@ -3,7 +3,7 @@
 The layout of taggers (pytorch-crf, AllenNLP): emissions (B, T, K), a boolean mask (B, T) that may
 start off, have gaps or be all off. Row b's chain is its masked-on positions in order ("the
 compacted row"); a row with none has score 0 and no labels. Scores, with ``trans`` [next, prev]
-(the project's internal orientation, :mod:`ssvm_torch.oracles.viterbi`):
+(the chain package's convention, :mod:`ssvm_torch.chain`):
 
     s(y) = start[y_0] + sum_t E[t, y_t] + sum_{t>=1} trans[y_t, y_{t-1}] + end[y_{L-1}].
 
@@ -14,12 +14,11 @@ exp(-inf) = 0 in the sums.
 * :func:`nb_decode` -- (loss-augmented) Viterbi of every row: the max oracle of the structured hinge
   (objective (1) of Osokin et al. 2016), Delta(y, y_i) = c_b sum_t C[y_i,t, y_t]. It copies each
   compacted row into a float64 scratch and runs the project's one Viterbi recursion
-  (:func:`~ssvm_torch.oracles.viterbi.viterbi_segment_tt`) on it.
+  (:func:`~ssvm_torch.chain.numba_viterbi.viterbi_segment_tt`) on it.
 * :func:`nb_log_partition` / :func:`nb_forward_backward` -- the CRF's log Z and its gradient
-  (label marginals, expected transitions) by the scaled forward-backward recursion (Rabiner 1989,
-  Sec. V.A): one K x K multiply-add per position and K exponentials instead of K^2 in log space.
-  Per-row scratch is O(T K); transition statistics are summed over rows in one (K, K) buffer per
-  thread, so nothing of size (B, T, K, K) or (B, K, K) exists.
+  (label marginals, expected transitions) by the package's scaled forward-backward recursion
+  (:mod:`ssvm_torch.chain.numba_fb`). Per-row scratch is O(T K); transition statistics are summed
+  over rows in one (K, K) buffer per thread, so nothing of size (B, T, K, K) or (B, K, K) exists.
 * :func:`nb_add_path_stats` -- coef_b times the sufficient statistics of given labelings (the
   subgradient of the hinge, the empirical term of the CRF gradient).
 
@@ -30,7 +29,8 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from .viterbi import NO_PEN, viterbi_segment_tt
+from .numba_fb import backward_row, exp_trans, forward_row
+from .numba_viterbi import NO_PEN, viterbi_segment_tt
 
 NO_LOSS = np.zeros(1, dtype=np.int64)      # viterbi_segment_tt's gt when the loss is already in the scratch
 
@@ -94,76 +94,12 @@ def nb_decode(E, mask, start, end, trans3, augment, gold, cost, rowc, out, score
             gold_scores[b] = _path_score(E, b, pos, L, gold, start, end, trans3[0])
 
 
-@nb.njit(cache=True, nogil=True)
-def _exp_trans(trans):
-    """exp(trans - m) with m the largest finite entry (0 where trans is -inf), and m."""
-    K = trans.shape[0]
-    m = -np.inf
-    for a in range(K):
-        for c in range(K):
-            if trans[a, c] > m:
-                m = trans[a, c]
-    if m == -np.inf:
-        m = 0.0
-    X = np.empty((K, K))
-    for a in range(K):
-        for c in range(K):
-            X[a, c] = np.exp(trans[a, c] - m)
-    return X, m
-
-
-@nb.njit(cache=True, nogil=True)
-def _forward_row(E, b, pos, L, start, end, X, tm, A, P, c):
-    """Scaled forward pass of one compacted row: A[s] the normalized forward vector, P[s, k] =
-    exp(E[s, k] - max_k E[s]) (and the start scores at s = 0), c[s] the normalizers, c[L] the
-    end's. Returns log Z, or nan when a normalizer is 0 (no allowed path, or float64 underflow)."""
-    K = E.shape[2]
-    logz = 0.0
-    for s in range(L):
-        t = pos[s]
-        m = -np.inf
-        for k in range(K):
-            v = E[b, t, k] + (start[k] if s == 0 else 0.0)
-            if v > m:
-                m = v
-        if m == -np.inf:
-            return np.nan
-        tot = 0.0
-        for k in range(K):
-            p = np.exp(E[b, t, k] + (start[k] if s == 0 else 0.0) - m)
-            P[s, k] = p
-            if s == 0:
-                A[0, k] = p
-            else:
-                acc = 0.0
-                for j in range(K):
-                    acc += X[k, j] * A[s - 1, j]
-                A[s, k] = p * acc
-            tot += A[s, k]
-        if not tot > 0.0:
-            return np.nan
-        for k in range(K):
-            A[s, k] /= tot
-        c[s] = tot
-        logz += np.log(tot) + m + (tm if s > 0 else 0.0)
-    m = -np.inf
-    for k in range(K):
-        if end[k] > m:
-            m = end[k]
-    tot = 0.0
-    for k in range(K):
-        tot += A[L - 1, k] * np.exp(end[k] - m)
-    if not tot > 0.0:
-        return np.nan
-    c[L] = tot
-    return logz + np.log(tot) + m
-
-
 @nb.njit(cache=True, nogil=True, parallel=True)
 def nb_log_partition(E, mask, start, end, trans, logz):
     """log Z of every row (0 for an empty row; nan where no allowed path exists or it underflows)."""
     B, T, K = E.shape
-    X, tm = _exp_trans(trans)
+    X = np.empty((K, K))
+    tm = exp_trans(trans, X)
     for b in nb.prange(B):
         pos = np.empty(T, dtype=np.int64)
         L = _positions(mask, b, pos)
@@ -171,64 +107,37 @@ def nb_log_partition(E, mask, start, end, trans, logz):
             logz[b] = 0.0
             continue
         A, P, c = np.empty((L, K)), np.empty((L, K)), np.empty(L + 1)
-        logz[b] = _forward_row(E, b, pos, L, start, end, X, tm, A, P, c)
+        logz[b] = forward_row(E, b, pos, L, start, end, X, tm, A, P, c)
 
 
 @nb.njit(cache=True, nogil=True, parallel=True)
 def nb_forward_backward(E, mask, start, end, trans, g, nchunk, logz, gE, gstart, gend, gtrans):
-    """Forward-backward of every row: logz (B,), and g_b times the marginals added to the gradient
-    buffers: gE[b, t, k] += g_b p(y_t = k), gstart/gend (K,) the first/last label marginals,
-    gtrans (K, K) [next, prev] the expected transition counts (summed over rows). These are the
-    gradient of sum_b g_b log Z_b. Rows whose forward pass fails get logz nan and add nothing.
-    ``nchunk`` row chunks run in parallel, each with its own (K, K) buffer (numba's thread count:
-    the caller passes it, a kernel that reads it cannot be cached)."""
+    """Forward-backward of every row (:mod:`ssvm_torch.chain.numba_fb`): logz (B,), and g_b times
+    the marginals added to the gradient buffers: gE[b, t, k] += g_b p(y_t = k), gstart/gend (K,)
+    the first/last label marginals, gtrans (K, K) [next, prev] the expected transition counts
+    (summed over rows). These are the gradient of sum_b g_b log Z_b. Rows whose forward pass fails
+    get logz nan and add nothing. ``nchunk`` row chunks run in parallel, each with its own (K, K)
+    buffer (numba's thread count: the caller passes it, a kernel that reads it cannot be cached)."""
     B, T, K = E.shape
-    X, tm = _exp_trans(trans)
+    X = np.empty((K, K))
+    tm = exp_trans(trans, X)
     nchunk = max(1, min(nchunk, B))
     acc = np.zeros((nchunk, K, K))
     accs = np.zeros((nchunk, 2, K))
     for ch in nb.prange(nchunk):
         pos = np.empty(T, dtype=np.int64)
+        beta, nxt = np.empty(K), np.empty(K)
         for b in range(ch, B, nchunk):
             L = _positions(mask, b, pos)
             if L == 0:
                 logz[b] = 0.0
                 continue
             A, P, c = np.empty((L, K)), np.empty((L, K)), np.empty(L + 1)
-            z = _forward_row(E, b, pos, L, start, end, X, tm, A, P, c)
+            z = forward_row(E, b, pos, L, start, end, X, tm, A, P, c)
             logz[b] = z
             if np.isnan(z) or g[b] == 0.0:
                 continue
-            gb = g[b]
-            me = -np.inf
-            for k in range(K):
-                if end[k] > me:
-                    me = end[k]
-            beta = np.empty(K)
-            nxt = np.empty(K)
-            for k in range(K):
-                beta[k] = np.exp(end[k] - me) / c[L]
-            for s in range(L - 1, -1, -1):
-                for k in range(K):
-                    mk = A[s, k] * beta[k]
-                    gE[b, pos[s], k] += gb * mk
-                    if s == L - 1:
-                        accs[ch, 1, k] += gb * mk
-                    if s == 0:
-                        accs[ch, 0, k] += gb * mk
-                if s == 0:
-                    break
-                # xi[k, j] = A[s-1, j] X[k, j] P[s, k] beta_s[k] / c_s; beta_{s-1}[j] = sum_k X[k, j] P[s, k] beta_s[k] / c_s
-                for k in range(K):
-                    nxt[k] = P[s, k] * beta[k] / c[s]
-                for j in range(K):
-                    beta[j] = 0.0
-                for k in range(K):
-                    nk = nxt[k]
-                    for j in range(K):
-                        w = X[k, j] * nk
-                        beta[j] += w
-                        acc[ch, k, j] += gb * A[s - 1, j] * w
+            backward_row(b, pos, L, end, X, A, P, c, g[b], gE, accs[ch], acc[ch], beta, nxt)
     for ch in range(nchunk):
         for k in range(K):
             gstart[k] += accs[ch, 0, k]

@@ -17,7 +17,7 @@ import torch.nn as nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from ..nn import LinearChain
-from .text import PAD
+from .conll_text import PAD
 
 
 class CharCNN(nn.Module):
@@ -35,7 +35,7 @@ class CharCNN(nn.Module):
 
 
 class ChunkTagger(nn.Module):
-    """Emissions (B, T, K) of a padded batch (:meth:`ssvm_torch.deep.text.Split.batch`) and the chain
+    """Emissions (B, T, K) of a padded batch (:meth:`ssvm_torch.deep.conll_text.Split.batch`) and the chain
     layer that turns them into a loss or tags. ``n_attributes`` > 0 adds the sparse attribute scores
     (an ``EmbeddingBag`` with sparse gradients, zero at start: the hybrid starts as the pure network);
     ``attr_dropout`` drops each attribute occurrence with that probability in training."""

@@ -1,0 +1,119 @@
+"""The numba backend of the chain package's masked operations (CPU float32/float64): the compiled
+kernels of :mod:`ssvm_torch.chain.numba_masked` wrapped in autograd Functions whose backward
+writes the gradient directly -- for the hinge the statistics of the loss-augmented labeling minus
+those of the gold labeling (the subgradient), for the CRF the marginals minus the gold statistics --
+so no (B, T, K, K) tensor is formed. Conventions in :mod:`ssvm_torch.chain`."""
+from __future__ import annotations
+
+import numba
+import torch
+
+from ..devices import to_host
+from ..errors import SSVMInputError
+from . import numba_masked as mc
+from .checks import effective, fail_no_path
+
+
+def _host(*tensors):
+    return [to_host(t.detach().contiguous()) for t in tensors]
+
+
+def numba_decode(E, mask, start, end, trans, penalty, gold=None, rowc=None, cost=None):
+    """Labels (B, T) (-1 where masked off), scores (B,) and s(gold) (B,) (None without gold)."""
+    s, e, t = effective(start, end, trans, penalty, torch.float64, E.device)
+    B, T, _ = E.shape
+    labels = torch.full((B, T), -1, dtype=torch.int64, device=E.device)
+    scores = torch.empty(B, dtype=torch.float64, device=E.device)
+    gold_scores = torch.empty(B, dtype=torch.float64, device=E.device)
+    augment = gold is not None
+    g, c, r = (_host(gold, cost.to(torch.float64), rowc.to(torch.float64)) if augment
+               else (mc.NO_LOSS[None], mc.NO_LOSS[None].astype(float), mc.NO_LOSS.astype(float)))
+    e_np, m_np, s_np, en_np, t_np = _host(E, mask, s, e, t[None])
+    mc.nb_decode(e_np, m_np, s_np, en_np, t_np, augment, g, c, r, *_host(labels, scores, gold_scores))
+    return labels, scores, (gold_scores if augment else None)
+
+
+def _grad_buffers(shape, device):
+    """float64 zeros for the gradients of (E (B, T, K), start, end, trans)."""
+    K = shape[2]
+    return tuple(torch.zeros(s, dtype=torch.float64, device=device) for s in (shape, (K,), (K,), (K, K)))
+
+
+def _add_stats(buffers, labels, mask, coef):
+    """buffers += coef_b * the statistics of labels_b (the indicator vectors of a labeling)."""
+    mc.nb_add_path_stats(*_host(labels, mask, coef), *(to_host(x) for x in buffers))
+
+
+def _cast(buffers, dtypes):
+    return tuple(b.to(d) for b, d in zip(buffers, dtypes))
+
+
+class NumbaHinge(torch.autograd.Function):
+    """H_b = max_y [Delta(y, y_b) + s(y)] - s(y_b) and its subgradient S(y*) - S(y_b) (CPU tensors)."""
+
+    @staticmethod
+    def forward(ctx, E, start, end, trans, mask, gold, rowc, cost, penalty):
+        ystar, aug, gold_scores = numba_decode(E, mask, start, end, trans, penalty, gold, rowc, cost)
+        fail_no_path(aug, mask)
+        ctx.save_for_backward(ystar, gold, mask)
+        ctx.shape = E.shape
+        ctx.dtypes = (E.dtype, start.dtype, end.dtype, trans.dtype)
+        return (aug - gold_scores).to(E.dtype)
+
+    @staticmethod
+    def backward(ctx, grad):
+        ystar, gold, mask = ctx.saved_tensors
+        buffers = _grad_buffers(ctx.shape, ystar.device)
+        g = grad.detach().to(torch.float64)
+        _add_stats(buffers, ystar, mask, g)
+        _add_stats(buffers, gold, mask, -g)
+        return _cast(buffers, ctx.dtypes) + (None,) * 5
+
+
+class NumbaNLL(torch.autograd.Function):
+    """log Z_b - s(y_b) and its gradient E_p[S(y)] - S(y_b) (CPU tensors)."""
+
+    @staticmethod
+    def forward(ctx, E, start, end, trans, mask, gold, penalty):
+        s, e, t = effective(start, end, trans, penalty, torch.float64, E.device)
+        B = E.shape[0]
+        logz, gold_scores = (torch.empty(B, dtype=torch.float64, device=E.device) for _ in range(2))
+        e_np, m_np, s_np, en_np, t_np = _host(E, mask, s, e, t)
+        mc.nb_log_partition(e_np, m_np, s_np, en_np, t_np, to_host(logz))
+        mc.nb_path_scores(e_np, m_np, to_host(gold.contiguous()), s_np, en_np, t_np, to_host(gold_scores))
+        _fail_log_partition(logz, E, mask, start, end, trans, penalty)
+        ctx.save_for_backward(E.detach(), gold, mask)
+        ctx.penalty = penalty
+        ctx.params = (start.detach(), end.detach(), trans.detach())
+        ctx.dtypes = (E.dtype, start.dtype, end.dtype, trans.dtype)
+        return (logz - gold_scores).to(E.dtype)
+
+    @staticmethod
+    def backward(ctx, grad):
+        E, gold, mask = ctx.saved_tensors
+        g = grad.detach().to(torch.float64).contiguous()
+        buffers = forward_backward(E, mask, *ctx.params, ctx.penalty, g)
+        _add_stats(buffers, gold, mask, -g)
+        return _cast(buffers, ctx.dtypes) + (None,) * 3
+
+
+def forward_backward(E, mask, start, end, trans, penalty, g):
+    """Gradient buffers of sum_b g_b log Z_b: (marginals (B, T, K), start, end, trans [next, prev]);
+    a row without an allowed path (or that underflows) is refused by name."""
+    s, e, t = effective(start, end, trans, penalty, torch.float64, E.device)
+    buffers = _grad_buffers(E.shape, E.device)
+    logz = torch.empty(E.shape[0], dtype=torch.float64, device=E.device)
+    mc.nb_forward_backward(*_host(E, mask, s, e, t, g), numba.get_num_threads(), to_host(logz),
+                            *(to_host(x) for x in buffers))
+    _fail_log_partition(logz, E, mask, start, end, trans, penalty)
+    return buffers
+
+
+def _fail_log_partition(logz, E, mask, start, end, trans, penalty):
+    """A nan log Z: no allowed tag sequence (named by the Viterbi check), else float64 underflow."""
+    if bool(torch.isnan(logz).any()):
+        b = int(torch.nonzero(torch.isnan(logz))[0, 0])
+        _, scores, _ = numba_decode(E[b:b + 1].detach(), mask[b:b + 1], start, end, trans, penalty)
+        fail_no_path(scores, mask[b:b + 1])
+        raise SSVMInputError(f"emissions: row {b}: the scores' spread exceeds float64's range in the "
+                             "scaled forward recursion (transition scores more than ~700 apart); rescale them")

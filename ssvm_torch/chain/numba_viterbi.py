@@ -1,0 +1,135 @@
+"""The numba Viterbi recursion of the chain package (CPU, float64): the one max-sum recursion that
+every compiled chain kernel runs (the masked layer kernels of :mod:`ssvm_torch.chain.numba_masked`,
+the BCFW store kernels of :mod:`ssvm_torch.oracles.chain_kernels` and
+:mod:`ssvm_torch.oracles.edge_kernels`), in the package's convention (:mod:`ssvm_torch.chain`):
+
+    s(y) = first[y_0] + sum_t U[t, y_t] + sum_{t>=1} trans[y_t, y_{t-1}] + last[y_{T-1}],
+
+optionally loss-augmented on the fly by the Hamming loss lw [k != gt_t] (the max oracle of the
+structured hinge, objective (1) of Osokin et al. 2016).
+
+Tag constraints (:mod:`ssvm_torch.constraints`) enter as a penalty array ``pen`` (K+2, K): rows
+0..K-1 the additive transition scores [next, prev], row K the first-tag and row K+1 the last-tag
+scores, each 0 (allowed) or -inf (forbidden); an array with no rows (:data:`NO_PEN`) means
+unconstrained. Penalties are read by the recursion only, never added into the weights.
+"""
+from __future__ import annotations
+
+import numba as nb
+import numpy as np
+
+from ..devices import to_host
+
+NO_PEN = np.zeros((0, 1))          # the unconstrained penalty array of the numba kernels
+
+
+def penalty_array(start, end, trans) -> np.ndarray:
+    """The (K+2, K) ``pen`` array of the numba kernels from additive (start, end, trans[next, prev])."""
+    return np.ascontiguousarray(np.concatenate([to_host(trans), to_host(start)[None], to_host(end)[None]]),
+                                dtype=np.float64)
+
+
+@nb.njit(cache=True, nogil=True)
+def viterbi_segment(U, start, T, first, last, trans, gt, lw, out, delta, newd, bp, pen):
+    """Decode one sequence (rows start..start+T of U) into out[start:start+T]; returns its score.
+
+    ``delta``/``newd`` (K,) and ``bp`` (>=T, K) are work buffers. If ``lw`` != 0, the Hamming loss
+    lw [k != gt_t] against gt[start:start+T] is added to the unaries (lw = 1/T: normalized).
+    ``pen``: the constraint penalties (module docstring) or :data:`NO_PEN`.
+    """
+    K = trans.shape[0]
+    return viterbi_segment_tt(U, start, T, first, last, trans.reshape((1, K, K)), False, gt, lw, out, delta,
+                              newd, bp, pen)
+
+
+@nb.njit(cache=True, nogil=True)
+def viterbi_segment_tt(U, start, T, first, last, trans3, per_position, gt, lw, out, delta, newd, bp, pen):
+    """:func:`viterbi_segment` with the transition into position t read from ``trans3[t]`` (T, K, K)
+    when ``per_position`` (edge-observation features, models/chain_edges.py), else ``trans3[0]``."""
+    K = U.shape[1]
+    cons = pen.shape[0] > 0
+    for k in range(K):
+        v = U[start, k] + first[k]
+        if cons:
+            v += pen[K, k]
+        if lw != 0.0 and k != gt[start]:
+            v += lw
+        delta[k] = v
+    for t in range(1, T):
+        r = start + t
+        trans = trans3[t if per_position else 0]
+        for k in range(K):
+            best = delta[0] + trans[k, 0]
+            if cons:
+                best += pen[k, 0]
+            arg = 0
+            if cons:
+                for j in range(1, K):
+                    c = delta[j] + trans[k, j] + pen[k, j]
+                    if c > best:
+                        best = c
+                        arg = j
+            else:
+                for j in range(1, K):
+                    c = delta[j] + trans[k, j]
+                    if c > best:
+                        best = c
+                        arg = j
+            v = best + U[r, k]
+            if lw != 0.0 and k != gt[r]:
+                v += lw
+            newd[k] = v
+            bp[t, k] = arg
+        for k in range(K):
+            delta[k] = newd[k]
+    best = delta[0] + last[0] + (pen[K + 1, 0] if cons else 0.0)
+    arg = 0
+    for k in range(1, K):
+        c = delta[k] + last[k] + (pen[K + 1, k] if cons else 0.0)
+        if c > best:
+            best = c
+            arg = k
+    out[start + T - 1] = arg
+    for t in range(T - 1, 0, -1):
+        arg = bp[t, arg]
+        out[start + t - 1] = arg
+    return best
+
+
+@nb.njit(cache=True, nogil=True)
+def viterbi_all(U, offsets, first, last, trans, gt, lw, out, scores, pen):
+    """Every sequence; ``lw`` (n,) the loss of one wrong position of each (zeros: plain decoding)."""
+    K = U.shape[1]
+    n = offsets.shape[0] - 1
+    tmax = 1
+    for i in range(n):
+        tmax = max(tmax, offsets[i + 1] - offsets[i])
+    delta = np.empty(K)
+    newd = np.empty(K)
+    bp = np.empty((tmax, K), dtype=np.int64)
+    for i in range(n):
+        scores[i] = viterbi_segment(U, offsets[i], offsets[i + 1] - offsets[i], first, last, trans, gt,
+                                    lw[i], out, delta, newd, bp, pen)
+
+
+def viterbi_ragged(unary: np.ndarray, offsets: np.ndarray, first: np.ndarray, last: np.ndarray,
+                   trans: np.ndarray, gt: np.ndarray | None = None, token_loss: np.ndarray | None = None,
+                   pen: np.ndarray = NO_PEN):
+    """Viterbi over ragged sequences on CPU (numpy arrays or CPU tensors viewed as numpy).
+
+    unary (N, K) float64 rows of all sequences; offsets (n+1,) int64; with ``gt`` (N,) loss-augmented,
+    ``token_loss`` (n,) the loss of one wrong position (default 1 / length). Returns (labels (N,),
+    scores (n,))."""
+    U = np.ascontiguousarray(unary, dtype=np.float64)
+    offsets = np.ascontiguousarray(offsets, dtype=np.int64)
+    out = np.empty(U.shape[0], dtype=np.int64)
+    scores = np.empty(offsets.shape[0] - 1)
+    if gt is None:
+        gt_arr, lw = np.zeros(1, dtype=np.int64), np.zeros(len(scores))
+    else:
+        gt_arr = np.ascontiguousarray(gt, dtype=np.int64)
+        lw = 1.0 / np.diff(offsets) if token_loss is None else np.ascontiguousarray(token_loss, dtype=np.float64)
+    viterbi_all(U, offsets, np.ascontiguousarray(first, dtype=np.float64),
+                np.ascontiguousarray(last, dtype=np.float64), np.ascontiguousarray(trans, dtype=np.float64),
+                gt_arr, lw, out, scores, pen)
+    return out, scores

@@ -1,0 +1,95 @@
+"""The chain package's operations on a padded batch with an arbitrary mask, each with one dispatch
+rule over its backends: the structured hinge, the CRF negative log-likelihood, Viterbi decoding,
+the tag marginals, log Z and the path score.
+
+Arguments, after validation by the callers (:class:`~ssvm_torch.nn.LinearChain`,
+:mod:`ssvm_torch.chain.losses`): emissions E (B, T, K) float, mask (B, T) bool, start / end (K,),
+trans (K, K) [next, prev] (the package's convention, :mod:`ssvm_torch.chain`), and ``penalty`` =
+(start, end, trans) additive tag-constraint scores (0 or -inf, :func:`ssvm_torch.constraints.penalties`)
+or None. Row b's chain is its masked-on positions.
+
+The rule, ``kernels`` = ``auto``: the numba backend (:mod:`ssvm_torch.chain.numba_autograd`) for CPU
+float32/float64 outside tracing, the torch backend (:mod:`ssvm_torch.chain.torch_ops`, any device;
+its Viterbi runs the fused Triton kernel on CUDA, :func:`ssvm_torch.chain.padded.viterbi`) elsewhere;
+``numba`` / ``torch`` force one. Half-precision emissions are computed in float32.
+"""
+from __future__ import annotations
+
+import torch
+
+from ..errors import SSVMInputError
+from .checks import fail_no_path, refuse_bad_scores, tracing, use_numba
+from .numba_autograd import NumbaHinge, NumbaNLL, forward_backward, numba_decode
+from .torch_ops import compact, gather_rows, log_partition_rows, padded_score, torch_decode, torch_hinge, torch_nll
+
+__all__ = ["decode", "hinge", "log_partition", "marginals", "nll", "refuse_bad_scores", "score", "tracing"]
+
+
+def _float(E):
+    return E.float() if E.dtype in (torch.float16, torch.bfloat16) else E
+
+
+def hinge(E, mask, start, end, trans, gold, rowc, cost, penalty=None, kernels="auto"):
+    """Per-row structured hinge (B,) with Delta(y, y_b) = rowc_b sum_t cost[y_b,t, y_t]."""
+    E = _float(E)
+    if use_numba(E, kernels):
+        return NumbaHinge.apply(E.contiguous(), start, end, trans, mask.contiguous(), gold.contiguous(),
+                                rowc, cost, penalty)
+    return torch_hinge(E, start, end, trans, mask, gold, rowc, cost, penalty)
+
+
+def nll(E, mask, start, end, trans, gold, penalty=None, kernels="auto"):
+    """Per-row CRF negative log-likelihood log Z_b - s(y_b) (B,)."""
+    E = _float(E)
+    if use_numba(E, kernels):
+        return NumbaNLL.apply(E.contiguous(), start, end, trans, mask.contiguous(), gold.contiguous(), penalty)
+    return torch_nll(E, start, end, trans, mask, gold, penalty)
+
+
+def decode(E, mask, start, end, trans, penalty=None, kernels="auto", gold=None, rowc=None, cost=None):
+    """(labels (B, T) int64, -1 where masked off; scores (B,)): the Viterbi labeling of every row,
+    loss-augmented when ``gold`` is given. No gradient."""
+    E = _float(E.detach())
+    if use_numba(E, kernels):
+        labels, scores, _ = numba_decode(E.contiguous(), mask.contiguous(), start, end, trans, penalty, gold, rowc,
+                                         cost)
+    else:
+        labels, scores, *_ = torch_decode(E, mask, start, end, trans, penalty, gold, rowc, cost)
+    fail_no_path(scores, mask)
+    return labels, scores
+
+
+def marginals(E, mask, start, end, trans, penalty=None, kernels="auto"):
+    """p(y_t = k) (B, T, K) under the CRF of the scores, 0 where masked off. No gradient."""
+    E = _float(E.detach())
+    if use_numba(E, kernels):
+        E = E.contiguous()
+        g = torch.ones(E.shape[0], dtype=torch.float64, device=E.device)
+        buffers = forward_backward(E, mask.contiguous(), start.detach(), end.detach(), trans.detach(), penalty, g)
+        out = buffers[0].to(E.dtype)
+    else:
+        order, lengths = compact(mask)
+        with torch.enable_grad():
+            Ec = gather_rows(E, order).requires_grad_(True)
+            logz = log_partition_rows(Ec, lengths, start.detach(), end.detach(), trans.detach(), penalty)
+            (grad,) = torch.autograd.grad(logz.sum(), Ec)
+        valid = torch.arange(E.shape[1], device=E.device)[None, :] < lengths[:, None]
+        grad = torch.where(valid[..., None], grad, torch.zeros_like(grad))
+        out = torch.zeros_like(grad).scatter(1, order[..., None].expand_as(grad), grad)
+    if not tracing() and not bool(torch.isfinite(out).all()):
+        _, scores, *_ = torch_decode(E, mask, start, end, trans, penalty)
+        fail_no_path(scores, mask)
+        raise SSVMInputError("emissions: the marginals overflowed (scores out of the dtype's range)")
+    return out
+
+
+def log_partition(E, mask, start, end, trans, penalty=None):
+    """log Z per row (B,) (0 for an empty row), differentiable (the torch recursion on any device)."""
+    order, lengths = compact(mask)
+    return log_partition_rows(gather_rows(_float(E), order), lengths, start, end, trans, penalty)
+
+
+def score(E, mask, start, end, trans, tags):
+    """s(tags) per row (B,) over the masked-on positions, differentiable."""
+    order, lengths = compact(mask)
+    return padded_score(gather_rows(E, order), lengths, start, end, trans, tags.gather(1, order))

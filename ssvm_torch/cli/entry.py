@@ -1,0 +1,30 @@
+"""What the commands share: their parser's head (``--dataset``, ``--data-dir``) and the entry point
+that runs a parsed command inside its ``--data-dir`` with the one-line error handling of
+:func:`ssvm_torch.errors.run_cli`."""
+from __future__ import annotations
+
+import argparse
+
+from ..data.types import data_folder
+from ..errors import run_cli
+from ..tasks import TASKS
+
+
+def run_command(prog: str, run, args) -> int:
+    """``run(args)`` with the datasets read from ``args.data_dir`` (or the default folder); exit code 2
+    with one line for bad input, 130 for an interrupted run, else 0."""
+    def in_data_dir(a):
+        with data_folder(a.data_dir):
+            return run(a)
+    return run_cli(prog, in_data_dir, args)
+
+
+def command_parser(prog: str, description: str) -> argparse.ArgumentParser:
+    """A command's parser with the options every command has: ``--dataset`` and ``--data-dir``."""
+    p = argparse.ArgumentParser(prog=prog, formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+                                description=description)
+    p.add_argument("--dataset", default="ocr-small", help=f"one of {', '.join(TASKS)}")
+    p.add_argument("--data-dir", default=None,
+                   help="folder of the datasets (a copy of the repository's datasets/); None = $SSVM_TORCH_DATA, "
+                        "else the source checkout's datasets/")
+    return p

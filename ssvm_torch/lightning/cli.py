@@ -1,0 +1,199 @@
+"""The LightningCLI of ``python -m ssvm_torch.lightning fit --config recipes/ocr_small.yaml`` (and of
+``python -m ssvm_torch.deep``): :func:`main`.
+
+Every ``SSVMModule`` argument is ``--model.<name>``, every Trainer argument ``--trainer.<name>``;
+TensorBoard logs go under the trainer's ``default_root_dir`` (lightning_logs/version_N), next to
+``history.json`` and ``model.pt``. Resume with ``--ckpt_path <dir>/checkpoints/last.ckpt``: the
+checkpoint's hyper-parameters are restored (so a killed run continues exactly), except those
+given explicitly as ``--model.<name>`` flags (e.g. ``--model.passes 400`` to extend a finished run).
+"""
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+import sys
+import warnings
+from contextlib import contextmanager
+from pathlib import Path
+
+import torch
+from jsonargparse import ArgumentError
+from lightning.fabric.utilities.exceptions import MisconfigurationException
+from lightning.pytorch.cli import LightningCLI
+from lightning.pytorch.loggers import TensorBoardLogger
+
+from ..errors import SSVMInputError
+from .module import SSVMModule
+
+
+def claim_version(logs: Path) -> str:
+    """Create and return the next free ``version_N`` under ``logs`` (``os.mkdir`` is atomic)."""
+    logs.mkdir(parents=True, exist_ok=True)
+    taken = [int(p.name[8:]) for p in logs.glob("version_*") if p.name[8:].isdigit()]
+    n = max(taken) + 1 if taken else 0
+    while True:
+        try:
+            (logs / f"version_{n}").mkdir()
+            return f"version_{n}"
+        except FileExistsError:
+            n += 1
+
+
+def _explicit_model_flags(argv: list[str]) -> list[str]:
+    names = {a[len("--model."):].split("=", 1)[0] for a in argv if a.startswith("--model.")}
+    return sorted(n[len("init_args."):] if n.startswith("init_args.") else n for n in names)
+
+
+class SSVMCLI(LightningCLI):
+    """LightningCLI with ``fit`` only (evaluation is part of every gap check; the history and model
+    files hold it), explicit ``--model.*`` flags winning over a checkpoint's hyper-parameters."""
+
+    default_module: str | None = None          # subclass mode: the module of a config without class_path
+
+    @staticmethod
+    def subcommands() -> dict:
+        return {"fit": LightningCLI.subcommands()["fit"]}
+
+    def add_arguments_to_parser(self, parser) -> None:
+        if self.subclass_mode_model and self.default_module:
+            parser.set_defaults({"model": {"class_path": self.default_module}})
+
+    def _model_key(self, sub: str, name: str) -> str:
+        return f"{sub}.model.init_args.{name}" if self.subclass_mode_model else f"{sub}.model.{name}"
+
+    def _module_class(self, sub: str):
+        if not self.subclass_mode_model:
+            return self.model_class
+        module, _, name = str(self.config[f"{sub}.model.class_path"]).rpartition(".")
+        return getattr(importlib.import_module(module), name)
+
+    def _check_checkpoint(self, sub: str) -> None:
+        """Refuse a ``--ckpt_path`` that is missing, damaged, or of another run: every hyper-parameter
+        in the module's ``resume_identity`` (dataset, lambda, architecture, ...) must equal this
+        run's, wherever this run's value came from (config file or command line) - the rule of
+        ``ssvm-train --resume`` (:func:`ssvm_torch.outputs.load_checkpoint`)."""
+        ckpt_path = self.config[sub].get("ckpt_path")
+        if not ckpt_path:
+            return
+        path = Path(ckpt_path)
+        if not path.is_file():
+            what = "is a directory" if path.is_dir() else "does not exist"
+            raise SSVMInputError(f"ckpt_path: expected a Lightning checkpoint file (e.g. .../checkpoints/last.ckpt), "
+                                 f"{path} {what}")
+        try:
+            saved = torch.load(path, weights_only=True, map_location="cpu").get("hyper_parameters", {})
+        except Exception as e:          # truncated or foreign archives raise several types
+            first = (str(e).strip().splitlines() or [""])[0][:200]
+            raise SSVMInputError(f"ckpt_path: {path} is not a readable Lightning checkpoint ({type(e).__name__}: "
+                                 f"{first}); resume from another checkpoint or start a new run") from None
+        for key in getattr(self._module_class(sub), "resume_identity", ()):
+            mine = self.config[self._model_key(sub, key)]
+            if key in saved and saved[key] != mine:
+                raise SSVMInputError(f"ckpt_path: {path} is a checkpoint of {key} = {saved[key]!r}, this run has "
+                                     f"{key} = {mine!r}; resume with the checkpoint's value or start a new run")
+
+    def _parse_ckpt_path(self) -> None:
+        sub = self.config.get("subcommand")
+        if sub:
+            self._check_checkpoint(sub)
+        argv = self._argv if self._argv is not None else sys.argv[1:]
+        given = {k: self.config[self._model_key(sub, k)] for k in _explicit_model_flags(argv)} if sub else {}
+        super()._parse_ckpt_path()
+        for k, v in given.items():          # explicit command-line flags win over the checkpoint's
+            self.config[self._model_key(sub, k)] = v
+
+    def instantiate_trainer(self, **kwargs):
+        """The default TensorBoard logger gets a version directory of its own: the checkpoint's when
+        resuming (one run, one set of curves), else a fresh ``version_N`` claimed atomically (two
+        runs started together under one root never share one)."""
+        trainer = super().instantiate_trainer(**kwargs)
+        sub = self.config.get("subcommand")
+        cfg = self.config[sub] if sub else self.config
+        if cfg["trainer"].get("logger") not in (None, True) or not isinstance(trainer.logger, TensorBoardLogger):
+            return trainer                           # a logger the user configured is left alone
+        root = Path(trainer.default_root_dir)
+        ckpt = cfg.get("ckpt_path")
+        version = None
+        if ckpt and Path(ckpt).parent.name == "checkpoints":
+            version = Path(ckpt).parent.parent.name
+        if version is None:          # DDP's launcher re-runs this command for ranks > 0: they share rank 0's
+            version = os.environ.get("SSVM_LOG_VERSION") or claim_version(root / "lightning_logs")
+            os.environ["SSVM_LOG_VERSION"] = version
+        trainer.logger = TensorBoardLogger(save_dir=str(root), name="lightning_logs", version=version)
+        return trainer
+
+    def parse_arguments(self, parser, args) -> None:
+        self._argv = list(args) if isinstance(args, (list, tuple)) else None
+        super().parse_arguments(parser, args)
+
+
+PROG = "python -m ssvm_torch.lightning"
+
+
+def _input_error_in(exc: BaseException) -> SSVMInputError | None:
+    """The SSVMInputError an exception was raised from (its __cause__ / __context__ chain), if any."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, SSVMInputError):
+            return exc
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+class _NoAdvert(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "litlogger" not in record.getMessage()
+
+
+@contextmanager
+def quiet_lightning():
+    """Drop Lightning's noise for this command only: its litlogger advertisement and the FutureWarning
+    its own pytree helper triggers in torch (``isinstance(treespec, LeafSpec)``); neither is about
+    the user's run."""
+    log = logging.getLogger("lightning.pytorch.utilities.rank_zero")
+    advert = _NoAdvert()
+    log.addFilter(advert)
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)", category=FutureWarning)
+            yield
+    finally:
+        log.removeFilter(advert)
+
+
+def main(args=None, module=SSVMModule, prog: str = PROG, max_epochs: int = -1, default_module: str | None = None) -> int:
+    """Run the CLI on ``module`` (``SSVMModule`` here); with ``default_module`` (the import path of a
+    LightningModule) the CLI runs in subclass mode: the config's ``model.class_path`` picks the module,
+    a config without one gets ``default_module`` (``python -m ssvm_torch.deep``). Errors become one
+    line on stderr and exit status 2."""
+    cli = SSVMCLI if default_module is None else type("SSVMSubclassCLI", (SSVMCLI,), {"default_module": default_module})
+    try:
+        # no progress bar by default: the loops print their own lines (an SSVM run's epoch count is open,
+        # max_epochs = -1, so the bar would read "Epoch 3/-2"); --trainer.enable_progress_bar true brings it
+        with quiet_lightning():
+            cli(module, subclass_mode_model=default_module is not None, save_config_kwargs={"overwrite": True},
+                trainer_defaults={"max_epochs": max_epochs, "num_sanity_val_steps": 0, "enable_progress_bar": False},
+                args=args, parser_kwargs={"prog": prog, "exit_on_error": False})
+    except SSVMInputError as e:
+        print(f"{prog}: error: {e}", file=sys.stderr)
+        return 2
+    except ValueError as e:                        # subclass mode: jsonargparse wraps the module's own error
+        cause = _input_error_in(e)
+        if cause is None:
+            raise
+        print(f"{prog}: error: {cause}", file=sys.stderr)
+        return 2
+    except ArgumentError as e:                     # a bad flag or value: one line, not the usage dump
+        print(f"{prog}: error: {' '.join(str(e).split())[:400]}", file=sys.stderr)
+        return 2
+    except MisconfigurationException as e:         # e.g. --trainer.accelerator gpu without a GPU
+        print(f"{prog}: error: trainer: {e}", file=sys.stderr)
+        return 2
+    except (NotADirectoryError, FileExistsError, PermissionError) as e:
+        print(f"{prog}: error: trainer.default_root_dir: cannot write logs at {e.filename} ({e.strerror})",
+              file=sys.stderr)
+        return 2
+    return 0
+
