@@ -183,3 +183,35 @@ def test_decode_backends_agree_with_the_loop_and_triton_under_the_interpreter(mo
                                            **{k: (tuple(x.float() for x in v) if k == "penalty" else v)
                                               for k, v in kw.items()})
         assert torch.equal(got[0], ref[0])
+
+
+def test_spreads_beyond_the_scaling_take_the_log_space_recursion_on_every_backend():
+    """Potentials of scale 1000 (the dual extragradient's prox steps reach such spreads): the scaled
+    recursions' normalizers leave float64's range, so the numba masked kernels, the numba ragged
+    marginals and the torch recursion switch to log space, and all equal torch-struct's log semiring
+    and enumeration (the scaled recursion alone loses the answer silently through denormals)."""
+    K, lengths = 4, torch.tensor([5, 3, 1])
+    B, T = len(lengths), 5
+    g = torch.Generator().manual_seed(21)
+    U = 1000 * torch.randn(B, T, K, generator=g, dtype=torch.float64)
+    first, last, trans = scores(K, seed=22, scale=1000.0)
+    ref = reference_expectations(U, lengths, first, last, trans)
+    ours = chain_expectations(U, lengths, first, last, trans)                   # torch, with its fallback
+    for a, b in zip(ours, ref):
+        torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-9)
+    mask = torch.arange(T)[None] < lengths[:, None]
+    numba_mu = ops.marginals(U, mask, first, last, trans, kernels="numba")
+    torch.testing.assert_close(numba_mu, ref[0], rtol=0, atol=1e-9)
+    gold = torch.zeros(B, T, dtype=torch.int64)
+    nll = ops.nll(U, mask, first, last, trans, gold, kernels="numba") + ops.score(U, mask, first, last, trans, gold)
+    torch.testing.assert_close(nll, ref[-1], rtol=1e-12, atol=0)
+    for b, L in enumerate(lengths.tolist()):
+        _, s = brute(U[b], L, first, last, trans)
+        assert float(ref[-1][b]) == pytest.approx(float(torch.logsumexp(s, 0)), rel=1e-12)
+    from ssvm_torch.chain import chain_marginals_ragged
+    flat = U[mask]
+    for backend in ("numba", "torch"):
+        Mu, Mt, logZ = chain_marginals_ragged(flat, lengths, first, last, trans, backend=backend)
+        torch.testing.assert_close(Mu, ref[0][mask], rtol=0, atol=1e-9)
+        torch.testing.assert_close(Mt, ref[3], rtol=0, atol=1e-9)
+        torch.testing.assert_close(logZ, ref[-1], rtol=1e-12, atol=0)

@@ -23,6 +23,12 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
+# A normalizer below this leaves the scaled recursion without full precision: a term it drops (an
+# exponential that underflowed, < 1e-308) could be more than 1e-58 of the total only below it. The
+# log-space recursion takes over there (the exact marginals of potentials with spreads beyond
+# float64's exponent range, e.g. the dual extragradient's prox steps).
+SCALED_MIN = 1e-250
+
 
 @nb.njit(cache=True, nogil=True)
 def exp_trans(trans, X):
@@ -45,7 +51,8 @@ def exp_trans(trans, X):
 def forward_row(E, b, pos, L, start, end, X, tm, A, P, c):
     """Scaled forward pass of one row: A[s] the normalized forward vector, P[s, k] =
     exp(E[s, k] - max_k E[s]) (with the start scores at s = 0), c[s] the normalizers, c[L] the
-    end's. Returns log Z, or nan when a normalizer is 0 (no allowed path, or float64 underflow)."""
+    end's. Returns log Z, or nan when a normalizer is below :data:`SCALED_MIN` or not finite (no
+    allowed path, or a spread the scaling cannot hold: :func:`log_fb_row` then)."""
     K = E.shape[2]
     logz = 0.0
     for s in range(L):
@@ -69,7 +76,7 @@ def forward_row(E, b, pos, L, start, end, X, tm, A, P, c):
                     acc += X[k, j] * A[s - 1, j]
                 A[s, k] = p * acc
             tot += A[s, k]
-        if not (tot > 0.0 and tot < np.inf):
+        if not (tot > SCALED_MIN and tot < np.inf):
             return np.nan
         for k in range(K):
             A[s, k] /= tot
@@ -82,13 +89,15 @@ def forward_row(E, b, pos, L, start, end, X, tm, A, P, c):
     tot = 0.0
     for k in range(K):
         tot += A[L - 1, k] * np.exp(end[k] - m)
-    if not (tot > 0.0 and tot < np.inf):
+    if not (tot > SCALED_MIN and tot < np.inf):
         return np.nan
     c[L] = tot
     return logz + np.log(tot) + m
 
 
-@nb.njit(cache=True, nogil=True)
+# inlined into its callers (numba IR): as a called function its scratch arguments may alias the
+# accumulators, which keeps LLVM from vectorizing the K x K loop
+@nb.njit(cache=True, nogil=True, inline="always")
 def backward_row(b, pos, L, end, X, A, P, c, gb, gE, acc_se, acc_t, beta, nxt):
     """Scaled backward pass after :func:`forward_row`: adds gb p(y_s = k) to gE[b, pos[s], k],
     gb times the first / last label marginals to acc_se[0] / acc_se[1] and gb times the expected
@@ -140,8 +149,8 @@ def _lse(v, K):
 @nb.njit(cache=True, nogil=True)
 def log_fb_row(E, b, pos, L, start, end, trans, gb, gE, acc_se, acc_t, fa, fb, v):
     """:func:`forward_row` + :func:`backward_row` in log space (any finite or -inf scores): returns
-    log Z and adds gb times the marginals to the same buffers. ``fa``/``fb`` (>= L, K) and ``v``
-    (K,) are scratch."""
+    log Z and adds gb times the marginals to the same buffers; returns nan and adds nothing when no
+    labeling has a finite score (no allowed path). ``fa``/``fb`` (>= L, K) and ``v`` (K,) are scratch."""
     K = E.shape[2]
     for k in range(K):
         fa[0, k] = E[b, pos[0], k] + start[k]
@@ -160,6 +169,10 @@ def log_fb_row(E, b, pos, L, start, end, trans, gb, gE, acc_se, acc_t, fa, fb, v
     for k in range(K):
         v[k] = fa[L - 1, k] + fb[L - 1, k]
     z = _lse(v, K)
+    if not np.isfinite(z):
+        return np.nan
+    if gb == 0.0:
+        return z
     for s in range(L):
         for k in range(K):
             mk = np.exp(fa[s, k] + fb[s, k] - z)

@@ -29,7 +29,7 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from .numba_fb import backward_row, exp_trans, forward_row
+from .numba_fb import backward_row, exp_trans, forward_row, log_fb_row
 from .numba_viterbi import NO_PEN, viterbi_segment_tt
 
 NO_LOSS = np.zeros(1, dtype=np.int64)      # viterbi_segment_tt's gt when the loss is already in the scratch
@@ -96,7 +96,7 @@ def nb_decode(E, mask, start, end, trans3, augment, gold, cost, rowc, out, score
 
 @nb.njit(cache=True, nogil=True, parallel=True)
 def nb_log_partition(E, mask, start, end, trans, logz):
-    """log Z of every row (0 for an empty row; nan where no allowed path exists or it underflows)."""
+    """log Z of every row (0 for an empty row; nan where no allowed path exists)."""
     B, T, K = E.shape
     X = np.empty((K, K))
     tm = exp_trans(trans, X)
@@ -107,7 +107,11 @@ def nb_log_partition(E, mask, start, end, trans, logz):
             logz[b] = 0.0
             continue
         A, P, c = np.empty((L, K)), np.empty((L, K)), np.empty(L + 1)
-        logz[b] = forward_row(E, b, pos, L, start, end, X, tm, A, P, c)
+        z = forward_row(E, b, pos, L, start, end, X, tm, A, P, c)
+        if np.isnan(z):                               # beyond the scaling's range: the log-space recursion
+            z = log_fb_row(E, b, pos, L, start, end, trans, 0.0, E, np.empty((2, K)), np.empty((K, K)), A, P,
+                           np.empty(K))
+        logz[b] = z
 
 
 @nb.njit(cache=True, nogil=True, parallel=True)
@@ -115,8 +119,8 @@ def nb_forward_backward(E, mask, start, end, trans, g, nchunk, logz, gE, gstart,
     """Forward-backward of every row (:mod:`ssvm_torch.chain.numba_fb`): logz (B,), and g_b times
     the marginals added to the gradient buffers: gE[b, t, k] += g_b p(y_t = k), gstart/gend (K,)
     the first/last label marginals, gtrans (K, K) [next, prev] the expected transition counts
-    (summed over rows). These are the gradient of sum_b g_b log Z_b. Rows whose forward pass fails
-    get logz nan and add nothing. ``nchunk`` row chunks run in parallel, each with its own (K, K)
+    (summed over rows). These are the gradient of sum_b g_b log Z_b; a row beyond the scaled
+    recursion's range runs the log-space one. Rows without an allowed path get logz nan and add nothing. ``nchunk`` row chunks run in parallel, each with its own (K, K)
     buffer (numba's thread count: the caller passes it, a kernel that reads it cannot be cached)."""
     B, T, K = E.shape
     X = np.empty((K, K))
@@ -134,8 +138,11 @@ def nb_forward_backward(E, mask, start, end, trans, g, nchunk, logz, gE, gstart,
                 continue
             A, P, c = np.empty((L, K)), np.empty((L, K)), np.empty(L + 1)
             z = forward_row(E, b, pos, L, start, end, X, tm, A, P, c)
+            if np.isnan(z):                           # beyond the scaling's range: the log-space recursion
+                logz[b] = log_fb_row(E, b, pos, L, start, end, trans, g[b], gE, accs[ch], acc[ch], A, P, beta)
+                continue
             logz[b] = z
-            if np.isnan(z) or g[b] == 0.0:
+            if g[b] == 0.0:
                 continue
             backward_row(b, pos, L, end, X, A, P, c, g[b], gE, accs[ch], acc[ch], beta, nxt)
     for ch in range(nchunk):

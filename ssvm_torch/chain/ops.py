@@ -18,11 +18,15 @@ from __future__ import annotations
 import torch
 
 from ..errors import SSVMInputError
-from .checks import fail_no_path, refuse_bad_scores, tracing, use_numba
+from ..devices import to_host
+from .checks import effective, fail_no_path, refuse_bad_scores, tracing, use_numba
+from .numba_nbest import nb_nbest
 from .numba_autograd import NumbaHinge, NumbaNLL, forward_backward, numba_decode
-from .torch_ops import compact, gather_rows, log_partition_rows, padded_score, torch_decode, torch_hinge, torch_nll
+from .torch_ops import (compact, gather_rows, log_partition_rows, padded_score, torch_decode, torch_hinge, torch_nbest,
+                        torch_nll)
 
-__all__ = ["decode", "hinge", "log_partition", "marginals", "nll", "refuse_bad_scores", "score", "tracing"]
+__all__ = ["decode", "hinge", "log_partition", "marginals", "nbest", "nll", "refuse_bad_scores", "score",
+           "softmax_margin", "tracing"]
 
 
 def _float(E):
@@ -44,6 +48,32 @@ def nll(E, mask, start, end, trans, gold, penalty=None, kernels="auto"):
     if use_numba(E, kernels):
         return NumbaNLL.apply(E.contiguous(), start, end, trans, mask.contiguous(), gold.contiguous(), penalty)
     return torch_nll(E, start, end, trans, mask, gold, penalty)
+
+
+def softmax_margin(E, mask, start, end, trans, gold, rowc, cost, penalty=None, kernels="auto"):
+    """Per-row softmax-margin loss (Gimpel & Smith 2010) log sum_y exp(s(y) + Delta(y, y_b)) - s(y_b),
+    Delta(y, y_b) = rowc_b sum_t cost[y_b,t, y_t] (the hinge's, cost with a zero diagonal): the CRF's
+    NLL of the cost-augmented emissions E + rowc_b cost[y_b,t, :] (s of the gold labeling is unchanged
+    by the augmentation), so its gradient is the cost-augmented marginals minus the gold statistics,
+    written directly by the numba backend as the CRF's is."""
+    E = _float(E)
+    augmented = E + rowc.to(E.dtype)[:, None, None] * cost.to(device=E.device, dtype=E.dtype)[gold]
+    return nll(augmented, mask, start, end, trans, gold, penalty, kernels)
+
+
+def nbest(E, mask, start, end, trans, n: int, penalty=None, kernels="auto"):
+    """(labels (B, n, T) int64, scores (B, n)): the n highest-scoring labelings of every row in
+    non-increasing score order, -1 where masked off and for the ranks a row lacks (fewer than n
+    allowed labelings; their scores are -inf). No gradient."""
+    E = _float(E.detach())
+    if use_numba(E, kernels):
+        s, e, t = effective(start, end, trans, penalty, torch.float64, E.device)
+        B, T, _ = E.shape
+        labels = torch.full((B, n, T), -1, dtype=torch.int64)
+        scores = torch.full((B, n), float("-inf"), dtype=torch.float64)
+        nb_nbest(*(to_host(x.contiguous()) for x in (E, mask, s, e, t)), n, to_host(labels), to_host(scores))
+        return labels, scores.to(E.dtype)
+    return torch_nbest(E, mask, start, end, trans, penalty, n)
 
 
 def decode(E, mask, start, end, trans, penalty=None, kernels="auto", gold=None, rowc=None, cost=None):

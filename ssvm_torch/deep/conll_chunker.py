@@ -4,8 +4,9 @@ recipes/conll_deep_hinge.yaml`` (the recipe's ``model.class_path`` picks this mo
 The network (:class:`ssvm_torch.deep.conll_tagger.ChunkTagger`) trains on the *fit* split with Adam on the
 mean per-sentence loss of its chain layer: the structured hinge with Hamming token loss
 (``loss="hinge"``: max_y [s(y) + Hamming(y, y_i)] - s(y_i), the margin-rescaled hinge of Taskar et al.
-2003 / Tsochantaridis et al. 2005 inside the network) or the CRF negative log-likelihood
-(``loss="crf"``). With ``features`` (a template name, e.g. ``rich``) the linear model's sparse
+2003 / Tsochantaridis et al. 2005 inside the network), the CRF negative log-likelihood
+(``loss="crf"``) or the softmax-margin loss (``loss="softmax_margin"``: the CRF likelihood of the
+Hamming-augmented scores, Gimpel & Smith 2010; docs/nn.md). With ``features`` (a template name, e.g. ``rich``) the linear model's sparse
 attributes add their per-tag scores to the emissions (the hybrid; SparseAdam on those rows).
 
 Model selection: after every epoch the chunk F1 of the *dev* split (the last ``heldout`` of the
@@ -74,7 +75,7 @@ class ConllChunker(L.LightningModule):
         super().__init__()
         self.save_hyperparameters()
         self.automatic_optimization = False
-        check_choice(loss, "loss", ("hinge", "crf"))
+        check_choice(loss, "loss", ("hinge", "crf", "softmax_margin"))
         check_choice(tags, "tags", ("bio", "bioes"))
         check(isinstance(batch_sentences, int) and batch_sentences >= 1, "batch_sentences", "an int >= 1",
               batch_sentences)

@@ -16,7 +16,11 @@ minimise (pytorch-crf returns the log-likelihood, to maximise):
   given per gold tag (a (K,) vector: Delta = sum_t v[y_i,t] [y_t != y_i,t]) or per pair (a (K, K)
   matrix C[gold, predicted] with a zero diagonal). Its gradient is the subgradient
   S(y*) - S(y_i), the statistics of the loss-augmented labeling y* minus the gold ones;
-* ``loss="crf"``: the negative log-likelihood log Z - s(y_i) = -pytorch-crf's ``forward``.
+* ``loss="crf"``: the negative log-likelihood log Z - s(y_i) = -pytorch-crf's ``forward``;
+* ``loss="softmax_margin"``: log sum_y exp(s(y) + Delta(y, y_i)) - s(y_i) (Gimpel & Smith 2010), the
+  CRF likelihood of the cost-augmented scores, with the hinge's Delta; its gradient is the
+  cost-augmented marginals minus the gold statistics. It bounds the hinge from above and the CRF's
+  NLL from above (docs/nn.md compares the three).
 
 Masks may be arbitrary: a row's result equals that of the row with its masked-off positions
 removed; a row with none on has loss 0 and decodes to all -1. Tag constraints
@@ -33,7 +37,7 @@ from ..devices import KERNELS
 from ..errors import SSVMInputError, check, check_choice
 from ..chain import ops
 
-LOSSES = ("hinge", "crf")
+LOSSES = ("hinge", "crf", "softmax_margin")
 REDUCTIONS = ("none", "sum", "mean", "token_mean")
 TOKEN_LOSSES = ("hamming", "normalized")
 
@@ -45,7 +49,7 @@ class LinearChain(nn.Module):
     (T, B), as pytorch-crf. loss: "hinge" or "crf". constraints: None or a dict of bool tensors
     {"start": (K,), "transitions": (K, K), "end": (K,)} (True = allowed, ``transitions[i, j]``: tag
     i may be followed by tag j). token_loss: "hamming", "normalized", or a (K,) / (K, K) cost tensor
-    (hinge only). kernels: "auto" (compiled numba kernels for CPU float32/float64, the torch path
+    (the Delta of the hinge and the softmax-margin loss). kernels: "auto" (compiled numba kernels for CPU float32/float64, the torch path
     elsewhere), "numba" or "torch" (the pure-torch path, e.g. to check it on CPU).
     """
 
@@ -178,8 +182,8 @@ class LinearChain(nn.Module):
             lengths = mask.sum(1)
             rowc = (1.0 / lengths.clamp(min=1).to(torch.float64) if self.normalized
                     else torch.ones(E.shape[0], dtype=torch.float64, device=E.device))
-            per_row = ops.hinge(E, mask, start, end, trans, tags, rowc, self.token_cost, self._penalty(),
-                                      self.kernels)
+            loss = ops.hinge if self.loss == "hinge" else ops.softmax_margin
+            per_row = loss(E, mask, start, end, trans, tags, rowc, self.token_cost, self._penalty(), self.kernels)
         if reduction == "none":
             return per_row
         if reduction == "sum":
@@ -193,16 +197,33 @@ class LinearChain(nn.Module):
         E, mask, tags = self._inputs(emissions, mask, tags)
         return ops.score(E, mask, *self._scores(), tags)
 
-    def decode(self, emissions: torch.Tensor, mask: torch.Tensor | None = None, as_lists: bool = False):
+    def decode(self, emissions: torch.Tensor, mask: torch.Tensor | None = None, as_lists: bool = False, *,
+               nbest: int = 1):
         """The best tag sequence of every row: a LongTensor (B, T) (batch-first) on the emissions'
         device, -1 where the mask is off; ``as_lists=True`` gives pytorch-crf's list of lists (the
-        tags of each row's masked-on positions)."""
+        tags of each row's masked-on positions).
+
+        ``nbest=k > 1``: the k highest-scoring tag sequences of every row, in non-increasing score
+        order (ties in any order), constraints respected: a LongTensor (B, k, T), -1 where the mask is
+        off and for the ranks of a row with fewer than k allowed sequences; as lists, a list of up to k
+        lists per row. The score of ``paths[:, j]`` is ``self.score(emissions, paths[:, j], mask)``.
+        Batch-first whatever ``batch_first`` says, as the 1-best tensor (pytorch-crf's unreleased
+        ``nbest`` returns (k, B, T) instead)."""
+        check(isinstance(nbest, int) and not isinstance(nbest, bool) and nbest >= 1, "nbest", "an int >= 1",
+              repr(nbest))
         E, mask, _ = self._inputs(emissions, mask)
         with torch.no_grad():
-            labels, _ = ops.decode(E, mask, *self._scores(), self._penalty(), self.kernels)
-        if as_lists:
+            if nbest == 1:
+                labels, _ = ops.decode(E, mask, *self._scores(), self._penalty(), self.kernels)
+            else:
+                labels, scores = ops.nbest(E, mask, *self._scores(), nbest, self._penalty(), self.kernels)
+        if not as_lists:
+            return labels
+        if nbest == 1:
             return [row[row >= 0].tolist() for row in labels.cpu()]
-        return labels
+        found = torch.isfinite(scores).cpu()
+        return [[path[path >= 0].tolist() for path, ok in zip(paths, oks) if ok]
+                for paths, oks in zip(labels.cpu(), found)]
 
     def log_partition(self, emissions, mask=None) -> torch.Tensor:
         """log Z per row (B,), differentiable (the CRF's normaliser; 0 for an empty row)."""
