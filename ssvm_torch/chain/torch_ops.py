@@ -16,9 +16,13 @@ from .padded import viterbi
 
 def compact(mask: torch.Tensor):
     """(order (B, T), lengths (B,)): order lists each row's masked-on positions first, in order,
-    then the others; lengths counts the masked-on positions."""
-    order = torch.argsort((~mask).to(torch.int8), dim=1, stable=True)
-    return order, mask.sum(1)
+    then the others; lengths counts the masked-on positions. Built from cumulative sums and one
+    scatter, not a sort (a stable sort has no ONNX export)."""
+    on = mask.to(torch.int64)
+    lengths = on.sum(1)
+    dest = torch.where(mask, on.cumsum(1) - 1, lengths[:, None] + (1 - on).cumsum(1) - 1)
+    positions = torch.arange(mask.shape[1], device=mask.device).expand_as(dest)
+    return torch.zeros_like(dest).scatter(1, dest, positions), lengths
 
 
 def gather_rows(E, order):
