@@ -58,6 +58,25 @@ def _allowed(scheme, a, ka, b, kb) -> bool:
     return b in ("O", "B") or (b == "I" and a in ("B", "I") and same)
 
 
+def _refuse_unreachable(scheme: str, parts) -> None:
+    """A chunk type whose tags the scheme can never use is refused: under BIOES a chunk of several
+    tokens needs B-X and E-X (B opens it, E closes it; I only continues), under BIO an I-X needs a B-X
+    before it. Labels of another scheme (BIO tags given as "BIOES") would otherwise make every such
+    chunk unlabelable and the decoder return all "O"."""
+    kinds = {}
+    for head, kind in parts:
+        if kind is not None:
+            kinds.setdefault(kind, set()).add(head)
+    for kind, heads in sorted(kinds.items()):
+        need = {"BIOES": {"B", "E"} if heads & {"B", "I", "E"} else set(),
+                "BIO": {"B"} if "I" in heads else set()}.get(scheme, set())
+        if need - heads:
+            hint = " (these look like BIO tags: use scheme 'BIO')" if scheme == "BIOES" and heads <= {"B", "I"} else ""
+            raise SSVMInputError(f"labels: scheme {scheme} needs {' and '.join(sorted(h + '-' + kind for h in need))} "
+                                 f"for the chunk type {kind!r}, which has only {', '.join(sorted(h + '-' + kind for h in heads))}: "
+                                 f"no tag sequence could label such a chunk{hint}")
+
+
 def allowed_transitions(scheme: str, labels) -> dict[str, torch.Tensor]:
     """The constraint set of ``scheme`` ("BIO" = "IOB2", "IOB1", "BIOES"; case-insensitive) over
     the tags ``labels``: a sequence of K tag names ("B-NP", "I-NP", "O", ...) with labels[k] the
@@ -73,6 +92,7 @@ def allowed_transitions(scheme: str, labels) -> dict[str, torch.Tensor]:
           type(labels).__name__)
     check(len(set(labels)) == len(labels), "labels", "distinct tag names", list(labels))
     parts = [_split(x, SCHEMES[scheme], scheme) for x in labels]
+    _refuse_unreachable(scheme, parts)
     K = len(parts)
     start = torch.tensor([_allowed(scheme, "START", None, p, k) for p, k in parts])
     end = torch.tensor([_allowed(scheme, p, k, "END", None) for p, k in parts])

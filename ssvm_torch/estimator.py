@@ -129,8 +129,9 @@ class StructuredSVM(BaseEstimator):
               type(X).__name__ if not isinstance(X, (list, tuple)) else "an empty list")
         xs = []
         for i, x in enumerate(X):
-            x = np.asarray(x)
-            check(x.ndim == 2, f"X[{i}]", "a 2-d array (length, features)", x.shape)
+            x = x.toarray() if hasattr(x, "toarray") and hasattr(x, "nnz") else np.asarray(x)   # scipy.sparse rows
+            check(x.ndim == 2, f"X[{i}]", "a 2-d array (length, features), dense or scipy.sparse",
+                  x.shape if x.ndim else f"a 0-d {x.dtype} array of {type(X[i]).__name__}")
             check(x.shape[0] >= 1, f"X[{i}]", "a sequence of length >= 1", "an empty sequence")
             check(x.dtype.kind in "biuf", f"X[{i}]", "real numbers", x.dtype)
             check(np.isfinite(x).all(), f"X[{i}]", "finite values", "NaN or inf")

@@ -155,10 +155,12 @@ def _pid_alive(pid: int) -> bool:
 class RunDir:
     """The output directory of one run, checked before any training so that no work is lost at the
     end: ``out`` must be a creatable, writable directory; a directory that already holds a run (any
-    of :data:`RUN_FILES`) is refused unless ``overwrite`` (its run files are then removed, so no
-    file of the earlier run stays beside the new ones) or unless the run resumes from a checkpoint
-    inside it; stale temporary files of killed writes are removed; a lock file makes a second
-    concurrent run in the same directory fail at once. Use as a context manager (releases the lock)."""
+    of :data:`RUN_FILES`) is refused unless ``overwrite`` (its run files are then removed when the new
+    run writes its first file, :meth:`write_config`, so no file of the earlier run stays beside the
+    new ones and a run refused before that leaves them all) or unless the run resumes from a
+    checkpoint inside it; stale temporary files of killed writes are removed; a lock file makes a
+    second concurrent run in the same directory fail at once. Use as a context manager: it releases
+    the lock, and a run that fails before writing anything leaves no directory it created."""
 
     def __init__(self, out, overwrite: bool = False, resume=None, field: str = "out"):
         if out is None or str(out).strip() == "":
@@ -166,6 +168,8 @@ class RunDir:
         self.path = Path(out)
         if self.path.exists() and not self.path.is_dir():
             raise SSVMInputError(f"{field}: expected a directory, {self.path} is an existing file")
+        self.created = not self.path.exists()
+        self.replaced: list = []                       # the earlier run's files, removed at the first write
         try:
             self.path.mkdir(parents=True, exist_ok=True)
             fd, probe = tempfile.mkstemp(prefix=".ssvm-write-probe.", dir=self.path)
@@ -183,12 +187,11 @@ class RunDir:
                 raise SSVMInputError(f"{field}: {self.path} already holds a run ({', '.join(held)}); pass --overwrite "
                                      f"to replace it{more}")
             if held and overwrite and not resuming:
-                for f in held:
-                    (self.path / f).unlink()
+                self.replaced = held
             for stale in self.path.glob(".*.tmp"):       # temp files of writes killed midway
                 stale.unlink(missing_ok=True)
         except BaseException:
-            self.release()
+            self._close(failed=True)
             raise
 
     def _lock(self) -> None:
@@ -220,8 +223,16 @@ class RunDir:
     def __enter__(self) -> "RunDir":
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, exc_type, *exc) -> None:
+        self._close(failed=exc_type is not None)
+
+    def _close(self, failed: bool) -> None:
         self.release()
+        if failed and self.created:                    # a refused run leaves no directory of its own
+            try:
+                self.path.rmdir()                      # only if nothing was written into it
+            except OSError:
+                pass
 
     def require_free(self, nbytes: int, what: str) -> None:
         """Refuse to start when the disk cannot hold ``what`` (``nbytes``, with a 20% margin)."""
@@ -231,9 +242,19 @@ class RunDir:
             raise SSVMInputError(f"out: {self.path} has {free / 2**20:.0f} MB free, {what} needs about "
                                  f"{1.2 * nbytes / 2**20:.0f} MB")
 
+    def begin(self, keep=()) -> None:
+        """The new run writes its first file: with ``overwrite``, the earlier run's files go now
+        (but ``keep``, which the caller replaces atomically)."""
+        for f in self.replaced:
+            if f not in keep:
+                (self.path / f).unlink(missing_ok=True)
+        self.replaced = []
+
     def write_config(self, config: dict) -> Path:
         """config.json: what the run was (dataset, lambda, seed, solver options, ...) and with what
-        (package versions, git revision)."""
+        (package versions, git revision). The run's first file: with ``overwrite``, the earlier run's
+        files go now, once every check of the new run has passed."""
+        self.begin(keep=("config.json",))               # replaced atomically below
         return atomic_write_bytes(self.path / "config.json",
                                   json.dumps({**config, "environment": environment()}, indent=1).encode())
 

@@ -192,6 +192,41 @@ def test_earlier_run_is_not_overwritten(tmp_path, capsys):
     assert config["environment"]["torch"] == torch.__version__ and "git_revision" in config["environment"]
 
 
+@pytest.mark.parametrize("case", ["batch-size", "text-resume", "model-as-resume"])
+def test_a_refused_run_writes_nothing_and_its_corrected_rerun_runs(tmp_path, capsys, case):
+    """A refusal that comes after the task is loaded (a batch larger than n, a resume file that is
+    not a checkpoint) leaves no directory and no config.json behind: the corrected rerun needs no
+    --overwrite."""
+    out = tmp_path / "run"
+    bad = {"batch-size": ["--batch-size", "100000"], "text-resume": ["--resume", str(tmp_path / "notes.txt")],
+           "model-as-resume": ["--resume", str(tmp_path / "other" / "model.pt")]}[case]
+    (tmp_path / "notes.txt").write_text("not a checkpoint\n")
+    if case == "model-as-resume":
+        assert main(QUICK + ["--out", str(tmp_path / "other")]) == 0
+    assert main(QUICK + ["--out", str(out), *bad]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and ("batch_size" in err or "resume:" in err)
+    assert not out.exists()
+    assert main(QUICK + ["--out", str(out)]) == 0
+    assert (out / "config.json").is_file() and (out / "model.pt").is_file()
+
+
+def test_overwrite_replaces_the_earlier_run_only_once_the_new_one_passes_its_checks(tmp_path, capsys):
+    """--overwrite with a late refusal (batch size) or a resume under another lambda keeps every file
+    of the earlier run byte for byte, config.json included; a run that passes its checks replaces it."""
+    run = tmp_path / "run"
+    assert main(QUICK + ["--out", str(run), "--checkpoint"]) == 0
+    before = {f: (run / f).read_bytes() for f in ("history.json", "model.pt", "checkpoint.pt", "config.json")}
+    assert main(QUICK + ["--out", str(run), "--overwrite", "--batch-size", "100000"]) == 2
+    assert all((run / f).read_bytes() == b for f, b in before.items())
+    other = [a if a != "0.05" else "0.5" for a in QUICK]
+    assert main(other + ["--out", str(run), "--resume", str(run / "checkpoint.pt")]) == 2
+    assert "lam" in capsys.readouterr().err
+    assert all((run / f).read_bytes() == b for f, b in before.items())
+    assert main(QUICK + ["--seed", "1", "--out", str(run), "--overwrite"]) == 0
+    assert not (run / "checkpoint.pt").exists() and (run / "model.pt").read_bytes() != before["model.pt"]
+
+
 def test_concurrent_runs_cannot_share_a_directory(tmp_path, capsys):
     run = tmp_path / "run"
     with RunDir(run):

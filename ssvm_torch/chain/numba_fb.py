@@ -95,14 +95,17 @@ def forward_row(E, b, pos, L, start, end, X, tm, A, P, c):
     return logz + np.log(tot) + m
 
 
-# inlined into its callers (numba IR): as a called function its scratch arguments may alias the
-# accumulators, which keeps LLVM from vectorizing the K x K loop
+# inlined into its callers (numba IR), with its scratch allocated here and the accumulators indexed
+# by ``ch``: as a called function, or with scratch and accumulator views passed in, the K x K loop ran
+# ~20% slower (LLVM cannot rule out aliasing between arguments)
 @nb.njit(cache=True, nogil=True, inline="always")
-def backward_row(b, pos, L, end, X, A, P, c, gb, gE, acc_se, acc_t, beta, nxt):
+def backward_row(b, pos, L, end, X, A, P, c, gb, gE, acc_se, acc_t, ch):
     """Scaled backward pass after :func:`forward_row`: adds gb p(y_s = k) to gE[b, pos[s], k],
-    gb times the first / last label marginals to acc_se[0] / acc_se[1] and gb times the expected
-    transition counts to acc_t [next, prev]. ``beta``/``nxt`` (K,) are scratch."""
+    gb times the first / last label marginals to acc_se[ch, 0] / acc_se[ch, 1] and gb times the
+    expected transition counts to acc_t[ch] [next, prev]."""
     K = X.shape[0]
+    beta = np.empty(K)
+    nxt = np.empty(K)
     me = -np.inf
     for k in range(K):
         if end[k] > me:
@@ -114,9 +117,9 @@ def backward_row(b, pos, L, end, X, A, P, c, gb, gE, acc_se, acc_t, beta, nxt):
             mk = A[s, k] * beta[k]
             gE[b, pos[s], k] += gb * mk
             if s == L - 1:
-                acc_se[1, k] += gb * mk
+                acc_se[ch, 1, k] += gb * mk
             if s == 0:
-                acc_se[0, k] += gb * mk
+                acc_se[ch, 0, k] += gb * mk
         if s == 0:
             break
         # xi[k, j] = A[s-1, j] X[k, j] P[s, k] beta_s[k] / c_s; beta_{s-1}[j] = sum_k X[k, j] P[s, k] beta_s[k] / c_s
@@ -129,7 +132,7 @@ def backward_row(b, pos, L, end, X, A, P, c, gb, gE, acc_se, acc_t, beta, nxt):
             for j in range(K):
                 w = X[k, j] * nk
                 beta[j] += w
-                acc_t[k, j] += gb * A[s - 1, j] * w
+                acc_t[ch, k, j] += gb * A[s - 1, j] * w
 
 
 @nb.njit(cache=True, nogil=True)
@@ -147,10 +150,11 @@ def _lse(v, K):
 
 
 @nb.njit(cache=True, nogil=True)
-def log_fb_row(E, b, pos, L, start, end, trans, gb, gE, acc_se, acc_t, fa, fb, v):
+def log_fb_row(E, b, pos, L, start, end, trans, gb, gE, acc_se, acc_t, ch, fa, fb, v):
     """:func:`forward_row` + :func:`backward_row` in log space (any finite or -inf scores): returns
-    log Z and adds gb times the marginals to the same buffers; returns nan and adds nothing when no
-    labeling has a finite score (no allowed path). ``fa``/``fb`` (>= L, K) and ``v`` (K,) are scratch."""
+    log Z and adds gb times the marginals to the same buffers (row ``ch`` of the accumulators); returns
+    nan and adds nothing when no labeling has a finite score (no allowed path). ``fa``/``fb`` (>= L, K)
+    and ``v`` (K,) are scratch."""
     K = E.shape[2]
     for k in range(K):
         fa[0, k] = E[b, pos[0], k] + start[k]
@@ -178,13 +182,13 @@ def log_fb_row(E, b, pos, L, start, end, trans, gb, gE, acc_se, acc_t, fa, fb, v
             mk = np.exp(fa[s, k] + fb[s, k] - z)
             gE[b, pos[s], k] += gb * mk
             if s == 0:
-                acc_se[0, k] += gb * mk
+                acc_se[ch, 0, k] += gb * mk
             if s == L - 1:
-                acc_se[1, k] += gb * mk
+                acc_se[ch, 1, k] += gb * mk
     for s in range(1, L):
         for k in range(K):
             for j in range(K):
-                acc_t[k, j] += gb * np.exp(fa[s - 1, j] + trans[k, j] + E[b, pos[s], k] + fb[s, k] - z)
+                acc_t[ch, k, j] += gb * np.exp(fa[s - 1, j] + trans[k, j] + E[b, pos[s], k] + fb[s, k] - z)
     return z
 
 
@@ -198,6 +202,7 @@ def nb_ragged_marginals(U, offsets, first, last, trans, Mu, Mt, logZ):
     K = U.shape[1]
     U3 = U.reshape((1, U.shape[0], K))
     Mu3 = Mu.reshape((1, Mu.shape[0], K))
+    acc_se = np.zeros((B, 2, K))                      # first / last label marginals: not returned
     for b in nb.prange(B):
         s0, e0 = offsets[b], offsets[b + 1]
         L = e0 - s0
@@ -210,11 +215,10 @@ def nb_ragged_marginals(U, offsets, first, last, trans, Mu, Mt, logZ):
                 Mt[b, k, j] = 0.0
         X = np.empty((K, K))
         A, P, c = np.empty((L, K)), np.empty((L, K)), np.empty(L + 1)
-        acc_se = np.zeros((2, K))
         tm = exp_trans(trans[b], X)
         z = forward_row(U3, 0, pos, L, first[b], last[b], X, tm, A, P, c)
         if np.isnan(z):
-            z = log_fb_row(U3, 0, pos, L, first[b], last[b], trans[b], 1.0, Mu3, acc_se, Mt[b], A, P, np.empty(K))
+            z = log_fb_row(U3, 0, pos, L, first[b], last[b], trans[b], 1.0, Mu3, acc_se, Mt, b, A, P, np.empty(K))
         else:
-            backward_row(0, pos, L, last[b], X, A, P, c, 1.0, Mu3, acc_se, Mt[b], np.empty(K), np.empty(K))
+            backward_row(0, pos, L, last[b], X, A, P, c, 1.0, Mu3, acc_se, Mt, b)
         logZ[b] = z

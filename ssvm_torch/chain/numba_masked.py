@@ -109,8 +109,8 @@ def nb_log_partition(E, mask, start, end, trans, logz):
         A, P, c = np.empty((L, K)), np.empty((L, K)), np.empty(L + 1)
         z = forward_row(E, b, pos, L, start, end, X, tm, A, P, c)
         if np.isnan(z):                               # beyond the scaling's range: the log-space recursion
-            z = log_fb_row(E, b, pos, L, start, end, trans, 0.0, E, np.empty((2, K)), np.empty((K, K)), A, P,
-                           np.empty(K))
+            z = log_fb_row(E, b, pos, L, start, end, trans, 0.0, E, np.empty((1, 2, K)), np.empty((1, K, K)), 0, A,
+                           P, np.empty(K))
         logz[b] = z
 
 
@@ -130,7 +130,6 @@ def nb_forward_backward(E, mask, start, end, trans, g, nchunk, logz, gE, gstart,
     accs = np.zeros((nchunk, 2, K))
     for ch in nb.prange(nchunk):
         pos = np.empty(T, dtype=np.int64)
-        beta, nxt = np.empty(K), np.empty(K)
         for b in range(ch, B, nchunk):
             L = _positions(mask, b, pos)
             if L == 0:
@@ -139,12 +138,12 @@ def nb_forward_backward(E, mask, start, end, trans, g, nchunk, logz, gE, gstart,
             A, P, c = np.empty((L, K)), np.empty((L, K)), np.empty(L + 1)
             z = forward_row(E, b, pos, L, start, end, X, tm, A, P, c)
             if np.isnan(z):                           # beyond the scaling's range: the log-space recursion
-                logz[b] = log_fb_row(E, b, pos, L, start, end, trans, g[b], gE, accs[ch], acc[ch], A, P, beta)
+                logz[b] = log_fb_row(E, b, pos, L, start, end, trans, g[b], gE, accs, acc, ch, A, P, np.empty(K))
                 continue
             logz[b] = z
             if g[b] == 0.0:
                 continue
-            backward_row(b, pos, L, end, X, A, P, c, g[b], gE, accs[ch], acc[ch], beta, nxt)
+            backward_row(b, pos, L, end, X, A, P, c, g[b], gE, accs, acc, ch)
     for ch in range(nchunk):
         for k in range(K):
             gstart[k] += accs[ch, 0, k]

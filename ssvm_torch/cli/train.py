@@ -202,12 +202,6 @@ def _train(args, cfg: SolverConfig, device, dtype, run_dir: RunDir | None) -> di
         dual = task.store(lam, device=device, dtype=dtype, kernels=args.kernels)
     out = run_dir.path if run_dir is not None else None
     speak = not args.quiet and run_dir is not None
-    if run_dir is not None:
-        run_dir.write_config({"command": "ssvm-train", "dataset": args.dataset, "train_size": args.train_size,
-                              "unary_only": args.unary_only, **featurization, "lam": lam, "selection": selection,
-                              "device": str(device), "dtype": args.dtype,
-                              "kernels": args.kernels, "resume": args.resume, "solver": asdict(cfg),
-                              "distributed": distributed.describe(dual) if size > 1 else None})
 
     solver = None
     identity = {"dataset": args.dataset, "train_size": args.train_size, "unary_only": args.unary_only, **featurization,
@@ -238,6 +232,12 @@ def _train(args, cfg: SolverConfig, device, dtype, run_dir: RunDir | None) -> di
         run_dir.require_free(8 * task.d + (1 << 16) + int(checks) * 2048, "model.pt and history.json")
     if args.resume:
         solver.load_state_dict(load_checkpoint(args.resume, identity))
+    if run_dir is not None:                       # every check has passed: the run's first file
+        run_dir.write_config({"command": "ssvm-train", "dataset": args.dataset, "train_size": args.train_size,
+                              "unary_only": args.unary_only, **featurization, "lam": lam, "selection": selection,
+                              "device": str(device), "dtype": args.dtype,
+                              "kernels": args.kernels, "resume": args.resume, "solver": asdict(cfg),
+                              "distributed": distributed.describe(dual) if size > 1 else None})
     if speak and size > 1:
         print(f"torchrun: {size} ranks ({'nccl' if device.type == 'cuda' else 'gloo'}), round-robin shards of "
               f"{dual.local.n} or so blocks, exchange {'gather' if dual.gather else 'allreduce'}", flush=True)
@@ -332,6 +332,7 @@ def _select(args, cfg: SolverConfig, device, dtype, run_dir: RunDir, featurizati
             best = (score, lam, min_count)
     selection = {"lam": best[1], "min_count": best[2], "heldout": args.heldout, "n_fit": fit.n_train,
                  "n_dev": fit.n_test, "passes_per_lam": args.passes, "table": rows}
+    run_dir.begin()                                           # the run's first file
     save_selection(run_dir.path, selection)
     if speak:
         print(f"selected lam = {best[1]:g}, min count {best[2]}; refitting on all {fit.n_train + fit.n_test} "

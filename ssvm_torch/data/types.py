@@ -25,8 +25,9 @@ def data_dir() -> Path:
     path = Path(env) if env else Path(__file__).resolve().parents[2] / "datasets"
     if not path.is_dir():
         raise SSVMInputError(
-            f"data directory: expected a folder with the datasets at {path}; pass --data-dir or set "
-            "SSVM_TORCH_DATA to a copy of the repository's datasets/ folder (the wheel does not include them)")
+            f"data directory: expected a folder with the datasets at {path}; set SSVM_TORCH_DATA to a copy of "
+            "the repository's datasets/ folder (ssvm-train and ssvm-path also take --data-dir; the wheel does not "
+            "include the datasets)")
     return path
 
 

@@ -125,8 +125,9 @@ class LinearChain(nn.Module):
 
     def _inputs(self, emissions, mask, tags=None):
         """Batch-first emissions, bool mask and tags after the checks (every field named)."""
-        check(torch.is_tensor(emissions) and emissions.dim() == 3 and emissions.is_floating_point(), "emissions",
-              "a float tensor of 3 dimensions", getattr(emissions, "shape", type(emissions)))
+        check(torch.is_tensor(emissions) and emissions.is_floating_point(), "emissions", "a float tensor",
+              getattr(emissions, "dtype", type(emissions).__name__))
+        check(emissions.dim() == 3, "emissions", "a float tensor of 3 dimensions", tuple(emissions.shape))
         layout = "(B, T)" if self.batch_first else "(T, B)"
         check(emissions.shape[2] == self.num_tags, "emissions", f"a last dimension of num_tags = {self.num_tags}",
               tuple(emissions.shape))
@@ -142,8 +143,12 @@ class LinearChain(nn.Module):
               "mask", f"a tensor {layout} = {tuple(emissions.shape[:2])} on {emissions.device}",
               (getattr(mask, "shape", type(mask)), getattr(mask, "device", None)))
         if mask.dtype != torch.bool:
-            check(not mask.is_floating_point() and (traced or bool(((mask == 0) | (mask == 1)).all())), "mask",
-                  "a bool tensor (or integers 0/1)", mask.dtype)
+            check(not mask.is_floating_point() and not mask.is_complex(), "mask", "a bool tensor (or integers 0/1)",
+                  mask.dtype)
+            if not traced and not bool(((mask == 0) | (mask == 1)).all()):
+                bad = mask[(mask != 0) & (mask != 1)]
+                check(False, "mask", "values 0 or 1 (a bool tensor, or integers 0/1)",
+                      f"{int(bad[0])} ({int(bad.numel())} such entries)")
             mask = mask.bool()
         if not self.batch_first:
             emissions, mask = emissions.transpose(0, 1), mask.transpose(0, 1)

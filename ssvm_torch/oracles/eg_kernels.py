@@ -21,7 +21,7 @@ from .chain_kernels import nb_block_unary, nb_delta_move, nb_delta_sqnorm
 
 
 @nb.njit(cache=True, nogil=True)
-def block_marginals(P, T, tf, tl, tt, pen, X, fa, fb, fc, v, mu, mt, pos, se, te, acc_se, nxt):
+def block_marginals(P, T, tf, tl, tt, pen, X, fa, fb, fc, v, mu, mt, pos, se, te, acc_se):
     """Marginals of one chain with log-potentials P (T, K) (first/last tf/tl (K,), transitions tt
     (K, K) [next, prev], ``pen`` the (K+2, K) constraint scores or empty) by the chain package's
     recursions (:mod:`ssvm_torch.chain.numba_fb`: the scaled one, the log-space one where its
@@ -31,8 +31,8 @@ def block_marginals(P, T, tf, tl, tt, pen, X, fa, fb, fc, v, mu, mt, pos, se, te
     for k in range(K):
         se[0, k] = tf[k] + (pen[K, k] if has_pen else 0.0)
         se[1, k] = tl[k] + (pen[K + 1, k] if has_pen else 0.0)
-        acc_se[0, k] = 0.0
-        acc_se[1, k] = 0.0
+        acc_se[0, 0, k] = 0.0
+        acc_se[0, 1, k] = 0.0
         for j in range(K):
             te[k, j] = tt[k, j] + (pen[k, j] if has_pen else 0.0)
             mt[k, j] = 0.0
@@ -41,11 +41,12 @@ def block_marginals(P, T, tf, tl, tt, pen, X, fa, fb, fc, v, mu, mt, pos, se, te
             mu[t, k] = 0.0
     P3 = P.reshape((1, P.shape[0], K))
     mu3 = mu.reshape((1, mu.shape[0], K))
+    mt3 = mt.reshape((1, K, K))
     tm = exp_trans(te, X)
     if np.isnan(forward_row(P3, 0, pos, T, se[0], se[1], X, tm, fa, fb, fc)):
-        log_fb_row(P3, 0, pos, T, se[0], se[1], te, 1.0, mu3, acc_se, mt, fa, fb, v)
+        log_fb_row(P3, 0, pos, T, se[0], se[1], te, 1.0, mu3, acc_se, mt3, 0, fa, fb, v)
     else:
-        backward_row(0, pos, T, se[1], X, fa, fb, fc, 1.0, mu3, acc_se, mt, v, nxt)
+        backward_row(0, pos, T, se[1], X, fa, fb, fc, 1.0, mu3, acc_se, mt3, 0)
 
 
 @nb.njit(cache=True, nogil=True)
@@ -59,7 +60,7 @@ def nb_eg_step(i, beta, tol, lam, N, tw_i, fptr, fidx, fval, off, Y, G, goff, W,
     s = off[i]
     T = off[i + 1] - s
     K = W.shape[0]
-    pos, se, te, acc_se, nxt = fb_work
+    pos, se, te, acc_se = fb_work
     nb_block_unary(i, fptr, fidx, fval, off, W, U)                   # theta_i(w): the part scores
     ell_old = ell_i[i]
     c_w = 1.0 / (lam * N)
@@ -77,7 +78,7 @@ def nb_eg_step(i, beta, tol, lam, N, tw_i, fptr, fidx, fval, off, Y, G, goff, W,
             tl[k] = th_l[i, k] + b * last[k]
             for j in range(K):
                 tt[k, j] = th_t[i, k, j] + b * trans[k, j]
-        block_marginals(P, T, tf, tl, tt, pen, E, fa, fb, fc, v, mu, mt, pos, se, te, acc_se, nxt)
+        block_marginals(P, T, tf, tl, tt, pen, E, fa, fb, fc, v, mu, mt, pos, se, te, acc_se)
         tries += 1
         right = 0.0
         lin = 0.0
@@ -126,7 +127,7 @@ def nb_eg_steps(blocks, max_calls, beta, tol, lam, N, tw, fptr, fidx, fval, off,
     ``max_calls`` marginal calls are spent. Returns (steps taken, marginal calls, steps accepted,
     the change of ell)."""
     K = W.shape[0]
-    fb_work = (np.arange(P.shape[0]), np.empty((2, K)), np.empty((K, K)), np.empty((2, K)), np.empty(K))
+    fb_work = (np.arange(P.shape[0]), np.empty((2, K)), np.empty((K, K)), np.empty((1, 2, K)))
     calls = 0
     steps = 0
     accepted = 0
