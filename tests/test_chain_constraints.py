@@ -152,7 +152,8 @@ def test_cli_refuses_constraints_by_name(tmp_path, capsys):
     assert code == 2 and "constraints: only for the tasks with chunk tags" in capsys.readouterr().err
     code = train_main(["--dataset", "conll2000", "--train-size", "50", "--constraints", "bioes", "--passes", "1",
                        "--out", str(tmp_path / "b")])
-    assert code == 2 and "gold tags break the BIOES constraints" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert code == 2 and "scheme 'bioes' does not fit the tag set" in err and "use scheme 'BIO'" in err
 
 
 def test_conll_trains_under_bio_constraints_and_predicts_only_allowed_tags(tmp_path):

@@ -324,7 +324,7 @@ def test_bad_input_gets_a_clear_error_naming_the_field():
         (lambda: lay(E, torch.full_like(tags, -1)), "row 0, position 0"),
         (lambda: lay(E.masked_fill(torch.rand(2, 3, K) > 0.5, float("nan")), tags), "emissions: expected scores without NaN or inf"),
         (lambda: lay(E, tags, torch.ones(2, 2, dtype=torch.bool)), "mask: expected a tensor"),
-        (lambda: lay(E, tags, torch.full((2, 3), 2)), "mask: expected a bool tensor"),
+        (lambda: lay(E, tags, torch.full((2, 3), 2)), "mask: expected values 0 or 1 (a bool tensor, or integers 0/1), got 2"),
         (lambda: lay(E, tags, reduction="avg"), "reduction: expected one of"),
         (lambda: lay(E, torch.tensor([[0, 2, 0], [1, 2, 2]])), "tags: row 0, position 1"),  # O -> I-NP
         (lambda: LinearChain(0), "num_tags: expected an int >= 1"),
