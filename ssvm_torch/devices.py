@@ -28,6 +28,22 @@ import numpy as np
 import torch
 from torch.overrides import TorchFunctionMode
 
+from .errors import SSVMInputError
+
+
+def parse_device(value, field: str = "device") -> torch.device:
+    """``value`` as a CPU or CUDA torch device, refused in one line naming ``field`` when it is not a
+    device, another kind, or CUDA on a machine without it (before any work)."""
+    try:
+        device = torch.device(value)
+    except (RuntimeError, TypeError):
+        raise SSVMInputError(f"{field}: expected a torch device such as 'cpu' or 'cuda:0', got {value!r}") from None
+    if device.type not in ("cpu", "cuda"):
+        raise SSVMInputError(f"{field}: expected 'cpu' or 'cuda[:N]', got {value!r}")
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise SSVMInputError(f"{field}: {value!r} requested but no CUDA device is available")
+    return device
+
 __all__ = ["KERNELS", "HostCopyError", "from_host", "host_guard", "resolve_device", "to_host"]
 
 #: ``numba``: compiled CPU kernels (CPU float64 only); ``torch``: the pure-torch path (any device);

@@ -54,8 +54,9 @@ class RunInterrupted(Exception):
 
 def run_cli(prog: str, fn, args) -> int:
     """Run a command's ``fn(args)``; bad input (SSVMInputError) prints ``prog: error: ...`` and
-    returns exit code 2 instead of a traceback; an interrupted run (RunInterrupted) prints its one
-    line and returns 130, the shell's code for Ctrl-C."""
+    returns exit code 2 instead of a traceback; an interrupted run (RunInterrupted, or Ctrl-C where
+    no run is in progress, e.g. while numba compiles) prints its one line and returns 130, the
+    shell's code for Ctrl-C."""
     import sys
     try:
         fn(args)
@@ -65,4 +66,16 @@ def run_cli(prog: str, fn, args) -> int:
     except RunInterrupted as e:
         print(f"{prog}: {e}", file=sys.stderr)
         return 130
+    except KeyboardInterrupt:                       # Ctrl-C outside a run's signal handling (start-up, compilation)
+        print(f"{prog}: interrupted (Ctrl-C) before the run had results to write; any file it wrote is "
+              "complete (atomic writes)", file=sys.stderr)
+        return 130
     return 0
+
+
+def human_bytes(n: float) -> str:
+    """A byte count for messages: "512 B", "4.0 kB", "12.3 MB", "1.20 GB" (never "0 MB" for a few bytes)."""
+    for unit, scale in (("GB", 2**30), ("MB", 2**20), ("kB", 2**10)):
+        if n >= scale:
+            return f"{n / scale:.2f} {unit}" if unit == "GB" else f"{n / scale:.1f} {unit}"
+    return f"{int(n)} B"

@@ -25,7 +25,7 @@ import torch
 
 from .data.examples import FlatData
 from .data.types import ChainData
-from .devices import to_host
+from .devices import parse_device, to_host
 from .errors import SSVMInputError, check, check_choice
 from .models import ChainModel, MulticlassModel, MultiLabelModel
 from .models.base import StructuredModel
@@ -193,6 +193,7 @@ class StructuredSVM(BaseEstimator):
         return self._fit_data(self._data(X, Y, fitting=True))
 
     def _fit_data(self, data):
+        parse_device(self.device)
         n = data.n
         lam = self.lam if self.lam is not None else 1.0 / n
         cfg = SolverConfig(solver=self.solver, sampling=self.sampling, step=self.step, cache=self.cache,

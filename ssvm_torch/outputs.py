@@ -28,7 +28,7 @@ from pathlib import Path
 import torch
 
 from .atomic import atomic_write, atomic_write_bytes
-from .errors import SSVMInputError
+from .errors import SSVMInputError, human_bytes
 from .portable import pack, unpack
 from .version import __version__
 
@@ -239,8 +239,8 @@ class RunDir:
         import shutil
         free = shutil.disk_usage(self.path).free
         if free < 1.2 * nbytes:
-            raise SSVMInputError(f"out: {self.path} has {free / 2**20:.0f} MB free, {what} needs about "
-                                 f"{1.2 * nbytes / 2**20:.0f} MB")
+            raise SSVMInputError(f"out: {self.path} has {human_bytes(free)} free, {what} needs about "
+                                 f"{human_bytes(1.2 * nbytes)}")
 
     def begin(self, keep=()) -> None:
         """The new run writes its first file: with ``overwrite``, the earlier run's files go now

@@ -406,3 +406,70 @@ def test_data_dir_points_the_commands_at_a_copy_of_the_datasets(tmp_path, capsys
     assert "data_dir: expected a folder with the datasets" in capsys.readouterr().err
     assert path_main(["--dataset", "ocr-small", "--eps", "0.5", "--quiet", "--data-dir", str(copy),
                       "--out", str(tmp_path / "path")]) == 0
+
+
+# -- every fault ends in one line (issue 48, group 2) --------------------------------------------
+def test_a_truncated_npz_without_a_checksum_is_refused_in_one_line(tmp_path, monkeypatch, capsys):
+    data = tmp_path / "data"
+    data.mkdir()
+    whole = (data_dir() / "ocr_letters.npz").read_bytes()
+    (data / "ocr_letters.npz").write_bytes(whole[:len(whole) // 2])
+    assert main(QUICK + ["--data-dir", str(data), "--out", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "ocr_letters.npz is damaged or not this dataset's npz" in err
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without CUDA")
+def test_cuda_without_cuda_is_one_line_in_every_entry_point(tmp_path, capsys):
+    from ssvm_torch import MulticlassSSVM
+    assert path_main(["--dataset", "ocr-small", "--device", "cuda", "--quiet", "--out", str(tmp_path / "p")]) == 2
+    assert capsys.readouterr().err.strip() == "ssvm-path: error: device: 'cuda' requested but no CUDA device is available"
+    assert not (tmp_path / "p").exists()
+    with pytest.raises(SSVMInputError, match="device: 'cuda' requested but no CUDA device is available"):
+        MulticlassSSVM(device="cuda").fit(np.random.default_rng(0).random((9, 3)), np.arange(9) % 3)
+
+
+def test_ctrl_c_before_the_run_is_one_line_and_exit_130(tmp_path, monkeypatch, capsys):
+    import ssvm_torch.cli.train as train_cli
+
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(train_cli, "load_task", interrupted)       # e.g. while numba compiles at start-up
+    assert main(QUICK + ["--out", str(tmp_path / "run")]) == 130
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("ssvm-train: interrupted (Ctrl-C) before the run had results")
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_checkpoint_write_that_fails_stops_the_run_and_keeps_the_last_good_one(tmp_path, monkeypatch, capsys):
+    """The disk fills while the third checkpoint is written: one line, the run stops at that check,
+    history.json and model.pt are written, checkpoint.pt is the first (good) one."""
+    import ssvm_torch.cli.train as train_cli
+    real, calls = train_cli.save_checkpoint, []
+
+    def filling(path, *a, **k):
+        calls.append(path)
+        if len(calls) == 3:
+            raise RuntimeError("[enforce fail at inline_container.cc:664] . unexpected pos 64 vs 0")
+        return real(path, *a, **k)
+    monkeypatch.setattr(train_cli, "save_checkpoint", filling)
+    out = tmp_path / "run"
+    assert main(QUICK + ["--passes", "5", "--out", str(out), "--checkpoint"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "writing the checkpoint at" in err and "holds the last good one" in err
+    history = json.loads((out / "history.json").read_text())
+    assert history[-1]["passes"] < 5 and (out / "model.pt").is_file()
+    from ssvm_torch.outputs import load_checkpoint
+    kept = load_checkpoint(out / "checkpoint.pt")["state"]
+    assert kept["oracle_calls"] > 0 and kept["checks"] == 1
+
+
+def test_the_disk_room_message_gives_real_figures(tmp_path, monkeypatch, capsys):
+    import shutil as sh
+    from collections import namedtuple
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(sh, "disk_usage", lambda p: usage(10**9, 10**9 - 1000, 1000))
+    assert main(QUICK + ["--out", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert "has 1000 B free" in err and "0 MB" not in err

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import torch
 
+from ..devices import parse_device
 from ..errors import SSVMInputError, check
 from ..atomic import atomic_write_bytes
 from .entry import command_parser, run_command
@@ -69,6 +70,7 @@ def run(args) -> dict:
     cfg = SolverConfig(solver="bcfw", sampling=args.sampling, step=args.step, cache=args.cache,
                        gap_check=args.gap_check, seed=args.seed).validate()
     check_path_options(args.eps, kappa, args.lam_min, args.max_passes)   # all of it before --out is created
+    parse_device(args.device)
     task = path_task(args.dataset, args.train_size, args.device)
     dual = task.store(1.0, device=args.device)
     if not dual.supports_path:

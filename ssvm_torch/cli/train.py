@@ -25,6 +25,7 @@ from pathlib import Path
 import torch
 
 from .. import distributed
+from ..devices import parse_device
 from ..errors import RunInterrupted, SSVMInputError
 from .entry import command_parser, run_command
 from ..outputs import RunDir, load_checkpoint, save_checkpoint, save_history, save_model, save_selection
@@ -140,14 +141,7 @@ def run(args) -> dict:
     if args.threads < 1:
         raise SSVMInputError(f"threads: expected an int >= 1, got {args.threads}")
     torch.set_num_threads(args.threads)
-    try:
-        device = torch.device(args.device)
-    except RuntimeError:
-        raise SSVMInputError(f"device: expected a torch device such as 'cpu' or 'cuda:0', got {args.device!r}") from None
-    if device.type not in ("cpu", "cuda"):
-        raise SSVMInputError(f"device: expected 'cpu' or 'cuda[:N]', got {args.device!r}")
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise SSVMInputError(f"device: {args.device!r} requested but no CUDA device is available")
+    device = parse_device(args.device)
     dtype = getattr(torch, args.dtype)
     if args.resume is not None and not Path(args.resume).is_file():
         what = "is a directory (pass its checkpoint.pt)" if Path(args.resume).is_dir() else "does not exist"
@@ -217,11 +211,16 @@ def _train(args, cfg: SolverConfig, device, dtype, run_dir: RunDir | None) -> di
         if args.checkpoint and solver is not None:
             state = solver.state_dict()                 # a collective under torchrun: every rank takes part
             if out is not None:
-                save_checkpoint(out / "checkpoint.pt", state, identity)
+                try:
+                    save_checkpoint(out / "checkpoint.pt", state, identity)
+                    saved["passes"] = rec["passes"]
+                except (OSError, RuntimeError) as e:    # e.g. a full disk (torch.save: "unexpected pos")
+                    saved["failed"] = (rec["passes"], e)
 
     stop = {"requested": lambda: False}              # set to the signal flag while the solver runs
+    saved = {}                                       # the last checkpoint written, or a failed write: stop there
     solver = make_solver(dual, cfg, evaluate=task.evaluate if run_dir is not None else None, progress=progress,
-                         interrupt=lambda: stop["requested"]())
+                         interrupt=lambda: stop["requested"]() or "failed" in saved)
     if args.checkpoint and run_dir is not None:   # the first checkpoint comes at the first gap check: room now
         local = dual.local if size > 1 else dual
         state = local.state_dict()
@@ -264,6 +263,13 @@ def _train(args, cfg: SolverConfig, device, dtype, run_dir: RunDir | None) -> di
         return last
     w_model, ell_model = solver.model_point()
     _save_results(out, history, w_model, ell_model, lam, args.dataset, task.describe(), solver.model_extras())
+    if "failed" in saved:
+        at, e = saved["failed"]
+        kept = (f"{out / 'checkpoint.pt'} holds the last good one ({saved['passes']:.1f} passes)" if "passes" in saved
+                else "no checkpoint was written")
+        raise SSVMInputError(f"out: writing the checkpoint at {at:.1f} effective passes failed "
+                             f"({getattr(e, 'strerror', None) or e}); the run stopped there and wrote "
+                             f"{out / 'history.json'} and {out / 'model.pt'}; {kept}")
     if speak and size > 1:
         print(f"exchanged {dual.bytes_per_step / 1e3:.1f} kB per step per rank ({dual.steps_exchanged} steps)")
     if speak:

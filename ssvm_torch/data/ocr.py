@@ -6,7 +6,7 @@ import numpy as np
 import torch
 
 from ..errors import SSVMInputError
-from .types import ChainData, data_file
+from .types import ChainData, load_npz
 
 OCR_LETTERS = "abcdefghijklmnopqrstuvwxyz"
 
@@ -19,7 +19,7 @@ def load_ocr(split: str = "small", dtype=torch.float64) -> tuple[ChainData, Chai
     """
     if split not in ("small", "large"):
         raise SSVMInputError(f"split: expected 'small' or 'large', got {split!r}")
-    z = np.load(data_file("ocr_letters.npz"))
+    z = load_npz("ocr_letters.npz", ("pixels_packed", "labels", "word_offsets", "folds"))
     pixels = np.unpackbits(z["pixels_packed"], axis=1, count=128)
     labels, off, folds = z["labels"].astype(np.int64), z["word_offsets"].astype(np.int64), z["folds"]
 
@@ -39,7 +39,7 @@ def load_ocr(split: str = "small", dtype=torch.float64) -> tuple[ChainData, Chai
 def load_scene(dtype=torch.float64):
     """Scene multi-label data (Boutell et al. 2004): 294 features, 6 labels; 1,211 train / 1,196 test.
     Returns (X_train, Y_train, X_test, Y_test)."""
-    z = np.load(data_file("scene.npz"))
+    z = load_npz("scene.npz", ("X_train", "y_train", "X_test", "y_test"))
     return (torch.as_tensor(z["X_train"], dtype=dtype), torch.as_tensor(z["y_train"].astype(np.int64)),
             torch.as_tensor(z["X_test"], dtype=dtype), torch.as_tensor(z["y_test"].astype(np.int64)))
 

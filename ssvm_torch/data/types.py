@@ -78,6 +78,21 @@ def integer_labels(y, field: str) -> torch.Tensor:
 _VERIFIED: dict = {}      # (path, size, mtime) -> True: a file is hashed once per process
 
 
+def load_npz(name: str, keys) -> dict:
+    """The arrays ``keys`` of the data file ``name`` (:func:`data_file`, no pickles): a file that is
+    not a readable npz (truncated, overwritten) or lacks a key is refused by name, also where the
+    folder has no SHA256SUMS to catch it first."""
+    import zipfile
+    path = data_file(name)
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            return {k: z[k] for k in keys}
+    except (zipfile.BadZipFile, ValueError, OSError, EOFError, KeyError) as e:
+        raise SSVMInputError(f"data file: {path} is damaged or not this dataset's npz ({type(e).__name__}: {e}); "
+                             "copy it again from the repository's datasets/ folder (provenance in "
+                             "datasets/README.md)") from None
+
+
 def data_file(name: str) -> Path:
     """``data_dir() / name``, checked against the folder's ``SHA256SUMS`` (once per process and file
     version): a missing or damaged data file is refused by name instead of failing deep in a reader."""
