@@ -164,12 +164,14 @@ def regularization_path(dual: BlockDual, eps: float, kappa: float = 0.9, heurist
                         lam_min: float = 1e-5, config: SolverConfig | None = None,
                         evaluate: Callable | None = None, max_passes: float = 1000,
                         max_breakpoints: int = 10_000, progress: Callable | None = None,
-                        gated: bool = False) -> RegPath:
+                        gated: bool = False, interrupt: Callable[[], bool] | None = None) -> RegPath:
     """eps-approximate (or heuristic, App. K) regularization path on ``dual`` (a fresh dual at any lam;
     it is re-used and rescaled). ``config`` sets the solver (default BCFW + gap sampling, gap check
     every pass); ``max_passes`` caps each breakpoint's solve. ``gated``: each breakpoint pays its exact
     gap pass only once the gap estimate (the warm block gaps of eq. (12), refreshed by the steps) is
-    <= kappa eps (SolverConfig.check_below), checking the estimate every ``config.gap_check`` passes."""
+    <= kappa eps (SolverConfig.check_below), checking the estimate every ``config.gap_check`` passes.
+    ``interrupt``: polled before each new breakpoint; once True the path ends where the computed
+    pieces are certified (``lam_end`` = the next breakpoint of Prop. 1, as with ``lam_min``)."""
     eps, lam_min = check_path_options(eps, kappa, lam_min, max_passes)
     cfg = (config or SolverConfig(solver="bcfw", sampling="gap", gap_check=1)).validate()
     check(cfg.solver == "bcfw", "config.solver", "'bcfw' (the path warm-starts block-coordinate solvers)", cfg.solver)
@@ -214,7 +216,7 @@ def regularization_path(dual: BlockDual, eps: float, kappa: float = 0.9, heurist
             break
         rho = (Delta - eps) / (Delta - g)
         lam_new = rho * lam
-        if lam_new < lam_min or len(lambdas) >= max_breakpoints:
+        if lam_new < lam_min or len(lambdas) >= max_breakpoints or (interrupt is not None and interrupt()):
             lam_end = lam_new                  # the last piece is certified down to lam_new
             break
         t0 = time.perf_counter()

@@ -473,3 +473,45 @@ def test_the_disk_room_message_gives_real_figures(tmp_path, monkeypatch, capsys)
     assert main(QUICK + ["--out", str(tmp_path / "run")]) == 2
     err = capsys.readouterr().err
     assert "has 1000 B free" in err and "0 MB" not in err
+
+
+def test_ctrl_c_during_the_path_keeps_the_breakpoints_certified_so_far(tmp_path):
+    """SIGINT while ssvm-path computes: the breakpoint under way is finished, path.pt / path.json hold
+    every breakpoint certified so far (lam_end where they stop), one line says so, exit 130."""
+    from ssvm_torch.path import RegPath
+    out = tmp_path / "path"
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "ssvm_torch.cli.path", "--dataset", "ocr-small", "--eps", "0.01",
+                             "--lam-min", "1e-9", "--out", str(out)], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    seen = 0
+    for line in proc.stdout:                                      # two breakpoints solved: the path is under way
+        seen += line.startswith("lam")
+        if seen == 3:
+            break
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=300)
+    assert proc.returncode == 130 and "Traceback" not in stderr
+    last_line = stderr.strip().splitlines()[-1]
+    assert last_line.startswith("ssvm-path: interrupted after") and "certified from lambda" in last_line
+    path = RegPath.load(out)
+    assert len(path.lambdas) >= 3 and path.lam_end > 0 and len(path.records) == len(path.lambdas)
+    assert path.lam_end < float(path.lambdas[-1])
+
+
+@pytest.mark.parametrize("where", ["missing-mount", "file-in-the-way"])
+def test_an_unwritable_default_root_dir_is_one_line_in_the_lightning_and_deep_clis(tmp_path, capsys, where):
+    from ssvm_torch.deep.__main__ import main as deep_main
+    from ssvm_torch.lightning.cli import main as lightning_main
+    if where == "file-in-the-way":
+        (tmp_path / "file").write_text("x")
+        root = tmp_path / "file" / "logs"
+    else:
+        root = Path("/proc/sys/ssvm-torch-nowhere")                   # /proc/sys creates nothing, even for root
+    runs = ((lightning_main, ["fit", "--config", "recipes/ocr_small.yaml", "--model.passes", "1"]),
+            (deep_main, ["fit", "--config", "recipes/ocr_deep_hinge.yaml", "--model.pretrain_epochs", "0",
+                         "--model.train_size", "50", "--trainer.max_epochs", "1"]))
+    for cli, argv in runs:
+        assert cli(argv + ["--trainer.default_root_dir", str(root)]) == 2
+        err = [line for line in capsys.readouterr().err.splitlines() if "error" in line]
+        assert len(err) == 1 and "trainer.default_root_dir: cannot write logs at" in err[0]

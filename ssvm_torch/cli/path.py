@@ -21,9 +21,10 @@ from pathlib import Path
 import torch
 
 from ..devices import parse_device
-from ..errors import SSVMInputError, check
+from ..errors import RunInterrupted, SSVMInputError, check
 from ..atomic import atomic_write_bytes
 from .entry import command_parser, run_command
+from .interrupts import stop_on_signal
 from ..outputs import RunDir
 from ..path import check_path_options, cold_starts, grid_lambdas, grid_search, regularization_path
 from ..solvers import SAMPLERS, STEPS, SolverConfig
@@ -93,10 +94,17 @@ def _path(args, cfg, kappa, task: Problem, dual, out: Path) -> dict:
     if not args.quiet:
         print(f"{args.dataset}: n = {task.n_train}, d = {task.d}, eps = {args.eps}, kappa = {kappa}, "
               f"{'heuristic' if args.heuristic else 'eps-approximate'} path down to {args.lam_min:g}", flush=True)
-    path = regularization_path(dual, args.eps, kappa=kappa, heuristic=args.heuristic, lam_min=args.lam_min,
-                               config=cfg, evaluate=task.evaluate, max_passes=args.max_passes, progress=show,
-                               gated=args.gated)
+    with stop_on_signal("ssvm-path") as requested:       # Ctrl-C: finish the breakpoint, keep the path so far
+        path = regularization_path(dual, args.eps, kappa=kappa, heuristic=args.heuristic, lam_min=args.lam_min,
+                                   config=cfg, evaluate=task.evaluate, max_passes=args.max_passes, progress=show,
+                                   gated=args.gated, interrupt=requested)
+        interrupted = requested()
     path.save(out)
+    if interrupted:
+        raise RunInterrupted(f"interrupted after {len(path.lambdas)} breakpoints; wrote {out / 'path.pt'} and "
+                             f"{out / 'path.json'}, the path certified from lambda = {float(path.lambdas[0]):.4g} down "
+                             f"to {path.lam_end:.4g} (the path has no resume: rerun the same command for all of it; "
+                             f"--lam-min {path.lam_end:.4g} stops a rerun there)")
     # the lowest test error along the path is the papers' analysis figure (test error against lambda),
     # an oracle no model selection may use: lambda is chosen on held-out data (ssvm-train --select-lam)
     low = min(path.records, key=lambda r: r["test_error"])

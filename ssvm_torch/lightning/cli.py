@@ -28,8 +28,17 @@ from .module import SSVMModule
 
 
 def claim_version(logs: Path) -> str:
-    """Create and return the next free ``version_N`` under ``logs`` (``os.mkdir`` is atomic)."""
-    logs.mkdir(parents=True, exist_ok=True)
+    """Create and return the next free ``version_N`` under ``logs`` (``os.mkdir`` is atomic); a
+    folder that cannot be created or written (read-only file system, a missing mount, a file in the
+    way) is refused in one line naming ``trainer.default_root_dir``."""
+    try:
+        logs.mkdir(parents=True, exist_ok=True)
+        probe = logs / f".ssvm-write-probe.{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as e:
+        raise SSVMInputError(f"trainer.default_root_dir: cannot write logs at {e.filename or logs} "
+                             f"({e.strerror or e})") from None
     taken = [int(p.name[8:]) for p in logs.glob("version_*") if p.name[8:].isdigit()]
     n = max(taken) + 1 if taken else 0
     while True:
