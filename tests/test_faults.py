@@ -515,3 +515,19 @@ def test_an_unwritable_default_root_dir_is_one_line_in_the_lightning_and_deep_cl
         assert cli(argv + ["--trainer.default_root_dir", str(root)]) == 2
         err = [line for line in capsys.readouterr().err.splitlines() if "error" in line]
         assert len(err) == 1 and "trainer.default_root_dir: cannot write logs at" in err[0]
+
+
+def test_a_refused_lightning_or_deep_run_leaves_no_log_folder(tmp_path, capsys):
+    """A refusal after the trainer claimed its version folder (an option the module checks) removes
+    what the start wrote (version_N with config.yaml and an empty event file, and the folders it
+    created): the corrected rerun gets version_0 of a clean root."""
+    from ssvm_torch.deep.__main__ import main as deep_main
+    from ssvm_torch.lightning.cli import main as lightning_main
+    runs = ((lightning_main, ["fit", "--config", "recipes/ocr_small.yaml", "--model.passes", "1", "--model.lam", "-1"]),
+            (deep_main, ["fit", "--config", "recipes/ocr_deep_hinge.yaml", "--model.pretrain_epochs", "0",
+                         "--model.train_size", "50", "--trainer.max_epochs", "1", "--model.lam", "-1"]))
+    for cli, argv in runs:
+        root = tmp_path / cli.__module__
+        assert cli(argv + ["--trainer.default_root_dir", str(root)]) == 2
+        assert "lam" in capsys.readouterr().err
+        assert not root.exists()

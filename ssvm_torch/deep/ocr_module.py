@@ -81,6 +81,8 @@ class DeepChainModule(L.LightningModule):
               pretrain_epochs)
         check(isinstance(batch_words, int) and batch_words >= 1, "batch_words", "an int >= 1", batch_words)
         check_positive(bcfw_passes, "bcfw_passes")
+        if lam is not None:                           # None: 1/n, set once the data are loaded
+            check_positive(lam, "lam")
         torch.manual_seed(seed)
         self.net = LetterCNN(width, n_features, 26, dropout)
         self.head = ChainSSVMHead(n_features, 26)

@@ -27,12 +27,37 @@ from ..errors import SSVMInputError
 from .module import SSVMModule
 
 
+# what this process claimed (version folders, and the folders created to hold them): a run refused
+# before it trained removes them again (:func:`discard_claimed`)
+_CLAIMED: list = []
+
+
+def discard_claimed() -> None:
+    """Remove the log folders this process claimed when they hold nothing but what a start writes
+    (config.yaml, hparams.yaml, empty TensorBoard event files): a refused run leaves nothing behind."""
+    start_files = ("config.yaml", "hparams.yaml")
+    while _CLAIMED:
+        folder = _CLAIMED.pop()
+        if not folder.is_dir():
+            continue
+        files = list(folder.iterdir())
+        if all(f.name in start_files or f.name.startswith("events.out.tfevents") for f in files):
+            for f in files:
+                f.unlink()
+            folder.rmdir()
+        else:
+            break                                # something was written: keep this and what holds it
+
+
 def claim_version(logs: Path) -> str:
     """Create and return the next free ``version_N`` under ``logs`` (``os.mkdir`` is atomic); a
     folder that cannot be created or written (read-only file system, a missing mount, a file in the
     way) is refused in one line naming ``trainer.default_root_dir``."""
     try:
-        logs.mkdir(parents=True, exist_ok=True)
+        for folder in reversed([logs, *logs.parents]):
+            if not folder.exists():
+                folder.mkdir()
+                _CLAIMED.append(folder)
         probe = logs / f".ssvm-write-probe.{os.getpid()}"
         probe.write_bytes(b"")
         probe.unlink()
@@ -44,6 +69,7 @@ def claim_version(logs: Path) -> str:
     while True:
         try:
             (logs / f"version_{n}").mkdir()
+            _CLAIMED.append(logs / f"version_{n}")
             return f"version_{n}"
         except FileExistsError:
             n += 1
@@ -178,6 +204,7 @@ def main(args=None, module=SSVMModule, prog: str = PROG, max_epochs: int = -1, d
     a config without one gets ``default_module`` (``python -m ssvm_torch.deep``). Errors become one
     line on stderr and exit status 2."""
     cli = SSVMCLI if default_module is None else type("SSVMSubclassCLI", (SSVMCLI,), {"default_module": default_module})
+    _CLAIMED.clear()
     try:
         # no progress bar by default: the loops print their own lines (an SSVM run's epoch count is open,
         # max_epochs = -1, so the bar would read "Epoch 3/-2"); --trainer.enable_progress_bar true brings it
@@ -187,22 +214,27 @@ def main(args=None, module=SSVMModule, prog: str = PROG, max_epochs: int = -1, d
                 args=args, parser_kwargs={"prog": prog, "exit_on_error": False})
     except SSVMInputError as e:
         print(f"{prog}: error: {e}", file=sys.stderr)
+        discard_claimed()
         return 2
     except ValueError as e:                        # subclass mode: jsonargparse wraps the module's own error
         cause = _input_error_in(e)
         if cause is None:
             raise
         print(f"{prog}: error: {cause}", file=sys.stderr)
+        discard_claimed()
         return 2
     except ArgumentError as e:                     # a bad flag or value: one line, not the usage dump
         print(f"{prog}: error: {' '.join(str(e).split())[:400]}", file=sys.stderr)
+        discard_claimed()
         return 2
     except MisconfigurationException as e:         # e.g. --trainer.accelerator gpu without a GPU
         print(f"{prog}: error: trainer: {e}", file=sys.stderr)
+        discard_claimed()
         return 2
     except (NotADirectoryError, FileExistsError, PermissionError) as e:
         print(f"{prog}: error: trainer.default_root_dir: cannot write logs at {e.filename} ({e.strerror})",
               file=sys.stderr)
+        discard_claimed()
         return 2
     return 0
 
