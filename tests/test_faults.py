@@ -531,3 +531,30 @@ def test_a_refused_lightning_or_deep_run_leaves_no_log_folder(tmp_path, capsys):
         assert cli(argv + ["--trainer.default_root_dir", str(root)]) == 2
         assert "lam" in capsys.readouterr().err
         assert not root.exists()
+
+
+def test_deep_checkpoints_are_what_they_claim(tmp_path, capsys):
+    """A checkpoint of the OCR module given to the CoNLL recipe is refused naming both modules (even
+    with a matching train_size); a weight changed inside a deep checkpoint is refused (the SHA-256
+    covers the weights and optimizer states), and the untouched checkpoint resumes."""
+    from ssvm_torch.deep.__main__ import main as deep_main
+    root = tmp_path / "ocr"
+    ocr = ["fit", "--config", "recipes/ocr_deep_hinge.yaml", "--model.pretrain_epochs", "0", "--model.train_size", "50"]
+    assert deep_main(ocr + ["--trainer.max_epochs", "1", "--trainer.default_root_dir", str(root)]) == 0
+    ckpt = next(root.rglob("*.ckpt"))
+    capsys.readouterr()
+    conll = ["fit", "--config", "recipes/conll_deep_hinge.yaml", "--model.train_size", "50", "--trainer.max_epochs", "1",
+             "--trainer.default_root_dir", str(tmp_path / "conll"), "--ckpt_path", str(ckpt)]
+    assert deep_main(conll) == 2
+    err = capsys.readouterr().err
+    assert "is a checkpoint of the module DeepChainModule" in err and "this run trains ConllChunker" in err
+    assert "conll_deep_hinge.yaml" in err
+    state = torch.load(ckpt, weights_only=True)
+    name = next(k for k in state["state_dict"] if k.endswith("weight"))
+    state["state_dict"][name] = state["state_dict"][name] + 1e-3
+    damaged = tmp_path / "damaged.ckpt"
+    torch.save(state, damaged)
+    resume = ocr + ["--trainer.max_epochs", "2", "--trainer.default_root_dir", str(root)]
+    assert deep_main(resume + ["--ckpt_path", str(damaged)]) == 2
+    assert "the weights or the optimizer states are damaged" in capsys.readouterr().err
+    assert deep_main(resume + ["--ckpt_path", str(ckpt)]) == 0

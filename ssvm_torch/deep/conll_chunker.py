@@ -197,8 +197,8 @@ class ConllChunker(L.LightningModule):
     # -- checkpoints ----------------------------------------------------------------------------
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         """Lightning saves the weights and optimizers; this adds the history and the best dev weights,
-        with a SHA-256 of their content."""
-        checkpoint[CHECKPOINT_KEY] = seal({"history": list(self.history), "best": pack(dict(self.best))})
+        with a SHA-256 of their content and of the weights and optimizer states."""
+        checkpoint[CHECKPOINT_KEY] = seal({"history": list(self.history), "best": pack(dict(self.best))}, checkpoint)
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         saved = unseal(checkpoint, CHECKPOINT_KEY, "ConllChunker", "chunker state")

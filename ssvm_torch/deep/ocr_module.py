@@ -231,11 +231,11 @@ class DeepChainModule(L.LightningModule):
     # -- checkpoints ----------------------------------------------------------------------------
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         """Lightning saves the network, head and optimizer; this adds the SSVM dual (blocks, sampler,
-        counters) and the history, with a SHA-256 of their content. The dual does not depend on the
+        counters) and the history, with a SHA-256 of their content and of the weights and optimizer states. The dual does not depend on the
         features, so the resumed run rebuilds its store on the restored network's features."""
         state = {"solver": None if self.solver is None else pack(self.solver.state_dict()),
                  "history": list(self.history), "phase": dict(getattr(self, "_phase_record", {}))}
-        checkpoint[CHECKPOINT_KEY] = seal(state)
+        checkpoint[CHECKPOINT_KEY] = seal(state, checkpoint)
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         saved = unseal(checkpoint, CHECKPOINT_KEY, "DeepChainModule", "SSVM state")

@@ -122,11 +122,31 @@ class SSVMCLI(LightningCLI):
             first = (str(e).strip().splitlines() or [""])[0][:200]
             raise SSVMInputError(f"ckpt_path: {path} is not a readable Lightning checkpoint ({type(e).__name__}: "
                                  f"{first}); resume from another checkpoint or start a new run") from None
+        self._check_module_class(sub, path, saved.get("_class_path"))
         for key in getattr(self._module_class(sub), "resume_identity", ()):
             mine = self.config[self._model_key(sub, key)]
             if key in saved and saved[key] != mine:
                 raise SSVMInputError(f"ckpt_path: {path} is a checkpoint of {key} = {saved[key]!r}, this run has "
                                      f"{key} = {mine!r}; resume with the checkpoint's value or start a new run")
+
+    def _check_module_class(self, sub: str, path: Path, saved_path) -> None:
+        """A checkpoint of another LightningModule (its ``_class_path``, saved by the CLI) is refused
+        naming both modules, before any hyper-parameter is compared."""
+        if not saved_path:
+            return
+        mine = self._module_class(sub)
+        module, _, name = str(saved_path).rpartition(".")
+        try:
+            theirs = getattr(importlib.import_module(module), name)
+        except (ImportError, AttributeError):
+            theirs = None                            # a module path renamed since: compare by name
+        if theirs is mine or (theirs is None and name == mine.__name__):
+            return
+        recipe = self.config[sub].get("config")
+        given = f" (config {', '.join(str(c) for c in recipe)})" if recipe else ""
+        raise SSVMInputError(f"ckpt_path: {path} is a checkpoint of the module {name} ({saved_path}); this run trains "
+                             f"{mine.__name__} ({mine.__module__}.{mine.__name__}){given}; resume it with that "
+                             f"module's recipe or start a new run")
 
     def _parse_ckpt_path(self) -> None:
         sub = self.config.get("subcommand")
