@@ -298,3 +298,29 @@ def test_a_fresh_run_is_quiet_keeps_one_last_checkpoint_and_files_follow_the_uma
                  "--model.passes", "6", "--trainer.default_root_dir", str(root), "--ckpt_path",
                  str(run / "checkpoints" / "last.ckpt")]) == 0
     assert [r["passes"] for r in json.loads((run / "history.json").read_text())] == [0.0, 2.0, 4.0, 6.0]
+
+
+def test_hp_metric_is_the_result_and_the_progress_bar_ends_on_the_last_record(tmp_path, capsys):
+    """TensorBoard's hp_metric holds the final exact gap (no -1 placeholder) with the test error beside
+    it; the progress bar's last postfix shows the final record's passes and gap."""
+    import re
+
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from ssvm_torch.lightning.cli import main as lightning_main
+    root = tmp_path / "runs"
+    assert lightning_main(["fit", "--config", "recipes/ocr_small.yaml", "--model.passes", "4", "--model.gap_check", "2",
+                           "--trainer.default_root_dir", str(root), "--trainer.enable_progress_bar", "true"]) == 0
+    captured = capsys.readouterr()
+    history = json.loads(next(root.rglob("history.json")).read_text())
+    events = EventAccumulator(str(next(root.rglob("events.out.tfevents.*")).parent))
+    events.Reload()
+    hp = [e.value for e in events.Scalars("hp_metric")]
+    assert hp and -1.0 not in hp and hp[-1] == pytest.approx(history[-1]["gap"], rel=1e-6)
+    assert events.Scalars("hp/test_error")[-1].value == pytest.approx(history[-1]["test_error"], rel=1e-6)
+    lines = [ln for ln in (captured.err + captured.out).replace("\r", "\n").splitlines() if "duality" not in ln]
+    gaps = [m for ln in lines for m in re.findall(r"\bgap[:=] ?([0-9.e+-]+)", ln)]
+    passes = [m for ln in lines for m in re.findall(r"\bpasses[:=] ?([0-9.e+-]+)", ln)]
+    assert gaps and passes, "no progress bar values"
+    assert float(passes[-1]) == pytest.approx(history[-1]["passes"], rel=1e-3)
+    assert float(gaps[-1]) == pytest.approx(history[-1]["gap"], rel=2e-3)

@@ -34,7 +34,7 @@ import torch.utils.data as tud
 
 from ..constraints import allowed_transitions
 from ..errors import check, check_choice, check_positive
-from ..lightning import AtomicCheckpointIO, run_output_dir, save_last_checkpoint, seal, unseal
+from ..lightning import AtomicCheckpointIO, log_hp_metrics, run_output_dir, save_last_checkpoint, seal, unseal
 from ..atomic import atomic_write_bytes
 from ..outputs import save_history, save_torch
 from ..portable import pack, unpack
@@ -230,6 +230,7 @@ class ConllChunker(L.LightningModule):
         config = {"module": "ssvm_torch.deep.ConllChunker", **dict(self.hparams)}
         atomic_write_bytes(out / "config.json", json.dumps(config, indent=1, default=str).encode())
         atomic_write_bytes(out / "results.json", json.dumps(results, indent=1).encode())
+        log_hp_metrics(self, {"hp_metric": results["dev_f1"], "hp/test_f1": results["test_f1"]}, len(self.history))
         print(f"best dev F1 {results['dev_f1']:.2f} (epoch {results['best_epoch']}); test F1 {results['test_f1']:.2f} "
               f"on {len(test)} sentences; {results['s_per_epoch']:.1f} s/epoch; outputs in {out}", flush=True)
         return out

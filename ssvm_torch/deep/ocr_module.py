@@ -33,7 +33,7 @@ import torch.nn.functional as Fn
 import torch.utils.data as tud
 
 from ..errors import check, check_choice, check_positive
-from ..lightning import run_output_dir, seal, unseal
+from ..lightning import log_hp_metrics, run_output_dir, seal, unseal
 from ..models.chain import ChainModel
 from ..nn import ChainSSVMHead, chain_crf_nll, chain_decode, chain_hinge
 from ..atomic import atomic_write_bytes
@@ -302,4 +302,8 @@ class DeepChainModule(L.LightningModule):
         save_torch(out / "test_predictions.pt", {"predictions": self.predict_words(self.test_words)})
         config = {"method": self.hparams.method, **{k: v for k, v in self.hparams.items()}, "lam": self.lam}
         atomic_write_bytes(out / "config.json", json.dumps(config, indent=1, default=str).encode())
+        if self.history:                 # no dev split here: hp_metric is the training objective at the end
+            last = self.history[-1]
+            log_hp_metrics(self, {"hp_metric": last.get("primal", last["net_loss"]), "hp/test_error": last["test_error"]},
+                           len(self.history))
         return out

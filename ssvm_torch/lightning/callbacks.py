@@ -1,9 +1,23 @@
 """Callbacks of the Lightning loop."""
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import lightning as L
+from lightning.pytorch.loggers import TensorBoardLogger
+
+
+def log_hp_metrics(module: L.LightningModule, metrics: dict, step: int) -> None:
+    """The run's result in TensorBoard's HPARAMS view: ``metrics`` (``hp_metric`` first: the final
+    exact gap of an SSVM run, the best dev score of a deep run; a test figure beside it) with the
+    module's hyper-parameters, at ``step``. The CLI's logger writes no -1 placeholder at the start
+    (``default_hp_metric=False``), so ``hp_metric`` holds this value only."""
+    finite = {k: float(v) for k, v in metrics.items() if v is not None and math.isfinite(float(v))}
+    for logger in module.loggers:
+        if isinstance(logger, TensorBoardLogger) and finite:
+            logger.log_hyperparams(module.hparams, finite, step=step)
+            logger.save()
 
 
 def save_last_checkpoint(trainer: L.Trainer) -> Path | None:
@@ -52,6 +66,8 @@ class GapCheck(L.Callback):
             return
         out = module.write_outputs()
         last, st = module.history[-1], module.solver.state
+        log_hp_metrics(module, {"hp_metric": last.get("gap"), "hp/test_error": last["test_error"]},
+                       int(last["oracle_calls"]))
         gap = "n/a (SSG keeps no dual)" if last.get("gap") is None else f"{last['gap']:.6e}"
         print(f"stopped: {st.stop_reason or 'trainer limit'} after {last['passes']:.1f} effective passes, "
               f"{last['time_s']:.2f} s solver time\nexact duality gap: {gap}\n"

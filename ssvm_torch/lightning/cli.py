@@ -175,7 +175,8 @@ class SSVMCLI(LightningCLI):
         if version is None:          # DDP's launcher re-runs this command for ranks > 0: they share rank 0's
             version = os.environ.get("SSVM_LOG_VERSION") or claim_version(root / "lightning_logs")
             os.environ["SSVM_LOG_VERSION"] = version
-        trainer.logger = TensorBoardLogger(save_dir=str(root), name="lightning_logs", version=version)
+        trainer.logger = TensorBoardLogger(save_dir=str(root), name="lightning_logs", version=version,
+                                           default_hp_metric=False)     # hp_metric: the result (log_hp_metrics)
         return trainer
 
     def parse_arguments(self, parser, args) -> None:

@@ -163,6 +163,15 @@ class SSVMModule(L.LightningModule):
         from .callbacks import GapCheck
         return [GapCheck()]
 
+    def on_fit_start(self) -> None:
+        """GapCheck runs first among the callbacks: the record it logs at an epoch's end is then what
+        the progress bar's own epoch-end hook shows (Lightning appends a module's callbacks after the
+        bar, which showed the previous record on its last line), and it stays before ModelCheckpoint."""
+        from .callbacks import GapCheck
+        callbacks = self.trainer.callbacks
+        self.trainer.callbacks = ([c for c in callbacks if isinstance(c, GapCheck)]
+                                  + [c for c in callbacks if not isinstance(c, GapCheck)])
+
     def train_dataloader(self):
         return block_loader(self.solver, self.hparams.blocks_per_step)
 
