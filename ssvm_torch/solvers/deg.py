@@ -91,6 +91,10 @@ class Point(NamedTuple):
 class DEGSolver(OuterSolver):
     identity = OuterSolver.identity + ("step_size",)
     needs = (RelaxedPasses, "a relaxation and its prox (chains, matchings)")
+    returns_best_check = False          # every record already carries the best point (check)
+
+    def iterate_point(self):
+        return self.best_w                  # the records' metrics are the model point's
 
     def __init__(self, dual, config, evaluate=None, progress=None, monitor_start=True, interrupt=None):
         super().__init__(dual, config, evaluate, progress, monitor_start, interrupt)

@@ -40,6 +40,7 @@ from ..devices import device_clock, to_host
 from ..errors import SSVMInputError, check
 from ..stores.base import BlockDual
 from .averaging import Averager
+from .best_point import BestPoint
 from .config import SOLVERS, STEPS, SolverConfig, SolverState, stop_reason
 from .history import Evaluator, make_record
 from .samplers import SAMPLERS, Sampler
@@ -78,6 +79,7 @@ class Solver:
                   + (", cache" if config.cache else ""))
         self.rule = make_step_rule(dual, config, self.sampler)
         self.averager = Averager(dual, lazy=config.solver == "bcfw") if config.averaging else None
+        self.best = BestPoint()            # the model a run returns (solvers/best_point.py); off with averaging
         if self.averager is None:
             dual.shadow = None
         self.last_gap_pass = None                 # the GapPass of the last exact check
@@ -106,14 +108,26 @@ class Solver:
     def passes(self) -> float:
         return self.state.oracle_calls / self.dual.n
 
+    def _returns_best(self) -> bool:
+        return self.averager is None and not self.best.is_last(self.state.history)
+
     def model_point(self) -> tuple[torch.Tensor, float]:
-        """(w, ell) that ``model.pt`` holds: the store's point."""
-        return self.dual.w, self.dual.ell
+        """(w, ell) that ``model.pt`` holds: the best primal point the checks certified
+        (solvers/best_point.py; the store's point when that is the last check's, or with averaging)
+        and the store's ell."""
+        return (self.best.w if self._returns_best() else self.dual.w), self.dual.ell
 
     def model_extras(self) -> dict:
-        """Nothing besides (w, ell): the records' dual is ell - lam/2 ||w||^2 (App. H stores add the
-        box term, which needs v; their files are not dual-recomputable)."""
-        return {}
+        """``w_dual`` (the store's w) when the model is an earlier check's point: the records' dual is
+        ell - lam/2 ||w_dual||^2 (App. H stores add the box term, which needs v; their files are not
+        dual-recomputable)."""
+        return {"w_dual": self.dual.w.clone()} if self._returns_best() else {}
+
+    def finish(self) -> list:
+        """The last record describes the returned model (:meth:`BestPoint.finish`); returns the history."""
+        if self.averager is None:
+            self.best.finish(self.state.history)
+        return self.state.history
 
     # -- one exact check ------------------------------------------------------------------------
     def _record(self, gp) -> dict:
@@ -140,6 +154,7 @@ class Solver:
 
     def _log(self, rec):
         self.state.history.append(rec)
+        self.best.offer(rec, self.dual.w, len(self.state.history) - 1)
         if self.progress is not None:
             self.progress(rec)
 
@@ -160,7 +175,7 @@ class Solver:
         self.start()
         while not self.state.done:
             self.interval()
-        return self.state.history
+        return self.finish()
 
     def interval(self) -> None:
         """One interval: ``gap_check`` passes of steps (batch FW: iterations) closed by the exact gap
@@ -297,7 +312,7 @@ class Solver:
                                                                              "avg_R": None}
         return {"config": asdict(self.cfg), "dual": self.dual.state_dict(), "sampler": self.sampler.state_dict(),
                 "stale": self.sampler.gaps.copy(), "state": asdict(self.state), **avg,
-                "sets": copy.deepcopy(self.sets)}
+                "sets": copy.deepcopy(self.sets), "best": self.best.state_dict()}
 
     def load_state_dict(self, s: dict) -> None:
         missing = {"config", "dual", "sampler", "stale", "state"} - set(s)
@@ -317,6 +332,7 @@ class Solver:
         self.sampler.gaps[:] = s["stale"]
         self.state = SolverState(**s["state"])
         self.state.done = False
+        self.best.load_state_dict(s.get("best"))
         if self.averager is not None:
             self.averager.load_state_dict(s)
         if isinstance(self.rule, SetStep):

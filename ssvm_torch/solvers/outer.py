@@ -23,6 +23,7 @@ from ..errors import SSVMInputError
 from ..stores.base import BlockDual, GapPass
 from .config import SolverConfig, SolverState, stop_reason
 from .history import Evaluator, make_record
+from .best_point import BestPoint
 from .samplers import SAMPLERS, Sampler
 
 
@@ -33,6 +34,9 @@ class OuterSolver:
     identity = ("solver", "seed", "gap_check", "sampling")
     #: (the store interface this solver needs, what it is called in the refusal), or None
     needs: tuple | None = None
+    #: the run returns the best primal point its checks certified (solvers/best_point.py); a solver
+    #: that keeps its own best point in every record (DEG) turns it off
+    returns_best_check = True
 
     def __init__(self, dual: BlockDual, config: SolverConfig, evaluate: Evaluator | None = None,
                  progress: Callable[[dict], None] | None = None, monitor_start: bool = True,
@@ -50,6 +54,7 @@ class OuterSolver:
         self.state = SolverState()
         self.certified = False          # set by an iteration that met the gap threshold on its own
         self.interval_end = 0.0         # oracle calls at which the current interval's check is due
+        self.best = BestPoint()
 
     def _now(self) -> float:
         """The timing clock: synchronizes a CUDA store first, so ``time_s`` counts its kernels."""
@@ -67,14 +72,23 @@ class OuterSolver:
         """The record of an exact check at the current iterate (not timed, not counted)."""
         raise NotImplementedError
 
+    def _returns_best(self) -> bool:
+        return self.returns_best_check and not self.best.is_last(self.state.history)
+
     def model_point(self) -> tuple[torch.Tensor, float]:
-        """(w, ell) that ``model.pt`` holds; the records' ``primal`` is objective (1) at this w."""
-        return self.dual.w, self.dual.ell
+        """(w, ell) that ``model.pt`` holds: the best primal point the checks certified (the last
+        record's ``primal`` is objective (1) at this w) and the store's ell."""
+        return (self.best.w if self._returns_best() else self.dual.w), self.dual.ell
 
     def model_extras(self) -> dict:
         """What ``model.pt`` holds besides (w, ell) so that the records' dual is recomputable from the
-        file alone (none: dual = ell - lam/2 ||w||^2 at the file's w)."""
-        return {}
+        file alone: ``w_dual`` (the store's w) when the model is an earlier check's point, the dual
+        being ell - lam/2 ||w_dual||^2 (none otherwise: the file's w)."""
+        return {"w_dual": self.dual.w.clone()} if self._returns_best() else {}
+
+    def iterate_point(self) -> torch.Tensor:
+        """The point a record evaluates (train / test metrics): the store's."""
+        return self.dual.w
 
     def extra_state(self) -> dict:
         return {}
@@ -88,7 +102,7 @@ class OuterSolver:
         rec = make_record(self.dual, gp, self.cfg, self.state, self.sampler, evaluate=None)
         rec.update(extra)
         if self.evaluate is not None:
-            rec.update(self.evaluate(self.model_point()[0]))
+            rec.update(self.evaluate(self.iterate_point()))
         return rec
 
     def exact_gap_pass(self) -> GapPass:
@@ -99,6 +113,8 @@ class OuterSolver:
 
     def _log(self, rec: dict) -> None:
         self.state.history.append(rec)
+        if self.returns_best_check:
+            self.best.offer(rec, self.dual.w, len(self.state.history) - 1)
         if self.progress is not None:
             self.progress(rec)
 
@@ -125,11 +141,18 @@ class OuterSolver:
             self._log(rec)
             st.stop_reason = self._should_stop(rec)
             st.done = bool(st.stop_reason)
-        return st.history
+        return self.finish()
+
+    def finish(self) -> list:
+        """The last record describes the returned model (:meth:`BestPoint.finish`); returns the history."""
+        if self.returns_best_check:
+            self.best.finish(self.state.history)
+        return self.state.history
 
     def state_dict(self) -> dict:
         return {"config": asdict(self.cfg), "dual": self.dual.state_dict(), "sampler": self.sampler.state_dict(),
-                "stale": self.sampler.gaps.copy(), "state": asdict(self.state), "method": self.extra_state()}
+                "stale": self.sampler.gaps.copy(), "state": asdict(self.state), "method": self.extra_state(),
+                "best": self.best.state_dict()}
 
     def load_state_dict(self, s: dict) -> None:
         missing = {"config", "dual", "sampler", "stale", "state", "method"} - set(s)
@@ -144,4 +167,5 @@ class OuterSolver:
         self.sampler.gaps[:] = s["stale"]
         self.state = SolverState(**s["state"])
         self.state.done = False
+        self.best.load_state_dict(s.get("best"))
         self.load_extra_state(s["method"])
