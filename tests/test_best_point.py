@@ -54,7 +54,7 @@ def test_best_point_keeps_the_lowest_primal_and_round_trips():
         bp.offer(history[-1], torch.full((2,), float(i)), i)
     again = BestPoint()
     again.load_state_dict(bp.state_dict())
-    again.finish(history)
+    history = again.finish(history)
     last = history[-1]
     assert last["primal"] == 0.5 and last["test_error"] == pytest.approx(0.1) and last["primal_last"] == 0.7
     assert last["gap"] == pytest.approx(0.5 - 0.42) and last["passes"] == 2.0 and last["model_check"] == 1

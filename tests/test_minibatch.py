@@ -78,7 +78,9 @@ def test_tau_n_run_follows_batch_fw(ocr, averaging):
     for cfg in (SolverConfig(solver="fw", passes=6, gap_check=1, averaging=averaging),
                 SolverConfig(solver="bcfw", sampling="gap", batch_size=30, passes=6, gap_check=1,
                              averaging=averaging, seed=3)):
-        runs.append(Solver(chain_store(ocr, 30, "numba"), cfg).run())
+        solver = Solver(chain_store(ocr, 30, "numba"), cfg)
+        solver.run()
+        runs.append(solver.state.history)                 # the iterates' records (run() ends on the model's)
     fw, mb = runs
     # batch FW's records sit at its pre-step points; the mini-batch run's after its steps and
     # count its exact gap passes too: match the records by the number of steps taken

@@ -65,7 +65,7 @@ class GapCheck(L.Callback):
         if not trainer.is_global_zero:
             return
         out = module.write_outputs()
-        last, st = module.history[-1], module.solver.state
+        last, st = module.solver.finish()[-1], module.solver.state
         log_hp_metrics(module, {"hp_metric": last.get("gap"), "hp/test_error": last["test_error"]},
                        int(last["oracle_calls"]))
         gap = "n/a (SSG keeps no dual)" if last.get("gap") is None else f"{last['gap']:.6e}"

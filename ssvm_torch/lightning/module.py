@@ -239,8 +239,7 @@ class SSVMModule(L.LightningModule):
     def write_outputs(self) -> Path:
         """history.json and model.pt, in the formats of ``ssvm-train``."""
         out = self.output_dir()
-        self.solver.finish()                                 # the last record: the returned model's
-        save_history(out, self.history)
+        save_history(out, self.solver.finish())               # the last record: the returned model's
         w, ell = self.solver.model_point()
         save_model(out, w, ell, self.lam, self.hparams.dataset, self.task.describe(), self.solver.model_extras())
         return out

@@ -10,7 +10,8 @@ best primal point w_b the run has evaluated and the current dual value D,
 
 so a run can return w_b with that certificate instead of whichever iterate it stopped on.
 :class:`BestPoint` keeps w_b (and its record) over the exact checks; :meth:`BestPoint.finish`
-rewrites the last record of the history so that it describes the returned model: its ``primal``,
+gives the history whose last record describes the returned model (what ``run()`` returns and
+history.json holds; the solver's own history, which checkpoints keep, stays the iterates'): its ``primal``,
 ``gap`` (= P(w_b) - the last record's dual) and ``train_*`` / ``test_*`` are w_b's, ``model_check``
 and ``model_passes`` say which check it comes from, ``primal_last`` / ``gap_last`` keep the last
 iterate's, and ``passes`` / ``time_s`` stay the run's. The dual extragradient keeps its own best
@@ -46,21 +47,23 @@ class BestPoint:
     def is_last(self, history: list) -> bool:
         return self.record is None or self.index == len(history) - 1
 
-    def finish(self, history: list) -> None:
-        """Rewrite the last record to describe the returned model (module docstring); idempotent."""
+    def finish(self, history: list) -> list:
+        """The history with its last record rewritten to describe the returned model (module
+        docstring): a new list and a new last record; ``history`` itself (the solver's state, what
+        checkpoints hold and a resumed run continues) is left as the checks wrote it."""
         if not history or self.record is None:
-            return
-        last = history[-1]
+            return list(history)
+        last = dict(history[-1])
         last["model_check"], last["model_passes"] = self.index, float(self.record["passes"])
         if self.is_last(history):
-            return
-        last.setdefault("primal_last", last["primal"])
-        last.setdefault("gap_last", last.get("gap"))
+            return [*history[:-1], last]
+        last["primal_last"], last["gap_last"] = last["primal"], last.get("gap")
         for key, value in self.record.items():
             if key == "primal" or key.startswith(("train_", "test_")):
                 last[key] = value
         if last.get("dual") is not None:
             last["gap"] = float(self.record["primal"]) - float(last["dual"])
+        return [*history[:-1], last]
 
     def state_dict(self) -> dict:
         return {"w": self.w, "record": self.record, "index": self.index}

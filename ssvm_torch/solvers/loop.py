@@ -124,10 +124,8 @@ class Solver:
         return {"w_dual": self.dual.w.clone()} if self._returns_best() else {}
 
     def finish(self) -> list:
-        """The last record describes the returned model (:meth:`BestPoint.finish`); returns the history."""
-        if self.averager is None:
-            self.best.finish(self.state.history)
-        return self.state.history
+        """The history whose last record describes the returned model (:meth:`BestPoint.finish`)."""
+        return self.best.finish(self.state.history) if self.averager is None else list(self.state.history)
 
     # -- one exact check ------------------------------------------------------------------------
     def _record(self, gp) -> dict:

@@ -144,10 +144,8 @@ class OuterSolver:
         return self.finish()
 
     def finish(self) -> list:
-        """The last record describes the returned model (:meth:`BestPoint.finish`); returns the history."""
-        if self.returns_best_check:
-            self.best.finish(self.state.history)
-        return self.state.history
+        """The history whose last record describes the returned model (:meth:`BestPoint.finish`)."""
+        return self.best.finish(self.state.history) if self.returns_best_check else list(self.state.history)
 
     def state_dict(self) -> dict:
         return {"config": asdict(self.cfg), "dual": self.dual.state_dict(), "sampler": self.sampler.state_dict(),
