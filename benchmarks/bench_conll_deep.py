@@ -45,8 +45,9 @@ from ssvm_torch.outputs import load_torch
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
-RECIPES = ("hybrid_hinge", "hybrid_crf", "hinge", "crf")
-HEAD = {"hinge": "hinge", "hybrid_hinge": "hinge", "crf": "crf", "hybrid_crf": "crf"}
+RECIPES = ("hybrid_hinge", "hybrid_crf", "hinge", "crf", "hybrid_softmax_margin")
+HEAD = {"hinge": "hinge", "hybrid_hinge": "hinge", "crf": "crf", "hybrid_crf": "crf",
+        "hybrid_softmax_margin": "softmax_margin"}
 
 
 def run_dir(runs: Path, recipe: str, seed: int) -> Path | None:

@@ -94,34 +94,44 @@ def nb_decode(E, mask, start, end, trans3, augment, gold, cost, rowc, out, score
             gold_scores[b] = _path_score(E, b, pos, L, gold, start, end, trans3[0])
 
 
+@nb.njit(cache=True, nogil=True, inline="always")
+def _row(E, mask, b, pos, start, end, trans, X, tm, gb, gE, accs, acc, ch):
+    """log Z of row b (0 for an empty row, nan without an allowed path) and, when gb != 0, gb times
+    its marginals added to the buffers (row ``ch`` of ``accs`` / ``acc``): the scaled recursion, the
+    log-space one where the scaling cannot hold the scores (:mod:`ssvm_torch.chain.numba_fb`)."""
+    L = _positions(mask, b, pos)
+    if L == 0:
+        return 0.0
+    K = E.shape[2]
+    A, P, c = np.empty((L, K)), np.empty((L, K)), np.empty(L + 1)
+    z = forward_row(E, b, pos, L, start, end, X, tm, A, P, c)
+    if np.isnan(z):
+        return log_fb_row(E, b, pos, L, start, end, trans, gb, gE, accs, acc, ch, A, P, np.empty(K))
+    if gb != 0.0:
+        backward_row(b, pos, L, end, X, A, P, c, gb, gE, accs, acc, ch)
+    return z
+
+
 @nb.njit(cache=True, nogil=True, parallel=True)
 def nb_log_partition(E, mask, start, end, trans, logz):
     """log Z of every row (0 for an empty row; nan where no allowed path exists)."""
     B, T, K = E.shape
     X = np.empty((K, K))
     tm = exp_trans(trans, X)
+    unused_se, unused_t = np.zeros((1, 2, K)), np.zeros((1, K, K))      # gb = 0: nothing is accumulated
     for b in nb.prange(B):
         pos = np.empty(T, dtype=np.int64)
-        L = _positions(mask, b, pos)
-        if L == 0:
-            logz[b] = 0.0
-            continue
-        A, P, c = np.empty((L, K)), np.empty((L, K)), np.empty(L + 1)
-        z = forward_row(E, b, pos, L, start, end, X, tm, A, P, c)
-        if np.isnan(z):                               # beyond the scaling's range: the log-space recursion
-            z = log_fb_row(E, b, pos, L, start, end, trans, 0.0, E, np.empty((1, 2, K)), np.empty((1, K, K)), 0, A,
-                           P, np.empty(K))
-        logz[b] = z
+        logz[b] = _row(E, mask, b, pos, start, end, trans, X, tm, 0.0, E, unused_se, unused_t, 0)
 
 
 @nb.njit(cache=True, nogil=True, parallel=True)
 def nb_forward_backward(E, mask, start, end, trans, g, nchunk, logz, gE, gstart, gend, gtrans):
-    """Forward-backward of every row (:mod:`ssvm_torch.chain.numba_fb`): logz (B,), and g_b times
-    the marginals added to the gradient buffers: gE[b, t, k] += g_b p(y_t = k), gstart/gend (K,)
-    the first/last label marginals, gtrans (K, K) [next, prev] the expected transition counts
-    (summed over rows). These are the gradient of sum_b g_b log Z_b; a row beyond the scaled
-    recursion's range runs the log-space one. Rows without an allowed path get logz nan and add nothing. ``nchunk`` row chunks run in parallel, each with its own (K, K)
-    buffer (numba's thread count: the caller passes it, a kernel that reads it cannot be cached)."""
+    """Forward-backward of every row (:func:`_row`): logz (B,), and g_b times the marginals added to
+    the gradient buffers: gE[b, t, k] += g_b p(y_t = k), gstart/gend (K,) the first/last label
+    marginals, gtrans (K, K) [next, prev] the expected transition counts (summed over rows). These
+    are the gradient of sum_b g_b log Z_b. Rows without an allowed path get logz nan and add nothing.
+    ``nchunk`` row chunks run in parallel, each with its own (K, K) buffer (numba's thread count: the
+    caller passes it, a kernel that reads it cannot be cached)."""
     B, T, K = E.shape
     X = np.empty((K, K))
     tm = exp_trans(trans, X)
@@ -131,19 +141,7 @@ def nb_forward_backward(E, mask, start, end, trans, g, nchunk, logz, gE, gstart,
     for ch in nb.prange(nchunk):
         pos = np.empty(T, dtype=np.int64)
         for b in range(ch, B, nchunk):
-            L = _positions(mask, b, pos)
-            if L == 0:
-                logz[b] = 0.0
-                continue
-            A, P, c = np.empty((L, K)), np.empty((L, K)), np.empty(L + 1)
-            z = forward_row(E, b, pos, L, start, end, X, tm, A, P, c)
-            if np.isnan(z):                           # beyond the scaling's range: the log-space recursion
-                logz[b] = log_fb_row(E, b, pos, L, start, end, trans, g[b], gE, accs, acc, ch, A, P, np.empty(K))
-                continue
-            logz[b] = z
-            if g[b] == 0.0:
-                continue
-            backward_row(b, pos, L, end, X, A, P, c, g[b], gE, accs, acc, ch)
+            logz[b] = _row(E, mask, b, pos, start, end, trans, X, tm, g[b], gE, accs, acc, ch)
     for ch in range(nchunk):
         for k in range(K):
             gstart[k] += accs[ch, 0, k]
