@@ -558,3 +558,19 @@ def test_deep_checkpoints_are_what_they_claim(tmp_path, capsys):
     assert deep_main(resume + ["--ckpt_path", str(damaged)]) == 2
     assert "the weights or the optimizer states are damaged" in capsys.readouterr().err
     assert deep_main(resume + ["--ckpt_path", str(ckpt)]) == 0
+
+
+def test_ctrl_c_while_the_command_starts_is_one_line(tmp_path):
+    """SIGINT while ssvm-train imports torch and the package (before any of its code runs): the
+    console script's guard answers in one line with exit status 130 and nothing is written."""
+    script = Path(sys.executable).parent / "ssvm-train"
+    if not script.is_file():
+        pytest.skip("the console script is not installed in this environment")
+    proc = subprocess.Popen([str(script), "--dataset", "ocr-small", "--out", str(tmp_path / "run")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(0.6)                                   # imports take seconds; the guard is in place at once
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 130 and "Traceback" not in stderr
+    assert stderr.strip().splitlines()[-1].startswith("ssvm-train: interrupted (Ctrl-C)")
+    assert not (tmp_path / "run").exists()
