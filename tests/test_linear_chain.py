@@ -265,7 +265,7 @@ def test_torch_path_makes_no_host_copy_under_the_device_guard():
     dev = torch.device("cpu")
     cons = allowed_transitions("BIO", ["O", "B-NP", "I-NP", "B-VP", "I-VP"])
     layers = [LinearChain(K, batch_first=True, loss=loss, kernels="torch", constraints=c).to(dev)
-              for loss in ("hinge", "crf") for c in (None, cons)]
+              for loss in ("hinge", "crf", "softmax_margin") for c in (None, cons)]
     with host_guard() as guard:
         g = torch.Generator(device=dev).manual_seed(0)
         E = torch.randn(B, T, K, generator=g, device=dev, requires_grad=True)
@@ -274,6 +274,7 @@ def test_torch_path_makes_no_host_copy_under_the_device_guard():
         for lay in layers:
             lay(E, tags if lay.constraint_masks is None else torch.zeros_like(tags), mask).backward()
             lay.decode(E, mask)
+            lay.decode(E, mask, nbest=3)
             lay.marginals(E, mask)
         assert guard.host_copies == 0
     assert E.grad is not None

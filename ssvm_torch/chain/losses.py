@@ -40,11 +40,15 @@ def hamming(labels, gt, lengths, token_loss=None) -> torch.Tensor:
     return wrong * c
 
 
+def _mask(unary, lengths):
+    return torch.arange(unary.shape[1], device=unary.device)[None, :] < lengths[:, None]
+
+
 def _as_masked(unary, lengths, gt, token_loss):
     """The padded-by-lengths arguments in the masked form of :mod:`ssvm_torch.chain.ops`:
     mask (B, T), gold labels (0 where padded), per-row loss of one wrong position, Hamming costs."""
-    B, T, K = unary.shape
-    mask = torch.arange(T, device=unary.device)[None, :] < lengths[:, None]
+    K = unary.shape[2]
+    mask = _mask(unary, lengths)
     gold = None if gt is None else gt.clamp(min=0)
     rowc = (1.0 / lengths.to(torch.float64) if token_loss is None else token_loss.to(torch.float64))
     cost = 1.0 - torch.eye(K, dtype=torch.float64, device=unary.device)
@@ -77,10 +81,6 @@ def chain_hinge(unary, lengths, first, last, trans, gt, token_loss=None, kernels
     _check_scores(unary, lengths, first, last, trans, gt)
     mask, gold, rowc, cost = _as_masked(unary, lengths, gt, token_loss)
     return ops.hinge(unary, mask, first, last, trans, gold, rowc, cost, kernels=kernels)
-
-
-def _mask(unary, lengths):
-    return torch.arange(unary.shape[1], device=unary.device)[None, :] < lengths[:, None]
 
 
 def chain_crf_nll(unary, lengths, first, last, trans, gt, chunk: int = 256) -> torch.Tensor:

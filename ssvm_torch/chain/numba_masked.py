@@ -36,7 +36,7 @@ NO_LOSS = np.zeros(1, dtype=np.int64)      # viterbi_segment_tt's gt when the lo
 
 
 @nb.njit(cache=True, nogil=True)
-def _positions(mask, b, pos):
+def masked_positions(mask, b, pos):
     """The masked-on positions of row b into pos; returns their count."""
     L = 0
     for t in range(mask.shape[1]):
@@ -69,7 +69,7 @@ def nb_decode(E, mask, start, end, trans3, augment, gold, cost, rowc, out, score
     B, T, K = E.shape
     for b in nb.prange(B):
         pos = np.empty(T, dtype=np.int64)
-        L = _positions(mask, b, pos)
+        L = masked_positions(mask, b, pos)
         if L == 0:
             scores[b] = 0.0
             gold_scores[b] = 0.0
@@ -99,7 +99,7 @@ def _row(E, mask, b, pos, start, end, trans, X, tm, gb, gE, accs, acc, ch):
     """log Z of row b (0 for an empty row, nan without an allowed path) and, when gb != 0, gb times
     its marginals added to the buffers (row ``ch`` of ``accs`` / ``acc``): the scaled recursion, the
     log-space one where the scaling cannot hold the scores (:mod:`ssvm_torch.chain.numba_fb`)."""
-    L = _positions(mask, b, pos)
+    L = masked_positions(mask, b, pos)
     if L == 0:
         return 0.0
     K = E.shape[2]
@@ -181,5 +181,5 @@ def nb_path_scores(E, mask, labels, start, end, trans, out):
     B, T, K = E.shape
     pos = np.empty(T, dtype=np.int64)
     for b in range(B):
-        L = _positions(mask, b, pos)
+        L = masked_positions(mask, b, pos)
         out[b] = _path_score(E, b, pos, L, labels, start, end, trans) if L > 0 else 0.0

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from .numba_masked import _positions
+from .numba_masked import masked_positions
 
 
 @nb.njit(cache=True, nogil=True)
@@ -41,7 +41,7 @@ def nb_nbest(E, mask, start, end, trans, n, out, scores):
     B, T, K = E.shape
     for b in nb.prange(B):
         pos = np.empty(T, dtype=np.int64)
-        L = _positions(mask, b, pos)
+        L = masked_positions(mask, b, pos)
         if L == 0:
             scores[b, 0] = 0.0
             continue

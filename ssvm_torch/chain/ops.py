@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import torch
 
-from ..errors import SSVMInputError
 from ..devices import to_host
+from ..errors import SSVMInputError
 from .checks import effective, fail_no_path, refuse_bad_scores, tracing, use_numba
-from .numba_nbest import nb_nbest
 from .numba_autograd import NumbaHinge, NumbaNLL, forward_backward, numba_decode
+from .numba_nbest import nb_nbest
 from .torch_ops import (compact, gather_rows, log_partition_rows, padded_score, torch_decode, torch_hinge, torch_nbest,
                         torch_nll)
 

@@ -20,15 +20,15 @@ from pathlib import Path
 
 import torch
 
+from ..atomic import atomic_write_bytes
 from ..devices import parse_device
 from ..errors import RunInterrupted, SSVMInputError, check
-from ..atomic import atomic_write_bytes
-from .entry import command_parser, run_command
-from .interrupts import stop_on_signal
 from ..outputs import RunDir
 from ..path import check_path_options, cold_starts, grid_lambdas, grid_search, regularization_path
 from ..solvers import SAMPLERS, STEPS, SolverConfig
 from ..tasks import Problem, load_task
+from .entry import command_parser, run_command
+from .interrupts import stop_on_signal
 
 
 def build_parser() -> argparse.ArgumentParser:
