@@ -46,7 +46,7 @@ def content_digest(obj) -> str:
             t = x.detach().cpu()
             t = (t.to_dense() if t.layout != torch.strided else t).contiguous().reshape(-1)
             h.update(f"T{x.dtype}{tuple(x.shape)}".encode())
-            h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+            h.update(memoryview(t.view(torch.uint8).numpy()) if t.numel() else b"")   # no byte copy of w
         elif isinstance(x, dict):
             h.update(b"{")
             for k in sorted(x, key=repr):

@@ -81,9 +81,17 @@ class Task:
     sequences: bool = False           # its data are ChainData (load_dataset)
     templates: bool = False           # featurized by a feature template (features, min_count, heldout)
     chunk_tags: bool = False          # its tags are chunk tags (B-X / I-X / O): --constraints applies
+    # the featurization ssvm-train uses where an option is not given: the configuration chosen on the
+    # development split (docs/conll.md); load() itself keeps the plain defaults (sha-pereira, BIO, ...)
+    recommended: dict = field(default_factory=dict)
+
+    def options(self, **given) -> dict:
+        """``given`` featurization options (features, min_count, loss, constraints, tags) with each one
+        that is None replaced by :attr:`recommended`'s value, else by the plain default of :meth:`load`."""
+        return {k: self.recommended.get(k, PLAIN_OPTIONS.get(k)) if v is None else v for k, v in given.items()}
 
     def load(self, train_size: int | None = None, unary_only: bool = False, device=None,
-             dtype=torch.float64, features: str | None = None, min_count: int = 1,
+             dtype=torch.float64, features: str | None = None, min_count: int | None = None,
              heldout: float | None = None, loss: str | None = None, constraints: str | None = None,
              tags: str | None = None) -> Problem:
         if train_size is not None and not self.train_size:
@@ -92,7 +100,7 @@ class Task:
         if unary_only and not self.unary_only:
             raise SSVMInputError(f"unary_only: only supported for {[t.name for t in TASKS.values() if t.unary_only]}, "
                                  f"not {self.name!r}")
-        featurization = {"features": features, "min_count": min_count, "heldout": heldout}
+        featurization = {"features": features, "min_count": 1 if min_count is None else min_count, "heldout": heldout}
         if not self.templates:
             given = [k for k, v in featurization.items() if v not in (None, 1)]
             if given:
@@ -266,11 +274,19 @@ def _hansards(name, train_size=None, unary_only=False, device=None, dtype=torch.
                    layout=layout)
 
 
+# what load() does with an option not given (features None = the template's default, loss None = normalized)
+PLAIN_OPTIONS = {"features": None, "min_count": 1, "loss": None, "constraints": "none", "tags": "bio"}
+# CoNLL-2000's best configuration on the dev split (docs/conll.md, benchmarks/results/conll_select_*.json):
+# rich attributes with edge observations, trained on BIOES tags (scored as BIO) under the BIOES
+# constraints, the Hamming-count loss, attributes seen at least twice
+CONLL_RECOMMENDED = {"features": "rich-edges", "tags": "bioes", "constraints": "bioes", "loss": "hamming",
+                     "min_count": 2}
+
 TASKS: dict[str, Task] = {t.name: t for t in (
     Task("ocr-small", _ocr, "OCR words, train fold 0 (626 words), test folds 1-9", sequences=True),
     Task("ocr-large", _ocr, "OCR words, train folds 1-9 (6,251 words), test fold 0", sequences=True),
     Task("conll2000", _conll, "CoNLL-2000 chunking, sparse attributes of a feature template", train_size=True,
-         sequences=True, templates=True, chunk_tags=True),
+         sequences=True, templates=True, chunk_tags=True, recommended=CONLL_RECOMMENDED),
     Task("scene", _scene, "scene multi-label (6 labels, full pairwise graph)"),
     Task("ocr-letters", _ocr_letters, "OCR letters as independent multiclass examples"),
     Task("segmentation-synth", _segmentation, "graph-cut segmentation of synthetic superpixel graphs",

@@ -150,16 +150,16 @@ def test_marginal_solvers_put_no_mass_on_forbidden_transitions(solver):
 def test_cli_refuses_constraints_by_name(tmp_path, capsys):
     code = train_main(["--dataset", "ocr-small", "--constraints", "bio", "--passes", "1", "--out", str(tmp_path / "a")])
     assert code == 2 and "constraints: only for the tasks with chunk tags" in capsys.readouterr().err
-    code = train_main(["--dataset", "conll2000", "--train-size", "50", "--constraints", "bioes", "--passes", "1",
-                       "--out", str(tmp_path / "b")])
+    code = train_main(["--dataset", "conll2000", "--train-size", "50", "--tags", "bio", "--constraints", "bioes",
+                       "--passes", "1", "--out", str(tmp_path / "b")])
     err = capsys.readouterr().err
     assert code == 2 and "scheme 'bioes' does not fit the tag set" in err and "use scheme 'BIO'" in err
 
 
 def test_conll_trains_under_bio_constraints_and_predicts_only_allowed_tags(tmp_path):
     out = tmp_path / "run"
-    assert train_main(["--dataset", "conll2000", "--train-size", "200", "--constraints", "bio", "--passes", "2",
-                       "--loss", "hamming", "--out", str(out)]) == 0
+    assert train_main(["--dataset", "conll2000", "--train-size", "200", "--features", "sha-pereira", "--min-count", "1",
+                       "--tags", "bio", "--constraints", "bio", "--passes", "2", "--loss", "hamming", "--out", str(out)]) == 0
     saved = torch.load(out / "model.pt", weights_only=True)
     assert saved["feature_layout"]["constraints"] == "BIO"
     from ssvm_torch.tasks import load_task

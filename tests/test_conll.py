@@ -186,4 +186,17 @@ def test_cli_conll(tmp_path, capsys):
     # half a pass of steps + one counted gap pass per check
     assert [r["passes"] for r in hist] == [0.0, 1.5, 3.0] and all("test_f1" in r for r in hist)
     assert hist[-1]["test_f1"] > 50 and hist[-1]["gap"] < hist[0]["gap"]
+    # the defaults: the configuration chosen on the dev split (docs/conll.md), recorded in config.json
+    config = json.loads((out / "config.json").read_text())
+    assert {k: config[k] for k in ("features", "min_count", "tags", "constraints", "loss")} == {
+        "features": "rich-edges", "min_count": 2, "tags": "bioes", "constraints": "bioes", "loss": "hamming"}
+    assert torch.load(out / "model.pt", weights_only=True)["feature_layout"]["constraints"] == "BIOES"
+    # the old defaults, by name
+    old = tmp_path / "old"
+    assert main(["--dataset", "conll2000", "--features", "sha-pereira", "--min-count", "1", "--tags", "bio",
+                 "--constraints", "none", "--loss", "normalized", "--train-size", "120", "--lam", "0.01",
+                 "--passes", "1", "--out", str(old)]) == 0
+    layout = torch.load(old / "model.pt", weights_only=True)["feature_layout"]
+    assert layout["featurization"]["template"] == "sha-pereira" and layout.get("constraints") in (None, "NONE")
+    assert json.loads((old / "config.json").read_text())["loss"] == "normalized"
     assert main(["--dataset", "ocr-small", "--train-size", "10", "--out", str(out)]) == 2

@@ -134,7 +134,9 @@ def test_torchrun_launch_of_ssvm_train_matches_one_process(tmp_path):
     import json
     import subprocess
     import sys
-    args = ["--dataset", "conll2000", "--train-size", "30", "--lam", "0.05", "--batch-size", "4", "--passes", "3",
+    args = ["--dataset", "conll2000", "--features", "sha-pereira", "--min-count", "1", "--tags", "bio",
+            "--constraints", "none", "--loss", "normalized", "--train-size", "30", "--lam", "0.05", "--batch-size", "4",
+            "--passes", "3",
             "--gap-check", "1", "--exchange", "gather", "--seed", "2", "--checkpoint", "--quiet"]
     env = {"PATH": str(Path(sys.executable).parent) + ":/usr/bin:/bin", "OMP_NUM_THREADS": "1"}
     two = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",

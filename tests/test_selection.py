@@ -45,7 +45,7 @@ def test_cli_select_lam_refits_on_all_training_data(tmp_path, capsys):
     hist = json.loads((out / "history.json").read_text())
     assert "test_f1" in hist[-1] and hist[-1]["passes"] >= 3
     model = torch.load(out / "model.pt", weights_only=True)
-    assert model["lam"] == sel["lam"] and model["feature_layout"]["featurization"]["template"] == "sha-pereira"
+    assert model["lam"] == sel["lam"] and model["feature_layout"]["featurization"]["template"] == "rich-edges"   # conll2000's default
     assert model["feature_layout"]["featurization"]["min_count"] == sel["min_count"]
     printed = capsys.readouterr().out
     assert "selecting lambda on a dev split: 135 fit / 15 dev" in printed and "test chunk F1" in printed

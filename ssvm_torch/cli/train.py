@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import math
 import os
 import sys
@@ -47,21 +48,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--unary-only", action="store_true",
                    help="segmentation-synth / pose-synth: drop the pairwise features (the unaries-only baseline)")
     p.add_argument("--features", default=None,
-                   help="conll2000: the feature template, sha-pereira, rich, or a template string such as "
-                        "'w[0] w[-1]|w[0] suf3[0] edge:p[0]' (docs/conll.md); None = sha-pereira")
-    p.add_argument("--min-count", type=int, default=1,
-                   help="conll2000: keep the attributes seen at least this often in the training sentences")
+                   help="conll2000: the feature template, sha-pereira, rich, rich-edges, or a template string such as "
+                        "'w[0] w[-1]|w[0] suf3[0] edge:p[0]' (docs/conll.md); None = rich-edges for conll2000 (the "
+                        "configuration chosen on its dev split, docs/conll.md)")
+    p.add_argument("--min-count", type=int, default=None,
+                   help="conll2000: keep the attributes seen at least this often in the training sentences; "
+                        "None = 2 for conll2000")
     p.add_argument("--loss", choices=["normalized", "hamming"], default=None,
                    help="chain tasks: the task loss, normalized Hamming (1/T per wrong position, the papers') or the "
-                        "Hamming count (1 per wrong position: every token weighs alike); None = normalized")
+                        "Hamming count (1 per wrong position: every token weighs alike); None = hamming for "
+                        "conll2000, normalized for the others")
     p.add_argument("--lam", type=float, default=None,
                    help="regularization lambda of objective (1), lam/2 |w|^2 + 1/n sum_i H_i(w); None = 1/n")
-    p.add_argument("--constraints", choices=["none", "bio", "iob1", "bioes"], default="none",
+    p.add_argument("--constraints", choices=["none", "bio", "iob1", "bioes"], default=None,
                    help="conll2000: tag transitions every oracle obeys (BIO = IOB2, IOB1, BIOES chunking schemes); "
-                        "refused when the scheme does not fit the tag set")
-    p.add_argument("--tags", choices=["bio", "bioes"], default="bio",
+                        "refused when the scheme does not fit the tag set; None = bioes for conll2000")
+    p.add_argument("--tags", choices=["bio", "bioes"], default=None,
                    help="conll2000: train on the BIO tags of the file or on them converted to BIOES (predictions are "
-                        "converted back to BIO before the chunk F1)")
+                        "converted back to BIO before the chunk F1); None = bioes for conll2000 (the old "
+                        "defaults: --features sha-pereira --min-count 1 --tags bio --constraints none --loss normalized)")
     p.add_argument("--select-lam", action="store_true",
                    help="choose lambda on a development split (the last --heldout of the training examples) by a "
                         "warm-started grid over --lams, each bounded by --passes, then refit on all training data; "
@@ -181,8 +186,9 @@ def _train(args, cfg: SolverConfig, device, dtype, run_dir: RunDir | None) -> di
     """One process's run; under torchrun every rank runs it on its shard and only rank 0 (the one with
     ``run_dir``) evaluates, prints and writes."""
     rank, size = distributed.world()
-    featurization = {"features": args.features, "min_count": args.min_count, "loss": args.loss,  # checked by the task
-                     "constraints": args.constraints, "tags": args.tags}
+    # the options given, the task's recommended configuration for the others; checked by the task
+    featurization = get_task(args.dataset).options(features=args.features, min_count=args.min_count, loss=args.loss,
+                                                   constraints=args.constraints, tags=args.tags)
     selection = _select(args, cfg, device, dtype, run_dir, featurization) if args.select_lam else None
     if selection:
         featurization["min_count"] = selection["min_count"]
@@ -322,7 +328,8 @@ def _select(args, cfg: SolverConfig, device, dtype, run_dir: RunDir, featurizati
             score = f"dev F1 {rec['test_f1']:.2f}" if "test_f1" in rec else f"dev error {rec['test_error']:.4f}"
             print(f"  lam {rec['lam']:<8g} {score}  gap {rec['gap']:.3e}  [{rec['passes']:.0f} passes, "
                   f"{rec['time_s']:.1f} s]", flush=True)
-    for min_count in args.min_counts or [args.min_count]:
+    for min_count in args.min_counts or [featurization["min_count"]]:
+        fit = None                                            # the previous cut-off's problem goes before the next loads
         fit = load_task(args.dataset, train_size=args.train_size, device=device, dtype=dtype, heldout=args.heldout,
                         **{**featurization, "min_count": min_count})
         if speak:
@@ -338,10 +345,12 @@ def _select(args, cfg: SolverConfig, device, dtype, run_dir: RunDir, featurizati
             best = (score, lam, min_count)
     selection = {"lam": best[1], "min_count": best[2], "heldout": args.heldout, "n_fit": fit.n_train,
                  "n_dev": fit.n_test, "passes_per_lam": args.passes, "table": rows}
+    del fit
+    gc.collect()                                              # the fit split's store goes before the refit's is built
     run_dir.begin()                                           # the run's first file
     save_selection(run_dir.path, selection)
     if speak:
-        print(f"selected lam = {best[1]:g}, min count {best[2]}; refitting on all {fit.n_train + fit.n_test} "
+        print(f"selected lam = {best[1]:g}, min count {best[2]}; refitting on all {selection['n_fit'] + selection['n_dev']} "
               "training examples", flush=True)
     return selection
 

@@ -41,7 +41,10 @@ class BestPoint:
         """The record of check ``index`` of the history, at point ``w`` (copied when it is the best)."""
         p = record.get("primal")
         if p is not None and math.isfinite(p) and p < self.primal:
-            self.w = w.detach().clone()
+            if self.w is not None and self.w.shape == w.shape and self.w.dtype == w.dtype and self.w.device == w.device:
+                self.w.copy_(w.detach())        # in place: a second copy of w (d floats) would double the peak
+            else:
+                self.w = w.detach().clone()
             self.record, self.index = dict(record), index
 
     def is_last(self, history: list) -> bool:

@@ -120,8 +120,9 @@ class Solver:
     def model_extras(self) -> dict:
         """``w_dual`` (the store's w) when the model is an earlier check's point: the records' dual is
         ell - lam/2 ||w_dual||^2 (App. H stores add the box term, which needs v; their files are not
-        dual-recomputable)."""
-        return {"w_dual": self.dual.w.clone()} if self._returns_best() else {}
+        dual-recomputable). The store's own tensor, not a copy (d floats; save or copy it before
+        further steps)."""
+        return {"w_dual": self.dual.w} if self._returns_best() else {}
 
     def finish(self) -> list:
         """The history whose last record describes the returned model (:meth:`BestPoint.finish`)."""
