@@ -1,6 +1,8 @@
-"""Neural CoNLL-2000 chunkers (issue 31): the four recipes ``recipes/conll_deep_{hinge,crf,hybrid_hinge,
-hybrid_crf}.yaml``, seed 0 each, then seeds 1 and 2 of the dev-best hinge and the dev-best CRF
-configuration; the table against the linear BCFW models; a paired bootstrap between the two heads.
+"""Neural CoNLL-2000 chunkers: the recipes ``recipes/conll_deep_{hinge,crf,hybrid_hinge,hybrid_crf,
+hybrid_softmax_margin}.yaml``, seed 0 each, then seeds 1 and 2 of the dev-best configuration of each
+head (hinge, softmax-margin, CRF); the table against the linear BCFW models; a paired bootstrap of
+each margin head against the CRF head. Each run's epochs are chosen on dev: early stopping on dev F1
+with ``patience`` under a cap (100) that no run reaches.
 
 ``--train``: runs the recipes one after another (``python -m ssvm_torch.deep fit``, two threads; on
   a two-core machine parallel runs slow each other several-fold), each into ``RUNS/<recipe>_s<seed>``;
@@ -13,7 +15,8 @@ configuration; the table against the linear BCFW models; a paired bootstrap betw
   linear rows from ``conll_select.json`` (BIO, no constraints) and
   ``conll_select_{bio,bioes}_constraints.json`` (lambda chosen on the same dev split); a paired
   bootstrap (test sentences resampled with replacement, ``--draws`` draws; Koehn 2004,
-  Berg-Kirkpatrick et al. 2012) between the dev-best hinge and the dev-best CRF configuration: the
+  Berg-Kirkpatrick et al. 2012) between the dev-best configuration of each margin head (hinge,
+  softmax-margin) and the dev-best CRF configuration: the
   F1 difference of the seed-averaged systems, its 95% interval and the one-sided p-value (share of
   draws whose difference has the other sign); copies the dev-best configuration's seed-0
   predictions to ``conll_deep_test_predictions.pt``.
@@ -48,6 +51,8 @@ RESULTS = ROOT / "benchmarks" / "results"
 RECIPES = ("hybrid_hinge", "hybrid_crf", "hinge", "crf", "hybrid_softmax_margin")
 HEAD = {"hinge": "hinge", "hybrid_hinge": "hinge", "crf": "crf", "hybrid_crf": "crf",
         "hybrid_softmax_margin": "softmax_margin"}
+HEADS = ("hinge", "softmax_margin", "crf")
+MARGIN_HEADS = ("hinge", "softmax_margin")            # each compared with the CRF head by the paired bootstrap
 
 
 def run_dir(runs: Path, recipe: str, seed: int) -> Path | None:
@@ -94,7 +99,7 @@ def train(runs: Path, threads: int) -> None:
 
     for recipe in RECIPES:
         one(recipe, 0)
-    best = [max((r for r in RECIPES if HEAD[r] == head), key=lambda r: dev_f1(runs, r)) for head in ("hinge", "crf")]
+    best = [max((r for r in RECIPES if HEAD[r] == head), key=lambda r: dev_f1(runs, r)) for head in HEADS]
     for seed in (1, 2):
         for recipe in best:
             one(recipe, seed)
@@ -195,11 +200,13 @@ def report(runs: Path, draws: int) -> dict:
                      "runs": per})
     out = {"machine": platform.processor() or platform.machine(), "linear": linear_rows(), "neural": rows}
     by_dev = {head: max((r for r in rows if r["head"] == head), key=lambda r: r["runs"][0]["dev_f1"], default=None)
-              for head in ("hinge", "crf")}
-    if by_dev["hinge"] and by_dev["crf"]:
-        h, c = (Path(by_dev[k]["recipe"]).stem.removeprefix("conll_deep_") for k in ("hinge", "crf"))
-        out["bootstrap"] = {"a": h, "b": c, "seeds_a": by_dev["hinge"]["seeds"], "seeds_b": by_dev["crf"]["seeds"],
-                            **paired_bootstrap(counts[h], counts[c], draws)}
+              for head in HEADS}
+    out["bootstrap"] = []
+    for head in MARGIN_HEADS:
+        if by_dev[head] and by_dev["crf"]:
+            h, c = (Path(by_dev[k]["recipe"]).stem.removeprefix("conll_deep_") for k in (head, "crf"))
+            out["bootstrap"].append({"a": h, "b": c, "seeds_a": by_dev[head]["seeds"], "seeds_b": by_dev["crf"]["seeds"],
+                                     **paired_bootstrap(counts[h], counts[c], draws)})
     if rows:
         best = max(rows, key=lambda r: r["runs"][0]["dev_f1"])
         src = ROOT / best["runs"][0]["dir"] / "test_predictions.pt"
@@ -221,8 +228,7 @@ def print_table(out: dict) -> None:
         print(f"{r['system']:45s} test F1 {fmt(r['test_f1'])} ({len(r['seeds'])} seeds), dev F1 {fmt(r['dev_f1'])}, "
               f"{fmt(r['epochs'], 1)} epochs, {fmt(r['s_per_epoch_median'], 1)} s/epoch (median), peak RSS "
               f"{r['peak_rss_mb']['mean']:.0f} MB")
-    if "bootstrap" in out:
-        b = out["bootstrap"]
+    for b in out.get("bootstrap", []):
         print(f"paired bootstrap {b['a']} - {b['b']}: {b['observed_diff']:+.3f} F1, 95% CI [{b['ci95'][0]:+.3f}, "
               f"{b['ci95'][1]:+.3f}], p = {b['p_value']:.3f} ({b['draws']} draws)")
     if "committed_predictions" in out:

@@ -124,7 +124,7 @@ def _solve(dual, target, cfg_base: SolverConfig, gaps, clock, heuristic, max_pas
                           "check_below": target if gated and not heuristic else 0.0,
                           "gap_refresh": 0 if heuristic else cfg_base.gap_refresh,
                           "gap_check": max_passes if heuristic else cfg_base.gap_check})
-    solver = Solver(dual, cfg, monitor_start=False)
+    solver = Solver(dual, cfg, monitor_start=False, keep_best=False)   # the path continues from the iterate
     if gaps is not None:
         solver.set_block_gaps(gaps)
     hist = solver.run()

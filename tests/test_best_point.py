@@ -61,3 +61,31 @@ def test_best_point_keeps_the_lowest_primal_and_round_trips():
     assert torch.equal(again.w, torch.full((2,), 1.0))
     again.load_state_dict(None)                                         # a checkpoint from before the rule
     assert again.record is None and again.primal == float("inf")
+
+
+def test_best_point_copies_in_place_and_keeps_nothing_when_off():
+    """A better record overwrites the kept copy in place (one copy of w at any time: on CoNLL's
+    rich-edges model w is 126-389 MB); the path's inner solves keep none."""
+    bp = BestPoint()
+    bp.offer({"primal": 1.0}, torch.zeros(3, dtype=torch.float64), 0)
+    kept = bp.w
+    bp.offer({"primal": 0.5}, torch.ones(3, dtype=torch.float64), 1)
+    assert bp.w is kept and torch.equal(kept, torch.ones(3, dtype=torch.float64)) and bp.index == 1
+    bp.offer({"primal": 0.7}, torch.full((3,), 2.0, dtype=torch.float64), 2)
+    assert torch.equal(bp.w, torch.ones(3, dtype=torch.float64)) and bp.index == 1
+    off = BestPoint(enabled=False)
+    history = [{"primal": 1.0, "dual": 0.0}, {"primal": 2.0, "dual": 0.5}]
+    for i, rec in enumerate(history):
+        off.offer(rec, torch.zeros(3), i)
+    assert off.w is None and off.finish(history) == history
+
+
+def test_a_solver_without_keep_best_returns_its_iterate():
+    """Solver(keep_best=False), what the path and the lambda grid run: no copy of w, the history as
+    the checks wrote it, the store's point as the model."""
+    from ssvm_torch.solvers import Solver, SolverConfig
+    dual = load_task("ocr-small").store(0.0005)
+    solver = Solver(dual, SolverConfig(solver="bcfw", sampling="gap", gap_check=1, passes=3), keep_best=False)
+    history = solver.run()
+    assert solver.best.w is None and solver.model_point()[0] is dual.w and solver.finish() == history
+    assert solver.model_extras() == {}

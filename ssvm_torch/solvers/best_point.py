@@ -28,7 +28,10 @@ import torch
 class BestPoint:
     """The lowest-primal point among the records offered (see the module docstring)."""
 
-    def __init__(self):
+    def __init__(self, enabled: bool = True):
+        # off where only the iterate matters (the path's and the lambda grid's inner solves continue from
+        # the store's point): no copy of w is kept and the history is returned as the checks wrote it
+        self.enabled = enabled
         self.w: torch.Tensor | None = None
         self.record: dict | None = None
         self.index = -1
@@ -40,7 +43,7 @@ class BestPoint:
     def offer(self, record: dict, w: torch.Tensor, index: int) -> None:
         """The record of check ``index`` of the history, at point ``w`` (copied when it is the best)."""
         p = record.get("primal")
-        if p is not None and math.isfinite(p) and p < self.primal:
+        if self.enabled and p is not None and math.isfinite(p) and p < self.primal:
             if self.w is not None and self.w.shape == w.shape and self.w.dtype == w.dtype and self.w.device == w.device:
                 self.w.copy_(w.detach())        # in place: a second copy of w (d floats) would double the peak
             else:

@@ -56,7 +56,7 @@ class Solver:
 
     def __init__(self, dual: BlockDual, config: SolverConfig, evaluate: Evaluator | None = None,
                  progress: Callable[[dict], None] | None = None, monitor_start: bool = True,
-                 interrupt: Callable[[], bool] | None = None):
+                 interrupt: Callable[[], bool] | None = None, keep_best: bool = True):
         self.dual, self.cfg = dual, config.validate()
         self.interrupt = interrupt              # polled after every chunk: True stops at the next gap check
         check(config.solver in ("fw", "bcfw", "ssg"), "solver", "'fw', 'bcfw' or 'ssg' for Solver (solvers.make_solver "
@@ -74,12 +74,12 @@ class Solver:
                   f"{config.solver!r}, step {config.step!r}" + (", cache" if config.cache else ""))
         if dual.only_fw_block_steps:
             check(config.solver == "bcfw" and config.step == "fw" and not config.cache and config.batch_size == 1,
-                  "solver", f"'bcfw' with step 'fw', no cache and batch size 1 for {type(dual).__name__}",
+                  "solver", f"'bcfw' with step 'fw', no cache and batch size 1 for {dual.description or type(dual).__name__}",
                   f"{config.solver!r}, step {config.step!r}, batch size {config.batch_size}"
                   + (", cache" if config.cache else ""))
         self.rule = make_step_rule(dual, config, self.sampler)
         self.averager = Averager(dual, lazy=config.solver == "bcfw") if config.averaging else None
-        self.best = BestPoint()            # the model a run returns (solvers/best_point.py); off with averaging
+        self.best = BestPoint(keep_best)   # the model a run returns (solvers/best_point.py); off with averaging
         if self.averager is None:
             dual.shadow = None
         self.last_gap_pass = None                 # the GapPass of the last exact check

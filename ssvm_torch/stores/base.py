@@ -115,6 +115,8 @@ class PointStore(ABC):
     supports_block_steps: bool = True
     # True for a store that implements only the FW block step (BCFW, no sets, cache or mini-batches)
     only_fw_block_steps: bool = False
+    # what the store is, in the words of an error (None: its class name)
+    description: str | None = None
     # mini-batch directions as sparse vectors of their touched coordinates (large sparse models)
     sparse_direction: bool = False
 

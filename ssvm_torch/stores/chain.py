@@ -78,6 +78,10 @@ class ChainDual(ChainTorchPath, ChainMarginalMoves, JointConstraints, BlockDual)
         self.kernels = "numba" if kernels == "auto" and numba_ok else kernels if kernels != "auto" else "torch"
         self._numba = self.kernels == "numba"
         if self._numba:
+            if self.fval.numel() and bool((self.fval == 1).all()):
+                # binary attributes (CoNLL's): one shared 1.0 read through a stride-0 view instead of nnz
+                # copies (the numba kernels only read fval); the CSR of the data keeps its own values
+                self.fval = torch.ones(1, dtype=dtype).expand(self.fval.numel())
             self._bind_numpy()
 
     # -- numba fast path -----------------------------------------------------------------------

@@ -32,6 +32,8 @@ class EdgeChainDual(ChainDual):
     supports_averaging = False
     supports_dual_point = False      # no batch corner (corner_point): no cutting plane
     only_fw_block_steps = True
+    description = ("a chain with edge-observation features (the edge: items of a template, e.g. conll2000's default "
+                   "rich-edges; a template without them, e.g. rich, runs every solver)")
 
     def __init__(self, model: EdgeChainModel, data: ChainData, lam: float, device=None, dtype=torch.float64,
                  kernels: str = "auto", n_objective: int | None = None):
