@@ -278,9 +278,9 @@ def _hansards(name, train_size=None, unary_only=False, device=None, dtype=torch.
 PLAIN_OPTIONS = {"features": None, "min_count": 1, "loss": None, "constraints": "none", "tags": "bio"}
 # CoNLL-2000's best configuration on the dev split (docs/conll.md, benchmarks/results/conll_select_*.json):
 # rich attributes with edge observations, trained on BIOES tags (scored as BIO) under the BIOES
-# constraints, the Hamming-count loss, attributes seen at least twice
+# constraints, the Hamming-count loss, every attribute kept (min count 1: dev F1 95.14 against 95.05 with 2)
 CONLL_RECOMMENDED = {"features": "rich-edges", "tags": "bioes", "constraints": "bioes", "loss": "hamming",
-                     "min_count": 2}
+                     "min_count": 1}
 
 TASKS: dict[str, Task] = {t.name: t for t in (
     Task("ocr-small", _ocr, "OCR words, train fold 0 (626 words), test folds 1-9", sequences=True),

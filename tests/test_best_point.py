@@ -63,20 +63,33 @@ def test_best_point_keeps_the_lowest_primal_and_round_trips():
     assert again.record is None and again.primal == float("inf")
 
 
-def test_best_point_copies_in_place_and_keeps_nothing_when_off():
-    """A better record overwrites the kept copy in place (one copy of w at any time: on CoNLL's
-    rich-edges model w is 126-389 MB); the path's inner solves keep none."""
+def test_best_point_copies_in_place_or_sparse_and_keeps_nothing_when_off():
+    """A better dense point overwrites the kept copy in place (one copy of w at any time); a point
+    with fewer than d / 4 nonzeros is kept as (index, value) -- CoNLL's rich-edges w, 389 MB dense,
+    is 4.6% nonzero -- and comes back dense, through a checkpoint too; the path's inner solves keep none."""
+    f64 = dict(dtype=torch.float64)
     bp = BestPoint()
-    bp.offer({"primal": 1.0}, torch.zeros(3, dtype=torch.float64), 0)
+    bp.offer({"primal": 1.0}, torch.arange(1.0, 9.0, **f64), 0)
     kept = bp.w
-    bp.offer({"primal": 0.5}, torch.ones(3, dtype=torch.float64), 1)
-    assert bp.w is kept and torch.equal(kept, torch.ones(3, dtype=torch.float64)) and bp.index == 1
-    bp.offer({"primal": 0.7}, torch.full((3,), 2.0, dtype=torch.float64), 2)
-    assert torch.equal(bp.w, torch.ones(3, dtype=torch.float64)) and bp.index == 1
+    bp.offer({"primal": 0.5}, torch.full((8,), 2.0, **f64), 1)
+    assert bp.w is kept and torch.equal(kept, torch.full((8,), 2.0, **f64)) and bp.index == 1
+    bp.offer({"primal": 0.7}, torch.full((8,), 3.0, **f64), 2)
+    assert torch.equal(bp.w, torch.full((8,), 2.0, **f64)) and bp.index == 1
+    sparse = torch.zeros(8, **f64)
+    sparse[5] = -1.5
+    bp.offer({"primal": 0.25}, sparse, 3)
+    state = bp.state_dict()
+    assert "w" not in state and state["w_index"].tolist() == [5] and state["d"] == 8
+    assert torch.equal(bp.w, sparse) and bp.w.dtype == torch.float64
+    again = BestPoint()
+    again.load_state_dict(state)
+    assert torch.equal(again.w, sparse) and again.index == 3
+    bp.offer({"primal": 0.1}, torch.full((8,), 4.0, **f64), 4)        # dense again
+    assert torch.equal(bp.w, torch.full((8,), 4.0, **f64)) and "w" in bp.state_dict()
     off = BestPoint(enabled=False)
     history = [{"primal": 1.0, "dual": 0.0}, {"primal": 2.0, "dual": 0.5}]
     for i, rec in enumerate(history):
-        off.offer(rec, torch.zeros(3), i)
+        off.offer(rec, torch.ones(3), i)
     assert off.w is None and off.finish(history) == history
 
 

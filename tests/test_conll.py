@@ -189,7 +189,7 @@ def test_cli_conll(tmp_path, capsys):
     # the defaults: the configuration chosen on the dev split (docs/conll.md), recorded in config.json
     config = json.loads((out / "config.json").read_text())
     assert {k: config[k] for k in ("features", "min_count", "tags", "constraints", "loss")} == {
-        "features": "rich-edges", "min_count": 2, "tags": "bioes", "constraints": "bioes", "loss": "hamming"}
+        "features": "rich-edges", "min_count": 1, "tags": "bioes", "constraints": "bioes", "loss": "hamming"}
     assert torch.load(out / "model.pt", weights_only=True)["feature_layout"]["constraints"] == "BIOES"
     # the old defaults, by name
     old = tmp_path / "old"

@@ -53,7 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "configuration chosen on its dev split, docs/conll.md)")
     p.add_argument("--min-count", type=int, default=None,
                    help="conll2000: keep the attributes seen at least this often in the training sentences; "
-                        "None = 2 for conll2000")
+                        "None = 1")
     p.add_argument("--loss", choices=["normalized", "hamming"], default=None,
                    help="chain tasks: the task loss, normalized Hamming (1/T per wrong position, the papers') or the "
                         "Hamming count (1 per wrong position: every token weighs alike); None = hamming for "

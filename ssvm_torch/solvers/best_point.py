@@ -26,15 +26,40 @@ import torch
 
 
 class BestPoint:
-    """The lowest-primal point among the records offered (see the module docstring)."""
+    """The lowest-primal point among the records offered (see the module docstring). The copy of w_b
+    is kept as its nonzero entries (index, value) when they are fewer than a quarter of d -- CoNLL's
+    rich-edges w has 4.6% nonzeros after 10 passes: 36 MB instead of 389 MB -- and as a dense
+    vector, overwritten in place, otherwise; :attr:`w` is always the dense vector."""
 
     def __init__(self, enabled: bool = True):
         # off where only the iterate matters (the path's and the lambda grid's inner solves continue from
         # the store's point): no copy of w is kept and the history is returned as the checks wrote it
         self.enabled = enabled
-        self.w: torch.Tensor | None = None
+        self._dense: torch.Tensor | None = None
+        self._sparse: tuple | None = None          # (index, value, d)
         self.record: dict | None = None
         self.index = -1
+
+    @property
+    def w(self) -> torch.Tensor | None:
+        """The kept point as a dense vector (a new tensor when it is kept sparse)."""
+        if self._sparse is None:
+            return self._dense
+        index, value, d = self._sparse
+        return torch.zeros(d, dtype=value.dtype, device=value.device).index_put_((index,), value)
+
+    def _keep(self, w: torch.Tensor) -> None:
+        w = w.detach().reshape(-1)
+        index = torch.nonzero(w).squeeze(1)
+        if 4 * index.numel() < w.numel():
+            self._sparse, self._dense = (index, w[index].clone(), w.numel()), None
+        elif self._dense is not None and self._dense.shape == w.shape and self._dense.dtype == w.dtype \
+                and self._dense.device == w.device:
+            self._dense.copy_(w)                   # in place: a second copy of w (d floats) would double the peak
+            self._sparse = None
+        else:
+            self._dense, self._sparse = None, None    # the old copy goes before the new one is made
+            self._dense = w.clone()
 
     @property
     def primal(self) -> float:
@@ -44,10 +69,7 @@ class BestPoint:
         """The record of check ``index`` of the history, at point ``w`` (copied when it is the best)."""
         p = record.get("primal")
         if self.enabled and p is not None and math.isfinite(p) and p < self.primal:
-            if self.w is not None and self.w.shape == w.shape and self.w.dtype == w.dtype and self.w.device == w.device:
-                self.w.copy_(w.detach())        # in place: a second copy of w (d floats) would double the peak
-            else:
-                self.w = w.detach().clone()
+            self._keep(w)
             self.record, self.index = dict(record), index
 
     def is_last(self, history: list) -> bool:
@@ -72,9 +94,15 @@ class BestPoint:
         return [*history[:-1], last]
 
     def state_dict(self) -> dict:
-        return {"w": self.w, "record": self.record, "index": self.index}
+        kept = ({"w_index": self._sparse[0], "w_value": self._sparse[1], "d": self._sparse[2]} if self._sparse is not None
+                else {"w": self._dense})
+        return {**kept, "record": self.record, "index": self.index}
 
     def load_state_dict(self, s: dict | None) -> None:
         """A checkpoint without one (written before the rule) starts the search again."""
         s = s or {}
-        self.w, self.record, self.index = s.get("w"), s.get("record"), int(s.get("index", -1))
+        if s.get("w_index") is not None:
+            self._sparse, self._dense = (s["w_index"], s["w_value"], int(s["d"])), None
+        else:
+            self._sparse, self._dense = None, s.get("w")
+        self.record, self.index = s.get("record"), int(s.get("index", -1))
