@@ -138,3 +138,13 @@ def test_cli_other_solvers_write_the_same_records(tmp_path, capsys, solver):
     d = task.store(0.01)
     d.w.copy_(w)
     assert d.primal(d.gap_pass().H) == pytest.approx(hist[-1]["primal"], rel=1e-10)     # primal is model.pt's
+
+
+def test_the_commands_return_freed_memory_on_glibc():
+    """ssvm-train / ssvm-path fix glibc's mmap threshold (cli/entry.py): large temporaries go back to
+    the system when freed instead of fragmenting the heap."""
+    import platform
+    from ssvm_torch.cli.entry import return_freed_memory
+    if platform.libc_ver()[0] != "glibc":
+        pytest.skip("not glibc")
+    assert return_freed_memory() is True

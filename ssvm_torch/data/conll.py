@@ -182,7 +182,10 @@ def _chain_data(sents, arrays: dict, split: str, info: dict, tags: list[str], na
                                  f"delete the feature cache in {feature_cache.cache_dir()}")
         with warnings.catch_warnings():           # torch flags sparse CSR as beta; we only store and slice it
             warnings.simplefilter("ignore", UserWarning)
-            # binary indicators: one shared 1.0 (a stride-0 view) instead of nnz copies (13M on rich-edges)
+            # binary indicators: one shared 1.0 (a stride-0 view) instead of nnz copies (13M on rich-edges),
+            # and 4-byte indices where they fit
+            if len(cols) < 2 ** 31 and width < 2 ** 31:
+                crow, cols = crow.astype(np.int32), cols.astype(np.int32)
             return torch.sparse_csr_tensor(torch.from_numpy(crow), torch.from_numpy(cols),
                                            torch.ones(1, dtype=torch.float64).expand(len(cols)), (n_tok, width))
     offsets = torch.zeros(len(sents) + 1, dtype=torch.int64)

@@ -236,7 +236,7 @@ def csr_rows(X: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
     local = torch.repeat_interleave(torch.arange(rows.shape[0], device=dev), counts)
     starts = torch.cumsum(counts, 0) - counts
     nz = crow[rows][local] + torch.arange(local.shape[0], device=dev) - starts[local]
-    new_crow = torch.zeros(rows.shape[0] + 1, dtype=torch.int64, device=dev)
+    new_crow = torch.zeros(rows.shape[0] + 1, dtype=crow.dtype, device=dev)    # int32 or int64, as col
     new_crow[1:] = torch.cumsum(counts, 0)
     return torch.sparse_csr_tensor(new_crow, col[nz], val[nz], (rows.shape[0], X.shape[1]),
                                    check_invariants=False)

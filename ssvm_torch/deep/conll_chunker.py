@@ -38,7 +38,7 @@ from ..lightning import AtomicCheckpointIO, log_hp_metrics, run_output_dir, save
 from ..atomic import atomic_write_bytes
 from ..outputs import save_history, save_torch
 from ..portable import pack, unpack
-from .epochs import EpochPermutation, epoch_seed, manual_step
+from .epochs import EpochPermutation, epoch_mean, epoch_seed, manual_step
 from .conll_tagger import ChunkTagger
 from .conll_text import load_chunking, tags_to_bio, word_dropout
 
@@ -99,6 +99,11 @@ class ConllChunker(L.LightningModule):
         strategy = self.trainer.strategy
         if type(strategy.checkpoint_io).__name__ == "TorchCheckpointIO":
             strategy.checkpoint_io = AtomicCheckpointIO()
+        self.build()
+
+    def build(self) -> None:
+        """The corpus and the network of the hyperparameters (what :meth:`setup` does besides the
+        trainer's checkpoint writer; without a trainer: tests, notebooks)."""
         hp = self.hparams
         if hp.threads is not None:
             check(isinstance(hp.threads, int) and hp.threads >= 1, "threads", "an int >= 1", hp.threads)
@@ -143,23 +148,29 @@ class ConllChunker(L.LightningModule):
         s = epoch_seed(hp.seed, self.current_epoch) * 100_003 + batch_idx
         self.gen.manual_seed(s % (2 ** 63))
         torch.manual_seed((s + 1) % (2 ** 63))
-        self.tagger.train()
-        batch = self.corpus.fit.batch(idx.cpu())
-        word = word_dropout(batch["word"], self.word_counts, hp.word_dropout, self.gen)
-        batch = self._on_device(batch)
-        em = self.tagger.emissions(batch, word.to(self.device))
-        loss = self.tagger.chain(em, batch["tag"].clamp(min=0), batch["mask"], reduction="mean")
+        loss = self.batch_loss(idx)
         opts = self.optimizers()
         opts = opts if isinstance(opts, list) else [opts]
         self._epoch["loss"] += manual_step(self, loss, opts, clip=(self.tagger.dense_parameters(), hp.grad_clip))
         self._epoch["batches"] += 1
         return None
 
+    def batch_loss(self, idx: torch.Tensor) -> torch.Tensor:
+        """The training loss of the fit split's sentences ``idx``: the chain layer's loss, the mean
+        over the sentences (so under DDP the ranks' averaged gradient is the one of the union of their
+        batches), with the word and (hybrid) attribute dropout of training mode."""
+        self.tagger.train()
+        batch = self.corpus.fit.batch(idx.cpu())
+        word = word_dropout(batch["word"], self.word_counts, self.hparams.word_dropout, self.gen)
+        batch = self._on_device(batch)
+        em = self.tagger.emissions(batch, word.to(self.device))
+        return self.tagger.chain(em, batch["tag"].clamp(min=0), batch["mask"], reduction="mean")
+
     def on_train_epoch_end(self) -> None:
         hp = self.hparams
         seconds = time.perf_counter() - self._epoch["t0"]
         dev_f1 = chunk_f1(self.corpus.dev.gold, self.predict(self.corpus.dev))
-        rec = {"epoch": self.current_epoch, "loss": self._epoch["loss"] / max(1, self._epoch["batches"]),
+        rec = {"epoch": self.current_epoch, "loss": epoch_mean(self, self._epoch["loss"], self._epoch["batches"]),
                "dev_f1": dev_f1, "seconds": seconds, "peak_rss_mb": peak_rss_mb()}
         if dev_f1 > self.best["dev_f1"]:
             self.best = {"epoch": self.current_epoch, "dev_f1": dev_f1,

@@ -29,6 +29,17 @@ class EpochPermutation(tud.Sampler):
                     .tolist())
 
 
+def epoch_mean(module, total: float, batches: int) -> float:
+    """The mean batch loss of an epoch: ``total / batches`` over every rank's batches under DDP (one
+    all-reduce of the two numbers), the process's own otherwise."""
+    strategy = module.trainer.strategy
+    if module.trainer.world_size > 1:
+        both = strategy.reduce(torch.tensor([float(total), float(batches)], dtype=torch.float64, device=module.device),
+                               reduce_op="sum")
+        total, batches = float(both[0]), int(both[1])
+    return total / max(1, batches)
+
+
 def manual_step(module, loss: torch.Tensor, optimizers, clip=None) -> float:
     """One step of manual optimization on ``module`` (a LightningModule): zero the gradients, backward
     through Lightning (``manual_backward``), clip the gradient norm of ``clip`` = (parameters, max

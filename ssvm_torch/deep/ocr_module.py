@@ -41,7 +41,7 @@ from ..outputs import save_history, save_model, save_torch
 from ..portable import pack, unpack
 from ..solvers.loop import Solver, SolverConfig
 from ..stores import make_store
-from .epochs import EpochPermutation, epoch_seed, manual_step
+from .epochs import EpochPermutation, epoch_mean, epoch_seed, manual_step
 from .ocr_words import load_ocr_words, pad_rows
 from .ocr_pose_nets import LetterCNN
 from .warm import warm_start, with_features
@@ -156,6 +156,16 @@ class DeepChainModule(L.LightningModule):
         if hp.method == "two-stage" and not self.pretraining:
             return None                                     # the network is frozen after pretraining
         opt = self.optimizers()
+        loss = self.batch_loss(idx)
+        self._epoch["loss"] += manual_step(self, loss, [opt])
+        self._epoch["batches"] += 1
+        return None
+
+    def batch_loss(self, idx: torch.Tensor) -> torch.Tensor:
+        """The training loss of the training words ``idx`` in the current stage: the letters' cross
+        entropy while pretraining, else the chain head's loss, the mean over the words (+ lam/2 ||head||^2
+        for hinge and crf; under DDP the ranks' averaged gradient is the one of the union of their batches)."""
+        hp = self.hparams
         pos, lengths, gt = self.train_words.batch(idx.cpu())
         pos, lengths, gt = pos.to(self.device), lengths.to(self.device), gt.to(self.device)
         rows = pos[pos >= 0]
@@ -177,14 +187,12 @@ class DeepChainModule(L.LightningModule):
             loss = per.mean()
             if hp.method in ("hinge", "crf"):
                 loss = loss + self.lam / 2 * self.head.sq_norm()
-        self._epoch["loss"] += manual_step(self, loss, [opt])
-        self._epoch["batches"] += 1
-        return None
+        return loss
 
     def on_train_epoch_end(self) -> None:
         hp = self.hparams
         rec = {"epoch": self.current_epoch, "stage": "pretrain" if self.pretraining else hp.method,
-               "net_loss": self._epoch["loss"] / max(1, self._epoch["batches"])}
+               "net_loss": epoch_mean(self, self._epoch["loss"], self._epoch["batches"])}
         if hp.method == "alternating" and not self.pretraining:
             rec.update(self.bcfw_phase())
         elif hp.method == "two-stage" and self.solver is not None:

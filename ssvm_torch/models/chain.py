@@ -172,17 +172,18 @@ class ChainModel(StructuredModel):
                          penalty=self.penalty(w.dtype, w.device))
         return lab[valid]
 
-    def host_unaries(self, W: torch.Tensor, data: ChainData) -> np.ndarray:
-        """U = [X, 1] W^T (N, K) on the host by the compiled kernel; sparse data are read in place
-        (no copy of the design with the constant column) and the bias added after."""
+    def host_unaries(self, W: torch.Tensor, data: ChainData, start: int = 0, stop: int | None = None) -> np.ndarray:
+        """U = [X, 1] W^T (stop - start, K) of the positions start..stop-1 (default all) on the host by
+        the compiled kernel; sparse data are read in place (no copy of the design with the constant
+        column, int32 or int64 indices as stored) and the bias added after."""
         if data.is_sparse:
             X = data.X
             ptr, idx, val = (to_host(t) for t in (X.crow_indices(), X.col_indices(), X.values().double()))
         else:
             ptr, idx, val = (to_host(t) for t in self.features_csr(data))
-        U = np.empty((data.X.shape[0], self.K))
-        nb_unary_all(np.ascontiguousarray(to_host(W).T), ptr.astype(np.int64, copy=False), idx.astype(np.int64, copy=False),
-                     val, U)
+        stop = data.X.shape[0] if stop is None else stop
+        U = np.empty((stop - start, self.K))
+        nb_unary_all(np.ascontiguousarray(to_host(W).T), ptr[start:stop + 1], idx, val, U)
         if data.is_sparse:
             U += to_host(W[:, self.F - 1])[None, :]
         return U

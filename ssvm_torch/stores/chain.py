@@ -268,7 +268,8 @@ class ChainDual(ChainTorchPath, ChainMarginalMoves, JointConstraints, BlockDual)
     def w_from_stats(self, Mu: torch.Tensor, Mt_sum: torch.Tensor, w: torch.Tensor | None = None) -> torch.Tensor:
         """sum_i A_i(S(y_i) - M_i) / (lam n) for stacked statistics (the exact map from duals to w),
         into ``w`` in place if given (no d-sized temporaries: recompute on d = 24M)."""
-        D = Fn.one_hot(self.Y, self.model.K).to(self.dtype) - Mu
+        D = Mu.neg()                            # S(y_i) - M_i with one (N, K) temporary, not three
+        D[torch.arange(D.shape[0], device=D.device), self.Y] += 1
         w = torch.zeros_like(self.w) if w is None else w.zero_()
         W, first, last, trans = self.model.split(w)
         if self._numba:                         # X^T D by a CSR walk: no transposed copy of the features

@@ -18,7 +18,8 @@ import torch
 
 from ..data.types import ChainData
 from ..errors import SSVMInputError, check
-from ..models.chain_edges import EdgeChainModel
+from ..models.chain_edges import EdgeChainModel, block_chunks
+from ..oracles.chain_kernels import nb_unary_all
 from ..oracles.edge_kernels import (nb_edge_delta, nb_edge_move, nb_edge_stats, nb_edge_weights, nb_fw_corner_edges,
                                     nb_gap_pass_edges)
 from .base import Corner, GapPass
@@ -86,11 +87,22 @@ class EdgeChainDual(ChainDual):
         super().pair_move(i, ys, None, corner.loss, self._np_ell[0][i], gamma)
 
     def gap_pass(self) -> GapPass:
-        U, first, last, trans = self._potentials()
-        labels, aug, m_theta, gt_score, wrong = nb_gap_pass_edges(
-            U.numpy(), *self._np[3:5], first.numpy(), last.numpy(), trans.numpy(), self._np[11], self._np[12],
-            self.eptr, self.eidx, self.evals, self._E(), self.pair_next, self.pair_prev, self.gptr, self.gattr,
-            self.Me.numpy(), self._tw, self.model.pen_host)
+        """The exact gap pass over chunks of blocks (the kernel on array slices: only a chunk's
+        unaries exist at a time, (chunk tokens, K) instead of (N, K))."""
+        W, first, last, trans = (t.numpy() for t in self.model.split(self.w))
+        WT = np.ascontiguousarray(W.T)
+        fptr, fidx, fval, off, Y = self._np[:5]
+        Mu, Mt = self._np[11], self._np[12]
+        parts = []
+        for b0, b1 in block_chunks(self.n):
+            p0, p1 = int(off[b0]), int(off[b1])
+            U = np.empty((p1 - p0, self.model.K))
+            nb_unary_all(WT, fptr[p0:p1 + 1], fidx, fval, U)
+            parts.append(nb_gap_pass_edges(
+                U, off[b0:b1 + 1] - p0, Y[p0:p1], first, last, trans, Mu[p0:p1], Mt[b0:b1], self.eptr[p0:p1 + 1],
+                self.eidx, self.evals, self._E(), self.pair_next, self.pair_prev, self.gptr[b0:b1 + 1], self.gattr,
+                self.Me.numpy(), self._tw[b0:b1], self.model.pen_host))
+        labels, aug, m_theta, gt_score, wrong = (np.concatenate(x) for x in zip(*parts))
         labels, aug, m_theta, gt_score = map(torch.from_numpy, (labels, aug, m_theta, gt_score))
         loss = torch.from_numpy(wrong) * self.tw / self.N
         return GapPass(labels=labels, loss=loss, H=aug - gt_score, block_gaps=(aug - m_theta) / self.N - self.ell_i)
