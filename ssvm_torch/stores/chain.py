@@ -78,12 +78,6 @@ class ChainDual(ChainTorchPath, ChainMarginalMoves, JointConstraints, BlockDual)
         self.kernels = "numba" if kernels == "auto" and numba_ok else kernels if kernels != "auto" else "torch"
         self._numba = self.kernels == "numba"
         if self._numba:
-            if self.fval.numel() and bool((self.fval == 1).all()):
-                # binary attributes (CoNLL's): one shared 1.0 read through a stride-0 view instead of nnz
-                # copies (the numba kernels only read fval); the CSR of the data keeps its own values
-                self.fval = torch.ones(1, dtype=dtype).expand(self.fval.numel())
-            if self.model.F < 2 ** 31:            # attribute ids in 4 bytes: -52 MB on CoNLL's rich-edges
-                self.fidx = self.fidx.to(torch.int32)
             self._bind_numpy()
 
     # -- numba fast path -----------------------------------------------------------------------

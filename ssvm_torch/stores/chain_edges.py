@@ -43,6 +43,15 @@ class EdgeChainDual(ChainDual):
             raise SSVMInputError(f"kernels: a chain with edge-observation features runs on the numba kernels (CPU "
                                  f"float64); got kernels {kernels!r}, device {device}, dtype {dtype}")
         super().__init__(model, data, lam, device=device, dtype=dtype, kernels=kernels, n_objective=n_objective)
+        # the numba kernels only read the feature CSR (this store has no torch path): binary attributes
+        # (CoNLL's) share one 1.0 through a stride-0 view instead of nnz copies, attribute ids take 4
+        # bytes: -150 MB on CoNLL's rich-edges. (The chain store keeps int64 / materialized values: its
+        # mini-batch torch ops index with them, and int32 indices there cost 30% per pass.)
+        if self.fval.numel() and bool((self.fval == 1).all()):
+            self.fval = torch.ones(1, dtype=dtype).expand(self.fval.numel())
+        if model.F < 2 ** 31:
+            self.fidx = self.fidx.to(torch.int32)
+        self._bind_numpy()
         self.eptr, self.eidx, self.evals = model.edge_csr(data)
         # groups: the distinct (block, edge attribute) pairs, in block order
         block_of_entry = np.repeat(self.seg.numpy(), np.diff(self.eptr))
