@@ -100,7 +100,8 @@ class Task:
         if unary_only and not self.unary_only:
             raise SSVMInputError(f"unary_only: only supported for {[t.name for t in TASKS.values() if t.unary_only]}, "
                                  f"not {self.name!r}")
-        featurization = {"features": features, "min_count": 1 if min_count is None else min_count, "heldout": heldout}
+        featurization = {"features": features,
+                         "min_count": PLAIN_OPTIONS["min_count"] if min_count is None else min_count, "heldout": heldout}
         if not self.templates:
             given = [k for k, v in featurization.items() if v not in (None, 1)]
             if given:

@@ -53,7 +53,7 @@ def test_ddp_step_is_the_one_process_step_on_the_union_of_the_batches(tmp_path, 
     # one process, the same weights, the union of the two batches
     torch.manual_seed(0)
     module = module_class(recipe)(**{k: v for k, v in ranks[0]["hparams"].items() if not k.startswith("_")})
-    module.build() if hasattr(module, "build") else module.setup("fit")   # the data and the network
+    module.build()                                                  # the data (and CoNLL's network)
     module.load_state_dict(ranks[0]["weights"])
     union = torch.cat([ranks[0]["batch"], ranks[1]["batch"]])
     module.zero_grad()

@@ -96,10 +96,15 @@ class DeepChainModule(L.LightningModule):
     # -- set-up ---------------------------------------------------------------------------------
     def setup(self, stage: str) -> None:
         if self.train_words is None:
-            if self.hparams.threads is not None:
-                torch.set_num_threads(self.hparams.threads)
-            self.train_words, self.test_words = load_ocr_words(self.hparams.split, self.hparams.train_size)
-            self.lam = float(self.hparams.lam) if self.hparams.lam is not None else 1.0 / self.train_words.n
+            self.build()
+
+    def build(self) -> None:
+        """The words and lambda of the hyperparameters (all :meth:`setup` does; without a trainer:
+        tests, notebooks), as :meth:`ConllChunker.build <ssvm_torch.deep.ConllChunker.build>`."""
+        if self.hparams.threads is not None:
+            torch.set_num_threads(self.hparams.threads)
+        self.train_words, self.test_words = load_ocr_words(self.hparams.split, self.hparams.train_size)
+        self.lam = float(self.hparams.lam) if self.hparams.lam is not None else 1.0 / self.train_words.n
 
     def train_dataloader(self):
         order = EpochPermutation(self.train_words.n, self.hparams.seed)
