@@ -1,16 +1,21 @@
 """GPU figures of the device path (needs CUDA; without it prints one skip line and exits 0).
 
 * exact gap pass on OCR-large (6,251 words) with the torch kernels, float64 and float32, with each
-  CUDA Viterbi (``fused``: the tile variant of the Triton kernel of chain/triton_viterbi.py, the
-  default; ``fused-rows``: its rows variant; ``loop``);
+  CUDA Viterbi (``fused``: the Triton kernel of chain/triton_viterbi.py with the variant its measured
+  rule picks, the default; ``fused-tile`` / ``fused-rows``: one variant; ``loop``);
 * raw batched Viterbi throughput (words/s) vs batch size on OCR shapes (K = 26, the lengths of
   OCR-large resampled), for the plain loop over positions (the reference kernel), the same function
-  under ``torch.compile(mode="reduce-overhead")`` (CUDA graphs; at two batch sizes, since every
-  shape compiles anew) and both variants of the fused Triton kernel;
+  under ``torch.compile(mode="reduce-overhead")`` (CUDA graphs; at B = 65,536, since every shape
+  compiles anew) and the fused Triton kernel (the default rule, both variants, and a sweep of sequences
+  per program and warps at B = 65,536 and 2^20: the figures behind the rule);
 * mini-batch BCFW seconds per effective pass and gap vs time for tau in {64, 256, 1024, n} on the GPU,
   next to the CPU numba BCFW of the same seed measured on the same machine (OCR-large, lambda 1e-3,
   and the wall time to reach gap 0.1);
-* CoNLL-2000 peak GPU memory (store, gap pass, mini-batch steps).
+* CoNLL-2000 peak GPU memory (store, gap pass, mini-batch steps);
+* ``layer``: :class:`ssvm_torch.nn.LinearChain` against pytorch-crf on the same device, same float32
+  inputs, full masks, at (B, T, K) in {(64, 50, 9), (512, 50, 9), (4096, 50, 9), (512, 50, 45)}:
+  decode, hinge + backward (ours) vs NLL + backward (pytorch-crf), CRF + backward both; ours with the
+  default kernels (the fused Triton kernels on CUDA) and with ``kernels="torch"`` (the torch loop).
 
 Writes benchmarks/results/gpu.json. ``--device cpu --quick`` runs the same code on the CPU torch
 path with small sizes (a smoke test of this script, not a figure).
@@ -81,7 +86,7 @@ def graph_step(fn):
     return step
 
 
-def decode_figures(task, device, repeats, batches, compile_batches):
+def decode_figures(task, device, repeats, batches, compile_batches, sweep_batches=()):
     from ssvm_torch.chain.torch_viterbi import viterbi_loop
     from ssvm_torch.chain.triton_viterbi import fused_available, viterbi_fused
     lengths_all = task.train.lengths
@@ -101,7 +106,13 @@ def decode_figures(task, device, repeats, batches, compile_batches):
         unary *= (torch.arange(T, device=device)[None, :] < lengths[:, None])[..., None]
         if fused_available(unary):
             variants["fused"] = viterbi_fused
+            variants["fused-tile"] = functools.partial(viterbi_fused, variant="tile")
             variants["fused-rows"] = functools.partial(viterbi_fused, variant="rows")
+            if B in sweep_batches:                               # the kernels' launch shape, measured
+                for variant, bb, warps in (("tile", 2, 4), ("tile", 4, 4), ("tile", 16, 4), ("tile", 8, 8),
+                                           ("rows", 32, 4), ("rows", 128, 4), ("rows", 64, 8)):
+                    variants[f"fused-{variant}-b{bb}-w{warps}"] = functools.partial(
+                        viterbi_fused, variant=variant, block_b=bb, num_warps=warps)
         first, last, trans = (torch.randn(*s, generator=gen).to(device) for s in ((K,), (K,), (K, K)))
         row = {}
         ref = None
@@ -162,7 +173,69 @@ def conll_memory(task, device):
             "wall_s": time.perf_counter() - t0}
 
 
-SECTIONS = ("gap", "decode", "conll", "minibatch")
+def timed_adaptive(fn, device, repeats, budget_s=3.0):
+    """Median seconds of ``fn`` over up to ``repeats`` calls after one warm-up, fewer where one call
+    takes long (pytorch-crf's decode reads every back-pointer to the host, one sync each)."""
+    sync(device)
+    t0 = time.perf_counter()
+    fn()
+    sync(device)
+    first = time.perf_counter() - t0
+    return timed(fn, device, max(1, min(repeats, int(budget_s / max(first, 1e-9)))))
+
+
+LAYER_SHAPES = ((64, 50, 9), (512, 50, 9), (4096, 50, 9), (512, 50, 45))
+
+
+def layer_figures(device, repeats, shapes=LAYER_SHAPES):
+    """LinearChain vs pytorch-crf (same parameters, same float32 inputs, full masks): milliseconds per
+    decode, per loss + backward; the results are checked equal (paths, NLL) before timing."""
+    from torchcrf import CRF
+    from ssvm_torch.nn import LinearChain
+    out = {}
+    for B, T, K in shapes:
+        g = torch.Generator().manual_seed(B + K)
+        E = torch.randn(B, T, K, generator=g).to(device)
+        tags = torch.randint(K, (B, T), generator=g).to(device)
+        mask = torch.ones(B, T, dtype=torch.bool, device=device)
+        ref = CRF(K, batch_first=True).to(device)
+        ours = {(loss, kern): LinearChain(K, batch_first=True, loss=loss, kernels=kern).to(device)
+                for loss in ("hinge", "crf") for kern in ("auto", "torch")}
+        for lay in ours.values():
+            lay.load_state_dict(ref.state_dict())
+        Eg = E.clone().requires_grad_()
+
+        def step(loss_fn):
+            def run():
+                Eg.grad = None
+                loss_fn().backward()
+            return run
+        same_paths = ours["hinge", "auto"].decode(E, mask).cpu().tolist() == ref.decode(E, mask)
+        with torch.no_grad():
+            nll_gap = float((ours["crf", "auto"](E, tags, mask) + ref(E, tags, mask)).abs() / B)
+        ms = lambda fn: 1e3 * timed_adaptive(fn, device, repeats)          # noqa: E731
+        row = {"decode_ms": {"ours": ms(lambda: ours["hinge", "auto"].decode(E, mask)),
+                             "ours_torch": ms(lambda: ours["hinge", "torch"].decode(E, mask)),
+                             "pytorch_crf": ms(lambda: ref.decode(E, mask))},
+               "hinge_backward_ms": {"ours": ms(step(lambda: ours["hinge", "auto"](Eg, tags, mask))),
+                                     "ours_torch": ms(step(lambda: ours["hinge", "torch"](Eg, tags, mask))),
+                                     "pytorch_crf_nll": ms(step(lambda: -ref(Eg, tags, mask)))},
+               "crf_backward_ms": {"ours": ms(step(lambda: ours["crf", "auto"](Eg, tags, mask))),
+                                   "ours_torch": ms(step(lambda: ours["crf", "torch"](Eg, tags, mask))),
+                                   "pytorch_crf": ms(step(lambda: -ref(Eg, tags, mask)))},
+               "same_paths_as_pytorch_crf": same_paths, "nll_abs_diff_per_row": nll_gap}
+        for key in ("decode_ms", "hinge_backward_ms", "crf_backward_ms"):
+            theirs = row[key]["pytorch_crf_nll" if key == "hinge_backward_ms" else "pytorch_crf"]
+            row[key]["speedup"] = theirs / row[key]["ours"]
+        out[f"{B}_{T}_{K}"] = row
+        print(f"layer B={B} T={T} K={K}: " + ", ".join(f"{k} {v['ours']:.3f} ms (x{v['speedup']:.1f}, torch loop "
+                                                       f"{v['ours_torch']:.3f})" for k, v in row.items()
+                                                       if isinstance(v, dict))
+              + f", same paths {same_paths}, |NLL diff| {nll_gap:.2e}", flush=True)
+    return out
+
+
+SECTIONS = ("gap", "decode", "conll", "minibatch", "layer")
 
 
 def main():
@@ -171,6 +244,9 @@ def main():
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--quick", action="store_true", help="small sizes (a smoke test of the script)")
     ap.add_argument("--budget", type=float, default=60.0, help="solver seconds per mini-batch run at most")
+    ap.add_argument("--no-compile", action="store_true", help="skip the torch.compile decoder (its compile is slow)")
+    ap.add_argument("--taus", type=int, nargs="+", default=None,
+                    help="mini-batch sizes of the GPU runs (default 64 256 1024 n; 0 = n)")
     ap.add_argument("--sections", nargs="+", default=list(SECTIONS), choices=SECTIONS,
                     help="what to measure; the others are kept from an existing --out file")
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "gpu.json"))
@@ -195,27 +271,50 @@ def main():
     def save():                                  # after every section: a cut-off run keeps what it measured
         atomic_write_bytes(out, json.dumps(res, indent=1).encode())
 
-    if "gap" in args.sections:
-        decoders = ["fused", "fused-rows", "loop"] if device.type == "cuda" and triton is not None else ["loop"]
+    def section(name, fn):
+        """Run one section; an exception is recorded under errors[name] and the next section runs."""
+        if name not in args.sections:
+            return
+        try:
+            fn()
+            res.get("errors", {}).pop(name, None)
+        except Exception as e:                   # noqa: BLE001 - a device run must keep the other sections
+            import traceback
+            traceback.print_exc()
+            res.setdefault("errors", {})[name] = f"{type(e).__name__}: {e}"[:2000]
+        save()
+
+    def gap():
+        decoders = (["fused", "fused-tile", "fused-rows", "loop"] if device.type == "cuda" and triton is not None
+                    else ["loop"])
         res["gap_pass_ocr_large"] = gap_pass_figures(task, device, args.repeats, decoders)
         print("gap pass OCR-large (ms): " + ", ".join(f"{k} {v['by_decoder']}" for k, v in
                                                      res["gap_pass_ocr_large"].items()), flush=True)
-        save()
-    if "decode" in args.sections:
+
+    def decode():
         batches = [256, 4096] if quick else [1024, 6251, 65536, 262144, 1 << 20]
-        res["decode"] = decode_figures(task, device, args.repeats, batches, compile_batches={65536})
-        save()
-    if "conll" in args.sections:
-        conll = load_task("conll2000", train_size=200 if quick else None)
-        res["conll_memory"] = conll_memory(conll, device)
+        res["decode"] = decode_figures(task, device, args.repeats, batches,
+                                       compile_batches=set() if args.no_compile else {65536},
+                                       sweep_batches=set() if quick else {65536, 1 << 20})
+
+    def conll():
+        res["conll_memory"] = conll_memory(load_task("conll2000", train_size=200 if quick else None), device)
         print(f"CoNLL-2000 peak GPU memory: {res['conll_memory']['peak_gpu_mb']} MB", flush=True)
-        save()
-    if "minibatch" in args.sections:
+
+    def layer():
+        shapes = ((64, 20, 9), (256, 20, 45)) if quick else LAYER_SHAPES
+        res["layer"] = layer_figures(device, max(args.repeats, 20), shapes)
+
+    def minibatch():
         # tau = 1 on the GPU is dozens of kernel launches per block step (docs/devices.md has its figure): no budget for it
         taus = [64] if quick else [64, 256, 1024, task.n_train]
-        res["minibatch_ocr_large"] = minibatch_figures(task, device, taus, passes=1 if quick else 200,
+        if args.taus:
+            taus = [t or task.n_train for t in args.taus]
+        res["minibatch_ocr_large"] = minibatch_figures(task, device, taus, passes=1 if quick else 2000,
                                                        target=0.1, budget_s=args.budget)
-        save()
+
+    for name, fn in (("layer", layer), ("gap", gap), ("decode", decode), ("conll", conll), ("minibatch", minibatch)):
+        section(name, fn)
     print(f"wrote {out}")
     return 0
 

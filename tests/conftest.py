@@ -1,13 +1,29 @@
 import itertools
+import os
+
+import torch
+
+# Triton reads TRITON_INTERPRET when a kernel is defined (at import): without a GPU its interpreter runs
+# the kernels of ssvm_torch/chain/triton_*.py on CPU tensors, so the tests check them on every machine.
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import numpy as np
 import pytest
-import torch
 
 from ssvm_torch import ChainData, ExplicitData, ExplicitModel
 from ssvm_torch.stores import BoxedDual
 
 torch.set_num_threads(1)
+
+
+def pytest_runtest_logreport(report):
+    """With SSVM_TORCH_FAILURE_LOG set (scripts/device_check.sh), each failure's report is appended to
+    that file as it happens: a run cut off by its time limit still says why its tests failed."""
+    path = os.environ.get("SSVM_TORCH_FAILURE_LOG")
+    if path and report.failed and getattr(report, "node", None) is None:     # xdist's controller copy has .node
+        with open(path, "a") as f:
+            f.write(f"=== {report.nodeid} ({report.when})\n{report.longreprtext[-4000:]}\n")
 
 
 @pytest.fixture(autouse=True, scope="session")

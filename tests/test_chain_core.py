@@ -16,9 +16,12 @@ from ssvm_torch.chain.numba_masked import nb_path_scores
 from ssvm_torch.chain.torch_struct import reference_expectations, reference_log_partition
 from ssvm_torch.chain.torch_ops import with_penalty
 from ssvm_torch.chain.torch_viterbi import viterbi_loop
+from ssvm_torch.chain.triton_viterbi import fused_available
 from ssvm_torch.constraints import allowed_transitions, penalties
 
 TAGS = ["O", "B-NP", "I-NP", "B-VP", "I-VP"]
+# Triton on CPU tensors under the interpreter tests/conftest.py switches on without a GPU (CUDA: test_triton_chain.py)
+BACKENDS = ("numba", "torch") + (("triton",) if fused_available(torch.zeros(1, 1, 2)) else ())
 
 
 def scores(K, shape_b=None, seed=0, scale=1.0):
@@ -85,7 +88,8 @@ def test_forward_backward_core_scaled_and_log_space_agree_and_the_fallback_is_ex
 @pytest.mark.parametrize("constrained", [False, True])
 def test_masked_operations_of_every_backend_equal_brute_force(constrained):
     """Score, decode, loss-augmented decode, log Z and marginals of rows with gaps, an off first
-    position and an empty row: numba and torch against enumeration of the compacted rows."""
+    position and an empty row: numba, torch and Triton (where its kernels run: a GPU, or its interpreter)
+    against enumeration of the compacted rows."""
     K, T = len(TAGS), 5
     g = torch.Generator().manual_seed(3)
     E = torch.randn(4, T, K, generator=g, dtype=torch.float64)
@@ -100,7 +104,7 @@ def test_masked_operations_of_every_backend_equal_brute_force(constrained):
                                                                             rowc, cost),
                ops.log_partition(E, mask, start, end, trans, pen) if k == "torch" else
                ops.nll(E, mask, start, end, trans, gold, pen, k) + ops.score(E, mask, *eff, gold),
-               ops.marginals(E, mask, start, end, trans, pen, k)) for k in ("numba", "torch")}
+               ops.marginals(E, mask, start, end, trans, pen, k)) for k in BACKENDS}
     for b in range(4):
         on = torch.nonzero(mask[b])[:, 0]
         L = len(on)
@@ -175,7 +179,8 @@ def test_decode_backends_agree_with_the_loop_and_triton_under_the_interpreter(mo
     from ssvm_torch.chain import triton_viterbi
     if triton_viterbi.triton is None:
         pytest.skip("triton is not installed: the fused kernel's interpreter check needs it")
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    if not triton_viterbi.fused_available(U.float()):
+        pytest.skip("the kernel needs CUDA or TRITON_INTERPRET=1 at import (tests/conftest.py sets it without a GPU)")
     for kw in ({}, {"gt": gt}, {"penalty": pen}):
         ref = viterbi_loop(U.float(), lengths, first.float(), last.float(), trans.float(),
                            **{k: (tuple(x.float() for x in v) if k == "penalty" else v) for k, v in kw.items()})

@@ -7,11 +7,15 @@ import pytest
 import torch
 from torchcrf import CRF
 
+from ssvm_torch.chain.triton_viterbi import fused_available
 from ssvm_torch.devices import host_guard
 from ssvm_torch.errors import SSVMInputError
 from ssvm_torch.nn import LinearChain, allowed_transitions
 
-KERNELS = ("numba", "torch")
+# the Triton kernels on these CPU tensors under the interpreter that tests/conftest.py switches on without a GPU
+# (Triton is in the dev extra); on a GPU tests/test_triton_chain.py checks them on CUDA tensors
+TRITON = fused_available(torch.zeros(1, 1, 2))
+KERNELS = ("numba", "torch") + (("triton",) if TRITON else ())
 LABELS = {"BIO": ["O", "B-NP", "I-NP", "B-VP", "I-VP"], "IOB1": ["O", "I-NP", "B-NP", "I-VP"],
           "BIOES": ["O", "B-NP", "I-NP", "E-NP", "S-NP"]}
 

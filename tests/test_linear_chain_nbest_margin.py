@@ -7,9 +7,10 @@ import pytest
 import torch
 
 from ssvm_torch.errors import SSVMInputError
+from ssvm_torch.chain.triton_viterbi import fused_available
 from ssvm_torch.nn import LinearChain, allowed_transitions
 
-KERNELS = ("numba", "torch")
+KERNELS = ("numba", "torch") + (("triton",) if fused_available(torch.zeros(1, 1, 2)) else ())
 LABELS = {"BIO": ["O", "B-NP", "I-NP", "B-VP", "I-VP"], "BIOES": ["O", "B-NP", "I-NP", "E-NP", "S-NP"]}
 MASK = torch.tensor([[1, 1, 1, 1], [0, 1, 0, 1], [1, 0, 0, 0], [0, 0, 0, 0]]).bool()
 

@@ -102,3 +102,16 @@ def test_cuda_viterbi_scores_keep_their_gradients():
     scores.sum().backward()
     onehot = torch.nn.functional.one_hot(labels.clamp(min=0), 5).float() * (labels >= 0)[..., None]
     torch.testing.assert_close(U.grad, onehot)
+
+
+def test_the_default_variant_follows_the_measured_rule():
+    """``variant="auto"``: the tile variant below ROWS_FROM_B sequences, the rows variant from there on
+    (docs/devices.md has the H100 figures behind the rule); every CUDA decoder name is accepted."""
+    from ssvm_torch.chain.triton_viterbi import ROWS_FROM_B, choose_variant
+    assert choose_variant(ROWS_FROM_B - 1) == "tile" and choose_variant(ROWS_FROM_B) == "rows"
+    for name in ("fused", "fused-tile", "fused-rows", "loop"):
+        os.environ["SSVM_CUDA_VITERBI"] = name
+        try:
+            assert cuda_decoder() == name
+        finally:
+            del os.environ["SSVM_CUDA_VITERBI"]

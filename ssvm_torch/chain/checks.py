@@ -6,8 +6,10 @@ from __future__ import annotations
 import torch
 
 from ..errors import SSVMInputError
+from .triton_viterbi import MAX_K, fused_available
 
 NUMBA_DTYPES = (torch.float32, torch.float64)
+LAYER_KERNELS = ("auto", "numba", "torch", "triton")   # the masked operations' backends (chain/ops.py)
 
 
 def tracing() -> bool:
@@ -20,7 +22,18 @@ def use_numba(E: torch.Tensor, kernels: str) -> bool:
     ok = E.device.type == "cpu" and E.dtype in NUMBA_DTYPES and not tracing()
     if kernels == "numba" and not ok:
         raise SSVMInputError(f"kernels: 'numba' needs CPU float32/float64 emissions, got {E.device} {E.dtype}")
-    return ok and kernels != "torch"
+    return ok and kernels in ("auto", "numba")
+
+
+def use_triton(E: torch.Tensor, kernels: str) -> bool:
+    """The Triton kernels (chain/triton_autograd.py): by default on CUDA where Triton is importable
+    and K <= MAX_K; ``kernels="triton"`` forces them (on CPU tensors too under TRITON_INTERPRET=1)."""
+    ok = fused_available(E) and not tracing()
+    if kernels == "triton" and not ok:
+        raise SSVMInputError(f"kernels: 'triton' needs Triton installed, at most {MAX_K} tags and CUDA emissions "
+                             f"(CPU ones under TRITON_INTERPRET=1), outside tracing; got {E.device} emissions with "
+                             f"{E.shape[-1]} tags")
+    return ok and (kernels == "triton" or (kernels == "auto" and E.is_cuda))
 
 
 def effective(start, end, trans, penalty, dtype, device):

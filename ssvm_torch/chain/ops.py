@@ -9,9 +9,10 @@ trans (K, K) [next, prev] (the package's convention, :mod:`ssvm_torch.chain`), a
 or None. Row b's chain is its masked-on positions.
 
 The rule, ``kernels`` = ``auto``: the numba backend (:mod:`ssvm_torch.chain.numba_autograd`) for CPU
-float32/float64 outside tracing, the torch backend (:mod:`ssvm_torch.chain.torch_ops`, any device;
-its Viterbi runs the fused Triton kernel on CUDA, :func:`ssvm_torch.chain.padded.viterbi`) elsewhere;
-``numba`` / ``torch`` force one. Half-precision emissions are computed in float32.
+float32/float64 outside tracing, the Triton backend (:mod:`ssvm_torch.chain.triton_autograd`: fused
+kernels, a few launches per call) for CUDA where Triton is importable and K <= 64, the torch backend
+(:mod:`ssvm_torch.chain.torch_ops`, any device, the reference) elsewhere; ``numba`` / ``triton`` /
+``torch`` force one. Half-precision emissions are computed in float32.
 """
 from __future__ import annotations
 
@@ -19,11 +20,12 @@ import torch
 
 from ..devices import to_host
 from ..errors import SSVMInputError
-from .checks import effective, fail_no_path, refuse_bad_scores, tracing, use_numba
+from .checks import effective, fail_no_path, refuse_bad_scores, tracing, use_numba, use_triton
 from .numba_autograd import NumbaHinge, NumbaNLL, forward_backward, numba_decode
 from .numba_nbest import nb_nbest
 from .torch_ops import (compact, gather_rows, log_partition_rows, padded_score, torch_decode, torch_hinge, torch_nbest,
                         torch_nll)
+from .triton_autograd import TritonCRF, TritonHinge, triton_decode, triton_marginals
 
 __all__ = ["decode", "hinge", "log_partition", "marginals", "nbest", "nll", "refuse_bad_scores", "score",
            "softmax_margin", "tracing"]
@@ -39,6 +41,8 @@ def hinge(E, mask, start, end, trans, gold, rowc, cost, penalty=None, kernels="a
     if use_numba(E, kernels):
         return NumbaHinge.apply(E.contiguous(), start, end, trans, mask.contiguous(), gold.contiguous(),
                                 rowc, cost, penalty)
+    if use_triton(E, kernels):
+        return TritonHinge.apply(E.contiguous(), start, end, trans, mask, gold, rowc, cost, penalty)
     return torch_hinge(E, start, end, trans, mask, gold, rowc, cost, penalty)
 
 
@@ -47,6 +51,8 @@ def nll(E, mask, start, end, trans, gold, penalty=None, kernels="auto"):
     E = _float(E)
     if use_numba(E, kernels):
         return NumbaNLL.apply(E.contiguous(), start, end, trans, mask.contiguous(), gold.contiguous(), penalty)
+    if use_triton(E, kernels):
+        return TritonCRF.apply(E.contiguous(), start, end, trans, mask, gold, penalty)
     return torch_nll(E, start, end, trans, mask, gold, penalty)
 
 
@@ -83,6 +89,8 @@ def decode(E, mask, start, end, trans, penalty=None, kernels="auto", gold=None, 
     if use_numba(E, kernels):
         labels, scores, _ = numba_decode(E.contiguous(), mask.contiguous(), start, end, trans, penalty, gold, rowc,
                                          cost)
+    elif use_triton(E, kernels):
+        labels, scores = triton_decode(E, mask, start, end, trans, penalty, gold, rowc, cost)
     else:
         labels, scores, *_ = torch_decode(E, mask, start, end, trans, penalty, gold, rowc, cost)
     fail_no_path(scores, mask)
@@ -97,6 +105,8 @@ def marginals(E, mask, start, end, trans, penalty=None, kernels="auto"):
         g = torch.ones(E.shape[0], dtype=torch.float64, device=E.device)
         buffers = forward_backward(E, mask.contiguous(), start.detach(), end.detach(), trans.detach(), penalty, g)
         out = buffers[0].to(E.dtype)
+    elif use_triton(E, kernels):
+        out = triton_marginals(E, mask, start, end, trans, penalty)
     else:
         order, lengths = compact(mask)
         with torch.enable_grad():
@@ -113,8 +123,11 @@ def marginals(E, mask, start, end, trans, penalty=None, kernels="auto"):
     return out
 
 
-def log_partition(E, mask, start, end, trans, penalty=None):
-    """log Z per row (B,) (0 for an empty row), differentiable (the torch recursion on any device)."""
+def log_partition(E, mask, start, end, trans, penalty=None, kernels="auto"):
+    """log Z per row (B,) (0 for an empty row), differentiable: the fused Triton kernels where they
+    apply, else the torch recursion (any device)."""
+    if use_triton(_float(E), kernels):
+        return TritonCRF.apply(_float(E).contiguous(), start, end, trans, mask, None, penalty)
     order, lengths = compact(mask)
     return log_partition_rows(gather_rows(_float(E), order), lengths, start, end, trans, penalty)
 

@@ -15,14 +15,14 @@ from .numba_viterbi import NO_PEN, penalty_array, viterbi_ragged
 from .torch_viterbi import viterbi_loop
 from .triton_viterbi import fused_available, viterbi_fused
 
-CUDA_DECODERS = ("fused", "fused-rows", "loop")
+CUDA_DECODERS = ("fused", "fused-tile", "fused-rows", "loop")
 
 
 def cuda_decoder() -> str:
     """Which kernel :func:`viterbi` runs on CUDA: ``fused`` (one Triton kernel,
-    :mod:`ssvm_torch.chain.triton_viterbi`, its tile variant; the default where Triton is
-    importable), ``fused-rows`` (its rows variant) or ``loop`` (:func:`viterbi_loop`), from the
-    environment variable ``SSVM_CUDA_VITERBI``."""
+    :mod:`ssvm_torch.chain.triton_viterbi`, the variant its measured rule picks by batch size; the
+    default where Triton is importable), ``fused-tile`` / ``fused-rows`` (one variant) or ``loop``
+    (:func:`viterbi_loop`), from the environment variable ``SSVM_CUDA_VITERBI``."""
     choice = os.environ.get("SSVM_CUDA_VITERBI", "fused")
     if choice not in CUDA_DECODERS:
         raise ValueError(f"SSVM_CUDA_VITERBI: expected one of {CUDA_DECODERS}, got {choice!r}")
@@ -41,7 +41,7 @@ def viterbi(unary: torch.Tensor, lengths: torch.Tensor, first: torch.Tensor, las
     differentiable = torch.is_grad_enabled() and any(t.requires_grad for t in (unary, first, last, trans))
     if choice != "loop" and not differentiable and first.dim() == 1 and trans.dim() == 2 and fused_available(unary):
         return viterbi_fused(unary, lengths, first, last, trans, gt=gt, token_loss=token_loss, penalty=penalty,
-                             variant="rows" if choice == "fused-rows" else "tile")
+                             variant={"fused": "auto", "fused-tile": "tile", "fused-rows": "rows"}[choice])
     return viterbi_loop(unary, lengths, first, last, trans, gt=gt, token_loss=token_loss, penalty=penalty)
 
 

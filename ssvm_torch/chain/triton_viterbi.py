@@ -5,13 +5,17 @@ kernels per position and materializes the (B, K, K) candidate scores of every po
 on a GPU it is bound by launches at small B and by that memory traffic at large B. Here each program
 holds ``BLOCK_B`` sequences' max-marginals delta (BLOCK_B, K) in registers, walks the positions with
 the same recursion (the convention of :mod:`ssvm_torch.chain`: delta_t[k] = U[t, k] + max_j delta_{t-1}[j]
-+ trans[k, j], with the Hamming loss c [k != gt_t] added on the fly), writes only the back-pointers,
++ trans[k, j], with the loss rowc_b cost[gt_t, k] added on the fly), writes only the back-pointers,
 then follows them back within the same program. One launch for the whole batch.
 
-:func:`viterbi_fused` takes and returns what :func:`viterbi` does; :func:`fused_available` says
-whether it applies (CUDA tensors, Triton importable, K <= :data:`MAX_K`). ``TRITON_INTERPRET=1``
-runs the same kernel on CPU tensors (how tests/test_viterbi_triton.py checks it without a GPU).
-Ties between equal candidates go to the lowest index, as in the numba kernel.
+A row's chain is given either by its length (the stores' layout, :func:`viterbi_fused`) or by a
+bool mask with gaps (the layer's, :func:`decode_masked`): the kernels read one "on" rule per
+position, so a masked-off position keeps delta as it is and the back-pointers skip it; the score of
+the gold labeling can be accumulated in the same walk (the hinge's s(y_i)).
+
+:func:`fused_available` says whether the kernels apply (CUDA tensors, Triton importable, K <=
+:data:`MAX_K`). ``TRITON_INTERPRET=1`` runs the same kernels on CPU tensors (how the tests check them
+without a GPU). Ties between equal candidates go to the lowest index, as in the numba kernel.
 """
 from __future__ import annotations
 
@@ -25,162 +29,212 @@ try:                                       # an optional dependency: the CUDA im
 except ImportError:                        # pragma: no cover - exercised where Triton is absent
     triton = None
 
-MAX_K = 64          # the tile variant's (BLOCK_B, K, K) candidates live in registers: beyond 64 tags the loop is used
+MAX_K = 64          # the (BLOCK_B, K, K) register tiles: beyond 64 tags the torch path is used
+VARIANTS = ("auto", "tile", "rows")
+# Measured on an H100 (benchmarks/results/gpu.json, K = 26, OCR lengths; docs/devices.md): from B = 65,536
+# on, the rows variant with 32 sequences and 4 warps per program decodes 117 / 153 M words/s (B = 2^16 /
+# 2^20) against the tile variant's 21 / 24 M; at B = 1,024 the tile variant's 8x more programs win (3.8
+# vs 2.8 M words/s for rows with 64 sequences per program).
+ROWS_FROM_B = 65536
+ROWS_BLOCK_B, ROWS_WARPS = 32, 4
 
 
-def _interpreting() -> bool:
+def choose_variant(B: int) -> str:
+    """The measured rule of ``variant="auto"``: ``rows`` from B = ROWS_FROM_B sequences on, else ``tile``."""
+    return "rows" if B >= ROWS_FROM_B else "tile"
+
+
+def interpreting() -> bool:
+    """Triton's interpreter runs the kernels on CPU tensors (``TRITON_INTERPRET=1``, read when a
+    kernel is defined, i.e. at import)."""
     return os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 
 def fused_available(unary: torch.Tensor) -> bool:
-    """True where :func:`viterbi_fused` runs: Triton importable, K <= MAX_K, and CUDA tensors (or
-    any tensors under ``TRITON_INTERPRET=1``)."""
+    """True where the Triton kernels run: Triton importable, K <= MAX_K, and CUDA tensors (or any
+    tensors under ``TRITON_INTERPRET=1``)."""
     if triton is None or unary.shape[-1] > MAX_K:
         return False
-    return unary.is_cuda or _interpreting()
+    return unary.is_cuda or interpreting()
+
+
+def block_sizes(K: int, tile_elems: int = 8192):
+    """(BLOCK_B, BLOCK_K): K padded to a power of two, and as many sequences per program as keep a
+    (BLOCK_B, BLOCK_K, BLOCK_K) tile within ``tile_elems`` registers' worth of values."""
+    block_k = max(2, triton.next_power_of_2(K))
+    return max(1, min(64, tile_elems // (block_k * block_k))), block_k
 
 
 if triton is not None:
     @triton.jit
-    def _scores_at(U, GT, c, row, rb, rk, t, T, K, m2, bmask, HAS_GT: tl.constexpr):
-        """The (BLOCK_B, BLOCK_K) unary scores of position t, with the Hamming loss c [k != gt_t]."""
-        u = tl.load(U + row[:, None] + t * K + rk[None, :], mask=m2, other=0.0)
-        if HAS_GT:
-            g = tl.load(GT + rb.to(tl.int64) * T + t, mask=bmask, other=-1)
-            u += tl.where(rk[None, :] != g[:, None], c[:, None], 0.0)
-        return u
+    def on_at(MASK, LEN, rb, t, T, bmask, HAS_MASK: tl.constexpr):
+        """Whether position t belongs to each sequence's chain: mask[b, t] (uint8) or t < length[b]."""
+        if HAS_MASK:
+            on = tl.load(MASK + rb.to(tl.int64) * T + t, mask=bmask, other=0) != 0
+        else:
+            on = (t < tl.load(LEN + rb, mask=bmask, other=0)) & bmask
+        return on
 
     @triton.jit
-    def _start(U, LEN, FIRST, GT, C, B, T, K, HAS_GT: tl.constexpr, BLOCK_B: tl.constexpr, BLOCK_K: tl.constexpr):
-        """This program's sequences and tags, their masks and lengths, the loss weights c, the row
-        offsets into U and the back-pointers, and delta at position 0 (first + scores)."""
+    def gold_unary(u, g, rk):
+        """u[b, g_b] of a (BLOCK_B, BLOCK_K) tile."""
+        return tl.sum(tl.where(rk[None, :] == g[:, None], u, 0.0), axis=1)
+
+    @triton.jit
+    def _viterbi_kernel(U, MASK, LEN, FIRST, LAST, TRANS, GT, ROWC, COST, BP, SCRATCH, LABELS, SCORES, GOLD_SCORES,
+                        B, T, K, HAS_MASK: tl.constexpr, HAS_GT: tl.constexpr, GOLD_SCORE: tl.constexpr,
+                        ROWS: tl.constexpr, BLOCK_B: tl.constexpr, BLOCK_K: tl.constexpr):
+        """Viterbi of BLOCK_B chains. The max over the previous tag: ``ROWS`` False (the tile variant),
+        a (BLOCK_B, next, prev) register tile reduced across threads; True (the rows variant), a loop
+        over the previous tag inside each thread, delta going through a scratch row per sequence."""
+        neg = float("-inf")
         rb = tl.program_id(0) * BLOCK_B + tl.arange(0, BLOCK_B)
         rk = tl.arange(0, BLOCK_K)
         bmask, kmask = rb < B, rk < K
         m2 = bmask[:, None] & kmask[None, :]
-        length = tl.load(LEN + rb, mask=bmask, other=1)
-        c = tl.load(C + rb, mask=bmask, other=0.0)
-        first = tl.load(FIRST + rk, mask=kmask, other=float("-inf"))
         row = rb.to(tl.int64) * T * K
-        u = _scores_at(U, GT, c, row, rb, rk, 0, T, K, m2, bmask, HAS_GT)
-        delta = tl.where(kmask[None, :], u + first[None, :], float("-inf"))
-        return rb, rk, bmask, kmask, m2, length, c, row, delta
-
-    @triton.jit
-    def _advance(delta, best, arg, U, GT, BP, c, row, rb, rk, t, T, K, m2, bmask, kmask, length,
-                 HAS_GT: tl.constexpr):
-        """delta at position t from the max over the previous tag (``best``, argmax ``arg``), kept as
-        it was past each sequence's length; the back-pointers of position t stored."""
-        u = _scores_at(U, GT, c, row, rb, rk, t, T, K, m2, bmask, HAS_GT)
-        active = (t < length)[:, None] & kmask[None, :]
-        tl.store(BP + row[:, None] + t * K + rk[None, :], arg.to(BP.dtype.element_ty), mask=m2)
-        return tl.where(active, best + u, delta)
-
-    @triton.jit
-    def _finish(delta, LAST, rk, kmask, BP, LABELS, SCORES, row, rb, bmask, length, T, K):
-        """The best final tag and score of each sequence, then the walk back along the back-pointers
-        (written by other threads of this program: a barrier first); -1 past each length."""
-        neg = float("-inf")
+        first = tl.load(FIRST + rk, mask=kmask, other=neg)
+        trans = tl.load(TRANS + rk[:, None] * K + rk[None, :], mask=kmask[:, None] & kmask[None, :], other=neg)
+        rowc = tl.load(ROWC + rb, mask=bmask, other=0.0)
+        delta = tl.full((BLOCK_B, BLOCK_K), neg, U.dtype.element_ty)
+        started = tl.zeros((BLOCK_B,), tl.int32)
+        first_on = tl.zeros((BLOCK_B,), tl.int32)
+        gprev = tl.zeros((BLOCK_B,), tl.int32)
+        gold_s = tl.zeros((BLOCK_B,), U.dtype.element_ty)
+        srow = rb.to(tl.int64) * BLOCK_K
+        for t in range(0, T):
+            on = on_at(MASK, LEN, rb, t, T, bmask, HAS_MASK)
+            mon = m2 & on[:, None]
+            u = tl.load(U + row[:, None] + t * K + rk[None, :], mask=mon, other=0.0)
+            ua = u
+            g = tl.zeros((BLOCK_B,), tl.int32)
+            if HAS_GT:
+                g = tl.load(GT + rb.to(tl.int64) * T + t, mask=bmask & on, other=0).to(tl.int32)
+                ua = u + rowc[:, None] * tl.load(COST + g[:, None] * K + rk[None, :], mask=mon, other=0.0)
+            if ROWS:
+                tl.store(SCRATCH + srow[:, None] + rk[None, :], delta, mask=bmask[:, None])
+                tl.debug_barrier()                   # the row is read by the threads of other tags
+                best = tl.full((BLOCK_B, BLOCK_K), neg, U.dtype.element_ty)
+                arg = tl.zeros((BLOCK_B, BLOCK_K), tl.int32)
+                for j in range(0, K):
+                    dj = tl.load(SCRATCH + srow + j, mask=bmask, other=neg)
+                    tj = tl.load(TRANS + rk * K + j, mask=kmask, other=neg)        # trans[next, j]
+                    cand = dj[:, None] + tj[None, :]
+                    better = cand > best                                          # ties keep the lowest j
+                    best = tl.where(better, cand, best)
+                    arg = tl.where(better, j, arg)
+                tl.debug_barrier()                   # all reads done before the next position's store
+            else:
+                cand = delta[:, None, :] + trans[None, :, :]                     # (BLOCK_B, next, prev)
+                best = tl.max(cand, axis=2)
+                arg = tl.argmax(cand, axis=2).to(tl.int32)
+            was = started > 0
+            new = tl.where(was[:, None], best + ua, first[None, :] + ua)
+            delta = tl.where(on[:, None] & kmask[None, :], new, delta)
+            tl.store(BP + row[:, None] + t * K + rk[None, :], arg.to(BP.dtype.element_ty), mask=mon & was[:, None])
+            if GOLD_SCORE:
+                step = tl.where(was, tl.load(TRANS + g * K + gprev, mask=bmask & on & was, other=0.0),
+                                tl.load(FIRST + g, mask=bmask & on, other=0.0))
+                gold_s += tl.where(on, gold_unary(u, g, rk) + step, 0.0)
+                gprev = tl.where(on, g, gprev)
+            first_on = tl.where(on & (started == 0), t, first_on)
+            started = tl.where(on, 1, started)
         last = tl.load(LAST + rk, mask=kmask, other=neg)
         final = tl.where(kmask[None, :], delta + last[None, :], neg)
-        tl.store(SCORES + rb, tl.max(final, axis=1), mask=bmask)
+        tl.store(SCORES + rb, tl.where(started > 0, tl.max(final, axis=1), 0.0), mask=bmask)
+        if GOLD_SCORE:
+            gold_s += tl.load(LAST + gprev, mask=bmask & (started > 0), other=0.0)
+            tl.store(GOLD_SCORES + rb, gold_s, mask=bmask)
         cur = tl.argmax(final, axis=1).to(tl.int32)
-        tl.debug_barrier()
+        tl.debug_barrier()                           # back-pointers written by other threads of this program
         lab_row = rb.to(tl.int64) * T
         for s in range(0, T):
             t = T - 1 - s
-            inside = t < length - 1
-            prev = tl.load(BP + row + (t + 1) * K + cur, mask=bmask & inside, other=0).to(tl.int32)
-            cur = tl.where(inside, prev, cur)
-            lab = tl.where(t < length, cur, -1)
-            tl.store(LABELS + lab_row + t, lab.to(tl.int64), mask=bmask)
-
-    @triton.jit
-    def _viterbi_kernel(U, LEN, FIRST, LAST, TRANS, GT, C, BP, LABELS, SCORES, B, T, K,
-                        HAS_GT: tl.constexpr, BLOCK_B: tl.constexpr, BLOCK_K: tl.constexpr):
-        """The tile variant: the max and argmax over the previous tag of a (BLOCK_B, K, K) register
-        tile of candidates delta[prev] + trans[next, prev] (a reduction across threads)."""
-        rb, rk, bmask, kmask, m2, length, c, row, delta = _start(U, LEN, FIRST, GT, C, B, T, K, HAS_GT, BLOCK_B,
-                                                                 BLOCK_K)
-        neg = float("-inf")
-        trans = tl.load(TRANS + rk[:, None] * K + rk[None, :], mask=kmask[:, None] & kmask[None, :], other=neg)
-        for t in range(1, T):
-            cand = delta[:, None, :] + trans[None, :, :]             # (BLOCK_B, next, prev)
-            best = tl.max(cand, axis=2)
-            arg = tl.argmax(cand, axis=2)
-            delta = _advance(delta, best, arg, U, GT, BP, c, row, rb, rk, t, T, K, m2, bmask, kmask, length, HAS_GT)
-        _finish(delta, LAST, rk, kmask, BP, LABELS, SCORES, row, rb, bmask, length, T, K)
-
-    @triton.jit
-    def _viterbi_rows_kernel(U, LEN, FIRST, LAST, TRANS_T, GT, C, BP, SCRATCH, LABELS, SCORES, B, T, K,
-                             HAS_GT: tl.constexpr, BLOCK_B: tl.constexpr, BLOCK_K: tl.constexpr):
-        """The rows variant: the max over the previous tag as a loop inside each thread. A program's
-        delta goes through a scratch row per sequence (L1-resident), and every thread keeps the
-        running max and argmax of its own (sequence, tag) pairs: no cross-thread reduction and no
-        (BLOCK_B, K, K) tile."""
-        rb, rk, bmask, kmask, m2, length, c, row, delta = _start(U, LEN, FIRST, GT, C, B, T, K, HAS_GT, BLOCK_B,
-                                                                 BLOCK_K)
-        neg = float("-inf")
-        srow = rb.to(tl.int64) * BLOCK_K
-        for t in range(1, T):
-            tl.store(SCRATCH + srow[:, None] + rk[None, :], delta, mask=bmask[:, None])
-            tl.debug_barrier()                   # the row is read by the threads of other tags
-            best = tl.full((BLOCK_B, BLOCK_K), neg, delta.dtype)
-            arg = tl.zeros((BLOCK_B, BLOCK_K), tl.int32)
-            for j in range(0, K):
-                dj = tl.load(SCRATCH + srow + j, mask=bmask, other=neg)
-                tj = tl.load(TRANS_T + j * K + rk, mask=kmask, other=neg)      # trans[next, j]
-                cand = dj[:, None] + tj[None, :]
-                better = cand > best                                            # ties keep the lowest j
-                best = tl.where(better, cand, best)
-                arg = tl.where(better, j, arg)
-            tl.debug_barrier()                   # all reads done before the next position's store
-            delta = _advance(delta, best, arg, U, GT, BP, c, row, rb, rk, t, T, K, m2, bmask, kmask, length, HAS_GT)
-        _finish(delta, LAST, rk, kmask, BP, LABELS, SCORES, row, rb, bmask, length, T, K)
+            on = on_at(MASK, LEN, rb, t, T, bmask, HAS_MASK)
+            tl.store(LABELS + lab_row + t, tl.where(on, cur, -1).to(tl.int64), mask=bmask)
+            follow = on & (t > first_on)
+            prev = tl.load(BP + row + t * K + cur, mask=bmask & follow, other=0).to(tl.int32)
+            cur = tl.where(follow, prev, cur)
 
 
-VARIANTS = ("tile", "rows")
+_HAMMING: dict = {}
+
+
+def hamming_cost(K: int, dtype, device) -> torch.Tensor:
+    """1 - I (K, K): the Hamming cost matrix of the stores' loss-augmented calls (cached)."""
+    key = (K, dtype, str(device))
+    if key not in _HAMMING:
+        _HAMMING[key] = 1.0 - torch.eye(K, dtype=dtype, device=device)
+    return _HAMMING[key]
+
+
+def launch_viterbi(U, first, last, trans, *, mask=None, lengths=None, gt=None, rowc=None, cost=None,
+                   gold_score: bool = False, variant: str = "auto", block_b: int | None = None,
+                   num_warps: int | None = None):
+    """(labels (B, T) int64 -1 off the chain, scores (B,) with the loss term when ``gt`` is given (0 for
+    an empty row), gold scores (B,) or None): the kernel on ``mask`` (bool (B, T)) or ``lengths``;
+    ``first``/``last``/``trans`` the effective scores (constraint penalties included) in U's dtype;
+    the loss rowc_b cost[gt_t, k] (``gt`` int, ``rowc`` (B,), ``cost`` (K, K)). ``block_b`` /
+    ``num_warps``: sequences per program and warps (None: the defaults; benchmarks/bench_gpu.py sweeps them)."""
+    if triton is None:
+        raise RuntimeError("the Triton kernels need Triton, which is not installed")
+    if variant not in VARIANTS:
+        raise ValueError(f"variant: expected one of {VARIANTS}, got {variant!r}")
+    B, T, K = U.shape
+    dtype, dev = U.dtype, U.device
+    auto = variant == "auto"
+    if auto:
+        variant = choose_variant(B)
+    U = U.contiguous()
+    first, last, trans = (x.to(dtype).contiguous() for x in (first, last, trans))
+    dummy = torch.zeros(1, dtype=torch.int32, device=dev)
+    mask_arg = dummy if mask is None else mask.contiguous().view(torch.uint8)
+    len_arg = dummy if lengths is None else lengths.to(torch.int32).contiguous()
+    has_gt = gt is not None
+    gt_arg = gt.contiguous() if has_gt else dummy
+    rowc_arg = rowc.to(dtype).contiguous() if has_gt else torch.zeros(1, dtype=dtype, device=dev)
+    cost_arg = cost.to(dtype).contiguous() if has_gt else rowc_arg
+    bp = torch.empty((B, T, K), dtype=torch.int8 if K <= 127 else torch.int16, device=dev)
+    labels = torch.empty((B, T), dtype=torch.int64, device=dev)
+    scores = torch.empty((B,), dtype=dtype, device=dev)
+    gold_scores = torch.empty((B,), dtype=dtype, device=dev) if gold_score else scores
+    rows = variant == "rows"
+    default_b, block_k = block_sizes(K)
+    if block_b is None:
+        block_b = (ROWS_BLOCK_B if auto else max(1, min(64, 2048 // block_k))) if rows else default_b
+    if num_warps is None:
+        num_warps = (ROWS_WARPS if auto else 4) if rows else (4 if block_k <= 32 else 8)
+    grid = (triton.cdiv(B, block_b),)
+    scratch = torch.empty((grid[0] * block_b, block_k) if rows else (1,), dtype=dtype, device=dev)
+    _viterbi_kernel[grid](U, mask_arg, len_arg, first, last, trans, gt_arg, rowc_arg, cost_arg, bp, scratch, labels,
+                          scores, gold_scores, B, T, K, HAS_MASK=mask is not None, HAS_GT=has_gt,
+                          GOLD_SCORE=gold_score, ROWS=rows, BLOCK_B=block_b, BLOCK_K=block_k, num_warps=num_warps)
+    return labels, scores, (gold_scores if gold_score else None)
 
 
 def viterbi_fused(unary: torch.Tensor, lengths: torch.Tensor, first: torch.Tensor, last: torch.Tensor,
                   trans: torch.Tensor, gt: torch.Tensor | None = None, token_loss: torch.Tensor | None = None,
-                  penalty=None, variant: str = "tile"):
+                  penalty=None, variant: str = "auto", block_b: int | None = None, num_warps: int | None = None):
     """:func:`ssvm_torch.chain.padded.viterbi` as one Triton kernel (same arguments, same result:
-    labels (B, T) int64 padded with -1, scores (B,) including the loss term when ``gt`` is given).
-    ``variant``: ``tile`` (the max over the previous tag as a (BLOCK_B, K, K) register tile) or
-    ``rows`` (a loop over the previous tag inside each thread)."""
-    if triton is None:
-        raise RuntimeError("viterbi_fused: Triton is not installed")
-    if variant not in VARIANTS:
-        raise ValueError(f"variant: expected one of {VARIANTS}, got {variant!r}")
+    labels (B, T) int64 padded with -1, scores (B,) including the loss term when ``gt`` is given:
+    the Hamming loss weighted by ``token_loss`` per sequence, 1 / length by default).
+    ``variant``: ``tile`` (the max over the previous tag as a (BLOCK_B, K, K) register tile), ``rows``
+    (a loop over the previous tag inside each thread) or ``auto`` (:func:`choose_variant`)."""
     if penalty is not None:
         first, last, trans = first + penalty[0], last + penalty[1], trans + penalty[2]
-    B, T, K = unary.shape
-    dtype, dev = unary.dtype, unary.device
-    unary = unary.contiguous()
-    first, last, trans = (x.to(dtype).contiguous() for x in (first, last, trans))
-    lengths32 = lengths.to(torch.int32).contiguous()
-    bp = torch.empty((B, T, K), dtype=torch.int8 if K <= 127 else torch.int16, device=dev)
-    labels = torch.empty((B, T), dtype=torch.int64, device=dev)
-    scores = torch.empty((B,), dtype=dtype, device=dev)
+    rowc = cost = None
     if gt is not None:
-        c = (1.0 / lengths.to(dtype) if token_loss is None else token_loss.to(dtype)).contiguous()
-        gt_arg = gt.to(torch.int32).contiguous()
-    else:
-        c = torch.zeros((B,), dtype=dtype, device=dev)           # read, never used (HAS_GT is False)
-        gt_arg = lengths32
-    block_k = max(2, triton.next_power_of_2(K))
-    if variant == "tile":
-        block_b = max(1, min(64, 8192 // (block_k * block_k)))
-        grid = (triton.cdiv(B, block_b),)
-        _viterbi_kernel[grid](unary, lengths32, first, last, trans, gt_arg, c, bp, labels, scores, B, T, K,
-                              HAS_GT=gt is not None, BLOCK_B=block_b, BLOCK_K=block_k,
-                              num_warps=4 if block_k <= 32 else 8)
-        return labels, scores
-    block_b = max(1, min(64, 2048 // block_k))
-    grid = (triton.cdiv(B, block_b),)
-    scratch = torch.empty((grid[0] * block_b, block_k), dtype=dtype, device=dev)
-    _viterbi_rows_kernel[grid](unary, lengths32, first, last, trans.T.contiguous(), gt_arg, c, bp, scratch, labels,
-                               scores, B, T, K, HAS_GT=gt is not None, BLOCK_B=block_b, BLOCK_K=block_k,
-                               num_warps=4)
+        rowc = 1.0 / lengths.to(unary.dtype) if token_loss is None else token_loss
+        cost = hamming_cost(unary.shape[2], unary.dtype, unary.device)
+    labels, scores, _ = launch_viterbi(unary, first, last, trans, lengths=lengths, gt=gt, rowc=rowc, cost=cost,
+                                       variant=variant, block_b=block_b, num_warps=num_warps)
     return labels, scores
+
+
+def decode_masked(E, mask, first, last, trans, gold=None, rowc=None, cost=None, gold_score: bool = False,
+                  variant: str = "auto"):
+    """(labels (B, T) -1 where masked off, scores (B,), gold scores (B,) or None) of chains given by a
+    bool mask with gaps (row b's chain = its masked-on positions; an empty row scores 0 and decodes
+    to all -1): :func:`launch_viterbi` with the layer's loss rowc_b cost[gold_t, k]."""
+    return launch_viterbi(E, first, last, trans, mask=mask, gt=gold, rowc=rowc, cost=cost, gold_score=gold_score,
+                          variant=variant)

@@ -33,9 +33,9 @@ import torch
 from torch import nn
 
 from ..constraints import check_constraints, first_violation, penalties
-from ..devices import KERNELS
 from ..errors import SSVMInputError, check, check_choice
 from ..chain import ops
+from ..chain.checks import LAYER_KERNELS
 
 LOSSES = ("hinge", "crf", "softmax_margin")
 REDUCTIONS = ("none", "sum", "mean", "token_mean")
@@ -46,11 +46,12 @@ class LinearChain(nn.Module):
     """A linear-chain layer with pytorch-crf's parameters (module docstring).
 
     num_tags: K. batch_first: emissions (B, T, K) and mask/tags (B, T) if True, else (T, B, K) and
-    (T, B), as pytorch-crf. loss: "hinge" or "crf". constraints: None or a dict of bool tensors
+    (T, B), as pytorch-crf. loss: "hinge", "crf" or "softmax_margin". constraints: None or a dict of bool tensors
     {"start": (K,), "transitions": (K, K), "end": (K,)} (True = allowed, ``transitions[i, j]``: tag
     i may be followed by tag j). token_loss: "hamming", "normalized", or a (K,) / (K, K) cost tensor
-    (the Delta of the hinge and the softmax-margin loss). kernels: "auto" (compiled numba kernels for CPU float32/float64, the torch path
-    elsewhere), "numba" or "torch" (the pure-torch path, e.g. to check it on CPU).
+    (the Delta of the hinge and the softmax-margin loss). kernels: "auto" (compiled numba kernels for CPU
+    float32/float64, fused Triton kernels on CUDA where K <= 64, the torch path elsewhere), "numba",
+    "triton" (also CPU tensors under TRITON_INTERPRET=1) or "torch" (the pure-torch path, any device).
     """
 
     def __init__(self, num_tags: int, batch_first: bool = False, loss: str = "hinge", constraints=None,
@@ -62,7 +63,7 @@ class LinearChain(nn.Module):
         self.num_tags = K
         self.batch_first = bool(batch_first)
         self.loss = check_choice(loss, "loss", LOSSES)
-        self.kernels = check_choice(kernels, "kernels", KERNELS)
+        self.kernels = check_choice(kernels, "kernels", LAYER_KERNELS)
         self.start_transitions = nn.Parameter(torch.empty(K))
         self.end_transitions = nn.Parameter(torch.empty(K))
         self.transitions = nn.Parameter(torch.empty(K, K))
@@ -233,7 +234,7 @@ class LinearChain(nn.Module):
     def log_partition(self, emissions, mask=None) -> torch.Tensor:
         """log Z per row (B,), differentiable (the CRF's normaliser; 0 for an empty row)."""
         E, mask, _ = self._inputs(emissions, mask)
-        return ops.log_partition(E, mask, *self._scores(), self._penalty())
+        return ops.log_partition(E, mask, *self._scores(), self._penalty(), self.kernels)
 
     def marginals(self, emissions: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         """Posterior tag marginals p(y_t = k | x) of the CRF of these scores: (B, T, K) batch-first,

@@ -1,0 +1,121 @@
+"""The Triton backend of the chain package (chain/triton_*.py) on the device it runs on -- CUDA where
+there is a GPU, CPU tensors under Triton's interpreter without one (tests/conftest.py) -- against the
+numba backend on the CPU: decode, loss-augmented decode, the hinge, CRF and softmax-margin losses with
+every gradient, log Z and the marginals, with gap masks, an off first position, an empty row, BIO /
+BIOES constraints, cost matrices, K up to 40, float64 and float32/float16 input; the store's
+lengths-based decoder (``viterbi_fused``) on the same kernel."""
+import pytest
+import torch
+
+from ssvm_torch.chain.triton_viterbi import fused_available, viterbi_fused
+from ssvm_torch.chain.torch_viterbi import viterbi_loop
+from ssvm_torch.errors import SSVMInputError
+from ssvm_torch.nn import LinearChain, allowed_transitions
+
+DEV = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+pytestmark = pytest.mark.skipif(not fused_available(torch.zeros(1, 1, 2, device=DEV)),
+                                reason="needs Triton (the dev extra) and a GPU or TRITON_INTERPRET=1")
+LABELS = {"BIO": ["O", "B-NP", "I-NP", "B-VP", "I-VP"], "BIOES": ["O", "B-NP", "I-NP", "E-NP", "S-NP"]}
+
+
+def batch(K, seed, B=7, T=9, dtype=torch.float64):
+    """Emissions, a mask with gaps (row 1: first position off, row 2: empty, row 3: one position) and tags."""
+    g = torch.Generator().manual_seed(seed)
+    E = torch.randn(B, T, K, generator=g, dtype=dtype)
+    mask = torch.rand(B, T, generator=g) < 0.7
+    mask[0], mask[2], mask[3] = True, False, False
+    mask[1, 0], mask[3, 4] = False, True
+    return E, mask
+
+
+def pair(K, scheme, loss, token_loss="hamming", seed=0):
+    """(layer on DEV with the Triton kernels, the same layer on the CPU with numba), same parameters."""
+    cons = None if scheme is None else allowed_transitions(scheme, LABELS[scheme])
+    torch.manual_seed(seed)
+    ref = LinearChain(K, batch_first=True, loss=loss, constraints=cons, token_loss=token_loss, kernels="numba").double()
+    for p in ref.parameters():
+        torch.nn.init.normal_(p)
+    ours = LinearChain(K, batch_first=True, loss=loss, constraints=cons, token_loss=token_loss, kernels="triton")
+    ours = ours.double().to(DEV)
+    ours.load_state_dict(ref.state_dict())
+    return ours, ref
+
+
+def run(lay, E, tags, mask, dev):
+    """Per-row loss, its gradients (weights 1..B), the decode, the marginals and log Z (with its gradient)."""
+    E = E.detach().clone().to(dev).requires_grad_()
+    w = torch.arange(1, E.shape[0] + 1, dtype=E.dtype, device=dev)
+    lay.zero_grad()
+    loss = lay(E, tags.to(dev), mask.to(dev), reduction="none")
+    (loss * w).sum().backward()
+    grads = [E.grad.clone()] + [p.grad.clone() for p in (lay.start_transitions, lay.end_transitions, lay.transitions)]
+    E2 = E.detach().clone().requires_grad_()
+    logz = lay.log_partition(E2, mask.to(dev))
+    (logz * w).sum().backward()
+    out = [loss.detach(), *grads, lay.decode(E.detach(), mask.to(dev)), lay.marginals(E.detach(), mask.to(dev)),
+           logz.detach(), E2.grad]
+    return [x.cpu() for x in out]
+
+
+CASES = [(5, None, "hamming"), (5, "BIO", "hamming"), (5, "BIOES", "normalized"), (9, None, "matrix"),
+         (40, None, "hamming")]
+
+
+@pytest.mark.parametrize("loss", ["hinge", "crf", "softmax_margin"])
+@pytest.mark.parametrize("K,scheme,token_loss", CASES)
+def test_triton_losses_gradients_decode_and_marginals_equal_numba(loss, K, scheme, token_loss):
+    if token_loss == "matrix":
+        token_loss = torch.rand(K, K, generator=torch.Generator().manual_seed(K), dtype=torch.float64)
+        token_loss.fill_diagonal_(0.0)
+    ours, ref = pair(K, scheme, loss, token_loss, seed=K)
+    E, mask = batch(K, seed=K)
+    # gold tags: an allowed labeling under the constraints (the decode of other scores), 0 where masked off
+    tags = torch.where(mask, ref.decode(torch.randn_like(E), mask), 0)
+    got, want = run(ours, E, tags, mask, DEV), run(ref, E, tags, mask, torch.device("cpu"))
+    names = ["loss", "dE", "dstart", "dend", "dtrans", "decode", "marginals", "logz", "dlogz"]
+    for name, a, b in zip(names, got, want):
+        if name == "decode":
+            assert torch.equal(a, b), name
+        else:
+            torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-9, msg=name)
+    assert bool((got[5][2] == -1).all()) and float(got[0][2]) == 0.0      # the empty row
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_triton_computes_low_precision_in_float32_like_numba(dtype):
+    K = 5
+    ours, ref = pair(K, "BIO", "crf", seed=3)
+    ours, ref = ours.float(), ref.float()
+    E, mask = batch(K, seed=3, dtype=torch.float32)
+    tags = torch.where(mask, ref.decode(torch.randn_like(E), mask), 0)
+    a = ours(E.to(dtype).to(DEV), tags.to(DEV), mask.to(DEV), reduction="none").cpu()
+    b = ref(E.to(dtype).float(), tags, mask, reduction="none")
+    assert a.dtype == torch.float32
+    torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+    assert torch.equal(ours.decode(E.to(dtype).to(DEV), mask.to(DEV)).cpu(), ref.decode(E.to(dtype).float(), mask))
+
+
+@pytest.mark.parametrize("variant", ["tile", "rows"])
+def test_the_stores_lengths_decoder_runs_on_the_same_kernel(variant):
+    """viterbi_fused (lengths, per-sequence token losses, constraints) = the torch loop."""
+    g = torch.Generator().manual_seed(5)
+    B, T, K = 11, 8, 26
+    lengths = torch.randint(1, T + 1, (B,), generator=g)
+    U, f, la, tr = (torch.randn(*s, generator=g, dtype=torch.float64) for s in ((B, T, K), (K,), (K,), (K, K)))
+    gt = torch.where(torch.arange(T)[None] < lengths[:, None], torch.randint(0, K, (B, T), generator=g), -1)
+    pen = (torch.zeros(K, dtype=torch.float64), torch.zeros(K, dtype=torch.float64),
+           torch.zeros(K, K, dtype=torch.float64).masked_fill_(torch.rand(K, K, generator=g) < 0.3, float("-inf")))
+    tl = torch.rand(B, generator=g, dtype=torch.float64)
+    for kw in ({}, {"gt": gt}, {"gt": gt, "token_loss": tl}, {"gt": gt, "penalty": pen}):
+        a = viterbi_loop(U, lengths, f, la, tr, **kw)
+        dkw = {k: (tuple(x.to(DEV) for x in v) if isinstance(v, tuple) else v.to(DEV)) for k, v in kw.items()}
+        b = viterbi_fused(*(x.to(DEV) for x in (U, lengths, f, la, tr)), variant=variant, **dkw)
+        assert torch.equal(a[0], b[0].cpu()), sorted(kw)
+        torch.testing.assert_close(a[1], b[1].cpu(), rtol=1e-12, atol=1e-12)
+
+
+def test_forcing_triton_where_it_cannot_run_names_the_reason():
+    lay = LinearChain(70, batch_first=True, kernels="triton").to(DEV)
+    E = torch.randn(2, 3, 70, device=DEV)
+    with pytest.raises(SSVMInputError, match="kernels: 'triton' needs .*at most 64 tags"):
+        lay.decode(E)
