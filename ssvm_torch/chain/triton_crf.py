@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import torch
 
-from .triton_viterbi import block_sizes, gold_unary, on_at, triton
+from .triton_viterbi import block_sizes, gold_unary, load_trans, on_at, program_block, triton
 
 if triton is not None:
     import triton.language as tl
@@ -45,13 +45,9 @@ if triton is not None:
     def _crf_forward_kernel(U, MASK, FIRST, LAST, TRANS, GOLD, ALPHA, LOGZ, GOLD_SCORES, B, T, K,
                             HAS_GOLD: tl.constexpr, BLOCK_B: tl.constexpr, BLOCK_K: tl.constexpr):
         neg = float("-inf")
-        rb = tl.program_id(0) * BLOCK_B + tl.arange(0, BLOCK_B)
-        rk = tl.arange(0, BLOCK_K)
-        bmask, kmask = rb < B, rk < K
-        m2 = bmask[:, None] & kmask[None, :]
-        row = rb.to(tl.int64) * T * K
+        rb, rk, bmask, kmask, m2, row = program_block(B, T, K, BLOCK_B, BLOCK_K)
         first = tl.load(FIRST + rk, mask=kmask, other=neg)
-        trans = tl.load(TRANS + rk[:, None] * K + rk[None, :], mask=kmask[:, None] & kmask[None, :], other=neg)
+        trans = load_trans(TRANS, rk, kmask, K)
         alpha = tl.full((BLOCK_B, BLOCK_K), neg, U.dtype.element_ty)
         started = tl.zeros((BLOCK_B,), tl.int32)
         gprev = tl.zeros((BLOCK_B,), tl.int32)
@@ -83,12 +79,8 @@ if triton is not None:
     def _crf_backward_kernel(U, MASK, LAST, TRANS, GOLD, ALPHA, LOGZ, G, DE, PART, B, T, K,
                              HAS_GOLD: tl.constexpr, BLOCK_B: tl.constexpr, BLOCK_K: tl.constexpr):
         neg = float("-inf")
-        rb = tl.program_id(0) * BLOCK_B + tl.arange(0, BLOCK_B)
-        rk = tl.arange(0, BLOCK_K)
-        bmask, kmask = rb < B, rk < K
-        m2 = bmask[:, None] & kmask[None, :]
-        row = rb.to(tl.int64) * T * K
-        trans = tl.load(TRANS + rk[:, None] * K + rk[None, :], mask=kmask[:, None] & kmask[None, :], other=neg)
+        rb, rk, bmask, kmask, m2, row = program_block(B, T, K, BLOCK_B, BLOCK_K)
+        trans = load_trans(TRANS, rk, kmask, K)
         last = tl.load(LAST + rk, mask=kmask, other=neg)
         logz = tl.load(LOGZ + rb, mask=bmask, other=0.0)
         g = tl.load(G + rb, mask=bmask, other=0.0)
@@ -136,11 +128,7 @@ if triton is not None:
 
     @triton.jit
     def _path_stats_kernel(YS, GOLD, MASK, G, DE, PART, B, T, K, BLOCK_B: tl.constexpr, BLOCK_K: tl.constexpr):
-        rb = tl.program_id(0) * BLOCK_B + tl.arange(0, BLOCK_B)
-        rk = tl.arange(0, BLOCK_K)
-        bmask, kmask = rb < B, rk < K
-        m2 = bmask[:, None] & kmask[None, :]
-        row = rb.to(tl.int64) * T * K
+        rb, rk, bmask, kmask, m2, row = program_block(B, T, K, BLOCK_B, BLOCK_K)
         g = tl.load(G + rb, mask=bmask, other=0.0)
         started = tl.zeros((BLOCK_B,), tl.int32)
         yprev = tl.zeros((BLOCK_B,), tl.int32)

@@ -76,6 +76,20 @@ if triton is not None:
         return on
 
     @triton.jit
+    def program_block(B, T, K, BLOCK_B: tl.constexpr, BLOCK_K: tl.constexpr):
+        """This program's sequences rb and (padded) tags rk, their masks, the (sequence, tag) mask and
+        each sequence's offset into (B, T, K) tensors."""
+        rb = tl.program_id(0) * BLOCK_B + tl.arange(0, BLOCK_B)
+        rk = tl.arange(0, BLOCK_K)
+        bmask, kmask = rb < B, rk < K
+        return rb, rk, bmask, kmask, bmask[:, None] & kmask[None, :], rb.to(tl.int64) * T * K
+
+    @triton.jit
+    def load_trans(TRANS, rk, kmask, K):
+        """trans [next, prev] as a (BLOCK_K, BLOCK_K) tile, -inf on the padding tags."""
+        return tl.load(TRANS + rk[:, None] * K + rk[None, :], mask=kmask[:, None] & kmask[None, :], other=float("-inf"))
+
+    @triton.jit
     def gold_unary(u, g, rk):
         """u[b, g_b] of a (BLOCK_B, BLOCK_K) tile."""
         return tl.sum(tl.where(rk[None, :] == g[:, None], u, 0.0), axis=1)
@@ -88,13 +102,9 @@ if triton is not None:
         a (BLOCK_B, next, prev) register tile reduced across threads; True (the rows variant), a loop
         over the previous tag inside each thread, delta going through a scratch row per sequence."""
         neg = float("-inf")
-        rb = tl.program_id(0) * BLOCK_B + tl.arange(0, BLOCK_B)
-        rk = tl.arange(0, BLOCK_K)
-        bmask, kmask = rb < B, rk < K
-        m2 = bmask[:, None] & kmask[None, :]
-        row = rb.to(tl.int64) * T * K
+        rb, rk, bmask, kmask, m2, row = program_block(B, T, K, BLOCK_B, BLOCK_K)
         first = tl.load(FIRST + rk, mask=kmask, other=neg)
-        trans = tl.load(TRANS + rk[:, None] * K + rk[None, :], mask=kmask[:, None] & kmask[None, :], other=neg)
+        trans = load_trans(TRANS, rk, kmask, K)
         rowc = tl.load(ROWC + rb, mask=bmask, other=0.0)
         delta = tl.full((BLOCK_B, BLOCK_K), neg, U.dtype.element_ty)
         started = tl.zeros((BLOCK_B,), tl.int32)
