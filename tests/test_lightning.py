@@ -27,6 +27,9 @@ def strip(history):
 
 
 def trainer(tmp_path, **kw):
+    # the CPU unless a test asks for a GPU: the trajectories are compared with the plain engine's on the CPU
+    # (Lightning's default accelerator "auto" put the store on CUDA on a GPU machine: the device check's failure)
+    kw.setdefault("accelerator", "cpu")
     kw.setdefault("max_epochs", -1)
     kw.setdefault("callbacks", [ModelCheckpoint(save_top_k=0, save_last=True)])
     return L.Trainer(default_root_dir=tmp_path, enable_progress_bar=False, enable_model_summary=False,
