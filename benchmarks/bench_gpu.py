@@ -109,8 +109,9 @@ def decode_figures(task, device, repeats, batches, compile_batches, sweep_batche
             variants["fused-tile"] = functools.partial(viterbi_fused, variant="tile")
             variants["fused-rows"] = functools.partial(viterbi_fused, variant="rows")
             if B in sweep_batches:                               # the kernels' launch shape, measured
-                for variant, bb, warps in (("tile", 2, 4), ("tile", 4, 4), ("tile", 16, 4), ("tile", 8, 8),
-                                           ("rows", 32, 4), ("rows", 128, 4), ("rows", 64, 8)):
+                # the H100 run's best was rows 32/4 (ROWS_BLOCK_B / ROWS_WARPS): its neighbours are measured too
+                for variant, bb, warps in (("tile", 4, 4), ("tile", 8, 8), ("rows", 16, 2), ("rows", 16, 4),
+                                           ("rows", 32, 2), ("rows", 32, 4), ("rows", 64, 4), ("rows", 128, 4)):
                     variants[f"fused-{variant}-b{bb}-w{warps}"] = functools.partial(
                         viterbi_fused, variant=variant, block_b=bb, num_warps=warps)
         first, last, trans = (torch.randn(*s, generator=gen).to(device) for s in ((K,), (K,), (K, K)))
