@@ -133,6 +133,10 @@ class ShardedDual(BlockDual):
         if isinstance(local, BoxedDual):
             raise SSVMInputError("box constraints (segmentation-synth, pose-synth): not supported by the sharded store "
                                  "(the clip of w needs the unclipped v of all shards); run them in one process")
+        if not local.shardable:
+            raise SSVMInputError(f"{local.description or type(local).__name__}: not supported by the sharded store "
+                                 "(torchrun): its mini-batch directions have parts the exchange does not ship; run it in "
+                                 "one process (mini-batches included), or shard a store without them")
         check(local.N == n, "n_objective", f"the local store built with n_objective = n = {n}", local.N)
         check(local.n == len(shard_of(n, size, rank)), "shard", f"{len(shard_of(n, size, rank))} blocks "
               f"(rank {rank} of {size})", local.n)

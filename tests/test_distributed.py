@@ -14,6 +14,7 @@ import distributed_worker as worker
 from ssvm_torch import Solver, make_store
 from ssvm_torch.distributed import ShardedDual, shard_of
 from ssvm_torch.errors import SSVMInputError
+from ssvm_torch.tasks import load_task
 
 OCR = dict(dataset="ocr-small", subset=40, lam=0.05, tau=6, passes=6, gap_check=1, seed=2)
 CONLL = dict(dataset="conll2000", train_size=24, lam=0.05, tau=5, passes=4, gap_check=1, seed=1, exchange="gather")
@@ -126,6 +127,10 @@ def test_sharded_store_checks_its_inputs():
     boxed = make_store(seg.model, seg.train, 0.1, nonnegative=seg.nonnegative)
     with pytest.raises(SSVMInputError, match="box constraints"):
         ShardedDual(boxed, 4)
+    conll = load_task("conll2000", train_size=6, features="rich-edges")
+    edges = make_store(conll.model, conll.train, 0.1)
+    with pytest.raises(SSVMInputError, match="edge-observation features.*not supported by the sharded store"):
+        ShardedDual(edges, 6)
 
 
 def test_torchrun_launch_of_ssvm_train_matches_one_process(tmp_path):

@@ -73,10 +73,9 @@ class Solver:
                   "'bcfw' with step 'fw' and no cache for a store sharded over processes (mini-batch BCFW)",
                   f"{config.solver!r}, step {config.step!r}" + (", cache" if config.cache else ""))
         if dual.only_fw_block_steps:
-            check(config.solver == "bcfw" and config.step == "fw" and not config.cache and config.batch_size == 1,
-                  "solver", f"'bcfw' with step 'fw', no cache and batch size 1 for {dual.description or type(dual).__name__}",
-                  f"{config.solver!r}, step {config.step!r}, batch size {config.batch_size}"
-                  + (", cache" if config.cache else ""))
+            check(config.solver == "bcfw" and config.step == "fw" and not config.cache,
+                  "solver", f"'bcfw' with step 'fw' and no cache for {dual.description or type(dual).__name__}",
+                  f"{config.solver!r}, step {config.step!r}" + (", cache" if config.cache else ""))
         self.rule = make_step_rule(dual, config, self.sampler)
         self.averager = Averager(dual, lazy=config.solver == "bcfw") if config.averaging else None
         self.best = BestPoint(keep_best)   # the model a run returns (solvers/best_point.py); off with averaging

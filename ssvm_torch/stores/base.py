@@ -113,8 +113,10 @@ class PointStore(ABC):
     supports_dual_point: bool = True
     # False for a store whose blocks live in several processes: only mini-batch steps apply
     supports_block_steps: bool = True
-    # True for a store that implements only the FW block step (BCFW, no sets, cache or mini-batches)
+    # True for a store that implements only FW steps (BCFW and mini-batch BCFW: no sets or cache)
     only_fw_block_steps: bool = False
+    # False for a store whose mini-batch parts the distributed exchange cannot ship (ssvm_torch.distributed refuses it)
+    shardable: bool = True
     # what the store is, in the words of an error (None: its class name)
     description: str | None = None
     # mini-batch directions as sparse vectors of their touched coordinates (large sparse models)

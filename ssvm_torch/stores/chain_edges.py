@@ -8,8 +8,10 @@ terms gain the edge terms documented in :mod:`ssvm_torch.oracles.edge_kernels`. 
 sum_i (distinct edge attributes of block i) x P floats.
 
 The store runs BCFW with FW block steps (any sampling, gap passes, checkpoints, the warm lambda
-grid of ssvm_torch.selection) on the numba kernels (CPU float64). Pairwise / away steps, caching,
-mini-batches, batch FW, SSG, averaging and the regularization path are refused with a clear error.
+grid of ssvm_torch.selection) and mini-batch BCFW (``--batch-size``: tau corners, one joint direction,
+the exact line search of :class:`~ssvm_torch.solvers.steps.MiniBatchStep`) on the numba kernels (CPU
+float64). Pairwise / away steps, caching, batch FW, SSG, averaging, the regularization path and the
+sharded (torchrun) store are refused with a clear error.
 """
 from __future__ import annotations
 
@@ -19,10 +21,11 @@ import torch
 from ..data.types import ChainData
 from ..errors import SSVMInputError, check
 from ..models.chain_edges import EdgeChainModel, block_chunks
+from ..models.chain_index import padded_index, padded_trans_counts
 from ..oracles.chain_kernels import nb_unary_all
 from ..oracles.edge_kernels import (nb_edge_delta, nb_edge_move, nb_edge_stats, nb_edge_weights, nb_fw_corner_edges,
                                     nb_gap_pass_edges)
-from .base import Corner, GapPass
+from .base import BatchCorners, Corner, GapPass
 from .chain import ChainDual
 
 
@@ -33,6 +36,8 @@ class EdgeChainDual(ChainDual):
     supports_averaging = False
     supports_dual_point = False      # no batch corner (corner_point): no cutting plane
     only_fw_block_steps = True
+    shares_direction = False         # the distributed exchange ships no edge block:
+    shardable = False                # ssvm_torch.distributed refuses this store by name
     description = ("a chain with edge-observation features (the edge: items of a template, e.g. conll2000's default "
                    "rich-edges; a template without them, e.g. rich, runs every solver)")
 
@@ -142,9 +147,61 @@ class EdgeChainDual(ChainDual):
         super().load_state_dict(state)
         self.Me.copy_(state["Me"])
 
+    # -- mini-batch BCFW ------------------------------------------------------------------------
+    def batch_corners(self, idx, with_direction: bool = True) -> BatchCorners:
+        """The corners of the distinct blocks ``idx`` (the edge Viterbi of :meth:`fw_corner`, block
+        by block) and the joint direction dw = -sum_i (A_i(D_i) + A^e_i(De_i)) / (lam n): the chain
+        part as :class:`ChainDual`'s (D_i = S(y*_i) - M_i), the edge part De_i = S_e(y*_i) - Me_i
+        scattered to the rows of block i's edge attributes."""
+        idx = torch.as_tensor(idx).reshape(-1)
+        blocks = idx.tolist()
+        corners = [self.fw_corner(i) for i in blocks]
+        pos, valid = padded_index(self.offsets, idx)
+        labels = torch.full(pos.shape, -1, dtype=torch.int64)
+        labels[valid] = torch.from_numpy(np.concatenate([np.asarray(c.labels, dtype=np.int64) for c in corners]))
+        loss = torch.tensor([c.loss for c in corners], dtype=torch.float64)
+        gaps = torch.tensor([c.gap for c in corners], dtype=torch.float64)
+        D = (torch.nn.functional.one_hot(labels.clamp(min=0), self.model.K).to(self.dtype) - self.Mu[pos]) * valid[..., None]
+        Dt = padded_trans_counts(labels, valid, self.model.K, self.dtype) - self.Mt[idx]
+        coef = -1.0 / (self.lam * self.N)
+        parts = self.model.direction_parts((self.fptr, self.fidx, self.fval), pos, valid, D, Dt, coef)
+        De = [self._edge_delta(i, c.labels) for i, c in zip(blocks, corners)]
+        groups = torch.from_numpy(np.concatenate([np.arange(self.gptr[i], self.gptr[i + 1]) for i in blocks]))
+        De = torch.from_numpy(np.concatenate(De)) if len(De) else torch.zeros(0, self.model.P, dtype=torch.float64)
+        parts["edges"] = {"attr": torch.from_numpy(self.gattr)[groups], "stats": coef * De}
+        ell_b = self.ell_i[idx]
+        return BatchCorners(idx, loss, gaps, self.direction(parts) if with_direction else None,
+                            float((loss - ell_b).sum()), moves=(pos[valid], D[valid], Dt, groups, De), parts=parts)
+
+    def _edge_delta(self, i: int, ys) -> np.ndarray:
+        """De_i = S_e(ys) - Me_i over block i's groups (a (groups, P) array)."""
+        s, e = int(self._np[3][i]), int(self._np[3][i + 1])
+        De = np.empty((int(self.gptr[i + 1] - self.gptr[i]), self.model.P))
+        nb_edge_delta(i, s, e - s, np.asarray(ys, dtype=np.int64), self.eptr, self.evals, self.egrp,
+                      self.model.pair_of, self.gptr, self.Me.numpy(), De)
+        return De
+
+    def direction(self, parts: dict) -> torch.Tensor:
+        """The chain part (:meth:`ChainDual.direction`) plus the edge rows, summed in batch order."""
+        chain = super().direction({k: v for k, v in parts.items() if k != "edges"})
+        edges = parts["edges"]
+        P, d0 = self.model.P, self.model.d0
+        if not chain.is_sparse:
+            self.model.edge_weights(chain).index_add_(0, edges["attr"], edges["stats"])
+            return chain
+        flat = (d0 + edges["attr"][:, None] * P + torch.arange(P)).reshape(1, -1)
+        edge = torch.sparse_coo_tensor(flat, edges["stats"].reshape(-1), chain.shape)
+        return (chain + edge).coalesce()
+
+    def batch_move(self, corners: BatchCorners, gamma: float) -> None:
+        rows, D, Dt, groups, De = corners.moves
+        super().batch_move(BatchCorners(corners.idx, corners.loss, corners.gaps, corners.dw, corners.dell,
+                                        moves=(rows, D, Dt)), gamma)
+        self.Me.index_put_((groups,), gamma * De, accumulate=True)      # in place: the numba views stay valid
+
     def _refuse(self, what: str):
         raise SSVMInputError(f"{what}: not available with edge-observation features; their store runs BCFW with FW "
-                             "block steps (--solver bcfw --step fw, no --cache, --batch-size 1, no --averaging)")
+                             "block steps (--solver bcfw --step fw, no --cache, no --averaging; --batch-size any)")
 
     def corner_gaps(self, i, labelings):
         self._refuse("cache / active-set steps")
@@ -157,9 +214,6 @@ class EdgeChainDual(ChainDual):
 
     def add_psi(self, i, corner, coef):
         self._refuse("SSG")
-
-    def batch_corners(self, idx, with_direction: bool = True):
-        self._refuse("mini-batch BCFW")
 
     def corner_point(self, gp):
         self._refuse("batch FW")
