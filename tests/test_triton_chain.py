@@ -119,3 +119,24 @@ def test_forcing_triton_where_it_cannot_run_names_the_reason():
     E = torch.randn(2, 3, 70, device=DEV)
     with pytest.raises(SSVMInputError, match="kernels: 'triton' needs .*at most 64 tags"):
         lay.decode(E)
+
+
+@pytest.mark.parametrize("decoder", ["fused", "fused-rows"])
+@pytest.mark.parametrize("task,options", [("ocr-small", {}),
+                                          ("conll2000", dict(features="sha-pereira", tags="bioes", constraints="bioes"))])
+def test_the_fused_gap_pass_gives_the_torch_paths_terms(task, options, decoder, monkeypatch):
+    """The chain store's exact gap pass in one Triton kernel (ragged chains, the loss-augmented Viterbi,
+    s(y_i), <M_i, theta_i>, the wrong positions) against its padded torch path, after a few passes
+    (M_i away from the gold labelings), with and without BIOES constraints, both kernel variants."""
+    from ssvm_torch import Solver, SolverConfig
+    from ssvm_torch.tasks import load_task
+    from ssvm_torch import make_store
+    problem = load_task(task, train_size=40 if task == "conll2000" else None, **options)
+    data = problem.train.subset(range(40))
+    store = make_store(problem.model, data, 0.05, device=DEV, kernels="torch")
+    Solver(store, SolverConfig(passes=2, gap_check=2, batch_size=8, seed=3)).run()
+    monkeypatch.setenv("SSVM_CUDA_VITERBI", decoder)
+    fused, padded = store.gap_terms(True), store.gap_terms(False)
+    assert torch.equal(fused[0], padded[0])
+    for name, a, b in zip(("aug", "m_theta", "gt_score", "loss"), fused[1:], padded[1:]):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12, msg=name)

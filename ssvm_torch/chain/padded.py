@@ -29,6 +29,12 @@ def cuda_decoder() -> str:
     return choice
 
 
+def fused_variant() -> str | None:
+    """The Triton kernel's variant that :func:`cuda_decoder`'s choice names (``auto`` for ``fused``),
+    None for ``loop``."""
+    return {"fused": "auto", "fused-tile": "tile", "fused-rows": "rows", "loop": None}[cuda_decoder()]
+
+
 def viterbi(unary: torch.Tensor, lengths: torch.Tensor, first: torch.Tensor, last: torch.Tensor,
             trans: torch.Tensor, gt: torch.Tensor | None = None, token_loss: torch.Tensor | None = None,
             penalty=None):
@@ -37,11 +43,11 @@ def viterbi(unary: torch.Tensor, lengths: torch.Tensor, first: torch.Tensor, las
     ``SSVM_CUDA_VITERBI=loop`` (benchmarks/bench_gpu.py measures both), or unless the scores must
     carry gradients (an input requires grad): the kernel's scores have no autograd graph, the
     loop's do."""
-    choice = cuda_decoder() if unary.is_cuda else "loop"
+    variant = fused_variant() if unary.is_cuda else None
     differentiable = torch.is_grad_enabled() and any(t.requires_grad for t in (unary, first, last, trans))
-    if choice != "loop" and not differentiable and first.dim() == 1 and trans.dim() == 2 and fused_available(unary):
+    if variant is not None and not differentiable and first.dim() == 1 and trans.dim() == 2 and fused_available(unary):
         return viterbi_fused(unary, lengths, first, last, trans, gt=gt, token_loss=token_loss, penalty=penalty,
-                             variant={"fused": "auto", "fused-tile": "tile", "fused-rows": "rows"}[choice])
+                             variant=variant)
     return viterbi_loop(unary, lengths, first, last, trans, gt=gt, token_loss=token_loss, penalty=penalty)
 
 

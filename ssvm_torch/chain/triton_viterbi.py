@@ -95,12 +95,18 @@ if triton is not None:
         return tl.sum(tl.where(rk[None, :] == g[:, None], u, 0.0), axis=1)
 
     @triton.jit
-    def _viterbi_kernel(U, MASK, LEN, FIRST, LAST, TRANS, GT, ROWC, COST, BP, SCRATCH, LABELS, SCORES, GOLD_SCORES,
-                        B, T, K, HAS_MASK: tl.constexpr, HAS_GT: tl.constexpr, GOLD_SCORE: tl.constexpr,
-                        ROWS: tl.constexpr, BLOCK_B: tl.constexpr, BLOCK_K: tl.constexpr):
+    def _viterbi_kernel(U, MASK, LEN, OFF, FIRST, LAST, TRANS, GT, ROWC, COST, MU, BP, SCRATCH, LABELS, SCORES,
+                        GOLD_SCORES, MTHETA, WRONG, B, T, K, HAS_MASK: tl.constexpr, RAGGED: tl.constexpr,
+                        HAS_GT: tl.constexpr, GOLD_SCORE: tl.constexpr, GAP_TERMS: tl.constexpr, ROWS: tl.constexpr,
+                        BLOCK_B: tl.constexpr, BLOCK_K: tl.constexpr):
         """Viterbi of BLOCK_B chains. The max over the previous tag: ``ROWS`` False (the tile variant),
         a (BLOCK_B, next, prev) register tile reduced across threads; True (the rows variant), a loop
-        over the previous tag inside each thread, delta going through a scratch row per sequence."""
+        over the previous tag inside each thread, delta going through a scratch row per sequence.
+        ``RAGGED``: the scores U (and GT, MU, LABELS) are ragged rows stacked at offsets OFF (the
+        stores' layout: position t of row b at OFF[b] + t) instead of padded (B, T, ...).
+        ``GAP_TERMS``: also <M_b, U_b> + M_b[first]·first + M_b[last]·last from the stacked marginals
+        MU, and the count of positions where the decoded label differs from GT (the block gap's
+        terms, eq. (6) of Osokin et al. 2016)."""
         neg = float("-inf")
         rb, rk, bmask, kmask, m2, row = program_block(B, T, K, BLOCK_B, BLOCK_K)
         first = tl.load(FIRST + rk, mask=kmask, other=neg)
@@ -112,14 +118,21 @@ if triton is not None:
         gprev = tl.zeros((BLOCK_B,), tl.int32)
         gold_s = tl.zeros((BLOCK_B,), U.dtype.element_ty)
         srow = rb.to(tl.int64) * BLOCK_K
+        if RAGGED:
+            base = tl.load(OFF + rb, mask=bmask, other=0).to(tl.int64)    # row b's first position in the stack
+        else:
+            base = rb.to(tl.int64) * T
+        m_theta = tl.zeros((BLOCK_B,), U.dtype.element_ty)
+        mu_prev = tl.zeros((BLOCK_B, BLOCK_K), U.dtype.element_ty)
         for t in range(0, T):
             on = on_at(MASK, LEN, rb, t, T, bmask, HAS_MASK)
             mon = m2 & on[:, None]
-            u = tl.load(U + row[:, None] + t * K + rk[None, :], mask=mon, other=0.0)
+            at = (base + t) * K                                               # U's offset of (b, t)
+            u = tl.load(U + at[:, None] + rk[None, :], mask=mon, other=0.0)
             ua = u
             g = tl.zeros((BLOCK_B,), tl.int32)
             if HAS_GT:
-                g = tl.load(GT + rb.to(tl.int64) * T + t, mask=bmask & on, other=0).to(tl.int32)
+                g = tl.load(GT + base + t, mask=bmask & on, other=0).to(tl.int32)
                 ua = u + rowc[:, None] * tl.load(COST + g[:, None] * K + rk[None, :], mask=mon, other=0.0)
             if ROWS:
                 tl.store(SCRATCH + srow[:, None] + rk[None, :], delta, mask=bmask[:, None])
@@ -147,6 +160,11 @@ if triton is not None:
                                 tl.load(FIRST + g, mask=bmask & on, other=0.0))
                 gold_s += tl.where(on, gold_unary(u, g, rk) + step, 0.0)
                 gprev = tl.where(on, g, gprev)
+            if GAP_TERMS:
+                mu = tl.load(MU + at[:, None] + rk[None, :], mask=mon, other=0.0)
+                # a forbidden first / last tag scores -inf where M is 0: 0 there, not nan
+                m_theta += tl.sum(tl.where(mu != 0, mu * tl.where(was[:, None], u, u + first[None, :]), 0.0), axis=1)
+                mu_prev = tl.where(on[:, None], mu, mu_prev)
             first_on = tl.where(on & (started == 0), t, first_on)
             started = tl.where(on, 1, started)
         last = tl.load(LAST + rk, mask=kmask, other=neg)
@@ -155,16 +173,27 @@ if triton is not None:
         if GOLD_SCORE:
             gold_s += tl.load(LAST + gprev, mask=bmask & (started > 0), other=0.0)
             tl.store(GOLD_SCORES + rb, gold_s, mask=bmask)
+        if GAP_TERMS:
+            m_theta += tl.sum(tl.where(kmask[None, :] & (mu_prev != 0), mu_prev * last[None, :], 0.0), axis=1)
+            tl.store(MTHETA + rb, m_theta, mask=bmask)
         cur = tl.argmax(final, axis=1).to(tl.int32)
+        wrong = tl.zeros((BLOCK_B,), tl.int32)
         tl.debug_barrier()                           # back-pointers written by other threads of this program
-        lab_row = rb.to(tl.int64) * T
         for s in range(0, T):
             t = T - 1 - s
             on = on_at(MASK, LEN, rb, t, T, bmask, HAS_MASK)
-            tl.store(LABELS + lab_row + t, tl.where(on, cur, -1).to(tl.int64), mask=bmask)
+            if RAGGED:                               # ragged labels: only the row's own positions exist
+                tl.store(LABELS + base + t, cur.to(tl.int64), mask=bmask & on)
+            else:
+                tl.store(LABELS + base + t, tl.where(on, cur, -1).to(tl.int64), mask=bmask)
+            if GAP_TERMS:
+                g = tl.load(GT + base + t, mask=bmask & on, other=0).to(tl.int32)
+                wrong += (on & (cur != g)).to(tl.int32)
             follow = on & (t > first_on)
             prev = tl.load(BP + row + t * K + cur, mask=bmask & follow, other=0).to(tl.int32)
             cur = tl.where(follow, prev, cur)
+        if GAP_TERMS:
+            tl.store(WRONG + rb, wrong, mask=bmask)
 
 
 _HAMMING: dict = {}
@@ -216,10 +245,42 @@ def launch_viterbi(U, first, last, trans, *, mask=None, lengths=None, gt=None, r
         num_warps = (ROWS_WARPS if auto else 4) if rows else (4 if block_k <= 32 else 8)
     grid = (triton.cdiv(B, block_b),)
     scratch = torch.empty((grid[0] * block_b, block_k) if rows else (1,), dtype=dtype, device=dev)
-    _viterbi_kernel[grid](U, mask_arg, len_arg, first, last, trans, gt_arg, rowc_arg, cost_arg, bp, scratch, labels,
-                          scores, gold_scores, B, T, K, HAS_MASK=mask is not None, HAS_GT=has_gt,
-                          GOLD_SCORE=gold_score, ROWS=rows, BLOCK_B=block_b, BLOCK_K=block_k, num_warps=num_warps)
+    _viterbi_kernel[grid](U, mask_arg, len_arg, dummy, first, last, trans, gt_arg, rowc_arg, cost_arg, rowc_arg, bp,
+                          scratch, labels, scores, gold_scores, scores, dummy, B, T, K, HAS_MASK=mask is not None,
+                          RAGGED=False, HAS_GT=has_gt, GOLD_SCORE=gold_score, GAP_TERMS=False, ROWS=rows,
+                          BLOCK_B=block_b, BLOCK_K=block_k, num_warps=num_warps)
     return labels, scores, (gold_scores if gold_score else None)
+
+
+def ragged_gap_terms(U, offsets, T: int, Y, Mu, first, last, trans, rowc, cost, variant: str = "auto"):
+    """One kernel for the stores' exact gap pass on ragged chains (U, Y, Mu stacked (N, ...) at
+    ``offsets`` (n + 1,), T = the longest chain): (labels (N,) of the loss-augmented Viterbi with the
+    loss rowc_b cost[Y_t, k], aug scores (n,), s(Y) (n,), <M_b, U_b> + M_b[first]·first +
+    M_b[last]·last (n,), wrong positions (n,) int32). ``first``/``last``/``trans`` effective (penalties
+    included), in U's dtype; the <M_t, trans> term is the caller's (one reduction). ``variant``: as
+    :func:`launch_viterbi`'s."""
+    if triton is None:
+        raise RuntimeError("the Triton kernels need Triton, which is not installed")
+    n, K = offsets.shape[0] - 1, U.shape[1]
+    dtype, dev = U.dtype, U.device
+    first, last, trans = (x.to(dtype).contiguous() for x in (first, last, trans))
+    lengths = (offsets[1:] - offsets[:-1]).to(torch.int32).contiguous()
+    variant = choose_variant(n) if variant == "auto" else variant
+    block_b, block_k = block_sizes(K)
+    if variant == "rows":
+        block_b = ROWS_BLOCK_B
+    grid = (triton.cdiv(n, block_b),)
+    labels = torch.empty(U.shape[0], dtype=torch.int64, device=dev)
+    aug, gold, m_theta = (torch.empty(n, dtype=dtype, device=dev) for _ in range(3))
+    wrong = torch.empty(n, dtype=torch.int32, device=dev)
+    bp = torch.empty((n, T, K), dtype=torch.int8 if K <= 127 else torch.int16, device=dev)
+    scratch = torch.empty((grid[0] * block_b, block_k) if variant == "rows" else (1,), dtype=dtype, device=dev)
+    _viterbi_kernel[grid](U.contiguous(), lengths, lengths, offsets.contiguous(), first, last, trans, Y.contiguous(),
+                          rowc.to(dtype).contiguous(), cost.to(dtype).contiguous(), Mu.contiguous(), bp, scratch,
+                          labels, aug, gold, m_theta, wrong, n, T, K, HAS_MASK=False, RAGGED=True, HAS_GT=True,
+                          GOLD_SCORE=True, GAP_TERMS=True, ROWS=variant == "rows", BLOCK_B=block_b, BLOCK_K=block_k,
+                          num_warps=ROWS_WARPS if variant == "rows" else (4 if block_k <= 32 else 8))
+    return labels, aug, gold, m_theta, wrong
 
 
 def viterbi_fused(unary: torch.Tensor, lengths: torch.Tensor, first: torch.Tensor, last: torch.Tensor,
