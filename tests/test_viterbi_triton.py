@@ -115,3 +115,31 @@ def test_the_default_variant_follows_the_measured_rule():
             assert cuda_decoder() == name
         finally:
             del os.environ["SSVM_CUDA_VITERBI"]
+
+
+def test_the_package_works_and_refuses_triton_clearly_without_triton():
+    """Triton is optional (the package's dependencies do not bring it): with its import blocked,
+    ssvm_torch imports, LinearChain decodes and trains on its other kernels, and kernels="triton"
+    is refused by name (the wheel smoke test of .ci/run caught an import of Triton-only names)."""
+    script = textwrap.dedent("""
+        import sys
+        class Block:
+            def find_spec(self, name, path=None, target=None):
+                if name == "triton" or name.startswith("triton."):
+                    raise ImportError("blocked")
+        sys.meta_path.insert(0, Block())
+        import torch
+        from ssvm_torch.nn import LinearChain
+        from ssvm_torch.errors import SSVMInputError
+        E = torch.randn(2, 4, 3)
+        lay = LinearChain(3, batch_first=True)
+        assert lay.decode(E).shape == (2, 4) and float(lay(E, torch.zeros(2, 4, dtype=torch.long))) >= 0
+        try:
+            LinearChain(3, batch_first=True, kernels="triton").decode(E)
+        except SSVMInputError as e:
+            print("refused:", e)
+    """)
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
+                       env={k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"})
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "refused: kernels: 'triton' needs Triton installed" in r.stdout

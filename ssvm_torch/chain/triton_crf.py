@@ -22,10 +22,12 @@ from __future__ import annotations
 
 import torch
 
-from .triton_viterbi import block_sizes, gold_unary, load_trans, on_at, program_block, triton
+from .triton_viterbi import block_sizes, triton
 
-if triton is not None:
+if triton is not None:                     # without Triton (the package's own dependencies) these names do not exist
     import triton.language as tl
+
+    from .triton_viterbi import gold_unary, load_trans, on_at, program_block
 
     @triton.jit
     def _lse_rows(x, axis: tl.constexpr):
