@@ -3,7 +3,10 @@
 # GPU"), each stage alone on the machine, in this order. Two runs, 11 minutes together (each stage's limit
 # *_S, the install ~20 s per run):
 #   run 1: STAGES="tests gpu"                  <= 20 + 280 + 110 = 410 s
-#   run 2: STAGES="minibatch distributed"      <= 20 + 100 + 120 = 240 s
+#   run 2: STAGES="minibatch distributed" GPU_JSON_BASE=benchmarks/results/gpu.json (run 1's gpu.json copied
+#          there first: $OUT starts empty on every run, and the sections are added to that file)
+#                                              <= 20 + 100 + 120 = 240 s
+# Each run leaves at most 7 files in $OUT (the device tool returns 8).
 #   tests        the test suite with CUDA visible (TEST_WORKERS xdist workers, one numba thread each; -v names
 #                each test as it ends, failures.log keeps each failure's traceback as it happens);
 #   gpu          bench_gpu.py's GPU_SECTIONS (default: LinearChain vs pytorch-crf, the gap pass, the decoders
@@ -23,6 +26,7 @@
 set -uo pipefail
 OUT="${OUT:-out/device}"
 mkdir -p "$OUT"
+if [ -n "${GPU_JSON_BASE:-}" ] && [ ! -f "$OUT/gpu.json" ]; then cp "$GPU_JSON_BASE" "$OUT/gpu.json"; fi
 export PYTHONUNBUFFERED=1 OMP_NUM_THREADS=1
 ncpu=$(OMP_NUM_THREADS= nproc)              # nproc obeys OMP_NUM_THREADS
 # the installed wheel has no datasets: read the checkout's
@@ -53,7 +57,7 @@ if want tests; then                    # alone: the whole suite with CUDA visibl
   # each failure's traceback lands in failures.log as it happens
   NUMBA_NUM_THREADS=1 SSVM_TORCH_FAILURE_LOG="$OUT/failures.log" \
   timeout "${TEST_S:-280}" $py -m pytest -n "${TEST_WORKERS:-14}" --dist loadfile -m "not slow" -p no:cacheprovider \
-    -o addopts= $per_test -v -rfEs --durations=15 --junitxml="$OUT/junit.xml" ${TEST_ARGS:-} >"$OUT/pytest.log" 2>&1
+    -o addopts= $per_test -v -rfEs --durations=15 ${TEST_ARGS:-} >"$OUT/pytest.log" 2>&1
   stamp "tests rc=$?: $(grep -c ' PASSED' "$OUT/pytest.log") passed, $(grep -c ' SKIPPED' "$OUT/pytest.log") skipped, \
 $(grep -c -E ' (FAILED|ERROR)' "$OUT/pytest.log") failed (-v names each test as it ends: a cut-off run still says which failed)"
   grep -E ' (FAILED|ERROR) ' "$OUT/pytest.log" >>"$OUT/stages.log"
