@@ -35,6 +35,32 @@ def feature_cache_of_this_session(tmp_path_factory):
     mp.undo()
 
 
+def assert_tau_one_takes_bcfw_steps(make_store_fn, seed: int = 7):
+    """MiniBatchStep with tau = 1 and FWStep, driven by samplers of the same seed on fresh stores from
+    ``make_store_fn()``, take the same steps: the same blocks, step sizes and gaps, the same w."""
+    from ssvm_torch import SolverConfig
+    from ssvm_torch.solvers.config import SolverState
+    from ssvm_torch.solvers.samplers import SAMPLERS
+    from ssvm_torch.solvers.steps import FWStep, MiniBatchStep
+    cfg = SolverConfig(solver="bcfw", sampling="gap", seed=seed)
+    runs = []
+    for rule_cls in (FWStep, MiniBatchStep):
+        store = make_store_fn()
+        sampler = SAMPLERS["gap"](store.n, cfg.seed)
+        rule, st = rule_cls(store, cfg, sampler), SolverState()
+        drawn = []
+        for _ in range(3 * store.n):
+            i = sampler.draw(1) if rule_cls is MiniBatchStep else sampler.next()
+            rule.step(i, st)
+            drawn.append(i[0] if isinstance(i, list) else i)
+        runs.append((drawn, sampler.gaps.copy(), store.w.clone(), st.gamma_sum))
+    (d1, g1, w1, s1), (d2, g2, w2, s2) = runs
+    assert d1 == d2
+    np.testing.assert_allclose(g2, g1, rtol=1e-9, atol=1e-14)
+    assert torch.allclose(w2, w1, rtol=1e-9, atol=1e-12)
+    assert s2 == pytest.approx(s1, rel=1e-9)
+
+
 def chain_score(U, first, last, trans, y):
     """Score of one labeling by the definition (independent of the DP)."""
     s = first[y[0]] + last[y[-1]] + sum(U[t, y[t]] for t in range(len(y)))

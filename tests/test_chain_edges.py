@@ -13,9 +13,8 @@ from ssvm_torch import ChainData, SolverConfig, SSVMInputError, make_store
 from ssvm_torch.data.templates import Template, featurize
 from ssvm_torch.models import EdgeChainModel
 from ssvm_torch.solvers import Solver
-from ssvm_torch.solvers.config import SolverState
-from ssvm_torch.solvers.samplers import SAMPLERS
-from ssvm_torch.solvers.steps import FWStep, MiniBatchStep
+
+from conftest import assert_tau_one_takes_bcfw_steps
 
 LAM = 0.3
 
@@ -184,22 +183,7 @@ def test_minibatch_of_one_takes_the_fw_block_steps():
     on the edge store: the same blocks, gaps and w."""
     data = random_edge_chains(3, n=7)
     model = EdgeChainModel.for_data(data, "hamming")
-    cfg = SolverConfig(solver="bcfw", sampling="gap", seed=7)
-    runs = []
-    for rule_cls in (FWStep, MiniBatchStep):
-        store = make_store(model, data, LAM)
-        sampler = SAMPLERS["gap"](store.n, cfg.seed)
-        rule, st = rule_cls(store, cfg, sampler), SolverState()
-        drawn = []
-        for _ in range(3 * store.n):
-            i = sampler.draw(1) if rule_cls is MiniBatchStep else sampler.next()
-            rule.step(i, st)
-            drawn.append(i[0] if isinstance(i, list) else i)
-        runs.append((drawn, sampler.gaps.copy(), store.w.clone()))
-    (d1, g1, w1), (d2, g2, w2) = runs
-    assert d1 == d2
-    np.testing.assert_allclose(g2, g1, rtol=1e-9, atol=1e-14)
-    assert torch.allclose(w2, w1, rtol=1e-9, atol=1e-12)
+    assert_tau_one_takes_bcfw_steps(lambda: make_store(model, data, LAM))
 
 
 def test_state_round_trip_and_warm_rescale_keep_w():

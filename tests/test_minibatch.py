@@ -11,9 +11,11 @@ import torch
 from ssvm_torch import Solver, SolverConfig, make_store
 from ssvm_torch.errors import SSVMInputError
 from ssvm_torch.solvers.samplers import SAMPLERS
-from ssvm_torch.solvers.steps import FWStep, MiniBatchStep
+from ssvm_torch.solvers.steps import MiniBatchStep
 from ssvm_torch.solvers.config import SolverState
 from ssvm_torch.tasks import load_task
+
+from conftest import assert_tau_one_takes_bcfw_steps
 
 
 @pytest.fixture(scope="module")
@@ -29,23 +31,7 @@ def chain_store(problem, n, kernels):
 def test_tau_one_takes_bcfw_steps(ocr, kernels):
     """MiniBatchStep with tau = 1 and FWStep, driven by samplers of the same seed, take the same
     steps: the same blocks, step sizes and gaps, the same w."""
-    cfg = SolverConfig(solver="bcfw", sampling="gap", seed=7)
-    runs = []
-    for rule_cls in (FWStep, MiniBatchStep):
-        store = chain_store(ocr, 30, kernels)
-        sampler = SAMPLERS["gap"](store.n, cfg.seed)
-        rule, st = rule_cls(store, cfg, sampler), SolverState()
-        drawn = []
-        for _ in range(3 * store.n):
-            i = sampler.draw(1) if rule_cls is MiniBatchStep else sampler.next()
-            rule.step(i, st)
-            drawn.append(i[0] if isinstance(i, list) else i)
-        runs.append((drawn, sampler.gaps.copy(), store.w.clone(), st.gamma_sum))
-    (d1, g1, w1, s1), (d2, g2, w2, s2) = runs
-    assert d1 == d2
-    np.testing.assert_allclose(g2, g1, rtol=1e-9, atol=1e-14)
-    assert torch.allclose(w2, w1, rtol=1e-9, atol=1e-12)
-    assert s2 == pytest.approx(s1, rel=1e-9)
+    assert_tau_one_takes_bcfw_steps(lambda: chain_store(ocr, 30, kernels))
 
 
 @pytest.mark.parametrize("kernels", ["numba", "torch"])
