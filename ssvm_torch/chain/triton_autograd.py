@@ -24,6 +24,15 @@ def triton_decode(E, mask, start, end, trans, penalty, gold=None, rowc=None, cos
     return labels, scores
 
 
+def _refuse_bad_log_partition(logz, E, mask, start, end, trans, penalty, what: str) -> None:
+    """A non-finite log Z: a row without an allowed tag sequence (named by the decode check), else
+    scores out of the dtype's range."""
+    if not bool(torch.isfinite(logz).all()):
+        _, scores = triton_decode(E, mask, start, end, trans, penalty)
+        fail_no_path(scores, mask)
+        raise SSVMInputError(f"emissions: {what} overflowed (scores out of the dtype's range)")
+
+
 class TritonHinge(torch.autograd.Function):
     """H_b = max_y [Delta(y, y_b) + s(y)] - s(y_b) (one kernel: the loss-augmented Viterbi and s(y_b)
     in the same walk) and its subgradient S(y*) - S(y_b) (one kernel)."""
@@ -55,10 +64,7 @@ class TritonCRF(torch.autograd.Function):
         s, e, t = effective(start, end, trans, penalty, E.dtype, E.device)
         E = E.detach().contiguous()
         logz, alpha, gold_s = crf_forward(E, mask, s, e, t, gold)
-        if not bool(torch.isfinite(logz).all()):
-            labels, scores = triton_decode(E, mask, start, end, trans, penalty)
-            fail_no_path(scores, mask)
-            raise SSVMInputError("emissions: log Z overflowed (scores out of the dtype's range)")
+        _refuse_bad_log_partition(logz, E, mask, start, end, trans, penalty, "log Z")
         ctx.save_for_backward(E, mask, alpha, logz, e, t, gold if gold is not None else logz)
         ctx.has_gold = gold is not None
         ctx.dtypes = (E.dtype, start.dtype, end.dtype, trans.dtype)
@@ -76,8 +82,5 @@ def triton_marginals(E, mask, start, end, trans, penalty):
     s, e, t = effective(start, end, trans, penalty, E.dtype, E.device)
     E = E.detach().contiguous()
     logz, alpha, _ = crf_forward(E, mask, s, e, t)
-    if not bool(torch.isfinite(logz).all()):
-        _, scores = triton_decode(E, mask, start, end, trans, penalty)
-        fail_no_path(scores, mask)
-        raise SSVMInputError("emissions: the marginals overflowed (scores out of the dtype's range)")
+    _refuse_bad_log_partition(logz, E, mask, start, end, trans, penalty, "the marginals")
     return crf_backward(E, mask, e, t, alpha, logz, torch.ones_like(logz))[0]

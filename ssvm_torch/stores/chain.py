@@ -21,6 +21,7 @@ from ..devices import KERNELS, resolve_device, to_host
 from ..errors import SSVMInputError, check, check_choice, check_positive
 from ..models.chain import ChainModel
 from ..chain.padded import fused_variant
+from ..chain.torch_ops import with_penalty
 from ..chain.triton_viterbi import fused_available, hamming_cost, ragged_gap_terms
 from ..models.chain_index import padded_trans_counts, segment_ids, trans_counts, unary_rows
 from ..oracles.chain_kernels import (nb_add_psi, nb_build_delta, nb_corner_gaps, nb_csr_scatter_rows,
@@ -254,14 +255,13 @@ class ChainDual(ChainTorchPath, ChainMarginalMoves, JointConstraints, BlockDual)
     def gap_terms(self, fused: bool, potentials=None):
         """The torch path's terms of the exact gap pass at the current w (its potentials (U, first,
         last, trans), computed unless given): (ragged labels (N,), aug scores, <M_i, theta_i>, s(y_i),
-        L_i / n). ``fused``: one Triton
-        kernel (:func:`ssvm_torch.chain.triton_viterbi.ragged_gap_terms`: the loss-augmented Viterbi,
-        s(y_i), <M_i, theta_i> and the wrong positions in one walk; CUDA's default, or CPU tensors under
-        TRITON_INTERPRET=1), else the padded batch of :meth:`_corners_torch` (a few dozen kernels)."""
+        L_i / n). ``fused``: one Triton kernel (:func:`ssvm_torch.chain.triton_viterbi.ragged_gap_terms`:
+        the loss-augmented Viterbi, s(y_i), <M_i, theta_i> and the wrong positions in one walk; CUDA's
+        default, or CPU tensors under TRITON_INTERPRET=1), else the padded batch of
+        :meth:`_corners_torch` (a few dozen kernels)."""
         U, first, last, trans = potentials = potentials if potentials is not None else self._potentials()
         if fused:
-            pen = self.model.penalty(self.dtype, self.device)
-            f, la, t = (first, last, trans) if pen is None else (first + pen[0], last + pen[1], trans + pen[2])
+            f, la, t = with_penalty(first, last, trans, self.model.penalty(self.dtype, self.device))
             if self._t_max is None:                 # the chains never change: one host read per store
                 self._t_max = int(self.lengths.max())
             labels, aug, gt_score, m_part, wrong = ragged_gap_terms(

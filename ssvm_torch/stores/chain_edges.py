@@ -21,7 +21,7 @@ import torch
 from ..data.types import ChainData
 from ..errors import SSVMInputError, check
 from ..models.chain_edges import EdgeChainModel, block_chunks
-from ..models.chain_index import padded_index, padded_trans_counts
+from ..models.chain_index import padded_index
 from ..oracles.chain_kernels import nb_unary_all
 from ..oracles.edge_kernels import (nb_edge_delta, nb_edge_move, nb_edge_stats, nb_edge_weights, nb_fw_corner_edges,
                                     nb_gap_pass_edges)
@@ -36,8 +36,7 @@ class EdgeChainDual(ChainDual):
     supports_averaging = False
     supports_dual_point = False      # no batch corner (corner_point): no cutting plane
     only_fw_block_steps = True
-    shares_direction = False         # the distributed exchange ships no edge block:
-    shardable = False                # ssvm_torch.distributed refuses this store by name
+    shardable = False                # the distributed exchange ships no edge block: ssvm_torch.distributed refuses it
     description = ("a chain with edge-observation features (the edge: items of a template, e.g. conll2000's default "
                    "rich-edges; a template without them, e.g. rich, runs every solver)")
 
@@ -161,10 +160,8 @@ class EdgeChainDual(ChainDual):
         labels[valid] = torch.from_numpy(np.concatenate([np.asarray(c.labels, dtype=np.int64) for c in corners]))
         loss = torch.tensor([c.loss for c in corners], dtype=torch.float64)
         gaps = torch.tensor([c.gap for c in corners], dtype=torch.float64)
-        D = (torch.nn.functional.one_hot(labels.clamp(min=0), self.model.K).to(self.dtype) - self.Mu[pos]) * valid[..., None]
-        Dt = padded_trans_counts(labels, valid, self.model.K, self.dtype) - self.Mt[idx]
+        D, Dt, parts = self.direction_terms(idx, pos, valid, labels)
         coef = -1.0 / (self.lam * self.N)
-        parts = self.model.direction_parts((self.fptr, self.fidx, self.fval), pos, valid, D, Dt, coef)
         De = [self._edge_delta(i, c.labels) for i, c in zip(blocks, corners)]
         groups = torch.from_numpy(np.concatenate([np.arange(self.gptr[i], self.gptr[i + 1]) for i in blocks]))
         De = torch.from_numpy(np.concatenate(De)) if len(De) else torch.zeros(0, self.model.P, dtype=torch.float64)

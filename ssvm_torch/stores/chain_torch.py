@@ -88,13 +88,20 @@ class ChainTorchPath:
             labels, loss, dot = c["labels"], c["loss"], c["dot"]
         ell_b = self.ell_i[idx]
         gaps = dot / self.N - ell_b + loss
+        D, Dt, parts = self.direction_terms(idx, pos, valid, labels)
+        return BatchCorners(idx, loss, gaps, self.direction(parts) if with_direction else None,
+                            float((loss - ell_b).sum()),
+                            moves=(pos[valid], D[valid], Dt), parts=parts)
+
+    def direction_terms(self, idx, pos, valid, labels):
+        """(D (tau, T, K), Dt (tau, K, K), the direction's parts) of padded corner labelings: D_i =
+        S(y*_i) - M_i per position, Dt_i the transition counts' change, and the parts of
+        -sum_i A_i(D_i) / (lam n) (:meth:`ChainModel.direction_parts`)."""
         D = (Fn.one_hot(labels.clamp(min=0), self.model.K).to(self.dtype) - self.Mu[pos]) * valid[..., None]
         Dt = padded_trans_counts(labels, valid, self.model.K, self.dtype) - self.Mt[idx]
         parts = self.model.direction_parts((self.fptr, self.fidx, self.fval), pos, valid, D, Dt,
                                            -1.0 / (self.lam * self.N))
-        return BatchCorners(idx, loss, gaps, self.direction(parts) if with_direction else None,
-                            float((loss - ell_b).sum()),
-                            moves=(pos[valid], D[valid], Dt), parts=parts)
+        return D, Dt, parts
 
     def direction(self, parts: dict) -> torch.Tensor:
         if not self.sparse_direction:
