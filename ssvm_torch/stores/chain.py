@@ -21,8 +21,7 @@ from ..devices import KERNELS, resolve_device, to_host
 from ..errors import SSVMInputError, check, check_choice, check_positive
 from ..models.chain import ChainModel
 from ..chain.padded import fused_variant
-from ..chain.torch_ops import with_penalty
-from ..chain.triton_viterbi import fused_available, hamming_cost, ragged_gap_terms
+from ..chain.triton_viterbi import fused_available
 from ..models.chain_index import padded_trans_counts, segment_ids, trans_counts, unary_rows
 from ..oracles.chain_kernels import (nb_add_psi, nb_build_delta, nb_corner_gaps, nb_csr_scatter_rows,
                                      nb_delta_move, nb_delta_sqnorm, nb_fw_corner, nb_gap_pass, nb_gram)
@@ -251,29 +250,6 @@ class ChainDual(ChainTorchPath, ChainMarginalMoves, JointConstraints, BlockDual)
         H = aug - gt_score
         gaps = (aug - m_theta) / self.N - self.ell_i
         return GapPass(labels=labels, loss=loss, H=H, block_gaps=gaps)
-
-    def gap_terms(self, fused: bool, potentials=None):
-        """The torch path's terms of the exact gap pass at the current w (its potentials (U, first,
-        last, trans), computed unless given): (ragged labels (N,), aug scores, <M_i, theta_i>, s(y_i),
-        L_i / n). ``fused``: one Triton kernel (:func:`ssvm_torch.chain.triton_viterbi.ragged_gap_terms`:
-        the loss-augmented Viterbi, s(y_i), <M_i, theta_i> and the wrong positions in one walk; CUDA's
-        default, or CPU tensors under TRITON_INTERPRET=1), else the padded batch of
-        :meth:`_corners_torch` (a few dozen kernels)."""
-        U, first, last, trans = potentials = potentials if potentials is not None else self._potentials()
-        if fused:
-            f, la, t = with_penalty(first, last, trans, self.model.penalty(self.dtype, self.device))
-            if self._t_max is None:                 # the chains never change: one host read per store
-                self._t_max = int(self.lengths.max())
-            labels, aug, gt_score, m_part, wrong = ragged_gap_terms(
-                U, self.offsets, self._t_max, self.Y, self.Mu, f, la, t, self.tw,
-                hamming_cost(self.model.K, self.dtype, self.device), variant=fused_variant() or "auto")
-            return labels, aug, m_part + (self.Mt * trans).sum((1, 2)), gt_score, wrong.to(self.dtype) * self.tw / self.N
-        c = self._corners_torch(torch.arange(self.n, device=self.device), with_sqnorm=False, potentials=potentials)
-        gt_score = torch.zeros(self.n, dtype=self.dtype, device=self.device).index_add_(
-            0, self.seg, U.gather(1, self.Y[:, None])[:, 0])
-        gt_score += first[self.Y[self.first_pos]] + last[self.Y[self.last_pos]]
-        gt_score += (trans_counts(self.Y, self.seg, self.n, self.model.K).to(self.dtype) * trans).sum((1, 2))
-        return c["labels"][c["valid"]], c["aug"], c["m_theta"], gt_score, c["loss"]
 
     def _point_of(self, labels: torch.Tensor):
         """Statistics of ragged labels: (one-hot (N, K), transition counts (n, K, K))."""

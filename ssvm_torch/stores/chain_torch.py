@@ -1,5 +1,6 @@
 """The batched torch path of the compact chain store (any device): potentials of every position,
-loss-augmented decoding of a batch of blocks with the terms of eq. (6) of Osokin et al. 2016, and
+loss-augmented decoding of a batch of blocks with the terms of eq. (6) of Osokin et al. 2016 (the exact
+gap pass's terms too, padded or in one Triton kernel), and
 the mini-batch BCFW moves. A mixin of :class:`~ssvm_torch.stores.chain.ChainDual` (it reads the
 store's state tensors; the numba path lives in the store itself)."""
 from __future__ import annotations
@@ -9,9 +10,11 @@ import torch
 import torch.nn.functional as Fn
 
 from ..devices import from_host, to_host
-from ..models.chain_index import feature_coo, padded_index, padded_trans_counts, unary_rows
+from ..models.chain_index import feature_coo, padded_index, padded_trans_counts, trans_counts, unary_rows
 from ..oracles.chain_kernels import batch_corners_host, nb_unary_all
-from ..chain.padded import viterbi
+from ..chain.padded import fused_variant, viterbi
+from ..chain.torch_ops import with_penalty
+from ..chain.triton_viterbi import hamming_cost, ragged_gap_terms
 from .base import BatchCorners
 
 
@@ -69,6 +72,29 @@ class ChainTorchPath:
             Dt = padded_trans_counts(labels, valid, K, self.dtype) - Mt
             out["sq"] = em + (D[ar, 0] ** 2).sum(1) + (D[ar, lengths - 1] ** 2).sum(1) + (Dt ** 2).sum((1, 2))
         return out
+
+    def gap_terms(self, fused: bool, potentials=None):
+        """The torch path's terms of the exact gap pass at the current w (its potentials (U, first,
+        last, trans), computed unless given): (ragged labels (N,), aug scores, <M_i, theta_i>, s(y_i),
+        L_i / n). ``fused``: one Triton kernel (:func:`ssvm_torch.chain.triton_viterbi.ragged_gap_terms`:
+        the loss-augmented Viterbi, s(y_i), <M_i, theta_i> and the wrong positions in one walk; CUDA's
+        default, or CPU tensors under TRITON_INTERPRET=1), else the padded batch of
+        :meth:`_corners_torch` (a few dozen kernels)."""
+        U, first, last, trans = potentials = potentials if potentials is not None else self._potentials()
+        if fused:
+            f, la, t = with_penalty(first, last, trans, self.model.penalty(self.dtype, self.device))
+            if self._t_max is None:                 # the chains never change: one host read per store
+                self._t_max = int(self.lengths.max())
+            labels, aug, gt_score, m_part, wrong = ragged_gap_terms(
+                U, self.offsets, self._t_max, self.Y, self.Mu, f, la, t, self.tw,
+                hamming_cost(self.model.K, self.dtype, self.device), variant=fused_variant() or "auto")
+            return labels, aug, m_part + (self.Mt * trans).sum((1, 2)), gt_score, wrong.to(self.dtype) * self.tw / self.N
+        c = self._corners_torch(torch.arange(self.n, device=self.device), with_sqnorm=False, potentials=potentials)
+        gt_score = torch.zeros(self.n, dtype=self.dtype, device=self.device).index_add_(
+            0, self.seg, U.gather(1, self.Y[:, None])[:, 0])
+        gt_score += first[self.Y[self.first_pos]] + last[self.Y[self.last_pos]]
+        gt_score += (trans_counts(self.Y, self.seg, self.n, self.model.K).to(self.dtype) * trans).sum((1, 2))
+        return c["labels"][c["valid"]], c["aug"], c["m_theta"], gt_score, c["loss"]
 
     # -- mini-batch BCFW ------------------------------------------------------------------------
     def batch_corners(self, idx: torch.Tensor, with_direction: bool = True) -> BatchCorners:
