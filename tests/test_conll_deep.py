@@ -117,17 +117,46 @@ def test_hybrid_crf_run_trains_the_attribute_rows(tmp_path):
     assert json.loads((out / "results.json").read_text())["test_f1"] > 0
 
 
-def test_resumed_run_ends_where_the_uninterrupted_run_ends(tmp_path):
-    full = run(tmp_path / "full", epochs=3)
-    first = run(tmp_path / "cut", epochs=2)
+@pytest.mark.parametrize("ema", [[], ["--model.ema_decay", "0.9"]], ids=["plain", "ema"])
+def test_resumed_run_ends_where_the_uninterrupted_run_ends(tmp_path, ema):
+    full = run(tmp_path / "full", *ema, epochs=3)
+    first = run(tmp_path / "cut", *ema, epochs=2)
     ckpt = next(first.glob("checkpoints/last.ckpt"))
-    resumed = run(tmp_path / "cut", "--ckpt_path", str(ckpt), epochs=3)
+    resumed = run(tmp_path / "cut", "--ckpt_path", str(ckpt), *ema, epochs=3)
     h_full = json.loads((full / "history.json").read_text())
     h_res = json.loads((resumed / "history.json").read_text())
     assert [(r["loss"], r["dev_f1"]) for r in h_full] == [(r["loss"], r["dev_f1"]) for r in h_res]
     a = torch.load(full / "test_predictions.pt", weights_only=True)["predictions"]
     b = torch.load(resumed / "test_predictions.pt", weights_only=True)["predictions"]
     assert a == b
+
+
+def test_ema_weights_are_the_moving_average_of_the_trained_ones_and_are_what_dev_f1_measures():
+    from ssvm_torch.deep import ConllChunker
+    from ssvm_torch.deep.conll_chunker import chunk_f1
+    m = ConllChunker(train_size=64, hidden=8, word_dim=8, char_filters=4, ema_decay=0.5, batch_sentences=16)
+    m.build()
+    trained = [p for p in m.tagger.parameters()]
+    start = [p.detach().clone() for p in trained]
+    opt = torch.optim.SGD(m.tagger.dense_parameters(), lr=0.5)
+    for step in range(3):                       # plain steps outside Lightning: the average's own rule
+        opt.zero_grad()
+        m.batch_loss(torch.arange(16 * step, 16 * step + 16)).backward()
+        opt.step()
+        m.ema.update_parameters(m.tagger)
+        # AveragedModel starts the average at the weights after the first step
+        now = [p.detach().clone() for p in trained]
+        expect = now if step == 0 else [0.5 * e + 0.5 * p for e, p in zip(expect, now)]
+    averaged = list(m.evaluated().parameters())
+    assert m.evaluated() is not m.tagger
+    moved = [i for i, (a, b) in enumerate(zip(start, trained)) if not torch.equal(a, b)]
+    assert moved                                # the steps changed weights, so the check below can fail
+    for e, a in zip(expect, averaged):
+        torch.testing.assert_close(a, e)
+    assert not any(p.requires_grad for p in averaged)
+    dev = m.corpus.dev
+    assert m.predict(dev, m.evaluated()) != m.predict(dev) or all(torch.equal(a, b) for a, b in zip(averaged, trained))
+    assert chunk_f1(dev.gold, m.predict(dev, m.evaluated())) >= 0
 
 
 def test_ocr_recipes_still_run_the_ocr_module_under_subclass_mode(capsys):

@@ -12,7 +12,10 @@ attributes add their per-tag scores to the emissions (the hybrid; SparseAdam on 
 Model selection: after every epoch the chunk F1 of the *dev* split (the last ``heldout`` of the
 training file, :func:`ssvm_torch.data.conll.split_heldout`, the split of ``ssvm-train --select-lam``)
 is recorded; the weights of the best dev epoch are kept, training stops after ``patience`` epochs
-without a better dev F1 (or at the trainer's ``max_epochs``). The test file is decoded once, at the
+without a better dev F1 (or at the trainer's ``max_epochs``). With ``ema_decay`` the weights that are
+evaluated, kept and saved are an exponential moving average of the trained ones (updated after every
+optimizer step, ``torch.optim.swa_utils.AveragedModel``; Polyak & Juditsky 1992 averaging): the training
+itself is unchanged. The test file is decoded once, at the
 end, with the best dev weights. Outputs (``out`` or the logger's directory): ``config.json``,
 ``history.json`` (per epoch: loss, dev F1, seconds, peak RSS), ``chunker.pt`` (weights, vocabulary,
 hyper-parameters), ``test_predictions.pt`` (``{"predictions": [[BIO tag, ...], ...]}``, one list per
@@ -63,7 +66,8 @@ class ConllChunker(L.LightningModule):
 
     # what a checkpoint belongs to: resuming it under other values is refused (lightning/cli.py)
     resume_identity = ("loss", "tags", "constraints", "features", "attr_min_count", "word_min_count", "heldout",
-                       "train_size", "word_dim", "char_dim", "char_filters", "pos_dim", "hidden", "layers")
+                       "train_size", "word_dim", "char_dim", "char_filters", "pos_dim", "hidden", "layers",
+                       "ema_decay")
 
     def __init__(self, loss: str = "hinge", tags: str = "bioes", constraints: bool = True,
                  features: str | None = None, attr_min_count: int = 1, bag_lr: float = 0.01, attr_dropout: float = 0.0,
@@ -71,7 +75,8 @@ class ConllChunker(L.LightningModule):
                  char_filters: int = 50, pos_dim: int = 25, hidden: int = 128, layers: int = 1,
                  dropout: float = 0.5, lr: float = 1e-3, weight_decay: float = 0.0, grad_clip: float = 5.0,
                  batch_sentences: int = 32, patience: int = 5, heldout: float = 0.1, train_size: int | None = None,
-                 seed: int = 0, threads: int | None = None, kernels: str = "auto", out: str | None = None):
+                 seed: int = 0, threads: int | None = None, kernels: str = "auto", out: str | None = None,
+                 ema_decay: float | None = None):
         super().__init__()
         self.save_hyperparameters()
         self.automatic_optimization = False
@@ -86,7 +91,8 @@ class ConllChunker(L.LightningModule):
         for name in ("lr", "bag_lr", "grad_clip"):
             check_positive(getattr(self.hparams, name), name)
         check(weight_decay >= 0, "weight_decay", ">= 0", weight_decay)
-        self.corpus = self.tagger = None
+        check(ema_decay is None or 0.0 < ema_decay < 1.0, "ema_decay", "None or a decay in (0, 1)", ema_decay)
+        self.corpus = self.tagger = self.ema = None
         self.history: list = []
         self.best: dict = {"epoch": -1, "dev_f1": -math.inf, "state": None}
         self.gen = torch.Generator().manual_seed(seed)
@@ -116,6 +122,13 @@ class ConllChunker(L.LightningModule):
         self.tagger = ChunkTagger(len(v.words), len(v.chars), len(v.pos), len(v.tags), self.corpus.n_attributes,
                                   hp.word_dim, hp.char_dim, hp.char_filters, hp.pos_dim, hp.hidden, hp.layers,
                                   hp.dropout, hp.loss, constraints, hp.kernels, hp.attr_dropout).to(self.device)
+        if hp.ema_decay is not None:
+            from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
+            # a submodule: Lightning's checkpoints carry (and seal) the average with the weights. Parameters
+            # only: the buffers are the chain layer's constant constraint penalties (-inf, which a
+            # moving average would turn into NaN), and the tagger keeps no running statistics
+            self.ema = AveragedModel(self.tagger, multi_avg_fn=get_ema_multi_avg_fn(hp.ema_decay))
+            self.ema.requires_grad_(False)          # not trained: DDP must not wait for its gradients
         self.word_counts = torch.tensor(v.word_counts)
 
     def configure_optimizers(self):
@@ -152,6 +165,8 @@ class ConllChunker(L.LightningModule):
         opts = self.optimizers()
         opts = opts if isinstance(opts, list) else [opts]
         self._epoch["loss"] += manual_step(self, loss, opts, clip=(self.tagger.dense_parameters(), hp.grad_clip))
+        if self.ema is not None:
+            self.ema.update_parameters(self.tagger)
         self._epoch["batches"] += 1
         return None
 
@@ -169,12 +184,12 @@ class ConllChunker(L.LightningModule):
     def on_train_epoch_end(self) -> None:
         hp = self.hparams
         seconds = time.perf_counter() - self._epoch["t0"]
-        dev_f1 = chunk_f1(self.corpus.dev.gold, self.predict(self.corpus.dev))
+        dev_f1 = chunk_f1(self.corpus.dev.gold, self.predict(self.corpus.dev, self.evaluated()))
         rec = {"epoch": self.current_epoch, "loss": epoch_mean(self, self._epoch["loss"], self._epoch["batches"]),
                "dev_f1": dev_f1, "seconds": seconds, "peak_rss_mb": peak_rss_mb()}
         if dev_f1 > self.best["dev_f1"]:
             self.best = {"epoch": self.current_epoch, "dev_f1": dev_f1,
-                         "state": {k: v.detach().cpu().clone() for k, v in self.tagger.state_dict().items()}}
+                         "state": {k: v.detach().cpu().clone() for k, v in self.evaluated().state_dict().items()}}
         rec["best_epoch"] = self.best["epoch"]
         self.history.append(rec)
         if self.current_epoch - self.best["epoch"] >= hp.patience:
@@ -187,22 +202,28 @@ class ConllChunker(L.LightningModule):
         save_last_checkpoint(self.trainer)          # every epoch: a killed run resumes from its last one
 
     # -- prediction -----------------------------------------------------------------------------
+    def evaluated(self):
+        """The network that dev F1 measures and the best state keeps: the moving average with
+        ``ema_decay``, else the trained tagger."""
+        return self.tagger if self.ema is None else self.ema.module
+
     @torch.no_grad()
-    def predict(self, split, chunk: int = 256) -> list:
-        """BIO tag lists of every sentence of ``split`` (in its order), decoded by the chain layer
-        under the constraints; sentences batched by length."""
-        was = self.tagger.training
-        self.tagger.eval()
+    def predict(self, split, tagger=None, chunk: int = 256) -> list:
+        """BIO tag lists of every sentence of ``split`` (in its order), decoded by the chain layer of
+        ``tagger`` (default: this module's) under the constraints; sentences batched by length."""
+        tagger = self.tagger if tagger is None else tagger
+        was = tagger.training
+        tagger.eval()
         names = tags_to_bio(self.corpus.vocab.tags, self.corpus.scheme)
         order = torch.argsort(split.lengths, stable=True)
         out = [None] * split.n
         for s in range(0, split.n, chunk):
             idx = order[s:s + chunk]
             batch = self._on_device(split.batch(idx))
-            tags = self.tagger.chain.decode(self.tagger.emissions(batch), batch["mask"]).cpu()
+            tags = tagger.chain.decode(tagger.emissions(batch), batch["mask"]).cpu()
             for row, i in enumerate(idx.tolist()):
                 out[i] = [names[k] for k in tags[row, :int(split.lengths[i])].tolist()]
-        self.tagger.train(was)
+        tagger.train(was)
         return out
 
     # -- checkpoints ----------------------------------------------------------------------------
