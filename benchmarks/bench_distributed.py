@@ -58,7 +58,7 @@ def worker(args):
         comm[str(mb)] = {"allreduce_s": ar, "allgather_s": (time.perf_counter() - s) / 3}
     if rank == 0:
         res = {"P": size, "dataset": args.dataset, "n": task.n_train, "d": task.d, "tau": args.tau,
-               "exchange": "gather" if store.gather else "allreduce", "wall_s": wall,
+               "exchange": store.exchange, "wall_s": wall,
                "solver_s": hist[-1]["time_s"], "passes": hist[-1]["passes"],
                "s_per_pass": hist[-1]["time_s"] / hist[-1]["passes"],
                "bytes_per_step": store.bytes_per_step, "steps": store.steps_exchanged,

@@ -48,7 +48,7 @@ from .errors import SSVMInputError, check
 from .stores.base import SPARSE_D, BatchCorners, BlockDual, GapPass
 from .stores.box import BoxedDual
 
-EXCHANGES = ("auto", "allreduce", "gather")
+EXCHANGES = ("auto", "allreduce", "gather", "columns")
 
 __all__ = ["EXCHANGES", "DistributedError", "ShardedDual", "describe", "finish", "init", "launched_by_torchrun",
            "on_rank0", "shard_of", "sharded_store", "world"]
@@ -99,11 +99,14 @@ def on_rank0(fn):
     return result
 
 
-def describe(store: "ShardedDual") -> dict:
+def describe(store: "RankStore") -> dict:
     """The partition and the exchange of a sharded run, for config.json."""
-    return {"world_size": store.size, "backend": dist.get_backend(),
-            "partition": "round-robin: rank r holds blocks i with i mod world_size = r (local block i // world_size)",
-            "exchange": "gather" if store.gather else "allreduce"}
+    partition = ("columns: every rank holds every block's statistics and keeps w's feature columns f with f mod "
+                 "world_size = rank; it decodes the batch entries b with b mod world_size = rank"
+                 if store.exchange == "columns" else
+                 "round-robin: rank r holds blocks i with i mod world_size = r (local block i // world_size)")
+    return {"world_size": store.size, "backend": dist.get_backend() if dist.is_initialized() else None,
+            "partition": partition, "exchange": store.exchange}
 
 
 def _single(what: str):
@@ -119,39 +122,14 @@ def _forwarded(inner: str, name: str, doc: str | None = None) -> property:
     return property(lambda self: getattr(getattr(self, inner), name), doc=doc)
 
 
-class ShardedDual(BlockDual):
-    """One rank's shard of the blocks, presented as the store of all n blocks (module docstring).
-    ``local`` is the shard's own store (built with ``n_objective = n``); it serves mini-batch BCFW
-    (any batch size) and exact gap passes; the other step rules need every block on one process."""
+class RankStore(BlockDual):
+    """What every sharded store of a torchrun run shares: the point (w, ell) of the ``local`` store
+    it wraps, presented as the store of all n blocks; the collectives' accounting; and a refusal by
+    name of every method that needs every block's state in one process (only mini-batch BCFW steps
+    and exact gap passes run)."""
 
     supports_path = False
     supports_block_steps = False
-
-    def __init__(self, local: BlockDual, n: int, exchange: str = "auto"):
-        rank, size = world()
-        check(exchange in EXCHANGES, "exchange", f"one of {list(EXCHANGES)}", repr(exchange))
-        if isinstance(local, BoxedDual):
-            raise SSVMInputError("box constraints (segmentation-synth, pose-synth): not supported by the sharded store "
-                                 "(the clip of w needs the unclipped v of all shards); run them in one process")
-        if not local.shardable:
-            raise SSVMInputError(f"{local.description or type(local).__name__}: not supported by the sharded store "
-                                 "(torchrun): its mini-batch directions have parts the exchange does not ship; run it in "
-                                 "one process (mini-batches included), or shard a store without them")
-        check(local.N == n, "n_objective", f"the local store built with n_objective = n = {n}", local.N)
-        check(local.n == len(shard_of(n, size, rank)), "shard", f"{len(shard_of(n, size, rank))} blocks "
-              f"(rank {rank} of {size})", local.n)
-        self.local, self.rank, self.size = local, rank, size
-        self.n = self.N = n
-        self.lam, self.device = local.lam, local.device
-        d = local.w.numel()
-        self.gather = exchange == "gather" or (exchange == "auto" and d >= SPARSE_D)
-        probe = local.batch_corners(torch.zeros(1, dtype=torch.int64, device=self.device)).parts   # changes nothing
-        self.part_shapes = {k: ({g: (tuple(u.shape[1:]), u.dtype) for g, u in t.items()} if isinstance(t, dict)
-                                else (tuple(t.shape[1:]), t.dtype)) for k, t in probe.items()}
-        self.coll = Collectives(rank, size, self.device, narrow_ints=d < 2 ** 31 and n < 2 ** 31)
-        self.shard_s = 0.0                    # seconds of this rank's own decoding (steps and gap passes)
-        self.joint_s = 0.0                    # seconds building the joint direction from what was exchanged
-        self.steps_exchanged = 0
 
     # -- the replicated point ------------------------------------------------------------------
     w, ell, ell_i = (_forwarded("local", name) for name in ("w", "ell", "ell_i"))
@@ -181,6 +159,58 @@ class ShardedDual(BlockDual):
 
     def dual(self) -> float:
         return self.local.dual()
+
+    @property
+    def bytes_per_step(self) -> float:
+        return self.coll.bytes_sent / max(self.steps_exchanged, 1)
+
+    bytes_sent = _forwarded("coll", "bytes_sent", "Bytes this rank contributed to collectives.")
+    comm_s = _forwarded("coll", "comm_s", "Seconds spent in collectives (waiting for the other ranks included).")
+
+    def block_w(self, i: int) -> torch.Tensor:
+        raise SSVMInputError("block_w: a sharded store holds only its own blocks (ask the rank that owns block i)")
+
+    # -- what needs every block on one process: each such method refuses by name
+    fw_corner, fw_move = _single("fw_corner"), _single("fw_move")
+    add_psi = _single("ssg")
+    corner_point = move_all = _single("batch FW")
+    gt_labeling = key = loss_of = corner_gaps = pair_sqnorm = pair_move = _single("active sets")
+    rescale = max_margins = block_wdots = _single("the regularization path")
+
+
+
+class ShardedDual(RankStore):
+    """One rank's shard of the blocks, presented as the store of all n blocks (module docstring).
+    ``local`` is the shard's own store (built with ``n_objective = n``); it serves mini-batch BCFW
+    (any batch size) and exact gap passes; the other step rules need every block on one process."""
+
+    def __init__(self, local: BlockDual, n: int, exchange: str = "auto"):
+        rank, size = world()
+        check(exchange in EXCHANGES, "exchange", f"one of {list(EXCHANGES)}", repr(exchange))
+        if isinstance(local, BoxedDual):
+            raise SSVMInputError("box constraints (segmentation-synth, pose-synth): not supported by the sharded store "
+                                 "(the clip of w needs the unclipped v of all shards); run them in one process")
+        if not local.shardable:
+            raise SSVMInputError(f"{local.description or type(local).__name__}: not supported by the sharded store "
+                                 "(torchrun): its mini-batch directions have parts the exchange does not ship; run it in "
+                                 "one process (mini-batches included), or shard a store without them")
+        check(local.N == n, "n_objective", f"the local store built with n_objective = n = {n}", local.N)
+        check(local.n == len(shard_of(n, size, rank)), "shard", f"{len(shard_of(n, size, rank))} blocks "
+              f"(rank {rank} of {size})", local.n)
+        self.local, self.rank, self.size = local, rank, size
+        self.n = self.N = n
+        self.lam, self.device = local.lam, local.device
+        d = local.w.numel()
+        check(exchange != "columns", "exchange", "'columns' through sharded_store (ssvm_torch.column_shards)", exchange)
+        self.gather = exchange == "gather" or (exchange == "auto" and d >= SPARSE_D)
+        self.exchange = "gather" if self.gather else "allreduce"
+        probe = local.batch_corners(torch.zeros(1, dtype=torch.int64, device=self.device)).parts   # changes nothing
+        self.part_shapes = {k: ({g: (tuple(u.shape[1:]), u.dtype) for g, u in t.items()} if isinstance(t, dict)
+                                else (tuple(t.shape[1:]), t.dtype)) for k, t in probe.items()}
+        self.coll = Collectives(rank, size, self.device, narrow_ints=d < 2 ** 31 and n < 2 ** 31)
+        self.shard_s = 0.0                    # seconds of this rank's own decoding (steps and gap passes)
+        self.joint_s = 0.0                    # seconds building the joint direction from what was exchanged
+        self.steps_exchanged = 0
 
     # -- mini-batch BCFW -------------------------------------------------------------------------
     def batch_corners(self, idx, with_direction: bool = True) -> BatchCorners:
@@ -243,13 +273,6 @@ class ShardedDual(BlockDual):
         self.local.batch_move(BatchCorners(mine.idx, mine.loss, mine.gaps, corners.dw, corners.dell, mine.moves),
                               gamma)
 
-    @property
-    def bytes_per_step(self) -> float:
-        return self.coll.bytes_sent / max(self.steps_exchanged, 1)
-
-    bytes_sent = _forwarded("coll", "bytes_sent", "Bytes this rank contributed to collectives.")
-    comm_s = _forwarded("coll", "comm_s", "Seconds spent in collectives (waiting for the other ranks included).")
-
     # -- exact gap pass and recomputation -------------------------------------------------------
     def gap_pass(self) -> GapPass:
         """The exact gap pass of every shard, gathered: block gaps, H_i and L_i / n of all n blocks."""
@@ -276,29 +299,47 @@ class ShardedDual(BlockDual):
         return {"world_size": self.size, "shards": shards}
 
     def load_state_dict(self, state: dict) -> None:
+        if state.get("exchange") == "columns":
+            raise SSVMInputError(f"checkpoint: written with exchange 'columns', this run has {self.exchange!r}; "
+                                 "resume with the same exchange")
         if state.get("world_size") != self.size:
             raise SSVMInputError(f"checkpoint: written by {state.get('world_size', 1)} rank(s), this run has "
                                  f"{self.size}; resume with the same number of processes")
         self.local.load_state_dict(state["shards"][self.rank])
 
-    def block_w(self, i: int) -> torch.Tensor:
-        raise SSVMInputError("block_w: a sharded store holds only its own blocks (ask the rank that owns block i)")
-
-    # -- what needs every block on one process: each such method refuses by name
-    fw_corner, fw_move = _single("fw_corner"), _single("fw_move")
-    add_psi = _single("ssg")
-    corner_point = move_all = _single("batch FW")
-    gt_labeling = key = loss_of = corner_gaps = pair_sqnorm = pair_move = _single("active sets")
-    rescale = max_margins = block_wdots = _single("the regularization path")
-
-
 def sharded_store(task, lam: float, device=None, dtype=torch.float64, kernels: str = "auto",
-                  exchange: str = "auto") -> ShardedDual:
-    """This rank's :class:`ShardedDual` of ``task`` (a :class:`~ssvm_torch.tasks.Problem`): its
-    round-robin shard of the training set in a store built with the global n."""
+                  exchange: str = "auto") -> RankStore:
+    """This rank's store of ``task`` (a :class:`~ssvm_torch.tasks.Problem`) for ``exchange``:
+    ``columns`` the coordinate-sharded chain store of :mod:`ssvm_torch.column_shards` on the whole
+    training set (``auto`` picks it where :func:`columns_apply`); ``gather`` / ``allreduce`` (``auto``:
+    gather for d >= 2^20) a :class:`ShardedDual` of this rank's round-robin shard in a store built
+    with the global n."""
     from .stores import make_store
+    check(exchange in EXCHANGES, "exchange", f"one of {list(EXCHANGES)}", repr(exchange))
     rank, size = world()
+    if exchange == "columns" or (exchange == "auto" and columns_apply(task, device, dtype, kernels)):
+        from .column_shards import ColumnShardedChain
+        return ColumnShardedChain(make_store(task.model, task.train, lam, device=device, dtype=dtype, kernels=kernels,
+                                             nonnegative=task.nonnegative))
     shard = shard_of(task.n_train, size, rank)
     local = make_store(task.model, task.train.subset(shard), lam, device=device, dtype=dtype, kernels=kernels,
                        nonnegative=task.nonnegative, n_objective=task.n_train)
     return ShardedDual(local, task.n_train, exchange=exchange)
+
+
+def columns_apply(task, device=None, dtype=torch.float64, kernels: str = "auto", config=None) -> bool:
+    """Whether ``exchange='auto'`` picks the coordinate-sharded store (measured: docs/distributed.md):
+    a chain model (no edge features, no box constraints) with numba kernels (CPU, float64); with a
+    solver ``config`` (one process), also mini-batch BCFW (batch size > 1, FW steps, no cache, no
+    averaging), which is all that store runs."""
+    from .devices import resolve_device
+    from .models.chain import ChainModel
+    from .models.chain_edges import EdgeChainModel
+    model = task.model
+    fits = (isinstance(model, ChainModel) and not isinstance(model, EdgeChainModel)
+            and resolve_device(device).type == "cpu" and dtype == torch.float64 and kernels in ("auto", "numba")
+            and not (task.nonnegative is not None and len(task.nonnegative)))
+    if config is not None:
+        fits = fits and (config.solver == "bcfw" and config.step == "fw" and config.batch_size > 1
+                         and not config.cache and not config.averaging)
+    return fits

@@ -50,7 +50,7 @@ def run(rank, world, port, spec, out):
         sys.exit(0)
     if rank == 0:
         torch.save({"history": hist, "w": store.w.clone(), "gaps": solver.block_gaps.copy(), "state": state,
-                    "bytes_per_step": store.bytes_per_step, "gather": store.gather}, out)
+                    "bytes_per_step": store.bytes_per_step, "exchange": store.exchange}, out)
     dist.barrier()
     dist.destroy_process_group()
 

@@ -11,13 +11,15 @@ import torch
 import torch.multiprocessing as mp
 
 import distributed_worker as worker
-from ssvm_torch import Solver, make_store
+from ssvm_torch import Solver, SolverConfig, make_store
+from ssvm_torch.column_shards import ColumnShardedChain
 from ssvm_torch.distributed import ShardedDual, shard_of
 from ssvm_torch.errors import SSVMInputError
 from ssvm_torch.tasks import load_task
 
-OCR = dict(dataset="ocr-small", subset=40, lam=0.05, tau=6, passes=6, gap_check=1, seed=2)
+OCR = dict(dataset="ocr-small", subset=40, lam=0.05, tau=6, passes=6, gap_check=1, seed=2, exchange="allreduce")
 CONLL = dict(dataset="conll2000", train_size=24, lam=0.05, tau=5, passes=4, gap_check=1, seed=1, exchange="gather")
+COLUMNS = {**CONLL, "exchange": "columns"}
 
 
 def free_port() -> int:
@@ -38,6 +40,12 @@ def ocr_run(tmp_path_factory):
     return spawn(OCR, tmp_path_factory.mktemp("ocr"))
 
 
+@pytest.fixture(scope="module")
+def columns_run(tmp_path_factory):
+    """The 2-rank run of CoNLL with the coordinate-sharded store, shared like ``ocr_run``."""
+    return spawn(COLUMNS, tmp_path_factory.mktemp("columns"))
+
+
 def single(spec):
     task = worker.problem(spec)
     store = make_store(task.model, task.train, spec["lam"])
@@ -48,17 +56,19 @@ def single(spec):
 
 @pytest.mark.parametrize("spec", [OCR, pytest.param({**OCR, "exchange": "gather"}, marks=pytest.mark.slow), CONLL,
                                   pytest.param({**CONLL, "sparse_direction": True}, marks=pytest.mark.slow),
-                                  {**OCR, "sparse_direction": True}],
+                                  {**OCR, "sparse_direction": True}, COLUMNS, {**OCR, "exchange": "columns"}],
                          ids=["ocr-allreduce", "ocr-gather", "conll-gather", "conll-sparse-gather",
-                              "ocr-sparse-allreduce"])
+                              "ocr-sparse-allreduce", "conll-columns", "ocr-columns"])
 def test_two_ranks_follow_the_single_process_trajectory(spec, tmp_path, request):
     """allreduce sums the ranks' directions in another order than one process: equal to rounding
     (CoNLL's binary features can turn such a rounding difference into another Viterbi tie-break, so
-    CoNLL is checked with the bit-identical gather exchange)."""
-    dist_run = request.getfixturevalue("ocr_run") if spec is OCR else spawn(spec, tmp_path)
+    CoNLL is checked with the bit-identical gather exchange; the columns exchange sums partial unaries
+    in another order, on subsets small enough to stay on the same labelings)."""
+    shared = {id(OCR): "ocr_run", id(COLUMNS): "columns_run"}
+    dist_run = request.getfixturevalue(shared[id(spec)]) if id(spec) in shared else spawn(spec, tmp_path)
     solver, hist, store, _ = single(spec)
     exact = spec.get("exchange") == "gather"
-    assert dist_run["gather"] == exact
+    assert dist_run["exchange"] == spec.get("exchange", "allreduce")
     assert len(dist_run["history"]) == len(hist) >= 3
     for a, b in zip(dist_run["history"], hist):
         assert a["passes"] == b["passes"] and a["steps"] == b["steps"]
@@ -100,19 +110,40 @@ def test_distributed_gap_equals_a_single_process_recomputation(ocr_run):
     assert primal - dual == pytest.approx(last["gap"], rel=1e-9)
 
 
-def test_resume_on_the_same_ranks_reproduces_the_run(tmp_path, ocr_run):
-    full = ocr_run
-    part = spawn({**OCR, "stop_at": 2}, tmp_path, name="part.pt")
+def test_columns_gap_equals_a_single_process_recomputation(columns_run):
+    """The coordinate-sharded run's checkpoint is a whole chain store (w gathered, the statistics
+    replicated): one process loads it, recomputes w from the statistics and its own exact gap pass
+    gives the run's last gap."""
+    task = worker.problem(COLUMNS)
+    store = make_store(task.model, task.train, COLUMNS["lam"])
+    state = columns_run["state"]["dual"]
+    assert state["world_size"] == 2 and state["exchange"] == "columns"
+    store.load_state_dict(state)
+    assert torch.equal(store.w, columns_run["w"])
+    store.recompute()
+    assert torch.allclose(store.w, columns_run["w"], rtol=1e-10, atol=1e-13)
+    gp = store.gap_pass()
+    last = columns_run["history"][-1]
+    assert float(gp.block_gaps.sum()) == pytest.approx(last["gap"], rel=1e-9)
+    assert store.primal(gp.H) - store.dual() == pytest.approx(last["gap"], rel=1e-9)
+
+
+@pytest.mark.parametrize("spec, stop", [(OCR, 2), (COLUMNS, 1)], ids=["allreduce", "columns"])
+def test_resume_on_the_same_ranks_reproduces_the_run(tmp_path, spec, stop, request):
+    full = request.getfixturevalue("ocr_run" if spec is OCR else "columns_run")
+    assert len(full["history"]) > stop + 1              # stopped before the run's last check
+    part = spawn({**spec, "stop_at": stop}, tmp_path, name="part.pt")
     ckpt = tmp_path / "ckpt.pt"
     torch.save(part["state"], ckpt)
-    resumed = spawn({**OCR, "resume_from": str(ckpt)}, tmp_path, name="resumed.pt")
+    resumed = spawn({**spec, "resume_from": str(ckpt)}, tmp_path, name="resumed.pt")
     strip = [{k: v for k, v in r.items() if k != "time_s"} for r in resumed["history"]]
     assert strip == [{k: v for k, v in r.items() if k != "time_s"} for r in full["history"]]
     assert torch.equal(resumed["w"], full["w"])
 
 
-def test_a_dead_rank_stops_the_others_with_a_clear_error(tmp_path):
-    res = spawn({**OCR, "die_after_start": True, "timeout_s": 10}, tmp_path)
+@pytest.mark.parametrize("spec", [OCR, COLUMNS], ids=["allreduce", "columns"])
+def test_a_dead_rank_stops_the_others_with_a_clear_error(tmp_path, spec):
+    res = spawn({**spec, "die_after_start": True, "timeout_s": 10}, tmp_path)
     assert "distributed: a collective failed" in res["error"] and "another rank died" in res["error"]
 
 
@@ -131,6 +162,39 @@ def test_sharded_store_checks_its_inputs():
     edges = make_store(conll.model, conll.train, 0.1)
     with pytest.raises(SSVMInputError, match="edge-observation features.*not supported by the sharded store"):
         ShardedDual(edges, 6)
+    with pytest.raises(SSVMInputError, match="exchange 'columns': runs the chain store without edge features"):
+        ColumnShardedChain(edges)
+    plain = load_task("conll2000", train_size=6, features="sha-pereira")
+    with pytest.raises(SSVMInputError, match="exchange 'columns': runs the numba kernels"):
+        ColumnShardedChain(make_store(plain.model, plain.train, 0.1, kernels="torch"))
+    with pytest.raises(SSVMInputError, match="written by 2 process.*exchange 'columns'.*this run has 1"):
+        ColumnShardedChain(make_store(plain.model, plain.train, 0.1)).load_state_dict(
+            {"world_size": 2, "exchange": "columns"})
+    with pytest.raises(SSVMInputError, match="averaging: not supported.*coordinate-sharded store"):
+        Solver(ColumnShardedChain(make_store(plain.model, plain.train, 0.1)),
+               SolverConfig(batch_size=2, averaging=True))
+
+
+def test_one_process_runs_the_column_kernels_where_they_apply(tmp_path):
+    """ssvm-train in one process takes the coordinate-sharded store's kernels for sparse chain
+    models with mini-batches (recorded in config.json) and follows the generic store's trajectory
+    (``--exchange allreduce``: the chain store's own mini-batch path) to rounding; block steps
+    (batch size 1) keep the generic store."""
+    import json
+    from ssvm_torch.cli.train import main as train_main
+    args = ["--dataset", "conll2000", "--features", "sha-pereira", "--tags", "bio", "--constraints", "bio",
+            "--train-size", "60", "--lam", "0.05", "--passes", "3", "--gap-check", "1", "--seed", "4", "--quiet"]
+    assert train_main([*args, "--batch-size", "8", "--out", str(tmp_path / "auto")]) == 0
+    assert train_main([*args, "--batch-size", "8", "--exchange", "allreduce", "--out", str(tmp_path / "generic")]) == 0
+    assert train_main([*args, "--out", str(tmp_path / "bcfw")]) == 0
+    config = {k: json.loads((tmp_path / k / "config.json").read_text()) for k in ("auto", "generic", "bcfw")}
+    assert config["auto"]["distributed"]["exchange"] == "columns" and config["auto"]["distributed"]["world_size"] == 1
+    assert config["generic"]["distributed"] is None and config["bcfw"]["distributed"] is None
+    auto, generic = (json.loads((tmp_path / k / "history.json").read_text()) for k in ("auto", "generic"))
+    assert [r["passes"] for r in auto] == [r["passes"] for r in generic]
+    for a, b in zip(auto, generic):
+        assert a["gap"] == pytest.approx(b["gap"], rel=1e-9)
+        assert a["test_error"] == b["test_error"]
 
 
 def test_torchrun_launch_of_ssvm_train_matches_one_process(tmp_path):

@@ -10,7 +10,7 @@ import torch
 
 from ssvm_torch import Solver, SolverConfig, make_store
 from ssvm_torch.errors import SSVMInputError
-from ssvm_torch.solvers.samplers import SAMPLERS
+from ssvm_torch.solvers.samplers import SAMPLERS, _tree_set
 from ssvm_torch.solvers.steps import MiniBatchStep
 from ssvm_torch.solvers.config import SolverState
 from ssvm_torch.tasks import load_task
@@ -99,6 +99,42 @@ def test_draws_are_distinct_and_reproducible(sampling):
             a.update(i, g)
             b.update(i, g)
     assert a.draw(50) == b.draw(50) and sorted(a.draw(50)) == list(range(50))
+
+
+def test_gap_draw_is_next_called_until_tau_distinct_blocks():
+    """The compiled draw reads the same uniforms as next() would one by one (across buffer refills,
+    with repeats, zero and positive gaps), holds drawn leaves at 0 and restores them; update_many is
+    update in order, bit for bit in the sum-tree."""
+    def reference(s, tau):                  # the definition, on the sampler's own primitives
+        out, held = [], []
+        while len(out) < tau:
+            i = s.next()
+            if i in out:
+                continue
+            out.append(i)
+            leaf = s.tree[s.size + i]
+            if leaf > 0.0:
+                held.append((i, leaf))
+                _tree_set(s.tree, s.size, i, 0.0)
+        for i, leaf in held:
+            _tree_set(s.tree, s.size, i, leaf)
+        return out
+
+    a, b = SAMPLERS["gap"](300, 5), SAMPLERS["gap"](300, 5)
+    a.stream.chunk = b.stream.chunk = 37                  # refills inside draws
+    rng = np.random.default_rng(1)
+    for step in range(60):
+        tau = int(rng.integers(1, 120))
+        da, db = a.draw(tau), reference(b, tau)
+        assert da == db
+        g = np.where(rng.uniform(size=tau) < 0.3, 0.0, rng.exponential(size=tau)) * (1 if step % 7 else 0)
+        a.update_many(da, g)
+        for i, gi in zip(db, g.tolist()):
+            b.update(i, gi)
+        assert np.array_equal(a.tree, b.tree) and np.array_equal(a.gaps, b.gaps)
+        assert a.stream.pos == b.stream.pos and np.array_equal(a.stream.buf, b.stream.buf)
+    with pytest.raises(SSVMInputError, match="tau"):
+        a.draw(301)
 
 
 def test_perm_draws_visit_every_block_once_per_pass():

@@ -125,9 +125,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "runs, also on CPU), auto = numba on CPU float64, torch elsewhere")
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads (1 keeps batch-1 steps steady)")
     p.add_argument("--exchange", choices=distributed.EXCHANGES, default="auto",
-                   help="under torchrun: how the ranks combine a mini-batch's direction: allreduce (one d-vector), "
-                        "gather (each block's compact change; bit-identical to one process), auto = gather for "
-                        "d >= 2^20")
+                   help="under torchrun: how the ranks combine a mini-batch step: columns (w sharded by feature "
+                        "columns, decoded labelings exchanged: sparse chain models on CPU), allreduce (one d-vector), "
+                        "gather (each block's compact change; bit-identical to one process), auto = columns where "
+                        "it applies, else gather for d >= 2^20, else allreduce (docs/distributed.md)")
     p.add_argument("--dist-timeout", type=float, default=300,
                    help="under torchrun: seconds a collective waits for a silent rank before every rank stops")
     p.add_argument("--out", default="runs/latest", help="output directory (refused if it holds another run)")
@@ -195,11 +196,16 @@ def _train(args, cfg: SolverConfig, device, dtype, run_dir: RunDir | None) -> di
     task = load_task(args.dataset, train_size=args.train_size, unary_only=args.unary_only, device=device,
                      dtype=dtype, **featurization)
     lam = selection["lam"] if selection else task.lam(args.lam)
-    if size > 1:
+    # one process runs the coordinate-sharded store's kernels too (no collectives) where they apply: the
+    # same mini-batch steps, faster than the generic store's (docs/distributed.md)
+    columns = args.exchange == "columns" or (args.exchange == "auto" and size == 1 and distributed.columns_apply(
+        task, device, dtype, args.kernels, cfg))
+    if size > 1 or columns:
         dual = distributed.sharded_store(task, lam, device=device, dtype=dtype, kernels=args.kernels,
-                                         exchange=args.exchange)
+                                         exchange="columns" if columns else args.exchange)
     else:
         dual = task.store(lam, device=device, dtype=dtype, kernels=args.kernels)
+    sharded = isinstance(dual, distributed.RankStore)
     out = run_dir.path if run_dir is not None else None
     speak = not args.quiet and run_dir is not None
 
@@ -228,7 +234,7 @@ def _train(args, cfg: SolverConfig, device, dtype, run_dir: RunDir | None) -> di
     solver = make_solver(dual, cfg, evaluate=task.evaluate if run_dir is not None else None, progress=progress,
                          interrupt=lambda: stop["requested"]() or "failed" in saved)
     if args.checkpoint and run_dir is not None:   # the first checkpoint comes at the first gap check: room now
-        local = dual.local if size > 1 else dual
+        local = dual.local if sharded else dual
         state = local.state_dict()
         run_dir.require_free(size * sum(t.numel() * t.element_size() for t in state.values() if torch.is_tensor(t)),
                              "one checkpoint")
@@ -242,10 +248,12 @@ def _train(args, cfg: SolverConfig, device, dtype, run_dir: RunDir | None) -> di
                               "unary_only": args.unary_only, **featurization, "lam": lam, "selection": selection,
                               "device": str(device), "dtype": args.dtype,
                               "kernels": args.kernels, "resume": args.resume, "solver": asdict(cfg),
-                              "distributed": distributed.describe(dual) if size > 1 else None})
-    if speak and size > 1:
-        print(f"torchrun: {size} ranks ({'nccl' if device.type == 'cuda' else 'gloo'}), round-robin shards of "
-              f"{dual.local.n} or so blocks, exchange {'gather' if dual.gather else 'allreduce'}", flush=True)
+                              "distributed": distributed.describe(dual) if sharded else None})
+    if speak and sharded:
+        held = ("every block's statistics, w's feature columns f mod P = rank" if dual.exchange == "columns"
+                else f"round-robin shards of {dual.local.n} or so blocks")
+        print(f"torchrun: {size} ranks ({'nccl' if device.type == 'cuda' else 'gloo'}), {held}, exchange "
+              f"{dual.exchange}", flush=True)
     if speak:
         print(f"{args.dataset}: n = {task.n_train} train / {task.n_test} test examples, d = {task.d}, lam = {lam:g}, "
               f"solver = {args.solver}" + (f" ({args.sampling} sampling)" if args.solver != "fw" else "")
@@ -276,7 +284,7 @@ def _train(args, cfg: SolverConfig, device, dtype, run_dir: RunDir | None) -> di
         raise SSVMInputError(f"out: writing the checkpoint at {at:.1f} effective passes failed "
                              f"({getattr(e, 'strerror', None) or e}); the run stopped there and wrote "
                              f"{out / 'history.json'} and {out / 'model.pt'}; {kept}")
-    if speak and size > 1:
+    if speak and sharded:
         print(f"exchanged {dual.bytes_per_step / 1e3:.1f} kB per step per rank ({dual.steps_exchanged} steps)")
     if speak:
         gap = "n/a (SSG keeps no dual)" if last["gap"] is None else f"{last['gap']:.6e}"

@@ -17,7 +17,8 @@ class Averager:
     def __init__(self, dual: BlockDual, lazy: bool):
         if not dual.supports_averaging:
             raise SSVMInputError("averaging: not supported with box constraints (e.g. segmentation-synth's "
-                                 "w_pairwise >= 0): the average of clipped iterates is not a clipped dual point")
+                                 "w_pairwise >= 0: the average of clipped iterates is not a clipped dual point) nor "
+                                 "by the coordinate-sharded store (exchange 'columns': w is whole only at gap checks)")
         self.dual, self.lazy = dual, lazy
         self.w_eager = None if lazy else dual.w.clone()
         self.R = torch.zeros_like(dual.w) if lazy else None

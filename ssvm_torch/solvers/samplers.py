@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from ..devices import to_host
+from ..errors import check
 
 
 class _Stream:
@@ -77,6 +78,17 @@ class Sampler:
         """The block gap of i computed by the step just taken."""
         self.gaps[i] = gap
         self._update(i, gap)
+
+    def update_many(self, blocks, gaps) -> None:
+        """:meth:`update` of each (block, gap) in order (a mini-batch step's distinct blocks)."""
+        blocks = np.asarray(blocks, dtype=np.int64)
+        gaps = np.asarray(gaps, dtype=np.float64)
+        self.gaps[blocks] = gaps
+        self._update_many(blocks, gaps)
+
+    def _update_many(self, blocks: np.ndarray, gaps: np.ndarray) -> None:
+        for i, g in zip(blocks.tolist(), gaps.tolist()):
+            self._update(i, g)
 
     def set_all(self, gaps) -> None:
         """Exact block gaps of a full gap pass (or known ones, e.g. eq. (12) after a path step)."""
@@ -155,6 +167,41 @@ def _tree_set(tree, size, i, value):
 
 
 @nb.njit(cache=True)
+def _tree_set_many(tree, size, blocks, values):
+    """:func:`_tree_set` of each block in order, negative values as 0."""
+    for q in range(blocks.shape[0]):
+        v = values[q]
+        _tree_set(tree, size, blocks[q], v if v > 0.0 else 0.0)
+
+
+@nb.njit(cache=True)
+def _tree_draw(tree, size, n, buf, pos, tau, out, count, seen, held_i, held_v, nheld):
+    """The tree phase of :meth:`GapSampler.draw`, resumed at ``count`` blocks drawn, reading the
+    uniforms buf[pos:] as :meth:`GapSampler.next` would one by one: a block already drawn is drawn
+    again, a drawn block's leaf is held at 0 until the draw ends. Returns (count, pos, nheld): it
+    stops at tau blocks or when the buffer is used up."""
+    while count < tau and pos < buf.shape[0]:
+        u = buf[pos]
+        pos += 1
+        if tree[1] <= 0.0:
+            i = min(int(u * n), n - 1)
+        else:
+            i = min(_tree_find(tree, size, u), n - 1)
+        if seen[i]:
+            continue
+        seen[i] = True
+        out[count] = i
+        count += 1
+        leaf = tree[size + i]
+        if leaf > 0.0:
+            held_i[nheld] = i
+            held_v[nheld] = leaf
+            nheld += 1
+            _tree_set(tree, size, i, 0.0)
+    return count, pos, nheld
+
+
+@nb.njit(cache=True)
 def _tree_build(tree, size, values):
     tree[:] = 0.0
     for i in range(values.shape[0]):
@@ -200,24 +247,41 @@ class GapSampler(Sampler):
 
     def draw(self, tau: int) -> list[int]:
         """``tau`` distinct blocks, p proportional to g_i without replacement: each drawn leaf is set
-        to 0 for the rest of the draw and restored after (unvisited blocks come first, as in next())."""
-        out, seen, held = [], set(), []
-        while len(out) < tau:
-            i = self.next()
-            if i in seen:
-                continue
-            seen.add(i)
-            out.append(i)
-            leaf = self.tree[self.size + i]
-            if leaf > 0.0:
-                held.append((i, leaf))
-                _tree_set(self.tree, self.size, i, 0.0)
-        for i, leaf in held:
-            _tree_set(self.tree, self.size, i, leaf)
-        return out
+        to 0 for the rest of the draw and restored after (unvisited blocks come first, as in next();
+        the draws are those of calling next() until tau distinct blocks came, in compiled loops)."""
+        check(1 <= tau <= self.n, "tau", f"an int in [1, n = {self.n}]", tau)
+        out = np.empty(tau, dtype=np.int64)
+        held_i, held_v = np.empty(tau, dtype=np.int64), np.empty(tau)
+        seen = np.zeros(self.n, dtype=np.bool_)
+        take = min(tau, self.unvisited.shape[0] - self.pos)            # unvisited blocks: distinct already
+        count = nheld = 0
+        if take > 0:
+            first = self.unvisited[self.pos:self.pos + take]
+            self.pos += take
+            out[:take] = first
+            seen[first] = True
+            count = take
+            leaves = self.tree[self.size + first]
+            hold = first[leaves > 0.0]
+            if hold.shape[0]:
+                held_i[:hold.shape[0]], held_v[:hold.shape[0]] = hold, self.tree[self.size + hold]
+                nheld = hold.shape[0]
+                _tree_set_many(self.tree, self.size, hold, np.zeros(hold.shape[0]))
+        st = self.stream
+        while count < tau:
+            if st.pos >= st.buf.shape[0]:
+                st.uniform()                        # refills the buffer (and takes its first number)
+                st.pos -= 1
+            count, st.pos, nheld = _tree_draw(self.tree, self.size, self.n, st.buf, st.pos, tau, out, count, seen,
+                                              held_i, held_v, nheld)
+        _tree_set_many(self.tree, self.size, held_i[:nheld], held_v[:nheld])
+        return out.tolist()
 
     def _update(self, i, gap):
         _tree_set(self.tree, self.size, i, gap if gap > 0.0 else 0.0)
+
+    def _update_many(self, blocks, gaps):
+        _tree_set_many(self.tree, self.size, blocks, gaps)
 
     def _set_all(self, gaps):
         self.pos = self.unvisited.shape[0]

@@ -81,9 +81,10 @@ class MiniBatchStep(StepRule):
         """The step on any tau distinct blocks from their batched corners."""
         d = self.dual
         corners = d.batch_corners(torch.as_tensor(batch, device=d.device))
-        self._line_search(float(corners.gaps.sum()), squared_norm(corners.dw),
+        sq = corners.sqnorm if corners.dw is None else squared_norm(corners.dw)
+        self._line_search(float(corners.gaps.sum()), sq,
                           lambda gamma: d.batch_move(corners, gamma), st)
-        self._count(batch, to_host(corners.gaps).tolist(), st)
+        self._count(batch, to_host(corners.gaps), st)
 
     def full_step(self, batch: list[int], st: SolverState) -> None:
         """The step on all n blocks by batch FW's primitives (Alg. 2 of Lacoste-Julien et al. 2013):
@@ -100,8 +101,7 @@ class MiniBatchStep(StepRule):
                 d.shadow.add_(dw, alpha=gamma * d.shadow_coef)
 
         self._line_search(float(gp.block_gaps.sum()), squared_norm(dw), move, st)
-        gaps = to_host(gp.block_gaps)
-        self._count(batch, [float(gaps[i]) for i in batch], st)
+        self._count(batch, to_host(gp.block_gaps)[np.asarray(batch, dtype=np.int64)], st)
 
     def _line_search(self, g: float, sq: float, move, st: SolverState) -> None:
         """gamma = g / (lam sq) clipped to [0, 1], applied by ``move(gamma)`` (no move when the
@@ -115,9 +115,8 @@ class MiniBatchStep(StepRule):
             st.gamma_sum += gamma
         st.gamma_n += 1
 
-    def _count(self, batch: list[int], gaps: list[float], st: SolverState) -> None:
-        for i, gi in zip(batch, gaps):
-            self.sampler.update(i, gi)
+    def _count(self, batch: list[int], gaps, st: SolverState) -> None:
+        self.sampler.update_many(batch, gaps)
         st.oracle_calls += len(batch)
         st.step_oracle_calls += len(batch)
 

@@ -1,0 +1,247 @@
+"""Coordinate-sharded mini-batch BCFW for the chain store on torch.distributed (the ``columns``
+exchange of ``ssvm-train`` under torchrun): every rank holds the (read-only) training set and the
+compact block statistics of every block (Mu, Mt, ell_i: O(N K), :mod:`ssvm_torch.stores.chain`),
+but keeps only its share of w's feature columns (f mod P = r) current; the first / last /
+transition weights (K^2 + 2K numbers) are replicated. No rank ever builds or receives a whole
+direction dw. One step of tau blocks (Wang et al., ICML 2016, with the exact line search of
+:class:`~ssvm_torch.solvers.steps.MiniBatchStep`):
+
+1. each rank scores the batch's positions with its columns only (partial unaries, 1/P of X W^T),
+   and one all-reduce sums them: every rank has the unaries of every block of the batch;
+2. each rank decodes the batch entries b with b mod P = r (loss-augmented Viterbi and the terms of
+   the block gap, eq. (6) of Osokin et al. 2016) and one all-reduce of [labels, L(y*), dot] gives
+   every rank every decoded labeling: the per-position statistics D_b = S(y*_b) - M_b, a few bytes
+   per position instead of the positions' feature entries;
+3. each rank builds its column share of dw = -sum_b A_b(D_b) / (lam n) in a scratch (every
+   coordinate sums its entries in the order one process does, so the direction's values are one
+   process's bits), measures ||dw_r||^2 there, and one scalar all-reduce gives ||dw||^2 for the line
+   search (the block gaps came with step 2);
+4. each rank moves its columns of w, the replicated first / last / transition weights and the
+   replicated block statistics of all tau blocks.
+
+The partial unaries are summed in another order than one process's walk over each position's
+features, so the unaries (and rarely, through an argmax tie, a labeling) differ from one process's
+in the last bits: the run follows one process's gap curve to within rounding, not bit for bit
+(docs/distributed.md measures how far). w is whole on every rank only after :meth:`sync_w`, which
+the exact gap pass, recomputation, checkpoints and the objective values call (an all-gather of the
+column shares); between two gap checks a rank's copy of the other ranks' columns is stale.
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import torch
+
+from .collectives import Collectives
+from .devices import to_host
+from .distributed import RankStore, world
+from .errors import SSVMInputError, check
+from .oracles.chain_column_kernels import (nb_apply_share, nb_blocks_gap_terms, nb_decode_rows, nb_move_blocks,
+                                           nb_rows_unary, nb_share_direction, nb_tail_direction)
+from .stores.base import BatchCorners, GapPass
+from .stores.chain import ChainDual
+
+
+def column_csr(fptr: np.ndarray, fidx: np.ndarray, fval: np.ndarray, share: tuple[int, int]):
+    """The CSR rows restricted to the feature columns f with f mod p = r, ``share`` = (r, p)."""
+    r, p = share
+    keep = fidx % p == r
+    kept = np.concatenate([[0], np.cumsum(keep)])
+    return kept[fptr].astype(fptr.dtype), np.ascontiguousarray(fidx[keep]), np.ascontiguousarray(fval[keep])
+
+
+def batch_rows(offsets: np.ndarray, blocks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(the positions of ``blocks`` concatenated in batch order, their starts (tau + 1,) in it)."""
+    start = offsets[blocks]
+    lengths = offsets[blocks + 1] - start
+    starts = np.concatenate([[0], np.cumsum(lengths)])
+    rows = np.repeat(start - starts[:-1], lengths) + np.arange(starts[-1])
+    return rows.astype(np.int64), starts.astype(np.int64)
+
+
+def w_tail(store: ChainDual) -> int:
+    """The length of w after the emission weights: first (K), last (K), transitions (K, K)."""
+    K = store.model.K
+    return store.w.numel() - K * store.model.F
+
+
+class ColumnShardedChain(RankStore):
+    """One rank of the coordinate-sharded chain store (module docstring); ``local`` is a
+    :class:`~ssvm_torch.stores.chain.ChainDual` of the whole training set with numba kernels (CPU,
+    float64). Runs mini-batch BCFW (any batch size) and exact gap passes; one process (P = 1) runs
+    the same kernels without collectives."""
+
+    supports_averaging = False        # the averages read w at every step; here it is whole only at sync points
+    exchange = "columns"
+
+    def __init__(self, local: ChainDual):
+        if type(local) is not ChainDual:
+            raise SSVMInputError(f"exchange 'columns': runs the chain store without edge features, got "
+                                 f"{local.description or type(local).__name__}; use --exchange gather or allreduce")
+        if not local._numba:
+            raise SSVMInputError("exchange 'columns': runs the numba kernels (CPU, float64 state, --kernels auto or "
+                                 "numba); use --exchange gather or allreduce on other devices")
+        rank, size = world()
+        check(size <= local.model.F, "world_size", f"at most F = {local.model.F} ranks (one column each)", size)
+        self.local, self.rank, self.size = local, rank, size
+        self.n = self.N = local.n
+        check(local.N == local.n, "n_objective", f"the whole training set's n = {local.n}", local.N)
+        self.lam, self.device = local.lam, local.device
+        self.coll = Collectives(rank, size, self.device, narrow_ints=True)
+        fptr, fidx, fval = local._np[:3]
+        self.csr = column_csr(fptr, fidx, fval, (rank, size))
+        F = local.model.F
+        self.scratch = torch.zeros_like(local.w)               # this rank's share of dw, zero between steps
+        self._S = local.model.split(self.scratch)[0].numpy()
+        self._mark = np.zeros(F, dtype=np.bool_)
+        self._touched = np.empty(F, dtype=np.int64)
+        self._pending = 0                                      # touched columns of a direction not yet applied
+        self._stale = False                                    # other ranks' columns moved since the last sync
+        self.shard_s = self.joint_s = 0.0                      # own decoding and gap terms / own share of dw
+        self.steps_exchanged = 0
+
+    # -- w whole on every rank ------------------------------------------------------------------
+    def _drop_pending(self) -> None:
+        """Clear the scratch of a direction the line search did not take (gamma = 0)."""
+        if self._pending:
+            W = self.local._np[7]
+            nb_apply_share(W, self._S, self._mark, self._touched, self._pending, 0.0)
+            self._pending = 0
+
+    def sync_w(self) -> None:
+        """Every rank's columns gathered into every rank's w (a collective: every rank calls it at the
+        same point of the run); the replicated weights are equal everywhere already."""
+        self._drop_pending()
+        if not self._stale:
+            return
+        W = self.local.model.split(self.local.w)[0]            # (K, F) view
+        F, P = W.shape[1], self.size
+        width = -(-F // P)
+        mine = torch.zeros(W.shape[0], width, dtype=W.dtype)
+        own = W[:, self.rank::P]
+        mine[:, :own.shape[1]] = own
+        for q, part in enumerate(self.coll.all_gather(mine)):
+            cols = W[:, q::P]
+            cols.copy_(part[:, :cols.shape[1]])
+        self._stale = False
+
+    def set_point(self, w: torch.Tensor, ell: float) -> None:
+        self._drop_pending()
+        self.local.set_point(w, ell)
+        self._stale = False
+
+    def primal(self, H: torch.Tensor) -> float:
+        self.sync_w()
+        return self.local.primal(H)
+
+    def dual(self) -> float:
+        self.sync_w()
+        return self.local.dual()
+
+    # -- mini-batch BCFW -------------------------------------------------------------------------
+    def batch_corners(self, idx, with_direction: bool = True) -> BatchCorners:
+        """Steps 1-3 of the module docstring: the tau blocks' corners, their gaps and this rank's
+        share of the joint direction (kept in the scratch; ``dw`` is None, ``sqnorm`` the joint
+        ||dw||^2)."""
+        self._drop_pending()
+        L = self.local
+        fptr, fidx, fval, off, Y = L._np[:5]
+        W, first, last, trans, Mu, Mt = L._np[7:13]
+        K, tau = L.model.K, int(torch.as_tensor(idx).numel())
+        blocks = np.ascontiguousarray(to_host(torch.as_tensor(idx)).reshape(-1), dtype=np.int64)
+        rows, starts = batch_rows(off, blocks)
+        npos = len(rows)
+        t0 = time.perf_counter()
+        U = np.empty((npos, K))
+        nb_rows_unary(rows, *self.csr, W, U)                  # 1. partial unaries of this rank's columns
+        self.joint_s += time.perf_counter() - t0
+        if self.size > 1:
+            self.coll.all_reduce(torch.from_numpy(U))
+        msg = np.zeros(npos + 2 * tau)                         # 2. [labels, L(y*), dot]: one owner per entry
+        t0 = time.perf_counter()
+        mine = np.arange(self.rank, tau, self.size, dtype=np.int64)
+        nb_decode_rows(mine, blocks, starts, off, Y, U, first, last, trans, Mu, Mt, L._tw, L.model.pen_host,
+                       msg[:npos], msg[npos:npos + tau], msg[npos + tau:])
+        self.shard_s += time.perf_counter() - t0
+        if self.size > 1:
+            self.coll.all_reduce(torch.from_numpy(msg))
+        t0 = time.perf_counter()
+        labels = msg[:npos].astype(np.int64)
+        coef = -1.0 / (self.lam * self.N)
+        n_cols, sq = nb_share_direction(rows, labels, Mu, coef, *self.csr, self._S, self._mark, self._touched)
+        self._pending = n_cols                                 # 3. this rank's share of dw, in the scratch
+        tail = np.empty(w_tail(L))                             # the replicated first / last / transition part
+        nb_tail_direction(blocks, starts, rows, labels, Mu, Mt, coef, tail)
+        self.joint_s += time.perf_counter() - t0
+        if self.size > 1:
+            sq = float(self.coll.all_reduce(torch.tensor([sq], dtype=torch.float64))[0])
+        self.steps_exchanged += 1
+        idx_t = torch.from_numpy(blocks)
+        loss = torch.from_numpy(msg[npos:npos + tau]) / self.N
+        ell_b = L.ell_i[idx_t]
+        gaps = torch.from_numpy(msg[npos + tau:]) / self.N - ell_b + loss
+        return BatchCorners(idx_t, loss, gaps, None, float((loss - ell_b).sum()),
+                            moves=(blocks, starts, rows, labels, tail), sqnorm=sq + float(tail @ tail))
+
+    def batch_move(self, corners: BatchCorners, gamma: float) -> None:
+        """Step 4: this rank's columns of w, the replicated weights and every block of the batch."""
+        L = self.local
+        blocks, starts, rows, labels, tail = corners.moves
+        t0 = time.perf_counter()
+        nb_apply_share(L._np[7], self._S, self._mark, self._touched, self._pending, gamma)
+        self._pending = 0
+        L.w[-len(tail):].add_(torch.from_numpy(tail), alpha=gamma)
+        nb_move_blocks(blocks, starts, rows, labels, L._np[11], L._np[12], gamma)     # in place: Mu, Mt
+        idx = corners.idx
+        L.ell_i.index_put_((idx,), gamma * (corners.loss - L.ell_i[idx]), accumulate=True)
+        L._ell[0] += gamma * corners.dell
+        self.joint_s += time.perf_counter() - t0
+        self._stale = self.size > 1
+
+    # -- exact gap pass and recomputation -------------------------------------------------------
+    def gap_pass(self) -> GapPass:
+        """The exact gap pass (eq. (6) for every block): w gathered, each rank decodes the blocks i
+        with i mod P = r, their block gaps, H_i and L_i / n all-gathered into the global order."""
+        self.sync_w()
+        L = self.local
+        t0 = time.perf_counter()
+        blocks = np.arange(self.rank, self.n, self.size, dtype=np.int64)
+        m = len(blocks)
+        aug, m_theta, gt, wrong = np.empty(m), np.empty(m), np.empty(m), np.empty(m)
+        nb_blocks_gap_terms(blocks, *L._np[:5], *L._np[7:13], L._tw, L.model.pen_host, aug, m_theta, gt, wrong)
+        b = torch.from_numpy(blocks)
+        rows = torch.stack([(torch.from_numpy(aug - m_theta)) / self.N - L.ell_i[b], torch.from_numpy(aug - gt),
+                            torch.from_numpy(wrong) * L.tw[b] / self.N], 1)
+        self.shard_s += time.perf_counter() - t0
+        out = self.coll.gather_blocks(rows, self.n) if self.size > 1 else rows
+        cols = out.T.contiguous()
+        return GapPass(labels=None, loss=cols[2], H=cols[1], block_gaps=cols[0])
+
+    def recompute(self) -> None:
+        """w and ell exactly from the (replicated) statistics, on every rank alike: w is whole after it."""
+        self._drop_pending()
+        self.local.recompute()
+        self._stale = False
+
+    # -- checkpoints -----------------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        """The chain store's state (w gathered first: a collective; the statistics are replicated),
+        tagged with the number of processes and the exchange."""
+        self.sync_w()
+        return {**self.local.state_dict(), "world_size": self.size, "exchange": self.exchange}
+
+    def load_state_dict(self, state: dict) -> None:
+        """A checkpoint of this exchange on the same number of processes, or of the chain store in
+        one process (the same state) when this run has one process."""
+        size, exchange = state.get("world_size", 1), state.get("exchange", "columns" if "Mu" in state else None)
+        if size != self.size or exchange != self.exchange:
+            raise SSVMInputError(f"checkpoint: written by {size} process(es) with exchange {exchange!r}, this run "
+                                 f"has {self.size} with {self.exchange!r}; resume with the same number of processes "
+                                 "and exchange")
+        self._drop_pending()
+        self.local.load_state_dict(state)
+        self._stale = False
+
+    def direction(self, parts: dict) -> torch.Tensor:
+        raise SSVMInputError("direction: the coordinate-sharded store never builds a whole direction")

@@ -1,0 +1,197 @@
+"""Numba kernels of the coordinate-sharded chain store (:mod:`ssvm_torch.column_shards`; CPU,
+float64): partial unary scores of a column share of the features, the loss-augmented decoding of
+some blocks of a batch from given unaries (with the terms of the block gap, eq. (6) of Osokin et al.
+2016), the exact gap terms of a subset of blocks, and a column share of the mini-batch direction
+accumulated, measured and applied without touching any other coordinate.
+
+Positions are the rows of the store's CSR features; W is the (K, F) emission view of w
+(:meth:`ssvm_torch.models.chain.ChainModel.split`), any layout."""
+from __future__ import annotations
+
+import numba as nb
+import numpy as np
+
+from ..chain.numba_viterbi import viterbi_segment
+from .chain_kernels import _FAST
+
+
+@nb.njit(cache=True, nogil=True, fastmath=_FAST)
+def nb_rows_unary(rows, fptr, fidx, fval, W, U):
+    """U[j, k] = sum over the stored entries (f, v) of position rows[j] of v W[k, f]. With the CSR of
+    one column share, the partial scores of that share (the ranks' partial scores sum to X W^T)."""
+    K = W.shape[0]
+    for j in range(rows.shape[0]):
+        r = rows[j]
+        for k in range(K):
+            U[j, k] = 0.0
+        for e in range(fptr[r], fptr[r + 1]):
+            v = fval[e]
+            f = fidx[e]
+            for k in range(K):
+                U[j, k] += v * W[k, f]
+
+
+@nb.njit(cache=True, nogil=True, parallel=True, fastmath=_FAST)
+def nb_decode_rows(mine, blocks, starts, off, Y, U, first, last, trans, Mu, Mt, tw, pen, labels, loss, dot):
+    """Loss-augmented Viterbi of the batch entries ``mine``: entry b is block blocks[b] whose
+    unaries are the rows starts[b]..starts[b+1] of ``U`` (the batch's positions in batch order). Writes
+    y*_b to labels[starts[b]:starts[b+1]], L(y*_b) to loss[b] and <S(y*_b) - M_i, theta_i> (the
+    block-gap term of eq. (6) in units of 1/(lam n), as :func:`~ssvm_torch.oracles.chain_kernels.nb_batch_corners`)
+    to dot[b]."""
+    K = U.shape[1]
+    for q in nb.prange(mine.shape[0]):
+        b = mine[q]
+        i = blocks[b]
+        s0 = starts[b]
+        T = starts[b + 1] - s0
+        s = off[i]
+        delta, newd = np.empty(K), np.empty(K)
+        bp = np.empty((T, K), dtype=np.int64)
+        ys = np.empty(T, dtype=np.int64)
+        Ub = U[s0:s0 + T]
+        aug = viterbi_segment(Ub, 0, T, first, last, trans, Y[s:s + T], tw[i], ys, delta, newd, bp, pen)
+        wrong = 0
+        m = 0.0
+        for t in range(T):
+            labels[s0 + t] = ys[t]
+            if ys[t] != Y[s + t]:
+                wrong += 1
+            for k in range(K):
+                m += Mu[s + t, k] * Ub[t, k]
+        for k in range(K):
+            m += Mu[s, k] * first[k] + Mu[s + T - 1, k] * last[k]
+        for a in range(K):
+            for c in range(K):
+                m += Mt[i, a, c] * trans[a, c]
+        loss[b] = wrong * tw[i]
+        dot[b] = (aug - loss[b]) - m
+
+
+@nb.njit(cache=True, nogil=True, parallel=True, fastmath=_FAST)
+def nb_blocks_gap_terms(blocks, fptr, fidx, fval, off, Y, W, first, last, trans, Mu, Mt, tw, pen, aug, m_theta,
+                        gt_score, wrong):
+    """The exact gap pass's terms of the blocks ``blocks`` (entry q: block blocks[q]): the
+    loss-augmented score aug[q], <M_i, theta_i>, the ground-truth score and the count of wrong
+    positions of y* (:func:`~ssvm_torch.oracles.chain_kernels.nb_gap_pass` on a subset of blocks)."""
+    K = W.shape[0]
+    for q in nb.prange(blocks.shape[0]):
+        i = blocks[q]
+        s = off[i]
+        T = off[i + 1] - s
+        U = np.empty((T, K))
+        for t in range(T):
+            for k in range(K):
+                U[t, k] = 0.0
+            for e in range(fptr[s + t], fptr[s + t + 1]):
+                v = fval[e]
+                f = fidx[e]
+                for k in range(K):
+                    U[t, k] += v * W[k, f]
+        delta, newd = np.empty(K), np.empty(K)
+        bp = np.empty((T, K), dtype=np.int64)
+        ys = np.empty(T, dtype=np.int64)
+        aug[q] = viterbi_segment(U, 0, T, first, last, trans, Y[s:s + T], tw[i], ys, delta, newd, bp, pen)
+        mt = 0.0
+        gs = first[Y[s]] + last[Y[s + T - 1]]
+        wr = 0.0
+        for t in range(T):
+            for k in range(K):
+                mt += Mu[s + t, k] * U[t, k]
+            gs += U[t, Y[s + t]]
+            if t + 1 < T:
+                gs += trans[Y[s + t + 1], Y[s + t]]
+            if ys[t] != Y[s + t]:
+                wr += 1.0
+        for k in range(K):
+            mt += Mu[s, k] * first[k] + Mu[s + T - 1, k] * last[k]
+        for a in range(K):
+            for c in range(K):
+                mt += Mt[i, a, c] * trans[a, c]
+        m_theta[q] = mt
+        gt_score[q] = gs
+        wrong[q] = wr
+
+
+@nb.njit(cache=True, nogil=True)
+def nb_apply_share(W, S, mark, touched, n, gamma):
+    """W[:, f] += gamma S[:, f] on the n touched columns (gamma = 0: none), then S and the marks
+    there are zero again: the scratch is clean for the next step."""
+    K = S.shape[0]
+    for q in range(n):
+        f = touched[q]
+        for k in range(K):
+            if gamma != 0.0:
+                W[k, f] += gamma * S[k, f]
+            S[k, f] = 0.0
+        mark[f] = False
+
+
+@nb.njit(cache=True, nogil=True)
+def nb_share_direction(rows, labels, Mu, coef, fptr, fidx, fval, S, mark, touched):
+    """S[k, f] += coef (onehot(labels[j])[k] - Mu[rows[j], k]) v for every stored entry (f, v) of
+    every position rows[j], in batch order: the column share of dw = coef sum_b A_b(S(y*_b) - M_b)
+    (each coordinate sums its entries in the order one process does,
+    :meth:`~ssvm_torch.models.chain.ChainModel.direction_from_parts`); the touched columns are listed
+    in ``touched`` (marked in ``mark``). Returns (number of touched columns, ||S||^2 over them)."""
+    K = S.shape[0]
+    n = 0
+    stats = np.empty(K)
+    for j in range(rows.shape[0]):
+        r = rows[j]
+        for k in range(K):
+            stats[k] = coef * ((1.0 if k == labels[j] else 0.0) - Mu[r, k])
+        for e in range(fptr[r], fptr[r + 1]):
+            f = fidx[e]
+            v = fval[e]
+            if not mark[f]:
+                mark[f] = True
+                touched[n] = f
+                n += 1
+            for k in range(K):
+                S[k, f] += stats[k] * v
+    sq = 0.0
+    for q in range(n):
+        f = touched[q]
+        for k in range(K):
+            sq += S[k, f] * S[k, f]
+    return n, sq
+
+
+@nb.njit(cache=True, nogil=True)
+def nb_tail_direction(blocks, starts, rows, labels, Mu, Mt, coef, tail):
+    """The first / last / transition part of dw = coef sum_b (S(y*_b) - M_b), packed as w's tail
+    [first (K), last (K), trans (K, K) next-major]: D at each block's first and last position, and
+    the transition counts of y*_b minus Mt_b."""
+    K = Mu.shape[1]
+    tail[:] = 0.0
+    for b in range(blocks.shape[0]):
+        i = blocks[b]
+        s0, e0 = starts[b], starts[b + 1]
+        r0, r1 = rows[s0], rows[e0 - 1]
+        for k in range(K):
+            tail[k] += coef * ((1.0 if k == labels[s0] else 0.0) - Mu[r0, k])
+            tail[K + k] += coef * ((1.0 if k == labels[e0 - 1] else 0.0) - Mu[r1, k])
+        for a in range(K):
+            for c in range(K):
+                tail[2 * K + a * K + c] -= coef * Mt[i, a, c]
+        for j in range(s0 + 1, e0):
+            tail[2 * K + labels[j] * K + labels[j - 1]] += coef
+
+
+@nb.njit(cache=True, nogil=True)
+def nb_move_blocks(blocks, starts, rows, labels, Mu, Mt, gamma):
+    """alpha_b <- (1 - gamma) alpha_b + gamma delta(y*_b) in the statistics of every block of the
+    batch: Mu[r] += gamma (onehot(y*) - Mu[r]) at its positions, Mt_b += gamma (counts(y*_b) - Mt_b)."""
+    K = Mu.shape[1]
+    for b in range(blocks.shape[0]):
+        i = blocks[b]
+        s0, e0 = starts[b], starts[b + 1]
+        for j in range(s0, e0):
+            r = rows[j]
+            for k in range(K):
+                Mu[r, k] += gamma * ((1.0 if k == labels[j] else 0.0) - Mu[r, k])
+        for a in range(K):
+            for c in range(K):
+                Mt[i, a, c] -= gamma * Mt[i, a, c]
+        for j in range(s0 + 1, e0):
+            Mt[i, labels[j], labels[j - 1]] += gamma
