@@ -1,17 +1,19 @@
 """Coordinate-sharded mini-batch BCFW for the chain store on torch.distributed (the ``columns``
 exchange of ``ssvm-train`` under torchrun): every rank holds the (read-only) training set and the
 compact block statistics of every block (Mu, Mt, ell_i: O(N K), :mod:`ssvm_torch.stores.chain`),
-but keeps only its share of w's feature columns (f mod P = r) current; the first / last /
+but keeps only its share of w's feature columns current (about 1/P of the stored feature
+entries each, :func:`column_owners`); the first / last /
 transition weights (K^2 + 2K numbers) are replicated. No rank ever builds or receives a whole
 direction dw. One step of tau blocks (Wang et al., ICML 2016, with the exact line search of
 :class:`~ssvm_torch.solvers.steps.MiniBatchStep`):
 
-1. each rank scores the batch's positions with its columns only (partial unaries, 1/P of X W^T),
-   and one all-reduce sums them: every rank has the unaries of every block of the batch;
-2. each rank decodes the batch entries b with b mod P = r (loss-augmented Viterbi and the terms of
-   the block gap, eq. (6) of Osokin et al. 2016) and one all-reduce of [labels, L(y*), dot] gives
-   every rank every decoded labeling: the per-position statistics D_b = S(y*_b) - M_b, a few bytes
-   per position instead of the positions' feature entries;
+1. each rank scores the batch's positions with its columns only (partial unaries, 1/P of X W^T);
+   rank r decodes a contiguous range of the batch's entries (about 1/P of its positions), so one
+   all-to-all brings it the other ranks' partial unaries of its rows, which it sums;
+2. each rank decodes its entries (loss-augmented Viterbi and the terms of the block gap, eq. (6) of
+   Osokin et al. 2016) and one all-to-all of [labels, L(y*), dot] gives every rank every decoded
+   labeling: the per-position statistics D_b = S(y*_b) - M_b, a few bytes per position instead of
+   the positions' feature entries;
 3. each rank builds its column share of dw = -sum_b A_b(D_b) / (lam n) in a scratch (every
    coordinate sums its entries in the order one process does, so the direction's values are one
    process's bits), measures ||dw_r||^2 there, and one scalar all-reduce gives ||dw||^2 for the line
@@ -22,9 +24,11 @@ direction dw. One step of tau blocks (Wang et al., ICML 2016, with the exact lin
 The partial unaries are summed in another order than one process's walk over each position's
 features, so the unaries (and rarely, through an argmax tie, a labeling) differ from one process's
 in the last bits: the run follows one process's gap curve to within rounding, not bit for bit
-(docs/distributed.md measures how far). w is whole on every rank only after :meth:`sync_w`, which
-the exact gap pass, recomputation, checkpoints and the objective values call (an all-gather of the
-column shares); between two gap checks a rank's copy of the other ranks' columns is stale.
+(docs/distributed.md measures how far). The exact gap pass needs no whole w either (rank r decodes a
+range of the blocks from the ranks' partial unaries). w is whole on every rank only after
+:meth:`sync_w` (the column shares broadcast by their ranks), which the objective values of a history
+record, recomputation and checkpoints call: between two records a rank's copy of the other ranks'
+columns is stale.
 """
 from __future__ import annotations
 
@@ -37,16 +41,22 @@ from .collectives import Collectives
 from .devices import to_host
 from .distributed import RankStore, world
 from .errors import SSVMInputError, check
-from .oracles.chain_column_kernels import (nb_apply_share, nb_blocks_gap_terms, nb_decode_rows, nb_move_blocks,
-                                           nb_rows_unary, nb_share_direction, nb_tail_direction)
+from .oracles.chain_column_kernels import (nb_apply_share, nb_balanced_owners, nb_blocks_gap_terms, nb_decode_rows,
+                                           nb_move_blocks, nb_rows_unary, nb_share_direction, nb_tail_direction)
 from .stores.base import BatchCorners, GapPass
 from .stores.chain import ChainDual
 
 
-def column_csr(fptr: np.ndarray, fidx: np.ndarray, fval: np.ndarray, share: tuple[int, int]):
-    """The CSR rows restricted to the feature columns f with f mod p = r, ``share`` = (r, p)."""
-    r, p = share
-    keep = fidx % p == r
+def column_owners(fidx: np.ndarray, F: int, size: int) -> np.ndarray:
+    """The rank that keeps each of the F feature columns (:func:`~ssvm_torch.oracles.chain_column_kernels.
+    nb_balanced_owners`: about 1/P of the stored entries each; ties broken by column index)."""
+    counts = np.bincount(fidx, minlength=F).astype(np.int64)
+    return nb_balanced_owners(counts, np.argsort(-counts, kind="stable").astype(np.int64), size)
+
+
+def column_csr(fptr: np.ndarray, fidx: np.ndarray, fval: np.ndarray, keep_columns: np.ndarray):
+    """The CSR rows restricted to the feature columns f with keep_columns[f]."""
+    keep = keep_columns[fidx]
     kept = np.concatenate([[0], np.cumsum(keep)])
     return kept[fptr].astype(fptr.dtype), np.ascontiguousarray(fidx[keep]), np.ascontiguousarray(fval[keep])
 
@@ -90,8 +100,10 @@ class ColumnShardedChain(RankStore):
         self.lam, self.device = local.lam, local.device
         self.coll = Collectives(rank, size, self.device, narrow_ints=True)
         fptr, fidx, fval = local._np[:3]
-        self.csr = column_csr(fptr, fidx, fval, (rank, size))
         F = local.model.F
+        owner = column_owners(fidx, F, size)
+        self.columns = [torch.from_numpy(np.flatnonzero(owner == q)) for q in range(size)]   # each rank's, sorted
+        self.csr = column_csr(fptr, fidx, fval, owner == rank)
         self.scratch = torch.zeros_like(local.w)               # this rank's share of dw, zero between steps
         self._S = local.model.split(self.scratch)[0].numpy()
         self._mark = np.zeros(F, dtype=np.bool_)
@@ -116,14 +128,13 @@ class ColumnShardedChain(RankStore):
         if not self._stale:
             return
         W = self.local.model.split(self.local.w)[0]            # (K, F) view
-        F, P = W.shape[1], self.size
-        width = -(-F // P)
-        mine = torch.zeros(W.shape[0], width, dtype=W.dtype)
-        own = W[:, self.rank::P]
-        mine[:, :own.shape[1]] = own
+        most = max(len(c) for c in self.columns)
+        mine = torch.zeros(W.shape[0], most, dtype=W.dtype)
+        own = self.columns[self.rank]
+        mine[:, :len(own)] = W[:, own]
         for q, part in enumerate(self.coll.all_gather(mine)):
-            cols = W[:, q::P]
-            cols.copy_(part[:, :cols.shape[1]])
+            if q != self.rank:
+                W[:, self.columns[q]] = part[:, :len(self.columns[q])]
         self._stale = False
 
     def set_point(self, w: torch.Tensor, ell: float) -> None:
@@ -139,6 +150,52 @@ class ColumnShardedChain(RankStore):
         self.sync_w()
         return self.local.dual()
 
+    # -- the exchanges --------------------------------------------------------------------------
+    def _ranges(self, starts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(cut, at): rank q takes the entries cut[q]..cut[q+1] of a batch whose entry b has the rows
+        starts[b]..starts[b+1] (contiguous, about 1/P of the rows each), i.e. the rows at[q]..at[q+1]."""
+        m = len(starts) - 1
+        cut = np.searchsorted(starts, np.arange(self.size + 1) * starts[-1] / self.size).astype(np.int64)
+        cut[0], cut[-1] = 0, m
+        cut = np.maximum.accumulate(cut)
+        return cut, starts[cut]
+
+    def _unaries(self, rows: np.ndarray, at: np.ndarray) -> np.ndarray:
+        """The unaries X W^T of this rank's rows rows[at[r]:at[r+1]]: every rank scores every row
+        with its own columns (the partial unaries, 1/P of the work), one all-to-all brings each
+        rank the others' partial scores of its rows, summed in rank order."""
+        W, K = self.local._np[7], self.local.model.K
+        t0 = time.perf_counter()
+        if self.size == 1:
+            U = np.empty((len(rows), K))
+            nb_rows_unary(rows, *self.csr, W, U)
+            self.joint_s += time.perf_counter() - t0
+            return U
+        most = int(np.diff(at).max()) or 1
+        parts = np.zeros((self.size * most, K))
+        for q in range(self.size):
+            nb_rows_unary(rows[at[q]:at[q + 1]], *self.csr, W, parts[q * most:q * most + at[q + 1] - at[q]])
+        self.joint_s += time.perf_counter() - t0
+        got = self.coll.all_to_all(torch.empty(self.size * most, K, dtype=torch.float64), torch.from_numpy(parts))
+        r = self.rank
+        return got.view(self.size, most, K).sum(0)[:at[r + 1] - at[r]].numpy()
+
+    def _share_ranges(self, arrays: list) -> list:
+        """Every rank's range of each (array, bounds) pair (rank q owns array[bounds[q]:bounds[q+1]],
+        float64) in every rank's array: one all-to-all of the concatenated ranges."""
+        r, P = self.rank, self.size
+        sizes = [sum(int(b[q + 1] - b[q]) for _, b in arrays) for q in range(P)]
+        own = np.concatenate([a[b[r]:b[r + 1]] for a, b in arrays])
+        got = self.coll.all_to_all(torch.empty(sum(sizes), dtype=torch.float64), torch.from_numpy(np.tile(own, P)),
+                                   sizes, [len(own)] * P)
+        for q, seg in enumerate(torch.split(got, sizes)):
+            seg, used = seg.numpy(), 0
+            for a, b in arrays:
+                n = int(b[q + 1] - b[q])
+                a[b[q]:b[q + 1]] = seg[used:used + n]
+                used += n
+        return [a for a, _ in arrays]
+
     # -- mini-batch BCFW -------------------------------------------------------------------------
     def batch_corners(self, idx, with_direction: bool = True) -> BatchCorners:
         """Steps 1-3 of the module docstring: the tau blocks' corners, their gaps and this rank's
@@ -148,26 +205,24 @@ class ColumnShardedChain(RankStore):
         L = self.local
         fptr, fidx, fval, off, Y = L._np[:5]
         W, first, last, trans, Mu, Mt = L._np[7:13]
-        K, tau = L.model.K, int(torch.as_tensor(idx).numel())
+        tau = int(torch.as_tensor(idx).numel())
         blocks = np.ascontiguousarray(to_host(torch.as_tensor(idx)).reshape(-1), dtype=np.int64)
         rows, starts = batch_rows(off, blocks)
         npos = len(rows)
+        # 1-2: rank q decodes the entries [cut[q], cut[q+1]) (contiguous, about npos / P positions each)
+        cut, at = self._ranges(starts)
+        U = self._unaries(rows, at)
         t0 = time.perf_counter()
-        U = np.empty((npos, K))
-        nb_rows_unary(rows, *self.csr, W, U)                  # 1. partial unaries of this rank's columns
-        self.joint_s += time.perf_counter() - t0
-        if self.size > 1:
-            self.coll.all_reduce(torch.from_numpy(U))
-        msg = np.zeros(npos + 2 * tau)                         # 2. [labels, L(y*), dot]: one owner per entry
-        t0 = time.perf_counter()
-        mine = np.arange(self.rank, tau, self.size, dtype=np.int64)
-        nb_decode_rows(mine, blocks, starts, off, Y, U, first, last, trans, Mu, Mt, L._tw, L.model.pen_host,
-                       msg[:npos], msg[npos:npos + tau], msg[npos + tau:])
+        r = self.rank
+        mine = np.arange(cut[r], cut[r + 1], dtype=np.int64)
+        labels, loss, dot = np.empty(npos), np.empty(tau), np.empty(tau)
+        nb_decode_rows(mine, blocks, starts, at[r], off, Y, U, first, last, trans, Mu, Mt, L._tw, L.model.pen_host,
+                       labels, loss, dot)
         self.shard_s += time.perf_counter() - t0
-        if self.size > 1:
-            self.coll.all_reduce(torch.from_numpy(msg))
+        if self.size > 1:                                      # every rank's [labels, L(y*), dot] to every rank
+            labels, loss, dot = self._share_ranges([(labels, at), (loss, cut), (dot, cut)])
         t0 = time.perf_counter()
-        labels = msg[:npos].astype(np.int64)
+        labels = labels.astype(np.int64)
         coef = -1.0 / (self.lam * self.N)
         n_cols, sq = nb_share_direction(rows, labels, Mu, coef, *self.csr, self._S, self._mark, self._touched)
         self._pending = n_cols                                 # 3. this rank's share of dw, in the scratch
@@ -178,9 +233,9 @@ class ColumnShardedChain(RankStore):
             sq = float(self.coll.all_reduce(torch.tensor([sq], dtype=torch.float64))[0])
         self.steps_exchanged += 1
         idx_t = torch.from_numpy(blocks)
-        loss = torch.from_numpy(msg[npos:npos + tau]) / self.N
+        loss = torch.from_numpy(loss) / self.N
         ell_b = L.ell_i[idx_t]
-        gaps = torch.from_numpy(msg[npos + tau:]) / self.N - ell_b + loss
+        gaps = torch.from_numpy(dot) / self.N - ell_b + loss
         return BatchCorners(idx_t, loss, gaps, None, float((loss - ell_b).sum()),
                             moves=(blocks, starts, rows, labels, tail), sqnorm=sq + float(tail @ tail))
 
@@ -201,22 +256,31 @@ class ColumnShardedChain(RankStore):
 
     # -- exact gap pass and recomputation -------------------------------------------------------
     def gap_pass(self) -> GapPass:
-        """The exact gap pass (eq. (6) for every block): w gathered, each rank decodes the blocks i
-        with i mod P = r, their block gaps, H_i and L_i / n all-gathered into the global order."""
-        self.sync_w()
+        """The exact gap pass (eq. (6) for every block): rank r takes a contiguous range of the blocks
+        (about N / P positions) with their unaries from the ranks' partial scores (:meth:`_unaries`:
+        no rank needs the whole w), and their block gaps, H_i and L_i / n go to every rank."""
+        self._drop_pending()
         L = self.local
+        off = L._np[3]
+        cut, at = self._ranges(off)
+        U = self._unaries(np.arange(off[-1], dtype=np.int64), at)
         t0 = time.perf_counter()
-        blocks = np.arange(self.rank, self.n, self.size, dtype=np.int64)
-        m = len(blocks)
+        r = self.rank
+        mine = np.arange(cut[r], cut[r + 1], dtype=np.int64)
+        m = len(mine)
         aug, m_theta, gt, wrong = np.empty(m), np.empty(m), np.empty(m), np.empty(m)
-        nb_blocks_gap_terms(blocks, *L._np[:5], *L._np[7:13], L._tw, L.model.pen_host, aug, m_theta, gt, wrong)
-        b = torch.from_numpy(blocks)
-        rows = torch.stack([(torch.from_numpy(aug - m_theta)) / self.N - L.ell_i[b], torch.from_numpy(aug - gt),
-                            torch.from_numpy(wrong) * L.tw[b] / self.N], 1)
+        nb_blocks_gap_terms(mine, off[cut[r]:], at[r], off, L._np[4], U, *L._np[8:13], L._tw, L.model.pen_host,
+                            aug, m_theta, gt, wrong)
+        gaps, H, loss = np.zeros(self.n), np.zeros(self.n), np.zeros(self.n)
+        own = slice(cut[r], cut[r + 1])
+        gaps[own] = (aug - m_theta) / self.N - L._np_ell[0][own]
+        H[own] = aug - gt
+        loss[own] = wrong * L._tw[own] / self.N
         self.shard_s += time.perf_counter() - t0
-        out = self.coll.gather_blocks(rows, self.n) if self.size > 1 else rows
-        cols = out.T.contiguous()
-        return GapPass(labels=None, loss=cols[2], H=cols[1], block_gaps=cols[0])
+        if self.size > 1:
+            gaps, H, loss = self._share_ranges([(gaps, cut), (H, cut), (loss, cut)])
+        return GapPass(labels=None, loss=torch.from_numpy(loss), H=torch.from_numpy(H),
+                       block_gaps=torch.from_numpy(gaps))
 
     def recompute(self) -> None:
         """w and ell exactly from the (replicated) statistics, on every rank alike: w is whole after it."""

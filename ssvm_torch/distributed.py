@@ -101,8 +101,9 @@ def on_rank0(fn):
 
 def describe(store: "RankStore") -> dict:
     """The partition and the exchange of a sharded run, for config.json."""
-    partition = ("columns: every rank holds every block's statistics and keeps w's feature columns f with f mod "
-                 "world_size = rank; it decodes the batch entries b with b mod world_size = rank"
+    partition = ("columns: every rank holds every block's statistics and keeps a share of w's feature columns "
+                 "(about 1/world_size of the stored feature entries each); it decodes a contiguous range of each "
+                 "batch's blocks (about 1/world_size of their positions)"
                  if store.exchange == "columns" else
                  "round-robin: rank r holds blocks i with i mod world_size = r (local block i // world_size)")
     return {"world_size": store.size, "backend": dist.get_backend() if dist.is_initialized() else None,

@@ -139,6 +139,7 @@ def test_ema_weights_are_the_moving_average_of_the_trained_ones_and_are_what_dev
     trained = [p for p in m.tagger.parameters()]
     start = [p.detach().clone() for p in trained]
     opt = torch.optim.SGD(m.tagger.dense_parameters(), lr=0.5)
+    expect = []
     for step in range(3):                       # plain steps outside Lightning: the average's own rule
         opt.zero_grad()
         m.batch_loss(torch.arange(16 * step, 16 * step + 16)).backward()

@@ -250,7 +250,7 @@ def _train(args, cfg: SolverConfig, device, dtype, run_dir: RunDir | None) -> di
                               "kernels": args.kernels, "resume": args.resume, "solver": asdict(cfg),
                               "distributed": distributed.describe(dual) if sharded else None})
     if speak and sharded:
-        held = ("every block's statistics, w's feature columns f mod P = rank" if dual.exchange == "columns"
+        held = ("every block's statistics, a share of w's feature columns each" if dual.exchange == "columns"
                 else f"round-robin shards of {dual.local.n} or so blocks")
         print(f"torchrun: {size} ranks ({'nccl' if device.type == 'cuda' else 'gloo'}), {held}, exchange "
               f"{dual.exchange}", flush=True)
@@ -285,7 +285,9 @@ def _train(args, cfg: SolverConfig, device, dtype, run_dir: RunDir | None) -> di
                              f"({getattr(e, 'strerror', None) or e}); the run stopped there and wrote "
                              f"{out / 'history.json'} and {out / 'model.pt'}; {kept}")
     if speak and sharded:
-        print(f"exchanged {dual.bytes_per_step / 1e3:.1f} kB per step per rank ({dual.steps_exchanged} steps)")
+        print(f"exchanged {dual.bytes_per_step / 1e3:.1f} kB per step per rank ({dual.steps_exchanged} steps); rank 0: "
+              f"{dual.shard_s:.2f} s own decoding, {dual.joint_s:.2f} s direction and moves, {dual.comm_s:.2f} s in "
+              "collectives (waits included)")
     if speak:
         gap = "n/a (SSG keeps no dual)" if last["gap"] is None else f"{last['gap']:.6e}"
         budget = f" (budget {args.passes:g}; a run stops at the first gap check at or after it)" \

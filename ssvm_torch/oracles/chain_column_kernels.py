@@ -15,6 +15,25 @@ from ..chain.numba_viterbi import viterbi_segment
 from .chain_kernels import _FAST
 
 
+@nb.njit(cache=True, nogil=True)
+def nb_balanced_owners(counts, order, P):
+    """owner[f] in [0, P) for every feature column f: the columns in ``order`` (most stored entries
+    first) each go to the rank with the fewest entries so far (longest-processing-time rule), so
+    that every rank's share of the entries -- its share of the partial unaries and of the direction
+    -- is about 1/P even when one column (a bias feature) is in every row."""
+    owner = np.empty(counts.shape[0], dtype=np.int64)
+    load = np.zeros(P, dtype=np.int64)
+    for j in range(order.shape[0]):
+        f = order[j]
+        best = 0
+        for r in range(1, P):
+            if load[r] < load[best]:
+                best = r
+        owner[f] = best
+        load[best] += counts[f]
+    return owner
+
+
 @nb.njit(cache=True, nogil=True, fastmath=_FAST)
 def nb_rows_unary(rows, fptr, fidx, fval, W, U):
     """U[j, k] = sum over the stored entries (f, v) of position rows[j] of v W[k, f]. With the CSR of
@@ -32,9 +51,10 @@ def nb_rows_unary(rows, fptr, fidx, fval, W, U):
 
 
 @nb.njit(cache=True, nogil=True, parallel=True, fastmath=_FAST)
-def nb_decode_rows(mine, blocks, starts, off, Y, U, first, last, trans, Mu, Mt, tw, pen, labels, loss, dot):
+def nb_decode_rows(mine, blocks, starts, shift, off, Y, U, first, last, trans, Mu, Mt, tw, pen, labels, loss, dot):
     """Loss-augmented Viterbi of the batch entries ``mine``: entry b is block blocks[b] whose
-    unaries are the rows starts[b]..starts[b+1] of ``U`` (the batch's positions in batch order). Writes
+    unaries are the rows starts[b] - shift .. starts[b+1] - shift of ``U`` (the batch's positions in
+    batch order, from its position ``shift`` on). Writes
     y*_b to labels[starts[b]:starts[b+1]], L(y*_b) to loss[b] and <S(y*_b) - M_i, theta_i> (the
     block-gap term of eq. (6) in units of 1/(lam n), as :func:`~ssvm_torch.oracles.chain_kernels.nb_batch_corners`)
     to dot[b]."""
@@ -48,7 +68,7 @@ def nb_decode_rows(mine, blocks, starts, off, Y, U, first, last, trans, Mu, Mt, 
         delta, newd = np.empty(K), np.empty(K)
         bp = np.empty((T, K), dtype=np.int64)
         ys = np.empty(T, dtype=np.int64)
-        Ub = U[s0:s0 + T]
+        Ub = U[s0 - shift:s0 - shift + T]
         aug = viterbi_segment(Ub, 0, T, first, last, trans, Y[s:s + T], tw[i], ys, delta, newd, bp, pen)
         wrong = 0
         m = 0.0
@@ -68,36 +88,29 @@ def nb_decode_rows(mine, blocks, starts, off, Y, U, first, last, trans, Mu, Mt, 
 
 
 @nb.njit(cache=True, nogil=True, parallel=True, fastmath=_FAST)
-def nb_blocks_gap_terms(blocks, fptr, fidx, fval, off, Y, W, first, last, trans, Mu, Mt, tw, pen, aug, m_theta,
+def nb_blocks_gap_terms(blocks, starts, shift, off, Y, U, first, last, trans, Mu, Mt, tw, pen, aug, m_theta,
                         gt_score, wrong):
-    """The exact gap pass's terms of the blocks ``blocks`` (entry q: block blocks[q]): the
-    loss-augmented score aug[q], <M_i, theta_i>, the ground-truth score and the count of wrong
-    positions of y* (:func:`~ssvm_torch.oracles.chain_kernels.nb_gap_pass` on a subset of blocks)."""
-    K = W.shape[0]
+    """The exact gap pass's terms of the blocks ``blocks`` (entry q: block blocks[q], its unaries the
+    rows starts[q] - shift .. starts[q+1] - shift of ``U``): the loss-augmented score aug[q],
+    <M_i, theta_i>, the ground-truth score and the count of wrong positions of y*
+    (:func:`~ssvm_torch.oracles.chain_kernels.nb_gap_pass` on a subset of blocks)."""
+    K = U.shape[1]
     for q in nb.prange(blocks.shape[0]):
         i = blocks[q]
         s = off[i]
         T = off[i + 1] - s
-        U = np.empty((T, K))
-        for t in range(T):
-            for k in range(K):
-                U[t, k] = 0.0
-            for e in range(fptr[s + t], fptr[s + t + 1]):
-                v = fval[e]
-                f = fidx[e]
-                for k in range(K):
-                    U[t, k] += v * W[k, f]
+        Ub = U[starts[q] - shift:starts[q] - shift + T]
         delta, newd = np.empty(K), np.empty(K)
         bp = np.empty((T, K), dtype=np.int64)
         ys = np.empty(T, dtype=np.int64)
-        aug[q] = viterbi_segment(U, 0, T, first, last, trans, Y[s:s + T], tw[i], ys, delta, newd, bp, pen)
+        aug[q] = viterbi_segment(Ub, 0, T, first, last, trans, Y[s:s + T], tw[i], ys, delta, newd, bp, pen)
         mt = 0.0
         gs = first[Y[s]] + last[Y[s + T - 1]]
         wr = 0.0
         for t in range(T):
             for k in range(K):
-                mt += Mu[s + t, k] * U[t, k]
-            gs += U[t, Y[s + t]]
+                mt += Mu[s + t, k] * Ub[t, k]
+            gs += Ub[t, Y[s + t]]
             if t + 1 < T:
                 gs += trans[Y[s + t + 1], Y[s + t]]
             if ys[t] != Y[s + t]:
