@@ -2,7 +2,8 @@
 torch and one numba thread each, launched by torchrun) on OCR-large and CoNLL-2000, the same tau,
 seed and passes for every P: seconds per effective pass, the speed-up over P = 1, the time to the
 gap the P = 1 run ends at, whether the gaps equal P = 1's record for record, and bytes sent per rank
-per pass; then a model of larger clusters from the measured
+per pass (exchanges columns, allreduce and gather; P = 1 is the fastest one-process path, the
+generic store's beside it); then a model of larger clusters from the measured
 per-block decode time, the per-step replicated cost and gloo's all-reduce / all-gather time vs
 message size. Prints tables and writes benchmarks/results/distributed.json.
 
@@ -44,7 +45,7 @@ def worker(args):
     hist = solver.run()
     wall = time.perf_counter() - t0
     comm = {}
-    for mb in (0.01, 0.1, 1, 10, 60):                    # gloo all-reduce and all-gather time vs message size
+    for mb in (0.01, 0.1, 1, 10, 60):                    # gloo's collectives' time vs message size
         t = torch.zeros(int(mb * 2 ** 20 / 8), dtype=torch.float64)
         out = [torch.empty_like(t) for _ in range(size)]
         dist.barrier()
@@ -55,7 +56,12 @@ def worker(args):
         s = time.perf_counter()
         for _ in range(3):
             dist.all_gather(out, t)
-        comm[str(mb)] = {"allreduce_s": ar, "allgather_s": (time.perf_counter() - s) / 3}
+        ag = (time.perf_counter() - s) / 3
+        flat = torch.empty_like(t)
+        s = time.perf_counter()
+        for _ in range(3):
+            dist.all_to_all_single(flat, t)
+        comm[str(mb)] = {"allreduce_s": ar, "allgather_s": ag, "alltoall_s": (time.perf_counter() - s) / 3}
     if rank == 0:
         res = {"P": size, "dataset": args.dataset, "n": task.n_train, "d": task.d, "tau": args.tau,
                "exchange": store.exchange, "wall_s": wall,
@@ -105,11 +111,16 @@ def model(one, two, scale, P, network=None):
     latency counted once per collective of a step (``collectives_per_step``). ``scale`` multiplies n
     (a 100x replicated CoNLL has 100x the blocks per pass: S, R, J and the bytes scale with it at a
     fixed tau)."""
-    S = one["shard_s_per_pass"] * scale
-    R = max(one["s_per_pass"] - one["shard_s_per_pass"], 0.0) * scale
-    J = two.get("joint_s_per_pass", 0.0) * scale
+    if two["exchange"] == "columns":     # its decode, partial unaries, direction share and moves all split by P
+        S = (one["shard_s_per_pass"] + one["joint_s_per_pass"]) * scale
+        J = 0.0
+    else:
+        S = one["shard_s_per_pass"] * scale
+        J = two.get("joint_s_per_pass", 0.0) * scale
+    R = max(one["s_per_pass"] - S / scale, 0.0) * scale
     at = min(two["comm"], key=lambda k: abs(float(k) * 2 ** 20 - two["bytes_per_step"]))   # the steps' message size
-    bandwidth = float(at) * 2 ** 20 / two["comm"][at]["allgather_s"]           # bytes per second, all-gather
+    used = "alltoall_s" if two["exchange"] == "columns" else "allgather_s"      # what the exchange runs on
+    bandwidth = float(at) * 2 ** 20 / two["comm"][at][used]                   # bytes per second
     latency = 0.0
     if network is not None:
         bandwidth, per_collective = network
@@ -124,9 +135,10 @@ def model(one, two, scale, P, network=None):
 #: collectives of one mini-batch step (distributed.ShardedDual.batch_corners): the small all-reduce,
 #: then the allreduce exchange's two ragged all-gathers (sizes and data: 4) or the gather exchange's
 #: counts, its part tensors (first, last, trans, positions' stats, features' index, value, position)
-#: and the two ragged all-gathers of the coordinate shares (1 + 7 + 4); a tree/ring collective's
-#: latency grows as log2 P.
-COLLECTIVES_PER_STEP = {"allreduce": 5, "gather": 13}
+#: and the two ragged all-gathers of the coordinate shares (1 + 7 + 4); the columns exchange
+#: (column_shards.ColumnShardedChain): the all-to-alls of partial unaries and of labelings, the
+#: all-reduce of ||dw||^2 (3); a tree/ring collective's latency grows as log2 P.
+COLLECTIVES_PER_STEP = {"allreduce": 5, "gather": 13, "columns": 3}
 
 
 def time_to(run: dict, target: float):
@@ -145,7 +157,8 @@ def main():
     ap.add_argument("--gap-check", type=float, default=2)
     ap.add_argument("--lam", type=float, default=None)
     ap.add_argument("--exchange", default="auto", help="(worker) the exchange of this run")
-    ap.add_argument("--exchanges", nargs="+", default=["allreduce", "gather"], help="exchanges to run at P >= 2")
+    ap.add_argument("--exchanges", nargs="+", default=["columns", "allreduce", "gather"],
+                    help="exchanges to run at P >= 2 (every one that applies to the dataset)")
     ap.add_argument("--procs", nargs="+", type=int, default=None,
                     help="process counts (default: 1, 2, 4, 8 up to the machine's cores)")
     ap.add_argument("--json", default=None)
@@ -179,14 +192,18 @@ def main():
     out.parent.mkdir(parents=True, exist_ok=True)
     for ds in args.datasets:
         st = settings.get(ds, dict(tau=args.tau or 256, lam=args.lam or 1e-3))
-        one = launch(1, ds, st["tau"], args.passes, args.gap_check, st["lam"], "allreduce")
+        # the baseline is the fastest one-process path (auto: the columns store's kernels where they apply,
+        # as ssvm-train picks them); the generic one-process store is recorded beside it ("1-generic")
+        one = launch(1, ds, st["tau"], args.passes, args.gap_check, st["lam"], "auto")
+        generic = launch(1, ds, st["tau"], args.passes, args.gap_check, st["lam"], "allreduce")
         target = one["curve"][-1]["gap"]                 # every run is timed to the gap the P = 1 run ends at
         one["target_gap"] = target
         one["time_to_target_s"], one["passes_to_target"] = time_to(one, target)
         print(f"{ds}: n = {one['n']}, d = {one['d']}, tau = {st['tau']}, target gap {target:.6g}")
-        print(f"  P = 1: {one['s_per_pass']:.3f} s per effective pass (decode and block terms "
+        print(f"  P = 1 ({one['exchange']}): {one['s_per_pass']:.3f} s per effective pass (decode and block terms "
               f"{one['shard_s_per_pass']:.3f})", flush=True)
-        res["runs"][ds] = {"1": one}
+        print(f"  P = 1, generic store: {generic['s_per_pass']:.3f} s per effective pass", flush=True)
+        res["runs"][ds] = {"1": one, "1-generic": generic}
         res["model"][ds] = {}
         for P in procs[1:]:
             for exchange in args.exchanges:
@@ -214,7 +231,7 @@ def add_models(res: dict, ds: str, network) -> None:
     over ``network`` (``network_n``; CoNLL also 100x replicated: ``replicated_100x_network``)."""
     runs = res["runs"][ds]
     one = runs["1"]
-    measured = sorted({int(k.split("-")[0]) for k in runs if k != "1"})
+    measured = sorted({int(k.split("-")[0]) for k in runs if not k.startswith("1")})
     res["model"][ds] = {}
     for key, two in runs.items():
         if not key.startswith("2-"):

@@ -13,7 +13,7 @@
 #                with their launch-shape sweep, CoNLL's GPU memory; GPU_ARGS="--no-compile" skips the
 #                torch.compile decoder, whose compile alone takes ~a minute);
 #   minibatch    bench_gpu.py's mini-batch section: CPU numba BCFW and GPU tau in MB_TAUS, MB_BUDGET solver s each;
-#   distributed  bench_distributed.py, CoNLL-2000 at P = 1, 2, 8 processes (DIST_PROCS);
+#   distributed  bench_distributed.py, CoNLL-2000 at P = 1, 2, 8 processes (DIST_PROCS), exchange columns;
 #   deep         (only when named) the deep recipes on the GPU for a few epochs (s / epoch), ~80 s.
 # Measured: H200 (first run) tests ~90% after 200 s with 12 workers next to the benchmark, distributed ~150 s
 # for CoNLL and part of OCR-large; H100 (second run) tests 81% after 235 s with 15 workers (numba
@@ -94,8 +94,10 @@ fi
 
 if want distributed; then
   stamp "bench_distributed P = ${DIST_PROCS:-1 2 8}"
+  # the columns exchange (the default) against one process with the same kernels and the generic store;
+  # gather / allreduce were measured on 16 cores before it (docs/distributed.md): DIST_EXCHANGES adds them
   timeout "${DIST_S:-120}" $py benchmarks/bench_distributed.py --datasets conll2000 --procs ${DIST_PROCS:-1 2 8} \
-    --passes 4 --out "$OUT/distributed.json" >"$OUT/distributed.log" 2>&1
+    --exchanges ${DIST_EXCHANGES:-columns} --passes 4 --out "$OUT/distributed.json" >"$OUT/distributed.log" 2>&1
   stamp "distributed rc=$?"
 fi
 
