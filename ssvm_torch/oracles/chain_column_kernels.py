@@ -12,7 +12,7 @@ import numba as nb
 import numpy as np
 
 from ..chain.numba_viterbi import viterbi_segment
-from .chain_kernels import _FAST
+from .chain_kernels import _FAST, nb_gold_score_wrong, nb_m_theta, nb_row_unary
 
 
 @nb.njit(cache=True, nogil=True)
@@ -38,16 +38,8 @@ def nb_balanced_owners(counts, order, P):
 def nb_rows_unary(rows, fptr, fidx, fval, W, U):
     """U[j, k] = sum over the stored entries (f, v) of position rows[j] of v W[k, f]. With the CSR of
     one column share, the partial scores of that share (the ranks' partial scores sum to X W^T)."""
-    K = W.shape[0]
     for j in range(rows.shape[0]):
-        r = rows[j]
-        for k in range(K):
-            U[j, k] = 0.0
-        for e in range(fptr[r], fptr[r + 1]):
-            v = fval[e]
-            f = fidx[e]
-            for k in range(K):
-                U[j, k] += v * W[k, f]
+        nb_row_unary(fptr, fidx, fval, rows[j], W, U[j])
 
 
 @nb.njit(cache=True, nogil=True, parallel=True, fastmath=_FAST)
@@ -71,20 +63,12 @@ def nb_decode_rows(mine, blocks, starts, shift, off, Y, U, first, last, trans, M
         Ub = U[s0 - shift:s0 - shift + T]
         aug = viterbi_segment(Ub, 0, T, first, last, trans, Y[s:s + T], tw[i], ys, delta, newd, bp, pen)
         wrong = 0
-        m = 0.0
         for t in range(T):
             labels[s0 + t] = ys[t]
             if ys[t] != Y[s + t]:
                 wrong += 1
-            for k in range(K):
-                m += Mu[s + t, k] * Ub[t, k]
-        for k in range(K):
-            m += Mu[s, k] * first[k] + Mu[s + T - 1, k] * last[k]
-        for a in range(K):
-            for c in range(K):
-                m += Mt[i, a, c] * trans[a, c]
         loss[b] = wrong * tw[i]
-        dot[b] = (aug - loss[b]) - m
+        dot[b] = (aug - loss[b]) - nb_m_theta(i, off, Ub, first, last, trans, Mu, Mt)
 
 
 @nb.njit(cache=True, nogil=True, parallel=True, fastmath=_FAST)
@@ -104,25 +88,8 @@ def nb_blocks_gap_terms(blocks, starts, shift, off, Y, U, first, last, trans, Mu
         bp = np.empty((T, K), dtype=np.int64)
         ys = np.empty(T, dtype=np.int64)
         aug[q] = viterbi_segment(Ub, 0, T, first, last, trans, Y[s:s + T], tw[i], ys, delta, newd, bp, pen)
-        mt = 0.0
-        gs = first[Y[s]] + last[Y[s + T - 1]]
-        wr = 0.0
-        for t in range(T):
-            for k in range(K):
-                mt += Mu[s + t, k] * Ub[t, k]
-            gs += Ub[t, Y[s + t]]
-            if t + 1 < T:
-                gs += trans[Y[s + t + 1], Y[s + t]]
-            if ys[t] != Y[s + t]:
-                wr += 1.0
-        for k in range(K):
-            mt += Mu[s, k] * first[k] + Mu[s + T - 1, k] * last[k]
-        for a in range(K):
-            for c in range(K):
-                mt += Mt[i, a, c] * trans[a, c]
-        m_theta[q] = mt
-        gt_score[q] = gs
-        wrong[q] = wr
+        m_theta[q] = nb_m_theta(i, off, Ub, first, last, trans, Mu, Mt)
+        gt_score[q], wrong[q] = nb_gold_score_wrong(Ub, ys, Y[s:s + T], first, last, trans)
 
 
 @nb.njit(cache=True, nogil=True)

@@ -190,27 +190,25 @@ def nb_gap_pass(U, off, Y, first, last, trans, Mu, Mt, tw, pen):
     for i in range(n):
         s = off[i]
         T = off[i + 1] - s
-        mt = 0.0
-        gs = first[Y[s]] + last[Y[s + T - 1]]
-        wr = 0.0
-        for t in range(T):
-            r = s + t
-            for k in range(K):
-                mt += Mu[r, k] * U[r, k]
-            gs += U[r, Y[r]]
-            if t + 1 < T:
-                gs += trans[Y[r + 1], Y[r]]
-            if labels[r] != Y[r]:
-                wr += 1.0
-        for k in range(K):
-            mt += Mu[s, k] * first[k] + Mu[s + T - 1, k] * last[k]
-        for a in range(K):
-            for b in range(K):
-                mt += Mt[i, a, b] * trans[a, b]
-        m_theta[i] = mt
-        gt_score[i] = gs
-        wrong[i] = wr
+        m_theta[i] = nb_m_theta(i, off, U[s:s + T], first, last, trans, Mu, Mt)
+        gt_score[i], wrong[i] = nb_gold_score_wrong(U[s:s + T], labels[s:s + T], Y[s:s + T], first, last, trans)
     return labels, aug, m_theta, gt_score, wrong
+
+
+@nb.njit(cache=True, nogil=True, fastmath=_FAST)
+def nb_gold_score_wrong(Ub, ys, gold, first, last, trans):
+    """(<w, phi(x_i, y_i)> from the block's unaries ``Ub`` (T, K), the number of positions where the
+    labeling ``ys`` differs from ``gold``)."""
+    T = gold.shape[0]
+    gs = first[gold[0]] + last[gold[T - 1]]
+    wr = 0.0
+    for t in range(T):
+        gs += Ub[t, gold[t]]
+        if t + 1 < T:
+            gs += trans[gold[t + 1], gold[t]]
+        if ys[t] != gold[t]:
+            wr += 1.0
+    return gs, wr
 
 
 @nb.njit(cache=True, nogil=True)
@@ -234,17 +232,23 @@ def nb_add_psi(i, coef, ys, fptr, fidx, fval, off, Y, W, first, last, trans):
 
 
 @nb.njit(cache=True, nogil=True, fastmath=_FAST)
+def nb_row_unary(fptr, fidx, fval, r, W, out):
+    """out[k] = sum over the stored entries (f, v) of CSR row r of v W[k, f] (W: (K, F), any layout)."""
+    for k in range(W.shape[0]):
+        out[k] = 0.0
+    for j in range(fptr[r], fptr[r + 1]):
+        v = fval[j]
+        f = fidx[j]
+        for k in range(W.shape[0]):
+            out[k] += v * W[k, f]
+
+
+@nb.njit(cache=True, nogil=True, fastmath=_FAST)
 def nb_unary_all(WT, fptr, fidx, fval, U):
     """U[r, k] = sum_j fval[j] * W[k, fidx[j]] over the stored entries of row r (WT = W^T, (F, K))."""
-    N, K = U.shape
-    for r in range(N):
-        for k in range(K):
-            U[r, k] = 0.0
-        for j in range(fptr[r], fptr[r + 1]):
-            v = fval[j]
-            f = fidx[j]
-            for k in range(K):
-                U[r, k] += v * WT[f, k]
+    W = WT.T
+    for r in range(U.shape[0]):
+        nb_row_unary(fptr, fidx, fval, r, W, U[r])
 
 
 @nb.njit(cache=True)
