@@ -103,8 +103,9 @@ def test_draws_are_distinct_and_reproducible(sampling):
 
 def test_gap_draw_is_next_called_until_tau_distinct_blocks():
     """The compiled draw reads the same uniforms as next() would one by one (across buffer refills,
-    with repeats, zero and positive gaps), holds drawn leaves at 0 and restores them; update_many is
-    update in order, bit for bit in the sum-tree."""
+    with repeats, zero and positive gaps, and draws of more blocks than have a positive gap, which
+    empty the tree), holds drawn leaves at 0 and restores them; update_many is update in order, bit
+    for bit in the sum-tree."""
     def reference(s, tau):                  # the definition, on the sampler's own primitives
         out, held = [], []
         while len(out) < tau:

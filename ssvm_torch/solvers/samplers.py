@@ -175,6 +175,19 @@ def _tree_set_many(tree, size, blocks, values):
 
 
 @nb.njit(cache=True)
+def _tree_pick(tree, size, n, u):
+    """The block of the uniform ``u``: the leaf of :func:`_tree_find`, or min(u n, n - 1) when the tree
+    holds no mass -- its root is 0, or the walk ends on a zero leaf, which only the rounding of the
+    internal sums leaves behind once every positive leaf is 0 (without this, a draw of more blocks
+    than have a positive gap would pick the same drawn block forever)."""
+    if tree[1] > 0.0:
+        i = _tree_find(tree, size, u)
+        if i < n and tree[size + i] > 0.0:
+            return i
+    return min(int(u * n), n - 1)
+
+
+@nb.njit(cache=True)
 def _tree_draw(tree, size, n, buf, pos, tau, out, count, seen, held_i, held_v, nheld):
     """The tree phase of :meth:`GapSampler.draw`, resumed at ``count`` blocks drawn, reading the
     uniforms buf[pos:] as :meth:`GapSampler.next` would one by one: a block already drawn is drawn
@@ -183,10 +196,7 @@ def _tree_draw(tree, size, n, buf, pos, tau, out, count, seen, held_i, held_v, n
     while count < tau and pos < buf.shape[0]:
         u = buf[pos]
         pos += 1
-        if tree[1] <= 0.0:
-            i = min(int(u * n), n - 1)
-        else:
-            i = min(_tree_find(tree, size, u), n - 1)
+        i = _tree_pick(tree, size, n, u)
         if seen[i]:
             continue
         seen[i] = True
@@ -240,10 +250,7 @@ class GapSampler(Sampler):
             i = int(self.unvisited[self.pos])
             self.pos += 1
             return i
-        u = self.stream.uniform()
-        if self.tree[1] <= 0.0:            # every gap is 0: nothing to prefer
-            return min(int(u * self.n), self.n - 1)
-        return min(int(_tree_find(self.tree, self.size, u)), self.n - 1)
+        return int(_tree_pick(self.tree, self.size, self.n, self.stream.uniform()))   # every gap 0: uniform
 
     def draw(self, tau: int) -> list[int]:
         """``tau`` distinct blocks, p proportional to g_i without replacement: each drawn leaf is set
