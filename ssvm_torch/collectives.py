@@ -18,6 +18,13 @@ class DistributedError(RuntimeError):
     """A collective failed (a rank died or timed out): the run stops instead of hanging."""
 
 
+def world() -> tuple[int, int]:
+    """(rank, world size) of the default process group, (0, 1) without one."""
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
 def shard_of(n: int, world_size: int, rank: int) -> torch.Tensor:
     """The blocks of rank ``rank``: i = rank, rank + P, rank + 2P, ... (round-robin, so every shard
     gets long and short examples alike)."""

@@ -43,8 +43,9 @@ import time
 import torch
 import torch.distributed as dist
 
-from .collectives import Collectives, DistributedError, collective, shard_of
+from .collectives import Collectives, DistributedError, collective, shard_of, world
 from .errors import SSVMInputError, check
+from .rank_store import RankStore
 from .stores.base import SPARSE_D, BatchCorners, BlockDual, GapPass
 from .stores.box import BoxedDual
 
@@ -52,13 +53,6 @@ EXCHANGES = ("auto", "allreduce", "gather", "columns")
 
 __all__ = ["EXCHANGES", "DistributedError", "ShardedDual", "describe", "finish", "init", "launched_by_torchrun",
            "on_rank0", "shard_of", "sharded_store", "world"]
-
-
-def world() -> tuple[int, int]:
-    """(rank, world size) of the default process group, (0, 1) without one."""
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size()
-    return 0, 1
 
 
 def launched_by_torchrun() -> bool:
@@ -108,76 +102,6 @@ def describe(store: "RankStore") -> dict:
                  "round-robin: rank r holds blocks i with i mod world_size = r (local block i // world_size)")
     return {"world_size": store.size, "backend": dist.get_backend() if dist.is_initialized() else None,
             "partition": partition, "exchange": store.exchange}
-
-
-def _single(what: str):
-    """A store method that needs every block on one process: it refuses, naming ``what``."""
-    def refuse(self, *args, **kwargs):
-        raise SSVMInputError(f"{what}: the sharded store runs mini-batch BCFW (solver 'bcfw', step 'fw', no cache; "
-                             "any --batch-size) and exact gap passes; run other solvers in one process")
-    return refuse
-
-
-def _forwarded(inner: str, name: str, doc: str | None = None) -> property:
-    """A read-only property returning ``self.<inner>.<name>``."""
-    return property(lambda self: getattr(getattr(self, inner), name), doc=doc)
-
-
-class RankStore(BlockDual):
-    """What every sharded store of a torchrun run shares: the point (w, ell) of the ``local`` store
-    it wraps, presented as the store of all n blocks; the collectives' accounting; and a refusal by
-    name of every method that needs every block's state in one process (only mini-batch BCFW steps
-    and exact gap passes run)."""
-
-    supports_path = False
-    supports_block_steps = False
-
-    # -- the replicated point ------------------------------------------------------------------
-    w, ell, ell_i = (_forwarded("local", name) for name in ("w", "ell", "ell_i"))
-
-    @property
-    def v(self) -> torch.Tensor:
-        return self.local.v
-
-    @property
-    def shadow(self):
-        return self.local.shadow
-
-    @shadow.setter
-    def shadow(self, value):
-        self.local.shadow = value
-
-    @property
-    def shadow_coef(self) -> float:
-        return self.local.shadow_coef
-
-    @shadow_coef.setter
-    def shadow_coef(self, value):
-        self.local.shadow_coef = value
-
-    def set_point(self, w: torch.Tensor, ell: float) -> None:
-        self.local.set_point(w, ell)
-
-    def dual(self) -> float:
-        return self.local.dual()
-
-    @property
-    def bytes_per_step(self) -> float:
-        return self.coll.bytes_sent / max(self.steps_exchanged, 1)
-
-    bytes_sent = _forwarded("coll", "bytes_sent", "Bytes this rank contributed to collectives.")
-    comm_s = _forwarded("coll", "comm_s", "Seconds spent in collectives (waiting for the other ranks included).")
-
-    def block_w(self, i: int) -> torch.Tensor:
-        raise SSVMInputError("block_w: a sharded store holds only its own blocks (ask the rank that owns block i)")
-
-    # -- what needs every block on one process: each such method refuses by name
-    fw_corner, fw_move = _single("fw_corner"), _single("fw_move")
-    add_psi = _single("ssg")
-    corner_point = move_all = _single("batch FW")
-    gt_labeling = key = loss_of = corner_gaps = pair_sqnorm = pair_move = _single("active sets")
-    rescale = max_margins = block_wdots = _single("the regularization path")
-
 
 
 class ShardedDual(RankStore):

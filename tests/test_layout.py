@@ -128,7 +128,7 @@ LAYERS = [
     {"data", "nn"},
     {"models"},
     {"stores"},
-    {"solvers", "tasks", "distributed"},
+    {"solvers", "tasks", "distributed", "rank_store", "column_shards"},
     {"estimator", "portable"},
     {"outputs"},
     {"path", "lightning"},
