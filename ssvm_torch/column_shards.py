@@ -89,7 +89,7 @@ class ColumnShardedChain(RankStore):
         if type(local) is not ChainDual:
             raise SSVMInputError(f"exchange 'columns': runs the chain store without edge features, got "
                                  f"{local.description or type(local).__name__}; use --exchange gather or allreduce")
-        if not local._numba:
+        if local.kernels != "numba":
             raise SSVMInputError("exchange 'columns': runs the numba kernels (CPU, float64 state, --kernels auto or "
                                  "numba); use --exchange gather or allreduce on other devices")
         rank, size = world()
@@ -99,11 +99,12 @@ class ColumnShardedChain(RankStore):
         check(local.N == local.n, "n_objective", f"the whole training set's n = {local.n}", local.N)
         self.lam, self.device = local.lam, local.device
         self.coll = Collectives(rank, size, self.device, narrow_ints=True)
-        fptr, fidx, fval = local._np[:3]
+        fptr, fidx, fval = local.host[:3]
         F = local.model.F
         owner = column_owners(fidx, F, size)
         self.columns = [torch.from_numpy(np.flatnonzero(owner == q)) for q in range(size)]   # each rank's, sorted
         self.csr = column_csr(fptr, fidx, fval, owner == rank)
+        self._tw = local.tw.numpy()                            # the loss of one wrong position of each block
         self.scratch = torch.zeros_like(local.w)               # this rank's share of dw, zero between steps
         self._S = local.model.split(self.scratch)[0].numpy()
         self._mark = np.zeros(F, dtype=np.bool_)
@@ -117,7 +118,7 @@ class ColumnShardedChain(RankStore):
     def _drop_pending(self) -> None:
         """Clear the scratch of a direction the line search did not take (gamma = 0)."""
         if self._pending:
-            W = self.local._np[7]
+            W = self.local.host.W
             nb_apply_share(W, self._S, self._mark, self._touched, self._pending, 0.0)
             self._pending = 0
 
@@ -164,7 +165,7 @@ class ColumnShardedChain(RankStore):
         """The unaries X W^T of this rank's rows rows[at[r]:at[r+1]]: every rank scores every row
         with its own columns (the partial unaries, 1/P of the work), one all-to-all brings each
         rank the others' partial scores of its rows, summed in rank order."""
-        W, K = self.local._np[7], self.local.model.K
+        W, K = self.local.host.W, self.local.model.K
         t0 = time.perf_counter()
         if self.size == 1:
             U = np.empty((len(rows), K))
@@ -203,10 +204,10 @@ class ColumnShardedChain(RankStore):
         ||dw||^2)."""
         self._drop_pending()
         L = self.local
-        fptr, fidx, fval, off, Y = L._np[:5]
-        W, first, last, trans, Mu, Mt = L._np[7:13]
-        tau = int(torch.as_tensor(idx).numel())
+        h = L.host
+        off, Y, first, last, trans, Mu, Mt = h.offsets, h.Y, h.first, h.last, h.trans, h.Mu, h.Mt
         blocks = np.ascontiguousarray(to_host(torch.as_tensor(idx)).reshape(-1), dtype=np.int64)
+        tau = len(blocks)
         rows, starts = batch_rows(off, blocks)
         npos = len(rows)
         # 1-2: rank q decodes the entries [cut[q], cut[q+1]) (contiguous, about npos / P positions each)
@@ -216,7 +217,7 @@ class ColumnShardedChain(RankStore):
         r = self.rank
         mine = np.arange(cut[r], cut[r + 1], dtype=np.int64)
         labels, loss, dot = np.empty(npos), np.empty(tau), np.empty(tau)
-        nb_decode_rows(mine, blocks, starts, at[r], off, Y, U, first, last, trans, Mu, Mt, L._tw, L.model.pen_host,
+        nb_decode_rows(mine, blocks, starts, at[r], off, Y, U, first, last, trans, Mu, Mt, self._tw, L.model.pen_host,
                        labels, loss, dot)
         self.shard_s += time.perf_counter() - t0
         if self.size > 1:                                      # every rank's [labels, L(y*), dot] to every rank
@@ -244,13 +245,13 @@ class ColumnShardedChain(RankStore):
         L = self.local
         blocks, starts, rows, labels, tail = corners.moves
         t0 = time.perf_counter()
-        nb_apply_share(L._np[7], self._S, self._mark, self._touched, self._pending, gamma)
+        nb_apply_share(L.host.W, self._S, self._mark, self._touched, self._pending, gamma)
         self._pending = 0
         L.w[-len(tail):].add_(torch.from_numpy(tail), alpha=gamma)
-        nb_move_blocks(blocks, starts, rows, labels, L._np[11], L._np[12], gamma)     # in place: Mu, Mt
+        nb_move_blocks(blocks, starts, rows, labels, L.host.Mu, L.host.Mt, gamma)     # in place: Mu, Mt
         idx = corners.idx
         L.ell_i.index_put_((idx,), gamma * (corners.loss - L.ell_i[idx]), accumulate=True)
-        L._ell[0] += gamma * corners.dell
+        L.shift_ell(gamma * corners.dell)
         self.joint_s += time.perf_counter() - t0
         self._stale = self.size > 1
 
@@ -261,7 +262,8 @@ class ColumnShardedChain(RankStore):
         no rank needs the whole w), and their block gaps, H_i and L_i / n go to every rank."""
         self._drop_pending()
         L = self.local
-        off = L._np[3]
+        h = L.host
+        off = h.offsets
         cut, at = self._ranges(off)
         U = self._unaries(np.arange(off[-1], dtype=np.int64), at)
         t0 = time.perf_counter()
@@ -269,13 +271,13 @@ class ColumnShardedChain(RankStore):
         mine = np.arange(cut[r], cut[r + 1], dtype=np.int64)
         m = len(mine)
         aug, m_theta, gt, wrong = np.empty(m), np.empty(m), np.empty(m), np.empty(m)
-        nb_blocks_gap_terms(mine, off[cut[r]:], at[r], off, L._np[4], U, *L._np[8:13], L._tw, L.model.pen_host,
-                            aug, m_theta, gt, wrong)
+        nb_blocks_gap_terms(mine, off[cut[r]:], at[r], off, h.Y, U, h.first, h.last, h.trans, h.Mu, h.Mt, self._tw,
+                            L.model.pen_host, aug, m_theta, gt, wrong)
         gaps, H, loss = np.zeros(self.n), np.zeros(self.n), np.zeros(self.n)
         own = slice(cut[r], cut[r + 1])
-        gaps[own] = (aug - m_theta) / self.N - L._np_ell[0][own]
+        gaps[own] = (aug - m_theta) / self.N - L.ell_i.numpy()[own]
         H[own] = aug - gt
-        loss[own] = wrong * L._tw[own] / self.N
+        loss[own] = wrong * self._tw[own] / self.N
         self.shard_s += time.perf_counter() - t0
         if self.size > 1:
             gaps, H, loss = self._share_ranges([(gaps, cut), (H, cut), (loss, cut)])

@@ -4,6 +4,8 @@ block gap (eq. (6) of Osokin et al. 2016) in the sufficient-statistics form docu
 They read and write zero-copy numpy views of the store's tensors."""
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numba as nb
 import numpy as np
 
@@ -13,6 +15,23 @@ from ..chain.numba_viterbi import viterbi_all, viterbi_segment
 # batch-1 step); results stay deterministic for a given build, and exactness is tested against the
 # torch path to 1e-9.
 _FAST = {"reassoc", "contract", "nsz", "arcp"}
+
+
+class HostViews(NamedTuple):
+    """Zero-copy numpy views of a numba chain store's tensors (what its kernels read and write)."""
+    fptr: np.ndarray
+    fidx: np.ndarray
+    fval: np.ndarray
+    offsets: np.ndarray
+    Y: np.ndarray
+    G: np.ndarray
+    goff: np.ndarray
+    W: np.ndarray            # (K, F) emission view of w
+    first: np.ndarray
+    last: np.ndarray
+    trans: np.ndarray
+    Mu: np.ndarray
+    Mt: np.ndarray
 
 
 @nb.njit(cache=True, nogil=True, fastmath=_FAST)

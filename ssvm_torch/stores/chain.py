@@ -23,7 +23,7 @@ from ..models.chain import ChainModel
 from ..chain.padded import fused_variant
 from ..chain.triton_viterbi import fused_available
 from ..models.chain_index import padded_trans_counts, segment_ids, trans_counts, unary_rows
-from ..oracles.chain_kernels import (nb_add_psi, nb_build_delta, nb_corner_gaps, nb_csr_scatter_rows,
+from ..oracles.chain_kernels import (HostViews, nb_add_psi, nb_build_delta, nb_corner_gaps, nb_csr_scatter_rows,
                                      nb_delta_move, nb_delta_sqnorm, nb_fw_corner, nb_gap_pass, nb_gram)
 from .base import SPARSE_D, BlockDual, BlockMarginals, Corner, GapPass, JointConstraints, objective_n
 from .chain_marginal import ChainMarginalMoves
@@ -89,17 +89,28 @@ class ChainDual(ChainTorchPath, ChainMarginalMoves, JointConstraints, BlockDual)
         W, first, last, trans = self.model.split(self.w)
         K = self.model.K
         tmax = int(self.lengths.max())
-        self._np = (self.fptr.numpy(), self.fidx.numpy(), self.fval.numpy(), self.offsets.numpy(), self.Y.numpy(),
-                    self.G.numpy(), self.goff.numpy(), W.numpy(), first.numpy(), last.numpy(), trans.numpy(),
-                    self.Mu.numpy(), self.Mt.numpy())
+        self._np = HostViews(self.fptr.numpy(), self.fidx.numpy(), self.fval.numpy(), self.offsets.numpy(),
+                             self.Y.numpy(), self.G.numpy(), self.goff.numpy(), W.numpy(), first.numpy(), last.numpy(),
+                             trans.numpy(), self.Mu.numpy(), self.Mt.numpy())
         self._np_ell, self._tw = (self.ell_i.numpy(), self._ell.numpy()), self.tw.numpy()
         self._no_labels = np.zeros(1, dtype=np.int64)
         self._work = (np.empty((tmax, K)), np.empty(K), np.empty(K), np.empty((tmax, K), dtype=np.int64),
                       np.empty((tmax, K)), np.empty((K, K)))
 
     @property
+    def host(self) -> HostViews:
+        """The numpy views the numba kernels work on (valid while the tensors are updated in place);
+        only with ``kernels == "numba"``."""
+        check(self._numba, "kernels", "'numba' (CPU float64 state) for host views", self.kernels)
+        return self._np
+
+    @property
     def ell(self) -> float:
         return float(self._ell[0])
+
+    def shift_ell(self, delta: float) -> None:
+        """ell += delta, the blocks' ell_i moved by their owner (a batch move done outside the store)."""
+        self._ell[0] += delta
 
     def set_point(self, w: torch.Tensor, ell: float) -> None:
         self.w.copy_(w)

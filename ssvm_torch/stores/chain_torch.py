@@ -123,16 +123,11 @@ class ChainTorchPath:
         """(D (tau, T, K), Dt (tau, K, K), the direction's parts) of padded corner labelings: D_i =
         S(y*_i) - M_i per position, Dt_i the transition counts' change, and the parts of
         -sum_i A_i(D_i) / (lam n) (:meth:`ChainModel.direction_parts`)."""
-        D, Dt = self.corner_statistics(idx, pos, valid, labels)
+        D = (Fn.one_hot(labels.clamp(min=0), self.model.K).to(self.dtype) - self.Mu[pos]) * valid[..., None]
+        Dt = padded_trans_counts(labels, valid, self.model.K, self.dtype) - self.Mt[idx]
         parts = self.model.direction_parts((self.fptr, self.fidx, self.fval), pos, valid, D, Dt,
                                            -1.0 / (self.lam * self.N))
         return D, Dt, parts
-
-    def corner_statistics(self, idx, pos, valid, labels):
-        """(D (tau, T, K), Dt (tau, K, K)) of padded corner labelings of blocks ``idx``: D_i = S(y*_i) -
-        M_i per position (zero where not ``valid``), Dt_i = the transition counts of y*_i - Mt_i."""
-        D = (Fn.one_hot(labels.clamp(min=0), self.model.K).to(self.dtype) - self.Mu[pos]) * valid[..., None]
-        return D, padded_trans_counts(labels, valid, self.model.K, self.dtype) - self.Mt[idx]
 
     def direction(self, parts: dict) -> torch.Tensor:
         if not self.sparse_direction:
