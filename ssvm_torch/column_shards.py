@@ -54,11 +54,15 @@ def column_owners(fidx: np.ndarray, F: int, size: int) -> np.ndarray:
     return nb_balanced_owners(counts, np.argsort(-counts, kind="stable").astype(np.int64), size)
 
 
-def column_csr(fptr: np.ndarray, fidx: np.ndarray, fval: np.ndarray, keep_columns: np.ndarray):
-    """The CSR rows restricted to the feature columns f with keep_columns[f]."""
-    keep = keep_columns[fidx]
+def column_csr(fptr: np.ndarray, fidx: np.ndarray, fval: np.ndarray, columns: np.ndarray, F: int):
+    """The CSR rows restricted to the feature columns ``columns`` (sorted), their column numbers
+    local to that share (column columns[c] is c)."""
+    local = np.full(F, -1, dtype=np.int64)
+    local[columns] = np.arange(len(columns))
+    keep = local[fidx] >= 0
     kept = np.concatenate([[0], np.cumsum(keep)])
-    return kept[fptr].astype(fptr.dtype), np.ascontiguousarray(fidx[keep]), np.ascontiguousarray(fval[keep])
+    return (kept[fptr].astype(fptr.dtype), np.ascontiguousarray(local[fidx[keep]].astype(fidx.dtype)),
+            np.ascontiguousarray(fval[keep]))
 
 
 def batch_rows(offsets: np.ndarray, blocks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -103,45 +107,58 @@ class ColumnShardedChain(RankStore):
         F = local.model.F
         owner = column_owners(fidx, F, size)
         self.columns = [torch.from_numpy(np.flatnonzero(owner == q)) for q in range(size)]   # each rank's, sorted
-        self.csr = column_csr(fptr, fidx, fval, owner == rank)
+        own = self.columns[rank]
+        self.csr = column_csr(fptr, fidx, fval, own.numpy(), F)
         self._tw = local.tw.numpy()                            # the loss of one wrong position of each block
-        self.scratch = torch.zeros_like(local.w)               # this rank's share of dw, zero between steps
-        self._S = local.model.split(self.scratch)[0].numpy()
-        self._mark = np.zeros(F, dtype=np.bool_)
-        self._touched = np.empty(F, dtype=np.int64)
+        K = local.model.K
+        self.Wr = torch.empty(len(own), K, dtype=local.w.dtype)   # this rank's columns of w, compact (F_r, K)
+        self._Wr = self.Wr.numpy()
+        self._S = np.zeros((len(own), K))                      # this rank's share of dw, zero between steps
+        self._mark = np.zeros(len(own), dtype=np.bool_)
+        self._touched = np.empty(len(own), dtype=np.int64)
         self._pending = 0                                      # touched columns of a direction not yet applied
-        self._stale = False                                    # other ranks' columns moved since the last sync
+        self._load_share()
         self.shard_s = self.joint_s = 0.0                      # own decoding and gap terms / own share of dw
         self.steps_exchanged = 0
 
     # -- w whole on every rank ------------------------------------------------------------------
+    def _columns_view(self) -> torch.Tensor:
+        """w's emission weights as (F, K): row f holds column f's K weights (a view of w)."""
+        return self.local.model.split(self.local.w)[0].T
+
+    def _load_share(self) -> None:
+        """The compact share from w (after w was set or recomputed whole); w is whole and current."""
+        self.Wr.copy_(self._columns_view()[self.columns[self.rank]])
+        self._stale = False
+
     def _drop_pending(self) -> None:
         """Clear the scratch of a direction the line search did not take (gamma = 0)."""
         if self._pending:
-            W = self.local.host.W
-            nb_apply_share(W, self._S, self._mark, self._touched, self._pending, 0.0)
+            nb_apply_share(self._Wr, self._S, self._mark, self._touched, self._pending, 0.0)
             self._pending = 0
 
     def sync_w(self) -> None:
-        """Every rank's columns gathered into every rank's w (a collective: every rank calls it at the
-        same point of the run); the replicated weights are equal everywhere already."""
+        """w whole and current on every rank: every rank's compact columns written into every rank's
+        w (a collective: every rank calls it at the same point of the run); the replicated weights
+        are current everywhere already."""
         self._drop_pending()
         if not self._stale:
             return
-        W = self.local.model.split(self.local.w)[0]            # (K, F) view
-        most = max(len(c) for c in self.columns)
-        mine = torch.zeros(W.shape[0], most, dtype=W.dtype)
-        own = self.columns[self.rank]
-        mine[:, :len(own)] = W[:, own]
-        for q, part in enumerate(self.coll.all_gather(mine)):
-            if q != self.rank:
-                W[:, self.columns[q]] = part[:, :len(self.columns[q])]
+        Wf = self._columns_view()
+        if self.size == 1:
+            Wf[self.columns[0]] = self.Wr
+        else:
+            most = max(len(c) for c in self.columns)
+            mine = torch.zeros(most, self.Wr.shape[1], dtype=self.Wr.dtype)
+            mine[:len(self.Wr)] = self.Wr
+            for q, part in enumerate(self.coll.all_gather(mine)):
+                Wf[self.columns[q]] = part[:len(self.columns[q])]
         self._stale = False
 
     def set_point(self, w: torch.Tensor, ell: float) -> None:
         self._drop_pending()
         self.local.set_point(w, ell)
-        self._stale = False
+        self._load_share()
 
     def primal(self, H: torch.Tensor) -> float:
         self.sync_w()
@@ -165,7 +182,7 @@ class ColumnShardedChain(RankStore):
         """The unaries X W^T of this rank's rows rows[at[r]:at[r+1]]: every rank scores every row
         with its own columns (the partial unaries, 1/P of the work), one all-to-all brings each
         rank the others' partial scores of its rows, summed in rank order."""
-        W, K = self.local.host.W, self.local.model.K
+        W, K = self._Wr, self.local.model.K
         t0 = time.perf_counter()
         if self.size == 1:
             U = np.empty((len(rows), K))
@@ -173,13 +190,13 @@ class ColumnShardedChain(RankStore):
             self.joint_s += time.perf_counter() - t0
             return U
         most = int(np.diff(at).max()) or 1
-        parts = np.zeros((self.size * most, K))
+        parts = np.empty((self.size * most, K))         # rank q's rows padded to ``most``; padding is never read
         for q in range(self.size):
             nb_rows_unary(rows[at[q]:at[q + 1]], *self.csr, W, parts[q * most:q * most + at[q + 1] - at[q]])
         self.joint_s += time.perf_counter() - t0
         got = self.coll.all_to_all(torch.empty(self.size * most, K, dtype=torch.float64), torch.from_numpy(parts))
         r = self.rank
-        return got.view(self.size, most, K).sum(0)[:at[r + 1] - at[r]].numpy()
+        return got.view(self.size, most, K)[:, :at[r + 1] - at[r]].sum(0).numpy()
 
     def _share_ranges(self, arrays: list) -> list:
         """Every rank's range of each (array, bounds) pair (rank q owns array[bounds[q]:bounds[q+1]],
@@ -245,7 +262,7 @@ class ColumnShardedChain(RankStore):
         L = self.local
         blocks, starts, rows, labels, tail = corners.moves
         t0 = time.perf_counter()
-        nb_apply_share(L.host.W, self._S, self._mark, self._touched, self._pending, gamma)
+        nb_apply_share(self._Wr, self._S, self._mark, self._touched, self._pending, gamma)
         self._pending = 0
         L.w[-len(tail):].add_(torch.from_numpy(tail), alpha=gamma)
         nb_move_blocks(blocks, starts, rows, labels, L.host.Mu, L.host.Mt, gamma)     # in place: Mu, Mt
@@ -253,7 +270,7 @@ class ColumnShardedChain(RankStore):
         L.ell_i.index_put_((idx,), gamma * (corners.loss - L.ell_i[idx]), accumulate=True)
         L.shift_ell(gamma * corners.dell)
         self.joint_s += time.perf_counter() - t0
-        self._stale = self.size > 1
+        self._stale = True                                     # w's emission columns are behind the shares
 
     # -- exact gap pass and recomputation -------------------------------------------------------
     def gap_pass(self) -> GapPass:
@@ -288,7 +305,7 @@ class ColumnShardedChain(RankStore):
         """w and ell exactly from the (replicated) statistics, on every rank alike: w is whole after it."""
         self._drop_pending()
         self.local.recompute()
-        self._stale = False
+        self._load_share()
 
     # -- checkpoints -----------------------------------------------------------------------------
     def state_dict(self) -> dict:
@@ -307,7 +324,7 @@ class ColumnShardedChain(RankStore):
                                  "and exchange")
         self._drop_pending()
         self.local.load_state_dict(state)
-        self._stale = False
+        self._load_share()
 
     def direction(self, parts: dict) -> torch.Tensor:
         raise SSVMInputError("direction: the coordinate-sharded store never builds a whole direction")

@@ -4,15 +4,18 @@ some blocks of a batch from given unaries (with the terms of the block gap, eq. 
 2016), the exact gap terms of a subset of blocks, and a column share of the mini-batch direction
 accumulated, measured and applied without touching any other coordinate.
 
-Positions are the rows of the store's CSR features; W is the (K, F) emission view of w
-(:meth:`ssvm_torch.models.chain.ChainModel.split`), any layout."""
+Positions are the rows of the store's CSR features. A rank's share of the emission weights is a
+compact (F_r, K) C-contiguous array ``Wr`` (row c: the K weights of the rank's c-th column; the CSR
+of the share holds these local column numbers): a column's K weights are one contiguous run, which
+the inner loops over k vectorize, and a rank's working set is its share only -- 1/P of w, which
+keeps the ranks from competing for the cache as much as the interleaved columns of the whole w did."""
 from __future__ import annotations
 
 import numba as nb
 import numpy as np
 
 from ..chain.numba_viterbi import viterbi_segment
-from .chain_kernels import _FAST, nb_gold_score_wrong, nb_m_theta, nb_row_unary
+from .chain_kernels import _FAST, nb_gold_score_wrong, nb_m_theta
 
 
 @nb.njit(cache=True, nogil=True)
@@ -35,11 +38,21 @@ def nb_balanced_owners(counts, order, P):
 
 
 @nb.njit(cache=True, nogil=True, fastmath=_FAST)
-def nb_rows_unary(rows, fptr, fidx, fval, W, U):
-    """U[j, k] = sum over the stored entries (f, v) of position rows[j] of v W[k, f]. With the CSR of
-    one column share, the partial scores of that share (the ranks' partial scores sum to X W^T)."""
+def nb_rows_unary(rows, fptr, fidx, fval, Wr, U):
+    """U[j, k] = sum over the stored entries (c, v) of position rows[j] of v Wr[c, k]: with the CSR
+    of one column share (local column numbers) and that share's weights Wr, the share's partial
+    scores (the ranks' partial scores sum to X W^T; each sums its entries in CSR order)."""
+    K = Wr.shape[1]
     for j in range(rows.shape[0]):
-        nb_row_unary(fptr, fidx, fval, rows[j], W, U[j])
+        r = rows[j]
+        u = U[j]
+        for k in range(K):
+            u[k] = 0.0
+        for e in range(fptr[r], fptr[r + 1]):
+            v = fval[e]
+            wc = Wr[fidx[e]]
+            for k in range(K):
+                u[k] += v * wc[k]
 
 
 @nb.njit(cache=True, nogil=True, parallel=True, fastmath=_FAST)
@@ -93,47 +106,54 @@ def nb_blocks_gap_terms(blocks, starts, shift, off, Y, U, first, last, trans, Mu
 
 
 @nb.njit(cache=True, nogil=True)
-def nb_apply_share(W, S, mark, touched, n, gamma):
-    """W[:, f] += gamma S[:, f] on the n touched columns (gamma = 0: none), then S and the marks
+def nb_apply_share(Wr, S, mark, touched, n, gamma):
+    """Wr[c] += gamma S[c] on the n touched (local) columns (gamma = 0: none), then S and the marks
     there are zero again: the scratch is clean for the next step."""
-    K = S.shape[0]
+    K = S.shape[1]
     for q in range(n):
-        f = touched[q]
+        c = touched[q]
+        s = S[c]
+        if gamma != 0.0:
+            wc = Wr[c]
+            for k in range(K):
+                wc[k] += gamma * s[k]
         for k in range(K):
-            if gamma != 0.0:
-                W[k, f] += gamma * S[k, f]
-            S[k, f] = 0.0
-        mark[f] = False
+            s[k] = 0.0
+        mark[c] = False
 
 
-@nb.njit(cache=True, nogil=True)
+@nb.njit(cache=True, nogil=True)       # no fastmath: dw's bits are one process's (mul, then add, in order)
 def nb_share_direction(rows, labels, Mu, coef, fptr, fidx, fval, S, mark, touched):
-    """S[k, f] += coef (onehot(labels[j])[k] - Mu[rows[j], k]) v for every stored entry (f, v) of
+    """S[c, k] += coef (onehot(labels[j])[k] - Mu[rows[j], k]) v for every stored entry (c, v) of
     every position rows[j], in batch order: the column share of dw = coef sum_b A_b(S(y*_b) - M_b)
     (each coordinate sums its entries in the order one process does,
-    :meth:`~ssvm_torch.models.chain.ChainModel.direction_from_parts`); the touched columns are listed
-    in ``touched`` (marked in ``mark``). Returns (number of touched columns, ||S||^2 over them)."""
-    K = S.shape[0]
+    :meth:`~ssvm_torch.models.chain.ChainModel.direction_from_parts`); S is (F_r, K) in the share's
+    local column numbers, the touched columns are listed in ``touched`` (marked in ``mark``).
+    Returns (number of touched columns, ||S||^2 over them, summed in touched order)."""
+    K = S.shape[1]
     n = 0
     stats = np.empty(K)
     for j in range(rows.shape[0]):
         r = rows[j]
+        if fptr[r] == fptr[r + 1]:
+            continue                       # no entry of this share at this position
         for k in range(K):
             stats[k] = coef * ((1.0 if k == labels[j] else 0.0) - Mu[r, k])
         for e in range(fptr[r], fptr[r + 1]):
-            f = fidx[e]
+            c = fidx[e]
             v = fval[e]
-            if not mark[f]:
-                mark[f] = True
-                touched[n] = f
+            if not mark[c]:
+                mark[c] = True
+                touched[n] = c
                 n += 1
+            s = S[c]
             for k in range(K):
-                S[k, f] += stats[k] * v
+                s[k] += stats[k] * v
     sq = 0.0
     for q in range(n):
-        f = touched[q]
+        s = S[touched[q]]
         for k in range(K):
-            sq += S[k, f] * S[k, f]
+            sq += s[k] * s[k]
     return n, sq
 
 
