@@ -74,10 +74,12 @@ def batch_rows(offsets: np.ndarray, blocks: np.ndarray) -> tuple[np.ndarray, np.
     return rows.astype(np.int64), starts.astype(np.int64)
 
 
-def w_tail(store: ChainDual) -> int:
-    """The length of w after the emission weights: first (K), last (K), transitions (K, K)."""
+def w_tail(store: ChainDual) -> slice:
+    """Where w's replicated chain weights lie: first (K), last (K), transitions (K, K), after the
+    emission weights (an edge model's edge block follows them)."""
     K = store.model.K
-    return store.w.numel() - K * store.model.F
+    start = K * store.model.F
+    return slice(start, start + 2 * K + K * K)
 
 
 class ColumnShardedChain(RankStore):
@@ -88,11 +90,12 @@ class ColumnShardedChain(RankStore):
 
     supports_averaging = False        # the averages read w at every step; here it is whole only at sync points
     exchange = "columns"
+    store_type = ChainDual            # the local store this class shards (the edge store: column_shards_edges.py)
 
     def __init__(self, local: ChainDual):
-        if type(local) is not ChainDual:
-            raise SSVMInputError(f"exchange 'columns': runs the chain store without edge features, got "
-                                 f"{local.description or type(local).__name__}; use --exchange gather or allreduce")
+        if type(local) is not self.store_type:
+            raise SSVMInputError(f"exchange 'columns': {type(self).__name__} runs the {self.store_type.__name__} store, "
+                                 f"got {local.description or type(local).__name__}")
         if local.kernels != "numba":
             raise SSVMInputError("exchange 'columns': runs the numba kernels (CPU, float64 state, --kernels auto or "
                                  "numba); use --exchange gather or allreduce on other devices")
@@ -222,7 +225,7 @@ class ColumnShardedChain(RankStore):
         self._drop_pending()
         L = self.local
         h = L.host
-        off, Y, first, last, trans, Mu, Mt = h.offsets, h.Y, h.first, h.last, h.trans, h.Mu, h.Mt
+        off, Mu, Mt = h.offsets, h.Mu, h.Mt
         blocks = np.ascontiguousarray(to_host(torch.as_tensor(idx)).reshape(-1), dtype=np.int64)
         tau = len(blocks)
         rows, starts = batch_rows(off, blocks)
@@ -234,8 +237,7 @@ class ColumnShardedChain(RankStore):
         r = self.rank
         mine = np.arange(cut[r], cut[r + 1], dtype=np.int64)
         labels, loss, dot = np.empty(npos), np.empty(tau), np.empty(tau)
-        nb_decode_rows(mine, blocks, starts, at[r], off, Y, U, first, last, trans, Mu, Mt, self._tw, L.model.pen_host,
-                       labels, loss, dot)
+        self._decode(mine, blocks, starts, at[r], U, labels, loss, dot)
         self.shard_s += time.perf_counter() - t0
         if self.size > 1:                                      # every rank's [labels, L(y*), dot] to every rank
             labels, loss, dot = self._share_ranges([(labels, at), (loss, cut), (dot, cut)])
@@ -244,8 +246,9 @@ class ColumnShardedChain(RankStore):
         coef = -1.0 / (self.lam * self.N)
         n_cols, sq = nb_share_direction(rows, labels, Mu, coef, *self.csr, self._S, self._mark, self._touched)
         self._pending = n_cols                                 # 3. this rank's share of dw, in the scratch
-        tail = np.empty(w_tail(L))                             # the replicated first / last / transition part
+        tail = np.empty(w_tail(L).stop - w_tail(L).start)     # the replicated first / last / transition part
         nb_tail_direction(blocks, starts, rows, labels, Mu, Mt, coef, tail)
+        sq_replicated = float(tail @ tail) + self._replicated_direction(blocks, starts, labels, coef)
         self.joint_s += time.perf_counter() - t0
         if self.size > 1:
             sq = float(self.coll.all_reduce(torch.tensor([sq], dtype=torch.float64))[0])
@@ -255,7 +258,7 @@ class ColumnShardedChain(RankStore):
         ell_b = L.ell_i[idx_t]
         gaps = torch.from_numpy(dot) / self.N - ell_b + loss
         return BatchCorners(idx_t, loss, gaps, None, float((loss - ell_b).sum()),
-                            moves=(blocks, starts, rows, labels, tail), sqnorm=sq + float(tail @ tail))
+                            moves=(blocks, starts, rows, labels, tail), sqnorm=sq + sq_replicated)
 
     def batch_move(self, corners: BatchCorners, gamma: float) -> None:
         """Step 4: this rank's columns of w, the replicated weights and every block of the batch."""
@@ -264,13 +267,39 @@ class ColumnShardedChain(RankStore):
         t0 = time.perf_counter()
         nb_apply_share(self._Wr, self._S, self._mark, self._touched, self._pending, gamma)
         self._pending = 0
-        L.w[-len(tail):].add_(torch.from_numpy(tail), alpha=gamma)
+        L.w[w_tail(L)].add_(torch.from_numpy(tail), alpha=gamma)
+        self._replicated_move(blocks, starts, labels, gamma)
         nb_move_blocks(blocks, starts, rows, labels, L.host.Mu, L.host.Mt, gamma)     # in place: Mu, Mt
         idx = corners.idx
         L.ell_i.index_put_((idx,), gamma * (corners.loss - L.ell_i[idx]), accumulate=True)
         L.shift_ell(gamma * corners.dell)
         self.joint_s += time.perf_counter() - t0
         self._stale = True                                     # w's emission columns are behind the shares
+
+    # -- what an edge model adds (column_shards_edges.py) ---------------------------------------
+    def _decode(self, mine, blocks, starts, shift, U, labels, loss, dot) -> None:
+        """Loss-augmented Viterbi of the batch entries ``mine`` and their block-gap terms."""
+        h = self.local.host
+        nb_decode_rows(mine, blocks, starts, shift, h.offsets, h.Y, U, h.first, h.last, h.trans, h.Mu, h.Mt, self._tw,
+                       self.local.model.pen_host, labels, loss, dot)
+
+    def _replicated_direction(self, blocks, starts, labels, coef: float) -> float:
+        """The direction of replicated weights beyond the chain's tail (none here); returns its ||.||^2."""
+        return 0.0
+
+    def _replicated_move(self, blocks, starts, labels, gamma: float) -> None:
+        """Move what :meth:`_replicated_direction` built (nothing here)."""
+
+    def _gap_terms(self, cut: np.ndarray, at: np.ndarray, U: np.ndarray):
+        """(aug, <M_i, theta_i>, ground-truth score, wrong positions) of this rank's blocks
+        cut[r]..cut[r+1], whose unaries are U (their positions, in order)."""
+        h, r = self.local.host, self.rank
+        mine = np.arange(cut[r], cut[r + 1], dtype=np.int64)
+        m = len(mine)
+        aug, m_theta, gt, wrong = np.empty(m), np.empty(m), np.empty(m), np.empty(m)
+        nb_blocks_gap_terms(mine, h.offsets[cut[r]:], at[r], h.offsets, h.Y, U, h.first, h.last, h.trans, h.Mu, h.Mt,
+                            self._tw, self.local.model.pen_host, aug, m_theta, gt, wrong)
+        return aug, m_theta, gt, wrong
 
     # -- exact gap pass and recomputation -------------------------------------------------------
     def gap_pass(self) -> GapPass:
@@ -285,11 +314,7 @@ class ColumnShardedChain(RankStore):
         U = self._unaries(np.arange(off[-1], dtype=np.int64), at)
         t0 = time.perf_counter()
         r = self.rank
-        mine = np.arange(cut[r], cut[r + 1], dtype=np.int64)
-        m = len(mine)
-        aug, m_theta, gt, wrong = np.empty(m), np.empty(m), np.empty(m), np.empty(m)
-        nb_blocks_gap_terms(mine, off[cut[r]:], at[r], off, h.Y, U, h.first, h.last, h.trans, h.Mu, h.Mt, self._tw,
-                            L.model.pen_host, aug, m_theta, gt, wrong)
+        aug, m_theta, gt, wrong = self._gap_terms(cut, at, U)
         gaps, H, loss = np.zeros(self.n), np.zeros(self.n), np.zeros(self.n)
         own = slice(cut[r], cut[r + 1])
         gaps[own] = (aug - m_theta) / self.N - L.ell_i.numpy()[own]

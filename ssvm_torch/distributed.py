@@ -116,9 +116,9 @@ class ShardedDual(RankStore):
             raise SSVMInputError("box constraints (segmentation-synth, pose-synth): not supported by the sharded store "
                                  "(the clip of w needs the unclipped v of all shards); run them in one process")
         if not local.shardable:
-            raise SSVMInputError(f"{local.description or type(local).__name__}: not supported by the sharded store "
-                                 "(torchrun): its mini-batch directions have parts the exchange does not ship; run it in "
-                                 "one process (mini-batches included), or shard a store without them")
+            raise SSVMInputError(f"{local.description or type(local).__name__}: not supported by the exchanges "
+                                 "gather and allreduce (its mini-batch directions have parts they do not ship); use "
+                                 "--exchange columns (or auto), or one process")
         check(local.N == n, "n_objective", f"the local store built with n_objective = n = {n}", local.N)
         check(local.n == len(shard_of(n, size, rank)), "shard", f"{len(shard_of(n, size, rank))} blocks "
               f"(rank {rank} of {size})", local.n)
@@ -244,8 +244,11 @@ def sharded_store(task, lam: float, device=None, dtype=torch.float64, kernels: s
     rank, size = world()
     if exchange == "columns" or (exchange == "auto" and columns_apply(task, device, dtype, kernels)):
         from .column_shards import ColumnShardedChain
-        return ColumnShardedChain(make_store(task.model, task.train, lam, device=device, dtype=dtype, kernels=kernels,
-                                             nonnegative=task.nonnegative))
+        from .column_shards_edges import ColumnShardedEdgeChain
+        from .stores.chain_edges import EdgeChainDual
+        local = make_store(task.model, task.train, lam, device=device, dtype=dtype, kernels=kernels,
+                           nonnegative=task.nonnegative)
+        return (ColumnShardedEdgeChain if type(local) is EdgeChainDual else ColumnShardedChain)(local)
     shard = shard_of(task.n_train, size, rank)
     local = make_store(task.model, task.train.subset(shard), lam, device=device, dtype=dtype, kernels=kernels,
                        nonnegative=task.nonnegative, n_objective=task.n_train)
@@ -254,14 +257,13 @@ def sharded_store(task, lam: float, device=None, dtype=torch.float64, kernels: s
 
 def columns_apply(task, device=None, dtype=torch.float64, kernels: str = "auto", config=None) -> bool:
     """Whether ``exchange='auto'`` picks the coordinate-sharded store (measured: docs/distributed.md):
-    a chain model (no edge features, no box constraints) with numba kernels (CPU, float64); with a
-    solver ``config`` (one process), also mini-batch BCFW (batch size > 1, FW steps, no cache, no
-    averaging), which is all that store runs."""
+    a chain model (edge-observation features included, no box constraints) with numba kernels (CPU,
+    float64); with a solver ``config`` (one process), also mini-batch BCFW (batch size > 1, FW
+    steps, no cache, no averaging), which is all that store runs."""
     from .devices import resolve_device
     from .models.chain import ChainModel
-    from .models.chain_edges import EdgeChainModel
     model = task.model
-    fits = (isinstance(model, ChainModel) and not isinstance(model, EdgeChainModel)
+    fits = (isinstance(model, ChainModel)
             and resolve_device(device).type == "cpu" and dtype == torch.float64 and kernels in ("auto", "numba")
             and not (task.nonnegative is not None and len(task.nonnegative)))
     if config is not None:

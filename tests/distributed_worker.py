@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import sys
 
 import torch
 import torch.distributed as dist
@@ -12,7 +11,8 @@ import torch.distributed as dist
 
 def problem(spec):
     from ssvm_torch.tasks import load_task
-    task = load_task(spec["dataset"], train_size=spec.get("train_size"))
+    task = load_task(spec["dataset"], train_size=spec.get("train_size"),
+                     **({"features": spec["features"]} if "features" in spec else {}))
     if spec.get("subset"):
         task = dataclasses.replace(task, train=task.train.subset(range(spec["subset"])))
     return task
@@ -47,7 +47,9 @@ def run(rank, world, port, spec, out):
     except DistributedError as e:
         if rank == 0:
             torch.save({"error": str(e)}, out)
-        sys.exit(0)
+        # leave without the interpreter's teardown: destroying a gloo group whose peer vanished can abort
+        # ("terminate called without an active exception"), which would turn this expected end into a crash
+        os._exit(0)
     if rank == 0:
         torch.save({"history": hist, "w": store.w.clone(), "gaps": solver.block_gaps.copy(), "state": state,
                     "bytes_per_step": store.bytes_per_step, "exchange": store.exchange}, out)

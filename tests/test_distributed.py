@@ -15,11 +15,13 @@ from ssvm_torch import Solver, SolverConfig, make_store
 from ssvm_torch.column_shards import ColumnShardedChain
 from ssvm_torch.distributed import ShardedDual, shard_of
 from ssvm_torch.errors import SSVMInputError
+from ssvm_torch.stores import EdgeChainDual
 from ssvm_torch.tasks import load_task
 
 OCR = dict(dataset="ocr-small", subset=40, lam=0.05, tau=6, passes=6, gap_check=1, seed=2, exchange="allreduce")
 CONLL = dict(dataset="conll2000", train_size=24, lam=0.05, tau=5, passes=4, gap_check=1, seed=1, exchange="gather")
 COLUMNS = {**CONLL, "exchange": "columns"}
+EDGES = {**COLUMNS, "features": "rich-edges"}       # edge-observation features: CoNLL's default template
 
 
 def free_port() -> int:
@@ -46,6 +48,12 @@ def columns_run(tmp_path_factory):
     return spawn(COLUMNS, tmp_path_factory.mktemp("columns"))
 
 
+@pytest.fixture(scope="module")
+def edges_run(tmp_path_factory):
+    """The 2-rank run of CoNLL's rich-edges template with the coordinate-sharded store."""
+    return spawn(EDGES, tmp_path_factory.mktemp("edges"))
+
+
 def single(spec):
     task = worker.problem(spec)
     store = make_store(task.model, task.train, spec["lam"])
@@ -56,15 +64,15 @@ def single(spec):
 
 @pytest.mark.parametrize("spec", [OCR, pytest.param({**OCR, "exchange": "gather"}, marks=pytest.mark.slow), CONLL,
                                   pytest.param({**CONLL, "sparse_direction": True}, marks=pytest.mark.slow),
-                                  {**OCR, "sparse_direction": True}, COLUMNS, {**OCR, "exchange": "columns"}],
+                                  {**OCR, "sparse_direction": True}, COLUMNS, {**OCR, "exchange": "columns"}, EDGES],
                          ids=["ocr-allreduce", "ocr-gather", "conll-gather", "conll-sparse-gather",
-                              "ocr-sparse-allreduce", "conll-columns", "ocr-columns"])
+                              "ocr-sparse-allreduce", "conll-columns", "ocr-columns", "conll-edges-columns"])
 def test_two_ranks_follow_the_single_process_trajectory(spec, tmp_path, request):
     """allreduce sums the ranks' directions in another order than one process: equal to rounding
     (CoNLL's binary features can turn such a rounding difference into another Viterbi tie-break, so
     CoNLL is checked with the bit-identical gather exchange; the columns exchange sums partial
     unaries in another order: :func:`check_columns_run`)."""
-    shared = {id(OCR): "ocr_run", id(COLUMNS): "columns_run"}
+    shared = {id(OCR): "ocr_run", id(COLUMNS): "columns_run", id(EDGES): "edges_run"}
     dist_run = request.getfixturevalue(shared[id(spec)]) if id(spec) in shared else spawn(spec, tmp_path)
     solver, hist, store, _ = single(spec)
     exact = spec.get("exchange") == "gather"
@@ -126,20 +134,23 @@ def test_distributed_gap_equals_a_single_process_recomputation(ocr_run):
     assert primal - dual == pytest.approx(last["gap"], rel=1e-9)
 
 
-def test_columns_gap_equals_a_single_process_recomputation(columns_run):
+@pytest.mark.parametrize("spec, fixture", [(COLUMNS, "columns_run"), (EDGES, "edges_run")], ids=["chain", "edges"])
+def test_columns_gap_equals_a_single_process_recomputation(spec, fixture, request):
     """The coordinate-sharded run's checkpoint is a whole chain store (w gathered, the statistics
-    replicated): one process loads it, recomputes w from the statistics and its own exact gap pass
-    gives the run's last gap."""
-    task = worker.problem(COLUMNS)
-    store = make_store(task.model, task.train, COLUMNS["lam"])
-    state = columns_run["state"]["dual"]
+    replicated; with edge features, Me too): one process loads it, recomputes w from the statistics
+    and its own exact gap pass gives the run's last gap."""
+    run = request.getfixturevalue(fixture)
+    task = worker.problem(spec)
+    store = make_store(task.model, task.train, spec["lam"])
+    assert isinstance(store, EdgeChainDual) == (spec is EDGES)
+    state = run["state"]["dual"]
     assert state["world_size"] == 2 and state["exchange"] == "columns"
     store.load_state_dict(state)
-    assert torch.equal(store.w, columns_run["w"])
+    assert torch.equal(store.w, run["w"])
     store.recompute()
-    assert torch.allclose(store.w, columns_run["w"], rtol=1e-10, atol=1e-13)
+    assert torch.allclose(store.w, run["w"], rtol=1e-10, atol=1e-13)
     gp = store.gap_pass()
-    last = columns_run["history"][-1]
+    last = run["history"][-1]
     assert float(gp.block_gaps.sum()) == pytest.approx(last["gap"], rel=1e-9)
     assert store.primal(gp.H) - store.dual() == pytest.approx(last["gap"], rel=1e-9)
 
@@ -176,9 +187,11 @@ def test_sharded_store_checks_its_inputs():
         ShardedDual(boxed, 4)
     conll = load_task("conll2000", train_size=6, features="rich-edges")
     edges = make_store(conll.model, conll.train, 0.1)
-    with pytest.raises(SSVMInputError, match="edge-observation features.*not supported by the sharded store"):
+    with pytest.raises(SSVMInputError, match="edge-observation features.*not supported by the exchanges gather and "
+                                             "allreduce.*use --exchange columns"):
         ShardedDual(edges, 6)
-    with pytest.raises(SSVMInputError, match="exchange 'columns': runs the chain store without edge features"):
+    with pytest.raises(SSVMInputError, match="exchange 'columns': ColumnShardedChain runs the ChainDual store, got a "
+                                             "chain with edge-observation features"):
         ColumnShardedChain(edges)
     plain = load_task("conll2000", train_size=6, features="sha-pereira")
     with pytest.raises(SSVMInputError, match="exchange 'columns': runs the numba kernels"):

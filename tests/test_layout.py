@@ -128,7 +128,7 @@ LAYERS = [
     {"data", "nn"},
     {"models"},
     {"stores"},
-    {"solvers", "tasks", "distributed", "rank_store", "column_shards"},
+    {"solvers", "tasks", "distributed", "rank_store", "column_shards", "column_shards_edges"},
     {"estimator", "portable"},
     {"outputs"},
     {"path", "lightning"},

@@ -11,7 +11,8 @@ The store runs BCFW with FW block steps (any sampling, gap passes, checkpoints, 
 grid of ssvm_torch.selection) and mini-batch BCFW (``--batch-size``: tau corners, one joint direction,
 the exact line search of :class:`~ssvm_torch.solvers.steps.MiniBatchStep`) on the numba kernels (CPU
 float64). Pairwise / away steps, caching, batch FW, SSG, averaging, the regularization path and the
-sharded (torchrun) store are refused with a clear error.
+sharded stores of the gather / allreduce exchanges are refused with a clear error (the columns exchange,
+:mod:`ssvm_torch.column_shards_edges`, runs mini-batch BCFW under torchrun).
 """
 from __future__ import annotations
 
@@ -36,7 +37,7 @@ class EdgeChainDual(ChainDual):
     supports_averaging = False
     supports_dual_point = False      # no batch corner (corner_point): no cutting plane
     only_fw_block_steps = True
-    shardable = False                # the distributed exchange ships no edge block: ssvm_torch.distributed refuses it
+    shardable = False                # gather / allreduce ship no edge block; the columns exchange runs it (column_shards_edges.py)
     description = ("a chain with edge-observation features (the edge: items of a template, e.g. conll2000's default "
                    "rich-edges; a template without them, e.g. rich, runs every solver)")
 
