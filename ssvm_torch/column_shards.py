@@ -129,6 +129,11 @@ class ColumnShardedChain(RankStore):
         """w's emission weights as (F, K): row f holds column f's K weights (a view of w)."""
         return self.local.model.split(self.local.w)[0].T
 
+    def _whole_columns(self) -> np.ndarray:
+        """w's emission weights as a C-contiguous (F, K) array (a view when w stores them feature-major,
+        else a copy); call after :meth:`sync_w`."""
+        return np.ascontiguousarray(self._columns_view().numpy())
+
     def _load_share(self) -> None:
         """The compact share from w (after w was set or recomputed whole); w is whole and current."""
         self.Wr.copy_(self._columns_view()[self.columns[self.rank]])
@@ -303,17 +308,25 @@ class ColumnShardedChain(RankStore):
 
     # -- exact gap pass and recomputation -------------------------------------------------------
     def gap_pass(self) -> GapPass:
-        """The exact gap pass (eq. (6) for every block): rank r takes a contiguous range of the blocks
-        (about N / P positions) with their unaries from the ranks' partial scores (:meth:`_unaries`:
-        no rank needs the whole w), and their block gaps, H_i and L_i / n go to every rank."""
-        self._drop_pending()
+        """The exact gap pass (eq. (6) for every block): w is made whole first (:meth:`sync_w`; the
+        history record that follows the pass needs it anyway), then rank r scores and decodes a
+        contiguous range of the blocks (about N / P positions) with the whole w -- no exchange of
+        partial unaries, which would move N K numbers -- and their block gaps, H_i and L_i / n go to
+        every rank."""
+        self.sync_w()
         L = self.local
         h = L.host
         off = h.offsets
         cut, at = self._ranges(off)
-        U = self._unaries(np.arange(off[-1], dtype=np.int64), at)
-        t0 = time.perf_counter()
         r = self.rank
+        t0 = time.perf_counter()
+        U = np.empty((int(at[r + 1] - at[r]), L.model.K))
+        if self.size == 1:                                     # the share is all of w's columns
+            nb_rows_unary(np.arange(at[0], at[1], dtype=np.int64), *self.csr, self._Wr, U)
+        else:
+            nb_rows_unary(np.arange(at[r], at[r + 1], dtype=np.int64), h.fptr, h.fidx, h.fval, self._whole_columns(), U)
+        self.joint_s += time.perf_counter() - t0
+        t0 = time.perf_counter()
         aug, m_theta, gt, wrong = self._gap_terms(cut, at, U)
         gaps, H, loss = np.zeros(self.n), np.zeros(self.n), np.zeros(self.n)
         own = slice(cut[r], cut[r + 1])

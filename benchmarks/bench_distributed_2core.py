@@ -1,0 +1,116 @@
+"""The distributed-BCFW issue's measure on a small machine: ``ssvm-train`` in one process, under
+``torchrun --standalone --nproc-per-node 2`` (no ``--exchange``: auto), and -- the machine's ceiling
+-- two independent one-process runs side by side, alternated ``--reps`` times, with
+``OMP_NUM_THREADS=1 NUMBA_NUM_THREADS=1``. Seconds per effective pass from each history.json:
+(time_s of the last record - time_s of the second) / (the same difference of passes), the first
+record's uncounted start and the compile of the first interval left out.
+
+The side-by-side pair bounds what any two-process run can gain on the machine: each of its runs
+does one process's whole work, so T1 (1/Ta + 1/Tb) is the throughput two cores deliver for this
+workload relative to one (2 on a machine whose cores share nothing; less where they share memory
+bandwidth, caches or a clock budget). Prints a table and writes
+benchmarks/results/distributed_2core/summary.json.
+
+Usage: python benchmarks/bench_distributed_2core.py [--datasets conll2000 ocr-large conll2000-edges] [--reps 3]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+COMMON = ["--tags", "bio", "--constraints", "none", "--loss", "normalized", "--solver", "bcfw", "--sampling", "gap",
+          "--passes", "7", "--gap-check", "2", "--seed", "0", "--quiet"]
+CONFIGS = {   # the issue's configurations
+    "conll2000": ["--dataset", "conll2000", "--features", "sha-pereira", "--lam", "0.03", "--batch-size", "1024", *COMMON],
+    "conll2000-edges": ["--dataset", "conll2000", "--features", "rich-edges", "--lam", "0.03", "--batch-size", "1024",
+                        *COMMON],
+    "ocr-large": ["--dataset", "ocr-large", "--lam", "1e-3", "--batch-size", "256", "--solver", "bcfw", "--sampling",
+                  "gap", "--passes", "7", "--gap-check", "2", "--seed", "0", "--quiet"],
+}
+MODES = ("1", "2", "1+1")
+
+
+def s_per_pass(out: Path) -> tuple[float, list, str | None]:
+    hist = json.loads((out / "history.json").read_text())
+    recs = hist["records"] if isinstance(hist, dict) else hist
+    config = json.loads((out / "config.json").read_text())
+    exchange = (config.get("distributed") or {}).get("exchange")
+    rate = (recs[-1]["time_s"] - recs[1]["time_s"]) / (recs[-1]["passes"] - recs[1]["passes"])
+    return rate, [{k: r[k] for k in ("passes", "time_s", "gap")} for r in recs], exchange
+
+
+def launch(args: list, out: Path, procs: int) -> subprocess.Popen:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "NUMBA_NUM_THREADS": "1"}
+    cmd = ([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(procs)]
+           if procs > 1 else [sys.executable]) + ["-m", "ssvm_torch.cli.train", *args, "--out", str(out)]
+    return subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
+def run_mode(name: str, mode: str, tmp: Path) -> dict:
+    outs = [tmp / f"{name}-{mode}-{k}" for k in range(2 if mode == "1+1" else 1)]
+    for o in outs:
+        shutil.rmtree(o, ignore_errors=True)
+    procs = [launch(CONFIGS[name], o, 2 if mode == "2" else 1) for o in outs]
+    for p in procs:
+        _, err = p.communicate()
+        if p.returncode:
+            raise SystemExit(f"{name} {mode}: exit {p.returncode}\n{err[-3000:]}")
+    measured = [s_per_pass(o) for o in outs]
+    return {"s_per_pass": [m[0] for m in measured], "records": measured[0][1], "exchange": measured[0][2]}
+
+
+def summarize(name: str, runs: list) -> dict:
+    by = {m: [r for r in runs if r["mode"] == m] for m in MODES}
+    med = {m: statistics.median(x for r in by[m] for x in r["s_per_pass"]) for m in MODES if by[m]}
+    res = {"median_s_per_pass": med, "runs": runs}
+    if "1" in med and "2" in med:
+        res["speedup_2"] = med["1"] / med["2"]
+        one, two = by["1"][0]["records"], by["2"][0]["records"]
+        res["gaps_within_1pct"] = len(one) == len(two) and all(
+            abs(a["gap"] - b["gap"]) <= 0.01 * abs(b["gap"]) for a, b in zip(two, one))
+    if "1" in med and by["1+1"]:
+        res["ceiling_2"] = statistics.median(med["1"] * sum(1 / x for x in r["s_per_pass"]) for r in by["1+1"])
+    return res
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--datasets", nargs="+", default=list(CONFIGS), choices=list(CONFIGS))
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--modes", nargs="+", default=list(MODES), choices=list(MODES))
+    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "distributed_2core" / "summary.json"))
+    args = ap.parse_args()
+    result = {"machine": {"cpus": os.cpu_count()}, "reps": args.reps, "configs": {k: CONFIGS[k] for k in args.datasets},
+              "datasets": {}}
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in args.datasets:
+            runs = []
+            for rep in range(args.reps):                # alternated: the machine's drift hits every mode alike
+                for mode in args.modes:
+                    runs.append({"mode": mode, "rep": rep, **run_mode(name, mode, Path(tmp))})
+                    print(f"{name:16s} rep {rep} P={mode:4s} s/pass {runs[-1]['s_per_pass']}", flush=True)
+            result["datasets"][name] = summarize(name, runs)
+    print(f"\n{'dataset':16s} {'P=1':>7s} {'P=2':>7s} {'1+1 each':>9s} {'P=2 speed-up':>13s} {'machine ceiling':>16s}")
+    for name, res in result["datasets"].items():
+        med = res["median_s_per_pass"]
+        each = statistics.median(x for r in res["runs"] if r["mode"] == "1+1" for x in r["s_per_pass"]) \
+            if "1+1" in med else float("nan")
+        print(f"{name:16s} {med.get('1', float('nan')):7.3f} {med.get('2', float('nan')):7.3f} {each:9.3f} "
+              f"{res.get('speedup_2', float('nan')):12.2f}x {res.get('ceiling_2', float('nan')):15.2f}x"
+              f"   gaps within 1%: {res.get('gaps_within_1pct')}")
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=1))
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()
