@@ -2,8 +2,9 @@
 exchange of ``ssvm-train`` under torchrun): every rank holds the (read-only) training set and the
 compact block statistics of every block (Mu, Mt, ell_i: O(N K), :mod:`ssvm_torch.stores.chain`),
 but keeps only its share of w's feature columns current (about 1/P of the stored feature
-entries each, :func:`column_owners`); the first / last /
-transition weights (K^2 + 2K numbers) are replicated. No rank ever builds or receives a whole
+entries each, :func:`column_owners`), in a compact (F_r, K) array of its own (the kernels' layout,
+:mod:`ssvm_torch.oracles.chain_column_kernels`); the first / last / transition weights (K^2 + 2K
+numbers) are replicated. No rank ever builds or receives a whole
 direction dw. One step of tau blocks (Wang et al., ICML 2016, with the exact line search of
 :class:`~ssvm_torch.solvers.steps.MiniBatchStep`):
 
@@ -24,11 +25,10 @@ direction dw. One step of tau blocks (Wang et al., ICML 2016, with the exact lin
 The partial unaries are summed in another order than one process's walk over each position's
 features, so the unaries (and rarely, through an argmax tie, a labeling) differ from one process's
 in the last bits: the run follows one process's gap curve to within rounding, not bit for bit
-(docs/distributed.md measures how far). The exact gap pass needs no whole w either (rank r decodes a
-range of the blocks from the ranks' partial unaries). w is whole on every rank only after
-:meth:`sync_w` (the column shares broadcast by their ranks), which the objective values of a history
-record, recomputation and checkpoints call: between two records a rank's copy of the other ranks'
-columns is stale.
+(docs/distributed.md measures how far). w is whole on every rank only after :meth:`sync_w` (the
+column shares broadcast by their ranks), which the exact gap pass (rank r then scores and decodes a
+range of the blocks with the whole w), the objective values of a history record, recomputation and
+checkpoints call: between two syncs w's emission columns are stale on every rank.
 """
 from __future__ import annotations
 
