@@ -55,33 +55,11 @@ def viterbi_segment_tt(U, start, T, first, last, trans3, per_position, gt, lw, o
         if lw != 0.0 and k != gt[start]:
             v += lw
         delta[k] = v
-    for t in range(1, T):
-        r = start + t
-        trans = trans3[t if per_position else 0]
-        for k in range(K):
-            best = delta[0] + trans[k, 0]
-            if cons:
-                best += pen[k, 0]
-            arg = 0
-            if cons:
-                for j in range(1, K):
-                    c = delta[j] + trans[k, j] + pen[k, j]
-                    if c > best:
-                        best = c
-                        arg = j
-            else:
-                for j in range(1, K):
-                    c = delta[j] + trans[k, j]
-                    if c > best:
-                        best = c
-                        arg = j
-            v = best + U[r, k]
-            if lw != 0.0 and k != gt[r]:
-                v += lw
-            newd[k] = v
-            bp[t, k] = arg
-        for k in range(K):
-            delta[k] = newd[k]
+    if per_position:
+        for t in range(1, T):
+            _step_rowwise(U, start + t, trans3[t], cons, pen, gt, lw, delta, newd, bp[t])
+    else:
+        _steps_columnwise(U, start, T, trans3[0], cons, pen, gt, lw, delta, newd, bp)
     best = delta[0] + last[0] + (pen[K + 1, 0] if cons else 0.0)
     arg = 0
     for k in range(1, K):
@@ -94,6 +72,88 @@ def viterbi_segment_tt(U, start, T, first, last, trans3, per_position, gt, lw, o
         arg = bp[t, arg]
         out[start + t - 1] = arg
     return best
+
+
+@nb.njit(cache=True, nogil=True)
+def _step_rowwise(U, r, trans, cons, pen, gt, lw, delta, newd, bp_t):
+    """One max-sum step into row r with its own transition matrix (per-position transitions): for
+    each next label k, the first best previous label (strict >, so ties keep the lowest index)."""
+    K = U.shape[1]
+    for k in range(K):
+        best = delta[0] + trans[k, 0]
+        if cons:
+            best += pen[k, 0]
+        arg = 0
+        if cons:
+            for j in range(1, K):
+                c = delta[j] + trans[k, j] + pen[k, j]
+                if c > best:
+                    best = c
+                    arg = j
+        else:
+            for j in range(1, K):
+                c = delta[j] + trans[k, j]
+                if c > best:
+                    best = c
+                    arg = j
+        v = best + U[r, k]
+        if lw != 0.0 and k != gt[r]:
+            v += lw
+        newd[k] = v
+        bp_t[k] = arg
+    for k in range(K):
+        delta[k] = newd[k]
+
+
+@nb.njit(cache=True, nogil=True)
+def _steps_columnwise(U, start, T, trans, cons, pen, gt, lw, delta, newd, bp):
+    """The max-sum steps of rows start+1 .. start+T-1 with one transition matrix, the loop over
+    previous labels outermost: for each previous label j every next label k is updated at once
+    (a compare-and-select over k that vectorizes, where the row-wise argmax of :func:`_step_rowwise`
+    is a branchy scalar scan). The same sums in the same association ((delta + trans) + pen) and
+    the same tie rule (strict >: the lowest best j), so the same scores and labels bit for bit
+    (benchmarked at K = 22 on 195k positions: 1.1x faster by the minimum of 15 alternated runs, 1.2x
+    by the median)."""
+    K = U.shape[1]
+    transT = np.empty((K, K))              # transT[j, k] = trans[k, j]: the updates over k read a row
+    penT = np.empty((K, K))
+    for j in range(K):
+        for k in range(K):
+            transT[j, k] = trans[k, j]
+            if cons:
+                penT[j, k] = pen[k, j]
+    arg = np.empty(K, dtype=np.int64)
+    for t in range(1, T):
+        r = start + t
+        d0 = delta[0]
+        for k in range(K):
+            c = d0 + transT[0, k]
+            if cons:
+                c += penT[0, k]
+            newd[k] = c
+            arg[k] = 0
+        for j in range(1, K):
+            dj = delta[j]
+            tj = transT[j]
+            if cons:
+                pj = penT[j]
+                for k in range(K):
+                    c = dj + tj[k] + pj[k]
+                    if c > newd[k]:
+                        newd[k] = c
+                        arg[k] = j
+            else:
+                for k in range(K):
+                    c = dj + tj[k]
+                    if c > newd[k]:
+                        newd[k] = c
+                        arg[k] = j
+        for k in range(K):
+            v = newd[k] + U[r, k]
+            if lw != 0.0 and k != gt[r]:
+                v += lw
+            delta[k] = v
+            bp[t, k] = arg[k]
 
 
 @nb.njit(cache=True, nogil=True)
