@@ -15,7 +15,7 @@ bandwidth, caches or a clock budget. (Two ``ssvm-train`` runs launched together 
 their solver windows, ~2 s of a ~15 s process, need not overlap.) Prints a table and writes
 benchmarks/results/distributed_2core/summary.json (docs/distributed.md reads it).
 
-Usage: python benchmarks/bench_distributed_2core.py [--datasets conll2000 ocr-large conll2000-edges] [--reps 4]
+Usage: python benchmarks/bench_distributed_2core.py [--datasets conll2000 ocr-large conll2000-edges] [--reps 3]
 """
 from __future__ import annotations
 
