@@ -14,7 +14,7 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from ..chain.numba_viterbi import viterbi_segment
+from ..chain.numba_viterbi import viterbi_segment, viterbi_segment_tt
 from .chain_kernels import _FAST, nb_gold_score_wrong, nb_m_theta
 
 
@@ -55,6 +55,23 @@ def nb_rows_unary(rows, fptr, fidx, fval, Wr, U):
                 u[k] += v * wc[k]
 
 
+@nb.njit(cache=True, nogil=True)
+def nb_decode_block(Ub, first, last, trans3, per_position, Yb, lw, pen, out):
+    """The loss-augmented Viterbi of one block from its unaries Ub (T, K) (transitions trans3[0], or
+    trans3[t] into position t when ``per_position``): y* into ``out``; returns (its augmented score,
+    the number of positions where it differs from the ground truth Yb)."""
+    T, K = Ub.shape
+    ys = np.empty(T, dtype=np.int64)
+    aug = viterbi_segment_tt(Ub, 0, T, first, last, trans3, per_position, Yb, lw, ys, np.empty(K), np.empty(K),
+                             np.empty((T, K), dtype=np.int64), pen)
+    wrong = 0
+    for t in range(T):
+        out[t] = ys[t]
+        if ys[t] != Yb[t]:
+            wrong += 1
+    return aug, wrong
+
+
 @nb.njit(cache=True, nogil=True, parallel=True, fastmath=_FAST)
 def nb_decode_rows(mine, blocks, starts, shift, off, Y, U, first, last, trans, Mu, Mt, tw, pen, labels, loss, dot):
     """Loss-augmented Viterbi of the batch entries ``mine``: entry b is block blocks[b] whose
@@ -64,22 +81,13 @@ def nb_decode_rows(mine, blocks, starts, shift, off, Y, U, first, last, trans, M
     block-gap term of eq. (6) in units of 1/(lam n), as :func:`~ssvm_torch.oracles.chain_kernels.nb_batch_corners`)
     to dot[b]."""
     K = U.shape[1]
+    trans3 = trans.reshape((1, K, K))
     for q in nb.prange(mine.shape[0]):
         b = mine[q]
         i = blocks[b]
-        s0 = starts[b]
-        T = starts[b + 1] - s0
-        s = off[i]
-        delta, newd = np.empty(K), np.empty(K)
-        bp = np.empty((T, K), dtype=np.int64)
-        ys = np.empty(T, dtype=np.int64)
-        Ub = U[s0 - shift:s0 - shift + T]
-        aug = viterbi_segment(Ub, 0, T, first, last, trans, Y[s:s + T], tw[i], ys, delta, newd, bp, pen)
-        wrong = 0
-        for t in range(T):
-            labels[s0 + t] = ys[t]
-            if ys[t] != Y[s + t]:
-                wrong += 1
+        s0, e0, s = starts[b], starts[b + 1], off[i]
+        Ub = U[s0 - shift:e0 - shift]
+        aug, wrong = nb_decode_block(Ub, first, last, trans3, False, Y[s:s + e0 - s0], tw[i], pen, labels[s0:e0])
         loss[b] = wrong * tw[i]
         dot[b] = (aug - loss[b]) - nb_m_theta(i, off, Ub, first, last, trans, Mu, Mt)
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from ..chain.numba_viterbi import viterbi_segment_tt
+from .chain_column_kernels import nb_decode_block
 from .chain_kernels import _FAST, nb_m_theta
 from .edge_kernels import nb_edge_delta, nb_edge_m_theta, nb_position_trans
 
@@ -28,24 +28,24 @@ def nb_decode_rows_edges(mine, blocks, starts, shift, off, Y, U, first, last, tr
     for q in nb.prange(mine.shape[0]):
         b = mine[q]
         i = blocks[b]
-        s0 = starts[b]
-        T = starts[b + 1] - s0
-        s = off[i]
-        delta, newd = np.empty(K), np.empty(K)
-        bp = np.empty((T, K), dtype=np.int64)
-        ys = np.empty(T, dtype=np.int64)
-        Tt = np.empty((T, K, K))
-        Ub = U[s0 - shift:s0 - shift + T]
-        nb_position_trans(s, T, eptr, eidx, evals, E, pair_next, pair_prev, trans, Tt)
-        aug = viterbi_segment_tt(Ub, 0, T, first, last, Tt, True, Y[s:s + T], tw[i], ys, delta, newd, bp, pen)
-        wrong = 0
-        for t in range(T):
-            labels[s0 + t] = ys[t]
-            if ys[t] != Y[s + t]:
-                wrong += 1
+        s0, e0, s = starts[b], starts[b + 1], off[i]
+        Ub = U[s0 - shift:e0 - shift]
+        Tt = np.empty((e0 - s0, K, K))
+        nb_position_trans(s, e0 - s0, eptr, eidx, evals, E, pair_next, pair_prev, trans, Tt)
+        aug, wrong = nb_decode_block(Ub, first, last, Tt, True, Y[s:s + e0 - s0], tw[i], pen, labels[s0:e0])
         loss[b] = wrong * tw[i]
         m_theta = nb_m_theta(i, off, Ub, first, last, trans, Mu, Mt) + nb_edge_m_theta(i, gptr, gattr, E, Me)
         dot[b] = (aug - loss[b]) - m_theta
+
+
+@nb.njit(cache=True, nogil=True)
+def nb_batch_edge_delta(b, blocks, starts, labels, off, eptr, evals, egrp, pair_of, gptr, Me, De):
+    """De = S_e(y*_b) - Me of batch entry b's block (its labeling labels[starts[b]:starts[b+1]]);
+    returns (the block, its first group)."""
+    i = blocks[b]
+    s0, e0 = starts[b], starts[b + 1]
+    nb_edge_delta(i, off[i], e0 - s0, labels[s0:e0], eptr, evals, egrp, pair_of, gptr, Me, De)
+    return i, gptr[i]
 
 
 @nb.njit(cache=True, nogil=True)
@@ -59,11 +59,7 @@ def nb_edge_share_direction(blocks, starts, labels, off, eptr, evals, egrp, pair
     n = 0
     P = Me.shape[1]
     for b in range(blocks.shape[0]):
-        i = blocks[b]
-        s0 = starts[b]
-        T = starts[b + 1] - s0
-        nb_edge_delta(i, off[i], T, labels[s0:s0 + T], eptr, evals, egrp, pair_of, gptr, Me, De)
-        g0 = gptr[i]
+        i, g0 = nb_batch_edge_delta(b, blocks, starts, labels, off, eptr, evals, egrp, pair_of, gptr, Me, De)
         for g in range(g0, gptr[i + 1]):
             a = gattr[g]
             if not mark[a]:
@@ -90,11 +86,7 @@ def nb_edge_apply(blocks, starts, labels, off, eptr, evals, egrp, pair_of, gptr,
     P = Me.shape[1]
     if gamma != 0.0:
         for b in range(blocks.shape[0]):
-            i = blocks[b]
-            s0 = starts[b]
-            T = starts[b + 1] - s0
-            nb_edge_delta(i, off[i], T, labels[s0:s0 + T], eptr, evals, egrp, pair_of, gptr, Me, De)
-            g0 = gptr[i]
+            i, g0 = nb_batch_edge_delta(b, blocks, starts, labels, off, eptr, evals, egrp, pair_of, gptr, Me, De)
             for g in range(g0, gptr[i + 1]):
                 for p in range(P):
                     Me[g, p] += gamma * De[g - g0, p]
