@@ -251,7 +251,8 @@ class ColumnShardedChain(RankStore):
         coef = -1.0 / (self.lam * self.N)
         n_cols, sq = nb_share_direction(rows, labels, Mu, coef, *self.csr, self._S, self._mark, self._touched)
         self._pending = n_cols                                 # 3. this rank's share of dw, in the scratch
-        tail = np.empty(w_tail(L).stop - w_tail(L).start)     # the replicated first / last / transition part
+        K = L.model.K
+        tail = np.empty(2 * K + K * K)                        # the replicated first / last / transition part
         nb_tail_direction(blocks, starts, rows, labels, Mu, Mt, coef, tail)
         sq_replicated = float(tail @ tail) + self._replicated_direction(blocks, starts, labels, coef)
         self.joint_s += time.perf_counter() - t0

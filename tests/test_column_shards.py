@@ -9,6 +9,7 @@ import torch
 from ssvm_torch import Solver, SolverConfig, make_store
 from ssvm_torch.column_shards import ColumnShardedChain
 from ssvm_torch.column_shards_edges import ColumnShardedEdgeChain
+from ssvm_torch.distributed import sharded_store
 from ssvm_torch.models.chain_edges import EdgeChainModel
 from ssvm_torch.stores import ChainDual, EdgeChainDual
 from ssvm_torch.tasks import load_task
@@ -22,8 +23,9 @@ def task(request):
 
 
 def columns_store(task):
-    local = make_store(task.model, task.train, LAM)
-    return (ColumnShardedEdgeChain if type(local) is EdgeChainDual else ColumnShardedChain)(local)
+    store = sharded_store(task, LAM, exchange="columns")        # one process: no collectives
+    assert type(store) is (ColumnShardedEdgeChain if isinstance(task.model, EdgeChainModel) else ColumnShardedChain)
+    return store
 
 
 def config(passes=8):

@@ -116,7 +116,7 @@ def _steps_columnwise(U, start, T, trans, cons, pen, gt, lw, delta, newd, bp):
     by the median)."""
     K = U.shape[1]
     transT = np.empty((K, K))              # transT[j, k] = trans[k, j]: the updates over k read a row
-    penT = np.empty((K, K))
+    penT = np.empty((K, K) if cons else (0, 0))
     for j in range(K):
         for k in range(K):
             transT[j, k] = trans[k, j]
