@@ -1,0 +1,139 @@
+"""What every backend of the tree package shares: the checks of arc scores, masks / lengths and head
+arrays (each error names the argument, the row and what was expected), and the dispatch test.
+
+Checks on values run as vectorized torch ops on the tensors' device (one host read of a flag per check),
+so they cost O(B N^2) against the kernels' O(B N^3) and work unchanged on CUDA."""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ..chain.checks import refuse_bad_scores, tracing
+from ..errors import SSVMInputError, check
+
+KERNELS = ("auto", "numba", "torch")
+NUMBA_DTYPES = (torch.float32, torch.float64)
+
+
+def use_numba(S: torch.Tensor, kernels: str) -> bool:
+    """The compiled kernels serve CPU float32 / float64 scores outside tracing (``kernels`` auto or numba)."""
+    ok = S.device.type == "cpu" and S.dtype in NUMBA_DTYPES and not tracing()
+    if kernels == "numba" and not ok:
+        raise SSVMInputError(f"kernels: 'numba' needs CPU float32/float64 arc scores outside tracing, got "
+                             f"{S.device} {S.dtype}")
+    return ok and kernels in ("auto", "numba")
+
+
+def check_scores(S, field: str = "arc_scores") -> torch.Tensor:
+    """``S`` as a (B, N, N) float tensor (half precision computed in float32); NaN and +inf refused, -inf
+    allowed (an arc that may not be taken)."""
+    check(torch.is_tensor(S) and S.is_floating_point(), field, "a float tensor (B, N, N)",
+          getattr(S, "dtype", type(S).__name__))
+    check(S.dim() == 3 and S.shape[1] == S.shape[2] and S.shape[1] >= 1, field,
+          "shape (B, N, N): [batch, modifier, head] with position 0 the root", tuple(S.shape))
+    refuse_bad_scores(S.detach(), field)
+    return S.float() if S.dtype in (torch.float16, torch.bfloat16) else S
+
+
+def resolve_lengths(S: torch.Tensor, mask=None, lengths=None) -> torch.Tensor:
+    """The number of words n_b of every row (int64 on the scores' device) from ``mask`` (B, N) bool, False
+    at the root position 0 and on for positions 1..n_b only, or ``lengths`` (B,) in [0, N-1]; neither
+    means every row has N-1 words."""
+    B, N = S.shape[0], S.shape[1]
+    if mask is not None and lengths is not None:
+        raise SSVMInputError("mask, lengths: expected one of them (or neither), got both")
+    if lengths is not None:
+        check(torch.is_tensor(lengths) and not lengths.is_floating_point() and tuple(lengths.shape) == (B,), "lengths",
+              f"an integer tensor of shape ({B},)", (getattr(lengths, "dtype", type(lengths).__name__),
+                                                      tuple(getattr(lengths, "shape", ()))))
+        lengths = lengths.to(S.device, torch.int64)
+        if not tracing():
+            bad = (lengths < 0) | (lengths > N - 1)
+            if bool(bad.any()):
+                b = int(bad.nonzero()[0, 0])
+                raise SSVMInputError(f"lengths: expected values in [0, {N - 1}] (words after the root), got "
+                                     f"{int(lengths[b])} at row {b}")
+        return lengths
+    if mask is None:
+        return torch.full((B,), N - 1, dtype=torch.int64, device=S.device)
+    check(torch.is_tensor(mask) and tuple(mask.shape) == (B, N) and mask.device == S.device, "mask",
+          f"a bool tensor (B, N) = ({B}, {N}) on {S.device}",
+          (getattr(mask, "shape", type(mask).__name__), getattr(mask, "device", None)))
+    if mask.dtype != torch.bool:
+        check(not mask.is_floating_point(), "mask", "a bool tensor (or integers 0/1)", mask.dtype)
+        if not tracing() and not bool(((mask == 0) | (mask == 1)).all()):
+            raise SSVMInputError("mask: expected values 0 or 1 (a bool tensor, or integers 0/1)")
+        mask = mask.bool()
+    lengths = mask.sum(1)
+    if not tracing():
+        if bool(mask[:, 0].any()):
+            b = int(mask[:, 0].nonzero()[0, 0])
+            raise SSVMInputError(f"mask: position 0 is the root and must be off, row {b} has it on")
+        pos = torch.arange(N, device=S.device)
+        prefix = (pos[None, :] >= 1) & (pos[None, :] <= lengths[:, None])
+        bad = (prefix != mask).any(1)
+        if bool(bad.any()):
+            b = int(bad.nonzero()[0, 0])
+            raise SSVMInputError(f"mask: expected the words of a row at positions 1..n with nothing after them, row "
+                                 f"{b} has on-positions {mask[b].nonzero().flatten().tolist()[:12]}")
+    return lengths
+
+
+def word_mask(lengths: torch.Tensor, N: int) -> torch.Tensor:
+    """(B, N) bool: positions 1..n_b."""
+    pos = torch.arange(N, device=lengths.device)
+    return (pos[None, :] >= 1) & (pos[None, :] <= lengths[:, None])
+
+
+def tree_faults(heads: torch.Tensor, lengths: torch.Tensor, multiroot: bool, projective: bool) -> torch.Tensor:
+    """(B,) int codes of the first fault of every row of ``heads`` (B, N): 0 none, 1 a head out of range or a
+    self-loop, 2 a cycle, 3 not exactly one root child (single-root), 4 crossing arcs (projective)."""
+    B, N = heads.shape
+    word = word_mask(lengths, N)
+    h = heads.to(torch.int64)
+    pos = torch.arange(N, device=heads.device)
+    out_of_range = word & ((h < 0) | (h > lengths[:, None]) | (h == pos[None, :]))
+    code = torch.where(out_of_range.any(1), 1, 0)
+    P = torch.where(word & ~out_of_range, h, torch.zeros_like(h))          # a parent pointer, 0 at the root
+    for _ in range(max(1, math.ceil(math.log2(max(N, 2)))) + 1):
+        P = P.gather(1, P)                                                  # pointer doubling
+    cyclic = (word & (P != 0)).any(1)
+    code = torch.where((code == 0) & cyclic, 2, code)
+    if not multiroot:
+        roots = (word & (h == 0)).sum(1)
+        code = torch.where((code == 0) & (roots != 1) & (lengths > 0), 3, code)
+    if projective:
+        lo = torch.minimum(h, pos[None, :])
+        hi = torch.maximum(h, pos[None, :])
+        a_lo, a_hi, b_lo, b_hi = lo[:, :, None], hi[:, :, None], lo[:, None, :], hi[:, None, :]
+        both = word[:, :, None] & word[:, None, :]
+        crossing = both & (a_lo < b_lo) & (b_lo < a_hi) & (a_hi < b_hi)
+        code = torch.where((code == 0) & crossing.flatten(1).any(1), 4, code)
+    return code
+
+
+FAULTS = {1: "a head out of [0, n] or a word that heads itself", 2: "a cycle", 3: "not exactly one word attached "
+          "to the root (single-root trees; use multiroot=True for several)", 4: "crossing arcs (a non-projective "
+          "tree: use projective=False, or projectivize the gold trees)"}
+
+
+def check_heads(heads, lengths: torch.Tensor, N: int, multiroot: bool, projective: bool, field: str = "heads") -> torch.Tensor:
+    """``heads`` (B, N) as int64 on the lengths' device after the checks: heads[b, m] in [0, n_b] for the
+    words m = 1..n_b (other positions ignored), forming a tree of the chosen kind; -1 elsewhere."""
+    B = lengths.shape[0]
+    check(torch.is_tensor(heads) and not heads.is_floating_point() and heads.dtype != torch.bool, field,
+          f"an integer tensor (B, N) = ({B}, {N})", getattr(heads, "dtype", type(heads).__name__))
+    check(tuple(heads.shape) == (B, N), field, f"shape (B, N) = ({B}, {N}) like the arc scores", tuple(heads.shape))
+    heads = heads.to(lengths.device, torch.int64)
+    word = word_mask(lengths, N)
+    if not tracing():
+        code = tree_faults(heads, lengths, multiroot, projective)
+        if bool((code != 0).any()):
+            b = int((code != 0).nonzero()[0, 0])
+            row = heads[b, 1:int(lengths[b]) + 1].tolist()
+            raise SSVMInputError(f"{field}: row {b} is not a {'projective ' if projective else ''}"
+                                 f"{'multi' if multiroot else 'single'}-root dependency tree over its "
+                                 f"{int(lengths[b])} words ({FAULTS[int(code[b])]}); heads of words 1..n: {row[:20]}"
+                                 + (" ..." if len(row) > 20 else ""))
+    return torch.where(word, heads, torch.full_like(heads, -1))
