@@ -23,10 +23,12 @@ DEFAULT_LAMS = (1e-1, 3e-2, 1e-2, 3e-3, 1e-3, 3e-4, 1e-4)
 
 
 def dev_metric(record: dict) -> tuple[str, bool]:
-    """(the key of the selection score in an evaluation record, higher is better): chunk F1 where the
-    task reports it, else the test error (lower is better)."""
+    """(the key of the selection score in an evaluation record, higher is better): chunk F1 or the unlabeled
+    attachment score where the task reports them, else the test error (lower is better)."""
     if "test_f1" in record:
         return "test_f1", True
+    if "test_uas" in record:
+        return "test_uas", True
     return "test_error", False
 
 

@@ -81,9 +81,13 @@ class Task:
     sequences: bool = False           # its data are ChainData (load_dataset)
     templates: bool = False           # featurized by a feature template (features, min_count, heldout)
     chunk_tags: bool = False          # its tags are chunk tags (B-X / I-X / O): --constraints applies
+    trees: bool = False               # dependency trees: --loss and --trees (projective or not) apply
+    dev_split: bool = False           # a released development split: --select-lam scores on it (no --heldout share)
     # the featurization ssvm-train uses where an option is not given: the configuration chosen on the
     # development split (docs/conll.md); load() itself keeps the plain defaults (sha-pereira, BIO, ...)
     recommended: dict = field(default_factory=dict)
+    # ssvm-train's solver options where they are not given (passes, gap_check, lams): chosen on dev likewise
+    run_defaults: dict = field(default_factory=dict)
 
     def options(self, **given) -> dict:
         """``given`` featurization options (features, min_count, loss, constraints, tags) with each one
@@ -92,8 +96,8 @@ class Task:
 
     def load(self, train_size: int | None = None, unary_only: bool = False, device=None,
              dtype=torch.float64, features: str | None = None, min_count: int | None = None,
-             heldout: float | None = None, loss: str | None = None, constraints: str | None = None,
-             tags: str | None = None) -> Problem:
+             heldout: float | str | None = None, loss: str | None = None, constraints: str | None = None,
+             tags: str | None = None, trees: str | None = None) -> Problem:
         if train_size is not None and not self.train_size:
             raise SSVMInputError(f"train_size: not supported for {self.name!r} "
                                  f"(supported for {[t.name for t in TASKS.values() if t.train_size]})")
@@ -109,10 +113,15 @@ class Task:
                                      f"{[t.name for t in TASKS.values() if t.templates]}, not {self.name!r}")
             featurization = {}
         if loss is not None:
-            if not self.sequences:
-                raise SSVMInputError(f"loss: only for the chain tasks {[t.name for t in TASKS.values() if t.sequences]}, "
-                                     f"not {self.name!r}")
+            if not (self.sequences or self.trees):
+                raise SSVMInputError(f"loss: only for the chain and tree tasks "
+                                     f"{[t.name for t in TASKS.values() if t.sequences or t.trees]}, not {self.name!r}")
             featurization["loss"] = loss
+        if trees is not None:
+            if not self.trees:
+                raise SSVMInputError(f"trees: only for the dependency tasks {[t.name for t in TASKS.values() if t.trees]}, "
+                                     f"not {self.name!r}")
+            featurization["trees"] = trees
         if constraints not in (None, "none"):
             if not self.chunk_tags:
                 raise SSVMInputError(f"constraints: only for the tasks with chunk tags "
@@ -189,6 +198,41 @@ def constrain(model, train: ChainData, scheme: str) -> None:
         raise SSVMInputError(f"constraints: the scheme {scheme!r} does not fit the tag set ({e})") from None
     model.set_constraints(masks, scheme.upper())
     model.check_labels_allowed(train, "constraints")
+
+
+TREE_KINDS = ("projective", "non-projective")
+
+
+def _ud_ewt(name, train_size=None, unary_only=False, device=None, dtype=torch.float64, features=None, min_count=1,
+            heldout=None, loss=None, trees=None) -> Problem:
+    """UD English-EWT dependency parsing: first-order arc features of a template (default ``mcdonald``),
+    projective (Eisner) or non-projective (Chu-Liu-Edmonds) single-root trees; ``heldout="dev"`` evaluates on
+    the released dev split (model selection; the test file's trees are then never scored). Gold UPOS / XPOS
+    are inputs (the treebank's own tags). Metrics: UAS and LAS in percent by the CoNLL 2018 shared task's
+    definitions (every word, punctuation included; LAS on the universal part of DEPREL, the relations from
+    the second-stage labeler of :mod:`ssvm_torch.labeler`)."""
+    from .data.trees import load_ud_dependencies
+    from .models import DependencyModel
+    check(heldout in (None, "dev"), "heldout", f"None or 'dev' for {name!r} (it has a released development split)",
+          heldout)
+    trees = trees or "projective"
+    check(trees in TREE_KINDS, "trees", f"one of {list(TREE_KINDS)}", repr(trees))
+    train, test = load_ud_dependencies(features or "mcdonald", min_count, "dev" if heldout else "test", train_size)
+    model = DependencyModel.for_data(train, projective=trees == "projective", loss=loss or "hamming")
+    labeler = {}
+
+    def evaluate(w):
+        from .labeler import attachment_scores
+        w64 = w.detach().to("cpu", torch.float64)
+        pred = model.predict_flat(w64, test)
+        scores = attachment_scores(test, pred, labeler)
+        return {"train_error": model.metrics(w64, train)["error"], "test_error": 1.0 - scores["uas"] / 100.0,
+                "test_uas": scores["uas"], "test_las": scores["las"], "test_position_error": scores["sentence_error"]}
+    p = Problem(name, model, train, test, evaluate, "1 - UAS: the share of words with a wrong head",
+                "the share of sentences with a wrong head (1 - unlabeled complete match)")
+    p.layout = {**model.describe(), "featurization": train.meta["featurization"], "trees": trees}
+    labeler["train"] = train            # the labeler is trained on first use, on the training trees
+    return p
 
 
 def _flat_problem(name, model, train: FlatData, test: FlatData, dtype, names) -> Problem:
@@ -276,7 +320,7 @@ def _hansards(name, train_size=None, unary_only=False, device=None, dtype=torch.
 
 
 # what load() does with an option not given (features None = the template's default, loss None = normalized)
-PLAIN_OPTIONS = {"features": None, "min_count": 1, "loss": None, "constraints": "none", "tags": "bio"}
+PLAIN_OPTIONS = {"features": None, "min_count": 1, "loss": None, "constraints": "none", "tags": "bio", "trees": None}
 # CoNLL-2000's best configuration on the dev split (docs/conll.md, benchmarks/results/conll_select_*.json):
 # rich attributes with edge observations, trained on BIOES tags (scored as BIO) under the BIOES
 # constraints, the Hamming-count loss, every attribute kept (min count 1: dev F1 95.14 against 95.05 with 2)
@@ -294,6 +338,8 @@ TASKS: dict[str, Task] = {t.name: t for t in (
          train_size=True, unary_only=True),
     Task("pose-synth", _pose, "tree-structured pose of synthetic stick figures", train_size=True, unary_only=True),
     Task("hansards", _hansards, "Hansards word alignment by matching with NULL", train_size=True),
+    Task("ud-ewt", _ud_ewt, "UD English-EWT dependency parsing, first-order arc features (gold POS)", train_size=True,
+         templates=True, trees=True, dev_split=True),
 )}
 
 

@@ -133,3 +133,23 @@ def random_chain_data(rng, n, K, F, tmin=1, tmax=5, binary=False):
 def ocr_small():
     from ssvm_torch import load_ocr
     return load_ocr("small")
+
+
+def random_dependency_data(rng, n, d, lmin=1, lmax=5, per_arc=3, projective_only=False):
+    """n random sentences of lmin..lmax words with random gold trees (projective ones if asked; otherwise
+    any tree, so some are non-projective) and ``per_arc`` random binary features per arc out of d."""
+    from ssvm_torch.data.trees import DependencyData
+    from tree_reference import all_trees
+    lengths = rng.integers(lmin, lmax + 1, size=n)
+    heads = []
+    for L in lengths:
+        trees = all_trees(int(L), projective_only, False)
+        heads.append(trees[int(rng.integers(len(trees)))][1:])
+    n_arcs = lengths * lengths
+    counts = rng.integers(1, per_arc + 1, size=int(n_arcs.sum()))
+    ids = np.concatenate([rng.choice(d, size=c, replace=False) for c in counts]).astype(np.int32)
+    zero = np.zeros(1, dtype=np.int64)
+    return DependencyData(torch.tensor(np.concatenate([zero, np.cumsum(lengths)])), torch.tensor(np.concatenate(heads)),
+                          torch.zeros(int(lengths.sum()), dtype=torch.int64),
+                          torch.tensor(np.concatenate([zero, np.cumsum(n_arcs)])),
+                          torch.tensor(np.concatenate([zero, np.cumsum(counts)])), torch.tensor(ids), d, "random-trees")

@@ -124,11 +124,11 @@ def test_cycle_finder_finds_a_cycle():
 # top-level module) imports only from its own layer or below, and the units' import graph has no loop.
 LAYERS = [
     {"errors", "devices", "atomic", "version"},
-    {"chain", "oracles", "constraints", "collectives"},
+    {"chain", "trees", "oracles", "constraints", "collectives"},
     {"data", "nn"},
     {"models"},
     {"stores"},
-    {"solvers", "tasks", "distributed", "rank_store", "column_shards", "column_shards_edges"},
+    {"solvers", "tasks", "labeler", "distributed", "rank_store", "column_shards", "column_shards_edges"},
     {"estimator", "portable"},
     {"outputs"},
     {"path", "lightning"},

@@ -34,7 +34,7 @@ from ..selection import DEFAULT_LAMS, select_lambda
 from ..solvers import SAMPLERS, SOLVERS, STEPS, SolverConfig, make_solver
 from ..solvers.cutting_plane import QP_SOLVERS
 from ..stores import KERNELS
-from ..tasks import TASKS, get_task, load_task
+from ..tasks import TASKS, TREE_KINDS, get_task, load_task
 from .interrupts import stop_on_signal
 
 
@@ -63,16 +63,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--constraints", choices=["none", "bio", "iob1", "bioes"], default=None,
                    help="conll2000: tag transitions every oracle obeys (BIO = IOB2, IOB1, BIOES chunking schemes); "
                         "refused when the scheme does not fit the tag set; None = bioes for conll2000")
+    p.add_argument("--trees", choices=list(TREE_KINDS), default=None,
+                   help="ud-ewt: the decoder's trees, projective (Eisner) or non-projective (Chu-Liu-Edmonds), "
+                        "single-root either way; None = projective (docs/structures.md has both on dev)")
     p.add_argument("--tags", choices=["bio", "bioes"], default=None,
                    help="conll2000: train on the BIO tags of the file or on them converted to BIOES (predictions are "
                         "converted back to BIO before the chunk F1); None = bioes for conll2000 (the old "
                         "defaults: --features sha-pereira --min-count 1 --tags bio --constraints none --loss normalized)")
     p.add_argument("--select-lam", action="store_true",
-                   help="choose lambda on a development split (the last --heldout of the training examples) by a "
+                   help="choose lambda on a development split (the last --heldout of the training examples, or the "
+                        "released dev split of ud-ewt) by a "
                         "warm-started grid over --lams, each bounded by --passes, then refit on all training data; "
                         "only the refit model sees the test set")
-    p.add_argument("--lams", type=float, nargs="+", default=list(DEFAULT_LAMS), help="the grid of --select-lam")
-    p.add_argument("--heldout", type=float, default=0.1, help="the development share of --select-lam")
+    p.add_argument("--lams", type=float, nargs="+", default=None,
+                   help="the grid of --select-lam; None = the task's grid (ud-ewt) or 1e-1, 3e-2, ..., 1e-4")
+    p.add_argument("--heldout", type=float, default=None,
+                   help="the development share of --select-lam; None = 0.1 (not for ud-ewt: its dev split is released)")
     p.add_argument("--min-counts", type=int, nargs="+", default=None,
                    help="conll2000 with --select-lam: also choose the cut-off among these; None = --min-count only")
     p.add_argument("--solver", choices=SOLVERS, default="bcfw",
@@ -105,13 +111,15 @@ def build_parser() -> argparse.ArgumentParser:
                    help="cache hit if g_hat >= max(F g_i, nu g / n) (cutting plane: violation >= F x the last 1-slack gap)")
     p.add_argument("--cache-nu", type=float, default=0.01, help="nu of the cache test above")
     p.add_argument("--max-cache", type=int, default=50, help="cache entries per block")
-    p.add_argument("--gap-check", type=float, default=10,
-                   help="passes of block steps between exact gap checks (fractional: e.g. 0.1 = every n/10 steps)")
+    p.add_argument("--gap-check", type=float, default=None,
+                   help="passes of block steps between exact gap checks (fractional: e.g. 0.1 = every n/10 steps); "
+                        "None = the task's default (10; 5 for ud-ewt)")
     p.add_argument("--gap-refresh", type=int, default=1,
                    help="every k-th gap check refreshes the sampler's block gaps (0: never; others only monitor)")
-    p.add_argument("--passes", type=float, default=50,
+    p.add_argument("--passes", type=float, default=None,
                    help="budget of effective passes (n oracle calls each, counted gap passes included); the run "
-                        "stops at the first gap check at or after it, so the last record may show a little more")
+                        "stops at the first gap check at or after it, so the last record may show a little more; "
+                        "None = the task's default (50; 20 for ud-ewt); with --select-lam also each lambda's budget")
     p.add_argument("--gap-threshold", type=float, default=0.0, help="stop when the exact duality gap <= this")
     p.add_argument("--time-budget", type=float, default=math.inf, help="stop after this many solver seconds")
     p.add_argument("--seed", type=int, default=0, help="seed of the block sampling (a seed gives one trajectory)")
@@ -143,12 +151,31 @@ def _fmt(v, spec=".4g"):
     return "-" if v is None else format(v, spec)
 
 
+#: what an option left at None means, unless the task says otherwise (Task.run_defaults)
+RUN_DEFAULTS = {"passes": 50, "gap_check": 10, "lams": list(DEFAULT_LAMS), "heldout": 0.1}
+
+
+def resolve_defaults(args) -> None:
+    """Fill the options left at None from the task's run defaults (its configuration chosen on dev), else
+    :data:`RUN_DEFAULTS`; a --heldout share is refused for a task with a released dev split."""
+    task = get_task(args.dataset)
+    if task.dev_split and args.heldout is not None:
+        raise SSVMInputError(f"heldout: {args.dataset!r} has a released development split that --select-lam scores "
+                             "on; drop --heldout")
+    for key, value in RUN_DEFAULTS.items():
+        if getattr(args, key, None) is None:
+            setattr(args, key, task.run_defaults.get(key, value))
+    if task.dev_split:
+        args.heldout = "dev"
+
+
 def run(args) -> dict:
     if args.threads < 1:
         raise SSVMInputError(f"threads: expected an int >= 1, got {args.threads}")
     torch.set_num_threads(args.threads)
     device = parse_device(args.device)
     dtype = getattr(torch, args.dtype)
+    resolve_defaults(args)
     if args.resume is not None and not Path(args.resume).is_file():
         what = "is a directory (pass its checkpoint.pt)" if Path(args.resume).is_dir() else "does not exist"
         raise SSVMInputError(f"resume: expected a checkpoint file, {args.resume} {what}")
@@ -189,7 +216,7 @@ def _train(args, cfg: SolverConfig, device, dtype, run_dir: RunDir | None) -> di
     rank, size = distributed.world()
     # the options given, the task's recommended configuration for the others; checked by the task
     featurization = get_task(args.dataset).options(features=args.features, min_count=args.min_count, loss=args.loss,
-                                                   constraints=args.constraints, tags=args.tags)
+                                                   constraints=args.constraints, tags=args.tags, trees=args.trees)
     selection = _select(args, cfg, device, dtype, run_dir, featurization) if args.select_lam else None
     if selection:
         featurization["min_count"] = selection["min_count"]
@@ -218,7 +245,8 @@ def _train(args, cfg: SolverConfig, device, dtype, run_dir: RunDir | None) -> di
         if speak:
             print(f"pass {rec['passes']:7.1f}  gap {_fmt(rec['gap'], '.3e')}  primal {rec['primal']:.6f}  "
                   f"dual {_fmt(rec['dual'], '.6f')}  train {rec['train_error']:.4f}  test {rec['test_error']:.4f}  "
-                  + (f"F1 {rec['test_f1']:.2f}  " if "test_f1" in rec else "") +
+                  + (f"F1 {rec['test_f1']:.2f}  " if "test_f1" in rec else "")
+                  + (f"UAS {rec['test_uas']:.2f}  LAS {rec['test_las']:.2f}  " if "test_uas" in rec else "") +
                   f"[{rec['time_s']:.2f} s]", flush=True)
         if args.checkpoint and solver is not None:
             state = solver.state_dict()                 # a collective under torchrun: every rank takes part
@@ -302,6 +330,9 @@ def _train(args, cfg: SolverConfig, device, dtype, run_dir: RunDir | None) -> di
               f"{task.position_name}: {last['test_position_error']:.4f}")
         if "test_f1" in last:
             print(f"test chunk F1: {last['test_f1']:.2f}")
+        if "test_uas" in last:
+            print(f"test UAS: {last['test_uas']:.2f}, LAS: {last['test_las']:.2f} (every word, punctuation included; "
+                  "LAS on the universal relations)")
         print(f"wrote {out / 'history.json'} and {out / 'model.pt'}")
     if interrupted:
         gap = "n/a" if last["gap"] is None else f"{last['gap']:.3e}"
@@ -335,7 +366,8 @@ def _select(args, cfg: SolverConfig, device, dtype, run_dir: RunDir, featurizati
 
     def progress(rec):
         if speak:
-            score = f"dev F1 {rec['test_f1']:.2f}" if "test_f1" in rec else f"dev error {rec['test_error']:.4f}"
+            score = (f"dev F1 {rec['test_f1']:.2f}" if "test_f1" in rec else f"dev UAS {rec['test_uas']:.2f}"
+                     if "test_uas" in rec else f"dev error {rec['test_error']:.4f}")
             print(f"  lam {rec['lam']:<8g} {score}  gap {rec['gap']:.3e}  [{rec['passes']:.0f} passes, "
                   f"{rec['time_s']:.1f} s]", flush=True)
     for min_count in args.min_counts or [featurization["min_count"]]:
@@ -349,8 +381,8 @@ def _select(args, cfg: SolverConfig, device, dtype, run_dir: RunDir, featurizati
         lam, table = select_lambda(fit, args.lams, cfg, passes=args.passes, device=device, dtype=dtype,
                                    kernels=args.kernels, progress=progress)
         rows += [{"min_count": min_count, "d": fit.d, **r} for r in table]
-        key = "dev_f1" if "dev_f1" in table[0] else "dev_error"
-        score = next(r[key] for r in table if r["lam"] == lam) * (1 if key == "dev_f1" else -1)
+        key = next(k for k in ("dev_f1", "dev_uas", "dev_error") if k in table[0])
+        score = next(r[key] for r in table if r["lam"] == lam) * (-1 if key == "dev_error" else 1)
         if best is None or score > best[0]:                 # ties keep the smaller cut-off (the larger model)
             best = (score, lam, min_count)
     selection = {"lam": best[1], "min_count": best[2], "heldout": args.heldout, "n_fit": fit.n_train,

@@ -2,11 +2,12 @@
 from .base import StructuredModel
 from .chain import ChainModel
 from .chain_edges import EdgeChainModel
+from .dependency import DependencyModel
 from .explicit import ExplicitModel
 from .flat import MulticlassModel, MultiLabelModel
 from .graphcut import GraphCutModel
 from .matching import MatchingModel
 from .pose import TreePoseModel
 
-__all__ = ["StructuredModel", "ChainModel", "EdgeChainModel", "ExplicitModel", "GraphCutModel", "MatchingModel", "MulticlassModel",
+__all__ = ["StructuredModel", "ChainModel", "DependencyModel", "EdgeChainModel", "ExplicitModel", "GraphCutModel", "MatchingModel", "MulticlassModel",
            "MultiLabelModel", "TreePoseModel"]

@@ -14,6 +14,7 @@ from ..errors import SSVMInputError, check_choice
 from ..models.base import StructuredModel
 from ..models.chain import ChainModel
 from ..models.chain_edges import EdgeChainModel
+from ..models.dependency import DependencyModel
 from ..models.matching import MatchingModel
 from .base import BlockDual, Corner, GapPass
 from .box import BoxedDual
@@ -23,9 +24,10 @@ from .dense import DenseDual
 from .dense_compiled import CompiledDenseDual, CompiledMatchingDual
 from .host_structures import HOSTS
 from .matching import MatchingDual
+from .tree import TreeDual
 
 __all__ = ["BlockDual", "BoxedDual", "ChainDual", "CompiledDenseDual", "CompiledMatchingDual", "Corner", "DenseDual", "EdgeChainDual", "GapPass", "KERNELS", "MatchingDual",
-           "make_store"]
+           "TreeDual", "make_store"]
 
 
 def make_store(model: StructuredModel, data, lam: float, device=None, dtype=torch.float64, kernels: str = "auto",
@@ -43,6 +45,8 @@ def make_store(model: StructuredModel, data, lam: float, device=None, dtype=torc
         store = EdgeChainDual(model, data, lam, device=device, dtype=dtype, kernels=kernels, n_objective=n_objective)
     elif isinstance(model, ChainModel):
         store = ChainDual(model, data, lam, device=device, dtype=dtype, kernels=kernels, n_objective=n_objective)
+    elif isinstance(model, DependencyModel):
+        store = TreeDual(model, data, lam, device=device, dtype=dtype, kernels=kernels, n_objective=n_objective)
     else:
         store = _dense_store(model, data, lam, device, dtype, kernels, n_objective)
     if nonnegative is not None and len(nonnegative):

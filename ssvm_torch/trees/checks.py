@@ -106,10 +106,15 @@ def tree_faults(heads: torch.Tensor, lengths: torch.Tensor, multiroot: bool, pro
     if projective:
         lo = torch.minimum(h, pos[None, :])
         hi = torch.maximum(h, pos[None, :])
-        a_lo, a_hi, b_lo, b_hi = lo[:, :, None], hi[:, :, None], lo[:, None, :], hi[:, None, :]
-        both = word[:, :, None] & word[:, None, :]
-        crossing = both & (a_lo < b_lo) & (b_lo < a_hi) & (a_hi < b_hi)
-        code = torch.where((code == 0) & crossing.flatten(1).any(1), 4, code)
+        rows = max(1, (1 << 22) // (N * N))              # rows per chunk: the pairwise tensors stay ~4M entries
+        crossed = []
+        for r in range(0, B, rows):
+            a_lo, a_hi = lo[r:r + rows, :, None], hi[r:r + rows, :, None]
+            b_lo, b_hi = lo[r:r + rows, None, :], hi[r:r + rows, None, :]
+            both = word[r:r + rows, :, None] & word[r:r + rows, None, :]
+            crossed.append((both & (a_lo < b_lo) & (b_lo < a_hi) & (a_hi < b_hi)).flatten(1).any(1))
+        crossing = torch.cat(crossed) if crossed else torch.zeros(0, dtype=torch.bool, device=heads.device)
+        code = torch.where((code == 0) & crossing, 4, code)
     return code
 
 

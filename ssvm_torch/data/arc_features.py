@@ -1,0 +1,384 @@
+"""Arc feature templates for first-order dependency parsing, and their compiled featurization into the
+sparse arc-by-feature design of :class:`~ssvm_torch.data.trees.DependencyData`.
+
+A template item is a conjunction of parts joined by ``|``; the item ``hp|mp|att`` gives, for the arc h -> m,
+the feature ``hp|mp|att=<POS of h>|<POS of m>|<direction and distance>``. Parts:
+
+    h<col>, m<col>        a column of the head / the modifier: w (the lower-cased form), f (its first five
+                          characters: McDonald et al. 2005's back-off for long words), p (XPOS, the PTB tag
+                          in EWT), u (UPOS), l (the lower-cased lemma)
+    h<col>+1, m<col>-1    the same column of the token just right / left of the head or the modifier
+                          (``<s>`` / ``</s>`` beyond the sentence; the root is its own ``<root>`` token)
+    att                   direction and binned distance (1, 2, 3, 4, 5, 6-10, > 10), 14 values
+    dir                   the direction alone
+    b<col>                a value of the column among the words strictly between h and m: one feature
+                          for each distinct value there (a set, not a count)
+
+The default template :data:`MCDONALD` is the first-order feature set of McDonald, Crammer & Pereira (ACL
+2005, Table 1): head and modifier word / POS unigrams and their bigram conjunctions, the in-between POS
+and the surrounding-POS quadruples, each once plain and once conjoined with direction and distance
+(their "all features conjoined with direction and distance"), with the five-character prefix back-off of
+the word features and UPOS versions of the POS-only items.
+
+Featurization (:func:`featurize`) never builds strings: every column is coded once as integers over the
+values of all splits, an item's value is one mixed-radix int64 key, and the dictionary is the keys of the
+*gold* arcs of the training sentences seen at least ``min_count`` times (MSTParser's feature set: a key
+that no gold arc has gets no weight). Every arc h -> m (h != m, h = 0 the root) of every sentence is then
+looked up by binary search in the item's sorted keys, in compiled code, two passes (count, fill) into a
+CSR design: arc a's features are ``ids[ptr[a]:ptr[a+1]]`` (int32, binary values), numbered by descending
+frequency over the training arcs.
+"""
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+
+import numba as nb
+import numpy as np
+
+from ..errors import SSVMInputError
+
+COLUMNS = ("w", "f", "p", "u", "l")
+ROOT, BOS, EOS = 0, 1, 2            # the special codes of every column; real values start at 3
+N_ATT = 14                          # 2 directions x 7 distance bins
+_PART = re.compile(r"^(?:(att|dir)|([hmb])([wfpul])([+-]1)?)$")
+
+
+@dataclass(frozen=True)
+class ArcTemplate:
+    """Items, each a tuple of parts (kind, column index, offset): kind 0 head, 1 modifier, 2 between,
+    3 att, 4 dir."""
+
+    name: str
+    items: tuple
+
+    @classmethod
+    def parse(cls, spec, name: str = "custom") -> "ArcTemplate":
+        texts = spec.split() if isinstance(spec, str) else list(spec)
+        if not texts or not all(isinstance(t, str) for t in texts):
+            raise SSVMInputError(f"arc template: expected item strings such as 'hp|mp|att', got {spec!r}")
+        items = []
+        for text in texts:
+            parts = []
+            for part in text.split("|"):
+                m = _PART.match(part.strip())
+                if m is None:
+                    raise SSVMInputError(f"arc template item {text!r}: expected parts h<col>, m<col> (optionally +1 / "
+                                         f"-1), b<col>, att or dir joined by '|', columns {list(COLUMNS)}; got {part!r}")
+                if m.group(1):
+                    parts.append((3 if m.group(1) == "att" else 4, 0, 0))
+                    continue
+                who, col, off = m.group(2), COLUMNS.index(m.group(3)), int(m.group(4) or 0)
+                if who == "b" and off:
+                    raise SSVMInputError(f"arc template item {text!r}: a between part takes no offset")
+                parts.append(({"h": 0, "m": 1, "b": 2}[who], col, off))
+            if sum(p[0] == 2 for p in parts) > 1:
+                raise SSVMInputError(f"arc template item {text!r}: at most one between part")
+            items.append(tuple(parts))
+        if len(set(items)) != len(items):
+            raise SSVMInputError(f"arc template: an item is listed twice in {texts}")
+        return cls(name, tuple(items))
+
+    @staticmethod
+    def part_name(part) -> str:
+        kind, col, off = part
+        if kind == 3:
+            return "att"
+        if kind == 4:
+            return "dir"
+        return "hmb"[kind] + COLUMNS[col] + ("" if not off else f"{off:+d}")
+
+    def item_name(self, item) -> str:
+        return "|".join(self.part_name(p) for p in item)
+
+    def text(self) -> str:
+        return " ".join(self.item_name(item) for item in self.items)
+
+    def key(self) -> str:
+        return hashlib.sha256(self.text().encode()).hexdigest()[:24]
+
+
+def _mcdonald() -> str:
+    word = ["hw|hp", "hw", "mw|mp", "mw", "hw|hp|mw|mp", "hp|mw|mp", "hw|mw|mp", "hw|hp|mp", "hw|hp|mw", "hw|mw"]
+    prefix = ["hf|hp", "mf|mp", "hf|hp|mf|mp", "hf|mf"]
+    pos = ["hp", "mp", "hp|mp", "hu|mu", "hp|bu|mp",
+           "hp|hp+1|mp-1|mp", "hp-1|hp|mp-1|mp", "hp|hp+1|mp|mp+1", "hp-1|hp|mp|mp+1",
+           "hu|hu+1|mu-1|mu", "hu-1|hu|mu-1|mu", "hu|hu+1|mu|mu+1", "hu-1|hu|mu|mu+1"]
+    base = word + prefix + pos
+    # an item of the modifier alone (no head part, no direction or distance) adds the same score to every
+    # head of a word, so the same amount to every tree: psi_i(y) cancels it and no solver ever moves its
+    # weight; MSTParser carries them, here they are left out (a quarter fewer lookups per arc, the same model)
+    constant = {"mw|mp", "mw", "mf|mp", "mp"}
+    return " ".join([item for item in base if item not in constant] + [f"{item}|att" for item in base])
+
+
+MCDONALD = ArcTemplate.parse(_mcdonald(), name="mcdonald")
+#: a small set for tests and quick runs: word / POS unigrams and the POS bigram, with direction and distance
+BASIC = ArcTemplate.parse("hw hp mw mp hp|mp hw|mw hp|mp|att hu|bu|mu", name="basic")
+ARC_TEMPLATES = {"mcdonald": MCDONALD, "basic": BASIC}
+
+
+def get_arc_template(spec) -> ArcTemplate:
+    """A named template (:data:`ARC_TEMPLATES`), an item string, or an ArcTemplate."""
+    if isinstance(spec, ArcTemplate):
+        return spec
+    if isinstance(spec, str) and spec in ARC_TEMPLATES:
+        return ARC_TEMPLATES[spec]
+    if isinstance(spec, str) and "|" not in spec and " " not in spec.strip() and not _PART.match(spec):
+        raise SSVMInputError(f"features: expected one of {list(ARC_TEMPLATES)} or an arc template string, got {spec!r}")
+    return ArcTemplate.parse(spec)
+
+
+# -- the columns as integer codes -----------------------------------------------------------------------------
+def column_values(treebank) -> dict:
+    """The string value of every column at every word of a :class:`~ssvm_torch.data.ud.Treebank`."""
+    lower = [w.lower() for w in treebank.forms]
+    return {"w": lower, "f": [w[:5] for w in lower], "p": list(treebank.xpos), "u": list(treebank.upos),
+            "l": [w.lower() for w in treebank.lemmas]}
+
+
+def code_columns(treebanks) -> tuple[list[np.ndarray], np.ndarray]:
+    """(codes per treebank: (W, 5) int64 with values >= 3, radix per column (5,)): each column coded over
+    the distinct values of all the treebanks (codes only: the dictionary comes from training gold arcs)."""
+    values = [column_values(tb) for tb in treebanks]
+    codes = [np.empty((len(tb.forms), len(COLUMNS)), dtype=np.int64) for tb in treebanks]
+    radix = np.empty(len(COLUMNS), dtype=np.int64)
+    for c, col in enumerate(COLUMNS):
+        allv = [v for vals in values for v in vals[col]]
+        uniq, inv = np.unique(np.asarray(allv, dtype=object).astype(str), return_inverse=True)
+        start = 0
+        for k, vals in enumerate(values):
+            codes[k][:, c] = inv[start:start + len(vals[col])] + 3
+            start += len(vals[col])
+        radix[c] = len(uniq) + 3
+    return codes, radix
+
+
+def item_radices(template: ArcTemplate, radix: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(parts (P, 4) int64: item, kind, column, offset; part_ptr (T + 1,); multipliers (P,)) with each
+    item's mixed-radix multipliers, refused when an item's key space exceeds int64."""
+    rows, ptr, mult = [], [0], []
+    for t, item in enumerate(template.items):
+        m = 1
+        for kind, col, off in item:
+            rows.append((t, kind, col, off))
+            mult.append(m)
+            r = N_ATT if kind == 3 else 2 if kind == 4 else int(radix[col])
+            m *= r
+            if m >= 2 ** 62:
+                raise SSVMInputError(f"arc template item {template.item_name(item)!r}: its key space exceeds 2^62")
+        ptr.append(len(rows))
+    return np.asarray(rows, dtype=np.int64).reshape(-1, 4), np.asarray(ptr, dtype=np.int64), np.asarray(mult, dtype=np.int64)
+
+
+# -- compiled key computation -----------------------------------------------------------------------------------
+@nb.njit(cache=True, nogil=True)
+def _att(h, m):
+    d = h - m if h > m else m - h
+    b = d - 1 if d <= 5 else (5 if d <= 10 else 6)
+    return (0 if h < m else 7) + b
+
+
+@nb.njit(cache=True, nogil=True)
+def _token(codes, start, n, pos, col):
+    """The code of column ``col`` at sentence position ``pos`` (0 = the root, 1..n the words)."""
+    if pos == 0:
+        return ROOT
+    if pos < 0:
+        return BOS
+    if pos > n:
+        return EOS
+    return codes[start + pos - 1, col]
+
+
+@nb.njit(cache=True, nogil=True)
+def _fixed_key(codes, start, n, h, m, parts, p0, p1, mult):
+    """The key of an item without a between part (-1 never: every part has a value)."""
+    key = 0
+    for q in range(p0, p1):
+        kind, col, off = parts[q, 1], parts[q, 2], parts[q, 3]
+        if kind == 0:
+            v = _token(codes, start, n, h + off, col)
+        elif kind == 1:
+            v = _token(codes, start, n, m + off, col)
+        elif kind == 3:
+            v = _att(h, m)
+        else:
+            v = 0 if h < m else 1
+        key += v * mult[q]
+    return key
+
+
+@nb.njit(cache=True, nogil=True)
+def _lookup(sorted_keys, lo, hi, key):
+    """Index of ``key`` in sorted_keys[lo:hi] (absolute), or -1."""
+    a, b = lo, hi
+    while a < b:
+        mid = (a + b) >> 1
+        if sorted_keys[mid] < key:
+            a = mid + 1
+        else:
+            b = mid
+    if a < hi and sorted_keys[a] == key:
+        return a
+    return -1
+
+
+@nb.njit(cache=True, nogil=True)
+def _arc_keys(codes, start, n, h, m, parts, part_ptr, mult, between, stamp, seen, out_item, out_key):
+    """Every (item, key) of the arc h -> m into out_*; returns how many. ``seen`` / ``stamp`` mark the
+    distinct between values (one feature per distinct value)."""
+    k = 0
+    lo, hi = (h, m) if h < m else (m, h)
+    for t in range(part_ptr.shape[0] - 1):
+        p0, p1 = part_ptr[t], part_ptr[t + 1]
+        b = between[t]
+        if b < 0:
+            out_item[k] = t
+            out_key[k] = _fixed_key(codes, start, n, h, m, parts, p0, p1, mult)
+            k += 1
+            continue
+        base = 0
+        for q in range(p0, p1):
+            if q != b:
+                kind, col, off = parts[q, 1], parts[q, 2], parts[q, 3]
+                if kind == 0:
+                    v = _token(codes, start, n, h + off, col)
+                elif kind == 1:
+                    v = _token(codes, start, n, m + off, col)
+                elif kind == 3:
+                    v = _att(h, m)
+                else:
+                    v = 0 if h < m else 1
+                base += v * mult[q]
+        stamp[0] += 1
+        col = parts[b, 2]
+        for pos in range(lo + 1, hi):
+            v = codes[start + pos - 1, col]
+            if seen[v] != stamp[0]:
+                seen[v] = stamp[0]
+                out_item[k] = t
+                out_key[k] = base + v * mult[b]
+                k += 1
+    return k
+
+
+@nb.njit(cache=True, nogil=True)
+def _gold_keys(codes, offsets, heads, parts, part_ptr, mult, between, max_between, radix_max):
+    """(item, key) of every feature of every gold arc: the training dictionary's raw material."""
+    T = part_ptr.shape[0] - 1
+    n_words = heads.shape[0]
+    cap = n_words * (T + max_between)
+    items = np.empty(cap, dtype=np.int64)
+    keys = np.empty(cap, dtype=np.int64)
+    stamp = np.zeros(1, dtype=np.int64)
+    seen = np.zeros(radix_max, dtype=np.int64)
+    oi = np.empty(T + max_between, dtype=np.int64)
+    ok = np.empty(T + max_between, dtype=np.int64)
+    k = 0
+    for s in range(offsets.shape[0] - 1):
+        start, n = offsets[s], offsets[s + 1] - offsets[s]
+        for m in range(1, n + 1):
+            h = heads[start + m - 1]
+            c = _arc_keys(codes, start, n, h, m, parts, part_ptr, mult, between, stamp, seen, oi, ok)
+            items[k:k + c] = oi[:c]
+            keys[k:k + c] = ok[:c]
+            k += c
+    return items[:k], keys[:k]
+
+
+@nb.njit(cache=True, nogil=True)
+def _design(codes, offsets, parts, part_ptr, mult, between, max_between, radix_max, dict_keys, dict_ptr,
+            dict_ids, arc_off, fill, ptr, ids):
+    """Pass 1 (``fill`` False): ptr[a + 1] = the number of known features of arc a; pass 2: their ids
+    into ids[ptr[a]:ptr[a + 1]]. Arc (m, h) of sentence s is arc_off[s] + (m - 1) n + (h if h < m else h - 1)."""
+    T = part_ptr.shape[0] - 1
+    stamp = np.zeros(1, dtype=np.int64)
+    seen = np.zeros(radix_max, dtype=np.int64)
+    oi = np.empty(T + max_between, dtype=np.int64)
+    ok = np.empty(T + max_between, dtype=np.int64)
+    for s in range(offsets.shape[0] - 1):
+        start, n = offsets[s], offsets[s + 1] - offsets[s]
+        for m in range(1, n + 1):
+            for h in range(n + 1):
+                if h == m:
+                    continue
+                a = arc_off[s] + (m - 1) * n + (h if h < m else h - 1)
+                c = _arc_keys(codes, start, n, h, m, parts, part_ptr, mult, between, stamp, seen, oi, ok)
+                cnt = 0
+                p = ptr[a] if fill else 0
+                for j in range(c):
+                    t = oi[j]
+                    at = _lookup(dict_keys, dict_ptr[t], dict_ptr[t + 1], ok[j])
+                    if at >= 0:
+                        if fill:
+                            ids[p + cnt] = dict_ids[at]
+                        cnt += 1
+                if not fill:
+                    ptr[a + 1] = cnt
+
+
+@dataclass
+class ArcDesign:
+    """The CSR arc-by-feature design of one split: arc_off (n + 1,), ptr (A + 1,) int64, ids (nnz,) int32."""
+
+    arc_off: np.ndarray
+    ptr: np.ndarray
+    ids: np.ndarray
+
+
+def featurize(template: ArcTemplate, treebanks, min_count: int = 1):
+    """(one ArcDesign per treebank, the number of features d, per-item feature counts): the dictionary from
+    the gold arcs of ``treebanks[0]`` (the training split) seen >= ``min_count`` times, every arc of every
+    treebank looked up in it (module docstring)."""
+    if not isinstance(min_count, int) or min_count < 1:
+        raise SSVMInputError(f"min_count: expected an int >= 1, got {min_count!r}")
+    codes, radix = code_columns(treebanks)
+    parts, part_ptr, mult = item_radices(template, radix)
+    T = len(template.items)
+    between = np.full(T, -1, dtype=np.int64)
+    max_between = 0
+    for q in range(len(parts)):
+        if parts[q, 1] == 2:
+            between[parts[q, 0]] = q
+            max_between += int(radix[parts[q, 2]])
+    radix_max = int(radix.max())
+    train = treebanks[0]
+    items, keys = _gold_keys(codes[0], train.offsets, train.heads, parts, part_ptr, mult, between, max_between,
+                             radix_max)
+    # the dictionary: per item, the keys of gold arcs seen >= min_count times; ids in order of items, then keys
+    dict_keys, dict_ptr, per_item = [], [0], []
+    for t in range(T):
+        uniq, counts = np.unique(keys[items == t], return_counts=True)
+        uniq = uniq[counts >= min_count]
+        dict_keys.append(uniq)
+        dict_ptr.append(dict_ptr[-1] + len(uniq))
+        per_item.append(len(uniq))
+    dict_keys = np.concatenate(dict_keys) if dict_keys else np.zeros(0, dtype=np.int64)
+    dict_ptr = np.asarray(dict_ptr, dtype=np.int64)
+    d = int(dict_ptr[-1])
+    dict_ids = np.arange(d, dtype=np.int32)
+    designs = []
+    for tb, cd in zip(treebanks, codes):
+        lengths = np.diff(tb.offsets)
+        arc_off = np.concatenate([[0], np.cumsum(lengths * lengths)]).astype(np.int64)
+        A = int(arc_off[-1])
+        ptr = np.zeros(A + 1, dtype=np.int64)
+        _design(cd, tb.offsets, parts, part_ptr, mult, between, max_between, radix_max, dict_keys, dict_ptr,
+                dict_ids, arc_off, False, ptr, np.zeros(0, dtype=np.int32))
+        np.cumsum(ptr, out=ptr)
+        ids = np.empty(int(ptr[-1]), dtype=np.int32)
+        _design(cd, tb.offsets, parts, part_ptr, mult, between, max_between, radix_max, dict_keys, dict_ptr,
+                dict_ids, arc_off, True, ptr, ids)
+        designs.append(ArcDesign(arc_off, ptr, ids))
+    # feature ids by descending frequency over the training arcs: the few features most arcs carry (the POS
+    # items; the top 1% of ids are 70% of EWT's lookups) then share a compact, cache-resident stretch of w,
+    # which makes scoring every arc about a third faster than ids in dictionary order
+    counts = np.bincount(designs[0].ids, minlength=d)
+    order = np.argsort(-counts, kind="stable")
+    new_id = np.empty(d, dtype=np.int32)
+    new_id[order] = np.arange(d, dtype=np.int32)
+    for des in designs:
+        des.ids = new_id[des.ids]
+    return designs, d, dict(zip((template.item_name(i) for i in template.items), per_item))

@@ -1,0 +1,186 @@
+"""Dependency-tree data: the :class:`DependencyData` container (sentences with gold trees and the sparse
+features of every possible arc) and the UD English-EWT loader that builds it.
+
+Sentence i has n_i words and n_i^2 possible arcs h -> m (m = 1..n_i, h = 0..n_i, h != m; 0 is the root),
+stored row by row: arc (m, h) is number ``arc_off[i] + (m - 1) n_i + (h if h < m else h - 1)`` of the split.
+Arc a's features are ``ids[ptr[a]:ptr[a + 1]]`` (binary indicators, :mod:`ssvm_torch.data.arc_features`).
+Gold heads are kept per word (flat, ``offsets`` like the words of :class:`~ssvm_torch.data.ud.Treebank`),
+with the universal part of each word's DEPREL as a label id (what LAS compares).
+"""
+from __future__ import annotations
+
+import hashlib
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..errors import SSVMInputError, check
+from . import feature_cache
+from .arc_features import featurize, get_arc_template
+from .ud import UD_EWT, Treebank, read_conllu, universal
+from .types import data_file
+
+
+@dataclass
+class DependencyData:
+    """Sentences with gold dependency trees and their arcs' sparse features (module docstring).
+
+    ``offsets`` (n+1,) word offsets; ``heads`` (W,) gold heads within the sentence (0 = the root);
+    ``labels`` (W,) gold universal relation ids (-1 where the relation is unknown to the label set);
+    ``arc_off`` (n+1,), ``ptr`` (A+1,) int64 and ``ids`` (nnz,) int32 the arc design; ``n_features``
+    the dictionary size (ids are < it); ``meta``: label names, the treebank's words, the featurization."""
+
+    offsets: torch.Tensor
+    heads: torch.Tensor
+    labels: torch.Tensor
+    arc_off: torch.Tensor
+    ptr: torch.Tensor
+    ids: torch.Tensor
+    n_features: int
+    name: str = "trees"
+    meta: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        check(self.offsets.dim() == 1 and self.offsets.shape[0] >= 2 and int(self.offsets[0]) == 0, "offsets",
+              "a 1-d tensor of n+1 >= 2 word offsets from 0", tuple(self.offsets.shape))
+        lengths = self.lengths
+        if bool((lengths <= 0).any()):
+            i = int(torch.nonzero(lengths <= 0)[0])
+            raise SSVMInputError(f"sentence {i}: expected at least one word, got {int(lengths[i])}")
+        W = int(self.offsets[-1])
+        check(tuple(self.heads.shape) == (W,) and not self.heads.is_floating_point(), "heads",
+              f"an integer tensor of one head per word ({W},)", tuple(self.heads.shape))
+        check(tuple(self.labels.shape) == (W,), "labels", f"one label per word ({W},)", tuple(self.labels.shape))
+        check(tuple(self.arc_off.shape) == (self.n + 1,) and bool(torch.equal(
+            self.arc_off[1:] - self.arc_off[:-1], lengths * lengths)), "arc_off",
+            "the arc offsets of n_i^2 arcs per sentence", tuple(self.arc_off.shape))
+        A = int(self.arc_off[-1])
+        check(tuple(self.ptr.shape) == (A + 1,) and int(self.ptr[-1]) == self.ids.shape[0], "ptr",
+              f"({A + 1},) CSR offsets ending at the {self.ids.shape[0]} feature ids", tuple(self.ptr.shape))
+        if self.ids.numel():
+            check(int(self.ids.min()) >= 0 and int(self.ids.max()) < self.n_features, "ids",
+                  f"feature ids in [0, {self.n_features - 1}]", (int(self.ids.min()), int(self.ids.max())))
+        self.heads = self.heads.to(torch.int64)
+        from ..trees.checks import tree_faults
+        N = int(lengths.max()) + 1
+        padded = torch.full((self.n, N), -1, dtype=torch.int64, device=self.offsets.device)
+        pos = torch.arange(1, N, device=self.offsets.device)
+        valid = pos[None, :] <= lengths[:, None]
+        rows = torch.repeat_interleave(torch.arange(self.n, device=self.offsets.device), lengths)
+        padded[:, 1:][valid] = self.heads
+        code = tree_faults(padded, lengths, multiroot=True, projective=False)
+        if bool((code != 0).any()):
+            i = int(torch.nonzero(code != 0)[0])
+            raise SSVMInputError(f"heads: sentence {i} is not a dependency tree (heads of its words: "
+                                 f"{self.heads[rows == i].tolist()[:20]})")
+
+    @property
+    def n(self) -> int:
+        return self.offsets.shape[0] - 1
+
+    @property
+    def device(self) -> torch.device:
+        return self.offsets.device
+
+    @property
+    def lengths(self) -> torch.Tensor:
+        return self.offsets[1:] - self.offsets[:-1]
+
+    def padded_heads(self, idx=None) -> torch.Tensor:
+        """Gold heads of the sentences ``idx`` (default all) in the tree package's layout (B, N): -1 at the
+        root position and beyond each sentence."""
+        idx = torch.arange(self.n, device=self.device) if idx is None else torch.as_tensor(idx, device=self.device)
+        idx = idx.reshape(-1)
+        lengths = self.lengths[idx]
+        N = int(lengths.max()) + 1 if len(idx) else 1
+        out = torch.full((len(idx), N), -1, dtype=torch.int64, device=self.device)
+        pos = torch.arange(1, N, device=self.device)
+        valid = pos[None, :] <= lengths[:, None]
+        words = self.offsets[idx][:, None] + pos[None, :] - 1
+        out[:, 1:][valid] = self.heads[words[valid]]
+        return out
+
+    def to(self, device, dtype=None) -> "DependencyData":
+        """The container on ``device`` (its tensors are integers: ``dtype`` is accepted and ignored)."""
+        return DependencyData(self.offsets.to(device), self.heads.to(device), self.labels.to(device),
+                              self.arc_off.to(device), self.ptr.to(device), self.ids.to(device), self.n_features,
+                              self.name, self.meta)
+
+    def subset(self, idx) -> "DependencyData":
+        """The sentences ``idx`` in that order (their arcs' features carried along)."""
+        idx = torch.as_tensor(idx, dtype=torch.int64, device=self.device).reshape(-1)
+        lengths = self.lengths[idx]
+        words = torch.cat([torch.arange(int(self.offsets[i]), int(self.offsets[i + 1]), device=self.device)
+                           for i in idx.tolist()])
+        arcs = torch.cat([torch.arange(int(self.arc_off[i]), int(self.arc_off[i + 1]), device=self.device)
+                          for i in idx.tolist()])
+        counts = self.ptr[arcs + 1] - self.ptr[arcs]
+        nz = torch.repeat_interleave(self.ptr[arcs] - torch.cumsum(counts, 0) + counts, counts) + \
+            torch.arange(int(counts.sum()), device=self.device)
+        zero = torch.zeros(1, dtype=torch.int64, device=self.device)
+        meta = {k: ([v[i] for i in idx.tolist()] if k in ("sentences", "sent_ids") else v) for k, v in self.meta.items()}
+        return DependencyData(torch.cat([zero, torch.cumsum(lengths, 0)]), self.heads[words], self.labels[words],
+                              torch.cat([zero, torch.cumsum(lengths * lengths, 0)]), torch.cat([zero, torch.cumsum(counts, 0)]),
+                              self.ids[nz], self.n_features, self.name, meta)
+
+
+def _checksum(path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def label_set(treebank: Treebank) -> list[str]:
+    """The universal relations of a (training) treebank, sorted."""
+    return sorted({universal(r) for r in treebank.deprels})
+
+
+def _container(tb: Treebank, arrays: dict, split: str, d: int, names: list[str], name: str, info: dict) -> DependencyData:
+    index = {r: k for k, r in enumerate(names)}
+    labels = torch.tensor([index.get(universal(r), -1) for r in tb.deprels], dtype=torch.int64)
+    sentences = [[(tb.forms[k], tb.upos[k], tb.xpos[k], tb.lemmas[k]) for k in range(int(tb.offsets[i]), int(tb.offsets[i + 1]))]
+                 for i in range(tb.n)]
+    return DependencyData(torch.from_numpy(tb.offsets.copy()), torch.from_numpy(tb.heads.copy()), labels,
+                          torch.from_numpy(arrays[f"{split}_arc_off"]), torch.from_numpy(arrays[f"{split}_ptr"]),
+                          torch.from_numpy(arrays[f"{split}_ids"]), d, name,
+                          {"label_names": names, "sentences": sentences, "sent_ids": list(tb.sent_ids),
+                           "deprels": [[tb.deprels[k] for k in range(int(tb.offsets[i]), int(tb.offsets[i + 1]))]
+                                       for i in range(tb.n)], "featurization": info})
+
+
+def load_ud_dependencies(features="mcdonald", min_count: int = 1, evaluate_on: str = "test",
+                         train_size: int | None = None, cache: bool = True) -> tuple[DependencyData, DependencyData]:
+    """(train, evaluation split) of UD English-EWT under the arc template ``features``: ``evaluate_on``
+    "test" (the final evaluation) or "dev" (model selection: the test file's trees are then never scored).
+    ``train_size`` keeps the first N training sentences. The designs of all three splits are featurized
+    together once (one coding of the columns, the dictionary from the training gold arcs) and cached on
+    disk, keyed by the template, ``min_count``, ``train_size`` and the files' checksums; ``meta
+    ["featurization"]`` says how long building took and whether the cache answered."""
+    check(evaluate_on in ("dev", "test"), "evaluate_on", "'dev' or 'test'", repr(evaluate_on))
+    template = get_arc_template(features)
+    paths = {s: data_file(p) for s, p in UD_EWT.items()}
+    tbs = {s: read_conllu(p) for s, p in paths.items()}
+    if train_size is not None:
+        check(isinstance(train_size, int) and 1 <= train_size <= tbs["train"].n, "train_size",
+              f"an int in [1, {tbs['train'].n}]", train_size)
+        tbs["train"] = tbs["train"].subset(range(train_size))
+    t0 = time.perf_counter()
+    key = feature_cache.cache_key("ud-ewt-arcs-2", template.key(), min_count, train_size,
+                                  *(_checksum(paths[s]) for s in ("train", "dev", "test")))
+    arrays = feature_cache.load(key) if cache else None
+    hit = arrays is not None
+    if arrays is None:
+        designs, d, per_item = featurize(template, [tbs["train"], tbs["dev"], tbs["test"]], min_count)
+        arrays = {"d": np.array([d]), "per_item": np.array(list(per_item.values()), dtype=np.int64)}
+        for s, des in zip(("train", "dev", "test"), designs):
+            arrays.update({f"{s}_arc_off": des.arc_off, f"{s}_ptr": des.ptr, f"{s}_ids": des.ids})
+        if cache:
+            feature_cache.save(key, arrays)
+    d = int(arrays["d"][0])
+    info = {"template": template.name, "items": template.text(), "min_count": min_count, "n_features": d,
+            "seconds": time.perf_counter() - t0, "cached": hit}
+    names = label_set(tbs["train"])
+    train = _container(tbs["train"], arrays, "train", d, names, "ud-ewt-train", info)
+    other = _container(tbs[evaluate_on], arrays, evaluate_on, d, names, f"ud-ewt-{evaluate_on}", info)
+    return train, other
