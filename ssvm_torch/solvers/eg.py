@@ -54,7 +54,6 @@ import math
 
 import numpy as np
 import torch
-import torch.nn.functional as Fn
 
 from ..errors import check
 from ..stores.base import MarginalMoves
@@ -76,17 +75,13 @@ def start_margin(dual) -> tuple[float, int]:
     fixed m cannot serve every problem (solvers/eg.py's module docstring has the figures). The dual
     grows with m up to its maximum, so the walk stops at the first m on the other side of the floor.
     It moves the store to the points it evaluates; the caller then sets the start it chose."""
-    d, K = dual, dual.model.K
+    d = dual
     floor = -START_DUAL_DROP * d.primal_at(torch.zeros_like(d.w))
-    one_hot = Fn.one_hot(d.Y, K).to(d.dtype)
-    zeros = torch.zeros(d.n, K, dtype=d.dtype, device=d.device)
-    zeros_t = torch.zeros(d.n, K, K, dtype=d.dtype, device=d.device)
     passes = 0
 
     def above(m):
         nonlocal passes
-        Mu, Mt, _ = d.gibbs_marginals(m * one_hot, d.lengths, zeros, zeros, zeros_t)
-        d.set_marginals(Mu, Mt)
+        d.set_gibbs(d.gold_potentials(m))
         passes += 1
         return d.dual() >= floor
 
@@ -104,27 +99,21 @@ def start_margin(dual) -> tuple[float, int]:
 
 class EGSolver(OuterSolver):
     identity = OuterSolver.identity + ("step_size", "eg_start")
-    needs = (MarginalMoves, "marginal moves (chains)")
+    needs = (MarginalMoves, "marginal moves (chains, dependency trees)")
 
     def __init__(self, dual, config, evaluate=None, progress=None, monitor_start=True, interrupt=None):
         super().__init__(dual, config, evaluate, progress, monitor_start, interrupt)
         d = dual
-        K = d.model.K
         self.start_margin, self.start_passes = start_margin(d) if config.eg_start == "margin" else (0.0, 0)
-        self.theta_u = self.start_margin * Fn.one_hot(d.Y, K).to(d.dtype)
-        self.theta_first = torch.zeros(d.n, K, dtype=d.dtype, device=d.device)
-        self.theta_last = torch.zeros_like(self.theta_first)
-        self.theta_trans = torch.zeros(d.n, K, K, dtype=d.dtype, device=d.device)
+        self.theta = d.gold_potentials(self.start_margin)      # the blocks' log-potentials, named d.eg_theta_names
         self.c = d.loss_potentials()
         beta0 = (config.step_size if config.step_size > 0 else DEFAULT_STEP) * d.lam * d.N / d.prox_scale()
         self.beta = torch.full((d.n,), beta0, dtype=torch.float64)
         self.beta_np = self.beta.numpy()                 # the view the steps update in place
-        self.theta = (self.theta_u, self.theta_first, self.theta_last, self.theta_trans)
         self.refused = 0
         self.pending: list[int] = []                     # blocks drawn for steps not yet taken
         self.chunk = max(1, math.ceil(d.n / 10))
-        Mu, Mt, _ = d.gibbs_marginals(self.theta_u, d.lengths, self.theta_first, self.theta_last, self.theta_trans)
-        d.set_marginals(Mu, Mt)           # margin start: alpha_i ~ delta(y_i), w ~ 0 where the FW family starts
+        d.set_gibbs(self.theta)           # margin start: alpha_i ~ delta(y_i), w ~ 0 where the FW family starts
         self.tol = self._tolerance()
 
     def _tolerance(self) -> float:
@@ -168,13 +157,11 @@ class EGSolver(OuterSolver):
                            start_margin=self.start_margin, start_passes=self.start_passes)
 
     def extra_state(self) -> dict:
-        return {"theta_u": self.theta_u.clone(), "theta_first": self.theta_first.clone(),
-                "theta_last": self.theta_last.clone(), "theta_trans": self.theta_trans.clone(),
+        return {**{name: t.clone() for name, t in zip(self.dual.eg_theta_names, self.theta)},
                 "beta": self.beta.clone(), "refused": self.refused, "pending": list(self.pending)}
 
     def load_extra_state(self, s: dict) -> None:
-        for key in ("theta_u", "theta_first", "theta_last", "theta_trans", "beta"):
-            dst = getattr(self, key)
+        for key, dst in [*zip(self.dual.eg_theta_names, self.theta), ("beta", self.beta)]:
             check(tuple(s[key].shape) == tuple(dst.shape), f"state[{key!r}]", f"shape {tuple(dst.shape)}",
                   tuple(s[key].shape))
             dst.copy_(s[key])

@@ -328,6 +328,17 @@ class MarginalMoves(ABC):
     (L_i(y) + <w, phi(x_i, y)>)/n + const = <theta_i(w) + c_i, S(y)>/n + const."""
 
     supports_marginals: bool = True
+    #: the names of the parts of ``gold_potentials`` (EG's checkpoint keys)
+    eg_theta_names: tuple = ()
+
+    @abstractmethod
+    def gold_potentials(self, m: float) -> tuple:
+        """Every block's log-potentials m S(y_i) in the parts of ``eg_steps``' theta: the Gibbs distribution
+        with most of its mass on the ground truth (EG's start)."""
+
+    @abstractmethod
+    def set_gibbs(self, theta: tuple) -> None:
+        """Every block moves to the marginals of the Gibbs distribution of its log-potentials ``theta``."""
 
     @abstractmethod
     def potentials(self, w: torch.Tensor | None = None) -> tuple:

@@ -27,6 +27,21 @@ class ChainMarginalMoves(MarginalMoves, RelaxedPasses):
     (U, first, last, trans) whose marginals z is)."""
 
     geometry = "entropic"
+    #: the names of EG's per-block log-potentials (checkpoint keys), in the order of gold_potentials
+    eg_theta_names = ("theta_u", "theta_first", "theta_last", "theta_trans")
+
+    def gold_potentials(self, m: float) -> tuple:
+        """Every block's log-potentials m S(y_i): the Gibbs distribution with most of its mass on y_i (EG's
+        margin start, solvers/eg.py)."""
+        K = self.model.K
+        zeros = torch.zeros(self.n, K, dtype=self.dtype, device=self.device)
+        return (m * Fn.one_hot(self.Y, K).to(self.dtype), zeros, zeros.clone(),
+                torch.zeros(self.n, K, K, dtype=self.dtype, device=self.device))
+
+    def set_gibbs(self, theta: tuple) -> None:
+        """Every block moves to the marginals of the Gibbs distribution of its log-potentials ``theta``."""
+        Mu, Mt, _ = self.gibbs_marginals(theta[0], self.lengths, *theta[1:])
+        self.set_marginals(Mu, Mt)
 
     def potentials(self, w: torch.Tensor | None = None) -> tuple:
         return self._potentials() if w is None else self._potentials_of(w)

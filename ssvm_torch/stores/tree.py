@@ -33,10 +33,11 @@ from ..oracles.tree_kernels import (arc_index, nb_apply, nb_fw_corner,
                                     nb_statistics_image)
 from .base import BatchCorners, BlockDual, Corner, GapPass, JointConstraints, objective_n
 from .tree_host import TreeHostPath
+from .tree_marginal import TreeMarginalMoves
 from .tree_torch import TreeTorchPath
 
 
-class TreeDual(TreeHostPath, TreeTorchPath, JointConstraints, BlockDual):
+class TreeDual(TreeHostPath, TreeTorchPath, TreeMarginalMoves, JointConstraints, BlockDual):
     """Compact dual state of a dependency-tree SSVM (module docstring)."""
 
     shardable = False                 # the distributed exchanges ship chain statistics only
@@ -245,15 +246,19 @@ class TreeDual(TreeHostPath, TreeTorchPath, JointConstraints, BlockDual):
         n = self.lengths[rows]
         return self.arc_off[rows] + (m - 1) * n + torch.where(labels < m, labels, labels - 1)
 
-    def recompute(self) -> None:
-        """w and ell exactly from the blocks: w = sum_i sum_a (G_a - M_a) f_a / (lam n)."""
-        self.w.zero_()
+    def w_of_points(self, M: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        """sum_i sum_a (G_a - M_a) f_a / (lam n) for arc marginals M (A,) of every block (into ``out``)."""
+        out = torch.zeros_like(self.w) if out is None else out.zero_()
         if self._numba:
             h = self._h
-            nb_statistics_image(h["offsets"], h["arc_off"], h["ptr"], h["ids"], h["gold"], h["M"], self._no_heads,
-                                False, self._inv(), h["w"])
-        else:
-            self._t_recompute()
+            nb_statistics_image(h["offsets"], h["arc_off"], h["ptr"], h["ids"], h["gold"],
+                                np.ascontiguousarray(M.numpy()), self._no_heads, False, self._inv(), out.numpy())
+            return out
+        return self._t_w_of(M, out)
+
+    def recompute(self) -> None:
+        """w and ell exactly from the blocks: w = sum_i sum_a (G_a - M_a) f_a / (lam n)."""
+        self.w_of_points(self.M, self.w)
         self._ell[0] = self.ell_i.sum()
 
     def block_w(self, i: int) -> torch.Tensor:

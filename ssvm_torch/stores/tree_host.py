@@ -63,8 +63,7 @@ class TreeHostPath:
         for i, P, Q in blocks:
             n, base, _ = self._block(i)
             D = self._D[:n * n] if len(blocks) == 1 else np.empty(n * n)
-            nb_delta(P is None, self._no_heads if P is None else P, Q is None, self._no_heads if Q is None else Q,
-                     self._h["M"], base, n, D)
+            self._np_delta(i, P, Q, D)
             need += nb_support_nnz(D, n, base, self._h["ptr"])
             Ds.append((n, base, D))
         if 2 * need > self._keys.shape[0]:
@@ -75,12 +74,33 @@ class TreeHostPath:
         self._nu = nu
         return nu
 
+    def _np_delta(self, i: int, P, Q, D):
+        """D = S(P) - S(Q) over block i's arcs; a point is None (the block's marginals), a labeling (heads), or
+        arc marginals (``.mu``: a point of the arborescence polytope, EG's moves)."""
+        n, base, _ = self._block(i)
+        if hasattr(P, "mu") or hasattr(Q, "mu"):
+            def point(X, out):
+                if X is None:
+                    out[:] = self._h["M"][base:base + n * n]
+                elif hasattr(X, "mu"):
+                    out[:] = X.mu.numpy()
+                else:
+                    y, m = np.asarray(X, dtype=np.int64), np.arange(1, n + 1)
+                    out[:] = 0.0
+                    out[(m - 1) * n + np.where(y < m, y, y - 1)] = 1.0
+            q = np.empty(n * n)
+            point(P, D)
+            point(Q, q)
+            D -= q
+            return
+        nb_delta(P is None, self._no_heads if P is None else P, Q is None, self._no_heads if Q is None else Q,
+                 self._h["M"], base, n, D)
+
     def _np_move_block(self, i: int, P, Q, gamma: float):
         """M_i += gamma (S(P) - S(Q)) (the image already in the scratch was built from the same points)."""
         n, base, _ = self._block(i)
         D = self._D[:n * n]
-        nb_delta(P is None, self._no_heads if P is None else P, Q is None, self._no_heads if Q is None else Q,
-                 self._h["M"], base, n, D)
+        self._np_delta(i, P, Q, D)
         self._h["M"][base:base + n * n] += gamma * D
 
     def _np_apply(self, nt: int, scale: float):

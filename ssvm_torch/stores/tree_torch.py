@@ -61,6 +61,8 @@ class TreeTorchPath:
         def point(X):
             if X is None:
                 return self.M[base:base + n * n]
+            if hasattr(X, "mu"):                            # a point of the arborescence polytope (EG)
+                return X.mu.to(self.device, self.dtype)
             y = torch.as_tensor(X, device=self.device).long()
             out = torch.zeros(n * n, dtype=self.dtype, device=self.device)
             out[(words - 1) * n + torch.where(y < words, y, y - 1)] = 1.0
@@ -173,12 +175,13 @@ class TreeTorchPath:
                                                                device=self.device))
         return out
 
-    def _t_recompute(self) -> None:
-        G = torch.zeros_like(self.M)
+    def _t_w_of(self, M: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+        """out = sum_a (G_a - M_a) f_a / (lam n) over every block (``out`` zeroed by the caller)."""
+        G = torch.zeros_like(M)
         G[self._gold_arcs()] = 1.0
         counts = self.ptr[1:] - self.ptr[:-1]
-        self.w.index_add_(0, self.ids.long(), torch.repeat_interleave(G - self.M, counts))
-        self.w.mul_(self._inv())
+        out.index_add_(0, self.ids.long(), torch.repeat_interleave(G - M, counts))
+        return out.mul_(self._inv())
 
     def _t_batch_corners(self, idx: torch.Tensor, blocks: list) -> BatchCorners:
         labels, loss, gaps, pieces = [], [], [], []
