@@ -327,6 +327,10 @@ PLAIN_OPTIONS = {"features": None, "min_count": 1, "loss": None, "constraints": 
 CONLL_RECOMMENDED = {"features": "rich-edges", "tags": "bioes", "constraints": "bioes", "loss": "hamming",
                      "min_count": 1}
 
+# UD English-EWT's configuration chosen on its dev split (docs/structures.md, benchmarks/results/ud_ewt_dev.json)
+UD_RECOMMENDED = {"features": "mcdonald", "trees": "projective", "loss": "hamming", "min_count": 1}
+UD_RUN_DEFAULTS = {"passes": 20, "gap_check": 5, "lams": [1e-3, 1e-4, 1e-5]}
+
 TASKS: dict[str, Task] = {t.name: t for t in (
     Task("ocr-small", _ocr, "OCR words, train fold 0 (626 words), test folds 1-9", sequences=True),
     Task("ocr-large", _ocr, "OCR words, train folds 1-9 (6,251 words), test fold 0", sequences=True),
@@ -339,7 +343,7 @@ TASKS: dict[str, Task] = {t.name: t for t in (
     Task("pose-synth", _pose, "tree-structured pose of synthetic stick figures", train_size=True, unary_only=True),
     Task("hansards", _hansards, "Hansards word alignment by matching with NULL", train_size=True),
     Task("ud-ewt", _ud_ewt, "UD English-EWT dependency parsing, first-order arc features (gold POS)", train_size=True,
-         templates=True, trees=True, dev_split=True),
+         templates=True, trees=True, dev_split=True, recommended=UD_RECOMMENDED, run_defaults=UD_RUN_DEFAULTS),
 )}
 
 

@@ -21,11 +21,12 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import random_chain_data
+from conftest import random_chain_data, random_dependency_data
+from tree_reference import all_trees
 from ssvm_torch import Solver, SolverConfig, make_store
 from ssvm_torch.data import ChainData, ExplicitData, FlatData, GraphData, GraphExample, PairData, PoseData
-from ssvm_torch.models import (ChainModel, ExplicitModel, GraphCutModel, MatchingModel, MulticlassModel,
-                               MultiLabelModel, TreePoseModel)
+from ssvm_torch.models import (ChainModel, DependencyModel, ExplicitModel, GraphCutModel, MatchingModel,
+                               MulticlassModel, MultiLabelModel, TreePoseModel)
 from ssvm_torch.oracles.distance_transform import tree_max_sum, torch_dt1d
 from ssvm_torch.outputs import load_checkpoint, save_checkpoint
 
@@ -133,6 +134,16 @@ def explicit_labelings(model, data, i):
     return torch.arange(int(torch.isfinite(data.losses[i]).sum()))
 
 
+def dependency(rng, projective=True):
+    data = random_dependency_data(rng, 5, 7, lmin=1, lmax=4, per_arc=3, projective_only=projective)
+    return DependencyModel.for_data(data, projective=projective), data, None
+
+
+def dependency_trees(model, data, i):
+    """Every tree of the model's space over sentence i's words, as labeling rows (-1 at the root position)."""
+    return torch.tensor(all_trees(int(data.lengths[i]), model.projective, model.multiroot))
+
+
 STRUCTURES = {
     "chain": Structure(chain, chain_labelings, two_kernels=True),
     "sparse-chain": Structure(lambda rng: chain(rng, sparse=True), chain_labelings, two_kernels=True),
@@ -142,6 +153,9 @@ STRUCTURES = {
     "pose": Structure(pose, pose_labelings, two_kernels=True),
     "matching": Structure(matching, matching_labelings),
     "explicit": Structure(explicit, explicit_labelings),
+    "dependency": Structure(dependency, dependency_trees, two_kernels=True),
+    "dependency-nonprojective": Structure(lambda rng: dependency(rng, projective=False), dependency_trees,
+                                          two_kernels=True),
 }
 
 
@@ -291,7 +305,7 @@ def test_conformance_checkpoint_round_trip(name, tmp_path):
 @pytest.mark.parametrize("name", [n for n, s in STRUCTURES.items() if s.two_kernels])
 def test_conformance_torch_kernel_equals_compiled(name):
     model, data, nonneg, w = instance(name, seed=9)
-    if isinstance(model, ChainModel):
+    if isinstance(model, (ChainModel, DependencyModel)):
         runs = []
         for kernels in ("numba", "torch"):
             store = make_store(model, data, 0.1, kernels=kernels)
@@ -316,5 +330,5 @@ def test_conformance_torch_kernel_equals_compiled(name):
 
 def test_conformance_registry_covers_every_structure():
     kinds = {type(STRUCTURES[n].make(np.random.default_rng(0))[0]) for n in STRUCTURES}
-    assert kinds == {ChainModel, ExplicitModel, GraphCutModel, MatchingModel, MulticlassModel, MultiLabelModel,
-                     TreePoseModel}
+    assert kinds == {ChainModel, DependencyModel, ExplicitModel, GraphCutModel, MatchingModel, MulticlassModel,
+                     MultiLabelModel, TreePoseModel}

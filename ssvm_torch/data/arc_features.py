@@ -98,6 +98,41 @@ class ArcTemplate:
     def key(self) -> str:
         return hashlib.sha256(self.text().encode()).hexdigest()[:24]
 
+    def arc_strings(self, sentence, h: int, m: int) -> list[str]:
+        """The feature strings of the arc h -> m of one sentence of (form, upos, xpos, lemma) tuples (h = 0 the
+        root): the readable reference that the compiled :func:`featurize` is tested against."""
+        n = len(sentence)
+
+        def value(col, pos):
+            if pos == 0:
+                return "<root>"
+            if pos < 0:
+                return "<s>"
+            if pos > n:
+                return "</s>"
+            form, upos, xpos, lemma = sentence[pos - 1]
+            return {"w": form.lower(), "f": form.lower()[:5], "p": xpos, "u": upos, "l": lemma.lower()}[COLUMNS[col]]
+        d = abs(h - m)
+        att = ("R" if h < m else "L") + str(d if d <= 5 else 6 if d <= 10 else 7)
+        out = []
+        for item in self.items:
+            fixed, between = [], None
+            for kind, col, off in item:
+                if kind == 2:
+                    between = col
+                    fixed.append(None)
+                else:
+                    fixed.append(att if kind == 3 else ("R" if h < m else "L") if kind == 4 else
+                                 value(col, (h if kind == 0 else m) + off))
+            name = self.item_name(item)
+            if between is None:
+                out.append(f"{name}=" + "|".join(fixed))
+                continue
+            lo, hi = min(h, m), max(h, m)
+            for v in sorted({value(between, pos) for pos in range(lo + 1, hi)}):
+                out.append(f"{name}=" + "|".join(v if x is None else x for x in fixed))
+        return out
+
 
 def _mcdonald() -> str:
     word = ["hw|hp", "hw", "mw|mp", "mw", "hw|hp|mw|mp", "hp|mw|mp", "hw|mw|mp", "hw|hp|mp", "hw|hp|mw", "hw|mw"]

@@ -126,7 +126,7 @@ class TreeDual(TreeHostPath, TreeTorchPath, TreeMarginalMoves, JointConstraints,
         return to_host(self.gold[s:e]).copy() if self._numba else self.gold[s:e].clone()
 
     def key(self, labeling) -> bytes:
-        arr = labeling.cpu().numpy() if torch.is_tensor(labeling) else np.asarray(labeling)
+        arr = to_host(labeling) if torch.is_tensor(labeling) else np.asarray(labeling)
         return np.ascontiguousarray(arr, dtype=np.int64).tobytes()
 
     def _wrong(self, i: int, labeling) -> int:

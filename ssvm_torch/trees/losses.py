@@ -26,7 +26,8 @@ def _kernels(kernels: str) -> str:
     return kernels
 
 
-def _row_cost(cost, lengths: torch.Tensor, dtype) -> torch.Tensor:
+def row_cost(cost, lengths: torch.Tensor, dtype) -> torch.Tensor:
+    """The loss c_b of one wrong head per row (B,) from ``cost`` (module docstring), checked."""
     B = lengths.shape[0]
     if isinstance(cost, str):
         check(cost in ("hamming", "normalized"), "cost", "'hamming', 'normalized' or a tensor (B,) of costs >= 0",
@@ -86,7 +87,7 @@ def dependency_score(arc_scores, heads, mask=None, lengths=None) -> torch.Tensor
 def _loss_inputs(arc_scores, heads, mask, lengths, projective, multiroot, cost, kernels):
     S, lengths = _prepare(arc_scores, mask, lengths)
     gold = check_heads(heads, lengths, S.shape[1], bool(multiroot), bool(projective))
-    return S, gold, lengths, (None if cost is None else _row_cost(cost, lengths, S.dtype)), _kernels(kernels)
+    return S, gold, lengths, (None if cost is None else row_cost(cost, lengths, S.dtype)), _kernels(kernels)
 
 
 def dependency_hinge(arc_scores, heads, mask=None, lengths=None, projective: bool = True, multiroot: bool = False,

@@ -3,8 +3,7 @@ Globerson, Carreras & Collins 2007; Smith & Smith 2007), batched in torch (any d
 CPU, cuSOLVER on CUDA).
 
 Convention of :mod:`ssvm_torch.trees`: ``S[m, h]`` scores word m taking head h, position 0 is the root. With
-A(h -> m) = exp(S[m, h] - c_m), c_m = max_h S[m, h] (a per-word shift: every tree gives each word one
-head, so log Z moves by sum_m c_m exactly and every entry is <= 1), the Laplacian over the words 1..n is
+A(h -> m) = exp S[m, h], the Laplacian over the words 1..n is
 
     L[h, m] = -A(h -> m)  (h != m),      L[m, m] = sum_{h >= 1} A(h -> m)  (+ A(0 -> m) for multi-root)
 
@@ -15,71 +14,178 @@ and Z = det L (multi-root: the root is one more node whose row and column are de
     multi-root:   mu(h -> m) = A(h -> m) (X[m, m] - X[m, h]),   mu(0 -> m) = A(0 -> m) X[m, m]
     single-root:  mu(h -> m) = A(h -> m) ([m != 1] X[m, m] - [h != 1] X[m, h]),   mu(0 -> m) = A(0 -> m) X[m, 1]
 
-(word indices 1..n; X[m, h] read with the Laplacian's row / column order). Padding words get identity
-rows and columns (det and the words' block of X unchanged). Computed in float64 whatever the input dtype
-(float32 scores of 150-word sentences keep their accuracy); log Z is returned in the input dtype.
+(word indices 1..n; X[m, h] read with the Laplacian's row / column order).
+
+**Cancellation.** A sentence whose scores are very peaked around a cycle (two words that prefer each other by
+hundreds over everything else) has det L' as a difference of nearly equal terms: LU loses it (its sign can
+flip). Such rows (a pivot of the balanced L' below :data:`PIVOT_MIN`, or no positive det) are redone by the
+Grassmann-Taksar-Heyman elimination of :func:`gth_log_partition`: Gaussian elimination of the Laplacian in
+which every pivot is recomputed as a sum of positive weights (the arcs into the node and its root mass),
+in the log domain, so nothing is ever subtracted; its gradient (the marginals) comes by autograd.
+
+**Range.** Scores that differ by hundreds (trained or accumulated potentials) put exp S far outside float64,
+and a per-word shift is not enough for single-root trees (a root row whose entries all underflow makes L
+exactly singular while Z is not 0). So L is built in the log domain, log |L| entry by entry (the diagonal
+by a logsumexp), balanced by row and column scalings u, v (alternating max-normalisation, :data:`ROUNDS`
+rounds, every row and column then has an entry of magnitude 1) before exponentiating:
+L = D_u L' D_v, log det L = log det L' + sum u + sum v, X = D_v^-1 L'^-1 D_u^-1, and every factor the
+marginals multiply is an entry of L' (<= 1). Padding words get identity rows and columns. Computed in
+float64 whatever the input dtype; log Z is returned in the input dtype.
 """
 from __future__ import annotations
 
 import torch
 
+#: rounds of the alternating row / column max-normalisation of log |L|
+ROUNDS = 3
+NEG_INF = float("-inf")
+#: a smaller LU pivot of the balanced L' (entries <= 1) signals cancellation: the row goes to the GTH elimination
+PIVOT_MIN = 1e-6
+#: an absent arc in the GTH elimination: finite, so that no logaddexp or its gradient meets -inf - (-inf)
+NEG = -1e30
 
-def _laplacian(S: torch.Tensor, lengths: torch.Tensor, multiroot: bool):
-    """(L (B, n, n), A (B, N, N) the shifted potentials with zeros where no arc may go, shift (B,)) in float64."""
+
+def _safe_lae(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    hi = torch.maximum(a, b)
+    return hi + torch.log1p(torch.exp(-(a - b).abs()))
+
+
+def gth_log_partition(S: torch.Tensor, lengths: torch.Tensor, multiroot: bool) -> torch.Tensor:
+    """log Z (B,) of non-projective trees by the Grassmann-Taksar-Heyman elimination in the log domain
+    (module docstring), differentiable by autograd. Eliminating word k with pivot d_k: every arc i -> j gains
+    the path i -> k -> j, A(i -> j) += A(i -> k) A(k -> j) / d_k, and the root mass r_j += r_k A(k -> j) / d_k;
+    d_k = sum_i A(i -> k) + r_k is a sum of positive terms (the Schur complement's diagonal keeps its column
+    sum), and det L = prod_k d_k. Single-root: the pivots leave r_k out (the order-t part of det L(t r)),
+    and Z = prod_{k < n} d_k x r_last. Pivots are taken largest first."""
+    S = S.to(torch.float64)
+    B, N, _ = S.shape
+    n = N - 1
+    dev = S.device
+    pos = torch.arange(1, N, device=dev)
+    word = pos[None, :] <= lengths[:, None]                                      # (B, n)
+    ok = word[:, :, None] & word[:, None, :] & ~torch.eye(n, dtype=torch.bool, device=dev)
+    logA = torch.where(ok, S[:, 1:, 1:].transpose(1, 2), torch.full((B, n, n), NEG, dtype=S.dtype, device=dev))
+    logA = torch.where(torch.isfinite(logA), logA, torch.full_like(logA, NEG))  # [b, i, j] = arc i -> j (words)
+    logr = torch.where(word & torch.isfinite(S[:, 1:, 0]), S[:, 1:, 0], torch.full_like(S[:, 1:, 0], NEG))
+    alive = word.clone()
+    off_diagonal = ~torch.eye(n, dtype=torch.bool, device=dev)
+    logz = torch.zeros(B, dtype=S.dtype, device=dev)
+    rows = torch.arange(B, device=dev)
+    left = lengths.clone()
+    for _ in range(n):
+        active = left > (0 if multiroot else 1)
+        if not bool(active.any()):
+            break
+        into = torch.logsumexp(torch.where(alive[:, :, None], logA, torch.full_like(logA, NEG)), 1)
+        d = _safe_lae(into, logr) if multiroot else into
+        d = torch.where(alive, d, torch.full_like(d, float("-inf")))
+        k = d.argmax(1)
+        dk = d[rows, k]
+        logz = logz + torch.where(active, dk, torch.zeros_like(dk))
+        alive = alive.clone()
+        alive[rows, k] = alive[rows, k] & ~active
+        via = logA[rows, :, k][:, :, None] + logA[rows, k, :][:, None, :] - dk[:, None, None]
+        keep = alive[:, :, None] & alive[:, None, :] & active[:, None, None] & off_diagonal
+        logA = torch.where(keep, _safe_lae(logA, via), logA)
+        flow = logr[rows, k][:, None] + logA[rows, k, :] - dk[:, None]
+        logr = torch.where(alive & active[:, None], _safe_lae(logr, flow), logr)
+        left = left - active.long()
+    if not multiroot:
+        last = torch.where(alive, logr, torch.full_like(logr, NEG)).logsumexp(1)
+        logz = logz + torch.where(lengths > 0, last, torch.zeros_like(last))
+    return torch.where(lengths > 0, logz, torch.zeros_like(logz))
+
+
+def _log_laplacian(S: torch.Tensor, lengths: torch.Tensor, multiroot: bool):
+    """(log |L| (B, n, n), the sign of each entry (B, n, n), logA (B, N, N) the arcs' log-potentials with -inf
+    where no arc may go, word mask (B, N)) in float64."""
     S = S.detach().to(torch.float64)
     B, N, _ = S.shape
     pos = torch.arange(N, device=S.device)
     word = (pos[None, :] >= 1) & (pos[None, :] <= lengths[:, None])            # (B, N)
     allowed = word[:, :, None] & ((pos[None, None, :] == 0) | word[:, None, :]) & (pos[:, None] != pos[None, :])
-    masked = torch.where(allowed, S, torch.full_like(S, float("-inf")))
-    rowmax = masked.amax(2)                                                      # (B, N)
-    ok_row = torch.isfinite(rowmax)
-    shift = torch.where(word & ok_row, rowmax, torch.zeros_like(rowmax))
-    A = torch.where(allowed, torch.exp(masked - shift[:, :, None]), torch.zeros_like(S))
-    W = A[:, 1:, 1:]                                                             # [m', h']
-    L = -W.transpose(1, 2)                                                       # L[h', m'] = -A(h -> m)
-    diag = W.sum(2) + (A[:, 1:, 0] if multiroot else 0.0)
+    logA = torch.where(allowed, S, torch.full_like(S, NEG_INF))
+    words = logA[:, 1:, 1:]                                                      # [m', h']
+    logL = words.transpose(1, 2).clone()                                         # log |L[h', m']| = log A(h -> m)
+    diag_terms = torch.cat([words, logA[:, 1:, :1]], 2) if multiroot else words
+    diag = torch.logsumexp(diag_terms, 2)                                        # (B, n)
     pad = ~word[:, 1:]
-    L = L + torch.diag_embed(torch.where(pad, torch.ones_like(diag), diag))
+    diag = torch.where(pad, torch.zeros_like(diag), diag)                        # identity on padding words
+    n = N - 1
+    eye = torch.eye(n, dtype=torch.bool, device=S.device)
+    logL = torch.where(eye, diag[:, None, :].expand(-1, n, -1), logL)
+    sign = torch.where(eye, 1.0, -1.0).to(torch.float64).expand(B, n, n).clone()
     if not multiroot:
-        L[:, 0, :] = A[:, 1:, 0]
-        L[:, 0, :] = torch.where(pad, torch.zeros_like(L[:, 0, :]), L[:, 0, :])
-        L[:, 0, 0] = torch.where(lengths > 0, L[:, 0, 0], torch.ones_like(L[:, 0, 0]))
-    return L, A, shift.sum(1), ok_row | ~word
+        root = torch.where(pad, torch.full_like(diag, NEG_INF), logA[:, 1:, 0])
+        root[:, 0] = torch.where(lengths > 0, root[:, 0], torch.zeros_like(root[:, 0]))
+        logL[:, 0, :] = root
+        sign[:, 0, :] = 1.0
+    return logL, sign, logA, word
+
+
+def _balance(logL: torch.Tensor):
+    """Row and column log-scalings u (B, n), v (B, n) with every row and column of logL - u - v at max 0."""
+    B, n, _ = logL.shape
+    u = torch.zeros(B, n, dtype=logL.dtype, device=logL.device)
+    v = torch.zeros_like(u)
+    for _ in range(ROUNDS):
+        u = (logL - v[:, None, :]).amax(2)
+        u = torch.where(torch.isfinite(u), u, torch.zeros_like(u))
+        v = (logL - u[:, :, None]).amax(1)
+        v = torch.where(torch.isfinite(v), v, torch.zeros_like(v))
+    return u, v
 
 
 def _solve(S, lengths, multiroot, want_marginals):
-    """(log Z (B,) float64, marginals (B, N, N) float64 or None)."""
+    """(log Z (B,) float64, marginals (B, N, N) float64 or None; NaN rows where no tree exists)."""
     B, N, _ = S.shape
     if N == 1:
         z = torch.zeros(B, dtype=torch.float64, device=S.device)
         return z, (torch.zeros(B, 1, 1, dtype=torch.float64, device=S.device) if want_marginals else None)
-    L, A, shift, rows_ok = _laplacian(S, lengths, multiroot)
-    LU, piv, info = torch.linalg.lu_factor_ex(L)
+    logL, sign, logA, word = _log_laplacian(S, lengths, multiroot)
+    u, v = _balance(logL)
+    Lp = sign * torch.exp(logL - u[:, :, None] - v[:, None, :])                 # the balanced L'
+    LU, piv, info = torch.linalg.lu_factor_ex(Lp)
     diag = LU.diagonal(dim1=1, dim2=2)
-    perm_sign = torch.where((piv != torch.arange(1, N, device=S.device, dtype=piv.dtype)).sum(1) % 2 == 1, -1.0, 1.0)
-    sign = perm_sign * torch.where(diag < 0, -1.0, 1.0).prod(1)
-    logz = diag.abs().log().sum(1) + shift
-    bad = (info != 0) | (sign <= 0) | ~rows_ok.all(1) | ~torch.isfinite(logz)
-    logz = torch.where(bad, torch.full_like(logz, float("-inf")), logz)
+    swaps = (piv != torch.arange(1, N, device=S.device, dtype=piv.dtype)).sum(1) % 2
+    det_sign = torch.where(swaps == 1, -1.0, 1.0) * torch.where(diag < 0, -1.0, 1.0).prod(1)
+    logz = diag.abs().log().sum(1) + u.sum(1) + v.sum(1)
+    shaky = (info != 0) | (det_sign <= 0) | ~torch.isfinite(logz) | (diag.abs().amin(1) < PIVOT_MIN)
+    shaky &= lengths > 0
     logz = torch.where(lengths > 0, logz, torch.zeros_like(logz))
+    redo = shaky.nonzero().flatten()
+    if len(redo):
+        with torch.enable_grad():
+            leaf = S.detach()[redo].to(torch.float64).requires_grad_(True)
+            exact = gth_log_partition(leaf, lengths[redo], multiroot)
+            grad = torch.autograd.grad(exact.sum(), leaf)[0] if want_marginals else None
+        exact = exact.detach()
+        exact = torch.where(exact > NEG / 2, exact, torch.full_like(exact, NEG_INF))   # no tree at all
+        logz = logz.index_copy(0, redo, exact)
+    bad = ~torch.isfinite(logz)
     if not want_marginals:
         return logz, None
     eye = torch.eye(N - 1, dtype=torch.float64, device=S.device).expand(B, -1, -1)
-    X = torch.linalg.lu_solve(LU, piv, eye)                                      # X = L^{-1}
-    Xd = X.diagonal(dim1=1, dim2=2)                                              # X[m', m']
-    # d log det L / d L[i, j] = X[j, i]; A(h -> m) sits in L[m', m'] (+) and L[h', m'] (-)
-    d_word = Xd[:, :, None] - X                                                  # [m', h']: X[m',m'] - X[m',h']
-    if not multiroot:
-        first = torch.zeros(N - 1, dtype=torch.float64, device=S.device)
-        first[0] = 1.0
-        d_word = (1.0 - first)[None, :, None] * Xd[:, :, None] - (1.0 - first)[None, None, :] * X
-        d_root = X[:, :, 0]                                                      # X[m', 0]
+    Xp = torch.linalg.lu_solve(LU, piv, eye)                                     # X' = L'^-1, X = D_v^-1 X' D_u^-1
+    Xd = Xp.diagonal(dim1=1, dim2=2)                                             # X'[m', m']
+    words = logA[:, 1:, 1:]                                                      # log A(h -> m) at [m', h']
+    # A(h -> m) X[m', j] = exp(log A - v_m' - u_j) X'[m', j]; each exponent is an entry of log |L'| (<= 0)
+    e_own = words - v[:, :, None] - u[:, :, None]
+    e_other = words - v[:, :, None] - u[:, None, :]
+    if not multiroot:                   # single-root: row 1 of L holds the root, not word 1's arcs or diagonal
+        e_own[:, 0, :] = NEG_INF
+        e_other[:, :, 0] = NEG_INF
+    d_word = torch.exp(e_own) * Xd[:, :, None] - torch.exp(e_other) * Xp         # A(h -> m)(X[m',m'] - X[m',h'])
+    if multiroot:
+        root = torch.exp(logA[:, 1:, 0] - v - u) * Xd                            # A(0 -> m) X[m', m']
     else:
-        d_root = Xd
+        root = torch.exp(logA[:, 1:, 0] - v - u[:, :1]) * Xp[:, :, 0]            # A(0 -> m) X[m', 0]
     M = torch.zeros(B, N, N, dtype=torch.float64, device=S.device)
-    M[:, 1:, 1:] = A[:, 1:, 1:] * d_word
-    M[:, 1:, 0] = A[:, 1:, 0] * d_root
+    ok = word[:, 1:, None]
+    M[:, 1:, 1:] = torch.where(ok & torch.isfinite(words), d_word, torch.zeros_like(d_word))
+    M[:, 1:, 0] = torch.where(word[:, 1:] & torch.isfinite(logA[:, 1:, 0]), root, torch.zeros_like(root))
+    if len(redo):
+        M = M.index_copy(0, redo, torch.where(word[redo][:, :, None], grad, torch.zeros_like(grad)))
     M = torch.where(bad[:, None, None], torch.full_like(M, float("nan")), M)
     return logz, M
 

@@ -1,0 +1,164 @@
+"""``DependencyTree``: a dependency-tree layer for parsers (the biaffine parser's arc scores, SuPar's layout)
+with three losses, the structured hinge, softmax-margin and the CRF, projective or not, single- or multi-root.
+
+Scores (the conventions of :mod:`ssvm_torch.trees`): ``arc_scores`` (B, N, N), ``arc_scores[b, m, h]`` the
+score of word m taking head h, position 0 the root; ``mask`` (B, N) bool, False at position 0 and on at the
+words 1..n_b; optional ``label_scores`` (B, N, N, L), ``label_scores[b, m, h, l]`` the score of relation l on
+the arc h -> m. A labeled tree scores s(y, l) = sum_m arc_scores[m, y_m] + label_scores[m, y_m, l_m]. The losses
+(per sentence, to minimise), with Delta = c x (words with a wrong head) + c x (words with a wrong relation)
+(the second term only with labels), c = 1 (``cost="hamming"``) or 1 / n_b (``"normalized"``):
+
+* ``"hinge"``: max_{y, l} [s(y, l) + Delta] - s(gold) (Taskar et al. 2003; its gradient the arcs and
+  relations of the loss-augmented tree minus the gold ones);
+* ``"softmax_margin"``: log sum_{y, l} exp(s(y, l) + Delta) - s(gold) (Gimpel & Smith 2010);
+* ``"crf"``: log Z - s(gold) (Koo et al. 2007 for non-projective trees; Zhang et al. 2020's tree CRF).
+
+First-order labels factor over arcs, so each reduces to the unlabeled operation on effective arc scores:
+arc + max_l (label + c [l != gold]) for the hinge, arc + logsumexp_l (label + c [l != gold]) for
+softmax-margin, arc + logsumexp_l label for the CRF, arc + max_l label for decoding.
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ..chain.checks import refuse_bad_scores
+from ..errors import SSVMInputError, check, check_choice
+from ..trees import ops
+from ..trees.checks import KERNELS, check_heads, check_scores, resolve_lengths, word_mask
+from ..trees.losses import row_cost
+
+LOSSES = ("hinge", "softmax_margin", "crf")
+REDUCTIONS = ("none", "sum", "mean", "token_mean")
+
+
+class DependencyTree(nn.Module):
+    """The tree layer (module docstring). It has no parameters: the network upstream makes the scores.
+
+    projective: Eisner's trees (True) or every tree (False: Chu-Liu-Edmonds, the matrix-tree theorem).
+    multiroot: whether several words may attach to the root (UD: no). loss: "hinge", "softmax_margin" or
+    "crf". cost: "hamming", "normalized" or a number (Delta's weight per wrong head or relation). kernels:
+    "auto" (compiled on CPU float32/float64, torch elsewhere), "numba" or "torch"."""
+
+    def __init__(self, projective: bool = True, multiroot: bool = False, loss: str = "crf", cost="hamming",
+                 kernels: str = "auto"):
+        super().__init__()
+        check(isinstance(projective, bool), "projective", "True or False", repr(projective))
+        check(isinstance(multiroot, bool), "multiroot", "True or False", repr(multiroot))
+        self.projective, self.multiroot = projective, multiroot
+        self.loss = check_choice(loss, "loss", LOSSES)
+        self.kernels = check_choice(kernels, "kernels", KERNELS)
+        row_cost(cost, torch.ones(1, dtype=torch.int64), torch.float64)          # refuses a bad cost now
+        check(not torch.is_tensor(cost), "cost", "'hamming', 'normalized' or a number", "a tensor")
+        self.cost = cost
+
+    def extra_repr(self) -> str:
+        return (f"projective={self.projective}, multiroot={self.multiroot}, loss={self.loss!r}, cost={self.cost!r}, "
+                f"kernels={self.kernels!r}")
+
+    # -- inputs ---------------------------------------------------------------------------------------------
+    def _inputs(self, arc_scores, mask, lengths):
+        S = check_scores(arc_scores)
+        return S, resolve_lengths(S, mask, lengths)
+
+    def _labels_in(self, S, label_scores, labels, lengths):
+        if label_scores is None:
+            if labels is not None:
+                raise SSVMInputError("labels: given without label_scores (pass both, or neither)")
+            return None, None
+        B, N = S.shape[0], S.shape[1]
+        check(torch.is_tensor(label_scores) and label_scores.is_floating_point(), "label_scores",
+              "a float tensor (B, N, N, L)", getattr(label_scores, "dtype", type(label_scores).__name__))
+        check(label_scores.dim() == 4 and tuple(label_scores.shape[:3]) == (B, N, N) and label_scores.shape[3] >= 1,
+              "label_scores", f"shape (B, N, N, L) = ({B}, {N}, {N}, L) like arc_scores", tuple(label_scores.shape))
+        check(label_scores.device == S.device, "label_scores", f"a tensor on {S.device} like arc_scores",
+              label_scores.device)
+        refuse_bad_scores(label_scores.detach(), "label_scores", allow_neg_inf=False)
+        L = label_scores.shape[3]
+        if labels is None:
+            return label_scores.to(S.dtype), None
+        check(torch.is_tensor(labels) and not labels.is_floating_point() and labels.dtype != torch.bool, "labels",
+              f"an integer tensor (B, N) = ({B}, {N})", getattr(labels, "dtype", type(labels).__name__))
+        check(tuple(labels.shape) == (B, N), "labels", f"shape (B, N) = ({B}, {N})", tuple(labels.shape))
+        labels = labels.to(S.device, torch.int64)
+        word = word_mask(lengths, N)
+        bad = word & ((labels < 0) | (labels >= L))
+        if bool(bad.any()):
+            b, m = (int(v) for v in bad.nonzero()[0])
+            raise SSVMInputError(f"labels: expected relation ids in [0, {L - 1}] on the words, got "
+                                 f"{int(labels[b, m])} at row {b}, word {m}")
+        return label_scores.to(S.dtype), torch.where(word, labels, torch.zeros_like(labels))
+
+    # -- the public calls -----------------------------------------------------------------------------------
+    def forward(self, arc_scores: torch.Tensor, heads: torch.Tensor, mask: torch.Tensor | None = None,
+                label_scores: torch.Tensor | None = None, labels: torch.Tensor | None = None,
+                reduction: str = "sum", lengths: torch.Tensor | None = None) -> torch.Tensor:
+        """The loss to minimise (module docstring): per sentence with ``reduction="none"`` (B,), else its sum,
+        mean over sentences, or sum over the number of words ("token_mean"). The gold ``heads`` (B, N) must be
+        a tree the layer's structure can produce (projective if ``projective``, one root child unless
+        ``multiroot``): the losses are defined over that set."""
+        check_choice(reduction, "reduction", REDUCTIONS)
+        S, lengths = self._inputs(arc_scores, mask, lengths)
+        gold = check_heads(heads, lengths, S.shape[1], self.multiroot, self.projective)
+        lab, gold_labels = self._labels_in(S, label_scores, labels, lengths)
+        if lab is not None and gold_labels is None:
+            raise SSVMInputError("labels: the gold relations (B, N) are needed with label_scores for a loss")
+        c = row_cost(self.cost, lengths, S.dtype)
+        args = (lengths, self.projective, self.multiroot, self.kernels)
+        gold_score = ops.score(S, gold, lengths)
+        if lab is not None:
+            picked = lab.gather(3, gold_labels[:, :, None, None].expand(-1, -1, S.shape[2], 1))[..., 0]
+            gold_score = gold_score + ops.score(picked, gold, lengths)
+            wrong_l = torch.ones_like(lab).scatter_(3, gold_labels[:, :, None, None].expand(-1, -1, S.shape[2], 1), 0.0)
+            aug_lab = lab + c[:, None, None, None] * wrong_l
+        if self.loss == "crf":
+            eff = S if lab is None else S + torch.logsumexp(lab, 3)
+            per_row = ops.log_partition(eff, *args) - gold_score
+        elif self.loss == "softmax_margin":
+            eff = S if lab is None else S + torch.logsumexp(aug_lab, 3)
+            per_row = ops.log_partition(ops.augment(eff, gold, lengths, c), *args) - gold_score
+        else:
+            eff = S if lab is None else S + aug_lab.amax(3)
+            aug = ops.augment(eff, gold, lengths, c)
+            with torch.no_grad():
+                y, _ = ops.best(aug.detach(), *args)
+            per_row = ops.score(aug, y, lengths) - gold_score
+        if reduction == "none":
+            return per_row
+        if reduction == "sum":
+            return per_row.sum()
+        if reduction == "mean":
+            return per_row.mean()
+        return per_row.sum() / lengths.sum().clamp(min=1)
+
+    def decode(self, arc_scores: torch.Tensor, mask: torch.Tensor | None = None,
+               label_scores: torch.Tensor | None = None, lengths: torch.Tensor | None = None):
+        """The best tree of every sentence: heads (B, N) int64, -1 at position 0 and off the mask; with
+        ``label_scores`` also the relations (B, N) (each arc's best relation, -1 off the words). No gradient."""
+        with torch.no_grad():
+            S, lengths = self._inputs(arc_scores, mask, lengths)
+            lab, _ = self._labels_in(S, label_scores, None, lengths)
+            eff = S if lab is None else S + lab.amax(3)
+            heads, _ = ops.best(eff, lengths, self.projective, self.multiroot, self.kernels)
+            if lab is None:
+                return heads
+            rel = lab.argmax(3).gather(2, heads.clamp(min=0)[:, :, None])[:, :, 0]
+            return heads, torch.where(heads >= 0, rel, torch.full_like(rel, -1))
+
+    def marginals(self, arc_scores: torch.Tensor, mask: torch.Tensor | None = None,
+                  lengths: torch.Tensor | None = None) -> torch.Tensor:
+        """P(h -> m) (B, N, N) under the CRF of the arc scores, zero off the words. No gradient."""
+        S, lengths = self._inputs(arc_scores, mask, lengths)
+        return ops.marginals(S, lengths, self.projective, self.multiroot, self.kernels)
+
+    def log_partition(self, arc_scores: torch.Tensor, mask: torch.Tensor | None = None,
+                      lengths: torch.Tensor | None = None) -> torch.Tensor:
+        """log Z per sentence (B,), differentiable."""
+        S, lengths = self._inputs(arc_scores, mask, lengths)
+        return ops.log_partition(S, lengths, self.projective, self.multiroot, self.kernels)
+
+    def score(self, arc_scores: torch.Tensor, heads: torch.Tensor, mask: torch.Tensor | None = None,
+              lengths: torch.Tensor | None = None) -> torch.Tensor:
+        """s(heads) per sentence (B,), differentiable (any tree: no structure check beyond being a tree)."""
+        S, lengths = self._inputs(arc_scores, mask, lengths)
+        return ops.score(S, check_heads(heads, lengths, S.shape[1], True, False), lengths)

@@ -1,0 +1,165 @@
+"""ssvm_torch.nn.DependencyTree: the three losses against brute force over labeled trees, gradients, decoding
+with relations, reductions, masks, and the refusals of bad input."""
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+import torch
+
+from ssvm_torch.errors import SSVMInputError
+from ssvm_torch.nn import DependencyTree
+from tree_reference import all_trees
+
+LOSSES = ["hinge", "softmax_margin", "crf"]
+
+
+def _labeled_values(S, lab, b, n, trees, gold, glab):
+    """(s(y, l), Delta(y, l)) of every labeled tree of row b."""
+    out = []
+    L = lab.shape[3]
+    for y in trees:
+        base = sum(float(S[b, m, y[m]]) for m in range(1, n + 1))
+        wrong_h = sum(int(y[m] != gold[b, m]) for m in range(1, n + 1))
+        for ls in itertools.product(range(L), repeat=n):
+            s = base + sum(float(lab[b, m, y[m], ls[m - 1]]) for m in range(1, n + 1))
+            out.append((s, wrong_h + sum(int(ls[m - 1] != glab[b, m]) for m in range(1, n + 1))))
+    return np.array(out)
+
+
+@pytest.mark.parametrize("projective", [True, False])
+@pytest.mark.parametrize("loss", LOSSES)
+def test_labeled_losses_equal_brute_force(projective, loss):
+    rng = np.random.default_rng(0)
+    B, n, L = 3, 4, 2
+    S = torch.tensor(rng.normal(size=(B, n + 1, n + 1)))
+    lab = torch.tensor(rng.normal(size=(B, n + 1, n + 1, L)))
+    trees = all_trees(n, projective, False)
+    gold = torch.tensor(np.stack([trees[i] for i in rng.integers(len(trees), size=B)]))
+    glab = torch.tensor(rng.integers(0, L, size=(B, n + 1)))
+    layer = DependencyTree(projective=projective, loss=loss)
+    got = layer(S, gold, label_scores=lab, labels=glab, reduction="none")
+    for b in range(B):
+        v = _labeled_values(S, lab, b, n, trees, gold, glab)
+        gs = sum(float(S[b, m, gold[b, m]] + lab[b, m, gold[b, m], glab[b, m]]) for m in range(1, n + 1))
+        ref = {"hinge": (v[:, 0] + v[:, 1]).max(), "softmax_margin": np.logaddexp.reduce(v[:, 0] + v[:, 1]),
+               "crf": np.logaddexp.reduce(v[:, 0])}[loss] - gs
+        assert float(got[b]) == pytest.approx(ref, abs=1e-9)
+    Sg, lg = S.clone().requires_grad_(True), lab.clone().requires_grad_(True)
+    assert torch.autograd.gradcheck(lambda a, c: layer(a, gold, label_scores=c, labels=glab, reduction="none"),
+                                    (Sg, lg))
+
+
+@pytest.mark.parametrize("loss", LOSSES)
+def test_unlabeled_losses_order_and_reductions(loss):
+    """hinge <= softmax-margin, CRF <= softmax-margin (module docstring); the reductions of one per-row vector."""
+    rng = np.random.default_rng(1)
+    S = torch.tensor(rng.normal(size=(5, 8, 8)) * 2)
+    mask = torch.zeros(5, 8, dtype=torch.bool)
+    lengths = [7, 3, 5, 1, 6]
+    for b, n in enumerate(lengths):
+        mask[b, 1:n + 1] = True
+    gold = torch.full((5, 8), -1)
+    for b, n in enumerate(lengths):
+        gold[b, :n + 1] = torch.tensor(all_trees(n, True, False)[0] if n < 7 else [-1, 0, 1, 2, 3, 4, 5, 6])
+    per = {k: DependencyTree(loss=k)(S, gold, mask, reduction="none") for k in LOSSES}
+    assert bool((per["hinge"] <= per["softmax_margin"] + 1e-12).all())
+    assert bool((per["crf"] <= per["softmax_margin"] + 1e-12).all()) and bool((per["hinge"] >= 0).all())
+    layer = DependencyTree(loss=loss)
+    assert float(layer(S, gold, mask)) == pytest.approx(float(per[loss].sum()))
+    assert float(layer(S, gold, mask, reduction="mean")) == pytest.approx(float(per[loss].mean()))
+    assert float(layer(S, gold, mask, reduction="token_mean")) == pytest.approx(float(per[loss].sum()) / sum(lengths))
+    # lengths= gives what the mask gives; padding beyond a row never matters
+    assert torch.allclose(layer(S, gold, lengths=torch.tensor(lengths), reduction="none"), per[loss])
+    S2 = S.clone()
+    S2[0, :, :] += 0.0
+    S2[1, 5:, :] = 1e6
+    S2[1, :, 5:] = -1e6
+    assert torch.allclose(layer(S2, gold, mask, reduction="none")[1], per[loss][1])
+
+
+def test_normalized_cost_divides_the_margin():
+    rng = np.random.default_rng(2)
+    S = torch.tensor(rng.normal(size=(1, 5, 5)))
+    gold = torch.tensor(all_trees(4, True, False)[3:4])
+    trees = all_trees(4, True, False)
+    s = np.array([sum(float(S[0, m, y[m]]) for m in range(1, 5)) for y in trees])
+    wrong = np.array([sum(int(y[m] != gold[0, m]) for m in range(1, 5)) for y in trees])
+    gs = sum(float(S[0, m, gold[0, m]]) for m in range(1, 5))
+    got = DependencyTree(loss="hinge", cost="normalized")(S, gold)
+    assert float(got) == pytest.approx((s + wrong / 4).max() - gs, abs=1e-12)
+    got = DependencyTree(loss="softmax_margin", cost=0.5)(S, gold)
+    assert float(got) == pytest.approx(np.logaddexp.reduce(s + 0.5 * wrong) - gs, abs=1e-12)
+
+
+def test_decode_with_relations_and_mask():
+    rng = np.random.default_rng(3)
+    S = torch.tensor(rng.normal(size=(2, 6, 6)), dtype=torch.float32)
+    lab = torch.tensor(rng.normal(size=(2, 6, 6, 3)), dtype=torch.float32)
+    mask = torch.tensor([[0, 1, 1, 1, 1, 1], [0, 1, 1, 0, 0, 0]], dtype=torch.bool)
+    layer = DependencyTree()
+    heads, rel = layer.decode(S, mask, label_scores=lab)
+    assert heads[1, 3:].tolist() == [-1, -1, -1] and rel[1, 3:].tolist() == [-1, -1, -1] and heads[0, 0] == -1
+    eff = S + lab.amax(3)
+    assert torch.equal(heads, layer.decode(eff, mask))
+    for b in range(2):
+        for m in range(1, int(mask[b].sum()) + 1):
+            assert int(rel[b, m]) == int(lab[b, m, heads[b, m]].argmax())
+    M = layer.marginals(S, mask)
+    assert torch.allclose(M.sum(2)[0, 1:], torch.ones(5), atol=1e-5) and float(M[1, 3:].abs().sum()) == 0
+    assert torch.allclose(layer.score(S, heads, mask), (S.gather(2, heads.clamp(min=0)[..., None])[..., 0] * mask).sum(1))
+    assert layer.log_partition(S, mask).shape == (2,)
+
+
+def test_float32_scores_and_training_step():
+    """A few optimizer steps through each loss on float32 scores raise the gold tree's margin."""
+    torch.manual_seed(0)
+    B, N = 4, 9
+    gold = torch.tensor([[-1, 2, 0, 2, 5, 3, 7, 5, 7]] * B)
+    for loss in LOSSES:
+        scores = torch.zeros(B, N, N, requires_grad=True)
+        opt = torch.optim.SGD([scores], lr=0.5)
+        layer = DependencyTree(loss=loss)
+        first = float(layer(scores, gold).detach())
+        for _ in range(10):
+            opt.zero_grad()
+            value = layer(scores, gold)
+            value.backward()
+            opt.step()
+        assert float(layer(scores, gold).detach()) < first
+        assert torch.equal(layer.decode(scores.detach()), gold)
+
+
+def test_bad_input_is_refused_by_name():
+    S = torch.zeros(2, 4, 4)
+    gold = torch.tensor([[-1, 0, 1, 2], [-1, 2, 0, 2]])
+    layer = DependencyTree()
+    with pytest.raises(SSVMInputError, match="loss: expected one of"):
+        DependencyTree(loss="nll")
+    with pytest.raises(SSVMInputError, match="cost: expected"):
+        DependencyTree(cost="words")
+    with pytest.raises(SSVMInputError, match="projective: expected True or False"):
+        DependencyTree(projective="yes")
+    with pytest.raises(SSVMInputError, match="reduction: expected one of"):
+        layer(S, gold, reduction="avg")
+    with pytest.raises(SSVMInputError, match="heads: row 1 is not a projective single-root"):
+        layer(S, torch.tensor([[-1, 0, 1, 2], [-1, 0, 0, 2]]))
+    with pytest.raises(SSVMInputError, match="crossing arcs"):
+        DependencyTree()(torch.zeros(1, 5, 5), torch.tensor([[-1, 3, 4, 0, 3]]))
+    with pytest.raises(SSVMInputError, match="mask: position 0 is the root"):
+        layer(S, gold, torch.ones(2, 4, dtype=torch.bool))
+    with pytest.raises(SSVMInputError, match=r"arc_scores: expected shape \(B, N, N\)"):
+        layer(torch.zeros(2, 4), gold)
+    with pytest.raises(SSVMInputError, match="arc_scores: expected a float tensor"):
+        layer(torch.zeros(2, 4, 4, dtype=torch.long), gold)
+    with pytest.raises(SSVMInputError, match=r"label_scores: expected shape \(B, N, N, L\)"):
+        layer(S, gold, label_scores=torch.zeros(2, 4, 3, 2), labels=torch.zeros(2, 4, dtype=torch.long))
+    with pytest.raises(SSVMInputError, match=r"labels: expected relation ids in \[0, 1\]"):
+        layer(S, gold, label_scores=torch.zeros(2, 4, 4, 2), labels=torch.full((2, 4), 2))
+    with pytest.raises(SSVMInputError, match="labels: the gold relations"):
+        layer(S, gold, label_scores=torch.zeros(2, 4, 4, 2))
+    with pytest.raises(SSVMInputError, match="labels: given without label_scores"):
+        layer(S, gold, labels=torch.zeros(2, 4, dtype=torch.long))
+    with pytest.raises(SSVMInputError, match="NaN"):
+        layer(torch.full((2, 4, 4), float("nan")), gold)

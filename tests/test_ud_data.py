@@ -1,0 +1,180 @@
+"""UD English-EWT and the CoNLL-U reader (ssvm_torch.data.ud), the arc featurization (data/arc_features.py)
+against its string reference, and the DependencyData container."""
+from __future__ import annotations
+
+import gzip
+
+import numpy as np
+import pytest
+import torch
+
+from ssvm_torch.data.arc_features import ArcTemplate, featurize
+from ssvm_torch.data.trees import DependencyData, load_ud_dependencies
+from ssvm_torch.data.types import data_file
+from ssvm_torch.data.ud import UD_EWT, Treebank, load_ud_ewt, read_conllu, universal
+from ssvm_torch.errors import SSVMInputError
+from ssvm_torch.trees import is_tree
+
+
+@pytest.fixture(scope="module")
+def ewt():
+    return {s: load_ud_ewt(s) for s in UD_EWT}
+
+
+def test_ewt_counts_as_documented(ewt):
+    """datasets/README.md's table: sentences, syntactic words, non-projective trees, longest sentence; every
+    tree single-rooted."""
+    counts = {s: (tb.n, len(tb.forms), int(tb.lengths.max())) for s, tb in ewt.items()}
+    assert counts == {"train": (12544, 204577, 159), "dev": (2001, 25147, 75), "test": (2077, 25094, 81)}
+    for split, nonproj in (("train", 288), ("dev", 31), ("test", 26)):
+        tb = ewt[split]
+        heads = DependencyData(torch.from_numpy(tb.offsets), torch.from_numpy(tb.heads),
+                               torch.zeros(len(tb.forms), dtype=torch.int64),
+                               torch.from_numpy(np.concatenate([[0], np.cumsum(tb.lengths ** 2)])),
+                               torch.zeros(int((tb.lengths ** 2).sum()) + 1, dtype=torch.int64),
+                               torch.zeros(0, dtype=torch.int32), 1).padded_heads()
+        L = torch.from_numpy(tb.lengths)
+        assert bool(is_tree(heads, L, multiroot=False).all())
+        assert int((~is_tree(heads, L, multiroot=False, projective=True)).sum()) == nonproj
+
+
+def test_reader_matches_the_conllu_package(ewt):
+    conllu = pytest.importorskip("conllu")
+    with gzip.open(data_file(UD_EWT["dev"]), "rt", encoding="utf-8") as f:
+        sents = conllu.parse(f.read())
+    tb = ewt["dev"]
+    k = 0
+    assert len(sents) == tb.n
+    for i, s in enumerate(sents):
+        words = [t for t in s if isinstance(t["id"], int)]
+        assert len(words) == tb.lengths[i] and s.metadata["sent_id"] == tb.sent_ids[i]
+        for t in words:
+            assert (t["form"], t["lemma"], t["upos"], t["xpos"], t["head"], t["deprel"]) == \
+                (tb.forms[k], tb.lemmas[k], tb.upos[k], tb.xpos[k], int(tb.heads[k]), tb.deprels[k])
+            k += 1
+
+
+GOOD = ("# sent_id = s1\n1-2\tdon't\t_\t_\t_\t_\t_\t_\t_\t_\n1\tdo\tdo\tAUX\tVBP\t_\t3\taux\t_\t_\n"
+        "2\tn't\tnot\tPART\tRB\t_\t3\tadvmod\t_\t_\n3\tgo\tgo\tVERB\tVB\t_\t0\troot\t_\t_\n"
+        "3.1\tgone\t_\t_\t_\t_\t_\t_\t_\t_\n\n")
+
+
+def _write(tmp_path, text, name="x.conllu"):
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_reader_skips_multiword_tokens_and_empty_nodes(tmp_path):
+    tb = read_conllu(_write(tmp_path, GOOD))
+    assert tb.n == 1 and tb.forms == ["do", "n't", "go"] and tb.heads.tolist() == [3, 3, 0]
+    assert tb.lines.tolist() == [3, 4, 5] and tb.sent_ids == ["s1"] and universal("nsubj:pass") == "nsubj"
+
+
+@pytest.mark.parametrize("bad,line,message", [
+    (GOOD.replace("3\tadvmod", "7\tadvmod"), 4, r"HEAD: expected a word index in \[0, 3\]"),
+    (GOOD.replace("\t3\taux", "\t2\taux").replace("2\tn't\tnot\tPART\tRB\t_\t3", "2\tn't\tnot\tPART\tRB\t_\t1"), 3,
+     r"not a dependency tree: expected a tree, but words \[1, 2\] form a cycle"),
+    (GOOD.replace("\t0\troot", "\t2\troot"), 3, "expected exactly one word with HEAD 0"),
+    (GOOD.replace("\t3\taux", "\tx\taux"), 3, "HEAD: expected an integer"),
+    (GOOD.replace("2\tn't\tnot\tPART\tRB\t_\t3\tadvmod\t_\t_", "2\tn't\tnot\tPART\tRB\t_\t3\tadvmod\t_"), 4,
+     "expected 10 tab-separated fields"),
+    (GOOD.replace("1\tdo\t", "5\tdo\t"), 3, "ID: expected word 1 of the sentence, got 5"),
+    (GOOD.replace("1\tdo\t", "one\tdo\t"), 3, "ID: expected an integer word index"),
+    (GOOD.replace("\t3\tadvmod", "\t2\tadvmod"), 4, "word 2 heads itself"),
+])
+def test_malformed_conllu_ends_in_one_line_naming_the_line(tmp_path, bad, line, message):
+    path = _write(tmp_path, bad)
+    with pytest.raises(SSVMInputError, match=message) as err:
+        read_conllu(path)
+    text = str(err.value)
+    assert text.startswith(f"{path}:{line}: ") and "\n" not in text
+
+
+def test_damaged_files_are_refused(tmp_path):
+    gz = tmp_path / "x.conllu.gz"
+    gz.write_bytes(gzip.compress(GOOD.encode())[:-20])
+    with pytest.raises(SSVMInputError, match="damaged or unreadable"):
+        read_conllu(gz)
+    with pytest.raises(SSVMInputError, match="holds no sentences"):
+        read_conllu(_write(tmp_path, "# only a comment\n\n"))
+    with pytest.raises(SSVMInputError, match="expected UTF-8"):
+        (tmp_path / "b.conllu").write_bytes(GOOD.encode().replace(b"go", b"g\xff"))
+        read_conllu(tmp_path / "b.conllu")
+
+
+def test_featurization_equals_the_string_reference(ewt):
+    """Every arc's feature ids are the features of its reference strings that the training gold arcs have,
+    under one consistent id <-> string map (the compiled keys, dictionary and lookup agree with strings)."""
+    template = ArcTemplate.parse("hw|hp mp hp|mp|att hu|bu|mu hp+1|mp-1|dir hl|ml mf|hf", name="test")
+    train, other = ewt["train"].subset(range(40)), ewt["dev"].subset(range(10))
+    (d_train, d_other), d, per_item = featurize(template, [train, other], min_count=1)
+
+    def sentences(tb):
+        return [[(tb.forms[k], tb.upos[k], tb.xpos[k], tb.lemmas[k]) for k in range(tb.offsets[i], tb.offsets[i + 1])]
+                for i in range(tb.n)]
+    gold = set()
+    for i, sent in enumerate(sentences(train)):
+        s = int(train.offsets[i])
+        for m in range(1, len(sent) + 1):
+            gold.update(template.arc_strings(sent, int(train.heads[s + m - 1]), m))
+    assert d == len(gold) and sum(per_item.values()) == d
+    # each arc carries exactly the ids of its reference strings that gold arcs have: intersecting over the arcs
+    # that have a string gives the ids it can be; a perfect matching of strings to ids within those sets is a
+    # consistent string <-> id map (strings that always occur together share their candidates)
+    pinned = {}
+    for tb, design in ((train, d_train), (other, d_other)):
+        for i, sent in enumerate(sentences(tb)):
+            n = len(sent)
+            for m in range(1, n + 1):
+                for h in range(n + 1):
+                    if h == m:
+                        continue
+                    a = int(design.arc_off[i]) + (m - 1) * n + (h if h < m else h - 1)
+                    ids = design.ids[design.ptr[a]:design.ptr[a + 1]].tolist()
+                    known = [f for f in template.arc_strings(sent, h, m) if f in gold]
+                    assert len(ids) == len(known) == len(set(ids))
+                    for f in known:
+                        pinned[f] = pinned.get(f, set(ids)) & set(ids)
+    from scipy.sparse import csr_matrix
+    from scipy.sparse.csgraph import maximum_bipartite_matching
+    names = sorted(pinned)
+    rows = [r for r, f in enumerate(names) for _ in pinned[f]]
+    cols = [j for f in names for j in sorted(pinned[f])]
+    graph = csr_matrix((np.ones(len(rows)), (rows, cols)), shape=(len(names), d))
+    assert len(names) == d and (maximum_bipartite_matching(graph, perm_type="column") >= 0).all()
+
+
+def test_container_subset_and_refusals():
+    from conftest import random_dependency_data
+    data = random_dependency_data(np.random.default_rng(0), 6, 20, lmin=1, lmax=5)
+    sub = data.subset([4, 1])
+    assert sub.n == 2 and torch.equal(sub.lengths, data.lengths[[4, 1]])
+    for k, i in enumerate([4, 1]):
+        n = int(data.lengths[i])
+        a, b = int(data.arc_off[i]), int(sub.arc_off[k])
+        assert torch.equal(data.ids[data.ptr[a]:data.ptr[a + n * n]], sub.ids[sub.ptr[b]:sub.ptr[b + n * n]])
+    assert torch.equal(sub.padded_heads()[0, 1:int(data.lengths[4]) + 1],
+                       data.heads[data.offsets[4]:data.offsets[5]])
+    bad = data.heads.clone()
+    bad[0] = 1 if int(data.lengths[0]) > 1 else 0
+    with pytest.raises(SSVMInputError, match="sentence 0 is not a dependency tree|expected"):
+        DependencyData(data.offsets, torch.where(torch.arange(len(bad)) == 0, torch.tensor(1), data.heads), data.labels,
+                       data.arc_off, data.ptr, data.ids, data.n_features)
+    with pytest.raises(SSVMInputError, match="ids: expected feature ids"):
+        DependencyData(data.offsets, data.heads, data.labels, data.arc_off, data.ptr, data.ids, 3)
+
+
+def test_loader_splits_and_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("SSVM_TORCH_CACHE", str(tmp_path))
+    train, dev = load_ud_dependencies("basic", evaluate_on="dev", train_size=300)
+    assert train.n == 300 and dev.n == 2001 and not train.meta["featurization"]["cached"]
+    again, test = load_ud_dependencies("basic", evaluate_on="test", train_size=300)
+    assert again.meta["featurization"]["cached"] and test.n == 2077
+    assert torch.equal(again.ids, train.ids) and again.n_features == train.n_features
+    assert train.meta["label_names"] == sorted(train.meta["label_names"]) and "root" in train.meta["label_names"]
+    with pytest.raises(SSVMInputError, match="evaluate_on: expected 'dev' or 'test'"):
+        load_ud_dependencies("basic", evaluate_on="train")
+    with pytest.raises(SSVMInputError, match="features: expected one of"):
+        load_ud_dependencies("mcdonal")
+    assert isinstance(load_ud_ewt("dev"), Treebank)
