@@ -8,9 +8,17 @@ README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
 BLOCKS = re.findall(r"```python\n(.*?)```", README, re.S)
 
 
-def test_readme_has_the_four_examples():
-    assert len(BLOCKS) == 4 and "ChainSSVM" in BLOCKS[0] and "SSVMModule" in BLOCKS[1] and "ChainSSVMHead" in BLOCKS[2]
-    assert "LinearChain" in BLOCKS[3]
+def test_readme_has_the_five_examples():
+    assert len(BLOCKS) == 5 and "ChainSSVM" in BLOCKS[0] and "SSVMModule" in BLOCKS[1] and "ChainSSVMHead" in BLOCKS[2]
+    assert "LinearChain" in BLOCKS[3] and "DependencyTree" in BLOCKS[4]
+
+
+def test_dependency_tree_example_runs():
+    scope = {}
+    exec(compile(BLOCKS[4], "README DependencyTree example", "exec"), scope)
+    pred, mask = scope["pred"], scope["mask"]
+    assert float(scope["loss"].detach()) >= 0 and scope["arc_scores"].grad is not None
+    assert pred.shape == (2, 5) and bool((pred[~mask] == -1).all()) and bool((pred[mask] >= 0).all())
 
 
 def test_linear_chain_example_runs():

@@ -106,7 +106,7 @@ def test_damaged_files_are_refused(tmp_path):
 def test_featurization_equals_the_string_reference(ewt):
     """Every arc's feature ids are the features of its reference strings that the training gold arcs have,
     under one consistent id <-> string map (the compiled keys, dictionary and lookup agree with strings)."""
-    template = ArcTemplate.parse("hw|hp mp hp|mp|att hu|bu|mu hp+1|mp-1|dir hl|ml mf|hf", name="test")
+    template = ArcTemplate.parse("hw|hp mp hp|mp|att hu|bu|mu hp+1|mp-1|dir hl|ml mf|hf hu|mu|nu|dir", name="test")
     train, other = ewt["train"].subset(range(40)), ewt["dev"].subset(range(10))
     (d_train, d_other), d, per_item = featurize(template, [train, other], min_count=1)
 

@@ -11,6 +11,9 @@ the feature ``hp|mp|att=<POS of h>|<POS of m>|<direction and distance>``. Parts:
                           (``<s>`` / ``</s>`` beyond the sentence; the root is its own ``<root>`` token)
     att                   direction and binned distance (1, 2, 3, 4, 5, 6-10, > 10), 14 values
     dir                   the direction alone
+    n<col>                how many words between h and m share the head's value of the column (0, 1, 2+):
+                          whether h is the nearest candidate of its kind, e.g. the nearest verb for a
+                          punctuation mark (UD attaches punctuation to the clause it sits in)
     b<col>                a value of the column among the words strictly between h and m: one feature
                           for each distinct value there (a set, not a count)
 
@@ -42,7 +45,7 @@ from ..errors import SSVMInputError
 COLUMNS = ("w", "f", "p", "u", "l")
 ROOT, BOS, EOS = 0, 1, 2            # the special codes of every column; real values start at 3
 N_ATT = 14                          # 2 directions x 7 distance bins
-_PART = re.compile(r"^(?:(att|dir)|([hmb])([wfpul])([+-]1)?)$")
+_PART = re.compile(r"^(?:(att|dir)|([hmbn])([wfpul])([+-]1)?)$")
 
 
 @dataclass(frozen=True)
@@ -70,9 +73,9 @@ class ArcTemplate:
                     parts.append((3 if m.group(1) == "att" else 4, 0, 0))
                     continue
                 who, col, off = m.group(2), COLUMNS.index(m.group(3)), int(m.group(4) or 0)
-                if who == "b" and off:
-                    raise SSVMInputError(f"arc template item {text!r}: a between part takes no offset")
-                parts.append(({"h": 0, "m": 1, "b": 2}[who], col, off))
+                if who in "bn" and off:
+                    raise SSVMInputError(f"arc template item {text!r}: a between or near part takes no offset")
+                parts.append(({"h": 0, "m": 1, "b": 2, "n": 5}[who], col, off))
             if sum(p[0] == 2 for p in parts) > 1:
                 raise SSVMInputError(f"arc template item {text!r}: at most one between part")
             items.append(tuple(parts))
@@ -87,6 +90,8 @@ class ArcTemplate:
             return "att"
         if kind == 4:
             return "dir"
+        if kind == 5:
+            return "n" + COLUMNS[col]
         return "hmb"[kind] + COLUMNS[col] + ("" if not off else f"{off:+d}")
 
     def item_name(self, item) -> str:
@@ -121,6 +126,9 @@ class ArcTemplate:
                 if kind == 2:
                     between = col
                     fixed.append(None)
+                elif kind == 5:
+                    same = sum(value(col, pos) == value(col, h) for pos in range(min(h, m) + 1, max(h, m)))
+                    fixed.append(str(min(same, 2)))
                 else:
                     fixed.append(att if kind == 3 else ("R" if h < m else "L") if kind == 4 else
                                  value(col, (h if kind == 0 else m) + off))
@@ -199,7 +207,7 @@ def item_radices(template: ArcTemplate, radix: np.ndarray) -> tuple[np.ndarray, 
         for kind, col, off in item:
             rows.append((t, kind, col, off))
             mult.append(m)
-            r = N_ATT if kind == 3 else 2 if kind == 4 else int(radix[col])
+            r = N_ATT if kind == 3 else 2 if kind == 4 else 3 if kind == 5 else int(radix[col])
             m *= r
             if m >= 2 ** 62:
                 raise SSVMInputError(f"arc template item {template.item_name(item)!r}: its key space exceeds 2^62")
@@ -228,20 +236,32 @@ def _token(codes, start, n, pos, col):
 
 
 @nb.njit(cache=True, nogil=True)
+def _part_value(codes, start, n, h, m, kind, col, off):
+    """The value of one part (not a between part) of the arc h -> m."""
+    if kind == 0:
+        return _token(codes, start, n, h + off, col)
+    if kind == 1:
+        return _token(codes, start, n, m + off, col)
+    if kind == 3:
+        return _att(h, m)
+    if kind == 4:
+        return 0 if h < m else 1
+    head = _token(codes, start, n, h, col)                  # kind 5: same-valued words between, capped at 2
+    same = 0
+    for pos in range(min(h, m) + 1, max(h, m)):
+        if codes[start + pos - 1, col] == head:
+            same += 1
+            if same == 2:
+                break
+    return same
+
+
+@nb.njit(cache=True, nogil=True)
 def _fixed_key(codes, start, n, h, m, parts, p0, p1, mult):
     """The key of an item without a between part (-1 never: every part has a value)."""
     key = 0
     for q in range(p0, p1):
-        kind, col, off = parts[q, 1], parts[q, 2], parts[q, 3]
-        if kind == 0:
-            v = _token(codes, start, n, h + off, col)
-        elif kind == 1:
-            v = _token(codes, start, n, m + off, col)
-        elif kind == 3:
-            v = _att(h, m)
-        else:
-            v = 0 if h < m else 1
-        key += v * mult[q]
+        key += _part_value(codes, start, n, h, m, parts[q, 1], parts[q, 2], parts[q, 3]) * mult[q]
     return key
 
 
@@ -277,16 +297,7 @@ def _arc_keys(codes, start, n, h, m, parts, part_ptr, mult, between, stamp, seen
         base = 0
         for q in range(p0, p1):
             if q != b:
-                kind, col, off = parts[q, 1], parts[q, 2], parts[q, 3]
-                if kind == 0:
-                    v = _token(codes, start, n, h + off, col)
-                elif kind == 1:
-                    v = _token(codes, start, n, m + off, col)
-                elif kind == 3:
-                    v = _att(h, m)
-                else:
-                    v = 0 if h < m else 1
-                base += v * mult[q]
+                base += _part_value(codes, start, n, h, m, parts[q, 1], parts[q, 2], parts[q, 3]) * mult[q]
         stamp[0] += 1
         col = parts[b, 2]
         for pos in range(lo + 1, hi):
