@@ -7,8 +7,8 @@ numba.set_num_threads(1)), float32 scores, B sentences of n words (every sentenc
 * non-projective best tree: ours (Chu-Liu-Edmonds, single root in one run) vs a per-sentence Python
   Chu-Liu-Edmonds rerun once per candidate root for the single-root constraint (:func:`supar_style_mst`,
   written here after SuPar's method, on the CPU as SuPar runs it);
-* non-projective log Z + marginals: ours (matrix-tree theorem) vs torch-struct's ``NonProjectiveDependencyCRF``
-  (``partition`` and ``marginals``);
+* non-projective log Z + marginals: ours (matrix-tree theorem: log Z and its gradient, the marginals, from one
+  factorization) vs torch-struct's ``NonProjectiveDependencyCRF`` (``partition`` and ``marginals``);
 * the CoNLL-U reader on EWT's training file against the ``conllu`` package.
 
 torch-struct 0.5 under torch 2.x refuses its own length masking (``_Struct._get_dimension`` sets
@@ -33,7 +33,7 @@ import numba
 import numpy as np
 import torch
 
-from ssvm_torch.trees import dependency_decode, dependency_log_partition, dependency_marginals
+from ssvm_torch.trees import dependency_decode, dependency_log_partition
 
 
 def patch_torch_struct():
@@ -144,9 +144,9 @@ def shape_point(ts, B: int, n: int, repeats: int) -> dict:
         x = T.clone().requires_grad_(True)
         ts.DependencyCRF(x, multiroot=False).partition.sum().backward()
 
-    def ours_nonproj():
-        dependency_log_partition(S, lengths=lengths, projective=False)
-        dependency_marginals(S, lengths=lengths, projective=False)
+    def ours_nonproj():                     # log Z and, as its gradient, the marginals: one solve
+        x = S.clone().requires_grad_(True)
+        dependency_log_partition(x, lengths=lengths, projective=False).sum().backward()
 
     def ts_nonproj():
         d = ts.NonProjectiveDependencyCRF(T.clone(), multiroot=False)

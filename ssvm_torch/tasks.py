@@ -329,7 +329,7 @@ CONLL_RECOMMENDED = {"features": "rich-edges", "tags": "bioes", "constraints": "
 
 # UD English-EWT's configuration chosen on its dev split (docs/structures.md, benchmarks/results/ud_ewt_dev.json)
 UD_RECOMMENDED = {"features": "mcdonald", "trees": "projective", "loss": "hamming", "min_count": 1}
-UD_RUN_DEFAULTS = {"passes": 20, "gap_check": 5, "lams": [1e-3, 1e-4, 1e-5]}
+UD_RUN_DEFAULTS = {"passes": 20, "gap_check": 5, "lams": [3e-3, 1e-3, 3e-4, 1e-4]}
 
 TASKS: dict[str, Task] = {t.name: t for t in (
     Task("ocr-small", _ocr, "OCR words, train fold 0 (626 words), test folds 1-9", sequences=True),

@@ -39,8 +39,11 @@ import torch
 #: rounds of the alternating row / column max-normalisation of log |L|
 ROUNDS = 3
 NEG_INF = float("-inf")
-#: a smaller LU pivot of the balanced L' (entries <= 1) signals cancellation: the row goes to the GTH elimination
+#: a smaller LU pivot of L (entries <= 1, each column's largest 1) signals cancellation: the row goes to the GTH
+#: elimination
 PIVOT_MIN = 1e-6
+#: rows whose finite scores span less than this take the direct per-word shift (e^-SPAN is a normal float64)
+SPAN = 600.0
 #: an absent arc in the GTH elimination: finite, so that no logaddexp or its gradient meets -inf - (-inf)
 NEG = -1e30
 
@@ -136,35 +139,73 @@ def _balance(logL: torch.Tensor):
     return u, v
 
 
-def _solve(S, lengths, multiroot, want_marginals):
-    """(log Z (B,) float64, marginals (B, N, N) float64 or None; NaN rows where no tree exists)."""
+def _direct(S: torch.Tensor, lengths: torch.Tensor, multiroot: bool, want_marginals: bool):
+    """(log Z, marginals or None, the smallest |LU pivot|, det sign) by the plain per-word shift: A(h -> m) =
+    exp(S[m, h] - max_h S[m, h]) <= 1 with its maximum 1, for rows whose scores span less than :data:`SPAN`
+    (no entry below float64's normal range). Written in place on one copy of the scores (most rows take this
+    path: its cost is LAPACK's, not the temporaries')."""
     B, N, _ = S.shape
-    if N == 1:
-        z = torch.zeros(B, dtype=torch.float64, device=S.device)
-        return z, (torch.zeros(B, 1, 1, dtype=torch.float64, device=S.device) if want_marginals else None)
+    n = N - 1
+    x = S.clone()                                                                # becomes A, then the marginals
+    x[:, 0, :] = NEG_INF                                                         # the root takes no head
+    x.diagonal(dim1=1, dim2=2).fill_(NEG_INF)
+    full = bool((lengths == n).all())
+    if not full:
+        pos = torch.arange(N, device=S.device)
+        off = pos[None, :] > lengths[:, None]                                    # beyond the sentence
+        x.masked_fill_(off[:, :, None] | off[:, None, :], NEG_INF)
+    shift = x.amax(2, keepdim=True)
+    shift.masked_fill_(~torch.isfinite(shift), 0.0)
+    x.sub_(shift).exp_()                                                         # A, 0 where no arc may go
+    W = x[:, 1:, 1:]                                                             # [m', h']
+    L = W.transpose(1, 2).neg()
+    diag = W.sum(2)
+    if multiroot:
+        diag += x[:, 1:, 0]
+    if not full:
+        diag.masked_fill_(off[:, 1:], 1.0)                                       # identity on padding words
+    L.diagonal(dim1=1, dim2=2).copy_(diag)
+    if not multiroot:
+        L[:, 0, :] = x[:, 1:, 0]
+        if not full:
+            L[:, 0, 0].masked_fill_(lengths == 0, 1.0)
+    LU, piv, info = torch.linalg.lu_factor_ex(L)
+    pivots = LU.diagonal(dim1=1, dim2=2)
+    swaps = (piv != torch.arange(1, N, device=S.device, dtype=piv.dtype)).sum(1) % 2
+    det_sign = torch.where(swaps == 1, -1.0, 1.0) * torch.where(pivots < 0, -1.0, 1.0).prod(1)
+    det_sign = torch.where(info != 0, torch.zeros_like(det_sign), det_sign)
+    logz = pivots.abs().log().sum(1) + shift[:, 1:, 0].sum(1)
+    if not want_marginals:
+        return logz, None, pivots.abs().amin(1), det_sign
+    X = torch.linalg.lu_solve(LU, piv, torch.eye(n, dtype=S.dtype, device=S.device).expand(B, -1, -1))
+    Xd = X.diagonal(dim1=1, dim2=2).clone()
+    root = X[:, :, 0].clone() if not multiroot else Xd
+    D = X.neg_()                                                                 # -X[m', h'], then + X[m', m']
+    if multiroot:
+        D.add_(Xd[:, :, None])
+    else:
+        D[:, :, 0] = 0.0                                                         # - [h' != 1] X[m', h']
+        D[:, 1:, :].add_(Xd[:, 1:, None])                                        # + [m' != 1] X[m', m']
+    x[:, 1:, 1:].mul_(D)
+    x[:, 1:, 0].mul_(root)
+    x[:, 0, :] = 0.0
+    return logz, x, pivots.abs().amin(1), det_sign
+
+
+def _balanced(S, lengths, multiroot, want_marginals):
+    """The same from log |L| balanced by row and column scalings (module docstring): rows of any range."""
+    B, N, _ = S.shape
     logL, sign, logA, word = _log_laplacian(S, lengths, multiroot)
     u, v = _balance(logL)
     Lp = sign * torch.exp(logL - u[:, :, None] - v[:, None, :])                 # the balanced L'
     LU, piv, info = torch.linalg.lu_factor_ex(Lp)
-    diag = LU.diagonal(dim1=1, dim2=2)
+    pivots = LU.diagonal(dim1=1, dim2=2)
     swaps = (piv != torch.arange(1, N, device=S.device, dtype=piv.dtype)).sum(1) % 2
-    det_sign = torch.where(swaps == 1, -1.0, 1.0) * torch.where(diag < 0, -1.0, 1.0).prod(1)
-    logz = diag.abs().log().sum(1) + u.sum(1) + v.sum(1)
-    shaky = (info != 0) | (det_sign <= 0) | ~torch.isfinite(logz) | (diag.abs().amin(1) < PIVOT_MIN)
-    shaky &= lengths > 0
-    logz = torch.where(lengths > 0, logz, torch.zeros_like(logz))
-    redo = shaky.nonzero().flatten()
-    if len(redo):
-        with torch.enable_grad():
-            leaf = S.detach()[redo].to(torch.float64).requires_grad_(True)
-            exact = gth_log_partition(leaf, lengths[redo], multiroot)
-            grad = torch.autograd.grad(exact.sum(), leaf)[0] if want_marginals else None
-        exact = exact.detach()
-        exact = torch.where(exact > NEG / 2, exact, torch.full_like(exact, NEG_INF))   # no tree at all
-        logz = logz.index_copy(0, redo, exact)
-    bad = ~torch.isfinite(logz)
+    det_sign = torch.where(swaps == 1, -1.0, 1.0) * torch.where(pivots < 0, -1.0, 1.0).prod(1)
+    det_sign = torch.where(info != 0, torch.zeros_like(det_sign), det_sign)
+    logz = pivots.abs().log().sum(1) + u.sum(1) + v.sum(1)
     if not want_marginals:
-        return logz, None
+        return logz, None, pivots.abs().amin(1), det_sign
     eye = torch.eye(N - 1, dtype=torch.float64, device=S.device).expand(B, -1, -1)
     Xp = torch.linalg.lu_solve(LU, piv, eye)                                     # X' = L'^-1, X = D_v^-1 X' D_u^-1
     Xd = Xp.diagonal(dim1=1, dim2=2)                                             # X'[m', m']
@@ -184,9 +225,58 @@ def _solve(S, lengths, multiroot, want_marginals):
     ok = word[:, 1:, None]
     M[:, 1:, 1:] = torch.where(ok & torch.isfinite(words), d_word, torch.zeros_like(d_word))
     M[:, 1:, 0] = torch.where(word[:, 1:] & torch.isfinite(logA[:, 1:, 0]), root, torch.zeros_like(root))
+    return logz, M, pivots.abs().amin(1), det_sign
+
+
+def _solve(S, lengths, multiroot, want_marginals):
+    """(log Z (B,) float64, marginals (B, N, N) float64 or None; NaN rows where no tree exists): the direct
+    path for rows whose scores span less than SPAN, the balanced one for the others, and the GTH elimination
+    for every row whose LU looks unreliable (module docstring)."""
+    B, N, _ = S.shape
+    S = S.detach().to(torch.float64)
+    if N == 1:
+        z = torch.zeros(B, dtype=torch.float64, device=S.device)
+        return z, (torch.zeros(B, 1, 1, dtype=torch.float64, device=S.device) if want_marginals else None)
+    hi, lo = S.amax((1, 2)), S.amin((1, 2))
+    if bool(torch.isfinite(lo).all()) and bool(torch.isfinite(hi).all()):
+        span = hi - lo
+    else:
+        finite = torch.isfinite(S)
+        span = torch.where(finite, S, torch.full_like(S, NEG_INF)).amax((1, 2)) - \
+            torch.where(finite, S, torch.full_like(S, float("inf"))).amin((1, 2))
+    wide = (span >= SPAN) & (lengths > 0)
+    if not bool(wide.any()):
+        logz, M, pivot, det_sign = _direct(S, lengths, multiroot, want_marginals)
+    else:
+        rows = wide.nonzero().flatten()
+        parts = [_balanced(S[rows], lengths[rows], multiroot, want_marginals)]
+        narrow = (~wide).nonzero().flatten()
+        if len(narrow):
+            parts.append(_direct(S[narrow], lengths[narrow], multiroot, want_marginals))
+        order = torch.cat([rows, narrow])
+        logz, M, pivot, det_sign = (None if parts[0][k] is None else
+                                    torch.cat([p[k] for p in parts]).index_copy(0, order, torch.cat([p[k] for p in parts]))
+                                    for k in range(4))
+    shaky = ((det_sign <= 0) | ~torch.isfinite(logz) | (pivot < PIVOT_MIN)) & (lengths > 0)
+    logz = torch.where(lengths > 0, logz, torch.zeros_like(logz))
+    redo = shaky.nonzero().flatten()
     if len(redo):
-        M = M.index_copy(0, redo, torch.where(word[redo][:, :, None], grad, torch.zeros_like(grad)))
-    M = torch.where(bad[:, None, None], torch.full_like(M, float("nan")), M)
+        with torch.enable_grad():
+            leaf = S[redo].requires_grad_(True)
+            exact = gth_log_partition(leaf, lengths[redo], multiroot)
+            grad = torch.autograd.grad(exact.sum(), leaf)[0] if want_marginals else None
+        exact = exact.detach()
+        exact = torch.where(exact > NEG / 2, exact, torch.full_like(exact, NEG_INF))   # no tree at all
+        logz = logz.index_copy(0, redo, exact)
+    bad = ~torch.isfinite(logz)
+    if not want_marginals:
+        return logz, None
+    if len(redo):
+        pos = torch.arange(N, device=S.device)
+        word = (pos[None, :] >= 1) & (pos[None, :] <= lengths[redo][:, None])
+        M = M.index_copy(0, redo, torch.where(word[:, :, None], grad, torch.zeros_like(grad)))
+    if bool(bad.any()):
+        M = torch.where(bad[:, None, None], torch.full_like(M, float("nan")), M)
     return logz, M
 
 
