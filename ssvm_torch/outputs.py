@@ -3,6 +3,7 @@ estimator.
 
 A run directory holds
   history.json   one record per exact gap check (:mod:`ssvm_torch.solvers.history`)
+  test_predictions.json  the final model's test predictions, for tasks that provide them (ud-ewt)
   model.pt       {"w": float64 (d,), "ell": float, "lam": float, "dataset": str, "feature_layout": dict}
                  (+ "w_dual": float64 (d,), "radius": float for the dual extragradient)
   checkpoint.pt  {"format": CHECKPOINT_FORMAT, "solver": packed solver state} (resumable)
@@ -97,6 +98,12 @@ def load_torch(path, what: str = "file", noun: str = "an ssvm_torch"):
 
 def save_history(out, history: list) -> Path:
     return atomic_write_bytes(Path(out) / "history.json", json.dumps(history, indent=1).encode())
+
+
+def save_predictions(out, predictions: dict) -> Path:
+    """test_predictions.json: the model's predictions on the test split, where the task provides them
+    (ud-ewt: every sentence's heads and relations, in file order)."""
+    return atomic_write_bytes(Path(out) / "test_predictions.json", json.dumps(predictions).encode())
 
 
 def save_selection(out, selection: dict) -> Path:

@@ -137,7 +137,8 @@ def ocr_small():
 
 def random_dependency_data(rng, n, d, lmin=1, lmax=5, per_arc=3, projective_only=False):
     """n random sentences of lmin..lmax words with random gold trees (projective ones if asked; otherwise
-    any tree, so some are non-projective) and ``per_arc`` random binary features per arc out of d."""
+    any tree, so some are non-projective), ``per_arc`` random binary features per arc out of d and 0-2 per head
+    token (data/trees.py's token design)."""
     from ssvm_torch.data.trees import DependencyData
     from tree_reference import all_trees
     lengths = rng.integers(lmin, lmax + 1, size=n)
@@ -149,7 +150,10 @@ def random_dependency_data(rng, n, d, lmin=1, lmax=5, per_arc=3, projective_only
     counts = rng.integers(1, per_arc + 1, size=int(n_arcs.sum()))
     ids = np.concatenate([rng.choice(d, size=c, replace=False) for c in counts]).astype(np.int32)
     zero = np.zeros(1, dtype=np.int64)
+    tok_counts = rng.integers(0, 3, size=int(lengths.sum() + n))
+    tok_ids = np.concatenate([rng.choice(d, size=c, replace=False) for c in tok_counts]).astype(np.int32)
     return DependencyData(torch.tensor(np.concatenate([zero, np.cumsum(lengths)])), torch.tensor(np.concatenate(heads)),
                           torch.zeros(int(lengths.sum()), dtype=torch.int64),
                           torch.tensor(np.concatenate([zero, np.cumsum(n_arcs)])),
-                          torch.tensor(np.concatenate([zero, np.cumsum(counts)])), torch.tensor(ids), d, "random-trees")
+                          torch.tensor(np.concatenate([zero, np.cumsum(counts)])), torch.tensor(ids), d, "random-trees",
+                          tok_ptr=torch.tensor(np.concatenate([zero, np.cumsum(tok_counts)])), tok_ids=torch.tensor(tok_ids))

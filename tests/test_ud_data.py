@@ -131,7 +131,9 @@ def test_featurization_equals_the_string_reference(ewt):
                     if h == m:
                         continue
                     a = int(design.arc_off[i]) + (m - 1) * n + (h if h < m else h - 1)
-                    ids = design.ids[design.ptr[a]:design.ptr[a + 1]].tolist()
+                    t = int(tb.offsets[i]) + i + h                      # the head token: its features are shared
+                    ids = design.ids[design.ptr[a]:design.ptr[a + 1]].tolist() + \
+                        design.tids[design.tptr[t]:design.tptr[t + 1]].tolist()
                     known = [f for f in template.arc_strings(sent, h, m) if f in gold]
                     assert len(ids) == len(known) == len(set(ids))
                     for f in known:

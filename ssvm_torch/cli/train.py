@@ -29,7 +29,7 @@ from .. import distributed
 from ..devices import parse_device
 from ..errors import RunInterrupted, SSVMInputError
 from .entry import command_parser, run_command
-from ..outputs import RunDir, load_checkpoint, save_checkpoint, save_history, save_model, save_selection
+from ..outputs import RunDir, load_checkpoint, save_checkpoint, save_history, save_model, save_predictions, save_selection
 from ..selection import DEFAULT_LAMS, select_lambda
 from ..solvers import SAMPLERS, SOLVERS, STEPS, SolverConfig, make_solver
 from ..solvers.cutting_plane import QP_SOLVERS
@@ -305,6 +305,8 @@ def _train(args, cfg: SolverConfig, device, dtype, run_dir: RunDir | None) -> di
         return last
     w_model, ell_model = solver.model_point()
     _save_results(out, history, w_model, ell_model, lam, args.dataset, task.describe(), solver.model_extras())
+    if task.predictions is not None:
+        save_predictions(out, task.predictions(w_model))
     if "failed" in saved:
         at, e = saved["failed"]
         kept = (f"{out / 'checkpoint.pt'} holds the last good one ({saved['passes']:.1f} passes)" if "passes" in saved
@@ -333,7 +335,8 @@ def _train(args, cfg: SolverConfig, device, dtype, run_dir: RunDir | None) -> di
         if "test_uas" in last:
             print(f"test UAS: {last['test_uas']:.2f}, LAS: {last['test_las']:.2f} (every word, punctuation included; "
                   "LAS on the universal relations)")
-        print(f"wrote {out / 'history.json'} and {out / 'model.pt'}")
+        print(f"wrote {out / 'history.json'} and {out / 'model.pt'}"
+              + (f" and {out / 'test_predictions.json'}" if task.predictions is not None else ""))
     if interrupted:
         gap = "n/a" if last["gap"] is None else f"{last['gap']:.3e}"
         resume = (f"resume with --resume {out / 'checkpoint.pt'}" if args.checkpoint
@@ -392,8 +395,9 @@ def _select(args, cfg: SolverConfig, device, dtype, run_dir: RunDir, featurizati
     run_dir.begin()                                           # the run's first file
     save_selection(run_dir.path, selection)
     if speak:
-        print(f"selected lam = {best[1]:g}, min count {best[2]}; refitting on all {selection['n_fit'] + selection['n_dev']} "
-              "training examples", flush=True)
+        n_refit = selection["n_fit"] if args.heldout == "dev" else selection["n_fit"] + selection["n_dev"]
+        print(f"selected lam = {best[1]:g}, min count {best[2]}; refitting on all {n_refit} training examples",
+              flush=True)
     return selection
 
 

@@ -20,8 +20,8 @@ the feature ``hp|mp|att=<POS of h>|<POS of m>|<direction and distance>``. Parts:
 The default template :data:`MCDONALD` is the first-order feature set of McDonald, Crammer & Pereira (ACL
 2005, Table 1): head and modifier word / POS unigrams and their bigram conjunctions, the in-between POS
 and the surrounding-POS quadruples, each once plain and once conjoined with direction and distance
-(their "all features conjoined with direction and distance"), with the five-character prefix back-off of
-the word features and UPOS versions of the POS-only items.
+(their "all features conjoined with direction and distance"; the in-between item plain only), with the
+five-character prefix back-off of the word features and UPOS versions of the POS-only items.
 
 Featurization (:func:`featurize`) never builds strings: every column is coded once as integers over the
 values of all splits, an item's value is one mixed-radix int64 key, and the dictionary is the keys of the
@@ -29,7 +29,8 @@ values of all splits, an item's value is one mixed-radix int64 key, and the dict
 that no gold arc has gets no weight). Every arc h -> m (h != m, h = 0 the root) of every sentence is then
 looked up by binary search in the item's sorted keys, in compiled code, two passes (count, fill) into a
 CSR design: arc a's features are ``ids[ptr[a]:ptr[a+1]]`` (int32, binary values), numbered by descending
-frequency over the training arcs.
+frequency over the training arcs; the items of the head alone are kept per token (``tptr`` / ``tids``), since
+every arc that token heads shares them.
 """
 from __future__ import annotations
 
@@ -37,13 +38,12 @@ import hashlib
 import re
 from dataclasses import dataclass
 
-import numba as nb
 import numpy as np
 
 from ..errors import SSVMInputError
+from .arc_keys import arc_design, gold_keys, token_design
 
 COLUMNS = ("w", "f", "p", "u", "l")
-ROOT, BOS, EOS = 0, 1, 2            # the special codes of every column; real values start at 3
 N_ATT = 14                          # 2 directions x 7 distance bins
 _PART = re.compile(r"^(?:(att|dir)|([hmbn])([wfpul])([+-]1)?)$")
 
@@ -153,7 +153,11 @@ def _mcdonald() -> str:
     # head of a word, so the same amount to every tree: psi_i(y) cancels it and no solver ever moves its
     # weight; MSTParser carries them, here they are left out (a quarter fewer lookups per arc, the same model)
     constant = {"mw|mp", "mw", "mf|mp", "mp"}
-    return " ".join([item for item in base if item not in constant] + [f"{item}|att" for item in base])
+    # the between item stays unconjoined: with direction and distance it was 11% of the lookups per arc (a
+    # quarter of a BCFW pass on EWT) for no measurable dev UAS (86.72 with it, 86.65 without at 21 passes,
+    # 86.68 / 86.73 at 12; benchmarks/results/ud_ewt_dev.json)
+    return " ".join([item for item in base if item not in constant] + [f"{item}|att" for item in base
+                                                                        if item != "hp|bu|mp"])
 
 
 MCDONALD = ArcTemplate.parse(_mcdonald(), name="mcdonald")
@@ -215,169 +219,25 @@ def item_radices(template: ArcTemplate, radix: np.ndarray) -> tuple[np.ndarray, 
     return np.asarray(rows, dtype=np.int64).reshape(-1, 4), np.asarray(ptr, dtype=np.int64), np.asarray(mult, dtype=np.int64)
 
 
-# -- compiled key computation -----------------------------------------------------------------------------------
-@nb.njit(cache=True, nogil=True)
-def _att(h, m):
-    d = h - m if h > m else m - h
-    b = d - 1 if d <= 5 else (5 if d <= 10 else 6)
-    return (0 if h < m else 7) + b
-
-
-@nb.njit(cache=True, nogil=True)
-def _token(codes, start, n, pos, col):
-    """The code of column ``col`` at sentence position ``pos`` (0 = the root, 1..n the words)."""
-    if pos == 0:
-        return ROOT
-    if pos < 0:
-        return BOS
-    if pos > n:
-        return EOS
-    return codes[start + pos - 1, col]
-
-
-@nb.njit(cache=True, nogil=True)
-def _part_value(codes, start, n, h, m, kind, col, off):
-    """The value of one part (not a between part) of the arc h -> m."""
-    if kind == 0:
-        return _token(codes, start, n, h + off, col)
-    if kind == 1:
-        return _token(codes, start, n, m + off, col)
-    if kind == 3:
-        return _att(h, m)
-    if kind == 4:
-        return 0 if h < m else 1
-    head = _token(codes, start, n, h, col)                  # kind 5: same-valued words between, capped at 2
-    same = 0
-    for pos in range(min(h, m) + 1, max(h, m)):
-        if codes[start + pos - 1, col] == head:
-            same += 1
-            if same == 2:
-                break
-    return same
-
-
-@nb.njit(cache=True, nogil=True)
-def _fixed_key(codes, start, n, h, m, parts, p0, p1, mult):
-    """The key of an item without a between part (-1 never: every part has a value)."""
-    key = 0
-    for q in range(p0, p1):
-        key += _part_value(codes, start, n, h, m, parts[q, 1], parts[q, 2], parts[q, 3]) * mult[q]
-    return key
-
-
-@nb.njit(cache=True, nogil=True)
-def _lookup(sorted_keys, lo, hi, key):
-    """Index of ``key`` in sorted_keys[lo:hi] (absolute), or -1."""
-    a, b = lo, hi
-    while a < b:
-        mid = (a + b) >> 1
-        if sorted_keys[mid] < key:
-            a = mid + 1
-        else:
-            b = mid
-    if a < hi and sorted_keys[a] == key:
-        return a
-    return -1
-
-
-@nb.njit(cache=True, nogil=True)
-def _arc_keys(codes, start, n, h, m, parts, part_ptr, mult, between, stamp, seen, out_item, out_key):
-    """Every (item, key) of the arc h -> m into out_*; returns how many. ``seen`` / ``stamp`` mark the
-    distinct between values (one feature per distinct value)."""
-    k = 0
-    lo, hi = (h, m) if h < m else (m, h)
-    for t in range(part_ptr.shape[0] - 1):
-        p0, p1 = part_ptr[t], part_ptr[t + 1]
-        b = between[t]
-        if b < 0:
-            out_item[k] = t
-            out_key[k] = _fixed_key(codes, start, n, h, m, parts, p0, p1, mult)
-            k += 1
-            continue
-        base = 0
-        for q in range(p0, p1):
-            if q != b:
-                base += _part_value(codes, start, n, h, m, parts[q, 1], parts[q, 2], parts[q, 3]) * mult[q]
-        stamp[0] += 1
-        col = parts[b, 2]
-        for pos in range(lo + 1, hi):
-            v = codes[start + pos - 1, col]
-            if seen[v] != stamp[0]:
-                seen[v] = stamp[0]
-                out_item[k] = t
-                out_key[k] = base + v * mult[b]
-                k += 1
-    return k
-
-
-@nb.njit(cache=True, nogil=True)
-def _gold_keys(codes, offsets, heads, parts, part_ptr, mult, between, max_between, radix_max):
-    """(item, key) of every feature of every gold arc: the training dictionary's raw material."""
-    T = part_ptr.shape[0] - 1
-    n_words = heads.shape[0]
-    cap = n_words * (T + max_between)
-    items = np.empty(cap, dtype=np.int64)
-    keys = np.empty(cap, dtype=np.int64)
-    stamp = np.zeros(1, dtype=np.int64)
-    seen = np.zeros(radix_max, dtype=np.int64)
-    oi = np.empty(T + max_between, dtype=np.int64)
-    ok = np.empty(T + max_between, dtype=np.int64)
-    k = 0
-    for s in range(offsets.shape[0] - 1):
-        start, n = offsets[s], offsets[s + 1] - offsets[s]
-        for m in range(1, n + 1):
-            h = heads[start + m - 1]
-            c = _arc_keys(codes, start, n, h, m, parts, part_ptr, mult, between, stamp, seen, oi, ok)
-            items[k:k + c] = oi[:c]
-            keys[k:k + c] = ok[:c]
-            k += c
-    return items[:k], keys[:k]
-
-
-@nb.njit(cache=True, nogil=True)
-def _design(codes, offsets, parts, part_ptr, mult, between, max_between, radix_max, dict_keys, dict_ptr,
-            dict_ids, arc_off, fill, ptr, ids):
-    """Pass 1 (``fill`` False): ptr[a + 1] = the number of known features of arc a; pass 2: their ids
-    into ids[ptr[a]:ptr[a + 1]]. Arc (m, h) of sentence s is arc_off[s] + (m - 1) n + (h if h < m else h - 1)."""
-    T = part_ptr.shape[0] - 1
-    stamp = np.zeros(1, dtype=np.int64)
-    seen = np.zeros(radix_max, dtype=np.int64)
-    oi = np.empty(T + max_between, dtype=np.int64)
-    ok = np.empty(T + max_between, dtype=np.int64)
-    for s in range(offsets.shape[0] - 1):
-        start, n = offsets[s], offsets[s + 1] - offsets[s]
-        for m in range(1, n + 1):
-            for h in range(n + 1):
-                if h == m:
-                    continue
-                a = arc_off[s] + (m - 1) * n + (h if h < m else h - 1)
-                c = _arc_keys(codes, start, n, h, m, parts, part_ptr, mult, between, stamp, seen, oi, ok)
-                cnt = 0
-                p = ptr[a] if fill else 0
-                for j in range(c):
-                    t = oi[j]
-                    at = _lookup(dict_keys, dict_ptr[t], dict_ptr[t + 1], ok[j])
-                    if at >= 0:
-                        if fill:
-                            ids[p + cnt] = dict_ids[at]
-                        cnt += 1
-                if not fill:
-                    ptr[a + 1] = cnt
-
-
 @dataclass
 class ArcDesign:
-    """The CSR arc-by-feature design of one split: arc_off (n + 1,), ptr (A + 1,) int64, ids (nnz,) int32."""
+    """The CSR designs of one split: arcs (arc_off (n + 1,), ptr (A + 1,) int64, ids (nnz,) int32) and head tokens
+    (tptr (W + n + 1,) int64, tids int32: the features of the items of the head alone, shared by the n_i arcs
+    that token heads)."""
 
     arc_off: np.ndarray
     ptr: np.ndarray
     ids: np.ndarray
+    tptr: np.ndarray
+    tids: np.ndarray
 
 
 def featurize(template: ArcTemplate, treebanks, min_count: int = 1):
     """(one ArcDesign per treebank, the number of features d, per-item feature counts): the dictionary from
     the gold arcs of ``treebanks[0]`` (the training split) seen >= ``min_count`` times, every arc of every
-    treebank looked up in it (module docstring)."""
+    treebank looked up in it (module docstring). The items of the head alone (head columns only: no modifier,
+    direction, distance or between part) are featurized once per token, not once per arc: an arc's score
+    is its own features' plus its head token's (a seventh of McDonald's lookups per arc)."""
     if not isinstance(min_count, int) or min_count < 1:
         raise SSVMInputError(f"min_count: expected an int >= 1, got {min_count!r}")
     codes, radix = code_columns(treebanks)
@@ -391,7 +251,7 @@ def featurize(template: ArcTemplate, treebanks, min_count: int = 1):
             max_between += int(radix[parts[q, 2]])
     radix_max = int(radix.max())
     train = treebanks[0]
-    items, keys = _gold_keys(codes[0], train.offsets, train.heads, parts, part_ptr, mult, between, max_between,
+    items, keys = gold_keys(codes[0], train.offsets, train.heads, parts, part_ptr, mult, between, max_between,
                              radix_max)
     # the dictionary: per item, the keys of gold arcs seen >= min_count times; ids in order of items, then keys
     dict_keys, dict_ptr, per_item = [], [0], []
@@ -405,26 +265,38 @@ def featurize(template: ArcTemplate, treebanks, min_count: int = 1):
     dict_ptr = np.asarray(dict_ptr, dtype=np.int64)
     d = int(dict_ptr[-1])
     dict_ids = np.arange(d, dtype=np.int32)
+    head_only = np.array([all(kind == 0 for kind, _, _ in item) for item in template.items], dtype=np.bool_)
     designs = []
     for tb, cd in zip(treebanks, codes):
         lengths = np.diff(tb.offsets)
         arc_off = np.concatenate([[0], np.cumsum(lengths * lengths)]).astype(np.int64)
         A = int(arc_off[-1])
         ptr = np.zeros(A + 1, dtype=np.int64)
-        _design(cd, tb.offsets, parts, part_ptr, mult, between, max_between, radix_max, dict_keys, dict_ptr,
-                dict_ids, arc_off, False, ptr, np.zeros(0, dtype=np.int32))
+        arc_design(cd, tb.offsets, parts, part_ptr, mult, between, max_between, radix_max, dict_keys, dict_ptr,
+                dict_ids, arc_off, head_only, False, ptr, np.zeros(0, dtype=np.int32))
         np.cumsum(ptr, out=ptr)
         ids = np.empty(int(ptr[-1]), dtype=np.int32)
-        _design(cd, tb.offsets, parts, part_ptr, mult, between, max_between, radix_max, dict_keys, dict_ptr,
-                dict_ids, arc_off, True, ptr, ids)
-        designs.append(ArcDesign(arc_off, ptr, ids))
-    # feature ids by descending frequency over the training arcs: the few features most arcs carry (the POS
-    # items; the top 1% of ids are 70% of EWT's lookups) then share a compact, cache-resident stretch of w,
-    # which makes scoring every arc about a third faster than ids in dictionary order
-    counts = np.bincount(designs[0].ids, minlength=d)
+        arc_design(cd, tb.offsets, parts, part_ptr, mult, between, max_between, radix_max, dict_keys, dict_ptr,
+                dict_ids, arc_off, head_only, True, ptr, ids)
+        tptr = np.zeros(int(tb.offsets[-1]) + tb.n + 1, dtype=np.int64)
+        token_design(cd, tb.offsets, parts, part_ptr, mult, head_only, dict_keys, dict_ptr, dict_ids, False, tptr,
+                      np.zeros(0, dtype=np.int32))
+        np.cumsum(tptr, out=tptr)
+        tids = np.empty(int(tptr[-1]), dtype=np.int32)
+        token_design(cd, tb.offsets, parts, part_ptr, mult, head_only, dict_keys, dict_ptr, dict_ids, True, tptr, tids)
+        designs.append(ArcDesign(arc_off, ptr, ids, tptr, tids))
+    # feature ids by descending frequency over the training arcs (a token's features count once for each of the
+    # n_i arcs it heads): the few features most arcs carry (the POS items; the top 1% of ids are 70% of EWT's
+    # lookups) then share a compact, cache-resident stretch of w, which makes scoring every arc about a third
+    # faster than ids in dictionary order
+    train_lengths = np.diff(treebanks[0].offsets)
+    per_token = np.repeat(train_lengths, train_lengths + 1).astype(np.float64)
+    counts = np.bincount(designs[0].ids, minlength=d) + np.bincount(
+        designs[0].tids, weights=np.repeat(per_token, np.diff(designs[0].tptr)), minlength=d)
     order = np.argsort(-counts, kind="stable")
     new_id = np.empty(d, dtype=np.int32)
     new_id[order] = np.arange(d, dtype=np.int32)
     for des in designs:
         des.ids = new_id[des.ids]
+        des.tids = new_id[des.tids]
     return designs, d, dict(zip((template.item_name(i) for i in template.items), per_item))

@@ -3,7 +3,9 @@ features of every possible arc) and the UD English-EWT loader that builds it.
 
 Sentence i has n_i words and n_i^2 possible arcs h -> m (m = 1..n_i, h = 0..n_i, h != m; 0 is the root),
 stored row by row: arc (m, h) is number ``arc_off[i] + (m - 1) n_i + (h if h < m else h - 1)`` of the split.
-Arc a's features are ``ids[ptr[a]:ptr[a + 1]]`` (binary indicators, :mod:`ssvm_torch.data.arc_features`).
+Arc a's features are ``ids[ptr[a]:ptr[a + 1]]`` plus those of its head token, ``tok_ids[tok_ptr[t]:tok_ptr[t + 1]]``
+with t = offsets[i] + i + h (token h of sentence i, h = 0 the root: the items of the head alone, shared by every
+arc it heads), all binary indicators (:mod:`ssvm_torch.data.arc_features`).
 Gold heads are kept per word (flat, ``offsets`` like the words of :class:`~ssvm_torch.data.ud.Treebank`),
 with the universal part of each word's DEPREL as a label id (what LAS compares).
 """
@@ -30,8 +32,9 @@ class DependencyData:
 
     ``offsets`` (n+1,) word offsets; ``heads`` (W,) gold heads within the sentence (0 = the root);
     ``labels`` (W,) gold universal relation ids (-1 where the relation is unknown to the label set);
-    ``arc_off`` (n+1,), ``ptr`` (A+1,) int64 and ``ids`` (nnz,) int32 the arc design; ``n_features``
-    the dictionary size (ids are < it); ``meta``: label names, the treebank's words, the featurization."""
+    ``arc_off`` (n+1,), ``ptr`` (A+1,) int64 and ``ids`` (nnz,) int32 the arc design, ``tok_ptr`` (W+n+1,) and
+    ``tok_ids`` the head tokens' design (None: no token features); ``n_features`` the dictionary size (ids are <
+    it); ``meta``: label names, the treebank's words, the featurization."""
 
     offsets: torch.Tensor
     heads: torch.Tensor
@@ -42,6 +45,8 @@ class DependencyData:
     n_features: int
     name: str = "trees"
     meta: dict = field(default_factory=dict)
+    tok_ptr: torch.Tensor | None = None
+    tok_ids: torch.Tensor | None = None
 
     def __post_init__(self):
         check(self.offsets.dim() == 1 and self.offsets.shape[0] >= 2 and int(self.offsets[0]) == 0, "offsets",
@@ -63,6 +68,15 @@ class DependencyData:
         if self.ids.numel():
             check(int(self.ids.min()) >= 0 and int(self.ids.max()) < self.n_features, "ids",
                   f"feature ids in [0, {self.n_features - 1}]", (int(self.ids.min()), int(self.ids.max())))
+        T = W + self.n
+        if self.tok_ptr is None:
+            self.tok_ptr = torch.zeros(T + 1, dtype=torch.int64, device=self.offsets.device)
+            self.tok_ids = torch.zeros(0, dtype=torch.int32, device=self.offsets.device)
+        check(tuple(self.tok_ptr.shape) == (T + 1,) and int(self.tok_ptr[-1]) == self.tok_ids.shape[0], "tok_ptr",
+              f"({T + 1},) CSR offsets of the n_i + 1 tokens of every sentence", tuple(self.tok_ptr.shape))
+        if self.tok_ids.numel():
+            check(int(self.tok_ids.min()) >= 0 and int(self.tok_ids.max()) < self.n_features, "tok_ids",
+                  f"feature ids in [0, {self.n_features - 1}]", (int(self.tok_ids.min()), int(self.tok_ids.max())))
         self.heads = self.heads.to(torch.int64)
         from ..trees.checks import tree_faults
         N = int(lengths.max()) + 1
@@ -107,7 +121,7 @@ class DependencyData:
         """The container on ``device`` (its tensors are integers: ``dtype`` is accepted and ignored)."""
         return DependencyData(self.offsets.to(device), self.heads.to(device), self.labels.to(device),
                               self.arc_off.to(device), self.ptr.to(device), self.ids.to(device), self.n_features,
-                              self.name, self.meta)
+                              self.name, self.meta, self.tok_ptr.to(device), self.tok_ids.to(device))
 
     def subset(self, idx) -> "DependencyData":
         """The sentences ``idx`` in that order (their arcs' features carried along)."""
@@ -117,14 +131,24 @@ class DependencyData:
                            for i in idx.tolist()])
         arcs = torch.cat([torch.arange(int(self.arc_off[i]), int(self.arc_off[i + 1]), device=self.device)
                           for i in idx.tolist()])
-        counts = self.ptr[arcs + 1] - self.ptr[arcs]
-        nz = torch.repeat_interleave(self.ptr[arcs] - torch.cumsum(counts, 0) + counts, counts) + \
-            torch.arange(int(counts.sum()), device=self.device)
+        counts, nz = _csr_rows(self.ptr, arcs)
+        tokens = torch.cat([torch.arange(int(self.offsets[i]) + i, int(self.offsets[i + 1]) + i + 1, device=self.device)
+                            for i in idx.tolist()])
+        tcounts, tnz = _csr_rows(self.tok_ptr, tokens)
         zero = torch.zeros(1, dtype=torch.int64, device=self.device)
         meta = {k: ([v[i] for i in idx.tolist()] if k in ("sentences", "sent_ids") else v) for k, v in self.meta.items()}
         return DependencyData(torch.cat([zero, torch.cumsum(lengths, 0)]), self.heads[words], self.labels[words],
                               torch.cat([zero, torch.cumsum(lengths * lengths, 0)]), torch.cat([zero, torch.cumsum(counts, 0)]),
-                              self.ids[nz], self.n_features, self.name, meta)
+                              self.ids[nz], self.n_features, self.name, meta, torch.cat([zero, torch.cumsum(tcounts, 0)]),
+                              self.tok_ids[tnz])
+
+
+def _csr_rows(ptr: torch.Tensor, rows: torch.Tensor):
+    """(entries per row, the positions of the rows' entries in order) of a CSR offsets vector."""
+    counts = ptr[rows + 1] - ptr[rows]
+    nz = torch.repeat_interleave(ptr[rows] - torch.cumsum(counts, 0) + counts, counts) + \
+        torch.arange(int(counts.sum()), device=ptr.device)
+    return counts, nz
 
 
 def _checksum(path) -> str:
@@ -146,7 +170,8 @@ def _container(tb: Treebank, arrays: dict, split: str, d: int, names: list[str],
                           torch.from_numpy(arrays[f"{split}_ids"]), d, name,
                           {"label_names": names, "sentences": sentences, "sent_ids": list(tb.sent_ids),
                            "deprels": [[tb.deprels[k] for k in range(int(tb.offsets[i]), int(tb.offsets[i + 1]))]
-                                       for i in range(tb.n)], "featurization": info})
+                                       for i in range(tb.n)], "featurization": info},
+                          torch.from_numpy(arrays[f"{split}_tptr"]), torch.from_numpy(arrays[f"{split}_tids"]))
 
 
 def load_ud_dependencies(features="mcdonald", min_count: int = 1, evaluate_on: str = "test",
@@ -166,7 +191,7 @@ def load_ud_dependencies(features="mcdonald", min_count: int = 1, evaluate_on: s
               f"an int in [1, {tbs['train'].n}]", train_size)
         tbs["train"] = tbs["train"].subset(range(train_size))
     t0 = time.perf_counter()
-    key = feature_cache.cache_key("ud-ewt-arcs-2", template.key(), min_count, train_size,
+    key = feature_cache.cache_key("ud-ewt-arcs-3", template.key(), min_count, train_size,
                                   *(_checksum(paths[s]) for s in ("train", "dev", "test")))
     arrays = feature_cache.load(key) if cache else None
     hit = arrays is not None
@@ -174,7 +199,8 @@ def load_ud_dependencies(features="mcdonald", min_count: int = 1, evaluate_on: s
         designs, d, per_item = featurize(template, [tbs["train"], tbs["dev"], tbs["test"]], min_count)
         arrays = {"d": np.array([d]), "per_item": np.array(list(per_item.values()), dtype=np.int64)}
         for s, des in zip(("train", "dev", "test"), designs):
-            arrays.update({f"{s}_arc_off": des.arc_off, f"{s}_ptr": des.ptr, f"{s}_ids": des.ids})
+            arrays.update({f"{s}_arc_off": des.arc_off, f"{s}_ptr": des.ptr, f"{s}_ids": des.ids,
+                           f"{s}_tptr": des.tptr, f"{s}_tids": des.tids})
         if cache:
             feature_cache.save(key, arrays)
     d = int(arrays["d"][0])

@@ -93,6 +93,12 @@ class DependencyModel(StructuredModel):
         m = k // n + 1
         r = k - (m - 1) * n
         h = torch.where(r < m, r, r + 1)
+        tokens = data.offsets[idx][row] + idx[row] + h                                   # each arc's head token
+        tcounts = data.tok_ptr[tokens + 1] - data.tok_ptr[tokens]
+        tnz = torch.repeat_interleave(data.tok_ptr[tokens] - torch.cumsum(tcounts, 0) + tcounts, tcounts) + \
+            torch.arange(int(tcounts.sum()), device=dev)
+        towner = torch.repeat_interleave(torch.arange(arcs.shape[0], device=dev), tcounts)
+        theta.index_add_(0, towner, w[data.tok_ids[tnz].long()])
         out = torch.full((B, N, N), float("-inf"), dtype=w.dtype, device=dev)
         out[row, m, h] = theta
         return out
@@ -100,13 +106,13 @@ class DependencyModel(StructuredModel):
     def _arc_scores_host(self, w, data, idx, N):
         from ..oracles.tree_kernels import nb_theta
         wh = to_host(w)
-        ptr, ids = to_host(data.ptr), to_host(data.ids)
-        off, lengths = to_host(data.arc_off), to_host(data.lengths)
+        ptr, ids, tptr, tids = to_host(data.ptr), to_host(data.ids), to_host(data.tok_ptr), to_host(data.tok_ids)
+        off, lengths, starts = to_host(data.arc_off), to_host(data.lengths), to_host(data.offsets)
         out = np.full((len(idx), N, N), -np.inf)
         for b, i in enumerate(to_host(idx).tolist()):
             n = int(lengths[i])
             theta = np.empty(n * n)
-            nb_theta(int(off[i]), n, ptr, ids, wh, theta)
+            nb_theta(int(off[i]), n, ptr, ids, int(starts[i]) + i, tptr, tids, wh, theta)
             T = theta.reshape(n, n)
             for m in range(1, n + 1):
                 out[b, m, :m] = T[m - 1, :m]
@@ -156,9 +162,11 @@ class DependencyModel(StructuredModel):
             heads = self._words(labels[b], n)
             m = torch.arange(1, n + 1, device=dev)
             a = data.arc_off[i] + (m - 1) * n + torch.where(heads < m, heads, heads - 1)
-            for arc in a.tolist():
-                f = data.ids[int(data.ptr[arc]):int(data.ptr[arc + 1])].long()
-                out[b].index_add_(0, f, torch.ones(f.shape[0], dtype=torch.float64, device=dev))
+            t0 = int(data.offsets[i]) + i
+            for arc, h in zip(a.tolist(), heads.tolist()):
+                for ptr, ids, row in ((data.ptr, data.ids, arc), (data.tok_ptr, data.tok_ids, t0 + h)):
+                    f = ids[int(ptr[row]):int(ptr[row + 1])].long()
+                    out[b].index_add_(0, f, torch.ones(f.shape[0], dtype=torch.float64, device=dev))
         return out
 
     @staticmethod
@@ -193,7 +201,8 @@ class DependencyModel(StructuredModel):
         if self.compiled(w):
             labels = np.empty(int(data.offsets[-1]), dtype=np.int64)
             nb_decode_all(to_host(data.offsets), to_host(data.arc_off), to_host(data.ptr), to_host(data.ids),
-                          to_host(w), self.projective, self.multiroot, labels, np.empty(data.n))
+                          to_host(data.tok_ptr), to_host(data.tok_ids), to_host(w), self.projective, self.multiroot,
+                          labels, np.empty(data.n))
             return from_host(labels, data.device)
         heads = self.predict(w, data)
         return heads[word_mask(data.lengths, heads.shape[1])]

@@ -2,8 +2,9 @@
 its tensors (CPU float64).
 
 Block i is sentence i with n_i words and n_i^2 possible arcs; arc (m, h) is number
-``arc_off[i] + (m - 1) n_i + (h if h < m else h - 1)`` and its features are ``ids[ptr[a]:ptr[a + 1]]``
-(binary). The block's dual point is its arc marginals M_i (the expected arc indicators under alpha_i), so
+``arc_off[i] + (m - 1) n_i + (h if h < m else h - 1)`` and its features are ``ids[ptr[a]:ptr[a + 1]]`` plus its head
+token's, ``tids[tptr[t]:tptr[t + 1]]`` with t = t0 + h, t0 = offsets[i] + i (binary; data/trees.py). A
+coefficient on arcs reaches a token's features through the column sum c_h = sum_m D[m, h]. The block's dual point is its arc marginals M_i (the expected arc indicators under alpha_i), so
 with G_i the gold tree's indicators and theta_a = <w, f_a> the arc scores:
 
     w_i = sum_a (G_a - M_a) f_a / (lam n)
@@ -32,13 +33,38 @@ def arc_index(m, h, n):
 
 
 @nb.njit(cache=True, nogil=True)
-def nb_theta(base, n, ptr, ids, w, theta):
-    """theta[a] = <w, f_a> for the n^2 arcs of the sentence whose arcs start at ``base``."""
-    for a in range(n * n):
+def nb_theta(base, n, ptr, ids, t0, tptr, tids, w, theta):
+    """theta[a] = <w, f_a> for the n^2 arcs of the sentence whose arcs start at ``base`` and tokens at ``t0``."""
+    u = np.empty(n + 1)
+    for h in range(n + 1):
         s = 0.0
-        for j in range(ptr[base + a], ptr[base + a + 1]):
-            s += w[ids[j]]
-        theta[a] = s
+        for j in range(tptr[t0 + h], tptr[t0 + h + 1]):
+            s += w[tids[j]]
+        u[h] = s
+    a = 0
+    for m in range(1, n + 1):
+        for h in range(n + 1):
+            if h == m:
+                continue
+            s = u[h]
+            for j in range(ptr[base + a], ptr[base + a + 1]):
+                s += w[ids[j]]
+            theta[a] = s
+            a += 1
+
+
+@nb.njit(cache=True, nogil=True)
+def nb_column_sums(D, n, c):
+    """c[h] = sum_m D[arc(m, h)]: what the arcs' coefficients put on head token h's features."""
+    for h in range(n + 1):
+        c[h] = 0.0
+    a = 0
+    for m in range(1, n + 1):
+        for h in range(n + 1):
+            if h == m:
+                continue
+            c[h] += D[a]
+            a += 1
 
 
 @nb.njit(cache=True, nogil=True)
@@ -112,17 +138,39 @@ def nb_delta(p_is_m, p_heads, q_is_m, q_heads, M, base, n, D):
 
 
 @nb.njit(cache=True, nogil=True)
-def nb_support_nnz(D, n, base, ptr):
-    """The number of feature entries of the arcs with D_a != 0 (bounds the distinct features of the image)."""
+def nb_support_nnz(D, n, base, ptr, t0, tptr):
+    """The number of feature entries of the arcs with D_a != 0 and of their heads' tokens (bounds the distinct
+    features of the image)."""
     k = 0
     for a in range(n * n):
         if D[a] != 0.0:
             k += ptr[base + a + 1] - ptr[base + a]
+    c = np.empty(n + 1)
+    nb_column_sums(D, n, c)
+    for h in range(n + 1):
+        if c[h] != 0.0:
+            k += tptr[t0 + h + 1] - tptr[t0 + h]
     return k
 
 
 @nb.njit(cache=True, nogil=True)
-def nb_image(D, n, base, ptr, ids, keys, vals, used, nu):
+def _insert(f, c, keys, vals, used, nu, mask):
+    s = (f * 2654435761) & mask
+    while True:
+        k = keys[s]
+        if k == f:
+            vals[s] += c
+            return nu
+        if k == -1:
+            keys[s] = f
+            vals[s] = c
+            used[nu] = s
+            return nu + 1
+        s = (s + 1) & mask
+
+
+@nb.njit(cache=True, nogil=True)
+def nb_image(D, n, base, ptr, ids, t0, tptr, tids, keys, vals, used, nu):
     """v += sum_a D_a f_a over the arcs with D_a != 0, in an open-addressing table (keys: feature ids, -1
     empty; its size a power of two above twice the distinct features, so probes stay short) whose used slots
     are listed in used[:nu]; returns the new nu. A table of the step's features stays in cache where a
@@ -133,20 +181,13 @@ def nb_image(D, n, base, ptr, ids, keys, vals, used, nu):
         if c == 0.0:
             continue
         for j in range(ptr[base + a], ptr[base + a + 1]):
-            f = ids[j]
-            s = (f * 2654435761) & mask
-            while True:
-                k = keys[s]
-                if k == f:
-                    vals[s] += c
-                    break
-                if k == -1:
-                    keys[s] = f
-                    vals[s] = c
-                    used[nu] = s
-                    nu += 1
-                    break
-                s = (s + 1) & mask
+            nu = _insert(ids[j], c, keys, vals, used, nu, mask)
+    col = np.empty(n + 1)
+    nb_column_sums(D, n, col)
+    for h in range(n + 1):
+        if col[h] != 0.0:
+            for j in range(tptr[t0 + h], tptr[t0 + h + 1]):
+                nu = _insert(tids[j], col[h], keys, vals, used, nu, mask)
     return nu
 
 
@@ -177,7 +218,7 @@ def nb_clear(keys, used, nu):
 
 
 @nb.njit(cache=True, nogil=True)
-def nb_gap_pass(offsets, arc_off, ptr, ids, w, gold, costs, projective, multiroot, gold_ok, M, labels, aug,
+def nb_gap_pass(offsets, arc_off, ptr, ids, tptr, tids, w, gold, costs, projective, multiroot, gold_ok, M, labels, aug,
                 gold_scores, m_theta, wrong):
     """The loss-augmented best tree of every sentence at w (labels: the heads of every word, flat) with
     aug = <S(y*), theta> + cost wrong, <G, theta>, <M_i, theta> and the wrong heads per sentence."""
@@ -188,7 +229,7 @@ def nb_gap_pass(offsets, arc_off, ptr, ids, w, gold, costs, projective, multiroo
     S = np.empty((nmax + 1, nmax + 1))
     for i in range(offsets.shape[0] - 1):
         n, base, g0 = offsets[i + 1] - offsets[i], arc_off[i], offsets[i]
-        nb_theta(base, n, ptr, ids, w, theta)
+        nb_theta(base, n, ptr, ids, g0 + i, tptr, tids, w, theta)
         s, gs, k = nb_block_oracle(theta, n, gold, g0, costs[i], projective, multiroot, gold_ok[i], S,
                                    labels[g0:g0 + n])
         aug[i] = s + costs[i] * k
@@ -198,7 +239,7 @@ def nb_gap_pass(offsets, arc_off, ptr, ids, w, gold, costs, projective, multiroo
 
 
 @nb.njit(cache=True, nogil=True)
-def nb_decode_all(offsets, arc_off, ptr, ids, w, projective, multiroot, labels, scores):
+def nb_decode_all(offsets, arc_off, ptr, ids, tptr, tids, w, projective, multiroot, labels, scores):
     """The best tree (no loss) of every sentence at w: labels (flat heads) and s(y) per sentence."""
     nmax = 0
     for i in range(offsets.shape[0] - 1):
@@ -208,7 +249,7 @@ def nb_decode_all(offsets, arc_off, ptr, ids, w, projective, multiroot, labels, 
     hd = np.empty(nmax + 1, dtype=np.int64)
     for i in range(offsets.shape[0] - 1):
         n, base, g0 = offsets[i + 1] - offsets[i], arc_off[i], offsets[i]
-        nb_theta(base, n, ptr, ids, w, theta)
+        nb_theta(base, n, ptr, ids, g0 + i, tptr, tids, w, theta)
         for h in range(n + 1):
             S[0, h] = NEG_INF
         for m in range(1, n + 1):
@@ -223,11 +264,17 @@ def nb_decode_all(offsets, arc_off, ptr, ids, w, projective, multiroot, labels, 
 
 
 @nb.njit(cache=True, nogil=True)
-def nb_statistics_image(offsets, arc_off, ptr, ids, gold, M, labels, use_labels, coef, out):
+def nb_statistics_image(offsets, arc_off, ptr, ids, tptr, tids, gold, M, labels, use_labels, coef, out):
     """out += coef sum_i sum_a (G_a - X_a) f_a with X = the labels' indicators (``use_labels``) or M:
-    the map from dual points to w (times lam n), over every sentence."""
+    the map from dual points to w (times lam n), over every sentence (head tokens' features included)."""
+    nmax = 0
+    for i in range(offsets.shape[0] - 1):
+        nmax = max(nmax, offsets[i + 1] - offsets[i])
+    col = np.empty(nmax + 1)
     for i in range(offsets.shape[0] - 1):
         n, base, g0 = offsets[i + 1] - offsets[i], arc_off[i], offsets[i]
+        for h in range(n + 1):
+            col[h] = 0.0
         for m in range(1, n + 1):
             gm = gold[g0 + m - 1]
             ym = labels[g0 + m - 1] if use_labels else -1
@@ -237,28 +284,36 @@ def nb_statistics_image(offsets, arc_off, ptr, ids, gold, M, labels, use_labels,
                 a = base + arc_index(m, h, n)
                 c = (1.0 if h == gm else 0.0) - ((1.0 if h == ym else 0.0) if use_labels else M[a])
                 if c != 0.0:
+                    col[h] += c
                     c *= coef
                     for j in range(ptr[a], ptr[a + 1]):
                         out[ids[j]] += c
+        t0 = g0 + i
+        for h in range(n + 1):
+            if col[h] != 0.0:
+                c = col[h] * coef
+                for j in range(tptr[t0 + h], tptr[t0 + h + 1]):
+                    out[tids[j]] += c
 
 
 @nb.njit(cache=True, nogil=True)
-def nb_fw_corner(i, offsets, arc_off, ptr, ids, w, gold, costs, projective, multiroot, gold_ok, M, theta, S, D,
-                 keys, vals, used, nu_prev, heads):
+def nb_fw_corner(i, offsets, arc_off, ptr, ids, tptr, tids, w, gold, costs, projective, multiroot, gold_ok, M, theta,
+                 S, D, keys, vals, used, nu_prev, heads):
     """BCFW's corner of block i in one call: the arc scores, the loss-augmented tree (into heads), <M_i, theta>,
     D = S(y*) - M_i and, when the hash table is large enough, the image of D and its squared norm. Returns
     (<S(y*), theta>, <M_i, theta>, wrong heads, features in the image (-1: the table is too small: the
     caller grows it and builds the image), ||image||^2, the support's feature entries)."""
     n, base, g0 = offsets[i + 1] - offsets[i], arc_off[i], offsets[i]
-    nb_theta(base, n, ptr, ids, w, theta)
+    t0 = g0 + i
+    nb_theta(base, n, ptr, ids, t0, tptr, tids, w, theta)
     score, _, wrong = nb_block_oracle(theta, n, gold, g0, costs[i], projective, multiroot, gold_ok[i], S, heads)
     m_theta = nb_m_dot(M, base, n, theta)
     nb_delta(False, heads, True, heads, M, base, n, D)
-    need = nb_support_nnz(D, n, base, ptr)
+    need = nb_support_nnz(D, n, base, ptr, t0, tptr)
     nb_clear(keys, used, nu_prev)
     if 2 * need > keys.shape[0]:
         return score, m_theta, wrong, -1, 0.0, need
-    nu = nb_image(D, n, base, ptr, ids, keys, vals, used, 0)
+    nu = nb_image(D, n, base, ptr, ids, t0, tptr, tids, keys, vals, used, 0)
     return score, m_theta, wrong, nu, nb_sqnorm(vals, used, nu), need
 
 

@@ -55,6 +55,7 @@ class TreeDual(TreeHostPath, TreeTorchPath, TreeMarginalMoves, JointConstraints,
         d = self.data
         self.offsets, self.lengths, self.arc_off = d.offsets, d.lengths, d.arc_off
         self.ptr, self.ids, self.gold = d.ptr, d.ids, d.heads
+        self.tptr, self.tids = d.tok_ptr, d.tok_ids
         self.costs = model.costs(self.lengths, dtype)
         self.gold_ok = model.gold_in_space(d)
         check_choice(kernels, "kernels", KERNELS)
@@ -69,7 +70,6 @@ class TreeDual(TreeHostPath, TreeTorchPath, TreeMarginalMoves, JointConstraints,
         self.ell_i = torch.zeros(self.n, dtype=dtype, device=dev)
         self._ell = torch.zeros(1, dtype=dtype, device=dev)
         self.w = torch.zeros(model.d, dtype=dtype, device=dev)
-        self._block_nnz = self.ptr[self.arc_off[1:]] - self.ptr[self.arc_off[:-1]]
         self._pending = None              # (owner token, touched count, tick): the scratch holds that image
         if self._numba:
             self._bind_numpy()
@@ -85,7 +85,7 @@ class TreeDual(TreeHostPath, TreeTorchPath, TreeMarginalMoves, JointConstraints,
     # -- the point ------------------------------------------------------------------------------------------
     @property
     def ell(self) -> float:
-        return float(self._ell[0])
+        return float(self._h["ell"][0]) if self._numba else float(self._ell[0])
 
     def set_point(self, w: torch.Tensor, ell: float) -> None:
         self.w.copy_(w)
@@ -102,7 +102,8 @@ class TreeDual(TreeHostPath, TreeTorchPath, TreeMarginalMoves, JointConstraints,
         n = int(h["offsets"][i + 1] - h["offsets"][i])
         heads = np.empty(n, dtype=np.int64)
         score, m_theta, wrong, nt, sq, _ = nb_fw_corner(
-            i, h["offsets"], h["arc_off"], h["ptr"], h["ids"], h["w"], h["gold"], h["costs"], self.model.projective,
+            i, h["offsets"], h["arc_off"], h["ptr"], h["ids"], h["tptr"], h["tids"], h["w"], h["gold"], h["costs"],
+            self.model.projective,
             self.model.multiroot, h["gold_ok"], h["M"], self._theta_buf, self._S, self._D, self._keys, self._vals,
             self._used, self._nu, heads)
         self._tick += 1
@@ -117,7 +118,7 @@ class TreeDual(TreeHostPath, TreeTorchPath, TreeMarginalMoves, JointConstraints,
         return Corner(heads, loss, dot * inv, sq * inv * inv, dot / self.N - float(self._h["ell_i"][i]) + loss)
 
     def fw_move(self, i: int, corner: Corner, gamma: float) -> None:
-        ell_i = float(self.ell_i[i])
+        ell_i = float(self._h["ell_i"][i]) if self._numba else float(self.ell_i[i])
         self.pair_move(i, corner.labels, None, corner.loss, ell_i, gamma, token=("fw", i, id(corner.labels)))
 
     # -- active-set primitives ------------------------------------------------------------------------------
@@ -173,8 +174,9 @@ class TreeDual(TreeHostPath, TreeTorchPath, TreeMarginalMoves, JointConstraints,
             nb_move(base, n, gamma, self._D, self._h["M"], self._keys, self._vals, self._used, self._nu,
                     self._h["w"], scale, shadow, scale * self.shadow_coef if self.shadow is not None else 0.0)
             self._pending = None
-        self.ell_i[i] += gamma * (loss_P - loss_Q)
-        self._ell[0] += gamma * (loss_P - loss_Q)
+        ell_i, ell = (self._h["ell_i"], self._h["ell"]) if self._numba else (self.ell_i, self._ell)
+        ell_i[i] += gamma * (loss_P - loss_Q)          # numpy views on the compiled path: no tensor op per step
+        ell[0] += gamma * (loss_P - loss_Q)
 
     def add_psi(self, i: int, corner: Corner, coef: float) -> None:
         """w += coef psi_i(y*) = coef sum_a (G_a - S(y*)_a) f_a (SSG's primal step)."""
@@ -197,7 +199,7 @@ class TreeDual(TreeHostPath, TreeTorchPath, TreeMarginalMoves, JointConstraints,
         labels = np.empty(W, dtype=np.int64)
         aug, gold_scores, m_theta = np.empty(self.n), np.empty(self.n), np.empty(self.n)
         wrong = np.empty(self.n, dtype=np.int64)
-        nb_gap_pass(h["offsets"], h["arc_off"], h["ptr"], h["ids"], h["w"], h["gold"],
+        nb_gap_pass(h["offsets"], h["arc_off"], h["ptr"], h["ids"], h["tptr"], h["tids"], h["w"], h["gold"],
                     h["costs"] if costs is None else costs, self.model.projective, self.model.multiroot, h["gold_ok"],
                     h["M"], labels, aug, gold_scores, m_theta, wrong)
         return tuple(torch.from_numpy(a) for a in (labels, aug, gold_scores, m_theta, wrong))
@@ -222,7 +224,7 @@ class TreeDual(TreeHostPath, TreeTorchPath, TreeMarginalMoves, JointConstraints,
         out = torch.zeros_like(self.w) if out is None else out
         if self._numba:
             h = self._h
-            nb_statistics_image(h["offsets"], h["arc_off"], h["ptr"], h["ids"], h["gold"], h["M"],
+            nb_statistics_image(h["offsets"], h["arc_off"], h["ptr"], h["ids"], h["tptr"], h["tids"], h["gold"], h["M"],
                                 np.ascontiguousarray(to_host(labels), dtype=np.int64), True, coef * self._inv(),
                                 out.numpy())
             return out
@@ -251,7 +253,7 @@ class TreeDual(TreeHostPath, TreeTorchPath, TreeMarginalMoves, JointConstraints,
         out = torch.zeros_like(self.w) if out is None else out.zero_()
         if self._numba:
             h = self._h
-            nb_statistics_image(h["offsets"], h["arc_off"], h["ptr"], h["ids"], h["gold"],
+            nb_statistics_image(h["offsets"], h["arc_off"], h["ptr"], h["ids"], h["tptr"], h["tids"], h["gold"],
                                 np.ascontiguousarray(M.numpy()), self._no_heads, False, self._inv(), out.numpy())
             return out
         return self._t_w_of(M, out)
@@ -270,11 +272,7 @@ class TreeDual(TreeHostPath, TreeTorchPath, TreeMarginalMoves, JointConstraints,
         h = self.gold[s:s + n]
         g[(m - 1) * n + torch.where(h < m, h, h - 1)] = 1.0
         D = g - self.M[base:base + n * n]
-        lo, hi = int(self.ptr[base]), int(self.ptr[base + n * n])
-        counts = self.ptr[base + 1:base + n * n + 1] - self.ptr[base:base + n * n]
-        out = torch.zeros_like(self.w)
-        out.index_add_(0, self.ids[lo:hi].long(), torch.repeat_interleave(D, counts))
-        return out * self._inv()
+        return self._t_image([(i, D)]) * self._inv()
 
     # -- mini-batch BCFW ------------------------------------------------------------------------------------
     def batch_corners(self, idx: torch.Tensor, with_direction: bool = True) -> BatchCorners:
@@ -340,12 +338,27 @@ class TreeDual(TreeHostPath, TreeTorchPath, TreeMarginalMoves, JointConstraints,
         return out
 
     def all_arc_scores(self, w: torch.Tensor) -> torch.Tensor:
-        """theta_a = <w, f_a> of every arc of every block (A,)."""
+        """theta_a = <w, f_a> of every arc of every block (A,): its own features and its head token's."""
         w = w.to(self.device, self.dtype)
         counts = self.ptr[1:] - self.ptr[:-1]
         owner = torch.repeat_interleave(torch.arange(counts.shape[0], device=self.device), counts)
-        return torch.zeros(counts.shape[0], dtype=self.dtype, device=self.device).index_add_(0, owner,
-                                                                                          w[self.ids.long()])
+        theta = torch.zeros(counts.shape[0], dtype=self.dtype, device=self.device).index_add_(0, owner,
+                                                                                           w[self.ids.long()])
+        tcounts = self.tptr[1:] - self.tptr[:-1]
+        towner = torch.repeat_interleave(torch.arange(tcounts.shape[0], device=self.device), tcounts)
+        u = torch.zeros(tcounts.shape[0], dtype=self.dtype, device=self.device).index_add_(0, towner,
+                                                                                       w[self.tids.long()])
+        return theta + u[self._arc_tokens()]
+
+    def _arc_tokens(self) -> torch.Tensor:
+        """The head token's number of every arc (A,)."""
+        n_arcs = self.lengths * self.lengths
+        row = torch.repeat_interleave(torch.arange(self.n, device=self.device), n_arcs)
+        k = torch.arange(int(n_arcs.sum()), device=self.device) - self.arc_off[row]
+        n = self.lengths[row]
+        m = k // n + 1
+        r = k - (m - 1) * n
+        return self.offsets[row] + row + torch.where(r < m, r, r + 1)
 
     # -- regularization path --------------------------------------------------------------------------------
     def rescale(self, lam_new: float, rho: float) -> None:

@@ -13,7 +13,8 @@ class TreeHostPath:
 
     def _bind_numpy(self):
         self._h = {name: t.numpy() for name, t in (("offsets", self.offsets), ("arc_off", self.arc_off),
-                                                   ("ptr", self.ptr), ("ids", self.ids), ("gold", self.gold),
+                                                   ("ptr", self.ptr), ("ids", self.ids), ("tptr", self.tptr),
+                                                   ("tids", self.tids), ("gold", self.gold),
                                                    ("w", self.w), ("M", self.M), ("costs", self.costs),
                                                    ("ell_i", self.ell_i), ("ell", self._ell),
                                                    ("gold_ok", self.gold_ok))}
@@ -25,6 +26,10 @@ class TreeHostPath:
         self._S = np.empty((nmax + 1, nmax + 1))
         self._no_heads = np.zeros(1, dtype=np.int64)
 
+    def _t0(self, i: int) -> int:
+        """Block i's first token (its root) in the token design."""
+        return int(self._h["offsets"][i]) + i
+
     def _block(self, i: int) -> tuple[int, int, int]:
         """(n_i, the block's first arc, its first word)."""
         h = self._h
@@ -33,7 +38,8 @@ class TreeHostPath:
     def _np_theta(self, i: int):
         n, base, _ = self._block(i)
         theta = self._theta_buf[:n * n]
-        nb_theta(base, n, self._h["ptr"], self._h["ids"], self._h["w"], theta)
+        nb_theta(base, n, self._h["ptr"], self._h["ids"], self._t0(i), self._h["tptr"], self._h["tids"], self._h["w"],
+                 theta)
         return theta
 
     def _np_oracle(self, i: int, theta):
@@ -64,13 +70,14 @@ class TreeHostPath:
             n, base, _ = self._block(i)
             D = self._D[:n * n] if len(blocks) == 1 else np.empty(n * n)
             self._np_delta(i, P, Q, D)
-            need += nb_support_nnz(D, n, base, self._h["ptr"])
-            Ds.append((n, base, D))
+            need += nb_support_nnz(D, n, base, self._h["ptr"], self._t0(i), self._h["tptr"])
+            Ds.append((n, base, self._t0(i), D))
         if 2 * need > self._keys.shape[0]:
             self._table(1 << int(2 * need).bit_length())
         nu = 0
-        for n, base, D in Ds:
-            nu = nb_image(D, n, base, self._h["ptr"], self._h["ids"], self._keys, self._vals, self._used, nu)
+        for n, base, t0, D in Ds:
+            nu = nb_image(D, n, base, self._h["ptr"], self._h["ids"], t0, self._h["tptr"], self._h["tids"], self._keys,
+                          self._vals, self._used, nu)
         self._nu = nu
         return nu
 

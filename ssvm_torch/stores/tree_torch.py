@@ -32,10 +32,20 @@ class TreeTorchPath:
         owner = torch.repeat_interleave(torch.arange(n_arcs, device=self.device), counts)
         return self.ids[lo:hi].long(), owner
 
+    def _t_tokens(self, i: int):
+        """(ids of block i's head tokens' features, the token each belongs to (0..n_i))."""
+        n, t0 = int(self.lengths[i]), int(self.offsets[i]) + i
+        counts = self.tptr[t0 + 1:t0 + n + 2] - self.tptr[t0:t0 + n + 1]
+        lo, hi = int(self.tptr[t0]), int(self.tptr[t0 + n + 1])
+        return self.tids[lo:hi].long(), torch.repeat_interleave(torch.arange(n + 1, device=self.device), counts)
+
     def _t_theta(self, i: int) -> torch.Tensor:
-        n, base = int(self.lengths[i]), int(self.arc_off[i])
+        n, base, _, _, h = self._t_arcs(i)
         f, owner = self._t_features(base, n * n)
-        return torch.zeros(n * n, dtype=self.dtype, device=self.device).index_add_(0, owner, self.w[f])
+        theta = torch.zeros(n * n, dtype=self.dtype, device=self.device).index_add_(0, owner, self.w[f])
+        tf, towner = self._t_tokens(i)
+        u = torch.zeros(n + 1, dtype=self.dtype, device=self.device).index_add_(0, towner, self.w[tf])
+        return theta + u[h]
 
     def _t_oracle(self, i: int, theta: torch.Tensor):
         """(heads (n,), <S(y*), theta>, <G, theta>, wrong) of block i's loss-augmented tree (the gold tree in
@@ -70,12 +80,15 @@ class TreeTorchPath:
         return point(P) - point(Q)
 
     def _t_image(self, pieces) -> torch.Tensor:
-        """v = sum over (i, D) of sum_a D_a f_a, dense (d,)."""
+        """v = sum over (i, D) of sum_a D_a f_a (head tokens' features through D's column sums), dense (d,)."""
         v = torch.zeros_like(self.w)
         for i, D in pieces:
-            n, base = int(self.lengths[i]), int(self.arc_off[i])
+            n, base, _, _, h = self._t_arcs(i)
             f, owner = self._t_features(base, n * n)
             v.index_add_(0, f, D[owner])
+            col = torch.zeros(n + 1, dtype=self.dtype, device=self.device).index_add_(0, h, D)
+            tf, towner = self._t_tokens(i)
+            v.index_add_(0, tf, col[towner])
         return v
 
     def _t_move(self, v: torch.Tensor, scale: float) -> None:
@@ -165,22 +178,25 @@ class TreeTorchPath:
         out[row, m, torch.where(r < m, r, r + 1)] = flat[self.arc_off[idx][row] + k]
         return out
 
+    def _t_add_arcs(self, arcs: torch.Tensor, coef: torch.Tensor, out: torch.Tensor) -> None:
+        """out += sum over the given arcs of coef_a f_a (their head tokens' features included)."""
+        for ptr, ids, rows in ((self.ptr, self.ids, arcs), (self.tptr, self.tids, self._arc_tokens()[arcs])):
+            counts = ptr[rows + 1] - ptr[rows]
+            nz = torch.repeat_interleave(ptr[rows] - torch.cumsum(counts, 0) + counts, counts) + \
+                torch.arange(int(counts.sum()), device=self.device)
+            out.index_add_(0, ids[nz].long(), torch.repeat_interleave(coef, counts))
+
     def _t_statistics_image(self, labels: torch.Tensor, coef: float, out: torch.Tensor) -> torch.Tensor:
         """out += coef sum_a (G_a - S(y)_a) f_a over every block, for flat labels (W,)."""
         for arcs, sign in ((self._gold_arcs(), 1.0), (self._arcs_of(labels.long()), -1.0)):
-            counts = self.ptr[arcs + 1] - self.ptr[arcs]
-            nz = torch.repeat_interleave(self.ptr[arcs] - torch.cumsum(counts, 0) + counts, counts) + \
-                torch.arange(int(counts.sum()), device=self.device)
-            out.index_add_(0, self.ids[nz].long(), torch.full((nz.shape[0],), sign * coef, dtype=self.dtype,
-                                                               device=self.device))
+            self._t_add_arcs(arcs, torch.full((arcs.shape[0],), sign * coef, dtype=self.dtype, device=self.device), out)
         return out
 
     def _t_w_of(self, M: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
         """out = sum_a (G_a - M_a) f_a / (lam n) over every block (``out`` zeroed by the caller)."""
         G = torch.zeros_like(M)
         G[self._gold_arcs()] = 1.0
-        counts = self.ptr[1:] - self.ptr[:-1]
-        out.index_add_(0, self.ids.long(), torch.repeat_interleave(G - M, counts))
+        self._t_add_arcs(torch.arange(M.shape[0], device=self.device), G - M, out)
         return out.mul_(self._inv())
 
     def _t_batch_corners(self, idx: torch.Tensor, blocks: list) -> BatchCorners:
