@@ -15,7 +15,12 @@
 * ``layer``: :class:`ssvm_torch.nn.LinearChain` against pytorch-crf on the same device, same float32
   inputs, full masks, at (B, T, K) in {(64, 50, 9), (512, 50, 9), (4096, 50, 9), (512, 50, 45)}:
   decode, hinge + backward (ours) vs NLL + backward (pytorch-crf), CRF + backward both; ours with the
-  default kernels (the fused Triton kernels on CUDA) and with ``kernels="torch"`` (the torch loop).
+  default kernels (the fused Triton kernels on CUDA) and with ``kernels="torch"`` (the torch loop);
+* ``trees``: the dependency-tree kernels (ssvm_torch.trees) on the same device, float32, B = 256 sentences of
+  n = 40 and of n = 100: projective best tree and log Z + backward against torch-struct's ``DependencyCRF``,
+  non-projective log Z + marginals against ``NonProjectiveDependencyCRF``, and the non-projective best tree
+  (Chu-Liu-Edmonds on the host, one copy each way) against a per-sentence Python Chu-Liu-Edmonds with a rerun
+  per root on the CPU (SuPar's method; timed on 32 of the sentences and scaled to B, it is linear in B).
 
 Writes benchmarks/results/gpu.json. ``--device cpu --quick`` runs the same code on the CPU torch
 path with small sizes (a smoke test of this script, not a figure).
@@ -236,7 +241,64 @@ def layer_figures(device, repeats, shapes=LAYER_SHAPES):
     return out
 
 
-SECTIONS = ("gap", "decode", "conll", "minibatch", "layer")
+TREE_SHAPES = ((256, 40), (256, 100))
+
+
+def tree_figures(device, repeats, shapes=TREE_SHAPES):
+    """Milliseconds of the tree operations against torch-struct and the CPU reference (module docstring),
+    the two decoders checked to agree before timing."""
+    import numpy as np
+    sys.path.insert(0, str(Path(__file__).parent))
+    from bench_trees import patch_torch_struct, supar_style_mst, to_torch_struct
+    from ssvm_torch.trees import dependency_decode, dependency_log_partition
+    ts = patch_torch_struct()
+    out = {}
+    for B, n in shapes:
+        g = torch.Generator().manual_seed(B + n)
+        S = torch.randn(B, n + 1, n + 1, generator=g).to(device)
+        T = to_torch_struct(S)
+        lengths = torch.full((B,), n, device=device)
+        host = S.double().cpu().numpy()
+
+        def ours_logz():
+            x = S.clone().requires_grad_(True)
+            dependency_log_partition(x, lengths=lengths).sum().backward()
+
+        def ts_logz():
+            x = T.clone().requires_grad_(True)
+            ts.DependencyCRF(x, multiroot=False).partition.sum().backward()
+
+        def ours_nonproj():
+            x = S.clone().requires_grad_(True)
+            dependency_log_partition(x, lengths=lengths, projective=False).sum().backward()
+
+        def ts_nonproj():
+            d = ts.NonProjectiveDependencyCRF(T.clone(), multiroot=False)
+            d.partition
+            d.marginals
+        sub = min(B, 32)
+        ours_np = dependency_decode(S.double(), lengths=lengths, projective=False)[:sub].cpu().numpy()
+        ref = np.stack([supar_style_mst(host[b], n) for b in range(sub)])
+        ms = lambda fn: 1e3 * timed_adaptive(fn, device, repeats)          # noqa: E731
+        cle = 1e3 * timed(lambda: [supar_style_mst(host[b], n) for b in range(sub)], torch.device("cpu"), 1) * B / sub
+        row = {"proj_decode_ms": {"ours": ms(lambda: dependency_decode(S, lengths=lengths)),
+                                  "torch_struct": ms(lambda: ts.DependencyCRF(T.clone(), multiroot=False).argmax)},
+               "proj_logz_backward_ms": {"ours": ms(ours_logz), "torch_struct": ms(ts_logz)},
+               "nonproj_marginals_ms": {"ours": ms(ours_nonproj), "torch_struct": ms(ts_nonproj)},
+               "nonproj_decode_ms": {"ours": ms(lambda: dependency_decode(S, lengths=lengths, projective=False)),
+                                     "cpu_cle": cle},
+               "nonproj_decoders_agree": bool((ours_np[:, 1:] == ref[:, 1:]).all())}
+        for v in row.values():
+            if isinstance(v, dict):
+                other = next(k for k in v if k != "ours")
+                v["speedup"] = v[other] / v["ours"]
+        out[f"{B}_{n}"] = row
+        print(f"trees B={B} n={n}: " + ", ".join(f"{k} {v['ours']:.2f} ms (x{v['speedup']:.1f})" for k, v in row.items()
+                                              if isinstance(v, dict)), flush=True)
+    return out
+
+
+SECTIONS = ("gap", "decode", "conll", "minibatch", "layer", "trees")
 
 
 def main():
@@ -306,6 +368,9 @@ def main():
         shapes = ((64, 20, 9), (256, 20, 45)) if quick else LAYER_SHAPES
         res["layer"] = layer_figures(device, max(args.repeats, 20), shapes)
 
+    def trees():
+        res["trees"] = tree_figures(device, args.repeats, ((8, 12), (8, 20)) if quick else TREE_SHAPES)
+
     def minibatch():
         # tau = 1 on the GPU is dozens of kernel launches per block step (docs/devices.md has its figure): no budget for it
         taus = [64] if quick else [64, 256, 1024, task.n_train]
@@ -314,7 +379,8 @@ def main():
         res["minibatch_ocr_large"] = minibatch_figures(task, device, taus, passes=1 if quick else 2000,
                                                        target=0.1, budget_s=args.budget)
 
-    for name, fn in (("layer", layer), ("gap", gap), ("decode", decode), ("conll", conll), ("minibatch", minibatch)):
+    for name, fn in (("layer", layer), ("gap", gap), ("decode", decode), ("conll", conll), ("minibatch", minibatch),
+                     ("trees", trees)):
         section(name, fn)
     print(f"wrote {out}")
     return 0
