@@ -267,6 +267,13 @@ def test_killed_train_run_resumes_exactly(tmp_path):
     assert torch.equal(load_model(killed / "model.pt")["w"], load_model(full / "model.pt")["w"])
 
 
+def _as_from_a_terminal():
+    """Child set-up for the Ctrl-C tests: SIGINT at its default disposition, as a shell starts a command.
+    The test process may have it ignored (Lightning's trainer sets SIG_IGN for good after it handles a
+    KeyboardInterrupt in an earlier test of this process), and an ignored SIGINT is inherited."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_interrupted_run_without_checkpoint_keeps_its_work(tmp_path, sig):
     """Ctrl-C / SIGTERM mid-run, no --checkpoint: the run closes its interval with an exact gap check,
@@ -275,7 +282,7 @@ def test_interrupted_run_without_checkpoint_keeps_its_work(tmp_path, sig):
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen([sys.executable, "-m", "ssvm_torch.cli.train", "--dataset", "ocr-small", "--lam", "0.01",
                              "--gap-check", "5", "--passes", "100000", "--out", str(out)], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=_as_from_a_terminal)
     for line in proc.stdout:                                      # the first gap check: training is under way
         if line.startswith("pass") and not line.startswith("pass     0.0"):
             break
@@ -483,7 +490,7 @@ def test_ctrl_c_during_the_path_keeps_the_breakpoints_certified_so_far(tmp_path)
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen([sys.executable, "-m", "ssvm_torch.cli.path", "--dataset", "ocr-small", "--eps", "0.01",
                              "--lam-min", "1e-9", "--out", str(out)], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True, preexec_fn=_as_from_a_terminal)
     seen = 0
     for line in proc.stdout:                                      # two breakpoints solved: the path is under way
         seen += line.startswith("lam")
@@ -567,7 +574,7 @@ def test_ctrl_c_while_the_command_starts_is_one_line(tmp_path):
     if not script.is_file():
         pytest.skip("the console script is not installed in this environment")
     proc = subprocess.Popen([str(script), "--dataset", "ocr-small", "--out", str(tmp_path / "run")],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=_as_from_a_terminal)
     time.sleep(0.6)                                   # imports take seconds; the guard is in place at once
     proc.send_signal(signal.SIGINT)
     _, stderr = proc.communicate(timeout=120)
