@@ -103,6 +103,13 @@ def to_host(t: torch.Tensor) -> np.ndarray:
         return _NUMPY(t.detach().cpu())
 
 
+def to_host_all(*tensors: torch.Tensor) -> list[np.ndarray]:
+    """:func:`to_host` of each tensor (contiguous first) under one sanction: the per-call cost of a
+    kernel that takes many small arrays stays a few microseconds."""
+    with _sanction():
+        return [_NUMPY(t.detach().contiguous().cpu()) for t in tensors]
+
+
 def from_host(a, device, dtype: torch.dtype | None = None) -> torch.Tensor:
     """A numpy array (a CPU library's result) as a tensor on ``device``: the way back from :func:`to_host`."""
     with _sanction():

@@ -387,3 +387,46 @@ def test_a_thousand_tags_at_batch_8_length_25():
         lay.loss = loss
         lay(E, tags).backward()
     assert lay.decode(E).shape == (B, T) and torch.allclose(lay.marginals(E).sum(-1), torch.ones(B, T))
+
+
+@pytest.mark.parametrize("K", [3, 9, 16, 23])
+def test_both_viterbi_loop_orders_give_the_layer_the_same_labels_losses_and_gradients(K):
+    """The loop order the numba Viterbi picks by K (chain/numba_viterbi.py) is a speed choice only:
+    decode, the per-row hinge (the loss-augmented max) and its gradient are bit-identical under either
+    order forced, with ties (integer emissions) and without, a ragged mask and BIO-like constraints."""
+    from ssvm_torch.chain.numba_viterbi import forced_loop_order
+    g = torch.Generator().manual_seed(K)
+    allowed = torch.rand(K, K, generator=g) > 0.2
+    allowed[:, 0] = True
+    lay = LinearChain(K, batch_first=True, constraints={"start": torch.ones(K, dtype=torch.bool),
+                                                        "end": torch.ones(K, dtype=torch.bool),
+                                                        "transitions": allowed})
+    for ties in (False, True):
+        E = torch.randint(-2, 3, (6, 11, K), generator=g).float() if ties else torch.randn(6, 11, K, generator=g)
+        mask = torch.arange(11)[None] < torch.tensor([11, 7, 1, 0, 11, 4])[:, None]
+        tags = torch.zeros(6, 11, dtype=torch.int64)
+        seen = []
+        for order in ("rowwise", "columnwise", "auto"):
+            with forced_loop_order(order):
+                Eg = E.clone().requires_grad_(True)
+                per_row = lay(Eg, tags, mask, reduction="none")
+                per_row.sum().backward()
+                seen.append((lay.decode(E, mask), per_row.detach(), Eg.grad))
+        for other in seen[1:]:
+            assert all(torch.equal(a, b) for a, b in zip(seen[0], other))
+    with pytest.raises(ValueError, match="loop order: expected one of"):
+        with forced_loop_order("diagonal"):
+            pass
+
+
+def test_the_one_reduction_finiteness_check_still_refuses_nan_and_inf_and_accepts_overflowing_sums():
+    """The input check's fast path is a sum; finite scores whose float32 sum overflows must pass
+    the full check instead of being refused, and a single NaN / inf entry must still be refused."""
+    lay = LinearChain(3, batch_first=True)
+    big = torch.full((2, 4, 3), 3e38)                      # finite, sum overflows float32
+    assert lay.decode(big).shape == (2, 4)
+    for bad in (float("nan"), float("inf"), float("-inf")):
+        E = torch.randn(2, 4, 3)
+        E[1, 2, 0] = bad
+        with pytest.raises(SSVMInputError, match="emissions: expected scores without NaN or inf, found 1 such"):
+            lay.decode(E)

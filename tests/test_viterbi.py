@@ -106,14 +106,15 @@ def test_decode_backends_are_one_call(augment):
 @pytest.mark.parametrize("constraints", [False, True])
 @pytest.mark.parametrize("ties", [False, True])
 def test_columnwise_recursion_equals_the_rowwise_step_bit_for_bit(constraints, ties):
-    """One transition matrix runs the column-wise recursion (the loop over previous labels
-    outermost); the same matrix repeated per position runs the row-wise step. Same sums, same
-    association, same tie rule: the labels and scores must be equal bit for bit, with ties and with
-    0 / -inf tag penalties, loss-augmented or not."""
-    from ssvm_torch.chain.numba_viterbi import NO_PEN, viterbi_segment_tt
+    """One transition matrix runs either loop order (forced, or picked by K); the same matrix repeated
+    per position runs the row-wise step. Same sums, same association, same tie rule: the labels and
+    scores must be equal bit for bit across all of them, with ties and with 0 / -inf tag penalties,
+    loss-augmented or not, on both sides of the crossover K."""
+    from ssvm_torch.chain.numba_viterbi import (AUTO, COLUMNWISE, COLUMNWISE_MIN_K, NO_PEN, ROWWISE,
+                                                viterbi_segment_tt)
     rng = np.random.default_rng(7 + 2 * constraints + ties)
-    for K in (1, 2, 3, 7, 22):
-        for _ in range(20):
+    for K in (1, 2, 3, 7, 9, COLUMNWISE_MIN_K - 1, COLUMNWISE_MIN_K, 22, 45):
+        for _ in range(12):
             T = int(rng.integers(1, 30))
             draw = (lambda *s: rng.integers(-2, 3, size=s).astype(float)) if ties else (lambda *s: rng.normal(size=s))
             U, first, last, trans = draw(T, K), draw(K), draw(K), draw(K, K)
@@ -121,10 +122,11 @@ def test_columnwise_recursion_equals_the_rowwise_step_bit_for_bit(constraints, t
             gt = rng.integers(0, K, size=T)
             lw = float(rng.choice([0.0, 1.0 / T]))
             runs = []
-            for per_position in (False, True):
+            for per_position, order in ((False, ROWWISE), (False, COLUMNWISE), (False, AUTO), (True, AUTO)):
                 trans3 = np.repeat(trans[None], T, axis=0) if per_position else trans[None].copy()
                 out = np.empty(T, dtype=np.int64)
                 score = viterbi_segment_tt(U, 0, T, first, last, trans3, per_position, gt, lw, out, np.empty(K),
-                                           np.empty(K), np.empty((T, K), dtype=np.int64), pen)
+                                           np.empty(K), np.empty((T, K), dtype=np.int64), pen, order)
                 runs.append((out, score))
-            assert np.array_equal(runs[0][0], runs[1][0]) and runs[0][1] == runs[1][1]
+            for out, score in runs[1:]:
+                assert np.array_equal(runs[0][0], out) and runs[0][1] == score

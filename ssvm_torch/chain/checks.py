@@ -48,10 +48,13 @@ def refuse_bad_scores(t: torch.Tensor, field: str, allow_neg_inf: bool = True) -
     """NaN and +inf scores are refused (they would decode to arbitrary labels and NaN gradients);
     -inf is allowed where it marks a forbidden tag or move (``allow_neg_inf``). On CUDA an
     asynchronous device assertion (no host sync; the error surfaces at the next sync); elsewhere a
-    host check that counts the bad entries. One elementwise pass, O(B T K) against the decoders'
-    O(B T K^2)."""
+    host check that counts the bad entries, after a one-reduction test (the sum is finite exactly
+    when no entry is NaN or infinite, unless finite entries overflow it: then the full check runs).
+    O(B T K) against the decoders' O(B T K^2)."""
     if tracing():
         return
+    if not t.is_cuda and t.numel() and bool(torch.isfinite(t.sum())):
+        return          # one reduction: a NaN or an inf entry makes the sum non-finite (overflow falls through)
     bad = torch.isnan(t) | (t == float("inf")) if allow_neg_inf else ~torch.isfinite(t)
     what = "NaN or +inf (-inf marks a forbidden tag or move)" if allow_neg_inf else "NaN or inf"
     if t.is_cuda:
@@ -61,7 +64,7 @@ def refuse_bad_scores(t: torch.Tensor, field: str, allow_neg_inf: bool = True) -
 
 
 def fail_no_path(scores: torch.Tensor, mask: torch.Tensor):
-    if tracing():
+    if tracing() or bool(torch.isfinite(scores).all()):
         return
     bad = torch.nonzero(~torch.isfinite(scores) & mask.any(1))
     if len(bad):

@@ -8,14 +8,15 @@ from __future__ import annotations
 import numba
 import torch
 
-from ..devices import to_host
+from ..devices import to_host, to_host_all
 from ..errors import SSVMInputError
 from . import numba_masked as mc
 from .checks import effective, fail_no_path
+from .numba_viterbi import loop_order
 
 
 def _host(*tensors):
-    return [to_host(t.detach().contiguous()) for t in tensors]
+    return to_host_all(*tensors)
 
 
 def numba_decode(E, mask, start, end, trans, penalty, gold=None, rowc=None, cost=None):
@@ -28,8 +29,8 @@ def numba_decode(E, mask, start, end, trans, penalty, gold=None, rowc=None, cost
     augment = gold is not None
     g, c, r = (_host(gold, cost.to(torch.float64), rowc.to(torch.float64)) if augment
                else (mc.NO_LOSS[None], mc.NO_LOSS[None].astype(float), mc.NO_LOSS.astype(float)))
-    e_np, m_np, s_np, en_np, t_np = _host(E, mask, s, e, t[None])
-    mc.nb_decode(e_np, m_np, s_np, en_np, t_np, augment, g, c, r, *_host(labels, scores, gold_scores))
+    mc.nb_decode(*_host(E, mask, s, e, t[None]), augment, g, c, r, *_host(labels, scores, gold_scores), loop_order(),
+                 numba.get_num_threads())
     return labels, scores, (gold_scores if augment else None)
 
 
@@ -41,7 +42,15 @@ def _grad_buffers(shape, device):
 
 def _add_stats(buffers, labels, mask, coef):
     """buffers += coef_b * the statistics of labels_b (the indicator vectors of a labeling)."""
-    mc.nb_add_path_stats(*_host(labels, mask, coef), *(to_host(x) for x in buffers))
+    mc.nb_add_path_stats(*_host(labels, mask, coef), *_host(*buffers))
+
+
+def _add_stats_difference(buffers, labels, gold, mask, coef):
+    """buffers += coef_b * (the statistics of labels_b - those of gold_b): the hinge's subgradient."""
+    lab_np, gold_np, m_np, c_np, nc_np = _host(labels, gold, mask, coef, -coef)
+    bufs = _host(*buffers)
+    mc.nb_add_path_stats(lab_np, m_np, c_np, *bufs)
+    mc.nb_add_path_stats(gold_np, m_np, nc_np, *bufs)
 
 
 def _cast(buffers, dtypes):
@@ -64,9 +73,7 @@ class NumbaHinge(torch.autograd.Function):
     def backward(ctx, grad):
         ystar, gold, mask = ctx.saved_tensors
         buffers = _grad_buffers(ctx.shape, ystar.device)
-        g = grad.detach().to(torch.float64)
-        _add_stats(buffers, ystar, mask, g)
-        _add_stats(buffers, gold, mask, -g)
+        _add_stats_difference(buffers, ystar, gold, mask, grad.detach().to(torch.float64))
         return _cast(buffers, ctx.dtypes) + (None,) * 5
 
 

@@ -59,39 +59,44 @@ def _path_score(E, b, pos, L, labels, start, end, trans):
 
 
 @nb.njit(cache=True, nogil=True, parallel=True)
-def nb_decode(E, mask, start, end, trans3, augment, gold, cost, rowc, out, scores, gold_scores):
+def nb_decode(E, mask, start, end, trans3, augment, gold, cost, rowc, out, scores, gold_scores, order, nchunk):
     """Viterbi of every row of E (B, T, K) under ``mask``: out (B, T) gets the argmax labels at the
     masked-on positions (the caller fills it with -1 first), scores (B,) the max of
     Delta + s(y) (0 for an empty row). With ``rowc`` (B,) nonzero, the loss c_b C[gold_t, k] is added
     (loss-augmented decoding) and gold_scores (B,) gets s(gold) (-inf for a gold labeling the
     constraints forbid). trans3 is (1, K, K) [next, prev], start/end (K,), all float64; without
-    ``augment``, gold/cost/rowc are not read."""
+    ``augment``, gold/cost/rowc are not read. ``order``: the Viterbi loop order
+    (:data:`~ssvm_torch.chain.numba_viterbi.AUTO` picks by K). ``nchunk`` row chunks run in parallel,
+    each with one set of O(T K) work buffers (numba's thread count: the caller passes it), so no
+    buffer is allocated per row."""
     B, T, K = E.shape
-    for b in nb.prange(B):
+    nchunk = max(1, min(nchunk, B))
+    for ch in nb.prange(nchunk):
         pos = np.empty(T, dtype=np.int64)
-        L = masked_positions(mask, b, pos)
-        if L == 0:
-            scores[b] = 0.0
-            gold_scores[b] = 0.0
-            continue
-        U = np.empty((L, K))
-        for s in range(L):
-            for k in range(K):
-                U[s, k] = E[b, pos[s], k]
-        if augment and rowc[b] != 0.0:
-            for s in range(L):
-                g = gold[b, pos[s]]
-                for k in range(K):
-                    U[s, k] += rowc[b] * cost[g, k]
-        ys = np.empty(L, dtype=np.int64)
+        U = np.empty((T, K))
+        ys = np.empty(T, dtype=np.int64)
         delta, newd = np.empty(K), np.empty(K)
-        bp = np.empty((L, K), dtype=np.int64)
-        scores[b] = viterbi_segment_tt(U, 0, L, start, end, trans3, False, NO_LOSS, 0.0, ys, delta, newd, bp,
-                                       NO_PEN)
-        for s in range(L):
-            out[b, pos[s]] = ys[s]
-        if augment:
-            gold_scores[b] = _path_score(E, b, pos, L, gold, start, end, trans3[0])
+        bp = np.empty((T, K), dtype=np.int64)
+        for b in range(ch, B, nchunk):
+            L = masked_positions(mask, b, pos)
+            if L == 0:
+                scores[b] = 0.0
+                gold_scores[b] = 0.0
+                continue
+            for s in range(L):
+                for k in range(K):
+                    U[s, k] = E[b, pos[s], k]
+            if augment and rowc[b] != 0.0:
+                for s in range(L):
+                    g = gold[b, pos[s]]
+                    for k in range(K):
+                        U[s, k] += rowc[b] * cost[g, k]
+            scores[b] = viterbi_segment_tt(U, 0, L, start, end, trans3, False, NO_LOSS, 0.0, ys, delta, newd, bp,
+                                           NO_PEN, order)
+            for s in range(L):
+                out[b, pos[s]] = ys[s]
+            if augment:
+                gold_scores[b] = _path_score(E, b, pos, L, gold, start, end, trans3[0])
 
 
 @nb.njit(cache=True, nogil=True, inline="always")

@@ -15,12 +15,50 @@ unconstrained. Penalties are read by the recursion only, never added into the we
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import numba as nb
 import numpy as np
 
 from ..devices import to_host
 
 NO_PEN = np.zeros((0, 1))          # the unconstrained penalty array of the numba kernels
+
+# The loop order of the max-sum step with one transition matrix (``order`` of the kernels): AUTO picks
+# by the label count, ROWWISE is the per-next-label argmax scan (:func:`_step_rowwise`), COLUMNWISE
+# the compare-and-select over next labels (:func:`_steps_columnwise`). Both give the same labels and
+# scores bit for bit; which is faster depends on K (benchmarks/bench_viterbi_order.py,
+# benchmarks/results/viterbi_order.json): the scan wins on small tag sets, the vectorized update on
+# large ones.
+AUTO, ROWWISE, COLUMNWISE = 0, 1, 2
+COLUMNWISE_MIN_K = 16              # the crossover measured by benchmarks/bench_viterbi_order.py
+LOOP_ORDERS = {"auto": AUTO, "rowwise": ROWWISE, "columnwise": COLUMNWISE}
+_forced = [AUTO]
+
+
+def loop_order() -> int:
+    """The loop order the layer kernels pass down (AUTO unless :func:`forced_loop_order` is active)."""
+    return _forced[0]
+
+
+@contextmanager
+def forced_loop_order(name: str):
+    """Run the chain layer's Viterbi with one loop order ("auto", "rowwise", "columnwise"): the switch
+    benchmarks use to measure both orders side by side in one process (results are identical)."""
+    if name not in LOOP_ORDERS:
+        raise ValueError(f"loop order: expected one of {sorted(LOOP_ORDERS)}, got {name!r}")
+    before = _forced[0]
+    _forced[0] = LOOP_ORDERS[name]
+    try:
+        yield
+    finally:
+        _forced[0] = before
+
+
+@nb.njit(cache=True, nogil=True, inline="always")
+def uses_columnwise(K, order):
+    """Whether the step with one transition matrix runs column-wise for K labels under ``order``."""
+    return order == COLUMNWISE or (order == AUTO and K >= COLUMNWISE_MIN_K)
 
 
 def penalty_array(start, end, trans) -> np.ndarray:
@@ -30,22 +68,26 @@ def penalty_array(start, end, trans) -> np.ndarray:
 
 
 @nb.njit(cache=True, nogil=True)
-def viterbi_segment(U, start, T, first, last, trans, gt, lw, out, delta, newd, bp, pen):
+def viterbi_segment(U, start, T, first, last, trans, gt, lw, out, delta, newd, bp, pen, order=AUTO):
     """Decode one sequence (rows start..start+T of U) into out[start:start+T]; returns its score.
 
     ``delta``/``newd`` (K,) and ``bp`` (>=T, K) are work buffers. If ``lw`` != 0, the Hamming loss
     lw [k != gt_t] against gt[start:start+T] is added to the unaries (lw = 1/T: normalized).
-    ``pen``: the constraint penalties (module docstring) or :data:`NO_PEN`.
+    ``pen``: the constraint penalties (module docstring) or :data:`NO_PEN`; ``order`` the loop order
+    (:data:`AUTO`: by K).
     """
     K = trans.shape[0]
     return viterbi_segment_tt(U, start, T, first, last, trans.reshape((1, K, K)), False, gt, lw, out, delta,
-                              newd, bp, pen)
+                              newd, bp, pen, order)
 
 
 @nb.njit(cache=True, nogil=True)
-def viterbi_segment_tt(U, start, T, first, last, trans3, per_position, gt, lw, out, delta, newd, bp, pen):
+def viterbi_segment_tt(U, start, T, first, last, trans3, per_position, gt, lw, out, delta, newd, bp, pen,
+                       order=AUTO):
     """:func:`viterbi_segment` with the transition into position t read from ``trans3[t]`` (T, K, K)
-    when ``per_position`` (edge-observation features, models/chain_edges.py), else ``trans3[0]``."""
+    when ``per_position`` (edge-observation features, models/chain_edges.py), else ``trans3[0]``;
+    one matrix runs the loop order ``order`` picks (:func:`uses_columnwise`), per-position ones the
+    row-wise step."""
     K = U.shape[1]
     cons = pen.shape[0] > 0
     for k in range(K):
@@ -58,8 +100,14 @@ def viterbi_segment_tt(U, start, T, first, last, trans3, per_position, gt, lw, o
     if per_position:
         for t in range(1, T):
             _step_rowwise(U, start + t, trans3[t], cons, pen, gt, lw, delta, newd, bp[t])
-    else:
+    elif uses_columnwise(K, order):
         _steps_columnwise(U, start, T, trans3[0], cons, pen, gt, lw, delta, newd, bp)
+    elif cons:
+        trans = trans3[0]
+        for t in range(1, T):
+            _step_rowwise(U, start + t, trans, cons, pen, gt, lw, delta, newd, bp[t])
+    else:
+        _steps_rowwise_free(U, start, T, trans3[0], gt, lw, delta, newd, bp)
     best = delta[0] + last[0] + (pen[K + 1, 0] if cons else 0.0)
     arg = 0
     for k in range(1, K):
@@ -103,6 +151,31 @@ def _step_rowwise(U, r, trans, cons, pen, gt, lw, delta, newd, bp_t):
         bp_t[k] = arg
     for k in range(K):
         delta[k] = newd[k]
+
+
+@nb.njit(cache=True, nogil=True)
+def _steps_rowwise_free(U, start, T, trans, gt, lw, delta, newd, bp):
+    """The row-wise steps of rows start+1 .. start+T-1 with one transition matrix and no tag
+    penalties: :func:`_step_rowwise`'s scan (the same sums and tie rule) in one loop nest, so
+    nothing is re-dispatched per position."""
+    K = U.shape[1]
+    for t in range(1, T):
+        r = start + t
+        for k in range(K):
+            best = delta[0] + trans[k, 0]
+            arg = 0
+            for j in range(1, K):
+                c = delta[j] + trans[k, j]
+                if c > best:
+                    best = c
+                    arg = j
+            v = best + U[r, k]
+            if lw != 0.0 and k != gt[r]:
+                v += lw
+            newd[k] = v
+            bp[t, k] = arg
+        for k in range(K):
+            delta[k] = newd[k]
 
 
 @nb.njit(cache=True, nogil=True)
