@@ -18,6 +18,8 @@ typed container (``GraphData``, ``PoseData``, ``PairData``, ``ExplicitData``) wi
 """
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import math
 
 import numpy as np
@@ -44,6 +46,35 @@ except ImportError as e:                   # pragma: no cover - exercised only w
 STRUCTURES = ("chain", "multiclass", "multilabel", "custom")
 
 
+def data_fingerprint(data) -> str:
+    """A digest of a training container's contents (every tensor's dtype, shape and bytes, every other
+    field's repr): a warm start continues only on the data it was fitted on."""
+    h = hashlib.blake2b(digest_size=20)
+    fields = ([(f.name, getattr(data, f.name)) for f in dataclasses.fields(data)] if dataclasses.is_dataclass(data)
+              else sorted(vars(data).items()))
+    for name, value in fields:
+        h.update(name.encode())
+        if isinstance(value, torch.Tensor):
+            if value.layout == torch.sparse_csr:
+                parts = (value.crow_indices(), value.col_indices(), value.values())
+            elif value.is_sparse:
+                value = value.coalesce()
+                parts = (value.indices(), value.values())
+            else:
+                parts = (value,)
+            for t in parts:
+                a = np.ascontiguousarray(to_host(t))
+                h.update(f"{a.dtype}{a.shape}".encode())
+                h.update(a.tobytes())
+        elif isinstance(value, np.ndarray):
+            a = np.ascontiguousarray(value)
+            h.update(f"{a.dtype}{a.shape}".encode())
+            h.update(a.tobytes() if a.dtype != object else repr(a.tolist()).encode())
+        else:
+            h.update(repr(value).encode())
+    return h.hexdigest()
+
+
 class StructuredSVM(BaseEstimator):
     """Structured SVM trained by the Frank-Wolfe family (default: BCFW with gap sampling).
 
@@ -51,8 +82,10 @@ class StructuredSVM(BaseEstimator):
     ``model``), ``lam`` (None: 1/n), ``solver``, ``sampling``, ``step``, ``cache``, ``passes``,
     ``gap_check``, ``gap_threshold``, ``averaging``, ``seed``, ``n_states`` (chain: None = max
     label + 1), ``nonnegative`` (custom: indices of w kept >= 0), ``device``, ``dtype``, ``kernels``.
-    ``warm_start=True``: a second ``fit`` on the same examples continues from the current dual
-    variables (rescaled keep-primal, Alg. 7, if ``lam`` changed)."""
+    ``warm_start=True``: a second ``fit`` on the same examples (the same contents, checked by a
+    digest of the training data) continues from the current dual variables (rescaled keep-primal,
+    Alg. 7, if ``lam`` changed); a ``fit`` on other data starts afresh on them, as a cold fit does
+    (the dual variables belong to the examples, so nothing of the old fit carries over)."""
 
     def __init__(self, structure: str = "chain", lam: float | None = None, solver: str = "bcfw",
                  sampling: str = "gap", step: str = "fw", cache: bool = False, passes: float = 50,
@@ -199,7 +232,8 @@ class StructuredSVM(BaseEstimator):
         cfg = SolverConfig(solver=self.solver, sampling=self.sampling, step=self.step, cache=self.cache,
                            passes=self.passes, gap_check=self.gap_check, gap_threshold=self.gap_threshold,
                            averaging=self.averaging, seed=self.seed, time_budget=math.inf).validate()
-        warm = self.warm_start and hasattr(self, "store_") and self.store_.n == n
+        fingerprint = data_fingerprint(data) if self.warm_start else None
+        warm = self.warm_start and hasattr(self, "store_") and getattr(self, "fingerprint_", None) == fingerprint
         if warm:
             store = self.store_
             if lam != store.lam:
@@ -217,7 +251,7 @@ class StructuredSVM(BaseEstimator):
                                kernels=self.kernels, nonnegative=self.nonnegative)
         self.solver_ = make_solver(store, cfg)
         self.history_ = self.solver_.run()
-        self.store_, self.lam_ = store, lam
+        self.store_, self.lam_, self.fingerprint_ = store, lam, fingerprint
         last = self.history_[-1]
         self.coef_ = self.solver_.model_point()[0].detach().to("cpu", torch.float64).clone()
         self.gap_ = last["gap"]
@@ -373,13 +407,21 @@ class MultiLabelSSVM(ClassifierMixin, StructuredSVM):
             self.n_features_in_, self.classes_ = X.X.shape[1], np.arange(X.Y.shape[1])
             return self._fit_data(X)
         X, y = validate_data(self, X, y, dtype=np.float64, multi_output=True)
+        y = self._indicators(y)
+        self.classes_ = np.arange(y.shape[1])
+        return self._fit_data(FlatData(X, y.astype(np.int64)))
+
+    @staticmethod
+    def _indicators(y, width: int | None = None) -> np.ndarray:
+        """y as an (n, L) 0/1 indicator matrix, refused by name otherwise (fit and score alike)."""
         kind = type_of_target(y)
         if kind != "multilabel-indicator":          # the word "continuous" reaches the user for real targets
             raise SSVMInputError(f"y: expected an (n, L >= 2) 0/1 label indicator matrix (multilabel-indicator), "
                                  f"got a {kind} target of shape {np.shape(y)}")
         y = np.asarray(y)
-        self.classes_ = np.arange(y.shape[1])
-        return self._fit_data(FlatData(X, y.astype(np.int64)))
+        if width is not None and y.shape[1] != width:
+            raise SSVMInputError(f"y: expected {width} label columns (as in fit), got {y.shape[1]}")
+        return y
 
     def _features(self, X):
         self._check_fitted()
@@ -402,4 +444,5 @@ class MultiLabelSSVM(ClassifierMixin, StructuredSVM):
         if isinstance(X, FlatData):
             return StructuredSVM.score(self, X)
         self._require_labels(X, y, "score")
-        return ClassifierMixin.score(self, X, y, sample_weight)
+        self._check_fitted()
+        return ClassifierMixin.score(self, X, self._indicators(y, len(self.classes_)), sample_weight)

@@ -1,6 +1,7 @@
 """The scikit-learn facade: the estimator contract (defaults, get/set_params, clone, GridSearchCV),
 the CLI's numbers reproduced through fit/predict, warm starts, and every input form."""
 import json
+import re
 
 import numpy as np
 import pytest
@@ -128,3 +129,47 @@ def test_estimator_runs_the_other_solvers(ocr_small, solver):
     assert est.gap_ == pytest.approx(est.history_[-1]["primal"] - est.history_[-1]["dual"])
     assert torch.equal(est.coef_, est.solver_.model_point()[0])
     assert est.score(X, Y) > 0.3
+
+
+def test_warm_start_on_other_data_of_the_same_size_starts_afresh(ocr_small):
+    """The audit's case: a warm start compared only the number of examples and kept training the old
+    dual on new data. Other data (same size) must give exactly what a cold fit on them gives, for the
+    chain and the multiclass estimators; the same data still continues."""
+    X, Y = as_lists(ocr_small[0].subset(range(60)))
+    Y_new = [y[::-1].copy() for y in Y]                  # relabelled tags, same shapes
+    warm = ChainSSVM(lam=0.01, passes=4, gap_check=2, warm_start=True).fit(X, Y)
+    old_store = warm.store_
+    warm.fit(X, Y_new)
+    cold = ChainSSVM(lam=0.01, passes=4, gap_check=2).fit(X, Y_new)
+    assert warm.store_ is not old_store
+    assert torch.equal(warm.coef_, cold.coef_) and warm.gap_ == cold.gap_
+    rng = np.random.default_rng(0)
+    centers = rng.normal(size=(3, 4)) * 3
+    y = rng.integers(0, 3, size=150)
+    Xm = centers[y] + rng.normal(size=(150, 4))
+    mc = MulticlassSSVM(lam=0.01, passes=10, gap_check=5, warm_start=True).fit(Xm, y)
+    Xn, yn = -Xm[::-1], y[::-1]                            # mirrored points in another order, same size
+    mc.fit(Xn, yn)
+    mc_cold = MulticlassSSVM(lam=0.01, passes=10, gap_check=5).fit(Xn, yn)
+    assert torch.equal(mc.coef_, mc_cold.coef_)
+    assert mc.score(Xn, yn) == mc_cold.score(Xn, yn) > 0.9 and mc.score(Xm, y) < 0.5
+    store = mc.store_
+    mc.fit(Xn.copy(), yn.copy())                           # the same contents again: continued
+    assert mc.store_ is store
+
+
+def test_multilabel_score_refuses_what_fit_refuses():
+    """The audit's case: score accepted a label matrix with 2s (and returned 0.042) that fit refuses."""
+    Xtr, Ytr, _, _ = load_scene()
+    X, Y = Xtr[:120].numpy(), Ytr[:120].numpy()
+    ml = MultiLabelSSVM(lam=0.01, passes=2, gap_check=2).fit(X, Y)
+    bad = Y.copy()
+    bad[0, 0] = 2
+    for y, text in ((bad, "y: expected an (n, L >= 2) 0/1 label indicator matrix"),
+                    (Y[:, :4], "y: expected 6 label columns (as in fit), got 4")):
+        with pytest.raises(SSVMInputError, match=re.escape(text)):
+            ml.score(X, y)
+        if y is bad:
+            with pytest.raises(SSVMInputError, match=re.escape(text)):
+                MultiLabelSSVM(passes=1).fit(X, y)
+    assert 0.0 <= ml.score(X, Y) <= 1.0

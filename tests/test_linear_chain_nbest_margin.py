@@ -160,3 +160,35 @@ def test_softmax_margin_passes_gradcheck(kernels):
         values = {"start_transitions": start, "end_transitions": end, "transitions": trans}
         return torch.func.functional_call(lay, values, (E, gold, mask), {"reduction": "none"})
     assert torch.autograd.gradcheck(loss, (E, *params))
+
+
+@pytest.mark.parametrize("kernels", KERNELS)
+def test_nbest_caps_and_refusals(kernels):
+    """The audit's cases: k beyond the labelings that exist (81 here) or beyond memory is refused by
+    name (it was a numba SystemError, an allocation failure or a storage overflow); k equal to the
+    count works; a row no labeling satisfies is refused naming the row, as nbest=1 refuses it; a cost
+    given to the CRF loss (which never reads it) is refused."""
+    lay = layer(None, kernels)                                   # 3 tags (BIO's labels), T = 4: 81 labelings
+    K = lay.num_tags
+    E = torch.randn(2, 4, K, dtype=torch.float64)
+    count = K ** 4
+    assert lay.decode(E, nbest=count).shape == (2, count, 4)
+    for k in (count + 1, 10 ** 7, 10 ** 9, 2 ** 62):
+        with pytest.raises(SSVMInputError, match=f"nbest: expected at most {count} \\(every labeling of the longest "
+                                                 f"row: {K} tags, 4 positions\\), got {k}"):
+            lay.decode(E, nbest=k)
+    long = torch.randn(64, 50, K, dtype=torch.float64)
+    with pytest.raises(SSVMInputError, match="nbest: expected a k whose n-best tables fit this machine's"):
+        lay.decode(long, nbest=10 ** 9)
+    no_two = {"start": torch.tensor([True, False]), "end": torch.tensor([True, True]),
+              "transitions": torch.tensor([[False, False], [True, True]])}
+    bad = LinearChain(2, batch_first=True, constraints=no_two, kernels=kernels)
+    E2 = torch.randn(2, 2, 2)
+    mask = torch.tensor([[True, False], [True, True]])                  # row 1 has no allowed labeling
+    for k in (1, 2):
+        with pytest.raises(SSVMInputError, match="row 1"):
+            bad.decode(E2, mask, nbest=k)
+    for cost in ("normalized", torch.ones(K), 1.0 - torch.eye(K)):
+        with pytest.raises(SSVMInputError, match="token_loss: expected the default with loss='crf'"):
+            LinearChain(K, loss="crf", token_loss=cost)
+    LinearChain(K, loss="crf", token_loss="hamming")                    # the default, spelled out

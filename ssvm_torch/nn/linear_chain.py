@@ -29,13 +29,15 @@ never written into the parameters, and are not in the ``state_dict``.
 """
 from __future__ import annotations
 
+import os
+
 import torch
 from torch import nn
 
 from ..constraints import check_constraints, first_violation, penalties
 from ..errors import SSVMInputError, check, check_choice
 from ..chain import ops
-from ..chain.checks import LAYER_KERNELS
+from ..chain.checks import LAYER_KERNELS, fail_no_path
 
 LOSSES = ("hinge", "crf", "softmax_margin")
 REDUCTIONS = ("none", "sum", "mean", "token_mean")
@@ -63,6 +65,11 @@ class LinearChain(nn.Module):
         self.num_tags = K
         self.batch_first = bool(batch_first)
         self.loss = check_choice(loss, "loss", LOSSES)
+        check(loss != "crf" or (isinstance(token_loss, str) and token_loss == "hamming"), "token_loss",
+              "the default with loss='crf' (the CRF's likelihood has no task cost; use loss='hinge' or "
+              "'softmax_margin' to train with one)",
+              repr(token_loss) if isinstance(token_loss, str) else f"a {tuple(token_loss.shape)} cost tensor"
+              if torch.is_tensor(token_loss) else type(token_loss).__name__)
         self.kernels = check_choice(kernels, "kernels", LAYER_KERNELS)
         self.start_transitions = nn.Parameter(torch.empty(K))
         self.end_transitions = nn.Parameter(torch.empty(K))
@@ -218,11 +225,15 @@ class LinearChain(nn.Module):
         check(isinstance(nbest, int) and not isinstance(nbest, bool) and nbest >= 1, "nbest", "an int >= 1",
               repr(nbest))
         E, mask, _ = self._inputs(emissions, mask)
+        if nbest > 1:
+            self._check_nbest(E, mask, nbest)
         with torch.no_grad():
             if nbest == 1:
                 labels, _ = ops.decode(E, mask, *self._scores(), self._penalty(), self.kernels)
             else:
                 labels, scores = ops.nbest(E, mask, *self._scores(), nbest, self._penalty(), self.kernels)
+                if not ops.tracing():
+                    fail_no_path(scores[:, 0], mask)   # a row no labeling satisfies: refused as by nbest=1
         if not as_lists:
             return labels
         if nbest == 1:
@@ -230,6 +241,21 @@ class LinearChain(nn.Module):
         found = torch.isfinite(scores).cpu()
         return [[path[path >= 0].tolist() for path, ok in zip(paths, oks) if ok]
                 for paths, oks in zip(labels.cpu(), found)]
+
+    def _check_nbest(self, E, mask, k: int) -> None:
+        """k at most the number of labelings of the longest row (K^L), and the (B, k, T) result and the
+        recursion's O(T K k) scores and pointers per row within the machine's memory."""
+        if ops.tracing():
+            return
+        B, T, K = E.shape
+        longest = int(mask.sum(1).max())
+        check(k <= K ** longest, "nbest", f"at most {K ** longest if longest <= 6 else f'{K}^{longest}'} (every "
+              f"labeling of the longest row: {K} tags, {longest} positions)", k)
+        need = B * k * T * 8 + B * T * K * k * 16
+        have = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") if hasattr(os, "sysconf") else None
+        check(have is None or need <= have, "nbest",
+              f"a k whose n-best tables fit this machine's {have / 2 ** 30 if have else 0:.0f} GB of memory "
+              f"(k = {k} at B {B}, T {T}, K {K} needs about {need / 2 ** 30:.0f} GB)", k)
 
     def log_partition(self, emissions, mask=None) -> torch.Tensor:
         """log Z per row (B,), differentiable (the CRF's normaliser; 0 for an empty row)."""
