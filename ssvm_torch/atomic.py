@@ -3,7 +3,9 @@ paths): a file is written to a temporary name in the same directory, fsynced and
 target (``os.replace``), so a killed run leaves the previous version intact, never a truncated one."""
 from __future__ import annotations
 
+import errno
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -31,11 +33,36 @@ def atomic_write(path, write) -> Path:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         if os.path.exists(tmp):
             os.unlink(tmp)
+        full = _disk_full(path.parent, e)
+        if full is not None:                 # the writer's own words (torch.save: "unexpected pos") hide the cause
+            raise full from e
         raise
     return path
+
+
+def free_bytes(folder) -> int | None:
+    """Bytes free on the file system of ``folder`` (None where it cannot be read)."""
+    try:
+        return shutil.disk_usage(folder).free
+    except OSError:
+        return None
+
+
+def _disk_full(folder: Path, error: BaseException) -> OSError | None:
+    """An ENOSPC OSError naming ``folder`` when a failed write left its file system without room
+    (under 1 MiB free), else None: writers report a full disk in their own words (torch.save raises
+    RuntimeError "unexpected pos ..."), and the user needs to read "no space left"."""
+    if isinstance(error, OSError) and error.errno == errno.ENOSPC:
+        return None                           # already says so
+    if not isinstance(error, (OSError, RuntimeError)):
+        return None
+    free = free_bytes(folder)
+    if free is None or free >= 1 << 20:
+        return None
+    return OSError(errno.ENOSPC, f"No space left on device ({folder} has {free} bytes free)")
 
 
 def atomic_write_bytes(path, data: bytes) -> Path:

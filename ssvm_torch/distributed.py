@@ -242,6 +242,13 @@ def sharded_store(task, lam: float, device=None, dtype=torch.float64, kernels: s
     from .stores import make_store
     check(exchange in EXCHANGES, "exchange", f"one of {list(EXCHANGES)}", repr(exchange))
     rank, size = world()
+    if exchange == "columns":
+        from .models.chain import ChainModel
+        from .tasks import TASKS
+        if not isinstance(task.model, ChainModel):
+            chains = [name for name, t in TASKS.items() if t.sequences]
+            raise SSVMInputError(f"exchange: 'columns' shards the feature columns of linear-chain models (datasets "
+                                 f"{', '.join(chains)}); {task.name} is not one: use --exchange gather or allreduce")
     if exchange == "columns" or (exchange == "auto" and columns_apply(task, device, dtype, kernels)):
         from .column_shards import ColumnShardedChain
         from .column_shards_edges import ColumnShardedEdgeChain

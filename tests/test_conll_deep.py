@@ -181,3 +181,9 @@ def test_bad_chunker_settings_are_refused_by_name(tmp_path, capsys):
     assert deep_main(["fit", "--config", str(ROOT / "recipes" / "conll_deep_hinge.yaml"), "--model.train_size", "1",
                       "--trainer.default_root_dir", str(tmp_path)]) == 2
     assert "train_size" in capsys.readouterr().err
+    # the audit's case: max_epochs 0 decoded the test set with untrained weights and wrote "dev_f1": -Infinity
+    assert deep_main(["fit", "--config", str(ROOT / "recipes" / "conll_deep_hinge.yaml"), "--model.train_size", "50",
+                      "--trainer.max_epochs", "0", "--trainer.default_root_dir", str(tmp_path / "zero")]) == 2
+    err = capsys.readouterr().err
+    assert "trainer.max_epochs: expected at least 1" in err and len(err.strip().splitlines()) == 1
+    assert not list((tmp_path / "zero").rglob("results.json")) and not list((tmp_path / "zero").rglob("*.pt"))

@@ -202,6 +202,12 @@ def test_sharded_store_checks_its_inputs():
     with pytest.raises(SSVMInputError, match="averaging: not supported.*coordinate-sharded store"):
         Solver(ColumnShardedChain(make_store(plain.model, plain.train, 0.1)),
                SolverConfig(batch_size=2, averaging=True))
+    # the audit's case: --exchange columns on scene named two store classes and not the rule
+    from ssvm_torch.distributed import sharded_store
+    with pytest.raises(SSVMInputError, match="exchange: 'columns' shards the feature columns of linear-chain models "
+                                             r"\(datasets ocr-small, ocr-large, conll2000\); scene is not one: use "
+                                             "--exchange gather or allreduce"):
+        sharded_store(load_task("scene"), 0.1, exchange="columns")
 
 
 def test_one_process_runs_the_column_kernels_where_they_apply(tmp_path):

@@ -398,6 +398,15 @@ def test_lightning_errors_in_one_line(tmp_path, capsys):
         assert lightning_main(base + ["--trainer.default_root_dir", str(tmp_path / "r"),
                                       "--trainer.accelerator", "gpu"]) == 2
         assert "error: trainer:" in capsys.readouterr().err
+    # a jsonargparse message is kept whole on one line (it was cut at 400 characters, mid-word: "Expec")
+    from ssvm_torch.deep.__main__ import main as deep_main
+    assert deep_main(["fit", "--config", str(Path(__file__).resolve().parents[1] / "recipes" / "conll_deep_hinge.yaml"),
+                      "--model.hidden", "abc", "--trainer.default_root_dir", str(tmp_path / "d")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and 'Parser key "hidden": Expected a <class \'int\'>. Got value: abc' in err
+    from ssvm_torch.lightning.cli import MESSAGE_CHARS, one_line
+    long = one_line("word " * 400)
+    assert len(long) <= MESSAGE_CHARS and long.endswith("word [...]")
 
 
 def test_data_dir_points_the_commands_at_a_copy_of_the_datasets(tmp_path, capsys, monkeypatch):
@@ -447,6 +456,30 @@ def test_ctrl_c_before_the_run_is_one_line_and_exit_130(tmp_path, monkeypatch, c
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("ssvm-train: interrupted (Ctrl-C) before the run had results")
     assert not (tmp_path / "run").exists()
+
+
+def test_a_checkpoint_write_on_a_full_disk_names_the_full_disk(tmp_path, monkeypatch, capsys):
+    """The audit's case: torch.save on a full disk raises RuntimeError "unexpected pos ...", which the
+    run quoted; the line must say that the disk is full, and the run keeps its last good checkpoint."""
+    import ssvm_torch.atomic as atomic
+    real_save, calls = torch.save, []
+
+    def save_on_a_filling_disk(obj, f, *a, **k):
+        calls.append(1)
+        if len(calls) == 3:                                  # the third file written: the disk is full
+            monkeypatch.setattr(atomic, "free_bytes", lambda folder: 4096)
+            raise RuntimeError("[enforce fail at inline_container.cc:664] . unexpected pos 64 vs 0")
+        return real_save(obj, f, *a, **k)
+    monkeypatch.setattr(torch, "save", save_on_a_filling_disk)
+    out = tmp_path / "run"
+    assert main(QUICK + ["--passes", "5", "--out", str(out), "--checkpoint"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "unexpected pos" not in err
+    assert f"No space left on device ({out} has 4096 bytes free)" in err and "holds the last good one" in err
+    with pytest.raises(RuntimeError, match="unexpected pos"):     # room left: the writer's own error stands
+        monkeypatch.setattr(atomic, "free_bytes", lambda folder: 1 << 30)
+        atomic.atomic_write(tmp_path / "x", lambda f: (_ for _ in ()).throw(RuntimeError("unexpected pos 1 vs 0")))
+    assert not list(tmp_path.glob(".x.*"))
 
 
 def test_a_checkpoint_write_that_fails_stops_the_run_and_keeps_the_last_good_one(tmp_path, monkeypatch, capsys):

@@ -430,3 +430,18 @@ def test_the_one_reduction_finiteness_check_still_refuses_nan_and_inf_and_accept
         E[1, 2, 0] = bad
         with pytest.raises(SSVMInputError, match="emissions: expected scores without NaN or inf, found 1 such"):
             lay.decode(E)
+
+
+def test_under_torch_compile_nan_emissions_are_refused_by_the_documented_check_outside_the_graph():
+    """docs/nn.md: a traced graph skips the value checks, so NaN emissions decode to tags under
+    torch.compile; ssvm_torch.chain.refuse_bad_scores, called outside the compiled region, refuses them."""
+    from ssvm_torch.chain import refuse_bad_scores
+    lay = LinearChain(3, batch_first=True)
+    E = torch.randn(2, 4, 3)
+    E[1, 2, 1] = float("nan")
+    compiled = torch.compile(lambda e: lay.decode(e), backend="eager", fullgraph=False)
+    assert compiled(E).shape == (2, 4)                           # the documented gap: no error inside the graph
+    with pytest.raises(SSVMInputError, match="emissions: expected scores without NaN or inf, found 1 such"):
+        refuse_bad_scores(E, "emissions", allow_neg_inf=False)
+    with pytest.raises(SSVMInputError, match="emissions: expected scores without NaN or inf"):
+        lay.decode(E)                                            # eager: refused as always

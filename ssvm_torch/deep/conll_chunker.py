@@ -100,6 +100,12 @@ class ConllChunker(L.LightningModule):
 
     # -- set-up ---------------------------------------------------------------------------------
     def setup(self, stage: str) -> None:
+        if stage == "fit":                 # the weights are chosen by dev F1 after an epoch: none means no model
+            trainer = self.trainer
+            check(trainer.max_epochs is None or trainer.max_epochs != 0, "trainer.max_epochs",
+                  "at least 1 (or -1: until early stopping); the chunker keeps the weights of its best dev F1 epoch",
+                  trainer.max_epochs)
+            check(trainer.max_steps != 0, "trainer.max_steps", "at least 1 (or -1: no limit)", trainer.max_steps)
         if self.corpus is not None:
             return
         strategy = self.trainer.strategy
@@ -242,8 +248,13 @@ class ConllChunker(L.LightningModule):
         if self.trainer.is_global_zero:
             self.write_outputs()
 
-    def write_outputs(self) -> Path:
-        """Restore the best dev weights, decode the test file once, write the run files."""
+    def write_outputs(self) -> Path | None:
+        """Restore the best dev weights, decode the test file once, write the run files (None, and
+        nothing written, when no epoch has ended)."""
+        if self.best["state"] is None:     # no epoch ended (a stop before the first): no model to write
+            print("no epoch finished, so no model was selected on dev; nothing written (resume from a "
+                  "checkpoint or train at least one epoch)", flush=True)
+            return None
         out = run_output_dir(self.trainer, self.hparams.out)
         out.mkdir(parents=True, exist_ok=True)
         if self.best["state"] is not None:

@@ -13,6 +13,7 @@ import importlib
 import logging
 import os
 import sys
+import textwrap
 import warnings
 from contextlib import contextmanager
 from pathlib import Path
@@ -185,6 +186,14 @@ class SSVMCLI(LightningCLI):
 
 
 PROG = "python -m ssvm_torch.lightning"
+MESSAGE_CHARS = 1000           # jsonargparse lists every candidate of a union: keep the line readable
+
+
+def one_line(message: str) -> str:
+    """A parser's message on one line: whitespace collapsed, and past MESSAGE_CHARS shortened at a word
+    boundary with a marker (never cut inside a word)."""
+    text = " ".join(message.split())
+    return text if len(text) <= MESSAGE_CHARS else textwrap.shorten(text, MESSAGE_CHARS, placeholder=" [...]")
 
 
 def _input_error_in(exc: BaseException) -> SSVMInputError | None:
@@ -245,7 +254,7 @@ def main(args=None, module=SSVMModule, prog: str = PROG, max_epochs: int = -1, d
         discard_claimed()
         return 2
     except ArgumentError as e:                     # a bad flag or value: one line, not the usage dump
-        print(f"{prog}: error: {' '.join(str(e).split())[:400]}", file=sys.stderr)
+        print(f"{prog}: error: {one_line(str(e))}", file=sys.stderr)
         discard_claimed()
         return 2
     except MisconfigurationException as e:         # e.g. --trainer.accelerator gpu without a GPU
