@@ -6,16 +6,14 @@ of the ranks' sparse directions, the gather of every block's direction parts in 
 the gather of per-block rows into the global order of the round-robin partition."""
 from __future__ import annotations
 
+import re
 import time
+from typing import Callable
 
 import torch
 import torch.distributed as dist
 
-from .errors import check
-
-
-class DistributedError(RuntimeError):
-    """A collective failed (a rank died or timed out): the run stops instead of hanging."""
+from .errors import DistributedError, check
 
 
 def world() -> tuple[int, int]:
@@ -38,8 +36,28 @@ def collective(fn, *args, **kwargs):
     try:
         return fn(*args, **kwargs)
     except RuntimeError as e:            # gloo / NCCL report a dead peer or a timeout as RuntimeError
-        raise DistributedError(f"distributed: a collective failed ({str(e).splitlines()[0][:200]}); another rank "
+        raise DistributedError(f"distributed: a collective failed ({backend_reason(e)}); another rank "
                                "died or stopped responding, so this rank stops too") from None
+
+
+def backend_reason(error: BaseException) -> str:
+    """The backend's reason for a failed collective in a few words: its first sentence, without the
+    source location gloo puts in front ("[.../pair.cc:537] Read error ...: Connection reset by peer")."""
+    text = (str(error).strip().splitlines() or [type(error).__name__])[0]
+    text = re.sub(r"^\[[^\]]*\]\s*", "", text)
+    text = text.split(". ")[0].rstrip(".")
+    return text if len(text) <= 200 else text[:200].rsplit(" ", 1)[0] + " ..."
+
+
+def any_rank(flag, device) -> Callable[[], bool]:
+    """A callable that is True on every rank once ``flag()`` is True on any (one all-reduce of one
+    int, MAX): ranks that stop on a signal stop at the same step. Every rank must call it at the same
+    points of the run (the solver polls it after every pass, which every rank reaches in lock-step)."""
+    def agreed() -> bool:
+        t = torch.tensor([1 if flag() else 0], dtype=torch.int32, device=device)
+        collective(dist.all_reduce, t, op=dist.ReduceOp.MAX)
+        return bool(t.item())
+    return agreed
 
 
 class Collectives:

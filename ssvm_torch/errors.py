@@ -48,6 +48,10 @@ def check_choice(value: str, field: str, choices) -> str:
     return value
 
 
+class DistributedError(RuntimeError):
+    """A collective failed (a rank died or timed out): the run stops instead of hanging."""
+
+
 class RunInterrupted(Exception):
     """A run stopped by Ctrl-C / SIGTERM after writing what it had computed; the message says what."""
 
@@ -56,7 +60,8 @@ def run_cli(prog: str, fn, args) -> int:
     """Run a command's ``fn(args)``; bad input (SSVMInputError) prints ``prog: error: ...`` and
     returns exit code 2 instead of a traceback; an interrupted run (RunInterrupted, or Ctrl-C where
     no run is in progress, e.g. while numba compiles) prints its one line and returns 130, the
-    shell's code for Ctrl-C."""
+    shell's code for Ctrl-C; a rank of a torchrun run whose peer died (DistributedError) prints its
+    one line and returns 1."""
     import sys
     try:
         fn(args)
@@ -66,6 +71,9 @@ def run_cli(prog: str, fn, args) -> int:
     except RunInterrupted as e:
         print(f"{prog}: {e}", file=sys.stderr)
         return 130
+    except DistributedError as e:                   # another rank died: this one's line, not a traceback
+        print(f"{prog}: {e}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:                       # Ctrl-C outside a run's signal handling (start-up, compilation)
         print(f"{prog}: interrupted (Ctrl-C) before the run had results to write; any file it wrote is "
               "complete (atomic writes)", file=sys.stderr)

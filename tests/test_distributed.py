@@ -313,3 +313,85 @@ def test_direction_shares_concatenate_to_the_whole_direction():
         dw = store.joined_shares(torch.cat([c for c, _ in shares]), torch.cat([v for _, v in shares]))
         assert torch.equal(dw.indices(), whole.indices()) and torch.equal(dw.values(), whole.values())
         assert bool((dw.indices()[0, 1:] > dw.indices()[0, :-1]).all())
+
+
+def _torchrun_ranks(launcher_pid: int) -> dict:
+    """{rank: pid} of the launcher's worker processes (Linux /proc: parent pid and RANK in the environment)."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) != launcher_pid:
+                continue
+            env = dict(item.split(b"=", 1) for item in (entry / "environ").read_bytes().split(b"\0") if b"=" in item)
+        except (OSError, ValueError):
+            continue
+        if b"RANK" in env:
+            found[int(env[b"RANK"])] = int(entry.name)
+    return found
+
+
+@pytest.mark.parametrize("fault", [
+    "ctrl-c",                                                    # the terminal's Ctrl-C: the whole process group
+    pytest.param("ctrl-c-launcher", marks=pytest.mark.slow),     # Ctrl-C to the launcher alone
+    "kill-rank-1",
+    pytest.param("kill-rank-0", marks=pytest.mark.slow)])
+def test_torchrun_ctrl_c_and_a_dead_rank_keep_the_last_certified_point(tmp_path, fault):
+    """The audit's cases under torchrun --nproc-per-node 2 --checkpoint. Ctrl-C (to the process group as a
+    terminal sends it, or to the launcher, which passes it on): every rank stops at the same pass after
+    an exact gap check, rank 0 writes history.json and model.pt of that point, each rank ends in one line,
+    exit 130 each. kill -9 of rank 1: rank 0 writes history.json and model.pt of the last certified
+    point and ends in one line. kill -9 of rank 0: rank 1 ends in one line (no traceback)."""
+    import json
+    import os
+    import signal
+    import subprocess
+    import sys
+    from ssvm_torch.outputs import load_model
+    out = tmp_path / "run"
+    env = {"PATH": str(Path(sys.executable).parent) + ":/usr/bin:/bin", "OMP_NUM_THREADS": "1",
+           "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port",
+                             str(free_port()), "-m", "ssvm_torch.cli.train", "--dataset", "ocr-small", "--lam", "0.01",
+                             "--batch-size", "4", "--exchange", "allreduce", "--passes", "100000", "--gap-check", "1",
+                             "--checkpoint", "--out", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env, start_new_session=True)
+    try:
+        checks = 0
+        for line in proc.stdout:                                 # three gap checks after the start: under way
+            checks += line.startswith("pass")
+            if checks == 4:
+                break
+        ranks = _torchrun_ranks(proc.pid)
+        assert sorted(ranks) == [0, 1]
+        if fault == "ctrl-c":
+            os.killpg(proc.pid, signal.SIGINT)
+        elif fault == "ctrl-c-launcher":
+            proc.send_signal(signal.SIGINT)
+        else:
+            os.kill(ranks[int(fault[-1])], signal.SIGKILL)
+        _, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    ours = [line for line in stderr.splitlines() if line.startswith("ssvm-train: ")]
+    # the launcher prints its own traceback (torch's elastic agent); no rank may print one of ours
+    assert "ssvm_torch/" not in stderr and "DistributedError" not in stderr and "KeyboardInterrupt" not in stderr
+    if fault.startswith("ctrl-c"):
+        ends = [line for line in ours if "interrupted at" in line]
+        assert len(ends) == 2 and ("rank 1 of 2: rank 0 writes the results" in ends[0] + ends[1])
+        assert any("exact duality gap there" in line and "wrote" in line for line in ends)
+    elif fault == "kill-rank-1":
+        assert ours[-1].startswith("ssvm-train: distributed: a collective failed (") and "of the last certified " \
+            "point" in ours[-1] and "pair.cc" not in ours[-1]
+    else:
+        assert len(ours) == 1 and ours[0].startswith("ssvm-train: distributed: a collective failed (")
+        assert not (out / "history.json").exists()                # rank 0, the writer, is gone
+        return
+    history = json.loads((out / "history.json").read_text())
+    assert len(history) >= 4 and history[-1]["gap"] > 0
+    model = load_model(out / "model.pt")
+    task = load_task("ocr-small")
+    assert task.store(0.01).primal_at(model["w"]) == pytest.approx(history[-1]["primal"], rel=1e-9)
+    assert not (out / ".ssvm-run.lock").exists()

@@ -14,9 +14,13 @@ SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 @contextmanager
-def stop_on_signal(prog: str):
+def stop_on_signal(prog: str, abort_on_repeat: bool = True, announce: bool = True):
     """Yield a callable that is True once SIGINT or SIGTERM arrived (outside the main thread, where
-    Python cannot install handlers, it stays False and signals act as usual)."""
+    Python cannot install handlers, it stays False and signals act as usual). ``abort_on_repeat``
+    False (a rank under torchrun): later signals are the same request, not an abort, because the
+    launcher passes the user's Ctrl-C on to the ranks (or sends SIGTERM when a rank dies) right after
+    the terminal's own, and ends the ranks itself (SIGKILL) if they outlast its timeout.
+    ``announce``: print the line that says the run is stopping (rank 0 only under torchrun)."""
     event = threading.Event()
     received: list = []
     if threading.current_thread() is not threading.main_thread():
@@ -26,11 +30,15 @@ def stop_on_signal(prog: str):
 
     def handler(signum, frame):
         received.append(signal.Signals(signum).name)
+        first = not event.is_set()
         event.set()
-        for s, h in previous.items():              # a second signal: the usual behaviour (abort)
-            signal.signal(s, h)
-        print(f"{prog}: {received[0]} received: stopping after the current pass and its exact gap check "
-              "(again to abort at once)", file=sys.stderr, flush=True)
+        if abort_on_repeat:
+            for s, h in previous.items():          # a second signal: the usual behaviour (abort)
+                signal.signal(s, h)
+        if announce and first:
+            print(f"{prog}: {received[0]} received: stopping after the current pass and its exact gap check "
+                  + ("(again to abort at once)" if abort_on_repeat else "(on every rank)"), file=sys.stderr,
+                  flush=True)
 
     for s in SIGNALS:
         signal.signal(s, handler)

@@ -27,7 +27,8 @@ import torch
 
 from .. import distributed
 from ..devices import parse_device
-from ..errors import RunInterrupted, SSVMInputError
+from ..collectives import any_rank
+from ..errors import DistributedError, RunInterrupted, SSVMInputError
 from .entry import command_parser, run_command
 from ..outputs import RunDir, load_checkpoint, save_checkpoint, save_history, save_model, save_predictions, save_selection
 from ..selection import DEFAULT_LAMS, select_lambda
@@ -248,6 +249,11 @@ def _train(args, cfg: SolverConfig, device, dtype, run_dir: RunDir | None) -> di
                   + (f"F1 {rec['test_f1']:.2f}  " if "test_f1" in rec else "")
                   + (f"UAS {rec['test_uas']:.2f}  LAS {rec['test_las']:.2f}  " if "test_uas" in rec else "") +
                   f"[{rec['time_s']:.2f} s]", flush=True)
+        if size > 1 and out is not None and solver is not None:   # what rank 0 writes if a peer dies later
+            w_cert, ell_cert = solver.model_point()
+            certified.update(records=len(solver.state.history), w=w_cert.detach().clone(), ell=ell_cert,
+                             extras={k: v.detach().clone() if torch.is_tensor(v) else v
+                                     for k, v in solver.model_extras().items()})
         if args.checkpoint and solver is not None:
             state = solver.state_dict()                 # a collective under torchrun: every rank takes part
             if out is not None:
@@ -259,6 +265,7 @@ def _train(args, cfg: SolverConfig, device, dtype, run_dir: RunDir | None) -> di
 
     stop = {"requested": lambda: False}              # set to the signal flag while the solver runs
     saved = {}                                       # the last checkpoint written, or a failed write: stop there
+    certified = {}                                   # torchrun, rank 0: the model of the last check
     solver = make_solver(dual, cfg, evaluate=task.evaluate if run_dir is not None else None, progress=progress,
                          interrupt=lambda: stop["requested"]() or "failed" in saved)
     if args.checkpoint and run_dir is not None:   # the first checkpoint comes at the first gap check: room now
@@ -291,17 +298,25 @@ def _train(args, cfg: SolverConfig, device, dtype, run_dir: RunDir | None) -> di
             print(f"resumed from {args.resume} at {solver.passes:.1f} effective passes", flush=True)
     t0 = time.perf_counter()
     # Ctrl-C / SIGTERM: the solver stops at its next exact gap check and everything below runs as
-    # after any stop (torchrun's ranks stop together only through their own launcher: not here)
-    signals = stop_on_signal("ssvm-train") if size == 1 else contextlib.nullcontext(lambda: False)
-    with signals as requested:
-        stop["requested"] = requested
-        history = solver.run()
+    # after any stop. Under torchrun every rank polls one flag all ranks agree on (a signal reaches
+    # the ranks at different moments, and the launcher repeats it), so they stop at the same pass.
+    with stop_on_signal("ssvm-train", abort_on_repeat=size == 1, announce=run_dir is not None) as requested:
+        stop["requested"] = requested if size == 1 else any_rank(requested, device)
+        try:
+            history = solver.run()
+        except DistributedError as e:               # a peer died: rank 0 keeps the last certified point
+            if out is None or not certified:
+                raise
+            raise DistributedError(f"{e}; {_write_certified(out, solver, certified, lam, args.dataset, task)}") \
+                from None
     wall = time.perf_counter() - t0
     last = history[-1]
     interrupted = solver.state.stop_reason == "interrupted"
     if out is None:
         if interrupted:
-            raise RunInterrupted(f"interrupted at {last['passes']:.1f} effective passes (nothing written: no --out)")
+            where = (f"rank {distributed.world()[0]} of {size}: rank 0 writes the results" if size > 1
+                     else "nothing written: no --out")
+            raise RunInterrupted(f"interrupted at {last['passes']:.1f} effective passes ({where})")
         return last
     w_model, ell_model = solver.model_point()
     _save_results(out, history, w_model, ell_model, lam, args.dataset, task.describe(), solver.model_extras())
@@ -344,6 +359,19 @@ def _train(args, cfg: SolverConfig, device, dtype, run_dir: RunDir | None) -> di
         raise RunInterrupted(f"interrupted at {last['passes']:.1f} effective passes (exact duality gap there {gap}); "
                              f"wrote {out / 'history.json'} and {out / 'model.pt'}; {resume}")
     return last
+
+
+def _write_certified(out: Path, solver, certified: dict, lam: float, dataset: str, task) -> str:
+    """history.json (the records up to the last exact check) and model.pt (that check's model) of a
+    torchrun run whose peer died, from rank 0's copy taken at the check; the clause that says so."""
+    history = solver.state.history[:certified["records"]]
+    _save_results(out, history, certified["w"], certified["ell"], lam, dataset, task.describe(), certified["extras"])
+    if task.predictions is not None:
+        save_predictions(out, task.predictions(certified["w"]))
+    last = history[-1]
+    gap = "n/a" if last["gap"] is None else f"{last['gap']:.3e}"
+    return (f"wrote {out / 'history.json'} and {out / 'model.pt'} of the last certified point "
+            f"({last['passes']:.1f} effective passes, exact duality gap {gap})")
 
 
 def _save_results(out: Path, history: list, w, ell: float, lam: float, dataset: str, layout: dict,
