@@ -44,3 +44,45 @@ def test_tagger_exports_to_onnx_and_onnxruntime_gives_the_same_paths(tmp_path, c
     x2 = torch.randn(4, 7, 8) * 3
     got2 = session.run(None, {names[0]: x2.numpy(), names[1]: mask.numpy()})[0]
     assert torch.equal(torch.from_numpy(got2), model(x2, mask))
+
+
+def test_an_export_with_dynamic_batch_and_length_runs_any_shape(tmp_path):
+    """The audit's case: an export asking for a dynamic sentence length fixed T to the example's (the
+    torch Viterbi looped over range(T)); under export it now runs as two scans. Exported once at
+    (4, 7), onnxruntime decodes other (B, T) shapes (T = 1 included) exactly as the eager layer does."""
+    torch.manual_seed(1)
+    model = Tagger(8).eval()
+    torch.nn.init.normal_(model.crf.transitions, std=2.0)
+    x = torch.randn(4, 7, 8)
+    mask = torch.ones(4, 7, dtype=torch.bool)
+    mask[1, 3:] = False
+    batch, time = torch.export.Dim("batch"), torch.export.Dim("time")
+    path = tmp_path / "tagger_dynamic.onnx"
+    torch.onnx.export(model, (x, mask), str(path), dynamo=True,
+                      dynamic_shapes={"x": {0: batch, 1: time}, "mask": {0: batch, 1: time}})
+    session = ort.InferenceSession(str(path))
+    inputs = session.get_inputs()
+    assert [i.shape for i in inputs] == [["batch", "time", 8], ["batch", "time"]]
+    g = torch.Generator().manual_seed(2)
+    for B, T in ((2, 13), (6, 3), (3, 1)):
+        x2 = torch.randn(B, T, 8, generator=g) * 2
+        m2 = torch.rand(B, T, generator=g) > 0.25
+        m2[0, 0] = False                                         # a row that starts off
+        got = session.run(None, {inputs[0].name: x2.numpy(), inputs[1].name: m2.numpy()})[0]
+        assert torch.equal(torch.from_numpy(got), model(x2, m2)), (B, T)
+
+
+def test_the_scan_recursion_equals_the_loop_bit_for_bit():
+    """viterbi_scan (what an exported graph runs) against viterbi_loop (eager): labels and scores equal,
+    ties and -inf constraint scores included, lengths from 1 to T, T = 1 included."""
+    from ssvm_torch.chain.torch_viterbi import viterbi_loop, viterbi_scan
+    g = torch.Generator().manual_seed(3)
+    for B, T, K in ((4, 7, 5), (3, 1, 4), (5, 30, 9), (2, 12, 3)):
+        for ties in (False, True):
+            draw = (lambda *s: torch.randint(-2, 3, s, generator=g).double()) if ties else (
+                lambda *s: torch.randn(*s, generator=g, dtype=torch.float64))
+            U, first, last, trans = draw(B, T, K), draw(K), draw(K), draw(K, K)
+            trans = trans.masked_fill(torch.rand(K, K, generator=g) < 0.2, float("-inf"))
+            lengths = torch.randint(1, T + 1, (B,), generator=g)
+            a, b = viterbi_loop(U, lengths, first, last, trans), viterbi_scan(U, lengths, first, last, trans)
+            assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
