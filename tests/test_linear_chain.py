@@ -287,9 +287,10 @@ def test_torch_path_makes_no_host_copy_under_the_device_guard():
 def test_state_dict_holds_exactly_pytorch_crf_parameters_whatever_the_options():
     labels = LABELS["BIOES"]
     crf = CRF(len(labels))
-    for loss in ("hinge", "crf"):
+    for loss, cost in (("hinge", torch.rand(len(labels))), ("softmax_margin", torch.rand(len(labels))),
+                       ("crf", "hamming")):                # the CRF takes no task cost (refused otherwise)
         lay = LinearChain(len(labels), loss=loss, constraints=allowed_transitions("BIOES", labels),
-                          token_loss=torch.rand(len(labels)))
+                          token_loss=cost)
         assert set(lay.state_dict()) == {"start_transitions", "end_transitions", "transitions"}
         lay.load_state_dict(crf.state_dict())
         crf.load_state_dict(lay.state_dict())
