@@ -1,0 +1,73 @@
+"""The biaffine dependency parser's network (Dozat & Manning 2017), without pre-trained vectors: word
+embeddings learned from scratch (with UNK dropout in training), a character CNN over each form (Ma & Hovy
+2016's, :class:`ssvm_torch.deep.conll_tagger.CharCNN`), gold UPOS embeddings, a BiLSTM, and two biaffine
+scorers on MLP projections of its states:
+
+    arc_scores[b, m, h] = d_m^T U h_h + h_h . u         (d = MLP_dep(r_m), h = MLP_head(r_h); Sec. 2.2)
+    rel_scores[b, m, l] = [d'_m; 1]^T W_l [h'_{y_m}; 1]   (relations of word m given its head y_m)
+
+The arc scores go to a head loss (:mod:`ssvm_torch.deep.ud_parser`: per-word cross-entropy, or a tree loss
+through :class:`ssvm_torch.nn.DependencyTree`); relations are scored at the gold head in training and at
+the decoded head in prediction, so every head loss shares one relation classifier.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+from .conll_tagger import CharCNN
+from .ud_text import PAD
+
+
+class MLP(nn.Sequential):
+    def __init__(self, n_in: int, n_out: int, dropout: float):
+        super().__init__(nn.Linear(n_in, n_out), nn.LeakyReLU(0.1), nn.Dropout(dropout))
+
+
+class BiaffineParser(nn.Module):
+    """Arc scores (B, N, N) and relation scores of a padded batch (:meth:`ssvm_torch.deep.ud_text.UDSplit.batch`)."""
+
+    def __init__(self, n_words: int, n_chars: int, n_upos: int, n_rels: int, word_dim: int = 100,
+                 char_dim: int = 30, char_filters: int = 50, upos_dim: int = 50, hidden: int = 200,
+                 layers: int = 2, arc_dim: int = 256, rel_dim: int = 64, dropout: float = 0.33,
+                 upos_input: bool = True):
+        super().__init__()
+        self.upos_input = upos_input
+        self.words = nn.Embedding(n_words, word_dim, padding_idx=PAD)
+        self.chars = CharCNN(n_chars, char_dim, char_filters)
+        self.upos = nn.Embedding(n_upos, upos_dim, padding_idx=PAD) if upos_input else None
+        self.drop = nn.Dropout(dropout)
+        n_in = word_dim + char_filters + (upos_dim if upos_input else 0)
+        self.lstm = nn.LSTM(n_in, hidden, num_layers=layers, batch_first=True, bidirectional=True,
+                            dropout=dropout if layers > 1 else 0.0)
+        self.arc_dep, self.arc_head = MLP(2 * hidden, arc_dim, dropout), MLP(2 * hidden, arc_dim, dropout)
+        self.rel_dep, self.rel_head = MLP(2 * hidden, rel_dim, dropout), MLP(2 * hidden, rel_dim, dropout)
+        self.arc_U = nn.Parameter(torch.zeros(arc_dim, arc_dim))     # zero start: uniform heads (D&M 2017)
+        self.arc_u = nn.Parameter(torch.zeros(arc_dim))
+        self.rel_W = nn.Parameter(torch.zeros(n_rels, rel_dim + 1, rel_dim + 1))
+
+    def encode(self, batch: dict, word: torch.Tensor | None = None) -> torch.Tensor:
+        """BiLSTM states (B, N, 2 hidden) of root + words; ``word`` replaces the word ids (UNK dropout)."""
+        word = batch["word"] if word is None else word
+        parts = [self.words(word), self.chars(batch["chars"])[batch["form"]]]
+        if self.upos is not None:
+            parts.append(self.upos(batch["upos"]))
+        x = self.drop(torch.cat(parts, -1))
+        lengths = (batch["lengths"] + 1).cpu()
+        packed = pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
+        h, _ = pad_packed_sequence(self.lstm(packed)[0], batch_first=True, total_length=x.shape[1])
+        return self.drop(h)
+
+    def arc_scores(self, states: torch.Tensor) -> torch.Tensor:
+        """(B, N, N): [b, m, h] = dep_m^T U head_h + head_h . u."""
+        dep, head = self.arc_dep(states), self.arc_head(states)
+        return torch.einsum("bmi,ij,bhj->bmh", dep, self.arc_U, head) + (head @ self.arc_u)[:, None, :]
+
+    def rel_scores(self, states: torch.Tensor, heads: torch.Tensor) -> torch.Tensor:
+        """(B, N, L): the relation scores of every word m attached to heads[b, m] (clamped at 0 where -1)."""
+        dep, head = self.rel_dep(states), self.rel_head(states)
+        ones = dep.new_ones(dep.shape[:2] + (1,))
+        dep, head = torch.cat([dep, ones], -1), torch.cat([head, ones], -1)
+        at_head = head.gather(1, heads.clamp(min=0)[..., None].expand(-1, -1, head.shape[2]))
+        return torch.einsum("bmi,lij,bmj->bml", dep, self.rel_W, at_head)

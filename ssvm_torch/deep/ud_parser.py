@@ -1,0 +1,316 @@
+"""The neural dependency parser on UD English-EWT as one LightningModule: ``python -m ssvm_torch.deep fit
+--config recipes/ud_deep_<head>.yaml`` (the recipe's ``model.class_path`` picks this module).
+
+The network (:class:`ssvm_torch.deep.biaffine.BiaffineParser`, Dozat & Manning 2017) trains with Adam on
+the mean per-sentence loss of its head scores plus the relation cross-entropy at the gold heads. Heads:
+
+* ``"local"``: cross-entropy of every word over its candidate heads (Dozat & Manning 2017);
+* ``"crf"``, ``"hinge"``, ``"softmax_margin"``: the tree losses of :class:`ssvm_torch.nn.DependencyTree`
+  (the tree CRF of Zhang et al. 2020; the structured hinge with Hamming cost over heads, Taskar et al.
+  2003; its softmax-margin, Gimpel & Smith 2010), over projective trees (``projective=True``: Eisner;
+  the training trees that are not projective, 2.3% of EWT's, then enter the relation loss only) or all
+  trees (Chu-Liu-Edmonds, the matrix-tree theorem).
+
+Every head decodes well-formed single-root trees (Eisner or MST, as ``projective`` says); for ``local``
+the per-word argmax of the same scores is scored too (``dev_uas_argmax``, with the share of sentences
+whose argmax is not a tree). Model selection: dev LAS after every epoch (the released dev split), the best
+epoch's weights kept, training stops after ``patience`` epochs without a better dev LAS (or at the
+trainer's max_epochs); the test file is decoded once, at the end. UAS / LAS by CoNLL 2018's definitions:
+every word, punctuation included, LAS on the universal part of DEPREL. Gold UPOS is an input unless
+``upos_input=False``.
+
+Outputs (``out`` or the logger's directory): ``config.json`` (with ``"loss"``, ``"projective"``,
+``"upos_input"``), ``history.json`` (per epoch: loss, dev UAS / LAS, seconds, the share of the epoch in the
+tree layer's forward and backward),
+``parser.pt`` (weights, vocabulary, hyper-parameters), ``test_predictions.pt`` (``{"heads": [[int, ...],
+...], "labels": [[str, ...], ...]}``, the test sentences in file order, one entry per word) and
+``results.json``. Lightning checkpoints carry the history and the best weights: a resumed run ends where
+the uninterrupted one would.
+"""
+from __future__ import annotations
+
+import json
+import math
+import time
+
+import lightning as L
+import torch
+import torch.nn.functional as F
+import torch.utils.data as tud
+
+from ..atomic import atomic_write_bytes
+from ..errors import check, check_choice, check_positive
+from ..lightning import AtomicCheckpointIO, log_hp_metrics, run_output_dir, save_last_checkpoint, seal, unseal
+from ..nn import DependencyTree
+from ..outputs import save_history, save_torch
+from ..portable import pack, unpack
+from ..trees.checks import tree_faults
+from .biaffine import BiaffineParser
+from .conll_chunker import peak_rss_mb
+from .conll_text import word_dropout
+from .epochs import EpochPermutation, epoch_mean, epoch_seed, manual_step
+from .ud_text import load_ud_parsing
+
+CHECKPOINT_KEY = "ssvm_ud_parser"
+HEADS = ("local", "crf", "hinge", "softmax_margin")
+
+
+def attachment_scores(gold_heads: list, gold_rels: list, heads: list, rels: list) -> tuple[float, float]:
+    """(UAS, LAS) in % over every word (CoNLL 2018: punctuation included; relations compared as given,
+    the universal parts here)."""
+    words = correct = labeled = 0
+    for gh, gr, ph, pr in zip(gold_heads, gold_rels, heads, rels):
+        for a, b, c, d in zip(gh, gr, ph, pr):
+            words += 1
+            if a == c:
+                correct += 1
+                labeled += b == d
+    return 100.0 * correct / max(1, words), 100.0 * labeled / max(1, words)
+
+
+class UDParser(L.LightningModule):
+    """See the module docstring. ``batch_sentences``: sentences per step; ``word_dropout``: the alpha of
+    the UNK dropout (a word seen c times is replaced by UNK with probability alpha / (alpha + c))."""
+
+    resume_identity = ("loss", "projective", "upos_input", "word_min_count", "train_size", "word_dim", "char_dim",
+                       "char_filters", "upos_dim", "hidden", "layers", "arc_dim", "rel_dim")
+
+    def __init__(self, loss: str = "crf", projective: bool = True, upos_input: bool = True,
+                 word_min_count: int = 2, word_dropout: float = 0.25, word_dim: int = 100, char_dim: int = 30,
+                 char_filters: int = 50, upos_dim: int = 50, hidden: int = 200, layers: int = 2,
+                 arc_dim: int = 256, rel_dim: int = 64, dropout: float = 0.33, lr: float = 2e-3,
+                 grad_clip: float = 5.0, batch_sentences: int = 32, patience: int = 5,
+                 train_size: int | None = None, seed: int = 0, threads: int | None = None, out: str | None = None):
+        super().__init__()
+        self.save_hyperparameters()
+        self.automatic_optimization = False
+        check_choice(loss, "loss", HEADS)
+        check(isinstance(projective, bool), "projective", "true or false", projective)
+        check(isinstance(upos_input, bool), "upos_input", "true or false", upos_input)
+        check(isinstance(batch_sentences, int) and batch_sentences >= 1, "batch_sentences", "an int >= 1",
+              batch_sentences)
+        check(isinstance(patience, int) and patience >= 1, "patience", "an int >= 1", patience)
+        check(0.0 <= dropout < 1.0, "dropout", "a probability in [0, 1)", dropout)
+        check(word_dropout >= 0, "word_dropout", "alpha >= 0", word_dropout)
+        for name in ("lr", "grad_clip"):
+            check_positive(getattr(self.hparams, name), name)
+        self.corpus = self.parser = None
+        self.tree = DependencyTree(projective=projective, multiroot=False, loss="crf" if loss == "local" else loss)
+        self.history: list = []
+        self.best: dict = {"epoch": -1, "dev_las": -math.inf, "dev_uas": -math.inf, "state": None}
+        self.gen = torch.Generator().manual_seed(seed)
+        self._epoch: dict = {}
+
+    # -- set-up ---------------------------------------------------------------------------------
+    def setup(self, stage: str) -> None:
+        if stage == "fit":
+            trainer = self.trainer
+            check(trainer.max_epochs is None or trainer.max_epochs != 0, "trainer.max_epochs",
+                  "at least 1 (or -1: until early stopping); the parser keeps the weights of its best dev LAS epoch",
+                  trainer.max_epochs)
+        if self.corpus is not None:
+            return
+        strategy = self.trainer.strategy
+        if type(strategy.checkpoint_io).__name__ == "TorchCheckpointIO":
+            strategy.checkpoint_io = AtomicCheckpointIO()
+        self.build()
+
+    def build(self) -> None:
+        """The corpus and the network of the hyperparameters (without a trainer: tests, notebooks)."""
+        hp = self.hparams
+        if hp.threads is not None:
+            check(isinstance(hp.threads, int) and hp.threads >= 1, "threads", "an int >= 1", hp.threads)
+            torch.set_num_threads(hp.threads)
+        self.corpus = load_ud_parsing(hp.word_min_count, hp.train_size)
+        v = self.corpus.vocab
+        torch.manual_seed(hp.seed)                  # the initial weights: a function of the seed alone
+        self.parser = BiaffineParser(len(v.words), len(v.chars), len(v.upos), len(v.rels), hp.word_dim, hp.char_dim,
+                                     hp.char_filters, hp.upos_dim, hp.hidden, hp.layers, hp.arc_dim, hp.rel_dim,
+                                     hp.dropout, hp.upos_input).to(self.device)
+        self.word_counts = torch.tensor(v.word_counts)
+
+    def configure_optimizers(self):
+        return torch.optim.Adam(self.parser.parameters(), lr=self.hparams.lr, betas=(0.9, 0.9))
+
+    def train_dataloader(self):
+        order = EpochPermutation(self.corpus.train.n, self.hparams.seed)
+        return tud.DataLoader(range(self.corpus.train.n), batch_size=self.hparams.batch_sentences, sampler=order,
+                              collate_fn=torch.tensor)
+
+    def _on_device(self, batch: dict) -> dict:
+        return {k: (v.to(self.device) if torch.is_tensor(v) else v) for k, v in batch.items()}
+
+    # -- the loop -------------------------------------------------------------------------------
+    def on_train_epoch_start(self) -> None:
+        self._epoch = {"t0": time.perf_counter(), "loss": 0.0, "batches": 0, "tree_s": 0.0}
+
+    def training_step(self, idx, batch_idx):
+        hp = self.hparams
+        s = epoch_seed(hp.seed, self.current_epoch) * 100_003 + batch_idx    # every draw from (seed, epoch, step)
+        self.gen.manual_seed(s % (2 ** 63))
+        torch.manual_seed((s + 1) % (2 ** 63))
+        loss = self.batch_loss(idx)
+        self._epoch["loss"] += manual_step(self, loss, [self.optimizers()], clip=(self.parser.parameters(),
+                                                                                 hp.grad_clip))
+        self._epoch["batches"] += 1
+        return None
+
+    def head_loss(self, arcs: torch.Tensor, batch: dict) -> torch.Tensor:
+        """(B,) per-sentence loss of the arc scores: the per-word cross-entropy summed over words
+        (``local``) or the tree layer's loss; sentences whose gold tree the layer cannot produce
+        (non-projective under ``projective``) get 0 here."""
+        mask, heads = batch["mask"], batch["heads"]
+        if self.hparams.loss == "local":
+            # word m's distribution over heads 0..n (padding heads excluded), its gold head's log-probability
+            N = arcs.shape[1]
+            cand = torch.arange(N, device=arcs.device)[None, None, :] <= batch["lengths"][:, None, None]
+            logp = torch.log_softmax(arcs.masked_fill(~cand, float("-inf")), dim=2)
+            picked = logp.gather(2, heads.clamp(min=0)[..., None])[..., 0]
+            return -(picked * mask).sum(1)
+        ok = batch["tree_ok"]
+        per = arcs.new_zeros(arcs.shape[0])
+        if bool(ok.any()):
+            sub = ok.nonzero()[:, 0]
+            # the layer's forward and backward on a detached copy, timed (the epoch's tree-layer share); a term
+            # with the same value and the same gradient then carries it into the network's backward
+            t0 = time.perf_counter()
+            leaf = arcs[sub].detach().requires_grad_(True)
+            value = self.tree(leaf, heads[sub], mask[sub], reduction="none")
+            (grad,) = torch.autograd.grad(value.sum(), leaf)
+            self._epoch["tree_s"] = self._epoch.get("tree_s", 0.0) + time.perf_counter() - t0
+            mine = arcs[sub]
+            carried = value.detach() + (mine * grad).sum((1, 2)) - (mine.detach() * grad).sum((1, 2))
+            per = per.index_put((sub,), carried)
+        return per
+
+    def batch_loss(self, idx: torch.Tensor) -> torch.Tensor:
+        """The mean over sentences of head loss + relation cross-entropy at the gold heads (training mode)."""
+        self.parser.train()
+        batch = self.corpus.train.batch(idx.cpu())
+        batch["tree_ok"] = (self.corpus.train.projective[idx.cpu()] if self.hparams.projective
+                            else torch.ones(len(idx), dtype=torch.bool))
+        word = word_dropout(batch["word"], self.word_counts, self.hparams.word_dropout, self.gen)
+        word = torch.where(batch["mask"], word, batch["word"])      # never drop the root's or the padding's ids
+        batch = self._on_device(batch)
+        states = self.parser.encode(batch, word.to(self.device))
+        arcs = self.parser.arc_scores(states)
+        rel = self.parser.rel_scores(states, batch["heads"])
+        rel_ce = F.cross_entropy(rel.transpose(1, 2), batch["rels"].masked_fill(~batch["mask"], -100),
+                                 ignore_index=-100, reduction="none").sum(1)
+        return (self.head_loss(arcs, batch) + rel_ce).mean()
+
+    def on_train_epoch_end(self) -> None:
+        hp = self.hparams
+        seconds = time.perf_counter() - self._epoch["t0"]
+        dev = self.evaluate(self.corpus.dev)
+        rec = {"epoch": self.current_epoch, "loss": epoch_mean(self, self._epoch["loss"], self._epoch["batches"]),
+               "dev_uas": dev["uas"], "dev_las": dev["las"], "seconds": seconds,
+               "tree_layer_share": self._epoch["tree_s"] / max(seconds, 1e-9), "peak_rss_mb": peak_rss_mb()}
+        if hp.loss == "local":
+            rec.update(dev_uas_argmax=dev["uas_argmax"], dev_argmax_not_tree=dev["argmax_not_tree"])
+        if dev["las"] > self.best["dev_las"]:
+            self.best = {"epoch": self.current_epoch, "dev_las": dev["las"], "dev_uas": dev["uas"],
+                         "state": {k: v.detach().cpu().clone() for k, v in self.parser.state_dict().items()}}
+        rec["best_epoch"] = self.best["epoch"]
+        self.history.append(rec)
+        if self.current_epoch - self.best["epoch"] >= hp.patience:
+            self.trainer.should_stop = True
+        if self.trainer.is_global_zero:
+            print(f"epoch {rec['epoch']}: loss {rec['loss']:.4f}, dev UAS {dev['uas']:.2f} LAS {dev['las']:.2f} "
+                  f"(best LAS {self.best['dev_las']:.2f} at epoch {self.best['epoch']}), {seconds:.1f} s "
+                  f"({100 * rec['tree_layer_share']:.0f}% in the tree layer), peak RSS {rec['peak_rss_mb']:.0f} MB",
+                  flush=True)
+        for logger in self.loggers:
+            logger.log_metrics({f"parser/{k}": float(v) for k, v in rec.items()}, step=self.current_epoch)
+        save_last_checkpoint(self.trainer)
+
+    # -- prediction -----------------------------------------------------------------------------
+    @torch.no_grad()
+    def predict(self, split, chunk: int = 128) -> dict:
+        """Heads and relation names of every sentence of ``split`` (in its order): trees decoded by the tree
+        layer (Eisner or MST); also the per-word argmax heads (``heads_argmax``). Sentences batched by length."""
+        was = self.parser.training
+        self.parser.eval()
+        rels = self.corpus.vocab.rels
+        order = torch.argsort(split.lengths, stable=True)
+        heads, labels, argmax = [None] * split.n, [None] * split.n, [None] * split.n
+        for s in range(0, split.n, chunk):
+            idx = order[s:s + chunk]
+            batch = self._on_device(split.batch(idx))
+            states = self.parser.encode(batch)
+            arcs = self.parser.arc_scores(states)
+            tree = self.tree.decode(arcs.float(), batch["mask"])
+            rel = self.parser.rel_scores(states, tree).argmax(2).cpu()
+            N = arcs.shape[1]
+            cand = torch.arange(N, device=arcs.device)[None, None, :] <= batch["lengths"][:, None, None]
+            local = arcs.masked_fill(~cand, float("-inf")).argmax(2).cpu()
+            tree = tree.cpu()
+            for row, i in enumerate(idx.tolist()):
+                n = int(split.lengths[i])
+                heads[i] = tree[row, 1:n + 1].tolist()
+                labels[i] = [rels[k] for k in rel[row, 1:n + 1].tolist()]
+                argmax[i] = local[row, 1:n + 1].tolist()
+        self.parser.train(was)
+        return {"heads": heads, "labels": labels, "heads_argmax": argmax}
+
+    def evaluate(self, split) -> dict:
+        """UAS / LAS of the decoded trees, UAS of the per-word argmax and the share of sentences where the
+        argmax is not a single-root tree."""
+        pred = self.predict(split)
+        gold_heads = [split.gold_heads(i) for i in range(split.n)]
+        gold_rels = [split.rel_names[int(split.offsets[i]):int(split.offsets[i + 1])] for i in range(split.n)]
+        uas, las = attachment_scores(gold_heads, gold_rels, pred["heads"], pred["labels"])
+        uas_argmax, _ = attachment_scores(gold_heads, gold_rels, pred["heads_argmax"], pred["labels"])
+        lengths = split.lengths
+        padded = torch.full((split.n, int(lengths.max()) + 1), -1, dtype=torch.int64)
+        for i, h in enumerate(pred["heads_argmax"]):
+            padded[i, 1:len(h) + 1] = torch.tensor(h)
+        not_tree = float((tree_faults(padded, lengths, False, False) != 0).double().mean()) * 100
+        return {"uas": uas, "las": las, "uas_argmax": uas_argmax, "argmax_not_tree": not_tree, "pred": pred}
+
+    # -- checkpoints ----------------------------------------------------------------------------
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        checkpoint[CHECKPOINT_KEY] = seal({"history": list(self.history), "best": pack(dict(self.best))}, checkpoint)
+
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        saved = unseal(checkpoint, CHECKPOINT_KEY, "UDParser", "parser state")
+        self.history = list(saved["history"])
+        self.best = unpack(saved["best"])
+
+    # -- outputs --------------------------------------------------------------------------------
+    def on_fit_end(self) -> None:
+        if self.trainer.is_global_zero:
+            self.write_outputs()
+
+    def write_outputs(self):
+        """Restore the best dev weights, decode the test file once, write the run files (None, and nothing
+        written, when no epoch has ended)."""
+        if self.best["state"] is None:
+            print("no epoch finished, so no model was selected on dev; nothing written", flush=True)
+            return None
+        out = run_output_dir(self.trainer, self.hparams.out)
+        out.mkdir(parents=True, exist_ok=True)
+        self.parser.load_state_dict(self.best["state"])
+        t0 = time.perf_counter()
+        test = self.evaluate(self.corpus.test)
+        test_s = time.perf_counter() - t0
+        pred = test.pop("pred")
+        results = {"dev_uas": self.best["dev_uas"], "dev_las": self.best["dev_las"], "test_uas": test["uas"],
+                   "test_las": test["las"], "test_uas_argmax": test["uas_argmax"],
+                   "test_argmax_not_tree_pct": test["argmax_not_tree"], "best_epoch": self.best["epoch"],
+                   "epochs": len(self.history),
+                   "s_per_epoch": sum(r["seconds"] for r in self.history) / max(1, len(self.history)),
+                   "test_sentences_per_s": self.corpus.test.n / max(test_s, 1e-9), "peak_rss_mb": peak_rss_mb(),
+                   "n_parameters": sum(p.numel() for p in self.parser.parameters())}
+        save_history(out, self.history)
+        save_torch(out / "parser.pt", {"state_dict": {k: v.detach().cpu() for k, v in self.parser.state_dict().items()},
+                                       "vocab": self.corpus.vocab.state(), "hparams": dict(self.hparams)})
+        save_torch(out / "test_predictions.pt", {"heads": pred["heads"], "labels": pred["labels"]})
+        config = {"module": "ssvm_torch.deep.UDParser", **dict(self.hparams)}
+        atomic_write_bytes(out / "config.json", json.dumps(config, indent=1, default=str).encode())
+        atomic_write_bytes(out / "results.json", json.dumps(results, indent=1).encode())
+        log_hp_metrics(self, {"hp_metric": results["dev_las"], "hp/test_las": results["test_las"]}, len(self.history))
+        print(f"best dev LAS {results['dev_las']:.2f} (epoch {results['best_epoch']}); test UAS {results['test_uas']:.2f} "
+              f"LAS {results['test_las']:.2f} on {self.corpus.test.n} sentences; {results['s_per_epoch']:.1f} s/epoch; "
+              f"outputs in {out}", flush=True)
+        return out

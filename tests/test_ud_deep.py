@@ -1,0 +1,129 @@
+"""The neural UD parser (ssvm_torch.deep.UDParser, recipes/ud_deep_*.yaml): batches with the root at
+position 0, tiny runs of every head whose loss falls, the predictions file (every test sentence in file
+order, one head and one relation per word, well-formed trees, UAS / LAS recomputed from it), the carried
+tree-layer gradient, an exact resume, clear errors."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from ssvm_torch.data.ud import load_ud_ewt, universal
+from ssvm_torch.deep.__main__ import main as deep_main
+from ssvm_torch.deep.ud_parser import attachment_scores
+from ssvm_torch.deep.ud_text import PAD, ROOT, load_ud_parsing
+from ssvm_torch.trees.checks import tree_faults
+
+RECIPES = Path(__file__).resolve().parents[1] / "recipes"
+TINY = ["--model.train_size", "120", "--model.hidden", "24", "--model.word_dim", "16", "--model.char_filters", "8",
+        "--model.upos_dim", "8", "--model.arc_dim", "24", "--model.rel_dim", "8", "--model.layers", "1",
+        "--model.lr", "0.005", "--model.threads", "1"]
+
+
+def run(tmp_path, loss="crf", *extra, epochs=3):
+    args = ["fit", "--config", str(RECIPES / f"ud_deep_{loss}.yaml"), *TINY, "--trainer.max_epochs", str(epochs),
+            "--trainer.default_root_dir", str(tmp_path), *extra]
+    assert deep_main(args) == 0
+    return sorted(tmp_path.glob("lightning_logs/version_*"))[-1]
+
+
+def test_batches_put_the_root_at_position_0_and_keep_the_gold_trees():
+    corpus = load_ud_parsing(train_size=50)
+    split = corpus.train
+    b = split.batch([3, 0, 7])
+    lengths = split.lengths[torch.tensor([3, 0, 7])]
+    N = int(lengths.max()) + 1
+    assert b["mask"].shape == (3, N) and not bool(b["mask"][:, 0].any())
+    assert b["mask"].sum(1).tolist() == lengths.tolist()
+    assert bool((b["word"][:, 0] == ROOT).all()) and bool((b["upos"][:, 0] == ROOT).all())
+    assert bool((b["word"][~b["mask"]][b["heads"][~b["mask"]] >= 0] == PAD).all())
+    bank = load_ud_ewt("train")
+    for row, i in enumerate([3, 0, 7]):
+        n = int(lengths[row])
+        sent = bank.sentence(i)
+        assert b["heads"][row, 1:n + 1].tolist() == [w[4] for w in sent]
+        assert [corpus.vocab.rels[k] for k in b["rels"][row, 1:n + 1].tolist()] == [universal(w[5]) for w in sent]
+        assert bool((b["heads"][row, n + 1:] == -1).all()) and int(b["heads"][row, 0]) == -1
+    assert bool((tree_faults(b["heads"], lengths, False, False) == 0).all())
+    assert int(corpus.train.projective.sum()) <= corpus.train.n
+
+
+@pytest.mark.parametrize("loss", ["crf", "local"])
+def test_tiny_run_loss_falls_and_the_predictions_file_is_whole(tmp_path, loss):
+    out = run(tmp_path, loss)
+    history = json.loads((out / "history.json").read_text())
+    losses = [r["loss"] for r in history]
+    assert len(losses) == 3 and losses[-1] < losses[0]
+    assert all(0.0 <= r["tree_layer_share"] < 1.0 for r in history)
+    pred = torch.load(out / "test_predictions.pt", weights_only=True)
+    test = load_ud_ewt("test")
+    assert len(pred["heads"]) == len(pred["labels"]) == test.n == 2077
+    assert [len(h) for h in pred["heads"]] == test.lengths.tolist() == [len(r) for r in pred["labels"]]
+    assert all(isinstance(r, str) for row in pred["labels"] for r in row)
+    lengths = torch.tensor(test.lengths.tolist())
+    padded = torch.full((test.n, int(lengths.max()) + 1), -1, dtype=torch.int64)
+    for i, h in enumerate(pred["heads"]):
+        padded[i, 1:len(h) + 1] = torch.tensor(h)
+    assert bool((tree_faults(padded, lengths, False, True) == 0).all())      # projective single-root trees
+    gold_heads = [[w[4] for w in test.sentence(i)] for i in range(test.n)]
+    gold_rels = [[universal(w[5]) for w in test.sentence(i)] for i in range(test.n)]
+    uas, las = attachment_scores(gold_heads, gold_rels, pred["heads"], pred["labels"])
+    results = json.loads((out / "results.json").read_text())
+    assert results["test_uas"] == pytest.approx(uas, abs=1e-12) and results["test_las"] == pytest.approx(las, abs=1e-12)
+    assert las <= uas and uas > 10.0
+    config = json.loads((out / "config.json").read_text())
+    assert config["loss"] == loss and config["projective"] is True and config["upos_input"] is True
+    if loss == "local":
+        assert "dev_uas_argmax" in history[-1] and 0.0 <= results["test_argmax_not_tree_pct"] <= 100.0
+
+
+def test_the_carried_tree_gradient_is_the_layer_gradient():
+    """head_loss times the tree layer on a detached copy and carries its gradient into the network: value
+    and gradient must be the layer's own."""
+    from ssvm_torch.deep import UDParser
+    from ssvm_torch.nn import DependencyTree
+    for loss in ("hinge", "crf", "softmax_margin"):
+        module = UDParser(loss=loss, train_size=30)
+        module.corpus = load_ud_parsing(train_size=30)
+        module._epoch = {"tree_s": 0.0}
+        batch = module.corpus.train.batch(torch.arange(8))
+        batch["tree_ok"] = module.corpus.train.projective[:8]
+        g = torch.Generator().manual_seed(0)
+        arcs = torch.randn(batch["mask"].shape + (batch["mask"].shape[1],), generator=g, dtype=torch.float64,
+                           requires_grad=True)
+        per = module.head_loss(arcs, batch)
+        (got,) = torch.autograd.grad(per.sum(), arcs)
+        ok = batch["tree_ok"]
+        arcs2 = arcs.detach().clone().requires_grad_(True)
+        want = DependencyTree(projective=True, loss=loss)(arcs2[ok], batch["heads"][ok], batch["mask"][ok],
+                                                          reduction="none")
+        (want_g,) = torch.autograd.grad(want.sum(), arcs2)
+        torch.testing.assert_close(per[ok], want, rtol=1e-12, atol=1e-12)
+        assert bool((per[~ok] == 0).all())
+        torch.testing.assert_close(got, want_g, rtol=1e-12, atol=1e-12)
+
+
+def test_resumed_run_ends_where_the_uninterrupted_run_ends(tmp_path):
+    full = run(tmp_path / "full", "hinge", epochs=3)
+    first = run(tmp_path / "cut", "hinge", epochs=2)
+    ckpt = next(first.glob("checkpoints/last.ckpt"))
+    resumed = run(tmp_path / "cut", "hinge", "--ckpt_path", str(ckpt), epochs=3)
+    h_full = json.loads((full / "history.json").read_text())
+    h_res = json.loads((resumed / "history.json").read_text())
+    assert [(r["loss"], r["dev_uas"], r["dev_las"]) for r in h_full] == [(r["loss"], r["dev_uas"], r["dev_las"])
+                                                                         for r in h_res]
+    a = torch.load(full / "test_predictions.pt", weights_only=True)
+    b = torch.load(resumed / "test_predictions.pt", weights_only=True)
+    assert a == b
+
+
+def test_bad_parser_settings_are_refused_by_name(tmp_path, capsys):
+    base = ["fit", "--config", str(RECIPES / "ud_deep_crf.yaml"), *TINY, "--trainer.default_root_dir", str(tmp_path)]
+    for extra, text in ((["--model.loss", "svm"], "loss: expected one of"),
+                        (["--model.train_size", "1"], "train_size: expected an int in [2,"),
+                        (["--trainer.max_epochs", "0"], "trainer.max_epochs: expected at least 1")):
+        assert deep_main(base + extra) == 2
+        err = capsys.readouterr().err
+        assert text in err and len(err.strip().splitlines()) == 1, err
