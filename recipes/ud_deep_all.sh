@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# The neural UD English-EWT parser's comparison (issue 58): every head (local, crf, hinge, softmax_margin)
+# with seeds 0 1 2, the same network and budget (recipes/ud_deep_<head>.yaml), one run after another.
+# Each run writes runs/ud_deep/<head>_s<seed>/ and resumes from its last.ckpt when one is there, so this
+# script can be stopped at any point and started again (it skips finished runs); a finished run's
+# config.json, results.json, history.json and test_predictions.pt are copied to the archive
+# benchmarks/results/ud_deep_runs/<head>_s<seed>/. HEADS / SEEDS / THREADS override the lists.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+venv="$(bash "$root/scripts/env.sh")"
+archive="$root/benchmarks/results/ud_deep_runs"
+for seed in ${SEEDS:-0 1 2}; do
+  for head in ${HEADS:-hinge crf local softmax_margin}; do
+    name="${head}_s${seed}"
+    dir="$root/runs/ud_deep/$name"
+    if [ -f "$archive/$name/test_predictions.pt" ]; then echo "$name: done"; continue; fi
+    ckpt="$dir/lightning_logs/version_0/checkpoints/last.ckpt"
+    resume=()
+    if [ -f "$ckpt" ]; then resume=(--ckpt_path "$ckpt"); echo "$name: resuming from $ckpt"; fi
+    "$venv/bin/python" -m ssvm_torch.deep fit --config "$root/recipes/ud_deep_${head}.yaml" --model.seed "$seed" \
+      --seed_everything "$seed" --model.threads "${THREADS:-2}" --trainer.default_root_dir "$dir" "${resume[@]}"
+    out="$dir/lightning_logs/version_0"
+    mkdir -p "$archive/$name"
+    cp "$out/config.json" "$out/results.json" "$out/history.json" "$out/test_predictions.pt" "$archive/$name/"
+  done
+done
