@@ -127,3 +127,34 @@ def test_bad_parser_settings_are_refused_by_name(tmp_path, capsys):
         assert deep_main(base + extra) == 2
         err = capsys.readouterr().err
         assert text in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_the_results_script_recomputes_the_archive_and_bootstraps_pairs(tmp_path):
+    """benchmarks/bench_ud_deep.py on an archive of one tiny run filed under two heads: the recomputed
+    UAS / LAS equal results.json, a system against itself differs by 0 in every draw, and a results.json
+    that disagrees with its predictions is refused."""
+    import importlib.util
+    import shutil
+    spec = importlib.util.spec_from_file_location("bench_ud_deep", RECIPES.parent / "benchmarks" / "bench_ud_deep.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    out = run(tmp_path / "run", "crf", epochs=1)
+    archive = tmp_path / "archive"
+    for head in ("crf", "hinge"):
+        d = archive / f"{head}_s0"
+        d.mkdir(parents=True)
+        for name in ("results.json", "history.json", "test_predictions.pt"):
+            shutil.copy(out / name, d / name)
+        config = json.loads((out / "config.json").read_text())
+        (d / "config.json").write_text(json.dumps({**config, "loss": head}))
+    report = bench.report(archive, draws=50)
+    results = json.loads((out / "results.json").read_text())
+    assert [h["head"] for h in report["heads"]] == ["crf", "hinge"]
+    assert report["heads"][0]["test_uas"]["mean"] == pytest.approx(results["test_uas"], abs=1e-12)
+    (pair,) = report["bootstrap"]
+    assert (pair["a"], pair["b"]) == ("hinge", "crf")
+    assert pair["uas"]["observed_diff"] == 0.0 and pair["uas"]["ci95"] == [0.0, 0.0]
+    assert "| crf | 1 | yes |" in bench.markdown(report)
+    (archive / "hinge_s0" / "results.json").write_text(json.dumps({**results, "test_uas": results["test_uas"] + 1}))
+    with pytest.raises(SystemExit, match="UAS / LAS recomputed"):
+        bench.report(archive, draws=10)

@@ -1,0 +1,155 @@
+"""Neural UD English-EWT parsers (issue 58): the table of every head and a paired bootstrap, generated from
+the run archive ``benchmarks/results/ud_deep_runs/<head>_s<seed>/`` (``recipes/ud_deep_all.sh`` trains the
+runs and fills it).
+
+For every archived run: UAS and LAS recomputed from its ``test_predictions.pt`` and the shipped test file
+by CoNLL 2018's definitions (every word, punctuation included; LAS on the universal part of DEPREL) and
+checked against its ``results.json``; per head the mean +- sample std over seeds of test UAS / LAS, dev UAS /
+LAS, epochs, s/epoch, the tree layer's share of an epoch and test sentences per second. A paired bootstrap
+(test sentences resampled with replacement, ``--draws`` draws, the same sentences for every system and
+seed; Koehn 2004, Berg-Kirkpatrick et al. 2012) of each margin head (hinge, softmax-margin) against the CRF
+head and against the local head: the difference of the seed-averaged UAS and LAS, its 95% interval and the
+one-sided p-value (the share of draws whose difference has the other sign). Gold UPOS is an input of every
+run whose config.json says ``"upos_input": true`` (the table says so).
+
+Usage: python benchmarks/bench_ud_deep.py [--runs benchmarks/results/ud_deep_runs] [--draws 1000] [--markdown]
+Writes benchmarks/results/ud_deep.json.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from pathlib import Path
+
+import numpy as np
+
+from ssvm_torch.data.ud import load_ud_ewt, universal
+from ssvm_torch.outputs import load_torch
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+HEADS = ("local", "crf", "hinge", "softmax_margin")
+MARGIN_HEADS = ("hinge", "softmax_margin")
+
+
+def sentence_counts(gold_heads: list, gold_rels: list, heads: list, labels: list) -> np.ndarray:
+    """(n, 3) per test sentence: words, words with the right head, words with the right head and relation."""
+    out = np.zeros((len(gold_heads), 3), dtype=np.int64)
+    for i, (gh, gr, ph, pl) in enumerate(zip(gold_heads, gold_rels, heads, labels)):
+        if len(ph) != len(gh) or len(pl) != len(gh):
+            raise SystemExit(f"test sentence {i}: {len(gh)} words, the predictions have {len(ph)} heads / "
+                             f"{len(pl)} labels")
+        right = [a == b for a, b in zip(gh, ph)]
+        out[i] = (len(gh), sum(right), sum(r and a == b for r, a, b in zip(right, gr, pl)))
+    return out
+
+
+def scores(counts: np.ndarray) -> tuple[float, float]:
+    """(UAS, LAS) in % of per-sentence counts summed over the sentences."""
+    words, heads, labeled = counts.sum(0)
+    return 100.0 * heads / max(words, 1), 100.0 * labeled / max(words, 1)
+
+
+def paired_bootstrap(a: list, b: list, draws: int, seed: int = 0) -> dict:
+    """Paired bootstrap of mean_seeds score(a) - mean_seeds score(b) for UAS and LAS: ``a``, ``b`` lists (one
+    per seed) of (n, 3) count arrays on the same sentences; each draw resamples the n sentences."""
+    rng = np.random.default_rng(seed)
+    n = a[0].shape[0]
+
+    def diff(idx):
+        sa = np.mean([scores(x[idx]) for x in a], axis=0)
+        sb = np.mean([scores(x[idx]) for x in b], axis=0)
+        return sa - sb
+    observed = diff(np.arange(n))
+    draws_ = np.array([diff(rng.integers(0, n, n)) for _ in range(draws)])
+    out = {"draws": draws}
+    for k, name in enumerate(("uas", "las")):
+        sign = 1.0 if observed[k] >= 0 else -1.0
+        out[name] = {"observed_diff": float(observed[k]),
+                     "ci95": [float(np.percentile(draws_[:, k], 2.5)), float(np.percentile(draws_[:, k], 97.5))],
+                     "p_value": float(np.mean(sign * draws_[:, k] <= 0))}
+    return out
+
+
+def mean_std(xs: list) -> dict:
+    return {"mean": statistics.fmean(xs), "std": statistics.stdev(xs) if len(xs) > 1 else None, "values": xs}
+
+
+def report(runs: Path, draws: int) -> dict:
+    test = load_ud_ewt("test")
+    gold_heads = [[w[4] for w in test.sentence(i)] for i in range(test.n)]
+    gold_rels = [[universal(w[5]) for w in test.sentence(i)] for i in range(test.n)]
+    by_head: dict = {}
+    for d in sorted(runs.glob("*_s*")):
+        config = json.loads((d / "config.json").read_text())
+        results = json.loads((d / "results.json").read_text())
+        history = json.loads((d / "history.json").read_text())
+        pred = load_torch(d / "test_predictions.pt", "test_predictions", "a test predictions")
+        counts = sentence_counts(gold_heads, gold_rels, pred["heads"], pred["labels"])
+        uas, las = scores(counts)
+        if abs(uas - results["test_uas"]) > 1e-9 or abs(las - results["test_las"]) > 1e-9:
+            raise SystemExit(f"{d}: UAS / LAS recomputed {uas:.4f} / {las:.4f}, results.json says "
+                             f"{results['test_uas']:.4f} / {results['test_las']:.4f}")
+        by_head.setdefault(config["loss"], []).append(
+            {"run": d.name, "seed": config["seed"], "projective": config["projective"],
+             "upos_input": config["upos_input"], "test_uas": uas, "test_las": las, "dev_uas": results["dev_uas"],
+             "dev_las": results["dev_las"], "epochs": results["epochs"], "best_epoch": results["best_epoch"],
+             "s_per_epoch": results["s_per_epoch"],
+             "tree_layer_share": statistics.fmean(r["tree_layer_share"] for r in history),
+             "test_sentences_per_s": results["test_sentences_per_s"], "counts": counts})
+    out = {"test_sentences": test.n, "test_words": int(test.lengths.sum()), "heads": [], "bootstrap": []}
+    for head in HEADS:
+        rows = by_head.get(head)
+        if not rows:
+            continue
+        out["heads"].append({"head": head, "seeds": [r["seed"] for r in rows],
+                             "upos_input": all(r["upos_input"] for r in rows),
+                             "projective": all(r["projective"] for r in rows),
+                             **{k: mean_std([r[k] for r in rows]) for k in
+                                ("test_uas", "test_las", "dev_uas", "dev_las", "epochs", "best_epoch", "s_per_epoch",
+                                 "tree_layer_share", "test_sentences_per_s")}})
+    for a in MARGIN_HEADS:
+        for b in ("crf", "local"):
+            if a in by_head and b in by_head:
+                out["bootstrap"].append({"a": a, "b": b, **paired_bootstrap([r["counts"] for r in by_head[a]],
+                                                                             [r["counts"] for r in by_head[b]], draws)})
+    return out
+
+
+def markdown(out: dict) -> str:
+    def ms(x, d=2):
+        return f"{x['mean']:.{d}f}" + (f" ± {x['std']:.{d}f}" if x["std"] is not None else "")
+    rows = ["| head | seeds | gold UPOS input | **test UAS** | **test LAS** | dev UAS | dev LAS | epochs (best) | "
+            "s / epoch | tree layer share | test sentences / s |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r in out["heads"]:
+        rows.append(f"| {r['head']} | {len(r['seeds'])} | {'yes' if r['upos_input'] else 'no'} | "
+                    f"**{ms(r['test_uas'])}** | **{ms(r['test_las'])}** | {ms(r['dev_uas'])} | {ms(r['dev_las'])} | "
+                    f"{ms(r['epochs'], 1)} ({ms(r['best_epoch'], 1)}) | {ms(r['s_per_epoch'], 0)} | "
+                    f"{100 * r['tree_layer_share']['mean']:.1f}% | {r['test_sentences_per_s']['mean']:.0f} |")
+    rows.append("")
+    for b in out["bootstrap"]:
+        for m in ("uas", "las"):
+            x = b[m]
+            rows.append(f"* {b['a']} − {b['b']}, {m.upper()}: {x['observed_diff']:+.2f} (95% CI "
+                        f"[{x['ci95'][0]:+.2f}, {x['ci95'][1]:+.2f}], one-sided p = {x['p_value']:.3f}, "
+                        f"{b['draws']} draws)")
+    return "\n".join(rows)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--runs", default=str(RESULTS / "ud_deep_runs"), help="the archive of run directories")
+    ap.add_argument("--draws", type=int, default=1000)
+    ap.add_argument("--markdown", action="store_true", help="also print the docs/results.md table")
+    ap.add_argument("--out", default=str(RESULTS / "ud_deep.json"))
+    args = ap.parse_args()
+    out = report(Path(args.runs), args.draws)
+    print(markdown(out))
+    Path(args.out).write_text(json.dumps(out, indent=1))
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
