@@ -18,6 +18,20 @@ from ssvm_torch.chain.padded import cuda_decoder, viterbi
 
 HAVE_TRITON = importlib.util.find_spec("triton") is not None
 
+
+def _interpreter_breaks_on_numpy() -> bool:
+    """Triton's interpreter before 3.7 turns a kernel's integer argument into a one-element array and calls
+    int() on it inside range(); NumPy 2.4 refuses that (TypeError 'only 0-dimensional arrays ...'),
+    triton-lang/triton#9171, fixed by #9172. The compiled kernel is unaffected (the CUDA test runs it)."""
+    if not HAVE_TRITON:
+        return False
+    import numpy
+    import triton
+
+    def major_minor(v):
+        return tuple(int(x) for x in v.split(".")[:2])
+    return major_minor(triton.__version__) < (3, 7) and major_minor(numpy.__version__) >= (2, 4)
+
 COMPARE = textwrap.dedent("""
     import torch
     from ssvm_torch.chain.torch_viterbi import viterbi_loop
@@ -65,6 +79,8 @@ def test_fused_viterbi_equals_loop_on_cuda():
 
 
 @pytest.mark.skipif(not HAVE_TRITON, reason="needs Triton (TRITON_INTERPRET=1 runs the kernel on the CPU)")
+@pytest.mark.skipif(_interpreter_breaks_on_numpy(), reason="Triton < 3.7's interpreter fails under NumPy >= 2.4 "
+                    "(triton-lang/triton#9171); the compiled kernel's test covers the GPU")
 def test_fused_viterbi_equals_loop_in_triton_interpreter():
     script = COMPARE + "\nprint('cases', compare('cpu'))\n"
     env = {**os.environ, "TRITON_INTERPRET": "1"}
