@@ -17,7 +17,8 @@
   decode, hinge + backward (ours) vs NLL + backward (pytorch-crf), CRF + backward both; ours with the
   default kernels (the fused Triton kernels on CUDA) and with ``kernels="torch"`` (the torch loop);
 * ``trees``: the dependency-tree kernels (ssvm_torch.trees) on the same device, float32, B = 256 sentences of
-  n = 40 and of n = 100: projective best tree and log Z + backward against torch-struct's ``DependencyCRF``,
+  n = 40 and of n = 100: projective best tree and log Z + backward (the Triton Eisner kernels on CUDA, and
+  ``ours_torch`` with ``SSVM_CUDA_EISNER=loop``, the torch recursions) against torch-struct's ``DependencyCRF``,
   non-projective log Z + marginals against ``NonProjectiveDependencyCRF``, and the non-projective best tree
   (Chu-Liu-Edmonds on the host, one copy each way) against a per-sentence Python Chu-Liu-Edmonds with a rerun
   per root on the CPU (SuPar's method; timed on 32 of the sentences and scaled to B, it is linear in B).
@@ -114,9 +115,9 @@ def decode_figures(task, device, repeats, batches, compile_batches, sweep_batche
             variants["fused-tile"] = functools.partial(viterbi_fused, variant="tile")
             variants["fused-rows"] = functools.partial(viterbi_fused, variant="rows")
             if B in sweep_batches:                               # the kernels' launch shape, measured
-                # the H100 run's best was rows 32/4 (ROWS_BLOCK_B / ROWS_WARPS): its neighbours are measured too
-                for variant, bb, warps in (("tile", 4, 4), ("tile", 8, 8), ("rows", 16, 2), ("rows", 16, 4),
-                                           ("rows", 32, 2), ("rows", 32, 4), ("rows", 64, 4), ("rows", 128, 4)):
+                # the default (ROWS_BLOCK_B / ROWS_WARPS, rows 16/4 from the 2026-11-27 H100 run) and its neighbours
+                for variant, bb, warps in (("tile", 4, 4), ("tile", 8, 8), ("rows", 8, 4), ("rows", 16, 2),
+                                           ("rows", 16, 4), ("rows", 32, 4), ("rows", 64, 4)):
                     variants[f"fused-{variant}-b{bb}-w{warps}"] = functools.partial(
                         viterbi_fused, variant=variant, block_b=bb, num_warps=warps)
         first, last, trans = (torch.randn(*s, generator=gen).to(device) for s in ((K,), (K,), (K, K)))
@@ -281,16 +282,25 @@ def tree_figures(device, repeats, shapes=TREE_SHAPES):
         ref = np.stack([supar_style_mst(host[b], n) for b in range(sub)])
         ms = lambda fn: 1e3 * timed_adaptive(fn, device, repeats)          # noqa: E731
         cle = 1e3 * timed(lambda: [supar_style_mst(host[b], n) for b in range(sub)], torch.device("cpu"), 1) * B / sub
-        row = {"proj_decode_ms": {"ours": ms(lambda: dependency_decode(S, lengths=lengths)),
-                                  "torch_struct": ms(lambda: ts.DependencyCRF(T.clone(), multiroot=False).argmax)},
-               "proj_logz_backward_ms": {"ours": ms(ours_logz), "torch_struct": ms(ts_logz)},
+        def torch_loop(fn):                      # the torch recursions the Triton kernels replace on CUDA
+            os.environ["SSVM_CUDA_EISNER"] = "loop"
+            try:
+                return ms(fn)
+            finally:
+                os.environ.pop("SSVM_CUDA_EISNER")
+        decode = lambda: dependency_decode(S, lengths=lengths)          # noqa: E731
+        row = {"proj_decode_ms": {"ours": ms(decode),
+                                  "torch_struct": ms(lambda: ts.DependencyCRF(T.clone(), multiroot=False).argmax),
+                                  "ours_torch": torch_loop(decode)},
+               "proj_logz_backward_ms": {"ours": ms(ours_logz), "torch_struct": ms(ts_logz),
+                                         "ours_torch": torch_loop(ours_logz)},
                "nonproj_marginals_ms": {"ours": ms(ours_nonproj), "torch_struct": ms(ts_nonproj)},
                "nonproj_decode_ms": {"ours": ms(lambda: dependency_decode(S, lengths=lengths, projective=False)),
                                      "cpu_cle": cle},
                "nonproj_decoders_agree": bool((ours_np[:, 1:] == ref[:, 1:]).all())}
         for v in row.values():
             if isinstance(v, dict):
-                other = next(k for k in v if k != "ours")
+                other = next(k for k in v if k not in ("ours", "ours_torch"))
                 v["speedup"] = v[other] / v["ours"]
         out[f"{B}_{n}"] = row
         print(f"trees B={B} n={n}: " + ", ".join(f"{k} {v['ours']:.2f} ms (x{v['speedup']:.1f})" for k, v in row.items()
@@ -358,7 +368,7 @@ def main():
         batches = [256, 4096] if quick else [1024, 6251, 65536, 262144, 1 << 20]
         res["decode"] = decode_figures(task, device, args.repeats, batches,
                                        compile_batches=set() if args.no_compile else {65536},
-                                       sweep_batches=set() if quick else {65536, 1 << 20})
+                                       sweep_batches=set() if quick else {1024, 6251, 65536, 1 << 20})
 
     def conll():
         res["conll_memory"] = conll_memory(load_task("conll2000", train_size=200 if quick else None), device)

@@ -31,12 +31,13 @@ except ImportError:                        # pragma: no cover - exercised where 
 
 MAX_K = 64          # the (BLOCK_B, K, K) register tiles: beyond 64 tags the torch path is used
 VARIANTS = ("auto", "tile", "rows")
-# Measured on an H100 (benchmarks/results/gpu.json, K = 26, OCR lengths; docs/devices.md): from B = 65,536
-# on, the rows variant with 32 sequences and 4 warps per program decodes 117 / 153 M words/s (B = 2^16 /
-# 2^20) against the tile variant's 21 / 24 M; at B = 1,024 the tile variant's 8x more programs win (3.8
-# vs 2.8 M words/s for rows with 64 sequences per program).
-ROWS_FROM_B = 65536
-ROWS_BLOCK_B, ROWS_WARPS = 32, 4
+# Measured on an H100 (benchmarks/results/gpu.json of 2026-11-27, K = 26, OCR lengths; docs/devices.md): the
+# rows variant with 16 sequences and 4 warps per program decodes 131 / 181 M words/s at B = 2^16 / 2^20
+# (32 sequences: 108 / 150 M; the tile variant 21 / 24 M); at B = 6,251 the rows variant already wins
+# (decode 0.33 vs 0.46 ms, OCR-large's gap pass 0.45 vs 0.90 ms), at B = 1,024 the tile variant's
+# programs win (0.22 vs 0.29 ms). The crossover is taken at 2,048, between the two measured sizes.
+ROWS_FROM_B = 2048
+ROWS_BLOCK_B, ROWS_WARPS = 16, 4
 
 
 def choose_variant(B: int) -> str:

@@ -11,12 +11,14 @@ beyond the words. ``multiroot=False`` (the default, as in UD) allows exactly one
 ``projective=True`` allows no crossing arcs. -inf scores mark arcs that may not be taken.
 
 **Operations and backends.** Every operation has one dispatch rule (:mod:`~ssvm_torch.trees.ops`): numba
-(CPU float32/float64, compiled, batched, threads over sentences) and torch (any device; the reference).
+(CPU float32/float64, compiled, batched, threads over sentences), Triton (CUDA, the projective recursions)
+and torch (any device; the reference).
 The recursions exist once per backend:
 
 * projective best tree and log Z / marginals (Eisner; inside-outside): numba
-  :mod:`~ssvm_torch.trees.numba_eisner` (the outside pass writes the gradient), torch
-  :mod:`~ssvm_torch.trees.torch_eisner` (autograd);
+  :mod:`~ssvm_torch.trees.numba_eisner` (the outside pass writes the gradient), Triton
+  :mod:`~ssvm_torch.trees.triton_eisner` for CUDA (inside and outside kernels, one program per sentence),
+  torch :mod:`~ssvm_torch.trees.torch_eisner` (autograd; any device, the reference);
 * non-projective best tree (Chu-Liu-Edmonds with the single-root constraint in one run):
   :mod:`~ssvm_torch.trees.numba_mst`, on the host for every device;
 * non-projective log Z / marginals (the matrix-tree theorem, Koo et al. 2007):

@@ -8,8 +8,9 @@ per row, ``gold`` (B, N) int64 heads (-1 off the words), ``cost`` (B,) the loss 
 
 The rule, ``kernels="auto"``: the compiled kernels (:mod:`~ssvm_torch.trees.numba_eisner`,
 :mod:`~ssvm_torch.trees.numba_mst`) for CPU float32 / float64 scores outside tracing, spread over numba's
-threads when torch has more than one and the batch has at least :data:`PARALLEL_MIN` rows; the torch
-recursions (:mod:`~ssvm_torch.trees.torch_eisner`) elsewhere. Non-projective log Z and marginals are the
+threads when torch has more than one and the batch has at least :data:`PARALLEL_MIN` rows; the Triton
+kernels (:mod:`~ssvm_torch.trees.triton_eisner`) for CUDA scores outside tracing; the torch recursions
+(:mod:`~ssvm_torch.trees.torch_eisner`) elsewhere. Non-projective log Z and marginals are the
 matrix-tree theorem in torch on every device (:mod:`~ssvm_torch.trees.matrix_tree`: LAPACK is the
 kernel); the non-projective best tree is Chu-Liu-Edmonds, on the host for scores on any device (one copy
 each way per batch: the contraction is sequential).
@@ -22,7 +23,7 @@ import torch
 
 from ..devices import from_host, to_host
 from ..errors import SSVMInputError
-from . import matrix_tree, torch_eisner
+from . import matrix_tree, torch_eisner, triton_eisner
 from .checks import tracing, use_numba, word_mask
 from .numba_eisner import eisner_batch, eisner_batch_parallel, inside_outside_batch, inside_outside_batch_parallel
 from .numba_mst import mst_batch, mst_batch_parallel
@@ -37,6 +38,12 @@ def _parallel(B: int) -> bool:
         return False
     numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
     return True
+
+
+def _eisner(S: torch.Tensor):
+    """The projective recursions off the compiled CPU kernels: the Triton kernels for CUDA scores
+    (:func:`ssvm_torch.trees.triton_eisner.available`) outside tracing, else the torch recursions."""
+    return triton_eisner if triton_eisner.available(S) and not tracing() else torch_eisner
 
 
 def _host(S: torch.Tensor, lengths: torch.Tensor):
@@ -61,7 +68,7 @@ def best(S: torch.Tensor, lengths: torch.Tensor, projective: bool, multiroot: bo
     S = S.detach()
     B, N, _ = S.shape
     if projective and not use_numba(S, kernels):
-        heads, scores = torch_eisner.best_tree(S, lengths, multiroot)
+        heads, scores = _eisner(S).best_tree(S, lengths, multiroot)
     else:                              # compiled kernels, or Chu-Liu-Edmonds on the host for any device
         Sh, Lh = _host(S, lengths)
         heads = np.empty((B, N), dtype=np.int64)
@@ -119,7 +126,7 @@ def log_partition(S: torch.Tensor, lengths: torch.Tensor, projective: bool, mult
     elif use_numba(S, kernels):
         logz = _CompiledLogZ.apply(S, lengths, multiroot)
     else:
-        logz = torch_eisner.log_partition(S, lengths, multiroot)
+        logz = _eisner(S).log_partition(S, lengths, multiroot)
     _fail_no_tree(logz.detach(), lengths, "log Z")
     return logz
 
@@ -142,7 +149,7 @@ def marginals(S: torch.Tensor, lengths: torch.Tensor, projective: bool, multiroo
         return from_host(M, S.device).to(S.dtype)
     with torch.enable_grad():
         leaf = S.clone().requires_grad_(True)
-        logz = torch_eisner.log_partition(leaf, lengths, multiroot)
+        logz = _eisner(S).log_partition(leaf, lengths, multiroot)
         _fail_no_tree(logz.detach(), lengths, "log Z")
         (grad,) = torch.autograd.grad(logz.sum(), leaf)
     return grad

@@ -1,5 +1,6 @@
 """The projective first-order recursions (Eisner) in pure torch: any device, batched, the reference of the
-compiled kernels (:mod:`ssvm_torch.trees.numba_eisner`) and what CUDA runs.
+compiled kernels (:mod:`ssvm_torch.trees.numba_eisner`, :mod:`ssvm_torch.trees.triton_eisner`) and what
+runs where neither does (CUDA without Triton, tracing).
 
 The same charts as the numba kernels, kept by [width, start] for a padded batch (B, N, N): one Python
 iteration per span width, each a few gathers over every (split, start) pair of that width at once. log Z is
@@ -33,7 +34,7 @@ def _index(N: int, device):
     return out
 
 
-def _arcs(S, lengths):
+def arc_tables(S, lengths):
     """SR[b, w, i] = S[b, i+w, i] (arc i -> i+w) and SL[b, w, i] = S[b, i, i+w] (arc i+w -> i), with NEG
     for absent arcs, arcs beyond a sentence's length, and arcs into the root."""
     B, N, _ = S.shape
@@ -44,15 +45,17 @@ def _arcs(S, lengths):
     inside = end < N
     endc = end.clamp(max=N - 1)
     valid = inside[None] & (end[None] <= lengths[:, None, None]) & (w[None] > 0)
-    SR = S[:, endc, start.expand(N, N)]                              # S[b, i+w, i]
-    SL = S[:, start.expand(N, N), endc]                              # S[b, i, i+w]
+    # flat gathers: their backward is a scatter-add (advanced indexing's would sort its indices on CUDA)
+    flat = S.reshape(B, N * N)
+    SR = flat.gather(1, (endc * N + start).reshape(1, -1).expand(B, -1)).view(B, N, N)     # S[b, i+w, i]
+    SL = flat.gather(1, (start * N + endc).reshape(1, -1).expand(B, -1)).view(B, N, N)     # S[b, i, i+w]
     neg = torch.full((), NEG, dtype=S.dtype, device=S.device)
     SR = torch.where(valid & torch.isfinite(SR), SR, neg)
     SL = torch.where(valid & (start[None] > 0) & torch.isfinite(SL), SL, neg)
     return SR, SL
 
 
-def _root_terms(SR, CL, CR, lengths, N):
+def root_terms(SR, CL, CR, lengths, N):
     """Single root: SR[b, r, 0] + CL[b, r-1, 1] + CR[b, n_b - r, r] for r = 1..N-1 (NEG beyond n_b)."""
     B = SR.shape[0]
     r = torch.arange(1, N, device=SR.device)
@@ -70,7 +73,7 @@ def log_partition(S: torch.Tensor, lengths: torch.Tensor, multiroot: bool) -> to
     if N == 1:                                                       # the root alone: one empty tree
         return S.sum((1, 2)) * 0.0
     start = 0 if multiroot else 1
-    SR, SL = _arcs(S, lengths)
+    SR, SL = arc_tables(S, lengths)
     neg = torch.full((), NEG, dtype=S.dtype, device=S.device)
     zero_w = torch.zeros(B, 1, N, dtype=S.dtype, device=S.device)
     rest = neg.expand(B, N - 1, N)
@@ -93,7 +96,7 @@ def log_partition(S: torch.Tensor, lengths: torch.Tensor, multiroot: bool) -> to
     if multiroot:
         out = CR[torch.arange(B, device=S.device), lengths, 0]
     else:
-        out = torch.logsumexp(_root_terms(SR, CL, CR, lengths, N), 1)
+        out = torch.logsumexp(root_terms(SR, CL, CR, lengths, N), 1)
     return torch.where(lengths > 0, out, torch.zeros_like(out))
 
 
@@ -107,7 +110,7 @@ def best_tree(S: torch.Tensor, lengths: torch.Tensor, multiroot: bool) -> tuple[
         return torch.full((B, 1), -1, dtype=torch.int64, device=dev), torch.zeros(B, dtype=S.dtype, device=dev)
     start = 0 if multiroot else 1
     S = S.detach()
-    SR, SL = _arcs(S, lengths)
+    SR, SL = arc_tables(S, lengths)
     CR = torch.full((B, N * N), NEG, dtype=S.dtype, device=dev)
     CR[:, :N] = 0.0
     CL = CR.clone()
@@ -138,7 +141,7 @@ def best_tree(S: torch.Tensor, lengths: torch.Tensor, multiroot: bool) -> tuple[
         score = CRv[bi, lengths, 0]
         on_cr.index_put_((bi, lengths * N), torch.ones_like(bi), accumulate=True)
     else:
-        terms = _root_terms(SR, CLv, CRv, lengths, N)
+        terms = root_terms(SR, CLv, CRv, lengths, N)
         score, r = terms.max(1)
         r = r + 1
         head_plus.index_put_((bi, r), torch.ones_like(r), accumulate=True)     # head 0: head + 1 = 1
