@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from ssvm_torch import Solver, SolverConfig, make_store
-from ssvm_torch.column_shards import ColumnShardedChain
-from ssvm_torch.column_shards_edges import ColumnShardedEdgeChain
+from ssvm_torch.distributed.column_shards import ColumnShardedChain
+from ssvm_torch.distributed.column_shards_edges import ColumnShardedEdgeChain
 from ssvm_torch.distributed import sharded_store
 from ssvm_torch.models.chain_edges import EdgeChainModel
 from ssvm_torch.stores import ChainDual, EdgeChainDual

@@ -12,7 +12,7 @@ import torch.multiprocessing as mp
 
 import distributed_worker as worker
 from ssvm_torch import Solver, SolverConfig, make_store
-from ssvm_torch.column_shards import ColumnShardedChain
+from ssvm_torch.distributed.column_shards import ColumnShardedChain
 from ssvm_torch.distributed import ShardedDual, shard_of
 from ssvm_torch.errors import SSVMInputError
 from ssvm_torch.stores import EdgeChainDual

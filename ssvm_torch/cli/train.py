@@ -27,7 +27,7 @@ import torch
 
 from .. import distributed
 from ..devices import parse_device
-from ..collectives import any_rank
+from ..distributed.collectives import any_rank
 from ..errors import DistributedError, RunInterrupted, SSVMInputError
 from .entry import command_parser, run_command
 from ..outputs import RunDir, load_checkpoint, save_checkpoint, save_history, save_model, save_predictions, save_selection

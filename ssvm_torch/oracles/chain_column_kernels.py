@@ -1,4 +1,4 @@
-"""Numba kernels of the coordinate-sharded chain store (:mod:`ssvm_torch.column_shards`; CPU,
+"""Numba kernels of the coordinate-sharded chain store (:mod:`ssvm_torch.distributed.column_shards`; CPU,
 float64): partial unary scores of a column share of the features, the loss-augmented decoding of
 some blocks of a batch from given unaries (with the terms of the block gap, eq. (6) of Osokin et al.
 2016), the exact gap terms of a subset of blocks, and a column share of the mini-batch direction

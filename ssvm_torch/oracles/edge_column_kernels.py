@@ -1,5 +1,5 @@
 """Numba kernels of the coordinate-sharded chain store with edge-observation features
-(:mod:`ssvm_torch.column_shards_edges`; CPU, float64): the loss-augmented decoding of some blocks of
+(:mod:`ssvm_torch.distributed.column_shards_edges`; CPU, float64): the loss-augmented decoding of some blocks of
 a batch from given unaries with per-position transitions (trans + the edge scores of
 :mod:`ssvm_torch.oracles.edge_kernels`), and the edge block's part of the mini-batch direction,
 accumulated into a scratch of touched edge attributes, measured and applied with the blocks' edge

@@ -60,7 +60,7 @@ class BatchCorners:
     parts: dict | None = None   # dw block by block (direction()): tensors (tau, ...) with one row per
                                 # block, and groups {"count": (tau,) rows per block, name: (sum of counts, ...)}
     sqnorm: float | None = None  # ||dw||^2 when dw is None (a store that never holds the whole
-                                 # direction: ssvm_torch.column_shards)
+                                 # direction: ssvm_torch.distributed.column_shards)
 
 
 @dataclass

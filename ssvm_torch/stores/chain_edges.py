@@ -12,7 +12,7 @@ grid of ssvm_torch.selection) and mini-batch BCFW (``--batch-size``: tau corners
 the exact line search of :class:`~ssvm_torch.solvers.steps.MiniBatchStep`) on the numba kernels (CPU
 float64). Pairwise / away steps, caching, batch FW, SSG, averaging, the regularization path and the
 sharded stores of the gather / allreduce exchanges are refused with a clear error (the columns exchange,
-:mod:`ssvm_torch.column_shards_edges`, runs mini-batch BCFW under torchrun).
+:mod:`ssvm_torch.distributed.column_shards_edges`, runs mini-batch BCFW under torchrun).
 """
 from __future__ import annotations
 

@@ -38,13 +38,13 @@ import numpy as np
 import torch
 
 from .collectives import Collectives, world
-from .devices import to_host
+from ..devices import to_host
 from .rank_store import RankStore
-from .errors import SSVMInputError, check
-from .oracles.chain_column_kernels import (nb_apply_share, nb_balanced_owners, nb_blocks_gap_terms, nb_decode_rows,
+from ..errors import SSVMInputError, check
+from ..oracles.chain_column_kernels import (nb_apply_share, nb_balanced_owners, nb_blocks_gap_terms, nb_decode_rows,
                                            nb_move_blocks, nb_rows_unary, nb_share_direction, nb_tail_direction)
-from .stores.base import BatchCorners, GapPass
-from .stores.chain import ChainDual
+from ..stores.base import BatchCorners, GapPass
+from ..stores.chain import ChainDual
 
 
 def column_owners(fidx: np.ndarray, F: int, size: int) -> np.ndarray:

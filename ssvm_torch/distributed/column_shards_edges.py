@@ -1,7 +1,7 @@
 """The coordinate-sharded chain store with edge-observation features (the ``columns`` exchange for
 :class:`~ssvm_torch.stores.chain_edges.EdgeChainDual`, e.g. CoNLL-2000's rich-edges template).
 
-The emission columns are sharded as in :mod:`ssvm_torch.column_shards` (partial unaries, one
+The emission columns are sharded as in :mod:`ssvm_torch.distributed.column_shards` (partial unaries, one
 all-to-all, the labelings shared, each rank's column share of dw); the edge block E (A_e, P) of w
 and every block's edge statistics Me are replicated, like the first / last / transition weights:
 every rank decodes with the whole E (the transition into position t is trans + the edge scores of
@@ -16,9 +16,9 @@ from __future__ import annotations
 import numpy as np
 
 from .column_shards import ColumnShardedChain
-from .oracles.edge_column_kernels import nb_decode_rows_edges, nb_edge_apply, nb_edge_share_direction
-from .oracles.edge_kernels import nb_gap_pass_edges
-from .stores.chain_edges import EdgeChainDual
+from ..oracles.edge_column_kernels import nb_decode_rows_edges, nb_edge_apply, nb_edge_share_direction
+from ..oracles.edge_kernels import nb_gap_pass_edges
+from ..stores.chain_edges import EdgeChainDual
 
 
 class ColumnShardedEdgeChain(ColumnShardedChain):

@@ -23,7 +23,7 @@ one store of all n blocks, so the solver loop and its mini-batch step rule
   CoNLL-2000 (d = 7.4M) each rank scatters only its share of the feature columns and the shares are
   all-gathered as (columns, values) (``BlockDual.direction_share``). ``auto`` picks gather for
   d >= 2^20. The collectives and their accounting (``bytes_per_step``: what one rank sends; integers
-  travel as int32) are :class:`~ssvm_torch.collectives.Collectives`;
+  travel as int32) are :class:`~ssvm_torch.distributed.collectives.Collectives`;
 * **the exact gap**: each rank runs the gap pass of its shard; the block gaps, H_i and losses are
   all-gathered into the global order, so every rank holds the same history record and the same
   sampler state;
@@ -36,72 +36,18 @@ process group's timeout (``init(timeout_s=...)``) with :class:`DistributedError`
 """
 from __future__ import annotations
 
-import datetime
-import os
 import time
 
 import torch
 import torch.distributed as dist
 
-from .collectives import Collectives, DistributedError, collective, shard_of, world
-from .errors import SSVMInputError, check
+from ..errors import SSVMInputError, check
+from ..stores.base import SPARSE_D, BatchCorners, BlockDual, GapPass
+from ..stores.box import BoxedDual
+from .collectives import Collectives, collective, shard_of, world
 from .rank_store import RankStore
-from .stores.base import SPARSE_D, BatchCorners, BlockDual, GapPass
-from .stores.box import BoxedDual
 
-EXCHANGES = ("auto", "allreduce", "gather", "columns")
-
-__all__ = ["EXCHANGES", "DistributedError", "ShardedDual", "describe", "finish", "init", "launched_by_torchrun",
-           "on_rank0", "shard_of", "sharded_store", "world"]
-
-
-def launched_by_torchrun() -> bool:
-    """Whether this process was started by torchrun (or any launcher setting WORLD_SIZE > 1)."""
-    return int(os.environ.get("WORLD_SIZE", "1")) > 1
-
-
-def init(device: torch.device, timeout_s: float = 300.0) -> tuple[int, int]:
-    """Join the process group torchrun describes (env:// rendezvous): gloo for CPU state, NCCL for
-    CUDA (each rank on cuda:LOCAL_RANK). Returns (rank, world size)."""
-    if not dist.is_initialized():
-        backend = "nccl" if device.type == "cuda" else "gloo"
-        dist.init_process_group(backend, timeout=datetime.timedelta(seconds=float(timeout_s)))
-    return dist.get_rank(), dist.get_world_size()
-
-
-def finish() -> None:
-    """Leave the process group (end of a torchrun run)."""
-    if dist.is_available() and dist.is_initialized():
-        dist.destroy_process_group()
-
-
-def on_rank0(fn):
-    """``fn()`` on rank 0 (e.g. claiming the run directory); its input error is raised on every rank,
-    so no rank waits at a collective that rank 0 will never reach. Returns fn's result on rank 0,
-    None elsewhere."""
-    rank, size = world()
-    result, message = None, [""]
-    if rank == 0:
-        try:
-            result = fn()
-        except SSVMInputError as e:
-            message = [str(e)]
-    if size > 1:
-        collective(dist.broadcast_object_list, message, src=0)
-    if message[0]:
-        raise SSVMInputError(message[0])
-    return result
-
-
-def describe(store: "RankStore") -> dict:
-    """The partition and the exchange of a sharded run, for config.json."""
-    partition = ("columns: every rank holds every block's statistics and keeps a share of w's feature columns "
-                 "(about 1/world_size of the stored feature entries each); it decodes a contiguous range of each "
-                 "batch's blocks (about 1/world_size of their positions)"
-                 if store.exchange == "columns" else
-                 "round-robin: rank r holds blocks i with i mod world_size = r (local block i // world_size)")
-    return {"world_size": store.size, "backend": dist.get_backend() if dist.is_initialized() else None,
-            "partition": partition, "exchange": store.exchange}
+EXCHANGES = ("auto", "allreduce", "gather", "columns", "rounds")
 
 
 class ShardedDual(RankStore):
@@ -126,7 +72,7 @@ class ShardedDual(RankStore):
         self.n = self.N = n
         self.lam, self.device = local.lam, local.device
         d = local.w.numel()
-        check(exchange != "columns", "exchange", "'columns' through sharded_store (ssvm_torch.column_shards)", exchange)
+        check(exchange != "columns", "exchange", "'columns' through sharded_store (ssvm_torch.distributed.column_shards)", exchange)
         self.gather = exchange == "gather" or (exchange == "auto" and d >= SPARSE_D)
         self.exchange = "gather" if self.gather else "allreduce"
         probe = local.batch_corners(torch.zeros(1, dtype=torch.int64, device=self.device)).parts   # changes nothing
@@ -231,49 +177,3 @@ class ShardedDual(RankStore):
             raise SSVMInputError(f"checkpoint: written by {state.get('world_size', 1)} rank(s), this run has "
                                  f"{self.size}; resume with the same number of processes")
         self.local.load_state_dict(state["shards"][self.rank])
-
-def sharded_store(task, lam: float, device=None, dtype=torch.float64, kernels: str = "auto",
-                  exchange: str = "auto") -> RankStore:
-    """This rank's store of ``task`` (a :class:`~ssvm_torch.tasks.Problem`) for ``exchange``:
-    ``columns`` the coordinate-sharded chain store of :mod:`ssvm_torch.column_shards` on the whole
-    training set (``auto`` picks it where :func:`columns_apply`); ``gather`` / ``allreduce`` (``auto``:
-    gather for d >= 2^20) a :class:`ShardedDual` of this rank's round-robin shard in a store built
-    with the global n."""
-    from .stores import make_store
-    check(exchange in EXCHANGES, "exchange", f"one of {list(EXCHANGES)}", repr(exchange))
-    rank, size = world()
-    if exchange == "columns":
-        from .models.chain import ChainModel
-        from .tasks import TASKS
-        if not isinstance(task.model, ChainModel):
-            chains = [name for name, t in TASKS.items() if t.sequences]
-            raise SSVMInputError(f"exchange: 'columns' shards the feature columns of linear-chain models (datasets "
-                                 f"{', '.join(chains)}); {task.name} is not one: use --exchange gather or allreduce")
-    if exchange == "columns" or (exchange == "auto" and columns_apply(task, device, dtype, kernels)):
-        from .column_shards import ColumnShardedChain
-        from .column_shards_edges import ColumnShardedEdgeChain
-        from .stores.chain_edges import EdgeChainDual
-        local = make_store(task.model, task.train, lam, device=device, dtype=dtype, kernels=kernels,
-                           nonnegative=task.nonnegative)
-        return (ColumnShardedEdgeChain if type(local) is EdgeChainDual else ColumnShardedChain)(local)
-    shard = shard_of(task.n_train, size, rank)
-    local = make_store(task.model, task.train.subset(shard), lam, device=device, dtype=dtype, kernels=kernels,
-                       nonnegative=task.nonnegative, n_objective=task.n_train)
-    return ShardedDual(local, task.n_train, exchange=exchange)
-
-
-def columns_apply(task, device=None, dtype=torch.float64, kernels: str = "auto", config=None) -> bool:
-    """Whether ``exchange='auto'`` picks the coordinate-sharded store (measured: docs/distributed.md):
-    a chain model (edge-observation features included, no box constraints) with numba kernels (CPU,
-    float64); with a solver ``config`` (one process), also mini-batch BCFW (batch size > 1, FW
-    steps, no cache, no averaging), which is all that store runs."""
-    from .devices import resolve_device
-    from .models.chain import ChainModel
-    model = task.model
-    fits = (isinstance(model, ChainModel)
-            and resolve_device(device).type == "cpu" and dtype == torch.float64 and kernels in ("auto", "numba")
-            and not (task.nonnegative is not None and len(task.nonnegative)))
-    if config is not None:
-        fits = fits and (config.solver == "bcfw" and config.step == "fw" and config.batch_size > 1
-                         and not config.cache and not config.averaging)
-    return fits

@@ -1,4 +1,4 @@
-"""The collectives of a sharded run (ssvm_torch/distributed.py), with their accounting: every
+"""The collectives of a sharded run (ssvm_torch/distributed/), with their accounting: every
 all-reduce and all-gather goes through :class:`Collectives`, which counts the bytes this rank sends
 and the seconds spent in them (waiting for the slowest rank included), and turns a failed collective
 into :class:`DistributedError`. Above the plain collectives: ragged all-gathers, the coalesced sum
@@ -13,7 +13,7 @@ from typing import Callable
 import torch
 import torch.distributed as dist
 
-from .errors import DistributedError, check
+from ..errors import DistributedError, check
 
 
 def world() -> tuple[int, int]:

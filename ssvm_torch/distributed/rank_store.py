@@ -1,13 +1,13 @@
 """What every sharded store of a torchrun run shares (:class:`RankStore`): the point of the store it
 wraps, the collectives' accounting, and a refusal by name of every method that needs every block's
 state in one process. The stores: :class:`ssvm_torch.distributed.ShardedDual` (block shards) and
-:class:`ssvm_torch.column_shards.ColumnShardedChain` (feature-column shards)."""
+:class:`ssvm_torch.distributed.column_shards.ColumnShardedChain` (feature-column shards)."""
 from __future__ import annotations
 
 import torch
 
-from .errors import SSVMInputError
-from .stores.base import BlockDual
+from ..errors import SSVMInputError
+from ..stores.base import BlockDual
 
 
 def _single(what: str):

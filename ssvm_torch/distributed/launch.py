@@ -1,0 +1,111 @@
+"""The launcher glue of a torchrun run: joining and leaving the process group, rank 0's input errors
+raised on every rank, config.json's description of the partition, and the factory of each rank's store
+for the chosen exchange (block shards, column shards, rounds; ``auto`` by the measured rule)."""
+from __future__ import annotations
+
+import datetime
+import os
+
+import torch
+import torch.distributed as dist
+
+from ..errors import SSVMInputError, check
+from .block_shards import EXCHANGES, ShardedDual
+from .collectives import collective, shard_of, world
+from .rank_store import RankStore
+
+
+def launched_by_torchrun() -> bool:
+    """Whether this process was started by torchrun (or any launcher setting WORLD_SIZE > 1)."""
+    return int(os.environ.get("WORLD_SIZE", "1")) > 1
+
+
+def init(device: torch.device, timeout_s: float = 300.0) -> tuple[int, int]:
+    """Join the process group torchrun describes (env:// rendezvous): gloo for CPU state, NCCL for
+    CUDA (each rank on cuda:LOCAL_RANK). Returns (rank, world size)."""
+    if not dist.is_initialized():
+        backend = "nccl" if device.type == "cuda" else "gloo"
+        dist.init_process_group(backend, timeout=datetime.timedelta(seconds=float(timeout_s)))
+    return dist.get_rank(), dist.get_world_size()
+
+
+def finish() -> None:
+    """Leave the process group (end of a torchrun run)."""
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def on_rank0(fn):
+    """``fn()`` on rank 0 (e.g. claiming the run directory); its input error is raised on every rank,
+    so no rank waits at a collective that rank 0 will never reach. Returns fn's result on rank 0,
+    None elsewhere."""
+    rank, size = world()
+    result, message = None, [""]
+    if rank == 0:
+        try:
+            result = fn()
+        except SSVMInputError as e:
+            message = [str(e)]
+    if size > 1:
+        collective(dist.broadcast_object_list, message, src=0)
+    if message[0]:
+        raise SSVMInputError(message[0])
+    return result
+
+
+def describe(store: "RankStore") -> dict:
+    """The partition and the exchange of a sharded run, for config.json."""
+    partition = ("columns: every rank holds every block's statistics and keeps a share of w's feature columns "
+                 "(about 1/world_size of the stored feature entries each); it decodes a contiguous range of each "
+                 "batch's blocks (about 1/world_size of their positions)"
+                 if store.exchange == "columns" else
+                 "round-robin: rank r holds blocks i with i mod world_size = r (local block i // world_size)")
+    return {"world_size": store.size, "backend": dist.get_backend() if dist.is_initialized() else None,
+            "partition": partition, "exchange": store.exchange}
+
+
+def sharded_store(task, lam: float, device=None, dtype=torch.float64, kernels: str = "auto",
+                  exchange: str = "auto") -> RankStore:
+    """This rank's store of ``task`` (a :class:`~ssvm_torch.tasks.Problem`) for ``exchange``:
+    ``columns`` the coordinate-sharded chain store of :mod:`ssvm_torch.distributed.column_shards` on the whole
+    training set (``auto`` picks it where :func:`columns_apply`); ``gather`` / ``allreduce`` (``auto``:
+    gather for d >= 2^20) a :class:`ShardedDual` of this rank's round-robin shard in a store built
+    with the global n."""
+    from ..stores import make_store
+    check(exchange in EXCHANGES, "exchange", f"one of {list(EXCHANGES)}", repr(exchange))
+    rank, size = world()
+    if exchange == "columns":
+        from ..models.chain import ChainModel
+        from ..tasks import TASKS
+        if not isinstance(task.model, ChainModel):
+            chains = [name for name, t in TASKS.items() if t.sequences]
+            raise SSVMInputError(f"exchange: 'columns' shards the feature columns of linear-chain models (datasets "
+                                 f"{', '.join(chains)}); {task.name} is not one: use --exchange gather or allreduce")
+    if exchange == "columns" or (exchange == "auto" and columns_apply(task, device, dtype, kernels)):
+        from .column_shards import ColumnShardedChain
+        from .column_shards_edges import ColumnShardedEdgeChain
+        from ..stores.chain_edges import EdgeChainDual
+        local = make_store(task.model, task.train, lam, device=device, dtype=dtype, kernels=kernels,
+                           nonnegative=task.nonnegative)
+        return (ColumnShardedEdgeChain if type(local) is EdgeChainDual else ColumnShardedChain)(local)
+    shard = shard_of(task.n_train, size, rank)
+    local = make_store(task.model, task.train.subset(shard), lam, device=device, dtype=dtype, kernels=kernels,
+                       nonnegative=task.nonnegative, n_objective=task.n_train)
+    return ShardedDual(local, task.n_train, exchange=exchange)
+
+
+def columns_apply(task, device=None, dtype=torch.float64, kernels: str = "auto", config=None) -> bool:
+    """Whether ``exchange='auto'`` picks the coordinate-sharded store (measured: docs/distributed.md):
+    a chain model (edge-observation features included, no box constraints) with numba kernels (CPU,
+    float64); with a solver ``config`` (one process), also mini-batch BCFW (batch size > 1, FW
+    steps, no cache, no averaging), which is all that store runs."""
+    from ..devices import resolve_device
+    from ..models.chain import ChainModel
+    model = task.model
+    fits = (isinstance(model, ChainModel)
+            and resolve_device(device).type == "cpu" and dtype == torch.float64 and kernels in ("auto", "numba")
+            and not (task.nonnegative is not None and len(task.nonnegative)))
+    if config is not None:
+        fits = fits and (config.solver == "bcfw" and config.step == "fw" and config.batch_size > 1
+                         and not config.cache and not config.averaging)
+    return fits
