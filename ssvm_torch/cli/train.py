@@ -136,8 +136,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--exchange", choices=distributed.EXCHANGES, default="auto",
                    help="under torchrun: how the ranks combine a mini-batch step: columns (w sharded by feature "
                         "columns, decoded labelings exchanged: sparse chain models on CPU), allreduce (one d-vector), "
-                        "gather (each block's compact change; bit-identical to one process), auto = columns where "
-                        "it applies, else gather for d >= 2^20, else allreduce (docs/distributed.md)")
+                        "gather (each block's compact change; bit-identical to one process), rounds (BCFW rounds on "
+                        "each rank's shard, CoCoA+, one all-reduce per round), auto = columns where it applies, else "
+                        "gather for d >= 2^20, else allreduce (docs/distributed.md)")
+    p.add_argument("--round-steps", type=int, default=None,
+                   help="--exchange rounds: BCFW steps per rank per round (default: one pass over the largest shard)")
     p.add_argument("--dist-timeout", type=float, default=300,
                    help="under torchrun: seconds a collective waits for a silent rank before every rank stops")
     p.add_argument("--out", default="runs/latest", help="output directory (refused if it holds another run)")
@@ -228,7 +231,9 @@ def _train(args, cfg: SolverConfig, device, dtype, run_dir: RunDir | None) -> di
     # same mini-batch steps, faster than the generic store's (docs/distributed.md)
     columns = args.exchange == "columns" or (args.exchange == "auto" and size == 1 and distributed.columns_apply(
         task, device, dtype, args.kernels, cfg))
-    if size > 1 or columns:
+    if args.round_steps is not None and args.exchange != "rounds":
+        raise SSVMInputError(f"--round-steps: applies to --exchange rounds only, got --exchange {args.exchange}")
+    if size > 1 or columns or args.exchange == "rounds":
         dual = distributed.sharded_store(task, lam, device=device, dtype=dtype, kernels=args.kernels,
                                          exchange="columns" if columns else args.exchange)
     else:
@@ -266,8 +271,10 @@ def _train(args, cfg: SolverConfig, device, dtype, run_dir: RunDir | None) -> di
     stop = {"requested": lambda: False}              # set to the signal flag while the solver runs
     saved = {}                                       # the last checkpoint written, or a failed write: stop there
     certified = {}                                   # torchrun, rank 0: the model of the last check
-    solver = make_solver(dual, cfg, evaluate=task.evaluate if run_dir is not None else None, progress=progress,
-                         interrupt=lambda: stop["requested"]() or "failed" in saved)
+    solver_kw = {"round_steps": args.round_steps} if isinstance(dual, distributed.RoundsDual) else {}
+    solver = (distributed.RoundsSolver if solver_kw else make_solver)(
+        dual, cfg, evaluate=task.evaluate if run_dir is not None else None, progress=progress,
+        interrupt=lambda: stop["requested"]() or "failed" in saved, **solver_kw)
     if args.checkpoint and run_dir is not None:   # the first checkpoint comes at the first gap check: room now
         local = dual.local if sharded else dual
         state = local.state_dict()

@@ -5,6 +5,7 @@ one module per exchange and the glue they share.
   the ``allreduce`` and ``gather`` exchanges of each step's direction;
 * :mod:`.column_shards` / :mod:`.column_shards_edges` -- lock-step mini-batch BCFW for chain models with
   w sharded by feature columns (``columns``, the default for chains);
+* :mod:`.rounds` -- BCFW rounds on each rank's own shard, one all-reduce per round (CoCoA+, ``rounds``);
 * :mod:`.rank_store` -- what every sharded store shares (the point, the accounting, refusals by name);
 * :mod:`.collectives` -- the collectives with their accounting, and DistributedError on a dead rank;
 * :mod:`.launch` -- the process group, rank 0's errors on every rank, the factory of each rank's store.
@@ -16,6 +17,8 @@ from .block_shards import EXCHANGES, ShardedDual
 from .collectives import shard_of, world
 from .launch import columns_apply, describe, finish, init, launched_by_torchrun, on_rank0, sharded_store
 from .rank_store import RankStore
+from .rounds import RoundsDual, RoundsSolver, rounds_store
 
-__all__ = ["EXCHANGES", "DistributedError", "RankStore", "ShardedDual", "columns_apply", "describe", "finish", "init",
-           "launched_by_torchrun", "on_rank0", "shard_of", "sharded_store", "world"]
+__all__ = ["EXCHANGES", "DistributedError", "RankStore", "RoundsDual", "RoundsSolver", "ShardedDual", "columns_apply",
+           "describe", "finish", "init", "launched_by_torchrun", "on_rank0", "rounds_store", "shard_of", "sharded_store",
+           "world"]

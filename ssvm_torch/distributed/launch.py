@@ -59,7 +59,9 @@ def describe(store: "RankStore") -> dict:
                  "(about 1/world_size of the stored feature entries each); it decodes a contiguous range of each "
                  "batch's blocks (about 1/world_size of their positions)"
                  if store.exchange == "columns" else
-                 "round-robin: rank r holds blocks i with i mod world_size = r (local block i // world_size)")
+                 "round-robin: rank r holds blocks i with i mod world_size = r (local block i // world_size)"
+                 + ("; each rank runs BCFW rounds on its shard as a problem of its own (CoCoA+, sigma'_k = n / n_k), "
+                    "one all-reduce per round" if store.exchange == "rounds" else ""))
     return {"world_size": store.size, "backend": dist.get_backend() if dist.is_initialized() else None,
             "partition": partition, "exchange": store.exchange}
 
@@ -74,6 +76,9 @@ def sharded_store(task, lam: float, device=None, dtype=torch.float64, kernels: s
     from ..stores import make_store
     check(exchange in EXCHANGES, "exchange", f"one of {list(EXCHANGES)}", repr(exchange))
     rank, size = world()
+    if exchange == "rounds":
+        from .rounds import rounds_store
+        return rounds_store(task, lam, device=device, dtype=dtype, kernels=kernels)
     if exchange == "columns":
         from ..models.chain import ChainModel
         from ..tasks import TASKS

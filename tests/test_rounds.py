@@ -1,0 +1,101 @@
+"""BCFW rounds (CoCoA+, ssvm_torch/distributed/rounds.py): one process equals plain BCFW record for record; on
+2 gloo ranks (spawned here, tiny subsets) the dual never decreases from round to round, every record's gap is
+its primal minus its dual, the last gap equals one process's recomputation at the run's point, a resume
+reproduces the records, and a dead rank ends the other in one line."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import distributed_worker as worker
+from ssvm_torch import Solver, SolverConfig, make_store
+from ssvm_torch.distributed.rounds import RoundsSolver, rounds_store
+from ssvm_torch.errors import SSVMInputError
+from ssvm_torch.tasks import load_task
+from test_distributed import spawn
+
+# gap_check 1 with rounds of one pass over the largest shard: one round per record
+ROUNDS = dict(dataset="ocr-small", subset=40, lam=0.05, tau=1, passes=8, gap_check=1, seed=2, exchange="rounds")
+CHAIN = dict(dataset="conll2000", train_size=24, lam=0.05, tau=1, passes=5, gap_check=1, seed=1, exchange="rounds")
+
+
+def strip(history):
+    return [{k: v for k, v in r.items() if k != "time_s"} for r in history]
+
+
+@pytest.mark.parametrize("round_steps, recompute_every", [(None, 3), (7, 100)], ids=["pass-rounds", "7-step-rounds"])
+def test_one_process_equals_plain_bcfw(round_steps, recompute_every):
+    """P = 1: the shard is the whole problem (sigma' = 1) and a round's aggregation takes its point as it
+    is, so the rounds are plain BCFW cut into pieces: the same records, bit for bit, and the same w (the
+    exact recomputation comes after the round that reaches its pass count, so rounds shorter than a
+    pass recompute at other steps than the one-process loop: that case runs without one)."""
+    task = load_task("ocr-small")
+    cfg = SolverConfig(passes=5, gap_check=2, seed=3, sampling="gap", recompute_every=recompute_every)
+    plain = Solver(task.store(0.01), cfg)
+    expected = plain.run()
+    dual = rounds_store(task, 0.01)
+    rounds = RoundsSolver(dual, cfg, round_steps=round_steps)
+    assert strip(rounds.run()) == strip(expected)
+    assert torch.equal(dual.w, plain.dual.w) and dual.ell == plain.dual.ell
+
+
+def test_rounds_refuse_what_they_do_not_run():
+    task = load_task("ocr-small")
+    dual = rounds_store(task, 0.01)
+    with pytest.raises(SSVMInputError, match="solver: expected 'bcfw' with step 'fw', batch size 1"):
+        RoundsSolver(dual, SolverConfig(step="pairwise"))
+    with pytest.raises(SSVMInputError, match="round_steps: expected an int >= 1"):
+        RoundsSolver(dual, SolverConfig(), round_steps=0)
+    with pytest.raises(SSVMInputError, match="batch_size: the rounds exchange runs BCFW steps"):
+        dual.batch_corners(torch.tensor([0]))
+
+
+@pytest.fixture(scope="module")
+def rounds_run(tmp_path_factory):
+    return spawn(ROUNDS, tmp_path_factory.mktemp("rounds"))
+
+
+@pytest.mark.parametrize("spec", [ROUNDS, CHAIN], ids=["ocr", "conll"])
+def test_two_ranks_raise_the_dual_at_every_round(spec, request, tmp_path):
+    run = request.getfixturevalue("rounds_run") if spec is ROUNDS else spawn(spec, tmp_path)
+    hist = run["history"]
+    assert run["exchange"] == "rounds" and len(hist) >= 4
+    duals = [r["dual"] for r in hist]
+    assert all(b >= a - 1e-12 for a, b in zip(duals, duals[1:])) and duals[-1] > duals[0]
+    assert hist[-1]["gap"] < 0.5 * hist[0]["gap"]
+    for r in hist:
+        assert r["gap"] == pytest.approx(r["primal"] - r["dual"], rel=1e-8, abs=1e-12)
+    assert [r["passes"] for r in hist][:3] == [0.0, 2.0, 4.0]    # a round (1 pass) + the counted gap pass
+
+
+def test_last_gap_equals_a_one_process_recomputation(rounds_run):
+    """One process at the run's (w, ell): its own exact gap pass gives the last record's primal, and
+    primal - (ell - lam/2 ||w||^2) its gap."""
+    task = worker.problem(ROUNDS)
+    store = make_store(task.model, task.train, ROUNDS["lam"])
+    store.set_point(rounds_run["w"], rounds_run["ell"])
+    gp = store.gap_pass()
+    last = rounds_run["history"][-1]
+    assert store.primal(gp.H) == pytest.approx(last["primal"], rel=1e-10)
+    assert store.primal(gp.H) - store.dual() == pytest.approx(last["gap"], rel=1e-9)
+    # the blocks of both shards, rescaled to the whole problem, give the run's ell
+    shards = rounds_run["state"]["dual"]["shards"]
+    sizes = [len(s["ell_i"]) for s in shards]
+    ell = sum(float(s["ell_i"].sum()) * k / task.n_train for s, k in zip(shards, sizes))
+    assert ell == pytest.approx(rounds_run["ell"], rel=1e-10)
+
+
+@pytest.mark.slow                     # two more spawns (the shared run is the third)
+def test_resume_on_the_same_ranks_reproduces_the_records(rounds_run, tmp_path):
+    part = spawn({**ROUNDS, "stop_at": 3}, tmp_path, name="part.pt")
+    ckpt = tmp_path / "ckpt.pt"
+    torch.save(part["state"], ckpt)
+    resumed = spawn({**ROUNDS, "resume_from": str(ckpt)}, tmp_path, name="resumed.pt")
+    assert strip(resumed["history"]) == strip(rounds_run["history"])
+    assert torch.equal(resumed["w"], rounds_run["w"])
+
+
+def test_a_dead_rank_ends_the_other_in_one_line(tmp_path):
+    res = spawn({**ROUNDS, "die_after_start": True, "timeout_s": 10}, tmp_path)
+    assert "distributed: a collective failed" in res["error"] and "another rank died" in res["error"]
+    assert "\n" not in res["error"]
