@@ -1,0 +1,84 @@
+"""Time to a certified duality gap on a small machine: ``ssvm-train`` in one process (BCFW, batch size 1, gap
+sampling) against the same command under ``torchrun --standalone --nproc-per-node 2 ... --exchange rounds``
+(docs/distributed.md, "The rounds exchange"), alternated ``--reps`` times, one thread per process
+(``launch`` of bench_distributed_2core.py). The time of a run is ``time_s`` of its first record whose exact
+gap is at or under the dataset's threshold (every run checks the gap at the same passes); its speed-up
+is the one-process median over the rounds median. Writes
+benchmarks/results/distributed_2core/rounds.json.
+
+Usage: python benchmarks/bench_rounds_2core.py [--datasets ocr-large conll2000] [--reps 3]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+from bench_distributed_2core import ROOT, launch  # noqa: E402
+
+COMMON = ["--solver", "bcfw", "--sampling", "gap", "--seed", "0", "--quiet"]
+CONFIGS = {   # (options, gap threshold): the issue's commands
+    "ocr-large": (["--dataset", "ocr-large", "--lam", "1e-3", "--gap-check", "1", "--passes", "400", *COMMON], 0.1),
+    "conll2000": (["--dataset", "conll2000", "--features", "sha-pereira", "--tags", "bio", "--constraints", "none",
+                   "--loss", "normalized", "--lam", "0.03", "--gap-check", "2", "--passes", "200", *COMMON], 0.002),
+}
+
+
+def time_to_gap(out: Path, threshold: float) -> dict:
+    hist = json.loads((out / "history.json").read_text())
+    recs = hist["records"] if isinstance(hist, dict) else hist
+    hit = next((r for r in recs if r["gap"] is not None and r["gap"] <= threshold), None)
+    return {"time_s": None if hit is None else hit["time_s"], "passes": None if hit is None else hit["passes"],
+            "curve": [{k: r[k] for k in ("passes", "time_s", "gap")} for r in recs]}
+
+
+def run(name: str, procs: int, tmp: Path) -> dict:
+    options, threshold = CONFIGS[name]
+    args = [*options, "--gap-threshold", str(threshold)] + (["--exchange", "rounds"] if procs > 1 else [])
+    out = tmp / f"{name}-{procs}"
+    shutil.rmtree(out, ignore_errors=True)
+    p = launch(args, out, procs)
+    _, err = p.communicate()
+    if p.returncode:
+        raise SystemExit(f"{name} P={procs}: exit {p.returncode}\n{err[-3000:]}")
+    return time_to_gap(out, threshold)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--datasets", nargs="+", default=list(CONFIGS), choices=list(CONFIGS))
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "distributed_2core" / "rounds.json"))
+    args = ap.parse_args()
+    result = {"machine": {"cpus": os.cpu_count()}, "reps": args.reps, "datasets": {}}
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in args.datasets:
+            runs = []
+            for rep in range(args.reps):                 # alternated: the machine's drift hits both alike
+                for procs in (1, 2):
+                    runs.append({"procs": procs, "rep": rep, **run(name, procs, Path(tmp))})
+                    print(f"{name:10s} rep {rep} P={procs}: {runs[-1]['time_s']} s, {runs[-1]['passes']} passes",
+                          flush=True)
+            med = {}
+            for procs in (1, 2):
+                times = [r["time_s"] for r in runs if r["procs"] == procs]
+                med[procs] = statistics.median(times) if None not in times else None
+            result["datasets"][name] = {
+                "options": CONFIGS[name][0], "threshold": CONFIGS[name][1], "median_time_s": med,
+                "speedup_2": med[1] / med[2] if med[1] and med[2] else None, "runs": runs}
+            print(f"{name}: one process {med[1]} s, P = 2 rounds {med[2]} s, speed-up "
+                  f"{result['datasets'][name]['speedup_2']}", flush=True)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=1))
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()
