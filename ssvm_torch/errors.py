@@ -63,20 +63,26 @@ def run_cli(prog: str, fn, args) -> int:
     shell's code for Ctrl-C; a rank of a torchrun run whose peer died (DistributedError) prints its
     one line and returns 1."""
     import sys
+
+    def say(line: str) -> None:
+        # one write of the whole line: the ranks of a torchrun run share one stderr, and print's two writes
+        # (the text, then the newline) interleave with another rank's under PYTHONUNBUFFERED
+        sys.stderr.write(line + "\n")
+        sys.stderr.flush()
     try:
         fn(args)
     except SSVMInputError as e:
-        print(f"{prog}: error: {e}", file=sys.stderr)
+        say(f"{prog}: error: {e}")
         return 2
     except RunInterrupted as e:
-        print(f"{prog}: {e}", file=sys.stderr)
+        say(f"{prog}: {e}")
         return 130
     except DistributedError as e:                   # another rank died: this one's line, not a traceback
-        print(f"{prog}: {e}", file=sys.stderr)
+        say(f"{prog}: {e}")
         return 1
     except KeyboardInterrupt:                       # Ctrl-C outside a run's signal handling (start-up, compilation)
-        print(f"{prog}: interrupted (Ctrl-C) before the run had results to write; any file it wrote is "
-              "complete (atomic writes)", file=sys.stderr)
+        say(f"{prog}: interrupted (Ctrl-C) before the run had results to write; any file it wrote is complete "
+            "(atomic writes)")
         return 130
     return 0
 
