@@ -1,12 +1,12 @@
-"""Time to a certified duality gap on a small machine: ``ssvm-train`` in one process (BCFW, batch size 1, gap
-sampling) against the same command under ``torchrun --standalone --nproc-per-node 2 ... --exchange rounds``
-(docs/distributed.md, "The rounds exchange"), alternated ``--reps`` times, one thread per process
-(``launch`` of bench_distributed_2core.py). The time of a run is ``time_s`` of its first record whose exact
-gap is at or under the dataset's threshold (every run checks the gap at the same passes); its speed-up
-is the one-process median over the rounds median. Writes
-benchmarks/results/distributed_2core/rounds.json.
+"""Time to a certified duality gap: ``ssvm-train`` in one process (BCFW, batch size 1, gap sampling) against
+the same command under ``torchrun --standalone --nproc-per-node P ... --exchange rounds`` for each P of
+``--procs`` (docs/distributed.md, "The rounds exchange"), alternated ``--reps`` times, one thread per
+process (``launch`` of bench_distributed_2core.py). The time of a run is ``time_s`` of its first record
+whose exact gap is at or under the dataset's threshold (every run checks the gap at the same passes); a
+speed-up is the one-process median over the P-rank median. Writes
+benchmarks/results/distributed_2core/rounds.json (``--out``: the device check's 16-core stage writes its own).
 
-Usage: python benchmarks/bench_rounds_2core.py [--datasets ocr-large conll2000] [--reps 3]
+Usage: python benchmarks/bench_rounds_2core.py [--datasets ocr-large conll2000] [--reps 3] [--procs 2]
 """
 from __future__ import annotations
 
@@ -54,26 +54,29 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--datasets", nargs="+", default=list(CONFIGS), choices=list(CONFIGS))
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--procs", type=int, nargs="+", default=[2], help="the numbers of ranks beside one process")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "distributed_2core" / "rounds.json"))
     args = ap.parse_args()
-    result = {"machine": {"cpus": os.cpu_count()}, "reps": args.reps, "datasets": {}}
+    result = {"machine": {"cpus": os.cpu_count()}, "reps": args.reps, "procs": args.procs, "datasets": {}}
+    counts = [1, *args.procs]
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.datasets:
             runs = []
             for rep in range(args.reps):                 # alternated: the machine's drift hits both alike
-                for procs in (1, 2):
+                for procs in counts:
                     runs.append({"procs": procs, "rep": rep, **run(name, procs, Path(tmp))})
                     print(f"{name:10s} rep {rep} P={procs}: {runs[-1]['time_s']} s, {runs[-1]['passes']} passes",
                           flush=True)
             med = {}
-            for procs in (1, 2):
+            for procs in counts:
                 times = [r["time_s"] for r in runs if r["procs"] == procs]
                 med[procs] = statistics.median(times) if None not in times else None
+            speedups = {p: (med[1] / med[p] if med[1] and med[p] else None) for p in args.procs}
             result["datasets"][name] = {
                 "options": CONFIGS[name][0], "threshold": CONFIGS[name][1], "median_time_s": med,
-                "speedup_2": med[1] / med[2] if med[1] and med[2] else None, "runs": runs}
-            print(f"{name}: one process {med[1]} s, P = 2 rounds {med[2]} s, speed-up "
-                  f"{result['datasets'][name]['speedup_2']}", flush=True)
+                **{f"speedup_{p}": v for p, v in speedups.items()}, "runs": runs}
+            print(f"{name}: one process {med[1]} s; " + "; ".join(
+                f"P = {p} rounds {med[p]} s, speed-up {speedups[p]}" for p in args.procs), flush=True)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1))

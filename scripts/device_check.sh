@@ -15,6 +15,8 @@
 #                torch.compile decoder, whose compile alone takes ~a minute);
 #   minibatch    bench_gpu.py's mini-batch section: CPU numba BCFW and GPU tau in MB_TAUS, MB_BUDGET solver s each;
 #   distributed  bench_distributed.py, CoNLL-2000 at P = 1, 2, 8 processes (DIST_PROCS), exchange columns;
+#   rounds       (only when named) time to a certified gap, one process against P = 2 and 8 ranks of the rounds
+#                exchange (bench_rounds_2core.py --procs 2 8, ROUNDS_DATASETS, one rep), ~150 s for ocr-large;
 #   deep         (only when named) the deep recipes on the GPU for a few epochs (s / epoch), ~80 s.
 # Measured: H200 (first run) tests ~90% after 200 s with 12 workers next to the benchmark, distributed ~150 s
 # for CoNLL and part of OCR-large; H100 (second run) tests 81% after 235 s with 15 workers (numba
@@ -100,6 +102,13 @@ if want distributed; then
   timeout "${DIST_S:-120}" $py benchmarks/bench_distributed.py --datasets conll2000 --procs ${DIST_PROCS:-1 2 8} \
     --exchanges ${DIST_EXCHANGES:-columns} --passes 4 --out "$OUT/distributed.json" >"$OUT/distributed.log" 2>&1
   stamp "distributed rc=$?"
+fi
+
+if want rounds; then
+  stamp "rounds: time to gap, P = 1, 2, 8"
+  timeout "${ROUNDS_S:-200}" $py benchmarks/bench_rounds_2core.py --datasets ${ROUNDS_DATASETS:-ocr-large} --reps 1 \
+    --procs 2 8 --out "$OUT/rounds.json" >"$OUT/rounds.log" 2>&1
+  stamp "rounds rc=$?"
 fi
 
 if want deep; then
