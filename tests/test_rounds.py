@@ -99,3 +99,37 @@ def test_a_dead_rank_ends_the_other_in_one_line(tmp_path):
     res = spawn({**ROUNDS, "die_after_start": True, "timeout_s": 10}, tmp_path)
     assert "distributed: a collective failed" in res["error"] and "another rank died" in res["error"]
     assert "\n" not in res["error"]
+
+
+@pytest.mark.slow          # Lightning's DDP launcher and torchrun: four interpreters (~40 s)
+def test_lightning_ddp_runs_the_rounds_as_torchrun_does(tmp_path):
+    """``--model.exchange rounds`` under ``--trainer.strategy ddp --trainer.devices 2``: a training step is a
+    round, the gap check closes the epoch, and the records equal those of ``torchrun --nproc-per-node 2
+    ssvm-train --exchange rounds`` with the same options (the same RoundsSolver under two drivers)."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from test_distributed import free_port
+    env = {"PATH": str(Path(sys.executable).parent) + ":/usr/bin:/bin", "OMP_NUM_THREADS": "1",
+           "MASTER_PORT": str(free_port())}
+    lit = ["fit", "--model.dataset", "ocr-small", "--model.lam", "0.01", "--model.passes", "4", "--model.gap_check", "1",
+           "--model.seed", "3", "--model.exchange", "rounds", "--trainer.strategy", "ddp", "--trainer.devices", "2",
+           "--trainer.accelerator", "cpu", "--trainer.default_root_dir", str(tmp_path / "lit"),
+           "--trainer.enable_progress_bar", "false"]
+    r = subprocess.run([sys.executable, "-m", "ssvm_torch.lightning", *lit], capture_output=True, text=True,
+                       timeout=300, env=env, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    hist = json.loads((tmp_path / "lit" / "lightning_logs" / "version_0" / "history.json").read_text())
+    cli = ["--nproc-per-node", "2", "--master-port", str(free_port()), "-m", "ssvm_torch.cli.train", "--dataset",
+           "ocr-small", "--lam", "0.01", "--passes", "4", "--gap-check", "1", "--seed", "3", "--exchange", "rounds",
+           "--quiet", "--out", str(tmp_path / "cli")]
+    r = subprocess.run([sys.executable, "-m", "torch.distributed.run", *cli], capture_output=True, text=True,
+                       timeout=300, env=env, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    ref = json.loads((tmp_path / "cli" / "history.json").read_text())
+    ref = ref["records"] if isinstance(ref, dict) else ref
+    assert len(hist) == len(ref) >= 3
+    assert [h["gap"] for h in hist] == [h["gap"] for h in ref]
+    assert [h["test_error"] for h in hist] == [h["test_error"] for h in ref]

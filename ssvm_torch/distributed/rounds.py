@@ -24,6 +24,7 @@ BCFW and the run equals the one-process solver's, record for record.
 """
 from __future__ import annotations
 
+import itertools
 import math
 import time
 from dataclasses import asdict, replace
@@ -97,7 +98,8 @@ class RoundsDual(RankStore):
     def set_point(self, w: torch.Tensor, ell: float) -> None:
         """The shared point (w, ell); the local store starts its next round from w (its own ell, the sum
         of its blocks' in its units, is kept)."""
-        self._w = w.clone() if w is not self._w else w
+        if w is not self._w:
+            self._w.copy_(w)                       # in place: an optimizer (Lightning) holds this tensor
         self._ell = float(ell)
         self.local.set_point(self._w, self.local.ell)           # copies into the local store's w
 
@@ -239,6 +241,11 @@ class RoundsSolver:
     def sampler(self):
         return self.local.sampler
 
+    @property
+    def block_gaps(self):
+        """This rank's stale block gaps (its sampler's, in its shard's units)."""
+        return self.local.sampler.gaps
+
     def model_point(self) -> tuple[torch.Tensor, float]:
         """(w, ell) of model.pt: the best primal point the checks certified, or the shared point."""
         last = self.best.is_last(self.state.history)
@@ -265,28 +272,46 @@ class RoundsSolver:
             self._log(self._record(self.dual.gap_pass()))
 
     def interval(self) -> None:
-        """Rounds until ``gap_check`` passes of steps (each rank round(gap_check x the largest shard)
-        steps, so every rank runs the same rounds), then the exact check."""
-        per_rank = max(1, round(self.cfg.gap_check * len(shard_of(self.dual.n, self.dual.size, 0))))
-        done = 0
-        while done < per_rank and not self._stopping:
-            steps = min(self.round_steps, per_rank - done)
-            left = math.ceil(self.cfg.passes * self.dual.n) - self.state.oracle_calls
-            steps = min(steps, math.ceil(left / self.dual.size))
-            if steps <= 0:
+        """The rounds of :meth:`chunk_sizes`, then the exact check."""
+        for size in self.chunk_sizes():
+            if self.run_chunk(self.draw() for _ in range(size)):
                 break
-            self._round(steps)
-            done += steps
-            self._stopping = self._should_stop(None)
-        self._end_interval()
+        self.end_interval()
 
-    def _round(self, steps: int) -> None:
+    # The pieces of ``run`` for drivers that own the loop (the Lightning module), as Solver has them: a
+    # chunk is one round.
+    def draw(self) -> int:
+        """This rank's next block (its own gap sampler; a local index)."""
+        return self.local.draw()
+
+    def chunk_sizes(self, chunk: int | None = None) -> list[int]:
+        """The rounds of one interval, in steps per rank: ``gap_check`` passes are round(gap_check x the
+        largest shard) steps on every rank (so every rank runs the same rounds), in rounds of ``chunk``
+        (default ``round_steps``)."""
+        total = max(1, round(self.cfg.gap_check * len(shard_of(self.dual.n, self.dual.size, 0))))
+        chunk = self.round_steps if chunk is None else chunk
+        check(isinstance(chunk, int) and chunk >= 1, "chunk", "an int >= 1", chunk)
+        return [chunk] * (total // chunk) + ([total % chunk] if total % chunk else [])
+
+    def run_chunk(self, indices) -> str:
+        """One round on this rank's draws ``indices`` (cut to the pass budget left), the aggregation and, if
+        due, the exact recomputation; returns the stop reason ("" to go on)."""
+        if self._stopping:
+            return self._stopping
+        left = math.ceil(self.cfg.passes * self.dual.n) - self.state.oracle_calls
+        cap = max(0, math.ceil(left / self.dual.size))
+        if cap > 0:
+            self._round(itertools.islice(iter(indices), cap))
+        self._stopping = self._should_stop(None)
+        return self._stopping
+
+    def _round(self, draws) -> None:
         d, ls, st = self.dual, self.local, self.state
         t0 = self._now()
         w_start, ell_start = d.w.clone(), float(d.local.ell)
         counts0 = (ls.state.oracle_calls, ls.state.steps)
         t1 = time.perf_counter()
-        ls.run_chunk(ls.draw() for _ in range(steps))
+        ls.run_chunk(draws)
         d.shard_s += time.perf_counter() - t1
         d.combine(w_start, ell_start)
         counts = torch.tensor([ls.state.oracle_calls - counts0[0], ls.state.steps - counts0[1]], dtype=torch.int64,
@@ -337,7 +362,8 @@ class RoundsSolver:
         if self.progress is not None:
             self.progress(rec)
 
-    def _end_interval(self) -> None:
+    def end_interval(self) -> dict:
+        """The exact gap check closing an interval; sets ``state.done`` when a stopping criterion holds."""
         st, d = self.state, self.dual
         t0 = self._now()
         gp = d.gap_pass()
@@ -355,6 +381,7 @@ class RoundsSolver:
         st.stop_reason = self._should_stop(rec)
         st.done = bool(st.stop_reason)
         self._stopping = ""
+        return rec
 
     # -- checkpoints -----------------------------------------------------------------------------
     def state_dict(self) -> dict:

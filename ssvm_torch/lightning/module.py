@@ -95,7 +95,9 @@ class SSVMModule(L.LightningModule):
             call, one exact line search on their joint direction; 1 = BCFW).
         exchange: under ``strategy="ddp"`` (data-parallel mini-batch BCFW, ssvm_torch.distributed): how
             the ranks combine a step's direction, ``allreduce``, ``gather`` (bit-identical to one
-            process) or ``auto`` (gather for d >= 2^20).
+            process) or ``auto`` (gather for d >= 2^20); or ``rounds``: BCFW rounds on each rank's shard
+            with one all-reduce per round (CoCoA+; a training step is a round of ``blocks_per_step``
+            steps per rank, default one pass over the largest shard).
         out: directory for ``history.json`` and ``model.pt`` (default: the logger's log_dir,
             else the trainer's default_root_dir).
         histograms: log block-gap and sampling-probability histograms at every gap check.
@@ -154,7 +156,10 @@ class SSVMModule(L.LightningModule):
             self.ddp_anchor = torch.nn.Parameter(torch.zeros(1, device=device))
         else:
             store = self.task.store(self.lam, device=device, dtype=dtype, kernels=hp.kernels)
-        self.solver = Solver(store, self.config, evaluate=self.task.evaluate)
+        if isinstance(store, distributed.RoundsDual):
+            self.solver = distributed.RoundsSolver(store, self.config, evaluate=self.task.evaluate)
+        else:
+            self.solver = Solver(store, self.config, evaluate=self.task.evaluate)
 
     def configure_optimizers(self):
         return BlockFrankWolfe(self.solver)
