@@ -115,10 +115,12 @@ class RoundsDual(RankStore):
     batch_corners = batch_move = direction = _no_minibatch
 
     # -- one round's aggregation -------------------------------------------------------------------
-    def combine(self, w_start: torch.Tensor, ell_local_start: float) -> None:
+    def combine(self, ell_local_start: float) -> None:
         """w += sum_k (n_k / n)(w_k - w), ell likewise (module docstring): one all-reduce of the changes,
         dense or as the union of their nonzero coordinates, whichever this round's largest change makes
-        smaller. One process takes its local point as it is."""
+        smaller. One process takes its local point as it is. The shared w is the round's start (only the
+        local store moved); the local w becomes the change in place (no other d-vector is allocated) and
+        takes the new shared point at the end."""
         t0 = time.perf_counter()
         loc = self.local
         dell = (float(loc.ell) - ell_local_start) * self.scale
@@ -127,7 +129,7 @@ class RoundsDual(RankStore):
             self.steps_exchanged += 1
             self.joint_s += time.perf_counter() - t0
             return
-        delta = (loc.w - w_start).mul_(self.scale)
+        delta = loc.w.sub_(self._w).mul_(self.scale)
         nnz = int((delta != 0).sum())
         head = torch.tensor([float(nnz), dell], dtype=torch.float64, device=self.device)
         sizes = torch.tensor([nnz], dtype=torch.int64, device=self.device)
@@ -140,7 +142,8 @@ class RoundsDual(RankStore):
                                     delta)
         else:
             total = self.coll.all_reduce(delta)
-        self.set_point(w_start + total, self._ell + float(head[1]))
+        self._w.add_(total)
+        self.set_point(self._w, self._ell + float(head[1]))
         self.steps_exchanged += 1
         self.joint_s += time.perf_counter() - t0
 
@@ -308,12 +311,12 @@ class RoundsSolver:
     def _round(self, draws) -> None:
         d, ls, st = self.dual, self.local, self.state
         t0 = self._now()
-        w_start, ell_start = d.w.clone(), float(d.local.ell)
+        ell_start = float(d.local.ell)
         counts0 = (ls.state.oracle_calls, ls.state.steps)
         t1 = time.perf_counter()
         ls.run_chunk(draws)
         d.shard_s += time.perf_counter() - t1
-        d.combine(w_start, ell_start)
+        d.combine(ell_start)
         counts = torch.tensor([ls.state.oracle_calls - counts0[0], ls.state.steps - counts0[1]], dtype=torch.int64,
                               device=d.device)
         if d.size > 1:
