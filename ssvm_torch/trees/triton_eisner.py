@@ -99,12 +99,11 @@ if triton is not None:                     # without Triton (the package's own d
             tl.debug_barrier()
 
     @triton.jit
-    def _spread(A, C, GA, GC, P, G, ARG, base, N, i, im, w, lo, c1, rd, MAXPLUS: tl.constexpr,
+    def _spread(A, C, GA, GC, P, g, ARG, base, N, i, im, w, lo, c1, rd, MAXPLUS: tl.constexpr,
                 BLOCK_I: tl.constexpr, BLOCK_D: tl.constexpr):
-        """The adjoint G of the parents P[w, i] = (+)_d A[d, i] (x) C[w-d-c1, i+d+c1] added to the children's
-        adjoints GA, GC: weight exp(A + C - P) (log semiring) or [d == ARG] (max-plus)."""
+        """The adjoints ``g`` of the parents P[w, i] = (+)_d A[d, i] (x) C[w-d-c1, i+d+c1] added to the
+        children's adjoints GA, GC: weight exp(A + C - P) (log semiring) or [d == ARG] (max-plus)."""
         at = base + w * N + i
-        g = tl.load(G + at, mask=im, other=0.0)
         if MAXPLUS:
             arg = tl.load(ARG + at, mask=im, other=-1)
         else:
@@ -125,30 +124,6 @@ if triton is not None:                     # without Triton (the package's own d
             tl.store(GC + ic, tl.load(GC + ic, mask=m2, other=0.0) + add, mask=m2)
 
     @triton.jit
-    def _spread_x(CR, CL, GCR, GCL, X, gx, AX, base, N, i, im, w, rd, MAXPLUS: tl.constexpr,
-                  BLOCK_I: tl.constexpr, BLOCK_D: tl.constexpr):
-        """The adjoint gx of the incomplete spans' split X[w, i] to CR[d, i] and CL[w-1-d, i+d+1]."""
-        at = base + w * N + i
-        if MAXPLUS:
-            arg = tl.load(AX + at, mask=im, other=-1)
-        else:
-            p = tl.load(X + at, mask=im, other=0.0)
-        for d0 in range(0, w, BLOCK_D):
-            d = d0 + rd
-            m2 = im[:, None] & (d[None, :] < w)
-            ia = base + d[None, :] * N + i[:, None]
-            ic = base + (w - 1 - d[None, :]) * N + i[:, None] + d[None, :] + 1
-            if MAXPLUS:
-                wt = tl.where(d[None, :] == arg[:, None], 1.0, 0.0)
-            else:
-                a = tl.load(CR + ia, mask=m2, other=0.0)
-                c = tl.load(CL + ic, mask=m2, other=0.0)
-                wt = tl.exp(a + c - p[:, None])
-            add = tl.where(m2, gx[:, None] * wt, 0.0)
-            tl.store(GCR + ia, tl.load(GCR + ia, mask=m2, other=0.0) + add, mask=m2)
-            tl.store(GCL + ic, tl.load(GCL + ic, mask=m2, other=0.0) + add, mask=m2)
-
-    @triton.jit
     def _outside_kernel(CR, CL, IR, IL, X, AX, AR, AL, GCR, GCL, GIR, GIL, N, START, MAXPLUS: tl.constexpr,
                         BLOCK_I: tl.constexpr, BLOCK_D: tl.constexpr):
         """The adjoints of one sentence's chart items from those of its widest items down (module
@@ -162,15 +137,19 @@ if triton is not None:                     # without Triton (the package's own d
             for i0 in range(START, N - w, BLOCK_I):
                 i = i0 + ri
                 im = i < N - w
-                _spread(IR, CR, GIR, GCR, CR, GCR, AR, base, N, i, im, w, 1, 0, rd, MAXPLUS, BLOCK_I, BLOCK_D)
-                _spread(CL, IL, GCL, GIL, CL, GCL, AL, base, N, i, im, w, 0, 0, rd, MAXPLUS, BLOCK_I, BLOCK_D)
+                at = base + w * N + i
+                g_r = tl.load(GCR + at, mask=im, other=0.0)
+                g_l = tl.load(GCL + at, mask=im, other=0.0)
+                _spread(IR, CR, GIR, GCR, CR, g_r, AR, base, N, i, im, w, 1, 0, rd, MAXPLUS, BLOCK_I, BLOCK_D)
+                _spread(CL, IL, GCL, GIL, CL, g_l, AL, base, N, i, im, w, 0, 0, rd, MAXPLUS, BLOCK_I, BLOCK_D)
             tl.debug_barrier()
             for i0 in range(START, N - w, BLOCK_I):
                 i = i0 + ri
                 im = i < N - w
                 at = base + w * N + i
                 gx = tl.load(GIR + at, mask=im, other=0.0) + tl.load(GIL + at, mask=im, other=0.0)
-                _spread_x(CR, CL, GCR, GCL, X, gx, AX, base, N, i, im, w, rd, MAXPLUS, BLOCK_I, BLOCK_D)
+                # the split X[w, i] = (+)_d CR[d, i] (x) CL[w-1-d, i+d+1]
+                _spread(CR, CL, GCR, GCL, X, gx, AX, base, N, i, im, w, 0, 1, rd, MAXPLUS, BLOCK_I, BLOCK_D)
             tl.debug_barrier()
 
 
