@@ -173,7 +173,5 @@ class ShardedDual(RankStore):
         if state.get("exchange") == "columns":
             raise SSVMInputError(f"checkpoint: written with exchange 'columns', this run has {self.exchange!r}; "
                                  "resume with the same exchange")
-        if state.get("world_size") != self.size:
-            raise SSVMInputError(f"checkpoint: written by {state.get('world_size', 1)} rank(s), this run has "
-                                 f"{self.size}; resume with the same number of processes")
+        self.check_world_size(state)
         self.local.load_state_dict(state["shards"][self.rank])

@@ -68,6 +68,12 @@ class RankStore(BlockDual):
     bytes_sent = _forwarded("coll", "bytes_sent", "Bytes this rank contributed to collectives.")
     comm_s = _forwarded("coll", "comm_s", "Seconds spent in collectives (waiting for the other ranks included).")
 
+    def check_world_size(self, state: dict) -> None:
+        """Refuse a checkpoint written by another number of ranks (a resume needs the same partition)."""
+        if state.get("world_size") != self.size:
+            raise SSVMInputError(f"checkpoint: written by {state.get('world_size', 1)} rank(s), this run has "
+                                 f"{self.size}; resume with the same number of processes")
+
     def block_w(self, i: int) -> torch.Tensor:
         raise SSVMInputError("block_w: a sharded store holds only its own blocks (ask the rank that owns block i)")
 

@@ -131,10 +131,9 @@ class RoundsDual(RankStore):
             return
         delta = loc.w.sub_(self._w).mul_(self.scale)
         nnz = int((delta != 0).sum())
-        head = torch.tensor([float(nnz), dell], dtype=torch.float64, device=self.device)
         sizes = torch.tensor([nnz], dtype=torch.int64, device=self.device)
         collective(dist.all_reduce, sizes, op=dist.ReduceOp.MAX)     # every rank picks the same form
-        self.coll.all_reduce(head)
+        dell = self._summed(dell)
         sparse_bytes = int(sizes[0]) * (4 + delta.element_size()) * self.size
         if sparse_bytes < delta.numel() * delta.element_size():
             index = torch.nonzero(delta).squeeze(1)
@@ -143,7 +142,7 @@ class RoundsDual(RankStore):
         else:
             total = self.coll.all_reduce(delta)
         self._w.add_(total)
-        self.set_point(self._w, self._ell + float(head[1]))
+        self.set_point(self._w, self._ell + dell)
         self.steps_exchanged += 1
         self.joint_s += time.perf_counter() - t0
 
@@ -187,9 +186,7 @@ class RoundsDual(RankStore):
         if state.get("exchange") != "rounds":
             raise SSVMInputError(f"checkpoint: written with exchange {state.get('exchange', 'a lock-step one')!r}, "
                                  "this run has 'rounds'; resume with the same exchange")
-        if state.get("world_size") != self.size:
-            raise SSVMInputError(f"checkpoint: written by {state.get('world_size', 1)} rank(s), this run has "
-                                 f"{self.size}; resume with the same number of processes")
+        self.check_world_size(state)
         self.local.load_state_dict(state["shards"][self.rank])
         self.set_point(state["w"].to(self.device), float(state["ell"]))
 
