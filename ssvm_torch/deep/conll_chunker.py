@@ -37,15 +37,14 @@ import torch.utils.data as tud
 
 from ..constraints import allowed_transitions
 from ..errors import check, check_choice, check_positive
-from ..lightning import AtomicCheckpointIO, log_hp_metrics, run_output_dir, save_last_checkpoint, seal, unseal
+from ..lightning import AtomicCheckpointIO, log_hp_metrics, run_output_dir, save_last_checkpoint
 from ..atomic import atomic_write_bytes
 from ..outputs import save_history, save_torch
-from ..portable import pack, unpack
 from .epochs import EpochPermutation, epoch_mean, epoch_seed, manual_step
 from .conll_tagger import ChunkTagger
+from .dev_selection import DevSelectedRun
 from .conll_text import load_chunking, tags_to_bio, word_dropout
 
-CHECKPOINT_KEY = "ssvm_chunker"
 
 
 def peak_rss_mb() -> float:
@@ -59,10 +58,12 @@ def chunk_f1(gold: list, pred: list) -> float:
     return 100 * float(f1_score(gold, pred))   # a Python float: checkpoints load weights_only
 
 
-class ConllChunker(L.LightningModule):
+class ConllChunker(DevSelectedRun, L.LightningModule):
     """See the module docstring. ``tags``: train on BIO or BIOES tags; ``constraints``: forbid the
     scheme's invalid transitions in training and decoding (:func:`ssvm_torch.nn.allowed_transitions`);
     ``word_dropout``: the alpha of the UNK dropout; ``attr_dropout``: the hybrid's attribute dropout; ``batch_sentences``: sentences per step."""
+
+    checkpoint_key, checkpoint_names = "ssvm_chunker", ("ConllChunker", "chunker state")
 
     # what a checkpoint belongs to: resuming it under other values is refused (lightning/cli.py)
     resume_identity = ("loss", "tags", "constraints", "features", "attr_min_count", "word_min_count", "heldout",
@@ -233,21 +234,7 @@ class ConllChunker(L.LightningModule):
         return out
 
     # -- checkpoints ----------------------------------------------------------------------------
-    def on_save_checkpoint(self, checkpoint: dict) -> None:
-        """Lightning saves the weights and optimizers; this adds the history and the best dev weights,
-        with a SHA-256 of their content and of the weights and optimizer states."""
-        checkpoint[CHECKPOINT_KEY] = seal({"history": list(self.history), "best": pack(dict(self.best))}, checkpoint)
-
-    def on_load_checkpoint(self, checkpoint: dict) -> None:
-        saved = unseal(checkpoint, CHECKPOINT_KEY, "ConllChunker", "chunker state")
-        self.history = list(saved["history"])
-        self.best = unpack(saved["best"])
-
-    # -- outputs --------------------------------------------------------------------------------
-    def on_fit_end(self) -> None:
-        if self.trainer.is_global_zero:
-            self.write_outputs()
-
+    # -- outputs (the checkpoint's history / best and on_fit_end: DevSelectedRun) ---------------
     def write_outputs(self) -> Path | None:
         """Restore the best dev weights, decode the test file once, write the run files (None, and
         nothing written, when no epoch has ended)."""

@@ -40,18 +40,17 @@ import torch.utils.data as tud
 
 from ..atomic import atomic_write_bytes
 from ..errors import check, check_choice, check_positive
-from ..lightning import AtomicCheckpointIO, log_hp_metrics, run_output_dir, save_last_checkpoint, seal, unseal
+from ..lightning import AtomicCheckpointIO, log_hp_metrics, run_output_dir, save_last_checkpoint
 from ..nn import DependencyTree
 from ..outputs import save_history, save_torch
-from ..portable import pack, unpack
 from ..trees.checks import tree_faults
 from .biaffine import BiaffineParser
+from .dev_selection import DevSelectedRun
 from .conll_chunker import peak_rss_mb
 from .conll_text import word_dropout
 from .epochs import EpochPermutation, epoch_mean, epoch_seed, manual_step
 from .ud_text import load_ud_parsing
 
-CHECKPOINT_KEY = "ssvm_ud_parser"
 HEADS = ("local", "crf", "hinge", "softmax_margin")
 
 
@@ -68,9 +67,11 @@ def attachment_scores(gold_heads: list, gold_rels: list, heads: list, rels: list
     return 100.0 * correct / max(1, words), 100.0 * labeled / max(1, words)
 
 
-class UDParser(L.LightningModule):
+class UDParser(DevSelectedRun, L.LightningModule):
     """See the module docstring. ``batch_sentences``: sentences per step; ``word_dropout``: the alpha of
     the UNK dropout (a word seen c times is replaced by UNK with probability alpha / (alpha + c))."""
+
+    checkpoint_key, checkpoint_names = "ssvm_ud_parser", ("UDParser", "parser state")
 
     resume_identity = ("loss", "projective", "upos_input", "word_min_count", "train_size", "word_dim", "char_dim",
                        "char_filters", "upos_dim", "hidden", "layers", "arc_dim", "rel_dim")
@@ -269,19 +270,7 @@ class UDParser(L.LightningModule):
         return {"uas": uas, "las": las, "uas_argmax": uas_argmax, "argmax_not_tree": not_tree, "pred": pred}
 
     # -- checkpoints ----------------------------------------------------------------------------
-    def on_save_checkpoint(self, checkpoint: dict) -> None:
-        checkpoint[CHECKPOINT_KEY] = seal({"history": list(self.history), "best": pack(dict(self.best))}, checkpoint)
-
-    def on_load_checkpoint(self, checkpoint: dict) -> None:
-        saved = unseal(checkpoint, CHECKPOINT_KEY, "UDParser", "parser state")
-        self.history = list(saved["history"])
-        self.best = unpack(saved["best"])
-
-    # -- outputs --------------------------------------------------------------------------------
-    def on_fit_end(self) -> None:
-        if self.trainer.is_global_zero:
-            self.write_outputs()
-
+    # -- outputs (the checkpoint's history / best and on_fit_end: DevSelectedRun) ---------------
     def write_outputs(self):
         """Restore the best dev weights, decode the test file once, write the run files (None, and nothing
         written, when no epoch has ended)."""
