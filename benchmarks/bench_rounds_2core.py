@@ -1,12 +1,16 @@
 """Time to a certified duality gap: ``ssvm-train`` in one process (BCFW, batch size 1, gap sampling) against
-the same command under ``torchrun --standalone --nproc-per-node P ... --exchange rounds`` for each P of
-``--procs`` (docs/distributed.md, "The rounds exchange"), alternated ``--reps`` times, one thread per
-process (``launch`` of bench_distributed_2core.py). The time of a run is ``time_s`` of its first record
-whose exact gap is at or under the dataset's threshold (every run checks the gap at the same passes); a
-speed-up is the one-process median over the P-rank median. Writes
-benchmarks/results/distributed_2core/rounds.json (``--out``: the device check's 16-core stage writes its own).
+the same command under ``torchrun --standalone --nproc-per-node P ... --exchange E`` for each P of
+``--procs`` and the exchange E of ``--exchange`` (``rounds`` or ``shared``; docs/distributed.md, "The
+rounds exchange" and "The shared exchange"), alternated ``--reps`` times, one thread per process
+(``launch`` of bench_distributed_2core.py). The time of a run is ``time_s`` of its first record whose
+exact gap is at or under the dataset's threshold (every run checks the gap at the same passes); a
+speed-up is the one-process median over the P-rank median. The CoNLL-2000 threshold is one the
+one-process run needs at least 60 s for on this 2-core machine. Writes
+benchmarks/results/distributed_2core/<exchange>.json (``--out``: the device check's 16-core stage
+writes its own).
 
-Usage: python benchmarks/bench_rounds_2core.py [--datasets ocr-large conll2000] [--reps 3] [--procs 2]
+Usage: python benchmarks/bench_rounds_2core.py [--exchange rounds] [--datasets ocr-large conll2000] [--reps 3]
+       [--procs 2]
 """
 from __future__ import annotations
 
@@ -26,7 +30,7 @@ COMMON = ["--solver", "bcfw", "--sampling", "gap", "--seed", "0", "--quiet"]
 CONFIGS = {   # (options, gap threshold): the issue's commands
     "ocr-large": (["--dataset", "ocr-large", "--lam", "1e-3", "--gap-check", "1", "--passes", "400", *COMMON], 0.1),
     "conll2000": (["--dataset", "conll2000", "--features", "sha-pereira", "--tags", "bio", "--constraints", "none",
-                   "--loss", "normalized", "--lam", "0.03", "--gap-check", "2", "--passes", "200", *COMMON], 0.002),
+                   "--loss", "normalized", "--lam", "0.03", "--gap-check", "2", "--passes", "400", *COMMON], 3e-4),
 }
 
 
@@ -38,9 +42,9 @@ def time_to_gap(out: Path, threshold: float) -> dict:
             "curve": [{k: r[k] for k in ("passes", "time_s", "gap")} for r in recs]}
 
 
-def run(name: str, procs: int, tmp: Path) -> dict:
+def run(name: str, procs: int, tmp: Path, exchange: str) -> dict:
     options, threshold = CONFIGS[name]
-    args = [*options, "--gap-threshold", str(threshold)] + (["--exchange", "rounds"] if procs > 1 else [])
+    args = [*options, "--gap-threshold", str(threshold)] + (["--exchange", exchange] if procs > 1 else [])
     out = tmp / f"{name}-{procs}"
     shutil.rmtree(out, ignore_errors=True)
     p = launch(args, out, procs)
@@ -53,18 +57,21 @@ def run(name: str, procs: int, tmp: Path) -> dict:
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--datasets", nargs="+", default=list(CONFIGS), choices=list(CONFIGS))
+    ap.add_argument("--exchange", choices=["rounds", "shared"], default="rounds")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--procs", type=int, nargs="+", default=[2], help="the numbers of ranks beside one process")
-    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "distributed_2core" / "rounds.json"))
+    ap.add_argument("--out", default=None, help="default benchmarks/results/distributed_2core/<exchange>.json")
     args = ap.parse_args()
-    result = {"machine": {"cpus": os.cpu_count()}, "reps": args.reps, "procs": args.procs, "datasets": {}}
+    args.out = args.out or str(ROOT / "benchmarks" / "results" / "distributed_2core" / f"{args.exchange}.json")
+    result = {"machine": {"cpus": os.cpu_count()}, "exchange": args.exchange, "reps": args.reps, "procs": args.procs,
+              "datasets": {}}
     counts = [1, *args.procs]
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.datasets:
             runs = []
             for rep in range(args.reps):                 # alternated: the machine's drift hits both alike
                 for procs in counts:
-                    runs.append({"procs": procs, "rep": rep, **run(name, procs, Path(tmp))})
+                    runs.append({"procs": procs, "rep": rep, **run(name, procs, Path(tmp), args.exchange)})
                     print(f"{name:10s} rep {rep} P={procs}: {runs[-1]['time_s']} s, {runs[-1]['passes']} passes",
                           flush=True)
             med = {}
@@ -76,7 +83,7 @@ def main():
                 "options": CONFIGS[name][0], "threshold": CONFIGS[name][1], "median_time_s": med,
                 **{f"speedup_{p}": v for p, v in speedups.items()}, "runs": runs}
             print(f"{name}: one process {med[1]} s; " + "; ".join(
-                f"P = {p} rounds {med[p]} s, speed-up {speedups[p]}" for p in args.procs), flush=True)
+                f"P = {p} {args.exchange} {med[p]} s, speed-up {speedups[p]}" for p in args.procs), flush=True)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1))

@@ -35,7 +35,7 @@ def run(rank, world, port, spec, out):
     store = sharded_store(task, spec["lam"], exchange=spec.get("exchange", "auto"))
     if spec.get("sparse_direction"):
         store.local.sparse_direction = True
-    if spec.get("exchange") == "rounds":            # BCFW rounds (CoCoA+) drive their own loop
+    if spec.get("exchange") in ("rounds", "shared"):     # BCFW rounds (CoCoA+) and shared memory: their own loop
         from ssvm_torch.distributed.rounds import RoundsSolver
         solver = RoundsSolver(store, config(spec), round_steps=spec.get("round_steps"))
     else:
@@ -55,7 +55,7 @@ def run(rank, world, port, spec, out):
         # ("terminate called without an active exception"), which would turn this expected end into a crash
         os._exit(0)
     if rank == 0:
-        gaps = solver.sampler.gaps.copy() if spec.get("exchange") == "rounds" else solver.block_gaps.copy()
+        gaps = solver.sampler.gaps.copy() if spec.get("exchange") in ("rounds", "shared") else solver.block_gaps.copy()
         torch.save({"history": hist, "w": store.w.clone(), "ell": store.ell, "gaps": gaps, "state": state,
                     "bytes_per_step": store.bytes_per_step, "exchange": store.exchange}, out)
     dist.barrier()

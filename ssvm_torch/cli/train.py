@@ -137,7 +137,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="under torchrun: how the ranks combine a mini-batch step: columns (w sharded by feature "
                         "columns, decoded labelings exchanged: sparse chain models on CPU), allreduce (one d-vector), "
                         "gather (each block's compact change; bit-identical to one process), rounds (BCFW rounds on "
-                        "each rank's shard, CoCoA+, one all-reduce per round), auto = columns where it applies, else "
+                        "each rank's shard, CoCoA+, one all-reduce per round), shared (one machine's ranks step "
+                        "asynchronously on one w in shared memory, exact at every gap check), auto = shared for BCFW "
+                        "(batch size 1) on one machine's ranks where it applies, else columns where it applies, else "
                         "gather for d >= 2^20, else allreduce (docs/distributed.md)")
     p.add_argument("--round-steps", type=int, default=None,
                    help="--exchange rounds: BCFW steps per rank per round (default: one pass over the largest shard)")
@@ -227,15 +229,14 @@ def _train(args, cfg: SolverConfig, device, dtype, run_dir: RunDir | None) -> di
     task = load_task(args.dataset, train_size=args.train_size, unary_only=args.unary_only, device=device,
                      dtype=dtype, **featurization)
     lam = selection["lam"] if selection else task.lam(args.lam)
-    # one process runs the coordinate-sharded store's kernels too (no collectives) where they apply: the
-    # same mini-batch steps, faster than the generic store's (docs/distributed.md)
-    columns = args.exchange == "columns" or (args.exchange == "auto" and size == 1 and distributed.columns_apply(
-        task, device, dtype, args.kernels, cfg))
+    # auto by measurement (docs/distributed.md): one process runs the coordinate-sharded store's kernels too
+    # (no collectives) where they apply, the same mini-batch steps faster than the generic store's
+    exchange = distributed.resolve_exchange(args.exchange, task, device, dtype, args.kernels, cfg)
     if args.round_steps is not None and args.exchange != "rounds":
         raise SSVMInputError(f"--round-steps: applies to --exchange rounds only, got --exchange {args.exchange}")
-    if size > 1 or columns or args.exchange == "rounds":
+    if size > 1 or exchange in ("columns", "rounds", "shared"):
         dual = distributed.sharded_store(task, lam, device=device, dtype=dtype, kernels=args.kernels,
-                                         exchange="columns" if columns else args.exchange)
+                                         exchange=exchange)
     else:
         dual = task.store(lam, device=device, dtype=dtype, kernels=args.kernels)
     sharded = isinstance(dual, distributed.RankStore)

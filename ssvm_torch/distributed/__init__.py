@@ -6,6 +6,7 @@ one module per exchange and the glue they share.
 * :mod:`.column_shards` / :mod:`.column_shards_edges` -- lock-step mini-batch BCFW for chain models with
   w sharded by feature columns (``columns``, the default for chains);
 * :mod:`.rounds` -- BCFW rounds on each rank's own shard, one all-reduce per round (CoCoA+, ``rounds``);
+* :mod:`.shared_memory` -- asynchronous BCFW of one machine's ranks on one w in shared memory (``shared``);
 * :mod:`.rank_store` -- what every sharded store shares (the point, the accounting, refusals by name);
 * :mod:`.collectives` -- the collectives with their accounting, and DistributedError on a dead rank;
 * :mod:`.launch` -- the process group, rank 0's errors on every rank, the factory of each rank's store.
@@ -15,10 +16,12 @@ docs/distributed.md has the equations, the measurements and the launch commands.
 from ..errors import DistributedError
 from .block_shards import EXCHANGES, ShardedDual
 from .collectives import shard_of, world
-from .launch import columns_apply, describe, finish, init, launched_by_torchrun, on_rank0, sharded_store
+from .launch import (columns_apply, describe, finish, init, launched_by_torchrun, on_rank0, resolve_exchange,
+                     shared_apply, sharded_store)
 from .rank_store import RankStore
 from .rounds import RoundsDual, RoundsSolver, rounds_store
+from .shared_memory import SharedDual, shared_store
 
-__all__ = ["EXCHANGES", "DistributedError", "RankStore", "RoundsDual", "RoundsSolver", "ShardedDual", "columns_apply",
-           "describe", "finish", "init", "launched_by_torchrun", "on_rank0", "rounds_store", "shard_of", "sharded_store",
-           "world"]
+__all__ = ["EXCHANGES", "DistributedError", "RankStore", "RoundsDual", "RoundsSolver", "ShardedDual", "SharedDual",
+           "columns_apply", "describe", "finish", "init", "launched_by_torchrun", "on_rank0", "resolve_exchange", "rounds_store",
+           "shard_of", "shared_apply", "sharded_store", "shared_store", "world"]

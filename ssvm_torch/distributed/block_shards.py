@@ -47,7 +47,7 @@ from ..stores.box import BoxedDual
 from .collectives import Collectives, collective, shard_of, world
 from .rank_store import RankStore
 
-EXCHANGES = ("auto", "allreduce", "gather", "columns", "rounds")
+EXCHANGES = ("auto", "allreduce", "gather", "columns", "rounds", "shared")
 
 
 class ShardedDual(RankStore):

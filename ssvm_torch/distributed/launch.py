@@ -61,7 +61,9 @@ def describe(store: "RankStore") -> dict:
                  if store.exchange == "columns" else
                  "round-robin: rank r holds blocks i with i mod world_size = r (local block i // world_size)"
                  + ("; each rank runs BCFW rounds on its shard as a problem of its own (CoCoA+, sigma'_k = n / n_k), "
-                    "one all-reduce per round" if store.exchange == "rounds" else ""))
+                    "one all-reduce per round" if store.exchange == "rounds" else "")
+                 + ("; the ranks of one machine step asynchronously on one w in shared memory, made exact from "
+                    "each rank's mirror at every gap check" if store.exchange == "shared" else ""))
     return {"world_size": store.size, "backend": dist.get_backend() if dist.is_initialized() else None,
             "partition": partition, "exchange": store.exchange}
 
@@ -79,6 +81,9 @@ def sharded_store(task, lam: float, device=None, dtype=torch.float64, kernels: s
     if exchange == "rounds":
         from .rounds import rounds_store
         return rounds_store(task, lam, device=device, dtype=dtype, kernels=kernels)
+    if exchange == "shared":
+        from .shared_memory import shared_store
+        return shared_store(task, lam, device=device, dtype=dtype, kernels=kernels)
     if exchange == "columns":
         from ..models.chain import ChainModel
         from ..tasks import TASKS
@@ -97,6 +102,38 @@ def sharded_store(task, lam: float, device=None, dtype=torch.float64, kernels: s
     local = make_store(task.model, task.train.subset(shard), lam, device=device, dtype=dtype, kernels=kernels,
                        nonnegative=task.nonnegative, n_objective=task.n_train)
     return ShardedDual(local, task.n_train, exchange=exchange)
+
+
+def shared_apply(task, device=None, dtype=torch.float64, kernels: str = "auto", config=None) -> bool:
+    """Whether ``exchange='auto'`` picks the shared exchange on several ranks (measured:
+    docs/distributed.md, "The shared exchange"): every rank on one machine, a chain model without
+    edge-observation features (no box constraints) with numba kernels (CPU, float64), and BCFW with
+    batch size 1 (FW steps, no cache, no averaging), which is all it runs."""
+    from ..devices import resolve_device
+    from ..models.chain import ChainModel
+    from ..models.chain_edges import EdgeChainModel
+    size = world()[1]
+    model = task.model
+    return (size > 1 and int(os.environ.get("LOCAL_WORLD_SIZE", size)) == size
+            and isinstance(model, ChainModel) and not isinstance(model, EdgeChainModel)
+            and resolve_device(device).type == "cpu" and dtype == torch.float64 and kernels in ("auto", "numba")
+            and not (task.nonnegative is not None and len(task.nonnegative))
+            and config is not None and config.solver == "bcfw" and config.step == "fw" and config.batch_size == 1
+            and not config.cache and not config.averaging)
+
+
+def resolve_exchange(exchange: str, task, device=None, dtype=torch.float64, kernels: str = "auto",
+                     config=None) -> str:
+    """The exchange a run uses: ``exchange`` unless ``auto``, which stands for ``shared`` where
+    :func:`shared_apply`, else ``columns`` where :func:`columns_apply` (one process: with ``config``,
+    mini-batches only), else ``auto`` (the block shards' rule of :class:`ShardedDual`; one process: the
+    one-process store)."""
+    if exchange != "auto":
+        return exchange
+    if shared_apply(task, device, dtype, kernels, config):
+        return "shared"
+    size = world()[1]
+    return "columns" if columns_apply(task, device, dtype, kernels, config if size == 1 else None) else "auto"
 
 
 def columns_apply(task, device=None, dtype=torch.float64, kernels: str = "auto", config=None) -> bool:

@@ -147,12 +147,19 @@ class RoundsDual(RankStore):
         self.joint_s += time.perf_counter() - t0
 
     # -- exact gap pass and recomputation ------------------------------------------------------------
+    def _point_to_local(self) -> None:
+        """The shared point into the local store before its gap pass."""
+        self.local.set_point(self._w, self.local.ell)
+
+    def attach(self, local_solver: Solver) -> None:
+        """Called with the local solver once built (the shared-memory exchange hooks its mirror there)."""
+
     def gap_pass(self) -> GapPass:
         """Every shard's gap pass at the shared w, in the whole problem's units (block gaps and L_i / n
         times n_k / n; H_i as they are), gathered into the global order. ``last_local_gaps``: this
         rank's block gaps in its own units (its sampler's)."""
         t0 = time.perf_counter()
-        self.local.set_point(self._w, self.local.ell)
+        self._point_to_local()
         gp = self.local.gap_pass()
         self.shard_s += time.perf_counter() - t0
         self.last_local_gaps = gp.block_gaps
@@ -179,13 +186,13 @@ class RoundsDual(RankStore):
             shards = [mine]
         else:
             collective(dist.all_gather_object, shards, mine)
-        return {"world_size": self.size, "exchange": "rounds", "w": self._w.clone(), "ell": self._ell,
+        return {"world_size": self.size, "exchange": self.exchange, "w": self._w.clone(), "ell": self._ell,
                 "shards": shards}
 
     def load_state_dict(self, state: dict) -> None:
-        if state.get("exchange") != "rounds":
+        if state.get("exchange") != self.exchange:
             raise SSVMInputError(f"checkpoint: written with exchange {state.get('exchange', 'a lock-step one')!r}, "
-                                 "this run has 'rounds'; resume with the same exchange")
+                                 f"this run has {self.exchange!r}; resume with the same exchange")
         self.check_world_size(state)
         self.local.load_state_dict(state["shards"][self.rank])
         self.set_point(state["w"].to(self.device), float(state["ell"]))
@@ -228,6 +235,7 @@ class RoundsSolver:
         local_cfg = replace(cfg, seed=cfg.seed + dual.rank, passes=1e15, gap_check=1.0, recompute_every=2 ** 62,
                             gap_threshold=0.0, time_budget=math.inf, estimate_threshold=0.0, check_below=0.0)
         self.local = Solver(dual.local, local_cfg, monitor_start=False, keep_best=False)
+        dual.attach(self.local)
         self.state = SolverState()
         self.best = BestPoint(True)
         self._stopping = ""

@@ -97,7 +97,8 @@ class SSVMModule(L.LightningModule):
             the ranks combine a step's direction, ``allreduce``, ``gather`` (bit-identical to one
             process) or ``auto`` (gather for d >= 2^20); or ``rounds``: BCFW rounds on each rank's shard
             with one all-reduce per round (CoCoA+; a training step is a round of ``blocks_per_step``
-            steps per rank, default one pass over the largest shard).
+            steps per rank, default one pass over the largest shard); or ``shared``: the ranks of one
+            machine step asynchronously on one w in shared memory, exact at every gap check.
         out: directory for ``history.json`` and ``model.pt`` (default: the logger's log_dir,
             else the trainer's default_root_dir).
         histograms: log block-gap and sampling-probability histograms at every gap check.

@@ -97,6 +97,18 @@ class ChainDual(ChainTorchPath, ChainMarginalMoves, JointConstraints, BlockDual)
         self._work = (np.empty((tmax, K)), np.empty(K), np.empty(K), np.empty((tmax, K), dtype=np.int64),
                       np.empty((tmax, K)), np.empty((K, K)))
 
+    def share_w(self, buffer: torch.Tensor) -> None:
+        """Hold w in ``buffer`` from now on: a (d,) tensor of the store's dtype and device that the
+        caller shares (ssvm_torch.distributed.shared_memory maps one into every process of a machine).
+        Every later move adds into it and the compiled kernels read it; its contents are the caller's
+        (the current w is not copied in)."""
+        check(tuple(buffer.shape) == tuple(self.w.shape) and buffer.dtype == self.dtype
+              and buffer.device == self.w.device, "buffer", f"a tensor of shape {tuple(self.w.shape)}, dtype "
+              f"{self.dtype} on {self.w.device}", f"shape {tuple(buffer.shape)}, {buffer.dtype} on {buffer.device}")
+        self.w = buffer
+        if self._numba:
+            self._bind_numpy()
+
     @property
     def host(self) -> HostViews:
         """The numpy views the numba kernels work on (valid while the tensors are updated in place);
@@ -188,8 +200,9 @@ class ChainDual(ChainTorchPath, ChainMarginalMoves, JointConstraints, BlockDual)
     def _np_move(self, i, P, Q, gamma):
         Du, Dt = self._np_delta(i, P, Q)
         if self.shadow is not None:
-            sh = self.model.split(self.shadow)
-            shadow = (True, float(self.shadow_coef), sh[0].numpy(), sh[1].numpy(), sh[2].numpy(), sh[3].numpy())
+            if getattr(self, "_shadow_views", (None,))[0] is not self.shadow:    # split once per shadow vector
+                self._shadow_views = (self.shadow, *(t.numpy() for t in self.model.split(self.shadow)))
+            shadow = (True, float(self.shadow_coef), *self._shadow_views[1:])
         else:
             shadow = (False, 0.0, *self._np[7:11])
         nb_delta_move(i, -gamma / (self.lam * self.N), gamma, Du, Dt, *self._np[:4], *self._np[7:], *shadow)

@@ -1,0 +1,169 @@
+"""Asynchronous BCFW on one machine's shared memory (``--exchange shared``): the P processes of one
+machine run BCFW steps on their own blocks against one w that all of them read and write, with no
+collective between two gap checks (the lock-free "wild" scheme of PASSCoDe, Hsieh et al., ICML 2015,
+for the SVM dual; the asynchronous BCFW of Wang et al., ICML 2016, for structured SVMs).
+
+Rank k owns the round-robin shard of n_k blocks (:func:`~ssvm_torch.distributed.collectives.shard_of`)
+in an ordinary store of the whole problem's units (objective n), whose w is a view of one shared
+memory file mapped by every rank: each step reads the current w (the other ranks' steps included, a
+step or so stale) for its oracle and its line search gamma = g_i / (lam ||w_i - w_s||^2) (eq. (6) of
+Osokin et al. 2016), and adds its move to the shared w. Two ranks adding to one coordinate at the same
+instant can lose one of the additions (no locks), so the shared w drifts from w(alpha) = sum_i w_i;
+each rank also adds its moves to a mirror row of its own in the same file, which nobody else writes,
+so sum_k mirror_k = w(alpha) exactly (up to the rounding one process's w has too, cleared by the
+recomputation every ``recompute_every`` passes). At every gap check the ranks stop, w is set to the
+mirrors' sum (each rank sums a share of the coordinates) and copied into a private snapshot that the
+records, the best point and model.pt read, and the exact gap pass runs as the rounds exchange's:
+each rank's blocks at that w, gathered. Gaps, duals and model.pt are therefore exact; the trajectory
+between checks depends on the timing of the ranks (two runs differ), as with any asynchronous solver.
+One process runs plain BCFW, step for step (its mirror receives the same additions as w).
+
+The rounds exchange's loop (:class:`~ssvm_torch.distributed.rounds.RoundsSolver`) drives it: a round
+sums the ranks' ell changes (one scalar all-reduce) and w needs no exchange.
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+import uuid
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from ..errors import SSVMInputError, check
+from ..solvers.loop import Solver
+from ..stores.base import BlockDual
+from .collectives import Collectives, collective, shard_of, world
+from .rounds import RoundsDual
+
+
+PAGE_FLOATS = 512            # rows start on 4 KiB boundaries: no cache line holds two ranks' rows
+
+
+def _shared_rows(rows: int, d: int) -> torch.Tensor:
+    """A (rows, d) float64 tensor in a file of shared memory mapped by every rank of this machine:
+    rank 0 creates it, every rank maps it, rank 0 unlinks the name (the mappings stay; nothing is left
+    behind whatever happens to the run)."""
+    stride = -(-d // PAGE_FLOATS) * PAGE_FLOATS
+    rank, size = world()
+    root = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
+    name = [os.path.join(root, f"ssvm_torch_shared_{uuid.uuid4().hex}")]
+    if rank == 0:
+        with open(name[0], "wb") as f:
+            f.truncate(rows * stride * 8)             # zeros, allocated as pages are touched
+    if size > 1:
+        collective(dist.broadcast_object_list, name, src=0)
+    ok = torch.tensor([1 if os.path.exists(name[0]) else 0], dtype=torch.int64)
+    if size > 1:
+        collective(dist.all_reduce, ok, op=dist.ReduceOp.MIN)
+    if not int(ok[0]):
+        if rank == 0:
+            os.unlink(name[0])
+        raise SSVMInputError("exchange: 'shared' needs every rank on one machine (the ranks map one file of shared "
+                             f"memory, {name[0]}, which a rank could not open); across machines use --exchange rounds")
+    array = np.memmap(name[0], dtype=np.float64, mode="r+", shape=(rows, stride))
+    if size > 1:
+        collective(dist.barrier)
+    if rank == 0:
+        os.unlink(name[0])
+    return torch.from_numpy(array)[:, :d]
+
+
+class SharedDual(RoundsDual):
+    """This rank's shard in a store of the whole problem's units whose w is the machine's shared w (module
+    docstring), presented as the store of all n blocks: the exact point (the mirrors' sum) at every gap
+    check, the gap pass gathered, checkpoints as the rounds exchange writes them."""
+
+    exchange = "shared"
+
+    def __init__(self, local: BlockDual, n: int):
+        rank, size = world()
+        from ..stores.chain import ChainDual
+        check(type(local) is ChainDual and local.kernels == "numba", "exchange",
+              "'shared' for chain stores with compiled kernels (CPU float64: ocr-small, ocr-large, conll2000 with "
+              "features sha-pereira or rich)", f"a {type(local).__name__}" + (f" with kernels {local.kernels!r}"
+                                                                                if hasattr(local, "kernels") else ""))
+        check(local.n == len(shard_of(n, size, rank)), "shard", f"{len(shard_of(n, size, rank))} blocks "
+              f"(rank {rank} of {size})", local.n)
+        check(local.N == n, "n_objective", f"the whole problem's n = {n}", local.N)
+        self.local, self.rank, self.size = local, rank, size
+        self.n = self.N = n
+        self.lam, self.device = local.lam, local.device
+        self.scale = 1.0                           # the local store is in the whole problem's units
+        d = local.w.numel()
+        self.coll = Collectives(rank, size, self.device, narrow_ints=d < 2 ** 31 and n < 2 ** 31)
+        rows = _shared_rows(1 + size, d)
+        self.shared, self.mirror = rows[0], rows[1 + rank]
+        self._mirrors = rows[1:]
+        bounds = [d * k // size for k in range(size + 1)]
+        self._mine = slice(bounds[rank], bounds[rank + 1])      # the coordinates this rank sums at a sync
+        local.share_w(self.shared)
+        self._w = torch.zeros(d, dtype=local.w.dtype)            # the exact point of the last check (private)
+        self._ell = 0.0
+        self.shard_s = self.joint_s = 0.0
+        self.steps_exchanged = 0
+        self.recompute()
+
+    def attach(self, local_solver: Solver) -> None:
+        """Every move of the local solver also goes to this rank's mirror (the store's shadow vector,
+        coefficient 1): built after the solver, which clears the shadow it does not use."""
+        self.local.shadow, self.local.shadow_coef = self.mirror, 1.0
+
+    def set_point(self, w: torch.Tensor, ell: float) -> None:
+        if w is not self._w:
+            raise SSVMInputError("set_point: the shared exchange's point is the sum of its blocks (it cannot be set "
+                                 "to another w)")
+        self._ell = float(ell)
+
+    def combine(self, ell_local_start: float) -> None:
+        """A round's end: the ranks' ell changes summed (w needs no exchange: every move is in the shared w)."""
+        dell = self._summed(float(self.local.ell) - ell_local_start)
+        self._ell += dell
+        self.steps_exchanged += 1
+
+    def _point_to_local(self) -> None:
+        """The exact point into the shared w and the private snapshot: every rank stops, sums its share of
+        the coordinates over the mirrors, and waits for the others before the gap pass reads w."""
+        if self.size > 1:
+            collective(dist.barrier)
+        torch.sum(self._mirrors[:, self._mine], 0, out=self.shared[self._mine])
+        if self.size > 1:
+            collective(dist.barrier)
+        self._w.copy_(self.shared)
+
+    def recompute(self) -> None:
+        """Each mirror exactly from its rank's blocks, ell likewise; then the exact point."""
+        loc = self.local
+        loc.w_from_stats(loc.Mu, loc.Mt.sum(0), self.mirror)
+        loc.shift_ell(float(loc.ell_i.sum()) - float(loc.ell))
+        self._ell = self._summed(float(loc.ell))
+        self._point_to_local()
+
+    def load_state_dict(self, state: dict) -> None:
+        if state.get("exchange") != self.exchange:
+            raise SSVMInputError(f"checkpoint: written with exchange {state.get('exchange', 'a lock-step one')!r}, "
+                                 f"this run has {self.exchange!r}; resume with the same exchange")
+        self.check_world_size(state)
+        if self.size > 1:
+            collective(dist.barrier)
+        self.local.load_state_dict(state["shards"][self.rank])
+        self.recompute()
+        self._ell = float(state["ell"])
+
+
+def shared_store(task, lam: float, device=None, dtype=torch.float64, kernels: str = "auto") -> SharedDual:
+    """This rank's :class:`SharedDual`: the ordinary store of its round-robin shard of ``task`` in the
+    whole problem's units."""
+    from ..stores import make_store
+    rank, size = world()
+    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", size))
+    check(local_world == size, "exchange", "'shared' with every rank on one machine (LOCAL_WORLD_SIZE = WORLD_SIZE); "
+          "across machines use --exchange rounds", f"{local_world} of {size} ranks on this machine")
+    if task.nonnegative is not None and len(task.nonnegative):
+        raise SSVMInputError("box constraints (segmentation-synth, pose-synth): not supported by the shared exchange; "
+                             "run them in one process")
+    shard = shard_of(task.n_train, size, rank)
+    local = make_store(task.model, task.train.subset(shard), lam, device=device, dtype=dtype, kernels=kernels,
+                       n_objective=task.n_train)
+    return SharedDual(local, task.n_train)

@@ -1,0 +1,178 @@
+"""Asynchronous BCFW on shared memory (ssvm_torch/distributed/shared_memory.py): one process equals plain
+BCFW record for record (a resume too); on 2 gloo ranks (spawned here, tiny subsets) every record's gap is
+its primal minus its dual, the run's w is exactly the sum of both shards' blocks, the last gap equals one
+process's recomputation at the run's point, a resume starts from the checkpoint's point, and a dead rank
+ends the other in one line; what the exchange does not run is refused by name."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import distributed_worker as worker
+import pytest
+import torch
+from test_distributed import spawn
+from test_rounds import strip
+
+from ssvm_torch import Solver, SolverConfig, make_store
+from ssvm_torch.distributed import shard_of
+from ssvm_torch.distributed.rounds import RoundsSolver
+from ssvm_torch.distributed.shared_memory import shared_store
+from ssvm_torch.errors import SSVMInputError
+from ssvm_torch.tasks import load_task
+
+SHARED = dict(dataset="ocr-small", subset=40, lam=0.05, tau=1, passes=8, gap_check=1, seed=2, exchange="shared",
+              recompute_every=3)
+CHAIN = dict(dataset="conll2000", train_size=24, lam=0.05, tau=1, passes=5, gap_check=1, seed=1, exchange="shared")
+
+
+def test_one_process_equals_plain_bcfw():
+    """P = 1: the mirror receives the same additions as w, so a check's exact point is w itself and the run
+    is plain BCFW: the same records and the same w, bit for bit (the recomputation included)."""
+    task = load_task("ocr-small")
+    cfg = SolverConfig(passes=5, gap_check=2, seed=3, sampling="gap", recompute_every=2)
+    plain = Solver(task.store(0.01), cfg)
+    expected = plain.run()
+    dual = shared_store(task, 0.01)
+    assert strip(RoundsSolver(dual, cfg).run()) == strip(expected)
+    assert torch.equal(dual.w, plain.dual.w) and dual.ell == plain.dual.ell
+
+
+def test_one_process_resume_continues_bit_for_bit():
+    task = load_task("ocr-small")
+    cfg = SolverConfig(passes=6, gap_check=1, seed=4, sampling="gap", recompute_every=2)
+    whole = RoundsSolver(shared_store(task, 0.01), cfg).run()
+    first = RoundsSolver(shared_store(task, 0.01), replace(cfg, passes=3))
+    first.run()
+    state = first.state_dict()
+    second = RoundsSolver(shared_store(task, 0.01), cfg)
+    second.load_state_dict(state)
+    assert strip(second.run()) == strip(whole)
+
+
+def test_shared_refuses_what_it_does_not_run(monkeypatch):
+    with pytest.raises(SSVMInputError, match="exchange: expected 'shared' for chain stores with compiled kernels"):
+        shared_store(load_task("ocr-small"), 0.01, kernels="torch")
+    with pytest.raises(SSVMInputError, match="got a EdgeChainDual"):
+        shared_store(load_task("conll2000", train_size=8, features="rich-edges"), 0.01)
+    with pytest.raises(SSVMInputError, match="exchange: expected 'shared' for chain stores"):
+        shared_store(load_task("scene"), 0.01)
+    dual = shared_store(load_task("ocr-small"), 0.01)
+    with pytest.raises(SSVMInputError, match="set_point: the shared exchange's point is the sum of its blocks"):
+        dual.set_point(torch.zeros_like(dual.w), 0.0)
+    with pytest.raises(SSVMInputError, match="batch_size: the rounds exchange runs BCFW steps"):
+        dual.batch_corners(torch.tensor([0]))
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    with pytest.raises(SSVMInputError, match="every rank on one machine .* across machines use --exchange rounds"):
+        shared_store(load_task("ocr-small"), 0.01)
+
+
+def test_auto_picks_shared_for_bcfw_on_one_machines_ranks(monkeypatch):
+    """``auto`` (measured: docs/distributed.md): shared for BCFW with batch size 1 on several ranks of one
+    machine where it applies; the columns store for mini-batches and for edge features; one process stays
+    the one-process solver (mini-batches: the columns kernels)."""
+    from ssvm_torch.distributed import launch, resolve_exchange
+    ocr, edges = load_task("ocr-small"), load_task("conll2000", train_size=8, features="rich-edges")
+    bcfw, minibatch = SolverConfig(), SolverConfig(batch_size=4)
+    assert resolve_exchange("auto", ocr, config=bcfw) == "auto"
+    assert resolve_exchange("auto", ocr, config=minibatch) == "columns"
+    monkeypatch.setattr(launch, "world", lambda: (0, 2))
+    assert resolve_exchange("auto", ocr, config=bcfw) == "shared"
+    assert resolve_exchange("auto", ocr, config=minibatch) == "columns"
+    assert resolve_exchange("auto", ocr, config=SolverConfig(averaging=True)) == "columns"
+    assert resolve_exchange("auto", ocr, config=bcfw, kernels="torch") == "auto"
+    assert resolve_exchange("auto", edges, config=bcfw) == "columns"
+    assert resolve_exchange("rounds", ocr, config=bcfw) == "rounds"
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")              # two machines
+    assert resolve_exchange("auto", ocr, config=bcfw) == "columns"
+
+
+@pytest.fixture(scope="module")
+def shared_run(tmp_path_factory):
+    return spawn(SHARED, tmp_path_factory.mktemp("shared"))
+
+
+def shard_w(spec, state):
+    """Each shard's w exactly from its blocks (a store of the shard loaded from the checkpoint)."""
+    task = worker.problem(spec)
+    n = task.n_train
+    out = []
+    for r, shard_state in enumerate(state["dual"]["shards"]):
+        local = make_store(task.model, task.train.subset(shard_of(n, 2, r)), spec["lam"], n_objective=n)
+        local.load_state_dict(shard_state)
+        local.recompute()
+        out.append((local.w.clone(), local.ell))
+    return task, out
+
+
+@pytest.mark.parametrize("spec", [SHARED, CHAIN], ids=["ocr", "conll"])
+def test_two_ranks_are_exact_at_every_check(spec, request, tmp_path):
+    run = request.getfixturevalue("shared_run") if spec is SHARED else spawn(spec, tmp_path)
+    hist = run["history"]
+    assert run["exchange"] == "shared" and len(hist) >= 4
+    assert hist[-1]["gap"] < 0.5 * hist[0]["gap"]
+    for r in hist:
+        assert r["gap"] == pytest.approx(r["primal"] - r["dual"], rel=1e-8, abs=1e-12)
+    # the run's point is w(alpha): the two shards' blocks summed (lost additions to the shared w do not
+    # reach it), and ell likewise
+    task, parts = shard_w(spec, run["state"])
+    assert torch.allclose(parts[0][0] + parts[1][0], run["w"], rtol=0, atol=1e-12 * float(run["w"].abs().max()))
+    assert parts[0][1] + parts[1][1] == pytest.approx(run["ell"], rel=1e-10)
+    # and one process's exact gap pass there gives the last record
+    store = make_store(task.model, task.train, spec["lam"])
+    store.set_point(run["w"], run["ell"])
+    gp = store.gap_pass()
+    assert store.primal(gp.H) == pytest.approx(hist[-1]["primal"], rel=1e-10)
+    assert store.primal(gp.H) - store.dual() == pytest.approx(hist[-1]["gap"], rel=1e-9)
+
+
+@pytest.mark.slow                     # two more spawns
+def test_resume_starts_from_the_checkpoint(shared_run, tmp_path):
+    """The trajectory between checks depends on the ranks' timing, so a resume cannot replay the records;
+    it continues from the checkpoint's exact point: the records up to it kept, one more interval run, and
+    the point again the sum of the shards' blocks."""
+    part = spawn({**SHARED, "stop_at": 3}, tmp_path, name="part.pt")
+    ckpt = tmp_path / "ckpt.pt"
+    torch.save(part["state"], ckpt)
+    resumed = spawn({**SHARED, "resume_from": str(ckpt), "stop_at": 4}, tmp_path, name="resumed.pt")
+    assert strip(resumed["history"][:4]) == strip(part["history"])
+    assert len(resumed["history"]) == 5
+    _, parts = shard_w(SHARED, resumed["state"])
+    assert torch.allclose(parts[0][0] + parts[1][0], resumed["w"], rtol=0, atol=1e-12)
+
+
+def test_a_dead_rank_ends_the_other_in_one_line(tmp_path):
+    res = spawn({**SHARED, "die_after_start": True, "timeout_s": 10}, tmp_path)
+    assert "distributed: a collective failed" in res["error"] and "another rank died" in res["error"]
+    assert "\n" not in res["error"]
+
+
+@pytest.mark.slow          # Lightning's DDP launcher: two interpreters
+def test_lightning_ddp_runs_the_shared_exchange(tmp_path):
+    """``--model.exchange shared`` under ``--trainer.strategy ddp --trainer.devices 2``: the records are exact
+    (the last primal is one process's at model.pt's w, the gap its primal minus its dual)."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from ssvm_torch.outputs import load_model
+    from test_distributed import free_port
+    env = {"PATH": str(Path(sys.executable).parent) + ":/usr/bin:/bin", "OMP_NUM_THREADS": "1",
+           "MASTER_PORT": str(free_port())}
+    lit = ["fit", "--model.dataset", "ocr-small", "--model.lam", "0.01", "--model.passes", "4", "--model.gap_check", "1",
+           "--model.seed", "3", "--model.exchange", "shared", "--trainer.strategy", "ddp", "--trainer.devices", "2",
+           "--trainer.accelerator", "cpu", "--trainer.default_root_dir", str(tmp_path / "lit"),
+           "--trainer.enable_progress_bar", "false"]
+    r = subprocess.run([sys.executable, "-m", "ssvm_torch.lightning", *lit], capture_output=True, text=True,
+                       timeout=300, env=env, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = tmp_path / "lit" / "lightning_logs" / "version_0"
+    hist = json.loads((out / "history.json").read_text())
+    hist = hist["records"] if isinstance(hist, dict) else hist
+    assert len(hist) == 3 and hist[-1]["gap"] < hist[0]["gap"]       # a check every pass: 2 passes each
+    w = load_model(out / "model.pt")["w"]
+    store = load_task("ocr-small").store(0.01)
+    store.set_point(w, 0.0)
+    last = hist[-1]
+    assert store.primal(store.gap_pass().H) == pytest.approx(last["primal"], rel=1e-10)
+    assert last["gap"] == pytest.approx(last["primal"] - last["dual"], rel=1e-8)
