@@ -63,8 +63,10 @@ def main():
     ap.add_argument("--out", default=None, help="default benchmarks/results/distributed_2core/<exchange>.json")
     args = ap.parse_args()
     args.out = args.out or str(ROOT / "benchmarks" / "results" / "distributed_2core" / f"{args.exchange}.json")
-    result = {"machine": {"cpus": os.cpu_count()}, "exchange": args.exchange, "reps": args.reps, "procs": args.procs,
-              "datasets": {}}
+    out = Path(args.out)
+    kept = json.loads(out.read_text())["datasets"] if out.exists() else {}     # the datasets not rerun stay
+    result = {"machine": {"cpus": os.cpu_count()}, "exchange": args.exchange, "procs": args.procs,
+              "datasets": {k: v for k, v in kept.items() if k not in args.datasets}}
     counts = [1, *args.procs]
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.datasets:
@@ -80,11 +82,10 @@ def main():
                 med[procs] = statistics.median(times) if None not in times else None
             speedups = {p: (med[1] / med[p] if med[1] and med[p] else None) for p in args.procs}
             result["datasets"][name] = {
-                "options": CONFIGS[name][0], "threshold": CONFIGS[name][1], "median_time_s": med,
+                "reps": args.reps, "options": CONFIGS[name][0], "threshold": CONFIGS[name][1], "median_time_s": med,
                 **{f"speedup_{p}": v for p, v in speedups.items()}, "runs": runs}
             print(f"{name}: one process {med[1]} s; " + "; ".join(
                 f"P = {p} {args.exchange} {med[p]} s, speed-up {speedups[p]}" for p in args.procs), flush=True)
-    out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1))
     print(f"wrote {out}")

@@ -15,8 +15,9 @@
 #                torch.compile decoder, whose compile alone takes ~a minute);
 #   minibatch    bench_gpu.py's mini-batch section: CPU numba BCFW and GPU tau in MB_TAUS, MB_BUDGET solver s each;
 #   distributed  bench_distributed.py, CoNLL-2000 at P = 1, 2, 8 processes (DIST_PROCS), exchange columns;
-#   rounds       (only when named) time to a certified gap, one process against P = 2 and 8 ranks of the rounds
-#                exchange (bench_rounds_2core.py --procs 2 8, ROUNDS_DATASETS, one rep), ~150 s for ocr-large;
+#   rounds       (only when named) time to a certified gap, one process against P = 2 and 8 ranks of the exchange
+#                ROUNDS_EXCHANGE (default shared; bench_rounds_2core.py --procs 2 8, ROUNDS_DATASETS, one rep),
+#                ~150 s for ocr-large (conll2000: one process ~70 s to its threshold on 2 cores);
 #   deep         (only when named) the deep recipes on the GPU for a few epochs (s / epoch), ~80 s.
 # Measured: H200 (first run) tests ~90% after 200 s with 12 workers next to the benchmark, distributed ~150 s
 # for CoNLL and part of OCR-large; H100 (second run) tests 81% after 235 s with 15 workers (numba
@@ -106,8 +107,8 @@ fi
 
 if want rounds; then
   stamp "rounds: time to gap, P = 1, 2, 8"
-  timeout "${ROUNDS_S:-200}" $py benchmarks/bench_rounds_2core.py --datasets ${ROUNDS_DATASETS:-ocr-large} --reps 1 \
-    --procs 2 8 --out "$OUT/rounds.json" >"$OUT/rounds.log" 2>&1
+  timeout "${ROUNDS_S:-200}" $py benchmarks/bench_rounds_2core.py --exchange "${ROUNDS_EXCHANGE:-shared}" \
+    --datasets ${ROUNDS_DATASETS:-ocr-large} --reps 1 --procs 2 8 --out "$OUT/rounds.json" >"$OUT/rounds.log" 2>&1
   stamp "rounds rc=$?"
 fi
 

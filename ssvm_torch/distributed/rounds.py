@@ -386,6 +386,8 @@ class RoundsSolver:
             self.local.sampler.set_all(d.last_local_gaps.detach().cpu().numpy())
             st.last_gap = rec["gap"]
         self._log(rec)
+        if d.size > 1:       # rank 0's evaluation is outside the timed work: no rank steps meanwhile (untimed)
+            collective(dist.barrier)
         st.stop_reason = self._should_stop(rec)
         st.done = bool(st.stop_reason)
         self._stopping = ""
