@@ -155,7 +155,8 @@ def test_columns_gap_equals_a_single_process_recomputation(spec, fixture, reques
     assert store.primal(gp.H) - store.dual() == pytest.approx(last["gap"], rel=1e-9)
 
 
-@pytest.mark.parametrize("spec, stop", [(OCR, 2), (COLUMNS, 1)], ids=["allreduce", "columns"])
+@pytest.mark.parametrize("spec, stop", [(OCR, 2), pytest.param(COLUMNS, 1, marks=pytest.mark.slow)],
+                         ids=["allreduce", "columns"])        # columns' case in the slow tier (15 s)
 def test_resume_on_the_same_ranks_reproduces_the_run(tmp_path, spec, stop, request):
     full = request.getfixturevalue("ocr_run" if spec is OCR else "columns_run")
     assert len(full["history"]) > stop + 1              # stopped before the run's last check

@@ -66,6 +66,21 @@ def test_shared_refuses_what_it_does_not_run(monkeypatch):
         shared_store(load_task("ocr-small"), 0.01)
 
 
+def test_shared_memory_that_cannot_be_reserved_is_refused_up_front(monkeypatch):
+    """A /dev/shm too small for w and the mirrors (a container's default) would kill the run with SIGBUS
+    at the first page touched: the space is reserved first, and refused by name; no file is left behind."""
+    import os
+
+    def full(fd, offset, length):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(os, "posix_fallocate", full)
+    before = set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
+    with pytest.raises(SSVMInputError, match=r"exchange: 'shared' needs 0\.\d MB of shared memory .* "
+                                             r"No space left on device.*--shm-size"):
+        shared_store(load_task("ocr-small"), 0.01)
+    assert (set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()) == before
+
+
 def test_auto_picks_shared_for_bcfw_on_one_machines_ranks(monkeypatch):
     """``auto`` (measured: docs/distributed.md): shared for BCFW with batch size 1 on several ranks of one
     machine where it applies; the columns store for mini-batches and for edge features; one process stays

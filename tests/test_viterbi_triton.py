@@ -81,6 +81,7 @@ def test_fused_viterbi_equals_loop_on_cuda():
 @pytest.mark.skipif(not HAVE_TRITON, reason="needs Triton (TRITON_INTERPRET=1 runs the kernel on the CPU)")
 @pytest.mark.skipif(_interpreter_breaks_on_numpy(), reason="Triton < 3.7's interpreter fails under NumPy >= 2.4 "
                     "(triton-lang/triton#9171); the compiled kernel's test covers the GPU")
+@pytest.mark.slow          # tests/test_triton_chain.py runs the same kernel under the interpreter in the fast tier
 def test_fused_viterbi_equals_loop_in_triton_interpreter():
     script = COMPARE + "\nprint('cases', compare('cpu'))\n"
     env = {**os.environ, "TRITON_INTERPRET": "1"}

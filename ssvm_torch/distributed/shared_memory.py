@@ -41,32 +41,57 @@ from .rounds import RoundsDual
 PAGE_FLOATS = 512            # rows start on 4 KiB boundaries: no cache line holds two ranks' rows
 
 
+def _reserve(nbytes: int) -> tuple[str, str]:
+    """(path, "") of a new file of ``nbytes`` zeros reserved in shared memory (``/dev/shm``), else in the
+    temporary directory; ("", why) when neither has the room. The space is allocated now
+    (posix_fallocate), so touching a page later cannot fail (a too-small /dev/shm, e.g. a container's
+    64 MB default, would otherwise kill the run with SIGBUS mid-training)."""
+    tried = []
+    for root in ("/dev/shm", tempfile.gettempdir()):
+        if not os.path.isdir(root):
+            continue
+        path = os.path.join(root, f"ssvm_torch_shared_{uuid.uuid4().hex}")
+        try:
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+            try:
+                os.posix_fallocate(fd, 0, nbytes)
+            finally:
+                os.close(fd)
+            return path, ""
+        except OSError as e:
+            tried.append(f"{root}: {e.strerror or e}")
+            if os.path.exists(path):
+                os.unlink(path)
+    return "", (f"exchange: 'shared' needs {nbytes / 1e6:.1f} MB of shared memory (w and one mirror per rank), "
+                f"which could not be reserved ({'; '.join(tried)}); give the machine more (a container: "
+                "--shm-size) or use --exchange columns / rounds")
+
+
 def _shared_rows(rows: int, d: int) -> torch.Tensor:
     """A (rows, d) float64 tensor in a file of shared memory mapped by every rank of this machine:
-    rank 0 creates it, every rank maps it, rank 0 unlinks the name (the mappings stay; nothing is left
+    rank 0 reserves it, every rank maps it, rank 0 unlinks the name (the mappings stay; nothing is left
     behind whatever happens to the run)."""
-    stride = -(-d // PAGE_FLOATS) * PAGE_FLOATS
     rank, size = world()
-    root = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
-    name = [os.path.join(root, f"ssvm_torch_shared_{uuid.uuid4().hex}")]
-    if rank == 0:
-        with open(name[0], "wb") as f:
-            f.truncate(rows * stride * 8)             # zeros, allocated as pages are touched
+    stride = -(-d // PAGE_FLOATS) * PAGE_FLOATS
+    made = list(_reserve(rows * stride * 8)) if rank == 0 else ["", ""]
     if size > 1:
-        collective(dist.broadcast_object_list, name, src=0)
-    ok = torch.tensor([1 if os.path.exists(name[0]) else 0], dtype=torch.int64)
+        collective(dist.broadcast_object_list, made, src=0)
+    path, why = made
+    if why:
+        raise SSVMInputError(why)
+    ok = torch.tensor([1 if os.path.exists(path) else 0], dtype=torch.int64)
     if size > 1:
         collective(dist.all_reduce, ok, op=dist.ReduceOp.MIN)
     if not int(ok[0]):
         if rank == 0:
-            os.unlink(name[0])
+            os.unlink(path)
         raise SSVMInputError("exchange: 'shared' needs every rank on one machine (the ranks map one file of shared "
-                             f"memory, {name[0]}, which a rank could not open); across machines use --exchange rounds")
-    array = np.memmap(name[0], dtype=np.float64, mode="r+", shape=(rows, stride))
+                             f"memory, {path}, which a rank could not open); across machines use --exchange rounds")
+    array = np.memmap(path, dtype=np.float64, mode="r+", shape=(rows, stride))
     if size > 1:
         collective(dist.barrier)
     if rank == 0:
-        os.unlink(name[0])
+        os.unlink(path)
     return torch.from_numpy(array)[:, :d]
 
 
