@@ -4,12 +4,12 @@ the same command under ``torchrun --standalone --nproc-per-node P ... --exchange
 rounds exchange" and "The shared exchange"), alternated ``--reps`` times, one thread per process
 (``launch`` of bench_distributed_2core.py). The time of a run is ``time_s`` of its first record whose
 exact gap is at or under the dataset's threshold (every run checks the gap at the same passes); a
-speed-up is the one-process median over the P-rank median. The CoNLL-2000 threshold is one the
-one-process run needs at least 60 s for on this 2-core machine. Writes
+speed-up is the one-process median over the P-rank median. The CoNLL-2000 and UD English-EWT
+thresholds are ones the one-process run needs at least 60 s for on this 2-core machine. Writes
 benchmarks/results/distributed_2core/<exchange>.json (``--out``: the device check's 16-core stage
 writes its own).
 
-Usage: python benchmarks/bench_rounds_2core.py [--exchange rounds] [--datasets ocr-large conll2000] [--reps 3]
+Usage: python benchmarks/bench_rounds_2core.py [--exchange rounds] [--datasets ocr-large conll2000 ud-ewt] [--reps 3]
        [--procs 2]
 """
 from __future__ import annotations
@@ -31,6 +31,7 @@ CONFIGS = {   # (options, gap threshold): the issue's commands
     "ocr-large": (["--dataset", "ocr-large", "--lam", "1e-3", "--gap-check", "1", "--passes", "400", *COMMON], 0.1),
     "conll2000": (["--dataset", "conll2000", "--features", "sha-pereira", "--tags", "bio", "--constraints", "none",
                    "--loss", "normalized", "--lam", "0.03", "--gap-check", "2", "--passes", "400", *COMMON], 3e-4),
+    "ud-ewt": (["--dataset", "ud-ewt", "--lam", "3e-3", "--gap-check", "2", "--passes", "200", *COMMON], 0.07),
 }
 
 

@@ -23,6 +23,7 @@ from ssvm_torch.tasks import load_task
 SHARED = dict(dataset="ocr-small", subset=40, lam=0.05, tau=1, passes=8, gap_check=1, seed=2, exchange="shared",
               recompute_every=3)
 CHAIN = dict(dataset="conll2000", train_size=24, lam=0.05, tau=1, passes=5, gap_check=1, seed=1, exchange="shared")
+TREES = dict(dataset="ud-ewt", train_size=30, lam=0.05, tau=1, passes=5, gap_check=1, seed=1, exchange="shared")
 
 
 def test_one_process_equals_plain_bcfw():
@@ -35,6 +36,18 @@ def test_one_process_equals_plain_bcfw():
     dual = shared_store(task, 0.01)
     assert strip(RoundsSolver(dual, cfg).run()) == strip(expected)
     assert torch.equal(dual.w, plain.dual.w) and dual.ell == plain.dual.ell
+
+
+def test_one_process_on_the_tree_store_equals_plain_bcfw():
+    """The dependency-tree store (UD English-EWT, projective) shares its w the same way: one process is plain
+    BCFW, bit for bit."""
+    task = load_task("ud-ewt", train_size=40)
+    cfg = SolverConfig(passes=4, gap_check=1, seed=1, sampling="gap", recompute_every=2)
+    plain = Solver(task.store(0.01), cfg)
+    expected = plain.run()
+    dual = shared_store(task, 0.01)
+    assert strip(RoundsSolver(dual, cfg).run()) == strip(expected)
+    assert torch.equal(dual.w, plain.dual.w)
 
 
 def test_one_process_resume_continues_bit_for_bit():
@@ -50,11 +63,12 @@ def test_one_process_resume_continues_bit_for_bit():
 
 
 def test_shared_refuses_what_it_does_not_run(monkeypatch):
-    with pytest.raises(SSVMInputError, match="exchange: expected 'shared' for chain stores with compiled kernels"):
+    with pytest.raises(SSVMInputError, match="exchange: expected 'shared' for the chain .* stores with compiled "
+                                             "kernels.*got a ChainDual with kernels 'torch'"):
         shared_store(load_task("ocr-small"), 0.01, kernels="torch")
     with pytest.raises(SSVMInputError, match="got a EdgeChainDual"):
         shared_store(load_task("conll2000", train_size=8, features="rich-edges"), 0.01)
-    with pytest.raises(SSVMInputError, match="exchange: expected 'shared' for chain stores"):
+    with pytest.raises(SSVMInputError, match="exchange: expected 'shared' for the chain"):
         shared_store(load_task("scene"), 0.01)
     dual = shared_store(load_task("ocr-small"), 0.01)
     with pytest.raises(SSVMInputError, match="set_point: the shared exchange's point is the sum of its blocks"):
@@ -97,6 +111,7 @@ def test_auto_picks_shared_for_bcfw_on_one_machines_ranks(monkeypatch):
     assert resolve_exchange("auto", ocr, config=bcfw, kernels="torch") == "auto"
     assert resolve_exchange("auto", edges, config=bcfw) == "columns"
     assert resolve_exchange("rounds", ocr, config=bcfw) == "rounds"
+    assert resolve_exchange("auto", load_task("ud-ewt", train_size=8), config=bcfw) == "shared"
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")              # two machines
     assert resolve_exchange("auto", ocr, config=bcfw) == "columns"
 
@@ -115,11 +130,11 @@ def shard_w(spec, state):
         local = make_store(task.model, task.train.subset(shard_of(n, 2, r)), spec["lam"], n_objective=n)
         local.load_state_dict(shard_state)
         local.recompute()
-        out.append((local.w.clone(), local.ell))
+        out.append((local.w.clone(), float(local.ell_i.sum())))
     return task, out
 
 
-@pytest.mark.parametrize("spec", [SHARED, CHAIN], ids=["ocr", "conll"])
+@pytest.mark.parametrize("spec", [SHARED, CHAIN, TREES], ids=["ocr", "conll", "ud-ewt"])
 def test_two_ranks_are_exact_at_every_check(spec, request, tmp_path):
     run = request.getfixturevalue("shared_run") if spec is SHARED else spawn(spec, tmp_path)
     hist = run["history"]

@@ -107,15 +107,17 @@ def sharded_store(task, lam: float, device=None, dtype=torch.float64, kernels: s
 def shared_apply(task, device=None, dtype=torch.float64, kernels: str = "auto", config=None) -> bool:
     """Whether ``exchange='auto'`` picks the shared exchange on several ranks (measured:
     docs/distributed.md, "The shared exchange"): every rank on one machine, a chain model without
-    edge-observation features (no box constraints) with numba kernels (CPU, float64), and BCFW with
-    batch size 1 (FW steps, no cache, no averaging), which is all it runs."""
+    edge-observation features or a dependency model (no box constraints) with numba kernels (CPU,
+    float64), and BCFW with batch size 1 (FW steps, no cache, no averaging), which is all it runs."""
     from ..devices import resolve_device
     from ..models.chain import ChainModel
     from ..models.chain_edges import EdgeChainModel
+    from ..models.dependency import DependencyModel
     size = world()[1]
     model = task.model
     return (size > 1 and int(os.environ.get("LOCAL_WORLD_SIZE", size)) == size
-            and isinstance(model, ChainModel) and not isinstance(model, EdgeChainModel)
+            and (isinstance(model, ChainModel) and not isinstance(model, EdgeChainModel)
+                 or isinstance(model, DependencyModel))
             and resolve_device(device).type == "cpu" and dtype == torch.float64 and kernels in ("auto", "numba")
             and not (task.nonnegative is not None and len(task.nonnegative))
             and config is not None and config.solver == "bcfw" and config.step == "fw" and config.batch_size == 1

@@ -16,7 +16,9 @@ mirrors' sum (each rank sums a share of the coordinates) and copied into a priva
 records, the best point and model.pt read, and the exact gap pass runs as the rounds exchange's:
 each rank's blocks at that w, gathered. Gaps, duals and model.pt are therefore exact; the trajectory
 between checks depends on the timing of the ranks (two runs differ), as with any asynchronous solver.
-One process runs plain BCFW, step for step (its mirror receives the same additions as w).
+One process runs plain BCFW, step for step (its mirror receives the same additions as w). The stores
+that can share their w (``shares_w``: the chain store without edge features and the dependency-tree
+store, compiled kernels) run it.
 
 The rounds exchange's loop (:class:`~ssvm_torch.distributed.rounds.RoundsSolver`) drives it: a round
 sums the ranks' ell changes (one scalar all-reduce) and w needs no exchange.
@@ -104,11 +106,10 @@ class SharedDual(RoundsDual):
 
     def __init__(self, local: BlockDual, n: int):
         rank, size = world()
-        from ..stores.chain import ChainDual
-        check(type(local) is ChainDual and local.kernels == "numba", "exchange",
-              "'shared' for chain stores with compiled kernels (CPU float64: ocr-small, ocr-large, conll2000 with "
-              "features sha-pereira or rich)", f"a {type(local).__name__}" + (f" with kernels {local.kernels!r}"
-                                                                                if hasattr(local, "kernels") else ""))
+        check(local.shares_w and getattr(local, "kernels", None) == "numba", "exchange",
+              "'shared' for the chain (without edge features) and dependency-tree stores with compiled kernels "
+              "(CPU float64: ocr-small, ocr-large, conll2000 with features sha-pereira or rich, ud-ewt)",
+              f"a {type(local).__name__}" + (f" with kernels {local.kernels!r}" if local.shares_w else ""))
         check(local.n == len(shard_of(n, size, rank)), "shard", f"{len(shard_of(n, size, rank))} blocks "
               f"(rank {rank} of {size})", local.n)
         check(local.N == n, "n_objective", f"the whole problem's n = {n}", local.N)
@@ -159,10 +160,8 @@ class SharedDual(RoundsDual):
 
     def recompute(self) -> None:
         """Each mirror exactly from its rank's blocks, ell likewise; then the exact point."""
-        loc = self.local
-        loc.w_from_stats(loc.Mu, loc.Mt.sum(0), self.mirror)
-        loc.shift_ell(float(loc.ell_i.sum()) - float(loc.ell))
-        self._ell = self._summed(float(loc.ell))
+        self.local.recompute(out=self.mirror)
+        self._ell = self._summed(float(self.local.ell))
         self._point_to_local()
 
     def load_state_dict(self, state: dict) -> None:

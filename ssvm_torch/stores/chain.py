@@ -37,6 +37,8 @@ class ChainDual(ChainTorchPath, ChainMarginalMoves, JointConstraints, BlockDual)
     zero-copy numpy views of the same tensors (CPU float64 only), ``torch`` the batched torch path
     (any device), ``auto`` numba where it applies, torch elsewhere."""
 
+    shares_w = True
+
     def __init__(self, model: ChainModel, data: ChainData, lam: float, device=None, dtype=torch.float64,
                  kernels: str = "auto", n_objective: int | None = None):
         model.check_data(data)
@@ -97,15 +99,7 @@ class ChainDual(ChainTorchPath, ChainMarginalMoves, JointConstraints, BlockDual)
         self._work = (np.empty((tmax, K)), np.empty(K), np.empty(K), np.empty((tmax, K), dtype=np.int64),
                       np.empty((tmax, K)), np.empty((K, K)))
 
-    def share_w(self, buffer: torch.Tensor) -> None:
-        """Hold w in ``buffer`` from now on: a (d,) tensor of the store's dtype and device that the
-        caller shares (ssvm_torch.distributed.shared_memory maps one into every process of a machine).
-        Every later move adds into it and the compiled kernels read it; its contents are the caller's
-        (the current w is not copied in)."""
-        check(tuple(buffer.shape) == tuple(self.w.shape) and buffer.dtype == self.dtype
-              and buffer.device == self.w.device, "buffer", f"a tensor of shape {tuple(self.w.shape)}, dtype "
-              f"{self.dtype} on {self.w.device}", f"shape {tuple(buffer.shape)}, {buffer.dtype} on {buffer.device}")
-        self.w = buffer
+    def _w_rebound(self) -> None:
         if self._numba:
             self._bind_numpy()
 
@@ -344,8 +338,9 @@ class ChainDual(ChainTorchPath, ChainMarginalMoves, JointConstraints, BlockDual)
         self.w.mul_(1 - gamma).add_(w_s, alpha=gamma)
         self._ell[0] = self.ell_i.sum()
 
-    def recompute(self) -> None:
-        self.w_from_stats(self.Mu, self.Mt.sum(0), self.w)
+    def recompute(self, out: torch.Tensor | None = None) -> None:
+        """w and ell exactly from the blocks (w into ``out`` instead when given: the shared exchange's mirror)."""
+        self.w_from_stats(self.Mu, self.Mt.sum(0), self.w if out is None else out)
         self._ell[0] = self.ell_i.sum()
 
     def block_w(self, i: int) -> torch.Tensor:

@@ -38,6 +38,7 @@ class EdgeChainDual(ChainDual):
     supports_dual_point = False      # no batch corner (corner_point): no cutting plane
     only_fw_block_steps = True
     shardable = False                # gather / allreduce ship no edge block; the columns exchange runs it (column_shards_edges.py)
+    shares_w = False                 # the edge block is rebuilt beside w (recompute), not into a given vector
     description = ("a chain with edge-observation features (the edge: items of a template, e.g. conll2000's default "
                    "rich-edges; a template without them, e.g. rich, runs every solver)")
 

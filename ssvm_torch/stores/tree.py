@@ -41,6 +41,7 @@ class TreeDual(TreeHostPath, TreeTorchPath, TreeMarginalMoves, JointConstraints,
     """Compact dual state of a dependency-tree SSVM (module docstring)."""
 
     shardable = False                 # the distributed exchanges ship chain statistics only
+    shares_w = True                   # the shared-memory exchange runs it (ssvm_torch.distributed.shared_memory)
     description = "the dependency-tree store"
 
     def __init__(self, model: DependencyModel, data: DependencyData, lam: float, device=None, dtype=torch.float64,
@@ -258,10 +259,15 @@ class TreeDual(TreeHostPath, TreeTorchPath, TreeMarginalMoves, JointConstraints,
             return out
         return self._t_w_of(M, out)
 
-    def recompute(self) -> None:
-        """w and ell exactly from the blocks: w = sum_i sum_a (G_a - M_a) f_a / (lam n)."""
-        self.w_of_points(self.M, self.w)
+    def recompute(self, out: torch.Tensor | None = None) -> None:
+        """w and ell exactly from the blocks: w = sum_i sum_a (G_a - M_a) f_a / (lam n) (into ``out`` instead
+        when given: the shared exchange's mirror)."""
+        self.w_of_points(self.M, self.w if out is None else out)
         self._ell[0] = self.ell_i.sum()
+
+    def _w_rebound(self) -> None:
+        if self._numba:
+            self._h["w"] = self.w.numpy()
 
     def block_w(self, i: int) -> torch.Tensor:
         """Dense w_i (tests and inspection; never used by the solvers)."""
