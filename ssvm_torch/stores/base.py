@@ -119,9 +119,7 @@ class PointStore(ABC):
     only_fw_block_steps: bool = False
     # False for a store whose mini-batch parts the distributed exchange cannot ship (ssvm_torch.distributed refuses it)
     shardable: bool = True
-    # True for a store whose w can live in a caller's buffer (share_w) and whose exact recomputation can
-    # write w elsewhere (recompute(out)): the shared-memory exchange (ssvm_torch.distributed.shared_memory)
-    shares_w: bool = False
+    shares_w: bool = False      # share_w and recompute(out=) run (distributed/shared_memory.py)
     # what the store is, in the words of an error (None: its class name)
     description: str | None = None
     # mini-batch directions as sparse vectors of their touched coordinates (large sparse models)
@@ -138,19 +136,12 @@ class PointStore(ABC):
         return self.w
 
     def share_w(self, buffer: torch.Tensor) -> None:
-        """Hold w in ``buffer`` from now on: a (d,) tensor of w's dtype and device that the caller shares
-        (ssvm_torch.distributed.shared_memory maps one into every process of a machine). Every later move
-        adds into it and the kernels read it; its contents are the caller's (the current w is not copied
-        in). Only for a store with ``shares_w``."""
-        check(self.shares_w, "store", "one whose w can be shared (shares_w)", self.description or type(self).__name__)
-        check(tuple(buffer.shape) == tuple(self.w.shape) and buffer.dtype == self.w.dtype
-              and buffer.device == self.w.device, "buffer", f"a tensor of shape {tuple(self.w.shape)}, dtype "
-              f"{self.w.dtype} on {self.w.device}", f"shape {tuple(buffer.shape)}, {buffer.dtype} on {buffer.device}")
+        """Hold w in ``buffer`` (a tensor like w that the caller shares, e.g. across processes) from now on:
+        moves add into it, the kernels read it (a store with views of w rebinds them). Needs ``shares_w``."""
+        check(self.shares_w and buffer.shape == self.w.shape and buffer.dtype == self.w.dtype
+              and buffer.device == self.w.device, "buffer", f"a tensor like w ({tuple(self.w.shape)}, {self.w.dtype}, "
+              f"{self.w.device}) of a store with shares_w", f"{tuple(buffer.shape)}, {buffer.dtype}, {buffer.device}")
         self.w = buffer
-        self._w_rebound()
-
-    def _w_rebound(self) -> None:
-        """After share_w: a store whose kernels hold views of w rebinds them here."""
 
     @abstractmethod
     def set_point(self, w: torch.Tensor, ell: float) -> None:

@@ -99,7 +99,8 @@ class ChainDual(ChainTorchPath, ChainMarginalMoves, JointConstraints, BlockDual)
         self._work = (np.empty((tmax, K)), np.empty(K), np.empty(K), np.empty((tmax, K), dtype=np.int64),
                       np.empty((tmax, K)), np.empty((K, K)))
 
-    def _w_rebound(self) -> None:
+    def share_w(self, buffer: torch.Tensor) -> None:
+        super().share_w(buffer)
         if self._numba:
             self._bind_numpy()
 

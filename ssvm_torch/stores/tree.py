@@ -265,7 +265,8 @@ class TreeDual(TreeHostPath, TreeTorchPath, TreeMarginalMoves, JointConstraints,
         self.w_of_points(self.M, self.w if out is None else out)
         self._ell[0] = self.ell_i.sum()
 
-    def _w_rebound(self) -> None:
+    def share_w(self, buffer: torch.Tensor) -> None:
+        super().share_w(buffer)
         if self._numba:
             self._h["w"] = self.w.numpy()
 
