@@ -101,12 +101,10 @@ def test_a_dead_rank_ends_the_other_in_one_line(tmp_path):
     assert "\n" not in res["error"]
 
 
-@pytest.mark.slow          # Lightning's DDP launcher and torchrun: four interpreters (~40 s)
-def test_lightning_ddp_runs_the_rounds_as_torchrun_does(tmp_path):
-    """``--model.exchange rounds`` under ``--trainer.strategy ddp --trainer.devices 2``: a training step is a
-    round, the gap check closes the epoch, and the records equal those of ``torchrun --nproc-per-node 2
-    ssvm-train --exchange rounds`` with the same options (the same RoundsSolver under two drivers)."""
-    import json
+def lightning_ddp(tmp_path, exchange: str):
+    """``python -m ssvm_torch.lightning fit`` on OCR-small under ``--trainer.strategy ddp --trainer.devices 2``
+    with ``--model.exchange exchange`` (4 passes, a check every pass, seed 3); returns its log directory and
+    the environment it ran in (PATH, one thread, its MASTER_PORT)."""
     import subprocess
     import sys
     from pathlib import Path
@@ -115,13 +113,27 @@ def test_lightning_ddp_runs_the_rounds_as_torchrun_does(tmp_path):
     env = {"PATH": str(Path(sys.executable).parent) + ":/usr/bin:/bin", "OMP_NUM_THREADS": "1",
            "MASTER_PORT": str(free_port())}
     lit = ["fit", "--model.dataset", "ocr-small", "--model.lam", "0.01", "--model.passes", "4", "--model.gap_check", "1",
-           "--model.seed", "3", "--model.exchange", "rounds", "--trainer.strategy", "ddp", "--trainer.devices", "2",
+           "--model.seed", "3", "--model.exchange", exchange, "--trainer.strategy", "ddp", "--trainer.devices", "2",
            "--trainer.accelerator", "cpu", "--trainer.default_root_dir", str(tmp_path / "lit"),
            "--trainer.enable_progress_bar", "false"]
     r = subprocess.run([sys.executable, "-m", "ssvm_torch.lightning", *lit], capture_output=True, text=True,
                        timeout=300, env=env, cwd=tmp_path)
     assert r.returncode == 0, r.stderr[-3000:]
-    hist = json.loads((tmp_path / "lit" / "lightning_logs" / "version_0" / "history.json").read_text())
+    return tmp_path / "lit" / "lightning_logs" / "version_0", env
+
+
+@pytest.mark.slow          # Lightning's DDP launcher and torchrun: four interpreters (~40 s)
+def test_lightning_ddp_runs_the_rounds_as_torchrun_does(tmp_path):
+    """``--model.exchange rounds`` under ``--trainer.strategy ddp --trainer.devices 2``: a training step is a
+    round, the gap check closes the epoch, and the records equal those of ``torchrun --nproc-per-node 2
+    ssvm-train --exchange rounds`` with the same options (the same RoundsSolver under two drivers)."""
+    import json
+    import subprocess
+    import sys
+
+    from test_distributed import free_port
+    out, env = lightning_ddp(tmp_path, "rounds")
+    hist = json.loads((out / "history.json").read_text())
     cli = ["--nproc-per-node", "2", "--master-port", str(free_port()), "-m", "ssvm_torch.cli.train", "--dataset",
            "ocr-small", "--lam", "0.01", "--passes", "4", "--gap-check", "1", "--seed", "3", "--exchange", "rounds",
            "--quiet", "--out", str(tmp_path / "cli")]

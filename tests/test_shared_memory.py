@@ -181,22 +181,10 @@ def test_lightning_ddp_runs_the_shared_exchange(tmp_path):
     """``--model.exchange shared`` under ``--trainer.strategy ddp --trainer.devices 2``: the records are exact
     (the last primal is one process's at model.pt's w, the gap its primal minus its dual)."""
     import json
-    import subprocess
-    import sys
-    from pathlib import Path
 
     from ssvm_torch.outputs import load_model
-    from test_distributed import free_port
-    env = {"PATH": str(Path(sys.executable).parent) + ":/usr/bin:/bin", "OMP_NUM_THREADS": "1",
-           "MASTER_PORT": str(free_port())}
-    lit = ["fit", "--model.dataset", "ocr-small", "--model.lam", "0.01", "--model.passes", "4", "--model.gap_check", "1",
-           "--model.seed", "3", "--model.exchange", "shared", "--trainer.strategy", "ddp", "--trainer.devices", "2",
-           "--trainer.accelerator", "cpu", "--trainer.default_root_dir", str(tmp_path / "lit"),
-           "--trainer.enable_progress_bar", "false"]
-    r = subprocess.run([sys.executable, "-m", "ssvm_torch.lightning", *lit], capture_output=True, text=True,
-                       timeout=300, env=env, cwd=tmp_path)
-    assert r.returncode == 0, r.stderr[-3000:]
-    out = tmp_path / "lit" / "lightning_logs" / "version_0"
+    from test_rounds import lightning_ddp
+    out, _ = lightning_ddp(tmp_path, "shared")
     hist = json.loads((out / "history.json").read_text())
     hist = hist["records"] if isinstance(hist, dict) else hist
     assert len(hist) == 3 and hist[-1]["gap"] < hist[0]["gap"]       # a check every pass: 2 passes each

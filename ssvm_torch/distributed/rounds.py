@@ -195,6 +195,10 @@ class RoundsDual(RankStore):
                                  f"this run has {self.exchange!r}; resume with the same exchange")
         self.check_world_size(state)
         self.local.load_state_dict(state["shards"][self.rank])
+        self._restore_point(state)
+
+    def _restore_point(self, state: dict) -> None:
+        """The checkpoint's shared point, once the local store holds its blocks."""
         self.set_point(state["w"].to(self.device), float(state["ell"]))
 
 

@@ -164,14 +164,9 @@ class SharedDual(RoundsDual):
         self._ell = self._summed(float(self.local.ell))
         self._point_to_local()
 
-    def load_state_dict(self, state: dict) -> None:
-        if state.get("exchange") != self.exchange:
-            raise SSVMInputError(f"checkpoint: written with exchange {state.get('exchange', 'a lock-step one')!r}, "
-                                 f"this run has {self.exchange!r}; resume with the same exchange")
-        self.check_world_size(state)
-        if self.size > 1:
-            collective(dist.barrier)
-        self.local.load_state_dict(state["shards"][self.rank])
+    def _restore_point(self, state: dict) -> None:
+        """The exact point from the blocks just loaded (the local load's copy of w into the shared w is
+        overwritten: recompute's all-reduce waits for every rank's load first)."""
         self.recompute()
         self._ell = float(state["ell"])
 
@@ -184,9 +179,6 @@ def shared_store(task, lam: float, device=None, dtype=torch.float64, kernels: st
     local_world = int(os.environ.get("LOCAL_WORLD_SIZE", size))
     check(local_world == size, "exchange", "'shared' with every rank on one machine (LOCAL_WORLD_SIZE = WORLD_SIZE); "
           "across machines use --exchange rounds", f"{local_world} of {size} ranks on this machine")
-    if task.nonnegative is not None and len(task.nonnegative):
-        raise SSVMInputError("box constraints (segmentation-synth, pose-synth): not supported by the shared exchange; "
-                             "run them in one process")
     shard = shard_of(task.n_train, size, rank)
     local = make_store(task.model, task.train.subset(shard), lam, device=device, dtype=dtype, kernels=kernels,
                        n_objective=task.n_train)
