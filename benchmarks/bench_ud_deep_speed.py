@@ -1,0 +1,147 @@
+"""Speed of the neural UD English-EWT parser's heads (issue 58, "Speed"), measured alone on this machine's CPU
+rather than read from the training logs (whose epochs share the cores with other work and other runs).
+
+For every head (local, crf, hinge, softmax_margin) and tree kind (projective: Eisner; non-projective: the
+matrix-tree theorem and Chu-Liu-Edmonds), the recipe's network (``recipes/ud_deep_<head>.yaml``, seed 0,
+untrained weights: the work per step does not depend on them):
+
+* **training**: ``--batches`` consecutive training steps of the recipe's batch size (forward, the head's
+  loss, backward, gradient clipping, Adam), the first batches of epoch 0's permutation, after
+  ``--warmup`` untimed steps; the mean step time times the steps of one epoch is ``s_per_epoch``, and the
+  share of those seconds inside the tree layer's forward and backward (the module's own clock) is
+  ``tree_layer_share``;
+* **decoding**: the whole test file (2,077 sentences) through :meth:`UDParser.predict` (trees decoded by
+  the tree layer, relations by the labeler), ``test_sentences_per_s``; and the dev file's evaluation
+  after every epoch, ``dev_eval_s``.
+
+Each figure is the median of ``--repeats`` rounds; the rounds alternate the configurations so that the
+machine's drift spreads over all of them. ``--threads`` torch threads (the recipes' 2).
+
+Usage: python benchmarks/bench_ud_deep_speed.py [--heads local crf hinge softmax_margin] [--batches 40]
+       [--repeats 3] [--threads 2] [--kinds projective non-projective]
+Writes benchmarks/results/ud_deep_speed.json.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import statistics
+import time
+from pathlib import Path
+
+import torch
+import yaml
+
+from ssvm_torch.deep import UDParser
+from ssvm_torch.deep.epochs import EpochPermutation
+from ssvm_torch.deep.ud_parser import HEADS
+
+ROOT = Path(__file__).resolve().parents[1]
+OUT = ROOT / "benchmarks" / "results" / "ud_deep_speed.json"
+KINDS = ("projective", "non-projective")
+
+
+def recipe_args(head: str, projective: bool, threads: int) -> dict:
+    """The recipe's model arguments with the tree kind and thread count of this measurement."""
+    args = yaml.safe_load((ROOT / "recipes" / f"ud_deep_{head}.yaml").read_text())["model"]["init_args"]
+    return {**args, "projective": projective, "threads": threads, "seed": 0}
+
+
+class Setting:
+    """One head and tree kind: the module built once, its optimizer, and the training batches it times."""
+
+    def __init__(self, head: str, kind: str, threads: int, batches: int, warmup: int):
+        self.head, self.kind = head, kind
+        self.module = UDParser(**recipe_args(head, kind == "projective", threads))
+        self.module.build()
+        hp = self.module.hparams
+        self.optimizer = self.module.configure_optimizers()
+        order = list(EpochPermutation(self.module.corpus.train.n, hp.seed))
+        size = hp.batch_sentences
+        self.steps_per_epoch = math.ceil(len(order) / size)
+        take = warmup + batches
+        if take > self.steps_per_epoch:
+            raise SystemExit(f"--warmup + --batches: at most {self.steps_per_epoch} steps (one epoch), got {take}")
+        self.batches = [torch.tensor(order[k * size:(k + 1) * size]) for k in range(take)]
+        self.warmup = warmup
+
+    def step(self, idx: torch.Tensor) -> None:
+        m, hp = self.module, self.module.hparams
+        loss = m.batch_loss(idx)
+        self.optimizer.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(m.parser.parameters(), hp.grad_clip)
+        self.optimizer.step()
+
+    def train_round(self) -> dict:
+        """Mean seconds per step and the tree layer's share over the timed steps."""
+        for idx in self.batches[:self.warmup]:
+            self.step(idx)
+        self.module.on_train_epoch_start()          # zeroes the module's tree-layer clock
+        t0 = time.perf_counter()
+        for idx in self.batches[self.warmup:]:
+            self.step(idx)
+        seconds = time.perf_counter() - t0
+        timed = len(self.batches) - self.warmup
+        return {"s_per_step": seconds / timed, "tree_layer_share": self.module._epoch["tree_s"] / seconds}
+
+    def decode_round(self) -> dict:
+        m = self.module
+        t0 = time.perf_counter()
+        m.predict(m.corpus.test)
+        test_s = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        m.evaluate(m.corpus.dev)
+        return {"test_sentences_per_s": m.corpus.test.n / test_s, "dev_eval_s": time.perf_counter() - t0}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--heads", nargs="+", default=list(HEADS), choices=HEADS)
+    ap.add_argument("--kinds", nargs="+", default=list(KINDS), choices=KINDS)
+    ap.add_argument("--batches", type=int, default=40, help="timed training steps per round")
+    ap.add_argument("--warmup", type=int, default=3, help="untimed training steps before each round's timed ones")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--out", default=str(OUT))
+    args = ap.parse_args()
+    for name in ("batches", "repeats", "threads"):
+        if getattr(args, name) < 1:
+            raise SystemExit(f"--{name}: expected an int >= 1, got {getattr(args, name)}")
+    if args.warmup < 0:
+        raise SystemExit(f"--warmup: expected an int >= 0, got {args.warmup}")
+    torch.set_num_threads(args.threads)
+    settings = [Setting(h, k, args.threads, args.batches, args.warmup) for k in args.kinds for h in args.heads]
+    rounds = {(s.head, s.kind): [] for s in settings}
+    for r in range(args.repeats):
+        for s in (settings if r % 2 == 0 else settings[::-1]):       # alternate the order between rounds
+            rounds[(s.head, s.kind)].append({**s.train_round(), **s.decode_round()})
+            last = rounds[(s.head, s.kind)][-1]
+            print(f"round {r}: {s.head:>14} {s.kind:>14}: {last['s_per_step'] * 1e3:7.1f} ms/step "
+                  f"({100 * last['tree_layer_share']:.1f}% tree layer), test {last['test_sentences_per_s']:6.0f} "
+                  f"sentences/s, dev evaluation {last['dev_eval_s']:.1f} s", flush=True)
+    rows = []
+    for s in settings:
+        runs = rounds[(s.head, s.kind)]
+        med = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+        rows.append({"head": s.head, "trees": s.kind, "steps_per_epoch": s.steps_per_epoch,
+                     "s_per_epoch": med["s_per_step"] * s.steps_per_epoch, "ms_per_step": med["s_per_step"] * 1e3,
+                     "tree_layer_share": med["tree_layer_share"], "test_sentences_per_s": med["test_sentences_per_s"],
+                     "dev_eval_s": med["dev_eval_s"], "rounds": runs})
+    print("\n| head | trees | s / epoch (training steps) | tree layer share | dev evaluation s | test sentences / s |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for row in rows:
+        print(f"| {row['head']} | {row['trees']} | {row['s_per_epoch']:.0f} | {100 * row['tree_layer_share']:.1f}% "
+              f"| {row['dev_eval_s']:.1f} | {row['test_sentences_per_s']:.0f} |")
+    out = {"machine": {"cpus": os.cpu_count(), "processor": platform.processor() or platform.machine(),
+                       "torch": torch.__version__, "threads": args.threads},
+           "batches": args.batches, "warmup": args.warmup, "repeats": args.repeats, "rows": rows}
+    Path(args.out).write_text(json.dumps(out, indent=1))
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
