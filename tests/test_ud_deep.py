@@ -123,7 +123,8 @@ def test_bad_parser_settings_are_refused_by_name(tmp_path, capsys):
     base = ["fit", "--config", str(RECIPES / "ud_deep_crf.yaml"), *TINY, "--trainer.default_root_dir", str(tmp_path)]
     for extra, text in ((["--model.loss", "svm"], "loss: expected one of"),
                         (["--model.train_size", "1"], "train_size: expected an int in [2,"),
-                        (["--trainer.max_epochs", "0"], "trainer.max_epochs: expected at least 1")):
+                        (["--trainer.max_epochs", "0"], "trainer.max_epochs: expected at least 1"),
+                        (["--trainer.max_steps", "0"], "trainer.max_steps: expected at least 1")):
         assert deep_main(base + extra) == 2
         err = capsys.readouterr().err
         assert text in err and len(err.strip().splitlines()) == 1, err

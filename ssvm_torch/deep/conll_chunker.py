@@ -37,7 +37,7 @@ import torch.utils.data as tud
 
 from ..constraints import allowed_transitions
 from ..errors import check, check_choice, check_positive
-from ..lightning import AtomicCheckpointIO, log_hp_metrics, run_output_dir, save_last_checkpoint
+from ..lightning import log_hp_metrics, run_output_dir, save_last_checkpoint
 from ..atomic import atomic_write_bytes
 from ..outputs import save_history, save_torch
 from .epochs import EpochPermutation, epoch_mean, epoch_seed, manual_step
@@ -63,6 +63,7 @@ class ConllChunker(DevSelectedRun, L.LightningModule):
     scheme's invalid transitions in training and decoding (:func:`ssvm_torch.nn.allowed_transitions`);
     ``word_dropout``: the alpha of the UNK dropout; ``attr_dropout``: the hybrid's attribute dropout; ``batch_sentences``: sentences per step."""
 
+    selected_by = "the chunker keeps the weights of its best dev F1 epoch"
     checkpoint_key, checkpoint_names = "ssvm_chunker", ("ConllChunker", "chunker state")
 
     # what a checkpoint belongs to: resuming it under other values is refused (lightning/cli.py)
@@ -99,21 +100,7 @@ class ConllChunker(DevSelectedRun, L.LightningModule):
         self.gen = torch.Generator().manual_seed(seed)
         self._epoch: dict = {}
 
-    # -- set-up ---------------------------------------------------------------------------------
-    def setup(self, stage: str) -> None:
-        if stage == "fit":                 # the weights are chosen by dev F1 after an epoch: none means no model
-            trainer = self.trainer
-            check(trainer.max_epochs is None or trainer.max_epochs != 0, "trainer.max_epochs",
-                  "at least 1 (or -1: until early stopping); the chunker keeps the weights of its best dev F1 epoch",
-                  trainer.max_epochs)
-            check(trainer.max_steps != 0, "trainer.max_steps", "at least 1 (or -1: no limit)", trainer.max_steps)
-        if self.corpus is not None:
-            return
-        strategy = self.trainer.strategy
-        if type(strategy.checkpoint_io).__name__ == "TorchCheckpointIO":
-            strategy.checkpoint_io = AtomicCheckpointIO()
-        self.build()
-
+    # -- set-up (setup(): DevSelectedRun) ---------------------------------------------------------
     def build(self) -> None:
         """The corpus and the network of the hyperparameters (what :meth:`setup` does besides the
         trainer's checkpoint writer; without a trainer: tests, notebooks)."""

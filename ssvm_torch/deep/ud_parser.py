@@ -40,7 +40,7 @@ import torch.utils.data as tud
 
 from ..atomic import atomic_write_bytes
 from ..errors import check, check_choice, check_positive
-from ..lightning import AtomicCheckpointIO, log_hp_metrics, run_output_dir, save_last_checkpoint
+from ..lightning import log_hp_metrics, run_output_dir, save_last_checkpoint
 from ..nn import DependencyTree
 from ..outputs import save_history, save_torch
 from ..trees.checks import tree_faults
@@ -71,6 +71,7 @@ class UDParser(DevSelectedRun, L.LightningModule):
     """See the module docstring. ``batch_sentences``: sentences per step; ``word_dropout``: the alpha of
     the UNK dropout (a word seen c times is replaced by UNK with probability alpha / (alpha + c))."""
 
+    selected_by = "the parser keeps the weights of its best dev LAS epoch"
     checkpoint_key, checkpoint_names = "ssvm_ud_parser", ("UDParser", "parser state")
 
     resume_identity = ("loss", "projective", "upos_input", "word_min_count", "train_size", "word_dim", "char_dim",
@@ -102,20 +103,7 @@ class UDParser(DevSelectedRun, L.LightningModule):
         self.gen = torch.Generator().manual_seed(seed)
         self._epoch: dict = {}
 
-    # -- set-up ---------------------------------------------------------------------------------
-    def setup(self, stage: str) -> None:
-        if stage == "fit":
-            trainer = self.trainer
-            check(trainer.max_epochs is None or trainer.max_epochs != 0, "trainer.max_epochs",
-                  "at least 1 (or -1: until early stopping); the parser keeps the weights of its best dev LAS epoch",
-                  trainer.max_epochs)
-        if self.corpus is not None:
-            return
-        strategy = self.trainer.strategy
-        if type(strategy.checkpoint_io).__name__ == "TorchCheckpointIO":
-            strategy.checkpoint_io = AtomicCheckpointIO()
-        self.build()
-
+    # -- set-up (setup(): DevSelectedRun) ---------------------------------------------------------
     def build(self) -> None:
         """The corpus and the network of the hyperparameters (without a trainer: tests, notebooks)."""
         hp = self.hparams
