@@ -27,9 +27,9 @@ from ..errors import SSVMInputError, check, check_choice
 from ..trees import ops
 from ..trees.checks import KERNELS, check_heads, check_scores, resolve_lengths, word_mask
 from ..trees.losses import row_cost
+from .reduction import REDUCTIONS, reduce_rows
 
 LOSSES = ("hinge", "softmax_margin", "crf")
-REDUCTIONS = ("none", "sum", "mean", "token_mean")
 
 
 class DependencyTree(nn.Module):
@@ -123,13 +123,7 @@ class DependencyTree(nn.Module):
             with torch.no_grad():
                 y, _ = ops.best(aug.detach(), *args)
             per_row = ops.score(aug, y, lengths) - gold_score
-        if reduction == "none":
-            return per_row
-        if reduction == "sum":
-            return per_row.sum()
-        if reduction == "mean":
-            return per_row.mean()
-        return per_row.sum() / lengths.sum().clamp(min=1)
+        return reduce_rows(per_row, reduction, lengths)
 
     def decode(self, arc_scores: torch.Tensor, mask: torch.Tensor | None = None,
                label_scores: torch.Tensor | None = None, lengths: torch.Tensor | None = None):

@@ -38,9 +38,9 @@ from ..constraints import check_constraints, first_violation, penalties
 from ..errors import SSVMInputError, check, check_choice
 from ..chain import ops
 from ..chain.checks import LAYER_KERNELS, fail_no_path
+from .reduction import REDUCTIONS, reduce_rows
 
 LOSSES = ("hinge", "crf", "softmax_margin")
-REDUCTIONS = ("none", "sum", "mean", "token_mean")
 TOKEN_LOSSES = ("hamming", "normalized")
 
 
@@ -197,13 +197,7 @@ class LinearChain(nn.Module):
                     else torch.ones(E.shape[0], dtype=torch.float64, device=E.device))
             loss = ops.hinge if self.loss == "hinge" else ops.softmax_margin
             per_row = loss(E, mask, start, end, trans, tags, rowc, self.token_cost, self._penalty(), self.kernels)
-        if reduction == "none":
-            return per_row
-        if reduction == "sum":
-            return per_row.sum()
-        if reduction == "mean":
-            return per_row.mean()
-        return per_row.sum() / mask.sum().clamp(min=1)
+        return reduce_rows(per_row, reduction, mask)
 
     def score(self, emissions, tags, mask=None) -> torch.Tensor:
         """s(tags) per row (B,): pytorch-crf's numerator, differentiable."""
