@@ -23,11 +23,11 @@ from ..errors import SSVMInputError, check
 from . import feature_cache
 from .arc_features import featurize, get_arc_template
 from .ud import UD_EWT, Treebank, read_conllu, universal
-from .types import data_file
+from .types import RaggedOffsets, data_file
 
 
 @dataclass
-class DependencyData:
+class DependencyData(RaggedOffsets):
     """Sentences with gold dependency trees and their arcs' sparse features (module docstring).
 
     ``offsets`` (n+1,) word offsets; ``heads`` (W,) gold heads within the sentence (0 = the root);
@@ -90,18 +90,6 @@ class DependencyData:
             i = int(torch.nonzero(code != 0)[0])
             raise SSVMInputError(f"heads: sentence {i} is not a dependency tree (heads of its words: "
                                  f"{self.heads[rows == i].tolist()[:20]})")
-
-    @property
-    def n(self) -> int:
-        return self.offsets.shape[0] - 1
-
-    @property
-    def device(self) -> torch.device:
-        return self.offsets.device
-
-    @property
-    def lengths(self) -> torch.Tensor:
-        return self.offsets[1:] - self.offsets[:-1]
 
     def padded_heads(self, idx=None) -> torch.Tensor:
         """Gold heads of the sentences ``idx`` (default all) in the tree package's layout (B, N): -1 at the

@@ -124,8 +124,25 @@ def data_file(name: str) -> Path:
     return path
 
 
+class RaggedOffsets:
+    """What ragged containers with word / position ``offsets`` (n+1,) share: the number of items, their
+    device and every item's length."""
+
+    @property
+    def n(self) -> int:
+        return self.offsets.shape[0] - 1
+
+    @property
+    def device(self) -> torch.device:
+        return self.offsets.device
+
+    @property
+    def lengths(self) -> torch.Tensor:
+        return self.offsets[1:] - self.offsets[:-1]
+
+
 @dataclass
-class ChainData:
+class ChainData(RaggedOffsets):
     """Sequences stored ragged: ``X`` (N, F) features of all positions (dense, or a torch sparse CSR
     tensor for large sparse feature maps), ``Y`` (N,) labels, ``offsets`` (n+1,) so that sequence i
     is rows ``offsets[i]:offsets[i+1]``. With ``allow_unknown`` (evaluation data only), a label may
@@ -202,18 +219,6 @@ class ChainData:
     @property
     def is_sparse(self) -> bool:
         return self.X.layout == torch.sparse_csr
-
-    @property
-    def n(self) -> int:
-        return self.offsets.shape[0] - 1
-
-    @property
-    def device(self) -> torch.device:
-        return self.offsets.device
-
-    @property
-    def lengths(self) -> torch.Tensor:
-        return self.offsets[1:] - self.offsets[:-1]
 
     def subset(self, idx) -> "ChainData":
         dev = self.offsets.device
