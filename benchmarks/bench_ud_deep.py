@@ -5,7 +5,9 @@ runs and fills it).
 For every archived run: UAS and LAS recomputed from its ``test_predictions.pt`` and the shipped test file
 by CoNLL 2018's definitions (every word, punctuation included; LAS on the universal part of DEPREL) and
 checked against its ``results.json``; per head the mean +- sample std over seeds of test UAS / LAS, dev UAS /
-LAS, epochs, s/epoch, the tree layer's share of an epoch and test sentences per second. A paired bootstrap
+LAS, epochs, s/epoch and hours of training as the runs went (sharing the cores with whatever ran beside them:
+the heads' speed measured alone is bench_ud_deep_speed.py's, printed below the table when its JSON is there),
+the tree layer's share of an epoch and test sentences per second. A paired bootstrap
 (test sentences resampled with replacement, ``--draws`` draws, the same sentences for every system and
 seed; Koehn 2004, Berg-Kirkpatrick et al. 2012) of each margin head (hinge, softmax-margin) against the CRF
 head and against the local head: the difference of the seed-averaged UAS and LAS, its 95% interval and the
@@ -95,7 +97,7 @@ def report(runs: Path, draws: int) -> dict:
             {"run": d.name, "seed": config["seed"], "projective": config["projective"],
              "upos_input": config["upos_input"], "test_uas": uas, "test_las": las, "dev_uas": results["dev_uas"],
              "dev_las": results["dev_las"], "epochs": results["epochs"], "best_epoch": results["best_epoch"],
-             "s_per_epoch": results["s_per_epoch"],
+             "s_per_epoch": results["s_per_epoch"], "hours": sum(r["seconds"] for r in history) / 3600,
              "tree_layer_share": statistics.fmean(r["tree_layer_share"] for r in history),
              "test_sentences_per_s": results["test_sentences_per_s"], "counts": counts})
     out = {"test_sentences": test.n, "test_words": int(test.lengths.sum()), "heads": [], "bootstrap": []}
@@ -108,7 +110,7 @@ def report(runs: Path, draws: int) -> dict:
                              "projective": all(r["projective"] for r in rows),
                              **{k: mean_std([r[k] for r in rows]) for k in
                                 ("test_uas", "test_las", "dev_uas", "dev_las", "epochs", "best_epoch", "s_per_epoch",
-                                 "tree_layer_share", "test_sentences_per_s")}})
+                                 "hours", "tree_layer_share", "test_sentences_per_s")}})
     for a in MARGIN_HEADS:
         for b in ("crf", "local"):
             if a in by_head and b in by_head:
@@ -121,12 +123,12 @@ def markdown(out: dict) -> str:
     def ms(x, d=2):
         return f"{x['mean']:.{d}f}" + (f" ± {x['std']:.{d}f}" if x["std"] is not None else "")
     rows = ["| head | seeds | gold UPOS input | **test UAS** | **test LAS** | dev UAS | dev LAS | epochs (best) | "
-            "s / epoch | tree layer share | test sentences / s |",
-            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+            "s / epoch as run | hours of training as run | tree layer share | test sentences / s |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in out["heads"]:
         rows.append(f"| {r['head']} | {len(r['seeds'])} | {'yes' if r['upos_input'] else 'no'} | "
                     f"**{ms(r['test_uas'])}** | **{ms(r['test_las'])}** | {ms(r['dev_uas'])} | {ms(r['dev_las'])} | "
-                    f"{ms(r['epochs'], 1)} ({ms(r['best_epoch'], 1)}) | {ms(r['s_per_epoch'], 0)} | "
+                    f"{ms(r['epochs'], 1)} ({ms(r['best_epoch'], 1)}) | {ms(r['s_per_epoch'], 0)} | {ms(r['hours'], 1)} | "
                     f"{100 * r['tree_layer_share']['mean']:.1f}% | {r['test_sentences_per_s']['mean']:.0f} |")
     rows.append("")
     for b in out["bootstrap"]:
@@ -135,6 +137,15 @@ def markdown(out: dict) -> str:
             rows.append(f"* {b['a']} − {b['b']}, {m.upper()}: {x['observed_diff']:+.2f} (95% CI "
                         f"[{x['ci95'][0]:+.2f}, {x['ci95'][1]:+.2f}], one-sided p = {x['p_value']:.3f}, "
                         f"{b['draws']} draws)")
+    speed = RESULTS / "ud_deep_speed.json"
+    if speed.is_file():        # the heads' speed measured alone (bench_ud_deep_speed.py), not as the runs shared the cores
+        sp = json.loads(speed.read_text())
+        rows += ["", f"Speed measured alone ({sp['machine']['threads']} torch threads, median of {sp['repeats']} rounds, "
+                 "`python benchmarks/bench_ud_deep_speed.py`):", "",
+                 "| head | trees | s / epoch (training steps) | tree layer share | dev evaluation s | test sentences / s |",
+                 "| --- | --- | --- | --- | --- | --- |"]
+        rows += [f"| {r['head']} | {r['trees']} | {r['s_per_epoch']:.0f} | {100 * r['tree_layer_share']:.1f}% | "
+                 f"{r['dev_eval_s']:.1f} | {r['test_sentences_per_s']:.0f} |" for r in sp["rows"]]
     return "\n".join(rows)
 
 
