@@ -26,6 +26,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_distributed_2core import ROOT, launch  # noqa: E402
 
+from ssvm_torch.atomic import atomic_write_bytes  # noqa: E402
+
 COMMON = ["--solver", "bcfw", "--sampling", "gap", "--seed", "0", "--quiet"]
 CONFIGS = {   # (options, gap threshold): the commands
     "ocr-large": (["--dataset", "ocr-large", "--lam", "1e-3", "--gap-check", "1", "--passes", "400", *COMMON], 0.1),
@@ -69,6 +71,7 @@ def main():
     result = {"machine": {"cpus": os.cpu_count()}, "exchange": args.exchange, "procs": args.procs,
               "datasets": {k: v for k, v in kept.items() if k not in args.datasets}}
     counts = [1, *args.procs]
+    out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.datasets:
             runs = []
@@ -77,6 +80,9 @@ def main():
                     runs.append({"procs": procs, "rep": rep, **run(name, procs, Path(tmp), args.exchange)})
                     print(f"{name:10s} rep {rep} P={procs}: {runs[-1]['time_s']} s, {runs[-1]['passes']} passes",
                           flush=True)
+                    # after every run: a run cut off by a time limit (the device check's) keeps what it measured
+                    result["datasets"][name] = {"partial": True, "runs": runs}
+                    atomic_write_bytes(out, json.dumps(result, indent=1).encode())
             med = {}
             for procs in counts:
                 times = [r["time_s"] for r in runs if r["procs"] == procs]
@@ -87,8 +93,7 @@ def main():
                 **{f"speedup_{p}": v for p, v in speedups.items()}, "runs": runs}
             print(f"{name}: one process {med[1]} s; " + "; ".join(
                 f"P = {p} {args.exchange} {med[p]} s, speed-up {speedups[p]}" for p in args.procs), flush=True)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=1))
+    atomic_write_bytes(out, json.dumps(result, indent=1).encode())
     print(f"wrote {out}")
 
 

@@ -3,9 +3,12 @@
 # GPU"), each stage alone on the machine, in this order. Two runs, 11 minutes together (each stage's limit
 # *_S, the install ~20 s per run):
 #   run 1: STAGES="tests gpu"                  <= 20 + 280 + 110 = 410 s
-#   run 2: STAGES="minibatch distributed" GPU_JSON_BASE=benchmarks/results/gpu.json (run 1's gpu.json copied
-#          there first: $OUT starts empty on every run, and the sections are added to that file)
-#                                              <= 20 + 100 + 120 = 240 s
+#   run 2: STAGES="rounds distributed"         <= 20 + 240 + 120 = 380 s
+#          (rounds: CoNLL-2000's time to a certified gap with the shared exchange at P = 1, 2, 8, the fastest
+#          exchange for BCFW and issue 56's 16-core figure; distributed: the columns exchange's mini-batch
+#          passes; the minibatch stage, measured twice already, only when time is left, with
+#          GPU_JSON_BASE=benchmarks/results/gpu.json: run 1's gpu.json copied there first, since $OUT starts
+#          empty on every run and the sections are added to that file)
 # Each run leaves at most 7 files in $OUT (the device tool returns 8).
 #   tests        the test suite with CUDA visible (TEST_WORKERS xdist workers, one numba thread each; -v names
 #                each test as it ends, failures.log keeps each failure's traceback as it happens);
@@ -16,8 +19,8 @@
 #   minibatch    bench_gpu.py's mini-batch section: CPU numba BCFW and GPU tau in MB_TAUS, MB_BUDGET solver s each;
 #   distributed  bench_distributed.py, CoNLL-2000 at P = 1, 2, 8 processes (DIST_PROCS), exchange columns;
 #   rounds       (only when named) time to a certified gap, one process against P = 2 and 8 ranks of the exchange
-#                ROUNDS_EXCHANGE (default shared; bench_rounds_2core.py --procs 2 8, ROUNDS_DATASETS, one rep),
-#                ~150 s for ocr-large (conll2000: one process ~70 s to its threshold on 2 cores);
+#                ROUNDS_EXCHANGE (default shared; bench_rounds_2core.py --procs 2 8, ROUNDS_DATASETS, default
+#                conll2000, one rep): one process ~80 s to CoNLL's threshold on the 2-core machine, P = 2 ~53 s;
 #   deep         (only when named) the deep recipes on the GPU for a few epochs (s / epoch), ~80 s.
 # Measured: H200 (first run) tests ~90% after 200 s with 12 workers next to the benchmark, distributed ~150 s
 # for CoNLL and part of OCR-large; H100 (second run) tests 81% after 235 s with 15 workers (numba
@@ -107,8 +110,8 @@ fi
 
 if want rounds; then
   stamp "rounds: time to gap, P = 1, 2, 8"
-  timeout "${ROUNDS_S:-200}" $py benchmarks/bench_rounds_2core.py --exchange "${ROUNDS_EXCHANGE:-shared}" \
-    --datasets ${ROUNDS_DATASETS:-ocr-large} --reps 1 --procs 2 8 --out "$OUT/rounds.json" >"$OUT/rounds.log" 2>&1
+  timeout "${ROUNDS_S:-240}" $py benchmarks/bench_rounds_2core.py --exchange "${ROUNDS_EXCHANGE:-shared}" \
+    --datasets ${ROUNDS_DATASETS:-conll2000} --reps 1 --procs 2 8 --out "$OUT/rounds.json" >"$OUT/rounds.log" 2>&1
   stamp "rounds rc=$?"
 fi
 
