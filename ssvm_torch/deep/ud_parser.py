@@ -67,6 +67,48 @@ def attachment_scores(gold_heads: list, gold_rels: list, heads: list, rels: list
     return 100.0 * correct / max(1, words), 100.0 * labeled / max(1, words)
 
 
+def build_network(hp, vocab) -> BiaffineParser:
+    """The network of the hyper-parameters ``hp`` (the recipe's names: ``word_dim``, ``hidden``, ...) over the
+    vocabularies ``vocab`` (:class:`~ssvm_torch.deep.ud_text.UDVocab`): what a run trains and what a saved
+    ``parser.pt`` is loaded into."""
+    return BiaffineParser(len(vocab.words), len(vocab.chars), len(vocab.upos), len(vocab.rels), hp["word_dim"],
+                          hp["char_dim"], hp["char_filters"], hp["upos_dim"], hp["hidden"], hp["layers"],
+                          hp["arc_dim"], hp["rel_dim"], hp["dropout"], hp["upos_input"])
+
+
+def tree_layer(loss: str, projective: bool) -> DependencyTree:
+    """The tree layer of a head: its loss (``local`` trains without it, decodes with it) over projective
+    (Eisner) or all (Chu-Liu-Edmonds) single-root trees."""
+    return DependencyTree(projective=projective, multiroot=False, loss="crf" if loss == "local" else loss)
+
+
+@torch.no_grad()
+def decode_split(network: BiaffineParser, tree: DependencyTree, split, rels: list, device, chunk: int = 128) -> dict:
+    """Heads and relation names of every sentence of ``split`` (a :class:`~ssvm_torch.deep.ud_text.UDSplit`, in
+    its order): trees decoded by the tree layer ``tree`` (Eisner or MST), relations by the network's labeler at
+    those heads (names from ``rels``); also the per-word argmax heads (``heads_argmax``). Sentences batched by
+    length, ``chunk`` at a time; the caller sets the network's mode (eval for dropout off)."""
+    order = torch.argsort(split.lengths, stable=True)
+    heads, labels, argmax = [None] * split.n, [None] * split.n, [None] * split.n
+    for s in range(0, split.n, chunk):
+        idx = order[s:s + chunk]
+        batch = {k: (v.to(device) if torch.is_tensor(v) else v) for k, v in split.batch(idx).items()}
+        states = network.encode(batch)
+        arcs = network.arc_scores(states)
+        best = tree.decode(arcs.float(), batch["mask"])
+        rel = network.rel_scores(states, best).argmax(2).cpu()
+        N = arcs.shape[1]
+        cand = torch.arange(N, device=arcs.device)[None, None, :] <= batch["lengths"][:, None, None]
+        local = arcs.masked_fill(~cand, float("-inf")).argmax(2).cpu()
+        best = best.cpu()
+        for row, i in enumerate(idx.tolist()):
+            n = int(split.lengths[i])
+            heads[i] = best[row, 1:n + 1].tolist()
+            labels[i] = [rels[k] for k in rel[row, 1:n + 1].tolist()]
+            argmax[i] = local[row, 1:n + 1].tolist()
+    return {"heads": heads, "labels": labels, "heads_argmax": argmax}
+
+
 class UDParser(DevSelectedRun, L.LightningModule):
     """See the module docstring. ``batch_sentences``: sentences per step; ``word_dropout``: the alpha of
     the UNK dropout (a word seen c times is replaced by UNK with probability alpha / (alpha + c))."""
@@ -97,7 +139,7 @@ class UDParser(DevSelectedRun, L.LightningModule):
         for name in ("lr", "grad_clip"):
             check_positive(getattr(self.hparams, name), name)
         self.corpus = self.parser = None
-        self.tree = DependencyTree(projective=projective, multiroot=False, loss="crf" if loss == "local" else loss)
+        self.tree = tree_layer(loss, projective)
         self.history: list = []
         self.best: dict = {"epoch": -1, "dev_las": -math.inf, "dev_uas": -math.inf, "state": None}
         self.gen = torch.Generator().manual_seed(seed)
@@ -113,9 +155,7 @@ class UDParser(DevSelectedRun, L.LightningModule):
         self.corpus = load_ud_parsing(hp.word_min_count, hp.train_size)
         v = self.corpus.vocab
         torch.manual_seed(hp.seed)                  # the initial weights: a function of the seed alone
-        self.parser = BiaffineParser(len(v.words), len(v.chars), len(v.upos), len(v.rels), hp.word_dim, hp.char_dim,
-                                     hp.char_filters, hp.upos_dim, hp.hidden, hp.layers, hp.arc_dim, hp.rel_dim,
-                                     hp.dropout, hp.upos_input).to(self.device)
+        self.parser = build_network(hp, v).to(self.device)
         self.word_counts = torch.tensor(v.word_counts)
 
     def configure_optimizers(self):
@@ -214,33 +254,14 @@ class UDParser(DevSelectedRun, L.LightningModule):
         save_last_checkpoint(self.trainer)
 
     # -- prediction -----------------------------------------------------------------------------
-    @torch.no_grad()
     def predict(self, split, chunk: int = 128) -> dict:
-        """Heads and relation names of every sentence of ``split`` (in its order): trees decoded by the tree
-        layer (Eisner or MST); also the per-word argmax heads (``heads_argmax``). Sentences batched by length."""
+        """:func:`decode_split` of ``split`` with the module's network (in eval mode for the call)."""
         was = self.parser.training
         self.parser.eval()
-        rels = self.corpus.vocab.rels
-        order = torch.argsort(split.lengths, stable=True)
-        heads, labels, argmax = [None] * split.n, [None] * split.n, [None] * split.n
-        for s in range(0, split.n, chunk):
-            idx = order[s:s + chunk]
-            batch = self._on_device(split.batch(idx))
-            states = self.parser.encode(batch)
-            arcs = self.parser.arc_scores(states)
-            tree = self.tree.decode(arcs.float(), batch["mask"])
-            rel = self.parser.rel_scores(states, tree).argmax(2).cpu()
-            N = arcs.shape[1]
-            cand = torch.arange(N, device=arcs.device)[None, None, :] <= batch["lengths"][:, None, None]
-            local = arcs.masked_fill(~cand, float("-inf")).argmax(2).cpu()
-            tree = tree.cpu()
-            for row, i in enumerate(idx.tolist()):
-                n = int(split.lengths[i])
-                heads[i] = tree[row, 1:n + 1].tolist()
-                labels[i] = [rels[k] for k in rel[row, 1:n + 1].tolist()]
-                argmax[i] = local[row, 1:n + 1].tolist()
-        self.parser.train(was)
-        return {"heads": heads, "labels": labels, "heads_argmax": argmax}
+        try:
+            return decode_split(self.parser, self.tree, split, self.corpus.vocab.rels, self.device, chunk)
+        finally:
+            self.parser.train(was)
 
     def evaluate(self, split) -> dict:
         """UAS / LAS of the decoded trees, UAS of the per-word argmax and the share of sentences where the

@@ -103,7 +103,9 @@ class UDSplit:
                 "heads": column(self.head, -1, -1), "rels": column(self.rel, -1, -1)}
 
 
-def _split(name: str, bank: Treebank, vocab: UDVocab) -> UDSplit:
+def make_split(name: str, bank: Treebank, vocab: UDVocab) -> UDSplit:
+    """``bank``'s sentences as a :class:`UDSplit` under ``vocab`` (words, characters and UPOS it lacks map to
+    UNK, relations to -1)."""
     word_index = {w: i for i, w in enumerate(vocab.words)}
     char_index = {c: i for i, c in enumerate(vocab.chars)}
     upos_index = {p: i for i, p in enumerate(vocab.upos)}
@@ -149,4 +151,4 @@ def load_ud_parsing(word_min_count: int = 2, train_size: int | None = None) -> U
               f"an int in [2, {banks['train'].n}]", train_size)
         banks["train"] = banks["train"].subset(range(train_size))
     vocab = UDVocab.build(banks["train"], word_min_count)
-    return UDCorpus(vocab, *(_split(s, banks[s], vocab) for s in ("train", "dev", "test")))
+    return UDCorpus(vocab, *(make_split(s, banks[s], vocab) for s in ("train", "dev", "test")))

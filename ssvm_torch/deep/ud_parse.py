@@ -1,0 +1,213 @@
+"""Parse CoNLL-U files with a trained neural UD parser:
+
+    python -m ssvm_torch.deep.ud_parse --model RUN/parser.pt --input IN.conllu[.gz] --output OUT.conllu[.gz]
+
+``RUN`` is the run directory of ``python -m ssvm_torch.deep fit --config recipes/ud_deep_<head>.yaml``
+(:mod:`ssvm_torch.deep.ud_parser`; its ``parser.pt`` holds the best dev epoch's weights, the vocabularies and
+the hyper-parameters). The network reads each word's FORM and, when the parser was trained with
+``upos_input`` (the recipes' default), its UPOS: that column must then be filled (gold, or a tagger's), and
+an empty one (``_``) is refused naming the line. The HEAD and DEPREL columns of the basic tree are replaced
+by the parser's (DEPREL: the universal relation, what the parser predicts); every other line and column is
+written as it was read: comments, multiword-token ranges (``3-4``) and empty nodes (``8.1``). Trees are
+decoded as the run was trained: projective (Eisner) or not (Chu-Liu-Edmonds), one word under the root.
+
+When the input's HEAD columns hold a tree for every word (a treebank's dev or test file), the command also
+reports UAS and LAS against them, by CoNLL 2018's definitions (every word, punctuation included; LAS on the
+universal part of DEPREL).
+"""
+from __future__ import annotations
+
+import argparse
+import gzip
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..atomic import atomic_write_bytes
+from ..data.ud import Treebank, universal
+from ..devices import parse_device
+from ..errors import SSVMInputError, check, run_cli
+from ..outputs import load_torch
+from .ud_parser import attachment_scores, build_network, decode_split, tree_layer
+from .ud_text import UDVocab, make_split
+
+PARSER_KEYS = ("state_dict", "vocab", "hparams")
+VOCAB_KEYS = ("words", "word_counts", "chars", "upos", "rels")
+
+
+@dataclass
+class TrainedParser:
+    """A parser.pt loaded for decoding: the network (eval mode), its vocabularies, hyper-parameters and tree layer."""
+
+    network: torch.nn.Module
+    vocab: UDVocab
+    hparams: dict
+    tree: torch.nn.Module
+
+
+def load_parser(path, device=None) -> TrainedParser:
+    """The ``parser.pt`` at ``path`` (integrity checked by its SHA-256 manifest, loaded without pickle), its
+    network on ``device``; a file that is not a UD parser's is refused naming what it lacks."""
+    obj = load_torch(path, "model", "a parser.pt (of python -m ssvm_torch.deep fit --config recipes/ud_deep_<head>.yaml)")
+    missing = [k for k in PARSER_KEYS if k not in obj] + [f"vocab.{k}" for k in VOCAB_KEYS
+                                                         if isinstance(obj.get("vocab"), dict) and k not in obj["vocab"]]
+    if missing:
+        raise SSVMInputError(f"model: {path} is not a UD parser's parser.pt (it lacks {', '.join(missing)}; "
+                             "python -m ssvm_torch.deep fit --config recipes/ud_deep_<head>.yaml writes one)")
+    hp = obj["hparams"]
+    vocab = UDVocab(**{k: list(obj["vocab"][k]) for k in VOCAB_KEYS})
+    try:
+        network = build_network(hp, vocab)
+        network.load_state_dict(obj["state_dict"])
+    except (KeyError, RuntimeError, TypeError) as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise SSVMInputError(f"model: {path}: its weights do not fit the network of its hyper-parameters "
+                             f"({first[:200]})") from None
+    network.to(device or torch.device("cpu")).eval()
+    return TrainedParser(network, vocab, dict(hp), tree_layer(hp["loss"], hp["projective"]))
+
+
+@dataclass
+class ConlluFile:
+    """A CoNLL-U file as its lines (newlines stripped) and, per sentence, the indices of its word lines (the
+    integer IDs 1..n of the basic tree; ranges and empty nodes are other lines)."""
+
+    path: Path
+    lines: list
+    words: list
+
+
+def read_words(path) -> ConlluFile:
+    """The lines and word lines of ``path`` (gzipped when it ends in .gz); a word line needs 10 tab-separated
+    fields and IDs 1..n in order, else one error naming the line. HEAD and DEPREL are not read here."""
+    path = Path(path)
+    if not path.is_file():
+        raise SSVMInputError(f"input: expected a CoNLL-U file, {path} "
+                             f"{'is a directory' if path.is_dir() else 'does not exist'}")
+    try:
+        raw = (gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")).read().decode("utf-8")
+    except (OSError, UnicodeDecodeError, EOFError) as e:
+        raise SSVMInputError(f"input: {path} is not a readable UTF-8 CoNLL-U file ({type(e).__name__}: {e})") from None
+    lines = raw.replace("\r\n", "\n").split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    words, current = [], []
+    for k, line in enumerate(lines):
+        if not line.strip():
+            if current:
+                words.append(current)
+            current = []
+            continue
+        if line.startswith("#"):
+            continue
+        fields = line.split("\t")
+        if len(fields) != 10:
+            raise SSVMInputError(f"input: {path}:{k + 1}: expected 10 tab-separated fields (ID FORM LEMMA UPOS XPOS "
+                                 f"FEATS HEAD DEPREL DEPS MISC), got {len(fields)}")
+        if "-" in fields[0] or "." in fields[0]:            # a multiword-token range or an empty node: kept as is
+            continue
+        if not fields[1]:
+            raise SSVMInputError(f"input: {path}:{k + 1}: the FORM field is empty (the parser reads every word's form)")
+        if fields[0] != str(len(current) + 1):
+            raise SSVMInputError(f"input: {path}:{k + 1}: expected word ID {len(current) + 1} (IDs run 1..n in each "
+                                 f"sentence), got {fields[0]!r}")
+        current.append(k)
+    if current:
+        words.append(current)
+    if not words:
+        raise SSVMInputError(f"input: {path} holds no sentence (no word line with an integer ID)")
+    return ConlluFile(path, lines, words)
+
+
+def as_treebank(doc: ConlluFile, upos_needed: bool) -> Treebank:
+    """The words of ``doc`` as a :class:`~ssvm_torch.data.ud.Treebank` with placeholder trees (every head 0)."""
+    cols = [doc.lines[k].split("\t") for sent in doc.words for k in sent]
+    if upos_needed:
+        empty = next((k for sent in doc.words for k in sent if doc.lines[k].split("\t")[3] in ("", "_")), None)
+        if empty is not None:
+            raise SSVMInputError(f"input: {doc.path}:{empty + 1}: the UPOS column is empty; this parser reads every "
+                                 "word's UPOS (it was trained with upos_input true): fill it (gold or a tagger's)")
+    offsets = np.concatenate([[0], np.cumsum([len(s) for s in doc.words])]).astype(np.int64)
+    return Treebank(doc.path.name, [c[1] for c in cols], [c[2] for c in cols], [c[3] for c in cols],
+                    [c[4] for c in cols], ["_"] * len(cols), np.zeros(len(cols), dtype=np.int64), offsets,
+                    np.array([k for sent in doc.words for k in sent], dtype=np.int64))
+
+
+def input_trees(doc: ConlluFile) -> tuple[list, list] | None:
+    """(heads, universal relations) per sentence when every word's HEAD is an integer, else None."""
+    heads, rels = [], []
+    for sent in doc.words:
+        cols = [doc.lines[k].split("\t") for k in sent]
+        if not all(c[6].isdigit() for c in cols):
+            return None
+        heads.append([int(c[6]) for c in cols])
+        rels.append([universal(c[7]) for c in cols])
+    return heads, rels
+
+
+def parse_file(parser: TrainedParser, doc: ConlluFile, device=None, chunk: int = 128) -> dict:
+    """Heads and relation names of every sentence of ``doc`` (:func:`~ssvm_torch.deep.ud_parser.decode_split`)."""
+    split = make_split(doc.path.name, as_treebank(doc, bool(parser.hparams["upos_input"])), parser.vocab)
+    return decode_split(parser.network, parser.tree, split, parser.vocab.rels, device or torch.device("cpu"), chunk)
+
+
+def written(doc: ConlluFile, pred: dict) -> bytes:
+    """``doc``'s text with HEAD and DEPREL of every word line replaced by ``pred``'s."""
+    lines = list(doc.lines)
+    for sent, heads, labels in zip(doc.words, pred["heads"], pred["labels"]):
+        for k, h, r in zip(sent, heads, labels):
+            fields = lines[k].split("\t")
+            fields[6], fields[7] = str(h), r
+            lines[k] = "\t".join(fields)
+    return ("\n".join(lines) + "\n").encode("utf-8")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m ssvm_torch.deep.ud_parse", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--model", required=True, help="the parser.pt of a run of recipes/ud_deep_<head>.yaml")
+    p.add_argument("--input", required=True, help="a CoNLL-U file (.gz read as gzip)")
+    p.add_argument("--output", required=True, help="the CoNLL-U file to write (.gz written as gzip)")
+    p.add_argument("--device", default="cpu", help="cpu or cuda[:k]")
+    p.add_argument("--batch", type=int, default=128, help="sentences per forward pass")
+    p.add_argument("--threads", type=int, default=None, help="torch threads (None: torch's default)")
+    return p
+
+
+def run(args) -> dict:
+    check(isinstance(args.batch, int) and args.batch >= 1, "batch", "an int >= 1", args.batch)
+    check(args.threads is None or args.threads >= 1, "threads", "None or an int >= 1", args.threads)
+    if Path(args.output).resolve() == Path(args.input).resolve():
+        raise SSVMInputError(f"output: {args.output} is the input file; write the parse to another path")
+    device = parse_device(args.device)
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    parser = load_parser(args.model, device)
+    doc = read_words(args.input)
+    t0 = time.perf_counter()
+    pred = parse_file(parser, doc, device, args.batch)
+    seconds = time.perf_counter() - t0
+    data = written(doc, pred)
+    atomic_write_bytes(args.output, gzip.compress(data, mtime=0) if str(args.output).endswith(".gz") else data)
+    n, w = len(doc.words), sum(len(s) for s in doc.words)
+    report = {"sentences": n, "words": w, "seconds": seconds}
+    print(f"parsed {n} sentences ({w} words) in {seconds:.2f} s ({n / max(seconds, 1e-9):.0f} sentences/s); "
+          f"wrote {args.output}", flush=True)
+    gold = input_trees(doc)
+    if gold is not None:
+        report["uas"], report["las"] = attachment_scores(gold[0], gold[1], pred["heads"], pred["labels"])
+        print(f"against the input's own trees: UAS {report['uas']:.2f}, LAS {report['las']:.2f} (every word, "
+              "punctuation included; LAS on the universal relations)", flush=True)
+    return report
+
+
+def main(argv=None) -> int:
+    return run_cli("python -m ssvm_torch.deep.ud_parse", run, build_parser().parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,117 @@
+"""Parsing CoNLL-U files with a trained neural parser (ssvm_torch.deep.ud_parse): the dev file parsed from the
+run's parser.pt scores what the run recorded on dev, every line other than HEAD / DEPREL is written as read
+(comments, multiword ranges, empty nodes), blank heads get trees, and bad files are refused in one line."""
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from ssvm_torch.data.ud import UD_EWT, read_conllu
+from ssvm_torch.data.types import data_file
+from ssvm_torch.deep.__main__ import main as deep_main
+from ssvm_torch.deep.ud_parse import main as parse_main
+from ssvm_torch.outputs import save_torch
+from test_ud_deep import RECIPES, TINY
+
+SMALL = """# sent_id = a-1
+# text = Don't stop now.
+1-2\tDon't\t_\t_\t_\t_\t_\t_\t_\t_
+1\tDo\tdo\tAUX\tVBP\t_\t_\t_\t_\t_
+2\tn't\tnot\tPART\tRB\t_\t_\t_\t_\t_
+3\tstop\tstop\tVERB\tVB\t_\t_\t_\t_\t_
+3.1\tyou\tyou\tPRON\tPRP\t_\t_\t_\t_\t_
+4\tnow\tnow\tADV\tRB\t_\t_\t_\t_\tSpaceAfter=No
+5\t.\t.\tPUNCT\t.\t_\t_\t_\t_\t_
+
+# sent_id = a-2
+1\tHello\thello\tINTJ\tUH\t_\t_\t_\t_\t_
+"""
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    """One tiny non-projective CRF run (its parser.pt and results.json)."""
+    root = tmp_path_factory.mktemp("parser")
+    args = ["fit", "--config", str(RECIPES / "ud_deep_crf.yaml"), *TINY, "--model.projective", "false",
+            "--trainer.max_epochs", "2", "--trainer.default_root_dir", str(root)]
+    assert deep_main(args) == 0
+    return sorted(root.glob("lightning_logs/version_*"))[-1]
+
+
+def fields(path) -> list:
+    opener = gzip.open if str(path).endswith(".gz") else open
+    with opener(path, "rt", encoding="utf-8") as f:
+        return [line.rstrip("\n").split("\t") for line in f]
+
+
+def test_the_dev_file_parsed_from_parser_pt_scores_the_runs_dev_figures(run_dir, tmp_path, capsys):
+    dev = data_file(UD_EWT["dev"])
+    out = tmp_path / "dev.conllu.gz"
+    assert parse_main(["--model", str(run_dir / "parser.pt"), "--input", str(dev), "--output", str(out)]) == 0
+    said = capsys.readouterr().out
+    results = json.loads((run_dir / "results.json").read_text())
+    assert f"UAS {results['dev_uas']:.2f}, LAS {results['dev_las']:.2f}" in said
+    parsed, gold = read_conllu(out), read_conllu(dev)            # the strict reader: every sentence is a tree
+    assert parsed.n == gold.n == 2001 and parsed.forms == gold.forms and parsed.upos == gold.upos
+    assert (parsed.heads != gold.heads).any()                   # the heads are the parser's, not the file's
+    before, after = fields(dev), fields(out)
+    assert len(before) == len(after)
+    for a, b in zip(before, after):                             # only HEAD and DEPREL of word lines change
+        if len(a) == 10 and a[0].isdigit():
+            assert a[:6] == b[:6] and a[8:] == b[8:]
+        else:
+            assert a == b
+
+
+def test_blank_heads_get_trees_and_ranges_comments_and_empty_nodes_stay(run_dir, tmp_path, capsys):
+    src, out = tmp_path / "in.conllu", tmp_path / "out.conllu"
+    src.write_text(SMALL)
+    assert parse_main(["--model", str(run_dir / "parser.pt"), "--input", str(src), "--output", str(out)]) == 0
+    assert "UAS" not in capsys.readouterr().out                   # no trees in the input: nothing to score
+    before, after = fields(src), fields(out)
+    assert len(before) == len(after)
+    for a, b in zip(before, after):
+        if len(a) == 10 and a[0].isdigit():
+            assert a[:6] == b[:6] and a[8:] == b[8:] and b[6].isdigit() and b[7] != "_"
+        else:
+            assert a == b                                         # comments, 1-2, 3.1 and blank lines as read
+    tb = read_conllu(out)                                         # single-root trees over words 1..n
+    assert tb.n == 2 and tb.lengths.tolist() == [5, 1] and tb.heads.tolist()[-1] == 0
+
+
+@pytest.mark.parametrize("case", ["no-upos", "nine-fields", "id-order", "not-a-parser", "damaged", "same-file",
+                                  "missing", "empty"])
+def test_bad_files_are_refused_in_one_line(run_dir, tmp_path, capsys, case):
+    model, src, out = run_dir / "parser.pt", tmp_path / "in.conllu", tmp_path / "out.conllu"
+    text, expected = SMALL, None
+    if case == "no-upos":
+        text, expected = SMALL.replace("\tstop\tstop\tVERB\t", "\tstop\tstop\t_\t"), "in.conllu:6: the UPOS column is empty"
+    elif case == "nine-fields":
+        text, expected = SMALL.replace("\tSpaceAfter=No", ""), "in.conllu:8: expected 10 tab-separated fields"
+    elif case == "id-order":
+        text, expected = SMALL.replace("5\t.\t.", "6\t.\t."), "expected word ID 5"
+    elif case == "not-a-parser":
+        model = save_torch(tmp_path / "model.pt", {"w": torch.zeros(3)})
+        expected = "is not a UD parser's parser.pt (it lacks state_dict, vocab, hparams"
+    elif case == "damaged":
+        data = bytearray(model.read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        model = tmp_path / "damaged.pt"
+        model.write_bytes(bytes(data))
+        expected = ("is damaged", "is not a readable ssvm_torch file")     # the manifest's SHA-256, or the zip's CRC
+    elif case == "same-file":
+        out, expected = src, "is the input file"
+    elif case == "missing":
+        src, expected = tmp_path / "nowhere.conllu", "does not exist"
+    elif case == "empty":
+        text, expected = "# only a comment\n\n", "holds no sentence"
+    if case != "missing":
+        src.write_text(text)
+    assert parse_main(["--model", str(model), "--input", str(src), "--output", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and any(e in err[0] for e in ((expected,) if isinstance(expected, str) else expected)), err
+    assert case == "same-file" or not Path(out).exists()
