@@ -12,8 +12,9 @@ import torch
 
 from ssvm_torch.data.ud import UD_EWT, read_conllu
 from ssvm_torch.data.types import data_file
+from ssvm_torch.errors import SSVMInputError
 from ssvm_torch.deep.__main__ import main as deep_main
-from ssvm_torch.deep.ud_parse import main as parse_main
+from ssvm_torch.deep.ud_parse import load_parser, main as parse_main, parse_sentences
 from ssvm_torch.outputs import save_torch
 from test_ud_deep import RECIPES, TINY
 
@@ -115,3 +116,17 @@ def test_bad_files_are_refused_in_one_line(run_dir, tmp_path, capsys, case):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and any(e in err[0] for e in ((expected,) if isinstance(expected, str) else expected)), err
     assert case == "same-file" or not Path(out).exists()
+
+
+def test_the_python_api_parses_what_the_command_writes(run_dir, tmp_path):
+    src, out = tmp_path / "in.conllu", tmp_path / "out.conllu"
+    src.write_text(SMALL)
+    assert parse_main(["--model", str(run_dir / "parser.pt"), "--input", str(src), "--output", str(out)]) == 0
+    words = [[(a[1], a[3]) for a in fields(src) if len(a) == 10 and a[0].isdigit() and int(a[0]) <= 5][:5],
+             [("Hello", "INTJ")]]
+    pred = parse_sentences(load_parser(run_dir / "parser.pt"), words)
+    written = [a for a in fields(out) if len(a) == 10 and a[0].isdigit()]
+    assert [int(a[6]) for a in written] == pred["heads"][0] + pred["heads"][1]
+    assert [a[7] for a in written] == pred["labels"][0] + pred["labels"][1]
+    with pytest.raises(SSVMInputError, match=r"sentences\[1\]: expected a non-empty list of \(form, upos\) pairs"):
+        parse_sentences(load_parser(run_dir / "parser.pt"), [[("a", "DET")], [("b",)]])

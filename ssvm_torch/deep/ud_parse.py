@@ -11,6 +11,9 @@ by the parser's (DEPREL: the universal relation, what the parser predicts); ever
 written as it was read: comments, multiword-token ranges (``3-4``) and empty nodes (``8.1``). Trees are
 decoded as the run was trained: projective (Eisner) or not (Chu-Liu-Edmonds), one word under the root.
 
+From Python: ``parse_sentences(load_parser("RUN/parser.pt"), [[("Dogs", "NOUN"), ("bark", "VERB")]])`` returns the
+heads (0 = the root) and relations of each sentence.
+
 When the input's HEAD columns hold a tree for every word (a treebank's dev or test file), the command also
 reports UAS and LAS against them, by CoNLL 2018's definitions (every word, punctuation included; LAS on the
 universal part of DEPREL).
@@ -123,18 +126,40 @@ def read_words(path) -> ConlluFile:
     return ConlluFile(path, lines, words)
 
 
-def as_treebank(doc: ConlluFile, upos_needed: bool) -> Treebank:
-    """The words of ``doc`` as a :class:`~ssvm_torch.data.ud.Treebank` with placeholder trees (every head 0)."""
-    cols = [doc.lines[k].split("\t") for sent in doc.words for k in sent]
+def word_treebank(name: str, sentences: list) -> Treebank:
+    """``sentences`` (lists of (form, upos) pairs) as a :class:`~ssvm_torch.data.ud.Treebank` with placeholder
+    trees (every head 0), the input of :func:`~ssvm_torch.deep.ud_text.make_split`."""
+    flat = [w for sent in sentences for w in sent]
+    offsets = np.concatenate([[0], np.cumsum([len(s) for s in sentences])]).astype(np.int64)
+    return Treebank(name, [f for f, _ in flat], ["_"] * len(flat), [u for _, u in flat], ["_"] * len(flat),
+                    ["_"] * len(flat), np.zeros(len(flat), dtype=np.int64), offsets,
+                    np.arange(len(flat), dtype=np.int64))
+
+
+def parse_sentences(parser: TrainedParser, sentences: list, device=None, chunk: int = 128) -> dict:
+    """Heads (0 = the root) and universal relations of ``sentences``, each a list of (form, upos) pairs (the
+    UPOS ignored by a parser trained without it): ``{"heads": [[int, ...], ...], "labels": [[str, ...], ...],
+    "heads_argmax": ...}`` in their order (:func:`~ssvm_torch.deep.ud_parser.decode_split`)."""
+    check(isinstance(sentences, (list, tuple)) and len(sentences) > 0, "sentences", "a non-empty list of sentences",
+          type(sentences).__name__ if not isinstance(sentences, (list, tuple)) else "an empty list")
+    for i, sent in enumerate(sentences):
+        ok = (isinstance(sent, (list, tuple)) and len(sent) > 0
+              and all(isinstance(w, (list, tuple)) and len(w) == 2 and isinstance(w[0], str) and w[0]
+                      and isinstance(w[1], str) for w in sent))
+        check(ok, f"sentences[{i}]", "a non-empty list of (form, upos) pairs of strings (a non-empty form)",
+              repr(sent)[:80])
+    split = make_split("sentences", word_treebank("sentences", sentences), parser.vocab)
+    return decode_split(parser.network, parser.tree, split, parser.vocab.rels, device or torch.device("cpu"), chunk)
+
+
+def file_sentences(doc: ConlluFile, upos_needed: bool) -> list:
+    """The (form, upos) pairs of every sentence of ``doc``; an empty UPOS refused naming its line when needed."""
     if upos_needed:
         empty = next((k for sent in doc.words for k in sent if doc.lines[k].split("\t")[3] in ("", "_")), None)
         if empty is not None:
             raise SSVMInputError(f"input: {doc.path}:{empty + 1}: the UPOS column is empty; this parser reads every "
                                  "word's UPOS (it was trained with upos_input true): fill it (gold or a tagger's)")
-    offsets = np.concatenate([[0], np.cumsum([len(s) for s in doc.words])]).astype(np.int64)
-    return Treebank(doc.path.name, [c[1] for c in cols], [c[2] for c in cols], [c[3] for c in cols],
-                    [c[4] for c in cols], ["_"] * len(cols), np.zeros(len(cols), dtype=np.int64), offsets,
-                    np.array([k for sent in doc.words for k in sent], dtype=np.int64))
+    return [[tuple(doc.lines[k].split("\t")[1:4:2]) for k in sent] for sent in doc.words]
 
 
 def input_trees(doc: ConlluFile) -> tuple[list, list] | None:
@@ -150,9 +175,8 @@ def input_trees(doc: ConlluFile) -> tuple[list, list] | None:
 
 
 def parse_file(parser: TrainedParser, doc: ConlluFile, device=None, chunk: int = 128) -> dict:
-    """Heads and relation names of every sentence of ``doc`` (:func:`~ssvm_torch.deep.ud_parser.decode_split`)."""
-    split = make_split(doc.path.name, as_treebank(doc, bool(parser.hparams["upos_input"])), parser.vocab)
-    return decode_split(parser.network, parser.tree, split, parser.vocab.rels, device or torch.device("cpu"), chunk)
+    """:func:`parse_sentences` of every sentence of ``doc``."""
+    return parse_sentences(parser, file_sentences(doc, bool(parser.hparams["upos_input"])), device, chunk)
 
 
 def written(doc: ConlluFile, pred: dict) -> bytes:
