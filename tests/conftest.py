@@ -26,6 +26,17 @@ def pytest_runtest_logreport(report):
             f.write(f"=== {report.nodeid} ({report.when})\n{report.longreprtext[-4000:]}\n")
 
 
+@pytest.fixture(autouse=True)
+def one_torch_thread():
+    """Every test starts with one torch thread, whatever the test before it in this worker left: the code
+    under test sets the process's thread count (a recipe's ``threads``, ``ssvm-train --threads``), and
+    torch's parallel reductions round differently with another count, so a reference computed in this
+    process after such a test no longer equals, bit for bit, one computed in a fresh one-thread process
+    (test_distributed's gather case failed that way in CI, depending on which files ran first)."""
+    torch.set_num_threads(1)
+    yield
+
+
 @pytest.fixture(autouse=True, scope="session")
 def feature_cache_of_this_session(tmp_path_factory):
     """Featurized designs go to a folder of this test session, not the user's cache."""

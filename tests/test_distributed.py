@@ -63,10 +63,7 @@ def single(spec):
 
 
 @pytest.mark.parametrize("spec", [OCR, pytest.param({**OCR, "exchange": "gather"}, marks=pytest.mark.slow),
-                                  # its last torch.equal failed once in 8 runs (clean-clone CI, 2026-11-27; the
-                                  # 1e-10 checks before it held): cause not found yet, so not strict
-                                  pytest.param(CONLL, marks=pytest.mark.xfail(strict=False, reason="gather's "
-                                               "bit-identity on CoNLL failed once in CI; cause open")),
+                                  CONLL,
                                   pytest.param({**CONLL, "sparse_direction": True}, marks=pytest.mark.slow),
                                   {**OCR, "sparse_direction": True}, COLUMNS, {**OCR, "exchange": "columns"}, EDGES],
                          ids=["ocr-allreduce", "ocr-gather", "conll-gather", "conll-sparse-gather",
@@ -74,8 +71,9 @@ def single(spec):
 def test_two_ranks_follow_the_single_process_trajectory(spec, tmp_path, request):
     """allreduce sums the ranks' directions in another order than one process: equal to rounding
     (CoNLL's binary features can turn such a rounding difference into another Viterbi tie-break, so
-    CoNLL is checked with the bit-identical gather exchange; the columns exchange sums partial
-    unaries in another order: :func:`check_columns_run`)."""
+    CoNLL is checked with the bit-identical gather exchange, every process with one torch thread, as
+    conftest's ``one_torch_thread`` sees to here; the columns exchange sums partial unaries in another
+    order: :func:`check_columns_run`)."""
     shared = {id(OCR): "ocr_run", id(COLUMNS): "columns_run", id(EDGES): "edges_run"}
     dist_run = request.getfixturevalue(shared[id(spec)]) if id(spec) in shared else spawn(spec, tmp_path)
     solver, hist, store, _ = single(spec)
