@@ -85,7 +85,7 @@ def test_blank_heads_get_trees_and_ranges_comments_and_empty_nodes_stay(run_dir,
 
 
 @pytest.mark.parametrize("case", ["no-upos", "nine-fields", "id-order", "not-a-parser", "damaged", "same-file",
-                                  "missing", "empty"])
+                                  "missing", "empty", "no-folder"])
 def test_bad_files_are_refused_in_one_line(run_dir, tmp_path, capsys, case):
     model, src, out = run_dir / "parser.pt", tmp_path / "in.conllu", tmp_path / "out.conllu"
     text, expected = SMALL, None
@@ -110,6 +110,8 @@ def test_bad_files_are_refused_in_one_line(run_dir, tmp_path, capsys, case):
         src, expected = tmp_path / "nowhere.conllu", "does not exist"
     elif case == "empty":
         text, expected = "# only a comment\n\n", "holds no sentence"
+    elif case == "no-folder":
+        out, expected = tmp_path / "nowhere" / "out.conllu", "the folder of"
     if case != "missing":
         src.write_text(text)
     assert parse_main(["--model", str(model), "--input", str(src), "--output", str(out)]) == 2

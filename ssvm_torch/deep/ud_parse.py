@@ -8,8 +8,9 @@ the hyper-parameters). The network reads each word's FORM and, when the parser w
 ``upos_input`` (the recipes' default), its UPOS: that column must then be filled (gold, or a tagger's), and
 an empty one (``_``) is refused naming the line. The HEAD and DEPREL columns of the basic tree are replaced
 by the parser's (DEPREL: the universal relation, what the parser predicts); every other line and column is
-written as it was read: comments, multiword-token ranges (``3-4``) and empty nodes (``8.1``). Trees are
-decoded as the run was trained: projective (Eisner) or not (Chu-Liu-Edmonds), one word under the root.
+written as it was read (line ends as ``\\n``): comments, multiword-token ranges (``3-4``) and empty nodes
+(``8.1``). Trees are decoded as the run was trained: projective (Eisner) or not (Chu-Liu-Edmonds), one
+word under the root.
 
 From Python: ``parse_sentences(load_parser("RUN/parser.pt"), [[("Dogs", "NOUN"), ("bark", "VERB")]])`` returns the
 heads (0 = the root) and relations of each sentence.
@@ -207,6 +208,8 @@ def run(args) -> dict:
     check(args.threads is None or args.threads >= 1, "threads", "None or an int >= 1", args.threads)
     if Path(args.output).resolve() == Path(args.input).resolve():
         raise SSVMInputError(f"output: {args.output} is the input file; write the parse to another path")
+    if not Path(args.output).resolve().parent.is_dir():
+        raise SSVMInputError(f"output: the folder of {args.output} does not exist; create it first")
     device = parse_device(args.device)
     if args.threads is not None:
         torch.set_num_threads(args.threads)
