@@ -173,6 +173,11 @@ class UDParser(DevSelectedRun, L.LightningModule):
     def on_train_epoch_start(self) -> None:
         self._epoch = {"t0": time.perf_counter(), "loss": 0.0, "batches": 0, "tree_s": 0.0}
 
+    @property
+    def tree_seconds(self) -> float:
+        """Seconds spent in the tree layer's forward and backward since the epoch started (its share of the epoch)."""
+        return self._epoch.get("tree_s", 0.0)
+
     def training_step(self, idx, batch_idx):
         hp = self.hparams
         s = epoch_seed(hp.seed, self.current_epoch) * 100_003 + batch_idx    # every draw from (seed, epoch, step)
@@ -234,7 +239,7 @@ class UDParser(DevSelectedRun, L.LightningModule):
         dev = self.evaluate(self.corpus.dev)
         rec = {"epoch": self.current_epoch, "loss": epoch_mean(self, self._epoch["loss"], self._epoch["batches"]),
                "dev_uas": dev["uas"], "dev_las": dev["las"], "seconds": seconds,
-               "tree_layer_share": self._epoch["tree_s"] / max(seconds, 1e-9), "peak_rss_mb": peak_rss_mb()}
+               "tree_layer_share": self.tree_seconds / max(seconds, 1e-9), "peak_rss_mb": peak_rss_mb()}
         if hp.loss == "local":
             rec.update(dev_uas_argmax=dev["uas_argmax"], dev_argmax_not_tree=dev["argmax_not_tree"])
         if dev["las"] > self.best["dev_las"]:
