@@ -16,7 +16,6 @@ import argparse
 import json
 import math
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -24,6 +23,9 @@ import time
 from pathlib import Path
 
 import torch
+
+sys.path.insert(0, str(Path(__file__).parent))
+from bench_distributed_2core import torchrun  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -81,12 +83,8 @@ def worker(args):
 def launch(P, dataset, tau, passes, gap_check, lam, exchange):
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "r.json"
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
         env = {**os.environ, "OMP_NUM_THREADS": "1", "NUMBA_NUM_THREADS": "1"}
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(P), "--master-port", str(port),
-               __file__, "--worker", "--dataset", dataset, "--tau", str(tau), "--passes", str(passes),
+        cmd = [*torchrun(P), __file__, "--worker", "--dataset", dataset, "--tau", str(tau), "--passes", str(passes),
                "--gap-check", str(gap_check), "--lam", str(lam), "--exchange", exchange, "--json", str(out)]
         r = subprocess.run(cmd, env=env, capture_output=True, text=True)
         if r.returncode != 0:

@@ -1,5 +1,5 @@
 """The distributed-BCFW issue's measure on a small machine: ``ssvm-train`` in one process, under
-``torchrun --standalone --nproc-per-node 2`` (no ``--exchange``: auto), and -- the machine's ceiling
+``torchrun --nproc-per-node 2`` (:func:`torchrun`) (no ``--exchange``: auto), and -- the machine's ceiling
 -- two independent one-process runs side by side, alternated ``--reps`` times, with
 ``OMP_NUM_THREADS=1 NUMBA_NUM_THREADS=1``. Seconds per effective pass from each history.json:
 (time_s of the last record - time_s of the second) / (the same difference of passes), the first
@@ -23,6 +23,7 @@ import argparse
 import json
 import os
 import shutil
+import socket
 import statistics
 import subprocess
 import sys
@@ -52,10 +53,22 @@ def s_per_pass(out: Path) -> tuple[float, list, str | None]:
     return rate, [{k: r[k] for k in ("passes", "time_s", "gap")} for r in recs], exchange
 
 
+def torchrun(procs: int) -> list:
+    """``torchrun`` for ``procs`` ranks on this machine with the static rendezvous at 127.0.0.1 on a free
+    port. Not ``--standalone``: on the device machine (no network) ``--standalone`` runs at P = 2 and 8
+    did not reach their first record in 166 s where one process finished in 80 s, while
+    bench_distributed.py's static launches ran P = 8 there (docs/devices.md, 2026-11-27)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(procs),
+            "--master-addr", "127.0.0.1", "--master-port", str(port)]
+
+
 def launch(args: list, out: Path, procs: int) -> subprocess.Popen:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "NUMBA_NUM_THREADS": "1"}
-    cmd = ([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(procs)]
-           if procs > 1 else [sys.executable]) + ["-m", "ssvm_torch.cli.train", *args, "--out", str(out)]
+    cmd = (torchrun(procs) if procs > 1 else [sys.executable]) + ["-m", "ssvm_torch.cli.train", *args,
+                                                                   "--out", str(out)]
     return subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 
 

@@ -61,6 +61,23 @@ def timed(fn, device, repeats):
     return statistics.median(times)
 
 
+def timed_rounds(fns: dict, device, repeats) -> dict:
+    """Median seconds of each callable of ``fns`` over ``repeats`` rounds that call every one once, in an
+    order rotated each round: a variant timed alone right after its warm-up ran slower than the same
+    launch shape timed later (the 2026-11-27 H100 runs, docs/devices.md), so alternation keeps the
+    clock's and the allocator's drift from landing on one variant."""
+    names = list(fns)
+    times = {k: [] for k in names}
+    for r in range(repeats):
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            sync(device)
+            t0 = time.perf_counter()
+            fns[name]()
+            sync(device)
+            times[name].append(time.perf_counter() - t0)
+    return {k: statistics.median(v) for k, v in times.items()}
+
+
 def decoder_setting(name):
     """Select the CUDA Viterbi of every store call (chain/padded.py reads SSVM_CUDA_VITERBI)."""
     os.environ["SSVM_CUDA_VITERBI"] = name
@@ -72,11 +89,15 @@ def gap_pass_figures(task, device, repeats, decoders):
     out = {}
     for dtype in (torch.float64, torch.float32):
         store = task.store(1e-3, device=device, dtype=dtype, kernels="torch")
-        row = {}
-        for name in decoders:
-            decoder_setting(name)
-            store.gap_pass()                                     # warm-up (and Triton's compile)
-            row[name] = 1e3 * timed(store.gap_pass, device, repeats)
+        def with_decoder(name):
+            def run():
+                decoder_setting(name)
+                store.gap_pass()
+            return run
+        fns = {name: with_decoder(name) for name in decoders}
+        for fn in fns.values():
+            fn()                                                 # warm-up (and Triton's compile)
+        row = {name: 1e3 * sec for name, sec in timed_rounds(fns, device, repeats).items()}
         decoder_setting(decoders[0])
         out[str(dtype).split(".")[1]] = {"gap_pass_ms": row[decoders[0]], "by_decoder": row}
     return out
@@ -121,7 +142,7 @@ def decode_figures(task, device, repeats, batches, compile_batches, sweep_batche
                     variants[f"fused-{variant}-b{bb}-w{warps}"] = functools.partial(
                         viterbi_fused, variant=variant, block_b=bb, num_warps=warps)
         first, last, trans = (torch.randn(*s, generator=gen).to(device) for s in ((K,), (K,), (K, K)))
-        row = {}
+        row, ready = {}, {}
         ref = None
         for name, fn in variants.items():
             try:
@@ -130,12 +151,12 @@ def decode_figures(task, device, repeats, batches, compile_batches, sweep_batche
                 labels = fn(unary, lengths, first, last, trans)[0].clone()   # warm-up / compile / capture
                 if ref is None:
                     ref = labels
-                sec = timed(lambda: fn(unary, lengths, first, last, trans), device, repeats)
-                row[name] = {"ms": 1e3 * sec, "words_per_s": B / sec,
-                             "tokens_per_s": float(lengths.sum()) / sec,
-                             "same_labels_as_loop": bool(torch.equal(labels, ref))}
+                row[name] = {"same_labels_as_loop": bool(torch.equal(labels, ref))}
+                ready[name] = functools.partial(fn, unary, lengths, first, last, trans)
             except Exception as e:                               # noqa: BLE001
                 row[name] = {"error": f"{type(e).__name__}: {e}"[:300]}
+        for name, sec in timed_rounds(ready, device, repeats).items():
+            row[name].update({"ms": 1e3 * sec, "words_per_s": B / sec, "tokens_per_s": float(lengths.sum()) / sec})
         out[str(B)] = row
         print(f"decode B={B:8d}  " + "  ".join(f"{k}: {v.get('words_per_s', float('nan')) / 1e6:.2f} M words/s"
                                                  for k, v in row.items()), flush=True)

@@ -2,8 +2,9 @@
 # The prepared device check on a machine with a CUDA GPU and >= 8 cores (docs/devices.md, "Measured on a
 # GPU"), each stage alone on the machine, in this order. Two runs, 11 minutes together (each stage's limit
 # *_S, the install ~20 s per run):
-#   run 1: STAGES="tests gpu"                  <= 20 + 280 + 110 = 410 s
-#   run 2: STAGES="rounds distributed"         <= 20 + 240 + 120 = 380 s
+#   run 1: STAGES="tests gpu"                  <= 20 + 280 + 150 = 450 s (2026-11-27 H100, second lease: 369 s)
+#   run 2: STAGES="rounds"                     <= 20 + 90 + 240 = 350 s (the rendezvous probe <= 90 s, seconds
+#          when it works; `distributed` too when time is left: + 120 s)
 #          (rounds: CoNLL-2000's time to a certified gap with the shared exchange at P = 1, 2, 8, the fastest
 #          exchange for BCFW and issue 56's 16-core figure; distributed: the columns exchange's mini-batch
 #          passes; the minibatch stage, measured twice already, only when time is left, with
@@ -86,7 +87,7 @@ fi
 
 if want gpu; then
   stamp "bench_gpu ${GPU_SECTIONS:-layer gap decode conll trees}"
-  timeout "${GPU_S:-110}" $py benchmarks/bench_gpu.py --sections ${GPU_SECTIONS:-layer gap decode conll trees} \
+  timeout "${GPU_S:-150}" $py benchmarks/bench_gpu.py --sections ${GPU_SECTIONS:-layer gap decode conll trees} \
     ${GPU_ARGS:---no-compile} --out "$OUT/gpu.json" \
     >>"$OUT/bench_gpu.log" 2>&1
   stamp "bench_gpu rc=$?"
@@ -109,9 +110,17 @@ if want distributed; then
 fi
 
 if want rounds; then
+  # torchrun's two rendezvous timed first (2 gloo ranks, init + barrier): --standalone runs at P = 2 and 8 did
+  # not reach a record in 166 s on the 2026-11-27 lease, static ones ran (docs/devices.md)
+  printf 'import torch.distributed as d\nd.init_process_group("gloo")\nd.barrier()\n' >/tmp/rdzv_probe.py
+  for how in "--standalone" "--master-addr 127.0.0.1 --master-port 29517"; do
+    t0=$(date +%s%N)
+    timeout 45 $py -m torch.distributed.run $how --nproc-per-node 2 /tmp/rdzv_probe.py >>"$OUT/rounds.log" 2>&1
+    stamp "rendezvous probe ($how) rc=$? $(( ($(date +%s%N) - t0) / 1000000 )) ms"
+  done
   stamp "rounds: time to gap, P = 1, 2, 8"
   timeout "${ROUNDS_S:-240}" $py benchmarks/bench_rounds_2core.py --exchange "${ROUNDS_EXCHANGE:-shared}" \
-    --datasets ${ROUNDS_DATASETS:-conll2000} --reps 1 --procs 2 8 --out "$OUT/rounds.json" >"$OUT/rounds.log" 2>&1
+    --datasets ${ROUNDS_DATASETS:-conll2000} --reps 1 --procs 2 8 --out "$OUT/rounds.json" >>"$OUT/rounds.log" 2>&1
   stamp "rounds rc=$?"
 fi
 
