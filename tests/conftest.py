@@ -17,9 +17,46 @@ from ssvm_torch.stores import BoxedDual
 torch.set_num_threads(1)
 
 
+FILE_SECONDS = os.path.join(os.path.dirname(__file__), "file_seconds.json")
+_seconds_by_file: dict = {}
+
+
+def pytest_collection_modifyitems(session, config, items):
+    """The test files in decreasing order of their measured seconds (tests/file_seconds.json), each file's
+    tests in their own order: xdist's ``--dist loadfile`` hands files out in collection order, one at a
+    time as workers free up, so a heavy file collected last would run alone at the end (longest first is
+    the classic bound for this scheduling, within 4/3 of the best). A file not in the table goes last;
+    the order changes only how long the run takes, never what it checks."""
+    import json
+    try:
+        with open(FILE_SECONDS) as f:
+            seconds = json.load(f)
+    except (OSError, ValueError):
+        return
+    rank = {}
+    for item in items:
+        rank.setdefault(item.nodeid.split("::")[0], len(rank))
+    items.sort(key=lambda item: (-seconds.get(item.nodeid.split("::")[0], 0.0), rank[item.nodeid.split("::")[0]]))
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """With SSVM_TEST_TIMES=1, the seconds of each test file of this run (setup, call and teardown of its
+    tests, summed) are written to tests/file_seconds.json for the ordering above, by the xdist controller
+    or the single process."""
+    if os.environ.get("SSVM_TEST_TIMES") != "1" or hasattr(session.config, "workerinput") or not _seconds_by_file:
+        return
+    import json
+    with open(FILE_SECONDS, "w") as f:
+        json.dump({k: round(v, 1) for k, v in sorted(_seconds_by_file.items(), key=lambda kv: -kv[1])}, f, indent=1)
+        f.write("\n")
+
+
 def pytest_runtest_logreport(report):
     """With SSVM_TORCH_FAILURE_LOG set (scripts/device_check.sh), each failure's report is appended to
-    that file as it happens: a run cut off by its time limit still says why its tests failed."""
+    that file as it happens: a run cut off by its time limit still says why its tests failed. Every
+    report's seconds are summed per file (pytest_sessionfinish)."""
+    file = report.nodeid.split("::")[0]
+    _seconds_by_file[file] = _seconds_by_file.get(file, 0.0) + (report.duration or 0.0)
     path = os.environ.get("SSVM_TORCH_FAILURE_LOG")
     if path and report.failed and getattr(report, "node", None) is None:     # xdist's controller copy has .node
         with open(path, "a") as f:
