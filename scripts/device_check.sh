@@ -2,9 +2,10 @@
 # The prepared device check on a machine with a CUDA GPU and >= 8 cores (docs/devices.md, "Measured on a
 # GPU"), each stage alone on the machine, in this order. Two runs, 11 minutes together (each stage's limit
 # *_S, the install ~20 s per run):
-#   run 1: STAGES="tests gpu"                  <= 20 + 280 + 150 = 450 s (2026-11-27 H100, second lease: 369 s)
-#   run 2: STAGES="rounds"                     <= 20 + 90 + 240 = 350 s (the rendezvous probe <= 90 s, seconds
-#          when it works; `distributed` too when time is left: + 120 s)
+#   run 1: STAGES="tests gpu"                  <= 20 + 270 + 125 = 415 s (2026-11-27 H100, second lease: 25 s install,
+#          238 s tests, 106 s gpu)
+#   run 2: STAGES="rounds"                     <= 20 + 30 + 190 = 240 s (the rendezvous probe <= 30 s, ~6 s when it
+#          works; the one-process CoNLL run ~80 s of the 190; `distributed` too when time is left: + 120 s)
 #          (rounds: CoNLL-2000's time to a certified gap with the shared exchange at P = 1, 2, 8, the fastest
 #          exchange for BCFW and issue 56's 16-core figure; distributed: the columns exchange's mini-batch
 #          passes; the minibatch stage, measured twice already, only when time is left, with
@@ -64,7 +65,7 @@ if want tests; then                    # alone: the whole suite with CUDA visibl
   # one numba thread per worker (numba's default, one per core in every worker, oversubscribes the cores);
   # each failure's traceback lands in failures.log as it happens
   NUMBA_NUM_THREADS=1 SSVM_TORCH_FAILURE_LOG="$OUT/failures.log" \
-  timeout "${TEST_S:-280}" $py -m pytest -n "${TEST_WORKERS:-14}" --dist loadfile -m "not slow" -p no:cacheprovider \
+  timeout "${TEST_S:-270}" $py -m pytest -n "${TEST_WORKERS:-14}" --dist loadfile -m "not slow" -p no:cacheprovider \
     -o addopts= $per_test -v -rfEs --durations=15 ${TEST_ARGS:-} >"$OUT/pytest.log" 2>&1
   stamp "tests rc=$?: $(grep -c ' PASSED' "$OUT/pytest.log") passed, $(grep -c ' SKIPPED' "$OUT/pytest.log") skipped, \
 $(grep -c -E ' (FAILED|ERROR)' "$OUT/pytest.log") failed (-v names each test as it ends: a cut-off run still says which failed)"
@@ -87,7 +88,7 @@ fi
 
 if want gpu; then
   stamp "bench_gpu ${GPU_SECTIONS:-layer gap decode conll trees}"
-  timeout "${GPU_S:-150}" $py benchmarks/bench_gpu.py --sections ${GPU_SECTIONS:-layer gap decode conll trees} \
+  timeout "${GPU_S:-125}" $py benchmarks/bench_gpu.py --sections ${GPU_SECTIONS:-layer gap decode conll trees} \
     ${GPU_ARGS:---no-compile} --out "$OUT/gpu.json" \
     >>"$OUT/bench_gpu.log" 2>&1
   stamp "bench_gpu rc=$?"
@@ -115,11 +116,11 @@ if want rounds; then
   printf 'import torch.distributed as d\nd.init_process_group("gloo")\nd.barrier()\n' >/tmp/rdzv_probe.py
   for how in "--standalone" "--master-addr 127.0.0.1 --master-port 29517"; do
     t0=$(date +%s%N)
-    timeout 45 $py -m torch.distributed.run $how --nproc-per-node 2 /tmp/rdzv_probe.py >>"$OUT/rounds.log" 2>&1
+    timeout 15 $py -m torch.distributed.run $how --nproc-per-node 2 /tmp/rdzv_probe.py >>"$OUT/rounds.log" 2>&1
     stamp "rendezvous probe ($how) rc=$? $(( ($(date +%s%N) - t0) / 1000000 )) ms"
   done
   stamp "rounds: time to gap, P = 1, 2, 8"
-  timeout "${ROUNDS_S:-240}" $py benchmarks/bench_rounds_2core.py --exchange "${ROUNDS_EXCHANGE:-shared}" \
+  timeout "${ROUNDS_S:-190}" $py benchmarks/bench_rounds_2core.py --exchange "${ROUNDS_EXCHANGE:-shared}" \
     --datasets ${ROUNDS_DATASETS:-conll2000} --reps 1 --procs 2 8 --out "$OUT/rounds.json" >>"$OUT/rounds.log" 2>&1
   stamp "rounds rc=$?"
 fi
