@@ -7,7 +7,9 @@ by CoNLL 2018's definitions (every word, punctuation included; LAS on the univer
 checked against its ``results.json``; per head the mean +- sample std over seeds of test UAS / LAS, dev UAS /
 LAS, epochs, s/epoch and hours of training as the runs went (sharing the cores with whatever ran beside them:
 the heads' speed measured alone is bench_ud_deep_speed.py's, printed below the table when its JSON is there),
-the tree layer's share of an epoch and test sentences per second. A paired bootstrap
+the tree layer's share of an epoch, test sentences per second, and the test UAS of the same arc
+scores decoded by a per-word argmax (no tree constraint) with the share of its outputs that are not trees.
+A paired bootstrap
 (test sentences resampled with replacement, ``--draws`` draws, the same sentences for every system and
 seed; Koehn 2004, Berg-Kirkpatrick et al. 2012) of each margin head (hinge, softmax-margin) against the CRF
 head and against the local head: the difference of the seed-averaged UAS and LAS, its 95% interval and the
@@ -99,7 +101,9 @@ def report(runs: Path, draws: int) -> dict:
              "dev_las": results["dev_las"], "epochs": results["epochs"], "best_epoch": results["best_epoch"],
              "s_per_epoch": results["s_per_epoch"], "hours": sum(r["seconds"] for r in history) / 3600,
              "tree_layer_share": statistics.fmean(r["tree_layer_share"] for r in history),
-             "test_sentences_per_s": results["test_sentences_per_s"], "counts": counts})
+             "test_sentences_per_s": results["test_sentences_per_s"], "counts": counts,
+             # the same arc scores decoded by a per-word argmax over heads, no tree constraint (issue 58, Deliver 2)
+             "test_uas_argmax": results["test_uas_argmax"], "argmax_not_tree_pct": results["test_argmax_not_tree_pct"]})
     out = {"test_sentences": test.n, "test_words": int(test.lengths.sum()), "heads": [], "bootstrap": []}
     for head in HEADS:
         rows = by_head.get(head)
@@ -110,7 +114,8 @@ def report(runs: Path, draws: int) -> dict:
                              "projective": all(r["projective"] for r in rows),
                              **{k: mean_std([r[k] for r in rows]) for k in
                                 ("test_uas", "test_las", "dev_uas", "dev_las", "epochs", "best_epoch", "s_per_epoch",
-                                 "hours", "tree_layer_share", "test_sentences_per_s")}})
+                                 "hours", "tree_layer_share", "test_sentences_per_s", "test_uas_argmax",
+                                 "argmax_not_tree_pct")}})
     for a in MARGIN_HEADS:
         for b in ("crf", "local"):
             if a in by_head and b in by_head:
@@ -123,13 +128,15 @@ def markdown(out: dict) -> str:
     def ms(x, d=2):
         return f"{x['mean']:.{d}f}" + (f" ± {x['std']:.{d}f}" if x["std"] is not None else "")
     rows = ["| head | seeds | gold UPOS input | **test UAS** | **test LAS** | dev UAS | dev LAS | epochs (best) | "
-            "s / epoch as run | hours of training as run | tree layer share | test sentences / s |",
-            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+            "s / epoch as run | hours of training as run | tree layer share | test sentences / s | "
+            "test UAS, per-word argmax (% not a tree) |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in out["heads"]:
         rows.append(f"| {r['head']} | {len(r['seeds'])} | {'yes' if r['upos_input'] else 'no'} | "
                     f"**{ms(r['test_uas'])}** | **{ms(r['test_las'])}** | {ms(r['dev_uas'])} | {ms(r['dev_las'])} | "
                     f"{ms(r['epochs'], 1)} ({ms(r['best_epoch'], 1)}) | {ms(r['s_per_epoch'], 0)} | {ms(r['hours'], 1)} | "
-                    f"{100 * r['tree_layer_share']['mean']:.1f}% | {r['test_sentences_per_s']['mean']:.0f} |")
+                    f"{100 * r['tree_layer_share']['mean']:.1f}% | {r['test_sentences_per_s']['mean']:.0f} | "
+                    f"{ms(r['test_uas_argmax'])} ({r['argmax_not_tree_pct']['mean']:.1f}%) |")
     rows.append("")
     for b in out["bootstrap"]:
         for m in ("uas", "las"):
