@@ -55,9 +55,7 @@ def s_per_pass(out: Path) -> tuple[float, list, str | None]:
 
 def torchrun(procs: int) -> list:
     """``torchrun`` for ``procs`` ranks on this machine with the static rendezvous at 127.0.0.1 on a free
-    port. Not ``--standalone``: on the device machine (no network) ``--standalone`` runs at P = 2 and 8
-    did not reach their first record in 166 s where one process finished in 80 s, while
-    bench_distributed.py's static launches ran P = 8 there (docs/devices.md, 2026-11-27)."""
+    port (every benchmark that launches ranks: one way, and no fixed port that a run left busy)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]

@@ -66,6 +66,9 @@ def main():
     ap.add_argument("--exchange", choices=["rounds", "shared"], default="rounds")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--procs", type=int, nargs="+", default=[2], help="the numbers of ranks beside one process")
+    ap.add_argument("--one-process-last", action="store_true",
+                    help="run the ranks first and the one-process baseline last (a run cut by a time limit keeps "
+                         "the P-rank figures; the device check: its baseline was measured on an earlier lease)")
     ap.add_argument("--out", default=None, help="default benchmarks/results/distributed_2core/<exchange>.json")
     args = ap.parse_args()
     args.out = args.out or str(ROOT / "benchmarks" / "results" / "distributed_2core" / f"{args.exchange}.json")
@@ -73,7 +76,7 @@ def main():
     kept = json.loads(out.read_text())["datasets"] if out.exists() else {}     # the datasets not rerun stay
     result = {"machine": {"cpus": os.cpu_count()}, "exchange": args.exchange, "procs": args.procs,
               "datasets": {k: v for k, v in kept.items() if k not in args.datasets}}
-    counts = [1, *args.procs]
+    counts = [*args.procs, 1] if args.one_process_last else [1, *args.procs]
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.datasets:

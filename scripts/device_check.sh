@@ -2,10 +2,11 @@
 # The prepared device check on a machine with a CUDA GPU and >= 8 cores (docs/devices.md, "Measured on a
 # GPU"), each stage alone on the machine, in this order. Two runs, 11 minutes together (each stage's limit
 # *_S, the install ~20 s per run):
-#   run 1: STAGES="tests gpu"                  <= 20 + 270 + 125 = 415 s (2026-11-27 H100, second lease: 25 s install,
+#   run 1: STAGES="tests gpu"                  <= 20 + 250 + 110 = 380 s (2026-11-27 H100, second lease: 25 s install,
 #          238 s tests, 106 s gpu)
-#   run 2: STAGES="rounds"                     <= 20 + 30 + 190 = 240 s (the rendezvous probe <= 30 s, ~6 s when it
-#          works; the one-process CoNLL run ~80 s of the 190; `distributed` too when time is left: + 120 s)
+#   run 2: STAGES="rounds"                     <= 20 + 260 = 280 s (whole commands, records included: one process
+#          ~100 s, P = 2 ~90 s on the 2-core machine; P = 2 and 8 first, the one-process baseline last, measured
+#          already on the 2026-11-27 second lease: 74.3 s; `distributed` too when time is left: + 120 s)
 #          (rounds: CoNLL-2000's time to a certified gap with the shared exchange at P = 1, 2, 8, the fastest
 #          exchange for BCFW and issue 56's 16-core figure; distributed: the columns exchange's mini-batch
 #          passes; the minibatch stage, measured twice already, only when time is left, with
@@ -65,7 +66,7 @@ if want tests; then                    # alone: the whole suite with CUDA visibl
   # one numba thread per worker (numba's default, one per core in every worker, oversubscribes the cores);
   # each failure's traceback lands in failures.log as it happens
   NUMBA_NUM_THREADS=1 SSVM_TORCH_FAILURE_LOG="$OUT/failures.log" \
-  timeout "${TEST_S:-270}" $py -m pytest -n "${TEST_WORKERS:-14}" --dist loadfile -m "not slow" -p no:cacheprovider \
+  timeout "${TEST_S:-250}" $py -m pytest -n "${TEST_WORKERS:-14}" --dist loadfile -m "not slow" -p no:cacheprovider \
     -o addopts= $per_test -v -rfEs --durations=15 ${TEST_ARGS:-} >"$OUT/pytest.log" 2>&1
   stamp "tests rc=$?: $(grep -c ' PASSED' "$OUT/pytest.log") passed, $(grep -c ' SKIPPED' "$OUT/pytest.log") skipped, \
 $(grep -c -E ' (FAILED|ERROR)' "$OUT/pytest.log") failed (-v names each test as it ends: a cut-off run still says which failed)"
@@ -88,7 +89,7 @@ fi
 
 if want gpu; then
   stamp "bench_gpu ${GPU_SECTIONS:-layer gap decode conll trees}"
-  timeout "${GPU_S:-125}" $py benchmarks/bench_gpu.py --sections ${GPU_SECTIONS:-layer gap decode conll trees} \
+  timeout "${GPU_S:-110}" $py benchmarks/bench_gpu.py --sections ${GPU_SECTIONS:-layer gap decode conll trees} \
     ${GPU_ARGS:---no-compile} --out "$OUT/gpu.json" \
     >>"$OUT/bench_gpu.log" 2>&1
   stamp "bench_gpu rc=$?"
@@ -111,17 +112,9 @@ if want distributed; then
 fi
 
 if want rounds; then
-  # torchrun's two rendezvous timed first (2 gloo ranks, init + barrier): --standalone runs at P = 2 and 8 did
-  # not reach a record in 166 s on the 2026-11-27 lease, static ones ran (docs/devices.md)
-  printf 'import torch.distributed as d\nd.init_process_group("gloo")\nd.barrier()\n' >/tmp/rdzv_probe.py
-  for how in "--standalone" "--master-addr 127.0.0.1 --master-port 29517"; do
-    t0=$(date +%s%N)
-    timeout 15 $py -m torch.distributed.run $how --nproc-per-node 2 /tmp/rdzv_probe.py >>"$OUT/rounds.log" 2>&1
-    stamp "rendezvous probe ($how) rc=$? $(( ($(date +%s%N) - t0) / 1000000 )) ms"
-  done
   stamp "rounds: time to gap, P = 1, 2, 8"
-  timeout "${ROUNDS_S:-190}" $py benchmarks/bench_rounds_2core.py --exchange "${ROUNDS_EXCHANGE:-shared}" \
-    --datasets ${ROUNDS_DATASETS:-conll2000} --reps 1 --procs 2 8 --out "$OUT/rounds.json" >>"$OUT/rounds.log" 2>&1
+  timeout "${ROUNDS_S:-260}" $py benchmarks/bench_rounds_2core.py --exchange "${ROUNDS_EXCHANGE:-shared}" \
+    --datasets ${ROUNDS_DATASETS:-conll2000} --reps 1 --procs 2 8 --one-process-last --out "$OUT/rounds.json" >"$OUT/rounds.log" 2>&1
   stamp "rounds rc=$?"
 fi
 
