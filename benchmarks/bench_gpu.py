@@ -2,12 +2,13 @@
 
 * exact gap pass on OCR-large (6,251 words) with the torch kernels, float64 and float32, with each
   CUDA Viterbi (``fused``: the Triton kernel of chain/triton_viterbi.py with the variant its measured
-  rule picks, the default; ``fused-tile`` / ``fused-rows``: one variant; ``loop``);
+  rule picks, the default; ``fused-tile`` / ``fused-rows`` / ``fused-transposed``: one variant; ``loop``);
 * raw batched Viterbi throughput (words/s) vs batch size on OCR shapes (K = 26, the lengths of
   OCR-large resampled), for the plain loop over positions (the reference kernel), the same function
   under ``torch.compile(mode="reduce-overhead")`` (CUDA graphs; at B = 65,536, since every shape
-  compiles anew) and the fused Triton kernel (the default rule, both variants, and a sweep of sequences
-  per program and warps at B = 65,536 and 2^20: the figures behind the rule);
+  compiles anew) and the fused Triton kernel (the default rule, each variant, and a sweep of sequences
+  per program, warps and the rows loop unrolled at B = 1,024, 6,251, 65,536 and 2^20: the figures behind
+  the rule);
 * mini-batch BCFW seconds per effective pass and gap vs time for tau in {64, 256, 1024, n} on the GPU,
   next to the CPU numba BCFW of the same seed measured on the same machine (OCR-large, lambda 1e-3,
   and the wall time to reach gap 0.1);
@@ -135,12 +136,17 @@ def decode_figures(task, device, repeats, batches, compile_batches, sweep_batche
             variants["fused"] = viterbi_fused
             variants["fused-tile"] = functools.partial(viterbi_fused, variant="tile")
             variants["fused-rows"] = functools.partial(viterbi_fused, variant="rows")
+            variants["fused-transposed"] = functools.partial(viterbi_fused, variant="transposed")
             if B in sweep_batches:                               # the kernels' launch shape, measured
-                # the default (ROWS_BLOCK_B / ROWS_WARPS, rows 16/4 from the 2026-11-27 H100 run) and its neighbours
-                for variant, bb, warps in (("tile", 4, 4), ("tile", 8, 8), ("rows", 8, 4), ("rows", 16, 2),
-                                           ("rows", 16, 4), ("rows", 32, 4), ("rows", 64, 4)):
-                    variants[f"fused-{variant}-b{bb}-w{warps}"] = functools.partial(
-                        viterbi_fused, variant=variant, block_b=bb, num_warps=warps)
+                # the default (ROWS_BLOCK_B / ROWS_WARPS, rows 16/4 from the 2026-11-27 H100 run), its best
+                # neighbours there (rows 16/2, 32/4, 64/4 and tile 4/4 lost everywhere), the rows loop
+                # unrolled ("-u") and the transposed tile, neither measured yet
+                for variant, bb, warps, unroll in (("tile", 8, 8, False), ("rows", 8, 4, False),
+                                                   ("rows", 16, 4, False), ("rows", 8, 4, True), ("rows", 16, 4, True),
+                                                   ("transposed", 4, 4, False), ("transposed", 8, 4, False),
+                                                   ("transposed", 16, 8, False)):
+                    variants[f"fused-{variant}{'-u' if unroll else ''}-b{bb}-w{warps}"] = functools.partial(
+                        viterbi_fused, variant=variant, block_b=bb, num_warps=warps, unroll=unroll)
         first, last, trans = (torch.randn(*s, generator=gen).to(device) for s in ((K,), (K,), (K, K)))
         row, ready = {}, {}
         ref = None
@@ -379,7 +385,8 @@ def main():
         save()
 
     def gap():
-        decoders = (["fused", "fused-tile", "fused-rows", "loop"] if device.type == "cuda" and triton is not None
+        decoders = (["fused", "fused-tile", "fused-rows", "fused-transposed", "loop"]
+                    if device.type == "cuda" and triton is not None
                     else ["loop"])
         res["gap_pass_ocr_large"] = gap_pass_figures(task, device, args.repeats, decoders)
         print("gap pass OCR-large (ms): " + ", ".join(f"{k} {v['by_decoder']}" for k, v in

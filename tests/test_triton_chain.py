@@ -97,8 +97,8 @@ def test_triton_computes_low_precision_in_float32_like_numba(dtype):
     assert torch.equal(ours.decode(E.to(dtype).to(DEV), mask.to(DEV)).cpu(), ref.decode(E.to(dtype).float(), mask))
 
 
-@pytest.mark.parametrize("variant", ["tile", "rows"])
-def test_the_stores_lengths_decoder_runs_on_the_same_kernel(variant):
+@pytest.mark.parametrize("variant,unroll", [("tile", False), ("rows", False), ("rows", True), ("transposed", False)])
+def test_the_stores_lengths_decoder_runs_on_the_same_kernel(variant, unroll):
     """viterbi_fused (lengths, per-sequence token losses, constraints) = the torch loop."""
     g = torch.Generator().manual_seed(5)
     B, T, K = 11, 8, 26
@@ -111,7 +111,7 @@ def test_the_stores_lengths_decoder_runs_on_the_same_kernel(variant):
     for kw in ({}, {"gt": gt}, {"gt": gt, "token_loss": tl}, {"gt": gt, "penalty": pen}):
         a = viterbi_loop(U, lengths, f, la, tr, **kw)
         dkw = {k: (tuple(x.to(DEV) for x in v) if isinstance(v, tuple) else v.to(DEV)) for k, v in kw.items()}
-        b = viterbi_fused(*(x.to(DEV) for x in (U, lengths, f, la, tr)), variant=variant, **dkw)
+        b = viterbi_fused(*(x.to(DEV) for x in (U, lengths, f, la, tr)), variant=variant, unroll=unroll, **dkw)
         assert torch.equal(a[0], b[0].cpu()), sorted(kw)
         torch.testing.assert_close(a[1], b[1].cpu(), rtol=1e-12, atol=1e-12)
 
@@ -123,13 +123,13 @@ def test_forcing_triton_where_it_cannot_run_names_the_reason():
         lay.decode(E)
 
 
-@pytest.mark.parametrize("decoder", ["fused", "fused-rows"])
+@pytest.mark.parametrize("decoder", ["fused", "fused-rows", "fused-transposed"])
 @pytest.mark.parametrize("task,options", [("ocr-small", {}),
                                           ("conll2000", dict(features="sha-pereira", tags="bioes", constraints="bioes"))])
 def test_the_fused_gap_pass_gives_the_torch_paths_terms(task, options, decoder, monkeypatch):
     """The chain store's exact gap pass in one Triton kernel (ragged chains, the loss-augmented Viterbi,
     s(y_i), <M_i, theta_i>, the wrong positions) against its padded torch path, after a few passes
-    (M_i away from the gold labelings), with and without BIOES constraints, both kernel variants."""
+    (M_i away from the gold labelings), with and without BIOES constraints, the kernel's variants."""
     from ssvm_torch import Solver, SolverConfig
     from ssvm_torch.tasks import load_task
     from ssvm_torch import make_store

@@ -1,4 +1,4 @@
-"""The fused Triton Viterbi (chain/triton_viterbi.py, both variants) against the loop over positions: same labels
+"""The fused Triton Viterbi (chain/triton_viterbi.py, every variant) against the loop over positions: same labels
 and scores, with loss augmentation, per-sequence token losses and -inf constraint penalties. On CUDA
 the kernel runs directly; without a GPU it runs under Triton's interpreter (``TRITON_INTERPRET=1``,
 which must be set before Triton compiles the kernel, hence a subprocess). Both skip without Triton
@@ -62,9 +62,9 @@ COMPARE = textwrap.dedent("""
                 kw = {k: (tuple(p.to(device) for p in v) if isinstance(v, tuple) else v.to(device))
                       for k, v in kw.items()}
                 a_lab, a_sc = viterbi_loop(*args, **kw)
-                for variant in ("tile", "rows"):
-                    b_lab, b_sc = viterbi_fused(*args, variant=variant, **kw)
-                    assert torch.equal(a_lab.cpu(), b_lab.cpu()), (variant, dtype, K, sorted(kw))
+                for variant, unroll in (("tile", False), ("rows", False), ("rows", True), ("transposed", False)):
+                    b_lab, b_sc = viterbi_fused(*args, variant=variant, unroll=unroll, **kw)
+                    assert torch.equal(a_lab.cpu(), b_lab.cpu()), (variant, unroll, dtype, K, sorted(kw))
                     torch.testing.assert_close(a_sc.cpu(), b_sc.cpu())
                     cases += 1
         return cases
@@ -75,7 +75,7 @@ COMPARE = textwrap.dedent("""
 def test_fused_viterbi_equals_loop_on_cuda():
     scope = {}
     exec(COMPARE, scope)
-    assert scope["compare"]("cuda") == 30
+    assert scope["compare"]("cuda") == 60
 
 
 @pytest.mark.skipif(not HAVE_TRITON, reason="needs Triton (TRITON_INTERPRET=1 runs the kernel on the CPU)")
@@ -87,7 +87,7 @@ def test_fused_viterbi_equals_loop_in_triton_interpreter():
     env = {**os.environ, "TRITON_INTERPRET": "1"}
     r = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
-    assert "cases 30" in r.stdout
+    assert "cases 60" in r.stdout
 
 
 def test_cuda_decoder_choice_is_validated(monkeypatch):
@@ -126,7 +126,7 @@ def test_the_default_variant_follows_the_measured_rule():
     (docs/devices.md has the H100 figures behind the rule); every CUDA decoder name is accepted."""
     from ssvm_torch.chain.triton_viterbi import ROWS_FROM_B, choose_variant
     assert choose_variant(ROWS_FROM_B - 1) == "tile" and choose_variant(ROWS_FROM_B) == "rows"
-    for name in ("fused", "fused-tile", "fused-rows", "loop"):
+    for name in ("fused", "fused-tile", "fused-rows", "fused-transposed", "loop"):
         os.environ["SSVM_CUDA_VITERBI"] = name
         try:
             assert cuda_decoder() == name

@@ -15,13 +15,14 @@ from .numba_viterbi import NO_PEN, penalty_array, viterbi_ragged
 from .torch_viterbi import viterbi_loop
 from .triton_viterbi import fused_available, viterbi_fused
 
-CUDA_DECODERS = ("fused", "fused-tile", "fused-rows", "loop")
+CUDA_DECODERS = ("fused", "fused-tile", "fused-rows", "fused-transposed", "loop")
 
 
 def cuda_decoder() -> str:
     """Which kernel :func:`viterbi` runs on CUDA: ``fused`` (one Triton kernel,
     :mod:`ssvm_torch.chain.triton_viterbi`, the variant its measured rule picks by batch size; the
-    default where Triton is importable), ``fused-tile`` / ``fused-rows`` (one variant) or ``loop``
+    default where Triton is importable), ``fused-tile`` / ``fused-rows`` / ``fused-transposed`` (one variant)
+    or ``loop``
     (:func:`viterbi_loop`), from the environment variable ``SSVM_CUDA_VITERBI``."""
     choice = os.environ.get("SSVM_CUDA_VITERBI", "fused")
     if choice not in CUDA_DECODERS:
@@ -32,7 +33,8 @@ def cuda_decoder() -> str:
 def fused_variant() -> str | None:
     """The Triton kernel's variant that :func:`cuda_decoder`'s choice names (``auto`` for ``fused``),
     None for ``loop``."""
-    return {"fused": "auto", "fused-tile": "tile", "fused-rows": "rows", "loop": None}[cuda_decoder()]
+    choice = cuda_decoder()
+    return None if choice == "loop" else {"fused": "auto"}.get(choice, choice.removeprefix("fused-"))
 
 
 def viterbi(unary: torch.Tensor, lengths: torch.Tensor, first: torch.Tensor, last: torch.Tensor,

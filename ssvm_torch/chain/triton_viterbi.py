@@ -30,7 +30,8 @@ except ImportError:                        # pragma: no cover - exercised where 
     triton = None
 
 MAX_K = 64          # the (BLOCK_B, K, K) register tiles: beyond 64 tags the torch path is used
-VARIANTS = ("auto", "tile", "rows")
+VARIANTS = ("auto", "tile", "rows", "transposed")
+MODES = {"tile": 0, "rows": 1, "transposed": 2}      # the kernel's MODE of each variant
 # Measured on an H100 (benchmarks/results/gpu.json of 2026-11-27, K = 26, OCR lengths; docs/devices.md): the
 # rows variant with 16 sequences and 4 warps per program decodes 131 / 181 M words/s at B = 2^16 / 2^20
 # (32 sequences: 108 / 150 M; the tile variant 21 / 24 M); at B = 6,251 the rows variant already wins
@@ -98,11 +99,14 @@ if triton is not None:
     @triton.jit
     def _viterbi_kernel(U, MASK, LEN, OFF, FIRST, LAST, TRANS, GT, ROWC, COST, MU, BP, SCRATCH, LABELS, SCORES,
                         GOLD_SCORES, MTHETA, WRONG, B, T, K, HAS_MASK: tl.constexpr, RAGGED: tl.constexpr,
-                        HAS_GT: tl.constexpr, GOLD_SCORE: tl.constexpr, GAP_TERMS: tl.constexpr, ROWS: tl.constexpr,
-                        BLOCK_B: tl.constexpr, BLOCK_K: tl.constexpr):
-        """Viterbi of BLOCK_B chains. The max over the previous tag: ``ROWS`` False (the tile variant),
-        a (BLOCK_B, next, prev) register tile reduced across threads; True (the rows variant), a loop
-        over the previous tag inside each thread, delta going through a scratch row per sequence.
+                        HAS_GT: tl.constexpr, GOLD_SCORE: tl.constexpr, GAP_TERMS: tl.constexpr, MODE: tl.constexpr,
+                        UNROLL: tl.constexpr, BLOCK_B: tl.constexpr, BLOCK_K: tl.constexpr):
+        """Viterbi of BLOCK_B chains. The max over the previous tag (``MODE``, :data:`MODES`): 0 (the tile
+        variant), a (BLOCK_B, next, prev) register tile reduced along its last axis, which the default
+        layout spreads across a warp's lanes; 2 (transposed), the (BLOCK_B, prev, next) tile reduced along
+        its middle axis, which the layout keeps in each thread's registers (delta changes layout once per
+        position instead); 1 (rows), a loop over the previous tag inside each thread, delta going through
+        a scratch row per sequence (``UNROLL``: the loop unrolled over BLOCK_K tags, the padding masked).
         ``RAGGED``: the scores U (and GT, MU, LABELS) are ragged rows stacked at offsets OFF (the
         stores' layout: position t of row b at OFF[b] + t) instead of padded (B, T, ...).
         ``GAP_TERMS``: also <M_b, U_b> + M_b[first]·first + M_b[last]·last from the stacked marginals
@@ -111,7 +115,10 @@ if triton is not None:
         neg = float("-inf")
         rb, rk, bmask, kmask, m2, row = program_block(B, T, K, BLOCK_B, BLOCK_K)
         first = tl.load(FIRST + rk, mask=kmask, other=neg)
-        trans = load_trans(TRANS, rk, kmask, K)
+        if MODE == 2:                                # trans^T [prev, next]
+            trans = tl.load(TRANS + rk[None, :] * K + rk[:, None], mask=kmask[:, None] & kmask[None, :], other=neg)
+        else:
+            trans = load_trans(TRANS, rk, kmask, K)
         rowc = tl.load(ROWC + rb, mask=bmask, other=0.0)
         delta = tl.full((BLOCK_B, BLOCK_K), neg, U.dtype.element_ty)
         started = tl.zeros((BLOCK_B,), tl.int32)
@@ -135,19 +142,33 @@ if triton is not None:
             if HAS_GT:
                 g = tl.load(GT + base + t, mask=bmask & on, other=0).to(tl.int32)
                 ua = u + rowc[:, None] * tl.load(COST + g[:, None] * K + rk[None, :], mask=mon, other=0.0)
-            if ROWS:
+            if MODE == 1:
                 tl.store(SCRATCH + srow[:, None] + rk[None, :], delta, mask=bmask[:, None])
                 tl.debug_barrier()                   # the row is read by the threads of other tags
                 best = tl.full((BLOCK_B, BLOCK_K), neg, U.dtype.element_ty)
                 arg = tl.zeros((BLOCK_B, BLOCK_K), tl.int32)
-                for j in range(0, K):
-                    dj = tl.load(SCRATCH + srow + j, mask=bmask, other=neg)
-                    tj = tl.load(TRANS + rk * K + j, mask=kmask, other=neg)        # trans[next, j]
-                    cand = dj[:, None] + tj[None, :]
-                    better = cand > best                                          # ties keep the lowest j
-                    best = tl.where(better, cand, best)
-                    arg = tl.where(better, j, arg)
+                if UNROLL:
+                    for j in tl.static_range(0, BLOCK_K):
+                        jb, jk = (tl.zeros((BLOCK_B,), tl.int32) + j) < K, (rk * 0 + j) < K
+                        dj = tl.load(SCRATCH + srow + j, mask=bmask & jb, other=neg)
+                        tj = tl.load(TRANS + rk * K + j, mask=kmask & jk, other=neg)
+                        cand = dj[:, None] + tj[None, :]
+                        better = cand > best
+                        best = tl.where(better, cand, best)
+                        arg = tl.where(better, j, arg)
+                else:
+                    for j in range(0, K):
+                        dj = tl.load(SCRATCH + srow + j, mask=bmask, other=neg)
+                        tj = tl.load(TRANS + rk * K + j, mask=kmask, other=neg)    # trans[next, j]
+                        cand = dj[:, None] + tj[None, :]
+                        better = cand > best                                      # ties keep the lowest j
+                        best = tl.where(better, cand, best)
+                        arg = tl.where(better, j, arg)
                 tl.debug_barrier()                   # all reads done before the next position's store
+            elif MODE == 2:
+                cand = delta[:, :, None] + trans[None, :, :]                     # (BLOCK_B, prev, next)
+                best = tl.max(cand, axis=1)
+                arg = tl.argmax(cand, axis=1).to(tl.int32)                       # ties: the lowest prev
             else:
                 cand = delta[:, None, :] + trans[None, :, :]                     # (BLOCK_B, next, prev)
                 best = tl.max(cand, axis=2)
@@ -210,12 +231,13 @@ def hamming_cost(K: int, dtype, device) -> torch.Tensor:
 
 def launch_viterbi(U, first, last, trans, *, mask=None, lengths=None, gt=None, rowc=None, cost=None,
                    gold_score: bool = False, variant: str = "auto", block_b: int | None = None,
-                   num_warps: int | None = None):
+                   num_warps: int | None = None, unroll: bool = False):
     """(labels (B, T) int64 -1 off the chain, scores (B,) with the loss term when ``gt`` is given (0 for
     an empty row), gold scores (B,) or None): the kernel on ``mask`` (bool (B, T)) or ``lengths``;
     ``first``/``last``/``trans`` the effective scores (constraint penalties included) in U's dtype;
     the loss rowc_b cost[gt_t, k] (``gt`` int, ``rowc`` (B,), ``cost`` (K, K)). ``block_b`` /
-    ``num_warps``: sequences per program and warps (None: the defaults; benchmarks/bench_gpu.py sweeps them)."""
+    ``num_warps``: sequences per program and warps (None: the defaults; benchmarks/bench_gpu.py sweeps them);
+    ``unroll``: the rows variant's loop over the previous tag unrolled (measured there too)."""
     if triton is None:
         raise RuntimeError("the Triton kernels need Triton, which is not installed")
     if variant not in VARIANTS:
@@ -244,12 +266,14 @@ def launch_viterbi(U, first, last, trans, *, mask=None, lengths=None, gt=None, r
         block_b = (ROWS_BLOCK_B if auto else max(1, min(64, 2048 // block_k))) if rows else default_b
     if num_warps is None:
         num_warps = (ROWS_WARPS if auto else 4) if rows else (4 if block_k <= 32 else 8)
+    if unroll and not rows:
+        raise ValueError(f"unroll: only the rows variant has a loop to unroll, got variant {variant!r}")
     grid = (triton.cdiv(B, block_b),)
     scratch = torch.empty((grid[0] * block_b, block_k) if rows else (1,), dtype=dtype, device=dev)
     _viterbi_kernel[grid](U, mask_arg, len_arg, dummy, first, last, trans, gt_arg, rowc_arg, cost_arg, rowc_arg, bp,
                           scratch, labels, scores, gold_scores, scores, dummy, B, T, K, HAS_MASK=mask is not None,
-                          RAGGED=False, HAS_GT=has_gt, GOLD_SCORE=gold_score, GAP_TERMS=False, ROWS=rows,
-                          BLOCK_B=block_b, BLOCK_K=block_k, num_warps=num_warps)
+                          RAGGED=False, HAS_GT=has_gt, GOLD_SCORE=gold_score, GAP_TERMS=False,
+                          MODE=MODES[variant], UNROLL=unroll, BLOCK_B=block_b, BLOCK_K=block_k, num_warps=num_warps)
     return labels, scores, (gold_scores if gold_score else None)
 
 
@@ -279,19 +303,22 @@ def ragged_gap_terms(U, offsets, T: int, Y, Mu, first, last, trans, rowc, cost, 
     _viterbi_kernel[grid](U.contiguous(), lengths, lengths, offsets.contiguous(), first, last, trans, Y.contiguous(),
                           rowc.to(dtype).contiguous(), cost.to(dtype).contiguous(), Mu.contiguous(), bp, scratch,
                           labels, aug, gold, m_theta, wrong, n, T, K, HAS_MASK=False, RAGGED=True, HAS_GT=True,
-                          GOLD_SCORE=True, GAP_TERMS=True, ROWS=variant == "rows", BLOCK_B=block_b, BLOCK_K=block_k,
+                          GOLD_SCORE=True, GAP_TERMS=True, MODE=MODES[variant], UNROLL=False, BLOCK_B=block_b,
+                          BLOCK_K=block_k,
                           num_warps=ROWS_WARPS if variant == "rows" else (4 if block_k <= 32 else 8))
     return labels, aug, gold, m_theta, wrong
 
 
 def viterbi_fused(unary: torch.Tensor, lengths: torch.Tensor, first: torch.Tensor, last: torch.Tensor,
                   trans: torch.Tensor, gt: torch.Tensor | None = None, token_loss: torch.Tensor | None = None,
-                  penalty=None, variant: str = "auto", block_b: int | None = None, num_warps: int | None = None):
+                  penalty=None, variant: str = "auto", block_b: int | None = None, num_warps: int | None = None,
+                  unroll: bool = False):
     """:func:`ssvm_torch.chain.padded.viterbi` as one Triton kernel (same arguments, same result:
     labels (B, T) int64 padded with -1, scores (B,) including the loss term when ``gt`` is given:
     the Hamming loss weighted by ``token_loss`` per sequence, 1 / length by default).
-    ``variant``: ``tile`` (the max over the previous tag as a (BLOCK_B, K, K) register tile), ``rows``
-    (a loop over the previous tag inside each thread) or ``auto`` (:func:`choose_variant`)."""
+    ``variant``: ``tile`` (the max over the previous tag as a (BLOCK_B, K, K) register tile reduced across
+    lanes), ``transposed`` (the same tile reduced within each thread), ``rows`` (a loop over the previous
+    tag inside each thread) or ``auto`` (:func:`choose_variant`)."""
     if penalty is not None:
         first, last, trans = first + penalty[0], last + penalty[1], trans + penalty[2]
     rowc = cost = None
@@ -299,7 +326,7 @@ def viterbi_fused(unary: torch.Tensor, lengths: torch.Tensor, first: torch.Tenso
         rowc = 1.0 / lengths.to(unary.dtype) if token_loss is None else token_loss
         cost = hamming_cost(unary.shape[2], unary.dtype, unary.device)
     labels, scores, _ = launch_viterbi(unary, first, last, trans, lengths=lengths, gt=gt, rowc=rowc, cost=cost,
-                                       variant=variant, block_b=block_b, num_warps=num_warps)
+                                       variant=variant, block_b=block_b, num_warps=num_warps, unroll=unroll)
     return labels, scores
 
 
