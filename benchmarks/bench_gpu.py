@@ -6,9 +6,9 @@
 * raw batched Viterbi throughput (words/s) vs batch size on OCR shapes (K = 26, the lengths of
   OCR-large resampled), for the plain loop over positions (the reference kernel), the same function
   under ``torch.compile(mode="reduce-overhead")`` (CUDA graphs; at B = 65,536, since every shape
-  compiles anew) and the fused Triton kernel (the default rule, each variant, and a sweep of sequences
-  per program, warps and the rows loop unrolled at B = 1,024, 6,251, 65,536 and 2^20: the figures behind
-  the rule);
+  compiles anew) and the fused Triton kernel (the default rule, each variant, the default without sorting
+  the chains by length, and a sweep of sequences per program, warps and the rows loop unrolled at B = 1,024,
+  6,251, 65,536 and 2^20: the figures behind the rule);
 * mini-batch BCFW seconds per effective pass and gap vs time for tau in {64, 256, 1024, n} on the GPU,
   next to the CPU numba BCFW of the same seed measured on the same machine (OCR-large, lambda 1e-3,
   and the wall time to reach gap 0.1);
@@ -137,16 +137,18 @@ def decode_figures(task, device, repeats, batches, compile_batches, sweep_batche
             variants["fused-tile"] = functools.partial(viterbi_fused, variant="tile")
             variants["fused-rows"] = functools.partial(viterbi_fused, variant="rows")
             variants["fused-transposed"] = functools.partial(viterbi_fused, variant="transposed")
+            # the default with its chains taken in batch order (SORT_FROM_B sorts them by length from 2,048 on)
+            variants["fused-unsorted"] = functools.partial(viterbi_fused, sort=False)
             if B in sweep_batches:                               # the kernels' launch shape, measured
                 # the default (ROWS_BLOCK_B / ROWS_WARPS, rows 16/4 from the 2026-11-27 H100 run), its best
                 # neighbours there (rows 16/2, 32/4, 64/4 and tile 4/4 lost everywhere), the rows loop
-                # unrolled ("-u") and the transposed tile, neither measured yet
+                # unrolled ("-u") and the transposed tile, neither measured yet; all sorted by length ("-s")
                 for variant, bb, warps, unroll in (("tile", 8, 8, False), ("rows", 8, 4, False),
                                                    ("rows", 16, 4, False), ("rows", 8, 4, True), ("rows", 16, 4, True),
                                                    ("transposed", 4, 4, False), ("transposed", 8, 4, False),
                                                    ("transposed", 16, 8, False)):
-                    variants[f"fused-{variant}{'-u' if unroll else ''}-b{bb}-w{warps}"] = functools.partial(
-                        viterbi_fused, variant=variant, block_b=bb, num_warps=warps, unroll=unroll)
+                    variants[f"fused-{variant}{'-u' if unroll else ''}-b{bb}-w{warps}-s"] = functools.partial(
+                        viterbi_fused, variant=variant, block_b=bb, num_warps=warps, unroll=unroll, sort=True)
         first, last, trans = (torch.randn(*s, generator=gen).to(device) for s in ((K,), (K,), (K, K)))
         row, ready = {}, {}
         ref = None

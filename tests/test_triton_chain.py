@@ -7,6 +7,7 @@ lengths-based decoder (``viterbi_fused``) on the same kernel."""
 import pytest
 import torch
 
+from ssvm_torch.chain import triton_viterbi
 from ssvm_torch.chain.triton_viterbi import fused_available, viterbi_fused
 from ssvm_torch.chain.torch_viterbi import viterbi_loop
 from ssvm_torch.errors import SSVMInputError
@@ -97,9 +98,12 @@ def test_triton_computes_low_precision_in_float32_like_numba(dtype):
     assert torch.equal(ours.decode(E.to(dtype).to(DEV), mask.to(DEV)).cpu(), ref.decode(E.to(dtype).float(), mask))
 
 
-@pytest.mark.parametrize("variant,unroll", [("tile", False), ("rows", False), ("rows", True), ("transposed", False)])
-def test_the_stores_lengths_decoder_runs_on_the_same_kernel(variant, unroll):
-    """viterbi_fused (lengths, per-sequence token losses, constraints) = the torch loop."""
+@pytest.mark.parametrize("variant,unroll,sort", [("tile", False, False), ("tile", False, True), ("rows", False, True),
+                                                ("rows", True, False), ("transposed", False, False),
+                                                ("transposed", False, True)])
+def test_the_stores_lengths_decoder_runs_on_the_same_kernel(variant, unroll, sort):
+    """viterbi_fused (lengths, per-sequence token losses, constraints) = the torch loop, with the chains taken
+    in their order or sorted by length (each program walking only to its longest chain)."""
     g = torch.Generator().manual_seed(5)
     B, T, K = 11, 8, 26
     lengths = torch.randint(1, T + 1, (B,), generator=g)
@@ -111,7 +115,7 @@ def test_the_stores_lengths_decoder_runs_on_the_same_kernel(variant, unroll):
     for kw in ({}, {"gt": gt}, {"gt": gt, "token_loss": tl}, {"gt": gt, "penalty": pen}):
         a = viterbi_loop(U, lengths, f, la, tr, **kw)
         dkw = {k: (tuple(x.to(DEV) for x in v) if isinstance(v, tuple) else v.to(DEV)) for k, v in kw.items()}
-        b = viterbi_fused(*(x.to(DEV) for x in (U, lengths, f, la, tr)), variant=variant, unroll=unroll, **dkw)
+        b = viterbi_fused(*(x.to(DEV) for x in (U, lengths, f, la, tr)), variant=variant, unroll=unroll, sort=sort, **dkw)
         assert torch.equal(a[0], b[0].cpu()), sorted(kw)
         torch.testing.assert_close(a[1], b[1].cpu(), rtol=1e-12, atol=1e-12)
 
@@ -123,10 +127,11 @@ def test_forcing_triton_where_it_cannot_run_names_the_reason():
         lay.decode(E)
 
 
-@pytest.mark.parametrize("decoder", ["fused", "fused-rows", "fused-transposed"])
+@pytest.mark.parametrize("decoder,sort_from", [("fused", None), ("fused", 1), ("fused-rows", 1),
+                                               ("fused-transposed", None)])
 @pytest.mark.parametrize("task,options", [("ocr-small", {}),
                                           ("conll2000", dict(features="sha-pereira", tags="bioes", constraints="bioes"))])
-def test_the_fused_gap_pass_gives_the_torch_paths_terms(task, options, decoder, monkeypatch):
+def test_the_fused_gap_pass_gives_the_torch_paths_terms(task, options, decoder, sort_from, monkeypatch):
     """The chain store's exact gap pass in one Triton kernel (ragged chains, the loss-augmented Viterbi,
     s(y_i), <M_i, theta_i>, the wrong positions) against its padded torch path, after a few passes
     (M_i away from the gold labelings), with and without BIOES constraints, the kernel's variants."""
@@ -138,6 +143,8 @@ def test_the_fused_gap_pass_gives_the_torch_paths_terms(task, options, decoder, 
     store = make_store(problem.model, data, 0.05, device=DEV, kernels="torch")
     Solver(store, SolverConfig(passes=2, gap_check=2, batch_size=8, seed=3)).run()
     monkeypatch.setenv("SSVM_CUDA_VITERBI", decoder)
+    if sort_from is not None:                # the chains sorted by length from this many on (40 here)
+        monkeypatch.setattr(triton_viterbi, "SORT_FROM_B", sort_from)
     fused, padded = store.gap_terms(True), store.gap_terms(False)
     assert torch.equal(fused[0], padded[0])
     for name, a, b in zip(("aug", "m_theta", "gt_score", "loss"), fused[1:], padded[1:]):

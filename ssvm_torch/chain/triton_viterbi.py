@@ -39,6 +39,20 @@ MODES = {"tile": 0, "rows": 1, "transposed": 2}      # the kernel's MODE of each
 # programs win (0.22 vs 0.29 ms). The crossover is taken at 2,048, between the two measured sizes.
 ROWS_FROM_B = 2048
 ROWS_BLOCK_B, ROWS_WARPS = 16, 4
+# Chains given by lengths are sorted by length from this many on (``sort=None``), so that each program walks
+# about its own chains' length instead of the longest of BLOCK_B random ones: on OCR's lengths (3-14 letters,
+# mean 7.4) that is 1.9x fewer positions walked at B = 2^20 (7.73 M positions against 13.5 M; 14.7 M to the
+# batch's longest), at the price of one argsort. Chosen from that count, not yet timed on a GPU: bench_gpu.py
+# times ``sort`` on and off.
+SORT_FROM_B = ROWS_FROM_B
+
+
+def length_order(lengths: torch.Tensor, sort: bool | None) -> torch.Tensor | None:
+    """The chains' order by decreasing length (int32), or None: ``sort`` None sorts from SORT_FROM_B chains
+    on. Longest first, so that the slowest programs start first."""
+    if sort is None:
+        sort = lengths.shape[0] >= SORT_FROM_B
+    return torch.argsort(lengths, descending=True).to(torch.int32) if sort else None
 
 
 def choose_variant(B: int) -> str:
@@ -97,8 +111,9 @@ if triton is not None:
         return tl.sum(tl.where(rk[None, :] == g[:, None], u, 0.0), axis=1)
 
     @triton.jit
-    def _viterbi_kernel(U, MASK, LEN, OFF, FIRST, LAST, TRANS, GT, ROWC, COST, MU, BP, SCRATCH, LABELS, SCORES,
+    def _viterbi_kernel(U, MASK, LEN, OFF, ORDER, FIRST, LAST, TRANS, GT, ROWC, COST, MU, BP, SCRATCH, LABELS, SCORES,
                         GOLD_SCORES, MTHETA, WRONG, B, T, K, HAS_MASK: tl.constexpr, RAGGED: tl.constexpr,
+                        SORTED: tl.constexpr,
                         HAS_GT: tl.constexpr, GOLD_SCORE: tl.constexpr, GAP_TERMS: tl.constexpr, MODE: tl.constexpr,
                         UNROLL: tl.constexpr, BLOCK_B: tl.constexpr, BLOCK_K: tl.constexpr):
         """Viterbi of BLOCK_B chains. The max over the previous tag (``MODE``, :data:`MODES`): 0 (the tile
@@ -111,9 +126,19 @@ if triton is not None:
         stores' layout: position t of row b at OFF[b] + t) instead of padded (B, T, ...).
         ``GAP_TERMS``: also <M_b, U_b> + M_b[first]·first + M_b[last]·last from the stacked marginals
         MU, and the count of positions where the decoded label differs from GT (the block gap's
-        terms, eq. (6) of Osokin et al. 2016)."""
+        terms, eq. (6) of Osokin et al. 2016).
+        Chains given by lengths are walked only up to the longest in the program (t_end), not to T;
+        ``SORTED``: program slot i takes chain ORDER[i] (the chains sorted by length), so that a program's
+        chains have about one length and the walk does no padding steps."""
         neg = float("-inf")
         rb, rk, bmask, kmask, m2, row = program_block(B, T, K, BLOCK_B, BLOCK_K)
+        if SORTED:
+            rb = tl.load(ORDER + rb, mask=bmask, other=0)
+            row = rb.to(tl.int64) * T * K
+        if HAS_MASK:
+            t_end = T
+        else:
+            t_end = tl.max(tl.load(LEN + rb, mask=bmask, other=0), axis=0)
         first = tl.load(FIRST + rk, mask=kmask, other=neg)
         if MODE == 2:                                # trans^T [prev, next]
             trans = tl.load(TRANS + rk[None, :] * K + rk[:, None], mask=kmask[:, None] & kmask[None, :], other=neg)
@@ -132,7 +157,7 @@ if triton is not None:
             base = rb.to(tl.int64) * T
         m_theta = tl.zeros((BLOCK_B,), U.dtype.element_ty)
         mu_prev = tl.zeros((BLOCK_B, BLOCK_K), U.dtype.element_ty)
-        for t in range(0, T):
+        for t in range(0, t_end):
             on = on_at(MASK, LEN, rb, t, T, bmask, HAS_MASK)
             mon = m2 & on[:, None]
             at = (base + t) * K                                               # U's offset of (b, t)
@@ -201,8 +226,11 @@ if triton is not None:
         cur = tl.argmax(final, axis=1).to(tl.int32)
         wrong = tl.zeros((BLOCK_B,), tl.int32)
         tl.debug_barrier()                           # back-pointers written by other threads of this program
-        for s in range(0, T):
-            t = T - 1 - s
+        if not RAGGED:
+            for t in range(t_end, T):                # padded rows: -1 past every chain of the program
+                tl.store(LABELS + base + t, tl.full((BLOCK_B,), -1, tl.int64), mask=bmask)
+        for s in range(0, t_end):
+            t = t_end - 1 - s
             on = on_at(MASK, LEN, rb, t, T, bmask, HAS_MASK)
             if RAGGED:                               # ragged labels: only the row's own positions exist
                 tl.store(LABELS + base + t, cur.to(tl.int64), mask=bmask & on)
@@ -231,13 +259,14 @@ def hamming_cost(K: int, dtype, device) -> torch.Tensor:
 
 def launch_viterbi(U, first, last, trans, *, mask=None, lengths=None, gt=None, rowc=None, cost=None,
                    gold_score: bool = False, variant: str = "auto", block_b: int | None = None,
-                   num_warps: int | None = None, unroll: bool = False):
+                   num_warps: int | None = None, unroll: bool = False, sort: bool | None = None):
     """(labels (B, T) int64 -1 off the chain, scores (B,) with the loss term when ``gt`` is given (0 for
     an empty row), gold scores (B,) or None): the kernel on ``mask`` (bool (B, T)) or ``lengths``;
     ``first``/``last``/``trans`` the effective scores (constraint penalties included) in U's dtype;
     the loss rowc_b cost[gt_t, k] (``gt`` int, ``rowc`` (B,), ``cost`` (K, K)). ``block_b`` /
     ``num_warps``: sequences per program and warps (None: the defaults; benchmarks/bench_gpu.py sweeps them);
-    ``unroll``: the rows variant's loop over the previous tag unrolled (measured there too)."""
+    ``unroll``: the rows variant's loop over the previous tag unrolled (measured there too); ``sort``: chains
+    given by ``lengths`` taken in order of length (:func:`length_order`; a mask's chains never are)."""
     if triton is None:
         raise RuntimeError("the Triton kernels need Triton, which is not installed")
     if variant not in VARIANTS:
@@ -270,20 +299,23 @@ def launch_viterbi(U, first, last, trans, *, mask=None, lengths=None, gt=None, r
         raise ValueError(f"unroll: only the rows variant has a loop to unroll, got variant {variant!r}")
     grid = (triton.cdiv(B, block_b),)
     scratch = torch.empty((grid[0] * block_b, block_k) if rows else (1,), dtype=dtype, device=dev)
-    _viterbi_kernel[grid](U, mask_arg, len_arg, dummy, first, last, trans, gt_arg, rowc_arg, cost_arg, rowc_arg, bp,
+    order = None if mask is not None else length_order(lengths, sort)
+    _viterbi_kernel[grid](U, mask_arg, len_arg, dummy, dummy if order is None else order, first, last, trans, gt_arg, rowc_arg, cost_arg, rowc_arg, bp,
                           scratch, labels, scores, gold_scores, scores, dummy, B, T, K, HAS_MASK=mask is not None,
-                          RAGGED=False, HAS_GT=has_gt, GOLD_SCORE=gold_score, GAP_TERMS=False,
-                          MODE=MODES[variant], UNROLL=unroll, BLOCK_B=block_b, BLOCK_K=block_k, num_warps=num_warps)
+                          RAGGED=False, SORTED=order is not None, HAS_GT=has_gt, GOLD_SCORE=gold_score,
+                          GAP_TERMS=False, MODE=MODES[variant], UNROLL=unroll, BLOCK_B=block_b, BLOCK_K=block_k, num_warps=num_warps)
     return labels, scores, (gold_scores if gold_score else None)
 
 
-def ragged_gap_terms(U, offsets, T: int, Y, Mu, first, last, trans, rowc, cost, variant: str = "auto"):
+def ragged_gap_terms(U, offsets, T: int, Y, Mu, first, last, trans, rowc, cost, variant: str = "auto",
+                     sort: bool | None = None, order: torch.Tensor | None = None):
     """One kernel for the stores' exact gap pass on ragged chains (U, Y, Mu stacked (N, ...) at
     ``offsets`` (n + 1,), T = the longest chain): (labels (N,) of the loss-augmented Viterbi with the
     loss rowc_b cost[Y_t, k], aug scores (n,), s(Y) (n,), <M_b, U_b> + M_b[first]·first +
     M_b[last]·last (n,), wrong positions (n,) int32). ``first``/``last``/``trans`` effective (penalties
-    included), in U's dtype; the <M_t, trans> term is the caller's (one reduction). ``variant``: as
-    :func:`launch_viterbi`'s."""
+    included), in U's dtype; the <M_t, trans> term is the caller's (one reduction). ``variant``, ``sort``: as
+    :func:`launch_viterbi`'s; ``order``: :func:`length_order`'s result, given by a caller whose chains never
+    change (then ``sort`` is not read)."""
     if triton is None:
         raise RuntimeError("the Triton kernels need Triton, which is not installed")
     n, K = offsets.shape[0] - 1, U.shape[1]
@@ -300,9 +332,11 @@ def ragged_gap_terms(U, offsets, T: int, Y, Mu, first, last, trans, rowc, cost, 
     wrong = torch.empty(n, dtype=torch.int32, device=dev)
     bp = torch.empty((n, T, K), dtype=torch.int8 if K <= 127 else torch.int16, device=dev)
     scratch = torch.empty((grid[0] * block_b, block_k) if variant == "rows" else (1,), dtype=dtype, device=dev)
-    _viterbi_kernel[grid](U.contiguous(), lengths, lengths, offsets.contiguous(), first, last, trans, Y.contiguous(),
-                          rowc.to(dtype).contiguous(), cost.to(dtype).contiguous(), Mu.contiguous(), bp, scratch,
-                          labels, aug, gold, m_theta, wrong, n, T, K, HAS_MASK=False, RAGGED=True, HAS_GT=True,
+    order = length_order(lengths, sort) if order is None else order
+    _viterbi_kernel[grid](U.contiguous(), lengths, lengths, offsets.contiguous(), lengths if order is None else order,
+                          first, last, trans, Y.contiguous(), rowc.to(dtype).contiguous(), cost.to(dtype).contiguous(),
+                          Mu.contiguous(), bp, scratch, labels, aug, gold, m_theta, wrong, n, T, K, HAS_MASK=False,
+                          RAGGED=True, SORTED=order is not None, HAS_GT=True,
                           GOLD_SCORE=True, GAP_TERMS=True, MODE=MODES[variant], UNROLL=False, BLOCK_B=block_b,
                           BLOCK_K=block_k,
                           num_warps=ROWS_WARPS if variant == "rows" else (4 if block_k <= 32 else 8))
@@ -312,13 +346,13 @@ def ragged_gap_terms(U, offsets, T: int, Y, Mu, first, last, trans, rowc, cost, 
 def viterbi_fused(unary: torch.Tensor, lengths: torch.Tensor, first: torch.Tensor, last: torch.Tensor,
                   trans: torch.Tensor, gt: torch.Tensor | None = None, token_loss: torch.Tensor | None = None,
                   penalty=None, variant: str = "auto", block_b: int | None = None, num_warps: int | None = None,
-                  unroll: bool = False):
+                  unroll: bool = False, sort: bool | None = None):
     """:func:`ssvm_torch.chain.padded.viterbi` as one Triton kernel (same arguments, same result:
     labels (B, T) int64 padded with -1, scores (B,) including the loss term when ``gt`` is given:
     the Hamming loss weighted by ``token_loss`` per sequence, 1 / length by default).
     ``variant``: ``tile`` (the max over the previous tag as a (BLOCK_B, K, K) register tile reduced across
     lanes), ``transposed`` (the same tile reduced within each thread), ``rows`` (a loop over the previous
-    tag inside each thread) or ``auto`` (:func:`choose_variant`)."""
+    tag inside each thread) or ``auto`` (:func:`choose_variant`); ``sort``: see :func:`length_order`."""
     if penalty is not None:
         first, last, trans = first + penalty[0], last + penalty[1], trans + penalty[2]
     rowc = cost = None
@@ -326,7 +360,8 @@ def viterbi_fused(unary: torch.Tensor, lengths: torch.Tensor, first: torch.Tenso
         rowc = 1.0 / lengths.to(unary.dtype) if token_loss is None else token_loss
         cost = hamming_cost(unary.shape[2], unary.dtype, unary.device)
     labels, scores, _ = launch_viterbi(unary, first, last, trans, lengths=lengths, gt=gt, rowc=rowc, cost=cost,
-                                       variant=variant, block_b=block_b, num_warps=num_warps, unroll=unroll)
+                                       variant=variant, block_b=block_b, num_warps=num_warps, unroll=unroll,
+                                       sort=sort)
     return labels, scores
 
 

@@ -76,6 +76,7 @@ class ChainDual(ChainTorchPath, ChainMarginalMoves, JointConstraints, BlockDual)
         self.w = torch.zeros(model.d, dtype=dtype, device=dev)
         self.sparse_direction, self._scratch = model.d >= SPARSE_D, None    # directions as touched coordinates
         self._t_max = None              # the longest chain, read once by the fused gap pass
+        self._order = None              # the chains by decreasing length (the fused gap pass sorts once)
         check_choice(kernels, "kernels", KERNELS)
         numba_ok = dev.type == "cpu" and dtype == torch.float64
         if kernels == "numba" and not numba_ok:

@@ -14,7 +14,7 @@ from ..models.chain_index import feature_coo, padded_index, padded_trans_counts,
 from ..oracles.chain_kernels import batch_corners_host, nb_unary_all
 from ..chain.padded import fused_variant, viterbi
 from ..chain.torch_ops import with_penalty
-from ..chain.triton_viterbi import hamming_cost, ragged_gap_terms
+from ..chain.triton_viterbi import hamming_cost, length_order, ragged_gap_terms
 from .base import BatchCorners
 
 
@@ -83,11 +83,13 @@ class ChainTorchPath:
         U, first, last, trans = potentials = potentials if potentials is not None else self._potentials()
         if fused:
             f, la, t = with_penalty(first, last, trans, self.model.penalty(self.dtype, self.device))
-            if self._t_max is None:                 # the chains never change: one host read per store
+            if self._t_max is None:                 # the chains never change: one host read and one sort per store
                 self._t_max = int(self.lengths.max())
+                self._order = length_order(self.lengths, None)
             labels, aug, gt_score, m_part, wrong = ragged_gap_terms(
                 U, self.offsets, self._t_max, self.Y, self.Mu, f, la, t, self.tw,
-                hamming_cost(self.model.K, self.dtype, self.device), variant=fused_variant() or "auto")
+                hamming_cost(self.model.K, self.dtype, self.device), variant=fused_variant() or "auto",
+                sort=False, order=self._order)
             return labels, aug, m_part + (self.Mt * trans).sum((1, 2)), gt_score, wrong.to(self.dtype) * self.tw / self.N
         c = self._corners_torch(torch.arange(self.n, device=self.device), with_sqnorm=False, potentials=potentials)
         gt_score = torch.zeros(self.n, dtype=self.dtype, device=self.device).index_add_(
