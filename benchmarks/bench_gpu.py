@@ -377,6 +377,7 @@ def main():
         """Run one section; an exception is recorded under errors[name] and the next section runs."""
         if name not in args.sections:
             return
+        t0 = time.perf_counter()
         try:
             fn()
             res.get("errors", {}).pop(name, None)
@@ -384,6 +385,8 @@ def main():
             import traceback
             traceback.print_exc()
             res.setdefault("errors", {})[name] = f"{type(e).__name__}: {e}"[:2000]
+        res.setdefault("section_s", {})[name] = round(time.perf_counter() - t0, 1)    # the device check's budget
+        print(f"section {name}: {res['section_s'][name]} s", flush=True)
         save()
 
     def gap():
@@ -395,7 +398,7 @@ def main():
                                                      res["gap_pass_ocr_large"].items()), flush=True)
 
     def decode():
-        batches = [256, 4096] if quick else [1024, 6251, 65536, 262144, 1 << 20]
+        batches = [256, 4096] if quick else [1024, 6251, 65536, 1 << 20]
         res["decode"] = decode_figures(task, device, args.repeats, batches,
                                        compile_batches=set() if args.no_compile else {65536},
                                        sweep_batches=set() if quick else {1024, 6251, 65536, 1 << 20})

@@ -2,9 +2,10 @@
 # The prepared device check on a machine with a CUDA GPU and >= 8 cores (docs/devices.md, "Measured on a
 # GPU"), each stage alone on the machine, in this order. Two runs, 11 minutes together (each stage's limit
 # *_S, the install ~20 s per run):
-#   run 1: STAGES="tests gpu"                  <= 20 + 250 + 110 = 380 s (2026-11-27 H100, second lease: 25 s install,
-#          238 s tests, 106 s gpu)
-#   run 2: STAGES="rounds"                     <= 20 + 260 = 280 s (whole commands, records included: one process
+#   run 1: STAGES="tests gpu"                  <= 20 + 250 + 120 = 390 s (2026-11-27 H100, second lease: 25 s install,
+#          238 s tests, 106 s gpu; since then the decode sweep gained the transposed, unrolled and sorted launches
+#          and lost B = 262,144 and four launch shapes that lost everywhere: bench_gpu.log gives each section's s)
+#   run 2: STAGES="rounds"                     <= 20 + 250 = 270 s (whole commands, records included: one process
 #          ~100 s, P = 2 ~90 s on the 2-core machine; P = 2 and 8 first, the one-process baseline last, measured
 #          already on the 2026-11-27 second lease: 74.3 s; `distributed` too when time is left: + 120 s)
 #          (rounds: CoNLL-2000's time to a certified gap with the shared exchange at P = 1, 2, 8, the fastest
@@ -89,7 +90,7 @@ fi
 
 if want gpu; then
   stamp "bench_gpu ${GPU_SECTIONS:-layer gap decode conll trees}"
-  timeout "${GPU_S:-110}" $py benchmarks/bench_gpu.py --sections ${GPU_SECTIONS:-layer gap decode conll trees} \
+  timeout "${GPU_S:-120}" $py benchmarks/bench_gpu.py --sections ${GPU_SECTIONS:-layer gap decode conll trees} \
     ${GPU_ARGS:---no-compile} --out "$OUT/gpu.json" \
     >>"$OUT/bench_gpu.log" 2>&1
   stamp "bench_gpu rc=$?"
@@ -113,7 +114,7 @@ fi
 
 if want rounds; then
   stamp "rounds: time to gap, P = 1, 2, 8"
-  timeout "${ROUNDS_S:-260}" $py benchmarks/bench_rounds_2core.py --exchange "${ROUNDS_EXCHANGE:-shared}" \
+  timeout "${ROUNDS_S:-250}" $py benchmarks/bench_rounds_2core.py --exchange "${ROUNDS_EXCHANGE:-shared}" \
     --datasets ${ROUNDS_DATASETS:-conll2000} --reps 1 --procs 2 8 --one-process-last --out "$OUT/rounds.json" >"$OUT/rounds.log" 2>&1
   stamp "rounds rc=$?"
 fi

@@ -62,8 +62,8 @@ COMPARE = textwrap.dedent("""
                 kw = {k: (tuple(p.to(device) for p in v) if isinstance(v, tuple) else v.to(device))
                       for k, v in kw.items()}
                 a_lab, a_sc = viterbi_loop(*args, **kw)
-                for variant, unroll, sort in (("tile", False, False), ("tile", False, True), ("rows", False, True),
-                                              ("rows", True, False), ("transposed", False, True)):
+                for variant, unroll, sort in (("tile", False, False), ("rows", False, True), ("rows", True, False),
+                                              ("transposed", False, True)):
                     b_lab, b_sc = viterbi_fused(*args, variant=variant, unroll=unroll, sort=sort, **kw)
                     assert torch.equal(a_lab.cpu(), b_lab.cpu()), (variant, unroll, sort, dtype, K, sorted(kw))
                     torch.testing.assert_close(a_sc.cpu(), b_sc.cpu())
@@ -76,7 +76,7 @@ COMPARE = textwrap.dedent("""
 def test_fused_viterbi_equals_loop_on_cuda():
     scope = {}
     exec(COMPARE, scope)
-    assert scope["compare"]("cuda") == 75
+    assert scope["compare"]("cuda") == 60
 
 
 @pytest.mark.skipif(not HAVE_TRITON, reason="needs Triton (TRITON_INTERPRET=1 runs the kernel on the CPU)")
@@ -88,7 +88,7 @@ def test_fused_viterbi_equals_loop_in_triton_interpreter():
     env = {**os.environ, "TRITON_INTERPRET": "1"}
     r = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
-    assert "cases 75" in r.stdout
+    assert "cases 60" in r.stdout
 
 
 def test_cuda_decoder_choice_is_validated(monkeypatch):
