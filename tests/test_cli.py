@@ -43,6 +43,24 @@ def test_resume_continues_exactly(tmp_path):
     assert torch.equal(torch.load(a / "model.pt")["w"], torch.load(b / "model.pt")["w"])
 
 
+@pytest.mark.parametrize("every", [3, 0])
+def test_eval_every_thins_the_records_not_the_run(tmp_path, every):
+    """--eval-every k: the same trajectory and model as evaluating every check; the errors only in the records
+    whose index is a multiple of k (none for 0) and in the last, equal to the full run's there."""
+    common = ["--dataset", "ocr-small", "--lam", "0.01", "--gap-check", "1", "--passes", "14", "--seed", "2", "--quiet"]
+    assert main(common + ["--out", str(tmp_path / "full")]) == 0
+    assert main(common + ["--out", str(tmp_path / "thin"), "--eval-every", str(every)]) == 0
+    full, thin = (json.loads((tmp_path / r / "history.json").read_text()) for r in ("full", "thin"))
+    assert len(full) == len(thin) == 8
+    evaluated = [i for i, r in enumerate(thin) if "test_error" in r]
+    assert evaluated == ([0, 3, 6, 7] if every == 3 else [7])
+    for i, (a, b) in enumerate(zip(full, thin)):
+        a = {k: v for k, v in a.items() if k != "time_s"}
+        b = {k: v for k, v in b.items() if k != "time_s"}
+        assert (b == a) if i in evaluated else (b == {k: v for k, v in a.items() if not k.startswith(("train_", "test_"))})
+    assert torch.equal(torch.load(tmp_path / "full" / "model.pt")["w"], torch.load(tmp_path / "thin" / "model.pt")["w"])
+
+
 @pytest.mark.parametrize("argv,needle", [
     (["--dataset", "mnist"], "dataset: expected one of"),
     (["--lam", "0"], "lam: expected a finite number > 0"),
@@ -52,6 +70,7 @@ def test_resume_continues_exactly(tmp_path):
     (["--device", "tpu:x"], "device: expected a torch device"),
     (["--dataset", "conll2000", "--train-size", "0"], "train_size: expected an int in [1, 8936]"),
     (["--max-cache", "0", "--cache"], "max_cache: expected an int >= 1"),
+    (["--eval-every", "-1"], "eval_every: expected an int >= 0"),
 ])
 def test_cli_bad_input(tmp_path, capsys, argv, needle):
     assert main(argv + ["--passes", "1", "--out", str(tmp_path)]) == 2

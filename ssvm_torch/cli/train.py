@@ -3,7 +3,8 @@ exact duality gap and test error.
 
 Outputs in ``--out DIR`` (the run format of :mod:`ssvm_torch.outputs`):
   history.json  one record per exact gap check: passes, oracle_calls, steps, time_s, primal, dual, gap,
-                gap_estimate, train_error, test_error (+ test_position_error, and avg_* with --averaging)
+                gap_estimate, train_error, test_error (+ test_position_error, and avg_* with --averaging;
+                with --eval-every k only every k-th record and the last carry the errors)
   model.pt      {"w": float64 tensor (d,), "ell": float, "lam": float, "dataset": str, "feature_layout": dict}
                 (deg adds "w_dual" = w(z_bar) and "radius" R: its records' dual is recomputable from the file)
   checkpoint.pt the full solver state at the last gap check (with --checkpoint), for --resume
@@ -30,13 +31,14 @@ from ..devices import parse_device
 from ..distributed.collectives import any_rank
 from ..errors import DistributedError, RunInterrupted, SSVMInputError
 from .entry import command_parser, run_command
-from ..outputs import RunDir, load_checkpoint, save_checkpoint, save_history, save_model, save_predictions, save_selection
+from ..outputs import RunDir, load_checkpoint, save_checkpoint, save_predictions, save_selection
 from ..selection import DEFAULT_LAMS, select_lambda
 from ..solvers import SAMPLERS, SOLVERS, STEPS, SolverConfig, make_solver
 from ..solvers.cutting_plane import QP_SOLVERS
 from ..stores import KERNELS
 from ..tasks import TASKS, TREE_KINDS, get_task, load_task
 from .interrupts import stop_on_signal
+from .results import evaluate_final_record, every_kth_check, save_results, write_certified
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -115,6 +117,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--gap-check", type=float, default=None,
                    help="passes of block steps between exact gap checks (fractional: e.g. 0.1 = every n/10 steps); "
                         "None = the task's default (10; 5 for ud-ewt)")
+    p.add_argument("--eval-every", type=int, default=1,
+                   help="the task's errors (train / test error, F1, UAS) in every k-th exact check's record, the first "
+                        "and the returned model's included (0: the returned model's only); they cost wall time, not "
+                        "solver time")
     p.add_argument("--gap-refresh", type=int, default=1,
                    help="every k-th gap check refreshes the sampler's block gaps (0: never; others only monitor)")
     p.add_argument("--passes", type=float, default=None,
@@ -178,6 +184,9 @@ def resolve_defaults(args) -> None:
 def run(args) -> dict:
     if args.threads < 1:
         raise SSVMInputError(f"threads: expected an int >= 1, got {args.threads}")
+    if args.eval_every < 0:
+        raise SSVMInputError(f"eval_every: expected an int >= 0 (0: the returned model's record only), "
+                             f"got {args.eval_every}")
     torch.set_num_threads(args.threads)
     device = parse_device(args.device)
     dtype = getattr(torch, args.dtype)
@@ -251,7 +260,8 @@ def _train(args, cfg: SolverConfig, device, dtype, run_dir: RunDir | None) -> di
     def progress(rec):
         if speak:
             print(f"pass {rec['passes']:7.1f}  gap {_fmt(rec['gap'], '.3e')}  primal {rec['primal']:.6f}  "
-                  f"dual {_fmt(rec['dual'], '.6f')}  train {rec['train_error']:.4f}  test {rec['test_error']:.4f}  "
+                  f"dual {_fmt(rec['dual'], '.6f')}  "
+                  + (f"train {rec['train_error']:.4f}  test {rec['test_error']:.4f}  " if "test_error" in rec else "")
                   + (f"F1 {rec['test_f1']:.2f}  " if "test_f1" in rec else "")
                   + (f"UAS {rec['test_uas']:.2f}  LAS {rec['test_las']:.2f}  " if "test_uas" in rec else "") +
                   f"[{rec['time_s']:.2f} s]", flush=True)
@@ -273,8 +283,9 @@ def _train(args, cfg: SolverConfig, device, dtype, run_dir: RunDir | None) -> di
     saved = {}                                       # the last checkpoint written, or a failed write: stop there
     certified = {}                                   # torchrun, rank 0: the model of the last check
     solver_kw = {"round_steps": args.round_steps} if isinstance(dual, distributed.RoundsDual) else {}
+    evaluate = every_kth_check(task.evaluate, args.eval_every, lambda: len(solver.state.history))
     solver = (distributed.RoundsSolver if solver_kw else make_solver)(
-        dual, cfg, evaluate=task.evaluate if run_dir is not None else None, progress=progress,
+        dual, cfg, evaluate=evaluate if run_dir is not None else None, progress=progress,
         interrupt=lambda: stop["requested"]() or "failed" in saved, **solver_kw)
     if args.checkpoint and run_dir is not None:   # the first checkpoint comes at the first gap check: room now
         local = dual.local if sharded else dual
@@ -315,7 +326,7 @@ def _train(args, cfg: SolverConfig, device, dtype, run_dir: RunDir | None) -> di
         except DistributedError as e:               # a peer died: rank 0 keeps the last certified point
             if out is None or not certified:
                 raise
-            raise DistributedError(f"{e}; {_write_certified(out, solver, certified, lam, args.dataset, task)}") \
+            raise DistributedError(f"{e}; {write_certified(out, solver, certified, lam, args.dataset, task)}") \
                 from None
     wall = time.perf_counter() - t0
     last = history[-1]
@@ -327,7 +338,9 @@ def _train(args, cfg: SolverConfig, device, dtype, run_dir: RunDir | None) -> di
             raise RunInterrupted(f"interrupted at {last['passes']:.1f} effective passes ({where})")
         return last
     w_model, ell_model = solver.model_point()
-    _save_results(out, history, w_model, ell_model, lam, args.dataset, task.describe(), solver.model_extras())
+    if args.eval_every != 1:
+        evaluate_final_record(last, task.evaluate, w_model, getattr(solver, "w_avg", None) if cfg.averaging else None)
+    save_results(out, history, w_model, ell_model, lam, args.dataset, task.describe(), solver.model_extras())
     if task.predictions is not None:
         save_predictions(out, task.predictions(w_model))
     if "failed" in saved:
@@ -367,35 +380,6 @@ def _train(args, cfg: SolverConfig, device, dtype, run_dir: RunDir | None) -> di
         raise RunInterrupted(f"interrupted at {last['passes']:.1f} effective passes (exact duality gap there {gap}); "
                              f"wrote {out / 'history.json'} and {out / 'model.pt'}; {resume}")
     return last
-
-
-def _write_certified(out: Path, solver, certified: dict, lam: float, dataset: str, task) -> str:
-    """history.json (the records up to the last exact check) and model.pt (that check's model) of a
-    torchrun run whose peer died, from rank 0's copy taken at the check; the clause that says so."""
-    history = solver.state.history[:certified["records"]]
-    _save_results(out, history, certified["w"], certified["ell"], lam, dataset, task.describe(), certified["extras"])
-    if task.predictions is not None:
-        save_predictions(out, task.predictions(certified["w"]))
-    last = history[-1]
-    gap = "n/a" if last["gap"] is None else f"{last['gap']:.3e}"
-    return (f"wrote {out / 'history.json'} and {out / 'model.pt'} of the last certified point "
-            f"({last['passes']:.1f} effective passes, exact duality gap {gap})")
-
-
-def _save_results(out: Path, history: list, w, ell: float, lam: float, dataset: str, layout: dict,
-                  extras: dict | None = None) -> None:
-    """history.json and model.pt into ``out``; if that fails (e.g. the disk filled up during the run),
-    into a fresh temporary directory named in the error, so the trained model is not lost."""
-    try:
-        save_history(out, history)
-        save_model(out, w, ell, lam, dataset, layout, extras)
-    except OSError as e:
-        import tempfile
-        rescue = Path(tempfile.mkdtemp(prefix="ssvm-train-results-"))
-        save_history(rescue, history)
-        save_model(rescue, w, ell, lam, dataset, layout, extras)
-        raise SSVMInputError(f"out: writing the results into {out} failed ({e.strerror or e}); they are in {rescue} "
-                             "(history.json, model.pt)") from None
 
 
 def _select(args, cfg: SolverConfig, device, dtype, run_dir: RunDir, featurization: dict) -> dict:
