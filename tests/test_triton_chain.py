@@ -120,6 +120,29 @@ def test_the_stores_lengths_decoder_runs_on_the_same_kernel(variant, unroll, sor
         torch.testing.assert_close(a[1], b[1].cpu(), rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.parametrize("variant", ["tile", "rows", "transposed"])
+def test_masked_chains_in_order_of_their_ends_decode_the_same(variant):
+    """The layer's masked decode (gaps, an empty row, a row with one position, chains ending early) with the
+    rows taken in order of their last masked-on position: the same labels, scores and gold scores as in batch
+    order, whose equality to numba the layer's tests check."""
+    from ssvm_torch.chain.triton_viterbi import hamming_cost, launch_viterbi
+    K = 6
+    E, mask = batch(K, seed=8, B=13, T=11)
+    mask[5, 4:] = False                        # chains that end early, so the programs' ends differ
+    mask[8, 2:] = False
+    g = torch.Generator().manual_seed(9)
+    gold = torch.where(mask, torch.randint(0, K, mask.shape, generator=g), 0)
+    f, la, tr = (torch.randn(*sh, generator=g, dtype=E.dtype) for sh in ((K,), (K,), (K, K)))
+    args = [x.to(DEV) for x in (E, f, la, tr)]
+    kw = dict(mask=mask.to(DEV), gt=gold.to(DEV), rowc=torch.rand(13, generator=g, dtype=E.dtype).to(DEV),
+              cost=hamming_cost(K, E.dtype, DEV), gold_score=True, variant=variant, block_b=4)
+    a = launch_viterbi(*args, sort=False, **kw)
+    b = launch_viterbi(*args, sort=True, **kw)
+    assert torch.equal(a[0], b[0]) and (a[0][~mask.to(DEV)] == -1).all()
+    torch.testing.assert_close(a[1], b[1], rtol=0, atol=0)
+    torch.testing.assert_close(a[2], b[2], rtol=0, atol=0)
+
+
 def test_forcing_triton_where_it_cannot_run_names_the_reason():
     lay = LinearChain(70, batch_first=True, kernels="triton").to(DEV)
     E = torch.randn(2, 3, 70, device=DEV)

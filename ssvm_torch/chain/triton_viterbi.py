@@ -127,18 +127,16 @@ if triton is not None:
         ``GAP_TERMS``: also <M_b, U_b> + M_b[first]·first + M_b[last]·last from the stacked marginals
         MU, and the count of positions where the decoded label differs from GT (the block gap's
         terms, eq. (6) of Osokin et al. 2016).
-        Chains given by lengths are walked only up to the longest in the program (t_end), not to T;
-        ``SORTED``: program slot i takes chain ORDER[i] (the chains sorted by length), so that a program's
-        chains have about one length and the walk does no padding steps."""
+        Each program walks only up to its chains' longest end (t_end; LEN holds each chain's length, or with
+        a mask the last masked-on position + 1), not to T; ``SORTED``: program slot i takes chain ORDER[i]
+        (the chains sorted by that end), so that a program's chains end together and the walk does no
+        padding steps."""
         neg = float("-inf")
         rb, rk, bmask, kmask, m2, row = program_block(B, T, K, BLOCK_B, BLOCK_K)
         if SORTED:
             rb = tl.load(ORDER + rb, mask=bmask, other=0)
             row = rb.to(tl.int64) * T * K
-        if HAS_MASK:
-            t_end = T
-        else:
-            t_end = tl.max(tl.load(LEN + rb, mask=bmask, other=0), axis=0)
+        t_end = tl.max(tl.load(LEN + rb, mask=bmask, other=0), axis=0)
         first = tl.load(FIRST + rk, mask=kmask, other=neg)
         if MODE == 2:                                # trans^T [prev, next]
             trans = tl.load(TRANS + rk[None, :] * K + rk[:, None], mask=kmask[:, None] & kmask[None, :], other=neg)
@@ -266,7 +264,7 @@ def launch_viterbi(U, first, last, trans, *, mask=None, lengths=None, gt=None, r
     the loss rowc_b cost[gt_t, k] (``gt`` int, ``rowc`` (B,), ``cost`` (K, K)). ``block_b`` /
     ``num_warps``: sequences per program and warps (None: the defaults; benchmarks/bench_gpu.py sweeps them);
     ``unroll``: the rows variant's loop over the previous tag unrolled (measured there too); ``sort``: chains
-    given by ``lengths`` taken in order of length (:func:`length_order`; a mask's chains never are)."""
+    taken in order of length, or of the last masked-on position (:func:`length_order`)."""
     if triton is None:
         raise RuntimeError("the Triton kernels need Triton, which is not installed")
     if variant not in VARIANTS:
@@ -280,7 +278,10 @@ def launch_viterbi(U, first, last, trans, *, mask=None, lengths=None, gt=None, r
     first, last, trans = (x.to(dtype).contiguous() for x in (first, last, trans))
     dummy = torch.zeros(1, dtype=torch.int32, device=dev)
     mask_arg = dummy if mask is None else mask.contiguous().view(torch.uint8)
-    len_arg = dummy if lengths is None else lengths.to(torch.int32).contiguous()
+    if mask is not None:                       # where each row's chain ends: the kernel walks no further
+        lengths = (mask * torch.arange(1, T + 1, device=dev, dtype=torch.int32)).amax(1) if T else \
+            torch.zeros(B, dtype=torch.int32, device=dev)
+    len_arg = lengths.to(torch.int32).contiguous()
     has_gt = gt is not None
     gt_arg = gt.contiguous() if has_gt else dummy
     rowc_arg = rowc.to(dtype).contiguous() if has_gt else torch.zeros(1, dtype=dtype, device=dev)
@@ -299,7 +300,7 @@ def launch_viterbi(U, first, last, trans, *, mask=None, lengths=None, gt=None, r
         raise ValueError(f"unroll: only the rows variant has a loop to unroll, got variant {variant!r}")
     grid = (triton.cdiv(B, block_b),)
     scratch = torch.empty((grid[0] * block_b, block_k) if rows else (1,), dtype=dtype, device=dev)
-    order = None if mask is not None else length_order(lengths, sort)
+    order = length_order(len_arg, sort)
     _viterbi_kernel[grid](U, mask_arg, len_arg, dummy, dummy if order is None else order, first, last, trans, gt_arg, rowc_arg, cost_arg, rowc_arg, bp,
                           scratch, labels, scores, gold_scores, scores, dummy, B, T, K, HAS_MASK=mask is not None,
                           RAGGED=False, SORTED=order is not None, HAS_GT=has_gt, GOLD_SCORE=gold_score,
