@@ -84,6 +84,26 @@ def test_triton_losses_gradients_decode_and_marginals_equal_numba(loss, K, schem
     assert bool((got[5][2] == -1).all()) and float(got[0][2]) == 0.0      # the empty row
 
 
+@pytest.mark.parametrize("loss", ["hinge", "crf", "softmax_margin"])
+@pytest.mark.parametrize("K", [5, 40])
+def test_padded_rows_walked_to_their_ends_equal_numba(loss, K):
+    """Rows that end before T (a padded batch; K = 40 puts one or two rows in a program, so the programs'
+    ends differ): the kernels stop at their rows' last masked-on position and the gradient past it is 0."""
+    ours, ref = pair(K, None, loss, seed=K + 1)
+    E, mask = batch(K, seed=K + 1, T=12)
+    for b, end in enumerate([12, 3, 0, 5, 9, 1, 7]):
+        mask[b, end:] = False
+    tags = torch.where(mask, ref.decode(torch.randn_like(E), mask), 0)
+    got, want = run(ours, E, tags, mask, DEV), run(ref, E, tags, mask, torch.device("cpu"))
+    names = ["loss", "dE", "dstart", "dend", "dtrans", "decode", "marginals", "logz", "dlogz"]
+    for name, a, b in zip(names, got, want):
+        if name == "decode":
+            assert torch.equal(a, b), name
+        else:
+            torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-9, msg=name)
+    assert bool((got[1][~mask] == 0).all()) and bool((got[8][~mask] == 0).all())
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
 def test_triton_computes_low_precision_in_float32_like_numba(dtype):
     K = 5

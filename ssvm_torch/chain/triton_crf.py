@@ -16,13 +16,14 @@ allowed; conventions of :mod:`ssvm_torch.chain`).
   subgradient: loss-augmented minus gold), written without a (B, T, K, K) tensor.
 
 Each program writes its (start, end, trans) sums to a row of a (programs, 2K + K^2) buffer that
-torch sums: deterministic, no atomics.
+torch sums: deterministic, no atomics. Each program walks only up to its rows' last masked-on position
+(ENDS, :func:`ssvm_torch.chain.triton_viterbi.mask_ends`), so a padded batch costs its own rows' lengths.
 """
 from __future__ import annotations
 
 import torch
 
-from .triton_viterbi import block_sizes, triton
+from .triton_viterbi import block_sizes, mask_ends, triton
 
 if triton is not None:                     # without Triton (the package's own dependencies) these names do not exist
     import triton.language as tl
@@ -44,17 +45,18 @@ if triton is not None:                     # without Triton (the package's own d
         tl.store(base + 2 * K + rk[:, None] * K + rk[None, :], t_acc, mask=kmask[:, None] & kmask[None, :])
 
     @triton.jit
-    def _crf_forward_kernel(U, MASK, FIRST, LAST, TRANS, GOLD, ALPHA, LOGZ, GOLD_SCORES, B, T, K,
+    def _crf_forward_kernel(U, MASK, ENDS, FIRST, LAST, TRANS, GOLD, ALPHA, LOGZ, GOLD_SCORES, B, T, K,
                             HAS_GOLD: tl.constexpr, BLOCK_B: tl.constexpr, BLOCK_K: tl.constexpr):
         neg = float("-inf")
         rb, rk, bmask, kmask, m2, row = program_block(B, T, K, BLOCK_B, BLOCK_K)
+        t_end = tl.max(tl.load(ENDS + rb, mask=bmask, other=0), axis=0)
         first = tl.load(FIRST + rk, mask=kmask, other=neg)
         trans = load_trans(TRANS, rk, kmask, K)
         alpha = tl.full((BLOCK_B, BLOCK_K), neg, U.dtype.element_ty)
         started = tl.zeros((BLOCK_B,), tl.int32)
         gprev = tl.zeros((BLOCK_B,), tl.int32)
         gold_s = tl.zeros((BLOCK_B,), U.dtype.element_ty)
-        for t in range(0, T):
+        for t in range(0, t_end):
             on = on_at(MASK, MASK, rb, t, T, bmask, True)
             mon = m2 & on[:, None]
             u = tl.load(U + row[:, None] + t * K + rk[None, :], mask=mon, other=0.0)
@@ -78,10 +80,14 @@ if triton is not None:                     # without Triton (the package's own d
             tl.store(GOLD_SCORES + rb, gold_s, mask=bmask)
 
     @triton.jit
-    def _crf_backward_kernel(U, MASK, LAST, TRANS, GOLD, ALPHA, LOGZ, G, DE, PART, B, T, K,
+    def _crf_backward_kernel(U, MASK, ENDS, LAST, TRANS, GOLD, ALPHA, LOGZ, G, DE, PART, B, T, K,
                              HAS_GOLD: tl.constexpr, BLOCK_B: tl.constexpr, BLOCK_K: tl.constexpr):
         neg = float("-inf")
         rb, rk, bmask, kmask, m2, row = program_block(B, T, K, BLOCK_B, BLOCK_K)
+        t_end = tl.max(tl.load(ENDS + rb, mask=bmask, other=0), axis=0)
+        for t in range(t_end, T):                    # past every row's end: no gradient
+            tl.store(DE + row[:, None] + t * K + rk[None, :], tl.zeros((BLOCK_B, BLOCK_K), DE.dtype.element_ty),
+                     mask=m2)
         trans = load_trans(TRANS, rk, kmask, K)
         last = tl.load(LAST + rk, mask=kmask, other=neg)
         logz = tl.load(LOGZ + rb, mask=bmask, other=0.0)
@@ -94,8 +100,8 @@ if triton is not None:                     # without Triton (the package's own d
         s_acc = tl.zeros((BLOCK_K,), U.dtype.element_ty)
         e_acc = tl.zeros((BLOCK_K,), U.dtype.element_ty)
         t_acc = tl.zeros((BLOCK_K, BLOCK_K), U.dtype.element_ty)
-        for s in range(0, T):
-            t = T - 1 - s
+        for s in range(0, t_end):
+            t = t_end - 1 - s
             on = on_at(MASK, MASK, rb, t, T, bmask, True)
             mon = m2 & on[:, None]
             has_later = later > 0
@@ -129,8 +135,13 @@ if triton is not None:                     # without Triton (the package's own d
         _store_parts(PART, s_acc, e_acc, t_acc, rk, kmask, K)
 
     @triton.jit
-    def _path_stats_kernel(YS, GOLD, MASK, G, DE, PART, B, T, K, BLOCK_B: tl.constexpr, BLOCK_K: tl.constexpr):
+    def _path_stats_kernel(YS, GOLD, MASK, ENDS, G, DE, PART, B, T, K, BLOCK_B: tl.constexpr,
+                           BLOCK_K: tl.constexpr):
         rb, rk, bmask, kmask, m2, row = program_block(B, T, K, BLOCK_B, BLOCK_K)
+        t_end = tl.max(tl.load(ENDS + rb, mask=bmask, other=0), axis=0)
+        for t in range(t_end, T):                    # past every row's end: no gradient
+            tl.store(DE + row[:, None] + t * K + rk[None, :], tl.zeros((BLOCK_B, BLOCK_K), DE.dtype.element_ty),
+                     mask=m2)
         g = tl.load(G + rb, mask=bmask, other=0.0)
         started = tl.zeros((BLOCK_B,), tl.int32)
         yprev = tl.zeros((BLOCK_B,), tl.int32)
@@ -138,7 +149,7 @@ if triton is not None:                     # without Triton (the package's own d
         s_acc = tl.zeros((BLOCK_K,), DE.dtype.element_ty)
         e_acc = tl.zeros((BLOCK_K,), DE.dtype.element_ty)
         t_acc = tl.zeros((BLOCK_K, BLOCK_K), DE.dtype.element_ty)
-        for t in range(0, T):
+        for t in range(0, t_end):
             on = on_at(MASK, MASK, rb, t, T, bmask, True)
             y = tl.load(YS + rb.to(tl.int64) * T + t, mask=bmask & on, other=0).to(tl.int32)
             gd = tl.load(GOLD + rb.to(tl.int64) * T + t, mask=bmask & on, other=0).to(tl.int32)
@@ -180,7 +191,7 @@ def crf_forward(E, mask, first, last, trans, gold=None):
     logz = torch.empty((B,), dtype=E.dtype, device=E.device)
     gold_s = torch.empty_like(logz) if gold is not None else logz
     grid, block_b, block_k = _grid(B, K, 8192)
-    _crf_forward_kernel[grid](E, mask.contiguous().view(torch.uint8), first, last, trans,
+    _crf_forward_kernel[grid](E, mask.contiguous().view(torch.uint8), mask_ends(mask), first, last, trans,
                               logz if gold is None else gold.contiguous(), alpha, logz, gold_s, B, T, K,
                               HAS_GOLD=gold is not None, BLOCK_B=block_b, BLOCK_K=block_k, num_warps=4)
     return logz, alpha, (gold_s if gold is not None else None)
@@ -195,7 +206,7 @@ def crf_backward(E, mask, last, trans, alpha, logz, g, gold=None):
     grid, block_b, block_k = _grid(B, K, 4096)
     dE = torch.empty_like(E)
     part = torch.empty((grid[0], 2 * K + K * K), dtype=E.dtype, device=E.device)
-    _crf_backward_kernel[grid](E, mask.contiguous().view(torch.uint8), last, trans,
+    _crf_backward_kernel[grid](E, mask.contiguous().view(torch.uint8), mask_ends(mask), last, trans,
                                logz if gold is None else gold.contiguous(), alpha, logz, g.to(E.dtype).contiguous(),
                                dE, part, B, T, K, HAS_GOLD=gold is not None, BLOCK_B=block_b, BLOCK_K=block_k,
                                num_warps=4)
@@ -210,5 +221,5 @@ def path_stats(ystar, gold, mask, g, K: int, dtype):
     dE = torch.empty((B, T, K), dtype=dtype, device=ystar.device)
     part = torch.empty((grid[0], 2 * K + K * K), dtype=dtype, device=ystar.device)
     _path_stats_kernel[grid](ystar.contiguous(), gold.contiguous(), mask.contiguous().view(torch.uint8),
-                             g.to(dtype).contiguous(), dE, part, B, T, K, BLOCK_B=block_b, BLOCK_K=block_k, num_warps=4)
+                             mask_ends(mask), g.to(dtype).contiguous(), dE, part, B, T, K, BLOCK_B=block_b, BLOCK_K=block_k, num_warps=4)
     return (dE, *_split_parts(part, K))

@@ -55,6 +55,14 @@ def length_order(lengths: torch.Tensor, sort: bool | None) -> torch.Tensor | Non
     return torch.argsort(lengths, descending=True).to(torch.int32) if sort else None
 
 
+def mask_ends(mask: torch.Tensor) -> torch.Tensor:
+    """Each row's last masked-on position + 1 (0 for an empty row), int32 (B,): how far the kernels walk."""
+    B, T = mask.shape
+    if T == 0:
+        return torch.zeros(B, dtype=torch.int32, device=mask.device)
+    return (mask * torch.arange(1, T + 1, device=mask.device, dtype=torch.int32)).amax(1).contiguous()
+
+
 def choose_variant(B: int) -> str:
     """The measured rule of ``variant="auto"``: ``rows`` from B = ROWS_FROM_B sequences on, else ``tile``."""
     return "rows" if B >= ROWS_FROM_B else "tile"
@@ -279,8 +287,7 @@ def launch_viterbi(U, first, last, trans, *, mask=None, lengths=None, gt=None, r
     dummy = torch.zeros(1, dtype=torch.int32, device=dev)
     mask_arg = dummy if mask is None else mask.contiguous().view(torch.uint8)
     if mask is not None:                       # where each row's chain ends: the kernel walks no further
-        lengths = (mask * torch.arange(1, T + 1, device=dev, dtype=torch.int32)).amax(1) if T else \
-            torch.zeros(B, dtype=torch.int32, device=dev)
+        lengths = mask_ends(mask)
     len_arg = lengths.to(torch.int32).contiguous()
     has_gt = gt is not None
     gt_arg = gt.contiguous() if has_gt else dummy
