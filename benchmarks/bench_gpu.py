@@ -14,7 +14,8 @@
   and the wall time to reach gap 0.1);
 * CoNLL-2000 peak GPU memory (store, gap pass, mini-batch steps);
 * ``layer``: :class:`ssvm_torch.nn.LinearChain` against pytorch-crf on the same device, same float32
-  inputs, full masks, at (B, T, K) in {(64, 50, 9), (512, 50, 9), (4096, 50, 9), (512, 50, 45)}:
+  inputs, full masks, at (B, T, K) in {(64, 50, 9), (512, 50, 9), (4096, 50, 9), (512, 50, 45)}, and a padded
+  batch at (512, 50, 9) (lengths uniform in 1..50, key ``512_50_9_padded``):
   decode, hinge + backward (ours) vs NLL + backward (pytorch-crf), CRF + backward both; ours with the
   default kernels (the fused Triton kernels on CUDA) and with ``kernels="torch"`` (the torch loop);
 * ``trees``: the dependency-tree kernels (ssvm_torch.trees) on the same device, float32, B = 256 sentences of
@@ -220,20 +221,24 @@ def timed_adaptive(fn, device, repeats, budget_s=3.0):
     return timed(fn, device, max(1, min(repeats, int(budget_s / max(first, 1e-9)))))
 
 
-LAYER_SHAPES = ((64, 50, 9), (512, 50, 9), (4096, 50, 9), (512, 50, 45))
+# (B, T, K, padded): padded rows have lengths drawn uniformly from 1..T (prefix masks, as a padded batch of
+# sentences), the key "<B>_<T>_<K>_padded"; the others full masks
+LAYER_SHAPES = ((64, 50, 9, False), (512, 50, 9, False), (512, 50, 9, True), (4096, 50, 9, False),
+                (512, 50, 45, False))
 
 
 def layer_figures(device, repeats, shapes=LAYER_SHAPES):
-    """LinearChain vs pytorch-crf (same parameters, same float32 inputs, full masks): milliseconds per
+    """LinearChain vs pytorch-crf (same parameters, same float32 inputs, same masks): milliseconds per
     decode, per loss + backward; the results are checked equal (paths, NLL) before timing."""
     from torchcrf import CRF
     from ssvm_torch.nn import LinearChain
     out = {}
-    for B, T, K in shapes:
+    for B, T, K, padded in shapes:
         g = torch.Generator().manual_seed(B + K)
         E = torch.randn(B, T, K, generator=g).to(device)
         tags = torch.randint(K, (B, T), generator=g).to(device)
-        mask = torch.ones(B, T, dtype=torch.bool, device=device)
+        lengths = torch.randint(1, T + 1, (B,), generator=g) if padded else torch.full((B,), T)
+        mask = (torch.arange(T)[None, :] < lengths[:, None]).to(device)
         ref = CRF(K, batch_first=True).to(device)
         ours = {(loss, kern): LinearChain(K, batch_first=True, loss=loss, kernels=kern).to(device)
                 for loss in ("hinge", "crf") for kern in ("auto", "torch")}
@@ -246,7 +251,8 @@ def layer_figures(device, repeats, shapes=LAYER_SHAPES):
                 Eg.grad = None
                 loss_fn().backward()
             return run
-        same_paths = ours["hinge", "auto"].decode(E, mask).cpu().tolist() == ref.decode(E, mask)
+        same_paths = ([[y for y in path if y >= 0] for path in ours["hinge", "auto"].decode(E, mask).cpu().tolist()]
+                      == ref.decode(E, mask))
         with torch.no_grad():
             nll_gap = float((ours["crf", "auto"](E, tags, mask) + ref(E, tags, mask)).abs() / B)
         ms = lambda fn: 1e3 * timed_adaptive(fn, device, repeats)          # noqa: E731
@@ -263,8 +269,8 @@ def layer_figures(device, repeats, shapes=LAYER_SHAPES):
         for key in ("decode_ms", "hinge_backward_ms", "crf_backward_ms"):
             theirs = row[key]["pytorch_crf_nll" if key == "hinge_backward_ms" else "pytorch_crf"]
             row[key]["speedup"] = theirs / row[key]["ours"]
-        out[f"{B}_{T}_{K}"] = row
-        print(f"layer B={B} T={T} K={K}: " + ", ".join(f"{k} {v['ours']:.3f} ms (x{v['speedup']:.1f}, torch loop "
+        out[f"{B}_{T}_{K}" + ("_padded" if padded else "")] = row
+        print(f"layer B={B} T={T} K={K}{' padded' if padded else ''}: " + ", ".join(f"{k} {v['ours']:.3f} ms (x{v['speedup']:.1f}, torch loop "
                                                        f"{v['ours_torch']:.3f})" for k, v in row.items()
                                                        if isinstance(v, dict))
               + f", same paths {same_paths}, |NLL diff| {nll_gap:.2e}", flush=True)
@@ -408,7 +414,7 @@ def main():
         print(f"CoNLL-2000 peak GPU memory: {res['conll_memory']['peak_gpu_mb']} MB", flush=True)
 
     def layer():
-        shapes = ((64, 20, 9), (256, 20, 45)) if quick else LAYER_SHAPES
+        shapes = ((64, 20, 9, False), (64, 20, 9, True), (256, 20, 45, False)) if quick else LAYER_SHAPES
         res["layer"] = layer_figures(device, max(args.repeats, 20), shapes)
 
     def trees():
