@@ -277,6 +277,8 @@ def launch_viterbi(U, first, last, trans, *, mask=None, lengths=None, gt=None, r
         raise RuntimeError("the Triton kernels need Triton, which is not installed")
     if variant not in VARIANTS:
         raise ValueError(f"variant: expected one of {VARIANTS}, got {variant!r}")
+    if (mask is None) == (lengths is None):
+        raise ValueError("launch_viterbi: expected the chains as exactly one of mask and lengths")
     B, T, K = U.shape
     dtype, dev = U.dtype, U.device
     auto = variant == "auto"
