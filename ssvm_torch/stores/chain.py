@@ -26,12 +26,13 @@ from ..models.chain_index import padded_trans_counts, segment_ids, trans_counts,
 from ..oracles.chain_kernels import (HostViews, nb_add_psi, nb_build_delta, nb_corner_gaps, nb_csr_scatter_rows,
                                      nb_delta_move, nb_delta_sqnorm, nb_fw_corner, nb_gap_pass, nb_gram)
 from .base import SPARSE_D, BlockDual, BlockMarginals, Corner, GapPass, JointConstraints, objective_n
+from .ragged import RaggedLabelings
 from .chain_marginal import ChainMarginalMoves
 from .chain_torch import ChainTorchPath
 
 
 
-class ChainDual(ChainTorchPath, ChainMarginalMoves, JointConstraints, BlockDual):
+class ChainDual(RaggedLabelings, ChainTorchPath, ChainMarginalMoves, JointConstraints, BlockDual):
     """Compact per-block dual state of a chain SSVM (see module docstring). Tensors live on
     ``device``. ``kernels``: ``numba`` runs the batch-1 step and gap passes as compiled kernels on
     zero-copy numpy views of the same tensors (CPU float64 only), ``torch`` the batched torch path
@@ -291,14 +292,6 @@ class ChainDual(ChainTorchPath, ChainMarginalMoves, JointConstraints, BlockDual)
         last.copy_(D[self.last_pos].sum(0))
         trans.copy_(self.gt_trans - Mt_sum)
         return w.div_(self.lam * self.N)
-
-    def block_labeling(self, gp: GapPass, i: int):
-        s, e = int(self.offsets[i]), int(self.offsets[i + 1])
-        y = gp.labels[s:e]
-        return to_host(y).copy() if self._numba else y.clone()
-
-    def stack_labelings(self, labelings: list) -> torch.Tensor:
-        return torch.cat([torch.as_tensor(y, device=self.device) for y in labelings])
 
     def corner_point(self, gp: GapPass):
         oh, tc = self._point_of(gp.labels.to(self.device))

@@ -32,12 +32,13 @@ from ..oracles.tree_kernels import (arc_index, nb_apply, nb_fw_corner,
                                     nb_gap_pass, nb_labeling_score, nb_m_dot, nb_move, nb_sqnorm,
                                     nb_statistics_image)
 from .base import BatchCorners, BlockDual, Corner, GapPass, JointConstraints, objective_n
+from .ragged import RaggedLabelings
 from .tree_host import TreeHostPath
 from .tree_marginal import TreeMarginalMoves
 from .tree_torch import TreeTorchPath
 
 
-class TreeDual(TreeHostPath, TreeTorchPath, TreeMarginalMoves, JointConstraints, BlockDual):
+class TreeDual(RaggedLabelings, TreeHostPath, TreeTorchPath, TreeMarginalMoves, JointConstraints, BlockDual):
     """Compact dual state of a dependency-tree SSVM (module docstring)."""
 
     shardable = False                 # the distributed exchanges ship chain statistics only
@@ -211,14 +212,6 @@ class TreeDual(TreeHostPath, TreeTorchPath, TreeMarginalMoves, JointConstraints,
         labels, aug, gold_scores, m_theta, wrong = self._pass_terms()
         loss = wrong.to(self.dtype) * self.costs / self.N
         return GapPass(labels=labels, loss=loss, H=aug - gold_scores, block_gaps=(aug - m_theta) / self.N - self.ell_i)
-
-    def block_labeling(self, gp: GapPass, i: int):
-        s, e = int(self.offsets[i]), int(self.offsets[i + 1])
-        y = gp.labels[s:e]
-        return to_host(y).copy() if self._numba else y.clone()
-
-    def stack_labelings(self, labelings: list) -> torch.Tensor:
-        return torch.cat([torch.as_tensor(y, device=self.device) for y in labelings])
 
     def w_from_labels(self, labels: torch.Tensor, coef: float = 1.0, out: torch.Tensor | None = None) -> torch.Tensor:
         """out += coef sum_i sum_a (G_a - S(y)_a) f_a / (lam n) for flat labels of every block (W,)."""
