@@ -306,7 +306,7 @@ def test_too_little_space_is_refused_before_training_and_a_failed_final_write_ke
     import shutil as sh
     from collections import namedtuple
 
-    import ssvm_torch.cli.train as train_cli
+    import ssvm_torch.cli.results as results_cli          # where ssvm-train's final files are written
     usage = namedtuple("usage", "total used free")
     real = sh.disk_usage
     monkeypatch.setattr(sh, "disk_usage", lambda p: usage(10**9, 10**9 - 1000, 1000))
@@ -315,13 +315,13 @@ def test_too_little_space_is_refused_before_training_and_a_failed_final_write_ke
     err = capsys.readouterr().err
     assert "model.pt and history.json needs about" in err and not (out / "history.json").exists()
     monkeypatch.setattr(sh, "disk_usage", real)
-    saved = train_cli.save_model
+    saved = results_cli.save_model
 
     def full_disk(where, *a, **k):
         if Path(where) == out:
             raise OSError(28, "No space left on device")
         return saved(where, *a, **k)
-    monkeypatch.setattr(train_cli, "save_model", full_disk)
+    monkeypatch.setattr(results_cli, "save_model", full_disk)
     assert main(QUICK + ["--out", str(out), "--overwrite"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "No space left on device" in err and "they are in" in err
