@@ -58,6 +58,16 @@ def run(lay, E, tags, mask, dev):
     return [x.cpu() for x in out]
 
 
+def assert_same(got, want):
+    """:func:`run`'s outputs equal: the decode exactly, the rest to 1e-9."""
+    names = ["loss", "dE", "dstart", "dend", "dtrans", "decode", "marginals", "logz", "dlogz"]
+    for name, a, b in zip(names, got, want):
+        if name == "decode":
+            assert torch.equal(a, b), name
+        else:
+            torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-9, msg=name)
+
+
 CASES = [(5, None, "hamming"), (5, "BIO", "hamming"), (5, "BIOES", "normalized"), (9, None, "matrix"),
          (40, None, "hamming")]
 
@@ -75,12 +85,7 @@ def test_triton_losses_gradients_decode_and_marginals_equal_numba(loss, K, schem
     # gold tags: an allowed labeling under the constraints (the decode of other scores), 0 where masked off
     tags = torch.where(mask, ref.decode(torch.randn_like(E), mask), 0)
     got, want = run(ours, E, tags, mask, DEV), run(ref, E, tags, mask, torch.device("cpu"))
-    names = ["loss", "dE", "dstart", "dend", "dtrans", "decode", "marginals", "logz", "dlogz"]
-    for name, a, b in zip(names, got, want):
-        if name == "decode":
-            assert torch.equal(a, b), name
-        else:
-            torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-9, msg=name)
+    assert_same(got, want)
     assert bool((got[5][2] == -1).all()) and float(got[0][2]) == 0.0      # the empty row
 
 
@@ -95,12 +100,7 @@ def test_padded_rows_walked_to_their_ends_equal_numba(loss, K):
         mask[b, end:] = False
     tags = torch.where(mask, ref.decode(torch.randn_like(E), mask), 0)
     got, want = run(ours, E, tags, mask, DEV), run(ref, E, tags, mask, torch.device("cpu"))
-    names = ["loss", "dE", "dstart", "dend", "dtrans", "decode", "marginals", "logz", "dlogz"]
-    for name, a, b in zip(names, got, want):
-        if name == "decode":
-            assert torch.equal(a, b), name
-        else:
-            torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-9, msg=name)
+    assert_same(got, want)
     assert bool((got[1][~mask] == 0).all()) and bool((got[8][~mask] == 0).all())
 
 

@@ -114,6 +114,16 @@ if triton is not None:
         return tl.load(TRANS + rk[:, None] * K + rk[None, :], mask=kmask[:, None] & kmask[None, :], other=float("-inf"))
 
     @triton.jit
+    def relax_from(SCRATCH, TRANS, srow, rk, j, K, best, arg, bmask, kmask):
+        """The rows variant's step for previous tag j: delta[j] (the scratch row) + trans[next, j] against
+        the best so far; ties keep the lowest j. The masks say which sequences and next tags take part."""
+        dj = tl.load(SCRATCH + srow + j, mask=bmask, other=float("-inf"))
+        tj = tl.load(TRANS + rk * K + j, mask=kmask, other=float("-inf"))            # trans[next, j]
+        cand = dj[:, None] + tj[None, :]
+        better = cand > best
+        return tl.where(better, cand, best), tl.where(better, j, arg)
+
+    @triton.jit
     def gold_unary(u, g, rk):
         """u[b, g_b] of a (BLOCK_B, BLOCK_K) tile."""
         return tl.sum(tl.where(rk[None, :] == g[:, None], u, 0.0), axis=1)
@@ -179,22 +189,13 @@ if triton is not None:
                 best = tl.full((BLOCK_B, BLOCK_K), neg, U.dtype.element_ty)
                 arg = tl.zeros((BLOCK_B, BLOCK_K), tl.int32)
                 if UNROLL:
-                    for j in tl.static_range(0, BLOCK_K):
-                        jb, jk = (tl.zeros((BLOCK_B,), tl.int32) + j) < K, (rk * 0 + j) < K
-                        dj = tl.load(SCRATCH + srow + j, mask=bmask & jb, other=neg)
-                        tj = tl.load(TRANS + rk * K + j, mask=kmask & jk, other=neg)
-                        cand = dj[:, None] + tj[None, :]
-                        better = cand > best
-                        best = tl.where(better, cand, best)
-                        arg = tl.where(better, j, arg)
+                    for j in tl.static_range(0, BLOCK_K):               # the padding tags j >= K masked
+                        best, arg = relax_from(SCRATCH, TRANS, srow, rk, j, K, best, arg,
+                                               bmask & ((tl.zeros((BLOCK_B,), tl.int32) + j) < K),
+                                               kmask & ((rk * 0 + j) < K))
                 else:
                     for j in range(0, K):
-                        dj = tl.load(SCRATCH + srow + j, mask=bmask, other=neg)
-                        tj = tl.load(TRANS + rk * K + j, mask=kmask, other=neg)    # trans[next, j]
-                        cand = dj[:, None] + tj[None, :]
-                        better = cand > best                                      # ties keep the lowest j
-                        best = tl.where(better, cand, best)
-                        arg = tl.where(better, j, arg)
+                        best, arg = relax_from(SCRATCH, TRANS, srow, rk, j, K, best, arg, bmask, kmask)
                 tl.debug_barrier()                   # all reads done before the next position's store
             elif MODE == 2:
                 cand = delta[:, :, None] + trans[None, :, :]                     # (BLOCK_B, prev, next)
