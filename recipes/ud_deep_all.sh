@@ -5,9 +5,11 @@
 # script can be stopped at any point and started again (it skips finished runs); a finished run's
 # config.json, results.json, history.json and test_predictions.pt are copied to the archive
 # benchmarks/results/ud_deep_runs/<head>_s<seed>/. HEADS / SEEDS / THREADS override the lists.
-# On a 2-core machine two instances with one torch thread each, on disjoint heads, finish the 12 runs sooner
-# than one with two threads (152 s per epoch each beside the other against 120 s alone: 1.6x the epochs per hour):
-#   HEADS="crf hinge" THREADS=1 bash recipes/ud_deep_all.sh &  HEADS="local softmax_margin" THREADS=1 bash recipes/ud_deep_all.sh &
+# On a 2-core machine two instances with one torch thread each finish the 12 runs sooner than one with two
+# threads (152 s per epoch each beside the other against 120 s alone: 1.6x the epochs per hour). Each run holds
+# a lock (runs/ud_deep/<name>.lock, flock) while it trains, so instances never train the same run: one skips
+# what the other holds and takes the next, and both stay busy to the last run:
+#   THREADS=1 bash recipes/ud_deep_all.sh &  THREADS=1 bash recipes/ud_deep_all.sh &
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 venv="$(bash "$root/scripts/env.sh")"
@@ -17,6 +19,11 @@ for seed in ${SEEDS:-0 1 2}; do
     name="${head}_s${seed}"
     dir="$root/runs/ud_deep/$name"
     if [ -f "$archive/$name/test_predictions.pt" ]; then echo "$name: done"; continue; fi
+    mkdir -p "$root/runs/ud_deep"
+    exec {lock}>"$root/runs/ud_deep/$name.lock"
+    if ! flock -n "$lock"; then echo "$name: trained by another instance"; exec {lock}>&-; continue; fi
+    # The other instance may have finished it between the check above and the lock.
+    if [ -f "$archive/$name/test_predictions.pt" ]; then echo "$name: done"; exec {lock}>&-; continue; fi
     ckpt="$dir/lightning_logs/version_0/checkpoints/last.ckpt"
     resume=()
     if [ -f "$ckpt" ]; then resume=(--ckpt_path "$ckpt"); echo "$name: resuming from $ckpt"; fi
@@ -25,5 +32,6 @@ for seed in ${SEEDS:-0 1 2}; do
     out="$dir/lightning_logs/version_0"
     mkdir -p "$archive/$name"
     cp "$out/config.json" "$out/results.json" "$out/history.json" "$out/test_predictions.pt" "$archive/$name/"
+    exec {lock}>&-
   done
 done
