@@ -302,6 +302,45 @@ def test_conformance_checkpoint_round_trip(name, tmp_path):
     assert torch.equal(resumed.dual.w, full.dual.w)
 
 
+@each
+def test_conformance_a_foreign_block_state_is_refused_and_touches_nothing(name):
+    """A checkpoint's block state from another run: another lam, a tensor of another shape that
+    ``Tensor.copy_`` would broadcast (one row of a block matrix), a missing tensor. Each is refused
+    naming the field, and the store keeps its own point exactly."""
+    from ssvm_torch.errors import SSVMInputError
+    model, data, nonneg, _ = instance(name, seed=11)
+    donor = make_store(model, data, 0.05, nonnegative=nonneg)
+    Solver(donor, SolverConfig(passes=2, gap_check=2, seed=3)).run()
+    good = donor.state_dict()
+    store = make_store(model, data, 0.05, nonnegative=nonneg)
+    Solver(store, SolverConfig(passes=1, gap_check=1, seed=4)).run()
+    before = store.state_dict()
+
+    def blocks(state):                  # a box-constrained store nests its inner store's state
+        return state["inner"] if "inner" in state else state
+
+    def variant(edit):
+        state = {k: (dict(v) if isinstance(v, dict) else v) for k, v in good.items()}
+        edit(blocks(state))
+        return state
+
+    tensors = [k for k, v in blocks(good).items() if isinstance(v, torch.Tensor) and v.dim() >= 1 and k != "ell"]
+    widest = max(tensors, key=lambda k: blocks(good)[k].dim())
+    cases = {"state['lam']": variant(lambda s: s.update(lam=0.1)),
+             f"state[{widest!r}]": variant(lambda s: s.update({widest: s[widest][:1]})),
+             f"state[{tensors[0]!r}]": variant(lambda s: s.pop(tensors[0]))}
+    for field, state in cases.items():
+        with pytest.raises(SSVMInputError, match=field.replace("[", r"\[").replace("]", r"\]")):
+            store.load_state_dict(state)
+        after = store.state_dict()
+        for key, value in blocks(before).items():
+            same = torch.equal(value, blocks(after)[key]) if isinstance(value, torch.Tensor) else value == \
+                blocks(after)[key]
+            assert same, f"{name}: refusing {field} changed {key}"
+    store.load_state_dict(good)
+    assert torch.equal(store.w, donor.w)
+
+
 @pytest.mark.parametrize("name", [n for n, s in STRUCTURES.items() if s.two_kernels])
 def test_conformance_torch_kernel_equals_compiled(name):
     model, data, nonneg, w = instance(name, seed=9)

@@ -50,6 +50,22 @@ def test_rounds_refuse_what_they_do_not_run():
         dual.batch_corners(torch.tensor([0]))
 
 
+def test_a_checkpoint_point_of_another_shape_is_refused_before_anything_is_loaded():
+    """The shared point w of a rounds checkpoint is copied in place; one of another shape (one that
+    ``copy_`` would broadcast) is refused naming it, and the blocks stay as they were."""
+    task = load_task("ocr-small")
+    donor = rounds_store(task, 0.01)
+    RoundsSolver(donor, SolverConfig(passes=1, gap_check=1, seed=1)).run()
+    state = donor.state_dict()
+    dual = rounds_store(task, 0.01)
+    w_before = dual.w.clone()
+    with pytest.raises(SSVMInputError, match=r"checkpoint w: expected the shared point, a tensor of shape"):
+        dual.load_state_dict({**state, "w": state["w"][:1]})
+    assert torch.equal(dual.w, w_before) and torch.equal(dual.local.w, w_before)
+    dual.load_state_dict(state)
+    assert torch.equal(dual.w, donor.w)
+
+
 @pytest.fixture(scope="module")
 def rounds_run(tmp_path_factory):
     return spawn(ROUNDS, tmp_path_factory.mktemp("rounds"))

@@ -200,6 +200,10 @@ class BoxedDual(BlockDual):
         self._no_path()
 
     def load_state_dict(self, state: dict) -> None:
+        v_c = state.get("v_c")
+        check(isinstance(v_c, torch.Tensor) and tuple(v_c.shape) == tuple(self.v_c.shape), "state['v_c']",
+              f"a tensor of shape {tuple(self.v_c.shape)} (the boxed coordinates)",
+              tuple(v_c.shape) if isinstance(v_c, torch.Tensor) else type(v_c).__name__)
         self.inner.load_state_dict(state["inner"])
         self.v_c = state["v_c"].clone()
         self._clip()

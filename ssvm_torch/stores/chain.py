@@ -27,6 +27,7 @@ from ..oracles.chain_kernels import (HostViews, nb_add_psi, nb_build_delta, nb_c
                                      nb_delta_move, nb_delta_sqnorm, nb_fw_corner, nb_gap_pass, nb_gram)
 from .base import SPARSE_D, BlockDual, BlockMarginals, Corner, GapPass, JointConstraints, objective_n
 from .ragged import RaggedLabelings
+from .state import copy_checked, state_ell
 from .chain_marginal import ChainMarginalMoves
 from .chain_torch import ChainTorchPath
 
@@ -392,16 +393,13 @@ class ChainDual(RaggedLabelings, ChainTorchPath, ChainMarginalMoves, JointConstr
         m_theta += self.Mu[self.first_pos] @ first + self.Mu[self.last_pos] @ last + (self.Mt * trans).sum((1, 2))
         return (self._scores(U, first, last, trans, self.Y) - m_theta) / self.N
 
+    # the tensors of a checkpoint's block state (a subclass with more statistics extends the tuple)
+    STATE_TENSORS = ("w", "ell_i", "Mu", "Mt")
+
     def state_dict(self) -> dict:
-        return {"w": self.w.clone(), "ell": self._ell.clone(), "ell_i": self.ell_i.clone(),
-                "Mu": self.Mu.clone(), "Mt": self.Mt.clone(), "lam": self.lam}
+        return {**{key: getattr(self, key).clone() for key in self.STATE_TENSORS}, "ell": self._ell.clone(),
+                "lam": self.lam}
 
     def load_state_dict(self, state: dict) -> None:
-        for key in ("w", "ell_i", "Mu", "Mt"):
-            dst = getattr(self, key)
-            check(tuple(state[key].shape) == tuple(dst.shape), f"state[{key!r}]", f"shape {tuple(dst.shape)}",
-                  tuple(state[key].shape))
-            dst.copy_(state[key])
-        self._ell.copy_(state["ell"])
-        if float(state["lam"]) != self.lam:
-            raise SSVMInputError(f"state['lam']: expected {self.lam}, got {state['lam']}")
+        copy_checked(self, state, self.STATE_TENSORS)
+        self._ell.fill_(state_ell(state))

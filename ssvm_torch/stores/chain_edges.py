@@ -139,14 +139,7 @@ class EdgeChainDual(ChainDual):
         self.model.edge_weights(w).index_add_(0, torch.from_numpy(self.gattr[g0:g1]), D / (self.lam * self.N))
         return w
 
-    def state_dict(self) -> dict:
-        return {**super().state_dict(), "Me": self.Me.clone()}
-
-    def load_state_dict(self, state: dict) -> None:
-        check("Me" in state and tuple(state["Me"].shape) == tuple(self.Me.shape), "state['Me']",
-              f"edge statistics of shape {tuple(self.Me.shape)}", tuple(state.get("Me", torch.zeros(0)).shape))
-        super().load_state_dict(state)
-        self.Me.copy_(state["Me"])
+    STATE_TENSORS = (*ChainDual.STATE_TENSORS, "Me")      # the edge statistics too
 
     # -- mini-batch BCFW ------------------------------------------------------------------------
     def batch_corners(self, idx, with_direction: bool = True) -> BatchCorners:

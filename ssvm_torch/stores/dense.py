@@ -13,6 +13,7 @@ import torch
 from ..devices import resolve_device, to_host
 from ..errors import check_positive
 from .base import BatchCorners, BlockDual, Corner, GapPass, objective_n
+from .state import copy_checked, state_ell
 
 
 class DenseDual(BlockDual):
@@ -181,7 +182,5 @@ class DenseDual(BlockDual):
                 "ell": self._ell, "lam": self.lam}
 
     def load_state_dict(self, state: dict) -> None:
-        self.W_blocks.copy_(state["W_blocks"])
-        self.ell_i.copy_(state["ell_i"])
-        self.w.copy_(state["w"])
-        self._ell = float(state["ell"])
+        copy_checked(self, state, ("W_blocks", "ell_i", "w"))
+        self._ell = state_ell(state)

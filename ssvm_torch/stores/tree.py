@@ -26,13 +26,14 @@ import torch
 
 from ..data.trees import DependencyData
 from ..devices import KERNELS, resolve_device, to_host
-from ..errors import SSVMInputError, check, check_choice, check_positive
+from ..errors import SSVMInputError, check_choice, check_positive
 from ..models.dependency import DependencyModel
 from ..oracles.tree_kernels import (arc_index, nb_apply, nb_fw_corner,
                                     nb_gap_pass, nb_labeling_score, nb_m_dot, nb_move, nb_sqnorm,
                                     nb_statistics_image)
 from .base import BatchCorners, BlockDual, Corner, GapPass, JointConstraints, objective_n
 from .ragged import RaggedLabelings
+from .state import copy_checked, state_ell
 from .tree_host import TreeHostPath
 from .tree_marginal import TreeMarginalMoves
 from .tree_torch import TreeTorchPath
@@ -391,19 +392,15 @@ class TreeDual(RaggedLabelings, TreeHostPath, TreeTorchPath, TreeMarginalMoves, 
         return (gold_scores - m_theta).to(self.device) / self.N
 
     # -- state ----------------------------------------------------------------------------------------------
+    STATE_TENSORS = ("w", "ell_i", "M")
+
     def state_dict(self) -> dict:
-        return {"w": self.w.clone(), "ell": self._ell.clone(), "ell_i": self.ell_i.clone(), "M": self.M.clone(),
+        return {**{key: getattr(self, key).clone() for key in self.STATE_TENSORS}, "ell": self._ell.clone(),
                 "lam": self.lam}
 
     def load_state_dict(self, state: dict) -> None:
-        for key in ("w", "ell_i", "M"):
-            dst = getattr(self, key)
-            check(tuple(state[key].shape) == tuple(dst.shape), f"state[{key!r}]", f"shape {tuple(dst.shape)}",
-                  tuple(state[key].shape))
-            dst.copy_(state[key])
-        self._ell.copy_(state["ell"])
-        if float(state["lam"]) != self.lam:
-            raise SSVMInputError(f"state['lam']: expected {self.lam}, got {state['lam']}")
+        copy_checked(self, state, self.STATE_TENSORS)
+        self._ell.fill_(state_ell(state))
         self._pending = None
 
 
