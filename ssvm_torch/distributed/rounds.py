@@ -40,6 +40,7 @@ from ..solvers.history import make_record
 from ..solvers.loop import Solver
 from ..stores.base import BlockDual, GapPass
 from ..stores.box import BoxedDual
+from ..stores.state import check_like
 from .collectives import Collectives, collective, shard_of, world
 from .rank_store import RankStore
 
@@ -194,10 +195,7 @@ class RoundsDual(RankStore):
             raise SSVMInputError(f"checkpoint: written with exchange {state.get('exchange', 'a lock-step one')!r}, "
                                  f"this run has {self.exchange!r}; resume with the same exchange")
         self.check_world_size(state)
-        w = state.get("w")
-        check(isinstance(w, torch.Tensor) and tuple(w.shape) == tuple(self._w.shape), "checkpoint w",
-              f"the shared point, a tensor of shape {tuple(self._w.shape)}",
-              tuple(w.shape) if isinstance(w, torch.Tensor) else type(w).__name__)
+        check_like("checkpoint w", state.get("w"), self._w, "the shared point")
         self.local.load_state_dict(state["shards"][self.rank])
         self._restore_point(state)
 

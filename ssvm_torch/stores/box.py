@@ -18,6 +18,7 @@ import torch
 from ..errors import SSVMInputError, check
 from .base import BatchCorners, BlockDual, Corner, GapPass
 from .block_kernels import box_sync
+from .state import check_like
 
 
 class BoxedDual(BlockDual):
@@ -200,10 +201,7 @@ class BoxedDual(BlockDual):
         self._no_path()
 
     def load_state_dict(self, state: dict) -> None:
-        v_c = state.get("v_c")
-        check(isinstance(v_c, torch.Tensor) and tuple(v_c.shape) == tuple(self.v_c.shape), "state['v_c']",
-              f"a tensor of shape {tuple(self.v_c.shape)} (the boxed coordinates)",
-              tuple(v_c.shape) if isinstance(v_c, torch.Tensor) else type(v_c).__name__)
+        check_like("state['v_c']", state.get("v_c"), self.v_c, "the boxed coordinates")
         self.inner.load_state_dict(state["inner"])
         self.v_c = state["v_c"].clone()
         self._clip()

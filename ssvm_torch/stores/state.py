@@ -13,6 +13,13 @@ import torch
 from ..errors import SSVMInputError, check
 
 
+def check_like(field: str, src, like: torch.Tensor, what: str = "") -> None:
+    """Refuse ``src`` unless it is a tensor of ``like``'s shape, naming ``field`` (``what`` says what it holds)."""
+    check(isinstance(src, torch.Tensor) and tuple(src.shape) == tuple(like.shape), field,
+          f"{what + ', ' if what else ''}a tensor of shape {tuple(like.shape)}",
+          tuple(src.shape) if isinstance(src, torch.Tensor) else type(src).__name__)
+
+
 def copy_checked(store, state: dict, keys: tuple[str, ...]) -> None:
     """Copy ``state[key]`` into the store's tensor attribute ``key`` for every key, after checking that
     each is a tensor of that attribute's shape, that ``state["ell"]`` holds one number and that
@@ -25,10 +32,7 @@ def copy_checked(store, state: dict, keys: tuple[str, ...]) -> None:
             raise SSVMInputError(f"state[{key!r}]: missing (a checkpoint of another structure? this store is "
                                  f"{type(store).__name__}, which keeps {', '.join(keys)})")
     for key in keys:
-        dst, src = getattr(store, key), state[key]
-        check(isinstance(src, torch.Tensor), f"state[{key!r}]", "a tensor", type(src).__name__)
-        check(tuple(src.shape) == tuple(dst.shape), f"state[{key!r}]", f"shape {tuple(dst.shape)}",
-              tuple(src.shape))
+        check_like(f"state[{key!r}]", state[key], getattr(store, key))
     ell = state["ell"]
     check(isinstance(ell, (int, float)) or (isinstance(ell, torch.Tensor) and ell.numel() == 1), "state['ell']",
           "one number", ell)
@@ -44,4 +48,4 @@ def state_ell(state: dict) -> float:
     return float(ell.reshape(-1)[0]) if isinstance(ell, torch.Tensor) else float(ell)
 
 
-__all__ = ["copy_checked", "state_ell"]
+__all__ = ["check_like", "copy_checked", "state_ell"]
