@@ -20,6 +20,7 @@ from ..data.conll import read_conll, split_heldout
 from ..data.templates import featurize, get_template
 from ..data.types import data_file
 from ..errors import SSVMInputError, check
+from .sentences import OffsetSentences
 
 PAD, UNK = 0, 1          # ids 0 and 1 of the word, character and POS vocabularies
 
@@ -52,7 +53,7 @@ class Vocab:
 
 
 @dataclass
-class Split:
+class Split(OffsetSentences):
     """One split as flat token tensors with sentence ``offsets`` (n + 1,): ``word`` ids, ``form`` ids
     (index into ``forms``, the split's distinct original word forms, as character ids (n_forms, L)
     padded with PAD), ``pos`` ids, ``tag`` ids (-1 for a tag the training set lacks), the gold BIO
@@ -68,14 +69,6 @@ class Split:
     gold: list
     attr_crow: torch.Tensor | None = None
     attr_cols: torch.Tensor | None = None
-
-    @property
-    def n(self) -> int:
-        return len(self.offsets) - 1
-
-    @property
-    def lengths(self) -> torch.Tensor:
-        return self.offsets[1:] - self.offsets[:-1]
 
     def batch(self, idx: torch.Tensor) -> dict:
         """The sentences ``idx`` as a padded batch (batch-first): ``rows`` (B, T) token rows, -1 padded;

@@ -18,6 +18,7 @@ import torch
 from ..data.ud import Treebank, load_ud_ewt, universal
 from ..errors import check
 from ..trees.checks import tree_faults
+from .sentences import OffsetSentences
 
 PAD, UNK, ROOT = 0, 1, 2
 SPECIALS = ["<pad>", "<unk>", "<root>"]
@@ -48,7 +49,7 @@ class UDVocab:
 
 
 @dataclass
-class UDSplit:
+class UDSplit(OffsetSentences):
     """One split as flat word tensors with sentence ``offsets`` (n + 1,): ``word`` / ``form`` / ``upos`` ids,
     gold ``head`` (within the sentence, 0 = root) and ``rel`` ids (-1 for a relation training lacks);
     ``forms`` the character ids (n_forms, L) of the split's distinct forms, PAD-padded (row 0: the root's);
@@ -64,14 +65,6 @@ class UDSplit:
     rel: torch.Tensor
     rel_names: list
     projective: torch.Tensor
-
-    @property
-    def n(self) -> int:
-        return len(self.offsets) - 1
-
-    @property
-    def lengths(self) -> torch.Tensor:
-        return self.offsets[1:] - self.offsets[:-1]
 
     def gold_heads(self, i: int) -> list:
         return self.head[int(self.offsets[i]):int(self.offsets[i + 1])].tolist()

@@ -27,13 +27,13 @@ from ..oracles.chain_kernels import (HostViews, nb_add_psi, nb_build_delta, nb_c
                                      nb_delta_move, nb_delta_sqnorm, nb_fw_corner, nb_gap_pass, nb_gram)
 from .base import SPARSE_D, BlockDual, BlockMarginals, Corner, GapPass, JointConstraints, objective_n
 from .ragged import RaggedLabelings
-from .state import copy_checked, state_ell
+from .state import TensorBlockState
 from .chain_marginal import ChainMarginalMoves
 from .chain_torch import ChainTorchPath
 
 
 
-class ChainDual(RaggedLabelings, ChainTorchPath, ChainMarginalMoves, JointConstraints, BlockDual):
+class ChainDual(RaggedLabelings, ChainTorchPath, ChainMarginalMoves, JointConstraints, TensorBlockState, BlockDual):
     """Compact per-block dual state of a chain SSVM (see module docstring). Tensors live on
     ``device``. ``kernels``: ``numba`` runs the batch-1 step and gap passes as compiled kernels on
     zero-copy numpy views of the same tensors (CPU float64 only), ``torch`` the batched torch path
@@ -393,13 +393,5 @@ class ChainDual(RaggedLabelings, ChainTorchPath, ChainMarginalMoves, JointConstr
         m_theta += self.Mu[self.first_pos] @ first + self.Mu[self.last_pos] @ last + (self.Mt * trans).sum((1, 2))
         return (self._scores(U, first, last, trans, self.Y) - m_theta) / self.N
 
-    # the tensors of a checkpoint's block state (a subclass with more statistics extends the tuple)
+    # the tensors of a checkpoint's block state (TensorBlockState saves and loads them)
     STATE_TENSORS = ("w", "ell_i", "Mu", "Mt")
-
-    def state_dict(self) -> dict:
-        return {**{key: getattr(self, key).clone() for key in self.STATE_TENSORS}, "ell": self._ell.clone(),
-                "lam": self.lam}
-
-    def load_state_dict(self, state: dict) -> None:
-        copy_checked(self, state, self.STATE_TENSORS)
-        self._ell.fill_(state_ell(state))

@@ -48,4 +48,20 @@ def state_ell(state: dict) -> float:
     return float(ell.reshape(-1)[0]) if isinstance(ell, torch.Tensor) else float(ell)
 
 
-__all__ = ["check_like", "copy_checked", "state_ell"]
+class TensorBlockState:
+    """``state_dict`` / ``load_state_dict`` of a store whose block state is its tensors ``STATE_TENSORS``,
+    its ell (a one-element tensor ``_ell``) and lam: the chain and tree stores (a subclass with more block
+    statistics extends the tuple). Loading goes through :func:`copy_checked`."""
+
+    STATE_TENSORS: tuple[str, ...] = ()
+
+    def state_dict(self) -> dict:
+        return {**{key: getattr(self, key).clone() for key in self.STATE_TENSORS}, "ell": self._ell.clone(),
+                "lam": self.lam}
+
+    def load_state_dict(self, state: dict) -> None:
+        copy_checked(self, state, self.STATE_TENSORS)
+        self._ell.fill_(state_ell(state))
+
+
+__all__ = ["TensorBlockState", "check_like", "copy_checked", "state_ell"]

@@ -33,13 +33,14 @@ from ..oracles.tree_kernels import (arc_index, nb_apply, nb_fw_corner,
                                     nb_statistics_image)
 from .base import BatchCorners, BlockDual, Corner, GapPass, JointConstraints, objective_n
 from .ragged import RaggedLabelings
-from .state import copy_checked, state_ell
+from .state import TensorBlockState
 from .tree_host import TreeHostPath
 from .tree_marginal import TreeMarginalMoves
 from .tree_torch import TreeTorchPath
 
 
-class TreeDual(RaggedLabelings, TreeHostPath, TreeTorchPath, TreeMarginalMoves, JointConstraints, BlockDual):
+class TreeDual(RaggedLabelings, TreeHostPath, TreeTorchPath, TreeMarginalMoves, JointConstraints, TensorBlockState,
+               BlockDual):
     """Compact dual state of a dependency-tree SSVM (module docstring)."""
 
     shardable = False                 # the distributed exchanges ship chain statistics only
@@ -392,15 +393,10 @@ class TreeDual(RaggedLabelings, TreeHostPath, TreeTorchPath, TreeMarginalMoves, 
         return (gold_scores - m_theta).to(self.device) / self.N
 
     # -- state ----------------------------------------------------------------------------------------------
-    STATE_TENSORS = ("w", "ell_i", "M")
-
-    def state_dict(self) -> dict:
-        return {**{key: getattr(self, key).clone() for key in self.STATE_TENSORS}, "ell": self._ell.clone(),
-                "lam": self.lam}
+    STATE_TENSORS = ("w", "ell_i", "M")      # saved and loaded by TensorBlockState
 
     def load_state_dict(self, state: dict) -> None:
-        copy_checked(self, state, self.STATE_TENSORS)
-        self._ell.fill_(state_ell(state))
+        super().load_state_dict(state)
         self._pending = None
 
 
