@@ -28,7 +28,7 @@ import numpy as np
 import torch
 from torch.overrides import TorchFunctionMode
 
-from .errors import SSVMInputError
+from .errors import SSVMInputError, check_choice
 
 
 def parse_device(value, field: str = "device") -> torch.device:
@@ -44,7 +44,7 @@ def parse_device(value, field: str = "device") -> torch.device:
         raise SSVMInputError(f"{field}: {value!r} requested but no CUDA device is available")
     return device
 
-__all__ = ["KERNELS", "HostCopyError", "from_host", "host_guard", "resolve_device", "to_host"]
+__all__ = ["KERNELS", "HostCopyError", "from_host", "host_guard", "resolve_device", "store_kernels", "to_host"]
 
 #: ``numba``: compiled CPU kernels (CPU float64 only); ``torch``: the pure-torch path (any device);
 #: ``auto``: numba where it applies, torch elsewhere.
@@ -67,6 +67,18 @@ class HostCopyError(RuntimeError):
 def resolve_device(device) -> torch.device:
     """``device`` as a torch.device (``None`` is the CPU)."""
     return torch.device(device) if device is not None else torch.device("cpu")
+
+
+def store_kernels(kernels: str, device: torch.device, dtype: torch.dtype) -> str:
+    """The kernels a store's state on ``device`` in ``dtype`` runs (:data:`KERNELS`): ``auto`` is numba
+    for CPU float64 state and torch otherwise; ``numba`` elsewhere is refused."""
+    check_choice(kernels, "kernels", KERNELS)
+    numba_ok = device.type == "cpu" and dtype == torch.float64
+    if kernels == "numba" and not numba_ok:
+        raise SSVMInputError(f"kernels: 'numba' needs CPU float64 state, got device {device}, dtype {dtype}")
+    if kernels == "auto":
+        return "numba" if numba_ok else "torch"
+    return kernels
 
 
 def device_clock(device: torch.device) -> float:

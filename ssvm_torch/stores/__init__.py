@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from ..devices import resolve_device
+from ..devices import KERNELS, resolve_device
 from ..errors import SSVMInputError, check_choice
 from ..models.base import StructuredModel
 from ..models.chain import ChainModel
@@ -18,7 +18,7 @@ from ..models.dependency import DependencyModel
 from ..models.matching import MatchingModel
 from .base import BlockDual, Corner, GapPass
 from .box import BoxedDual
-from .chain import KERNELS, ChainDual
+from .chain import ChainDual
 from .chain_edges import EdgeChainDual
 from .dense import DenseDual
 from .dense_compiled import CompiledDenseDual, CompiledMatchingDual

@@ -17,8 +17,8 @@ import torch
 import torch.nn.functional as Fn
 
 from ..data.types import ChainData
-from ..devices import KERNELS, resolve_device, to_host
-from ..errors import SSVMInputError, check, check_choice, check_positive
+from ..devices import resolve_device, store_kernels, to_host
+from ..errors import SSVMInputError, check, check_positive
 from ..models.chain import ChainModel
 from ..chain.padded import fused_variant
 from ..chain.triton_viterbi import fused_available
@@ -79,11 +79,7 @@ class ChainDual(RaggedLabelings, ChainTorchPath, ChainMarginalMoves, JointConstr
         self.sparse_direction, self._scratch = model.d >= SPARSE_D, None    # directions as touched coordinates
         self._t_max = None              # the longest chain, read once by the fused gap pass
         self._order = None              # the chains by decreasing length (the fused gap pass sorts once)
-        check_choice(kernels, "kernels", KERNELS)
-        numba_ok = dev.type == "cpu" and dtype == torch.float64
-        if kernels == "numba" and not numba_ok:
-            raise SSVMInputError(f"kernels: 'numba' needs CPU float64 state, got device {dev}, dtype {dtype}")
-        self.kernels = "numba" if kernels == "auto" and numba_ok else kernels if kernels != "auto" else "torch"
+        self.kernels = store_kernels(kernels, dev, dtype)
         self._numba = self.kernels == "numba"
         if self._numba:
             self._bind_numpy()

@@ -25,8 +25,8 @@ import numpy as np
 import torch
 
 from ..data.trees import DependencyData
-from ..devices import KERNELS, resolve_device, to_host
-from ..errors import SSVMInputError, check_choice, check_positive
+from ..devices import resolve_device, store_kernels, to_host
+from ..errors import SSVMInputError, check_positive
 from ..models.dependency import DependencyModel
 from ..oracles.tree_kernels import (arc_index, nb_apply, nb_fw_corner,
                                     nb_gap_pass, nb_labeling_score, nb_m_dot, nb_move, nb_sqnorm,
@@ -62,11 +62,7 @@ class TreeDual(RaggedLabelings, TreeHostPath, TreeTorchPath, TreeMarginalMoves, 
         self.tptr, self.tids = d.tok_ptr, d.tok_ids
         self.costs = model.costs(self.lengths, dtype)
         self.gold_ok = model.gold_in_space(d)
-        check_choice(kernels, "kernels", KERNELS)
-        numba_ok = dev.type == "cpu" and dtype == torch.float64
-        if kernels == "numba" and not numba_ok:
-            raise SSVMInputError(f"kernels: 'numba' needs CPU float64 state, got device {dev}, dtype {dtype}")
-        self.kernels = "numba" if kernels == "auto" and numba_ok else kernels if kernels != "auto" else "torch"
+        self.kernels = store_kernels(kernels, dev, dtype)
         self._numba = self.kernels == "numba"
         # dual state: alpha_i = delta(y_i) at the start, i.e. M_i = G_i, w_i = 0, ell_i = 0
         self.M = torch.zeros(int(self.arc_off[-1]), dtype=dtype, device=dev)
