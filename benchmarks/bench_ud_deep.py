@@ -6,9 +6,10 @@ For every archived run: UAS and LAS recomputed from its ``test_predictions.pt`` 
 by CoNLL 2018's definitions (every word, punctuation included; LAS on the universal part of DEPREL) and
 checked against its ``results.json``; per head the mean +- sample std over seeds of test UAS / LAS, dev UAS /
 LAS, epochs, s/epoch (the median of the run's epochs: an epoch during which the run was paused, for a CI run on
-the same cores, would swamp a mean) and the hours of a run at that pace (epochs x median), both with another run
-beside it on the 2 cores as recipes/ud_deep_all.sh runs them (the wall-clock hours as run, pauses included, are
-in the JSON; the heads' speed measured alone is bench_ud_deep_speed.py's, printed below the table when its JSON
+the same cores, would swamp a mean) and the hours of a run at that pace (epochs x median), both as the run was
+trained (most runs beside another on the 2 cores with 1 torch thread, as recipes/ud_deep_all.sh runs two
+instances; a run's config.json says its ``threads``, listed per head in the JSON; the wall-clock hours as run,
+pauses included, are in the JSON too; the heads' speed measured alone is bench_ud_deep_speed.py's, printed below the table when its JSON
 is there),
 the tree layer's share of an epoch, test sentences per second, and the test UAS of the same arc
 scores decoded by a per-word argmax (no tree constraint) with the share of its outputs that are not trees.
@@ -102,7 +103,7 @@ def report(runs: Path, draws: int) -> dict:
             {"run": d.name, "seed": config["seed"], "projective": config["projective"],
              "upos_input": config["upos_input"], "test_uas": uas, "test_las": las, "dev_uas": results["dev_uas"],
              "dev_las": results["dev_las"], "epochs": results["epochs"], "best_epoch": results["best_epoch"],
-             "s_per_epoch": statistics.median(r["seconds"] for r in history),
+             "threads": config["threads"], "s_per_epoch": statistics.median(r["seconds"] for r in history),
              "hours": len(history) * statistics.median(r["seconds"] for r in history) / 3600,
              "hours_as_run": sum(r["seconds"] for r in history) / 3600,
              "tree_layer_share": statistics.fmean(r["tree_layer_share"] for r in history),
@@ -117,6 +118,7 @@ def report(runs: Path, draws: int) -> dict:
         out["heads"].append({"head": head, "seeds": [r["seed"] for r in rows],
                              "upos_input": all(r["upos_input"] for r in rows),
                              "projective": all(r["projective"] for r in rows),
+                             "threads": [r["threads"] for r in rows],
                              **{k: mean_std([r[k] for r in rows]) for k in
                                 ("test_uas", "test_las", "dev_uas", "dev_las", "epochs", "best_epoch", "s_per_epoch",
                                  "hours", "hours_as_run", "tree_layer_share", "test_sentences_per_s", "test_uas_argmax",
@@ -133,7 +135,7 @@ def markdown(out: dict) -> str:
     def ms(x, d=2):
         return f"{x['mean']:.{d}f}" + (f" ± {x['std']:.{d}f}" if x["std"] is not None else "")
     rows = ["| head | seeds | gold UPOS input | **test UAS** | **test LAS** | dev UAS | dev LAS | epochs (best) | "
-            "s / epoch (median, 2 runs on 2 cores) | hours per run at that pace | tree layer share | test sentences / s | "
+            "s / epoch (median, as run) | hours per run at that pace | tree layer share | test sentences / s | "
             "test UAS, per-word argmax (% not a tree) |",
             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in out["heads"]:
