@@ -15,7 +15,7 @@ from ssvm_torch.data.types import data_file
 from ssvm_torch.errors import SSVMInputError
 from ssvm_torch.deep.__main__ import main as deep_main
 from ssvm_torch.deep.ud_parse import load_parser, main as parse_main, parse_sentences
-from ssvm_torch.outputs import save_torch
+from ssvm_torch.outputs import load_torch, save_torch
 from test_ud_deep import RECIPES, TINY
 
 SMALL = """# sent_id = a-1
@@ -84,8 +84,19 @@ def test_blank_heads_get_trees_and_ranges_comments_and_empty_nodes_stay(run_dir,
     assert tb.n == 2 and tb.lengths.tolist() == [5, 1] and tb.heads.tolist()[-1] == 0
 
 
+# parser.pt files a run could not have written (saved with a valid manifest): each refused naming the field
+EDITED = {"unknown-head": (lambda o: o["hparams"].update(loss="perceptron"), "hparams['loss'] is 'perceptron'"),
+          "size-as-text": (lambda o: o["hparams"].update(hidden="200"), "hparams['hidden'] is '200', expected an int"),
+          "no-flag": (lambda o: o["hparams"].pop("projective"), "hparams lacks projective"),
+          "vocab-a-list": (lambda o: o.update(vocab=list(o["vocab"])), "vocab is 'list', expected a dict"),
+          "rels-numbers": (lambda o: o["vocab"].update(rels=[1, 2]), "vocab['rels'] is '[1, 2]'"),
+          "counts-short": (lambda o: o["vocab"].update(word_counts=o["vocab"]["word_counts"][:-1]),
+                           "expected one count per word"),
+          "weights-a-list": (lambda o: o.update(state_dict=[]), "state_dict is 'list', expected a dict")}
+
+
 @pytest.mark.parametrize("case", ["no-upos", "nine-fields", "id-order", "not-a-parser", "damaged", "same-file",
-                                  "missing", "empty", "no-folder"])
+                                  "missing", "empty", "no-folder", *EDITED])
 def test_bad_files_are_refused_in_one_line(run_dir, tmp_path, capsys, case):
     model, src, out = run_dir / "parser.pt", tmp_path / "in.conllu", tmp_path / "out.conllu"
     text, expected = SMALL, None
@@ -104,6 +115,11 @@ def test_bad_files_are_refused_in_one_line(run_dir, tmp_path, capsys, case):
         model = tmp_path / "damaged.pt"
         model.write_bytes(bytes(data))
         expected = ("is damaged", "is not a readable ssvm_torch file")     # the manifest's SHA-256, or the zip's CRC
+    elif case in EDITED:
+        obj = load_torch(model, "model")
+        edit, expected = EDITED[case]
+        edit(obj)
+        model = save_torch(tmp_path / "edited.pt", obj)
     elif case == "same-file":
         out, expected = src, "is the input file"
     elif case == "missing":

@@ -36,11 +36,14 @@ from ..data.ud import Treebank, universal
 from ..devices import parse_device
 from ..errors import SSVMInputError, check, run_cli
 from ..outputs import load_torch
-from .ud_parser import attachment_scores, build_network, decode_split, tree_layer
+from .ud_parser import HEADS, attachment_scores, build_network, decode_split, tree_layer
 from .ud_text import UDVocab, make_split
 
 PARSER_KEYS = ("state_dict", "vocab", "hparams")
 VOCAB_KEYS = ("words", "word_counts", "chars", "upos", "rels")
+# the hyper-parameters the network and the tree layer of a parser.pt are built from (build_network, tree_layer)
+NETWORK_SIZES = ("word_dim", "char_dim", "char_filters", "upos_dim", "hidden", "layers", "arc_dim", "rel_dim")
+NETWORK_FLAGS = ("projective", "upos_input")
 
 
 @dataclass
@@ -62,6 +65,7 @@ def load_parser(path, device=None) -> TrainedParser:
     if missing:
         raise SSVMInputError(f"model: {path} is not a UD parser's parser.pt (it lacks {', '.join(missing)}; "
                              "python -m ssvm_torch.deep fit --config recipes/ud_deep_<head>.yaml writes one)")
+    check_parser_fields(obj, path)
     hp = obj["hparams"]
     vocab = UDVocab(**{k: list(obj["vocab"][k]) for k in VOCAB_KEYS})
     try:
@@ -73,6 +77,47 @@ def load_parser(path, device=None) -> TrainedParser:
                              f"({first[:200]})") from None
     network.to(device or torch.device("cpu")).eval()
     return TrainedParser(network, vocab, dict(hp), tree_layer(hp["loss"], hp["projective"]))
+
+
+def check_parser_fields(obj: dict, path) -> None:
+    """Refuse a parser.pt whose fields could not have been written by a run, naming the first bad one: the
+    file is untrusted (its manifest proves it intact, not that a run wrote it), and a wrong type would
+    otherwise fail deep inside the network's construction. ``hparams``: the head's ``loss`` (one of
+    :data:`~ssvm_torch.deep.ud_parser.HEADS`), the flags :data:`NETWORK_FLAGS` true or false, the sizes
+    :data:`NETWORK_SIZES` ints >= 1, ``dropout`` in [0, 1); ``vocab``: lists of strings (``word_counts``:
+    of ints >= 0, one per word); ``state_dict``: tensors by name."""
+    def bad(field: str, expected: str, got) -> SSVMInputError:
+        return SSVMInputError(f"model: {path}: {field} is {str(got)[:60]!r}, expected {expected} (a file a run "
+                              "of recipes/ud_deep_<head>.yaml writes has it)")
+    hp, vocab, weights = obj["hparams"], obj["vocab"], obj["state_dict"]
+    for field, value in (("hparams", hp), ("vocab", vocab), ("state_dict", weights)):
+        if not isinstance(value, dict):
+            raise bad(field, "a dict", type(value).__name__)
+    missing = [k for k in ("loss", *NETWORK_FLAGS, *NETWORK_SIZES, "dropout") if k not in hp]
+    if missing:
+        raise SSVMInputError(f"model: {path}: hparams lacks {', '.join(missing)} (a file a run of "
+                             "recipes/ud_deep_<head>.yaml writes has them)")
+    if hp["loss"] not in HEADS:
+        raise bad("hparams['loss']", f"one of {', '.join(HEADS)}", hp["loss"])
+    for k in NETWORK_FLAGS:
+        if not isinstance(hp[k], bool):
+            raise bad(f"hparams[{k!r}]", "true or false", hp[k])
+    for k in NETWORK_SIZES:
+        if not (isinstance(hp[k], int) and not isinstance(hp[k], bool) and hp[k] >= 1):
+            raise bad(f"hparams[{k!r}]", "an int >= 1", hp[k])
+    if not (isinstance(hp["dropout"], (int, float)) and 0 <= hp["dropout"] < 1):
+        raise bad("hparams['dropout']", "a probability in [0, 1)", hp["dropout"])
+    for k in VOCAB_KEYS:
+        items, kind = vocab[k], (int if k == "word_counts" else str)
+        if not (isinstance(items, (list, tuple)) and items and all(isinstance(x, kind) for x in items)):
+            raise bad(f"vocab[{k!r}]", f"a non-empty list of {kind.__name__}s", type(items).__name__
+                      if not isinstance(items, (list, tuple)) else items[:3])
+    if len(vocab["word_counts"]) != len(vocab["words"]):
+        raise bad("vocab['word_counts']", f"one count per word ({len(vocab['words'])})",
+                  f"{len(vocab['word_counts'])} counts")
+    odd = next((k for k, v in weights.items() if not (isinstance(k, str) and isinstance(v, torch.Tensor))), None)
+    if odd is not None:
+        raise bad(f"state_dict[{odd!r}]", "a tensor named by a string", type(weights[odd]).__name__)
 
 
 @dataclass
