@@ -9,8 +9,8 @@ LAS, epochs, s/epoch (the median of the run's epochs: an epoch during which the 
 the same cores, would swamp a mean) and the hours of a run at that pace (epochs x median), both as the run was
 trained (most runs beside another on the 2 cores with 1 torch thread, as recipes/ud_deep_all.sh runs two
 instances; a run's config.json says its ``threads``, listed per head in the JSON; the wall-clock hours as run,
-pauses included, are in the JSON too; the heads' speed measured alone is bench_ud_deep_speed.py's, printed below the table when its JSON
-is there),
+pauses included, are in the JSON too; the heads' speed measured alone is bench_ud_deep_speed.py's, printed
+below the table when its JSON is there),
 the tree layer's share of an epoch, test sentences per second, and the test UAS of the same arc
 scores decoded by a per-word argmax (no tree constraint) with the share of its outputs that are not trees.
 A paired bootstrap
@@ -99,12 +99,12 @@ def report(runs: Path, draws: int) -> dict:
         if abs(uas - results["test_uas"]) > 1e-9 or abs(las - results["test_las"]) > 1e-9:
             raise SystemExit(f"{d}: UAS / LAS recomputed {uas:.4f} / {las:.4f}, results.json says "
                              f"{results['test_uas']:.4f} / {results['test_las']:.4f}")
+        median_epoch = statistics.median(r["seconds"] for r in history)
         by_head.setdefault(config["loss"], []).append(
             {"run": d.name, "seed": config["seed"], "projective": config["projective"],
              "upos_input": config["upos_input"], "test_uas": uas, "test_las": las, "dev_uas": results["dev_uas"],
              "dev_las": results["dev_las"], "epochs": results["epochs"], "best_epoch": results["best_epoch"],
-             "threads": config["threads"], "s_per_epoch": statistics.median(r["seconds"] for r in history),
-             "hours": len(history) * statistics.median(r["seconds"] for r in history) / 3600,
+             "threads": config["threads"], "s_per_epoch": median_epoch, "hours": len(history) * median_epoch / 3600,
              "hours_as_run": sum(r["seconds"] for r in history) / 3600,
              "tree_layer_share": statistics.fmean(r["tree_layer_share"] for r in history),
              "test_sentences_per_s": results["test_sentences_per_s"], "counts": counts,

@@ -85,7 +85,7 @@ def check_parser_fields(obj: dict, path) -> None:
     otherwise fail deep inside the network's construction. ``hparams``: the head's ``loss`` (one of
     :data:`~ssvm_torch.deep.ud_parser.HEADS`), the flags :data:`NETWORK_FLAGS` true or false, the sizes
     :data:`NETWORK_SIZES` ints >= 1, ``dropout`` in [0, 1); ``vocab``: lists of strings (``word_counts``:
-    of ints >= 0, one per word); ``state_dict``: tensors by name."""
+    of ints, one per word); ``state_dict``: tensors by name."""
     def bad(field: str, expected: str, got) -> SSVMInputError:
         return SSVMInputError(f"model: {path}: {field} is {str(got)[:60]!r}, expected {expected} (a file a run "
                               "of recipes/ud_deep_<head>.yaml writes has it)")
