@@ -52,3 +52,53 @@ def brute_force(S: np.ndarray, n: int, projective: bool, multiroot: bool, gold=N
     for m in range(1, n + 1):
         np.add.at(M[m], trees[:, m], p)
     return trees[top], float(s[top]), logz, M
+
+
+def adjacent_siblings(trees: np.ndarray) -> np.ndarray:
+    """(T, n + 1) int64: for every tree (heads, column 0 = -1) and word m, its adjacent sibling s -- the
+    dependent of the same head on the same side between the head and m, nearest to m -- or 0 for none
+    (SuPar's ``CoNLL.get_sibs`` per word). A plain loop over words: the reference of the kernels' rule."""
+    T, n1 = trees.shape
+    sib = np.zeros((T, n1), dtype=np.int64)
+    for m in range(1, n1):
+        h = trees[:, m]
+        for k in range(1, n1):
+            between = ((h < k) & (k < m)) | ((m < k) & (k < h))
+            same = between & (trees[:, k] == h)
+            # nearest to m: the largest k on the right side (h < k < m), the smallest on the left
+            closer = np.where(h < m, k > sib[:, m], (sib[:, m] == 0) | (k < sib[:, m]))
+            sib[:, m] = np.where(same & closer, k, sib[:, m])
+    return sib
+
+
+def sibling_tree_scores(S: np.ndarray, SB: np.ndarray, trees: np.ndarray) -> np.ndarray:
+    """s(y) = sum_m S[m, y_m] + sum_{m with a sibling s} SB[m, y_m, s] of every tree (T,)."""
+    n = trees.shape[1] - 1
+    if n == 0:
+        return np.zeros(len(trees))
+    words = np.arange(1, n + 1)[None, :]
+    sib = adjacent_siblings(trees)[:, 1:]
+    heads = trees[:, 1:]
+    extra = np.where(sib > 0, SB[words, heads, sib], 0.0)
+    return S[words, heads].sum(1) + extra.sum(1)
+
+
+def sibling_brute_force(S: np.ndarray, SB: np.ndarray, n: int, multiroot: bool, gold=None, cost: float = 1.0):
+    """For one sentence's second-order scores: (the best projective tree, its score, log Z, the arc marginals
+    (n+1, n+1), the sibling marginals (n+1, n+1, n+1) [m, h, s]), loss-augmented by cost x (wrong heads
+    against ``gold``) when it is given."""
+    trees = all_trees(n, True, multiroot)
+    s = sibling_tree_scores(S[:n + 1, :n + 1], SB[:n + 1, :n + 1, :n + 1], trees)
+    if gold is not None:
+        s = s + cost * (trees[:, 1:] != np.asarray(gold)[1:n + 1][None, :]).sum(1)
+    top = int(np.argmax(s))
+    logz = float(np.logaddexp.reduce(s))
+    p = np.exp(s - logz)
+    M = np.zeros((n + 1, n + 1))
+    MS = np.zeros((n + 1, n + 1, n + 1))
+    sib = adjacent_siblings(trees)
+    for m in range(1, n + 1):
+        np.add.at(M[m], trees[:, m], p)
+        has = sib[:, m] > 0
+        np.add.at(MS[m], (trees[has, m], sib[has, m]), p[has])
+    return trees[top], float(s[top]), logz, M, MS

@@ -16,6 +16,14 @@ the arc h -> m. A labeled tree scores s(y, l) = sum_m arc_scores[m, y_m] + label
 First-order labels factor over arcs, so each reduces to the unlabeled operation on effective arc scores:
 arc + max_l (label + c [l != gold]) for the hinge, arc + logsumexp_l (label + c [l != gold]) for
 softmax-margin, arc + logsumexp_l label for the CRF, arc + max_l label for decoding.
+
+**Second order.** Every call takes ``sib_scores`` (B, N, N, N), ``sib_scores[b, m, h, s]`` the score of m and
+s being adjacent dependents of h on the same side, s between them (SuPar's ``Dependency2oCRF`` layout,
+:mod:`ssvm_torch.trees.sibling`): s(y, l) then adds the sibling scores of the tree's adjacent siblings, and
+the three losses, decoding, log Z and the marginals are those of the second-order model (relations still
+factor over arcs, so the effective arc scores above carry them). Projective trees only: with
+``projective=False`` sibling scores are refused (exact second-order non-projective parsing is NP-hard,
+McDonald & Pereira 2006).
 """
 from __future__ import annotations
 
@@ -24,9 +32,10 @@ from torch import nn
 
 from ..chain.checks import refuse_bad_scores
 from ..errors import SSVMInputError, check, check_choice
-from ..trees import ops
+from ..trees import ops, sibling_ops
 from ..trees.checks import KERNELS, check_heads, check_scores, resolve_lengths, word_mask
 from ..trees.losses import row_cost
+from ..trees.sibling import check_sib_scores, sibling_score
 from .reduction import REDUCTIONS, reduce_rows
 
 LOSSES = ("hinge", "softmax_margin", "crf")
@@ -57,9 +66,15 @@ class DependencyTree(nn.Module):
                 f"kernels={self.kernels!r}")
 
     # -- inputs ---------------------------------------------------------------------------------------------
-    def _inputs(self, arc_scores, mask, lengths):
+    def _inputs(self, arc_scores, mask, lengths, sib_scores=None):
         S = check_scores(arc_scores)
-        return S, resolve_lengths(S, mask, lengths)
+        lengths = resolve_lengths(S, mask, lengths)
+        if sib_scores is None:
+            return S, lengths, None
+        check(self.projective, "sib_scores", "a layer with projective=True: second-order (sibling) scores are "
+              "parsed exactly over projective trees only (second-order non-projective parsing is NP-hard, "
+              "McDonald & Pereira 2006)", "projective=False")
+        return S, lengths, check_sib_scores(sib_scores, S)
 
     def _labels_in(self, S, label_scores, labels, lengths):
         if label_scores is None:
@@ -89,23 +104,38 @@ class DependencyTree(nn.Module):
                                  f"{int(labels[b, m])} at row {b}, word {m}")
         return label_scores.to(S.dtype), torch.where(word, labels, torch.zeros_like(labels))
 
+    # -- the operations of the first or the second order ------------------------------------------------------
+    def _best(self, S, SB, lengths):
+        if SB is None:
+            return ops.best(S, lengths, self.projective, self.multiroot, self.kernels)
+        return sibling_ops.best(S, SB, lengths, self.multiroot, self.kernels)
+
+    def _log_partition(self, S, SB, lengths):
+        if SB is None:
+            return ops.log_partition(S, lengths, self.projective, self.multiroot, self.kernels)
+        return sibling_ops.log_partition(S, SB, lengths, self.multiroot, self.kernels)
+
+    @staticmethod
+    def _score(S, SB, heads, lengths):
+        return ops.score(S, heads, lengths) if SB is None else sibling_score(S, SB, heads, lengths)
+
     # -- the public calls -----------------------------------------------------------------------------------
     def forward(self, arc_scores: torch.Tensor, heads: torch.Tensor, mask: torch.Tensor | None = None,
                 label_scores: torch.Tensor | None = None, labels: torch.Tensor | None = None,
-                reduction: str = "sum", lengths: torch.Tensor | None = None) -> torch.Tensor:
+                reduction: str = "sum", lengths: torch.Tensor | None = None,
+                sib_scores: torch.Tensor | None = None) -> torch.Tensor:
         """The loss to minimise (module docstring): per sentence with ``reduction="none"`` (B,), else its sum,
         mean over sentences, or sum over the number of words ("token_mean"). The gold ``heads`` (B, N) must be
         a tree the layer's structure can produce (projective if ``projective``, one root child unless
-        ``multiroot``): the losses are defined over that set."""
+        ``multiroot``): the losses are defined over that set. ``sib_scores``: the second-order model."""
         check_choice(reduction, "reduction", REDUCTIONS)
-        S, lengths = self._inputs(arc_scores, mask, lengths)
+        S, lengths, SB = self._inputs(arc_scores, mask, lengths, sib_scores)
         gold = check_heads(heads, lengths, S.shape[1], self.multiroot, self.projective)
         lab, gold_labels = self._labels_in(S, label_scores, labels, lengths)
         if lab is not None and gold_labels is None:
             raise SSVMInputError("labels: the gold relations (B, N) are needed with label_scores for a loss")
         c = row_cost(self.cost, lengths, S.dtype)
-        args = (lengths, self.projective, self.multiroot, self.kernels)
-        gold_score = ops.score(S, gold, lengths)
+        gold_score = self._score(S, SB, gold, lengths)
         if lab is not None:
             picked = lab.gather(3, gold_labels[:, :, None, None].expand(-1, -1, S.shape[2], 1))[..., 0]
             gold_score = gold_score + ops.score(picked, gold, lengths)
@@ -113,46 +143,50 @@ class DependencyTree(nn.Module):
             aug_lab = lab + c[:, None, None, None] * wrong_l
         if self.loss == "crf":
             eff = S if lab is None else S + torch.logsumexp(lab, 3)
-            per_row = ops.log_partition(eff, *args) - gold_score
+            per_row = self._log_partition(eff, SB, lengths) - gold_score
         elif self.loss == "softmax_margin":
             eff = S if lab is None else S + torch.logsumexp(aug_lab, 3)
-            per_row = ops.log_partition(ops.augment(eff, gold, lengths, c), *args) - gold_score
+            per_row = self._log_partition(ops.augment(eff, gold, lengths, c), SB, lengths) - gold_score
         else:
             eff = S if lab is None else S + aug_lab.amax(3)
             aug = ops.augment(eff, gold, lengths, c)
             with torch.no_grad():
-                y, _ = ops.best(aug.detach(), *args)
-            per_row = ops.score(aug, y, lengths) - gold_score
+                y, _ = self._best(aug.detach(), None if SB is None else SB.detach(), lengths)
+            per_row = self._score(aug, SB, y, lengths) - gold_score
         return reduce_rows(per_row, reduction, lengths)
 
     def decode(self, arc_scores: torch.Tensor, mask: torch.Tensor | None = None,
-               label_scores: torch.Tensor | None = None, lengths: torch.Tensor | None = None):
+               label_scores: torch.Tensor | None = None, lengths: torch.Tensor | None = None,
+               sib_scores: torch.Tensor | None = None):
         """The best tree of every sentence: heads (B, N) int64, -1 at position 0 and off the mask; with
         ``label_scores`` also the relations (B, N) (each arc's best relation, -1 off the words). No gradient."""
         with torch.no_grad():
-            S, lengths = self._inputs(arc_scores, mask, lengths)
+            S, lengths, SB = self._inputs(arc_scores, mask, lengths, sib_scores)
             lab, _ = self._labels_in(S, label_scores, None, lengths)
             eff = S if lab is None else S + lab.amax(3)
-            heads, _ = ops.best(eff, lengths, self.projective, self.multiroot, self.kernels)
+            heads, _ = self._best(eff, SB, lengths)
             if lab is None:
                 return heads
             rel = lab.argmax(3).gather(2, heads.clamp(min=0)[:, :, None])[:, :, 0]
             return heads, torch.where(heads >= 0, rel, torch.full_like(rel, -1))
 
     def marginals(self, arc_scores: torch.Tensor, mask: torch.Tensor | None = None,
-                  lengths: torch.Tensor | None = None) -> torch.Tensor:
-        """P(h -> m) (B, N, N) under the CRF of the arc scores, zero off the words. No gradient."""
-        S, lengths = self._inputs(arc_scores, mask, lengths)
-        return ops.marginals(S, lengths, self.projective, self.multiroot, self.kernels)
+                  lengths: torch.Tensor | None = None, sib_scores: torch.Tensor | None = None):
+        """P(h -> m) (B, N, N) under the CRF of the arc scores, zero off the words; with ``sib_scores`` the pair
+        (arc marginals, sibling marginals (B, N, N, N) [modifier, head, sibling]). No gradient."""
+        S, lengths, SB = self._inputs(arc_scores, mask, lengths, sib_scores)
+        if SB is None:
+            return ops.marginals(S, lengths, self.projective, self.multiroot, self.kernels)
+        return sibling_ops.marginals(S, SB, lengths, self.multiroot, self.kernels)
 
     def log_partition(self, arc_scores: torch.Tensor, mask: torch.Tensor | None = None,
-                      lengths: torch.Tensor | None = None) -> torch.Tensor:
+                      lengths: torch.Tensor | None = None, sib_scores: torch.Tensor | None = None) -> torch.Tensor:
         """log Z per sentence (B,), differentiable."""
-        S, lengths = self._inputs(arc_scores, mask, lengths)
-        return ops.log_partition(S, lengths, self.projective, self.multiroot, self.kernels)
+        S, lengths, SB = self._inputs(arc_scores, mask, lengths, sib_scores)
+        return self._log_partition(S, SB, lengths)
 
     def score(self, arc_scores: torch.Tensor, heads: torch.Tensor, mask: torch.Tensor | None = None,
-              lengths: torch.Tensor | None = None) -> torch.Tensor:
+              lengths: torch.Tensor | None = None, sib_scores: torch.Tensor | None = None) -> torch.Tensor:
         """s(heads) per sentence (B,), differentiable (any tree: no structure check beyond being a tree)."""
-        S, lengths = self._inputs(arc_scores, mask, lengths)
-        return ops.score(S, check_heads(heads, lengths, S.shape[1], True, False), lengths)
+        S, lengths, SB = self._inputs(arc_scores, mask, lengths, sib_scores)
+        return self._score(S, SB, check_heads(heads, lengths, S.shape[1], True, False), lengths)

@@ -1,4 +1,4 @@
-"""First-order dependency trees for the whole toolkit, in one package with one convention (the way
+"""Dependency trees (first order, and second order with adjacent siblings) for the whole toolkit, in one package with one convention (the way
 :mod:`ssvm_torch.chain` serves chains).
 
 **Convention.** A sentence of n words has positions 0..n, position 0 the root. Scores come as a padded
@@ -24,13 +24,20 @@ The recursions exist once per backend:
 * non-projective log Z / marginals (the matrix-tree theorem, Koo et al. 2007):
   :mod:`~ssvm_torch.trees.matrix_tree`, torch on every device.
 
+**Second order** (:mod:`~ssvm_torch.trees.sibling`): every call takes ``sib_scores`` (B, N, N, N),
+``sib_scores[b, m, h, s]`` the score of m and s being adjacent dependents of h (SuPar's ``Dependency2oCRF``
+layout), for projective trees: numba :mod:`~ssvm_torch.trees.numba_sibling`, Triton
+:mod:`~ssvm_torch.trees.triton_sibling`, torch :mod:`~ssvm_torch.trees.torch_sibling`, one dispatch in
+:mod:`~ssvm_torch.trees.sibling_ops`.
+
 torch-struct's ``DependencyCRF`` / ``NonProjectiveDependencyCRF`` (root scores on the diagonal, [head,
 modifier]) are a test reference and a benchmark baseline, not a backend.
 """
 from .checks import check_heads, resolve_lengths, tree_faults
+from .sibling import adjacent_siblings
 from .losses import (dependency_crf_nll, dependency_decode, dependency_hinge, dependency_log_partition,
                      dependency_marginals, dependency_score, dependency_softmax_margin, is_tree)
 
-__all__ = ["check_heads", "dependency_crf_nll", "dependency_decode", "dependency_hinge", "dependency_log_partition",
-           "dependency_marginals", "dependency_score", "dependency_softmax_margin", "is_tree", "resolve_lengths",
-           "tree_faults"]
+__all__ = ["adjacent_siblings", "check_heads", "dependency_crf_nll", "dependency_decode", "dependency_hinge",
+           "dependency_log_partition", "dependency_marginals", "dependency_score", "dependency_softmax_margin", "is_tree",
+           "resolve_lengths", "tree_faults"]

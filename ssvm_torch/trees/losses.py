@@ -11,14 +11,19 @@ backends). Losses are per row (B,) and differentiable w.r.t. the arc scores:
 
 Delta(y, y_b) = c_b x (the number of words whose head differs), c_b = 1 (``cost="hamming"``), 1 / n_b
 (``"normalized"``) or a given per-row tensor (B,).
+
+Every call takes second-order scores through ``sib_scores`` (B, N, N, N) (adjacent siblings, SuPar's layout,
+:mod:`ssvm_torch.trees.sibling`), projective trees only: s(y) then adds the sibling scores of the tree's
+adjacent siblings, and the losses, decoding, log Z and marginals are those of the second-order model.
 """
 from __future__ import annotations
 
 import torch
 
 from ..errors import SSVMInputError, check
-from . import ops
+from . import ops, sibling_ops
 from .checks import KERNELS, check_heads, check_scores, resolve_lengths, tree_faults
+from .sibling import check_sib_scores, sibling_score
 
 
 def _kernels(kernels: str) -> str:
@@ -47,74 +52,122 @@ def row_cost(cost, lengths: torch.Tensor, dtype) -> torch.Tensor:
     return cost
 
 
-def _prepare(arc_scores, mask, lengths):
+def _flags(projective, multiroot) -> tuple[bool, bool]:
+    """``projective`` and ``multiroot`` as bools, refused by name unless they are (a string such as "False" is
+    truthy and would silently choose the other structure)."""
+    for name, value in (("projective", projective), ("multiroot", multiroot)):
+        check(isinstance(value, bool), name, "True or False", repr(value))
+    return projective, multiroot
+
+
+def _prepare(arc_scores, mask, lengths, sib_scores=None, projective: bool = True):
+    """(S, lengths, SB or None) after the checks; second-order scores only with projective trees."""
     S = check_scores(arc_scores)
-    return S, resolve_lengths(S, mask, lengths)
+    lengths = resolve_lengths(S, mask, lengths)
+    if sib_scores is None:
+        return S, lengths, None
+    check(projective, "sib_scores", "projective=True with second-order (sibling) scores: only projective trees "
+          "are parsed exactly with them (second-order non-projective parsing is NP-hard, McDonald & Pereira 2006)",
+          "projective=False")
+    return S, lengths, check_sib_scores(sib_scores, S)
 
 
 def dependency_decode(arc_scores, mask=None, lengths=None, projective: bool = True, multiroot: bool = False,
-                      kernels: str = "auto", return_scores: bool = False):
+                      kernels: str = "auto", return_scores: bool = False, sib_scores=None):
     """The best tree of every row: heads (B, N) int64 (heads[b, m] the head of word m, 0 = the root), -1 at
-    position 0 and off the words; with ``return_scores`` also s(heads) (B,). No gradient."""
-    S, lengths = _prepare(arc_scores, mask, lengths)
+    position 0 and off the words; with ``return_scores`` also s(heads) (B,). With ``sib_scores`` (B, N, N, N)
+    the best second-order projective tree (:mod:`ssvm_torch.trees.sibling`). No gradient."""
+    projective, multiroot = _flags(projective, multiroot)
+    S, lengths, SB = _prepare(arc_scores, mask, lengths, sib_scores, projective)
     with torch.no_grad():
-        heads, scores = ops.best(S, lengths, bool(projective), bool(multiroot), _kernels(kernels))
+        if SB is None:
+            heads, scores = ops.best(S, lengths, projective, multiroot, _kernels(kernels))
+        else:
+            heads, scores = sibling_ops.best(S, SB, lengths, multiroot, _kernels(kernels))
     return (heads, scores) if return_scores else heads
 
 
 def dependency_log_partition(arc_scores, mask=None, lengths=None, projective: bool = True, multiroot: bool = False,
-                             kernels: str = "auto") -> torch.Tensor:
-    """log Z (B,) = log sum over the trees of exp s(y), differentiable (its gradient: the arc marginals)."""
-    S, lengths = _prepare(arc_scores, mask, lengths)
-    return ops.log_partition(S, lengths, bool(projective), bool(multiroot), _kernels(kernels))
+                             kernels: str = "auto", sib_scores=None) -> torch.Tensor:
+    """log Z (B,) = log sum over the trees of exp s(y), differentiable (its gradient: the arc marginals, and
+    with ``sib_scores`` the sibling marginals)."""
+    projective, multiroot = _flags(projective, multiroot)
+    S, lengths, SB = _prepare(arc_scores, mask, lengths, sib_scores, projective)
+    if SB is None:
+        return ops.log_partition(S, lengths, projective, multiroot, _kernels(kernels))
+    return sibling_ops.log_partition(S, SB, lengths, multiroot, _kernels(kernels))
 
 
 def dependency_marginals(arc_scores, mask=None, lengths=None, projective: bool = True, multiroot: bool = False,
-                         kernels: str = "auto") -> torch.Tensor:
-    """P(h -> m) (B, N, N) [modifier, head] under p(y) = exp s(y) / Z, zero off the words. No gradient."""
-    S, lengths = _prepare(arc_scores, mask, lengths)
-    return ops.marginals(S, lengths, bool(projective), bool(multiroot), _kernels(kernels))
+                         kernels: str = "auto", sib_scores=None):
+    """P(h -> m) (B, N, N) [modifier, head] under p(y) = exp s(y) / Z, zero off the words; with ``sib_scores``
+    the pair (arc marginals, sibling marginals (B, N, N, N) [modifier, head, sibling]). No gradient."""
+    projective, multiroot = _flags(projective, multiroot)
+    S, lengths, SB = _prepare(arc_scores, mask, lengths, sib_scores, projective)
+    if SB is None:
+        return ops.marginals(S, lengths, projective, multiroot, _kernels(kernels))
+    return sibling_ops.marginals(S, SB, lengths, multiroot, _kernels(kernels))
 
 
-def dependency_score(arc_scores, heads, mask=None, lengths=None) -> torch.Tensor:
-    """s(heads) (B,) = sum over the words of arc_scores[b, m, heads[b, m]], differentiable. The heads must
-    form a (multi-root, possibly non-projective) tree."""
-    S, lengths = _prepare(arc_scores, mask, lengths)
+def dependency_score(arc_scores, heads, mask=None, lengths=None, sib_scores=None) -> torch.Tensor:
+    """s(heads) (B,) = sum over the words of arc_scores[b, m, heads[b, m]] (plus, with ``sib_scores``, the
+    sibling scores of the words' adjacent siblings), differentiable. The heads must form a (multi-root,
+    possibly non-projective) tree."""
+    S, lengths, SB = _prepare(arc_scores, mask, lengths, sib_scores, True)
     heads = check_heads(heads, lengths, S.shape[1], multiroot=True, projective=False)
-    return ops.score(S, heads, lengths)
+    return ops.score(S, heads, lengths) if SB is None else sibling_score(S, SB, heads, lengths)
 
 
-def _loss_inputs(arc_scores, heads, mask, lengths, projective, multiroot, cost, kernels):
-    S, lengths = _prepare(arc_scores, mask, lengths)
-    gold = check_heads(heads, lengths, S.shape[1], bool(multiroot), bool(projective))
-    return S, gold, lengths, (None if cost is None else row_cost(cost, lengths, S.dtype)), _kernels(kernels)
+def _loss_inputs(arc_scores, heads, mask, lengths, projective, multiroot, cost, kernels, sib_scores):
+    projective, multiroot = _flags(projective, multiroot)
+    S, lengths, SB = _prepare(arc_scores, mask, lengths, sib_scores, projective)
+    gold = check_heads(heads, lengths, S.shape[1], multiroot, projective)
+    c = None if cost is None else row_cost(cost, lengths, S.dtype)
+    return S, SB, gold, lengths, c, projective, multiroot, _kernels(kernels)
 
 
 def dependency_hinge(arc_scores, heads, mask=None, lengths=None, projective: bool = True, multiroot: bool = False,
-                     cost="hamming", kernels: str = "auto") -> torch.Tensor:
+                     cost="hamming", kernels: str = "auto", sib_scores=None) -> torch.Tensor:
     """The structured hinge per row (module docstring). The gold ``heads`` must be a tree of the chosen kind."""
-    S, gold, lengths, c, k = _loss_inputs(arc_scores, heads, mask, lengths, projective, multiroot, cost, kernels)
-    return ops.hinge(S, gold, lengths, c, bool(projective), bool(multiroot), k)
+    S, SB, gold, lengths, c, projective, multiroot, k = _loss_inputs(arc_scores, heads, mask, lengths, projective,
+                                                                     multiroot, cost, kernels, sib_scores)
+    if SB is not None:
+        return sibling_ops.hinge(S, SB, gold, lengths, c, multiroot, k)
+    return ops.hinge(S, gold, lengths, c, projective, multiroot, k)
 
 
 def dependency_softmax_margin(arc_scores, heads, mask=None, lengths=None, projective: bool = True,
-                              multiroot: bool = False, cost="hamming", kernels: str = "auto") -> torch.Tensor:
+                              multiroot: bool = False, cost="hamming", kernels: str = "auto",
+                              sib_scores=None) -> torch.Tensor:
     """The softmax-margin loss per row (module docstring)."""
-    S, gold, lengths, c, k = _loss_inputs(arc_scores, heads, mask, lengths, projective, multiroot, cost, kernels)
-    return ops.softmax_margin(S, gold, lengths, c, bool(projective), bool(multiroot), k)
+    S, SB, gold, lengths, c, projective, multiroot, k = _loss_inputs(arc_scores, heads, mask, lengths, projective,
+                                                                     multiroot, cost, kernels, sib_scores)
+    if SB is not None:
+        return sibling_ops.softmax_margin(S, SB, gold, lengths, c, multiroot, k)
+    return ops.softmax_margin(S, gold, lengths, c, projective, multiroot, k)
 
 
 def dependency_crf_nll(arc_scores, heads, mask=None, lengths=None, projective: bool = True, multiroot: bool = False,
-                       kernels: str = "auto") -> torch.Tensor:
+                       kernels: str = "auto", sib_scores=None) -> torch.Tensor:
     """The CRF's negative log-likelihood log Z - s(gold) per row (module docstring)."""
-    S, gold, lengths, _, k = _loss_inputs(arc_scores, heads, mask, lengths, projective, multiroot, None, kernels)
-    return ops.nll(S, gold, lengths, bool(projective), bool(multiroot), k)
+    S, SB, gold, lengths, _, projective, multiroot, k = _loss_inputs(arc_scores, heads, mask, lengths, projective,
+                                                                     multiroot, None, kernels, sib_scores)
+    if SB is not None:
+        return sibling_ops.nll(S, SB, gold, lengths, multiroot, k)
+    return ops.nll(S, gold, lengths, projective, multiroot, k)
 
 
 def is_tree(heads, lengths, multiroot: bool = True, projective: bool = False) -> torch.Tensor:
     """(B,) bool: whether each row of ``heads`` (B, N) is a tree of the given kind over its lengths[b] words."""
     check(torch.is_tensor(heads) and heads.dim() == 2, "heads", "an integer tensor (B, N)", getattr(heads, "shape", None))
     lengths = torch.as_tensor(lengths, device=heads.device).to(torch.int64)
+    multiroot, projective = _flags(projective, multiroot)[::-1]
     if lengths.shape != heads.shape[:1]:
         raise SSVMInputError(f"lengths: expected shape ({heads.shape[0]},), got {tuple(lengths.shape)}")
+    N = heads.shape[1]
+    bad = (lengths < 0) | (lengths > N - 1)
+    if bool(bad.any()):
+        b = int(bad.nonzero()[0, 0])
+        raise SSVMInputError(f"lengths: expected values in [0, {N - 1}] (words after the root position of heads "
+                             f"(B, N)), got {int(lengths[b])} at row {b}")
     return tree_faults(heads, lengths, multiroot, projective) == 0

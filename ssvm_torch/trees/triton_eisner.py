@@ -253,6 +253,49 @@ def log_partition(S: torch.Tensor, lengths: torch.Tensor, multiroot: bool) -> to
     return torch.where(lengths > 0, out, torch.zeros_like(out))
 
 
+def root_adjoints(SR: torch.Tensor, CR: torch.Tensor, CL: torch.Tensor, lengths: torch.Tensor, multiroot: bool):
+    """The max-plus root of the inside charts CR / CL (B, N * N): (gCR, gCL) (B, N * N), 1 at the complete items
+    of the root's best term (0 for an empty row), the best scores (B,) and the single root's child (B,) (0 for
+    multi-root). Ties: the leftmost root child."""
+    B, NN = CR.shape
+    N = int(round(NN ** 0.5))
+    gCR, gCL = torch.zeros_like(CR), torch.zeros_like(CR)
+    has = (lengths > 0).to(CR.dtype)
+    root_child = torch.zeros(B, dtype=torch.int64, device=CR.device)
+    if multiroot:
+        score = CR.gather(1, (lengths * N)[:, None])[:, 0]
+        gCR.scatter_(1, (lengths * N)[:, None], has[:, None])
+    else:
+        score, r = root_terms(SR, CL.view(B, N, N), CR.view(B, N, N), lengths, N).max(1)
+        root_child = r + 1
+        gCL.scatter_(1, (root_child - 1)[:, None] * N + 1, has[:, None])
+        gCR.scatter_(1, ((lengths - root_child).clamp(min=0) * N + root_child)[:, None], has[:, None])
+    return gCR, gCL, torch.where(lengths > 0, score, torch.zeros_like(score)), root_child
+
+
+def heads_of_arcs(on_r: torch.Tensor, on_l: torch.Tensor, root_child: torch.Tensor, lengths: torch.Tensor,
+                  multiroot: bool) -> torch.Tensor:
+    """heads (B, N) int64 (-1 at 0 and beyond the length) from the 0/1 incomplete items of a best derivation,
+    on_r / on_l (B, N * N) [width, start] (the arc of [i, i+w]: head i of word i+w, or head i+w of word i),
+    plus the single root's child."""
+    B, NN = on_r.shape
+    N = int(round(NN ** 0.5))
+    dev, dtype = on_r.device, on_r.dtype
+    pos = torch.arange(N, device=dev)
+    w, i = pos[:, None], pos[None, :]
+    inside_n = (w + i < N) & (w > 0)
+    head_plus = torch.zeros(B, N, dtype=dtype, device=dev)
+    on_r, on_l = on_r.view(B, N, N) * inside_n, on_l.view(B, N, N) * inside_n
+    head_plus.scatter_add_(1, (w + i).clamp(max=N - 1).reshape(1, -1).expand(B, -1),
+                           (on_r * (i + 1).to(dtype)).reshape(B, -1))
+    head_plus.scatter_add_(1, i.expand(N, N).reshape(1, -1).expand(B, -1),
+                           (on_l * (w + i + 1).to(dtype)).reshape(B, -1))
+    if not multiroot:                                   # the root child's arc from 0: head + 1 = 1
+        head_plus.scatter_add_(1, root_child[:, None], (lengths > 0).to(dtype)[:, None])
+    heads = head_plus.round().to(torch.int64) - 1
+    return torch.where((pos[None] >= 1) & (pos[None] <= lengths[:, None]), heads, torch.full_like(heads, -1))
+
+
 def best_tree(S: torch.Tensor, lengths: torch.Tensor, multiroot: bool) -> tuple[torch.Tensor, torch.Tensor]:
     """(heads (B, N) int64, -1 at 0 and beyond the length; scores (B,)) as
     :func:`ssvm_torch.trees.torch_eisner.best_tree` returns them, ties broken the same way (the first
@@ -266,32 +309,6 @@ def best_tree(S: torch.Tensor, lengths: torch.Tensor, multiroot: bool) -> tuple[
     S = S.detach()
     SR, SL = arc_tables(S, lengths)
     charts, splits = inside(SR, SL, start, maxplus=True)
-    CR, CL = charts[0], charts[1]
-    gCR, gCL = torch.zeros_like(CR), torch.zeros_like(CR)
-    has = (lengths > 0).to(S.dtype)
-    root_child = torch.zeros(B, dtype=torch.int64, device=dev)
-    if multiroot:
-        score = CR.gather(1, (lengths * N)[:, None])[:, 0]
-        gCR.scatter_(1, (lengths * N)[:, None], has[:, None])
-    else:
-        score, r = root_terms(SR, CL.view(B, N, N), CR.view(B, N, N), lengths, N).max(1)
-        root_child = r + 1
-        gCL.scatter_(1, (root_child - 1)[:, None] * N + 1, has[:, None])
-        gCR.scatter_(1, ((lengths - root_child).clamp(min=0) * N + root_child)[:, None], has[:, None])
+    gCR, gCL, score, root_child = root_adjoints(SR, charts[0], charts[1], lengths, multiroot)
     on_r, on_l = outside(charts, splits, gCR, gCL, start)
-    # the arc of an incomplete span [i, i+w]: head i of word i+w (IR) or head i+w of word i (IL)
-    pos = torch.arange(N, device=dev)
-    w, i = pos[:, None], pos[None, :]
-    inside_n = (w + i < N) & (w > 0)
-    head_plus = torch.zeros(B, N, dtype=S.dtype, device=dev)
-    on_r, on_l = on_r.view(B, N, N) * inside_n, on_l.view(B, N, N) * inside_n
-    head_plus.scatter_add_(1, (w + i).clamp(max=N - 1).reshape(1, -1).expand(B, -1),
-                           (on_r * (i + 1).to(S.dtype)).reshape(B, -1))
-    head_plus.scatter_add_(1, i.expand(N, N).reshape(1, -1).expand(B, -1),
-                           (on_l * (w + i + 1).to(S.dtype)).reshape(B, -1))
-    if not multiroot:                                   # the root child's arc from 0: head + 1 = 1
-        head_plus.scatter_add_(1, root_child[:, None], has[:, None])
-    heads = head_plus.round().to(torch.int64) - 1
-    heads = torch.where((pos[None] >= 1) & (pos[None] <= lengths[:, None]), heads, torch.full_like(heads, -1))
-    score = torch.where(lengths > 0, score, torch.zeros_like(score))
-    return heads, score
+    return heads_of_arcs(on_r, on_l, root_child, lengths, multiroot), score
