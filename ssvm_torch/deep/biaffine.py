@@ -9,6 +9,13 @@ scorers on MLP projections of its states:
 The arc scores go to a head loss (:mod:`ssvm_torch.deep.ud_parser`: per-word cross-entropy, or a tree loss
 through :class:`ssvm_torch.nn.DependencyTree`); relations are scored at the gold head in training and at
 the decoded head in prediction, so every head loss shares one relation classifier.
+
+With ``sib_dim`` > 0 the network also scores adjacent siblings for the second-order tree layer, by the
+triaffine scorer of Zhang et al. (2020) (SuPar's ``Triaffine``, bias on the sibling and modifier sides):
+
+    sib_scores[b, m, h, s] = [s'_s; 1]^T W_(h) [d'_m; 1],   W_(h)[i, j] = sum_k W[i, k, j] h'_h[k]
+
+with three MLP projections s', d', h' of the BiLSTM states (sibling, modifier, head roles).
 """
 from __future__ import annotations
 
@@ -31,7 +38,7 @@ class BiaffineParser(nn.Module):
     def __init__(self, n_words: int, n_chars: int, n_upos: int, n_rels: int, word_dim: int = 100,
                  char_dim: int = 30, char_filters: int = 50, upos_dim: int = 50, hidden: int = 200,
                  layers: int = 2, arc_dim: int = 256, rel_dim: int = 64, dropout: float = 0.33,
-                 upos_input: bool = True):
+                 upos_input: bool = True, sib_dim: int = 0):
         super().__init__()
         self.upos_input = upos_input
         self.words = nn.Embedding(n_words, word_dim, padding_idx=PAD)
@@ -46,6 +53,10 @@ class BiaffineParser(nn.Module):
         self.arc_U = nn.Parameter(torch.zeros(arc_dim, arc_dim))     # zero start: uniform heads (D&M 2017)
         self.arc_u = nn.Parameter(torch.zeros(arc_dim))
         self.rel_W = nn.Parameter(torch.zeros(n_rels, rel_dim + 1, rel_dim + 1))
+        self.sib_dim = sib_dim
+        if sib_dim > 0:
+            self.sib_s, self.sib_d, self.sib_h = (MLP(2 * hidden, sib_dim, dropout) for _ in range(3))
+            self.sib_W = nn.Parameter(torch.zeros(sib_dim + 1, sib_dim, sib_dim + 1))   # zero start: no sibling effect
 
     def encode(self, batch: dict, word: torch.Tensor | None = None) -> torch.Tensor:
         """BiLSTM states (B, N, 2 hidden) of root + words; ``word`` replaces the word ids (UNK dropout)."""
@@ -63,6 +74,15 @@ class BiaffineParser(nn.Module):
         """(B, N, N): [b, m, h] = dep_m^T U head_h + head_h . u."""
         dep, head = self.arc_dep(states), self.arc_head(states)
         return torch.einsum("bmi,ij,bhj->bmh", dep, self.arc_U, head) + (head @ self.arc_u)[:, None, :]
+
+    def sib_scores(self, states: torch.Tensor) -> torch.Tensor:
+        """(B, N, N, N): [b, m, h, s] the triaffine score of m and s being adjacent dependents of h (module
+        docstring; SuPar's layout), for a network built with ``sib_dim`` > 0."""
+        sib, dep, head = self.sib_s(states), self.sib_d(states), self.sib_h(states)
+        ones = sib.new_ones(sib.shape[:2] + (1,))
+        sib, dep = torch.cat([sib, ones], -1), torch.cat([dep, ones], -1)
+        per_head = torch.einsum("bhk,ikj->bhij", head, self.sib_W)                # W_(h): (B, N, d+1, d+1)
+        return torch.einsum("bsi,bhij,bmj->bmhs", sib, per_head, dep)
 
     def rel_scores(self, states: torch.Tensor, heads: torch.Tensor) -> torch.Tensor:
         """(B, N, L): the relation scores of every word m attached to heads[b, m] (clamped at 0 where -1)."""

@@ -84,7 +84,8 @@ def check_parser_fields(obj: dict, path) -> None:
     file is untrusted (its manifest proves it intact, not that a run wrote it), and a wrong type would
     otherwise fail deep inside the network's construction. ``hparams``: the head's ``loss`` (one of
     :data:`~ssvm_torch.deep.ud_parser.HEADS`), the flags :data:`NETWORK_FLAGS` true or false, the sizes
-    :data:`NETWORK_SIZES` ints >= 1, ``dropout`` in [0, 1); ``vocab``: lists of strings (``word_counts``:
+    :data:`NETWORK_SIZES` ints >= 1, ``dropout`` in [0, 1), ``order`` 1 or 2 (absent: 1) and, second order,
+    ``sib_dim`` an int >= 1; ``vocab``: lists of strings (``word_counts``:
     of ints, one per word); ``state_dict``: tensors by name."""
     def bad(field: str, expected: str, got) -> SSVMInputError:
         return SSVMInputError(f"model: {path}: {field} is {str(got)[:60]!r}, expected {expected} (a file a run "
@@ -107,6 +108,12 @@ def check_parser_fields(obj: dict, path) -> None:
             raise bad(f"hparams[{k!r}]", "an int >= 1", hp[k])
     if not (isinstance(hp["dropout"], (int, float)) and 0 <= hp["dropout"] < 1):
         raise bad("hparams['dropout']", "a probability in [0, 1)", hp["dropout"])
+    order = hp.get("order", 1)                        # a parser.pt written before the second order has none
+    if order not in (1, 2) or isinstance(order, bool):
+        raise bad("hparams['order']", "1 or 2", order)
+    if order == 2 and not (isinstance(hp.get("sib_dim"), int) and not isinstance(hp.get("sib_dim"), bool)
+                           and hp["sib_dim"] >= 1):
+        raise bad("hparams['sib_dim']", "an int >= 1 (a second-order parser's sibling scorer)", hp.get("sib_dim"))
     for k in VOCAB_KEYS:
         items, kind = vocab[k], (int if k == "word_counts" else str)
         if not (isinstance(items, (list, tuple)) and items and all(isinstance(x, kind) for x in items)):

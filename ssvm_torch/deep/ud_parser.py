@@ -11,6 +11,10 @@ the mean per-sentence loss of its head scores plus the relation cross-entropy at
   the training trees that are not projective, 2.3% of EWT's, then enter the relation loss only) or all
   trees (Chu-Liu-Edmonds, the matrix-tree theorem).
 
+``order=2`` adds adjacent-sibling scores (the network's triaffine sibling scorer, ``sib_dim``; Zhang et al.
+2020) to a tree head's arc scores: the second-order projective model of :class:`ssvm_torch.nn.DependencyTree`,
+trained with the same three losses and decoded by the second-order Eisner (McDonald & Pereira 2006).
+
 Every head decodes well-formed single-root trees (Eisner or MST, as ``projective`` says); for ``local``
 the per-word argmax of the same scores is scored too (``dev_uas_argmax``, with the share of sentences
 whose argmax is not a tree). Model selection: dev LAS after every epoch (the released dev split), the best
@@ -20,7 +24,7 @@ every word, punctuation included, LAS on the universal part of DEPREL. Gold UPOS
 ``upos_input=False``.
 
 Outputs (``out`` or the logger's directory): ``config.json`` (with ``"loss"``, ``"projective"``,
-``"upos_input"``), ``history.json`` (per epoch: loss, dev UAS / LAS, seconds, the share of the epoch in the
+``"upos_input"``, ``"order"``), ``history.json`` (per epoch: loss, dev UAS / LAS, seconds, the share of the epoch in the
 tree layer's forward and backward),
 ``parser.pt`` (weights, vocabulary, hyper-parameters), ``test_predictions.pt`` (``{"heads": [[int, ...],
 ...], "labels": [[str, ...], ...]}``, the test sentences in file order, one entry per word) and
@@ -70,10 +74,20 @@ def attachment_scores(gold_heads: list, gold_rels: list, heads: list, rels: list
 def build_network(hp, vocab) -> BiaffineParser:
     """The network of the hyper-parameters ``hp`` (the recipe's names: ``word_dim``, ``hidden``, ...) over the
     vocabularies ``vocab`` (:class:`~ssvm_torch.deep.ud_text.UDVocab`): what a run trains and what a saved
-    ``parser.pt`` is loaded into."""
+    ``parser.pt`` is loaded into (one without ``order``, written before the second order, is first order)."""
+    sib_dim = hp["sib_dim"] if hp.get("order", 1) == 2 else 0
     return BiaffineParser(len(vocab.words), len(vocab.chars), len(vocab.upos), len(vocab.rels), hp["word_dim"],
                           hp["char_dim"], hp["char_filters"], hp["upos_dim"], hp["hidden"], hp["layers"],
-                          hp["arc_dim"], hp["rel_dim"], hp["dropout"], hp["upos_input"])
+                          hp["arc_dim"], hp["rel_dim"], hp["dropout"], hp["upos_input"], sib_dim)
+
+
+def sibling_scores(network: BiaffineParser, states: torch.Tensor):
+    """The network's sibling scores (B, N, N, N) for a second-order network, None for a first-order one."""
+    return network.sib_scores(states) if network.sib_dim > 0 else None
+
+
+#: the largest (sentences x (N + 1)^3) sibling-score batch that decoding builds at once (64 M entries)
+SIBLING_BUDGET = 1 << 26
 
 
 def tree_layer(loss: str, projective: bool) -> DependencyTree:
@@ -90,12 +104,20 @@ def decode_split(network: BiaffineParser, tree: DependencyTree, split, rels: lis
     length, ``chunk`` at a time; the caller sets the network's mode (eval for dropout off)."""
     order = torch.argsort(split.lengths, stable=True)
     heads, labels, argmax = [None] * split.n, [None] * split.n, [None] * split.n
-    for s in range(0, split.n, chunk):
+    s = 0
+    while s < split.n:
         idx = order[s:s + chunk]
+        if network.sib_dim > 0:               # second order: the (B, N, N, N) sibling scores within a budget
+            rows = max(1, SIBLING_BUDGET // (int(split.lengths[idx[-1]]) + 2) ** 3)
+            idx = idx[:rows]
+            while len(idx) > 1 and len(idx) * (int(split.lengths[idx[-1]]) + 2) ** 3 > SIBLING_BUDGET:
+                idx = idx[:len(idx) // 2]
+        s += len(idx)
         batch = {k: (v.to(device) if torch.is_tensor(v) else v) for k, v in split.batch(idx).items()}
         states = network.encode(batch)
         arcs = network.arc_scores(states)
-        best = tree.decode(arcs.float(), batch["mask"])
+        sibs = sibling_scores(network, states)
+        best = tree.decode(arcs.float(), batch["mask"], sib_scores=None if sibs is None else sibs.float())
         rel = network.rel_scores(states, best).argmax(2).cpu()
         N = arcs.shape[1]
         cand = torch.arange(N, device=arcs.device)[None, None, :] <= batch["lengths"][:, None, None]
@@ -117,14 +139,15 @@ class UDParser(DevSelectedRun, L.LightningModule):
     checkpoint_key, checkpoint_names = "ssvm_ud_parser", ("UDParser", "parser state")
 
     resume_identity = ("loss", "projective", "upos_input", "word_min_count", "train_size", "word_dim", "char_dim",
-                       "char_filters", "upos_dim", "hidden", "layers", "arc_dim", "rel_dim")
+                       "char_filters", "upos_dim", "hidden", "layers", "arc_dim", "rel_dim", "order", "sib_dim")
 
     def __init__(self, loss: str = "crf", projective: bool = True, upos_input: bool = True,
                  word_min_count: int = 2, word_dropout: float = 0.25, word_dim: int = 100, char_dim: int = 30,
                  char_filters: int = 50, upos_dim: int = 50, hidden: int = 200, layers: int = 2,
                  arc_dim: int = 256, rel_dim: int = 64, dropout: float = 0.33, lr: float = 2e-3,
                  grad_clip: float = 5.0, batch_sentences: int = 32, patience: int = 5,
-                 train_size: int | None = None, seed: int = 0, threads: int | None = None, out: str | None = None):
+                 train_size: int | None = None, seed: int = 0, threads: int | None = None, out: str | None = None,
+                 order: int = 1, sib_dim: int = 100):
         super().__init__()
         self.save_hyperparameters()
         self.automatic_optimization = False
@@ -134,6 +157,15 @@ class UDParser(DevSelectedRun, L.LightningModule):
         check(isinstance(batch_sentences, int) and batch_sentences >= 1, "batch_sentences", "an int >= 1",
               batch_sentences)
         check(isinstance(patience, int) and patience >= 1, "patience", "an int >= 1", patience)
+        check(order in (1, 2) and not isinstance(order, bool), "order", "1 (arc-factored) or 2 (adjacent siblings)",
+              order)
+        if order == 2:
+            check(loss != "local", "loss", "a tree loss (crf, hinge or softmax_margin) with order 2: the sibling scores "
+                  "are trained through the tree layer", loss)
+            check(projective, "projective", "true with order 2 (second-order parsing is exact over projective trees "
+                  "only)", projective)
+            check(isinstance(sib_dim, int) and not isinstance(sib_dim, bool) and sib_dim >= 1, "sib_dim",
+                  "an int >= 1", sib_dim)
         check(0.0 <= dropout < 1.0, "dropout", "a probability in [0, 1)", dropout)
         check(word_dropout >= 0, "word_dropout", "alpha >= 0", word_dropout)
         for name in ("lr", "grad_clip"):
@@ -189,10 +221,10 @@ class UDParser(DevSelectedRun, L.LightningModule):
         self._epoch["batches"] += 1
         return None
 
-    def head_loss(self, arcs: torch.Tensor, batch: dict) -> torch.Tensor:
-        """(B,) per-sentence loss of the arc scores: the per-word cross-entropy summed over words
-        (``local``) or the tree layer's loss; sentences whose gold tree the layer cannot produce
-        (non-projective under ``projective``) get 0 here."""
+    def head_loss(self, arcs: torch.Tensor, batch: dict, sibs: torch.Tensor | None = None) -> torch.Tensor:
+        """(B,) per-sentence loss of the arc scores (and, second order, the sibling scores ``sibs``): the
+        per-word cross-entropy summed over words (``local``) or the tree layer's loss; sentences whose gold tree
+        the layer cannot produce (non-projective under ``projective``) get 0 here."""
         mask, heads = batch["mask"], batch["heads"]
         if self.hparams.loss == "local":
             # word m's distribution over heads 0..n (padding heads excluded), its gold head's log-probability
@@ -207,13 +239,22 @@ class UDParser(DevSelectedRun, L.LightningModule):
             sub = ok.nonzero()[:, 0]
             # the layer's forward and backward on a detached copy, timed (the epoch's tree-layer share); a term
             # with the same value and the same gradient then carries it into the network's backward
+            every = len(sub) == len(ok)
+            mine = arcs if every else arcs[sub]
             t0 = time.perf_counter()
-            leaf = arcs[sub].detach().requires_grad_(True)
-            value = self.tree(leaf, heads[sub], mask[sub], reduction="none")
-            (grad,) = torch.autograd.grad(value.sum(), leaf)
+            leaf = mine.detach().requires_grad_(True)
+            if sibs is None:
+                value = self.tree(leaf, heads[sub], mask[sub], reduction="none")
+                (grad,) = torch.autograd.grad(value.sum(), leaf)
+            else:
+                sib_mine = sibs if every else sibs[sub]
+                sib_leaf = sib_mine.detach().requires_grad_(True)
+                value = self.tree(leaf, heads[sub], mask[sub], reduction="none", sib_scores=sib_leaf)
+                grad, sib_grad = torch.autograd.grad(value.sum(), (leaf, sib_leaf))
             self._epoch["tree_s"] = self._epoch.get("tree_s", 0.0) + time.perf_counter() - t0
-            mine = arcs[sub]
             carried = value.detach() + (mine * grad).sum((1, 2)) - (mine.detach() * grad).sum((1, 2))
+            if sibs is not None:
+                carried = carried + (sib_mine * sib_grad).sum((1, 2, 3)) - (sib_mine.detach() * sib_grad).sum((1, 2, 3))
             per = per.index_put((sub,), carried)
         return per
 
@@ -231,7 +272,7 @@ class UDParser(DevSelectedRun, L.LightningModule):
         rel = self.parser.rel_scores(states, batch["heads"])
         rel_ce = F.cross_entropy(rel.transpose(1, 2), batch["rels"].masked_fill(~batch["mask"], -100),
                                  ignore_index=-100, reduction="none").sum(1)
-        return (self.head_loss(arcs, batch) + rel_ce).mean()
+        return (self.head_loss(arcs, batch, sibling_scores(self.parser, states)) + rel_ce).mean()
 
     def on_train_epoch_end(self) -> None:
         hp = self.hparams
