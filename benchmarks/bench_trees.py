@@ -9,7 +9,11 @@ numba.set_num_threads(1)), float32 scores, B sentences of n words (every sentenc
   written here after SuPar's method, on the CPU as SuPar runs it);
 * non-projective log Z + marginals: ours (matrix-tree theorem: log Z and its gradient, the marginals, from one
   factorization) vs torch-struct's ``NonProjectiveDependencyCRF`` (``partition`` and ``marginals``);
-* the CoNLL-U reader on EWT's training file against the ``conllu`` package.
+* the CoNLL-U reader on EWT's training file against the ``conllu`` package;
+* ``second_order`` (adjacent siblings, :mod:`ssvm_torch.trees.sibling`): the best tree and log Z + backward
+  (the gradients of both the arc and the sibling scores) against SuPar 1.1.4's ``Dependency2oCRF`` (``argmax``;
+  ``log_partition`` + autograd), single root, on the same random float32 scores ``(arc (B, N, N), sib
+  (B, N, N, N))``; the trees of the two decoders compared.
 
 torch-struct 0.5 under torch 2.x refuses its own length masking (``_Struct._get_dimension`` sets
 requires_grad on a leaf before writing into it in place); the benchmark patches that one method to skip the
@@ -17,13 +21,15 @@ flag, which leaves its algorithms as they are. Both sides get the same random sc
 torch-struct's ``multiroot=False``). Medians of repeats, the two sides alternated in every repeat; the
 JSON has every repeat.
 
-Usage: python benchmarks/bench_trees.py [--quick] [--out benchmarks/results/trees_cpu.json]
+Usage: python benchmarks/bench_trees.py [--quick] [--only first_order|second_order] [--out benchmarks/results/trees_cpu.json]
+(``--only`` rewrites that section of an existing JSON and keeps the others.)
 """
 from __future__ import annotations
 
 import argparse
 import gzip
 import json
+import os
 import platform
 import statistics
 import time
@@ -177,6 +183,48 @@ def shape_point(ts, B: int, n: int, repeats: int) -> dict:
     return out
 
 
+def second_order_point(B: int, n: int, repeats: int, device: str = "cpu") -> dict:
+    """The second-order operations against SuPar's Dependency2oCRF on ``device`` (medians of alternated
+    repeats, ms): the best tree and log Z + backward; the argmax trees of both compared."""
+    from supar.structs import Dependency2oCRF
+    g = torch.Generator().manual_seed(0)
+    S = torch.randn(B, n + 1, n + 1, generator=g).to(device)
+    SB = torch.randn(B, n + 1, n + 1, n + 1, generator=g).to(device)
+    lengths = torch.full((B,), n, device=device)
+    sync = torch.cuda.synchronize if device != "cpu" else (lambda: None)
+
+    def ours_decode():
+        dependency_decode(S, lengths=lengths, sib_scores=SB)
+        sync()
+
+    def supar_decode():
+        Dependency2oCRF((S, SB), lengths).argmax
+        sync()
+
+    def ours_logz():
+        x, y = S.clone().requires_grad_(True), SB.clone().requires_grad_(True)
+        dependency_log_partition(x, lengths=lengths, sib_scores=y).sum().backward()
+        sync()
+
+    def supar_logz():
+        x, y = S.clone().requires_grad_(True), SB.clone().requires_grad_(True)
+        Dependency2oCRF((x, y), lengths).log_partition.sum().backward()
+        sync()
+
+    out = {}
+    for name, fns in {"decode_ms": {"ours": ours_decode, "supar": supar_decode},
+                      "logz_backward_ms": {"ours": ours_logz, "supar": supar_logz}}.items():
+        reps = alternated(fns, repeats)
+        med = {k: 1e3 * statistics.median(v) for k, v in reps.items()}
+        out[name] = {**med, "speedup": med["supar"] / med["ours"],
+                     "repeats_ms": {k: [1e3 * t for t in v] for k, v in reps.items()}}
+        print(f"second order B {B} n {n} {name:18s} ours {med['ours']:9.3f} ms  supar {med['supar']:9.3f} ms  "
+              f"x{med['supar'] / med['ours']:.1f}", flush=True)
+    ours = dependency_decode(S, lengths=lengths, sib_scores=SB).clamp(min=0).cpu()
+    out["decoders_agree"] = bool(torch.equal(ours, Dependency2oCRF((S, SB), lengths).argmax.cpu()))
+    return out
+
+
 def reader_point(repeats: int) -> dict:
     from ssvm_torch.data.types import data_file
     from ssvm_torch.data.ud import UD_EWT, read_conllu
@@ -205,21 +253,31 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="B 32, n 40 only, 3 repeats")
     p.add_argument("--repeats", type=int, default=7)
+    p.add_argument("--only", choices=("first_order", "second_order"), default=None,
+                   help="run one section and keep the other sections of an existing --out")
     p.add_argument("--out", default="benchmarks/results/trees_cpu.json")
     args = p.parse_args(argv)
     torch.set_num_threads(1)
     numba.set_num_threads(1)
-    ts = patch_torch_struct()
     import warnings
     warnings.filterwarnings("ignore", message=".*arg_constraints.*")
     shapes = [(32, 40)] if args.quick else [(32, 40), (32, 100)]
     repeats = 3 if args.quick else args.repeats
-    result = {"machine": platform.processor() or platform.machine(), "torch": torch.__version__,
-              "threads": 1, "dtype": "float32", "single_root": True,
-              "points": {f"{B}_{n}": shape_point(ts, B, n, repeats) for B, n in shapes},
-              "reader_ewt_train": reader_point(3)}
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(result, indent=1))
+    path = Path(args.out)
+    result = json.loads(path.read_text()) if args.only and path.is_file() else {}
+    result.update({"machine": platform.processor() or platform.machine(), "torch": torch.__version__,
+                   "threads": 1, "dtype": "float32", "single_root": True,
+                   "load_average_at_start": list(os.getloadavg())})
+    if args.only in (None, "first_order"):
+        ts = patch_torch_struct()
+        result["points"] = {f"{B}_{n}": shape_point(ts, B, n, repeats) for B, n in shapes}
+        result["reader_ewt_train"] = reader_point(3)
+    if args.only in (None, "second_order"):
+        # SuPar's recursion at n 100 takes about a minute per call on one thread: fewer repeats there
+        result["second_order"] = {f"{B}_{n}": second_order_point(B, n, repeats if n <= 40 else max(3, repeats // 2))
+                                  for B, n in shapes}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=1))
     print(f"wrote {args.out}")
 
 

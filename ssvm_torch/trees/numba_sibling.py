@@ -22,10 +22,18 @@ with c_mh = max(0, max_s SB[m, h, s]) and c_m = max_h (S[m, h] + c_mh), the arc 
 exp(S[m, h] + c_mh - c_m), the sibling factor exp(SB[m, h, s] - c_mh) and the nearest dependent's factor
 exp(-c_mh) (all <= 1; log Z moves by sum_m c_m). Where Z' underflows (< ``REAL_MIN``, scores so large that
 the best tree is far below the per-word maxima) the batch functions return NaN for that row and the caller
-redoes it in the log semiring (:mod:`ssvm_torch.trees.torch_sibling`). Every sum over k reads rows that are
-contiguous in memory: the charts are kept in both orientations (``CRt[j, i] = CR[i, j]`` ...), so the inner
-loops are dot products and axpys. The outside pass writes d log Z / d S (the arc marginals) and
-d log Z / d SB (the sibling marginals) directly: no autograd graph goes through the recursion.
+redoes it in the log semiring (:mod:`ssvm_torch.trees.torch_sibling`). The outside pass writes d log Z / d S
+(the arc marginals) and d log Z / d SB (the sibling marginals) directly: no autograd graph goes through the
+recursion.
+
+Memory order. Every sum over k reads rows that are contiguous in memory: the charts are kept in both
+orientations (``CRt[j, i] = CR[i, j]`` ...), so the inner loops are dot products and axpys. The spans are
+visited by their right end j, then their left end i downwards (the inside pass; the outside pass in reverse),
+so the sibling rows of span (i, j) -- SB[j, i, i+1:j] for the arc i -> j, SB[i, j, i+1:j] for j -> i -- are
+read block by block: the right ones lie in SB's block j already; the left ones (one per block i, scattered
+across all of SB: a cache miss each, which made a batch of sentences three times slower than one sentence
+reused) are first gathered in SB's own order into a packed array keyed by (j, i) (:func:`_offsets`), and
+the factors and the left sibling marginals go through packed arrays the same way.
 """
 from __future__ import annotations
 
@@ -40,9 +48,36 @@ NEG_INF = -np.inf
 
 
 @nb.njit(cache=True, nogil=True)
-def _factors(S, SB, n, A, E0, B3):
-    """The shifted factors (module docstring): A[m, h] (arcs), E0[m, h] (nearest dependent), B3[m, h, s]
-    (siblings, for s strictly between h and m). Returns sum_m c_m, or -inf when a word has no allowed head."""
+def _offsets(n):
+    """off[j, i] (i < j): where the j - i - 1 sibling entries k = i+1 .. j-1 of span (i, j) start in a packed
+    array ordered by j, then i (sum_j j (j - 1) / 2 = n (n + 1) (n - 1) / 6 entries in all); off[n + 1, 0]
+    is the total."""
+    off = np.zeros((n + 2, n + 1), dtype=np.int64)
+    at = 0
+    for j in range(n + 1):
+        for i in range(j):
+            off[j, i] = at
+            at += j - i - 1
+    off[n + 1, 0] = at
+    return off
+
+
+@nb.njit(cache=True, nogil=True)
+def _pack_left(SB, n, off, P):
+    """P[off[j, i] + k - i - 1] = SB[i, j, k] for i < k < j (the left sibling rows, m = i < h = j), read in
+    SB's own order."""
+    for m in range(1, n + 1):
+        for h in range(m + 2, n + 1):
+            row, o = SB[m, h], off[h, m] - m - 1
+            for k in range(m + 1, h):
+                P[o + k] = row[k]
+
+
+@nb.njit(cache=True, nogil=True)
+def _factors(S, SB, n, off, A, E0, BR, BL):
+    """The shifted factors (module docstring): A[m, h] (arcs), E0[m, h] (nearest dependent) and the sibling
+    factors, packed: BR[off[j, i] + k - i - 1] for the arc i -> j (SB[j, i, k]), BL likewise for j -> i
+    (SB[i, j, k]). Returns sum_m c_m, or -inf when a word has no allowed head. SB is read in its own order."""
     total = 0.0
     for m in range(1, n + 1):
         cm = NEG_INF
@@ -51,9 +86,9 @@ def _factors(S, SB, n, A, E0, B3):
                 continue
             lo, hi = (h + 1, m) if h < m else (m + 1, h)
             c = 0.0
+            row = SB[m, h]
             for s in range(lo, hi):
-                if SB[m, h, s] > c:
-                    c = SB[m, h, s]
+                c = max(c, row[s])
             E0[m, h] = c
             if S[m, h] + c > cm:
                 cm = S[m, h] + c
@@ -66,56 +101,62 @@ def _factors(S, SB, n, A, E0, B3):
             c = E0[m, h]
             A[m, h] = math.exp(S[m, h] + c - cm)
             E0[m, h] = math.exp(-c)
-            lo, hi = (h + 1, m) if h < m else (m + 1, h)
-            row = B3[m, h]
-            for s in range(lo, hi):
-                row[s] = math.exp(SB[m, h, s] - c)
+            row = SB[m, h]
+            if h < m:
+                o = off[m, h] - h - 1
+                for s in range(h + 1, m):
+                    BR[o + s] = math.exp(row[s] - c)
+            else:
+                o = off[h, m] - m - 1
+                for s in range(m + 1, h):
+                    BL[o + s] = math.exp(row[s] - c)
     return total
 
 
 @nb.njit(cache=True, nogil=True, fastmath=SUMS)
-def _inside(A, E0, B3, n, multiroot, CR, CRt, CL, CLt, IR, ILt, X, Xt):
-    """Sum-product inside pass on the shifted factors (module docstring); returns Z'."""
+def _inside(A, E0, BR, BL, off, n, multiroot, CR, CRt, CL, CLt, IR, ILt, X, Xt):
+    """Sum-product inside pass on the shifted factors (module docstring), spans by right end, then left end
+    downwards; returns Z'."""
     start = 0 if multiroot else 1
     for i in range(n + 1):
         CR[i, i] = 1.0
         CRt[i, i] = 1.0
         CL[i, i] = 1.0
         CLt[i, i] = 1.0
-    for w in range(1, n + 1 - start):
-        for i in range(start, n + 1 - w):
-            j = i + w
+    for j in range(start + 1, n + 1):
+        xt, ilt, crt, clt = Xt[j], ILt[j], CRt[j], CLt[j]
+        for i in range(j - 1, start - 1, -1):
+            o = off[j, i] - i - 1
             x = 0.0
-            cr, clt = CR[i], CLt[j]
+            cr = CR[i]
             for r in range(i, j):
                 x += cr[r] * clt[r + 1]
             X[i, j] = x
-            Xt[j, i] = x
+            xt[i] = x
             v = 0.0
-            ir, xt, b = IR[i], Xt[j], B3[j, i]
+            ir = IR[i]
             for k in range(i + 1, j):
-                v += ir[k] * xt[k] * b[k]
+                v += ir[k] * xt[k] * BR[o + k]
             IR[i, j] = A[j, i] * (E0[j, i] * CL[i + 1, j] + v)
             if i > 0:                                    # the root is nobody's dependent
                 v = 0.0
-                xr, ilt, b = X[i], ILt[j], B3[i, j]
+                xr = X[i]
                 for k in range(i + 1, j):
-                    v += xr[k] * ilt[k] * b[k]
-                ILt[j, i] = A[i, j] * (E0[i, j] * CR[i, j - 1] + v)
+                    v += xr[k] * ilt[k] * BL[o + k]
+                ilt[i] = A[i, j] * (E0[i, j] * CR[i, j - 1] + v)
             else:
-                ILt[j, i] = 0.0
+                ilt[i] = 0.0
             c = 0.0
-            crt = CRt[j]
             for k in range(i + 1, j + 1):
                 c += ir[k] * crt[k]
             CR[i, j] = c
-            CRt[j, i] = c
+            crt[i] = c
             c = 0.0
-            cl, ilt = CL[i], ILt[j]
+            cl = CL[i]
             for k in range(i, j):
                 c += cl[k] * ilt[k]
             CL[i, j] = c
-            CLt[j, i] = c
+            clt[i] = c
     if multiroot:
         return CR[0, n]
     z = 0.0
@@ -125,12 +166,13 @@ def _inside(A, E0, B3, n, multiroot, CR, CRt, CL, CLt, IR, ILt, X, Xt):
 
 
 @nb.njit(cache=True, nogil=True, fastmath=SUMS)
-def _outside(A, E0, B3, n, multiroot, Z, CR, CRt, CL, CLt, IR, ILt, X, Xt, O, M, MS):
-    """The outside pass: M[m, h] = mu(h -> m) = d log Z / d S[m, h] and MS[m, h, s] = d log Z / d SB[m, h, s].
+def _outside(A, E0, BR, BL, off, n, multiroot, Z, CR, CRt, CL, CLt, IR, ILt, X, Xt, O, M, MS, ML):
+    """The outside pass: M[m, h] = mu(h -> m) = d log Z / d S[m, h] and the sibling marginals d log Z / d SB:
+    MS[j, i, k] for the arcs i -> j, packed ML[off[j, i] + k - i - 1] for j -> i (the caller scatters them).
     ``O`` (8, n+1, n+1) holds the adjoints d Z' / d item, each item's adjoint split over a row-wise and a
-    column-wise array so that every update is a contiguous axpy. Spans from the widest down; within a span
-    the complete items first (they feed the incomplete items of the same span), then the incomplete ones,
-    then the sibling item."""
+    column-wise array so that every update is a contiguous axpy. Spans in the reverse of the inside order;
+    within a span the complete items first (they feed the incomplete items of the same span), then the
+    incomplete ones, then the sibling item."""
     OCRr, OCRc, OCLr, OCLc, OIR, OILt, OXr, OXc = O[0], O[1], O[2], O[3], O[4], O[5], O[6], O[7]
     O[:] = 0.0
     start = 0 if multiroot else 1
@@ -143,50 +185,52 @@ def _outside(A, E0, B3, n, multiroot, Z, CR, CRt, CL, CLt, IR, ILt, X, Xt, O, M,
             OCLr[1, r] += f * CR[r, n]
             OCRr[r, n] += f * CL[1, r]
             M[r, 0] = f * CL[1, r] * CR[r, n] * inv
-    for w in range(n - start, 0, -1):
-        for i in range(start, n + 1 - w):
-            j = i + w
-            o = OCRr[i, j] + OCRc[j, i]
-            if o != 0.0:
-                oir, ocrc, crt, ir = OIR[i], OCRc[j], CRt[j], IR[i]
+    for j in range(n, start, -1):
+        ocrc, oclc, oilt, oxc = OCRc[j], OCLc[j], OILt[j], OXc[j]
+        crt, clt, ilt, xt = CRt[j], CLt[j], ILt[j], Xt[j]
+        for i in range(start, j):
+            o = off[j, i] - i - 1
+            g = OCRr[i, j] + ocrc[i]
+            if g != 0.0:
+                oir, ir = OIR[i], IR[i]
                 for k in range(i + 1, j + 1):
-                    oir[k] += o * crt[k]
-                    ocrc[k] += o * ir[k]
-            o = OCLr[i, j] + OCLc[j, i]
-            if o != 0.0:
-                oclr, oilt, ilt, cl = OCLr[i], OILt[j], ILt[j], CL[i]
+                    oir[k] += g * crt[k]
+                    ocrc[k] += g * ir[k]
+            g = OCLr[i, j] + oclc[i]
+            if g != 0.0:
+                oclr, cl = OCLr[i], CL[i]
                 for k in range(i, j):
-                    oclr[k] += o * ilt[k]
-                    oilt[k] += o * cl[k]
-            o = OIR[i, j]
-            M[j, i] = o * IR[i, j] * inv
-            g = o * A[j, i]
+                    oclr[k] += g * ilt[k]
+                    oilt[k] += g * cl[k]
+            g = OIR[i, j]
+            M[j, i] = g * IR[i, j] * inv
+            g *= A[j, i]
             if g != 0.0:
                 OCLr[i + 1, j] += g * E0[j, i]
-                oir, oxc, xt, ir, b, ms = OIR[i], OXc[j], Xt[j], IR[i], B3[j, i], MS[j, i]
+                oir, ir, ms = OIR[i], IR[i], MS[j, i]
                 for k in range(i + 1, j):
-                    t = g * b[k]
+                    t = g * BR[o + k]
                     oir[k] += t * xt[k]
                     oxc[k] += t * ir[k]
                     ms[k] = t * ir[k] * xt[k] * inv
             if i > 0:
-                o = OILt[j, i]
-                M[i, j] = o * ILt[j, i] * inv
-                g = o * A[i, j]
+                g = oilt[i]
+                M[i, j] = g * ilt[i] * inv
+                g *= A[i, j]
                 if g != 0.0:
                     OCRr[i, j - 1] += g * E0[i, j]
-                    oxr, oilt, ilt, xr, b, ms = OXr[i], OILt[j], ILt[j], X[i], B3[i, j], MS[i, j]
+                    oxr, xr = OXr[i], X[i]
                     for k in range(i + 1, j):
-                        t = g * b[k]
+                        t = g * BL[o + k]
                         oxr[k] += t * ilt[k]
                         oilt[k] += t * xr[k]
-                        ms[k] = t * xr[k] * ilt[k] * inv
-            o = OXr[i, j] + OXc[j, i]
-            if o != 0.0:
-                ocrr, oclc, clt, cr = OCRr[i], OCLc[j], CLt[j], CR[i]
+                        ML[o + k] = t * xr[k] * ilt[k] * inv
+            g = OXr[i, j] + oxc[i]
+            if g != 0.0:
+                ocrr, cr = OCRr[i], CR[i]
                 for r in range(i, j):
-                    ocrr[r] += o * clt[r + 1]
-                    oclc[r + 1] += o * cr[r]
+                    ocrr[r] += g * clt[r + 1]
+                    oclc[r + 1] += g * cr[r]
 
 
 @nb.njit(cache=True, nogil=True)
@@ -198,95 +242,97 @@ def sibling_inside_outside(S, SB, n, multiroot, want_marginals, M, MS):
     if n == 0:
         return 0.0
     N1 = n + 1
+    off = _offsets(n)
+    total = off[n + 1, 0]
     A = np.zeros((N1, N1))
     E0 = np.zeros((N1, N1))
-    B3 = np.zeros((N1, N1, N1))
-    shift = _factors(S, SB, n, A, E0, B3)
+    BR = np.empty(total)
+    BL = np.empty(total)
+    shift = _factors(S, SB, n, off, A, E0, BR, BL)
     if shift == NEG_INF:
         return NEG_INF
     C = np.zeros((8, N1, N1))
-    z = _inside(A, E0, B3, n, multiroot, C[0], C[1], C[2], C[3], C[4], C[5], C[6], C[7])
+    z = _inside(A, E0, BR, BL, off, n, multiroot, C[0], C[1], C[2], C[3], C[4], C[5], C[6], C[7])
     if not (z >= REAL_MIN and z < np.inf):
         return np.nan
     if want_marginals:
-        _outside(A, E0, B3, n, multiroot, z, C[0], C[1], C[2], C[3], C[4], C[5], C[6], C[7],
-                 np.empty((8, N1, N1)), M, MS)
+        ML = np.empty(total)
+        _outside(A, E0, BR, BL, off, n, multiroot, z, C[0], C[1], C[2], C[3], C[4], C[5], C[6], C[7],
+                 np.empty((8, N1, N1)), M, MS, ML)
+        for m in range(1, n + 1):                     # the left sibling marginals, written in MS's own order
+            for h in range(m + 2, n + 1):
+                row, o = MS[m, h], off[h, m] - m - 1
+                for k in range(m + 1, h):
+                    row[k] = ML[o + k]
     return shift + math.log(z)
+
+
+@nb.njit(cache=True, nogil=True, fastmath=MAXES)
+def _best_inside(S, SB, SL, off, n, multiroot, CR, CRt, CL, CLt, IR, ILt, JR, JLt, X, Xt):
+    """The max-plus inside pass (no shift: max-plus needs none) in the inside order: the items' best values,
+    JR / JLt the incomplete items' values before their arc score; the left sibling scores packed in SL
+    (:func:`_pack_left`). Every inner loop is a max-reduction over contiguous rows (it vectorizes); the
+    backtrack finds the kept candidates again (:func:`sibling_best`)."""
+    start = 0 if multiroot else 1
+    for i in range(n + 1):
+        CR[i, i] = 0.0
+        CRt[i, i] = 0.0
+        CL[i, i] = 0.0
+        CLt[i, i] = 0.0
+    for j in range(start + 1, n + 1):
+        xt, ilt, crt, clt, jlt = Xt[j], ILt[j], CRt[j], CLt[j], JLt[j]
+        for i in range(j - 1, start - 1, -1):
+            o = off[j, i] - i - 1
+            best = NEG_INF
+            cr = CR[i]
+            for r in range(i, j):
+                best = max(best, cr[r] + clt[r + 1])
+            X[i, j] = best
+            xt[i] = best
+            best = CL[i + 1, j]                          # j is i's nearest right dependent
+            ir, b = IR[i], SB[j, i]
+            for k in range(i + 1, j):
+                best = max(best, ir[k] + xt[k] + b[k])
+            JR[i, j] = best
+            IR[i, j] = best + S[j, i]
+            if i > 0:
+                best = CR[i, j - 1]                      # i is j's nearest left dependent
+                xr = X[i]
+                for k in range(i + 1, j):
+                    best = max(best, xr[k] + ilt[k] + SL[o + k])
+                jlt[i] = best
+                ilt[i] = best + S[i, j]
+            best = NEG_INF
+            for k in range(i + 1, j + 1):
+                best = max(best, ir[k] + crt[k])
+            CR[i, j] = best
+            crt[i] = best
+            best = NEG_INF
+            cl = CL[i]
+            for k in range(i, j):
+                best = max(best, cl[k] + ilt[k])
+            CL[i, j] = best
+            clt[i] = best
 
 
 @nb.njit(cache=True, nogil=True, fastmath=MAXES)
 def sibling_best(S, SB, n, multiroot, heads):
     """The best second-order projective tree of one sentence: heads[m] for m = 1..n (heads[0] = -1) and its
-    score; -inf (heads undefined) when no tree exists. Max-plus on the inside items of the module docstring.
-    Ties: each item keeps its first candidate attaining the max, in the order nearest dependent, then the
-    siblings k = i+1 .. j-1 (incomplete items), the split points left to right (the others); single-root,
-    the leftmost root child."""
+    score; -inf (heads undefined) when no tree exists. Max-plus on the inside items of the module docstring,
+    then a backtrack that takes, for each item on the best derivation, its first candidate attaining the
+    item's value (the same sums in the same order, so the equality is exact; each scan stops at its last
+    candidate whatever happens). Ties: in the order nearest dependent, then the siblings k = i+1 .. j-1
+    (incomplete items), the split points left to right (the others); single-root, the leftmost root child."""
     heads[0] = -1
     if n == 0:
         return 0.0
     N1 = n + 1
-    CR = np.full((N1, N1), NEG_INF)
-    CRt = np.full((N1, N1), NEG_INF)
-    CL = np.full((N1, N1), NEG_INF)
-    CLt = np.full((N1, N1), NEG_INF)
-    IR = np.full((N1, N1), NEG_INF)
-    ILt = np.full((N1, N1), NEG_INF)
-    X = np.full((N1, N1), NEG_INF)
-    Xt = np.full((N1, N1), NEG_INF)
-    K = np.zeros((5, N1, N1), dtype=np.int64)         # kept splits: X, IR, IL, CR, CL
-    start = 0 if multiroot else 1
-    for i in range(N1):
-        CR[i, i] = 0.0
-        CRt[i, i] = 0.0
-        CL[i, i] = 0.0
-        CLt[i, i] = 0.0
-    for w in range(1, n + 1 - start):
-        for i in range(start, n + 1 - w):
-            j = i + w
-            best, arg = NEG_INF, i
-            cr, clt = CR[i], CLt[j]
-            for r in range(i, j):
-                v = cr[r] + clt[r + 1]
-                if v > best:
-                    best, arg = v, r
-            X[i, j] = best
-            Xt[j, i] = best
-            K[0, i, j] = arg
-            best, arg = CL[i + 1, j], i                 # k = i: j is i's nearest right dependent
-            ir, xt, b = IR[i], Xt[j], SB[j, i]
-            for k in range(i + 1, j):
-                v = ir[k] + xt[k] + b[k]
-                if v > best:
-                    best, arg = v, k
-            IR[i, j] = best + S[j, i]
-            K[1, i, j] = arg
-            if i > 0:
-                best, arg = CR[i, j - 1], j             # k = j: i is j's nearest left dependent
-                xr, ilt, b = X[i], ILt[j], SB[i, j]
-                for k in range(i + 1, j):
-                    v = xr[k] + ilt[k] + b[k]
-                    if v > best:
-                        best, arg = v, k
-                ILt[j, i] = best + S[i, j]
-                K[2, i, j] = arg
-            best, arg = NEG_INF, i + 1
-            crt = CRt[j]
-            for k in range(i + 1, j + 1):
-                v = ir[k] + crt[k]
-                if v > best:
-                    best, arg = v, k
-            CR[i, j] = best
-            CRt[j, i] = best
-            K[3, i, j] = arg
-            best, arg = NEG_INF, i
-            cl, ilt = CL[i], ILt[j]
-            for k in range(i, j):
-                v = cl[k] + ilt[k]
-                if v > best:
-                    best, arg = v, k
-            CL[i, j] = best
-            CLt[j, i] = best
-            K[4, i, j] = arg
+    off = _offsets(n)
+    SL = np.empty(off[n + 1, 0], dtype=SB.dtype)
+    _pack_left(SB, n, off, SL)
+    C = np.full((10, N1, N1), NEG_INF)
+    CR, CRt, CL, CLt, IR, ILt, JR, JLt, X, Xt = C[0], C[1], C[2], C[3], C[4], C[5], C[6], C[7], C[8], C[9]
+    _best_inside(S, SB, SL, off, n, multiroot, CR, CRt, CL, CLt, IR, ILt, JR, JLt, X, Xt)
     # backtrack with an explicit stack of (item, i, j); item 0 = CR, 1 = CL, 2 = IR, 3 = IL, 4 = X
     stack = np.empty((4 * N1 + 8, 3), dtype=np.int64)
     if multiroot:
@@ -311,29 +357,42 @@ def sibling_best(S, SB, n, multiroot, heads):
         if i == j:
             continue
         if item == 0:
-            k = K[3, i, j]
+            k = i + 1
+            while k < j and IR[i, k] + CRt[j, k] != CR[i, j]:
+                k += 1
             a0, a1, a2, b0, b1, b2 = 2, i, k, 0, k, j
         elif item == 1:
-            k = K[4, i, j]
+            k = i
+            while k < j - 1 and CL[i, k] + ILt[j, k] != CL[i, j]:
+                k += 1
             a0, a1, a2, b0, b1, b2 = 1, i, k, 3, k, j
         elif item == 2:
             heads[j] = i
-            k = K[1, i, j]
-            if k == i:
+            v = JR[i, j]
+            if CL[i + 1, j] == v:
                 stack[top, 0], stack[top, 1], stack[top, 2] = 1, i + 1, j
                 top += 1
                 continue
+            k = i + 1
+            while k < j - 1 and IR[i, k] + Xt[j, k] + SB[j, i, k] != v:
+                k += 1
             a0, a1, a2, b0, b1, b2 = 2, i, k, 4, k, j
         elif item == 3:
             heads[i] = j
-            k = K[2, i, j]
-            if k == j:
+            v = JLt[j, i]
+            if CR[i, j - 1] == v:
                 stack[top, 0], stack[top, 1], stack[top, 2] = 0, i, j - 1
                 top += 1
                 continue
+            k = i + 1
+            o = off[j, i] - i - 1
+            while k < j - 1 and X[i, k] + ILt[j, k] + SL[o + k] != v:
+                k += 1
             a0, a1, a2, b0, b1, b2 = 4, i, k, 3, k, j
         else:
-            r = K[0, i, j]
+            r = i
+            while r < j - 1 and CR[i, r] + CLt[j, r + 1] != X[i, j]:
+                r += 1
             a0, a1, a2, b0, b1, b2 = 0, i, r, 1, r + 1, j
         stack[top, 0], stack[top, 1], stack[top, 2] = a0, a1, a2
         stack[top + 1, 0], stack[top + 1, 1], stack[top + 1, 2] = b0, b1, b2
