@@ -105,6 +105,63 @@ def test_the_carried_tree_gradient_is_the_layer_gradient():
         torch.testing.assert_close(got, want_g, rtol=1e-12, atol=1e-12)
 
 
+def test_the_second_order_head_carries_the_layers_gradients():
+    """order 2: head_loss carries the second-order layer's value and its gradients for both the arc and the
+    sibling scores."""
+    from ssvm_torch.deep import UDParser
+    from ssvm_torch.nn import DependencyTree
+    for loss in ("hinge", "crf", "softmax_margin"):
+        module = UDParser(loss=loss, train_size=30, order=2, sib_dim=8)
+        module.corpus = load_ud_parsing(train_size=30)
+        module._epoch = {"tree_s": 0.0}
+        batch = module.corpus.train.batch(torch.arange(8))
+        batch["tree_ok"] = module.corpus.train.projective[:8]
+        B, N = batch["mask"].shape
+        g = torch.Generator().manual_seed(1)
+        arcs = torch.randn(B, N, N, generator=g, dtype=torch.float64, requires_grad=True)
+        sibs = torch.randn(B, N, N, N, generator=g, dtype=torch.float64, requires_grad=True)
+        per = module.head_loss(arcs, batch, sibs)
+        got_a, got_s = torch.autograd.grad(per.sum(), (arcs, sibs))
+        ok = batch["tree_ok"]
+        a2, s2 = arcs.detach().clone().requires_grad_(True), sibs.detach().clone().requires_grad_(True)
+        want = DependencyTree(projective=True, loss=loss)(a2[ok], batch["heads"][ok], batch["mask"][ok],
+                                                          reduction="none", sib_scores=s2[ok])
+        want_a, want_s = torch.autograd.grad(want.sum(), (a2, s2))
+        torch.testing.assert_close(per[ok], want, rtol=1e-12, atol=1e-12)
+        assert bool((per[~ok] == 0).all())
+        torch.testing.assert_close(got_a, want_a, rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(got_s, want_s, rtol=1e-12, atol=1e-12)
+
+
+def test_a_tiny_second_order_run_writes_trees_and_parses_back(tmp_path, capsys):
+    """recipes/ud_deep_2o_softmax_margin.yaml, tiny: the sibling scorer trains (its weights move from their zero
+    start), config.json says order 2, the test predictions are projective single-root trees scored as
+    results.json says, and ud_parse on its parser.pt gives the same heads on the test file."""
+    from ssvm_torch.deep.ud_parse import load_parser, main as parse_main
+    out = run(tmp_path, "2o_softmax_margin", "--model.sib_dim", "8", epochs=2)
+    config = json.loads((out / "config.json").read_text())
+    assert config["order"] == 2 and config["sib_dim"] == 8 and config["loss"] == "softmax_margin"
+    parser = load_parser(out / "parser.pt")
+    assert parser.network.sib_dim == 8 and float(parser.network.sib_W.abs().max()) > 0
+    pred = torch.load(out / "test_predictions.pt", weights_only=True)
+    test = load_ud_ewt("test")
+    lengths = torch.tensor(test.lengths.tolist())
+    padded = torch.full((test.n, int(lengths.max()) + 1), -1, dtype=torch.int64)
+    for i, h in enumerate(pred["heads"]):
+        padded[i, 1:len(h) + 1] = torch.tensor(h)
+    assert bool((tree_faults(padded, lengths, False, True) == 0).all())
+    gold_heads = [[w[4] for w in test.sentence(i)] for i in range(test.n)]
+    gold_rels = [[universal(w[5]) for w in test.sentence(i)] for i in range(test.n)]
+    uas, las = attachment_scores(gold_heads, gold_rels, pred["heads"], pred["labels"])
+    results = json.loads((out / "results.json").read_text())
+    assert results["test_uas"] == pytest.approx(uas, abs=1e-12) and results["test_las"] == pytest.approx(las, abs=1e-12)
+    from ssvm_torch.data.types import data_file
+    from ssvm_torch.data.ud import UD_EWT
+    assert parse_main(["--model", str(out / "parser.pt"), "--input", str(data_file(UD_EWT["test"])),
+                       "--output", str(tmp_path / "test.conllu")]) == 0
+    assert f"UAS {uas:.2f}, LAS {las:.2f}" in capsys.readouterr().out
+
+
 def test_resumed_run_ends_where_the_uninterrupted_run_ends(tmp_path):
     full = run(tmp_path / "full", "hinge", epochs=3)
     first = run(tmp_path / "cut", "hinge", epochs=2)
@@ -124,7 +181,11 @@ def test_bad_parser_settings_are_refused_by_name(tmp_path, capsys):
     for extra, text in ((["--model.loss", "svm"], "loss: expected one of"),
                         (["--model.train_size", "1"], "train_size: expected an int in [2,"),
                         (["--trainer.max_epochs", "0"], "trainer.max_epochs: expected at least 1"),
-                        (["--trainer.max_steps", "0"], "trainer.max_steps: expected at least 1")):
+                        (["--trainer.max_steps", "0"], "trainer.max_steps: expected at least 1"),
+                        (["--model.order", "3"], "order: expected 1 (arc-factored) or 2"),
+                        (["--model.order", "2", "--model.loss", "local"], "loss: expected a tree loss"),
+                        (["--model.order", "2", "--model.projective", "false"], "projective: expected true with order 2"),
+                        (["--model.order", "2", "--model.sib_dim", "0"], "sib_dim: expected an int >= 1")):
         assert deep_main(base + extra) == 2
         err = capsys.readouterr().err
         assert text in err and len(err.strip().splitlines()) == 1, err
