@@ -73,6 +73,62 @@ def _pack_left(SB, n, off, P):
                 P[o + k] = row[k]
 
 
+@nb.njit(cache=True, nogil=True, fastmath=MAXES, inline="always")
+def _max2(init, a, ao, b, bo, lo, hi):
+    """max(init, max_{lo <= k < hi} a[ao + k] + b[bo + k]), four running maxima: numba's max-reductions do not
+    vectorize, and four independent chains run about four times faster than one."""
+    m0 = m1 = m2 = init
+    m3 = init
+    k = lo
+    while k + 4 <= hi:
+        m0 = max(m0, a[ao + k] + b[bo + k])
+        m1 = max(m1, a[ao + k + 1] + b[bo + k + 1])
+        m2 = max(m2, a[ao + k + 2] + b[bo + k + 2])
+        m3 = max(m3, a[ao + k + 3] + b[bo + k + 3])
+        k += 4
+    while k < hi:
+        m0 = max(m0, a[ao + k] + b[bo + k])
+        k += 1
+    return max(max(m0, m1), max(m2, m3))
+
+
+@nb.njit(cache=True, nogil=True, fastmath=MAXES, inline="always")
+def _max3(init, a, b, c, co, lo, hi):
+    """max(init, max_{lo <= k < hi} a[k] + b[k] + c[co + k]) (:func:`_max2`'s four chains; the sums in the order
+    the backtrack recomputes them)."""
+    m0 = m1 = m2 = init
+    m3 = init
+    k = lo
+    while k + 4 <= hi:
+        m0 = max(m0, a[k] + b[k] + c[co + k])
+        m1 = max(m1, a[k + 1] + b[k + 1] + c[co + k + 1])
+        m2 = max(m2, a[k + 2] + b[k + 2] + c[co + k + 2])
+        m3 = max(m3, a[k + 3] + b[k + 3] + c[co + k + 3])
+        k += 4
+    while k < hi:
+        m0 = max(m0, a[k] + b[k] + c[co + k])
+        k += 1
+    return max(max(m0, m1), max(m2, m3))
+
+
+@nb.njit(cache=True, nogil=True, fastmath=MAXES, inline="always")
+def _max1(init, a, lo, hi):
+    """max(init, max_{lo <= k < hi} a[k]) (:func:`_max2`'s four chains)."""
+    m0 = m1 = m2 = init
+    m3 = init
+    k = lo
+    while k + 4 <= hi:
+        m0 = max(m0, a[k])
+        m1 = max(m1, a[k + 1])
+        m2 = max(m2, a[k + 2])
+        m3 = max(m3, a[k + 3])
+        k += 4
+    while k < hi:
+        m0 = max(m0, a[k])
+        k += 1
+    return max(max(m0, m1), max(m2, m3))
+
+
 @nb.njit(cache=True, nogil=True)
 def _factors(S, SB, n, off, A, E0, BR, BL):
     """The shifted factors (module docstring): A[m, h] (arcs), E0[m, h] (nearest dependent) and the sibling
@@ -85,10 +141,7 @@ def _factors(S, SB, n, off, A, E0, BR, BL):
             if h == m:
                 continue
             lo, hi = (h + 1, m) if h < m else (m + 1, h)
-            c = 0.0
-            row = SB[m, h]
-            for s in range(lo, hi):
-                c = max(c, row[s])
+            c = _max1(0.0, SB[m, h], lo, hi)
             E0[m, h] = c
             if S[m, h] + c > cm:
                 cm = S[m, h] + c
@@ -283,34 +336,21 @@ def _best_inside(S, SB, SL, off, n, multiroot, CR, CRt, CL, CLt, IR, ILt, JR, JL
         xt, ilt, crt, clt, jlt = Xt[j], ILt[j], CRt[j], CLt[j], JLt[j]
         for i in range(j - 1, start - 1, -1):
             o = off[j, i] - i - 1
-            best = NEG_INF
-            cr = CR[i]
-            for r in range(i, j):
-                best = max(best, cr[r] + clt[r + 1])
+            cr, ir, cl = CR[i], IR[i], CL[i]
+            best = _max2(NEG_INF, cr, 0, clt, 1, i, j)
             X[i, j] = best
             xt[i] = best
-            best = CL[i + 1, j]                          # j is i's nearest right dependent
-            ir, b = IR[i], SB[j, i]
-            for k in range(i + 1, j):
-                best = max(best, ir[k] + xt[k] + b[k])
+            best = _max3(CL[i + 1, j], ir, xt, SB[j, i], 0, i + 1, j)      # first: j, i's nearest right dependent
             JR[i, j] = best
             IR[i, j] = best + S[j, i]
             if i > 0:
-                best = CR[i, j - 1]                      # i is j's nearest left dependent
-                xr = X[i]
-                for k in range(i + 1, j):
-                    best = max(best, xr[k] + ilt[k] + SL[o + k])
+                best = _max3(CR[i, j - 1], X[i], ilt, SL, o, i + 1, j)      # first: i, j's nearest left dependent
                 jlt[i] = best
                 ilt[i] = best + S[i, j]
-            best = NEG_INF
-            for k in range(i + 1, j + 1):
-                best = max(best, ir[k] + crt[k])
+            best = _max2(NEG_INF, ir, 0, crt, 0, i + 1, j + 1)
             CR[i, j] = best
             crt[i] = best
-            best = NEG_INF
-            cl = CL[i]
-            for k in range(i, j):
-                best = max(best, cl[k] + ilt[k])
+            best = _max2(NEG_INF, cl, 0, ilt, 0, i, j)
             CL[i, j] = best
             clt[i] = best
 
