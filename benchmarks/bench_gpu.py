@@ -23,7 +23,10 @@
   ``ours_torch`` with ``SSVM_CUDA_EISNER=loop``, the torch recursions) against torch-struct's ``DependencyCRF``,
   non-projective log Z + marginals against ``NonProjectiveDependencyCRF``, and the non-projective best tree
   (Chu-Liu-Edmonds on the host, one copy each way) against a per-sentence Python Chu-Liu-Edmonds with a rerun
-  per root on the CPU (SuPar's method; timed on 32 of the sentences and scaled to B, it is linear in B).
+  per root on the CPU (SuPar's method; timed on 32 of the sentences and scaled to B, it is linear in B); and
+  ``second_order`` of each shape: the adjacent-sibling best tree and log Z + backward (the Triton kernels of
+  ssvm_torch/trees/triton_sibling.py, ``ours_torch`` the torch recursions) against SuPar 1.1.4's
+  ``Dependency2oCRF`` on the same device.
 
 Writes benchmarks/results/gpu.json. ``--device cpu --quick`` runs the same code on the CPU torch
 path with small sizes (a smoke test of this script, not a figure).
@@ -280,6 +283,38 @@ def layer_figures(device, repeats, shapes=LAYER_SHAPES):
 TREE_SHAPES = ((256, 40), (256, 100))
 
 
+def second_order_figures(S, lengths, g, device, ms, torch_loop) -> dict:
+    """The second-order (adjacent-sibling) operations on ``device`` against SuPar 1.1.4's Dependency2oCRF
+    (the best tree; log Z + backward of both score tensors), and the torch recursions the Triton kernels
+    replace; the two decoders' trees compared. {"supar": "not installed"} without SuPar."""
+    try:
+        from supar.structs import Dependency2oCRF
+    except ImportError:
+        return {"supar": "not installed"}
+    from ssvm_torch.trees import dependency_decode, dependency_log_partition
+    B, N, _ = S.shape
+    SB = torch.randn(B, N, N, N, generator=g).to(device)
+
+    def ours_logz():
+        x, y = S.clone().requires_grad_(True), SB.clone().requires_grad_(True)
+        dependency_log_partition(x, lengths=lengths, sib_scores=y).sum().backward()
+
+    def supar_logz():
+        x, y = S.clone().requires_grad_(True), SB.clone().requires_grad_(True)
+        Dependency2oCRF((x, y), lengths).log_partition.sum().backward()
+
+    decode = lambda: dependency_decode(S, lengths=lengths, sib_scores=SB)          # noqa: E731
+    agree = bool(torch.equal(decode().clamp(min=0), Dependency2oCRF((S, SB), lengths).argmax))
+    row = {"decode_ms": {"ours": ms(decode), "supar": ms(lambda: Dependency2oCRF((S, SB), lengths).argmax),
+                         "ours_torch": torch_loop(decode)},
+           "logz_backward_ms": {"ours": ms(ours_logz), "supar": ms(supar_logz), "ours_torch": torch_loop(ours_logz)},
+           "decoders_agree": agree}
+    for v in row.values():
+        if isinstance(v, dict):
+            v["speedup"] = v["supar"] / v["ours"]
+    return row
+
+
 def tree_figures(device, repeats, shapes=TREE_SHAPES):
     """Milliseconds of the tree operations against torch-struct and the CPU reference (module docstring),
     the two decoders checked to agree before timing."""
@@ -337,9 +372,15 @@ def tree_figures(device, repeats, shapes=TREE_SHAPES):
             if isinstance(v, dict):
                 other = next(k for k in v if k not in ("ours", "ours_torch"))
                 v["speedup"] = v[other] / v["ours"]
+        row["second_order"] = second_order_figures(S, lengths, g, device, ms, torch_loop)
         out[f"{B}_{n}"] = row
         print(f"trees B={B} n={n}: " + ", ".join(f"{k} {v['ours']:.2f} ms (x{v['speedup']:.1f})" for k, v in row.items()
-                                              if isinstance(v, dict)), flush=True)
+                                              if isinstance(v, dict) and "ours" in v), flush=True)
+        so = row["second_order"]
+        if "decode_ms" in so:
+            print(f"trees B={B} n={n} second order: decode {so['decode_ms']['ours']:.2f} ms (x{so['decode_ms']['speedup']:.1f} "
+                  f"SuPar), log Z + backward {so['logz_backward_ms']['ours']:.2f} ms "
+                  f"(x{so['logz_backward_ms']['speedup']:.1f}), trees agree {so['decoders_agree']}", flush=True)
     return out
 
 
