@@ -31,7 +31,7 @@ NO_PEN = np.zeros((0, 1))          # the unconstrained penalty array of the numb
 # benchmarks/results/viterbi_order.json): the scan wins on small tag sets, the vectorized update on
 # large ones.
 AUTO, ROWWISE, COLUMNWISE = 0, 1, 2
-COLUMNWISE_MIN_K = 16              # the crossover measured by benchmarks/bench_viterbi_order.py
+COLUMNWISE_MIN_K = 32              # the crossover measured by benchmarks/bench_viterbi_order.py
 LOOP_ORDERS = {"auto": AUTO, "rowwise": ROWWISE, "columnwise": COLUMNWISE}
 _forced = [AUTO]
 
@@ -156,26 +156,101 @@ def _step_rowwise(U, r, trans, cons, pen, gt, lw, delta, newd, bp_t):
 @nb.njit(cache=True, nogil=True)
 def _steps_rowwise_free(U, start, T, trans, gt, lw, delta, newd, bp):
     """The row-wise steps of rows start+1 .. start+T-1 with one transition matrix and no tag
-    penalties: :func:`_step_rowwise`'s scan (the same sums and tie rule) in one loop nest, so
-    nothing is re-dispatched per position."""
+    penalties: :func:`_step_rowwise`'s scan (the same sums and tie rule) for four next labels at a time,
+    in one loop nest so that nothing is re-dispatched per position. The four scans over the previous
+    label j are independent chains of compare-and-select (one scan's chain bound its speed), and for each
+    j they read four adjacent entries of a transposed copy of ``trans``."""
     K = U.shape[1]
+    transT = np.empty((K, K))              # transT[j, k] = trans[k, j]
+    for j in range(K):
+        for k in range(K):
+            transT[j, k] = trans[k, j]
     for t in range(1, T):
         r = start + t
-        for k in range(K):
-            best = delta[0] + trans[k, 0]
+        k0 = 0
+        while k0 + 4 <= K:
+            d0, row = delta[0], transT[0]
+            b0, b1, b2, b3 = d0 + row[k0], d0 + row[k0 + 1], d0 + row[k0 + 2], d0 + row[k0 + 3]
+            a0 = a1 = a2 = a3 = 0
+            for j in range(1, K):
+                dj, row = delta[j], transT[j]
+                c0, c1, c2, c3 = dj + row[k0], dj + row[k0 + 1], dj + row[k0 + 2], dj + row[k0 + 3]
+                if c0 > b0:
+                    b0, a0 = c0, j
+                if c1 > b1:
+                    b1, a1 = c1, j
+                if c2 > b2:
+                    b2, a2 = c2, j
+                if c3 > b3:
+                    b3, a3 = c3, j
+            newd[k0], newd[k0 + 1], newd[k0 + 2], newd[k0 + 3] = b0, b1, b2, b3
+            bp[t, k0], bp[t, k0 + 1], bp[t, k0 + 2], bp[t, k0 + 3] = a0, a1, a2, a3
+            k0 += 4
+        for k in range(k0, K):
+            best = delta[0] + transT[0, k]
             arg = 0
             for j in range(1, K):
-                c = delta[j] + trans[k, j]
+                c = delta[j] + transT[j, k]
                 if c > best:
                     best = c
                     arg = j
-            v = best + U[r, k]
-            if lw != 0.0 and k != gt[r]:
-                v += lw
-            newd[k] = v
+            newd[k] = best
             bp[t, k] = arg
         for k in range(K):
-            delta[k] = newd[k]
+            v = newd[k] + U[r, k]
+            if lw != 0.0 and k != gt[r]:
+                v += lw
+            delta[k] = v
+
+
+@nb.njit(cache=True, nogil=True, inline="always")
+def _relax_columns(dj, tj, pj, cons, vi, ai, vo, ao, j, K):
+    """One previous label j of the column-wise step: vo[k] = max(vi[k], dj + tj[k] (+ pj[k])) and ao[k] = j
+    where that sum is strictly larger, else ai[k]. Written as max and integer arithmetic into other buffers
+    than it reads: numba lowers a conditional expression to branches, which LLVM vectorizes into masked
+    vector stores (in place, or one per branch), and AMD Zen cores run those an order of magnitude slower
+    than a max, a blend and a plain store."""
+    if cons:
+        for k in range(K):
+            c = dj + tj[k] + pj[k]
+            better = np.int64(c > vi[k])
+            vo[k] = max(vi[k], c)
+            ao[k] = ai[k] + better * (j - ai[k])
+    else:
+        for k in range(K):
+            c = dj + tj[k]
+            better = np.int64(c > vi[k])
+            vo[k] = max(vi[k], c)
+            ao[k] = ai[k] + better * (j - ai[k])
+
+
+@nb.njit(cache=True, nogil=True, inline="always")
+def _columnwise_body(U, start, T, transT, penT, cons, gt, lw, delta, bp, vals, args):
+    """The column-wise steps over the transposed matrices (:func:`_steps_columnwise`); ``cons`` a compile-time
+    constant in each caller, so the unconstrained loops carry no penalty reads."""
+    K = U.shape[1]
+    for t in range(1, T):
+        r = start + t
+        d0 = delta[0]
+        v0, a0 = vals[0], args[0]
+        for k in range(K):
+            c = d0 + transT[0, k]
+            if cons:
+                c += penT[0, k]
+            v0[k] = c
+            a0[k] = 0
+        src = 0
+        for j in range(1, K):
+            _relax_columns(delta[j], transT[j], penT[j] if cons else transT[j], cons, vals[src], args[src],
+                           vals[1 - src], args[1 - src], j, K)
+            src = 1 - src
+        vf, af = vals[src], args[src]
+        for k in range(K):
+            v = vf[k] + U[r, k]
+            if lw != 0.0 and k != gt[r]:
+                v += lw
+            delta[k] = v
+            bp[t, k] = af[k]
 
 
 @nb.njit(cache=True, nogil=True)
@@ -183,50 +258,26 @@ def _steps_columnwise(U, start, T, trans, cons, pen, gt, lw, delta, newd, bp):
     """The max-sum steps of rows start+1 .. start+T-1 with one transition matrix, the loop over
     previous labels outermost: for each previous label j every next label k is updated at once
     (a compare-and-select over k that vectorizes, where the row-wise argmax of :func:`_step_rowwise`
-    is a branchy scalar scan). The same sums in the same association ((delta + trans) + pen) and
-    the same tie rule (strict >: the lowest best j), so the same scores and labels bit for bit
-    (benchmarked at K = 22 on 195k positions: 1.1x faster by the minimum of 15 alternated runs, 1.2x
-    by the median)."""
+    is a scalar scan). The same sums in the same association ((delta + trans) + pen) and the same tie
+    rule (strict >: the lowest best j), so the same scores and labels bit for bit. The running best
+    and its argument alternate between two buffer pairs, read from one and written to the other every
+    j (:func:`_relax_columns` says why); the constrained and the free loops are compiled apart (a
+    runtime flag inside them cost the free loops their vectorization)."""
     K = U.shape[1]
     transT = np.empty((K, K))              # transT[j, k] = trans[k, j]: the updates over k read a row
-    penT = np.empty((K, K) if cons else (0, 0))
     for j in range(K):
         for k in range(K):
             transT[j, k] = trans[k, j]
-            if cons:
+    vals = np.empty((2, K))
+    args = np.empty((2, K), dtype=np.int64)
+    if cons:
+        penT = np.empty((K, K))
+        for j in range(K):
+            for k in range(K):
                 penT[j, k] = pen[k, j]
-    arg = np.empty(K, dtype=np.int64)
-    for t in range(1, T):
-        r = start + t
-        d0 = delta[0]
-        for k in range(K):
-            c = d0 + transT[0, k]
-            if cons:
-                c += penT[0, k]
-            newd[k] = c
-            arg[k] = 0
-        for j in range(1, K):
-            dj = delta[j]
-            tj = transT[j]
-            if cons:
-                pj = penT[j]
-                for k in range(K):
-                    c = dj + tj[k] + pj[k]
-                    if c > newd[k]:
-                        newd[k] = c
-                        arg[k] = j
-            else:
-                for k in range(K):
-                    c = dj + tj[k]
-                    if c > newd[k]:
-                        newd[k] = c
-                        arg[k] = j
-        for k in range(K):
-            v = newd[k] + U[r, k]
-            if lw != 0.0 and k != gt[r]:
-                v += lw
-            delta[k] = v
-            bp[t, k] = arg[k]
+        _columnwise_body(U, start, T, transT, penT, True, gt, lw, delta, bp, vals, args)
+    else:
+        _columnwise_body(U, start, T, transT, transT, False, gt, lw, delta, bp, vals, args)
 
 
 @nb.njit(cache=True, nogil=True)

@@ -1,0 +1,155 @@
+"""LinearChain at this checkout against an earlier commit, through the API users call: ``LinearChain(K).decode``
+and the hinge loss + backward, B 64, T 50, float32 emissions, full masks, one torch thread and one numba
+thread, at K in {3, 9, 22, 45, 64}; pytorch-crf's ``CRF.decode`` beside (the peer's ratio).
+
+The earlier commit is checked out in a temporary git worktree (``git worktree add``, removed at the end) and
+imported from there by PYTHONPATH in its own process; each round runs one worker process per side, the sides
+alternating (current, baseline, baseline, current, ...), and every worker times each call ``--calls`` times
+after a warm-up (numba's cache warmed by a first run of each side before the timed rounds). The figure per side
+and K is the median over rounds of each round's median; every round's medians are in the JSON, with the
+commit each side imported (the worker reports ``ssvm_torch.__file__`` and the check refuses a side that
+imported the other's code).
+
+Usage: python benchmarks/bench_layer_commits.py [--baseline c32f200] [--rounds 3] [--calls 60]
+       [--out benchmarks/results/layer_commits.json]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+KS = (3, 9, 22, 45, 64)
+B, T = 64, 50
+
+
+def worker(ks, calls: int) -> dict:
+    """One side's medians (ms) of decode and hinge + backward per K (and pytorch-crf's decode), in this process."""
+    import numba
+    import torch
+    torch.set_num_threads(1)
+    numba.set_num_threads(1)
+    import ssvm_torch
+    from ssvm_torch.nn import LinearChain
+    try:
+        from torchcrf import CRF
+    except ImportError:
+        CRF = None
+    out = {"module": ssvm_torch.__file__, "ks": {}}
+    for K in ks:
+        g = torch.Generator().manual_seed(K)
+        em = torch.randn(T, B, K, generator=g)
+        tags = torch.randint(0, K, (T, B), generator=g)
+        mask = torch.ones(T, B, dtype=torch.bool)
+        layer = LinearChain(K)
+
+        def decode():
+            layer.decode(em, mask)
+
+        def hinge():
+            x = em.clone().requires_grad_(True)
+            layer(x, tags, mask).backward()
+
+        fns = {"decode": decode, "hinge_backward": hinge}
+        if CRF is not None:
+            crf = CRF(K)
+            fns["pytorch_crf_decode"] = lambda: crf.decode(em, mask)
+        row = {}
+        for name, fn in fns.items():
+            fn()
+            fn()
+            times = []
+            for _ in range(calls if name != "pytorch_crf_decode" else max(5, calls // 6)):
+                t0 = time.perf_counter()
+                fn()
+                times.append(time.perf_counter() - t0)
+            row[name] = 1e3 * statistics.median(times)
+        out["ks"][str(K)] = row
+    return out
+
+
+def run_side(path: Path, ks, calls: int) -> dict:
+    env = {**os.environ, "PYTHONPATH": str(path), "OMP_NUM_THREADS": "1", "NUMBA_NUM_THREADS": "1"}
+    r = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--worker", "--ks", *map(str, ks),
+                        "--calls", str(calls)], env=env, capture_output=True, text=True, cwd=path)
+    if r.returncode != 0:
+        raise SystemExit(f"worker at {path} failed:\n{r.stderr[-3000:]}")
+    res = json.loads(r.stdout.strip().splitlines()[-1])
+    if not Path(res["module"]).resolve().is_relative_to(path.resolve()):
+        raise SystemExit(f"the worker for {path} imported {res['module']} (another checkout's ssvm_torch)")
+    return res
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--baseline", default="c32f200", help="the earlier commit (any git revision)")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--calls", type=int, default=60)
+    p.add_argument("--ks", type=int, nargs="+", default=list(KS))
+    p.add_argument("--out", default="benchmarks/results/layer_commits.json")
+    p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.worker:
+        print(json.dumps(worker(args.ks, args.calls)))
+        return
+    git = lambda *a: subprocess.run(["git", *a], cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()  # noqa: E731
+    head = git("rev-parse", "HEAD")
+    base = git("rev-parse", args.baseline)
+    dirty = bool(git("status", "--porcelain", "--untracked-files=no"))
+    with tempfile.TemporaryDirectory(prefix="ssvm_baseline_") as tmp:
+        wt = Path(tmp) / "baseline"
+        git("worktree", "add", "--detach", str(wt), base)
+        try:
+            sides = {"current": ROOT, "baseline": wt}
+            for name, path in sides.items():                 # warm numba's caches of both checkouts
+                run_side(path, args.ks, 2)
+            rounds = {name: [] for name in sides}
+            for r in range(args.rounds):
+                order = ("current", "baseline") if r % 2 == 0 else ("baseline", "current")
+                for name in order:
+                    rounds[name].append(run_side(sides[name], args.ks, args.calls))
+                    print(f"round {r} {name}: " + ", ".join(f"K {k} decode {v['decode']:.2f} ms" for k, v in
+                                                            rounds[name][-1]["ks"].items()), flush=True)
+        finally:
+            git("worktree", "remove", "--force", str(wt))
+    table = {}
+    for K in map(str, args.ks):
+        row = {}
+        for name in ("current", "baseline"):
+            for op in ("decode", "hinge_backward", "pytorch_crf_decode"):
+                vals = [rd["ks"][K][op] for rd in rounds[name] if op in rd["ks"][K]]
+                if vals:
+                    row[f"{name}_{op}_ms"] = statistics.median(vals)
+        row["decode_speedup_vs_baseline"] = row["baseline_decode_ms"] / row["current_decode_ms"]
+        row["hinge_speedup_vs_baseline"] = row["baseline_hinge_backward_ms"] / row["current_hinge_backward_ms"]
+        crf = [rd["ks"][K]["pytorch_crf_decode"] for rd in rounds["current"] + rounds["baseline"]
+               if "pytorch_crf_decode" in rd["ks"][K]]
+        if crf:
+            row["pytorch_crf_decode_ms"] = statistics.median(crf)
+            row["current_vs_pytorch_crf"] = row["pytorch_crf_decode_ms"] / row["current_decode_ms"]
+            row["baseline_vs_pytorch_crf"] = row["pytorch_crf_decode_ms"] / row["baseline_decode_ms"]
+        table[K] = row
+        print(f"K {K:>3}: decode {row['current_decode_ms']:.3f} ms (baseline {row['baseline_decode_ms']:.3f}, "
+              f"x{row['decode_speedup_vs_baseline']:.2f}); hinge + backward {row['current_hinge_backward_ms']:.3f} "
+              f"(baseline {row['baseline_hinge_backward_ms']:.3f}, x{row['hinge_speedup_vs_baseline']:.2f})"
+              + (f"; pytorch-crf decode {row['pytorch_crf_decode_ms']:.2f} ms, ours x{row['current_vs_pytorch_crf']:.1f}"
+                 if crf else ""), flush=True)
+    result = {"machine": platform.processor() or platform.machine(), "python": platform.python_version(),
+              "shape": {"B": B, "T": T, "dtype": "float32", "threads": 1}, "current": head,
+              "current_dirty": dirty, "baseline": base, "rounds": args.rounds, "calls": args.calls,
+              "load_average_at_start": list(os.getloadavg()), "table": table, "every_round": rounds}
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(result, indent=1))
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
