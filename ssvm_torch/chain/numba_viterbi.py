@@ -32,6 +32,7 @@ NO_PEN = np.zeros((0, 1))          # the unconstrained penalty array of the numb
 # large ones.
 AUTO, ROWWISE, COLUMNWISE = 0, 1, 2
 COLUMNWISE_MIN_K = 32              # the crossover measured by benchmarks/bench_viterbi_order.py
+BLOCKED_MIN_K = 8                  # from here the free row-wise step scans four next labels at a time
 LOOP_ORDERS = {"auto": AUTO, "rowwise": ROWWISE, "columnwise": COLUMNWISE}
 _forced = [AUTO]
 
@@ -156,11 +157,30 @@ def _step_rowwise(U, r, trans, cons, pen, gt, lw, delta, newd, bp_t):
 @nb.njit(cache=True, nogil=True)
 def _steps_rowwise_free(U, start, T, trans, gt, lw, delta, newd, bp):
     """The row-wise steps of rows start+1 .. start+T-1 with one transition matrix and no tag
-    penalties: :func:`_step_rowwise`'s scan (the same sums and tie rule) for four next labels at a time,
-    in one loop nest so that nothing is re-dispatched per position. The four scans over the previous
+    penalties: :func:`_step_rowwise`'s scan (the same sums and tie rule), from :data:`BLOCKED_MIN_K` labels
+    for four next labels at a time, in one loop nest so that nothing is re-dispatched per position. The four scans over the previous
     label j are independent chains of compare-and-select (one scan's chain bound its speed), and for each
     j they read four adjacent entries of a transposed copy of ``trans``."""
     K = U.shape[1]
+    if K < BLOCKED_MIN_K:                   # a handful of labels: the plain scan, no transposed copy
+        for t in range(1, T):
+            r = start + t
+            for k in range(K):
+                best = delta[0] + trans[k, 0]
+                arg = 0
+                for j in range(1, K):
+                    c = delta[j] + trans[k, j]
+                    if c > best:
+                        best = c
+                        arg = j
+                v = best + U[r, k]
+                if lw != 0.0 and k != gt[r]:
+                    v += lw
+                newd[k] = v
+                bp[t, k] = arg
+            for k in range(K):
+                delta[k] = newd[k]
+        return
     transT = np.empty((K, K))              # transT[j, k] = trans[k, j]
     for j in range(K):
         for k in range(K):
