@@ -9,6 +9,10 @@ import shutil
 import tempfile
 from pathlib import Path
 
+#: the files this process has written (atomically, so each is whole), in the order of their last write: what an
+#: interrupted command reports it leaves behind (:func:`ssvm_torch.errors.run_cli`)
+WRITTEN: dict = {}
+
 
 def file_mode() -> int:
     """The mode ``open()`` gives a new file: 0o666 less the process umask (mkstemp's temporary files
@@ -33,6 +37,8 @@ def atomic_write(path, write) -> Path:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
+        WRITTEN.pop(path, None)
+        WRITTEN[path] = True
     except BaseException as e:
         if os.path.exists(tmp):
             os.unlink(tmp)
@@ -41,6 +47,11 @@ def atomic_write(path, write) -> Path:
             raise full from e
         raise
     return path
+
+
+def written_files() -> list:
+    """The files this process has written, oldest first (:data:`WRITTEN`)."""
+    return list(WRITTEN)
 
 
 def free_bytes(folder) -> int | None:

@@ -53,22 +53,55 @@ class DistributedError(RuntimeError):
 
 
 class RunInterrupted(Exception):
-    """A run stopped by Ctrl-C / SIGTERM after writing what it had computed; the message says what."""
+    """A run stopped by Ctrl-C / SIGTERM after writing what it had computed; the message says what.
+    ``signal``: the signal's name ("SIGINT" or "SIGTERM"), which sets the exit status (130 / 143)."""
+
+    def __init__(self, message: str, signal: str = "SIGINT"):
+        super().__init__(message)
+        self.signal = signal
+
+
+class Terminated(BaseException):
+    """SIGTERM where no run handles it (start-up, data loading, compilation): raised by :func:`run_cli`'s
+    handler like KeyboardInterrupt for Ctrl-C, so context managers release their locks on the way out."""
+
+
+#: the exit status of a command stopped by each signal: 128 + its number, as a shell reports it
+EXIT_CODES = {"SIGINT": 130, "SIGTERM": 143}
+
+
+def interrupted_line(signal: str) -> str:
+    """The one line of a command stopped by ``signal`` outside a run's own handling: what it had written
+    (every file whole: atomic writes), or that it had written nothing."""
+    from .atomic import written_files
+    what = "Ctrl-C" if signal == "SIGINT" else "SIGTERM"
+    files = written_files()
+    if not files:
+        return f"interrupted ({what}) before the run had written anything"
+    shown = ", ".join(str(f) for f in files[-6:]) + (f" and {len(files) - 6} earlier files" if len(files) > 6 else "")
+    return f"interrupted ({what}); it had written {shown} (each file whole: every write is atomic)"
 
 
 def run_cli(prog: str, fn, args) -> int:
     """Run a command's ``fn(args)``; bad input (SSVMInputError) prints ``prog: error: ...`` and
-    returns exit code 2 instead of a traceback; an interrupted run (RunInterrupted, or Ctrl-C where
-    no run is in progress, e.g. while numba compiles) prints its one line and returns 130, the
-    shell's code for Ctrl-C; a rank of a torchrun run whose peer died (DistributedError) prints its
-    one line and returns 1."""
+    returns exit code 2 instead of a traceback; an interrupted run (RunInterrupted, or Ctrl-C / SIGTERM
+    where no run is in progress, e.g. while numba compiles) prints its one line and returns 130 for Ctrl-C
+    (SIGINT), 143 for SIGTERM, the shell's codes; a rank of a torchrun run whose peer died (DistributedError)
+    prints its one line and returns 1."""
+    import signal as signals
     import sys
+    import threading
 
     def say(line: str) -> None:
         # one write of the whole line: the ranks of a torchrun run share one stderr, and print's two writes
         # (the text, then the newline) interleave with another rank's under PYTHONUNBUFFERED
         sys.stderr.write(line + "\n")
         sys.stderr.flush()
+
+    def terminate(signum, frame):
+        raise Terminated()
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = signals.signal(signals.SIGTERM, terminate) if main_thread else None
     try:
         fn(args)
     except SSVMInputError as e:
@@ -76,14 +109,19 @@ def run_cli(prog: str, fn, args) -> int:
         return 2
     except RunInterrupted as e:
         say(f"{prog}: {e}")
-        return 130
+        return EXIT_CODES.get(e.signal, 130)
     except DistributedError as e:                   # another rank died: this one's line, not a traceback
         say(f"{prog}: {e}")
         return 1
     except KeyboardInterrupt:                       # Ctrl-C outside a run's signal handling (start-up, compilation)
-        say(f"{prog}: interrupted (Ctrl-C) before the run had results to write; any file it wrote is complete "
-            "(atomic writes)")
+        say(f"{prog}: {interrupted_line('SIGINT')}")
         return 130
+    except Terminated:
+        say(f"{prog}: {interrupted_line('SIGTERM')}")
+        return 143
+    finally:
+        if main_thread:
+            signals.signal(signals.SIGTERM, previous)
     return 0
 
 

@@ -138,8 +138,17 @@ def load_checkpoint(path, run: dict | None = None) -> dict:
     if ck.get("format") != CHECKPOINT_FORMAT or not isinstance(ck.get("solver"), dict):
         raise SSVMInputError(f"resume: expected an ssvm_torch checkpoint ({CHECKPOINT_FORMAT}), {path} is not one")
     saved = ck.get("run") or {}
-    for key, value in (run or {}).items():
+    run = run or {}
+    for key, value in run.items():
         if key in saved and saved[key] != value:
+            if key in ("world_size", "exchange", "round_steps"):      # how the run was spread: both sides in full
+                def how(r):
+                    p = r.get("world_size", 1)
+                    return (f"{p} rank{'s' if p != 1 else ''} with exchange {r.get('exchange', 'none')}"
+                            + (f", {r['round_steps']} steps per round" if r.get("round_steps") is not None else ""))
+                raise SSVMInputError(f"resume: {path} was written by {how(saved)}; this run has {how(run)}: resume with "
+                                     "the same torchrun --nproc-per-node and --exchange (and --round-steps), or start "
+                                     "a new run")
             raise SSVMInputError(f"resume: {path} is a checkpoint of {key} = {saved[key]!r}, this run has "
                                  f"{key} = {value!r}")
     return ck["solver"]

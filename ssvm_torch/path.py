@@ -116,15 +116,17 @@ class _Clock:
         self.passes, self.time_s = 0.0, 0.0
 
 
-def _solve(dual, target, cfg_base: SolverConfig, gaps, clock, heuristic, max_passes, gated=False):
+def _solve(dual, target, cfg_base: SolverConfig, gaps, clock, heuristic, max_passes, gated=False, interrupt=None):
     """Runs the engine at the dual's lam from the current dual to gap (or estimate, heuristic) <= target.
-    ``gated``: the exact gap pass is paid once the gap estimate is <= target (``check_below``)."""
+    ``gated``: the exact gap pass is paid once the gap estimate is <= target (``check_below``);
+    ``interrupt``: the solver's (True stops it at its next gap check, stop reason "interrupted")."""
     cfg = SolverConfig(**{**asdict(cfg_base), "passes": max_passes, "gap_threshold": 0.0 if heuristic else target,
                           "estimate_threshold": target if heuristic else 0.0,
                           "check_below": target if gated and not heuristic else 0.0,
                           "gap_refresh": 0 if heuristic else cfg_base.gap_refresh,
                           "gap_check": max_passes if heuristic else cfg_base.gap_check})
-    solver = Solver(dual, cfg, monitor_start=False, keep_best=False)   # the path continues from the iterate
+    solver = Solver(dual, cfg, monitor_start=False, keep_best=False,   # the path continues from the iterate
+                    interrupt=interrupt)
     if gaps is not None:
         solver.set_block_gaps(gaps)
     hist = solver.run()
@@ -262,11 +264,13 @@ def grid_lambdas(hi: int = 15, lo: int = -15) -> list:
 
 def grid_search(make_dual: Callable[[float], BlockDual], eps: float, lambdas=None, warm: bool = True,
                 config: SolverConfig | None = None, evaluate: Callable | None = None, max_passes: float = 1000,
-                progress: Callable | None = None, gated: bool = False) -> list:
+                progress: Callable | None = None, gated: bool = False,
+                interrupt: Callable[[], bool] | None = None) -> list:
     """Solve each lam of ``lambdas`` (descending; default 2^15 ... 2^-15) to exact gap <= eps, cold
     (a fresh dual each time) or warm (keep-primal rescaling of the previous solution, block gaps by
     (12)). ``gated`` as for :func:`regularization_path`. Returns one record per lam with cumulative
-    passes and time."""
+    passes and time. ``interrupt``: once True, the lam being solved stops at its next exact gap check
+    (its record's stop reason "interrupted") and the grid ends there: fewer records than lambdas."""
     eps = check_positive(eps, "eps")
     lambdas = grid_lambdas() if lambdas is None else [float(v) for v in lambdas]
     check(all(a > b for a, b in zip(lambdas, lambdas[1:])), "lambdas", "a strictly decreasing list", lambdas[:3])
@@ -287,7 +291,7 @@ def grid_search(make_dual: Callable[[float], BlockDual], eps: float, lambdas=Non
             last, solver = {"gap": float(gaps.sum())}, None      # the warm start is already eps-optimal
             exact = GapPass(labels=exact.labels, loss=exact.loss, H=exact.H, block_gaps=gaps)
         else:
-            solver, last = _solve(dual, eps, cfg, gaps, clock, False, max_passes, gated)
+            solver, last = _solve(dual, eps, cfg, gaps, clock, False, max_passes, gated, interrupt)
             exact = solver.last_gap_pass
         rec = _record(dual, lam, last["gap"], clock, evaluate, warm=warm,
                       stop_reason=solver.state.stop_reason if solver else "warm_start",
@@ -295,6 +299,8 @@ def grid_search(make_dual: Callable[[float], BlockDual], eps: float, lambdas=Non
         records.append(rec)
         if progress:
             progress(rec)
+        if interrupt is not None and interrupt():
+            break
     return records
 
 

@@ -94,6 +94,10 @@ class Task:
     def options(self, **given) -> dict:
         """``given`` featurization options (features, min_count, loss, constraints, tags) with each one
         that is None replaced by :attr:`recommended`'s value, else by the plain default of :meth:`load`."""
+        for k, v in given.items():                    # "" would read as "not given" further down (``or``)
+            if isinstance(v, str) and not v.strip():
+                raise SSVMInputError(f"{k}: expected a name (or leave the option out for the task's default), got an "
+                                     "empty string")
         return {k: self.recommended.get(k, PLAIN_OPTIONS.get(k)) if v is None else v for k, v in given.items()}
 
     def load(self, train_size: int | None = None, unary_only: bool = False, device=None,

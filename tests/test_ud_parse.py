@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -92,11 +93,16 @@ EDITED = {"unknown-head": (lambda o: o["hparams"].update(loss="perceptron"), "hp
           "rels-numbers": (lambda o: o["vocab"].update(rels=[1, 2]), "vocab['rels'] is '[1, 2]'"),
           "counts-short": (lambda o: o["vocab"].update(word_counts=o["vocab"]["word_counts"][:-1]),
                            "expected one count per word"),
-          "weights-a-list": (lambda o: o.update(state_dict=[]), "state_dict is 'list', expected a dict")}
+          "weights-a-list": (lambda o: o.update(state_dict=[]), "state_dict is 'list', expected a dict"),
+          "upos-repeated": (lambda o: o["vocab"].update(upos=o["vocab"]["upos"] + o["vocab"]["upos"][-1:]),
+                            "vocab['upos'] is "),
+          "nan-weights": (lambda o: o["state_dict"]["arc_U"].fill_(float("nan")),
+                          "state_dict['arc_U'] holds NaN or infinite weights")}
 
 
 @pytest.mark.parametrize("case", ["no-upos", "nine-fields", "id-order", "not-a-parser", "damaged", "same-file",
-                                  "missing", "empty", "no-folder", *EDITED])
+                                  "missing", "empty", "no-folder", "xpos-in-upos", "lower-case-upos", "output-a-folder",
+                                  "output-unwritable", *EDITED])
 def test_bad_files_are_refused_in_one_line(run_dir, tmp_path, capsys, case):
     model, src, out = run_dir / "parser.pt", tmp_path / "in.conllu", tmp_path / "out.conllu"
     text, expected = SMALL, None
@@ -128,12 +134,26 @@ def test_bad_files_are_refused_in_one_line(run_dir, tmp_path, capsys, case):
         text, expected = "# only a comment\n\n", "holds no sentence"
     elif case == "no-folder":
         out, expected = tmp_path / "nowhere" / "out.conllu", "the folder of"
+    elif case == "xpos-in-upos":
+        text = SMALL.replace("\tstop\tstop\tVERB\t", "\tstop\tstop\tVB\t")
+        expected = "in.conllu:6: UPOS 'VB' is not one of UD's 17 universal tags"
+    elif case == "lower-case-upos":
+        text, expected = SMALL.replace("\tnow\tnow\tADV\t", "\tnow\tnow\tadv\t"), "in.conllu:8: UPOS 'adv' is not"
+    elif case == "output-a-folder":
+        out, expected = tmp_path, "is a directory; expected a file path"
+    elif case == "output-unwritable":
+        locked = tmp_path / "locked"
+        locked.mkdir()
+        locked.chmod(0o500)
+        out, expected = locked / "out.conllu", "output: cannot write into"
+        if os.access(locked, os.W_OK):                           # root writes anywhere: nothing to refuse
+            pytest.skip("this user can write into a read-only folder (root)")
     if case != "missing":
         src.write_text(text)
     assert parse_main(["--model", str(model), "--input", str(src), "--output", str(out)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and any(e in err[0] for e in ((expected,) if isinstance(expected, str) else expected)), err
-    assert case == "same-file" or not Path(out).exists()
+    assert case in ("same-file", "output-a-folder") or not Path(out).exists()
 
 
 def test_the_python_api_parses_what_the_command_writes(run_dir, tmp_path):
@@ -148,3 +168,52 @@ def test_the_python_api_parses_what_the_command_writes(run_dir, tmp_path):
     assert [a[7] for a in written] == pred["labels"][0] + pred["labels"][1]
     with pytest.raises(SSVMInputError, match=r"sentences\[1\]: expected a non-empty list of \(form, upos\) pairs"):
         parse_sentences(load_parser(run_dir / "parser.pt"), [[("a", "DET")], [("b",)]])
+
+
+def test_head_columns_that_are_not_trees_are_named_not_scored(run_dir, tmp_path, capsys):
+    """The input's HEAD integers scored only when every sentence's heads are a single-root tree: a cycle, two
+    roots, a head out of range or all zeros are named in one line instead; a HEAD that is a digit to Python but
+    not an integer (superscript two) is not a tree either (it made a traceback after the output was written)."""
+    tree = SMALL.replace("\tAUX\tVBP\t_\t_\t_", "\tAUX\tVBP\t_\t3\taux").replace(
+        "\tPART\tRB\t_\t_\t_", "\tPART\tRB\t_\t3\tadvmod").replace(
+        "\tVERB\tVB\t_\t_\t_", "\tVERB\tVB\t_\t0\troot").replace(
+        "\tADV\tRB\t_\t_\t_", "\tADV\tRB\t_\t3\tadvmod").replace(
+        "\tPUNCT\t.\t_\t_\t_", "\tPUNCT\t.\t_\t3\tpunct").replace(
+        "\tINTJ\tUH\t_\t_\t_", "\tINTJ\tUH\t_\t0\troot")
+    cases = {"tree": (tree, "against the input's own trees: UAS"),
+             "cycle": (tree.replace("\tVERB\tVB\t_\t0\troot", "\tVERB\tVB\t_\t1\troot"), "a cycle"),
+             "two-roots": (tree.replace("\tADV\tRB\t_\t3\tadvmod", "\tADV\tRB\t_\t0\tadvmod"),
+                           "not exactly one word attached to the root"),
+             "out-of-range": (tree.replace("\tADV\tRB\t_\t3\tadvmod", "\tADV\tRB\t_\t9\tadvmod"),
+                              "a head out of [0, n]"),
+             "all-zero": (tree.replace("\t_\t3\t", "\t_\t0\t"), "not exactly one word attached to the root"),
+             "superscript": (tree.replace("\tADV\tRB\t_\t3\tadvmod", "\tADV\tRB\t_\t\u00b2\tadvmod"), None)}
+    for name, (text, said) in cases.items():
+        src, out = tmp_path / f"{name}.conllu", tmp_path / f"{name}.out.conllu"
+        src.write_text(text)
+        assert parse_main(["--model", str(run_dir / "parser.pt"), "--input", str(src), "--output", str(out)]) == 0, name
+        printed = capsys.readouterr()
+        assert "Traceback" not in printed.err and out.is_file()
+        if name == "tree":
+            assert said in printed.out
+        elif said is None:
+            assert "own trees" not in printed.out and "not a tree" not in printed.out, (name, printed.out)
+        else:
+            assert "own trees" not in printed.out and "HEAD values that are not a tree" in printed.out and said in printed.out, \
+                (name, printed.out)
+
+
+def test_a_byte_order_mark_is_read_and_the_api_refuses_by_name(run_dir, tmp_path):
+    """A UTF-8 byte-order mark before the first line is not part of it; parse_sentences refuses a chunk of 0, a
+    UPOS outside the parser's tags and a CUDA device on a machine without one, each naming the field."""
+    src, out = tmp_path / "bom.conllu", tmp_path / "out.conllu"
+    src.write_bytes("\ufeff".encode("utf-8") + SMALL.replace("# sent_id = a-1\n", "").encode("utf-8"))
+    assert parse_main(["--model", str(run_dir / "parser.pt"), "--input", str(src), "--output", str(out)]) == 0
+    parser = load_parser(run_dir / "parser.pt")
+    with pytest.raises(SSVMInputError, match="chunk: expected an int >= 1"):
+        parse_sentences(parser, [[("a", "DET")]], chunk=0)
+    with pytest.raises(SSVMInputError, match=r"sentences\[0\]\[1\]: UPOS 'NN' is not one of UD's 17"):
+        parse_sentences(parser, [[("a", "DET"), ("dog", "NN")]])
+    if not torch.cuda.is_available():
+        with pytest.raises(SSVMInputError, match="device: 'cuda' requested but no CUDA device is available"):
+            load_parser(run_dir / "parser.pt", device="cuda")

@@ -104,7 +104,7 @@ def _path(args, cfg, kappa, task: Problem, dual, out: Path) -> dict:
         raise RunInterrupted(f"interrupted after {len(path.lambdas)} breakpoints; wrote {out / 'path.pt'} and "
                              f"{out / 'path.json'}, the path certified from lambda = {float(path.lambdas[0]):.4g} down "
                              f"to {path.lam_end:.4g} (the path has no resume: rerun the same command for all of it; "
-                             f"--lam-min {path.lam_end:.4g} stops a rerun there)")
+                             f"--lam-min {path.lam_end:.4g} stops a rerun there)", requested.signal)
     # the lowest test error along the path is the papers' analysis figure (test error against lambda),
     # an oracle no model selection may use: lambda is chosen on held-out data (ssvm-train --select-lam)
     low = min(path.records, key=lambda r: r["test_error"])

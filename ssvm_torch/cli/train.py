@@ -232,15 +232,30 @@ def _train(args, cfg: SolverConfig, device, dtype, run_dir: RunDir | None) -> di
     # the options given, the task's recommended configuration for the others; checked by the task
     featurization = get_task(args.dataset).options(features=args.features, min_count=args.min_count, loss=args.loss,
                                                    constraints=args.constraints, tags=args.tags, trees=args.trees)
-    selection = _select(args, cfg, device, dtype, run_dir, featurization) if args.select_lam else None
-    if selection:
-        featurization["min_count"] = selection["min_count"]
-    task = load_task(args.dataset, train_size=args.train_size, unary_only=args.unary_only, device=device,
-                     dtype=dtype, **featurization)
+    if args.select_lam:
+        # Ctrl-C / SIGTERM from the grid to the refit's data: the lambda being solved stops at its next gap check,
+        # the grid ends there and selection.json keeps its table; after the grid, the refit does not start
+        with stop_on_signal("ssvm-train", stopping="stopping after the current lambda's next exact gap check "
+                            "(the grid so far goes into selection.json)") as requested:
+            selection = _select(args, cfg, device, dtype, run_dir, featurization, requested)
+            featurization["min_count"] = selection["min_count"]
+            task = load_task(args.dataset, train_size=args.train_size, unary_only=args.unary_only, device=device,
+                             dtype=dtype, **featurization)
+            if requested():
+                raise RunInterrupted(f"interrupted after the lambda grid, before the refit: wrote "
+                                     f"{run_dir.path / 'selection.json'} (lam = {selection['lam']:g}, min count "
+                                     f"{selection['min_count']}); train the final model with --lam "
+                                     f"{selection['lam']:g} --min-count {selection['min_count']} (no --select-lam)",
+                                     requested.signal)
+    else:
+        selection = None
+        task = load_task(args.dataset, train_size=args.train_size, unary_only=args.unary_only, device=device,
+                         dtype=dtype, **featurization)
     lam = selection["lam"] if selection else task.lam(args.lam)
     # auto by measurement (docs/distributed.md): one process runs the coordinate-sharded store's kernels too
     # (no collectives) where they apply, the same mini-batch steps faster than the generic store's
     exchange = distributed.resolve_exchange(args.exchange, task, device, dtype, args.kernels, cfg)
+    distributed.check_exchange(args.exchange, exchange, task, device, dtype, args.kernels, cfg, size)
     if args.round_steps is not None and args.exchange != "rounds":
         raise SSVMInputError(f"--round-steps: applies to --exchange rounds only, got --exchange {args.exchange}")
     if size > 1 or exchange in ("columns", "rounds", "shared"):
@@ -253,9 +268,11 @@ def _train(args, cfg: SolverConfig, device, dtype, run_dir: RunDir | None) -> di
     speak = not args.quiet and run_dir is not None
 
     solver = None
+    # the run a checkpoint belongs to: a resume with another dataset, lambda, process count or exchange is refused
     identity = {"dataset": args.dataset, "train_size": args.train_size, "unary_only": args.unary_only, **featurization,
-                "dtype": args.dtype, "n": task.n_train, "d": task.d, "lam": lam,
-                **({"world_size": size} if size > 1 else {})}
+                "dtype": args.dtype, "n": task.n_train, "d": task.d, "lam": lam, "world_size": size,
+                "exchange": dual.exchange if sharded else "none",
+                **({"round_steps": args.round_steps} if isinstance(dual, distributed.RoundsDual) else {})}
 
     def progress(rec):
         if speak:
@@ -335,7 +352,7 @@ def _train(args, cfg: SolverConfig, device, dtype, run_dir: RunDir | None) -> di
         if interrupted:
             where = (f"rank {distributed.world()[0]} of {size}: rank 0 writes the results" if size > 1
                      else "nothing written: no --out")
-            raise RunInterrupted(f"interrupted at {last['passes']:.1f} effective passes ({where})")
+            raise RunInterrupted(f"interrupted at {last['passes']:.1f} effective passes ({where})", requested.signal)
         return last
     w_model, ell_model = solver.model_point()
     if args.eval_every != 1:
@@ -378,13 +395,15 @@ def _train(args, cfg: SolverConfig, device, dtype, run_dir: RunDir | None) -> di
         resume = (f"resume with --resume {out / 'checkpoint.pt'}" if args.checkpoint
                   else "a run with --checkpoint can be resumed")
         raise RunInterrupted(f"interrupted at {last['passes']:.1f} effective passes (exact duality gap there {gap}); "
-                             f"wrote {out / 'history.json'} and {out / 'model.pt'}; {resume}")
+                             f"wrote {out / 'history.json'} and {out / 'model.pt'}; {resume}", requested.signal)
     return last
 
 
-def _select(args, cfg: SolverConfig, device, dtype, run_dir: RunDir, featurization: dict) -> dict:
+def _select(args, cfg: SolverConfig, device, dtype, run_dir: RunDir, featurization: dict, requested) -> dict:
     """--select-lam: the warm grid on the fit / dev split for each cut-off of --min-counts; the best
-    (lambda, cut-off) by the dev score. selection.json is written before the refit."""
+    (lambda, cut-off) by the dev score. selection.json is written before the refit. ``requested``: the
+    signal flag; once set the grid ends after the lambda being solved, selection.json gets the finished
+    rows (``"complete": false``) and the run stops (RunInterrupted)."""
     speak, rows, best = not args.quiet, [], None
 
     def progress(rec):
@@ -402,14 +421,27 @@ def _select(args, cfg: SolverConfig, device, dtype, run_dir: RunDir, featurizati
                   f"{min_count} (d = {fit.d:,}), lams {', '.join(f'{v:g}' for v in sorted(args.lams, reverse=True))}, "
                   f"at most {args.passes:g} passes each", flush=True)
         lam, table = select_lambda(fit, args.lams, cfg, passes=args.passes, device=device, dtype=dtype,
-                                   kernels=args.kernels, progress=progress)
+                                   kernels=args.kernels, progress=progress, interrupt=requested)
         rows += [{"min_count": min_count, "d": fit.d, **r} for r in table]
         key = next(k for k in ("dev_f1", "dev_uas", "dev_error") if k in table[0])
         score = next(r[key] for r in table if r["lam"] == lam) * (-1 if key == "dev_error" else 1)
         if best is None or score > best[0]:                 # ties keep the smaller cut-off (the larger model)
             best = (score, lam, min_count)
+        if requested():
+            break
     selection = {"lam": best[1], "min_count": best[2], "heldout": args.heldout, "n_fit": fit.n_train,
                  "n_dev": fit.n_test, "passes_per_lam": args.passes, "table": rows}
+    grid = len(args.lams) * len(args.min_counts or [None])
+    if requested():                                           # the rows so far, marked: not a selection
+        selection.update(complete=False, rows_of_grid=f"{len(rows)} of {grid}")
+        run_dir.begin()
+        save_selection(run_dir.path, selection)
+        cut = rows[-1]["stop_reason"] == "interrupted"
+        raise RunInterrupted(f"interrupted in the lambda grid after {len(rows)} of {grid} rows"
+                             + (" (the last stopped early, at its interrupted gap check)" if cut else "")
+                             + f"; wrote {run_dir.path / 'selection.json'} with them (\"complete\": false; the best so "
+                             f"far lam = {best[1]:g}, min count {best[2]}); run --select-lam again for the whole grid, "
+                             f"or train with --lam {best[1]:g} --min-count {best[2]}", requested.signal)
     del fit
     gc.collect()                                              # the fit split's store goes before the refit's is built
     run_dir.begin()                                           # the run's first file

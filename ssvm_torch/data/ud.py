@@ -71,6 +71,11 @@ class Treebank:
                         self.lines[flat], [self.sent_ids[i] for i in idx] if self.sent_ids else [])
 
 
+#: UD's 17 universal POS tags (the UPOS column; https://universaldependencies.org/u/pos/)
+UPOS_TAGS = ("ADJ", "ADP", "ADV", "AUX", "CCONJ", "DET", "INTJ", "NOUN", "NUM", "PART", "PRON", "PROPN", "PUNCT",
+             "SCONJ", "SYM", "VERB", "X")
+
+
 def universal(deprel: str) -> str:
     """The universal part of a DEPREL (``nsubj:pass`` -> ``nsubj``): what LAS compares (CoNLL 2018)."""
     return deprel.split(":", 1)[0]

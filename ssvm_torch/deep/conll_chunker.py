@@ -29,7 +29,6 @@ import json
 import math
 import resource
 import time
-from pathlib import Path
 
 import lightning as L
 import torch
@@ -64,6 +63,7 @@ class ConllChunker(DevSelectedRun, L.LightningModule):
     ``word_dropout``: the alpha of the UNK dropout; ``attr_dropout``: the hybrid's attribute dropout; ``batch_sentences``: sentences per step."""
 
     selected_by = "the chunker keeps the weights of its best dev F1 epoch"
+    weights_file = "chunker.pt"
     checkpoint_key, checkpoint_names = "ssvm_chunker", ("ConllChunker", "chunker state")
 
     # what a checkpoint belongs to: resuming it under other values is refused (lightning/cli.py)
@@ -222,31 +222,37 @@ class ConllChunker(DevSelectedRun, L.LightningModule):
 
     # -- checkpoints ----------------------------------------------------------------------------
     # -- outputs (the checkpoint's history / best and on_fit_end: DevSelectedRun) ---------------
-    def write_outputs(self) -> Path | None:
+    def write_outputs(self, final: bool = True):
         """Restore the best dev weights, decode the test file once, write the run files (None, and
-        nothing written, when no epoch has ended)."""
+        nothing written, when no epoch has ended). ``final`` False (an interrupted fit,
+        :meth:`~ssvm_torch.deep.dev_selection.DevSelectedRun.write_interrupted`): no test decoding;
+        history.json, chunker.pt and a results.json that says so; returns (folder, "F1", best dev F1,
+        its epoch)."""
         if self.best["state"] is None:     # no epoch ended (a stop before the first): no model to write
             print("no epoch finished, so no model was selected on dev; nothing written (resume from a "
                   "checkpoint or train at least one epoch)", flush=True)
             return None
         out = run_output_dir(self.trainer, self.hparams.out)
         out.mkdir(parents=True, exist_ok=True)
-        if self.best["state"] is not None:
-            self.tagger.load_state_dict(self.best["state"])
-        test = self.predict(self.corpus.test)
-        n_tok = sum(map(len, test))
-        results = {"dev_f1": self.best["dev_f1"], "test_f1": chunk_f1(self.corpus.test.gold, test),
-                   "best_epoch": self.best["epoch"], "epochs": len(self.history),
+        self.tagger.load_state_dict(self.best["state"])
+        results = {"dev_f1": self.best["dev_f1"], "best_epoch": self.best["epoch"], "epochs": len(self.history),
                    "s_per_epoch": sum(r["seconds"] for r in self.history) / max(1, len(self.history)),
-                   "peak_rss_mb": peak_rss_mb(), "test_sentences": len(test), "test_tokens": n_tok,
-                   "n_parameters": sum(p.numel() for p in self.tagger.parameters())}
+                   "peak_rss_mb": peak_rss_mb(), "n_parameters": sum(p.numel() for p in self.tagger.parameters())}
+        if final:
+            test = self.predict(self.corpus.test)
+            results.update(test_f1=chunk_f1(self.corpus.test.gold, test), test_sentences=len(test),
+                           test_tokens=sum(map(len, test)))
+        else:
+            results["interrupted"] = True
         save_history(out, self.history)
         save_torch(out / "chunker.pt", {"state_dict": {k: v.detach().cpu() for k, v in self.tagger.state_dict().items()},
                                         "vocab": self.corpus.vocab.state(), "hparams": dict(self.hparams)})
-        save_torch(out / "test_predictions.pt", {"predictions": test})
         config = {"module": "ssvm_torch.deep.ConllChunker", **dict(self.hparams)}
         atomic_write_bytes(out / "config.json", json.dumps(config, indent=1, default=str).encode())
         atomic_write_bytes(out / "results.json", json.dumps(results, indent=1).encode())
+        if not final:
+            return out, "F1", results["dev_f1"], results["best_epoch"]
+        save_torch(out / "test_predictions.pt", {"predictions": test})
         log_hp_metrics(self, {"hp_metric": results["dev_f1"], "hp/test_f1": results["test_f1"]}, len(self.history))
         print(f"best dev F1 {results['dev_f1']:.2f} (epoch {results['best_epoch']}); test F1 {results['test_f1']:.2f} "
               f"on {len(test)} sentences; {results['s_per_epoch']:.1f} s/epoch; outputs in {out}", flush=True)

@@ -1,13 +1,16 @@
 """What the text pipelines that pick their weights on dev (the CoNLL chunker, the UD parser) share beyond
 Lightning's checkpoint: the history and the best dev weights sealed into it (a SHA-256 of their content,
-the weights and the optimizer states; lightning/checkpoints), and the run files written once at the end
-of fit, by rank 0."""
+the weights and the optimizer states; lightning/checkpoints), the run files written once at the end
+of fit, by rank 0, and an interrupted fit (Ctrl-C, SIGTERM) that keeps what it finished: the history and
+the best epoch's weights, with one line that says what was written and how to resume
+(:class:`ssvm_torch.lightning.KeepWorkOnInterrupt`)."""
 from __future__ import annotations
 
-from ..errors import check
-from ..lightning import AtomicCheckpointIO, seal, unseal
-from ..portable import pack, unpack
+from pathlib import Path
 
+from ..errors import check
+from ..lightning import AtomicCheckpointIO, KeepWorkOnInterrupt, seal, unseal
+from ..portable import pack, unpack
 
 class DevSelectedRun:
     """A LightningModule mixin (first in the bases): ``history`` (a list of records) and ``best`` (the best
@@ -19,6 +22,7 @@ class DevSelectedRun:
     checkpoint_key: str
     checkpoint_names: tuple[str, str]
     selected_by: str
+    weights_file: str                       # the run's weights file (parser.pt, chunker.pt)
 
     def setup(self, stage: str) -> None:
         """Fit: refuse a trainer that cannot finish an epoch (the weights are chosen on dev after one: none
@@ -47,3 +51,31 @@ class DevSelectedRun:
     def on_fit_end(self) -> None:
         if self.trainer.is_global_zero:
             self.write_outputs()
+
+    def configure_callbacks(self):
+        return [KeepWorkOnInterrupt()]
+
+    def write_interrupted(self, signal: str) -> str:
+        """Write the history and the best dev epoch's weights of an interrupted fit (``write_outputs(final=
+        False)``: no test decoding) and return the line that says what was written and how to resume: the
+        epoch reached, the best dev figure, the last checkpoint and the command."""
+        what = "Ctrl-C" if signal == "SIGINT" else "SIGTERM"
+        trainer = self.trainer
+        where = f"interrupted ({what}) in epoch {trainer.current_epoch}"
+        written = self.write_outputs(final=False) if self.best["state"] is not None else None
+        cb = trainer.checkpoint_callback
+        ckpt = Path(cb.last_model_path) if cb is not None and getattr(cb, "last_model_path", "") else None
+        log_dir = Path(trainer.logger.log_dir) if trainer.logger is not None and getattr(trainer.logger, "log_dir",
+                                                                                          None) else None
+        config = log_dir / "config.yaml" if log_dir is not None and (log_dir / "config.yaml").is_file() else None
+        if ckpt is not None and ckpt.is_file():
+            resume = (f"resume with python -m ssvm_torch.deep fit --config {config or '<the recipe>'} --ckpt_path {ckpt}"
+                      " (it continues from the last finished epoch)")
+        else:
+            resume = "no checkpoint was written yet (one is written at the end of every epoch)"
+        if written is None:
+            return f"{where}, before any epoch ended: no model was selected on dev, nothing written; {resume}"
+        out, metric, value, epoch = written
+        return (f"{where}; best dev {metric} {value:.2f} at epoch {epoch}: wrote {out / 'history.json'}, "
+                f"{out / self.weights_file} (that epoch's weights) and {out / 'results.json'} (no test figures: a "
+                f"finished run decodes the test set once); {resume}")

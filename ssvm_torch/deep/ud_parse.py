@@ -15,15 +15,17 @@ word under the root.
 From Python: ``parse_sentences(load_parser("RUN/parser.pt"), [[("Dogs", "NOUN"), ("bark", "VERB")]])`` returns the
 heads (0 = the root) and relations of each sentence.
 
-When the input's HEAD columns hold a tree for every word (a treebank's dev or test file), the command also
-reports UAS and LAS against them, by CoNLL 2018's definitions (every word, punctuation included; LAS on the
+When the input's HEAD columns hold a single-root tree for every sentence (a treebank's dev or test file), the
+command also reports UAS and LAS against them (HEAD integers that are not trees are named, not scored), by CoNLL 2018's definitions (every word, punctuation included; LAS on the
 universal part of DEPREL).
 """
 from __future__ import annotations
 
 import argparse
 import gzip
+import os
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,10 +34,11 @@ import numpy as np
 import torch
 
 from ..atomic import atomic_write_bytes
-from ..data.ud import Treebank, universal
+from ..data.ud import UPOS_TAGS, Treebank, universal
 from ..devices import parse_device
 from ..errors import SSVMInputError, check, run_cli
 from ..outputs import load_torch
+from ..trees.checks import FAULTS, tree_faults
 from .ud_parser import HEADS, attachment_scores, build_network, decode_split, tree_layer
 from .ud_text import UDVocab, make_split
 
@@ -59,6 +62,7 @@ class TrainedParser:
 def load_parser(path, device=None) -> TrainedParser:
     """The ``parser.pt`` at ``path`` (integrity checked by its SHA-256 manifest, loaded without pickle), its
     network on ``device``; a file that is not a UD parser's is refused naming what it lacks."""
+    device = parse_device(device if device is not None else "cpu")     # before the file: "cuda" without one, refused
     obj = load_torch(path, "model", "a parser.pt (of python -m ssvm_torch.deep fit --config recipes/ud_deep_<head>.yaml)")
     missing = [k for k in PARSER_KEYS if k not in obj] + [f"vocab.{k}" for k in VOCAB_KEYS
                                                          if isinstance(obj.get("vocab"), dict) and k not in obj["vocab"]]
@@ -75,7 +79,7 @@ def load_parser(path, device=None) -> TrainedParser:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise SSVMInputError(f"model: {path}: its weights do not fit the network of its hyper-parameters "
                              f"({first[:200]})") from None
-    network.to(device or torch.device("cpu")).eval()
+    network.to(device).eval()
     return TrainedParser(network, vocab, dict(hp), tree_layer(hp["loss"], hp["projective"]))
 
 
@@ -85,8 +89,8 @@ def check_parser_fields(obj: dict, path) -> None:
     otherwise fail deep inside the network's construction. ``hparams``: the head's ``loss`` (one of
     :data:`~ssvm_torch.deep.ud_parser.HEADS`), the flags :data:`NETWORK_FLAGS` true or false, the sizes
     :data:`NETWORK_SIZES` ints >= 1, ``dropout`` in [0, 1), ``order`` 1 or 2 (absent: 1) and, second order,
-    ``sib_dim`` an int >= 1; ``vocab``: lists of strings (``word_counts``:
-    of ints, one per word); ``state_dict``: tensors by name."""
+    ``sib_dim`` an int >= 1; ``vocab``: lists of distinct strings (``word_counts``: of ints, one per word);
+    ``state_dict``: tensors by name, finite weights."""
     def bad(field: str, expected: str, got) -> SSVMInputError:
         return SSVMInputError(f"model: {path}: {field} is {str(got)[:60]!r}, expected {expected} (a file a run "
                               "of recipes/ud_deep_<head>.yaml writes has it)")
@@ -122,9 +126,22 @@ def check_parser_fields(obj: dict, path) -> None:
     if len(vocab["word_counts"]) != len(vocab["words"]):
         raise bad("vocab['word_counts']", f"one count per word ({len(vocab['words'])})",
                   f"{len(vocab['word_counts'])} counts")
+    for k in VOCAB_KEYS:
+        if k != "word_counts" and len(set(vocab[k])) != len(vocab[k]):
+            seen, repeated = set(), None
+            for x in vocab[k]:
+                if x in seen:
+                    repeated = x
+                    break
+                seen.add(x)
+            raise bad(f"vocab[{k!r}]", "distinct entries (an id per entry)", f"{repeated!r} repeated")
     odd = next((k for k, v in weights.items() if not (isinstance(k, str) and isinstance(v, torch.Tensor))), None)
     if odd is not None:
         raise bad(f"state_dict[{odd!r}]", "a tensor named by a string", type(weights[odd]).__name__)
+    broken = next((k for k, v in weights.items() if v.is_floating_point() and not bool(torch.isfinite(v).all())), None)
+    if broken is not None:
+        raise SSVMInputError(f"model: {path}: state_dict[{broken!r}] holds NaN or infinite weights (a run's parser.pt "
+                             "has finite ones: the file was written by a diverged run or altered)")
 
 
 @dataclass
@@ -145,7 +162,8 @@ def read_words(path) -> ConlluFile:
         raise SSVMInputError(f"input: expected a CoNLL-U file, {path} "
                              f"{'is a directory' if path.is_dir() else 'does not exist'}")
     try:
-        raw = (gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")).read().decode("utf-8")
+        # utf-8-sig: a byte-order mark (some editors write one) is not part of the first line
+        raw = (gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")).read().decode("utf-8-sig")
     except (OSError, UnicodeDecodeError, EOFError) as e:
         raise SSVMInputError(f"input: {path} is not a readable UTF-8 CoNLL-U file ({type(e).__name__}: {e})") from None
     lines = raw.replace("\r\n", "\n").split("\n")
@@ -201,30 +219,61 @@ def parse_sentences(parser: TrainedParser, sentences: list, device=None, chunk: 
                       and isinstance(w[1], str) for w in sent))
         check(ok, f"sentences[{i}]", "a non-empty list of (form, upos) pairs of strings (a non-empty form)",
               repr(sent)[:80])
+    check(isinstance(chunk, int) and not isinstance(chunk, bool) and chunk >= 1, "chunk",
+          "an int >= 1 (sentences per forward pass)", chunk)
+    if parser.hparams["upos_input"]:
+        for i, sent in enumerate(sentences):
+            bad = next((j for j, (_, u) in enumerate(sent) if u not in UPOS_TAGS), None)
+            if bad is not None:
+                raise SSVMInputError(f"sentences[{i}][{bad}]: UPOS {sent[bad][1]!r} is not one of UD's 17 universal "
+                                     f"tags ({', '.join(UPOS_TAGS)}); this parser reads each word's UPOS "
+                                     "(upos_input true)")
     split = make_split("sentences", word_treebank("sentences", sentences), parser.vocab)
-    return decode_split(parser.network, parser.tree, split, parser.vocab.rels, device or torch.device("cpu"), chunk)
+    return decode_split(parser.network, parser.tree, split, parser.vocab.rels, parse_device(device or "cpu"), chunk)
 
 
 def file_sentences(doc: ConlluFile, upos_needed: bool) -> list:
-    """The (form, upos) pairs of every sentence of ``doc``; an empty UPOS refused naming its line when needed."""
+    """The (form, upos) pairs of every sentence of ``doc``. ``upos_needed`` (a parser that reads UPOS): an empty
+    UPOS, or one that is not among UD's 17 universal tags (an XPOS in the column, lower case), is refused naming
+    its line; a universal tag the parser never saw in training reads as unknown, like an unseen word."""
     if upos_needed:
-        empty = next((k for sent in doc.words for k in sent if doc.lines[k].split("\t")[3] in ("", "_")), None)
-        if empty is not None:
-            raise SSVMInputError(f"input: {doc.path}:{empty + 1}: the UPOS column is empty; this parser reads every "
-                                 "word's UPOS (it was trained with upos_input true): fill it (gold or a tagger's)")
+        for sent in doc.words:
+            for k in sent:
+                tag = doc.lines[k].split("\t")[3]
+                if tag in ("", "_"):
+                    raise SSVMInputError(f"input: {doc.path}:{k + 1}: the UPOS column is empty; this parser reads "
+                                         "every word's UPOS (it was trained with upos_input true): fill it (gold or a "
+                                         "tagger's)")
+                if tag not in UPOS_TAGS:
+                    raise SSVMInputError(f"input: {doc.path}:{k + 1}: UPOS {tag!r} is not one of UD's 17 universal "
+                                         f"tags ({', '.join(UPOS_TAGS)}); the column must hold universal POS tags "
+                                         "(not XPOS)")
     return [[tuple(doc.lines[k].split("\t")[1:4:2]) for k in sent] for sent in doc.words]
 
 
-def input_trees(doc: ConlluFile) -> tuple[list, list] | None:
-    """(heads, universal relations) per sentence when every word's HEAD is an integer, else None."""
+def input_trees(doc: ConlluFile):
+    """(heads, universal relations) per sentence when every word's HEAD is an integer in ASCII digits and every
+    sentence's heads form a tree with one word under the root (UD's rule; the scores are against trees), else
+    (None, why): None when a HEAD is not an integer (an unannotated file), a one-line reason when the integers
+    are not trees."""
     heads, rels = [], []
     for sent in doc.words:
         cols = [doc.lines[k].split("\t") for k in sent]
-        if not all(c[6].isdigit() for c in cols):
-            return None
+        if not all(c[6].isascii() and c[6].isdigit() for c in cols):     # "²".isdigit() is True: not a HEAD
+            return None, None
         heads.append([int(c[6]) for c in cols])
         rels.append([universal(c[7]) for c in cols])
-    return heads, rels
+    n = max(len(h) for h in heads)
+    padded = torch.full((len(heads), n + 1), -1, dtype=torch.int64)
+    for i, h in enumerate(heads):
+        padded[i, 1:len(h) + 1] = torch.tensor(h)
+    code = tree_faults(padded, torch.tensor([len(h) for h in heads]), False, False)
+    if bool((code != 0).any()):
+        i = int((code != 0).nonzero()[0, 0])
+        line = doc.words[i][0] + 1
+        return None, (f"sentence {i + 1} (line {line}) of the input has HEAD values that are not a tree "
+                      f"({FAULTS[int(code[i])]}); no UAS / LAS against them")
+    return (heads, rels), None
 
 
 def parse_file(parser: TrainedParser, doc: ConlluFile, device=None, chunk: int = 128) -> dict:
@@ -258,10 +307,19 @@ def build_parser() -> argparse.ArgumentParser:
 def run(args) -> dict:
     check(isinstance(args.batch, int) and args.batch >= 1, "batch", "an int >= 1", args.batch)
     check(args.threads is None or args.threads >= 1, "threads", "None or an int >= 1", args.threads)
-    if Path(args.output).resolve() == Path(args.input).resolve():
+    output = Path(args.output)
+    if output.resolve() == Path(args.input).resolve():
         raise SSVMInputError(f"output: {args.output} is the input file; write the parse to another path")
-    if not Path(args.output).resolve().parent.is_dir():
+    if output.is_dir():
+        raise SSVMInputError(f"output: {args.output} is a directory; expected a file path (e.g. {output / 'parsed.conllu'})")
+    if not output.resolve().parent.is_dir():
         raise SSVMInputError(f"output: the folder of {args.output} does not exist; create it first")
+    try:                                                  # before the parse: a folder it cannot write into
+        fd, probe = tempfile.mkstemp(prefix=".ud-parse-probe.", dir=output.resolve().parent)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        raise SSVMInputError(f"output: cannot write into {output.resolve().parent} ({e.strerror or e})") from None
     device = parse_device(args.device)
     if args.threads is not None:
         torch.set_num_threads(args.threads)
@@ -276,11 +334,13 @@ def run(args) -> dict:
     report = {"sentences": n, "words": w, "seconds": seconds}
     print(f"parsed {n} sentences ({w} words) in {seconds:.2f} s ({n / max(seconds, 1e-9):.0f} sentences/s); "
           f"wrote {args.output}", flush=True)
-    gold = input_trees(doc)
+    gold, why = input_trees(doc)
     if gold is not None:
         report["uas"], report["las"] = attachment_scores(gold[0], gold[1], pred["heads"], pred["labels"])
         print(f"against the input's own trees: UAS {report['uas']:.2f}, LAS {report['las']:.2f} (every word, "
               "punctuation included; LAS on the universal relations)", flush=True)
+    elif why is not None:
+        print(why, flush=True)
     return report
 
 

@@ -136,6 +136,7 @@ class UDParser(DevSelectedRun, L.LightningModule):
     the UNK dropout (a word seen c times is replaced by UNK with probability alpha / (alpha + c))."""
 
     selected_by = "the parser keeps the weights of its best dev LAS epoch"
+    weights_file = "parser.pt"
     checkpoint_key, checkpoint_names = "ssvm_ud_parser", ("UDParser", "parser state")
 
     resume_identity = ("loss", "projective", "upos_input", "word_min_count", "train_size", "word_dim", "char_dim",
@@ -157,6 +158,11 @@ class UDParser(DevSelectedRun, L.LightningModule):
         check(isinstance(batch_sentences, int) and batch_sentences >= 1, "batch_sentences", "an int >= 1",
               batch_sentences)
         check(isinstance(patience, int) and patience >= 1, "patience", "an int >= 1", patience)
+        for name in ("word_dim", "char_dim", "char_filters", "upos_dim", "hidden", "layers", "arc_dim", "rel_dim",
+                     "word_min_count"):
+            value = getattr(self.hparams, name)
+            check(isinstance(value, int) and not isinstance(value, bool) and value >= 1, name,
+                  "an int >= 1 (a layer size or count of the network)", value)
         check(order in (1, 2) and not isinstance(order, bool), "order", "1 (arc-factored) or 2 (adjacent siblings)",
               order)
         if order == 2:
@@ -326,33 +332,41 @@ class UDParser(DevSelectedRun, L.LightningModule):
 
     # -- checkpoints ----------------------------------------------------------------------------
     # -- outputs (the checkpoint's history / best and on_fit_end: DevSelectedRun) ---------------
-    def write_outputs(self):
+    def write_outputs(self, final: bool = True):
         """Restore the best dev weights, decode the test file once, write the run files (None, and nothing
-        written, when no epoch has ended)."""
+        written, when no epoch has ended). ``final`` False (an interrupted fit,
+        :meth:`~ssvm_torch.deep.dev_selection.DevSelectedRun.write_interrupted`): no test decoding;
+        history.json, parser.pt and a results.json that says so; returns (folder, "LAS", best dev LAS, its
+        epoch)."""
         if self.best["state"] is None:
             print("no epoch finished, so no model was selected on dev; nothing written", flush=True)
             return None
         out = run_output_dir(self.trainer, self.hparams.out)
         out.mkdir(parents=True, exist_ok=True)
         self.parser.load_state_dict(self.best["state"])
-        t0 = time.perf_counter()
-        test = self.evaluate(self.corpus.test)
-        test_s = time.perf_counter() - t0
-        pred = test.pop("pred")
-        results = {"dev_uas": self.best["dev_uas"], "dev_las": self.best["dev_las"], "test_uas": test["uas"],
-                   "test_las": test["las"], "test_uas_argmax": test["uas_argmax"],
-                   "test_argmax_not_tree_pct": test["argmax_not_tree"], "best_epoch": self.best["epoch"],
+        results = {"dev_uas": self.best["dev_uas"], "dev_las": self.best["dev_las"], "best_epoch": self.best["epoch"],
                    "epochs": len(self.history),
                    "s_per_epoch": sum(r["seconds"] for r in self.history) / max(1, len(self.history)),
-                   "test_sentences_per_s": self.corpus.test.n / max(test_s, 1e-9), "peak_rss_mb": peak_rss_mb(),
-                   "n_parameters": sum(p.numel() for p in self.parser.parameters())}
+                   "peak_rss_mb": peak_rss_mb(), "n_parameters": sum(p.numel() for p in self.parser.parameters())}
+        if final:
+            t0 = time.perf_counter()
+            test = self.evaluate(self.corpus.test)
+            test_s = time.perf_counter() - t0
+            pred = test.pop("pred")
+            results.update(test_uas=test["uas"], test_las=test["las"], test_uas_argmax=test["uas_argmax"],
+                           test_argmax_not_tree_pct=test["argmax_not_tree"],
+                           test_sentences_per_s=self.corpus.test.n / max(test_s, 1e-9))
+        else:
+            results["interrupted"] = True
         save_history(out, self.history)
         save_torch(out / "parser.pt", {"state_dict": {k: v.detach().cpu() for k, v in self.parser.state_dict().items()},
                                        "vocab": self.corpus.vocab.state(), "hparams": dict(self.hparams)})
-        save_torch(out / "test_predictions.pt", {"heads": pred["heads"], "labels": pred["labels"]})
         config = {"module": "ssvm_torch.deep.UDParser", **dict(self.hparams)}
         atomic_write_bytes(out / "config.json", json.dumps(config, indent=1, default=str).encode())
         atomic_write_bytes(out / "results.json", json.dumps(results, indent=1).encode())
+        if not final:
+            return out, "LAS", results["dev_las"], results["best_epoch"]
+        save_torch(out / "test_predictions.pt", {"heads": pred["heads"], "labels": pred["labels"]})
         log_hp_metrics(self, {"hp_metric": results["dev_las"], "hp/test_las": results["test_las"]}, len(self.history))
         print(f"best dev LAS {results['dev_las']:.2f} (epoch {results['best_epoch']}); test UAS {results['test_uas']:.2f} "
               f"LAS {results['test_las']:.2f} on {self.corpus.test.n} sentences; {results['s_per_epoch']:.1f} s/epoch; "

@@ -153,3 +153,52 @@ def columns_apply(task, device=None, dtype=torch.float64, kernels: str = "auto",
         fits = fits and (config.solver == "bcfw" and config.step == "fw" and config.batch_size > 1
                          and not config.cache and not config.averaging)
     return fits
+
+
+#: what runs a dependency-tree task (the advice of every exchange refusal for one)
+TREES_RUN = ("one process (no --exchange), or under torchrun with --exchange shared (the ranks of one machine) or "
+             "rounds, with BCFW batch size 1, FW steps, no --cache and no --averaging")
+
+
+def check_exchange(given: str, exchange: str, task, device=None, dtype=torch.float64, kernels: str = "auto",
+                   config=None, size: int = 1) -> None:
+    """Refuse in one line, before any store is built, an exchange that cannot run ``task`` with the solver
+    ``config`` on ``size`` processes (``given``: the option as typed, ``exchange``: what
+    :func:`resolve_exchange` made of it), the advice naming what does run it:
+
+    * one process: ``gather`` and ``allreduce`` ship the ranks' block changes and have nothing to do;
+    * a dependency-tree task: no ``columns`` (chain models' feature columns) and, under torchrun, no block
+      shards (gather / allreduce: the tree store's directions have parts they do not ship) -- :data:`TREES_RUN`;
+    * ``shared`` and ``rounds``: every rank runs BCFW with batch size 1, FW steps, no cache, no averaging;
+      ``shared`` also the compiled kernels on float64 CPU state."""
+    from ..devices import resolve_device
+    from ..models.dependency import DependencyModel
+    trees = isinstance(task.model, DependencyModel)
+    if size == 1 and given in ("gather", "allreduce"):
+        raise SSVMInputError(f"exchange: {given!r} ships the ranks' block changes under torchrun; one process "
+                             "exchanges nothing: drop --exchange (or launch with torchrun --nproc-per-node P)")
+    if trees and exchange == "columns":
+        raise SSVMInputError(f"exchange: 'columns' shards the feature columns of linear-chain models; {task.name} is a "
+                             f"dependency-tree task: run it in {TREES_RUN}")
+    if trees and size > 1 and exchange in ("auto", "gather", "allreduce"):
+        why = (f"{given!r} resolves to the block shards here" if given == "auto" else
+               f"{given!r} ships block shards' changes")
+        raise SSVMInputError(f"exchange: {why}, which cannot carry a dependency-tree store's directions; run "
+                             f"{task.name} in {TREES_RUN}")
+    if exchange in ("shared", "rounds") and config is not None:
+        bad = ([f"--solver {config.solver}"] if config.solver != "bcfw" else []) \
+            + ([f"--batch-size {config.batch_size}"] if config.batch_size != 1 else []) \
+            + ([f"--step {config.step}"] if config.step != "fw" else []) \
+            + (["--cache"] if config.cache else []) + (["--averaging"] if config.averaging else [])
+        if bad:
+            raise SSVMInputError(f"exchange: {exchange!r} runs BCFW with batch size 1, FW steps, no cache and no "
+                                 f"averaging on every rank; this run has {', '.join(bad)}: drop "
+                                 f"{'it' if len(bad) == 1 else 'them'}, or run in one process")
+    if exchange == "shared":
+        bad = ([f"--dtype {str(dtype).removeprefix('torch.')}"] if dtype != torch.float64 else []) \
+            + ([f"--kernels {kernels}"] if kernels not in ("auto", "numba") else []) \
+            + ([f"--device {device}"] if resolve_device(device).type != "cpu" else [])
+        if bad:
+            raise SSVMInputError(f"exchange: 'shared' steps the compiled CPU kernels on float64 state in shared memory; "
+                                 f"this run has {', '.join(bad)}: drop {'it' if len(bad) == 1 else 'them'}, or use "
+                                 "--exchange rounds")

@@ -6,6 +6,9 @@ from pathlib import Path
 
 import lightning as L
 from lightning.pytorch.loggers import TensorBoardLogger
+from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+from ..errors import Terminated
 
 
 def log_hp_metrics(module: L.LightningModule, metrics: dict, step: int) -> None:
@@ -18,6 +21,32 @@ def log_hp_metrics(module: L.LightningModule, metrics: dict, step: int) -> None:
         if isinstance(logger, TensorBoardLogger) and finite:
             logger.log_hyperparams(module.hparams, finite, step=step)
             logger.save()
+
+
+#: the last interrupted fit's signal and line (rank 0), for the CLI's exit status and last line
+INTERRUPTED: dict = {}
+
+
+def interrupt_signal(exception: BaseException) -> str | None:
+    """"SIGINT" for Ctrl-C (KeyboardInterrupt), "SIGTERM" for Lightning's SIGTERMException or the CLI's
+    :class:`~ssvm_torch.errors.Terminated`, None for any other exception (a fault, not a stop)."""
+    if isinstance(exception, KeyboardInterrupt):
+        return "SIGINT"
+    if isinstance(exception, (SIGTERMException, Terminated)):
+        return "SIGTERM"
+    return None
+
+
+class KeepWorkOnInterrupt(L.Callback):
+    """On Ctrl-C or SIGTERM during fit (Lightning's ``on_exception``), rank 0 writes what the run finished
+    (the module's ``write_interrupted(signal)``, e.g. :meth:`ssvm_torch.deep.dev_selection.DevSelectedRun.
+    write_interrupted`) and records its line in :data:`INTERRUPTED` for the CLI's last line and exit status."""
+
+    def on_exception(self, trainer, pl_module, exception) -> None:
+        sig = interrupt_signal(exception)
+        if sig is None or not trainer.is_global_zero or not hasattr(pl_module, "write_interrupted"):
+            return
+        INTERRUPTED.update(signal=sig, line=pl_module.write_interrupted(sig))
 
 
 def save_last_checkpoint(trainer: L.Trainer) -> Path | None:

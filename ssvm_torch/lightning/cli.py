@@ -12,7 +12,9 @@ from __future__ import annotations
 import importlib
 import logging
 import os
+import signal
 import sys
+import threading
 import textwrap
 import warnings
 from contextlib import contextmanager
@@ -24,7 +26,8 @@ from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.cli import LightningCLI
 from lightning.pytorch.loggers import TensorBoardLogger
 
-from ..errors import SSVMInputError
+from ..errors import EXIT_CODES, SSVMInputError, Terminated, interrupted_line
+from .callbacks import INTERRUPTED, interrupt_signal
 from .module import SSVMModule
 
 
@@ -235,6 +238,11 @@ def main(args=None, module=SSVMModule, prog: str = PROG, max_epochs: int = -1, d
     line on stderr and exit status 2."""
     cli = SSVMCLI if default_module is None else type("SSVMSubclassCLI", (SSVMCLI,), {"default_module": default_module})
     _CLAIMED.clear()
+    INTERRUPTED.clear()
+    # SIGTERM like Ctrl-C: an exception, so that a stop at start-up releases what it holds and says so in one
+    # line; during fit Lightning composes this handler with its own and the fit's interrupt hooks keep its work
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _terminate) if main_thread else None
     try:
         # no progress bar by default: the loops print their own lines (an SSVM run's epoch count is open,
         # max_epochs = -1, so the bar would read "Epoch 3/-2"); --trainer.enable_progress_bar true brings it
@@ -266,5 +274,22 @@ def main(args=None, module=SSVMModule, prog: str = PROG, max_epochs: int = -1, d
               file=sys.stderr)
         discard_claimed()
         return 2
+    except (KeyboardInterrupt, Terminated, SystemExit) as e:
+        # an interrupted fit: Lightning ran its interrupt hooks (KeepWorkOnInterrupt wrote what the run finished)
+        # and exits (1 after Ctrl-C, 0 after SIGTERM); or a stop at start-up, before any fit ran
+        sig = INTERRUPTED.get("signal") or interrupt_signal(e)
+        if sig is None:                        # a plain SystemExit (e.g. --help): as it was
+            raise
+        line = INTERRUPTED.get("line") or interrupted_line(sig)
+        sys.stderr.write(f"{prog}: {line}\n")
+        sys.stderr.flush()
+        return EXIT_CODES[sig]
+    finally:
+        if main_thread:
+            signal.signal(signal.SIGTERM, previous)
     return 0
+
+
+def _terminate(signum, frame):
+    raise Terminated()
 

@@ -24,6 +24,11 @@ the three losses, decoding, log Z and the marginals are those of the second-orde
 factor over arcs, so the effective arc scores above carry them). Projective trees only: with
 ``projective=False`` sibling scores are refused (exact second-order non-projective parsing is NP-hard,
 McDonald & Pereira 2006).
+
+**Under torch.compile** the checks that read tensor values (NaN or +inf scores, masks, gold heads that
+are not trees of the layer's kind) are skipped inside the compiled graph, as in the chain layer: a cycle
+in the gold heads then gives a finite, meaningless loss. Call :meth:`DependencyTree.check_inputs` on the
+batch outside the compiled region to keep them.
 """
 from __future__ import annotations
 
@@ -57,8 +62,10 @@ class DependencyTree(nn.Module):
         self.projective, self.multiroot = projective, multiroot
         self.loss = check_choice(loss, "loss", LOSSES)
         self.kernels = check_choice(kernels, "kernels", KERNELS)
+        check(not torch.is_tensor(cost), "cost", "'hamming', 'normalized' or a number for the layer (a cost per "
+              "sentence goes to the functions: ssvm_torch.trees.dependency_hinge(..., cost=tensor (B,)))",
+              f"a tensor of shape {tuple(cost.shape)}" if torch.is_tensor(cost) else None)
         row_cost(cost, torch.ones(1, dtype=torch.int64), torch.float64)          # refuses a bad cost now
-        check(not torch.is_tensor(cost), "cost", "'hamming', 'normalized' or a number", "a tensor")
         self.cost = cost
 
     def extra_repr(self) -> str:
@@ -103,6 +110,17 @@ class DependencyTree(nn.Module):
             raise SSVMInputError(f"labels: expected relation ids in [0, {L - 1}] on the words, got "
                                  f"{int(labels[b, m])} at row {b}, word {m}")
         return label_scores.to(S.dtype), torch.where(word, labels, torch.zeros_like(labels))
+
+    def check_inputs(self, arc_scores: torch.Tensor, heads: torch.Tensor | None = None,
+                     mask: torch.Tensor | None = None, lengths: torch.Tensor | None = None,
+                     sib_scores: torch.Tensor | None = None) -> None:
+        """Every check :meth:`forward` runs on its inputs, for a call outside a ``torch.compile``-d region: under
+        tracing the checks that read values (NaN scores, masks, gold heads that are not trees of the layer's
+        kind: a cycle gives a finite loss) cannot run inside the graph, as with the chain layer's
+        ``ssvm_torch.chain.refuse_bad_scores``. Raises SSVMInputError naming the field; returns None."""
+        S, lengths, _ = self._inputs(arc_scores, mask, lengths, sib_scores)
+        if heads is not None:
+            check_heads(heads, lengths, S.shape[1], self.multiroot, self.projective)
 
     # -- the operations of the first or the second order ------------------------------------------------------
     def _best(self, S, SB, lengths):

@@ -32,6 +32,7 @@ def check_scores(S, field: str = "arc_scores") -> torch.Tensor:
           getattr(S, "dtype", type(S).__name__))
     check(S.dim() == 3 and S.shape[1] == S.shape[2] and S.shape[1] >= 1, field,
           "shape (B, N, N): [batch, modifier, head] with position 0 the root", tuple(S.shape))
+    check(S.device.type != "meta", field, "a tensor with data (on the CPU or a GPU)", "a meta tensor")
     refuse_bad_scores(S.detach(), field)
     return S.float() if S.dtype in (torch.float16, torch.bfloat16) else S
 
@@ -47,6 +48,7 @@ def resolve_lengths(S: torch.Tensor, mask=None, lengths=None) -> torch.Tensor:
         check(torch.is_tensor(lengths) and not lengths.is_floating_point() and tuple(lengths.shape) == (B,), "lengths",
               f"an integer tensor of shape ({B},)", (getattr(lengths, "dtype", type(lengths).__name__),
                                                       tuple(getattr(lengths, "shape", ()))))
+        check(lengths.device.type != "meta", "lengths", "a tensor with data (on the CPU or a GPU)", "a meta tensor")
         lengths = lengths.to(S.device, torch.int64)
         if not tracing():
             bad = (lengths < 0) | (lengths > N - 1)
@@ -130,6 +132,7 @@ def check_heads(heads, lengths: torch.Tensor, N: int, multiroot: bool, projectiv
     check(torch.is_tensor(heads) and not heads.is_floating_point() and heads.dtype != torch.bool, field,
           f"an integer tensor (B, N) = ({B}, {N})", getattr(heads, "dtype", type(heads).__name__))
     check(tuple(heads.shape) == (B, N), field, f"shape (B, N) = ({B}, {N}) like the arc scores", tuple(heads.shape))
+    check(heads.device.type != "meta", field, "a tensor with data (on the CPU or a GPU)", "a meta tensor")
     heads = heads.to(lengths.device, torch.int64)
     word = word_mask(lengths, N)
     if not tracing():

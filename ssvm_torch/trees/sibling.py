@@ -41,6 +41,7 @@ def check_sib_scores(sib_scores, S: torch.Tensor, field: str = "sib_scores") -> 
           f"shape (B, N, N, N) = ({B}, {N}, {N}, {N}): [batch, modifier, head, sibling] like arc_scores",
           tuple(sib_scores.shape))
     check(sib_scores.device == S.device, field, f"a tensor on {S.device} like arc_scores", sib_scores.device)
+    check(sib_scores.device.type != "meta", field, "a tensor with data (on the CPU or a GPU)", "a meta tensor")
     refuse_bad_scores(sib_scores.detach(), field)
     return sib_scores.to(S.dtype)
 
