@@ -9,9 +9,10 @@ import shutil
 import tempfile
 from pathlib import Path
 
-#: the files this process has written (atomically, so each is whole), in the order of their last write: what an
-#: interrupted command reports it leaves behind (:func:`ssvm_torch.errors.run_cli`)
+#: the files this process has written (atomically, so each is whole), each with the number of its last write:
+#: what an interrupted command reports it leaves behind (:func:`ssvm_torch.errors.run_cli`)
 WRITTEN: dict = {}
+_WRITES = [0]
 
 
 def file_mode() -> int:
@@ -37,8 +38,9 @@ def atomic_write(path, write) -> Path:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
+        _WRITES[0] += 1
         WRITTEN.pop(path, None)
-        WRITTEN[path] = True
+        WRITTEN[path] = _WRITES[0]
     except BaseException as e:
         if os.path.exists(tmp):
             os.unlink(tmp)
@@ -49,9 +51,14 @@ def atomic_write(path, write) -> Path:
     return path
 
 
-def written_files() -> list:
-    """The files this process has written, oldest first (:data:`WRITTEN`)."""
-    return list(WRITTEN)
+def writes_so_far() -> int:
+    """The number of atomic writes this process has made: a mark for :func:`written_files`."""
+    return _WRITES[0]
+
+
+def written_files(since: int = 0) -> list:
+    """The files this process has written after the mark ``since`` (:func:`writes_so_far`), oldest first."""
+    return [path for path, at in WRITTEN.items() if at > since]
 
 
 def free_bytes(folder) -> int | None:

@@ -70,12 +70,12 @@ class Terminated(BaseException):
 EXIT_CODES = {"SIGINT": 130, "SIGTERM": 143}
 
 
-def interrupted_line(signal: str) -> str:
-    """The one line of a command stopped by ``signal`` outside a run's own handling: what it had written
-    (every file whole: atomic writes), or that it had written nothing."""
+def interrupted_line(signal: str, since: int = 0) -> str:
+    """The one line of a command stopped by ``signal`` outside a run's own handling: what it had written since
+    the write mark ``since`` (every file whole: atomic writes), or that it had written nothing."""
     from .atomic import written_files
     what = "Ctrl-C" if signal == "SIGINT" else "SIGTERM"
-    files = written_files()
+    files = written_files(since)
     if not files:
         return f"interrupted ({what}) before the run had written anything"
     shown = ", ".join(str(f) for f in files[-6:]) + (f" and {len(files) - 6} earlier files" if len(files) > 6 else "")
@@ -100,8 +100,10 @@ def run_cli(prog: str, fn, args) -> int:
 
     def terminate(signum, frame):
         raise Terminated()
+    from .atomic import writes_so_far
     main_thread = threading.current_thread() is threading.main_thread()
     previous = signals.signal(signals.SIGTERM, terminate) if main_thread else None
+    mark = writes_so_far()                          # this command's files only (a process may run several)
     try:
         fn(args)
     except SSVMInputError as e:
@@ -114,10 +116,10 @@ def run_cli(prog: str, fn, args) -> int:
         say(f"{prog}: {e}")
         return 1
     except KeyboardInterrupt:                       # Ctrl-C outside a run's signal handling (start-up, compilation)
-        say(f"{prog}: {interrupted_line('SIGINT')}")
+        say(f"{prog}: {interrupted_line('SIGINT', mark)}")
         return 130
     except Terminated:
-        say(f"{prog}: {interrupted_line('SIGTERM')}")
+        say(f"{prog}: {interrupted_line('SIGTERM', mark)}")
         return 143
     finally:
         if main_thread:

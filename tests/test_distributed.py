@@ -383,7 +383,7 @@ def test_torchrun_ctrl_c_and_a_dead_rank_keep_the_last_certified_point(tmp_path,
     assert "ssvm_torch/" not in stderr and "DistributedError" not in stderr and "KeyboardInterrupt" not in stderr
     if fault.startswith("ctrl-c"):
         ends = [line for line in ours if "interrupted at" in line]
-        assert len(ends) == 2 and ("rank 1 of 2: rank 0 writes the results" in ends[0] + ends[1])
+        assert len(ends) == 2 and ("rank 1 of 2: rank 0 wrote the results" in ends[0] + ends[1])
         assert any("exact duality gap there" in line and "wrote" in line for line in ends)
     elif fault == "kill-rank-1":
         assert ours[-1].startswith("ssvm-train: distributed: a collective failed (") and "of the last certified " \

@@ -277,7 +277,7 @@ def _as_from_a_terminal():
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_interrupted_run_without_checkpoint_keeps_its_work(tmp_path, sig):
     """Ctrl-C / SIGTERM mid-run, no --checkpoint: the run closes its interval with an exact gap check,
-    writes history.json and model.pt of that point, says so in one line and exits 130."""
+    writes history.json and model.pt of that point, says so in one line and exits 130 (143 for SIGTERM)."""
     out = tmp_path / "run"
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen([sys.executable, "-m", "ssvm_torch.cli.train", "--dataset", "ocr-small", "--lam", "0.01",
@@ -288,7 +288,7 @@ def test_interrupted_run_without_checkpoint_keeps_its_work(tmp_path, sig):
             break
     proc.send_signal(sig)
     stdout, stderr = proc.communicate(timeout=120)
-    assert proc.returncode == 130
+    assert proc.returncode == (130 if sig == signal.SIGINT else 143)
     last_line = stderr.strip().splitlines()[-1]
     assert last_line.startswith("ssvm-train: interrupted at") and "exact duality gap there" in last_line
     assert "Traceback" not in stderr
@@ -454,7 +454,7 @@ def test_ctrl_c_before_the_run_is_one_line_and_exit_130(tmp_path, monkeypatch, c
     monkeypatch.setattr(train_cli, "load_task", interrupted)       # e.g. while numba compiles at start-up
     assert main(QUICK + ["--out", str(tmp_path / "run")]) == 130
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and err.startswith("ssvm-train: interrupted (Ctrl-C) before the run had results")
+    assert err.count("\n") == 1 and err.startswith("ssvm-train: interrupted (Ctrl-C) before the run had written anything")
     assert not (tmp_path / "run").exists()
 
 

@@ -337,7 +337,7 @@ def _train(args, cfg: SolverConfig, device, dtype, run_dir: RunDir | None) -> di
     # after any stop. Under torchrun every rank polls one flag all ranks agree on (a signal reaches
     # the ranks at different moments, and the launcher repeats it), so they stop at the same pass.
     with stop_on_signal("ssvm-train", abort_on_repeat=size == 1, announce=run_dir is not None) as requested:
-        stop["requested"] = requested if size == 1 else any_rank(requested, device)
+        stop["requested"] = requested if size == 1 else _agreed_stop(requested, device)
         try:
             history = solver.run()
         except DistributedError as e:               # a peer died: rank 0 keeps the last certified point
@@ -350,7 +350,9 @@ def _train(args, cfg: SolverConfig, device, dtype, run_dir: RunDir | None) -> di
     interrupted = solver.state.stop_reason == "interrupted"
     if out is None:
         if interrupted:
-            where = (f"rank {distributed.world()[0]} of {size}: rank 0 writes the results" if size > 1
+            if size > 1:          # the launcher ends every rank once one exits non-zero: not before rank 0 has written
+                distributed.barrier()
+            where = (f"rank {distributed.world()[0]} of {size}: rank 0 wrote the results" if size > 1
                      else "nothing written: no --out")
             raise RunInterrupted(f"interrupted at {last['passes']:.1f} effective passes ({where})", requested.signal)
         return last
@@ -391,12 +393,30 @@ def _train(args, cfg: SolverConfig, device, dtype, run_dir: RunDir | None) -> di
         print(f"wrote {out / 'history.json'} and {out / 'model.pt'}"
               + (f" and {out / 'test_predictions.json'}" if task.predictions is not None else ""))
     if interrupted:
+        if size > 1:                                # the other ranks wait here for the files above
+            distributed.barrier()
         gap = "n/a" if last["gap"] is None else f"{last['gap']:.3e}"
         resume = (f"resume with --resume {out / 'checkpoint.pt'}" if args.checkpoint
                   else "a run with --checkpoint can be resumed")
+        files = [out / "history.json", out / "model.pt"] + ([out / "test_predictions.json"] if task.predictions
+                                                            is not None else [])
         raise RunInterrupted(f"interrupted at {last['passes']:.1f} effective passes (exact duality gap there {gap}); "
-                             f"wrote {out / 'history.json'} and {out / 'model.pt'}; {resume}", requested.signal)
+                             f"wrote {', '.join(map(str, files[:-1]))} and {files[-1]}; {resume}", requested.signal)
     return last
+
+
+def _agreed_stop(requested, device):
+    """Under torchrun: the ranks' stop requests agreed by one all-reduce per poll (so they stop at the same pass),
+    SIGTERM over SIGINT; every rank then carries the agreed signal (its exit status), a rank that received
+    none included."""
+    codes = any_rank(lambda: 0 if not requested() else 2 if requested.signal == "SIGTERM" else 1, device)
+
+    def agreed() -> bool:
+        code = codes()
+        if code:
+            requested.signal = "SIGTERM" if code == 2 else "SIGINT"
+        return bool(code)
+    return agreed
 
 
 def _select(args, cfg: SolverConfig, device, dtype, run_dir: RunDir, featurization: dict, requested) -> dict:

@@ -49,14 +49,15 @@ def backend_reason(error: BaseException) -> str:
     return text if len(text) <= 200 else text[:200].rsplit(" ", 1)[0] + " ..."
 
 
-def any_rank(flag, device) -> Callable[[], bool]:
-    """A callable that is True on every rank once ``flag()`` is True on any (one all-reduce of one
-    int, MAX): ranks that stop on a signal stop at the same step. Every rank must call it at the same
-    points of the run (the solver polls it after every pass, which every rank reaches in lock-step)."""
-    def agreed() -> bool:
-        t = torch.tensor([1 if flag() else 0], dtype=torch.int32, device=device)
+def any_rank(flag, device) -> Callable[[], int]:
+    """A callable that is truthy on every rank once ``flag()`` is on any (one all-reduce of one int, MAX; a
+    flag may return an int code, and every rank gets the largest): ranks that stop on a signal stop at the
+    same step. Every rank must call it at the same points of the run (the solver polls it after every pass,
+    which every rank reaches in lock-step)."""
+    def agreed() -> int:
+        t = torch.tensor([int(flag())], dtype=torch.int32, device=device)
         collective(dist.all_reduce, t, op=dist.ReduceOp.MAX)
-        return bool(t.item())
+        return int(t.item())
     return agreed
 
 

@@ -35,6 +35,14 @@ def finish() -> None:
         dist.destroy_process_group()
 
 
+def barrier() -> None:
+    """Every rank waits here for the others (the end of an interrupted run: rank 0 writes the results first,
+    then every rank exits, so the launcher, which ends all ranks once one exits with a failure code, never
+    cuts rank 0's writes)."""
+    if dist.is_available() and dist.is_initialized():
+        collective(dist.barrier)
+
+
 def on_rank0(fn):
     """``fn()`` on rank 0 (e.g. claiming the run directory); its input error is raised on every rank,
     so no rank waits at a collective that rank 0 will never reach. Returns fn's result on rank 0,
@@ -166,7 +174,8 @@ def check_exchange(given: str, exchange: str, task, device=None, dtype=torch.flo
     ``config`` on ``size`` processes (``given``: the option as typed, ``exchange``: what
     :func:`resolve_exchange` made of it), the advice naming what does run it:
 
-    * one process: ``gather`` and ``allreduce`` ship the ranks' block changes and have nothing to do;
+    * a dependency-tree task in one process: ``gather`` and ``allreduce`` change nothing (a chain task's one
+      process takes them as the generic store's mini-batch path);
     * a dependency-tree task: no ``columns`` (chain models' feature columns) and, under torchrun, no block
       shards (gather / allreduce: the tree store's directions have parts they do not ship) -- :data:`TREES_RUN`;
     * ``shared`` and ``rounds``: every rank runs BCFW with batch size 1, FW steps, no cache, no averaging;
@@ -174,9 +183,10 @@ def check_exchange(given: str, exchange: str, task, device=None, dtype=torch.flo
     from ..devices import resolve_device
     from ..models.dependency import DependencyModel
     trees = isinstance(task.model, DependencyModel)
-    if size == 1 and given in ("gather", "allreduce"):
-        raise SSVMInputError(f"exchange: {given!r} ships the ranks' block changes under torchrun; one process "
-                             "exchanges nothing: drop --exchange (or launch with torchrun --nproc-per-node P)")
+    if trees and size == 1 and given in ("gather", "allreduce"):
+        raise SSVMInputError(f"exchange: {given!r} ships the ranks' block changes under torchrun; {task.name} in one "
+                             "process runs the tree store, which no exchange changes: drop --exchange (a chain task's "
+                             "one process takes it as the generic store's mini-batch path)")
     if trees and exchange == "columns":
         raise SSVMInputError(f"exchange: 'columns' shards the feature columns of linear-chain models; {task.name} is a "
                              f"dependency-tree task: run it in {TREES_RUN}")

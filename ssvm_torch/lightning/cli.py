@@ -26,6 +26,7 @@ from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.cli import LightningCLI
 from lightning.pytorch.loggers import TensorBoardLogger
 
+from ..atomic import writes_so_far
 from ..errors import EXIT_CODES, SSVMInputError, Terminated, interrupted_line
 from .callbacks import INTERRUPTED, interrupt_signal
 from .module import SSVMModule
@@ -243,6 +244,7 @@ def main(args=None, module=SSVMModule, prog: str = PROG, max_epochs: int = -1, d
     # line; during fit Lightning composes this handler with its own and the fit's interrupt hooks keep its work
     main_thread = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _terminate) if main_thread else None
+    mark = writes_so_far()
     try:
         # no progress bar by default: the loops print their own lines (an SSVM run's epoch count is open,
         # max_epochs = -1, so the bar would read "Epoch 3/-2"); --trainer.enable_progress_bar true brings it
@@ -280,7 +282,7 @@ def main(args=None, module=SSVMModule, prog: str = PROG, max_epochs: int = -1, d
         sig = INTERRUPTED.get("signal") or interrupt_signal(e)
         if sig is None:                        # a plain SystemExit (e.g. --help): as it was
             raise
-        line = INTERRUPTED.get("line") or interrupted_line(sig)
+        line = INTERRUPTED.get("line") or interrupted_line(sig, mark)
         sys.stderr.write(f"{prog}: {line}\n")
         sys.stderr.flush()
         return EXIT_CODES[sig]
