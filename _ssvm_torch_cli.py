@@ -1,4 +1,5 @@
-"""Console entry points of ``ssvm-train`` and ``ssvm-path``. The command's module is imported inside
+"""Console entry points of ``ssvm-train``, ``ssvm-path``, ``ssvm-deep`` (``python -m ssvm_torch.deep``) and
+``ssvm-parse`` (``python -m ssvm_torch.deep.ud_parse``). The command's module is imported inside
 a guard: a Ctrl-C while Python imports torch and the package (the first seconds of every run) ends in
 one line and exit status 130, like a Ctrl-C at any later moment (ssvm_torch.errors.run_cli).
 
@@ -40,3 +41,11 @@ def train() -> None:
 
 def path() -> None:
     sys.exit(_run("ssvm-path", "ssvm_torch.cli.path"))
+
+
+def deep() -> None:
+    sys.exit(_run("ssvm-deep", "ssvm_torch.deep.__main__"))
+
+
+def parse() -> None:
+    sys.exit(_run("ssvm-parse", "ssvm_torch.deep.ud_parse"))

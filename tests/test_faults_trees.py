@@ -275,3 +275,23 @@ def test_sigterm_to_one_rank_of_a_shared_exchange_run_lets_rank_0_write(tmp_path
     assert (out / "test_predictions.json").is_file() and (out / "model.pt").is_file()
     assert proc.returncode != 0 and "exitcode  : 143" in stderr and "exitcode  : 130" not in stderr     # both ranks
     assert not (out / ".ssvm-run.lock").exists()
+
+
+@pytest.mark.parametrize("script", ["ssvm-deep", "ssvm-parse"])
+def test_ctrl_c_while_a_neural_command_starts_is_one_line(tmp_path, script):
+    """The neural commands' console scripts (ssvm-deep = python -m ssvm_torch.deep, ssvm-parse = python -m
+    ssvm_torch.deep.ud_parse) import inside the same guard as ssvm-train: SIGINT during the imports ends in
+    one line, exit 130, no traceback."""
+    path = Path(sys.executable).parent / script
+    if not path.is_file():
+        pytest.skip("the console script is not installed in this environment")
+    args = (["fit", "--config", str(RECIPES / "ud_deep_crf.yaml")] if script == "ssvm-deep"
+            else ["--model", str(tmp_path / "parser.pt"), "--input", str(tmp_path / "in"), "--output",
+                  str(tmp_path / "out")])
+    proc = subprocess.Popen([str(path), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=_as_from_a_terminal)
+    time.sleep(0.6)                                           # imports take seconds; the guard is in place at once
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 130 and "Traceback" not in stderr
+    assert stderr.strip().splitlines()[-1].startswith(f"{script}: interrupted (Ctrl-C)")
