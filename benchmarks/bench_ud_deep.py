@@ -17,8 +17,9 @@ A paired bootstrap
 (test sentences resampled with replacement, ``--draws`` draws, the same sentences for every system and
 seed; Koehn 2004, Berg-Kirkpatrick et al. 2012) of each margin head (hinge, softmax-margin) against the CRF
 head and against the local head: the difference of the seed-averaged UAS and LAS, its 95% interval and the
-one-sided p-value (the share of draws whose difference has the other sign). Gold UPOS is an input of every
-run whose config.json says ``"upos_input": true`` (the table says so).
+one-sided p-value (the share of draws whose difference has the other sign); and of each second-order head
+(config.json ``"order": 2``, filed as ``2o_<loss>``) against the first-order head of the same loss. Gold UPOS is
+an input of every run whose config.json says ``"upos_input": true`` (the table says so).
 
 Usage: python benchmarks/bench_ud_deep.py [--runs benchmarks/results/ud_deep_runs] [--draws 1000] [--markdown]
 Writes benchmarks/results/ud_deep.json.
@@ -37,8 +38,11 @@ from ssvm_torch.outputs import load_torch
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
-HEADS = ("local", "crf", "hinge", "softmax_margin")
+HEADS = ("local", "crf", "hinge", "softmax_margin", "2o_crf", "2o_hinge", "2o_softmax_margin")
 MARGIN_HEADS = ("hinge", "softmax_margin")
+#: a second-order head's runs are filed as "2o_<loss>" (config.json ``"order": 2``) and paired with the first-order
+#: runs of the same loss
+SECOND_ORDER = "2o_"
 
 
 def sentence_counts(gold_heads: list, gold_rels: list, heads: list, labels: list) -> np.ndarray:
@@ -100,7 +104,8 @@ def report(runs: Path, draws: int) -> dict:
             raise SystemExit(f"{d}: UAS / LAS recomputed {uas:.4f} / {las:.4f}, results.json says "
                              f"{results['test_uas']:.4f} / {results['test_las']:.4f}")
         median_epoch = statistics.median(r["seconds"] for r in history)
-        by_head.setdefault(config["loss"], []).append(
+        head = (SECOND_ORDER if config.get("order", 1) == 2 else "") + config["loss"]
+        by_head.setdefault(head, []).append(
             {"run": d.name, "seed": config["seed"], "projective": config["projective"],
              "upos_input": config["upos_input"], "test_uas": uas, "test_las": las, "dev_uas": results["dev_uas"],
              "dev_las": results["dev_las"], "epochs": results["epochs"], "best_epoch": results["best_epoch"],
@@ -123,11 +128,12 @@ def report(runs: Path, draws: int) -> dict:
                                 ("test_uas", "test_las", "dev_uas", "dev_las", "epochs", "best_epoch", "s_per_epoch",
                                  "hours", "hours_as_run", "tree_layer_share", "test_sentences_per_s", "test_uas_argmax",
                                  "argmax_not_tree_pct")}})
-    for a in MARGIN_HEADS:
-        for b in ("crf", "local"):
-            if a in by_head and b in by_head:
-                out["bootstrap"].append({"a": a, "b": b, **paired_bootstrap([r["counts"] for r in by_head[a]],
-                                                                             [r["counts"] for r in by_head[b]], draws)})
+    pairs = [(a, b) for a in MARGIN_HEADS for b in ("crf", "local")]
+    pairs += [(SECOND_ORDER + loss, loss) for loss in ("crf", "hinge", "softmax_margin")]   # second vs first order
+    for a, b in pairs:
+        if a in by_head and b in by_head:
+            out["bootstrap"].append({"a": a, "b": b, **paired_bootstrap([r["counts"] for r in by_head[a]],
+                                                                         [r["counts"] for r in by_head[b]], draws)})
     return out
 
 

@@ -104,6 +104,29 @@ class NumbaNLL(torch.autograd.Function):
         return _cast(buffers, ctx.dtypes) + (None,) * 3
 
 
+class NumbaLogZ(torch.autograd.Function):
+    """log Z_b and its gradient, the marginals (CPU tensors): the compiled scaled recursion, its backward
+    the compiled forward-backward (no graph through the recursion)."""
+
+    @staticmethod
+    def forward(ctx, E, start, end, trans, mask, penalty):
+        s, e, t = effective(start, end, trans, penalty, torch.float64, E.device)
+        logz = torch.empty(E.shape[0], dtype=torch.float64, device=E.device)
+        mc.nb_log_partition(*_host(E, mask, s, e, t), to_host(logz))
+        _fail_log_partition(logz, E, mask, start, end, trans, penalty)
+        ctx.save_for_backward(E.detach(), mask)
+        ctx.penalty = penalty
+        ctx.params = (start.detach(), end.detach(), trans.detach())
+        ctx.dtypes = (E.dtype, start.dtype, end.dtype, trans.dtype)
+        return logz.to(E.dtype)
+
+    @staticmethod
+    def backward(ctx, grad):
+        E, mask = ctx.saved_tensors
+        buffers = forward_backward(E, mask, *ctx.params, ctx.penalty, grad.detach().to(torch.float64).contiguous())
+        return _cast(buffers, ctx.dtypes) + (None,) * 2
+
+
 def forward_backward(E, mask, start, end, trans, penalty, g):
     """Gradient buffers of sum_b g_b log Z_b: (marginals (B, T, K), start, end, trans [next, prev]);
     a row without an allowed path (or that underflows) is refused by name."""

@@ -21,7 +21,7 @@ import torch
 from ..devices import to_host
 from ..errors import SSVMInputError
 from .checks import effective, fail_no_path, refuse_bad_scores, tracing, use_numba, use_triton
-from .numba_autograd import NumbaHinge, NumbaNLL, forward_backward, numba_decode
+from .numba_autograd import NumbaHinge, NumbaLogZ, NumbaNLL, forward_backward, numba_decode
 from .numba_nbest import nb_nbest
 from .torch_ops import (compact, gather_rows, log_partition_rows, padded_score, torch_decode, torch_hinge, torch_nbest,
                         torch_nll)
@@ -82,9 +82,11 @@ def nbest(E, mask, start, end, trans, n: int, penalty=None, kernels="auto"):
     return torch_nbest(E, mask, start, end, trans, penalty, n)
 
 
-def decode(E, mask, start, end, trans, penalty=None, kernels="auto", gold=None, rowc=None, cost=None):
+def decode(E, mask, start, end, trans, penalty=None, kernels="auto", gold=None, rowc=None, cost=None,
+           refuse: bool = True):
     """(labels (B, T) int64, -1 where masked off; scores (B,)): the Viterbi labeling of every row,
-    loss-augmented when ``gold`` is given. No gradient."""
+    loss-augmented when ``gold`` is given. No gradient. A row without an allowed labeling is refused by name
+    (``refuse``), or left with score -inf for the caller to name."""
     E = _float(E.detach())
     if use_numba(E, kernels):
         labels, scores, _ = numba_decode(E.contiguous(), mask.contiguous(), start, end, trans, penalty, gold, rowc,
@@ -93,7 +95,8 @@ def decode(E, mask, start, end, trans, penalty=None, kernels="auto", gold=None, 
         labels, scores = triton_decode(E, mask, start, end, trans, penalty, gold, rowc, cost)
     else:
         labels, scores, *_ = torch_decode(E, mask, start, end, trans, penalty, gold, rowc, cost)
-    fail_no_path(scores, mask)
+    if refuse:
+        fail_no_path(scores, mask)
     return labels, scores
 
 
@@ -124,8 +127,11 @@ def marginals(E, mask, start, end, trans, penalty=None, kernels="auto"):
 
 
 def log_partition(E, mask, start, end, trans, penalty=None, kernels="auto"):
-    """log Z per row (B,) (0 for an empty row), differentiable: the fused Triton kernels where they
-    apply, else the torch recursion (any device)."""
+    """log Z per row (B,) (0 for an empty row), differentiable: the compiled recursion on the CPU (its
+    backward the compiled forward-backward), the fused Triton kernels where they apply, else the torch
+    recursion (any device)."""
+    if use_numba(_float(E), kernels):
+        return NumbaLogZ.apply(_float(E).contiguous(), start, end, trans, mask.contiguous(), penalty)
     if use_triton(_float(E), kernels):
         return TritonCRF.apply(_float(E).contiguous(), start, end, trans, mask, None, penalty)
     order, lengths = compact(mask)

@@ -25,6 +25,12 @@ factor over arcs, so the effective arc scores above carry them). Projective tree
 ``projective=False`` sibling scores are refused (exact second-order non-projective parsing is NP-hard,
 McDonald & Pereira 2006).
 
+**Partial annotation.** A negative head (or relation) at a word is unobserved: the losses then compare the
+model with C, the (labeled) trees that agree with every observed head and relation -- the CRF's log Z - log Z_C,
+the latent structured hinge max [s + Delta_O] - max_C s, the softmax-margin with log Z_C (Delta_O counts the
+observed heads and relations only; :mod:`ssvm_torch.trees.partial`). A row with everything observed gives the
+full-annotation loss bit for bit, a row with nothing observed 0.
+
 **Under torch.compile** the checks that read tensor values (NaN or +inf scores, masks, gold heads that
 are not trees of the layer's kind) are skipped inside the compiled graph, as in the chain layer: a cycle
 in the gold heads then gives a finite, meaningless loss. Call :meth:`DependencyTree.check_inputs` on the
@@ -38,8 +44,9 @@ from torch import nn
 from ..chain.checks import refuse_bad_scores
 from ..errors import SSVMInputError, check, check_choice
 from ..trees import ops, sibling_ops
-from ..trees.checks import KERNELS, check_heads, check_scores, resolve_lengths, word_mask
+from ..trees.checks import KERNELS, check_heads, check_partial_heads, check_scores, resolve_lengths, tracing, word_mask
 from ..trees.losses import row_cost
+from ..trees.partial import join_rows, observed_heads, partial_loss
 from ..trees.sibling import check_sib_scores, sibling_score
 from .reduction import REDUCTIONS, reduce_rows
 
@@ -83,7 +90,7 @@ class DependencyTree(nn.Module):
               "McDonald & Pereira 2006)", "projective=False")
         return S, lengths, check_sib_scores(sib_scores, S)
 
-    def _labels_in(self, S, label_scores, labels, lengths):
+    def _labels_in(self, S, label_scores, labels, lengths, partial: bool = False):
         if label_scores is None:
             if labels is not None:
                 raise SSVMInputError("labels: given without label_scores (pass both, or neither)")
@@ -104,12 +111,14 @@ class DependencyTree(nn.Module):
         check(tuple(labels.shape) == (B, N), "labels", f"shape (B, N) = ({B}, {N})", tuple(labels.shape))
         labels = labels.to(S.device, torch.int64)
         word = word_mask(lengths, N)
-        bad = word & ((labels < 0) | (labels >= L))
+        bad = word & (((labels < 0) & (not partial)) | (labels >= L))
         if bool(bad.any()):
             b, m = (int(v) for v in bad.nonzero()[0])
-            raise SSVMInputError(f"labels: expected relation ids in [0, {L - 1}] on the words, got "
-                                 f"{int(labels[b, m])} at row {b}, word {m}")
-        return label_scores.to(S.dtype), torch.where(word, labels, torch.zeros_like(labels))
+            raise SSVMInputError(f"labels: expected relation ids in [0, {L - 1}] on the words"
+                                 + (" (negative: unobserved)" if partial else "") + f", got {int(labels[b, m])} at "
+                                 f"row {b}, word {m}")
+        return label_scores.to(S.dtype), torch.where(word, labels, torch.zeros_like(labels) if not partial
+                                                      else torch.full_like(labels, -1))
 
     def check_inputs(self, arc_scores: torch.Tensor, heads: torch.Tensor | None = None,
                      mask: torch.Tensor | None = None, lengths: torch.Tensor | None = None,
@@ -145,33 +154,69 @@ class DependencyTree(nn.Module):
         """The loss to minimise (module docstring): per sentence with ``reduction="none"`` (B,), else its sum,
         mean over sentences, or sum over the number of words ("token_mean"). The gold ``heads`` (B, N) must be
         a tree the layer's structure can produce (projective if ``projective``, one root child unless
-        ``multiroot``): the losses are defined over that set. ``sib_scores``: the second-order model."""
+        ``multiroot``): the losses are defined over that set. ``sib_scores``: the second-order model. A negative
+        head or relation at a word is unobserved (partial annotation, module docstring)."""
         check_choice(reduction, "reduction", REDUCTIONS)
         S, lengths, SB = self._inputs(arc_scores, mask, lengths, sib_scores)
-        gold = check_heads(heads, lengths, S.shape[1], self.multiroot, self.projective)
-        lab, gold_labels = self._labels_in(S, label_scores, labels, lengths)
+        gold = check_partial_heads(heads, lengths, S.shape[1], self.multiroot, self.projective)
+        lab, gold_labels = self._labels_in(S, label_scores, labels, lengths, partial=True)
         if lab is not None and gold_labels is None:
             raise SSVMInputError("labels: the gold relations (B, N) are needed with label_scores for a loss")
         c = row_cost(self.cost, lengths, S.dtype)
+        word = word_mask(lengths, S.shape[1])
+        full = ~(observed_heads(gold, lengths) ^ word).any(1)
+        if lab is not None:
+            full &= ~(word & (gold_labels < 0)).any(1)
+        if tracing() or bool(full.all()):
+            per_row = self._full_loss(S, SB, gold, lab, gold_labels, lengths, c)
+        else:
+            take = lambda x, idx: None if x is None else x[idx]     # noqa: E731
+            per_row = join_rows(
+                full, lambda i: self._full_loss(S[i], take(SB, i), gold[i], take(lab, i), take(gold_labels, i),
+                                                lengths[i], c[i]),
+                lambda i: self._partial_loss(S[i], take(SB, i), gold[i], take(lab, i), take(gold_labels, i),
+                                             lengths[i], c[i], i), S)
+        return reduce_rows(per_row, reduction, lengths)
+
+    def _full_loss(self, S, SB, gold, lab, gold_labels, lengths, c):
+        """The loss of rows whose every head and relation is given."""
         gold_score = self._score(S, SB, gold, lengths)
         if lab is not None:
+            gold_labels = gold_labels.clamp(min=0)                 # -1 off the words, which no score reads
             picked = lab.gather(3, gold_labels[:, :, None, None].expand(-1, -1, S.shape[2], 1))[..., 0]
             gold_score = gold_score + ops.score(picked, gold, lengths)
             wrong_l = torch.ones_like(lab).scatter_(3, gold_labels[:, :, None, None].expand(-1, -1, S.shape[2], 1), 0.0)
             aug_lab = lab + c[:, None, None, None] * wrong_l
         if self.loss == "crf":
             eff = S if lab is None else S + torch.logsumexp(lab, 3)
-            per_row = self._log_partition(eff, SB, lengths) - gold_score
-        elif self.loss == "softmax_margin":
+            return self._log_partition(eff, SB, lengths) - gold_score
+        if self.loss == "softmax_margin":
             eff = S if lab is None else S + torch.logsumexp(aug_lab, 3)
-            per_row = self._log_partition(ops.augment(eff, gold, lengths, c), SB, lengths) - gold_score
-        else:
-            eff = S if lab is None else S + aug_lab.amax(3)
-            aug = ops.augment(eff, gold, lengths, c)
-            with torch.no_grad():
-                y, _ = self._best(aug.detach(), None if SB is None else SB.detach(), lengths)
-            per_row = self._score(aug, SB, y, lengths) - gold_score
-        return reduce_rows(per_row, reduction, lengths)
+            return self._log_partition(ops.augment(eff, gold, lengths, c), SB, lengths) - gold_score
+        eff = S if lab is None else S + aug_lab.amax(3)
+        aug = ops.augment(eff, gold, lengths, c)
+        with torch.no_grad():
+            y, _ = self._best(aug.detach(), None if SB is None else SB.detach(), lengths)
+        return self._score(aug, SB, y, lengths) - gold_score
+
+    def _partial_loss(self, S, SB, gold, lab, gold_labels, lengths, c, rows):
+        """The loss of rows with unobserved heads or relations (:mod:`ssvm_torch.trees.partial`): relations factor
+        over arcs, so C's effective arc scores take the observed relation's score where one is given and the
+        max / logsumexp over relations elsewhere; the first term's, the relations' own Delta at the words whose
+        relation is observed."""
+        S_all = S_C = S
+        if lab is not None:
+            word = word_mask(lengths, S.shape[1])
+            seen = word & (gold_labels >= 0)
+            index = gold_labels.clamp(min=0)[:, :, None, None].expand(-1, -1, S.shape[2], 1)
+            picked = lab.gather(3, index)[..., 0]
+            wrong_l = torch.ones_like(lab).scatter_(3, index, 0.0) * seen[..., None, None].to(lab.dtype)
+            aug_lab = lab + c[:, None, None, None] * wrong_l
+            pool = (lambda x: x.amax(3)) if self.loss == "hinge" else (lambda x: torch.logsumexp(x, 3))
+            S_all = S + (pool(lab) if self.loss == "crf" else pool(aug_lab))
+            S_C = S + torch.where(seen[..., None], picked, pool(lab))
+        return partial_loss(self.loss, S_all, S_C, SB, gold, lengths, c, self.projective, self.multiroot,
+                            self.kernels, rows)
 
     def decode(self, arc_scores: torch.Tensor, mask: torch.Tensor | None = None,
                label_scores: torch.Tensor | None = None, lengths: torch.Tensor | None = None,

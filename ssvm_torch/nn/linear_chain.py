@@ -23,7 +23,14 @@ minimise (pytorch-crf returns the log-likelihood, to maximise):
   NLL from above (docs/nn.md compares the three).
 
 Masks may be arbitrary: a row's result equals that of the row with its masked-off positions
-removed; a row with none on has loss 0 and decodes to all -1. Tag constraints
+removed; a row with none on has loss 0 and decodes to all -1.
+
+**Partial annotation.** A negative tag at a masked-on position is unobserved (SuPar's convention for heads):
+the losses then compare the model with C, the labelings that agree with every observed tag (the constraints
+too) -- the CRF's negative marginal likelihood log Z - log Z_C, the latent structured hinge
+max_y [s(y) + Delta_O(y)] - max_{y in C} s(y) and the softmax-margin log sum_y exp(s(y) + Delta_O(y)) - log Z_C,
+Delta_O counting the observed positions only (:mod:`ssvm_torch.chain.partial`). A row with every tag observed
+gives the full-annotation loss bit for bit, a row with none observed 0. Tag constraints
 (:func:`ssvm_torch.constraints.allowed_transitions`) are applied at every call as -inf scores,
 never written into the parameters, and are not in the ``state_dict``.
 """
@@ -38,6 +45,7 @@ from ..constraints import check_constraints, first_violation, penalties
 from ..errors import SSVMInputError, check, check_choice
 from ..chain import ops
 from ..chain.checks import LAYER_KERNELS, fail_no_path
+from ..chain.partial import partial_loss
 from .reduction import REDUCTIONS, reduce_rows
 
 LOSSES = ("hinge", "crf", "softmax_margin")
@@ -167,14 +175,16 @@ class LinearChain(nn.Module):
         check(tags.shape == (emissions.shape[:2] if self.batch_first else emissions.shape[1::-1]), "tags",
               f"shape {layout} like the mask", tuple(tags.shape))
         tags = (tags if self.batch_first else tags.transpose(0, 1)).long()
-        inside = (tags >= 0) & (tags < self.num_tags)
-        if not bool((inside | ~mask).all()):
-            b, t = (int(v) for v in torch.nonzero(~inside & mask)[0])
-            raise SSVMInputError(f"tags: expected values in [0, {self.num_tags - 1}] where the mask is on, "
-                                 f"got {int(tags[b, t])} at row {b}, position {t}")
+        above = tags >= self.num_tags                        # negative: unobserved (partial annotation)
+        if bool((above & mask).any()):
+            b, t = (int(v) for v in torch.nonzero(above & mask)[0])
+            raise SSVMInputError(f"tags: expected values in [0, {self.num_tags - 1}] (or negative: unobserved) where "
+                                 f"the mask is on, got {int(tags[b, t])} at row {b}, position {t}")
         tags = torch.where(mask, tags, torch.zeros_like(tags))
         if self.constraint_masks is not None:
-            bad = first_violation(self.constraint_masks, tags, mask)
+            # rows with unobserved tags: C's emptiness is found by its decoding (chain/partial.py)
+            whole = ~((tags < 0) & mask).any(1)
+            bad = first_violation(self.constraint_masks, tags, mask & whole[:, None])
             if bad is not None:
                 raise SSVMInputError(f"tags: row {bad[0]}, position {bad[1]}: the gold tag sequence breaks the "
                                      f"constraints (tag {int(tags[bad])} is not allowed there)")
@@ -189,19 +199,20 @@ class LinearChain(nn.Module):
         check_choice(reduction, "reduction", REDUCTIONS)
         E, mask, tags = self._inputs(emissions, mask, tags)
         start, end, trans = self._scores()
-        if self.loss == "crf":
-            per_row = ops.nll(E, mask, start, end, trans, tags, self._penalty(), self.kernels)
-        else:
-            lengths = mask.sum(1)
-            rowc = (1.0 / lengths.clamp(min=1).to(torch.float64) if self.normalized
-                    else torch.ones(E.shape[0], dtype=torch.float64, device=E.device))
-            loss = ops.hinge if self.loss == "hinge" else ops.softmax_margin
-            per_row = loss(E, mask, start, end, trans, tags, rowc, self.token_cost, self._penalty(), self.kernels)
+        lengths = mask.sum(1)
+        rowc = (1.0 / lengths.clamp(min=1).to(torch.float64) if self.normalized
+                else torch.ones(E.shape[0], dtype=torch.float64, device=E.device))
+        per_row = partial_loss(self.loss, E, mask, start, end, trans, tags, rowc, self.token_cost, self._penalty(),
+                               self.kernels)
         return reduce_rows(per_row, reduction, mask)
 
     def score(self, emissions, tags, mask=None) -> torch.Tensor:
-        """s(tags) per row (B,): pytorch-crf's numerator, differentiable."""
+        """s(tags) per row (B,): pytorch-crf's numerator, differentiable. Every masked-on tag must be given."""
         E, mask, tags = self._inputs(emissions, mask, tags)
+        if not ops.tracing() and bool(((tags < 0) & mask).any()):
+            b, t = (int(v) for v in torch.nonzero((tags < 0) & mask)[0])
+            raise SSVMInputError(f"tags: a score needs every masked-on tag; row {b}, position {t} is unobserved "
+                                 f"({int(tags[b, t])})")
         return ops.score(E, mask, *self._scores(), tags)
 
     def decode(self, emissions: torch.Tensor, mask: torch.Tensor | None = None, as_lists: bool = False, *,

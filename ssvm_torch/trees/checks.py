@@ -145,3 +145,38 @@ def check_heads(heads, lengths: torch.Tensor, N: int, multiroot: bool, projectiv
                                  f"{int(lengths[b])} words ({FAULTS[int(code[b])]}); heads of words 1..n: {row[:20]}"
                                  + (" ..." if len(row) > 20 else ""))
     return torch.where(word, heads, torch.full_like(heads, -1))
+
+
+def check_partial_heads(heads, lengths: torch.Tensor, N: int, multiroot: bool, projective: bool,
+                        field: str = "heads") -> torch.Tensor:
+    """``heads`` (B, N) of a loss with partial annotation (:mod:`ssvm_torch.trees.partial`): at a word a head
+    in [0, n_b] (not the word itself) is observed, a negative one unobserved. A row with every head observed
+    must be a tree of the chosen kind (:func:`check_heads`); in the others the observed heads are checked one
+    by one (whether they leave a tree is found by decoding C). Returns int64 heads, negative words kept, -1
+    off the words."""
+    B = lengths.shape[0]
+    check(torch.is_tensor(heads) and not heads.is_floating_point() and heads.dtype != torch.bool, field,
+          f"an integer tensor (B, N) = ({B}, {N})", getattr(heads, "dtype", type(heads).__name__))
+    check(tuple(heads.shape) == (B, N), field, f"shape (B, N) = ({B}, {N}) like the arc scores", tuple(heads.shape))
+    check(heads.device.type != "meta", field, "a tensor with data (on the CPU or a GPU)", "a meta tensor")
+    heads = heads.to(lengths.device, torch.int64)
+    word = word_mask(lengths, N)
+    partial = (word & (heads < 0)).any(1)
+    if tracing() or not bool(partial.any()):
+        return check_heads(heads, lengths, N, multiroot, projective, field)
+    code = tree_faults(heads, lengths, multiroot, projective)
+    wrong = (code != 0) & ~partial                      # a row with every head given must be a tree
+    if bool(wrong.any()):
+        b = int(wrong.nonzero()[0, 0])
+        row = heads[b, 1:int(lengths[b]) + 1].tolist()
+        raise SSVMInputError(f"{field}: row {b} is not a {'projective ' if projective else ''}"
+                             f"{'multi' if multiroot else 'single'}-root dependency tree over its {int(lengths[b])} "
+                             f"words ({FAULTS[int(code[b])]}); heads of words 1..n: {row[:20]}"
+                             + (" ..." if len(row) > 20 else ""))
+    pos = torch.arange(N, device=heads.device)
+    bad = word & (heads >= 0) & ((heads > lengths[:, None]) | (heads == pos[None, :]))
+    if bool(bad.any()):
+        b, m = (int(v) for v in bad.nonzero()[0])
+        raise SSVMInputError(f"{field}: row {b}, word {m}: head {int(heads[b, m])} is out of [0, {int(lengths[b])}] "
+                             "or the word itself (a negative head is unobserved)")
+    return torch.where(word & (heads >= 0), heads, torch.full_like(heads, -1))

@@ -12,6 +12,10 @@ backends). Losses are per row (B,) and differentiable w.r.t. the arc scores:
 Delta(y, y_b) = c_b x (the number of words whose head differs), c_b = 1 (``cost="hamming"``), 1 / n_b
 (``"normalized"``) or a given per-row tensor (B,).
 
+Partial annotation: a negative head at a word is unobserved; the losses then compare with C, the trees that
+agree with every observed head (:mod:`ssvm_torch.trees.partial`: log Z - log Z_C, the latent hinge, the
+softmax-margin with log Z_C); a row with every head observed gives the full-annotation loss bit for bit.
+
 Every call takes second-order scores through ``sib_scores`` (B, N, N, N) (adjacent siblings, SuPar's layout,
 :mod:`ssvm_torch.trees.sibling`), projective trees only: s(y) then adds the sibling scores of the tree's
 adjacent siblings, and the losses, decoding, log Z and marginals are those of the second-order model.
@@ -22,7 +26,9 @@ import torch
 
 from ..errors import SSVMInputError, check
 from . import ops, sibling_ops
-from .checks import KERNELS, check_heads, check_scores, resolve_lengths, tree_faults
+from .checks import (KERNELS, check_heads, check_partial_heads, check_scores, resolve_lengths, tracing, tree_faults,
+                     word_mask)
+from .partial import join_rows, observed_heads, partial_loss
 from .sibling import check_sib_scores, sibling_score
 
 
@@ -121,40 +127,59 @@ def dependency_score(arc_scores, heads, mask=None, lengths=None, sib_scores=None
 def _loss_inputs(arc_scores, heads, mask, lengths, projective, multiroot, cost, kernels, sib_scores):
     projective, multiroot = _flags(projective, multiroot)
     S, lengths, SB = _prepare(arc_scores, mask, lengths, sib_scores, projective)
-    gold = check_heads(heads, lengths, S.shape[1], multiroot, projective)
-    c = None if cost is None else row_cost(cost, lengths, S.dtype)
+    gold = check_partial_heads(heads, lengths, S.shape[1], multiroot, projective)
+    c = row_cost("hamming" if cost is None else cost, lengths, S.dtype)
     return S, SB, gold, lengths, c, projective, multiroot, _kernels(kernels)
+
+
+def _loss(loss: str, S, SB, gold, lengths, c, projective, multiroot, k):
+    """The per-row loss: rows with every head observed by the full-annotation operations (bit for bit), the
+    others by :func:`ssvm_torch.trees.partial.partial_loss` (negative heads unobserved)."""
+    def whole(idx):
+        take = (lambda x: x) if idx is None else (lambda x: x if x is None else x[idx])
+        args = (take(S), take(SB), take(gold), take(lengths))
+        if SB is not None:
+            fn = {"hinge": sibling_ops.hinge, "softmax_margin": sibling_ops.softmax_margin}.get(loss)
+            return (fn(*args, take(c), multiroot, k) if fn is not None
+                    else sibling_ops.nll(*args, multiroot, k))
+        fn = {"hinge": ops.hinge, "softmax_margin": ops.softmax_margin}.get(loss)
+        return (fn(args[0], args[2], args[3], take(c), projective, multiroot, k) if fn is not None
+                else ops.nll(args[0], args[2], args[3], projective, multiroot, k))
+    full = ~(observed_heads(gold, lengths) ^ word_mask(lengths, S.shape[1])).any(1)
+    if tracing() or bool(full.all()):
+        return whole(None)
+
+    def partial(idx):
+        sb = None if SB is None else SB[idx]
+        return partial_loss(loss, S[idx], S[idx], sb, gold[idx], lengths[idx], c[idx], projective, multiroot, k, idx)
+    return join_rows(full, whole, partial, S)
 
 
 def dependency_hinge(arc_scores, heads, mask=None, lengths=None, projective: bool = True, multiroot: bool = False,
                      cost="hamming", kernels: str = "auto", sib_scores=None) -> torch.Tensor:
-    """The structured hinge per row (module docstring). The gold ``heads`` must be a tree of the chosen kind."""
+    """The structured hinge per row (module docstring). The gold ``heads`` must be a tree of the chosen kind;
+    negative heads at words are unobserved (the latent hinge against C, :mod:`ssvm_torch.trees.partial`)."""
     S, SB, gold, lengths, c, projective, multiroot, k = _loss_inputs(arc_scores, heads, mask, lengths, projective,
                                                                      multiroot, cost, kernels, sib_scores)
-    if SB is not None:
-        return sibling_ops.hinge(S, SB, gold, lengths, c, multiroot, k)
-    return ops.hinge(S, gold, lengths, c, projective, multiroot, k)
+    return _loss("hinge", S, SB, gold, lengths, c, projective, multiroot, k)
 
 
 def dependency_softmax_margin(arc_scores, heads, mask=None, lengths=None, projective: bool = True,
                               multiroot: bool = False, cost="hamming", kernels: str = "auto",
                               sib_scores=None) -> torch.Tensor:
-    """The softmax-margin loss per row (module docstring)."""
+    """The softmax-margin loss per row (module docstring; negative heads unobserved)."""
     S, SB, gold, lengths, c, projective, multiroot, k = _loss_inputs(arc_scores, heads, mask, lengths, projective,
                                                                      multiroot, cost, kernels, sib_scores)
-    if SB is not None:
-        return sibling_ops.softmax_margin(S, SB, gold, lengths, c, multiroot, k)
-    return ops.softmax_margin(S, gold, lengths, c, projective, multiroot, k)
+    return _loss("softmax_margin", S, SB, gold, lengths, c, projective, multiroot, k)
 
 
 def dependency_crf_nll(arc_scores, heads, mask=None, lengths=None, projective: bool = True, multiroot: bool = False,
                        kernels: str = "auto", sib_scores=None) -> torch.Tensor:
-    """The CRF's negative log-likelihood log Z - s(gold) per row (module docstring)."""
-    S, SB, gold, lengths, _, projective, multiroot, k = _loss_inputs(arc_scores, heads, mask, lengths, projective,
+    """The CRF's negative log-likelihood log Z - s(gold) per row (module docstring); with negative (unobserved)
+    heads the negative marginal likelihood log Z - log Z_C."""
+    S, SB, gold, lengths, c, projective, multiroot, k = _loss_inputs(arc_scores, heads, mask, lengths, projective,
                                                                      multiroot, None, kernels, sib_scores)
-    if SB is not None:
-        return sibling_ops.nll(S, SB, gold, lengths, multiroot, k)
-    return ops.nll(S, gold, lengths, projective, multiroot, k)
+    return _loss("crf", S, SB, gold, lengths, c, projective, multiroot, k)
 
 
 def is_tree(heads, lengths, multiroot: bool = True, projective: bool = False) -> torch.Tensor:

@@ -309,7 +309,7 @@ def sibling_inside_outside(S, SB, n, multiroot, want_marginals, M, MS):
     if not (z >= REAL_MIN and z < np.inf):
         return np.nan
     if want_marginals:
-        ML = np.empty(total)
+        ML = np.zeros(total)           # entries the outside pass skips (a zero adjoint) stay 0, as in MS
         _outside(A, E0, BR, BL, off, n, multiroot, z, C[0], C[1], C[2], C[3], C[4], C[5], C[6], C[7],
                  np.empty((8, N1, N1)), M, MS, ML)
         for m in range(1, n + 1):                     # the left sibling marginals, written in MS's own order

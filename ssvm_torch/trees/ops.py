@@ -62,9 +62,11 @@ def _fail_no_tree(scores: torch.Tensor, lengths: torch.Tensor, what: str = "best
                              f"{float(scores[b]):.3g})")
 
 
-def best(S: torch.Tensor, lengths: torch.Tensor, projective: bool, multiroot: bool, kernels: str = "auto"):
+def best(S: torch.Tensor, lengths: torch.Tensor, projective: bool, multiroot: bool, kernels: str = "auto",
+         refuse: bool = True):
     """(heads (B, N) int64, -1 at the root position and beyond the length; scores (B,) in S's dtype): the
-    best tree of every row. No gradient."""
+    best tree of every row. No gradient. A row without a tree of finite score is refused by name (``refuse``),
+    or left with a score below -1e29 for the caller to name."""
     S = S.detach()
     B, N, _ = S.shape
     if projective and not use_numba(S, kernels):
@@ -79,7 +81,8 @@ def best(S: torch.Tensor, lengths: torch.Tensor, projective: bool, multiroot: bo
         else:
             (mst_batch_parallel if par else mst_batch)(Sh, Lh, multiroot, heads, scores)
         heads, scores = from_host(heads, S.device), from_host(scores, S.device).to(S.dtype)
-    _fail_no_tree(scores, lengths)
+    if refuse:
+        _fail_no_tree(scores, lengths)
     return heads, scores
 
 

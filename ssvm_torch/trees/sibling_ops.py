@@ -29,9 +29,10 @@ def _recursions(S: torch.Tensor):
     return triton_sibling if triton_sibling.available(S) and not tracing() else torch_sibling
 
 
-def best(S: torch.Tensor, SB: torch.Tensor, lengths: torch.Tensor, multiroot: bool, kernels: str = "auto"):
+def best(S: torch.Tensor, SB: torch.Tensor, lengths: torch.Tensor, multiroot: bool, kernels: str = "auto",
+         refuse: bool = True):
     """(heads (B, N) int64, -1 at 0 and beyond the length; scores (B,) in S's dtype): the best second-order
-    projective tree of every row. No gradient."""
+    projective tree of every row. No gradient. ``refuse``: as :func:`ssvm_torch.trees.ops.best`."""
     S, SB = S.detach(), SB.detach()
     B, N, _ = S.shape
     if use_numba(S, kernels):
@@ -42,7 +43,8 @@ def best(S: torch.Tensor, SB: torch.Tensor, lengths: torch.Tensor, multiroot: bo
         heads, scores = from_host(heads, S.device), from_host(scores, S.device).to(S.dtype)
     else:
         heads, scores = _recursions(S).best_tree(S, SB, lengths, multiroot)
-    _fail_no_tree(scores, lengths)
+    if refuse:
+        _fail_no_tree(scores, lengths)
     return heads, scores
 
 
