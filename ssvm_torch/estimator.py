@@ -420,8 +420,7 @@ class MultiLabelSSVM(ClassifierMixin, StructuredSVM):
                                  f"got a {kind} target of shape {np.shape(y)}")
         y = np.asarray(y)
         odd = np.setdiff1d(np.unique(y), [0, 1])      # scikit-learn's target type passes any two values
-        if odd.size:
-            raise SSVMInputError(f"y: expected entries in {{0, 1}} (a label indicator matrix), got {odd[:3].tolist()}")
+        check(odd.size == 0, "y", "entries in {0, 1} (a label indicator matrix)", odd[:3].tolist())
         if width is not None and y.shape[1] != width:
             raise SSVMInputError(f"y: expected {width} label columns (as in fit), got {y.shape[1]}")
         return y

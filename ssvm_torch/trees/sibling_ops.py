@@ -18,8 +18,8 @@ import torch
 from ..devices import from_host
 from . import torch_sibling, triton_sibling
 from .checks import tracing, use_numba
-from .numba_sibling import (sibling_best_batch, sibling_best_batch_parallel, sibling_inside_outside_batch,
-                            sibling_inside_outside_batch_parallel)
+from .numba_sibling import sibling_inside_outside_batch, sibling_inside_outside_batch_parallel
+from .numba_sibling_best import sibling_best_batch, sibling_best_batch_parallel
 from .ops import _fail_no_tree, _host, _parallel, augment, wrong_heads
 from .sibling import sibling_score
 
