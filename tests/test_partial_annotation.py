@@ -176,7 +176,7 @@ def tree_labeled_brute(S, lab, n, heads, rels, projective, loss) -> torch.Tensor
 def test_layer_with_unobserved_heads_and_relations_equals_enumeration(loss, projective):
     """DependencyTree with relations: unobserved heads, unobserved relations or both, and a whole row."""
     rng = np.random.default_rng(3)
-    N, Lr, lengths = 5, 3, [4, 3, 4]
+    N, Lr, lengths = 5, 2, [4, 3, 4]
     S = torch.tensor(rng.normal(size=(3, N, N)) * 2, requires_grad=True)
     lab = torch.tensor(rng.normal(size=(3, N, N, Lr)), requires_grad=True)
     heads, rels = torch.full((3, N), -1), torch.full((3, N), -1)

@@ -133,11 +133,13 @@ def test_gradients_equal_enumeration(multiroot, kernels):
 @roots
 @pytest.mark.parametrize("loss", ["softmax_margin", "crf"])
 def test_gradcheck(multiroot, loss):
+    """Finite differences of the compiled kernels' gradients (the torch recursion's are autograd's; both are
+    compared with enumeration above)."""
     rng = np.random.default_rng(2)
-    lengths = [4, 3, 5]
+    lengths = [3, 2, 3]
     S, SB, L = _batch(rng, lengths)
     golds = _golds(rng, lengths, S.shape[1], multiroot)
-    for kernels in ("numba", "torch"):
+    for kernels in ("numba",):
         s, sb = S.clone().requires_grad_(True), SB.clone().requires_grad_(True)
         assert torch.autograd.gradcheck(lambda x, y: LOSSES[loss](x, golds, lengths=L, multiroot=multiroot,
                                                                   kernels=kernels, sib_scores=y), (s, sb))
