@@ -38,11 +38,14 @@ from ssvm_torch.outputs import load_torch
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
-HEADS = ("local", "crf", "hinge", "softmax_margin", "2o_crf", "2o_hinge", "2o_softmax_margin")
+HEADS = ("local", "crf", "hinge", "softmax_margin", "2o_crf", "2o_hinge", "2o_softmax_margin", "words_softmax_margin",
+         "words_2o_softmax_margin")
 MARGIN_HEADS = ("hinge", "softmax_margin")
 #: a second-order head's runs are filed as "2o_<loss>" (config.json ``"order": 2``) and paired with the first-order
 #: runs of the same loss
 SECOND_ORDER = "2o_"
+#: a words-only parser's runs (config.json ``"tags": "predicted"``: UPOS predicted, not read) as "words_<head>"
+WORDS = "words_"
 
 
 def sentence_counts(gold_heads: list, gold_rels: list, heads: list, labels: list) -> np.ndarray:
@@ -104,7 +107,8 @@ def report(runs: Path, draws: int) -> dict:
             raise SystemExit(f"{d}: UAS / LAS recomputed {uas:.4f} / {las:.4f}, results.json says "
                              f"{results['test_uas']:.4f} / {results['test_las']:.4f}")
         median_epoch = statistics.median(r["seconds"] for r in history)
-        head = (SECOND_ORDER if config.get("order", 1) == 2 else "") + config["loss"]
+        head = (WORDS if config.get("tags", "gold") == "predicted" else "") + \
+            (SECOND_ORDER if config.get("order", 1) == 2 else "") + config["loss"]
         by_head.setdefault(head, []).append(
             {"run": d.name, "seed": config["seed"], "projective": config["projective"],
              "upos_input": config["upos_input"], "test_uas": uas, "test_las": las, "dev_uas": results["dev_uas"],
@@ -114,7 +118,8 @@ def report(runs: Path, draws: int) -> dict:
              "tree_layer_share": statistics.fmean(r["tree_layer_share"] for r in history),
              "test_sentences_per_s": results["test_sentences_per_s"], "counts": counts,
              # the same arc scores decoded by a per-word argmax over heads, no tree constraint (issue 58, Deliver 2)
-             "test_uas_argmax": results["test_uas_argmax"], "argmax_not_tree_pct": results["test_argmax_not_tree_pct"]})
+             "test_uas_argmax": results["test_uas_argmax"], "argmax_not_tree_pct": results["test_argmax_not_tree_pct"],
+             "test_upos": results.get("test_upos", float("nan"))})
     out = {"test_sentences": test.n, "test_words": int(test.lengths.sum()), "heads": [], "bootstrap": []}
     for head in HEADS:
         rows = by_head.get(head)
@@ -127,9 +132,10 @@ def report(runs: Path, draws: int) -> dict:
                              **{k: mean_std([r[k] for r in rows]) for k in
                                 ("test_uas", "test_las", "dev_uas", "dev_las", "epochs", "best_epoch", "s_per_epoch",
                                  "hours", "hours_as_run", "tree_layer_share", "test_sentences_per_s", "test_uas_argmax",
-                                 "argmax_not_tree_pct")}})
+                                 "argmax_not_tree_pct", "test_upos")}})
     pairs = [(a, b) for a in MARGIN_HEADS for b in ("crf", "local")]
     pairs += [(SECOND_ORDER + loss, loss) for loss in ("crf", "hinge", "softmax_margin")]   # second vs first order
+    pairs += [(WORDS + head, head) for head in ("softmax_margin", "2o_softmax_margin")]   # words only vs gold UPOS
     for a, b in pairs:
         if a in by_head and b in by_head:
             out["bootstrap"].append({"a": a, "b": b, **paired_bootstrap([r["counts"] for r in by_head[a]],
@@ -140,12 +146,14 @@ def report(runs: Path, draws: int) -> dict:
 def markdown(out: dict) -> str:
     def ms(x, d=2):
         return f"{x['mean']:.{d}f}" + (f" ± {x['std']:.{d}f}" if x["std"] is not None else "")
-    rows = ["| head | seeds | gold UPOS input | **test UAS** | **test LAS** | dev UAS | dev LAS | epochs (best) | "
+    rows = ["| head | seeds | reads | **test UAS** | **test LAS** | dev UAS | dev LAS | epochs (best) | "
             "s / epoch (median, as run) | hours per run at that pace | tree layer share | test sentences / s | "
             "test UAS, per-word argmax (% not a tree) |",
             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in out["heads"]:
-        rows.append(f"| {r['head']} | {len(r['seeds'])} | {'yes' if r['upos_input'] else 'no'} | "
+        reads = ("words + gold UPOS" if r["upos_input"] else
+                 f"words only (UPOS predicted: {ms(r['test_upos'])}%)" if r["head"].startswith(WORDS) else "words only")
+        rows.append(f"| {r['head']} | {len(r['seeds'])} | {reads} | "
                     f"**{ms(r['test_uas'])}** | **{ms(r['test_las'])}** | {ms(r['dev_uas'])} | {ms(r['dev_las'])} | "
                     f"{ms(r['epochs'], 1)} ({ms(r['best_epoch'], 1)}) | {ms(r['s_per_epoch'], 0)} | {ms(r['hours'], 1)} | "
                     f"{100 * r['tree_layer_share']['mean']:.1f}% | {r['test_sentences_per_s']['mean']:.0f} | "

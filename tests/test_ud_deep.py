@@ -216,7 +216,7 @@ def test_the_results_script_recomputes_the_archive_and_bootstraps_pairs(tmp_path
     (pair,) = report["bootstrap"]
     assert (pair["a"], pair["b"]) == ("hinge", "crf")
     assert pair["uas"]["observed_diff"] == 0.0 and pair["uas"]["ci95"] == [0.0, 0.0]
-    assert "| crf | 1 | yes |" in bench.markdown(report)
+    assert "| crf | 1 | words + gold UPOS |" in bench.markdown(report)
     # the per-word argmax decode of the same scores is carried from results.json into the table
     assert report["heads"][0]["test_uas_argmax"]["mean"] == pytest.approx(results["test_uas_argmax"], abs=1e-12)
     assert f"{results['test_uas_argmax']:.2f} ({results['test_argmax_not_tree_pct']:.1f}%) |" in bench.markdown(report)

@@ -217,3 +217,79 @@ def test_a_byte_order_mark_is_read_and_the_api_refuses_by_name(run_dir, tmp_path
     if not torch.cuda.is_available():
         with pytest.raises(SSVMInputError, match="device: 'cuda' requested but no CUDA device is available"):
             load_parser(run_dir / "parser.pt", device="cuda")
+
+
+@pytest.fixture(scope="module")
+def words_run(tmp_path_factory):
+    """One tiny words-only run (tags predicted by the LinearChain head, no gold UPOS input)."""
+    root = tmp_path_factory.mktemp("words")
+    args = ["fit", "--config", str(RECIPES / "ud_deep_words_softmax_margin.yaml"), *TINY, "--model.tag_dim", "8",
+            "--trainer.max_epochs", "2", "--trainer.default_root_dir", str(root)]
+    assert deep_main(args) == 0
+    return sorted(root.glob("lightning_logs/version_*"))[-1]
+
+
+def test_a_words_only_run_records_tags_and_parses_plain_text_to_its_own_figures(words_run, tmp_path, capsys):
+    """The run's outputs carry the UPOS accuracy (dev per epoch, test) and the predicted tags; ud_parse --input-format
+    text on the test sentences' words (one per line) writes tags, heads and relations that score the run's own test
+    UPOS, UAS and LAS against the gold file."""
+    from ssvm_torch.data.ud import load_ud_ewt, universal
+    from ssvm_torch.deep.ud_parser import attachment_scores
+    from ssvm_torch.deep.ud_tagging import upos_accuracy
+    results = json.loads((words_run / "results.json").read_text())
+    history = json.loads((words_run / "history.json").read_text())
+    pred = torch.load(words_run / "test_predictions.pt", weights_only=True)
+    assert "dev_upos" in history[-1] and 0 <= results["test_upos"] <= 100 and len(pred["upos"]) == 2077
+    config = json.loads((words_run / "config.json").read_text())
+    assert config["tags"] == "predicted" and config["upos_input"] is False
+    test = load_ud_ewt("test")
+    text = tmp_path / "test.txt"
+    text.write_text("\n".join(" ".join(test.forms[int(test.offsets[i]):int(test.offsets[i + 1])])
+                              for i in range(test.n)) + "\n")
+    out = tmp_path / "test.conllu"
+    assert parse_main(["--model", str(words_run / "parser.pt"), "--input", str(text), "--input-format", "text",
+                       "--output", str(out)]) == 0
+    parsed = read_conllu(out)
+    gold_upos = [test.upos[int(test.offsets[i]):int(test.offsets[i + 1])] for i in range(test.n)]
+    got_upos = [parsed.upos[int(parsed.offsets[i]):int(parsed.offsets[i + 1])] for i in range(parsed.n)]
+    assert upos_accuracy(gold_upos, got_upos) == pytest.approx(results["test_upos"], abs=1e-9)
+    heads = [parsed.heads[int(parsed.offsets[i]):int(parsed.offsets[i + 1])].tolist() for i in range(parsed.n)]
+    rels = [parsed.deprels[int(parsed.offsets[i]):int(parsed.offsets[i + 1])] for i in range(parsed.n)]
+    gold_heads = [[w[4] for w in test.sentence(i)] for i in range(test.n)]
+    gold_rels = [[universal(w[5]) for w in test.sentence(i)] for i in range(test.n)]
+    uas, las = attachment_scores(gold_heads, gold_rels, heads, rels)
+    assert (uas, las) == pytest.approx((results["test_uas"], results["test_las"]), abs=1e-9)
+
+
+def test_no_gold_column_but_form_changes_a_words_only_parse(words_run, tmp_path):
+    """The test file with every column but ID and FORM scrambled (UPOS, XPOS, LEMMA, FEATS, HEAD, DEPREL, DEPS,
+    MISC shuffled across words) parses to the same UPOS, heads and relations as the file itself."""
+    import random
+    src = data_file(UD_EWT["test"])
+    rows = fields(src)
+    words = [i for i, a in enumerate(rows) if len(a) == 10 and a[0].isdigit()]
+    rng = random.Random(0)
+    scrambled = [list(a) for a in rows]
+    for col in (2, 3, 4, 5, 6, 7, 8, 9):
+        values = [rows[i][col] for i in words]
+        rng.shuffle(values)
+        for i, v in zip(words, values):
+            scrambled[i][col] = v
+    noisy = tmp_path / "noisy.conllu"
+    noisy.write_text("\n".join("\t".join(a) for a in scrambled) + "\n")
+    a, b = tmp_path / "a.conllu", tmp_path / "b.conllu"
+    model = str(words_run / "parser.pt")
+    assert parse_main(["--model", model, "--input", str(src), "--output", str(a)]) == 0
+    assert parse_main(["--model", model, "--input", str(noisy), "--output", str(b)]) == 0
+    pa = [r for r in fields(a) if len(r) == 10 and r[0].isdigit()]
+    pb = [r for r in fields(b) if len(r) == 10 and r[0].isdigit()]
+    assert [(r[3], r[6], r[7]) for r in pa] == [(r[3], r[6], r[7]) for r in pb]
+
+
+def test_text_input_needs_a_words_only_parser(run_dir, tmp_path, capsys):
+    text = tmp_path / "in.txt"
+    text.write_text("Dogs bark .\n")
+    assert parse_main(["--model", str(run_dir / "parser.pt"), "--input", str(text), "--input-format", "text",
+                       "--output", str(tmp_path / "out.conllu")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "input_format: 'text' has no UPOS" in err

@@ -38,7 +38,7 @@ class BiaffineParser(nn.Module):
     def __init__(self, n_words: int, n_chars: int, n_upos: int, n_rels: int, word_dim: int = 100,
                  char_dim: int = 30, char_filters: int = 50, upos_dim: int = 50, hidden: int = 200,
                  layers: int = 2, arc_dim: int = 256, rel_dim: int = 64, dropout: float = 0.33,
-                 upos_input: bool = True, sib_dim: int = 0):
+                 upos_input: bool = True, sib_dim: int = 0, tag_head: nn.Module | None = None):
         super().__init__()
         self.upos_input = upos_input
         self.words = nn.Embedding(n_words, word_dim, padding_idx=PAD)
@@ -53,6 +53,7 @@ class BiaffineParser(nn.Module):
         self.arc_U = nn.Parameter(torch.zeros(arc_dim, arc_dim))     # zero start: uniform heads (D&M 2017)
         self.arc_u = nn.Parameter(torch.zeros(arc_dim))
         self.rel_W = nn.Parameter(torch.zeros(n_rels, rel_dim + 1, rel_dim + 1))
+        self.tagger = tag_head                  # the UPOS head of a words-only parser (ssvm_torch/deep/ud_tagging.py)
         self.sib_dim = sib_dim
         if sib_dim > 0:
             self.sib_s, self.sib_d, self.sib_h = (MLP(2 * hidden, sib_dim, dropout) for _ in range(3))

@@ -12,8 +12,13 @@ written as it was read (line ends as ``\\n``): comments, multiword-token ranges 
 (``8.1``). Trees are decoded as the run was trained: projective (Eisner) or not (Chu-Liu-Edmonds), one
 word under the root.
 
+A words-only parser (``tags: predicted``, ``recipes/ud_deep_words_softmax_margin.yaml``) reads FORM alone and
+writes UPOS as well; it also reads plain text, one whitespace-tokenized sentence per line (``--input-format
+text``), and writes CoNLL-U with ID, FORM, UPOS, HEAD and DEPREL filled. A progress bar shows on a terminal's
+stderr from 500 sentences on.
+
 From Python: ``parse_sentences(load_parser("RUN/parser.pt"), [[("Dogs", "NOUN"), ("bark", "VERB")]])`` returns the
-heads (0 = the root) and relations of each sentence.
+heads (0 = the root) and relations of each sentence (and, for a words-only parser, the predicted ``upos``).
 
 When the input's HEAD columns hold a single-root tree for every sentence (a treebank's dev or test file), the
 command also reports UAS and LAS against them (HEAD integers that are not trees are named, not scored), by CoNLL 2018's definitions (every word, punctuation included; LAS on the
@@ -40,6 +45,7 @@ from ..errors import SSVMInputError, check, run_cli
 from ..outputs import load_torch
 from ..trees.checks import FAULTS, tree_faults
 from .ud_parser import HEADS, attachment_scores, build_network, decode_split, tree_layer
+from .ud_tagging import TAG_LOSSES
 from .ud_text import UDVocab, make_split
 
 PARSER_KEYS = ("state_dict", "vocab", "hparams")
@@ -47,6 +53,8 @@ VOCAB_KEYS = ("words", "word_counts", "chars", "upos", "rels")
 # the hyper-parameters the network and the tree layer of a parser.pt are built from (build_network, tree_layer)
 NETWORK_SIZES = ("word_dim", "char_dim", "char_filters", "upos_dim", "hidden", "layers", "arc_dim", "rel_dim")
 NETWORK_FLAGS = ("projective", "upos_input")
+#: from this many sentences a parse shows a progress bar on stderr (a terminal's)
+PROGRESS_MIN = 500
 
 
 @dataclass
@@ -112,6 +120,14 @@ def check_parser_fields(obj: dict, path) -> None:
             raise bad(f"hparams[{k!r}]", "an int >= 1", hp[k])
     if not (isinstance(hp["dropout"], (int, float)) and 0 <= hp["dropout"] < 1):
         raise bad("hparams['dropout']", "a probability in [0, 1)", hp["dropout"])
+    tags = hp.get("tags", "gold")                     # before the words-only parser: gold tags
+    if tags not in ("gold", "predicted"):
+        raise bad("hparams['tags']", "'gold' or 'predicted'", tags)
+    if tags == "predicted":
+        if hp.get("tag_loss") not in TAG_LOSSES:
+            raise bad("hparams['tag_loss']", f"one of {', '.join(TAG_LOSSES)}", hp.get("tag_loss"))
+        if not (isinstance(hp.get("tag_dim"), int) and not isinstance(hp.get("tag_dim"), bool) and hp["tag_dim"] >= 1):
+            raise bad("hparams['tag_dim']", "an int >= 1 (a words-only parser's tagger)", hp.get("tag_dim"))
     order = hp.get("order", 1)                        # a parser.pt written before the second order has none
     if order not in (1, 2) or isinstance(order, bool):
         raise bad("hparams['order']", "1 or 2", order)
@@ -229,7 +245,8 @@ def parse_sentences(parser: TrainedParser, sentences: list, device=None, chunk: 
                                      f"tags ({', '.join(UPOS_TAGS)}); this parser reads each word's UPOS "
                                      "(upos_input true)")
     split = make_split("sentences", word_treebank("sentences", sentences), parser.vocab)
-    return decode_split(parser.network, parser.tree, split, parser.vocab.rels, parse_device(device or "cpu"), chunk)
+    return decode_split(parser.network, parser.tree, split, parser.vocab.rels, parse_device(device or "cpu"), chunk,
+                        parser.vocab.upos, progress=len(sentences) >= PROGRESS_MIN)
 
 
 def file_sentences(doc: ConlluFile, upos_needed: bool) -> list:
@@ -282,21 +299,50 @@ def parse_file(parser: TrainedParser, doc: ConlluFile, device=None, chunk: int =
 
 
 def written(doc: ConlluFile, pred: dict) -> bytes:
-    """``doc``'s text with HEAD and DEPREL of every word line replaced by ``pred``'s."""
+    """``doc``'s text with HEAD and DEPREL of every word line replaced by ``pred``'s, and UPOS too when ``pred``
+    has it (a words-only parser)."""
     lines = list(doc.lines)
-    for sent, heads, labels in zip(doc.words, pred["heads"], pred["labels"]):
-        for k, h, r in zip(sent, heads, labels):
+    tags = pred.get("upos") or [None] * len(doc.words)
+    for sent, heads, labels, upos in zip(doc.words, pred["heads"], pred["labels"], tags):
+        for j, (k, h, r) in enumerate(zip(sent, heads, labels)):
             fields = lines[k].split("\t")
             fields[6], fields[7] = str(h), r
+            if upos is not None:
+                fields[3] = upos[j]
             lines[k] = "\t".join(fields)
     return ("\n".join(lines) + "\n").encode("utf-8")
+
+
+def text_words(path) -> ConlluFile:
+    """Plain text, one sentence per line, words separated by whitespace (``--input-format text``), as a CoNLL-U
+    document whose only filled columns are ID and FORM (blank lines skipped)."""
+    path = Path(path)
+    if not path.is_file():
+        raise SSVMInputError(f"input: expected a text file, {path} "
+                             f"{'is a directory' if path.is_dir() else 'does not exist'}")
+    try:
+        raw = (gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")).read().decode("utf-8-sig")
+    except (OSError, UnicodeDecodeError, EOFError) as e:
+        raise SSVMInputError(f"input: {path} is not a readable UTF-8 text file ({type(e).__name__}: {e})") from None
+    lines, words = [], []
+    for text in raw.splitlines():
+        tokens = text.split()
+        if not tokens:
+            continue
+        words.append(list(range(len(lines), len(lines) + len(tokens))))
+        lines += [f"{i}\t{t}\t_\t_\t_\t_\t_\t_\t_\t_" for i, t in enumerate(tokens, 1)] + [""]
+    if not words:
+        raise SSVMInputError(f"input: {path} holds no sentence (every line is blank)")
+    return ConlluFile(path, lines, words)
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m ssvm_torch.deep.ud_parse", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--model", required=True, help="the parser.pt of a run of recipes/ud_deep_<head>.yaml")
-    p.add_argument("--input", required=True, help="a CoNLL-U file (.gz read as gzip)")
+    p.add_argument("--input", required=True, help="a CoNLL-U file (.gz read as gzip), or text with --input-format text")
+    p.add_argument("--input-format", choices=("conllu", "text"), default="conllu",
+                   help="conllu, or text: one whitespace-tokenized sentence per line (a words-only parser's input)")
     p.add_argument("--output", required=True, help="the CoNLL-U file to write (.gz written as gzip)")
     p.add_argument("--device", default="cpu", help="cpu or cuda[:k]")
     p.add_argument("--batch", type=int, default=128, help="sentences per forward pass")
@@ -324,7 +370,10 @@ def run(args) -> dict:
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     parser = load_parser(args.model, device)
-    doc = read_words(args.input)
+    if args.input_format == "text" and parser.hparams["upos_input"]:
+        raise SSVMInputError(f"input_format: 'text' has no UPOS, and {args.model} reads every word's gold UPOS (trained "
+                             "with upos_input true); use a words-only parser (tags: predicted) or CoNLL-U with UPOS")
+    doc = text_words(args.input) if args.input_format == "text" else read_words(args.input)
     t0 = time.perf_counter()
     pred = parse_file(parser, doc, device, args.batch)
     seconds = time.perf_counter() - t0

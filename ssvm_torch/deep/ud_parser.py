@@ -11,6 +11,12 @@ the mean per-sentence loss of its head scores plus the relation cross-entropy at
   the training trees that are not projective, 2.3% of EWT's, then enter the relation loss only) or all
   trees (Chu-Liu-Edmonds, the matrix-tree theorem).
 
+``tags="predicted"`` (with ``upos_input=False``) makes a parser that reads words only: a UPOS head on the shared
+encoder (:mod:`ssvm_torch.deep.ud_tagging`, a :class:`ssvm_torch.nn.LinearChain` with its own ``tag_loss``) is
+trained jointly (the loss adds ``tag_weight`` x the tagger's) and predicts the tags at test time; the tree head
+reads the shared states, not the tags. Its dev UPOS accuracy is recorded every epoch, the test one and the
+predicted tags (``"upos"``) in the outputs.
+
 ``order=2`` adds adjacent-sibling scores (the network's triaffine sibling scorer, ``sib_dim``; Zhang et al.
 2020) to a tree head's arc scores: the second-order projective model of :class:`ssvm_torch.nn.DependencyTree`,
 trained with the same three losses and decoded by the second-order Eisner (McDonald & Pereira 2006).
@@ -35,12 +41,14 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 import time
 
 import lightning as L
 import torch
 import torch.nn.functional as F
 import torch.utils.data as tud
+from tqdm import tqdm
 
 from ..atomic import atomic_write_bytes
 from ..errors import check, check_choice, check_positive
@@ -53,7 +61,8 @@ from .dev_selection import DevSelectedRun
 from .conll_chunker import peak_rss_mb
 from .conll_text import word_dropout
 from .epochs import EpochPermutation, epoch_mean, epoch_seed, manual_step
-from .ud_text import load_ud_parsing
+from .ud_tagging import TAG_LOSSES, TagHead, upos_accuracy
+from .ud_text import SPECIALS, load_ud_parsing
 
 HEADS = ("local", "crf", "hinge", "softmax_margin")
 
@@ -76,9 +85,11 @@ def build_network(hp, vocab) -> BiaffineParser:
     vocabularies ``vocab`` (:class:`~ssvm_torch.deep.ud_text.UDVocab`): what a run trains and what a saved
     ``parser.pt`` is loaded into (one without ``order``, written before the second order, is first order)."""
     sib_dim = hp["sib_dim"] if hp.get("order", 1) == 2 else 0
+    tagger = (TagHead(2 * hp["hidden"], len(vocab.upos) - len(SPECIALS), hp["tag_dim"], hp["dropout"], hp["tag_loss"])
+              if hp.get("tags", "gold") == "predicted" else None)
     return BiaffineParser(len(vocab.words), len(vocab.chars), len(vocab.upos), len(vocab.rels), hp["word_dim"],
                           hp["char_dim"], hp["char_filters"], hp["upos_dim"], hp["hidden"], hp["layers"],
-                          hp["arc_dim"], hp["rel_dim"], hp["dropout"], hp["upos_input"], sib_dim)
+                          hp["arc_dim"], hp["rel_dim"], hp["dropout"], hp["upos_input"], sib_dim, tagger)
 
 
 def sibling_scores(network: BiaffineParser, states: torch.Tensor):
@@ -97,13 +108,17 @@ def tree_layer(loss: str, projective: bool) -> DependencyTree:
 
 
 @torch.no_grad()
-def decode_split(network: BiaffineParser, tree: DependencyTree, split, rels: list, device, chunk: int = 128) -> dict:
+def decode_split(network: BiaffineParser, tree: DependencyTree, split, rels: list, device, chunk: int = 128,
+                 upos_names: list | None = None, progress: bool = False) -> dict:
     """Heads and relation names of every sentence of ``split`` (a :class:`~ssvm_torch.deep.ud_text.UDSplit`, in
     its order): trees decoded by the tree layer ``tree`` (Eisner or MST), relations by the network's labeler at
     those heads (names from ``rels``); also the per-word argmax heads (``heads_argmax``). Sentences batched by
-    length, ``chunk`` at a time; the caller sets the network's mode (eval for dropout off)."""
+    length, ``chunk`` at a time; the caller sets the network's mode (eval for dropout off). A words-only
+    network (with a tagger) also predicts the UPOS tags (``upos``, names from ``upos_names``). ``progress``: a
+    progress bar on stderr when it is a terminal."""
     order = torch.argsort(split.lengths, stable=True)
-    heads, labels, argmax = [None] * split.n, [None] * split.n, [None] * split.n
+    heads, labels, argmax, upos = [None] * split.n, [None] * split.n, [None] * split.n, [None] * split.n
+    bar = tqdm(total=split.n, unit="sentence", file=sys.stderr, disable=None if progress else True, leave=False)
     s = 0
     while s < split.n:
         idx = order[s:s + chunk]
@@ -119,6 +134,7 @@ def decode_split(network: BiaffineParser, tree: DependencyTree, split, rels: lis
         sibs = sibling_scores(network, states)
         best = tree.decode(arcs.float(), batch["mask"], sib_scores=None if sibs is None else sibs.float())
         rel = network.rel_scores(states, best).argmax(2).cpu()
+        tags = network.tagger.decode(states, batch["mask"]).cpu() if network.tagger is not None else None
         N = arcs.shape[1]
         cand = torch.arange(N, device=arcs.device)[None, None, :] <= batch["lengths"][:, None, None]
         local = arcs.masked_fill(~cand, float("-inf")).argmax(2).cpu()
@@ -128,7 +144,12 @@ def decode_split(network: BiaffineParser, tree: DependencyTree, split, rels: lis
             heads[i] = best[row, 1:n + 1].tolist()
             labels[i] = [rels[k] for k in rel[row, 1:n + 1].tolist()]
             argmax[i] = local[row, 1:n + 1].tolist()
-    return {"heads": heads, "labels": labels, "heads_argmax": argmax}
+            if tags is not None:
+                upos[i] = [upos_names[k] for k in tags[row, 1:n + 1].tolist()]
+        bar.update(len(idx))
+    bar.close()
+    out = {"heads": heads, "labels": labels, "heads_argmax": argmax}
+    return {**out, "upos": upos} if network.tagger is not None else out
 
 
 class UDParser(DevSelectedRun, L.LightningModule):
@@ -140,7 +161,8 @@ class UDParser(DevSelectedRun, L.LightningModule):
     checkpoint_key, checkpoint_names = "ssvm_ud_parser", ("UDParser", "parser state")
 
     resume_identity = ("loss", "projective", "upos_input", "word_min_count", "train_size", "word_dim", "char_dim",
-                       "char_filters", "upos_dim", "hidden", "layers", "arc_dim", "rel_dim", "order", "sib_dim")
+                       "char_filters", "upos_dim", "hidden", "layers", "arc_dim", "rel_dim", "order", "sib_dim", "tags",
+                       "tag_loss", "tag_dim")
 
     def __init__(self, loss: str = "crf", projective: bool = True, upos_input: bool = True,
                  word_min_count: int = 2, word_dropout: float = 0.25, word_dim: int = 100, char_dim: int = 30,
@@ -148,7 +170,8 @@ class UDParser(DevSelectedRun, L.LightningModule):
                  arc_dim: int = 256, rel_dim: int = 64, dropout: float = 0.33, lr: float = 2e-3,
                  grad_clip: float = 5.0, batch_sentences: int = 32, patience: int = 5,
                  train_size: int | None = None, seed: int = 0, threads: int | None = None, out: str | None = None,
-                 order: int = 1, sib_dim: int = 100):
+                 order: int = 1, sib_dim: int = 100, tags: str = "gold", tag_loss: str = "softmax_margin",
+                 tag_weight: float = 1.0, tag_dim: int = 100):
         super().__init__()
         self.save_hyperparameters()
         self.automatic_optimization = False
@@ -165,6 +188,14 @@ class UDParser(DevSelectedRun, L.LightningModule):
                   "an int >= 1 (a layer size or count of the network)", value)
         check(order in (1, 2) and not isinstance(order, bool), "order", "1 (arc-factored) or 2 (adjacent siblings)",
               order)
+        check_choice(tags, "tags", ("gold", "predicted"))
+        if tags == "predicted":
+            check(not upos_input, "upos_input", "false with tags predicted (nothing gold but the words reaches the "
+                  "network)", upos_input)
+            check_choice(tag_loss, "tag_loss", TAG_LOSSES)
+            check(isinstance(tag_dim, int) and not isinstance(tag_dim, bool) and tag_dim >= 1, "tag_dim",
+                  "an int >= 1", tag_dim)
+            check(isinstance(tag_weight, (int, float)) and tag_weight > 0, "tag_weight", "a number > 0", tag_weight)
         if order == 2:
             check(loss != "local", "loss", "a tree loss (crf, hinge or softmax_margin) with order 2: the sibling scores "
                   "are trained through the tree layer", loss)
@@ -278,7 +309,10 @@ class UDParser(DevSelectedRun, L.LightningModule):
         rel = self.parser.rel_scores(states, batch["heads"])
         rel_ce = F.cross_entropy(rel.transpose(1, 2), batch["rels"].masked_fill(~batch["mask"], -100),
                                  ignore_index=-100, reduction="none").sum(1)
-        return (self.head_loss(arcs, batch, sibling_scores(self.parser, states)) + rel_ce).mean()
+        total = self.head_loss(arcs, batch, sibling_scores(self.parser, states)) + rel_ce
+        if self.parser.tagger is not None:                 # the joint loss of a words-only parser
+            total = total + self.hparams.tag_weight * self.parser.tagger.loss(states, batch["upos"], batch["mask"])
+        return total.mean()
 
     def on_train_epoch_end(self) -> None:
         hp = self.hparams
@@ -289,6 +323,8 @@ class UDParser(DevSelectedRun, L.LightningModule):
                "tree_layer_share": self.tree_seconds / max(seconds, 1e-9), "peak_rss_mb": peak_rss_mb()}
         if hp.loss == "local":
             rec.update(dev_uas_argmax=dev["uas_argmax"], dev_argmax_not_tree=dev["argmax_not_tree"])
+        if "upos" in dev:
+            rec["dev_upos"] = dev["upos"]
         if dev["las"] > self.best["dev_las"]:
             self.best = {"epoch": self.current_epoch, "dev_las": dev["las"], "dev_uas": dev["uas"],
                          "state": {k: v.detach().cpu().clone() for k, v in self.parser.state_dict().items()}}
@@ -311,7 +347,8 @@ class UDParser(DevSelectedRun, L.LightningModule):
         was = self.parser.training
         self.parser.eval()
         try:
-            return decode_split(self.parser, self.tree, split, self.corpus.vocab.rels, self.device, chunk)
+            return decode_split(self.parser, self.tree, split, self.corpus.vocab.rels, self.device, chunk,
+                                self.corpus.vocab.upos)
         finally:
             self.parser.train(was)
 
@@ -328,7 +365,11 @@ class UDParser(DevSelectedRun, L.LightningModule):
         for i, h in enumerate(pred["heads_argmax"]):
             padded[i, 1:len(h) + 1] = torch.tensor(h)
         not_tree = float((tree_faults(padded, lengths, False, False) != 0).double().mean()) * 100
-        return {"uas": uas, "las": las, "uas_argmax": uas_argmax, "argmax_not_tree": not_tree, "pred": pred}
+        out = {"uas": uas, "las": las, "uas_argmax": uas_argmax, "argmax_not_tree": not_tree, "pred": pred}
+        if "upos" in pred:
+            gold_upos = [split.upos_names[int(split.offsets[i]):int(split.offsets[i + 1])] for i in range(split.n)]
+            out["upos"] = upos_accuracy(gold_upos, pred["upos"])
+        return out
 
     # -- checkpoints ----------------------------------------------------------------------------
     # -- outputs (the checkpoint's history / best and on_fit_end: DevSelectedRun) ---------------
@@ -356,6 +397,8 @@ class UDParser(DevSelectedRun, L.LightningModule):
             results.update(test_uas=test["uas"], test_las=test["las"], test_uas_argmax=test["uas_argmax"],
                            test_argmax_not_tree_pct=test["argmax_not_tree"],
                            test_sentences_per_s=self.corpus.test.n / max(test_s, 1e-9))
+            if "upos" in test:
+                results["test_upos"] = test["upos"]
         else:
             results["interrupted"] = True
         save_history(out, self.history)
@@ -366,7 +409,8 @@ class UDParser(DevSelectedRun, L.LightningModule):
         atomic_write_bytes(out / "results.json", json.dumps(results, indent=1).encode())
         if not final:
             return out, "LAS", results["dev_las"], results["best_epoch"]
-        save_torch(out / "test_predictions.pt", {"heads": pred["heads"], "labels": pred["labels"]})
+        save_torch(out / "test_predictions.pt", {"heads": pred["heads"], "labels": pred["labels"],
+                                                 **({"upos": pred["upos"]} if "upos" in pred else {})})
         log_hp_metrics(self, {"hp_metric": results["dev_las"], "hp/test_las": results["test_las"]}, len(self.history))
         print(f"best dev LAS {results['dev_las']:.2f} (epoch {results['best_epoch']}); test UAS {results['test_uas']:.2f} "
               f"LAS {results['test_las']:.2f} on {self.corpus.test.n} sentences; {results['s_per_epoch']:.1f} s/epoch; "

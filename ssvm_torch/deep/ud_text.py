@@ -10,7 +10,7 @@ on which LAS is scored (CoNLL 2018). The root token has ids of its own (ROOT) in
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -53,7 +53,8 @@ class UDSplit(OffsetSentences):
     """One split as flat word tensors with sentence ``offsets`` (n + 1,): ``word`` / ``form`` / ``upos`` ids,
     gold ``head`` (within the sentence, 0 = root) and ``rel`` ids (-1 for a relation training lacks);
     ``forms`` the character ids (n_forms, L) of the split's distinct forms, PAD-padded (row 0: the root's);
-    ``rel_names`` the gold universal relations as strings; ``projective`` (n,) per sentence."""
+    ``rel_names`` the gold universal relations as strings; ``projective`` (n,) per sentence; ``upos_names`` the
+    gold UPOS strings."""
 
     name: str
     offsets: torch.Tensor
@@ -65,6 +66,7 @@ class UDSplit(OffsetSentences):
     rel: torch.Tensor
     rel_names: list
     projective: torch.Tensor
+    upos_names: list = field(default_factory=list)      # the gold UPOS strings (a words-only parser's accuracy)
 
     def gold_heads(self, i: int) -> list:
         return self.head[int(self.offsets[i]):int(self.offsets[i + 1])].tolist()
@@ -123,7 +125,7 @@ def make_split(name: str, bank: Treebank, vocab: UDVocab) -> UDSplit:
     return UDSplit(name, offsets, torch.tensor([word_index.get(f.lower(), UNK) for f in bank.forms]),
                    torch.tensor([form_index[f] for f in bank.forms]), forms,
                    torch.tensor([upos_index.get(p, UNK) for p in bank.upos]), heads,
-                   torch.tensor([rel_index.get(r, -1) for r in rel_names]), rel_names, projective)
+                   torch.tensor([rel_index.get(r, -1) for r in rel_names]), rel_names, projective, list(bank.upos))
 
 
 @dataclass
