@@ -45,8 +45,14 @@ def chain_brute(layer: LinearChain, E, mask, tags, loss: str) -> torch.Tensor:
     return a.max() - c.max() if loss == "hinge" else torch.logsumexp(a, 0) - torch.logsumexp(c, 0)
 
 
+def _triton_ready() -> bool:
+    from ssvm_torch.chain.triton_viterbi import interpreting, triton
+    return triton is not None and (torch.cuda.is_available() or interpreting())
+
+
 @pytest.mark.parametrize("loss", LOSSES)
-@pytest.mark.parametrize("kernels", ["numba", "torch"])
+@pytest.mark.parametrize("kernels", ["numba", "torch", pytest.param("triton", marks=pytest.mark.skipif(
+    not _triton_ready(), reason="needs Triton and a GPU or TRITON_INTERPRET=1"))])
 @pytest.mark.parametrize("constrained", [False, True], ids=["free", "bio"])
 def test_chain_losses_and_gradients_equal_enumeration(loss, kernels, constrained):
     torch.manual_seed(0)
@@ -62,8 +68,12 @@ def test_chain_losses_and_gradients_equal_enumeration(loss, kernels, constrained
     if constrained:                                               # observed tags that the constraints allow
         tags[1] = torch.tensor([1, 2, 0, 0, 0])
         tags[4] = torch.tensor([-1, 1, 2, 2, 0])
-    per = layer(E, tags, mask, reduction="none")
-    (g,) = torch.autograd.grad(per.sum(), E)
+    dev = "cuda" if kernels == "triton" and torch.cuda.is_available() else "cpu"   # else Triton's interpreter
+    on = layer.to(dev)
+    Ed = E.detach().to(dev).requires_grad_(True)
+    per = on(Ed, tags.to(dev), mask.to(dev), reduction="none").cpu()
+    (g,) = torch.autograd.grad(per.sum(), Ed)
+    g, layer = g.cpu(), on.cpu()
     E2 = E.detach().clone().requires_grad_(True)
     ref = torch.stack([chain_brute(layer, E2[b], mask[b], tags[b], loss) for b in range(5)])
     (g_ref,) = torch.autograd.grad(ref.sum(), E2)
