@@ -20,7 +20,7 @@ import json
 import os
 import platform
 import statistics
-import time
+import sys
 from pathlib import Path
 
 import numba
@@ -28,19 +28,10 @@ import torch
 
 from ssvm_torch.nn import DependencyTree, LinearChain
 
+sys.path.insert(0, str(Path(__file__).parent))
+from bench_trees import alternated  # noqa: E402
+
 LOSSES = ("crf", "hinge", "softmax_margin")
-
-
-def alternated(fns: dict, repeats: int) -> dict:
-    for fn in fns.values():
-        fn()
-    out = {k: [] for k in fns}
-    for _ in range(repeats):
-        for k, fn in fns.items():
-            t0 = time.perf_counter()
-            fn()
-            out[k].append(time.perf_counter() - t0)
-    return out
 
 
 def op_rows(name: str, shape: str, ops: dict, repeats: int) -> list:

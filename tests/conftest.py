@@ -205,3 +205,15 @@ def random_dependency_data(rng, n, d, lmin=1, lmax=5, per_arc=3, projective_only
                           torch.tensor(np.concatenate([zero, np.cumsum(n_arcs)])),
                           torch.tensor(np.concatenate([zero, np.cumsum(counts)])), torch.tensor(ids), d, "random-trees",
                           tok_ptr=torch.tensor(np.concatenate([zero, np.cumsum(tok_counts)])), tok_ids=torch.tensor(tok_ids))
+
+
+@pytest.fixture(params=["one tile", "small tiles"])
+def tiles(request, monkeypatch):
+    """The Triton tree kernels (ssvm_torch/trees/triton_eisner.py, triton_sibling.py) with one tile per
+    width, then with tiles smaller than the sentence: several span and split / sibling chunks per width."""
+    if request.param == "small tiles":
+        from ssvm_torch.trees import triton_eisner
+        cuda = torch.cuda.is_available()
+        monkeypatch.setattr(triton_eisner, "BLOCK_I", 16 if cuda else 4)
+        monkeypatch.setattr(triton_eisner, "BLOCK_D", 16 if cuda else 2)
+    return request.param

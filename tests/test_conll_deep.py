@@ -117,7 +117,8 @@ def test_hybrid_crf_run_trains_the_attribute_rows(tmp_path):
     assert json.loads((out / "results.json").read_text())["test_f1"] > 0
 
 
-@pytest.mark.parametrize("ema", [[], ["--model.ema_decay", "0.9"]], ids=["plain", "ema"])
+@pytest.mark.parametrize("ema", [[], pytest.param(["--model.ema_decay", "0.9"], marks=pytest.mark.slow)],
+                         ids=["plain", "ema"])
 def test_resumed_run_ends_where_the_uninterrupted_run_ends(tmp_path, ema):
     full = run(tmp_path / "full", *ema, epochs=3)
     first = run(tmp_path / "cut", *ema, epochs=2)

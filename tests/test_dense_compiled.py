@@ -134,7 +134,7 @@ def test_other_solvers_on_the_compiled_store(problems, name, opts):
     torch.testing.assert_close(a.w, b.w, rtol=0, atol=1e-10)
 
 
-@pytest.mark.parametrize("name", list(DENSE))
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n == "pose-synth" else n for n in DENSE])
 def test_incremental_w_is_the_sum_of_blocks_after_many_moves(problems, name):
     """10^4 random FW, pairwise and away moves (random step sizes, no recomputation): w = sum_i w_i
     and ell = sum_i ell_i to 1e-10; then the same moves on the torch store give the same point.
@@ -187,7 +187,8 @@ def test_compiled_oracles_refuse_weights_outside_the_box(problems):
 @pytest.mark.parametrize("name,size", [("scene", None),
                                        pytest.param("ocr-letters", None, marks=pytest.mark.slow),
                                        ("segmentation-synth", 10),
-                                       pytest.param("pose-synth", 6, marks=pytest.mark.slow), ("hansards", 8)])
+                                       pytest.param("pose-synth", 6, marks=pytest.mark.slow),
+                                       pytest.param("hansards", 8, marks=pytest.mark.slow)])
 def test_compiled_run_resumes_exactly_through_the_cli(tmp_path, name, size):
     """Pairwise steps with the cache keep the compiled store's (host) labelings in their working sets:
     a checkpointed and resumed ssvm-train run equals the uninterrupted one. OCR letters and pose (the

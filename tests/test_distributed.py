@@ -65,7 +65,10 @@ def single(spec):
 @pytest.mark.parametrize("spec", [OCR, pytest.param({**OCR, "exchange": "gather"}, marks=pytest.mark.slow),
                                   CONLL,
                                   pytest.param({**CONLL, "sparse_direction": True}, marks=pytest.mark.slow),
-                                  {**OCR, "sparse_direction": True}, COLUMNS, {**OCR, "exchange": "columns"}, EDGES],
+                                  # OCR's sparse directions and its column exchange spawn their own runs: slow tier
+                                  # (CoNLL's column and edge cases check both code paths on the shared runs)
+                                  pytest.param({**OCR, "sparse_direction": True}, marks=pytest.mark.slow), COLUMNS,
+                                  pytest.param({**OCR, "exchange": "columns"}, marks=pytest.mark.slow), EDGES],
                          ids=["ocr-allreduce", "ocr-gather", "conll-gather", "conll-sparse-gather",
                               "ocr-sparse-allreduce", "conll-columns", "ocr-columns", "conll-edges-columns"])
 def test_two_ranks_follow_the_single_process_trajectory(spec, tmp_path, request):
@@ -235,6 +238,7 @@ def test_one_process_runs_the_column_kernels_where_they_apply(tmp_path):
         assert a["test_error"] == b["test_error"]
 
 
+@pytest.mark.slow   # torchrun itself launches ssvm-train in the fast tier's Ctrl-C case; exactness: the spawned runs above
 def test_torchrun_launch_of_ssvm_train_matches_one_process(tmp_path):
     """The README's launch command: torchrun runs ssvm-train on 2 ranks; with the gather exchange its
     model.pt is bit-identical to the 1-process run, and only rank 0 writes."""
@@ -338,7 +342,7 @@ def _torchrun_ranks(launcher_pid: int) -> dict:
 @pytest.mark.parametrize("fault", [
     "ctrl-c",                                                    # the terminal's Ctrl-C: the whole process group
     pytest.param("ctrl-c-launcher", marks=pytest.mark.slow),     # Ctrl-C to the launcher alone
-    "kill-rank-1",
+    pytest.param("kill-rank-1", marks=pytest.mark.slow),         # a dead rank: test_a_dead_rank_stops_the_others
     pytest.param("kill-rank-0", marks=pytest.mark.slow)])
 def test_torchrun_ctrl_c_and_a_dead_rank_keep_the_last_certified_point(tmp_path, fault):
     """The audit's cases under torchrun --nproc-per-node 2 --checkpoint. Ctrl-C (to the process group as a

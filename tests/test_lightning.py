@@ -70,6 +70,7 @@ def test_chunks_smaller_than_a_pass_draw_the_same_blocks(tmp_path):
     assert module.trainer.global_step == 2 * 13
 
 
+@pytest.mark.slow       # test_killed_run_resumes_exactly checks the same history through the CLI in the fast tier
 def test_resume_reproduces_the_uninterrupted_run(tmp_path):
     cfg = dict(dataset="ocr-small", lam=0.01, passes=9, gap_check=2, seed=5, step="pairwise", cache=True)
     full = SSVMModule(**cfg)

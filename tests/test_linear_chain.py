@@ -327,7 +327,8 @@ def test_bad_input_gets_a_clear_error_naming_the_field():
         (lambda: lay(E, tags[:, :2]), "tags: expected shape"),
         (lambda: lay(E, tags.float()), "tags: expected an integer tensor"),
         (lambda: lay(E, torch.full_like(tags, K)), f"tags: expected values in [0, {K - 1}]"),
-        (lambda: lay(E, torch.full_like(tags, -1)), "row 0, position 0"),
+        # negative tags are unobserved (partial annotation): a loss takes them, a score needs every tag
+        (lambda: lay.score(E, torch.full_like(tags, -1)), "row 0, position 0 is unobserved"),
         (lambda: lay(E.masked_fill(torch.rand(2, 3, K) > 0.5, float("nan")), tags), "emissions: expected scores without NaN or inf"),
         (lambda: lay(E, tags, torch.ones(2, 2, dtype=torch.bool)), "mask: expected a tensor"),
         (lambda: lay(E, tags, torch.full((2, 3), 2)), "mask: expected values 0 or 1 (a bool tensor, or integers 0/1), got 2"),

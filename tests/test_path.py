@@ -153,7 +153,7 @@ def test_regpath_pieces_and_roundtrip(tmp_path):
 
 def test_ssvm_path_cli_files(tmp_path, capsys):
     out = tmp_path / "p"
-    assert path_main(["--dataset", "ocr-small", "--eps", "0.3", "--lam-min", "0.1", "--out", str(out)]) == 0
+    assert path_main(["--dataset", "ocr-small", "--eps", "0.3", "--lam-min", "0.2", "--out", str(out)]) == 0
     assert "breakpoints" in capsys.readouterr().out
     saved = torch.load(out / "path.pt")
     assert {"lambdas", "W", "ells", "eps"} <= set(saved) and saved["W"].shape == (len(saved["lambdas"]), 4082)
@@ -172,7 +172,7 @@ def test_ssvm_path_cli_files(tmp_path, capsys):
     gap = lam * float(w @ w) - ell + float(dual.gap_pass().H.sum()) / train.n
     assert 0 <= gap <= 0.3 + 1e-9
     gated = tmp_path / "gated"
-    assert path_main(["--dataset", "ocr-small", "--eps", "0.3", "--lam-min", "0.2", "--gated", "--gap-check", "0.5",
+    assert path_main(["--dataset", "ocr-small", "--eps", "0.3", "--lam-min", "0.4", "--gated", "--gap-check", "0.5",
                       "--quiet", "--out", str(gated)]) == 0
     assert all(r["gap"] <= 0.9 * 0.3 + 1e-12 for r in json.loads((gated / "path.json").read_text())[1:])
     assert path_main(["--eps", "0", "--out", str(out)]) == 2

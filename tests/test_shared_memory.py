@@ -134,7 +134,10 @@ def shard_w(spec, state):
     return task, out
 
 
-@pytest.mark.parametrize("spec", [SHARED, CHAIN, TREES], ids=["ocr", "conll", "ud-ewt"])
+# OCR's and UD's cases are slow (CoNLL's runs the same exchange in the fast tier; the tree store's one-process
+# case below stays fast)
+@pytest.mark.parametrize("spec", [pytest.param(SHARED, marks=pytest.mark.slow), CHAIN,
+                                  pytest.param(TREES, marks=pytest.mark.slow)], ids=["ocr", "conll", "ud-ewt"])
 def test_two_ranks_are_exact_at_every_check(spec, request, tmp_path):
     run = request.getfixturevalue("shared_run") if spec is SHARED else spawn(spec, tmp_path)
     hist = run["history"]

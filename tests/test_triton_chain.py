@@ -13,7 +13,8 @@ from ssvm_torch.chain.torch_viterbi import viterbi_loop
 from ssvm_torch.errors import SSVMInputError
 from ssvm_torch.nn import LinearChain, allowed_transitions
 
-DEV = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+CUDA = torch.cuda.is_available()
+DEV = torch.device("cuda" if CUDA else "cpu")
 pytestmark = pytest.mark.skipif(not fused_available(torch.zeros(1, 1, 2, device=DEV)),
                                 reason="needs Triton (the dev extra) and a GPU or TRITON_INTERPRET=1")
 LABELS = {"BIO": ["O", "B-NP", "I-NP", "B-VP", "I-VP"], "BIOES": ["O", "B-NP", "I-NP", "E-NP", "S-NP"]}
@@ -72,8 +73,9 @@ CASES = [(5, None, "hamming"), (5, "BIO", "hamming"), (5, "BIOES", "normalized")
          (40, None, "hamming")]
 
 
-@pytest.mark.parametrize("loss", ["hinge", "crf", "softmax_margin"])
-@pytest.mark.parametrize("K,scheme,token_loss", CASES)
+@pytest.mark.parametrize("K,scheme,token_loss,loss", [
+    (*case, loss) if case[0] < 40 or loss == "hinge" or CUDA else pytest.param(*case, loss, marks=pytest.mark.slow)
+    for case in CASES for loss in ("hinge", "crf", "softmax_margin")])      # K = 40 beyond the hinge: slow tier on CPU
 def test_triton_losses_gradients_decode_and_marginals_equal_numba(loss, K, scheme, token_loss):
     if loss == "crf":
         token_loss = "hamming"            # the CRF takes no task cost (LinearChain refuses one)
@@ -89,8 +91,9 @@ def test_triton_losses_gradients_decode_and_marginals_equal_numba(loss, K, schem
     assert bool((got[5][2] == -1).all()) and float(got[0][2]) == 0.0      # the empty row
 
 
-@pytest.mark.parametrize("loss", ["hinge", "crf", "softmax_margin"])
-@pytest.mark.parametrize("K", [5, 40])
+@pytest.mark.parametrize("loss,K", [(loss, K) if K == 5 or loss == "hinge" or CUDA
+                                    else pytest.param(loss, K, marks=pytest.mark.slow)      # K = 40: the interpreter's
+                                    for K in (5, 40) for loss in ("hinge", "crf", "softmax_margin")])  # longest
 def test_padded_rows_walked_to_their_ends_equal_numba(loss, K):
     """Rows that end before T (a padded batch; K = 40 puts one or two rows in a program, so the programs'
     ends differ): the kernels stop at their rows' last masked-on position and the gradient past it is 0."""
@@ -170,10 +173,14 @@ def test_forcing_triton_where_it_cannot_run_names_the_reason():
         lay.decode(E)
 
 
-@pytest.mark.parametrize("decoder,sort_from", [("fused", None), ("fused", 1), ("fused-rows", 1),
-                                               ("fused-transposed", None)])
-@pytest.mark.parametrize("task,options", [("ocr-small", {}),
-                                          ("conll2000", dict(features="sha-pereira", tags="bioes", constraints="bioes"))])
+DECODERS = [("fused", None), ("fused", 1), ("fused-rows", 1), ("fused-transposed", None)]
+GAP_TASKS = [("ocr-small", {}), ("conll2000", dict(features="sha-pereira", tags="bioes", constraints="bioes"))]
+
+
+# every variant on OCR; on CoNLL (BIOES constraints) the row and transposed variants are slow in the interpreter
+@pytest.mark.parametrize("task,options,decoder,sort_from", [
+    pytest.param(t, o, d, s, marks=pytest.mark.slow) if t == "conll2000" and d != "fused" and not CUDA else (t, o, d, s)
+    for t, o in GAP_TASKS for d, s in DECODERS])
 def test_the_fused_gap_pass_gives_the_torch_paths_terms(task, options, decoder, sort_from, monkeypatch):
     """The chain store's exact gap pass in one Triton kernel (ragged chains, the loss-augmented Viterbi,
     s(y_i), <M_i, theta_i>, the wrong positions) against its padded torch path, after a few passes

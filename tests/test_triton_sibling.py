@@ -3,14 +3,13 @@ there is a GPU, CPU tensors under Triton's interpreter without one (tests/confte
 recursions and the numba kernels: best trees with their tie rule (integer scores), their scores, log Z and
 its gradients (the arc and sibling marginals), single and multi root, ragged rows with an empty one, -inf
 arcs and sibling pairs, tiles smaller than the sentence; float32; the kernels compiled to PTX without a GPU."""
-import os
-
 import pytest
 import torch
 
 from ssvm_torch.trees import dependency_decode, dependency_log_partition, sibling_ops, torch_sibling, triton_sibling
 from ssvm_torch.trees import triton_eisner
 from ssvm_torch.trees.triton_eisner import interpreter_ready
+from triton_compile import assert_kernels_compile
 
 CUDA = torch.cuda.is_available()
 DEV = torch.device("cuda" if CUDA else "cpu")
@@ -34,15 +33,11 @@ def scores(seed, B, N, dtype=torch.float64):
     return S, SB, lengths
 
 
-@pytest.fixture(params=["one tile", "small tiles"])
-def tiles(request, monkeypatch):
-    if request.param == "small tiles":          # several span and sibling chunks per width
-        monkeypatch.setattr(triton_eisner, "BLOCK_I", 16 if CUDA else 4)
-        monkeypatch.setattr(triton_eisner, "BLOCK_D", 16 if CUDA else 2)
-    return request.param
-
-
-@pytest.mark.parametrize("multiroot", [False, True], ids=["single-root", "multi-root"])
+# small tiles with several roots is the interpreter's longest case: slow tier (each axis stays covered)
+@pytest.mark.parametrize("tiles,multiroot", [("one tile", False), ("one tile", True), ("small tiles", False),
+                                             pytest.param("small tiles", True, marks=pytest.mark.slow)],
+                         ids=["one tile-single-root", "one tile-multi-root", "small tiles-single-root",
+                              "small tiles-multi-root"], indirect=["tiles"])
 def test_best_tree_and_log_z_equal_torch_and_numba(multiroot, tiles):
     S, SB, lengths = scores(0, 4, N_SMALL)
     heads, best = triton_sibling.best_tree(S.to(DEV), SB.to(DEV), lengths.to(DEV), multiroot)
@@ -92,33 +87,9 @@ def test_public_operations_on_cuda_equal_the_cpu():
     torch.testing.assert_close(sb.grad.cpu(), rsb.grad)
 
 
-COMPILE = """
-import sys
-import triton
-from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource
-from ssvm_torch.trees import triton_sibling
-maxplus = sys.argv[1] == "max-plus"
-KEPT = ("AX", "AR", "AL", "KR", "KL")
-for fn in (triton_sibling._inside_kernel, triton_sibling._outside_kernel):
-    for dtype in ("*fp32", "*fp64"):
-        sig = {name: ("i32" if name in ("N", "START") else "constexpr" if name in ("MAXPLUS", "BLOCK_I", "BLOCK_D")
-                      else "*i32" if name in KEPT and maxplus else dtype) for name in fn.arg_names}
-        src = ASTSource(fn=fn, signature=sig, constexprs={"MAXPLUS": maxplus, "BLOCK_I": 64, "BLOCK_D": 32})
-        kernel = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4, "num_stages": 1})
-        assert ".entry" in kernel.asm["ptx"]
-        print("compiled", fn.__name__, dtype)
-"""
-
-
 @pytest.mark.skipif(CUDA, reason="with a GPU the tests above run the compiled kernels")
 @pytest.mark.parametrize("maxplus", ["max-plus", "log"])
 def test_kernels_compile_for_an_h100(maxplus):
     """Without a GPU the interpreter runs the kernels' Python; this compiles them to PTX for sm_90 (types,
     layouts, the loops' carried values), float32 and float64, in a process without TRITON_INTERPRET."""
-    import subprocess
-    import sys
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    r = subprocess.run([sys.executable, "-c", COMPILE, maxplus], env=env, capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0, r.stderr[-3000:]
-    assert r.stdout.count("compiled") == 4
+    assert_kernels_compile("triton_sibling", ("AX", "AR", "AL", "KR", "KL"), maxplus)

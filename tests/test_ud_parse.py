@@ -34,14 +34,18 @@ SMALL = """# sent_id = a-1
 """
 
 
-@pytest.fixture(scope="module")
-def run_dir(tmp_path_factory):
-    """One tiny non-projective CRF run (its parser.pt and results.json)."""
-    root = tmp_path_factory.mktemp("parser")
-    args = ["fit", "--config", str(RECIPES / "ud_deep_crf.yaml"), *TINY, "--model.projective", "false",
+def tiny_run(root, recipe: str, *options) -> Path:
+    """The run directory of a two-epoch fit of ``recipe`` on the tiny treebank slice, under ``root``."""
+    args = ["fit", "--config", str(RECIPES / recipe), *TINY, *options,
             "--trainer.max_epochs", "2", "--trainer.default_root_dir", str(root)]
     assert deep_main(args) == 0
     return sorted(root.glob("lightning_logs/version_*"))[-1]
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    """One tiny non-projective CRF run (its parser.pt and results.json)."""
+    return tiny_run(tmp_path_factory.mktemp("parser"), "ud_deep_crf.yaml", "--model.projective", "false")
 
 
 def fields(path) -> list:
@@ -222,11 +226,7 @@ def test_a_byte_order_mark_is_read_and_the_api_refuses_by_name(run_dir, tmp_path
 @pytest.fixture(scope="module")
 def words_run(tmp_path_factory):
     """One tiny words-only run (tags predicted by the LinearChain head, no gold UPOS input)."""
-    root = tmp_path_factory.mktemp("words")
-    args = ["fit", "--config", str(RECIPES / "ud_deep_words_softmax_margin.yaml"), *TINY, "--model.tag_dim", "8",
-            "--trainer.max_epochs", "2", "--trainer.default_root_dir", str(root)]
-    assert deep_main(args) == 0
-    return sorted(root.glob("lightning_logs/version_*"))[-1]
+    return tiny_run(tmp_path_factory.mktemp("words"), "ud_deep_words_softmax_margin.yaml", "--model.tag_dim", "8")
 
 
 def test_a_words_only_run_records_tags_and_parses_plain_text_to_its_own_figures(words_run, tmp_path, capsys):

@@ -42,16 +42,22 @@ def brute_force(S: np.ndarray, n: int, projective: bool, multiroot: bool, gold=N
     """For one sentence: (the best tree, its score, log Z, the arc marginals (n+1, n+1)) of the scores S,
     loss-augmented by cost x (wrong heads against ``gold``) when ``gold`` is given."""
     trees = all_trees(n, projective, multiroot)
-    s = tree_scores(S[:n + 1, :n + 1], trees)
+    s, top, logz, p, M = distribution(tree_scores(S[:n + 1, :n + 1], trees), trees, gold, cost)
+    return trees[top], float(s[top]), logz, M
+
+
+def distribution(s: np.ndarray, trees: np.ndarray, gold, cost: float):
+    """Over the enumerated ``trees`` with scores ``s``, loss-augmented by cost x (wrong heads against ``gold``)
+    when it is given: (the scores, the best tree's index, log Z, the probabilities, the arc marginals)."""
+    n = trees.shape[1] - 1
     if gold is not None:
         s = s + cost * (trees[:, 1:] != np.asarray(gold)[1:n + 1][None, :]).sum(1)
-    top = int(np.argmax(s))
     logz = float(np.logaddexp.reduce(s))
     p = np.exp(s - logz)
     M = np.zeros((n + 1, n + 1))
     for m in range(1, n + 1):
         np.add.at(M[m], trees[:, m], p)
-    return trees[top], float(s[top]), logz, M
+    return s, int(np.argmax(s)), logz, p, M
 
 
 def adjacent_siblings(trees: np.ndarray) -> np.ndarray:
@@ -88,17 +94,11 @@ def sibling_brute_force(S: np.ndarray, SB: np.ndarray, n: int, multiroot: bool, 
     (n+1, n+1), the sibling marginals (n+1, n+1, n+1) [m, h, s]), loss-augmented by cost x (wrong heads
     against ``gold``) when it is given."""
     trees = all_trees(n, True, multiroot)
-    s = sibling_tree_scores(S[:n + 1, :n + 1], SB[:n + 1, :n + 1, :n + 1], trees)
-    if gold is not None:
-        s = s + cost * (trees[:, 1:] != np.asarray(gold)[1:n + 1][None, :]).sum(1)
-    top = int(np.argmax(s))
-    logz = float(np.logaddexp.reduce(s))
-    p = np.exp(s - logz)
-    M = np.zeros((n + 1, n + 1))
+    s, top, logz, p, M = distribution(sibling_tree_scores(S[:n + 1, :n + 1], SB[:n + 1, :n + 1, :n + 1], trees),
+                                      trees, gold, cost)
     MS = np.zeros((n + 1, n + 1, n + 1))
     sib = adjacent_siblings(trees)
     for m in range(1, n + 1):
-        np.add.at(M[m], trees[:, m], p)
         has = sib[:, m] > 0
         np.add.at(MS[m], (trees[has, m], sib[has, m]), p[has])
     return trees[top], float(s[top]), logz, M, MS

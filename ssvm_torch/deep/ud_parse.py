@@ -170,18 +170,24 @@ class ConlluFile:
     words: list
 
 
+def read_text(path: Path, kind: str) -> str:
+    """The UTF-8 text of ``path`` (gunzipped when it ends in .gz), a byte-order mark dropped (some editors write
+    one; it is not part of the first line); a missing, unreadable or non-UTF-8 file is one error naming it."""
+    if not path.is_file():
+        raise SSVMInputError(f"input: expected a {kind}, {path} "
+                             f"{'is a directory' if path.is_dir() else 'does not exist'}")
+    try:
+        with (gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")) as f:
+            return f.read().decode("utf-8-sig")
+    except (OSError, UnicodeDecodeError, EOFError) as e:
+        raise SSVMInputError(f"input: {path} is not a readable UTF-8 {kind} ({type(e).__name__}: {e})") from None
+
+
 def read_words(path) -> ConlluFile:
     """The lines and word lines of ``path`` (gzipped when it ends in .gz); a word line needs 10 tab-separated
     fields and IDs 1..n in order, else one error naming the line. HEAD and DEPREL are not read here."""
     path = Path(path)
-    if not path.is_file():
-        raise SSVMInputError(f"input: expected a CoNLL-U file, {path} "
-                             f"{'is a directory' if path.is_dir() else 'does not exist'}")
-    try:
-        # utf-8-sig: a byte-order mark (some editors write one) is not part of the first line
-        raw = (gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")).read().decode("utf-8-sig")
-    except (OSError, UnicodeDecodeError, EOFError) as e:
-        raise SSVMInputError(f"input: {path} is not a readable UTF-8 CoNLL-U file ({type(e).__name__}: {e})") from None
+    raw = read_text(path, "CoNLL-U file")
     lines = raw.replace("\r\n", "\n").split("\n")
     if lines and lines[-1] == "":
         lines.pop()
@@ -317,13 +323,7 @@ def text_words(path) -> ConlluFile:
     """Plain text, one sentence per line, words separated by whitespace (``--input-format text``), as a CoNLL-U
     document whose only filled columns are ID and FORM (blank lines skipped)."""
     path = Path(path)
-    if not path.is_file():
-        raise SSVMInputError(f"input: expected a text file, {path} "
-                             f"{'is a directory' if path.is_dir() else 'does not exist'}")
-    try:
-        raw = (gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")).read().decode("utf-8-sig")
-    except (OSError, UnicodeDecodeError, EOFError) as e:
-        raise SSVMInputError(f"input: {path} is not a readable UTF-8 text file ({type(e).__name__}: {e})") from None
+    raw = read_text(path, "text file")
     lines, words = [], []
     for text in raw.splitlines():
         tokens = text.split()

@@ -125,25 +125,36 @@ FAULTS = {1: "a head out of [0, n] or a word that heads itself", 2: "a cycle", 3
           "tree: use projective=False, or projectivize the gold trees)"}
 
 
-def check_heads(heads, lengths: torch.Tensor, N: int, multiroot: bool, projective: bool, field: str = "heads") -> torch.Tensor:
-    """``heads`` (B, N) as int64 on the lengths' device after the checks: heads[b, m] in [0, n_b] for the
-    words m = 1..n_b (other positions ignored), forming a tree of the chosen kind; -1 elsewhere."""
+def integer_heads(heads, lengths: torch.Tensor, N: int, field: str) -> torch.Tensor:
+    """``heads`` as int64 on the lengths' device after the checks every head tensor meets: an integer tensor
+    (not bool) of shape (B, N) holding data."""
     B = lengths.shape[0]
     check(torch.is_tensor(heads) and not heads.is_floating_point() and heads.dtype != torch.bool, field,
           f"an integer tensor (B, N) = ({B}, {N})", getattr(heads, "dtype", type(heads).__name__))
     check(tuple(heads.shape) == (B, N), field, f"shape (B, N) = ({B}, {N}) like the arc scores", tuple(heads.shape))
     check(heads.device.type != "meta", field, "a tensor with data (on the CPU or a GPU)", "a meta tensor")
-    heads = heads.to(lengths.device, torch.int64)
+    return heads.to(lengths.device, torch.int64)
+
+
+def not_a_tree(heads, lengths, code, b: int, multiroot: bool, projective: bool, field: str) -> SSVMInputError:
+    """The error for row ``b`` of ``heads`` whose :func:`tree_faults` code is ``code[b]``: the tree kind it is
+    not, the fault, and its first 20 heads."""
+    row = heads[b, 1:int(lengths[b]) + 1].tolist()
+    return SSVMInputError(f"{field}: row {b} is not a {'projective ' if projective else ''}"
+                          f"{'multi' if multiroot else 'single'}-root dependency tree over its {int(lengths[b])} "
+                          f"words ({FAULTS[int(code[b])]}); heads of words 1..n: {row[:20]}"
+                          + (" ..." if len(row) > 20 else ""))
+
+
+def check_heads(heads, lengths: torch.Tensor, N: int, multiroot: bool, projective: bool, field: str = "heads") -> torch.Tensor:
+    """``heads`` (B, N) as int64 on the lengths' device after the checks: heads[b, m] in [0, n_b] for the
+    words m = 1..n_b (other positions ignored), forming a tree of the chosen kind; -1 elsewhere."""
+    heads = integer_heads(heads, lengths, N, field)
     word = word_mask(lengths, N)
     if not tracing():
         code = tree_faults(heads, lengths, multiroot, projective)
         if bool((code != 0).any()):
-            b = int((code != 0).nonzero()[0, 0])
-            row = heads[b, 1:int(lengths[b]) + 1].tolist()
-            raise SSVMInputError(f"{field}: row {b} is not a {'projective ' if projective else ''}"
-                                 f"{'multi' if multiroot else 'single'}-root dependency tree over its "
-                                 f"{int(lengths[b])} words ({FAULTS[int(code[b])]}); heads of words 1..n: {row[:20]}"
-                                 + (" ..." if len(row) > 20 else ""))
+            raise not_a_tree(heads, lengths, code, int((code != 0).nonzero()[0, 0]), multiroot, projective, field)
     return torch.where(word, heads, torch.full_like(heads, -1))
 
 
@@ -154,12 +165,7 @@ def check_partial_heads(heads, lengths: torch.Tensor, N: int, multiroot: bool, p
     must be a tree of the chosen kind (:func:`check_heads`); in the others the observed heads are checked one
     by one (whether they leave a tree is found by decoding C). Returns int64 heads, negative words kept, -1
     off the words."""
-    B = lengths.shape[0]
-    check(torch.is_tensor(heads) and not heads.is_floating_point() and heads.dtype != torch.bool, field,
-          f"an integer tensor (B, N) = ({B}, {N})", getattr(heads, "dtype", type(heads).__name__))
-    check(tuple(heads.shape) == (B, N), field, f"shape (B, N) = ({B}, {N}) like the arc scores", tuple(heads.shape))
-    check(heads.device.type != "meta", field, "a tensor with data (on the CPU or a GPU)", "a meta tensor")
-    heads = heads.to(lengths.device, torch.int64)
+    heads = integer_heads(heads, lengths, N, field)
     word = word_mask(lengths, N)
     partial = (word & (heads < 0)).any(1)
     if tracing() or not bool(partial.any()):
@@ -167,12 +173,7 @@ def check_partial_heads(heads, lengths: torch.Tensor, N: int, multiroot: bool, p
     code = tree_faults(heads, lengths, multiroot, projective)
     wrong = (code != 0) & ~partial                      # a row with every head given must be a tree
     if bool(wrong.any()):
-        b = int(wrong.nonzero()[0, 0])
-        row = heads[b, 1:int(lengths[b]) + 1].tolist()
-        raise SSVMInputError(f"{field}: row {b} is not a {'projective ' if projective else ''}"
-                             f"{'multi' if multiroot else 'single'}-root dependency tree over its {int(lengths[b])} "
-                             f"words ({FAULTS[int(code[b])]}); heads of words 1..n: {row[:20]}"
-                             + (" ..." if len(row) > 20 else ""))
+        raise not_a_tree(heads, lengths, code, int(wrong.nonzero()[0, 0]), multiroot, projective, field)
     pos = torch.arange(N, device=heads.device)
     bad = word & (heads >= 0) & ((heads > lengths[:, None]) | (heads == pos[None, :]))
     if bool(bad.any()):
