@@ -154,7 +154,8 @@ def load_checkpoint(path, run: dict | None = None) -> dict:
     return ck["solver"]
 
 
-RUN_FILES = ("config.json", "history.json", "model.pt", "checkpoint.pt", "path.pt", "path.json", "selection.json")
+RUN_FILES = ("config.json", "history.json", "model.pt", "checkpoint.pt", "path.pt", "path.json", "selection.json",
+             "latent.json", "hidden.json")
 LOCK = ".ssvm-run.lock"
 
 

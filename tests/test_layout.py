@@ -131,7 +131,7 @@ LAYERS = [
     {"solvers", "tasks", "labeler", "distributed", "rank_store", "column_shards", "column_shards_edges"},
     {"estimator", "portable"},
     {"outputs"},
-    {"path", "lightning"},
+    {"path", "lightning", "latent"},
     {"deep", "selection"},
     {"cli", "train"},
 ]

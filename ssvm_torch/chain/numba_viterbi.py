@@ -73,7 +73,8 @@ def viterbi_segment(U, start, T, first, last, trans, gt, lw, out, delta, newd, b
     """Decode one sequence (rows start..start+T of U) into out[start:start+T]; returns its score.
 
     ``delta``/``newd`` (K,) and ``bp`` (>=T, K) are work buffers. If ``lw`` != 0, the Hamming loss
-    lw [k != gt_t] against gt[start:start+T] is added to the unaries (lw = 1/T: normalized).
+    lw [k != gt_t] against gt[start:start+T] is added to the unaries (lw = 1/T: normalized); a negative
+    gt_t is an unobserved label that costs nothing (the latent SSVM's loss, ssvm_torch/latent.py).
     ``pen``: the constraint penalties (module docstring) or :data:`NO_PEN`; ``order`` the loop order
     (:data:`AUTO`: by K).
     """
@@ -95,7 +96,7 @@ def viterbi_segment_tt(U, start, T, first, last, trans3, per_position, gt, lw, o
         v = U[start, k] + first[k]
         if cons:
             v += pen[K, k]
-        if lw != 0.0 and k != gt[start]:
+        if lw != 0.0 and k != gt[start] and gt[start] >= 0:
             v += lw
         delta[k] = v
     if per_position:
@@ -146,7 +147,7 @@ def _step_rowwise(U, r, trans, cons, pen, gt, lw, delta, newd, bp_t):
                     best = c
                     arg = j
         v = best + U[r, k]
-        if lw != 0.0 and k != gt[r]:
+        if lw != 0.0 and k != gt[r] and gt[r] >= 0:
             v += lw
         newd[k] = v
         bp_t[k] = arg
@@ -174,7 +175,7 @@ def _steps_rowwise_free(U, start, T, trans, gt, lw, delta, newd, bp):
                         best = c
                         arg = j
                 v = best + U[r, k]
-                if lw != 0.0 and k != gt[r]:
+                if lw != 0.0 and k != gt[r] and gt[r] >= 0:
                     v += lw
                 newd[k] = v
                 bp[t, k] = arg
@@ -218,7 +219,7 @@ def _steps_rowwise_free(U, start, T, trans, gt, lw, delta, newd, bp):
             bp[t, k] = arg
         for k in range(K):
             v = newd[k] + U[r, k]
-            if lw != 0.0 and k != gt[r]:
+            if lw != 0.0 and k != gt[r] and gt[r] >= 0:
                 v += lw
             delta[k] = v
 
@@ -267,7 +268,7 @@ def _columnwise_body(U, start, T, transT, penT, cons, gt, lw, delta, bp, vals, a
         vf, af = vals[src], args[src]
         for k in range(K):
             v = vf[k] + U[r, k]
-            if lw != 0.0 and k != gt[r]:
+            if lw != 0.0 and k != gt[r] and gt[r] >= 0:
                 v += lw
             delta[k] = v
             bp[t, k] = af[k]

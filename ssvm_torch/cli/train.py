@@ -38,6 +38,7 @@ from ..stores import KERNELS
 from ..tasks import TASKS, TREE_KINDS, get_task, load_task
 from .grid import select_on_dev
 from .interrupts import stop_on_signal
+from .latent import check_options as check_latent_options, run_latent
 from .results import evaluate_final_record, every_kth_check, save_results, write_certified
 
 
@@ -151,6 +152,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="--exchange rounds: BCFW steps per rank per round (default: one pass over the largest shard)")
     p.add_argument("--dist-timeout", type=float, default=300,
                    help="under torchrun: seconds a collective waits for a silent rank before every rank stops")
+    p.add_argument("--hide-labels", type=float, default=None, metavar="FRACTION",
+                   help="hide this fraction of the training positions' labels (chains) and train the latent SSVM by "
+                        "CCCP, the options above being its inner solver (docs/latent.md); None = every label seen")
+    p.add_argument("--hide-seed", type=int, default=0, help="the seed of the hidden positions (--hide-labels)")
+    p.add_argument("--latent-outer", type=int, default=20, help="at most this many CCCP steps (--hide-labels)")
     p.add_argument("--out", default="runs/latest", help="output directory (refused if it holds another run)")
     p.add_argument("--overwrite", action="store_true", help="replace the run already in --out")
     p.add_argument("--checkpoint", action="store_true", help="save the solver state at every gap check")
@@ -195,6 +201,8 @@ def run(args) -> dict:
         what = "is a directory (pass its checkpoint.pt)" if Path(args.resume).is_dir() else "does not exist"
         raise SSVMInputError(f"resume: expected a checkpoint file, {args.resume} {what}")
     cfg = SolverConfig.from_options(args).validate()             # bad options fail before the directory is touched
+    if args.hide_labels is not None:
+        check_latent_options(args, distributed.launched_by_torchrun())
     task = get_task(args.dataset)
     if args.min_counts and not args.select_lam:
         raise SSVMInputError("min_counts: a grid of cut-offs is for --select-lam; use --min-count for one")
@@ -252,6 +260,8 @@ def _train(args, cfg: SolverConfig, device, dtype, run_dir: RunDir | None) -> di
         task = load_task(args.dataset, train_size=args.train_size, unary_only=args.unary_only, device=device,
                          dtype=dtype, **featurization)
     lam = selection["lam"] if selection else task.lam(args.lam)
+    if args.hide_labels is not None:
+        return run_latent(args, cfg, task, lam, run_dir, featurization)
     # auto by measurement (docs/distributed.md): one process runs the coordinate-sharded store's kernels too
     # (no collectives) where they apply, the same mini-batch steps faster than the generic store's
     exchange = distributed.resolve_exchange(args.exchange, task, device, dtype, args.kernels, cfg)

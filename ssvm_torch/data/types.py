@@ -149,7 +149,10 @@ class ChainData(RaggedOffsets):
     equal ``n_states``: a tag the model does not know, which every prediction gets wrong.
     ``meta`` carries dataset-specific extras (e.g. tag names, original tag strings). ``E`` (N, A_e),
     optional sparse CSR: the edge-observation attributes of the transition *into* each position
-    (the rows of first positions are empty; models/chain_edges.py)."""
+    (the rows of first positions are empty; models/chain_edges.py). ``observed`` (N,) bool, optional:
+    the positions whose label is observed (partial annotation, ssvm_torch/latent.py); the task loss
+    counts those only, and ``Y`` at the others holds a completion (the latent SSVM's argmax over the
+    labelings that agree with the observed labels)."""
 
     X: torch.Tensor
     Y: torch.Tensor
@@ -159,6 +162,7 @@ class ChainData(RaggedOffsets):
     allow_unknown: bool = False
     meta: dict = field(default_factory=dict)
     E: torch.Tensor | None = None
+    observed: torch.Tensor | None = None
 
     def __post_init__(self):
         check(isinstance(self.X, torch.Tensor) and self.X.dim() == 2, "X", "a 2-d tensor (positions, features)",
@@ -194,6 +198,10 @@ class ChainData(RaggedOffsets):
             check(bool((crow[off[:-1] + 1] == crow[off[:-1]]).all()), "E",
                   "no edge attributes at the first position of a sequence (no transition enters it)", "some")
             check_finite(self.E.values(), "E")
+        if self.observed is not None:
+            check(isinstance(self.observed, torch.Tensor) and self.observed.dtype == torch.bool
+                  and self.observed.shape == self.Y.shape, "observed", f"a bool tensor of shape {tuple(self.Y.shape)}",
+                  getattr(self.observed, "dtype", type(self.observed)))
         check_finite(self.X.values() if self.is_sparse else self.X, "X")
         warn_scale(self.X.values() if self.is_sparse else self.X, "X")
 
@@ -220,6 +228,15 @@ class ChainData(RaggedOffsets):
     def is_sparse(self) -> bool:
         return self.X.layout == torch.sparse_csr
 
+    @property
+    def partial(self) -> bool:
+        """Whether some position's label is unobserved."""
+        return self.observed is not None and not bool(self.observed.all())
+
+    def loss_labels(self) -> torch.Tensor:
+        """The labels the task loss compares with: ``Y``, -1 at unobserved positions."""
+        return torch.where(self.observed, self.Y, -1) if self.partial else self.Y
+
     def subset(self, idx) -> "ChainData":
         dev = self.offsets.device
         idx = torch.as_tensor(idx, dtype=torch.int64, device=dev).reshape(-1)
@@ -230,7 +247,8 @@ class ChainData(RaggedOffsets):
         X = csr_rows(self.X, rows) if self.is_sparse else self.X[rows]
         meta = {k: ([v[i] for i in idx.tolist()] if k == "tags" else v) for k, v in self.meta.items()}
         E = None if self.E is None else csr_rows(self.E, rows)
-        return ChainData(X, self.Y[rows], offsets, self.n_states, self.name, self.allow_unknown, meta, E)
+        observed = None if self.observed is None else self.observed[rows]
+        return ChainData(X, self.Y[rows], offsets, self.n_states, self.name, self.allow_unknown, meta, E, observed)
 
 
 def csr_rows(X: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:

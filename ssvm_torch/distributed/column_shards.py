@@ -96,6 +96,9 @@ class ColumnShardedChain(RankStore):
         if type(local) is not self.store_type:
             raise SSVMInputError(f"exchange 'columns': {type(self).__name__} runs the {self.store_type.__name__} store, "
                                  f"got {local.description or type(local).__name__}")
+        if local.partial:
+            raise SSVMInputError("exchange 'columns': needs every training label observed (its kernels count the "
+                                 "loss at every position); use --exchange gather or allreduce")
         if local.kernels != "numba":
             raise SSVMInputError("exchange 'columns': runs the numba kernels (CPU, float64 state, --kernels auto or "
                                  "numba); use --exchange gather or allreduce on other devices")

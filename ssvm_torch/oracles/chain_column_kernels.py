@@ -110,7 +110,7 @@ def nb_blocks_gap_terms(blocks, starts, shift, off, Y, U, first, last, trans, Mu
         ys = np.empty(T, dtype=np.int64)
         aug[q] = viterbi_segment(Ub, 0, T, first, last, trans, Y[s:s + T], tw[i], ys, delta, newd, bp, pen)
         m_theta[q] = nb_m_theta(i, off, Ub, first, last, trans, Mu, Mt)
-        gt_score[q], wrong[q] = nb_gold_score_wrong(Ub, ys, Y[s:s + T], first, last, trans)
+        gt_score[q], wrong[q] = nb_gold_score_wrong(Ub, ys, Y[s:s + T], first, last, trans, Y[s:s + T])
 
 
 @nb.njit(cache=True, nogil=True)

@@ -159,14 +159,15 @@ def nb_fw_corner(i, lw, fptr, fidx, fval, off, Y, G, goff, W, first, last, trans
                  Dt, ys, pen):
     """Batch-1 loss-augmented oracle for block i (``lw``: the loss of one wrong position) and the
     terms of eq. (6) in units of 1/(lam n): returns (L(y*), <S(y*) - M_i, theta_i>,
-    ||A_i(S(y*) - M_i)||^2) and writes y* into ys; ``pen``: tag constraints (oracles/viterbi.py)."""
+    ||A_i(S(y*) - M_i)||^2) and writes y* into ys; ``pen``: tag constraints (oracles/viterbi.py). ``Y``
+    enters the loss only (the gold statistics are in Mu, Mt): a negative label is unobserved, no loss."""
     s = off[i]
     T = off[i + 1] - s
     nb_block_unary(i, fptr, fidx, fval, off, W, U)
     aug = viterbi_segment(U, 0, T, first, last, trans, Y[s:s + T], lw, ys, delta, newd, bp, pen)
     wrong = 0
     for t in range(T):
-        if ys[t] != Y[s + t]:
+        if ys[t] != Y[s + t] and Y[s + t] >= 0:
             wrong += 1
     loss = wrong * lw
     dot = (aug - loss) - nb_m_theta(i, off, U, first, last, trans, Mu, Mt)
@@ -187,7 +188,7 @@ def nb_corner_gaps(i, lw, labels, fptr, fidx, fval, off, Y, W, first, last, tran
         wrong = 0
         for t in range(T):
             v += U[t, labels[r, t]]
-            if labels[r, t] != Y[s + t]:
+            if labels[r, t] != Y[s + t] and Y[s + t] >= 0:
                 wrong += 1
             if t + 1 < T:
                 v += trans[labels[r, t + 1], labels[r, t]]
@@ -195,9 +196,11 @@ def nb_corner_gaps(i, lw, labels, fptr, fidx, fval, off, Y, W, first, last, tran
 
 
 @nb.njit(cache=True, nogil=True, fastmath=_FAST)
-def nb_gap_pass(U, off, Y, first, last, trans, Mu, Mt, tw, pen):
+def nb_gap_pass(U, off, Y, YL, first, last, trans, Mu, Mt, tw, pen):
     """Loss-augmented Viterbi for every block (``tw`` (n,): the loss of one wrong position of each);
-    returns labels (N,), aug scores, <M_i, theta_i>, ground-truth scores and mismatch counts (n,)."""
+    returns labels (N,), aug scores, <M_i, theta_i>, ground-truth scores and mismatch counts (n,).
+    ``Y`` the labels of the ground-truth scores, ``YL`` those of the loss (``Y`` itself, or with negative
+    unobserved positions: the latent SSVM's completion and observed labels, ssvm_torch/latent.py)."""
     N, K = U.shape
     n = off.shape[0] - 1
     labels = np.empty(N, dtype=np.int64)
@@ -205,19 +208,20 @@ def nb_gap_pass(U, off, Y, first, last, trans, Mu, Mt, tw, pen):
     m_theta = np.empty(n)
     gt_score = np.empty(n)
     wrong = np.empty(n)
-    viterbi_all(U, off, first, last, trans, Y, tw, labels, aug, pen)
+    viterbi_all(U, off, first, last, trans, YL, tw, labels, aug, pen)
     for i in range(n):
         s = off[i]
         T = off[i + 1] - s
         m_theta[i] = nb_m_theta(i, off, U[s:s + T], first, last, trans, Mu, Mt)
-        gt_score[i], wrong[i] = nb_gold_score_wrong(U[s:s + T], labels[s:s + T], Y[s:s + T], first, last, trans)
+        gt_score[i], wrong[i] = nb_gold_score_wrong(U[s:s + T], labels[s:s + T], Y[s:s + T], first, last, trans,
+                                                    YL[s:s + T])
     return labels, aug, m_theta, gt_score, wrong
 
 
 @nb.njit(cache=True, nogil=True, fastmath=_FAST)
-def nb_gold_score_wrong(Ub, ys, gold, first, last, trans):
+def nb_gold_score_wrong(Ub, ys, gold, first, last, trans, loss_gold):
     """(<w, phi(x_i, y_i)> from the block's unaries ``Ub`` (T, K), the number of positions where the
-    labeling ``ys`` differs from ``gold``)."""
+    labeling ``ys`` differs from ``loss_gold`` (``gold``, or negative where unobserved: not counted))."""
     T = gold.shape[0]
     gs = first[gold[0]] + last[gold[T - 1]]
     wr = 0.0
@@ -225,7 +229,7 @@ def nb_gold_score_wrong(Ub, ys, gold, first, last, trans):
         gs += Ub[t, gold[t]]
         if t + 1 < T:
             gs += trans[gold[t + 1], gold[t]]
-        if ys[t] != gold[t]:
+        if ys[t] != loss_gold[t] and loss_gold[t] >= 0:
             wr += 1.0
     return gs, wr
 
@@ -299,7 +303,7 @@ def nb_gram(fptr, fidx, fval, off, goff, G):
 def nb_batch_corners(idx, lab_off, tw, fptr, fidx, fval, off, Y, W, first, last, trans, Mu, Mt, labels, loss, dot,
                      pen):
     """The loss-augmented oracle of the blocks ``idx`` in parallel threads (one mini-batch BCFW
-    step): block b's y* goes to labels[lab_off[b]:lab_off[b+1]], L(y*) to loss[b] and
+    step; ``Y``: the loss labels, negative unobserved): block b's y* goes to labels[lab_off[b]:lab_off[b+1]], L(y*) to loss[b] and
     <S(y*) - M_i, theta_i> (units of 1/(lam n), as in :func:`nb_fw_corner`) to dot[b]."""
     K = W.shape[0]
     for b in nb.prange(idx.shape[0]):
@@ -315,7 +319,7 @@ def nb_batch_corners(idx, lab_off, tw, fptr, fidx, fval, off, Y, W, first, last,
         wrong = 0
         for t in range(T):
             labels[lab_off[b] + t] = ys[t]
-            if ys[t] != Y[s + t]:
+            if ys[t] != Y[s + t] and Y[s + t] >= 0:
                 wrong += 1
         loss[b] = wrong * tw[i]
         dot[b] = (aug - loss[b]) - nb_m_theta(i, off, U, first, last, trans, Mu, Mt)

@@ -57,6 +57,10 @@ class ChainDual(RaggedLabelings, ChainTorchPath, ChainMarginalMoves, JointConstr
         self._coo = {}                  # the torch path's sparse products, built on first use
         self._eg_work = None            # the EG kernel's scratch arrays, allocated on first use
         self.Y = data.Y.to(dev)
+        # the labels of the task loss: Y, or -1 where unobserved (the latent SSVM's inner problem, Y there
+        # a completion: the features use it, the loss does not; ssvm_torch/latent.py)
+        self.partial = data.partial
+        self.YL = data.loss_labels().to(dev)
         self.offsets = data.offsets.to(dev)
         self.seg = segment_ids(self.offsets)
         self.lengths = self.offsets[1:] - self.offsets[:-1]
@@ -81,6 +85,9 @@ class ChainDual(RaggedLabelings, ChainTorchPath, ChainMarginalMoves, JointConstr
         self._order = None              # the chains by decreasing length (the fused gap pass sorts once)
         self.kernels = store_kernels(kernels, dev, dtype)
         self._numba = self.kernels == "numba"
+        if self.partial and not self._numba:
+            raise SSVMInputError(f"data.observed: unobserved positions train on the numba chain store (CPU float64, "
+                                 f"kernels 'auto' or 'numba'), got kernels {kernels!r} on {dev} {dtype}")
         if self._numba:
             self._bind_numpy()
 
@@ -94,6 +101,8 @@ class ChainDual(RaggedLabelings, ChainTorchPath, ChainMarginalMoves, JointConstr
                              self.Y.numpy(), self.G.numpy(), self.goff.numpy(), W.numpy(), first.numpy(), last.numpy(),
                              trans.numpy(), self.Mu.numpy(), self.Mt.numpy())
         self._np_ell, self._tw = (self.ell_i.numpy(), self._ell.numpy()), self.tw.numpy()
+        # the views of the loss kernels (fw corner, corner gaps, batch corners): Y there enters the loss only
+        self._np_loss = self._np._replace(Y=self.YL.numpy()) if self.partial else self._np
         self._no_labels = np.zeros(1, dtype=np.int64)
         self._work = (np.empty((tmax, K)), np.empty(K), np.empty(K), np.empty((tmax, K), dtype=np.int64),
                       np.empty((tmax, K)), np.empty((K, K)))
@@ -127,7 +136,7 @@ class ChainDual(RaggedLabelings, ChainTorchPath, ChainMarginalMoves, JointConstr
         if self._numba:
             T = int(self._np[3][i + 1] - self._np[3][i])
             ys = np.empty(T, dtype=np.int64)
-            loss, dot, sq = nb_fw_corner(i, self._tw[i], *self._np, *self._work, ys, self.model.pen_host)
+            loss, dot, sq = nb_fw_corner(i, self._tw[i], *self._np_loss, *self._work, ys, self.model.pen_host)
             loss /= self.N
             return Corner(ys, loss, dot * inv_lamn, sq * inv_lamn * inv_lamn,
                           dot / self.N - self._np_ell[0][i] + loss)
@@ -158,7 +167,8 @@ class ChainDual(RaggedLabelings, ChainTorchPath, ChainMarginalMoves, JointConstr
     def loss_of(self, i: int, labeling) -> float:
         s, e = int(self.offsets[i]), int(self.offsets[i + 1])
         y = torch.as_tensor(labeling, device=self.device)
-        return float((y != self.Y[s:e]).double().sum() * self.tw[i]) / self.N
+        gold = self.YL[s:e]
+        return float(((y != gold) & (gold >= 0)).double().sum() * self.tw[i]) / self.N
 
     def corner_gaps(self, i: int, labelings) -> np.ndarray:
         """g_i(y) = lam <w_i - w_s(y), w> - ell_i + L_i(y)/n for each labeling: the FW gap of block i
@@ -168,7 +178,7 @@ class ChainDual(RaggedLabelings, ChainTorchPath, ChainMarginalMoves, JointConstr
                 np.stack([np.asarray(y, dtype=np.int64) for y in labelings])
             L = np.ascontiguousarray(L, dtype=np.int64)
             out = np.empty(L.shape[0])
-            nb_corner_gaps(i, self._tw[i], L, *self._np[:5], *self._np[7:], self._work[0], out)
+            nb_corner_gaps(i, self._tw[i], L, *self._np_loss[:5], *self._np[7:], self._work[0], out)
             return out / self.N - self._np_ell[0][i]
         s, e = int(self.offsets[i]), int(self.offsets[i + 1])
         W, first, last, trans = self.model.split(self.w)
@@ -177,7 +187,7 @@ class ChainDual(RaggedLabelings, ChainTorchPath, ChainMarginalMoves, JointConstr
             torch.stack([torch.as_tensor(y, device=self.device) for y in labelings])
         t = torch.arange(e - s, device=self.device)
         score = U[t, Lt].sum(1) + first[Lt[:, 0]] + last[Lt[:, -1]] + trans[Lt[:, 1:], Lt[:, :-1]].sum(1)
-        loss = (Lt != self.Y[s:e]).to(self.dtype).sum(1) * self.tw[i]
+        loss = ((Lt != self.YL[s:e]) & (self.YL[s:e] >= 0)).to(self.dtype).sum(1) * self.tw[i]
         m_theta = (self.Mu[s:e] * U).sum() + self.Mu[s] @ first + self.Mu[e - 1] @ last + (self.Mt[i] * trans).sum()
         return to_host((score + loss - m_theta) / self.N - self.ell_i[i])
 
@@ -257,8 +267,8 @@ class ChainDual(RaggedLabelings, ChainTorchPath, ChainMarginalMoves, JointConstr
         lam <w_i, w> = (<S(y_i), theta_i> - <M_i, theta_i>)/n and H_i = aug_score_i - <S(y_i), theta_i>."""
         U, first, last, trans = self._potentials()
         if self._numba:
-            labels, aug, m_theta, gt_score, wrong = nb_gap_pass(U.numpy(), *self._np[3:5], first.numpy(),
-                                                                 last.numpy(), trans.numpy(), self._np[11],
+            labels, aug, m_theta, gt_score, wrong = nb_gap_pass(U.numpy(), *self._np[3:5], self._np_loss[4],
+                                                                 first.numpy(), last.numpy(), trans.numpy(), self._np[11],
                                                                  self._np[12], self._tw, self.model.pen_host)
             labels, aug, m_theta, gt_score = map(torch.from_numpy, (labels, aug, m_theta, gt_score))
             loss = torch.from_numpy(wrong) * self.tw / self.N

@@ -11,6 +11,7 @@ import torch.nn.functional as Fn
 from ..models.chain_index import unary_rows
 from ..oracles.eg_kernels import nb_eg_steps
 from ..chain import chain_marginals_ragged
+from ..errors import SSVMInputError
 from .base import BlockMarginals, MarginalMoves, RelaxedPasses
 
 
@@ -46,12 +47,21 @@ class ChainMarginalMoves(MarginalMoves, RelaxedPasses):
     def potentials(self, w: torch.Tensor | None = None) -> tuple:
         return self._potentials() if w is None else self._potentials_of(w)
 
+    def observed_only(self, what: str) -> None:
+        """The marginal moves compare marginals with every label: data with unobserved positions (the
+        latent SSVM's completions, ssvm_torch/latent.py) is refused by name."""
+        if self.partial:
+            raise SSVMInputError(f"solver: {what} needs every training label observed; data with unobserved "
+                                 "positions trains with the FW-type steps (bcfw, fw, ssg) on the numba store")
+
     def loss_potentials(self) -> torch.Tensor:
+        self.observed_only("the marginal polytope (EG, DEG)")
         wrong = 1.0 - Fn.one_hot(self.Y, self.model.K).to(self.dtype)
         return wrong * self.tw[self.seg][:, None]
 
     def expected_loss(self, Mu: torch.Tensor) -> torch.Tensor:
         """ell_i = E_{alpha_i} L_i(y) / n of marginals (N, K): (n,)."""
+        self.observed_only("the marginal polytope (EG, DEG)")
         wrong = 1.0 - Mu.gather(1, self.Y[:, None])[:, 0]
         per = torch.zeros(self.n, dtype=self.dtype, device=self.device).index_add_(0, self.seg, wrong)
         return per * self.tw / self.N
@@ -79,6 +89,7 @@ class ChainMarginalMoves(MarginalMoves, RelaxedPasses):
         return BlockMarginals(mu.to(self.device, self.dtype), mt.to(self.device, self.dtype))
 
     def block_expected_loss(self, i: int, mu: torch.Tensor) -> float:
+        self.observed_only("the marginal polytope (EG, DEG)")
         s, e = self.block_rows(i)
         wrong = (e - s) - float(mu.gather(1, self.Y[s:e, None]).sum())
         return wrong * float(self.tw[i]) / self.N
@@ -93,6 +104,7 @@ class ChainMarginalMoves(MarginalMoves, RelaxedPasses):
         return self.w_from_stats(Mu, Mt.sum(0)), float(self.expected_loss(Mu).sum())
 
     def eg_steps(self, blocks, theta: tuple, c: torch.Tensor, beta, tol: float, max_calls: int) -> tuple:
+        self.observed_only("EG")
         if self._numba:
             return self._eg_steps_numba(np.ascontiguousarray(blocks, dtype=np.int64), theta, beta, tol, max_calls)
         steps = calls = accepted = 0

@@ -106,7 +106,7 @@ class ChainTorchPath:
         idx = torch.as_tensor(idx, device=self.device).reshape(-1)
         pos, valid = padded_index(self.offsets, idx)
         if self._numba:
-            flat, loss, dot = batch_corners_host(to_host(idx), to_host(self.lengths[idx]), self._tw, self._np,
+            flat, loss, dot = batch_corners_host(to_host(idx), to_host(self.lengths[idx]), self._tw, self._np_loss,
                                                  self.model.pen_host)
             labels = torch.full(pos.shape, -1, dtype=torch.int64, device=self.device)
             labels[valid] = from_host(flat, self.device)

@@ -1,0 +1,95 @@
+"""``ssvm-train --hide-labels FRACTION --hide-seed S``: the latent SSVM (ssvm_torch/latent.py) on a chain task
+with that fraction of the training positions' labels hidden, trained by CCCP with the command's solver
+options as the inner solver.
+
+The run directory holds config.json (the options, the fraction, the seed and the number of hidden
+positions), hidden.json (the hidden positions' indices into the training set's positions: the run's data is
+reproducible from it as from the seed), latent.json (one record per outer step: objective, inner gap and
+passes, completions changed, the train and test errors of the step's model: reported, never used to choose),
+and history.json / model.pt as every run (history.json: the same records, the last one the returned model's);
+model.pt's ``ell`` is the dual's of the last accepted inner problem, and ``latent_objective`` its J(w).
+"""
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import asdict
+
+import torch
+
+from ..atomic import atomic_write_bytes
+from ..data.types import ChainData
+from ..errors import RunInterrupted, SSVMInputError
+from ..latent import hide_labels, train_latent
+from ..models.chain import ChainModel
+from ..models.chain_edges import EdgeChainModel
+from .interrupts import stop_on_signal
+from .results import save_results
+
+
+def check_options(args, launched_by_torchrun: bool) -> None:
+    """What the latent SSVM runs with, refused by name before the run directory is touched."""
+    f = args.hide_labels
+    if not (isinstance(f, float) and 0.0 <= f < 1.0):
+        raise SSVMInputError(f"hide_labels: expected a fraction in [0, 1), got {f}")
+    if args.latent_outer < 1:
+        raise SSVMInputError(f"latent_outer: expected an int >= 1, got {args.latent_outer}")
+    refused = [("--select-lam", args.select_lam), ("--resume", args.resume is not None),
+               ("--checkpoint", args.checkpoint), ("torchrun", launched_by_torchrun),
+               (f"--exchange {args.exchange}", args.exchange != "auto"), ("--dtype float32", args.dtype != "float64"),
+               (f"--device {args.device}", args.device != "cpu"), (f"--kernels {args.kernels}", args.kernels == "torch"),
+               (f"--solver {args.solver}", args.solver not in ("bcfw", "fw", "ssg")), ("--averaging", args.averaging)]
+    bad = [name for name, on in refused if on]
+    if bad:
+        raise SSVMInputError(f"hide_labels: the latent SSVM runs CCCP in one process on the numba chain store (CPU "
+                             f"float64) with an FW-type inner solver (bcfw, fw, ssg); not with {', '.join(bad)}")
+
+
+def run_latent(args, cfg, task, lam: float, run_dir, featurization: dict) -> dict:
+    """CCCP on ``task`` with ``args.hide_labels`` of its training positions hidden; writes the run files."""
+    model, train = task.model, task.train
+    if not isinstance(train, ChainData) or not isinstance(model, ChainModel) or isinstance(model, EdgeChainModel):
+        raise SSVMInputError(f"hide_labels: the latent SSVM trains a chain without edge features (ocr-small, "
+                             f"ocr-large, conll2000); {args.dataset} is a {type(model).__name__}")
+    hidden = hide_labels(train, args.hide_labels, args.hide_seed)
+    positions = torch.nonzero(~hidden.observed)[:, 0].tolist()
+    out = run_dir.path
+    speak = not args.quiet
+    run_dir.write_config({"command": "ssvm-train", "dataset": args.dataset, "train_size": args.train_size,
+                          **featurization, "lam": lam, "hide_labels": args.hide_labels, "hide_seed": args.hide_seed,
+                          "hidden_positions": len(positions), "latent_outer": args.latent_outer,
+                          "device": "cpu", "dtype": "float64", "kernels": args.kernels, "solver": asdict(cfg)})
+    atomic_write_bytes(out / "hidden.json", json.dumps({"fraction": args.hide_labels, "seed": args.hide_seed,
+                                                        "positions": len(hidden.Y), "hidden": positions}).encode())
+    if speak:
+        print(f"{args.dataset}: n = {task.n_train} train / {task.n_test} test examples, d = {task.d}, lam = {lam:g}; "
+              f"{len(positions)} of {len(hidden.Y)} training labels hidden (seed {args.hide_seed}); CCCP with "
+              f"{args.solver} inner solves", flush=True)
+
+    def progress(rec):
+        if speak:
+            gap = "" if rec["inner_gap"] is None else f"  inner gap {rec['inner_gap']:.3e} ({rec['inner_passes']:.0f} passes)"
+            print(f"outer {rec['outer']:3d}  objective {rec.get('candidate_objective', rec['objective']):.6f}{gap}"
+                  + ("" if rec["changed"] is None else f"  changed {rec['changed']}")
+                  + ("" if rec["accepted"] else "  (not lower: stop)") + f"  test {rec['test_error']:.4f}"
+                  + f"  [{rec['time_s']:.1f} s]", flush=True)
+
+    t0 = time.perf_counter()
+    with stop_on_signal("ssvm-train", stopping="stopping at the next outer step's end") as requested:
+        w, records = train_latent(model, hidden, lam, cfg, max_outer=args.latent_outer, progress=progress,
+                                  interrupt=requested, evaluate=task.evaluate)
+    atomic_write_bytes(out / "latent.json", json.dumps(records, indent=1).encode())
+    final = records[-1]                     # evaluated at the returned model (the lowest objective)
+    save_results(out, records, w, final.get("ell", math.nan), lam, args.dataset, task.describe(),
+                 {"latent_objective": final["objective"]})
+    if speak:
+        print(f"CCCP: {len(records) - 1} outer steps, objective {records[0]['objective']:.6f} -> "
+              f"{final['objective']:.6f} ({time.perf_counter() - t0:.1f} s)")
+        print(f"test error: {final['test_error']:.4f} ({task.error_name}); "
+              f"{task.position_name}: {final['test_position_error']:.4f}")
+        print(f"wrote {out / 'latent.json'}, {out / 'hidden.json'}, {out / 'history.json'} and {out / 'model.pt'}")
+    if requested():
+        raise RunInterrupted(f"interrupted after outer step {records[-1]['outer']}: wrote {out / 'latent.json'} and "
+                             f"{out / 'model.pt'} (the lowest objective so far)", requested.signal)
+    return final

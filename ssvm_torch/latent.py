@@ -1,0 +1,190 @@
+"""The latent structured SVM (Yu & Joachims 2009) for chains whose training labels are partly unobserved,
+trained by the concave-convex procedure (CCCP).
+
+A training sequence i has observed positions O_i (``ChainData.observed``); C_i is the set of labelings
+that agree with every observed label. The objective, in the scaling of objective (1) of Osokin et al.
+2016 (Yu & Joachims 2009, eq. (4)):
+
+    J(w) = lam/2 ||w||^2 + 1/n sum_i [ max_y (<w, phi(x_i, y)> + Delta_i(y)) - max_{h in C_i} <w, phi(x_i, h)> ]
+
+with Delta_i the model's task loss (normalized Hamming 1/T_i or Hamming) counted at the observed positions
+only. The second term is concave; CCCP replaces it by its linearization at w_t:
+
+1. complete: h_i = argmax_{h in C_i} <w_t, phi(x_i, h)> (constrained Viterbi, :func:`complete`);
+2. solve the convex SSVM whose "gold" labeling is h_i and whose loss is Delta_i with any FW-type solver of
+   the toolkit (BCFW with gap sampling by default) to its certified duality gap eps_t: w_{t+1}.
+
+Since h_i is in C_i, J(w_{t+1}) <= P_t(w_{t+1}) <= P_t(w_t) + eps_t = J(w_t) + eps_t (P_t the convex
+SSVM of step 2), so the objective decreases up to the inner gap; the loop stops when it no longer
+decreases by more than ``tol`` and returns the point of the lowest J: the recorded objective never
+increases. Every record is one outer step: the objective, the inner problem's gap and passes, and how
+many completed labels changed.
+
+The inner problem runs on the numba chain store, whose loss kernels skip the unobserved positions
+(a negative loss label; stores/chain.py).
+"""
+from __future__ import annotations
+
+import math
+import time
+
+import torch
+
+from .data.types import ChainData
+from .errors import SSVMInputError, check, check_positive
+from .models.chain import ChainModel
+from .models.chain_index import padded_index
+from .solvers import Solver, SolverConfig
+from .stores import make_store
+
+
+def hide_labels(data: ChainData, fraction: float, seed: int) -> ChainData:
+    """``data`` with ``round(fraction * N)`` of its N positions unobserved, chosen uniformly by
+    ``seed`` (torch's CPU generator: the same positions on every machine); their labels are replaced
+    by 0 (a placeholder completion) so that nothing downstream can read them."""
+    check(isinstance(data, ChainData), "data", "a ChainData", type(data).__name__)
+    check(isinstance(fraction, (int, float)) and 0.0 <= fraction < 1.0, "hide_labels", "a fraction in [0, 1)",
+          fraction)
+    N = data.Y.shape[0]
+    g = torch.Generator().manual_seed(int(seed))
+    hidden = torch.randperm(N, generator=g)[:int(round(fraction * N))]
+    observed = torch.ones(N, dtype=torch.bool)
+    observed[hidden] = False
+    if data.observed is not None:
+        observed &= data.observed.cpu()
+    observed = observed.to(data.Y.device)
+    Y = torch.where(observed, data.Y, torch.zeros_like(data.Y))
+    return ChainData(data.X, Y, data.offsets, data.n_states, data.name, data.allow_unknown, dict(data.meta), data.E,
+                     observed)
+
+
+def observed_positions(data: ChainData) -> ChainData:
+    """Every observed position as a sequence of its own (length 1): the data of the letter-wise
+    classifier that starts CCCP (:func:`letter_start`)."""
+    from .data.types import csr_rows
+    rows = torch.nonzero(data.observed if data.observed is not None else torch.ones_like(data.Y, dtype=torch.bool))[:, 0]
+    check(len(rows) >= 1, "data.observed", "at least one observed position", 0)
+    X = csr_rows(data.X, rows) if data.is_sparse else data.X[rows]
+    offsets = torch.arange(len(rows) + 1, dtype=torch.int64, device=data.offsets.device)
+    return ChainData(X, data.Y[rows], offsets, data.n_states, data.name)
+
+
+LETTERS = SolverConfig(passes=20, gap_check=10)        # BCFW with gap sampling: length-1 blocks, cheap FW steps
+
+
+def letter_start(model: ChainModel, data: ChainData, lam: float, config: SolverConfig = LETTERS) -> torch.Tensor:
+    """w0 of CCCP: the SSVM of the observed positions taken one by one (a multiclass SVM on the emission
+    features, their constant feature the label bias), trained with ``config``. Every length-1 sequence
+    both starts and ends, so its first + last weights are a second label bias: they move into the
+    constant feature's column, and first, last and the transitions start at 0."""
+    letters = observed_positions(data)
+    store = make_store(model, letters, lam)
+    solver = Solver(store, config)
+    solver.run()
+    w = solver.model_point()[0].detach().clone()
+    W, first, last, trans = model.split(w)
+    W[:, model.F - 1] += first + last
+    first.zero_()
+    last.zero_()
+    trans.zero_()
+    return w
+
+
+def complete(model: ChainModel, w: torch.Tensor, data: ChainData) -> torch.Tensor:
+    """h_i = argmax over the labelings agreeing with the observed labels of <w, phi(x_i, h)> for every
+    sequence (the CCCP completion): the model's Viterbi with every other label at an observed position
+    at -inf; ragged (N,) labels, equal to ``data.Y`` at the observed positions."""
+    if not data.partial:
+        return data.Y.clone()
+    idx = torch.arange(data.n, device=w.device)
+    unary, lengths, first, last, trans = model.scores(w, data, idx)
+    pos, valid = padded_index(data.offsets.to(w.device), idx)
+    gold = data.Y.to(w.device)[pos]
+    seen = data.observed.to(w.device)[pos] & valid
+    other = torch.nn.functional.one_hot(gold, model.K).to(torch.bool).logical_not() & seen[..., None]
+    unary = unary.masked_fill(other, -math.inf)
+    labels = model.decode((unary, lengths, first, last, trans), data, idx)
+    return labels[valid].to(data.Y.device)
+
+
+def with_labels(data: ChainData, labels: torch.Tensor) -> ChainData:
+    """``data`` with ``Y`` = ``labels`` (a completion); the observed positions keep their labels."""
+    return ChainData(data.X, labels, data.offsets, data.n_states, data.name, data.allow_unknown, dict(data.meta),
+                     data.E, data.observed)
+
+
+def latent_objective(model: ChainModel, data: ChainData, lam: float, w: torch.Tensor) -> tuple[float, torch.Tensor]:
+    """(J(w), the completion at w): J computed as the primal objective of the convex SSVM whose gold
+    labeling is the completion at w (its hinge term is then max_y [<w, phi> + Delta] - max_C <w, phi>)."""
+    labels = complete(model, w, data)
+    store = make_store(model, with_labels(data, labels), lam)
+    store.set_point(w.to(store.dtype), 0.0)
+    H = store.gap_pass().H
+    return 0.5 * lam * float(w @ w) + float(H.sum()) / data.n, labels
+
+
+INNER = SolverConfig(passes=100, gap_check=10, step="pairwise", cache=True)    # BCFW gap sampling, pairwise, cached
+
+
+def train_latent(model: ChainModel, data: ChainData, lam: float, config: SolverConfig | None = None,
+                 max_outer: int = 20, tol: float = 1e-6, w0: torch.Tensor | str | None = "letters",
+                 progress=None, interrupt=None, evaluate=None) -> tuple[torch.Tensor, list]:
+    """CCCP for the latent SSVM (module docstring): returns (w of the lowest objective, records).
+    ``config``: the inner solver (default :data:`INNER`: BCFW with gap sampling, pairwise steps and the
+    cache, 100 passes); ``w0``: the start, a vector, ``"letters"`` (:func:`letter_start`) or None (0);
+    ``tol``: the least decrease of J for another outer step; ``progress(record)`` after each step;
+    ``interrupt()`` (optional, polled by the inner solver at its gap checks): True ends the run after
+    the current outer step; ``evaluate(w)`` (optional): a dict merged into each record, of the record's
+    model (the lowest-objective w so far). An accepted record's ``ell`` is its inner problem's dual ell."""
+    check(isinstance(model, ChainModel), "model", "a ChainModel", type(model).__name__)
+    model.check_data(data)
+    lam = check_positive(lam, "lam")
+    check(isinstance(max_outer, int) and max_outer >= 1, "max_outer", "an int >= 1", max_outer)
+    config = config or INNER
+    if config.solver not in ("bcfw", "fw", "ssg"):
+        raise SSVMInputError(f"solver: the latent SSVM's inner problem runs on FW-type steps (bcfw, fw, ssg), "
+                             f"got {config.solver!r}")
+    t0 = time.perf_counter()
+    if isinstance(w0, str):
+        check(w0 == "letters", "w0", "a vector, 'letters' or None", w0)
+        w = letter_start(model, data, lam)
+    else:
+        w = torch.zeros(model.d, dtype=torch.float64) if w0 is None else w0.detach().to(torch.float64).clone()
+    check(w.shape == (model.d,), "w0", f"a vector of d = {model.d}", tuple(w.shape))
+    J, labels = latent_objective(model, data, lam, w)
+    spent = [0.0]                                     # seconds in ``evaluate``, left out of time_s
+
+    def evaluated(w):
+        t = time.perf_counter()
+        out = evaluate(w)
+        spent[0] += time.perf_counter() - t
+        return out
+    records = [{"outer": 0, "objective": J, "inner_gap": None, "inner_passes": 0, "changed": None,
+                "accepted": True, "time_s": time.perf_counter() - t0}]
+    if evaluate:
+        records[-1].update(evaluated(w))
+    if progress:
+        progress(records[-1])
+    for t in range(1, max_outer + 1):
+        store = make_store(model, with_labels(data, labels), lam)
+        solver = Solver(store, config, interrupt=interrupt)
+        history = solver.run()
+        w_new, ell = solver.model_point()
+        w_new = w_new.detach().clone()
+        J_new, labels_new = latent_objective(model, data, lam, w_new)
+        changed = int((labels_new != labels).sum())
+        accepted = J_new < J - tol
+        records.append({"outer": t, "objective": J_new if accepted else J, "candidate_objective": J_new,
+                        "inner_gap": float(history[-1]["gap"]), "inner_passes": float(history[-1]["passes"]),
+                        "changed": changed, "accepted": accepted, "time_s": time.perf_counter() - t0 - spent[0],
+                        **({"ell": float(ell)} if accepted else {})})
+        if evaluate:
+            records[-1].update(evaluated(w_new if accepted else w))
+        if progress:
+            progress(records[-1])
+        if not accepted:
+            break
+        w, J, labels = w_new, J_new, labels_new
+        if interrupt is not None and interrupt():
+            break
+    return w, records
