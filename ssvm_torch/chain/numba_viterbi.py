@@ -68,6 +68,17 @@ def penalty_array(start, end, trans) -> np.ndarray:
                                 dtype=np.float64)
 
 
+@nb.njit(cache=True, nogil=True, inline="always")
+def _row_loss(gt, r, lw):
+    """(gold label at row r, the loss of a wrong label there): ``lw``, or 0 where the gold label is
+    unobserved (negative); ``gt`` is read only when ``lw`` != 0 (plain decoding passes a dummy). Read
+    once per row so that the label loops keep the shape of plain loss augmentation."""
+    if lw == 0.0:
+        return 0, 0.0
+    g = gt[r]
+    return g, (lw if g >= 0 else 0.0)
+
+
 @nb.njit(cache=True, nogil=True)
 def viterbi_segment(U, start, T, first, last, trans, gt, lw, out, delta, newd, bp, pen, order=AUTO):
     """Decode one sequence (rows start..start+T of U) into out[start:start+T]; returns its score.
@@ -92,12 +103,13 @@ def viterbi_segment_tt(U, start, T, first, last, trans3, per_position, gt, lw, o
     row-wise step."""
     K = U.shape[1]
     cons = pen.shape[0] > 0
+    g, lwr = _row_loss(gt, start, lw)
     for k in range(K):
         v = U[start, k] + first[k]
         if cons:
             v += pen[K, k]
-        if lw != 0.0 and k != gt[start] and gt[start] >= 0:
-            v += lw
+        if lwr != 0.0 and k != g:
+            v += lwr
         delta[k] = v
     if per_position:
         for t in range(1, T):
@@ -129,6 +141,7 @@ def _step_rowwise(U, r, trans, cons, pen, gt, lw, delta, newd, bp_t):
     """One max-sum step into row r with its own transition matrix (per-position transitions): for
     each next label k, the first best previous label (strict >, so ties keep the lowest index)."""
     K = U.shape[1]
+    g, lwr = _row_loss(gt, r, lw)
     for k in range(K):
         best = delta[0] + trans[k, 0]
         if cons:
@@ -147,8 +160,8 @@ def _step_rowwise(U, r, trans, cons, pen, gt, lw, delta, newd, bp_t):
                     best = c
                     arg = j
         v = best + U[r, k]
-        if lw != 0.0 and k != gt[r] and gt[r] >= 0:
-            v += lw
+        if lwr != 0.0 and k != g:
+            v += lwr
         newd[k] = v
         bp_t[k] = arg
     for k in range(K):
@@ -166,6 +179,7 @@ def _steps_rowwise_free(U, start, T, trans, gt, lw, delta, newd, bp):
     if K < BLOCKED_MIN_K:                   # a handful of labels: the plain scan, no transposed copy
         for t in range(1, T):
             r = start + t
+            g, lwr = _row_loss(gt, r, lw)
             for k in range(K):
                 best = delta[0] + trans[k, 0]
                 arg = 0
@@ -175,8 +189,8 @@ def _steps_rowwise_free(U, start, T, trans, gt, lw, delta, newd, bp):
                         best = c
                         arg = j
                 v = best + U[r, k]
-                if lw != 0.0 and k != gt[r] and gt[r] >= 0:
-                    v += lw
+                if lwr != 0.0 and k != g:
+                    v += lwr
                 newd[k] = v
                 bp[t, k] = arg
             for k in range(K):
@@ -217,10 +231,11 @@ def _steps_rowwise_free(U, start, T, trans, gt, lw, delta, newd, bp):
                     arg = j
             newd[k] = best
             bp[t, k] = arg
+        g, lwr = _row_loss(gt, r, lw)
         for k in range(K):
             v = newd[k] + U[r, k]
-            if lw != 0.0 and k != gt[r] and gt[r] >= 0:
-                v += lw
+            if lwr != 0.0 and k != g:
+                v += lwr
             delta[k] = v
 
 
@@ -266,10 +281,11 @@ def _columnwise_body(U, start, T, transT, penT, cons, gt, lw, delta, bp, vals, a
                            vals[1 - src], args[1 - src], j, K)
             src = 1 - src
         vf, af = vals[src], args[src]
+        g, lwr = _row_loss(gt, r, lw)
         for k in range(K):
             v = vf[k] + U[r, k]
-            if lw != 0.0 and k != gt[r] and gt[r] >= 0:
-                v += lw
+            if lwr != 0.0 and k != g:
+                v += lwr
             delta[k] = v
             bp[t, k] = af[k]
 
