@@ -39,6 +39,29 @@ def ssvm(model, data, lam):
     return solver.model_point()[0], history[-1]
 
 
+def report(result: dict) -> str:
+    """The JSON's two tables: the four models' test errors, and CCCP's outer steps."""
+    rows, records = result["rows"], result["records"]
+    latent = rows.get("latent") or ({"error": records[-1]["test_error"], "position_error": records[-1]["test_position_error"],
+                                     "outer_steps": records[-1]["outer"], "time_s": records[-1]["time_s"]} if records else None)
+    lines = ["| model | training labels | test error (word) | per-letter error |", "| --- | --- | --- | --- |"]
+    named = [("full", "every letter"), ("letters", "observed letters, one by one (CCCP's start)"),
+             ("observed_words", f"the {rows.get('observed_words', {}).get('words', '?')} words with every letter observed"),
+             ("latent", f"observed letters, CCCP ({latent['outer_steps'] if latent else '?'} outer steps)")]
+    for key, text in named:
+        row = latent if key == "latent" else rows.get(key)
+        if row:
+            lines.append(f"| {key} | {text} | {row['error']:.4f} | {row['position_error']:.4f} |")
+    lines += ["", "| outer step | objective J | inner gap | completions changed | test error | seconds |",
+              "| --- | --- | --- | --- | --- | --- |"]
+    for r in records:
+        gap = "–" if r["inner_gap"] is None else f"{r['inner_gap']:.2e}"
+        changed = "–" if r["changed"] is None else str(r["changed"])
+        lines.append(f"| {r['outer']} | {r['objective']:.5f} | {gap} | {changed} | {r['test_error']:.4f} | "
+                     f"{r['time_s']:.0f} |")
+    return "\n".join(lines)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--dataset", default="ocr-large", choices=["ocr-small", "ocr-large"])
@@ -48,8 +71,12 @@ def main(argv=None) -> int:
     ap.add_argument("--max-outer", type=int, default=20)
     ap.add_argument("--resume", action="store_true", help="keep the rows already in --out (same settings)")
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--report", action="store_true", help="print the tables of --out as markdown and exit")
     args = ap.parse_args(argv)
     out = args.out or Path(__file__).parent / "results" / f"latent_{args.dataset}.json"
+    if args.report:
+        print(report(json.loads(out.read_text())))
+        return 0
     torch.set_num_threads(1)
     problem = load_task(args.dataset)
     model, train, test = problem.model, problem.train, problem.test
