@@ -30,7 +30,7 @@ import time
 
 import torch
 
-from .data.types import ChainData
+from .data.types import ChainData, csr_rows
 from .errors import SSVMInputError, check, check_positive
 from .models.chain import ChainModel
 from .models.chain_index import padded_index
@@ -61,7 +61,6 @@ def hide_labels(data: ChainData, fraction: float, seed: int) -> ChainData:
 def observed_positions(data: ChainData) -> ChainData:
     """Every observed position as a sequence of its own (length 1): the data of the letter-wise
     classifier that starts CCCP (:func:`letter_start`)."""
-    from .data.types import csr_rows
     rows = torch.nonzero(data.observed if data.observed is not None else torch.ones_like(data.Y, dtype=torch.bool))[:, 0]
     check(len(rows) >= 1, "data.observed", "at least one observed position", 0)
     X = csr_rows(data.X, rows) if data.is_sparse else data.X[rows]
