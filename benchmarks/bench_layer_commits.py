@@ -20,13 +20,13 @@ import json
 import os
 import platform
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).parent))
+from commits import ROOT, baseline_worktree, revisions, run_worker  # noqa: E402
+
 KS = (3, 9, 22, 45, 64)
 B, T = 64, 50
 
@@ -77,15 +77,7 @@ def worker(ks, calls: int) -> dict:
 
 
 def run_side(path: Path, ks, calls: int) -> dict:
-    env = {**os.environ, "PYTHONPATH": str(path), "OMP_NUM_THREADS": "1", "NUMBA_NUM_THREADS": "1"}
-    r = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--worker", "--ks", *map(str, ks),
-                        "--calls", str(calls)], env=env, capture_output=True, text=True, cwd=path)
-    if r.returncode != 0:
-        raise SystemExit(f"worker at {path} failed:\n{r.stderr[-3000:]}")
-    res = json.loads(r.stdout.strip().splitlines()[-1])
-    if not Path(res["module"]).resolve().is_relative_to(path.resolve()):
-        raise SystemExit(f"the worker for {path} imported {res['module']} (another checkout's ssvm_torch)")
-    return res
+    return run_worker(path, Path(__file__).resolve(), ["--ks", *ks, "--calls", calls])
 
 
 def main(argv=None):
@@ -100,26 +92,18 @@ def main(argv=None):
     if args.worker:
         print(json.dumps(worker(args.ks, args.calls)))
         return
-    git = lambda *a: subprocess.run(["git", *a], cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()  # noqa: E731
-    head = git("rev-parse", "HEAD")
-    base = git("rev-parse", args.baseline)
-    dirty = bool(git("status", "--porcelain", "--untracked-files=no"))
-    with tempfile.TemporaryDirectory(prefix="ssvm_baseline_") as tmp:
-        wt = Path(tmp) / "baseline"
-        git("worktree", "add", "--detach", str(wt), base)
-        try:
-            sides = {"current": ROOT, "baseline": wt}
-            for name, path in sides.items():                 # warm numba's caches of both checkouts
-                run_side(path, args.ks, 2)
-            rounds = {name: [] for name in sides}
-            for r in range(args.rounds):
-                order = ("current", "baseline") if r % 2 == 0 else ("baseline", "current")
-                for name in order:
-                    rounds[name].append(run_side(sides[name], args.ks, args.calls))
-                    print(f"round {r} {name}: " + ", ".join(f"K {k} decode {v['decode']:.2f} ms" for k, v in
-                                                            rounds[name][-1]["ks"].items()), flush=True)
-        finally:
-            git("worktree", "remove", "--force", str(wt))
+    revs = revisions(args.baseline)
+    with baseline_worktree(revs["baseline"]) as wt:
+        sides = {"current": ROOT, "baseline": wt}
+        for name, path in sides.items():                 # warm numba's caches of both checkouts
+            run_side(path, args.ks, 2)
+        rounds = {name: [] for name in sides}
+        for r in range(args.rounds):
+            order = ("current", "baseline") if r % 2 == 0 else ("baseline", "current")
+            for name in order:
+                rounds[name].append(run_side(sides[name], args.ks, args.calls))
+                print(f"round {r} {name}: " + ", ".join(f"K {k} decode {v['decode']:.2f} ms" for k, v in
+                                                        rounds[name][-1]["ks"].items()), flush=True)
     table = {}
     for K in map(str, args.ks):
         row = {}
@@ -143,8 +127,7 @@ def main(argv=None):
               + (f"; pytorch-crf decode {row['pytorch_crf_decode_ms']:.2f} ms, ours x{row['current_vs_pytorch_crf']:.1f}"
                  if crf else ""), flush=True)
     result = {"machine": platform.processor() or platform.machine(), "python": platform.python_version(),
-              "shape": {"B": B, "T": T, "dtype": "float32", "threads": 1}, "current": head,
-              "current_dirty": dirty, "baseline": base, "rounds": args.rounds, "calls": args.calls,
+              "shape": {"B": B, "T": T, "dtype": "float32", "threads": 1}, **revs, "rounds": args.rounds, "calls": args.calls,
               "load_average_at_start": list(os.getloadavg()), "table": table, "every_round": rounds}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=1))

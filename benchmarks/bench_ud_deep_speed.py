@@ -14,12 +14,19 @@ untrained weights: the work per step does not depend on them):
   the tree layer, relations by the labeler), ``test_sentences_per_s``; and the dev file's evaluation
   after every epoch, ``dev_eval_s``.
 
+A head is a recipe's name after ``ud_deep_``: the first-order heads, the second-order ones (``2o_crf``,
+``2o_hinge``, ``2o_softmax_margin``: projective only) and the words-only parser (``words_softmax_margin``).
+
 Each figure is the median of ``--repeats`` rounds; the rounds alternate the configurations so that the
 machine's drift spreads over all of them. ``--threads`` torch threads (the recipes' 2).
 
-Usage: python benchmarks/bench_ud_deep_speed.py [--heads local crf hinge softmax_margin] [--batches 40]
-       [--repeats 3] [--threads 2] [--kinds projective non-projective]
-Writes benchmarks/results/ud_deep_speed.json.
+``--baseline REV`` measures this checkout against the commit REV side by side (``benchmarks/commits.py``):
+every round runs one worker process per side, the sides alternating, each building its settings afresh
+(one untimed warm-up round per side first); the JSON then has both sides' rows and the ratios.
+
+Usage: python benchmarks/bench_ud_deep_speed.py [--heads local crf hinge softmax_margin 2o_softmax_margin]
+       [--batches 40] [--repeats 3] [--threads 2] [--kinds projective non-projective] [--baseline REV]
+Writes benchmarks/results/ud_deep_speed.json (with --baseline: ud_deep_speed_commits.json).
 """
 from __future__ import annotations
 
@@ -29,19 +36,23 @@ import math
 import os
 import platform
 import statistics
+import sys
 import time
 from pathlib import Path
 
 import torch
 import yaml
 
+import ssvm_torch
 from ssvm_torch.deep import UDParser
 from ssvm_torch.deep.epochs import EpochPermutation
-from ssvm_torch.deep.ud_parser import HEADS
 
-ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).parent))
+from commits import ROOT, baseline_worktree, revisions, run_worker  # noqa: E402
+
 OUT = ROOT / "benchmarks" / "results" / "ud_deep_speed.json"
 KINDS = ("projective", "non-projective")
+HEADS = tuple(sorted(p.stem[len("ud_deep_"):] for p in (ROOT / "recipes").glob("ud_deep_*.yaml")))
 
 
 def recipe_args(head: str, projective: bool, threads: int) -> dict:
@@ -98,49 +109,110 @@ class Setting:
         return {"test_sentences_per_s": m.corpus.test.n / test_s, "dev_eval_s": time.perf_counter() - t0}
 
 
+def measure(heads, kinds, threads: int, batches: int, warmup: int, repeats: int) -> list:
+    """Every (head, kind) setting's rounds (``repeats`` of training + decoding, the order alternating)."""
+    torch.set_num_threads(threads)
+    # a second-order head parses projective trees only (UDParser refuses projective false with order 2)
+    settings = [Setting(h, k, threads, batches, warmup) for k in kinds for h in heads
+                if k == "projective" or not h.startswith("2o_")]
+    rounds = {(s.head, s.kind): [] for s in settings}
+    for r in range(repeats):
+        for s in (settings if r % 2 == 0 else settings[::-1]):       # alternate the order between rounds
+            rounds[(s.head, s.kind)].append({**s.train_round(), **s.decode_round()})
+            last = rounds[(s.head, s.kind)][-1]
+            print(f"round {r}: {s.head:>14} {s.kind:>14}: {last['s_per_step'] * 1e3:7.1f} ms/step "
+                  f"({100 * last['tree_layer_share']:.1f}% tree layer), test {last['test_sentences_per_s']:6.0f} "
+                  f"sentences/s, dev evaluation {last['dev_eval_s']:.1f} s", file=sys.stderr, flush=True)
+    return [{"head": s.head, "trees": s.kind, "steps_per_epoch": s.steps_per_epoch,
+             "rounds": rounds[(s.head, s.kind)]} for s in settings]
+
+
+def summarise(settings: list) -> list:
+    """Medians over each setting's rounds: s per epoch (mean step x steps per epoch), tree share, decoding."""
+    rows = []
+    for s in settings:
+        runs = s["rounds"]
+        med = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+        rows.append({"head": s["head"], "trees": s["trees"], "steps_per_epoch": s["steps_per_epoch"],
+                     "s_per_epoch": med["s_per_step"] * s["steps_per_epoch"], "ms_per_step": med["s_per_step"] * 1e3,
+                     "tree_layer_share": med["tree_layer_share"], "test_sentences_per_s": med["test_sentences_per_s"],
+                     "dev_eval_s": med["dev_eval_s"], "rounds": runs})
+    return rows
+
+
+def print_table(rows: list, side: str = "") -> None:
+    print(f"\n{side}| head | trees | s / epoch (training steps) | tree layer share | dev evaluation s "
+          "| test sentences / s |\n| --- | --- | --- | --- | --- | --- |")
+    for row in rows:
+        print(f"| {row['head']} | {row['trees']} | {row['s_per_epoch']:.0f} | {100 * row['tree_layer_share']:.1f}% "
+              f"| {row['dev_eval_s']:.1f} | {row['test_sentences_per_s']:.0f} |")
+
+
+def against_baseline(args) -> dict:
+    """Both sides' rows (each round one worker per side, alternating) and current / baseline ratios."""
+    revs = revisions(args.baseline)
+    work = ["--heads", *args.heads, "--kinds", *args.kinds, "--batches", args.batches, "--warmup", args.warmup,
+            "--threads", args.threads]
+    with baseline_worktree(revs["baseline"]) as wt:
+        sides = {"current": ROOT, "baseline": wt}
+        script = Path(__file__).resolve()
+        for path in sides.values():                    # warm-up round: numba's caches, the corpus files
+            run_worker(path, script, [*work, "--batches", 1, "--warmup", 0], args.threads)
+        got = {name: [] for name in sides}
+        for r in range(args.repeats):
+            for name in (("current", "baseline") if r % 2 == 0 else ("baseline", "current")):
+                got[name].append(run_worker(sides[name], script, work, args.threads)["settings"])
+                print(f"round {r} {name}: " + ", ".join(f"{s['head']} {s['trees']} "
+                                                       f"{s['rounds'][0]['s_per_step'] * 1e3:.0f} ms/step"
+                                                       for s in got[name][-1]), flush=True)
+    sides_rows = {}
+    for name, per_round in got.items():
+        merged = [{**s, "rounds": [rd[i]["rounds"][0] for rd in per_round]} for i, s in enumerate(per_round[0])]
+        sides_rows[name] = summarise(merged)
+        print_table(sides_rows[name], f"{name} ({revs[name]}):\n")
+    ratios = [{"head": c["head"], "trees": c["trees"],
+               "training_speedup": b["s_per_epoch"] / c["s_per_epoch"],
+               "test_decode_speedup": c["test_sentences_per_s"] / b["test_sentences_per_s"],
+               "dev_eval_speedup": b["dev_eval_s"] / c["dev_eval_s"]}
+              for c, b in zip(sides_rows["current"], sides_rows["baseline"])]
+    for q in ratios:
+        print(f"{q['head']} {q['trees']}: training x{q['training_speedup']:.2f}, test decoding "
+              f"x{q['test_decode_speedup']:.2f}, dev evaluation x{q['dev_eval_speedup']:.2f} the baseline")
+    return {**revs, "sides": sides_rows, "ratios": ratios}
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--heads", nargs="+", default=list(HEADS), choices=HEADS)
+    ap.add_argument("--heads", nargs="+", default=["local", "crf", "hinge", "softmax_margin"], choices=HEADS)
     ap.add_argument("--kinds", nargs="+", default=list(KINDS), choices=KINDS)
     ap.add_argument("--batches", type=int, default=40, help="timed training steps per round")
     ap.add_argument("--warmup", type=int, default=3, help="untimed training steps before each round's timed ones")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--out", default=str(OUT))
+    ap.add_argument("--baseline", help="an earlier commit (any git revision) measured side by side")
+    ap.add_argument("--out")
+    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     for name in ("batches", "repeats", "threads"):
         if getattr(args, name) < 1:
             raise SystemExit(f"--{name}: expected an int >= 1, got {getattr(args, name)}")
     if args.warmup < 0:
         raise SystemExit(f"--warmup: expected an int >= 0, got {args.warmup}")
-    torch.set_num_threads(args.threads)
-    settings = [Setting(h, k, args.threads, args.batches, args.warmup) for k in args.kinds for h in args.heads]
-    rounds = {(s.head, s.kind): [] for s in settings}
-    for r in range(args.repeats):
-        for s in (settings if r % 2 == 0 else settings[::-1]):       # alternate the order between rounds
-            rounds[(s.head, s.kind)].append({**s.train_round(), **s.decode_round()})
-            last = rounds[(s.head, s.kind)][-1]
-            print(f"round {r}: {s.head:>14} {s.kind:>14}: {last['s_per_step'] * 1e3:7.1f} ms/step "
-                  f"({100 * last['tree_layer_share']:.1f}% tree layer), test {last['test_sentences_per_s']:6.0f} "
-                  f"sentences/s, dev evaluation {last['dev_eval_s']:.1f} s", flush=True)
-    rows = []
-    for s in settings:
-        runs = rounds[(s.head, s.kind)]
-        med = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
-        rows.append({"head": s.head, "trees": s.kind, "steps_per_epoch": s.steps_per_epoch,
-                     "s_per_epoch": med["s_per_step"] * s.steps_per_epoch, "ms_per_step": med["s_per_step"] * 1e3,
-                     "tree_layer_share": med["tree_layer_share"], "test_sentences_per_s": med["test_sentences_per_s"],
-                     "dev_eval_s": med["dev_eval_s"], "rounds": runs})
-    print("\n| head | trees | s / epoch (training steps) | tree layer share | dev evaluation s | test sentences / s |")
-    print("| --- | --- | --- | --- | --- | --- |")
-    for row in rows:
-        print(f"| {row['head']} | {row['trees']} | {row['s_per_epoch']:.0f} | {100 * row['tree_layer_share']:.1f}% "
-              f"| {row['dev_eval_s']:.1f} | {row['test_sentences_per_s']:.0f} |")
-    out = {"machine": {"cpus": os.cpu_count(), "processor": platform.processor() or platform.machine(),
-                       "torch": torch.__version__, "threads": args.threads},
-           "batches": args.batches, "warmup": args.warmup, "repeats": args.repeats, "rows": rows}
-    Path(args.out).write_text(json.dumps(out, indent=1))
-    print(f"wrote {args.out}")
+    if args.worker:                    # one round of every setting, for against_baseline
+        print(json.dumps({"module": ssvm_torch.__file__,
+                          "settings": measure(args.heads, args.kinds, args.threads, args.batches, args.warmup, 1)}))
+        return
+    machine = {"cpus": os.cpu_count(), "processor": platform.processor() or platform.machine(),
+               "torch": torch.__version__, "threads": args.threads, "load_average_at_start": list(os.getloadavg())}
+    common = {"machine": machine, "batches": args.batches, "warmup": args.warmup, "repeats": args.repeats}
+    if args.baseline:
+        out, path = {**common, **against_baseline(args)}, args.out or str(OUT.with_name("ud_deep_speed_commits.json"))
+    else:
+        rows = summarise(measure(args.heads, args.kinds, args.threads, args.batches, args.warmup, args.repeats))
+        print_table(rows)
+        out, path = {**common, "rows": rows}, args.out or str(OUT)
+    Path(path).write_text(json.dumps(out, indent=1))
+    print(f"wrote {path}")
 
 
 if __name__ == "__main__":

@@ -142,7 +142,7 @@ def test_a_tiny_second_order_run_writes_trees_and_parses_back(tmp_path, capsys):
     config = json.loads((out / "config.json").read_text())
     assert config["order"] == 2 and config["sib_dim"] == 8 and config["loss"] == "softmax_margin"
     parser = load_parser(out / "parser.pt")
-    assert parser.network.sib_dim == 8 and float(parser.network.sib_W.abs().max()) > 0
+    assert parser.network.sib_dim == 8 and float(parser.network.sib_W.detach().abs().max()) > 0
     pred = torch.load(out / "test_predictions.pt", weights_only=True)
     test = load_ud_ewt("test")
     lengths = torch.tensor(test.lengths.tolist())

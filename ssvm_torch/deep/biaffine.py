@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from .conll_tagger import CharCNN
@@ -76,14 +77,26 @@ class BiaffineParser(nn.Module):
         dep, head = self.arc_dep(states), self.arc_head(states)
         return torch.einsum("bmi,ij,bhj->bmh", dep, self.arc_U, head) + (head @ self.arc_u)[:, None, :]
 
-    def sib_scores(self, states: torch.Tensor) -> torch.Tensor:
+    def sib_scores(self, states: torch.Tensor, lengths: torch.Tensor | None = None) -> torch.Tensor:
         """(B, N, N, N): [b, m, h, s] the triaffine score of m and s being adjacent dependents of h (module
-        docstring; SuPar's layout), for a network built with ``sib_dim`` > 0."""
+        docstring; SuPar's layout), for a network built with ``sib_dim`` > 0. ``lengths`` (B,): words per
+        sentence (root excluded); the entries past a sentence's root + words are 0 (the tree layer reads
+        none of them), and each sentence costs n d^3 + n^2 d^2 + n^3 d for its own n = length + 1 rather
+        than the batch's padded N: the padded cubic products were most of a second-order training step."""
         sib, dep, head = self.sib_s(states), self.sib_d(states), self.sib_h(states)
         ones = sib.new_ones(sib.shape[:2] + (1,))
         sib, dep = torch.cat([sib, ones], -1), torch.cat([dep, ones], -1)
-        per_head = torch.einsum("bhk,ikj->bhij", head, self.sib_W)                # W_(h): (B, N, d+1, d+1)
-        return torch.einsum("bsi,bhij,bmj->bmhs", sib, per_head, dep)
+        B, N, d = head.shape
+        sizes = [N] * B if lengths is None else (lengths + 1).tolist()
+        # W_(h) of every head of every sentence at once: (B N, d) @ (d, (d+1)^2), the rows read as (i, j)
+        per_head = (head.reshape(B * N, d) @ self.sib_W.transpose(0, 1).reshape(d, -1)).view(B, N, d + 1, d + 1)
+        out = []
+        for b, n in enumerate(sizes):
+            # [m, (h, i)] = sum_j dep[m, j] W_(h)[i, j], then [m, h, s] = sum_i that * sib[s, i]: two matrix products
+            t = dep[b, :n] @ per_head[b, :n].reshape(n * (d + 1), d + 1).T
+            score = (t.reshape(n * n, d + 1) @ sib[b, :n].T).view(n, n, n)
+            out.append(score if n == N else F.pad(score, (0, N - n, 0, N - n, 0, N - n)))
+        return torch.stack(out)
 
     def rel_scores(self, states: torch.Tensor, heads: torch.Tensor) -> torch.Tensor:
         """(B, N, L): the relation scores of every word m attached to heads[b, m] (clamped at 0 where -1)."""

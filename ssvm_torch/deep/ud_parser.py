@@ -92,9 +92,10 @@ def build_network(hp, vocab) -> BiaffineParser:
                           hp["arc_dim"], hp["rel_dim"], hp["dropout"], hp["upos_input"], sib_dim, tagger)
 
 
-def sibling_scores(network: BiaffineParser, states: torch.Tensor):
-    """The network's sibling scores (B, N, N, N) for a second-order network, None for a first-order one."""
-    return network.sib_scores(states) if network.sib_dim > 0 else None
+def sibling_scores(network: BiaffineParser, states: torch.Tensor, lengths: torch.Tensor):
+    """The network's sibling scores (B, N, N, N) of sentences of ``lengths`` words for a second-order network
+    (0 past each sentence), None for a first-order one."""
+    return network.sib_scores(states, lengths) if network.sib_dim > 0 else None
 
 
 #: the largest (sentences x (N + 1)^3) sibling-score batch that decoding builds at once (64 M entries)
@@ -131,7 +132,7 @@ def decode_split(network: BiaffineParser, tree: DependencyTree, split, rels: lis
         batch = {k: (v.to(device) if torch.is_tensor(v) else v) for k, v in split.batch(idx).items()}
         states = network.encode(batch)
         arcs = network.arc_scores(states)
-        sibs = sibling_scores(network, states)
+        sibs = sibling_scores(network, states, batch["lengths"])
         best = tree.decode(arcs.float(), batch["mask"], sib_scores=None if sibs is None else sibs.float())
         rel = network.rel_scores(states, best).argmax(2).cpu()
         tags = network.tagger.decode(states, batch["mask"]).cpu() if network.tagger is not None else None
@@ -309,7 +310,7 @@ class UDParser(DevSelectedRun, L.LightningModule):
         rel = self.parser.rel_scores(states, batch["heads"])
         rel_ce = F.cross_entropy(rel.transpose(1, 2), batch["rels"].masked_fill(~batch["mask"], -100),
                                  ignore_index=-100, reduction="none").sum(1)
-        total = self.head_loss(arcs, batch, sibling_scores(self.parser, states)) + rel_ce
+        total = self.head_loss(arcs, batch, sibling_scores(self.parser, states, batch["lengths"])) + rel_ce
         if self.parser.tagger is not None:                 # the joint loss of a words-only parser
             total = total + self.hparams.tag_weight * self.parser.tagger.loss(states, batch["upos"], batch["mask"])
         return total.mean()
