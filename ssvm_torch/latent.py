@@ -30,6 +30,7 @@ import time
 
 import torch
 
+from .data.partial import hidden_positions
 from .data.types import ChainData, csr_rows
 from .errors import SSVMInputError, check, check_positive
 from .models.chain import ChainModel
@@ -43,13 +44,7 @@ def hide_labels(data: ChainData, fraction: float, seed: int) -> ChainData:
     ``seed`` (torch's CPU generator: the same positions on every machine); their labels are replaced
     by 0 (a placeholder completion) so that nothing downstream can read them."""
     check(isinstance(data, ChainData), "data", "a ChainData", type(data).__name__)
-    check(isinstance(fraction, (int, float)) and 0.0 <= fraction < 1.0, "hide_labels", "a fraction in [0, 1)",
-          fraction)
-    N = data.Y.shape[0]
-    g = torch.Generator().manual_seed(int(seed))
-    hidden = torch.randperm(N, generator=g)[:int(round(fraction * N))]
-    observed = torch.ones(N, dtype=torch.bool)
-    observed[hidden] = False
+    observed = ~hidden_positions(data.Y.shape[0], fraction, int(seed), ("hide_labels", "hide_seed"))
     if data.observed is not None:
         observed &= data.observed.cpu()
     observed = observed.to(data.Y.device)

@@ -14,7 +14,7 @@ from ssvm_torch.constraints import allowed_transitions, bio_to_bioes, bioes_to_b
 from ssvm_torch.data.conll import load_conll2000, read_conll, split_heldout
 from ssvm_torch.data.types import data_file
 from ssvm_torch.deep.__main__ import main as deep_main
-from ssvm_torch.deep.conll_text import UNK, load_chunking, tags_to_bio
+from ssvm_torch.deep.conll_text import UNK, load_chunking, tags_to_bio, word_dropout
 from ssvm_torch.errors import SSVMInputError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -188,3 +188,77 @@ def test_bad_chunker_settings_are_refused_by_name(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "trainer.max_epochs: expected at least 1" in err and len(err.strip().splitlines()) == 1
     assert not list((tmp_path / "zero").rglob("results.json")) and not list((tmp_path / "zero").rglob("*.pt"))
+
+
+def test_hidden_labels_are_the_seeds_positions_unobserved_in_the_chain_loss(tmp_path):
+    """hide_fraction 0.5: round(n / 2) of the fit split's tokens get label -1, the positions a function of
+    hide_seed alone (the same for every loss and run seed), and the batch loss is the chain layer's partial
+    loss over them (a hidden position constrains nothing); a tiny hinge run records the counts."""
+    from ssvm_torch.data.partial import hidden_positions
+    from ssvm_torch.deep import ConllChunker
+    built = {}
+    for loss, seed in (("hinge", 0), ("crf", 3)):
+        m = ConllChunker(loss=loss, train_size=60, hidden=8, word_dim=8, char_filters=4, seed=seed, hide_fraction=0.5,
+                         hide_seed=7)
+        m.build()
+        built[loss] = m
+    full = ConllChunker(loss="hinge", train_size=60, hidden=8, word_dim=8, char_filters=4)
+    full.build()
+    n = len(full.corpus.fit.tag)
+    hidden = hidden_positions(n, 0.5, 7)
+    assert int(hidden.sum()) == round(n / 2) and built["hinge"].hidden_labels == round(n / 2)
+    for m in built.values():
+        assert torch.equal(m.corpus.fit.tag, torch.where(hidden, -1, full.corpus.fit.tag))
+    m = built["hinge"]
+    idx = torch.arange(8)
+    batch = m.corpus.fit.batch(idx)
+    assert bool((batch["tag"][batch["mask"]] == -1).any())
+
+    def seeded():
+        m.gen.manual_seed(0)
+        torch.manual_seed(0)
+    seeded()
+    got = m.batch_loss(idx)
+    seeded()
+    em = m.tagger.emissions(batch, word_dropout(batch["word"], m.word_counts, m.hparams.word_dropout, m.gen))
+    want = m.tagger.chain(em, torch.where(batch["mask"], batch["tag"], 0), batch["mask"], reduction="mean")
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+    every = m.tagger.chain(em, torch.where(batch["mask"], full.corpus.fit.batch(idx)["tag"], 0), batch["mask"],
+                           reduction="mean")
+    assert float((every - want).abs()) > 1e-6          # the hidden labels changed the loss
+    out = run(tmp_path, "--model.hide_fraction", "0.5", "--model.hide_seed", "7", epochs=2)
+    results = json.loads((out / "results.json").read_text())
+    assert results["hidden_positions"] == round(results["fit_positions"] / 2) and results["test_f1"] > 0
+    assert json.loads((out / "config.json").read_text())["hide_fraction"] == 0.5
+
+
+@pytest.mark.parametrize("flag, value, message", [
+    ("hide_fraction", "1.0", "hide_fraction: expected a fraction in [0, 1)"),
+    ("hide_seed", "-1", "hide_seed: expected an int >= 0")])
+def test_bad_hiding_settings_are_refused_by_name(tmp_path, capsys, flag, value, message):
+    assert deep_main(["fit", "--config", str(ROOT / "recipes" / "conll_deep_hinge.yaml"), f"--model.{flag}", value,
+                      "--trainer.default_root_dir", str(tmp_path)]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_the_run_list_script_trains_archives_and_then_skips_a_run(tmp_path):
+    """recipes/train_runs.sh (what ud_deep_all.sh and partial50_all.sh run): a tiny partial-annotation chunker
+    run is trained into RUNS, its four files archived under <PREFIX><head>_s<seed>, and a second start skips it."""
+    import os
+    import subprocess
+    env = {**os.environ, "FAMILY": "conll_deep_hybrid_", "HEADS": "hinge", "SEEDS": "0", "PREFIX": "partial50_",
+           "ARCHIVE": "x", "ARCHIVE_DIR": str(tmp_path / "archive"), "RUNS": str(tmp_path / "runs"), "THREADS": "1",
+           "EXTRA": "--model.hide_fraction 0.5 --model.train_size 60 --model.hidden 8 --model.word_dim 8 "
+                    "--model.char_filters 4 --model.features w[0] --trainer.max_epochs 1"}
+    script = str(ROOT / "recipes" / "train_runs.sh")
+    first = subprocess.run(["bash", script], env=env, capture_output=True, text=True)
+    assert first.returncode == 0, first.stderr[-2000:]
+    done = tmp_path / "archive" / "partial50_hinge_s0"
+    assert sorted(p.name for p in done.iterdir()) == ["config.json", "history.json", "results.json",
+                                                     "test_predictions.pt"]
+    config = json.loads((done / "config.json").read_text())
+    assert config["hide_fraction"] == 0.5 and config["seed"] == 0 and config["loss"] == "hinge"
+    again = subprocess.run(["bash", script], env=env, capture_output=True, text=True)
+    assert again.returncode == 0 and "partial50_hinge_s0: done" in again.stdout
+    missing = subprocess.run(["bash", script], env={**env, "HEADS": "svm"}, capture_output=True, text=True)
+    assert missing.returncode == 2 and "conll_deep_hybrid_svm.yaml: no such recipe" in missing.stderr

@@ -223,3 +223,40 @@ def test_the_results_script_recomputes_the_archive_and_bootstraps_pairs(tmp_path
     (archive / "hinge_s0" / "results.json").write_text(json.dumps({**results, "test_uas": results["test_uas"] + 1}))
     with pytest.raises(SystemExit, match="UAS / LAS recomputed"):
         bench.report(archive, draws=10)
+
+
+def test_hidden_heads_are_the_seeds_words_unobserved_in_the_tree_and_relation_losses(tmp_path):
+    """hide_fraction 0.5: round(n / 2) training words lose head and relation (-1), the same words for every
+    loss; head_loss is the tree layer's partial loss (a hidden head constrains nothing), the relation
+    cross-entropy skips the hidden words, the projective set stays the complete trees'; a tiny run records
+    the counts."""
+    from ssvm_torch.data.partial import hidden_positions
+    from ssvm_torch.deep import UDParser
+    from ssvm_torch.nn import DependencyTree
+    full = UDParser(loss="hinge", train_size=30)
+    full.build()
+    n = len(full.corpus.train.head)
+    hidden = hidden_positions(n, 0.5, 5)
+    for loss in ("hinge", "crf"):
+        m = UDParser(loss=loss, train_size=30, hide_fraction=0.5, hide_seed=5)
+        m.build()
+        assert m.hidden_heads == round(n / 2)
+        assert torch.equal(m.corpus.train.head, torch.where(hidden, -1, full.corpus.train.head))
+        assert torch.equal(m.corpus.train.rel, torch.where(hidden, -1, full.corpus.train.rel))
+        assert torch.equal(m.corpus.train.projective, full.corpus.train.projective)
+    m._epoch = {"tree_s": 0.0}
+    batch = m.corpus.train.batch(torch.arange(8))
+    batch["tree_ok"] = m.corpus.train.projective[:8]
+    assert bool((batch["heads"][batch["mask"]] == -1).any())
+    g = torch.Generator().manual_seed(2)
+    arcs = torch.randn(*batch["mask"].shape, batch["mask"].shape[1], generator=g, dtype=torch.float64)
+    ok = batch["tree_ok"]
+    want = DependencyTree(projective=True, loss="crf")(arcs[ok], batch["heads"][ok], batch["mask"][ok],
+                                                        reduction="none")
+    torch.testing.assert_close(m.head_loss(arcs, batch)[ok], want, rtol=1e-12, atol=1e-12)
+    every = full.corpus.train.batch(torch.arange(8))["heads"]
+    assert float((DependencyTree(projective=True, loss="crf")(arcs[ok], every[ok], batch["mask"][ok],
+                                                               reduction="none") - want).abs().max()) > 1e-6
+    out = run(tmp_path, "hinge", "--model.hide_fraction", "0.5", "--model.hide_seed", "5", epochs=1)
+    results = json.loads((out / "results.json").read_text())
+    assert results["hidden_heads"] == round(results["train_words"] / 2) and results["test_uas"] > 0

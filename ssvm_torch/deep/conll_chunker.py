@@ -22,6 +22,13 @@ hyper-parameters), ``test_predictions.pt`` (``{"predictions": [[BIO tag, ...], .
 test sentence in file order) and ``results.json``. Every file loads with ``weights_only=True``;
 Lightning checkpoints carry the history and the best weights, so a resumed run ends where the
 uninterrupted one would.
+
+Partial annotation (issue 73): ``hide_fraction`` hides that fraction of the fit split's token labels, the
+positions drawn by ``hide_seed`` alone (:func:`ssvm_torch.data.partial.hidden_positions`: the same positions
+for every loss and seed of the run); the chain layer reads a hidden position as unobserved (its loss over
+the labelings that agree with the observed tags, :mod:`ssvm_torch.chain.partial`). The dev split keeps its
+labels, so model selection is the full runs' and the comparison changes the training annotation only;
+``results.json`` records the hidden and total positions.
 """
 from __future__ import annotations
 
@@ -35,6 +42,7 @@ import torch
 import torch.utils.data as tud
 
 from ..constraints import allowed_transitions
+from ..data.partial import hidden_positions
 from ..errors import check, check_choice, check_positive
 from ..lightning import log_hp_metrics, run_output_dir, save_last_checkpoint
 from ..atomic import atomic_write_bytes
@@ -69,7 +77,7 @@ class ConllChunker(DevSelectedRun, L.LightningModule):
     # what a checkpoint belongs to: resuming it under other values is refused (lightning/cli.py)
     resume_identity = ("loss", "tags", "constraints", "features", "attr_min_count", "word_min_count", "heldout",
                        "train_size", "word_dim", "char_dim", "char_filters", "pos_dim", "hidden", "layers",
-                       "ema_decay")
+                       "ema_decay", "hide_fraction", "hide_seed")
 
     def __init__(self, loss: str = "hinge", tags: str = "bioes", constraints: bool = True,
                  features: str | None = None, attr_min_count: int = 1, bag_lr: float = 0.01, attr_dropout: float = 0.0,
@@ -78,7 +86,7 @@ class ConllChunker(DevSelectedRun, L.LightningModule):
                  dropout: float = 0.5, lr: float = 1e-3, weight_decay: float = 0.0, grad_clip: float = 5.0,
                  batch_sentences: int = 32, patience: int = 5, heldout: float = 0.1, train_size: int | None = None,
                  seed: int = 0, threads: int | None = None, kernels: str = "auto", out: str | None = None,
-                 ema_decay: float | None = None):
+                 ema_decay: float | None = None, hide_fraction: float = 0.0, hide_seed: int = 0):
         super().__init__()
         self.save_hyperparameters()
         self.automatic_optimization = False
@@ -94,6 +102,7 @@ class ConllChunker(DevSelectedRun, L.LightningModule):
             check_positive(getattr(self.hparams, name), name)
         check(weight_decay >= 0, "weight_decay", ">= 0", weight_decay)
         check(ema_decay is None or 0.0 < ema_decay < 1.0, "ema_decay", "None or a decay in (0, 1)", ema_decay)
+        hidden_positions(0, hide_fraction, hide_seed)             # the two settings checked by name
         self.corpus = self.tagger = self.ema = None
         self.history: list = []
         self.best: dict = {"epoch": -1, "dev_f1": -math.inf, "state": None}
@@ -110,6 +119,10 @@ class ConllChunker(DevSelectedRun, L.LightningModule):
             torch.set_num_threads(hp.threads)
         self.corpus = load_chunking(hp.tags, hp.heldout, hp.word_min_count, hp.features, hp.attr_min_count,
                                     hp.train_size)
+        fit = self.corpus.fit
+        hidden = hidden_positions(len(fit.tag), hp.hide_fraction, hp.hide_seed)
+        fit.tag = torch.where(hidden, -1, fit.tag)
+        self.hidden_labels = int(hidden.sum())
         v = self.corpus.vocab
         constraints = allowed_transitions(self.corpus.scheme, v.tags) if hp.constraints else None
         torch.manual_seed(hp.seed)                  # the initial weights: a function of the seed alone
@@ -173,7 +186,8 @@ class ConllChunker(DevSelectedRun, L.LightningModule):
         word = word_dropout(batch["word"], self.word_counts, self.hparams.word_dropout, self.gen)
         batch = self._on_device(batch)
         em = self.tagger.emissions(batch, word.to(self.device))
-        return self.tagger.chain(em, batch["tag"].clamp(min=0), batch["mask"], reduction="mean")
+        # -1 at a masked-on position: a hidden label, unobserved for the chain layer (hide_fraction)
+        return self.tagger.chain(em, torch.where(batch["mask"], batch["tag"], 0), batch["mask"], reduction="mean")
 
     def on_train_epoch_end(self) -> None:
         hp = self.hparams
@@ -237,7 +251,8 @@ class ConllChunker(DevSelectedRun, L.LightningModule):
         self.tagger.load_state_dict(self.best["state"])
         results = {"dev_f1": self.best["dev_f1"], "best_epoch": self.best["epoch"], "epochs": len(self.history),
                    "s_per_epoch": sum(r["seconds"] for r in self.history) / max(1, len(self.history)),
-                   "peak_rss_mb": peak_rss_mb(), "n_parameters": sum(p.numel() for p in self.tagger.parameters())}
+                   "peak_rss_mb": peak_rss_mb(), "n_parameters": sum(p.numel() for p in self.tagger.parameters()),
+                   "hidden_positions": self.hidden_labels, "fit_positions": len(self.corpus.fit.tag)}
         if final:
             test = self.predict(self.corpus.test)
             results.update(test_f1=chunk_f1(self.corpus.test.gold, test), test_sentences=len(test),

@@ -21,6 +21,14 @@ predicted tags (``"upos"``) in the outputs.
 2020) to a tree head's arc scores: the second-order projective model of :class:`ssvm_torch.nn.DependencyTree`,
 trained with the same three losses and decoded by the second-order Eisner (McDonald & Pereira 2006).
 
+Partial annotation (issue 73): ``hide_fraction`` hides that fraction of the training words' heads and relations
+(the positions drawn by ``hide_seed`` alone, :func:`ssvm_torch.data.partial.hidden_positions`: the same words for
+every loss). A tree head reads a hidden head as unobserved (its loss over the trees that agree with the observed
+heads, :mod:`ssvm_torch.trees.partial`), ``local`` and the relation loss skip the word. The sentences a
+projective head trains on stay those whose complete tree is projective (the full runs' set), and dev keeps its
+annotation: the comparison with the full runs changes the training annotation only. ``results.json`` records
+the hidden and total training words.
+
 Every head decodes well-formed single-root trees (Eisner or MST, as ``projective`` says); for ``local``
 the per-word argmax of the same scores is scored too (``dev_uas_argmax``, with the share of sentences
 whose argmax is not a tree). Model selection: dev LAS after every epoch (the released dev split), the best
@@ -51,6 +59,7 @@ import torch.utils.data as tud
 from tqdm import tqdm
 
 from ..atomic import atomic_write_bytes
+from ..data.partial import hidden_positions
 from ..errors import check, check_choice, check_positive
 from ..lightning import log_hp_metrics, run_output_dir, save_last_checkpoint
 from ..nn import DependencyTree
@@ -163,7 +172,7 @@ class UDParser(DevSelectedRun, L.LightningModule):
 
     resume_identity = ("loss", "projective", "upos_input", "word_min_count", "train_size", "word_dim", "char_dim",
                        "char_filters", "upos_dim", "hidden", "layers", "arc_dim", "rel_dim", "order", "sib_dim", "tags",
-                       "tag_loss", "tag_dim")
+                       "tag_loss", "tag_dim", "hide_fraction", "hide_seed")
 
     def __init__(self, loss: str = "crf", projective: bool = True, upos_input: bool = True,
                  word_min_count: int = 2, word_dropout: float = 0.25, word_dim: int = 100, char_dim: int = 30,
@@ -172,7 +181,7 @@ class UDParser(DevSelectedRun, L.LightningModule):
                  grad_clip: float = 5.0, batch_sentences: int = 32, patience: int = 5,
                  train_size: int | None = None, seed: int = 0, threads: int | None = None, out: str | None = None,
                  order: int = 1, sib_dim: int = 100, tags: str = "gold", tag_loss: str = "softmax_margin",
-                 tag_weight: float = 1.0, tag_dim: int = 100):
+                 tag_weight: float = 1.0, tag_dim: int = 100, hide_fraction: float = 0.0, hide_seed: int = 0):
         super().__init__()
         self.save_hyperparameters()
         self.automatic_optimization = False
@@ -206,6 +215,7 @@ class UDParser(DevSelectedRun, L.LightningModule):
                   "an int >= 1", sib_dim)
         check(0.0 <= dropout < 1.0, "dropout", "a probability in [0, 1)", dropout)
         check(word_dropout >= 0, "word_dropout", "alpha >= 0", word_dropout)
+        hidden_positions(0, hide_fraction, hide_seed)             # the two settings checked by name
         for name in ("lr", "grad_clip"):
             check_positive(getattr(self.hparams, name), name)
         self.corpus = self.parser = None
@@ -223,6 +233,10 @@ class UDParser(DevSelectedRun, L.LightningModule):
             check(isinstance(hp.threads, int) and hp.threads >= 1, "threads", "an int >= 1", hp.threads)
             torch.set_num_threads(hp.threads)
         self.corpus = load_ud_parsing(hp.word_min_count, hp.train_size)
+        train = self.corpus.train
+        hidden = hidden_positions(len(train.head), hp.hide_fraction, hp.hide_seed)
+        train.head, train.rel = torch.where(hidden, -1, train.head), torch.where(hidden, -1, train.rel)
+        self.hidden_heads = int(hidden.sum())
         v = self.corpus.vocab
         torch.manual_seed(hp.seed)                  # the initial weights: a function of the seed alone
         self.parser = build_network(hp, v).to(self.device)
@@ -270,7 +284,7 @@ class UDParser(DevSelectedRun, L.LightningModule):
             cand = torch.arange(N, device=arcs.device)[None, None, :] <= batch["lengths"][:, None, None]
             logp = torch.log_softmax(arcs.masked_fill(~cand, float("-inf")), dim=2)
             picked = logp.gather(2, heads.clamp(min=0)[..., None])[..., 0]
-            return -(picked * mask).sum(1)
+            return -(picked * (mask & (heads >= 0))).sum(1)           # a hidden head (-1): no term
         ok = batch["tree_ok"]
         per = arcs.new_zeros(arcs.shape[0])
         if bool(ok.any()):
@@ -308,7 +322,8 @@ class UDParser(DevSelectedRun, L.LightningModule):
         states = self.parser.encode(batch, word.to(self.device))
         arcs = self.parser.arc_scores(states)
         rel = self.parser.rel_scores(states, batch["heads"])
-        rel_ce = F.cross_entropy(rel.transpose(1, 2), batch["rels"].masked_fill(~batch["mask"], -100),
+        unscored = ~batch["mask"] | (batch["rels"] < 0)                # padding, root, a hidden relation
+        rel_ce = F.cross_entropy(rel.transpose(1, 2), batch["rels"].masked_fill(unscored, -100),
                                  ignore_index=-100, reduction="none").sum(1)
         total = self.head_loss(arcs, batch, sibling_scores(self.parser, states, batch["lengths"])) + rel_ce
         if self.parser.tagger is not None:                 # the joint loss of a words-only parser
@@ -389,7 +404,8 @@ class UDParser(DevSelectedRun, L.LightningModule):
         results = {"dev_uas": self.best["dev_uas"], "dev_las": self.best["dev_las"], "best_epoch": self.best["epoch"],
                    "epochs": len(self.history),
                    "s_per_epoch": sum(r["seconds"] for r in self.history) / max(1, len(self.history)),
-                   "peak_rss_mb": peak_rss_mb(), "n_parameters": sum(p.numel() for p in self.parser.parameters())}
+                   "peak_rss_mb": peak_rss_mb(), "n_parameters": sum(p.numel() for p in self.parser.parameters()),
+                   "hidden_heads": self.hidden_heads, "train_words": len(self.corpus.train.head)}
         if final:
             t0 = time.perf_counter()
             test = self.evaluate(self.corpus.test)

@@ -1,0 +1,26 @@
+"""The positions a partial-annotation experiment hides: ``round(fraction * n)`` of ``n`` training positions,
+chosen uniformly by a seed (torch's CPU generator, so the same positions on every machine and for every
+loss trained on them). Used by the latent SSVM's ``--hide-labels`` (:func:`ssvm_torch.latent.hide_labels`)
+and by the neural chunker's and parser's ``hide_fraction`` (issue 73's runs)."""
+from __future__ import annotations
+
+import torch
+
+from ..errors import check
+
+
+def hidden_positions(n: int, fraction: float, seed: int,
+                     fields: tuple = ("hide_fraction", "hide_seed")) -> torch.Tensor:
+    """(n,) bool, True at the ``round(fraction * n)`` hidden positions: the first of a permutation of
+    0..n-1 drawn by ``seed``. ``fields`` name the two settings in the errors (a fraction outside [0, 1), a
+    seed that is not an int >= 0)."""
+    check(isinstance(fraction, (int, float)) and not isinstance(fraction, bool) and 0.0 <= fraction < 1.0,
+          fields[0], "a fraction in [0, 1)", fraction)
+    check(isinstance(seed, int) and not isinstance(seed, bool) and seed >= 0, fields[1], "an int >= 0", seed)
+    g = torch.Generator().manual_seed(seed)
+    hidden = torch.zeros(n, dtype=torch.bool)
+    hidden[torch.randperm(n, generator=g)[:int(round(fraction * n))]] = True
+    return hidden
+
+
+__all__ = ["hidden_positions"]
