@@ -88,13 +88,14 @@ class BiaffineParser(nn.Module):
         sib, dep = torch.cat([sib, ones], -1), torch.cat([dep, ones], -1)
         B, N, d = head.shape
         sizes = [N] * B if lengths is None else (lengths + 1).tolist()
-        # W_(h) of every head of every sentence at once: (B N, d) @ (d, (d+1)^2), the rows read as (i, j)
-        per_head = (head.reshape(B * N, d) @ self.sib_W.transpose(0, 1).reshape(d, -1)).view(B, N, d + 1, d + 1)
+        weight = self.sib_W.transpose(0, 1).reshape(d, -1)            # [k, (i, j)]
         out = []
-        for b, n in enumerate(sizes):
+        # unbind, not batch[b] slices: each slice's backward would write a zero tensor of the whole batch
+        for n, s_b, d_b, h_b in zip(sizes, sib.unbind(0), dep.unbind(0), head.unbind(0)):
+            per_head = (h_b[:n] @ weight).view(n * (d + 1), d + 1)      # W_(h) of the sentence's heads, [(h, i), j]
             # [m, (h, i)] = sum_j dep[m, j] W_(h)[i, j], then [m, h, s] = sum_i that * sib[s, i]: two matrix products
-            t = dep[b, :n] @ per_head[b, :n].reshape(n * (d + 1), d + 1).T
-            score = (t.reshape(n * n, d + 1) @ sib[b, :n].T).view(n, n, n)
+            t = d_b[:n] @ per_head.T
+            score = (t.view(n * n, d + 1) @ s_b[:n].T).view(n, n, n)
             out.append(score if n == N else F.pad(score, (0, N - n, 0, N - n, 0, N - n)))
         return torch.stack(out)
 
