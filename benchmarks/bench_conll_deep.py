@@ -207,6 +207,7 @@ def report(runs: Path, draws: int) -> dict:
             h, c = (Path(by_dev[k]["recipe"]).stem.removeprefix("conll_deep_") for k in (head, "crf"))
             out["bootstrap"].append({"a": h, "b": c, "seeds_a": by_dev[head]["seeds"], "seeds_b": by_dev["crf"]["seeds"],
                                      **paired_bootstrap(counts[h], counts[c], draws)})
+    out["partial"] = partial_rows(runs, gold, draws)
     if rows:
         best = max(rows, key=lambda r: r["runs"][0]["dev_f1"])
         src = ROOT / best["runs"][0]["dir"] / "test_predictions.pt"
@@ -215,6 +216,33 @@ def report(runs: Path, draws: int) -> dict:
         out["committed_predictions"] = {"file": "benchmarks/results/conll_deep_test_predictions.pt",
                                         "recipe": best["recipe"], "seed": 0, "test_f1": 100 * f1_score(gold, pred),
                                         "sentences": len(pred), "tokens": sum(map(len, pred))}
+    return out
+
+
+def partial_rows(runs: Path, gold: list, draws: int) -> list:
+    """Runs trained with hidden labels (``<prefix>_<loss>_s<seed>``, config.json ``hide_fraction`` > 0, issue
+    73: ``recipes/partial50_all.sh``), each against the full-annotation hybrid run of its loss and seed:
+    test F1 recomputed and checked as above, the difference and its paired bootstrap."""
+    from seqeval.metrics import f1_score
+    out = []
+    for d in sorted(runs.glob("partial*_s*")):
+        config = json.loads((d / "config.json").read_text())
+        res = json.loads((d / "results.json").read_text())
+        pred = load_torch(d / "test_predictions.pt", "predictions")["predictions"]
+        f1 = 100 * f1_score(gold, pred)
+        assert abs(f1 - res["test_f1"]) < 1e-9, (d, f1, res["test_f1"])
+        full = f"hybrid_{config['loss']}" if config["features"] else config["loss"]
+        seed = config["seed"]
+        row = {"run": d.name, "loss": config["loss"], "seed": seed, "hide_fraction": config["hide_fraction"],
+               "hidden_positions": res["hidden_positions"], "fit_positions": res["fit_positions"], "test_f1": f1,
+               "dev_f1": res["dev_f1"], "epochs": res["epochs"], "best_epoch": res["best_epoch"], "full_run": None}
+        twin_dir = run_dir(runs, full, seed)
+        if twin_dir is not None:
+            twin = json.loads((twin_dir / "results.json").read_text())
+            twin_pred = load_torch(twin_dir / "test_predictions.pt", "predictions")["predictions"]
+            row.update(full_run=f"{full}_s{seed}", full_test_f1=twin["test_f1"], full_dev_f1=twin["dev_f1"],
+                       bootstrap=paired_bootstrap([chunk_counts(gold, pred)], [chunk_counts(gold, twin_pred)], draws))
+        out.append(row)
     return out
 
 
@@ -231,6 +259,12 @@ def print_table(out: dict) -> None:
     for b in out.get("bootstrap", []):
         print(f"paired bootstrap {b['a']} - {b['b']}: {b['observed_diff']:+.3f} F1, 95% CI [{b['ci95'][0]:+.3f}, "
               f"{b['ci95'][1]:+.3f}], p = {b['p_value']:.3f} ({b['draws']} draws)")
+    for r in out.get("partial", []):
+        against = (f"; {r['full_run']} {r['full_test_f1']:.2f}, difference {r['bootstrap']['observed_diff']:+.2f} "
+                   f"(95% CI [{r['bootstrap']['ci95'][0]:+.2f}, {r['bootstrap']['ci95'][1]:+.2f}])"
+                   if r["full_run"] else "")
+        print(f"{r['run']}: {r['hidden_positions']} of {r['fit_positions']} labels hidden, test F1 {r['test_f1']:.2f}, "
+              f"dev F1 {r['dev_f1']:.2f}, {r['epochs']} epochs{against}")
     if "committed_predictions" in out:
         c = out["committed_predictions"]
         print(f"{c['file']}: {c['recipe']} seed 0, test F1 {c['test_f1']:.2f} ({c['sentences']} sentences, "
@@ -251,6 +285,15 @@ def markdown(out: dict) -> str:
         rows.append(f"| {r['system']} (`{Path(r['recipe']).name}`) | {len(r['seeds'])} ({seeds}) | "
                     f"**{ms(r['test_f1'])}** | {ms(r['dev_f1'])} | {ms(r['epochs'], 1)} ({ms(r['best_epoch'], 1)}) | "
                     f"{ms(r['s_per_epoch_median'], 1)} | {max(p['peak_rss_mb'] for p in r['runs']) / 1024:.2f} GB |")
+    if out.get("partial"):
+        rows += ["", "| run (labels hidden) | test F1 | dev F1 | epochs (best) | full-annotation run: test F1 | "
+                 "difference (95% CI, paired bootstrap) |", "| --- | --- | --- | --- | --- | --- |"]
+        for r in out["partial"]:
+            b = r.get("bootstrap")
+            rows.append(f"| {r['run']} ({r['hidden_positions']} of {r['fit_positions']}) | **{r['test_f1']:.2f}** | "
+                        f"{r['dev_f1']:.2f} | {r['epochs']} ({r['best_epoch']}) | "
+                        + (f"{r['full_run']}: {r['full_test_f1']:.2f} | {b['observed_diff']:+.2f} "
+                           f"[{b['ci95'][0]:+.2f}, {b['ci95'][1]:+.2f}] |" if b else "– | – |"))
     return "\n".join(rows)
 
 

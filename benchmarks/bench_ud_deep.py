@@ -17,8 +17,10 @@ A paired bootstrap
 (test sentences resampled with replacement, ``--draws`` draws, the same sentences for every system and
 seed; Koehn 2004, Berg-Kirkpatrick et al. 2012) of each margin head (hinge, softmax-margin) against the CRF
 head and against the local head: the difference of the seed-averaged UAS and LAS, its 95% interval and the
-one-sided p-value (the share of draws whose difference has the other sign); and of each second-order head
-(config.json ``"order": 2``, filed as ``2o_<loss>``) against the first-order head of the same loss. Gold UPOS is
+one-sided p-value (the share of draws whose difference has the other sign); of each second-order head
+(config.json ``"order": 2``, filed as ``2o_<loss>``) against the first-order head of the same loss; and of each
+run trained from partial annotation (config.json ``"hide_fraction"`` F > 0, filed as ``partial<100 F>_<head>``)
+against the full-annotation run of the same head and seed. Gold UPOS is
 an input of every run whose config.json says ``"upos_input": true`` (the table says so).
 
 Usage: python benchmarks/bench_ud_deep.py [--runs benchmarks/results/ud_deep_runs] [--draws 1000] [--markdown]
@@ -46,6 +48,14 @@ MARGIN_HEADS = ("hinge", "softmax_margin")
 SECOND_ORDER = "2o_"
 #: a words-only parser's runs (config.json ``"tags": "predicted"``: UPOS predicted, not read) as "words_<head>"
 WORDS = "words_"
+#: runs trained with a share of the training heads hidden (config.json ``"hide_fraction"`` F > 0, issue 73) as
+#: "partial<100 F>_<head>", each paired with the full-annotation run of the same head and seed
+PARTIAL = "partial"
+
+
+def partial_prefix(config: dict) -> str:
+    f = config.get("hide_fraction", 0.0)
+    return f"{PARTIAL}{round(100 * f)}_" if f > 0 else ""
 
 
 def sentence_counts(gold_heads: list, gold_rels: list, heads: list, labels: list) -> np.ndarray:
@@ -107,7 +117,7 @@ def report(runs: Path, draws: int) -> dict:
             raise SystemExit(f"{d}: UAS / LAS recomputed {uas:.4f} / {las:.4f}, results.json says "
                              f"{results['test_uas']:.4f} / {results['test_las']:.4f}")
         median_epoch = statistics.median(r["seconds"] for r in history)
-        head = (WORDS if config.get("tags", "gold") == "predicted" else "") + \
+        head = partial_prefix(config) + (WORDS if config.get("tags", "gold") == "predicted" else "") + \
             (SECOND_ORDER if config.get("order", 1) == 2 else "") + config["loss"]
         by_head.setdefault(head, []).append(
             {"run": d.name, "seed": config["seed"], "projective": config["projective"],
@@ -119,9 +129,9 @@ def report(runs: Path, draws: int) -> dict:
              "test_sentences_per_s": results["test_sentences_per_s"], "counts": counts,
              # the same arc scores decoded by a per-word argmax over heads, no tree constraint (issue 58, Deliver 2)
              "test_uas_argmax": results["test_uas_argmax"], "argmax_not_tree_pct": results["test_argmax_not_tree_pct"],
-             "test_upos": results.get("test_upos", float("nan"))})
+             "test_upos": results.get("test_upos")})         # None: a gold-UPOS run predicts no tags
     out = {"test_sentences": test.n, "test_words": int(test.lengths.sum()), "heads": [], "bootstrap": []}
-    for head in HEADS:
+    for head in [*HEADS, *sorted(set(by_head) - set(HEADS))]:
         rows = by_head.get(head)
         if not rows:
             continue
@@ -132,7 +142,9 @@ def report(runs: Path, draws: int) -> dict:
                              **{k: mean_std([r[k] for r in rows]) for k in
                                 ("test_uas", "test_las", "dev_uas", "dev_las", "epochs", "best_epoch", "s_per_epoch",
                                  "hours", "hours_as_run", "tree_layer_share", "test_sentences_per_s", "test_uas_argmax",
-                                 "argmax_not_tree_pct", "test_upos")}})
+                                 "argmax_not_tree_pct")},
+                             "test_upos": (mean_std([r["test_upos"] for r in rows])
+                                           if all(r["test_upos"] is not None for r in rows) else None)})
     pairs = [(a, b) for a in MARGIN_HEADS for b in ("crf", "local")]
     pairs += [(SECOND_ORDER + loss, loss) for loss in ("crf", "hinge", "softmax_margin")]   # second vs first order
     pairs += [(WORDS + head, head) for head in ("softmax_margin", "2o_softmax_margin")]   # words only vs gold UPOS
@@ -140,6 +152,14 @@ def report(runs: Path, draws: int) -> dict:
         if a in by_head and b in by_head:
             out["bootstrap"].append({"a": a, "b": b, **paired_bootstrap([r["counts"] for r in by_head[a]],
                                                                          [r["counts"] for r in by_head[b]], draws)})
+    # partial annotation against full, seed by seed (the same seed's full run: one initialisation, one order)
+    for a in sorted(h for h in by_head if h.startswith(PARTIAL)):
+        full = by_head.get(a.split("_", 1)[1], [])
+        for r in by_head[a]:
+            twin = [f for f in full if f["seed"] == r["seed"]]
+            if twin:
+                out["bootstrap"].append({"a": r["run"], "b": twin[0]["run"],
+                                         **paired_bootstrap([r["counts"]], [twin[0]["counts"]], draws)})
     return out
 
 
