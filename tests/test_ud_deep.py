@@ -202,20 +202,22 @@ def test_the_results_script_recomputes_the_archive_and_bootstraps_pairs(tmp_path
     spec.loader.exec_module(bench)
     out = run(tmp_path / "run", "crf", epochs=1)
     archive = tmp_path / "archive"
-    for head in ("crf", "hinge"):
-        d = archive / f"{head}_s0"
+    for name, head, hide in (("crf_s0", "crf", 0.0), ("hinge_s0", "hinge", 0.0), ("partial50_crf_s0", "crf", 0.5)):
+        d = archive / name
         d.mkdir(parents=True)
         for name in ("results.json", "history.json", "test_predictions.pt"):
             shutil.copy(out / name, d / name)
         config = json.loads((out / "config.json").read_text())
-        (d / "config.json").write_text(json.dumps({**config, "loss": head}))
+        (d / "config.json").write_text(json.dumps({**config, "loss": head, "hide_fraction": hide}))
     report = bench.report(archive, draws=50)
     results = json.loads((out / "results.json").read_text())
-    assert [h["head"] for h in report["heads"]] == ["crf", "hinge"]
+    # a run with hidden heads is its own row, never averaged into the full runs of its loss
+    assert [h["head"] for h in report["heads"]] == ["crf", "hinge", "partial50_crf"]
     assert report["heads"][0]["test_uas"]["mean"] == pytest.approx(results["test_uas"], abs=1e-12)
-    (pair,) = report["bootstrap"]
+    pair, partial = report["bootstrap"]
     assert (pair["a"], pair["b"]) == ("hinge", "crf")
     assert pair["uas"]["observed_diff"] == 0.0 and pair["uas"]["ci95"] == [0.0, 0.0]
+    assert (partial["a"], partial["b"]) == ("partial50_crf_s0", "crf_s0")       # the same loss and seed
     assert "| crf | 1 | words + gold UPOS |" in bench.markdown(report)
     # the per-word argmax decode of the same scores is carried from results.json into the table
     assert report["heads"][0]["test_uas_argmax"]["mean"] == pytest.approx(results["test_uas_argmax"], abs=1e-12)
