@@ -163,6 +163,22 @@ def test_cccp_on_ocr_words_with_half_the_letters_hidden():
     assert hidden_error(w) < hidden_error(letter_start(problem.model, hidden, 0.01))
 
 
+def test_cccp_on_conll_sentences_with_sparse_attributes():
+    """CoNLL-2000 (sparse attribute rows, the ``rich`` template without edge features): the letter-wise start
+    reads the observed tokens' CSR rows, CCCP's objective never increases and falls at its first step, and
+    the completions respect every observed tag."""
+    from ssvm_torch.latent import complete
+    from ssvm_torch.tasks import load_task
+    problem = load_task("conll2000", train_size=40, features="rich")
+    assert problem.train.is_sparse
+    hidden = hide_labels(problem.train, 0.5, 0)
+    w, records = train_latent(problem.model, hidden, 0.01, SolverConfig(passes=5, gap_check=5), max_outer=2)
+    objectives = [r["objective"] for r in records]
+    assert all(b <= a for a, b in zip(objectives, objectives[1:])) and objectives[1] < objectives[0]
+    done = complete(problem.model, w, hidden)
+    assert torch.equal(done[hidden.observed], problem.train.Y[hidden.observed])
+
+
 def test_hidden_positions_are_seeded_and_refusals_name_the_field():
     rng = np.random.default_rng(1)
     data = random_chain_data(rng, 20, 3, 2)
