@@ -87,14 +87,17 @@ class BiaffineParser(nn.Module):
         ones = sib.new_ones(sib.shape[:2] + (1,))
         sib, dep = torch.cat([sib, ones], -1), torch.cat([dep, ones], -1)
         B, N, d = head.shape
-        sizes = [N] * B if lengths is None else (lengths + 1).tolist()
-        weight = self.sib_W.transpose(0, 1).reshape(d, -1)            # [k, (i, j)]
+        lengths = torch.full((B,), N - 1, device=head.device) if lengths is None else lengths.to(head.device)
+        sizes = (lengths + 1).tolist()
+        inside = torch.arange(N, device=head.device)[None, :] <= lengths[:, None]      # root + words
+        # W_(h) of every sentence's heads in one product, [(h, i), j] per sentence: one GEMM and one weight
+        # gradient rather than one per sentence
+        per_heads = (head[inside] @ self.sib_W.transpose(0, 1).reshape(d, -1)).split(sizes)
         out = []
         # unbind, not batch[b] slices: each slice's backward would write a zero tensor of the whole batch
-        for n, s_b, d_b, h_b in zip(sizes, sib.unbind(0), dep.unbind(0), head.unbind(0)):
-            per_head = (h_b[:n] @ weight).view(n * (d + 1), d + 1)      # W_(h) of the sentence's heads, [(h, i), j]
+        for n, s_b, d_b, per_head in zip(sizes, sib.unbind(0), dep.unbind(0), per_heads):
             # [m, (h, i)] = sum_j dep[m, j] W_(h)[i, j], then [m, h, s] = sum_i that * sib[s, i]: two matrix products
-            t = d_b[:n] @ per_head.T
+            t = d_b[:n] @ per_head.view(n * (d + 1), d + 1).T
             score = (t.view(n * n, d + 1) @ s_b[:n].T).view(n, n, n)
             out.append(score if n == N else F.pad(score, (0, N - n, 0, N - n, 0, N - n)))
         return torch.stack(out)
