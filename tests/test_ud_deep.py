@@ -133,6 +133,47 @@ def test_the_second_order_head_carries_the_layers_gradients():
         torch.testing.assert_close(got_s, want_s, rtol=1e-12, atol=1e-12)
 
 
+def test_the_triaffine_per_sentence_equals_supars_padded_formula_and_padding_is_never_read():
+    """BiaffineParser.sib_scores computes each sentence on its own root + words: equal there to SuPar's
+    Triaffine over the padded batch (einsum('bzk,ikj->bzij'), then einsum('bxi,bzij,byj->bzxy') read as
+    [b, m, h, s]), 0 past it, and the tree layer's losses and gradients are the same whatever the padding
+    holds."""
+    from ssvm_torch.deep.biaffine import BiaffineParser
+    from ssvm_torch.nn import DependencyTree
+    torch.manual_seed(3)
+    net = BiaffineParser(50, 20, 10, 5, word_dim=8, char_dim=4, char_filters=4, upos_dim=4, hidden=6, layers=1,
+                         arc_dim=6, rel_dim=4, sib_dim=5).double().eval()
+    with torch.no_grad():
+        net.sib_W.normal_()
+    lengths = torch.tensor([3, 7, 1, 5])
+    B, N = len(lengths), int(lengths.max()) + 1
+    states = torch.randn(B, N, 12, dtype=torch.float64)
+    got = net.sib_scores(states, lengths)
+    sib, dep, head = net.sib_s(states), net.sib_d(states), net.sib_h(states)
+    ones = sib.new_ones(B, N, 1)
+    sib, dep = torch.cat([sib, ones], -1), torch.cat([dep, ones], -1)
+    want = torch.einsum("bsi,bhij,bmj->bmhs", sib, torch.einsum("bhk,ikj->bhij", head, net.sib_W), dep)
+    inside = torch.arange(N)[None, :] <= lengths[:, None]
+    cube = inside[:, :, None, None] & inside[:, None, :, None] & inside[:, None, None, :]
+    torch.testing.assert_close(got[cube], want[cube], rtol=1e-12, atol=1e-12)
+    assert bool((got[~cube] == 0).all())
+    torch.testing.assert_close(net.sib_scores(states), want, rtol=1e-12, atol=1e-12)     # no lengths: all N
+    mask = inside.clone()
+    mask[:, 0] = False
+    heads = torch.zeros(B, N, dtype=torch.long).masked_fill(~mask, -1)      # every word on the root: projective
+    arcs = torch.randn(B, N, N, dtype=torch.float64)
+    for loss in ("hinge", "crf", "softmax_margin"):
+        values = []
+        for sibs in (got, torch.where(cube, got, torch.randn_like(got) * 100)):
+            a, s = arcs.clone().requires_grad_(True), sibs.clone().requires_grad_(True)
+            v = DependencyTree(projective=True, multiroot=True, loss=loss)(a, heads, mask, reduction="none",
+                                                                           sib_scores=s)
+            ga, gs = torch.autograd.grad(v.sum(), (a, s))
+            values.append((v, ga, gs[cube]))
+        for x, y in zip(*values):
+            torch.testing.assert_close(x, y, rtol=1e-12, atol=1e-12)
+
+
 def test_a_tiny_second_order_run_writes_trees_and_parses_back(tmp_path, capsys):
     """recipes/ud_deep_2o_softmax_margin.yaml, tiny: the sibling scorer trains (its weights move from their zero
     start), config.json says order 2, the test predictions are projective single-root trees scored as
