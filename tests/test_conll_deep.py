@@ -120,10 +120,10 @@ def test_hybrid_crf_run_trains_the_attribute_rows(tmp_path):
 @pytest.mark.parametrize("ema", [[], pytest.param(["--model.ema_decay", "0.9"], marks=pytest.mark.slow)],
                          ids=["plain", "ema"])
 def test_resumed_run_ends_where_the_uninterrupted_run_ends(tmp_path, ema):
-    full = run(tmp_path / "full", *ema, epochs=3)
-    first = run(tmp_path / "cut", *ema, epochs=2)
+    full = run(tmp_path / "full", *ema, epochs=2)
+    first = run(tmp_path / "cut", *ema, epochs=1)
     ckpt = next(first.glob("checkpoints/last.ckpt"))
-    resumed = run(tmp_path / "cut", "--ckpt_path", str(ckpt), *ema, epochs=3)
+    resumed = run(tmp_path / "cut", "--ckpt_path", str(ckpt), *ema, epochs=2)
     h_full = json.loads((full / "history.json").read_text())
     h_res = json.loads((resumed / "history.json").read_text())
     assert [(r["loss"], r["dev_f1"]) for r in h_full] == [(r["loss"], r["dev_f1"]) for r in h_res]
@@ -226,7 +226,7 @@ def test_hidden_labels_are_the_seeds_positions_unobserved_in_the_chain_loss(tmp_
     every = m.tagger.chain(em, torch.where(batch["mask"], full.corpus.fit.batch(idx)["tag"], 0), batch["mask"],
                            reduction="mean")
     assert float((every - want).abs()) > 1e-6          # the hidden labels changed the loss
-    out = run(tmp_path, "--model.hide_fraction", "0.5", "--model.hide_seed", "7", epochs=2)
+    out = run(tmp_path, "--model.hide_fraction", "0.5", "--model.hide_seed", "7", epochs=1)
     results = json.loads((out / "results.json").read_text())
     assert results["hidden_positions"] == round(results["fit_positions"] / 2) and results["test_f1"] > 0
     assert json.loads((out / "config.json").read_text())["hide_fraction"] == 0.5
