@@ -7,5 +7,5 @@
 #   THREADS=1 bash recipes/ud_deep_all.sh &  THREADS=1 bash recipes/ud_deep_all.sh &
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-FAMILY=ud_deep_ ARCHIVE=ud_deep_runs HEADS="${HEADS:-hinge crf local softmax_margin}" RUNS="${RUNS:-$root/runs/ud_deep}" \
+FAMILY=ud_deep_ ARCHIVE=ud_deep_runs PREFIX= EXTRA= HEADS="${HEADS:-hinge crf local softmax_margin}" RUNS="${RUNS:-$root/runs/ud_deep}" \
   exec bash "$root/recipes/train_runs.sh"

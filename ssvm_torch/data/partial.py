@@ -9,18 +9,22 @@ import torch
 from ..errors import check
 
 
-def hidden_positions(n: int, fraction: float, seed: int,
-                     fields: tuple = ("hide_fraction", "hide_seed")) -> torch.Tensor:
-    """(n,) bool, True at the ``round(fraction * n)`` hidden positions: the first of a permutation of
-    0..n-1 drawn by ``seed``. ``fields`` name the two settings in the errors (a fraction outside [0, 1), a
-    seed that is not an int >= 0)."""
+def check_hiding(fraction: float, seed: int, fields: tuple = ("hide_fraction", "hide_seed")) -> None:
+    """Refuse, naming ``fields``, a fraction outside [0, 1) or a seed that is not an int >= 0."""
     check(isinstance(fraction, (int, float)) and not isinstance(fraction, bool) and 0.0 <= fraction < 1.0,
           fields[0], "a fraction in [0, 1)", fraction)
     check(isinstance(seed, int) and not isinstance(seed, bool) and seed >= 0, fields[1], "an int >= 0", seed)
+
+
+def hidden_positions(n: int, fraction: float, seed: int,
+                     fields: tuple = ("hide_fraction", "hide_seed")) -> torch.Tensor:
+    """(n,) bool, True at the ``round(fraction * n)`` hidden positions: the first of a permutation of
+    0..n-1 drawn by ``seed`` (the settings checked by :func:`check_hiding`, errors naming ``fields``)."""
+    check_hiding(fraction, seed, fields)
     g = torch.Generator().manual_seed(seed)
     hidden = torch.zeros(n, dtype=torch.bool)
     hidden[torch.randperm(n, generator=g)[:int(round(fraction * n))]] = True
     return hidden
 
 
-__all__ = ["hidden_positions"]
+__all__ = ["check_hiding", "hidden_positions"]

@@ -42,7 +42,7 @@ import torch
 import torch.utils.data as tud
 
 from ..constraints import allowed_transitions
-from ..data.partial import hidden_positions
+from ..data.partial import check_hiding, hidden_positions
 from ..errors import check, check_choice, check_positive
 from ..lightning import log_hp_metrics, run_output_dir, save_last_checkpoint
 from ..atomic import atomic_write_bytes
@@ -102,7 +102,7 @@ class ConllChunker(DevSelectedRun, L.LightningModule):
             check_positive(getattr(self.hparams, name), name)
         check(weight_decay >= 0, "weight_decay", ">= 0", weight_decay)
         check(ema_decay is None or 0.0 < ema_decay < 1.0, "ema_decay", "None or a decay in (0, 1)", ema_decay)
-        hidden_positions(0, hide_fraction, hide_seed)             # the two settings checked by name
+        check_hiding(hide_fraction, hide_seed)
         self.corpus = self.tagger = self.ema = None
         self.history: list = []
         self.best: dict = {"epoch": -1, "dev_f1": -math.inf, "state": None}

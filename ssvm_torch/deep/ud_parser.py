@@ -59,7 +59,7 @@ import torch.utils.data as tud
 from tqdm import tqdm
 
 from ..atomic import atomic_write_bytes
-from ..data.partial import hidden_positions
+from ..data.partial import check_hiding, hidden_positions
 from ..errors import check, check_choice, check_positive
 from ..lightning import log_hp_metrics, run_output_dir, save_last_checkpoint
 from ..nn import DependencyTree
@@ -215,7 +215,7 @@ class UDParser(DevSelectedRun, L.LightningModule):
                   "an int >= 1", sib_dim)
         check(0.0 <= dropout < 1.0, "dropout", "a probability in [0, 1)", dropout)
         check(word_dropout >= 0, "word_dropout", "alpha >= 0", word_dropout)
-        hidden_positions(0, hide_fraction, hide_seed)             # the two settings checked by name
+        check_hiding(hide_fraction, hide_seed)
         for name in ("lr", "grad_clip"):
             check_positive(getattr(self.hparams, name), name)
         self.corpus = self.parser = None
