@@ -11,17 +11,21 @@
 # two threads (about 1.6x the epochs per hour for the parser):
 #   THREADS=1 bash recipes/train_runs.sh &  THREADS=1 bash recipes/train_runs.sh &
 # RUNS (default runs/$ARCHIVE) puts the run folders elsewhere: keep them outside a work tree that is laid anew;
-# ARCHIVE_DIR (default benchmarks/results/$ARCHIVE) the archive.
+# ARCHIVE_DIR (default benchmarks/results/$ARCHIVE) the archive. TRAINER_ARGS adds trainer arguments that
+# ud_deep_all.sh and partial50_all.sh pass through (they set EXTRA themselves), e.g. on a GPU machine
+# TRAINER_ARGS="--trainer.accelerator gpu --trainer.devices 1" (scripts/device_check.sh's parser stage).
 # recipes/ud_deep_all.sh and recipes/partial50_all.sh are this script with their settings.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 : "${FAMILY:?FAMILY: expected a recipe prefix, e.g. ud_deep_ or conll_deep_hybrid_}"
 : "${HEADS:?HEADS: expected the heads of the recipes after FAMILY, e.g. hinge crf}"
 : "${ARCHIVE:?ARCHIVE: expected the archive folder under benchmarks/results, e.g. ud_deep_runs}"
-venv="$(bash "$root/scripts/env.sh")"
+# PY: a Python that has the package already (the device machine's, which has no network for scripts/env.sh)
+py="${PY:-}"
+[ -n "$py" ] || py="$(bash "$root/scripts/env.sh")/bin/python"
 archive="${ARCHIVE_DIR:-$root/benchmarks/results/$ARCHIVE}"
 runs="${RUNS:-$root/runs/$ARCHIVE}"
-read -r -a extra <<< "${EXTRA:-}"
+read -r -a extra <<< "${EXTRA:-} ${TRAINER_ARGS:-}"
 for seed in ${SEEDS:-0 1 2}; do
   for head in $HEADS; do
     recipe="$root/recipes/${FAMILY}${head}.yaml"
@@ -37,7 +41,7 @@ for seed in ${SEEDS:-0 1 2}; do
     ckpt="$dir/lightning_logs/version_0/checkpoints/last.ckpt"
     resume=()
     if [ -f "$ckpt" ]; then resume=(--ckpt_path "$ckpt"); echo "$name: resuming from $ckpt"; fi
-    "$venv/bin/python" -m ssvm_torch.deep fit --config "$recipe" --model.seed "$seed" --seed_everything "$seed" \
+    "$py" -m ssvm_torch.deep fit --config "$recipe" --model.seed "$seed" --seed_everything "$seed" \
       --model.threads "${THREADS:-2}" --trainer.default_root_dir "$dir" "${extra[@]}" "${resume[@]}"
     out="$dir/lightning_logs/version_0"
     mkdir -p "$archive/$name"

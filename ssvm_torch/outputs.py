@@ -96,6 +96,16 @@ def load_torch(path, what: str = "file", noun: str = "an ssvm_torch"):
     return unpack(obj)
 
 
+def device_record(device) -> dict:
+    """Where a run computed, for its config.json: torch's device type and version and, on CUDA, the GPU's
+    name (a run trained on a GPU is archived beside CPU runs and must say so: issue 74)."""
+    device = torch.device(device)
+    record = {"type": device.type, "torch": torch.__version__}
+    if device.type == "cuda":
+        record["name"] = torch.cuda.get_device_name(device)
+    return record
+
+
 def save_history(out, history: list) -> Path:
     return atomic_write_bytes(Path(out) / "history.json", json.dumps(history, indent=1).encode())
 

@@ -107,7 +107,8 @@ def test_tiny_run_loss_falls_predictions_respect_the_constraints_and_files_load_
     assert results["best_epoch"] == max(range(4), key=lambda e: (history[e]["dev_f1"], -e))
     saved = torch.load(out / "chunker.pt", weights_only=True)
     assert "state_dict" in saved and saved["vocab"]["tags"][0] == "B-ADJP"
-    assert json.loads((out / "config.json").read_text())["loss"] == "hinge"
+    config = json.loads((out / "config.json").read_text())
+    assert config["loss"] == "hinge" and config["device"] == {"type": "cpu", "torch": torch.__version__}
 
 
 def test_hybrid_crf_run_trains_the_attribute_rows(tmp_path):
@@ -246,10 +247,12 @@ def test_the_run_list_script_trains_archives_and_then_skips_a_run(tmp_path):
     run is trained into RUNS, its four files archived under <PREFIX><head>_s<seed>, and a second start skips it."""
     import os
     import subprocess
+    import sys
     env = {**os.environ, "FAMILY": "conll_deep_hybrid_", "HEADS": "hinge", "SEEDS": "0", "PREFIX": "partial50_",
            "ARCHIVE": "x", "ARCHIVE_DIR": str(tmp_path / "archive"), "RUNS": str(tmp_path / "runs"), "THREADS": "1",
            "EXTRA": "--model.hide_fraction 0.5 --model.train_size 60 --model.hidden 8 --model.word_dim 8 "
-                    "--model.char_filters 4 --model.features w[0] --trainer.max_epochs 1"}
+                    "--model.char_filters 4 --model.features w[0]", "TRAINER_ARGS": "--trainer.max_epochs 1",
+           "PY": sys.executable}        # PY: this interpreter (the device machine's way: no venv there)
     script = str(ROOT / "recipes" / "train_runs.sh")
     first = subprocess.run(["bash", script], env=env, capture_output=True, text=True)
     assert first.returncode == 0, first.stderr[-2000:]
@@ -258,6 +261,7 @@ def test_the_run_list_script_trains_archives_and_then_skips_a_run(tmp_path):
                                                      "test_predictions.pt"]
     config = json.loads((done / "config.json").read_text())
     assert config["hide_fraction"] == 0.5 and config["seed"] == 0 and config["loss"] == "hinge"
+    assert len(json.loads((done / "history.json").read_text())) == 1           # TRAINER_ARGS reached the trainer
     again = subprocess.run(["bash", script], env=env, capture_output=True, text=True)
     assert again.returncode == 0 and "partial50_hinge_s0: done" in again.stdout
     missing = subprocess.run(["bash", script], env={**env, "HEADS": "svm"}, capture_output=True, text=True)

@@ -14,7 +14,7 @@ from ssvm_torch.deep.warm import with_features
 from ssvm_torch.devices import host_guard
 from ssvm_torch.models.chain import ChainModel
 from ssvm_torch.nn import chain_hinge
-from ssvm_torch.outputs import load_model, load_torch
+from ssvm_torch.outputs import device_record, load_model, load_torch
 
 
 def fit(tmp_path, epochs=3, **kw):
@@ -60,6 +60,14 @@ def test_other_methods_run_and_write_their_outputs(tmp_path, method):
     if method == "two-stage":
         assert hist[-1]["gap"] >= 0 and hist[-1]["ssvm_passes"] == pytest.approx(5.0)
     assert 0.0 <= hist[-1]["test_error"] <= 1.0
+    assert json.loads((tmp_path / "config.json").read_text())["device"]["type"] == "cpu"
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_a_run_on_the_gpu_records_the_gpu():
+    """config.json's device record names the GPU a run trained on (issue 74: GPU runs archived beside CPU runs)."""
+    record = device_record(torch.device("cuda", 0))
+    assert record["type"] == "cuda" and record["name"] == torch.cuda.get_device_name(0) and record["name"]
 
 
 def test_full_batch_steps_on_the_hinge_lower_it():

@@ -75,6 +75,7 @@ def test_tiny_run_loss_falls_and_the_predictions_file_is_whole(tmp_path, loss):
     assert las <= uas and uas > 10.0
     config = json.loads((out / "config.json").read_text())
     assert config["loss"] == loss and config["projective"] is True and config["upos_input"] is True
+    assert config["device"] == {"type": "cpu", "torch": torch.__version__}     # a GPU run says so (issue 74)
     if loss == "local":
         assert "dev_uas_argmax" in history[-1] and 0.0 <= results["test_argmax_not_tree_pct"] <= 100.0
 

@@ -46,7 +46,7 @@ from ..data.partial import check_hiding, hidden_positions
 from ..errors import check, check_choice, check_positive
 from ..lightning import log_hp_metrics, run_output_dir, save_last_checkpoint
 from ..atomic import atomic_write_bytes
-from ..outputs import save_history, save_torch
+from ..outputs import device_record, save_history, save_torch
 from .epochs import EpochPermutation, epoch_mean, epoch_seed, manual_step
 from .conll_tagger import ChunkTagger
 from .dev_selection import DevSelectedRun
@@ -262,7 +262,7 @@ class ConllChunker(DevSelectedRun, L.LightningModule):
         save_history(out, self.history)
         save_torch(out / "chunker.pt", {"state_dict": {k: v.detach().cpu() for k, v in self.tagger.state_dict().items()},
                                         "vocab": self.corpus.vocab.state(), "hparams": dict(self.hparams)})
-        config = {"module": "ssvm_torch.deep.ConllChunker", **dict(self.hparams)}
+        config = {"module": "ssvm_torch.deep.ConllChunker", **dict(self.hparams), "device": device_record(self.device)}
         atomic_write_bytes(out / "config.json", json.dumps(config, indent=1, default=str).encode())
         atomic_write_bytes(out / "results.json", json.dumps(results, indent=1).encode())
         if not final:

@@ -37,7 +37,7 @@ from ..lightning import log_hp_metrics, run_output_dir, seal, unseal
 from ..models.chain import ChainModel
 from ..nn import ChainSSVMHead, chain_crf_nll, chain_decode, chain_hinge
 from ..atomic import atomic_write_bytes
-from ..outputs import save_history, save_model, save_torch
+from ..outputs import device_record, save_history, save_model, save_torch
 from ..portable import pack, unpack
 from ..solvers.loop import Solver, SolverConfig
 from ..stores import make_store
@@ -313,7 +313,8 @@ class DeepChainModule(L.LightningModule):
                 w, ell = self.head.to_w().double(), float("nan")     # end to end: no dual, no ell
             save_model(out, w, ell, self.lam, f"ocr-{self.hparams.split}", layout)
         save_torch(out / "test_predictions.pt", {"predictions": self.predict_words(self.test_words)})
-        config = {"method": self.hparams.method, **{k: v for k, v in self.hparams.items()}, "lam": self.lam}
+        config = {"method": self.hparams.method, **{k: v for k, v in self.hparams.items()}, "lam": self.lam,
+                  "device": device_record(self.device)}
         atomic_write_bytes(out / "config.json", json.dumps(config, indent=1, default=str).encode())
         if self.history:                 # no dev split here: hp_metric is the training objective at the end
             last = self.history[-1]

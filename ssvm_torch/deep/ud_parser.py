@@ -38,8 +38,9 @@ every word, punctuation included, LAS on the universal part of DEPREL. Gold UPOS
 ``upos_input=False``.
 
 Outputs (``out`` or the logger's directory): ``config.json`` (with ``"loss"``, ``"projective"``,
-``"upos_input"``, ``"order"``), ``history.json`` (per epoch: loss, dev UAS / LAS, seconds, the share of the epoch in the
-tree layer's forward and backward),
+``"upos_input"``, ``"order"``, ``"device"``: where it trained, :func:`ssvm_torch.outputs.device_record`),
+``history.json`` (per epoch: loss, dev UAS / LAS, seconds, the share of the epoch in the tree layer's forward
+and backward),
 ``parser.pt`` (weights, vocabulary, hyper-parameters), ``test_predictions.pt`` (``{"heads": [[int, ...],
 ...], "labels": [[str, ...], ...]}``, the test sentences in file order, one entry per word) and
 ``results.json``. Lightning checkpoints carry the history and the best weights: a resumed run ends where
@@ -63,7 +64,7 @@ from ..data.partial import check_hiding, hidden_positions
 from ..errors import check, check_choice, check_positive
 from ..lightning import log_hp_metrics, run_output_dir, save_last_checkpoint
 from ..nn import DependencyTree
-from ..outputs import save_history, save_torch
+from ..outputs import device_record, save_history, save_torch
 from ..trees.checks import tree_faults
 from .biaffine import BiaffineParser
 from .dev_selection import DevSelectedRun
@@ -421,7 +422,7 @@ class UDParser(DevSelectedRun, L.LightningModule):
         save_history(out, self.history)
         save_torch(out / "parser.pt", {"state_dict": {k: v.detach().cpu() for k, v in self.parser.state_dict().items()},
                                        "vocab": self.corpus.vocab.state(), "hparams": dict(self.hparams)})
-        config = {"module": "ssvm_torch.deep.UDParser", **dict(self.hparams)}
+        config = {"module": "ssvm_torch.deep.UDParser", **dict(self.hparams), "device": device_record(self.device)}
         atomic_write_bytes(out / "config.json", json.dumps(config, indent=1, default=str).encode())
         atomic_write_bytes(out / "results.json", json.dumps(results, indent=1).encode())
         if not final:
