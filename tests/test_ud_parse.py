@@ -229,36 +229,24 @@ def words_run(tmp_path_factory):
     return tiny_run(tmp_path_factory.mktemp("words"), "ud_deep_words_softmax_margin.yaml", "--model.tag_dim", "8")
 
 
-def test_a_words_only_run_records_tags_and_parses_plain_text_to_its_own_figures(words_run, tmp_path, capsys):
+def test_a_words_only_run_records_tags_and_parses_plain_text_to_its_own_figures(words_run):
     """The run's outputs carry the UPOS accuracy (dev per epoch, test) and the predicted tags; ud_parse --input-format
     text on the test sentences' words (one per line) writes tags, heads and relations that score the run's own test
-    UPOS, UAS and LAS against the gold file."""
-    from ssvm_torch.data.ud import load_ud_ewt, universal
-    from ssvm_torch.deep.ud_parser import attachment_scores
-    from ssvm_torch.deep.ud_tagging import upos_accuracy
+    UPOS, UAS and LAS against the gold file (benchmarks/bench_ud_parse_text.py, the check of issue 72's runs)."""
+    import importlib.util
     results = json.loads((words_run / "results.json").read_text())
     history = json.loads((words_run / "history.json").read_text())
     pred = torch.load(words_run / "test_predictions.pt", weights_only=True)
     assert "dev_upos" in history[-1] and 0 <= results["test_upos"] <= 100 and len(pred["upos"]) == 2077
     config = json.loads((words_run / "config.json").read_text())
     assert config["tags"] == "predicted" and config["upos_input"] is False
-    test = load_ud_ewt("test")
-    text = tmp_path / "test.txt"
-    text.write_text("\n".join(" ".join(test.forms[int(test.offsets[i]):int(test.offsets[i + 1])])
-                              for i in range(test.n)) + "\n")
-    out = tmp_path / "test.conllu"
-    assert parse_main(["--model", str(words_run / "parser.pt"), "--input", str(text), "--input-format", "text",
-                       "--output", str(out)]) == 0
-    parsed = read_conllu(out)
-    gold_upos = [test.upos[int(test.offsets[i]):int(test.offsets[i + 1])] for i in range(test.n)]
-    got_upos = [parsed.upos[int(parsed.offsets[i]):int(parsed.offsets[i + 1])] for i in range(parsed.n)]
-    assert upos_accuracy(gold_upos, got_upos) == pytest.approx(results["test_upos"], abs=1e-9)
-    heads = [parsed.heads[int(parsed.offsets[i]):int(parsed.offsets[i + 1])].tolist() for i in range(parsed.n)]
-    rels = [parsed.deprels[int(parsed.offsets[i]):int(parsed.offsets[i + 1])] for i in range(parsed.n)]
-    gold_heads = [[w[4] for w in test.sentence(i)] for i in range(test.n)]
-    gold_rels = [[universal(w[5]) for w in test.sentence(i)] for i in range(test.n)]
-    uas, las = attachment_scores(gold_heads, gold_rels, heads, rels)
-    assert (uas, las) == pytest.approx((results["test_uas"], results["test_las"]), abs=1e-9)
+    spec = importlib.util.spec_from_file_location("bench_ud_parse_text",
+                                                  RECIPES.parent / "benchmarks" / "bench_ud_parse_text.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    row = bench.check(words_run)
+    assert row["equal"] and row["text"]["sentences"] == 2077, row
+    assert row["text"]["test_las"] == pytest.approx(results["test_las"], abs=1e-9)
 
 
 def test_no_gold_column_but_form_changes_a_words_only_parse(words_run, tmp_path):
