@@ -16,8 +16,8 @@ scores decoded by a per-word argmax (no tree constraint) with the share of its o
 A paired bootstrap
 (test sentences resampled with replacement, ``--draws`` draws, the same sentences for every system and
 seed; Koehn 2004, Berg-Kirkpatrick et al. 2012) of each margin head (hinge, softmax-margin) against the CRF
-head and against the local head: the difference of the seed-averaged UAS and LAS, its 95% interval and the
-one-sided p-value (the share of draws whose difference has the other sign); of each second-order head
+head and against the local head: the difference of the UAS and LAS averaged over the seeds both heads have, its
+95% interval and the one-sided p-value (the share of draws whose difference has the other sign); of each second-order head
 (config.json ``"order": 2``, filed as ``2o_<loss>``) against the first-order head of the same loss; and of each
 run trained from partial annotation (config.json ``"hide_fraction"`` F > 0, filed as ``partial<100 F>_<head>``)
 against the full-annotation run of the same head and seed. Gold UPOS is
@@ -149,9 +149,13 @@ def report(runs: Path, draws: int) -> dict:
     pairs += [(SECOND_ORDER + loss, loss) for loss in ("crf", "hinge", "softmax_margin")]   # second vs first order
     pairs += [(WORDS + head, head) for head in ("softmax_margin", "2o_softmax_margin")]   # words only vs gold UPOS
     for a, b in pairs:
-        if a in by_head and b in by_head:
-            out["bootstrap"].append({"a": a, "b": b, **paired_bootstrap([r["counts"] for r in by_head[a]],
-                                                                         [r["counts"] for r in by_head[b]], draws)})
+        # over the seeds both heads have, so that a head with a run still training (2 seeds of 3) is compared
+        # with the same initialisations and orders, not with the other head's extra seed
+        seeds = sorted({r["seed"] for r in by_head.get(a, [])} & {r["seed"] for r in by_head.get(b, [])})
+        if seeds:
+            out["bootstrap"].append({"a": a, "b": b, "seeds": seeds, **paired_bootstrap(
+                [r["counts"] for r in by_head[a] if r["seed"] in seeds],
+                [r["counts"] for r in by_head[b] if r["seed"] in seeds], draws)})
     # partial annotation against full, seed by seed (the same seed's full run: one initialisation, one order)
     for a in sorted(h for h in by_head if h.startswith(PARTIAL)):
         full = by_head.get(a.split("_", 1)[1], [])
@@ -182,9 +186,10 @@ def markdown(out: dict) -> str:
     for b in out["bootstrap"]:
         for m in ("uas", "las"):
             x = b[m]
+            seeds = f"seeds {', '.join(map(str, b['seeds']))}, " if "seeds" in b else ""
             rows.append(f"* {b['a']} − {b['b']}, {m.upper()}: {x['observed_diff']:+.2f} (95% CI "
                         f"[{x['ci95'][0]:+.2f}, {x['ci95'][1]:+.2f}], one-sided p = {x['p_value']:.3f}, "
-                        f"{b['draws']} draws)")
+                        f"{seeds}{b['draws']} draws)")
     speed = RESULTS / "ud_deep_speed.json"
     if speed.is_file():        # the heads' speed measured alone (bench_ud_deep_speed.py), not as the runs shared the cores
         sp = json.loads(speed.read_text())

@@ -235,8 +235,8 @@ def test_bad_parser_settings_are_refused_by_name(tmp_path, capsys):
 
 def test_the_results_script_recomputes_the_archive_and_bootstraps_pairs(tmp_path):
     """benchmarks/bench_ud_deep.py on an archive of one tiny run filed under two heads: the recomputed
-    UAS / LAS equal results.json, a system against itself differs by 0 in every draw, and a results.json
-    that disagrees with its predictions is refused."""
+    UAS / LAS equal results.json, a system against itself differs by 0 in every draw (over the seeds both
+    heads have), and a results.json that disagrees with its predictions is refused."""
     import importlib.util
     import shutil
     spec = importlib.util.spec_from_file_location("bench_ud_deep", RECIPES.parent / "benchmarks" / "bench_ud_deep.py")
@@ -244,26 +244,28 @@ def test_the_results_script_recomputes_the_archive_and_bootstraps_pairs(tmp_path
     spec.loader.exec_module(bench)
     out = run(tmp_path / "run", "crf", epochs=1)
     archive = tmp_path / "archive"
-    for name, head, hide in (("crf_s0", "crf", 0.0), ("hinge_s0", "hinge", 0.0), ("partial50_crf_s0", "crf", 0.5)):
+    for name, head, hide, seed in (("crf_s0", "crf", 0.0, 0), ("hinge_s0", "hinge", 0.0, 0),
+                                   ("hinge_s1", "hinge", 0.0, 1), ("partial50_crf_s0", "crf", 0.5, 0)):
         d = archive / name
         d.mkdir(parents=True)
         for name in ("results.json", "history.json", "test_predictions.pt"):
             shutil.copy(out / name, d / name)
         config = json.loads((out / "config.json").read_text())
-        (d / "config.json").write_text(json.dumps({**config, "loss": head, "hide_fraction": hide}))
+        (d / "config.json").write_text(json.dumps({**config, "loss": head, "hide_fraction": hide, "seed": seed}))
     report = bench.report(archive, draws=50)
     results = json.loads((out / "results.json").read_text())
     # a run with hidden heads is its own row, never averaged into the full runs of its loss
     assert [h["head"] for h in report["heads"]] == ["crf", "hinge", "partial50_crf"]
     assert report["heads"][0]["test_uas"]["mean"] == pytest.approx(results["test_uas"], abs=1e-12)
     pair, partial = report["bootstrap"]
-    assert (pair["a"], pair["b"]) == ("hinge", "crf")
+    assert (pair["a"], pair["b"], pair["seeds"]) == ("hinge", "crf", [0])      # hinge's seed 1 has no crf twin
     assert pair["uas"]["observed_diff"] == 0.0 and pair["uas"]["ci95"] == [0.0, 0.0]
     assert (partial["a"], partial["b"]) == ("partial50_crf_s0", "crf_s0")       # the same loss and seed
     assert "| crf | 1 | words + gold UPOS |" in bench.markdown(report)
     # the per-word argmax decode of the same scores is carried from results.json into the table
     assert report["heads"][0]["test_uas_argmax"]["mean"] == pytest.approx(results["test_uas_argmax"], abs=1e-12)
     assert f"{results['test_uas_argmax']:.2f} ({results['test_argmax_not_tree_pct']:.1f}%) |" in bench.markdown(report)
+    assert "seeds 0, 50 draws)" in bench.markdown(report)
     (archive / "hinge_s0" / "results.json").write_text(json.dumps({**results, "test_uas": results["test_uas"] + 1}))
     with pytest.raises(SystemExit, match="UAS / LAS recomputed"):
         bench.report(archive, draws=10)
