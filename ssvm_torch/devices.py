@@ -24,6 +24,7 @@ import contextlib
 import threading
 import time
 
+import numba
 import numpy as np
 import torch
 from torch.overrides import TorchFunctionMode
@@ -79,6 +80,15 @@ def store_kernels(kernels: str, device: torch.device, dtype: torch.dtype) -> str
     if kernels == "auto":
         return "numba" if numba_ok else "torch"
     return kernels
+
+
+def use_threads(threads: int) -> None:
+    """Give the calling thread ``threads`` CPU threads for torch's intra-op pool and for numba's parallel
+    kernels alike (the chain layer's rows run over ``numba.get_num_threads()``, docs/nn.md): a neural module's
+    ``threads`` is the cores it may use, so two runs with one thread each share 2 cores without
+    oversubscribing them (numba's own default is every core)."""
+    torch.set_num_threads(threads)
+    numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
 
 
 def device_clock(device: torch.device) -> float:

@@ -69,8 +69,12 @@ def one_torch_thread():
     under test sets the process's thread count (a recipe's ``threads``, ``ssvm-train --threads``), and
     torch's parallel reductions round differently with another count, so a reference computed in this
     process after such a test no longer equals, bit for bit, one computed in a fresh one-thread process
-    (test_distributed's gather case failed that way in CI, depending on which files ran first)."""
+    (test_distributed's gather case failed that way in CI, depending on which files ran first). Numba gets its
+    default count back likewise (a module's ``threads`` sets it too: ssvm_torch.devices.use_threads), so the
+    parallel kernels' tests run with every core whichever test ran before them."""
+    import numba
     torch.set_num_threads(1)
+    numba.set_num_threads(numba.config.NUMBA_NUM_THREADS)
     yield
 
 

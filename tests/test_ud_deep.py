@@ -306,3 +306,16 @@ def test_hidden_heads_are_the_seeds_words_unobserved_in_the_tree_and_relation_lo
     out = run(tmp_path, "hinge", "--model.hide_fraction", "0.5", "--model.hide_seed", "5", epochs=1)
     results = json.loads((out / "results.json").read_text())
     assert results["hidden_heads"] == round(results["train_words"] / 2) and results["test_uas"] > 0
+
+
+@pytest.mark.parametrize("module", ["UDParser", "ConllChunker"])
+def test_a_modules_threads_caps_torch_and_numba_alike(module):
+    """``threads`` is the cores a neural run may use: torch's pool and numba's parallel kernels (the chain
+    layer's rows) both take it, so two recipes run with ``--model.threads 1`` share 2 cores without
+    oversubscribing them (numba's own default is every core)."""
+    import numba
+
+    import ssvm_torch.deep as deep
+    m = getattr(deep, module)(loss="hinge", train_size=30, threads=1)
+    m.build()
+    assert torch.get_num_threads() == 1 and numba.get_num_threads() == 1

@@ -43,6 +43,7 @@ import torch.utils.data as tud
 
 from ..constraints import allowed_transitions
 from ..data.partial import check_hiding, hidden_positions
+from ..devices import use_threads
 from ..errors import check, check_choice, check_positive
 from ..lightning import log_hp_metrics, run_output_dir, save_last_checkpoint
 from ..atomic import atomic_write_bytes
@@ -116,7 +117,7 @@ class ConllChunker(DevSelectedRun, L.LightningModule):
         hp = self.hparams
         if hp.threads is not None:
             check(isinstance(hp.threads, int) and hp.threads >= 1, "threads", "an int >= 1", hp.threads)
-            torch.set_num_threads(hp.threads)
+            use_threads(hp.threads)
         self.corpus = load_chunking(hp.tags, hp.heldout, hp.word_min_count, hp.features, hp.attr_min_count,
                                     hp.train_size)
         fit = self.corpus.fit

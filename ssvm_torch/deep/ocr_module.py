@@ -32,6 +32,7 @@ import torch
 import torch.nn.functional as Fn
 import torch.utils.data as tud
 
+from ..devices import use_threads
 from ..errors import check, check_choice, check_positive
 from ..lightning import log_hp_metrics, run_output_dir, seal, unseal
 from ..models.chain import ChainModel
@@ -102,7 +103,7 @@ class DeepChainModule(L.LightningModule):
         """The words and lambda of the hyperparameters (all :meth:`setup` does; without a trainer:
         tests, notebooks), as :meth:`ConllChunker.build <ssvm_torch.deep.ConllChunker.build>`."""
         if self.hparams.threads is not None:
-            torch.set_num_threads(self.hparams.threads)
+            use_threads(self.hparams.threads)
         self.train_words, self.test_words = load_ocr_words(self.hparams.split, self.hparams.train_size)
         self.lam = float(self.hparams.lam) if self.hparams.lam is not None else 1.0 / self.train_words.n
 

@@ -61,6 +61,7 @@ from tqdm import tqdm
 
 from ..atomic import atomic_write_bytes
 from ..data.partial import check_hiding, hidden_positions
+from ..devices import use_threads
 from ..errors import check, check_choice, check_positive
 from ..lightning import log_hp_metrics, run_output_dir, save_last_checkpoint
 from ..nn import DependencyTree
@@ -232,7 +233,7 @@ class UDParser(DevSelectedRun, L.LightningModule):
         hp = self.hparams
         if hp.threads is not None:
             check(isinstance(hp.threads, int) and hp.threads >= 1, "threads", "an int >= 1", hp.threads)
-            torch.set_num_threads(hp.threads)
+            use_threads(hp.threads)
         self.corpus = load_ud_parsing(hp.word_min_count, hp.train_size)
         train = self.corpus.train
         hidden = hidden_positions(len(train.head), hp.hide_fraction, hp.hide_seed)
