@@ -29,7 +29,7 @@ import numpy as np
 import torch
 from torch.overrides import TorchFunctionMode
 
-from .errors import SSVMInputError, check_choice
+from .errors import SSVMInputError, check, check_choice
 
 
 def parse_device(value, field: str = "device") -> torch.device:
@@ -82,11 +82,13 @@ def store_kernels(kernels: str, device: torch.device, dtype: torch.dtype) -> str
     return kernels
 
 
-def use_threads(threads: int) -> None:
+def use_threads(threads: int, field: str = "threads") -> None:
     """Give the calling thread ``threads`` CPU threads for torch's intra-op pool and for numba's parallel
     kernels alike (the chain layer's rows run over ``numba.get_num_threads()``, docs/nn.md): a neural module's
     ``threads`` is the cores it may use, so two runs with one thread each share 2 cores without
-    oversubscribing them (numba's own default is every core)."""
+    oversubscribing them (numba's own default is every core). Anything but an int >= 1 is refused naming
+    ``field``."""
+    check(isinstance(threads, int) and not isinstance(threads, bool) and threads >= 1, field, "an int >= 1", threads)
     torch.set_num_threads(threads)
     numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
 

@@ -8,6 +8,7 @@ import torch
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
+import numba
 import numpy as np
 import pytest
 
@@ -72,7 +73,6 @@ def one_torch_thread():
     (test_distributed's gather case failed that way in CI, depending on which files ran first). Numba gets its
     default count back likewise (a module's ``threads`` sets it too: ssvm_torch.devices.use_threads), so the
     parallel kernels' tests run with every core whichever test ran before them."""
-    import numba
     torch.set_num_threads(1)
     numba.set_num_threads(numba.config.NUMBA_NUM_THREADS)
     yield

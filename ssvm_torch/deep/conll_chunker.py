@@ -116,7 +116,6 @@ class ConllChunker(DevSelectedRun, L.LightningModule):
         trainer's checkpoint writer; without a trainer: tests, notebooks)."""
         hp = self.hparams
         if hp.threads is not None:
-            check(isinstance(hp.threads, int) and hp.threads >= 1, "threads", "an int >= 1", hp.threads)
             use_threads(hp.threads)
         self.corpus = load_chunking(hp.tags, hp.heldout, hp.word_min_count, hp.features, hp.attr_min_count,
                                     hp.train_size)

@@ -232,7 +232,6 @@ class UDParser(DevSelectedRun, L.LightningModule):
         """The corpus and the network of the hyperparameters (without a trainer: tests, notebooks)."""
         hp = self.hparams
         if hp.threads is not None:
-            check(isinstance(hp.threads, int) and hp.threads >= 1, "threads", "an int >= 1", hp.threads)
             use_threads(hp.threads)
         self.corpus = load_ud_parsing(hp.word_min_count, hp.train_size)
         train = self.corpus.train
