@@ -155,6 +155,32 @@ def test_matrix_tree_against_torch_struct(multiroot):
     assert torch.allclose(to_torch_struct(M), deptree_nonproj(ts, multiroot, eps=0.0), rtol=0, atol=1e-10)
 
 
+@pytest.mark.parametrize("multiroot", [False, True])
+def test_matrix_tree_paths_against_brute_force(multiroot):
+    """One batch through each path of trees/matrix_tree.py, against enumeration of every tree: narrow rows (the
+    direct per-word shift), rows whose scores span hundreds or thousands (the balanced log-domain Laplacian), a
+    row peaked around a 2-cycle (LU cancels: the GTH elimination), a row with forbidden arcs (-inf scores) and an
+    empty row. log Z and the marginals (a row that allows no tree is refused: test_bad_input_is_refused_by_name)."""
+    rng = np.random.default_rng(11)
+    lengths = [5, 6, 4, 6, 5, 0]
+    S, L = _batch(rng, lengths, scale=1.5)
+    S[1, 1:, 3] -= 800.0                                             # spans over SPAN, well conditioned:
+    S[1, 2, 0] += 300.0                                              # the balanced path's LU is kept
+    S[2] *= 900.0                                                    # span ~ 10^4, one tree dominates: balanced,
+    #                                                                  then its tiny pivots send it to GTH
+    S[3, :, :] = torch.tensor(rng.normal(size=(7, 7)))               # peaked 2-cycle between words 1 and 2
+    S[3, 1, 2] = S[3, 2, 1] = 500.0
+    S[4, 2, :] = float("-inf")
+    S[4, 2, 4] = 0.0                                                 # word 2 may take only word 4 as its head
+    logz = dependency_log_partition(S, lengths=L, projective=False, multiroot=multiroot)
+    M = dependency_marginals(S, lengths=L, projective=False, multiroot=multiroot)
+    for b, n in enumerate(lengths):
+        _, _, ref_logz, ref_M = brute_force(S[b].numpy(), n, False, multiroot)
+        assert float(logz[b]) == pytest.approx(ref_logz, rel=1e-9, abs=1e-9), b
+        assert np.abs(M[b, :n + 1, :n + 1].numpy() - ref_M).max() < 1e-7, b
+        assert float(M[b, n + 1:].abs().sum() + M[b, :, n + 1:].abs().sum()) == 0.0, b
+
+
 @kinds
 @pytest.mark.parametrize("n", [40, 150])
 def test_long_sentences_float32(projective, multiroot, n):

@@ -139,17 +139,19 @@ def _balance(logL: torch.Tensor):
     return u, v
 
 
-def _direct(S: torch.Tensor, lengths: torch.Tensor, multiroot: bool, want_marginals: bool):
+def _direct(S: torch.Tensor, lengths: torch.Tensor, multiroot: bool, want_marginals: bool, full: bool | None = None):
     """(log Z, marginals or None, the smallest |LU pivot|, det sign) by the plain per-word shift: A(h -> m) =
     exp(S[m, h] - max_h S[m, h]) <= 1 with its maximum 1, for rows whose scores span less than :data:`SPAN`
     (no entry below float64's normal range). Written in place on one copy of the scores (most rows take this
-    path: its cost is LAPACK's, not the temporaries')."""
+    path: its cost is LAPACK's, not the temporaries'). ``full``: every row is N - 1 words long (None: looked
+    up here, one host synchronisation on CUDA)."""
     B, N, _ = S.shape
     n = N - 1
     x = S.clone()                                                                # becomes A, then the marginals
     x[:, 0, :] = NEG_INF                                                         # the root takes no head
     x.diagonal(dim1=1, dim2=2).fill_(NEG_INF)
-    full = bool((lengths == n).all())
+    if full is None:
+        full = bool((lengths == n).all())
     if not full:
         pos = torch.arange(N, device=S.device)
         off = pos[None, :] > lengths[:, None]                                    # beyond the sentence
@@ -238,15 +240,19 @@ def _solve(S, lengths, multiroot, want_marginals):
         z = torch.zeros(B, dtype=torch.float64, device=S.device)
         return z, (torch.zeros(B, 1, 1, dtype=torch.float64, device=S.device) if want_marginals else None)
     hi, lo = S.amax((1, 2)), S.amin((1, 2))
-    if bool(torch.isfinite(lo).all()) and bool(torch.isfinite(hi).all()):
-        span = hi - lo
-    else:
+    wide = (hi - lo >= SPAN) & (lengths > 0)
+    # the three questions of the common path in one host synchronisation (issue 74: on CUDA each bool() waited
+    # for the queue): all scores finite, any row too wide for the direct path, every row full length
+    finite, any_wide, full = torch.stack([torch.isfinite(lo).all() & torch.isfinite(hi).all(), wide.any(),
+                                          (lengths == N - 1).all()]).tolist()
+    if not finite:
         finite = torch.isfinite(S)
         span = torch.where(finite, S, torch.full_like(S, NEG_INF)).amax((1, 2)) - \
             torch.where(finite, S, torch.full_like(S, float("inf"))).amin((1, 2))
-    wide = (span >= SPAN) & (lengths > 0)
-    if not bool(wide.any()):
-        logz, M, pivot, det_sign = _direct(S, lengths, multiroot, want_marginals)
+        wide = (span >= SPAN) & (lengths > 0)
+        any_wide = bool(wide.any())
+    if not any_wide:
+        logz, M, pivot, det_sign = _direct(S, lengths, multiroot, want_marginals, full)
     else:
         rows = wide.nonzero().flatten()
         parts = [_balanced(S[rows], lengths[rows], multiroot, want_marginals)]
@@ -268,13 +274,13 @@ def _solve(S, lengths, multiroot, want_marginals):
         exact = exact.detach()
         exact = torch.where(exact > NEG / 2, exact, torch.full_like(exact, NEG_INF))   # no tree at all
         logz = logz.index_copy(0, redo, exact)
+    if not want_marginals or not len(redo):
+        # a row whose log Z is not finite after LU is shaky, so without redone rows every log Z is finite
+        return logz, M
+    pos = torch.arange(N, device=S.device)
+    word = (pos[None, :] >= 1) & (pos[None, :] <= lengths[redo][:, None])
+    M = M.index_copy(0, redo, torch.where(word[:, :, None], grad, torch.zeros_like(grad)))
     bad = ~torch.isfinite(logz)
-    if not want_marginals:
-        return logz, None
-    if len(redo):
-        pos = torch.arange(N, device=S.device)
-        word = (pos[None, :] >= 1) & (pos[None, :] <= lengths[redo][:, None])
-        M = M.index_copy(0, redo, torch.where(word[:, :, None], grad, torch.zeros_like(grad)))
     if bool(bad.any()):
         M = torch.where(bad[:, None, None], torch.full_like(M, float("nan")), M)
     return logz, M
