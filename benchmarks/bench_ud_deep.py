@@ -41,13 +41,15 @@ from ssvm_torch.outputs import load_torch
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 HEADS = ("local", "crf", "hinge", "softmax_margin", "2o_crf", "2o_hinge", "2o_softmax_margin", "words_softmax_margin",
-         "words_2o_softmax_margin")
+         "words_tagfeed_softmax_margin", "words_2o_softmax_margin")
 MARGIN_HEADS = ("hinge", "softmax_margin")
 #: a second-order head's runs are filed as "2o_<loss>" (config.json ``"order": 2``) and paired with the first-order
 #: runs of the same loss
 SECOND_ORDER = "2o_"
 #: a words-only parser's runs (config.json ``"tags": "predicted"``: UPOS predicted, not read) as "words_<head>"
 WORDS = "words_"
+#: ... whose scorers read the predicted tags too (config.json ``"tag_feed": true``) as "words_tagfeed_<head>"
+TAG_FEED = "tagfeed_"
 #: runs trained with a share of the training heads hidden (config.json ``"hide_fraction"`` F > 0, issue 73) as
 #: "partial<100 F>_<head>", each paired with the full-annotation run of the same head and seed
 PARTIAL = "partial"
@@ -118,6 +120,7 @@ def report(runs: Path, draws: int) -> dict:
                              f"{results['test_uas']:.4f} / {results['test_las']:.4f}")
         median_epoch = statistics.median(r["seconds"] for r in history)
         head = partial_prefix(config) + (WORDS if config.get("tags", "gold") == "predicted" else "") + \
+            (TAG_FEED if config.get("tag_feed", False) else "") + \
             (SECOND_ORDER if config.get("order", 1) == 2 else "") + config["loss"]
         by_head.setdefault(head, []).append(
             {"run": d.name, "seed": config["seed"], "projective": config["projective"],
@@ -148,6 +151,7 @@ def report(runs: Path, draws: int) -> dict:
     pairs = [(a, b) for a in MARGIN_HEADS for b in ("crf", "local")]
     pairs += [(SECOND_ORDER + loss, loss) for loss in ("crf", "hinge", "softmax_margin")]   # second vs first order
     pairs += [(WORDS + head, head) for head in ("softmax_margin", "2o_softmax_margin")]   # words only vs gold UPOS
+    pairs += [(WORDS + TAG_FEED + "softmax_margin", WORDS + "softmax_margin")]   # scorers reading predicted tags or not
     for a, b in pairs:
         # over the seeds both heads have, so that a head with a run still training (2 seeds of 3) is compared
         # with the same initialisations and orders, not with the other head's extra seed

@@ -227,7 +227,8 @@ def test_bad_parser_settings_are_refused_by_name(tmp_path, capsys):
                         (["--model.order", "3"], "order: expected 1 (arc-factored) or 2"),
                         (["--model.order", "2", "--model.loss", "local"], "loss: expected a tree loss"),
                         (["--model.order", "2", "--model.projective", "false"], "projective: expected true with order 2"),
-                        (["--model.order", "2", "--model.sib_dim", "0"], "sib_dim: expected an int >= 1")):
+                        (["--model.order", "2", "--model.sib_dim", "0"], "sib_dim: expected an int >= 1"),
+                        (["--model.tag_feed", "true"], "tag_feed: expected false unless tags is predicted")):
         assert deep_main(base + extra) == 2
         err = capsys.readouterr().err
         assert text in err and len(err.strip().splitlines()) == 1, err

@@ -223,10 +223,12 @@ def test_a_byte_order_mark_is_read_and_the_api_refuses_by_name(run_dir, tmp_path
             load_parser(run_dir / "parser.pt", device="cuda")
 
 
-@pytest.fixture(scope="module")
-def words_run(tmp_path_factory):
-    """One tiny words-only run (tags predicted by the LinearChain head, no gold UPOS input)."""
-    return tiny_run(tmp_path_factory.mktemp("words"), "ud_deep_words_softmax_margin.yaml", "--model.tag_dim", "8")
+@pytest.fixture(scope="module", params=["words", "words_tagfeed"])
+def words_run(request, tmp_path_factory):
+    """One tiny words-only run (tags predicted by the LinearChain head, no gold UPOS input), its scorers reading
+    the BiLSTM states only or (tagfeed) the predicted tags too."""
+    return tiny_run(tmp_path_factory.mktemp(request.param), f"ud_deep_{request.param}_softmax_margin.yaml",
+                    "--model.tag_dim", "8")
 
 
 def test_a_words_only_run_records_tags_and_parses_plain_text_to_its_own_figures(words_run):

@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from .conll_tagger import CharCNN
-from .ud_text import PAD
+from .ud_text import PAD, ROOT
 
 
 class MLP(nn.Sequential):
@@ -39,7 +39,8 @@ class BiaffineParser(nn.Module):
     def __init__(self, n_words: int, n_chars: int, n_upos: int, n_rels: int, word_dim: int = 100,
                  char_dim: int = 30, char_filters: int = 50, upos_dim: int = 50, hidden: int = 200,
                  layers: int = 2, arc_dim: int = 256, rel_dim: int = 64, dropout: float = 0.33,
-                 upos_input: bool = True, sib_dim: int = 0, tag_head: nn.Module | None = None):
+                 upos_input: bool = True, sib_dim: int = 0, tag_head: nn.Module | None = None,
+                 tag_feed_dim: int = 0):
         super().__init__()
         self.upos_input = upos_input
         self.words = nn.Embedding(n_words, word_dim, padding_idx=PAD)
@@ -49,15 +50,19 @@ class BiaffineParser(nn.Module):
         n_in = word_dim + char_filters + (upos_dim if upos_input else 0)
         self.lstm = nn.LSTM(n_in, hidden, num_layers=layers, batch_first=True, bidirectional=True,
                             dropout=dropout if layers > 1 else 0.0)
-        self.arc_dep, self.arc_head = MLP(2 * hidden, arc_dim, dropout), MLP(2 * hidden, arc_dim, dropout)
-        self.rel_dep, self.rel_head = MLP(2 * hidden, rel_dim, dropout), MLP(2 * hidden, rel_dim, dropout)
+        # tag_feed_dim > 0 (a words-only parser whose scorers read its predicted tags): the scorers' input is the
+        # BiLSTM state and the predicted tag's embedding (scorer_states)
+        self.tag_feed = nn.Embedding(n_upos, tag_feed_dim, padding_idx=PAD) if tag_feed_dim > 0 else None
+        n_scorer = 2 * hidden + tag_feed_dim
+        self.arc_dep, self.arc_head = MLP(n_scorer, arc_dim, dropout), MLP(n_scorer, arc_dim, dropout)
+        self.rel_dep, self.rel_head = MLP(n_scorer, rel_dim, dropout), MLP(n_scorer, rel_dim, dropout)
         self.arc_U = nn.Parameter(torch.zeros(arc_dim, arc_dim))     # zero start: uniform heads (D&M 2017)
         self.arc_u = nn.Parameter(torch.zeros(arc_dim))
         self.rel_W = nn.Parameter(torch.zeros(n_rels, rel_dim + 1, rel_dim + 1))
         self.tagger = tag_head                  # the UPOS head of a words-only parser (ssvm_torch/deep/ud_tagging.py)
         self.sib_dim = sib_dim
         if sib_dim > 0:
-            self.sib_s, self.sib_d, self.sib_h = (MLP(2 * hidden, sib_dim, dropout) for _ in range(3))
+            self.sib_s, self.sib_d, self.sib_h = (MLP(n_scorer, sib_dim, dropout) for _ in range(3))
             self.sib_W = nn.Parameter(torch.zeros(sib_dim + 1, sib_dim, sib_dim + 1))   # zero start: no sibling effect
 
     def encode(self, batch: dict, word: torch.Tensor | None = None) -> torch.Tensor:
@@ -71,6 +76,20 @@ class BiaffineParser(nn.Module):
         packed = pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
         h, _ = pad_packed_sequence(self.lstm(packed)[0], batch_first=True, total_length=x.shape[1])
         return self.drop(h)
+
+    def scorer_states(self, states: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """What the arc, relation and sibling scorers read: the BiLSTM ``states`` (B, N, 2 hidden), and for a
+        network built with ``tag_feed_dim`` > 0 the embedding of the tagger's predicted UPOS at each word (its
+        Viterbi tags, ``mask`` the words; ROOT at the root, PAD past the words) concatenated to them. The tags are
+        decoded without gradient: a hard pipeline inside one network, so the tree loss trains the embedding and
+        the encoder, not the tagger's choice."""
+        if self.tag_feed is None:
+            return states
+        with torch.no_grad():
+            tags = self.tagger.decode(states, mask)
+        tags = torch.where(mask, tags, torch.full_like(tags, PAD))
+        tags[:, 0] = ROOT
+        return torch.cat([states, self.drop(self.tag_feed(tags))], -1)
 
     def arc_scores(self, states: torch.Tensor) -> torch.Tensor:
         """(B, N, N): [b, m, h] = dep_m^T U head_h + head_h . u."""

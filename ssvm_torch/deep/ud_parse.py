@@ -128,6 +128,8 @@ def check_parser_fields(obj: dict, path) -> None:
             raise bad("hparams['tag_loss']", f"one of {', '.join(TAG_LOSSES)}", hp.get("tag_loss"))
         if not (isinstance(hp.get("tag_dim"), int) and not isinstance(hp.get("tag_dim"), bool) and hp["tag_dim"] >= 1):
             raise bad("hparams['tag_dim']", "an int >= 1 (a words-only parser's tagger)", hp.get("tag_dim"))
+    if not isinstance(hp.get("tag_feed", False), bool) or (hp.get("tag_feed", False) and tags != "predicted"):
+        raise bad("hparams['tag_feed']", "true or false, and false unless tags is 'predicted'", hp.get("tag_feed"))
     order = hp.get("order", 1)                        # a parser.pt written before the second order has none
     if order not in (1, 2) or isinstance(order, bool):
         raise bad("hparams['order']", "1 or 2", order)

@@ -14,8 +14,9 @@ the mean per-sentence loss of its head scores plus the relation cross-entropy at
 ``tags="predicted"`` (with ``upos_input=False``) makes a parser that reads words only: a UPOS head on the shared
 encoder (:mod:`ssvm_torch.deep.ud_tagging`, a :class:`ssvm_torch.nn.LinearChain` with its own ``tag_loss``) is
 trained jointly (the loss adds ``tag_weight`` x the tagger's) and predicts the tags at test time; the tree head
-reads the shared states, not the tags. Its dev UPOS accuracy is recorded every epoch, the test one and the
-predicted tags (``"upos"``) in the outputs.
+reads the shared states, and with ``tag_feed`` also the embeddings (``upos_dim``) of the tagger's predicted tags
+(:meth:`~ssvm_torch.deep.biaffine.BiaffineParser.scorer_states`). Its dev UPOS accuracy is recorded every epoch,
+the test one and the predicted tags (``"upos"``) in the outputs.
 
 ``order=2`` adds adjacent-sibling scores (the network's triaffine sibling scorer, ``sib_dim``; Zhang et al.
 2020) to a tree head's arc scores: the second-order projective model of :class:`ssvm_torch.nn.DependencyTree`,
@@ -98,9 +99,10 @@ def build_network(hp, vocab) -> BiaffineParser:
     sib_dim = hp["sib_dim"] if hp.get("order", 1) == 2 else 0
     tagger = (TagHead(2 * hp["hidden"], len(vocab.upos) - len(SPECIALS), hp["tag_dim"], hp["dropout"], hp["tag_loss"])
               if hp.get("tags", "gold") == "predicted" else None)
+    tag_feed_dim = hp["upos_dim"] if tagger is not None and hp.get("tag_feed", False) else 0
     return BiaffineParser(len(vocab.words), len(vocab.chars), len(vocab.upos), len(vocab.rels), hp["word_dim"],
                           hp["char_dim"], hp["char_filters"], hp["upos_dim"], hp["hidden"], hp["layers"],
-                          hp["arc_dim"], hp["rel_dim"], hp["dropout"], hp["upos_input"], sib_dim, tagger)
+                          hp["arc_dim"], hp["rel_dim"], hp["dropout"], hp["upos_input"], sib_dim, tagger, tag_feed_dim)
 
 
 def sibling_scores(network: BiaffineParser, states: torch.Tensor, lengths: torch.Tensor):
@@ -142,10 +144,11 @@ def decode_split(network: BiaffineParser, tree: DependencyTree, split, rels: lis
         s += len(idx)
         batch = {k: (v.to(device) if torch.is_tensor(v) else v) for k, v in split.batch(idx).items()}
         states = network.encode(batch)
-        arcs = network.arc_scores(states)
-        sibs = sibling_scores(network, states, batch["lengths"])
+        scorer = network.scorer_states(states, batch["mask"])
+        arcs = network.arc_scores(scorer)
+        sibs = sibling_scores(network, scorer, batch["lengths"])
         best = tree.decode(arcs.float(), batch["mask"], sib_scores=None if sibs is None else sibs.float())
-        rel = network.rel_scores(states, best).argmax(2).cpu()
+        rel = network.rel_scores(scorer, best).argmax(2).cpu()
         tags = network.tagger.decode(states, batch["mask"]).cpu() if network.tagger is not None else None
         N = arcs.shape[1]
         cand = torch.arange(N, device=arcs.device)[None, None, :] <= batch["lengths"][:, None, None]
@@ -174,7 +177,7 @@ class UDParser(DevSelectedRun, L.LightningModule):
 
     resume_identity = ("loss", "projective", "upos_input", "word_min_count", "train_size", "word_dim", "char_dim",
                        "char_filters", "upos_dim", "hidden", "layers", "arc_dim", "rel_dim", "order", "sib_dim", "tags",
-                       "tag_loss", "tag_dim", "hide_fraction", "hide_seed")
+                       "tag_loss", "tag_dim", "tag_feed", "hide_fraction", "hide_seed")
 
     def __init__(self, loss: str = "crf", projective: bool = True, upos_input: bool = True,
                  word_min_count: int = 2, word_dropout: float = 0.25, word_dim: int = 100, char_dim: int = 30,
@@ -183,7 +186,8 @@ class UDParser(DevSelectedRun, L.LightningModule):
                  grad_clip: float = 5.0, batch_sentences: int = 32, patience: int = 5,
                  train_size: int | None = None, seed: int = 0, threads: int | None = None, out: str | None = None,
                  order: int = 1, sib_dim: int = 100, tags: str = "gold", tag_loss: str = "softmax_margin",
-                 tag_weight: float = 1.0, tag_dim: int = 100, hide_fraction: float = 0.0, hide_seed: int = 0):
+                 tag_weight: float = 1.0, tag_dim: int = 100, tag_feed: bool = False, hide_fraction: float = 0.0,
+                 hide_seed: int = 0):
         super().__init__()
         self.save_hyperparameters()
         self.automatic_optimization = False
@@ -208,6 +212,9 @@ class UDParser(DevSelectedRun, L.LightningModule):
             check(isinstance(tag_dim, int) and not isinstance(tag_dim, bool) and tag_dim >= 1, "tag_dim",
                   "an int >= 1", tag_dim)
             check(isinstance(tag_weight, (int, float)) and tag_weight > 0, "tag_weight", "a number > 0", tag_weight)
+        check(isinstance(tag_feed, bool), "tag_feed", "true or false", tag_feed)
+        check(not tag_feed or tags == "predicted", "tag_feed", "false unless tags is predicted (the scorers read the "
+              "tagger's predicted tags)", tag_feed)
         if order == 2:
             check(loss != "local", "loss", "a tree loss (crf, hinge or softmax_margin) with order 2: the sibling scores "
                   "are trained through the tree layer", loss)
@@ -321,12 +328,13 @@ class UDParser(DevSelectedRun, L.LightningModule):
         word = torch.where(batch["mask"], word, batch["word"])      # never drop the root's or the padding's ids
         batch = self._on_device(batch)
         states = self.parser.encode(batch, word.to(self.device))
-        arcs = self.parser.arc_scores(states)
-        rel = self.parser.rel_scores(states, batch["heads"])
+        scorer = self.parser.scorer_states(states, batch["mask"])
+        arcs = self.parser.arc_scores(scorer)
+        rel = self.parser.rel_scores(scorer, batch["heads"])
         unscored = ~batch["mask"] | (batch["rels"] < 0)                # padding, root, a hidden relation
         rel_ce = F.cross_entropy(rel.transpose(1, 2), batch["rels"].masked_fill(unscored, -100),
                                  ignore_index=-100, reduction="none").sum(1)
-        total = self.head_loss(arcs, batch, sibling_scores(self.parser, states, batch["lengths"])) + rel_ce
+        total = self.head_loss(arcs, batch, sibling_scores(self.parser, scorer, batch["lengths"])) + rel_ce
         if self.parser.tagger is not None:                 # the joint loss of a words-only parser
             total = total + self.hparams.tag_weight * self.parser.tagger.loss(states, batch["upos"], batch["mask"])
         return total.mean()
