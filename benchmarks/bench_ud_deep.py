@@ -20,7 +20,9 @@ head and against the local head: the difference of the UAS and LAS averaged over
 95% interval and the one-sided p-value (the share of draws whose difference has the other sign); of each second-order head
 (config.json ``"order": 2``, filed as ``2o_<loss>``) against the first-order head of the same loss; and of each
 run trained from partial annotation (config.json ``"hide_fraction"`` F > 0, filed as ``partial<100 F>_<head>``)
-against the full-annotation run of the same head and seed. Gold UPOS is
+against the full-annotation run of the same head and seed; of each words-only head (config.json ``"tags":
+"predicted"``, filed as ``words_<head>``) against the gold-UPOS head, and of the scorers reading the predicted
+tags (``words_tagfeed_<head>``) against the same head without them (issue 72's choice on dev). Gold UPOS is
 an input of every run whose config.json says ``"upos_input": true`` (the table says so).
 
 Usage: python benchmarks/bench_ud_deep.py [--runs benchmarks/results/ud_deep_runs] [--draws 1000] [--markdown]
@@ -41,7 +43,7 @@ from ssvm_torch.outputs import load_torch
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 HEADS = ("local", "crf", "hinge", "softmax_margin", "2o_crf", "2o_hinge", "2o_softmax_margin", "words_softmax_margin",
-         "words_tagfeed_softmax_margin", "words_2o_softmax_margin")
+         "words_tagfeed_softmax_margin", "words_2o_softmax_margin", "words_tagfeed_2o_softmax_margin")
 MARGIN_HEADS = ("hinge", "softmax_margin")
 #: a second-order head's runs are filed as "2o_<loss>" (config.json ``"order": 2``) and paired with the first-order
 #: runs of the same loss
@@ -151,7 +153,8 @@ def report(runs: Path, draws: int) -> dict:
     pairs = [(a, b) for a in MARGIN_HEADS for b in ("crf", "local")]
     pairs += [(SECOND_ORDER + loss, loss) for loss in ("crf", "hinge", "softmax_margin")]   # second vs first order
     pairs += [(WORDS + head, head) for head in ("softmax_margin", "2o_softmax_margin")]   # words only vs gold UPOS
-    pairs += [(WORDS + TAG_FEED + "softmax_margin", WORDS + "softmax_margin")]   # scorers reading predicted tags or not
+    # scorers reading predicted tags or not
+    pairs += [(WORDS + TAG_FEED + head, WORDS + head) for head in ("softmax_margin", "2o_softmax_margin")]
     for a, b in pairs:
         # over the seeds both heads have, so that a head with a run still training (2 seeds of 3) is compared
         # with the same initialisations and orders, not with the other head's extra seed

@@ -223,10 +223,11 @@ def test_a_byte_order_mark_is_read_and_the_api_refuses_by_name(run_dir, tmp_path
             load_parser(run_dir / "parser.pt", device="cuda")
 
 
-@pytest.fixture(scope="module", params=["words", "words_tagfeed"])
+@pytest.fixture(scope="module", params=["words", "words_tagfeed", "words_tagfeed_2o"])
 def words_run(request, tmp_path_factory):
     """One tiny words-only run (tags predicted by the LinearChain head, no gold UPOS input), its scorers reading
-    the BiLSTM states only or (tagfeed) the predicted tags too."""
+    the BiLSTM states only or (tagfeed) the predicted tags too; the second-order recipe (its sibling scorer
+    reading the tags too) as issue 72's runs train it."""
     return tiny_run(tmp_path_factory.mktemp(request.param), f"ud_deep_{request.param}_softmax_margin.yaml",
                     "--model.tag_dim", "8")
 
