@@ -134,6 +134,31 @@ def test_the_second_order_head_carries_the_layers_gradients():
         torch.testing.assert_close(got_s, want_s, rtol=1e-12, atol=1e-12)
 
 
+def test_scorer_states_reads_the_tags_it_is_given_and_decodes_the_same_ones_itself():
+    """With tag_feed, BiaffineParser.scorer_states decodes the tagger's Viterbi tags unless the caller passes
+    them (decode_split, which outputs them too): the same states either way, and other tags give other states
+    (ROOT at the root and PAD past the words whatever is passed there)."""
+    from ssvm_torch.deep.biaffine import BiaffineParser
+    from ssvm_torch.deep.ud_tagging import TagHead
+    from ssvm_torch.deep.ud_text import SPECIALS
+    torch.manual_seed(4)
+    tagger = TagHead(12, 10 - len(SPECIALS), 5, 0.0, "softmax_margin").double()
+    net = BiaffineParser(50, 20, 10, 5, word_dim=8, char_dim=4, char_filters=4, upos_dim=4, hidden=6, layers=1,
+                         arc_dim=6, rel_dim=4, upos_input=False, tag_head=tagger, tag_feed_dim=4).double().eval()
+    lengths = torch.tensor([3, 7, 1])
+    N = int(lengths.max()) + 1
+    mask = (torch.arange(N)[None, :] <= lengths[:, None]) & (torch.arange(N)[None, :] > 0)
+    states = torch.randn(len(lengths), N, 12, dtype=torch.float64)
+    tags = tagger.decode(states, mask)
+    own = net.scorer_states(states, mask)
+    torch.testing.assert_close(net.scorer_states(states, mask, tags), own, rtol=0, atol=0)
+    other = torch.where(mask, (tags - len(SPECIALS) + 1) % (10 - len(SPECIALS)) + len(SPECIALS), tags)
+    moved = net.scorer_states(states, mask, other)
+    assert not torch.equal(moved[mask], own[mask])
+    torch.testing.assert_close(moved[~mask], own[~mask], rtol=0, atol=0)
+    torch.testing.assert_close(moved[..., :12], states, rtol=0, atol=0)
+
+
 def test_the_triaffine_per_sentence_equals_supars_padded_formula_and_padding_is_never_read():
     """BiaffineParser.sib_scores computes each sentence on its own root + words: equal there to SuPar's
     Triaffine over the padded batch (einsum('bzk,ikj->bzij'), then einsum('bxi,bzij,byj->bzxy') read as

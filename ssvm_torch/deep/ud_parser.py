@@ -144,12 +144,13 @@ def decode_split(network: BiaffineParser, tree: DependencyTree, split, rels: lis
         s += len(idx)
         batch = {k: (v.to(device) if torch.is_tensor(v) else v) for k, v in split.batch(idx).items()}
         states = network.encode(batch)
-        scorer = network.scorer_states(states, batch["mask"])
+        tags = network.tagger.decode(states, batch["mask"]) if network.tagger is not None else None
+        scorer = network.scorer_states(states, batch["mask"], tags)
         arcs = network.arc_scores(scorer)
         sibs = sibling_scores(network, scorer, batch["lengths"])
         best = tree.decode(arcs.float(), batch["mask"], sib_scores=None if sibs is None else sibs.float())
         rel = network.rel_scores(scorer, best).argmax(2).cpu()
-        tags = network.tagger.decode(states, batch["mask"]).cpu() if network.tagger is not None else None
+        tags = tags.cpu() if tags is not None else None
         N = arcs.shape[1]
         cand = torch.arange(N, device=arcs.device)[None, None, :] <= batch["lengths"][:, None, None]
         local = arcs.masked_fill(~cand, float("-inf")).argmax(2).cpu()
