@@ -2,9 +2,9 @@
 the run archive ``benchmarks/results/ud_deep_runs/<head>_s<seed>/`` (``recipes/ud_deep_all.sh`` trains the
 runs and fills it).
 
-For every archived run: UAS and LAS recomputed from its ``test_predictions.pt`` and the shipped test file
-by CoNLL 2018's definitions (every word, punctuation included; LAS on the universal part of DEPREL) and
-checked against its ``results.json``; per head the mean +- sample std over seeds of test UAS / LAS, dev UAS /
+For every archived run: UAS and LAS (and a words-only run's UPOS accuracy) recomputed from its
+``test_predictions.pt`` and the shipped test file by CoNLL 2018's definitions (every word, punctuation
+included; LAS on the universal part of DEPREL) and checked against its ``results.json``; per head the mean +- sample std over seeds of test UAS / LAS, dev UAS /
 LAS, epochs, s/epoch (the median of the run's epochs: an epoch during which the run was paused, for a CI run on
 the same cores, would swamp a mean) and the hours of a run at that pace (epochs x median), both as the run was
 trained (most runs beside another on the 2 cores with 1 torch thread, as recipes/ud_deep_all.sh runs two
@@ -74,6 +74,15 @@ def sentence_counts(gold_heads: list, gold_rels: list, heads: list, labels: list
     return out
 
 
+def upos_accuracy(gold: list, pred: list, run: Path) -> float:
+    """UPOS accuracy in % over every test word (CoNLL 2018's UPOS with gold tokenization) of a run's predicted
+    tags ``pred`` (one list of names per sentence) against the gold file's ``gold``."""
+    if len(pred) != len(gold) or any(len(p) != len(g) for p, g in zip(pred, gold)):
+        raise SystemExit(f"{run}: the predicted UPOS do not cover the {len(gold)} test sentences word for word")
+    words = sum(len(g) for g in gold)
+    return 100.0 * sum(a == b for g, p in zip(gold, pred) for a, b in zip(g, p)) / max(words, 1)
+
+
 def scores(counts: np.ndarray) -> tuple[float, float]:
     """(UAS, LAS) in % of per-sentence counts summed over the sentences."""
     words, heads, labeled = counts.sum(0)
@@ -108,6 +117,7 @@ def mean_std(xs: list) -> dict:
 def report(runs: Path, draws: int) -> dict:
     test = load_ud_ewt("test")
     gold_heads = [[w[4] for w in test.sentence(i)] for i in range(test.n)]
+    gold_upos = [[w[2] for w in test.sentence(i)] for i in range(test.n)]
     gold_rels = [[universal(w[5]) for w in test.sentence(i)] for i in range(test.n)]
     by_head: dict = {}
     for d in sorted(runs.glob("*_s*")):
@@ -120,6 +130,11 @@ def report(runs: Path, draws: int) -> dict:
         if abs(uas - results["test_uas"]) > 1e-9 or abs(las - results["test_las"]) > 1e-9:
             raise SystemExit(f"{d}: UAS / LAS recomputed {uas:.4f} / {las:.4f}, results.json says "
                              f"{results['test_uas']:.4f} / {results['test_las']:.4f}")
+        test_upos = None                 # a gold-UPOS run predicts no tags
+        if "upos" in pred:               # a words-only run: its tags, recomputed against the gold file
+            test_upos = upos_accuracy(gold_upos, pred["upos"], d)
+            if abs(test_upos - results["test_upos"]) > 1e-9:
+                raise SystemExit(f"{d}: UPOS recomputed {test_upos:.4f}, results.json says {results['test_upos']:.4f}")
         median_epoch = statistics.median(r["seconds"] for r in history)
         head = partial_prefix(config) + (WORDS if config.get("tags", "gold") == "predicted" else "") + \
             (TAG_FEED if config.get("tag_feed", False) else "") + \
@@ -134,7 +149,7 @@ def report(runs: Path, draws: int) -> dict:
              "test_sentences_per_s": results["test_sentences_per_s"], "counts": counts,
              # the same arc scores decoded by a per-word argmax over heads, no tree constraint (issue 58, Deliver 2)
              "test_uas_argmax": results["test_uas_argmax"], "argmax_not_tree_pct": results["test_argmax_not_tree_pct"],
-             "test_upos": results.get("test_upos")})         # None: a gold-UPOS run predicts no tags
+             "test_upos": test_upos})
     out = {"test_sentences": test.n, "test_words": int(test.lengths.sum()), "heads": [], "bootstrap": []}
     for head in [*HEADS, *sorted(set(by_head) - set(HEADS))]:
         rows = by_head.get(head)

@@ -252,6 +252,33 @@ def test_a_words_only_run_records_tags_and_parses_plain_text_to_its_own_figures(
     assert row["text"]["test_las"] == pytest.approx(results["test_las"], abs=1e-9)
 
 
+def test_the_results_script_recomputes_a_words_only_runs_upos_and_refuses_a_wrong_one(words_run, tmp_path):
+    """benchmarks/bench_ud_deep.py recomputes the test UPOS accuracy from test_predictions.pt's tags against the
+    gold file (issue 72), files the run under its words-only head and refuses a results.json that disagrees."""
+    import importlib.util
+    import shutil
+    spec = importlib.util.spec_from_file_location("bench_ud_deep", RECIPES.parent / "benchmarks" / "bench_ud_deep.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    config = json.loads((words_run / "config.json").read_text())
+    d = tmp_path / "archive" / "run_s0"
+    d.mkdir(parents=True)
+    for name in ("config.json", "results.json", "history.json", "test_predictions.pt"):
+        shutil.copy(words_run / name, d / name)
+    results = json.loads((words_run / "results.json").read_text())
+    pred = torch.load(words_run / "test_predictions.pt", weights_only=True)
+    gold = [r[3] for r in fields(data_file(UD_EWT["test"])) if len(r) == 10 and r[0].isdigit()]
+    tags = [t for sentence in pred["upos"] for t in sentence]
+    want = 100.0 * sum(a == b for a, b in zip(gold, tags)) / len(gold)
+    (row,) = bench.report(d.parent, draws=10)["heads"]
+    head = "words_" + ("tagfeed_" if config["tag_feed"] else "") + ("2o_" if config["order"] == 2 else "") + "softmax_margin"
+    assert row["head"] == head and len(tags) == len(gold)
+    assert row["test_upos"]["mean"] == pytest.approx(want, abs=1e-9) == results["test_upos"]
+    (d / "results.json").write_text(json.dumps({**results, "test_upos": results["test_upos"] + 0.5}))
+    with pytest.raises(SystemExit, match="UPOS recomputed"):
+        bench.report(d.parent, draws=10)
+
+
 def test_no_gold_column_but_form_changes_a_words_only_parse(words_run, tmp_path):
     """The test file with every column but ID and FORM scrambled (UPOS, XPOS, LEMMA, FEATS, HEAD, DEPREL, DEPS,
     MISC shuffled across words) parses to the same UPOS, heads and relations as the file itself."""
