@@ -38,6 +38,7 @@ from pathlib import Path
 import numpy as np
 
 from ssvm_torch.data.ud import load_ud_ewt, universal
+from ssvm_torch.deep.ud_tagging import upos_accuracy
 from ssvm_torch.outputs import load_torch
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -74,13 +75,12 @@ def sentence_counts(gold_heads: list, gold_rels: list, heads: list, labels: list
     return out
 
 
-def upos_accuracy(gold: list, pred: list, run: Path) -> float:
-    """UPOS accuracy in % over every test word (CoNLL 2018's UPOS with gold tokenization) of a run's predicted
-    tags ``pred`` (one list of names per sentence) against the gold file's ``gold``."""
+def checked_upos_accuracy(gold: list, pred: list, run: Path) -> float:
+    """The UPOS accuracy (:func:`ssvm_torch.deep.ud_tagging.upos_accuracy`) of a run's predicted tags ``pred``
+    (one list of names per sentence) against the gold file's ``gold``, refused unless they cover it word for word."""
     if len(pred) != len(gold) or any(len(p) != len(g) for p, g in zip(pred, gold)):
         raise SystemExit(f"{run}: the predicted UPOS do not cover the {len(gold)} test sentences word for word")
-    words = sum(len(g) for g in gold)
-    return 100.0 * sum(a == b for g, p in zip(gold, pred) for a, b in zip(g, p)) / max(words, 1)
+    return upos_accuracy(gold, pred)
 
 
 def scores(counts: np.ndarray) -> tuple[float, float]:
@@ -132,7 +132,7 @@ def report(runs: Path, draws: int) -> dict:
                              f"{results['test_uas']:.4f} / {results['test_las']:.4f}")
         test_upos = None                 # a gold-UPOS run predicts no tags
         if "upos" in pred:               # a words-only run: its tags, recomputed against the gold file
-            test_upos = upos_accuracy(gold_upos, pred["upos"], d)
+            test_upos = checked_upos_accuracy(gold_upos, pred["upos"], d)
             if abs(test_upos - results["test_upos"]) > 1e-9:
                 raise SystemExit(f"{d}: UPOS recomputed {test_upos:.4f}, results.json says {results['test_upos']:.4f}")
         median_epoch = statistics.median(r["seconds"] for r in history)
