@@ -7,7 +7,8 @@ For every archived run: UAS and LAS (and a words-only run's UPOS accuracy) recom
 included; LAS on the universal part of DEPREL) and checked against its ``results.json``; per head the mean
 +- sample std over seeds of test UAS / LAS, dev UAS / LAS, epochs, s/epoch (the median of the run's epochs: an
 epoch during which the run was paused, for a CI run on the same cores, would swamp a mean) and the hours of a
-run at that pace (epochs x median), both as the run was trained (most runs beside another on the 2 cores with 1 torch thread, as recipes/ud_deep_all.sh runs two
+run at that pace (epochs x median), both as the run was trained (most runs beside another on the 2 cores with 1
+torch thread, as recipes/ud_deep_all.sh runs two
 instances; a run's config.json says its ``threads``, listed per head in the JSON; the wall-clock hours as run,
 pauses included, are in the JSON too; the heads' speed measured alone is bench_ud_deep_speed.py's, printed
 below the table when its JSON is there),
