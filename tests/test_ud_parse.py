@@ -311,3 +311,33 @@ def test_text_input_needs_a_words_only_parser(run_dir, tmp_path, capsys):
                        "--output", str(tmp_path / "out.conllu")]) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "input_format: 'text' has no UPOS" in err
+
+
+def test_a_second_order_parser_refuses_an_over_long_sentence_by_its_line(words_run, tmp_path, capsys):
+    """A second-order parser's sibling scores grow as n^3: a line of 401 words (over MAX_WORDS_SECOND_ORDER) is
+    refused by its input line before anything is decoded, and parsed once --max-words admits it; the Python API
+    refuses it by index; a first-order parser has no limit by default."""
+    from ssvm_torch.deep.ud_parse import MAX_WORDS_SECOND_ORDER
+    n = MAX_WORDS_SECOND_ORDER + 1
+    text = tmp_path / "in.txt"
+    text.write_text("Dogs bark .\n\n" + " ".join(["dogs", "bark", "and"] * (n // 3) + ["cats"] * (n % 3)) + "\n")
+    model, out = str(words_run / "parser.pt"), tmp_path / "out.conllu"
+    args = ["--model", model, "--input", str(text), "--input-format", "text", "--output", str(out)]
+    second = json.loads((words_run / "config.json").read_text())["order"] == 2
+    parser = load_parser(model)
+    sentences = [[("Dogs", "_"), ("bark", "_")], [("w", "_")] * n]
+    if second:
+        assert parse_main(args) == 2 and not out.exists()
+        err = capsys.readouterr().err.strip()
+        # the long sentence is the second one: 4 lines of CoNLL-U (3 words and a blank) before it
+        assert err.count("\n") == 0 and f"{out.parent / 'in.txt'}:5: a sentence of {n} words" in err, err
+        assert f"over the limit of {MAX_WORDS_SECOND_ORDER} words" in err and "GiB" in err
+        with pytest.raises(SSVMInputError, match=rf"sentences\[1\]: a sentence of {n} words"):
+            parse_sentences(parser, sentences)
+    assert parse_main(args + ["--max-words", str(n)]) == 0
+    assert len([r for r in fields(out) if len(r) == 10 and r[0].isdigit()]) == 3 + n
+    assert len(parse_sentences(parser, sentences, max_words=n)["heads"][1]) == n
+    with pytest.raises(SSVMInputError, match="max_words: expected None or an int >= 1"):
+        parse_sentences(parser, sentences, max_words=0)
+    if not second:
+        assert len(parse_sentences(parser, sentences)["heads"][1]) == n

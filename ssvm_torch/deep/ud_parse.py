@@ -15,7 +15,8 @@ word under the root.
 A words-only parser (``tags: predicted``, ``recipes/ud_deep_words_softmax_margin.yaml``) reads FORM alone and
 writes UPOS as well; it also reads plain text, one whitespace-tokenized sentence per line (``--input-format
 text``), and writes CoNLL-U with ID, FORM, UPOS, HEAD and DEPREL filled. A progress bar shows on a terminal's
-stderr from 500 sentences on.
+stderr from 500 sentences on. A second-order parser refuses a sentence of more than 400 words by its line
+(its memory grows as n^3: a line that holds a whole document would exhaust it); ``--max-words`` sets the limit.
 
 From Python: ``parse_sentences(load_parser("RUN/parser.pt"), [[("Dogs", "NOUN"), ("bark", "VERB")]])`` returns the
 heads (0 = the root) and relations of each sentence (and, for a words-only parser, the predicted ``upos``).
@@ -55,6 +56,10 @@ NETWORK_SIZES = ("word_dim", "char_dim", "char_filters", "upos_dim", "hidden", "
 NETWORK_FLAGS = ("projective", "upos_input")
 #: from this many sentences a parse shows a progress bar on stderr (a terminal's)
 PROGRESS_MIN = 500
+#: the longest sentence a second-order parser decodes unless told otherwise: its sibling scores hold (n + 1)^3
+#: floats per sentence (258 MB at 400 words, 4 GB at 1,000), so a line holding a whole document would exhaust
+#: the memory rather than fail by name; a first-order parser's arc scores grow as n^2 and have no limit
+MAX_WORDS_SECOND_ORDER = 400
 
 
 @dataclass
@@ -231,10 +236,37 @@ def word_treebank(name: str, sentences: list) -> Treebank:
                     np.arange(len(flat), dtype=np.int64))
 
 
-def parse_sentences(parser: TrainedParser, sentences: list, device=None, chunk: int = 128) -> dict:
+def word_limit(parser: TrainedParser, max_words: int | None) -> int | None:
+    """The longest sentence ``parser`` decodes: ``max_words`` when given, else :data:`MAX_WORDS_SECOND_ORDER`
+    for a second-order parser and no limit (None) for a first-order one."""
+    check(max_words is None or (isinstance(max_words, int) and not isinstance(max_words, bool) and max_words >= 1),
+          "max_words", "None or an int >= 1 (words per sentence)", max_words)
+    if max_words is not None:
+        return max_words
+    return MAX_WORDS_SECOND_ORDER if parser.hparams.get("order", 1) == 2 else None
+
+
+def check_lengths(parser: TrainedParser, lengths: list, limit: int | None, name) -> None:
+    """Refuse the first sentence longer than ``limit`` words, named by ``name(i)`` (its index or input line)."""
+    if limit is None:
+        return
+    i = next((i for i, n in enumerate(lengths) if n > limit), None)
+    if i is None:
+        return
+    n = lengths[i]
+    why = (f" (a second-order parser's sibling scores take (n + 1)^3 floats: {4 * (n + 1) ** 3 / 2 ** 30:.1f} GiB for "
+           "this one)" if parser.hparams.get("order", 1) == 2 else "")
+    raise SSVMInputError(f"{name(i)}: a sentence of {n} words, over the limit of {limit} words per sentence{why}; "
+                         "split it, or raise the limit (max_words, --max-words)")
+
+
+def parse_sentences(parser: TrainedParser, sentences: list, device=None, chunk: int = 128,
+                    max_words: int | None = None) -> dict:
     """Heads (0 = the root) and universal relations of ``sentences``, each a list of (form, upos) pairs (the
     UPOS ignored by a parser trained without it): ``{"heads": [[int, ...], ...], "labels": [[str, ...], ...],
-    "heads_argmax": ...}`` in their order (:func:`~ssvm_torch.deep.ud_parser.decode_split`)."""
+    "heads_argmax": ...}`` in their order (:func:`~ssvm_torch.deep.ud_parser.decode_split`). A sentence longer
+    than ``max_words`` (default: :data:`MAX_WORDS_SECOND_ORDER` for a second-order parser, no limit for a
+    first-order one) is refused by name before anything is decoded."""
     check(isinstance(sentences, (list, tuple)) and len(sentences) > 0, "sentences", "a non-empty list of sentences",
           type(sentences).__name__ if not isinstance(sentences, (list, tuple)) else "an empty list")
     for i, sent in enumerate(sentences):
@@ -245,6 +277,7 @@ def parse_sentences(parser: TrainedParser, sentences: list, device=None, chunk: 
               repr(sent)[:80])
     check(isinstance(chunk, int) and not isinstance(chunk, bool) and chunk >= 1, "chunk",
           "an int >= 1 (sentences per forward pass)", chunk)
+    check_lengths(parser, [len(s) for s in sentences], word_limit(parser, max_words), lambda i: f"sentences[{i}]")
     if parser.hparams["upos_input"]:
         for i, sent in enumerate(sentences):
             bad = next((j for j, (_, u) in enumerate(sent) if u not in UPOS_TAGS), None)
@@ -301,9 +334,13 @@ def input_trees(doc: ConlluFile):
     return (heads, rels), None
 
 
-def parse_file(parser: TrainedParser, doc: ConlluFile, device=None, chunk: int = 128) -> dict:
-    """:func:`parse_sentences` of every sentence of ``doc``."""
-    return parse_sentences(parser, file_sentences(doc, bool(parser.hparams["upos_input"])), device, chunk)
+def parse_file(parser: TrainedParser, doc: ConlluFile, device=None, chunk: int = 128,
+               max_words: int | None = None) -> dict:
+    """:func:`parse_sentences` of every sentence of ``doc``; a sentence over the word limit is named by its
+    first line in the input."""
+    limit = word_limit(parser, max_words)
+    check_lengths(parser, [len(s) for s in doc.words], limit, lambda i: f"input: {doc.path}:{doc.words[i][0] + 1}")
+    return parse_sentences(parser, file_sentences(doc, bool(parser.hparams["upos_input"])), device, chunk, limit)
 
 
 def written(doc: ConlluFile, pred: dict) -> bytes:
@@ -349,6 +386,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default="cpu", help="cpu or cuda[:k]")
     p.add_argument("--batch", type=int, default=128, help="sentences per forward pass")
     p.add_argument("--threads", type=int, default=None, help="torch threads (None: torch's default)")
+    p.add_argument("--max-words", type=int, default=None,
+                   help=f"the longest sentence to decode (None: {MAX_WORDS_SECOND_ORDER} words for a second-order "
+                        "parser, whose memory grows as n^3; no limit for a first-order one)")
     return p
 
 
@@ -377,7 +417,7 @@ def run(args) -> dict:
                              "with upos_input true); use a words-only parser (tags: predicted) or CoNLL-U with UPOS")
     doc = text_words(args.input) if args.input_format == "text" else read_words(args.input)
     t0 = time.perf_counter()
-    pred = parse_file(parser, doc, device, args.batch)
+    pred = parse_file(parser, doc, device, args.batch, args.max_words)
     seconds = time.perf_counter() - t0
     data = written(doc, pred)
     atomic_write_bytes(args.output, gzip.compress(data, mtime=0) if str(args.output).endswith(".gz") else data)
