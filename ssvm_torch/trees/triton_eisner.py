@@ -66,6 +66,24 @@ if triton is not None:                     # without Triton (the package's own d
         return m, arg
 
     @triton.jit
+    def _complete_items(CR, CL, IR, IL, AR, AL, base, N, START, w, ri, rd, MAXPLUS: tl.constexpr,
+                        BLOCK_I: tl.constexpr, BLOCK_D: tl.constexpr):
+        """The complete items of width w, CR[w, i] = (+)_{0<d<=w} IR[d, i] (x) CR[w-d, i+d] and
+        CL[w, i] = (+)_{0<=d<w} CL[d, i] (x) IL[w-d, i+d], and in max-plus their kept splits AR, AL: the
+        second phase of a width in the inside kernels of both orders (:mod:`ssvm_torch.trees.triton_sibling`)."""
+        for i0 in range(START, N - w, BLOCK_I):
+            i = i0 + ri
+            im = i < N - w
+            at = base + w * N + i
+            cr, ar = _split_reduce(IR, CR, base, N, i, im, w, 1, 0, rd, MAXPLUS, BLOCK_I, BLOCK_D)
+            cl, al = _split_reduce(CL, IL, base, N, i, im, w, 0, 0, rd, MAXPLUS, BLOCK_I, BLOCK_D)
+            tl.store(CR + at, cr, mask=im)
+            tl.store(CL + at, cl, mask=im)
+            if MAXPLUS:
+                tl.store(AR + at, ar, mask=im)
+                tl.store(AL + at, al, mask=im)
+
+    @triton.jit
     def _inside_kernel(SR, SL, CR, CL, IR, IL, X, AX, AR, AL, N, START, MAXPLUS: tl.constexpr,
                        BLOCK_I: tl.constexpr, BLOCK_D: tl.constexpr):
         """The inside charts of one sentence (module docstring), widths 1..N-1-START; width 0 and the
@@ -85,17 +103,7 @@ if triton is not None:                     # without Triton (the package's own d
                 if MAXPLUS:
                     tl.store(AX + at, ax, mask=im)
             tl.debug_barrier()
-            for i0 in range(START, N - w, BLOCK_I):              # complete spans, head left and head right
-                i = i0 + ri
-                im = i < N - w
-                at = base + w * N + i
-                cr, ar = _split_reduce(IR, CR, base, N, i, im, w, 1, 0, rd, MAXPLUS, BLOCK_I, BLOCK_D)
-                cl, al = _split_reduce(CL, IL, base, N, i, im, w, 0, 0, rd, MAXPLUS, BLOCK_I, BLOCK_D)
-                tl.store(CR + at, cr, mask=im)
-                tl.store(CL + at, cl, mask=im)
-                if MAXPLUS:
-                    tl.store(AR + at, ar, mask=im)
-                    tl.store(AL + at, al, mask=im)
+            _complete_items(CR, CL, IR, IL, AR, AL, base, N, START, w, ri, rd, MAXPLUS, BLOCK_I, BLOCK_D)
             tl.debug_barrier()
 
     @triton.jit
@@ -124,6 +132,20 @@ if triton is not None:                     # without Triton (the package's own d
             tl.store(GC + ic, tl.load(GC + ic, mask=m2, other=0.0) + add, mask=m2)
 
     @triton.jit
+    def _complete_adjoints(CR, CL, IR, IL, AR, AL, GCR, GCL, GIR, GIL, base, N, START, w, ri, rd,
+                           MAXPLUS: tl.constexpr, BLOCK_I: tl.constexpr, BLOCK_D: tl.constexpr):
+        """The adjoints of the complete items of width w spread to their children (the reverse of
+        :func:`_complete_items`; the first phase of a width in both orders' outside kernels)."""
+        for i0 in range(START, N - w, BLOCK_I):
+            i = i0 + ri
+            im = i < N - w
+            at = base + w * N + i
+            g_r = tl.load(GCR + at, mask=im, other=0.0)
+            g_l = tl.load(GCL + at, mask=im, other=0.0)
+            _spread(IR, CR, GIR, GCR, CR, g_r, AR, base, N, i, im, w, 1, 0, rd, MAXPLUS, BLOCK_I, BLOCK_D)
+            _spread(CL, IL, GCL, GIL, CL, g_l, AL, base, N, i, im, w, 0, 0, rd, MAXPLUS, BLOCK_I, BLOCK_D)
+
+    @triton.jit
     def _outside_kernel(CR, CL, IR, IL, X, AX, AR, AL, GCR, GCL, GIR, GIL, N, START, MAXPLUS: tl.constexpr,
                         BLOCK_I: tl.constexpr, BLOCK_D: tl.constexpr):
         """The adjoints of one sentence's chart items from those of its widest items down (module
@@ -134,14 +156,8 @@ if triton is not None:                     # without Triton (the package's own d
         rd = tl.arange(0, BLOCK_D)
         for k in range(0, N - 1 - START):
             w = N - 1 - START - k
-            for i0 in range(START, N - w, BLOCK_I):
-                i = i0 + ri
-                im = i < N - w
-                at = base + w * N + i
-                g_r = tl.load(GCR + at, mask=im, other=0.0)
-                g_l = tl.load(GCL + at, mask=im, other=0.0)
-                _spread(IR, CR, GIR, GCR, CR, g_r, AR, base, N, i, im, w, 1, 0, rd, MAXPLUS, BLOCK_I, BLOCK_D)
-                _spread(CL, IL, GCL, GIL, CL, g_l, AL, base, N, i, im, w, 0, 0, rd, MAXPLUS, BLOCK_I, BLOCK_D)
+            _complete_adjoints(CR, CL, IR, IL, AR, AL, GCR, GCL, GIR, GIL, base, N, START, w, ri, rd, MAXPLUS,
+                               BLOCK_I, BLOCK_D)
             tl.debug_barrier()
             for i0 in range(START, N - w, BLOCK_I):
                 i = i0 + ri

@@ -1,6 +1,6 @@
 """The second-order (adjacent-sibling) projective recursions as two Triton kernels for CUDA, one program per
 sentence walking every span width in one launch, like the first order's (:mod:`ssvm_torch.trees.triton_eisner`,
-whose split reduction and adjoint spreading they reuse).
+whose split reduction, adjoint spreading and complete-item phases they reuse).
 
 * :func:`inside`: the items of :mod:`ssvm_torch.trees.torch_sibling` by [width, start] (flat index w * N + i
   of a (B, N * N) chart per sentence). Per width, phase 1 builds the sibling items X[w] and the incomplete
@@ -33,7 +33,7 @@ DTYPES = triton_eisner.DTYPES
 if triton is not None:                     # without Triton (the package's own dependencies) these names do not exist
     import triton.language as tl
 
-    from .triton_eisner import _split_reduce, _spread
+    from .triton_eisner import _complete_adjoints, _complete_items, _split_reduce, _spread
 
     _NEG = tl.constexpr(NEG)                # a global the kernels may read (Triton reads constexpr globals only)
 
@@ -104,17 +104,7 @@ if triton is not None:                     # without Triton (the package's own d
                     tl.store(KR + at, kr, mask=im)
                     tl.store(KL + at, kl, mask=im)
             tl.debug_barrier()
-            for i0 in range(START, N - w, BLOCK_I):              # complete spans, head left and head right
-                i = i0 + ri
-                im = i < N - w
-                at = base + w * N + i
-                cr, ar = _split_reduce(IR, CR, base, N, i, im, w, 1, 0, rd, MAXPLUS, BLOCK_I, BLOCK_D)
-                cl, al = _split_reduce(CL, IL, base, N, i, im, w, 0, 0, rd, MAXPLUS, BLOCK_I, BLOCK_D)
-                tl.store(CR + at, cr, mask=im)
-                tl.store(CL + at, cl, mask=im)
-                if MAXPLUS:
-                    tl.store(AR + at, ar, mask=im)
-                    tl.store(AL + at, al, mask=im)
+            _complete_items(CR, CL, IR, IL, AR, AL, base, N, START, w, ri, rd, MAXPLUS, BLOCK_I, BLOCK_D)
             tl.debug_barrier()
 
     @triton.jit
@@ -161,14 +151,9 @@ if triton is not None:                     # without Triton (the package's own d
         rd = tl.arange(0, BLOCK_D)
         for t in range(0, N - 1 - START):
             w = N - 1 - START - t
-            for i0 in range(START, N - w, BLOCK_I):              # A: complete items
-                i = i0 + ri
-                im = i < N - w
-                at = base + w * N + i
-                g_r = tl.load(GCR + at, mask=im, other=0.0)
-                g_l = tl.load(GCL + at, mask=im, other=0.0)
-                _spread(IR, CR, GIR, GCR, CR, g_r, AR, base, N, i, im, w, 1, 0, rd, MAXPLUS, BLOCK_I, BLOCK_D)
-                _spread(CL, IL, GCL, GIL, CL, g_l, AL, base, N, i, im, w, 0, 0, rd, MAXPLUS, BLOCK_I, BLOCK_D)
+            # A: complete items
+            _complete_adjoints(CR, CL, IR, IL, AR, AL, GCR, GCL, GIR, GIL, base, N, START, w, ri, rd, MAXPLUS,
+                               BLOCK_I, BLOCK_D)
             tl.debug_barrier()
             for i0 in range(START, N - w, BLOCK_I):              # B: IR (arc i -> i+w)
                 i = i0 + ri
