@@ -21,7 +21,8 @@ head and against the local head: the difference of the UAS and LAS averaged over
 95% interval and the one-sided p-value (the share of draws whose difference has the other sign); of each second-order head
 (config.json ``"order": 2``, filed as ``2o_<loss>``) against the first-order head of the same loss; and of each
 run trained from partial annotation (config.json ``"hide_fraction"`` F > 0, filed as ``partial<100 F>_<head>``)
-against the full-annotation run of the same head and seed; of each words-only head (config.json ``"tags":
+against the full-annotation run of the same head and seed, and of each margin head trained from partial
+annotation against the CRF head with the same positions hidden; of each words-only head (config.json ``"tags":
 "predicted"``, filed as ``words_<head>``) against the gold-UPOS head, and of the scorers reading the predicted
 tags (``words_tagfeed_<head>``) against the same head without them (issue 72's choice on dev). Gold UPOS is
 an input of every run whose config.json says ``"upos_input": true`` (the table says so).
@@ -171,6 +172,9 @@ def report(runs: Path, draws: int) -> dict:
     pairs += [(WORDS + head, head) for head in ("softmax_margin", "2o_softmax_margin")]   # words only vs gold UPOS
     # scorers reading predicted tags or not
     pairs += [(WORDS + TAG_FEED + head, WORDS + head) for head in ("softmax_margin", "2o_softmax_margin")]
+    # from partial annotation too: each margin loss against the CRF with the same positions hidden (issue 73)
+    for prefix in sorted({h.split("_", 1)[0] + "_" for h in by_head if h.startswith(PARTIAL)}):
+        pairs += [(prefix + a, prefix + "crf") for a in MARGIN_HEADS]
     for a, b in pairs:
         # over the seeds both heads have, so that a head with a run still training (2 seeds of 3) is compared
         # with the same initialisations and orders, not with the other head's extra seed

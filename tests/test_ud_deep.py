@@ -271,7 +271,8 @@ def test_the_results_script_recomputes_the_archive_and_bootstraps_pairs(tmp_path
     out = run(tmp_path / "run", "crf", epochs=1)
     archive = tmp_path / "archive"
     for name, head, hide, seed in (("crf_s0", "crf", 0.0, 0), ("hinge_s0", "hinge", 0.0, 0),
-                                   ("hinge_s1", "hinge", 0.0, 1), ("partial50_crf_s0", "crf", 0.5, 0)):
+                                   ("hinge_s1", "hinge", 0.0, 1), ("partial50_crf_s0", "crf", 0.5, 0),
+                                   ("partial50_hinge_s0", "hinge", 0.5, 0)):
         d = archive / name
         d.mkdir(parents=True)
         for name in ("results.json", "history.json", "test_predictions.pt"):
@@ -281,12 +282,15 @@ def test_the_results_script_recomputes_the_archive_and_bootstraps_pairs(tmp_path
     report = bench.report(archive, draws=50)
     results = json.loads((out / "results.json").read_text())
     # a run with hidden heads is its own row, never averaged into the full runs of its loss
-    assert [h["head"] for h in report["heads"]] == ["crf", "hinge", "partial50_crf"]
+    assert [h["head"] for h in report["heads"]] == ["crf", "hinge", "partial50_crf", "partial50_hinge"]
     assert report["heads"][0]["test_uas"]["mean"] == pytest.approx(results["test_uas"], abs=1e-12)
-    pair, partial = report["bootstrap"]
+    pair, partial_pair, *partial = report["bootstrap"]
     assert (pair["a"], pair["b"], pair["seeds"]) == ("hinge", "crf", [0])      # hinge's seed 1 has no crf twin
     assert pair["uas"]["observed_diff"] == 0.0 and pair["uas"]["ci95"] == [0.0, 0.0]
-    assert (partial["a"], partial["b"]) == ("partial50_crf_s0", "crf_s0")       # the same loss and seed
+    # a margin loss against the CRF with the same positions hidden (issue 73's "margin at least as good")
+    assert (partial_pair["a"], partial_pair["b"], partial_pair["seeds"]) == ("partial50_hinge", "partial50_crf", [0])
+    # each partial run against the full-annotation run of the same loss and seed
+    assert [(b["a"], b["b"]) for b in partial] == [("partial50_crf_s0", "crf_s0"), ("partial50_hinge_s0", "hinge_s0")]
     assert "| crf | 1 | words + gold UPOS |" in bench.markdown(report)
     # the per-word argmax decode of the same scores is carried from results.json into the table
     assert report["heads"][0]["test_uas_argmax"]["mean"] == pytest.approx(results["test_uas_argmax"], abs=1e-12)
