@@ -27,7 +27,7 @@
 #                conll2000, one rep): one process ~80 s to CoNLL's threshold on the 2-core machine, P = 2 ~53 s;
 #   deep         (only when named) the deep recipes on the GPU for a few epochs (s / epoch), ~80 s;
 #   parser       (only when named) whole parser runs on the GPU, archived (issue 74's item 4), PARSER_S (480 s):
-#                STAGES=parser PARSER_HEADS="words_2o_softmax_margin words_tagfeed_2o_softmax_margin" PARSER_SEEDS=0 bash scripts/device_check.sh,
+#                STAGES=parser PARSER_HEADS=words_tagfeed_2o_softmax_margin PARSER_SEEDS="0 1 2" bash scripts/device_check.sh,
 #                then here: tar -xf parser_runs.tar && cp -r parser/archive/* benchmarks/results/ud_deep_runs/
 # Measured: H200 (first run) tests ~90% after 200 s with 12 workers next to the benchmark, distributed ~150 s
 # for CoNLL and part of OCR-large; H100 (second run) tests 81% after 235 s with 15 workers (numba
@@ -142,11 +142,11 @@ if want parser; then
   # GPU), all of them and the logs packed into $OUT/parser_runs.tar (the device returns 8 files). A run not
   # finished by PARSER_S is lost: its checkpoint (65 MB) does not fit the device's 16 MiB file limit. A
   # first-order run took 26-43 epochs and 12.9 s per epoch on the H100 alone; three at a time share the GPU.
-  stamp "parser runs on the GPU: ${PARSER_SCRIPT:-ud_deep_all.sh} ${PARSER_HEADS:-words_2o_softmax_margin} seeds ${PARSER_SEEDS:-0 1 2}"
+  stamp "parser runs on the GPU: ${PARSER_SCRIPT:-ud_deep_all.sh} ${PARSER_HEADS:-words_tagfeed_2o_softmax_margin} seeds ${PARSER_SEEDS:-0 1 2}"
   mkdir -p "$OUT/parser"
   for i in $(seq "${PARSER_INSTANCES:-3}"); do
     PY="$py" RUNS=/tmp/parser_runs ARCHIVE_DIR="$OUT/parser/archive" THREADS="${PARSER_THREADS:-2}" PARTS=ud \
-    HEADS="${PARSER_HEADS:-words_2o_softmax_margin}" LOSSES="${PARSER_HEADS:-words_2o_softmax_margin}" \
+    HEADS="${PARSER_HEADS:-words_tagfeed_2o_softmax_margin}" LOSSES="${PARSER_HEADS:-words_tagfeed_2o_softmax_margin}" \
     SEEDS="${PARSER_SEEDS:-0 1 2}" TRAINER_ARGS="--trainer.accelerator gpu --trainer.devices 1" \
       timeout "${PARSER_S:-480}" bash "recipes/${PARSER_SCRIPT:-ud_deep_all.sh}" >"$OUT/parser/instance_$i.log" 2>&1 &
     sleep 5                                    # each instance takes the next unlocked run
