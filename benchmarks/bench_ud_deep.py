@@ -172,6 +172,9 @@ def report(runs: Path, draws: int) -> dict:
     pairs += [(WORDS + head, head) for head in ("softmax_margin", "2o_softmax_margin")]   # words only vs gold UPOS
     # scorers reading predicted tags or not
     pairs += [(WORDS + TAG_FEED + head, WORDS + head) for head in ("softmax_margin", "2o_softmax_margin")]
+    # issue 72's configuration against its first order and against the same head reading gold UPOS
+    pairs += [(WORDS + TAG_FEED + "2o_softmax_margin", WORDS + TAG_FEED + "softmax_margin"),
+              (WORDS + TAG_FEED + "2o_softmax_margin", "2o_softmax_margin")]
     # from partial annotation too: each margin loss against the CRF with the same positions hidden (issue 73)
     for prefix in sorted({h.split("_", 1)[0] + "_" for h in by_head if h.startswith(PARTIAL)}):
         pairs += [(prefix + a, prefix + "crf") for a in MARGIN_HEADS]
