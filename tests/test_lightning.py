@@ -253,6 +253,31 @@ def test_version_directories_are_claimed_and_resume_stays_in_its_own(tmp_path, c
     assert "python -m ssvm_torch.lightning: error:" in err and "model.lam" in err and err.count("\n") == 1
 
 
+def test_a_resumed_run_names_the_edited_config_values_it_does_not_take(tmp_path, capsys):
+    """A recipe edited between a run and its resume: the checkpoint's hyper-parameters win (Lightning's rule: the
+    run goes on as it was), and one line on stderr names each value the config file changed and the run keeps; a
+    --model flag on the command line still wins and is not named."""
+    from ssvm_torch.lightning.cli import main
+    root = tmp_path / "root"
+    base = ["fit", "--model.gap_check", "1", "--trainer.default_root_dir", str(root),
+            "--trainer.enable_progress_bar", "false"]
+    recipe = ROOT / "recipes" / "ocr_small.yaml"
+    assert main(["fit", "--config", str(recipe)] + base[1:] + ["--model.passes", "2"]) == 0
+    edited = tmp_path / "edited.yaml"
+    text = recipe.read_text()
+    assert "  gap_threshold: 1e-3\n" in text and "  passes: 200\n" in text
+    edited.write_text(text.replace("  gap_threshold: 1e-3\n", "  gap_threshold: 1e-4\n"))
+    capsys.readouterr()
+    ckpt = root / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt"
+    assert main(["fit", "--config", str(edited)] + base[1:] + ["--model.passes", "4", "--ckpt_path", str(ckpt)]) == 0
+    notes = [line for line in capsys.readouterr().err.splitlines() if line.startswith("ckpt_path:")]
+    assert len(notes) == 1 and "gap_threshold = 0.001 (the config file: 0.0001)" in notes[0], notes
+    # passes: 2 in the checkpoint, 200 in the file, 4 on the command line: the flag is taken, and not named
+    assert "passes" not in notes[0]
+    hist = json.loads((root / "lightning_logs" / "version_0" / "history.json").read_text())
+    assert hist[-1]["passes"] == 4.0
+
+
 def test_a_checkpoint_of_another_run_or_a_damaged_one_is_refused_by_name(tmp_path, capsys):
     from ssvm_torch.lightning.cli import main
     root = tmp_path / "root"

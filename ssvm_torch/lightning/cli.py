@@ -80,6 +80,16 @@ def claim_version(logs: Path) -> str:
             n += 1
 
 
+_ABSENT = object()
+
+
+def _differs(a, b) -> bool:
+    """A config value against a checkpoint's (lists and tuples alike)."""
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return list(a) != list(b)
+    return a != b
+
+
 def _explicit_model_flags(argv: list[str]) -> list[str]:
     names = {a[len("--model."):].split("=", 1)[0] for a in argv if a.startswith("--model.")}
     return sorted(n[len("init_args."):] if n.startswith("init_args.") else n for n in names)
@@ -108,11 +118,12 @@ class SSVMCLI(LightningCLI):
         module, _, name = str(self.config[f"{sub}.model.class_path"]).rpartition(".")
         return getattr(importlib.import_module(module), name)
 
-    def _check_checkpoint(self, sub: str) -> None:
+    def _check_checkpoint(self, sub: str) -> dict | None:
         """Refuse a ``--ckpt_path`` that is missing, damaged, or of another run: every hyper-parameter
         in the module's ``resume_identity`` (dataset, lambda, architecture, ...) must equal this
         run's, wherever this run's value came from (config file or command line) - the rule of
-        ``ssvm-train --resume`` (:func:`ssvm_torch.outputs.load_checkpoint`)."""
+        ``ssvm-train --resume`` (:func:`ssvm_torch.outputs.load_checkpoint`). Returns the checkpoint's
+        hyper-parameters (None without a ``--ckpt_path``)."""
         ckpt_path = self.config[sub].get("ckpt_path")
         if not ckpt_path:
             return
@@ -133,6 +144,7 @@ class SSVMCLI(LightningCLI):
             if key in saved and saved[key] != mine:
                 raise SSVMInputError(f"ckpt_path: {path} is a checkpoint of {key} = {saved[key]!r}, this run has "
                                      f"{key} = {mine!r}; resume with the checkpoint's value or start a new run")
+        return saved
 
     def _check_module_class(self, sub: str, path: Path, saved_path) -> None:
         """A checkpoint of another LightningModule (its ``_class_path``, saved by the CLI) is refused
@@ -155,13 +167,24 @@ class SSVMCLI(LightningCLI):
 
     def _parse_ckpt_path(self) -> None:
         sub = self.config.get("subcommand")
-        if sub:
-            self._check_checkpoint(sub)
+        saved = (self._check_checkpoint(sub) or {}) if sub else {}
         argv = self._argv if self._argv is not None else sys.argv[1:]
         given = {k: self.config[self._model_key(sub, k)] for k in _explicit_model_flags(argv)} if sub else {}
+        configured = {k: self._model_value(sub, k) for k in saved if not k.startswith("_")}
         super()._parse_ckpt_path()
         for k, v in given.items():          # explicit command-line flags win over the checkpoint's
             self.config[self._model_key(sub, k)] = v
+        kept = [f"{k} = {saved[k]!r} (the config file: {v!r})" for k, v in configured.items()
+                if k not in given and v is not _ABSENT and _differs(v, saved[k])]
+        if kept:                            # the recipe was edited since: say which values the run goes on with
+            print(f"ckpt_path: the resumed run keeps its checkpoint's {'; '.join(kept)}; a --model.<name> flag on "
+                  "the command line changes one", file=sys.stderr, flush=True)
+
+    def _model_value(self, sub: str, name: str):
+        try:
+            return self.config[self._model_key(sub, name)]
+        except (KeyError, AttributeError):
+            return _ABSENT
 
     def instantiate_trainer(self, **kwargs):
         """The default TensorBoard logger gets a version directory of its own: the checkpoint's when
