@@ -15,7 +15,7 @@ from ssvm_torch.data.ud import UD_EWT, read_conllu
 from ssvm_torch.data.types import data_file
 from ssvm_torch.errors import SSVMInputError
 from ssvm_torch.deep.__main__ import main as deep_main
-from ssvm_torch.deep.ud_parse import load_parser, main as parse_main, parse_sentences
+from ssvm_torch.deep.ud_parse import load_parser, main as parse_main, parse_sentences, text_words
 from ssvm_torch.outputs import load_torch, save_torch
 from test_ud_deep import RECIPES, TINY
 
@@ -304,6 +304,22 @@ def test_no_gold_column_but_form_changes_a_words_only_parse(words_run, tmp_path)
     assert [(r[3], r[6], r[7]) for r in pa] == [(r[3], r[6], r[7]) for r in pb]
 
 
+def test_text_input_keeps_each_sentences_line_number_as_its_sent_id(tmp_path):
+    """Blank lines hold no sentence and are skipped, so each sentence of a text input carries its line's number
+    (as sed and wc count lines: CRLF ends, a form feed inside a line is whitespace, not a line end) as
+    ``# sent_id`` and its words as ``# text``; the word lines are ID and FORM only."""
+    src = tmp_path / "in.txt"
+    src.write_bytes("Dogs  bark .\r\n\r\n   \nCats\x0csleep\n\nThey rest".encode("utf-8"))
+    doc = text_words(src)
+    assert doc.origins == [1, 4, 6] and [doc.line_of(i) for i in range(3)] == [1, 4, 6]
+    comments = [line for line in doc.lines if line.startswith("#")]
+    assert comments == ["# sent_id = 1", "# text = Dogs bark .", "# sent_id = 4", "# text = Cats sleep",
+                        "# sent_id = 6", "# text = They rest"]
+    assert [[doc.lines[k].split("\t")[:2] for k in sent] for sent in doc.words] == [
+        [["1", "Dogs"], ["2", "bark"], ["3", "."]], [["1", "Cats"], ["2", "sleep"]], [["1", "They"], ["2", "rest"]]]
+    assert all(doc.lines[k].split("\t")[2:] == ["_"] * 8 for sent in doc.words for k in sent)
+
+
 def test_text_input_needs_a_words_only_parser(run_dir, tmp_path, capsys):
     text = tmp_path / "in.txt"
     text.write_text("Dogs bark .\n")
@@ -329,13 +345,14 @@ def test_a_second_order_parser_refuses_an_over_long_sentence_by_its_line(words_r
     if second:
         assert parse_main(args) == 2 and not out.exists()
         err = capsys.readouterr().err.strip()
-        # the long sentence is the second one: 4 lines of CoNLL-U (3 words and a blank) before it
-        assert err.count("\n") == 0 and f"{out.parent / 'in.txt'}:5: a sentence of {n} words" in err, err
+        # the long sentence is the text's line 3 (a blank line 2 between), named as the user's file numbers it
+        assert err.count("\n") == 0 and f"{out.parent / 'in.txt'}:3: a sentence of {n} words" in err, err
         assert f"over the limit of {MAX_WORDS_SECOND_ORDER} words" in err and "GiB" in err
         with pytest.raises(SSVMInputError, match=rf"sentences\[1\]: a sentence of {n} words"):
             parse_sentences(parser, sentences)
     assert parse_main(args + ["--max-words", str(n)]) == 0
     assert len([r for r in fields(out) if len(r) == 10 and r[0].isdigit()]) == 3 + n
+    assert [r[0] for r in fields(out) if r[0].startswith("# sent_id")] == ["# sent_id = 1", "# sent_id = 3"]
     assert len(parse_sentences(parser, sentences, max_words=n)["heads"][1]) == n
     with pytest.raises(SSVMInputError, match="max_words: expected None or an int >= 1"):
         parse_sentences(parser, sentences, max_words=0)

@@ -14,7 +14,8 @@ word under the root.
 
 A words-only parser (``tags: predicted``, ``recipes/ud_deep_words_softmax_margin.yaml``) reads FORM alone and
 writes UPOS as well; it also reads plain text, one whitespace-tokenized sentence per line (``--input-format
-text``), and writes CoNLL-U with ID, FORM, UPOS, HEAD and DEPREL filled. A progress bar shows on a terminal's
+text``), and writes CoNLL-U with ID, FORM, UPOS, HEAD and DEPREL filled, each sentence's ``# sent_id`` the
+number of its line in the text (blank lines are skipped). A progress bar shows on a terminal's
 stderr from 500 sentences on. A second-order parser refuses a sentence of more than 400 words by its line
 (its memory grows as n^3: a line that holds a whole document would exhaust it); ``--max-words`` sets the limit.
 
@@ -170,11 +171,17 @@ def check_parser_fields(obj: dict, path) -> None:
 @dataclass
 class ConlluFile:
     """A CoNLL-U file as its lines (newlines stripped) and, per sentence, the indices of its word lines (the
-    integer IDs 1..n of the basic tree; ranges and empty nodes are other lines)."""
+    integer IDs 1..n of the basic tree; ranges and empty nodes are other lines). ``origins``: per sentence, the
+    line of the user's file it came from when that file is not these lines (plain text, :func:`text_words`)."""
 
     path: Path
     lines: list
     words: list
+    origins: list | None = None
+
+    def line_of(self, i: int) -> int:
+        """The 1-based line of the input file where sentence ``i`` starts (its first word line, or its text line)."""
+        return self.origins[i] if self.origins is not None else self.words[i][0] + 1
 
 
 def read_text(path: Path, kind: str) -> str:
@@ -328,7 +335,7 @@ def input_trees(doc: ConlluFile):
     code = tree_faults(padded, torch.tensor([len(h) for h in heads]), False, False)
     if bool((code != 0).any()):
         i = int((code != 0).nonzero()[0, 0])
-        line = doc.words[i][0] + 1
+        line = doc.line_of(i)
         return None, (f"sentence {i + 1} (line {line}) of the input has HEAD values that are not a tree "
                       f"({FAULTS[int(code[i])]}); no UAS / LAS against them")
     return (heads, rels), None
@@ -339,7 +346,7 @@ def parse_file(parser: TrainedParser, doc: ConlluFile, device=None, chunk: int =
     """:func:`parse_sentences` of every sentence of ``doc``; a sentence over the word limit is named by its
     first line in the input."""
     limit = word_limit(parser, max_words)
-    check_lengths(parser, [len(s) for s in doc.words], limit, lambda i: f"input: {doc.path}:{doc.words[i][0] + 1}")
+    check_lengths(parser, [len(s) for s in doc.words], limit, lambda i: f"input: {doc.path}:{doc.line_of(i)}")
     return parse_sentences(parser, file_sentences(doc, bool(parser.hparams["upos_input"])), device, chunk, limit)
 
 
@@ -360,19 +367,25 @@ def written(doc: ConlluFile, pred: dict) -> bytes:
 
 def text_words(path) -> ConlluFile:
     """Plain text, one sentence per line, words separated by whitespace (``--input-format text``), as a CoNLL-U
-    document whose only filled columns are ID and FORM (blank lines skipped)."""
+    document whose only filled columns are ID and FORM. Blank lines hold no sentence and are skipped, so each
+    sentence carries ``# sent_id`` = the number of its line in the text (an output sentence is found by its
+    input line) and ``# text`` = its words joined by single spaces (UD's two required comments)."""
     path = Path(path)
     raw = read_text(path, "text file")
-    lines, words = [], []
-    for text in raw.splitlines():
+    lines, words, origins = [], [], []
+    # "\n" alone ends a line (as for sed and wc), not str.splitlines' form feeds and Unicode separators: the
+    # sent_id must be the line number other tools show; a "\r" before it is whitespace, gone with split()
+    for number, text in enumerate(raw.split("\n"), 1):
         tokens = text.split()
         if not tokens:
             continue
+        lines += [f"# sent_id = {number}", f"# text = {' '.join(tokens)}"]
         words.append(list(range(len(lines), len(lines) + len(tokens))))
+        origins.append(number)
         lines += [f"{i}\t{t}\t_\t_\t_\t_\t_\t_\t_\t_" for i, t in enumerate(tokens, 1)] + [""]
     if not words:
         raise SSVMInputError(f"input: {path} holds no sentence (every line is blank)")
-    return ConlluFile(path, lines, words)
+    return ConlluFile(path, lines, words, origins)
 
 
 def build_parser() -> argparse.ArgumentParser:
