@@ -50,6 +50,47 @@ def test_batches_put_the_root_at_position_0_and_keep_the_gold_trees():
     assert int(corpus.train.projective.sum()) <= corpus.train.n
 
 
+def test_a_batchs_characters_are_whole_forms_and_grow_with_their_characters_not_the_longest():
+    """Every form of a batch is on consecutive rows of char_rows' layout (no character cut, none invented), and
+    the character CNN gives it, values and gradients, what it gives the form padded to the longest; a form of
+    20,000 characters (a blob in raw text) adds its own 313 rows rather than widening every form's row to
+    20,000 columns."""
+    from ssvm_torch.data.ud import Treebank
+    from ssvm_torch.deep.conll_tagger import CharCNN
+    from ssvm_torch.deep.ud_text import CHAR_CONTEXT, CHAR_ROW, make_split
+    import numpy as np
+    corpus = load_ud_parsing(train_size=50)
+    blob = "ab" * 10_000
+    bank = load_ud_ewt("dev").subset(range(40))
+    forms = list(bank.forms)
+    forms[5] = blob
+    bank = Treebank(bank.name, forms, bank.lemmas, bank.upos, bank.xpos, bank.deprels, bank.heads, bank.offsets,
+                    np.arange(len(forms), dtype=np.int64))
+    split = make_split("dev", bank, corpus.vocab)
+    b = split.batch(list(range(40)))
+    chars, rows = b["chars"], b["char_rows"]
+    distinct = sorted(set(forms))
+    assert rows.shape == (len(distinct) + 1,) and int(rows.sum()) == chars.shape[0]
+    assert chars.shape[1] == CHAR_ROW + 2 * CHAR_CONTEXT and chars.shape[0] == len(distinct) + 1 + 20_000 // CHAR_ROW
+    index = {c: i for i, c in enumerate(corpus.vocab.chars)}
+    owner = torch.repeat_interleave(torch.arange(len(rows)), rows)
+    for u, form in [(0, None)] + list(enumerate(distinct, 1)):
+        middle = chars[owner == u][:, CHAR_CONTEXT:-CHAR_CONTEXT].reshape(-1)
+        want = [ROOT] if form is None else [index.get(c, 1) for c in form]
+        assert middle[middle != PAD].tolist() == want
+    net = CharCNN(len(corpus.vocab.chars), 6, 7)
+    padded = torch.full((len(rows), max(len(f) for f in distinct)), PAD)
+    padded[0, 0] = ROOT
+    for u, form in enumerate(distinct, 1):
+        padded[u, :len(form)] = torch.tensor([index.get(c, 1) for c in form])
+    got, want = net(chars, rows), net(padded)
+    assert torch.equal(got, want)
+    g1 = torch.autograd.grad(got.sum(), list(net.parameters()))
+    g2 = torch.autograd.grad(net(padded).sum(), list(net.parameters()))
+    # the same sums in another order (and a tie between rows split evenly rather than given to one): float noise
+    assert all(float((a - c).abs().max()) <= 1e-5 * float(c.abs().max()) for a, c in zip(g1, g2))
+
+
 @pytest.mark.parametrize("loss", ["crf", "local"])
 def test_tiny_run_loss_falls_and_the_predictions_file_is_whole(tmp_path, loss):
     out = run(tmp_path, loss)

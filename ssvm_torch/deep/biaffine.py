@@ -68,7 +68,7 @@ class BiaffineParser(nn.Module):
     def encode(self, batch: dict, word: torch.Tensor | None = None) -> torch.Tensor:
         """BiLSTM states (B, N, 2 hidden) of root + words; ``word`` replaces the word ids (UNK dropout)."""
         word = batch["word"] if word is None else word
-        parts = [self.words(word), self.chars(batch["chars"])[batch["form"]]]
+        parts = [self.words(word), self.chars(batch["chars"], batch["char_rows"])[batch["form"]]]
         if self.upos is not None:
             parts.append(self.upos(batch["upos"]))
         x = self.drop(torch.cat(parts, -1))

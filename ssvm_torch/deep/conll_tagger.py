@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from ..nn import LinearChain
@@ -28,10 +29,24 @@ class CharCNN(nn.Module):
         self.embed = nn.Embedding(n_chars, dim, padding_idx=PAD)
         self.conv = nn.Conv1d(dim, filters, width, padding=width // 2)
 
-    def forward(self, chars: torch.Tensor) -> torch.Tensor:
-        h = self.conv(self.embed(chars).transpose(1, 2))                      # (U, filters, L)
-        h = h.masked_fill((chars == PAD)[:, None, :], float("-inf"))
-        return h.max(2).values
+    def forward(self, chars: torch.Tensor, rows: torch.Tensor | None = None) -> torch.Tensor:
+        """(U, filters) for ``chars`` (U, L), each form PAD-padded to L; or, with ``rows`` (U,), for the row
+        layout of :func:`ssvm_torch.deep.ud_text.char_rows` (``chars`` (R, W + 2 width // 2): a form on
+        ``rows[u]`` consecutive rows of W characters with width // 2 characters of context either side), the
+        max over each form's rows. PAD embeds to zeros (padding_idx), so a row's context and the convolution's
+        zero padding give the same sums: both layouts give the same vectors."""
+        if rows is None:
+            h = self.conv(self.embed(chars).transpose(1, 2))                      # (U, filters, L)
+            h = h.masked_fill((chars == PAD)[:, None, :], float("-inf"))
+            return h.max(2).values
+        side = self.conv.padding[0]
+        h = F.conv1d(self.embed(chars).transpose(1, 2), self.conv.weight, self.conv.bias)   # (R, filters, W)
+        h = h.masked_fill((chars[:, side:chars.shape[1] - side] == PAD)[:, None, :], float("-inf")).max(2).values
+        if h.shape[0] == rows.shape[0]:                   # one row per form (no form longer than a row)
+            return h
+        owner = torch.repeat_interleave(torch.arange(rows.shape[0], device=rows.device), rows, output_size=h.shape[0])
+        return h.new_zeros(rows.shape[0], h.shape[1]).scatter_reduce(0, owner[:, None].expand_as(h), h, "amax",
+                                                                    include_self=False)
 
 
 class ChunkTagger(nn.Module):

@@ -22,6 +22,12 @@ from .sentences import OffsetSentences
 
 PAD, UNK, ROOT = 0, 1, 2
 SPECIALS = ["<pad>", "<unk>", "<root>"]
+#: the most characters of one form on a row of a batch's character matrix (:func:`char_rows`); EWT's forms
+#: reach 473 characters (a URL in test), ordinary ones stay far below
+CHAR_ROW = 64
+#: characters of context either side of a row: the character CNN's width 3
+#: (:class:`ssvm_torch.deep.conll_tagger.CharCNN`) reads one neighbour each way
+CHAR_CONTEXT = 1
 
 
 @dataclass
@@ -52,7 +58,8 @@ class UDVocab:
 class UDSplit(OffsetSentences):
     """One split as flat word tensors with sentence ``offsets`` (n + 1,): ``word`` / ``form`` / ``upos`` ids,
     gold ``head`` (within the sentence, 0 = root) and ``rel`` ids (-1 for a relation training lacks);
-    ``forms`` the character ids (n_forms, L) of the split's distinct forms, PAD-padded (row 0: the root's);
+    ``form_chars`` the character ids of the split's distinct forms end to end, form f's at
+    ``form_starts[f]:form_starts[f + 1]`` (form 0: the root's one character);
     ``rel_names`` the gold universal relations as strings; ``projective`` (n,) per sentence; ``upos_names`` the
     gold UPOS strings."""
 
@@ -60,7 +67,8 @@ class UDSplit(OffsetSentences):
     offsets: torch.Tensor
     word: torch.Tensor
     form: torch.Tensor
-    forms: torch.Tensor
+    form_chars: torch.Tensor
+    form_starts: torch.Tensor
     upos: torch.Tensor
     head: torch.Tensor
     rel: torch.Tensor
@@ -75,7 +83,8 @@ class UDSplit(OffsetSentences):
         """Sentences ``idx`` padded to N = 1 + the longest: ``mask`` (B, N) on at the words 1..n_b (off at
         the root and the padding); ``word``, ``upos``, ``form`` (B, N) with the root's ids at position 0 and
         PAD after the words; ``heads`` / ``rels`` (B, N) gold, -1 at the root and the padding; ``chars``
-        (U, L) the character ids of the batch's distinct forms, ``form`` indexing into them."""
+        and ``char_rows`` the characters of the batch's U distinct forms in :func:`char_rows`' layout, ``form``
+        indexing into those U forms."""
         idx = torch.as_tensor(idx, dtype=torch.int64)
         lengths = self.lengths[idx]
         N = int(lengths.max()) + 1
@@ -91,11 +100,32 @@ class UDSplit(OffsetSentences):
 
         form_ids = column(self.form + 1, 0, 0)             # forms row 0 is the root's; PAD rows map to it too
         uniq, inverse = torch.unique(form_ids, return_inverse=True)
-        chars = self.forms[uniq]
-        chars = chars[:, :int((chars != PAD).sum(1).max())]
+        chars, char_rows_per_form = char_rows(self.form_chars, self.form_starts, uniq)
         return {"rows": rows, "mask": mask, "lengths": lengths, "word": column(self.word, ROOT, PAD),
-                "upos": column(self.upos, ROOT, PAD), "form": inverse, "chars": chars,
+                "upos": column(self.upos, ROOT, PAD), "form": inverse, "chars": chars, "char_rows": char_rows_per_form,
                 "heads": column(self.head, -1, -1), "rels": column(self.rel, -1, -1)}
+
+
+def char_rows(form_chars: torch.Tensor, form_starts: torch.Tensor, forms: torch.Tensor,
+              row: int = CHAR_ROW) -> tuple[torch.Tensor, torch.Tensor]:
+    """The characters of ``forms`` (U form ids; form f's characters ``form_chars[form_starts[f]:form_starts[f +
+    1]]``) as ``chars`` (R, W + 2 CHAR_CONTEXT): W = min(``row``, the longest form's length) characters to a row
+    with CHAR_CONTEXT characters of context either side (PAD outside the form), a form of n characters on
+    ceil(n / W) consecutive rows; and ``rows`` (U,), how many rows each form takes. The character CNN reads
+    this layout (``CharCNN(chars, rows)``) as it reads every form padded to the longest, to the bit, but the
+    matrix grows with the characters the forms hold rather than with U times the longest form: one token of
+    20,000 characters (a blob in raw text) among 600 test sentences' distinct forms had made every form a
+    20,000-column row, 2.6 GB more memory and twice the parse time."""
+    first = form_starts[forms]
+    n = form_starts[forms + 1] - first
+    width = min(int(n.max()), row)
+    rows = (n + width - 1) // width
+    owner = torch.repeat_interleave(torch.arange(len(forms)), rows)
+    k = torch.arange(len(owner)) - torch.repeat_interleave(rows.cumsum(0) - rows, rows)     # row within its form
+    pos = (k * width - CHAR_CONTEXT)[:, None] + torch.arange(width + 2 * CHAR_CONTEXT)[None, :]
+    inside = (pos >= 0) & (pos < n[owner][:, None])
+    at = (first[owner][:, None] + pos).clamp(0, len(form_chars) - 1)
+    return torch.where(inside, form_chars[at], torch.tensor(PAD)), rows
 
 
 def make_split(name: str, bank: Treebank, vocab: UDVocab) -> UDSplit:
@@ -107,11 +137,10 @@ def make_split(name: str, bank: Treebank, vocab: UDVocab) -> UDSplit:
     rel_index = {r: i for i, r in enumerate(vocab.rels)}
     form_names = sorted(set(bank.forms))
     form_index = {f: i for i, f in enumerate(form_names)}
-    L = max(len(f) for f in form_names)
-    forms = torch.full((len(form_names) + 1, L), PAD, dtype=torch.int64)
-    forms[0, 0] = ROOT                                       # the root's one "character"
-    for i, f in enumerate(form_names):
-        forms[i + 1, :len(f)] = torch.tensor([char_index.get(c, UNK) for c in f])
+    # form 0 is the root's, whose one "character" is ROOT; forms are held end to end (char_rows)
+    ends = 1 + np.cumsum([len(f) for f in form_names], dtype=np.int64)
+    form_starts = torch.from_numpy(np.concatenate([[0, 1], ends]).astype(np.int64))
+    form_chars = torch.tensor([ROOT] + [char_index.get(c, UNK) for f in form_names for c in f], dtype=torch.int64)
     rel_names = [universal(r) for r in bank.deprels]
     offsets = torch.from_numpy(bank.offsets.astype(np.int64))
     heads = torch.from_numpy(bank.heads.astype(np.int64))
@@ -123,7 +152,7 @@ def make_split(name: str, bank: Treebank, vocab: UDVocab) -> UDSplit:
     padded[on] = heads
     projective = tree_faults(padded, lengths, False, True) == 0
     return UDSplit(name, offsets, torch.tensor([word_index.get(f.lower(), UNK) for f in bank.forms]),
-                   torch.tensor([form_index[f] for f in bank.forms]), forms,
+                   torch.tensor([form_index[f] for f in bank.forms]), form_chars, form_starts,
                    torch.tensor([upos_index.get(p, UNK) for p in bank.upos]), heads,
                    torch.tensor([rel_index.get(r, -1) for r in rel_names]), rel_names, projective, list(bank.upos))
 
