@@ -60,6 +60,19 @@ TAG_FEED = "tagfeed_"
 PARTIAL = "partial"
 
 
+#: config.json keys that may differ between the seeds of one head (what a run is, not how it was run)
+RUN_KEYS = ("seed", "threads", "out", "device", "module", "_class_path", "__manifest__")
+
+
+def configuration_clash(config: dict, other: dict) -> tuple | None:
+    """The first (key, value, other's value) where two runs' configs disagree outside RUN_KEYS (keys both have:
+    older archives lack later keys), or None: runs filed under one head must be seeds of one configuration."""
+    for key in sorted(set(config) & set(other) - set(RUN_KEYS)):
+        if config[key] != other[key]:
+            return key, config[key], other[key]
+    return None
+
+
 def partial_prefix(config: dict) -> str:
     f = config.get("hide_fraction", 0.0)
     return f"{PARTIAL}{round(100 * f)}_" if f > 0 else ""
@@ -122,6 +135,7 @@ def report(runs: Path, draws: int) -> dict:
     gold_upos = [[w[2] for w in test.sentence(i)] for i in range(test.n)]
     gold_rels = [[universal(w[5]) for w in test.sentence(i)] for i in range(test.n)]
     by_head: dict = {}
+    first_of_head: dict = {}
     for d in sorted(runs.glob("*_s*")):
         config = json.loads((d / "config.json").read_text())
         results = json.loads((d / "results.json").read_text())
@@ -141,6 +155,12 @@ def report(runs: Path, draws: int) -> dict:
         head = partial_prefix(config) + (WORDS if config.get("tags", "gold") == "predicted" else "") + \
             (TAG_FEED if config.get("tag_feed", False) else "") + \
             (SECOND_ORDER if config.get("order", 1) == 2 else "") + config["loss"]
+        first, first_config = first_of_head.setdefault(head, (d, config))
+        clash = configuration_clash(config, first_config)
+        if clash is not None:
+            raise SystemExit(f"{d}: filed under {head} beside {first.name}, but its {clash[0]} is {clash[1]!r} "
+                             f"against {clash[2]!r}; a head's runs must be seeds of one configuration (archive a "
+                             "variant elsewhere)")
         by_head.setdefault(head, []).append(
             {"run": d.name, "seed": config["seed"], "projective": config["projective"],
              "upos_input": config["upos_input"], "test_uas": uas, "test_las": las, "dev_uas": results["dev_uas"],

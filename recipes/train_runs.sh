@@ -11,7 +11,9 @@
 # two threads (about 1.6x the epochs per hour for the parser):
 #   THREADS=1 bash recipes/train_runs.sh &  THREADS=1 bash recipes/train_runs.sh &
 # RUNS (default runs/$ARCHIVE) puts the run folders elsewhere: keep them outside a work tree that is laid anew;
-# ARCHIVE_DIR (default benchmarks/results/$ARCHIVE) the archive. TRAINER_ARGS adds trainer arguments that
+# ARCHIVE_DIR (default benchmarks/results/$ARCHIVE) the archive; a variant of a recipe (EXTRA="--model.rel_dim
+# 100", PREFIX=rel100_) goes to an archive of its own, since benchmarks/bench_ud_deep.py files runs by head and
+# refuses a head whose runs differ in configuration. TRAINER_ARGS adds trainer arguments that
 # ud_deep_all.sh and partial50_all.sh pass through (they set EXTRA themselves), e.g. on a GPU machine
 # TRAINER_ARGS="--trainer.accelerator gpu --trainer.devices 1" (scripts/device_check.sh's parser stage).
 # recipes/ud_deep_all.sh and recipes/partial50_all.sh are this script with their settings.

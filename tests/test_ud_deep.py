@@ -303,7 +303,8 @@ def test_bad_parser_settings_are_refused_by_name(tmp_path, capsys):
 def test_the_results_script_recomputes_the_archive_and_bootstraps_pairs(tmp_path):
     """benchmarks/bench_ud_deep.py on an archive of one tiny run filed under two heads: the recomputed
     UAS / LAS equal results.json, a system against itself differs by 0 in every draw (over the seeds both
-    heads have), and a results.json that disagrees with its predictions is refused."""
+    heads have), and a results.json that disagrees with its predictions, or a run whose configuration differs
+    from its head's other seeds, is refused."""
     import importlib.util
     import shutil
     spec = importlib.util.spec_from_file_location("bench_ud_deep", RECIPES.parent / "benchmarks" / "bench_ud_deep.py")
@@ -337,6 +338,14 @@ def test_the_results_script_recomputes_the_archive_and_bootstraps_pairs(tmp_path
     assert report["heads"][0]["test_uas_argmax"]["mean"] == pytest.approx(results["test_uas_argmax"], abs=1e-12)
     assert f"{results['test_uas_argmax']:.2f} ({results['test_argmax_not_tree_pct']:.1f}%) |" in bench.markdown(report)
     assert "seeds 0, 50 draws)" in bench.markdown(report)
+    # a variant archived beside a head's seeds (a wider relation MLP) would be averaged into them: refused by name
+    variant = archive / "rel100_hinge_s2"
+    shutil.copytree(archive / "hinge_s1", variant)
+    config = json.loads((variant / "config.json").read_text())
+    (variant / "config.json").write_text(json.dumps({**config, "seed": 2, "rel_dim": config["rel_dim"] + 1}))
+    with pytest.raises(SystemExit, match=r"rel100_hinge_s2: filed under hinge beside hinge_s0, but its rel_dim is"):
+        bench.report(archive, draws=10)
+    shutil.rmtree(variant)
     (archive / "hinge_s0" / "results.json").write_text(json.dumps({**results, "test_uas": results["test_uas"] + 1}))
     with pytest.raises(SystemExit, match="UAS / LAS recomputed"):
         bench.report(archive, draws=10)
