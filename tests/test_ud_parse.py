@@ -15,7 +15,8 @@ from ssvm_torch.data.ud import UD_EWT, read_conllu
 from ssvm_torch.data.types import data_file
 from ssvm_torch.errors import SSVMInputError
 from ssvm_torch.deep.__main__ import main as deep_main
-from ssvm_torch.deep.ud_parse import load_parser, main as parse_main, parse_sentences, text_words
+from ssvm_torch.deep.ud_files import text_words
+from ssvm_torch.deep.ud_parse import load_parser, main as parse_main, parse_sentences
 from ssvm_torch.outputs import load_torch, save_torch
 from test_ud_deep import RECIPES, TINY
 

@@ -41,11 +41,11 @@ import numpy as np
 import torch
 
 from ..atomic import atomic_write_bytes
-from ..data.ud import UPOS_TAGS, Treebank, universal
+from ..data.ud import UPOS_TAGS, Treebank
 from ..devices import parse_device
 from ..errors import SSVMInputError, check, run_cli
 from ..outputs import load_torch
-from ..trees.checks import FAULTS, tree_faults
+from .ud_files import ConlluFile, input_trees, read_words, text_words, written
 from .ud_parser import HEADS, attachment_scores, build_network, decode_split, tree_layer
 from .ud_tagging import TAG_LOSSES
 from .ud_text import UDVocab, make_split
@@ -168,71 +168,6 @@ def check_parser_fields(obj: dict, path) -> None:
                              "has finite ones: the file was written by a diverged run or altered)")
 
 
-@dataclass
-class ConlluFile:
-    """A CoNLL-U file as its lines (newlines stripped) and, per sentence, the indices of its word lines (the
-    integer IDs 1..n of the basic tree; ranges and empty nodes are other lines). ``origins``: per sentence, the
-    line of the user's file it came from when that file is not these lines (plain text, :func:`text_words`)."""
-
-    path: Path
-    lines: list
-    words: list
-    origins: list | None = None
-
-    def line_of(self, i: int) -> int:
-        """The 1-based line of the input file where sentence ``i`` starts (its first word line, or its text line)."""
-        return self.origins[i] if self.origins is not None else self.words[i][0] + 1
-
-
-def read_text(path: Path, kind: str) -> str:
-    """The UTF-8 text of ``path`` (gunzipped when it ends in .gz), a byte-order mark dropped (some editors write
-    one; it is not part of the first line); a missing, unreadable or non-UTF-8 file is one error naming it."""
-    if not path.is_file():
-        raise SSVMInputError(f"input: expected a {kind}, {path} "
-                             f"{'is a directory' if path.is_dir() else 'does not exist'}")
-    try:
-        with (gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")) as f:
-            return f.read().decode("utf-8-sig")
-    except (OSError, UnicodeDecodeError, EOFError) as e:
-        raise SSVMInputError(f"input: {path} is not a readable UTF-8 {kind} ({type(e).__name__}: {e})") from None
-
-
-def read_words(path) -> ConlluFile:
-    """The lines and word lines of ``path`` (gzipped when it ends in .gz); a word line needs 10 tab-separated
-    fields and IDs 1..n in order, else one error naming the line. HEAD and DEPREL are not read here."""
-    path = Path(path)
-    raw = read_text(path, "CoNLL-U file")
-    lines = raw.replace("\r\n", "\n").split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()
-    words, current = [], []
-    for k, line in enumerate(lines):
-        if not line.strip():
-            if current:
-                words.append(current)
-            current = []
-            continue
-        if line.startswith("#"):
-            continue
-        fields = line.split("\t")
-        if len(fields) != 10:
-            raise SSVMInputError(f"input: {path}:{k + 1}: expected 10 tab-separated fields (ID FORM LEMMA UPOS XPOS "
-                                 f"FEATS HEAD DEPREL DEPS MISC), got {len(fields)}")
-        if "-" in fields[0] or "." in fields[0]:            # a multiword-token range or an empty node: kept as is
-            continue
-        if not fields[1]:
-            raise SSVMInputError(f"input: {path}:{k + 1}: the FORM field is empty (the parser reads every word's form)")
-        if fields[0] != str(len(current) + 1):
-            raise SSVMInputError(f"input: {path}:{k + 1}: expected word ID {len(current) + 1} (IDs run 1..n in each "
-                                 f"sentence), got {fields[0]!r}")
-        current.append(k)
-    if current:
-        words.append(current)
-    if not words:
-        raise SSVMInputError(f"input: {path} holds no sentence (no word line with an integer ID)")
-    return ConlluFile(path, lines, words)
-
-
 def word_treebank(name: str, sentences: list) -> Treebank:
     """``sentences`` (lists of (form, upos) pairs) as a :class:`~ssvm_torch.data.ud.Treebank` with placeholder
     trees (every head 0), the input of :func:`~ssvm_torch.deep.ud_text.make_split`."""
@@ -316,31 +251,6 @@ def file_sentences(doc: ConlluFile, upos_needed: bool) -> list:
     return [[tuple(doc.lines[k].split("\t")[1:4:2]) for k in sent] for sent in doc.words]
 
 
-def input_trees(doc: ConlluFile):
-    """(heads, universal relations) per sentence when every word's HEAD is an integer in ASCII digits and every
-    sentence's heads form a tree with one word under the root (UD's rule; the scores are against trees), else
-    (None, why): None when a HEAD is not an integer (an unannotated file), a one-line reason when the integers
-    are not trees."""
-    heads, rels = [], []
-    for sent in doc.words:
-        cols = [doc.lines[k].split("\t") for k in sent]
-        if not all(c[6].isascii() and c[6].isdigit() for c in cols):     # "²".isdigit() is True: not a HEAD
-            return None, None
-        heads.append([int(c[6]) for c in cols])
-        rels.append([universal(c[7]) for c in cols])
-    n = max(len(h) for h in heads)
-    padded = torch.full((len(heads), n + 1), -1, dtype=torch.int64)
-    for i, h in enumerate(heads):
-        padded[i, 1:len(h) + 1] = torch.tensor(h)
-    code = tree_faults(padded, torch.tensor([len(h) for h in heads]), False, False)
-    if bool((code != 0).any()):
-        i = int((code != 0).nonzero()[0, 0])
-        line = doc.line_of(i)
-        return None, (f"sentence {i + 1} (line {line}) of the input has HEAD values that are not a tree "
-                      f"({FAULTS[int(code[i])]}); no UAS / LAS against them")
-    return (heads, rels), None
-
-
 def parse_file(parser: TrainedParser, doc: ConlluFile, device=None, chunk: int = 128,
                max_words: int | None = None) -> dict:
     """:func:`parse_sentences` of every sentence of ``doc``; a sentence over the word limit is named by its
@@ -348,44 +258,6 @@ def parse_file(parser: TrainedParser, doc: ConlluFile, device=None, chunk: int =
     limit = word_limit(parser, max_words)
     check_lengths(parser, [len(s) for s in doc.words], limit, lambda i: f"input: {doc.path}:{doc.line_of(i)}")
     return parse_sentences(parser, file_sentences(doc, bool(parser.hparams["upos_input"])), device, chunk, limit)
-
-
-def written(doc: ConlluFile, pred: dict) -> bytes:
-    """``doc``'s text with HEAD and DEPREL of every word line replaced by ``pred``'s, and UPOS too when ``pred``
-    has it (a words-only parser)."""
-    lines = list(doc.lines)
-    tags = pred.get("upos") or [None] * len(doc.words)
-    for sent, heads, labels, upos in zip(doc.words, pred["heads"], pred["labels"], tags):
-        for j, (k, h, r) in enumerate(zip(sent, heads, labels)):
-            fields = lines[k].split("\t")
-            fields[6], fields[7] = str(h), r
-            if upos is not None:
-                fields[3] = upos[j]
-            lines[k] = "\t".join(fields)
-    return ("\n".join(lines) + "\n").encode("utf-8")
-
-
-def text_words(path) -> ConlluFile:
-    """Plain text, one sentence per line, words separated by whitespace (``--input-format text``), as a CoNLL-U
-    document whose only filled columns are ID and FORM. Blank lines hold no sentence and are skipped, so each
-    sentence carries ``# sent_id`` = the number of its line in the text (an output sentence is found by its
-    input line) and ``# text`` = its words joined by single spaces (UD's two required comments)."""
-    path = Path(path)
-    raw = read_text(path, "text file")
-    lines, words, origins = [], [], []
-    # "\n" alone ends a line (as for sed and wc), not str.splitlines' form feeds and Unicode separators: the
-    # sent_id must be the line number other tools show; a "\r" before it is whitespace, gone with split()
-    for number, text in enumerate(raw.split("\n"), 1):
-        tokens = text.split()
-        if not tokens:
-            continue
-        lines += [f"# sent_id = {number}", f"# text = {' '.join(tokens)}"]
-        words.append(list(range(len(lines), len(lines) + len(tokens))))
-        origins.append(number)
-        lines += [f"{i}\t{t}\t_\t_\t_\t_\t_\t_\t_\t_" for i, t in enumerate(tokens, 1)] + [""]
-    if not words:
-        raise SSVMInputError(f"input: {path} holds no sentence (every line is blank)")
-    return ConlluFile(path, lines, words, origins)
 
 
 def build_parser() -> argparse.ArgumentParser:
