@@ -121,7 +121,7 @@ def char_rows(form_chars: torch.Tensor, form_starts: torch.Tensor, forms: torch.
     width = min(int(n.max()), row)
     rows = (n + width - 1) // width
     owner = torch.repeat_interleave(torch.arange(len(forms)), rows)
-    k = torch.arange(len(owner)) - torch.repeat_interleave(rows.cumsum(0) - rows, rows)     # row within its form
+    k = torch.arange(len(owner)) - (rows.cumsum(0) - rows)[owner]         # each row's place within its form
     pos = (k * width - CHAR_CONTEXT)[:, None] + torch.arange(width + 2 * CHAR_CONTEXT)[None, :]
     inside = (pos >= 0) & (pos < n[owner][:, None])
     at = (first[owner][:, None] + pos).clamp(0, len(form_chars) - 1)
