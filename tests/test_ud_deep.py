@@ -200,6 +200,31 @@ def test_scorer_states_reads_the_tags_it_is_given_and_decodes_the_same_ones_itse
     torch.testing.assert_close(moved[..., :12], states, rtol=0, atol=0)
 
 
+def test_tag_noise_replaces_that_share_of_the_words_tags_by_the_taggers_other_likely_tags():
+    """confusable_tags (training's tag noise, issue 72): rate 0 returns the tags and draws nothing; otherwise a
+    word's tag is replaced with probability rate (never the root's or the padding's), always by another tag, drawn
+    from softmax(emissions) renormalized without the replaced tag."""
+    from ssvm_torch.deep.ud_tagging import confusable_tags
+    from ssvm_torch.deep.ud_text import SPECIALS
+    B, N, K = 400, 30, 4
+    lengths = torch.randint(1, N, (B,), generator=torch.Generator().manual_seed(0))
+    mask = (torch.arange(N)[None, :] <= lengths[:, None]) & (torch.arange(N)[None, :] > 0)
+    tags = torch.where(mask, torch.full((B, N), len(SPECIALS)), torch.full((B, N), -1))      # chain tag 0 everywhere
+    emissions = torch.tensor([5.0, 2.0, 1.0, 0.0]).log().expand(B, N, K).clone()
+    emissions[..., 3] = -1e9                                                              # tag 3: (almost) never
+    state = torch.random.get_rng_state()
+    assert confusable_tags(tags, emissions, mask, 0.0) is tags
+    assert torch.equal(torch.random.get_rng_state(), state)
+    torch.manual_seed(1)
+    every = confusable_tags(tags, emissions, mask, 0.999999)
+    assert torch.equal(every[~mask], tags[~mask]) and bool((every[mask] != tags[mask]).all())
+    share = torch.bincount(every[mask] - len(SPECIALS), minlength=K).double() / int(mask.sum())
+    torch.testing.assert_close(share, torch.tensor([0.0, 2 / 3, 1 / 3, 0.0], dtype=torch.float64), rtol=0, atol=0.02)
+    some = confusable_tags(tags, emissions, mask, 0.1)
+    changed = float((some[mask] != tags[mask]).double().mean())
+    assert abs(changed - 0.1) < 0.01 and torch.equal(some[~mask], tags[~mask])
+
+
 def test_the_triaffine_per_sentence_equals_supars_padded_formula_and_padding_is_never_read():
     """BiaffineParser.sib_scores computes each sentence on its own root + words: equal there to SuPar's
     Triaffine over the padded batch (einsum('bzk,ikj->bzij'), then einsum('bxi,bzij,byj->bzxy') read as
@@ -294,7 +319,9 @@ def test_bad_parser_settings_are_refused_by_name(tmp_path, capsys):
                         (["--model.order", "2", "--model.loss", "local"], "loss: expected a tree loss"),
                         (["--model.order", "2", "--model.projective", "false"], "projective: expected true with order 2"),
                         (["--model.order", "2", "--model.sib_dim", "0"], "sib_dim: expected an int >= 1"),
-                        (["--model.tag_feed", "true"], "tag_feed: expected false unless tags is predicted")):
+                        (["--model.tag_feed", "true"], "tag_feed: expected false unless tags is predicted"),
+                        (["--model.tag_noise", "0.1"], "tag_noise: expected a probability in [0, 1) with tag_feed, 0 "
+                                                       "without")):
         assert deep_main(base + extra) == 2
         err = capsys.readouterr().err
         assert text in err and len(err.strip().splitlines()) == 1, err

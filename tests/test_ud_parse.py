@@ -228,9 +228,11 @@ def test_a_byte_order_mark_is_read_and_the_api_refuses_by_name(run_dir, tmp_path
 def words_run(request, tmp_path_factory):
     """One tiny words-only run (tags predicted by the LinearChain head, no gold UPOS input), its scorers reading
     the BiLSTM states only or (tagfeed) the predicted tags too; the second-order recipe (its sibling scorer
-    reading the tags too) as issue 72's runs train it."""
+    reading the tags too) as issue 72's runs train it. The first-order tag-feed run trains with tag noise (a share of
+    the fed tags replaced, training only): what it writes and parses must not depend on it."""
+    noise = ["--model.tag_noise", "0.05"] if request.param == "words_tagfeed" else []
     return tiny_run(tmp_path_factory.mktemp(request.param), f"ud_deep_{request.param}_softmax_margin.yaml",
-                    "--model.tag_dim", "8")
+                    "--model.tag_dim", "8", *noise)
 
 
 def test_a_words_only_run_records_tags_and_parses_plain_text_to_its_own_figures(words_run):

@@ -77,18 +77,21 @@ class BiaffineParser(nn.Module):
         h, _ = pad_packed_sequence(self.lstm(packed)[0], batch_first=True, total_length=x.shape[1])
         return self.drop(h)
 
-    def scorer_states(self, states: torch.Tensor, mask: torch.Tensor, tags: torch.Tensor | None = None) -> torch.Tensor:
+    def scorer_states(self, states: torch.Tensor, mask: torch.Tensor, tags: torch.Tensor | None = None,
+                      tag_noise: float = 0.0) -> torch.Tensor:
         """What the arc, relation and sibling scorers read: the BiLSTM ``states`` (B, N, 2 hidden), and for a
         network built with ``tag_feed_dim`` > 0 the embedding of the tagger's predicted UPOS at each word (its
         Viterbi tags, ``mask`` the words; ROOT at the root, PAD past the words) concatenated to them. The tags are
         decoded without gradient: a hard pipeline inside one network, so the tree loss trains the embedding and
         the encoder, not the tagger's choice. ``tags`` (B, N): the tagger's Viterbi tags of ``states`` when the
-        caller has decoded them already (a decoder that outputs them too), so that they are not decoded twice."""
+        caller has decoded them already (a decoder that outputs them too), so that they are not decoded twice;
+        ``tag_noise`` (training): the share of decoded tags replaced by confusable ones
+        (:func:`ssvm_torch.deep.ud_tagging.confusable_tags`)."""
         if self.tag_feed is None:
             return states
         if tags is None:
             with torch.no_grad():
-                tags = self.tagger.decode(states, mask)
+                tags = self.tagger.decode(states, mask, tag_noise)
         tags = torch.where(mask, tags, torch.full_like(tags, PAD))
         tags[:, 0] = ROOT
         return torch.cat([states, self.drop(self.tag_feed(tags))], -1)

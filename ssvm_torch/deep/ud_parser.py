@@ -15,7 +15,8 @@ the mean per-sentence loss of its head scores plus the relation cross-entropy at
 encoder (:mod:`ssvm_torch.deep.ud_tagging`, a :class:`ssvm_torch.nn.LinearChain` with its own ``tag_loss``) is
 trained jointly (the loss adds ``tag_weight`` x the tagger's) and predicts the tags at test time; the tree head
 reads the shared states, and with ``tag_feed`` also the embeddings (``upos_dim``) of the tagger's predicted tags
-(:meth:`~ssvm_torch.deep.biaffine.BiaffineParser.scorer_states`). Its dev UPOS accuracy is recorded every epoch,
+(:meth:`~ssvm_torch.deep.biaffine.BiaffineParser.scorer_states`; ``tag_noise``: in training, that share of them
+replaced by tags the tagger finds likely, :func:`~ssvm_torch.deep.ud_tagging.confusable_tags`). Its dev UPOS accuracy is recorded every epoch,
 the test one and the predicted tags (``"upos"``) in the outputs.
 
 ``order=2`` adds adjacent-sibling scores (the network's triaffine sibling scorer, ``sib_dim``; Zhang et al.
@@ -188,7 +189,7 @@ class UDParser(DevSelectedRun, L.LightningModule):
                  train_size: int | None = None, seed: int = 0, threads: int | None = None, out: str | None = None,
                  order: int = 1, sib_dim: int = 100, tags: str = "gold", tag_loss: str = "softmax_margin",
                  tag_weight: float = 1.0, tag_dim: int = 100, tag_feed: bool = False, hide_fraction: float = 0.0,
-                 hide_seed: int = 0):
+                 hide_seed: int = 0, tag_noise: float = 0.0):
         super().__init__()
         self.save_hyperparameters()
         self.automatic_optimization = False
@@ -216,6 +217,8 @@ class UDParser(DevSelectedRun, L.LightningModule):
         check(isinstance(tag_feed, bool), "tag_feed", "true or false", tag_feed)
         check(not tag_feed or tags == "predicted", "tag_feed", "false unless tags is predicted (the scorers read the "
               "tagger's predicted tags)", tag_feed)
+        check(isinstance(tag_noise, (int, float)) and (0 <= tag_noise < 1 if tag_feed else tag_noise == 0), "tag_noise",
+              "a probability in [0, 1) with tag_feed, 0 without", tag_noise)
         if order == 2:
             check(loss != "local", "loss", "a tree loss (crf, hinge or softmax_margin) with order 2: the sibling scores "
                   "are trained through the tree layer", loss)
@@ -329,7 +332,7 @@ class UDParser(DevSelectedRun, L.LightningModule):
         word = torch.where(batch["mask"], word, batch["word"])      # never drop the root's or the padding's ids
         batch = self._on_device(batch)
         states = self.parser.encode(batch, word.to(self.device))
-        scorer = self.parser.scorer_states(states, batch["mask"])
+        scorer = self.parser.scorer_states(states, batch["mask"], tag_noise=self.hparams.tag_noise)
         arcs = self.parser.arc_scores(scorer)
         rel = self.parser.rel_scores(scorer, batch["heads"])
         unscored = ~batch["mask"] | (batch["rels"] < 0)                # padding, root, a hidden relation
