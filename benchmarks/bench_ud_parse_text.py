@@ -21,7 +21,7 @@ from pathlib import Path
 
 from ssvm_torch.data.ud import load_ud_ewt, read_conllu, universal
 from ssvm_torch.deep.ud_parse import main as parse_main
-from ssvm_torch.deep.ud_parser import attachment_scores
+from ssvm_torch.deep.ud_decode import attachment_scores
 from ssvm_torch.deep.ud_tagging import upos_accuracy
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -12,7 +12,7 @@ import torch
 
 from ssvm_torch.data.ud import load_ud_ewt, universal
 from ssvm_torch.deep.__main__ import main as deep_main
-from ssvm_torch.deep.ud_parser import attachment_scores
+from ssvm_torch.deep.ud_decode import attachment_scores
 from ssvm_torch.deep.ud_text import PAD, ROOT, load_ud_parsing
 from ssvm_torch.trees.checks import tree_faults
 

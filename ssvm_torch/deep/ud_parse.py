@@ -46,7 +46,8 @@ from ..devices import parse_device
 from ..errors import SSVMInputError, check, run_cli
 from ..outputs import load_torch
 from .ud_files import ConlluFile, input_trees, read_words, text_words, written
-from .ud_parser import HEADS, attachment_scores, build_network, decode_split, tree_layer
+from .ud_decode import attachment_scores, decode_split, tree_layer
+from .ud_parser import HEADS, build_network
 from .ud_tagging import TAG_LOSSES
 from .ud_text import UDVocab, make_split
 
@@ -206,7 +207,7 @@ def parse_sentences(parser: TrainedParser, sentences: list, device=None, chunk: 
                     max_words: int | None = None) -> dict:
     """Heads (0 = the root) and universal relations of ``sentences``, each a list of (form, upos) pairs (the
     UPOS ignored by a parser trained without it): ``{"heads": [[int, ...], ...], "labels": [[str, ...], ...],
-    "heads_argmax": ...}`` in their order (:func:`~ssvm_torch.deep.ud_parser.decode_split`). A sentence longer
+    "heads_argmax": ...}`` in their order (:func:`~ssvm_torch.deep.ud_decode.decode_split`). A sentence longer
     than ``max_words`` (default: :data:`MAX_WORDS_SECOND_ORDER` for a second-order parser, no limit for a
     first-order one) is refused by name before anything is decoded."""
     check(isinstance(sentences, (list, tuple)) and len(sentences) > 0, "sentences", "a non-empty list of sentences",

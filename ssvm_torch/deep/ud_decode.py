@@ -1,0 +1,89 @@
+"""Decoding with a trained UD parser's network and scoring what it decodes: :func:`decode_split` (trees by the
+tree layer, relations at the decoded heads, tags of a words-only network) and :func:`attachment_scores` (UAS /
+LAS by CoNLL 2018's definitions). Shared by training's dev and test evaluation (:mod:`ssvm_torch.deep.ud_parser`)
+and by ``ud_parse`` (:mod:`ssvm_torch.deep.ud_parse`)."""
+from __future__ import annotations
+
+import sys
+
+import torch
+from tqdm import tqdm
+
+from ..nn import DependencyTree
+from .biaffine import BiaffineParser
+
+
+def attachment_scores(gold_heads: list, gold_rels: list, heads: list, rels: list) -> tuple[float, float]:
+    """(UAS, LAS) in % over every word (CoNLL 2018: punctuation included; relations compared as given,
+    the universal parts here)."""
+    words = correct = labeled = 0
+    for gh, gr, ph, pr in zip(gold_heads, gold_rels, heads, rels):
+        for a, b, c, d in zip(gh, gr, ph, pr):
+            words += 1
+            if a == c:
+                correct += 1
+                labeled += b == d
+    return 100.0 * correct / max(1, words), 100.0 * labeled / max(1, words)
+
+
+def sibling_scores(network: BiaffineParser, states: torch.Tensor, lengths: torch.Tensor):
+    """The network's sibling scores (B, N, N, N) of sentences of ``lengths`` words for a second-order network
+    (0 past each sentence), None for a first-order one."""
+    return network.sib_scores(states, lengths) if network.sib_dim > 0 else None
+
+
+#: the largest (sentences x (N + 1)^3) sibling-score batch that decoding builds at once (64 M entries)
+SIBLING_BUDGET = 1 << 26
+
+
+def tree_layer(loss: str, projective: bool) -> DependencyTree:
+    """The tree layer of a head: its loss (``local`` trains without it, decodes with it) over projective
+    (Eisner) or all (Chu-Liu-Edmonds) single-root trees."""
+    return DependencyTree(projective=projective, multiroot=False, loss="crf" if loss == "local" else loss)
+
+
+@torch.no_grad()
+def decode_split(network: BiaffineParser, tree: DependencyTree, split, rels: list, device, chunk: int = 128,
+                 upos_names: list | None = None, progress: bool = False) -> dict:
+    """Heads and relation names of every sentence of ``split`` (a :class:`~ssvm_torch.deep.ud_text.UDSplit`, in
+    its order): trees decoded by the tree layer ``tree`` (Eisner or MST), relations by the network's labeler at
+    those heads (names from ``rels``); also the per-word argmax heads (``heads_argmax``). Sentences batched by
+    length, ``chunk`` at a time; the caller sets the network's mode (eval for dropout off). A words-only
+    network (with a tagger) also predicts the UPOS tags (``upos``, names from ``upos_names``). ``progress``: a
+    progress bar on stderr when it is a terminal."""
+    order = torch.argsort(split.lengths, stable=True)
+    heads, labels, argmax, upos = [None] * split.n, [None] * split.n, [None] * split.n, [None] * split.n
+    bar = tqdm(total=split.n, unit="sentence", file=sys.stderr, disable=None if progress else True, leave=False)
+    s = 0
+    while s < split.n:
+        idx = order[s:s + chunk]
+        if network.sib_dim > 0:               # second order: the (B, N, N, N) sibling scores within a budget
+            rows = max(1, SIBLING_BUDGET // (int(split.lengths[idx[-1]]) + 2) ** 3)
+            idx = idx[:rows]
+            while len(idx) > 1 and len(idx) * (int(split.lengths[idx[-1]]) + 2) ** 3 > SIBLING_BUDGET:
+                idx = idx[:len(idx) // 2]
+        s += len(idx)
+        batch = {k: (v.to(device) if torch.is_tensor(v) else v) for k, v in split.batch(idx).items()}
+        states = network.encode(batch)
+        tags = network.tagger.decode(states, batch["mask"]) if network.tagger is not None else None
+        scorer = network.scorer_states(states, batch["mask"], tags)
+        arcs = network.arc_scores(scorer)
+        sibs = sibling_scores(network, scorer, batch["lengths"])
+        best = tree.decode(arcs.float(), batch["mask"], sib_scores=None if sibs is None else sibs.float())
+        rel = network.rel_scores(scorer, best).argmax(2).cpu()
+        tags = tags.cpu() if tags is not None else None
+        N = arcs.shape[1]
+        cand = torch.arange(N, device=arcs.device)[None, None, :] <= batch["lengths"][:, None, None]
+        local = arcs.masked_fill(~cand, float("-inf")).argmax(2).cpu()
+        best = best.cpu()
+        for row, i in enumerate(idx.tolist()):
+            n = int(split.lengths[i])
+            heads[i] = best[row, 1:n + 1].tolist()
+            labels[i] = [rels[k] for k in rel[row, 1:n + 1].tolist()]
+            argmax[i] = local[row, 1:n + 1].tolist()
+            if tags is not None:
+                upos[i] = [upos_names[k] for k in tags[row, 1:n + 1].tolist()]
+        bar.update(len(idx))
+    bar.close()
+    out = {"heads": heads, "labels": labels, "heads_argmax": argmax}
+    return {**out, "upos": upos} if network.tagger is not None else out
