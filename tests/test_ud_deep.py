@@ -309,6 +309,40 @@ def test_resumed_run_ends_where_the_uninterrupted_run_ends(tmp_path):
     assert a == b
 
 
+def test_weight_averaging_selects_the_average_and_resumes_exactly(tmp_path, capsys):
+    """ema_decay > 0: the moving average is updated after every step and carried by the checkpoint, dev selects it
+    and parser.pt holds it (not the trained weights), each epoch also records the trained weights' dev figures, a
+    resumed run ends where the uninterrupted one ends, and a checkpoint without an average is refused by name."""
+    from ssvm_torch.deep.ud_parser import UDParser
+    from ssvm_torch.errors import SSVMInputError
+    ema = ("--model.ema_decay", "0.9")
+    one = run(tmp_path / "one", "hinge", *ema, epochs=1)           # one epoch: its weights are the selected ones
+    state = torch.load(next(one.glob("checkpoints/last.ckpt")), weights_only=True, map_location="cpu")["state_dict"]
+    assert int(state["averaged.n_averaged"]) == 4                  # 120 sentences, 32 a step
+    saved = torch.load(one / "parser.pt", weights_only=True)["state_dict"]
+    assert all(torch.equal(v, state[f"averaged.module.{k}"]) for k, v in saved.items())
+    assert not torch.equal(saved["lstm.weight_ih_l0"], state["parser.lstm.weight_ih_l0"])
+    full = run(tmp_path / "full", "hinge", *ema, epochs=3)
+    first = run(tmp_path / "cut", "hinge", *ema, epochs=2)
+    resumed = run(tmp_path / "cut", "hinge", *ema, "--ckpt_path", str(next(first.glob("checkpoints/last.ckpt"))),
+                  epochs=3)
+    keys = ("loss", "dev_uas", "dev_las", "dev_uas_trained", "dev_las_trained")
+    h_full, h_res = (json.loads((d / "history.json").read_text()) for d in (full, resumed))
+    assert [[r[k] for k in keys] for r in h_full] == [[r[k] for k in keys] for r in h_res]
+    assert torch.load(full / "test_predictions.pt", weights_only=True) == torch.load(resumed / "test_predictions.pt",
+                                                                                      weights_only=True)
+    plain = run(tmp_path / "plain", "hinge", epochs=1)
+    capsys.readouterr()
+    assert deep_main(["fit", "--config", str(RECIPES / "ud_deep_hinge.yaml"), *TINY, "--trainer.max_epochs", "2",
+                      "--trainer.default_root_dir", str(tmp_path / "plain"), *ema, "--ckpt_path",
+                      str(next(plain.glob("checkpoints/last.ckpt")))]) == 2
+    assert "ema_decay" in capsys.readouterr().err
+    m = UDParser(train_size=30, ema_decay=0.9, threads=1)
+    m.build()
+    with pytest.raises(SSVMInputError, match="ema_decay: expected the checkpoint's: it holds no averaged weights"):
+        m.on_load_checkpoint({"state_dict": {"parser.arc_U": torch.zeros(1)}})
+
+
 def test_bad_parser_settings_are_refused_by_name(tmp_path, capsys):
     base = ["fit", "--config", str(RECIPES / "ud_deep_crf.yaml"), *TINY, "--trainer.default_root_dir", str(tmp_path)]
     for extra, text in ((["--model.loss", "svm"], "loss: expected one of"),
@@ -320,6 +354,7 @@ def test_bad_parser_settings_are_refused_by_name(tmp_path, capsys):
                         (["--model.order", "2", "--model.projective", "false"], "projective: expected true with order 2"),
                         (["--model.order", "2", "--model.sib_dim", "0"], "sib_dim: expected an int >= 1"),
                         (["--model.tag_feed", "true"], "tag_feed: expected false unless tags is predicted"),
+                        (["--model.ema_decay", "1"], "ema_decay: expected a number in [0, 1)"),
                         (["--model.tag_noise", "0.1"], "tag_noise: expected a probability in [0, 1) with tag_feed, 0 "
                                                        "without")):
         assert deep_main(base + extra) == 2

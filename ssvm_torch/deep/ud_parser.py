@@ -35,7 +35,10 @@ Every head decodes well-formed single-root trees (Eisner or MST, as ``projective
 the per-word argmax of the same scores is scored too (``dev_uas_argmax``, with the share of sentences
 whose argmax is not a tree). Model selection: dev LAS after every epoch (the released dev split), the best
 epoch's weights kept, training stops after ``patience`` epochs without a better dev LAS (or at the
-trainer's max_epochs); the test file is decoded once, at the end. UAS / LAS by CoNLL 2018's definitions:
+trainer's max_epochs); the test file is decoded once, at the end. With ``ema_decay`` > 0 what dev scores and
+selects (and ``parser.pt`` holds) is the exponential moving average of the trained weights (Polyak averaging;
+torch's ``AveragedModel``, updated after every step, in the checkpoint), and each epoch's record also has the
+trained weights' own dev UAS / LAS (``dev_uas_trained``, ``dev_las_trained``: one more dev decoding). UAS / LAS by CoNLL 2018's definitions:
 every word, punctuation included, LAS on the universal part of DEPREL. Gold UPOS is an input unless
 ``upos_input=False``.
 
@@ -58,6 +61,7 @@ import lightning as L
 import torch
 import torch.nn.functional as F
 import torch.utils.data as tud
+from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
 from ..atomic import atomic_write_bytes
 from ..data.partial import check_hiding, hidden_positions
@@ -101,7 +105,7 @@ class UDParser(DevSelectedRun, L.LightningModule):
 
     resume_identity = ("loss", "projective", "upos_input", "word_min_count", "train_size", "word_dim", "char_dim",
                        "char_filters", "upos_dim", "hidden", "layers", "arc_dim", "rel_dim", "order", "sib_dim", "tags",
-                       "tag_loss", "tag_dim", "tag_feed", "hide_fraction", "hide_seed")
+                       "tag_loss", "tag_dim", "tag_feed", "hide_fraction", "hide_seed", "ema_decay")
 
     def __init__(self, loss: str = "crf", projective: bool = True, upos_input: bool = True,
                  word_min_count: int = 2, word_dropout: float = 0.25, word_dim: int = 100, char_dim: int = 30,
@@ -111,7 +115,7 @@ class UDParser(DevSelectedRun, L.LightningModule):
                  train_size: int | None = None, seed: int = 0, threads: int | None = None, out: str | None = None,
                  order: int = 1, sib_dim: int = 100, tags: str = "gold", tag_loss: str = "softmax_margin",
                  tag_weight: float = 1.0, tag_dim: int = 100, tag_feed: bool = False, hide_fraction: float = 0.0,
-                 hide_seed: int = 0, tag_noise: float = 0.0):
+                 hide_seed: int = 0, tag_noise: float = 0.0, ema_decay: float = 0.0):
         super().__init__()
         self.save_hyperparameters()
         self.automatic_optimization = False
@@ -151,9 +155,11 @@ class UDParser(DevSelectedRun, L.LightningModule):
         check(0.0 <= dropout < 1.0, "dropout", "a probability in [0, 1)", dropout)
         check(word_dropout >= 0, "word_dropout", "alpha >= 0", word_dropout)
         check_hiding(hide_fraction, hide_seed)
+        check(isinstance(ema_decay, (int, float)) and 0 <= ema_decay < 1, "ema_decay", "a number in [0, 1) (0: the "
+              "trained weights themselves; else the decay of their moving average, which dev selects)", ema_decay)
         for name in ("lr", "grad_clip"):
             check_positive(getattr(self.hparams, name), name)
-        self.corpus = self.parser = None
+        self.corpus = self.parser = self.averaged = None
         self.tree = tree_layer(loss, projective)
         self.history: list = []
         self.best: dict = {"epoch": -1, "dev_las": -math.inf, "dev_uas": -math.inf, "state": None}
@@ -175,6 +181,15 @@ class UDParser(DevSelectedRun, L.LightningModule):
         torch.manual_seed(hp.seed)                  # the initial weights: a function of the seed alone
         self.parser = build_network(hp, v).to(self.device)
         self.word_counts = torch.tensor(v.word_counts)
+        if hp.ema_decay > 0:                        # a submodule: the checkpoint carries it (exact resume)
+            self.averaged = AveragedModel(self.parser, multi_avg_fn=get_ema_multi_avg_fn(hp.ema_decay))
+
+    @property
+    def selected_network(self) -> BiaffineParser:
+        """The weights that dev evaluates and selects and the test decodes: the moving average of the trained ones
+        (``ema_decay`` > 0: Polyak averaging, an exponential window of about 1 / (1 - decay) steps), else the
+        trained ones."""
+        return self.averaged.module if self.averaged is not None else self.parser
 
     def configure_optimizers(self):
         return torch.optim.Adam(self.parser.parameters(), lr=self.hparams.lr, betas=(0.9, 0.9))
@@ -204,6 +219,8 @@ class UDParser(DevSelectedRun, L.LightningModule):
         loss = self.batch_loss(idx)
         self._epoch["loss"] += manual_step(self, loss, [self.optimizers()], clip=(self.parser.parameters(),
                                                                                  hp.grad_clip))
+        if self.averaged is not None:
+            self.averaged.update_parameters(self.parser)
         self._epoch["batches"] += 1
         return None
 
@@ -276,9 +293,13 @@ class UDParser(DevSelectedRun, L.LightningModule):
             rec.update(dev_uas_argmax=dev["uas_argmax"], dev_argmax_not_tree=dev["argmax_not_tree"])
         if "upos" in dev:
             rec["dev_upos"] = dev["upos"]
+        if self.averaged is not None:               # what the averaging adds, epoch by epoch (not selected on)
+            raw = self.evaluate(self.corpus.dev, self.parser)
+            rec.update(dev_uas_trained=raw["uas"], dev_las_trained=raw["las"])
         if dev["las"] > self.best["dev_las"]:
+            state = self.selected_network.state_dict()
             self.best = {"epoch": self.current_epoch, "dev_las": dev["las"], "dev_uas": dev["uas"],
-                         "state": {k: v.detach().cpu().clone() for k, v in self.parser.state_dict().items()}}
+                         "state": {k: v.detach().cpu().clone() for k, v in state.items()}}
         rec["best_epoch"] = self.best["epoch"]
         self.history.append(rec)
         if self.current_epoch - self.best["epoch"] >= hp.patience:
@@ -292,21 +313,32 @@ class UDParser(DevSelectedRun, L.LightningModule):
             logger.log_metrics({f"parser/{k}": float(v) for k, v in rec.items()}, step=self.current_epoch)
         save_last_checkpoint(self.trainer)
 
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        """A checkpoint holds the averaged weights exactly when its run averaged (``ema_decay`` > 0): one of a run
+        without them is refused by name rather than by the state dict's missing keys."""
+        has = any(k.startswith("averaged.") for k in checkpoint.get("state_dict", {}))
+        check(has == (self.averaged is not None), "ema_decay", "the checkpoint's: it holds "
+              f"{'averaged' if has else 'no averaged'} weights; resume with ema_decay "
+              f"{'> 0' if has else '0'} or start a new run", self.hparams.ema_decay)
+        super().on_load_checkpoint(checkpoint)
+
     # -- prediction -----------------------------------------------------------------------------
-    def predict(self, split, chunk: int = 128) -> dict:
-        """:func:`decode_split` of ``split`` with the module's network (in eval mode for the call)."""
-        was = self.parser.training
-        self.parser.eval()
+    def predict(self, split, chunk: int = 128, network: BiaffineParser | None = None) -> dict:
+        """:func:`decode_split` of ``split`` with ``network`` (default :attr:`selected_network`; in eval mode
+        for the call)."""
+        network = self.selected_network if network is None else network
+        was = network.training
+        network.eval()
         try:
-            return decode_split(self.parser, self.tree, split, self.corpus.vocab.rels, self.device, chunk,
+            return decode_split(network, self.tree, split, self.corpus.vocab.rels, self.device, chunk,
                                 self.corpus.vocab.upos)
         finally:
-            self.parser.train(was)
+            network.train(was)
 
-    def evaluate(self, split) -> dict:
+    def evaluate(self, split, network: BiaffineParser | None = None) -> dict:
         """UAS / LAS of the decoded trees, UAS of the per-word argmax and the share of sentences where the
-        argmax is not a single-root tree."""
-        pred = self.predict(split)
+        argmax is not a single-root tree (``network``: as :meth:`predict`)."""
+        pred = self.predict(split, network=network)
         gold_heads = [split.gold_heads(i) for i in range(split.n)]
         gold_rels = [split.rel_names[int(split.offsets[i]):int(split.offsets[i + 1])] for i in range(split.n)]
         uas, las = attachment_scores(gold_heads, gold_rels, pred["heads"], pred["labels"])
@@ -335,7 +367,7 @@ class UDParser(DevSelectedRun, L.LightningModule):
             return None
         out = run_output_dir(self.trainer, self.hparams.out)
         out.mkdir(parents=True, exist_ok=True)
-        self.parser.load_state_dict(self.best["state"])
+        self.selected_network.load_state_dict(self.best["state"])
         results = {"dev_uas": self.best["dev_uas"], "dev_las": self.best["dev_las"], "best_epoch": self.best["epoch"],
                    "epochs": len(self.history),
                    "s_per_epoch": sum(r["seconds"] for r in self.history) / max(1, len(self.history)),
@@ -354,7 +386,8 @@ class UDParser(DevSelectedRun, L.LightningModule):
         else:
             results["interrupted"] = True
         save_history(out, self.history)
-        save_torch(out / "parser.pt", {"state_dict": {k: v.detach().cpu() for k, v in self.parser.state_dict().items()},
+        weights = self.selected_network.state_dict()
+        save_torch(out / "parser.pt", {"state_dict": {k: v.detach().cpu() for k, v in weights.items()},
                                        "vocab": self.corpus.vocab.state(), "hparams": dict(self.hparams)})
         config = {"module": "ssvm_torch.deep.UDParser", **dict(self.hparams), "device": device_record(self.device)}
         atomic_write_bytes(out / "config.json", json.dumps(config, indent=1, default=str).encode())
