@@ -305,7 +305,8 @@ class UDParser(DevSelectedRun, L.LightningModule):
         if self.current_epoch - self.best["epoch"] >= hp.patience:
             self.trainer.should_stop = True
         if self.trainer.is_global_zero:
-            print(f"epoch {rec['epoch']}: loss {rec['loss']:.4f}, dev UAS {dev['uas']:.2f} LAS {dev['las']:.2f} "
+            trained = f" [trained weights: {rec['dev_las_trained']:.2f}]" if self.averaged is not None else ""
+            print(f"epoch {rec['epoch']}: loss {rec['loss']:.4f}, dev UAS {dev['uas']:.2f} LAS {dev['las']:.2f}{trained} "
                   f"(best LAS {self.best['dev_las']:.2f} at epoch {self.best['epoch']}), {seconds:.1f} s "
                   f"({100 * rec['tree_layer_share']:.0f}% in the tree layer), peak RSS {rec['peak_rss_mb']:.0f} MB",
                   flush=True)
