@@ -58,6 +58,9 @@ TAG_FEED = "tagfeed_"
 #: runs trained with a share of the training heads hidden (config.json ``"hide_fraction"`` F > 0, issue 73) as
 #: "partial<100 F>_<head>", each paired with the full-annotation run of the same head and seed
 PARTIAL = "partial"
+#: runs trained with weight averaging (config.json ``"ema_decay"`` > 0) or tag noise (``"tag_noise"`` P > 0), issue
+#: 72's levers, as "ema_<head>" / "noise<100 P>_<head>" ("ema_noise3_<head>" with both), each paired with <head>
+EMA, NOISE = "ema_", "noise"
 
 
 #: config.json keys that may differ between the seeds of one head (what a run is, not how it was run)
@@ -71,6 +74,11 @@ def configuration_clash(config: dict, other: dict) -> tuple | None:
         if config[key] != other[key]:
             return key, config[key], other[key]
     return None
+
+
+def training_prefix(config: dict) -> str:
+    p = config.get("tag_noise", 0.0)
+    return (EMA if config.get("ema_decay", 0.0) > 0 else "") + (f"{NOISE}{round(100 * p)}_" if p > 0 else "")
 
 
 def partial_prefix(config: dict) -> str:
@@ -136,6 +144,7 @@ def report(runs: Path, draws: int) -> dict:
     gold_rels = [[universal(w[5]) for w in test.sentence(i)] for i in range(test.n)]
     by_head: dict = {}
     first_of_head: dict = {}
+    plain_of: dict = {}                  # each head without its training options (ema_, noise<P>_)
     for d in sorted(runs.glob("*_s*")):
         config = json.loads((d / "config.json").read_text())
         results = json.loads((d / "results.json").read_text())
@@ -152,9 +161,11 @@ def report(runs: Path, draws: int) -> dict:
             if abs(test_upos - results["test_upos"]) > 1e-9:
                 raise SystemExit(f"{d}: UPOS recomputed {test_upos:.4f}, results.json says {results['test_upos']:.4f}")
         median_epoch = statistics.median(r["seconds"] for r in history)
-        head = partial_prefix(config) + (WORDS if config.get("tags", "gold") == "predicted" else "") + \
+        plain = partial_prefix(config) + (WORDS if config.get("tags", "gold") == "predicted" else "") + \
             (TAG_FEED if config.get("tag_feed", False) else "") + \
             (SECOND_ORDER if config.get("order", 1) == 2 else "") + config["loss"]
+        head = training_prefix(config) + plain
+        plain_of[head] = plain
         first, first_config = first_of_head.setdefault(head, (d, config))
         clash = configuration_clash(config, first_config)
         if clash is not None:
@@ -198,6 +209,8 @@ def report(runs: Path, draws: int) -> dict:
     # from partial annotation too: each margin loss against the CRF with the same positions hidden (issue 73)
     for prefix in sorted({h.split("_", 1)[0] + "_" for h in by_head if h.startswith(PARTIAL)}):
         pairs += [(prefix + a, prefix + "crf") for a in MARGIN_HEADS]
+    # a training option (weight averaging, tag noise) against the same head trained without it
+    pairs += [(h, plain_of[h]) for h in sorted(by_head) if plain_of[h] != h]
     for a, b in pairs:
         # over the seeds both heads have, so that a head with a run still training (2 seeds of 3) is compared
         # with the same initialisations and orders, not with the other head's extra seed

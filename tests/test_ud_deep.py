@@ -365,8 +365,9 @@ def test_bad_parser_settings_are_refused_by_name(tmp_path, capsys):
 def test_the_results_script_recomputes_the_archive_and_bootstraps_pairs(tmp_path):
     """benchmarks/bench_ud_deep.py on an archive of one tiny run filed under two heads: the recomputed
     UAS / LAS equal results.json, a system against itself differs by 0 in every draw (over the seeds both
-    heads have), and a results.json that disagrees with its predictions, or a run whose configuration differs
-    from its head's other seeds, is refused."""
+    heads have), a training option (weight averaging, tag noise) files a head of its own paired with the plain
+    one, and a results.json that disagrees with its predictions, or a run whose configuration differs from its
+    head's other seeds, is refused."""
     import importlib.util
     import shutil
     spec = importlib.util.spec_from_file_location("bench_ud_deep", RECIPES.parent / "benchmarks" / "bench_ud_deep.py")
@@ -408,6 +409,16 @@ def test_the_results_script_recomputes_the_archive_and_bootstraps_pairs(tmp_path
     with pytest.raises(SystemExit, match=r"rel100_hinge_s2: filed under hinge beside hinge_s0, but its rel_dim is"):
         bench.report(archive, draws=10)
     shutil.rmtree(variant)
+    # a training option is a head of its own ("ema_noise3_hinge"), paired with the head trained without it
+    option = archive / "ema_noise3_hinge_s0"
+    shutil.copytree(archive / "hinge_s0", option)
+    config = json.loads((option / "config.json").read_text())
+    (option / "config.json").write_text(json.dumps({**config, "ema_decay": 0.999, "tag_noise": 0.03}))
+    report = bench.report(archive, draws=10)
+    assert "ema_noise3_hinge" in [h["head"] for h in report["heads"]]
+    (last,) = [b for b in report["bootstrap"] if b["a"] == "ema_noise3_hinge"]
+    assert (last["b"], last["seeds"], last["las"]["observed_diff"]) == ("hinge", [0], 0.0)
+    shutil.rmtree(option)
     (archive / "hinge_s0" / "results.json").write_text(json.dumps({**results, "test_uas": results["test_uas"] + 1}))
     with pytest.raises(SystemExit, match="UAS / LAS recomputed"):
         bench.report(archive, draws=10)
