@@ -274,7 +274,8 @@ def test_the_results_script_recomputes_a_words_only_runs_upos_and_refuses_a_wron
     tags = [t for sentence in pred["upos"] for t in sentence]
     want = 100.0 * sum(a == b for a, b in zip(gold, tags)) / len(gold)
     (row,) = bench.report(d.parent, draws=10)["heads"]
-    head = "words_" + ("tagfeed_" if config["tag_feed"] else "") + ("2o_" if config["order"] == 2 else "") + "softmax_margin"
+    head = ("noise5_" if config.get("tag_noise", 0) == 0.05 else "") + "words_" + \
+        ("tagfeed_" if config["tag_feed"] else "") + ("2o_" if config["order"] == 2 else "") + "softmax_margin"
     assert row["head"] == head and len(tags) == len(gold)
     assert row["test_upos"]["mean"] == pytest.approx(want, abs=1e-9) == results["test_upos"]
     (d / "results.json").write_text(json.dumps({**results, "test_upos": results["test_upos"] + 0.5}))
