@@ -16,8 +16,8 @@ encoder (:mod:`ssvm_torch.deep.ud_tagging`, a :class:`ssvm_torch.nn.LinearChain`
 trained jointly (the loss adds ``tag_weight`` x the tagger's) and predicts the tags at test time; the tree head
 reads the shared states, and with ``tag_feed`` also the embeddings (``upos_dim``) of the tagger's predicted tags
 (:meth:`~ssvm_torch.deep.biaffine.BiaffineParser.scorer_states`; ``tag_noise``: in training, that share of them
-replaced by tags the tagger finds likely, :func:`~ssvm_torch.deep.ud_tagging.confusable_tags`). Its dev UPOS accuracy is recorded every epoch,
-the test one and the predicted tags (``"upos"``) in the outputs.
+replaced by tags the tagger finds likely, :func:`~ssvm_torch.deep.ud_tagging.confusable_tags`). Its dev UPOS
+accuracy is recorded every epoch, the test one and the predicted tags (``"upos"``) in the outputs.
 
 ``order=2`` adds adjacent-sibling scores (the network's triaffine sibling scorer, ``sib_dim``; Zhang et al.
 2020) to a tree head's arc scores: the second-order projective model of :class:`ssvm_torch.nn.DependencyTree`,
@@ -38,9 +38,9 @@ epoch's weights kept, training stops after ``patience`` epochs without a better 
 trainer's max_epochs); the test file is decoded once, at the end. With ``ema_decay`` > 0 what dev scores and
 selects (and ``parser.pt`` holds) is the exponential moving average of the trained weights (Polyak averaging;
 torch's ``AveragedModel``, updated after every step, in the checkpoint), and each epoch's record also has the
-trained weights' own dev UAS / LAS (``dev_uas_trained``, ``dev_las_trained``: one more dev decoding). UAS / LAS by CoNLL 2018's definitions:
-every word, punctuation included, LAS on the universal part of DEPREL. Gold UPOS is an input unless
-``upos_input=False``.
+trained weights' own dev UAS / LAS (``dev_uas_trained``, ``dev_las_trained``: one more dev decoding). UAS /
+LAS by CoNLL 2018's definitions: every word, punctuation included, LAS on the universal part of DEPREL. Gold UPOS
+is an input unless ``upos_input=False``.
 
 Outputs (``out`` or the logger's directory): ``config.json`` (with ``"loss"``, ``"projective"``,
 ``"upos_input"``, ``"order"``, ``"device"``: where it trained, :func:`ssvm_torch.outputs.device_record`),
@@ -306,8 +306,8 @@ class UDParser(DevSelectedRun, L.LightningModule):
             self.trainer.should_stop = True
         if self.trainer.is_global_zero:
             trained = f" [trained weights: {rec['dev_las_trained']:.2f}]" if self.averaged is not None else ""
-            print(f"epoch {rec['epoch']}: loss {rec['loss']:.4f}, dev UAS {dev['uas']:.2f} LAS {dev['las']:.2f}{trained} "
-                  f"(best LAS {self.best['dev_las']:.2f} at epoch {self.best['epoch']}), {seconds:.1f} s "
+            print(f"epoch {rec['epoch']}: loss {rec['loss']:.4f}, dev UAS {dev['uas']:.2f} LAS {dev['las']:.2f}"
+                  f"{trained} (best LAS {self.best['dev_las']:.2f} at epoch {self.best['epoch']}), {seconds:.1f} s "
                   f"({100 * rec['tree_layer_share']:.0f}% in the tree layer), peak RSS {rec['peak_rss_mb']:.0f} MB",
                   flush=True)
         for logger in self.loggers:
