@@ -40,7 +40,7 @@ from pathlib import Path
 import numpy as np
 
 from ssvm_torch.data.ud import load_ud_ewt, universal
-from ssvm_torch.deep.ud_tagging import upos_accuracy
+from ssvm_torch.deep.ud_tagging import tag_accuracy
 from ssvm_torch.outputs import load_torch
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -58,9 +58,10 @@ TAG_FEED = "tagfeed_"
 #: runs trained with a share of the training heads hidden (config.json ``"hide_fraction"`` F > 0, issue 73) as
 #: "partial<100 F>_<head>", each paired with the full-annotation run of the same head and seed
 PARTIAL = "partial"
-#: runs trained with weight averaging (config.json ``"ema_decay"`` > 0) or tag noise (``"tag_noise"`` P > 0), issue
-#: 72's levers, as "ema_<head>" / "noise<100 P>_<head>" ("ema_noise3_<head>" with both), each paired with <head>
-EMA, NOISE = "ema_", "noise"
+#: runs trained with weight averaging (config.json ``"ema_decay"`` > 0), tag noise (``"tag_noise"`` P > 0) or an XPOS
+#: head (``"xpos"``), issue 72's levers, as "ema_<head>" / "noise<100 P>_<head>" / "xpos_<head>" ("ema_noise3_<head>"
+#: with the first two), each paired with <head>
+EMA, NOISE, XPOS = "ema_", "noise", "xpos_"
 
 
 #: config.json keys that may differ between the seeds of one head (what a run is, not how it was run)
@@ -78,7 +79,8 @@ def configuration_clash(config: dict, other: dict) -> tuple | None:
 
 def training_prefix(config: dict) -> str:
     p = config.get("tag_noise", 0.0)
-    return (EMA if config.get("ema_decay", 0.0) > 0 else "") + (f"{NOISE}{round(100 * p)}_" if p > 0 else "")
+    return (EMA if config.get("ema_decay", 0.0) > 0 else "") + (f"{NOISE}{round(100 * p)}_" if p > 0 else "") + \
+        (XPOS if config.get("xpos", False) else "")
 
 
 def partial_prefix(config: dict) -> str:
@@ -98,12 +100,12 @@ def sentence_counts(gold_heads: list, gold_rels: list, heads: list, labels: list
     return out
 
 
-def checked_upos_accuracy(gold: list, pred: list, run: Path) -> float:
-    """The UPOS accuracy (:func:`ssvm_torch.deep.ud_tagging.upos_accuracy`) of a run's predicted tags ``pred``
+def checked_tag_accuracy(gold: list, pred: list, run: Path) -> float:
+    """The UPOS (XPOS) accuracy (:func:`ssvm_torch.deep.ud_tagging.tag_accuracy`) of a run's predicted tags ``pred``
     (one list of names per sentence) against the gold file's ``gold``, refused unless they cover it word for word."""
     if len(pred) != len(gold) or any(len(p) != len(g) for p, g in zip(pred, gold)):
         raise SystemExit(f"{run}: the predicted UPOS do not cover the {len(gold)} test sentences word for word")
-    return upos_accuracy(gold, pred)
+    return tag_accuracy(gold, pred)
 
 
 def scores(counts: np.ndarray) -> tuple[float, float]:
@@ -140,7 +142,8 @@ def mean_std(xs: list) -> dict:
 def report(runs: Path, draws: int) -> dict:
     test = load_ud_ewt("test")
     gold_heads = [[w[4] for w in test.sentence(i)] for i in range(test.n)]
-    gold_upos = [[w[2] for w in test.sentence(i)] for i in range(test.n)]
+    gold_tags = {"upos": [[w[2] for w in test.sentence(i)] for i in range(test.n)],
+                 "xpos": [[w[3] for w in test.sentence(i)] for i in range(test.n)]}
     gold_rels = [[universal(w[5]) for w in test.sentence(i)] for i in range(test.n)]
     by_head: dict = {}
     first_of_head: dict = {}
@@ -155,11 +158,13 @@ def report(runs: Path, draws: int) -> dict:
         if abs(uas - results["test_uas"]) > 1e-9 or abs(las - results["test_las"]) > 1e-9:
             raise SystemExit(f"{d}: UAS / LAS recomputed {uas:.4f} / {las:.4f}, results.json says "
                              f"{results['test_uas']:.4f} / {results['test_las']:.4f}")
-        test_upos = None                 # a gold-UPOS run predicts no tags
-        if "upos" in pred:               # a words-only run: its tags, recomputed against the gold file
-            test_upos = checked_upos_accuracy(gold_upos, pred["upos"], d)
-            if abs(test_upos - results["test_upos"]) > 1e-9:
-                raise SystemExit(f"{d}: UPOS recomputed {test_upos:.4f}, results.json says {results['test_upos']:.4f}")
+        tagged = {"upos": None, "xpos": None}     # a gold-UPOS run predicts no tags, a words-only run UPOS (XPOS)
+        for kind in tagged:
+            if kind in pred:                    # its tags, recomputed against the gold file
+                tagged[kind] = checked_tag_accuracy(gold_tags[kind], pred[kind], d)
+                if abs(tagged[kind] - results[f"test_{kind}"]) > 1e-9:
+                    raise SystemExit(f"{d}: {kind.upper()} recomputed {tagged[kind]:.4f}, results.json says "
+                                     f"{results[f'test_{kind}']:.4f}")
         median_epoch = statistics.median(r["seconds"] for r in history)
         plain = partial_prefix(config) + (WORDS if config.get("tags", "gold") == "predicted" else "") + \
             (TAG_FEED if config.get("tag_feed", False) else "") + \
@@ -182,7 +187,7 @@ def report(runs: Path, draws: int) -> dict:
              "test_sentences_per_s": results["test_sentences_per_s"], "counts": counts,
              # the same arc scores decoded by a per-word argmax over heads, no tree constraint (issue 58, Deliver 2)
              "test_uas_argmax": results["test_uas_argmax"], "argmax_not_tree_pct": results["test_argmax_not_tree_pct"],
-             "test_upos": test_upos})
+             "test_upos": tagged["upos"], "test_xpos": tagged["xpos"]})
     out = {"test_sentences": test.n, "test_words": int(test.lengths.sum()), "heads": [], "bootstrap": []}
     for head in [*HEADS, *sorted(set(by_head) - set(HEADS))]:
         rows = by_head.get(head)
@@ -196,8 +201,8 @@ def report(runs: Path, draws: int) -> dict:
                                 ("test_uas", "test_las", "dev_uas", "dev_las", "epochs", "best_epoch", "s_per_epoch",
                                  "hours", "hours_as_run", "tree_layer_share", "test_sentences_per_s", "test_uas_argmax",
                                  "argmax_not_tree_pct")},
-                             "test_upos": (mean_std([r["test_upos"] for r in rows])
-                                           if all(r["test_upos"] is not None for r in rows) else None)})
+                             **{k: (mean_std([r[k] for r in rows]) if all(r[k] is not None for r in rows) else None)
+                                for k in ("test_upos", "test_xpos")}})
     pairs = [(a, b) for a in MARGIN_HEADS for b in ("crf", "local")]
     pairs += [(SECOND_ORDER + loss, loss) for loss in ("crf", "hinge", "softmax_margin")]   # second vs first order
     pairs += [(WORDS + head, head) for head in ("softmax_margin", "2o_softmax_margin")]   # words only vs gold UPOS
@@ -238,8 +243,10 @@ def markdown(out: dict) -> str:
             "test UAS, per-word argmax (% not a tree) |",
             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in out["heads"]:
-        reads = ("words + gold UPOS" if r["upos_input"] else
-                 f"words only (UPOS predicted: {ms(r['test_upos'])}%)" if r["head"].startswith(WORDS) else "words only")
+        # a words-only head under a training prefix (ema_words_...) predicts tags too: told by its tags, not its name
+        tags = ", ".join(f"{k.upper()} predicted: {ms(r[f'test_{k}'])}%" for k in ("upos", "xpos")
+                         if r[f"test_{k}"] is not None)
+        reads = "words + gold UPOS" if r["upos_input"] else f"words only ({tags})" if tags else "words only"
         rows.append(f"| {r['head']} | {len(r['seeds'])} | {reads} | "
                     f"**{ms(r['test_uas'])}** | **{ms(r['test_las'])}** | {ms(r['dev_uas'])} | {ms(r['dev_las'])} | "
                     f"{ms(r['epochs'], 1)} ({ms(r['best_epoch'], 1)}) | {ms(r['s_per_epoch'], 0)} | {ms(r['hours'], 1)} | "

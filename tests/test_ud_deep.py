@@ -13,7 +13,7 @@ import torch
 from ssvm_torch.data.ud import load_ud_ewt, universal
 from ssvm_torch.deep.__main__ import main as deep_main
 from ssvm_torch.deep.ud_decode import attachment_scores
-from ssvm_torch.deep.ud_text import PAD, ROOT, load_ud_parsing
+from ssvm_torch.deep.ud_text import PAD, ROOT, UNK, load_ud_parsing
 from ssvm_torch.trees.checks import tree_faults
 
 RECIPES = Path(__file__).resolve().parents[1] / "recipes"
@@ -200,6 +200,30 @@ def test_scorer_states_reads_the_tags_it_is_given_and_decodes_the_same_ones_itse
     torch.testing.assert_close(moved[..., :12], states, rtol=0, atol=0)
 
 
+def test_an_xpos_head_is_a_second_tagger_that_leaves_the_other_initial_weights_alone():
+    """build_network with xpos: an XPOS TagHead over the training sentences' XPOS tags, made after the rest, so that
+    every other initial weight of a seed is the one it has without the head; a batch carries each word's XPOS id
+    (ROOT at the root, PAD past the words)."""
+    from ssvm_torch.deep.ud_parser import UDParser, build_network
+    m = UDParser(train_size=40, tags="predicted", upos_input=False, tag_feed=True, xpos=True, threads=1)
+    m.build()
+    vocab, hp = m.corpus.vocab, dict(m.hparams)
+    n_xpos = len(set(m.corpus.train.xpos_names))
+    assert vocab.xpos[3:] == sorted(set(m.corpus.train.xpos_names)) and m.parser.xpos_tagger.out.out_features == n_xpos
+    torch.manual_seed(0)
+    with_head = build_network(hp, vocab).state_dict()
+    torch.manual_seed(0)
+    without = build_network({**hp, "xpos": False}, vocab).state_dict()
+    assert set(with_head) - set(without) == {k for k in with_head if k.startswith("xpos_tagger.")} != set()
+    assert all(torch.equal(v, with_head[k]) for k, v in without.items())
+    batch = m.corpus.train.batch([0, 1])
+    n0 = int(m.corpus.train.lengths[0])
+    names = [vocab.xpos[i] for i in batch["xpos"][0, 1:n0 + 1].tolist()]
+    assert names == m.corpus.train.xpos_names[:n0] and bool((batch["xpos"][:, 0] == ROOT).all())
+    past = torch.arange(batch["xpos"].shape[1])[None, :] > batch["lengths"][:, None]
+    assert bool((batch["xpos"][past] == PAD).all()) and bool((batch["xpos"][batch["mask"]] != UNK).all())
+
+
 def test_tag_noise_replaces_that_share_of_the_words_tags_by_the_taggers_other_likely_tags():
     """confusable_tags (training's tag noise, issue 72): rate 0 returns the tags and draws nothing; otherwise a
     word's tag is replaced with probability rate (never the root's or the padding's), always by another tag, drawn
@@ -354,6 +378,7 @@ def test_bad_parser_settings_are_refused_by_name(tmp_path, capsys):
                         (["--model.order", "2", "--model.projective", "false"], "projective: expected true with order 2"),
                         (["--model.order", "2", "--model.sib_dim", "0"], "sib_dim: expected an int >= 1"),
                         (["--model.tag_feed", "true"], "tag_feed: expected false unless tags is predicted"),
+                        (["--model.xpos", "true"], "xpos: expected true or false, and false unless tags is predicted"),
                         (["--model.ema_decay", "1"], "ema_decay: expected a number in [0, 1)"),
                         (["--model.tag_noise", "0.1"], "tag_noise: expected a probability in [0, 1) with tag_feed, 0 "
                                                        "without")):

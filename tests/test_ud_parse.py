@@ -94,6 +94,8 @@ def test_blank_heads_get_trees_and_ranges_comments_and_empty_nodes_stay(run_dir,
 EDITED = {"unknown-head": (lambda o: o["hparams"].update(loss="perceptron"), "hparams['loss'] is 'perceptron'"),
           "size-as-text": (lambda o: o["hparams"].update(hidden="200"), "hparams['hidden'] is '200', expected an int"),
           "no-flag": (lambda o: o["hparams"].pop("projective"), "hparams lacks projective"),
+          "xpos-without-tagger": (lambda o: o["hparams"].update(xpos=True),
+                                  "hparams['xpos'] is 'True', expected true or false, and false unless tags is"),
           "vocab-a-list": (lambda o: o.update(vocab=list(o["vocab"])), "vocab is 'list', expected a dict"),
           "rels-numbers": (lambda o: o["vocab"].update(rels=[1, 2]), "vocab['rels'] is '[1, 2]'"),
           "counts-short": (lambda o: o["vocab"].update(word_counts=o["vocab"]["word_counts"][:-1]),
@@ -229,10 +231,11 @@ def words_run(request, tmp_path_factory):
     """One tiny words-only run (tags predicted by the LinearChain head, no gold UPOS input), its scorers reading
     the BiLSTM states only or (tagfeed) the predicted tags too; the second-order recipe (its sibling scorer
     reading the tags too) as issue 72's runs train it. The first-order tag-feed run trains with tag noise (a share of
-    the fed tags replaced, training only): what it writes and parses must not depend on it."""
-    noise = ["--model.tag_noise", "0.05"] if request.param == "words_tagfeed" else []
+    the fed tags replaced, training only): what it writes and parses must not depend on it; the plain words run has
+    an XPOS head too (a second tagger, its tags written and scored)."""
+    option = {"words_tagfeed": ["--model.tag_noise", "0.05"], "words": ["--model.xpos", "true"]}.get(request.param, [])
     return tiny_run(tmp_path_factory.mktemp(request.param), f"ud_deep_{request.param}_softmax_margin.yaml",
-                    "--model.tag_dim", "8", *noise)
+                    "--model.tag_dim", "8", *option)
 
 
 def test_a_words_only_run_records_tags_and_parses_plain_text_to_its_own_figures(words_run):
@@ -245,13 +248,14 @@ def test_a_words_only_run_records_tags_and_parses_plain_text_to_its_own_figures(
     pred = torch.load(words_run / "test_predictions.pt", weights_only=True)
     assert "dev_upos" in history[-1] and 0 <= results["test_upos"] <= 100 and len(pred["upos"]) == 2077
     config = json.loads((words_run / "config.json").read_text())
+    assert ("dev_xpos" in history[-1] and "test_xpos" in results and len(pred["xpos"]) == 2077) == config["xpos"]
     assert config["tags"] == "predicted" and config["upos_input"] is False
     spec = importlib.util.spec_from_file_location("bench_ud_parse_text",
                                                   RECIPES.parent / "benchmarks" / "bench_ud_parse_text.py")
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     row = bench.check(words_run)
-    assert row["equal"] and row["text"]["sentences"] == 2077, row
+    assert row["equal"] and row["text"]["sentences"] == 2077 and ("test_xpos" in row["text"]) == config["xpos"], row
     assert row["text"]["test_las"] == pytest.approx(results["test_las"], abs=1e-9)
 
 
@@ -274,10 +278,17 @@ def test_the_results_script_recomputes_a_words_only_runs_upos_and_refuses_a_wron
     tags = [t for sentence in pred["upos"] for t in sentence]
     want = 100.0 * sum(a == b for a, b in zip(gold, tags)) / len(gold)
     (row,) = bench.report(d.parent, draws=10)["heads"]
-    head = ("noise5_" if config.get("tag_noise", 0) == 0.05 else "") + "words_" + \
+    head = ("noise5_" if config.get("tag_noise", 0) == 0.05 else "") + ("xpos_" if config["xpos"] else "") + "words_" + \
         ("tagfeed_" if config["tag_feed"] else "") + ("2o_" if config["order"] == 2 else "") + "softmax_margin"
     assert row["head"] == head and len(tags) == len(gold)
     assert row["test_upos"]["mean"] == pytest.approx(want, abs=1e-9) == results["test_upos"]
+    if config["xpos"]:               # the XPOS head's tags, recomputed against the gold file's XPOS column
+        gold_x = [r[4] for r in fields(data_file(UD_EWT["test"])) if len(r) == 10 and r[0].isdigit()]
+        tags_x = [t for sentence in pred["xpos"] for t in sentence]
+        want_x = 100.0 * sum(a == b for a, b in zip(gold_x, tags_x)) / len(gold_x)
+        assert row["test_xpos"]["mean"] == pytest.approx(want_x, abs=1e-9) == results["test_xpos"]
+    else:
+        assert row["test_xpos"] is None
     (d / "results.json").write_text(json.dumps({**results, "test_upos": results["test_upos"] + 0.5}))
     with pytest.raises(SystemExit, match="UPOS recomputed"):
         bench.report(d.parent, draws=10)
@@ -285,7 +296,8 @@ def test_the_results_script_recomputes_a_words_only_runs_upos_and_refuses_a_wron
 
 def test_no_gold_column_but_form_changes_a_words_only_parse(words_run, tmp_path):
     """The test file with every column but ID and FORM scrambled (UPOS, XPOS, LEMMA, FEATS, HEAD, DEPREL, DEPS,
-    MISC shuffled across words) parses to the same UPOS, heads and relations as the file itself."""
+    MISC shuffled across words) parses to the same UPOS (XPOS, with an XPOS head), heads and relations as the file
+    itself."""
     import random
     src = data_file(UD_EWT["test"])
     rows = fields(src)
@@ -305,7 +317,8 @@ def test_no_gold_column_but_form_changes_a_words_only_parse(words_run, tmp_path)
     assert parse_main(["--model", model, "--input", str(noisy), "--output", str(b)]) == 0
     pa = [r for r in fields(a) if len(r) == 10 and r[0].isdigit()]
     pb = [r for r in fields(b) if len(r) == 10 and r[0].isdigit()]
-    assert [(r[3], r[6], r[7]) for r in pa] == [(r[3], r[6], r[7]) for r in pb]
+    cols = (3, 4, 6, 7) if load_parser(words_run / "parser.pt").hparams.get("xpos") else (3, 6, 7)
+    assert [[r[c] for c in cols] for r in pa] == [[r[c] for c in cols] for r in pb]
 
 
 def test_text_input_keeps_each_sentences_line_number_as_its_sent_id(tmp_path):

@@ -60,6 +60,7 @@ class BiaffineParser(nn.Module):
         self.arc_u = nn.Parameter(torch.zeros(arc_dim))
         self.rel_W = nn.Parameter(torch.zeros(n_rels, rel_dim + 1, rel_dim + 1))
         self.tagger = tag_head                  # the UPOS head of a words-only parser (ssvm_torch/deep/ud_tagging.py)
+        self.xpos_tagger = None                 # its XPOS head, if any: set after the rest (ud_parser.build_network)
         self.sib_dim = sib_dim
         if sib_dim > 0:
             self.sib_s, self.sib_d, self.sib_h = (MLP(n_scorer, sib_dim, dropout) for _ in range(3))

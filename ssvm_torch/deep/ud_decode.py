@@ -44,15 +44,16 @@ def tree_layer(loss: str, projective: bool) -> DependencyTree:
 
 @torch.no_grad()
 def decode_split(network: BiaffineParser, tree: DependencyTree, split, rels: list, device, chunk: int = 128,
-                 upos_names: list | None = None, progress: bool = False) -> dict:
+                 upos_names: list | None = None, progress: bool = False, xpos_names: list | None = None) -> dict:
     """Heads and relation names of every sentence of ``split`` (a :class:`~ssvm_torch.deep.ud_text.UDSplit`, in
     its order): trees decoded by the tree layer ``tree`` (Eisner or MST), relations by the network's labeler at
     those heads (names from ``rels``); also the per-word argmax heads (``heads_argmax``). Sentences batched by
     length, ``chunk`` at a time; the caller sets the network's mode (eval for dropout off). A words-only
-    network (with a tagger) also predicts the UPOS tags (``upos``, names from ``upos_names``). ``progress``: a
-    progress bar on stderr when it is a terminal."""
+    network (with a tagger) also predicts the UPOS tags (``upos``, names from ``upos_names``), one with an XPOS
+    tagger the XPOS tags (``xpos``, names from ``xpos_names``). ``progress``: a progress bar on stderr when it is
+    a terminal."""
     order = torch.argsort(split.lengths, stable=True)
-    heads, labels, argmax, upos = [None] * split.n, [None] * split.n, [None] * split.n, [None] * split.n
+    heads, labels, argmax, upos, xpos = ([None] * split.n for _ in range(5))
     bar = tqdm(total=split.n, unit="sentence", file=sys.stderr, disable=None if progress else True, leave=False)
     s = 0
     while s < split.n:
@@ -66,6 +67,7 @@ def decode_split(network: BiaffineParser, tree: DependencyTree, split, rels: lis
         batch = {k: (v.to(device) if torch.is_tensor(v) else v) for k, v in split.batch(idx).items()}
         states = network.encode(batch)
         tags = network.tagger.decode(states, batch["mask"]) if network.tagger is not None else None
+        xtags = network.xpos_tagger.decode(states, batch["mask"]).cpu() if network.xpos_tagger is not None else None
         scorer = network.scorer_states(states, batch["mask"], tags)
         arcs = network.arc_scores(scorer)
         sibs = sibling_scores(network, scorer, batch["lengths"])
@@ -83,7 +85,13 @@ def decode_split(network: BiaffineParser, tree: DependencyTree, split, rels: lis
             argmax[i] = local[row, 1:n + 1].tolist()
             if tags is not None:
                 upos[i] = [upos_names[k] for k in tags[row, 1:n + 1].tolist()]
+            if xtags is not None:
+                xpos[i] = [xpos_names[k] for k in xtags[row, 1:n + 1].tolist()]
         bar.update(len(idx))
     bar.close()
     out = {"heads": heads, "labels": labels, "heads_argmax": argmax}
-    return {**out, "upos": upos} if network.tagger is not None else out
+    if network.tagger is not None:
+        out["upos"] = upos
+    if network.xpos_tagger is not None:
+        out["xpos"] = xpos
+    return out

@@ -107,16 +107,19 @@ def input_trees(doc: ConlluFile):
 
 
 def written(doc: ConlluFile, pred: dict) -> bytes:
-    """``doc``'s text with HEAD and DEPREL of every word line replaced by ``pred``'s, and UPOS too when ``pred``
-    has it (a words-only parser)."""
+    """``doc``'s text with HEAD and DEPREL of every word line replaced by ``pred``'s, and UPOS (XPOS) too when
+    ``pred`` has it (a words-only parser; one with an XPOS head)."""
     lines = list(doc.lines)
     tags = pred.get("upos") or [None] * len(doc.words)
-    for sent, heads, labels, upos in zip(doc.words, pred["heads"], pred["labels"], tags):
+    xtags = pred.get("xpos") or [None] * len(doc.words)
+    for sent, heads, labels, upos, xpos in zip(doc.words, pred["heads"], pred["labels"], tags, xtags):
         for j, (k, h, r) in enumerate(zip(sent, heads, labels)):
             fields = lines[k].split("\t")
             fields[6], fields[7] = str(h), r
             if upos is not None:
                 fields[3] = upos[j]
+            if xpos is not None:
+                fields[4] = xpos[j]
             lines[k] = "\t".join(fields)
     return ("\n".join(lines) + "\n").encode("utf-8")
 

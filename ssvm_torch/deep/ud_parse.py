@@ -15,12 +15,14 @@ word under the root.
 A words-only parser (``tags: predicted``, ``recipes/ud_deep_words_softmax_margin.yaml``) reads FORM alone and
 writes UPOS as well; it also reads plain text, one whitespace-tokenized sentence per line (``--input-format
 text``), and writes CoNLL-U with ID, FORM, UPOS, HEAD and DEPREL filled, each sentence's ``# sent_id`` the
-number of its line in the text (blank lines are skipped). A progress bar shows on a terminal's
+number of its line in the text (blank lines are skipped); one trained with an XPOS head (``xpos``) writes XPOS
+too. A progress bar shows on a terminal's
 stderr from 500 sentences on. A second-order parser refuses a sentence of more than 400 words by its line
 (its memory grows as n^3: a line that holds a whole document would exhaust it); ``--max-words`` sets the limit.
 
 From Python: ``parse_sentences(load_parser("RUN/parser.pt"), [[("Dogs", "NOUN"), ("bark", "VERB")]])`` returns the
-heads (0 = the root) and relations of each sentence (and, for a words-only parser, the predicted ``upos``).
+heads (0 = the root) and relations of each sentence (and, for a words-only parser, the predicted ``upos``; with
+an XPOS head, ``xpos``).
 
 When the input's HEAD columns hold a single-root tree for every sentence (a treebank's dev or test file), the
 command also reports UAS and LAS against them (HEAD integers that are not trees are named, not scored), by CoNLL 2018's definitions (every word, punctuation included; LAS on the
@@ -86,7 +88,8 @@ def load_parser(path, device=None) -> TrainedParser:
                              "python -m ssvm_torch.deep fit --config recipes/ud_deep_<head>.yaml writes one)")
     check_parser_fields(obj, path)
     hp = obj["hparams"]
-    vocab = UDVocab(**{k: list(obj["vocab"][k]) for k in VOCAB_KEYS})
+    # the XPOS vocabulary: in a parser.pt since the XPOS head (check_parser_fields: present when it has one)
+    vocab = UDVocab(**{k: list(obj["vocab"][k]) for k in VOCAB_KEYS}, xpos=list(obj["vocab"].get("xpos", [])))
     try:
         network = build_network(hp, vocab)
         network.load_state_dict(obj["state_dict"])
@@ -135,23 +138,24 @@ def check_parser_fields(obj: dict, path) -> None:
             raise bad("hparams['tag_loss']", f"one of {', '.join(TAG_LOSSES)}", hp.get("tag_loss"))
         if not (isinstance(hp.get("tag_dim"), int) and not isinstance(hp.get("tag_dim"), bool) and hp["tag_dim"] >= 1):
             raise bad("hparams['tag_dim']", "an int >= 1 (a words-only parser's tagger)", hp.get("tag_dim"))
-    if not isinstance(hp.get("tag_feed", False), bool) or (hp.get("tag_feed", False) and tags != "predicted"):
-        raise bad("hparams['tag_feed']", "true or false, and false unless tags is 'predicted'", hp.get("tag_feed"))
+    for flag in ("tag_feed", "xpos"):
+        if not isinstance(hp.get(flag, False), bool) or (hp.get(flag, False) and tags != "predicted"):
+            raise bad(f"hparams[{flag!r}]", "true or false, and false unless tags is 'predicted'", hp.get(flag))
     order = hp.get("order", 1)                        # a parser.pt written before the second order has none
     if order not in (1, 2) or isinstance(order, bool):
         raise bad("hparams['order']", "1 or 2", order)
     if order == 2 and not (isinstance(hp.get("sib_dim"), int) and not isinstance(hp.get("sib_dim"), bool)
                            and hp["sib_dim"] >= 1):
         raise bad("hparams['sib_dim']", "an int >= 1 (a second-order parser's sibling scorer)", hp.get("sib_dim"))
-    for k in VOCAB_KEYS:
-        items, kind = vocab[k], (int if k == "word_counts" else str)
+    for k in VOCAB_KEYS + (("xpos",) if hp.get("xpos", False) else ()):
+        items, kind = vocab.get(k), (int if k == "word_counts" else str)
         if not (isinstance(items, (list, tuple)) and items and all(isinstance(x, kind) for x in items)):
             raise bad(f"vocab[{k!r}]", f"a non-empty list of {kind.__name__}s", type(items).__name__
                       if not isinstance(items, (list, tuple)) else items[:3])
     if len(vocab["word_counts"]) != len(vocab["words"]):
         raise bad("vocab['word_counts']", f"one count per word ({len(vocab['words'])})",
                   f"{len(vocab['word_counts'])} counts")
-    for k in VOCAB_KEYS:
+    for k in VOCAB_KEYS + (("xpos",) if hp.get("xpos", False) else ()):
         if k != "word_counts" and len(set(vocab[k])) != len(vocab[k]):
             seen, repeated = set(), None
             for x in vocab[k]:
@@ -230,7 +234,7 @@ def parse_sentences(parser: TrainedParser, sentences: list, device=None, chunk: 
                                      "(upos_input true)")
     split = make_split("sentences", word_treebank("sentences", sentences), parser.vocab)
     return decode_split(parser.network, parser.tree, split, parser.vocab.rels, parse_device(device or "cpu"), chunk,
-                        parser.vocab.upos, progress=len(sentences) >= PROGRESS_MIN)
+                        parser.vocab.upos, progress=len(sentences) >= PROGRESS_MIN, xpos_names=parser.vocab.xpos)
 
 
 def file_sentences(doc: ConlluFile, upos_needed: bool) -> list:

@@ -17,7 +17,10 @@ trained jointly (the loss adds ``tag_weight`` x the tagger's) and predicts the t
 reads the shared states, and with ``tag_feed`` also the embeddings (``upos_dim``) of the tagger's predicted tags
 (:meth:`~ssvm_torch.deep.biaffine.BiaffineParser.scorer_states`; ``tag_noise``: in training, that share of them
 replaced by tags the tagger finds likely, :func:`~ssvm_torch.deep.ud_tagging.confusable_tags`). Its dev UPOS
-accuracy is recorded every epoch, the test one and the predicted tags (``"upos"``) in the outputs.
+accuracy is recorded every epoch, the test one and the predicted tags (``"upos"``) in the outputs. ``xpos`` adds a
+second tagger of the same kind for the treebank's XPOS (EWT: Penn Treebank tags), trained jointly with the same
+weight (a multi-task signal for the shared encoder, as in Stanza's joint UPOS / XPOS tagger) and predicting them
+(``"xpos"``; its dev / test accuracy recorded too); the scorers read the UPOS ones only.
 
 ``order=2`` adds adjacent-sibling scores (the network's triaffine sibling scorer, ``sib_dim``; Zhang et al.
 2020) to a tree head's arc scores: the second-order projective model of :class:`ssvm_torch.nn.DependencyTree`,
@@ -76,7 +79,7 @@ from .dev_selection import DevSelectedRun
 from .conll_chunker import peak_rss_mb
 from .conll_text import word_dropout
 from .epochs import EpochPermutation, epoch_mean, epoch_seed, manual_step
-from .ud_tagging import TAG_LOSSES, TagHead, upos_accuracy
+from .ud_tagging import TAG_LOSSES, TagHead, tag_accuracy
 from .ud_text import SPECIALS, load_ud_parsing
 
 HEADS = ("local", "crf", "hinge", "softmax_margin")
@@ -90,9 +93,13 @@ def build_network(hp, vocab) -> BiaffineParser:
     tagger = (TagHead(2 * hp["hidden"], len(vocab.upos) - len(SPECIALS), hp["tag_dim"], hp["dropout"], hp["tag_loss"])
               if hp.get("tags", "gold") == "predicted" else None)
     tag_feed_dim = hp["upos_dim"] if tagger is not None and hp.get("tag_feed", False) else 0
-    return BiaffineParser(len(vocab.words), len(vocab.chars), len(vocab.upos), len(vocab.rels), hp["word_dim"],
-                          hp["char_dim"], hp["char_filters"], hp["upos_dim"], hp["hidden"], hp["layers"],
-                          hp["arc_dim"], hp["rel_dim"], hp["dropout"], hp["upos_input"], sib_dim, tagger, tag_feed_dim)
+    network = BiaffineParser(len(vocab.words), len(vocab.chars), len(vocab.upos), len(vocab.rels), hp["word_dim"],
+                             hp["char_dim"], hp["char_filters"], hp["upos_dim"], hp["hidden"], hp["layers"],
+                             hp["arc_dim"], hp["rel_dim"], hp["dropout"], hp["upos_input"], sib_dim, tagger, tag_feed_dim)
+    if hp.get("xpos", False):       # made last, so that the other initial weights are those of a run without it
+        network.xpos_tagger = TagHead(2 * hp["hidden"], len(vocab.xpos) - len(SPECIALS), hp["tag_dim"], hp["dropout"],
+                                      hp["tag_loss"])
+    return network
 
 
 class UDParser(DevSelectedRun, L.LightningModule):
@@ -105,7 +112,7 @@ class UDParser(DevSelectedRun, L.LightningModule):
 
     resume_identity = ("loss", "projective", "upos_input", "word_min_count", "train_size", "word_dim", "char_dim",
                        "char_filters", "upos_dim", "hidden", "layers", "arc_dim", "rel_dim", "order", "sib_dim", "tags",
-                       "tag_loss", "tag_dim", "tag_feed", "hide_fraction", "hide_seed", "ema_decay")
+                       "tag_loss", "tag_dim", "tag_feed", "hide_fraction", "hide_seed", "ema_decay", "xpos")
 
     def __init__(self, loss: str = "crf", projective: bool = True, upos_input: bool = True,
                  word_min_count: int = 2, word_dropout: float = 0.25, word_dim: int = 100, char_dim: int = 30,
@@ -115,7 +122,7 @@ class UDParser(DevSelectedRun, L.LightningModule):
                  train_size: int | None = None, seed: int = 0, threads: int | None = None, out: str | None = None,
                  order: int = 1, sib_dim: int = 100, tags: str = "gold", tag_loss: str = "softmax_margin",
                  tag_weight: float = 1.0, tag_dim: int = 100, tag_feed: bool = False, hide_fraction: float = 0.0,
-                 hide_seed: int = 0, tag_noise: float = 0.0, ema_decay: float = 0.0):
+                 hide_seed: int = 0, tag_noise: float = 0.0, ema_decay: float = 0.0, xpos: bool = False):
         super().__init__()
         self.save_hyperparameters()
         self.automatic_optimization = False
@@ -143,6 +150,8 @@ class UDParser(DevSelectedRun, L.LightningModule):
         check(isinstance(tag_feed, bool), "tag_feed", "true or false", tag_feed)
         check(not tag_feed or tags == "predicted", "tag_feed", "false unless tags is predicted (the scorers read the "
               "tagger's predicted tags)", tag_feed)
+        check(isinstance(xpos, bool) and (tags == "predicted" or not xpos), "xpos", "true or false, and false unless "
+              "tags is predicted (a second tagger beside the UPOS one)", xpos)
         check(isinstance(tag_noise, (int, float)) and (0 <= tag_noise < 1 if tag_feed else tag_noise == 0), "tag_noise",
               "a probability in [0, 1) with tag_feed, 0 without", tag_noise)
         if order == 2:
@@ -280,6 +289,8 @@ class UDParser(DevSelectedRun, L.LightningModule):
         total = self.head_loss(arcs, batch, sibling_scores(self.parser, scorer, batch["lengths"])) + rel_ce
         if self.parser.tagger is not None:                 # the joint loss of a words-only parser
             total = total + self.hparams.tag_weight * self.parser.tagger.loss(states, batch["upos"], batch["mask"])
+        if self.parser.xpos_tagger is not None:
+            total = total + self.hparams.tag_weight * self.parser.xpos_tagger.loss(states, batch["xpos"], batch["mask"])
         return total.mean()
 
     def on_train_epoch_end(self) -> None:
@@ -291,8 +302,7 @@ class UDParser(DevSelectedRun, L.LightningModule):
                "tree_layer_share": self.tree_seconds / max(seconds, 1e-9), "peak_rss_mb": peak_rss_mb()}
         if hp.loss == "local":
             rec.update(dev_uas_argmax=dev["uas_argmax"], dev_argmax_not_tree=dev["argmax_not_tree"])
-        if "upos" in dev:
-            rec["dev_upos"] = dev["upos"]
+        rec.update({f"dev_{k}": dev[k] for k in ("upos", "xpos") if k in dev})
         if self.averaged is not None:               # what the averaging adds, epoch by epoch (not selected on)
             raw = self.evaluate(self.corpus.dev, self.parser)
             rec.update(dev_uas_trained=raw["uas"], dev_las_trained=raw["las"])
@@ -332,7 +342,7 @@ class UDParser(DevSelectedRun, L.LightningModule):
         network.eval()
         try:
             return decode_split(network, self.tree, split, self.corpus.vocab.rels, self.device, chunk,
-                                self.corpus.vocab.upos)
+                                self.corpus.vocab.upos, xpos_names=self.corpus.vocab.xpos)
         finally:
             network.train(was)
 
@@ -350,9 +360,10 @@ class UDParser(DevSelectedRun, L.LightningModule):
             padded[i, 1:len(h) + 1] = torch.tensor(h)
         not_tree = float((tree_faults(padded, lengths, False, False) != 0).double().mean()) * 100
         out = {"uas": uas, "las": las, "uas_argmax": uas_argmax, "argmax_not_tree": not_tree, "pred": pred}
-        if "upos" in pred:
-            gold_upos = [split.upos_names[int(split.offsets[i]):int(split.offsets[i + 1])] for i in range(split.n)]
-            out["upos"] = upos_accuracy(gold_upos, pred["upos"])
+        for kind, names in (("upos", split.upos_names), ("xpos", split.xpos_names)):
+            if kind in pred:
+                gold = [names[int(split.offsets[i]):int(split.offsets[i + 1])] for i in range(split.n)]
+                out[kind] = tag_accuracy(gold, pred[kind])
         return out
 
     # -- checkpoints ----------------------------------------------------------------------------
@@ -382,8 +393,7 @@ class UDParser(DevSelectedRun, L.LightningModule):
             results.update(test_uas=test["uas"], test_las=test["las"], test_uas_argmax=test["uas_argmax"],
                            test_argmax_not_tree_pct=test["argmax_not_tree"],
                            test_sentences_per_s=self.corpus.test.n / max(test_s, 1e-9))
-            if "upos" in test:
-                results["test_upos"] = test["upos"]
+            results.update({f"test_{k}": test[k] for k in ("upos", "xpos") if k in test})
         else:
             results["interrupted"] = True
         save_history(out, self.history)
@@ -396,7 +406,7 @@ class UDParser(DevSelectedRun, L.LightningModule):
         if not final:
             return out, "LAS", results["dev_las"], results["best_epoch"]
         save_torch(out / "test_predictions.pt", {"heads": pred["heads"], "labels": pred["labels"],
-                                                 **({"upos": pred["upos"]} if "upos" in pred else {})})
+                                                 **{k: pred[k] for k in ("upos", "xpos") if k in pred}})
         log_hp_metrics(self, {"hp_metric": results["dev_las"], "hp/test_las": results["test_las"]}, len(self.history))
         print(f"best dev LAS {results['dev_las']:.2f} (epoch {results['best_epoch']}); test UAS {results['test_uas']:.2f} "
               f"LAS {results['test_las']:.2f} on {self.corpus.test.n} sentences; {results['s_per_epoch']:.1f} s/epoch; "

@@ -71,8 +71,8 @@ def confusable_tags(tags: torch.Tensor, emissions: torch.Tensor, mask: torch.Ten
     return torch.where(flip, drawn, tags)
 
 
-def upos_accuracy(gold: list, pred: list) -> float:
-    """UPOS accuracy in % over every word (CoNLL 2018's UPOS score with gold tokenization)."""
+def tag_accuracy(gold: list, pred: list) -> float:
+    """Tag accuracy in % over every word: CoNLL 2018's UPOS (or XPOS) score with gold tokenization."""
     words = sum(len(g) for g in gold)
     right = sum(a == b for g, p in zip(gold, pred) for a, b in zip(g, p))
     return 100.0 * right / max(1, words)

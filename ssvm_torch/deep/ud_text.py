@@ -5,7 +5,8 @@ layout of :class:`ssvm_torch.nn.DependencyTree`: ``arc_scores[b, m, h]``, word m
 Inputs per word: the lower-cased form (words seen ``word_min_count`` times in training, else UNK), the
 characters of the original form, and the gold UPOS (an input, as in the linear parser; every table says so).
 Targets: the head of every word and its relation, the universal part of DEPREL (``nsubj:pass`` -> ``nsubj``),
-on which LAS is scored (CoNLL 2018). The root token has ids of its own (ROOT) in every vocabulary.
+on which LAS is scored (CoNLL 2018); the UPOS and the XPOS (EWT's Penn Treebank tags) of a words-only parser's
+taggers. The root token has ids of its own (ROOT) in every vocabulary.
 """
 from __future__ import annotations
 
@@ -33,13 +34,15 @@ CHAR_CONTEXT = 1
 @dataclass
 class UDVocab:
     """Word (lower-cased, seen >= ``min_count`` times in training), character, UPOS and relation (universal
-    part of DEPREL) vocabularies; ``word_counts`` the training counts of each word id (the UNK dropout)."""
+    part of DEPREL) vocabularies; ``word_counts`` the training counts of each word id (the UNK dropout);
+    ``xpos`` the XPOS vocabulary (empty in a parser.pt written before the XPOS head)."""
 
     words: list
     word_counts: list
     chars: list
     upos: list
     rels: list
+    xpos: list = field(default_factory=list)
 
     @classmethod
     def build(cls, train: Treebank, min_count: int) -> "UDVocab":
@@ -48,10 +51,11 @@ class UDVocab:
         kept = sorted((w for w, c in counts.items() if c >= min_count), key=lambda w: (-counts[w], w))
         chars = sorted({c for f in train.forms for c in f})
         return cls(SPECIALS + kept, [0, 0, 0] + [counts[w] for w in kept], SPECIALS + chars,
-                   SPECIALS + sorted(set(train.upos)), sorted({universal(r) for r in train.deprels}))
+                   SPECIALS + sorted(set(train.upos)), sorted({universal(r) for r in train.deprels}),
+                   SPECIALS + sorted(set(train.xpos)))
 
     def state(self) -> dict:
-        return {k: list(getattr(self, k)) for k in ("words", "word_counts", "chars", "upos", "rels")}
+        return {k: list(getattr(self, k)) for k in ("words", "word_counts", "chars", "upos", "rels", "xpos")}
 
 
 @dataclass
@@ -61,7 +65,7 @@ class UDSplit(OffsetSentences):
     ``form_chars`` the character ids of the split's distinct forms end to end, form f's at
     ``form_starts[f]:form_starts[f + 1]`` (form 0: the root's one character);
     ``rel_names`` the gold universal relations as strings; ``projective`` (n,) per sentence; ``upos_names`` the
-    gold UPOS strings."""
+    gold UPOS strings; ``xpos`` / ``xpos_names`` the gold XPOS as ids and strings."""
 
     name: str
     offsets: torch.Tensor
@@ -75,14 +79,16 @@ class UDSplit(OffsetSentences):
     rel_names: list
     projective: torch.Tensor
     upos_names: list = field(default_factory=list)      # the gold UPOS strings (a words-only parser's accuracy)
+    xpos: torch.Tensor | None = None
+    xpos_names: list = field(default_factory=list)
 
     def gold_heads(self, i: int) -> list:
         return self.head[int(self.offsets[i]):int(self.offsets[i + 1])].tolist()
 
     def batch(self, idx) -> dict:
         """Sentences ``idx`` padded to N = 1 + the longest: ``mask`` (B, N) on at the words 1..n_b (off at
-        the root and the padding); ``word``, ``upos``, ``form`` (B, N) with the root's ids at position 0 and
-        PAD after the words; ``heads`` / ``rels`` (B, N) gold, -1 at the root and the padding; ``chars``
+        the root and the padding); ``word``, ``upos``, ``xpos``, ``form`` (B, N) with the root's ids at
+        position 0 and PAD after the words; ``heads`` / ``rels`` (B, N) gold, -1 at the root and the padding; ``chars``
         and ``char_rows`` the characters of the batch's U distinct forms in :func:`char_rows`' layout, ``form``
         indexing into those U forms."""
         idx = torch.as_tensor(idx, dtype=torch.int64)
@@ -102,7 +108,8 @@ class UDSplit(OffsetSentences):
         uniq, inverse = torch.unique(form_ids, return_inverse=True)
         chars, char_rows_per_form = char_rows(self.form_chars, self.form_starts, uniq)
         return {"rows": rows, "mask": mask, "lengths": lengths, "word": column(self.word, ROOT, PAD),
-                "upos": column(self.upos, ROOT, PAD), "form": inverse, "chars": chars, "char_rows": char_rows_per_form,
+                "upos": column(self.upos, ROOT, PAD), "xpos": column(self.xpos, ROOT, PAD), "form": inverse,
+                "chars": chars, "char_rows": char_rows_per_form,
                 "heads": column(self.head, -1, -1), "rels": column(self.rel, -1, -1)}
 
 
@@ -129,11 +136,12 @@ def char_rows(form_chars: torch.Tensor, form_starts: torch.Tensor, forms: torch.
 
 
 def make_split(name: str, bank: Treebank, vocab: UDVocab) -> UDSplit:
-    """``bank``'s sentences as a :class:`UDSplit` under ``vocab`` (words, characters and UPOS it lacks map to
-    UNK, relations to -1)."""
+    """``bank``'s sentences as a :class:`UDSplit` under ``vocab`` (words, characters, UPOS and XPOS it lacks map
+    to UNK, relations to -1)."""
     word_index = {w: i for i, w in enumerate(vocab.words)}
     char_index = {c: i for i, c in enumerate(vocab.chars)}
     upos_index = {p: i for i, p in enumerate(vocab.upos)}
+    xpos_index = {p: i for i, p in enumerate(vocab.xpos)}
     rel_index = {r: i for i, r in enumerate(vocab.rels)}
     form_names = sorted(set(bank.forms))
     form_index = {f: i for i, f in enumerate(form_names)}
@@ -154,7 +162,8 @@ def make_split(name: str, bank: Treebank, vocab: UDVocab) -> UDSplit:
     return UDSplit(name, offsets, torch.tensor([word_index.get(f.lower(), UNK) for f in bank.forms]),
                    torch.tensor([form_index[f] for f in bank.forms]), form_chars, form_starts,
                    torch.tensor([upos_index.get(p, UNK) for p in bank.upos]), heads,
-                   torch.tensor([rel_index.get(r, -1) for r in rel_names]), rel_names, projective, list(bank.upos))
+                   torch.tensor([rel_index.get(r, -1) for r in rel_names]), rel_names, projective, list(bank.upos),
+                   torch.tensor([xpos_index.get(p, UNK) for p in bank.xpos]), list(bank.xpos))
 
 
 @dataclass
