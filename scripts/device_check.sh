@@ -28,7 +28,9 @@
 #   deep         (only when named) the deep recipes on the GPU for a few epochs (s / epoch), ~80 s;
 #   parser       (only when named) whole parser runs on the GPU, archived (issue 74's item 4), PARSER_S (480 s):
 #                STAGES=parser PARSER_HEADS=words_tagfeed_2o_softmax_margin PARSER_SEEDS="0 1 2" bash scripts/device_check.sh,
-#                then here: tar -xf parser_runs.tar && cp -r parser/archive/* benchmarks/results/ud_deep_runs/
+#                then here: tar -xf parser_runs.tar && cp -r parser/archive/* benchmarks/results/ud_deep_runs/;
+#                a recipe with options: PARSER_SCRIPT=train_runs.sh PARSER_PREFIX=ema_noise3_
+#                PARSER_EXTRA="--model.tag_noise 0.03 --model.ema_decay 0.999" (train_runs.sh's PREFIX / EXTRA)
 # Measured: H200 (first run) tests ~90% after 200 s with 12 workers next to the benchmark, distributed ~150 s
 # for CoNLL and part of OCR-large; H100 (second run) tests 81% after 235 s with 15 workers (numba
 # oversubscribed: since fixed), gpu 74 s (layer, gap, decode + sweep, conll, no compile), minibatch 34 s with
@@ -145,7 +147,10 @@ if want parser; then
   stamp "parser runs on the GPU: ${PARSER_SCRIPT:-ud_deep_all.sh} ${PARSER_HEADS:-words_tagfeed_2o_softmax_margin} seeds ${PARSER_SEEDS:-0 1 2}"
   mkdir -p "$OUT/parser"
   for i in $(seq "${PARSER_INSTANCES:-3}"); do
+    # FAMILY / ARCHIVE / PREFIX / EXTRA reach recipes/train_runs.sh named directly (PARSER_SCRIPT=train_runs.sh);
+    # ud_deep_all.sh and partial50_all.sh set their own
     PY="$py" RUNS=/tmp/parser_runs ARCHIVE_DIR="$OUT/parser/archive" THREADS="${PARSER_THREADS:-2}" PARTS=ud \
+    FAMILY=ud_deep_ ARCHIVE=ud_deep_runs PREFIX="${PARSER_PREFIX:-}" EXTRA="${PARSER_EXTRA:-}" \
     HEADS="${PARSER_HEADS:-words_tagfeed_2o_softmax_margin}" LOSSES="${PARSER_HEADS:-words_tagfeed_2o_softmax_margin}" \
     SEEDS="${PARSER_SEEDS:-0 1 2}" TRAINER_ARGS="--trainer.accelerator gpu --trainer.devices 1" \
       timeout "${PARSER_S:-480}" bash "recipes/${PARSER_SCRIPT:-ud_deep_all.sh}" >"$OUT/parser/instance_$i.log" 2>&1 &
