@@ -15,9 +15,9 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from ..nn import LinearChain
+from .bilstm import bilstm_by_length
 from .conll_text import PAD
 
 
@@ -81,9 +81,7 @@ class ChunkTagger(nn.Module):
         word = batch["word"] if word is None else word
         chars = self.chars(batch["chars"])[batch["form"]]
         x = self.drop(torch.cat([self.words(word), chars, self.pos(batch["pos"])], -1))
-        lengths = mask.sum(1).cpu()
-        packed = pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
-        h, _ = pad_packed_sequence(self.lstm(packed)[0], batch_first=True, total_length=mask.shape[1])
+        h = bilstm_by_length(self.lstm, x, mask.sum(1))        # the packed BiLSTM's outputs (ssvm_torch/deep/bilstm.py)
         scores = self.out(self.drop(h))
         if self.attributes is not None:
             ids, offsets = batch["bag"]
