@@ -9,6 +9,7 @@ the padding after its last word never reaches its outputs; the backward one read
 its own length (:func:`reverse_within`), so that it too starts at the sentence's last word and meets the padding
 only after its first. The padded steps are computed and thrown away, which costs less than the per-step path.
 Between layers, dropout as ``nn.LSTM`` applies it (on the outputs of every layer but the last, in training).
+On other devices the packed sequence goes to the LSTM as before (cuDNN runs packed sequences fused).
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 _WEIGHTS = ("weight_ih", "weight_hh", "bias_ih", "bias_hh")
 
@@ -42,6 +44,9 @@ def bilstm_by_length(lstm: nn.LSTM, x: torch.Tensor, lengths: torch.Tensor) -> t
     if not (lstm.bidirectional and lstm.batch_first and lstm.bias and lstm.proj_size == 0):
         raise ValueError("bilstm_by_length: expected a bidirectional, batch-first nn.LSTM with biases and no "
                          "projections")
+    if x.device.type != "cpu":
+        packed = pack_padded_sequence(x, lengths.cpu(), batch_first=True, enforce_sorted=False)
+        return pad_packed_sequence(lstm(packed)[0], batch_first=True, total_length=x.shape[1])[0]
     lengths = lengths.to(x.device)
     inside = torch.arange(x.shape[1], device=x.device)[None, :] < lengths[:, None]
     out = x
