@@ -224,6 +224,26 @@ def test_an_xpos_head_is_a_second_tagger_that_leaves_the_other_initial_weights_a
     assert bool((batch["xpos"][past] == PAD).all()) and bool((batch["xpos"][batch["mask"]] != UNK).all())
 
 
+def test_relation_scores_are_each_labels_bilinear_form_at_the_given_head():
+    """rel_scores[b, m, l] = [d'_m; 1]^T W_l [h'_{heads[b, m]}; 1] (module docstring of biaffine.py), checked label by
+    label against the plain formula in float64; a head -1 (root, padding) reads head 0."""
+    from ssvm_torch.deep.biaffine import BiaffineParser
+    torch.manual_seed(5)
+    net = BiaffineParser(30, 10, 8, 6, word_dim=4, char_dim=3, char_filters=3, upos_dim=3, hidden=5, layers=1,
+                         arc_dim=4, rel_dim=3).double().eval()
+    torch.nn.init.normal_(net.rel_W)
+    states = torch.randn(2, 5, 10, dtype=torch.float64)
+    heads = torch.tensor([[-1, 0, 3, 1, 3], [-1, 2, 0, -1, -1]])
+    got = net.rel_scores(states, heads)
+    dep = torch.cat([net.rel_dep(states), torch.ones(2, 5, 1, dtype=torch.float64)], -1)
+    head = torch.cat([net.rel_head(states), torch.ones(2, 5, 1, dtype=torch.float64)], -1)
+    for b in range(2):
+        for m in range(5):
+            for rel in range(6):
+                want = dep[b, m] @ net.rel_W[rel] @ head[b, max(int(heads[b, m]), 0)]
+                torch.testing.assert_close(got[b, m, rel], want, rtol=1e-12, atol=1e-12)
+
+
 def test_tag_noise_replaces_that_share_of_the_words_tags_by_the_taggers_other_likely_tags():
     """confusable_tags (training's tag noise, issue 72): rate 0 returns the tags and draws nothing; otherwise a
     word's tag is replaced with probability rate (never the root's or the padding's), always by another tag, drawn

