@@ -107,7 +107,8 @@ def check_parser_fields(obj: dict, path) -> None:
     otherwise fail deep inside the network's construction. ``hparams``: the head's ``loss`` (one of
     :data:`~ssvm_torch.deep.ud_parser.HEADS`), the flags :data:`NETWORK_FLAGS` true or false, the sizes
     :data:`NETWORK_SIZES` ints >= 1, ``dropout`` in [0, 1), ``order`` 1 or 2 (absent: 1) and, second order,
-    ``sib_dim`` an int >= 1; ``vocab``: lists of distinct strings (``word_counts``: of ints, one per word);
+    ``sib_dim`` an int >= 1; ``tag_feed`` and ``xpos`` true or false, and false unless ``tags`` is predicted (with
+    ``xpos``, ``vocab['xpos']`` checked like the other vocabularies); ``vocab``: lists of distinct strings (``word_counts``: of ints, one per word);
     ``state_dict``: tensors by name, finite weights."""
     def bad(field: str, expected: str, got) -> SSVMInputError:
         return SSVMInputError(f"model: {path}: {field} is {str(got)[:60]!r}, expected {expected} (a file a run "
