@@ -100,11 +100,13 @@ def sentence_counts(gold_heads: list, gold_rels: list, heads: list, labels: list
     return out
 
 
-def checked_tag_accuracy(gold: list, pred: list, run: Path) -> float:
+def checked_tag_accuracy(gold: list, pred: list, run: Path, kind: str = "upos") -> float:
     """The UPOS (XPOS) accuracy (:func:`ssvm_torch.deep.ud_tagging.tag_accuracy`) of a run's predicted tags ``pred``
-    (one list of names per sentence) against the gold file's ``gold``, refused unless they cover it word for word."""
+    (one list of names per sentence) against the gold file's ``gold``, refused (naming ``kind``) unless they cover it
+    word for word."""
     if len(pred) != len(gold) or any(len(p) != len(g) for p, g in zip(pred, gold)):
-        raise SystemExit(f"{run}: the predicted UPOS do not cover the {len(gold)} test sentences word for word")
+        raise SystemExit(f"{run}: the predicted {kind.upper()} do not cover the {len(gold)} test sentences word for "
+                         "word")
     return tag_accuracy(gold, pred)
 
 
@@ -147,7 +149,7 @@ def report(runs: Path, draws: int) -> dict:
     gold_rels = [[universal(w[5]) for w in test.sentence(i)] for i in range(test.n)]
     by_head: dict = {}
     first_of_head: dict = {}
-    plain_of: dict = {}                  # each head without its training options (ema_, noise<P>_)
+    plain_of: dict = {}                  # each head without its training options (training_prefix)
     for d in sorted(runs.glob("*_s*")):
         config = json.loads((d / "config.json").read_text())
         results = json.loads((d / "results.json").read_text())
@@ -161,7 +163,7 @@ def report(runs: Path, draws: int) -> dict:
         tagged = {"upos": None, "xpos": None}     # a gold-UPOS run predicts no tags, a words-only run UPOS (XPOS)
         for kind in tagged:
             if kind in pred:                    # its tags, recomputed against the gold file
-                tagged[kind] = checked_tag_accuracy(gold_tags[kind], pred[kind], d)
+                tagged[kind] = checked_tag_accuracy(gold_tags[kind], pred[kind], d, kind)
                 if abs(tagged[kind] - results[f"test_{kind}"]) > 1e-9:
                     raise SystemExit(f"{d}: {kind.upper()} recomputed {tagged[kind]:.4f}, results.json says "
                                      f"{results[f'test_{kind}']:.4f}")
@@ -214,7 +216,7 @@ def report(runs: Path, draws: int) -> dict:
     # from partial annotation too: each margin loss against the CRF with the same positions hidden (issue 73)
     for prefix in sorted({h.split("_", 1)[0] + "_" for h in by_head if h.startswith(PARTIAL)}):
         pairs += [(prefix + a, prefix + "crf") for a in MARGIN_HEADS]
-    # a training option (weight averaging, tag noise) against the same head trained without it
+    # a training option (weight averaging, tag noise, an XPOS head) against the same head trained without it
     pairs += [(h, plain_of[h]) for h in sorted(by_head) if plain_of[h] != h]
     for a, b in pairs:
         # over the seeds both heads have, so that a head with a run still training (2 seeds of 3) is compared
