@@ -17,6 +17,12 @@ untrained weights: the work per step does not depend on them):
 A head is a recipe's name after ``ud_deep_``: the first-order heads, the second-order ones (``2o_crf``,
 ``2o_hinge``, ``2o_softmax_margin``: projective only) and the words-only parser (``words_softmax_margin``).
 
+``--length-pools 0 20`` measures every setting with random batches (0, the recipes') and with batches of
+similar-length sentences (``UDParser(length_pool=20)``, :class:`ssvm_torch.deep.epochs.LengthPooledBatches`) side
+by side: the training batches are then the first ones the module's own data loader gives in epoch 0, and the
+rows record the batches' padding (``padded_tokens``, ``padded_n2``: padded over real tokens and over the real sum
+of (n + 1)^2).
+
 Each figure is the median of ``--repeats`` rounds; the rounds alternate the configurations so that the
 machine's drift spreads over all of them. ``--threads`` torch threads (the recipes' 2).
 
@@ -25,14 +31,14 @@ every round runs one worker process per side, the sides alternating, each buildi
 (one untimed warm-up round per side first); the JSON then has both sides' rows and the ratios.
 
 Usage: python benchmarks/bench_ud_deep_speed.py [--heads local crf hinge softmax_margin 2o_softmax_margin]
-       [--batches 40] [--repeats 3] [--threads 2] [--kinds projective non-projective] [--baseline REV]
+       [--batches 40] [--repeats 3] [--threads 2] [--kinds projective non-projective] [--length-pools 0 20]
+       [--baseline REV]
 Writes benchmarks/results/ud_deep_speed.json (with --baseline: ud_deep_speed_commits.json).
 """
 from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import platform
 import statistics
@@ -45,7 +51,6 @@ import yaml
 
 import ssvm_torch
 from ssvm_torch.deep import UDParser
-from ssvm_torch.deep.epochs import EpochPermutation
 
 sys.path.insert(0, str(Path(__file__).parent))
 from commits import ROOT, baseline_worktree, revisions, run_worker  # noqa: E402
@@ -55,28 +60,38 @@ KINDS = ("projective", "non-projective")
 HEADS = tuple(sorted(p.stem[len("ud_deep_"):] for p in (ROOT / "recipes").glob("ud_deep_*.yaml")))
 
 
-def recipe_args(head: str, projective: bool, threads: int) -> dict:
-    """The recipe's model arguments with the tree kind and thread count of this measurement."""
+def recipe_args(head: str, projective: bool, threads: int, pool: int = 0) -> dict:
+    """The recipe's model arguments with the tree kind, thread count and batching of this measurement (a pool of 0
+    leaves the argument out: a baseline checkout without ``length_pool`` builds the same module)."""
     args = yaml.safe_load((ROOT / "recipes" / f"ud_deep_{head}.yaml").read_text())["model"]["init_args"]
-    return {**args, "projective": projective, "threads": threads, "seed": 0}
+    return {**args, "projective": projective, "threads": threads, "seed": 0, **({"length_pool": pool} if pool else {})}
+
+
+def padding(batches: list, lengths: torch.Tensor) -> dict:
+    """Padded over real work of ``batches`` (lists of sentence indices): tokens, and the (n + 1)^2 of the arc scores."""
+    width = torch.tensor([int(lengths[b].max()) + 1 for b in batches], dtype=torch.float64)
+    count = torch.tensor([len(b) for b in batches], dtype=torch.float64)
+    real = lengths.double() + 1
+    return {"padded_tokens": float((count * width).sum() / real.sum()),
+            "padded_n2": float((count * width ** 2).sum() / (real ** 2).sum())}
 
 
 class Setting:
     """One head and tree kind: the module built once, its optimizer, and the training batches it times."""
 
-    def __init__(self, head: str, kind: str, threads: int, batches: int, warmup: int):
-        self.head, self.kind = head, kind
-        self.module = UDParser(**recipe_args(head, kind == "projective", threads))
+    def __init__(self, head: str, kind: str, threads: int, batches: int, warmup: int, pool: int = 0):
+        self.head, self.kind, self.pool = head, kind, pool
+        self.module = UDParser(**recipe_args(head, kind == "projective", threads, pool))
         self.module.build()
-        hp = self.module.hparams
         self.optimizer = self.module.configure_optimizers()
-        order = list(EpochPermutation(self.module.corpus.train.n, hp.seed))
-        size = hp.batch_sentences
-        self.steps_per_epoch = math.ceil(len(order) / size)
+        loader = self.module.train_dataloader()         # epoch 0's batches, as training draws them
+        epoch = list(loader)
+        self.steps_per_epoch = len(epoch)
+        self.padding = padding([b.tolist() for b in epoch], self.module.corpus.train.lengths)
         take = warmup + batches
         if take > self.steps_per_epoch:
             raise SystemExit(f"--warmup + --batches: at most {self.steps_per_epoch} steps (one epoch), got {take}")
-        self.batches = [torch.tensor(order[k * size:(k + 1) * size]) for k in range(take)]
+        self.batches = epoch[:take]
         self.warmup = warmup
 
     def step(self, idx: torch.Tensor) -> None:
@@ -109,22 +124,23 @@ class Setting:
         return {"test_sentences_per_s": m.corpus.test.n / test_s, "dev_eval_s": time.perf_counter() - t0}
 
 
-def measure(heads, kinds, threads: int, batches: int, warmup: int, repeats: int) -> list:
-    """Every (head, kind) setting's rounds (``repeats`` of training + decoding, the order alternating)."""
+def measure(heads, kinds, threads: int, batches: int, warmup: int, repeats: int, pools=(0,)) -> list:
+    """Every (head, kind, length pool) setting's rounds (``repeats`` of training + decoding, the order
+    alternating)."""
     torch.set_num_threads(threads)
     # a second-order head parses projective trees only (UDParser refuses projective false with order 2)
-    settings = [Setting(h, k, threads, batches, warmup) for k in kinds for h in heads
-                if k == "projective" or not h.startswith("2o_")]
-    rounds = {(s.head, s.kind): [] for s in settings}
+    settings = [Setting(h, k, threads, batches, warmup, p) for k in kinds for h in heads for p in pools
+                if k == "projective" or "2o_" not in h]
+    rounds = {(s.head, s.kind, s.pool): [] for s in settings}
     for r in range(repeats):
         for s in (settings if r % 2 == 0 else settings[::-1]):       # alternate the order between rounds
-            rounds[(s.head, s.kind)].append({**s.train_round(), **s.decode_round()})
-            last = rounds[(s.head, s.kind)][-1]
-            print(f"round {r}: {s.head:>14} {s.kind:>14}: {last['s_per_step'] * 1e3:7.1f} ms/step "
+            rounds[(s.head, s.kind, s.pool)].append({**s.train_round(), **s.decode_round()})
+            last = rounds[(s.head, s.kind, s.pool)][-1]
+            print(f"round {r}: {s.head:>14} {s.kind:>14} pool {s.pool:>2}: {last['s_per_step'] * 1e3:7.1f} ms/step "
                   f"({100 * last['tree_layer_share']:.1f}% tree layer), test {last['test_sentences_per_s']:6.0f} "
                   f"sentences/s, dev evaluation {last['dev_eval_s']:.1f} s", file=sys.stderr, flush=True)
-    return [{"head": s.head, "trees": s.kind, "steps_per_epoch": s.steps_per_epoch,
-             "rounds": rounds[(s.head, s.kind)]} for s in settings]
+    return [{"head": s.head, "trees": s.kind, "length_pool": s.pool, "steps_per_epoch": s.steps_per_epoch,
+             **s.padding, "rounds": rounds[(s.head, s.kind, s.pool)]} for s in settings]
 
 
 def summarise(settings: list) -> list:
@@ -133,7 +149,8 @@ def summarise(settings: list) -> list:
     for s in settings:
         runs = s["rounds"]
         med = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
-        rows.append({"head": s["head"], "trees": s["trees"], "steps_per_epoch": s["steps_per_epoch"],
+        extra = {k: s[k] for k in ("length_pool", "padded_tokens", "padded_n2") if k in s}
+        rows.append({"head": s["head"], "trees": s["trees"], **extra, "steps_per_epoch": s["steps_per_epoch"],
                      "s_per_epoch": med["s_per_step"] * s["steps_per_epoch"], "ms_per_step": med["s_per_step"] * 1e3,
                      "tree_layer_share": med["tree_layer_share"], "test_sentences_per_s": med["test_sentences_per_s"],
                      "dev_eval_s": med["dev_eval_s"], "rounds": runs})
@@ -141,10 +158,12 @@ def summarise(settings: list) -> list:
 
 
 def print_table(rows: list, side: str = "") -> None:
-    print(f"\n{side}| head | trees | s / epoch (training steps) | tree layer share | dev evaluation s "
-          "| test sentences / s |\n| --- | --- | --- | --- | --- | --- |")
+    print(f"\n{side}| head | trees | length pool | padded tokens / N^2 | s / epoch (training steps) | tree layer share "
+          "| dev evaluation s | test sentences / s |\n| --- | --- | --- | --- | --- | --- | --- | --- |")
     for row in rows:
-        print(f"| {row['head']} | {row['trees']} | {row['s_per_epoch']:.0f} | {100 * row['tree_layer_share']:.1f}% "
+        pad = f"{row['padded_tokens']:.2f} / {row['padded_n2']:.2f}" if "padded_tokens" in row else "-"
+        print(f"| {row['head']} | {row['trees']} | {row.get('length_pool', 0)} | {pad} | {row['s_per_epoch']:.0f} "
+              f"| {100 * row['tree_layer_share']:.1f}% "
               f"| {row['dev_eval_s']:.1f} | {row['test_sentences_per_s']:.0f} |")
 
 
@@ -189,6 +208,8 @@ def main():
     ap.add_argument("--warmup", type=int, default=3, help="untimed training steps before each round's timed ones")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--length-pools", nargs="+", type=int, default=[0],
+                    help="UDParser length_pool values measured side by side (0: random batches)")
     ap.add_argument("--baseline", help="an earlier commit (any git revision) measured side by side")
     ap.add_argument("--out")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
@@ -198,17 +219,24 @@ def main():
             raise SystemExit(f"--{name}: expected an int >= 1, got {getattr(args, name)}")
     if args.warmup < 0:
         raise SystemExit(f"--warmup: expected an int >= 0, got {args.warmup}")
+    if any(p < 0 for p in args.length_pools):
+        raise SystemExit(f"--length-pools: expected ints >= 0, got {args.length_pools}")
+    if args.baseline and args.length_pools != [0]:
+        raise SystemExit("--length-pools: random batches (0) only with --baseline (the pools are compared in one "
+                         "checkout, side by side)")
     if args.worker:                    # one round of every setting, for against_baseline
         print(json.dumps({"module": ssvm_torch.__file__,
                           "settings": measure(args.heads, args.kinds, args.threads, args.batches, args.warmup, 1)}))
         return
     machine = {"cpus": os.cpu_count(), "processor": platform.processor() or platform.machine(),
                "torch": torch.__version__, "threads": args.threads, "load_average_at_start": list(os.getloadavg())}
-    common = {"machine": machine, "batches": args.batches, "warmup": args.warmup, "repeats": args.repeats}
+    common = {"machine": machine, "batches": args.batches, "warmup": args.warmup, "repeats": args.repeats,
+              "length_pools": args.length_pools}
     if args.baseline:
         out, path = {**common, **against_baseline(args)}, args.out or str(OUT.with_name("ud_deep_speed_commits.json"))
     else:
-        rows = summarise(measure(args.heads, args.kinds, args.threads, args.batches, args.warmup, args.repeats))
+        rows = summarise(measure(args.heads, args.kinds, args.threads, args.batches, args.warmup, args.repeats,
+                                 args.length_pools))
         print_table(rows)
         out, path = {**common, "rows": rows}, args.out or str(OUT)
     Path(path).write_text(json.dumps(out, indent=1))

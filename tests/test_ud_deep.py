@@ -339,11 +339,15 @@ def test_a_tiny_second_order_run_writes_trees_and_parses_back(tmp_path, capsys):
     assert f"UAS {uas:.2f}, LAS {las:.2f}" in capsys.readouterr().out
 
 
-def test_resumed_run_ends_where_the_uninterrupted_run_ends(tmp_path):
-    full = run(tmp_path / "full", "hinge", epochs=3)
-    first = run(tmp_path / "cut", "hinge", epochs=2)
+@pytest.mark.parametrize("batching", [(), ("--model.length_pool", "2"), ("--model.lr_decay", "0.5")],
+                         ids=["random", "length_pool", "lr_decay"])
+def test_resumed_run_ends_where_the_uninterrupted_run_ends(tmp_path, batching):
+    """Random batches and batches of similar-length sentences (length_pool) alike: the epoch's draw depends on the
+    seed and the epoch alone; a decaying learning rate's schedule is in the checkpoint."""
+    full = run(tmp_path / "full", "hinge", *batching, epochs=3)
+    first = run(tmp_path / "cut", "hinge", *batching, epochs=2)
     ckpt = next(first.glob("checkpoints/last.ckpt"))
-    resumed = run(tmp_path / "cut", "hinge", "--ckpt_path", str(ckpt), epochs=3)
+    resumed = run(tmp_path / "cut", "hinge", *batching, "--ckpt_path", str(ckpt), epochs=3)
     h_full = json.loads((full / "history.json").read_text())
     h_res = json.loads((resumed / "history.json").read_text())
     assert [(r["loss"], r["dev_uas"], r["dev_las"]) for r in h_full] == [(r["loss"], r["dev_uas"], r["dev_las"])
@@ -351,6 +355,10 @@ def test_resumed_run_ends_where_the_uninterrupted_run_ends(tmp_path):
     a = torch.load(full / "test_predictions.pt", weights_only=True)
     b = torch.load(resumed / "test_predictions.pt", weights_only=True)
     assert a == b
+    if "--model.lr_decay" in batching:          # 120 sentences, 32 a step: 12 steps in 3 epochs
+        ckpt = torch.load(next(full.glob("checkpoints/last.ckpt")), weights_only=True, map_location="cpu")
+        assert ckpt["lr_schedulers"][0]["last_epoch"] == 12
+        assert ckpt["optimizer_states"][0]["param_groups"][0]["lr"] == pytest.approx(0.005 * 0.5 ** (12 / 5000))
 
 
 def test_weight_averaging_selects_the_average_and_resumes_exactly(tmp_path, capsys):
@@ -394,6 +402,8 @@ def test_bad_parser_settings_are_refused_by_name(tmp_path, capsys):
                         (["--trainer.max_epochs", "0"], "trainer.max_epochs: expected at least 1"),
                         (["--trainer.max_steps", "0"], "trainer.max_steps: expected at least 1"),
                         (["--model.order", "3"], "order: expected 1 (arc-factored) or 2"),
+                        (["--model.length_pool", "-1"], "length_pool: expected an int >= 0"),
+                        (["--model.lr_decay", "0"], "lr_decay: expected a number in (0, 1]"),
                         (["--model.order", "2", "--model.loss", "local"], "loss: expected a tree loss"),
                         (["--model.order", "2", "--model.projective", "false"], "projective: expected true with order 2"),
                         (["--model.order", "2", "--model.sib_dim", "0"], "sib_dim: expected an int >= 1"),

@@ -1,5 +1,6 @@
-"""What the deep pipelines (OCR / pose in ocr_module.py, CoNLL in conll_chunker.py) share about an
-epoch: its seed, the permutation its data loader draws, and one manual optimization step."""
+"""What the deep pipelines (OCR / pose in ocr_module.py, CoNLL in conll_chunker.py, UD in ud_parser.py) share
+about an epoch: its seed, the permutation its data loader draws (or its batches of similar-length sentences),
+and one manual optimization step."""
 from __future__ import annotations
 
 import torch
@@ -27,6 +28,42 @@ class EpochPermutation(tud.Sampler):
     def __iter__(self):
         return iter(torch.randperm(self.n, generator=torch.Generator().manual_seed(epoch_seed(self.seed, self.epoch)))
                     .tolist())
+
+
+class LengthPooledBatches(tud.Sampler):
+    """Batches of sentences of similar length, drawn per epoch: the epoch's :class:`EpochPermutation`
+    (``self.sampler``, which Lightning's ``set_epoch`` reaches) cut into pools of ``pool`` x ``batch_size``
+    sentences, each pool sorted by length (ties in the permutation's order) and cut into batches of
+    ``batch_size``, the epoch's batches then shuffled (a draw of the same epoch seed). The bucketing of
+    neural parsers' trainers (Dozat & Manning 2017; SuPar's length buckets) in the pooled form that keeps
+    the batch size, hence the steps per epoch and the per-sentence loss scale, of random batches: what
+    changes is the padding, which the N^2 arc and N^3 sibling scores pay for. A function of (seed, epoch)
+    alone, like the permutation, so a resumed run draws the uninterrupted run's batches."""
+
+    def __init__(self, lengths: torch.Tensor, batch_size: int, pool: int, seed: int):
+        if not (isinstance(pool, int) and pool >= 1):
+            raise ValueError(f"pool: expected an int >= 1 (batches per pool), got {pool!r}")
+        self.lengths = torch.as_tensor(lengths).reshape(-1)
+        self.batch_size, self.pool = batch_size, pool
+        self.sampler = EpochPermutation(len(self.lengths), seed)
+
+    def __len__(self) -> int:
+        span, n = self.pool * self.batch_size, len(self.lengths)
+        full, rest = divmod(n, span)
+        return full * self.pool + -(-rest // self.batch_size)
+
+    def __iter__(self):
+        # a generator: the draw happens at the first batch, after Lightning's set_epoch (a resumed fit makes the
+        # loader's iterator before it sets the epoch; torch's BatchSampler over EpochPermutation is lazy too)
+        order = torch.tensor(list(self.sampler), dtype=torch.int64)
+        span, batches = self.pool * self.batch_size, []
+        for start in range(0, len(order), span):
+            chunk = order[start:start + span]
+            chunk = chunk[torch.sort(self.lengths[chunk], stable=True).indices]
+            batches += [chunk[i:i + self.batch_size].tolist() for i in range(0, len(chunk), self.batch_size)]
+        gen = torch.Generator().manual_seed((epoch_seed(self.sampler.seed, self.sampler.epoch) + 1) % (2 ** 63))
+        for i in torch.randperm(len(batches), generator=gen).tolist():
+            yield batches[i]
 
 
 def epoch_mean(module, total: float, batches: int) -> float:
