@@ -69,3 +69,19 @@ def test_ddp_step_is_the_one_process_step_on_the_union_of_the_batches(tmp_path, 
         for p in ranks:                                              # each rank holds the averaged gradient
             assert torch.allclose(p["grads"][name], g, rtol=1e-4, atol=1e-6), (name, float((p["grads"][name] - g).abs().max()))
     assert all(float(g.abs().max()) > 0 for g in ref.values())      # the checks compare something
+
+
+def test_length_pooled_batches_are_refused_on_several_devices(tmp_path):
+    """UDParser's length_pool batches are drawn whole by every process: DDP would train each rank on the same
+    batches, so a fit on 2 devices with length_pool > 0 is refused by name before any step."""
+    tiny = ["--model.train_size", "40", "--model.hidden", "16", "--model.word_dim", "8", "--model.char_filters", "4",
+            "--model.upos_dim", "4", "--model.arc_dim", "8", "--model.rel_dim", "4", "--model.layers", "1"]
+    cmd = [sys.executable, "-m", "ssvm_torch.deep", "fit", "--config", str(ROOT / "recipes" / "ud_deep_hinge.yaml"),
+           *tiny, "--model.threads", "1", "--model.length_pool", "2", "--trainer.max_epochs", "1",
+           "--trainer.strategy", "ddp", "--trainer.devices", "2", "--trainer.accelerator", "cpu",
+           "--trainer.default_root_dir", str(tmp_path / "run")]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "NUMBA_NUM_THREADS": "1"}
+    done = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert "length_pool: expected 0 when training on several devices" in done.stderr
+    assert not list(tmp_path.glob("run/**/*.ckpt"))
