@@ -60,8 +60,9 @@ TAG_FEED = "tagfeed_"
 PARTIAL = "partial"
 #: runs trained with weight averaging (config.json ``"ema_decay"`` > 0), tag noise (``"tag_noise"`` P > 0) or an XPOS
 #: head (``"xpos"``), issue 72's levers, as "ema_<head>" / "noise<100 P>_<head>" / "xpos_<head>" ("ema_noise3_<head>"
-#: with the first two), each paired with <head>
-EMA, NOISE, XPOS = "ema_", "noise", "xpos_"
+#: with the first two), each paired with <head>; likewise batches of similar length (``"length_pool"`` P > 0) as
+#: "pool<P>_<head>" and a decaying learning rate (``"lr_decay"`` D < 1) as "lrdecay<100 D>_<head>"
+EMA, NOISE, XPOS, POOL, LR_DECAY = "ema_", "noise", "xpos_", "pool", "lrdecay"
 
 
 #: config.json keys that may differ between the seeds of one head (what a run is, not how it was run)
@@ -78,9 +79,11 @@ def configuration_clash(config: dict, other: dict) -> tuple | None:
 
 
 def training_prefix(config: dict) -> str:
-    p = config.get("tag_noise", 0.0)
+    """The prefix of a run's training options (ema_, noise<100 P>_, xpos_, pool<P>_, lrdecay<100 D>_), in that order."""
+    p, pool, decay = config.get("tag_noise", 0.0), config.get("length_pool", 0), config.get("lr_decay", 1.0)
     return (EMA if config.get("ema_decay", 0.0) > 0 else "") + (f"{NOISE}{round(100 * p)}_" if p > 0 else "") + \
-        (XPOS if config.get("xpos", False) else "")
+        (XPOS if config.get("xpos", False) else "") + (f"{POOL}{pool}_" if pool else "") + \
+        (f"{LR_DECAY}{round(100 * decay)}_" if decay != 1 else "")
 
 
 def partial_prefix(config: dict) -> str:

@@ -474,6 +474,13 @@ def test_the_results_script_recomputes_the_archive_and_bootstraps_pairs(tmp_path
     (last,) = [b for b in report["bootstrap"] if b["a"] == "ema_noise3_hinge"]
     assert (last["b"], last["seeds"], last["las"]["observed_diff"]) == ("hinge", [0], 0.0)
     shutil.rmtree(option)
+    # pooled batches and a decaying learning rate too (an archive before them has neither key: no clash to catch it)
+    option = archive / "pool20_lrdecay75_hinge_s0"
+    shutil.copytree(archive / "hinge_s0", option)
+    (option / "config.json").write_text(json.dumps({**config, "length_pool": 20, "lr_decay": 0.75}))
+    (last,) = [b for b in bench.report(archive, draws=10)["bootstrap"] if b["a"] == "pool20_lrdecay75_hinge"]
+    assert (last["b"], last["seeds"]) == ("hinge", [0])
+    shutil.rmtree(option)
     (archive / "hinge_s0" / "results.json").write_text(json.dumps({**results, "test_uas": results["test_uas"] + 1}))
     with pytest.raises(SystemExit, match="UAS / LAS recomputed"):
         bench.report(archive, draws=10)
