@@ -9,6 +9,9 @@ The archive (``benchmarks/results/ud_deep_runs/``) keeps no weights, so the chec
 themselves (``recipes/train_runs.sh``'s ``$RUNS/<name>/lightning_logs/version_0``).
 
 Usage: python benchmarks/bench_ud_parse_text.py RUN_DIR [RUN_DIR ...] [--out benchmarks/results/ud_parse_text.json]
+       [--keep]
+``--keep`` keeps the file's rows of other runs (a run folder that is gone, e.g. on a new machine, cannot be parsed
+again) and replaces those of the runs given.
 """
 from __future__ import annotations
 
@@ -78,16 +81,21 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("runs", nargs="+", type=Path, help="run directories with parser.pt and results.json")
     ap.add_argument("--out", type=Path, default=OUT)
+    ap.add_argument("--keep", action="store_true", help="keep the output file's rows of runs not given")
     args = ap.parse_args(argv)
     rows = [check(d) for d in args.runs]
+    kept = []
+    if args.keep and args.out.is_file():
+        given = {r["run"] for r in rows}
+        kept = [r for r in json.loads(args.out.read_text())["runs"] if r["run"] not in given]
     for r in rows:
         t, o = r["text"], r["results_json"]
         print(f"{r['run']}: text UPOS {t['test_upos']:.2f} UAS {t['test_uas']:.2f} LAS {t['test_las']:.2f}; "
               f"results.json {o['test_upos']:.2f} / {o['test_uas']:.2f} / {o['test_las']:.2f}: "
               f"{'equal' if r['equal'] else 'DIFFERENT'} ({t['parse_seconds']:.1f} s)")
-    args.out.write_text(json.dumps({"runs": rows}, indent=1))
-    print(f"wrote {args.out}")
-    return 0 if all(r["equal"] for r in rows) else 1
+    args.out.write_text(json.dumps({"runs": kept + rows}, indent=1))
+    print(f"wrote {args.out}" + (f" ({len(kept)} rows kept)" if kept else ""))
+    return 0 if all(r["equal"] for r in kept + rows) else 1
 
 
 if __name__ == "__main__":

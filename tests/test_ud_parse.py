@@ -257,6 +257,18 @@ def test_a_words_only_run_records_tags_and_parses_plain_text_to_its_own_figures(
     row = bench.check(words_run)
     assert row["equal"] and row["text"]["sentences"] == 2077 and ("test_xpos" in row["text"]) == config["xpos"], row
     assert row["text"]["test_las"] == pytest.approx(results["test_las"], abs=1e-9)
+    # --keep: the file's rows of other runs (folders gone on a new machine) stay, this run's row is replaced
+    out = words_run.parent / "parse_text.json"
+    other = {**row, "run": "/gone/run"}
+    out.write_text(json.dumps({"runs": [other, {**row, "equal": False}]}))
+    def runs():                                 # the rows without their parse timings
+        return [(r["run"], r["equal"], {k: v for k, v in r["text"].items() if k != "parse_seconds"})
+                for r in json.loads(out.read_text())["runs"]]
+    assert bench.main([str(words_run), "--out", str(out), "--keep"]) == 0
+    scores = {k: v for k, v in row["text"].items() if k != "parse_seconds"}
+    assert runs() == [("/gone/run", True, scores), (row["run"], True, scores)]
+    assert bench.main([str(words_run), "--out", str(out)]) == 0
+    assert runs() == [(row["run"], True, scores)]
 
 
 def test_the_results_script_recomputes_a_words_only_runs_upos_and_refuses_a_wrong_one(words_run, tmp_path):
