@@ -51,6 +51,7 @@ import yaml
 
 import ssvm_torch
 from ssvm_torch.deep import UDParser
+from ssvm_torch.deep.epochs import batch_padding
 
 sys.path.insert(0, str(Path(__file__).parent))
 from commits import ROOT, baseline_worktree, revisions, run_worker  # noqa: E402
@@ -67,15 +68,6 @@ def recipe_args(head: str, projective: bool, threads: int, pool: int = 0) -> dic
     return {**args, "projective": projective, "threads": threads, "seed": 0, **({"length_pool": pool} if pool else {})}
 
 
-def padding(batches: list, lengths: torch.Tensor) -> dict:
-    """Padded over real work of ``batches`` (lists of sentence indices): tokens, and the (n + 1)^2 of the arc scores."""
-    width = torch.tensor([int(lengths[b].max()) + 1 for b in batches], dtype=torch.float64)
-    count = torch.tensor([len(b) for b in batches], dtype=torch.float64)
-    real = lengths.double() + 1
-    return {"padded_tokens": float((count * width).sum() / real.sum()),
-            "padded_n2": float((count * width ** 2).sum() / (real ** 2).sum())}
-
-
 class Setting:
     """One head and tree kind: the module built once, its optimizer, and the training batches it times."""
 
@@ -87,7 +79,7 @@ class Setting:
         loader = self.module.train_dataloader()         # epoch 0's batches, as training draws them
         epoch = list(loader)
         self.steps_per_epoch = len(epoch)
-        self.padding = padding([b.tolist() for b in epoch], self.module.corpus.train.lengths)
+        self.padding = batch_padding([b.tolist() for b in epoch], self.module.corpus.train.lengths)
         take = warmup + batches
         if take > self.steps_per_epoch:
             raise SystemExit(f"--warmup + --batches: at most {self.steps_per_epoch} steps (one epoch), got {take}")

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from ssvm_torch.deep.epochs import EpochPermutation, LengthPooledBatches
+from ssvm_torch.deep.epochs import EpochPermutation, LengthPooledBatches, batch_padding
 
 
 def pooled_epoch(lengths, batch, pool, seed, epoch):
@@ -43,6 +43,13 @@ def test_the_draw_is_a_function_of_seed_and_epoch():
     assert a != pooled_epoch(lengths, 16, 4, seed=2, epoch=5)[1]
 
 
+def test_batch_padding_counts_the_root_and_the_longest_sentence():
+    lengths = torch.tensor([1, 3, 2])
+    cost = batch_padding([[0, 1], [2]], lengths)             # widths 4 and 3: (2 * 4 + 3) tokens over 2 + 4 + 3
+    assert cost["padded_tokens"] == pytest.approx(11 / 9)
+    assert cost["padded_n2"] == pytest.approx((2 * 16 + 9) / (4 + 16 + 9))
+
+
 def test_bad_pool_is_refused_by_name():
     with pytest.raises(ValueError, match="pool: expected an int >= 1"):
         LengthPooledBatches(torch.ones(10, dtype=torch.int64), 4, 0, 0)
@@ -55,10 +62,8 @@ def test_pooled_batches_pad_far_less_than_random_ones_on_ewt():
     lengths = load_ud_parsing().train.lengths
 
     def padded(batches):
-        width = torch.tensor([int(lengths[b].max()) + 1 for b in batches], dtype=torch.float64)
-        count = torch.tensor([len(b) for b in batches], dtype=torch.float64)
-        real = lengths.double() + 1
-        return float((count * width).sum() / real.sum()), float((count * width ** 2).sum() / (real ** 2).sum())
+        cost = batch_padding(batches, lengths)
+        return cost["padded_tokens"], cost["padded_n2"]
 
     perm = list(EpochPermutation(len(lengths), 0))
     random_batches = [perm[k:k + 32] for k in range(0, len(perm), 32)]

@@ -66,6 +66,17 @@ class LengthPooledBatches(tud.Sampler):
             yield batches[i]
 
 
+def batch_padding(batches: list, lengths: torch.Tensor) -> dict:
+    """What ``batches`` (lists of sentence indices, sentences of ``lengths`` words) cost padded to their longest
+    sentence (+ 1 for the root), over what the sentences themselves hold: ``padded_tokens`` (the encoder's work)
+    and ``padded_n2`` (the (n + 1)^2 arc scores')."""
+    width = torch.tensor([int(lengths[b].max()) + 1 for b in batches], dtype=torch.float64)
+    count = torch.tensor([len(b) for b in batches], dtype=torch.float64)
+    real = lengths.double() + 1
+    return {"padded_tokens": float((count * width).sum() / real.sum()),
+            "padded_n2": float((count * width ** 2).sum() / (real ** 2).sum())}
+
+
 def epoch_mean(module, total: float, batches: int) -> float:
     """The mean batch loss of an epoch: ``total / batches`` over every rank's batches under DDP (one
     all-reduce of the two numbers), the process's own otherwise."""
