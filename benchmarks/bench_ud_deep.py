@@ -78,12 +78,22 @@ def configuration_clash(config: dict, other: dict) -> tuple | None:
     return None
 
 
-def training_prefix(config: dict) -> str:
-    """The prefix of a run's training options (ema_, noise<100 P>_, xpos_, pool<P>_, lrdecay<100 D>_), in that order."""
-    p, pool, decay = config.get("tag_noise", 0.0), config.get("length_pool", 0), config.get("lr_decay", 1.0)
+def option_prefix(config: dict) -> str:
+    """The prefix of a run's model options (ema_, noise<100 P>_, xpos_), in that order."""
+    p = config.get("tag_noise", 0.0)
     return (EMA if config.get("ema_decay", 0.0) > 0 else "") + (f"{NOISE}{round(100 * p)}_" if p > 0 else "") + \
-        (XPOS if config.get("xpos", False) else "") + (f"{POOL}{pool}_" if pool else "") + \
-        (f"{LR_DECAY}{round(100 * decay)}_" if decay != 1 else "")
+        (XPOS if config.get("xpos", False) else "")
+
+
+def schedule_prefix(config: dict) -> str:
+    """The prefix of a run's batching and learning-rate options (pool<P>_, lrdecay<100 D>_), in that order."""
+    pool, decay = config.get("length_pool", 0), config.get("lr_decay", 1.0)
+    return (f"{POOL}{pool}_" if pool else "") + (f"{LR_DECAY}{round(100 * decay)}_" if decay != 1 else "")
+
+
+def training_prefix(config: dict) -> str:
+    """The prefix of a run's training options: its model options, then its schedule's."""
+    return option_prefix(config) + schedule_prefix(config)
 
 
 def partial_prefix(config: dict) -> str:
@@ -153,6 +163,7 @@ def report(runs: Path, draws: int) -> dict:
     by_head: dict = {}
     first_of_head: dict = {}
     plain_of: dict = {}                  # each head without its training options (training_prefix)
+    unscheduled_of: dict = {}            # each head without its schedule's options (schedule_prefix)
     for d in sorted(runs.glob("*_s*")):
         config = json.loads((d / "config.json").read_text())
         results = json.loads((d / "results.json").read_text())
@@ -176,6 +187,7 @@ def report(runs: Path, draws: int) -> dict:
             (SECOND_ORDER if config.get("order", 1) == 2 else "") + config["loss"]
         head = training_prefix(config) + plain
         plain_of[head] = plain
+        unscheduled_of[head] = option_prefix(config) + plain
         first, first_config = first_of_head.setdefault(head, (d, config))
         clash = configuration_clash(config, first_config)
         if clash is not None:
@@ -221,6 +233,8 @@ def report(runs: Path, draws: int) -> dict:
         pairs += [(prefix + a, prefix + "crf") for a in MARGIN_HEADS]
     # a training option (weight averaging, tag noise, an XPOS head) against the same head trained without it
     pairs += [(h, plain_of[h]) for h in sorted(by_head) if plain_of[h] != h]
+    # and a schedule (length pools, a decaying rate) against the same model options on the recipe's schedule
+    pairs += [(h, unscheduled_of[h]) for h in sorted(by_head) if unscheduled_of[h] not in (h, plain_of[h])]
     for a, b in pairs:
         # over the seeds both heads have, so that a head with a run still training (2 seeds of 3) is compared
         # with the same initialisations and orders, not with the other head's extra seed

@@ -473,13 +473,23 @@ def test_the_results_script_recomputes_the_archive_and_bootstraps_pairs(tmp_path
     assert "ema_noise3_hinge" in [h["head"] for h in report["heads"]]
     (last,) = [b for b in report["bootstrap"] if b["a"] == "ema_noise3_hinge"]
     assert (last["b"], last["seeds"], last["las"]["observed_diff"]) == ("hinge", [0], 0.0)
-    shutil.rmtree(option)
     # pooled batches and a decaying learning rate too (an archive before them has neither key: no clash to catch it)
-    option = archive / "pool20_lrdecay75_hinge_s0"
-    shutil.copytree(archive / "hinge_s0", option)
-    (option / "config.json").write_text(json.dumps({**config, "length_pool": 20, "lr_decay": 0.75}))
+    schedule = archive / "pool20_lrdecay75_hinge_s0"
+    shutil.copytree(archive / "hinge_s0", schedule)
+    (schedule / "config.json").write_text(json.dumps({**config, "length_pool": 20, "lr_decay": 0.75}))
     (last,) = [b for b in bench.report(archive, draws=10)["bootstrap"] if b["a"] == "pool20_lrdecay75_hinge"]
     assert (last["b"], last["seeds"]) == ("hinge", [0])
+    shutil.rmtree(schedule)
+    # a schedule on top of model options: against the plain head and against the same options on the recipe's
+    # schedule (the comparison that says what the schedule itself did)
+    both = archive / "ema_noise3_pool20_lrdecay75_hinge_s0"
+    shutil.copytree(archive / "hinge_s0", both)
+    (both / "config.json").write_text(json.dumps({**config, "ema_decay": 0.999, "tag_noise": 0.03, "length_pool": 20,
+                                                  "lr_decay": 0.75}))
+    report = bench.report(archive, draws=10)
+    assert [b["b"] for b in report["bootstrap"] if b["a"] == "ema_noise3_pool20_lrdecay75_hinge"] == \
+        ["hinge", "ema_noise3_hinge"]
+    shutil.rmtree(both)
     shutil.rmtree(option)
     (archive / "hinge_s0" / "results.json").write_text(json.dumps({**results, "test_uas": results["test_uas"] + 1}))
     with pytest.raises(SystemExit, match="UAS / LAS recomputed"):
