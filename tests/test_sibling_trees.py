@@ -2,7 +2,7 @@
 torch_sibling.py) against brute force over every projective tree (n <= 6): best and loss-augmented trees,
 scores, log Z, arc and sibling marginals, the three losses and their gradients, single and multi root, ragged
 rows; against SuPar 1.1.4's Dependency2oCRF (a test-only reference) and its CoNLL.get_sibs; the backends
-against each other (padded batches, ties, the real-space underflow's log-semiring redo, float32); the
+against each other (padded batches, ties, the real-space underflow's compiled log-space redo, float32); the
 DependencyTree layer's second order; the refusals."""
 from __future__ import annotations
 
@@ -194,7 +194,8 @@ def test_backends_agree_on_padded_batches_and_ties(multiroot):
 
 def test_real_space_underflow_is_redone_in_the_log_semiring():
     """Every word's best head is the root, but one word may take it: the shifted Z' is about exp(-30 (n - 1)),
-    below float64's range; those rows are redone by the torch recursions (log semiring), the others not."""
+    below float64's range; that row is redone by the compiled log-space pass (numba_sibling_log), equal to the
+    torch recursions (log semiring); the other row stays in real space."""
     n = 40
     S = torch.full((2, n + 1, n + 1), -30.0, dtype=torch.float64)
     S[:, :, 0] = 0.0
@@ -208,6 +209,45 @@ def test_real_space_underflow_is_redone_in_the_log_semiring():
     (m1, ms1), (m2, ms2) = dependency_marginals(S, kernels="numba", **kw), dependency_marginals(S, kernels="torch", **kw)
     torch.testing.assert_close(m1, m2, atol=1e-12, rtol=0)
     torch.testing.assert_close(ms1, ms2, atol=1e-12, rtol=0)
+    assert np.isnan(_real_space_only(S[0], SB[0], n)) and not np.isnan(_real_space_only(S[1], SB[1], n))
+
+
+def _real_space_only(S, SB, n):
+    """The real-space inside pass alone on one single-root row: Z', NaN where it underflows."""
+    from ssvm_torch.trees.numba_eisner import REAL_MIN
+    from ssvm_torch.trees.numba_sibling import _factors, _inside, _offsets
+    off = _offsets(n)
+    A, E0 = np.zeros((n + 1, n + 1)), np.zeros((n + 1, n + 1))
+    BR, BL = np.empty(off[n + 1, 0]), np.empty(off[n + 1, 0])
+    _factors(S.numpy(), SB.numpy(), n, off, A, E0, BR, BL)
+    C = np.zeros((8, n + 1, n + 1))
+    z = _inside(A, E0, BR, BL, off, n, False, *C)
+    return z if z >= REAL_MIN else float("nan")
+
+
+@roots
+@pytest.mark.parametrize("scale", [2.0, 300.0], ids=["scores-2", "scores-300"])
+def test_log_space_pass_equals_brute_force(multiroot, scale):
+    """The compiled log-space pass on its own (the real-space pass's fallback) against enumeration: log Z, the
+    arc and the sibling marginals, n = 1..6, absent arcs and siblings (-inf), scores of a trained parser's
+    size (a few hundred nats, where the real-space pass underflows) and small ones."""
+    from ssvm_torch.trees.numba_sibling_log import sibling_inside_outside_log
+    rng = np.random.default_rng(11)
+    for n in range(1, 7):
+        S = rng.normal(size=(n + 1, n + 1)) * scale
+        SB = rng.normal(size=(n + 1, n + 1, n + 1)) * scale
+        if n > 1:
+            S[n, n - 1] = -np.inf                       # word n never takes word n - 1 as its head
+            SB[n, 0, 1:n] = -np.inf                     # nor a sibling under the root
+        _, _, ref_logz, ref_M, ref_MS = sibling_brute_force(S, SB, n, multiroot)
+        M, MS = np.zeros((n + 1, n + 1)), np.zeros((n + 1,) * 3)
+        logz = sibling_inside_outside_log(S, SB, n, multiroot, True, M, MS)
+        assert abs(logz - ref_logz) <= 1e-9 * max(1.0, abs(ref_logz)), (n, logz, ref_logz)
+        np.testing.assert_allclose(M, ref_M, atol=1e-10, rtol=0)
+        np.testing.assert_allclose(MS, ref_MS, atol=1e-10, rtol=0)
+    M = np.zeros((2, 2))
+    assert sibling_inside_outside_log(np.full((2, 2), -np.inf), np.zeros((2, 2, 2)), 1, multiroot, True, M,
+                                      np.zeros((2, 2, 2))) == -np.inf and not M.any()
 
 
 @roots

@@ -21,8 +21,8 @@ Z is computed in real space on shifted factors that keep every chart entry <= it
 with c_mh = max(0, max_s SB[m, h, s]) and c_m = max_h (S[m, h] + c_mh), the arc factor is
 exp(S[m, h] + c_mh - c_m), the sibling factor exp(SB[m, h, s] - c_mh) and the nearest dependent's factor
 exp(-c_mh) (all <= 1; log Z moves by sum_m c_m). Where Z' underflows (< ``REAL_MIN``, scores so large that
-the best tree is far below the per-word maxima) the batch functions return NaN for that row and the caller
-redoes it in the log semiring (:mod:`ssvm_torch.trees.torch_sibling`). The outside pass writes d log Z / d S
+the best tree is far below the per-word maxima, as a trained parser's are on long sentences) the sentence is
+redone by the compiled log-space pass (:mod:`ssvm_torch.trees.numba_sibling_log`). The outside pass writes d log Z / d S
 (the arc marginals) and d log Z / d SB (the sibling marginals) directly: no autograd graph goes through the
 recursion.
 
@@ -43,6 +43,7 @@ import numba as nb
 import numpy as np
 
 from .numba_eisner import MAXES, REAL_MIN, SUMS
+from .numba_sibling_log import sibling_inside_outside_log
 
 __all__ = ["sibling_inside_outside", "sibling_inside_outside_batch", "sibling_inside_outside_batch_parallel"]
 
@@ -254,8 +255,8 @@ def _outside(A, E0, BR, BL, off, n, multiroot, Z, CR, CRt, CL, CLt, IR, ILt, X, 
 def sibling_inside_outside(S, SB, n, multiroot, want_marginals, M, MS):
     """log Z of one sentence (S (>= n+1, >= n+1), SB (>= n+1,) * 3, float32 or float64) and, if
     ``want_marginals``, the arc marginals into M (n+1, n+1) and the sibling marginals into MS (n+1,) * 3
-    (entries written only for s strictly between h and m; the caller zero-fills). -inf when no tree exists;
-    NaN when the real-space pass underflows (the caller redoes the row in the log semiring)."""
+    (entries written only for s strictly between h and m; the caller zero-fills). -inf when no tree exists.
+    Real space on the shifted factors, the log-space pass where that underflows (module docstring)."""
     if n == 0:
         return 0.0
     N1 = n + 1
@@ -271,7 +272,7 @@ def sibling_inside_outside(S, SB, n, multiroot, want_marginals, M, MS):
     C = np.zeros((8, N1, N1))
     z = _inside(A, E0, BR, BL, off, n, multiroot, C[0], C[1], C[2], C[3], C[4], C[5], C[6], C[7])
     if not (z >= REAL_MIN and z < np.inf):
-        return np.nan
+        return sibling_inside_outside_log(S, SB, n, multiroot, want_marginals, M, MS)
     if want_marginals:
         ML = np.zeros(total)           # entries the outside pass skips (a zero adjoint) stay 0, as in MS
         _outside(A, E0, BR, BL, off, n, multiroot, z, C[0], C[1], C[2], C[3], C[4], C[5], C[6], C[7],

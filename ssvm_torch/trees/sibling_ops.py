@@ -50,8 +50,8 @@ def best(S: torch.Tensor, SB: torch.Tensor, lengths: torch.Tensor, multiroot: bo
 
 def _compiled(S: torch.Tensor, SB: torch.Tensor, lengths: torch.Tensor, multiroot: bool, want: bool):
     """log Z (B,) float64 and, if ``want``, the arc marginals (B, N, N) float64 and the sibling marginals
-    (B, N, N, N) in SB's dtype by the compiled inside-outside; rows whose real-space pass underflows are
-    redone by the torch recursions in float64 (the log semiring)."""
+    (B, N, N, N) in SB's dtype by the compiled inside-outside (real space, log space on the rows where that
+    underflows: :mod:`~ssvm_torch.trees.numba_sibling`)."""
     Sh, Lh = _host(S, lengths)
     SBh = SB.detach().contiguous().numpy()
     B, N, _ = Sh.shape
@@ -60,18 +60,7 @@ def _compiled(S: torch.Tensor, SB: torch.Tensor, lengths: torch.Tensor, multiroo
     MS = np.zeros((B, N, N, N) if want else (B, 1, 1, 1), dtype=SBh.dtype)
     kernel = sibling_inside_outside_batch_parallel if _parallel(B) else sibling_inside_outside_batch
     kernel(Sh, SBh, Lh, multiroot, want, logz, M, MS)
-    logz, M, MS = torch.from_numpy(logz), torch.from_numpy(M), torch.from_numpy(MS)
-    redo = torch.isnan(logz).nonzero()[:, 0]
-    if len(redo):
-        with torch.enable_grad():
-            s = S.detach()[redo].double().requires_grad_(want)
-            sb = SB.detach()[redo].double().requires_grad_(want)
-            value = torch_sibling.log_partition(s, sb, lengths[redo], multiroot)
-            if want:
-                gs, gsb = torch.autograd.grad(value.sum(), (s, sb))
-                M[redo], MS[redo] = gs, gsb.to(MS.dtype)
-        logz[redo] = value.detach()
-    return logz, M, MS
+    return torch.from_numpy(logz), torch.from_numpy(M), torch.from_numpy(MS)
 
 
 class _CompiledSiblingLogZ(torch.autograd.Function):

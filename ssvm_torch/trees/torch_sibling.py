@@ -1,7 +1,6 @@
 """The second-order (adjacent-sibling) projective recursions in pure torch: any device, batched, the reference
-of the compiled and Triton kernels (:mod:`ssvm_torch.trees.numba_sibling`, :mod:`ssvm_torch.trees.triton_sibling`),
-the log-semiring redo of the rows where the compiled real-space pass underflows, and what runs where neither
-kernel does (CUDA without Triton, tracing).
+of the compiled and Triton kernels (:mod:`ssvm_torch.trees.numba_sibling`, :mod:`ssvm_torch.trees.triton_sibling`)
+and what runs where neither kernel does (CUDA without Triton, tracing).
 
 The items of :mod:`ssvm_torch.trees.numba_sibling` kept by [width, start] for a padded batch as in
 :mod:`ssvm_torch.trees.torch_eisner` (flat index w * N + i of a (B, N * N) chart), one Python iteration per
