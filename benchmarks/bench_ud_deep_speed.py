@@ -23,6 +23,11 @@ by side: the training batches are then the first ones the module's own data load
 rows record the batches' padding (``padded_tokens``, ``padded_n2``: padded over real tokens and over the real sum
 of (n + 1)^2).
 
+``--weights RUN/parser.pt`` starts every setting from a trained parser's weights (a ``parser.pt`` of the same
+network, written by a run of that recipe) instead of the untrained ones: the tree layer's work then depends on
+them, since a trained parser's scores (a few hundred nats) make the second-order real-space pass underflow on
+long sentences, where untrained scores never do.
+
 Each figure is the median of ``--repeats`` rounds; the rounds alternate the configurations so that the
 machine's drift spreads over all of them. ``--threads`` torch threads (the recipes' 2).
 
@@ -32,7 +37,7 @@ every round runs one worker process per side, the sides alternating, each buildi
 
 Usage: python benchmarks/bench_ud_deep_speed.py [--heads local crf hinge softmax_margin 2o_softmax_margin]
        [--batches 40] [--repeats 3] [--threads 2] [--kinds projective non-projective] [--length-pools 0 20]
-       [--baseline REV]
+       [--baseline REV] [--weights RUN/parser.pt]
 Writes benchmarks/results/ud_deep_speed.json (with --baseline: ud_deep_speed_commits.json).
 """
 from __future__ import annotations
@@ -52,6 +57,7 @@ import yaml
 import ssvm_torch
 from ssvm_torch.deep import UDParser
 from ssvm_torch.deep.epochs import batch_padding
+from ssvm_torch.deep.ud_parse import load_parser
 
 sys.path.insert(0, str(Path(__file__).parent))
 from commits import ROOT, baseline_worktree, revisions, run_worker  # noqa: E402
@@ -71,10 +77,13 @@ def recipe_args(head: str, projective: bool, threads: int, pool: int = 0) -> dic
 class Setting:
     """One head and tree kind: the module built once, its optimizer, and the training batches it times."""
 
-    def __init__(self, head: str, kind: str, threads: int, batches: int, warmup: int, pool: int = 0):
+    def __init__(self, head: str, kind: str, threads: int, batches: int, warmup: int, pool: int = 0,
+                 weights: str | None = None):
         self.head, self.kind, self.pool = head, kind, pool
         self.module = UDParser(**recipe_args(head, kind == "projective", threads, pool))
         self.module.build()
+        if weights:
+            load_trained(self.module, weights)
         self.optimizer = self.module.configure_optimizers()
         loader = self.module.train_dataloader()         # epoch 0's batches, as training draws them
         epoch = list(loader)
@@ -116,12 +125,25 @@ class Setting:
         return {"test_sentences_per_s": m.corpus.test.n / test_s, "dev_eval_s": time.perf_counter() - t0}
 
 
-def measure(heads, kinds, threads: int, batches: int, warmup: int, repeats: int, pools=(0,)) -> list:
+def load_trained(module: UDParser, path: str) -> None:
+    """The weights of the parser.pt at ``path`` (integrity-checked, no pickle: :func:`load_parser`) in the
+    module's network; refused when its vocabularies or its network's shape differ from the module's."""
+    trained = load_parser(path)
+    if trained.vocab != module.corpus.vocab:
+        raise SystemExit(f"--weights: {path} was trained with other vocabularies than this recipe's corpus")
+    try:
+        module.parser.load_state_dict(trained.network.state_dict())
+    except RuntimeError as e:
+        raise SystemExit(f"--weights: {path} is not a network of this recipe's shape ({str(e).splitlines()[0]})")
+
+
+def measure(heads, kinds, threads: int, batches: int, warmup: int, repeats: int, pools=(0,),
+            weights: str | None = None) -> list:
     """Every (head, kind, length pool) setting's rounds (``repeats`` of training + decoding, the order
-    alternating)."""
+    alternating), from the weights of ``weights`` (a parser.pt) when given."""
     torch.set_num_threads(threads)
     # a second-order head parses projective trees only (UDParser refuses projective false with order 2)
-    settings = [Setting(h, k, threads, batches, warmup, p) for k in kinds for h in heads for p in pools
+    settings = [Setting(h, k, threads, batches, warmup, p, weights) for k in kinds for h in heads for p in pools
                 if k == "projective" or "2o_" not in h]
     rounds = {(s.head, s.kind, s.pool): [] for s in settings}
     for r in range(repeats):
@@ -163,7 +185,7 @@ def against_baseline(args) -> dict:
     """Both sides' rows (each round one worker per side, alternating) and current / baseline ratios."""
     revs = revisions(args.baseline)
     work = ["--heads", *args.heads, "--kinds", *args.kinds, "--batches", args.batches, "--warmup", args.warmup,
-            "--threads", args.threads]
+            "--threads", args.threads, *(["--weights", Path(args.weights).resolve()] if args.weights else [])]
     with baseline_worktree(revs["baseline"]) as wt:
         sides = {"current": ROOT, "baseline": wt}
         script = Path(__file__).resolve()
@@ -203,6 +225,7 @@ def main():
     ap.add_argument("--length-pools", nargs="+", type=int, default=[0],
                     help="UDParser length_pool values measured side by side (0: random batches)")
     ap.add_argument("--baseline", help="an earlier commit (any git revision) measured side by side")
+    ap.add_argument("--weights", help="a trained parser.pt of the heads' network to start from (default: untrained)")
     ap.add_argument("--out")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -218,17 +241,18 @@ def main():
                          "checkout, side by side)")
     if args.worker:                    # one round of every setting, for against_baseline
         print(json.dumps({"module": ssvm_torch.__file__,
-                          "settings": measure(args.heads, args.kinds, args.threads, args.batches, args.warmup, 1)}))
+                          "settings": measure(args.heads, args.kinds, args.threads, args.batches, args.warmup, 1,
+                                              weights=args.weights)}))
         return
     machine = {"cpus": os.cpu_count(), "processor": platform.processor() or platform.machine(),
                "torch": torch.__version__, "threads": args.threads, "load_average_at_start": list(os.getloadavg())}
     common = {"machine": machine, "batches": args.batches, "warmup": args.warmup, "repeats": args.repeats,
-              "length_pools": args.length_pools}
+              "length_pools": args.length_pools, "weights": args.weights}
     if args.baseline:
         out, path = {**common, **against_baseline(args)}, args.out or str(OUT.with_name("ud_deep_speed_commits.json"))
     else:
         rows = summarise(measure(args.heads, args.kinds, args.threads, args.batches, args.warmup, args.repeats,
-                                 args.length_pools))
+                                 args.length_pools, args.weights))
         print_table(rows)
         out, path = {**common, "rows": rows}, args.out or str(OUT)
     Path(path).write_text(json.dumps(out, indent=1))
