@@ -5,8 +5,9 @@ For every head (local, crf, hinge, softmax_margin) and tree kind (projective: Ei
 matrix-tree theorem and Chu-Liu-Edmonds), the recipe's network (``recipes/ud_deep_<head>.yaml``, seed 0,
 untrained weights: the work per step does not depend on them):
 
-* **training**: ``--batches`` consecutive training steps of the recipe's batch size (forward, the head's
-  loss, backward, gradient clipping, Adam), the first batches of epoch 0's permutation, after
+* **training**: ``--batches`` consecutive training steps (0: all of epoch 0's after the warm-up) of the
+  recipe's batch size (forward, the head's loss, backward, gradient clipping, Adam), the first batches of
+  epoch 0's permutation, after
   ``--warmup`` untimed steps; the mean step time times the steps of one epoch is ``s_per_epoch``, and the
   share of those seconds inside the tree layer's forward and backward (the module's own clock) is
   ``tree_layer_share``;
@@ -31,7 +32,7 @@ long sentences, where untrained scores never do.
 Each figure is the median of ``--repeats`` rounds; the rounds alternate the configurations so that the
 machine's drift spreads over all of them. ``--threads`` torch threads (the recipes' 2).
 
-``--baseline REV`` measures this checkout against the commit REV side by side (``benchmarks/commits.py``):
+``--baseline REV`` (one ``--length-pools`` value) measures this checkout against the commit REV side by side (``benchmarks/commits.py``):
 every round runs one worker process per side, the sides alternating, each building its settings afresh
 (one untimed warm-up round per side first); the JSON then has both sides' rows and the ratios.
 
@@ -89,8 +90,8 @@ class Setting:
         epoch = list(loader)
         self.steps_per_epoch = len(epoch)
         self.padding = batch_padding([b.tolist() for b in epoch], self.module.corpus.train.lengths)
-        take = warmup + batches
-        if take > self.steps_per_epoch:
+        take = warmup + batches if batches else self.steps_per_epoch      # 0: the rest of the epoch
+        if take > self.steps_per_epoch or take <= warmup:
             raise SystemExit(f"--warmup + --batches: at most {self.steps_per_epoch} steps (one epoch), got {take}")
         self.batches = epoch[:take]
         self.warmup = warmup
@@ -185,7 +186,7 @@ def against_baseline(args) -> dict:
     """Both sides' rows (each round one worker per side, alternating) and current / baseline ratios."""
     revs = revisions(args.baseline)
     work = ["--heads", *args.heads, "--kinds", *args.kinds, "--batches", args.batches, "--warmup", args.warmup,
-            "--threads", args.threads, *(["--weights", Path(args.weights).resolve()] if args.weights else [])]
+            "--threads", args.threads, "--length-pools", *args.length_pools, *(["--weights", Path(args.weights).resolve()] if args.weights else [])]
     with baseline_worktree(revs["baseline"]) as wt:
         sides = {"current": ROOT, "baseline": wt}
         script = Path(__file__).resolve()
@@ -218,7 +219,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--heads", nargs="+", default=["local", "crf", "hinge", "softmax_margin"], choices=HEADS)
     ap.add_argument("--kinds", nargs="+", default=list(KINDS), choices=KINDS)
-    ap.add_argument("--batches", type=int, default=40, help="timed training steps per round")
+    ap.add_argument("--batches", type=int, default=40, help="timed training steps per round (0: every step of "
+                    "epoch 0 after the warm-up ones: the long sentences' batches included)")
     ap.add_argument("--warmup", type=int, default=3, help="untimed training steps before each round's timed ones")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
@@ -229,20 +231,22 @@ def main():
     ap.add_argument("--out")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
-    for name in ("batches", "repeats", "threads"):
+    for name in ("repeats", "threads"):
         if getattr(args, name) < 1:
             raise SystemExit(f"--{name}: expected an int >= 1, got {getattr(args, name)}")
+    if args.batches < 0:
+        raise SystemExit(f"--batches: expected an int >= 0 (0: the whole epoch after the warm-up steps), got {args.batches}")
     if args.warmup < 0:
         raise SystemExit(f"--warmup: expected an int >= 0, got {args.warmup}")
     if any(p < 0 for p in args.length_pools):
         raise SystemExit(f"--length-pools: expected ints >= 0, got {args.length_pools}")
-    if args.baseline and args.length_pools != [0]:
-        raise SystemExit("--length-pools: random batches (0) only with --baseline (the pools are compared in one "
-                         "checkout, side by side)")
+    if args.baseline and len(args.length_pools) != 1:
+        raise SystemExit("--length-pools: one value with --baseline (several are compared in one checkout, side by "
+                         "side)")
     if args.worker:                    # one round of every setting, for against_baseline
         print(json.dumps({"module": ssvm_torch.__file__,
                           "settings": measure(args.heads, args.kinds, args.threads, args.batches, args.warmup, 1,
-                                              weights=args.weights)}))
+                                              args.length_pools, args.weights)}))
         return
     machine = {"cpus": os.cpu_count(), "processor": platform.processor() or platform.machine(),
                "torch": torch.__version__, "threads": args.threads, "load_average_at_start": list(os.getloadavg())}
