@@ -32,9 +32,9 @@ long sentences, where untrained scores never do.
 Each figure is the median of ``--repeats`` rounds; the rounds alternate the configurations so that the
 machine's drift spreads over all of them. ``--threads`` torch threads (the recipes' 2).
 
-``--baseline REV`` (one ``--length-pools`` value) measures this checkout against the commit REV side by side (``benchmarks/commits.py``):
-every round runs one worker process per side, the sides alternating, each building its settings afresh
-(one untimed warm-up round per side first); the JSON then has both sides' rows and the ratios.
+``--baseline REV`` (one ``--length-pools`` value) measures this checkout against the commit REV side by side
+(``benchmarks/commits.py``): every round runs one worker process per side, the sides alternating, each building its
+settings afresh (one untimed warm-up round per side first); the JSON then has both sides' rows and the ratios.
 
 Usage: python benchmarks/bench_ud_deep_speed.py [--heads local crf hinge softmax_margin 2o_softmax_margin]
        [--batches 40] [--repeats 3] [--threads 2] [--kinds projective non-projective] [--length-pools 0 20]
@@ -186,7 +186,8 @@ def against_baseline(args) -> dict:
     """Both sides' rows (each round one worker per side, alternating) and current / baseline ratios."""
     revs = revisions(args.baseline)
     work = ["--heads", *args.heads, "--kinds", *args.kinds, "--batches", args.batches, "--warmup", args.warmup,
-            "--threads", args.threads, "--length-pools", *args.length_pools, *(["--weights", Path(args.weights).resolve()] if args.weights else [])]
+            "--threads", args.threads, "--length-pools", *args.length_pools,
+            *(["--weights", Path(args.weights).resolve()] if args.weights else [])]
     with baseline_worktree(revs["baseline"]) as wt:
         sides = {"current": ROOT, "baseline": wt}
         script = Path(__file__).resolve()
@@ -235,7 +236,8 @@ def main():
         if getattr(args, name) < 1:
             raise SystemExit(f"--{name}: expected an int >= 1, got {getattr(args, name)}")
     if args.batches < 0:
-        raise SystemExit(f"--batches: expected an int >= 0 (0: the whole epoch after the warm-up steps), got {args.batches}")
+        raise SystemExit(f"--batches: expected an int >= 0 (0: the whole epoch after the warm-up steps), "
+                         f"got {args.batches}")
     if args.warmup < 0:
         raise SystemExit(f"--warmup: expected an int >= 0, got {args.warmup}")
     if any(p < 0 for p in args.length_pools):
