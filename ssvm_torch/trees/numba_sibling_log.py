@@ -83,6 +83,18 @@ def _share(term, parent):
     return math.exp(term - parent) if term != NEG_INF else 0.0
 
 
+@nb.njit(cache=True, nogil=True, inline="always")
+def _spread_siblings(p, arc, parent, a, b, sb, pa, pb, ms, lo, hi):
+    """An incomplete item's count ``p`` to the children of its sibling terms k in [lo, hi): the term
+    arc + a[k] + b[k] + sb[k] of the item's log value ``parent`` passes p x its share to pa[k] and pb[k], and that
+    is the sibling pair's marginal ms[k]."""
+    for k in range(lo, hi):
+        q = p * _share(arc + a[k] + b[k] + sb[k], parent)
+        pa[k] += q
+        pb[k] += q
+        ms[k] = q
+
+
 @nb.njit(cache=True, nogil=True)
 def _outside_counts(S, SB, n, multiroot, logz, CR, CL, IR, IL, X, M, MS):
     """The expected counts of the items (module docstring), spans in the reverse of the inside order, within a
@@ -121,23 +133,14 @@ def _outside_counts(S, SB, n, multiroot, logz, CR, CL, IR, IL, X, M, MS):
             M[j, i] = p
             if p != 0.0:
                 PCL[i + 1, j] += p * _share(S[j, i] + CL[i + 1, j], IR[i, j])
-                ms = MS[j, i]
-                for k in range(i + 1, j):
-                    q = p * _share(S[j, i] + IR[i, k] + X[k, j] + SB[j, i, k], IR[i, j])
-                    PIR[i, k] += q
-                    PX[k, j] += q
-                    ms[k] = q
+                _spread_siblings(p, S[j, i], IR[i, j], IR[i], X[:, j], SB[j, i], PIR[i], PX[:, j], MS[j, i], i + 1, j)
             if i > 0:
                 p = PIL[i, j]
                 M[i, j] = p
                 if p != 0.0:
                     PCR[i, j - 1] += p * _share(S[i, j] + CR[i, j - 1], IL[i, j])
-                    ms = MS[i, j]
-                    for k in range(i + 1, j):
-                        q = p * _share(S[i, j] + X[i, k] + IL[k, j] + SB[i, j, k], IL[i, j])
-                        PX[i, k] += q
-                        PIL[k, j] += q
-                        ms[k] = q
+                    _spread_siblings(p, S[i, j], IL[i, j], X[i], IL[:, j], SB[i, j], PX[i], PIL[:, j], MS[i, j],
+                                     i + 1, j)
             p = PX[i, j]
             if p != 0.0:
                 for r in range(i, j):
