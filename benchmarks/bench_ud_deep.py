@@ -61,8 +61,9 @@ PARTIAL = "partial"
 #: runs trained with weight averaging (config.json ``"ema_decay"`` > 0), tag noise (``"tag_noise"`` P > 0) or an XPOS
 #: head (``"xpos"``), issue 72's levers, as "ema_<head>" / "noise<100 P>_<head>" / "xpos_<head>" ("ema_noise3_<head>"
 #: with the first two), each paired with <head>; likewise batches of similar length (``"length_pool"`` P > 0) as
-#: "pool<P>_<head>" and a decaying learning rate (``"lr_decay"`` D < 1) as "lrdecay<100 D>_<head>"
-EMA, NOISE, XPOS, POOL, LR_DECAY = "ema_", "noise", "xpos_", "pool", "lrdecay"
+#: "pool<P>_<head>", a decaying learning rate (``"lr_decay"`` D < 1) as "lrdecay<100 D>_<head>" and restarts at a lower
+#: rate (``"lr_restarts"`` R > 0 at ``"restart_factor"`` F) as "restart<100 F>_<head>" ("restart<100 F>x<R>_" for R > 1)
+EMA, NOISE, XPOS, POOL, LR_DECAY, RESTART = "ema_", "noise", "xpos_", "pool", "lrdecay", "restart"
 
 
 #: config.json keys that may differ between the seeds of one head (what a run is, not how it was run)
@@ -85,10 +86,13 @@ def option_prefix(config: dict) -> str:
         (XPOS if config.get("xpos", False) else "")
 
 
-def schedule_prefix(config: dict) -> str:
-    """The prefix of a run's batching and learning-rate options (pool<P>_, lrdecay<100 D>_), in that order."""
-    pool, decay = config.get("length_pool", 0), config.get("lr_decay", 1.0)
-    return (f"{POOL}{pool}_" if pool else "") + (f"{LR_DECAY}{round(100 * decay)}_" if decay != 1 else "")
+def schedule_prefix(config: dict, restarts: bool = True) -> str:
+    """The prefix of a run's batching and learning-rate options (pool<P>_, lrdecay<100 D>_, restart<100 F>_), in
+    that order (``restarts`` False: without the last)."""
+    pool, decay, restart = config.get("length_pool", 0), config.get("lr_decay", 1.0), config.get("lr_restarts", 0)
+    factor = round(100 * config.get("restart_factor", 0.1))
+    return (f"{POOL}{pool}_" if pool else "") + (f"{LR_DECAY}{round(100 * decay)}_" if decay != 1 else "") + \
+        (f"{RESTART}{factor}" + (f"x{restart}_" if restart > 1 else "_") if restart and restarts else "")
 
 
 def training_prefix(config: dict) -> str:
@@ -164,6 +168,7 @@ def report(runs: Path, draws: int) -> dict:
     first_of_head: dict = {}
     plain_of: dict = {}                  # each head without its training options (training_prefix)
     unscheduled_of: dict = {}            # each head without its schedule's options (schedule_prefix)
+    unrestarted_of: dict = {}            # each head without its restarts
     for d in sorted(runs.glob("*_s*")):
         config = json.loads((d / "config.json").read_text())
         results = json.loads((d / "results.json").read_text())
@@ -188,6 +193,7 @@ def report(runs: Path, draws: int) -> dict:
         head = training_prefix(config) + plain
         plain_of[head] = plain
         unscheduled_of[head] = option_prefix(config) + plain
+        unrestarted_of[head] = option_prefix(config) + schedule_prefix(config, restarts=False) + plain
         first, first_config = first_of_head.setdefault(head, (d, config))
         clash = configuration_clash(config, first_config)
         if clash is not None:
@@ -235,6 +241,9 @@ def report(runs: Path, draws: int) -> dict:
     pairs += [(h, plain_of[h]) for h in sorted(by_head) if plain_of[h] != h]
     # and a schedule (length pools, a decaying rate) against the same model options on the recipe's schedule
     pairs += [(h, unscheduled_of[h]) for h in sorted(by_head) if unscheduled_of[h] not in (h, plain_of[h])]
+    # and restarts against the same options and schedule without them
+    pairs += [(h, unrestarted_of[h]) for h in sorted(by_head)
+              if unrestarted_of[h] not in (h, plain_of[h], unscheduled_of[h])]
     for a, b in pairs:
         # over the seeds both heads have, so that a head with a run still training (2 seeds of 3) is compared
         # with the same initialisations and orders, not with the other head's extra seed

@@ -395,6 +395,50 @@ def test_weight_averaging_selects_the_average_and_resumes_exactly(tmp_path, caps
         m.on_load_checkpoint({"state_dict": {"parser.arc_U": torch.zeros(1)}})
 
 
+def test_restarts_start_from_the_best_weights_at_the_lower_rate_and_a_stopped_run_resumes_into_them(tmp_path):
+    """lr_restarts: the epoch after patience runs out starts from the best dev weights at lr x factor^k (the k-th
+    restart) until the restarts are spent; a run that stopped by patience without restarts, resumed with them, ends
+    where the run that had them from the start ends (the decisions are read back from the history)."""
+    setting = ("--model.ema_decay", "0.9", "--model.patience", "1", "--model.lr", "0.05")
+    restarts = ("--model.lr_restarts", "2", "--model.restart_factor", "0.5")
+    full = run(tmp_path / "full", "hinge", *setting, *restarts, epochs=12)
+    history = json.loads((full / "history.json").read_text())
+    began = [r["epoch"] for r in history if r.get("restart")]
+    assert began, "the setting is chosen so that dev stops improving before the cap"
+    for k, e in enumerate(began, 1):
+        assert history[e - 1]["best_epoch"] < e - 1                      # the epoch before spent the patience
+        assert history[e]["lr"] == pytest.approx(0.05 * 0.5 ** k)
+    assert all(r["lr"] == 0.05 for r in history[:began[0]])
+    if len(history) < 12:                                                 # stopped: restarts spent, patience too
+        assert len(began) == 2 and history[-1]["best_epoch"] < history[-1]["epoch"]
+    stopped = run(tmp_path / "cut", "hinge", *setting, epochs=12)
+    assert len(json.loads((stopped / "history.json").read_text())) == began[0]
+    resumed = run(tmp_path / "cut", "hinge", *setting, *restarts, "--ckpt_path",
+                  str(next(stopped.glob("checkpoints/last.ckpt"))), epochs=12)
+    keys = ("loss", "dev_las", "dev_las_trained", "best_epoch", "lr")
+    assert [[r.get(k) for k in keys] for r in history] == [[r.get(k) for k in keys] for r in
+                                                          json.loads((resumed / "history.json").read_text())]
+    assert torch.load(full / "test_predictions.pt", weights_only=True) == torch.load(resumed / "test_predictions.pt",
+                                                                                      weights_only=True)
+
+
+def test_a_restart_loads_the_best_weights_clears_adam_and_sets_the_rate():
+    from ssvm_torch.deep.plateau import restart_due, restart_from
+    net, avg = torch.nn.Linear(3, 2), torch.nn.Linear(3, 2)
+    adam = torch.optim.Adam(net.parameters(), lr=1.0)
+    net(torch.ones(1, 3)).sum().backward()
+    adam.step()
+    best = {k: torch.full_like(v, 7.0) for k, v in net.state_dict().items()}
+    restart_from(best, [net, avg], adam, 0.125)
+    assert all(torch.equal(m.state_dict()[k], best[k]) for m in (net, avg) for k in best)
+    assert len(adam.state) == 0 and adam.param_groups[0]["lr"] == 0.125
+    hist = [{"epoch": e} for e in range(6)]                                # best epoch 2, patience 3
+    assert [restart_due(e, 2, hist[:e], 3, 1) for e in range(7)] == [False] * 6 + [True]
+    hist.append({"epoch": 6, "restart": True})                            # its window: epochs 6, 7, 8
+    assert [restart_due(e, 2, hist, 3, 2) for e in (7, 8, 9)] == [False, False, True]
+    assert not restart_due(9, 2, hist, 3, 1)                              # restarts spent
+
+
 def test_bad_parser_settings_are_refused_by_name(tmp_path, capsys):
     base = ["fit", "--config", str(RECIPES / "ud_deep_crf.yaml"), *TINY, "--trainer.default_root_dir", str(tmp_path)]
     for extra, text in ((["--model.loss", "svm"], "loss: expected one of"),
@@ -404,6 +448,10 @@ def test_bad_parser_settings_are_refused_by_name(tmp_path, capsys):
                         (["--model.order", "3"], "order: expected 1 (arc-factored) or 2"),
                         (["--model.length_pool", "-1"], "length_pool: expected an int >= 0"),
                         (["--model.lr_decay", "0"], "lr_decay: expected a number in (0, 1]"),
+                        (["--model.lr_restarts", "-1"], "lr_restarts: expected an int >= 0"),
+                        (["--model.restart_factor", "1"], "restart_factor: expected a number in (0, 1)"),
+                        (["--model.lr_restarts", "1", "--model.lr_decay", "0.5"],
+                         "lr_restarts: expected 0 with lr_decay"),
                         (["--model.order", "2", "--model.loss", "local"], "loss: expected a tree loss"),
                         (["--model.order", "2", "--model.projective", "false"], "projective: expected true with order 2"),
                         (["--model.order", "2", "--model.sib_dim", "0"], "sib_dim: expected an int >= 1"),
@@ -490,6 +538,17 @@ def test_the_results_script_recomputes_the_archive_and_bootstraps_pairs(tmp_path
     assert [b["b"] for b in report["bootstrap"] if b["a"] == "ema_noise3_pool20_lrdecay75_hinge"] == \
         ["hinge", "ema_noise3_hinge"]
     shutil.rmtree(both)
+    # restarts at a lower rate on top of pools: also against the same pools without them
+    pooled = {**config, "ema_decay": 0.999, "tag_noise": 0.03, "length_pool": 20}
+    for name, extra in (("ema_noise3_pool20_hinge", {}), ("ema_noise3_pool20_restart10_hinge",
+                                                          {"lr_restarts": 1, "restart_factor": 0.1})):
+        shutil.copytree(archive / "hinge_s0", archive / f"{name}_s0")
+        (archive / f"{name}_s0" / "config.json").write_text(json.dumps({**pooled, **extra}))
+    report = bench.report(archive, draws=10)
+    assert [b["b"] for b in report["bootstrap"] if b["a"] == "ema_noise3_pool20_restart10_hinge"] == \
+        ["hinge", "ema_noise3_hinge", "ema_noise3_pool20_hinge"]
+    for name in ("ema_noise3_pool20_hinge", "ema_noise3_pool20_restart10_hinge"):
+        shutil.rmtree(archive / f"{name}_s0")
     shutil.rmtree(option)
     (archive / "hinge_s0" / "results.json").write_text(json.dumps({**results, "test_uas": results["test_uas"] + 1}))
     with pytest.raises(SystemExit, match="UAS / LAS recomputed"):

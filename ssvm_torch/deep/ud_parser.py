@@ -79,6 +79,7 @@ from .dev_selection import DevSelectedRun
 from .conll_chunker import peak_rss_mb
 from .conll_text import word_dropout
 from .epochs import EpochPermutation, LengthPooledBatches, epoch_mean, epoch_seed, manual_step
+from .plateau import check_restarts, patience_spent, restart_due, restart_from, restarts_done
 from .ud_tagging import TAG_LOSSES, TagHead, tag_accuracy
 from .ud_text import SPECIALS, load_ud_parsing
 
@@ -107,7 +108,9 @@ class UDParser(DevSelectedRun, L.LightningModule):
     similar-length sentences (:class:`~ssvm_torch.deep.epochs.LengthPooledBatches`, pools of that many batches:
     less padding, the same steps per epoch), 0: random batches (the recipes'); ``word_dropout``: the alpha of
     the UNK dropout (a word seen c times is replaced by UNK with probability alpha / (alpha + c)); ``lr_decay`` < 1:
-    the learning rate times lr_decay^(step / 5000), Dozat & Manning 2017's schedule (their 0.75), 1: constant."""
+    the learning rate times lr_decay^(step / 5000), Dozat & Manning 2017's schedule (their 0.75), 1: constant;
+    ``lr_restarts`` > 0: that many restarts from the best dev weights at ``restart_factor`` x the rate when patience
+    runs out (:mod:`ssvm_torch.deep.plateau`)."""
 
     selected_by = "the parser keeps the weights of its best dev LAS epoch"
     weights_file = "parser.pt"
@@ -126,7 +129,7 @@ class UDParser(DevSelectedRun, L.LightningModule):
                  order: int = 1, sib_dim: int = 100, tags: str = "gold", tag_loss: str = "softmax_margin",
                  tag_weight: float = 1.0, tag_dim: int = 100, tag_feed: bool = False, hide_fraction: float = 0.0,
                  hide_seed: int = 0, tag_noise: float = 0.0, ema_decay: float = 0.0, xpos: bool = False,
-                 length_pool: int = 0, lr_decay: float = 1.0):
+                 length_pool: int = 0, lr_decay: float = 1.0, lr_restarts: int = 0, restart_factor: float = 0.1):
         super().__init__()
         self.save_hyperparameters()
         self.automatic_optimization = False
@@ -176,6 +179,7 @@ class UDParser(DevSelectedRun, L.LightningModule):
             check_positive(getattr(self.hparams, name), name)
         check(isinstance(lr_decay, (int, float)) and 0 < lr_decay <= 1, "lr_decay", "a number in (0, 1] (the learning "
               "rate's factor per 5000 steps; 1: constant)", lr_decay)
+        check_restarts(lr_restarts, restart_factor, lr_decay)
         self.corpus = self.parser = self.averaged = None
         self.tree = tree_layer(loss, projective)
         self.history: list = []
@@ -233,7 +237,14 @@ class UDParser(DevSelectedRun, L.LightningModule):
 
     # -- the loop -------------------------------------------------------------------------------
     def on_train_epoch_start(self) -> None:
+        hp, epoch = self.hparams, self.current_epoch
         self._epoch = {"t0": time.perf_counter(), "loss": 0.0, "batches": 0, "tree_s": 0.0}
+        if restart_due(epoch, self.best["epoch"], self.history, hp.patience, hp.lr_restarts):
+            k, self._epoch["restart"] = len(restarts_done(self.history)) + 1, True
+            nets = [self.parser] + ([self.averaged.module] if self.averaged is not None else [])
+            restart_from(self.best["state"], nets, self.optimizers().optimizer, hp.lr * hp.restart_factor ** k)
+            print(f"epoch {epoch}: restart {k} from the best dev weights (epoch {self.best['epoch']}), rate "
+                  f"{hp.lr * hp.restart_factor ** k:.3g}", flush=True)
 
     @property
     def tree_seconds(self) -> float:
@@ -321,7 +332,9 @@ class UDParser(DevSelectedRun, L.LightningModule):
         dev = self.evaluate(self.corpus.dev)
         rec = {"epoch": self.current_epoch, "loss": epoch_mean(self, self._epoch["loss"], self._epoch["batches"]),
                "dev_uas": dev["uas"], "dev_las": dev["las"], "seconds": seconds,
-               "tree_layer_share": self.tree_seconds / max(seconds, 1e-9), "peak_rss_mb": peak_rss_mb()}
+               "tree_layer_share": self.tree_seconds / max(seconds, 1e-9), "peak_rss_mb": peak_rss_mb(),
+               "lr": self.optimizers().optimizer.param_groups[0]["lr"], **({"restart": True} if "restart" in
+                                                                             self._epoch else {})}
         if hp.loss == "local":
             rec.update(dev_uas_argmax=dev["uas_argmax"], dev_argmax_not_tree=dev["argmax_not_tree"])
         rec.update({f"dev_{k}": dev[k] for k in ("upos", "xpos") if k in dev})
@@ -334,7 +347,8 @@ class UDParser(DevSelectedRun, L.LightningModule):
                          "state": {k: v.detach().cpu().clone() for k, v in state.items()}}
         rec["best_epoch"] = self.best["epoch"]
         self.history.append(rec)
-        if self.current_epoch - self.best["epoch"] >= hp.patience:
+        if (patience_spent(self.current_epoch, self.best["epoch"], self.history, hp.patience)
+                and len(restarts_done(self.history)) >= hp.lr_restarts):
             self.trainer.should_stop = True
         if self.trainer.is_global_zero:
             trained = f" [trained weights: {rec['dev_las_trained']:.2f}]" if self.averaged is not None else ""
