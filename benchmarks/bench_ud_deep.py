@@ -64,10 +64,13 @@ PARTIAL = "partial"
 #: "pool<P>_<head>", a decaying learning rate (``"lr_decay"`` D < 1) as "lrdecay<100 D>_<head>" and restarts at a lower
 #: rate (``"lr_restarts"`` R > 0 at ``"restart_factor"`` F) as "restart<100 F>_<head>" ("restart<100 F>x<R>_" for R > 1)
 EMA, NOISE, XPOS, POOL, LR_DECAY, RESTART = "ema_", "noise", "xpos_", "pool", "lrdecay", "restart"
+#: a run decoded by expected LAS (config.json ``"decode": "mbr"``, benchmarks/redecode_ud_run.py) as "mbr_<head>",
+#: paired with the same runs decoded as trained
+MBR = "mbr_"
 
 
 #: config.json keys that may differ between the seeds of one head (what a run is, not how it was run)
-RUN_KEYS = ("seed", "threads", "out", "device", "module", "_class_path", "__manifest__")
+RUN_KEYS = ("seed", "threads", "out", "device", "module", "_class_path", "__manifest__", "decoded_from")
 
 
 def configuration_clash(config: dict, other: dict) -> tuple | None:
@@ -169,6 +172,7 @@ def report(runs: Path, draws: int) -> dict:
     plain_of: dict = {}                  # each head without its training options (training_prefix)
     unscheduled_of: dict = {}            # each head without its schedule's options (schedule_prefix)
     unrestarted_of: dict = {}            # each head without its restarts
+    undecoded_of: dict = {}              # a re-decoded head: the same runs decoded as trained
     for d in sorted(runs.glob("*_s*")):
         config = json.loads((d / "config.json").read_text())
         results = json.loads((d / "results.json").read_text())
@@ -194,6 +198,10 @@ def report(runs: Path, draws: int) -> dict:
         plain_of[head] = plain
         unscheduled_of[head] = option_prefix(config) + plain
         unrestarted_of[head] = option_prefix(config) + schedule_prefix(config, restarts=False) + plain
+        if config.get("decode", "max") == "mbr":      # compared with its own runs as trained only
+            undecoded_of[MBR + head] = head
+            head = MBR + head
+            plain_of[head] = unscheduled_of[head] = unrestarted_of[head] = head
         first, first_config = first_of_head.setdefault(head, (d, config))
         clash = configuration_clash(config, first_config)
         if clash is not None:
@@ -244,6 +252,8 @@ def report(runs: Path, draws: int) -> dict:
     # and restarts against the same options and schedule without them
     pairs += [(h, unrestarted_of[h]) for h in sorted(by_head)
               if unrestarted_of[h] not in (h, plain_of[h], unscheduled_of[h])]
+    # a decode against the same weights decoded as they were trained
+    pairs += [(h, undecoded_of[h]) for h in sorted(undecoded_of)]
     for a, b in pairs:
         # over the seeds both heads have, so that a head with a run still training (2 seeds of 3) is compared
         # with the same initialisations and orders, not with the other head's extra seed

@@ -242,6 +242,10 @@ def test_relation_scores_are_each_labels_bilinear_form_at_the_given_head():
             for rel in range(6):
                 want = dep[b, m] @ net.rel_W[rel] @ head[b, max(int(heads[b, m]), 0)]
                 torch.testing.assert_close(got[b, m, rel], want, rtol=1e-12, atol=1e-12)
+    every = net.rel_scores_all(states)                  # [b, m, h, l]: the same form at every candidate head
+    for h in range(5):
+        torch.testing.assert_close(every[:, :, h], net.rel_scores(states, torch.full((2, 5), h)), rtol=1e-12,
+                                   atol=1e-12)
 
 
 def test_tag_noise_replaces_that_share_of_the_words_tags_by_the_taggers_other_likely_tags():
@@ -547,7 +551,14 @@ def test_the_results_script_recomputes_the_archive_and_bootstraps_pairs(tmp_path
     report = bench.report(archive, draws=10)
     assert [b["b"] for b in report["bootstrap"] if b["a"] == "ema_noise3_pool20_restart10_hinge"] == \
         ["hinge", "ema_noise3_hinge", "ema_noise3_pool20_hinge"]
-    for name in ("ema_noise3_pool20_hinge", "ema_noise3_pool20_restart10_hinge"):
+    # a re-decoded run (benchmarks/redecode_ud_run.py) is paired with the same run decoded as trained, only
+    shutil.copytree(archive / "ema_noise3_pool20_restart10_hinge_s0", archive / "mbr_restart_s0")
+    (archive / "mbr_restart_s0" / "config.json").write_text(json.dumps(
+        {**pooled, "lr_restarts": 1, "restart_factor": 0.1, "decode": "mbr", "decoded_from": "x"}))
+    report = bench.report(archive, draws=10)
+    assert [b["b"] for b in report["bootstrap"] if b["a"] == "mbr_ema_noise3_pool20_restart10_hinge"] == \
+        ["ema_noise3_pool20_restart10_hinge"]
+    for name in ("ema_noise3_pool20_hinge", "ema_noise3_pool20_restart10_hinge", "mbr_restart"):
         shutil.rmtree(archive / f"{name}_s0")
     shutil.rmtree(option)
     (archive / "hinge_s0" / "results.json").write_text(json.dumps({**results, "test_uas": results["test_uas"] + 1}))

@@ -271,6 +271,32 @@ def test_a_words_only_run_records_tags_and_parses_plain_text_to_its_own_figures(
     assert runs() == [(row["run"], True, scores)]
 
 
+def test_a_run_decoded_by_expected_las_parses_its_text_to_its_own_figures(words_run, tmp_path):
+    """benchmarks/redecode_ud_run.py: the same weights, dev and test decoded with decode "mbr" into a run folder of
+    their own, whose parser.pt makes ud_parse decode that way (its text parse scores the folder's test figures) and
+    whose results keep the run's own under "as_trained"; ``--decode max`` on it parses as the run was trained."""
+    import importlib.util
+    bench = {}
+    for name in ("redecode_ud_run", "bench_ud_parse_text"):
+        spec = importlib.util.spec_from_file_location(name, RECIPES.parent / "benchmarks" / f"{name}.py")
+        bench[name] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(bench[name])
+    source = json.loads((words_run / "results.json").read_text())
+    out = tmp_path / "mbr"
+    results = bench["redecode_ud_run"].redecode(words_run, out, "mbr")
+    assert results["as_trained"]["test_las"] == source["test_las"] and results["decode"] == "mbr"
+    assert json.loads((out / "config.json").read_text())["decode"] == "mbr"
+    assert load_parser(out / "parser.pt").decode == "mbr" and load_parser(words_run / "parser.pt").decode == "max"
+    row = bench["bench_ud_parse_text"].check(out)
+    assert row["equal"] and row["text"]["test_las"] == pytest.approx(results["test_las"], abs=1e-9), row
+    from ssvm_torch.data.ud import load_ud_ewt
+    test = load_ud_ewt("test")
+    words = [[(w[0], "_") for w in test.sentence(i)] for i in range(test.n)]
+    as_trained = torch.load(words_run / "test_predictions.pt", weights_only=True)
+    again = parse_sentences(load_parser(out / "parser.pt"), words, decode="max")
+    assert (again["heads"], again["labels"]) == (as_trained["heads"], as_trained["labels"])
+
+
 def test_the_results_script_recomputes_a_words_only_runs_upos_and_refuses_a_wrong_one(words_run, tmp_path):
     """benchmarks/bench_ud_deep.py recomputes the test UPOS accuracy from test_predictions.pt's tags against the
     gold file (issue 72), files the run under its words-only head and refuses a results.json that disagrees."""

@@ -10,7 +10,8 @@ an empty one (``_``) is refused naming the line. The HEAD and DEPREL columns of 
 by the parser's (DEPREL: the universal relation, what the parser predicts); every other line and column is
 written as it was read (line ends as ``\\n``): comments, multiword-token ranges (``3-4``) and empty nodes
 (``8.1``). Trees are decoded as the run was trained: projective (Eisner) or not (Chu-Liu-Edmonds), one
-word under the root.
+word under the root; ``--decode mbr`` picks the tree of highest expected LAS under the model instead of the
+best-scoring one (default: the parser's own ``decode``, :mod:`ssvm_torch.deep.ud_decode`).
 
 A words-only parser (``tags: predicted``, ``recipes/ud_deep_words_softmax_margin.yaml``) reads FORM alone and
 writes UPOS as well; it also reads plain text, one whitespace-tokenized sentence per line (``--input-format
@@ -45,10 +46,10 @@ import torch
 from ..atomic import atomic_write_bytes
 from ..data.ud import UPOS_TAGS, Treebank
 from ..devices import parse_device
-from ..errors import SSVMInputError, check, run_cli
+from ..errors import SSVMInputError, check, check_choice, run_cli
 from ..outputs import load_torch
 from .ud_files import ConlluFile, input_trees, read_words, text_words, written
-from .ud_decode import attachment_scores, decode_split, tree_layer
+from .ud_decode import DECODES, attachment_scores, decode_split, tree_layer
 from .ud_parser import HEADS, build_network
 from .ud_tagging import TAG_LOSSES
 from .ud_text import UDVocab, make_split
@@ -68,12 +69,15 @@ MAX_WORDS_SECOND_ORDER = 400
 
 @dataclass
 class TrainedParser:
-    """A parser.pt loaded for decoding: the network (eval mode), its vocabularies, hyper-parameters and tree layer."""
+    """A parser.pt loaded for decoding: the network (eval mode), its vocabularies, hyper-parameters, tree layer and
+    decode (its hyper-parameters' ``decode``: ``"max"`` or ``"mbr"``, :mod:`ssvm_torch.deep.ud_decode`; ``"max"`` for
+    a parser.pt written before the option)."""
 
     network: torch.nn.Module
     vocab: UDVocab
     hparams: dict
     tree: torch.nn.Module
+    decode: str = "max"
 
 
 def load_parser(path, device=None) -> TrainedParser:
@@ -98,7 +102,8 @@ def load_parser(path, device=None) -> TrainedParser:
         raise SSVMInputError(f"model: {path}: its weights do not fit the network of its hyper-parameters "
                              f"({first[:200]})") from None
     network.to(device).eval()
-    return TrainedParser(network, vocab, dict(hp), tree_layer(hp["loss"], hp["projective"]))
+    check_choice(hp.get("decode", "max"), "decode", DECODES)
+    return TrainedParser(network, vocab, dict(hp), tree_layer(hp["loss"], hp["projective"]), hp.get("decode", "max"))
 
 
 def check_parser_fields(obj: dict, path) -> None:
@@ -209,12 +214,13 @@ def check_lengths(parser: TrainedParser, lengths: list, limit: int | None, name)
 
 
 def parse_sentences(parser: TrainedParser, sentences: list, device=None, chunk: int = 128,
-                    max_words: int | None = None) -> dict:
+                    max_words: int | None = None, decode: str | None = None) -> dict:
     """Heads (0 = the root) and universal relations of ``sentences``, each a list of (form, upos) pairs (the
     UPOS ignored by a parser trained without it): ``{"heads": [[int, ...], ...], "labels": [[str, ...], ...],
     "heads_argmax": ...}`` in their order (:func:`~ssvm_torch.deep.ud_decode.decode_split`). A sentence longer
     than ``max_words`` (default: :data:`MAX_WORDS_SECOND_ORDER` for a second-order parser, no limit for a
-    first-order one) is refused by name before anything is decoded."""
+    first-order one) is refused by name before anything is decoded. ``decode``: ``"max"`` or ``"mbr"`` (None: the
+    parser's own)."""
     check(isinstance(sentences, (list, tuple)) and len(sentences) > 0, "sentences", "a non-empty list of sentences",
           type(sentences).__name__ if not isinstance(sentences, (list, tuple)) else "an empty list")
     for i, sent in enumerate(sentences):
@@ -235,7 +241,8 @@ def parse_sentences(parser: TrainedParser, sentences: list, device=None, chunk: 
                                      "(upos_input true)")
     split = make_split("sentences", word_treebank("sentences", sentences), parser.vocab)
     return decode_split(parser.network, parser.tree, split, parser.vocab.rels, parse_device(device or "cpu"), chunk,
-                        parser.vocab.upos, progress=len(sentences) >= PROGRESS_MIN, xpos_names=parser.vocab.xpos)
+                        parser.vocab.upos, progress=len(sentences) >= PROGRESS_MIN, xpos_names=parser.vocab.xpos,
+                        decode=decode or parser.decode)
 
 
 def file_sentences(doc: ConlluFile, upos_needed: bool) -> list:
@@ -258,12 +265,13 @@ def file_sentences(doc: ConlluFile, upos_needed: bool) -> list:
 
 
 def parse_file(parser: TrainedParser, doc: ConlluFile, device=None, chunk: int = 128,
-               max_words: int | None = None) -> dict:
+               max_words: int | None = None, decode: str | None = None) -> dict:
     """:func:`parse_sentences` of every sentence of ``doc``; a sentence over the word limit is named by its
     first line in the input."""
     limit = word_limit(parser, max_words)
     check_lengths(parser, [len(s) for s in doc.words], limit, lambda i: f"input: {doc.path}:{doc.line_of(i)}")
-    return parse_sentences(parser, file_sentences(doc, bool(parser.hparams["upos_input"])), device, chunk, limit)
+    return parse_sentences(parser, file_sentences(doc, bool(parser.hparams["upos_input"])), device, chunk, limit,
+                           decode)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -276,6 +284,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output", required=True, help="the CoNLL-U file to write (.gz written as gzip)")
     p.add_argument("--device", default="cpu", help="cpu or cuda[:k]")
     p.add_argument("--batch", type=int, default=128, help="sentences per forward pass")
+    p.add_argument("--decode", choices=DECODES, default=None,
+                   help="max: the best tree; mbr: the tree of highest expected LAS (None: the parser's own, max for "
+                        "one trained before the option)")
     p.add_argument("--threads", type=int, default=None, help="torch threads (None: torch's default)")
     p.add_argument("--max-words", type=int, default=None,
                    help=f"the longest sentence to decode (None: {MAX_WORDS_SECOND_ORDER} words for a second-order "
@@ -308,7 +319,7 @@ def run(args) -> dict:
                              "with upos_input true); use a words-only parser (tags: predicted) or CoNLL-U with UPOS")
     doc = text_words(args.input) if args.input_format == "text" else read_words(args.input)
     t0 = time.perf_counter()
-    pred = parse_file(parser, doc, device, args.batch, args.max_words)
+    pred = parse_file(parser, doc, device, args.batch, args.max_words, args.decode)
     seconds = time.perf_counter() - t0
     data = written(doc, pred)
     atomic_write_bytes(args.output, gzip.compress(data, mtime=0) if str(args.output).endswith(".gz") else data)

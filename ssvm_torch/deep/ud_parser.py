@@ -72,15 +72,14 @@ from ..devices import use_threads
 from ..errors import check, check_choice, check_positive
 from ..lightning import log_hp_metrics, run_output_dir, save_last_checkpoint
 from ..outputs import device_record, save_history, save_torch
-from ..trees.checks import tree_faults
 from .biaffine import BiaffineParser
-from .ud_decode import attachment_scores, decode_split, sibling_scores, tree_layer
+from .ud_decode import DECODES, decode_split, sibling_scores, split_scores, tree_layer
 from .dev_selection import DevSelectedRun
 from .conll_chunker import peak_rss_mb
 from .conll_text import word_dropout
 from .epochs import EpochPermutation, LengthPooledBatches, epoch_mean, epoch_seed, manual_step
 from .plateau import check_restarts, patience_spent, restart_due, restart_from, restarts_done
-from .ud_tagging import TAG_LOSSES, TagHead, tag_accuracy
+from .ud_tagging import TAG_LOSSES, TagHead
 from .ud_text import SPECIALS, load_ud_parsing
 
 HEADS = ("local", "crf", "hinge", "softmax_margin")
@@ -110,7 +109,8 @@ class UDParser(DevSelectedRun, L.LightningModule):
     the UNK dropout (a word seen c times is replaced by UNK with probability alpha / (alpha + c)); ``lr_decay`` < 1:
     the learning rate times lr_decay^(step / 5000), Dozat & Manning 2017's schedule (their 0.75), 1: constant;
     ``lr_restarts`` > 0: that many restarts from the best dev weights at ``restart_factor`` x the rate when patience
-    runs out (:mod:`ssvm_torch.deep.plateau`)."""
+    runs out (:mod:`ssvm_torch.deep.plateau`); ``decode``: how dev and test are decoded, ``"max"`` (the best tree)
+    or ``"mbr"`` (the tree of highest expected LAS, :func:`~ssvm_torch.deep.ud_decode.expected_las_heads`)."""
 
     selected_by = "the parser keeps the weights of its best dev LAS epoch"
     weights_file = "parser.pt"
@@ -129,7 +129,8 @@ class UDParser(DevSelectedRun, L.LightningModule):
                  order: int = 1, sib_dim: int = 100, tags: str = "gold", tag_loss: str = "softmax_margin",
                  tag_weight: float = 1.0, tag_dim: int = 100, tag_feed: bool = False, hide_fraction: float = 0.0,
                  hide_seed: int = 0, tag_noise: float = 0.0, ema_decay: float = 0.0, xpos: bool = False,
-                 length_pool: int = 0, lr_decay: float = 1.0, lr_restarts: int = 0, restart_factor: float = 0.1):
+                 length_pool: int = 0, lr_decay: float = 1.0, lr_restarts: int = 0, restart_factor: float = 0.1,
+                 decode: str = "max"):
         super().__init__()
         self.save_hyperparameters()
         self.automatic_optimization = False
@@ -180,6 +181,7 @@ class UDParser(DevSelectedRun, L.LightningModule):
         check(isinstance(lr_decay, (int, float)) and 0 < lr_decay <= 1, "lr_decay", "a number in (0, 1] (the learning "
               "rate's factor per 5000 steps; 1: constant)", lr_decay)
         check_restarts(lr_restarts, restart_factor, lr_decay)
+        check_choice(decode, "decode", DECODES)
         self.corpus = self.parser = self.averaged = None
         self.tree = tree_layer(loss, projective)
         self.history: list = []
@@ -378,29 +380,14 @@ class UDParser(DevSelectedRun, L.LightningModule):
         network.eval()
         try:
             return decode_split(network, self.tree, split, self.corpus.vocab.rels, self.device, chunk,
-                                self.corpus.vocab.upos, xpos_names=self.corpus.vocab.xpos)
+                                self.corpus.vocab.upos, xpos_names=self.corpus.vocab.xpos, decode=self.hparams.decode)
         finally:
             network.train(was)
 
     def evaluate(self, split, network: BiaffineParser | None = None) -> dict:
-        """UAS / LAS of the decoded trees, UAS of the per-word argmax and the share of sentences where the
-        argmax is not a single-root tree (``network``: as :meth:`predict`)."""
+        """:func:`~ssvm_torch.deep.ud_decode.split_scores` of :meth:`predict`'s decoding, with it (``"pred"``)."""
         pred = self.predict(split, network=network)
-        gold_heads = [split.gold_heads(i) for i in range(split.n)]
-        gold_rels = [split.rel_names[int(split.offsets[i]):int(split.offsets[i + 1])] for i in range(split.n)]
-        uas, las = attachment_scores(gold_heads, gold_rels, pred["heads"], pred["labels"])
-        uas_argmax, _ = attachment_scores(gold_heads, gold_rels, pred["heads_argmax"], pred["labels"])
-        lengths = split.lengths
-        padded = torch.full((split.n, int(lengths.max()) + 1), -1, dtype=torch.int64)
-        for i, h in enumerate(pred["heads_argmax"]):
-            padded[i, 1:len(h) + 1] = torch.tensor(h)
-        not_tree = float((tree_faults(padded, lengths, False, False) != 0).double().mean()) * 100
-        out = {"uas": uas, "las": las, "uas_argmax": uas_argmax, "argmax_not_tree": not_tree, "pred": pred}
-        for kind, names in (("upos", split.upos_names), ("xpos", split.xpos_names)):
-            if kind in pred:
-                gold = [names[int(split.offsets[i]):int(split.offsets[i + 1])] for i in range(split.n)]
-                out[kind] = tag_accuracy(gold, pred[kind])
-        return out
+        return {**split_scores(split, pred), "pred": pred}
 
     # -- checkpoints ----------------------------------------------------------------------------
     # -- outputs (the checkpoint's history / best and on_fit_end: DevSelectedRun) ---------------
