@@ -335,7 +335,7 @@ def test_the_results_script_recomputes_a_words_only_runs_upos_and_refuses_a_wron
 def test_no_gold_column_but_form_changes_a_words_only_parse(words_run, tmp_path):
     """The test file with every column but ID and FORM scrambled (UPOS, XPOS, LEMMA, FEATS, HEAD, DEPREL, DEPS,
     MISC shuffled across words) parses to the same UPOS (XPOS, with an XPOS head), heads and relations as the file
-    itself."""
+    itself, under both decodes."""
     import random
     src = data_file(UD_EWT["test"])
     rows = fields(src)
@@ -349,14 +349,15 @@ def test_no_gold_column_but_form_changes_a_words_only_parse(words_run, tmp_path)
             scrambled[i][col] = v
     noisy = tmp_path / "noisy.conllu"
     noisy.write_text("\n".join("\t".join(a) for a in scrambled) + "\n")
-    a, b = tmp_path / "a.conllu", tmp_path / "b.conllu"
     model = str(words_run / "parser.pt")
-    assert parse_main(["--model", model, "--input", str(src), "--output", str(a)]) == 0
-    assert parse_main(["--model", model, "--input", str(noisy), "--output", str(b)]) == 0
-    pa = [r for r in fields(a) if len(r) == 10 and r[0].isdigit()]
-    pb = [r for r in fields(b) if len(r) == 10 and r[0].isdigit()]
     cols = (3, 4, 6, 7) if load_parser(words_run / "parser.pt").hparams.get("xpos") else (3, 6, 7)
-    assert [[r[c] for c in cols] for r in pa] == [[r[c] for c in cols] for r in pb]
+    for decode in ("max", "mbr"):                    # either decode: the marginals read no gold column either
+        a, b = tmp_path / f"a_{decode}.conllu", tmp_path / f"b_{decode}.conllu"
+        assert parse_main(["--model", model, "--input", str(src), "--output", str(a), "--decode", decode]) == 0
+        assert parse_main(["--model", model, "--input", str(noisy), "--output", str(b), "--decode", decode]) == 0
+        pa = [r for r in fields(a) if len(r) == 10 and r[0].isdigit()]
+        pb = [r for r in fields(b) if len(r) == 10 and r[0].isdigit()]
+        assert [[r[c] for c in cols] for r in pa] == [[r[c] for c in cols] for r in pb]
 
 
 def test_text_input_keeps_each_sentences_line_number_as_its_sent_id(tmp_path):
