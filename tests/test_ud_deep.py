@@ -117,6 +117,7 @@ def test_tiny_run_loss_falls_and_the_predictions_file_is_whole(tmp_path, loss):
     config = json.loads((out / "config.json").read_text())
     assert config["loss"] == loss and config["projective"] is True and config["upos_input"] is True
     assert config["device"] == {"type": "cpu", "torch": torch.__version__}     # a GPU run says so (issue 74)
+    assert config["trainer_max_epochs"] == 3                 # the cap, which bench_ud_deep.py tells variants by
     if loss == "local":
         assert "dev_uas_argmax" in history[-1] and 0.0 <= results["test_argmax_not_tree_pct"] <= 100.0
 

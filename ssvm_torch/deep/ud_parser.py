@@ -46,7 +46,8 @@ LAS by CoNLL 2018's definitions: every word, punctuation included, LAS on the un
 is an input unless ``upos_input=False``.
 
 Outputs (``out`` or the logger's directory): ``config.json`` (with ``"loss"``, ``"projective"``,
-``"upos_input"``, ``"order"``, ``"device"``: where it trained, :func:`ssvm_torch.outputs.device_record`),
+``"upos_input"``, ``"order"``, ``"device"``: where it trained, :func:`ssvm_torch.outputs.device_record`,
+``"trainer_max_epochs"``: the trainer's epoch cap),
 ``history.json`` (per epoch: loss, dev UAS / LAS, seconds, the share of the epoch in the tree layer's forward
 and backward),
 ``parser.pt`` (weights, vocabulary, hyper-parameters), ``test_predictions.pt`` (``{"heads": [[int, ...],
@@ -423,7 +424,9 @@ class UDParser(DevSelectedRun, L.LightningModule):
         weights = self.selected_network.state_dict()
         save_torch(out / "parser.pt", {"state_dict": {k: v.detach().cpu() for k, v in weights.items()},
                                        "vocab": self.corpus.vocab.state(), "hparams": dict(self.hparams)})
-        config = {"module": "ssvm_torch.deep.UDParser", **dict(self.hparams), "device": device_record(self.device)}
+        # the trainer's epoch cap too: runs that differ only in it are different configurations (bench_ud_deep.py)
+        config = {"module": "ssvm_torch.deep.UDParser", **dict(self.hparams), "device": device_record(self.device),
+                  "trainer_max_epochs": self.trainer.max_epochs}
         atomic_write_bytes(out / "config.json", json.dumps(config, indent=1, default=str).encode())
         atomic_write_bytes(out / "results.json", json.dumps(results, indent=1).encode())
         if not final:
