@@ -209,20 +209,10 @@ def test_real_space_underflow_is_redone_in_the_log_semiring():
     (m1, ms1), (m2, ms2) = dependency_marginals(S, kernels="numba", **kw), dependency_marginals(S, kernels="torch", **kw)
     torch.testing.assert_close(m1, m2, atol=1e-12, rtol=0)
     torch.testing.assert_close(ms1, ms2, atol=1e-12, rtol=0)
-    assert np.isnan(_real_space_only(S[0], SB[0], n)) and not np.isnan(_real_space_only(S[1], SB[1], n))
-
-
-def _real_space_only(S, SB, n):
-    """The real-space inside pass alone on one single-root row: Z', NaN where it underflows."""
     from ssvm_torch.trees.numba_eisner import REAL_MIN
-    from ssvm_torch.trees.numba_sibling import _factors, _inside, _offsets
-    off = _offsets(n)
-    A, E0 = np.zeros((n + 1, n + 1)), np.zeros((n + 1, n + 1))
-    BR, BL = np.empty(off[n + 1, 0]), np.empty(off[n + 1, 0])
-    _factors(S.numpy(), SB.numpy(), n, off, A, E0, BR, BL)
-    C = np.zeros((8, n + 1, n + 1))
-    z = _inside(A, E0, BR, BL, off, n, False, *C)
-    return z if z >= REAL_MIN else float("nan")
+    from ssvm_torch.trees.numba_sibling import real_space_partition
+    assert real_space_partition(S[0].numpy(), SB[0].numpy(), n, False) < REAL_MIN       # that row does underflow
+    assert real_space_partition(S[1].numpy(), SB[1].numpy(), n, False) >= REAL_MIN
 
 
 @roots

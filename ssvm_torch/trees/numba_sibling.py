@@ -252,6 +252,35 @@ def _outside(A, E0, BR, BL, off, n, multiroot, Z, CR, CRt, CL, CLt, IR, ILt, X, 
 
 
 @nb.njit(cache=True, nogil=True)
+def _real_space_inside(S, SB, n, multiroot):
+    """The real-space inside pass of one sentence (n >= 1) on the shifted factors: (shift, Z', the factors
+    A, E0, BR, BL, the offsets, the charts C (8, n+1, n+1)); shift -inf (and Z' 0) when no tree exists."""
+    N1 = n + 1
+    off = _offsets(n)
+    total = off[n + 1, 0]
+    A = np.zeros((N1, N1))
+    E0 = np.zeros((N1, N1))
+    BR = np.empty(total)
+    BL = np.empty(total)
+    C = np.zeros((8, N1, N1))
+    shift = _factors(S, SB, n, off, A, E0, BR, BL)
+    if shift == NEG_INF:
+        return shift, 0.0, A, E0, BR, BL, off, C
+    z = _inside(A, E0, BR, BL, off, n, multiroot, C[0], C[1], C[2], C[3], C[4], C[5], C[6], C[7])
+    return shift, z, A, E0, BR, BL, off, C
+
+
+@nb.njit(cache=True, nogil=True)
+def real_space_partition(S, SB, n, multiroot):
+    """Z' = Z exp(-shift) of one sentence as the real-space pass computes it (module docstring): below ``REAL_MIN``
+    (or not finite) it has underflowed (overflowed), and :func:`sibling_inside_outside` redoes the sentence in log
+    space. 0 when no tree exists, 1 for n = 0."""
+    if n == 0:
+        return 1.0
+    return _real_space_inside(S, SB, n, multiroot)[1]
+
+
+@nb.njit(cache=True, nogil=True)
 def sibling_inside_outside(S, SB, n, multiroot, want_marginals, M, MS):
     """log Z of one sentence (S (>= n+1, >= n+1), SB (>= n+1,) * 3, float32 or float64) and, if
     ``want_marginals``, the arc marginals into M (n+1, n+1) and the sibling marginals into MS (n+1,) * 3
@@ -260,17 +289,10 @@ def sibling_inside_outside(S, SB, n, multiroot, want_marginals, M, MS):
     if n == 0:
         return 0.0
     N1 = n + 1
-    off = _offsets(n)
-    total = off[n + 1, 0]
-    A = np.zeros((N1, N1))
-    E0 = np.zeros((N1, N1))
-    BR = np.empty(total)
-    BL = np.empty(total)
-    shift = _factors(S, SB, n, off, A, E0, BR, BL)
+    shift, z, A, E0, BR, BL, off, C = _real_space_inside(S, SB, n, multiroot)
     if shift == NEG_INF:
         return NEG_INF
-    C = np.zeros((8, N1, N1))
-    z = _inside(A, E0, BR, BL, off, n, multiroot, C[0], C[1], C[2], C[3], C[4], C[5], C[6], C[7])
+    total = off[n + 1, 0]
     if not (z >= REAL_MIN and z < np.inf):
         return sibling_inside_outside_log(S, SB, n, multiroot, want_marginals, M, MS)
     if want_marginals:
