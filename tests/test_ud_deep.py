@@ -427,6 +427,28 @@ def test_restarts_start_from_the_best_weights_at_the_lower_rate_and_a_stopped_ru
                                                                                       weights_only=True)
 
 
+def test_a_run_decoding_by_expected_las_selects_and_tests_with_it(tmp_path):
+    """decode mbr in training: dev and test are decoded by expected LAS (the figures equal a re-decode of the
+    selected weights by ud_decode with it), the run's parser.pt says so, and the test trees are well formed."""
+    from ssvm_torch.deep.ud_decode import decode_split, split_scores
+    from ssvm_torch.deep.ud_parse import load_parser
+    out = run(tmp_path, "hinge", "--model.decode", "mbr", epochs=1)
+    results = json.loads((out / "results.json").read_text())
+    parser = load_parser(out / "parser.pt")
+    assert parser.decode == "mbr" and json.loads((out / "config.json").read_text())["decode"] == "mbr"
+    corpus = load_ud_parsing(train_size=120)
+    for name in ("dev", "test"):
+        pred = decode_split(parser.network, parser.tree, getattr(corpus, name), parser.vocab.rels, "cpu",
+                            decode="mbr")
+        assert split_scores(getattr(corpus, name), pred)["las"] == pytest.approx(results[f"{name}_las"], abs=1e-12)
+    pred = torch.load(out / "test_predictions.pt", weights_only=True)
+    lengths = torch.tensor([len(h) for h in pred["heads"]])
+    padded = torch.full((len(lengths), int(lengths.max()) + 1), -1, dtype=torch.int64)
+    for i, h in enumerate(pred["heads"]):
+        padded[i, 1:len(h) + 1] = torch.tensor(h)
+    assert bool((tree_faults(padded, lengths, False, True) == 0).all())
+
+
 def test_a_restart_loads_the_best_weights_clears_adam_and_sets_the_rate():
     from ssvm_torch.deep.plateau import restart_due, restart_from
     net, avg = torch.nn.Linear(3, 2), torch.nn.Linear(3, 2)
