@@ -26,6 +26,7 @@ from ssvm_torch.atomic import atomic_write_bytes
 from ssvm_torch.deep.ud_decode import DECODES, decode_split, split_scores
 from ssvm_torch.deep.ud_parse import load_parser
 from ssvm_torch.deep.ud_text import load_ud_parsing
+from ssvm_torch.errors import SSVMInputError
 from ssvm_torch.outputs import load_torch, save_torch
 
 SCORES = ("uas", "las", "upos", "xpos", "uas_argmax")
@@ -33,6 +34,10 @@ SCORES = ("uas", "las", "upos", "xpos", "uas_argmax")
 
 def redecode(run: Path, out: Path, decode: str) -> dict:
     """Decode ``run``'s dev and test with ``decode``, write ``out`` (the module docstring); returns its results."""
+    missing = [f for f in ("config.json", "results.json", "history.json") if not (run / f).is_file()]
+    if missing:
+        raise SSVMInputError(f"run: {run} lacks {', '.join(missing)}; expected a finished run's folder "
+                             "(lightning_logs/version_0)")
     parser = load_parser(run / "parser.pt")
     hp = parser.hparams
     corpus = load_ud_parsing(hp["word_min_count"], hp.get("train_size"))
@@ -73,8 +78,13 @@ def main():
     ap.add_argument("--decode", choices=DECODES, default="mbr")
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
+    if args.threads < 1:
+        raise SystemExit(f"--threads: expected an int >= 1, got {args.threads}")
     torch.set_num_threads(args.threads)
-    r = redecode(args.run, args.out, args.decode)
+    try:
+        r = redecode(args.run, args.out, args.decode)
+    except SSVMInputError as e:                 # a missing or damaged run folder: one line, no traceback
+        raise SystemExit(f"redecode_ud_run.py: {e}") from None
     before = r["as_trained"]
     print(f"{args.run}: {args.decode}: dev UAS {r['dev_uas']:.2f} LAS {r['dev_las']:.2f} (as trained "
           f"{before['dev_uas']:.2f} / {before['dev_las']:.2f}); test UAS {r['test_uas']:.2f} LAS {r['test_las']:.2f} "

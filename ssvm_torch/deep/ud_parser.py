@@ -244,10 +244,11 @@ class UDParser(DevSelectedRun, L.LightningModule):
         self._epoch = {"t0": time.perf_counter(), "loss": 0.0, "batches": 0, "tree_s": 0.0}
         if restart_due(epoch, self.best["epoch"], self.history, hp.patience, hp.lr_restarts):
             k, self._epoch["restart"] = len(restarts_done(self.history)) + 1, True
+            rate = hp.lr * hp.restart_factor ** k
             nets = [self.parser] + ([self.averaged.module] if self.averaged is not None else [])
-            restart_from(self.best["state"], nets, self.optimizers().optimizer, hp.lr * hp.restart_factor ** k)
-            print(f"epoch {epoch}: restart {k} from the best dev weights (epoch {self.best['epoch']}), rate "
-                  f"{hp.lr * hp.restart_factor ** k:.3g}", flush=True)
+            restart_from(self.best["state"], nets, self.optimizers().optimizer, rate)
+            print(f"epoch {epoch}: restart {k} from the best dev weights (epoch {self.best['epoch']}), rate {rate:.3g}",
+                  flush=True)
 
     @property
     def tree_seconds(self) -> float:
@@ -336,8 +337,9 @@ class UDParser(DevSelectedRun, L.LightningModule):
         rec = {"epoch": self.current_epoch, "loss": epoch_mean(self, self._epoch["loss"], self._epoch["batches"]),
                "dev_uas": dev["uas"], "dev_las": dev["las"], "seconds": seconds,
                "tree_layer_share": self.tree_seconds / max(seconds, 1e-9), "peak_rss_mb": peak_rss_mb(),
-               "lr": self.optimizers().optimizer.param_groups[0]["lr"], **({"restart": True} if "restart" in
-                                                                             self._epoch else {})}
+               "lr": self.optimizers().optimizer.param_groups[0]["lr"]}
+        if "restart" in self._epoch:                # read back by plateau.restarts_done
+            rec["restart"] = True
         if hp.loss == "local":
             rec.update(dev_uas_argmax=dev["uas_argmax"], dev_argmax_not_tree=dev["argmax_not_tree"])
         rec.update({f"dev_{k}": dev[k] for k in ("upos", "xpos") if k in dev})
