@@ -221,3 +221,15 @@ def tiles(request, monkeypatch):
         monkeypatch.setattr(triton_eisner, "BLOCK_I", 16 if cuda else 4)
         monkeypatch.setattr(triton_eisner, "BLOCK_D", 16 if cuda else 2)
     return request.param
+
+
+@pytest.fixture
+def torch_struct_deps(monkeypatch):
+    """torch-struct 0.5 under torch 2.x: ``_Struct._get_dimension`` sets requires_grad on the padded scores
+    before masking them in place, which torch refuses; the patch only drops that flag (the dependency
+    algorithms themselves, and the semi-Markov one, are unchanged; tests/test_trees.py, tests/test_segments.py)."""
+    import torch_struct.helpers as helpers
+    monkeypatch.setattr(helpers._Struct, "_get_dimension",
+                        lambda self, edge: (edge[0] if isinstance(edge, list) else edge).shape)
+    import torch_struct
+    return torch_struct

@@ -101,18 +101,6 @@ def test_gradcheck(projective, multiroot, kernels, loss):
                                                  kernels=kernels), (S,))
 
 
-@pytest.fixture
-def torch_struct_deps(monkeypatch):
-    """torch-struct 0.5 under torch 2.x: ``_Struct._get_dimension`` sets requires_grad on the padded scores
-    before masking them in place, which torch refuses; the patch only drops that flag (the dependency
-    algorithms themselves are unchanged)."""
-    import torch_struct.helpers as helpers
-    monkeypatch.setattr(helpers._Struct, "_get_dimension",
-                        lambda self, edge: (edge[0] if isinstance(edge, list) else edge).shape)
-    import torch_struct
-    return torch_struct
-
-
 def to_torch_struct(S: torch.Tensor) -> torch.Tensor:
     """Our [b, m, h] with the root at 0 -> torch-struct's [b, h - 1, m - 1] with the root scores on the diagonal."""
     out = S[:, 1:, 1:].transpose(1, 2).clone()

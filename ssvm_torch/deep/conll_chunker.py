@@ -29,6 +29,13 @@ for every loss and seed of the run); the chain layer reads a hidden position as 
 the labelings that agree with the observed tags, :mod:`ssvm_torch.chain.partial`). The dev split keeps its
 labels, so model selection is the full runs' and the comparison changes the training annotation only;
 ``results.json`` records the hidden and total positions.
+
+Chunks as segments: ``structure="semimarkov"`` trains the same encoder with a semi-Markov head
+(:class:`ssvm_torch.nn.SemiMarkovChain`; :mod:`ssvm_torch.deep.conll_tagger`): one label per chunk type plus "O",
+segments of at most ``max_segment`` words (None: the fit split's longest chunk), the same three losses
+(the hinge's and softmax-margin's Delta: the words whose BIO tag differs). Chunk tags are read into segments the
+way conlleval reads them (:func:`ssvm_torch.segments.segments_from_tags`) and decoded segments are written back
+as BIO tags, so dev and test F1 are computed exactly as for the chain heads.
 """
 from __future__ import annotations
 
@@ -48,6 +55,7 @@ from ..errors import check, check_choice, check_positive
 from ..lightning import log_hp_metrics, run_output_dir, save_last_checkpoint
 from ..atomic import atomic_write_bytes
 from ..outputs import device_record, save_history, save_torch
+from ..segments import segment_lengths, segments_from_tags, tags_from_segments
 from .epochs import EpochPermutation, epoch_mean, epoch_seed, manual_step
 from .conll_tagger import ChunkTagger
 from .dev_selection import DevSelectedRun
@@ -78,7 +86,7 @@ class ConllChunker(DevSelectedRun, L.LightningModule):
     # what a checkpoint belongs to: resuming it under other values is refused (lightning/cli.py)
     resume_identity = ("loss", "tags", "constraints", "features", "attr_min_count", "word_min_count", "heldout",
                        "train_size", "word_dim", "char_dim", "char_filters", "pos_dim", "hidden", "layers",
-                       "ema_decay", "hide_fraction", "hide_seed")
+                       "ema_decay", "hide_fraction", "hide_seed", "structure", "max_segment")
 
     def __init__(self, loss: str = "hinge", tags: str = "bioes", constraints: bool = True,
                  features: str | None = None, attr_min_count: int = 1, bag_lr: float = 0.01, attr_dropout: float = 0.0,
@@ -87,7 +95,8 @@ class ConllChunker(DevSelectedRun, L.LightningModule):
                  dropout: float = 0.5, lr: float = 1e-3, weight_decay: float = 0.0, grad_clip: float = 5.0,
                  batch_sentences: int = 32, patience: int = 5, heldout: float = 0.1, train_size: int | None = None,
                  seed: int = 0, threads: int | None = None, kernels: str = "auto", out: str | None = None,
-                 ema_decay: float | None = None, hide_fraction: float = 0.0, hide_seed: int = 0):
+                 ema_decay: float | None = None, hide_fraction: float = 0.0, hide_seed: int = 0,
+                 structure: str = "chain", max_segment: int | None = None):
         super().__init__()
         self.save_hyperparameters()
         self.automatic_optimization = False
@@ -104,6 +113,15 @@ class ConllChunker(DevSelectedRun, L.LightningModule):
         check(weight_decay >= 0, "weight_decay", ">= 0", weight_decay)
         check(ema_decay is None or 0.0 < ema_decay < 1.0, "ema_decay", "None or a decay in (0, 1)", ema_decay)
         check_hiding(hide_fraction, hide_seed)
+        check_choice(structure, "structure", ("chain", "semimarkov"))
+        if structure == "semimarkov":
+            check(not constraints, "constraints", "false with structure 'semimarkov' (every segmentation is a "
+                  "well-formed chunking: there is nothing to constrain)", constraints)
+            check(hide_fraction == 0, "hide_fraction", "0 with structure 'semimarkov' (hidden labels are "
+                  "supported by the chain heads)", hide_fraction)
+        check(max_segment is None or (isinstance(max_segment, int) and max_segment >= 1), "max_segment",
+              "None (the fit split's longest chunk) or an int >= 1", max_segment)
+        self.segment_labels: list | None = None
         self.corpus = self.tagger = self.ema = None
         self.history: list = []
         self.best: dict = {"epoch": -1, "dev_f1": -math.inf, "state": None}
@@ -125,10 +143,14 @@ class ConllChunker(DevSelectedRun, L.LightningModule):
         self.hidden_labels = int(hidden.sum())
         v = self.corpus.vocab
         constraints = allowed_transitions(self.corpus.scheme, v.tags) if hp.constraints else None
+        n_out, L = len(v.tags), 0
+        if hp.structure == "semimarkov":
+            L = self._fit_segments()
+            n_out = len(self.segment_labels)
         torch.manual_seed(hp.seed)                  # the initial weights: a function of the seed alone
-        self.tagger = ChunkTagger(len(v.words), len(v.chars), len(v.pos), len(v.tags), self.corpus.n_attributes,
+        self.tagger = ChunkTagger(len(v.words), len(v.chars), len(v.pos), n_out, self.corpus.n_attributes,
                                   hp.word_dim, hp.char_dim, hp.char_filters, hp.pos_dim, hp.hidden, hp.layers,
-                                  hp.dropout, hp.loss, constraints, hp.kernels, hp.attr_dropout).to(self.device)
+                                  hp.dropout, hp.loss, constraints, hp.kernels, hp.attr_dropout, L).to(self.device)
         if hp.ema_decay is not None:
             from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
             # a submodule: Lightning's checkpoints carry (and seal) the average with the weights. Parameters
@@ -137,6 +159,20 @@ class ConllChunker(DevSelectedRun, L.LightningModule):
             self.ema = AveragedModel(self.tagger, multi_avg_fn=get_ema_multi_avg_fn(hp.ema_decay))
             self.ema.requires_grad_(False)          # not trained: DDP must not wait for its gradients
         self.word_counts = torch.tensor(v.word_counts)
+
+    def _fit_segments(self) -> int:
+        """The semi-Markov head's labels ("O" and the fit split's chunk types), the fit split's gold segments as a
+        flat tensor aligned with its tokens, and the longest segment allowed (``max_segment``, checked against
+        the fit split's chunks)."""
+        fit = self.corpus.fit
+        kinds = sorted({t[2:] for s in fit.gold for t in s if t != "O"})
+        self.segment_labels = ["O"] + kinds
+        segments, lengths = segments_from_tags(fit.gold, self.segment_labels)
+        longest = int(segment_lengths(segments, lengths).max())
+        L = self.hparams.max_segment or longest
+        check(longest <= L, "max_segment", f">= {longest}, the fit split's longest chunk", L)
+        self.fit_segments = segments[torch.arange(segments.shape[1])[None, :] < lengths[:, None]]
+        return L
 
     def configure_optimizers(self):
         hp = self.hparams
@@ -185,6 +221,11 @@ class ConllChunker(DevSelectedRun, L.LightningModule):
         batch = self.corpus.fit.batch(idx.cpu())
         word = word_dropout(batch["word"], self.word_counts, self.hparams.word_dropout, self.gen)
         batch = self._on_device(batch)
+        if self.segment_labels is not None:
+            rows = batch["rows"]
+            gold = torch.where(rows >= 0, self.fit_segments[rows.clamp(min=0).cpu()].to(self.device), -1)
+            return self.tagger.chain(self.tagger.segment_scores(batch, word.to(self.device)), gold,
+                                     lengths=batch["mask"].sum(1), reduction="mean")
         em = self.tagger.emissions(batch, word.to(self.device))
         # -1 at a masked-on position: a hidden label, unobserved for the chain layer (hide_fraction)
         return self.tagger.chain(em, torch.where(batch["mask"], batch["tag"], 0), batch["mask"], reduction="mean")
@@ -228,6 +269,12 @@ class ConllChunker(DevSelectedRun, L.LightningModule):
         for s in range(0, split.n, chunk):
             idx = order[s:s + chunk]
             batch = self._on_device(split.batch(idx))
+            if self.segment_labels is not None:
+                lengths = batch["mask"].sum(1)
+                segments = tagger.chain.decode(tagger.segment_scores(batch), lengths=lengths)
+                for i, tags in zip(idx.tolist(), tags_from_segments(segments.cpu(), lengths.cpu(), self.segment_labels)):
+                    out[i] = tags
+                continue
             tags = tagger.chain.decode(tagger.emissions(batch), batch["mask"]).cpu()
             for row, i in enumerate(idx.tolist()):
                 out[i] = [names[k] for k in tags[row, :int(split.lengths[i])].tolist()]
@@ -261,7 +308,8 @@ class ConllChunker(DevSelectedRun, L.LightningModule):
             results["interrupted"] = True
         save_history(out, self.history)
         save_torch(out / "chunker.pt", {"state_dict": {k: v.detach().cpu() for k, v in self.tagger.state_dict().items()},
-                                        "vocab": self.corpus.vocab.state(), "hparams": dict(self.hparams)})
+                                        "vocab": self.corpus.vocab.state(), "hparams": dict(self.hparams),
+                                        "segment_labels": self.segment_labels})
         config = {"module": "ssvm_torch.deep.ConllChunker", **dict(self.hparams), "device": device_record(self.device)}
         atomic_write_bytes(out / "config.json", json.dumps(config, indent=1, default=str).encode())
         atomic_write_bytes(out / "results.json", json.dumps(results, indent=1).encode())

@@ -1,6 +1,10 @@
 """The neural chunker: word, character and POS embeddings -> BiLSTM -> per-token emissions ->
 :class:`ssvm_torch.nn.LinearChain` (structured hinge or CRF), optionally with the linear model's sparse
-template attributes as an extra, additive input (the hybrid).
+template attributes as an extra, additive input (the hybrid). With ``structure="semimarkov"`` the same encoder
+scores chunks as segments instead (:class:`ssvm_torch.nn.SemiMarkovChain`, Sarawagi & Cohen 2004): a segment
+[t, t+l] of label k scores the sum of its positions' emissions for k, a begin score at t, an end score at t+l
+(one more linear map of the BiLSTM's output) and a learnt (length, label) score; "O" positions are segments of
+one position (a longer "O" segment would spell the same tags as several short ones).
 
 Encoder (Lample et al. 2016 / Ma & Hovy 2016 without pre-trained vectors): lower-cased word embeddings
 learned from scratch, a character CNN with max-pooling over each word form (capitalisation, suffixes:
@@ -16,7 +20,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ..nn import LinearChain
+from ..nn import LinearChain, SemiMarkovChain, span_sums
 from .bilstm import bilstm_by_length
 from .conll_text import PAD
 
@@ -58,9 +62,10 @@ class ChunkTagger(nn.Module):
     def __init__(self, n_words: int, n_chars: int, n_pos: int, n_tags: int, n_attributes: int = 0,
                  word_dim: int = 100, char_dim: int = 30, char_filters: int = 50, pos_dim: int = 25,
                  hidden: int = 128, layers: int = 1, dropout: float = 0.5, loss: str = "hinge",
-                 constraints=None, kernels: str = "auto", attr_dropout: float = 0.0):
+                 constraints=None, kernels: str = "auto", attr_dropout: float = 0.0, max_segment: int = 0):
         super().__init__()
         self.attr_dropout = attr_dropout
+        self.max_segment = max_segment             # > 0: the semi-Markov chunker, n_tags = its segment labels
         self.words = nn.Embedding(n_words, word_dim, padding_idx=PAD)
         self.chars = CharCNN(n_chars, char_dim, char_filters)
         self.pos = nn.Embedding(n_pos, pos_dim, padding_idx=PAD)
@@ -72,17 +77,37 @@ class ChunkTagger(nn.Module):
         if n_attributes:
             self.attributes = nn.EmbeddingBag(n_attributes, n_tags, mode="sum", sparse=True)
             nn.init.zeros_(self.attributes.weight)
-        self.chain = LinearChain(n_tags, batch_first=True, loss=loss, constraints=constraints,
-                                 token_loss="hamming", kernels=kernels)
+        if max_segment:
+            self.bounds = nn.Linear(2 * hidden, 2 * n_tags)            # begin and end scores of each label
+            self.chain = SemiMarkovChain(n_tags, max_segment, loss=loss, seg_loss="tokens", length_scores=True,
+                                         kernels=kernels)
+            only_short = torch.zeros(max_segment, n_tags)
+            only_short[1:, 0] = float("-inf")                             # label 0 = "O": one position only
+            self.register_buffer("outside_lengths", only_short, persistent=False)
+        else:
+            self.chain = LinearChain(n_tags, batch_first=True, loss=loss, constraints=constraints,
+                                     token_loss="hamming", kernels=kernels)
 
     def emissions(self, batch: dict, word: torch.Tensor | None = None) -> torch.Tensor:
         """Per-token tag scores (B, T, K); ``word`` replaces the batch's word ids (UNK dropout)."""
+        return self._scores(batch, word)[0]
+
+    def segment_scores(self, batch: dict, word: torch.Tensor | None = None) -> torch.Tensor:
+        """The semi-Markov chunker's segment scores (B, T, max_segment, K) (module docstring)."""
+        scores, h = self._scores(batch, word)
+        T, L = scores.shape[1], self.max_segment
+        begin, end = self.bounds(h).chunk(2, -1)
+        last = (torch.arange(T, device=h.device)[:, None] + torch.arange(L, device=h.device)).clamp(max=T - 1)
+        return span_sums(scores, L) + begin[:, :, None, :] + end[:, last] + self.outside_lengths
+
+    def _scores(self, batch: dict, word: torch.Tensor | None):
+        """(per-token scores (B, T, K), the BiLSTM's output after dropout (B, T, 2 hidden))."""
         mask = batch["mask"]
         word = batch["word"] if word is None else word
         chars = self.chars(batch["chars"])[batch["form"]]
         x = self.drop(torch.cat([self.words(word), chars, self.pos(batch["pos"])], -1))
-        h = bilstm_by_length(self.lstm, x, mask.sum(1))        # the packed BiLSTM's outputs (ssvm_torch/deep/bilstm.py)
-        scores = self.out(self.drop(h))
+        h = self.drop(bilstm_by_length(self.lstm, x, mask.sum(1)))  # the packed BiLSTM (ssvm_torch/deep/bilstm.py)
+        scores = self.out(h)
         if self.attributes is not None:
             ids, offsets = batch["bag"]
             weights = None
@@ -94,7 +119,7 @@ class ChunkTagger(nn.Module):
                 weights = keep.to(self.attributes.weight.dtype) / (1.0 - self.attr_dropout)
             flat = self.attributes(ids, offsets, per_sample_weights=weights)   # (tokens, K), row-major
             scores = scores + torch.zeros_like(scores).masked_scatter(mask[..., None].expand_as(scores), flat)
-        return scores
+        return scores, h
 
     def dense_parameters(self):
         return [p for n, p in self.named_parameters() if not n.startswith("attributes.")]

@@ -1,0 +1,134 @@
+"""``SemiMarkovChain``: a semi-Markov (segmental) layer, trained with the structured hinge, the softmax-margin
+or the semi-Markov CRF likelihood over segmentations (Sarawagi & Cohen 2004; Kong et al. 2016's segmental
+networks put a network's span scores under the same recursions).
+
+A row of n positions is cut into segments of 1..``max_length`` positions, each with one of K labels. The layer
+holds pytorch-crf's parameters of the segments' label sequence (``start_transitions`` (K,),
+``end_transitions`` (K,), ``transitions`` (K, K) with ``transitions[i, j]`` the score of a segment of label i
+followed by one of label j) and, with ``length_scores=True``, a (max_length, K) table of per-(length, label)
+scores (the segment-length features of Sarawagi & Cohen). The network supplies the segment scores:
+
+    s(y) = start[k_1] + sum_j (seg_scores[t_j, l_j - 1, k_j] + length[l_j - 1, k_j]) + sum_j trans[k_{j-1}, k_j]
+           + end[k_J],
+
+``seg_scores`` (B, T, max_length, K) given directly, or built from per-position emissions (B, T, K) as the sum
+over each segment's positions (:meth:`from_emissions`). Segmentations are (B, T) int64 tensors, the label at each
+segment's first position and -1 elsewhere (:mod:`ssvm_torch.segments`; ``segments_from_tags`` reads BIO / BIOES).
+``forward`` returns a loss to minimise: ``"hinge"`` max_y [s(y) + Delta(y, y_b)] - s(y_b), ``"softmax_margin"``
+log sum_y exp(s(y) + Delta(y, y_b)) - s(y_b), or ``"crf"`` log Z - s(y_b); Delta counts the positions whose BIO tag
+differs (``seg_loss="tokens"``) or the false positive plus false negative segments (``"segments"``), times 1
+(``cost="hamming"``) or 1 / n (``"normalized"``)."""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ..errors import check, check_choice
+from ..segments import ops, scoring
+from ..segments.checks import (KERNELS, check_segments, check_seg_scores, check_transitions, fail_no_segmentation,
+                               resolve_lengths)
+from ..trees.losses import row_cost
+from .reduction import REDUCTIONS, reduce_rows
+
+LOSSES = ("hinge", "crf", "softmax_margin")
+COSTS = ("hamming", "normalized")
+
+
+def span_sums(emissions: torch.Tensor, max_length: int) -> torch.Tensor:
+    """(B, T, max_length, K): the sum of ``emissions`` (B, T, K) over positions t..t+l (0 where the span passes the
+    last position), by one cumulative sum: differentiable, any device."""
+    check(torch.is_tensor(emissions) and emissions.is_floating_point() and emissions.dim() == 3, "emissions",
+          "a float tensor (B, T, K)", getattr(emissions, "shape", type(emissions).__name__))
+    B, T, K = emissions.shape
+    prefix = torch.cat([emissions.new_zeros(B, 1, K), emissions.cumsum(1)], 1)            # (B, T+1, K)
+    t = torch.arange(T, device=emissions.device)[:, None]
+    l = torch.arange(max_length, device=emissions.device)[None, :]
+    end = t + l + 1
+    sums = prefix[:, end.clamp(max=T)] - prefix[:, t.expand(T, max_length)]
+    return torch.where((end <= T)[None, :, :, None], sums, sums.new_zeros(()))
+
+
+class SemiMarkovChain(nn.Module):
+    """A semi-Markov layer (module docstring). num_labels: K; max_length: L, the longest segment; loss: "hinge",
+    "crf" or "softmax_margin"; seg_loss: "tokens" or "segments"; cost: "hamming" or "normalized"; length_scores:
+    learn a (L, K) table of per-(length, label) scores; kernels: "auto" (compiled numba kernels for CPU
+    float32 / float64, torch elsewhere), "numba" or "torch"."""
+
+    def __init__(self, num_labels: int, max_length: int, loss: str = "hinge", seg_loss: str = "tokens",
+                 cost: str = "hamming", length_scores: bool = False, kernels: str = "auto"):
+        super().__init__()
+        for name, value in (("num_labels", num_labels), ("max_length", max_length)):
+            check(isinstance(value, int) and not isinstance(value, bool) and value >= 1, name, "an int >= 1",
+                  repr(value))
+        self.num_labels, self.max_length = num_labels, max_length
+        self.loss = check_choice(loss, "loss", LOSSES)
+        self.seg_loss = check_choice(seg_loss, "seg_loss", scoring.LOSSES)
+        self.cost = check_choice(cost, "cost", COSTS)
+        self.kernels = check_choice(kernels, "kernels", KERNELS)
+        check(isinstance(length_scores, bool), "length_scores", "True or False", repr(length_scores))
+        K = num_labels
+        self.start_transitions = nn.Parameter(torch.empty(K).uniform_(-0.1, 0.1))
+        self.end_transitions = nn.Parameter(torch.empty(K).uniform_(-0.1, 0.1))
+        self.transitions = nn.Parameter(torch.empty(K, K).uniform_(-0.1, 0.1))
+        self.length_scores = nn.Parameter(torch.zeros(max_length, K)) if length_scores else None
+
+    def extra_repr(self) -> str:
+        return (f"num_labels={self.num_labels}, max_length={self.max_length}, loss={self.loss!r}, "
+                f"seg_loss={self.seg_loss!r}, cost={self.cost!r}, kernels={self.kernels!r}")
+
+    def from_emissions(self, emissions: torch.Tensor) -> torch.Tensor:
+        """Segment scores (B, T, L, K) from per-position emissions (B, T, K): each segment scores the sum of its
+        positions' emissions for its label (:func:`span_sums`)."""
+        check(emissions.dim() == 3 and emissions.shape[2] == self.num_labels, "emissions",
+              f"shape (B, T, K) with K = num_labels = {self.num_labels}", tuple(emissions.shape))
+        return span_sums(emissions, self.max_length)
+
+    def _scores(self, seg_scores, mask, lengths):
+        """(S with the length table added, first, last, trans [next, prev], lengths) in the package's convention."""
+        S = check_seg_scores(seg_scores)
+        check(tuple(S.shape[2:]) == (self.max_length, self.num_labels), "seg_scores",
+              f"shape (B, T, max_length, num_labels) = (B, T, {self.max_length}, {self.num_labels})", tuple(S.shape))
+        lengths = resolve_lengths(S, mask, lengths)
+        params = [p.to(S.device, S.dtype) for p in (self.start_transitions, self.end_transitions, self.transitions)]
+        first, last, trans = check_transitions(S, params[0], params[1], params[2].t())
+        if self.length_scores is not None:
+            S = S + self.length_scores.to(S.device, S.dtype)
+        return S, first, last, trans, lengths
+
+    def forward(self, seg_scores: torch.Tensor, segments: torch.Tensor, mask: torch.Tensor | None = None,
+                lengths: torch.Tensor | None = None, reduction: str = "mean") -> torch.Tensor:
+        """The loss to minimise (module docstring): per row with ``reduction="none"`` (B,), else its sum, mean over
+        rows, or sum over the number of positions ("token_mean")."""
+        check_choice(reduction, "reduction", REDUCTIONS)
+        S, first, last, trans, lengths = self._scores(seg_scores, mask, lengths)
+        gold = check_segments(segments, lengths, self.num_labels, self.max_length)
+        gold_score = scoring.score(S, first, last, trans, gold, lengths)
+        if self.loss == "crf":
+            logz = ops.log_partition(S, first, last, trans, lengths, self.kernels)
+            fail_no_segmentation(logz, lengths, "log Z")
+            return reduce_rows(logz - gold_score, reduction, lengths)
+        SA, const = scoring.augmented(S, gold, lengths, self.seg_loss, row_cost(self.cost, lengths, S.dtype))
+        if self.loss == "softmax_margin":
+            top = ops.log_partition(SA, first, last, trans, lengths, self.kernels)
+            fail_no_segmentation(top, lengths, "log Z")
+        else:
+            ystar, value = ops.best(SA.detach(), first.detach(), last.detach(), trans.detach(), lengths, self.kernels)
+            fail_no_segmentation(value, lengths, "the loss-augmented best score")
+            top = scoring.score(SA, first, last, trans, ystar, lengths)
+        return reduce_rows(top + const - gold_score, reduction, lengths)
+
+    @torch.no_grad()
+    def decode(self, seg_scores: torch.Tensor, mask: torch.Tensor | None = None,
+               lengths: torch.Tensor | None = None) -> torch.Tensor:
+        """The best segmentation of every row (B, T): the label at each segment's first position, -1 elsewhere."""
+        S, first, last, trans, lengths = self._scores(seg_scores, mask, lengths)
+        segments, value = ops.best(S, first, last, trans, lengths, self.kernels)
+        fail_no_segmentation(value, lengths, "the best segmentation's score")
+        return segments
+
+    @torch.no_grad()
+    def marginals(self, seg_scores: torch.Tensor, mask: torch.Tensor | None = None,
+                  lengths: torch.Tensor | None = None) -> torch.Tensor:
+        """P(segment (t, l+1, k)) (B, T, L, K) under the layer's semi-Markov CRF."""
+        S, first, last, trans, lengths = self._scores(seg_scores, mask, lengths)
+        return ops.marginals(S, first, last, trans, lengths, self.kernels)

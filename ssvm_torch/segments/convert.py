@@ -1,0 +1,80 @@
+"""Segmentations to and from what users hold: chunk tags (BIO / IOB2 or BIOES, CoNLL-2000's and NER's) and span
+lists. Outside positions ("O") are one-position segments of the label ``outside`` (the usual semi-Markov set-up
+for chunking and NER: Sarawagi & Cohen 2004; Ye & Ling 2018), so tags -> segments -> tags is exact (tested on
+every sentence of CoNLL-2000). Chunks are read the way conlleval reads them: a chunk starts at B-X (S-X), or at
+I-X (E-X) whose previous tag is O or of another type."""
+from __future__ import annotations
+
+import torch
+
+from ..errors import SSVMInputError, check
+
+SCHEMES = ("BIO", "BIOES")
+
+
+def _split(tag: str, scheme: str, outside: str, where: str):
+    if tag == outside:
+        return "O", None
+    prefix, _, kind = tag.partition("-")
+    if not kind or prefix not in ("B", "I") + (("E", "S") if scheme == "BIOES" else ()):
+        raise SSVMInputError(f"tags: expected {outside!r} or a {scheme} tag such as 'B-NP', got {tag!r} at {where}")
+    return prefix, kind
+
+
+def segments_from_tags(tags, labels, scheme: str = "BIO", outside: str = "O", device=None):
+    """(segments (B, T) int64, lengths (B,)) of sentences given as lists of chunk tags; ``labels`` lists the
+    segment labels (chunk types and ``outside``), a label's index being its id. T = the longest sentence."""
+    check(scheme in SCHEMES, "scheme", f"one of {list(SCHEMES)}", repr(scheme))
+    check(isinstance(tags, (list, tuple)) and all(isinstance(s, (list, tuple)) for s in tags), "tags",
+          "a list of sentences, each a list of tag strings", type(tags).__name__)
+    index = {name: i for i, name in enumerate(labels)}
+    check(len(index) == len(labels), "labels", "distinct names", list(labels))
+    T = max((len(s) for s in tags), default=0)
+    segments = torch.full((len(tags), T), -1, dtype=torch.int64)
+    for b, sentence in enumerate(tags):
+        prev = None                                   # the type of the chunk that position t-1 is in (None: O)
+        ended = True                                  # BIOES: the previous chunk was closed by E- / S-
+        for t, tag in enumerate(sentence):
+            prefix, kind = _split(tag, scheme, outside, f"sentence {b}, position {t}")
+            name = outside if prefix == "O" else kind
+            if name not in index:
+                raise SSVMInputError(f"labels: expected every segment label of the tags, {name!r} (sentence {b}, "
+                                     f"position {t}) is not among {list(labels)}")
+            begins = prefix in ("O", "B", "S") or kind != prev or (scheme == "BIOES" and ended)
+            if begins:
+                segments[b, t] = index[name]
+            prev = kind
+            ended = prefix in ("O", "E", "S")
+    lengths = torch.tensor([len(s) for s in tags], dtype=torch.int64)
+    return segments.to(device or "cpu"), lengths.to(device or "cpu")
+
+
+def spans(segments: torch.Tensor, lengths: torch.Tensor) -> list[list[tuple[int, int, int]]]:
+    """Every row's segments as (start, end, label) with end exclusive, in order (one host read)."""
+    from .checks import segment_lengths
+    seglen = segment_lengths(segments, lengths).tolist()
+    labels = segments.tolist()
+    return [[(t, t + w, labels[b][t]) for t, w in enumerate(row) if w > 0] for b, row in enumerate(seglen)]
+
+
+def tags_from_segments(segments: torch.Tensor, lengths: torch.Tensor, labels, scheme: str = "BIO",
+                       outside: str = "O") -> list[list[str]]:
+    """The chunk tags of every row (a list of strings of its length): a segment of label ``outside`` gives O at
+    each of its positions, any other one B-X I-X ... (BIOES: S-X, or B-X I-X ... E-X)."""
+    check(scheme in SCHEMES, "scheme", f"one of {list(SCHEMES)}", repr(scheme))
+    out = []
+    for row in spans(segments, lengths):
+        tags = []
+        for start, end, k in row:
+            name = labels[k]
+            if name == outside:
+                tags += [outside] * (end - start)
+            elif scheme == "BIOES" and end - start == 1:
+                tags.append(f"S-{name}")
+            else:
+                inner = [f"I-{name}"] * (end - start - 1)
+                if scheme == "BIOES":
+                    inner[-1] = f"E-{name}"
+                tags += [f"B-{name}"] + inner
+        out.append(tags)
+    return out

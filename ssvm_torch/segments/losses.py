@@ -1,0 +1,116 @@
+"""The segment package's public calls on padded batches: each checks its arguments (every error names the
+argument and the row) and runs the recursions of :mod:`ssvm_torch.segments.ops` (one dispatch over the
+backends). Losses are per row (B,) and differentiable w.r.t. every score tensor:
+
+* hinge (the n-slack SSVM's structured hinge, Taskar et al. 2003; the max-margin semi-Markov model of
+  Sarawagi & Cohen 2004, section 2.3): max_y [s(y) + Delta(y, y_b)] - s(y_b) >= 0, its gradient the segments of
+  the loss-augmented segmentation minus the gold ones;
+* softmax-margin (Gimpel & Smith 2010): log sum_y exp(s(y) + Delta(y, y_b)) - s(y_b);
+* CRF (the semi-Markov CRF, Sarawagi & Cohen 2004): log Z - s(y_b), its gradient the segment marginals minus
+  the gold segments.
+
+Delta(y, y_b) = c_b x the loss ``loss`` of :mod:`ssvm_torch.segments.scoring` (``"tokens"``: positions whose BIO
+tag differs; ``"segments"``: false positive plus false negative segments), c_b = 1 (``cost="hamming"``), 1 / n_b
+(``"normalized"``), a number, or a given per-row tensor (B,).
+"""
+from __future__ import annotations
+
+import torch
+
+from ..errors import check
+from ..trees.losses import row_cost
+from . import ops, scoring
+from .checks import check_segments, check_seg_scores, check_transitions, fail_no_segmentation, resolve_lengths
+
+
+def _prepare(seg_scores, first, last, trans, mask, lengths):
+    S = check_seg_scores(seg_scores)
+    first, last, trans = check_transitions(S, first, last, trans)
+    return S, first, last, trans, resolve_lengths(S, mask, lengths)
+
+
+def segment_decode(seg_scores, first=None, last=None, trans=None, mask=None, lengths=None, kernels: str = "auto",
+                   return_scores: bool = False):
+    """The best segmentation of every row: segments (B, T) int64, the label at each segment's first position and
+    -1 elsewhere (and beyond the row); with ``return_scores`` also s(segments) (B,). No gradient."""
+    S, first, last, trans, lengths = _prepare(seg_scores, first, last, trans, mask, lengths)
+    segments, scores = ops.best(S.detach(), first.detach(), last.detach(), trans.detach(), lengths, kernels)
+    fail_no_segmentation(scores, lengths, "the best segmentation's score")
+    return (segments, scores) if return_scores else segments
+
+
+def segment_log_partition(seg_scores, first=None, last=None, trans=None, mask=None, lengths=None,
+                          kernels: str = "auto") -> torch.Tensor:
+    """log Z (B,) = log sum over the segmentations of exp s(y) (0 for an empty row), differentiable: its gradient
+    w.r.t. ``seg_scores`` is the segment marginals."""
+    S, first, last, trans, lengths = _prepare(seg_scores, first, last, trans, mask, lengths)
+    return ops.log_partition(S, first, last, trans, lengths, kernels)
+
+
+def segment_marginals(seg_scores, first=None, last=None, trans=None, mask=None, lengths=None,
+                      kernels: str = "auto") -> torch.Tensor:
+    """P(segment (t, l+1, k) in y) (B, T, L, K) under p(y) = exp s(y) / Z, zero for segments that end beyond the
+    row. No gradient."""
+    S, first, last, trans, lengths = _prepare(seg_scores, first, last, trans, mask, lengths)
+    return ops.marginals(S.detach(), first.detach(), last.detach(), trans.detach(), lengths, kernels)
+
+
+def segment_score(seg_scores, segments, first=None, last=None, trans=None, mask=None, lengths=None) -> torch.Tensor:
+    """s(segments) (B,), differentiable (:func:`ssvm_torch.segments.scoring.score`)."""
+    S, first, last, trans, lengths = _prepare(seg_scores, first, last, trans, mask, lengths)
+    segments = check_segments(segments, lengths, S.shape[3], S.shape[2])
+    return scoring.score(S, first, last, trans, segments, lengths)
+
+
+def segment_loss(pred, gold, lengths, loss: str = "tokens", cost="hamming") -> torch.Tensor:
+    """Delta(pred, gold) (B,) float64 (module docstring) of two checked segmentations (B, T) of rows of
+    ``lengths`` positions (any segment length)."""
+    check(loss in scoring.LOSSES, "loss", f"one of {list(scoring.LOSSES)}", repr(loss))
+    check(torch.is_tensor(lengths) and lengths.dim() == 1, "lengths", "an integer tensor (B,)",
+          getattr(lengths, "shape", type(lengths).__name__))
+    lengths = lengths.to(torch.int64)
+    pred = check_segments(pred, lengths, None, None, "pred")
+    check(tuple(gold.shape) == tuple(pred.shape) if torch.is_tensor(gold) else False, "gold",
+          f"a segmentation of pred's shape {tuple(pred.shape)}", getattr(gold, "shape", type(gold).__name__))
+    gold = check_segments(gold, lengths, None, None, "gold")
+    return scoring.loss(pred, gold, lengths, loss, row_cost(cost, lengths, torch.float64))
+
+
+def _loss_inputs(seg_scores, segments, first, last, trans, mask, lengths, loss, cost):
+    S, first, last, trans, lengths = _prepare(seg_scores, first, last, trans, mask, lengths)
+    check(loss in scoring.LOSSES, "loss", f"one of {list(scoring.LOSSES)}", repr(loss))
+    gold = check_segments(segments, lengths, S.shape[3], S.shape[2])
+    return S, first, last, trans, lengths, gold, row_cost(cost, lengths, S.dtype)
+
+
+def segment_hinge(seg_scores, segments, first=None, last=None, trans=None, mask=None, lengths=None,
+                  loss: str = "tokens", cost="hamming", kernels: str = "auto") -> torch.Tensor:
+    """max_y [s(y) + Delta(y, segments)] - s(segments) (B,) >= 0, differentiable (module docstring)."""
+    S, first, last, trans, lengths, gold, c = _loss_inputs(seg_scores, segments, first, last, trans, mask, lengths,
+                                                           loss, cost)
+    SA, const = scoring.augmented(S, gold, lengths, loss, c)
+    ystar, top = ops.best(SA.detach(), first.detach(), last.detach(), trans.detach(), lengths, kernels)
+    fail_no_segmentation(top, lengths, "the loss-augmented best score")
+    return (scoring.score(SA, first, last, trans, ystar, lengths) + const
+            - scoring.score(S, first, last, trans, gold, lengths))
+
+
+def segment_softmax_margin(seg_scores, segments, first=None, last=None, trans=None, mask=None, lengths=None,
+                           loss: str = "tokens", cost="hamming", kernels: str = "auto") -> torch.Tensor:
+    """log sum_y exp(s(y) + Delta(y, segments)) - s(segments) (B,), differentiable (module docstring)."""
+    S, first, last, trans, lengths, gold, c = _loss_inputs(seg_scores, segments, first, last, trans, mask, lengths,
+                                                           loss, cost)
+    SA, const = scoring.augmented(S, gold, lengths, loss, c)
+    logz = ops.log_partition(SA, first, last, trans, lengths, kernels)
+    fail_no_segmentation(logz, lengths, "log Z")
+    return logz + const - scoring.score(S, first, last, trans, gold, lengths)
+
+
+def segment_crf_nll(seg_scores, segments, first=None, last=None, trans=None, mask=None, lengths=None,
+                    kernels: str = "auto") -> torch.Tensor:
+    """log Z - s(segments) (B,), the semi-Markov CRF's negative log-likelihood, differentiable."""
+    S, first, last, trans, lengths = _prepare(seg_scores, first, last, trans, mask, lengths)
+    gold = check_segments(segments, lengths, S.shape[3], S.shape[2])
+    logz = ops.log_partition(S, first, last, trans, lengths, kernels)
+    fail_no_segmentation(logz, lengths, "log Z")
+    return logz - scoring.score(S, first, last, trans, gold, lengths)

@@ -1,0 +1,191 @@
+"""Compiled CPU kernels of the semi-Markov recursions (Sarawagi & Cohen 2004) on the segment package's
+convention (:mod:`ssvm_torch.segments`): the best segmentation (max-plus with back pointers) and log Z with the
+segment, first, last and transition marginals (forward-backward in log space), one row per thread.
+
+Forward (as :mod:`ssvm_torch.segments.torch_semimarkov`): enter[0, k] = first[k], alpha[e, k] = (+)_l
+enter[e-l-1, k] + S[e-l-1, l, k], enter[e, k] = (+)_k' alpha[e, k'] + trans[k, k']. Backward: out[n, k] = last[k],
+out[e, k] = (+)_k'' trans[k'', k] + back[e, k''] for a segment of label k ending before position e, back[s, k] =
+(+)_l S[s, l, k] + out[s+l+1, k] for a segment of label k starting at s. The marginal of segment (s, l, k) is
+exp(enter[s, k] + S[s, l, k] + out[s+l+1, k] - log Z): the gradient of log Z, written without autograd. Charts
+are float64 whatever the scores' dtype; -inf scores (forbidden segments, transitions) give exact zeros.
+"""
+from __future__ import annotations
+
+import numba as nb
+import numpy as np
+
+NEG_INF = -np.inf
+
+
+@nb.njit(cache=True, nogil=True, inline="always")
+def _lae(a, b):
+    """log(exp a + exp b), -inf safe."""
+    if a == NEG_INF:
+        return b
+    if b == NEG_INF:
+        return a
+    if a > b:
+        return a + np.log1p(np.exp(b - a))
+    return b + np.log1p(np.exp(a - b))
+
+
+@nb.njit(cache=True, nogil=True)
+def _forward(S, first, trans, n, enter, alpha):
+    """enter (n, K), alpha (n+1, K) of one row in the log semiring (alpha[0] unused)."""
+    L, K = S.shape[1], S.shape[2]
+    for k in range(K):
+        enter[0, k] = first[k]
+    for e in range(1, n + 1):
+        m = min(L, e)
+        for k in range(K):
+            top = NEG_INF
+            for l in range(m):
+                v = enter[e - l - 1, k] + S[e - l - 1, l, k]
+                if v > top:
+                    top = v
+            acc = 0.0
+            if top != NEG_INF:
+                for l in range(m):
+                    acc += np.exp(enter[e - l - 1, k] + S[e - l - 1, l, k] - top)
+                alpha[e, k] = top + np.log(acc)
+            else:
+                alpha[e, k] = NEG_INF
+        if e < n:
+            for k in range(K):
+                top = NEG_INF
+                for j in range(K):
+                    v = alpha[e, j] + trans[k, j]
+                    if v > top:
+                        top = v
+                acc = 0.0
+                if top != NEG_INF:
+                    for j in range(K):
+                        acc += np.exp(alpha[e, j] + trans[k, j] - top)
+                    enter[e, k] = top + np.log(acc)
+                else:
+                    enter[e, k] = NEG_INF
+
+
+@nb.njit(cache=True, nogil=True)
+def marginals_row(S, first, last, trans, n, M, MF, ML, MT):
+    """log Z of one row (0 when n = 0, -inf when no segmentation is allowed) and, added into M (T, L, K), MF (K,),
+    ML (K,), MT (K, K), its marginals (left zero when log Z is -inf)."""
+    L, K = S.shape[1], S.shape[2]
+    if n == 0:
+        return 0.0
+    enter = np.empty((n, K))
+    alpha = np.empty((n + 1, K))
+    _forward(S, first, trans, n, enter, alpha)
+    logz = NEG_INF
+    for k in range(K):
+        logz = _lae(logz, alpha[n, k] + last[k])
+    if logz == NEG_INF:
+        return logz
+    out = np.full((n + 1, K), NEG_INF)
+    back = np.full((n, K), NEG_INF)
+    for k in range(K):
+        out[n, k] = last[k]
+        ML[k] += np.exp(alpha[n, k] + last[k] - logz)
+    for s in range(n - 1, -1, -1):
+        for k in range(K):
+            acc = NEG_INF
+            for l in range(min(L, n - s)):
+                acc = _lae(acc, S[s, l, k] + out[s + l + 1, k])
+            back[s, k] = acc
+            base = enter[s, k] - logz
+            if base != NEG_INF:
+                for l in range(min(L, n - s)):
+                    M[s, l, k] += np.exp(base + S[s, l, k] + out[s + l + 1, k])
+        if s >= 1:
+            for j in range(K):
+                acc = NEG_INF
+                for k in range(K):
+                    acc = _lae(acc, trans[k, j] + back[s, k])
+                out[s, j] = acc
+                if alpha[s, j] != NEG_INF:
+                    for k in range(K):
+                        MT[k, j] += np.exp(alpha[s, j] + trans[k, j] + back[s, k] - logz)
+    for k in range(K):
+        MF[k] += np.exp(first[k] + back[0, k] - logz)
+    return logz
+
+
+@nb.njit(cache=True, nogil=True)
+def best_row(S, first, last, trans, n, segments):
+    """The best segmentation of one row into ``segments`` (T,) (label at each segment's first position, -1
+    elsewhere) and its score (-inf when none is allowed, 0 when n = 0)."""
+    L, K = S.shape[1], S.shape[2]
+    for t in range(segments.shape[0]):
+        segments[t] = -1
+    if n == 0:
+        return 0.0
+    enter = np.empty((n, K))
+    alpha = np.empty((n + 1, K))
+    lens = np.zeros((n + 1, K), dtype=np.int64)
+    prevs = np.zeros((n, K), dtype=np.int64)
+    for k in range(K):
+        enter[0, k] = first[k]
+    for e in range(1, n + 1):
+        for k in range(K):
+            top, arg = NEG_INF, 0
+            for l in range(min(L, e)):
+                v = enter[e - l - 1, k] + S[e - l - 1, l, k]
+                if v > top:
+                    top, arg = v, l
+            alpha[e, k], lens[e, k] = top, arg
+        if e < n:
+            for k in range(K):
+                top, arg = NEG_INF, 0
+                for j in range(K):
+                    v = alpha[e, j] + trans[k, j]
+                    if v > top:
+                        top, arg = v, j
+                enter[e, k], prevs[e, k] = top, arg
+    score, k = NEG_INF, 0
+    for j in range(K):
+        v = alpha[n, j] + last[j]
+        if v > score:
+            score, k = v, j
+    if score == NEG_INF:
+        return score
+    pos = n
+    while pos > 0:
+        start = pos - lens[pos, k] - 1
+        segments[start] = k
+        k = prevs[start, k] if start > 0 else k
+        pos = start
+    return score
+
+
+@nb.njit(cache=True, nogil=True, parallel=True)
+def _best_rows(S, first, last, trans, lengths, segments, scores):
+    for b in nb.prange(S.shape[0]):
+        scores[b] = best_row(S[b], first, last, trans, lengths[b], segments[b])
+
+
+@nb.njit(cache=True, nogil=True, parallel=True)
+def _marginal_rows(S, first, last, trans, lengths, logz, M, MF, ML, MT):
+    for b in nb.prange(S.shape[0]):
+        logz[b] = marginals_row(S[b], first, last, trans, lengths[b], M[b], MF[b], ML[b], MT[b])
+
+
+def best_batch(S, first, last, trans, lengths):
+    """(segments (B, T) int64, scores (B,) in S's dtype) of every row of a padded batch (numpy arrays)."""
+    B, T, L, K = S.shape
+    segments = np.empty((B, T), dtype=np.int64)
+    scores = np.empty(B, dtype=np.float64)
+    f64 = [np.ascontiguousarray(x, dtype=np.float64) for x in (S, first, last, trans)]
+    _best_rows(*f64, np.ascontiguousarray(lengths, dtype=np.int64), segments, scores)
+    return segments, scores.astype(S.dtype)
+
+
+def marginals_batch(S, first, last, trans, lengths):
+    """(log Z (B,), segment marginals (B, T, L, K), first (B, K), last (B, K), transition marginals (B, K, K)
+    [next, prev]), each in S's dtype, of every row of a padded batch (numpy arrays)."""
+    B, T, L, K = S.shape
+    logz = np.empty(B)
+    M = np.zeros((B, T, L, K))
+    MF, ML, MT = np.zeros((B, K)), np.zeros((B, K)), np.zeros((B, K, K))
+    f64 = [np.ascontiguousarray(x, dtype=np.float64) for x in (S, first, last, trans)]
+    _marginal_rows(*f64, np.ascontiguousarray(lengths, dtype=np.int64), logz, M, MF, ML, MT)
+    return tuple(x.astype(S.dtype) for x in (logz, M, MF, ML, MT))

@@ -1,0 +1,64 @@
+"""One dispatch over the segment package's backends: the compiled numba kernels
+(:mod:`ssvm_torch.segments.numba_semimarkov`) for CPU float32 / float64 scores, the torch recursions
+(:mod:`ssvm_torch.segments.torch_semimarkov`) on every other device, under tracing, or when ``kernels="torch"``.
+Arguments are checked by the callers (:mod:`ssvm_torch.segments.losses`)."""
+from __future__ import annotations
+
+import numba
+import torch
+
+from ..devices import from_host, to_host
+from . import numba_semimarkov as nb
+from . import torch_semimarkov as tr
+from .checks import use_numba
+
+
+def _host(*tensors):
+    """The tensors as numpy arrays, with numba's threads capped at torch's (a module's ``threads`` setting holds
+    for these kernels too, as for the tree kernels)."""
+    numba.set_num_threads(max(1, min(torch.get_num_threads(), numba.config.NUMBA_NUM_THREADS)))
+    return tuple(to_host(t.detach().contiguous()) for t in tensors)
+
+
+def best(S, first, last, trans, lengths, kernels: str = "auto"):
+    """(segments (B, T), scores (B,)) of the best segmentations (no gradient)."""
+    if not use_numba(S, kernels):
+        return tr.best(S, first, last, trans, lengths)
+    segments, scores = nb.best_batch(*_host(S, first, last, trans, lengths))
+    return from_host(segments, S.device), from_host(scores, S.device)
+
+
+class _CompiledLogZ(torch.autograd.Function):
+    """log Z by the compiled forward pass; its backward is the forward-backward marginals (the gradient of log Z
+    w.r.t. the segment scores, and by the same counts w.r.t. first, last and trans)."""
+
+    @staticmethod
+    def forward(ctx, S, first, last, trans, lengths):
+        logz, M, MF, ML, MT = nb.marginals_batch(*_host(S, first, last, trans, lengths))
+        ctx.save_for_backward(*(from_host(x, S.device) for x in (M, MF, ML, MT)))
+        return from_host(logz, S.device)
+
+    @staticmethod
+    def backward(ctx, g):
+        M, MF, ML, MT = ctx.saved_tensors
+        return (g[:, None, None, None] * M, (g[:, None] * MF).sum(0), (g[:, None] * ML).sum(0),
+                (g[:, None, None] * MT).sum(0), None)
+
+
+def log_partition(S, first, last, trans, lengths, kernels: str = "auto") -> torch.Tensor:
+    """log Z (B,), differentiable w.r.t. S, first, last and trans."""
+    if not use_numba(S, kernels):
+        return tr.log_partition(S, first, last, trans, lengths)
+    return _CompiledLogZ.apply(S, first, last, trans, lengths)
+
+
+def marginals(S, first, last, trans, lengths, kernels: str = "auto") -> torch.Tensor:
+    """The segment marginals (B, T, L, K) (no gradient)."""
+    if use_numba(S, kernels):
+        _, M, _, _, _ = nb.marginals_batch(*_host(S, first, last, trans, lengths))
+        return from_host(M, S.device)
+    with torch.enable_grad():
+        S = S.detach().requires_grad_(True)
+        logz = tr.log_partition(S, first, last, trans, lengths)
+        (M,) = torch.autograd.grad(logz.sum(), S, allow_unused=True)
+    return torch.zeros_like(S) if M is None else M.detach()

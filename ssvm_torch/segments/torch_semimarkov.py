@@ -1,0 +1,112 @@
+"""The torch backend of the segment package (any device, no host round trip in the recursions; the reference the
+compiled kernels are tested against): the semi-Markov forward recursion of Sarawagi & Cohen (2004, eq. (3)) in
+the log semiring (log Z, differentiated by autograd for the marginals) and in the max-plus semiring with back
+pointers (the best segmentation). Conventions in :mod:`ssvm_torch.segments`.
+
+With enter[0, k] = first[k] and, for s >= 1, enter[s, k] = (+)_{k'} alpha[s, k'] (x) trans[k, k'], the score of
+the best (or the log-sum over all) segmentations of positions 0..e-1 whose last segment has label k is
+
+    alpha[e, k] = (+)_{l = 0}^{min(L, e) - 1} enter[e-l-1, k] (x) S[e-l-1, l, k],
+
+and the row's result is (+)_k alpha[n, k] (x) last[k]: T sequential steps of O(B (L K + K^2)) work."""
+from __future__ import annotations
+
+import torch
+
+NEG = float("-inf")
+
+
+def logsumexp(x: torch.Tensor, dim: int) -> torch.Tensor:
+    """log sum exp over ``dim`` whose gradient is exactly 0 (not NaN) into a group that is all -inf: the
+    segments and transitions that -inf scores forbid."""
+    m = x.detach().amax(dim, keepdim=True)
+    m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
+    s = torch.exp(x - m).sum(dim)
+    pos = s > 0
+    return torch.where(pos, torch.log(torch.where(pos, s, torch.ones_like(s))) + m.squeeze(dim),
+                       torch.full_like(s, NEG))
+
+
+def end_indexed(S: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """(B, T, L, K): E[b, e, l, k] = S[b, e-l, l, k], the segment of length l+1 that ends at position e; 0 (a finite
+    placeholder the rows' results never read) where it would start before 0 or end beyond the row."""
+    B, T, L, K = S.shape
+    e = torch.arange(T, device=S.device)[:, None]
+    l = torch.arange(L, device=S.device)[None, :]
+    start = e - l                                                    # (T, L)
+    E = S[:, start.clamp(min=0), l.expand(T, L), :]                  # (B, T, L, K)
+    ok = (start >= 0)[None] & (e[None] < lengths[:, None, None])     # (B, T, L)
+    return torch.where(ok[..., None], E, E.new_zeros(()))
+
+
+def _steps(S, first, trans, lengths, maxplus: bool, pointers: bool):
+    """alpha (B, T, K) for ends 1..T and, with ``pointers``, the argmax length (B, T, K) and the argmax previous
+    label entering at each position (B, T, K)."""
+    B, T, L, K = S.shape
+    E = end_indexed(S, lengths)
+    enters = [first.expand(B, K)]
+    alphas, lens, prevs = [], [], [torch.zeros(B, K, dtype=torch.int64, device=S.device)]
+    for e in range(1, T + 1):
+        m = min(L, e)
+        window = torch.stack(enters[e - 1::-1][:m], 1) + E[:, e - 1, :m]          # (B, m, K)
+        if maxplus:
+            a, best_l = window.max(1)
+            if pointers:
+                lens.append(best_l)
+        else:
+            a = logsumexp(window, 1)
+        alphas.append(a)
+        if e < T:
+            cand = a[:, None, :] + trans[None]                                   # [b, next, prev]
+            if maxplus:
+                nxt, best_k = cand.max(2)
+                if pointers:
+                    prevs.append(best_k)
+            else:
+                nxt = logsumexp(cand, 2)
+            enters.append(nxt)
+    alpha = torch.stack(alphas, 1)
+    if not pointers:
+        return alpha, None, None
+    return alpha, torch.stack(lens, 1), torch.stack(prevs, 1)
+
+
+def _final(alpha, last, lengths):
+    B, T, K = alpha.shape
+    idx = (lengths - 1).clamp(min=0)[:, None, None].expand(B, 1, K)
+    return alpha.gather(1, idx)[:, 0] + last
+
+
+def log_partition(S, first, last, trans, lengths) -> torch.Tensor:
+    """log Z (B,) (0 for an empty row), differentiable: its gradient w.r.t. S is the segment marginals."""
+    B, T = S.shape[0], S.shape[1]
+    if T == 0:
+        return S.new_zeros(B)
+    alpha, _, _ = _steps(S, first, trans, lengths, False, False)
+    Z = logsumexp(_final(alpha, last, lengths), 1)
+    return torch.where(lengths > 0, Z, torch.zeros_like(Z))
+
+
+@torch.no_grad()
+def best(S, first, last, trans, lengths):
+    """(segments (B, T) -1 inside segments and beyond the row, scores (B,) -inf where a non-empty row has no
+    allowed segmentation, 0 for an empty row): the max-plus recursion and its back pointers, followed back from
+    each row's end for max(n_b) steps at most, every row at once."""
+    B, T, L, K = S.shape
+    dev = S.device
+    segments = torch.full((B, T + 1), -1, dtype=torch.int64, device=dev)   # column T takes inactive rows' writes
+    if T == 0:
+        return segments[:, :T], S.new_zeros(B)
+    alpha, lens, prevs = _steps(S, first, trans, lengths, True, True)
+    scores, k = _final(alpha, last, lengths).max(1)
+    rows = torch.arange(B, device=dev)
+    pos = lengths.clone()
+    active = lengths > 0
+    for _ in range(int(lengths.max())):
+        l = lens[rows, (pos - 1).clamp(min=0), k]
+        start = (pos - l - 1).clamp(min=0)
+        segments[rows, torch.where(active, start, T)] = torch.where(active, k, -1)
+        k = prevs[rows, start, k]
+        active = active & (start > 0)
+        pos = start
+    return segments[:, :T], torch.where(lengths > 0, scores, torch.zeros_like(scores))
