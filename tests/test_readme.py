@@ -8,8 +8,8 @@ README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
 BLOCKS = re.findall(r"```python\n(.*?)```", README, re.S)
 
 
-def test_readme_has_the_five_examples():
-    assert len(BLOCKS) == 5 and "ChainSSVM" in BLOCKS[0] and "SSVMModule" in BLOCKS[1] and "ChainSSVMHead" in BLOCKS[2]
+def test_readme_has_the_six_examples():
+    assert len(BLOCKS) == 6 and "SemiMarkovChain" in BLOCKS[5] and "ChainSSVM" in BLOCKS[0] and "SSVMModule" in BLOCKS[1] and "ChainSSVMHead" in BLOCKS[2]
     assert "LinearChain" in BLOCKS[3] and "DependencyTree" in BLOCKS[4]
 
 
@@ -19,6 +19,15 @@ def test_dependency_tree_example_runs():
     pred, mask = scope["pred"], scope["mask"]
     assert float(scope["loss"].detach()) >= 0 and scope["arc_scores"].grad is not None
     assert pred.shape == (2, 5) and bool((pred[~mask] == -1).all()) and bool((pred[mask] >= 0).all())
+
+
+def test_semimarkov_example_runs():
+    scope = {}
+    exec(compile(BLOCKS[5], "README SemiMarkovChain example", "exec"), scope)
+    tags, lengths = scope["tags"], scope["lengths"]
+    assert float(scope["loss"].detach()) >= 0 and scope["emissions"].grad is not None
+    assert [len(t) for t in tags] == lengths.tolist() == [4, 2]
+    assert all(t == "O" or t[:2] in ("B-", "I-") for row in tags for t in row)
 
 
 def test_linear_chain_example_runs():

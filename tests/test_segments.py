@@ -8,6 +8,7 @@ import torch
 
 from ssvm_torch.chain import chain_decode, chain_log_partition
 from ssvm_torch.errors import SSVMInputError
+from ssvm_torch.segments.reference import torch_struct_potentials
 from ssvm_torch.segments import (segment_crf_nll, segment_decode, segment_hinge, segment_log_partition,
                                  segment_loss, segment_marginals, segment_score, segment_softmax_margin,
                                  segments_from_tags, spans, tags_from_segments)
@@ -112,26 +113,6 @@ def test_length_one_segments_are_the_linear_chain():
         assert torch.equal(seg, chain_decode(U, lengths, first, last, trans))
 
 
-def to_torch_struct(S, first, last, trans, lengths):
-    """torch-struct's SemiMarkov potentials (B, n+1 - 1, L+1, K, K) [start, width, label, previous label] of our
-    rows: its position 0 carries a free initial label (here label 0, the others -inf), our position t is its t+1,
-    the first / last scores go onto the edges that start / end a row, and a segment that would pass a shorter
-    row's end is -inf (torch-struct masks only the segments that start beyond it)."""
-    B, T, L, K = S.shape
-    neg = torch.tensor(float("-inf"), dtype=S.dtype)
-    edge = torch.full((B, T, L + 1, K, K), float("-inf"), dtype=S.dtype)
-    edge[:, :, 1:] = S[..., :, None] + trans[None, None, None]
-    edge[:, 0, 1:] = torch.where(torch.arange(K)[None, None, :] == 0, (S[:, 0] + first)[..., None], neg)
-    for b in range(B):
-        for t in range(T):
-            for w in range(1, L + 1):
-                if t + w == int(lengths[b]):
-                    edge[b, t, w] += last[:, None]
-                elif t + w > int(lengths[b]):
-                    edge[b, t, w] = neg
-    return edge
-
-
 def test_log_partition_and_marginals_against_torch_struct(torch_struct_deps):
     """Row by row: torch-struct 0.5's SemiMarkov is exact on one row, but a batch of rows of different lengths
     gives the longer rows wrong values (its chart initialisation reads min(lengths) for every row); pinned
@@ -142,13 +123,14 @@ def test_log_partition_and_marginals_against_torch_struct(torch_struct_deps):
     M = segment_marginals(S, first, last, trans, lengths=lengths)
     for b in range(3):
         n = int(lengths[b])
-        dist = torch_struct_deps.SemiMarkovCRF(to_torch_struct(S[b:b + 1, :n], first, last, trans, lengths[b:b + 1]),
-                                               lengths=lengths[b:b + 1] + 1)
+        edge = torch_struct_potentials(S[b:b + 1, :n], first, last, trans, lengths[b:b + 1])
+        dist = torch_struct_deps.SemiMarkovCRF(edge, lengths=lengths[b:b + 1] + 1)
         assert dist.partition.item() == pytest.approx(ours[b].item(), abs=1e-9)
         theirs = dist.marginals.sum(-1)[0, :, 1:]                 # (n, L, K): summed over the previous label
         assert torch.allclose(theirs, M[b, :n], atol=1e-9)
         assert M[b, n:].abs().max().item() == 0.0 if n < 7 else True
-    batch = torch_struct_deps.SemiMarkovCRF(to_torch_struct(S, first, last, trans, lengths), lengths=lengths + 1)
+    edge = torch_struct_potentials(S, first, last, trans, lengths)
+    batch = torch_struct_deps.SemiMarkovCRF(edge, lengths=lengths + 1)
     assert not torch.allclose(batch.partition, ours, atol=1e-3)   # the pitfall: rows 0 and 1 come out wrong
 
 

@@ -272,8 +272,9 @@ class ConllChunker(DevSelectedRun, L.LightningModule):
             if self.segment_labels is not None:
                 lengths = batch["mask"].sum(1)
                 segments = tagger.chain.decode(tagger.segment_scores(batch), lengths=lengths)
-                for i, tags in zip(idx.tolist(), tags_from_segments(segments.cpu(), lengths.cpu(), self.segment_labels)):
-                    out[i] = tags
+                tags = tags_from_segments(segments.cpu(), lengths.cpu(), self.segment_labels)
+                for i, row in zip(idx.tolist(), tags):
+                    out[i] = row
                 continue
             tags = tagger.chain.decode(tagger.emissions(batch), batch["mask"]).cpu()
             for row, i in enumerate(idx.tolist()):

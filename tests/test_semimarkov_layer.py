@@ -1,0 +1,129 @@
+"""The SemiMarkovChain layer (ssvm_torch.nn) against the segment package's functions, span_sums against their
+definition, and the semi-Markov CoNLL chunker (recipes/conll_deep_semimarkov_*.yaml): a tiny run, an exact
+resume, and its refusals."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from ssvm_torch.data.conll import read_conll
+from ssvm_torch.data.types import data_file
+from ssvm_torch.deep.__main__ import main as deep_main
+from ssvm_torch.errors import SSVMInputError
+from ssvm_torch.nn import SemiMarkovChain, span_sums
+from ssvm_torch.segments import (segment_crf_nll, segment_decode, segment_hinge, segment_lengths, segment_marginals,
+                                 segment_softmax_margin, segments_from_tags)
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_span_sums_are_the_sums_over_each_span():
+    E = torch.randn(2, 6, 3, dtype=torch.float64)
+    got = span_sums(E, 4)
+    for t in range(6):
+        for l in range(4):
+            expect = E[:, t:t + l + 1].sum(1) if t + l < 6 else torch.zeros(2, 3, dtype=torch.float64)
+            assert torch.allclose(got[:, t, l], expect, atol=1e-12)
+
+
+@pytest.mark.parametrize("loss, fn", [("hinge", segment_hinge), ("softmax_margin", segment_softmax_margin),
+                                      ("crf", segment_crf_nll)])
+@pytest.mark.parametrize("seg_loss", ["tokens", "segments"])
+def test_layer_losses_are_the_functions_with_its_parameters(loss, fn, seg_loss):
+    torch.manual_seed(0)
+    layer = SemiMarkovChain(3, 4, loss=loss, seg_loss=seg_loss, cost="normalized", length_scores=True).double()
+    with torch.no_grad():
+        layer.length_scores.normal_()
+    S = torch.randn(5, 7, 4, 3, dtype=torch.float64, requires_grad=True)
+    lengths = torch.tensor([7, 3, 0, 1, 5])
+    gold = segment_decode(torch.randn(5, 7, 4, 3, dtype=torch.float64), lengths=lengths)
+    got = layer(S, gold, lengths=lengths, reduction="none")
+    eff = S + layer.length_scores
+    args = (layer.start_transitions, layer.end_transitions, layer.transitions.t())
+    extra = {} if loss == "crf" else {"loss": seg_loss, "cost": "normalized"}
+    expect = fn(eff, gold, *args, lengths=lengths, **extra)
+    assert torch.allclose(got, expect, atol=1e-12)
+    got.sum().backward()
+    assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in layer.parameters())
+    assert float(layer.transitions.grad.abs().sum()) > 0 and float(S.grad.abs().sum()) > 0
+    assert torch.equal(layer.decode(S, lengths=lengths), segment_decode(eff, *args, lengths=lengths))
+    assert torch.allclose(layer.marginals(S, lengths=lengths), segment_marginals(eff, *args, lengths=lengths))
+    assert layer(S, gold, lengths=lengths, reduction="token_mean").item() == pytest.approx(
+        got.sum().item() / 16, abs=1e-12)
+
+
+def test_layer_refusals_name_the_field():
+    layer = SemiMarkovChain(3, 2)
+    with pytest.raises(SSVMInputError, match="seg_scores: expected shape"):
+        layer(torch.zeros(1, 4, 3, 3), torch.zeros(1, 4, dtype=torch.int64))
+    with pytest.raises(SSVMInputError, match="max_length: expected an int >= 1"):
+        SemiMarkovChain(3, 0)
+    with pytest.raises(SSVMInputError, match="seg_loss: expected one of"):
+        SemiMarkovChain(3, 2, seg_loss="f1")
+    with pytest.raises(SSVMInputError, match="emissions: expected shape"):
+        layer.from_emissions(torch.zeros(1, 4, 2))
+
+
+def test_docs_segments_examples_run():
+    import re
+    blocks = re.findall(r"```python\n(.*?)```", (ROOT / "docs" / "segments.md").read_text(), re.S)
+    assert len(blocks) == 2
+    scope = {}
+    exec(compile(blocks[0], "docs/segments.md functions", "exec"), scope)
+    assert scope["gold"].tolist() == [[1, -1, 2, 0], [1, 0, -1, -1]]
+    assert scope["S"].grad is not None and scope["P"].shape == (2, 4, 3, 3)
+    assert [len(t) for t in scope["tags"]] == [4, 2]
+    exec(compile(blocks[1], "docs/segments.md layer", "exec"), scope)
+    assert scope["best"].shape == (2, 4) and float(scope["loss"]) >= 0
+
+
+def run(tmp_path, *extra, loss="crf", epochs=3):
+    args = ["fit", "--config", str(ROOT / "recipes" / f"conll_deep_semimarkov_{loss}.yaml"), "--model.train_size",
+            "200", "--model.hidden", "16", "--model.word_dim", "16", "--model.char_filters", "8", "--model.lr",
+            "0.01", "--trainer.max_epochs", str(epochs), "--trainer.default_root_dir", str(tmp_path), *extra]
+    assert deep_main(args) == 0
+    return sorted(tmp_path.glob("lightning_logs/version_*"))[-1]
+
+
+def test_tiny_semimarkov_chunker_learns_and_writes_bio_predictions(tmp_path):
+    out = run(tmp_path, epochs=4)
+    losses = [r["loss"] for r in json.loads((out / "history.json").read_text())]
+    assert losses[-1] < 0.8 * losses[0]
+    pred = torch.load(out / "test_predictions.pt", weights_only=True)["predictions"]
+    test = read_conll(data_file("conll2000_test.txt.gz"))
+    assert [len(p) for p in pred] == [len(s) for s in test]
+    from seqeval.metrics import f1_score
+    results = json.loads((out / "results.json").read_text())
+    assert results["test_f1"] == pytest.approx(100 * f1_score([[t[2] for t in s] for s in test], pred), abs=1e-12)
+    assert results["test_f1"] > 20
+    saved = torch.load(out / "chunker.pt", weights_only=True)
+    assert saved["segment_labels"][0] == "O" and "NP" in saved["segment_labels"]
+    fit = read_conll(data_file("conll2000_train.txt.gz"))[:180]          # train_size 200, the last 10% dev
+    segments, lengths = segments_from_tags([[t[2] for t in s] for s in fit], saved["segment_labels"])
+    longest = int(segment_lengths(segments, lengths).max())                 # max_segment null: the fit's longest
+    assert saved["hparams"]["max_segment"] is None and saved["state_dict"]["chain.length_scores"].shape[0] == longest
+
+
+def test_semimarkov_chunker_resumes_exactly(tmp_path):
+    full = run(tmp_path / "full", loss="hinge", epochs=2)
+    first = run(tmp_path / "cut", loss="hinge", epochs=1)
+    resumed = run(tmp_path / "cut", "--ckpt_path", str(next(first.glob("checkpoints/last.ckpt"))), loss="hinge",
+                  epochs=2)
+    h = [json.loads((d / "history.json").read_text()) for d in (full, resumed)]
+    assert [(r["loss"], r["dev_f1"]) for r in h[0]] == [(r["loss"], r["dev_f1"]) for r in h[1]]
+
+
+@pytest.mark.parametrize("flag, value, message", [
+    ("constraints", "true", "constraints: expected false with structure 'semimarkov'"),
+    ("hide_fraction", "0.5", "hide_fraction: expected 0 with structure 'semimarkov'"),
+    ("max_segment", "3", "max_segment: expected >= "),
+    ("structure", "tree", "structure: expected one of")])
+def test_bad_semimarkov_settings_are_refused_by_name(tmp_path, capsys, flag, value, message):
+    assert deep_main(["fit", "--config", str(ROOT / "recipes" / "conll_deep_semimarkov_crf.yaml"), "--model.train_size",
+                      "50", f"--model.{flag}", value, "--trainer.max_epochs", "1",
+                      "--trainer.default_root_dir", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert message in err, err
