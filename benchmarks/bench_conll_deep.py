@@ -53,6 +53,9 @@ HEAD = {"hinge": "hinge", "hybrid_hinge": "hinge", "crf": "crf", "hybrid_crf": "
         "hybrid_softmax_margin": "softmax_margin"}
 HEADS = ("hinge", "softmax_margin", "crf")
 MARGIN_HEADS = ("hinge", "softmax_margin")            # each compared with the CRF head by the paired bootstrap
+# the semi-Markov heads (docs/segments.md), each compared with the neural chain head of its loss on the seeds both
+# have (paired bootstrap; s/epoch of runs trained side by side); they take no part in the chain heads' ranking
+SEGMENT_PAIRS = {"semimarkov_crf": "crf", "semimarkov_hinge": "hinge"}
 
 
 def run_dir(runs: Path, recipe: str, seed: int) -> Path | None:
@@ -68,7 +71,7 @@ ARCHIVED = ("config.json", "history.json", "results.json", "test_predictions.pt"
 def archive(runs: Path) -> list:
     """Copy the small files of every finished run under ``runs`` into :data:`ARCHIVE`."""
     done = []
-    for recipe in RECIPES:
+    for recipe in RECIPES + tuple(SEGMENT_PAIRS):
         for seed in range(3):
             d = run_dir(runs, recipe, seed)
             if d is None:
@@ -103,6 +106,10 @@ def train(runs: Path, threads: int) -> None:
     for seed in (1, 2):
         for recipe in best:
             one(recipe, seed)
+    for seed in range(3):
+        for segments, chain in SEGMENT_PAIRS.items():
+            one(chain, seed)
+            one(segments, seed)
 
 
 # -- chunk counts per sentence: F1 of any resample is a ratio of sums -------------------------------
@@ -169,7 +176,7 @@ def report(runs: Path, draws: int) -> dict:
     gold = [[t[2] for t in s] for s in test]
     from seqeval.metrics import f1_score
     rows, counts = [], {}
-    for recipe in RECIPES:
+    for recipe in RECIPES + tuple(SEGMENT_PAIRS):
         seeds = [s for s in range(3) if run_dir(runs, recipe, s) is not None]
         if not seeds:
             continue
@@ -189,8 +196,10 @@ def report(runs: Path, draws: int) -> dict:
             res["s_per_epoch_median"] = statistics.median(r["seconds"] for r in history)
             per.append({"seed": s, "dir": str(d.relative_to(ROOT) if d.is_relative_to(ROOT) else d), **res})
         cfg = json.loads((run_dir(runs, recipe, seeds[0]) / "config.json").read_text())
-        rows.append({"system": f"{'hybrid' if cfg['features'] else 'neural'} {cfg['loss']}", "recipe": f"recipes/conll_deep_{recipe}.yaml",
-                     "head": cfg["loss"], "features": cfg["features"], "tags": cfg["tags"], "constraints": cfg["constraints"],
+        structure = cfg.get("structure", "chain")
+        rows.append({"system": f"{'hybrid' if cfg['features'] else 'neural'} "
+                               f"{'semi-Markov ' if structure == 'semimarkov' else ''}{cfg['loss']}",
+                     "recipe": f"recipes/conll_deep_{recipe}.yaml", "structure": structure, "head": cfg["loss"], "features": cfg["features"], "tags": cfg["tags"], "constraints": cfg["constraints"],
                      "seeds": seeds, "test_f1": mean_std([p["test_f1"] for p in per]),
                      "dev_f1": mean_std([p["dev_f1"] for p in per]), "epochs": mean_std([p["epochs"] for p in per]),
                      "best_epoch": mean_std([p["best_epoch"] for p in per]),
@@ -199,23 +208,49 @@ def report(runs: Path, draws: int) -> dict:
                      "peak_rss_mb": mean_std([p["peak_rss_mb"] for p in per]), "n_parameters": per[0]["n_parameters"],
                      "runs": per})
     out = {"machine": platform.processor() or platform.machine(), "linear": linear_rows(), "neural": rows}
-    by_dev = {head: max((r for r in rows if r["head"] == head), key=lambda r: r["runs"][0]["dev_f1"], default=None)
-              for head in HEADS}
+    chain_rows = [r for r in rows if r["structure"] == "chain"]
+    by_dev = {head: max((r for r in chain_rows if r["head"] == head), key=lambda r: r["runs"][0]["dev_f1"],
+                        default=None) for head in HEADS}
     out["bootstrap"] = []
     for head in MARGIN_HEADS:
         if by_dev[head] and by_dev["crf"]:
             h, c = (Path(by_dev[k]["recipe"]).stem.removeprefix("conll_deep_") for k in (head, "crf"))
             out["bootstrap"].append({"a": h, "b": c, "seeds_a": by_dev[head]["seeds"], "seeds_b": by_dev["crf"]["seeds"],
                                      **paired_bootstrap(counts[h], counts[c], draws)})
+    out["segments"] = segment_pairs(rows, counts, draws)
     out["partial"] = partial_rows(runs, gold, draws)
-    if rows:
-        best = max(rows, key=lambda r: r["runs"][0]["dev_f1"])
+    if chain_rows:
+        best = max(chain_rows, key=lambda r: r["runs"][0]["dev_f1"])
         src = ROOT / best["runs"][0]["dir"] / "test_predictions.pt"
         shutil.copyfile(src, RESULTS / "conll_deep_test_predictions.pt")
         pred = load_torch(RESULTS / "conll_deep_test_predictions.pt", "predictions")["predictions"]
         out["committed_predictions"] = {"file": "benchmarks/results/conll_deep_test_predictions.pt",
                                         "recipe": best["recipe"], "seed": 0, "test_f1": 100 * f1_score(gold, pred),
                                         "sentences": len(pred), "tokens": sum(map(len, pred))}
+    return out
+
+
+def segment_pairs(rows: list, counts: dict, draws: int) -> list:
+    """Each semi-Markov head against the neural chain head of its loss on the seeds both have: test and dev F1,
+    the paired bootstrap of test F1, and the median s/epoch of each seed's two runs (trained side by side)."""
+    by_recipe = {Path(r["recipe"]).stem.removeprefix("conll_deep_"): r for r in rows}
+    out = []
+    for segments, chain in SEGMENT_PAIRS.items():
+        if segments not in by_recipe or chain not in by_recipe:
+            continue
+        a, b = by_recipe[segments], by_recipe[chain]
+        seeds = sorted(set(a["seeds"]) & set(b["seeds"]))
+        pick = lambda row: [run for run in row["runs"] if run["seed"] in seeds]          # noqa: E731
+        ca = [c for s, c in zip(a["seeds"], counts[segments]) if s in seeds]
+        cb = [c for s, c in zip(b["seeds"], counts[chain]) if s in seeds]
+        out.append({"a": segments, "b": chain, "seeds": seeds,
+                    "test_f1_a": mean_std([r["test_f1"] for r in pick(a)]),
+                    "test_f1_b": mean_std([r["test_f1"] for r in pick(b)]),
+                    "dev_f1_a": mean_std([r["dev_f1"] for r in pick(a)]),
+                    "dev_f1_b": mean_std([r["dev_f1"] for r in pick(b)]),
+                    "s_per_epoch_median_a": [r["s_per_epoch_median"] for r in pick(a)],
+                    "s_per_epoch_median_b": [r["s_per_epoch_median"] for r in pick(b)],
+                    **paired_bootstrap(ca, cb, draws)})
     return out
 
 
@@ -256,6 +291,10 @@ def print_table(out: dict) -> None:
         print(f"{r['system']:45s} test F1 {fmt(r['test_f1'])} ({len(r['seeds'])} seeds), dev F1 {fmt(r['dev_f1'])}, "
               f"{fmt(r['epochs'], 1)} epochs, {fmt(r['s_per_epoch_median'], 1)} s/epoch (median), peak RSS "
               f"{r['peak_rss_mb']['mean']:.0f} MB")
+    for b in out.get("segments", []):
+        print(f"{b['a']} - {b['b']} (seeds {b['seeds']}): test F1 {b['test_f1_a']['mean']:.2f} vs "
+              f"{b['test_f1_b']['mean']:.2f}, {b['observed_diff']:+.3f}, 95% CI [{b['ci95'][0]:+.3f}, "
+              f"{b['ci95'][1]:+.3f}]; s/epoch (median) {b['s_per_epoch_median_a']} vs {b['s_per_epoch_median_b']}")
     for b in out.get("bootstrap", []):
         print(f"paired bootstrap {b['a']} - {b['b']}: {b['observed_diff']:+.3f} F1, 95% CI [{b['ci95'][0]:+.3f}, "
               f"{b['ci95'][1]:+.3f}], p = {b['p_value']:.3f} ({b['draws']} draws)")

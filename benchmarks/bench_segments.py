@@ -10,8 +10,12 @@ segments of at most L positions with K labels:
 
 both sides on the same scores (:func:`ssvm_torch.segments.reference.torch_struct_potentials`), the values and
 the best segmentations' scores compared. Rows of one length only: torch-struct's batch of mixed lengths is
-wrong (tests/test_segments.py). Shapes: CoNLL-2000's chunking (K 12: 11 chunk types and O; L 15, its longest
-chunk; T 50) and NER-like (K 9, L 8); B 32. Medians of ``--repeats``, the sides alternated in every repeat.
+wrong (tests/test_segments.py). torch-struct's parallel scan multiplies (L K) x (L K) matrices in the log
+semiring, which materializes B T/2 (L K)^3 floats at its first level: a shape past ``--ts-gib`` of that runs
+ours alone (at CoNLL-2000's chunk shape, K 12 and L 15, B 32 and T 50, it is 22 GiB; the process was killed
+for memory on a 23 GiB machine). Shapes: NER-like (K 9, L 4 and 8; B 32, T 50) and CoNLL-2000's chunking (K 12:
+11 chunk types and O; L 15, its longest chunk) at B 8, T 30 (where torch-struct fits) and at B 32, T 50.
+Medians of ``--repeats``, the sides alternated in every repeat.
 
 Usage: python benchmarks/bench_segments.py [--quick] [--out benchmarks/results/segments_cpu.json]
 """
@@ -36,7 +40,14 @@ from ssvm_torch.segments import segment_decode, segment_log_partition, segment_s
 from ssvm_torch.segments.reference import torch_struct_potentials  # noqa: E402
 
 
-def point(ts, B: int, T: int, L: int, K: int, repeats: int) -> dict:
+def scan_gib(B: int, T: int, L: int, K: int) -> float:
+    """GiB of float32 that torch-struct's first log-semiring product materializes: B T/2 (L K)^3 (T rounded up to
+    a power of two, as its scan pads)."""
+    n = 1 << max(0, (T - 1).bit_length())
+    return B * n / 2 * (L * K) ** 3 * 4 / 2 ** 30
+
+
+def point(ts, B: int, T: int, L: int, K: int, repeats: int, ts_gib: float) -> dict:
     g = torch.Generator().manual_seed(0)
     S = torch.randn(B, T, L, K, generator=g)
     first, last, trans = torch.randn(K, generator=g), torch.randn(K, generator=g), torch.randn(K, K, generator=g)
@@ -59,9 +70,16 @@ def point(ts, B: int, T: int, L: int, K: int, repeats: int) -> dict:
     def theirs_decode():
         return ts.SemiMarkovCRF(edge.clone(), lengths=lengths + 1).argmax
 
-    times = alternated({"ours_logz_backward": ours("auto"), "ours_torch_logz_backward": ours("torch"),
-                        "torch_struct_logz_backward": theirs, "ours_decode": decode("auto"),
-                        "ours_torch_decode": decode("torch"), "torch_struct_decode": theirs_decode}, repeats)
+    fns = {"ours_logz_backward": ours("auto"), "ours_torch_logz_backward": ours("torch"),
+           "ours_decode": decode("auto"), "ours_torch_decode": decode("torch")}
+    need = scan_gib(B, T, L, K)
+    if need > ts_gib:
+        times = alternated(fns, repeats)
+        med = {k: statistics.median(v) * 1e3 for k, v in times.items()}
+        return {"B": B, "T": T, "L": L, "K": K, "ms": med, "seconds": times,
+                "torch_struct_skipped": f"its scan would materialize {need:.1f} GiB (--ts-gib {ts_gib})"}
+    fns.update(torch_struct_logz_backward=theirs, torch_struct_decode=theirs_decode)
+    times = alternated(fns, repeats)
     med = {k: statistics.median(v) * 1e3 for k, v in times.items()}
     s64 = [x.double() for x in (S, first, last, trans)]
     e64 = torch_struct_potentials(*s64, lengths)
@@ -83,19 +101,25 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="one small shape, 3 repeats")
     p.add_argument("--repeats", type=int, default=7)
+    p.add_argument("--ts-gib", type=float, default=4.0, help="largest torch-struct scan to run (GiB, see above)")
     p.add_argument("--out", default="benchmarks/results/segments_cpu.json")
     args = p.parse_args(argv)
     torch.set_num_threads(1)
     numba.set_num_threads(1)
     warnings.filterwarnings("ignore", message=".*arg_constraints.*")
     ts = patch_torch_struct()
-    shapes = [(8, 20, 4, 5)] if args.quick else [(32, 50, 15, 12), (32, 50, 8, 9), (32, 30, 4, 12)]
+    shapes = [(8, 20, 4, 5)] if args.quick else [(32, 50, 4, 9), (32, 50, 8, 9), (8, 30, 15, 12), (32, 50, 15, 12)]
     repeats = 3 if args.quick else args.repeats
     result = {"machine": platform.processor() or platform.machine(), "torch": torch.__version__, "threads": 1,
               "dtype": "float32", "load_average_at_start": list(os.getloadavg()), "points": {}}
     for B, T, L, K in shapes:
-        r = point(ts, B, T, L, K, repeats)
+        r = point(ts, B, T, L, K, repeats, args.ts_gib)
         result["points"][f"{B}_{T}_{L}_{K}"] = r
+        if "torch_struct_skipped" in r:
+            print(f"B {B} T {T} L {L} K {K}: log Z + backward {r['ms']['ours_logz_backward']:.2f} ms (torch "
+                  f"{r['ms']['ours_torch_logz_backward']:.2f}); decode {r['ms']['ours_decode']:.2f} (torch "
+                  f"{r['ms']['ours_torch_decode']:.2f}); torch-struct skipped: {r['torch_struct_skipped']}", flush=True)
+            continue
         print(f"B {B} T {T} L {L} K {K}: log Z + backward {r['ms']['ours_logz_backward']:.2f} ms (torch "
               f"{r['ms']['ours_torch_logz_backward']:.2f}) vs torch-struct {r['ms']['torch_struct_logz_backward']:.2f} "
               f"({r['ratio_logz_backward']:.1f}x / {r['ratio_torch_logz_backward']:.1f}x); decode "

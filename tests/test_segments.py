@@ -263,3 +263,27 @@ def test_half_precision_and_the_torch_path_on_every_device():
         assert got.device.type == dev and torch.allclose(got.cpu(), ref, atol=1e-10)
     half = segment_log_partition(S.to(torch.bfloat16), first.float(), last.float(), trans.float(), lengths=lengths)
     assert half.dtype == torch.float32 and torch.allclose(half.double(), ref, atol=0.1)
+
+
+def test_scaled_kernel_hands_an_underflowing_row_to_the_log_space_one():
+    """A row whose only allowed segmentations lie 1,000 nats below the best-scoring segment at their start (that
+    segment can be followed by nothing): the scaled recursion's normalizer underflows to 0, the row is redone in
+    log space and agrees with the torch recursion."""
+    import numpy as np
+    from ssvm_torch.segments import numba_semimarkov
+    S, first, last, trans, _ = random_problem(12, B=2, T=5, L=2, K=3)
+    S[:, 0, 0, 0] = 1000.0                    # label 0 for position 0 alone: the best segment there ...
+    trans[:, 0] = float("-inf")              # ... which nothing may follow
+    lengths = torch.tensor([5, 4])
+    M = np.zeros((5, 2, 3))
+    row = [x.numpy() for x in (S[0], first, last, trans)]
+    assert np.isnan(numba_semimarkov.marginals_row_scaled(*row, 5, M, np.zeros(3), np.zeros(3), np.zeros((3, 3))))
+    assert not M.any()
+    for b in range(2):
+        ys, scores = enumerate_row(S, first, last, trans, lengths, b)
+        expect = torch.logsumexp(scores, 0)
+        assert segment_log_partition(S[b:b + 1], first, last, trans, lengths=lengths[b:b + 1],
+                                     kernels="numba").item() == pytest.approx(expect.item(), rel=1e-12)
+    M_nb = segment_marginals(S, first, last, trans, lengths=lengths, kernels="numba")
+    M_tr = segment_marginals(S, first, last, trans, lengths=lengths, kernels="torch")
+    assert torch.allclose(M_nb, M_tr, atol=1e-10)

@@ -1,6 +1,14 @@
 """Compiled CPU kernels of the semi-Markov recursions (Sarawagi & Cohen 2004) on the segment package's
 convention (:mod:`ssvm_torch.segments`): the best segmentation (max-plus with back pointers) and log Z with the
-segment, first, last and transition marginals (forward-backward in log space), one row per thread.
+segment, first, last and transition marginals (forward-backward), one row per thread.
+
+The forward-backward runs in real space with scaling (:func:`marginals_row_scaled`, as the chain's
+``numba_fb.forward_row``, Rabiner 1989 Sec. V.A): each segment score is exponentiated once, shifted by its start
+position's largest score, every forward / backward vector is normalized by its largest entry, and a segment's
+terms are brought to a common scale by one exponential per (start, length) pair, not per label: about a
+quarter of the log-space recursion's exponentials. A row whose normalizer falls below ``SCALED_MIN`` (score
+spreads beyond float64's exponent range, or no allowed segmentation) is redone in log space
+(:func:`marginals_row_log`).
 
 Forward (as :mod:`ssvm_torch.segments.torch_semimarkov`): enter[0, k] = first[k], alpha[e, k] = (+)_l
 enter[e-l-1, k] + S[e-l-1, l, k], enter[e, k] = (+)_k' alpha[e, k'] + trans[k, k']. Backward: out[n, k] = last[k],
@@ -15,6 +23,8 @@ import numba as nb
 import numpy as np
 
 NEG_INF = -np.inf
+#: a normalizer below this may have lost terms to underflow: the row is redone in log space (as numba_fb.SCALED_MIN)
+SCALED_MIN = 1e-250
 
 
 @nb.njit(cache=True, nogil=True, inline="always")
@@ -67,7 +77,144 @@ def _forward(S, first, trans, n, enter, alpha):
 
 
 @nb.njit(cache=True, nogil=True)
+def _shifted(x, out):
+    """out = exp(x - max finite x) (0 where -inf); returns the shift (0 when every entry is -inf)."""
+    m = NEG_INF
+    for i in range(x.size):
+        if x.flat[i] > m:
+            m = x.flat[i]
+    if m == NEG_INF:
+        m = 0.0
+    for i in range(x.size):
+        out.flat[i] = np.exp(x.flat[i] - m)
+    return m
+
+
+@nb.njit(cache=True, nogil=True)
+def _normalize(v):
+    """v / max(v) in place; returns max(v) (0 for a zero vector, left as is)."""
+    z = 0.0
+    for k in range(v.size):
+        if v[k] > z:
+            z = v[k]
+    if z > 0.0:
+        for k in range(v.size):
+            v[k] /= z
+    return z
+
+
+@nb.njit(cache=True, nogil=True)
+def marginals_row_scaled(S, first, last, trans, n, M, MF, ML, MT):
+    """:func:`marginals_row_log` in real space with scaling (module docstring); nan (and nothing written) when a
+    normalizer is below SCALED_MIN."""
+    L, K = S.shape[1], S.shape[2]
+    P = np.empty((n, L, K))                  # exp(S[t] - m[t])
+    m = np.empty(n)
+    for t in range(n):
+        m[t] = _shifted(S[t], P[t])
+    Q = np.empty((K, K))
+    mq = _shifted(trans, Q)
+    F, G = np.empty(K), np.empty(K)
+    mf, ml = _shifted(first, F), _shifted(last, G)
+    A = np.zeros((n + 1, K))                 # alpha[e] = A[e] exp(c[e]): segmentations of 0..e-1
+    c = np.zeros(n + 1)
+    N = np.zeros((n, K))                     # enter[s] = N[s] exp(d[s])
+    d = np.zeros(n)
+    N[0] = F
+    d[0] = mf
+    w = np.empty(L)
+    for e in range(1, n + 1):
+        h = min(L, e)
+        r = NEG_INF
+        for l in range(h):
+            r = max(r, d[e - l - 1] + m[e - l - 1])
+        for l in range(h):
+            w[l] = np.exp(d[e - l - 1] + m[e - l - 1] - r)
+        for l in range(h):
+            s = e - l - 1
+            for k in range(K):
+                A[e, k] += N[s, k] * P[s, l, k] * w[l]
+        z = _normalize(A[e])
+        if not z >= SCALED_MIN:
+            return np.nan
+        c[e] = r + np.log(z)
+        if e < n:
+            for k in range(K):
+                acc = 0.0
+                for j in range(K):
+                    acc += A[e, j] * Q[k, j]
+                N[e, k] = acc
+            z = _normalize(N[e])
+            if not z >= SCALED_MIN:
+                return np.nan
+            d[e] = c[e] + mq + np.log(z)
+    tot = 0.0
+    for k in range(K):
+        tot += A[n, k] * G[k]
+    if not tot >= SCALED_MIN:
+        return np.nan
+    logz = c[n] + ml + np.log(tot)
+    O = np.zeros((n + 1, K))                 # out[e] = O[e] exp(g[e]): completions after a segment ending at e
+    g = np.zeros(n + 1)
+    R = np.zeros((n, K))                     # back[s] = R[s] exp(b[s]): completions from a segment starting at s
+    bs = np.zeros(n)
+    O[n] = G
+    g[n] = ml
+    for s in range(n - 1, -1, -1):
+        h = min(L, n - s)
+        r = NEG_INF
+        for l in range(h):
+            r = max(r, g[s + l + 1])
+        for l in range(h):
+            w[l] = np.exp(g[s + l + 1] - r)
+        for l in range(h):
+            for k in range(K):
+                R[s, k] += P[s, l, k] * O[s + l + 1, k] * w[l]
+        z = _normalize(R[s])
+        if not z >= SCALED_MIN:
+            return np.nan
+        bs[s] = m[s] + r + np.log(z)
+        if s >= 1:
+            for j in range(K):
+                acc = 0.0
+                for k in range(K):
+                    acc += Q[k, j] * R[s, k]
+                O[s, j] = acc
+            z = _normalize(O[s])
+            if not z >= SCALED_MIN:
+                return np.nan
+            g[s] = mq + bs[s] + np.log(z)
+    for s in range(n):                       # every normalizer held: the marginals, one exponential per (s, l)
+        for l in range(min(L, n - s)):
+            f = np.exp(d[s] + m[s] + g[s + l + 1] - logz)
+            for k in range(K):
+                M[s, l, k] += N[s, k] * P[s, l, k] * O[s + l + 1, k] * f
+        if s >= 1:
+            f = np.exp(c[s] + mq + bs[s] - logz)
+            for k in range(K):
+                for j in range(K):
+                    MT[k, j] += A[s, j] * Q[k, j] * R[s, k] * f
+    f0, fn = np.exp(mf + bs[0] - logz), np.exp(c[n] + ml - logz)
+    for k in range(K):
+        MF[k] += F[k] * R[0, k] * f0
+        ML[k] += A[n, k] * G[k] * fn
+    return logz
+
+
+@nb.njit(cache=True, nogil=True)
 def marginals_row(S, first, last, trans, n, M, MF, ML, MT):
+    """log Z of one row and its marginals added into M, MF, ML, MT: the scaled recursion, or the log-space one
+    where the scaled one's normalizers fall below SCALED_MIN."""
+    if n == 0:
+        return 0.0
+    logz = marginals_row_scaled(S, first, last, trans, n, M, MF, ML, MT)
+    if np.isnan(logz):
+        logz = marginals_row_log(S, first, last, trans, n, M, MF, ML, MT)
+    return logz
+
+
+@nb.njit(cache=True, nogil=True)
+def marginals_row_log(S, first, last, trans, n, M, MF, ML, MT):
     """log Z of one row (0 when n = 0, -inf when no segmentation is allowed) and, added into M (T, L, K), MF (K,),
     ML (K,), MT (K, K), its marginals (left zero when log Z is -inf)."""
     L, K = S.shape[1], S.shape[2]
