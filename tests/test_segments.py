@@ -246,6 +246,10 @@ def test_refusals_name_the_field():
         (lambda: segment_hinge(S, torch.zeros(2, 4, dtype=torch.int64), loss="f1"), "loss: expected one of"),
         (lambda: segments_from_tags([["B-NP", "X-NP"]], ["O", "NP"]), "tags: expected 'O' or a BIO tag"),
         (lambda: segments_from_tags([["B-NP", "B-PP"]], ["O", "NP"]), "'PP' (sentence 0, position 1)"),
+        (lambda: segment_loss(torch.zeros(1, 3, dtype=torch.int64), torch.zeros(1, 3, dtype=torch.int64),
+                              torch.tensor([4])), "lengths: expected integers in [0, 3]"),
+        (lambda: segment_loss(torch.zeros(1, 3, dtype=torch.int64), torch.zeros(1, 2, dtype=torch.int64),
+                              torch.tensor([2])), "gold: expected a segmentation of pred's shape"),
     ]
     for call, message in cases:
         with pytest.raises(SSVMInputError, match=None) as info:

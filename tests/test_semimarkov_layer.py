@@ -107,6 +107,7 @@ def test_tiny_semimarkov_chunker_learns_and_writes_bio_predictions(tmp_path):
     assert saved["hparams"]["max_segment"] is None and saved["state_dict"]["chain.length_scores"].shape[0] == longest
 
 
+@pytest.mark.slow
 def test_semimarkov_chunker_resumes_exactly(tmp_path):
     full = run(tmp_path / "full", loss="hinge", epochs=2)
     first = run(tmp_path / "cut", loss="hinge", epochs=1)

@@ -66,9 +66,12 @@ def segment_loss(pred, gold, lengths, loss: str = "tokens", cost="hamming") -> t
     """Delta(pred, gold) (B,) float64 (module docstring) of two checked segmentations (B, T) of rows of
     ``lengths`` positions (any segment length)."""
     check(loss in scoring.LOSSES, "loss", f"one of {list(scoring.LOSSES)}", repr(loss))
-    check(torch.is_tensor(lengths) and lengths.dim() == 1, "lengths", "an integer tensor (B,)",
-          getattr(lengths, "shape", type(lengths).__name__))
+    check(torch.is_tensor(lengths) and lengths.dim() == 1 and not lengths.is_floating_point(), "lengths",
+          "an integer tensor (B,)", getattr(lengths, "shape", type(lengths).__name__))
     lengths = lengths.to(torch.int64)
+    T = pred.shape[1] if torch.is_tensor(pred) and pred.dim() == 2 else 0
+    check(bool(((lengths >= 0) & (lengths <= T)).all()), "lengths",
+          f"integers in [0, {T}] (pred's positions)", lengths.tolist()[:8])
     pred = check_segments(pred, lengths, None, None, "pred")
     check(tuple(gold.shape) == tuple(pred.shape) if torch.is_tensor(gold) else False, "gold",
           f"a segmentation of pred's shape {tuple(pred.shape)}", getattr(gold, "shape", type(gold).__name__))
