@@ -15,7 +15,8 @@ semiring, which materializes B T/2 (L K)^3 floats at its first level: a shape pa
 ours alone (at CoNLL-2000's chunk shape, K 12 and L 15, B 32 and T 50, it is 22 GiB; the process was killed
 for memory on a 23 GiB machine). Shapes: NER-like (K 9, L 4 and 8; B 32, T 50) and CoNLL-2000's chunking (K 12:
 11 chunk types and O; L 15, its longest chunk) at B 8, T 30 (where torch-struct fits) and at B 32, T 50.
-Medians of ``--repeats``, the sides alternated in every repeat.
+Medians of ``--repeats``; our two backends alternated in every repeat, torch-struct timed after them
+(alternated with it, the call after each of its multi-GiB calls ran several times slower).
 
 Usage: python benchmarks/bench_segments.py [--quick] [--out benchmarks/results/segments_cpu.json]
 """
@@ -78,8 +79,11 @@ def point(ts, B: int, T: int, L: int, K: int, repeats: int, ts_gib: float) -> di
         med = {k: statistics.median(v) * 1e3 for k, v in times.items()}
         return {"B": B, "T": T, "L": L, "K": K, "ms": med, "seconds": times,
                 "torch_struct_skipped": f"its scan would materialize {need:.1f} GiB (--ts-gib {ts_gib})"}
-    fns.update(torch_struct_logz_backward=theirs, torch_struct_decode=theirs_decode)
-    times = alternated(fns, repeats)
+    # torch-struct apart: each of its calls allocates and frees GiBs, which slowed the call after it several-fold
+    # when the two sides were alternated (our log Z + backward at B 32, T 50, L 8, K 9: 18 ms after it, 4.0 ms
+    # alone); at 100x-1000x the ratio needs no alternation against drift
+    times = {**alternated(fns, repeats),
+             **alternated({"torch_struct_logz_backward": theirs, "torch_struct_decode": theirs_decode}, repeats)}
     med = {k: statistics.median(v) * 1e3 for k, v in times.items()}
     s64 = [x.double() for x in (S, first, last, trans)]
     e64 = torch_struct_potentials(*s64, lengths)
