@@ -1,6 +1,7 @@
 """Smoke test of an installed wheel (scripts/wheel_smoke.sh runs it outside the repository): the
 package comes from site-packages, its version from the wheel's metadata; a 5-pass OCR-small run
-through the installed ssvm-train, an estimator fit/predict, the nn layer forward/backward/decode."""
+through the installed ssvm-train, an estimator fit/predict, the nn layers (chain, semi-Markov)
+forward/backward/decode."""
 import json
 import subprocess
 import sys
@@ -12,7 +13,7 @@ import torch
 
 import ssvm_torch
 from ssvm_torch import MulticlassSSVM
-from ssvm_torch.nn import LinearChain, allowed_transitions
+from ssvm_torch.nn import LinearChain, SemiMarkovChain, allowed_transitions
 
 where = Path(ssvm_torch.__file__).resolve()
 assert "site-packages" in where.parts, f"ssvm_torch imported from {where}, not from the installed wheel"
@@ -35,4 +36,8 @@ em = torch.randn(2, 5, 3, requires_grad=True)
 loss = layer(em, torch.tensor([[0, 1, 2, 0, 1], [2, 2, 0, 1, 1]]), reduction="mean")
 loss.backward()
 assert em.grad is not None and len(layer.decode(em.detach(), as_lists=True)) == 2
+semi = SemiMarkovChain(3, 2, loss="crf")                       # the compiled segment kernels of the wheel
+seg = semi.from_emissions(em.detach().double().requires_grad_(True))
+semi.double()(seg, torch.tensor([[0, -1, 2, 1, -1], [2, 0, -1, 1, 1]])).backward()
+assert tuple(semi.decode(seg.detach()).shape) == (2, 5) and semi.transitions.grad is not None
 print(f"smoke test passed: ssvm_torch {ssvm_torch.__version__} from {where.parent}")

@@ -1,6 +1,6 @@
 """Segmentations to and from what users hold: chunk tags (BIO / IOB2 or BIOES, CoNLL-2000's and NER's) and span
 lists. Outside positions ("O") are one-position segments of the label ``outside`` (the usual semi-Markov set-up
-for chunking and NER: Sarawagi & Cohen 2004; Ye & Ling 2018), so tags -> segments -> tags is exact (tested on
+for chunking and NER), so tags -> segments -> tags is exact (tested on
 every sentence of CoNLL-2000). Chunks are read the way conlleval reads them: a chunk starts at B-X (S-X), or at
 I-X (E-X) whose previous tag is O or of another type."""
 from __future__ import annotations

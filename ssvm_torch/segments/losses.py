@@ -2,9 +2,9 @@
 argument and the row) and runs the recursions of :mod:`ssvm_torch.segments.ops` (one dispatch over the
 backends). Losses are per row (B,) and differentiable w.r.t. every score tensor:
 
-* hinge (the n-slack SSVM's structured hinge, Taskar et al. 2003; the max-margin semi-Markov model of
-  Sarawagi & Cohen 2004, section 2.3): max_y [s(y) + Delta(y, y_b)] - s(y_b) >= 0, its gradient the segments of
-  the loss-augmented segmentation minus the gold ones;
+* hinge (the n-slack SSVM's structured hinge, Taskar et al. 2003; Sarawagi & Gupta 2008 train segmentation
+  models by max-margin): max_y [s(y) + Delta(y, y_b)] - s(y_b) >= 0, its gradient the segments of the
+  loss-augmented segmentation minus the gold ones;
 * softmax-margin (Gimpel & Smith 2010): log sum_y exp(s(y) + Delta(y, y_b)) - s(y_b);
 * CRF (the semi-Markov CRF, Sarawagi & Cohen 2004): log Z - s(y_b), its gradient the segment marginals minus
   the gold segments.

@@ -1,7 +1,8 @@
 """Scores and task losses of segmentations, as torch ops on any device: s(y) of a segmentation (differentiable),
 the loss Delta(y, y_b) between two segmentations, and the loss-augmented segment scores that turn the
 max / log-sum over segmentations of s(y) + Delta(y, y_b) into the plain recursions (Delta decomposes over the
-segments of y; Sarawagi & Cohen 2004 train with the same decomposition). Conventions in
+segments of y, as loss-augmented decoding needs: Sarawagi & Gupta 2008 discuss such decomposable losses for
+segmentations). Conventions in
 :mod:`ssvm_torch.segments`.
 
 Two losses, each times a per-row cost c_b:

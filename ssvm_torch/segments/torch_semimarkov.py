@@ -1,5 +1,5 @@
 """The torch backend of the segment package (any device, no host round trip in the recursions; the reference the
-compiled kernels are tested against): the semi-Markov forward recursion of Sarawagi & Cohen (2004, eq. (3)) in
+compiled kernels are tested against): the semi-Markov forward recursion of Sarawagi & Cohen (2004) in
 the log semiring (log Z, differentiated by autograd for the marginals) and in the max-plus semiring with back
 pointers (the best segmentation). Conventions in :mod:`ssvm_torch.segments`.
 
