@@ -8,19 +8,14 @@ import torch
 
 from ..chain.checks import refuse_bad_scores, tracing
 from ..errors import SSVMInputError, check
-
-KERNELS = ("auto", "numba", "torch")
-NUMBA_DTYPES = (torch.float32, torch.float64)
+from ..trees.checks import KERNELS
+from ..trees.checks import use_numba as tree_use_numba
 
 
 def use_numba(S: torch.Tensor, kernels: str) -> bool:
-    """The compiled kernels serve CPU float32 / float64 scores outside tracing (``kernels`` auto or numba)."""
+    """``kernels`` checked, then the tree package's dispatch test (CPU float32 / float64 outside tracing)."""
     check(kernels in KERNELS, "kernels", f"one of {list(KERNELS)}", repr(kernels))
-    ok = S.device.type == "cpu" and S.dtype in NUMBA_DTYPES and not tracing()
-    if kernels == "numba" and not ok:
-        raise SSVMInputError(f"kernels: 'numba' needs CPU float32/float64 segment scores outside tracing, got "
-                             f"{S.device} {S.dtype}")
-    return ok and kernels in ("auto", "numba")
+    return tree_use_numba(S, kernels, "segment scores")
 
 
 def check_seg_scores(S, field: str = "seg_scores") -> torch.Tensor:

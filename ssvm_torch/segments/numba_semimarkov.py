@@ -22,21 +22,11 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
+from ..trees.numba_eisner import lae
+
 NEG_INF = -np.inf
 #: a normalizer below this may have lost terms to underflow: the row is redone in log space (as numba_fb.SCALED_MIN)
 SCALED_MIN = 1e-250
-
-
-@nb.njit(cache=True, nogil=True, inline="always")
-def _lae(a, b):
-    """log(exp a + exp b), -inf safe."""
-    if a == NEG_INF:
-        return b
-    if b == NEG_INF:
-        return a
-    if a > b:
-        return a + np.log1p(np.exp(b - a))
-    return b + np.log1p(np.exp(a - b))
 
 
 @nb.njit(cache=True, nogil=True)
@@ -104,6 +94,23 @@ def _normalize(v):
 
 
 @nb.njit(cache=True, nogil=True)
+def _through(Q, v, out, transposed):
+    """out = Q v (Q^T v when ``transposed``: the backward pass) normalized by its largest entry, which it returns:
+    one transition step of the scaled recursion."""
+    K = v.size
+    for a in range(K):
+        acc = 0.0
+        if transposed:
+            for b in range(K):
+                acc += Q[b, a] * v[b]
+        else:
+            for b in range(K):
+                acc += Q[a, b] * v[b]
+        out[a] = acc
+    return _normalize(out)
+
+
+@nb.njit(cache=True, nogil=True)
 def marginals_row_scaled(S, first, last, trans, n, M, MF, ML, MT):
     """:func:`marginals_row_log` in real space with scaling (module docstring); nan (and nothing written) when a
     normalizer is below SCALED_MIN."""
@@ -139,12 +146,7 @@ def marginals_row_scaled(S, first, last, trans, n, M, MF, ML, MT):
             return np.nan
         c[e] = r + np.log(z)
         if e < n:
-            for k in range(K):
-                acc = 0.0
-                for j in range(K):
-                    acc += A[e, j] * Q[k, j]
-                N[e, k] = acc
-            z = _normalize(N[e])
+            z = _through(Q, A[e], N[e], False)
             if not z >= SCALED_MIN:
                 return np.nan
             d[e] = c[e] + mq + np.log(z)
@@ -175,12 +177,7 @@ def marginals_row_scaled(S, first, last, trans, n, M, MF, ML, MT):
             return np.nan
         bs[s] = m[s] + r + np.log(z)
         if s >= 1:
-            for j in range(K):
-                acc = 0.0
-                for k in range(K):
-                    acc += Q[k, j] * R[s, k]
-                O[s, j] = acc
-            z = _normalize(O[s])
+            z = _through(Q, R[s], O[s], True)
             if not z >= SCALED_MIN:
                 return np.nan
             g[s] = mq + bs[s] + np.log(z)
@@ -225,7 +222,7 @@ def marginals_row_log(S, first, last, trans, n, M, MF, ML, MT):
     _forward(S, first, trans, n, enter, alpha)
     logz = NEG_INF
     for k in range(K):
-        logz = _lae(logz, alpha[n, k] + last[k])
+        logz = lae(logz, alpha[n, k] + last[k])
     if logz == NEG_INF:
         return logz
     out = np.full((n + 1, K), NEG_INF)
@@ -237,7 +234,7 @@ def marginals_row_log(S, first, last, trans, n, M, MF, ML, MT):
         for k in range(K):
             acc = NEG_INF
             for l in range(min(L, n - s)):
-                acc = _lae(acc, S[s, l, k] + out[s + l + 1, k])
+                acc = lae(acc, S[s, l, k] + out[s + l + 1, k])
             back[s, k] = acc
             base = enter[s, k] - logz
             if base != NEG_INF:
@@ -247,7 +244,7 @@ def marginals_row_log(S, first, last, trans, n, M, MF, ML, MT):
             for j in range(K):
                 acc = NEG_INF
                 for k in range(K):
-                    acc = _lae(acc, trans[k, j] + back[s, k])
+                    acc = lae(acc, trans[k, j] + back[s, k])
                 out[s, j] = acc
                 if alpha[s, j] != NEG_INF:
                     for k in range(K):

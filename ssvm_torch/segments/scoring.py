@@ -85,10 +85,10 @@ def augmented(S: torch.Tensor, gold: torch.Tensor, lengths: torch.Tensor, kind: 
         inner = prefix[:, hi] - prefix[:, (t + 1).clamp(max=T).expand(T, L)]    # (B, T, L, K)
         delta = begin_wrong[:, :, None, :].to(torch.int64) + inner
         return S + c.to(S.dtype)[:, None, None, None] * delta.to(S.dtype), torch.zeros_like(c).to(S.dtype)
-    onehot = torch.zeros(B, T, L + 1, K, dtype=S.dtype, device=S.device)
-    width = glen.clamp(max=L + 1).clamp(min=1) - 1
+    onehot = torch.zeros(B, T, L, K, dtype=S.dtype, device=S.device)          # the gold segments (checked <= L)
+    width = (glen - 1).clamp(min=0)
     onehot.scatter_(2, width[:, :, None, None].expand(B, T, 1, K),
                     torch.nn.functional.one_hot(gl.clamp(min=0), K).to(S.dtype)[:, :, None, :])
-    onehot = onehot[:, :, :L] * gb[:, :, None, None].to(S.dtype)
+    onehot = onehot * gb[:, :, None, None].to(S.dtype)
     cc = c.to(S.dtype)[:, None, None, None]
     return S + cc * (1 - 2 * onehot), c.to(S.dtype) * gb.sum(1).to(S.dtype)

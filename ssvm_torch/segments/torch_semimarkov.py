@@ -39,34 +39,29 @@ def end_indexed(S: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
     return torch.where(ok[..., None], E, E.new_zeros(()))
 
 
-def _steps(S, first, trans, lengths, maxplus: bool, pointers: bool):
-    """alpha (B, T, K) for ends 1..T and, with ``pointers``, the argmax length (B, T, K) and the argmax previous
-    label entering at each position (B, T, K)."""
+def _reduce(x: torch.Tensor, dim: int, maxplus: bool):
+    """(max, argmax) over ``dim`` in the max-plus semiring, (log-sum-exp, None) in the log semiring."""
+    return tuple(x.max(dim)) if maxplus else (logsumexp(x, dim), None)
+
+
+def _steps(S, first, trans, lengths, maxplus: bool):
+    """alpha (B, T, K) for ends 1..T and, in the max-plus semiring, the back pointers: the argmax length (B, T, K)
+    and the argmax previous label entering at each position (B, T, K) (None, None in the log semiring)."""
     B, T, L, K = S.shape
     E = end_indexed(S, lengths)
     enters = [first.expand(B, K)]
     alphas, lens, prevs = [], [], [torch.zeros(B, K, dtype=torch.int64, device=S.device)]
     for e in range(1, T + 1):
         m = min(L, e)
-        window = torch.stack(enters[e - 1::-1][:m], 1) + E[:, e - 1, :m]          # (B, m, K)
-        if maxplus:
-            a, best_l = window.max(1)
-            if pointers:
-                lens.append(best_l)
-        else:
-            a = logsumexp(window, 1)
+        a, best_l = _reduce(torch.stack(enters[e - 1::-1][:m], 1) + E[:, e - 1, :m], 1, maxplus)   # (B, m, K)
         alphas.append(a)
+        lens.append(best_l)
         if e < T:
-            cand = a[:, None, :] + trans[None]                                   # [b, next, prev]
-            if maxplus:
-                nxt, best_k = cand.max(2)
-                if pointers:
-                    prevs.append(best_k)
-            else:
-                nxt = logsumexp(cand, 2)
+            nxt, best_k = _reduce(a[:, None, :] + trans[None], 2, maxplus)                   # [b, next, prev]
             enters.append(nxt)
+            prevs.append(best_k)
     alpha = torch.stack(alphas, 1)
-    if not pointers:
+    if not maxplus:
         return alpha, None, None
     return alpha, torch.stack(lens, 1), torch.stack(prevs, 1)
 
@@ -82,7 +77,7 @@ def log_partition(S, first, last, trans, lengths) -> torch.Tensor:
     B, T = S.shape[0], S.shape[1]
     if T == 0:
         return S.new_zeros(B)
-    alpha, _, _ = _steps(S, first, trans, lengths, False, False)
+    alpha, _, _ = _steps(S, first, trans, lengths, False)
     Z = logsumexp(_final(alpha, last, lengths), 1)
     return torch.where(lengths > 0, Z, torch.zeros_like(Z))
 
@@ -97,7 +92,7 @@ def best(S, first, last, trans, lengths):
     segments = torch.full((B, T + 1), -1, dtype=torch.int64, device=dev)   # column T takes inactive rows' writes
     if T == 0:
         return segments[:, :T], S.new_zeros(B)
-    alpha, lens, prevs = _steps(S, first, trans, lengths, True, True)
+    alpha, lens, prevs = _steps(S, first, trans, lengths, True)
     scores, k = _final(alpha, last, lengths).max(1)
     rows = torch.arange(B, device=dev)
     pos = lengths.clone()

@@ -16,11 +16,12 @@ KERNELS = ("auto", "numba", "torch")
 NUMBA_DTYPES = (torch.float32, torch.float64)
 
 
-def use_numba(S: torch.Tensor, kernels: str) -> bool:
-    """The compiled kernels serve CPU float32 / float64 scores outside tracing (``kernels`` auto or numba)."""
+def use_numba(S: torch.Tensor, kernels: str, scores: str = "arc scores") -> bool:
+    """The compiled kernels serve CPU float32 / float64 scores outside tracing (``kernels`` auto or numba);
+    ``scores`` names them in the refusal of ``kernels="numba"`` (the segment package shares this test)."""
     ok = S.device.type == "cpu" and S.dtype in NUMBA_DTYPES and not tracing()
     if kernels == "numba" and not ok:
-        raise SSVMInputError(f"kernels: 'numba' needs CPU float32/float64 arc scores outside tracing, got "
+        raise SSVMInputError(f"kernels: 'numba' needs CPU float32/float64 {scores} outside tracing, got "
                              f"{S.device} {S.dtype}")
     return ok and kernels in ("auto", "numba")
 

@@ -161,7 +161,7 @@ def _outside_real(AR, AL, n, multiroot, Z, CR, CL, IR, IL, OCR, OCL, OIR, OIL, g
 
 
 @nb.njit(cache=True, nogil=True)
-def _lae(a, b):
+def lae(a, b):
     """log(exp(a) + exp(b)) without overflow."""
     if a == NEG_INF:
         return b
@@ -194,17 +194,17 @@ def inside_outside_log(S, n, multiroot, want_marginals, M):
             j = i + w
             x = NEG_INF
             for k in range(i, j):
-                x = _lae(x, CR[i, k] + CLt[j, k + 1])
+                x = lae(x, CR[i, k] + CLt[j, k + 1])
             IR[i, j] = x + S[j, i]
             ILt[j, i] = x + S[i, j] if i > 0 else NEG_INF
             c = NEG_INF
             for k in range(i + 1, j + 1):
-                c = _lae(c, IR[i, k] + CRt[j, k])
+                c = lae(c, IR[i, k] + CRt[j, k])
             CR[i, j] = c
             CRt[j, i] = c
             c = NEG_INF
             for k in range(i, j):
-                c = _lae(c, CL[i, k] + ILt[j, k])
+                c = lae(c, CL[i, k] + ILt[j, k])
             CL[i, j] = c
             CLt[j, i] = c
     if multiroot:
@@ -212,7 +212,7 @@ def inside_outside_log(S, n, multiroot, want_marginals, M):
     else:
         logz = NEG_INF
         for r in range(1, n + 1):
-            logz = _lae(logz, S[r, 0] + CL[1, r] + CR[r, n])
+            logz = lae(logz, S[r, 0] + CL[1, r] + CR[r, n])
     if not want_marginals or logz == NEG_INF:
         return logz
     OCRr = np.full((N1, N1), NEG_INF)
@@ -228,33 +228,33 @@ def inside_outside_log(S, n, multiroot, want_marginals, M):
         OCRr[0, n] = 0.0
     else:
         for r in range(1, n + 1):
-            OCLr[1, r] = _lae(OCLr[1, r], S[r, 0] + CR[r, n])
-            OCRr[r, n] = _lae(OCRr[r, n], S[r, 0] + CL[1, r])
+            OCLr[1, r] = lae(OCLr[1, r], S[r, 0] + CR[r, n])
+            OCRr[r, n] = lae(OCRr[r, n], S[r, 0] + CL[1, r])
             M[r, 0] = math.exp(S[r, 0] + CL[1, r] + CR[r, n] - logz)
     for w in range(n - start, 0, -1):
         for i in range(start, n + 1 - w):
             j = i + w
-            o = _lae(OCRr[i, j], OCRc[j, i])
+            o = lae(OCRr[i, j], OCRc[j, i])
             if o != NEG_INF:
                 for k in range(i + 1, j + 1):
-                    OIR[i, k] = _lae(OIR[i, k], o + CRt[j, k])
-                    OCRc[j, k] = _lae(OCRc[j, k], o + IR[i, k])
-            o = _lae(OCLr[i, j], OCLc[j, i])
+                    OIR[i, k] = lae(OIR[i, k], o + CRt[j, k])
+                    OCRc[j, k] = lae(OCRc[j, k], o + IR[i, k])
+            o = lae(OCLr[i, j], OCLc[j, i])
             if o != NEG_INF:
                 for k in range(i, j):
-                    OCLr[i, k] = _lae(OCLr[i, k], o + ILt[j, k])
-                    OILt[j, k] = _lae(OILt[j, k], o + CL[i, k])
+                    OCLr[i, k] = lae(OCLr[i, k], o + ILt[j, k])
+                    OILt[j, k] = lae(OILt[j, k], o + CL[i, k])
             o_r = OIR[i, j]
             o_l = OILt[j, i]
             M[j, i] = math.exp(o_r + IR[i, j] - logz) if o_r != NEG_INF and IR[i, j] != NEG_INF else 0.0
             g = o_r + S[j, i]
             if i > 0:
                 M[i, j] = math.exp(o_l + ILt[j, i] - logz) if o_l != NEG_INF and ILt[j, i] != NEG_INF else 0.0
-                g = _lae(g, o_l + S[i, j])
+                g = lae(g, o_l + S[i, j])
             if g != NEG_INF:
                 for k in range(i, j):
-                    OCRr[i, k] = _lae(OCRr[i, k], g + CLt[j, k + 1])
-                    OCLc[j, k + 1] = _lae(OCLc[j, k + 1], g + CR[i, k])
+                    OCRr[i, k] = lae(OCRr[i, k], g + CLt[j, k + 1])
+                    OCLc[j, k + 1] = lae(OCLc[j, k + 1], g + CR[i, k])
     return logz
 
 
