@@ -59,6 +59,8 @@ def test_layer_refusals_name_the_field():
     layer = SemiMarkovChain(3, 2)
     with pytest.raises(SSVMInputError, match="seg_scores: expected shape"):
         layer(torch.zeros(1, 4, 3, 3), torch.zeros(1, 4, dtype=torch.int64))
+    with pytest.raises(SSVMInputError, match="segments: expected an integer tensor"):
+        layer(torch.zeros(1, 4, 2, 3), torch.zeros(1, 3, dtype=torch.int64))
     with pytest.raises(SSVMInputError, match="max_length: expected an int >= 1"):
         SemiMarkovChain(3, 0)
     with pytest.raises(SSVMInputError, match="seg_loss: expected one of"):

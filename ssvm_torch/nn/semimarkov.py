@@ -101,7 +101,7 @@ class SemiMarkovChain(nn.Module):
         rows, or sum over the number of positions ("token_mean")."""
         check_choice(reduction, "reduction", REDUCTIONS)
         S, first, last, trans, lengths = self._scores(seg_scores, mask, lengths)
-        gold = check_segments(segments, lengths, self.num_labels, self.max_length)
+        gold = check_segments(segments, lengths, self.num_labels, self.max_length, T=S.shape[1])
         gold_score = scoring.score(S, first, last, trans, gold, lengths)
         if self.loss == "crf":
             logz = ops.log_partition(S, first, last, trans, lengths, self.kernels)

@@ -99,13 +99,15 @@ def segment_lengths(segments: torch.Tensor, lengths: torch.Tensor) -> torch.Tens
 
 
 def check_segments(segments, lengths: torch.Tensor, K: int | None, L: int | None,
-                   field: str = "segments") -> torch.Tensor:
+                   field: str = "segments", T: int | None = None) -> torch.Tensor:
     """A segmentation (B, T) int64: at a segment's first position its label in [0, K), -1 at the other positions
     of the segment; position 0 of a non-empty row starts a segment, no segment longer than L (None: no bound on
-    the labels / lengths). Values beyond a row are not read (returned as -1)."""
-    B, T = lengths.shape[0], None
+    the labels / lengths); T the segment scores' positions when given. Values beyond a row are not read
+    (returned as -1)."""
+    B = lengths.shape[0]
     check(torch.is_tensor(segments) and not segments.is_floating_point() and segments.dim() == 2
-          and segments.shape[0] == B, field, f"an integer tensor (B, T) with B = {B}",
+          and segments.shape[0] == B and (T is None or segments.shape[1] == T), field,
+          f"an integer tensor (B, T) with B = {B}" + ("" if T is None else f" and T = {T} (seg_scores' positions)"),
           (getattr(segments, "dtype", type(segments).__name__), tuple(getattr(segments, "shape", ()))))
     T = segments.shape[1]
     segments = segments.to(lengths.device, torch.int64)

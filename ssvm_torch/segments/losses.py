@@ -58,7 +58,7 @@ def segment_marginals(seg_scores, first=None, last=None, trans=None, mask=None, 
 def segment_score(seg_scores, segments, first=None, last=None, trans=None, mask=None, lengths=None) -> torch.Tensor:
     """s(segments) (B,), differentiable (:func:`ssvm_torch.segments.scoring.score`)."""
     S, first, last, trans, lengths = _prepare(seg_scores, first, last, trans, mask, lengths)
-    segments = check_segments(segments, lengths, S.shape[3], S.shape[2])
+    segments = check_segments(segments, lengths, S.shape[3], S.shape[2], T=S.shape[1])
     return scoring.score(S, first, last, trans, segments, lengths)
 
 
@@ -82,7 +82,7 @@ def segment_loss(pred, gold, lengths, loss: str = "tokens", cost="hamming") -> t
 def _loss_inputs(seg_scores, segments, first, last, trans, mask, lengths, loss, cost):
     S, first, last, trans, lengths = _prepare(seg_scores, first, last, trans, mask, lengths)
     check(loss in scoring.LOSSES, "loss", f"one of {list(scoring.LOSSES)}", repr(loss))
-    gold = check_segments(segments, lengths, S.shape[3], S.shape[2])
+    gold = check_segments(segments, lengths, S.shape[3], S.shape[2], T=S.shape[1])
     return S, first, last, trans, lengths, gold, row_cost(cost, lengths, S.dtype)
 
 
@@ -113,7 +113,7 @@ def segment_crf_nll(seg_scores, segments, first=None, last=None, trans=None, mas
                     kernels: str = "auto") -> torch.Tensor:
     """log Z - s(segments) (B,), the semi-Markov CRF's negative log-likelihood, differentiable."""
     S, first, last, trans, lengths = _prepare(seg_scores, first, last, trans, mask, lengths)
-    gold = check_segments(segments, lengths, S.shape[3], S.shape[2])
+    gold = check_segments(segments, lengths, S.shape[3], S.shape[2], T=S.shape[1])
     logz = ops.log_partition(S, first, last, trans, lengths, kernels)
     fail_no_segmentation(logz, lengths, "log Z")
     return logz - scoring.score(S, first, last, trans, gold, lengths)
