@@ -13,6 +13,8 @@ SCHEMES = ("BIO", "BIOES")
 
 
 def _split(tag: str, scheme: str, outside: str, where: str):
+    if not isinstance(tag, str):
+        raise SSVMInputError(f"tags: expected tag strings, got {type(tag).__name__} {tag!r} at {where}")
     if tag == outside:
         return "O", None
     prefix, _, kind = tag.partition("-")
@@ -62,8 +64,11 @@ def tags_from_segments(segments: torch.Tensor, lengths: torch.Tensor, labels, sc
     """The chunk tags of every row (a list of strings of its length): a segment of label ``outside`` gives O at
     each of its positions, any other one B-X I-X ... (BIOES: S-X, or B-X I-X ... E-X)."""
     check(scheme in SCHEMES, "scheme", f"one of {list(SCHEMES)}", repr(scheme))
+    rows = spans(segments, lengths)
+    top = max((k for row in rows for _, _, k in row), default=-1)
+    check(top < len(labels), "labels", f"a name for every segment label (at least {top + 1})", len(labels))
     out = []
-    for row in spans(segments, lengths):
+    for row in rows:
         tags = []
         for start, end, k in row:
             name = labels[k]
