@@ -109,6 +109,42 @@ def test_tiny_semimarkov_chunker_learns_and_writes_bio_predictions(tmp_path):
     assert saved["hparams"]["max_segment"] is None and saved["state_dict"]["chain.length_scores"].shape[0] == longest
 
 
+def test_semimarkov_chunker_trains_from_hidden_tags(tmp_path):
+    """hide_fraction with a semi-Markov head: the observed BIOES tags as a PartialSegmentation that the gold
+    segmentation agrees with, a loss below the full-annotation one, a run that learns."""
+    out = run(tmp_path, "--model.hide_fraction", "0.5", "--model.tags", "bioes", epochs=4)
+    results = json.loads((out / "results.json").read_text())
+    assert 0.4 < results["hidden_positions"] / results["fit_positions"] < 0.6
+    assert results["test_f1"] > 20
+    from ssvm_torch.deep import ConllChunker
+    from ssvm_torch.segments import PartialSegmentation, allowed_segments
+    model = ConllChunker(loss="crf", tags="bioes", constraints=False, structure="semimarkov", train_size=200,
+                         hide_fraction=0.5, hidden=16, word_dim=16, char_filters=8)
+    model.build()
+    labels, begins, ends = model.fit_observed
+    assert bool((labels >= 0).any()) and bool((labels < 0).any()) and bool((ends >= 0).any())
+    known = labels >= 0
+    assert torch.equal(begins[known] == 1, model.fit_segments[known] >= 0)       # the observed begin flags are gold's
+    idx = torch.arange(8)
+    losses = []
+    for observed in (model.fit_observed, None):                  # the same dropout draws for both
+        model.fit_observed = observed
+        torch.manual_seed(0)
+        model.gen.manual_seed(0)
+        losses.append(model.batch_loss(idx).item())
+    assert 0 <= losses[0] < losses[1]
+    fit = model.corpus.fit
+    sentences = [fit.batch(torch.tensor([i]))["rows"][0] for i in range(8)]
+    for row in sentences:
+        row = row[row >= 0]
+        obs = PartialSegmentation(*(x[row][None] for x in (labels, begins, ends)))
+        gold = model.fit_segments[row][None]
+        S = torch.zeros(1, len(row), model.tagger.chain.max_length, len(model.segment_labels))
+        allowed = allowed_segments(S, obs)
+        from ssvm_torch.segments import spans
+        assert all(bool(allowed[0, t, e - t - 1, k]) for t, e, k in spans(gold, torch.tensor([len(row)]))[0])
+
+
 @pytest.mark.slow
 def test_semimarkov_chunker_resumes_exactly(tmp_path):
     full = run(tmp_path / "full", loss="hinge", epochs=2)
@@ -121,7 +157,6 @@ def test_semimarkov_chunker_resumes_exactly(tmp_path):
 
 @pytest.mark.parametrize("flag, value, message", [
     ("constraints", "true", "constraints: expected false with structure 'semimarkov'"),
-    ("hide_fraction", "0.5", "hide_fraction: expected 0 with structure 'semimarkov'"),
     ("max_segment", "3", "max_segment: expected >= "),
     ("structure", "tree", "structure: expected one of")])
 def test_bad_semimarkov_settings_are_refused_by_name(tmp_path, capsys, flag, value, message):

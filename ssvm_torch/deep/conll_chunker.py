@@ -28,7 +28,10 @@ positions drawn by ``hide_seed`` alone (:func:`ssvm_torch.data.partial.hidden_po
 for every loss and seed of the run); the chain layer reads a hidden position as unobserved (its loss over
 the labelings that agree with the observed tags, :mod:`ssvm_torch.chain.partial`). The dev split keeps its
 labels, so model selection is the full runs' and the comparison changes the training annotation only;
-``results.json`` records the hidden and total positions.
+``results.json`` records the hidden and total positions. A semi-Markov head (below) reads the observed tags,
+in the run's tag scheme, as a :class:`~ssvm_torch.segments.PartialSegmentation` (each position's chunk type and
+begin flag, and with BIOES tags its end flag) and trains on the segmentations that agree with it
+(:mod:`ssvm_torch.segments.objectives`).
 
 Chunks as segments: ``structure="semimarkov"`` trains the same encoder with a semi-Markov head
 (:class:`ssvm_torch.nn.SemiMarkovChain`; :mod:`ssvm_torch.deep.conll_tagger`): one label per chunk type plus "O",
@@ -48,14 +51,15 @@ import lightning as L
 import torch
 import torch.utils.data as tud
 
-from ..constraints import allowed_transitions
+from ..constraints import allowed_transitions, bio_to_bioes
 from ..data.partial import check_hiding, hidden_positions
 from ..devices import use_threads
 from ..errors import check, check_choice, check_positive
 from ..lightning import log_hp_metrics, run_output_dir, save_last_checkpoint
 from ..atomic import atomic_write_bytes
 from ..outputs import device_record, save_history, save_torch
-from ..segments import segment_lengths, segments_from_tags, tags_from_segments
+from ..segments import (PartialSegmentation, partial_from_tags, segment_lengths, segments_from_tags,
+                        tags_from_segments)
 from .epochs import EpochPermutation, epoch_mean, epoch_seed, manual_step
 from .conll_tagger import ChunkTagger
 from .dev_selection import DevSelectedRun
@@ -117,8 +121,6 @@ class ConllChunker(DevSelectedRun, L.LightningModule):
         if structure == "semimarkov":
             check(not constraints, "constraints", "false with structure 'semimarkov' (every segmentation is a "
                   "well-formed chunking: there is nothing to constrain)", constraints)
-            check(hide_fraction == 0, "hide_fraction", "0 with structure 'semimarkov' (hidden labels are "
-                  "supported by the chain heads)", hide_fraction)
         check(max_segment is None or (isinstance(max_segment, int) and max_segment >= 1), "max_segment",
               "None (the fit split's longest chunk) or an int >= 1", max_segment)
         self.segment_labels: list | None = None
@@ -171,7 +173,19 @@ class ConllChunker(DevSelectedRun, L.LightningModule):
         longest = int(segment_lengths(segments, lengths).max())
         L = self.hparams.max_segment or longest
         check(longest <= L, "max_segment", f">= {longest}, the fit split's longest chunk", L)
-        self.fit_segments = segments[torch.arange(segments.shape[1])[None, :] < lengths[:, None]]
+        inside = torch.arange(segments.shape[1])[None, :] < lengths[:, None]
+        self.fit_segments = segments[inside]
+        self.fit_observed = None
+        if self.hidden_labels:
+            # the hidden positions' tags unknown, the others read in the run's tag scheme (BIOES tags also
+            # observe where chunks end), so a semi-Markov head sees what a chain head of the same tags sees
+            scheme = self.corpus.scheme
+            names = [bio_to_bioes(s) if scheme == "BIOES" else list(s) for s in fit.gold]
+            known = (fit.tag >= 0).tolist()
+            flat = iter(known)
+            partial = [[t if next(flat) else None for t in s] for s in names]
+            observed, _ = partial_from_tags(partial, self.segment_labels, scheme=scheme)
+            self.fit_observed = torch.stack([x[inside] for x in observed])          # (3, W): labels, begins, ends
         return L
 
     def configure_optimizers(self):
@@ -223,7 +237,9 @@ class ConllChunker(DevSelectedRun, L.LightningModule):
         batch = self._on_device(batch)
         if self.segment_labels is not None:
             rows = batch["rows"]
-            gold = torch.where(rows >= 0, self.fit_segments[rows.clamp(min=0).cpu()].to(self.device), -1)
+            take = (lambda flat: torch.where(rows >= 0, flat[rows.clamp(min=0).cpu()].to(self.device), -1))
+            gold = take(self.fit_segments) if self.fit_observed is None else \
+                PartialSegmentation(*(take(x) for x in self.fit_observed))
             return self.tagger.chain(self.tagger.segment_scores(batch, word.to(self.device)), gold,
                                      lengths=batch["mask"].sum(1), reduction="mean")
         em = self.tagger.emissions(batch, word.to(self.device))

@@ -17,16 +17,25 @@ segment's first position and -1 elsewhere (:mod:`ssvm_torch.segments`; ``segment
 ``forward`` returns a loss to minimise: ``"hinge"`` max_y [s(y) + Delta(y, y_b)] - s(y_b), ``"softmax_margin"``
 log sum_y exp(s(y) + Delta(y, y_b)) - s(y_b), or ``"crf"`` log Z - s(y_b); Delta counts the positions whose BIO tag
 differs (``seg_loss="tokens"``) or the false positive plus false negative segments (``"segments"``), times 1
-(``cost="hamming"``) or 1 / n (``"normalized"``)."""
+(``cost="hamming"``) or 1 / n (``"normalized"``).
+
+**Partial annotation.** ``forward`` also takes a :class:`~ssvm_torch.segments.PartialSegmentation` (each
+position's segment label, whether a segment begins there, whether one ends there, each possibly unobserved;
+``partial_from_tags`` reads chunk tags with unknown positions): the losses then compare the model with C, the
+segmentations that agree with what is observed -- the CRF's log Z - log Z_C, the latent hinge
+max_y [s(y) + Delta_O(y)] - max_{y in C} s(y) and the softmax-margin's log-sum with - log Z_C, Delta_O counting
+the observed positions (:mod:`ssvm_torch.segments.objectives`). A row that observes every label and begin flag
+gives the full-annotation loss bit for bit, a row with nothing observed 0."""
 from __future__ import annotations
 
 import torch
 from torch import nn
 
 from ..errors import check, check_choice
-from ..segments import ops, scoring
-from ..segments.checks import (KERNELS, check_segments, check_seg_scores, check_transitions, fail_no_segmentation,
+from ..segments import objectives, ops, scoring
+from ..segments.checks import (KERNELS, check_seg_scores, check_transitions, fail_no_segmentation,
                                resolve_lengths)
+from ..segments.partial import PartialSegmentation, check_annotation
 from ..trees.losses import row_cost
 from .reduction import REDUCTIONS, reduce_rows
 
@@ -95,27 +104,22 @@ class SemiMarkovChain(nn.Module):
             S = S + self.length_scores.to(S.device, S.dtype)
         return S, first, last, trans, lengths
 
-    def forward(self, seg_scores: torch.Tensor, segments: torch.Tensor, mask: torch.Tensor | None = None,
+    def forward(self, seg_scores: torch.Tensor, segments, mask: torch.Tensor | None = None,
                 lengths: torch.Tensor | None = None, reduction: str = "mean") -> torch.Tensor:
         """The loss to minimise (module docstring): per row with ``reduction="none"`` (B,), else its sum, mean over
-        rows, or sum over the number of positions ("token_mean")."""
+        rows, or sum over the number of positions ("token_mean"). ``segments``: the gold segmentations (B, T), or
+        a :class:`~ssvm_torch.segments.PartialSegmentation` (partial annotation, module docstring)."""
         check_choice(reduction, "reduction", REDUCTIONS)
         S, first, last, trans, lengths = self._scores(seg_scores, mask, lengths)
-        gold = check_segments(segments, lengths, self.num_labels, self.max_length, T=S.shape[1])
-        gold_score = scoring.score(S, first, last, trans, gold, lengths)
-        if self.loss == "crf":
-            logz = ops.log_partition(S, first, last, trans, lengths, self.kernels)
-            fail_no_segmentation(logz, lengths, "log Z")
-            return reduce_rows(logz - gold_score, reduction, lengths)
-        SA, const = scoring.augmented(S, gold, lengths, self.seg_loss, row_cost(self.cost, lengths, S.dtype))
-        if self.loss == "softmax_margin":
-            top = ops.log_partition(SA, first, last, trans, lengths, self.kernels)
-            fail_no_segmentation(top, lengths, "log Z")
+        c = row_cost(self.cost, lengths, S.dtype)
+        gold = check_annotation(segments, lengths, self.num_labels, self.max_length, S.shape[1])
+        if isinstance(gold, PartialSegmentation):
+            per_row = objectives.partial_loss(self.loss, S, first, last, trans, gold, lengths, c, self.kernels,
+                                              self.seg_loss)
         else:
-            ystar, value = ops.best(SA.detach(), first.detach(), last.detach(), trans.detach(), lengths, self.kernels)
-            fail_no_segmentation(value, lengths, "the loss-augmented best score")
-            top = scoring.score(SA, first, last, trans, ystar, lengths)
-        return reduce_rows(top + const - gold_score, reduction, lengths)
+            per_row = objectives.full_loss(self.loss, S, first, last, trans, gold, lengths, self.seg_loss, c,
+                                           self.kernels)
+        return reduce_rows(per_row, reduction, lengths)
 
     @torch.no_grad()
     def decode(self, seg_scores: torch.Tensor, mask: torch.Tensor | None = None,

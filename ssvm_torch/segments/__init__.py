@@ -17,14 +17,16 @@ scores mark segments or transitions that may not be taken.
 **Operations and backends.** Best segmentation, log Z and marginals (:mod:`~ssvm_torch.segments.ops`: numba for
 CPU float32/float64, compiled, one row per thread; torch on any device, the reference and the autograd path),
 the score and the task losses of segmentations (:mod:`~ssvm_torch.segments.scoring`), and the three training
-losses, hinge, softmax-margin and CRF (:mod:`~ssvm_torch.segments.losses`). torch-struct's ``SemiMarkovCRF`` is
+losses, hinge, softmax-margin and CRF (:mod:`~ssvm_torch.segments.losses`), from full or partial annotation
+(:mod:`~ssvm_torch.segments.partial`). torch-struct's ``SemiMarkovCRF`` is
 a test reference and a benchmark baseline, not a backend.
 """
 from .checks import check_segments, segment_lengths
-from .convert import segments_from_tags, spans, tags_from_segments
-from .losses import (segment_crf_nll, segment_decode, segment_hinge, segment_log_partition, segment_loss,
-                     segment_marginals, segment_score, segment_softmax_margin)
+from .convert import partial_from_tags, segments_from_tags, spans, tags_from_segments
+from .losses import (allowed_segments, segment_crf_nll, segment_decode, segment_hinge, segment_log_partition,
+                     segment_loss, segment_marginals, segment_score, segment_softmax_margin)
+from .partial import PartialSegmentation, observed_segmentation
 
-__all__ = ["check_segments", "segment_crf_nll", "segment_decode", "segment_hinge", "segment_lengths",
+__all__ = ["PartialSegmentation", "allowed_segments", "observed_segmentation", "partial_from_tags", "check_segments", "segment_crf_nll", "segment_decode", "segment_hinge", "segment_lengths",
            "segment_log_partition", "segment_loss", "segment_marginals", "segment_score", "segment_softmax_margin",
            "segments_from_tags", "spans", "tags_from_segments"]

@@ -51,6 +51,48 @@ def segments_from_tags(tags, labels, scheme: str = "BIO", outside: str = "O", de
     return segments.to(device or "cpu"), lengths.to(device or "cpu")
 
 
+def partial_from_tags(tags, labels, scheme: str = "BIO", outside: str = "O", device=None):
+    """(PartialSegmentation, lengths (B,)) of sentences given as lists of chunk tags with None at the positions
+    whose tag is unknown (partial annotation, :mod:`ssvm_torch.segments.partial`). An observed tag gives its
+    position's segment label and begin flag, read as :func:`segments_from_tags` reads them when the tag before is
+    known and from the tag alone (B-, S-, O begin; I-, E- go on) when it is not; and, when the next tag is
+    unknown, the end flag the tag implies (O, and BIOES's E-, S- end; BIOES's B-, I- go on). A sentence without
+    None observes exactly the segmentation :func:`segments_from_tags` returns."""
+    from .partial import PartialSegmentation
+    check(scheme in SCHEMES, "scheme", f"one of {list(SCHEMES)}", repr(scheme))
+    check(isinstance(tags, (list, tuple)) and all(isinstance(s, (list, tuple)) for s in tags), "tags",
+          "a list of sentences, each a list of tag strings or None (unknown)", type(tags).__name__)
+    index = {name: i for i, name in enumerate(labels)}
+    check(len(index) == len(labels), "labels", "distinct names", list(labels))
+    T = max((len(s) for s in tags), default=0)
+    out = {name: torch.full((len(tags), T), -1, dtype=torch.int64) for name in ("labels", "begins", "ends")}
+    for b, sentence in enumerate(tags):
+        read = [None if tag is None else _split(tag, scheme, outside, f"sentence {b}, position {t}")
+                for t, tag in enumerate(sentence)]
+        for t, tag in enumerate(read):
+            if tag is None:
+                continue
+            prefix, kind = tag
+            name = outside if prefix == "O" else kind
+            if name not in index:
+                raise SSVMInputError(f"labels: expected every segment label of the tags, {name!r} (sentence {b}, "
+                                     f"position {t}) is not among {list(labels)}")
+            out["labels"][b, t] = index[name]
+            before = read[t - 1] if t else ("O", None)
+            if before is None:
+                begins = prefix in ("O", "B", "S")
+            else:
+                ended = before[0] in ("O", "E", "S")
+                begins = prefix in ("O", "B", "S") or kind != before[1] or (scheme == "BIOES" and ended)
+            out["begins"][b, t] = int(begins)
+            if t + 1 < len(sentence) and read[t + 1] is None:
+                if prefix == "O" or scheme == "BIOES":
+                    out["ends"][b, t] = int(prefix in ("O", "E", "S"))
+    lengths = torch.tensor([len(s) for s in tags], dtype=torch.int64)
+    dev = device or "cpu"
+    return PartialSegmentation(*(out[k].to(dev) for k in ("labels", "begins", "ends"))), lengths.to(dev)
+
+
 def spans(segments: torch.Tensor, lengths: torch.Tensor) -> list[list[tuple[int, int, int]]]:
     """Every row's segments as (start, end, label) with end exclusive, in order (one host read)."""
     from .checks import segment_lengths

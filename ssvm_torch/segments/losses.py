@@ -12,6 +12,10 @@ backends). Losses are per row (B,) and differentiable w.r.t. every score tensor:
 Delta(y, y_b) = c_b x the loss ``loss`` of :mod:`ssvm_torch.segments.scoring` (``"tokens"``: positions whose BIO
 tag differs; ``"segments"``: false positive plus false negative segments), c_b = 1 (``cost="hamming"``), 1 / n_b
 (``"normalized"``), a number, or a given per-row tensor (B,).
+
+Partial annotation: the training losses also take a :class:`~ssvm_torch.segments.partial.PartialSegmentation`
+(labels / begins / ends observed at some positions) in place of the gold segmentation, and then compare the model
+with C, the segmentations that agree with it (:mod:`ssvm_torch.segments.objectives`).
 """
 from __future__ import annotations
 
@@ -19,8 +23,9 @@ import torch
 
 from ..errors import check
 from ..trees.losses import row_cost
-from . import ops, scoring
+from . import objectives, ops, scoring
 from .checks import check_segments, check_seg_scores, check_transitions, fail_no_segmentation, resolve_lengths
+from .partial import PartialSegmentation, check_annotation, check_partial, constraints
 
 
 def _prepare(seg_scores, first, last, trans, mask, lengths):
@@ -79,41 +84,42 @@ def segment_loss(pred, gold, lengths, loss: str = "tokens", cost="hamming") -> t
     return scoring.loss(pred, gold, lengths, loss, row_cost(cost, lengths, torch.float64))
 
 
-def _loss_inputs(seg_scores, segments, first, last, trans, mask, lengths, loss, cost):
-    S, first, last, trans, lengths = _prepare(seg_scores, first, last, trans, mask, lengths)
-    check(loss in scoring.LOSSES, "loss", f"one of {list(scoring.LOSSES)}", repr(loss))
-    gold = check_segments(segments, lengths, S.shape[3], S.shape[2], T=S.shape[1])
-    return S, first, last, trans, lengths, gold, row_cost(cost, lengths, S.dtype)
-
-
 def segment_hinge(seg_scores, segments, first=None, last=None, trans=None, mask=None, lengths=None,
                   loss: str = "tokens", cost="hamming", kernels: str = "auto") -> torch.Tensor:
-    """max_y [s(y) + Delta(y, segments)] - s(segments) (B,) >= 0, differentiable (module docstring)."""
-    S, first, last, trans, lengths, gold, c = _loss_inputs(seg_scores, segments, first, last, trans, mask, lengths,
-                                                           loss, cost)
-    SA, const = scoring.augmented(S, gold, lengths, loss, c)
-    ystar, top = ops.best(SA.detach(), first.detach(), last.detach(), trans.detach(), lengths, kernels)
-    fail_no_segmentation(top, lengths, "the loss-augmented best score")
-    return (scoring.score(SA, first, last, trans, ystar, lengths) + const
-            - scoring.score(S, first, last, trans, gold, lengths))
+    """max_y [s(y) + Delta(y, segments)] - s(segments) (B,) >= 0, differentiable (module docstring); ``segments``
+    a segmentation or a :class:`~ssvm_torch.segments.partial.PartialSegmentation` (the latent hinge)."""
+    return _training_loss("hinge", seg_scores, segments, first, last, trans, mask, lengths, loss, cost, kernels)
 
 
 def segment_softmax_margin(seg_scores, segments, first=None, last=None, trans=None, mask=None, lengths=None,
                            loss: str = "tokens", cost="hamming", kernels: str = "auto") -> torch.Tensor:
-    """log sum_y exp(s(y) + Delta(y, segments)) - s(segments) (B,), differentiable (module docstring)."""
-    S, first, last, trans, lengths, gold, c = _loss_inputs(seg_scores, segments, first, last, trans, mask, lengths,
-                                                           loss, cost)
-    SA, const = scoring.augmented(S, gold, lengths, loss, c)
-    logz = ops.log_partition(SA, first, last, trans, lengths, kernels)
-    fail_no_segmentation(logz, lengths, "log Z")
-    return logz + const - scoring.score(S, first, last, trans, gold, lengths)
+    """log sum_y exp(s(y) + Delta(y, segments)) - s(segments) (B,), differentiable (module docstring); with a
+    PartialSegmentation, - log Z_C in place of - s(segments)."""
+    return _training_loss("softmax_margin", seg_scores, segments, first, last, trans, mask, lengths, loss, cost,
+                          kernels)
 
 
 def segment_crf_nll(seg_scores, segments, first=None, last=None, trans=None, mask=None, lengths=None,
                     kernels: str = "auto") -> torch.Tensor:
-    """log Z - s(segments) (B,), the semi-Markov CRF's negative log-likelihood, differentiable."""
+    """log Z - s(segments) (B,), the semi-Markov CRF's negative log-likelihood, differentiable; with a
+    PartialSegmentation, log Z - log Z_C (the negative likelihood of what is observed)."""
+    return _training_loss("crf", seg_scores, segments, first, last, trans, mask, lengths, "tokens", "hamming",
+                          kernels)
+
+
+def _training_loss(kind, seg_scores, segments, first, last, trans, mask, lengths, loss, cost, kernels):
     S, first, last, trans, lengths = _prepare(seg_scores, first, last, trans, mask, lengths)
-    gold = check_segments(segments, lengths, S.shape[3], S.shape[2], T=S.shape[1])
-    logz = ops.log_partition(S, first, last, trans, lengths, kernels)
-    fail_no_segmentation(logz, lengths, "log Z")
-    return logz - scoring.score(S, first, last, trans, gold, lengths)
+    check(loss in scoring.LOSSES, "loss", f"one of {list(scoring.LOSSES)}", repr(loss))
+    c = row_cost(cost, lengths, S.dtype)
+    gold = check_annotation(segments, lengths, S.shape[3], S.shape[2], S.shape[1])
+    if isinstance(gold, PartialSegmentation):
+        return objectives.partial_loss(kind, S, first, last, trans, gold, lengths, c, kernels, loss)
+    return objectives.full_loss(kind, S, first, last, trans, gold, lengths, loss, c, kernels)
+
+
+def allowed_segments(seg_scores, observed, mask=None, lengths=None) -> torch.Tensor:
+    """(B, T, L, K) bool: the segments that agree with a PartialSegmentation (:mod:`ssvm_torch.segments.partial`);
+    ``seg_scores.masked_fill(~allowed, -inf)`` restricts every call to C (constrained decoding, log Z_C)."""
+    S = check_seg_scores(seg_scores)
+    lengths = resolve_lengths(S, mask, lengths)
+    return constraints(check_partial(observed, lengths, S.shape[3], S.shape[1]), S.shape[2], S.shape[3])[1]

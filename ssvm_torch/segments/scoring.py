@@ -67,6 +67,19 @@ def loss(pred: torch.Tensor, gold: torch.Tensor, lengths: torch.Tensor, kind: st
     return c * (pb.sum(1) + gb.sum(1) - 2 * both.sum(1)).to(c.dtype)
 
 
+def span_counts(at_start: torch.Tensor, inside: torch.Tensor, L: int) -> torch.Tensor:
+    """(B, T, L, K) int64: for the segment (t, l+1, k), ``at_start[b, t, k]`` + the number of positions j in
+    t+1..t+l with ``inside[b, j, k]`` (two (B, T, K) bool tensors; positions past T count 0), by one cumulative
+    sum: the per-segment count of a per-position loss or violation."""
+    B, T, K = inside.shape
+    prefix = torch.cat([inside.new_zeros(B, 1, K, dtype=torch.int64), inside.to(torch.int64).cumsum(1)], 1)
+    t = torch.arange(T, device=inside.device)[:, None]
+    l = torch.arange(L, device=inside.device)[None, :]
+    hi = (t + l + 1).clamp(max=T)                                            # positions t+1..t+l go on
+    inner = prefix[:, hi] - prefix[:, (t + 1).clamp(max=T).expand(T, L)]    # (B, T, L, K)
+    return at_start[:, :, None, :].to(torch.int64) + inner
+
+
 def augmented(S: torch.Tensor, gold: torch.Tensor, lengths: torch.Tensor, kind: str, c: torch.Tensor):
     """(S + c Delta_seg, constant (B,)): segment scores whose segmentation scores are s(y) + Delta(y, gold) - const,
     so that max_y / log sum_y of s(y) + Delta(y, gold) = the plain recursion on them + const. Differentiable
@@ -77,13 +90,7 @@ def augmented(S: torch.Tensor, gold: torch.Tensor, lengths: torch.Tensor, kind: 
     if kind == "tokens":
         begin_wrong = (gl[..., None] != ks) | ~gb[..., None]                     # (B, T, K): a segment starts here
         inner_wrong = (gl[..., None] != ks) | gb[..., None]                      # a segment goes on here
-        prefix = torch.cat([inner_wrong.new_zeros(B, 1, K, dtype=torch.int64),
-                            inner_wrong.to(torch.int64).cumsum(1)], 1)          # (B, T+1, K)
-        t = torch.arange(T, device=S.device)[:, None]
-        l = torch.arange(L, device=S.device)[None, :]
-        hi = (t + l + 1).clamp(max=T)                                            # positions t+1..t+l go on
-        inner = prefix[:, hi] - prefix[:, (t + 1).clamp(max=T).expand(T, L)]    # (B, T, L, K)
-        delta = begin_wrong[:, :, None, :].to(torch.int64) + inner
+        delta = span_counts(begin_wrong, inner_wrong, L)
         return S + c.to(S.dtype)[:, None, None, None] * delta.to(S.dtype), torch.zeros_like(c).to(S.dtype)
     onehot = torch.zeros(B, T, L, K, dtype=S.dtype, device=S.device)          # the gold segments (checked <= L)
     width = (glen - 1).clamp(min=0)
