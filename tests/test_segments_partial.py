@@ -93,7 +93,8 @@ def test_partial_gradients(kernels):
             for t, e, k in spans(y[b:b + 1], lengths[b:b + 1])[0]:
                 expect[b, t, e - t - 1, k] += sign
     assert torch.equal(leaf.grad, expect)
-    args = (S.clone().requires_grad_(True), first.clone().requires_grad_(True), last, trans.clone().requires_grad_(True))
+    args = (S.clone().requires_grad_(True), first.clone().requires_grad_(True), last,
+            trans.clone().requires_grad_(True))
     for name in ("crf", "softmax_margin"):
         assert torch.autograd.gradcheck(lambda s, f, l, t: FNS[name](s, obs, f, l, t, lengths=lengths,
                                                                      kernels=kernels), args)
@@ -151,15 +152,32 @@ def test_partial_refusals_name_the_field():
         # positions 0..2 observed going on after a begin at 0: a segment of 4 > L = 2 positions
         (lambda: segment_crf_nll(S, PartialSegmentation(minus, torch.tensor([[1, 0, 0, -1], [-1] * 4]))),
          "segments: row 0: no segmentation with a finite score agrees"),
-        (lambda: segment_hinge(S, PartialSegmentation(minus, minus), loss="segments"), "seg_loss: expected 'tokens' with partial annotation"),
+        (lambda: segment_hinge(S, PartialSegmentation(minus, minus), loss="segments"),
+         "seg_loss: expected 'tokens' with partial annotation"),
         # a full row whose inner label contradicts its segment's
         (lambda: segment_crf_nll(S, PartialSegmentation(torch.tensor([[0, 1, 0, 0], [0, 0, 0, 0]]),
                                                         torch.tensor([[1, 0, 1, 1], [1, 1, 1, 1]]))),
          "segments: row 0: the observed labels and begins give a segmentation that disagrees"),
-        (lambda: segment_crf_nll(S, (obs.labels, obs.begins)), "segments: expected a segmentation (B, T) or a PartialSegmentation"),
+        (lambda: segment_crf_nll(S, (obs.labels, obs.begins)),
+         "segments: expected a segmentation (B, T) or a PartialSegmentation"),
         (lambda: partial_from_tags([["B-NP", 3]], ["O", "NP"]), "tags: expected tag strings"),
     ]
     for call, message in cases:
         with pytest.raises(SSVMInputError, match=message.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")
                            .replace("]", r"\]")):
             call()
+
+
+@pytest.mark.parametrize("loss", list(FNS))
+def test_layer_takes_a_partial_segmentation(loss):
+    from ssvm_torch.nn import SemiMarkovChain
+    torch.manual_seed(1)
+    layer = SemiMarkovChain(3, 3, loss=loss, cost="normalized", length_scores=True).double()
+    S, _, _, _, lengths, obs = problem(6, 0.5)
+    got = layer(S, obs, lengths=lengths, reduction="none")
+    args = (layer.start_transitions, layer.end_transitions, layer.transitions.t())
+    expect = FNS[loss](S + layer.length_scores, obs, *args, lengths=lengths,
+                       **({} if loss == "crf" else {"cost": "normalized"}))
+    assert torch.allclose(got, expect, atol=1e-12) and bool((got > 0).any())
+    got.sum().backward()
+    assert float(layer.transitions.grad.abs().sum()) > 0

@@ -72,13 +72,17 @@ def test_layer_refusals_name_the_field():
 def test_docs_segments_examples_run():
     import re
     blocks = re.findall(r"```python\n(.*?)```", (ROOT / "docs" / "segments.md").read_text(), re.S)
-    assert len(blocks) == 2
+    assert len(blocks) == 3
     scope = {}
     exec(compile(blocks[0], "docs/segments.md functions", "exec"), scope)
     assert scope["gold"].tolist() == [[1, -1, 2, 0], [1, 0, -1, -1]]
     assert scope["S"].grad is not None and scope["P"].shape == (2, 4, 3, 3)
     assert [len(t) for t in scope["tags"]] == [4, 2]
-    exec(compile(blocks[1], "docs/segments.md layer", "exec"), scope)
+    exec(compile(blocks[1], "docs/segments.md partial", "exec"), scope)
+    constrained = scope["constrained"]
+    assert constrained[0, 0] == 1 and constrained[0, 2] == 2 and constrained[1].tolist() == [1, 0, -1, -1]
+    assert (scope["nll"] >= 0).all() and (scope["hinge"] >= 0).all() and scope["allowed"].shape == (2, 4, 3, 3)
+    exec(compile(blocks[2], "docs/segments.md layer", "exec"), scope)
     assert scope["best"].shape == (2, 4) and float(scope["loss"]) >= 0
 
 

@@ -27,6 +27,7 @@ from .losses import (allowed_segments, segment_crf_nll, segment_decode, segment_
                      segment_loss, segment_marginals, segment_score, segment_softmax_margin)
 from .partial import PartialSegmentation, observed_segmentation
 
-__all__ = ["PartialSegmentation", "allowed_segments", "observed_segmentation", "partial_from_tags", "check_segments", "segment_crf_nll", "segment_decode", "segment_hinge", "segment_lengths",
-           "segment_log_partition", "segment_loss", "segment_marginals", "segment_score", "segment_softmax_margin",
-           "segments_from_tags", "spans", "tags_from_segments"]
+__all__ = ["PartialSegmentation", "allowed_segments", "check_segments", "observed_segmentation", "partial_from_tags",
+           "segment_crf_nll", "segment_decode", "segment_hinge", "segment_lengths", "segment_log_partition",
+           "segment_loss", "segment_marginals", "segment_score", "segment_softmax_margin", "segments_from_tags",
+           "spans", "tags_from_segments"]
