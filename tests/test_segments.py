@@ -297,3 +297,31 @@ def test_scaled_kernel_hands_an_underflowing_row_to_the_log_space_one():
     M_nb = segment_marginals(S, first, last, trans, lengths=lengths, kernels="numba")
     M_tr = segment_marginals(S, first, last, trans, lengths=lengths, kernels="torch")
     assert torch.allclose(M_nb, M_tr, atol=1e-10)
+
+
+@pytest.mark.parametrize("forbid, dtype", [(0.0, torch.float64), (0.3, torch.float64), (0.0, torch.float32)])
+def test_nbest_against_enumeration(forbid, dtype):
+    S, first, last, trans, lengths = random_problem(11, B=5, T=5, L=3, K=2, forbid=forbid, dtype=dtype)
+    lengths[1], lengths[2] = 0, 1
+    S[2, 0, 0] = float("-inf")                                 # row 2 (one position): no segmentation at all
+    S[2, 0, 0, 1] = 0.5                                        # ... but one
+    n = 12
+    segs, scores = segment_decode(S, first, last, trans, lengths=lengths, nbest=n, return_scores=True)
+    assert segs.shape == (5, n, 5) and scores.shape == (5, n)
+    tol = 1e-10 if dtype == torch.float64 else 1e-4
+    for b in range(5):
+        ys, every = enumerate_row(S, first, last, trans, lengths, b)
+        finite = every[torch.isfinite(every)].sort(descending=True).values
+        m = min(n, finite.shape[0])
+        assert torch.allclose(scores[b, :m], finite[:m], atol=tol)
+        assert torch.isneginf(scores[b, m:]).all() and (segs[b, m:] == -1).all()
+        got = segs[b, :m]
+        again = segment_score(S[b:b + 1].expand(m, -1, -1, -1), got, first, last, trans,
+                              lengths=lengths[b:b + 1].expand(m))
+        assert torch.allclose(again, scores[b, :m], atol=tol)      # each list entry is what its score says
+        assert len({tuple(y.tolist()) for y in got}) == m          # n different segmentations
+    assert scores[1, 0].item() == 0 and (segs[1] == -1).all()     # the empty row's one segmentation
+    one = segment_decode(S, first, last, trans, lengths=lengths, return_scores=True)[1]
+    assert torch.allclose(scores[:, 0], one, atol=tol)
+    with pytest.raises(SSVMInputError, match="nbest: expected an int >= 1"):
+        segment_decode(S, nbest=0)

@@ -50,6 +50,7 @@ def test_layer_losses_are_the_functions_with_its_parameters(loss, fn, seg_loss):
     assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in layer.parameters())
     assert float(layer.transitions.grad.abs().sum()) > 0 and float(S.grad.abs().sum()) > 0
     assert torch.equal(layer.decode(S, lengths=lengths), segment_decode(eff, *args, lengths=lengths))
+    assert torch.equal(layer.decode(S, lengths=lengths, nbest=4), segment_decode(eff, *args, lengths=lengths, nbest=4))
     assert torch.allclose(layer.marginals(S, lengths=lengths), segment_marginals(eff, *args, lengths=lengths))
     assert layer(S, gold, lengths=lengths, reduction="token_mean").item() == pytest.approx(
         got.sum().item() / 16, abs=1e-12)

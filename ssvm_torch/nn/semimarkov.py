@@ -35,6 +35,7 @@ from ..errors import check, check_choice
 from ..segments import objectives, ops, scoring
 from ..segments.checks import (KERNELS, check_seg_scores, check_transitions, fail_no_segmentation,
                                resolve_lengths)
+from ..segments.nbest import nbest as nbest_segmentations
 from ..segments.partial import PartialSegmentation, check_annotation
 from ..trees.losses import row_cost
 from .reduction import REDUCTIONS, reduce_rows
@@ -123,9 +124,17 @@ class SemiMarkovChain(nn.Module):
 
     @torch.no_grad()
     def decode(self, seg_scores: torch.Tensor, mask: torch.Tensor | None = None,
-               lengths: torch.Tensor | None = None) -> torch.Tensor:
-        """The best segmentation of every row (B, T): the label at each segment's first position, -1 elsewhere."""
+               lengths: torch.Tensor | None = None, *, nbest: int = 1) -> torch.Tensor:
+        """The best segmentation of every row (B, T): the label at each segment's first position, -1 elsewhere;
+        ``nbest=n > 1``: the n best (B, n, T) in non-increasing score order, all -1 for the ranks of a row with
+        fewer than n segmentations (:func:`ssvm_torch.segments.segment_decode`)."""
+        check(isinstance(nbest, int) and not isinstance(nbest, bool) and nbest >= 1, "nbest", "an int >= 1",
+              repr(nbest))
         S, first, last, trans, lengths = self._scores(seg_scores, mask, lengths)
+        if nbest > 1:
+            segments, scores = nbest_segmentations(S, first, last, trans, lengths, nbest)
+            fail_no_segmentation(scores[:, 0], lengths, "the best segmentation's score")
+            return segments
         segments, value = ops.best(S, first, last, trans, lengths, self.kernels)
         fail_no_segmentation(value, lengths, "the best segmentation's score")
         return segments

@@ -25,6 +25,7 @@ from ..errors import check
 from ..trees.losses import row_cost
 from . import objectives, ops, scoring
 from .checks import check_segments, check_seg_scores, check_transitions, fail_no_segmentation, resolve_lengths
+from .nbest import nbest as nbest_segmentations
 from .partial import PartialSegmentation, check_annotation, check_partial, constraints
 
 
@@ -35,10 +36,20 @@ def _prepare(seg_scores, first, last, trans, mask, lengths):
 
 
 def segment_decode(seg_scores, first=None, last=None, trans=None, mask=None, lengths=None, kernels: str = "auto",
-                   return_scores: bool = False):
+                   return_scores: bool = False, *, nbest: int = 1):
     """The best segmentation of every row: segments (B, T) int64, the label at each segment's first position and
-    -1 elsewhere (and beyond the row); with ``return_scores`` also s(segments) (B,). No gradient."""
+    -1 elsewhere (and beyond the row); with ``return_scores`` also s(segments) (B,). No gradient.
+
+    ``nbest=n > 1``: the n best segmentations of every row (B, n, T) in non-increasing score order (ties in any
+    order), all -1 for the ranks of a row with fewer than n finite-score segmentations (score -inf); scores
+    (B, n). Computed by the batched torch recursion of :mod:`ssvm_torch.segments.nbest` on every device."""
+    check(isinstance(nbest, int) and not isinstance(nbest, bool) and nbest >= 1, "nbest", "an int >= 1",
+          repr(nbest))
     S, first, last, trans, lengths = _prepare(seg_scores, first, last, trans, mask, lengths)
+    if nbest > 1:
+        segments, scores = nbest_segmentations(S, first, last, trans, lengths, nbest)
+        fail_no_segmentation(scores[:, 0], lengths, "the best segmentation's score")
+        return (segments, scores) if return_scores else segments
     segments, scores = ops.best(S.detach(), first.detach(), last.detach(), trans.detach(), lengths, kernels)
     fail_no_segmentation(scores, lengths, "the best segmentation's score")
     return (segments, scores) if return_scores else segments
