@@ -325,3 +325,14 @@ def test_nbest_against_enumeration(forbid, dtype):
     assert torch.allclose(scores[:, 0], one, atol=tol)
     with pytest.raises(SSVMInputError, match="nbest: expected an int >= 1"):
         segment_decode(S, nbest=0)
+
+
+def test_nbest_scores_equal_torch_structs_topk(torch_struct_deps):
+    """torch-struct's k-max semiring on rows of one length (its pitfall above): the same k best scores."""
+    S, first, last, trans, _ = random_problem(12, B=3, T=8, L=3, K=3)
+    lengths = torch.full((3,), 8)
+    edge = torch_struct_potentials(S, first, last, trans, lengths)
+    top = torch_struct_deps.SemiMarkovCRF(edge, lengths=lengths + 1).topk(6).detach()
+    theirs = (top * edge.nan_to_num(neginf=0.0)[None]).sum((2, 3, 4, 5)).t()
+    ours = segment_decode(S, first, last, trans, lengths=lengths, nbest=6, return_scores=True)[1]
+    assert torch.allclose(ours, theirs, atol=1e-9)

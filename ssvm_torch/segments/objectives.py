@@ -54,18 +54,22 @@ def _refuse_empty(values, lengths, rows, field):
 def _partial(kind, S, first, last, trans, counts, allowed, lengths, c, kernels, rows, field):
     """The partial-annotation loss ``kind`` (B,) of rows with something unobserved (module docstring)."""
     S_C = S.masked_fill(~allowed, float("-inf"))
+    if kind != "hinge":
+        # log Z_C is -inf exactly when C has no segmentation of finite score: the emptiness check costs nothing
+        log_c = ops.log_partition(S_C, first, last, trans, lengths, kernels)
+        if not tracing():
+            _refuse_empty(log_c, lengths, rows, field)
+        if kind == "crf":
+            logz = ops.log_partition(S, first, last, trans, lengths, kernels)
+            fail_no_segmentation(logz, lengths, "log Z")
+            return logz - log_c
+        SA = S + c.to(S.dtype)[:, None, None, None] * counts.to(S.dtype)
+        return ops.log_partition(SA, first, last, trans, lengths, kernels) - log_c
     with torch.no_grad():
         y_c, best_c = ops.best(S_C.detach(), first.detach(), last.detach(), trans.detach(), lengths, kernels)
     if not tracing():
         _refuse_empty(best_c, lengths, rows, field)
-    if kind == "crf":
-        logz = ops.log_partition(S, first, last, trans, lengths, kernels)
-        fail_no_segmentation(logz, lengths, "log Z")
-        return logz - ops.log_partition(S_C, first, last, trans, lengths, kernels)
     SA = S + c.to(S.dtype)[:, None, None, None] * counts.to(S.dtype)
-    if kind == "softmax_margin":
-        return (ops.log_partition(SA, first, last, trans, lengths, kernels)
-                - ops.log_partition(S_C, first, last, trans, lengths, kernels))
     ystar, value = ops.best(SA.detach(), first.detach(), last.detach(), trans.detach(), lengths, kernels)
     fail_no_segmentation(value, lengths, "the loss-augmented best score")
     return scoring.score(SA, first, last, trans, ystar, lengths) - scoring.score(S, first, last, trans, y_c, lengths)
@@ -81,21 +85,22 @@ def partial_loss(kind: str, S, first, last, trans, observed: PartialSegmentation
     if kind != "crf" and seg_loss != "tokens" and not tracing() and not bool(full.all()):
         raise SSVMInputError(f"seg_loss: expected 'tokens' with partial annotation (Delta_O counts the observed "
                              f"positions; a segment-level loss needs every segment observed), got {seg_loss!r}")
-    if tracing():              # no data-dependent split of the rows inside a graph: every row by the C formula
+    # every row by the C formula, without a split: inside a graph (no data-dependent split there) and when no row
+    # is full (the usual batch when tags are hidden)
+    if tracing() or not bool(full.any()):
         return _partial(kind, S, first, last, trans, counts, allowed, lengths, c, kernels, torch.arange(B), field)
     gold = segmentation_of(observed)
-    if bool(full.any()):
-        # a full row's C is its one segmentation, if that agrees with the rest of what is observed (the inner
-        # positions' labels, the ends): every one of its segments allowed
-        begins, labels, seglen = scoring.starts_and_labels(gold, lengths)
-        width = (seglen - 1).clamp(min=0, max=L - 1)
-        ok = allowed.gather(2, width[:, :, None, None].expand(B, T, 1, K))[:, :, 0]
-        ok = (ok.gather(2, labels.clamp(min=0)[..., None])[..., 0] & (seglen <= L)) | ~begins
-        bad = full & ~ok.all(1)
-        if bool(bad.any()):
-            raise SSVMInputError(f"{field}: row {int(bad.nonzero()[0, 0])}: the observed labels and begins give a "
-                                 f"segmentation that disagrees with the rest of what is observed (a label inside "
-                                 f"a segment, an end) or has a segment longer than L = {L}")
+    # a full row's C is its one segmentation, if that agrees with the rest of what is observed (the inner
+    # positions' labels, the ends): every one of its segments allowed
+    begins, labels, seglen = scoring.starts_and_labels(gold, lengths)
+    width = (seglen - 1).clamp(min=0, max=L - 1)
+    ok = allowed.gather(2, width[:, :, None, None].expand(B, T, 1, K))[:, :, 0]
+    ok = (ok.gather(2, labels.clamp(min=0)[..., None])[..., 0] & (seglen <= L)) | ~begins
+    bad = full & ~ok.all(1)
+    if bool(bad.any()):
+        raise SSVMInputError(f"{field}: row {int(bad.nonzero()[0, 0])}: the observed labels and begins give a "
+                             f"segmentation that disagrees with the rest of what is observed (a label inside "
+                             f"a segment, an end) or has a segment longer than L = {L}")
     return join_rows(
         full,
         lambda i: full_loss(kind, S[i], first, last, trans, gold[i], lengths[i], seg_loss, c[i], kernels),

@@ -90,7 +90,7 @@ def check_annotation(segments, lengths: torch.Tensor, K: int, L: int, T: int):
 
 
 def constraints(observed: PartialSegmentation, L: int, K: int):
-    """(counts (B, T, L, K) int64, allowed (B, T, L, K) bool) of a checked ``observed``: per segment (t, l+1, k)
+    """(counts (B, T, L, K) int32, allowed (B, T, L, K) bool) of a checked ``observed``: per segment (t, l+1, k)
     the number of its positions whose observed label or begin flag disagrees with it (Delta_O's count) and
     whether it agrees with every observation (module docstring)."""
     labels, begins, ends = observed
@@ -98,12 +98,12 @@ def constraints(observed: PartialSegmentation, L: int, K: int):
     other_label = (labels[..., None] >= 0) & (labels[..., None] != ks)               # (B, T, K)
     counts = span_counts(other_label | (begins == 0)[..., None], other_label | (begins == 1)[..., None], L)
     B, T = labels.shape
-    early = torch.cat([labels.new_zeros(B, 1), (ends == 1).to(torch.int64).cumsum(1)], 1)     # (B, T+1)
+    early = torch.cat([labels.new_zeros(B, 1, dtype=torch.int32), (ends == 1).cumsum(1, dtype=torch.int32)], 1)
     t = torch.arange(T, device=labels.device)[:, None]
     end = (t + torch.arange(L, device=labels.device)[None, :]).clamp(max=T - 1)               # (T, L): t + l
     # the segment (t, l+1) goes on past t..t+l-1 (none may be observed ending) and ends at t+l (not observed
     # going on); positions past the row are unobserved, and the recursions never take such a segment
-    end_bad = early[:, end] - early[:, t.expand_as(end)] + (ends == 0)[:, end].to(torch.int64)
+    end_bad = early[:, end] - early[:, t.expand_as(end)] + (ends == 0)[:, end].to(torch.int32)       # (B, T, L)
     allowed = (counts == 0) & (end_bad == 0)[..., None]
     return counts, allowed
 

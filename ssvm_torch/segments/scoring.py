@@ -68,16 +68,17 @@ def loss(pred: torch.Tensor, gold: torch.Tensor, lengths: torch.Tensor, kind: st
 
 
 def span_counts(at_start: torch.Tensor, inside: torch.Tensor, L: int) -> torch.Tensor:
-    """(B, T, L, K) int64: for the segment (t, l+1, k), ``at_start[b, t, k]`` + the number of positions j in
+    """(B, T, L, K) int32: for the segment (t, l+1, k), ``at_start[b, t, k]`` + the number of positions j in
     t+1..t+l with ``inside[b, j, k]`` (two (B, T, K) bool tensors; positions past T count 0), by one cumulative
     sum: the per-segment count of a per-position loss or violation."""
     B, T, K = inside.shape
-    prefix = torch.cat([inside.new_zeros(B, 1, K, dtype=torch.int64), inside.to(torch.int64).cumsum(1)], 1)
+    # int32 counts (a row has < 2^31 positions): half the memory traffic of int64 in the (B, T, L, K) gathers
+    prefix = torch.cat([inside.new_zeros(B, 1, K, dtype=torch.int32), inside.cumsum(1, dtype=torch.int32)], 1)
     t = torch.arange(T, device=inside.device)[:, None]
     l = torch.arange(L, device=inside.device)[None, :]
     hi = (t + l + 1).clamp(max=T)                                            # positions t+1..t+l go on
     inner = prefix[:, hi] - prefix[:, (t + 1).clamp(max=T).expand(T, L)]    # (B, T, L, K)
-    return at_start[:, :, None, :].to(torch.int64) + inner
+    return at_start[:, :, None, :].to(torch.int32) + inner
 
 
 def augmented(S: torch.Tensor, gold: torch.Tensor, lengths: torch.Tensor, kind: str, c: torch.Tensor):
