@@ -48,14 +48,14 @@ from ssvm_torch.outputs import load_torch
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
-RECIPES = ("hybrid_hinge", "hybrid_crf", "hinge", "crf", "hybrid_softmax_margin")
+RECIPES = ("hybrid_hinge", "hybrid_crf", "hinge", "crf", "hybrid_softmax_margin", "softmax_margin")
 HEAD = {"hinge": "hinge", "hybrid_hinge": "hinge", "crf": "crf", "hybrid_crf": "crf",
-        "hybrid_softmax_margin": "softmax_margin"}
+        "hybrid_softmax_margin": "softmax_margin", "softmax_margin": "softmax_margin"}
 HEADS = ("hinge", "softmax_margin", "crf")
 MARGIN_HEADS = ("hinge", "softmax_margin")            # each compared with the CRF head by the paired bootstrap
 # the semi-Markov heads (docs/segments.md), each compared with the neural chain head of its loss on the seeds both
 # have (paired bootstrap; s/epoch of runs trained side by side); they take no part in the chain heads' ranking
-SEGMENT_PAIRS = {"semimarkov_crf": "crf", "semimarkov_hinge": "hinge"}
+SEGMENT_PAIRS = {"semimarkov_crf": "crf", "semimarkov_hinge": "hinge", "semimarkov_softmax_margin": "softmax_margin"}
 
 
 def run_dir(runs: Path, recipe: str, seed: int) -> Path | None:
@@ -255,18 +255,22 @@ def segment_pairs(rows: list, counts: dict, draws: int) -> list:
 
 
 def partial_rows(runs: Path, gold: list, draws: int) -> list:
-    """Runs trained with hidden labels (``<prefix>_<loss>_s<seed>``, config.json ``hide_fraction`` > 0, issue
-    73: ``recipes/partial50_all.sh``), each against the full-annotation hybrid run of its loss and seed:
-    test F1 recomputed and checked as above, the difference and its paired bootstrap."""
+    """Runs trained with hidden labels (a name with ``partial``, config.json ``hide_fraction`` > 0; issue 73:
+    ``recipes/partial50_all.sh``; the plain chain and semi-Markov heads: docs/segments.md), each against the
+    full-annotation run of its structure, features, loss and seed: test F1 recomputed and checked as above, the
+    difference and its paired bootstrap."""
     from seqeval.metrics import f1_score
     out = []
-    for d in sorted(runs.glob("partial*_s*")):
+    for d in sorted(runs.glob("*partial*_s*")):
         config = json.loads((d / "config.json").read_text())
+        if not config.get("hide_fraction"):
+            continue
         res = json.loads((d / "results.json").read_text())
         pred = load_torch(d / "test_predictions.pt", "predictions")["predictions"]
         f1 = 100 * f1_score(gold, pred)
         assert abs(f1 - res["test_f1"]) < 1e-9, (d, f1, res["test_f1"])
-        full = f"hybrid_{config['loss']}" if config["features"] else config["loss"]
+        full = ("semimarkov_" if config.get("structure") == "semimarkov" else "hybrid_" if config["features"]
+                else "") + config["loss"]
         seed = config["seed"]
         row = {"run": d.name, "loss": config["loss"], "seed": seed, "hide_fraction": config["hide_fraction"],
                "hidden_positions": res["hidden_positions"], "fit_positions": res["fit_positions"], "test_f1": f1,

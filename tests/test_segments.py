@@ -325,6 +325,8 @@ def test_nbest_against_enumeration(forbid, dtype):
     assert torch.allclose(scores[:, 0], one, atol=tol)
     with pytest.raises(SSVMInputError, match="nbest: expected an int >= 1"):
         segment_decode(S, nbest=0)
+    empty = segment_decode(S[:0], nbest=3)                      # no rows, and rows of no positions
+    assert empty.shape == (0, 3, 5) and segment_decode(S[:, :0], nbest=3).shape == (5, 3, 0)
 
 
 def test_nbest_scores_equal_torch_structs_topk(torch_struct_deps):

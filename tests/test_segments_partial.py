@@ -161,6 +161,9 @@ def test_partial_refusals_name_the_field():
         (lambda: segment_crf_nll(S, (obs.labels, obs.begins)),
          "segments: expected a segmentation (B, T) or a PartialSegmentation"),
         (lambda: partial_from_tags([["B-NP", 3]], ["O", "NP"]), "tags: expected tag strings"),
+        (lambda: allowed_segments(S, (obs.labels, obs.begins)), "observed: expected a PartialSegmentation"),
+        (lambda: allowed_segments(S, PartialSegmentation(minus.float(), minus)), "observed.labels: expected an "
+         "integer tensor"),
     ]
     for call, message in cases:
         with pytest.raises(SSVMInputError, match=message.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")

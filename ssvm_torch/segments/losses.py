@@ -133,4 +133,5 @@ def allowed_segments(seg_scores, observed, mask=None, lengths=None) -> torch.Ten
     ``seg_scores.masked_fill(~allowed, -inf)`` restricts every call to C (constrained decoding, log Z_C)."""
     S = check_seg_scores(seg_scores)
     lengths = resolve_lengths(S, mask, lengths)
-    return constraints(check_partial(observed, lengths, S.shape[3], S.shape[1]), S.shape[2], S.shape[3])[1]
+    observed = check_partial(observed, lengths, S.shape[3], S.shape[1], field="observed")
+    return constraints(observed, S.shape[2], S.shape[3])[1]

@@ -25,6 +25,8 @@ def nbest(S: torch.Tensor, first: torch.Tensor, last: torch.Tensor, trans: torch
     S, first, last, trans = (x.detach() for x in (S, first, last, trans))
     B, T, L, K = S.shape
     dev, neg = S.device, float("-inf")
+    if B == 0:
+        return torch.full((0, n, T), -1, dtype=torch.int64, device=dev), S.new_zeros(0, n)
     alpha = S.new_full((B, T + 1, K + 1, n), neg)            # alpha[:, e + 1]: segmentations of 0..e
     alpha[:, 0, K, 0] = 0.0                                  # the start state
     into = torch.cat([trans, first[:, None]], 1)             # (K, K + 1): trans[k, k'], first[k] from the start
