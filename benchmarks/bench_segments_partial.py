@@ -5,8 +5,9 @@ float32, medians of ``--repeats`` with the compared calls alternated in every re
   segmentation and from a PartialSegmentation that hides half of the positions (every field, drawn
   independently; :mod:`ssvm_torch.segments.objectives`): the partial CRF runs two log Z passes, the latent hinge
   two decodes, against one each;
-* the 5 best segmentations (:mod:`ssvm_torch.segments.nbest`, batched torch ops) against the 1-best compiled
-  decode at that shape, and against torch-struct 0.5's ``SemiMarkovCRF.topk`` (its k-max semiring) at a shape
+* the 5 best segmentations, compiled (:mod:`ssvm_torch.segments.numba_nbest`) and by the batched torch ops of
+  :mod:`ssvm_torch.segments.nbest` (the path of every other device), against the 1-best compiled decode at that
+  shape, and against torch-struct 0.5's ``SemiMarkovCRF.topk`` (its k-max semiring) at a shape
   where torch-struct's scan fits (B 8, T 30, L 4, K 9), the lists' scores compared in float64.
 
 Usage: python benchmarks/bench_segments_partial.py [--quick] [--out benchmarks/results/segments_partial_cpu.json]
@@ -66,7 +67,9 @@ def losses_point(B, T, L, K, repeats) -> dict:
 def nbest_point(ts, B, T, L, K, k, repeats) -> dict:
     S, first, last, trans, lengths = problem(B, T, L, K)
     fns = {"ours_1best": lambda: segment_decode(S, first, last, trans, lengths=lengths),
-           f"ours_{k}best": lambda: segment_decode(S, first, last, trans, lengths=lengths, nbest=k)}
+           f"ours_{k}best": lambda: segment_decode(S, first, last, trans, lengths=lengths, nbest=k),
+           f"ours_torch_{k}best": lambda: segment_decode(S, first, last, trans, lengths=lengths, nbest=k,
+                                                         kernels="torch")}
     out = {"B": B, "T": T, "L": L, "K": K, "k": k}
     if ts is not None:
         edge = torch_struct_potentials(S, first, last, trans, lengths)
@@ -105,7 +108,7 @@ def main(argv=None):
     result["nbest"] = [nbest_point(None, *conll, 5, repeats), nbest_point(ts, *small, 5, repeats)]
     for r in result["nbest"]:
         line = (f"B {r['B']} T {r['T']} L {r['L']} K {r['K']}: 1-best {r['ms']['ours_1best']:.2f} ms, "
-                f"5-best {r['ms']['ours_5best']:.2f} ms")
+                f"5-best {r['ms']['ours_5best']:.2f} ms (torch path {r['ms']['ours_torch_5best']:.2f})")
         if "ratio_vs_torch_struct" in r:
             line += (f", torch-struct topk(5) {r['ms']['torch_struct_5best']:.2f} ms "
                      f"({r['ratio_vs_torch_struct']:.1f}x), |score diff| {r['max_score_difference_float64']:.1e}")

@@ -299,14 +299,16 @@ def test_scaled_kernel_hands_an_underflowing_row_to_the_log_space_one():
     assert torch.allclose(M_nb, M_tr, atol=1e-10)
 
 
+@pytest.mark.parametrize("kernels", KERNELS)
 @pytest.mark.parametrize("forbid, dtype", [(0.0, torch.float64), (0.3, torch.float64), (0.0, torch.float32)])
-def test_nbest_against_enumeration(forbid, dtype):
+def test_nbest_against_enumeration(forbid, dtype, kernels):
     S, first, last, trans, lengths = random_problem(11, B=5, T=5, L=3, K=2, forbid=forbid, dtype=dtype)
     lengths[1], lengths[2] = 0, 1
     S[2, 0, 0] = float("-inf")                                 # row 2 (one position): no segmentation at all
     S[2, 0, 0, 1] = 0.5                                        # ... but one
     n = 12
-    segs, scores = segment_decode(S, first, last, trans, lengths=lengths, nbest=n, return_scores=True)
+    segs, scores = segment_decode(S, first, last, trans, lengths=lengths, nbest=n, return_scores=True,
+                                  kernels=kernels)
     assert segs.shape == (5, n, 5) and scores.shape == (5, n)
     tol = 1e-10 if dtype == torch.float64 else 1e-4
     for b in range(5):
@@ -325,8 +327,8 @@ def test_nbest_against_enumeration(forbid, dtype):
     assert torch.allclose(scores[:, 0], one, atol=tol)
     with pytest.raises(SSVMInputError, match="nbest: expected an int >= 1"):
         segment_decode(S, nbest=0)
-    empty = segment_decode(S[:0], nbest=3)                      # no rows, and rows of no positions
-    assert empty.shape == (0, 3, 5) and segment_decode(S[:, :0], nbest=3).shape == (5, 3, 0)
+    empty = segment_decode(S[:0], nbest=3, kernels=kernels)      # no rows, and rows of no positions
+    assert empty.shape == (0, 3, 5) and segment_decode(S[:, :0], nbest=3, kernels=kernels).shape == (5, 3, 0)
 
 
 def test_nbest_scores_equal_torch_structs_topk(torch_struct_deps):
@@ -336,5 +338,6 @@ def test_nbest_scores_equal_torch_structs_topk(torch_struct_deps):
     edge = torch_struct_potentials(S, first, last, trans, lengths)
     top = torch_struct_deps.SemiMarkovCRF(edge, lengths=lengths + 1).topk(6).detach()
     theirs = (top * edge.nan_to_num(neginf=0.0)[None]).sum((2, 3, 4, 5)).t()
-    ours = segment_decode(S, first, last, trans, lengths=lengths, nbest=6, return_scores=True)[1]
-    assert torch.allclose(ours, theirs, atol=1e-9)
+    for kernels in KERNELS:
+        ours = segment_decode(S, first, last, trans, lengths=lengths, nbest=6, return_scores=True, kernels=kernels)[1]
+        assert torch.allclose(ours, theirs, atol=1e-9)

@@ -184,3 +184,25 @@ def test_layer_takes_a_partial_segmentation(loss):
     assert torch.allclose(got, expect, atol=1e-12) and bool((got > 0).any())
     got.sum().backward()
     assert float(layer.transitions.grad.abs().sum()) > 0
+
+
+def test_constrained_rows_stay_in_the_scaled_kernel():
+    """Restricted to C, whole positions have no segment ending (or starting) there: the scaled forward-backward
+    gives those vectors the scale -inf (nothing reaches them) instead of handing the row to the log-space
+    recursion, and agrees with it."""
+    import numpy as np
+    from ssvm_torch.segments import numba_semimarkov as nbm
+    S, first, last, trans, lengths, obs = problem(7, 0.3, B=6, T=8, L=3, K=3)
+    allowed = allowed_segments(S, obs, lengths=lengths)
+    S_C = S.masked_fill(~allowed, float("-inf"))
+    args = [x.numpy() for x in (first, last, trans)]
+    for b in range(6):
+        n = int(lengths[b])
+        outs = [[np.zeros((8, 3, 3)), np.zeros(3), np.zeros(3), np.zeros((3, 3))] for _ in range(2)]
+        scaled = nbm.marginals_row_scaled(S_C[b].numpy(), *args, n, *outs[0])
+        logz = nbm.marginals_row_log(S_C[b].numpy(), *args, n, *outs[1])
+        if n:
+            assert np.isfinite(scaled) and scaled == pytest.approx(logz, abs=1e-10)
+            assert all(np.allclose(u, v, atol=1e-10) for u, v in zip(*outs))
+    # some start positions admit no segment at all (the vectors that used to send a row to the log space)
+    assert any(bool((~allowed[b, :int(lengths[b])].flatten(1).any(1)).any()) for b in range(6))

@@ -35,7 +35,6 @@ from ..errors import check, check_choice
 from ..segments import objectives, ops, scoring
 from ..segments.checks import (KERNELS, check_seg_scores, check_transitions, fail_no_segmentation,
                                resolve_lengths)
-from ..segments.nbest import nbest as nbest_segmentations
 from ..segments.partial import PartialSegmentation, check_annotation
 from ..trees.losses import row_cost
 from .reduction import REDUCTIONS, reduce_rows
@@ -132,7 +131,7 @@ class SemiMarkovChain(nn.Module):
               repr(nbest))
         S, first, last, trans, lengths = self._scores(seg_scores, mask, lengths)
         if nbest > 1:
-            segments, scores = nbest_segmentations(S, first, last, trans, lengths, nbest)
+            segments, scores = ops.nbest(S, first, last, trans, lengths, nbest, self.kernels)
             fail_no_segmentation(scores[:, 0], lengths, "the best segmentation's score")
             return segments
         segments, value = ops.best(S, first, last, trans, lengths, self.kernels)

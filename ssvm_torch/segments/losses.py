@@ -25,7 +25,6 @@ from ..errors import check
 from ..trees.losses import row_cost
 from . import objectives, ops, scoring
 from .checks import check_segments, check_seg_scores, check_transitions, fail_no_segmentation, resolve_lengths
-from .nbest import nbest as nbest_segmentations
 from .partial import PartialSegmentation, check_annotation, check_partial, constraints
 
 
@@ -42,12 +41,13 @@ def segment_decode(seg_scores, first=None, last=None, trans=None, mask=None, len
 
     ``nbest=n > 1``: the n best segmentations of every row (B, n, T) in non-increasing score order (ties in any
     order), all -1 for the ranks of a row with fewer than n finite-score segmentations (score -inf); scores
-    (B, n). Computed by the batched torch recursion of :mod:`ssvm_torch.segments.nbest` on every device."""
+    (B, n): compiled for CPU float scores (:mod:`ssvm_torch.segments.numba_nbest`), the batched torch recursion
+    of :mod:`ssvm_torch.segments.nbest` elsewhere or with ``kernels="torch"``."""
     check(isinstance(nbest, int) and not isinstance(nbest, bool) and nbest >= 1, "nbest", "an int >= 1",
           repr(nbest))
     S, first, last, trans, lengths = _prepare(seg_scores, first, last, trans, mask, lengths)
     if nbest > 1:
-        segments, scores = nbest_segmentations(S, first, last, trans, lengths, nbest)
+        segments, scores = ops.nbest(S, first, last, trans, lengths, nbest, kernels)
         fail_no_segmentation(scores[:, 0], lengths, "the best segmentation's score")
         return (segments, scores) if return_scores else segments
     segments, scores = ops.best(S.detach(), first.detach(), last.detach(), trans.detach(), lengths, kernels)

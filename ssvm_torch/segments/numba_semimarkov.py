@@ -111,9 +111,37 @@ def _through(Q, v, out, transposed):
 
 
 @nb.njit(cache=True, nogil=True)
+def _zero_scale(z, reach):
+    """The log scale of a vector normalized by z: log z, or -inf for a zero vector that no allowed path reaches
+    (an exact zero: every term has a -inf factor, as a constrained row's positions where no segment may end);
+    nan where the vector underflowed (a zero or tiny normalizer while some allowed path reaches it)."""
+    if z >= SCALED_MIN:
+        return np.log(z)
+    if z == 0.0:
+        for k in range(reach.size):
+            if reach[k]:
+                return np.nan
+        return NEG_INF
+    return np.nan
+
+
+@nb.njit(cache=True, nogil=True)
+def _weights(x, h, w):
+    """w[l] = exp(x[l] - max x[:h]) for l < h (all 0 when every x is -inf)."""
+    r = NEG_INF
+    for l in range(h):
+        r = max(r, x[l])
+    for l in range(h):
+        w[l] = 0.0 if r == NEG_INF else np.exp(x[l] - r)
+    return r
+
+
+@nb.njit(cache=True, nogil=True)
 def marginals_row_scaled(S, first, last, trans, n, M, MF, ML, MT):
     """:func:`marginals_row_log` in real space with scaling (module docstring); nan (and nothing written) when a
-    normalizer is below SCALED_MIN."""
+    normalizer underflows (:func:`_zero_scale`). Which entries any allowed path reaches is followed beside the
+    values, so that a vector that is exactly zero because nothing may reach it (a constrained row) gets the scale
+    -inf instead of sending the row to the log-space recursion."""
     L, K = S.shape[1], S.shape[2]
     P = np.empty((n, L, K))                  # exp(S[t] - m[t])
     m = np.empty(n)
@@ -127,29 +155,35 @@ def marginals_row_scaled(S, first, last, trans, n, M, MF, ML, MT):
     c = np.zeros(n + 1)
     N = np.zeros((n, K))                     # enter[s] = N[s] exp(d[s])
     d = np.zeros(n)
+    reach_a = np.zeros((n + 1, K), dtype=np.bool_)
+    reach_n = np.zeros((n, K), dtype=np.bool_)
     N[0] = F
     d[0] = mf
-    w = np.empty(L)
+    for k in range(K):
+        reach_n[0, k] = first[k] != NEG_INF
+    w, x = np.empty(L), np.empty(L)
     for e in range(1, n + 1):
         h = min(L, e)
-        r = NEG_INF
         for l in range(h):
-            r = max(r, d[e - l - 1] + m[e - l - 1])
-        for l in range(h):
-            w[l] = np.exp(d[e - l - 1] + m[e - l - 1] - r)
+            x[l] = d[e - l - 1] + m[e - l - 1]
+        r = _weights(x, h, w)
         for l in range(h):
             s = e - l - 1
             for k in range(K):
                 A[e, k] += N[s, k] * P[s, l, k] * w[l]
-        z = _normalize(A[e])
-        if not z >= SCALED_MIN:
+                reach_a[e, k] |= reach_n[s, k] and S[s, l, k] != NEG_INF
+        scale = _zero_scale(_normalize(A[e]), reach_a[e])
+        if np.isnan(scale):
             return np.nan
-        c[e] = r + np.log(z)
+        c[e] = r + scale
         if e < n:
-            z = _through(Q, A[e], N[e], False)
-            if not z >= SCALED_MIN:
+            for k in range(K):
+                for j in range(K):
+                    reach_n[e, k] |= reach_a[e, j] and trans[k, j] != NEG_INF
+            scale = _zero_scale(_through(Q, A[e], N[e], False), reach_n[e])
+            if np.isnan(scale):
                 return np.nan
-            d[e] = c[e] + mq + np.log(z)
+            d[e] = c[e] + mq + scale
     tot = 0.0
     for k in range(K):
         tot += A[n, k] * G[k]
@@ -160,27 +194,33 @@ def marginals_row_scaled(S, first, last, trans, n, M, MF, ML, MT):
     g = np.zeros(n + 1)
     R = np.zeros((n, K))                     # back[s] = R[s] exp(b[s]): completions from a segment starting at s
     bs = np.zeros(n)
+    reach_o = np.zeros((n + 1, K), dtype=np.bool_)
+    reach_r = np.zeros((n, K), dtype=np.bool_)
     O[n] = G
     g[n] = ml
+    for k in range(K):
+        reach_o[n, k] = last[k] != NEG_INF
     for s in range(n - 1, -1, -1):
         h = min(L, n - s)
-        r = NEG_INF
         for l in range(h):
-            r = max(r, g[s + l + 1])
-        for l in range(h):
-            w[l] = np.exp(g[s + l + 1] - r)
+            x[l] = g[s + l + 1]
+        r = _weights(x, h, w)
         for l in range(h):
             for k in range(K):
                 R[s, k] += P[s, l, k] * O[s + l + 1, k] * w[l]
-        z = _normalize(R[s])
-        if not z >= SCALED_MIN:
+                reach_r[s, k] |= reach_o[s + l + 1, k] and S[s, l, k] != NEG_INF
+        scale = _zero_scale(_normalize(R[s]), reach_r[s])
+        if np.isnan(scale):
             return np.nan
-        bs[s] = m[s] + r + np.log(z)
+        bs[s] = m[s] + r + scale
         if s >= 1:
-            z = _through(Q, R[s], O[s], True)
-            if not z >= SCALED_MIN:
+            for j in range(K):
+                for k in range(K):
+                    reach_o[s, j] |= reach_r[s, k] and trans[k, j] != NEG_INF
+            scale = _zero_scale(_through(Q, R[s], O[s], True), reach_o[s])
+            if np.isnan(scale):
                 return np.nan
-            g[s] = mq + bs[s] + np.log(z)
+            g[s] = mq + bs[s] + scale
     for s in range(n):                       # every normalizer held: the marginals, one exponential per (s, l)
         for l in range(min(L, n - s)):
             f = np.exp(d[s] + m[s] + g[s + l + 1] - logz)

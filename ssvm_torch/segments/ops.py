@@ -1,5 +1,6 @@
 """One dispatch over the segment package's backends: the compiled numba kernels
-(:mod:`ssvm_torch.segments.numba_semimarkov`) for CPU float32 / float64 scores, the torch recursions
+(:mod:`ssvm_torch.segments.numba_semimarkov`, :mod:`ssvm_torch.segments.numba_nbest`) for CPU float32 / float64
+scores, the torch recursions
 (:mod:`ssvm_torch.segments.torch_semimarkov`) on every other device, under tracing, or when ``kernels="torch"``.
 Arguments are checked by the callers (:mod:`ssvm_torch.segments.losses`)."""
 from __future__ import annotations
@@ -8,8 +9,10 @@ import numba
 import torch
 
 from ..devices import from_host, to_host
+from . import numba_nbest
 from . import numba_semimarkov as nb
 from . import torch_semimarkov as tr
+from .nbest import nbest as torch_nbest
 from .checks import use_numba
 
 
@@ -26,6 +29,14 @@ def best(S, first, last, trans, lengths, kernels: str = "auto"):
         return tr.best(S, first, last, trans, lengths)
     segments, scores = nb.best_batch(*_host(S, first, last, trans, lengths))
     return from_host(segments, S.device), from_host(scores, S.device)
+
+
+def nbest(S, first, last, trans, lengths, n: int, kernels: str = "auto"):
+    """(segments (B, n, T), scores (B, n)) of the n best segmentations (no gradient; :mod:`.nbest`)."""
+    if not use_numba(S, kernels):
+        return torch_nbest(S, first, last, trans, lengths, n)
+    segments, scores = numba_nbest.nbest_batch(*_host(S, first, last, trans, lengths), n)
+    return from_host(segments, S.device), from_host(scores, S.device).to(S.dtype)
 
 
 class _CompiledLogZ(torch.autograd.Function):

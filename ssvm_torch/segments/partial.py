@@ -28,7 +28,7 @@ import torch
 from ..chain.checks import tracing
 from ..errors import SSVMInputError, check
 from .checks import check_segments, valid_positions
-from .scoring import span_counts, starts_and_labels
+from .scoring import span_counts, starts_and_labels, windows
 
 
 class PartialSegmentation(NamedTuple):
@@ -99,11 +99,9 @@ def constraints(observed: PartialSegmentation, L: int, K: int):
     counts = span_counts(other_label | (begins == 0)[..., None], other_label | (begins == 1)[..., None], L)
     B, T = labels.shape
     early = torch.cat([labels.new_zeros(B, 1, dtype=torch.int32), (ends == 1).cumsum(1, dtype=torch.int32)], 1)
-    t = torch.arange(T, device=labels.device)[:, None]
-    end = (t + torch.arange(L, device=labels.device)[None, :]).clamp(max=T - 1)               # (T, L): t + l
     # the segment (t, l+1) goes on past t..t+l-1 (none may be observed ending) and ends at t+l (not observed
     # going on); positions past the row are unobserved, and the recursions never take such a segment
-    end_bad = early[:, end] - early[:, t.expand_as(end)] + (ends == 0)[:, end].to(torch.int32)       # (B, T, L)
+    end_bad = windows(early[:, :T] + (ends == 0).to(torch.int32), L) - early[:, :T, None]        # (B, T, L)
     allowed = (counts == 0) & (end_bad == 0)[..., None]
     return counts, allowed
 

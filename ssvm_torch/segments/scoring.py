@@ -67,17 +67,24 @@ def loss(pred: torch.Tensor, gold: torch.Tensor, lengths: torch.Tensor, kind: st
     return c * (pb.sum(1) + gb.sum(1) - 2 * both.sum(1)).to(c.dtype)
 
 
+def windows(x: torch.Tensor, L: int) -> torch.Tensor:
+    """(B, M, L, ...) view-backed windows of ``x`` (B, M, ...): [b, t, l] = x[b, min(t + l, M - 1)], by ``unfold``
+    (a strided view: no (B, M, L) index tensor to gather by, which costs several times more on the CPU)."""
+    B, M = x.shape[0], x.shape[1]
+    if M == 0:
+        return x.new_zeros(B, 0, L, *x.shape[2:])
+    padded = torch.cat([x, x[:, -1:].expand(B, L - 1, *x.shape[2:])], 1)
+    return padded.unfold(1, L, 1).movedim(-1, 2)
+
+
 def span_counts(at_start: torch.Tensor, inside: torch.Tensor, L: int) -> torch.Tensor:
     """(B, T, L, K) int32: for the segment (t, l+1, k), ``at_start[b, t, k]`` + the number of positions j in
     t+1..t+l with ``inside[b, j, k]`` (two (B, T, K) bool tensors; positions past T count 0), by one cumulative
     sum: the per-segment count of a per-position loss or violation."""
     B, T, K = inside.shape
-    # int32 counts (a row has < 2^31 positions): half the memory traffic of int64 in the (B, T, L, K) gathers
+    # int32 counts (a row has < 2^31 positions): half the memory traffic of int64
     prefix = torch.cat([inside.new_zeros(B, 1, K, dtype=torch.int32), inside.cumsum(1, dtype=torch.int32)], 1)
-    t = torch.arange(T, device=inside.device)[:, None]
-    l = torch.arange(L, device=inside.device)[None, :]
-    hi = (t + l + 1).clamp(max=T)                                            # positions t+1..t+l go on
-    inner = prefix[:, hi] - prefix[:, (t + 1).clamp(max=T).expand(T, L)]    # (B, T, L, K)
+    inner = windows(prefix[:, 1:], L) - prefix[:, 1:, None, :]             # prefix[min(t+l+1, T)] - prefix[t+1]
     return at_start[:, :, None, :].to(torch.int32) + inner
 
 
