@@ -1,10 +1,10 @@
-"""ONNX export of an eval-mode tagger whose forward is LinearChain.decode (default kernels, BIO
-constraints, a padded row): torch.onnx.export(..., dynamo=True) traces the pure-torch path, and
-onnxruntime gives the int64 paths the layer gives."""
+"""ONNX export of an eval-mode tagger whose forward is LinearChain.decode (default kernels, BIO constraints, a
+padded row) and of a chunker whose forward is SemiMarkovChain.decode: torch.onnx.export(..., dynamo=True) traces
+the pure-torch path, and onnxruntime gives the int64 paths / segmentations the layer gives."""
 import pytest
 import torch
 
-from ssvm_torch.nn import LinearChain, allowed_transitions
+from ssvm_torch.nn import LinearChain, SemiMarkovChain, allowed_transitions
 
 pytest.importorskip("onnxscript")
 ort = pytest.importorskip("onnxruntime")
@@ -86,3 +86,59 @@ def test_the_scan_recursion_equals_the_loop_bit_for_bit():
             lengths = torch.randint(1, T + 1, (B,), generator=g)
             a, b = viterbi_loop(U, lengths, first, last, trans), viterbi_scan(U, lengths, first, last, trans)
             assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+
+
+class SegmentChunker(torch.nn.Module):
+    """Per-word label scores -> SemiMarkovChain.decode (segments of at most 4 words, 3 labels)."""
+
+    def __init__(self, n_features: int):
+        super().__init__()
+        self.emit = torch.nn.Linear(n_features, 3)
+        self.seg = SemiMarkovChain(3, 4, length_scores=True)
+
+    def forward(self, x, lengths):
+        return self.seg.decode(self.seg.from_emissions(self.emit(x)), lengths=lengths)
+
+
+def test_a_semimarkov_chunker_exports_with_dynamic_batch_and_length(tmp_path):
+    """SemiMarkovChain.decode under export runs as two scans (segments/torch_semimarkov.best_scan): exported
+    once at (4, 7), onnxruntime gives the eager layer's segmentations at other (B, T), T < L and empty rows
+    included."""
+    torch.manual_seed(4)
+    model = SegmentChunker(8).eval()
+    with torch.no_grad():
+        model.seg.length_scores.normal_()
+        model.seg.transitions.normal_(std=2.0)
+    x, lengths = torch.randn(4, 7, 8), torch.tensor([7, 3, 0, 5])
+    batch, time = torch.export.Dim("batch"), torch.export.Dim("time")
+    path = tmp_path / "segments.onnx"
+    torch.onnx.export(model, (x, lengths), str(path), dynamo=True,
+                      dynamic_shapes={"x": {0: batch, 1: time}, "lengths": {0: batch}})
+    session = ort.InferenceSession(str(path))
+    inputs = session.get_inputs()
+    g = torch.Generator().manual_seed(5)
+    for B, T in ((4, 7), (2, 13), (6, 3), (3, 1)):
+        x2 = torch.randn(B, T, 8, generator=g) * 2
+        l2 = torch.randint(0, T + 1, (B,), generator=g)
+        l2[0] = T
+        got = session.run(None, {inputs[0].name: x2.numpy(), inputs[1].name: l2.numpy()})[0]
+        want = model(x2, l2)
+        assert got.dtype.name == "int64" and torch.equal(torch.from_numpy(got), want), (B, T)
+        assert int(want[0, 0]) >= 0 and bool((want[l2 == 0] == -1).all())     # a full row starts; empty rows
+
+
+def test_the_semimarkov_scan_recursion_equals_the_loop():
+    """best_scan (what an exported graph runs) against best (eager): segmentations and scores equal, -inf
+    segments and transitions, empty rows and T < L included."""
+    from ssvm_torch.segments.torch_semimarkov import best, best_scan
+    g = torch.Generator().manual_seed(6)
+    for B, T, L, K in ((4, 7, 3, 3), (3, 1, 2, 2), (5, 12, 4, 3), (2, 3, 6, 4)):
+        S = torch.randn(B, T, L, K, generator=g, dtype=torch.float64)
+        S = S.masked_fill(torch.rand(S.shape, generator=g) < 0.2, float("-inf"))
+        first, last = torch.randn(K, generator=g, dtype=torch.float64), torch.randn(K, generator=g, dtype=torch.float64)
+        trans = torch.randn(K, K, generator=g, dtype=torch.float64)
+        S[:, :, 0] = S[:, :, 0].nan_to_num(neginf=0.0)                    # one-position segments: a segmentation
+        lengths = torch.randint(0, T + 1, (B,), generator=g)
+        lengths[0] = T
+        a, b = best(S, first, last, trans, lengths), best_scan(S, first, last, trans, lengths)
+        assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])

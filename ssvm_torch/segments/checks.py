@@ -139,7 +139,10 @@ def check_segments(segments, lengths: torch.Tensor, K: int | None, L: int | None
 
 
 def fail_no_segmentation(values: torch.Tensor, lengths: torch.Tensor, what: str) -> None:
-    """Refuse, naming the row, a non-empty row whose best score or log Z (``what``) is -inf."""
+    """Refuse, naming the row, a non-empty row whose best score or log Z (``what``) is -inf (not inside a traced
+    or exported graph, which cannot branch on values)."""
+    if tracing():
+        return
     bad = torch.isneginf(values.detach()) & (lengths > 0)
     if bool(bad.any()):
         b = int(bad.nonzero()[0, 0])

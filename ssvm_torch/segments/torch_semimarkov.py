@@ -92,6 +92,8 @@ def best(S, first, last, trans, lengths):
     segments = torch.full((B, T + 1), -1, dtype=torch.int64, device=dev)   # column T takes inactive rows' writes
     if T == 0:
         return segments[:, :T], S.new_zeros(B)
+    if torch.compiler.is_exporting():           # a graph whose T is dynamic: the same recursion as scans
+        return best_scan(S, first, last, trans, lengths)
     alpha, lens, prevs = _steps(S, first, trans, lengths, True)
     scores, k = _final(alpha, last, lengths).max(1)
     rows = torch.arange(B, device=dev)
@@ -105,3 +107,48 @@ def best(S, first, last, trans, lengths):
         active = active & (start > 0)
         pos = start
     return segments[:, :T], torch.where(lengths > 0, scores, torch.zeros_like(scores))
+
+
+def best_scan(S, first, last, trans, lengths):
+    """:func:`best` as two ``torch.scan`` loops over positions (as the chain's ``viterbi_scan``), for exported
+    graphs whose T is dynamic (a Python loop over range(T) fixes T; a scan exports as one ONNX Scan node).
+
+    Forward: the carry holds the last L enter vectors, newest first (the start state's ``first`` in slot 0 before
+    position 0, -inf behind it); at end position e it takes the best length and label into alpha and the best
+    previous label entering at e + 1. Backward, from the last position down: the carry holds the current
+    segment's start and label; a row's last position takes the best final label, the position before a segment's
+    start takes the label that entered that start, and each start writes its label. Shared (K,) / (K, K) scores;
+    tensors a body needs travel in the carry."""
+    from torch._higher_order_ops.scan import scan
+    S, first, last, trans = (x.detach() for x in (S, first, last, trans))     # no autograd through the scans
+    B, T, L, K = S.shape
+    steps = torch.arange(T, device=S.device)
+    E = end_indexed(S, lengths)
+    too_early = (steps[:, None] - torch.arange(L, device=S.device)[None, :]) < 0                  # (T, L)
+    E = E.masked_fill(too_early[None, :, :, None], NEG)
+    enters0 = torch.cat([first.expand(B, 1, K), S.new_full((B, L - 1, K), NEG)], 1)
+
+    def forward_step(carry, x):
+        enters, tr = carry
+        (seg,) = x                                                                    # (B, L, K)
+        a, best_l = (enters + seg).max(1)                                             # (B, K)
+        nxt, best_k = (a[:, None, :] + tr[None]).max(2)
+        return (torch.cat([nxt[:, None], enters[:, :-1]], 1), tr.clone()), (a, best_l, best_k)
+
+    _, (alpha, lens, prevs) = scan(forward_step, (enters0, trans), (E.transpose(0, 1),))
+    alpha, lens, prevs = alpha.transpose(0, 1), lens.transpose(0, 1), prevs.transpose(0, 1)       # (B, T, K)
+    scores, k_end = _final(alpha, last, lengths).max(1)
+
+    def backward_step(carry, x):
+        start, k, k_last, lens_b = carry
+        t, ln, prev = x                                      # at position t: best lengths, entering labels (B, K)
+        at_end = t == lens_b - 1
+        before = t == start - 1                              # the segment before the current one ends here
+        k_new = torch.where(at_end, k_last, torch.where(before, prev.gather(1, k[:, None])[:, 0], k))
+        start_new = torch.where(at_end | before, t - ln.gather(1, k_new[:, None])[:, 0], start)
+        label = torch.where((t == start_new) & (t < lens_b), k_new, torch.full_like(k_new, -1))
+        return (start_new, k_new, k_last.clone(), lens_b.clone()), label
+
+    carry0 = (lengths.clone(), k_end.clone(), k_end.clone(), lengths.clone())
+    _, labels = scan(backward_step, carry0, (steps, lens.transpose(0, 1), prevs.transpose(0, 1)), reverse=True)
+    return labels.transpose(0, 1), torch.where(lengths > 0, scores, torch.zeros_like(scores))
