@@ -206,3 +206,28 @@ def test_constrained_rows_stay_in_the_scaled_kernel():
             assert all(np.allclose(u, v, atol=1e-10) for u, v in zip(*outs))
     # some start positions admit no segment at all (the vectors that used to send a row to the log space)
     assert any(bool((~allowed[b, :int(lengths[b])].flatten(1).any(1)).any()) for b in range(6))
+
+
+def test_layer_decodes_under_an_observation():
+    """SemiMarkovChain.decode(observed=...): the best (and n best) of the segmentations that agree, equal to the
+    decode of the scores restricted to the allowed segments, and in C by the position-by-position test."""
+    from ssvm_torch.nn import SemiMarkovChain
+    torch.manual_seed(2)
+    layer = SemiMarkovChain(3, 3).double()
+    S, _, _, _, lengths, obs = problem(8, 0.5)
+    got = layer.decode(S, lengths=lengths, observed=obs)
+    args = (layer.start_transitions, layer.end_transitions, layer.transitions.t())
+    restricted = S.masked_fill(~allowed_segments(S, obs, lengths=lengths), float("-inf"))
+    assert torch.equal(got, segment_decode(restricted, *args, lengths=lengths))
+    for b in range(S.shape[0]):
+        assert agrees(got[b], int(lengths[b]), obs, b)[0]
+    top = layer.decode(S, lengths=lengths, observed=obs, nbest=3)
+    from ssvm_torch.segments import segment_score
+    assert torch.allclose(segment_score(S, top[:, 0], *args, lengths=lengths),   # ties may pick another one
+                          segment_score(S, got, *args, lengths=lengths), atol=1e-12)
+    for b in range(S.shape[0]):
+        for y in top[b]:
+            assert (y == -1).all() or agrees(y, int(lengths[b]), obs, b)[0]
+    lone = PartialSegmentation(torch.full_like(obs.labels, -1), torch.tensor([[1, 0, 0, 0, -1, -1]] * 5))
+    with pytest.raises(SSVMInputError, match="row 0 has no segmentation .* agree with observed"):
+        layer.decode(S, lengths=lengths, observed=lone)                         # a 4-position segment, L = 3

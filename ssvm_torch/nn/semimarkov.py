@@ -35,7 +35,7 @@ from ..errors import check, check_choice
 from ..segments import objectives, ops, scoring
 from ..segments.checks import (KERNELS, check_seg_scores, check_transitions, fail_no_segmentation,
                                resolve_lengths)
-from ..segments.partial import PartialSegmentation, check_annotation
+from ..segments.partial import PartialSegmentation, check_annotation, check_partial, constraints
 from ..trees.losses import row_cost
 from .reduction import REDUCTIONS, reduce_rows
 
@@ -123,19 +123,26 @@ class SemiMarkovChain(nn.Module):
 
     @torch.no_grad()
     def decode(self, seg_scores: torch.Tensor, mask: torch.Tensor | None = None,
-               lengths: torch.Tensor | None = None, *, nbest: int = 1) -> torch.Tensor:
+               lengths: torch.Tensor | None = None, *, nbest: int = 1, observed=None) -> torch.Tensor:
         """The best segmentation of every row (B, T): the label at each segment's first position, -1 elsewhere;
         ``nbest=n > 1``: the n best (B, n, T) in non-increasing score order, all -1 for the ranks of a row with
-        fewer than n segmentations (:func:`ssvm_torch.segments.segment_decode`)."""
+        fewer than n segmentations (:func:`ssvm_torch.segments.segment_decode`). ``observed``: a
+        :class:`~ssvm_torch.segments.PartialSegmentation` the result must agree with (constrained decoding over C;
+        a row with no such segmentation is refused by name)."""
         check(isinstance(nbest, int) and not isinstance(nbest, bool) and nbest >= 1, "nbest", "an int >= 1",
               repr(nbest))
         S, first, last, trans, lengths = self._scores(seg_scores, mask, lengths)
+        if observed is not None:
+            known = check_partial(observed, lengths, self.num_labels, S.shape[1], field="observed")
+            S = S.masked_fill(~constraints(known, self.max_length, self.num_labels)[1], float("-inf"))
+        what = "the best segmentation's score" + ("" if observed is None else " (over the segmentations that "
+                                                   "agree with observed)")
         if nbest > 1:
             segments, scores = ops.nbest(S, first, last, trans, lengths, nbest, self.kernels)
-            fail_no_segmentation(scores[:, 0], lengths, "the best segmentation's score")
+            fail_no_segmentation(scores[:, 0], lengths, what)
             return segments
         segments, value = ops.best(S, first, last, trans, lengths, self.kernels)
-        fail_no_segmentation(value, lengths, "the best segmentation's score")
+        fail_no_segmentation(value, lengths, what)
         return segments
 
     @torch.no_grad()
