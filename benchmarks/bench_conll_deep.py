@@ -219,6 +219,7 @@ def report(runs: Path, draws: int) -> dict:
                                      **paired_bootstrap(counts[h], counts[c], draws)})
     out["segments"] = segment_pairs(rows, counts, draws)
     out["partial"] = partial_rows(runs, gold, draws)
+    out["partial_pairs"] = partial_pairs(runs, gold, draws)
     if chain_rows:
         best = max(chain_rows, key=lambda r: r["runs"][0]["dev_f1"])
         src = ROOT / best["runs"][0]["dir"] / "test_predictions.pt"
@@ -285,6 +286,33 @@ def partial_rows(runs: Path, gold: list, draws: int) -> list:
     return out
 
 
+# partial-annotation runs compared over the seeds both have: the semi-Markov head against the chain head of its loss
+# (the same hidden positions and encoder), and each against the full-annotation runs of its seeds
+PARTIAL_PAIRS = [(f"semimarkov_partial50_{loss}", f"chain_partial50_{loss}") for loss in ("crf", "hinge")] + \
+    [(f"{kind}_partial50_{loss}", f"{full}{loss}") for loss in ("crf", "hinge")
+     for kind, full in (("semimarkov", "semimarkov_"), ("chain", ""))]
+
+
+def partial_pairs(runs: Path, gold: list, draws: int) -> list:
+    """Seed-averaged test F1 of two run families on their common seeds and the paired bootstrap of the
+    difference (``PARTIAL_PAIRS``)."""
+    from seqeval.metrics import f1_score
+    out = []
+    for a, b in PARTIAL_PAIRS:
+        seeds = [s for s in range(3) if run_dir(runs, a, s) is not None and run_dir(runs, b, s) is not None]
+        if not seeds:
+            continue
+        counts, f1 = {a: [], b: []}, {a: [], b: []}
+        for name in (a, b):
+            for s in seeds:
+                pred = load_torch(run_dir(runs, name, s) / "test_predictions.pt", "predictions")["predictions"]
+                counts[name].append(chunk_counts(gold, pred))
+                f1[name].append(100 * f1_score(gold, pred))
+        out.append({"a": a, "b": b, "seeds": seeds, "test_f1_a": mean_std(f1[a]), "test_f1_b": mean_std(f1[b]),
+                    **paired_bootstrap(counts[a], counts[b], draws)})
+    return out
+
+
 def print_table(out: dict) -> None:
     def fmt(ms, d=2):
         return f"{ms['mean']:.{d}f}" + (f" +- {ms['std']:.{d}f}" if ms["std"] is not None else "")
@@ -308,6 +336,10 @@ def print_table(out: dict) -> None:
                    if r["full_run"] else "")
         print(f"{r['run']}: {r['hidden_positions']} of {r['fit_positions']} labels hidden, test F1 {r['test_f1']:.2f}, "
               f"dev F1 {r['dev_f1']:.2f}, {r['epochs']} epochs{against}")
+    for b in out.get("partial_pairs", []):
+        print(f"{b['a']} - {b['b']} (seeds {b['seeds']}): test F1 {b['test_f1_a']['mean']:.2f} vs "
+              f"{b['test_f1_b']['mean']:.2f}, {b['observed_diff']:+.2f}, 95% CI [{b['ci95'][0]:+.2f}, "
+              f"{b['ci95'][1]:+.2f}]")
     if "committed_predictions" in out:
         c = out["committed_predictions"]
         print(f"{c['file']}: {c['recipe']} seed 0, test F1 {c['test_f1']:.2f} ({c['sentences']} sentences, "
