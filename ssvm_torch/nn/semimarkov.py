@@ -33,9 +33,8 @@ from torch import nn
 
 from ..errors import check, check_choice
 from ..segments import objectives, ops, scoring
-from ..segments.checks import (KERNELS, check_seg_scores, check_transitions, fail_no_segmentation,
-                               resolve_lengths)
-from ..segments.partial import PartialSegmentation, check_annotation, check_partial, constraints
+from ..segments.checks import (KERNELS, check_seg_scores, check_transitions, resolve_lengths)
+from ..segments.partial import check_annotation, check_partial, constraints
 from ..trees.losses import row_cost
 from .reduction import REDUCTIONS, reduce_rows
 
@@ -113,11 +112,7 @@ class SemiMarkovChain(nn.Module):
         S, first, last, trans, lengths = self._scores(seg_scores, mask, lengths)
         c = row_cost(self.cost, lengths, S.dtype)
         gold = check_annotation(segments, lengths, self.num_labels, self.max_length, S.shape[1])
-        if isinstance(gold, PartialSegmentation):
-            per_row = objectives.partial_loss(self.loss, S, first, last, trans, gold, lengths, c, self.kernels,
-                                              self.seg_loss)
-        else:
-            per_row = objectives.full_loss(self.loss, S, first, last, trans, gold, lengths, self.seg_loss, c,
+        per_row = objectives.training_loss(self.loss, S, first, last, trans, gold, lengths, self.seg_loss, c,
                                            self.kernels)
         return reduce_rows(per_row, reduction, lengths)
 
@@ -129,21 +124,13 @@ class SemiMarkovChain(nn.Module):
         fewer than n segmentations (:func:`ssvm_torch.segments.segment_decode`). ``observed``: a
         :class:`~ssvm_torch.segments.PartialSegmentation` the result must agree with (constrained decoding over C;
         a row with no such segmentation is refused by name)."""
-        check(isinstance(nbest, int) and not isinstance(nbest, bool) and nbest >= 1, "nbest", "an int >= 1",
-              repr(nbest))
         S, first, last, trans, lengths = self._scores(seg_scores, mask, lengths)
+        what = "the best segmentation's score"
         if observed is not None:
             known = check_partial(observed, lengths, self.num_labels, S.shape[1], field="observed")
             S = S.masked_fill(~constraints(known, self.max_length, self.num_labels)[1], float("-inf"))
-        what = "the best segmentation's score" + ("" if observed is None else " (over the segmentations that "
-                                                   "agree with observed)")
-        if nbest > 1:
-            segments, scores = ops.nbest(S, first, last, trans, lengths, nbest, self.kernels)
-            fail_no_segmentation(scores[:, 0], lengths, what)
-            return segments
-        segments, value = ops.best(S, first, last, trans, lengths, self.kernels)
-        fail_no_segmentation(value, lengths, what)
-        return segments
+            what += " (over the segmentations that agree with observed)"
+        return objectives.decode(S, first, last, trans, lengths, self.kernels, nbest, what)[0]
 
     @torch.no_grad()
     def marginals(self, seg_scores: torch.Tensor, mask: torch.Tensor | None = None,

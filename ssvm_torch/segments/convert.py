@@ -23,31 +23,46 @@ def _split(tag: str, scheme: str, outside: str, where: str):
     return prefix, kind
 
 
-def segments_from_tags(tags, labels, scheme: str = "BIO", outside: str = "O", device=None):
-    """(segments (B, T) int64, lengths (B,)) of sentences given as lists of chunk tags; ``labels`` lists the
-    segment labels (chunk types and ``outside``), a label's index being its id. T = the longest sentence."""
+def _read(tags, labels, scheme: str, outside: str, unknown: bool):
+    """(labels, begins, ends (B, T) int64, -1 where not observed; lengths (B,)) of tag lists (module docstring);
+    ``unknown``: None marks a position whose tag is unknown (refused as a non-string tag otherwise)."""
     check(scheme in SCHEMES, "scheme", f"one of {list(SCHEMES)}", repr(scheme))
     check(isinstance(tags, (list, tuple)) and all(isinstance(s, (list, tuple)) for s in tags), "tags",
-          "a list of sentences, each a list of tag strings", type(tags).__name__)
+          "a list of sentences, each a list of tag strings" + (" or None (unknown)" if unknown else ""),
+          type(tags).__name__)
     index = {name: i for i, name in enumerate(labels)}
     check(len(index) == len(labels), "labels", "distinct names", list(labels))
     T = max((len(s) for s in tags), default=0)
-    segments = torch.full((len(tags), T), -1, dtype=torch.int64)
+    out = [torch.full((len(tags), T), -1, dtype=torch.int64) for _ in range(3)]
     for b, sentence in enumerate(tags):
-        prev = None                                   # the type of the chunk that position t-1 is in (None: O)
-        ended = True                                  # BIOES: the previous chunk was closed by E- / S-
-        for t, tag in enumerate(sentence):
-            prefix, kind = _split(tag, scheme, outside, f"sentence {b}, position {t}")
+        read = [None if tag is None and unknown else _split(tag, scheme, outside, f"sentence {b}, position {t}")
+                for t, tag in enumerate(sentence)]
+        for t, tag in enumerate(read):
+            if tag is None:
+                continue
+            prefix, kind = tag
             name = outside if prefix == "O" else kind
             if name not in index:
                 raise SSVMInputError(f"labels: expected every segment label of the tags, {name!r} (sentence {b}, "
                                      f"position {t}) is not among {list(labels)}")
-            begins = prefix in ("O", "B", "S") or kind != prev or (scheme == "BIOES" and ended)
-            if begins:
-                segments[b, t] = index[name]
-            prev = kind
-            ended = prefix in ("O", "E", "S")
-    lengths = torch.tensor([len(s) for s in tags], dtype=torch.int64)
+            out[0][b, t] = index[name]
+            before = read[t - 1] if t else ("O", None)
+            if before is None:                        # the tag alone: B-, S-, O begin; I-, E- go on
+                begins = prefix in ("O", "B", "S")
+            else:                                     # conlleval's reading, the BIOES chunk closed by E- / S-
+                ended = before[0] in ("O", "E", "S")
+                begins = prefix in ("O", "B", "S") or kind != before[1] or (scheme == "BIOES" and ended)
+            out[1][b, t] = int(begins)
+            if t + 1 < len(sentence) and read[t + 1] is None and (prefix == "O" or scheme == "BIOES"):
+                out[2][b, t] = int(prefix in ("O", "E", "S"))
+    return out, torch.tensor([len(s) for s in tags], dtype=torch.int64)
+
+
+def segments_from_tags(tags, labels, scheme: str = "BIO", outside: str = "O", device=None):
+    """(segments (B, T) int64, lengths (B,)) of sentences given as lists of chunk tags; ``labels`` lists the
+    segment labels (chunk types and ``outside``), a label's index being its id. T = the longest sentence."""
+    (label, begins, _), lengths = _read(tags, labels, scheme, outside, unknown=False)
+    segments = torch.where(begins == 1, label, torch.full_like(label, -1))
     return segments.to(device or "cpu"), lengths.to(device or "cpu")
 
 
@@ -59,38 +74,9 @@ def partial_from_tags(tags, labels, scheme: str = "BIO", outside: str = "O", dev
     unknown, the end flag the tag implies (O, and BIOES's E-, S- end; BIOES's B-, I- go on). A sentence without
     None observes exactly the segmentation :func:`segments_from_tags` returns."""
     from .partial import PartialSegmentation
-    check(scheme in SCHEMES, "scheme", f"one of {list(SCHEMES)}", repr(scheme))
-    check(isinstance(tags, (list, tuple)) and all(isinstance(s, (list, tuple)) for s in tags), "tags",
-          "a list of sentences, each a list of tag strings or None (unknown)", type(tags).__name__)
-    index = {name: i for i, name in enumerate(labels)}
-    check(len(index) == len(labels), "labels", "distinct names", list(labels))
-    T = max((len(s) for s in tags), default=0)
-    out = {name: torch.full((len(tags), T), -1, dtype=torch.int64) for name in ("labels", "begins", "ends")}
-    for b, sentence in enumerate(tags):
-        read = [None if tag is None else _split(tag, scheme, outside, f"sentence {b}, position {t}")
-                for t, tag in enumerate(sentence)]
-        for t, tag in enumerate(read):
-            if tag is None:
-                continue
-            prefix, kind = tag
-            name = outside if prefix == "O" else kind
-            if name not in index:
-                raise SSVMInputError(f"labels: expected every segment label of the tags, {name!r} (sentence {b}, "
-                                     f"position {t}) is not among {list(labels)}")
-            out["labels"][b, t] = index[name]
-            before = read[t - 1] if t else ("O", None)
-            if before is None:
-                begins = prefix in ("O", "B", "S")
-            else:
-                ended = before[0] in ("O", "E", "S")
-                begins = prefix in ("O", "B", "S") or kind != before[1] or (scheme == "BIOES" and ended)
-            out["begins"][b, t] = int(begins)
-            if t + 1 < len(sentence) and read[t + 1] is None:
-                if prefix == "O" or scheme == "BIOES":
-                    out["ends"][b, t] = int(prefix in ("O", "E", "S"))
-    lengths = torch.tensor([len(s) for s in tags], dtype=torch.int64)
+    fields, lengths = _read(tags, labels, scheme, outside, unknown=True)
     dev = device or "cpu"
-    return PartialSegmentation(*(out[k].to(dev) for k in ("labels", "begins", "ends"))), lengths.to(dev)
+    return PartialSegmentation(*(x.to(dev) for x in fields)), lengths.to(dev)
 
 
 def spans(segments: torch.Tensor, lengths: torch.Tensor) -> list[list[tuple[int, int, int]]]:

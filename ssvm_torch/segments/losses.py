@@ -24,8 +24,8 @@ import torch
 from ..errors import check
 from ..trees.losses import row_cost
 from . import objectives, ops, scoring
-from .checks import check_segments, check_seg_scores, check_transitions, fail_no_segmentation, resolve_lengths
-from .partial import PartialSegmentation, check_annotation, check_partial, constraints
+from .checks import check_segments, check_seg_scores, check_transitions, resolve_lengths
+from .partial import check_annotation, check_partial, constraints
 
 
 def _prepare(seg_scores, first, last, trans, mask, lengths):
@@ -43,15 +43,8 @@ def segment_decode(seg_scores, first=None, last=None, trans=None, mask=None, len
     order), all -1 for the ranks of a row with fewer than n finite-score segmentations (score -inf); scores
     (B, n): compiled for CPU float scores (:mod:`ssvm_torch.segments.numba_nbest`), the batched torch recursion
     of :mod:`ssvm_torch.segments.nbest` elsewhere or with ``kernels="torch"``."""
-    check(isinstance(nbest, int) and not isinstance(nbest, bool) and nbest >= 1, "nbest", "an int >= 1",
-          repr(nbest))
     S, first, last, trans, lengths = _prepare(seg_scores, first, last, trans, mask, lengths)
-    if nbest > 1:
-        segments, scores = ops.nbest(S, first, last, trans, lengths, nbest, kernels)
-        fail_no_segmentation(scores[:, 0], lengths, "the best segmentation's score")
-        return (segments, scores) if return_scores else segments
-    segments, scores = ops.best(S.detach(), first.detach(), last.detach(), trans.detach(), lengths, kernels)
-    fail_no_segmentation(scores, lengths, "the best segmentation's score")
+    segments, scores = objectives.decode(S, first, last, trans, lengths, kernels, nbest)
     return (segments, scores) if return_scores else segments
 
 
@@ -123,9 +116,7 @@ def _training_loss(kind, seg_scores, segments, first, last, trans, mask, lengths
     check(loss in scoring.LOSSES, "loss", f"one of {list(scoring.LOSSES)}", repr(loss))
     c = row_cost(cost, lengths, S.dtype)
     gold = check_annotation(segments, lengths, S.shape[3], S.shape[2], S.shape[1])
-    if isinstance(gold, PartialSegmentation):
-        return objectives.partial_loss(kind, S, first, last, trans, gold, lengths, c, kernels, loss)
-    return objectives.full_loss(kind, S, first, last, trans, gold, lengths, loss, c, kernels)
+    return objectives.training_loss(kind, S, first, last, trans, gold, lengths, loss, c, kernels)
 
 
 def allowed_segments(seg_scores, observed, mask=None, lengths=None) -> torch.Tensor:

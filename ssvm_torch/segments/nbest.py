@@ -42,15 +42,10 @@ def nbest(S: torch.Tensor, first: torch.Tensor, last: torch.Tensor, trans: torch
         alpha[:, e + 1, :K] = top.values
         back[:, e] = top.indices
     final = alpha[torch.arange(B, device=dev), lengths, :K] + last[None, :, None]  # (B, K, n)
-    final = final.reshape(B, -1)
-    m = min(n, final.shape[1])
-    scores, pick = final.topk(m, dim=1)
+    scores, pick = final.reshape(B, -1).topk(n, dim=1)                         # of K n >= n candidates
     empty = lengths == 0
-    scores = torch.where(empty[:, None], torch.where(torch.arange(m, device=dev) == 0, 0.0, neg).to(S.dtype),
+    scores = torch.where(empty[:, None], torch.where(torch.arange(n, device=dev) == 0, 0.0, neg).to(S.dtype),
                          scores)
-    if m < n:
-        scores = torch.cat([scores, scores.new_full((B, n - m), neg)], 1)
-        pick = torch.cat([pick, pick.new_zeros(B, n - m)], 1)
     alive = torch.isfinite(scores) & ~empty[:, None]
     e = (lengths[:, None] - 1).expand(B, n).clone()
     k, r = pick // n, pick % n

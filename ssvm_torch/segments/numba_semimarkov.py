@@ -126,6 +126,16 @@ def _zero_scale(z, reach):
 
 
 @nb.njit(cache=True, nogil=True)
+def _reach_through(trans, v, out, transposed):
+    """out[a] = any_b v[b] with an allowed transition between a and b (``trans[a, b]``, or ``trans[b, a]`` when
+    ``transposed``): :func:`_through` on the reach charts."""
+    K = v.size
+    for a in range(K):
+        for b in range(K):
+            out[a] |= v[b] and (trans[b, a] if transposed else trans[a, b]) != NEG_INF
+
+
+@nb.njit(cache=True, nogil=True)
 def _weights(x, h, w):
     """w[l] = exp(x[l] - max x[:h]) for l < h (all 0 when every x is -inf)."""
     r = NEG_INF
@@ -177,9 +187,7 @@ def marginals_row_scaled(S, first, last, trans, n, M, MF, ML, MT):
             return np.nan
         c[e] = r + scale
         if e < n:
-            for k in range(K):
-                for j in range(K):
-                    reach_n[e, k] |= reach_a[e, j] and trans[k, j] != NEG_INF
+            _reach_through(trans, reach_a[e], reach_n[e], False)
             scale = _zero_scale(_through(Q, A[e], N[e], False), reach_n[e])
             if np.isnan(scale):
                 return np.nan
@@ -214,9 +222,7 @@ def marginals_row_scaled(S, first, last, trans, n, M, MF, ML, MT):
             return np.nan
         bs[s] = m[s] + r + scale
         if s >= 1:
-            for j in range(K):
-                for k in range(K):
-                    reach_o[s, j] |= reach_r[s, k] and trans[k, j] != NEG_INF
+            _reach_through(trans, reach_r[s], reach_o[s], True)
             scale = _zero_scale(_through(Q, R[s], O[s], True), reach_o[s])
             if np.isnan(scale):
                 return np.nan

@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 
 from ..chain.checks import tracing
-from ..errors import SSVMInputError
+from ..errors import SSVMInputError, check
 from ..trees.partial import join_rows
 from . import ops, scoring
 from .checks import fail_no_segmentation
@@ -107,3 +107,26 @@ def partial_loss(kind: str, S, first, last, trans, observed: PartialSegmentation
         lambda i: _partial(kind, S[i], first, last, trans, counts[i], allowed[i], lengths[i], c[i], kernels, i,
                            field),
         S)
+
+
+def training_loss(kind: str, S, first, last, trans, gold, lengths, seg_loss: str, c, kernels: str) -> torch.Tensor:
+    """The loss ``kind`` (B,) of a checked annotation (:func:`~ssvm_torch.segments.partial.check_annotation`): a
+    segmentation (:func:`full_loss`) or a PartialSegmentation (:func:`partial_loss`)."""
+    if isinstance(gold, PartialSegmentation):
+        return partial_loss(kind, S, first, last, trans, gold, lengths, c, kernels, seg_loss)
+    return full_loss(kind, S, first, last, trans, gold, lengths, seg_loss, c, kernels)
+
+
+def decode(S, first, last, trans, lengths, kernels: str, nbest: int, what: str = "the best segmentation's score"):
+    """(segments, scores) of checked scores: the best segmentation (B, T) and its score (B,), or with ``nbest``
+    > 1 the n best (B, n, T) and theirs (B, n); a non-empty row without a segmentation of finite score refused
+    (``what`` names the score in the message)."""
+    check(isinstance(nbest, int) and not isinstance(nbest, bool) and nbest >= 1, "nbest", "an int >= 1",
+          repr(nbest))
+    if nbest > 1:
+        segments, scores = ops.nbest(S, first, last, trans, lengths, nbest, kernels)
+        fail_no_segmentation(scores[:, 0], lengths, what)
+        return segments, scores
+    segments, scores = ops.best(S.detach(), first.detach(), last.detach(), trans.detach(), lengths, kernels)
+    fail_no_segmentation(scores, lengths, what)
+    return segments, scores
