@@ -150,6 +150,40 @@ def test_semimarkov_chunker_trains_from_hidden_tags(tmp_path):
         assert all(bool(allowed[0, t, e - t - 1, k]) for t, e, k in spans(gold, torch.tensor([len(row)]))[0])
 
 
+def test_hybrid_semimarkov_chunker_trains_token_begin_and_end_attribute_scores(tmp_path):
+    """The semi-Markov hybrid (recipes/conll_deep_hybrid_semimarkov_softmax_margin.yaml): an attribute's row holds a
+    token, a begin and an end score per segment label; SparseAdam moves all three, and each reaches the segment
+    scores where the docstring says (token: every position of the segment, begin: its first, end: its last)."""
+    args = ["fit", "--config", str(ROOT / "recipes" / "conll_deep_hybrid_semimarkov_softmax_margin.yaml"),
+            "--model.features", "w[0] p[0]", "--model.train_size", "200", "--model.hidden", "16", "--model.word_dim",
+            "16", "--model.char_filters", "8", "--model.lr", "0.01", "--trainer.max_epochs", "2",
+            "--trainer.default_root_dir", str(tmp_path)]
+    assert deep_main(args) == 0
+    out = sorted(tmp_path.glob("lightning_logs/version_*"))[-1]
+    saved = torch.load(out / "chunker.pt", weights_only=True)
+    K = len(saved["segment_labels"])
+    rows = saved["state_dict"]["attributes.weight"]
+    assert rows.shape[1] == 3 * K and all(float(part.abs().sum()) > 0 for part in rows.split(K, 1))
+    assert json.loads((out / "results.json").read_text())["test_f1"] > 0
+    from ssvm_torch.deep import ConllChunker
+    model = ConllChunker(loss="softmax_margin", tags="bio", constraints=False, structure="semimarkov",
+                         features="w[0] p[0]", train_size=200, hidden=16, word_dim=16, char_filters=8)
+    model.build()
+    tagger = model.tagger.eval()
+    batch = model.corpus.fit.batch(torch.arange(2))
+    before = tagger.segment_scores(batch)
+    ids, offsets = batch["bag"]
+    token0 = ids[offsets[0]:offsets[1]]                 # the attributes of the first sentence's first word
+    with torch.no_grad():
+        tagger.attributes.weight[token0[0], K + 2] += 1.0          # its begin score of label 2
+        tagger.attributes.weight[token0[0], 2 * K + 3] += 1.0      # its end score of label 3
+    diff = tagger.segment_scores(batch) - before
+    moved = diff.abs() > 1e-6
+    assert torch.allclose(diff[0, 0, :, 2], torch.ones_like(diff[0, 0, :, 2]), atol=1e-5)   # every segment from 0
+    assert bool(moved[0, 0, 0, 3])                       # the one-word segment at 0 also ends there
+    assert int(moved.sum()) == diff.shape[2] + 1
+
+
 @pytest.mark.slow
 def test_semimarkov_chunker_resumes_exactly(tmp_path):
     full = run(tmp_path / "full", loss="hinge", epochs=2)

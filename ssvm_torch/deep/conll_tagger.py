@@ -12,7 +12,9 @@ Ma & Hovy 2016, Sec. 2.1), embeddings of the gold POS column (the linear model's
 on the concatenation and on the BiLSTM's output, a linear map to one score per tag. Hybrid: one
 ``nn.EmbeddingBag`` row of per-tag scores per template attribute, summed over a token's attributes and
 added to the emissions, which is the linear model's emission term w_y . phi(x_t) exactly
-(:mod:`ssvm_torch.models.chain`); the network then adds to it rather than relearning it.
+(:mod:`ssvm_torch.models.chain`); the network then adds to it rather than relearning it. With a semi-Markov head
+an attribute's row holds three scores per segment label, added to the token, begin and end scores: the chain's
+BIOES tags give the attributes a begin (B-, S-) and an end (E-, S-) score per chunk type too.
 """
 from __future__ import annotations
 
@@ -75,7 +77,8 @@ class ChunkTagger(nn.Module):
         self.out = nn.Linear(2 * hidden, n_tags)
         self.attributes = None
         if n_attributes:
-            self.attributes = nn.EmbeddingBag(n_attributes, n_tags, mode="sum", sparse=True)
+            width = 3 * n_tags if max_segment else n_tags            # semi-Markov: token, begin, end scores
+            self.attributes = nn.EmbeddingBag(n_attributes, width, mode="sum", sparse=True)
             nn.init.zeros_(self.attributes.weight)
         if max_segment:
             self.bounds = nn.Linear(2 * hidden, 2 * n_tags)            # begin and end scores of each label
@@ -94,20 +97,22 @@ class ChunkTagger(nn.Module):
 
     def segment_scores(self, batch: dict, word: torch.Tensor | None = None) -> torch.Tensor:
         """The semi-Markov chunker's segment scores (B, T, max_segment, K) (module docstring)."""
-        scores, h = self._scores(batch, word)
+        scores, h, extra = self._scores(batch, word)
         T, L = scores.shape[1], self.max_segment
-        begin, end = self.bounds(h).chunk(2, -1)
+        bounds = self.bounds(h) if extra is None else self.bounds(h) + extra
+        begin, end = bounds.chunk(2, -1)
         last = (torch.arange(T, device=h.device)[:, None] + torch.arange(L, device=h.device)).clamp(max=T - 1)
         return span_sums(scores, L) + begin[:, :, None, :] + end[:, last] + self.outside_lengths
 
     def _scores(self, batch: dict, word: torch.Tensor | None):
-        """(per-token scores (B, T, K), the BiLSTM's output after dropout (B, T, 2 hidden))."""
+        """(per-token scores (B, T, K), the BiLSTM's output after dropout (B, T, 2 hidden), the attributes' begin
+        and end scores (B, T, 2K) of a semi-Markov hybrid, else None)."""
         mask = batch["mask"]
         word = batch["word"] if word is None else word
         chars = self.chars(batch["chars"])[batch["form"]]
         x = self.drop(torch.cat([self.words(word), chars, self.pos(batch["pos"])], -1))
         h = self.drop(bilstm_by_length(self.lstm, x, mask.sum(1)))  # the packed BiLSTM (ssvm_torch/deep/bilstm.py)
-        scores = self.out(h)
+        scores, extra = self.out(h), None
         if self.attributes is not None:
             ids, offsets = batch["bag"]
             weights = None
@@ -117,9 +122,12 @@ class ChunkTagger(nn.Module):
                 # a margin to learn from and the BiLSTM keeps learning
                 keep = torch.rand(ids.shape, device=ids.device) >= self.attr_dropout
                 weights = keep.to(self.attributes.weight.dtype) / (1.0 - self.attr_dropout)
-            flat = self.attributes(ids, offsets, per_sample_weights=weights)   # (tokens, K), row-major
-            scores = scores + torch.zeros_like(scores).masked_scatter(mask[..., None].expand_as(scores), flat)
-        return scores, h
+            flat = self.attributes(ids, offsets, per_sample_weights=weights)   # (tokens, K or 3K), row-major
+            padded = flat.new_zeros(*mask.shape, flat.shape[1]).masked_scatter(mask[..., None], flat)
+            K = scores.shape[-1]
+            scores = scores + padded[..., :K]
+            extra = padded[..., K:] if self.max_segment else None
+        return scores, h, extra
 
     def dense_parameters(self):
         return [p for n, p in self.named_parameters() if not n.startswith("attributes.")]
