@@ -84,6 +84,7 @@ class Task:
     templates: bool = False           # featurized by a feature template (features, min_count, heldout)
     chunk_tags: bool = False          # its tags are chunk tags (B-X / I-X / O): --constraints applies
     trees: bool = False               # dependency trees: --loss and --trees (projective or not) apply
+    segments: bool = False            # semi-Markov segmentations: --loss applies
     dev_split: bool = False           # a released development split: --select-lam scores on it (no --heldout share)
     # the featurization ssvm-train uses where an option is not given: the configuration chosen on the
     # development split (docs/conll.md); load() itself keeps the plain defaults (sha-pereira, BIO, ...)
@@ -119,9 +120,10 @@ class Task:
                                      f"{[t.name for t in TASKS.values() if t.templates]}, not {self.name!r}")
             featurization = {}
         if loss is not None:
-            if not (self.sequences or self.trees):
-                raise SSVMInputError(f"loss: only for the chain and tree tasks "
-                                     f"{[t.name for t in TASKS.values() if t.sequences or t.trees]}, not {self.name!r}")
+            if not (self.sequences or self.trees or self.segments):
+                raise SSVMInputError(f"loss: only for the chain, segment and tree tasks "
+                                     f"{[t.name for t in TASKS.values() if t.sequences or t.trees or t.segments]}, "
+                                     f"not {self.name!r}")
             featurization["loss"] = loss
         if trees is not None:
             if not self.trees:
@@ -188,6 +190,40 @@ def _conll(name, train_size=None, unary_only=False, device=None, dtype=torch.flo
     if constraints is not None:
         constrain(p.model, train, constraints)
     p.layout = {**p.model.describe(), "featurization": train.meta["featurization"]}
+    return p
+
+
+def _conll_segments(name, train_size=None, unary_only=False, device=None, dtype=torch.float64, features=None,
+                    min_count=1, heldout=None, loss=None) -> Problem:
+    """CoNLL-2000 chunking as segmentation (a semi-Markov SSVM, models/semimarkov.py): the attributes of a feature
+    template (default ``sha-pereira``) score each chunk's words, its first and its last word, plus (length, type)
+    and chunk-to-chunk transition weights; segments of at most the training split's longest chunk, "O" words one
+    segment each. test_f1: conlleval's chunk F1 of the decoded segments written back as BIO tags."""
+    from .data.conll import load_conll2000
+    from .data.segments import chunk_segments
+    from .models.semimarkov import SemiMarkovModel
+    from .segments import tags_from_segments
+    chain_train, chain_test = load_conll2000(train_size, features or "sha-pereira", min_count, heldout, tags="bio")
+    train = chunk_segments(chain_train)
+    labels = train.meta["segment_labels"]
+    test = chunk_segments(chain_test, labels)
+    model = SemiMarkovModel.for_data(train, loss=loss or "normalized", outside=0)
+
+    def evaluate(w):
+        from seqeval.metrics.sequence_labeling import precision_recall_fscore_support
+        w64 = w.detach().to("cpu", torch.float64)
+        idx = torch.arange(test.n)
+        pred = model.predict(w64, test, idx)
+        lengths = test.lengths
+        wrong = model.loss(test, idx, pred) / model.token_loss(lengths)
+        tags = tags_from_segments(pred, lengths, labels)
+        _, _, f1, _ = precision_recall_fscore_support(test.meta["tags"], tags, average="micro")
+        return {"train_error": model.metrics(w64, train)["error"], "test_error": float((wrong * model.token_loss(
+            lengths)).mean()), "test_position_error": float(wrong.sum() / lengths.sum()), "test_f1": 100 * float(f1)}
+    loss_text = "normalized" if model.loss_name == "normalized" else "count of"
+    p = Problem(name, model, train, test, evaluate, f"per sentence, {loss_text} positions whose (chunk type, begins) "
+                f"differs", "per-word error of the (chunk type, begins) states")
+    p.layout = {**model.describe(), "segment_labels": labels, "featurization": chain_train.meta["featurization"]}
     return p
 
 
@@ -351,6 +387,8 @@ TASKS: dict[str, Task] = {t.name: t for t in (
     Task("ocr-large", _ocr, "OCR words, train folds 1-9 (6,251 words), test fold 0", sequences=True),
     Task("conll2000", _conll, "CoNLL-2000 chunking, sparse attributes of a feature template", train_size=True,
          sequences=True, templates=True, chunk_tags=True, recommended=CONLL_RECOMMENDED),
+    Task("conll2000-segments", _conll_segments, "CoNLL-2000 chunking as segments (semi-Markov SSVM), sparse "
+         "attributes of a feature template", train_size=True, templates=True, segments=True),
     Task("scene", _scene, "scene multi-label (6 labels, full pairwise graph)"),
     Task("ocr-letters", _ocr_letters, "OCR letters as independent multiclass examples"),
     Task("segmentation-synth", _segmentation, "graph-cut segmentation of synthetic superpixel graphs",

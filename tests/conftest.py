@@ -181,6 +181,40 @@ def random_chain_data(rng, n, K, F, tmin=1, tmax=5, binary=False):
     return ChainData.from_sequences(xs, ys, K)
 
 
+def all_segmentations(T, K, L, outside=None):
+    """Every segmentation of T positions into segments of 1..L positions with labels in [0, K) (the outside
+    label's segments of one position only), as (T,) rows in the segment package's convention."""
+    out = []
+
+    def grow(t, row):
+        if t == T:
+            out.append(list(row))
+            return
+        for width in range(1, min(L, T - t) + 1):
+            for k in range(K):
+                if k == outside and width > 1:
+                    continue
+                grow(t + width, row + [k] + [-1] * (width - 1))
+    grow(0, [])
+    return out
+
+
+def random_segment_data(rng, n, K, L, F, tmin=1, tmax=4, outside=None, sparse=False):
+    """n random rows with random gold segmentations (segments of 1..L positions; the ``outside`` label's of one
+    position), as ChainData with 2K states (models/semimarkov.py)."""
+    from ssvm_torch.models.semimarkov import segment_states
+    xs, ys = [], []
+    for _ in range(n):
+        T = int(rng.integers(tmin, tmax + 1))
+        choices = all_segmentations(T, K, L, outside)
+        seg = torch.tensor([choices[int(rng.integers(len(choices)))]])
+        ys.append(segment_states(seg, torch.tensor([T]), K)[0].numpy())
+        x = rng.normal(size=(T, F))
+        xs.append(x * (rng.uniform(size=x.shape) < 0.6) if sparse else x)
+    data = ChainData.from_sequences(xs, ys, 2 * K)
+    return ChainData(data.X.to_sparse_csr(), data.Y, data.offsets, data.n_states) if sparse else data
+
+
 @pytest.fixture(scope="session")
 def ocr_small():
     from ssvm_torch import load_ocr

@@ -21,12 +21,12 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import random_chain_data, random_dependency_data
+from conftest import all_segmentations, random_chain_data, random_dependency_data, random_segment_data
 from tree_reference import all_trees
 from ssvm_torch import Solver, SolverConfig, make_store
 from ssvm_torch.data import ChainData, ExplicitData, FlatData, GraphData, GraphExample, PairData, PoseData
 from ssvm_torch.models import (ChainModel, DependencyModel, ExplicitModel, GraphCutModel, MatchingModel,
-                               MulticlassModel, MultiLabelModel, TreePoseModel)
+                               MulticlassModel, MultiLabelModel, SemiMarkovModel, TreePoseModel)
 from ssvm_torch.oracles.distance_transform import tree_max_sum, torch_dt1d
 from ssvm_torch.outputs import load_checkpoint, save_checkpoint
 
@@ -144,6 +144,15 @@ def dependency_trees(model, data, i):
     return torch.tensor(all_trees(int(data.lengths[i]), model.projective, model.multiroot))
 
 
+def semimarkov(rng, outside=None):
+    data = random_segment_data(rng, 5, 3, 2, 3, tmin=1, tmax=4, outside=outside, sparse=True)
+    return SemiMarkovModel.for_data(data, max_length=2, outside=outside), data, None
+
+
+def segmentations(model, data, i):
+    return torch.tensor(all_segmentations(int(data.lengths[i]), model.K, model.L, model.outside))
+
+
 STRUCTURES = {
     "chain": Structure(chain, chain_labelings, two_kernels=True),
     "sparse-chain": Structure(lambda rng: chain(rng, sparse=True), chain_labelings, two_kernels=True),
@@ -156,6 +165,8 @@ STRUCTURES = {
     "dependency": Structure(dependency, dependency_trees, two_kernels=True),
     "dependency-nonprojective": Structure(lambda rng: dependency(rng, projective=False), dependency_trees,
                                           two_kernels=True),
+    "semimarkov": Structure(semimarkov, segmentations, two_kernels=True),
+    "semimarkov-outside": Structure(lambda rng: semimarkov(rng, outside=0), segmentations),
 }
 
 
@@ -344,7 +355,7 @@ def test_conformance_a_foreign_block_state_is_refused_and_touches_nothing(name):
 @pytest.mark.parametrize("name", [n for n, s in STRUCTURES.items() if s.two_kernels])
 def test_conformance_torch_kernel_equals_compiled(name):
     model, data, nonneg, w = instance(name, seed=9)
-    if isinstance(model, (ChainModel, DependencyModel)):
+    if isinstance(model, (ChainModel, DependencyModel, SemiMarkovModel)):
         runs = []
         for kernels in ("numba", "torch"):
             store = make_store(model, data, 0.1, kernels=kernels)
@@ -370,4 +381,4 @@ def test_conformance_torch_kernel_equals_compiled(name):
 def test_conformance_registry_covers_every_structure():
     kinds = {type(STRUCTURES[n].make(np.random.default_rng(0))[0]) for n in STRUCTURES}
     assert kinds == {ChainModel, DependencyModel, ExplicitModel, GraphCutModel, MatchingModel, MulticlassModel,
-                     MultiLabelModel, TreePoseModel}
+                     MultiLabelModel, SemiMarkovModel, TreePoseModel}

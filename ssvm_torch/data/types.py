@@ -237,6 +237,16 @@ class ChainData(RaggedOffsets):
         """The labels the task loss compares with: ``Y``, -1 at unobserved positions."""
         return torch.where(self.observed, self.Y, -1) if self.partial else self.Y
 
+    def to(self, device=None, dtype=None) -> "ChainData":
+        """The data with the features in ``dtype`` (default theirs) and every tensor on ``device`` (the
+        dense store's call, stores/dense.py)."""
+        def move(t):
+            return None if t is None else t.to(device)
+        X = self.X.to(device=device, dtype=dtype or self.X.dtype)
+        E = None if self.E is None else self.E.to(device=device, dtype=dtype or self.E.dtype)
+        return ChainData(X, move(self.Y), move(self.offsets), self.n_states, self.name, self.allow_unknown,
+                         self.meta, E, move(self.observed))
+
     def subset(self, idx) -> "ChainData":
         dev = self.offsets.device
         idx = torch.as_tensor(idx, dtype=torch.int64, device=dev).reshape(-1)

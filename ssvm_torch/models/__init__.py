@@ -8,6 +8,7 @@ from .flat import MulticlassModel, MultiLabelModel
 from .graphcut import GraphCutModel
 from .matching import MatchingModel
 from .pose import TreePoseModel
+from .semimarkov import SemiMarkovModel
 
 __all__ = ["StructuredModel", "ChainModel", "DependencyModel", "EdgeChainModel", "ExplicitModel", "GraphCutModel", "MatchingModel", "MulticlassModel",
-           "MultiLabelModel", "TreePoseModel"]
+           "MultiLabelModel", "SemiMarkovModel", "TreePoseModel"]

@@ -41,7 +41,7 @@ from ..oracles.chain_kernels import nb_scatter_entries, nb_unary_all
 from ..chain.numba_viterbi import NO_PEN, penalty_array, viterbi_ragged
 from ..chain.padded import decode, viterbi
 from .base import StructuredModel
-from .chain_index import csr_row_nonzeros, padded_index, segment_ids
+from .chain_index import csr_row_nonzeros, features_csr, padded_index, segment_ids
 
 
 class ChainModel(StructuredModel):
@@ -123,26 +123,8 @@ class ChainModel(StructuredModel):
 
     def features_csr(self, data: ChainData, dtype=torch.float64, device=None):
         """CSR (row pointers, sorted column indices, values) of the feature rows with the constant
-        1 appended as column F-1; dense input keeps only its nonzeros."""
-        N = data.X.shape[0]
-        if data.is_sparse:
-            crow, col, val = data.X.crow_indices(), data.X.col_indices(), data.X.values()
-        else:
-            rows, col = torch.nonzero(data.X, as_tuple=True)
-            val = data.X[rows, col]
-            crow = torch.zeros(N + 1, dtype=torch.int64, device=data.X.device)
-            crow[1:] = torch.cumsum(torch.bincount(rows, minlength=N), 0)
-        counts = crow[1:] - crow[:-1] + 1
-        here = crow.device                              # built where the data are, then moved once
-        ptr = torch.zeros(N + 1, dtype=torch.int64, device=here)
-        ptr[1:] = torch.cumsum(counts, 0)
-        idx = torch.full((int(ptr[-1]),), self.F - 1, dtype=torch.int64, device=here)
-        vals = torch.ones(int(ptr[-1]), dtype=dtype, device=here)
-        keep = torch.ones(int(ptr[-1]), dtype=torch.bool, device=here)
-        keep[ptr[1:] - 1] = False                       # the last slot of each row is the constant
-        idx[keep] = col.to(here, torch.int64)
-        vals[keep] = val.to(here, dtype)
-        return ptr.to(device), idx.to(device), vals.to(device)
+        1 appended as column F-1 (:func:`~ssvm_torch.models.chain_index.features_csr`)."""
+        return features_csr(data, self.F, dtype, device)
 
     def split(self, w: torch.Tensor):
         """Views (W_em (K, F), first (K,), last (K,), trans (K, K) [next, prev]) into w."""

@@ -1,7 +1,7 @@
 """Index and statistics helpers of chain data (ragged sequences stacked by ``offsets``, features as
 CSR rows): sequence ids, padded (B, Tmax) views of a batch of sequences, transition counts, feature
-rows as a sparse matrix, and the unary scores of some positions. Shared by the chain model and
-the chain stores."""
+rows as CSR with the constant column and as a sparse matrix, and the unary scores of some positions.
+Shared by the chain and semi-Markov models and their stores."""
 from __future__ import annotations
 
 import torch
@@ -72,3 +72,37 @@ def unary_rows(W: torch.Tensor, csr, rows: torch.Tensor) -> torch.Tensor:
     local, nz = csr_row_nonzeros(fptr, rows)
     U = torch.zeros(rows.shape[0], W.shape[0], dtype=W.dtype, device=W.device)
     return U.index_add_(0, local, fval[nz, None] * W.T[fidx[nz]])
+
+
+def features_csr(data, F: int, dtype=torch.float64, device=None):
+    """CSR (row pointers, sorted column indices, values) of the feature rows of ``data`` (a ChainData, dense or
+    sparse CSR ``X``) with the constant 1 appended as column F-1; dense input keeps only its nonzeros."""
+    N = data.X.shape[0]
+    if data.is_sparse:
+        crow, col, val = data.X.crow_indices(), data.X.col_indices(), data.X.values()
+    else:
+        rows, col = torch.nonzero(data.X, as_tuple=True)
+        val = data.X[rows, col]
+        crow = torch.zeros(N + 1, dtype=torch.int64, device=data.X.device)
+        crow[1:] = torch.cumsum(torch.bincount(rows, minlength=N), 0)
+    counts = crow[1:] - crow[:-1] + 1
+    here = crow.device                              # built where the data are, then moved once
+    ptr = torch.zeros(N + 1, dtype=torch.int64, device=here)
+    ptr[1:] = torch.cumsum(counts, 0)
+    idx = torch.full((int(ptr[-1]),), F - 1, dtype=torch.int64, device=here)
+    vals = torch.ones(int(ptr[-1]), dtype=dtype, device=here)
+    keep = torch.ones(int(ptr[-1]), dtype=torch.bool, device=here)
+    keep[ptr[1:] - 1] = False                       # the last slot of each row is the constant
+    idx[keep] = col.to(here, torch.int64)
+    vals[keep] = val.to(here, dtype)
+    return ptr.to(device), idx.to(device), vals.to(device)
+
+
+def row_products(csr, rows: torch.Tensor, W: torch.Tensor) -> torch.Tensor:
+    """[x_r, 1] W (len(rows), C) of the feature rows ``rows`` for W (F, C), by one sparse-dense product over their
+    stored entries (several times faster on the CPU than the gather and ``index_add_`` of :func:`unary_rows`)."""
+    fptr, fidx, fval = csr
+    local, nz = csr_row_nonzeros(fptr, rows)
+    X = torch.sparse_coo_tensor(torch.stack([local, fidx[nz]]), fval[nz], (rows.shape[0], W.shape[0]),
+                                check_invariants=False)
+    return torch.sparse.mm(X, W)

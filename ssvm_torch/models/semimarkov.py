@@ -1,0 +1,285 @@
+"""Linear semi-Markov SSVM (segmental chain; Sarawagi & Cohen 2004's semi-CRF features, trained as an SSVM):
+data-free; the compact block store is :mod:`ssvm_torch.stores.segments`.
+
+A row of T positions is cut into segments of 1..L positions, each with a label in {0..K-1} (the convention of
+:mod:`ssvm_torch.segments`). Data are :class:`~ssvm_torch.data.types.ChainData` whose ``Y`` holds the gold
+segmentation as one state per position, ``k`` where a segment of label k begins and ``K + k`` where it goes on
+(2K states: :func:`segment_states`, the BIO reading of segments). Joint feature map, F = features + 1 (the
+constant), C = 3K parts (token, begin, end) of each label:
+
+====================  ==============================  ===========================================================
+block                 index                           value
+====================  ==============================  ===========================================================
+emission              ``f*C + part*K + k``            token: sum_t [t in a segment of label k] x_t[f]; begin:
+                                                      sum over segments of label k of x_start[f]; end: x_end[f]
+first / last          ``C*F + k``, ``C*F + K + k``    [the first / last segment has label k]
+transitions           ``C*F + 2K + a + K*b``          segments of label b that follow one of label a
+lengths               ``C*F + 2K + K*K + l*K + k``    segments of label k and l+1 positions
+====================  ==============================  ===========================================================
+
+so the segment (t, l, k) scores sum_{j=t}^{t+l} U_tok[j, k] + U_begin[t, k] + U_end[t+l, k] + len[l, k] with
+U = [X, 1] W the per-position potentials, the chain's emission term per part (feature-major, the layout of the
+large sparse maps: models/chain.py). Every feature is a sum over positions of x_t times a per-position
+statistic (the token / begin / end indicator of each label) or a per-row count, so phi is linear in those
+statistics and the store keeps their expectations instead of w_i (DESIGN.md section 4).
+
+Task loss: c_i times the positions whose (label, begins-a-segment) pair differs from the gold one (the Hamming
+loss of the 2K states; the "tokens" loss of :mod:`ssvm_torch.segments.scoring`), c_i = 1/T_i (``normalized``) or
+1 (``hamming``). ``outside``: a label whose segments cover one position (chunking's "O": a longer O segment
+would spell the same tags as several short ones) and that segment F1 does not count.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+import torch.nn.functional as Fn
+
+from ..data.types import ChainData
+from ..devices import to_host
+from ..errors import SSVMInputError, check
+from ..segments import ops
+from ..segments.checks import segment_lengths, valid_positions
+from ..segments.scoring import augmented, loss as segment_loss, starts_and_labels, windows
+from .base import StructuredModel
+from .chain_index import features_csr, padded_index, row_products, segment_ids
+
+
+def segment_states(segments: torch.Tensor, lengths: torch.Tensor, K: int) -> torch.Tensor:
+    """The per-position states (B, T) of segmentations: k where a segment of label k begins, K + k where it goes
+    on, -1 beyond each row (:mod:`ssvm_torch.segments` convention in, the data's ``Y`` out)."""
+    begins, labels, _ = starts_and_labels(segments, lengths)
+    return torch.where(labels < 0, labels, labels + K * (~begins).long())
+
+
+def segments_of_states(states: torch.Tensor, K: int) -> torch.Tensor:
+    """The segmentations (B, T) of per-position states (-1 beyond each row): the label where a segment begins."""
+    return torch.where((states >= 0) & (states < K), states, torch.full_like(states, -1))
+
+
+class SemiMarkovModel(StructuredModel):
+    """Semi-Markov chain over :class:`ChainData` with 2K states (module docstring). Batched labelings are
+    segmentations (B, T_max) int64 (the label at each segment's first position, -1 elsewhere); block-level
+    labelings are (T_i,)."""
+
+    kind = "semimarkov"
+    LOSSES = ("normalized", "hamming")
+    PARTS = 3                                   # token, begin, end
+
+    def __init__(self, n_features: int, n_labels: int, max_length: int, loss: str = "normalized",
+                 outside: int | None = None):
+        check(int(n_features) >= 1, "n_features", "an int >= 1", n_features)
+        check(int(n_labels) >= 1, "n_labels", "an int >= 1", n_labels)
+        check(int(max_length) >= 1, "max_length", "an int >= 1", max_length)
+        check(loss in self.LOSSES, "loss", f"one of {self.LOSSES}", loss)
+        check(outside is None or 0 <= int(outside) < int(n_labels), "outside", f"None or a label in [0, {n_labels})",
+              outside)
+        self.n_features, self.K, self.L = int(n_features), int(n_labels), int(max_length)
+        self.loss_name, self.outside = loss, None if outside is None else int(outside)
+        self.F, self.C = self.n_features + 1, self.PARTS * self.K
+        self.e = self.C * self.F
+        self.G = 2 * self.K + self.K * self.K + self.L * self.K      # the per-row counts
+        self.d = self.e + self.G
+
+    @classmethod
+    def for_data(cls, data: ChainData, max_length: int | None = None, loss: str = "normalized",
+                 outside: int | None = None) -> "SemiMarkovModel":
+        """The model of ``data`` (2K states); ``max_length`` None: the longest gold segment."""
+        check(data.n_states % 2 == 0, "data.n_states", "an even number 2K (segment states: K begin, K inside)",
+              data.n_states)
+        K = data.n_states // 2
+        if max_length is None:
+            pos, valid = padded_index(data.offsets)
+            seg = segments_of_states(torch.where(valid, data.Y[pos], -1), K)
+            max_length = int(segment_lengths(seg, valid.sum(1)).max()) if data.n else 1
+        return cls(data.X.shape[1], K, max_length, loss, outside)
+
+    def describe(self) -> dict:
+        K, e = self.K, self.e
+        return {"kind": self.kind, "n_labels": K, "max_length": self.L, "n_features": self.n_features,
+                "loss": self.loss_name, "outside": self.outside, "emission": [0, e],
+                "emission_index": "f*C + part*K + k, part 0 token / 1 begin / 2 end, constant feature at f = F-1",
+                "first": [e, e + K], "last": [e + K, e + 2 * K], "transition": [e + 2 * K, e + 2 * K + K * K],
+                "transition_index": "prev + K*next", "length": [e + 2 * K + K * K, self.d],
+                "length_index": "(length-1)*K + k", "d": self.d}
+
+    def check_data(self, data: ChainData, field: str = "data") -> None:
+        """The data's features and 2K states, and every gold segmentation well formed (no segment goes on
+        from nothing or changes label inside, none longer than L), named by sequence and position."""
+        check(isinstance(data, ChainData), field, "a ChainData", type(data).__name__)
+        check(data.X.shape[1] == self.n_features, f"{field}.X", f"{self.n_features} features per position",
+              data.X.shape[1])
+        check(data.n_states == 2 * self.K, f"{field}.n_states", f"{2 * self.K} (K = {self.K} labels, begin and inside)",
+              data.n_states)
+        if data.n == 0 or data.allow_unknown:
+            return
+        pos, valid = padded_index(data.offsets)
+        Y = torch.where(valid, data.Y[pos], -1)
+        prev = torch.cat([torch.full_like(Y[:, :1], -1), Y[:, :-1]], 1)
+        bad = valid & (Y >= self.K) & ((prev < 0) | (prev % self.K != Y - self.K))
+        if bool(bad.any()):
+            b, t = (int(v) for v in bad.nonzero()[0])
+            raise SSVMInputError(f"{field}.Y: sequence {b}, position {t}: state {int(Y[b, t])} goes on a segment of "
+                                 f"label {int(Y[b, t]) - self.K}, but the position before "
+                                 f"{'is none' if t == 0 else f'has state {int(Y[b, t - 1])}'}")
+        seglen = segment_lengths(segments_of_states(Y, self.K), valid.sum(1))
+        long = seglen > self.L
+        if self.outside is not None:
+            long |= (seglen > 1) & (Y == self.outside)
+        if bool(long.any()):
+            b, t = (int(v) for v in long.nonzero()[0])
+            top = 1 if self.outside is not None and int(Y[b, t]) == self.outside else self.L
+            raise SSVMInputError(f"{field}.Y: sequence {b}: the segment at position {t} covers {int(seglen[b, t])} "
+                                 f"positions, more than the model's {top} for label {int(Y[b, t])}")
+
+    def features_csr(self, data: ChainData, dtype=torch.float64, device=None):
+        return features_csr(data, self.F, dtype, device)
+
+    def split(self, w: torch.Tensor):
+        """Views (W (F, C) [feature, part*K + k], first (K,), last (K,), trans (K, K) [next, prev], lengths (L, K))."""
+        check(w.dim() == 1 and w.shape[0] == self.d, "w", f"a vector of length d = {self.d}", tuple(w.shape))
+        K, e = self.K, self.e
+        return (w[:e].view(self.F, self.C), w[e:e + K], w[e + K:e + 2 * K], w[e + 2 * K:e + 2 * K + K * K].view(K, K),
+                w[e + 2 * K + K * K:].view(self.L, K))
+
+    def token_loss(self, lengths: torch.Tensor, dtype=torch.float64) -> torch.Tensor:
+        """c_i: 1/T_i (normalized) or 1 (hamming)."""
+        lengths = lengths.to(dtype)
+        return 1.0 / lengths.clamp(min=1) if self.loss_name == "normalized" else torch.ones_like(lengths)
+
+    # -- statistics: phi(x_i, y) = A_i s(y) ---------------------------------------------------------
+    def statistics(self, segments: torch.Tensor, lengths: torch.Tensor, dtype=torch.float64):
+        """(per-position statistics (B, T, C): the token, begin and end indicators of each label, zero beyond a
+        row; per-row counts (B, G): first, last, transitions [next, prev], lengths [l-1, k]) of segmentations."""
+        B, T = segments.shape
+        K = self.K
+        begins, labels, seglen = starts_and_labels(segments, lengths)
+        valid = valid_positions(lengths, T)
+        onehot = Fn.one_hot(labels.clamp(min=0), K).to(dtype) * valid[..., None].to(dtype)
+        after = torch.cat([begins[:, 1:], torch.ones_like(begins[:, :1])], 1)
+        ends = valid & (after | (torch.arange(T, device=segments.device)[None, :] == lengths[:, None] - 1))
+        pos = torch.cat([onehot, onehot * begins[..., None].to(dtype), onehot * ends[..., None].to(dtype)], 2)
+        counts = torch.zeros(B, self.G, dtype=dtype, device=segments.device)
+        rows = torch.arange(B, device=segments.device)
+        some = lengths > 0
+        last_label = labels.gather(1, (lengths - 1).clamp(min=0)[:, None])[:, 0]
+        counts[rows[some], labels[some, 0]] = 1.0
+        counts[rows[some], K + last_label[some]] = 1.0
+        if T > 1:
+            inner = begins[:, 1:]
+            b = rows[:, None].expand(B, T - 1)[inner]
+            nxt, prev = labels[:, 1:][inner], labels[:, :-1][inner]
+            counts.index_put_((b, 2 * K + nxt * K + prev), torch.ones_like(b, dtype=dtype), accumulate=True)
+        b = rows[:, None].expand(B, T)[begins]
+        counts.index_put_((b, 2 * K + K * K + (seglen[begins] - 1) * K + labels[begins]), torch.ones_like(b, dtype=dtype),
+                          accumulate=True)
+        return pos, counts
+
+    def potentials(self, w: torch.Tensor, data: ChainData, rows: torch.Tensor) -> torch.Tensor:
+        """U (len(rows), C) = [x_r, 1] W of the stacked positions ``rows`` (the statistics' potentials)."""
+        return row_products(self.features_csr(data, w.dtype, w.device), rows, self.split(w)[0])
+
+    def segment_scores(self, U: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        """seg_scores (B, T, L, K) of padded potentials U (B, T, C) (module docstring); the outside label's
+        segments of 2+ positions are -inf."""
+        K, L = self.K, self.L
+        tok, begin, end = U.split(K, -1)
+        prefix = torch.cat([torch.zeros_like(tok[:, :1]), tok.cumsum(1)], 1)
+        S = windows(prefix[:, 1:], L) - prefix[:, :-1, None, :] + begin[:, :, None, :] + windows(end, L)
+        S = S + self.split(w)[4]
+        if self.outside is not None and L > 1:
+            S[:, :, 1:, self.outside] = float("-inf")
+        return S
+
+    # -- the StructuredModel interface (padded batches) ---------------------------------------------
+    def scores(self, w: torch.Tensor, data: ChainData, idx) -> tuple:
+        """(seg_scores (B, T, L, K), lengths (B,), first, last, trans [next, prev])."""
+        idx = torch.as_tensor(idx, device=w.device).reshape(-1)
+        pos, valid = padded_index(data.offsets.to(w.device), idx)
+        U = torch.zeros(*valid.shape, self.C, dtype=w.dtype, device=w.device)
+        U[valid] = self.potentials(w, data, pos[valid])
+        _, first, last, trans, _ = self.split(w)
+        lengths = valid.sum(1)
+        return self.segment_scores(U, w), lengths, first, last, trans
+
+    def augment(self, scores, data: ChainData, idx) -> tuple:
+        """Adds c_i Delta(y, y_i) per segment (the loss decomposes over segments: segments/scoring.py)."""
+        S, lengths, first, last, trans = scores
+        gold = self.gt_batch(data, idx).to(S.device)[:, :S.shape[1]]
+        S, _ = augmented(S, gold, lengths, "tokens", self.token_loss(lengths, S.dtype))
+        return S, lengths, first, last, trans
+
+    def decode(self, scores, data: ChainData, idx) -> torch.Tensor:
+        """The best segmentations (B, T_max): the compiled kernel on CPU, torch elsewhere (segments/ops.py)."""
+        S, lengths, first, last, trans = scores
+        return ops.best(S, first, last, trans, lengths, self.kernels)[0]
+
+    def gt_batch(self, data: ChainData, idx) -> torch.Tensor:
+        idx = torch.as_tensor(idx, device=data.offsets.device).reshape(-1)
+        pos, valid = padded_index(data.offsets, idx)
+        return segments_of_states(torch.where(valid, data.Y[pos], -1), self.K)
+
+    def gt(self, data: ChainData, i: int) -> torch.Tensor:
+        return segments_of_states(data.Y[int(data.offsets[i]):int(data.offsets[i + 1])], self.K).clone()
+
+    @staticmethod
+    def key(labeling) -> bytes:
+        return np.asarray(to_host(labeling) if torch.is_tensor(labeling) else labeling, dtype=np.int64).tobytes()
+
+    def _batch(self, data: ChainData, idx, labels):
+        idx = torch.as_tensor(idx, device=data.Y.device).reshape(-1)
+        lengths = data.lengths[idx].to(data.Y.device)
+        labels = torch.as_tensor(labels, device=data.Y.device).reshape(len(idx), -1)
+        T = int(lengths.max()) if len(idx) else 0
+        if labels.shape[1] < T:
+            labels = Fn.pad(labels, (0, T - labels.shape[1]), value=-1)
+        return idx, lengths, labels[:, :T]
+
+    def phi(self, data: ChainData, idx, labels) -> torch.Tensor:
+        """Dense joint features of padded segmentations: (B, d). Small data only."""
+        idx, lengths, labels = self._batch(data, idx, labels)
+        pos_stats, counts = self.statistics(labels, lengths)
+        X = self._rows_dense(data, idx)
+        out = torch.zeros(len(idx), self.d, dtype=torch.float64)
+        valid = valid_positions(lengths, labels.shape[1])
+        seg = segment_ids(torch.cat([lengths.new_zeros(1), lengths.cumsum(0)]))
+        W = out[:, :self.e].view(len(idx), self.F, self.C)
+        W.index_add_(0, seg, X[:, :, None] * pos_stats[valid][:, None, :])
+        out[:, self.e:] = counts
+        return out
+
+    def _rows_dense(self, data: ChainData, idx: torch.Tensor) -> torch.Tensor:
+        """[x_t, 1] (sum T, F) of the positions of the blocks ``idx``, stacked in that order."""
+        sub = data.subset(idx.cpu())
+        X = (sub.X.to_dense() if sub.is_sparse else sub.X).to(torch.float64)
+        return torch.cat([X, torch.ones(X.shape[0], 1, dtype=torch.float64)], 1)
+
+    def loss(self, data: ChainData, idx, labels) -> torch.Tensor:
+        idx, lengths, labels = self._batch(data, idx, labels)
+        gold = self.gt_batch(data, idx)
+        return segment_loss(labels, gold, lengths, "tokens", self.token_loss(lengths))
+
+    def metrics(self, w: torch.Tensor, data: ChainData) -> dict:
+        """``error``: the mean task loss; ``position_error``: the share of positions whose state differs;
+        ``segment_f1``: F1 of the exact segments (start, end, label), the outside label's not counted."""
+        idx = torch.arange(data.n, device=w.device)
+        pred = self.predict(w, data, idx).cpu()
+        gold = self.gt_batch(data, idx.cpu())
+        lengths = data.lengths.cpu()
+        c = self.token_loss(lengths)
+        per_row = segment_loss(pred, gold, lengths, "tokens", torch.ones_like(c))
+        return {"error": float((per_row * c).mean()), "position_error": float(per_row.sum() / lengths.sum()),
+                **self.segment_counts(pred, gold, lengths)}
+
+    def segment_counts(self, pred: torch.Tensor, gold: torch.Tensor, lengths: torch.Tensor) -> dict:
+        """Segment precision / recall / F1 in percent (conlleval's chunk scores when the labels are chunk types and
+        ``outside`` is "O")."""
+        pb, pl, plen = starts_and_labels(pred, lengths)
+        gb, gl, glen = starts_and_labels(gold, lengths)
+        keep_p, keep_g = pb, gb
+        if self.outside is not None:
+            keep_p, keep_g = pb & (pl != self.outside), gb & (gl != self.outside)
+        both = int((keep_p & keep_g & (plen == glen) & (pl == gl)).sum())
+        n_pred, n_gold = int(keep_p.sum()), int(keep_g.sum())
+        p = 100.0 * both / n_pred if n_pred else 0.0
+        r = 100.0 * both / n_gold if n_gold else 0.0
+        return {"segment_precision": p, "segment_recall": r, "segment_f1": 2 * p * r / (p + r) if p + r else 0.0}

@@ -1,0 +1,355 @@
+"""Compact per-block dual storage of a semi-Markov SSVM (:class:`~ssvm_torch.models.semimarkov.SemiMarkovModel`).
+
+phi(x_i, y) = A_i s(y) is linear in the segmentation's statistics s(y): per position the token, begin and end
+indicators of each label (T_i, C) and per row the first / last / transition / length counts (G,)
+(models/semimarkov.py). As for chains (stores/chain.py), block i is stored as the expected statistics under
+alpha_i, M_i = (P_i (T_i, C), Gc_i (G,)), and w_i = A_i(s(y_i) - M_i) / (lam n), so with D = s(y*) - M_i and the
+potentials theta_i = A_i^T w (the per-position potentials U_i = [X_i, 1] W and the count weights):
+
+    <w_i - w_s, w>    = <D, theta_i> / (lam n)
+    ||w_i - w_s||^2   = (sum_c D_c^T G_i D_c + |D_counts|^2) / (lam n)^2,    G_i = X_i X_i^T (T_i, T_i)
+
+and the block gap g_i = (<D, theta_i> + L_i(y*)) / n - ell_i (eq. (6) of Osokin et al. 2016). State is
+O(sum_i T_i C + n G). Pure torch on any device; the decoder is the segment package's (compiled on CPU).
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from ..devices import resolve_device, to_host
+from ..errors import SSVMInputError, check_positive
+from ..models.chain_index import csr_row_nonzeros, feature_coo, padded_index, segment_ids
+from ..models.semimarkov import SemiMarkovModel
+from ..oracles.chain_kernels import nb_gram
+from ..segments import ops
+from ..segments.scoring import augmented, loss as segment_loss
+from .base import BatchCorners, BlockDual, Corner, GapPass, objective_n
+from .ragged import RaggedLabelings
+from .state import TensorBlockState
+
+#: blocks decoded together in a pass (the padded (B, T, L, K) scores of a chunk stay a few MB)
+CHUNK = 256
+
+
+class SegmentDual(RaggedLabelings, TensorBlockState, BlockDual):
+    """Compact per-block dual state of a semi-Markov SSVM (module docstring); tensors on ``device``."""
+
+    STATE_TENSORS = ("w", "ell_i", "P", "Gc")
+
+    def __init__(self, model: SemiMarkovModel, data, lam: float, device=None, dtype=torch.float64,
+                 n_objective: int | None = None):
+        model.check_data(data)
+        if data.allow_unknown or data.partial:
+            raise SSVMInputError("data: a semi-Markov store trains on fully labelled data (no unknown or unobserved "
+                                 "states)")
+        self.model, self.lam = model, check_positive(lam, "lam")
+        self.n, self.N = data.n, objective_n(data.n, n_objective)
+        self.device, self.dtype = resolve_device(device), dtype
+        self._numba = False                                  # labelings are tensors on the device (RaggedLabelings)
+        self.kernels = model.kernels                         # the decoder's backend (segments/ops.py)
+        self.data = data
+        self.csr = model.features_csr(data, dtype, self.device)
+        self.offsets = data.offsets.to(self.device)
+        self.lengths = self.offsets[1:] - self.offsets[:-1]
+        self.seg = segment_ids(self.offsets)
+        self.c = model.token_loss(self.lengths, dtype)          # the loss of one wrong position of each block
+        self.goff = torch.nn.functional.pad(torch.cumsum(self.lengths ** 2, 0), (1, 0))
+        G = np.zeros(int(self.goff[-1]))
+        nb_gram(*(to_host(t).astype(np.int64) for t in self.csr[:2]), to_host(self.csr[2]).astype(np.float64),
+                to_host(self.offsets).astype(np.int64), to_host(self.goff).astype(np.int64), G)
+        self.G = torch.as_tensor(G, dtype=dtype, device=self.device)
+        self.gold = model.gt_batch(data, torch.arange(data.n)).to(self.device)      # (n, T_max) segmentations
+        all_pos, self.all_valid = padded_index(self.offsets)
+        self.all_pos = all_pos
+        gp, self.G_gt = model.statistics(self.gold, self.lengths, dtype)
+        self.P_gt = gp[self.all_valid]
+        # alpha_i = delta(y_i) at start: w_i = 0, ell_i = 0
+        self.P, self.Gc = self.P_gt.clone(), self.G_gt.clone()
+        self.ell_i = torch.zeros(self.n, dtype=dtype, device=self.device)
+        self._ell = torch.zeros(1, dtype=dtype, device=self.device)
+        self.w = torch.zeros(model.d, dtype=dtype, device=self.device)
+        order = torch.argsort(self.lengths, descending=True, stable=True)
+        self._chunks = [order[k:k + CHUNK] for k in range(0, self.n, CHUNK)]
+        self._xt = None                                    # X^T as a sparse (F, N) matrix, built on first use
+        self._fptr = to_host(self.csr[0]).tolist()           # a block's stored entries are one slice of the CSR
+        self._entry_row = segment_ids(self.csr[0])
+
+    @property
+    def ell(self) -> float:
+        return float(self._ell[0])
+
+    def set_point(self, w: torch.Tensor, ell: float) -> None:
+        self.w.copy_(w)
+        self._ell[0] = ell
+
+    # -- statistics of blocks ------------------------------------------------------------------
+    def _rows(self, idx: torch.Tensor):
+        """(padded positions (B, T), their mask, lengths (B,)) of the blocks ``idx``."""
+        pos, valid = padded_index(self.offsets, idx)
+        return pos, valid, valid.sum(1)
+
+    def _entries(self, rows: torch.Tensor):
+        """(row of each stored feature entry within ``rows``, its feature index, its value) of the positions
+        ``rows``: one slice of the CSR arrays when they are one block's consecutive positions."""
+        fptr, fidx, fval = self.csr
+        s, e = int(rows[0]), int(rows[-1]) + 1
+        if e - s == rows.shape[0] and bool(rows[-1] - rows[0] == e - s - 1) and self._fptr[e] >= self._fptr[s]:
+            a, b = self._fptr[s], self._fptr[e]
+            return self._entry_row[a:b] - s, fidx[a:b], fval[a:b]
+        local, nz = csr_row_nonzeros(fptr, rows)
+        return local, fidx[nz], fval[nz]
+
+    def _theta(self, idx, pos, valid, U_all=None):
+        """The padded potentials U (B, T, C) of the blocks at the current w (from all positions' U if given)."""
+        U = torch.zeros(*valid.shape, self.model.C, dtype=self.dtype, device=self.device)
+        if U_all is not None:
+            U[valid] = U_all[pos[valid]]
+            return U
+        rows = pos[valid]
+        local, index, value = self._entries(rows)
+        X = torch.sparse_coo_tensor(torch.stack([local, index]), value, (rows.shape[0], self.model.F),
+                                    check_invariants=False)
+        U[valid] = torch.sparse.mm(X, self.model.split(self.w)[0])
+        return U
+
+    def _point(self, idx, pos, valid, lengths, P):
+        """(per-position statistics (B, T, C), counts (B, G)) of the points P of the blocks ``idx``: None (the
+        current points M_i, one block only or a list per block) or padded segmentations (B, T)."""
+        if P is None:
+            return self.P[pos] * valid[..., None].to(self.dtype), self.Gc[idx]
+        return self.model.statistics(torch.as_tensor(P, device=self.device).reshape(len(idx), -1)[:, :pos.shape[1]],
+                                     lengths, self.dtype)
+
+    def _dot(self, Dp, Dc, U):
+        return (Dp * U).sum((1, 2)) + Dc @ self.w[self.model.e:]
+
+    def _sqnorm(self, idx, valid, Dp, Dc) -> torch.Tensor:
+        """||A_b D_b||^2 of every block of the batch (module docstring)."""
+        out = (Dc * Dc).sum(1)
+        for b, i in enumerate(idx.tolist()):
+            T = int(valid[b].sum())
+            Gi = self.G[int(self.goff[i]):int(self.goff[i + 1])].view(T, T)
+            D = Dp[b, :T]
+            out[b] += (D * (Gi @ D)).sum()
+        return out
+
+    def _scatter(self, target, rows, Dp_rows, Dc_sum, coef: float) -> None:
+        """target += coef A(D): the emission rows of the positions ``rows`` and the counts."""
+        local, index, value = self._entries(rows)
+        W = self.model.split(target)[0]
+        # index_put_ with accumulate: several times faster than index_add_ on the CPU for a few hundred rows
+        W.index_put_((index,), (coef * value)[:, None] * Dp_rows[local], accumulate=True)
+        target[self.model.e:] += coef * Dc_sum
+
+    def _add(self, rows, Dp_rows, Dc_sum, coef: float) -> None:
+        self._scatter(self.w, rows, Dp_rows, Dc_sum, coef)
+        if self.shadow is not None:
+            self._scatter(self.shadow, rows, Dp_rows, Dc_sum, coef * self.shadow_coef)
+
+    def _corners(self, idx, U_all=None, sqnorm: bool = True):
+        """Loss-augmented decoding of the blocks ``idx`` and their FW terms: labels (B, T), L (B,), <D, theta>
+        (B,), ||A D||^2 (B,) or None, and D (for the moves)."""
+        pos, valid, lengths = self._rows(idx)
+        U = self._theta(idx, pos, valid, U_all)
+        _, first, last, trans, _ = self.model.split(self.w)
+        gold = self.gold[idx][:, :pos.shape[1]]
+        c = self.c[idx]
+        S, _ = augmented(self.model.segment_scores(U, self.w), gold, lengths, "tokens", c)
+        y = ops.best(S, first, last, trans, lengths, self.model.kernels)[0]
+        ps, cs = self.model.statistics(y, lengths, self.dtype)
+        Mp, Mc = self._point(idx, pos, valid, lengths, None)
+        Dp, Dc = ps - Mp, cs - Mc
+        loss = segment_loss(y, gold, lengths, "tokens", c)
+        return {"labels": y, "loss": loss, "dot": self._dot(Dp, Dc, U), "pos": pos, "valid": valid,
+                "sq": self._sqnorm(idx, valid, Dp, Dc) if sqnorm else None, "Dp": Dp, "Dc": Dc, "stats": (ps, cs)}
+
+    # -- block moves ---------------------------------------------------------------------------------
+    def fw_corner(self, i: int) -> Corner:
+        idx = torch.tensor([i], device=self.device)
+        k = self._corners(idx)
+        lamn = self.lam * self.N
+        loss, dot = float(k["loss"][0]) / self.N, float(k["dot"][0])
+        return Corner(k["labels"][0], loss, dot / lamn, float(k["sq"][0]) / lamn ** 2,
+                      dot / self.N - float(self.ell_i[i]) + loss)
+
+    def fw_move(self, i: int, corner: Corner, gamma: float) -> None:
+        self.pair_move(i, corner.labels, None, corner.loss, float(self.ell_i[i]), gamma)
+
+    def _delta(self, i: int, P, Q):
+        idx = torch.tensor([i], device=self.device)
+        pos, valid, lengths = self._rows(idx)
+        (pp, pc), (qp, qc) = (self._point(idx, pos, valid, lengths, X) for X in (P, Q))
+        return idx, pos[valid], valid, pp - qp, pc - qc
+
+    def pair_sqnorm(self, i: int, P, Q) -> float:
+        idx, _, valid, Dp, Dc = self._delta(i, P, Q)
+        return float(self._sqnorm(idx, valid, Dp, Dc)[0]) / (self.lam * self.N) ** 2
+
+    def pair_move(self, i: int, P, Q, loss_P: float, loss_Q: float, gamma: float) -> None:
+        """x_i += gamma (v_P - v_Q): M_i += gamma D, w -= gamma A_i D / (lam n); losses are L/n."""
+        _, rows, valid, Dp, Dc = self._delta(i, P, Q)
+        D = Dp[valid]
+        self._add(rows, D, Dc[0], -gamma / (self.lam * self.N))
+        self.P[rows] += gamma * D
+        self.Gc[i] += gamma * Dc[0]
+        self.ell_i[i] += gamma * (loss_P - loss_Q)
+        self._ell[0] += gamma * (loss_P - loss_Q)
+
+    def add_psi(self, i: int, corner: Corner, coef: float) -> None:
+        """w += coef psi_i(y*) = coef A_i (s(y_i) - s(y*))."""
+        _, rows, valid, Dp, Dc = self._delta(i, self.gt_labeling(i), corner.labels)
+        self._add(rows, Dp[valid], Dc[0], coef)
+
+    # -- active-set primitives ----------------------------------------------------------------------
+    def gt_labeling(self, i: int):
+        return self.gold[i, :int(self.lengths[i])].clone()
+
+    def key(self, labeling):
+        return self.model.key(labeling)
+
+    def loss_of(self, i: int, labeling) -> float:
+        idx = torch.tensor([i], device=self.device)
+        T = int(self.lengths[i])
+        y = torch.as_tensor(labeling, device=self.device).reshape(1, T)
+        return float(segment_loss(y, self.gold[idx, :T], self.lengths[idx], "tokens", self.c[idx])[0]) / self.N
+
+    def corner_gaps(self, i: int, labelings) -> np.ndarray:
+        """g_i(y) = (<s(y) - M_i, theta_i> + L_i(y)) / n - ell_i for each labeling (eq. (6) towards y)."""
+        Y = torch.stack([torch.as_tensor(y, device=self.device) for y in labelings])
+        m = Y.shape[0]
+        idx = torch.full((m,), i, device=self.device)
+        pos, valid, lengths = self._rows(idx)
+        U = self._theta(idx, pos, valid)
+        ps, cs = self.model.statistics(Y, lengths, self.dtype)
+        Mp, Mc = self._point(idx, pos, valid, lengths, None)
+        loss = segment_loss(Y, self.gold[idx, :Y.shape[1]], lengths, "tokens", self.c[idx])
+        return to_host((self._dot(ps - Mp, cs - Mc, U) + loss) / self.N - self.ell_i[i])
+
+    # -- mini-batch BCFW -------------------------------------------------------------------------
+    def batch_corners(self, idx: torch.Tensor, with_direction: bool = True) -> BatchCorners:
+        idx = torch.as_tensor(idx, device=self.device).reshape(-1)
+        k = self._corners(idx, sqnorm=False)
+        loss = k["loss"] / self.N
+        gaps = (k["dot"] + k["loss"]) / self.N - self.ell_i[idx]
+        valid = k["valid"]
+        coef = -1.0 / (self.lam * self.N)                      # dw = sum_b (w_s,b - w_b) = -sum_b A_b D_b / (lam n)
+        parts = {"counts": coef * k["Dc"], "positions": {"count": valid.sum(1), "rows": k["pos"][valid],
+                                                         "stats": coef * k["Dp"][valid]}}
+        return BatchCorners(idx, loss, gaps, self.direction(parts) if with_direction else None,
+                            float((loss - self.ell_i[idx]).sum()), moves=k, parts=parts)
+
+    def direction(self, parts: dict) -> torch.Tensor:
+        dw = torch.zeros_like(self.w)
+        positions = parts["positions"]
+        self._scatter(dw, positions["rows"], positions["stats"], parts["counts"].sum(0), 1.0)
+        return dw
+
+    def batch_move(self, corners: BatchCorners, gamma: float) -> None:
+        k, idx = corners.moves, corners.idx
+        valid = k["valid"]
+        self.P[k["pos"][valid]] += gamma * k["Dp"][valid]
+        self.Gc[idx] += gamma * k["Dc"]
+        self.ell_i[idx] = self.ell_i[idx].lerp(corners.loss, gamma)
+        self.w.add_(corners.dw, alpha=gamma)
+        if self.shadow is not None:
+            self.shadow.add_(corners.dw, alpha=gamma * self.shadow_coef)
+        self._ell[0] += gamma * corners.dell
+
+    # -- batched passes -----------------------------------------------------------------------------
+    def _all_potentials(self, w=None) -> torch.Tensor:
+        """U (N, C) of every position at w (default the store's)."""
+        w = self.w if w is None else w
+        if self._xt is None:
+            self._xt = feature_coo(self.csr, self.model.F, transpose=True)
+        return torch.sparse.mm(self._xt.t(), self.model.split(w)[0])
+
+    def _ragged(self, labels, pos, valid, out):
+        out[pos[valid]] = labels[valid]
+
+    def gap_pass(self) -> GapPass:
+        """All block gaps at w, chunk by chunk of blocks of similar lengths: g_i = (<D_i, theta_i> + L_i) / n - ell_i,
+        H_i = max_y [L_i(y) + <w, phi(x_i, y)>] - <w, phi(x_i, y_i)>."""
+        U_all = self._all_potentials()
+        labels = torch.full_like(self.seg, -1)
+        loss = torch.zeros(self.n, dtype=self.dtype, device=self.device)
+        gaps, H = torch.zeros_like(loss), torch.zeros_like(loss)
+        for idx in self._chunks:
+            k = self._corners(idx, U_all, sqnorm=False)
+            self._ragged(k["labels"], k["pos"], k["valid"], labels)
+            loss[idx] = k["loss"]
+            gaps[idx] = (k["dot"] + k["loss"]) / self.N - self.ell_i[idx]
+            U = self._theta(idx, k["pos"], k["valid"], U_all)
+            gp, gc = self.model.statistics(self.gold[idx][:, :k["pos"].shape[1]], k["valid"].sum(1), self.dtype)
+            ps, cs = k["stats"]
+            H[idx] = self._dot(ps - gp, cs - gc, U) + k["loss"]
+        return GapPass(labels=labels, loss=loss / self.N, H=H, block_gaps=gaps)
+
+    def _stats_of(self, labels: torch.Tensor):
+        """(P (N, C), counts (n, G)) of ragged segmentations (N,) of every block."""
+        segs = torch.where(self.all_valid, labels[self.all_pos], torch.full_like(self.all_pos, -1))
+        ps, cs = self.model.statistics(segs, self.lengths, self.dtype)
+        return ps[self.all_valid], cs
+
+    def w_from_stats(self, P: torch.Tensor, Gc: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        """sum_i A_i (s(y_i) - M_i) / (lam n) for the statistics of every block (the exact map from duals to w)."""
+        if self._xt is None:
+            self._xt = feature_coo(self.csr, self.model.F, transpose=True)
+        w = torch.zeros_like(self.w) if out is None else out.zero_()
+        self.model.split(w)[0].copy_(torch.sparse.mm(self._xt, self.P_gt - P))
+        w[self.model.e:] = (self.G_gt - Gc).sum(0)
+        return w.div_(self.lam * self.N)
+
+    def corner_point(self, gp: GapPass):
+        return self.w_from_stats(*self._stats_of(gp.labels)), float(gp.loss.sum())
+
+    def move_all(self, gp: GapPass, w_s: torch.Tensor, ell_s: float, gamma: float) -> None:
+        P, Gc = self._stats_of(gp.labels)
+        self.P.mul_(1 - gamma).add_(P, alpha=gamma)
+        self.Gc.mul_(1 - gamma).add_(Gc, alpha=gamma)
+        self.ell_i.mul_(1 - gamma).add_(gp.loss.to(self.dtype), alpha=gamma)
+        self.w.mul_(1 - gamma).add_(w_s, alpha=gamma)
+        self._ell[0] = self.ell_i.sum()
+
+    def recompute(self) -> None:
+        self.w_from_stats(self.P, self.Gc, self.w)
+        self._ell[0] = self.ell_i.sum()
+
+    def block_w(self, i: int) -> torch.Tensor:
+        """Dense w_i of one block (tests and inspection)."""
+        s, e = int(self.offsets[i]), int(self.offsets[i + 1])
+        w = torch.zeros_like(self.w)
+        self._scatter(w, torch.arange(s, e, device=self.device), self.P_gt[s:e] - self.P[s:e],
+                      self.G_gt[i] - self.Gc[i], 1.0 / (self.lam * self.N))
+        return w
+
+    # -- regularization path ------------------------------------------------------------------------
+    def rescale(self, lam_new: float, rho: float) -> None:
+        """alpha_i <- rho alpha_i + (1 - rho) delta(y_i); w follows exactly from the statistics."""
+        lam_new = check_positive(lam_new, "lam_new")
+        self.P.mul_(rho).add_(self.P_gt, alpha=1.0 - rho)
+        self.Gc.mul_(rho).add_(self.G_gt, alpha=1.0 - rho)
+        self.ell_i.mul_(rho)
+        self.lam = lam_new
+        self.recompute()
+
+    def max_margins(self, w: torch.Tensor) -> torch.Tensor:
+        """max_y <w, phi(x_i, y)> - <w, phi(x_i, y_i)> of every block."""
+        w = w.to(self.device, self.dtype)
+        U_all = self._all_potentials(w)
+        out = torch.zeros(self.n, dtype=self.dtype, device=self.device)
+        _, first, last, trans, _ = self.model.split(w)
+        for idx in self._chunks:
+            pos, valid, lengths = self._rows(idx)
+            U = self._theta(idx, pos, valid, U_all)
+            y = ops.best(self.model.segment_scores(U, w), first, last, trans, lengths, self.model.kernels)[0]
+            ps, cs = self.model.statistics(y, lengths, self.dtype)
+            gp, gc = self.model.statistics(self.gold[idx][:, :pos.shape[1]], lengths, self.dtype)
+            out[idx] = (U * (ps - gp)).sum((1, 2)) + (cs - gc) @ w[self.model.e:]
+        return out
+
+    def block_wdots(self) -> torch.Tensor:
+        """lam <w_i, w> = <s(y_i) - M_i, theta_i> / n."""
+        U = self._all_potentials()
+        out = (self.G_gt - self.Gc) @ self.w[self.model.e:]
+        return out.index_add_(0, self.seg, ((self.P_gt - self.P) * U).sum(1)) / self.N

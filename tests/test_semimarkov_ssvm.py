@@ -1,0 +1,137 @@
+"""The linear semi-Markov SSVM (models/semimarkov.py, stores/segments.py, the conll2000-segments task): the
+compact store against the dense one (an independent implementation of the same dual through phi), the feature
+map against the segment package's scores, refusals, the CoNLL-2000 reading and a short real run. The
+conformance suite (tests/test_conformance.py) checks decode, oracle, gaps and checkpoints against enumeration."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import random_segment_data
+from ssvm_torch import Solver, SolverConfig, make_store
+from ssvm_torch.data import ChainData
+from ssvm_torch.errors import SSVMInputError
+from ssvm_torch.models import SemiMarkovModel
+from ssvm_torch.segments.scoring import score
+from ssvm_torch.stores import DenseDual, SegmentDual
+
+
+def instance(seed=0, outside=None, n=6):
+    rng = np.random.default_rng(seed)
+    data = random_segment_data(rng, n, 3, 3, 4, tmin=1, tmax=6, outside=outside, sparse=True)
+    return SemiMarkovModel.for_data(data, max_length=3, outside=outside), data
+
+
+def test_phi_is_the_segment_packages_score():
+    """<w, phi(x, y)> = s(y) of segments/scoring.py on the model's segment scores, for gold and random rows."""
+    model, data = instance(1)
+    w = torch.tensor(np.random.default_rng(2).normal(size=model.d))
+    idx = torch.arange(data.n)
+    S, lengths, first, last, trans = model.scores(w, data, idx)
+    for labels in (model.gt_batch(data, idx), model.predict(w, data, idx)):
+        assert torch.allclose(model.phi(data, idx, labels) @ w, score(S, first, last, trans, labels, lengths),
+                              atol=1e-10)
+
+
+@pytest.mark.parametrize("config", [dict(step="fw"), dict(step="pairwise", cache=True), dict(step="away"),
+                                    dict(batch_size=3)], ids=["fw", "pairwise-cache", "away", "minibatch"])
+def test_compact_store_follows_the_dense_store(config):
+    """The same solver on the compact statistics store and on the dense (n, d) store (w_i rows through phi):
+    the same trajectory to 1e-10 (gaps, duals, w)."""
+    model, data = instance(3, outside=0)
+    runs = []
+    for store in (SegmentDual(model, data, 1.0), DenseDual(model, data, 1.0)):
+        hist = Solver(store, SolverConfig(solver="bcfw", sampling="gap", passes=8, gap_check=2, seed=5,
+                                          **config)).run()
+        runs.append((hist, store))
+    (ha, a), (hb, b) = runs
+    assert len(ha) == len(hb) >= 4
+    for ra, rb in zip(ha, hb):
+        assert ra["gap"] == pytest.approx(rb["gap"], abs=1e-10) and ra["dual"] == pytest.approx(rb["dual"], abs=1e-10)
+    assert torch.allclose(a.w, b.w, atol=1e-10) and ha[-1]["gap"] < 0.5 * ha[0]["gap"]
+    for i in range(data.n):
+        assert torch.allclose(a.block_w(i), b.block_w(i), atol=1e-10)
+    assert torch.allclose(a.block_wdots(), b.block_wdots(), atol=1e-10)
+    assert torch.allclose(a.max_margins(a.w), b.max_margins(a.w), atol=1e-10)
+
+
+def test_batch_fw_and_path_rescaling_match_the_dense_store():
+    model, data = instance(4)
+    stores = [SegmentDual(model, data, 0.1), DenseDual(model, data, 0.1)]
+    hists = [Solver(s, SolverConfig(solver="fw", passes=5, gap_check=1, seed=0)).run() for s in stores]
+    assert [r["gap"] for r in hists[0]] == pytest.approx([r["gap"] for r in hists[1]], abs=1e-10)
+    for s in stores:
+        s.rescale(0.05, 0.7)
+    assert torch.allclose(stores[0].w, stores[1].w, atol=1e-10) and stores[0].ell == pytest.approx(stores[1].ell)
+
+
+def test_the_outside_label_covers_one_position():
+    model, data = instance(5, outside=0)
+    w = torch.tensor(np.random.default_rng(6).normal(size=model.d))
+    model.split(w)[4][1:] = 50.0                                   # long segments of every label, label 0 too
+    idx = torch.arange(data.n)
+    pred = model.predict(w, data, idx)
+    from ssvm_torch.segments import segment_lengths
+    seglen = segment_lengths(pred, data.lengths)
+    assert bool(((pred == 0) <= (seglen <= 1)).all()) and int(seglen.max()) > 1
+
+
+def test_bad_segment_data_are_refused_by_name():
+    model, data = instance(7)
+    Y = data.Y.clone()
+    Y[int(data.offsets[1])] = model.K                               # a row that starts by going on a segment
+    with pytest.raises(SSVMInputError, match=r"data.Y: sequence 1, position 0: state 3 goes on"):
+        model.check_data(ChainData(data.X, Y, data.offsets, data.n_states))
+    X = data.X.to_dense()
+    long = ChainData(X[:5], torch.tensor([1, 4, 4, 4, 4]), torch.tensor([0, 5]), 6)
+    with pytest.raises(SSVMInputError, match="covers 5 positions, more than the model's 3"):
+        model.check_data(long)
+    with pytest.raises(SSVMInputError, match="n_states: expected 6"):
+        model.check_data(ChainData(data.X, data.Y % 4, data.offsets, 4))
+    with pytest.raises(SSVMInputError, match="an even number"):
+        SemiMarkovModel.for_data(ChainData(data.X, data.Y % 5, data.offsets, 5))
+    outside = SemiMarkovModel(model.n_features, 3, 3, outside=1)
+    with pytest.raises(SSVMInputError, match="more than the model's 1 for label 1"):
+        outside.check_data(ChainData(X[:2], torch.tensor([1, 4]), torch.tensor([0, 2]), 6))
+
+
+def test_chunk_segments_read_conll_as_conlleval_chunks():
+    """Every sentence of CoNLL-2000's test file: segments -> BIO tags gives the file's tags back."""
+    from ssvm_torch.data.conll import load_conll2000
+    from ssvm_torch.data.segments import chunk_segments
+    from ssvm_torch.segments import tags_from_segments
+    train, test = load_conll2000(train_size=300, features="w[0]")
+    seg_train = chunk_segments(train)
+    labels = seg_train.meta["segment_labels"]
+    assert labels[0] == "O" and "NP" in labels and seg_train.n_states == 2 * len(labels)
+    seg_test = chunk_segments(test, labels)
+    model = SemiMarkovModel.for_data(seg_train, outside=0)
+    model.check_data(seg_train)
+    idx = torch.arange(seg_test.n)
+    tags = tags_from_segments(model.gt_batch(seg_test, idx), seg_test.lengths, labels)
+    known = set(labels)
+    expected = [[t if t == "O" or t[2:] in known else "O" for t in s] for s in test.meta["tags"]]
+    assert tags == expected
+    with pytest.raises(SSVMInputError, match="chunk type 'NP' is not among"):
+        chunk_segments(train, ["O", "VP"])
+
+
+def test_conll_segments_task_trains_and_scores_chunk_f1():
+    """A short real run: BCFW + gap sampling on 300 CoNLL-2000 sentences; the gap falls, the test F1 is seqeval's
+    F1 of the decoded segments written as BIO tags, and the model's own segment F1 agrees with it."""
+    from ssvm_torch.tasks import load_task
+    from ssvm_torch.segments import tags_from_segments
+    from seqeval.metrics import f1_score
+    p = load_task("conll2000-segments", train_size=300, features="w[0] p[0]")
+    store = make_store(p.model, p.train, p.lam())
+    hist = Solver(store, SolverConfig(solver="bcfw", sampling="gap", passes=4, gap_check=2, seed=0)).run()
+    assert hist[-1]["gap"] < 0.2 * hist[0]["gap"]
+    rec = p.evaluate(store.w)
+    idx = torch.arange(p.test.n)
+    pred = p.model.predict(store.w, p.test, idx)
+    tags = tags_from_segments(pred, p.test.lengths, p.train.meta["segment_labels"])
+    assert rec["test_f1"] == pytest.approx(100 * f1_score(p.test.meta["tags"], tags), abs=1e-9)
+    assert rec["test_f1"] > 60
+    gold = p.model.gt_batch(p.test, idx)
+    assert p.model.segment_counts(pred, gold, p.test.lengths)["segment_f1"] == pytest.approx(rec["test_f1"], abs=0.5)
