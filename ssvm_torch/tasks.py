@@ -217,7 +217,7 @@ def _conll_segments(name, train_size=None, unary_only=False, device=None, dtype=
         lengths = test.lengths
         wrong = model.loss(test, idx, pred) / model.token_loss(lengths)
         tags = tags_from_segments(pred, lengths, labels)
-        _, _, f1, _ = precision_recall_fscore_support(test.meta["tags"], tags, average="micro")
+        _, _, f1, _ = precision_recall_fscore_support(test.meta["tags"], tags, average="micro", zero_division=0)
         return {"train_error": model.metrics(w64, train)["error"], "test_error": float((wrong * model.token_loss(
             lengths)).mean()), "test_position_error": float(wrong.sum() / lengths.sum()), "test_f1": 100 * float(f1)}
     loss_text = "normalized" if model.loss_name == "normalized" else "count of"
