@@ -353,6 +353,12 @@ def _best_rows(S, first, last, trans, lengths, segments, scores):
         scores[b] = best_row(S[b], first, last, trans, lengths[b], segments[b])
 
 
+@nb.njit(cache=True, nogil=True)
+def _best_rows_serial(S, first, last, trans, lengths, segments, scores):
+    for b in range(S.shape[0]):
+        scores[b] = best_row(S[b], first, last, trans, lengths[b], segments[b])
+
+
 @nb.njit(cache=True, nogil=True, parallel=True)
 def _marginal_rows(S, first, last, trans, lengths, logz, M, MF, ML, MT):
     for b in nb.prange(S.shape[0]):
@@ -365,7 +371,10 @@ def best_batch(S, first, last, trans, lengths):
     segments = np.empty((B, T), dtype=np.int64)
     scores = np.empty(B, dtype=np.float64)
     f64 = [np.ascontiguousarray(x, dtype=np.float64) for x in (S, first, last, trans)]
-    _best_rows(*f64, np.ascontiguousarray(lengths, dtype=np.int64), segments, scores)
+    # one row (a BCFW block step) runs in the calling thread: a parallel launch hands the row to the thread
+    # pool, which costs more than the row itself and waits for a core when the machine is busy
+    rows = _best_rows if B > 1 else _best_rows_serial
+    rows(*f64, np.ascontiguousarray(lengths, dtype=np.int64), segments, scores)
     return segments, scores.astype(S.dtype)
 
 

@@ -72,12 +72,17 @@ class SegmentDual(RaggedLabelings, TensorBlockState, BlockDual):
         order = torch.argsort(self.lengths, descending=True, stable=True)
         self._chunks = [order[k:k + CHUNK] for k in range(0, self.n, CHUNK)]
         self._xt = None                                    # X^T as a sparse (F, N) matrix, built on first use
+        self._corner_delta = None                          # (block, labels, its D) of the last fw_corner
         self._fptr = to_host(self.csr[0]).tolist()           # a block's stored entries are one slice of the CSR
         self._entry_row = segment_ids(self.csr[0])
 
     @property
     def ell(self) -> float:
         return float(self._ell[0])
+
+    def load_state_dict(self, state: dict) -> None:
+        super().load_state_dict(state)
+        self._corner_delta = None
 
     def set_point(self, w: torch.Tensor, ell: float) -> None:
         self.w.copy_(w)
@@ -139,7 +144,7 @@ class SegmentDual(RaggedLabelings, TensorBlockState, BlockDual):
         local, index, value = self._entries(rows)
         W = self.model.split(target)[0]
         # index_put_ with accumulate: several times faster than index_add_ on the CPU for a few hundred rows
-        W.index_put_((index,), (coef * value)[:, None] * Dp_rows[local], accumulate=True)
+        W.index_put_((index,), (coef * value)[:, None] * Dp_rows.index_select(0, local), accumulate=True)
         target[self.model.e:] += coef * Dc_sum
 
     def _add(self, rows, Dp_rows, Dc_sum, coef: float) -> None:
@@ -170,17 +175,25 @@ class SegmentDual(RaggedLabelings, TensorBlockState, BlockDual):
         k = self._corners(idx)
         lamn = self.lam * self.N
         loss, dot = float(k["loss"][0]) / self.N, float(k["dot"][0])
-        return Corner(k["labels"][0], loss, dot / lamn, float(k["sq"][0]) / lamn ** 2,
+        labels = k["labels"][0]
+        # the FW step that usually follows moves along this D: kept until the block state changes
+        self._corner_delta = (i, labels, (idx, k["pos"][0], k["valid"], k["Dp"], k["Dc"]))
+        return Corner(labels, loss, dot / lamn, float(k["sq"][0]) / lamn ** 2,
                       dot / self.N - float(self.ell_i[i]) + loss)
 
     def fw_move(self, i: int, corner: Corner, gamma: float) -> None:
         self.pair_move(i, corner.labels, None, corner.loss, float(self.ell_i[i]), gamma)
 
     def _delta(self, i: int, P, Q):
+        """(idx, rows (T_i,), valid (1, T_i), D of the positions (1, T_i, C), D of the counts (1, G)) of
+        s(P) - s(Q) for block i (None = its current point)."""
+        cached = getattr(self, "_corner_delta", None)
+        if Q is None and cached is not None and cached[0] == i and cached[1] is P:
+            return cached[2]
         idx = torch.tensor([i], device=self.device)
         pos, valid, lengths = self._rows(idx)
         (pp, pc), (qp, qc) = (self._point(idx, pos, valid, lengths, X) for X in (P, Q))
-        return idx, pos[valid], valid, pp - qp, pc - qc
+        return idx, pos[0], valid, pp - qp, pc - qc
 
     def pair_sqnorm(self, i: int, P, Q) -> float:
         idx, _, valid, Dp, Dc = self._delta(i, P, Q)
@@ -189,9 +202,10 @@ class SegmentDual(RaggedLabelings, TensorBlockState, BlockDual):
     def pair_move(self, i: int, P, Q, loss_P: float, loss_Q: float, gamma: float) -> None:
         """x_i += gamma (v_P - v_Q): M_i += gamma D, w -= gamma A_i D / (lam n); losses are L/n."""
         _, rows, valid, Dp, Dc = self._delta(i, P, Q)
-        D = Dp[valid]
+        self._corner_delta = None
+        D = Dp[0]                                          # one block: all of its T_i positions are valid
         self._add(rows, D, Dc[0], -gamma / (self.lam * self.N))
-        self.P[rows] += gamma * D
+        self.P.index_put_((rows,), gamma * D, accumulate=True)
         self.Gc[i] += gamma * Dc[0]
         self.ell_i[i] += gamma * (loss_P - loss_Q)
         self._ell[0] += gamma * (loss_P - loss_Q)
@@ -199,7 +213,7 @@ class SegmentDual(RaggedLabelings, TensorBlockState, BlockDual):
     def add_psi(self, i: int, corner: Corner, coef: float) -> None:
         """w += coef psi_i(y*) = coef A_i (s(y_i) - s(y*))."""
         _, rows, valid, Dp, Dc = self._delta(i, self.gt_labeling(i), corner.labels)
-        self._add(rows, Dp[valid], Dc[0], coef)
+        self._add(rows, Dp[0], Dc[0], coef)
 
     # -- active-set primitives ----------------------------------------------------------------------
     def gt_labeling(self, i: int):
@@ -246,6 +260,7 @@ class SegmentDual(RaggedLabelings, TensorBlockState, BlockDual):
         return dw
 
     def batch_move(self, corners: BatchCorners, gamma: float) -> None:
+        self._corner_delta = None
         k, idx = corners.moves, corners.idx
         valid = k["valid"]
         self.P[k["pos"][valid]] += gamma * k["Dp"][valid]
@@ -304,6 +319,7 @@ class SegmentDual(RaggedLabelings, TensorBlockState, BlockDual):
         return self.w_from_stats(*self._stats_of(gp.labels)), float(gp.loss.sum())
 
     def move_all(self, gp: GapPass, w_s: torch.Tensor, ell_s: float, gamma: float) -> None:
+        self._corner_delta = None
         P, Gc = self._stats_of(gp.labels)
         self.P.mul_(1 - gamma).add_(P, alpha=gamma)
         self.Gc.mul_(1 - gamma).add_(Gc, alpha=gamma)
@@ -327,6 +343,7 @@ class SegmentDual(RaggedLabelings, TensorBlockState, BlockDual):
     def rescale(self, lam_new: float, rho: float) -> None:
         """alpha_i <- rho alpha_i + (1 - rho) delta(y_i); w follows exactly from the statistics."""
         lam_new = check_positive(lam_new, "lam_new")
+        self._corner_delta = None
         self.P.mul_(rho).add_(self.P_gt, alpha=1.0 - rho)
         self.Gc.mul_(rho).add_(self.G_gt, alpha=1.0 - rho)
         self.ell_i.mul_(rho)
