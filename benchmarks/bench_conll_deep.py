@@ -54,8 +54,10 @@ HEAD = {"hinge": "hinge", "hybrid_hinge": "hinge", "crf": "crf", "hybrid_crf": "
 HEADS = ("hinge", "softmax_margin", "crf")
 MARGIN_HEADS = ("hinge", "softmax_margin")            # each compared with the CRF head by the paired bootstrap
 # the semi-Markov heads (docs/segments.md), each compared with the neural chain head of its loss on the seeds both
-# have (paired bootstrap; s/epoch of runs trained side by side); they take no part in the chain heads' ranking
-SEGMENT_PAIRS = {"semimarkov_crf": "crf", "semimarkov_hinge": "hinge", "semimarkov_softmax_margin": "softmax_margin"}
+# have (paired bootstrap; s/epoch of runs trained side by side, except the hybrid pair, whose chain runs are the
+# earlier archived ones); they take no part in the chain heads' ranking
+SEGMENT_PAIRS = {"semimarkov_crf": "crf", "semimarkov_hinge": "hinge", "semimarkov_softmax_margin": "softmax_margin",
+                 "hybrid_semimarkov_softmax_margin": "hybrid_softmax_margin"}
 
 
 def run_dir(runs: Path, recipe: str, seed: int) -> Path | None:

@@ -43,6 +43,9 @@ from ..segments.scoring import augmented, loss as segment_loss, starts_and_label
 from .base import StructuredModel
 from .chain_index import features_csr, padded_index, row_products, segment_ids
 
+#: rows decoded together by :meth:`SemiMarkovModel.predict` (their padded segment scores stay a few MB)
+CHUNK = 256
+
 
 def segment_states(segments: torch.Tensor, lengths: torch.Tensor, K: int) -> torch.Tensor:
     """The per-position states (B, T) of segmentations: k where a segment of label k begins, K + k where it goes
@@ -212,6 +215,20 @@ class SemiMarkovModel(StructuredModel):
         """The best segmentations (B, T_max): the compiled kernel on CPU, torch elsewhere (segments/ops.py)."""
         S, lengths, first, last, trans = scores
         return ops.best(S, first, last, trans, lengths, self.kernels)[0]
+
+    def predict(self, w: torch.Tensor, data: ChainData, idx: torch.Tensor | None = None) -> torch.Tensor:
+        """Plain decoding (B, T_max) of the rows ``idx`` (default all), :data:`CHUNK` rows of similar lengths at a
+        time: the (B, T, L, K) segment scores of a whole training set would take gigabytes."""
+        dev = data.device
+        idx = torch.arange(data.n, device=dev) if idx is None else torch.as_tensor(idx, device=dev).reshape(-1)
+        lengths = data.lengths.to(dev)[idx]
+        out = torch.full((len(idx), int(lengths.max()) if len(idx) else 0), -1, dtype=torch.int64, device=w.device)
+        order = torch.argsort(lengths, descending=True, stable=True)
+        for k in range(0, len(idx), CHUNK):
+            part = order[k:k + CHUNK]
+            y = self.decode(self.scores(w, data, idx[part]), data, idx[part])
+            out[part.to(w.device), :y.shape[1]] = y
+        return out
 
     def gt_batch(self, data: ChainData, idx) -> torch.Tensor:
         idx = torch.as_tensor(idx, device=data.offsets.device).reshape(-1)

@@ -20,16 +20,13 @@ import torch
 from ..devices import resolve_device, to_host
 from ..errors import SSVMInputError, check_positive
 from ..models.chain_index import csr_row_nonzeros, feature_coo, padded_index, segment_ids
-from ..models.semimarkov import SemiMarkovModel
+from ..models.semimarkov import CHUNK, SemiMarkovModel
 from ..oracles.chain_kernels import nb_gram
 from ..segments import ops
 from ..segments.scoring import augmented, loss as segment_loss
 from .base import BatchCorners, BlockDual, Corner, GapPass, objective_n
 from .ragged import RaggedLabelings
 from .state import TensorBlockState
-
-#: blocks decoded together in a pass (the padded (B, T, L, K) scores of a chunk stay a few MB)
-CHUNK = 256
 
 
 class SegmentDual(RaggedLabelings, TensorBlockState, BlockDual):
