@@ -202,7 +202,7 @@ def all_segmentations(T, K, L, outside=None):
 def random_segment_data(rng, n, K, L, F, tmin=1, tmax=4, outside=None, sparse=False):
     """n random rows with random gold segmentations (segments of 1..L positions; the ``outside`` label's of one
     position), as ChainData with 2K states (models/semimarkov.py)."""
-    from ssvm_torch.models.semimarkov import segment_states
+    from ssvm_torch.segments.convert import segment_states
     xs, ys = [], []
     for _ in range(n):
         T = int(rng.integers(tmin, tmax + 1))

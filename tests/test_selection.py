@@ -56,7 +56,7 @@ def test_cli_select_lam_refits_on_all_training_data(tmp_path, capsys):
     (["--dataset", "ocr-small", "--select-lam"], "select_lam: needs a task with a development split"),
     (["--dataset", "conll2000", "--select-lam", "--solver", "ssg"], "not with --resume, torchrun or --solver ssg"),
     (["--dataset", "ocr-small", "--features", "rich"], "features: only supported for"),
-    (["--dataset", "scene", "--loss", "hamming"], "loss: only for the chain and tree tasks"),
+    (["--dataset", "scene", "--loss", "hamming"], "loss: only for the chain, segment and tree tasks"),
     (["--dataset", "conll2000", "--features", "w[0] q[1]"], "template item 'q[1]'"),
     (["--dataset", "conll2000", "--min-counts", "1", "2"], "min_counts: a grid of cut-offs is for --select-lam"),
 ])

@@ -13,6 +13,7 @@ import torch
 
 from ..errors import SSVMInputError, check
 from ..segments import segments_from_tags
+from ..segments.convert import segment_states
 from .types import ChainData
 
 OUTSIDE = "O"
@@ -47,7 +48,6 @@ def chunk_segments(data: ChainData, labels: list[str] | None = None) -> ChainDat
     check(len(tags) == data.n, "data.meta['tags']", f"{data.n} sentences", len(tags))
     K = len(labels)
     segments, lengths = segments_from_tags(tags, labels, scheme="BIO")
-    from ..models.semimarkov import segment_states
     states = segment_states(segments, lengths, K)
     Y = states[torch.arange(segments.shape[1])[None, :] < lengths[:, None]]
     check(Y.shape[0] == data.Y.shape[0], "data.meta['tags']", f"{data.Y.shape[0]} positions (the data's)", Y.shape[0])

@@ -4,7 +4,7 @@ data-free; the compact block store is :mod:`ssvm_torch.stores.segments`.
 A row of T positions is cut into segments of 1..L positions, each with a label in {0..K-1} (the convention of
 :mod:`ssvm_torch.segments`). Data are :class:`~ssvm_torch.data.types.ChainData` whose ``Y`` holds the gold
 segmentation as one state per position, ``k`` where a segment of label k begins and ``K + k`` where it goes on
-(2K states: :func:`segment_states`, the BIO reading of segments). Joint feature map, F = features + 1 (the
+(2K states: :func:`ssvm_torch.segments.convert.segment_states`, the BIO reading of segments). Joint feature map, F = features + 1 (the
 constant), C = 3K parts (token, begin, end) of each label:
 
 ====================  ==============================  ===========================================================
@@ -39,24 +39,13 @@ from ..devices import to_host
 from ..errors import SSVMInputError, check
 from ..segments import ops
 from ..segments.checks import segment_lengths, valid_positions
+from ..segments.convert import segments_of_states
 from ..segments.scoring import augmented, loss as segment_loss, starts_and_labels, windows
 from .base import StructuredModel
 from .chain_index import features_csr, padded_index, row_products, segment_ids
 
 #: rows decoded together by :meth:`SemiMarkovModel.predict` (their padded segment scores stay a few MB)
 CHUNK = 256
-
-
-def segment_states(segments: torch.Tensor, lengths: torch.Tensor, K: int) -> torch.Tensor:
-    """The per-position states (B, T) of segmentations: k where a segment of label k begins, K + k where it goes
-    on, -1 beyond each row (:mod:`ssvm_torch.segments` convention in, the data's ``Y`` out)."""
-    begins, labels, _ = starts_and_labels(segments, lengths)
-    return torch.where(labels < 0, labels, labels + K * (~begins).long())
-
-
-def segments_of_states(states: torch.Tensor, K: int) -> torch.Tensor:
-    """The segmentations (B, T) of per-position states (-1 beyond each row): the label where a segment begins."""
-    return torch.where((states >= 0) & (states < K), states, torch.full_like(states, -1))
 
 
 class SemiMarkovModel(StructuredModel):

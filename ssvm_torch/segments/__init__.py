@@ -22,12 +22,13 @@ losses, hinge, softmax-margin and CRF (:mod:`~ssvm_torch.segments.losses`), from
 a test reference and a benchmark baseline, not a backend.
 """
 from .checks import check_segments, segment_lengths
-from .convert import partial_from_tags, segments_from_tags, spans, tags_from_segments
+from .convert import (partial_from_tags, segment_states, segments_from_tags, segments_of_states, spans,
+                      tags_from_segments)
 from .losses import (allowed_segments, segment_crf_nll, segment_decode, segment_hinge, segment_log_partition,
                      segment_loss, segment_marginals, segment_score, segment_softmax_margin)
 from .partial import PartialSegmentation, observed_segmentation
 
 __all__ = ["PartialSegmentation", "allowed_segments", "check_segments", "observed_segmentation", "partial_from_tags",
            "segment_crf_nll", "segment_decode", "segment_hinge", "segment_lengths", "segment_log_partition",
-           "segment_loss", "segment_marginals", "segment_score", "segment_softmax_margin", "segments_from_tags",
-           "spans", "tags_from_segments"]
+           "segment_loss", "segment_marginals", "segment_score", "segment_softmax_margin", "segment_states", "segments_from_tags",
+           "segments_of_states", "spans", "tags_from_segments"]

@@ -1,5 +1,5 @@
-"""Segmentations to and from what users hold: chunk tags (BIO / IOB2 or BIOES, CoNLL-2000's and NER's) and span
-lists. Outside positions ("O") are one-position segments of the label ``outside`` (the usual semi-Markov set-up
+"""Segmentations to and from what users hold: chunk tags (BIO / IOB2 or BIOES, CoNLL-2000's and NER's), span
+lists and per-position (label, begins) states. Outside positions ("O") are one-position segments of the label ``outside`` (the usual semi-Markov set-up
 for chunking and NER), so tags -> segments -> tags is exact (tested on
 every sentence of CoNLL-2000). Chunks are read the way conlleval reads them: a chunk starts at B-X (S-X), or at
 I-X (E-X) whose previous tag is O or of another type."""
@@ -111,3 +111,17 @@ def tags_from_segments(segments: torch.Tensor, lengths: torch.Tensor, labels, sc
                 tags += [f"B-{name}"] + inner
         out.append(tags)
     return out
+
+
+def segment_states(segments: torch.Tensor, lengths: torch.Tensor, K: int) -> torch.Tensor:
+    """The per-position states (B, T) of segmentations: k where a segment of label k begins, K + k where it goes
+    on, -1 beyond each row (the data's ``Y`` of :class:`~ssvm_torch.models.SemiMarkovModel`, the BIO reading of
+    segments)."""
+    from .scoring import starts_and_labels
+    begins, labels, _ = starts_and_labels(segments, lengths)
+    return torch.where(labels < 0, labels, labels + K * (~begins).long())
+
+
+def segments_of_states(states: torch.Tensor, K: int) -> torch.Tensor:
+    """The segmentations (B, T) of per-position states (-1 beyond each row): the label where a segment begins."""
+    return torch.where((states >= 0) & (states < K), states, torch.full_like(states, -1))
