@@ -8,8 +8,14 @@ against the chain SSVM on the same sentences and attributes (Sha & Pereira's tem
   over the same blocks;
 * ``gap_pass``: one exact gap pass over the ``--train-size`` first sentences (medians of ``--repeats``).
 
+``--compare SEG_RUN CHAIN_RUN``: two ``ssvm-train`` run directories (``--dataset conll2000-segments`` and
+``--dataset conll2000`` with the same attributes, loss, lambda and passes) scored on the test file side by side:
+their chunk F1, the paired bootstrap of the difference over test sentences (benchmarks/bench_conll_deep.py's), and
+each run's last record (passes, exact gap, solver seconds).
+
 Usage: python benchmarks/bench_segments_ssvm.py [--train-size 2000] [--steps 600]
        [--out benchmarks/results/segments_ssvm_cpu.json]
+       python benchmarks/bench_segments_ssvm.py --compare runs/seg runs/chain [--out ...segments_ssvm_conll.json]
 """
 from __future__ import annotations
 
@@ -30,7 +36,8 @@ def stores(train_size: int):
     seg = load_task("conll2000-segments", train_size=train_size, features="sha-pereira")
     chain = load_task("conll2000", train_size=train_size, features="sha-pereira", tags="bio")
     lam = 1.0 / train_size
-    out = {"semimarkov": make_store(seg.model, seg.train, lam),
+    out = {"semimarkov": make_store(seg.model, seg.train, lam, kernels="numba"),
+           "semimarkov_torch": make_store(seg.model, seg.train, lam, kernels="torch"),
            "chain_numba": make_store(chain.model, chain.train, lam, kernels="numba"),
            "chain_torch": make_store(chain.model, chain.train, lam, kernels="torch")}
     return out, {"semimarkov_d": seg.model.d, "chain_d": chain.model.d, "L": seg.model.L, "K": seg.model.K,
@@ -66,14 +73,74 @@ def pass_times(all_stores: dict, repeats: int) -> dict:
     return {k: statistics.median(v) for k, v in times.items()}
 
 
+def test_tags(run: Path) -> tuple[list, list, dict]:
+    """(predicted BIO tags of every test sentence, the file's gold tags, the run's last record) of a run directory,
+    the task rebuilt from its config.json and decoded at its saved w."""
+    from ssvm_torch.constraints import bioes_to_bio
+    from ssvm_torch.outputs import load_model
+    from ssvm_torch.segments import tags_from_segments
+    config = json.loads((run / "config.json").read_text())
+    options = {k: config[k] for k in ("features", "min_count", "loss") if config.get(k) is not None}
+    if config["dataset"] == "conll2000":
+        options["tags"] = config.get("tags") or "bio"
+    problem = load_task(config["dataset"], train_size=config.get("train_size"), **options)
+    w = load_model(run / "model.pt")["w"].to(torch.float64)
+    test = problem.test
+    if config["dataset"] == "conll2000-segments":
+        pred = problem.model.predict(w, test)
+        tags = tags_from_segments(pred, test.lengths, problem.train.meta["segment_labels"])
+    else:
+        labels = problem.model.predict_ragged(w, test).tolist()
+        names = test.meta["tag_names"]
+        names = bioes_to_bio(names) if test.meta.get("tag_scheme") == "BIOES" else names
+        off = test.offsets.tolist()
+        tags = [[names[k] for k in labels[off[i]:off[i + 1]]] for i in range(test.n)]
+    last = json.loads((run / "history.json").read_text())[-1]
+    return tags, test.meta["tags"], {k: last.get(k) for k in ("passes", "gap", "primal", "time_s", "test_f1")}
+
+
+def compare(seg_run: Path, chain_run: Path, draws: int) -> dict:
+    import sys
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from bench_conll_deep import chunk_counts, f1_of, paired_bootstrap
+    from seqeval.metrics import f1_score
+    out = {}
+    counts = []
+    for name, run in (("semimarkov", seg_run), ("chain", chain_run)):
+        tags, gold, last = test_tags(run)
+        f1 = 100 * f1_score(gold, tags)
+        c = chunk_counts(gold, tags)
+        assert abs(f1_of(c) - f1) < 1e-9 and abs(f1 - last["test_f1"]) < 1e-6, (name, f1, last["test_f1"])
+        counts.append([c])
+        out[name] = {"run": str(run), "test_f1": f1, **last,
+                     "config": {k: v for k, v in json.loads((run / "config.json").read_text()).items()
+                                if k in ("dataset", "features", "min_count", "loss", "lam", "tags", "constraints")}}
+    out["difference"] = paired_bootstrap(counts[0], counts[1], draws)
+    return out
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--train-size", type=int, default=2000)
     p.add_argument("--steps", type=int, default=600)
     p.add_argument("--repeats", type=int, default=5)
-    p.add_argument("--out", default="benchmarks/results/segments_ssvm_cpu.json")
+    p.add_argument("--out", default=None, help="default benchmarks/results/segments_ssvm_cpu.json "
+                   "(segments_ssvm_conll.json with --compare)")
+    p.add_argument("--compare", nargs=2, type=Path, metavar=("SEG_RUN", "CHAIN_RUN"))
+    p.add_argument("--draws", type=int, default=1000)
     args = p.parse_args(argv)
     torch.set_num_threads(1)
+    if args.compare:
+        result = compare(*args.compare, args.draws)
+        for k in ("semimarkov", "chain"):
+            r = result[k]
+            print(f"{k:10s} test F1 {r['test_f1']:.2f}  gap {r['gap']:.2e} after {r['passes']} passes, "
+                  f"{r['time_s']:.0f} s")
+        print("difference (semi-Markov - chain):", result["difference"])
+        path = Path(args.out or "benchmarks/results/segments_ssvm_conll.json")
+        path.write_text(json.dumps(result, indent=1))
+        print(f"wrote {path}")
+        return
     all_stores, shape = stores(args.train_size)
     blocks = list(range(min(args.steps, args.train_size)))
     step = step_times(all_stores, blocks)
@@ -85,7 +152,7 @@ def main(argv=None):
               "step_ratio_vs_chain_torch": step["semimarkov"] / step["chain_torch"]}
     for k, v in step.items():
         print(f"block step {k:12s} {v:8.3f} ms   gap pass {gap[k]:7.3f} s")
-    path = Path(args.out)
+    path = Path(args.out or "benchmarks/results/segments_ssvm_cpu.json")
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(result, indent=1))
     print(f"wrote {path}")

@@ -34,14 +34,18 @@ def test_phi_is_the_segment_packages_score():
                               atol=1e-10)
 
 
+@pytest.mark.parametrize("kernels", ["numba", "torch"])
 @pytest.mark.parametrize("config", [dict(step="fw"), dict(step="pairwise", cache=True), dict(step="away"),
-                                    dict(batch_size=3)], ids=["fw", "pairwise-cache", "away", "minibatch"])
-def test_compact_store_follows_the_dense_store(config):
-    """The same solver on the compact statistics store and on the dense (n, d) store (w_i rows through phi):
-    the same trajectory to 1e-10 (gaps, duals, w)."""
+                                    dict(batch_size=3), dict(step="fw", averaging=True)],
+                         ids=["fw", "pairwise-cache", "away", "minibatch", "averaging"])
+def test_compact_store_follows_the_dense_store(config, kernels):
+    """The same solver on the compact statistics store (its compiled block step or its torch path) and on the
+    dense (n, d) store (w_i rows through phi): the same trajectory to 1e-10 (gaps, duals, w)."""
     model, data = instance(3, outside=0)
     runs = []
-    for store in (SegmentDual(model, data, 1.0), DenseDual(model, data, 1.0)):
+    compact = SegmentDual(model, data, 1.0, kernels=kernels)
+    assert compact.kernels == kernels
+    for store in (compact, DenseDual(model, data, 1.0)):
         hist = Solver(store, SolverConfig(solver="bcfw", sampling="gap", passes=8, gap_check=2, seed=5,
                                           **config)).run()
         runs.append((hist, store))

@@ -51,7 +51,7 @@ def make_store(model: StructuredModel, data, lam: float, device=None, dtype=torc
     elif isinstance(model, ChainModel):
         store = ChainDual(model, data, lam, device=device, dtype=dtype, kernels=kernels, n_objective=n_objective)
     elif isinstance(model, SemiMarkovModel):
-        store = SegmentDual(model, data, lam, device=device, dtype=dtype, n_objective=n_objective)
+        store = SegmentDual(model, data, lam, device=device, dtype=dtype, n_objective=n_objective, kernels=kernels)
     elif isinstance(model, DependencyModel):
         store = TreeDual(model, data, lam, device=device, dtype=dtype, kernels=kernels, n_objective=n_objective)
     else:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..devices import resolve_device, to_host
+from ..devices import resolve_device, store_kernels, to_host
 from ..errors import SSVMInputError, check_positive
 from ..models.chain_index import csr_row_nonzeros, feature_coo, padded_index, segment_ids
 from ..models.semimarkov import CHUNK, SemiMarkovModel
@@ -26,6 +26,7 @@ from ..segments import ops
 from ..segments.scoring import augmented, loss as segment_loss
 from .base import BatchCorners, BlockDual, Corner, GapPass, objective_n
 from .ragged import RaggedLabelings
+from .segment_kernels import nb_segment_corner, nb_segment_move
 from .state import TensorBlockState
 
 
@@ -35,7 +36,7 @@ class SegmentDual(RaggedLabelings, TensorBlockState, BlockDual):
     STATE_TENSORS = ("w", "ell_i", "P", "Gc")
 
     def __init__(self, model: SemiMarkovModel, data, lam: float, device=None, dtype=torch.float64,
-                 n_objective: int | None = None):
+                 n_objective: int | None = None, kernels: str = "auto"):
         model.check_data(data)
         if data.allow_unknown or data.partial:
             raise SSVMInputError("data: a semi-Markov store trains on fully labelled data (no unknown or unobserved "
@@ -44,7 +45,7 @@ class SegmentDual(RaggedLabelings, TensorBlockState, BlockDual):
         self.n, self.N = data.n, objective_n(data.n, n_objective)
         self.device, self.dtype = resolve_device(device), dtype
         self._numba = False                                  # labelings are tensors on the device (RaggedLabelings)
-        self.kernels = model.kernels                         # the decoder's backend (segments/ops.py)
+        self.kernels = store_kernels(kernels, self.device, dtype)     # numba: the compiled block step
         self.data = data
         self.csr = model.features_csr(data, dtype, self.device)
         self.offsets = data.offsets.to(self.device)
@@ -69,9 +70,25 @@ class SegmentDual(RaggedLabelings, TensorBlockState, BlockDual):
         order = torch.argsort(self.lengths, descending=True, stable=True)
         self._chunks = [order[k:k + CHUNK] for k in range(0, self.n, CHUNK)]
         self._xt = None                                    # X^T as a sparse (F, N) matrix, built on first use
-        self._corner_delta = None                          # (block, labels, its D) of the last fw_corner
         self._fptr = to_host(self.csr[0]).tolist()           # a block's stored entries are one slice of the CSR
         self._entry_row = segment_ids(self.csr[0])
+        # (block, labels, its D) of the last fw_corner, as tensors or (the compiled step) host arrays
+        self._corner_delta = self._host_delta = None
+        self._compiled = self.kernels == "numba"
+        if self._compiled:
+            self._bind_host()
+
+    def _bind_host(self) -> None:
+        """Zero-copy numpy views of the state for the compiled block step (stores/segment_kernels.py) and its
+        scratch arrays."""
+        m = self.model
+        T = int(self.lengths.max()) if self.n else 0
+        self._host = {"csr": tuple(to_host(t) for t in self.csr), "offsets": to_host(self.offsets),
+                      "Y": to_host(self.data.Y.to(torch.int64)), "W": m.split(self.w)[0].numpy(),
+                      "wc": self.w[m.e:].numpy(), "P": self.P.numpy(), "Gc": self.Gc.numpy(), "G": self.G.numpy(),
+                      "goff": to_host(self.goff), "c": to_host(self.c),
+                      "U": np.empty((T, m.C)), "S": np.empty((T, m.L, m.K)), "D": np.empty((T, m.C)),
+                      "Dc": np.empty(m.G)}
 
     @property
     def ell(self) -> float:
@@ -79,7 +96,7 @@ class SegmentDual(RaggedLabelings, TensorBlockState, BlockDual):
 
     def load_state_dict(self, state: dict) -> None:
         super().load_state_dict(state)
-        self._corner_delta = None
+        self._corner_delta = self._host_delta = None
 
     def set_point(self, w: torch.Tensor, ell: float) -> None:
         self.w.copy_(w)
@@ -167,7 +184,22 @@ class SegmentDual(RaggedLabelings, TensorBlockState, BlockDual):
                 "sq": self._sqnorm(idx, valid, Dp, Dc) if sqnorm else None, "Dp": Dp, "Dc": Dc, "stats": (ps, cs)}
 
     # -- block moves ---------------------------------------------------------------------------------
+    def _fw_corner_compiled(self, i: int) -> Corner:
+        h, m = self._host, self.model
+        T = int(h["offsets"][i + 1] - h["offsets"][i])
+        ys = np.empty(T, dtype=np.int64)
+        loss, dot, sq = nb_segment_corner(i, float(h["c"][i]), -1 if m.outside is None else m.outside, *h["csr"],
+                                          h["offsets"], h["Y"], h["W"], h["wc"], h["P"], h["Gc"], h["G"], h["goff"],
+                                          m.K, m.L, h["U"], h["S"], ys, h["D"], h["Dc"])
+        labels = torch.from_numpy(ys)
+        self._corner_delta, self._host_delta = None, (i, labels, h["D"][:T].copy(), h["Dc"].copy())
+        lamn = self.lam * self.N
+        loss /= self.N
+        return Corner(labels, loss, dot / lamn, sq / lamn ** 2, dot / self.N - float(self.ell_i[i]) + loss)
+
     def fw_corner(self, i: int) -> Corner:
+        if self._compiled:
+            return self._fw_corner_compiled(i)
         idx = torch.tensor([i], device=self.device)
         k = self._corners(idx)
         lamn = self.lam * self.N
@@ -198,8 +230,20 @@ class SegmentDual(RaggedLabelings, TensorBlockState, BlockDual):
 
     def pair_move(self, i: int, P, Q, loss_P: float, loss_Q: float, gamma: float) -> None:
         """x_i += gamma (v_P - v_Q): M_i += gamma D, w -= gamma A_i D / (lam n); losses are L/n."""
+        host = self._host_delta
+        if Q is None and host is not None and host[0] == i and host[1] is P:       # the compiled corner's move
+            h = self._host
+            shadow = self.shadow is not None
+            sw, swc = ((self.model.split(self.shadow)[0].numpy(), self.shadow[self.model.e:].numpy()) if shadow
+                       else (h["W"][:0], h["wc"][:0]))
+            nb_segment_move(i, -gamma / (self.lam * self.N), gamma, *h["csr"], h["offsets"], host[2], host[3],
+                            h["W"], h["wc"], h["P"], h["Gc"], shadow, sw, swc, float(self.shadow_coef))
+            self._corner_delta = self._host_delta = None
+            self.ell_i[i] += gamma * (loss_P - loss_Q)
+            self._ell[0] += gamma * (loss_P - loss_Q)
+            return
         _, rows, valid, Dp, Dc = self._delta(i, P, Q)
-        self._corner_delta = None
+        self._corner_delta = self._host_delta = None
         D = Dp[0]                                          # one block: all of its T_i positions are valid
         self._add(rows, D, Dc[0], -gamma / (self.lam * self.N))
         self.P.index_put_((rows,), gamma * D, accumulate=True)
@@ -257,7 +301,7 @@ class SegmentDual(RaggedLabelings, TensorBlockState, BlockDual):
         return dw
 
     def batch_move(self, corners: BatchCorners, gamma: float) -> None:
-        self._corner_delta = None
+        self._corner_delta = self._host_delta = None
         k, idx = corners.moves, corners.idx
         valid = k["valid"]
         self.P[k["pos"][valid]] += gamma * k["Dp"][valid]
@@ -316,7 +360,7 @@ class SegmentDual(RaggedLabelings, TensorBlockState, BlockDual):
         return self.w_from_stats(*self._stats_of(gp.labels)), float(gp.loss.sum())
 
     def move_all(self, gp: GapPass, w_s: torch.Tensor, ell_s: float, gamma: float) -> None:
-        self._corner_delta = None
+        self._corner_delta = self._host_delta = None
         P, Gc = self._stats_of(gp.labels)
         self.P.mul_(1 - gamma).add_(P, alpha=gamma)
         self.Gc.mul_(1 - gamma).add_(Gc, alpha=gamma)
@@ -340,7 +384,7 @@ class SegmentDual(RaggedLabelings, TensorBlockState, BlockDual):
     def rescale(self, lam_new: float, rho: float) -> None:
         """alpha_i <- rho alpha_i + (1 - rho) delta(y_i); w follows exactly from the statistics."""
         lam_new = check_positive(lam_new, "lam_new")
-        self._corner_delta = None
+        self._corner_delta = self._host_delta = None
         self.P.mul_(rho).add_(self.P_gt, alpha=1.0 - rho)
         self.Gc.mul_(rho).add_(self.G_gt, alpha=1.0 - rho)
         self.ell_i.mul_(rho)

@@ -1,0 +1,120 @@
+"""Compiled BCFW block step of the semi-Markov store (:class:`~ssvm_torch.stores.segments.SegmentDual`, CPU
+float64): the FW corner of one block (potentials, loss-augmented segment scores, the best segmentation, the
+statistics' difference D, the block gap's terms) and the move along D, each one call on numpy views of the
+store's tensors (as the chain store's ``nb_fw_corner`` / ``nb_delta_move``, oracles/chain_kernels.py). The torch
+path of the store computes the same quantities (tests/test_semimarkov_ssvm.py runs both)."""
+from __future__ import annotations
+
+import numba as nb
+import numpy as np
+
+from ..segments.numba_semimarkov import best_row
+
+NEG_INF = -np.inf
+
+
+@nb.njit(cache=True, nogil=True)
+def nb_segment_corner(i, c_i, outside, fptr, fidx, fval, offsets, Y, W, wc, P, Gc, G, goff, K, L, U, S, ys, D, Dc):
+    """FW corner of block i: writes its loss-augmented best segmentation into ``ys`` (T,), D = s(y*) - M_i of
+    the positions into ``D`` (T, 3K) and of the counts into ``Dc`` (G,); returns (L_i(y*) (not / n), <D, theta_i>,
+    ||A_i D||^2). ``W`` (F, 3K) and ``wc`` (G,) are the emission and count blocks of w (models/semimarkov.py),
+    ``Y`` the gold states, c_i the loss of one wrong position, ``outside`` a label of one-position segments or -1.
+    ``U`` (T_max, 3K) and ``S`` (T_max, L, K) are scratch."""
+    s = offsets[i]
+    T = offsets[i + 1] - s
+    C = 3 * K
+    for t in range(T):
+        for c in range(C):
+            U[t, c] = 0.0
+        for a in range(fptr[s + t], fptr[s + t + 1]):
+            f, v = fidx[a], fval[a]
+            for c in range(C):
+                U[t, c] += v * W[f, c]
+    lens = wc[2 * K + K * K:]
+    for t in range(T):
+        gl_t, gb_t = Y[s + t] % K, Y[s + t] < K
+        for k in range(K):
+            tok, wrong = 0.0, 0.0
+            for l in range(L):
+                j = t + l
+                if j >= T:
+                    break
+                gl_j, gb_j = Y[s + j] % K, Y[s + j] < K
+                tok += U[j, k]
+                if l == 0:
+                    wrong += 1.0 if (gl_t != k or not gb_t) else 0.0
+                else:
+                    wrong += 1.0 if (gl_j != k or gb_j) else 0.0
+                if k == outside and l > 0:
+                    S[t, l, k] = NEG_INF
+                else:
+                    S[t, l, k] = tok + U[t, K + k] + U[j, 2 * K + k] + lens[l * K + k] + c_i * wrong
+    best_row(S[:T], wc[:K], wc[K:2 * K], wc[2 * K:2 * K + K * K].reshape(K, K), T, ys)
+    # statistics of y*: D = s(y*) - M_i, the loss, <D, theta> and ||A D||^2
+    G_ = Dc.shape[0]
+    for g in range(G_):
+        Dc[g] = -Gc[i, g]
+    for t in range(T):
+        for c in range(C):
+            D[t, c] = -P[s + t, c]
+    loss = 0.0
+    label, start, prev = -1, 0, -1
+    for t in range(T + 1):
+        if t == T or ys[t] >= 0:
+            if label >= 0:                                   # close the segment [start, t)
+                D[t - 1, 2 * K + label] += 1.0
+                Dc[2 * K + K * K + (t - start - 1) * K + label] += 1.0
+                if prev >= 0:
+                    Dc[2 * K + label * K + prev] += 1.0
+                prev = label
+            if t == T:
+                break
+            label, start = ys[t], t
+            D[t, K + label] += 1.0
+        D[t, label] += 1.0
+        if Y[s + t] % K != label or (Y[s + t] < K) != (t == start):
+            loss += c_i
+    if T > 0:
+        Dc[ys[0]] += 1.0
+        Dc[K + label] += 1.0
+    dot, sq = 0.0, 0.0
+    for t in range(T):
+        for c in range(C):
+            dot += D[t, c] * U[t, c]
+    for g in range(G_):
+        dot += Dc[g] * wc[g]
+        sq += Dc[g] * Dc[g]
+    g0 = goff[i]
+    for c in range(C):
+        for t in range(T):
+            if D[t, c] == 0.0:
+                continue
+            acc = 0.0
+            for u in range(T):
+                acc += G[g0 + t * T + u] * D[u, c]
+            sq += D[t, c] * acc
+    return loss, dot, sq
+
+
+@nb.njit(cache=True, nogil=True)
+def nb_segment_move(i, coef, gamma, fptr, fidx, fval, offsets, D, Dc, W, wc, P, Gc, shadow, shadow_W, shadow_wc,
+                    shadow_coef):
+    """Block i moves by gamma D: M_i += gamma D, w += coef A_i D (coef = -gamma / (lam n)), and the shadow
+    vector (weighted averaging) by shadow_coef coef A_i D when ``shadow``."""
+    s = offsets[i]
+    T = offsets[i + 1] - s
+    C = D.shape[1]
+    for t in range(T):
+        for a in range(fptr[s + t], fptr[s + t + 1]):
+            f, v = fidx[a], coef * fval[a]
+            for c in range(C):
+                W[f, c] += v * D[t, c]
+                if shadow:
+                    shadow_W[f, c] += shadow_coef * v * D[t, c]
+        for c in range(C):
+            P[s + t, c] += gamma * D[t, c]
+    for g in range(Dc.shape[0]):
+        wc[g] += coef * Dc[g]
+        Gc[i, g] += gamma * Dc[g]
+        if shadow:
+            shadow_wc[g] += shadow_coef * coef * Dc[g]
