@@ -1,6 +1,6 @@
 """The segment package of an earlier commit against this one, side by side in one process through the calls users
-make: the three training losses + backward from a full and from a half-hidden annotation, and the 5-best decode,
-at CoNLL-2000's chunk shape (B 32, T 50, L 15, K 12), one thread, float32, medians of ``--repeats`` with every
+make: the three training losses + backward from a full and from a half-hidden annotation, the 5-best decode and
+the decode of one row, at CoNLL-2000's chunk shape (B 32, T 50, L 15, K 12), one thread, float32, medians of ``--repeats`` with every
 call alternated.
 
 The earlier package is imported under another name (its imports inside the package are relative):
@@ -56,6 +56,9 @@ for name in ("segment_crf_nll", "segment_hinge", "segment_softmax_margin"):
             cases[f"{name}_{kind}_{tag}"] = loss(mod, name, ann)
 for tag, mod in (("before", old), ("now", new)):
     cases[f"nbest5_{tag}"] = (lambda mod: lambda: mod.segment_decode(S, f, l, t, lengths=lengths, nbest=5))(mod)
+# one row: a BCFW block step's decode, per-sentence inference
+for tag, mod in (("before", old), ("now", new)):
+    cases[f"decode_one_row_{tag}"] = (lambda mod: lambda: mod.segment_decode(S[:1], f, l, t, lengths=lengths[:1]))(mod)
 for fn in cases.values():
     fn()
 times = {k: [] for k in cases}

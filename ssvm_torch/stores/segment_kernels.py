@@ -14,12 +14,14 @@ NEG_INF = -np.inf
 
 
 @nb.njit(cache=True, nogil=True)
-def nb_segment_corner(i, c_i, outside, fptr, fidx, fval, offsets, Y, W, wc, P, Gc, G, goff, K, L, U, S, ys, D, Dc):
+def nb_segment_corner(i, c_i, outside, fptr, fidx, fval, offsets, Y, W, wc, P, Gc, G, goff, K, L, U, S, ys, D, Dc,
+                      with_sqnorm=True):
     """FW corner of block i: writes its loss-augmented best segmentation into ``ys`` (T,), D = s(y*) - M_i of
     the positions into ``D`` (T, 3K) and of the counts into ``Dc`` (G,); returns (L_i(y*) (not / n), <D, theta_i>,
     ||A_i D||^2). ``W`` (F, 3K) and ``wc`` (G,) are the emission and count blocks of w (models/semimarkov.py),
     ``Y`` the gold states, c_i the loss of one wrong position, ``outside`` a label of one-position segments or -1.
-    ``U`` (T_max, 3K) and ``S`` (T_max, L, K) are scratch."""
+    ``U`` (T_max, 3K) and ``S`` (T_max, L, K) are scratch (U holds the block's potentials afterwards);
+    ``with_sqnorm`` False skips the Gram part (the returned ||A_i D||^2 is then only the counts' part)."""
     s = offsets[i]
     T = offsets[i + 1] - s
     C = 3 * K
@@ -84,6 +86,8 @@ def nb_segment_corner(i, c_i, outside, fptr, fidx, fval, offsets, Y, W, wc, P, G
     for g in range(G_):
         dot += Dc[g] * wc[g]
         sq += Dc[g] * Dc[g]
+    if not with_sqnorm:
+        return loss, dot, sq
     g0 = goff[i]
     for c in range(C):
         for t in range(T):
@@ -118,3 +122,25 @@ def nb_segment_move(i, coef, gamma, fptr, fidx, fval, offsets, D, Dc, W, wc, P, 
         Gc[i, g] += gamma * Dc[g]
         if shadow:
             shadow_wc[g] += shadow_coef * coef * Dc[g]
+
+
+@nb.njit(cache=True, nogil=True)
+def nb_segment_gap_pass(c, outside, fptr, fidx, fval, offsets, Y, W, wc, P, Gc, P_gt, G_gt, G, goff, K, L, U, S, D,
+                        Dc, labels, loss, dot, gold_dot):
+    """Every block's FW corner at w (:func:`nb_segment_corner` without the Gram part): the labels into ``labels``
+    (N,), L_i(y*) into ``loss``, <s(y*) - M_i, theta_i> into ``dot`` and <s(y_i) - M_i, theta_i> into
+    ``gold_dot`` (n,), from which the store forms g_i and H_i."""
+    n = offsets.shape[0] - 1
+    C = 3 * K
+    no_gram = goff[:1] * 0
+    for i in range(n):
+        s, e = offsets[i], offsets[i + 1]
+        loss[i], dot[i], _ = nb_segment_corner(i, c[i], outside, fptr, fidx, fval, offsets, Y, W, wc, P, Gc, G[:0],
+                                               no_gram, K, L, U, S, labels[s:e], D, Dc, False)
+        acc = 0.0
+        for t in range(e - s):
+            for k in range(C):
+                acc += (P_gt[s + t, k] - P[s + t, k]) * U[t, k]
+        for g in range(Dc.shape[0]):
+            acc += (G_gt[i, g] - Gc[i, g]) * wc[g]
+        gold_dot[i] = acc

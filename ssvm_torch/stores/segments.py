@@ -26,7 +26,7 @@ from ..segments import ops
 from ..segments.scoring import augmented, loss as segment_loss
 from .base import BatchCorners, BlockDual, Corner, GapPass, objective_n
 from .ragged import RaggedLabelings
-from .segment_kernels import nb_segment_corner, nb_segment_move
+from .segment_kernels import nb_segment_corner, nb_segment_gap_pass, nb_segment_move
 from .state import TensorBlockState
 
 
@@ -324,8 +324,11 @@ class SegmentDual(RaggedLabelings, TensorBlockState, BlockDual):
         out[pos[valid]] = labels[valid]
 
     def gap_pass(self) -> GapPass:
-        """All block gaps at w, chunk by chunk of blocks of similar lengths: g_i = (<D_i, theta_i> + L_i) / n - ell_i,
-        H_i = max_y [L_i(y) + <w, phi(x_i, y)>] - <w, phi(x_i, y_i)>."""
+        """All block gaps at w, chunk by chunk of blocks of similar lengths (torch) or block by block (compiled):
+        g_i = (<D_i, theta_i> + L_i) / n - ell_i, H_i = max_y [L_i(y) + <w, phi(x_i, y)>] - <w, phi(x_i, y_i)>
+        = L_i + <s(y*) - s(y_i), theta_i>."""
+        if self._compiled:
+            return self._gap_pass_compiled()
         U_all = self._all_potentials()
         labels = torch.full_like(self.seg, -1)
         loss = torch.zeros(self.n, dtype=self.dtype, device=self.device)
@@ -340,6 +343,19 @@ class SegmentDual(RaggedLabelings, TensorBlockState, BlockDual):
             ps, cs = k["stats"]
             H[idx] = self._dot(ps - gp, cs - gc, U) + k["loss"]
         return GapPass(labels=labels, loss=loss / self.N, H=H, block_gaps=gaps)
+
+    def _gap_pass_compiled(self) -> GapPass:
+        h, m = self._host, self.model
+        if "P_gt" not in h:
+            h["P_gt"], h["G_gt"] = self.P_gt.numpy(), self.G_gt.numpy()
+        labels = np.empty(self.seg.shape[0], dtype=np.int64)
+        loss, dot, gold_dot = np.empty(self.n), np.empty(self.n), np.empty(self.n)
+        nb_segment_gap_pass(h["c"], -1 if m.outside is None else m.outside, *h["csr"], h["offsets"], h["Y"], h["W"],
+                            h["wc"], h["P"], h["Gc"], h["P_gt"], h["G_gt"], h["G"], h["goff"], m.K, m.L, h["U"],
+                            h["S"], h["D"], h["Dc"], labels, loss, dot, gold_dot)
+        loss, dot, gold_dot = (torch.from_numpy(x) for x in (loss, dot, gold_dot))
+        return GapPass(labels=torch.from_numpy(labels), loss=loss / self.N, H=loss + dot - gold_dot,
+                       block_gaps=(dot + loss) / self.N - self.ell_i)
 
     def _stats_of(self, labels: torch.Tensor):
         """(P (N, C), counts (n, G)) of ragged segmentations (N,) of every block."""
