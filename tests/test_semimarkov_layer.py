@@ -73,7 +73,7 @@ def test_layer_refusals_name_the_field():
 def test_docs_segments_examples_run():
     import re
     blocks = re.findall(r"```python\n(.*?)```", (ROOT / "docs" / "segments.md").read_text(), re.S)
-    assert len(blocks) == 3
+    assert len(blocks) == 4
     scope = {}
     exec(compile(blocks[0], "docs/segments.md functions", "exec"), scope)
     assert scope["gold"].tolist() == [[1, -1, 2, 0], [1, 0, -1, -1]]
@@ -85,6 +85,9 @@ def test_docs_segments_examples_run():
     assert (scope["nll"] >= 0).all() and (scope["hinge"] >= 0).all() and scope["allowed"].shape == (2, 4, 3, 3)
     exec(compile(blocks[2], "docs/segments.md layer", "exec"), scope)
     assert scope["best"].shape == (2, 4) and float(scope["loss"]) >= 0
+    exec(compile(blocks[3], "docs/segments.md linear SSVM", "exec"), scope)
+    history = scope["history"]
+    assert history[-1]["gap"] < 0.1 * history[0]["gap"] and scope["pred"].shape == (2, 5)
 
 
 def run(tmp_path, *extra, loss="crf", epochs=3):
