@@ -119,6 +119,9 @@ def test_chunk_segments_read_conll_as_conlleval_chunks():
     assert tags == expected
     with pytest.raises(SSVMInputError, match="chunk type 'NP' is not among"):
         chunk_segments(train, ["O", "VP"])
+    from ssvm_torch.tasks import load_task
+    with pytest.raises(SSVMInputError, match="data.E: expected no edge-observation attributes"):
+        load_task("conll2000-segments", train_size=50, features="w[0] edge:p[0]")
 
 
 def test_conll_segments_task_trains_and_scores_chunk_f1():

@@ -75,7 +75,8 @@ class SemiMarkovModel(StructuredModel):
     @classmethod
     def for_data(cls, data: ChainData, max_length: int | None = None, loss: str = "normalized",
                  outside: int | None = None) -> "SemiMarkovModel":
-        """The model of ``data`` (2K states); ``max_length`` None: the longest gold segment."""
+        """The model of ``data`` (2K states), the data checked (:meth:`check_data`); ``max_length`` None: the longest
+        gold segment."""
         check(data.n_states % 2 == 0, "data.n_states", "an even number 2K (segment states: K begin, K inside)",
               data.n_states)
         K = data.n_states // 2
@@ -83,7 +84,9 @@ class SemiMarkovModel(StructuredModel):
             pos, valid = padded_index(data.offsets)
             seg = segments_of_states(torch.where(valid, data.Y[pos], -1), K)
             max_length = int(segment_lengths(seg, valid.sum(1)).max()) if data.n else 1
-        return cls(data.X.shape[1], K, max_length, loss, outside)
+        model = cls(data.X.shape[1], K, max_length, loss, outside)
+        model.check_data(data)                  # refused here, before a store or a solver is built
+        return model
 
     def describe(self) -> dict:
         K, e = self.K, self.e
@@ -102,6 +105,8 @@ class SemiMarkovModel(StructuredModel):
               data.X.shape[1])
         check(data.n_states == 2 * self.K, f"{field}.n_states", f"{2 * self.K} (K = {self.K} labels, begin and inside)",
               data.n_states)
+        check(data.E is None, f"{field}.E", "no edge-observation attributes (the semi-Markov model has no feature "
+              "of a label pair and a position: use a template without edge: items)", "edge attributes")
         if data.n == 0 or data.allow_unknown:
             return
         pos, valid = padded_index(data.offsets)
