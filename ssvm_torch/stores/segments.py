@@ -110,10 +110,11 @@ class SegmentDual(RaggedLabelings, TensorBlockState, BlockDual):
 
     def _entries(self, rows: torch.Tensor):
         """(row of each stored feature entry within ``rows``, its feature index, its value) of the positions
-        ``rows``: one slice of the CSR arrays when they are one block's consecutive positions."""
+        ``rows``: one slice of the CSR arrays when they are consecutive positions (one block's, or adjacent blocks' in
+        order: blocks' rows are increasing within a block, so first-to-last spanning len(rows) means consecutive)."""
         fptr, fidx, fval = self.csr
         s, e = int(rows[0]), int(rows[-1]) + 1
-        if e - s == rows.shape[0] and bool(rows[-1] - rows[0] == e - s - 1) and self._fptr[e] >= self._fptr[s]:
+        if e - s == rows.shape[0]:
             a, b = self._fptr[s], self._fptr[e]
             return self._entry_row[a:b] - s, fidx[a:b], fval[a:b]
         local, nz = csr_row_nonzeros(fptr, rows)
