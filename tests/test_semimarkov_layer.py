@@ -185,6 +185,19 @@ def test_hybrid_semimarkov_chunker_trains_token_begin_and_end_attribute_scores(t
     assert torch.allclose(diff[0, 0, :, 2], torch.ones_like(diff[0, 0, :, 2]), atol=1e-5)   # every segment from 0
     assert bool(moved[0, 0, 0, 3])                       # the one-word segment at 0 also ends there
     assert int(moved.sum()) == diff.shape[2] + 1
+    single = ConllChunker(loss="softmax_margin", tags="bio", constraints=False, structure="semimarkov",
+                          features="w[0] p[0]", train_size=200, hidden=16, word_dim=16, char_filters=8,
+                          single_scores=True)
+    single.build()
+    tagger = single.tagger.eval()
+    assert tagger.attributes.weight.shape[1] == 4 * K
+    before = tagger.segment_scores(batch)
+    with torch.no_grad():
+        tagger.attributes.weight[token0[0], 3 * K + 2] += 1.0      # its one-word-segment score of label 2
+    diff = tagger.segment_scores(batch) - before
+    assert float(diff[0, 0, 0, 2]) == pytest.approx(1.0, abs=1e-5) and int((diff.abs() > 1e-6).sum()) == 1
+    with pytest.raises(SSVMInputError, match="single_scores: expected false unless a semi-Markov hybrid"):
+        ConllChunker(structure="chain", features="w[0]", single_scores=True)
 
 
 @pytest.mark.slow

@@ -90,7 +90,7 @@ class ConllChunker(DevSelectedRun, L.LightningModule):
     # what a checkpoint belongs to: resuming it under other values is refused (lightning/cli.py)
     resume_identity = ("loss", "tags", "constraints", "features", "attr_min_count", "word_min_count", "heldout",
                        "train_size", "word_dim", "char_dim", "char_filters", "pos_dim", "hidden", "layers",
-                       "ema_decay", "hide_fraction", "hide_seed", "structure", "max_segment")
+                       "ema_decay", "hide_fraction", "hide_seed", "structure", "max_segment", "single_scores")
 
     def __init__(self, loss: str = "hinge", tags: str = "bioes", constraints: bool = True,
                  features: str | None = None, attr_min_count: int = 1, bag_lr: float = 0.01, attr_dropout: float = 0.0,
@@ -100,7 +100,7 @@ class ConllChunker(DevSelectedRun, L.LightningModule):
                  batch_sentences: int = 32, patience: int = 5, heldout: float = 0.1, train_size: int | None = None,
                  seed: int = 0, threads: int | None = None, kernels: str = "auto", out: str | None = None,
                  ema_decay: float | None = None, hide_fraction: float = 0.0, hide_seed: int = 0,
-                 structure: str = "chain", max_segment: int | None = None):
+                 structure: str = "chain", max_segment: int | None = None, single_scores: bool = False):
         super().__init__()
         self.save_hyperparameters()
         self.automatic_optimization = False
@@ -123,6 +123,8 @@ class ConllChunker(DevSelectedRun, L.LightningModule):
                   "well-formed chunking: there is nothing to constrain)", constraints)
         check(max_segment is None or (isinstance(max_segment, int) and max_segment >= 1), "max_segment",
               "None (the fit split's longest chunk) or an int >= 1", max_segment)
+        check(not single_scores or (structure == "semimarkov" and features is not None), "single_scores",
+              "false unless a semi-Markov hybrid (structure 'semimarkov' with features)", single_scores)
         self.segment_labels: list | None = None
         self.corpus = self.tagger = self.ema = None
         self.history: list = []
@@ -152,7 +154,8 @@ class ConllChunker(DevSelectedRun, L.LightningModule):
         torch.manual_seed(hp.seed)                  # the initial weights: a function of the seed alone
         self.tagger = ChunkTagger(len(v.words), len(v.chars), len(v.pos), n_out, self.corpus.n_attributes,
                                   hp.word_dim, hp.char_dim, hp.char_filters, hp.pos_dim, hp.hidden, hp.layers,
-                                  hp.dropout, hp.loss, constraints, hp.kernels, hp.attr_dropout, L).to(self.device)
+                                  hp.dropout, hp.loss, constraints, hp.kernels, hp.attr_dropout, L,
+                                  hp.single_scores).to(self.device)
         if hp.ema_decay is not None:
             from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
             # a submodule: Lightning's checkpoints carry (and seal) the average with the weights. Parameters

@@ -64,7 +64,8 @@ class ChunkTagger(nn.Module):
     def __init__(self, n_words: int, n_chars: int, n_pos: int, n_tags: int, n_attributes: int = 0,
                  word_dim: int = 100, char_dim: int = 30, char_filters: int = 50, pos_dim: int = 25,
                  hidden: int = 128, layers: int = 1, dropout: float = 0.5, loss: str = "hinge",
-                 constraints=None, kernels: str = "auto", attr_dropout: float = 0.0, max_segment: int = 0):
+                 constraints=None, kernels: str = "auto", attr_dropout: float = 0.0, max_segment: int = 0,
+                 single_scores: bool = False):
         super().__init__()
         self.attr_dropout = attr_dropout
         self.max_segment = max_segment             # > 0: the semi-Markov chunker, n_tags = its segment labels
@@ -77,7 +78,8 @@ class ChunkTagger(nn.Module):
         self.out = nn.Linear(2 * hidden, n_tags)
         self.attributes = None
         if n_attributes:
-            width = 3 * n_tags if max_segment else n_tags            # semi-Markov: token, begin, end scores
+            # semi-Markov: token, begin, end (and one-position segment) scores
+            width = (4 if single_scores else 3) * n_tags if max_segment else n_tags
             self.attributes = nn.EmbeddingBag(n_attributes, width, mode="sum", sparse=True)
             nn.init.zeros_(self.attributes.weight)
         if max_segment:
@@ -99,10 +101,14 @@ class ChunkTagger(nn.Module):
         """The semi-Markov chunker's segment scores (B, T, max_segment, K) (module docstring)."""
         scores, h, extra = self._scores(batch, word)
         T, L = scores.shape[1], self.max_segment
-        bounds = self.bounds(h) if extra is None else self.bounds(h) + extra
+        K = scores.shape[-1]
+        bounds = self.bounds(h) if extra is None else self.bounds(h) + extra[..., :2 * K]
         begin, end = bounds.chunk(2, -1)
         last = (torch.arange(T, device=h.device)[:, None] + torch.arange(L, device=h.device)).clamp(max=T - 1)
-        return span_sums(scores, L) + begin[:, :, None, :] + end[:, last] + self.outside_lengths
+        S = span_sums(scores, L) + begin[:, :, None, :] + end[:, last] + self.outside_lengths
+        if extra is not None and extra.shape[-1] == 3 * K:            # one-position segments' own scores
+            S = torch.cat([S[:, :, :1] + extra[:, :, None, 2 * K:], S[:, :, 1:]], 2)
+        return S
 
     def _scores(self, batch: dict, word: torch.Tensor | None):
         """(per-token scores (B, T, K), the BiLSTM's output after dropout (B, T, 2 hidden), the attributes' begin
