@@ -155,8 +155,9 @@ def test_semimarkov_chunker_trains_from_hidden_tags(tmp_path):
 
 def test_hybrid_semimarkov_chunker_trains_token_begin_and_end_attribute_scores(tmp_path):
     """The semi-Markov hybrid (recipes/conll_deep_hybrid_semimarkov_softmax_margin.yaml): an attribute's row holds a
-    token, a begin and an end score per segment label; SparseAdam moves all three, and each reaches the segment
-    scores where the docstring says (token: every position of the segment, begin: its first, end: its last)."""
+    token, a begin, an end and (the recipe's single_scores) a one-word-segment score per segment label; SparseAdam
+    moves all four, and each reaches the segment scores where the docstring says (token: every position of the
+    segment, begin: its first, end: its last, single: the one-position segment)."""
     args = ["fit", "--config", str(ROOT / "recipes" / "conll_deep_hybrid_semimarkov_softmax_margin.yaml"),
             "--model.features", "w[0] p[0]", "--model.train_size", "200", "--model.hidden", "16", "--model.word_dim",
             "16", "--model.char_filters", "8", "--model.lr", "0.01", "--trainer.max_epochs", "2",
@@ -166,7 +167,7 @@ def test_hybrid_semimarkov_chunker_trains_token_begin_and_end_attribute_scores(t
     saved = torch.load(out / "chunker.pt", weights_only=True)
     K = len(saved["segment_labels"])
     rows = saved["state_dict"]["attributes.weight"]
-    assert rows.shape[1] == 3 * K and all(float(part.abs().sum()) > 0 for part in rows.split(K, 1))
+    assert rows.shape[1] == 4 * K and all(float(part.abs().sum()) > 0 for part in rows.split(K, 1))   # + one-word
     assert json.loads((out / "results.json").read_text())["test_f1"] > 0
     from ssvm_torch.deep import ConllChunker
     model = ConllChunker(loss="softmax_margin", tags="bio", constraints=False, structure="semimarkov",

@@ -38,7 +38,9 @@ Chunks as segments: ``structure="semimarkov"`` trains the same encoder with a se
 segments of at most ``max_segment`` words (None: the fit split's longest chunk), the same three losses
 (the hinge's and softmax-margin's Delta: the words whose BIO tag differs). Chunk tags are read into segments the
 way conlleval reads them (:func:`ssvm_torch.segments.segments_from_tags`) and decoded segments are written back
-as BIO tags, so dev and test F1 are computed exactly as for the chain heads.
+as BIO tags, so dev and test F1 are computed exactly as for the chain heads. With ``features`` (the hybrid) an
+attribute scores each segment label's words, first and last word, and with ``single_scores`` one-word segments too
+(:mod:`ssvm_torch.deep.conll_tagger`).
 """
 from __future__ import annotations
 
