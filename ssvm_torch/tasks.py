@@ -215,11 +215,12 @@ def _conll_segments(name, train_size=None, unary_only=False, device=None, dtype=
         idx = torch.arange(test.n)
         pred = model.predict(w64, test, idx)
         lengths = test.lengths
-        wrong = model.loss(test, idx, pred) / model.token_loss(lengths)
+        loss = model.loss(test, idx, pred)
         tags = tags_from_segments(pred, lengths, labels)
         _, _, f1, _ = precision_recall_fscore_support(test.meta["tags"], tags, average="micro", zero_division=0)
-        return {"train_error": model.metrics(w64, train)["error"], "test_error": float((wrong * model.token_loss(
-            lengths)).mean()), "test_position_error": float(wrong.sum() / lengths.sum()), "test_f1": 100 * float(f1)}
+        wrong = float((loss / model.token_loss(lengths)).sum())               # positions whose state differs
+        return {"train_error": model.metrics(w64, train)["error"], "test_error": float(loss.mean()),
+                "test_position_error": wrong / float(lengths.sum()), "test_f1": 100 * float(f1)}
     loss_text = "normalized" if model.loss_name == "normalized" else "count of"
     p = Problem(name, model, train, test, evaluate, f"per sentence, {loss_text} positions whose (chunk type, begins) "
                 f"differs", "per-word error of the (chunk type, begins) states")

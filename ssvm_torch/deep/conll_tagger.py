@@ -69,6 +69,7 @@ class ChunkTagger(nn.Module):
         super().__init__()
         self.attr_dropout = attr_dropout
         self.max_segment = max_segment             # > 0: the semi-Markov chunker, n_tags = its segment labels
+        self.single_scores = single_scores         # the hybrid's attributes also score one-position segments
         self.words = nn.Embedding(n_words, word_dim, padding_idx=PAD)
         self.chars = CharCNN(n_chars, char_dim, char_filters)
         self.pos = nn.Embedding(n_pos, pos_dim, padding_idx=PAD)
@@ -106,13 +107,13 @@ class ChunkTagger(nn.Module):
         begin, end = bounds.chunk(2, -1)
         last = (torch.arange(T, device=h.device)[:, None] + torch.arange(L, device=h.device)).clamp(max=T - 1)
         S = span_sums(scores, L) + begin[:, :, None, :] + end[:, last] + self.outside_lengths
-        if extra is not None and extra.shape[-1] == 3 * K:            # one-position segments' own scores
+        if extra is not None and self.single_scores:                  # one-position segments' own scores
             S = torch.cat([S[:, :, :1] + extra[:, :, None, 2 * K:], S[:, :, 1:]], 2)
         return S
 
     def _scores(self, batch: dict, word: torch.Tensor | None):
-        """(per-token scores (B, T, K), the BiLSTM's output after dropout (B, T, 2 hidden), the attributes' begin
-        and end scores (B, T, 2K) of a semi-Markov hybrid, else None)."""
+        """(per-token scores (B, T, K), the BiLSTM's output after dropout (B, T, 2 hidden), the attributes' begin,
+        end (and one-position segment) scores (B, T, 2K or 3K) of a semi-Markov hybrid, else None)."""
         mask = batch["mask"]
         word = batch["word"] if word is None else word
         chars = self.chars(batch["chars"])[batch["form"]]
@@ -128,7 +129,7 @@ class ChunkTagger(nn.Module):
                 # a margin to learn from and the BiLSTM keeps learning
                 keep = torch.rand(ids.shape, device=ids.device) >= self.attr_dropout
                 weights = keep.to(self.attributes.weight.dtype) / (1.0 - self.attr_dropout)
-            flat = self.attributes(ids, offsets, per_sample_weights=weights)   # (tokens, K or 3K), row-major
+            flat = self.attributes(ids, offsets, per_sample_weights=weights)   # (tokens, K, 3K or 4K), row-major
             padded = flat.new_zeros(*mask.shape, flat.shape[1]).masked_scatter(mask[..., None], flat)
             K = scores.shape[-1]
             scores = scores + padded[..., :K]

@@ -97,12 +97,3 @@ def features_csr(data, F: int, dtype=torch.float64, device=None):
     vals[keep] = val.to(here, dtype)
     return ptr.to(device), idx.to(device), vals.to(device)
 
-
-def row_products(csr, rows: torch.Tensor, W: torch.Tensor) -> torch.Tensor:
-    """[x_r, 1] W (len(rows), C) of the feature rows ``rows`` for W (F, C), by one sparse-dense product over their
-    stored entries (several times faster on the CPU than the gather and ``index_add_`` of :func:`unary_rows`)."""
-    fptr, fidx, fval = csr
-    local, nz = csr_row_nonzeros(fptr, rows)
-    X = torch.sparse_coo_tensor(torch.stack([local, fidx[nz]]), fval[nz], (rows.shape[0], W.shape[0]),
-                                check_invariants=False)
-    return torch.sparse.mm(X, W)

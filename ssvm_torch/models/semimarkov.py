@@ -42,7 +42,7 @@ from ..segments.checks import segment_lengths, valid_positions
 from ..segments.convert import segments_of_states
 from ..segments.scoring import augmented, loss as segment_loss, starts_and_labels, windows
 from .base import StructuredModel
-from .chain_index import features_csr, padded_index, row_products, segment_ids
+from .chain_index import feature_coo, features_csr, padded_index, segment_ids
 
 #: rows decoded together by :meth:`SemiMarkovModel.predict` (their padded segment scores stay a few MB)
 CHUNK = 256
@@ -171,10 +171,6 @@ class SemiMarkovModel(StructuredModel):
                           accumulate=True)
         return pos, counts
 
-    def potentials(self, w: torch.Tensor, data: ChainData, rows: torch.Tensor) -> torch.Tensor:
-        """U (len(rows), C) = [x_r, 1] W of the stacked positions ``rows`` (the statistics' potentials)."""
-        return row_products(self.features_csr(data, w.dtype, w.device), rows, self.split(w)[0])
-
     def segment_scores(self, U: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
         """seg_scores (B, T, L, K) of padded potentials U (B, T, C) (module docstring); the outside label's
         segments of 2+ positions are -inf."""
@@ -193,7 +189,9 @@ class SemiMarkovModel(StructuredModel):
         idx = torch.as_tensor(idx, device=w.device).reshape(-1)
         pos, valid = padded_index(data.offsets.to(w.device), idx)
         U = torch.zeros(*valid.shape, self.C, dtype=w.dtype, device=w.device)
-        U[valid] = self.potentials(w, data, pos[valid])
+        # the potentials [x_t, 1] W of the batch's positions only (their rows in order = pos[valid])
+        csr = self.features_csr(data.subset(idx.cpu()), w.dtype, w.device)
+        U[valid] = torch.sparse.mm(feature_coo(csr, self.F), self.split(w)[0])
         _, first, last, trans, _ = self.split(w)
         lengths = valid.sum(1)
         return self.segment_scores(U, w), lengths, first, last, trans

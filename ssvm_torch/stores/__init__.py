@@ -1,8 +1,8 @@
 """Block stores: the dual variables of the n blocks and the primal point w = sum_i w_i.
 
 :func:`make_store` assembles the store of a model and its training data: the compact
-sufficient-statistics stores for chains, semi-Markov chains and dependency trees, the dense (n, d) store otherwise, optionally wrapped in box
-constraints (App. H of Osokin et al. 2016). Stores know models only through the
+sufficient-statistics stores for chains, semi-Markov chains and dependency trees, the dense (n, d) store
+otherwise, optionally wrapped in box constraints (App. H of Osokin et al. 2016). Stores know models only through the
 :class:`~ssvm_torch.models.base.StructuredModel` interface; models import no store.
 """
 from __future__ import annotations

@@ -132,11 +132,10 @@ def nb_segment_gap_pass(c, outside, fptr, fidx, fval, offsets, Y, W, wc, P, Gc, 
     ``gold_dot`` (n,), from which the store forms g_i and H_i."""
     n = offsets.shape[0] - 1
     C = 3 * K
-    no_gram = goff[:1] * 0
     for i in range(n):
         s, e = offsets[i], offsets[i + 1]
-        loss[i], dot[i], _ = nb_segment_corner(i, c[i], outside, fptr, fidx, fval, offsets, Y, W, wc, P, Gc, G[:0],
-                                               no_gram, K, L, U, S, labels[s:e], D, Dc, False)
+        loss[i], dot[i], _ = nb_segment_corner(i, c[i], outside, fptr, fidx, fval, offsets, Y, W, wc, P, Gc, G, goff,
+                                               K, L, U, S, labels[s:e], D, Dc, False)
         acc = 0.0
         for t in range(e - s):
             for k in range(C):

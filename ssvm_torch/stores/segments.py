@@ -134,12 +134,16 @@ class SegmentDual(RaggedLabelings, TensorBlockState, BlockDual):
         return U
 
     def _point(self, idx, pos, valid, lengths, P):
-        """(per-position statistics (B, T, C), counts (B, G)) of the points P of the blocks ``idx``: None (the
-        current points M_i, one block only or a list per block) or padded segmentations (B, T)."""
+        """(per-position statistics (B, T, C), counts (B, G)) of the points P of the blocks ``idx``: None (their
+        current points M_i) or segmentations, one row per block."""
         if P is None:
             return self.P[pos] * valid[..., None].to(self.dtype), self.Gc[idx]
         return self.model.statistics(torch.as_tensor(P, device=self.device).reshape(len(idx), -1)[:, :pos.shape[1]],
                                      lengths, self.dtype)
+
+    def _gold(self, idx, pos, valid):
+        """(per-position statistics (B, T, C), counts (B, G)) of the gold segmentations of the blocks ``idx``."""
+        return self.P_gt[pos] * valid[..., None].to(self.dtype), self.G_gt[idx]
 
     def _dot(self, Dp, Dc, U):
         return (Dp * U).sum((1, 2)) + Dc @ self.w[self.model.e:]
@@ -169,7 +173,7 @@ class SegmentDual(RaggedLabelings, TensorBlockState, BlockDual):
 
     def _corners(self, idx, U_all=None, sqnorm: bool = True):
         """Loss-augmented decoding of the blocks ``idx`` and their FW terms: labels (B, T), L (B,), <D, theta>
-        (B,), ||A D||^2 (B,) or None, and D (for the moves)."""
+        (B,), ||A D||^2 (B,) or None, D (for the moves), the potentials U and the corners' statistics."""
         pos, valid, lengths = self._rows(idx)
         U = self._theta(idx, pos, valid, U_all)
         _, first, last, trans, _ = self.model.split(self.w)
@@ -181,7 +185,7 @@ class SegmentDual(RaggedLabelings, TensorBlockState, BlockDual):
         Mp, Mc = self._point(idx, pos, valid, lengths, None)
         Dp, Dc = ps - Mp, cs - Mc
         loss = segment_loss(y, gold, lengths, "tokens", c)
-        return {"labels": y, "loss": loss, "dot": self._dot(Dp, Dc, U), "pos": pos, "valid": valid,
+        return {"labels": y, "loss": loss, "dot": self._dot(Dp, Dc, U), "pos": pos, "valid": valid, "U": U,
                 "sq": self._sqnorm(idx, valid, Dp, Dc) if sqnorm else None, "Dp": Dp, "Dc": Dc, "stats": (ps, cs)}
 
     # -- block moves ---------------------------------------------------------------------------------
@@ -339,10 +343,9 @@ class SegmentDual(RaggedLabelings, TensorBlockState, BlockDual):
             self._ragged(k["labels"], k["pos"], k["valid"], labels)
             loss[idx] = k["loss"]
             gaps[idx] = (k["dot"] + k["loss"]) / self.N - self.ell_i[idx]
-            U = self._theta(idx, k["pos"], k["valid"], U_all)
-            gp, gc = self.model.statistics(self.gold[idx][:, :k["pos"].shape[1]], k["valid"].sum(1), self.dtype)
+            gp, gc = self._gold(idx, k["pos"], k["valid"])
             ps, cs = k["stats"]
-            H[idx] = self._dot(ps - gp, cs - gc, U) + k["loss"]
+            H[idx] = self._dot(ps - gp, cs - gc, k["U"]) + k["loss"]
         return GapPass(labels=labels, loss=loss / self.N, H=H, block_gaps=gaps)
 
     def _gap_pass_compiled(self) -> GapPass:
@@ -419,7 +422,7 @@ class SegmentDual(RaggedLabelings, TensorBlockState, BlockDual):
             U = self._theta(idx, pos, valid, U_all)
             y = ops.best(self.model.segment_scores(U, w), first, last, trans, lengths, self.model.kernels)[0]
             ps, cs = self.model.statistics(y, lengths, self.dtype)
-            gp, gc = self.model.statistics(self.gold[idx][:, :pos.shape[1]], lengths, self.dtype)
+            gp, gc = self._gold(idx, pos, valid)
             out[idx] = (U * (ps - gp)).sum((1, 2)) + (cs - gc) @ w[self.model.e:]
         return out
 
