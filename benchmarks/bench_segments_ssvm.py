@@ -13,19 +13,32 @@ against the chain SSVM on the same sentences and attributes (Sha & Pereira's tem
 their chunk F1, the paired bootstrap of the difference over test sentences (benchmarks/bench_conll_deep.py's), and
 each run's last record (passes, exact gap, solver seconds).
 
+``--before DIR --commit C``: the semi-Markov store of an earlier commit against this one on the same sentences,
+side by side in one process through the calls users make: gap-sampling BCFW runs (``Solver.run``, ``--passes``
+passes with the exact gap every pass, medians of ``--repeats`` runs, the two versions alternated) of each step rule
+in ``--rules`` (FW, pairwise, FW + cache, away) and the gap pass at the point the first rule's runs end; torch on
+one thread, numba on its default threads (recorded). The earlier package is imported under another name
+(``git worktree add /tmp/old C && cp -r /tmp/old/ssvm_torch DIR/ssvm_torch_before``).
+
 Usage: python benchmarks/bench_segments_ssvm.py [--train-size 2000] [--steps 600]
        [--out benchmarks/results/segments_ssvm_cpu.json]
        python benchmarks/bench_segments_ssvm.py --compare runs/seg runs/chain [--out ...segments_ssvm_conll.json]
+       python benchmarks/bench_segments_ssvm.py --before /tmp/before --commit C [--train-size 8936]
+       [--out benchmarks/results/segments_ssvm_versions.json]
 """
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
+import os
 import platform
 import statistics
+import sys
 import time
 from pathlib import Path
 
+import numba
 import torch
 
 from ssvm_torch.stores import make_store
@@ -119,6 +132,58 @@ def compare(seg_run: Path, chain_run: Path, draws: int) -> dict:
     return out
 
 
+#: the step rules of Osokin et al. 2016 that ``--before`` runs: SolverConfig fields
+STEP_RULES = {"fw": {}, "pairwise": {"step": "pairwise"}, "cache": {"cache": True}, "away": {"step": "away"}}
+
+
+def versions(before: Path, commit: str, train_size: int, passes: int, repeats: int, rules: list[str]) -> dict:
+    """Solver runs of every step rule in ``rules`` and gap passes, the earlier package (``before``/ssvm_torch_before)
+    against this one (module docstring); the two runs' last records must agree (the same trajectory) or the
+    figures are refused."""
+    sys.path.insert(0, str(before))
+    os.environ.setdefault("SSVM_TORCH_DATA", str(Path("datasets").resolve()))
+    packages = {"before": importlib.import_module("ssvm_torch_before"), "now": importlib.import_module("ssvm_torch")}
+    tasks = {tag: importlib.import_module(f"{pkg.__name__}.tasks").load_task(
+        "conll2000-segments", train_size=train_size, features="sha-pereira") for tag, pkg in packages.items()}
+    lam = 1.0 / tasks["now"].train.n
+
+    def run(tag, rule):
+        pkg, task = packages[tag], tasks[tag]
+        store = pkg.make_store(task.model, task.train, lam, kernels="numba")
+        solver = pkg.Solver(store, pkg.SolverConfig(solver="bcfw", sampling="gap", passes=passes, gap_check=1,
+                                                    seed=0, **STEP_RULES[rule]))
+        t0 = time.perf_counter()
+        hist = solver.run()
+        return time.perf_counter() - t0, hist[-1], store
+
+    out = {"commit_before": commit, "train_size": tasks["now"].train.n, "passes": passes, "repeats": repeats,
+           "torch_threads": 1, "numba_threads": numba.get_num_threads(), "solver_run_s": {}, "solver_speedup": {},
+           "last_record": {}}
+    for rule in rules:
+        runs = {tag: [] for tag in packages}
+        for tag in packages:                                 # warm-up: compiled kernels, the feature cache
+            run(tag, rule)
+        for _ in range(repeats):
+            for tag in packages:
+                runs[tag].append(run(tag, rule))
+        last = {tag: r[-1][1] for tag, r in runs.items()}
+        if abs(last["before"]["gap"] - last["now"]["gap"]) > 1e-9 * max(1.0, abs(last["now"]["gap"])):
+            raise SystemExit(f"the two versions' {rule} runs differ: {last}")
+        solver_s = {tag: statistics.median(t for t, _, _ in r) for tag, r in runs.items()}
+        out["solver_run_s"][rule], out["last_record"][rule] = solver_s, last["now"]
+        out["solver_speedup"][rule] = solver_s["before"] / solver_s["now"]
+        if rule == rules[0]:                                 # the gap pass at the point this rule's runs end
+            passes_s = {tag: [] for tag in packages}
+            for _ in range(repeats):
+                for tag in packages:
+                    t0 = time.perf_counter()
+                    runs[tag][-1][2].gap_pass()
+                    passes_s[tag].append(time.perf_counter() - t0)
+            out["gap_pass_s"] = {tag: statistics.median(v) for tag, v in passes_s.items()}
+            out["gap_pass_speedup"] = out["gap_pass_s"]["before"] / out["gap_pass_s"]["now"]
+    return out
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--train-size", type=int, default=2000)
@@ -128,8 +193,30 @@ def main(argv=None):
                    "(segments_ssvm_conll.json with --compare)")
     p.add_argument("--compare", nargs=2, type=Path, metavar=("SEG_RUN", "CHAIN_RUN"))
     p.add_argument("--draws", type=int, default=1000)
+    p.add_argument("--before", type=Path, help="a folder holding an earlier package as ssvm_torch_before/")
+    p.add_argument("--commit", help="the earlier package's commit (recorded in the JSON)")
+    p.add_argument("--passes", type=int, default=10)
+    p.add_argument("--rules", default="fw,pairwise,cache,away", help=f"step rules for --before, of {list(STEP_RULES)}")
     args = p.parse_args(argv)
     torch.set_num_threads(1)
+    if args.before:
+        if not args.commit:
+            p.error("--before needs --commit (the earlier package's commit, recorded in the JSON)")
+        unknown = sorted(set(args.rules.split(",")) - set(STEP_RULES))
+        if unknown:
+            p.error(f"--rules: expected names of {list(STEP_RULES)}, got {unknown}")
+        result = {"machine": platform.processor() or platform.machine(), "torch": torch.__version__,
+                  **versions(args.before, args.commit, args.train_size, args.passes, args.repeats,
+                           args.rules.split(","))}
+        for rule, times in result["solver_run_s"].items():
+            print(f"{rule:9s} solver run {times['before']:7.3f} s before, {times['now']:7.3f} s now: "
+                  f"{result['solver_speedup'][rule]:.2f}x")
+        gp = result["gap_pass_s"]
+        print(f"gap pass  {gp['before']:.4f} s before, {gp['now']:.4f} s now: {result['gap_pass_speedup']:.2f}x")
+        path = Path(args.out or "benchmarks/results/segments_ssvm_versions.json")
+        path.write_text(json.dumps(result, indent=1))
+        print(f"wrote {path}")
+        return
     if args.compare:
         result = compare(*args.compare, args.draws)
         for k in ("semimarkov", "chain"):

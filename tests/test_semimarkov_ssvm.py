@@ -4,6 +4,7 @@ map against the segment package's scores, refusals, the CoNLL-2000 reading and a
 conformance suite (tests/test_conformance.py) checks decode, oracle, gaps and checkpoints against enumeration."""
 from __future__ import annotations
 
+import numba
 import numpy as np
 import pytest
 import torch
@@ -58,6 +59,57 @@ def test_compact_store_follows_the_dense_store(config, kernels):
         assert torch.allclose(a.block_w(i), b.block_w(i), atol=1e-10)
     assert torch.allclose(a.block_wdots(), b.block_wdots(), atol=1e-10)
     assert torch.allclose(a.max_margins(a.w), b.max_margins(a.w), atol=1e-10)
+
+
+def test_compiled_gap_pass_is_the_torch_pass_on_any_thread_count():
+    """The compiled gap pass (blocks in strided parts over threads) gives every block's labels, loss, gap and H
+    of the torch pass, and bit for bit the same figures on one thread as on several."""
+    model, data = instance(7, outside=1, n=40)
+    compiled = SegmentDual(model, data, 0.1, kernels="numba")
+    Solver(compiled, SolverConfig(solver="bcfw", passes=2, gap_check=2, seed=1)).run()
+    torch_path = SegmentDual(model, data, 0.1, kernels="torch")
+    torch_path.load_state_dict(compiled.state_dict())
+    before = numba.get_num_threads()
+    passes = []
+    try:
+        for threads in sorted({1, numba.config.NUMBA_NUM_THREADS}):
+            numba.set_num_threads(threads)
+            passes.append(compiled.gap_pass())
+    finally:
+        numba.set_num_threads(before)
+    reference = torch_path.gap_pass()
+    for gp in passes:
+        assert torch.equal(gp.labels, passes[0].labels) and torch.equal(gp.block_gaps, passes[0].block_gaps)
+        assert torch.equal(gp.H, passes[0].H) and torch.equal(gp.loss, passes[0].loss)
+        assert torch.equal(gp.labels, reference.labels)
+        for field in ("loss", "H", "block_gaps"):
+            assert torch.allclose(getattr(gp, field), getattr(reference, field), atol=1e-10), field
+    assert float(passes[0].block_gaps.sum()) > 1e-6          # a point off the optimum: the gaps are not all zero
+
+
+def test_compiled_pair_terms_are_the_torch_paths():
+    """The compiled active-set terms (gaps towards stored corners, ||A_i (s(P) - s(Q))||^2 with P or Q a
+    segmentation or the block's point, the pairwise / away moves) equal the torch path's at a moved point."""
+    model, data = instance(8, outside=0, n=12)
+    stores = {k: SegmentDual(model, data, 0.1, kernels=k) for k in ("numba", "torch")}
+    Solver(stores["numba"], SolverConfig(solver="bcfw", step="pairwise", passes=3, gap_check=3, seed=2)).run()
+    stores["torch"].load_state_dict(stores["numba"].state_dict())
+    rng = np.random.default_rng(9)
+    w = torch.tensor(rng.normal(size=model.d))
+    for i in range(data.n):
+        idx = torch.tensor([i])
+        corners = [model.gt(data, i)] + [model.predict(w * s, data, idx)[0, :int(data.lengths[i])] for s in (1, -1)]
+        gaps = {k: st.corner_gaps(i, corners) for k, st in stores.items()}
+        np.testing.assert_allclose(gaps["numba"], gaps["torch"], atol=1e-12)
+        for P, Q in ((corners[1], corners[2]), (None, corners[1]), (corners[2], None)):
+            sq = {k: st.pair_sqnorm(i, P, Q) for k, st in stores.items()}
+            assert sq["numba"] == pytest.approx(sq["torch"], rel=1e-12, abs=1e-14)
+            for st in stores.values():
+                st.pair_move(i, P, Q, 0.01, 0.02, 0.1)
+            assert torch.allclose(stores["numba"].w, stores["torch"].w, atol=1e-12)
+            assert torch.allclose(stores["numba"].P, stores["torch"].P, atol=1e-12)
+            assert torch.allclose(stores["numba"].Gc, stores["torch"].Gc, atol=1e-12)
+    assert stores["numba"].ell == pytest.approx(stores["torch"].ell)
 
 
 def test_batch_fw_and_path_rescaling_match_the_dense_store():

@@ -1,6 +1,7 @@
 """Compiled BCFW block step of the semi-Markov store (:class:`~ssvm_torch.stores.segments.SegmentDual`, CPU
 float64): the FW corner of one block (potentials, loss-augmented segment scores, the best segmentation, the
-statistics' difference D, the block gap's terms) and the move along D, each one call on numpy views of the
+statistics' difference D, the block gap's terms), the pairwise / away differences and the gaps towards stored
+corners (the active-set steps and the cache), and the move along D, each one call on numpy views of the
 store's tensors (as the chain store's ``nb_fw_corner`` / ``nb_delta_move``, oracles/chain_kernels.py). The torch
 path of the store computes the same quantities (tests/test_semimarkov_ssvm.py runs both)."""
 from __future__ import annotations
@@ -11,6 +12,82 @@ import numpy as np
 from ..segments.numba_semimarkov import best_row
 
 NEG_INF = -np.inf
+
+
+@nb.njit(cache=True, nogil=True)
+def _potentials(s, T, fptr, fidx, fval, W, U):
+    """U[:T] = [x_t, 1] W of the positions s..s+T-1 (the emission potentials of every label part)."""
+    C = W.shape[1]
+    for t in range(T):
+        for c in range(C):
+            U[t, c] = 0.0
+        for a in range(fptr[s + t], fptr[s + t + 1]):
+            f, v = fidx[a], fval[a]
+            for c in range(C):
+                U[t, c] += v * W[f, c]
+
+
+@nb.njit(cache=True, nogil=True)
+def _add_statistics(ys, T, K, sign, D, Dc):
+    """D (T, 3K) += sign s(ys) of the positions (token / begin / end indicators of each label) and Dc (G,) +=
+    sign times its counts (first, last, transitions [next, prev], lengths), models/semimarkov.py's layout."""
+    label, start, prev = -1, 0, -1
+    for t in range(T + 1):
+        if t == T or ys[t] >= 0:
+            if label >= 0:                                   # close the segment [start, t)
+                D[t - 1, 2 * K + label] += sign
+                Dc[2 * K + K * K + (t - start - 1) * K + label] += sign
+                if prev >= 0:
+                    Dc[2 * K + label * K + prev] += sign
+                prev = label
+            if t == T:
+                break
+            label, start = ys[t], t
+            D[t, K + label] += sign
+        D[t, label] += sign
+    if T > 0:
+        Dc[ys[0]] += sign
+        Dc[K + label] += sign
+
+
+@nb.njit(cache=True, nogil=True)
+def _wrong_positions(s, T, K, Y, ys):
+    """Positions whose (label, begins-a-segment) state differs from the gold state Y[s + t]."""
+    wrong, label = 0, -1
+    for t in range(T):
+        if ys[t] >= 0:
+            label = ys[t]
+        if Y[s + t] % K != label or (Y[s + t] < K) != (ys[t] >= 0):
+            wrong += 1
+    return wrong
+
+
+@nb.njit(cache=True, nogil=True)
+def _minus_point(i, s, T, P, Gc, D, Dc):
+    """D -= M_i of the positions, Dc -= its counts (the block's current point)."""
+    for t in range(T):
+        for c in range(D.shape[1]):
+            D[t, c] -= P[s + t, c]
+    for g in range(Dc.shape[0]):
+        Dc[g] -= Gc[i, g]
+
+
+@nb.njit(cache=True, nogil=True)
+def _sqnorm(i, T, D, Dc, G, goff):
+    """||A_i D||^2 = sum_c D_c^T G_i D_c + |Dc|^2 (stores/segments.py), G_i = X_i X_i^T at G[goff[i]:]."""
+    sq = 0.0
+    for g in range(Dc.shape[0]):
+        sq += Dc[g] * Dc[g]
+    g0 = goff[i]
+    for c in range(D.shape[1]):
+        for t in range(T):
+            if D[t, c] == 0.0:
+                continue
+            acc = 0.0
+            for u in range(T):
+                acc += G[g0 + t * T + u] * D[u, c]
+            sq += D[t, c] * acc
+    return sq
 
 
 @nb.njit(cache=True, nogil=True)
@@ -25,13 +102,7 @@ def nb_segment_corner(i, c_i, outside, fptr, fidx, fval, offsets, Y, W, wc, P, G
     s = offsets[i]
     T = offsets[i + 1] - s
     C = 3 * K
-    for t in range(T):
-        for c in range(C):
-            U[t, c] = 0.0
-        for a in range(fptr[s + t], fptr[s + t + 1]):
-            f, v = fidx[a], fval[a]
-            for c in range(C):
-                U[t, c] += v * W[f, c]
+    _potentials(s, T, fptr, fidx, fval, W, U)
     lens = wc[2 * K + K * K:]
     for t in range(T):
         gl_t, gb_t = Y[s + t] % K, Y[s + t] < K
@@ -53,51 +124,85 @@ def nb_segment_corner(i, c_i, outside, fptr, fidx, fval, offsets, Y, W, wc, P, G
                     S[t, l, k] = tok + U[t, K + k] + U[j, 2 * K + k] + lens[l * K + k] + c_i * wrong
     best_row(S[:T], wc[:K], wc[K:2 * K], wc[2 * K:2 * K + K * K].reshape(K, K), T, ys)
     # statistics of y*: D = s(y*) - M_i, the loss, <D, theta> and ||A D||^2
-    G_ = Dc.shape[0]
-    for g in range(G_):
-        Dc[g] = -Gc[i, g]
+    for g in range(Dc.shape[0]):
+        Dc[g] = 0.0
     for t in range(T):
         for c in range(C):
-            D[t, c] = -P[s + t, c]
-    loss = 0.0
-    label, start, prev = -1, 0, -1
-    for t in range(T + 1):
-        if t == T or ys[t] >= 0:
-            if label >= 0:                                   # close the segment [start, t)
-                D[t - 1, 2 * K + label] += 1.0
-                Dc[2 * K + K * K + (t - start - 1) * K + label] += 1.0
-                if prev >= 0:
-                    Dc[2 * K + label * K + prev] += 1.0
-                prev = label
-            if t == T:
-                break
-            label, start = ys[t], t
-            D[t, K + label] += 1.0
-        D[t, label] += 1.0
-        if Y[s + t] % K != label or (Y[s + t] < K) != (t == start):
-            loss += c_i
-    if T > 0:
-        Dc[ys[0]] += 1.0
-        Dc[K + label] += 1.0
-    dot, sq = 0.0, 0.0
+            D[t, c] = 0.0
+    _add_statistics(ys, T, K, 1.0, D, Dc)
+    _minus_point(i, s, T, P, Gc, D, Dc)
+    loss = c_i * _wrong_positions(s, T, K, Y, ys)
+    dot = 0.0
     for t in range(T):
         for c in range(C):
             dot += D[t, c] * U[t, c]
-    for g in range(G_):
+    for g in range(Dc.shape[0]):
         dot += Dc[g] * wc[g]
-        sq += Dc[g] * Dc[g]
     if not with_sqnorm:
+        sq = 0.0
+        for g in range(Dc.shape[0]):
+            sq += Dc[g] * Dc[g]
         return loss, dot, sq
-    g0 = goff[i]
-    for c in range(C):
+    return loss, dot, _sqnorm(i, T, D, Dc, G, goff)
+
+
+@nb.njit(cache=True, nogil=True)
+def nb_segment_delta(i, yp, p_current, yq, q_current, offsets, P, Gc, G, goff, K, D, Dc):
+    """D = s(P) - s(Q) of block i into ``D`` (T, 3K) and ``Dc`` (G,), P and Q each a segmentation (``yp`` /
+    ``yq``, (T,)) or, with ``p_current`` / ``q_current``, the block's point M_i (the pairwise and away steps of
+    Osokin et al. 2016, Alg. 3 / 4); returns ||A_i D||^2."""
+    s = offsets[i]
+    T = offsets[i + 1] - s
+    for g in range(Dc.shape[0]):
+        Dc[g] = 0.0
+    for t in range(T):
+        for c in range(D.shape[1]):
+            D[t, c] = 0.0
+    if p_current:
+        _minus_point(i, s, T, P, Gc, D, Dc)
         for t in range(T):
-            if D[t, c] == 0.0:
-                continue
-            acc = 0.0
-            for u in range(T):
-                acc += G[g0 + t * T + u] * D[u, c]
-            sq += D[t, c] * acc
-    return loss, dot, sq
+            for c in range(D.shape[1]):
+                D[t, c] = -D[t, c]
+        for g in range(Dc.shape[0]):
+            Dc[g] = -Dc[g]
+    else:
+        _add_statistics(yp, T, K, 1.0, D, Dc)
+    if q_current:
+        _minus_point(i, s, T, P, Gc, D, Dc)
+    else:
+        _add_statistics(yq, T, K, -1.0, D, Dc)
+    return _sqnorm(i, T, D, Dc, G, goff)
+
+
+@nb.njit(cache=True, nogil=True)
+def nb_segment_labelings_gaps(i, c_i, labelings, fptr, fidx, fval, offsets, Y, W, wc, P, Gc, K, U, D, Dc, out):
+    """out[j] = <s(y_j) - M_i, theta_i> + L_i(y_j) (not / n) of every segmentation y_j (the rows of ``labelings``,
+    (m, T_i)): block i's gap towards each corner before the 1/n and ell_i terms (eq. (6) of Osokin et al. 2016,
+    what the cache and the away corner rank)."""
+    s = offsets[i]
+    T = offsets[i + 1] - s
+    C = 3 * K
+    _potentials(s, T, fptr, fidx, fval, W, U)
+    point = 0.0
+    for t in range(T):
+        for c in range(C):
+            point += P[s + t, c] * U[t, c]
+    for g in range(Dc.shape[0]):
+        point += Gc[i, g] * wc[g]
+    for j in range(labelings.shape[0]):
+        for g in range(Dc.shape[0]):
+            Dc[g] = 0.0
+        for t in range(T):
+            for c in range(C):
+                D[t, c] = 0.0
+        _add_statistics(labelings[j], T, K, 1.0, D, Dc)
+        acc = 0.0
+        for t in range(T):
+            for c in range(C):
+                acc += D[t, c] * U[t, c]
+        for g in range(Dc.shape[0]):
+            acc += Dc[g] * wc[g]
+        out[j] = acc - point + c_i * _wrong_positions(s, T, K, Y, labelings[j])
 
 
 @nb.njit(cache=True, nogil=True)
@@ -124,22 +229,28 @@ def nb_segment_move(i, coef, gamma, fptr, fidx, fval, offsets, D, Dc, W, wc, P, 
             shadow_wc[g] += shadow_coef * coef * Dc[g]
 
 
-@nb.njit(cache=True, nogil=True)
-def nb_segment_gap_pass(c, outside, fptr, fidx, fval, offsets, Y, W, wc, P, Gc, P_gt, G_gt, G, goff, K, L, U, S, D,
-                        Dc, labels, loss, dot, gold_dot):
-    """Every block's FW corner at w (:func:`nb_segment_corner` without the Gram part): the labels into ``labels``
-    (N,), L_i(y*) into ``loss``, <s(y*) - M_i, theta_i> into ``dot`` and <s(y_i) - M_i, theta_i> into
-    ``gold_dot`` (n,), from which the store forms g_i and H_i."""
+@nb.njit(cache=True, nogil=True, parallel=True)
+def nb_segment_gap_pass(c, outside, fptr, fidx, fval, offsets, Y, W, wc, P, Gc, P_gt, G_gt, G, goff, K, L, T_max,
+                        n_parts, labels, loss, dot, gold_dot):
+    """Every block's FW corner at w (:func:`nb_segment_corner` without the Gram part), ``n_parts`` strided parts
+    of the blocks in parallel threads, each with its own scratch: the labels into ``labels`` (N,), L_i(y*) into
+    ``loss``, <s(y*) - M_i, theta_i> into ``dot`` and <s(y_i) - M_i, theta_i> into ``gold_dot`` (n,), from which
+    the store forms g_i and H_i. Each block's figures are computed as in the serial loop (no sum crosses blocks),
+    so they do not depend on the number of threads."""
     n = offsets.shape[0] - 1
     C = 3 * K
-    for i in range(n):
-        s, e = offsets[i], offsets[i + 1]
-        loss[i], dot[i], _ = nb_segment_corner(i, c[i], outside, fptr, fidx, fval, offsets, Y, W, wc, P, Gc, G, goff,
-                                               K, L, U, S, labels[s:e], D, Dc, False)
-        acc = 0.0
-        for t in range(e - s):
-            for k in range(C):
-                acc += (P_gt[s + t, k] - P[s + t, k]) * U[t, k]
-        for g in range(Dc.shape[0]):
-            acc += (G_gt[i, g] - Gc[i, g]) * wc[g]
-        gold_dot[i] = acc
+    for part in nb.prange(n_parts):
+        # blocks part, part + n_parts, ...: long and short sentences spread over the parts alike
+        U, S, D = np.empty((T_max, C)), np.empty((T_max, L, K)), np.empty((T_max, C))
+        Dc = np.empty(Gc.shape[1])
+        for i in range(part, n, n_parts):
+            s, e = offsets[i], offsets[i + 1]
+            loss[i], dot[i], _ = nb_segment_corner(i, c[i], outside, fptr, fidx, fval, offsets, Y, W, wc, P, Gc, G,
+                                                   goff, K, L, U, S, labels[s:e], D, Dc, False)
+            acc = 0.0
+            for t in range(e - s):
+                for k in range(C):
+                    acc += (P_gt[s + t, k] - P[s + t, k]) * U[t, k]
+            for g in range(Dc.shape[0]):
+                acc += (G_gt[i, g] - Gc[i, g]) * wc[g]
+            gold_dot[i] = acc

@@ -26,7 +26,7 @@ from ..segments import ops
 from ..segments.scoring import augmented, loss as segment_loss
 from .base import BatchCorners, BlockDual, Corner, GapPass, objective_n
 from .ragged import RaggedLabelings
-from .segment_kernels import nb_segment_corner, nb_segment_gap_pass, nb_segment_move
+from .segment_host import HostSegmentSteps
 from .state import TensorBlockState
 
 
@@ -74,21 +74,8 @@ class SegmentDual(RaggedLabelings, TensorBlockState, BlockDual):
         self._entry_row = segment_ids(self.csr[0])
         # (block, labels, its D) of the last fw_corner, as tensors or (the compiled step) host arrays
         self._corner_delta = self._host_delta = None
-        self._compiled = self.kernels == "numba"
-        if self._compiled:
-            self._bind_host()
-
-    def _bind_host(self) -> None:
-        """Zero-copy numpy views of the state for the compiled block step (stores/segment_kernels.py) and its
-        scratch arrays."""
-        m = self.model
-        T = int(self.lengths.max()) if self.n else 0
-        self._host = {"csr": tuple(to_host(t) for t in self.csr), "offsets": to_host(self.offsets),
-                      "Y": to_host(self.data.Y.to(torch.int64)), "W": m.split(self.w)[0].numpy(),
-                      "wc": self.w[m.e:].numpy(), "P": self.P.numpy(), "Gc": self.Gc.numpy(), "G": self.G.numpy(),
-                      "goff": to_host(self.goff), "c": to_host(self.c),
-                      "U": np.empty((T, m.C)), "S": np.empty((T, m.L, m.K)), "D": np.empty((T, m.C)),
-                      "Dc": np.empty(m.G)}
+        # the compiled block step (stores/segment_host.py) on views of this state, or None: the torch path
+        self._host = HostSegmentSteps(self) if self.kernels == "numba" else None
 
     @property
     def ell(self) -> float:
@@ -190,20 +177,14 @@ class SegmentDual(RaggedLabelings, TensorBlockState, BlockDual):
 
     # -- block moves ---------------------------------------------------------------------------------
     def _fw_corner_compiled(self, i: int) -> Corner:
-        h, m = self._host, self.model
-        T = int(h["offsets"][i + 1] - h["offsets"][i])
-        ys = np.empty(T, dtype=np.int64)
-        loss, dot, sq = nb_segment_corner(i, float(h["c"][i]), -1 if m.outside is None else m.outside, *h["csr"],
-                                          h["offsets"], h["Y"], h["W"], h["wc"], h["P"], h["Gc"], h["G"], h["goff"],
-                                          m.K, m.L, h["U"], h["S"], ys, h["D"], h["Dc"])
-        labels = torch.from_numpy(ys)
-        self._corner_delta, self._host_delta = None, (i, labels, h["D"][:T].copy(), h["Dc"].copy())
+        labels, loss, dot, sq, D, Dc = self._host.corner(i)
+        self._corner_delta, self._host_delta = None, (i, labels, None, D, Dc, sq)
         lamn = self.lam * self.N
         loss /= self.N
         return Corner(labels, loss, dot / lamn, sq / lamn ** 2, dot / self.N - float(self.ell_i[i]) + loss)
 
     def fw_corner(self, i: int) -> Corner:
-        if self._compiled:
+        if self._host is not None:
             return self._fw_corner_compiled(i)
         idx = torch.tensor([i], device=self.device)
         k = self._corners(idx)
@@ -229,20 +210,26 @@ class SegmentDual(RaggedLabelings, TensorBlockState, BlockDual):
         (pp, pc), (qp, qc) = (self._point(idx, pos, valid, lengths, X) for X in (P, Q))
         return idx, pos[0], valid, pp - qp, pc - qc
 
+    def _host_pair(self, i: int, P, Q):
+        """The compiled step's (block, P, Q, D (T_i, 3K), Dc (G,), ||A_i D||^2) of D = s(P) - s(Q), kept until the
+        block state changes (the move that usually follows reads it)."""
+        host = self._host_delta
+        if host is None or host[0] != i or host[1] is not P or host[2] is not Q:
+            self._corner_delta, self._host_delta = None, (i, P, Q, *self._host.pair(i, P, Q))
+        return self._host_delta
+
     def pair_sqnorm(self, i: int, P, Q) -> float:
+        if self._host is not None:
+            sq = self._host_pair(i, P, Q)[5]
+            return sq / (self.lam * self.N) ** 2
         idx, _, valid, Dp, Dc = self._delta(i, P, Q)
         return float(self._sqnorm(idx, valid, Dp, Dc)[0]) / (self.lam * self.N) ** 2
 
     def pair_move(self, i: int, P, Q, loss_P: float, loss_Q: float, gamma: float) -> None:
         """x_i += gamma (v_P - v_Q): M_i += gamma D, w -= gamma A_i D / (lam n); losses are L/n."""
-        host = self._host_delta
-        if Q is None and host is not None and host[0] == i and host[1] is P:       # the compiled corner's move
-            h = self._host
-            shadow = self.shadow is not None
-            sw, swc = ((self.model.split(self.shadow)[0].numpy(), self.shadow[self.model.e:].numpy()) if shadow
-                       else (h["W"][:0], h["wc"][:0]))
-            nb_segment_move(i, -gamma / (self.lam * self.N), gamma, *h["csr"], h["offsets"], host[2], host[3],
-                            h["W"], h["wc"], h["P"], h["Gc"], shadow, sw, swc, float(self.shadow_coef))
+        if self._host is not None:                        # the compiled corner's or pair's D
+            _, _, _, D, Dc, _ = self._host_pair(i, P, Q)
+            self._host.move(i, D, Dc, -gamma / (self.lam * self.N), gamma, self.shadow, self.shadow_coef)
             self._corner_delta = self._host_delta = None
             self.ell_i[i] += gamma * (loss_P - loss_Q)
             self._ell[0] += gamma * (loss_P - loss_Q)
@@ -276,6 +263,8 @@ class SegmentDual(RaggedLabelings, TensorBlockState, BlockDual):
 
     def corner_gaps(self, i: int, labelings) -> np.ndarray:
         """g_i(y) = (<s(y) - M_i, theta_i> + L_i(y)) / n - ell_i for each labeling (eq. (6) towards y)."""
+        if self._host is not None:
+            return self._host.labelings_gaps(i, labelings) / self.N - float(self.ell_i[i])
         Y = torch.stack([torch.as_tensor(y, device=self.device) for y in labelings])
         m = Y.shape[0]
         idx = torch.full((m,), i, device=self.device)
@@ -329,10 +318,11 @@ class SegmentDual(RaggedLabelings, TensorBlockState, BlockDual):
         out[pos[valid]] = labels[valid]
 
     def gap_pass(self) -> GapPass:
-        """All block gaps at w, chunk by chunk of blocks of similar lengths (torch) or block by block (compiled):
+        """All block gaps at w, chunk by chunk of blocks of similar lengths (torch) or blocks in parallel threads
+        (compiled):
         g_i = (<D_i, theta_i> + L_i) / n - ell_i, H_i = max_y [L_i(y) + <w, phi(x_i, y)>] - <w, phi(x_i, y_i)>
         = L_i + <s(y*) - s(y_i), theta_i>."""
-        if self._compiled:
+        if self._host is not None:
             return self._gap_pass_compiled()
         U_all = self._all_potentials()
         labels = torch.full_like(self.seg, -1)
@@ -349,16 +339,8 @@ class SegmentDual(RaggedLabelings, TensorBlockState, BlockDual):
         return GapPass(labels=labels, loss=loss / self.N, H=H, block_gaps=gaps)
 
     def _gap_pass_compiled(self) -> GapPass:
-        h, m = self._host, self.model
-        if "P_gt" not in h:
-            h["P_gt"], h["G_gt"] = self.P_gt.numpy(), self.G_gt.numpy()
-        labels = np.empty(self.seg.shape[0], dtype=np.int64)
-        loss, dot, gold_dot = np.empty(self.n), np.empty(self.n), np.empty(self.n)
-        nb_segment_gap_pass(h["c"], -1 if m.outside is None else m.outside, *h["csr"], h["offsets"], h["Y"], h["W"],
-                            h["wc"], h["P"], h["Gc"], h["P_gt"], h["G_gt"], h["G"], h["goff"], m.K, m.L, h["U"],
-                            h["S"], h["D"], h["Dc"], labels, loss, dot, gold_dot)
-        loss, dot, gold_dot = (torch.from_numpy(x) for x in (loss, dot, gold_dot))
-        return GapPass(labels=torch.from_numpy(labels), loss=loss / self.N, H=loss + dot - gold_dot,
+        labels, loss, dot, gold_dot = (torch.from_numpy(x) for x in self._host.gap_pass())
+        return GapPass(labels=labels, loss=loss / self.N, H=loss + dot - gold_dot,
                        block_gaps=(dot + loss) / self.N - self.ell_i)
 
     def _stats_of(self, labels: torch.Tensor):
