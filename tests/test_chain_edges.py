@@ -201,13 +201,76 @@ def test_state_round_trip_and_warm_rescale_keep_w():
     assert torch.allclose(a.w, w, atol=1e-12)
 
 
-@pytest.mark.parametrize("options,match", [(dict(step="pairwise"), "step 'fw'"), (dict(cache=True), "no cache"),
-                                           (dict(solver="ssg"), "'bcfw'")])
+def dense_w_of(model, data, i, y):
+    """w_s(y) = (phi(y_i) - phi(y)) / (lam n): block i's w at the corner y, from the dense feature map."""
+    X, Ec, gt = dense_parts(data, i)
+    return (model.joint_feature(X, gt, Ec) - model.joint_feature(X, torch.as_tensor(y), Ec)) / (LAM * data.n)
+
+
+def test_active_set_terms_against_dense_blocks():
+    """The cache's and the pairwise / away steps' terms with edge features, against dense blocks: the gaps towards
+    stored corners, ||w(P) - w(Q)||^2 (P, Q a corner or the block's point), the block's w after a pair move (and
+    w = the sum of the blocks'), and SSG's w += coef psi_i(y*)."""
+    data = random_edge_chains(6, n=6, K=3)
+    model = EdgeChainModel.for_data(data, "hamming")
+    store = make_store(model, data, LAM)
+    Solver(store, SolverConfig(passes=3, gap_check=3, sampling="uniform", seed=4)).run()
+    rng = np.random.default_rng(5)
+    for i in range(data.n):
+        T = int(data.lengths[i])
+        X, Ec, gt = dense_parts(data, i)
+        corners = [gt.numpy(), np.asarray(store.fw_corner(i).labels), rng.integers(0, model.K, size=T)]
+        c = float(model.token_loss(torch.tensor([T]))[0])
+        w_i = store.block_w(i)
+        dense = [LAM * float((w_i - dense_w_of(model, data, i, y)) @ store.w) - float(store.ell_i[i])
+                 + c * float((torch.as_tensor(y) != gt).sum()) / data.n for y in corners]
+        np.testing.assert_allclose(store.corner_gaps(i, np.stack(corners)), dense, atol=1e-12)
+        for P, Q in ((corners[1], corners[2]), (None, corners[2]), (corners[1], None)):
+            wP, wQ = (w_i if y is None else dense_w_of(model, data, i, y) for y in (P, Q))
+            assert store.pair_sqnorm(i, P, Q) == pytest.approx(float((wP - wQ) @ (wP - wQ)), rel=1e-12, abs=1e-15)
+            gamma = 0.2
+            store.pair_move(i, P, Q, 0.0, 0.0, gamma)
+            assert torch.allclose(store.block_w(i), w_i + gamma * (wP - wQ), atol=1e-12)
+            w_i = store.block_w(i)
+        w = store.w.clone()
+        store.recompute()
+        assert torch.allclose(store.w, w, atol=1e-12)
+    before = store.w.clone()
+    corner = store.fw_corner(2)
+    store.add_psi(2, corner, 0.3)
+    X, Ec, gt = dense_parts(data, 2)
+    psi = model.joint_feature(X, gt, Ec) - model.joint_feature(X, torch.as_tensor(corner.labels), Ec)
+    assert torch.allclose(store.w, before + 0.3 * psi, atol=1e-12)
+
+
+@pytest.mark.parametrize("options", [dict(step="pairwise"), dict(step="away"), dict(cache=True),
+                                     dict(step="pairwise", cache=True)], ids=["pairwise", "away", "cache",
+                                                                              "pairwise-cache"])
+def test_active_set_runs_reach_the_independent_duality_gap(options):
+    """BCFW with the paper's pairwise / away steps and the cache on the edge store: the gap falls, and the exact
+    gap is the independent primal - dual of the brute-force oracle."""
+    data = random_edge_chains(11, n=6)
+    model = EdgeChainModel.for_data(data, "normalized")
+    store = make_store(model, data, LAM)
+    hist = Solver(store, SolverConfig(passes=12, gap_check=4, sampling="gap", seed=1, **options)).run()
+    assert hist[-1]["gap"] < 0.5 * hist[0]["gap"]
+    assert hist[-1]["pairwise_steps" if options.get("step") == "pairwise" else "steps"] > 0
+    w = store.w
+    H = []
+    for i in range(data.n):
+        X, Ec, gt = dense_parts(data, i)
+        H.append(brute_force(model, data, i, w, augmented=True)[1] - float(w @ model.joint_feature(X, gt, Ec)))
+    primal = 0.5 * LAM * float(w @ w) + sum(H) / data.n
+    assert store.gap_pass().block_gaps.sum().item() == pytest.approx(primal - (-0.5 * LAM * float(w @ w) + store.ell),
+                                                                     abs=1e-10)
+
+
+@pytest.mark.parametrize("options,match", [(dict(solver="fw"), "batch FW"), (dict(averaging=True), "averaging")])
 def test_unsupported_steps_are_refused_by_name(options, match):
     data = random_edge_chains(1)
     store = make_store(EdgeChainModel.for_data(data), data, LAM)
     with pytest.raises(SSVMInputError, match=match):
-        Solver(store, SolverConfig(**options))
+        Solver(store, SolverConfig(passes=2, **options)).run()
 
 
 def test_torch_kernels_and_averaging_are_refused():

@@ -114,6 +114,51 @@ def nb_edge_delta(i, s, T, ys, eptr, evals, egrp, pair_of, gptr, Me, De):
 
 
 @nb.njit(cache=True, nogil=True)
+def _add_edge_stats(s, T, ys, sign, g0, eptr, evals, egrp, pair_of, De):
+    """De[g - g0, p] += sign * the edge statistics of the labeling ys of the positions s..s+T-1."""
+    for t in range(1, T):
+        p = pair_of[ys[t], ys[t - 1]]
+        if p >= 0:
+            for j in range(eptr[s + t], eptr[s + t + 1]):
+                De[egrp[j] - g0, p] += sign * evals[j]
+
+
+@nb.njit(cache=True, nogil=True)
+def nb_edge_pair_delta(i, s, T, yp, p_current, yq, q_current, eptr, evals, egrp, pair_of, gptr, Me, De):
+    """De[g - gptr[i]] = S_e(P)[g] - S_e(Q)[g] for the groups of block i, P / Q a labeling (``yp`` / ``yq``) or,
+    with ``p_current`` / ``q_current``, the block's point Me_i (the pairwise and away steps, Osokin et al. 2016,
+    Alg. 3 / 4); returns sum De^2, the edge part of ||A_i(D)||^2."""
+    g0 = gptr[i]
+    for g in range(g0, gptr[i + 1]):
+        for p in range(Me.shape[1]):
+            De[g - g0, p] = (Me[g, p] if p_current else 0.0) - (Me[g, p] if q_current else 0.0)
+    if not p_current:
+        _add_edge_stats(s, T, yp, 1.0, g0, eptr, evals, egrp, pair_of, De)
+    if not q_current:
+        _add_edge_stats(s, T, yq, -1.0, g0, eptr, evals, egrp, pair_of, De)
+    sq = 0.0
+    for g in range(gptr[i + 1] - g0):
+        for p in range(Me.shape[1]):
+            sq += De[g, p] * De[g, p]
+    return sq
+
+
+@nb.njit(cache=True, nogil=True)
+def nb_edge_labelings_dots(i, s, T, labelings, eptr, eidx, evals, pair_of, E, gptr, gattr, Me, out):
+    """out[j] += <S_e(y_j) - Me_i, E> for each labeling y_j (the rows of ``labelings``, (m, T)): the edge part
+    of block i's gap towards each stored corner (what the cache and the away corner rank)."""
+    m = nb_edge_m_theta(i, gptr, gattr, E, Me)
+    for r in range(labelings.shape[0]):
+        acc = 0.0
+        for t in range(1, T):
+            p = pair_of[labelings[r, t], labelings[r, t - 1]]
+            if p >= 0:
+                for j in range(eptr[s + t], eptr[s + t + 1]):
+                    acc += evals[j] * E[eidx[j], p]
+        out[r] += acc - m
+
+
+@nb.njit(cache=True, nogil=True)
 def nb_edge_move(i, c, gamma, De, gptr, gattr, E, Me):
     """E[gattr[g]] += c De[g] and Me[g] += gamma De[g] for the groups of block i."""
     g0 = gptr[i]

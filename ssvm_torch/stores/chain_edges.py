@@ -7,11 +7,12 @@ supported label pairs at the positions carrying it, Me[g] (P,). The edge part of
 terms gain the edge terms documented in :mod:`ssvm_torch.oracles.edge_kernels`. State grows by
 sum_i (distinct edge attributes of block i) x P floats.
 
-The store runs BCFW with FW block steps (any sampling, gap passes, checkpoints, the warm lambda
-grid of ssvm_torch.selection) and mini-batch BCFW (``--batch-size``: tau corners, one joint direction,
-the exact line search of :class:`~ssvm_torch.solvers.steps.MiniBatchStep`) on the numba kernels (CPU
-float64). Pairwise / away steps, caching, batch FW, SSG, averaging, the regularization path and the
-sharded stores of the gather / allreduce exchanges are refused with a clear error (the columns exchange,
+The store runs BCFW with FW, pairwise and away block steps and the cache (the active-set terms gain the edge
+part of each difference, :func:`~ssvm_torch.oracles.edge_kernels.nb_edge_pair_delta`), any sampling, gap
+passes, checkpoints, the warm lambda grid of ssvm_torch.selection, SSG, and mini-batch BCFW (``--batch-size``:
+tau corners, one joint direction, the exact line search of :class:`~ssvm_torch.solvers.steps.MiniBatchStep`) on
+the numba kernels (CPU float64). Batch FW, averaging, the regularization path and the sharded stores of the
+gather / allreduce exchanges are refused with a clear error (the columns exchange,
 :mod:`ssvm_torch.distributed.column_shards_edges`, runs mini-batch BCFW under torchrun).
 """
 from __future__ import annotations
@@ -24,8 +25,8 @@ from ..errors import SSVMInputError, check
 from ..models.chain_edges import EdgeChainModel, block_chunks
 from ..models.chain_index import padded_index
 from ..oracles.chain_kernels import nb_unary_all
-from ..oracles.edge_kernels import (nb_edge_delta, nb_edge_move, nb_edge_stats, nb_edge_weights, nb_fw_corner_edges,
-                                    nb_gap_pass_edges)
+from ..oracles.edge_kernels import (nb_edge_delta, nb_edge_labelings_dots, nb_edge_move, nb_edge_pair_delta,
+                                    nb_edge_stats, nb_edge_weights, nb_fw_corner_edges, nb_gap_pass_edges)
 from .base import BatchCorners, Corner, GapPass
 from .chain import ChainDual
 
@@ -36,7 +37,6 @@ class EdgeChainDual(ChainDual):
     supports_path = False
     supports_averaging = False
     supports_dual_point = False      # no batch corner (corner_point): no cutting plane
-    only_fw_block_steps = True
     shardable = False                # gather / allreduce ship no edge block; the columns exchange runs it (column_shards_edges.py)
     shares_w = False                 # the edge block is rebuilt beside w (recompute), not into a given vector
     description = ("a chain with edge-observation features (the edge: items of a template, e.g. conll2000's default "
@@ -192,20 +192,48 @@ class EdgeChainDual(ChainDual):
         self.Me.index_put_((groups,), gamma * De, accumulate=True)      # in place: the numba views stay valid
 
     def _refuse(self, what: str):
-        raise SSVMInputError(f"{what}: not available with edge-observation features; their store runs BCFW with FW "
-                             "block steps (--solver bcfw --step fw, no --cache, no --averaging; --batch-size any)")
+        raise SSVMInputError(f"{what}: not available with edge-observation features; their store runs BCFW (FW, "
+                             "pairwise or away steps, --cache, --batch-size) and SSG, without --averaging")
 
-    def corner_gaps(self, i, labelings):
-        self._refuse("cache / active-set steps")
+    # -- active-set steps and the cache: the chain part (ChainDual's) plus the edge part --------------
+    def _labels(self, y) -> np.ndarray:
+        return np.ascontiguousarray(np.asarray(y), dtype=np.int64)
 
-    def pair_sqnorm(self, i, P, Q):
-        self._refuse("pairwise / away steps")
+    def _edge_pair(self, i: int, P, Q):
+        """(De (groups of block i, P), sum De^2) of S_e(P) - S_e(Q), None = the block's point Me_i."""
+        s, e = int(self._np[3][i]), int(self._np[3][i + 1])
+        De = self._ework[1]
+        none = self._no_labels
+        sq = nb_edge_pair_delta(i, s, e - s, none if P is None else self._labels(P), P is None,
+                                none if Q is None else self._labels(Q), Q is None, self.eptr, self.evals, self.egrp,
+                                self.model.pair_of, self.gptr, self.Me.numpy(), De)
+        return De, sq
 
-    def pair_move(self, i, P, Q, loss_P, loss_Q, gamma):
-        self._refuse("pairwise / away steps")
+    def corner_gaps(self, i: int, labelings) -> np.ndarray:
+        """g_i(y) of each labeling (:meth:`ChainDual.corner_gaps`) with the edge term <S_e(y) - Me_i, E> / n."""
+        gaps = super().corner_gaps(i, labelings)
+        L = labelings if isinstance(labelings, np.ndarray) and labelings.ndim == 2 else \
+            np.stack([np.asarray(y, dtype=np.int64) for y in labelings])
+        s, e = int(self._np[3][i]), int(self._np[3][i + 1])
+        edge = np.zeros(L.shape[0])
+        nb_edge_labelings_dots(i, s, e - s, self._labels(L), self.eptr, self.eidx, self.evals, self.model.pair_of,
+                               self._E(), self.gptr, self.gattr, self.Me.numpy(), edge)
+        return gaps + edge / self.N
 
-    def add_psi(self, i, corner, coef):
-        self._refuse("SSG")
+    def pair_sqnorm(self, i: int, P, Q) -> float:
+        return super().pair_sqnorm(i, P, Q) + self._edge_pair(i, P, Q)[1] / (self.lam * self.N) ** 2
+
+    def pair_move(self, i: int, P, Q, loss_P: float, loss_Q: float, gamma: float) -> None:
+        De, _ = self._edge_pair(i, P, Q)
+        nb_edge_move(i, -gamma / (self.lam * self.N), gamma, De, self.gptr, self.gattr, self._E(), self.Me.numpy())
+        super().pair_move(i, P, Q, loss_P, loss_Q, gamma)
+
+    def add_psi(self, i: int, corner: Corner, coef: float) -> None:
+        """w += coef psi_i(y*) (SSG): the chain part and the edge rows coef (S_e(y_i) - S_e(y*))."""
+        super().add_psi(i, corner, coef)
+        s, e = int(self._np[3][i]), int(self._np[3][i + 1])
+        De, _ = self._edge_pair(i, self._np[4][s:e], corner.labels)
+        nb_edge_move(i, coef, 0.0, De, self.gptr, self.gattr, self._E(), self.Me.numpy())
 
     def corner_point(self, gp):
         self._refuse("batch FW")
