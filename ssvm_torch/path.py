@@ -152,6 +152,14 @@ def _record(dual, lam, gap, clock, evaluate, **extra) -> dict:
     return rec
 
 
+def check_warm_step(cfg: SolverConfig, what: str) -> None:
+    """Warm starts keep the rescaled previous point but not its composition from labelings, which the pairwise /
+    away steps need (their working sets start at alpha_i = delta(y_i), solvers/steps.py): step 'fw' only."""
+    check(cfg.step == "fw", "config.step", f"'fw' for {what} (each lambda starts from the rescaled previous point, "
+          "whose composition from labelings the pairwise / away steps would need is not kept; the cache works with "
+          "'fw')", cfg.step)
+
+
 def check_path_options(eps: float, kappa: float, lam_min: float, max_passes: float) -> tuple[float, float]:
     """(eps, lam_min) as floats, or a clear error naming the bad option (called by ``ssvm-path``
     before it creates its output directory)."""
@@ -177,6 +185,7 @@ def regularization_path(dual: BlockDual, eps: float, kappa: float = 0.9, heurist
     eps, lam_min = check_path_options(eps, kappa, lam_min, max_passes)
     cfg = (config or SolverConfig(solver="bcfw", sampling="gap", gap_check=1)).validate()
     check(cfg.solver == "bcfw", "config.solver", "'bcfw' (the path warm-starts block-coordinate solvers)", cfg.solver)
+    check_warm_step(cfg, "the regularization path")
     check_zero_gt_loss(dual)
     clock = _Clock()
     n = dual.n
@@ -275,6 +284,8 @@ def grid_search(make_dual: Callable[[float], BlockDual], eps: float, lambdas=Non
     lambdas = grid_lambdas() if lambdas is None else [float(v) for v in lambdas]
     check(all(a > b for a, b in zip(lambdas, lambdas[1:])), "lambdas", "a strictly decreasing list", lambdas[:3])
     cfg = (config or SolverConfig(solver="bcfw", sampling="gap", gap_check=1)).validate()
+    if warm:
+        check_warm_step(cfg, "a warm-started grid")
     clock, records, dual, exact = _Clock(), [], None, None
     for lam in lambdas:
         gaps = None
@@ -314,4 +325,5 @@ def path_gap(dual: BlockDual, path: RegPath, lam: float) -> float:
     return lam * float(w @ w) - ell + float(H.sum()) / dual.n
 
 
-__all__ = ["RegPath", "regularization_path", "grid_search", "grid_lambdas", "cold_starts", "path_gap", "check_zero_gt_loss"]
+__all__ = ["RegPath", "regularization_path", "grid_search", "grid_lambdas", "cold_starts", "path_gap", "check_zero_gt_loss",
+           "check_warm_step"]

@@ -265,21 +265,87 @@ def test_active_set_runs_reach_the_independent_duality_gap(options):
                                                                      abs=1e-10)
 
 
-@pytest.mark.parametrize("options,match", [(dict(solver="fw"), "batch FW"), (dict(averaging=True), "averaging")])
-def test_unsupported_steps_are_refused_by_name(options, match):
-    data = random_edge_chains(1)
-    store = make_store(EdgeChainModel.for_data(data), data, LAM)
-    with pytest.raises(SSVMInputError, match=match):
-        Solver(store, SolverConfig(passes=2, **options)).run()
+def test_batch_fw_and_path_terms_against_dense_blocks():
+    """The batch FW corner (w_s, ell_s) of a gap pass and the move of every block towards it, the max margins and
+    lam <w_i, w> (the regularization path's terms), against the dense feature map and brute force."""
+    data = random_edge_chains(9, n=6)
+    model = EdgeChainModel.for_data(data, "hamming")
+    store = make_store(model, data, LAM)
+    Solver(store, SolverConfig(passes=2, gap_check=2, sampling="uniform", seed=3)).run()
+    gp = store.gap_pass()
+    w_s, ell_s = store.corner_point(gp)
+    labels = [gp.labels[int(data.offsets[i]):int(data.offsets[i + 1])] for i in range(data.n)]
+    dense = sum(dense_w_of(model, data, i, y) for i, y in enumerate(labels))
+    assert torch.allclose(w_s, dense, atol=1e-12) and ell_s == pytest.approx(float(gp.loss.sum()))
+    before = [store.block_w(i) for i in range(data.n)]
+    gamma = 0.3
+    store.move_all(gp, w_s, ell_s, gamma)
+    for i in range(data.n):
+        assert torch.allclose(store.block_w(i), (1 - gamma) * before[i] + gamma * dense_w_of(model, data, i, labels[i]),
+                              atol=1e-12), i
+    w = store.w.clone()
+    store.recompute()
+    assert torch.allclose(store.w, w, atol=1e-12)
+    wdots = store.block_wdots()
+    margins = store.max_margins(-2.0 * w)
+    for i in range(data.n):
+        assert float(wdots[i]) == pytest.approx(LAM * float(store.block_w(i) @ store.w), abs=1e-12)
+        X, Ec, gt = dense_parts(data, i)
+        best = brute_force(model, data, i, -2.0 * w, augmented=False)[1]
+        assert float(margins[i]) == pytest.approx(best - float(-2.0 * w @ model.joint_feature(X, gt, Ec)), abs=1e-10)
 
 
-def test_torch_kernels_and_averaging_are_refused():
+def test_batch_fw_run_and_the_path_are_certified():
+    """Batch FW on the edge store reaches the brute-force primal - dual; the regularization path's pieces are
+    certified at lambdas between its breakpoints (the gap of path.w(lam) recomputed from scratch)."""
+    from ssvm_torch.path import path_gap, regularization_path
+    data = random_edge_chains(11, n=6)
+    model = EdgeChainModel.for_data(data, "normalized")
+    store = make_store(model, data, LAM)
+    hist = Solver(store, SolverConfig(solver="fw", passes=10, gap_check=2)).run()
+    assert hist[-1]["gap"] < 0.5 * hist[0]["gap"]
+    w = store.w
+    H = []
+    for i in range(data.n):
+        X, Ec, gt = dense_parts(data, i)
+        H.append(brute_force(model, data, i, w, augmented=True)[1] - float(w @ model.joint_feature(X, gt, Ec)))
+    assert store.gap_pass().block_gaps.sum().item() == pytest.approx(
+        0.5 * LAM * float(w @ w) + sum(H) / data.n - (-0.5 * LAM * float(w @ w) + store.ell), abs=1e-10)
+    eps = 0.05
+    path = regularization_path(make_store(model, data, 1.0), eps, kappa=0.9, lam_min=3e-2,
+                               config=SolverConfig(solver="bcfw", sampling="gap", gap_check=1, cache=True))
+    assert len(path.lambdas) >= 3
+    checker = make_store(model, data, 1.0)
+    for lam in [float(v) for v in path.lambdas[:4]] + [max(path.lam_end, 3e-2), 0.5 * float(path.lambdas[0])]:
+        assert -1e-9 <= path_gap(checker, path, lam) <= eps + 1e-9, lam
+
+
+@pytest.mark.parametrize("step", ["fw", "pairwise"])
+def test_lazy_average_equals_the_explicit_recursion(step):
+    """Weighted averaging on the edge store: the lazy average (the shadow vector's edge rows move with w's) equals
+    the O(d) recursion of Lacoste-Julien et al. 2013."""
+    from ssvm_torch.solvers.averaging import Averager
+    data = random_edge_chains(12, n=7)
+    model = EdgeChainModel.for_data(data, "hamming")
+    cfg = SolverConfig(solver="bcfw", sampling="gap", step=step, passes=8, gap_check=2, averaging=True,
+                       recompute_every=2, seed=2)
+    lazy = Solver(make_store(model, data, LAM), cfg)
+    lazy.run()
+    explicit = Solver(make_store(model, data, LAM), cfg)
+    explicit.averager = Averager(explicit.dual, lazy=False)
+    explicit.run()
+    edge = slice(model.d0, model.d)
+    assert torch.allclose(lazy.w_avg, explicit.w_avg, rtol=1e-10, atol=1e-12)
+    assert not torch.allclose(lazy.w_avg[edge], lazy.dual.w[edge])           # the edge rows are averaged too
+
+
+def test_torch_kernels_and_the_cutting_plane_are_refused():
     data = random_edge_chains(2)
     model = EdgeChainModel.for_data(data)
     with pytest.raises(SSVMInputError, match="numba kernels"):
         make_store(model, data, LAM, kernels="torch")
-    with pytest.raises(SSVMInputError, match="averaging"):
-        Solver(make_store(model, data, LAM), SolverConfig(averaging=True))
+    with pytest.raises(SSVMInputError, match="cutting-plane"):
+        Solver(make_store(model, data, LAM), SolverConfig(solver="cutting-plane"))
     with pytest.raises(SSVMInputError, match="ChainData.E"):
         EdgeChainModel.for_data(ChainData(data.X, data.Y, data.offsets, 3))
 

@@ -139,6 +139,40 @@ def test_path_refuses_nonzero_gt_loss_and_box():
         regularization_path(make_store(m, data, 1.0, nonnegative=m.pairwise_index), 0.1)
 
 
+@pytest.mark.parametrize("step", ["pairwise", "away", "best"])
+def test_warm_starts_refuse_active_set_steps(ocr_part, step):
+    """Pairwise / away steps start their working sets at alpha_i = delta(y_i): on a warm start (a rescaled or
+    trained store) they would move mass the blocks do not hold, so the path, a warm grid, a solver on a moved
+    store and ssvm-train --select-lam refuse them by name; a cold grid and a fresh store run them, and FW steps
+    with the cache run warm."""
+    model, part = ocr_part
+    cfg = SolverConfig(solver="bcfw", sampling="gap", gap_check=1, step=step)
+    with pytest.raises(SSVMInputError, match="config.step: expected 'fw' for the regularization path"):
+        regularization_path(make_store(model, part, 1.0), 0.1, config=cfg)
+    with pytest.raises(SSVMInputError, match="config.step: expected 'fw' for a warm-started grid"):
+        grid_search(lambda lam: make_store(model, part, lam), 0.1, lambdas=[1.0, 0.5], config=cfg)
+    cold = grid_search(lambda lam: make_store(model, part, lam), 0.5, lambdas=[1.0, 0.5], warm=False, config=cfg)
+    assert len(cold) == 2 and all(r["gap"] <= 0.5 for r in cold)
+    store = make_store(model, part, 0.1)
+    Solver(store, SolverConfig(passes=1, gap_check=1, step=step)).run()           # fresh: runs
+    with pytest.raises(SSVMInputError, match=f"step: {step!r} keeps each block's point .* already moved"):
+        Solver(store, SolverConfig(passes=1, gap_check=1, step=step))
+    store.rescale(0.05, 0.5)
+    Solver(store, SolverConfig(passes=1, gap_check=1, step="fw", cache=True)).run()   # FW + cache: warm is fine
+    warm = grid_search(lambda lam: make_store(model, part, lam), 0.5, lambdas=[1.0, 0.5],
+                       config=SolverConfig(solver="bcfw", sampling="gap", gap_check=1, cache=True))
+    assert all(r["gap"] <= 0.5 for r in warm)
+
+
+def test_select_lam_refuses_active_set_steps_before_the_run_directory(tmp_path, capsys):
+    from ssvm_torch.cli.train import main as train_main
+    out = tmp_path / "run"
+    assert train_main(["--dataset", "conll2000", "--train-size", "50", "--select-lam", "--step", "pairwise",
+                       "--out", str(out)]) == 2
+    assert "config.step: expected 'fw' for --select-lam's warm-started grid" in capsys.readouterr().err
+    assert not out.exists()
+
+
 def test_regpath_pieces_and_roundtrip(tmp_path):
     W = torch.tensor([[2.0, 0.0], [1.0, 1.0], [0.0, 3.0]], dtype=torch.float64)
     p = RegPath(torch.tensor([8.0, 4.0, 1.0], dtype=torch.float64), W, torch.tensor([0.5, 0.4, 0.3], dtype=torch.float64),

@@ -79,6 +79,38 @@ def nb_edge_stats(labels, off, eptr, evals, egrp, pair_of, out, scale):
 
 
 @nb.njit(cache=True, nogil=True)
+def nb_edge_rows(labels, off, eptr, eidx, evals, pair_of, coef, E):
+    """E[a, p] += coef * the edge features of ragged ``labels`` (N,): the edge block of coef phi(x, y) summed
+    over the sequences (the batch FW corner's and the regularization path's w_s, stores/chain_edges.py)."""
+    for i in range(off.shape[0] - 1):
+        for r in range(off[i] + 1, off[i + 1]):
+            p = pair_of[labels[r], labels[r - 1]]
+            if p >= 0:
+                for j in range(eptr[r], eptr[r + 1]):
+                    E[eidx[j], p] += coef * evals[j]
+
+
+@nb.njit(cache=True, nogil=True)
+def nb_edge_scores(labels, off, eptr, eidx, evals, pair_of, E, sign, out):
+    """out[i] += sign * <E, S_e(y)> of each sequence's ragged ``labels``: the edge part of <w, phi(x_i, y)>."""
+    for i in range(off.shape[0] - 1):
+        acc = 0.0
+        for r in range(off[i] + 1, off[i + 1]):
+            p = pair_of[labels[r], labels[r - 1]]
+            if p >= 0:
+                for j in range(eptr[r], eptr[r + 1]):
+                    acc += evals[j] * E[eidx[j], p]
+        out[i] += sign * acc
+
+
+@nb.njit(cache=True, nogil=True)
+def nb_edge_m_thetas(gptr, gattr, E, Me, out):
+    """out[i] = sum_g <Me[g], E[gattr[g]]> over the groups of every block i: the edge part of <M_i, theta_i>."""
+    for i in range(gptr.shape[0] - 1):
+        out[i] = nb_edge_m_theta(i, gptr, gattr, E, Me)
+
+
+@nb.njit(cache=True, nogil=True)
 def nb_edge_weights(Y, off, eptr, evals, egrp, pair_of, gattr, Me, coef, E):
     """E = coef * sum_g (S_e(y_gt)[g] - Me[g]) scattered to the rows gattr[g]: the edge block of w
     from the statistics, with no (groups, P) temporary."""

@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from ..devices import to_host
+from ..errors import SSVMInputError
 from ..stores.base import BlockDual, squared_norm
 from .active_set import BlockSet, first_best
 from .cache import GapCache
@@ -138,6 +139,13 @@ class SetStep(StepRule):
 
     def __init__(self, dual: BlockDual, cfg: SolverConfig, sampler: Sampler):
         super().__init__(dual, cfg, sampler)
+        if cfg.step != "fw" and (dual.ell != 0.0 or bool(dual.w.any())):
+            # the sets below say alpha_i = delta(y_i); on a moved store (a warm start) the away corners and the
+            # pairwise moves would take mass the blocks do not hold, leaving the dual domain
+            raise SSVMInputError(
+                f"step: {cfg.step!r} keeps each block's point as a combination of labelings from alpha_i = "
+                f"delta(y_i), but this store has already moved (w != 0 or ell = {dual.ell:.3g}: a warm start, e.g. "
+                "a rescaled or already trained store); use step 'fw' (with or without the cache) or a fresh store")
         self.cache = GapCache(cfg) if cfg.cache else None
         self.sets = [BlockSet(dual.gt_labeling(i), dual.key(dual.gt_labeling(i)), 0.0) for i in range(dual.n)]
 

@@ -7,13 +7,16 @@ supported label pairs at the positions carrying it, Me[g] (P,). The edge part of
 terms gain the edge terms documented in :mod:`ssvm_torch.oracles.edge_kernels`. State grows by
 sum_i (distinct edge attributes of block i) x P floats.
 
-The store runs BCFW with FW, pairwise and away block steps and the cache (the active-set terms gain the edge
-part of each difference, :func:`~ssvm_torch.oracles.edge_kernels.nb_edge_pair_delta`), any sampling, gap
-passes, checkpoints, the warm lambda grid of ssvm_torch.selection, SSG, and mini-batch BCFW (``--batch-size``:
-tau corners, one joint direction, the exact line search of :class:`~ssvm_torch.solvers.steps.MiniBatchStep`) on
-the numba kernels (CPU float64). Batch FW, averaging, the regularization path and the sharded stores of the
-gather / allreduce exchanges are refused with a clear error (the columns exchange,
-:mod:`ssvm_torch.distributed.column_shards_edges`, runs mini-batch BCFW under torchrun).
+Every term of the chain store gains its edge part, so the store runs what the chain store runs: BCFW with FW,
+pairwise and away block steps and the cache (the active-set terms read the edge part of each difference,
+:func:`~ssvm_torch.oracles.edge_kernels.nb_edge_pair_delta`), any sampling, gap passes, checkpoints, weighted
+averaging (the shadow vector's edge rows move with w's), batch FW and the regularization path (the corner's
+edge rows, :func:`~ssvm_torch.oracles.edge_kernels.nb_edge_rows`; the max margins and lam <w_i, w> with their
+edge scores), the warm lambda grid, SSG, and mini-batch BCFW (``--batch-size``: tau corners, one joint
+direction, the exact line search of :class:`~ssvm_torch.solvers.steps.MiniBatchStep`), on the numba kernels
+(CPU float64). The cutting plane and the sharded stores of the gather / allreduce exchanges are refused with a
+clear error (the columns exchange, :mod:`ssvm_torch.distributed.column_shards_edges`, runs mini-batch BCFW under
+torchrun).
 """
 from __future__ import annotations
 
@@ -21,12 +24,14 @@ import numpy as np
 import torch
 
 from ..data.types import ChainData
+from ..devices import to_host
 from ..errors import SSVMInputError, check
 from ..models.chain_edges import EdgeChainModel, block_chunks
 from ..models.chain_index import padded_index
 from ..oracles.chain_kernels import nb_unary_all
-from ..oracles.edge_kernels import (nb_edge_delta, nb_edge_labelings_dots, nb_edge_move, nb_edge_pair_delta,
-                                    nb_edge_stats, nb_edge_weights, nb_fw_corner_edges, nb_gap_pass_edges)
+from ..oracles.edge_kernels import (nb_edge_delta, nb_edge_labelings_dots, nb_edge_m_thetas, nb_edge_move,
+                                    nb_edge_pair_delta, nb_edge_rows, nb_edge_scores, nb_edge_stats, nb_edge_weights,
+                                    nb_fw_corner_edges, nb_gap_pass_edges)
 from .base import BatchCorners, Corner, GapPass
 from .chain import ChainDual
 
@@ -34,9 +39,7 @@ from .chain import ChainDual
 class EdgeChainDual(ChainDual):
     """:class:`ChainDual` with the edge statistics Me (sum of groups, P) of every block."""
 
-    supports_path = False
-    supports_averaging = False
-    supports_dual_point = False      # no batch corner (corner_point): no cutting plane
+    supports_dual_point = False      # no joint constraints with edge scores (joint_dots): no cutting plane
     shardable = False                # gather / allreduce ship no edge block; the columns exchange runs it (column_shards_edges.py)
     shares_w = False                 # the edge block is rebuilt beside w (recompute), not into a given vector
     description = ("a chain with edge-observation features (the edge: items of a template, e.g. conll2000's default "
@@ -96,10 +99,20 @@ class EdgeChainDual(ChainDual):
     def fw_move(self, i: int, corner: Corner, gamma: float) -> None:
         ys = np.asarray(corner.labels, dtype=np.int64)
         s, e = int(self._np[3][i]), int(self._np[3][i + 1])
-        De, Me = self._ework[1], self.Me.numpy()
-        nb_edge_delta(i, s, e - s, ys, self.eptr, self.evals, self.egrp, self.model.pair_of, self.gptr, Me, De)
-        nb_edge_move(i, -gamma / (self.lam * self.N), gamma, De, self.gptr, self.gattr, self._E(), Me)
+        De = self._ework[1]
+        nb_edge_delta(i, s, e - s, ys, self.eptr, self.evals, self.egrp, self.model.pair_of, self.gptr,
+                      self.Me.numpy(), De)
+        self._edge_move(i, De, gamma)
         super().pair_move(i, ys, None, corner.loss, self._np_ell[0][i], gamma)
+
+    def _edge_move(self, i: int, De: np.ndarray, gamma: float) -> None:
+        """Me_i += gamma De, the edge rows of w by -gamma De / (lam n) and, with averaging, the shadow vector's by
+        shadow_coef times that (the chain part's moves do the same: stores/chain.py)."""
+        c = -gamma / (self.lam * self.N)
+        nb_edge_move(i, c, gamma, De, self.gptr, self.gattr, self._E(), self.Me.numpy())
+        if self.shadow is not None:
+            nb_edge_move(i, c * float(self.shadow_coef), 0.0, De, self.gptr, self.gattr,
+                         self.model.edge_weights(self.shadow).numpy(), self.Me.numpy())
 
     def gap_pass(self) -> GapPass:
         """The exact gap pass over chunks of blocks (the kernel on array slices: only a chunk's
@@ -191,10 +204,6 @@ class EdgeChainDual(ChainDual):
                                         moves=(rows, D, Dt)), gamma)
         self.Me.index_put_((groups,), gamma * De, accumulate=True)      # in place: the numba views stay valid
 
-    def _refuse(self, what: str):
-        raise SSVMInputError(f"{what}: not available with edge-observation features; their store runs BCFW (FW, "
-                             "pairwise or away steps, --cache, --batch-size) and SSG, without --averaging")
-
     # -- active-set steps and the cache: the chain part (ChainDual's) plus the edge part --------------
     def _labels(self, y) -> np.ndarray:
         return np.ascontiguousarray(np.asarray(y), dtype=np.int64)
@@ -224,8 +233,7 @@ class EdgeChainDual(ChainDual):
         return super().pair_sqnorm(i, P, Q) + self._edge_pair(i, P, Q)[1] / (self.lam * self.N) ** 2
 
     def pair_move(self, i: int, P, Q, loss_P: float, loss_Q: float, gamma: float) -> None:
-        De, _ = self._edge_pair(i, P, Q)
-        nb_edge_move(i, -gamma / (self.lam * self.N), gamma, De, self.gptr, self.gattr, self._E(), self.Me.numpy())
+        self._edge_move(i, self._edge_pair(i, P, Q)[0], gamma)
         super().pair_move(i, P, Q, loss_P, loss_Q, gamma)
 
     def add_psi(self, i: int, corner: Corner, coef: float) -> None:
@@ -235,11 +243,44 @@ class EdgeChainDual(ChainDual):
         De, _ = self._edge_pair(i, self._np[4][s:e], corner.labels)
         nb_edge_move(i, coef, 0.0, De, self.gptr, self.gattr, self._E(), self.Me.numpy())
 
-    def corner_point(self, gp):
-        self._refuse("batch FW")
+    # -- batch FW and the regularization path -------------------------------------------------------
+    def _labels_host(self, labels) -> np.ndarray:
+        return np.ascontiguousarray(to_host(torch.as_tensor(labels)), dtype=np.int64)
 
-    def max_margins(self, w):
-        self._refuse("the regularization path")
+    def corner_point(self, gp: GapPass):
+        """The batch FW corner (w_s, ell_s) of the gap pass's labels: the chain part (:meth:`ChainDual.corner_point`)
+        and the edge rows (S_e(y_gt) - S_e(y*)) / (lam n)."""
+        w_s, ell_s = super().corner_point(gp)
+        E, coef = self.model.edge_weights(w_s).numpy(), 1.0 / (self.lam * self.N)
+        for labels, c in ((self._np[4], coef), (self._labels_host(gp.labels), -coef)):
+            nb_edge_rows(labels, self._np[3], self.eptr, self.eidx, self.evals, self.model.pair_of, c, E)
+        return w_s, ell_s
 
-    def block_wdots(self):
-        self._refuse("the regularization path")
+    def move_all(self, gp: GapPass, w_s: torch.Tensor, ell_s: float, gamma: float) -> None:
+        """Every block towards the corner: Me <- (1 - gamma) Me + gamma S_e(y*), then the chain part."""
+        self.Me.mul_(1.0 - gamma)                                 # in place: the numba views stay valid
+        nb_edge_stats(self._labels_host(gp.labels), self._np[3], self.eptr, self.evals, self.egrp, self.model.pair_of,
+                      self.Me.numpy(), gamma)
+        super().move_all(gp, w_s, ell_s, gamma)
+
+    def _edge_scores(self, labels: np.ndarray, E: np.ndarray, sign: float, out: np.ndarray) -> np.ndarray:
+        nb_edge_scores(labels, self._np[3], self.eptr, self.eidx, self.evals, self.model.pair_of, E, sign, out)
+        return out
+
+    def max_margins(self, w: torch.Tensor) -> torch.Tensor:
+        """max_y <w, phi(x_i, y)> - <w, phi(x_i, y_i)> of every block: the chain part of the edge decoding's labels
+        (:meth:`ChainDual.max_margins` reads the chain scores) plus their edge scores."""
+        w = w.to(self.device, self.dtype)
+        labels = self.model.predict_ragged(w, self.data)
+        pots = self._potentials_of(w)
+        chain = self._scores(*pots, labels) - self._scores(*pots, self.Y)
+        E = np.ascontiguousarray(self.model.edge_weights(w).numpy())
+        edge = self._edge_scores(self._labels_host(labels), E, 1.0, np.zeros(self.n))
+        return chain + torch.from_numpy(self._edge_scores(self._np[4], E, -1.0, edge))
+
+    def block_wdots(self) -> torch.Tensor:
+        """lam <w_i, w> = <S(y_i) - M_i, theta_i> / n with the edge part <S_e(y_i) - Me_i, E> / n."""
+        E, m = self._E(), np.empty(self.n)
+        nb_edge_m_thetas(self.gptr, self.gattr, E, self.Me.numpy(), m)
+        edge = self._edge_scores(self._np[4], E, 1.0, -m)
+        return super().block_wdots() + torch.from_numpy(edge) / self.N
