@@ -15,9 +15,12 @@ def __getattr__(name):
     if name in _ESTIMATORS:
         from . import estimator
         return getattr(estimator, name)
+    if name == "SegmentSSVM":
+        from .segment_estimator import SegmentSSVM
+        return SegmentSSVM
     raise AttributeError(f"module 'ssvm_torch' has no attribute {name!r}")
 
 
 __all__ = ["ChainData", "ChainModel", "ChainSSVM", "ExplicitData", "ExplicitModel", "FlatData", "GraphData",
-           "MulticlassSSVM", "MultiLabelSSVM", "PairData", "PoseData", "Solver", "SolverConfig", "SSVMInputError",
+           "MulticlassSSVM", "MultiLabelSSVM", "PairData", "PoseData", "SegmentSSVM", "Solver", "SolverConfig", "SSVMInputError",
            "StructuredModel", "StructuredSVM", "TASKS", "load_dataset", "load_ocr", "load_task", "make_store"]

@@ -73,7 +73,7 @@ def test_layer_refusals_name_the_field():
 def test_docs_segments_examples_run():
     import re
     blocks = re.findall(r"```python\n(.*?)```", (ROOT / "docs" / "segments.md").read_text(), re.S)
-    assert len(blocks) == 4
+    assert len(blocks) == 5
     scope = {}
     exec(compile(blocks[0], "docs/segments.md functions", "exec"), scope)
     assert scope["gold"].tolist() == [[1, -1, 2, 0], [1, 0, -1, -1]]
@@ -88,6 +88,10 @@ def test_docs_segments_examples_run():
     exec(compile(blocks[3], "docs/segments.md linear SSVM", "exec"), scope)
     history = scope["history"]
     assert history[-1]["gap"] < 0.1 * history[0]["gap"] and scope["pred"].shape == (2, 5)
+    exec(compile(blocks[4], "docs/segments.md estimator", "exec"), scope)
+    est = scope["est"]
+    assert 0.7 < est.score(scope["X_test"], scope["tags_test"]) < 1.0
+    assert [len(t) for t in est.predict(scope["X_test"][:2])] == [len(t) for t in scope["tags_test"][:2]]
 
 
 def run(tmp_path, *extra, loss="crf", epochs=3):
