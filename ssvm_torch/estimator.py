@@ -18,8 +18,6 @@ typed container (``GraphData``, ``PoseData``, ``PairData``, ``ExplicitData``) wi
 """
 from __future__ import annotations
 
-import dataclasses
-import hashlib
 import math
 
 import numpy as np
@@ -28,10 +26,12 @@ import torch
 from .data.examples import FlatData
 from .data.types import ChainData
 from .devices import parse_device, to_host
+from .fingerprint import data_fingerprint
 from .errors import SSVMInputError, check, check_choice
 from .models import ChainModel, MulticlassModel, MultiLabelModel
 from .models.base import StructuredModel
 from .solvers import SolverConfig, make_solver
+from .solvers.active_set import warm_sets
 from .stores import make_store
 
 try:                                       # the estimators' one hard requirement beyond the package's
@@ -44,35 +44,6 @@ except ImportError as e:                   # pragma: no cover - exercised only w
                       "without it)") from e
 
 STRUCTURES = ("chain", "multiclass", "multilabel", "custom")
-
-
-def data_fingerprint(data) -> str:
-    """A digest of a training container's contents (every tensor's dtype, shape and bytes, every other
-    field's repr): a warm start continues only on the data it was fitted on."""
-    h = hashlib.blake2b(digest_size=20)
-    fields = ([(f.name, getattr(data, f.name)) for f in dataclasses.fields(data)] if dataclasses.is_dataclass(data)
-              else sorted(vars(data).items()))
-    for name, value in fields:
-        h.update(name.encode())
-        if isinstance(value, torch.Tensor):
-            if value.layout == torch.sparse_csr:
-                parts = (value.crow_indices(), value.col_indices(), value.values())
-            elif value.is_sparse:
-                value = value.coalesce()
-                parts = (value.indices(), value.values())
-            else:
-                parts = (value,)
-            for t in parts:
-                a = np.ascontiguousarray(to_host(t))
-                h.update(f"{a.dtype}{a.shape}".encode())
-                h.update(a.tobytes())
-        elif isinstance(value, np.ndarray):
-            a = np.ascontiguousarray(value)
-            h.update(f"{a.dtype}{a.shape}".encode())
-            h.update(a.tobytes() if a.dtype != object else repr(a.tolist()).encode())
-        else:
-            h.update(repr(value).encode())
-    return h.hexdigest()
 
 
 class StructuredSVM(BaseEstimator):
@@ -234,13 +205,16 @@ class StructuredSVM(BaseEstimator):
                            averaging=self.averaging, seed=self.seed, time_budget=math.inf).validate()
         fingerprint = data_fingerprint(data) if self.warm_start else None
         warm = self.warm_start and hasattr(self, "store_") and getattr(self, "fingerprint_", None) == fingerprint
+        sets = getattr(self.solver_, "sets", None) if warm and cfg.uses_sets else None   # the blocks' decomposition
         if warm:
             store = self.store_
             if lam != store.lam:
                 if not store.supports_path:
                     raise SSVMInputError("lam: a warm start at a new lambda needs the path's rescaling, which "
                                          f"{type(store).__name__} does not support")
-                store.rescale(lam, lam / store.lam)                  # keep-primal warm start (Alg. 7)
+                rho = lam / store.lam
+                store.rescale(lam, rho)                              # keep-primal warm start (Alg. 7)
+                sets = warm_sets(store, sets, rho)
         else:
             self.model_ = self._make_model(data)
             if self.structure == "chain":
@@ -249,7 +223,7 @@ class StructuredSVM(BaseEstimator):
                     self.classes_ = np.arange(self.model_.K)        # a ChainData: its state indices
             store = make_store(self.model_, data, lam, device=self.device, dtype=self._torch_dtype(),
                                kernels=self.kernels, nonnegative=self.nonnegative)
-        self.solver_ = make_solver(store, cfg)
+        self.solver_ = make_solver(store, cfg, sets=sets)
         self.history_ = self.solver_.run()
         self.store_, self.lam_, self.fingerprint_ = store, lam, fingerprint
         last = self.history_[-1]

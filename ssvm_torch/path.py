@@ -46,6 +46,7 @@ from .errors import SSVMInputError, check, check_positive
 from .atomic import atomic_write_bytes
 from .outputs import load_torch, save_torch
 from .solvers import Solver, SolverConfig
+from .solvers.active_set import corner_sets, warm_sets
 from .stores.base import BlockDual, GapPass
 
 
@@ -116,17 +117,19 @@ class _Clock:
         self.passes, self.time_s = 0.0, 0.0
 
 
-def _solve(dual, target, cfg_base: SolverConfig, gaps, clock, heuristic, max_passes, gated=False, interrupt=None):
+def _solve(dual, target, cfg_base: SolverConfig, gaps, clock, heuristic, max_passes, gated=False, interrupt=None,
+           sets=None):
     """Runs the engine at the dual's lam from the current dual to gap (or estimate, heuristic) <= target.
     ``gated``: the exact gap pass is paid once the gap estimate is <= target (``check_below``);
-    ``interrupt``: the solver's (True stops it at its next gap check, stop reason "interrupted")."""
+    ``interrupt``: the solver's (True stops it at its next gap check, stop reason "interrupted"); ``sets``: the
+    working sets of the current point (pairwise / away steps, the cache: :func:`warm_sets`)."""
     cfg = SolverConfig(**{**asdict(cfg_base), "passes": max_passes, "gap_threshold": 0.0 if heuristic else target,
                           "estimate_threshold": target if heuristic else 0.0,
                           "check_below": target if gated and not heuristic else 0.0,
                           "gap_refresh": 0 if heuristic else cfg_base.gap_refresh,
                           "gap_check": max_passes if heuristic else cfg_base.gap_check})
     solver = Solver(dual, cfg, monitor_start=False, keep_best=False,   # the path continues from the iterate
-                    interrupt=interrupt)
+                    interrupt=interrupt, sets=sets)
     if gaps is not None:
         solver.set_block_gaps(gaps)
     hist = solver.run()
@@ -150,14 +153,6 @@ def _record(dual, lam, gap, clock, evaluate, **extra) -> dict:
     if evaluate is not None:
         rec.update(evaluate(dual.w))
     return rec
-
-
-def check_warm_step(cfg: SolverConfig, what: str) -> None:
-    """Warm starts keep the rescaled previous point but not its composition from labelings, which the pairwise /
-    away steps need (their working sets start at alpha_i = delta(y_i), solvers/steps.py): step 'fw' only."""
-    check(cfg.step == "fw", "config.step", f"'fw' for {what} (each lambda starts from the rescaled previous point, "
-          "whose composition from labelings the pairwise / away steps would need is not kept; the cache works with "
-          "'fw')", cfg.step)
 
 
 def check_path_options(eps: float, kappa: float, lam_min: float, max_passes: float) -> tuple[float, float]:
@@ -185,7 +180,6 @@ def regularization_path(dual: BlockDual, eps: float, kappa: float = 0.9, heurist
     eps, lam_min = check_path_options(eps, kappa, lam_min, max_passes)
     cfg = (config or SolverConfig(solver="bcfw", sampling="gap", gap_check=1)).validate()
     check(cfg.solver == "bcfw", "config.solver", "'bcfw' (the path warm-starts block-coordinate solvers)", cfg.solver)
-    check_warm_step(cfg, "the regularization path")
     check_zero_gt_loss(dual)
     clock = _Clock()
     n = dual.n
@@ -199,6 +193,9 @@ def regularization_path(dual: BlockDual, eps: float, kappa: float = 0.9, heurist
     gp = dual.gap_pass()                       # at w = 0 the oracle maximizes the loss alone
     w_s, ell_s = dual.corner_point(gp)
     dual.move_all(gp, w_s, ell_s, 1.0)         # alpha_i = delta(y~_i); at lam = 1, w = psi~
+    # the decomposition the pairwise / away steps and the cache go on from (kept through every rescaling)
+    sets = (corner_sets(dual, [dual.block_labeling(gp, i) for i in range(n)], gp.loss.tolist())
+            if cfg.uses_sets else None)
     dual.recompute()
     psi_t = dual.w.clone()
     theta = dual.max_margins(psi_t)
@@ -232,9 +229,11 @@ def regularization_path(dual: BlockDual, eps: float, kappa: float = 0.9, heurist
             break
         t0 = time.perf_counter()
         dual.rescale(lam_new, rho)
+        warm_sets(dual, sets, rho)
         gaps = rho * _on_device(gaps, dual) + (1 - rho) * Hn          # eq. (12)
         clock.time_s += time.perf_counter() - t0
-        solver, last = _solve(dual, kappa * eps, cfg, gaps, clock, heuristic, max_passes, gated)
+        solver, last = _solve(dual, kappa * eps, cfg, gaps, clock, heuristic, max_passes, gated, sets=sets)
+        sets = solver.sets
         if heuristic:
             gaps = _on_device(solver.block_gaps, dual)
             g = float(gaps.sum())
@@ -284,9 +283,7 @@ def grid_search(make_dual: Callable[[float], BlockDual], eps: float, lambdas=Non
     lambdas = grid_lambdas() if lambdas is None else [float(v) for v in lambdas]
     check(all(a > b for a, b in zip(lambdas, lambdas[1:])), "lambdas", "a strictly decreasing list", lambdas[:3])
     cfg = (config or SolverConfig(solver="bcfw", sampling="gap", gap_check=1)).validate()
-    if warm:
-        check_warm_step(cfg, "a warm-started grid")
-    clock, records, dual, exact = _Clock(), [], None, None
+    clock, records, dual, exact, sets = _Clock(), [], None, None, None
     for lam in lambdas:
         gaps = None
         if warm and dual is not None:
@@ -294,6 +291,7 @@ def grid_search(make_dual: Callable[[float], BlockDual], eps: float, lambdas=Non
             rho = lam / dual.lam
             Hn = exact.H.to(dual.w) / dual.n
             dual.rescale(lam, rho)
+            warm_sets(dual, sets, rho)           # the working sets follow the rescaling
             gaps = rho * exact.block_gaps.to(dual.w) + (1 - rho) * Hn            # eq. (12)
             clock.time_s += time.perf_counter() - t0
         else:
@@ -302,8 +300,10 @@ def grid_search(make_dual: Callable[[float], BlockDual], eps: float, lambdas=Non
             last, solver = {"gap": float(gaps.sum())}, None      # the warm start is already eps-optimal
             exact = GapPass(labels=exact.labels, loss=exact.loss, H=exact.H, block_gaps=gaps)
         else:
-            solver, last = _solve(dual, eps, cfg, gaps, clock, False, max_passes, gated, interrupt)
+            solver, last = _solve(dual, eps, cfg, gaps, clock, False, max_passes, gated, interrupt,
+                                  sets=sets if warm else None)
             exact = solver.last_gap_pass
+            sets = solver.sets
         rec = _record(dual, lam, last["gap"], clock, evaluate, warm=warm,
                       stop_reason=solver.state.stop_reason if solver else "warm_start",
                       checks=solver.state.checks if solver else 0)
@@ -325,5 +325,4 @@ def path_gap(dual: BlockDual, path: RegPath, lam: float) -> float:
     return lam * float(w @ w) - ell + float(H.sum()) / dual.n
 
 
-__all__ = ["RegPath", "regularization_path", "grid_search", "grid_lambdas", "cold_starts", "path_gap", "check_zero_gt_loss",
-           "check_warm_step"]
+__all__ = ["RegPath", "regularization_path", "grid_search", "grid_lambdas", "cold_starts", "path_gap", "check_zero_gt_loss"]

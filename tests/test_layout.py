@@ -129,7 +129,7 @@ LAYERS = [
     {"models"},
     {"stores"},
     {"solvers", "tasks", "labeler", "distributed", "rank_store", "column_shards", "column_shards_edges"},
-    {"estimator", "segment_estimator", "portable"},
+    {"estimator", "segment_estimator", "fingerprint", "portable"},
     {"outputs"},
     {"path", "lightning", "latent"},
     {"deep", "selection"},

@@ -139,38 +139,68 @@ def test_path_refuses_nonzero_gt_loss_and_box():
         regularization_path(make_store(m, data, 1.0, nonnegative=m.pairwise_index), 0.1)
 
 
-@pytest.mark.parametrize("step", ["pairwise", "away", "best"])
-def test_warm_starts_refuse_active_set_steps(ocr_part, step):
-    """Pairwise / away steps start their working sets at alpha_i = delta(y_i): on a warm start (a rescaled or
-    trained store) they would move mass the blocks do not hold, so the path, a warm grid, a solver on a moved
-    store and ssvm-train --select-lam refuse them by name; a cold grid and a fresh store run them, and FW steps
-    with the cache run warm."""
+def assert_sets_hold_the_point(store, sets):
+    """The working sets are a decomposition of every block's point: alpha >= 0 summing to 1 with
+    sum_j alpha_j g_i(y_j) = 0 (g_i(y) = lam <w_i - w_s(y), w> - ell_i + L_i(y)/n is affine in the corner, and
+    its alpha-average is the block's own point: lam <w_i - w_i, w> - ell_i + ell_i)."""
+    for i, bs in enumerate(sets):
+        alpha = np.array(bs.alpha)
+        assert (alpha >= -1e-12).all() and alpha.sum() == pytest.approx(1.0, abs=1e-12), i
+        assert float(alpha @ store.corner_gaps(i, bs.matrix())) == pytest.approx(0.0, abs=1e-10), i
+
+
+@pytest.mark.parametrize("step", ["pairwise", "away"])
+def test_warm_starts_carry_the_working_sets(ocr_part, step):
+    """Pairwise / away steps keep each block's point as a combination of labelings; a warm start (the keep-primal
+    rescaling of Alg. 7) carries that combination (solvers/active_set.warm_sets): the sets still hold the point
+    after the rescaling and after the next solve, where fresh sets (alpha_i = delta(y_i)) do not, and a solver on
+    a moved store without them is refused."""
+    from ssvm_torch.solvers.active_set import warm_sets
     model, part = ocr_part
-    cfg = SolverConfig(solver="bcfw", sampling="gap", gap_check=1, step=step)
-    with pytest.raises(SSVMInputError, match="config.step: expected 'fw' for the regularization path"):
-        regularization_path(make_store(model, part, 1.0), 0.1, config=cfg)
-    with pytest.raises(SSVMInputError, match="config.step: expected 'fw' for a warm-started grid"):
-        grid_search(lambda lam: make_store(model, part, lam), 0.1, lambdas=[1.0, 0.5], config=cfg)
-    cold = grid_search(lambda lam: make_store(model, part, lam), 0.5, lambdas=[1.0, 0.5], warm=False, config=cfg)
-    assert len(cold) == 2 and all(r["gap"] <= 0.5 for r in cold)
     store = make_store(model, part, 0.1)
-    Solver(store, SolverConfig(passes=1, gap_check=1, step=step)).run()           # fresh: runs
+    first = Solver(store, SolverConfig(passes=3, gap_check=3, step=step, seed=1))
+    first.run()
+    assert_sets_hold_the_point(store, first.sets)
     with pytest.raises(SSVMInputError, match=f"step: {step!r} keeps each block's point .* already moved"):
         Solver(store, SolverConfig(passes=1, gap_check=1, step=step))
+    fresh = Solver(make_store(model, part, 0.1), SolverConfig(step=step)).sets     # delta(y_i): not this point
+    with pytest.raises(AssertionError):
+        assert_sets_hold_the_point(store, fresh)
     store.rescale(0.05, 0.5)
-    Solver(store, SolverConfig(passes=1, gap_check=1, step="fw", cache=True)).run()   # FW + cache: warm is fine
-    warm = grid_search(lambda lam: make_store(model, part, lam), 0.5, lambdas=[1.0, 0.5],
-                       config=SolverConfig(solver="bcfw", sampling="gap", gap_check=1, cache=True))
-    assert all(r["gap"] <= 0.5 for r in warm)
+    sets = warm_sets(store, first.sets, 0.5)
+    assert_sets_hold_the_point(store, sets)
+    second = Solver(store, SolverConfig(passes=3, gap_check=3, step=step, seed=2), sets=sets)
+    hist = second.run()
+    assert_sets_hold_the_point(store, second.sets)
+    assert hist[-1]["gap"] < hist[0]["gap"]
 
 
-def test_select_lam_refuses_active_set_steps_before_the_run_directory(tmp_path, capsys):
-    from ssvm_torch.cli.train import main as train_main
-    out = tmp_path / "run"
-    assert train_main(["--dataset", "conll2000", "--train-size", "50", "--select-lam", "--step", "pairwise",
-                       "--out", str(out)]) == 2
-    assert "config.step: expected 'fw' for --select-lam's warm-started grid" in capsys.readouterr().err
-    assert not out.exists()
+@pytest.mark.parametrize("which", [0, 1])
+def test_path_and_warm_grid_with_pairwise_steps_are_certified(ocr_part, which):
+    """The path and the warm grid with pairwise steps and the cache (their working sets carried through every
+    rescaling): every piece certified at random lambdas, every grid point solved."""
+    eps = 0.1 if which == 1 else 0.05
+    model, part = ocr_part
+    make = (lambda lam: make_store(model, part, lam)) if which == 1 else (lambda lam: make_store(*random_explicit(0), lam))
+    cfg = SolverConfig(solver="bcfw", sampling="gap", gap_check=1, step="pairwise", cache=True)
+    path = regularization_path(make(1.0), eps, kappa=0.9, lam_min=2e-2, config=cfg)
+    assert len(path.lambdas) >= 3
+    checker = make(1.0)
+    rng = np.random.default_rng(which)
+    lo = max(path.lam_end, 2e-2)
+    for lam in list(np.exp(rng.uniform(np.log(lo), np.log(float(path.lambdas[0])), size=6))) + [lo]:
+        assert -1e-9 <= path_gap(checker, path, float(lam)) <= eps + 1e-9, lam
+    grid = grid_search(make, eps, lambdas=[1.0, 0.3, 0.1, 0.03], config=cfg)
+    assert len(grid) == 4 and all(r["gap"] <= eps for r in grid)
+
+
+def test_estimator_warm_start_with_pairwise_steps_carries_its_sets(ocr_part):
+    from ssvm_torch import ChainSSVM
+    model, part = ocr_part
+    est = ChainSSVM(lam=0.1, step="pairwise", passes=4, gap_check=2, warm_start=True).fit(part)
+    est.set_params(lam=0.03).fit(part)                          # rescaled keep-primal, the sets carried
+    assert_sets_hold_the_point(est.store_, est.solver_.sets)
+    assert est.history_[-1]["gap"] < est.history_[0]["gap"]
 
 
 def test_regpath_pieces_and_roundtrip(tmp_path):

@@ -25,7 +25,7 @@ from ..devices import parse_device
 from ..errors import RunInterrupted, SSVMInputError, check
 from ..outputs import RunDir
 from ..path import check_path_options, cold_starts, grid_lambdas, grid_search, regularization_path
-from ..solvers import SAMPLERS, SolverConfig
+from ..solvers import SAMPLERS, STEPS, SolverConfig
 from ..tasks import Problem, load_task
 from .entry import command_parser, run_command
 from .interrupts import stop_on_signal
@@ -42,6 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--heuristic", action="store_true", help="App. K: stop on stale gap estimates (not certified)")
     p.add_argument("--lam-min", type=float, default=1e-5, help="stop the path below this lambda")
     p.add_argument("--sampling", choices=sorted(SAMPLERS), default="gap", help="BCFW block sampling")
+    p.add_argument("--step", choices=STEPS, default="fw", help="BCFW step: fw, pairwise, away or best")
     p.add_argument("--cache", action="store_true", help="gap-based caching of corners (Alg. 5)")
     p.add_argument("--gap-check", type=float, default=1, help="passes of block steps between exact gap checks")
     p.add_argument("--gated", action="store_true",
@@ -67,8 +68,7 @@ def run(args) -> dict:
     check(args.threads >= 1, "threads", "an int >= 1", args.threads)
     torch.set_num_threads(args.threads)
     kappa = args.kappa if args.kappa is not None else (0.7 if args.heuristic else 0.9)
-    # FW steps: every lambda warm-starts from the rescaled previous point (path.check_warm_step)
-    cfg = SolverConfig(solver="bcfw", sampling=args.sampling, step="fw", cache=args.cache,
+    cfg = SolverConfig(solver="bcfw", sampling=args.sampling, step=args.step, cache=args.cache,
                        gap_check=args.gap_check, seed=args.seed).validate()
     check_path_options(args.eps, kappa, args.lam_min, args.max_passes)   # all of it before --out is created
     parse_device(args.device)

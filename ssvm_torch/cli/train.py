@@ -31,7 +31,6 @@ from ..distributed.collectives import any_rank
 from ..errors import DistributedError, RunInterrupted, SSVMInputError
 from .entry import command_parser, run_command
 from ..outputs import RunDir, load_checkpoint, save_checkpoint, save_predictions
-from ..path import check_warm_step
 from ..selection import DEFAULT_LAMS
 from ..solvers import SAMPLERS, SOLVERS, STEPS, SolverConfig, make_solver
 from ..solvers.cutting_plane import QP_SOLVERS
@@ -218,7 +217,6 @@ def run(args) -> dict:
         if args.resume is not None or distributed.launched_by_torchrun() or args.solver != "bcfw":
             raise SSVMInputError("select_lam: runs the BCFW grid in one process; not with --resume, torchrun or "
                                  f"--solver {args.solver}")
-        check_warm_step(cfg, "--select-lam's warm-started grid")
     if not distributed.launched_by_torchrun():
         with RunDir(args.out, overwrite=args.overwrite, resume=args.resume) as run_dir:   # before any work
             return _train(args, cfg, device, dtype, run_dir)

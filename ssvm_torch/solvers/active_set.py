@@ -83,3 +83,22 @@ class BlockSet:
         excess = len(self.labels) - max_size
         self.remove({j for _, j in candidates[:excess]})
         return len(self.labels) <= max_size
+
+
+def corner_sets(dual, labelings: list, losses) -> list:
+    """Working sets with alpha_i = delta(y_i~) for the labelings y_i~ (one per block) and their losses L/n: the
+    decomposition of the point a batch move with gamma = 1 (``move_all``) leaves (the regularization path's start)."""
+    return [BlockSet(y, dual.key(y), float(loss)) for y, loss in zip(labelings, losses)]
+
+
+def warm_sets(dual, sets: list | None, rho: float) -> list | None:
+    """alpha_i <- rho alpha_i + (1 - rho) delta(y_i) on the working sets, in place: the keep-primal rescaling of
+    the regularization path (Osokin et al. 2016, Alg. 7; ``rescale(lam, rho)``) applied to the decomposition the
+    pairwise / away steps and the cache keep, so that they go on from the rescaled point (None: no sets)."""
+    for i, bs in enumerate(sets or []):
+        bs.alpha = [rho * a for a in bs.alpha]
+        if rho < 1.0:
+            gt = dual.gt_labeling(i)
+            j = bs.add(gt, dual.key(gt), 0.0, 0.0)
+            bs.alpha[j] += 1.0 - rho
+    return sets

@@ -56,7 +56,7 @@ class Solver:
 
     def __init__(self, dual: BlockDual, config: SolverConfig, evaluate: Evaluator | None = None,
                  progress: Callable[[dict], None] | None = None, monitor_start: bool = True,
-                 interrupt: Callable[[], bool] | None = None, keep_best: bool = True):
+                 interrupt: Callable[[], bool] | None = None, keep_best: bool = True, sets: list | None = None):
         self.dual, self.cfg = dual, config.validate()
         self.interrupt = interrupt              # polled after every chunk: True stops at the next gap check
         check(config.solver in ("fw", "bcfw", "ssg"), "solver", "'fw', 'bcfw' or 'ssg' for Solver (solvers.make_solver "
@@ -76,7 +76,7 @@ class Solver:
             check(config.solver == "bcfw" and config.step == "fw" and not config.cache,
                   "solver", f"'bcfw' with step 'fw' and no cache for {dual.description or type(dual).__name__}",
                   f"{config.solver!r}, step {config.step!r}" + (", cache" if config.cache else ""))
-        self.rule = make_step_rule(dual, config, self.sampler)
+        self.rule = make_step_rule(dual, config, self.sampler, sets)   # sets: a warm start's working sets
         self.averager = Averager(dual, lazy=config.solver == "bcfw") if config.averaging else None
         self.best = BestPoint(keep_best)   # the model a run returns (solvers/best_point.py); off with averaging
         if self.averager is None:

@@ -12,7 +12,11 @@ from .loop import Solver
 OUTER = {"eg": EGSolver, "deg": DEGSolver, "cutting-plane": CuttingPlaneSolver}
 
 
-def make_solver(dual, config: SolverConfig, evaluate=None, progress=None, monitor_start: bool = True, interrupt=None):
-    """The solver ``config.solver`` names, on ``dual``."""
+def make_solver(dual, config: SolverConfig, evaluate=None, progress=None, monitor_start: bool = True, interrupt=None,
+                sets=None):
+    """The solver ``config.solver`` names, on ``dual``; ``sets``: the working sets a warm start of the FW family
+    continues from (:func:`~ssvm_torch.solvers.active_set.warm_sets`)."""
     cls = OUTER.get(config.validate().solver, Solver)
-    return cls(dual, config, evaluate=evaluate, progress=progress, monitor_start=monitor_start, interrupt=interrupt)
+    extra = {"sets": sets} if sets is not None else {}
+    return cls(dual, config, evaluate=evaluate, progress=progress, monitor_start=monitor_start, interrupt=interrupt,
+               **extra)

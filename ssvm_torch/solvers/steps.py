@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from ..devices import to_host
-from ..errors import SSVMInputError
+from ..errors import SSVMInputError, check
 from ..stores.base import BlockDual, squared_norm
 from .active_set import BlockSet, first_best
 from .cache import GapCache
@@ -137,15 +137,21 @@ class SetStep(StepRule):
     """FW corner from the cache or the oracle (Alg. 5), away corner from the active set, then a FW,
     pairwise (Alg. 3), away (Alg. 4) or best step. Owns the per-block working sets."""
 
-    def __init__(self, dual: BlockDual, cfg: SolverConfig, sampler: Sampler):
+    def __init__(self, dual: BlockDual, cfg: SolverConfig, sampler: Sampler, sets: list | None = None):
         super().__init__(dual, cfg, sampler)
+        if sets is not None:                     # a warm start's decomposition (active_set.warm_sets)
+            check(len(sets) == dual.n, "sets", f"one working set per block ({dual.n})", len(sets))
+            self.cache = GapCache(cfg) if cfg.cache else None
+            self.sets = sets
+            return
         if cfg.step != "fw" and (dual.ell != 0.0 or bool(dual.w.any())):
             # the sets below say alpha_i = delta(y_i); on a moved store (a warm start) the away corners and the
             # pairwise moves would take mass the blocks do not hold, leaving the dual domain
             raise SSVMInputError(
                 f"step: {cfg.step!r} keeps each block's point as a combination of labelings from alpha_i = "
                 f"delta(y_i), but this store has already moved (w != 0 or ell = {dual.ell:.3g}: a warm start, e.g. "
-                "a rescaled or already trained store); use step 'fw' (with or without the cache) or a fresh store")
+                "a rescaled or already trained store) and no working sets were given (Solver's ``sets``: a warm start's, "
+                "solvers/active_set.warm_sets); use step 'fw' (with or without the cache) or a fresh store")
         self.cache = GapCache(cfg) if cfg.cache else None
         self.sets = [BlockSet(dual.gt_labeling(i), dual.key(dual.gt_labeling(i)), 0.0) for i in range(dual.n)]
 
@@ -250,12 +256,13 @@ class SetStep(StepRule):
             bs.remove(drop)
 
 
-def make_step_rule(dual: BlockDual, cfg: SolverConfig, sampler: Sampler) -> StepRule | None:
-    """The block step rule of ``cfg`` (None for batch FW, which has no block steps)."""
+def make_step_rule(dual: BlockDual, cfg: SolverConfig, sampler: Sampler, sets: list | None = None) -> StepRule | None:
+    """The block step rule of ``cfg`` (None for batch FW, which has no block steps); ``sets``: the working sets a
+    warm start continues from (pairwise / away steps and the cache)."""
     if cfg.solver == "fw":
         return None
     if cfg.solver == "ssg":
         return SSGStep(dual, cfg, sampler)
     if cfg.batch_size > 1 or not dual.supports_block_steps:
         return MiniBatchStep(dual, cfg, sampler)
-    return SetStep(dual, cfg, sampler) if cfg.uses_sets else FWStep(dual, cfg, sampler)
+    return SetStep(dual, cfg, sampler, sets) if cfg.uses_sets else FWStep(dual, cfg, sampler)
