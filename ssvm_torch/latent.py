@@ -1,5 +1,5 @@
-"""The latent structured SVM (Yu & Joachims 2009) for chains whose training labels are partly unobserved,
-trained by the concave-convex procedure (CCCP).
+"""The latent structured SVM (Yu & Joachims 2009) for chains and semi-Markov segmentations whose training labels
+are partly unobserved, trained by the concave-convex procedure (CCCP).
 
 A training sequence i has observed positions O_i (``ChainData.observed``); C_i is the set of labelings
 that agree with every observed label. The objective, in the scaling of objective (1) of Osokin et al.
@@ -21,7 +21,10 @@ increases. Every record is one outer step: the objective, the inner problem's ga
 many completed labels changed.
 
 The inner problem runs on the numba chain store, whose loss kernels skip the unobserved positions
-(a negative loss label; stores/chain.py).
+(a negative loss label; stores/chain.py), or on the semi-Markov store (stores/segments.py), whose states at the
+unobserved positions are the completion and whose loss counts the observed ones (``ChainData.observed``);
+a semi-Markov completion is the best segmentation agreeing with every observed state
+(:meth:`~ssvm_torch.models.semimarkov.SemiMarkovModel.complete`).
 """
 from __future__ import annotations
 
@@ -34,6 +37,7 @@ from .data.partial import hidden_positions
 from .data.types import ChainData, csr_rows
 from .errors import SSVMInputError, check, check_positive
 from .models.chain import ChainModel
+from .models.semimarkov import SemiMarkovModel
 from .models.chain_index import padded_index
 from .solvers import Solver, SolverConfig
 from .stores import make_store
@@ -66,11 +70,21 @@ def observed_positions(data: ChainData) -> ChainData:
 LETTERS = SolverConfig(passes=20, gap_check=10)        # BCFW with gap sampling: length-1 blocks, cheap FW steps
 
 
-def letter_start(model: ChainModel, data: ChainData, lam: float, config: SolverConfig = LETTERS) -> torch.Tensor:
+def letter_start(model, data: ChainData, lam: float, config: SolverConfig = LETTERS) -> torch.Tensor:
     """w0 of CCCP: the SSVM of the observed positions taken one by one (a multiclass SVM on the emission
     features, their constant feature the label bias), trained with ``config``. Every length-1 sequence
     both starts and ends, so its first + last weights are a second label bias: they move into the
-    constant feature's column, and first, last and the transitions start at 0."""
+    constant feature's column, and first, last and the transitions start at 0. For a semi-Markov model the
+    positions' labels are their segments' (state mod K) and the classifier's weights become the token emission
+    rows; the begin / end rows, lengths and transitions start at 0."""
+    if isinstance(model, SemiMarkovModel):
+        K = model.K
+        chain = ChainModel(model.n_features, K, loss=model.loss_name, emission="feature-major")
+        labels = ChainData(data.X, data.Y % K, data.offsets, K, data.name, observed=data.observed)
+        W = letter_start(chain, labels, lam, config)[:chain.K * chain.F].view(chain.F, K)
+        w = torch.zeros(model.d, dtype=W.dtype, device=W.device)
+        model.split(w)[0][:, :K] = W                     # the token rows: feature-major (F, 3K), part 0
+        return w
     letters = observed_positions(data)
     store = make_store(model, letters, lam)
     solver = Solver(store, config)
@@ -88,6 +102,8 @@ def complete(model: ChainModel, w: torch.Tensor, data: ChainData) -> torch.Tenso
     """h_i = argmax over the labelings agreeing with the observed labels of <w, phi(x_i, h)> for every
     sequence (the CCCP completion): the model's Viterbi with every other label at an observed position
     at -inf; ragged (N,) labels, equal to ``data.Y`` at the observed positions."""
+    if isinstance(model, SemiMarkovModel):
+        return model.complete(w, data)                    # segments agreeing with the observed states
     if not data.partial:
         return data.Y.clone()
     idx = torch.arange(data.n, device=w.device)
@@ -130,7 +146,8 @@ def train_latent(model: ChainModel, data: ChainData, lam: float, config: SolverC
     ``interrupt()`` (optional, polled by the inner solver at its gap checks): True ends the run after
     the current outer step; ``evaluate(w)`` (optional): a dict merged into each record, of the record's
     model (the lowest-objective w so far). An accepted record's ``ell`` is its inner problem's dual ell."""
-    check(isinstance(model, ChainModel), "model", "a ChainModel", type(model).__name__)
+    check(isinstance(model, (ChainModel, SemiMarkovModel)), "model", "a ChainModel or a SemiMarkovModel",
+          type(model).__name__)
     model.check_data(data)
     lam = check_positive(lam, "lam")
     check(isinstance(max_outer, int) and max_outer >= 1, "max_outer", "an int >= 1", max_outer)

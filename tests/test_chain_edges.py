@@ -370,10 +370,13 @@ def test_edge_items_of_the_template_engine_equal_the_strings():
     assert np.array_equal(np.diff(d.edge_crow), [len(r) for r in rows])
 
 
-def test_conll_with_edge_features_trains_and_resumes_exactly(tmp_path):
+@pytest.mark.parametrize("extra", [[], ["--step", "pairwise", "--cache", "--averaging"]], ids=["fw", "pairwise-avg"])
+def test_conll_with_edge_features_trains_and_resumes_exactly(tmp_path, extra):
+    """A run stopped at a checkpoint and resumed ends where the uninterrupted run does, to the bit: FW steps, and
+    pairwise steps with the cache and averaging (the working sets and the average's edge rows in the checkpoint)."""
     from ssvm_torch.cli.train import main
     args = ["--dataset", "conll2000", "--train-size", "120", "--features", "w[0] p[0] p[-1]|p[0] edge:p[0]",
-            "--gap-check", "1", "--quiet"]
+            "--gap-check", "1", "--quiet", *extra]
     assert main(args + ["--passes", "2", "--out", str(tmp_path / "a"), "--checkpoint"]) == 0
     assert main(args + ["--passes", "6", "--out", str(tmp_path / "b")]) == 0
     assert main(args + ["--passes", "6", "--out", str(tmp_path / "a"), "--resume",

@@ -283,9 +283,12 @@ def test_conformance_gap_is_independent_primal_minus_dual(name, run):
 def test_conformance_store_is_the_sum_of_its_blocks(name):
     model, data, nonneg, _ = instance(name, seed=5)
     store = make_store(model, data, 0.05, nonnegative=nonneg)
+    sets = None                  # the away steps go on from the pairwise run's decomposition of the point
     for step, cache, tau in (("pairwise", True, 1), ("away", False, 1), ("fw", False, 1), ("fw", False, 2)):
-        Solver(store, SolverConfig(solver="bcfw", sampling="perm", step=step, cache=cache, passes=15, gap_check=15,
-                                   recompute_every=1000, seed=6, batch_size=tau)).run()
+        solver = Solver(store, SolverConfig(solver="bcfw", sampling="perm", step=step, cache=cache, passes=15,
+                                            gap_check=15, recompute_every=1000, seed=6, batch_size=tau), sets=sets)
+        solver.run()
+        sets = solver.sets
         blocks = sum(store.block_w(i) for i in range(data.n))
         assert torch.allclose(store.v, blocks, atol=1e-10), f"{name} after {step} steps"
     if nonneg is not None:

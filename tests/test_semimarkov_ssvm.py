@@ -112,6 +112,64 @@ def test_compiled_pair_terms_are_the_torch_paths():
     assert stores["numba"].ell == pytest.approx(stores["torch"].ell)
 
 
+def partial_instance(seed, fraction=0.4, n=8):
+    """A random instance with ``fraction`` of its states hidden (placeholders 0), and its completion at a random
+    w (the store's data: the observed states kept, the others the model's best agreeing with them)."""
+    from ssvm_torch.latent import hide_labels, with_labels
+    model, data = instance(seed, outside=0, n=n)
+    part = hide_labels(data, fraction, seed)
+    w = torch.tensor(np.random.default_rng(seed + 100).normal(size=model.d))
+    return model, part, with_labels(part, model.complete(w, part)), w
+
+
+def test_completion_is_the_best_segmentation_agreeing_with_the_observed_states():
+    """complete() (the latent SSVM's step 1) against enumeration: the best-scoring segmentation among those whose
+    states equal the observed ones; observed states kept, the result a segmentation of segments <= L."""
+    from conftest import all_segmentations
+    from ssvm_torch.segments.convert import segment_states
+    model, part, done, w = partial_instance(4)
+    assert part.partial and torch.equal(done.Y[part.observed], part.Y[part.observed])
+    model.check_segmentation(done)
+    S, lengths, first, last, trans = model.scores(w, part, torch.arange(part.n))
+    for i in range(part.n):
+        s, e = int(part.offsets[i]), int(part.offsets[i + 1])
+        T, obs = e - s, part.observed[s:e]
+        best, arg = -np.inf, None
+        for seg in all_segmentations(T, model.K, model.L, model.outside):
+            seg = torch.tensor([seg])
+            states = segment_states(seg, torch.tensor([T]), model.K)[0]
+            if not torch.equal(states[obs], part.Y[s:e][obs]):
+                continue
+            v = float(score(S[i:i + 1, :T], first, last, trans, seg, torch.tensor([T]))[0])
+            if v > best + 1e-12:
+                best, arg = v, states
+        assert torch.equal(done.Y[s:e], arg), i
+
+
+@pytest.mark.parametrize("kernels", ["numba", "torch"])
+@pytest.mark.parametrize("config", [dict(step="fw"), dict(step="pairwise", cache=True)], ids=["fw", "pairwise-cache"])
+def test_partial_store_follows_the_dense_store(config, kernels):
+    """On a completion with hidden states (the loss counts the observed positions only): the compact store's
+    trajectory = the dense store's (through the model's masked loss and oracle) to 1e-10, and a partially observed
+    row whose states are not a segmentation is refused by the store."""
+    model, part, done, _ = partial_instance(5)
+    runs = []
+    for store in (SegmentDual(model, done, 0.5, kernels=kernels), DenseDual(model, done, 0.5)):
+        hist = Solver(store, SolverConfig(solver="bcfw", sampling="gap", passes=6, gap_check=2, seed=3,
+                                          **config)).run()
+        runs.append((hist, store))
+    (ha, a), (hb, b) = runs
+    for ra, rb in zip(ha, hb):
+        assert ra["gap"] == pytest.approx(rb["gap"], abs=1e-10) and ra["dual"] == pytest.approx(rb["dual"], abs=1e-10)
+    assert torch.allclose(a.w, b.w, atol=1e-10) and ha[-1]["gap"] < ha[0]["gap"]
+    full = SegmentDual(model, ChainData(done.X, done.Y, done.offsets, done.n_states), 0.5, kernels=kernels)
+    Solver(full, SolverConfig(solver="bcfw", sampling="gap", passes=6, gap_check=2, seed=3, **config)).run()
+    assert not torch.allclose(full.w, a.w, atol=1e-6)             # the hidden positions' loss is not counted
+    with pytest.raises(SSVMInputError, match="must be a completion"):
+        hidden_inside = torch.where(part.observed, done.Y, torch.full_like(done.Y, 2 * model.K - 1))   # not a segmentation
+        SegmentDual(model, ChainData(done.X, hidden_inside, done.offsets, done.n_states, observed=part.observed), 0.5)
+
+
 def test_batch_fw_and_path_rescaling_match_the_dense_store():
     model, data = instance(4)
     stores = [SegmentDual(model, data, 0.1), DenseDual(model, data, 0.1)]

@@ -24,6 +24,7 @@ from ..errors import RunInterrupted, SSVMInputError
 from ..latent import hide_labels, train_latent
 from ..models.chain import ChainModel
 from ..models.chain_edges import EdgeChainModel
+from ..models.semimarkov import SemiMarkovModel
 from .interrupts import stop_on_signal
 from .results import save_results
 
@@ -42,16 +43,19 @@ def check_options(args, launched_by_torchrun: bool) -> None:
                (f"--solver {args.solver}", args.solver not in ("bcfw", "fw", "ssg")), ("--averaging", args.averaging)]
     bad = [name for name, on in refused if on]
     if bad:
-        raise SSVMInputError(f"hide_labels: the latent SSVM runs CCCP in one process on the numba chain store (CPU "
-                             f"float64) with an FW-type inner solver (bcfw, fw, ssg); not with {', '.join(bad)}")
+        raise SSVMInputError(f"hide_labels: the latent SSVM runs CCCP in one process on the numba chain or segment "
+                             f"store (CPU float64) with an FW-type inner solver (bcfw, fw, ssg); not with "
+                             f"{', '.join(bad)}")
 
 
 def run_latent(args, cfg, task, lam: float, run_dir, featurization: dict) -> dict:
     """CCCP on ``task`` with ``args.hide_labels`` of its training positions hidden; writes the run files."""
     model, train = task.model, task.train
-    if not isinstance(train, ChainData) or not isinstance(model, ChainModel) or isinstance(model, EdgeChainModel):
+    if not isinstance(train, ChainData) or not isinstance(model, (ChainModel, SemiMarkovModel)) \
+            or isinstance(model, EdgeChainModel):
         raise SSVMInputError(f"hide_labels: the latent SSVM trains a chain without edge features (ocr-small, "
-                             f"ocr-large, conll2000); {args.dataset} is a {type(model).__name__}")
+                             f"ocr-large, conll2000) or segments (conll2000-segments); {args.dataset} is a "
+                             f"{type(model).__name__}")
     hidden = hide_labels(train, args.hide_labels, args.hide_seed)
     positions = torch.nonzero(~hidden.observed)[:, 0].tolist()
     out = run_dir.path

@@ -39,8 +39,8 @@ from ..devices import to_host
 from ..errors import SSVMInputError, check
 from ..segments import ops
 from ..segments.checks import segment_lengths, valid_positions
-from ..segments.convert import segments_of_states
-from ..segments.scoring import augmented, loss as segment_loss, starts_and_labels, windows
+from ..segments.convert import segment_states, segments_of_states
+from ..segments.scoring import augmented, loss as segment_loss, span_counts, starts_and_labels, windows
 from .base import StructuredModel
 from .chain_index import feature_coo, features_csr, padded_index, segment_ids
 
@@ -80,6 +80,8 @@ class SemiMarkovModel(StructuredModel):
         check(data.n_states % 2 == 0, "data.n_states", "an even number 2K (segment states: K begin, K inside)",
               data.n_states)
         K = data.n_states // 2
+        check(max_length is not None or not data.partial, "max_length", "an int for partially observed data (the "
+              "longest segment is not observed)", max_length)
         if max_length is None:
             pos, valid = padded_index(data.offsets)
             seg = segments_of_states(torch.where(valid, data.Y[pos], -1), K)
@@ -109,6 +111,41 @@ class SemiMarkovModel(StructuredModel):
               "of a label pair and a position: use a template without edge: items)", "edge attributes")
         if data.n == 0 or data.allow_unknown:
             return
+        if data.partial:
+            self._check_observed(data, field)
+            return
+        self.check_segmentation(data, field)
+
+    def _check_observed(self, data: ChainData, field: str) -> None:
+        """Partial annotation (``data.observed``): the observed states agree with some segmentation of segments of
+        at most L positions: a state that goes on a segment has, where the position before is observed, the same
+        label there, is not the outside label's, and no L observed states in a row go on one segment."""
+        pos, valid = padded_index(data.offsets)
+        Y = torch.where(valid, data.Y[pos], -1)
+        obs = data.observed[pos] & valid
+        inside = obs & (Y >= self.K)
+        prev_obs = torch.cat([torch.zeros_like(obs[:, :1]), obs[:, :-1]], 1)
+        prev = torch.cat([torch.full_like(Y[:, :1], -1), Y[:, :-1]], 1)
+        first = torch.zeros_like(obs)
+        first[:, 0] = True
+        bad = inside & (first | (prev_obs & (prev % self.K != Y - self.K)))
+        if self.outside is not None:
+            bad |= inside & (Y == self.K + self.outside)
+        # runs of observed "goes on" states: a run of L needs a segment of L + 1 positions
+        run = torch.zeros_like(Y)
+        for t in range(Y.shape[1]):
+            run[:, t] = torch.where(inside[:, t], (run[:, t - 1] if t else 0) + 1, 0)
+        bad |= run >= self.L
+        if bool(bad.any()):
+            b, t = (int(v) for v in bad.nonzero()[0])
+            raise SSVMInputError(f"{field}.Y: sequence {b}, position {t}: the observed state {int(Y[b, t])} cannot be "
+                                 f"completed to segments of labels 0..{self.K - 1} of at most {self.L} positions "
+                                 f"(the observed states before it: {Y[b, max(0, t - 3):t].tolist()})")
+
+    def check_segmentation(self, data: ChainData, field: str = "data") -> None:
+        """Every row's states (all positions, observed or not) a segmentation (module docstring), named by
+        sequence and position: the training data of a store (a partially observed row's Y is then a completion,
+        e.g. :meth:`complete`'s; the unobserved positions of raw partial data may hold anything)."""
         pos, valid = padded_index(data.offsets)
         Y = torch.where(valid, data.Y[pos], -1)
         prev = torch.cat([torch.full_like(Y[:, :1], -1), Y[:, :-1]], 1)
@@ -199,9 +236,56 @@ class SemiMarkovModel(StructuredModel):
     def augment(self, scores, data: ChainData, idx) -> tuple:
         """Adds c_i Delta(y, y_i) per segment (the loss decomposes over segments: segments/scoring.py)."""
         S, lengths, first, last, trans = scores
-        gold = self.gt_batch(data, idx).to(S.device)[:, :S.shape[1]]
-        S, _ = augmented(S, gold, lengths, "tokens", self.token_loss(lengths, S.dtype))
+        gold = self._gold(data, idx).to(S.device)[:, :S.shape[1]]
+        S, _ = augmented(S, gold, lengths, "tokens", self.token_loss(lengths, S.dtype),
+                         self.observed_batch(data, idx, S.device, S.shape[1]))
         return S, lengths, first, last, trans
+
+    def _gold(self, data: ChainData, idx) -> torch.Tensor:
+        """The gold segmentations of the rows ``idx``; a partially observed row's states must be a segmentation
+        (a completion at its unobserved positions, :meth:`complete`): checked, since its loss reads them."""
+        if data.partial:
+            self.check_segmentation(data.subset(torch.as_tensor(idx).reshape(-1).cpu()), "data")
+        return self.gt_batch(data, idx)
+
+    @staticmethod
+    def observed_batch(data: ChainData, idx, device=None, T: int | None = None) -> torch.Tensor | None:
+        """(B, T) bool: the observed positions of the rows ``idx`` (None for fully observed data): the task loss
+        counts only those (latent.py)."""
+        if not data.partial:
+            return None
+        idx = torch.as_tensor(idx, device=data.offsets.device).reshape(-1)
+        pos, valid = padded_index(data.offsets, idx)
+        obs = (data.observed.to(data.offsets.device)[pos] & valid).to(device or data.Y.device)
+        return obs if T is None else obs[:, :T]
+
+    def complete(self, w: torch.Tensor, data: ChainData) -> torch.Tensor:
+        """h_i = argmax over the segmentations that agree with every observed state of <w, phi(x_i, h)> (the CCCP
+        completion of the latent SSVM, ssvm_torch/latent.py): ragged (N,) states, ``data.Y`` at the observed
+        positions; :data:`CHUNK` rows at a time. A row no segmentation agrees with is refused by name."""
+        if not data.partial:
+            return data.Y.clone()
+        out = data.Y.clone()
+        order = torch.argsort(data.lengths, descending=True, stable=True)
+        for k in range(0, data.n, CHUNK):
+            idx = order[k:k + CHUNK]
+            S, lengths, first, last, trans = self.scores(w, data, idx)
+            pos, valid = padded_index(data.offsets, idx)
+            Y = torch.where(valid, data.Y[pos], -1).to(S.device)
+            obs = self.observed_batch(data, idx, S.device)
+            ks = torch.arange(self.K, device=S.device)
+            start_bad = obs[..., None] & (Y[..., None] != ks)                    # a segment of label k starts here
+            inner_bad = obs[..., None] & (Y[..., None] != self.K + ks)           # ... goes on here
+            after_bad = torch.cat([obs[:, 1:] & (Y[:, 1:] >= self.K), torch.zeros_like(obs[:, :1])], 1)
+            bad = (span_counts(start_bad, inner_bad, self.L) > 0) | windows(after_bad, self.L)[..., None]
+            segments, score = ops.best(S.masked_fill(bad, float("-inf")), first, last, trans, lengths, self.kernels)
+            if not bool(torch.isfinite(score).all()):
+                b = int(idx[int((~torch.isfinite(score)).nonzero()[0])])
+                raise SSVMInputError(f"data.Y: sequence {b}: no segmentation of segments of at most {self.L} positions "
+                                     "agrees with its observed states")
+            states = segment_states(segments, lengths, self.K).to(out.device)
+            out[pos[valid]] = states[valid.to(states.device)]
+        return out
 
     def decode(self, scores, data: ChainData, idx) -> torch.Tensor:
         """The best segmentations (B, T_max): the compiled kernel on CPU, torch elsewhere (segments/ops.py)."""
@@ -264,8 +348,9 @@ class SemiMarkovModel(StructuredModel):
 
     def loss(self, data: ChainData, idx, labels) -> torch.Tensor:
         idx, lengths, labels = self._batch(data, idx, labels)
-        gold = self.gt_batch(data, idx)
-        return segment_loss(labels, gold, lengths, "tokens", self.token_loss(lengths))
+        gold = self._gold(data, idx)
+        return segment_loss(labels, gold, lengths, "tokens", self.token_loss(lengths),
+                            self.observed_batch(data, idx, labels.device, labels.shape[1]))
 
     def metrics(self, w: torch.Tensor, data: ChainData) -> dict:
         """``error``: the mean task loss; ``position_error``: the share of positions whose state differs;

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import torch
 
+from ..errors import SSVMInputError
 from .checks import segment_lengths, valid_positions
 
 LOSSES = ("tokens", "segments")
@@ -56,12 +57,24 @@ def score(S, first, last, trans, segments, lengths) -> torch.Tensor:
     return s + torch.where(lengths > 0, first[lab[:, 0]] + last[end], zero)
 
 
-def loss(pred: torch.Tensor, gold: torch.Tensor, lengths: torch.Tensor, kind: str, c: torch.Tensor) -> torch.Tensor:
-    """Delta(pred, gold) (B,) in c's dtype, ``kind`` one of LOSSES (module docstring)."""
+def _observed_tokens(kind: str, observed, shape) -> None:
+    if observed is not None and (kind != "tokens" or tuple(observed.shape) != tuple(shape)):
+        raise SSVMInputError(f"observed: a ({shape[0]}, {shape[1]}) bool mask for the 'tokens' loss (partial "
+                             f"annotation counts the observed positions only), got kind {kind!r}, shape "
+                             f"{tuple(observed.shape)}")
+
+
+def loss(pred: torch.Tensor, gold: torch.Tensor, lengths: torch.Tensor, kind: str, c: torch.Tensor,
+         observed: torch.Tensor | None = None) -> torch.Tensor:
+    """Delta(pred, gold) (B,) in c's dtype, ``kind`` one of LOSSES (module docstring); ``observed`` (B, T) bool:
+    the "tokens" loss counts only these positions (partial annotation: gold is a completion there)."""
+    _observed_tokens(kind, observed, pred.shape)
     pb, pl, plen = starts_and_labels(pred, lengths)
     gb, gl, glen = starts_and_labels(gold, lengths)
     if kind == "tokens":
         wrong = ((pl != gl) | (pb != gb)) & valid_positions(lengths, pred.shape[1])
+        if observed is not None:
+            wrong &= observed
         return c * wrong.sum(1).to(c.dtype)
     both = pb & gb & (plen == glen) & (pl == gl)
     return c * (pb.sum(1) + gb.sum(1) - 2 * both.sum(1)).to(c.dtype)
@@ -88,16 +101,21 @@ def span_counts(at_start: torch.Tensor, inside: torch.Tensor, L: int) -> torch.T
     return at_start[:, :, None, :].to(torch.int32) + inner
 
 
-def augmented(S: torch.Tensor, gold: torch.Tensor, lengths: torch.Tensor, kind: str, c: torch.Tensor):
+def augmented(S: torch.Tensor, gold: torch.Tensor, lengths: torch.Tensor, kind: str, c: torch.Tensor,
+              observed: torch.Tensor | None = None):
     """(S + c Delta_seg, constant (B,)): segment scores whose segmentation scores are s(y) + Delta(y, gold) - const,
     so that max_y / log sum_y of s(y) + Delta(y, gold) = the plain recursion on them + const. Differentiable
-    w.r.t. S (the added costs are constants)."""
+    w.r.t. S (the added costs are constants). ``observed``: as for :func:`loss`."""
     B, T, L, K = S.shape
+    _observed_tokens(kind, observed, (B, T))
     gb, gl, glen = starts_and_labels(gold, lengths)
     ks = torch.arange(K, device=S.device)
     if kind == "tokens":
         begin_wrong = (gl[..., None] != ks) | ~gb[..., None]                     # (B, T, K): a segment starts here
         inner_wrong = (gl[..., None] != ks) | gb[..., None]                      # a segment goes on here
+        if observed is not None:
+            begin_wrong &= observed[..., None]
+            inner_wrong &= observed[..., None]
         delta = span_counts(begin_wrong, inner_wrong, L)
         return S + c.to(S.dtype)[:, None, None, None] * delta.to(S.dtype), torch.zeros_like(c).to(S.dtype)
     onehot = torch.zeros(B, T, L, K, dtype=S.dtype, device=S.device)          # the gold segments (checked <= L)

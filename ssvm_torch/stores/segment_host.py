@@ -28,6 +28,7 @@ class HostSegmentSteps:
         T = int(store.lengths.max()) if store.n else 0
         self.csr = tuple(to_host(t) for t in store.csr)
         self.offsets, self.Y = to_host(store.offsets), to_host(store.data.Y.to(torch.int64))
+        self.obs = to_host(store.observed)                 # the positions the loss counts (partial annotation)
         self.W, self.wc = m.split(store.w)[0].numpy(), store.w[m.e:].numpy()
         self.P, self.Gc, self.G, self.goff = store.P.numpy(), store.Gc.numpy(), store.G.numpy(), to_host(store.goff)
         self.P_gt, self.G_gt, self.c = store.P_gt.numpy(), store.G_gt.numpy(), to_host(store.c)
@@ -42,9 +43,9 @@ class HostSegmentSteps:
         """(labels (T_i,), L_i(y*), <D, theta_i>, ||A_i D||^2, D, Dc) of block i's loss-augmented corner."""
         m, T = self.model, self.length(i)
         ys = np.empty(T, dtype=np.int64)
-        loss, dot, sq = nb_segment_corner(i, float(self.c[i]), self.outside, *self.csr, self.offsets, self.Y, self.W,
-                                          self.wc, self.P, self.Gc, self.G, self.goff, m.K, m.L, self.U, self.S, ys,
-                                          self.D, self.Dc)
+        loss, dot, sq = nb_segment_corner(i, float(self.c[i]), self.outside, *self.csr, self.offsets, self.Y, self.obs,
+                                          self.W, self.wc, self.P, self.Gc, self.G, self.goff, m.K, m.L, self.U, self.S,
+                                          ys, self.D, self.Dc)
         return torch.from_numpy(ys), loss, dot, sq, self.D[:T].copy(), self.Dc.copy()
 
     def pair(self, i: int, P, Q):
@@ -59,7 +60,7 @@ class HostSegmentSteps:
         """<s(y_j) - M_i, theta_i> + L_i(y_j) of each segmentation y_j of block i."""
         out = np.empty(len(labelings))
         nb_segment_labelings_gaps(i, float(self.c[i]), host_labels(labelings), *self.csr, self.offsets, self.Y,
-                                  self.W, self.wc, self.P, self.Gc, self.model.K, self.U, self.D, self.Dc, out)
+                                  self.obs, self.W, self.wc, self.P, self.Gc, self.model.K, self.U, self.D, self.Dc, out)
         return out
 
     def move(self, i: int, D, Dc, coef: float, gamma: float, shadow=None, shadow_coef: float = 0.0) -> None:
@@ -76,7 +77,8 @@ class HostSegmentSteps:
         m, n = self.model, self.offsets.shape[0] - 1
         labels = np.empty(self.Y.shape[0], dtype=np.int64)
         loss, dot, gold_dot = np.empty(n), np.empty(n), np.empty(n)
-        nb_segment_gap_pass(self.c, self.outside, *self.csr, self.offsets, self.Y, self.W, self.wc, self.P, self.Gc,
+        nb_segment_gap_pass(self.c, self.outside, *self.csr, self.offsets, self.Y, self.obs, self.W, self.wc, self.P,
+                            self.Gc,
                             self.P_gt, self.G_gt, self.G, self.goff, m.K, m.L, self.U.shape[0],
                             min(n, 4 * numba.get_num_threads()), labels, loss, dot, gold_dot)
         return labels, loss, dot, gold_dot

@@ -51,13 +51,13 @@ def _add_statistics(ys, T, K, sign, D, Dc):
 
 
 @nb.njit(cache=True, nogil=True)
-def _wrong_positions(s, T, K, Y, ys):
-    """Positions whose (label, begins-a-segment) state differs from the gold state Y[s + t]."""
+def _wrong_positions(s, T, K, Y, obs, ys):
+    """Observed positions (``obs``) whose (label, begins-a-segment) state differs from the gold state Y[s + t]."""
     wrong, label = 0, -1
     for t in range(T):
         if ys[t] >= 0:
             label = ys[t]
-        if Y[s + t] % K != label or (Y[s + t] < K) != (ys[t] >= 0):
+        if obs[s + t] and (Y[s + t] % K != label or (Y[s + t] < K) != (ys[t] >= 0)):
             wrong += 1
     return wrong
 
@@ -91,12 +91,13 @@ def _sqnorm(i, T, D, Dc, G, goff):
 
 
 @nb.njit(cache=True, nogil=True)
-def nb_segment_corner(i, c_i, outside, fptr, fidx, fval, offsets, Y, W, wc, P, Gc, G, goff, K, L, U, S, ys, D, Dc,
-                      with_sqnorm=True):
+def nb_segment_corner(i, c_i, outside, fptr, fidx, fval, offsets, Y, obs, W, wc, P, Gc, G, goff, K, L, U, S, ys, D,
+                      Dc, with_sqnorm=True):
     """FW corner of block i: writes its loss-augmented best segmentation into ``ys`` (T,), D = s(y*) - M_i of
     the positions into ``D`` (T, 3K) and of the counts into ``Dc`` (G,); returns (L_i(y*) (not / n), <D, theta_i>,
     ||A_i D||^2). ``W`` (F, 3K) and ``wc`` (G,) are the emission and count blocks of w (models/semimarkov.py),
-    ``Y`` the gold states, c_i the loss of one wrong position, ``outside`` a label of one-position segments or -1.
+    ``Y`` the gold states, ``obs`` the observed positions (the loss counts only those: partial annotation), c_i the
+    loss of one wrong position, ``outside`` a label of one-position segments or -1.
     ``U`` (T_max, 3K) and ``S`` (T_max, L, K) are scratch (U holds the block's potentials afterwards);
     ``with_sqnorm`` False skips the Gram part (the returned ||A_i D||^2 is then only the counts' part)."""
     s = offsets[i]
@@ -114,7 +115,9 @@ def nb_segment_corner(i, c_i, outside, fptr, fidx, fval, offsets, Y, W, wc, P, G
                     break
                 gl_j, gb_j = Y[s + j] % K, Y[s + j] < K
                 tok += U[j, k]
-                if l == 0:
+                if not obs[s + j]:
+                    pass
+                elif l == 0:
                     wrong += 1.0 if (gl_t != k or not gb_t) else 0.0
                 else:
                     wrong += 1.0 if (gl_j != k or gb_j) else 0.0
@@ -131,7 +134,7 @@ def nb_segment_corner(i, c_i, outside, fptr, fidx, fval, offsets, Y, W, wc, P, G
             D[t, c] = 0.0
     _add_statistics(ys, T, K, 1.0, D, Dc)
     _minus_point(i, s, T, P, Gc, D, Dc)
-    loss = c_i * _wrong_positions(s, T, K, Y, ys)
+    loss = c_i * _wrong_positions(s, T, K, Y, obs, ys)
     dot = 0.0
     for t in range(T):
         for c in range(C):
@@ -175,7 +178,7 @@ def nb_segment_delta(i, yp, p_current, yq, q_current, offsets, P, Gc, G, goff, K
 
 
 @nb.njit(cache=True, nogil=True)
-def nb_segment_labelings_gaps(i, c_i, labelings, fptr, fidx, fval, offsets, Y, W, wc, P, Gc, K, U, D, Dc, out):
+def nb_segment_labelings_gaps(i, c_i, labelings, fptr, fidx, fval, offsets, Y, obs, W, wc, P, Gc, K, U, D, Dc, out):
     """out[j] = <s(y_j) - M_i, theta_i> + L_i(y_j) (not / n) of every segmentation y_j (the rows of ``labelings``,
     (m, T_i)): block i's gap towards each corner before the 1/n and ell_i terms (eq. (6) of Osokin et al. 2016,
     what the cache and the away corner rank)."""
@@ -202,7 +205,7 @@ def nb_segment_labelings_gaps(i, c_i, labelings, fptr, fidx, fval, offsets, Y, W
                 acc += D[t, c] * U[t, c]
         for g in range(Dc.shape[0]):
             acc += Dc[g] * wc[g]
-        out[j] = acc - point + c_i * _wrong_positions(s, T, K, Y, labelings[j])
+        out[j] = acc - point + c_i * _wrong_positions(s, T, K, Y, obs, labelings[j])
 
 
 @nb.njit(cache=True, nogil=True)
@@ -230,7 +233,7 @@ def nb_segment_move(i, coef, gamma, fptr, fidx, fval, offsets, D, Dc, W, wc, P, 
 
 
 @nb.njit(cache=True, nogil=True, parallel=True)
-def nb_segment_gap_pass(c, outside, fptr, fidx, fval, offsets, Y, W, wc, P, Gc, P_gt, G_gt, G, goff, K, L, T_max,
+def nb_segment_gap_pass(c, outside, fptr, fidx, fval, offsets, Y, obs, W, wc, P, Gc, P_gt, G_gt, G, goff, K, L, T_max,
                         n_parts, labels, loss, dot, gold_dot):
     """Every block's FW corner at w (:func:`nb_segment_corner` without the Gram part), ``n_parts`` strided parts
     of the blocks in parallel threads, each with its own scratch: the labels into ``labels`` (N,), L_i(y*) into
@@ -245,8 +248,8 @@ def nb_segment_gap_pass(c, outside, fptr, fidx, fval, offsets, Y, W, wc, P, Gc, 
         Dc = np.empty(Gc.shape[1])
         for i in range(part, n, n_parts):
             s, e = offsets[i], offsets[i + 1]
-            loss[i], dot[i], _ = nb_segment_corner(i, c[i], outside, fptr, fidx, fval, offsets, Y, W, wc, P, Gc, G,
-                                                   goff, K, L, U, S, labels[s:e], D, Dc, False)
+            loss[i], dot[i], _ = nb_segment_corner(i, c[i], outside, fptr, fidx, fval, offsets, Y, obs, W, wc, P, Gc,
+                                                   G, goff, K, L, U, S, labels[s:e], D, Dc, False)
             acc = 0.0
             for t in range(e - s):
                 for k in range(C):

@@ -38,9 +38,11 @@ class SegmentDual(RaggedLabelings, TensorBlockState, BlockDual):
     def __init__(self, model: SemiMarkovModel, data, lam: float, device=None, dtype=torch.float64,
                  n_objective: int | None = None, kernels: str = "auto"):
         model.check_data(data)
-        if data.allow_unknown or data.partial:
-            raise SSVMInputError("data: a semi-Markov store trains on fully labelled data (no unknown or unobserved "
-                                 "states)")
+        if data.allow_unknown:
+            raise SSVMInputError("data: a semi-Markov store trains on labelled data (allow_unknown is for evaluation)")
+        if data.partial:                                   # the gold y_i of a block is its completion
+            model.check_segmentation(data, "data (a partially observed row's states must be a completion there: "
+                                           "SemiMarkovModel.complete)")
         self.model, self.lam = model, check_positive(lam, "lam")
         self.n, self.N = data.n, objective_n(data.n, n_objective)
         self.device, self.dtype = resolve_device(device), dtype
@@ -52,6 +54,9 @@ class SegmentDual(RaggedLabelings, TensorBlockState, BlockDual):
         self.lengths = self.offsets[1:] - self.offsets[:-1]
         self.seg = segment_ids(self.offsets)
         self.c = model.token_loss(self.lengths, dtype)          # the loss of one wrong position of each block
+        # the positions the task loss counts (all of them, or the observed ones: the latent SSVM, latent.py)
+        self.observed = (data.observed if data.observed is not None else torch.ones_like(data.Y, dtype=torch.bool)
+                         ).to(self.device)
         self.goff = torch.nn.functional.pad(torch.cumsum(self.lengths ** 2, 0), (1, 0))
         G = np.zeros(int(self.goff[-1]))
         nb_gram(*(to_host(t).astype(np.int64) for t in self.csr[:2]), to_host(self.csr[2]).astype(np.float64),
@@ -165,13 +170,13 @@ class SegmentDual(RaggedLabelings, TensorBlockState, BlockDual):
         U = self._theta(idx, pos, valid, U_all)
         _, first, last, trans, _ = self.model.split(self.w)
         gold = self.gold[idx][:, :pos.shape[1]]
-        c = self.c[idx]
-        S, _ = augmented(self.model.segment_scores(U, self.w), gold, lengths, "tokens", c)
+        c, obs = self.c[idx], self.observed[pos] & valid
+        S, _ = augmented(self.model.segment_scores(U, self.w), gold, lengths, "tokens", c, obs)
         y = ops.best(S, first, last, trans, lengths, self.model.kernels)[0]
         ps, cs = self.model.statistics(y, lengths, self.dtype)
         Mp, Mc = self._point(idx, pos, valid, lengths, None)
         Dp, Dc = ps - Mp, cs - Mc
-        loss = segment_loss(y, gold, lengths, "tokens", c)
+        loss = segment_loss(y, gold, lengths, "tokens", c, obs)
         return {"labels": y, "loss": loss, "dot": self._dot(Dp, Dc, U), "pos": pos, "valid": valid, "U": U,
                 "sq": self._sqnorm(idx, valid, Dp, Dc) if sqnorm else None, "Dp": Dp, "Dc": Dc, "stats": (ps, cs)}
 
@@ -257,9 +262,10 @@ class SegmentDual(RaggedLabelings, TensorBlockState, BlockDual):
 
     def loss_of(self, i: int, labeling) -> float:
         idx = torch.tensor([i], device=self.device)
-        T = int(self.lengths[i])
+        s, T = int(self.offsets[i]), int(self.lengths[i])
         y = torch.as_tensor(labeling, device=self.device).reshape(1, T)
-        return float(segment_loss(y, self.gold[idx, :T], self.lengths[idx], "tokens", self.c[idx])[0]) / self.N
+        return float(segment_loss(y, self.gold[idx, :T], self.lengths[idx], "tokens", self.c[idx],
+                                  self.observed[s:s + T][None])[0]) / self.N
 
     def corner_gaps(self, i: int, labelings) -> np.ndarray:
         """g_i(y) = (<s(y) - M_i, theta_i> + L_i(y)) / n - ell_i for each labeling (eq. (6) towards y)."""
@@ -272,7 +278,7 @@ class SegmentDual(RaggedLabelings, TensorBlockState, BlockDual):
         U = self._theta(idx, pos, valid)
         ps, cs = self.model.statistics(Y, lengths, self.dtype)
         Mp, Mc = self._point(idx, pos, valid, lengths, None)
-        loss = segment_loss(Y, self.gold[idx, :Y.shape[1]], lengths, "tokens", self.c[idx])
+        loss = segment_loss(Y, self.gold[idx, :Y.shape[1]], lengths, "tokens", self.c[idx], self.observed[pos] & valid)
         return to_host((self._dot(ps - Mp, cs - Mc, U) + loss) / self.N - self.ell_i[i])
 
     # -- mini-batch BCFW -------------------------------------------------------------------------

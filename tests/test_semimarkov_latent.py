@@ -1,0 +1,93 @@
+"""The latent SSVM for semi-Markov segmentations (ssvm_torch/latent.py with models/semimarkov.py): CCCP's objective
+non-increasing and equal to its enumeration over all segmentations (the loss counted at the observed positions,
+the concave part the best segmentation agreeing with them), the letter-wise start, refusals, and a run on
+CoNLL-2000 chunks with half the states hidden."""
+import numpy as np
+import pytest
+import torch
+
+from conftest import all_segmentations, random_segment_data
+from ssvm_torch.errors import SSVMInputError
+from ssvm_torch.latent import hide_labels, latent_objective, letter_start, train_latent
+from ssvm_torch.models import SemiMarkovModel
+from ssvm_torch.segments.convert import segment_states
+from ssvm_torch.segments.scoring import score
+from ssvm_torch.solvers import SolverConfig
+
+
+def partial(seed, n=8, fraction=0.4):
+    rng = np.random.default_rng(seed)
+    data = random_segment_data(rng, n, 3, 3, 4, tmin=1, tmax=6, outside=0, sparse=True)
+    return SemiMarkovModel.for_data(data, max_length=3, outside=0), hide_labels(data, fraction, seed)
+
+
+def brute_objective(model, data, lam, w):
+    """J(w) = lam/2 ||w||^2 + 1/n sum_i [max_y s(y) + Delta_i(y) - max_{h agreeing} s(h)] by enumeration."""
+    S, lengths, first, last, trans = model.scores(w, data, torch.arange(data.n))
+    total = 0.0
+    for i in range(data.n):
+        s, e = int(data.offsets[i]), int(data.offsets[i + 1])
+        T, seen, gold = e - s, data.observed[s:e], data.Y[s:e]
+        c = 1.0 / T if model.loss_name == "normalized" else 1.0
+        aug = agree = -np.inf
+        for seg in all_segmentations(T, model.K, model.L, model.outside):
+            seg = torch.tensor([seg])
+            states = segment_states(seg, torch.tensor([T]), model.K)[0]
+            v = float(score(S[i:i + 1, :T], first, last, trans, seg, torch.tensor([T]))[0])
+            wrong = ((states % model.K != gold % model.K) | ((states < model.K) != (gold < model.K))) & seen
+            aug = max(aug, v + c * float(wrong.sum()))
+            if torch.equal(states[seen], gold[seen]):
+                agree = max(agree, v)
+        total += aug - agree
+    return 0.5 * lam * float(w @ w) + total / data.n
+
+
+def test_cccp_objective_never_increases_and_equals_enumeration():
+    model, data = partial(3)
+    assert data.partial
+    lam = 0.1
+    w, records = train_latent(model, data, lam, SolverConfig(passes=40, gap_check=10, step="pairwise", cache=True,
+                                                            seed=0), max_outer=5)
+    objectives = [r["objective"] for r in records]
+    assert len(records) >= 2 and all(b <= a for a, b in zip(objectives, objectives[1:]))
+    assert records[1]["objective"] < records[0]["objective"]
+    assert brute_objective(model, data, lam, w) == pytest.approx(objectives[-1], abs=1e-9)
+    J, labels = latent_objective(model, data, lam, w)
+    assert J == pytest.approx(objectives[-1], abs=1e-12)
+    assert torch.equal(labels[data.observed], data.Y[data.observed])
+
+
+def test_letter_start_fills_the_token_rows_only():
+    model, data = partial(4)
+    w = letter_start(model, data, 0.1)
+    W, first, last, trans, lengths = model.split(w)
+    assert W[:, :model.K].abs().sum() > 0 and W[:, model.K:].abs().sum() == 0
+    assert first.abs().sum() == last.abs().sum() == trans.abs().sum() == lengths.abs().sum() == 0
+
+
+def test_refusals_name_the_field():
+    model, data = partial(5)
+    bad = data.Y.clone()
+    first_rows = data.offsets[:-1]
+    seen_first = first_rows[data.observed[first_rows]]
+    bad[seen_first[0]] = model.K + 1                    # an observed state going on a segment at a row's start
+    from ssvm_torch.latent import with_labels
+    with pytest.raises(SSVMInputError, match="position 0: the observed state"):
+        model.check_data(with_labels(data, bad))
+    with pytest.raises(SSVMInputError, match="max_length: expected an int for partially observed data"):
+        SemiMarkovModel.for_data(data)
+
+
+def test_cccp_on_conll_chunks_with_half_the_states_hidden():
+    """CoNLL-2000 chunks as segments, 150 training sentences, half the states hidden: CCCP lowers the objective
+    from the letter-wise start, and its model's chunk F1 on the test file is within reach of the fully
+    observed model's."""
+    from ssvm_torch.tasks import load_task
+    task = load_task("conll2000-segments", train_size=150, features="p[-1] p[0] p[1] w[0]")
+    data = hide_labels(task.train, 0.5, 0)
+    cfg = SolverConfig(passes=20, gap_check=10, step="pairwise", cache=True, seed=0)
+    w, records = train_latent(task.model, data, 0.01, cfg, max_outer=3)
+    assert records[-1]["objective"] < records[0]["objective"]
+    full = train_latent(task.model, task.train, 0.01, cfg, max_outer=1, w0=None)[0]
+    f1 = task.evaluate(w)["test_f1"]
+    assert f1 > task.evaluate(full)["test_f1"] - 10.0 and f1 > 60.0
