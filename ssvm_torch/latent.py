@@ -75,15 +75,18 @@ def letter_start(model, data: ChainData, lam: float, config: SolverConfig = LETT
     features, their constant feature the label bias), trained with ``config``. Every length-1 sequence
     both starts and ends, so its first + last weights are a second label bias: they move into the
     constant feature's column, and first, last and the transitions start at 0. For a semi-Markov model the
-    positions' labels are their segments' (state mod K) and the classifier's weights become the token emission
-    rows; the begin / end rows, lengths and transitions start at 0."""
+    classes are the 2K states (a segment of label k begins / goes on: the BIO tags) and the classifier's
+    weights v become the emission rows that give each segment its positions' state scores: token row
+    v[K + k], begin row v[k] - v[K + k]; the end rows, lengths and transitions start at 0."""
     if isinstance(model, SemiMarkovModel):
         K = model.K
-        chain = ChainModel(model.n_features, K, loss=model.loss_name, emission="feature-major")
-        labels = ChainData(data.X, data.Y % K, data.offsets, K, data.name, observed=data.observed)
-        W = letter_start(chain, labels, lam, config)[:chain.K * chain.F].view(chain.F, K)
-        w = torch.zeros(model.d, dtype=W.dtype, device=W.device)
-        model.split(w)[0][:, :K] = W                     # the token rows: feature-major (F, 3K), part 0
+        chain = ChainModel(model.n_features, 2 * K, loss=model.loss_name, emission="feature-major")
+        states = ChainData(data.X, data.Y, data.offsets, 2 * K, data.name, observed=data.observed)
+        v = letter_start(chain, states, lam, config)[:chain.K * chain.F].view(chain.F, 2 * K)
+        w = torch.zeros(model.d, dtype=v.dtype, device=v.device)
+        W = model.split(w)[0]                             # feature-major (F, 3K): token, begin, end parts
+        W[:, :K] = v[:, K:]
+        W[:, K:2 * K] = v[:, :K] - v[:, K:]
         return w
     letters = observed_positions(data)
     store = make_store(model, letters, lam)

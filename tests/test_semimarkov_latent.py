@@ -57,12 +57,29 @@ def test_cccp_objective_never_increases_and_equals_enumeration():
     assert torch.equal(labels[data.observed], data.Y[data.observed])
 
 
-def test_letter_start_fills_the_token_rows_only():
+def test_letter_start_scores_each_segment_by_its_positions_states():
+    """The start from the observed positions' state classifier v (2K classes): every segment (t, l, k) scores
+    v[k] . x_t + sum_{j in t+1..t+l} v[K + k] . x_j, the BIO tagger's scores of its positions."""
+    from ssvm_torch.latent import observed_positions
+    from ssvm_torch.models import ChainModel
     model, data = partial(4)
     w = letter_start(model, data, 0.1)
     W, first, last, trans, lengths = model.split(w)
-    assert W[:, :model.K].abs().sum() > 0 and W[:, model.K:].abs().sum() == 0
+    assert W[:, 2 * model.K:].abs().sum() == 0 and W[:, :2 * model.K].abs().sum() > 0
     assert first.abs().sum() == last.abs().sum() == trans.abs().sum() == lengths.abs().sum() == 0
+    chain = ChainModel(model.n_features, 2 * model.K, emission="feature-major")
+    v = letter_start(chain, data, 0.1)[:chain.K * chain.F].view(chain.F, 2 * model.K)
+    X = torch.cat([data.X.to_dense(), torch.ones(data.X.shape[0], 1, dtype=torch.float64)], 1)
+    S = model.scores(w, data, torch.tensor([0]))[0][0]
+    T = int(data.lengths[0])
+    for t in range(T):
+        for l in range(min(model.L, T - t)):
+            for k in range(model.K):
+                if k == model.outside and l > 0:
+                    continue
+                expect = X[t] @ v[:, k] + sum(X[j] @ v[:, model.K + k] for j in range(t + 1, t + l + 1))
+                assert float(S[t, l, k]) == pytest.approx(float(expect), abs=1e-10)
+    assert observed_positions(data).n == int(data.observed.sum())
 
 
 def test_refusals_name_the_field():
