@@ -11,7 +11,8 @@ against the chain SSVM on the same sentences and attributes (Sha & Pereira's tem
 ``--compare SEG_RUN CHAIN_RUN``: two ``ssvm-train`` run directories (``--dataset conll2000-segments`` and
 ``--dataset conll2000`` with the same attributes, loss, lambda and passes) scored on the test file side by side:
 their chunk F1, the paired bootstrap of the difference over test sentences (benchmarks/bench_conll_deep.py's), and
-each run's last record (passes, exact gap, solver seconds).
+each run's last record (passes, exact gap, solver seconds; a latent run's, ``--hide-labels``: CCCP's outer steps
+and objective).
 
 ``--before DIR --commit C``: the semi-Markov store of an earlier commit against this one on the same sentences,
 side by side in one process through the calls users make: gap-sampling BCFW runs (``Solver.run``, ``--passes``
@@ -109,7 +110,8 @@ def test_tags(run: Path) -> tuple[list, list, dict]:
         off = test.offsets.tolist()
         tags = [[names[k] for k in labels[off[i]:off[i + 1]]] for i in range(test.n)]
     last = json.loads((run / "history.json").read_text())[-1]
-    return tags, test.meta["tags"], {k: last.get(k) for k in ("passes", "gap", "primal", "time_s", "test_f1")}
+    keys = ("passes", "gap", "primal", "time_s", "test_f1", "outer", "objective")     # the last two: latent runs
+    return tags, test.meta["tags"], {k: last[k] for k in keys if k in last}
 
 
 def compare(seg_run: Path, chain_run: Path, draws: int) -> dict:
@@ -221,8 +223,9 @@ def main(argv=None):
         result = compare(*args.compare, args.draws)
         for k in ("semimarkov", "chain"):
             r = result[k]
-            print(f"{k:10s} test F1 {r['test_f1']:.2f}  gap {r['gap']:.2e} after {r['passes']} passes, "
-                  f"{r['time_s']:.0f} s")
+            solved = (f"gap {r['gap']:.2e} after {r['passes']:.0f} passes" if "gap" in r
+                      else f"CCCP objective {r['objective']:.5f} after {r['outer']} outer steps")
+            print(f"{k:10s} test F1 {r['test_f1']:.2f}  {solved}, {r['time_s']:.0f} s")
         print("difference (semi-Markov - chain):", result["difference"])
         path = Path(args.out or "benchmarks/results/segments_ssvm_conll.json")
         path.write_text(json.dumps(result, indent=1))
