@@ -14,6 +14,10 @@ their chunk F1, the paired bootstrap of the difference over test sentences (benc
 each run's last record (passes, exact gap, solver seconds; a latent run's, ``--hide-labels``: CCCP's outer steps
 and objective).
 
+``--minibatch``: mini-batch BCFW (tau = ``--tau``, ``--passes`` passes, gap sampling) with the joint direction
+dense (the store's only one before 2026-12-03) and as the sparse vector of its touched coordinates, side by side
+(the two runs alternated, medians of ``--repeats``, their gaps checked equal); lam 0.03, ``--train-size`` sentences.
+
 ``--before DIR --commit C``: the semi-Markov store of an earlier commit against this one on the same sentences,
 side by side in one process through the calls users make: gap-sampling BCFW runs (``Solver.run``, ``--passes``
 passes with the exact gap every pass, medians of ``--repeats`` runs, the two versions alternated) of each step rule
@@ -24,6 +28,7 @@ one thread, numba on its default threads (recorded). The earlier package is impo
 Usage: python benchmarks/bench_segments_ssvm.py [--train-size 2000] [--steps 600]
        [--out benchmarks/results/segments_ssvm_cpu.json]
        python benchmarks/bench_segments_ssvm.py --compare runs/seg runs/chain [--out ...segments_ssvm_conll.json]
+       python benchmarks/bench_segments_ssvm.py --minibatch --train-size 8936 --passes 2 --repeats 3 [--tau 64]
        python benchmarks/bench_segments_ssvm.py --before /tmp/before --commit C [--train-size 8936]
        [--out benchmarks/results/segments_ssvm_versions.json]
 """
@@ -134,6 +139,26 @@ def compare(seg_run: Path, chain_run: Path, draws: int) -> dict:
     return out
 
 
+def minibatch_times(train_size: int | None, tau: int, passes: float, repeats: int) -> dict:
+    """Solver seconds of mini-batch BCFW with the dense and the sparse direction (module docstring)."""
+    from ssvm_torch.solvers import Solver, SolverConfig
+    task = load_task("conll2000-segments", train_size=train_size, features="sha-pereira")
+    times, gaps = {"dense": [], "sparse": []}, {}
+    for _ in range(repeats):
+        for name in times:
+            store = make_store(task.model, task.train, 0.03)
+            store.sparse_direction = name == "sparse"
+            hist = Solver(store, SolverConfig(solver="bcfw", sampling="gap", batch_size=tau, passes=passes,
+                                              gap_check=passes, seed=0)).run()
+            times[name].append(hist[-1]["time_s"])
+            gaps[name] = hist[-1]["gap"]
+    if abs(gaps["dense"] - gaps["sparse"]) > 1e-9 * abs(gaps["dense"]):
+        raise SystemExit(f"the dense and sparse directions' runs differ: {gaps}")
+    med = {k: statistics.median(v) for k, v in times.items()}
+    return {"n": task.train.n, "d": task.model.d, "tau": tau, "passes": passes, "repeats": repeats, "seconds": times,
+            "median_s": med, "speedup": med["dense"] / med["sparse"], "gap": gaps["sparse"]}
+
+
 #: the step rules of Osokin et al. 2016 that ``--before`` runs: SolverConfig fields
 STEP_RULES = {"fw": {}, "pairwise": {"step": "pairwise"}, "cache": {"cache": True}, "away": {"step": "away"}}
 
@@ -199,8 +224,19 @@ def main(argv=None):
     p.add_argument("--commit", help="the earlier package's commit (recorded in the JSON)")
     p.add_argument("--passes", type=int, default=10)
     p.add_argument("--rules", default="fw,pairwise,cache,away", help=f"step rules for --before, of {list(STEP_RULES)}")
+    p.add_argument("--minibatch", action="store_true", help="mini-batch BCFW, dense vs sparse direction")
+    p.add_argument("--tau", type=int, default=64)
     args = p.parse_args(argv)
     torch.set_num_threads(1)
+    if args.minibatch:
+        result = {"machine": platform.processor() or platform.machine(), "torch": torch.__version__, "threads": 1,
+                  **minibatch_times(args.train_size, args.tau, args.passes, args.repeats)}
+        print(f"mini-batch tau {args.tau}: dense {result['median_s']['dense']:.1f} s, sparse "
+              f"{result['median_s']['sparse']:.1f} s: {result['speedup']:.2f}x (medians of {args.repeats})")
+        path = Path(args.out or "benchmarks/results/segments_minibatch.json")
+        path.write_text(json.dumps(result, indent=1))
+        print(f"wrote {path}")
+        return
     if args.before:
         if not args.commit:
             p.error("--before needs --commit (the earlier package's commit, recorded in the JSON)")

@@ -108,3 +108,24 @@ def test_cccp_on_conll_chunks_with_half_the_states_hidden():
     full = train_latent(task.model, task.train, 0.01, cfg, max_outer=1, w0=None)[0]
     f1 = task.evaluate(w)["test_f1"]
     assert f1 > task.evaluate(full)["test_f1"] - 10.0 and f1 > 60.0
+
+
+def test_ssvm_train_hide_labels_trains_conll_segments(tmp_path):
+    """``ssvm-train --dataset conll2000-segments --hide-labels``: the run's hidden positions are the seed's,
+    latent.json's objective never increases, and the saved model's chunk F1 is what its record says."""
+    import json
+    from ssvm_torch.cli.train import main
+    from ssvm_torch.outputs import load_model
+    from ssvm_torch.tasks import load_task
+    out = tmp_path / "run"
+    assert main(["--dataset", "conll2000-segments", "--train-size", "80", "--features", "p[-1] p[0] p[1]", "--lam",
+                 "0.01", "--hide-labels", "0.5", "--hide-seed", "2", "--step", "pairwise", "--cache", "--passes", "10",
+                 "--gap-check", "10", "--latent-outer", "2", "--quiet", "--out", str(out)]) == 0
+    hidden = json.loads((out / "hidden.json").read_text())
+    task = load_task("conll2000-segments", train_size=80, features="p[-1] p[0] p[1]")
+    assert hidden["hidden"] == torch.nonzero(~hide_labels(task.train, 0.5, 2).observed)[:, 0].tolist()
+    records = json.loads((out / "latent.json").read_text())
+    objectives = [r["objective"] for r in records]
+    assert all(b <= a for a, b in zip(objectives, objectives[1:])) and objectives[-1] < objectives[0]
+    w = load_model(out / "model.pt")["w"].to(torch.float64)
+    assert task.evaluate(w)["test_f1"] == pytest.approx(records[-1]["test_f1"], abs=1e-9)

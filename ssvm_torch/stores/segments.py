@@ -24,7 +24,7 @@ from ..models.semimarkov import CHUNK, SemiMarkovModel
 from ..oracles.chain_kernels import nb_gram
 from ..segments import ops
 from ..segments.scoring import augmented, loss as segment_loss
-from .base import BatchCorners, BlockDual, Corner, GapPass, objective_n
+from .base import SPARSE_D, BatchCorners, BlockDual, Corner, GapPass, objective_n
 from .ragged import RaggedLabelings
 from .segment_host import HostSegmentSteps
 from .state import TensorBlockState
@@ -75,6 +75,7 @@ class SegmentDual(RaggedLabelings, TensorBlockState, BlockDual):
         order = torch.argsort(self.lengths, descending=True, stable=True)
         self._chunks = [order[k:k + CHUNK] for k in range(0, self.n, CHUNK)]
         self._xt = None                                    # X^T as a sparse (F, N) matrix, built on first use
+        self.sparse_direction = model.d >= SPARSE_D        # mini-batch directions as touched coordinates
         self._fptr = to_host(self.csr[0]).tolist()           # a block's stored entries are one slice of the CSR
         self._entry_row = segment_ids(self.csr[0])
         # (block, labels, its D) of the last fw_corner, as tensors or (the compiled step) host arrays
@@ -295,10 +296,22 @@ class SegmentDual(RaggedLabelings, TensorBlockState, BlockDual):
                             float((loss - self.ell_i[idx]).sum()), moves=k, parts=parts)
 
     def direction(self, parts: dict) -> torch.Tensor:
-        dw = torch.zeros_like(self.w)
+        """dw = -sum_b A_b D_b / (lam n), dense, or (``sparse_direction``, d >= 2^20) a coalesced sparse vector of
+        the touched coordinates: the emission rows of the batch's features and the counts (O(touched), not O(d))."""
         positions = parts["positions"]
-        self._scatter(dw, positions["rows"], positions["stats"], parts["counts"].sum(0), 1.0)
-        return dw
+        if not self.sparse_direction:
+            dw = torch.zeros_like(self.w)
+            self._scatter(dw, positions["rows"], positions["stats"], parts["counts"].sum(0), 1.0)
+            return dw
+        m = self.model
+        local, index, value = self._entries(positions["rows"])
+        feats, row = torch.unique(index, sorted=True, return_inverse=True)
+        block = torch.zeros(len(feats), m.C, dtype=self.dtype, device=self.device)
+        block.index_put_((row,), value[:, None] * positions["stats"].index_select(0, local), accumulate=True)
+        C = torch.arange(m.C, device=self.device)
+        ids = torch.cat([(feats[:, None] * m.C + C).reshape(-1), torch.arange(m.e, m.d, device=self.device)])
+        return torch.sparse_coo_tensor(ids[None], torch.cat([block.reshape(-1), parts["counts"].sum(0)]), (m.d,),
+                                       is_coalesced=True)
 
     def batch_move(self, corners: BatchCorners, gamma: float) -> None:
         self._corner_delta = self._host_delta = None
