@@ -22,6 +22,7 @@ from .errors import check, check_choice
 from .estimator import StructuredSVM
 from .models.semimarkov import SemiMarkovModel
 from .segments import segment_states, segments_from_tags, spans, tags_from_segments
+from .segments.scoring import loss as segment_loss
 
 OUTSIDE = "O"
 
@@ -117,7 +118,6 @@ class SegmentSSVM(StructuredSVM):
             tags = [[t if t == OUTSIDE or t.partition("-")[2] in known else OUTSIDE for t in s]
                     for s in self._tags(X, Y)]
             gold = segments_from_tags(tags, self.labels_, self.scheme)[0]
-        from .segments.scoring import loss as segment_loss
         return to_host(segment_loss(segments, gold, lengths, "tokens", self.model_.token_loss(lengths)))
 
     def score(self, X, Y=None) -> float:

@@ -56,6 +56,18 @@ def brute_force(model, data, i, w, augmented):
     return arg, best
 
 
+def assert_gap_is_the_brute_force_primal_minus_dual(model, data, store):
+    """The store's exact gap pass sums to primal - dual at its point, the primal's hinge terms by brute force."""
+    w = store.w
+    H = []
+    for i in range(data.n):
+        X, Ec, gt = dense_parts(data, i)
+        H.append(brute_force(model, data, i, w, augmented=True)[1] - float(w @ model.joint_feature(X, gt, Ec)))
+    primal = 0.5 * LAM * float(w @ w) + sum(H) / data.n
+    assert store.gap_pass().block_gaps.sum().item() == pytest.approx(primal - (-0.5 * LAM * float(w @ w) + store.ell),
+                                                                     abs=1e-10)
+
+
 @pytest.mark.parametrize("seed,loss", [(0, "normalized"), (1, "normalized"), (2, "hamming"), (3, "hamming")])
 def test_oracle_and_line_search_terms_against_brute_force_and_dense_blocks(seed, loss):
     data = random_edge_chains(seed)
@@ -168,14 +180,7 @@ def test_minibatch_run_reaches_the_independent_duality_gap():
     store = make_store(model, data, LAM)
     hist = Solver(store, SolverConfig(passes=12, gap_check=4, sampling="gap", batch_size=3, seed=1)).run()
     assert hist[-1]["gap"] < hist[0]["gap"]
-    w = store.w
-    H = []
-    for i in range(data.n):
-        X, Ec, gt = dense_parts(data, i)
-        H.append(brute_force(model, data, i, w, augmented=True)[1] - float(w @ model.joint_feature(X, gt, Ec)))
-    primal = 0.5 * LAM * float(w @ w) + sum(H) / data.n
-    assert store.gap_pass().block_gaps.sum().item() == pytest.approx(primal - (-0.5 * LAM * float(w @ w) + store.ell),
-                                                                     abs=1e-10)
+    assert_gap_is_the_brute_force_primal_minus_dual(model, data, store)
 
 
 def test_minibatch_of_one_takes_the_fw_block_steps():
@@ -255,14 +260,7 @@ def test_active_set_runs_reach_the_independent_duality_gap(options):
     hist = Solver(store, SolverConfig(passes=12, gap_check=4, sampling="gap", seed=1, **options)).run()
     assert hist[-1]["gap"] < 0.5 * hist[0]["gap"]
     assert hist[-1]["pairwise_steps" if options.get("step") == "pairwise" else "steps"] > 0
-    w = store.w
-    H = []
-    for i in range(data.n):
-        X, Ec, gt = dense_parts(data, i)
-        H.append(brute_force(model, data, i, w, augmented=True)[1] - float(w @ model.joint_feature(X, gt, Ec)))
-    primal = 0.5 * LAM * float(w @ w) + sum(H) / data.n
-    assert store.gap_pass().block_gaps.sum().item() == pytest.approx(primal - (-0.5 * LAM * float(w @ w) + store.ell),
-                                                                     abs=1e-10)
+    assert_gap_is_the_brute_force_primal_minus_dual(model, data, store)
 
 
 def test_batch_fw_and_path_terms_against_dense_blocks():
@@ -304,13 +302,7 @@ def test_batch_fw_run_and_the_path_are_certified():
     store = make_store(model, data, LAM)
     hist = Solver(store, SolverConfig(solver="fw", passes=10, gap_check=2)).run()
     assert hist[-1]["gap"] < 0.5 * hist[0]["gap"]
-    w = store.w
-    H = []
-    for i in range(data.n):
-        X, Ec, gt = dense_parts(data, i)
-        H.append(brute_force(model, data, i, w, augmented=True)[1] - float(w @ model.joint_feature(X, gt, Ec)))
-    assert store.gap_pass().block_gaps.sum().item() == pytest.approx(
-        0.5 * LAM * float(w @ w) + sum(H) / data.n - (-0.5 * LAM * float(w @ w) + store.ell), abs=1e-10)
+    assert_gap_is_the_brute_force_primal_minus_dual(model, data, store)
     eps = 0.05
     path = regularization_path(make_store(model, data, 1.0), eps, kappa=0.9, lam_min=3e-2,
                                config=SolverConfig(solver="bcfw", sampling="gap", gap_check=1, cache=True))

@@ -163,3 +163,23 @@ def test_direction_shares_never_leave_the_device(problems):
         shares = [store.direction_share(parts, (r, 3)) for r in range(3)]
         joined = store.joined_shares(torch.cat([c for c, _ in shares]), torch.cat([v for _, v in shares]))
     assert torch.equal(joined.indices(), whole.indices()) and torch.equal(joined.values(), whole.values())
+
+
+def test_semimarkov_sparse_direction_and_partial_states_never_leave_the_device(problems):
+    """The semi-Markov store's torch path with its mini-batch direction as touched coordinates, and on a
+    completion of partially observed states (the loss counted at the observed positions; the completion itself,
+    SemiMarkovModel.complete, under the guard too)."""
+    from ssvm_torch.latent import hide_labels, with_labels
+    problem = problems("conll2000-segments")
+    store = tiny_store(problem, "conll2000-segments")
+    store.sparse_direction = True
+    with host_guard():
+        hist = Solver(store, SolverConfig(batch_size=3, passes=2.0, gap_check=1.0, seed=1)).run()
+    assert hist[-1]["gap"] >= -1e-9 and hist[-1]["dual"] > hist[0]["dual"]
+    part = hide_labels(store.data, 0.5, 0)
+    with host_guard():
+        done = with_labels(part, store.model.complete(store.w, part))
+    partial = make_store(store.model, done, 0.1, kernels="torch")
+    with host_guard():
+        hist = Solver(partial, SolverConfig(step="pairwise", cache=True, passes=2.0, gap_check=1.0, seed=1)).run()
+    assert partial.data.partial and np.isfinite(hist[-1]["gap"]) and hist[-1]["gap"] >= -1e-9

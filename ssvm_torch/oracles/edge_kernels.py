@@ -69,25 +69,15 @@ def nb_edge_m_theta(i, gptr, gattr, E, Me):
 @nb.njit(cache=True, nogil=True)
 def nb_edge_stats(labels, off, eptr, evals, egrp, pair_of, out, scale):
     """out[g, p] += scale * the edge statistics of ragged ``labels`` (N,): the sum over positions
-    t >= 1 of a sequence and their entries j in group g of evals[j] [pair (y_t, y_{t-1}) = p]."""
+    t >= 1 of a sequence and their entries j in group g = egrp[j] of evals[j] [pair (y_t, y_{t-1}) = p].
+    With the attribute ids ``eidx`` for ``egrp``, out is an (A_e, P) edge block: scale phi's edge rows summed
+    over the sequences (the batch FW corner's, stores/chain_edges.py)."""
     for i in range(off.shape[0] - 1):
         for r in range(off[i] + 1, off[i + 1]):
             p = pair_of[labels[r], labels[r - 1]]
             if p >= 0:
                 for j in range(eptr[r], eptr[r + 1]):
                     out[egrp[j], p] += scale * evals[j]
-
-
-@nb.njit(cache=True, nogil=True)
-def nb_edge_rows(labels, off, eptr, eidx, evals, pair_of, coef, E):
-    """E[a, p] += coef * the edge features of ragged ``labels`` (N,): the edge block of coef phi(x, y) summed
-    over the sequences (the batch FW corner's and the regularization path's w_s, stores/chain_edges.py)."""
-    for i in range(off.shape[0] - 1):
-        for r in range(off[i] + 1, off[i + 1]):
-            p = pair_of[labels[r], labels[r - 1]]
-            if p >= 0:
-                for j in range(eptr[r], eptr[r + 1]):
-                    E[eidx[j], p] += coef * evals[j]
 
 
 @nb.njit(cache=True, nogil=True)

@@ -141,19 +141,17 @@ class SetStep(StepRule):
         super().__init__(dual, cfg, sampler)
         if sets is not None:                     # a warm start's decomposition (active_set.warm_sets)
             check(len(sets) == dual.n, "sets", f"one working set per block ({dual.n})", len(sets))
-            self.cache = GapCache(cfg) if cfg.cache else None
-            self.sets = sets
-            return
-        if cfg.step != "fw" and (dual.ell != 0.0 or bool(dual.w.any())):
+        elif cfg.step != "fw" and (dual.ell != 0.0 or bool(dual.w.any())):
             # the sets below say alpha_i = delta(y_i); on a moved store (a warm start) the away corners and the
             # pairwise moves would take mass the blocks do not hold, leaving the dual domain
             raise SSVMInputError(
                 f"step: {cfg.step!r} keeps each block's point as a combination of labelings from alpha_i = "
                 f"delta(y_i), but this store has already moved (w != 0 or ell = {dual.ell:.3g}: a warm start, e.g. "
-                "a rescaled or already trained store) and no working sets were given (Solver's ``sets``: a warm start's, "
-                "solvers/active_set.warm_sets); use step 'fw' (with or without the cache) or a fresh store")
+                "a rescaled or already trained store) and no working sets were given (Solver's ``sets``: a warm "
+                "start's, solvers/active_set.warm_sets); use step 'fw' (with or without the cache) or a fresh store")
         self.cache = GapCache(cfg) if cfg.cache else None
-        self.sets = [BlockSet(dual.gt_labeling(i), dual.key(dual.gt_labeling(i)), 0.0) for i in range(dual.n)]
+        self.sets = sets if sets is not None else [BlockSet(dual.gt_labeling(i), dual.key(dual.gt_labeling(i)), 0.0)
+                                                   for i in range(dual.n)]
 
     def state_dict(self) -> dict:
         return {"sets": self.sets}

@@ -11,7 +11,7 @@ Every term of the chain store gains its edge part, so the store runs what the ch
 pairwise and away block steps and the cache (the active-set terms read the edge part of each difference,
 :func:`~ssvm_torch.oracles.edge_kernels.nb_edge_pair_delta`), any sampling, gap passes, checkpoints, weighted
 averaging (the shadow vector's edge rows move with w's), batch FW and the regularization path (the corner's
-edge rows, :func:`~ssvm_torch.oracles.edge_kernels.nb_edge_rows`; the max margins and lam <w_i, w> with their
+edge rows, :func:`~ssvm_torch.oracles.edge_kernels.nb_edge_stats` by attribute; the max margins and lam <w_i, w> with their
 edge scores), the warm lambda grid, SSG, and mini-batch BCFW (``--batch-size``: tau corners, one joint
 direction, the exact line search of :class:`~ssvm_torch.solvers.steps.MiniBatchStep`), on the numba kernels
 (CPU float64). The cutting plane and the sharded stores of the gather / allreduce exchanges are refused with a
@@ -24,16 +24,16 @@ import numpy as np
 import torch
 
 from ..data.types import ChainData
-from ..devices import to_host
 from ..errors import SSVMInputError, check
 from ..models.chain_edges import EdgeChainModel, block_chunks
 from ..models.chain_index import padded_index
 from ..oracles.chain_kernels import nb_unary_all
 from ..oracles.edge_kernels import (nb_edge_delta, nb_edge_labelings_dots, nb_edge_m_thetas, nb_edge_move,
-                                    nb_edge_pair_delta, nb_edge_rows, nb_edge_scores, nb_edge_stats, nb_edge_weights,
+                                    nb_edge_pair_delta, nb_edge_scores, nb_edge_stats, nb_edge_weights,
                                     nb_fw_corner_edges, nb_gap_pass_edges)
 from .base import BatchCorners, Corner, GapPass
 from .chain import ChainDual
+from .ragged import host_labels
 
 
 class EdgeChainDual(ChainDual):
@@ -205,27 +205,23 @@ class EdgeChainDual(ChainDual):
         self.Me.index_put_((groups,), gamma * De, accumulate=True)      # in place: the numba views stay valid
 
     # -- active-set steps and the cache: the chain part (ChainDual's) plus the edge part --------------
-    def _labels(self, y) -> np.ndarray:
-        return np.ascontiguousarray(np.asarray(y), dtype=np.int64)
-
     def _edge_pair(self, i: int, P, Q):
         """(De (groups of block i, P), sum De^2) of S_e(P) - S_e(Q), None = the block's point Me_i."""
         s, e = int(self._np[3][i]), int(self._np[3][i + 1])
         De = self._ework[1]
         none = self._no_labels
-        sq = nb_edge_pair_delta(i, s, e - s, none if P is None else self._labels(P), P is None,
-                                none if Q is None else self._labels(Q), Q is None, self.eptr, self.evals, self.egrp,
+        sq = nb_edge_pair_delta(i, s, e - s, none if P is None else host_labels(P), P is None,
+                                none if Q is None else host_labels(Q), Q is None, self.eptr, self.evals, self.egrp,
                                 self.model.pair_of, self.gptr, self.Me.numpy(), De)
         return De, sq
 
     def corner_gaps(self, i: int, labelings) -> np.ndarray:
         """g_i(y) of each labeling (:meth:`ChainDual.corner_gaps`) with the edge term <S_e(y) - Me_i, E> / n."""
         gaps = super().corner_gaps(i, labelings)
-        L = labelings if isinstance(labelings, np.ndarray) and labelings.ndim == 2 else \
-            np.stack([np.asarray(y, dtype=np.int64) for y in labelings])
+        L = host_labels(labelings)
         s, e = int(self._np[3][i]), int(self._np[3][i + 1])
         edge = np.zeros(L.shape[0])
-        nb_edge_labelings_dots(i, s, e - s, self._labels(L), self.eptr, self.eidx, self.evals, self.model.pair_of,
+        nb_edge_labelings_dots(i, s, e - s, L, self.eptr, self.eidx, self.evals, self.model.pair_of,
                                self._E(), self.gptr, self.gattr, self.Me.numpy(), edge)
         return gaps + edge / self.N
 
@@ -244,22 +240,19 @@ class EdgeChainDual(ChainDual):
         nb_edge_move(i, coef, 0.0, De, self.gptr, self.gattr, self._E(), self.Me.numpy())
 
     # -- batch FW and the regularization path -------------------------------------------------------
-    def _labels_host(self, labels) -> np.ndarray:
-        return np.ascontiguousarray(to_host(torch.as_tensor(labels)), dtype=np.int64)
-
     def corner_point(self, gp: GapPass):
         """The batch FW corner (w_s, ell_s) of the gap pass's labels: the chain part (:meth:`ChainDual.corner_point`)
         and the edge rows (S_e(y_gt) - S_e(y*)) / (lam n)."""
         w_s, ell_s = super().corner_point(gp)
         E, coef = self.model.edge_weights(w_s).numpy(), 1.0 / (self.lam * self.N)
-        for labels, c in ((self._np[4], coef), (self._labels_host(gp.labels), -coef)):
-            nb_edge_rows(labels, self._np[3], self.eptr, self.eidx, self.evals, self.model.pair_of, c, E)
+        for labels, c in ((self._np[4], coef), (host_labels(gp.labels), -coef)):     # rows by attribute id
+            nb_edge_stats(labels, self._np[3], self.eptr, self.evals, self.eidx, self.model.pair_of, E, c)
         return w_s, ell_s
 
     def move_all(self, gp: GapPass, w_s: torch.Tensor, ell_s: float, gamma: float) -> None:
         """Every block towards the corner: Me <- (1 - gamma) Me + gamma S_e(y*), then the chain part."""
         self.Me.mul_(1.0 - gamma)                                 # in place: the numba views stay valid
-        nb_edge_stats(self._labels_host(gp.labels), self._np[3], self.eptr, self.evals, self.egrp, self.model.pair_of,
+        nb_edge_stats(host_labels(gp.labels), self._np[3], self.eptr, self.evals, self.egrp, self.model.pair_of,
                       self.Me.numpy(), gamma)
         super().move_all(gp, w_s, ell_s, gamma)
 
@@ -275,7 +268,7 @@ class EdgeChainDual(ChainDual):
         pots = self._potentials_of(w)
         chain = self._scores(*pots, labels) - self._scores(*pots, self.Y)
         E = np.ascontiguousarray(self.model.edge_weights(w).numpy())
-        edge = self._edge_scores(self._labels_host(labels), E, 1.0, np.zeros(self.n))
+        edge = self._edge_scores(host_labels(labels), E, 1.0, np.zeros(self.n))
         return chain + torch.from_numpy(self._edge_scores(self._np[4], E, -1.0, edge))
 
     def block_wdots(self) -> torch.Tensor:

@@ -2,10 +2,21 @@
 i's labeling is ``labels[offsets[i]:offsets[i + 1]]`` of a gap pass."""
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from ..devices import to_host
 from .base import GapPass
+
+
+def host_labels(labelings) -> np.ndarray:
+    """Labelings as the compiled kernels' contiguous int64 array, read in place from NumPy arrays or CPU tensors:
+    one (T,), stacked (m, T), or a list of (T,) (the compiled steps run on the CPU)."""
+    if torch.is_tensor(labelings):
+        return np.ascontiguousarray(labelings.numpy(), np.int64)
+    if isinstance(labelings, np.ndarray):
+        return np.ascontiguousarray(labelings, np.int64)
+    return np.ascontiguousarray(np.stack([torch.as_tensor(y).numpy() for y in labelings]), np.int64)
 
 
 class RaggedLabelings:

@@ -9,15 +9,9 @@ import numpy as np
 import torch
 
 from ..devices import to_host
+from .ragged import host_labels
 from .segment_kernels import (nb_segment_corner, nb_segment_delta, nb_segment_gap_pass, nb_segment_labelings_gaps,
                               nb_segment_move)
-
-
-def host_labels(labelings) -> np.ndarray:
-    """Segmentations as a contiguous int64 array, read in place from CPU tensors (one (T,) or stacked (m, T))."""
-    if torch.is_tensor(labelings):
-        return np.ascontiguousarray(labelings.numpy(), np.int64)
-    return np.ascontiguousarray(np.stack([torch.as_tensor(y).numpy() for y in labelings]), np.int64)
 
 
 class HostSegmentSteps:

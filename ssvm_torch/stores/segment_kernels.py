@@ -28,6 +28,16 @@ def _potentials(s, T, fptr, fidx, fval, W, U):
 
 
 @nb.njit(cache=True, nogil=True)
+def _zero(T, D, Dc):
+    """D[:T] = 0, Dc = 0: the scratch a difference of statistics is accumulated into."""
+    for g in range(Dc.shape[0]):
+        Dc[g] = 0.0
+    for t in range(T):
+        for c in range(D.shape[1]):
+            D[t, c] = 0.0
+
+
+@nb.njit(cache=True, nogil=True)
 def _add_statistics(ys, T, K, sign, D, Dc):
     """D (T, 3K) += sign s(ys) of the positions (token / begin / end indicators of each label) and Dc (G,) +=
     sign times its counts (first, last, transitions [next, prev], lengths), models/semimarkov.py's layout."""
@@ -127,11 +137,7 @@ def nb_segment_corner(i, c_i, outside, fptr, fidx, fval, offsets, Y, obs, W, wc,
                     S[t, l, k] = tok + U[t, K + k] + U[j, 2 * K + k] + lens[l * K + k] + c_i * wrong
     best_row(S[:T], wc[:K], wc[K:2 * K], wc[2 * K:2 * K + K * K].reshape(K, K), T, ys)
     # statistics of y*: D = s(y*) - M_i, the loss, <D, theta> and ||A D||^2
-    for g in range(Dc.shape[0]):
-        Dc[g] = 0.0
-    for t in range(T):
-        for c in range(C):
-            D[t, c] = 0.0
+    _zero(T, D, Dc)
     _add_statistics(ys, T, K, 1.0, D, Dc)
     _minus_point(i, s, T, P, Gc, D, Dc)
     loss = c_i * _wrong_positions(s, T, K, Y, obs, ys)
@@ -156,11 +162,7 @@ def nb_segment_delta(i, yp, p_current, yq, q_current, offsets, P, Gc, G, goff, K
     Osokin et al. 2016, Alg. 3 / 4); returns ||A_i D||^2."""
     s = offsets[i]
     T = offsets[i + 1] - s
-    for g in range(Dc.shape[0]):
-        Dc[g] = 0.0
-    for t in range(T):
-        for c in range(D.shape[1]):
-            D[t, c] = 0.0
+    _zero(T, D, Dc)
     if p_current:
         _minus_point(i, s, T, P, Gc, D, Dc)
         for t in range(T):
@@ -193,11 +195,7 @@ def nb_segment_labelings_gaps(i, c_i, labelings, fptr, fidx, fval, offsets, Y, o
     for g in range(Dc.shape[0]):
         point += Gc[i, g] * wc[g]
     for j in range(labelings.shape[0]):
-        for g in range(Dc.shape[0]):
-            Dc[g] = 0.0
-        for t in range(T):
-            for c in range(C):
-                D[t, c] = 0.0
+        _zero(T, D, Dc)
         _add_statistics(labelings[j], T, K, 1.0, D, Dc)
         acc = 0.0
         for t in range(T):
