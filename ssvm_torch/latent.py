@@ -28,7 +28,6 @@ a semi-Markov completion is the best segmentation agreeing with every observed s
 """
 from __future__ import annotations
 
-import math
 import time
 
 import torch
@@ -38,7 +37,6 @@ from .data.types import ChainData, csr_rows
 from .errors import SSVMInputError, check, check_positive
 from .models.chain import ChainModel
 from .models.semimarkov import SemiMarkovModel
-from .models.chain_index import padded_index
 from .solvers import Solver, SolverConfig
 from .stores import make_store
 
@@ -101,23 +99,12 @@ def letter_start(model, data: ChainData, lam: float, config: SolverConfig = LETT
     return w
 
 
-def complete(model: ChainModel, w: torch.Tensor, data: ChainData) -> torch.Tensor:
+def complete(model, w: torch.Tensor, data: ChainData) -> torch.Tensor:
     """h_i = argmax over the labelings agreeing with the observed labels of <w, phi(x_i, h)> for every
-    sequence (the CCCP completion): the model's Viterbi with every other label at an observed position
-    at -inf; ragged (N,) labels, equal to ``data.Y`` at the observed positions."""
-    if isinstance(model, SemiMarkovModel):
-        return model.complete(w, data)                    # segments agreeing with the observed states
-    if not data.partial:
-        return data.Y.clone()
-    idx = torch.arange(data.n, device=w.device)
-    unary, lengths, first, last, trans = model.scores(w, data, idx)
-    pos, valid = padded_index(data.offsets.to(w.device), idx)
-    gold = data.Y.to(w.device)[pos]
-    seen = data.observed.to(w.device)[pos] & valid
-    other = torch.nn.functional.one_hot(gold, model.K).to(torch.bool).logical_not() & seen[..., None]
-    unary = unary.masked_fill(other, -math.inf)
-    labels = model.decode((unary, lengths, first, last, trans), data, idx)
-    return labels[valid].to(data.Y.device)
+    sequence (the CCCP completion): the model's own constrained decoding (``ChainModel.complete``: Viterbi with
+    every other label at an observed position at -inf; ``SemiMarkovModel.complete``: the best segmentation
+    agreeing with every observed state); ragged (N,) labels, equal to ``data.Y`` at the observed positions."""
+    return model.complete(w, data)
 
 
 def with_labels(data: ChainData, labels: torch.Tensor) -> ChainData:

@@ -333,6 +333,21 @@ class ChainModel(StructuredModel):
         return decode(unary, lengths, first, last, trans, backend=self.kernels,
                       penalty=self.penalty(unary.dtype, unary.device))[0]
 
+    def complete(self, w: torch.Tensor, data: ChainData) -> torch.Tensor:
+        """h_i = argmax over the labelings agreeing with the observed labels of <w, phi(x_i, h)> for every
+        sequence (the CCCP completion of the latent SSVM, ssvm_torch/latent.py): Viterbi with every other label
+        at an observed position at -inf; ragged (N,) labels, equal to ``data.Y`` at the observed positions."""
+        if not data.partial:
+            return data.Y.clone()
+        idx = torch.arange(data.n, device=w.device)
+        unary, lengths, first, last, trans = self.scores(w, data, idx)
+        pos, valid = padded_index(data.offsets.to(w.device), idx)
+        gold = data.Y.to(w.device)[pos]
+        seen = data.observed.to(w.device)[pos] & valid
+        other = torch.nn.functional.one_hot(gold, self.K).to(torch.bool).logical_not() & seen[..., None]
+        labels = self.decode((unary.masked_fill(other, float("-inf")), lengths, first, last, trans), data, idx)
+        return labels[valid].to(data.Y.device)
+
     def gt_batch(self, data: ChainData, idx) -> torch.Tensor:
         idx = torch.as_tensor(idx, device=data.offsets.device).reshape(-1)
         pos, valid = padded_index(data.offsets, idx)
