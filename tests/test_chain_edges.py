@@ -331,13 +331,84 @@ def test_lazy_average_equals_the_explicit_recursion(step):
     assert not torch.allclose(lazy.w_avg[edge], lazy.dual.w[edge])           # the edge rows are averaged too
 
 
-def test_torch_kernels_and_the_cutting_plane_are_refused():
+def test_joint_labelings_give_the_dense_constraints_products_and_point():
+    """The cutting plane's joint constraints kept as labelings (joint_dots / joint_point) equal the dense corners
+    a(y) of corner_point, the edge rows included: products with corners and a random w, the weighted point."""
+    from ssvm_torch.solvers.working_set import DenseWorkingSet, LabelingWorkingSet
+    data = random_edge_chains(21, n=6)
+    model = EdgeChainModel.for_data(data, "hamming")
+    store = make_store(model, data, LAM)
+    dense, compact = DenseWorkingSet(store), LabelingWorkingSet(store)
+    rng = torch.Generator().manual_seed(0)
+    corners = []
+    for _ in range(3):
+        store.set_point(torch.randn(model.d, generator=rng, dtype=torch.float64), 0.0)
+        gp = store.gap_pass()
+        a, _ = store.corner_point(gp)
+        assert float(a[model.d0:].abs().sum()) > 0                    # the corner has edge rows
+        np.testing.assert_allclose(compact.lam_dots(a), dense.lam_dots(a), rtol=1e-12, atol=1e-12)
+        dense.append(a, gp)
+        compact.append(a, gp)
+        corners.append(gp.labels)
+    w = torch.randn(model.d, generator=rng, dtype=torch.float64)
+    np.testing.assert_allclose(compact.lam_dots(w), dense.lam_dots(w), rtol=1e-12, atol=1e-12)
+    # an independent product: lam <a(y), w> = sum_i <w, phi_i(y_gt) - phi_i(y)> / n with the dense feature map
+    off = data.offsets
+    for c, y in enumerate(corners):
+        ref = 0.0
+        for i in range(data.n):
+            X, Ec, gt = dense_parts(data, i)
+            yi = y[int(off[i]):int(off[i + 1])].long()
+            ref += float(w @ (model.joint_feature(X, gt, Ec) - model.joint_feature(X, yi, Ec))) / data.n
+        assert float(compact.lam_dots(w)[c]) == pytest.approx(ref, abs=1e-10)
+    alpha = np.array([0.2, 0.0, 0.5])                 # sum < 1: the rest on the ground truth (psi = 0)
+    torch.testing.assert_close(compact.point(alpha), dense.point(alpha), rtol=0, atol=1e-12)
+
+
+def test_cutting_plane_runs_certified_on_labelings_as_on_dense_rows_and_resumes(tmp_path):
+    """The 1-slack cutting plane on the edge store: the labelings' run is the dense rows' run, its last gap is the
+    brute-force primal (edge scores included) - dual at its point and below 1e-6 of the first, and a checkpoint resumes it record for record."""
+    from ssvm_torch.outputs import load_checkpoint, save_checkpoint
+    from ssvm_torch.solvers import make_solver
+    data = random_edge_chains(22, n=7)
+    model = EdgeChainModel.for_data(data, "normalized")
+
+    def run(form, passes=45, state=None):
+        s = make_solver(make_store(model, data, LAM), SolverConfig(solver="cutting-plane", passes=passes,
+                                                                   gap_check=5, working_set=form))
+        if state is not None:
+            s.load_state_dict(state)
+        return s, s.run()
+    _, dense = run("dense")
+    compact, hist = run("labelings")
+    assert [r["working_set"] for r in hist] == [r["working_set"] for r in dense]
+    for key in ("primal", "dual", "gap"):
+        np.testing.assert_allclose([r[key] for r in hist], [r[key] for r in dense], rtol=0, atol=1e-9)
+    assert hist[-1]["gap"] < 1e-6 * hist[0]["gap"]
+    store, w = compact.dual, compact.dual.w
+    H = []
+    for i in range(data.n):
+        X, Ec, gt = dense_parts(data, i)
+        H.append(brute_force(model, data, i, w, augmented=True)[1] - float(w @ model.joint_feature(X, gt, Ec)))
+    primal = 0.5 * LAM * float(w @ w) + sum(H) / data.n
+    # the store holds the last iterate (the record's *_last; its model is the best certified point, best_point.py)
+    dual = -0.5 * LAM * float(w @ w) + store.ell
+    assert hist[-1]["dual"] == pytest.approx(dual, abs=1e-12)
+    assert hist[-1]["gap_last"] == pytest.approx(primal - dual, abs=1e-10)
+    part, _ = run("labelings", passes=20)
+    save_checkpoint(tmp_path / "ck.pt", part.state_dict())
+    _, resumed = run("labelings", state=load_checkpoint(tmp_path / "ck.pt"))
+
+    def strip(h):
+        return [{k: v for k, v in r.items() if k != "time_s"} for r in h]
+    assert strip(resumed) == strip(hist)
+
+
+def test_torch_kernels_are_refused():
     data = random_edge_chains(2)
     model = EdgeChainModel.for_data(data)
     with pytest.raises(SSVMInputError, match="numba kernels"):
         make_store(model, data, LAM, kernels="torch")
-    with pytest.raises(SSVMInputError, match="cutting-plane"):
-        Solver(make_store(model, data, LAM), SolverConfig(solver="cutting-plane"))
     with pytest.raises(SSVMInputError, match="ChainData.E"):
         EdgeChainModel.for_data(ChainData(data.X, data.Y, data.offsets, 3))
 

@@ -12,9 +12,10 @@ pairwise and away block steps and the cache (the active-set terms read the edge 
 :func:`~ssvm_torch.oracles.edge_kernels.nb_edge_pair_delta`), any sampling, gap passes, checkpoints, weighted
 averaging (the shadow vector's edge rows move with w's), batch FW and the regularization path (the corner's
 edge rows, :func:`~ssvm_torch.oracles.edge_kernels.nb_edge_stats` by attribute; the max margins and lam <w_i, w> with their
-edge scores), the warm lambda grid, SSG, and mini-batch BCFW (``--batch-size``: tau corners, one joint
-direction, the exact line search of :class:`~ssvm_torch.solvers.steps.MiniBatchStep`), on the numba kernels
-(CPU float64). The cutting plane and the sharded stores of the gather / allreduce exchanges are refused with a
+edge scores), the warm lambda grid, SSG, mini-batch BCFW (``--batch-size``: tau corners, one joint
+direction, the exact line search of :class:`~ssvm_torch.solvers.steps.MiniBatchStep`) and the 1-slack cutting plane
+(its joint constraints as dense rows or as joint labelings, whose products and point gain the edge scores and
+rows), on the numba kernels (CPU float64). The sharded stores of the gather / allreduce exchanges are refused with a
 clear error (the columns exchange, :mod:`ssvm_torch.distributed.column_shards_edges`, runs mini-batch BCFW under
 torchrun).
 """
@@ -39,7 +40,6 @@ from .ragged import host_labels
 class EdgeChainDual(ChainDual):
     """:class:`ChainDual` with the edge statistics Me (sum of groups, P) of every block."""
 
-    supports_dual_point = False      # no joint constraints with edge scores (joint_dots): no cutting plane
     shardable = False                # gather / allreduce ship no edge block; the columns exchange runs it (column_shards_edges.py)
     shares_w = False                 # the edge block is rebuilt beside w (recompute), not into a given vector
     description = ("a chain with edge-observation features (the edge: items of a template, e.g. conll2000's default "
@@ -255,6 +255,28 @@ class EdgeChainDual(ChainDual):
         nb_edge_stats(host_labels(gp.labels), self._np[3], self.eptr, self.evals, self.egrp, self.model.pair_of,
                       self.Me.numpy(), gamma)
         super().move_all(gp, w_s, ell_s, gamma)
+
+    # -- joint constraints as labelings (the 1-slack cutting plane, solvers/working_set.py) -------------------
+    def joint_dots(self, w: torch.Tensor, labels: list) -> torch.Tensor:
+        """lam <a(y_c), w> (:meth:`ChainDual.joint_dots`, the chain scores) plus the edge part
+        (<E, S_e(y_gt)> - <E, S_e(y_c)>) / n summed over the blocks, E the edge block of w."""
+        chain = super().joint_dots(w, labels)
+        E = np.ascontiguousarray(self.model.edge_weights(w.to(self.device, self.dtype)).numpy())
+        gold = self._edge_scores(self._np[4], E, 1.0, np.zeros(self.n)).sum()
+        edge = [gold - self._edge_scores(host_labels(y), E, 1.0, np.zeros(self.n)).sum() for y in labels]
+        return chain + torch.tensor(edge, dtype=chain.dtype) / self.N
+
+    def joint_point(self, weights, labels: list) -> torch.Tensor:
+        """sum_c weights_c a(y_c): the chain part (:meth:`ChainDual.joint_point`) and the edge rows
+        (sum_c weights_c (S_e(y_gt) - S_e(y_c))) / (lam n), rows by attribute id."""
+        w = super().joint_point(weights, labels)
+        E, coef = self.model.edge_weights(w).numpy(), 1.0 / (self.lam * self.N)
+        rows = (self._np[3], self.eptr, self.evals, self.eidx, self.model.pair_of, E)
+        nb_edge_stats(self._np[4], *rows, coef * float(sum(weights)))
+        for wc, y in zip(weights, labels):
+            if float(wc) != 0.0:
+                nb_edge_stats(host_labels(y), *rows, -coef * float(wc))
+        return w
 
     def _edge_scores(self, labels: np.ndarray, E: np.ndarray, sign: float, out: np.ndarray) -> np.ndarray:
         nb_edge_scores(labels, self._np[3], self.eptr, self.eidx, self.evals, self.model.pair_of, E, sign, out)
