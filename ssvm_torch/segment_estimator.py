@@ -64,11 +64,17 @@ class SegmentSSVM(StructuredSVM):
     def _tags(self, X, tags) -> list:
         check(isinstance(tags, (list, tuple)) and len(tags) == len(X), "Y", f"a list of {len(X)} tag lists",
               type(tags).__name__ if not isinstance(tags, (list, tuple)) else f"{len(tags)} lists")
+        out = []
         for i, (x, t) in enumerate(zip(X, tags)):
-            check(isinstance(t, (list, tuple)) and len(t) == x.shape[0], f"Y[{i}]",
+            sequence = isinstance(t, (list, tuple)) or (isinstance(t, np.ndarray) and t.ndim == 1)
+            check(sequence and len(t) == x.shape[0], f"Y[{i}]",
                   f"{x.shape[0]} tags (strings such as 'B-NP', 'O'), one per position of X[{i}]",
-                  type(t).__name__ if not isinstance(t, (list, tuple)) else f"{len(t)} tags")
-        return [list(t) for t in tags]
+                  f"{len(t)} tags" if sequence else type(t).__name__)
+            bad = next((j for j, tag in enumerate(t) if not isinstance(tag, str)), None)
+            check(bad is None, f"Y[{i}][{bad}]", "a chunk tag string such as 'B-NP' or 'O'",
+                  None if bad is None else repr(t[bad]))
+            out.append([str(tag) for tag in t])        # NumPy's str_ as plain strings
+        return out
 
     def _data(self, X, Y=None, fitting: bool = False):
         """ChainData with 2K segment states (models/semimarkov.py); without Y (prediction) every position is a

@@ -70,9 +70,15 @@ def test_bad_input_is_refused_by_name(conll):
         est.fit(X[:3], [tags[0], tags[1][:-1], tags[2]])
     with pytest.raises(SSVMInputError, match="expected 'O' or a BIO tag such as 'B-NP', got 'NP'"):
         est.fit(X[:2], [tags[0], ["NP"] * len(tags[1])])
+    with pytest.raises(SSVMInputError, match=r"Y\[1\]\[2\]: expected a chunk tag string .* got 7"):
+        est.fit(X[:2], [tags[0], tags[1][:2] + [7] + tags[1][3:]])
     est.fit(X[:20], tags[:20])
     with pytest.raises(SSVMInputError, match=r"X\[0\]: expected \d+ features"):
         est.predict([X[0][:, :5]])
+    # NumPy arrays of tags (what a scikit-learn pipeline hands on) read as the lists
+    arrays = SegmentSSVM(lam=1e-2, passes=2, gap_check=2).fit(X[:20], [np.array(t) for t in tags[:20]])
+    assert torch.equal(arrays.coef_, est.coef_)
+    assert arrays.score(X[:20], [np.array(t) for t in tags[:20]]) == est.score(X[:20], tags[:20])
 
 
 def test_chunk_f1_is_seqevals_with_unseen_types():
