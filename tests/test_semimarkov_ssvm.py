@@ -198,6 +198,38 @@ def test_batch_fw_and_path_rescaling_match_the_dense_store():
     assert torch.allclose(stores[0].w, stores[1].w, atol=1e-10) and stores[0].ell == pytest.approx(stores[1].ell)
 
 
+@pytest.mark.parametrize("partial", [False, True], ids=["full", "partial"])
+def test_cutting_plane_on_segmentations_is_the_dense_stores_run(partial):
+    """The 1-slack cutting plane with its constraints kept as joint segmentations (stores/segment_joint.py) runs as
+    on the dense (n, d) store's dense constraint rows (an independent phi): the same records to 1e-9, w to 1e-9,
+    the gap falling below 1e-6 of the first; the labelings' products and point equal the dense rows'."""
+    from ssvm_torch.solvers import make_solver
+    from ssvm_torch.solvers.working_set import DenseWorkingSet, LabelingWorkingSet
+    from ssvm_torch.stores.base import GapPass
+    if partial:                                          # the store trains on the completion
+        model, _, data, _ = partial_instance(5)
+    else:
+        model, data = instance(6, outside=0)
+    runs = []
+    for store, form in ((SegmentDual(model, data, 0.3), "labelings"), (DenseDual(model, data, 0.3), "dense")):
+        solver = make_solver(store, SolverConfig(solver="cutting-plane", passes=60, gap_check=5, working_set=form))
+        runs.append((solver.run(), solver))
+    (ha, a), (hb, b) = runs
+    assert isinstance(a.ws, LabelingWorkingSet) and isinstance(b.ws, DenseWorkingSet)
+    assert [r["working_set"] for r in ha] == [r["working_set"] for r in hb]
+    for key in ("primal", "dual", "gap"):
+        np.testing.assert_allclose([r[key] for r in ha], [r[key] for r in hb], rtol=0, atol=1e-9)
+    assert torch.allclose(a.dual.w, b.dual.w, atol=1e-9) and ha[-1]["gap"] < 1e-6 * ha[0]["gap"]
+    store, dense = a.dual, DenseWorkingSet(a.dual)
+    for y in a.ws.labels:                                  # the compact constraints as dense rows of this store
+        gp = GapPass(labels=y.long(), loss=torch.zeros(data.n, dtype=torch.float64), H=None, block_gaps=None)
+        dense.append(store.corner_point(gp)[0], gp)
+    w = torch.tensor(np.random.default_rng(0).normal(size=model.d))
+    np.testing.assert_allclose(a.ws.lam_dots(w), dense.lam_dots(w), rtol=1e-12, atol=1e-12)
+    alpha = np.linspace(0.1, 0.3, len(a.ws.labels)) / len(a.ws.labels)
+    torch.testing.assert_close(a.ws.point(alpha), dense.point(alpha), rtol=0, atol=1e-12)
+
+
 def test_the_outside_label_covers_one_position():
     model, data = instance(5, outside=0)
     w = torch.tensor(np.random.default_rng(6).normal(size=model.d))

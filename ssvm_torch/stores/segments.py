@@ -27,10 +27,11 @@ from ..segments.scoring import augmented, loss as segment_loss
 from .base import SPARSE_D, BatchCorners, BlockDual, Corner, GapPass, objective_n
 from .ragged import RaggedLabelings
 from .segment_host import HostSegmentSteps
+from .segment_joint import SegmentJointConstraints
 from .state import TensorBlockState
 
 
-class SegmentDual(RaggedLabelings, TensorBlockState, BlockDual):
+class SegmentDual(RaggedLabelings, SegmentJointConstraints, TensorBlockState, BlockDual):
     """Compact per-block dual state of a semi-Markov SSVM (module docstring); tensors on ``device``."""
 
     STATE_TENSORS = ("w", "ell_i", "P", "Gc")
