@@ -21,9 +21,10 @@ dense (the store's only one before 2026-12-03) and as the sparse vector of its t
 ``--before DIR --commit C``: the semi-Markov store of an earlier commit against this one on the same sentences,
 side by side in one process through the calls users make: gap-sampling BCFW runs (``Solver.run``, ``--passes``
 passes with the exact gap every pass, medians of ``--repeats`` runs, the two versions alternated) of each step rule
-in ``--rules`` (FW, pairwise, FW + cache, away) and the gap pass at the point the first rule's runs end; torch on
-one thread, numba on its default threads (recorded). The earlier package is imported under another name
-(``git worktree add /tmp/old C && cp -r /tmp/old/ssvm_torch DIR/ssvm_torch_before``).
+in ``--rules`` (FW, pairwise, FW + cache, away; ``minibatch``: mini-batch BCFW at tau = 64) and the gap pass at the
+point the first rule's runs end; torch on one thread, numba on its default threads (recorded). The earlier package
+is imported under another name (``git worktree add /tmp/old C && cp -r /tmp/old/ssvm_torch
+DIR/ssvm_torch_before``).
 
 Usage: python benchmarks/bench_segments_ssvm.py [--train-size 2000] [--steps 600]
        [--out benchmarks/results/segments_ssvm_cpu.json]
@@ -160,7 +161,8 @@ def minibatch_times(train_size: int | None, tau: int, passes: float, repeats: in
 
 
 #: the step rules of Osokin et al. 2016 that ``--before`` runs: SolverConfig fields
-STEP_RULES = {"fw": {}, "pairwise": {"step": "pairwise"}, "cache": {"cache": True}, "away": {"step": "away"}}
+STEP_RULES = {"fw": {}, "pairwise": {"step": "pairwise"}, "cache": {"cache": True}, "away": {"step": "away"},
+              "minibatch": {"batch_size": 64}}
 
 
 def versions(before: Path, commit: str, train_size: int, passes: int, repeats: int, rules: list[str]) -> dict:

@@ -285,16 +285,28 @@ class SegmentDual(RaggedLabelings, SegmentJointConstraints, TensorBlockState, Bl
 
     # -- mini-batch BCFW -------------------------------------------------------------------------
     def batch_corners(self, idx: torch.Tensor, with_direction: bool = True) -> BatchCorners:
+        """The corners of the distinct blocks ``idx`` (the compiled corner block by block, or one batched torch
+        decode) and the joint direction dw = -sum_b A_b D_b / (lam n) from their D's."""
         idx = torch.as_tensor(idx, device=self.device).reshape(-1)
-        k = self._corners(idx, sqnorm=False)
-        loss = k["loss"] / self.N
-        gaps = (k["dot"] + k["loss"]) / self.N - self.ell_i[idx]
-        valid = k["valid"]
+        if self._host is not None:
+            self._corner_delta = self._host_delta = None
+            found = [self._host.corner(i) for i in idx.tolist()]
+            loss = torch.tensor([c[1] for c in found], dtype=self.dtype)
+            dot = torch.tensor([c[2] for c in found], dtype=self.dtype)
+            rows = torch.cat([torch.arange(int(self.offsets[i]), int(self.offsets[i + 1])) for i in idx.tolist()])
+            D = torch.from_numpy(np.concatenate([c[4] for c in found]))
+            Dc = torch.from_numpy(np.stack([c[5] for c in found]))
+            count = self.lengths[idx]
+        else:
+            k = self._corners(idx, sqnorm=False)
+            loss, dot, valid = k["loss"], k["dot"], k["valid"]
+            rows, D, Dc, count = k["pos"][valid], k["Dp"][valid], k["Dc"], valid.sum(1)
+        gaps = (dot + loss) / self.N - self.ell_i[idx]
+        loss = loss / self.N
         coef = -1.0 / (self.lam * self.N)                      # dw = sum_b (w_s,b - w_b) = -sum_b A_b D_b / (lam n)
-        parts = {"counts": coef * k["Dc"], "positions": {"count": valid.sum(1), "rows": k["pos"][valid],
-                                                         "stats": coef * k["Dp"][valid]}}
+        parts = {"counts": coef * Dc, "positions": {"count": count, "rows": rows, "stats": coef * D}}
         return BatchCorners(idx, loss, gaps, self.direction(parts) if with_direction else None,
-                            float((loss - self.ell_i[idx]).sum()), moves=k, parts=parts)
+                            float((loss - self.ell_i[idx]).sum()), moves=(rows, D, Dc), parts=parts)
 
     def direction(self, parts: dict) -> torch.Tensor:
         """dw = -sum_b A_b D_b / (lam n), dense, or (``sparse_direction``, d >= 2^20) a coalesced sparse vector of
@@ -316,10 +328,9 @@ class SegmentDual(RaggedLabelings, SegmentJointConstraints, TensorBlockState, Bl
 
     def batch_move(self, corners: BatchCorners, gamma: float) -> None:
         self._corner_delta = self._host_delta = None
-        k, idx = corners.moves, corners.idx
-        valid = k["valid"]
-        self.P[k["pos"][valid]] += gamma * k["Dp"][valid]
-        self.Gc[idx] += gamma * k["Dc"]
+        (rows, D, Dc), idx = corners.moves, corners.idx
+        self.P.index_put_((rows,), gamma * D, accumulate=True)        # in place: the compiled step's views stay valid
+        self.Gc.index_put_((idx,), gamma * Dc, accumulate=True)
         self.ell_i[idx] = self.ell_i[idx].lerp(corners.loss, gamma)
         self.w.add_(corners.dw, alpha=gamma)
         if self.shadow is not None:
