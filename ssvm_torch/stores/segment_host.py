@@ -33,13 +33,14 @@ class HostSegmentSteps:
     def length(self, i: int) -> int:
         return int(self.offsets[i + 1] - self.offsets[i])
 
-    def corner(self, i: int):
-        """(labels (T_i,), L_i(y*), <D, theta_i>, ||A_i D||^2, D, Dc) of block i's loss-augmented corner."""
+    def corner(self, i: int, sqnorm: bool = True):
+        """(labels (T_i,), L_i(y*), <D, theta_i>, ||A_i D||^2, D, Dc) of block i's loss-augmented corner; ``sqnorm``
+        False skips the Gram part of the norm (mini-batches: their line search reads the joint direction's)."""
         m, T = self.model, self.length(i)
         ys = np.empty(T, dtype=np.int64)
         loss, dot, sq = nb_segment_corner(i, float(self.c[i]), self.outside, *self.csr, self.offsets, self.Y, self.obs,
                                           self.W, self.wc, self.P, self.Gc, self.G, self.goff, m.K, m.L, self.U, self.S,
-                                          ys, self.D, self.Dc)
+                                          ys, self.D, self.Dc, sqnorm)
         return torch.from_numpy(ys), loss, dot, sq, self.D[:T].copy(), self.Dc.copy()
 
     def pair(self, i: int, P, Q):

@@ -290,7 +290,7 @@ class SegmentDual(RaggedLabelings, SegmentJointConstraints, TensorBlockState, Bl
         idx = torch.as_tensor(idx, device=self.device).reshape(-1)
         if self._host is not None:
             self._corner_delta = self._host_delta = None
-            found = [self._host.corner(i) for i in idx.tolist()]
+            found = [self._host.corner(i, sqnorm=False) for i in idx.tolist()]
             loss = torch.tensor([c[1] for c in found], dtype=self.dtype)
             dot = torch.tensor([c[2] for c in found], dtype=self.dtype)
             rows = torch.cat([torch.arange(int(self.offsets[i]), int(self.offsets[i + 1])) for i in idx.tolist()])
