@@ -58,6 +58,32 @@ def test_dense_structures_run_on_device(device, name):
     assert h_dev[-1]["gap"] == pytest.approx(h_ref[-1]["gap"], rel=1e-7, abs=1e-12)
 
 
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("structure", ["semimarkov", "dependency"])
+@pytest.mark.parametrize("cfg", [{}, {"batch_size": 3}, {"step": "pairwise", "cache": True}],
+                         ids=["bcfw", "minibatch", "pairwise-cache"])
+def test_structure_stores_torch_path_on_device_matches_numba_on_cpu(device, structure, cfg):
+    """The semi-Markov and the dependency-tree stores' torch path (what a GPU runs) on ``device`` takes the compiled
+    CPU path's steps: the same last gap and w."""
+    import numpy as np
+    from conftest import random_dependency_data, random_segment_data
+    from ssvm_torch.models import DependencyModel, SemiMarkovModel
+    rng = np.random.default_rng(4)
+    if structure == "semimarkov":
+        data = random_segment_data(rng, 8, 3, 3, 4, tmin=1, tmax=6, outside=0, sparse=True)
+        model = SemiMarkovModel.for_data(data, max_length=3, outside=0)
+    else:
+        data = random_dependency_data(rng, 8, 12, lmin=2, lmax=5)
+        model = DependencyModel.for_data(data, projective=True)
+    config = SolverConfig(**{"solver": "bcfw", "sampling": "gap", "passes": 4, "gap_check": 2, "seed": 2, **cfg})
+    ref = make_store(model, data, 0.1)
+    dev = make_store(model, data, 0.1, device=device, kernels="torch")
+    h_ref, h_dev = Solver(ref, config).run(), Solver(dev, config).run()
+    assert ref.kernels == "numba" and dev.kernels == "torch" and dev.w.device.type == device
+    assert h_dev[-1]["gap"] == pytest.approx(h_ref[-1]["gap"], rel=1e-9, abs=1e-12) and h_ref[-1]["gap"] > 0
+    assert torch.allclose(dev.w.cpu(), ref.w, atol=1e-10)
+
+
 def test_bench_gpu_skips_cleanly_without_cuda():
     if torch.cuda.is_available():
         pytest.skip("a GPU is present: the benchmark would run")
