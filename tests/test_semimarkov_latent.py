@@ -42,12 +42,13 @@ def brute_objective(model, data, lam, w):
     return 0.5 * lam * float(w @ w) + total / data.n
 
 
-def test_cccp_objective_never_increases_and_equals_enumeration():
+@pytest.mark.parametrize("inner", [dict(step="pairwise", cache=True), dict(solver="cutting-plane")],
+                         ids=["bcpfw-cache", "cutting-plane"])
+def test_cccp_objective_never_increases_and_equals_enumeration(inner):
     model, data = partial(3)
     assert data.partial
     lam = 0.1
-    w, records = train_latent(model, data, lam, SolverConfig(passes=40, gap_check=10, step="pairwise", cache=True,
-                                                            seed=0), max_outer=5)
+    w, records = train_latent(model, data, lam, SolverConfig(passes=40, gap_check=10, seed=0, **inner), max_outer=5)
     objectives = [r["objective"] for r in records]
     assert len(records) >= 2 and all(b <= a for a, b in zip(objectives, objectives[1:]))
     assert records[1]["objective"] < records[0]["objective"]

@@ -21,7 +21,7 @@ import torch
 from ..atomic import atomic_write_bytes
 from ..data.types import ChainData
 from ..errors import RunInterrupted, SSVMInputError
-from ..latent import hide_labels, train_latent
+from ..latent import INNER_SOLVERS, hide_labels, train_latent
 from ..models.chain import ChainModel
 from ..models.chain_edges import EdgeChainModel
 from ..models.semimarkov import SemiMarkovModel
@@ -40,11 +40,11 @@ def check_options(args, launched_by_torchrun: bool) -> None:
                ("--checkpoint", args.checkpoint), ("torchrun", launched_by_torchrun),
                (f"--exchange {args.exchange}", args.exchange != "auto"), ("--dtype float32", args.dtype != "float64"),
                (f"--device {args.device}", args.device != "cpu"), (f"--kernels {args.kernels}", args.kernels == "torch"),
-               (f"--solver {args.solver}", args.solver not in ("bcfw", "fw", "ssg")), ("--averaging", args.averaging)]
+               (f"--solver {args.solver}", args.solver not in INNER_SOLVERS), ("--averaging", args.averaging)]
     bad = [name for name, on in refused if on]
     if bad:
         raise SSVMInputError(f"hide_labels: the latent SSVM runs CCCP in one process on the numba chain or segment "
-                             f"store (CPU float64) with an FW-type inner solver (bcfw, fw, ssg); not with "
+                             f"store (CPU float64) with an inner solver of {', '.join(INNER_SOLVERS)}; not with "
                              f"{', '.join(bad)}")
 
 

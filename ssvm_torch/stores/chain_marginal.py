@@ -52,7 +52,7 @@ class ChainMarginalMoves(MarginalMoves, RelaxedPasses):
         latent SSVM's completions, ssvm_torch/latent.py) is refused by name."""
         if self.partial:
             raise SSVMInputError(f"solver: {what} needs every training label observed; data with unobserved "
-                                 "positions trains with the FW-type steps (bcfw, fw, ssg) on the numba store")
+                                 "positions trains with bcfw, fw, ssg or the cutting plane on the numba store")
 
     def loss_potentials(self) -> torch.Tensor:
         self.observed_only("the marginal polytope (EG, DEG)")
