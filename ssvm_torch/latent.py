@@ -22,7 +22,7 @@ increases. Every record is one outer step: the objective, the inner problem's ga
 many completed labels changed.
 
 The inner problem runs on the numba chain store, whose loss kernels skip the unobserved positions
-(a negative loss label; stores/chain.py), or on the semi-Markov store (stores/segments.py), whose states at the
+(a negative loss label; stores/chain.py; the edge-feature chain store's too, stores/chain_edges.py), or on the semi-Markov store (stores/segments.py), whose states at the
 unobserved positions are the completion and whose loss counts the observed ones (``ChainData.observed``);
 a semi-Markov completion is the best segmentation agreeing with every observed state
 (:meth:`~ssvm_torch.models.semimarkov.SemiMarkovModel.complete`).
@@ -76,7 +76,8 @@ def letter_start(model, data: ChainData, lam: float, config: SolverConfig = LETT
     constant feature's column, and first, last and the transitions start at 0. For a semi-Markov model the
     classes are the 2K states (a segment of label k begins / goes on: the BIO tags) and the classifier's
     weights v become the emission rows that give each segment its positions' state scores: token row
-    v[K + k], begin row v[k] - v[K + k]; the end rows, lengths and transitions start at 0."""
+    v[K + k], begin row v[k] - v[K + k]; the end rows, lengths and transitions start at 0. A chain's classifier
+    is a plain chain of its layout (no tag constraints); an edge-feature chain's edge block starts at 0."""
     if isinstance(model, SemiMarkovModel):
         K = model.K
         chain = ChainModel(model.n_features, 2 * K, loss=model.loss_name, emission="feature-major")
@@ -87,16 +88,20 @@ def letter_start(model, data: ChainData, lam: float, config: SolverConfig = LETT
         W[:, :K] = v[:, K:]
         W[:, K:2 * K] = v[:, :K] - v[:, K:]
         return w
-    letters = observed_positions(data)
-    store = make_store(model, letters, lam)
+    # the letters have no transitions: a plain chain of the same layout classifies them (no tag constraints: a
+    # letter "I-NP" alone breaks BIOES's start rule; no edge block: an edge-feature model's starts at 0)
+    chain = ChainModel(model.n_features, model.K, model.loss_name, model.emission)
+    store = make_store(chain, observed_positions(data), lam)
     solver = Solver(store, config)
     solver.run()
-    w = solver.model_point()[0].detach().clone()
-    W, first, last, trans = model.split(w)
-    W[:, model.F - 1] += first + last
+    v = solver.model_point()[0].detach()
+    W, first, last, trans = chain.split(v)
+    W[:, chain.F - 1] += first + last
     first.zero_()
     last.zero_()
     trans.zero_()
+    w = torch.zeros(model.d, dtype=v.dtype, device=v.device)
+    w[:chain.d] = v
     return w
 
 

@@ -244,3 +244,74 @@ def test_ssvm_train_hide_labels_refusals_leave_nothing(tmp_path, capsys, extra, 
     assert main([*args, *extra]) == 2
     assert text in capsys.readouterr().err
     assert not (tmp_path / "r").exists() or not any((tmp_path / "r").iterdir())
+
+
+def edge_partial(seed, n=7):
+    """Random edge-feature chains (tests/test_chain_edges.py's) with half their labels hidden."""
+    from test_chain_edges import random_edge_chains
+    return hide_labels(random_edge_chains(seed, n=n), 0.5, seed)
+
+
+def edge_brute(model, data, w, i):
+    """(max_y <w, phi(x_i, y)> + Delta_i(y), max over y agreeing with the observed labels of <w, phi(x_i, y)>,
+    <w, phi(x_i, Y_i)>) by enumeration with the dense edge feature map."""
+    from test_chain_edges import dense_parts
+    X, Ec, gt = dense_parts(data, i)
+    s, e = int(data.offsets[i]), int(data.offsets[i + 1])
+    seen = data.observed[s:e].numpy()
+    aug, agree = -np.inf, -np.inf
+    for y in itertools.product(range(model.K), repeat=len(gt)):
+        v = float(w @ model.joint_feature(X, torch.tensor(y), Ec))
+        aug = max(aug, v + observed_loss(model, y, gt.numpy(), seen))
+        if all(y[t] == int(gt[t]) for t in range(len(gt)) if seen[t]):
+            agree = max(agree, v)
+    return aug, agree, float(w @ model.joint_feature(X, gt, Ec))
+
+
+@pytest.mark.parametrize("config", [dict(step="pairwise", cache=True), dict(batch_size=3),
+                                    dict(solver="cutting-plane")], ids=["pairwise-cache", "minibatch", "cutting-plane"])
+def test_edge_feature_store_skips_unobserved_labels_in_its_loss(config):
+    """The edge-feature chain store on data with unobserved labels (gold = a completion): the returned point's
+    primal is the enumerated objective with the loss counted at the observed positions, the gap is that primal
+    minus a dual value below it, and the gap pass's H is the enumerated hinge of every block."""
+    from ssvm_torch.models import EdgeChainModel
+    data = edge_partial(3)
+    model = EdgeChainModel.for_data(data, "hamming")
+    w0 = torch.tensor(np.random.default_rng(0).normal(size=model.d))
+    data = with_labels(data, complete(model, w0, data))
+    lam = 0.2
+    solver = make_solver(make_store(model, data, lam), SolverConfig(passes=8, gap_check=4, seed=2, **config))
+    last = solver.run()[-1]
+    w = solver.model_point()[0]
+    terms = [edge_brute(model, data, w, i) for i in range(data.n)]
+    primal = 0.5 * lam * float(w @ w) + sum(a - g for a, _, g in terms) / data.n
+    assert last["primal"] == pytest.approx(primal, abs=1e-10)
+    assert last["gap"] == pytest.approx(last["primal"] - last["dual"], abs=1e-12) and last["gap"] >= -1e-12
+    store = solver.dual
+    store.set_point(w, store.ell)
+    assert torch.allclose(store.gap_pass().H, torch.tensor([a - g for a, _, g in terms], dtype=torch.float64),
+                          atol=1e-10)
+
+
+def test_edge_feature_completion_and_cccp_against_enumeration():
+    """The edge-feature chain's completion is the constrained argmax (enumeration), and CCCP on it lowers J, never
+    raises it, and ends at the enumerated J of its w (the loss at observed positions, the concave part the best
+    agreeing labeling)."""
+    from ssvm_torch.models import EdgeChainModel
+    data = edge_partial(4, n=8)
+    model = EdgeChainModel.for_data(data, "normalized")
+    w = torch.tensor(np.random.default_rng(1).normal(size=model.d))
+    labels = complete(model, w, data)
+    assert torch.equal(labels[data.observed], data.Y[data.observed])
+    done = with_labels(data, labels)
+    for i in range(data.n):
+        assert edge_brute(model, done, w, i)[2] == pytest.approx(edge_brute(model, data, w, i)[1], abs=1e-10)
+    lam = 0.1
+    w, records = train_latent(model, data, lam, SolverConfig(passes=30, gap_check=10, step="pairwise", cache=True,
+                                                            seed=0), max_outer=5)
+    objectives = [r["objective"] for r in records]
+    assert len(records) >= 2 and records[1]["objective"] < records[0]["objective"]
+    assert all(b <= a for a, b in zip(objectives, objectives[1:]))
+    brute = 0.5 * lam * float(w @ w) + sum(a - c for a, c, _ in (edge_brute(model, data, w, i)
+                                                                   for i in range(data.n))) / data.n
+    assert brute == pytest.approx(objectives[-1], abs=1e-9)

@@ -23,7 +23,6 @@ from ..data.types import ChainData
 from ..errors import RunInterrupted, SSVMInputError
 from ..latent import INNER_SOLVERS, hide_labels, train_latent
 from ..models.chain import ChainModel
-from ..models.chain_edges import EdgeChainModel
 from ..models.semimarkov import SemiMarkovModel
 from .interrupts import stop_on_signal
 from .results import save_results
@@ -51,10 +50,9 @@ def check_options(args, launched_by_torchrun: bool) -> None:
 def run_latent(args, cfg, task, lam: float, run_dir, featurization: dict) -> dict:
     """CCCP on ``task`` with ``args.hide_labels`` of its training positions hidden; writes the run files."""
     model, train = task.model, task.train
-    if not isinstance(train, ChainData) or not isinstance(model, (ChainModel, SemiMarkovModel)) \
-            or isinstance(model, EdgeChainModel):
-        raise SSVMInputError(f"hide_labels: the latent SSVM trains a chain without edge features (ocr-small, "
-                             f"ocr-large, conll2000) or segments (conll2000-segments); {args.dataset} is a "
+    if not isinstance(train, ChainData) or not isinstance(model, (ChainModel, SemiMarkovModel)):
+        raise SSVMInputError(f"hide_labels: the latent SSVM trains a chain (ocr-small, ocr-large, conll2000, its "
+                             f"edge-feature templates too) or segments (conll2000-segments); {args.dataset} is a "
                              f"{type(model).__name__}")
     hidden = hide_labels(train, args.hide_labels, args.hide_seed)
     positions = torch.nonzero(~hidden.observed)[:, 0].tolist()

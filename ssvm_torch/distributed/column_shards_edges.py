@@ -77,7 +77,7 @@ class ColumnShardedEdgeChain(ColumnShardedChain):
         b0, b1 = int(cut[r]), int(cut[r + 1])
         p0, p1 = int(h.offsets[b0]), int(h.offsets[b1])
         _, aug, m_theta, gt, wrong = nb_gap_pass_edges(
-            U, h.offsets[b0:b1 + 1] - p0, h.Y[p0:p1], h.first, h.last, h.trans, h.Mu[p0:p1], h.Mt[b0:b1],
+            U, h.offsets[b0:b1 + 1] - p0, h.Y[p0:p1], h.Y[p0:p1], h.first, h.last, h.trans, h.Mu[p0:p1], h.Mt[b0:b1],
             L.eptr[p0:p1 + 1], L.eidx, L.evals, self._E, L.pair_next, L.pair_prev, L.gptr[b0:b1 + 1], L.gattr,
             L.Me.numpy(), self._tw[b0:b1], L.model.pen_host)
         return aug, m_theta, gt, wrong

@@ -99,17 +99,42 @@ class EdgeChainModel(ChainModel):
         """Max-scoring labels (N,) of every position with per-position transitions (numba)."""
         self.check_data(data)
         self._numba_only(w, "predict")
+        return self._viterbi(w, data, observed_only=False)
+
+    def complete(self, w: torch.Tensor, data: ChainData) -> torch.Tensor:
+        """h_i = argmax over the labelings agreeing with the observed labels of <w, phi(x_i, h)> (the CCCP
+        completion of the latent SSVM, ssvm_torch/latent.py): the edge Viterbi with every other label at an
+        observed position at -inf; ragged (N,) labels, ``data.Y`` at the observed positions. A sequence no
+        allowed labeling agrees with (tag constraints) is refused by name."""
+        if not data.partial:
+            return data.Y.clone()
+        self.check_data(data)
+        self._numba_only(w, "complete")
+        return self._viterbi(w, data, observed_only=True)
+
+    def _viterbi(self, w: torch.Tensor, data: ChainData, observed_only: bool) -> torch.Tensor:
         W, first, last, trans = self.split(w)
         off = to_host(data.offsets).astype(np.int64)
         eptr, eidx, evals = self.edge_csr(data)
         E = np.ascontiguousarray(to_host(self.edge_weights(w)))
         out, scores = np.empty(int(off[-1]), dtype=np.int64), np.empty(data.n)
+        if observed_only:
+            Y, seen = to_host(data.Y).astype(np.int64), to_host(data.observed)
         for b0, b1 in block_chunks(data.n):            # the unaries of a chunk at a time: (chunk tokens, K)
             p0, p1 = int(off[b0]), int(off[b1])
-            nb_viterbi_edges(self.host_unaries(W, data, p0, p1), off[b0:b1 + 1] - p0, to_host(first), to_host(last),
+            U = self.host_unaries(W, data, p0, p1)
+            if observed_only:                            # only the observed label at an observed position
+                rows = np.nonzero(seen[p0:p1])[0]
+                keep = U[rows, Y[p0:p1][rows]]
+                U[rows] = -np.inf
+                U[rows, Y[p0:p1][rows]] = keep
+            nb_viterbi_edges(U, off[b0:b1 + 1] - p0, to_host(first), to_host(last),
                              to_host(trans), eptr[p0:p1 + 1], eidx, evals, E, self.pairs[:, 0].numpy(),
                              self.pairs[:, 1].numpy(), np.zeros(1, dtype=np.int64), np.zeros(b1 - b0), out[p0:p1],
                              scores[b0:b1], self.pen_host)
+        if observed_only and not np.isfinite(scores).all():
+            raise SSVMInputError(f"data.Y: sequence {int(np.nonzero(~np.isfinite(scores))[0][0])}: no labeling allowed "
+                                 "by the tag constraints agrees with its observed labels")
         return from_host(out, w.device)
 
     def joint_feature(self, Xc: torch.Tensor, labels: torch.Tensor, Ec: torch.Tensor | None = None) -> torch.Tensor:

@@ -199,7 +199,8 @@ def nb_fw_corner_edges(i, lw, fptr, fidx, fval, off, Y, G, goff, W, first, last,
                        U, Tt, delta, newd, bp, Du, Dt, De, ys, pen):
     """:func:`~ssvm_torch.oracles.chain_kernels.nb_fw_corner` with edge-observation features:
     (L(y*), <S(y*) - M_i, theta_i>, ||A_i(S(y*) - M_i)||^2) in units of 1/(lam n); y* into ys and
-    the edge part of S(y*) - M_i into De."""
+    the edge part of S(y*) - M_i into De. ``Y`` enters the loss only: a negative label is unobserved and
+    costs nothing (the latent SSVM's inner problem, ssvm_torch/latent.py)."""
     s = off[i]
     T = off[i + 1] - s
     nb_block_unary(i, fptr, fidx, fval, off, W, U)
@@ -207,7 +208,7 @@ def nb_fw_corner_edges(i, lw, fptr, fidx, fval, off, Y, G, goff, W, first, last,
     aug = viterbi_segment_tt(U, 0, T, first, last, Tt, True, Y[s:s + T], lw, ys, delta, newd, bp, pen)
     wrong = 0
     for t in range(T):
-        if ys[t] != Y[s + t]:
+        if ys[t] != Y[s + t] and Y[s + t] >= 0:
             wrong += 1
     loss = wrong * lw
     m_theta = nb_m_theta(i, off, U, first, last, trans, Mu, Mt) + nb_edge_m_theta(i, gptr, gattr, E, Me)
@@ -218,15 +219,16 @@ def nb_fw_corner_edges(i, lw, fptr, fidx, fval, off, Y, G, goff, W, first, last,
 
 
 @nb.njit(cache=True, nogil=True, fastmath=_FAST)
-def nb_gap_pass_edges(U, off, Y, first, last, trans, Mu, Mt, eptr, eidx, evals, E, pair_next, pair_prev, gptr,
+def nb_gap_pass_edges(U, off, Y, YL, first, last, trans, Mu, Mt, eptr, eidx, evals, E, pair_next, pair_prev, gptr,
                       gattr, Me, tw, pen):
     """:func:`~ssvm_torch.oracles.chain_kernels.nb_gap_pass` with edge-observation features: labels
-    (N,), aug scores, <M_i, theta_i>, ground-truth scores and mismatch counts (n,)."""
+    (N,), aug scores, <M_i, theta_i>, ground-truth scores and mismatch counts (n,). ``Y``: the gold labels
+    (the ground-truth scores), ``YL``: the loss's (``Y``, or negative where unobserved: no loss there)."""
     N, K = U.shape
     n = off.shape[0] - 1
     labels = np.empty(N, dtype=np.int64)
     aug = np.empty(n)
-    nb_viterbi_edges(U, off, first, last, trans, eptr, eidx, evals, E, pair_next, pair_prev, Y, tw, labels, aug, pen)
+    nb_viterbi_edges(U, off, first, last, trans, eptr, eidx, evals, E, pair_next, pair_prev, YL, tw, labels, aug, pen)
     m_theta, gt_score, wrong = np.empty(n), np.empty(n), np.empty(n)
     tmax = 1
     for i in range(n):
@@ -243,7 +245,7 @@ def nb_gap_pass_edges(U, off, Y, first, last, trans, Mu, Mt, eptr, eidx, evals, 
             gs += U[s + t, Y[s + t]]
             if t > 0:
                 gs += Tt[t, Y[s + t], Y[s + t - 1]]
-            if labels[s + t] != Y[s + t]:
+            if labels[s + t] != YL[s + t] and YL[s + t] >= 0:
                 wr += 1.0
         gt_score[i] = gs
         wrong[i] = wr

@@ -90,7 +90,7 @@ class EdgeChainDual(ChainDual):
         ys = np.empty(T, dtype=np.int64)
         U, delta, newd, bp, Du, Dt = self._work
         loss, dot, sq = nb_fw_corner_edges(
-            i, self._tw[i], *self._np, self.eptr, self.eidx, self.evals, self.egrp, self._E(), self.pair_next,
+            i, self._tw[i], *self._np_loss, self.eptr, self.eidx, self.evals, self.egrp, self._E(), self.pair_next,
             self.pair_prev, self.model.pair_of, self.gptr, self.gattr, self.Me.numpy(), U, self._ework[0], delta, newd,
             bp, Du, Dt, self._ework[1], ys, self.model.pen_host)
         loss /= self.N
@@ -127,7 +127,7 @@ class EdgeChainDual(ChainDual):
             U = np.empty((p1 - p0, self.model.K))
             nb_unary_all(WT, fptr[p0:p1 + 1], fidx, fval, U)
             parts.append(nb_gap_pass_edges(
-                U, off[b0:b1 + 1] - p0, Y[p0:p1], first, last, trans, Mu[p0:p1], Mt[b0:b1], self.eptr[p0:p1 + 1],
+                U, off[b0:b1 + 1] - p0, Y[p0:p1], self._np_loss[4][p0:p1], first, last, trans, Mu[p0:p1], Mt[b0:b1], self.eptr[p0:p1 + 1],
                 self.eidx, self.evals, self._E(), self.pair_next, self.pair_prev, self.gptr[b0:b1 + 1], self.gattr,
                 self.Me.numpy(), self._tw[b0:b1], self.model.pen_host))
         labels, aug, m_theta, gt_score, wrong = (np.concatenate(x) for x in zip(*parts))
