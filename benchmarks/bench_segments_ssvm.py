@@ -21,7 +21,8 @@ dense (the store's only one before 2026-12-03) and as the sparse vector of its t
 ``--before DIR --commit C``: the semi-Markov store of an earlier commit against this one on the same sentences,
 side by side in one process through the calls users make: gap-sampling BCFW runs (``Solver.run``, ``--passes``
 passes with the exact gap every pass, medians of ``--repeats`` runs, the two versions alternated) of each step rule
-in ``--rules`` (FW, pairwise, FW + cache, away; ``minibatch``: mini-batch BCFW at tau = 64) and the gap pass at the
+in ``--rules`` (FW, pairwise, FW + cache, away; ``minibatch``: mini-batch BCFW at tau = 64; ``cutting-plane``: the 1-slack
+cutting plane, its constraints as joint segmentations) and the gap pass at the
 point the first rule's runs end; torch on one thread, numba on its default threads (recorded). The earlier package
 is imported under another name (``git worktree add /tmp/old C && cp -r /tmp/old/ssvm_torch
 DIR/ssvm_torch_before``).
@@ -162,7 +163,7 @@ def minibatch_times(train_size: int | None, tau: int, passes: float, repeats: in
 
 #: the step rules of Osokin et al. 2016 that ``--before`` runs: SolverConfig fields
 STEP_RULES = {"fw": {}, "pairwise": {"step": "pairwise"}, "cache": {"cache": True}, "away": {"step": "away"},
-              "minibatch": {"batch_size": 64}}
+              "minibatch": {"batch_size": 64}, "cutting-plane": {"solver": "cutting-plane"}}
 
 
 def versions(before: Path, commit: str, train_size: int, passes: int, repeats: int, rules: list[str]) -> dict:
@@ -179,8 +180,9 @@ def versions(before: Path, commit: str, train_size: int, passes: int, repeats: i
     def run(tag, rule):
         pkg, task = packages[tag], tasks[tag]
         store = pkg.make_store(task.model, task.train, lam, kernels="numba")
-        solver = pkg.Solver(store, pkg.SolverConfig(solver="bcfw", sampling="gap", passes=passes, gap_check=1,
-                                                    seed=0, **STEP_RULES[rule]))
+        config = pkg.SolverConfig(**{"solver": "bcfw", "sampling": "gap", "passes": passes, "gap_check": 1, "seed": 0,
+                                     **STEP_RULES[rule]})
+        solver = importlib.import_module(f"{pkg.__name__}.solvers").make_solver(store, config)
         t0 = time.perf_counter()
         hist = solver.run()
         return time.perf_counter() - t0, hist[-1], store

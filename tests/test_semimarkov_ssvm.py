@@ -198,11 +198,13 @@ def test_batch_fw_and_path_rescaling_match_the_dense_store():
     assert torch.allclose(stores[0].w, stores[1].w, atol=1e-10) and stores[0].ell == pytest.approx(stores[1].ell)
 
 
+@pytest.mark.parametrize("kernels", ["numba", "torch"])
 @pytest.mark.parametrize("partial", [False, True], ids=["full", "partial"])
-def test_cutting_plane_on_segmentations_is_the_dense_stores_run(partial):
-    """The 1-slack cutting plane with its constraints kept as joint segmentations (stores/segment_joint.py) runs as
-    on the dense (n, d) store's dense constraint rows (an independent phi): the same records to 1e-9, w to 1e-9,
-    the gap falling below 1e-6 of the first; the labelings' products and point equal the dense rows'."""
+def test_cutting_plane_on_segmentations_is_the_dense_stores_run(partial, kernels):
+    """The 1-slack cutting plane with its constraints kept as joint segmentations (stores/segment_joint.py: the
+    compiled scores and statistics, or the torch path's) runs as on the dense (n, d) store's dense constraint rows
+    (an independent phi): the same records to 1e-9, w to 1e-9, the gap falling below 1e-6 of the first; the
+    labelings' products and point equal the dense rows'."""
     from ssvm_torch.solvers import make_solver
     from ssvm_torch.solvers.working_set import DenseWorkingSet, LabelingWorkingSet
     from ssvm_torch.stores.base import GapPass
@@ -211,7 +213,8 @@ def test_cutting_plane_on_segmentations_is_the_dense_stores_run(partial):
     else:
         model, data = instance(6, outside=0)
     runs = []
-    for store, form in ((SegmentDual(model, data, 0.3), "labelings"), (DenseDual(model, data, 0.3), "dense")):
+    for store, form in ((SegmentDual(model, data, 0.3, kernels=kernels), "labelings"),
+                        (DenseDual(model, data, 0.3), "dense")):
         solver = make_solver(store, SolverConfig(solver="cutting-plane", passes=60, gap_check=5, working_set=form))
         runs.append((solver.run(), solver))
     (ha, a), (hb, b) = runs

@@ -10,8 +10,8 @@ import torch
 
 from ..devices import to_host
 from .ragged import host_labels
-from .segment_kernels import (nb_segment_corner, nb_segment_delta, nb_segment_gap_pass, nb_segment_labelings_gaps,
-                              nb_segment_move)
+from .segment_kernels import (nb_segment_add_labelings, nb_segment_corner, nb_segment_delta, nb_segment_gap_pass,
+                              nb_segment_joint_scores, nb_segment_labelings_gaps, nb_segment_move)
 
 
 class HostSegmentSteps:
@@ -77,3 +77,18 @@ class HostSegmentSteps:
                             self.P_gt, self.G_gt, self.G, self.goff, m.K, m.L, self.U.shape[0],
                             min(n, 4 * numba.get_num_threads()), labels, loss, dot, gold_dot)
         return labels, loss, dot, gold_dot
+
+    def joint_scores(self, labelings: np.ndarray, w: torch.Tensor) -> np.ndarray:
+        """sum_i <s(y_j,i), theta_i(w)> of each joint segmentation y_j (rows of ``labelings`` (m, N)) at the weights
+        ``w`` (CPU float64): blocks in parallel threads, each block's score alone, summed in block order (the same
+        bits on any thread count)."""
+        m, n = self.model, self.offsets.shape[0] - 1
+        out = np.empty((labelings.shape[0], n))
+        nb_segment_joint_scores(labelings, *self.csr, self.offsets, np.ascontiguousarray(m.split(w)[0].numpy()),
+                                np.ascontiguousarray(w[m.e:].numpy()), m.K, self.U.shape[0],
+                                min(n, 4 * numba.get_num_threads()), out)
+        return out.sum(1)
+
+    def add_labelings(self, labelings: np.ndarray, weights: np.ndarray, P: np.ndarray, Gc: np.ndarray) -> None:
+        """P += sum_j weights_j s(y_j) of the positions, Gc += of the counts (arrays shaped as the store's)."""
+        nb_segment_add_labelings(labelings, np.ascontiguousarray(weights, np.float64), self.offsets, self.model.K, P, Gc)

@@ -9,9 +9,11 @@ sum_c alpha_c a(y_c) is one map from weighted statistics to w (:meth:`SegmentDua
 """
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from .base import GapPass, JointConstraints
+from .ragged import host_labels
 
 
 class SegmentJointConstraints(JointConstraints):
@@ -24,9 +26,15 @@ class SegmentJointConstraints(JointConstraints):
         return gp.labels.to(self.device, small)
 
     def joint_dots(self, w: torch.Tensor, labels: list) -> torch.Tensor:
-        """lam <a(y_c), w> = sum_i <s(y_i^gold) - s(y_c,i), theta_i> / n for each joint segmentation: the
-        potentials of w once, then per labeling its statistics against them (no d-sized work per labeling)."""
+        """lam <a(y_c), w> = sum_i <s(y_i^gold) - s(y_c,i), theta_i> / n for each joint segmentation: on the
+        compiled path one kernel scores every block under every labeling (each block's potentials once); on
+        the torch path the potentials of w once, then per labeling its statistics against them (no d-sized
+        work per labeling either way)."""
         w = w.to(self.device, self.dtype)
+        if self._host is not None:
+            rows = np.stack([host_labels(self.gold[self.all_valid]), *(host_labels(y) for y in labels)])
+            scores = self._host.joint_scores(rows, w)
+            return torch.from_numpy((scores[0] - scores[1:]) / self.N)
         U, counts = self._all_potentials(w), w[self.model.e:]
 
         def score(P, Gc):
@@ -39,6 +47,10 @@ class SegmentJointConstraints(JointConstraints):
         mass 1 - sum weights on the gold segmentations (whose psi is 0)."""
         rest = 1.0 - float(sum(weights))
         P, Gc = self.P_gt * rest, self.G_gt * rest
+        if self._host is not None:
+            self._host.add_labelings(np.stack([host_labels(y) for y in labels]), np.asarray(weights, np.float64),
+                                     P.numpy(), Gc.numpy())
+            return self.w_from_stats(P, Gc)
         for wc, y in zip(weights, labels):
             if float(wc) != 0.0:
                 ps, cs = self._stats_of(y.to(self.device).long())

@@ -255,3 +255,41 @@ def nb_segment_gap_pass(c, outside, fptr, fidx, fval, offsets, Y, obs, W, wc, P,
             for g in range(Dc.shape[0]):
                 acc += (G_gt[i, g] - Gc[i, g]) * wc[g]
             gold_dot[i] = acc
+
+
+@nb.njit(cache=True, nogil=True, parallel=True)
+def nb_segment_joint_scores(labelings, fptr, fidx, fval, offsets, W, wc, K, T_max, n_parts, out):
+    """out[j, i] = <s(y_j,i), theta_i> of every block i under each joint segmentation y_j (the rows of
+    ``labelings``, (m, N) ragged): the scores behind the cutting plane's products lam <a(y_j), w>
+    (stores/segment_joint.py). Each block's potentials once, every labeling against them; blocks in
+    ``n_parts`` strided parts over threads, each figure computed alone (no sum crosses blocks)."""
+    n = offsets.shape[0] - 1
+    C = 3 * K
+    for part in nb.prange(n_parts):
+        U, D = np.empty((T_max, C)), np.empty((T_max, C))
+        Dc = np.empty(wc.shape[0])
+        for i in range(part, n, n_parts):
+            s, e = offsets[i], offsets[i + 1]
+            T = e - s
+            _potentials(s, T, fptr, fidx, fval, W, U)
+            for j in range(labelings.shape[0]):
+                _zero(T, D, Dc)
+                _add_statistics(labelings[j, s:e], T, K, 1.0, D, Dc)
+                acc = 0.0
+                for t in range(T):
+                    for c in range(C):
+                        acc += D[t, c] * U[t, c]
+                for g in range(Dc.shape[0]):
+                    acc += Dc[g] * wc[g]
+                out[j, i] = acc
+
+
+@nb.njit(cache=True, nogil=True)
+def nb_segment_add_labelings(labelings, weights, offsets, K, P, Gc):
+    """P (N, 3K) += sum_j weights_j s(y_j) of the positions and Gc (n, G) += of the counts, y_j the rows of
+    ``labelings`` ((m, N) ragged segmentations): the weighted statistics of the cutting plane's point."""
+    for i in range(offsets.shape[0] - 1):
+        s, e = offsets[i], offsets[i + 1]
+        for j in range(labelings.shape[0]):
+            if weights[j] != 0.0:
+                _add_statistics(labelings[j, s:e], e - s, K, weights[j], P[s:e], Gc[i])

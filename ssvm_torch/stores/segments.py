@@ -21,7 +21,7 @@ from ..devices import resolve_device, store_kernels, to_host
 from ..errors import SSVMInputError, check_positive
 from ..models.chain_index import csr_row_nonzeros, feature_coo, padded_index, segment_ids
 from ..models.semimarkov import CHUNK, SemiMarkovModel
-from ..oracles.chain_kernels import nb_gram
+from ..oracles.chain_kernels import nb_csr_scatter_rows, nb_gram
 from ..segments import ops
 from ..segments.scoring import augmented, loss as segment_loss
 from .base import SPARSE_D, BatchCorners, BlockDual, Corner, GapPass, objective_n
@@ -381,11 +381,15 @@ class SegmentDual(RaggedLabelings, SegmentJointConstraints, TensorBlockState, Bl
         return ps[self.all_valid], cs
 
     def w_from_stats(self, P: torch.Tensor, Gc: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
-        """sum_i A_i (s(y_i) - M_i) / (lam n) for the statistics of every block (the exact map from duals to w)."""
-        if self._xt is None:
-            self._xt = feature_coo(self.csr, self.model.F, transpose=True)
+        """sum_i A_i (s(y_i) - M_i) / (lam n) for the statistics of every block (the exact map from duals to w): X^T D
+        by a compiled walk over the feature rows on the host path, a sparse product on the torch path."""
         w = torch.zeros_like(self.w) if out is None else out.zero_()
-        self.model.split(w)[0].copy_(torch.sparse.mm(self._xt, self.P_gt - P))
+        if self._host is not None:
+            nb_csr_scatter_rows(*self._host.csr, (self.P_gt - P).numpy(), self.model.split(w)[0].numpy().T)
+        else:
+            if self._xt is None:
+                self._xt = feature_coo(self.csr, self.model.F, transpose=True)
+            self.model.split(w)[0].copy_(torch.sparse.mm(self._xt, self.P_gt - P))
         w[self.model.e:] = (self.G_gt - Gc).sum(0)
         return w.div_(self.lam * self.N)
 
