@@ -19,13 +19,12 @@ dense (the store's only one before 2026-12-03) and as the sparse vector of its t
 (the two runs alternated, medians of ``--repeats``, their gaps checked equal); lam 0.03, ``--train-size`` sentences.
 
 ``--before DIR --commit C``: the semi-Markov store of an earlier commit against this one on the same sentences,
-side by side in one process through the calls users make: gap-sampling BCFW runs (``Solver.run``, ``--passes``
-passes with the exact gap every pass, medians of ``--repeats`` runs, the two versions alternated) of each step rule
-in ``--rules`` (FW, pairwise, FW + cache, away; ``minibatch``: mini-batch BCFW at tau = 64; ``cutting-plane``: the 1-slack
-cutting plane, its constraints as joint segmentations) and the gap pass at the
-point the first rule's runs end; torch on one thread, numba on its default threads (recorded). The earlier package
-is imported under another name (``git worktree add /tmp/old C && cp -r /tmp/old/ssvm_torch
-DIR/ssvm_torch_before``).
+side by side in one process through the calls users make: solver runs (``make_solver(...).run()``, gap sampling,
+``--passes`` passes with the exact gap every pass, medians of ``--repeats`` runs, the two versions alternated) of
+each step rule in ``--rules`` (FW, pairwise, FW + cache, away; ``minibatch``: mini-batch BCFW at tau = 64;
+``cutting-plane``: the 1-slack cutting plane, its constraints as joint segmentations) and the gap pass at the point
+the first rule's runs end; torch on one thread, numba on its default threads (recorded). The earlier package is
+imported under another name (``git worktree add /tmp/old C && cp -r /tmp/old/ssvm_torch DIR/ssvm_torch_before``).
 
 Usage: python benchmarks/bench_segments_ssvm.py [--train-size 2000] [--steps 600]
        [--out benchmarks/results/segments_ssvm_cpu.json]
