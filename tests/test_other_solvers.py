@@ -209,8 +209,8 @@ def test_clear_errors():
     from ssvm_torch.models import EdgeChainModel
     from test_chain_edges import random_edge_chains
     edges = random_edge_chains(0)
-    with pytest.raises(SSVMInputError, match="cutting-plane"):
-        make_solver(make_store(EdgeChainModel.for_data(edges), edges, 0.1), SolverConfig(solver="cutting-plane"))
+    with pytest.raises(SSVMInputError, match="'eg' needs a store with marginal moves"):
+        make_solver(make_store(EdgeChainModel.for_data(edges), edges, 0.1), SolverConfig(solver="eg"))
     with pytest.raises(SSVMInputError, match="step_size"):
         SolverConfig(solver="deg", step_size=-1).validate()
     with pytest.raises(SSVMInputError, match="qp_solver"):

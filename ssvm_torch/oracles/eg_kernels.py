@@ -56,7 +56,8 @@ def nb_eg_step(i, beta, tol, lam, N, tw_i, fptr, fidx, fval, off, Y, G, goff, W,
     (accepted, beta, tries, d_ell): the step taken (the dual changed by >= -tol) or refused after
     beta fell below 1e-12, the beta that was used (halved once per refused try), the number of
     marginal calls, and the change of ell = sum_i ell_i. On acceptance w, Mu, Mt, ell_i[i] and
-    block i's log-potentials (th_u rows, th_f, th_l, th_t) move; nothing moves otherwise."""
+    block i's log-potentials (th_u rows, th_f, th_l, th_t) move; nothing moves otherwise. ``Y`` enters the
+    loss only: a negative label is unobserved and costs nothing (the latent SSVM, ssvm_torch/latent.py)."""
     s = off[i]
     T = off[i + 1] - s
     K = W.shape[0]
@@ -72,7 +73,7 @@ def nb_eg_step(i, beta, tol, lam, N, tw_i, fptr, fidx, fval, off, Y, G, goff, W,
         for t in range(T):
             y = Y[s + t]
             for k in range(K):
-                P[t, k] = th_u[s + t, k] + b * (U[t, k] + (tw_i if k != y else 0.0))
+                P[t, k] = th_u[s + t, k] + b * (U[t, k] + (tw_i if k != y and y >= 0 else 0.0))
         for k in range(K):
             tf[k] = th_f[i, k] + b * first[k]
             tl[k] = th_l[i, k] + b * last[k]
@@ -81,9 +82,12 @@ def nb_eg_step(i, beta, tol, lam, N, tw_i, fptr, fidx, fval, off, Y, G, goff, W,
         block_marginals(P, T, tf, tl, tt, pen, E, fa, fb, fc, v, mu, mt, pos, se, te, acc_se)
         tries += 1
         right = 0.0
+        seen = 0                                         # the observed positions: the loss counts those
         lin = 0.0
         for t in range(T):
-            right += mu[t, Y[s + t]]
+            if Y[s + t] >= 0:
+                right += mu[t, Y[s + t]]
+                seen += 1
             for k in range(K):
                 d = mu[t, k] - Mu[s + t, k]
                 Du[t, k] = d
@@ -94,7 +98,7 @@ def nb_eg_step(i, beta, tol, lam, N, tw_i, fptr, fidx, fval, off, Y, G, goff, W,
                 d = mt[k, j] - Mt[i, k, j]
                 Dt[k, j] = d
                 lin += d * trans[k, j]
-        ell_new = (T - right) * tw_i / N
+        ell_new = (seen - right) * tw_i / N
         sq = nb_delta_sqnorm(i, Du, Dt, off, G, goff) * c_w * c_w
         # dual change: d ell - lam <w, dw_i> - lam/2 |dw_i|^2 with lam <w, dw_i> = -<dM, theta_i(w)> / n
         gain = (ell_new - ell_old) + lin / N - 0.5 * lam * sq

@@ -42,9 +42,9 @@ class OuterSolver:
                  progress: Callable[[dict], None] | None = None, monitor_start: bool = True,
                  interrupt: Callable[[], bool] | None = None):
         self.dual, self.cfg = dual, config.validate()
-        if self.needs is not None and not isinstance(dual, self.needs[0]):
+        if self.needs is not None and (not isinstance(dual, self.needs[0]) or not dual.supports_marginal_moves):
             raise SSVMInputError(f"solver: {config.solver!r} needs a store with {self.needs[1]}; "
-                                 f"{type(dual).__name__} has none")
+                                 f"{dual.description or type(dual).__name__} has none")
         if not dual.supports_block_steps:
             raise SSVMInputError(f"solver: {config.solver!r} runs in one process; a store sharded over processes "
                                  "(torchrun) takes 'bcfw' mini-batches only")

@@ -40,6 +40,7 @@ from .ragged import host_labels
 class EdgeChainDual(ChainDual):
     """:class:`ChainDual` with the edge statistics Me (sum of groups, P) of every block."""
 
+    supports_marginal_moves = False  # the chain's marginal moves (EG, DEG) know no edge scores or statistics
     shardable = False                # gather / allreduce ship no edge block; the columns exchange runs it (column_shards_edges.py)
     shares_w = False                 # the edge block is rebuilt beside w (recompute), not into a given vector
     description = ("a chain with edge-observation features (the edge: items of a template, e.g. conll2000's default "

@@ -11,7 +11,6 @@ import torch.nn.functional as Fn
 from ..models.chain_index import unary_rows
 from ..oracles.eg_kernels import nb_eg_steps
 from ..chain import chain_marginals_ragged
-from ..errors import SSVMInputError
 from .base import BlockMarginals, MarginalMoves, RelaxedPasses
 
 
@@ -47,22 +46,19 @@ class ChainMarginalMoves(MarginalMoves, RelaxedPasses):
     def potentials(self, w: torch.Tensor | None = None) -> tuple:
         return self._potentials() if w is None else self._potentials_of(w)
 
-    def observed_only(self, what: str) -> None:
-        """The marginal moves compare marginals with every label: data with unobserved positions (the
-        latent SSVM's completions, ssvm_torch/latent.py) is refused by name."""
-        if self.partial:
-            raise SSVMInputError(f"solver: {what} needs every training label observed; data with unobserved "
-                                 "positions trains with bcfw, fw, ssg or the cutting plane on the numba store")
+    def _seen(self) -> torch.Tensor:
+        """(N,) 1.0 where the loss counts the position (its label observed), 0.0 where not (the latent SSVM's
+        completions, ssvm_torch/latent.py): the loss labels YL are negative there."""
+        return (self.YL >= 0).to(self.dtype)
 
     def loss_potentials(self) -> torch.Tensor:
-        self.observed_only("the marginal polytope (EG, DEG)")
+        """The loss as per-position potentials (N, K): tw_i for each wrong label of an observed position."""
         wrong = 1.0 - Fn.one_hot(self.Y, self.model.K).to(self.dtype)
-        return wrong * self.tw[self.seg][:, None]
+        return wrong * (self.tw[self.seg] * self._seen())[:, None]
 
     def expected_loss(self, Mu: torch.Tensor) -> torch.Tensor:
-        """ell_i = E_{alpha_i} L_i(y) / n of marginals (N, K): (n,)."""
-        self.observed_only("the marginal polytope (EG, DEG)")
-        wrong = 1.0 - Mu.gather(1, self.Y[:, None])[:, 0]
+        """ell_i = E_{alpha_i} L_i(y) / n of marginals (N, K): (n,), the observed positions only."""
+        wrong = (1.0 - Mu.gather(1, self.Y[:, None])[:, 0]) * self._seen()
         per = torch.zeros(self.n, dtype=self.dtype, device=self.device).index_add_(0, self.seg, wrong)
         return per * self.tw / self.N
 
@@ -89,9 +85,9 @@ class ChainMarginalMoves(MarginalMoves, RelaxedPasses):
         return BlockMarginals(mu.to(self.device, self.dtype), mt.to(self.device, self.dtype))
 
     def block_expected_loss(self, i: int, mu: torch.Tensor) -> float:
-        self.observed_only("the marginal polytope (EG, DEG)")
         s, e = self.block_rows(i)
-        wrong = (e - s) - float(mu.gather(1, self.Y[s:e, None]).sum())
+        seen = self._seen()[s:e]
+        wrong = float(seen.sum()) - float((mu.gather(1, self.Y[s:e, None])[:, 0] * seen).sum())
         return wrong * float(self.tw[i]) / self.N
 
     def set_marginals(self, Mu: torch.Tensor, Mt: torch.Tensor, gamma: float = 1.0) -> None:
@@ -104,7 +100,6 @@ class ChainMarginalMoves(MarginalMoves, RelaxedPasses):
         return self.w_from_stats(Mu, Mt.sum(0)), float(self.expected_loss(Mu).sum())
 
     def eg_steps(self, blocks, theta: tuple, c: torch.Tensor, beta, tol: float, max_calls: int) -> tuple:
-        self.observed_only("EG")
         if self._numba:
             return self._eg_steps_numba(np.ascontiguousarray(blocks, dtype=np.int64), theta, beta, tol, max_calls)
         steps = calls = accepted = 0
@@ -121,7 +116,7 @@ class ChainMarginalMoves(MarginalMoves, RelaxedPasses):
             work = (np.empty((T, K)), np.empty((T, K)), np.empty(K), np.empty(K), np.empty((K, K)),
                     np.empty((K, K)), np.empty((T, K)), np.empty((T, K)), np.empty(T + 1), np.empty(K),
                     np.empty((T, K)), np.empty((K, K)), np.empty((T, K)), np.empty((K, K)))
-            self._eg_work = (theta, (self._tw, *self._np, *(t.numpy() for t in theta), self.model.pen_host, *work,
+            self._eg_work = (theta, (self._tw, *self._np_loss, *(t.numpy() for t in theta), self.model.pen_host, *work,
                                      self._np_ell[0]))
         steps, calls, accepted, d_ell = nb_eg_steps(blocks, max_calls, beta, tol, self.lam, self.N,
                                                     *self._eg_work[1])
