@@ -115,9 +115,7 @@ class PointStore(ABC):
     supports_dual_point: bool = True
     # False for a store whose blocks live in several processes: only mini-batch steps apply
     supports_block_steps: bool = True
-    # False for a store that inherits marginal moves (EG) or a relaxation (DEG) covering only part of its blocks'
-    # statistics: an edge-feature chain's marginals would leave its edge statistics behind
-    supports_marginal_moves: bool = True
+    supports_marginal_moves: bool = True   # False: its inherited EG / DEG moves miss statistics (edge chains)
     # True for a store that implements only FW steps (BCFW and mini-batch BCFW: no sets or cache)
     only_fw_block_steps: bool = False
     # False for a store whose mini-batch parts the distributed exchange cannot ship (ssvm_torch.distributed refuses it)

@@ -11,7 +11,8 @@ import torch
 from ..devices import to_host
 from .ragged import host_labels
 from .segment_kernels import (nb_segment_add_labelings, nb_segment_corner, nb_segment_delta, nb_segment_gap_pass,
-                              nb_segment_joint_scores, nb_segment_labelings_gaps, nb_segment_move)
+                              nb_segment_joint_scores, nb_segment_labelings_gaps, nb_segment_move,
+                              nb_segment_sparse_rows)
 
 
 class HostSegmentSteps:
@@ -29,6 +30,7 @@ class HostSegmentSteps:
         self.U, self.S, self.D = np.empty((T, m.C)), np.empty((T, m.L, m.K)), np.empty((T, m.C))
         self.Dc = np.empty(m.G)
         self.outside = -1 if m.outside is None else m.outside
+        self._mark = None                                  # (F,) -1s: the sparse direction's feature marks
 
     def length(self, i: int) -> int:
         return int(self.offsets[i + 1] - self.offsets[i])
@@ -92,3 +94,11 @@ class HostSegmentSteps:
     def add_labelings(self, labelings: np.ndarray, weights: np.ndarray, P: np.ndarray, Gc: np.ndarray) -> None:
         """P += sum_j weights_j s(y_j) of the positions, Gc += of the counts (arrays shaped as the store's)."""
         nb_segment_add_labelings(labelings, np.ascontiguousarray(weights, np.float64), self.offsets, self.model.K, P, Gc)
+
+    def sparse_rows(self, rows: np.ndarray, stats: np.ndarray):
+        """(sorted distinct features (u,), rows (u, 3K)) of X_rows^T stats: a sparse mini-batch direction's
+        emission part (stores/segment_batch.py)."""
+        if self._mark is None:
+            self._mark = np.full(self.model.F, -1, dtype=np.int64)
+        return nb_segment_sparse_rows(np.ascontiguousarray(rows, np.int64), *self.csr, np.ascontiguousarray(stats),
+                                      self._mark)

@@ -293,3 +293,35 @@ def nb_segment_add_labelings(labelings, weights, offsets, K, P, Gc):
         for j in range(labelings.shape[0]):
             if weights[j] != 0.0:
                 _add_statistics(labelings[j, s:e], e - s, K, weights[j], P[s:e], Gc[i])
+
+
+@nb.njit(cache=True, nogil=True)
+def nb_segment_sparse_rows(rows, fptr, fidx, fval, stats, mark):
+    """(the distinct features of the positions ``rows``, sorted (u,); block (u, C) with block[j] = sum over the rows
+    r and their entries of feature feats[j] of x_r[f] stats[r]): the emission rows a mini-batch direction touches,
+    X_rows^T stats without a d-sized scratch. ``mark`` (F,) int64 is -1 everywhere on entry and on return."""
+    total = 0
+    for r in range(rows.shape[0]):
+        total += fptr[rows[r] + 1] - fptr[rows[r]]
+    seen = np.empty(total, np.int64)
+    u = 0
+    for r in range(rows.shape[0]):
+        for a in range(fptr[rows[r]], fptr[rows[r] + 1]):
+            f = fidx[a]
+            if mark[f] < 0:
+                mark[f] = 0
+                seen[u] = f
+                u += 1
+    feats = np.sort(seen[:u])
+    for j in range(u):
+        mark[feats[j]] = j
+    C = stats.shape[1]
+    block = np.zeros((u, C))
+    for r in range(rows.shape[0]):
+        for a in range(fptr[rows[r]], fptr[rows[r] + 1]):
+            j, v = mark[fidx[a]], fval[a]
+            for c in range(C):
+                block[j, c] += v * stats[r, c]
+    for j in range(u):
+        mark[feats[j]] = -1
+    return feats, block

@@ -24,14 +24,15 @@ from ..models.semimarkov import CHUNK, SemiMarkovModel
 from ..oracles.chain_kernels import nb_csr_scatter_rows, nb_gram
 from ..segments import ops
 from ..segments.scoring import augmented, loss as segment_loss
-from .base import SPARSE_D, BatchCorners, BlockDual, Corner, GapPass, objective_n
+from .base import SPARSE_D, BlockDual, Corner, GapPass, objective_n
 from .ragged import RaggedLabelings
+from .segment_batch import SegmentBatchMoves
 from .segment_host import HostSegmentSteps
 from .segment_joint import SegmentJointConstraints
 from .state import TensorBlockState
 
 
-class SegmentDual(RaggedLabelings, SegmentJointConstraints, TensorBlockState, BlockDual):
+class SegmentDual(RaggedLabelings, SegmentBatchMoves, SegmentJointConstraints, TensorBlockState, BlockDual):
     """Compact per-block dual state of a semi-Markov SSVM (module docstring); tensors on ``device``."""
 
     STATE_TENSORS = ("w", "ell_i", "P", "Gc")
@@ -282,60 +283,6 @@ class SegmentDual(RaggedLabelings, SegmentJointConstraints, TensorBlockState, Bl
         Mp, Mc = self._point(idx, pos, valid, lengths, None)
         loss = segment_loss(Y, self.gold[idx, :Y.shape[1]], lengths, "tokens", self.c[idx], self.observed[pos] & valid)
         return to_host((self._dot(ps - Mp, cs - Mc, U) + loss) / self.N - self.ell_i[i])
-
-    # -- mini-batch BCFW -------------------------------------------------------------------------
-    def batch_corners(self, idx: torch.Tensor, with_direction: bool = True) -> BatchCorners:
-        """The corners of the distinct blocks ``idx`` (the compiled corner block by block, or one batched torch
-        decode) and the joint direction dw = -sum_b A_b D_b / (lam n) from their D's."""
-        idx = torch.as_tensor(idx, device=self.device).reshape(-1)
-        if self._host is not None:
-            self._corner_delta = self._host_delta = None
-            found = [self._host.corner(i, sqnorm=False) for i in idx.tolist()]
-            loss = torch.tensor([c[1] for c in found], dtype=self.dtype)
-            dot = torch.tensor([c[2] for c in found], dtype=self.dtype)
-            rows = torch.cat([torch.arange(int(self.offsets[i]), int(self.offsets[i + 1])) for i in idx.tolist()])
-            D = torch.from_numpy(np.concatenate([c[4] for c in found]))
-            Dc = torch.from_numpy(np.stack([c[5] for c in found]))
-            count = self.lengths[idx]
-        else:
-            k = self._corners(idx, sqnorm=False)
-            loss, dot, valid = k["loss"], k["dot"], k["valid"]
-            rows, D, Dc, count = k["pos"][valid], k["Dp"][valid], k["Dc"], valid.sum(1)
-        gaps = (dot + loss) / self.N - self.ell_i[idx]
-        loss = loss / self.N
-        coef = -1.0 / (self.lam * self.N)                      # dw = sum_b (w_s,b - w_b) = -sum_b A_b D_b / (lam n)
-        parts = {"counts": coef * Dc, "positions": {"count": count, "rows": rows, "stats": coef * D}}
-        return BatchCorners(idx, loss, gaps, self.direction(parts) if with_direction else None,
-                            float((loss - self.ell_i[idx]).sum()), moves=(rows, D, Dc), parts=parts)
-
-    def direction(self, parts: dict) -> torch.Tensor:
-        """dw = -sum_b A_b D_b / (lam n), dense, or (``sparse_direction``, d >= 2^20) a coalesced sparse vector of
-        the touched coordinates: the emission rows of the batch's features and the counts (O(touched), not O(d))."""
-        positions = parts["positions"]
-        if not self.sparse_direction:
-            dw = torch.zeros_like(self.w)
-            self._scatter(dw, positions["rows"], positions["stats"], parts["counts"].sum(0), 1.0)
-            return dw
-        m = self.model
-        local, index, value = self._entries(positions["rows"])
-        feats, row = torch.unique(index, sorted=True, return_inverse=True)
-        block = torch.zeros(len(feats), m.C, dtype=self.dtype, device=self.device)
-        block.index_put_((row,), value[:, None] * positions["stats"].index_select(0, local), accumulate=True)
-        C = torch.arange(m.C, device=self.device)
-        ids = torch.cat([(feats[:, None] * m.C + C).reshape(-1), torch.arange(m.e, m.d, device=self.device)])
-        return torch.sparse_coo_tensor(ids[None], torch.cat([block.reshape(-1), parts["counts"].sum(0)]), (m.d,),
-                                       is_coalesced=True)
-
-    def batch_move(self, corners: BatchCorners, gamma: float) -> None:
-        self._corner_delta = self._host_delta = None
-        (rows, D, Dc), idx = corners.moves, corners.idx
-        self.P.index_put_((rows,), gamma * D, accumulate=True)        # in place: the compiled step's views stay valid
-        self.Gc.index_put_((idx,), gamma * Dc, accumulate=True)
-        self.ell_i[idx] = self.ell_i[idx].lerp(corners.loss, gamma)
-        self.w.add_(corners.dw, alpha=gamma)
-        if self.shadow is not None:
-            self.shadow.add_(corners.dw, alpha=gamma * self.shadow_coef)
-        self._ell[0] += gamma * corners.dell
 
     # -- batched passes -----------------------------------------------------------------------------
     def _all_potentials(self, w=None) -> torch.Tensor:
