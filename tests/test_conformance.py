@@ -9,7 +9,11 @@ of w kept >= 0) and a brute-force enumerator of all labelings of one example. Th
 * the exact duality gap of a run equals an independent primal - dual (brute-force H_i);
 * the store's v equals the sum of its blocks after many random steps (no drift, no lost update);
 * a checkpoint written and read through ssvm_torch.outputs resumes to the same trajectory;
-* where a structure has two kernels (compiled and pure torch), both give the same result.
+* where a structure has two kernels (compiled and pure torch), both give the same result;
+* every other solver (batch FW, SSG, EG, the dual extragradient, the cutting plane) on every store, the
+  edge-feature chain's too, is refused by name or certified: its model's primal the brute-force one, its gap the
+  brute-force primal minus the store's dual, and each block (w_i, ell_i) a convex combination of its corners
+  (a feasibility LP over every labeling).
 """
 from __future__ import annotations
 
@@ -379,6 +383,75 @@ def test_conformance_torch_kernel_equals_compiled(name):
     assert torch.allclose(best_nb, best_t, atol=1e-10)
     vals = model.phi(data, idx, loc_t) @ w + model.loss(data, idx, loc_t)
     assert torch.allclose(vals, model.phi(data, idx, loc_nb) @ w + model.loss(data, idx, loc_nb), atol=1e-10)
+
+
+def edge_chain(rng):
+    """A chain with edge-observation features (its model has no padded torch oracle: it enters the solver matrix
+    below, not STRUCTURES)."""
+    from ssvm_torch.models import EdgeChainModel
+    from test_chain_edges import random_edge_chains
+    data = random_edge_chains(int(rng.integers(1 << 30)), n=5)
+    return EdgeChainModel.for_data(data), data, None
+
+
+#: the solver matrix's structures: STRUCTURES and the edge-feature chain
+SOLVER_STRUCTURES = {**STRUCTURES, "chain-edges": Structure(edge_chain, chain_labelings)}
+OTHER_SOLVERS = ("fw", "ssg", "eg", "deg", "cutting-plane")
+
+
+@pytest.mark.parametrize("name", list(SOLVER_STRUCTURES))
+@pytest.mark.parametrize("solver", OTHER_SOLVERS)
+def test_conformance_every_solver_is_refused_by_name_or_certified(name, solver):
+    """Each solver on each store is refused by name at construction (SSVMInputError) or runs to records that hold:
+    the returned model's primal is the brute-force objective (1) at its w, and where the store holds the dual point
+    (all but SSG and the dual extragradient, whose records are their own) the last iterate's gap is the brute-force
+    primal minus the store's dual. A store that runs a solver it cannot serve (EG on an edge-feature chain before
+    2026-12-03: the chain's marginal moves left the edge statistics behind) fails here."""
+    from ssvm_torch.errors import SSVMInputError
+    from ssvm_torch.solvers import make_solver
+    rng = np.random.default_rng(12)
+    model, data, nonneg = SOLVER_STRUCTURES[name].make(rng)
+    lam = 0.1
+    store = make_store(model, data, lam, nonnegative=nonneg)
+    try:
+        run = make_solver(store, SolverConfig(solver=solver, sampling="perm", passes=6, gap_check=2, seed=1))
+    except SSVMInputError as e:
+        assert f"solver: {solver!r}" in str(e) or "solver:" in str(e), str(e)
+        return
+    hist = run.run()
+
+    def brute_primal(w):
+        H = []
+        for i in range(data.n):
+            Y = SOLVER_STRUCTURES[name].enumerate(model, data, i)
+            idx, one = torch.full((len(Y),), i), torch.tensor([i])
+            best = float((model.phi(data, idx, Y) @ w + model.loss(data, idx, Y)).max())
+            H.append(best - float(model.phi(data, one, model.gt_batch(data, one)) @ w))
+        return lam / 2 * float(w @ w) + float(np.mean(H))
+    last = hist[-1]
+    assert last["primal"] == pytest.approx(brute_primal(run.model_point()[0]), abs=1e-9), name
+    if solver not in ("ssg", "deg"):
+        w, v = store.w, store.v
+        dual = store.ell - lam * float(w @ v) + lam / 2 * float(w @ w)
+        assert last.get("gap_last", last["gap"]) == pytest.approx(brute_primal(w) - dual, abs=1e-9), name
+        assert last["gap"] >= -1e-12
+    if solver in ("fw", "eg", "deg"):             # the blocks are the dual point (the cutting plane's is its own)
+        for i in range(data.n):
+            assert block_is_a_dual_point(store, model, data, i, lam, SOLVER_STRUCTURES[name].enumerate), \
+                f"{name}: block {i} after {solver} is no convex combination of its corners"
+
+
+def block_is_a_dual_point(store, model, data, i, lam, enumerate_):
+    """Whether (w_i, ell_i) of block i is a convex combination of its corners (psi_i(y) / (lam n), L_i(y) / n) over
+    every labeling y (a feasibility LP): what makes -lam/2 |w|^2 + ell a value of the dual (3)."""
+    from scipy.optimize import linprog
+    Y = enumerate_(model, data, i)
+    idx, one = torch.full((len(Y),), i), torch.tensor([i])
+    psi = (model.phi(data, one, model.gt_batch(data, one)) - model.phi(data, idx, Y)) / (lam * data.n)
+    loss = model.loss(data, idx, Y).double() / data.n
+    A = torch.cat([psi.T, loss[None], torch.ones(1, len(Y), dtype=torch.float64)]).numpy()
+    b = torch.cat([store.block_w(i).cpu(), store.ell_i[i:i + 1].cpu(), torch.ones(1, dtype=torch.float64)]).numpy()
+    return linprog(np.zeros(len(Y)), A_eq=A, b_eq=b, bounds=(0, None), method="highs").status == 0
 
 
 def test_conformance_registry_covers_every_structure():
