@@ -441,6 +441,27 @@ def test_conformance_every_solver_is_refused_by_name_or_certified(name, solver):
                 f"{name}: block {i} after {solver} is no convex combination of its corners"
 
 
+BCFW_RUNS = {"pairwise-cache": dict(step="pairwise", cache=True), "away": dict(step="away"),
+             "minibatch": dict(batch_size=3), "averaging": dict(averaging=True)}
+
+
+@pytest.mark.parametrize("name", list(SOLVER_STRUCTURES))
+@pytest.mark.parametrize("run", list(BCFW_RUNS))
+def test_conformance_bcfw_variants_keep_every_block_a_dual_point(name, run):
+    """BCFW's step rules, mini-batches and averaging on every store (the edge-feature chain's too): each block
+    (w_i, ell_i) stays a convex combination of its corners (the gaps against brute force: the tests above)."""
+    rng = np.random.default_rng(13)
+    model, data, nonneg = SOLVER_STRUCTURES[name].make(rng)
+    lam = 0.1
+    store = make_store(model, data, lam, nonnegative=nonneg)
+    if run == "averaging" and not store.supports_averaging:
+        return
+    Solver(store, SolverConfig(solver="bcfw", sampling="gap", passes=6, gap_check=2, seed=2, **BCFW_RUNS[run])).run()
+    for i in range(data.n):
+        assert block_is_a_dual_point(store, model, data, i, lam, SOLVER_STRUCTURES[name].enumerate), \
+            f"{name}: block {i} after {run} is no convex combination of its corners"
+
+
 def block_is_a_dual_point(store, model, data, i, lam, enumerate_):
     """Whether (w_i, ell_i) of block i is a convex combination of its corners (psi_i(y) / (lam n), L_i(y) / n) over
     every labeling y (a feasibility LP): what makes -lam/2 |w|^2 + ell a value of the dual (3)."""
