@@ -321,11 +321,18 @@ class ChainModel(StructuredModel):
     def augment(self, scores, data: ChainData, idx) -> tuple:
         """Adds c_i [k != y_t] to the unaries (c_i = 1/T_i or 1): the Hamming losses decompose over positions."""
         unary, lengths, first, last, trans = scores
-        gt = self.gt_batch(data, idx).to(unary.device)
+        gt = self.loss_batch(data, idx).to(unary.device)
         valid = gt >= 0
         off = (1.0 - torch.nn.functional.one_hot(gt.clamp(min=0), self.K).to(unary.dtype)) \
             * self.token_loss(lengths, unary.dtype)[:, None, None]
         return unary + off * valid[..., None], lengths, first, last, trans
+
+    def loss_batch(self, data: ChainData, idx) -> torch.Tensor:
+        """The labels the task loss reads (B, T_max) of the rows ``idx``: the gold ones, -1 at unobserved positions
+        (partial annotation: the latent SSVM, latent.py) and beyond each row."""
+        idx = torch.as_tensor(idx, device=data.offsets.device).reshape(-1)
+        pos, valid = padded_index(data.offsets, idx)
+        return torch.where(valid, data.loss_labels()[pos], -1)
 
     def decode(self, scores, data: ChainData, idx) -> torch.Tensor:
         """Viterbi on the (padded) scores: the compiled kernel on CPU float64, torch elsewhere."""
@@ -374,7 +381,7 @@ class ChainModel(StructuredModel):
 
     def loss(self, data: ChainData, idx, labels) -> torch.Tensor:
         idx = torch.as_tensor(idx, device=data.Y.device).reshape(-1)
-        gt = self.gt_batch(data, idx)
+        gt = self.loss_batch(data, idx)
         labels = torch.as_tensor(labels, device=gt.device).reshape(gt.shape[0], -1)[:, :gt.shape[1]]
-        valid = gt >= 0
-        return ((labels != gt) & valid).sum(1).double() * self.token_loss(valid.sum(1))
+        lengths = data.lengths.to(gt.device)[idx.to(gt.device)]
+        return ((labels != gt) & (gt >= 0)).sum(1).double() * self.token_loss(lengths)
