@@ -154,6 +154,11 @@ def train_latent(model: ChainModel, data: ChainData, lam: float, config: SolverC
     if config.solver not in INNER_SOLVERS:
         raise SSVMInputError(f"solver: the latent SSVM's inner problem runs on one of {INNER_SOLVERS}, got "
                              f"{config.solver!r}")
+    # the inner solver on this model's store (EG / DEG need marginal moves: not on edge-feature chains or
+    # segmentations), refused by name before the letter-wise start runs: the store of the first row, completed
+    first = data.subset(torch.arange(min(1, data.n)))
+    make_solver(make_store(model, with_labels(first, complete(model, torch.zeros(model.d, dtype=torch.float64),
+                                                               first)), lam), config)
     t0 = time.perf_counter()
     if isinstance(w0, str):
         check(w0 == "letters", "w0", "a vector, 'letters' or None", w0)

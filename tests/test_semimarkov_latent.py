@@ -94,6 +94,11 @@ def test_refusals_name_the_field():
         model.check_data(with_labels(data, bad))
     with pytest.raises(SSVMInputError, match="max_length: expected an int for partially observed data"):
         SemiMarkovModel.for_data(data)
+    # an inner solver the segment store cannot run is refused before the letter-wise start (one row's store)
+    calls = []
+    with pytest.raises(SSVMInputError, match="solver: 'eg' needs a store with marginal moves"):
+        train_latent(model, data, 0.1, SolverConfig(solver="eg"), progress=calls.append)
+    assert calls == []
 
 
 def test_cccp_on_conll_chunks_with_half_the_states_hidden():
