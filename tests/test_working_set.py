@@ -40,6 +40,25 @@ def test_labelings_give_the_dense_rows_products_and_point(ocr_store):
     np.testing.assert_allclose(compact.lam_dots(w), dense.lam_dots(w), rtol=1e-12, atol=1e-12)
 
 
+def test_compiled_joint_products_are_the_torch_paths(ocr_small):
+    """The chain store's joint products on its compiled path (one walk per labeling, nb_labelings_scores) equal its
+    torch path's, and the store's own w is left as it was (the potentials of another w need no copy of it)."""
+    train, _ = ocr_small
+    sub = train.subset(range(25))
+    m = ChainModel.for_data(sub)
+    compiled, torch_path = make_store(m, sub, 0.05), make_store(m, sub, 0.05, kernels="torch")
+    rng = torch.Generator().manual_seed(3)
+    labels = []
+    for _ in range(3):
+        compiled.set_point(0.3 * torch.randn(m.d, generator=rng, dtype=torch.float64), 0.0)
+        labels.append(compiled.joint_labels(compiled.gap_pass()))
+    w = torch.randn(m.d, generator=rng, dtype=torch.float64)
+    before = compiled.w.clone()
+    np.testing.assert_allclose(compiled.joint_dots(w, labels).numpy(), torch_path.joint_dots(w, labels).numpy(),
+                               rtol=1e-12, atol=1e-12)
+    assert torch.equal(compiled.w, before)
+
+
 def test_a_run_on_labelings_is_the_dense_run(ocr_small, tmp_path):
     train, _ = ocr_small
     sub = train.subset(range(25))

@@ -358,3 +358,22 @@ def nb_scatter_entries(W, index, value, stats, row):
         f, v, r = index[e], value[e], row[e]
         for k in range(K):
             W[k, f] += stats[r, k] * v
+
+
+@nb.njit(cache=True, nogil=True)
+def nb_labelings_scores(labelings, off, U, first, last, trans, out):
+    """out[j] = sum over the sequences of <w, phi(x_i, y_j,i)> for each ragged labeling y_j (the rows of
+    ``labelings``, (m, N)) from the potentials U (N, K), first, last and trans [next, prev]: the chain part of the
+    cutting plane's products lam <a(y_j), w> (stores/chain.py), one walk per labeling, no (N, K) temporary."""
+    for j in range(labelings.shape[0]):
+        acc = 0.0
+        for i in range(off.shape[0] - 1):
+            s, e = off[i], off[i + 1]
+            if e == s:
+                continue
+            acc += first[labelings[j, s]] + last[labelings[j, e - 1]]
+            for r in range(s, e):
+                acc += U[r, labelings[j, r]]
+                if r > s:
+                    acc += trans[labelings[j, r], labelings[j, r - 1]]
+        out[j] = acc

@@ -24,9 +24,10 @@ from ..chain.padded import fused_variant
 from ..chain.triton_viterbi import fused_available
 from ..models.chain_index import padded_trans_counts, segment_ids, trans_counts, unary_rows
 from ..oracles.chain_kernels import (HostViews, nb_add_psi, nb_build_delta, nb_corner_gaps, nb_csr_scatter_rows,
-                                     nb_delta_move, nb_delta_sqnorm, nb_fw_corner, nb_gap_pass, nb_gram)
+                                     nb_delta_move, nb_delta_sqnorm, nb_fw_corner, nb_gap_pass, nb_gram,
+                                     nb_labelings_scores)
 from .base import SPARSE_D, BlockDual, BlockMarginals, Corner, GapPass, JointConstraints, objective_n
-from .ragged import RaggedLabelings
+from .ragged import RaggedLabelings, host_labels
 from .state import TensorBlockState
 from .chain_marginal import ChainMarginalMoves
 from .chain_torch import ChainTorchPath
@@ -311,8 +312,14 @@ class ChainDual(RaggedLabelings, ChainTorchPath, ChainMarginalMoves, JointConstr
 
     def joint_dots(self, w: torch.Tensor, labels: list) -> torch.Tensor:
         """lam <a(y), w> = (<w, Phi(y_gt)> - <w, Phi(y)>) / n with Phi the sum over examples: scores
-        from the potentials of w (no d-sized work per labeling)."""
+        from the potentials of w (no d-sized work per labeling; on the numba path one compiled walk per
+        labeling, nb_labelings_scores)."""
         pots = self._potentials_of(w)
+        if self._numba:
+            rows = np.stack([self._np[4], *(host_labels(y) for y in labels)])
+            out = np.empty(rows.shape[0])
+            nb_labelings_scores(rows, self._np[3], *(np.ascontiguousarray(p.numpy()) for p in pots), out)
+            return torch.from_numpy((out[0] - out[1:]) / self.N)
         scores = torch.stack([self._scores(*pots, y.to(self.device).long()).sum() for y in labels])
         return (self._scores(*pots, self.Y).sum() - scores) / self.N
 
@@ -379,12 +386,9 @@ class ChainDual(RaggedLabelings, ChainTorchPath, ChainMarginalMoves, JointConstr
         return sc.index_add_(0, self.seg[1:][inner], trans[labels[1:][inner], labels[:-1][inner]])
 
     def _potentials_of(self, w):
-        saved = self.w.clone()
-        self.w.copy_(w)
-        try:
-            return tuple(t.clone() for t in self._potentials())
-        finally:
-            self.w.copy_(saved)
+        """(U, first, last, trans) of another w (the store's w untouched: no d-sized copies)."""
+        U, first, last, trans = self._potentials(w.to(self.device, self.dtype))
+        return U, first.clone(), last.clone(), trans.clone()
 
     def max_margins(self, w: torch.Tensor) -> torch.Tensor:
         w = w.to(self.device, self.dtype)

@@ -22,9 +22,10 @@ class ChainTorchPath:
     """The torch half of :class:`~ssvm_torch.stores.chain.ChainDual`."""
 
     # -- batched torch path (any device) ------------------------------------------------------
-    def _potentials(self):
-        """Unary potentials U = X W^T of all positions (sparse-dense product) and the other blocks of w."""
-        W, first, last, trans = self.model.split(self.w)
+    def _potentials(self, w: torch.Tensor | None = None):
+        """Unary potentials U = X W^T of all positions (sparse-dense product) and the other blocks of w (default
+        the store's; first / last / trans are views of it)."""
+        W, first, last, trans = self.model.split(self.w if w is None else w)
         if self._numba:
             U = np.empty((self.Y.shape[0], self.model.K))
             nb_unary_all(np.ascontiguousarray(W.numpy().T), self._np[0], self._np[1], self._np[2], U)
