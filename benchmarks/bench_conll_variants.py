@@ -72,7 +72,7 @@ def main(argv=None):
             "last_gap": last["gap"], "working_set": last.get("working_set"), "cache_hits": last.get("cache_hits"),
             "time_s": last["time_s"], "cache_hit_rate": last.get("cache_hit_rate", 0.0),
             "steps": {k: last.get(k, 0) for k in ("fw_steps", "pairwise_steps", "away_steps")}, "test_f1": f1}
-        print(f"{name:12s} gap {last['gap']:.3e} after {last['passes']:.0f} passes, {last['time_s']:.0f} s, "
+        print(f"{name:20s} gap {last['gap']:.3e} after {last['passes']:.0f} passes, {last['time_s']:.0f} s, "
               f"test F1 {f1:.2f}", flush=True)
         del store
         gc.collect()
@@ -93,8 +93,9 @@ def report(result: dict) -> None:
         m["reach_target"] = first_reach(m["history"], target)
         r = m["reach_target"]
         at = f"{r['passes']:.0f} passes, {r['time_s']:.1f} s" if r else "not reached"
-        print(f"  {name:12s} {at:24s} last gap {m['last_gap']:.3e}, cache hits {m['cache_hit_rate']:.2f}, "
-              f"test F1 {m['test_f1']:.2f}")
+        cache = (f"cache rounds {m['cache_hits']}" if m.get("cache_hits") is not None      # the cutting plane's
+                 else f"cache hits {m['cache_hit_rate']:.2f}")
+        print(f"  {name:20s} {at:24s} last gap {m['last_gap']:.3e}, {cache}, test F1 {m['test_f1']:.2f}")
 
 
 if __name__ == "__main__":
