@@ -18,7 +18,8 @@ from .ragged import host_labels
 
 class SegmentJointConstraints(JointConstraints):
     """Joint constraints of :class:`~ssvm_torch.stores.segments.SegmentDual` as segmentations (module docstring);
-    reads the store's ``_all_potentials``, ``_stats_of``, ``w_from_stats`` and gold statistics."""
+    reads the store's ``_all_potentials``, ``_stats_of``, ``w_from_stats``, gold statistics and compiled step
+    (``_host``, stores/segment_host.py)."""
 
     def joint_labels(self, gp: GapPass) -> torch.Tensor:
         """The gap pass's ragged segmentations (N,) as int16 (a label at each segment's start, -1 elsewhere)."""
@@ -31,7 +32,7 @@ class SegmentJointConstraints(JointConstraints):
         the torch path the potentials of w once, then per labeling its statistics against them (no d-sized
         work per labeling either way)."""
         w = w.to(self.device, self.dtype)
-        if self._host is not None:
+        if self._host is not None and len(labels):
             rows = np.stack([host_labels(self.gold[self.all_valid]), *(host_labels(y) for y in labels)])
             scores = self._host.joint_scores(rows, w)
             return torch.from_numpy((scores[0] - scores[1:]) / self.N)
@@ -47,7 +48,7 @@ class SegmentJointConstraints(JointConstraints):
         mass 1 - sum weights on the gold segmentations (whose psi is 0)."""
         rest = 1.0 - float(sum(weights))
         P, Gc = self.P_gt * rest, self.G_gt * rest
-        if self._host is not None:
+        if self._host is not None and len(labels):
             self._host.add_labelings(np.stack([host_labels(y) for y in labels]), np.asarray(weights, np.float64),
                                      P.numpy(), Gc.numpy())
             return self.w_from_stats(P, Gc)
