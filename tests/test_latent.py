@@ -314,3 +314,26 @@ def test_edge_feature_completion_and_cccp_against_enumeration():
     brute = 0.5 * lam * float(w @ w) + sum(a - c for a, c, _ in (edge_brute(model, data, w, i)
                                                                    for i in range(data.n))) / data.n
     assert brute == pytest.approx(objectives[-1], abs=1e-9)
+
+
+def test_ssvm_train_hide_labels_trains_conll_edge_features(tmp_path):
+    """``ssvm-train --dataset conll2000 --hide-labels`` on a template with edge-observation features (the BIOES tags
+    under their constraints): CCCP's objective never increases, the first step lowers it, and the saved model's
+    chunk F1 is what its record says."""
+    import json
+    from ssvm_torch.cli.train import main
+    from ssvm_torch.outputs import load_model
+    from ssvm_torch.tasks import load_task
+    options = dict(train_size=80, features="p[-1] p[0] p[1] edge:p[0]", tags="bioes", constraints="bioes")
+    out = tmp_path / "run"
+    assert main(["--dataset", "conll2000", "--train-size", "80", "--features", options["features"], "--tags", "bioes",
+                 "--constraints", "bioes", "--lam", "0.01", "--hide-labels", "0.5", "--hide-seed", "1", "--step",
+                 "pairwise", "--cache", "--passes", "15", "--gap-check", "15", "--latent-outer", "2", "--quiet",
+                 "--out", str(out)]) == 0
+    records = json.loads((out / "latent.json").read_text())
+    objectives = [r["objective"] for r in records]
+    assert all(b <= a for a, b in zip(objectives, objectives[1:])) and objectives[1] < objectives[0]
+    task = load_task("conll2000", **options)
+    assert type(task.model).__name__ == "EdgeChainModel"
+    w = load_model(out / "model.pt")["w"].to(torch.float64)
+    assert task.evaluate(w)["test_f1"] == pytest.approx(records[-1]["test_f1"], abs=1e-9)
