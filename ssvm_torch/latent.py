@@ -23,8 +23,9 @@ increases. Every record is one outer step: the objective, the inner problem's ga
 many completed labels changed.
 
 The inner problem runs on the numba chain store, whose loss kernels skip the unobserved positions
-(a negative loss label; stores/chain.py; the edge-feature chain store's too, stores/chain_edges.py), or on the semi-Markov store (stores/segments.py), whose states at the
-unobserved positions are the completion and whose loss counts the observed ones (``ChainData.observed``);
+(a negative loss label; stores/chain.py; the edge-feature chain store's too, stores/chain_edges.py), or on
+the semi-Markov store (stores/segments.py), whose states at the unobserved positions are the completion and
+whose loss counts the observed ones (``ChainData.observed``);
 a semi-Markov completion is the best segmentation agreeing with every observed state
 (:meth:`~ssvm_torch.models.semimarkov.SemiMarkovModel.complete`).
 """

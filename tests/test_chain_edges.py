@@ -14,7 +14,7 @@ from ssvm_torch.data.templates import Template, featurize
 from ssvm_torch.models import EdgeChainModel
 from ssvm_torch.solvers import Solver
 
-from conftest import assert_tau_one_takes_bcfw_steps
+from conftest import assert_tau_one_takes_bcfw_steps, without_time
 
 LAM = 0.3
 
@@ -398,10 +398,7 @@ def test_cutting_plane_runs_certified_on_labelings_as_on_dense_rows_and_resumes(
     part, _ = run("labelings", passes=20)
     save_checkpoint(tmp_path / "ck.pt", part.state_dict())
     _, resumed = run("labelings", state=load_checkpoint(tmp_path / "ck.pt"))
-
-    def strip(h):
-        return [{k: v for k, v in r.items() if k != "time_s"} for r in h]
-    assert strip(resumed) == strip(hist)
+    assert without_time(resumed) == without_time(hist)
 
 
 def test_torch_kernels_and_the_marginal_solvers_are_refused():

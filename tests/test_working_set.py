@@ -9,6 +9,7 @@ from ssvm_torch.errors import SSVMInputError
 from ssvm_torch.outputs import load_checkpoint, save_checkpoint
 from ssvm_torch.solvers import make_solver
 from ssvm_torch.solvers.working_set import DenseWorkingSet, LabelingWorkingSet, make_working_set
+from conftest import without_time
 from test_other_solvers import tiny_matching
 
 
@@ -80,10 +81,7 @@ def test_a_run_on_labelings_is_the_dense_run(ocr_small, tmp_path):
     part, _ = run("labelings", passes=4)
     save_checkpoint(tmp_path / "ck.pt", part.state_dict())
     _, resumed = run("labelings", state=load_checkpoint(tmp_path / "ck.pt"))
-
-    def strip(h):
-        return [{k: v for k, v in r.items() if k != "time_s"} for r in h]
-    assert strip(resumed) == strip(hist)
+    assert without_time(resumed) == without_time(hist)
 
 
 def test_auto_picks_labelings_only_for_large_chain_models(ocr_store):

@@ -46,10 +46,10 @@ class ChainMarginalMoves(MarginalMoves, RelaxedPasses):
     def potentials(self, w: torch.Tensor | None = None) -> tuple:
         return self._potentials() if w is None else self._potentials_of(w)
 
-    def _seen(self) -> torch.Tensor:
-        """(N,) 1.0 where the loss counts the position (its label observed), 0.0 where not (the latent SSVM's
-        completions, ssvm_torch/latent.py): the loss labels YL are negative there."""
-        return (self.YL >= 0).to(self.dtype)
+    def _seen(self, s: int = 0, e: int | None = None) -> torch.Tensor:
+        """1.0 at the positions s:e (default all) whose loss counts (their label observed), 0.0 elsewhere (the latent
+        SSVM's completions, ssvm_torch/latent.py): the loss labels YL are negative there."""
+        return (self.YL[s:e] >= 0).to(self.dtype)
 
     def loss_potentials(self) -> torch.Tensor:
         """The loss as per-position potentials (N, K): tw_i for each wrong label of an observed position."""
@@ -86,7 +86,7 @@ class ChainMarginalMoves(MarginalMoves, RelaxedPasses):
 
     def block_expected_loss(self, i: int, mu: torch.Tensor) -> float:
         s, e = self.block_rows(i)
-        seen = self._seen()[s:e]
+        seen = self._seen(s, e)
         wrong = float(seen.sum()) - float((mu.gather(1, self.Y[s:e, None])[:, 0] * seen).sum())
         return wrong * float(self.tw[i]) / self.N
 

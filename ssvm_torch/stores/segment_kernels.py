@@ -83,6 +83,19 @@ def _minus_point(i, s, T, P, Gc, D, Dc):
 
 
 @nb.njit(cache=True, nogil=True)
+def _theta_dot(T, D, Dc, U, wc):
+    """<D, theta_i> = sum_t <D[t], U[t]> + <Dc, wc>: statistics of the positions (T, 3K) against the block's
+    potentials U and the counts against the count weights wc."""
+    acc = 0.0
+    for t in range(T):
+        for c in range(D.shape[1]):
+            acc += D[t, c] * U[t, c]
+    for g in range(Dc.shape[0]):
+        acc += Dc[g] * wc[g]
+    return acc
+
+
+@nb.njit(cache=True, nogil=True)
 def _sqnorm(i, T, D, Dc, G, goff):
     """||A_i D||^2 = sum_c D_c^T G_i D_c + |Dc|^2 (stores/segments.py), G_i = X_i X_i^T at G[goff[i]:]."""
     sq = 0.0
@@ -112,7 +125,6 @@ def nb_segment_corner(i, c_i, outside, fptr, fidx, fval, offsets, Y, obs, W, wc,
     ``with_sqnorm`` False skips the Gram part (the returned ||A_i D||^2 is then only the counts' part)."""
     s = offsets[i]
     T = offsets[i + 1] - s
-    C = 3 * K
     _potentials(s, T, fptr, fidx, fval, W, U)
     lens = wc[2 * K + K * K:]
     for t in range(T):
@@ -141,12 +153,7 @@ def nb_segment_corner(i, c_i, outside, fptr, fidx, fval, offsets, Y, obs, W, wc,
     _add_statistics(ys, T, K, 1.0, D, Dc)
     _minus_point(i, s, T, P, Gc, D, Dc)
     loss = c_i * _wrong_positions(s, T, K, Y, obs, ys)
-    dot = 0.0
-    for t in range(T):
-        for c in range(C):
-            dot += D[t, c] * U[t, c]
-    for g in range(Dc.shape[0]):
-        dot += Dc[g] * wc[g]
+    dot = _theta_dot(T, D, Dc, U, wc)
     if not with_sqnorm:
         sq = 0.0
         for g in range(Dc.shape[0]):
@@ -186,24 +193,12 @@ def nb_segment_labelings_gaps(i, c_i, labelings, fptr, fidx, fval, offsets, Y, o
     what the cache and the away corner rank)."""
     s = offsets[i]
     T = offsets[i + 1] - s
-    C = 3 * K
     _potentials(s, T, fptr, fidx, fval, W, U)
-    point = 0.0
-    for t in range(T):
-        for c in range(C):
-            point += P[s + t, c] * U[t, c]
-    for g in range(Dc.shape[0]):
-        point += Gc[i, g] * wc[g]
+    point = _theta_dot(T, P[s:s + T], Gc[i], U, wc)                # <M_i, theta_i>
     for j in range(labelings.shape[0]):
         _zero(T, D, Dc)
         _add_statistics(labelings[j], T, K, 1.0, D, Dc)
-        acc = 0.0
-        for t in range(T):
-            for c in range(C):
-                acc += D[t, c] * U[t, c]
-        for g in range(Dc.shape[0]):
-            acc += Dc[g] * wc[g]
-        out[j] = acc - point + c_i * _wrong_positions(s, T, K, Y, obs, labelings[j])
+        out[j] = _theta_dot(T, D, Dc, U, wc) - point + c_i * _wrong_positions(s, T, K, Y, obs, labelings[j])
 
 
 @nb.njit(cache=True, nogil=True)
@@ -275,13 +270,7 @@ def nb_segment_joint_scores(labelings, fptr, fidx, fval, offsets, W, wc, K, T_ma
             for j in range(labelings.shape[0]):
                 _zero(T, D, Dc)
                 _add_statistics(labelings[j, s:e], T, K, 1.0, D, Dc)
-                acc = 0.0
-                for t in range(T):
-                    for c in range(C):
-                        acc += D[t, c] * U[t, c]
-                for g in range(Dc.shape[0]):
-                    acc += Dc[g] * wc[g]
-                out[j, i] = acc
+                out[j, i] = _theta_dot(T, D, Dc, U, wc)
 
 
 @nb.njit(cache=True, nogil=True)
