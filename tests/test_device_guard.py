@@ -168,7 +168,7 @@ def test_direction_shares_never_leave_the_device(problems):
 def test_semimarkov_sparse_direction_and_partial_states_never_leave_the_device(problems):
     """The semi-Markov store's torch path with its mini-batch direction as touched coordinates, and on a
     completion of partially observed states (the loss counted at the observed positions; the completion itself,
-    SemiMarkovModel.complete, under the guard too)."""
+    SemiMarkovModel.complete, under the guard too), and the cutting plane's joint products and point."""
     from ssvm_torch.latent import hide_labels, with_labels
     problem = problems("conll2000-segments")
     store = tiny_store(problem, "conll2000-segments")
@@ -183,3 +183,8 @@ def test_semimarkov_sparse_direction_and_partial_states_never_leave_the_device(p
     with host_guard():
         hist = Solver(partial, SolverConfig(step="pairwise", cache=True, passes=2.0, gap_check=1.0, seed=1)).run()
     assert partial.data.partial and np.isfinite(hist[-1]["gap"]) and hist[-1]["gap"] >= -1e-9
+    # the cutting plane's joint constraints as segmentations on the torch path (their products and point)
+    with host_guard():
+        labels = [store.joint_labels(store.gap_pass())]
+        dots, point = store.joint_dots(store.w, labels), store.joint_point([0.5], labels)
+    assert dots.shape == (1,) and point.shape == store.w.shape and bool(torch.isfinite(point).all())
