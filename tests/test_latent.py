@@ -337,3 +337,22 @@ def test_ssvm_train_hide_labels_trains_conll_edge_features(tmp_path):
     assert type(task.model).__name__ == "EdgeChainModel"
     w = load_model(out / "model.pt")["w"].to(torch.float64)
     assert task.evaluate(w)["test_f1"] == pytest.approx(records[-1]["test_f1"], abs=1e-9)
+
+
+def test_edge_feature_completion_refuses_observed_labels_the_constraints_forbid():
+    """Observed labels that no labeling allowed by the tag constraints agrees with (a forbidden transition between
+    two observed neighbours) are refused naming the sequence, not completed to a -inf labeling."""
+    from ssvm_torch.data import ChainData
+    from ssvm_torch.models import EdgeChainModel
+    data = edge_partial(5)
+    model = EdgeChainModel.for_data(data)
+    s = int(data.offsets[1])                              # sequence 1 has at least two positions
+    Y, observed = data.Y.clone(), data.observed.clone()
+    Y[s:s + 2], observed[s:s + 2] = torch.tensor([0, 1]), True
+    data = ChainData(data.X, Y, data.offsets, data.n_states, E=data.E, observed=observed)
+    transitions = torch.ones(model.K, model.K, dtype=torch.bool)
+    transitions[0, 1] = False                                   # [prev, next]: 0 -> 1 forbidden
+    model.set_constraints({"start": torch.ones(model.K, dtype=torch.bool), "transitions": transitions,
+                           "end": torch.ones(model.K, dtype=torch.bool)})
+    with pytest.raises(SSVMInputError, match="data.Y: sequence 1: no labeling allowed by the tag constraints"):
+        model.complete(torch.zeros(model.d, dtype=torch.float64), data)
