@@ -1,0 +1,108 @@
+"""``ConstituencyTree``: a binary constituency-tree layer for span parsers (a network's span scores, SuPar's
+``ConstituencyCRF`` layout) with three losses, the structured hinge, softmax-margin and the TreeCRF.
+
+Scores (the conventions of :mod:`ssvm_torch.spans`): ``span_scores`` (B, N+1, N+1), ``span_scores[b, i, j]`` the
+score of the span of words i..j-1, fenceposts 0..n_b; optional ``label_scores`` (B, N+1, N+1, L) (Stern et al.
+2017's and SuPar's second head: a labeled tree scores s(y, l) = sum over its spans of span_scores[i, j] +
+label_scores[i, j, l_ij]). Rows by ``mask`` (B, N) bool (the words) or ``lengths`` (B,). Trees are charts
+(B, N+1, N+1): bool without labels, int64 labels with -1 off the tree with them (binarize n-ary trees first,
+as SuPar does: a binary tree over n words holds 2n - 1 spans). The losses (per sentence, to minimise), with
+Delta = c x (the spans of y not in the gold tree; with labels a span with another label counts), c = 1
+(``cost="hamming"``) or 1 / n_b (``"normalized"``):
+
+* ``"hinge"``: max_y [s(y) + Delta] - s(gold) (Taskar et al. 2004's max-margin parsing; Stern et al. 2017);
+* ``"softmax_margin"``: log sum_y exp(s(y) + Delta) - s(gold) (Gimpel & Smith 2010);
+* ``"crf"``: log Z - s(gold) (the TreeCRF of Finkel et al. 2008 and Zhang et al. 2020).
+
+Labels are free given the spans, so every operation is one CKY on the reduced span scores (:mod:`ssvm_torch.spans.ops`).
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ..errors import check, check_choice
+from ..spans import ops
+from ..spans.checks import KERNELS, check_charts, check_span_scores, resolve_lengths
+from ..trees.losses import row_cost
+from .reduction import REDUCTIONS, reduce_rows
+
+LOSSES = ("hinge", "softmax_margin", "crf")
+
+
+class ConstituencyTree(nn.Module):
+    """The span layer (module docstring). It has no parameters: the network upstream makes the scores.
+
+    loss: "hinge", "softmax_margin" or "crf". cost: "hamming", "normalized" or a number (Delta's weight per
+    wrong span). kernels: "auto" (compiled on CPU float32/float64, torch elsewhere), "numba" or "torch"."""
+
+    def __init__(self, loss: str = "crf", cost="hamming", kernels: str = "auto"):
+        super().__init__()
+        self.loss = check_choice(loss, "loss", LOSSES)
+        self.kernels = check_choice(kernels, "kernels", KERNELS)
+        check(not torch.is_tensor(cost), "cost", "'hamming', 'normalized' or a number for the layer (a cost per "
+              "sentence goes to the functions: ssvm_torch.spans.span_hinge(..., cost=tensor (B,)))",
+              f"a tensor of shape {tuple(cost.shape)}" if torch.is_tensor(cost) else None)
+        row_cost(cost, torch.ones(1, dtype=torch.int64), torch.float64)          # refuses a bad cost now
+        self.cost = cost
+
+    def extra_repr(self) -> str:
+        return f"loss={self.loss!r}, cost={self.cost!r}, kernels={self.kernels!r}"
+
+    def _inputs(self, span_scores, label_scores, mask, lengths):
+        """(S, lengths): the (labeled) scores of the model, S = span_scores[..., None] + label_scores."""
+        S = check_span_scores(span_scores)
+        check(S.dim() == 3, "span_scores", "shape (B, N+1, N+1) (labels go to label_scores)", tuple(S.shape))
+        lengths = resolve_lengths(S, mask, lengths)
+        if label_scores is None:
+            return S, lengths
+        lab = check_span_scores(label_scores, "label_scores")
+        check(lab.dim() == 4 and lab.shape[:3] == S.shape, "label_scores",
+              f"shape (B, N+1, N+1, L) = {tuple(S.shape)} + (L,) like span_scores", tuple(lab.shape))
+        check(lab.device == S.device, "label_scores", f"a tensor on {S.device} like span_scores", lab.device)
+        return S[..., None] + lab.to(S.dtype), lengths
+
+    def forward(self, span_scores: torch.Tensor, charts: torch.Tensor, mask: torch.Tensor | None = None,
+                label_scores: torch.Tensor | None = None, reduction: str = "sum",
+                lengths: torch.Tensor | None = None) -> torch.Tensor:
+        """The loss to minimise (module docstring): per sentence with ``reduction="none"`` (B,), else its sum,
+        mean over sentences, or sum over the number of words ("token_mean"). The gold ``charts`` must be binary
+        trees over the rows' words (bool charts; int64 label charts with ``label_scores``)."""
+        check_choice(reduction, "reduction", REDUCTIONS)
+        S, lengths = self._inputs(span_scores, label_scores, mask, lengths)
+        gold = check_charts(charts, S, lengths)
+        c = row_cost(self.cost, lengths, S.dtype)
+        if self.loss == "hinge":
+            per_row = ops.hinge(S, gold, lengths, c, self.kernels)
+        elif self.loss == "softmax_margin":
+            per_row = ops.softmax_margin(S, gold, lengths, c, self.kernels)
+        else:
+            per_row = ops.nll(S, gold, lengths, self.kernels)
+        return reduce_rows(per_row, reduction, lengths)
+
+    def decode(self, span_scores: torch.Tensor, mask: torch.Tensor | None = None,
+               label_scores: torch.Tensor | None = None, lengths: torch.Tensor | None = None) -> torch.Tensor:
+        """The best tree of every sentence as a chart: bool, or with ``label_scores`` int64 labels (each span its
+        best label) with -1 off the tree. No gradient."""
+        with torch.no_grad():
+            S, lengths = self._inputs(span_scores, label_scores, mask, lengths)
+            return ops.best(S, lengths, self.kernels)[0]
+
+    def marginals(self, span_scores: torch.Tensor, mask: torch.Tensor | None = None,
+                  label_scores: torch.Tensor | None = None, lengths: torch.Tensor | None = None) -> torch.Tensor:
+        """P(span [with label]) under the TreeCRF, the shape of the (labeled) scores, zero off the spans. No
+        gradient."""
+        S, lengths = self._inputs(span_scores, label_scores, mask, lengths)
+        return ops.marginals(S, lengths, self.kernels)
+
+    def log_partition(self, span_scores: torch.Tensor, mask: torch.Tensor | None = None,
+                      label_scores: torch.Tensor | None = None, lengths: torch.Tensor | None = None) -> torch.Tensor:
+        """log Z per sentence (B,), differentiable."""
+        S, lengths = self._inputs(span_scores, label_scores, mask, lengths)
+        return ops.log_partition(S, lengths, self.kernels)
+
+    def score(self, span_scores: torch.Tensor, charts: torch.Tensor, mask: torch.Tensor | None = None,
+              label_scores: torch.Tensor | None = None, lengths: torch.Tensor | None = None) -> torch.Tensor:
+        """s(tree) per sentence (B,), differentiable."""
+        S, lengths = self._inputs(span_scores, label_scores, mask, lengths)
+        return ops.score(S, check_charts(charts, S, lengths), lengths)

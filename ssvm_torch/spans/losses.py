@@ -1,0 +1,115 @@
+"""The span package's public calls on padded batches: each checks its arguments (every error names the
+argument and the row) and runs the operation of :mod:`ssvm_torch.spans.ops` (one dispatch over the backends).
+Losses are per row (B,) and differentiable w.r.t. the span scores:
+
+* hinge (the n-slack SSVM's structured hinge, Taskar et al. 2004's max-margin parsing): max_y [s(y) +
+  Delta(y, y_b)] - s(y_b) >= 0, its gradient the spans of the loss-augmented tree minus the gold spans;
+* softmax-margin (Gimpel & Smith 2010): log sum_y exp(s(y) + Delta(y, y_b)) - s(y_b);
+* CRF (the TreeCRF of Finkel et al. 2008, Zhang et al. 2020): log Z - s(y_b), gradient the span marginals minus
+  the gold spans.
+
+Delta(y, y_b) = c_b x (the spans of y not in y_b; labeled: a span with another label counts), c_b = 1
+(``cost="hamming"``), 1 / n_b (``"normalized"``), a number or a per-row tensor (B,). Trees are charts: bool
+(B, N+1, N+1) with ``chart[b, i, j]`` on for the span of words i..j-1 (SuPar's ConstituencyCRF charts), or for
+labeled scores (B, N+1, N+1, L) an int64 chart holding each span's label and -1 elsewhere.
+"""
+from __future__ import annotations
+
+import torch
+
+from ..errors import SSVMInputError, check
+from ..trees.losses import row_cost
+from . import ops
+from .checks import KERNELS, check_charts, check_span_scores, resolve_lengths
+
+
+def _kernels(kernels: str) -> str:
+    check(kernels in KERNELS, "kernels", f"one of {list(KERNELS)}", repr(kernels))
+    return kernels
+
+
+def _prepare(span_scores, mask, lengths):
+    S = check_span_scores(span_scores)
+    return S, resolve_lengths(S, mask, lengths)
+
+
+def span_decode(span_scores, mask=None, lengths=None, kernels: str = "auto", return_scores: bool = False):
+    """The best binary tree of every row as a chart (bool, or int labels with -1 off the tree for labeled
+    scores; each span then takes its best label); with ``return_scores`` also its score (B,). No gradient."""
+    S, lengths = _prepare(span_scores, mask, lengths)
+    with torch.no_grad():
+        charts, scores = ops.best(S, lengths, _kernels(kernels))
+    return (charts, scores) if return_scores else charts
+
+
+def span_log_partition(span_scores, mask=None, lengths=None, kernels: str = "auto") -> torch.Tensor:
+    """log Z (B,) = log sum over the (labeled) binary trees of exp s(y), differentiable (its gradient: the span
+    marginals)."""
+    S, lengths = _prepare(span_scores, mask, lengths)
+    return ops.log_partition(S, lengths, _kernels(kernels))
+
+
+def span_marginals(span_scores, mask=None, lengths=None, kernels: str = "auto") -> torch.Tensor:
+    """P(span (i, j) [with label l] in the tree), the shape of the scores, zero off the rows' spans. No
+    gradient."""
+    S, lengths = _prepare(span_scores, mask, lengths)
+    return ops.marginals(S, lengths, _kernels(kernels))
+
+
+def span_score(span_scores, charts, mask=None, lengths=None) -> torch.Tensor:
+    """s(tree) (B,) = the sum of the tree's (labeled) span scores, differentiable; each row of ``charts`` must
+    be a binary tree over its words."""
+    S, lengths = _prepare(span_scores, mask, lengths)
+    return ops.score(S, check_charts(charts, S, lengths), lengths)
+
+
+def _loss_inputs(span_scores, charts, mask, lengths, cost, kernels):
+    S, lengths = _prepare(span_scores, mask, lengths)
+    gold = check_charts(charts, S, lengths)
+    gold_score = ops.score(S.detach(), gold, lengths)
+    bad = torch.isinf(gold_score)
+    if bool(bad.any()):
+        b = int(bad.nonzero()[0, 0])
+        raise SSVMInputError(f"charts: row {b}'s gold tree takes a span (or label) whose score is -inf: the loss "
+                             "would be infinite")
+    return S, gold, lengths, row_cost("hamming" if cost is None else cost, lengths, S.dtype), _kernels(kernels)
+
+
+def span_hinge(span_scores, charts, mask=None, lengths=None, cost="hamming", kernels: str = "auto") -> torch.Tensor:
+    """The structured hinge per row (module docstring)."""
+    S, gold, lengths, c, k = _loss_inputs(span_scores, charts, mask, lengths, cost, kernels)
+    return ops.hinge(S, gold, lengths, c, k)
+
+
+def span_softmax_margin(span_scores, charts, mask=None, lengths=None, cost="hamming",
+                        kernels: str = "auto") -> torch.Tensor:
+    """The softmax-margin loss per row (module docstring)."""
+    S, gold, lengths, c, k = _loss_inputs(span_scores, charts, mask, lengths, cost, kernels)
+    return ops.softmax_margin(S, gold, lengths, c, k)
+
+
+def span_crf_nll(span_scores, charts, mask=None, lengths=None, kernels: str = "auto") -> torch.Tensor:
+    """The TreeCRF's negative log-likelihood log Z - s(gold) per row (module docstring)."""
+    S, gold, lengths, _, k = _loss_inputs(span_scores, charts, mask, lengths, None, kernels)
+    return ops.nll(S, gold, lengths, k)
+
+
+def bracket_counts(charts, gold, lengths, unary: bool = False) -> torch.Tensor:
+    """(matched, predicted, gold) (3,) int64 bracket counts over the rows (labeled charts: span and label must
+    match), the numerators and denominators of bracketing precision / recall / F1 (evalb's, which counts neither
+    the one-word spans, the preterminals, unless ``unary``). Charts are compared as given (not checked)."""
+    check(torch.is_tensor(charts) and torch.is_tensor(gold) and charts.shape == gold.shape and charts.dim() == 3,
+          "charts, gold", "two charts of one shape (B, N+1, N+1)",
+          (tuple(getattr(charts, "shape", ())), tuple(getattr(gold, "shape", ()))))
+    M = charts.shape[1]
+    keep = ops.span_mask(torch.as_tensor(lengths, device=charts.device).to(torch.int64), M)
+    if not unary:
+        pos = torch.arange(M, device=charts.device)
+        keep = keep & ((pos[None, :] - pos[:, None]) > 1)[None]
+    if charts.dtype == torch.bool:
+        p, g = charts & keep, gold & keep
+        matched = p & g
+    else:
+        p, g = (charts >= 0) & keep, (gold >= 0) & keep
+        matched = p & g & (charts == gold)
+    return torch.stack([matched.sum(), p.sum(), g.sum()])

@@ -1,0 +1,181 @@
+"""The span package's operations on a padded batch, each with one dispatch rule over its backends: the best
+tree (loss-augmented when a gold chart and a cost are given), log Z (differentiable), the span marginals, the
+score of given trees and the three losses (structured hinge, softmax-margin, CRF).
+
+Arguments, after validation by the callers (:mod:`ssvm_torch.spans.losses`, :class:`~ssvm_torch.nn.ConstituencyTree`):
+``S`` (B, N+1, N+1) or (B, N+1, N+1, L) float, ``lengths`` (B,) int64 words per row, ``gold`` a bool chart
+(unlabeled) or an int64 chart of labels with -1 off the tree (labeled), ``cost`` (B,) the loss of one wrong span.
+
+Labels: a tree's labeled spans score S[i, j, label], and nothing else ties the labels together, so the labeled
+model is the unlabeled one on the reduced scores logsumexp_l S[i, j, l] (log Z, marginals) or max_l (the best
+tree, each span then taking its best label): one CKY for any number of labels.
+
+The rule, ``kernels="auto"``: the compiled kernels (:mod:`~ssvm_torch.spans.numba_cky`) for CPU float32 / float64
+scores outside tracing, spread over numba's threads when torch has more than one and the batch has at least
+:data:`PARALLEL_MIN` rows; the torch recursions (:mod:`~ssvm_torch.spans.torch_cky`) elsewhere (CUDA, tracing).
+"""
+from __future__ import annotations
+
+import numba
+import numpy as np
+import torch
+
+from ..devices import from_host, to_host
+from ..errors import SSVMInputError
+from ..trees.checks import tracing, use_numba
+from . import torch_cky
+from .checks import span_mask
+from .numba_cky import best_batch, best_batch_parallel, log_partition_batch, log_partition_batch_parallel
+
+#: the smallest batch that the compiled kernels spread over threads
+PARALLEL_MIN = 8
+
+
+def _parallel(B: int) -> bool:
+    threads = torch.get_num_threads()
+    if threads < 2 or B < PARALLEL_MIN:
+        return False
+    numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
+    return True
+
+
+def _host(S: torch.Tensor, lengths: torch.Tensor):
+    return to_host(S.detach().contiguous()), np.ascontiguousarray(to_host(lengths), dtype=np.int64)
+
+
+def _compiled(S: torch.Tensor, kernels: str) -> bool:
+    return use_numba(S, kernels, "span scores")
+
+
+def _fail_no_tree(scores: torch.Tensor, lengths: torch.Tensor, what: str) -> None:
+    if tracing():
+        return
+    bad = (~(scores > torch_cky.NEG / 2) | torch.isnan(scores)) & (lengths > 0)
+    if bool(bad.any()):
+        b = int(bad.nonzero()[0, 0])
+        raise SSVMInputError(f"span_scores: row {b} ({int(lengths[b])} words) has no binary tree with a finite score "
+                             f"(its -inf spans exclude every tree; {what} {float(scores[b]):.3g})")
+
+
+def best(S: torch.Tensor, lengths: torch.Tensor, kernels: str = "auto"):
+    """(charts, scores (B,)): the best tree of every row, as a bool chart (B, N+1, N+1) for unlabeled scores or
+    an int64 chart of labels (-1 off the tree) for labeled ones. No gradient."""
+    S = S.detach()
+    labeled = S.dim() == 4
+    Su, label = S.max(-1) if labeled else (S, None)
+    B, M, _ = Su.shape
+    if _compiled(Su, kernels):
+        Sh, Lh = _host(Su, lengths)
+        charts, scores = np.zeros((B, M, M), dtype=np.bool_), np.empty(B)
+        (best_batch_parallel if _parallel(B) else best_batch)(Sh, Lh, charts, scores)
+        charts, scores = from_host(charts, S.device), from_host(scores, S.device).to(S.dtype)
+    else:
+        charts, scores = torch_cky.best_tree(Su, lengths)
+    _fail_no_tree(scores, lengths, "best-tree score")
+    if labeled:
+        charts = torch.where(charts, label, torch.full_like(label, -1))
+    return charts, scores
+
+
+def reduce_labels(S: torch.Tensor) -> torch.Tensor:
+    """The unlabeled scores of the labeled model (module docstring): logsumexp over the labels, differentiable."""
+    return S.clamp(min=torch_cky.NEG).logsumexp(-1) if S.dim() == 4 else S    # NEG: no -inf - -inf in backward
+
+
+class _CompiledLogZ(torch.autograd.Function):
+    """log Z by the compiled inside pass; the backward multiplies the span marginals that the forward wrote (no
+    graph through the recursion)."""
+
+    @staticmethod
+    def forward(ctx, S, lengths):
+        Sh, Lh = _host(S, lengths)
+        B, M, _ = Sh.shape
+        want = S.requires_grad
+        logz = np.empty(B)
+        marg = np.zeros((B, M, M) if want else (1, 1, 1))
+        (log_partition_batch_parallel if _parallel(B) else log_partition_batch)(Sh, Lh, want, logz, marg)
+        ctx.save_for_backward(from_host(marg, S.device) if want else S.new_zeros(0))
+        ctx.dtype = S.dtype
+        return from_host(logz, S.device).to(S.dtype)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (marg,) = ctx.saved_tensors
+        return (grad.to(torch.float64)[:, None, None] * marg).to(ctx.dtype), None
+
+
+def log_partition(S: torch.Tensor, lengths: torch.Tensor, kernels: str = "auto") -> torch.Tensor:
+    """log Z (B,) over the (labeled) trees of every row (0 for an empty row), differentiable: its gradient is
+    the span (and label) marginals. A row without a tree of finite score is refused by name."""
+    Su = reduce_labels(S)
+    if _compiled(Su, kernels):
+        logz = _CompiledLogZ.apply(Su, lengths)
+    else:
+        logz = torch_cky.log_partition(Su, lengths)
+    _fail_no_tree(logz.detach(), lengths, "log Z")
+    return logz
+
+
+def marginals(S: torch.Tensor, lengths: torch.Tensor, kernels: str = "auto") -> torch.Tensor:
+    """P(span (i, j) [with label l] in the tree), the shape of S, zero off the rows' spans. No gradient."""
+    with torch.enable_grad():
+        leaf = S.detach().clone().requires_grad_(True)
+        (grad,) = torch.autograd.grad(log_partition(leaf, lengths, kernels).sum(), leaf)
+    return grad
+
+
+def indicators(charts: torch.Tensor, S: torch.Tensor) -> torch.Tensor:
+    """The 0/1 tensor of a (labeled) chart in the shape of S: 1 at each of the tree's (span, label)."""
+    if S.dim() == 3:
+        return charts.to(S.dtype)
+    present = charts >= 0
+    onehot = torch.zeros_like(S).scatter_(3, charts.clamp(min=0)[..., None], 1.0)
+    return onehot * present[..., None].to(S.dtype)
+
+
+def score(S: torch.Tensor, charts: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """s(tree) = the sum of the tree's (labeled) span scores: (B,), differentiable. -inf scores of spans off the
+    tree do not enter (selected, not multiplied)."""
+    on = indicators(charts, S) > 0.5
+    on &= span_mask(lengths, S.shape[1])[..., None] if S.dim() == 4 else span_mask(lengths, S.shape[1])
+    return torch.where(on, S, torch.zeros_like(S)).flatten(1).sum(1)
+
+
+def wrong_spans(charts: torch.Tensor, gold: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """The spans of ``charts`` that are not in ``gold`` (labeled: a span with another label counts): (B,)
+    int64. Both trees hold 2n - 1 spans, so it is also the number of gold spans missed."""
+    inside = span_mask(lengths, charts.shape[1])
+    if charts.dtype == torch.bool:
+        return (charts & ~gold & inside).flatten(1).sum(1)
+    return ((charts >= 0) & (charts != gold) & inside).flatten(1).sum(1)
+
+
+def augment(S: torch.Tensor, gold: torch.Tensor, lengths: torch.Tensor, cost: torch.Tensor) -> torch.Tensor:
+    """S + cost_b on every (span, label) of the rows that the gold tree lacks: the scores whose best tree is the
+    loss-augmented one (the span Hamming loss decomposes over spans). Differentiable in S."""
+    inside = span_mask(lengths, S.shape[1])
+    if S.dim() == 4:
+        inside = inside[..., None]
+    wrong = (1.0 - indicators(gold, S)) * inside.to(S.dtype)
+    c = cost.to(S.dtype).view(-1, *([1] * (S.dim() - 1)))
+    return S + c * wrong
+
+
+def hinge(S, gold, lengths, cost, kernels: str = "auto") -> torch.Tensor:
+    """max_y [s(y) + Delta(y, gold)] - s(gold) per row (B,), Delta = cost_b x the wrong spans; differentiable,
+    its gradient the (span, label) indicators of the loss-augmented tree minus those of the gold tree."""
+    with torch.no_grad():
+        y, _ = best(augment(S.detach(), gold, lengths, cost), lengths, kernels)
+    delta = cost.to(S.dtype) * wrong_spans(y, gold, lengths).to(S.dtype)
+    return score(S, y, lengths) + delta - score(S, gold, lengths)
+
+
+def softmax_margin(S, gold, lengths, cost, kernels: str = "auto") -> torch.Tensor:
+    """log sum_y exp(s(y) + Delta(y, gold)) - s(gold) per row (Gimpel & Smith 2010): the CRF loss of the
+    loss-augmented scores (s(gold) is unchanged by the augmentation)."""
+    return log_partition(augment(S, gold, lengths, cost), lengths, kernels) - score(S, gold, lengths)
+
+
+def nll(S, gold, lengths, kernels: str = "auto") -> torch.Tensor:
+    """log Z - s(gold) per row: the TreeCRF's negative log-likelihood (Finkel et al. 2008; Zhang et al. 2020)."""
+    return log_partition(S, lengths, kernels) - score(S, gold, lengths)
