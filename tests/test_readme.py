@@ -8,8 +8,8 @@ README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
 BLOCKS = re.findall(r"```python\n(.*?)```", README, re.S)
 
 
-def test_readme_has_the_six_examples():
-    assert len(BLOCKS) == 6 and "SemiMarkovChain" in BLOCKS[5] and "ChainSSVM" in BLOCKS[0] and "SSVMModule" in BLOCKS[1] and "ChainSSVMHead" in BLOCKS[2]
+def test_readme_has_the_seven_examples():
+    assert len(BLOCKS) == 7 and "ConstituencyTree" in BLOCKS[6] and "SemiMarkovChain" in BLOCKS[5] and "ChainSSVM" in BLOCKS[0] and "SSVMModule" in BLOCKS[1] and "ChainSSVMHead" in BLOCKS[2]
     assert "LinearChain" in BLOCKS[3] and "DependencyTree" in BLOCKS[4]
 
 
@@ -28,6 +28,16 @@ def test_semimarkov_example_runs():
     assert float(scope["loss"].detach()) >= 0 and scope["emissions"].grad is not None
     assert [len(t) for t in tags] == lengths.tolist() == [4, 2]
     assert all(t == "O" or t[:2] in ("B-", "I-") for row in tags for t in row)
+
+
+def test_constituency_example_runs():
+    """The README's span layer example: a loss with gradients on both heads, and the decoded tree debinarized to
+    labeled spans inside the sentence (every binarization join gone)."""
+    scope = {}
+    exec(compile(BLOCKS[6], "README ConstituencyTree example", "exec"), scope)
+    assert scope["span"].grad is not None and scope["label"].grad is not None
+    tree = scope["tree"]
+    assert all(0 <= i < j <= 4 and 1 <= lab <= 3 for i, j, lab in tree) and len(tree) <= 7
 
 
 def test_linear_chain_example_runs():
