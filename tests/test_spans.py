@@ -346,3 +346,93 @@ def test_half_precision_and_the_torch_path_on_every_device():
                               span_marginals(S, lengths=lengths), atol=1e-10)
     half = span_log_partition(S.to(torch.bfloat16), lengths=lengths)
     assert half.dtype == torch.float32 and torch.allclose(half.double(), ref, atol=0.5)
+
+
+def observed_subset(gold: dict, g: torch.Generator, keep: float) -> dict:
+    return {s: lab for s, lab in gold.items() if float(torch.rand((), generator=g)) < keep}
+
+
+def brute_partial(S: torch.Tensor, n: int, O: dict, cost: float):
+    """(log Z_C, max_C s, log sum exp(s + Delta_O), max (s + Delta_O)) by enumeration: C the (labeled) trees that
+    contain every observed bracket with its label, Delta_O = cost x the observed brackets a tree lacks."""
+    labeled = S.dim() == 3
+    trees = (list(labeled_trees(n, S.shape[2])) if labeled else [{s: None for s in t} for t in binary_trees(0, n)])
+    in_c, aug = [], []
+    for t in trees:
+        total = sum(float(S[i, j, lab] if labeled else S[i, j]) for (i, j), lab in t.items())
+        missed = sum(1 for s, lab in O.items() if s not in t or (labeled and t[s] != lab))
+        if missed == 0:
+            in_c.append(total)
+        aug.append(total + cost * missed)
+    as_t = lambda v: torch.tensor(v, dtype=torch.float64)       # noqa: E731
+    return (torch.logsumexp(as_t(in_c), 0).item(), max(in_c), torch.logsumexp(as_t(aug), 0).item(), max(aug))
+
+
+@pytest.mark.parametrize("kernels", KERNELS)
+@pytest.mark.parametrize("L", [None, 2])
+def test_partial_brackets_against_brute_force(kernels, L):
+    """With partial=True each row's chart holds some of a tree's brackets: the CRF's log Z - log Z_C, the latent
+    hinge and the softmax-margin equal the enumeration over C; a whole tree gives the full losses bit for bit,
+    nothing observed 0."""
+    N = 5 if L is None else 3
+    g = torch.Generator().manual_seed(30)
+    lengths = torch.tensor([N, N, N, N - 1, 2])
+    S = random_rows(len(lengths), N, L, seed=31)
+    rows, observed = [], []
+    for b, n in enumerate(lengths.tolist()):
+        chart, gold = random_gold(n, N, L, seed=40 + b)
+        keep = {0: 1.0, 1: 0.0}.get(b, 0.5)
+        O = observed_subset(gold, g, keep)
+        observed.append(O)
+        if L is None:
+            rows.append(chart_from_spans([sorted(O)], N + 1)[0])
+        else:
+            rows.append(chart_from_spans([[(i, j, lab) for (i, j), lab in O.items()]], N + 1, labeled=True)[0])
+    charts = torch.stack(rows)
+    cost = 0.6
+    out = {"crf": span_crf_nll(S, charts, lengths=lengths, kernels=kernels, partial=True),
+           "hinge": span_hinge(S, charts, lengths=lengths, cost=cost, kernels=kernels, partial=True),
+           "softmax_margin": span_softmax_margin(S, charts, lengths=lengths, cost=cost, kernels=kernels, partial=True)}
+    full = {"crf": span_crf_nll(S[:1], charts[:1], lengths=lengths[:1], kernels=kernels),
+            "hinge": span_hinge(S[:1], charts[:1], lengths=lengths[:1], cost=cost, kernels=kernels),
+            "softmax_margin": span_softmax_margin(S[:1], charts[:1], lengths=lengths[:1], cost=cost, kernels=kernels)}
+    for name in out:
+        assert torch.equal(out[name][:1], full[name]), name             # the whole tree: bit for bit
+        assert out[name][1].item() == pytest.approx(0.0, abs=1e-12), name  # nothing observed
+    for b, n in enumerate(lengths.tolist()):
+        zc, mc, za, ma = brute_partial(S[b], n, observed[b], cost)
+        z, _, _, _ = brute(S[b], n)
+        assert out["crf"][b].item() == pytest.approx(z - zc, abs=1e-9)
+        assert out["hinge"][b].item() == pytest.approx(ma - mc, abs=1e-9)
+        assert out["softmax_margin"][b].item() == pytest.approx(za - zc, abs=1e-9)
+
+
+def test_partial_refusals_and_layer():
+    """Crossing observed brackets and a non-bool flag are refused by name; without partial=True a chart that is not
+    a whole tree is refused; the layer trains from half the brackets and its trees keep the observed ones."""
+    S = random_rows(1, 4, None, seed=50)
+    crossing = chart_from_spans([[(0, 2), (1, 3)]], 5)
+    with pytest.raises(SSVMInputError, match=r"row 0 is not a set of nested brackets \(partial=True\).*crossing"):
+        span_crf_nll(S, crossing, partial=True)
+    with pytest.raises(SSVMInputError, match="partial: expected True or False"):
+        span_crf_nll(S, crossing, partial="yes")
+    with pytest.raises(SSVMInputError, match="row 0 is not a binary tree"):
+        span_crf_nll(S, chart_from_spans([[(0, 2)]], 5))
+    torch.manual_seed(1)
+    B, N = 4, 7
+    lengths = torch.tensor([7, 6, 5, 7])
+    golds = [random_gold(int(n), N, None, seed=60 + b) for b, n in enumerate(lengths)]
+    g = torch.Generator().manual_seed(61)
+    observed = [observed_subset(gd, g, 0.5) for _, gd in golds]
+    charts = chart_from_spans([sorted(o) for o in observed], N + 1)
+    span = torch.zeros(B, N + 1, N + 1, requires_grad=True)
+    layer = ConstituencyTree(loss="hinge")
+    opt = torch.optim.Adam([span], lr=0.3)
+    for _ in range(40):
+        opt.zero_grad()
+        loss = layer(span, charts, lengths=lengths, partial=True)
+        loss.backward()
+        opt.step()
+    assert loss.item() < 1e-6
+    decoded = layer.decode(span, lengths=lengths)
+    assert bool((decoded | ~charts).all())                   # every observed bracket is in the decoded tree

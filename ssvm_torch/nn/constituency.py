@@ -15,6 +15,12 @@ Delta = c x (the spans of y not in the gold tree; with labels a span with anothe
 * ``"crf"``: log Z - s(gold) (the TreeCRF of Finkel et al. 2008 and Zhang et al. 2020).
 
 Labels are free given the spans, so every operation is one CKY on the reduced span scores (:mod:`ssvm_torch.spans.ops`).
+
+**Partial brackets.** ``forward(..., partial=True)`` reads each chart as the observed brackets only (Pereira &
+Schabes 1992): the losses then compare the model with C, the trees that contain them -- the CRF's log Z - log Z_C,
+the latent hinge max [s + Delta_O] - max_C s, the softmax-margin with log Z_C, Delta_O counting the observed
+brackets missed (:mod:`ssvm_torch.spans.partial`). A row whose chart is a whole tree gives the full loss bit for
+bit, a row with nothing observed 0.
 """
 from __future__ import annotations
 
@@ -22,7 +28,8 @@ import torch
 from torch import nn
 
 from ..errors import check, check_choice
-from ..spans import ops
+from ..spans import losses as span_losses, ops
+from ..spans.losses import refuse_infinite_gold
 from ..spans.checks import KERNELS, check_charts, check_span_scores, resolve_lengths
 from ..trees.losses import row_cost
 from .reduction import REDUCTIONS, reduce_rows
@@ -64,20 +71,17 @@ class ConstituencyTree(nn.Module):
 
     def forward(self, span_scores: torch.Tensor, charts: torch.Tensor, mask: torch.Tensor | None = None,
                 label_scores: torch.Tensor | None = None, reduction: str = "sum",
-                lengths: torch.Tensor | None = None) -> torch.Tensor:
+                lengths: torch.Tensor | None = None, partial: bool = False) -> torch.Tensor:
         """The loss to minimise (module docstring): per sentence with ``reduction="none"`` (B,), else its sum,
         mean over sentences, or sum over the number of words ("token_mean"). The gold ``charts`` must be binary
-        trees over the rows' words (bool charts; int64 label charts with ``label_scores``)."""
+        trees over the rows' words (bool charts; int64 label charts with ``label_scores``), or with ``partial``
+        the observed brackets of each row (partial brackets, module docstring)."""
         check_choice(reduction, "reduction", REDUCTIONS)
         S, lengths = self._inputs(span_scores, label_scores, mask, lengths)
-        gold = check_charts(charts, S, lengths)
-        c = row_cost(self.cost, lengths, S.dtype)
-        if self.loss == "hinge":
-            per_row = ops.hinge(S, gold, lengths, c, self.kernels)
-        elif self.loss == "softmax_margin":
-            per_row = ops.softmax_margin(S, gold, lengths, c, self.kernels)
-        else:
-            per_row = ops.nll(S, gold, lengths, self.kernels)
+        gold = check_charts(charts, S, lengths, partial=partial)
+        refuse_infinite_gold(S, gold, lengths)
+        per_row = span_losses.row_losses(self.loss, S, gold, lengths, row_cost(self.cost, lengths, S.dtype), self.kernels,
+                                    partial)
         return reduce_rows(per_row, reduction, lengths)
 
     def decode(self, span_scores: torch.Tensor, mask: torch.Tensor | None = None,

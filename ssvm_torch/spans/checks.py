@@ -69,6 +69,18 @@ def span_mask(lengths: torch.Tensor, M: int) -> torch.Tensor:
     return (pos[:, None] < pos[None, :])[None] & (pos[None, None, :] <= lengths[:, None, None])
 
 
+def crossing_counts(C: torch.Tensor) -> torch.Tensor:
+    """(B, M, M) int64: for every span (i, j), the spans (k, l) of the 0/1 chart ``C`` (B, M, M, int64) that cross
+    it (i < k < j < l or k < i < l < j), by prefix sums (O(B M^2))."""
+    def right_crossings(X):                              # spans (k, l) with i < k < j < l
+        after = X.flip(-1).cumsum(-1).flip(-1) - X       # after[k, j] = #spans (k, l) with l > j
+        cum = after.cumsum(1)                            # cum[k, j] = sum_{k' <= k} after[k', j]
+        last = torch.cat([cum.new_zeros(X.shape[0], 1), torch.diagonal(cum, 1, 1, 2)], 1)   # cum[j - 1, j]
+        return last[:, None, :] - cum
+    mirrored = C.flip(1, 2).transpose(1, 2)              # the span (i, j) -> (M-1-j, M-1-i)
+    return right_crossings(C) + right_crossings(mirrored).flip(1, 2).transpose(1, 2)
+
+
 def chart_faults(chart: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
     """(B,) int codes of the first fault of every row of a bool chart (B, N+1, N+1): 0 none, 1 a span off the
     row (i >= j or j > n), 2 a one-word span or the whole sentence missing, 3 crossing spans, 4 not 2n - 1
@@ -83,10 +95,7 @@ def chart_faults(chart: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
     missing = ((word & ~leaves).any(1) | ~root) & (lengths > 0)
     code = torch.where((code == 0) & missing, 2, code)
     C = (chart & inside).to(torch.int64)
-    after = C.flip(-1).cumsum(-1).flip(-1) - C             # after[k, j] = #spans (k, l) with l > j
-    cum = after.cumsum(1)                                  # cum[k, j] = sum_{k' <= k} after[k', j]
-    last = torch.cat([cum.new_zeros(B, 1), torch.diagonal(cum, 1, 1, 2)], 1)     # last[j] = cum[j - 1, j]
-    crossing = (C > 0) & ((last[:, None, :] - cum) > 0)    # a span (k, l) with i < k < j < l
+    crossing = (C > 0) & (crossing_counts(C) > 0)
     code = torch.where((code == 0) & crossing.flatten(1).any(1), 3, code)
     count = C.flatten(1).sum(1)
     code = torch.where((code == 0) & (count != (2 * lengths - 1).clamp(min=0)), 4, code)
@@ -98,15 +107,19 @@ FAULTS = {1: "a span outside 0 <= i < j <= n", 2: "a one-word span or the whole 
           "binarize the trees first)"}
 
 
-def check_charts(charts, S: torch.Tensor, lengths: torch.Tensor, field: str = "charts") -> torch.Tensor:
+def check_charts(charts, S: torch.Tensor, lengths: torch.Tensor, field: str = "charts",
+                 partial: bool = False) -> torch.Tensor:
     """Gold trees as charts, checked against the scores: bool (B, N+1, N+1) for unlabeled scores, int (B, N+1,
     N+1) labels in [0, L) on the spans and -1 elsewhere for labeled ones (B, N+1, N+1, L); each row a binary
-    tree over its words (:func:`chart_faults`). Returns the charts on the scores' device (bool or int64)."""
+    tree over its words (:func:`chart_faults`), or with ``partial`` a set of observed brackets inside the row,
+    none crossing another (:mod:`ssvm_torch.spans.partial`). Returns the charts on the scores' device (bool or
+    int64)."""
     B, M = S.shape[0], S.shape[1]
     labeled = S.dim() == 4
     want = "an int tensor of labels (-1: no span)" if labeled else "a bool tensor"
     check(torch.is_tensor(charts) and tuple(charts.shape) == (B, M, M), field, f"{want} of shape ({B}, {M}, {M})",
           (getattr(charts, "dtype", type(charts).__name__), tuple(getattr(charts, "shape", ()))))
+    check(isinstance(partial, bool), "partial", "True or False", repr(partial))
     if labeled:
         check(not charts.is_floating_point() and charts.dtype != torch.bool, field, want, charts.dtype)
         charts = charts.to(S.device, torch.int64)
@@ -120,12 +133,21 @@ def check_charts(charts, S: torch.Tensor, lengths: torch.Tensor, field: str = "c
     else:
         check(charts.dtype == torch.bool, field, want, charts.dtype)
         charts = present = charts.to(S.device)
-    if not tracing():
+    if tracing():
+        return charts
+    if partial:
+        off = (present & ~span_mask(lengths, M)).flatten(1).any(1)
+        C = (present & span_mask(lengths, M)).to(torch.int64)
+        crossing = ((C > 0) & (crossing_counts(C) > 0)).flatten(1).any(1)
+        code = torch.where(off, 1, torch.where(crossing, 3, 0))
+        kind = "a set of nested brackets (partial=True)"
+    else:
         code = chart_faults(present, lengths)
-        if bool((code != 0).any()):
-            b = int((code != 0).nonzero()[0, 0])
-            spans = present[b].nonzero().tolist()
-            raise SSVMInputError(f"{field}: row {b} is not a binary tree over its {int(lengths[b])} words "
-                                 f"({FAULTS[int(code[b])]}); its spans: {[tuple(s) for s in spans[:16]]}"
-                                 + (" ..." if len(spans) > 16 else ""))
+        kind = "a binary tree"
+    if bool((code != 0).any()):
+        b = int((code != 0).nonzero()[0, 0])
+        spans = present[b].nonzero().tolist()
+        raise SSVMInputError(f"{field}: row {b} is not {kind} over its {int(lengths[b])} words "
+                             f"({FAULTS[int(code[b])]}); its spans: {[tuple(s) for s in spans[:16]]}"
+                             + (" ..." if len(spans) > 16 else ""))
     return charts

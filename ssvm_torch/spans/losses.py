@@ -12,6 +12,10 @@ Delta(y, y_b) = c_b x (the spans of y not in y_b; labeled: a span with another l
 (``cost="hamming"``), 1 / n_b (``"normalized"``), a number or a per-row tensor (B,). Trees are charts: bool
 (B, N+1, N+1) with ``chart[b, i, j]`` on for the span of words i..j-1 (SuPar's ConstituencyCRF charts), or for
 labeled scores (B, N+1, N+1, L) an int64 chart holding each span's label and -1 elsewhere.
+
+Partial brackets (``partial=True``): a row's chart may hold only the observed brackets (nested, none crossing);
+the losses then compare with C, the trees that contain them (:mod:`ssvm_torch.spans.partial`: log Z - log Z_C, the
+latent hinge, the softmax-margin with log Z_C); a row whose chart is a whole tree gives the full loss bit for bit.
 """
 from __future__ import annotations
 
@@ -21,6 +25,7 @@ from ..errors import SSVMInputError, check
 from ..trees.losses import row_cost
 from . import ops
 from .checks import KERNELS, check_charts, check_span_scores, resolve_lengths
+from .partial import loss_rows
 
 
 def _kernels(kernels: str) -> str:
@@ -63,35 +68,57 @@ def span_score(span_scores, charts, mask=None, lengths=None) -> torch.Tensor:
     return ops.score(S, check_charts(charts, S, lengths), lengths)
 
 
-def _loss_inputs(span_scores, charts, mask, lengths, cost, kernels):
+def _loss_inputs(span_scores, charts, mask, lengths, cost, kernels, partial):
     S, lengths = _prepare(span_scores, mask, lengths)
-    gold = check_charts(charts, S, lengths)
-    gold_score = ops.score(S.detach(), gold, lengths)
-    bad = torch.isinf(gold_score)
+    gold = check_charts(charts, S, lengths, partial=partial)
+    refuse_infinite_gold(S, gold, lengths)
+    return S, gold, lengths, row_cost("hamming" if cost is None else cost, lengths, S.dtype), _kernels(kernels)
+
+
+def refuse_infinite_gold(S: torch.Tensor, gold: torch.Tensor, lengths: torch.Tensor) -> None:
+    """A gold tree (or observed bracket) on a -inf (span, label) score is refused by name: no tree with it has a
+    finite score, so the loss would be infinite."""
+    bad = torch.isinf(ops.score(S.detach(), gold, lengths))
     if bool(bad.any()):
         b = int(bad.nonzero()[0, 0])
         raise SSVMInputError(f"charts: row {b}'s gold tree takes a span (or label) whose score is -inf: the loss "
                              "would be infinite")
-    return S, gold, lengths, row_cost("hamming" if cost is None else cost, lengths, S.dtype), _kernels(kernels)
 
 
-def span_hinge(span_scores, charts, mask=None, lengths=None, cost="hamming", kernels: str = "auto") -> torch.Tensor:
-    """The structured hinge per row (module docstring)."""
-    S, gold, lengths, c, k = _loss_inputs(span_scores, charts, mask, lengths, cost, kernels)
-    return ops.hinge(S, gold, lengths, c, k)
+def row_losses(loss: str, S, gold, lengths, c, k, partial: bool) -> torch.Tensor:
+    """Per-row losses (B,) of checked inputs (``loss`` "hinge", "softmax_margin" or "crf"; ``c`` (B,) the cost of a
+    wrong span; ``k`` the kernels): the full-annotation operation, or with ``partial`` the rows whose charts are not
+    whole trees by :mod:`ssvm_torch.spans.partial` (the whole ones still bit for bit by the full operation)."""
+    def full(idx):
+        take = (lambda x: x) if idx is None else (lambda x: x[idx])
+        if loss == "crf":
+            return ops.nll(take(S), take(gold), take(lengths), k)
+        fn = ops.hinge if loss == "hinge" else ops.softmax_margin
+        return fn(take(S), take(gold), take(lengths), take(c), k)
+    if not partial:
+        return full(None)
+    return loss_rows(loss, S, gold, lengths, c, k, full)
 
 
-def span_softmax_margin(span_scores, charts, mask=None, lengths=None, cost="hamming",
-                        kernels: str = "auto") -> torch.Tensor:
-    """The softmax-margin loss per row (module docstring)."""
-    S, gold, lengths, c, k = _loss_inputs(span_scores, charts, mask, lengths, cost, kernels)
-    return ops.softmax_margin(S, gold, lengths, c, k)
+def span_hinge(span_scores, charts, mask=None, lengths=None, cost="hamming", kernels: str = "auto",
+               partial: bool = False) -> torch.Tensor:
+    """The structured hinge per row (module docstring); with ``partial`` a row's chart may hold only the observed
+    brackets (the latent hinge against the trees that contain them, :mod:`ssvm_torch.spans.partial`)."""
+    return row_losses("hinge", *_loss_inputs(span_scores, charts, mask, lengths, cost, kernels, partial), partial)
 
 
-def span_crf_nll(span_scores, charts, mask=None, lengths=None, kernels: str = "auto") -> torch.Tensor:
-    """The TreeCRF's negative log-likelihood log Z - s(gold) per row (module docstring)."""
-    S, gold, lengths, _, k = _loss_inputs(span_scores, charts, mask, lengths, None, kernels)
-    return ops.nll(S, gold, lengths, k)
+def span_softmax_margin(span_scores, charts, mask=None, lengths=None, cost="hamming", kernels: str = "auto",
+                        partial: bool = False) -> torch.Tensor:
+    """The softmax-margin loss per row (module docstring; ``partial`` as in :func:`span_hinge`)."""
+    return row_losses("softmax_margin", *_loss_inputs(span_scores, charts, mask, lengths, cost, kernels, partial),
+                 partial)
+
+
+def span_crf_nll(span_scores, charts, mask=None, lengths=None, kernels: str = "auto",
+                 partial: bool = False) -> torch.Tensor:
+    """The TreeCRF's negative log-likelihood log Z - s(gold) per row (module docstring); with ``partial`` the
+    negative marginal likelihood log Z - log Z_C of the observed brackets."""
+    return row_losses("crf", *_loss_inputs(span_scores, charts, mask, lengths, None, kernels, partial), partial)
 
 
 def bracket_counts(charts, gold, lengths, unary: bool = False) -> torch.Tensor:
