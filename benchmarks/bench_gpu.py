@@ -26,7 +26,10 @@
   per root on the CPU (SuPar's method; timed on 32 of the sentences and scaled to B, it is linear in B); and
   ``second_order`` of each shape: the adjacent-sibling best tree and log Z + backward (the Triton kernels of
   ssvm_torch/trees/triton_sibling.py, ``ours_torch`` the torch recursions) against SuPar 1.1.4's
-  ``Dependency2oCRF`` on the same device.
+  ``Dependency2oCRF`` on the same device;
+* ``spans``: the constituency-tree operations (ssvm_torch.spans, the torch CKY on CUDA), float32, B = 256 sentences
+  of n = 40 and 64 of n = 100: log Z + backward and the best tree against SuPar 1.1.4's ``ConstituencyCRF`` and
+  torch-struct's ``TreeCRF`` on the same device.
 
 Writes benchmarks/results/gpu.json. ``--device cpu --quick`` runs the same code on the CPU torch
 path with small sizes (a smoke test of this script, not a figure).
@@ -384,7 +387,57 @@ def tree_figures(device, repeats, shapes=TREE_SHAPES):
     return out
 
 
-SECTIONS = ("gap", "decode", "conll", "minibatch", "layer", "trees")
+SPAN_SHAPES = ((256, 40), (64, 100))
+
+
+def span_figures(device, repeats, shapes=SPAN_SHAPES):
+    """Milliseconds of the constituency-tree operations (ssvm_torch.spans: the torch CKY, what CUDA runs) against
+    SuPar's ConstituencyCRF and torch-struct's TreeCRF on the same device, float32: log Z + backward and the
+    best tree, the best trees' scores compared first."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    from bench_spans import inclusive
+    from bench_trees import patch_torch_struct
+    from supar.structs import ConstituencyCRF
+    from ssvm_torch.spans import span_decode, span_log_partition, span_score
+    ts = patch_torch_struct()
+    out = {}
+    for B, n in shapes:
+        g = torch.Generator().manual_seed(B + n)
+        S = torch.randn(B, n + 1, n + 1, generator=g).to(device)
+        T = inclusive(S.cpu()).to(device)
+        lengths = torch.full((B,), n, device=device)
+
+        def ours_logz():
+            x = S.clone().requires_grad_(True)
+            span_log_partition(x, lengths=lengths).sum().backward()
+
+        def supar_logz():
+            x = S.clone().requires_grad_(True)
+            ConstituencyCRF(x, lengths).log_partition.sum().backward()
+
+        def ts_logz():
+            x = T.clone().requires_grad_(True)
+            ts.TreeCRF(x, lengths=lengths).partition.sum().backward()
+        best = span_score(S.double(), span_decode(S.double(), lengths=lengths), lengths=lengths)
+        ref = ConstituencyCRF(S.double(), lengths).max.detach()
+        ms = lambda fn: 1e3 * timed_adaptive(fn, device, repeats)          # noqa: E731
+        row = {"logz_backward_ms": {"ours": ms(ours_logz), "supar": ms(supar_logz), "torch_struct": ms(ts_logz)},
+               "decode_ms": {"ours": ms(lambda: span_decode(S, lengths=lengths)),
+                             "supar": ms(lambda: ConstituencyCRF(S, lengths).argmax),
+                             "torch_struct": ms(lambda: ts.TreeCRF(T.clone().requires_grad_(True),
+                                                                   lengths=lengths).argmax)},
+               "max_best_score_difference_supar_float64": float((best - ref).abs().max())}
+        for v in row.values():
+            if isinstance(v, dict):
+                v["speedup_supar"], v["speedup_torch_struct"] = v["supar"] / v["ours"], v["torch_struct"] / v["ours"]
+        out[f"{B}_{n}"] = row
+        print(f"spans B={B} n={n}: " + ", ".join(f"{k} {v['ours']:.2f} ms (x{v['speedup_supar']:.1f} SuPar, "
+                                              f"x{v['speedup_torch_struct']:.1f} torch-struct)"
+                                              for k, v in row.items() if isinstance(v, dict)), flush=True)
+    return out
+
+
+SECTIONS = ("gap", "decode", "conll", "minibatch", "layer", "trees", "spans")
 
 
 def main():
@@ -461,6 +514,9 @@ def main():
     def trees():
         res["trees"] = tree_figures(device, args.repeats, ((8, 12), (8, 20)) if quick else TREE_SHAPES)
 
+    def spans():
+        res["spans"] = span_figures(device, args.repeats, ((8, 12), (4, 20)) if quick else SPAN_SHAPES)
+
     def minibatch():
         # tau = 1 on the GPU is dozens of kernel launches per block step (docs/devices.md has its figure): no budget for it
         taus = [64] if quick else [64, 256, 1024, task.n_train]
@@ -470,7 +526,7 @@ def main():
                                                        target=0.1, budget_s=args.budget)
 
     for name, fn in (("layer", layer), ("gap", gap), ("decode", decode), ("conll", conll), ("minibatch", minibatch),
-                     ("trees", trees)):
+                     ("trees", trees), ("spans", spans)):
         section(name, fn)
     print(f"wrote {out}")
     return 0

@@ -17,8 +17,9 @@
 #   tests        the test suite with CUDA visible (TEST_WORKERS xdist workers, one numba thread each; -v names
 #                each test as it ends, failures.log keeps each failure's traceback as it happens);
 #   gpu          bench_gpu.py's GPU_SECTIONS (default: LinearChain vs pytorch-crf, the gap pass, the decoders
-#                with their launch-shape sweep, CoNLL's GPU memory, last the dependency-tree kernels against
-#                torch-struct and a CPU Chu-Liu-Edmonds; GPU_ARGS="--no-compile" skips the
+#                with their launch-shape sweep, CoNLL's GPU memory, the dependency-tree kernels against
+#                torch-struct and a CPU Chu-Liu-Edmonds, last the constituency CKY against SuPar and torch-struct;
+#                GPU_ARGS="--no-compile" skips the
 #                torch.compile decoder, whose compile alone takes ~a minute);
 #   minibatch    bench_gpu.py's mini-batch section: CPU numba BCFW and GPU tau in MB_TAUS, MB_BUDGET solver s each;
 #   distributed  bench_distributed.py, CoNLL-2000 at P = 1, 2, 8 processes (DIST_PROCS), exchange columns;
@@ -94,8 +95,8 @@ PY
 fi
 
 if want gpu; then
-  stamp "bench_gpu ${GPU_SECTIONS:-layer gap decode conll trees}"
-  timeout "${GPU_S:-120}" $py benchmarks/bench_gpu.py --sections ${GPU_SECTIONS:-layer gap decode conll trees} \
+  stamp "bench_gpu ${GPU_SECTIONS:-layer gap decode conll trees spans}"
+  timeout "${GPU_S:-120}" $py benchmarks/bench_gpu.py --sections ${GPU_SECTIONS:-layer gap decode conll trees spans} \
     ${GPU_ARGS:---no-compile} --out "$OUT/gpu.json" \
     >>"$OUT/bench_gpu.log" 2>&1
   stamp "bench_gpu rc=$?"
