@@ -21,10 +21,10 @@ SuPar's ``ConstituencyCRF`` and torch-struct's ``TreeCRF`` are test references a
 backends. The layer is :class:`ssvm_torch.nn.ConstituencyTree`.
 """
 from .checks import chart_faults, check_charts, resolve_lengths
-from .convert import binarize, chart_from_spans, debinarize, spans_of_chart
+from .convert import binarize, chart_from_spans, debinarize, spans_of_chart, subtree_brackets
 from .losses import (bracket_counts, span_crf_nll, span_decode, span_hinge, span_log_partition, span_marginals,
                      span_score, span_softmax_margin)
 
 __all__ = ["binarize", "bracket_counts", "chart_faults", "chart_from_spans", "check_charts", "debinarize", "resolve_lengths", "span_crf_nll",
            "span_decode", "span_hinge", "span_log_partition", "span_marginals", "span_score", "span_softmax_margin",
-           "spans_of_chart"]
+           "spans_of_chart", "subtree_brackets"]

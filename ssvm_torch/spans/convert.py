@@ -91,3 +91,35 @@ def debinarize(spans: list, fill: int) -> list:
     """The n-ary tree of a binarized one: its spans without those labeled ``fill`` (the joins, and the one-word
     and whole-sentence spans that :func:`binarize` added)."""
     return [tuple(int(v) for v in s) for s in spans if int(s[2]) != fill]
+
+
+def subtree_brackets(heads: list, labels: list) -> list | None:
+    """The constituents of a projective dependency tree: for every word with dependents, the span of its subtree
+    labeled ``labels[m]`` (the flattest dependency-to-phrase conversion, Collins et al. 1999, Xia & Palmer 2001: a
+    phrase per head, all its dependents its children). ``heads[m - 1]`` is the head of word m (1..n, 0 the root);
+    words are fenceposted 0..n as in the package (word m covers (m - 1, m)). None when a subtree is not contiguous
+    (a non-projective tree)."""
+    n = len(heads)
+    check(len(labels) == n, "labels", f"one label per word ({n})", len(labels))
+    lo, hi = list(range(n + 1)), list(range(n + 1))           # per word 1..n: its subtree's first / last word
+    has_dependent = [False] * (n + 1)
+    size = [1] * (n + 1)
+    depth = [0] * (n + 1)
+    for m in range(1, n + 1):                                   # depth by walking to the root (trees: no cycle)
+        h, d = int(heads[m - 1]), 0
+        while h != 0:
+            d += 1
+            h = int(heads[h - 1])
+        depth[m] = d
+    for m in sorted(range(1, n + 1), key=lambda w: -depth[w]):  # children before parents
+        h = int(heads[m - 1])
+        if h:
+            has_dependent[h] = True
+            lo[h], hi[h], size[h] = min(lo[h], lo[m]), max(hi[h], hi[m]), size[h] + size[m]
+    out = []
+    for m in range(1, n + 1):
+        if hi[m] - lo[m] + 1 != size[m]:
+            return None
+        if has_dependent[m]:
+            out.append((lo[m] - 1, hi[m], int(labels[m - 1])))
+    return sorted(out, key=lambda s: (s[0], -s[1]))
