@@ -436,3 +436,42 @@ def test_partial_refusals_and_layer():
     assert loss.item() < 1e-6
     decoded = layer.decode(span, lengths=lengths)
     assert bool((decoded | ~charts).all())                   # every observed bracket is in the decoded tree
+
+
+def test_subtree_brackets_of_dependency_trees():
+    """A projective tree's constituents are its words' subtrees (each word with dependents: the span of its
+    descendants and itself), computed here from the descendant sets; a non-projective tree gives None; the
+    brackets binarize to a binary tree."""
+    from ssvm_torch.spans import subtree_brackets
+    from ssvm_torch.trees import tree_faults
+    g = torch.Generator().manual_seed(70)
+    seen = {"projective": 0, "non-projective": 0}
+    for _ in range(200):
+        n = int(torch.randint(1, 9, (1,), generator=g))
+        heads = [0] * n
+        order = torch.randperm(n, generator=g).tolist()
+        for k, m in enumerate(order[1:], 1):                      # attach to an earlier word: a tree
+            heads[m] = order[int(torch.randint(k, (1,), generator=g))] + 1
+        labels = torch.randint(1, 5, (n,), generator=g).tolist()
+        padded = torch.tensor([[-1] + heads])
+        projective = int(tree_faults(padded, torch.tensor([n]), True, True)[0]) == 0
+        got = subtree_brackets(heads, labels)
+        if not projective:
+            seen["non-projective"] += 1
+            assert got is None
+            continue
+        seen["projective"] += 1
+        want = []
+        for m in range(1, n + 1):
+            below = {m}
+            while True:
+                more = {w for w in range(1, n + 1) if heads[w - 1] in below} - below
+                if not more:
+                    break
+                below |= more
+            if len(below) > 1:
+                want.append((min(below) - 1, max(below), labels[m - 1]))
+        assert sorted(got) == sorted(want)
+        assert chart_faults(chart_from_spans([binarize(got, n, 0)], n + 1, labeled=True) >= 0,
+                            torch.tensor([n])).tolist() == [0]
+    assert min(seen.values()) > 10
