@@ -19,7 +19,11 @@ weights_only=True)``), ``test_predictions.json`` (each test sentence's debinariz
 (dev / test figures of the chosen epoch; and the share of dev rows whose compiled log Z under the trained scores
 took the real-space pass, ssvm_torch/spans/numba_cky.py).
 
+``--mbr-of`` decodes a finished run's dev and test again by max and by MBR (the tree of the most expected correct
+labeled spans, ``ConstituencyTree.decode(mbr=True)``) into ``results_decodes.json``, the decode chosen on dev.
+
 Usage: python benchmarks/bench_spans_ud.py --loss crf --epochs 10 --out /path/run [--train-size 500]
+       python benchmarks/bench_spans_ud.py --out /path/run --mbr-of
 """
 from __future__ import annotations
 
@@ -77,9 +81,9 @@ def gold_brackets(split, i: int) -> list | None:
     return subtree_brackets(split.head[s:e].tolist(), split.upos[s:e].tolist())
 
 
-def evaluate(model, split, idx, layer, batch_size: int) -> tuple[dict, list, float]:
-    """Labeled and unlabeled bracket P / R / F1 over the sentences ``idx``, their predicted debinarized spans, and
-    the share of rows whose compiled log Z took the real-space pass."""
+def evaluate(model, split, idx, layer, batch_size: int, mbr: bool = False) -> tuple[dict, list, float]:
+    """Labeled and unlabeled bracket P / R / F1 over the sentences ``idx`` (decoded by max or ``mbr``), their
+    predicted debinarized spans, and the share of rows whose compiled log Z took the real-space pass."""
     model.eval()
     counts = {"labeled": torch.zeros(3, dtype=torch.int64), "unlabeled": torch.zeros(3, dtype=torch.int64)}
     predictions, real_rows, rows = [], 0, 0
@@ -89,7 +93,7 @@ def evaluate(model, split, idx, layer, batch_size: int) -> tuple[dict, list, flo
             batch = split.batch(chunk)
             span, label = model(batch)
             lengths = batch["lengths"]
-            charts = layer.decode(span, label_scores=label, lengths=lengths)
+            charts = layer.decode(span, label_scores=label, lengths=lengths, mbr=mbr)
             M = span.shape[1]
             pred = [debinarize(s, FILL) for s in spans_of_chart(charts)]
             gold = [gold_brackets(split, int(i)) for i in chunk]
@@ -121,7 +125,11 @@ def main(argv=None):
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--out", required=True)
+    p.add_argument("--mbr-of", action="store_true", help="no training: decode --out's dev and test with its spans.pt "
+                   "by max and by MBR (expected correct labeled spans), into results_decodes.json")
     args = p.parse_args(argv)
+    if args.mbr_of:
+        return decodes(args)
     torch.manual_seed(args.seed)
     torch.set_num_threads(args.threads)
     out = Path(args.out)
@@ -187,6 +195,29 @@ def main(argv=None):
                "seconds_per_epoch": float(np.median([h["seconds"] for h in history]))}
     atomic_write_bytes(out / "results.json", json.dumps(results, indent=1).encode())
     print(json.dumps(results), flush=True)
+
+
+def decodes(args) -> None:
+    """Dev and test of a finished run under both decodes (``--mbr-of``); the decode to use is the one with the
+    higher dev labeled F1 (recorded as ``chosen_on_dev``)."""
+    torch.set_num_threads(args.threads)
+    out = Path(args.out)
+    config = json.loads((out / "config.json").read_text())
+    corpus = load_ud_parsing(train_size=config["train_size"])
+    model = SpanParser(corpus.vocab)
+    model.load_state_dict(torch.load(out / "spans.pt", weights_only=True))
+    layer = ConstituencyTree(loss=config["loss"])
+    result = {}
+    for mbr in (False, True):
+        row = {}
+        for name in ("dev", "test"):
+            split = getattr(corpus, name)
+            idx = [i for i in range(split.n) if gold_brackets(split, i) is not None]
+            row[name] = evaluate(model, split, idx, layer, 64, mbr=mbr)[0]
+        result["mbr" if mbr else "max"] = row
+    result["chosen_on_dev"] = max(("max", "mbr"), key=lambda k: result[k]["dev"]["labeled"]["f1"])
+    atomic_write_bytes(out / "results_decodes.json", json.dumps(result, indent=1).encode())
+    print(json.dumps(result), flush=True)
 
 
 if __name__ == "__main__":

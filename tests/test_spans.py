@@ -475,3 +475,25 @@ def test_subtree_brackets_of_dependency_trees():
         assert chart_faults(chart_from_spans([binarize(got, n, 0)], n + 1, labeled=True) >= 0,
                             torch.tensor([n])).tolist() == [0]
     assert min(seen.values()) > 10
+
+
+@pytest.mark.parametrize("L", [None, 2])
+def test_mbr_decoding_maximizes_expected_correct_spans(L):
+    """mbr=True gives the tree whose expected number of correct (labeled) spans under the CRF is the largest (by
+    enumeration), its returned value that expectation; -inf spans stay out of it."""
+    N = 5 if L is None else 3
+    S = random_rows(3, N, L, seed=80) * 1.5
+    S[0, 1, 3] = -math.inf
+    lengths = torch.tensor([N, N - 1, 2])
+    for k in KERNELS:
+        charts, value = span_decode(S, lengths=lengths, kernels=k, return_scores=True, mbr=True)
+        for b, n in enumerate(lengths.tolist()):
+            _, _, _, M = brute(torch.where(torch.isinf(S[b]), torch.full_like(S[b], -1e4), S[b]), n)
+            trees = (list(labeled_trees(n, L)) if L else [{s: None for s in t} for t in binary_trees(0, n)])
+            gain = [sum(float(M[i, j, lab] if L else M[i, j]) for (i, j), lab in t.items()) for t in trees
+                    if not any(math.isinf(float(S[b, i, j, lab] if L else S[b, i, j])) for (i, j), lab in t.items())]
+            assert value[b].item() == pytest.approx(max(gain), abs=1e-9)
+        assert not bool((charts[0, 1, 3] >= 0) if L else charts[0, 1, 3])
+    layer = ConstituencyTree()
+    if L is None:
+        assert torch.equal(layer.decode(S, lengths=lengths, mbr=True), span_decode(S, lengths=lengths, mbr=True))

@@ -85,12 +85,15 @@ class ConstituencyTree(nn.Module):
         return reduce_rows(per_row, reduction, lengths)
 
     def decode(self, span_scores: torch.Tensor, mask: torch.Tensor | None = None,
-               label_scores: torch.Tensor | None = None, lengths: torch.Tensor | None = None) -> torch.Tensor:
+               label_scores: torch.Tensor | None = None, lengths: torch.Tensor | None = None,
+               mbr: bool = False) -> torch.Tensor:
         """The best tree of every sentence as a chart: bool, or with ``label_scores`` int64 labels (each span its
-        best label) with -1 off the tree. No gradient."""
+        best label) with -1 off the tree; with ``mbr`` the tree of the most expected correct (labeled) spans under
+        the CRF of the scores (:func:`ssvm_torch.spans.ops.mbr_best`). No gradient."""
+        check(isinstance(mbr, bool), "mbr", "True or False", repr(mbr))
         with torch.no_grad():
             S, lengths = self._inputs(span_scores, label_scores, mask, lengths)
-            return ops.best(S, lengths, self.kernels)[0]
+            return (ops.mbr_best if mbr else ops.best)(S, lengths, self.kernels)[0]
 
     def marginals(self, span_scores: torch.Tensor, mask: torch.Tensor | None = None,
                   label_scores: torch.Tensor | None = None, lengths: torch.Tensor | None = None) -> torch.Tensor:

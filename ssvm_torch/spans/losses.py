@@ -38,12 +38,16 @@ def _prepare(span_scores, mask, lengths):
     return S, resolve_lengths(S, mask, lengths)
 
 
-def span_decode(span_scores, mask=None, lengths=None, kernels: str = "auto", return_scores: bool = False):
+def span_decode(span_scores, mask=None, lengths=None, kernels: str = "auto", return_scores: bool = False,
+                mbr: bool = False):
     """The best binary tree of every row as a chart (bool, or int labels with -1 off the tree for labeled
-    scores; each span then takes its best label); with ``return_scores`` also its score (B,). No gradient."""
+    scores; each span then takes its best label); with ``return_scores`` also its score (B,). With ``mbr`` the
+    tree of the most expected correct spans under the CRF of the scores (its "score": that expectation). No
+    gradient."""
+    check(isinstance(mbr, bool), "mbr", "True or False", repr(mbr))
     S, lengths = _prepare(span_scores, mask, lengths)
     with torch.no_grad():
-        charts, scores = ops.best(S, lengths, _kernels(kernels))
+        charts, scores = (ops.mbr_best if mbr else ops.best)(S, lengths, _kernels(kernels))
     return (charts, scores) if return_scores else charts
 
 
