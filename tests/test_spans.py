@@ -497,3 +497,16 @@ def test_mbr_decoding_maximizes_expected_correct_spans(L):
     layer = ConstituencyTree()
     if L is None:
         assert torch.equal(layer.decode(S, lengths=lengths, mbr=True), span_decode(S, lengths=lengths, mbr=True))
+
+
+def test_partial_row_whose_trees_are_all_forbidden_is_named():
+    """A partial row (the caller's row 1) whose observed brackets leave only trees with a -inf span is refused
+    naming that row."""
+    S = random_rows(2, 4, None, seed=90)
+    S[1, 0, 2] = -math.inf                   # (0, 3) observed: its children are (0, 1) + (1, 3) or (0, 2) + (2, 3)
+    S[1, 1, 3] = -math.inf
+    charts = torch.zeros(2, 5, 5, dtype=torch.bool)
+    charts[0, 0, 4] = True
+    charts[1, 0, 3] = True
+    with pytest.raises(SSVMInputError, match="charts: row 1: every tree that contains the observed brackets"):
+        span_crf_nll(S, charts, partial=True)

@@ -57,9 +57,10 @@ def _fail_no_tree(scores: torch.Tensor, lengths: torch.Tensor, what: str) -> Non
                              f"(its -inf spans exclude every tree; {what} {float(scores[b]):.3g})")
 
 
-def best(S: torch.Tensor, lengths: torch.Tensor, kernels: str = "auto"):
+def best(S: torch.Tensor, lengths: torch.Tensor, kernels: str = "auto", refuse: bool = True):
     """(charts, scores (B,)): the best tree of every row, as a bool chart (B, N+1, N+1) for unlabeled scores or
-    an int64 chart of labels (-1 off the tree) for labeled ones. No gradient."""
+    an int64 chart of labels (-1 off the tree) for labeled ones. No gradient. A row without a tree of finite
+    score is refused by name (``refuse``), or left with a score below NEG / 2 for the caller to name."""
     S = S.detach()
     labeled = S.dim() == 4
     Su, label = S.max(-1) if labeled else (S, None)
@@ -71,7 +72,8 @@ def best(S: torch.Tensor, lengths: torch.Tensor, kernels: str = "auto"):
         charts, scores = from_host(charts, S.device), from_host(scores, S.device).to(S.dtype)
     else:
         charts, scores = torch_cky.best_tree(Su, lengths)
-    _fail_no_tree(scores, lengths, "best-tree score")
+    if refuse:
+        _fail_no_tree(scores, lengths, "best-tree score")
     if labeled:
         charts = torch.where(charts, label, torch.full_like(label, -1))
     return charts, scores

@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import torch
 
+from ..errors import SSVMInputError
 from ..trees.checks import tracing
 from ..trees.partial import join_rows
-from . import ops
+from . import ops, torch_cky
 from .checks import crossing_counts, span_mask
 
 
@@ -48,9 +49,18 @@ def allowed(S: torch.Tensor, charts: torch.Tensor, lengths: torch.Tensor) -> tor
 
 
 def partial_loss(loss: str, S: torch.Tensor, charts: torch.Tensor, lengths: torch.Tensor, cost: torch.Tensor,
-                 kernels: str = "auto") -> torch.Tensor:
-    """The per-row loss (B,) of rows with partial brackets (module docstring), differentiable in S."""
+                 kernels: str = "auto", rows=None) -> torch.Tensor:
+    """The per-row loss (B,) of rows with partial brackets (module docstring), differentiable in S; ``rows`` the
+    rows' indices in the caller's batch (for the refusal of a row whose C has no tree of finite score)."""
     S_C = S.masked_fill(~allowed(S, charts, lengths), float("-inf"))
+    with torch.no_grad():
+        y_c, best_c = ops.best(S_C.detach(), lengths, kernels, refuse=False)
+    bad = ~(best_c > torch_cky.NEG / 2) & (lengths > 0)
+    if not tracing() and bool(bad.any()):
+        b = int(bad.nonzero()[0, 0])
+        raise SSVMInputError(f"charts: row {int(rows[b]) if rows is not None else b}: every tree that contains the "
+                             "observed brackets takes a span (or label) whose score is -inf (C has no tree of "
+                             "finite score)")
     on = ops.indicators(charts.masked_fill(~span_mask(lengths, S.shape[1]), -1) if charts.dtype != torch.bool
                         else charts & span_mask(lengths, S.shape[1]), S)
     if loss == "crf":
@@ -62,7 +72,6 @@ def partial_loss(loss: str, S: torch.Tensor, charts: torch.Tensor, lengths: torc
         return ops.log_partition(first, lengths, kernels) + constant - ops.log_partition(S_C, lengths, kernels)
     with torch.no_grad():
         y_star, _ = ops.best(first.detach(), lengths, kernels)
-        y_c, _ = ops.best(S_C.detach(), lengths, kernels)
     return ops.score(first, y_star, lengths) + constant - ops.score(S, y_c, lengths)
 
 
@@ -73,4 +82,4 @@ def loss_rows(loss: str, S, charts, lengths, cost, kernels: str, full_fn) -> tor
     if tracing() or bool(whole.all()):
         return full_fn(None)
     return join_rows(whole, full_fn,
-                     lambda idx: partial_loss(loss, S[idx], charts[idx], lengths[idx], cost[idx], kernels), S)
+                     lambda idx: partial_loss(loss, S[idx], charts[idx], lengths[idx], cost[idx], kernels, idx), S)
