@@ -167,3 +167,18 @@ def test_the_commands_return_freed_memory_on_glibc():
     if platform.libc_ver()[0] != "glibc":
         pytest.skip("not glibc")
     assert return_freed_memory() is True
+
+
+@pytest.mark.parametrize("solver, shown", [("bcfw", "(gap sampling)"), ("ssg", "(uniform sampling)"),
+                                           ("eg", "(gap sampling)"), ("deg", None), ("cutting-plane", None),
+                                           ("fw", None)])
+def test_header_names_the_sampling_the_solver_runs(tmp_path, capsys, solver, shown):
+    """The run's header names the block sampling the solver runs (SolverConfig.block_sampling): none for the batch
+    solvers, uniform for SSG asked for gap sampling (its steps leave no block gaps), the asked one otherwise."""
+    assert main(["--dataset", "ocr-small", "--lam", "0.01", "--solver", solver, "--sampling", "gap", "--passes", "1",
+                 "--gap-check", "1", "--out", str(tmp_path / solver)]) == 0
+    header = next(line for line in capsys.readouterr().out.splitlines() if "solver = " in line)
+    if shown is None:
+        assert "sampling" not in header, header
+    else:
+        assert shown in header, header

@@ -337,8 +337,8 @@ def _train(args, cfg: SolverConfig, device, dtype, run_dir: RunDir | None) -> di
               f"{dual.exchange}", flush=True)
     if speak:
         print(f"{args.dataset}: n = {task.n_train} train / {task.n_test} test examples, d = {task.d}, lam = {lam:g}, "
-              f"solver = {args.solver}"            # the batch solvers (fw, the cutting plane) sample no block
-              + (f" ({args.sampling} sampling)" if args.solver not in ("fw", "cutting-plane") else "")
+              f"solver = {args.solver}"
+              + (f" ({cfg.block_sampling} sampling)" if cfg.block_sampling else "")
               + (f", {args.step} steps" if args.solver == "bcfw" else "") + (", cache" if args.cache else ""),
               flush=True)
         if args.resume:

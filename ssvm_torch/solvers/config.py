@@ -102,6 +102,15 @@ class SolverConfig:
         return self
 
     @property
+    def block_sampling(self) -> str | None:
+        """The block sampling the solver runs: None for the batch solvers, which visit every block at each
+        iteration (FW, the dual extragradient, the cutting plane); "uniform" for SSG asked for gap sampling (its
+        steps leave no block gaps to sample by); else ``sampling``."""
+        if self.solver in ("fw", "deg", "cutting-plane"):
+            return None
+        return "uniform" if self.solver == "ssg" and self.sampling == "gap" else self.sampling
+
+    @property
     def uses_sets(self) -> bool:
         return self.solver == "bcfw" and (self.cache or self.step != "fw")
 

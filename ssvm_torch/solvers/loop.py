@@ -63,8 +63,8 @@ class Solver:
               "builds the others)", config.solver)
         self.monitor_start = monitor_start      # record the starting point (an uncounted gap pass)
         self.evaluate, self.progress = evaluate, progress
-        sampling = "uniform" if config.solver == "ssg" and config.sampling == "gap" else config.sampling
-        self.sampler: Sampler = SAMPLERS[sampling](dual.n, config.seed)
+        # the batch FW draws no block; its sampler only holds the block gaps
+        self.sampler: Sampler = SAMPLERS[config.block_sampling or config.sampling](dual.n, config.seed)
         self.state = SolverState(cache_limit=config.max_cache)
         check(config.batch_size <= dual.n, "batch_size", f"an int in [1, n = {dual.n}] (blocks per step)",
               config.batch_size)
