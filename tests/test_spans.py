@@ -10,6 +10,7 @@ import math
 
 import pytest
 import torch
+from hypothesis import given, settings, strategies as st
 
 from ssvm_torch.errors import SSVMInputError
 from ssvm_torch.nn import ConstituencyTree
@@ -510,3 +511,36 @@ def test_partial_row_whose_trees_are_all_forbidden_is_named():
     charts[1, 0, 3] = True
     with pytest.raises(SSVMInputError, match="charts: row 1: every tree that contains the observed brackets"):
         span_crf_nll(S, charts, partial=True)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.integers(0, 14), min_size=1, max_size=5), st.sampled_from([None, 1, 3]), st.integers(0, 2**31 - 1),
+       st.floats(0.1, 20.0))
+def test_invariants_on_random_batches(lengths, L, seed, scale):
+    """On random batches (lengths 0..14, unlabeled or 1-3 labels, scores up to +-60): the backends agree (log Z,
+    the best tree, marginals); the best tree is a binary tree; the marginals of a row's spans sum to 2n - 1 with
+    every one-word span and the sentence at 1; softmax-margin >= hinge >= 0 and softmax-margin >= CRF >= 0."""
+    lengths = torch.tensor(lengths)
+    N = max(int(lengths.max()), 1)
+    S = random_rows(len(lengths), N, L, seed=seed % 100000) * scale
+    logz = {k: span_log_partition(S, lengths=lengths, kernels=k) for k in KERNELS}
+    assert torch.allclose(logz["numba"], logz["torch"], rtol=1e-10, atol=1e-9)
+    charts = {k: span_decode(S, lengths=lengths, kernels=k) for k in KERNELS}
+    assert torch.equal(charts["numba"], charts["torch"])
+    present = charts["numba"] >= 0 if L else charts["numba"]
+    assert chart_faults(present, lengths).tolist() == [0] * len(lengths)
+    marg = span_marginals(S, lengths=lengths)
+    assert torch.allclose(marg, span_marginals(S, lengths=lengths, kernels="torch"), atol=1e-8)
+    per_span = marg.sum(-1) if L else marg
+    assert torch.allclose(per_span.flatten(1).sum(1), (2 * lengths - 1).clamp(min=0).double(), atol=1e-8)
+    for b, n in enumerate(lengths.tolist()):
+        if n:
+            assert torch.allclose(torch.diagonal(per_span[b], 1)[:n], torch.ones(n, dtype=torch.float64), atol=1e-8)
+            assert per_span[b, 0, n].item() == pytest.approx(1.0, abs=1e-8)
+    flip = torch.Generator().manual_seed(seed % 1000)
+    gold = span_decode(S + torch.randn(S.shape, generator=flip, dtype=S.dtype) * scale, lengths=lengths)
+    hinge = span_hinge(S, gold, lengths=lengths)
+    sm = span_softmax_margin(S, gold, lengths=lengths)
+    nll = span_crf_nll(S, gold, lengths=lengths)
+    assert bool((hinge >= -1e-9).all()) and bool((nll >= -1e-9).all())
+    assert bool((sm >= hinge - 1e-9).all()) and bool((sm >= nll - 1e-9).all())
