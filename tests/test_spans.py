@@ -544,3 +544,16 @@ def test_invariants_on_random_batches(lengths, L, seed, scale):
     nll = span_crf_nll(S, gold, lengths=lengths)
     assert bool((hinge >= -1e-9).all()) and bool((nll >= -1e-9).all())
     assert bool((sm >= hinge - 1e-9).all()) and bool((sm >= nll - 1e-9).all())
+
+
+def test_conversions_refuse_bad_input():
+    """A repeated span in chart_from_spans, and heads that are no tree in subtree_brackets, are refused by name."""
+    from ssvm_torch.spans import subtree_brackets
+    with pytest.raises(SSVMInputError, match=r"spans: row 0: span \(0, 2\) appears twice"):
+        chart_from_spans([[(0, 2, 1), (0, 2, 3)]], 4, labeled=True)
+    with pytest.raises(SSVMInputError, match=r"spans: row 1: span \(1, 2\) appears twice"):
+        chart_from_spans([[(0, 1)], [(1, 2), (1, 2)]], 4)
+    with pytest.raises(SSVMInputError, match="heads: word 2 is on a cycle"):
+        subtree_brackets([0, 3, 2], [1, 1, 1])
+    with pytest.raises(SSVMInputError, match=r"heads: word 1's head 4 is not in \[0, 3\]"):
+        subtree_brackets([4, 0, 2], [1, 1, 1])

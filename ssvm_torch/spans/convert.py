@@ -25,6 +25,8 @@ def chart_from_spans(spans: list, n_fenceposts: int, labeled: bool = False, devi
             i, j = int(s[0]), int(s[1])
             if not 0 <= i < j < M:
                 raise SSVMInputError(f"spans: row {b}: span ({i}, {j}) is not 0 <= i < j <= {M - 1}")
+            if bool(out[b, i, j] >= 0) if labeled else bool(out[b, i, j]):
+                raise SSVMInputError(f"spans: row {b}: span ({i}, {j}) appears twice (a chart holds a span once)")
             if labeled:
                 if int(s[2]) < 0:
                     raise SSVMInputError(f"spans: row {b}: span ({i}, {j}) has the negative label {int(s[2])}")
@@ -101,6 +103,9 @@ def subtree_brackets(heads: list, labels: list) -> list | None:
     (a non-projective tree)."""
     n = len(heads)
     check(len(labels) == n, "labels", f"one label per word ({n})", len(labels))
+    for m, h in enumerate(heads, 1):
+        if not 0 <= int(h) <= n or int(h) == m:
+            raise SSVMInputError(f"heads: word {m}'s head {int(h)} is not in [0, {n}] or the word itself")
     lo, hi = list(range(n + 1)), list(range(n + 1))           # per word 1..n: its subtree's first / last word
     has_dependent = [False] * (n + 1)
     size = [1] * (n + 1)
@@ -109,6 +114,8 @@ def subtree_brackets(heads: list, labels: list) -> list | None:
         h, d = int(heads[m - 1]), 0
         while h != 0:
             d += 1
+            if d > n:
+                raise SSVMInputError(f"heads: word {m} is on a cycle (not a tree): {list(map(int, heads))[:20]}")
             h = int(heads[h - 1])
         depth[m] = d
     for m in sorted(range(1, n + 1), key=lambda w: -depth[w]):  # children before parents
