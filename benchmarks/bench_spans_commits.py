@@ -61,7 +61,7 @@ def worker(shapes, calls: int) -> dict:
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--baseline", required=True, help="the earlier commit (any git revision)")
+    p.add_argument("--baseline", help="the earlier commit (any git revision; required)")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--calls", type=int, default=30)
     p.add_argument("--shapes", type=int, nargs="+", default=[v for s in SHAPES for v in s],
@@ -73,6 +73,8 @@ def main(argv=None):
     if args.worker:
         print(json.dumps(worker(shapes, args.calls)))
         return
+    if not args.baseline:
+        p.error("--baseline is required")
     revs = revisions(args.baseline)
     flat = [v for s in shapes for v in s]
     with baseline_worktree(revs["baseline"]) as wt:
