@@ -25,6 +25,7 @@ labeled spans, ``ConstituencyTree.decode(mbr=True)``) into ``results_decodes.jso
 
 Usage: python benchmarks/bench_spans_ud.py --loss crf --epochs 10 --out /path/run [--train-size 500]
        python benchmarks/bench_spans_ud.py --out /path/run --mbr-of
+       python benchmarks/bench_spans_ud.py --pairs RUN_A RUN_B
 """
 from __future__ import annotations
 
@@ -125,10 +126,16 @@ def main(argv=None):
     p.add_argument("--train-size", type=int, default=None, help="the first sentences of train only (a smoke run)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--out", required=True)
+    p.add_argument("--out", help="the run directory (required but with --pairs)")
+    p.add_argument("--pairs", nargs=2, metavar=("RUN_A", "RUN_B"), help="no training: a paired bootstrap over the test "
+                   "sentences of two runs' labeled F1 (B minus A), from their test_predictions.json")
     p.add_argument("--mbr-of", action="store_true", help="no training: decode --out's dev and test with its spans.pt "
                    "by max and by MBR (expected correct labeled spans), into results_decodes.json")
     args = p.parse_args(argv)
+    if args.pairs:
+        return pairs(*args.pairs)
+    if not args.out:
+        p.error("--out is required")
     if args.mbr_of:
         return decodes(args)
     torch.manual_seed(args.seed)
@@ -196,6 +203,31 @@ def main(argv=None):
                "seconds_per_epoch": float(np.median([h["seconds"] for h in history]))}
     atomic_write_bytes(out / "results.json", json.dumps(results, indent=1).encode())
     print(json.dumps(results), flush=True)
+
+
+def pairs(run_a: str, run_b: str, resamples: int = 1000) -> None:
+    """Labeled test F1 of run B minus run A and its 95% paired bootstrap interval over the test sentences (seed
+    0; the runs' ``test_predictions.json`` against the gold brackets), printed as JSON."""
+    corpus = load_ud_parsing()
+    test = corpus.test
+    preds = [json.loads((Path(r) / "test_predictions.json").read_text()) for r in (run_a, run_b)]
+    keys = sorted(preds[0], key=int)
+    counts = np.zeros((2, len(keys), 3))
+    for k, key in enumerate(keys):
+        gold = {tuple(s) for s in gold_brackets(test, int(key))}
+        for side in range(2):
+            pred = {tuple(s) for s in preds[side][key] if s[1] - s[0] > 1}     # evalb's: no one-word spans
+            counts[side, k] = (len(pred & gold), len(pred), len(gold))
+
+    def f1(c):
+        return 200 * c[..., 0] / (c[..., 1] + c[..., 2])
+    rng = np.random.default_rng(0)
+    draws = rng.integers(0, len(keys), size=(resamples, len(keys)))
+    diffs = f1(counts[1][draws].sum(1)) - f1(counts[0][draws].sum(1))
+    out = {"a": run_a, "b": run_b, "sentences": len(keys), "f1_a": float(f1(counts[0].sum(0))),
+           "f1_b": float(f1(counts[1].sum(0))), "difference": float(f1(counts[1].sum(0)) - f1(counts[0].sum(0))),
+           "interval_95": [float(np.percentile(diffs, 2.5)), float(np.percentile(diffs, 97.5))], "resamples": resamples}
+    print(json.dumps(out), flush=True)
 
 
 def decodes(args) -> None:
