@@ -25,7 +25,7 @@ labeled spans, ``ConstituencyTree.decode(mbr=True)``) into ``results_decodes.jso
 
 Usage: python benchmarks/bench_spans_ud.py --loss crf --epochs 10 --out /path/run [--train-size 500]
        python benchmarks/bench_spans_ud.py --out /path/run --mbr-of
-       python benchmarks/bench_spans_ud.py --pairs RUN_A RUN_B
+       python benchmarks/bench_spans_ud.py --pairs RUN_A[,RUN_A2] RUN_B[,RUN_B2]
 """
 from __future__ import annotations
 
@@ -127,8 +127,9 @@ def main(argv=None):
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--out", help="the run directory (required but with --pairs)")
-    p.add_argument("--pairs", nargs=2, metavar=("RUN_A", "RUN_B"), help="no training: a paired bootstrap over the test "
-                   "sentences of two runs' labeled F1 (B minus A), from their test_predictions.json")
+    p.add_argument("--pairs", nargs=2, metavar=("RUNS_A", "RUNS_B"), help="no training: a paired bootstrap over the "
+                   "test sentences of two sides' labeled F1 (B minus A; a side: one run or comma-separated seeds' runs, "
+                   "F1 averaged), from their test_predictions.json")
     p.add_argument("--mbr-of", action="store_true", help="no training: decode --out's dev and test with its spans.pt "
                    "by max and by MBR (expected correct labeled spans), into results_decodes.json")
     args = p.parse_args(argv)
@@ -205,27 +206,36 @@ def main(argv=None):
     print(json.dumps(results), flush=True)
 
 
-def pairs(run_a: str, run_b: str, resamples: int = 1000) -> None:
-    """Labeled test F1 of run B minus run A and its 95% paired bootstrap interval over the test sentences (seed
-    0; the runs' ``test_predictions.json`` against the gold brackets), printed as JSON."""
+def pairs(runs_a: str, runs_b: str, resamples: int = 1000) -> None:
+    """Labeled test F1 of side B minus side A and its 95% paired bootstrap interval over the test sentences (seed
+    0; each side one run or several seeds' runs, comma-separated, its F1 the mean over them; every resample draws
+    the same sentences for all runs), from the runs' ``test_predictions.json`` against the gold brackets; printed
+    as JSON."""
     corpus = load_ud_parsing()
     test = corpus.test
-    preds = [json.loads((Path(r) / "test_predictions.json").read_text()) for r in (run_a, run_b)]
-    keys = sorted(preds[0], key=int)
-    counts = np.zeros((2, len(keys), 3))
-    for k, key in enumerate(keys):
-        gold = {tuple(s) for s in gold_brackets(test, int(key))}
-        for side in range(2):
-            pred = {tuple(s) for s in preds[side][key] if s[1] - s[0] > 1}     # evalb's: no one-word spans
-            counts[side, k] = (len(pred & gold), len(pred), len(gold))
+    sides = [[Path(r) for r in runs.split(",")] for runs in (runs_a, runs_b)]
+    preds = [[json.loads((r / "test_predictions.json").read_text()) for r in side] for side in sides]
+    keys = sorted(preds[0][0], key=int)
+    gold = [{tuple(s) for s in gold_brackets(test, int(key))} for key in keys]
+    counts = []                                      # per side: (runs, sentences, 3)
+    for side in preds:
+        c = np.zeros((len(side), len(keys), 3))
+        for r, run in enumerate(side):
+            if sorted(run, key=int) != keys:
+                raise SystemExit("--pairs: the runs decoded different test sentences")
+            for k, key in enumerate(keys):
+                pred = {tuple(s) for s in run[key] if s[1] - s[0] > 1}     # evalb's: no one-word spans
+                c[r, k] = (len(pred & gold[k]), len(pred), len(gold[k]))
+        counts.append(c)
 
-    def f1(c):
-        return 200 * c[..., 0] / (c[..., 1] + c[..., 2])
+    def f1(c):                                       # (..., 3) summed counts -> F1, mean over the runs axis
+        return (200 * c[..., 0] / (c[..., 1] + c[..., 2])).mean(-1)
     rng = np.random.default_rng(0)
     draws = rng.integers(0, len(keys), size=(resamples, len(keys)))
-    diffs = f1(counts[1][draws].sum(1)) - f1(counts[0][draws].sum(1))
-    out = {"a": run_a, "b": run_b, "sentences": len(keys), "f1_a": float(f1(counts[0].sum(0))),
-           "f1_b": float(f1(counts[1].sum(0))), "difference": float(f1(counts[1].sum(0)) - f1(counts[0].sum(0))),
+    whole = [f1(c.sum(1)) for c in counts]
+    diffs = f1(counts[1][:, draws].sum(2).transpose(1, 0, 2)) - f1(counts[0][:, draws].sum(2).transpose(1, 0, 2))
+    out = {"a": [str(r) for r in sides[0]], "b": [str(r) for r in sides[1]], "sentences": len(keys),
+           "f1_a": float(whole[0]), "f1_b": float(whole[1]), "difference": float(whole[1] - whole[0]),
            "interval_95": [float(np.percentile(diffs, 2.5)), float(np.percentile(diffs, 97.5))], "resamples": resamples}
     print(json.dumps(out), flush=True)
 
