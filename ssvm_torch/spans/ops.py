@@ -12,35 +12,20 @@ tree, each span then taking its best label): one CKY for any number of labels.
 
 The rule, ``kernels="auto"``: the compiled kernels (:mod:`~ssvm_torch.spans.numba_cky`) for CPU float32 / float64
 scores outside tracing, spread over numba's threads when torch has more than one and the batch has at least
-:data:`PARALLEL_MIN` rows; the torch recursions (:mod:`~ssvm_torch.spans.torch_cky`) elsewhere (CUDA, tracing).
+:data:`~ssvm_torch.trees.checks.PARALLEL_MIN` rows (the tree package's rule); the torch recursions
+(:mod:`~ssvm_torch.spans.torch_cky`) elsewhere (CUDA, tracing).
 """
 from __future__ import annotations
 
-import numba
 import numpy as np
 import torch
 
-from ..devices import from_host, to_host
+from ..devices import from_host
 from ..errors import SSVMInputError
-from ..trees.checks import tracing, use_numba
+from ..trees.checks import host_batch, parallel_rows, tracing, use_numba
 from . import torch_cky
 from .checks import span_mask
 from .numba_cky import best_batch, best_batch_parallel, log_partition_batch, log_partition_batch_parallel
-
-#: the smallest batch that the compiled kernels spread over threads
-PARALLEL_MIN = 8
-
-
-def _parallel(B: int) -> bool:
-    threads = torch.get_num_threads()
-    if threads < 2 or B < PARALLEL_MIN:
-        return False
-    numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
-    return True
-
-
-def _host(S: torch.Tensor, lengths: torch.Tensor):
-    return to_host(S.detach().contiguous()), np.ascontiguousarray(to_host(lengths), dtype=np.int64)
 
 
 def _compiled(S: torch.Tensor, kernels: str) -> bool:
@@ -66,9 +51,9 @@ def best(S: torch.Tensor, lengths: torch.Tensor, kernels: str = "auto", refuse: 
     Su, label = S.max(-1) if labeled else (S, None)
     B, M, _ = Su.shape
     if _compiled(Su, kernels):
-        Sh, Lh = _host(Su, lengths)
+        Sh, Lh = host_batch(Su, lengths)
         charts, scores = np.zeros((B, M, M), dtype=np.bool_), np.empty(B)
-        (best_batch_parallel if _parallel(B) else best_batch)(Sh, Lh, charts, scores)
+        (best_batch_parallel if parallel_rows(B) else best_batch)(Sh, Lh, charts, scores)
         charts, scores = from_host(charts, S.device), from_host(scores, S.device).to(S.dtype)
     else:
         charts, scores = torch_cky.best_tree(Su, lengths)
@@ -99,12 +84,12 @@ class _CompiledLogZ(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, S, lengths):
-        Sh, Lh = _host(S, lengths)
+        Sh, Lh = host_batch(S, lengths)
         B, M, _ = Sh.shape
         want = S.requires_grad
         logz = np.empty(B)
         marg = np.zeros((B, M, M) if want else (1, 1, 1))
-        (log_partition_batch_parallel if _parallel(B) else log_partition_batch)(Sh, Lh, want, logz, marg)
+        (log_partition_batch_parallel if parallel_rows(B) else log_partition_batch)(Sh, Lh, want, logz, marg)
         ctx.save_for_backward(from_host(marg, S.device) if want else S.new_zeros(0))
         ctx.dtype = S.dtype
         return from_host(logz, S.device).to(S.dtype)

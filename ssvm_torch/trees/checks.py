@@ -7,13 +7,18 @@ from __future__ import annotations
 
 import math
 
+import numba
+import numpy as np
 import torch
 
 from ..chain.checks import refuse_bad_scores, tracing
+from ..devices import to_host
 from ..errors import SSVMInputError, check
 
 KERNELS = ("auto", "numba", "torch")
 NUMBA_DTYPES = (torch.float32, torch.float64)
+#: the smallest batch that the compiled kernels spread over threads
+PARALLEL_MIN = 8
 
 
 def use_numba(S: torch.Tensor, kernels: str, scores: str = "arc scores") -> bool:
@@ -24,6 +29,21 @@ def use_numba(S: torch.Tensor, kernels: str, scores: str = "arc scores") -> bool
         raise SSVMInputError(f"kernels: 'numba' needs CPU float32/float64 {scores} outside tracing, got "
                              f"{S.device} {S.dtype}")
     return ok and kernels in ("auto", "numba")
+
+
+def parallel_rows(B: int) -> bool:
+    """Whether the compiled kernels run a batch of B rows over numba's threads (torch has more than one and B >=
+    :data:`PARALLEL_MIN`), numba's thread count set to torch's first (the span package shares this rule)."""
+    threads = torch.get_num_threads()
+    if threads < 2 or B < PARALLEL_MIN:
+        return False
+    numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
+    return True
+
+
+def host_batch(S: torch.Tensor, lengths: torch.Tensor):
+    """(scores, lengths) as the compiled kernels read them: a contiguous host array and int64 lengths."""
+    return to_host(S.detach().contiguous()), np.ascontiguousarray(to_host(lengths), dtype=np.int64)
 
 
 def check_scores(S, field: str = "arc_scores") -> torch.Tensor:

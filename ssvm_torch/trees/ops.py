@@ -8,7 +8,8 @@ per row, ``gold`` (B, N) int64 heads (-1 off the words), ``cost`` (B,) the loss 
 
 The rule, ``kernels="auto"``: the compiled kernels (:mod:`~ssvm_torch.trees.numba_eisner`,
 :mod:`~ssvm_torch.trees.numba_mst`) for CPU float32 / float64 scores outside tracing, spread over numba's
-threads when torch has more than one and the batch has at least :data:`PARALLEL_MIN` rows; the Triton
+threads when torch has more than one and the batch has at least
+:data:`~ssvm_torch.trees.checks.PARALLEL_MIN` rows; the Triton
 kernels (:mod:`~ssvm_torch.trees.triton_eisner`) for CUDA scores outside tracing; the torch recursions
 (:mod:`~ssvm_torch.trees.torch_eisner`) elsewhere. Non-projective log Z and marginals are the
 matrix-tree theorem in torch on every device (:mod:`~ssvm_torch.trees.matrix_tree`: LAPACK is the
@@ -17,37 +18,21 @@ each way per batch: the contraction is sequential).
 """
 from __future__ import annotations
 
-import numba
 import numpy as np
 import torch
 
-from ..devices import from_host, to_host
+from ..devices import from_host
 from ..errors import SSVMInputError
 from . import matrix_tree, torch_eisner, triton_eisner
-from .checks import tracing, use_numba, word_mask
+from .checks import host_batch, parallel_rows, tracing, use_numba, word_mask
 from .numba_eisner import eisner_batch, eisner_batch_parallel, inside_outside_batch, inside_outside_batch_parallel
 from .numba_mst import mst_batch, mst_batch_parallel
-
-#: the smallest batch that the compiled kernels spread over threads
-PARALLEL_MIN = 8
-
-
-def _parallel(B: int) -> bool:
-    threads = torch.get_num_threads()
-    if threads < 2 or B < PARALLEL_MIN:
-        return False
-    numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
-    return True
 
 
 def _eisner(S: torch.Tensor):
     """The projective recursions off the compiled CPU kernels: the Triton kernels for CUDA scores
     (:func:`ssvm_torch.trees.triton_eisner.available`) outside tracing, else the torch recursions."""
     return triton_eisner if triton_eisner.available(S) and not tracing() else torch_eisner
-
-
-def _host(S: torch.Tensor, lengths: torch.Tensor):
-    return to_host(S.detach().contiguous()), np.ascontiguousarray(to_host(lengths), dtype=np.int64)
 
 
 def _fail_no_tree(scores: torch.Tensor, lengths: torch.Tensor, what: str = "best-tree score") -> None:
@@ -72,10 +57,10 @@ def best(S: torch.Tensor, lengths: torch.Tensor, projective: bool, multiroot: bo
     if projective and not use_numba(S, kernels):
         heads, scores = _eisner(S).best_tree(S, lengths, multiroot)
     else:                              # compiled kernels, or Chu-Liu-Edmonds on the host for any device
-        Sh, Lh = _host(S, lengths)
+        Sh, Lh = host_batch(S, lengths)
         heads = np.empty((B, N), dtype=np.int64)
         scores = np.empty(B)
-        par = _parallel(B)
+        par = parallel_rows(B)
         if projective:
             (eisner_batch_parallel if par else eisner_batch)(Sh, Lh, multiroot, heads, scores)
         else:
@@ -103,12 +88,12 @@ class _CompiledLogZ(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, S, lengths, multiroot):
-        Sh, Lh = _host(S, lengths)
+        Sh, Lh = host_batch(S, lengths)
         B, N, _ = Sh.shape
         want = S.requires_grad
         logz = np.empty(B)
         M = np.zeros((B, N, N) if want else (B, 1, 1))
-        (inside_outside_batch_parallel if _parallel(B) else inside_outside_batch)(Sh, Lh, multiroot, want, logz, M)
+        (inside_outside_batch_parallel if parallel_rows(B) else inside_outside_batch)(Sh, Lh, multiroot, want, logz, M)
         ctx.save_for_backward(from_host(M, S.device) if want else S.new_zeros(0))
         ctx.dtype = S.dtype
         return from_host(logz, S.device).to(S.dtype)
@@ -144,10 +129,10 @@ def marginals(S: torch.Tensor, lengths: torch.Tensor, projective: bool, multiroo
         _fail_no_tree(logz, lengths, "log Z")
         return M.to(S.dtype)
     if use_numba(S, kernels):
-        Sh, Lh = _host(S, lengths)
+        Sh, Lh = host_batch(S, lengths)
         B, N, _ = Sh.shape
         logz, M = np.empty(B), np.zeros((B, N, N))
-        (inside_outside_batch_parallel if _parallel(B) else inside_outside_batch)(Sh, Lh, multiroot, True, logz, M)
+        (inside_outside_batch_parallel if parallel_rows(B) else inside_outside_batch)(Sh, Lh, multiroot, True, logz, M)
         _fail_no_tree(from_host(logz, S.device), lengths, "log Z")
         return from_host(M, S.device).to(S.dtype)
     with torch.enable_grad():

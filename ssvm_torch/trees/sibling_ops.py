@@ -1,7 +1,7 @@
 """The second-order operations on a padded batch (:mod:`ssvm_torch.trees.sibling`), with the first order's
 one dispatch rule (:mod:`ssvm_torch.trees.ops`): the compiled kernels (:mod:`~ssvm_torch.trees.numba_sibling`)
-for CPU float32 / float64 scores outside tracing, spread over numba's threads from :data:`~ops.PARALLEL_MIN`
-rows when torch has several; the Triton kernels (:mod:`~ssvm_torch.trees.triton_sibling`) for CUDA scores
+for CPU float32 / float64 scores outside tracing, spread over numba's threads from
+:data:`~ssvm_torch.trees.checks.PARALLEL_MIN` rows when torch has several; the Triton kernels (:mod:`~ssvm_torch.trees.triton_sibling`) for CUDA scores
 outside tracing; the torch recursions (:mod:`~ssvm_torch.trees.torch_sibling`) elsewhere. Projective trees only.
 
 Arguments, after validation by the callers: ``S`` (B, N, N) and ``SB`` (B, N, N, N) in one float dtype,
@@ -17,10 +17,10 @@ import torch
 
 from ..devices import from_host
 from . import torch_sibling, triton_sibling
-from .checks import tracing, use_numba
+from .checks import host_batch, parallel_rows, tracing, use_numba
 from .numba_sibling import sibling_inside_outside_batch, sibling_inside_outside_batch_parallel
 from .numba_sibling_best import sibling_best_batch, sibling_best_batch_parallel
-from .ops import _fail_no_tree, _host, _parallel, augment, wrong_heads
+from .ops import _fail_no_tree, augment, wrong_heads
 from .sibling import sibling_score
 
 
@@ -36,10 +36,10 @@ def best(S: torch.Tensor, SB: torch.Tensor, lengths: torch.Tensor, multiroot: bo
     S, SB = S.detach(), SB.detach()
     B, N, _ = S.shape
     if use_numba(S, kernels):
-        Sh, Lh = _host(S, lengths)
+        Sh, Lh = host_batch(S, lengths)
         SBh = SB.contiguous().numpy()
         heads, scores = np.empty((B, N), dtype=np.int64), np.empty(B)
-        (sibling_best_batch_parallel if _parallel(B) else sibling_best_batch)(Sh, SBh, Lh, multiroot, heads, scores)
+        (sibling_best_batch_parallel if parallel_rows(B) else sibling_best_batch)(Sh, SBh, Lh, multiroot, heads, scores)
         heads, scores = from_host(heads, S.device), from_host(scores, S.device).to(S.dtype)
     else:
         heads, scores = _recursions(S).best_tree(S, SB, lengths, multiroot)
@@ -52,13 +52,13 @@ def _compiled(S: torch.Tensor, SB: torch.Tensor, lengths: torch.Tensor, multiroo
     """log Z (B,) float64 and, if ``want``, the arc marginals (B, N, N) float64 and the sibling marginals
     (B, N, N, N) in SB's dtype by the compiled inside-outside (real space, log space on the rows where that
     underflows: :mod:`~ssvm_torch.trees.numba_sibling`)."""
-    Sh, Lh = _host(S, lengths)
+    Sh, Lh = host_batch(S, lengths)
     SBh = SB.detach().contiguous().numpy()
     B, N, _ = Sh.shape
     logz = np.empty(B)
     M = np.zeros((B, N, N) if want else (B, 1, 1))
     MS = np.zeros((B, N, N, N) if want else (B, 1, 1, 1), dtype=SBh.dtype)
-    kernel = sibling_inside_outside_batch_parallel if _parallel(B) else sibling_inside_outside_batch
+    kernel = sibling_inside_outside_batch_parallel if parallel_rows(B) else sibling_inside_outside_batch
     kernel(Sh, SBh, Lh, multiroot, want, logz, M, MS)
     return torch.from_numpy(logz), torch.from_numpy(M), torch.from_numpy(MS)
 
