@@ -2,7 +2,8 @@
 one dispatch rule (:mod:`ssvm_torch.trees.ops`): the compiled kernels (:mod:`~ssvm_torch.trees.numba_sibling`)
 for CPU float32 / float64 scores outside tracing, spread over numba's threads from
 :data:`~ssvm_torch.trees.checks.PARALLEL_MIN` rows when torch has several; the Triton kernels
-(:mod:`~ssvm_torch.trees.triton_sibling`) for CUDA scores outside tracing; the torch recursions (:mod:`~ssvm_torch.trees.torch_sibling`) elsewhere. Projective trees only.
+(:mod:`~ssvm_torch.trees.triton_sibling`) for CUDA scores outside tracing; the torch recursions
+(:mod:`~ssvm_torch.trees.torch_sibling`) elsewhere. Projective trees only.
 
 Arguments, after validation by the callers: ``S`` (B, N, N) and ``SB`` (B, N, N, N) in one float dtype,
 ``lengths`` (B,) int64, ``gold`` (B, N) int64 heads (-1 off the words), ``cost`` (B,) the loss of one wrong
