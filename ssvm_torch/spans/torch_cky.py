@@ -107,24 +107,12 @@ class _LogPartition(torch.autograd.Function):
         return _by_span(mu), None
 
 
-def inside(S: torch.Tensor, lengths: torch.Tensor, semiring: str) -> torch.Tensor:
-    """The root value I[0, n_b] of every row (B,) of span scores S (B, N+1, N+1): log Z for ``semiring="log"``
-    (differentiable: its gradient is the span marginals), the best tree's score for ``"max"`` (no gradient); 0
-    for an empty row."""
-    B, M, _ = S.shape
-    if M == 1:
-        return S.new_zeros(B)
-    if semiring == "log":
-        return _LogPartition.apply(_masked(S, lengths), lengths)
-    with torch.no_grad():
-        L, _, _ = _charts(_masked(S, lengths), "max")
-    root = _roots(L, lengths)
-    return torch.where(lengths > 0, root, root.new_zeros(()))
-
-
 def log_partition(S: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-    """log Z (B,) of every row; differentiable (the gradient is the span marginals)."""
-    return inside(S, lengths, "log")
+    """log Z (B,) of every row of span scores S (B, N+1, N+1), 0 for an empty row; differentiable (the gradient
+    is the span marginals, by :class:`_LogPartition`'s top-down backward)."""
+    if S.shape[1] == 1:
+        return S.new_zeros(S.shape[0])
+    return _LogPartition.apply(_masked(S, lengths), lengths)
 
 
 def best_tree(S: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
