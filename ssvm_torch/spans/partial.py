@@ -61,10 +61,9 @@ def partial_loss(loss: str, S: torch.Tensor, charts: torch.Tensor, lengths: torc
         raise SSVMInputError(f"charts: row {int(rows[b]) if rows is not None else b}: every tree that contains the "
                              "observed brackets takes a span (or label) whose score is -inf (C has no tree of "
                              "finite score)")
-    on = ops.indicators(charts.masked_fill(~span_mask(lengths, S.shape[1]), -1) if charts.dtype != torch.bool
-                        else charts & span_mask(lengths, S.shape[1]), S)
     if loss == "crf":
         return ops.log_partition(S, lengths, kernels) - ops.log_partition(S_C, lengths, kernels)
+    on = ops.indicators(charts, S)          # O's entries (checked charts hold nothing off their rows)
     c = cost.to(S.dtype)
     first = S - c.view(-1, *([1] * (S.dim() - 1))) * on
     constant = c * on.flatten(1).sum(1)
