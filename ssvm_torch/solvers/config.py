@@ -9,6 +9,8 @@ from ..errors import check, check_choice
 from .samplers import SAMPLERS
 
 SOLVERS = ("fw", "bcfw", "ssg", "eg", "deg", "cutting-plane")
+#: the solvers that visit every block at each iteration and so sample none (SolverConfig.block_sampling)
+BATCH_SOLVERS = ("fw", "deg", "cutting-plane")
 STEPS = ("fw", "pairwise", "away", "best")
 
 
@@ -106,7 +108,7 @@ class SolverConfig:
         """The block sampling the solver runs: None for the batch solvers, which visit every block at each
         iteration (FW, the dual extragradient, the cutting plane); "uniform" for SSG asked for gap sampling (its
         steps leave no block gaps to sample by); else ``sampling``."""
-        if self.solver in ("fw", "deg", "cutting-plane"):
+        if self.solver in BATCH_SOLVERS:
             return None
         return "uniform" if self.solver == "ssg" and self.sampling == "gap" else self.sampling
 
