@@ -250,6 +250,46 @@ def random_dependency_data(rng, n, d, lmin=1, lmax=5, per_arc=3, projective_only
                           tok_ptr=torch.tensor(np.concatenate([zero, np.cumsum(tok_counts)])), tok_ids=torch.tensor(tok_ids))
 
 
+def binary_trees(i, j):
+    """Every binary bracketing of the words i..j-1 (fenceposts i..j) as a list of (i, j) spans."""
+    if j - i == 1:
+        return [[(i, j)]]
+    return [[(i, j)] + left + right for k in range(i + 1, j) for left in binary_trees(i, k)
+            for right in binary_trees(k, j)]
+
+
+def all_labeled_trees(n, L):
+    """Every labeled binary tree over n words as labeled charts (K, n + 1, n + 1), -1 off the tree."""
+    out = []
+    for tree in binary_trees(0, n):
+        for labels in itertools.product(range(L), repeat=len(tree)):
+            chart = torch.full((n + 1, n + 1), -1, dtype=torch.int64)
+            for (i, j), lab in zip(tree, labels):
+                chart[i, j] = lab
+            out.append(chart)
+    return torch.stack(out)
+
+
+def random_span_data(rng, n, F, L, lmin=1, lmax=4, per=2):
+    """n random sentences of lmin..lmax words with random labeled binary trees (L labels) and 1..per random binary
+    features per fencepost out of F (data/span_data.py's layout)."""
+    from ssvm_torch.data.span_data import SpanData
+    lengths = rng.integers(lmin, lmax + 1, size=n)
+    spans, counts, ids = [], [], []
+    for m in lengths:
+        trees = binary_trees(0, int(m))
+        tree = trees[int(rng.integers(len(trees)))]
+        spans += sorted((i, j, int(rng.integers(L))) for i, j in tree)
+        for _ in range(int(m) + 1):
+            f = sorted(rng.choice(F, size=int(rng.integers(1, per + 1)), replace=False).tolist())
+            ids += f
+            counts.append(len(f))
+    zero = np.zeros(1, dtype=np.int64)
+    return SpanData(torch.tensor(np.concatenate([zero, np.cumsum(lengths)])),
+                    torch.tensor(np.concatenate([zero, np.cumsum(counts)])), torch.tensor(ids, dtype=torch.int64),
+                    torch.tensor(spans, dtype=torch.int64), F, L, "random-spans")
+
+
 @pytest.fixture(params=["one tile", "small tiles"])
 def tiles(request, monkeypatch):
     """The Triton tree kernels (ssvm_torch/trees/triton_eisner.py, triton_sibling.py) with one tile per

@@ -25,12 +25,13 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import all_segmentations, random_chain_data, random_dependency_data, random_segment_data
+from conftest import (all_labeled_trees, all_segmentations, random_chain_data, random_dependency_data,
+                      random_segment_data, random_span_data)
 from tree_reference import all_trees
 from ssvm_torch import Solver, SolverConfig, make_store
 from ssvm_torch.data import ChainData, ExplicitData, FlatData, GraphData, GraphExample, PairData, PoseData
-from ssvm_torch.models import (ChainModel, DependencyModel, ExplicitModel, GraphCutModel, MatchingModel,
-                               MulticlassModel, MultiLabelModel, SemiMarkovModel, TreePoseModel)
+from ssvm_torch.models import (ChainModel, ConstituencyModel, DependencyModel, ExplicitModel, GraphCutModel,
+                               MatchingModel, MulticlassModel, MultiLabelModel, SemiMarkovModel, TreePoseModel)
 from ssvm_torch.oracles.distance_transform import tree_max_sum, torch_dt1d
 from ssvm_torch.outputs import load_checkpoint, save_checkpoint
 
@@ -157,6 +158,15 @@ def segmentations(model, data, i):
     return torch.tensor(all_segmentations(int(data.lengths[i]), model.K, model.L, model.outside))
 
 
+
+def constituency(rng, loss="hamming"):
+    data = random_span_data(rng, 5, 4, 2, lmin=1, lmax=4)
+    return ConstituencyModel.for_data(data, loss=loss, fill=0), data, None
+
+
+def labeled_trees(model, data, i):
+    return all_labeled_trees(int(data.lengths[i]), model.L)
+
 STRUCTURES = {
     "chain": Structure(chain, chain_labelings, two_kernels=True),
     "sparse-chain": Structure(lambda rng: chain(rng, sparse=True), chain_labelings, two_kernels=True),
@@ -171,6 +181,8 @@ STRUCTURES = {
                                           two_kernels=True),
     "semimarkov": Structure(semimarkov, segmentations, two_kernels=True),
     "semimarkov-outside": Structure(lambda rng: semimarkov(rng, outside=0), segmentations),
+    "constituency": Structure(constituency, labeled_trees, two_kernels=True),
+    "constituency-normalized": Structure(lambda rng: constituency(rng, "normalized"), labeled_trees),
 }
 
 
@@ -362,7 +374,7 @@ def test_conformance_a_foreign_block_state_is_refused_and_touches_nothing(name):
 @pytest.mark.parametrize("name", [n for n, s in STRUCTURES.items() if s.two_kernels])
 def test_conformance_torch_kernel_equals_compiled(name):
     model, data, nonneg, w = instance(name, seed=9)
-    if isinstance(model, (ChainModel, DependencyModel, SemiMarkovModel)):
+    if isinstance(model, (ChainModel, ConstituencyModel, DependencyModel, SemiMarkovModel)):
         runs = []
         for kernels in ("numba", "torch"):
             store = make_store(model, data, 0.1, kernels=kernels)

@@ -2,6 +2,7 @@
 from .base import StructuredModel
 from .chain import ChainModel
 from .chain_edges import EdgeChainModel
+from .constituency import ConstituencyModel
 from .dependency import DependencyModel
 from .explicit import ExplicitModel
 from .flat import MulticlassModel, MultiLabelModel
@@ -10,5 +11,5 @@ from .matching import MatchingModel
 from .pose import TreePoseModel
 from .semimarkov import SemiMarkovModel
 
-__all__ = ["StructuredModel", "ChainModel", "DependencyModel", "EdgeChainModel", "ExplicitModel", "GraphCutModel", "MatchingModel", "MulticlassModel",
+__all__ = ["StructuredModel", "ChainModel", "ConstituencyModel", "DependencyModel", "EdgeChainModel", "ExplicitModel", "GraphCutModel", "MatchingModel", "MulticlassModel",
            "MultiLabelModel", "SemiMarkovModel", "TreePoseModel"]

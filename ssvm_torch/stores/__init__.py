@@ -1,7 +1,7 @@
 """Block stores: the dual variables of the n blocks and the primal point w = sum_i w_i.
 
 :func:`make_store` assembles the store of a model and its training data: the compact
-sufficient-statistics stores for chains, semi-Markov chains and dependency trees, the dense (n, d) store
+sufficient-statistics stores for chains, semi-Markov chains, dependency trees and constituency trees, the dense (n, d) store
 otherwise, optionally wrapped in box constraints (App. H of Osokin et al. 2016). Stores know models only through the
 :class:`~ssvm_torch.models.base.StructuredModel` interface; models import no store.
 """
@@ -14,6 +14,7 @@ from ..errors import SSVMInputError, check_choice
 from ..models.base import StructuredModel
 from ..models.chain import ChainModel
 from ..models.chain_edges import EdgeChainModel
+from ..models.constituency import ConstituencyModel
 from ..models.dependency import DependencyModel
 from ..models.matching import MatchingModel
 from ..models.semimarkov import SemiMarkovModel
@@ -26,10 +27,11 @@ from .dense_compiled import CompiledDenseDual, CompiledMatchingDual
 from .host_structures import HOSTS
 from .matching import MatchingDual
 from .segments import SegmentDual
+from .spans import SpanDual
 from .tree import TreeDual
 
 __all__ = ["BlockDual", "BoxedDual", "ChainDual", "CompiledDenseDual", "CompiledMatchingDual", "Corner", "DenseDual", "EdgeChainDual", "GapPass", "KERNELS", "MatchingDual",
-           "SegmentDual", "TreeDual", "make_store"]
+           "SegmentDual", "SpanDual", "TreeDual", "make_store"]
 
 
 def make_store(model: StructuredModel, data, lam: float, device=None, dtype=torch.float64, kernels: str = "auto",
@@ -52,6 +54,8 @@ def make_store(model: StructuredModel, data, lam: float, device=None, dtype=torc
         store = ChainDual(model, data, lam, device=device, dtype=dtype, kernels=kernels, n_objective=n_objective)
     elif isinstance(model, SemiMarkovModel):
         store = SegmentDual(model, data, lam, device=device, dtype=dtype, n_objective=n_objective, kernels=kernels)
+    elif isinstance(model, ConstituencyModel):
+        store = SpanDual(model, data, lam, device=device, dtype=dtype, kernels=kernels, n_objective=n_objective)
     elif isinstance(model, DependencyModel):
         store = TreeDual(model, data, lam, device=device, dtype=dtype, kernels=kernels, n_objective=n_objective)
     else:
