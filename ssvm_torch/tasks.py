@@ -85,6 +85,7 @@ class Task:
     chunk_tags: bool = False          # its tags are chunk tags (B-X / I-X / O): --constraints applies
     trees: bool = False               # dependency trees: --loss and --trees (projective or not) apply
     segments: bool = False            # semi-Markov segmentations: --loss applies
+    constituents: bool = False        # constituency trees: --loss applies
     dev_split: bool = False           # a released development split: --select-lam scores on it (no --heldout share)
     # the featurization ssvm-train uses where an option is not given: the configuration chosen on the
     # development split (docs/conll.md); load() itself keeps the plain defaults (sha-pereira, BIO, ...)
@@ -120,9 +121,9 @@ class Task:
                                      f"{[t.name for t in TASKS.values() if t.templates]}, not {self.name!r}")
             featurization = {}
         if loss is not None:
-            if not (self.sequences or self.trees or self.segments):
+            if not (self.sequences or self.trees or self.segments or self.constituents):
                 raise SSVMInputError(f"loss: only for the chain, segment and tree tasks "
-                                     f"{[t.name for t in TASKS.values() if t.sequences or t.trees or t.segments]}, "
+                                     f"{[t.name for t in TASKS.values() if t.sequences or t.trees or t.segments or t.constituents]}, "
                                      f"not {self.name!r}")
             featurization["loss"] = loss
         if trees is not None:
@@ -287,6 +288,47 @@ def _ud_ewt(name, train_size=None, unary_only=False, device=None, dtype=torch.fl
     return p
 
 
+
+SPAN_FEATURES = ("fenceposts",)
+
+
+def _ud_ewt_spans(name, train_size=None, unary_only=False, device=None, dtype=torch.float64, features=None,
+                  min_count=1, heldout=None, loss=None) -> Problem:
+    """UD English-EWT's dependency trees read as phrase structures (a constituent per word with dependents, labeled
+    with its UPOS; binarized from the left: ssvm_torch.data.span_data), a span-factored constituency SSVM over
+    fencepost features (Hall, Durrett & Klein 2014's surface features; gold UPOS are inputs); the projective
+    sentences only (a non-projective tree has no such phrase structure; the layout records how many).
+    ``heldout="dev"`` evaluates on the released dev split (model selection). Metrics: labeled bracket F1 of the
+    debinarized trees (evalb's counts: one-word spans not counted), unlabeled F1, exact match."""
+    from .data.span_data import load_ud_spans
+    from .models import ConstituencyModel
+    check(heldout in (None, "dev"), "heldout", f"None or 'dev' for {name!r} (it has a released development split)",
+          heldout)
+    check(features in (None, *SPAN_FEATURES), "features", f"one of {list(SPAN_FEATURES)} for {name!r}", features)
+    train, test = load_ud_spans(min_count, "dev" if heldout else "test", train_size)
+    model = ConstituencyModel.for_data(train, loss=loss or "hamming", fill=0)
+
+    def evaluate(w):
+        w64 = w.detach().to("cpu", torch.float64)
+        te = model.metrics(w64, test)
+        return {"train_error": model.metrics(w64, train)["error"], "test_error": te["error"], "test_f1": te["f1"],
+                "test_unlabeled_f1": te["unlabeled_f1"], "test_position_error": 1.0 - te["exact"]}
+
+    def predictions(w):
+        from .spans import debinarize, spans_of_chart
+        out = [None] * test.n
+        for idx, charts in model.predict_charts(w.detach().to("cpu", torch.float64), test):
+            for i, row in zip(idx.tolist(), spans_of_chart(charts)):
+                out[i] = [list(s) for s in debinarize(row, 0)]
+        return {"split": test.name, "labels": train.meta["label_names"], "spans": out,
+                "sent_ids": test.meta["sent_ids"]}
+    p = Problem(name, model, train, test, evaluate, "1 - labeled bracket F1 (debinarized, one-word spans not counted)",
+                "the share of sentences whose labeled tree is not exact", predictions=predictions)
+    p.layout = {**model.describe(), "featurization": train.meta["featurization"],
+                "sentences": {"train": [train.meta["kept"], train.meta["of"]], test.name: [test.meta["kept"],
+                                                                                           test.meta["of"]]}}
+    return p
+
 def _flat_problem(name, model, train: FlatData, test: FlatData, dtype, names) -> Problem:
     def evaluate(w):
         w = w.detach().to("cpu", dtype)
@@ -398,6 +440,9 @@ TASKS: dict[str, Task] = {t.name: t for t in (
     Task("hansards", _hansards, "Hansards word alignment by matching with NULL", train_size=True),
     Task("ud-ewt", _ud_ewt, "UD English-EWT dependency parsing, first-order arc features (gold POS)", train_size=True,
          templates=True, trees=True, dev_split=True, recommended=UD_RECOMMENDED, run_defaults=UD_RUN_DEFAULTS),
+    Task("ud-ewt-spans", _ud_ewt_spans, "UD English-EWT phrase structures (a constituent per head), span-factored "
+         "constituency trees over fencepost features (gold POS)", train_size=True, templates=True, constituents=True,
+         dev_split=True),
 )}
 
 
