@@ -159,9 +159,9 @@ def segmentations(model, data, i):
 
 
 
-def constituency(rng, loss="hamming"):
+def constituency(rng, loss="hamming", inside=True):
     data = random_span_data(rng, 5, 4, 2, lmin=1, lmax=4)
-    return ConstituencyModel.for_data(data, loss=loss, fill=0), data, None
+    return ConstituencyModel.for_data(data, loss=loss, fill=0, inside=inside), data, None
 
 
 def labeled_trees(model, data, i):
@@ -182,7 +182,8 @@ STRUCTURES = {
     "semimarkov": Structure(semimarkov, segmentations, two_kernels=True),
     "semimarkov-outside": Structure(lambda rng: semimarkov(rng, outside=0), segmentations),
     "constituency": Structure(constituency, labeled_trees, two_kernels=True),
-    "constituency-normalized": Structure(lambda rng: constituency(rng, "normalized"), labeled_trees),
+    "constituency-boundary-normalized": Structure(lambda rng: constituency(rng, "normalized", inside=False),
+                                                  labeled_trees),
 }
 
 

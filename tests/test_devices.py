@@ -59,22 +59,25 @@ def test_dense_structures_run_on_device(device, name):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("structure", ["semimarkov", "dependency"])
+@pytest.mark.parametrize("structure", ["semimarkov", "dependency", "constituency"])
 @pytest.mark.parametrize("cfg", [{}, {"batch_size": 3}, {"step": "pairwise", "cache": True}],
                          ids=["bcfw", "minibatch", "pairwise-cache"])
 def test_structure_stores_torch_path_on_device_matches_numba_on_cpu(device, structure, cfg):
-    """The semi-Markov and the dependency-tree stores' torch path (what a GPU runs) on ``device`` takes the compiled
+    """The semi-Markov, dependency-tree and constituency stores' torch path (what a GPU runs) on ``device`` takes the compiled
     CPU path's steps: the same last gap and w."""
     import numpy as np
-    from conftest import random_dependency_data, random_segment_data
-    from ssvm_torch.models import DependencyModel, SemiMarkovModel
+    from conftest import random_dependency_data, random_segment_data, random_span_data
+    from ssvm_torch.models import ConstituencyModel, DependencyModel, SemiMarkovModel
     rng = np.random.default_rng(4)
     if structure == "semimarkov":
         data = random_segment_data(rng, 8, 3, 3, 4, tmin=1, tmax=6, outside=0, sparse=True)
         model = SemiMarkovModel.for_data(data, max_length=3, outside=0)
-    else:
+    elif structure == "dependency":
         data = random_dependency_data(rng, 8, 12, lmin=2, lmax=5)
         model = DependencyModel.for_data(data, projective=True)
+    else:
+        data = random_span_data(rng, 8, 10, 3, lmin=1, lmax=7)
+        model = ConstituencyModel.for_data(data, fill=0)
     config = SolverConfig(**{"solver": "bcfw", "sampling": "gap", "passes": 4, "gap_check": 2, "seed": 2, **cfg})
     ref = make_store(model, data, 0.1)
     dev = make_store(model, data, 0.1, device=device, kernels="torch")

@@ -47,21 +47,23 @@ def build_parser() -> argparse.ArgumentParser:
                        "pairwise, away or best steps; optional caching) or SSG, and report the exact duality gap "
                        "and the test error. Writes history.json, model.pt and config.json to --out.")
     p.add_argument("--train-size", type=int, default=None,
-                   help="conll2000 / segmentation-synth / pose-synth / hansards: keep the first N training "
-                        "examples; None = all")
+                   help="conll2000 / ud-ewt / ud-ewt-spans / segmentation-synth / pose-synth / hansards: keep the "
+                        "first N training examples; None = all")
     p.add_argument("--unary-only", action="store_true",
                    help="segmentation-synth / pose-synth: drop the pairwise features (the unaries-only baseline)")
     p.add_argument("--features", default=None,
                    help="conll2000: the feature template, sha-pereira, rich, rich-edges, or a template string such as "
                         "'w[0] w[-1]|w[0] suf3[0] edge:p[0]' (docs/conll.md); None = rich-edges for conll2000 (the "
-                        "configuration chosen on its dev split, docs/conll.md)")
+                        "configuration chosen on its dev split, docs/conll.md); ud-ewt: mcdonald; ud-ewt-spans: fenceposts (its "
+                        "only template)")
     p.add_argument("--min-count", type=int, default=None,
-                   help="conll2000: keep the attributes seen at least this often in the training sentences; "
-                        "None = 1")
+                   help="conll2000 / ud-ewt / ud-ewt-spans: keep the attributes seen at least this often in the training "
+                        "sentences; None = 1")
     p.add_argument("--loss", choices=["normalized", "hamming"], default=None,
                    help="chain tasks: the task loss, normalized Hamming (1/T per wrong position, the papers') or the "
-                        "Hamming count (1 per wrong position: every token weighs alike); None = hamming for "
-                        "conll2000, normalized for the others")
+                        "Hamming count (1 per wrong position: every token weighs alike); ud-ewt: per wrong head; ud-ewt-spans: per "
+                        "wrong labeled span (normalized: over the 2n - 1 spans); None = hamming for conll2000, "
+                        "ud-ewt and ud-ewt-spans, normalized for the others")
     p.add_argument("--lam", type=float, default=None,
                    help="regularization lambda of objective (1), lam/2 |w|^2 + 1/n sum_i H_i(w); None = 1/n")
     p.add_argument("--constraints", choices=["none", "bio", "iob1", "bioes"], default=None,
@@ -396,7 +398,10 @@ def _train(args, cfg: SolverConfig, device, dtype, run_dir: RunDir | None) -> di
                   f"{last['drop_steps']} drop; cache hit rate {last['cache_hit_rate']:.3f}")
         print(f"test error: {last['test_error']:.4f} ({task.error_name}); "
               f"{task.position_name}: {last['test_position_error']:.4f}")
-        if "test_f1" in last:
+        if "test_unlabeled_f1" in last:
+            print(f"test labeled bracket F1: {last['test_f1']:.2f}, unlabeled: {last['test_unlabeled_f1']:.2f} "
+                  "(debinarized trees, evalb's counts: one-word spans not counted)")
+        elif "test_f1" in last:
             print(f"test chunk F1: {last['test_f1']:.2f}")
         if "test_uas" in last:
             print(f"test UAS: {last['test_uas']:.2f}, LAS: {last['test_las']:.2f} (every word, punctuation included; "

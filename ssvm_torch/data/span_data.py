@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from ..errors import SSVMInputError, check
+from ..models.chain_index import csr_row_nonzeros
 from . import feature_cache
 from .types import RaggedOffsets, data_file
 from .ud import UD_EWT, UPOS_TAGS, Treebank, read_conllu
@@ -112,6 +113,20 @@ class SpanData(RaggedOffsets):
         out = torch.full((idx.shape[0], M, M), -1, dtype=torch.int64, device=self.device)
         out[row, s[:, 0], s[:, 1]] = s[:, 2]
         return out
+
+    def subset(self, idx) -> "SpanData":
+        """The sentences ``idx`` in that order (their fencepost rows and trees)."""
+        idx = torch.as_tensor(idx, device=self.device).reshape(-1).long()
+        fo, so = self.fence_offsets, self.span_offsets
+        rows = torch.cat([torch.arange(int(fo[i]), int(fo[i + 1]), device=self.device) for i in idx.tolist()])
+        local, nz = csr_row_nonzeros(self.fptr, rows)
+        counts = torch.bincount(local, minlength=rows.shape[0])
+        spans = torch.cat([self.spans[int(so[i]):int(so[i + 1])] for i in idx.tolist()])
+        meta = {k: ([v[i] for i in idx.tolist()] if k in ("sentences", "sent_ids") and v else v)
+                for k, v in self.meta.items()}
+        return SpanData(torch.nn.functional.pad(torch.cumsum(self.lengths[idx], 0), (1, 0)),
+                        torch.nn.functional.pad(torch.cumsum(counts, 0), (1, 0)), self.fidx[nz], spans,
+                        self.n_features, self.n_labels, self.name, meta)
 
     def to(self, device, dtype=None) -> "SpanData":
         return SpanData(self.offsets.to(device), self.fptr.to(device), self.fidx.to(device), self.spans.to(device),

@@ -87,8 +87,9 @@ class SSVMModule(L.LightningModule):
     caching) / SSG under a Lightning ``Trainer``. Arguments are ``ssvm-train``'s flags.
 
     Args:
-        dataset: ocr-small, ocr-large, conll2000, scene, ocr-letters, segmentation-synth, pose-synth
-            or hansards.
+        dataset: a registered task (ssvm_torch.tasks.TASKS): ocr-small, ocr-large, conll2000,
+            conll2000-segments, scene, ocr-letters, segmentation-synth, pose-synth, hansards, ud-ewt or
+            ud-ewt-spans.
         lam: regularization lambda of objective (1); default 1/n.
         blocks_per_step: steps per Lightning training step (default one pass: n, or n / batch_size).
         batch_size: blocks per step (mini-batch BCFW: tau distinct blocks decoded in one batched oracle

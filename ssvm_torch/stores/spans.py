@@ -1,7 +1,7 @@
 """Compact per-block dual storage of a constituency SSVM (:class:`~ssvm_torch.models.constituency.ConstituencyModel`).
 
 phi(x_i, y) = A_i s(y) is linear in the tree's statistics s(y): per fencepost the spans of each label that begin and
-that end there (T_i, 2L), per sentence the spans of each (length bucket, label) (G,) (models/constituency.py). As for
+that end there (T_i, C), per sentence the spans of each (length bucket, label) (G,) (models/constituency.py). As for
 semi-Markov chains (stores/segments.py), block i is stored as the expected statistics under alpha_i, M_i = (P_i, Gc_i),
 and w_i = A_i (s(y_i) - M_i) / (lam n), so with D = s(y*) - M_i and the potentials theta_i = A_i^T w (the fencepost
 potentials U_i = X_i W and the length weights):
@@ -93,35 +93,27 @@ class SpanDual(JointConstraints, TensorBlockState, BlockDual):
 
     # -- statistics ---------------------------------------------------------------------------------------------
     def _stats_of(self, spans: torch.Tensor, blocks: torch.Tensor | None = None):
-        """(P (all fenceposts, 2L), Gc (n, G)) of stacked trees of every block (``blocks``: the block of each span
+        """(P (all fenceposts, C), Gc (n, G)) of stacked trees of every block (``blocks``: the block of each span
         row; default the stacking of ``span_offsets``)."""
         m = self.model
         spans = spans.to(self.device).long()
         blocks = self.block_of_span if blocks is None else blocks
-        i, j, lab = spans.unbind(1)
-        one = torch.ones(spans.shape[0], dtype=self.dtype, device=self.device)
         P = torch.zeros(int(self.fo[-1]), m.C, dtype=self.dtype, device=self.device)
-        P.index_put_((self.fo[blocks] + i, lab), one, accumulate=True)
-        P.index_put_((self.fo[blocks] + j, m.L + lab), one, accumulate=True)
         Gc = torch.zeros(self.n, len(m.buckets) * m.L, dtype=self.dtype, device=self.device)
-        Gc.index_put_((blocks, m.bucket(j - i) * m.L + lab), one, accumulate=True)
+        m.scatter_statistics(P, self.fo[blocks] + spans[:, 0], self.fo[blocks] + spans[:, 1], spans[:, 2], Gc, blocks)
         return P, Gc
 
     def _block_stats(self, i: int, y):
-        """(p (T_i, 2L), c (G,)) of one tree of block i, or of its current point M_i for None."""
+        """(p (T_i, C), c (G,)) of one tree of block i, or of its current point M_i for None."""
         s, e = int(self.fo[i]), int(self.fo[i + 1])
         if y is None:
             return self.P[s:e], self.Gc[i]
         m = self.model
         y = torch.as_tensor(y, device=self.device).long()
-        a, b, lab = y.unbind(1)
-        one = torch.ones(y.shape[0], dtype=self.dtype, device=self.device)
         p = torch.zeros(e - s, m.C, dtype=self.dtype, device=self.device)
-        p.index_put_((a, lab), one, accumulate=True)
-        p.index_put_((b, m.L + lab), one, accumulate=True)
-        c = torch.zeros(len(m.buckets) * m.L, dtype=self.dtype, device=self.device)
-        c.index_put_((m.bucket(b - a) * m.L + lab,), one, accumulate=True)
-        return p, c
+        c = torch.zeros(1, len(m.buckets) * m.L, dtype=self.dtype, device=self.device)
+        m.scatter_statistics(p, y[:, 0], y[:, 1], y[:, 2], c, torch.zeros_like(y[:, 0]))
+        return p, c[0]
 
     def _entries(self, i: int):
         """(local fencepost row, feature id, value) of block i's stored features: one slice of the CSR arrays."""
@@ -129,18 +121,18 @@ class SpanDual(JointConstraints, TensorBlockState, BlockDual):
         return self._entry_row[a:b] - self.fo[i], self.data.fidx[a:b], self.fval[a:b]
 
     def _rows_U(self, rows: torch.Tensor, w: torch.Tensor | None = None) -> torch.Tensor:
-        """X W (R, 2L) of some fencepost rows at w (default the store's), by a gather over their CSR entries."""
+        """X W (R, C) of some fencepost rows at w (default the store's), by a gather over their CSR entries."""
         W = self.model.split(self.w if w is None else w)[0]
         local, nz = csr_row_nonzeros(self.data.fptr, rows)
         U = torch.zeros(rows.shape[0], self.model.C, dtype=self.dtype, device=self.device)
         return U.index_add_(0, local, self.fval[nz, None] * W[self.data.fidx[nz]])
 
     def _block_U(self, i: int, w: torch.Tensor | None = None) -> torch.Tensor:
-        """U_i = X_i W (T_i, 2L) at w (default the store's)."""
+        """U_i = X_i W (T_i, C) at w (default the store's)."""
         return self._rows_U(torch.arange(int(self.fo[i]), int(self.fo[i + 1]), device=self.device), w)
 
     def _all_U(self, w: torch.Tensor | None = None) -> torch.Tensor:
-        """U (all fenceposts, 2L) at w (default the store's)."""
+        """U (all fenceposts, C) at w (default the store's)."""
         return torch.sparse.mm(self._x, self.model.split(self.w if w is None else w)[0])
 
     def _gram(self, i: int) -> torch.Tensor:
@@ -172,7 +164,7 @@ class SpanDual(JointConstraints, TensorBlockState, BlockDual):
 
     def _decode(self, idx: torch.Tensor, U: torch.Tensor, w: torch.Tensor, augment: bool):
         """Best (loss-augmented with ``augment``) trees of the blocks ``idx`` from their padded fencepost
-        potentials U (B, M, 2L) at w: (charts (B, M, M), gold charts)."""
+        potentials U (B, M, C) at w: (charts (B, M, M), gold charts)."""
         m = self.model
         lengths = self.lengths[idx]
         S = m.span_scores(U, m.split(w)[1], lengths)
@@ -218,7 +210,7 @@ class SpanDual(JointConstraints, TensorBlockState, BlockDual):
         self.pair_move(i, corner.labels, None, corner.loss, float(self.ell_i[i]), gamma)
 
     def _delta(self, i: int, P, Q):
-        """(Dp (T_i, 2L), Dc (G,)) of s(P) - s(Q) for block i (None = its current point)."""
+        """(Dp (T_i, C), Dc (G,)) of s(P) - s(Q) for block i (None = its current point)."""
         cached = self._corner_delta
         if Q is None and cached is not None and cached[0] == i and cached[1] is P:
             return cached[2]

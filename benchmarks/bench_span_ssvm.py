@@ -1,0 +1,108 @@
+"""What the constituency SSVM costs on UD English-EWT's phrase structures (``--dataset ud-ewt-spans``; one CPU thread,
+float64), and what a trained run scored:
+
+* ``step``: one BCFW block step (``fw_corner`` + ``fw_move``: the fencepost potentials, the loss-augmented CKY, the
+  block gap and the move) of the compact store (:class:`ssvm_torch.stores.SpanDual`) with the compiled CKY
+  (``kernels="numba"``) and with the torch CKY (``kernels="torch"``, the code a GPU runs), the two stores alternated
+  block by block, each at its own point after a warm-up pass over the same blocks; medians over ``--steps`` blocks;
+* ``gap_pass``: one exact gap pass over the training sentences with each decoder (medians of ``--repeats``);
+* ``state``: the bytes of the store's block state against the n dense d-vectors of the generic store.
+
+``--runs DIR``: an ``ssvm-train --select-lam`` run directory summarized (each lambda's dev F1 and gap, the refit's
+test F1, passes and seconds) into the JSON beside the timings.
+
+Usage: python benchmarks/bench_span_ssvm.py [--steps 2000] [--repeats 3] [--runs /path/select]
+       [--out benchmarks/results/span_ssvm_cpu.json]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import time
+from pathlib import Path
+
+import numba
+import torch
+
+from ssvm_torch import make_store
+from ssvm_torch.tasks import load_task
+
+
+def steps(stores: dict, blocks: list) -> dict:
+    """Seconds of each block step of each store, the stores alternated block by block."""
+    out = {k: [] for k in stores}
+    for i in blocks:
+        for name, store in stores.items():
+            t0 = time.perf_counter()
+            corner = store.fw_corner(i)
+            if corner.sqnorm > 0 and corner.gap > 0:
+                gamma = min(1.0, corner.gap / (store.lam * corner.sqnorm))
+                store.fw_move(i, corner, gamma)
+            out[name].append(time.perf_counter() - t0)
+    return out
+
+
+def summarize_runs(run: Path) -> dict:
+    """The select-lam run's grid (dev F1 and gap per lambda) and its refit (test F1, gap, passes, seconds)."""
+    out = {}
+    sel = run / "selection.json"
+    if sel.exists():
+        out["selection"] = json.loads(sel.read_text())
+    hist = json.loads((run / "history.json").read_text())
+    last = hist[-1]
+    out["refit"] = {k: last.get(k) for k in ("passes", "gap", "primal", "dual", "test_f1", "test_unlabeled_f1",
+                                             "test_error", "test_position_error", "train_error", "time_s")}
+    out["config"] = json.loads((run / "config.json").read_text())
+    return out
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--steps", type=int, default=2000)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--train-size", type=int, default=None)
+    p.add_argument("--runs", default=None, help="an ssvm-train --select-lam run directory to summarize")
+    p.add_argument("--out", default="benchmarks/results/span_ssvm_cpu.json")
+    args = p.parse_args(argv)
+    torch.set_num_threads(1)
+    numba.set_num_threads(1)
+    problem = load_task("ud-ewt-spans", train_size=args.train_size)
+    train, lam = problem.train, 1.0 / problem.train.n
+    t0 = time.perf_counter()
+    stores = {"compiled CKY": make_store(problem.model, train, lam, kernels="numba")}
+    build = time.perf_counter() - t0
+    stores["torch CKY"] = make_store(problem.model, train, lam, kernels="torch")
+    gen = torch.Generator().manual_seed(0)
+    blocks = torch.randperm(train.n, generator=gen)[:args.steps].tolist()
+    steps(stores, blocks)                                                 # warm-up: every store leaves w = 0
+    timed = steps(stores, blocks)
+    gap = {k: [] for k in stores}
+    for _ in range(args.repeats):
+        for name, store in stores.items():
+            t0 = time.perf_counter()
+            store.gap_pass()
+            gap[name].append(time.perf_counter() - t0)
+    store = stores["compiled CKY"]
+    state = sum(getattr(store, k).numel() * getattr(store, k).element_size() for k in store.STATE_TENSORS)
+    gram = store.G.numel() * store.G.element_size()
+    result = {
+        "machine": {"cpu": platform.processor() or platform.machine(), "torch": torch.__version__, "threads": 1},
+        "data": {"sentences": train.n, "words": int(train.lengths.sum()), "d": problem.model.d,
+                 "fencepost_features": problem.model.F, "labels": problem.model.L},
+        "store_build_s": build,
+        "step_ms": {k: 1e3 * statistics.median(v) for k, v in timed.items()},
+        "step_ms_all": {k: [1e3 * x for x in v] for k, v in timed.items()},
+        "gap_pass_s": {k: statistics.median(v) for k, v in gap.items()},
+        "gap_pass_s_all": gap,
+        "state_bytes": {"block_state": state, "gram": gram, "dense_store": train.n * problem.model.d * 8},
+    }
+    if args.runs:
+        result["run"] = summarize_runs(Path(args.runs))
+    print(json.dumps({k: v for k, v in result.items() if not k.endswith("_all")}, indent=1))
+    Path(args.out).write_text(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    main()
