@@ -9,68 +9,19 @@ which returns the named metrics of a history record (``train_error``, ``test_err
 """
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Callable
 
 import torch
 
 from .data.examples import FlatData, GraphData, PairData, PoseData
 from .data.ocr import load_ocr, load_ocr_letters, load_scene
 from .data.types import ChainData
-from .errors import SSVMInputError, check, check_positive
+from .errors import SSVMInputError, check
 from .models import ChainModel, EdgeChainModel, GraphCutModel, MatchingModel, MulticlassModel, MultiLabelModel, TreePoseModel
-from .models.base import StructuredModel
-from .stores import make_store
-from .stores.base import BlockDual
-
-
-@dataclass
-class Problem:
-    """A loaded task: model, data, evaluation and the names of its two reported errors."""
-
-    name: str
-    model: StructuredModel
-    train: Any
-    test: Any
-    evaluate: Callable[[torch.Tensor], dict]
-    error_name: str
-    position_name: str
-    nonnegative: torch.Tensor | None = None      # coordinates of w kept >= 0 (App. H)
-    layout: dict = field(default_factory=dict)
-    # the test predictions of a w as a JSON-able dict, written beside the model (None: the task has none)
-    predictions: Callable[[torch.Tensor], dict] | None = None
-
-    @property
-    def n_train(self) -> int:
-        return self.train.n
-
-    @property
-    def n_test(self) -> int:
-        return self.test.n
-
-    @property
-    def d(self) -> int:
-        return self.model.d
-
-    def lam(self, lam: float | None = None) -> float:
-        """The regularization lambda: ``lam`` if given, else the default 1/n. A lambda whose lam n
-        is outside [1e-12, 1e12] is warned about: the corners w_s = psi / (lam n) then under- or
-        overflow the float64 range of the features, and the gap cannot move."""
-        lam = check_positive(lam if lam is not None else 1.0 / self.n_train, "lam")
-        if not 1e-12 <= lam * self.n_train <= 1e12:
-            warnings.warn(f"lam: lam n = {lam * self.n_train:.3g} is outside [1e-12, 1e12]; w = sum psi / (lam n) "
-                          "is then at the edge of float64 and the step sizes and the gap may not move", stacklevel=2)
-        return lam
-
-    def store(self, lam: float | None = None, device=None, dtype=torch.float64, kernels: str = "auto") -> BlockDual:
-        """The block store of the training set (box constraints included where the model needs them)."""
-        return make_store(self.model, self.train, self.lam(lam), device=device, dtype=dtype, kernels=kernels,
-                          nonnegative=self.nonnegative)
-
-    def describe(self) -> dict:
-        """The feature layout recorded in ``model.pt``."""
-        return self.layout or self.model.describe()
+from .problem import Problem
+from .ud_tasks import (UD_RECOMMENDED, UD_RUN_DEFAULTS, UD_SPANS_RUN_DEFAULTS, ud_ewt,
+                       ud_ewt_spans)
 
 
 @dataclass(frozen=True)
@@ -244,91 +195,6 @@ def constrain(model, train: ChainData, scheme: str) -> None:
     model.check_labels_allowed(train, "constraints")
 
 
-TREE_KINDS = ("projective", "non-projective")
-
-
-def _ud_ewt(name, train_size=None, unary_only=False, device=None, dtype=torch.float64, features=None, min_count=1,
-            heldout=None, loss=None, trees=None) -> Problem:
-    """UD English-EWT dependency parsing: first-order arc features of a template (default ``mcdonald``),
-    projective (Eisner) or non-projective (Chu-Liu-Edmonds) single-root trees; ``heldout="dev"`` evaluates on
-    the released dev split (model selection; the test file's trees are then never scored). Gold UPOS / XPOS
-    are inputs (the treebank's own tags). Metrics: UAS and LAS in percent by the CoNLL 2018 shared task's
-    definitions (every word, punctuation included; LAS on the universal part of DEPREL, the relations from
-    the second-stage labeler of :mod:`ssvm_torch.labeler`)."""
-    from .data.trees import load_ud_dependencies
-    from .models import DependencyModel
-    check(heldout in (None, "dev"), "heldout", f"None or 'dev' for {name!r} (it has a released development split)",
-          heldout)
-    trees = trees or "projective"
-    check(trees in TREE_KINDS, "trees", f"one of {list(TREE_KINDS)}", repr(trees))
-    train, test = load_ud_dependencies(features or "mcdonald", min_count, "dev" if heldout else "test", train_size)
-    model = DependencyModel.for_data(train, projective=trees == "projective", loss=loss or "hamming")
-    labeler = {}
-
-    def evaluate(w):
-        from .labeler import attachment_scores
-        w64 = w.detach().to("cpu", torch.float64)
-        pred = model.predict_flat(w64, test)
-        scores = attachment_scores(test, pred, labeler)
-        return {"train_error": model.metrics(w64, train)["error"], "test_error": 1.0 - scores["uas"] / 100.0,
-                "test_uas": scores["uas"], "test_las": scores["las"], "test_position_error": scores["sentence_error"]}
-    def predictions(w):
-        from .labeler import attachment_scores
-        pred = model.predict_flat(w.detach().to("cpu", torch.float64), test)
-        attachment_scores(test, pred, labeler)                  # trains the labeler if no record did
-        rel = labeler["labeler"].predict(test, pred)
-        names, off = train.meta["label_names"], test.offsets.tolist()
-        return {"split": test.name, "heads": [pred[a:b].tolist() for a, b in zip(off, off[1:])],
-                "labels": [[names[k] for k in rel[a:b].tolist()] for a, b in zip(off, off[1:])],
-                "sent_ids": test.meta["sent_ids"]}
-    p = Problem(name, model, train, test, evaluate, "1 - UAS: the share of words with a wrong head",
-                "the share of sentences with a wrong head (1 - unlabeled complete match)", predictions=predictions)
-    p.layout = {**model.describe(), "featurization": train.meta["featurization"], "trees": trees}
-    labeler["train"] = train            # the labeler is trained on first use, on the training trees
-    return p
-
-
-
-SPAN_FEATURES = ("fenceposts",)
-
-
-def _ud_ewt_spans(name, train_size=None, unary_only=False, device=None, dtype=torch.float64, features=None,
-                  min_count=1, heldout=None, loss=None) -> Problem:
-    """UD English-EWT's dependency trees read as phrase structures (a constituent per word with dependents, labeled
-    with its UPOS; binarized from the left: ssvm_torch.data.span_data), a span-factored constituency SSVM over
-    fencepost features (Hall, Durrett & Klein 2014's surface features; gold UPOS are inputs); the projective
-    sentences only (a non-projective tree has no such phrase structure; the layout records how many).
-    ``heldout="dev"`` evaluates on the released dev split (model selection). Metrics: labeled bracket F1 of the
-    debinarized trees (evalb's counts: one-word spans not counted), unlabeled F1, exact match."""
-    from .data.span_data import load_ud_spans
-    from .models import ConstituencyModel
-    check(heldout in (None, "dev"), "heldout", f"None or 'dev' for {name!r} (it has a released development split)",
-          heldout)
-    check(features in (None, *SPAN_FEATURES), "features", f"one of {list(SPAN_FEATURES)} for {name!r}", features)
-    train, test = load_ud_spans(min_count, "dev" if heldout else "test", train_size)
-    model = ConstituencyModel.for_data(train, loss=loss or "hamming", fill=0)
-
-    def evaluate(w):
-        w64 = w.detach().to("cpu", torch.float64)
-        te = model.metrics(w64, test)
-        return {"train_error": model.metrics(w64, train)["error"], "test_error": te["error"], "test_f1": te["f1"],
-                "test_unlabeled_f1": te["unlabeled_f1"], "test_position_error": 1.0 - te["exact"]}
-
-    def predictions(w):
-        from .spans import debinarize, spans_of_chart
-        out = [None] * test.n
-        for idx, charts in model.predict_charts(w.detach().to("cpu", torch.float64), test):
-            for i, row in zip(idx.tolist(), spans_of_chart(charts)):
-                out[i] = [list(s) for s in debinarize(row, 0)]
-        return {"split": test.name, "labels": train.meta["label_names"], "spans": out,
-                "sent_ids": test.meta["sent_ids"]}
-    p = Problem(name, model, train, test, evaluate, "1 - labeled bracket F1 (debinarized, one-word spans not counted)",
-                "the share of sentences whose labeled tree is not exact", predictions=predictions)
-    p.layout = {**model.describe(), "featurization": train.meta["featurization"],
-                "sentences": {"train": [train.meta["kept"], train.meta["of"]], test.name: [test.meta["kept"],
-                                                                                           test.meta["of"]]}}
-    return p
-
 def _flat_problem(name, model, train: FlatData, test: FlatData, dtype, names) -> Problem:
     def evaluate(w):
         w = w.detach().to("cpu", dtype)
@@ -421,10 +287,6 @@ PLAIN_OPTIONS = {"features": None, "min_count": 1, "loss": None, "constraints": 
 CONLL_RECOMMENDED = {"features": "rich-edges", "tags": "bioes", "constraints": "bioes", "loss": "hamming",
                      "min_count": 1}
 
-# UD English-EWT's configuration chosen on its dev split (docs/structures.md, benchmarks/results/ud_ewt_dev.json)
-UD_RECOMMENDED = {"features": "mcdonald", "trees": "projective", "loss": "hamming", "min_count": 1}
-UD_RUN_DEFAULTS = {"passes": 20, "gap_check": 5, "lams": [1e-2, 3e-3, 1e-3, 3e-4]}
-
 TASKS: dict[str, Task] = {t.name: t for t in (
     Task("ocr-small", _ocr, "OCR words, train fold 0 (626 words), test folds 1-9", sequences=True),
     Task("ocr-large", _ocr, "OCR words, train folds 1-9 (6,251 words), test fold 0", sequences=True),
@@ -438,11 +300,11 @@ TASKS: dict[str, Task] = {t.name: t for t in (
          train_size=True, unary_only=True),
     Task("pose-synth", _pose, "tree-structured pose of synthetic stick figures", train_size=True, unary_only=True),
     Task("hansards", _hansards, "Hansards word alignment by matching with NULL", train_size=True),
-    Task("ud-ewt", _ud_ewt, "UD English-EWT dependency parsing, first-order arc features (gold POS)", train_size=True,
+    Task("ud-ewt", ud_ewt, "UD English-EWT dependency parsing, first-order arc features (gold POS)", train_size=True,
          templates=True, trees=True, dev_split=True, recommended=UD_RECOMMENDED, run_defaults=UD_RUN_DEFAULTS),
-    Task("ud-ewt-spans", _ud_ewt_spans, "UD English-EWT phrase structures (a constituent per head), span-factored "
+    Task("ud-ewt-spans", ud_ewt_spans, "UD English-EWT phrase structures (a constituent per head), span-factored "
          "constituency trees over fencepost features (gold POS)", train_size=True, templates=True, constituents=True,
-         dev_split=True),
+         dev_split=True, run_defaults=UD_SPANS_RUN_DEFAULTS),
 )}
 
 

@@ -128,7 +128,7 @@ LAYERS = [
     {"data", "nn"},
     {"models"},
     {"stores"},
-    {"solvers", "tasks", "labeler", "distributed", "rank_store", "column_shards", "column_shards_edges"},
+    {"solvers", "tasks", "problem", "ud_tasks", "labeler", "distributed", "rank_store", "column_shards", "column_shards_edges"},
     {"estimator", "segment_estimator", "fingerprint", "portable"},
     {"outputs"},
     {"path", "lightning", "latent"},

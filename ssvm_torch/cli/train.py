@@ -35,7 +35,8 @@ from ..selection import DEFAULT_LAMS
 from ..solvers import SAMPLERS, SOLVERS, STEPS, SolverConfig, make_solver
 from ..solvers.cutting_plane import QP_SOLVERS
 from ..stores import KERNELS
-from ..tasks import TASKS, TREE_KINDS, get_task, load_task
+from ..tasks import TASKS, get_task, load_task
+from ..ud_tasks import TREE_KINDS
 from .grid import select_on_dev
 from .interrupts import stop_on_signal
 from .latent import check_options as check_latent_options, run_latent
@@ -54,15 +55,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--features", default=None,
                    help="conll2000: the feature template, sha-pereira, rich, rich-edges, or a template string such as "
                         "'w[0] w[-1]|w[0] suf3[0] edge:p[0]' (docs/conll.md); None = rich-edges for conll2000 (the "
-                        "configuration chosen on its dev split, docs/conll.md); ud-ewt: mcdonald; ud-ewt-spans: fenceposts (its "
-                        "only template)")
+                        "configuration chosen on its dev split, docs/conll.md); ud-ewt: mcdonald; ud-ewt-spans: "
+                        "fenceposts (its only template)")
     p.add_argument("--min-count", type=int, default=None,
-                   help="conll2000 / ud-ewt / ud-ewt-spans: keep the attributes seen at least this often in the training "
-                        "sentences; None = 1")
+                   help="conll2000 / ud-ewt / ud-ewt-spans: keep the attributes seen at least this often in the "
+                        "training sentences; None = 1")
     p.add_argument("--loss", choices=["normalized", "hamming"], default=None,
                    help="chain tasks: the task loss, normalized Hamming (1/T per wrong position, the papers') or the "
-                        "Hamming count (1 per wrong position: every token weighs alike); ud-ewt: per wrong head; ud-ewt-spans: per "
-                        "wrong labeled span (normalized: over the 2n - 1 spans); None = hamming for conll2000, "
+                        "Hamming count (1 per wrong position: every token weighs alike); ud-ewt: per wrong head; "
+                        "ud-ewt-spans: per wrong labeled span (normalized: over the 2n - 1 spans); None = hamming for conll2000, "
                         "ud-ewt and ud-ewt-spans, normalized for the others")
     p.add_argument("--lam", type=float, default=None,
                    help="regularization lambda of objective (1), lam/2 |w|^2 + 1/n sum_i H_i(w); None = 1/n")
@@ -82,9 +83,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "warm-started grid over --lams, each bounded by --passes, then refit on all training data; "
                         "only the refit model sees the test set")
     p.add_argument("--lams", type=float, nargs="+", default=None,
-                   help="the grid of --select-lam; None = the task's grid (ud-ewt) or 1e-1, 3e-2, ..., 1e-4")
+                   help="the grid of --select-lam; None = the task's grid (ud-ewt, ud-ewt-spans) or 1e-1, 3e-2, ..., "
+                        "1e-4")
     p.add_argument("--heldout", type=float, default=None,
-                   help="the development share of --select-lam; None = 0.1 (not for ud-ewt: its dev split is released)")
+                   help="the development share of --select-lam; None = 0.1 (not for ud-ewt, ud-ewt-spans: their dev "
+                        "split is released)")
     p.add_argument("--min-counts", type=int, nargs="+", default=None,
                    help="conll2000 with --select-lam: also choose the cut-off among these; None = --min-count only")
     p.add_argument("--solver", choices=SOLVERS, default="bcfw",
@@ -119,7 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-cache", type=int, default=50, help="cache entries per block")
     p.add_argument("--gap-check", type=float, default=None,
                    help="passes of block steps between exact gap checks (fractional: e.g. 0.1 = every n/10 steps); "
-                        "None = the task's default (10; 5 for ud-ewt)")
+                        "None = the task's default (10; 5 for ud-ewt, ud-ewt-spans)")
     p.add_argument("--eval-every", type=int, default=1,
                    help="the task's errors (train / test error, F1, UAS) in every k-th exact check's record, the first "
                         "and the returned model's included (0: the returned model's only); they cost wall time, not "
@@ -129,7 +132,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--passes", type=float, default=None,
                    help="budget of effective passes (n oracle calls each, counted gap passes included); the run "
                         "stops at the first gap check at or after it, so the last record may show a little more; "
-                        "None = the task's default (50; 20 for ud-ewt); with --select-lam also each lambda's budget")
+                        "None = the task's default (50; 20 for ud-ewt, ud-ewt-spans); with --select-lam also each "
+                        "lambda's budget")
     p.add_argument("--gap-threshold", type=float, default=0.0, help="stop when the exact duality gap <= this")
     p.add_argument("--time-budget", type=float, default=math.inf, help="stop after this many solver seconds")
     p.add_argument("--seed", type=int, default=0, help="seed of the block sampling (a seed gives one trajectory)")

@@ -22,7 +22,6 @@ as a missed chunk in F1 (the official conlleval counts it the same way).
 from __future__ import annotations
 
 import gzip
-import hashlib
 import time
 import warnings
 import zlib
@@ -137,8 +136,8 @@ def load_conll2000(train_size: int | None = None, features="sha-pereira", min_co
         other_path = data_file("conll2000_test.txt.gz")
         other, names = read_conll(other_path), ("conll2000", "conll2000-test")
     t0 = time.perf_counter()
-    key = feature_cache.cache_key(template.key(), min_count, train_size, heldout, _checksum(train_path),
-                                  _checksum(other_path))
+    key = feature_cache.cache_key(template.key(), min_count, train_size, heldout, feature_cache.file_digest(train_path),
+                                  feature_cache.file_digest(other_path))
     arrays = feature_cache.load(key) if cache else None
     hit = arrays is not None
     if arrays is None:
@@ -159,9 +158,6 @@ def load_conll2000(train_size: int | None = None, features="sha-pereira", min_co
     return (_chain_data(train, arrays, "train", info, tag_set, names[0], False, names_of, scheme),
             _chain_data(other, arrays, "other", info, tag_set, names[1], True, names_of, scheme))
 
-
-def _checksum(path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
 def _chain_data(sents, arrays: dict, split: str, info: dict, tags: list[str], name: str,

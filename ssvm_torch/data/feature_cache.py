@@ -30,6 +30,11 @@ def cache_key(*parts) -> str:
     return hashlib.sha256("\x00".join([FORMAT, *map(str, parts)]).encode()).hexdigest()[:32]
 
 
+def file_digest(path) -> str:
+    """The SHA-256 of a data file's bytes (a part of the cache keys: an edited file is another design)."""
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
 def _digest(arrays: dict) -> str:
     h = hashlib.sha256()
     for name in sorted(arrays):

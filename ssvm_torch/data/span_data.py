@@ -15,19 +15,16 @@ Gold trees are binary and labeled: 2 n_i - 1 spans (i, j, label) per sentence, s
 """
 from __future__ import annotations
 
-import hashlib
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 import torch
 
 from ..errors import SSVMInputError, check
-from ..models.chain_index import csr_row_nonzeros
 from . import feature_cache
-from .types import RaggedOffsets, data_file
+from .types import RaggedOffsets, data_file, ptr_rows
 from .ud import UD_EWT, UPOS_TAGS, Treebank, read_conllu
 
 #: the label of the binarization's joins and of one-word spans: dropped before bracket scoring
@@ -119,8 +116,7 @@ class SpanData(RaggedOffsets):
         idx = torch.as_tensor(idx, device=self.device).reshape(-1).long()
         fo, so = self.fence_offsets, self.span_offsets
         rows = torch.cat([torch.arange(int(fo[i]), int(fo[i + 1]), device=self.device) for i in idx.tolist()])
-        local, nz = csr_row_nonzeros(self.fptr, rows)
-        counts = torch.bincount(local, minlength=rows.shape[0])
+        counts, nz = ptr_rows(self.fptr, rows)
         spans = torch.cat([self.spans[int(so[i]):int(so[i + 1])] for i in idx.tolist()])
         meta = {k: ([v[i] for i in idx.tolist()] if k in ("sentences", "sent_ids") and v else v)
                 for k, v in self.meta.items()}
@@ -182,9 +178,6 @@ def gold_spans(heads, upos: list, labels: dict) -> list | None:
     return sorted(binarize(brackets, n, 0), key=lambda s: (s[0], s[1]))
 
 
-def _checksum(path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
-
 
 def _container(tb: Treebank, keep: list, trees: list, arrays: dict, split: str, d: int, names: list, info: dict):
     lengths = [int(tb.offsets[i + 1] - tb.offsets[i]) for i in keep]
@@ -228,7 +221,7 @@ def load_ud_spans(min_count: int = 1, evaluate_on: str = "test", train_size: int
                 trees[s].append(t)
     t0 = time.perf_counter()
     key = feature_cache.cache_key("ud-ewt-spans-1", ",".join(FENCE_TEMPLATES), min_count, train_size, evaluate_on,
-                                  *(_checksum(paths[s]) for s in ("train", evaluate_on)))
+                                  *(feature_cache.file_digest(paths[s]) for s in ("train", evaluate_on)))
     arrays = feature_cache.load(key) if cache else None
     hit = arrays is not None
     if arrays is None:

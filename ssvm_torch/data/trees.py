@@ -11,10 +11,8 @@ with the universal part of each word's DEPREL as a label id (what LAS compares).
 """
 from __future__ import annotations
 
-import hashlib
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -23,7 +21,7 @@ from ..errors import SSVMInputError, check
 from . import feature_cache
 from .arc_features import featurize, get_arc_template
 from .ud import UD_EWT, Treebank, read_conllu, universal
-from .types import RaggedOffsets, data_file
+from .types import RaggedOffsets, data_file, ptr_rows
 
 
 @dataclass
@@ -119,10 +117,10 @@ class DependencyData(RaggedOffsets):
                            for i in idx.tolist()])
         arcs = torch.cat([torch.arange(int(self.arc_off[i]), int(self.arc_off[i + 1]), device=self.device)
                           for i in idx.tolist()])
-        counts, nz = _csr_rows(self.ptr, arcs)
+        counts, nz = ptr_rows(self.ptr, arcs)
         tokens = torch.cat([torch.arange(int(self.offsets[i]) + i, int(self.offsets[i + 1]) + i + 1, device=self.device)
                             for i in idx.tolist()])
-        tcounts, tnz = _csr_rows(self.tok_ptr, tokens)
+        tcounts, tnz = ptr_rows(self.tok_ptr, tokens)
         zero = torch.zeros(1, dtype=torch.int64, device=self.device)
         meta = {k: ([v[i] for i in idx.tolist()] if k in ("sentences", "sent_ids") else v) for k, v in self.meta.items()}
         return DependencyData(torch.cat([zero, torch.cumsum(lengths, 0)]), self.heads[words], self.labels[words],
@@ -130,17 +128,6 @@ class DependencyData(RaggedOffsets):
                               self.ids[nz], self.n_features, self.name, meta, torch.cat([zero, torch.cumsum(tcounts, 0)]),
                               self.tok_ids[tnz])
 
-
-def _csr_rows(ptr: torch.Tensor, rows: torch.Tensor):
-    """(entries per row, the positions of the rows' entries in order) of a CSR offsets vector."""
-    counts = ptr[rows + 1] - ptr[rows]
-    nz = torch.repeat_interleave(ptr[rows] - torch.cumsum(counts, 0) + counts, counts) + \
-        torch.arange(int(counts.sum()), device=ptr.device)
-    return counts, nz
-
-
-def _checksum(path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
 def label_set(treebank: Treebank) -> list[str]:
@@ -180,7 +167,7 @@ def load_ud_dependencies(features="mcdonald", min_count: int = 1, evaluate_on: s
         tbs["train"] = tbs["train"].subset(range(train_size))
     t0 = time.perf_counter()
     key = feature_cache.cache_key("ud-ewt-arcs-3", template.key(), min_count, train_size,
-                                  *(_checksum(paths[s]) for s in ("train", "dev", "test")))
+                                  *(feature_cache.file_digest(paths[s]) for s in ("train", "dev", "test")))
     arrays = feature_cache.load(key) if cache else None
     hit = arrays is not None
     if arrays is None:

@@ -17,6 +17,14 @@ import torch
 from ..errors import SSVMInputError, check, check_finite, warn_scale
 
 
+def ptr_rows(ptr: torch.Tensor, rows: torch.Tensor):
+    """(entries per row, the positions of the rows' entries in order) of CSR row pointers ``ptr``."""
+    counts = ptr[rows + 1] - ptr[rows]
+    nz = torch.repeat_interleave(ptr[rows] - torch.cumsum(counts, 0) + counts, counts) + \
+        torch.arange(int(counts.sum()), device=ptr.device)
+    return counts, nz
+
+
 def data_dir() -> Path:
     """The folder of the datasets: ``$SSVM_TORCH_DATA`` (``--data-dir`` of the commands sets it), else
     the repository's ``datasets/`` beside the package (a source checkout). The wheel does not carry
