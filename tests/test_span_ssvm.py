@@ -187,10 +187,11 @@ def test_path_primitives_against_brute_force_and_a_certified_path():
     store.rescale(0.1, 0.5)                                      # w_i <- rho (lam / lam_new) w_i
     for i in range(data.n):
         assert torch.allclose(store.block_w(i), 0.5 * 2.0 * before[i], atol=1e-12)
-    eps = 0.05
-    path = regularization_path(make_store(model, data, 1.0), eps, kappa=0.9, lam_min=1e-2,
+    eps = 0.1                                  # the normalized loss: a path of a few dozen breakpoints
+    normalized = ConstituencyModel.for_data(data, loss="normalized")
+    path = regularization_path(make_store(normalized, data, 1.0), eps, kappa=0.9, lam_min=3e-2,
                                config=SolverConfig(solver="bcfw", sampling="gap"))
     assert len(path.lambdas) >= 3
-    checker = make_store(model, data, 1.0)
-    for lam in np.exp(np.random.default_rng(0).uniform(np.log(max(path.lam_end, 1e-2)), np.log(10.0), size=6)):
+    checker = make_store(normalized, data, 1.0)
+    for lam in np.exp(np.random.default_rng(0).uniform(np.log(max(path.lam_end, 3e-2)), np.log(10.0), size=6)):
         assert -1e-9 <= path_gap(checker, path, float(lam)) <= eps + 1e-9
