@@ -437,6 +437,34 @@ def span_figures(device, repeats, shapes=SPAN_SHAPES):
     return out
 
 
+
+def span_ssvm_figures(device, repeats, train_size):
+    """The constituency SSVM's store on the device (``ud-ewt-spans``, the first ``train_size`` training sentences,
+    kernels="torch": the torch CKY): one exact gap pass and one BCFW block step (milliseconds, float64 and float32),
+    the CPU's compiled store beside them for the ratio."""
+    from ssvm_torch.tasks import load_task
+    problem = load_task("ud-ewt-spans", train_size=train_size)
+    blocks = list(range(min(200, problem.n_train)))
+    out = {"sentences": problem.n_train}
+
+    def figures(store):
+        def steps():
+            for i in blocks:
+                corner = store.fw_corner(i)
+                if corner.sqnorm > 0 and corner.gap > 0:
+                    store.fw_move(i, corner, min(1.0, corner.gap / (store.lam * corner.sqnorm)))
+        steps()                                                   # warm-up, and a point away from w = 0
+        dev = store.w.device
+        return {"gap_pass_ms": 1e3 * timed_adaptive(store.gap_pass, dev, repeats),
+                "step_ms": 1e3 * timed_adaptive(steps, dev, max(1, repeats // 2)) / len(blocks)}
+    out["cpu_compiled_float64"] = figures(problem.store(1e-3))
+    for dtype in (torch.float64, torch.float32):
+        out[f"{device.type}_torch_{str(dtype).split('.')[1]}"] = figures(
+            problem.store(1e-3, device=device, dtype=dtype, kernels="torch"))
+    print("span SSVM (ms): " + ", ".join(f"{k} gap pass {v['gap_pass_ms']:.0f}, step {v['step_ms']:.2f}"
+                                          for k, v in out.items() if isinstance(v, dict)), flush=True)
+    return out
+
 SECTIONS = ("gap", "decode", "conll", "minibatch", "layer", "trees", "spans")
 
 
@@ -516,6 +544,7 @@ def main():
 
     def spans():
         res["spans"] = span_figures(device, args.repeats, ((8, 12), (4, 20)) if quick else SPAN_SHAPES)
+        res["span_ssvm"] = span_ssvm_figures(device, args.repeats, 100 if quick else 2000)
 
     def minibatch():
         # tau = 1 on the GPU is dozens of kernel launches per block step (docs/devices.md has its figure): no budget for it

@@ -18,7 +18,8 @@
 #                each test as it ends, failures.log keeps each failure's traceback as it happens);
 #   gpu          bench_gpu.py's GPU_SECTIONS (default: LinearChain vs pytorch-crf, the gap pass, the decoders
 #                with their launch-shape sweep, CoNLL's GPU memory, the dependency-tree kernels against
-#                torch-struct and a CPU Chu-Liu-Edmonds, last the constituency CKY against SuPar and torch-struct;
+#                torch-struct and a CPU Chu-Liu-Edmonds, last the constituency CKY against SuPar and torch-struct
+#                and the constituency SSVM's store (gap pass, block step; ud-ewt-spans, 2,000 sentences);
 #                GPU_ARGS="--no-compile" skips the
 #                torch.compile decoder, whose compile alone takes ~a minute);
 #   minibatch    bench_gpu.py's mini-batch section: CPU numba BCFW and GPU tau in MB_TAUS, MB_BUDGET solver s each;
