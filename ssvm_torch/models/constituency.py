@@ -122,11 +122,13 @@ class ConstituencyModel(StructuredModel):
         M, L = U.shape[1], self.L
         pos = torch.arange(M, device=U.device)
         width = (pos[None, :] - pos[:, None]).clamp(min=1)
-        S = U[:, :, None, :L] + U[:, None, :, L:2 * L] + lengths_w[self.bucket(width)][None]
+        S = U[:, :, None, :L] + U[:, None, :, L:2 * L]             # in place from here: (B, M, M, L) is large
+        S += lengths_w[self.bucket(width)][None]
         if self.inside:
             prefix = torch.nn.functional.pad(U[:, :-1, 2 * L:].cumsum(1), (0, 0, 1, 0))    # sum_{k < j} U_in[k]
-            S = S + (prefix[:, None, :, :] - prefix[:, :, None, :]) / width[None, :, :, None].to(U.dtype)
-        return S.masked_fill(~span_mask(lengths, M)[..., None], float("-inf"))
+            inside = prefix[:, None, :, :] - prefix[:, :, None, :]
+            S += inside.div_(width[None, :, :, None].to(U.dtype))
+        return S.masked_fill_(~span_mask(lengths, M)[..., None], float("-inf"))
 
     def scores(self, w, data: SpanData, idx) -> torch.Tensor:
         idx = torch.as_tensor(idx, device=data.device).reshape(-1)

@@ -129,10 +129,18 @@ def indicators(charts: torch.Tensor, S: torch.Tensor) -> torch.Tensor:
     return onehot * present[..., None].to(S.dtype)
 
 
+def parts(charts: torch.Tensor, S: torch.Tensor) -> torch.Tensor:
+    """The bool tensor of a (labeled) chart in the shape of S: True at each of the tree's (span, label)."""
+    if S.dim() == 3:
+        return charts.to(torch.bool)
+    onehot = torch.zeros(S.shape, dtype=torch.bool, device=S.device).scatter_(3, charts.clamp(min=0)[..., None], True)
+    return onehot & (charts >= 0)[..., None]
+
+
 def score(S: torch.Tensor, charts: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
     """s(tree) = the sum of the tree's (labeled) span scores: (B,), differentiable. -inf scores of spans off the
     tree do not enter (selected, not multiplied)."""
-    on = indicators(charts, S) > 0.5
+    on = parts(charts, S)
     on &= span_mask(lengths, S.shape[1])[..., None] if S.dim() == 4 else span_mask(lengths, S.shape[1])
     return torch.where(on, S, torch.zeros_like(S)).flatten(1).sum(1)
 
@@ -152,9 +160,8 @@ def augment(S: torch.Tensor, gold: torch.Tensor, lengths: torch.Tensor, cost: to
     inside = span_mask(lengths, S.shape[1])
     if S.dim() == 4:
         inside = inside[..., None]
-    wrong = (1.0 - indicators(gold, S)) * inside.to(S.dtype)
     c = cost.to(S.dtype).view(-1, *([1] * (S.dim() - 1)))
-    return S + c * wrong
+    return torch.where(inside & ~parts(gold, S), S + c, S)          # selected: the gold parts keep S's bits
 
 
 def hinge(S, gold, lengths, cost, kernels: str = "auto") -> torch.Tensor:
