@@ -8,18 +8,29 @@ float64), and what a trained run scored:
 * ``gap_pass``: one exact gap pass over the training sentences with each decoder (medians of ``--repeats``);
 * ``state``: the bytes of the store's block state against the n dense d-vectors of the generic store.
 
+``--before DIR --commit C``: an earlier package against this one, side by side in one process through the calls
+users make, the two alternated in every repeat (medians of ``--repeats``): a BCFW run with gap sampling and the
+exact gap every pass (``Solver(...).run()``, ``--passes`` passes, ``--train-size`` sentences; the two runs' gaps
+must agree), and the constituency layer's structured hinge (``span_hinge``, forward and backward, labeled float32
+scores (B, n, L) = (32, 40, 18)). The earlier package is imported under another name (``git worktree add /tmp/old
+C && cp -r /tmp/old/ssvm_torch DIR/ssvm_torch_before``).
+
 ``--runs DIR``: an ``ssvm-train --select-lam`` run directory summarized (each lambda's dev F1 and gap, the refit's
 test F1, passes and seconds) into the JSON beside the timings.
 
 Usage: python benchmarks/bench_span_ssvm.py [--steps 2000] [--repeats 3] [--runs /path/select]
        [--out benchmarks/results/span_ssvm_cpu.json]
+       python benchmarks/bench_span_ssvm.py --before /tmp/before --commit C [--train-size 2000] [--passes 3]
+       [--out benchmarks/results/span_ssvm_versions.json]
 """
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import platform
 import statistics
+import sys
 import time
 from pathlib import Path
 
@@ -58,16 +69,81 @@ def summarize_runs(run: Path) -> dict:
     return out
 
 
+def versions(before: Path, commit: str, train_size: int, passes: int, repeats: int) -> dict:
+    """The earlier package (``before``/ssvm_torch_before) against this one: solver runs and the layer's hinge."""
+    sys.path.insert(0, str(before))
+    packages = {"before": importlib.import_module("ssvm_torch_before"), "now": importlib.import_module("ssvm_torch")}
+    tasks = {k: importlib.import_module(f"{p.__name__}.tasks").load_task("ud-ewt-spans", train_size=train_size)
+             for k, p in packages.items()}
+    hinges = {k: importlib.import_module(f"{p.__name__}.spans").span_hinge for k, p in packages.items()}
+    g = torch.Generator().manual_seed(0)
+    B, n, L = 32, 40, 18
+    S = torch.randn(B, n + 1, n + 1, L, generator=g)
+    trees = [[(i, j) for i, j in binary_tree(0, n, g)] for _ in range(B)]
+    gold = torch.full((B, n + 1, n + 1), -1, dtype=torch.int64)
+    for b, tree in enumerate(trees):
+        for i, j in tree:
+            gold[b, i, j] = int(torch.randint(L, (1,), generator=g))
+    solver_s, hinge_s, gaps = {k: [] for k in packages}, {k: [] for k in packages}, {}
+    for r in range(repeats + 1):                        # repeat 0 warms up (numba's compiles): not recorded
+        for tag, pkg in packages.items():
+            solvers = importlib.import_module(f"{pkg.__name__}.solvers")
+            store = tasks[tag].store(1.0 / tasks[tag].n_train)
+            config = solvers.SolverConfig(solver="bcfw", sampling="gap", passes=passes, gap_check=1, seed=0)
+            t0 = time.perf_counter()
+            hist = solvers.make_solver(store, config).run()
+            if r:
+                solver_s[tag].append(time.perf_counter() - t0)
+            gaps[tag] = hist[-1]["gap"]
+
+            def hinge():
+                x = S.clone().requires_grad_(True)
+                hinges[tag](x, gold).sum().backward()
+            hinge()
+            t0 = time.perf_counter()
+            for _ in range(5):
+                hinge()
+            if r:
+                hinge_s[tag].append((time.perf_counter() - t0) / 5)
+    if abs(gaps["before"] - gaps["now"]) > 1e-9 * max(1.0, abs(gaps["now"])):
+        raise SystemExit(f"the two versions' runs end at different gaps: {gaps}")
+    med = {name: {k: statistics.median(v) for k, v in d.items()} for name, d in (("solver_s", solver_s),
+                                                                                 ("hinge_s", hinge_s))}
+    return {"commit_before": commit, "train_size": tasks["now"].n_train, "passes": passes, "repeats": repeats,
+            "gap": gaps["now"], **med, "solver_speedup": med["solver_s"]["before"] / med["solver_s"]["now"],
+            "hinge_speedup": med["hinge_s"]["before"] / med["hinge_s"]["now"],
+            "solver_s_all": solver_s, "hinge_s_all": hinge_s}
+
+
+def binary_tree(i: int, j: int, g: torch.Generator) -> list:
+    """The spans of a random binary tree over fenceposts i..j."""
+    if j - i == 1:
+        return [(i, j)]
+    k = int(torch.randint(i + 1, j, (1,), generator=g))
+    return [(i, j)] + binary_tree(i, k, g) + binary_tree(k, j, g)
+
+
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--steps", type=int, default=2000)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--train-size", type=int, default=None)
     p.add_argument("--runs", default=None, help="an ssvm-train --select-lam run directory to summarize")
+    p.add_argument("--before", type=Path, help="a folder holding an earlier package as ssvm_torch_before/")
+    p.add_argument("--commit", help="the earlier package's commit (recorded in the JSON)")
+    p.add_argument("--passes", type=int, default=3, help="--before: BCFW passes per solver run")
     p.add_argument("--out", default="benchmarks/results/span_ssvm_cpu.json")
     args = p.parse_args(argv)
     torch.set_num_threads(1)
     numba.set_num_threads(1)
+    if args.before:
+        if not args.commit:
+            p.error("--before needs --commit (the earlier package's commit, recorded in the JSON)")
+        result = {"machine": {"cpu": platform.processor() or platform.machine(), "torch": torch.__version__},
+                  **versions(args.before, args.commit, args.train_size or 2000, args.passes, args.repeats)}
+        print(json.dumps({k: v for k, v in result.items() if not k.endswith("_all")}, indent=1))
+        Path(args.out).write_text(json.dumps(result, indent=1))
+        return
     problem = load_task("ud-ewt-spans", train_size=args.train_size)
     train, lam = problem.train, 1.0 / problem.train.n
     t0 = time.perf_counter()
