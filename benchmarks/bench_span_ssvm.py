@@ -2,10 +2,11 @@
 float64), and what a trained run scored:
 
 * ``step``: one BCFW block step (``fw_corner`` + ``fw_move``: the fencepost potentials, the loss-augmented CKY, the
-  block gap and the move) of the compact store (:class:`ssvm_torch.stores.SpanDual`) with the compiled CKY
-  (``kernels="numba"``) and with the torch CKY (``kernels="torch"``, the code a GPU runs), the two stores alternated
-  block by block, each at its own point after a warm-up pass over the same blocks; medians over ``--steps`` blocks;
-* ``gap_pass``: one exact gap pass over the training sentences with each decoder (medians of ``--repeats``);
+  block gap and the move) of the compact store (:class:`ssvm_torch.stores.SpanDual`) with its compiled steps
+  (``kernels="numba"``, stores/span_kernels.py) and with its torch path (``kernels="torch"``, the code a GPU runs),
+  the two stores alternated block by block, each at its own point after a warm-up pass over the same blocks;
+  medians over ``--steps`` blocks;
+* ``gap_pass``: one exact gap pass over the training sentences with each path (medians of ``--repeats``);
 * ``state``: the bytes of the store's block state against the n dense d-vectors of the generic store.
 
 ``--before DIR --commit C``: an earlier package against this one, side by side in one process through the calls
@@ -147,9 +148,9 @@ def main(argv=None) -> None:
     problem = load_task("ud-ewt-spans", train_size=args.train_size)
     train, lam = problem.train, 1.0 / problem.train.n
     t0 = time.perf_counter()
-    stores = {"compiled CKY": make_store(problem.model, train, lam, kernels="numba")}
+    stores = {"numba": make_store(problem.model, train, lam, kernels="numba")}
     build = time.perf_counter() - t0
-    stores["torch CKY"] = make_store(problem.model, train, lam, kernels="torch")
+    stores["torch"] = make_store(problem.model, train, lam, kernels="torch")
     gen = torch.Generator().manual_seed(0)
     blocks = torch.randperm(train.n, generator=gen)[:args.steps].tolist()
     steps(stores, blocks)                                                 # warm-up: every store leaves w = 0
@@ -160,7 +161,7 @@ def main(argv=None) -> None:
             t0 = time.perf_counter()
             store.gap_pass()
             gap[name].append(time.perf_counter() - t0)
-    store = stores["compiled CKY"]
+    store = stores["numba"]
     state = sum(getattr(store, k).numel() * getattr(store, k).element_size() for k in store.STATE_TENSORS)
     gram = store.G.numel() * store.G.element_size()
     result = {

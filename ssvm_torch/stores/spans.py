@@ -11,8 +11,10 @@ potentials U_i = X_i W and the length weights):
 
 and the block gap g_i = (<D, theta_i> + L_i(y*)) / n - ell_i (eq. (6) of Osokin et al. 2016). State is
 O(sum_i T_i L + n G L), not n dense d-vectors. A block's labeling is its tree as (2 n_i - 1, 3) int64 rows
-(i, j, label) ordered by (i, j); a gap pass's labels stack them by ``span_offsets``. Pure torch on any device; the
-decoder is the span package's CKY (compiled on the CPU in float64, torch elsewhere).
+(i, j, label) ordered by (i, j); a gap pass's labels stack them by ``span_offsets``. Backends: ``numba`` (CPU
+float64) runs the FW corner, the block move, the gap pass and the max margins as compiled kernels
+(stores/span_host.py, stores/span_kernels.py); ``torch`` (any device) the same in torch ops with the span
+package's CKY; the other moves (pairwise, away, mini-batch, batch FW) are torch ops on either.
 """
 from __future__ import annotations
 
@@ -27,10 +29,11 @@ from ..models.constituency import CELLS, ConstituencyModel
 from ..oracles.chain_kernels import nb_gram
 from ..spans import ops
 from .base import BatchCorners, BlockDual, Corner, GapPass, JointConstraints, objective_n
+from .span_host import SpanHostSteps
 from .state import TensorBlockState
 
 
-class SpanDual(JointConstraints, TensorBlockState, BlockDual):
+class SpanDual(SpanHostSteps, JointConstraints, TensorBlockState, BlockDual):
     """Compact per-block dual state of a constituency SSVM (module docstring); tensors on ``device``."""
 
     STATE_TENSORS = ("w", "ell_i", "P", "Gc")
@@ -69,6 +72,9 @@ class SpanDual(JointConstraints, TensorBlockState, BlockDual):
         self.w = torch.zeros(model.d, dtype=dtype, device=self.device)
         self._chunks = list(self._make_chunks())
         self._corner_delta = None            # (block, labels, D) of the last fw_corner: the move that follows reads it
+        self._host = self.kernels == "numba"     # the compiled steps (stores/span_host.py) on CPU float64
+        if self._host:
+            self._bind_host()
 
     def _make_chunks(self):
         order = torch.argsort(self.lengths, descending=True, stable=True)
@@ -198,13 +204,17 @@ class SpanDual(JointConstraints, TensorBlockState, BlockDual):
 
     # -- block moves --------------------------------------------------------------------------------------------
     def fw_corner(self, i: int) -> Corner:
-        k = self._terms(torch.tensor([i], device=self.device))
-        Dp, Dc = k["Dp"], k["Dc"][0]
-        sq = float((Dp * (self._gram(i) @ Dp)).sum() + Dc @ Dc)
+        if self._host:
+            spans, wrong, dot, sq, Dp, Dc = self._host_corner(i)
+            loss = float(self.costs[i]) * wrong / self.N
+        else:
+            k = self._terms(torch.tensor([i], device=self.device))
+            spans, Dp, Dc = k["spans"], k["Dp"], k["Dc"][0]
+            sq = float((Dp * (self._gram(i) @ Dp)).sum() + Dc @ Dc)
+            loss, dot = float(k["loss"][0]) / self.N, float(k["dot"][0])
         lamn = self.lam * self.N
-        loss, dot = float(k["loss"][0]) / self.N, float(k["dot"][0])
-        self._corner_delta = (i, k["spans"], (Dp, Dc))
-        return Corner(k["spans"], loss, dot / lamn, sq / lamn ** 2, dot / self.N - float(self.ell_i[i]) + loss)
+        self._corner_delta = (i, spans, (Dp, Dc))
+        return Corner(spans, loss, dot / lamn, sq / lamn ** 2, dot / self.N - float(self.ell_i[i]) + loss)
 
     def fw_move(self, i: int, corner: Corner, gamma: float) -> None:
         self.pair_move(i, corner.labels, None, corner.loss, float(self.ell_i[i]), gamma)
@@ -225,10 +235,13 @@ class SpanDual(JointConstraints, TensorBlockState, BlockDual):
         """x_i += gamma (v_P - v_Q): M_i += gamma D, w -= gamma A_i D / (lam n); losses are L/n."""
         Dp, Dc = self._delta(i, P, Q)
         self._corner_delta = None
-        self._add(i, Dp, Dc, -gamma / (self.lam * self.N))
-        s, e = int(self.fo[i]), int(self.fo[i + 1])
-        self.P[s:e] += gamma * Dp
-        self.Gc[i] += gamma * Dc
+        if self._host:
+            self._host_move(i, Dp, Dc, -gamma / (self.lam * self.N), gamma)
+        else:
+            self._add(i, Dp, Dc, -gamma / (self.lam * self.N))
+            s, e = int(self.fo[i]), int(self.fo[i + 1])
+            self.P[s:e] += gamma * Dp
+            self.Gc[i] += gamma * Dc
         self.ell_i[i] += gamma * (loss_P - loss_Q)
         self._ell[0] += gamma * (loss_P - loss_Q)
 
@@ -278,6 +291,10 @@ class SpanDual(JointConstraints, TensorBlockState, BlockDual):
     def gap_pass(self) -> GapPass:
         """All block gaps at w, chunk by chunk of blocks of similar lengths:
         g_i = (<D_i, theta_i> + L_i) / n - ell_i, H_i = L_i + <s(y*) - s(y_i), theta_i>."""
+        if self._host:
+            labels, wrong, dot, H = self._host_pass(None, True)
+            loss = wrong.to(self.dtype) * self.costs
+            return GapPass(labels=labels, loss=loss / self.N, H=H, block_gaps=(dot + loss) / self.N - self.ell_i)
         labels = torch.empty_like(self.data.spans, dtype=torch.int64)
         loss = torch.zeros(self.n, dtype=self.dtype, device=self.device)
         gaps, H = torch.zeros_like(loss), torch.zeros_like(loss)
@@ -398,6 +415,8 @@ class SpanDual(JointConstraints, TensorBlockState, BlockDual):
 
     def max_margins(self, w: torch.Tensor) -> torch.Tensor:
         """max_y <w, phi(x_i, y)> - <w, phi(x_i, y_i)> of every block (plain decoding)."""
+        if self._host:
+            return self._host_pass(w.to(self.device, self.dtype).contiguous(), False)[3]
         out = torch.zeros(self.n, dtype=self.dtype, device=self.device)
         for idx, k in self._passes(w, augment=False):
             out[idx] = k["margin"]
