@@ -508,5 +508,5 @@ def block_is_a_dual_point(store, model, data, i, lam, enumerate_):
 
 def test_conformance_registry_covers_every_structure():
     kinds = {type(STRUCTURES[n].make(np.random.default_rng(0))[0]) for n in STRUCTURES}
-    assert kinds == {ChainModel, DependencyModel, ExplicitModel, GraphCutModel, MatchingModel, MulticlassModel,
-                     MultiLabelModel, SemiMarkovModel, TreePoseModel}
+    assert kinds == {ChainModel, ConstituencyModel, DependencyModel, ExplicitModel, GraphCutModel, MatchingModel,
+                     MulticlassModel, MultiLabelModel, SemiMarkovModel, TreePoseModel}
