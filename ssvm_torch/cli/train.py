@@ -122,7 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-cache", type=int, default=50, help="cache entries per block")
     p.add_argument("--gap-check", type=float, default=None,
                    help="passes of block steps between exact gap checks (fractional: e.g. 0.1 = every n/10 steps); "
-                        "None = the task's default (10; 5 for ud-ewt, ud-ewt-spans)")
+                        "None = the task's default (10; 5 for ud-ewt)")
     p.add_argument("--eval-every", type=int, default=1,
                    help="the task's errors (train / test error, F1, UAS) in every k-th exact check's record, the first "
                         "and the returned model's included (0: the returned model's only); they cost wall time, not "
@@ -132,7 +132,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--passes", type=float, default=None,
                    help="budget of effective passes (n oracle calls each, counted gap passes included); the run "
                         "stops at the first gap check at or after it, so the last record may show a little more; "
-                        "None = the task's default (50; 20 for ud-ewt, ud-ewt-spans); with --select-lam also each "
+                        "None = the task's default (50; 20 for ud-ewt, 60 for ud-ewt-spans); with --select-lam also each "
                         "lambda's budget")
     p.add_argument("--gap-threshold", type=float, default=0.0, help="stop when the exact duality gap <= this")
     p.add_argument("--time-budget", type=float, default=math.inf, help="stop after this many solver seconds")
