@@ -50,9 +50,10 @@ def test_fencepost_features_read_the_words_around_each_fencepost():
     items = fencepost_items(["The", "dog"], ["DET", "NOUN"])
     assert len(items) == 3
     assert items[0] == ["bias", "lw=<s>", "rw=the", "lp=<s>", "rp=DET", "lp,rp=<s>,DET", "ls=<s>", "rs=the",
-                        "llp,lp=<s2>,<s>", "rp,rrp=DET,NOUN", "lw,rp=<s>,DET", "lp,rw=<s>,the"]
-    assert "lw=the" in items[1] and "rw=dog" in items[1] and "rs=dog" in items[1]
-    assert "rp,rrp=</s>,</s2>" in items[2] and "lp,rp=NOUN,</s>" in items[2]
+                        "llp,lp=<s2>,<s>", "rp,rrp=DET,NOUN", "lw,rp=<s>,DET", "lp,rw=<s>,the", "llw=<s2>", "rrw=dog",
+                        "llp,lp,rp=<s2>,<s>,DET", "lp,rp,rrp=<s>,DET,NOUN", "lw,rw=<s>,the"]
+    assert "lw=the" in items[1] and "rw=dog" in items[1] and "rs=dog" in items[1] and "lw,rw=the,dog" in items[1]
+    assert "rp,rrp=</s>,</s2>" in items[2] and "lp,rp=NOUN,</s>" in items[2] and "rrw=</s2>" in items[2]
 
 
 def test_phrase_structures_of_dependency_trees():

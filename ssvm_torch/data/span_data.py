@@ -30,7 +30,8 @@ from .ud import UD_EWT, UPOS_TAGS, Treebank, read_conllu
 #: the label of the binarization's joins and of one-word spans: dropped before bracket scoring
 JOIN = "<join>"
 #: the fencepost templates (module docstring): name -> the words it reads (-1 the left word, +1 the right one)
-FENCE_TEMPLATES = ("bias", "lw", "rw", "lp", "rp", "lp,rp", "ls", "rs", "llp,lp", "rp,rrp", "lw,rp", "lp,rw")
+FENCE_TEMPLATES = ("bias", "lw", "rw", "lp", "rp", "lp,rp", "ls", "rs", "llp,lp", "rp,rrp", "lw,rp", "lp,rw", "llw", "rrw",
+                   "llp,lp,rp", "lp,rp,rrp", "lw,rw")
 
 
 @dataclass
@@ -137,15 +138,17 @@ def _suffix(form: str) -> str:
 def fencepost_items(forms: list, upos: list) -> list:
     """The feature strings of the n + 1 fenceposts of one sentence (the templates of FENCE_TEMPLATES)."""
     n = len(forms)
-    w = ["<s>"] + [f.lower() for f in forms] + ["</s>"]
+    w = ["<s2>", "<s>"] + [f.lower() for f in forms] + ["</s>", "</s2>"]     # w[k + 1]: word k (word 0: <s>)
     s = ["<s>"] + [_suffix(f) for f in forms] + ["</s>"]
-    p = ["<s2>", "<s>"] + list(upos) + ["</s>", "</s2>"]            # p[k + 1] is word k's tag (word 0: <s>)
+    p = ["<s2>", "<s>"] + list(upos) + ["</s>", "</s2>"]
     out = []
     for k in range(n + 1):
-        lw, rw, ls, rs = w[k], w[k + 1], s[k], s[k + 1]
+        llw, lw, rw, rrw, ls, rs = w[k], w[k + 1], w[k + 2], w[k + 3], s[k], s[k + 1]
         llp, lp, rp, rrp = p[k], p[k + 1], p[k + 2], p[k + 3]
         out.append(["bias", f"lw={lw}", f"rw={rw}", f"lp={lp}", f"rp={rp}", f"lp,rp={lp},{rp}", f"ls={ls}",
-                    f"rs={rs}", f"llp,lp={llp},{lp}", f"rp,rrp={rp},{rrp}", f"lw,rp={lw},{rp}", f"lp,rw={lp},{rw}"])
+                    f"rs={rs}", f"llp,lp={llp},{lp}", f"rp,rrp={rp},{rrp}", f"lw,rp={lw},{rp}", f"lp,rw={lp},{rw}",
+                    f"llw={llw}", f"rrw={rrw}", f"llp,lp,rp={llp},{lp},{rp}", f"lp,rp,rrp={lp},{rp},{rrp}",
+                    f"lw,rw={lw},{rw}"])
     return out
 
 
