@@ -53,12 +53,8 @@ class SpanData(RaggedOffsets):
     meta: dict = field(default_factory=dict)
 
     def __post_init__(self):
-        check(self.offsets.dim() == 1 and self.offsets.shape[0] >= 2 and int(self.offsets[0]) == 0, "offsets",
-              "a 1-d tensor of n+1 >= 2 word offsets from 0", tuple(self.offsets.shape))
+        self.check_word_offsets()
         lengths = self.lengths
-        if bool((lengths <= 0).any()):
-            i = int(torch.nonzero(lengths <= 0)[0])
-            raise SSVMInputError(f"sentence {i}: expected at least one word, got {int(lengths[i])}")
         P = int(self.offsets[-1]) + self.n
         check(tuple(self.fptr.shape) == (P + 1,) and int(self.fptr[0]) == 0, "fptr",
               f"({P + 1},) CSR row pointers of the {P} fenceposts from 0", tuple(self.fptr.shape))

@@ -47,12 +47,8 @@ class DependencyData(RaggedOffsets):
     tok_ids: torch.Tensor | None = None
 
     def __post_init__(self):
-        check(self.offsets.dim() == 1 and self.offsets.shape[0] >= 2 and int(self.offsets[0]) == 0, "offsets",
-              "a 1-d tensor of n+1 >= 2 word offsets from 0", tuple(self.offsets.shape))
+        self.check_word_offsets()
         lengths = self.lengths
-        if bool((lengths <= 0).any()):
-            i = int(torch.nonzero(lengths <= 0)[0])
-            raise SSVMInputError(f"sentence {i}: expected at least one word, got {int(lengths[i])}")
         W = int(self.offsets[-1])
         check(tuple(self.heads.shape) == (W,) and not self.heads.is_floating_point(), "heads",
               f"an integer tensor of one head per word ({W},)", tuple(self.heads.shape))

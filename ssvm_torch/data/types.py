@@ -136,6 +136,15 @@ class RaggedOffsets:
     """What ragged containers with word / position ``offsets`` (n+1,) share: the number of items, their
     device and every item's length."""
 
+    def check_word_offsets(self) -> None:
+        """Refuse ``offsets`` that are not n + 1 >= 2 word offsets from 0, or a sentence without words, by name."""
+        check(self.offsets.dim() == 1 and self.offsets.shape[0] >= 2 and int(self.offsets[0]) == 0, "offsets",
+              "a 1-d tensor of n+1 >= 2 word offsets from 0", tuple(self.offsets.shape))
+        lengths = self.lengths
+        if bool((lengths <= 0).any()):
+            i = int(torch.nonzero(lengths <= 0)[0])
+            raise SSVMInputError(f"sentence {i}: expected at least one word, got {int(lengths[i])}")
+
     @property
     def n(self) -> int:
         return self.offsets.shape[0] - 1

@@ -30,9 +30,11 @@ from .segment_batch import SegmentBatchMoves
 from .segment_host import HostSegmentSteps
 from .segment_joint import SegmentJointConstraints
 from .state import TensorBlockState
+from .statistics import ExpectedStatistics
 
 
-class SegmentDual(RaggedLabelings, SegmentBatchMoves, SegmentJointConstraints, TensorBlockState, BlockDual):
+class SegmentDual(RaggedLabelings, SegmentBatchMoves, SegmentJointConstraints, ExpectedStatistics, TensorBlockState,
+                  BlockDual):
     """Compact per-block dual state of a semi-Markov SSVM (module docstring); tensors on ``device``."""
 
     STATE_TENSORS = ("w", "ell_i", "P", "Gc")
@@ -91,6 +93,9 @@ class SegmentDual(RaggedLabelings, SegmentBatchMoves, SegmentJointConstraints, T
 
     def load_state_dict(self, state: dict) -> None:
         super().load_state_dict(state)
+        self._forget_delta()
+
+    def _forget_delta(self) -> None:
         self._corner_delta = self._host_delta = None
 
     def set_point(self, w: torch.Tensor, ell: float) -> None:
@@ -340,22 +345,6 @@ class SegmentDual(RaggedLabelings, SegmentBatchMoves, SegmentJointConstraints, T
         w[self.model.e:] = (self.G_gt - Gc).sum(0)
         return w.div_(self.lam * self.N)
 
-    def corner_point(self, gp: GapPass):
-        return self.w_from_stats(*self._stats_of(gp.labels)), float(gp.loss.sum())
-
-    def move_all(self, gp: GapPass, w_s: torch.Tensor, ell_s: float, gamma: float) -> None:
-        self._corner_delta = self._host_delta = None
-        P, Gc = self._stats_of(gp.labels)
-        self.P.mul_(1 - gamma).add_(P, alpha=gamma)
-        self.Gc.mul_(1 - gamma).add_(Gc, alpha=gamma)
-        self.ell_i.mul_(1 - gamma).add_(gp.loss.to(self.dtype), alpha=gamma)
-        self.w.mul_(1 - gamma).add_(w_s, alpha=gamma)
-        self._ell[0] = self.ell_i.sum()
-
-    def recompute(self) -> None:
-        self.w_from_stats(self.P, self.Gc, self.w)
-        self._ell[0] = self.ell_i.sum()
-
     def block_w(self, i: int) -> torch.Tensor:
         """Dense w_i of one block (tests and inspection)."""
         s, e = int(self.offsets[i]), int(self.offsets[i + 1])
@@ -365,16 +354,6 @@ class SegmentDual(RaggedLabelings, SegmentBatchMoves, SegmentJointConstraints, T
         return w
 
     # -- regularization path ------------------------------------------------------------------------
-    def rescale(self, lam_new: float, rho: float) -> None:
-        """alpha_i <- rho alpha_i + (1 - rho) delta(y_i); w follows exactly from the statistics."""
-        lam_new = check_positive(lam_new, "lam_new")
-        self._corner_delta = self._host_delta = None
-        self.P.mul_(rho).add_(self.P_gt, alpha=1.0 - rho)
-        self.Gc.mul_(rho).add_(self.G_gt, alpha=1.0 - rho)
-        self.ell_i.mul_(rho)
-        self.lam = lam_new
-        self.recompute()
-
     def max_margins(self, w: torch.Tensor) -> torch.Tensor:
         """max_y <w, phi(x_i, y)> - <w, phi(x_i, y_i)> of every block."""
         w = w.to(self.device, self.dtype)

@@ -25,15 +25,16 @@ from ..data.span_data import SpanData
 from ..devices import resolve_device, store_kernels, to_host
 from ..errors import check_positive
 from ..models.chain_index import csr_row_nonzeros, feature_coo, segment_ids
-from ..models.constituency import CELLS, ConstituencyModel
+from ..models.constituency import ConstituencyModel
 from ..oracles.chain_kernels import nb_gram
 from ..spans import ops
 from .base import BatchCorners, BlockDual, Corner, GapPass, JointConstraints, objective_n
 from .span_host import SpanHostSteps
 from .state import TensorBlockState
+from .statistics import ExpectedStatistics
 
 
-class SpanDual(SpanHostSteps, JointConstraints, TensorBlockState, BlockDual):
+class SpanDual(SpanHostSteps, JointConstraints, ExpectedStatistics, TensorBlockState, BlockDual):
     """Compact per-block dual state of a constituency SSVM (module docstring); tensors on ``device``."""
 
     STATE_TENSORS = ("w", "ell_i", "P", "Gc")
@@ -70,20 +71,11 @@ class SpanDual(SpanHostSteps, JointConstraints, TensorBlockState, BlockDual):
         self.ell_i = torch.zeros(self.n, dtype=dtype, device=self.device)
         self._ell = torch.zeros(1, dtype=dtype, device=self.device)
         self.w = torch.zeros(model.d, dtype=dtype, device=self.device)
-        self._chunks = list(self._make_chunks())
+        self._chunks = list(model.chunks(self.data))       # blocks of similar lengths, padded scores bounded
         self._corner_delta = None            # (block, labels, D) of the last fw_corner: the move that follows reads it
         self._host = self.kernels == "numba"     # the compiled steps (stores/span_host.py) on CPU float64
         if self._host:
             self._bind_host()
-
-    def _make_chunks(self):
-        order = torch.argsort(self.lengths, descending=True, stable=True)
-        lengths = self.lengths[order].tolist()
-        start = 0
-        while start < self.n:
-            size = max(1, CELLS // ((lengths[start] + 1) ** 2 * self.model.L))
-            yield order[start:start + size]
-            start += size
 
     @property
     def ell(self) -> float:
@@ -95,6 +87,9 @@ class SpanDual(SpanHostSteps, JointConstraints, TensorBlockState, BlockDual):
 
     def load_state_dict(self, state: dict) -> None:
         super().load_state_dict(state)
+        self._forget_delta()
+
+    def _forget_delta(self) -> None:
         self._corner_delta = None
 
     # -- statistics ---------------------------------------------------------------------------------------------
@@ -126,16 +121,9 @@ class SpanDual(SpanHostSteps, JointConstraints, TensorBlockState, BlockDual):
         a, b = int(self.data.fptr[self.fo[i]]), int(self.data.fptr[self.fo[i + 1]])
         return self._entry_row[a:b] - self.fo[i], self.data.fidx[a:b], self.fval[a:b]
 
-    def _rows_U(self, rows: torch.Tensor, w: torch.Tensor | None = None) -> torch.Tensor:
-        """X W (R, C) of some fencepost rows at w (default the store's), by a gather over their CSR entries."""
-        W = self.model.split(self.w if w is None else w)[0]
-        local, nz = csr_row_nonzeros(self.data.fptr, rows)
-        U = torch.zeros(rows.shape[0], self.model.C, dtype=self.dtype, device=self.device)
-        return U.index_add_(0, local, self.fval[nz, None] * W[self.data.fidx[nz]])
-
     def _block_U(self, i: int, w: torch.Tensor | None = None) -> torch.Tensor:
         """U_i = X_i W (T_i, C) at w (default the store's)."""
-        return self._rows_U(torch.arange(int(self.fo[i]), int(self.fo[i + 1]), device=self.device), w)
+        return self.model.fence_potentials(self.w if w is None else w, self.data, [i])[0]
 
     def _all_U(self, w: torch.Tensor | None = None) -> torch.Tensor:
         """U (all fenceposts, C) at w (default the store's)."""
@@ -186,8 +174,7 @@ class SpanDual(SpanHostSteps, JointConstraints, TensorBlockState, BlockDual):
         w = self.w if w is None else w
         rows, valid = self._padded(idx)
         if U_all is None:                                  # a few blocks: their own rows only
-            U = torch.zeros(*rows.shape, self.model.C, dtype=self.dtype, device=self.device)
-            U[valid] = self._rows_U(rows[valid], w)
+            U = self.model.fence_potentials(w, self.data, idx)
         else:
             U = U_all[rows] * valid[..., None].to(self.dtype)
         charts, gold = self._decode(idx, U, w, augment)
@@ -319,22 +306,6 @@ class SpanDual(SpanHostSteps, JointConstraints, TensorBlockState, BlockDual):
         lens.copy_((self.G_gt - Gc).sum(0).view_as(lens))
         return w.div_(self.lam * self.N)
 
-    def corner_point(self, gp: GapPass):
-        return self.w_from_stats(*self._stats_of(gp.labels)), float(gp.loss.sum())
-
-    def move_all(self, gp: GapPass, w_s: torch.Tensor, ell_s: float, gamma: float) -> None:
-        self._corner_delta = None
-        P, Gc = self._stats_of(gp.labels)
-        self.P.mul_(1 - gamma).add_(P, alpha=gamma)
-        self.Gc.mul_(1 - gamma).add_(Gc, alpha=gamma)
-        self.ell_i.mul_(1 - gamma).add_(gp.loss.to(self.dtype), alpha=gamma)
-        self.w.mul_(1 - gamma).add_(w_s, alpha=gamma)
-        self._ell[0] = self.ell_i.sum()
-
-    def recompute(self) -> None:
-        self.w_from_stats(self.P, self.Gc, self.w)
-        self._ell[0] = self.ell_i.sum()
-
     def block_w(self, i: int) -> torch.Tensor:
         """Dense w_i of one block (tests and inspection)."""
         s, e = int(self.fo[i]), int(self.fo[i + 1])
@@ -403,16 +374,6 @@ class SpanDual(SpanHostSteps, JointConstraints, TensorBlockState, BlockDual):
         return self.w_from_stats(P, Gc)
 
     # -- regularization path ------------------------------------------------------------------------------------
-    def rescale(self, lam_new: float, rho: float) -> None:
-        """alpha_i <- rho alpha_i + (1 - rho) delta(y_i); w follows exactly from the statistics."""
-        lam_new = check_positive(lam_new, "lam_new")
-        self._corner_delta = None
-        self.P.mul_(rho).add_(self.P_gt, alpha=1.0 - rho)
-        self.Gc.mul_(rho).add_(self.G_gt, alpha=1.0 - rho)
-        self.ell_i.mul_(rho)
-        self.lam = lam_new
-        self.recompute()
-
     def max_margins(self, w: torch.Tensor) -> torch.Tensor:
         """max_y <w, phi(x_i, y)> - <w, phi(x_i, y_i)> of every block (plain decoding)."""
         if self._host:
