@@ -28,6 +28,13 @@ the semi-Markov store (stores/segments.py), whose states at the unobserved posit
 whose loss counts the observed ones (``ChainData.observed``);
 a semi-Markov completion is the best segmentation agreeing with every observed state
 (:meth:`~ssvm_torch.models.semimarkov.SemiMarkovModel.complete`).
+
+Constituency trees (:class:`~ssvm_torch.models.constituency.ConstituencyModel`) train from partial brackets
+(``SpanData.observed``, Pereira & Schabes 1992): C_i holds the binary trees containing every observed labeled
+bracket, Delta_i counts the observed brackets a tree lacks (or labels otherwise), the completion is CKY with every
+span crossing an observed bracket at -inf (``ConstituencyModel.complete``), the inner problem the span store
+(stores/spans.py), and the start w = 0 (its completion: the constrained CKY's ties, label 0 on the unobserved
+spans).
 """
 from __future__ import annotations
 
@@ -36,19 +43,24 @@ import time
 import torch
 
 from .data.partial import hidden_positions
+from .data.span_data import SpanData
 from .data.types import ChainData, csr_rows
 from .errors import SSVMInputError, check, check_positive
 from .models.chain import ChainModel
+from .models.constituency import ConstituencyModel
 from .models.semimarkov import SemiMarkovModel
 from .solvers import Solver, SolverConfig, make_solver
 from .stores import make_store
 
 
-def hide_labels(data: ChainData, fraction: float, seed: int) -> ChainData:
+def hide_labels(data, fraction: float, seed: int):
     """``data`` with ``round(fraction * N)`` of its N positions unobserved, chosen uniformly by
     ``seed`` (torch's CPU generator: the same positions on every machine); their labels are replaced
-    by 0 (a placeholder completion) so that nothing downstream can read them."""
-    check(isinstance(data, ChainData), "data", "a ChainData", type(data).__name__)
+    by 0 (a placeholder completion) so that nothing downstream can read them. A :class:`SpanData` hides
+    ``round(fraction * S)`` of its S spans (:func:`hide_brackets`)."""
+    if isinstance(data, SpanData):
+        return hide_brackets(data, fraction, seed)
+    check(isinstance(data, ChainData), "data", "a ChainData or a SpanData", type(data).__name__)
     observed = ~hidden_positions(data.Y.shape[0], fraction, int(seed), ("hide_labels", "hide_seed"))
     if data.observed is not None:
         observed &= data.observed.cpu()
@@ -56,6 +68,21 @@ def hide_labels(data: ChainData, fraction: float, seed: int) -> ChainData:
     Y = torch.where(observed, data.Y, torch.zeros_like(data.Y))
     return ChainData(data.X, Y, data.offsets, data.n_states, data.name, data.allow_unknown, dict(data.meta), data.E,
                      observed)
+
+
+def hide_brackets(data: SpanData, fraction: float, seed: int) -> SpanData:
+    """``data`` with ``round(fraction * S)`` of its S gold spans (rows of ``data.spans``, every sentence's 2 n_i - 1)
+    unobserved, chosen uniformly by ``seed`` as :func:`hide_labels`' positions; the trees become the placeholder
+    completion at w = 0, the first of the trees that hold every observed bracket (ties of the constrained CKY, label
+    0 on the hidden spans), so that nothing downstream can read the hidden spans."""
+    check(isinstance(data, SpanData), "data", "a SpanData", type(data).__name__)
+    observed = ~hidden_positions(data.spans.shape[0], fraction, int(seed), ("hide_labels", "hide_seed"))
+    if data.observed is not None:
+        observed &= data.observed.cpu()
+    masked = SpanData(data.offsets, data.fptr, data.fidx, data.spans, data.n_features, data.n_labels, data.name,
+                      dict(data.meta), observed.to(data.device))
+    placeholder = ConstituencyModel(data.n_features, data.n_labels, inside=False)
+    return masked.with_trees(placeholder.complete(torch.zeros(placeholder.d, dtype=torch.float64), masked))
 
 
 def observed_positions(data: ChainData) -> ChainData:
@@ -111,12 +138,16 @@ def complete(model, w: torch.Tensor, data: ChainData) -> torch.Tensor:
     """h_i = argmax over the labelings agreeing with the observed labels of <w, phi(x_i, h)> for every
     sequence (the CCCP completion): the model's own constrained decoding (``ChainModel.complete``: Viterbi with
     every other label at an observed position at -inf; ``SemiMarkovModel.complete``: the best segmentation
-    agreeing with every observed state); ragged (N,) labels, equal to ``data.Y`` at the observed positions."""
+    agreeing with every observed state); ragged (N,) labels, equal to ``data.Y`` at the observed positions.
+    ``ConstituencyModel.complete``: the best tree holding every observed bracket, as stacked (S, 3) span rows."""
     return model.complete(w, data)
 
 
-def with_labels(data: ChainData, labels: torch.Tensor) -> ChainData:
-    """``data`` with ``Y`` = ``labels`` (a completion); the observed positions keep their labels."""
+def with_labels(data, labels: torch.Tensor):
+    """``data`` with ``Y`` = ``labels`` (a completion); the observed positions keep their labels. A
+    :class:`SpanData` takes the completion's trees (``SpanData.with_trees``)."""
+    if isinstance(data, SpanData):
+        return data.with_trees(labels)
     return ChainData(data.X, labels, data.offsets, data.n_states, data.name, data.allow_unknown, dict(data.meta),
                      data.E, data.observed)
 
@@ -136,18 +167,19 @@ INNER = SolverConfig(passes=100, gap_check=10, step="pairwise", cache=True)    #
 INNER_SOLVERS = ("bcfw", "fw", "ssg", "cutting-plane", "eg", "deg")
 
 
-def train_latent(model: ChainModel, data: ChainData, lam: float, config: SolverConfig | None = None,
-                 max_outer: int = 20, tol: float = 1e-6, w0: torch.Tensor | str | None = "letters",
+def train_latent(model, data, lam: float, config: SolverConfig | None = None,
+                 max_outer: int = 20, tol: float = 1e-6, w0: torch.Tensor | str | None = "auto",
                  progress=None, interrupt=None, evaluate=None) -> tuple[torch.Tensor, list]:
     """CCCP for the latent SSVM (module docstring): returns (w of the lowest objective, records).
     ``config``: the inner solver (default :data:`INNER`: BCFW with gap sampling, pairwise steps and the
-    cache, 100 passes); ``w0``: the start, a vector, ``"letters"`` (:func:`letter_start`) or None (0);
+    cache, 100 passes); ``w0``: the start, a vector, ``"letters"`` (:func:`letter_start`: chains and
+    segmentations), None (0) or ``"auto"`` (letters for chains and segmentations, 0 for constituency trees);
     ``tol``: the least decrease of J for another outer step; ``progress(record)`` after each step;
     ``interrupt()`` (optional, polled by the inner solver at its gap checks): True ends the run after
     the current outer step; ``evaluate(w)`` (optional): a dict merged into each record, of the record's
     model (the lowest-objective w so far). An accepted record's ``ell`` is its inner problem's dual ell."""
-    check(isinstance(model, (ChainModel, SemiMarkovModel)), "model", "a ChainModel or a SemiMarkovModel",
-          type(model).__name__)
+    check(isinstance(model, (ChainModel, SemiMarkovModel, ConstituencyModel)), "model",
+          "a ChainModel, a SemiMarkovModel or a ConstituencyModel", type(model).__name__)
     model.check_data(data)
     lam = check_positive(lam, "lam")
     check(isinstance(max_outer, int) and max_outer >= 1, "max_outer", "an int >= 1", max_outer)
@@ -162,8 +194,11 @@ def train_latent(model: ChainModel, data: ChainData, lam: float, config: SolverC
                                                                first)), lam), config)
     t0 = time.perf_counter()
     if isinstance(w0, str):
-        check(w0 == "letters", "w0", "a vector, 'letters' or None", w0)
-        w = letter_start(model, data, lam)
+        check(w0 in ("auto", "letters"), "w0", "a vector, 'auto', 'letters' or None", repr(w0))
+        spans = isinstance(model, ConstituencyModel)
+        check(not (spans and w0 == "letters"), "w0", "a vector, 'auto' or None for a ConstituencyModel (the "
+              "letter-wise start is the chains')", repr(w0))
+        w = torch.zeros(model.d, dtype=torch.float64) if spans else letter_start(model, data, lam)
     else:
         w = torch.zeros(model.d, dtype=torch.float64) if w0 is None else w0.detach().to(torch.float64).clone()
     check(w.shape == (model.d,), "w0", f"a vector of d = {model.d}", tuple(w.shape))
@@ -188,7 +223,7 @@ def train_latent(model: ChainModel, data: ChainData, lam: float, config: SolverC
         w_new, ell = solver.model_point()
         w_new = w_new.detach().clone()
         J_new, labels_new = latent_objective(model, data, lam, w_new)
-        changed = int((labels_new != labels).sum())
+        changed = int((labels_new != labels).reshape(labels.shape[0], -1).any(1).sum())   # positions / span rows
         accepted = J_new < J - tol
         records.append({"outer": t, "objective": J_new if accepted else J, "candidate_objective": J_new,
                         "inner_gap": float(history[-1]["gap"]), "inner_passes": float(history[-1]["passes"]),

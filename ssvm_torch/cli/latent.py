@@ -1,10 +1,10 @@
 """``ssvm-train --hide-labels FRACTION --hide-seed S``: the latent SSVM (ssvm_torch/latent.py) on a chain task
-with that fraction of the training positions' labels hidden, trained by CCCP with the command's solver
-options as the inner solver.
+with that fraction of the training positions' labels hidden (on ``ud-ewt-spans``: that fraction of the gold
+trees' spans), trained by CCCP with the command's solver options as the inner solver.
 
 The run directory holds config.json (the options, the fraction, the seed and the number of hidden
-positions), hidden.json (the hidden positions' indices into the training set's positions: the run's data is
-reproducible from it as from the seed), latent.json (one record per outer step: objective, inner gap and
+positions), hidden.json (the hidden positions' indices into the training set's positions, or the hidden spans'
+rows of the stacked gold trees: the run's data is reproducible from it as from the seed), latent.json (one record per outer step: objective, inner gap and
 passes, completions changed, the train and test errors of the step's model: reported, never used to choose),
 and history.json / model.pt as every run (history.json: the same records, the last one the returned model's);
 model.pt's ``ell`` is the dual's of the last accepted inner problem, and ``latent_objective`` its J(w).
@@ -19,10 +19,12 @@ from dataclasses import asdict
 import torch
 
 from ..atomic import atomic_write_bytes
+from ..data.span_data import SpanData
 from ..data.types import ChainData
 from ..errors import RunInterrupted, SSVMInputError
 from ..latent import INNER_SOLVERS, hide_labels, train_latent
 from ..models.chain import ChainModel
+from ..models.constituency import ConstituencyModel
 from ..models.semimarkov import SemiMarkovModel
 from .interrupts import stop_on_signal
 from .results import save_results
@@ -42,20 +44,23 @@ def check_options(args, launched_by_torchrun: bool) -> None:
                (f"--solver {args.solver}", args.solver not in INNER_SOLVERS), ("--averaging", args.averaging)]
     bad = [name for name, on in refused if on]
     if bad:
-        raise SSVMInputError(f"hide_labels: the latent SSVM runs CCCP in one process on the numba chain or segment "
-                             f"store (CPU float64) with an inner solver of {', '.join(INNER_SOLVERS)}; not with "
+        raise SSVMInputError(f"hide_labels: the latent SSVM runs CCCP in one process on the numba chain, segment or "
+                             f"constituency store (CPU float64) with an inner solver of {', '.join(INNER_SOLVERS)}; not with "
                              f"{', '.join(bad)}")
 
 
 def run_latent(args, cfg, task, lam: float, run_dir, featurization: dict) -> dict:
     """CCCP on ``task`` with ``args.hide_labels`` of its training positions hidden; writes the run files."""
     model, train = task.model, task.train
-    if not isinstance(train, ChainData) or not isinstance(model, (ChainModel, SemiMarkovModel)):
+    spans = isinstance(train, SpanData) and isinstance(model, ConstituencyModel)
+    if not spans and not (isinstance(train, ChainData) and isinstance(model, (ChainModel, SemiMarkovModel))):
         raise SSVMInputError(f"hide_labels: the latent SSVM trains a chain (ocr-small, ocr-large, conll2000, its "
-                             f"edge-feature templates too) or segments (conll2000-segments); {args.dataset} is a "
-                             f"{type(model).__name__}")
+                             f"edge-feature templates too), segments (conll2000-segments) or constituency trees "
+                             f"(ud-ewt-spans); {args.dataset} is a {type(model).__name__}")
     hidden = hide_labels(train, args.hide_labels, args.hide_seed)
     positions = torch.nonzero(~hidden.observed)[:, 0].tolist()
+    total = hidden.spans.shape[0] if spans else len(hidden.Y)
+    unit = "gold spans" if spans else "labels"
     out = run_dir.path
     speak = not args.quiet
     run_dir.write_config({"command": "ssvm-train", "dataset": args.dataset, "train_size": args.train_size,
@@ -63,10 +68,11 @@ def run_latent(args, cfg, task, lam: float, run_dir, featurization: dict) -> dic
                           "hidden_positions": len(positions), "latent_outer": args.latent_outer,
                           "device": "cpu", "dtype": "float64", "kernels": args.kernels, "solver": asdict(cfg)})
     atomic_write_bytes(out / "hidden.json", json.dumps({"fraction": args.hide_labels, "seed": args.hide_seed,
-                                                        "positions": len(hidden.Y), "hidden": positions}).encode())
+                                                        "positions": total, "unit": "span rows" if spans else
+                                                        "positions", "hidden": positions}).encode())
     if speak:
         print(f"{args.dataset}: n = {task.n_train} train / {task.n_test} test examples, d = {task.d}, lam = {lam:g}; "
-              f"{len(positions)} of {len(hidden.Y)} training labels hidden (seed {args.hide_seed}); CCCP with "
+              f"{len(positions)} of {total} training {unit} hidden (seed {args.hide_seed}); CCCP with "
               f"{args.solver} inner solves", flush=True)
 
     def progress(rec):

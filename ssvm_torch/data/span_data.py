@@ -41,7 +41,9 @@ class SpanData(RaggedOffsets):
     ``offsets`` (n+1,) word offsets; ``fptr`` (P+1,) int64 and ``fidx`` (nnz,) int64 the features of the P =
     W + n fenceposts as CSR rows (ids < ``n_features``); ``spans`` (S, 3) int64 the gold (i, j, label) of every
     sentence, 2 n_i - 1 of them, ``span_offsets`` (n+1,); ``n_labels`` the label set's size; ``meta``: label
-    names, the sentences' words, the featurization."""
+    names, the sentences' words, the featurization. ``observed`` (S,) bool (None: every span): partial brackets,
+    the spans that the annotation gives; the others are a completion (a placeholder, or the latent SSVM's
+    current one: ssvm_torch/latent.py) that the task loss never reads (:meth:`observed_charts`)."""
 
     offsets: torch.Tensor
     fptr: torch.Tensor
@@ -51,6 +53,7 @@ class SpanData(RaggedOffsets):
     n_labels: int
     name: str = "spans"
     meta: dict = field(default_factory=dict)
+    observed: torch.Tensor | None = None
 
     def __post_init__(self):
         self.check_word_offsets()
@@ -82,6 +85,11 @@ class SpanData(RaggedOffsets):
                 b = int((faults != 0).nonzero()[0, 0])
                 raise SSVMInputError(f"spans: sentence {start + b}: not a binary tree over its words "
                                      f"({FAULTS[int(faults[b])]})")
+        if self.observed is not None:
+            check(isinstance(self.observed, torch.Tensor) and self.observed.dtype == torch.bool
+                  and tuple(self.observed.shape) == (S,), "observed", f"None or a bool tensor ({S},): a flag per span",
+                  tuple(self.observed.shape) if isinstance(self.observed, torch.Tensor) else type(self.observed).__name__)
+            self.observed = self.observed.to(self.device)
 
     @property
     def span_offsets(self) -> torch.Tensor:
@@ -91,9 +99,10 @@ class SpanData(RaggedOffsets):
     def fence_offsets(self) -> torch.Tensor:
         return self.offsets + torch.arange(self.n + 1, device=self.device)
 
-    def charts(self, idx=None, fenceposts: int | None = None) -> torch.Tensor:
+    def charts(self, idx=None, fenceposts: int | None = None, observed_only: bool = False) -> torch.Tensor:
         """The gold trees of the sentences ``idx`` (default all) as labeled charts (B, M, M), -1 off the tree;
-        M = the longest sentence's n + 1 unless ``fenceposts`` is given."""
+        M = the longest sentence's n + 1 unless ``fenceposts`` is given; ``observed_only``: -1 at the unobserved
+        spans too (:meth:`observed_charts`)."""
         idx = torch.arange(self.n, device=self.device) if idx is None else \
             torch.as_tensor(idx, device=self.device).reshape(-1)
         lengths = self.lengths[idx]
@@ -103,10 +112,48 @@ class SpanData(RaggedOffsets):
         k = torch.arange(int(count.sum()), device=self.device)
         row = torch.repeat_interleave(torch.arange(idx.shape[0], device=self.device), count)
         local = k - torch.repeat_interleave(torch.cumsum(count, 0) - count, count)
-        s = self.spans[start[row] + local].long()
+        at = start[row] + local
+        s = self.spans[at].long()
         out = torch.full((idx.shape[0], M, M), -1, dtype=torch.int64, device=self.device)
-        out[row, s[:, 0], s[:, 1]] = s[:, 2]
+        lab = s[:, 2] if not (observed_only and self.observed is not None) else \
+            torch.where(self.observed[at], s[:, 2], torch.full_like(s[:, 2], -1))
+        out[row, s[:, 0], s[:, 1]] = lab
         return out
+
+    def observed_charts(self, idx=None, fenceposts: int | None = None) -> torch.Tensor:
+        """The observed brackets O of the sentences ``idx`` as labeled charts (B, M, M), -1 elsewhere: the spans
+        that the task loss counts (the whole gold trees when every span is observed)."""
+        return self.charts(idx, fenceposts, observed_only=True)
+
+    @property
+    def partial(self) -> bool:
+        """Whether some span is unobserved."""
+        return self.observed is not None and not bool(self.observed.all())
+
+    def with_trees(self, spans: torch.Tensor) -> "SpanData":
+        """This data with the trees ``spans`` (S, 3), each containing its sentence's observed brackets (a
+        completion: ssvm_torch.latent); ``observed`` marks the rows of the new trees that are observed brackets."""
+        spans = torch.as_tensor(spans, device=self.device).long()
+        check(tuple(spans.shape) == tuple(self.spans.shape), "spans", f"{tuple(self.spans.shape)} rows (i, j, label)",
+              tuple(spans.shape))
+        observed = None
+        if self.observed is not None:
+            row = torch.repeat_interleave(torch.arange(self.n, device=self.device), 2 * self.lengths - 1)
+            observed = torch.isin(self._span_keys(row, spans), self._span_keys(row, self.spans)[self.observed])
+            missing = torch.zeros(self.n, dtype=torch.int64, device=self.device)
+            missing.index_add_(0, row, self.observed.long()).index_add_(0, row, -observed.long())
+            if bool((missing != 0).any()):
+                b = int((missing != 0).nonzero()[0, 0])
+                raise SSVMInputError(f"spans: sentence {b}: the tree lacks {int(missing[b])} of its observed brackets "
+                                     "(a completion holds every one)")
+        return SpanData(self.offsets, self.fptr, self.fidx, spans, self.n_features, self.n_labels, self.name,
+                        dict(self.meta), observed)
+
+    def _span_keys(self, row: torch.Tensor, spans: torch.Tensor) -> torch.Tensor:
+        """One int64 per (sentence, i, j, label) row."""
+        M = int(self.lengths.max()) + 1
+        spans = spans.long()
+        return ((row * M + spans[:, 0]) * M + spans[:, 1]) * self.n_labels + spans[:, 2]
 
     def subset(self, idx) -> "SpanData":
         """The sentences ``idx`` in that order (their fencepost rows and trees)."""
@@ -115,15 +162,18 @@ class SpanData(RaggedOffsets):
         rows = torch.cat([torch.arange(int(fo[i]), int(fo[i + 1]), device=self.device) for i in idx.tolist()])
         counts, nz = ptr_rows(self.fptr, rows)
         spans = torch.cat([self.spans[int(so[i]):int(so[i + 1])] for i in idx.tolist()])
+        observed = None if self.observed is None else \
+            torch.cat([self.observed[int(so[i]):int(so[i + 1])] for i in idx.tolist()])
         meta = {k: ([v[i] for i in idx.tolist()] if k in ("sentences", "sent_ids") and v else v)
                 for k, v in self.meta.items()}
         return SpanData(torch.nn.functional.pad(torch.cumsum(self.lengths[idx], 0), (1, 0)),
                         torch.nn.functional.pad(torch.cumsum(counts, 0), (1, 0)), self.fidx[nz], spans,
-                        self.n_features, self.n_labels, self.name, meta)
+                        self.n_features, self.n_labels, self.name, meta, observed)
 
     def to(self, device, dtype=None) -> "SpanData":
         return SpanData(self.offsets.to(device), self.fptr.to(device), self.fidx.to(device), self.spans.to(device),
-                        self.n_features, self.n_labels, self.name, self.meta)
+                        self.n_features, self.n_labels, self.name, self.meta,
+                        None if self.observed is None else self.observed.to(device))
 
 
 # -- featurization --------------------------------------------------------------------------------------------

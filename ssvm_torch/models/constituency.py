@@ -20,7 +20,10 @@ instead of w_i (DESIGN.md section 4).
 
 Task loss: c_i times the spans of y that are not gold spans with the gold label (both trees hold 2n - 1 spans, so it
 is also the gold spans missed): ``hamming`` c_i = 1, ``normalized`` c_i = 1 / (2 n_i - 1). It decomposes over
-(span, label) parts, so loss augmentation adds c_i to every part that is not gold (spans.ops.augment).
+(span, label) parts, so loss augmentation adds c_i to every part that is not gold (spans.ops.augment). With partial
+brackets (``SpanData.observed``) it counts the observed brackets O_i that y lacks (or labels differently), Delta_O(y)
+= c_i (|O_i| - |y and O_i|): the full loss when O_i is the whole tree; :meth:`complete` is the latent SSVM's
+completion (ssvm_torch/latent.py).
 Labelings, as this model's interface sees them: labeled charts (B, N+1, N+1) int64, -1 off the tree.
 
 Evaluation: labeled bracket F1 (evalb's counts: one-word spans not counted) of the trees with the ``fill`` label's
@@ -35,6 +38,7 @@ from ..errors import check
 from ..spans import ops
 from ..spans.checks import span_mask
 from ..spans.losses import bracket_counts
+from ..spans.partial import allowed
 from .base import StructuredModel
 from .chain_index import csr_row_nonzeros
 
@@ -136,10 +140,13 @@ class ConstituencyModel(StructuredModel):
         return self.span_scores(self.fence_potentials(w, data, idx), self.split(w)[1], data.lengths[idx])
 
     def augment(self, scores: torch.Tensor, data: SpanData, idx) -> torch.Tensor:
-        """+ c_i on every (span, label) that is not in the gold tree (the module docstring's loss)."""
+        """+ c_i on every (span, label) that is not an observed gold bracket (the module docstring's loss; with
+        partial brackets the best tree's augmented score exceeds s(y) + Delta_O(y) by the same constant for every
+        tree, c_i (2 n_i - 1 - |O_i|))."""
         idx = torch.as_tensor(idx, device=data.device).reshape(-1)
         lengths = data.lengths[idx]
-        return ops.augment(scores, data.charts(idx, scores.shape[1]), lengths, self.costs(lengths, scores.dtype))
+        return ops.augment(scores, data.observed_charts(idx, scores.shape[1]), lengths,
+                           self.costs(lengths, scores.dtype))
 
     def decode(self, scores: torch.Tensor, data: SpanData, idx) -> torch.Tensor:
         idx = torch.as_tensor(idx, device=data.device).reshape(-1)
@@ -200,8 +207,27 @@ class ConstituencyModel(StructuredModel):
         lengths = data.lengths[idx]
         M = max(charts.shape[1], int(lengths.max()) + 1)
         charts = torch.nn.functional.pad(charts, (0, M - charts.shape[2], 0, M - charts.shape[1]), value=-1)
-        wrong = ops.wrong_spans(charts, data.charts(idx, M), lengths)
+        wrong = ops.missed_spans(charts, data.observed_charts(idx, M), lengths)
         return wrong.to(torch.float64) * self.costs(lengths)
+
+    def complete(self, w: torch.Tensor, data: SpanData) -> torch.Tensor:
+        """The CCCP completion h_i = argmax over the trees that contain every observed bracket of <w, phi(x_i, h)>
+        (CKY with -inf at every span crossing an observed bracket and at the other labels of an observed span:
+        spans.partial.allowed), of every sentence: stacked (S, 3) span rows in ``data.spans``' order."""
+        self.check_data(data)
+        w = torch.as_tensor(w).to(data.device)
+        out = torch.empty_like(data.spans, dtype=torch.int64)
+        so = data.span_offsets
+        for idx in self.chunks(data):
+            lengths = data.lengths[idx]
+            S = self.scores(w, data, idx)
+            S.masked_fill_(~allowed(S, data.observed_charts(idx, S.shape[1]), lengths), float("-inf"))
+            charts = ops.best(S, lengths, "torch" if self.kernels == "torch" else "auto")[0]
+            b, i, j = (charts >= 0).nonzero(as_tuple=True)
+            count = 2 * lengths - 1
+            start = torch.repeat_interleave(so[idx] - (torch.cumsum(count, 0) - count), count)
+            out[start + torch.arange(int(count.sum()), device=data.device)] = torch.stack([i, j, charts[b, i, j]], 1)
+        return out
 
     def gt(self, data: SpanData, i: int) -> torch.Tensor:
         return data.charts([i])[0]

@@ -154,6 +154,12 @@ def wrong_spans(charts: torch.Tensor, gold: torch.Tensor, lengths: torch.Tensor)
     return ((charts >= 0) & (charts != gold) & inside).flatten(1).sum(1)
 
 
+def missed_spans(charts: torch.Tensor, observed: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """The spans of ``observed`` (a labeled chart of observed brackets, -1 elsewhere) that ``charts`` lacks or labels
+    otherwise: (B,) int64. For a whole gold tree it equals :func:`wrong_spans` (both trees hold 2n - 1 spans)."""
+    return ((observed >= 0) & (charts != observed) & span_mask(lengths, charts.shape[1])).flatten(1).sum(1)
+
+
 def augment(S: torch.Tensor, gold: torch.Tensor, lengths: torch.Tensor, cost: torch.Tensor) -> torch.Tensor:
     """S + cost_b on every (span, label) of the rows that the gold tree lacks: the scores whose best tree is the
     loss-augmented one (the span Hamming loss decomposes over spans). Differentiable in S."""

@@ -19,6 +19,8 @@ class SpanHostSteps:
         bucket_of = self.model.bucket(lengths.clamp(min=1))
         self._h = {"fo": to_host(self.fo), "so": to_host(self.so), "fptr": to_host(self.data.fptr),
                    "fidx": to_host(self.data.fidx), "gold": to_host(self.data.spans.long()),
+                   "observed": to_host(self.data.observed) if self.data.observed is not None else
+                   np.ones(self.data.spans.shape[0], dtype=np.bool_),
                    "costs": to_host(self.costs), "G": to_host(self.G), "goff": to_host(self.goff),
                    "bucket_of": to_host(bucket_of)}
 
@@ -34,7 +36,7 @@ class SpanHostSteps:
         Dp, Dc = np.empty((T, self.model.C)), np.empty(self.Gc.shape[1])
         W, lenw = self._host_views()
         wrong, dot, sq = nb_span_corner(i, h["fo"], h["so"], h["fptr"], h["fidx"], W, lenw, h["bucket_of"],
-                                        self.model.inside, h["gold"], float(h["costs"][i]), self.P.numpy(),
+                                        self.model.inside, h["gold"], h["observed"], float(h["costs"][i]), self.P.numpy(),
                                         self.Gc.numpy(), h["G"], h["goff"], spans, Dp, Dc)
         return torch.from_numpy(spans), int(wrong), float(dot), float(sq), torch.from_numpy(Dp), torch.from_numpy(Dc)
 
@@ -58,6 +60,6 @@ class SpanHostSteps:
         labels = np.empty(tuple(self.data.spans.shape), dtype=np.int64)
         wrong, dot, margin = np.empty(self.n, dtype=np.int64), np.empty(self.n), np.empty(self.n)
         nb_span_gap_pass(h["fo"], h["so"], h["fptr"], h["fidx"], np.ascontiguousarray(W), np.ascontiguousarray(lenw),
-                         h["bucket_of"], self.model.inside, h["gold"], h["costs"], augment, self.P.numpy(),
+                         h["bucket_of"], self.model.inside, h["gold"], h["observed"], h["costs"], augment, self.P.numpy(),
                          self.Gc.numpy(), labels, wrong, dot, margin)
         return torch.from_numpy(labels), torch.from_numpy(wrong), torch.from_numpy(dot), torch.from_numpy(margin)

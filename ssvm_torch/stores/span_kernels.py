@@ -30,17 +30,25 @@ def _potentials(i, fo, fptr, fidx, W):
 
 
 @nb.njit(cache=True, nogil=True)
-def _block_corner(i, fo, so, fptr, fidx, W, lenw, bucket_of, inside, gold_spans, cost, augment, P, Gc, spans, Dp, Dc):
+def _block_corner(i, fo, so, fptr, fidx, W, lenw, bucket_of, inside, gold_spans, observed, cost, augment, P, Gc,
+                  spans, Dp, Dc):
     """The (loss-augmented with ``augment``) best tree of block i into ``spans`` (2n - 1, 3) ordered by (i, j),
-    D = s(y*) - M_i into Dp (T, C) and Dc (G,); returns (wrong spans, <D, theta_i>, score of y* + loss - score of the
-    gold tree: H_i for the augmented tree)."""
+    D = s(y*) - M_i into Dp (T, C) and Dc (G,); returns (the observed gold brackets it misses, <D, theta_i>, score of
+    y* + loss - score of the gold tree: H_i for the augmented tree). ``observed`` flags the gold rows that the loss
+    counts (partial brackets): + cost on every (span, label) but the observed gold ones, so the augmented CKY score
+    exceeds s(y) + loss by cost (2n - 1 - |O|), taken off."""
     s, T = fo[i], fo[i + 1] - fo[i]
     n = T - 1
     L = lenw.shape[1]
     U = _potentials(i, fo, fptr, fidx, W)
     gold = np.full((T, T), -1, dtype=np.int64)
+    obs = np.full((T, T), -1, dtype=np.int64)
+    n_obs = 0
     for r in range(so[i], so[i + 1]):
         gold[gold_spans[r, 0], gold_spans[r, 1]] = gold_spans[r, 2]
+        if observed[r]:
+            obs[gold_spans[r, 0], gold_spans[r, 1]] = gold_spans[r, 2]
+            n_obs += 1
     pre = np.zeros((T, L))
     if inside:
         for k in range(1, T):
@@ -60,7 +68,7 @@ def _block_corner(i, fo, so, fptr, fidx, W, lenw, bucket_of, inside, gold_spans,
                     v += (pre[b, l] - pre[a, l]) / width
                 if gold[a, b] == l:
                     gold_score += v
-                elif augment:
+                if augment and obs[a, b] != l:
                     v += cost
                 if v > top:
                     top, arg = v, l
@@ -68,19 +76,21 @@ def _block_corner(i, fo, so, fptr, fidx, W, lenw, bucket_of, inside, gold_spans,
             label[a, b] = arg
     chart = np.zeros((T, T), dtype=np.bool_)
     score = cky_best(best, n, chart)
+    if augment:
+        score -= cost * (2 * n - 1 - n_obs)
     for k in range(T):
         for c in range(Dp.shape[1]):
             Dp[k, c] = -P[s + k, c]
     for g in range(Dc.shape[0]):
         Dc[g] = -Gc[i, g]
-    r, wrong = 0, 0
+    r, hit = 0, 0
     for a in range(n):
         for b in range(a + 1, n + 1):
             if chart[a, b]:
                 l = label[a, b]
                 spans[r, 0], spans[r, 1], spans[r, 2] = a, b, l
                 r += 1
-                wrong += gold[a, b] != l
+                hit += obs[a, b] == l
                 Dp[a, l] += 1.0
                 Dp[b, L + l] += 1.0
                 if inside:
@@ -94,15 +104,15 @@ def _block_corner(i, fo, so, fptr, fidx, W, lenw, bucket_of, inside, gold_spans,
             dot += Dp[k, c] * U[k, c]
     for g in range(Dc.shape[0]):
         dot += Dc[g] * lenw[g // L, g % L]
-    return wrong, dot, score - gold_score
+    return n_obs - hit, dot, score - gold_score
 
 
 @nb.njit(cache=True, nogil=True)
-def nb_span_corner(i, fo, so, fptr, fidx, W, lenw, bucket_of, inside, gold_spans, cost, P, Gc, G, goff, spans, Dp,
-                   Dc):
+def nb_span_corner(i, fo, so, fptr, fidx, W, lenw, bucket_of, inside, gold_spans, observed, cost, P, Gc, G, goff,
+                   spans, Dp, Dc):
     """One block's FW corner: (wrong spans, <D, theta_i>, ||A_i D||^2) with the tree in ``spans``, D in Dp, Dc."""
-    wrong, dot, _ = _block_corner(i, fo, so, fptr, fidx, W, lenw, bucket_of, inside, gold_spans, cost, True, P, Gc,
-                                  spans, Dp, Dc)
+    wrong, dot, _ = _block_corner(i, fo, so, fptr, fidx, W, lenw, bucket_of, inside, gold_spans, observed, cost, True,
+                                  P, Gc, spans, Dp, Dc)
     T = fo[i + 1] - fo[i]
     base = goff[i]
     sq = 0.0
@@ -140,8 +150,8 @@ def nb_span_move(i, fo, fptr, fidx, Dp, Dc, coef, gamma, W, lenw, P, Gc, shadow_
 
 
 @nb.njit(cache=True, nogil=True, parallel=True)
-def nb_span_gap_pass(fo, so, fptr, fidx, W, lenw, bucket_of, inside, gold_spans, costs, augment, P, Gc, labels, wrong,
-                     dot, margin):
+def nb_span_gap_pass(fo, so, fptr, fidx, W, lenw, bucket_of, inside, gold_spans, observed, costs, augment, P, Gc, labels,
+                     wrong, dot, margin):
     """Every block's (loss-augmented with ``augment``) best tree into ``labels`` (stacked by ``so``), its wrong spans,
     <D, theta_i> and H_i (score + loss - gold score), blocks spread over numba's threads."""
     n = fo.shape[0] - 1
@@ -151,6 +161,6 @@ def nb_span_gap_pass(fo, so, fptr, fidx, W, lenw, bucket_of, inside, gold_spans,
         Dp = np.empty((T, C))
         Dc = np.empty(G)
         spans = labels[so[i]:so[i + 1]]
-        w_, d_, m_ = _block_corner(i, fo, so, fptr, fidx, W, lenw, bucket_of, inside, gold_spans, costs[i], augment,
-                                   P, Gc, spans, Dp, Dc)
+        w_, d_, m_ = _block_corner(i, fo, so, fptr, fidx, W, lenw, bucket_of, inside, gold_spans, observed, costs[i],
+                                   augment, P, Gc, spans, Dp, Dc)
         wrong[i], dot[i], margin[i] = w_, d_, m_

@@ -9,7 +9,9 @@ potentials U_i = X_i W and the length weights):
     <w_i - w_s, w>    = <D, theta_i> / (lam n)
     ||w_i - w_s||^2   = (sum_c D_c^T G_i D_c + |D_counts|^2) / (lam n)^2,    G_i = X_i X_i^T (T_i, T_i)
 
-and the block gap g_i = (<D, theta_i> + L_i(y*)) / n - ell_i (eq. (6) of Osokin et al. 2016). State is
+and the block gap g_i = (<D, theta_i> + L_i(y*)) / n - ell_i (eq. (6) of Osokin et al. 2016). With partial brackets
+(``SpanData.observed``: the latent SSVM's inner problem, ssvm_torch/latent.py) the gold tree y_i is the completion and
+L_i counts the observed brackets only (models/constituency.py). State is
 O(sum_i T_i L + n G L), not n dense d-vectors. A block's labeling is its tree as (2 n_i - 1, 3) int64 rows
 (i, j, label) ordered by (i, j); a gap pass's labels stack them by ``span_offsets``. Backends: ``numba`` (CPU
 float64) runs the FW corner, the block move, the gap pass and the max margins as compiled kernels
@@ -158,14 +160,14 @@ class SpanDual(SpanHostSteps, JointConstraints, ExpectedStatistics, TensorBlockS
 
     def _decode(self, idx: torch.Tensor, U: torch.Tensor, w: torch.Tensor, augment: bool):
         """Best (loss-augmented with ``augment``) trees of the blocks ``idx`` from their padded fencepost
-        potentials U (B, M, C) at w: (charts (B, M, M), gold charts)."""
+        potentials U (B, M, C) at w: (charts (B, M, M), the observed gold brackets' charts)."""
         m = self.model
         lengths = self.lengths[idx]
         S = m.span_scores(U, m.split(w)[1], lengths)
-        gold = self.data.charts(idx, U.shape[1])
+        observed = self.data.observed_charts(idx, U.shape[1])
         if augment:
-            S = ops.augment(S, gold, lengths, self.costs[idx])
-        return ops.best(S, lengths, "torch" if self.kernels == "torch" else "auto")[0], gold
+            S = ops.augment(S, observed, lengths, self.costs[idx])
+        return ops.best(S, lengths, "torch" if self.kernels == "torch" else "auto")[0], observed
 
     def _terms(self, idx: torch.Tensor, U_all: torch.Tensor | None = None, w: torch.Tensor | None = None,
                augment: bool = True) -> dict:
@@ -184,7 +186,7 @@ class SpanDual(SpanHostSteps, JointConstraints, ExpectedStatistics, TensorBlockS
         Dp, Dc = p - self.P[rows] * mask, c - self.Gc[idx]
         b, i, j = (charts >= 0).nonzero(as_tuple=True)
         spans = torch.stack([i, j, charts[b, i, j]], 1)
-        loss = ops.wrong_spans(charts, gold, lengths).to(self.dtype) * self.costs[idx]
+        loss = ops.missed_spans(charts, gold, lengths).to(self.dtype) * self.costs[idx]
         return {"spans": spans, "block": idx[b], "loss": loss, "dot": self._dot(Dp, Dc, U, w),
                 "margin": self._dot(p - self.P_gt[rows] * mask, c - self.G_gt[idx], U, w), "rows": rows[valid],
                 "Dp": Dp[valid], "Dc": Dc}
@@ -245,10 +247,11 @@ class SpanDual(SpanHostSteps, JointConstraints, ExpectedStatistics, TensorBlockS
         return np.ascontiguousarray(to_host(torch.as_tensor(labeling)), dtype=np.int64).tobytes()
 
     def _wrong(self, i: int, labelings: list) -> torch.Tensor:
-        """The spans of each tree of block i that are not gold spans with the gold label."""
-        gold = self.data.charts(torch.tensor([i], device=self.device))[0]
+        """The observed gold brackets of block i that each tree lacks or labels otherwise (all trees hold 2 n_i - 1
+        spans: with every span observed, the spans of the tree that are not gold spans with the gold label)."""
+        observed = self.data.observed_charts(torch.tensor([i], device=self.device))[0]
         Y = torch.stack([torch.as_tensor(y, device=self.device).long() for y in labelings])
-        return (gold[Y[..., 0], Y[..., 1]] != Y[..., 2]).sum(1)
+        return int((observed >= 0).sum()) - (observed[Y[..., 0], Y[..., 1]] == Y[..., 2]).sum(1)
 
     def loss_of(self, i: int, labeling) -> float:
         return float(self.costs[i]) * int(self._wrong(i, [labeling])[0]) / self.N
