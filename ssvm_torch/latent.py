@@ -35,6 +35,12 @@ bracket, Delta_i counts the observed brackets a tree lacks (or labels otherwise)
 span crossing an observed bracket at -inf (``ConstituencyModel.complete``), the inner problem the span store
 (stores/spans.py), and the start w = 0 (its completion: the constrained CKY's ties, label 0 on the unobserved
 spans).
+
+Dependency trees (:class:`~ssvm_torch.models.dependency.DependencyModel`) train from partial heads
+(``DependencyData.observed``): C_i holds the trees that keep every observed head, Delta_i counts the observed
+words with another head (an unobserved word's arcs cost nothing), the completion is the decoder with every other
+head of an observed word at -inf (``DependencyModel.complete``), the inner problem the tree store
+(stores/tree.py, every solver, EG and the dual extragradient included), and the start w = 0.
 """
 from __future__ import annotations
 
@@ -44,10 +50,12 @@ import torch
 
 from .data.partial import hidden_positions
 from .data.span_data import SpanData
+from .data.trees import DependencyData
 from .data.types import ChainData, csr_rows
 from .errors import SSVMInputError, check, check_positive
 from .models.chain import ChainModel
 from .models.constituency import ConstituencyModel
+from .models.dependency import DependencyModel
 from .models.semimarkov import SemiMarkovModel
 from .solvers import Solver, SolverConfig, make_solver
 from .stores import make_store
@@ -60,7 +68,9 @@ def hide_labels(data, fraction: float, seed: int):
     ``round(fraction * S)`` of its S spans (:func:`hide_brackets`)."""
     if isinstance(data, SpanData):
         return hide_brackets(data, fraction, seed)
-    check(isinstance(data, ChainData), "data", "a ChainData or a SpanData", type(data).__name__)
+    if isinstance(data, DependencyData):
+        return hide_heads(data, fraction, seed)
+    check(isinstance(data, ChainData), "data", "a ChainData, a SpanData or a DependencyData", type(data).__name__)
     observed = ~hidden_positions(data.Y.shape[0], fraction, int(seed), ("hide_labels", "hide_seed"))
     if data.observed is not None:
         observed &= data.observed.cpu()
@@ -83,6 +93,21 @@ def hide_brackets(data: SpanData, fraction: float, seed: int) -> SpanData:
                       dict(data.meta), observed.to(data.device))
     placeholder = ConstituencyModel(data.n_features, data.n_labels, inside=False)
     return masked.with_trees(placeholder.complete(torch.zeros(placeholder.d, dtype=torch.float64), masked))
+
+
+def hide_heads(data: DependencyData, fraction: float, seed: int, projective: bool = True) -> DependencyData:
+    """``data`` with the heads of ``round(fraction * W)`` of its W words unobserved, chosen uniformly by ``seed`` as
+    :func:`hide_labels`' positions; the trees become the placeholder completion at w = 0 (the first tree of the
+    ``projective`` decoder's ties that keeps every observed head), so that nothing downstream reads the hidden
+    heads."""
+    check(isinstance(data, DependencyData), "data", "a DependencyData", type(data).__name__)
+    observed = ~hidden_positions(data.heads.shape[0], fraction, int(seed), ("hide_labels", "hide_seed"))
+    if data.observed is not None:
+        observed &= data.observed.cpu()
+    masked = DependencyData(data.offsets, data.heads, data.labels, data.arc_off, data.ptr, data.ids, data.n_features,
+                            data.name, dict(data.meta), data.tok_ptr, data.tok_ids, observed.to(data.device))
+    placeholder = DependencyModel(data.n_features, projective)
+    return masked.with_heads(placeholder.complete(torch.zeros(placeholder.d, dtype=torch.float64), masked))
 
 
 def observed_positions(data: ChainData) -> ChainData:
@@ -148,6 +173,8 @@ def with_labels(data, labels: torch.Tensor):
     :class:`SpanData` takes the completion's trees (``SpanData.with_trees``)."""
     if isinstance(data, SpanData):
         return data.with_trees(labels)
+    if isinstance(data, DependencyData):
+        return data.with_heads(labels)
     return ChainData(data.X, labels, data.offsets, data.n_states, data.name, data.allow_unknown, dict(data.meta),
                      data.E, data.observed)
 
@@ -173,13 +200,13 @@ def train_latent(model, data, lam: float, config: SolverConfig | None = None,
     """CCCP for the latent SSVM (module docstring): returns (w of the lowest objective, records).
     ``config``: the inner solver (default :data:`INNER`: BCFW with gap sampling, pairwise steps and the
     cache, 100 passes); ``w0``: the start, a vector, ``"letters"`` (:func:`letter_start`: chains and
-    segmentations), None (0) or ``"auto"`` (letters for chains and segmentations, 0 for constituency trees);
+    segmentations), None (0) or ``"auto"`` (letters for chains and segmentations, 0 for trees);
     ``tol``: the least decrease of J for another outer step; ``progress(record)`` after each step;
     ``interrupt()`` (optional, polled by the inner solver at its gap checks): True ends the run after
     the current outer step; ``evaluate(w)`` (optional): a dict merged into each record, of the record's
     model (the lowest-objective w so far). An accepted record's ``ell`` is its inner problem's dual ell."""
-    check(isinstance(model, (ChainModel, SemiMarkovModel, ConstituencyModel)), "model",
-          "a ChainModel, a SemiMarkovModel or a ConstituencyModel", type(model).__name__)
+    check(isinstance(model, (ChainModel, SemiMarkovModel, ConstituencyModel, DependencyModel)), "model",
+          "a ChainModel, a SemiMarkovModel, a ConstituencyModel or a DependencyModel", type(model).__name__)
     model.check_data(data)
     lam = check_positive(lam, "lam")
     check(isinstance(max_outer, int) and max_outer >= 1, "max_outer", "an int >= 1", max_outer)
@@ -195,10 +222,10 @@ def train_latent(model, data, lam: float, config: SolverConfig | None = None,
     t0 = time.perf_counter()
     if isinstance(w0, str):
         check(w0 in ("auto", "letters"), "w0", "a vector, 'auto', 'letters' or None", repr(w0))
-        spans = isinstance(model, ConstituencyModel)
-        check(not (spans and w0 == "letters"), "w0", "a vector, 'auto' or None for a ConstituencyModel (the "
+        trees = isinstance(model, (ConstituencyModel, DependencyModel))
+        check(not (trees and w0 == "letters"), "w0", f"a vector, 'auto' or None for a {type(model).__name__} (the "
               "letter-wise start is the chains')", repr(w0))
-        w = torch.zeros(model.d, dtype=torch.float64) if spans else letter_start(model, data, lam)
+        w = torch.zeros(model.d, dtype=torch.float64) if trees else letter_start(model, data, lam)
     else:
         w = torch.zeros(model.d, dtype=torch.float64) if w0 is None else w0.detach().to(torch.float64).clone()
     check(w.shape == (model.d,), "w0", f"a vector of d = {model.d}", tuple(w.shape))

@@ -1,10 +1,12 @@
 """``ssvm-train --hide-labels FRACTION --hide-seed S``: the latent SSVM (ssvm_torch/latent.py) on a chain task
 with that fraction of the training positions' labels hidden (on ``ud-ewt-spans``: that fraction of the gold
-trees' spans), trained by CCCP with the command's solver options as the inner solver.
+trees' spans; on ``ud-ewt``: of the words' heads), trained by CCCP with the command's solver options as the inner
+solver.
 
 The run directory holds config.json (the options, the fraction, the seed and the number of hidden
-positions), hidden.json (the hidden positions' indices into the training set's positions, or the hidden spans'
-rows of the stacked gold trees: the run's data is reproducible from it as from the seed), latent.json (one record per outer step: objective, inner gap and
+positions), hidden.json (the hidden positions' indices into the training set's positions, the hidden spans' rows
+of the stacked gold trees, or the words whose heads are hidden: the run's data is reproducible from it as from
+the seed), latent.json (one record per outer step: objective, inner gap and
 passes, completions changed, the train and test errors of the step's model: reported, never used to choose),
 and history.json / model.pt as every run (history.json: the same records, the last one the returned model's);
 model.pt's ``ell`` is the dual's of the last accepted inner problem, and ``latent_objective`` its J(w).
@@ -20,11 +22,13 @@ import torch
 
 from ..atomic import atomic_write_bytes
 from ..data.span_data import SpanData
+from ..data.trees import DependencyData
 from ..data.types import ChainData
 from ..errors import RunInterrupted, SSVMInputError
-from ..latent import INNER_SOLVERS, hide_labels, train_latent
+from ..latent import INNER_SOLVERS, hide_heads, hide_labels, train_latent
 from ..models.chain import ChainModel
 from ..models.constituency import ConstituencyModel
+from ..models.dependency import DependencyModel
 from ..models.semimarkov import SemiMarkovModel
 from .interrupts import stop_on_signal
 from .results import save_results
@@ -44,8 +48,8 @@ def check_options(args, launched_by_torchrun: bool) -> None:
                (f"--solver {args.solver}", args.solver not in INNER_SOLVERS), ("--averaging", args.averaging)]
     bad = [name for name, on in refused if on]
     if bad:
-        raise SSVMInputError(f"hide_labels: the latent SSVM runs CCCP in one process on the numba chain, segment or "
-                             f"constituency store (CPU float64) with an inner solver of {', '.join(INNER_SOLVERS)}; not with "
+        raise SSVMInputError(f"hide_labels: the latent SSVM runs CCCP in one process on the numba chain, segment, "
+                             f"constituency or dependency-tree store (CPU float64) with an inner solver of {', '.join(INNER_SOLVERS)}; not with "
                              f"{', '.join(bad)}")
 
 
@@ -53,14 +57,16 @@ def run_latent(args, cfg, task, lam: float, run_dir, featurization: dict) -> dic
     """CCCP on ``task`` with ``args.hide_labels`` of its training positions hidden; writes the run files."""
     model, train = task.model, task.train
     spans = isinstance(train, SpanData) and isinstance(model, ConstituencyModel)
-    if not spans and not (isinstance(train, ChainData) and isinstance(model, (ChainModel, SemiMarkovModel))):
+    heads = isinstance(train, DependencyData) and isinstance(model, DependencyModel)
+    if not (spans or heads) and not (isinstance(train, ChainData) and isinstance(model, (ChainModel, SemiMarkovModel))):
         raise SSVMInputError(f"hide_labels: the latent SSVM trains a chain (ocr-small, ocr-large, conll2000, its "
-                             f"edge-feature templates too), segments (conll2000-segments) or constituency trees "
-                             f"(ud-ewt-spans); {args.dataset} is a {type(model).__name__}")
-    hidden = hide_labels(train, args.hide_labels, args.hide_seed)
+                             f"edge-feature templates too), segments (conll2000-segments), constituency trees "
+                             f"(ud-ewt-spans) or dependency trees (ud-ewt); {args.dataset} is a {type(model).__name__}")
+    hidden = hide_heads(train, args.hide_labels, args.hide_seed, model.projective) if heads else \
+        hide_labels(train, args.hide_labels, args.hide_seed)
     positions = torch.nonzero(~hidden.observed)[:, 0].tolist()
-    total = hidden.spans.shape[0] if spans else len(hidden.Y)
-    unit = "gold spans" if spans else "labels"
+    total = hidden.spans.shape[0] if spans else len(hidden.heads) if heads else len(hidden.Y)
+    unit = "gold spans" if spans else "heads" if heads else "labels"
     out = run_dir.path
     speak = not args.quiet
     run_dir.write_config({"command": "ssvm-train", "dataset": args.dataset, "train_size": args.train_size,
@@ -69,7 +75,8 @@ def run_latent(args, cfg, task, lam: float, run_dir, featurization: dict) -> dic
                           "device": "cpu", "dtype": "float64", "kernels": args.kernels, "solver": asdict(cfg)})
     atomic_write_bytes(out / "hidden.json", json.dumps({"fraction": args.hide_labels, "seed": args.hide_seed,
                                                         "positions": total, "unit": "span rows" if spans else
-                                                        "positions", "hidden": positions}).encode())
+                                                        "words" if heads else "positions",
+                                                        "hidden": positions}).encode())
     if speak:
         print(f"{args.dataset}: n = {task.n_train} train / {task.n_test} test examples, d = {task.d}, lam = {lam:g}; "
               f"{len(positions)} of {total} training {unit} hidden (seed {args.hide_seed}); CCCP with "

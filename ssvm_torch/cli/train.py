@@ -160,7 +160,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="under torchrun: seconds a collective waits for a silent rank before every rank stops")
     p.add_argument("--hide-labels", type=float, default=None, metavar="FRACTION",
                    help="hide this fraction of the training positions' labels (chains; ud-ewt-spans: of the gold "
-                        "trees' spans) and train the latent SSVM by CCCP, the options above being its inner solver "
+                        "trees' spans; ud-ewt: of the words' heads) and train the latent SSVM by CCCP, the options above being its inner solver "
                         "(docs/latent.md); None = every label seen")
     p.add_argument("--hide-seed", type=int, default=0, help="the seed of the hidden positions (--hide-labels)")
     p.add_argument("--latent-outer", type=int, default=20, help="at most this many CCCP steps (--hide-labels)")

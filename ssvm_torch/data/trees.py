@@ -45,6 +45,7 @@ class DependencyData(RaggedOffsets):
     meta: dict = field(default_factory=dict)
     tok_ptr: torch.Tensor | None = None
     tok_ids: torch.Tensor | None = None
+    observed: torch.Tensor | None = None
 
     def __post_init__(self):
         self.check_word_offsets()
@@ -84,10 +85,46 @@ class DependencyData(RaggedOffsets):
             i = int(torch.nonzero(code != 0)[0])
             raise SSVMInputError(f"heads: sentence {i} is not a dependency tree (heads of its words: "
                                  f"{self.heads[rows == i].tolist()[:20]})")
+        if self.observed is not None:
+            check(isinstance(self.observed, torch.Tensor) and self.observed.dtype == torch.bool
+                  and tuple(self.observed.shape) == (W,), "observed", f"None or a bool tensor ({W},): a flag per word",
+                  tuple(self.observed.shape) if isinstance(self.observed, torch.Tensor) else type(self.observed).__name__)
+            self.observed = self.observed.to(self.offsets.device)
 
-    def padded_heads(self, idx=None) -> torch.Tensor:
+    @property
+    def partial(self) -> bool:
+        """Whether some word's head is unobserved."""
+        return self.observed is not None and not bool(self.observed.all())
+
+    @property
+    def loss_heads(self) -> torch.Tensor:
+        """(W,) the heads that the task loss reads: the gold heads, -1 at the unobserved words."""
+        return self.heads if self.observed is None else \
+            torch.where(self.observed, self.heads, torch.full_like(self.heads, -1))
+
+    def padded_loss_heads(self, idx=None) -> torch.Tensor:
+        """:meth:`padded_heads` with -1 at the unobserved words too."""
+        return self.padded_heads(idx, self.loss_heads)
+
+    def with_heads(self, heads: torch.Tensor) -> "DependencyData":
+        """This data with the trees ``heads`` (W,) (a completion: ssvm_torch.latent), which must keep every observed
+        head."""
+        heads = torch.as_tensor(heads, device=self.device).long()
+        check(tuple(heads.shape) == tuple(self.heads.shape), "heads", f"{tuple(self.heads.shape)} heads", tuple(heads.shape))
+        if self.observed is not None:
+            moved = self.observed & (heads != self.heads)
+            if bool(moved.any()):
+                k = int(moved.nonzero()[0, 0])
+                i = int(torch.searchsorted(self.offsets, torch.tensor(k, device=self.device), right=True)) - 1
+                raise SSVMInputError(f"heads: sentence {i}: word {k - int(self.offsets[i]) + 1} has the observed head "
+                                     f"{int(self.heads[k])}, the tree gives it {int(heads[k])} (a completion keeps "
+                                     "every observed head)")
+        return DependencyData(self.offsets, heads, self.labels, self.arc_off, self.ptr, self.ids, self.n_features,
+                              self.name, dict(self.meta), self.tok_ptr, self.tok_ids, self.observed)
+
+    def padded_heads(self, idx=None, heads: torch.Tensor | None = None) -> torch.Tensor:
         """Gold heads of the sentences ``idx`` (default all) in the tree package's layout (B, N): -1 at the
-        root position and beyond each sentence."""
+        root position and beyond each sentence (``heads``: another (W,) vector laid out so)."""
         idx = torch.arange(self.n, device=self.device) if idx is None else torch.as_tensor(idx, device=self.device)
         idx = idx.reshape(-1)
         lengths = self.lengths[idx]
@@ -96,14 +133,15 @@ class DependencyData(RaggedOffsets):
         pos = torch.arange(1, N, device=self.device)
         valid = pos[None, :] <= lengths[:, None]
         words = self.offsets[idx][:, None] + pos[None, :] - 1
-        out[:, 1:][valid] = self.heads[words[valid]]
+        out[:, 1:][valid] = (self.heads if heads is None else heads)[words[valid]]
         return out
 
     def to(self, device, dtype=None) -> "DependencyData":
         """The container on ``device`` (its tensors are integers: ``dtype`` is accepted and ignored)."""
         return DependencyData(self.offsets.to(device), self.heads.to(device), self.labels.to(device),
                               self.arc_off.to(device), self.ptr.to(device), self.ids.to(device), self.n_features,
-                              self.name, self.meta, self.tok_ptr.to(device), self.tok_ids.to(device))
+                              self.name, self.meta, self.tok_ptr.to(device), self.tok_ids.to(device),
+                              None if self.observed is None else self.observed.to(device))
 
     def subset(self, idx) -> "DependencyData":
         """The sentences ``idx`` in that order (their arcs' features carried along)."""
@@ -122,7 +160,7 @@ class DependencyData(RaggedOffsets):
         return DependencyData(torch.cat([zero, torch.cumsum(lengths, 0)]), self.heads[words], self.labels[words],
                               torch.cat([zero, torch.cumsum(lengths * lengths, 0)]), torch.cat([zero, torch.cumsum(counts, 0)]),
                               self.ids[nz], self.n_features, self.name, meta, torch.cat([zero, torch.cumsum(tcounts, 0)]),
-                              self.tok_ids[tnz])
+                              self.tok_ids[tnz], None if self.observed is None else self.observed[words])
 
 
 

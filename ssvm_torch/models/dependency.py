@@ -7,7 +7,9 @@ phi(x, y) = sum over the words m of f(x, y_m -> m), the binary arc features of
 sum of the arc scores theta(h -> m) = <w, f(x, h -> m)>: the scores of :mod:`ssvm_torch.trees` in its layout
 (B, N, N) [modifier, head], -inf where no arc may go. Task loss: ``loss="hamming"`` the number of words with a
 wrong head (McDonald et al.'s), ``"normalized"`` that number over the sentence's length; either decomposes
-over arcs, so loss augmentation adds c_i to every arc that is not a gold arc.
+over arcs, so loss augmentation adds c_i to every arc that is not a gold arc. With partial annotation
+(``DependencyData.observed``) it counts the observed words only: an unobserved word's arcs cost nothing, and
+:meth:`DependencyModel.complete` is the latent SSVM's completion (ssvm_torch/latent.py).
 
 Output space: projective or all trees, single-root (UD's rule, the default) or not. A gold tree outside that
 space (a non-projective tree under the projective decoder: 2.3% of EWT's training sentences) joins its own
@@ -25,11 +27,17 @@ import torch
 
 from ..data.trees import DependencyData
 from ..devices import from_host, to_host
-from ..errors import check
+from ..errors import SSVMInputError, check
 from ..oracles.tree_kernels import nb_decode_all
 from ..trees import ops
 from ..trees.checks import tree_faults, word_mask
 from .base import StructuredModel
+
+
+def _word_steps(lengths: torch.Tensor) -> torch.Tensor:
+    """0..n_i-1 for every sentence, concatenated."""
+    starts = torch.cumsum(lengths, 0) - lengths
+    return torch.arange(int(lengths.sum()), device=lengths.device) - starts.repeat_interleave(lengths)
 
 
 class DependencyModel(StructuredModel):
@@ -126,7 +134,7 @@ class DependencyModel(StructuredModel):
         """+ c_i on every arc that is not a gold arc (the Hamming loss over heads decomposes over arcs)."""
         idx = torch.as_tensor(idx, device=data.device).reshape(-1)
         lengths = data.lengths[idx]
-        gold = data.padded_heads(idx)[:, :scores.shape[1]]
+        gold = data.padded_loss_heads(idx)[:, :scores.shape[1]]          # unobserved heads (-1) cost nothing
         return ops.augment(scores, gold, lengths, self.costs(lengths, scores.dtype))
 
     def decode(self, scores: torch.Tensor, data: DependencyData, idx) -> torch.Tensor:
@@ -178,12 +186,42 @@ class DependencyModel(StructuredModel):
         dev = data.device
         idx = torch.as_tensor(idx, device=dev).reshape(-1)
         labels = torch.as_tensor(labels, device=dev).reshape(idx.shape[0], -1)
-        gold = self.gt_batch(data, idx)
+        gold = data.padded_loss_heads(idx)
         width = max(labels.shape[1], gold.shape[1])
         labels = torch.nn.functional.pad(labels.long(), (0, width - labels.shape[1]), value=-1)
         gold = torch.nn.functional.pad(gold, (0, width - gold.shape[1]), value=-1)
         lengths = data.lengths[idx]
         return ops.wrong_heads(labels, gold, lengths).to(torch.float64) * self.costs(lengths)
+
+    def complete(self, w: torch.Tensor, data: DependencyData, batch: int = 256) -> torch.Tensor:
+        """The CCCP completion h_i = argmax over the trees that keep every observed head of <w, phi(x_i, h)>, of
+        every sentence (the decoder with every other head of an observed word at -inf): flat heads (W,) aligned
+        with ``data.heads``. Where the decoder's space has no such tree (observed arcs that cross, under the
+        projective decoder) the sentence is completed by Chu-Liu-Edmonds, as its gold tree would join its space
+        (module docstring); observed arcs that no tree of the root rule holds are refused by name."""
+        self.check_data(data)
+        out = torch.empty_like(data.heads)
+        for start in range(0, data.n, batch):
+            idx = torch.arange(start, min(start + batch, data.n), device=data.device)
+            lengths = data.lengths[idx]
+            S = self.scores(w, data, idx)
+            gold = data.padded_loss_heads(idx)[:, :S.shape[1]]
+            keep = torch.zeros_like(S, dtype=torch.bool).scatter_(2, gold.clamp(min=0)[:, :, None], True)
+            S = S.masked_fill((gold >= 0)[:, :, None] & ~keep, float("-inf"))
+            kernels = "torch" if self.kernels == "torch" else "auto"
+            heads, best = ops.best(S, lengths, self.projective, self.multiroot, kernels, refuse=False)
+            none = best < -1e29
+            if self.projective and bool(none.any()):
+                rows = none.nonzero()[:, 0]
+                heads[rows], best[rows] = ops.best(S[rows], lengths[rows], False, self.multiroot, kernels, refuse=False)
+                none = best < -1e29
+            if bool(none.any()):
+                b = int(none.nonzero()[0, 0])
+                raise SSVMInputError(f"data.observed: sentence {start + b}: no {'' if self.multiroot else 'single-root '}"
+                                     "tree keeps every observed head")
+            out[data.offsets[idx].repeat_interleave(lengths) + _word_steps(lengths)] = \
+                heads[:, 1:][word_mask(lengths, heads.shape[1])[:, 1:]]
+        return out
 
     def gt(self, data: DependencyData, i: int) -> torch.Tensor:
         return data.padded_heads([i])[0]

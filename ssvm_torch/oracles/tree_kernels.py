@@ -77,21 +77,22 @@ def nb_labeling_score(theta, n, heads):
 
 
 @nb.njit(cache=True, nogil=True)
-def nb_block_oracle(theta, n, gold, g0, cost, projective, multiroot, gold_ok, S, heads):
+def nb_block_oracle(theta, n, gold, lgold, g0, cost, projective, multiroot, gold_ok, S, heads):
     """The loss-augmented best tree y* of one sentence from its arc scores theta into heads[0:n]; returns
-    (<S(y*), theta>, <G, theta>, wrong heads of y*). Where the gold tree is outside the decoder's space
+    (<S(y*), theta>, <G, theta>, wrong heads of y*). ``gold`` holds the gold (or completed) heads, ``lgold`` the
+    heads the loss reads: -1 at an unobserved word, whose arcs cost nothing and which is never wrong. Where the gold tree is outside the decoder's space
     (``gold_ok`` False: non-projective gold under a projective decoder, several root children under a
     single-root one) the block's labelings are that space plus the gold tree, so y* is the gold tree when no
     decoded tree beats it: H_i >= 0 as for every other sentence."""
     for h in range(n + 1):
         S[0, h] = NEG_INF
     for m in range(1, n + 1):
-        gm = gold[g0 + m - 1]
+        gm = lgold[g0 + m - 1]
         for h in range(n + 1):
             if h == m:
                 S[m, h] = NEG_INF
             else:
-                S[m, h] = theta[arc_index(m, h, n)] + (0.0 if h == gm else cost)
+                S[m, h] = theta[arc_index(m, h, n)] + (0.0 if h == gm or gm < 0 else cost)
     hd = np.empty(n + 1, dtype=np.int64)
     if projective:
         eisner_best(S, n, multiroot, hd)
@@ -105,7 +106,7 @@ def nb_block_oracle(theta, n, gold, g0, cost, projective, multiroot, gold_ok, S,
     for m in range(1, n + 1):
         heads[m - 1] = hd[m]
         score += theta[arc_index(m, hd[m], n)]
-        if hd[m] != gold[g0 + m - 1]:
+        if hd[m] != lgold[g0 + m - 1] and lgold[g0 + m - 1] >= 0:
             wrong += 1
     if not gold_ok and score + cost * wrong < gold_score:
         for m in range(1, n + 1):
@@ -218,8 +219,8 @@ def nb_clear(keys, used, nu):
 
 
 @nb.njit(cache=True, nogil=True)
-def nb_gap_pass(offsets, arc_off, ptr, ids, tptr, tids, w, gold, costs, projective, multiroot, gold_ok, M, labels, aug,
-                gold_scores, m_theta, wrong):
+def nb_gap_pass(offsets, arc_off, ptr, ids, tptr, tids, w, gold, lgold, costs, projective, multiroot, gold_ok, M, labels,
+                aug, gold_scores, m_theta, wrong):
     """The loss-augmented best tree of every sentence at w (labels: the heads of every word, flat) with
     aug = <S(y*), theta> + cost wrong, <G, theta>, <M_i, theta> and the wrong heads per sentence."""
     nmax = 0
@@ -230,7 +231,7 @@ def nb_gap_pass(offsets, arc_off, ptr, ids, tptr, tids, w, gold, costs, projecti
     for i in range(offsets.shape[0] - 1):
         n, base, g0 = offsets[i + 1] - offsets[i], arc_off[i], offsets[i]
         nb_theta(base, n, ptr, ids, g0 + i, tptr, tids, w, theta)
-        s, gs, k = nb_block_oracle(theta, n, gold, g0, costs[i], projective, multiroot, gold_ok[i], S,
+        s, gs, k = nb_block_oracle(theta, n, gold, lgold, g0, costs[i], projective, multiroot, gold_ok[i], S,
                                    labels[g0:g0 + n])
         aug[i] = s + costs[i] * k
         gold_scores[i] = gs
@@ -297,8 +298,8 @@ def nb_statistics_image(offsets, arc_off, ptr, ids, tptr, tids, gold, M, labels,
 
 
 @nb.njit(cache=True, nogil=True)
-def nb_fw_corner(i, offsets, arc_off, ptr, ids, tptr, tids, w, gold, costs, projective, multiroot, gold_ok, M, theta,
-                 S, D, keys, vals, used, nu_prev, heads):
+def nb_fw_corner(i, offsets, arc_off, ptr, ids, tptr, tids, w, gold, lgold, costs, projective, multiroot, gold_ok, M,
+                 theta, S, D, keys, vals, used, nu_prev, heads):
     """BCFW's corner of block i in one call: the arc scores, the loss-augmented tree (into heads), <M_i, theta>,
     D = S(y*) - M_i and, when the hash table is large enough, the image of D and its squared norm. Returns
     (<S(y*), theta>, <M_i, theta>, wrong heads, features in the image (-1: the table is too small: the
@@ -306,7 +307,7 @@ def nb_fw_corner(i, offsets, arc_off, ptr, ids, tptr, tids, w, gold, costs, proj
     n, base, g0 = offsets[i + 1] - offsets[i], arc_off[i], offsets[i]
     t0 = g0 + i
     nb_theta(base, n, ptr, ids, t0, tptr, tids, w, theta)
-    score, _, wrong = nb_block_oracle(theta, n, gold, g0, costs[i], projective, multiroot, gold_ok[i], S, heads)
+    score, _, wrong = nb_block_oracle(theta, n, gold, lgold, g0, costs[i], projective, multiroot, gold_ok[i], S, heads)
     m_theta = nb_m_dot(M, base, n, theta)
     nb_delta(False, heads, True, heads, M, base, n, D)
     need = nb_support_nnz(D, n, base, ptr, t0, tptr)

@@ -45,10 +45,11 @@ def make_store(model: StructuredModel, data, lam: float, device=None, dtype=torc
     check_choice(kernels, "kernels", KERNELS)
     if kernels != "auto":
         model = model.with_kernels(kernels)          # the decoders follow the store's choice
-    if getattr(data, "partial", False) and not isinstance(model, (ChainModel, SemiMarkovModel, ConstituencyModel)):
+    if getattr(data, "partial", False) and not isinstance(model, (ChainModel, SemiMarkovModel, ConstituencyModel,
+                                                                  DependencyModel)):
         raise SSVMInputError(f"data.observed: unobserved positions train on the chain stores (with or without edge "
-                             f"features), the semi-Markov store or the constituency store (ssvm_torch/latent.py), got "
-                             f"{type(model).__name__}")
+                             f"features), the semi-Markov, constituency or dependency-tree stores "
+                             f"(ssvm_torch/latent.py), got {type(model).__name__}")
     if isinstance(model, EdgeChainModel):
         store = EdgeChainDual(model, data, lam, device=device, dtype=dtype, kernels=kernels, n_objective=n_objective)
     elif isinstance(model, ChainModel):

@@ -10,7 +10,9 @@ anyway:
     lam <w_i - w_s, w>  = (<S(y*), theta> - <M_i, theta>) / n
     ||w_i - w_s||^2    = || sum_a (S(y*)_a - M_a) f_a ||^2 / (lam n)^2
 
-so the block gap (eq. (6) of Osokin et al. 2016) is g_i = (<S(y*), theta> + L_i(y*) - <M_i, theta>) / n - ell_i,
+so the block gap (eq. (6) of Osokin et al. 2016) is g_i = (<S(y*), theta> + L_i(y*) - <M_i, theta>) / n - ell_i
+(with partial annotation, ``DependencyData.observed``, the gold tree is the latent SSVM's completion and L_i counts
+the observed words only: ssvm_torch/latent.py),
 and a move touches only the features of the arcs where the two points differ. Labelings are the heads of a
 block's words, (n_i,) int64 (numpy arrays on the compiled path, tensors on the torch path).
 
@@ -59,6 +61,7 @@ class TreeDual(RaggedLabelings, TreeHostPath, TreeTorchPath, TreeMarginalMoves, 
         d = self.data
         self.offsets, self.lengths, self.arc_off = d.offsets, d.lengths, d.arc_off
         self.ptr, self.ids, self.gold = d.ptr, d.ids, d.heads
+        self.lgold = d.loss_heads            # the heads the loss reads: -1 at unobserved words (the latent SSVM)
         self.tptr, self.tids = d.tok_ptr, d.tok_ids
         self.costs = model.costs(self.lengths, dtype)
         self.gold_ok = model.gold_in_space(d)
@@ -102,8 +105,8 @@ class TreeDual(RaggedLabelings, TreeHostPath, TreeTorchPath, TreeMarginalMoves, 
         n = int(h["offsets"][i + 1] - h["offsets"][i])
         heads = np.empty(n, dtype=np.int64)
         score, m_theta, wrong, nt, sq, _ = nb_fw_corner(
-            i, h["offsets"], h["arc_off"], h["ptr"], h["ids"], h["tptr"], h["tids"], h["w"], h["gold"], h["costs"],
-            self.model.projective,
+            i, h["offsets"], h["arc_off"], h["ptr"], h["ids"], h["tptr"], h["tids"], h["w"], h["gold"], h["lgold"],
+            h["costs"], self.model.projective,
             self.model.multiroot, h["gold_ok"], h["M"], self._theta_buf, self._S, self._D, self._keys, self._vals,
             self._used, self._nu, heads)
         self._tick += 1
@@ -133,7 +136,8 @@ class TreeDual(RaggedLabelings, TreeHostPath, TreeTorchPath, TreeMarginalMoves, 
     def _wrong(self, i: int, labeling) -> int:
         s, e = int(self.offsets[i]), int(self.offsets[i + 1])
         y = torch.as_tensor(labeling, device=self.device)
-        return int((y != self.gold[s:e]).sum())
+        lg = self.lgold[s:e]
+        return int(((y != lg) & (lg >= 0)).sum())
 
     def loss_of(self, i: int, labeling) -> float:
         return float(self.costs[i]) * self._wrong(i, labeling) / self.N
@@ -146,10 +150,10 @@ class TreeDual(RaggedLabelings, TreeHostPath, TreeTorchPath, TreeMarginalMoves, 
         theta = self._np_theta(i)
         n, base, g0 = self._block(i)
         m_theta = nb_m_dot(self._h["M"], base, n, theta)
-        gold = self._h["gold"][g0:g0 + n]
+        gold = self._h["lgold"][g0:g0 + n]
         cost = float(self._h["costs"][i])
-        out = np.array([nb_labeling_score(theta, n, np.asarray(y, dtype=np.int64)) + cost * int((np.asarray(y) != gold).sum())
-                        for y in labelings], dtype=np.float64)
+        out = np.array([nb_labeling_score(theta, n, np.asarray(y, dtype=np.int64))
+                        + cost * int(((np.asarray(y) != gold) & (gold >= 0)).sum()) for y in labelings], dtype=np.float64)
         return (out - m_theta) / self.N - float(self._h["ell_i"][i])
 
     def pair_sqnorm(self, i: int, P, Q) -> float:
@@ -200,7 +204,7 @@ class TreeDual(RaggedLabelings, TreeHostPath, TreeTorchPath, TreeMarginalMoves, 
         aug, gold_scores, m_theta = np.empty(self.n), np.empty(self.n), np.empty(self.n)
         wrong = np.empty(self.n, dtype=np.int64)
         nb_gap_pass(h["offsets"], h["arc_off"], h["ptr"], h["ids"], h["tptr"], h["tids"], h["w"], h["gold"],
-                    h["costs"] if costs is None else costs, self.model.projective, self.model.multiroot, h["gold_ok"],
+                    h["lgold"], h["costs"] if costs is None else costs, self.model.projective, self.model.multiroot, h["gold_ok"],
                     h["M"], labels, aug, gold_scores, m_theta, wrong)
         return tuple(torch.from_numpy(a) for a in (labels, aug, gold_scores, m_theta, wrong))
 

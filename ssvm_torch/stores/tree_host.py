@@ -14,7 +14,7 @@ class TreeHostPath:
     def _bind_numpy(self):
         self._h = {name: t.numpy() for name, t in (("offsets", self.offsets), ("arc_off", self.arc_off),
                                                    ("ptr", self.ptr), ("ids", self.ids), ("tptr", self.tptr),
-                                                   ("tids", self.tids), ("gold", self.gold),
+                                                   ("tids", self.tids), ("gold", self.gold), ("lgold", self.lgold),
                                                    ("w", self.w), ("M", self.M), ("costs", self.costs),
                                                    ("ell_i", self.ell_i), ("ell", self._ell),
                                                    ("gold_ok", self.gold_ok))}
@@ -46,7 +46,8 @@ class TreeHostPath:
         """(heads (n_i,), <S(y*), theta>, <G, theta>, wrong heads) of the loss-augmented tree of block i."""
         n, _, g0 = self._block(i)
         heads = np.empty(n, dtype=np.int64)
-        score, gold_score, wrong = nb_block_oracle(theta, n, self._h["gold"], g0, float(self._h["costs"][i]),
+        score, gold_score, wrong = nb_block_oracle(theta, n, self._h["gold"], self._h["lgold"], g0,
+                                                   float(self._h["costs"][i]),
                                                    self.model.projective, self.model.multiroot,
                                                    bool(self._h["gold_ok"][i]), self._S, heads)
         return heads, score, gold_score, wrong

@@ -80,12 +80,20 @@ class TreeMarginalMoves(MarginalMoves, RelaxedPasses):
             mu.append(flat)
         return torch.cat(mu), torch.cat(logz)
 
+    def _observed_words(self) -> torch.Tensor:
+        """(W,) bool: the words whose head the loss reads (every word unless the data are partial)."""
+        return self.lgold >= 0
+
     def expected_loss(self, M: torch.Tensor) -> torch.Tensor:
-        """ell_i = E_{alpha_i} L_i(y) / n of arc marginals M (A,): c_i (n_i - the gold arcs' mass) / n."""
+        """ell_i = E_{alpha_i} L_i(y) / n of arc marginals M (A,): c_i (n_i - the gold arcs' mass) / n, over the
+        observed words with partial annotation."""
         on_gold = torch.zeros(self.n, dtype=self.dtype, device=self.device)
+        counted = torch.zeros(self.n, dtype=self.dtype, device=self.device)
         rows = torch.repeat_interleave(torch.arange(self.n, device=self.device), self.lengths)
-        on_gold.index_add_(0, rows, M[self._gold_arcs()])
-        return self.costs * (self.lengths.to(self.dtype) - on_gold) / self.N
+        seen = self._observed_words()
+        on_gold.index_add_(0, rows[seen], M[self._gold_arcs()[seen]])
+        counted.index_add_(0, rows[seen], torch.ones(int(seen.sum()), dtype=self.dtype, device=self.device))
+        return self.costs * (counted - on_gold) / self.N
 
     # -- MarginalMoves (online EG) ----------------------------------------------------------------------------
     def gold_potentials(self, m: float) -> tuple:
@@ -101,11 +109,15 @@ class TreeMarginalMoves(MarginalMoves, RelaxedPasses):
         return (self.all_arc_scores(self.w if w is None else w),)
 
     def loss_potentials(self) -> torch.Tensor:
-        """c (A,): the loss of each arc, c_i for an arc that is not the gold one of its word."""
+        """c (A,): the loss of each arc, c_i for an arc that is not the gold one of its word (0 on every arc of
+        an unobserved word)."""
         rows = torch.repeat_interleave(torch.arange(self.n, device=self.device), self.lengths * self.lengths)
         c = self.costs[rows].clone()
         c[self._gold_arcs()] = 0.0
-        return c
+        # arc k of block i belongs to word offsets[i] + k // n_i (the store's order: modifier-major)
+        k = torch.arange(c.shape[0], device=self.device) - self.arc_off[rows]
+        word = self.offsets[rows] + torch.div(k, self.lengths[rows], rounding_mode="floor")
+        return c.masked_fill_(~self._observed_words()[word], 0.0)
 
     def set_marginals(self, M: torch.Tensor, gamma: float = 1.0) -> None:
         self.M.mul_(1.0 - gamma).add_(M, alpha=gamma)               # in place: the numba views stay valid
@@ -136,7 +148,8 @@ class TreeMarginalMoves(MarginalMoves, RelaxedPasses):
                 mu = self._block_gibbs(i, trial)
                 calls += 1
                 point = ArcMarginals(mu)
-                ell_new = float(self.costs[i]) * (n - float(mu[self._block_gold(i)].sum())) / self.N
+                seen = self._observed_words()[int(self.offsets[i]):int(self.offsets[i]) + n]
+                ell_new = float(self.costs[i]) * (float(seen.sum()) - float(mu[self._block_gold(i)[seen]].sum())) / self.N
                 dM = mu - self.M[arcs]
                 gain = (ell_new - ell_i) + float(dM @ scores) / self.N - 0.5 * self.lam * self.pair_sqnorm(i, point, None)
                 if gain >= -tol:

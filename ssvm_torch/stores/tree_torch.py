@@ -51,15 +51,15 @@ class TreeTorchPath:
         """(heads (n,), <S(y*), theta>, <G, theta>, wrong) of block i's loss-augmented tree (the gold tree in
         the space, as the compiled kernel has it)."""
         n, _, g0, m, h = self._t_arcs(i)
-        gold = self.gold[g0:g0 + n]
+        gold, lg = self.gold[g0:g0 + n], self.lgold[g0:g0 + n]          # lg: -1 at unobserved words (no cost)
         S = torch.full((1, n + 1, n + 1), float("-inf"), dtype=self.dtype, device=self.device)
-        S[0, m, h] = theta + self.costs[i] * (h != gold[m - 1]).to(self.dtype)
+        S[0, m, h] = theta + self.costs[i] * ((h != lg[m - 1]) & (lg[m - 1] >= 0)).to(self.dtype)
         row, _ = ops.best(S, self.lengths[i:i + 1], self.model.projective, self.model.multiroot, "torch")
         heads = row[0, 1:n + 1]
         words = torch.arange(1, n + 1, device=self.device)
         score = theta[(words - 1) * n + torch.where(heads < words, heads, heads - 1)].sum()
         gold_score = theta[(words - 1) * n + torch.where(gold < words, gold, gold - 1)].sum()
-        wrong = int((heads != gold).sum())
+        wrong = int(((heads != lg) & (lg >= 0)).sum())
         if not bool(self.gold_ok[i]) and float(score + self.costs[i] * wrong) < float(gold_score):
             return gold.clone(), gold_score, gold_score, 0
         return heads, score, gold_score, wrong
@@ -111,13 +111,13 @@ class TreeTorchPath:
         theta = self._t_theta(i)
         n, base, g0, _, _ = self._t_arcs(i)
         m_theta = self.M[base:base + n * n] @ theta
-        gold = self.gold[g0:g0 + n]
+        gold = self.lgold[g0:g0 + n]
         words = torch.arange(1, n + 1, device=self.device)
         out = []
         for y in labelings:
             y = torch.as_tensor(y, device=self.device).long()
             out.append(theta[(words - 1) * n + torch.where(y < words, y, y - 1)].sum()
-                       + self.costs[i] * (y != gold).sum())
+                       + self.costs[i] * ((y != gold) & (gold >= 0)).sum())
         return to_host((torch.stack(out) - m_theta) / self.N - self.ell_i[i])
 
     def _t_pair_sqnorm(self, i: int, P, Q) -> float:
@@ -144,11 +144,11 @@ class TreeTorchPath:
             idx = torch.arange(lo, min(lo + PASS_CHUNK, self.n), device=self.device)
             theta = model.arc_scores(self.w, self.data, idx)
             lengths = self.lengths[idx]
-            gold = self.data.padded_heads(idx)
-            heads, _ = ops.best(ops.augment(theta, gold, lengths, costs[idx]), lengths, model.projective,
+            gold, lg = self.data.padded_heads(idx), self.data.padded_loss_heads(idx)
+            heads, _ = ops.best(ops.augment(theta, lg, lengths, costs[idx]), lengths, model.projective,
                                 model.multiroot, "torch")
             score, gscore = ops.score(theta, heads, lengths), ops.score(theta, gold, lengths)
-            k = ops.wrong_heads(heads, gold, lengths)
+            k = ops.wrong_heads(heads, lg, lengths)
             take_gold = ~self.gold_ok[idx] & (score + costs[idx] * k < gscore)
             heads = torch.where(take_gold[:, None], gold, heads)
             score = torch.where(take_gold, gscore, score)

@@ -73,9 +73,10 @@ def best(S: torch.Tensor, lengths: torch.Tensor, projective: bool, multiroot: bo
 
 def augment(S: torch.Tensor, gold: torch.Tensor, lengths: torch.Tensor, cost: torch.Tensor) -> torch.Tensor:
     """S + cost_b [h != gold[b, m]] on the words' rows: the scores whose best tree is the loss-augmented
-    one (the Hamming loss over heads decomposes over arcs). Differentiable in S (the offsets are constants)."""
+    one (the Hamming loss over heads decomposes over arcs). Differentiable in S (the offsets are constants). A
+    word whose gold head is negative (unobserved: the latent SSVM's data) costs nothing."""
     B, N, _ = S.shape
-    word = word_mask(lengths, N)
+    word = word_mask(lengths, N) & (gold >= 0)
     wrong = torch.ones(B, N, N, dtype=S.dtype, device=S.device)
     wrong.scatter_(2, gold.clamp(min=0)[:, :, None], 0.0)
     offset = wrong * (cost.to(S.dtype)[:, None, None] * word[:, :, None].to(S.dtype))
@@ -151,8 +152,9 @@ def score(S: torch.Tensor, heads: torch.Tensor, lengths: torch.Tensor) -> torch.
 
 
 def wrong_heads(heads: torch.Tensor, gold: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-    """The number of words whose head differs from the gold one: (B,) int64."""
-    return ((heads != gold) & word_mask(lengths, heads.shape[1])).sum(1)
+    """The number of words whose head differs from the gold one: (B,) int64 (words with a negative gold head,
+    unobserved, not counted)."""
+    return ((heads != gold) & word_mask(lengths, heads.shape[1]) & (gold >= 0)).sum(1)
 
 
 def hinge(S, gold, lengths, cost, projective: bool, multiroot: bool, kernels: str = "auto") -> torch.Tensor:
