@@ -194,6 +194,19 @@ INNER = SolverConfig(passes=100, gap_check=10, step="pairwise", cache=True)    #
 INNER_SOLVERS = ("bcfw", "fw", "ssg", "cutting-plane", "eg", "deg")
 
 
+def check_inner(model, data, lam: float, config: SolverConfig) -> None:
+    """Refuse by name, before anything runs or is written, an inner solver that is not one of
+    :data:`INNER_SOLVERS` or that this model's store cannot run (EG / DEG need marginal moves: not on
+    edge-feature chains, segmentations or constituency trees): the solver is built on the store of the
+    first row, completed at w = 0."""
+    if config.solver not in INNER_SOLVERS:
+        raise SSVMInputError(f"solver: the latent SSVM's inner problem runs on one of {INNER_SOLVERS}, got "
+                             f"{config.solver!r}")
+    first = data.subset(torch.arange(min(1, data.n)))
+    make_solver(make_store(model, with_labels(first, complete(model, torch.zeros(model.d, dtype=torch.float64),
+                                                               first)), lam), config)
+
+
 def train_latent(model, data, lam: float, config: SolverConfig | None = None,
                  max_outer: int = 20, tol: float = 1e-6, w0: torch.Tensor | str | None = "auto",
                  progress=None, interrupt=None, evaluate=None) -> tuple[torch.Tensor, list]:
@@ -211,14 +224,7 @@ def train_latent(model, data, lam: float, config: SolverConfig | None = None,
     lam = check_positive(lam, "lam")
     check(isinstance(max_outer, int) and max_outer >= 1, "max_outer", "an int >= 1", max_outer)
     config = config or INNER
-    if config.solver not in INNER_SOLVERS:
-        raise SSVMInputError(f"solver: the latent SSVM's inner problem runs on one of {INNER_SOLVERS}, got "
-                             f"{config.solver!r}")
-    # the inner solver on this model's store (EG / DEG need marginal moves: not on edge-feature chains or
-    # segmentations), refused by name before the letter-wise start runs: the store of the first row, completed
-    first = data.subset(torch.arange(min(1, data.n)))
-    make_solver(make_store(model, with_labels(first, complete(model, torch.zeros(model.d, dtype=torch.float64),
-                                                               first)), lam), config)
+    check_inner(model, data, lam, config)
     t0 = time.perf_counter()
     if isinstance(w0, str):
         check(w0 in ("auto", "letters"), "w0", "a vector, 'auto', 'letters' or None", repr(w0))

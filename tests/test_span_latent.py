@@ -223,3 +223,8 @@ def test_ssvm_train_hide_labels_on_ud_ewt_spans(tmp_path, capsys):
     assert all(b <= a for a, b in zip(objectives, objectives[1:])) and objectives[-1] < objectives[0]
     assert 0.0 < records[-1]["test_f1"] <= 100.0
     assert load_model(out / "model.pt")["w"].shape[0] > 0
+    # an inner solver the constituency store cannot run is refused by name before anything is written
+    refused = tmp_path / "eg"
+    assert main(["--dataset", "ud-ewt-spans", "--train-size", "60", "--hide-labels", "0.5", "--solver", "eg",
+                 "--lam", "0.01", "--out", str(refused)]) == 2
+    assert "solver: 'eg' needs a store with marginal moves" in capsys.readouterr().err and not refused.exists()

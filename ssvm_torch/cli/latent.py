@@ -25,7 +25,7 @@ from ..data.span_data import SpanData
 from ..data.trees import DependencyData
 from ..data.types import ChainData
 from ..errors import RunInterrupted, SSVMInputError
-from ..latent import INNER_SOLVERS, hide_heads, hide_labels, train_latent
+from ..latent import INNER_SOLVERS, check_inner, hide_heads, hide_labels, train_latent
 from ..models.chain import ChainModel
 from ..models.constituency import ConstituencyModel
 from ..models.dependency import DependencyModel
@@ -64,6 +64,7 @@ def run_latent(args, cfg, task, lam: float, run_dir, featurization: dict) -> dic
                              f"(ud-ewt-spans) or dependency trees (ud-ewt); {args.dataset} is a {type(model).__name__}")
     hidden = hide_heads(train, args.hide_labels, args.hide_seed, model.projective) if heads else \
         hide_labels(train, args.hide_labels, args.hide_seed)
+    check_inner(model, hidden, lam, cfg)                # a solver the store cannot run: refused before any write
     positions = torch.nonzero(~hidden.observed)[:, 0].tolist()
     total = hidden.spans.shape[0] if spans else len(hidden.heads) if heads else len(hidden.Y)
     unit = "gold spans" if spans else "heads" if heads else "labels"
