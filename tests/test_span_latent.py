@@ -214,6 +214,7 @@ def test_ssvm_train_hide_labels_on_ud_ewt_spans(tmp_path, capsys):
                  "--lam", "0.01", "--passes", "3", "--gap-check", "3", "--latent-outer", "2", "--out", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "training gold spans hidden (seed 2)" in printed and "CCCP:" in printed
+    assert "test labeled bracket F1:" in printed
     hidden = json.loads((out / "hidden.json").read_text())
     config = json.loads((out / "config.json").read_text())
     assert hidden["unit"] == "span rows" and len(hidden["hidden"]) == round(0.5 * hidden["positions"])

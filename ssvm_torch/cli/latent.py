@@ -31,7 +31,7 @@ from ..models.constituency import ConstituencyModel
 from ..models.dependency import DependencyModel
 from ..models.semimarkov import SemiMarkovModel
 from .interrupts import stop_on_signal
-from .results import save_results
+from .results import print_test_figures, save_results
 
 
 def check_options(args, launched_by_torchrun: bool) -> None:
@@ -102,8 +102,7 @@ def run_latent(args, cfg, task, lam: float, run_dir, featurization: dict) -> dic
     if speak:
         print(f"CCCP: {len(records) - 1} outer steps, objective {records[0]['objective']:.6f} -> "
               f"{final['objective']:.6f} ({time.perf_counter() - t0:.1f} s)")
-        print(f"test error: {final['test_error']:.4f} ({task.error_name}); "
-              f"{task.position_name}: {final['test_position_error']:.4f}")
+        print_test_figures(final, task)
         print(f"wrote {out / 'latent.json'}, {out / 'hidden.json'}, {out / 'history.json'} and {out / 'model.pt'}")
     if requested():
         raise RunInterrupted(f"interrupted after outer step {records[-1]['outer']}: wrote {out / 'latent.json'} and "

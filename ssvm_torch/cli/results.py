@@ -11,6 +11,21 @@ from ..errors import SSVMInputError
 from ..outputs import save_history, save_model, save_predictions
 
 
+def print_test_figures(last: dict, task) -> None:
+    """The run's test figures, as every ssvm-train run prints them: the error and the position error, then the
+    task's own (labeled bracket F1, chunk F1, UAS / LAS) where its records hold them."""
+    print(f"test error: {last['test_error']:.4f} ({task.error_name}); "
+          f"{task.position_name}: {last['test_position_error']:.4f}")
+    if "test_unlabeled_f1" in last:
+        print(f"test labeled bracket F1: {last['test_f1']:.2f}, unlabeled: {last['test_unlabeled_f1']:.2f} "
+              "(debinarized trees, evalb's counts: one-word spans not counted)")
+    elif "test_f1" in last:
+        print(f"test chunk F1: {last['test_f1']:.2f}")
+    if "test_uas" in last:
+        print(f"test UAS: {last['test_uas']:.2f}, LAS: {last['test_las']:.2f} (every word, punctuation included; "
+              "LAS on the universal relations)")
+
+
 def every_kth_check(evaluate, every: int, records):
     """``evaluate`` (w -> the task's errors) at the exact checks whose index is a multiple of ``every`` (the
     first check included; 0: at none), ``{}`` at the others. ``records()`` is the index of the record being

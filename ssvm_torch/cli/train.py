@@ -40,7 +40,7 @@ from ..ud_tasks import TREE_KINDS
 from .grid import select_on_dev
 from .interrupts import stop_on_signal
 from .latent import check_options as check_latent_options, run_latent
-from .results import evaluate_final_record, every_kth_check, save_results, write_certified
+from .results import evaluate_final_record, every_kth_check, print_test_figures, save_results, write_certified
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -401,16 +401,7 @@ def _train(args, cfg: SolverConfig, device, dtype, run_dir: RunDir | None) -> di
         if "cache_hit_rate" in last:
             print(f"steps: {last['fw_steps']} FW, {last['pairwise_steps']} pairwise, {last['away_steps']} away, "
                   f"{last['drop_steps']} drop; cache hit rate {last['cache_hit_rate']:.3f}")
-        print(f"test error: {last['test_error']:.4f} ({task.error_name}); "
-              f"{task.position_name}: {last['test_position_error']:.4f}")
-        if "test_unlabeled_f1" in last:
-            print(f"test labeled bracket F1: {last['test_f1']:.2f}, unlabeled: {last['test_unlabeled_f1']:.2f} "
-                  "(debinarized trees, evalb's counts: one-word spans not counted)")
-        elif "test_f1" in last:
-            print(f"test chunk F1: {last['test_f1']:.2f}")
-        if "test_uas" in last:
-            print(f"test UAS: {last['test_uas']:.2f}, LAS: {last['test_las']:.2f} (every word, punctuation included; "
-                  "LAS on the universal relations)")
+        print_test_figures(last, task)
         print(f"wrote {out / 'history.json'} and {out / 'model.pt'}"
               + (f" and {out / 'test_predictions.json'}" if task.predictions is not None else ""))
     if interrupted:
