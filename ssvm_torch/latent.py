@@ -40,7 +40,8 @@ Dependency trees (:class:`~ssvm_torch.models.dependency.DependencyModel`) train 
 (``DependencyData.observed``): C_i holds the trees that keep every observed head, Delta_i counts the observed
 words with another head (an unobserved word's arcs cost nothing), the completion is the decoder with every other
 head of an observed word at -inf (``DependencyModel.complete``), the inner problem the tree store
-(stores/tree.py, every solver, EG and the dual extragradient included), and the start w = 0.
+(stores/tree.py, every solver, EG and the dual extragradient included), and the start the SSVM of the observed
+arcs (:func:`arc_start`: the arcs into unobserved words carry no features, so they are free in every tree).
 """
 from __future__ import annotations
 
@@ -51,7 +52,7 @@ import torch
 from .data.partial import hidden_positions
 from .data.span_data import SpanData
 from .data.trees import DependencyData
-from .data.types import ChainData, csr_rows
+from .data.types import ChainData, csr_rows, ptr_rows
 from .errors import SSVMInputError, check, check_positive
 from .models.chain import ChainModel
 from .models.constituency import ConstituencyModel
@@ -159,6 +160,33 @@ def letter_start(model, data: ChainData, lam: float, config: SolverConfig = LETT
     return w
 
 
+def observed_arcs(data: DependencyData) -> DependencyData:
+    """``data`` with no features on the arcs into unobserved words and none on the head tokens (a head token's
+    features reach every arc it heads, observed or not): the data of :func:`arc_start`."""
+    rows = torch.repeat_interleave(torch.arange(data.n, device=data.device), data.lengths * data.lengths)
+    k = torch.arange(int(data.arc_off[-1]), device=data.device) - data.arc_off[rows]
+    word = data.offsets[rows] + torch.div(k, data.lengths[rows], rounding_mode="floor")   # arcs: modifier-major
+    seen = data.observed[word] if data.observed is not None else torch.ones_like(word, dtype=torch.bool)
+    counts, nz = ptr_rows(data.ptr, torch.nonzero(seen)[:, 0])
+    kept = torch.zeros_like(rows).index_put_((torch.nonzero(seen)[:, 0],), counts)
+    ptr = torch.nn.functional.pad(torch.cumsum(kept, 0), (1, 0))
+    no_tokens = torch.zeros(data.tok_ptr.shape[0], dtype=torch.int64, device=data.device)
+    return DependencyData(data.offsets, data.heads, data.labels, data.arc_off, ptr, data.ids[nz], data.n_features,
+                          data.name, dict(data.meta), no_tokens, data.tok_ids[:0], data.observed)
+
+
+def arc_start(model: DependencyModel, data: DependencyData, lam: float, config: SolverConfig = LETTERS) -> torch.Tensor:
+    """w0 of CCCP for dependency trees: the SSVM of the observed arcs (:func:`observed_arcs`: the arcs into
+    unobserved words score 0 whatever w, so the trees that keep the observed heads differ only in those free
+    arcs and the completion does not matter), trained with ``config``; the convex counterpart of the chains'
+    letter-wise start. Head-token weights start at 0."""
+    stripped = observed_arcs(data)
+    store = make_store(model, stripped, lam)
+    solver = Solver(store, config)
+    solver.run()
+    return solver.model_point()[0].detach().to(torch.float64).clone()
+
+
 def complete(model, w: torch.Tensor, data: ChainData) -> torch.Tensor:
     """h_i = argmax over the labelings agreeing with the observed labels of <w, phi(x_i, h)> for every
     sequence (the CCCP completion): the model's own constrained decoding (``ChainModel.complete``: Viterbi with
@@ -207,13 +235,26 @@ def check_inner(model, data, lam: float, config: SolverConfig) -> None:
                                                                first)), lam), config)
 
 
+def check_start(model, w0) -> None:
+    """Refuse by name a named start ``w0`` that this model has not (:func:`train_latent`)."""
+    if not isinstance(w0, str):
+        return
+    check(w0 in ("auto", "letters", "arcs"), "w0", "a vector, 'auto', 'letters', 'arcs' or None", repr(w0))
+    trees = isinstance(model, (ConstituencyModel, DependencyModel))
+    check(not (trees and w0 == "letters"), "w0", f"a vector, 'auto', 'arcs' (dependency trees) or None for a "
+          f"{type(model).__name__} (the letter-wise start is the chains')", repr(w0))
+    check(w0 != "arcs" or isinstance(model, DependencyModel), "w0", "'arcs' for a DependencyModel only",
+          type(model).__name__)
+
+
 def train_latent(model, data, lam: float, config: SolverConfig | None = None,
                  max_outer: int = 20, tol: float = 1e-6, w0: torch.Tensor | str | None = "auto",
                  progress=None, interrupt=None, evaluate=None) -> tuple[torch.Tensor, list]:
     """CCCP for the latent SSVM (module docstring): returns (w of the lowest objective, records).
     ``config``: the inner solver (default :data:`INNER`: BCFW with gap sampling, pairwise steps and the
     cache, 100 passes); ``w0``: the start, a vector, ``"letters"`` (:func:`letter_start`: chains and
-    segmentations), None (0) or ``"auto"`` (letters for chains and segmentations, 0 for trees);
+    segmentations), ``"arcs"`` (:func:`arc_start`: dependency trees), None (0) or ``"auto"`` (letters for chains and
+    segmentations, arcs for dependency trees, 0 for constituency trees);
     ``tol``: the least decrease of J for another outer step; ``progress(record)`` after each step;
     ``interrupt()`` (optional, polled by the inner solver at its gap checks): True ends the run after
     the current outer step; ``evaluate(w)`` (optional): a dict merged into each record, of the record's
@@ -227,11 +268,12 @@ def train_latent(model, data, lam: float, config: SolverConfig | None = None,
     check_inner(model, data, lam, config)
     t0 = time.perf_counter()
     if isinstance(w0, str):
-        check(w0 in ("auto", "letters"), "w0", "a vector, 'auto', 'letters' or None", repr(w0))
+        check_start(model, w0)
         trees = isinstance(model, (ConstituencyModel, DependencyModel))
-        check(not (trees and w0 == "letters"), "w0", f"a vector, 'auto' or None for a {type(model).__name__} (the "
-              "letter-wise start is the chains')", repr(w0))
-        w = torch.zeros(model.d, dtype=torch.float64) if trees else letter_start(model, data, lam)
+        if w0 == "arcs" or (w0 == "auto" and isinstance(model, DependencyModel)):
+            w = arc_start(model, data, lam)
+        else:
+            w = torch.zeros(model.d, dtype=torch.float64) if trees else letter_start(model, data, lam)
     else:
         w = torch.zeros(model.d, dtype=torch.float64) if w0 is None else w0.detach().to(torch.float64).clone()
     check(w.shape == (model.d,), "w0", f"a vector of d = {model.d}", tuple(w.shape))

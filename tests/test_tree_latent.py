@@ -18,7 +18,7 @@ from ssvm_torch.solvers import make_solver
 from ssvm_torch.data.partial import hidden_positions
 from ssvm_torch.data.trees import DependencyData
 from ssvm_torch.errors import SSVMInputError
-from ssvm_torch.latent import hide_heads, hide_labels, latent_objective, train_latent
+from ssvm_torch.latent import arc_start, hide_heads, hide_labels, latent_objective, observed_arcs, train_latent
 from ssvm_torch.models import DependencyModel
 
 LAM = 0.05
@@ -141,12 +141,45 @@ def test_latent_objective_and_cccp_against_enumeration():
     H, HC, _ = _brute(model, data, w)
     J, _ = latent_objective(model, data, LAM, w)
     assert J == pytest.approx(LAM / 2 * float(w @ w) + float((H - HC).mean()), abs=1e-10)
-    w_out, records = train_latent(model, data, LAM, SolverConfig(passes=100, gap_check=50), max_outer=4)
+    w_out, records = train_latent(model, data, LAM, SolverConfig(passes=100, gap_check=50), max_outer=4, w0=None)
     objectives = [r["objective"] for r in records]
     assert all(b <= a for a, b in zip(objectives, objectives[1:])) and objectives[-1] < objectives[0]
     H, HC, _ = _brute(model, data, w_out)
     assert records[-1]["objective"] == pytest.approx(LAM / 2 * float(w_out @ w_out) + float((H - HC).mean()),
                                                      abs=1e-9)
+
+
+def test_the_observed_arcs_start_against_enumeration():
+    """observed_arcs strips the features of the arcs into unobserved words and the head tokens' (the others kept);
+    arc_start's SSVM on it certifies lam/2 |w|^2 + mean_i max_y [sum over observed m of theta(y_m -> m) + Delta_O(y)]
+    - the same sum for the observed heads, enumerated; train_latent's default start for a DependencyModel is it."""
+    model, data, hidden = _partial(11, 0.5)
+    stripped = observed_arcs(hidden)
+    rows = torch.repeat_interleave(torch.arange(data.n), data.lengths * data.lengths)
+    k = torch.arange(int(data.arc_off[-1])) - data.arc_off[rows]
+    word = data.offsets[rows] + torch.div(k, data.lengths[rows], rounding_mode="floor")
+    counts, kept = hidden.ptr[1:] - hidden.ptr[:-1], stripped.ptr[1:] - stripped.ptr[:-1]
+    assert torch.equal(kept, torch.where(hidden.observed[word], counts, torch.zeros_like(counts)))
+    for a in torch.nonzero(hidden.observed[word])[:, 0].tolist():
+        assert torch.equal(stripped.ids[stripped.ptr[a]:stripped.ptr[a + 1]], hidden.ids[hidden.ptr[a]:hidden.ptr[a + 1]])
+    assert int(stripped.tok_ptr[-1]) == 0
+    w = arc_start(model, hidden, LAM)
+    total = 0.0
+    for i in range(data.n):
+        n = int(data.lengths[i])
+        trees, _, delta, _, space = _enumerate(model, hidden, i, w)
+        S = model.scores(w, stripped, [i])[0].numpy()
+        scores = tree_scores(S, trees)
+        gold = hidden.padded_heads([i])[0].numpy()
+        g = int(np.nonzero((trees == gold[None, :n + 1]).all(1))[0][0])
+        space[g] = True
+        total += float(np.max(np.where(space, scores + delta, -np.inf)) - scores[g])
+    primal = LAM / 2 * float(w @ w) + total / data.n
+    store = make_store(model, stripped, LAM)
+    store.set_point(w, 0.0)
+    assert float(store.gap_pass().H.mean()) + LAM / 2 * float(w @ w) == pytest.approx(primal, abs=1e-10)
+    _, records = train_latent(model, hidden, LAM, SolverConfig(passes=5, gap_check=5), max_outer=1)
+    assert records[0]["objective"] == pytest.approx(latent_objective(model, hidden, LAM, w)[0], abs=1e-12)
 
 
 def test_hiding_heads_leaks_nothing():
@@ -177,6 +210,10 @@ def test_refusals_name_the_field():
         hidden.with_heads(bad)
     with pytest.raises(SSVMInputError, match="w0"):
         train_latent(model, hidden, LAM, w0="letters")
+    with pytest.raises(SSVMInputError, match="'arcs' for a DependencyModel only"):
+        from ssvm_torch.latent import check_start
+        from ssvm_torch.models import ConstituencyModel
+        check_start(ConstituencyModel(3, 2), "arcs")
     with pytest.raises(SSVMInputError, match="hide_labels"):
         hide_heads(data, -0.1, 0)
 
@@ -185,9 +222,10 @@ def test_ssvm_train_hide_labels_on_ud_ewt(tmp_path, capsys):
     from ssvm_torch.cli.train import main
     out = tmp_path / "run"
     assert main(["--dataset", "ud-ewt", "--train-size", "60", "--hide-labels", "0.5", "--lam", "0.01", "--passes", "3",
-                 "--gap-check", "3", "--latent-outer", "2", "--out", str(out)]) == 0
+                 "--gap-check", "3", "--latent-outer", "2", "--latent-start", "zeros", "--out", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "training heads hidden (seed 0)" in printed and "CCCP:" in printed
+    assert json.loads((out / "config.json").read_text())["latent_start"] == "zeros"
     hidden = json.loads((out / "hidden.json").read_text())
     assert hidden["unit"] == "words" and len(hidden["hidden"]) == round(0.5 * hidden["positions"])
     records = json.loads((out / "latent.json").read_text())

@@ -25,7 +25,7 @@ from ..data.span_data import SpanData
 from ..data.trees import DependencyData
 from ..data.types import ChainData
 from ..errors import RunInterrupted, SSVMInputError
-from ..latent import INNER_SOLVERS, check_inner, hide_heads, hide_labels, train_latent
+from ..latent import INNER_SOLVERS, check_inner, check_start, hide_heads, hide_labels, train_latent
 from ..models.chain import ChainModel
 from ..models.constituency import ConstituencyModel
 from ..models.dependency import DependencyModel
@@ -65,6 +65,7 @@ def run_latent(args, cfg, task, lam: float, run_dir, featurization: dict) -> dic
     hidden = hide_heads(train, args.hide_labels, args.hide_seed, model.projective) if heads else \
         hide_labels(train, args.hide_labels, args.hide_seed)
     check_inner(model, hidden, lam, cfg)                # a solver the store cannot run: refused before any write
+    check_start(model, None if args.latent_start == "zeros" else args.latent_start)
     positions = torch.nonzero(~hidden.observed)[:, 0].tolist()
     total = hidden.spans.shape[0] if spans else len(hidden.heads) if heads else len(hidden.Y)
     unit = "gold spans" if spans else "heads" if heads else "labels"
@@ -73,6 +74,7 @@ def run_latent(args, cfg, task, lam: float, run_dir, featurization: dict) -> dic
     run_dir.write_config({"command": "ssvm-train", "dataset": args.dataset, "train_size": args.train_size,
                           **featurization, "lam": lam, "hide_labels": args.hide_labels, "hide_seed": args.hide_seed,
                           "hidden_positions": len(positions), "latent_outer": args.latent_outer,
+                          "latent_start": args.latent_start,
                           "device": "cpu", "dtype": "float64", "kernels": args.kernels, "solver": asdict(cfg)})
     atomic_write_bytes(out / "hidden.json", json.dumps({"fraction": args.hide_labels, "seed": args.hide_seed,
                                                         "positions": total, "unit": "span rows" if spans else
@@ -94,7 +96,8 @@ def run_latent(args, cfg, task, lam: float, run_dir, featurization: dict) -> dic
     t0 = time.perf_counter()
     with stop_on_signal("ssvm-train", stopping="stopping at the next outer step's end") as requested:
         w, records = train_latent(model, hidden, lam, cfg, max_outer=args.latent_outer, progress=progress,
-                                  interrupt=requested, evaluate=task.evaluate)
+                                  interrupt=requested, evaluate=task.evaluate,
+                                  w0=None if args.latent_start == "zeros" else args.latent_start)
     atomic_write_bytes(out / "latent.json", json.dumps(records, indent=1).encode())
     final = records[-1]                     # evaluated at the returned model (the lowest objective)
     save_results(out, records, w, final.get("ell", math.nan), lam, args.dataset, task.describe(),

@@ -164,6 +164,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "(docs/latent.md); None = every label seen")
     p.add_argument("--hide-seed", type=int, default=0, help="the seed of the hidden positions (--hide-labels)")
     p.add_argument("--latent-outer", type=int, default=20, help="at most this many CCCP steps (--hide-labels)")
+    p.add_argument("--latent-start", choices=("auto", "letters", "arcs", "zeros"), default="auto",
+                   help="CCCP's start (--hide-labels): auto = letters for chains and segments, arcs (the SSVM of the "
+                        "observed arcs) for dependency trees, zeros for constituency trees (docs/latent.md)")
     p.add_argument("--out", default="runs/latest", help="output directory (refused if it holds another run)")
     p.add_argument("--overwrite", action="store_true", help="replace the run already in --out")
     p.add_argument("--checkpoint", action="store_true", help="save the solver state at every gap check")
