@@ -37,7 +37,9 @@ def summarize(run: Path) -> dict:
             step.update(test_uas=100.0 * (1.0 - r["test_error"]))
         steps.append(step)
     metric = "test_f1" if spans else "test_uas"
-    return {"run": run.name, "dataset": config["dataset"], "hide_labels": config["hide_labels"],
+    # runs made before --latent-start existed (config.json without it) started at w = 0
+    start = config.get("latent_start", "zeros")
+    return {"run": run.name, "dataset": config["dataset"], "start": start, "hide_labels": config["hide_labels"],
             "hide_seed": config["hide_seed"], "hidden": config["hidden_positions"], "lam": config["lam"],
             "inner": config["solver"], "steps": steps, "metric": metric, "first_step": steps[1][metric],
             "final": steps[-1][metric], "objective": [steps[0]["objective"], steps[-1]["objective"]],
@@ -53,8 +55,8 @@ def main(argv=None) -> int:
     out = {"machine": {"python": platform.python_version(), "processor": platform.processor() or platform.machine()},
            "runs": [summarize(r) for r in args.runs]}
     for run, s in zip(args.runs, out["runs"]):
-        print(f"{s['dataset']:13s} {s['run']:8s} hidden {s['hide_labels']:.0%} ({s['hidden']:,}): {s['metric']} "
-              f"{s['first_step']:.2f} after one CCCP step -> {s['final']:.2f} after {len(s['steps']) - 1}; J "
+        print(f"{s['dataset']:13s} {s['run']:9s} start {s['start']:5s} hidden {s['hide_labels']:.0%} ({s['hidden']:,}): "
+              f"{s['metric']} {s['steps'][0][s['metric']]:.2f} at the start, {s['first_step']:.2f} after one CCCP step -> {s['final']:.2f} after {len(s['steps']) - 1}; J "
               f"{s['objective'][0]:.4f} -> {s['objective'][1]:.4f}; {s['seconds']:.0f} s")
         if args.copy:
             target = args.copy / run.name
