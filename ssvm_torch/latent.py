@@ -66,7 +66,8 @@ def hide_labels(data, fraction: float, seed: int):
     """``data`` with ``round(fraction * N)`` of its N positions unobserved, chosen uniformly by
     ``seed`` (torch's CPU generator: the same positions on every machine); their labels are replaced
     by 0 (a placeholder completion) so that nothing downstream can read them. A :class:`SpanData` hides
-    ``round(fraction * S)`` of its S spans (:func:`hide_brackets`)."""
+    ``round(fraction * S)`` of its S spans (:func:`hide_brackets`), a :class:`DependencyData` the heads of
+    ``round(fraction * W)`` of its W words (:func:`hide_heads`, the projective decoder's placeholder)."""
     if isinstance(data, SpanData):
         return hide_brackets(data, fraction, seed)
     if isinstance(data, DependencyData):
@@ -192,13 +193,15 @@ def complete(model, w: torch.Tensor, data: ChainData) -> torch.Tensor:
     sequence (the CCCP completion): the model's own constrained decoding (``ChainModel.complete``: Viterbi with
     every other label at an observed position at -inf; ``SemiMarkovModel.complete``: the best segmentation
     agreeing with every observed state); ragged (N,) labels, equal to ``data.Y`` at the observed positions.
-    ``ConstituencyModel.complete``: the best tree holding every observed bracket, as stacked (S, 3) span rows."""
+    ``ConstituencyModel.complete``: the best tree holding every observed bracket, as stacked (S, 3) span rows;
+    ``DependencyModel.complete``: the best tree keeping every observed head, as flat (W,) heads."""
     return model.complete(w, data)
 
 
 def with_labels(data, labels: torch.Tensor):
     """``data`` with ``Y`` = ``labels`` (a completion); the observed positions keep their labels. A
-    :class:`SpanData` takes the completion's trees (``SpanData.with_trees``)."""
+    :class:`SpanData` takes the completion's trees (``SpanData.with_trees``), a :class:`DependencyData` its heads
+    (``DependencyData.with_heads``)."""
     if isinstance(data, SpanData):
         return data.with_trees(labels)
     if isinstance(data, DependencyData):
