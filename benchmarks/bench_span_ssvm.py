@@ -41,6 +41,9 @@ import torch
 from ssvm_torch import make_store
 from ssvm_torch.tasks import load_task
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_store_versions import timed_run  # noqa: E402
+
 
 def steps(stores: dict, blocks: list) -> dict:
     """Seconds of each block step of each store, the stores alternated block by block."""
@@ -88,14 +91,9 @@ def versions(before: Path, commit: str, train_size: int, passes: int, repeats: i
     solver_s, hinge_s, gaps = {k: [] for k in packages}, {k: [] for k in packages}, {}
     for r in range(repeats + 1):                        # repeat 0 warms up (numba's compiles): not recorded
         for tag, pkg in packages.items():
-            solvers = importlib.import_module(f"{pkg.__name__}.solvers")
-            store = tasks[tag].store(1.0 / tasks[tag].n_train)
-            config = solvers.SolverConfig(solver="bcfw", sampling="gap", passes=passes, gap_check=1, seed=0)
-            t0 = time.perf_counter()
-            hist = solvers.make_solver(store, config).run()
+            elapsed, gaps[tag] = timed_run(pkg, tasks[tag], 1.0 / tasks[tag].n_train, passes)
             if r:
-                solver_s[tag].append(time.perf_counter() - t0)
-            gaps[tag] = hist[-1]["gap"]
+                solver_s[tag].append(elapsed)
 
             def hinge():
                 x = S.clone().requires_grad_(True)

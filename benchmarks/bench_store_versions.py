@@ -25,6 +25,17 @@ import torch
 from ssvm_torch.atomic import atomic_write_bytes
 
 
+def timed_run(package, problem, lam: float, passes: int) -> tuple[float, float]:
+    """(seconds, final gap) of ``passes`` passes of BCFW with gap sampling and the exact gap every pass on
+    ``problem``'s store, through ``package``'s ``make_solver`` (this package or an earlier one)."""
+    solvers = importlib.import_module(f"{package.__name__}.solvers")
+    config = solvers.SolverConfig(solver="bcfw", sampling="gap", passes=passes, gap_check=1, seed=0)
+    store = problem.store(lam)
+    t0 = time.perf_counter()
+    hist = solvers.make_solver(store, config).run()
+    return time.perf_counter() - t0, hist[-1]["gap"]
+
+
 def versions(task: str, before: Path, commit: str, train_size: int, passes: int, repeats: int,
              lam: float | None) -> dict:
     sys.path.insert(0, str(before))
@@ -34,15 +45,10 @@ def versions(task: str, before: Path, commit: str, train_size: int, passes: int,
     seconds, gaps = {k: [] for k in packages}, {}
     for r in range(repeats + 1):
         for tag, pkg in packages.items():
-            solvers = importlib.import_module(f"{pkg.__name__}.solvers")
             problem = problems[tag]
-            store = problem.store(lam if lam is not None else 1.0 / problem.n_train)
-            config = solvers.SolverConfig(solver="bcfw", sampling="gap", passes=passes, gap_check=1, seed=0)
-            t0 = time.perf_counter()
-            hist = solvers.make_solver(store, config).run()
+            elapsed, gaps[tag] = timed_run(pkg, problem, lam if lam is not None else 1.0 / problem.n_train, passes)
             if r:
-                seconds[tag].append(time.perf_counter() - t0)
-            gaps[tag] = hist[-1]["gap"]
+                seconds[tag].append(elapsed)
     if abs(gaps["before"] - gaps["now"]) > 1e-9 * max(1.0, abs(gaps["now"])):
         raise SystemExit(f"the two versions' runs end at different gaps: {gaps}")
     med = {k: statistics.median(v) for k, v in seconds.items()}
