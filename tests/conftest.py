@@ -113,6 +113,37 @@ def assert_tau_one_takes_bcfw_steps(make_store_fn, seed: int = 7):
     assert s2 == pytest.approx(s1, rel=1e-9)
 
 
+def assert_certified(hist, store, lam, H):
+    """The last record of a solver run on ``store`` is certified by an independent primal: its primal is
+    lam/2 |w|^2 + mean(H) (H_i computed outside the store, e.g. by enumeration), its gap that primal minus the
+    store's dual; and the run lowered the gap."""
+    w = store.w
+    primal = lam / 2 * float(w @ w) + float(H.mean())
+    dual = store.ell - lam / 2 * float(w @ w)
+    last = hist[-1]
+    assert last.get("primal_last", last["primal"]) == pytest.approx(primal, abs=1e-10)
+    assert last.get("gap_last", last["gap"]) == pytest.approx(primal - dual, abs=1e-10)
+    assert hist[0]["gap"] > last["gap"] >= -1e-12
+
+
+def same_bcfw_runs(model, data_a, data_b, lam, kernels) -> bool:
+    """Whether BCFW with gap sampling walks the same trajectory, bit for bit (final w and every recorded gap), on
+    the stores of two data sets."""
+    from ssvm_torch import Solver, SolverConfig, make_store
+    runs = []
+    for d in (data_a, data_b):
+        store = make_store(model, d, lam, kernels=kernels)
+        hist = Solver(store, SolverConfig(solver="bcfw", sampling="gap", passes=4, gap_check=2, seed=1)).run()
+        runs.append((store.w.clone(), [r["gap"] for r in hist]))
+    return torch.equal(runs[0][0], runs[1][0]) and runs[0][1] == runs[1][1]
+
+
+def assert_descends(records):
+    """CCCP's records: the objective never rises and ends below where it began."""
+    objectives = [r["objective"] for r in records]
+    assert all(b <= a for a, b in zip(objectives, objectives[1:])) and objectives[-1] < objectives[0]
+
+
 def without_time(history):
     """A run's records without their seconds: what a resumed run must repeat exactly."""
     return [{k: v for k, v in r.items() if k != "time_s"} for r in history]

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import all_labeled_trees, random_span_data
+from conftest import all_labeled_trees, assert_certified, assert_descends, random_span_data, same_bcfw_runs
 from ssvm_torch import Solver, SolverConfig, make_store
 from ssvm_torch.data.partial import hidden_positions
 from ssvm_torch.data.span_data import SpanData
@@ -109,14 +109,8 @@ def test_bcfw_on_partial_brackets_certifies_an_independent_gap(kernels):
     config = SolverConfig(solver="bcfw", sampling="gap", passes=8, gap_check=4, seed=0)
     store = make_store(model, data, LAM, kernels=kernels)
     hist = Solver(store, config).run()
-    w = store.w.clone()
-    H, _, _, _ = _brute(model, data, w)
-    primal = LAM / 2 * float(w @ w) + float(H.mean())
-    dual = store.ell - LAM / 2 * float(w @ w)
-    last = hist[-1]
-    assert last.get("primal_last", last["primal"]) == pytest.approx(primal, abs=1e-10)
-    assert last.get("gap_last", last["gap"]) == pytest.approx(primal - dual, abs=1e-10)
-    assert hist[0]["gap"] > last["gap"] >= -1e-12
+    H, _, _, _ = _brute(model, data, store.w.clone())
+    assert_certified(hist, store, LAM, H)
     other = make_store(model, data, LAM, kernels="torch" if kernels == "numba" else "numba")
     Solver(other, config).run()
     assert torch.allclose(other.w, store.w, atol=1e-10)
@@ -128,12 +122,7 @@ def test_every_span_observed_is_the_full_store_bit_for_bit(kernels):
     flagged = SpanData(data.offsets, data.fptr, data.fidx, data.spans, data.n_features, data.n_labels,
                        observed=torch.ones(data.spans.shape[0], dtype=torch.bool))
     assert not flagged.partial
-    runs = []
-    for d in (data, flagged):
-        store = make_store(model, d, LAM, kernels=kernels)
-        hist = Solver(store, SolverConfig(solver="bcfw", sampling="gap", passes=4, gap_check=2, seed=1)).run()
-        runs.append((store.w.clone(), [r["gap"] for r in hist]))
-    assert torch.equal(runs[0][0], runs[1][0]) and runs[0][1] == runs[1][1]
+    assert same_bcfw_runs(model, data, flagged, LAM, kernels)
 
 
 def test_latent_objective_and_cccp_against_enumeration():
@@ -147,9 +136,7 @@ def test_latent_objective_and_cccp_against_enumeration():
     kept = []
     w_out, records = train_latent(model, data, LAM, SolverConfig(passes=30, gap_check=10), max_outer=4,
                                   evaluate=lambda v: kept.append(v.clone()) or {})
-    objectives = [r["objective"] for r in records]
-    assert all(b <= a for a, b in zip(objectives, objectives[1:]))
-    assert objectives[-1] < objectives[0]
+    assert_descends(records)
     H, _, HC, _ = _brute(model, data, w_out)
     assert records[-1]["objective"] == pytest.approx(LAM / 2 * float(w_out @ w_out) + float((H - HC).mean()),
                                                      abs=1e-9)
@@ -220,8 +207,7 @@ def test_ssvm_train_hide_labels_on_ud_ewt_spans(tmp_path, capsys):
     assert hidden["unit"] == "span rows" and len(hidden["hidden"]) == round(0.5 * hidden["positions"])
     assert config["hidden_positions"] == len(hidden["hidden"]) and config["hide_labels"] == 0.5
     records = json.loads((out / "latent.json").read_text())
-    objectives = [r["objective"] for r in records]
-    assert all(b <= a for a, b in zip(objectives, objectives[1:])) and objectives[-1] < objectives[0]
+    assert_descends(records)
     assert 0.0 < records[-1]["test_f1"] <= 100.0
     assert load_model(out / "model.pt")["w"].shape[0] > 0
     # an inner solver the constituency store cannot run is refused by name before anything is written

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import random_dependency_data
+from conftest import assert_certified, assert_descends, random_dependency_data, same_bcfw_runs
 from tree_reference import all_trees, tree_scores
-from ssvm_torch import Solver, SolverConfig, make_store
+from ssvm_torch import SolverConfig, make_store
 from ssvm_torch.solvers import make_solver
 from ssvm_torch.data.partial import hidden_positions
 from ssvm_torch.data.trees import DependencyData
@@ -112,14 +112,8 @@ def test_solvers_on_partial_heads_certify_an_independent_gap(config):
     kernels = config.pop("kernels")
     store = make_store(model, data, LAM, kernels=kernels)
     hist = make_solver(store, SolverConfig(passes=6, gap_check=3, seed=0, **config)).run()
-    w = store.w.clone()
-    H, _, _ = _brute(model, data, w)
-    primal = LAM / 2 * float(w @ w) + float(H.mean())
-    dual = store.ell - LAM / 2 * float(w @ w)
-    last = hist[-1]
-    assert last.get("primal_last", last["primal"]) == pytest.approx(primal, abs=1e-10)
-    assert last.get("gap_last", last["gap"]) == pytest.approx(primal - dual, abs=1e-10)
-    assert hist[0]["gap"] > last["gap"] >= -1e-12
+    H, _, _ = _brute(model, data, store.w.clone())
+    assert_certified(hist, store, LAM, H)
 
 
 @pytest.mark.parametrize("kernels", ["numba", "torch"])
@@ -127,12 +121,7 @@ def test_every_head_observed_is_the_full_store_bit_for_bit(kernels):
     model, data, _ = _partial(6)
     flagged = _rebuild(data, observed=torch.ones(data.heads.shape[0], dtype=torch.bool))
     assert not flagged.partial
-    runs = []
-    for d in (data, flagged):
-        store = make_store(model, d, LAM, kernels=kernels)
-        hist = Solver(store, SolverConfig(solver="bcfw", sampling="gap", passes=4, gap_check=2, seed=1)).run()
-        runs.append((store.w.clone(), [r["gap"] for r in hist]))
-    assert torch.equal(runs[0][0], runs[1][0]) and runs[0][1] == runs[1][1]
+    assert same_bcfw_runs(model, data, flagged, LAM, kernels)
 
 
 def test_latent_objective_and_cccp_against_enumeration():
@@ -142,8 +131,7 @@ def test_latent_objective_and_cccp_against_enumeration():
     J, _ = latent_objective(model, data, LAM, w)
     assert J == pytest.approx(LAM / 2 * float(w @ w) + float((H - HC).mean()), abs=1e-10)
     w_out, records = train_latent(model, data, LAM, SolverConfig(passes=100, gap_check=50), max_outer=4, w0=None)
-    objectives = [r["objective"] for r in records]
-    assert all(b <= a for a, b in zip(objectives, objectives[1:])) and objectives[-1] < objectives[0]
+    assert_descends(records)
     H, HC, _ = _brute(model, data, w_out)
     assert records[-1]["objective"] == pytest.approx(LAM / 2 * float(w_out @ w_out) + float((H - HC).mean()),
                                                      abs=1e-9)
@@ -229,6 +217,5 @@ def test_ssvm_train_hide_labels_on_ud_ewt(tmp_path, capsys):
     hidden = json.loads((out / "hidden.json").read_text())
     assert hidden["unit"] == "words" and len(hidden["hidden"]) == round(0.5 * hidden["positions"])
     records = json.loads((out / "latent.json").read_text())
-    objectives = [r["objective"] for r in records]
-    assert all(b <= a for a, b in zip(objectives, objectives[1:])) and objectives[-1] < objectives[0]
+    assert_descends(records)
     assert 0.0 < records[-1]["test_error"] < 1.0
