@@ -73,13 +73,17 @@ def hide_labels(data, fraction: float, seed: int):
     if isinstance(data, DependencyData):
         return hide_heads(data, fraction, seed)
     check(isinstance(data, ChainData), "data", "a ChainData, a SpanData or a DependencyData", type(data).__name__)
-    observed = ~hidden_positions(data.Y.shape[0], fraction, int(seed), ("hide_labels", "hide_seed"))
-    if data.observed is not None:
-        observed &= data.observed.cpu()
-    observed = observed.to(data.Y.device)
+    observed = _kept(data.Y.shape[0], fraction, seed, data.observed).to(data.Y.device)
     Y = torch.where(observed, data.Y, torch.zeros_like(data.Y))
     return ChainData(data.X, Y, data.offsets, data.n_states, data.name, data.allow_unknown, dict(data.meta), data.E,
                      observed)
+
+
+def _kept(count: int, fraction: float, seed: int, observed: torch.Tensor | None) -> torch.Tensor:
+    """(count,) bool on the CPU: the parts left observed when ``round(fraction * count)`` are hidden by ``seed``
+    (:func:`~ssvm_torch.data.partial.hidden_positions`) and those already unobserved stay so."""
+    kept = ~hidden_positions(count, fraction, int(seed), ("hide_labels", "hide_seed"))
+    return kept if observed is None else kept & observed.cpu()
 
 
 def hide_brackets(data: SpanData, fraction: float, seed: int) -> SpanData:
@@ -88,9 +92,7 @@ def hide_brackets(data: SpanData, fraction: float, seed: int) -> SpanData:
     completion at w = 0, the first of the trees that hold every observed bracket (ties of the constrained CKY, label
     0 on the hidden spans), so that nothing downstream can read the hidden spans."""
     check(isinstance(data, SpanData), "data", "a SpanData", type(data).__name__)
-    observed = ~hidden_positions(data.spans.shape[0], fraction, int(seed), ("hide_labels", "hide_seed"))
-    if data.observed is not None:
-        observed &= data.observed.cpu()
+    observed = _kept(data.spans.shape[0], fraction, seed, data.observed)
     masked = SpanData(data.offsets, data.fptr, data.fidx, data.spans, data.n_features, data.n_labels, data.name,
                       dict(data.meta), observed.to(data.device))
     placeholder = ConstituencyModel(data.n_features, data.n_labels, inside=False)
@@ -103,9 +105,7 @@ def hide_heads(data: DependencyData, fraction: float, seed: int, projective: boo
     ``projective`` decoder's ties that keeps every observed head), so that nothing downstream reads the hidden
     heads."""
     check(isinstance(data, DependencyData), "data", "a DependencyData", type(data).__name__)
-    observed = ~hidden_positions(data.heads.shape[0], fraction, int(seed), ("hide_labels", "hide_seed"))
-    if data.observed is not None:
-        observed &= data.observed.cpu()
+    observed = _kept(data.heads.shape[0], fraction, seed, data.observed)
     masked = DependencyData(data.offsets, data.heads, data.labels, data.arc_off, data.ptr, data.ids, data.n_features,
                             data.name, dict(data.meta), data.tok_ptr, data.tok_ids, observed.to(data.device))
     placeholder = DependencyModel(data.n_features, projective)
@@ -164,12 +164,11 @@ def letter_start(model, data: ChainData, lam: float, config: SolverConfig = LETT
 def observed_arcs(data: DependencyData) -> DependencyData:
     """``data`` with no features on the arcs into unobserved words and none on the head tokens (a head token's
     features reach every arc it heads, observed or not): the data of :func:`arc_start`."""
-    rows = torch.repeat_interleave(torch.arange(data.n, device=data.device), data.lengths * data.lengths)
-    k = torch.arange(int(data.arc_off[-1]), device=data.device) - data.arc_off[rows]
-    word = data.offsets[rows] + torch.div(k, data.lengths[rows], rounding_mode="floor")   # arcs: modifier-major
+    word = data.arc_words()
     seen = data.observed[word] if data.observed is not None else torch.ones_like(word, dtype=torch.bool)
-    counts, nz = ptr_rows(data.ptr, torch.nonzero(seen)[:, 0])
-    kept = torch.zeros_like(rows).index_put_((torch.nonzero(seen)[:, 0],), counts)
+    arcs = torch.nonzero(seen)[:, 0]
+    counts, nz = ptr_rows(data.ptr, arcs)
+    kept = torch.zeros_like(word).index_put_((arcs,), counts)
     ptr = torch.nn.functional.pad(torch.cumsum(kept, 0), (1, 0))
     no_tokens = torch.zeros(data.tok_ptr.shape[0], dtype=torch.int64, device=data.device)
     return DependencyData(data.offsets, data.heads, data.labels, data.arc_off, ptr, data.ids[nz], data.n_features,

@@ -91,6 +91,13 @@ class DependencyData(RaggedOffsets):
                   tuple(self.observed.shape) if isinstance(self.observed, torch.Tensor) else type(self.observed).__name__)
             self.observed = self.observed.to(self.offsets.device)
 
+    def arc_words(self) -> torch.Tensor:
+        """(A,) the word (an index into ``heads``) that each arc enters: arc k of sentence i is an arc into word
+        offsets[i] + k // n_i (modifier-major, the layout of ``arc_off``)."""
+        rows = torch.repeat_interleave(torch.arange(self.n, device=self.device), self.lengths * self.lengths)
+        k = torch.arange(int(self.arc_off[-1]), device=self.device) - self.arc_off[rows]
+        return self.offsets[rows] + torch.div(k, self.lengths[rows], rounding_mode="floor")
+
     @property
     def partial(self) -> bool:
         """Whether some word's head is unobserved."""

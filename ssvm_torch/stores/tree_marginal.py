@@ -114,10 +114,7 @@ class TreeMarginalMoves(MarginalMoves, RelaxedPasses):
         rows = torch.repeat_interleave(torch.arange(self.n, device=self.device), self.lengths * self.lengths)
         c = self.costs[rows].clone()
         c[self._gold_arcs()] = 0.0
-        # arc k of block i belongs to word offsets[i] + k // n_i (the store's order: modifier-major)
-        k = torch.arange(c.shape[0], device=self.device) - self.arc_off[rows]
-        word = self.offsets[rows] + torch.div(k, self.lengths[rows], rounding_mode="floor")
-        return c.masked_fill_(~self._observed_words()[word], 0.0)
+        return c.masked_fill_(~self._observed_words()[self.data.arc_words()], 0.0)
 
     def set_marginals(self, M: torch.Tensor, gamma: float = 1.0) -> None:
         self.M.mul_(1.0 - gamma).add_(M, alpha=gamma)               # in place: the numba views stay valid
