@@ -179,14 +179,14 @@ class SpanDual(SpanHostSteps, JointConstraints, ExpectedStatistics, TensorBlockS
             U = self.model.fence_potentials(w, self.data, idx)
         else:
             U = U_all[rows] * valid[..., None].to(self.dtype)
-        charts, gold = self._decode(idx, U, w, augment)
+        charts, observed = self._decode(idx, U, w, augment)
         lengths = self.lengths[idx]
         p, c = self.model.statistics(charts, lengths, self.dtype)
         mask = valid[..., None].to(self.dtype)
         Dp, Dc = p - self.P[rows] * mask, c - self.Gc[idx]
         b, i, j = (charts >= 0).nonzero(as_tuple=True)
         spans = torch.stack([i, j, charts[b, i, j]], 1)
-        loss = ops.missed_spans(charts, gold, lengths).to(self.dtype) * self.costs[idx]
+        loss = ops.missed_spans(charts, observed, lengths).to(self.dtype) * self.costs[idx]
         return {"spans": spans, "block": idx[b], "loss": loss, "dot": self._dot(Dp, Dc, U, w),
                 "margin": self._dot(p - self.P_gt[rows] * mask, c - self.G_gt[idx], U, w), "rows": rows[valid],
                 "Dp": Dp[valid], "Dc": Dc}
