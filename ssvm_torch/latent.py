@@ -45,6 +45,7 @@ arcs (:func:`arc_start`: the arcs into unobserved words carry no features, so th
 """
 from __future__ import annotations
 
+import json
 import time
 
 import torch
@@ -249,9 +250,14 @@ def check_start(model, w0) -> None:
           type(model).__name__)
 
 
+#: the format tag of :func:`train_latent`'s resumable state
+LATENT_STATE = "ssvm_torch.latent/1"
+
+
 def train_latent(model, data, lam: float, config: SolverConfig | None = None,
                  max_outer: int = 20, tol: float = 1e-6, w0: torch.Tensor | str | None = "auto",
-                 progress=None, interrupt=None, evaluate=None) -> tuple[torch.Tensor, list]:
+                 progress=None, interrupt=None, evaluate=None, checkpoint=None,
+                 resume: dict | None = None) -> tuple[torch.Tensor, list]:
     """CCCP for the latent SSVM (module docstring): returns (w of the lowest objective, records).
     ``config``: the inner solver (default :data:`INNER`: BCFW with gap sampling, pairwise steps and the
     cache, 100 passes); ``w0``: the start, a vector, ``"letters"`` (:func:`letter_start`: chains and
@@ -259,8 +265,16 @@ def train_latent(model, data, lam: float, config: SolverConfig | None = None,
     segmentations, arcs for dependency trees, 0 for constituency trees);
     ``tol``: the least decrease of J for another outer step; ``progress(record)`` after each step;
     ``interrupt()`` (optional, polled by the inner solver at its gap checks): True ends the run after
-    the current outer step; ``evaluate(w)`` (optional): a dict merged into each record, of the record's
-    model (the lowest-objective w so far). An accepted record's ``ell`` is its inner problem's dual ell."""
+    the current outer step, whose record then says ``"interrupted": True`` (its inner problem stopped early);
+    ``evaluate(w)`` (optional): a dict merged into each record, of the record's
+    model (the lowest-objective w so far). An accepted record's ``ell`` is its inner problem's dual ell.
+
+    ``checkpoint(state)`` (optional) is called at every gap check of every inner problem and after every accepted
+    outer step with the run's state (a dict of tensors, numbers and strings, :data:`LATENT_STATE`: the accepted
+    w, J and completion, the records as JSON, the next outer step and the inner solver's state); ``resume=state``
+    continues from it exactly as the run that wrote it would have gone on (same data, lam and inner solver; ``w0``
+    is then unused): an interrupted run resumed from its last state gives the uninterrupted run's w and records
+    (but their times). A run that ended at ``max_outer`` resumes with a larger one to take more steps."""
     check(isinstance(model, (ChainModel, SemiMarkovModel, ConstituencyModel, DependencyModel)), "model",
           "a ChainModel, a SemiMarkovModel, a ConstituencyModel or a DependencyModel", type(model).__name__)
     model.check_data(data)
@@ -269,6 +283,71 @@ def train_latent(model, data, lam: float, config: SolverConfig | None = None,
     config = config or INNER
     check_inner(model, data, lam, config)
     t0 = time.perf_counter()
+    spent = [0.0]                                     # seconds in ``evaluate``, left out of time_s
+
+    def evaluated(w):
+        t = time.perf_counter()
+        out = evaluate(w)
+        spent[0] += time.perf_counter() - t
+        return out
+    if resume is not None:
+        w, J, labels, records, first, inner = resumed_state(model, data, lam, resume)
+        t0 -= records[-1]["time_s"]
+    else:
+        w = start_point(model, data, lam, w0)
+        J, labels = latent_objective(model, data, lam, w)
+        first, inner = 1, None
+        records = [{"outer": 0, "objective": J, "inner_gap": None, "inner_passes": 0, "changed": None,
+                    "accepted": True, "time_s": time.perf_counter() - t0}]
+        if evaluate:
+            records[-1].update(evaluated(w))
+        if progress:
+            progress(records[-1])
+
+    def state(t, inner_state=None) -> dict:
+        return {"format": LATENT_STATE, "outer": t, "w": w, "objective": J, "labels": labels,
+                "records": json.dumps(records), "inner": inner_state}
+    for t in range(first, max_outer + 1):
+        store = make_store(model, with_labels(data, labels), lam)
+        solver = make_solver(store, config, interrupt=interrupt, progress=None if checkpoint is None else
+                             lambda rec: checkpoint(state(t, solver.state_dict())))
+        if inner is not None:
+            solver.load_state_dict(inner)
+            inner = None
+        history = solver.run()
+        w_new, ell = solver.model_point()
+        w_new = w_new.detach().clone()
+        J_new, labels_new = latent_objective(model, data, lam, w_new)
+        changed = int((labels_new != labels).reshape(labels.shape[0], -1).any(1).sum())   # positions / span rows
+        accepted = J_new < J - tol
+        cut = solver.state.stop_reason == "interrupted"
+        records.append({"outer": t, "objective": J_new if accepted else J, "candidate_objective": J_new,
+                        "inner_gap": _float(history[-1]["gap"]), "inner_passes": float(history[-1]["passes"]),
+                        "changed": changed, "accepted": accepted, "time_s": time.perf_counter() - t0 - spent[0],
+                        **({"ell": float(ell)} if accepted else {}), **({"interrupted": True} if cut else {})})
+        if evaluate:
+            records[-1].update(evaluated(w_new if accepted else w))
+        if progress:
+            progress(records[-1])
+        if not accepted:
+            break
+        w, J, labels = w_new, J_new, labels_new
+        if cut:                       # the last checkpoint is this step's inner state: a resume finishes the step
+            break
+        if checkpoint is not None:
+            checkpoint(state(t + 1))
+        if interrupt is not None and interrupt():
+            break
+    return w, records
+
+
+def _float(value) -> float | None:
+    """A record's number as a float (SSG's gap: None, it keeps no dual)."""
+    return None if value is None else float(value)
+
+
+def start_point(model, data, lam: float, w0) -> torch.Tensor:
+    """The CCCP start of :func:`train_latent` for ``w0`` (a vector, a named start or None), checked."""
     if isinstance(w0, str):
         check_start(model, w0)
         trees = isinstance(model, (ConstituencyModel, DependencyModel))
@@ -279,40 +358,34 @@ def train_latent(model, data, lam: float, config: SolverConfig | None = None,
     else:
         w = torch.zeros(model.d, dtype=torch.float64) if w0 is None else w0.detach().to(torch.float64).clone()
     check(w.shape == (model.d,), "w0", f"a vector of d = {model.d}", tuple(w.shape))
-    J, labels = latent_objective(model, data, lam, w)
-    spent = [0.0]                                     # seconds in ``evaluate``, left out of time_s
+    return w
 
-    def evaluated(w):
-        t = time.perf_counter()
-        out = evaluate(w)
-        spent[0] += time.perf_counter() - t
-        return out
-    records = [{"outer": 0, "objective": J, "inner_gap": None, "inner_passes": 0, "changed": None,
-                "accepted": True, "time_s": time.perf_counter() - t0}]
-    if evaluate:
-        records[-1].update(evaluated(w))
-    if progress:
-        progress(records[-1])
-    for t in range(1, max_outer + 1):
-        store = make_store(model, with_labels(data, labels), lam)
-        solver = make_solver(store, config, interrupt=interrupt)
-        history = solver.run()
-        w_new, ell = solver.model_point()
-        w_new = w_new.detach().clone()
-        J_new, labels_new = latent_objective(model, data, lam, w_new)
-        changed = int((labels_new != labels).reshape(labels.shape[0], -1).any(1).sum())   # positions / span rows
-        accepted = J_new < J - tol
-        records.append({"outer": t, "objective": J_new if accepted else J, "candidate_objective": J_new,
-                        "inner_gap": float(history[-1]["gap"]), "inner_passes": float(history[-1]["passes"]),
-                        "changed": changed, "accepted": accepted, "time_s": time.perf_counter() - t0 - spent[0],
-                        **({"ell": float(ell)} if accepted else {})})
-        if evaluate:
-            records[-1].update(evaluated(w_new if accepted else w))
-        if progress:
-            progress(records[-1])
-        if not accepted:
-            break
-        w, J, labels = w_new, J_new, labels_new
-        if interrupt is not None and interrupt():
-            break
-    return w, records
+
+def resumed_state(model, data, lam: float, state: dict) -> tuple:
+    """(w, J, completion, records, next outer step, inner solver state) of a :func:`train_latent` state, checked
+    against this run (a file's content is untrusted): each field's type and shape, and J recomputed from w on this
+    data (another dataset, lam or set of hidden labels is refused by name)."""
+    check(isinstance(state, dict) and state.get("format") == LATENT_STATE, "resume",
+          f"a latent SSVM state ({LATENT_STATE})", state.get("format") if isinstance(state, dict) else type(state))
+    w, labels, t, J = state.get("w"), state.get("labels"), state.get("outer"), state.get("objective")
+    check(torch.is_tensor(w) and w.shape == (model.d,) and w.dtype == torch.float64, "resume.w",
+          f"a float64 vector of d = {model.d}", tuple(w.shape) if torch.is_tensor(w) else type(w).__name__)
+    check(isinstance(t, int) and t >= 1, "resume.outer", "an int >= 1", t)
+    try:
+        records = json.loads(state.get("records"))
+    except (TypeError, ValueError):
+        records = None
+    steps = [r.get("outer") if isinstance(r, dict) and isinstance(r.get("time_s"), (int, float)) else None
+             for r in records] if isinstance(records, list) else None
+    check(steps == list(range(t)), "resume.records", f"the JSON list of outer steps 0..{t - 1}",
+          str(state.get("records"))[:80])
+    J_here, labels_here = latent_objective(model, data, lam, w)
+    check(torch.is_tensor(labels) and labels.shape == labels_here.shape and labels.dtype == labels_here.dtype,
+          "resume.labels", f"a completion of shape {tuple(labels_here.shape)} ({labels_here.dtype})",
+          tuple(labels.shape) if torch.is_tensor(labels) else type(labels).__name__)
+    check(isinstance(J, float) and abs(J - J_here) <= 1e-9 * max(1.0, abs(J)), "resume.objective",
+          f"J(w) = {J_here:.12g} of this data and lam (a state of another dataset, lam or hidden labels?)", J)
+    inner = state.get("inner")
+    check(inner is None or isinstance(inner, dict), "resume.inner", "an inner solver state or None",
+          type(inner).__name__)
+    return w.clone(), J, labels.clone(), records, t, inner

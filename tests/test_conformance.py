@@ -29,6 +29,7 @@ from conftest import (all_labeled_trees, all_segmentations, random_chain_data, r
                       random_segment_data, random_span_data)
 from tree_reference import all_trees
 from ssvm_torch import Solver, SolverConfig, make_store
+from ssvm_torch.solvers import make_solver
 from ssvm_torch.data import ChainData, ExplicitData, FlatData, GraphData, GraphExample, PairData, PoseData
 from ssvm_torch.models import (ChainModel, ConstituencyModel, DependencyModel, ExplicitModel, GraphCutModel,
                                MatchingModel, MulticlassModel, MultiLabelModel, SemiMarkovModel, TreePoseModel)
@@ -331,6 +332,28 @@ def test_conformance_checkpoint_round_trip(name, tmp_path):
     h_res = resumed.run()
     assert strip(h_res) == strip(h_full)
     assert torch.equal(resumed.dual.w, full.dual.w)
+
+
+@pytest.mark.parametrize("config", [dict(solver="fw"), dict(solver="bcfw", sampling="gap", step="pairwise", cache=True),
+                                    dict(solver="cutting-plane", sampling="perm")], ids=lambda c: c["solver"])
+def test_a_state_saved_at_any_check_resumes_to_the_uninterrupted_run(config, tmp_path):
+    """``progress``'s state at every gap check, the last one included (where the run stops), resumes to the
+    uninterrupted history and w: batch FW's state is the one after the iteration's step (its record describes the
+    point before it), and a state saved where a stopping criterion held resumes stopped, not one interval later."""
+    model, data, nonneg, _ = instance(next(iter(STRUCTURES)), seed=9)
+    cfg = SolverConfig(passes=8, gap_check=2, seed=3, **config)
+    states = []
+    full = None
+    full = make_solver(make_store(model, data, 0.05, nonnegative=nonneg), cfg,
+                       progress=lambda rec: states.append(save_checkpoint(tmp_path / f"{len(states)}.pt",
+                                                                          full.state_dict())))
+    h_full = strip(full.run())
+    assert len(states) == len(h_full) >= 4
+    for path in states[1:]:
+        resumed = make_solver(make_store(model, data, 0.05, nonnegative=nonneg), cfg)
+        resumed.load_state_dict(load_checkpoint(path))
+        assert strip(resumed.run()) == h_full, path.name
+        assert torch.equal(resumed.model_point()[0], full.model_point()[0])
 
 
 @each

@@ -231,7 +231,7 @@ def test_ssvm_train_hide_labels_writes_a_reproducible_run(tmp_path, capsys):
 
 @pytest.mark.parametrize("extra, text", [
     (["--hide-labels", "1.5"], "hide_labels: expected a fraction in [0, 1)"),
-    (["--hide-labels", "0.5", "--checkpoint"], "not with --checkpoint"),
+    (["--hide-labels", "0.5", "--kernels", "torch"], "not with --kernels torch"),
     (["--hide-labels", "0.5", "--averaging"], "not with --averaging"),
     (["--hide-labels", "0.5", "--dtype", "float32"], "not with --dtype float32"),
     (["--hide-labels", "0.5", "--dataset", "scene"], "hide_labels: the latent SSVM trains a chain")])

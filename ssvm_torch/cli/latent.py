@@ -10,6 +10,9 @@ the seed), latent.json (one record per outer step: objective, inner gap and
 passes, completions changed, the train and test errors of the step's model: reported, never used to choose),
 and history.json / model.pt as every run (history.json: the same records, the last one the returned model's);
 model.pt's ``ell`` is the dual's of the last accepted inner problem, and ``latent_objective`` its J(w).
+With ``--checkpoint``, checkpoint.pt holds CCCP's state (``train_latent``'s: the accepted w and completion, the
+records, the inner solver's state) at every inner gap check and after every outer step; ``--resume`` continues it
+exactly (a killed or interrupted run), or takes more outer steps with a larger ``--latent-outer``.
 """
 from __future__ import annotations
 
@@ -25,7 +28,9 @@ from ..data.span_data import SpanData
 from ..data.trees import DependencyData
 from ..data.types import ChainData
 from ..errors import RunInterrupted, SSVMInputError
-from ..latent import INNER_SOLVERS, check_inner, check_start, hide_heads, hide_labels, train_latent
+from ..outputs import load_checkpoint, save_checkpoint
+from ..latent import (INNER_SOLVERS, check_inner, check_start, hide_heads, hide_labels, resumed_state,
+                      train_latent)
 from ..models.chain import ChainModel
 from ..models.constituency import ConstituencyModel
 from ..models.dependency import DependencyModel
@@ -41,8 +46,7 @@ def check_options(args, launched_by_torchrun: bool) -> None:
         raise SSVMInputError(f"hide_labels: expected a fraction in [0, 1), got {f}")
     if args.latent_outer < 1:
         raise SSVMInputError(f"latent_outer: expected an int >= 1, got {args.latent_outer}")
-    refused = [("--select-lam", args.select_lam), ("--resume", args.resume is not None),
-               ("--checkpoint", args.checkpoint), ("torchrun", launched_by_torchrun),
+    refused = [("--select-lam", args.select_lam), ("torchrun", launched_by_torchrun),
                (f"--exchange {args.exchange}", args.exchange != "auto"), ("--dtype float32", args.dtype != "float64"),
                (f"--device {args.device}", args.device != "cpu"), (f"--kernels {args.kernels}", args.kernels == "torch"),
                (f"--solver {args.solver}", args.solver not in INNER_SOLVERS), ("--averaging", args.averaging)]
@@ -71,10 +75,17 @@ def run_latent(args, cfg, task, lam: float, run_dir, featurization: dict) -> dic
     unit = "gold spans" if spans else "heads" if heads else "labels"
     out = run_dir.path
     speak = not args.quiet
+    # the run a checkpoint belongs to: another dataset, lambda, hidden set or inner solver is refused by name
+    identity = {"dataset": args.dataset, "train_size": args.train_size, **featurization, "dtype": "float64",
+                "n": task.n_train, "d": task.d, "lam": lam, "hide_labels": args.hide_labels,
+                "hide_seed": args.hide_seed, "latent_solver": args.solver}
+    resume = load_checkpoint(args.resume, identity) if args.resume else None
+    if resume is not None:
+        resumed_state(model, hidden, lam, resume)       # a damaged or foreign state: refused before any write
     run_dir.write_config({"command": "ssvm-train", "dataset": args.dataset, "train_size": args.train_size,
                           **featurization, "lam": lam, "hide_labels": args.hide_labels, "hide_seed": args.hide_seed,
                           "hidden_positions": len(positions), "latent_outer": args.latent_outer,
-                          "latent_start": args.latent_start,
+                          "latent_start": args.latent_start, "resume": args.resume,
                           "device": "cpu", "dtype": "float64", "kernels": args.kernels, "solver": asdict(cfg)})
     atomic_write_bytes(out / "hidden.json", json.dumps({"fraction": args.hide_labels, "seed": args.hide_seed,
                                                         "positions": total, "unit": "span rows" if spans else
@@ -90,14 +101,27 @@ def run_latent(args, cfg, task, lam: float, run_dir, featurization: dict) -> dic
             gap = "" if rec["inner_gap"] is None else f"  inner gap {rec['inner_gap']:.3e} ({rec['inner_passes']:.0f} passes)"
             print(f"outer {rec['outer']:3d}  objective {rec.get('candidate_objective', rec['objective']):.6f}{gap}"
                   + ("" if rec["changed"] is None else f"  changed {rec['changed']}")
-                  + ("" if rec["accepted"] else "  (not lower: stop)") + f"  test {rec['test_error']:.4f}"
+                  + ("  (interrupted: inner solve cut short)" if rec.get("interrupted") else "" if rec["accepted"]
+                     else "  (not lower: stop)") + f"  test {rec['test_error']:.4f}"
                   + f"  [{rec['time_s']:.1f} s]", flush=True)
 
+    saved = {}                                       # the last checkpoint written, or a failed write: stop there
+
+    def checkpoint(state):
+        try:
+            save_checkpoint(out / "checkpoint.pt", state, identity)
+            saved["outer"] = state["outer"]
+        except (OSError, RuntimeError) as e:        # e.g. a full disk (torch.save: "unexpected pos")
+            saved["failed"] = (state["outer"], e)
+
+    if speak and resume is not None:
+        print(f"resumed from {args.resume} at outer step {resume['outer']}", flush=True)
     t0 = time.perf_counter()
-    with stop_on_signal("ssvm-train", stopping="stopping at the next outer step's end") as requested:
+    with stop_on_signal("ssvm-train", stopping="stopping at the inner solver's next gap check") as requested:
         w, records = train_latent(model, hidden, lam, cfg, max_outer=args.latent_outer, progress=progress,
-                                  interrupt=requested, evaluate=task.evaluate,
-                                  w0=None if args.latent_start == "zeros" else args.latent_start)
+                                  interrupt=lambda: requested() or "failed" in saved, evaluate=task.evaluate,
+                                  w0=None if args.latent_start == "zeros" else args.latent_start,
+                                  checkpoint=checkpoint if args.checkpoint else None, resume=resume)
     atomic_write_bytes(out / "latent.json", json.dumps(records, indent=1).encode())
     final = records[-1]                     # evaluated at the returned model (the lowest objective)
     save_results(out, records, w, final.get("ell", math.nan), lam, args.dataset, task.describe(),
@@ -107,7 +131,16 @@ def run_latent(args, cfg, task, lam: float, run_dir, featurization: dict) -> dic
               f"{final['objective']:.6f} ({time.perf_counter() - t0:.1f} s)")
         print_test_figures(final, task)
         print(f"wrote {out / 'latent.json'}, {out / 'hidden.json'}, {out / 'history.json'} and {out / 'model.pt'}")
+    if "failed" in saved:
+        at, e = saved["failed"]
+        kept = (f"{out / 'checkpoint.pt'} holds the last good one (outer step {saved['outer']})" if "outer" in saved
+                else "no checkpoint was written")
+        raise SSVMInputError(f"out: writing the checkpoint in outer step {at} failed "
+                             f"({getattr(e, 'strerror', None) or e}); the run stopped there and wrote "
+                             f"{out / 'latent.json'} and {out / 'model.pt'}; {kept}")
     if requested():
-        raise RunInterrupted(f"interrupted after outer step {records[-1]['outer']}: wrote {out / 'latent.json'} and "
-                             f"{out / 'model.pt'} (the lowest objective so far)", requested.signal)
+        resume = (f"resume with --resume {out / 'checkpoint.pt'}" if args.checkpoint
+                  else "a run with --checkpoint can be resumed")
+        raise RunInterrupted(f"interrupted in outer step {records[-1]['outer']}: wrote {out / 'latent.json'} and "
+                             f"{out / 'model.pt'} (the lowest objective so far); {resume}", requested.signal)
     return final

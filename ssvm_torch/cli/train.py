@@ -291,6 +291,7 @@ def _train(args, cfg: SolverConfig, device, dtype, run_dir: RunDir | None) -> di
     # the run a checkpoint belongs to: a resume with another dataset, lambda, process count or exchange is refused
     identity = {"dataset": args.dataset, "train_size": args.train_size, "unary_only": args.unary_only, **featurization,
                 "dtype": args.dtype, "n": task.n_train, "d": task.d, "lam": lam, "world_size": size,
+                "hide_labels": None,
                 "exchange": dual.exchange if sharded else "none",
                 **({"round_steps": args.round_steps} if isinstance(dual, distributed.RoundsDual) else {})}
 

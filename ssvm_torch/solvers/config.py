@@ -140,6 +140,16 @@ class SolverState:
     gamma_full: int = 0           # FW steps with gamma = 1 (the block jumps to its corner)
 
 
+def resumed_stop(cfg: SolverConfig, st: SolverState, passes: float, monitor_start: bool,
+                 estimate: float | None = None) -> str:
+    """The stopping criterion a loaded state already meets at its last gap check (:func:`stop_reason` without an
+    interrupt), so that a state saved by ``progress`` at a run's last check resumes stopped, as the run that saved
+    it stopped there, not one interval later; "" for a state with only its start record (``monitor_start``)."""
+    if len(st.history) <= (1 if monitor_start else 0):
+        return ""
+    return stop_reason(cfg, st, passes, st.history[-1], estimate)
+
+
 def stop_reason(cfg: SolverConfig, st: SolverState, passes: float, rec: dict | None = None,
                 estimate: float | None = None, interrupted: bool = False) -> str:
     """The stopping criterion met, in order: the exact gap of ``rec``, an interrupt the caller saw

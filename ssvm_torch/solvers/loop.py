@@ -41,7 +41,7 @@ from ..errors import SSVMInputError, check
 from ..stores.base import BlockDual
 from .averaging import Averager
 from .best_point import BestPoint
-from .config import SOLVERS, STEPS, SolverConfig, SolverState, stop_reason
+from .config import SOLVERS, STEPS, SolverConfig, SolverState, resumed_stop, stop_reason
 from .history import Evaluator, make_record
 from .samplers import SAMPLERS, Sampler
 from .steps import SetStep, make_step_rule
@@ -151,8 +151,15 @@ class Solver:
         return rec
 
     def _log(self, rec):
+        self._keep(rec)
+        self._report(rec)
+
+    def _keep(self, rec):
+        """Append a check's record and offer the point it certifies (the store's, now) to the best point."""
         self.state.history.append(rec)
         self.best.offer(rec, self.dual.w, len(self.state.history) - 1)
+
+    def _report(self, rec):
         if self.progress is not None:
             self.progress(rec)
 
@@ -290,11 +297,14 @@ class Solver:
             st.gamma_sum, st.gamma_n, st.gamma_full = st.gamma_sum + gamma, st.gamma_n + 1, st.gamma_full + (gamma >= 1.0)
             last = it == iterations - 1
             stop = self._should_stop({"gap": float(gp.block_gaps.sum())})
+            rec = None
             if last or stop:               # record the exact gap of this pass (at the pre-step w)
                 self.sampler.gaps[:] = to_host(gp.block_gaps)
                 self.last_gap_pass = gp
-                self._log(self._record(gp))
+                rec = self._record(gp)
+                self._keep(rec)
                 if stop:
+                    self._report(rec)
                     st.stop_reason, st.done = stop, True
                     return
             t0 = self._now()
@@ -303,6 +313,8 @@ class Solver:
             if self.averager is not None:
                 self.averager.after_step(st.steps)
             st.time_s += self._now() - t0
+            if rec is not None:            # after the step: a checkpoint written here resumes at the next iteration
+                self._report(rec)
 
     # -- checkpointing --------------------------------------------------------------------------
     def state_dict(self) -> dict:
@@ -329,7 +341,8 @@ class Solver:
         self.sampler.load_state_dict(s["sampler"])
         self.sampler.gaps[:] = s["stale"]
         self.state = SolverState(**s["state"])
-        self.state.done = False
+        self.state.stop_reason = resumed_stop(self.cfg, self.state, self.passes, self.monitor_start, self.sampler.estimate() if self.cfg.estimate_threshold > 0 else None)
+        self.state.done = bool(self.state.stop_reason)
         self.best.load_state_dict(s.get("best"))
         if self.averager is not None:
             self.averager.load_state_dict(s)

@@ -21,7 +21,7 @@ import torch
 from ..devices import device_clock, to_host
 from ..errors import SSVMInputError
 from ..stores.base import BlockDual, GapPass
-from .config import SolverConfig, SolverState, stop_reason
+from .config import SolverConfig, SolverState, resumed_stop, stop_reason
 from .history import Evaluator, make_record
 from .best_point import BestPoint
 from .samplers import SAMPLERS, Sampler
@@ -164,6 +164,7 @@ class OuterSolver:
         self.sampler.load_state_dict(s["sampler"])
         self.sampler.gaps[:] = s["stale"]
         self.state = SolverState(**s["state"])
-        self.state.done = False
+        self.state.stop_reason = resumed_stop(self.cfg, self.state, self.passes, self.monitor_start, None)
+        self.state.done = bool(self.state.stop_reason)
         self.best.load_state_dict(s.get("best"))
         self.load_extra_state(s["method"])
