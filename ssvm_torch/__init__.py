@@ -18,9 +18,12 @@ def __getattr__(name):
     if name == "SegmentSSVM":
         from .segment_estimator import SegmentSSVM
         return SegmentSSVM
+    if name in ("LatentChainSSVM", "LatentSegmentSSVM"):
+        from . import latent_estimator
+        return getattr(latent_estimator, name)
     raise AttributeError(f"module 'ssvm_torch' has no attribute {name!r}")
 
 
 __all__ = ["ChainData", "ChainModel", "ChainSSVM", "ExplicitData", "ExplicitModel", "FlatData", "GraphData",
-           "MulticlassSSVM", "MultiLabelSSVM", "PairData", "PoseData", "SegmentSSVM", "Solver", "SolverConfig", "SSVMInputError",
+           "LatentChainSSVM", "LatentSegmentSSVM", "MulticlassSSVM", "MultiLabelSSVM", "PairData", "PoseData", "SegmentSSVM", "Solver", "SolverConfig", "SSVMInputError",
            "StructuredModel", "StructuredSVM", "TASKS", "load_dataset", "load_ocr", "load_task", "make_store"]
