@@ -33,7 +33,9 @@ warm (keep-primal: the rescaling above with rho = lam_new / lam_old, block gaps 
 """
 from __future__ import annotations
 
+import copy
 import json
+import math
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -165,59 +167,82 @@ def check_path_options(eps: float, kappa: float, lam_min: float, max_passes: flo
     return eps, lam_min
 
 
+#: the format tag of :func:`regularization_path`'s resumable state
+PATH_STATE = "ssvm_torch.path/1"
+
+
 def regularization_path(dual: BlockDual, eps: float, kappa: float = 0.9, heuristic: bool = False,
                         lam_min: float = 1e-5, config: SolverConfig | None = None,
                         evaluate: Callable | None = None, max_passes: float = 1000,
                         max_breakpoints: int = 10_000, progress: Callable | None = None,
-                        gated: bool = False, interrupt: Callable[[], bool] | None = None) -> RegPath:
+                        gated: bool = False, interrupt: Callable[[], bool] | None = None,
+                        checkpoint: Callable[[dict], None] | None = None, resume: dict | None = None) -> RegPath:
     """eps-approximate (or heuristic, App. K) regularization path on ``dual`` (a fresh dual at any lam;
     it is re-used and rescaled). ``config`` sets the solver (default BCFW + gap sampling, gap check
     every pass); ``max_passes`` caps each breakpoint's solve. ``gated``: each breakpoint pays its exact
     gap pass only once the gap estimate (the warm block gaps of eq. (12), refreshed by the steps) is
     <= kappa eps (SolverConfig.check_below), checking the estimate every ``config.gap_check`` passes.
     ``interrupt``: polled before each new breakpoint; once True the path ends where the computed
-    pieces are certified (``lam_end`` = the next breakpoint of Prop. 1, as with ``lam_min``)."""
+    pieces are certified (``lam_end`` = the next breakpoint of Prop. 1, as with ``lam_min``).
+    ``checkpoint(state)`` is called after the initialization and after every breakpoint with the path's state (a
+    dict of tensors, numbers and strings, :data:`PATH_STATE`: the dual's blocks, the working sets, the block gaps
+    and hinge terms Prop. 1 reads, the breakpoints so far); ``resume=state`` continues from it exactly as the run
+    that wrote it (the same ``dual``'s data, eps, kappa and solver; the breakpoints, w and records but their
+    times equal the uninterrupted path's)."""
     eps, lam_min = check_path_options(eps, kappa, lam_min, max_passes)
     cfg = (config or SolverConfig(solver="bcfw", sampling="gap", gap_check=1)).validate()
     check(cfg.solver == "bcfw", "config.solver", "'bcfw' (the path warm-starts block-coordinate solvers)", cfg.solver)
     check_zero_gt_loss(dual)
-    clock = _Clock()
     n = dual.n
 
-    # -- Alg. 6: max-loss corners at w = 0, lam_inf ---------------------------------------------
     if not dual.supports_path:
         raise SSVMInputError(f"dual: {type(dual).__name__} does not support the regularization path "
                              "(box-constrained models are not supported)")
-    t0 = time.perf_counter()
-    dual.rescale(1.0, 0.0)                     # alpha_i = delta(y_i), lam = 1: w = 0
-    gp = dual.gap_pass()                       # at w = 0 the oracle maximizes the loss alone
-    w_s, ell_s = dual.corner_point(gp)
-    dual.move_all(gp, w_s, ell_s, 1.0)         # alpha_i = delta(y~_i); at lam = 1, w = psi~
-    # the decomposition the pairwise / away steps and the cache go on from (kept through every rescaling)
-    sets = (corner_sets(dual, [dual.block_labeling(gp, i) for i in range(n)], gp.loss.tolist())
-            if cfg.uses_sets else None)
-    dual.recompute()
-    psi_t = dual.w.clone()
-    theta = dual.max_margins(psi_t)
-    lam1 = (float(psi_t @ psi_t) + float(theta.sum()) / n) / (kappa * eps)
-    dual.rescale(lam1, 1.0)                    # keep alpha: w = psi~ / lam1
-    exact = dual.gap_pass()                    # block gaps and H_i(w) at lam1 for Prop. 1 / eq. (12)
-    clock.passes += 3.0                        # loss-only pass, plain decoding pass, gap pass
-    clock.time_s += time.perf_counter() - t0
-    gaps = exact.block_gaps
-    records = [_record(dual, lam1, float(gaps.sum()), clock, evaluate, bound=kappa * eps, solved=False)]
-    if progress:
-        progress(records[-1])
-    lambdas, Ws, ells = [lam1], [dual.w.clone()], [dual.ell]
-    lam, lam_end = lam1, 0.0
-    g = float(gaps.sum()) if not heuristic else kappa * eps   # Alg. 6 certifies g <= kappa eps
+    if resume is not None:
+        lam, g, gaps, H, sets, lambdas, Ws, ells, records, clock = _resumed_path(dual, resume, eps, kappa, heuristic)
+    else:
+        # -- Alg. 6: max-loss corners at w = 0, lam_inf -----------------------------------------
+        clock = _Clock()
+        t0 = time.perf_counter()
+        dual.rescale(1.0, 0.0)                     # alpha_i = delta(y_i), lam = 1: w = 0
+        gp = dual.gap_pass()                       # at w = 0 the oracle maximizes the loss alone
+        w_s, ell_s = dual.corner_point(gp)
+        dual.move_all(gp, w_s, ell_s, 1.0)         # alpha_i = delta(y~_i); at lam = 1, w = psi~
+        # the decomposition the pairwise / away steps and the cache go on from (kept through every rescaling)
+        sets = (corner_sets(dual, [dual.block_labeling(gp, i) for i in range(n)], gp.loss.tolist())
+                if cfg.uses_sets else None)
+        dual.recompute()
+        psi_t = dual.w.clone()
+        theta = dual.max_margins(psi_t)
+        lam1 = (float(psi_t @ psi_t) + float(theta.sum()) / n) / (kappa * eps)
+        dual.rescale(lam1, 1.0)                    # keep alpha: w = psi~ / lam1
+        exact = dual.gap_pass()                    # block gaps and H_i(w) at lam1 for Prop. 1 / eq. (12)
+        clock.passes += 3.0                        # loss-only pass, plain decoding pass, gap pass
+        clock.time_s += time.perf_counter() - t0
+        gaps, H = exact.block_gaps, exact.H
+        records = [_record(dual, lam1, float(gaps.sum()), clock, evaluate, bound=kappa * eps, solved=False)]
+        if progress:
+            progress(records[-1])
+        lambdas, Ws, ells = [lam1], [dual.w.clone()], [dual.ell]
+        lam = lam1
+        g = float(gaps.sum()) if not heuristic else kappa * eps   # Alg. 6 certifies g <= kappa eps
 
+    def state() -> dict:
+        host = {"device": "cpu", "dtype": torch.float64}
+        return {"format": PATH_STATE, "eps": eps, "kappa": kappa, "heuristic": heuristic, "lam": lam, "g": g,
+                "gaps": _on_device(gaps, dual).to(**host), "H": None if heuristic else H.to(**host),
+                "dual": dual.state_dict(), "sets": copy.deepcopy(sets), "lambdas": list(lambdas),
+                "W": torch.stack(Ws).to(**host), "ells": list(ells), "records": json.dumps(records),
+                "clock": [clock.passes, clock.time_s]}
+    if checkpoint is not None and resume is None:
+        checkpoint(state())
+    lam_end = 0.0
     while True:
         # -- Prop. 1: next breakpoint --------------------------------------------------------------
         if heuristic:
             Hn = _hinge_from_gaps(dual, gaps)
         else:
-            Hn = exact.H.to(dual.w) / n
+            Hn = H.to(dual.w) / n
         Delta = float(Hn.sum())
         if Delta <= eps:
             lam_end = 0.0                      # g(lam') <= eps for every lam' < lam: done
@@ -239,7 +264,7 @@ def regularization_path(dual: BlockDual, eps: float, kappa: float = 0.9, heurist
             g = float(gaps.sum())
         else:
             exact = solver.last_gap_pass
-            gaps = exact.block_gaps
+            gaps, H = exact.block_gaps, exact.H
             g = float(gaps.sum())
             if g > kappa * eps:
                 raise SSVMInputError(f"max_passes: the solver did not reach gap {kappa * eps:.3g} at lam = {lam_new:.4g} "
@@ -253,8 +278,54 @@ def regularization_path(dual: BlockDual, eps: float, kappa: float = 0.9, heurist
                                stop_reason=solver.state.stop_reason, checks=solver.state.checks))
         if progress:
             progress(records[-1])
+        if checkpoint is not None:
+            checkpoint(state())
     return RegPath(torch.tensor(lambdas, dtype=torch.float64, device="cpu"), torch.stack(Ws).to("cpu", torch.float64),
                    torch.tensor(ells, dtype=torch.float64, device="cpu"), eps, max(lam_end, 0.0), kappa, heuristic, records)
+
+
+def _resumed_path(dual: BlockDual, state: dict, eps: float, kappa: float, heuristic: bool) -> tuple:
+    """The loop variables of :func:`regularization_path` from its ``state`` (a file's content: untrusted), each
+    field checked by name; ``dual`` is set to the state's lam and blocks (its own load checks their shapes)."""
+    check(isinstance(state, dict) and state.get("format") == PATH_STATE, "resume",
+          f"a regularization path state ({PATH_STATE})", state.get("format") if isinstance(state, dict) else
+          type(state).__name__)
+    for key, value in (("eps", eps), ("kappa", kappa), ("heuristic", heuristic)):
+        check(state.get(key) == value, f"resume.{key}", f"{value!r} (this path's)", state.get(key))
+    lambdas, ells, W = state.get("lambdas"), state.get("ells"), state.get("W")
+    J = len(lambdas) if isinstance(lambdas, list) else 0
+    check(J >= 1 and all(isinstance(v, float) and v > 0 for v in lambdas)
+          and all(a > b for a, b in zip(lambdas, lambdas[1:])), "resume.lambdas", "a decreasing list of lambdas > 0",
+          str(lambdas)[:80])
+    check(isinstance(ells, list) and len(ells) == J and all(isinstance(v, float) for v in ells), "resume.ells",
+          f"{J} floats", str(ells)[:80])
+    d = dual.w.shape[0]
+    check(torch.is_tensor(W) and W.shape == (J, d) and W.dtype == torch.float64, "resume.W",
+          f"a float64 ({J}, {d}) tensor", tuple(W.shape) if torch.is_tensor(W) else type(W).__name__)
+    lam, g = state.get("lam"), state.get("g")
+    check(lam == lambdas[-1] and isinstance(g, float) and math.isfinite(g), "resume.lam",
+          "the last breakpoint and a finite gap", (lam, g))
+    for key in ("gaps",) + (() if heuristic else ("H",)):
+        t = state.get(key)
+        check(torch.is_tensor(t) and t.shape == (dual.n,) and bool(torch.isfinite(t).all()), f"resume.{key}",
+              f"({dual.n},) finite numbers", tuple(t.shape) if torch.is_tensor(t) else type(t).__name__)
+    try:
+        records = json.loads(state.get("records"))
+    except (TypeError, ValueError):
+        records = None
+    check(isinstance(records, list) and len(records) == J and all(isinstance(r, dict) for r in records),
+          "resume.records", f"the JSON list of {J} breakpoint records", str(state.get("records"))[:80])
+    spent = state.get("clock")
+    check(isinstance(spent, list) and len(spent) == 2 and all(isinstance(v, (int, float)) for v in spent),
+          "resume.clock", "[passes, seconds]", spent)
+    clock = _Clock()
+    clock.passes, clock.time_s = float(spent[0]), float(spent[1])
+    dual.rescale(lam, 1.0)                       # the store's lam, which its state must match
+    dual.load_state_dict(state.get("dual"))
+    H = None if heuristic else state["H"].to(dual.w)
+    return (lam, g, state["gaps"].to(dual.w), H, copy.deepcopy(state.get("sets")), list(lambdas),
+            [w.to(dual.w) for w in W.unbind(0)],
+            list(ells), records, clock)
 
 
 def cold_starts(dual: BlockDual) -> Callable[[float], BlockDual]:

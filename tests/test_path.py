@@ -259,3 +259,63 @@ def test_check_below_defers_the_exact_pass(ocr_part):
     assert spaced[:2] == [2.25, 2.25]                       # 0.25 + 1 more pass (the cap) + the check
     with pytest.raises(SSVMInputError, match="check_below"):
         SolverConfig(check_below=-1.0).validate()
+
+
+@pytest.mark.parametrize("heuristic", [False, True])
+@pytest.mark.parametrize("step", ["fw", "pairwise"])
+def test_a_path_resumed_from_any_state_equals_the_uninterrupted_path(heuristic, step, tmp_path):
+    """``checkpoint`` / ``resume``: from the state after the initialization, a middle breakpoint or the last one,
+    each through a checkpoint file, the path's breakpoints, W, ells, lam_end and records (but their times) equal the
+    uninterrupted path's (the working sets and the cache go through the file too)."""
+    from ssvm_torch.outputs import load_checkpoint, save_checkpoint
+    cfg = SolverConfig(solver="bcfw", sampling="gap", gap_check=1, step=step, cache=step == "pairwise")
+    kw = dict(kappa=0.7 if heuristic else 0.9, heuristic=heuristic, lam_min=0.1, config=cfg)
+    states = []
+    full = regularization_path(make_store(*random_explicit(0), 0.3), 0.05, checkpoint=states.append, **kw)
+    assert len(states) == len(full.lambdas) >= 10
+
+    def strip(records):
+        return [{k: v for k, v in r.items() if k != "time_s"} for r in records]
+    for k in (0, len(states) // 2, len(states) - 1):
+        save_checkpoint(tmp_path / "c.pt", states[k], {"k": k})
+        resumed = regularization_path(make_store(*random_explicit(0), 0.3), 0.05,
+                                      resume=load_checkpoint(tmp_path / "c.pt"), **kw)
+        assert torch.equal(resumed.lambdas, full.lambdas) and torch.equal(resumed.W, full.W)
+        assert torch.equal(resumed.ells, full.ells) and resumed.lam_end == full.lam_end
+        assert strip(resumed.records) == strip(full.records)
+
+
+def test_a_damaged_or_foreign_path_state_is_refused_by_name():
+    states = []
+    regularization_path(make_store(*random_explicit(0), 0.3), 0.05, lam_min=0.1, checkpoint=states.append)
+    state = states[-1]
+    for change, text in [({"format": "x/1"}, "resume: expected a regularization path state"),
+                         ({"eps": 0.1}, "resume.eps: expected 0.05"),
+                         ({"W": state["W"][:, :-1]}, "resume.W: expected a float64"),
+                         ({"lambdas": state["lambdas"][::-1]}, "resume.lambdas: expected a decreasing list"),
+                         ({"gaps": state["gaps"][:-1]}, "resume.gaps: expected"),
+                         ({"records": "[]"}, "resume.records: expected the JSON list of"),
+                         ({"clock": None}, r"resume.clock: expected \[passes, seconds\]")]:
+        with pytest.raises(SSVMInputError, match=text):
+            regularization_path(make_store(*random_explicit(0), 0.3), 0.05, lam_min=0.1, resume={**state, **change})
+    with pytest.raises(SSVMInputError, match=r"resume.gaps: expected \(13,\)"):     # another problem
+        regularization_path(make_store(*random_explicit(1, n=13), 0.3), 0.05, lam_min=0.1, resume=state)
+
+
+def test_ssvm_path_resumes_a_path_and_extends_it_below_its_lam_min(tmp_path, capsys):
+    args = ["--dataset", "ocr-small", "--eps", "0.5", "--quiet"]
+    a, b = tmp_path / "a", tmp_path / "b"
+    assert path_main([*args, "--lam-min", "2.0", "--checkpoint", "--out", str(a)]) == 0
+    short = json.loads((a / "path.json").read_text())
+    assert path_main([*args, "--lam-min", "0.8", "--out", str(a), "--resume", str(a / "checkpoint.pt")]) == 0
+    assert path_main([*args, "--lam-min", "0.8", "--out", str(b)]) == 0
+    pa, pb = torch.load(a / "path.pt"), torch.load(b / "path.pt")
+    assert len(pa["lambdas"]) > len(short) and torch.equal(pa["W"], pb["W"]) and pa["lam_end"] == pb["lam_end"]
+
+    def strip(records):
+        return [{k: v for k, v in r.items() if k != "time_s"} for r in records]
+    assert strip(json.loads((a / "path.json").read_text())) == strip(json.loads((b / "path.json").read_text()))
+    capsys.readouterr()
+    assert path_main(["--dataset", "ocr-small", "--eps", "0.2", "--out", str(tmp_path / "c"),
+                      "--resume", str(a / "checkpoint.pt")]) == 2
+    assert "is a checkpoint of eps = 0.5, this run has eps = 0.2" in capsys.readouterr().err

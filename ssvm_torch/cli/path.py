@@ -7,6 +7,8 @@ Outputs in ``--out DIR``:
               (Prop. 1); for lam >= lam_1, w = lam_1 / lam W[0] and ell = ells[0]; valid down to lam_end.
   path.json  per breakpoint: lam, gap (exact duality gap at the breakpoint), passes and time_s (cumulative
              effective passes and solver seconds), train/test error (+ rho, Delta of Prop. 1).
+  checkpoint.pt  (with --checkpoint) the path's state after every breakpoint: --resume continues it exactly (the
+             breakpoints, W and the records but their times equal the uninterrupted path's).
   grid_warm.json / grid_cold.json  with --grid: lam = 2^15 ... 2^-15 (down to --lam-min), each solved
              to gap <= eps, warm (keep-primal) or cold; same fields.
 """
@@ -23,7 +25,7 @@ import torch
 from ..atomic import atomic_write_bytes
 from ..devices import parse_device
 from ..errors import RunInterrupted, SSVMInputError, check
-from ..outputs import RunDir
+from ..outputs import RunDir, load_checkpoint, save_checkpoint
 from ..path import check_path_options, cold_starts, grid_lambdas, grid_search, regularization_path
 from ..solvers import SAMPLERS, STEPS, SolverConfig
 from ..tasks import Problem, load_task
@@ -53,6 +55,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="seed of the block sampling")
     p.add_argument("--device", default="cpu", help="where the solver state lives: cpu or cuda[:N]")
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
+    p.add_argument("--checkpoint", action="store_true",
+                   help="write checkpoint.pt (the path's state) after every breakpoint, for --resume")
+    p.add_argument("--resume", default=None, help="checkpoint.pt of a path to continue exactly (same options)")
     p.add_argument("--out", default="runs/path", help="output directory (refused if it holds another run)")
     p.add_argument("--overwrite", action="store_true", help="replace the run already in --out")
     p.add_argument("--quiet", action="store_true", help="print nothing but errors")
@@ -77,15 +82,23 @@ def run(args) -> dict:
     if not dual.supports_path:
         raise SSVMInputError(f"dataset: {args.dataset!r} trains a box-constrained store, which does not support the "
                              "regularization path")
-    with RunDir(args.out, overwrite=args.overwrite) as run_dir:        # checked before the path is computed
+    # the path a checkpoint belongs to: another dataset, size, eps, kappa or solver is refused by name
+    identity = {"command": "ssvm-path", "dataset": args.dataset, "train_size": args.train_size, "n": task.n_train,
+                "d": task.d, "eps": args.eps, "kappa": kappa, "heuristic": args.heuristic, "gated": args.gated,
+                "max_passes": args.max_passes, "solver": asdict(cfg)}
+    if args.resume is not None and not Path(args.resume).is_file():
+        what = "is a directory (pass its checkpoint.pt)" if Path(args.resume).is_dir() else "does not exist"
+        raise SSVMInputError(f"resume: expected a checkpoint file, {args.resume} {what}")
+    resume = load_checkpoint(args.resume, identity) if args.resume else None
+    with RunDir(args.out, overwrite=args.overwrite, resume=args.resume) as run_dir:   # checked before the path
         run_dir.write_config({"command": "ssvm-path", "dataset": args.dataset, "train_size": args.train_size,
                               "eps": args.eps, "kappa": kappa, "heuristic": args.heuristic, "lam_min": args.lam_min,
                               "grid": args.grid, "max_passes": args.max_passes, "device": args.device,
-                              "solver": asdict(cfg)})
-        return _path(args, cfg, kappa, task, dual, run_dir.path)
+                              "solver": asdict(cfg), "resume": args.resume})
+        return _path(args, cfg, kappa, task, dual, run_dir.path, identity, resume)
 
 
-def _path(args, cfg, kappa, task: Problem, dual, out: Path) -> dict:
+def _path(args, cfg, kappa, task: Problem, dual, out: Path, identity: dict, resume: dict | None) -> dict:
 
     def show(rec):
         if not args.quiet:
@@ -94,17 +107,36 @@ def _path(args, cfg, kappa, task: Problem, dual, out: Path) -> dict:
     if not args.quiet:
         print(f"{args.dataset}: n = {task.n_train}, d = {task.d}, eps = {args.eps}, kappa = {kappa}, "
               f"{'heuristic' if args.heuristic else 'eps-approximate'} path down to {args.lam_min:g}", flush=True)
+    saved = {}                                   # the last checkpoint written, or a failed write: stop there
+
+    def checkpoint(state):
+        try:
+            save_checkpoint(out / "checkpoint.pt", state, identity)
+            saved["breakpoints"] = len(state["lambdas"])
+        except (OSError, RuntimeError) as e:    # e.g. a full disk (torch.save: "unexpected pos")
+            saved["failed"] = (len(state["lambdas"]), e)
+    if resume is not None and not args.quiet:
+        print(f"resumed from {args.resume} after {len(resume.get('lambdas') or [])} breakpoints", flush=True)
     with stop_on_signal("ssvm-path") as requested:       # Ctrl-C: finish the breakpoint, keep the path so far
         path = regularization_path(dual, args.eps, kappa=kappa, heuristic=args.heuristic, lam_min=args.lam_min,
                                    config=cfg, evaluate=task.evaluate, max_passes=args.max_passes, progress=show,
-                                   gated=args.gated, interrupt=requested)
+                                   gated=args.gated, interrupt=lambda: requested() or "failed" in saved,
+                                   checkpoint=checkpoint if args.checkpoint else None, resume=resume)
         interrupted = requested()
     path.save(out)
+    if "failed" in saved:
+        at, e = saved["failed"]
+        kept = (f"{out / 'checkpoint.pt'} holds the last good one ({saved['breakpoints']} breakpoints)"
+                if "breakpoints" in saved else "no checkpoint was written")
+        raise SSVMInputError(f"out: writing the checkpoint at breakpoint {at} failed "
+                             f"({getattr(e, 'strerror', None) or e}); the path stopped there and wrote "
+                             f"{out / 'path.pt'} and {out / 'path.json'}; {kept}")
     if interrupted:
+        how = (f"resume with --resume {out / 'checkpoint.pt'}" if args.checkpoint else
+               f"a path with --checkpoint can be resumed; --lam-min {path.lam_end:.4g} stops a rerun there")
         raise RunInterrupted(f"interrupted after {len(path.lambdas)} breakpoints; wrote {out / 'path.pt'} and "
                              f"{out / 'path.json'}, the path certified from lambda = {float(path.lambdas[0]):.4g} down "
-                             f"to {path.lam_end:.4g} (the path has no resume: rerun the same command for all of it; "
-                             f"--lam-min {path.lam_end:.4g} stops a rerun there)", requested.signal)
+                             f"to {path.lam_end:.4g}; {how}", requested.signal)
     # the lowest test error along the path is the papers' analysis figure (test error against lambda),
     # an oracle no model selection may use: lambda is chosen on held-out data (ssvm-train --select-lam)
     low = min(path.records, key=lambda r: r["test_error"])
