@@ -63,14 +63,16 @@ from .solvers import Solver, SolverConfig, make_solver
 from .stores import make_store
 
 
-def hide_labels(data, fraction: float, seed: int):
+def hide_labels(data, fraction: float, seed: int, unlabeled: float = 0.0):
     """``data`` with ``round(fraction * N)`` of its N positions unobserved, chosen uniformly by
     ``seed`` (torch's CPU generator: the same positions on every machine); their labels are replaced
     by 0 (a placeholder completion) so that nothing downstream can read them. A :class:`SpanData` hides
-    ``round(fraction * S)`` of its S spans (:func:`hide_brackets`), a :class:`DependencyData` the heads of
-    ``round(fraction * W)`` of its W words (:func:`hide_heads`, the projective decoder's placeholder)."""
+    ``round(fraction * S)`` of its S spans and the labels of ``round(unlabeled * S)`` (:func:`hide_brackets`), a
+    :class:`DependencyData` the heads of ``round(fraction * W)`` of its W words (:func:`hide_heads`, the projective
+    decoder's placeholder)."""
     if isinstance(data, SpanData):
-        return hide_brackets(data, fraction, seed)
+        return hide_brackets(data, fraction, seed, unlabeled)
+    check(unlabeled == 0.0, "unlabeled", "0 (bracket labels are hidden for constituency trees only)", unlabeled)
     if isinstance(data, DependencyData):
         return hide_heads(data, fraction, seed)
     check(isinstance(data, ChainData), "data", "a ChainData, a SpanData or a DependencyData", type(data).__name__)
@@ -87,15 +89,23 @@ def _kept(count: int, fraction: float, seed: int, observed: torch.Tensor | None)
     return kept if observed is None else kept & observed.cpu()
 
 
-def hide_brackets(data: SpanData, fraction: float, seed: int) -> SpanData:
+def hide_brackets(data: SpanData, fraction: float, seed: int, unlabeled: float = 0.0) -> SpanData:
     """``data`` with ``round(fraction * S)`` of its S gold spans (rows of ``data.spans``, every sentence's 2 n_i - 1)
-    unobserved, chosen uniformly by ``seed`` as :func:`hide_labels`' positions; the trees become the placeholder
+    unobserved, chosen uniformly by ``seed`` as :func:`hide_labels`' positions, and the labels of
+    ``round(unlabeled * S)`` spans hidden (their brackets kept where observed: Pereira & Schabes 1992's unlabeled
+    brackets), drawn independently by the seed's second stream; the trees become the placeholder
     completion at w = 0, the first of the trees that hold every observed bracket (ties of the constrained CKY, label
-    0 on the hidden spans), so that nothing downstream can read the hidden spans."""
+    0 on the hidden spans and labels), so that nothing downstream can read the hidden spans or labels."""
     check(isinstance(data, SpanData), "data", "a SpanData", type(data).__name__)
-    observed = _kept(data.spans.shape[0], fraction, seed, data.observed)
+    S = data.spans.shape[0]
+    observed = _kept(S, fraction, seed, data.observed)
+    labeled = None
+    if unlabeled or data.labeled is not None:
+        labeled = ~hidden_positions(S, unlabeled, int(seed), ("unlabeled", "hide_seed"), stream=1)
+        labeled = labeled if data.labeled is None else labeled & data.labeled.cpu()
+        labeled = labeled.to(data.device)
     masked = SpanData(data.offsets, data.fptr, data.fidx, data.spans, data.n_features, data.n_labels, data.name,
-                      dict(data.meta), observed.to(data.device))
+                      dict(data.meta), observed.to(data.device), labeled)
     placeholder = ConstituencyModel(data.n_features, data.n_labels, inside=False)
     return masked.with_trees(placeholder.complete(torch.zeros(placeholder.d, dtype=torch.float64), masked))
 

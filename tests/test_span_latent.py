@@ -18,14 +18,15 @@ from ssvm_torch.data.span_data import SpanData
 from ssvm_torch.errors import SSVMInputError
 from ssvm_torch.latent import hide_labels, latent_objective, train_latent
 from ssvm_torch.models import ConstituencyModel
+from ssvm_torch.spans.checks import UNLABELED
 
 LAM = 0.05
 
 
-def _partial(seed=0, fraction=0.5, n=7, loss="hamming"):
+def _partial(seed=0, fraction=0.5, n=7, loss="hamming", unlabeled=0.0):
     data = random_span_data(np.random.default_rng(seed), n, 6, 2, lmin=1, lmax=4)
     model = ConstituencyModel(data.n_features, data.n_labels, loss, buckets=(1, 2, 3))
-    return model, data, hide_labels(data, fraction, seed)
+    return model, data, hide_labels(data, fraction, seed, unlabeled)
 
 
 def _enumerate(model, data, i, w):
@@ -35,8 +36,8 @@ def _enumerate(model, data, i, w):
     idx = torch.full((trees.shape[0],), i)
     scores = model.phi(data, idx, trees) @ w
     obs = data.observed_charts([i], n + 1)[0]
-    on = obs >= 0
-    missed = (trees[:, on] != obs[on]).sum(1).double()
+    on, unlabeled = obs >= 0, obs == UNLABELED          # a bracket without its label: missed where the tree lacks it
+    missed = ((trees[:, on] != obs[on]).sum(1) + (trees[:, unlabeled] < 0).sum(1)).double()
     delta = missed * float(model.costs(data.lengths[[i]])[0])
     return trees, scores, delta, missed == 0
 
@@ -63,12 +64,15 @@ def _charts_of(data, labels):
 
 
 @pytest.mark.parametrize("kernels", ["numba", "torch"])
-@pytest.mark.parametrize("loss", ["hamming", "normalized"])
-def test_store_oracle_loss_and_hinge_against_enumeration(kernels, loss):
+@pytest.mark.parametrize("loss, unlabeled", [("hamming", 0.0), ("normalized", 0.0), ("hamming", 0.5),
+                                           ("normalized", 0.6)])
+def test_store_oracle_loss_and_hinge_against_enumeration(kernels, loss, unlabeled):
     """The gap pass at a random w: each block's tree is the argmax of s(y) + Delta_O(y) over every labeled tree, its
-    loss Delta_O, H_i the enumerated max minus the completed tree's score; max_margins the plain argmax."""
-    model, _, data = _partial(1, 0.5, loss=loss)
+    loss Delta_O, H_i the enumerated max minus the completed tree's score; max_margins the plain argmax. With
+    ``unlabeled``, some observed brackets come without their labels (missed only where a tree lacks the span)."""
+    model, _, data = _partial(1, 0.5, loss=loss, unlabeled=unlabeled)
     assert data.partial and 0 < int(data.observed.sum()) < data.spans.shape[0]
+    assert (int((data.observed_codes() == 2).sum()) > 0) == (unlabeled > 0)
     w = torch.randn(model.d, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
     store = make_store(model, data, LAM, kernels=kernels)
     store.set_point(w, 0.0)
@@ -89,8 +93,9 @@ def test_store_oracle_loss_and_hinge_against_enumeration(kernels, loss):
         assert float(margins[i]) == pytest.approx(float(scores.max()) - gold, abs=1e-10)
 
 
-def test_completion_is_the_best_tree_holding_every_observed_bracket():
-    model, _, data = _partial(2, 0.6)
+@pytest.mark.parametrize("unlabeled", [0.0, 0.5])
+def test_completion_is_the_best_tree_holding_every_observed_bracket(unlabeled):
+    model, _, data = _partial(2, 0.6, unlabeled=unlabeled)
     w = torch.randn(model.d, dtype=torch.float64, generator=torch.Generator().manual_seed(4))
     labels = model.complete(w, data)
     completed = data.with_trees(labels)
@@ -99,13 +104,16 @@ def test_completion_is_the_best_tree_holding_every_observed_bracket():
         M = int(data.lengths[i]) + 1
         assert torch.equal(completed.charts([i], M)[0], bestC[i])
     assert int(completed.observed.sum()) == int(data.observed.sum())      # every observed bracket kept
+    assert torch.equal(torch.bincount(completed.observed_codes().long(), minlength=3),
+                       torch.bincount(data.observed_codes().long(), minlength=3))   # labeled or not, as given
 
 
 @pytest.mark.parametrize("kernels", ["numba", "torch"])
-def test_bcfw_on_partial_brackets_certifies_an_independent_gap(kernels):
+@pytest.mark.parametrize("unlabeled", [0.0, 0.5])
+def test_bcfw_on_partial_brackets_certifies_an_independent_gap(kernels, unlabeled):
     """BCFW with gap sampling on partial brackets: the last record's primal is lam/2 |w|^2 + mean of the enumerated
     H_i, its gap that primal minus the dual; the compiled and torch stores walk the same trajectory."""
-    model, _, data = _partial(3, 0.5)
+    model, _, data = _partial(3, 0.5, unlabeled=unlabeled)
     config = SolverConfig(solver="bcfw", sampling="gap", passes=8, gap_check=4, seed=0)
     store = make_store(model, data, LAM, kernels=kernels)
     hist = Solver(store, config).run()
@@ -125,10 +133,11 @@ def test_every_span_observed_is_the_full_store_bit_for_bit(kernels):
     assert same_bcfw_runs(model, data, flagged, LAM, kernels)
 
 
-def test_latent_objective_and_cccp_against_enumeration():
+@pytest.mark.parametrize("unlabeled", [0.0, 0.5])
+def test_latent_objective_and_cccp_against_enumeration(unlabeled):
     """J(w) = lam/2 |w|^2 + mean_i [max_y (s + Delta_O) - max_C s] by enumeration at a random w; CCCP from 0 never
     records a higher objective, each record's J is the enumerated J of the point it keeps, and it improves on w = 0."""
-    model, _, data = _partial(5, 0.5)
+    model, _, data = _partial(5, 0.5, unlabeled=unlabeled)
     w = torch.randn(model.d, dtype=torch.float64, generator=torch.Generator().manual_seed(6))
     H, _, HC, _ = _brute(model, data, w)
     J, _ = latent_objective(model, data, LAM, w)
@@ -161,6 +170,19 @@ def test_hiding_brackets_leaks_nothing_and_keeps_the_observed():
     assert torch.equal(again.spans, hidden.spans) and torch.equal(again.observed, hidden.observed)
     gold = hide_labels(data, 0.0, 0)
     assert torch.equal(gold.spans, data.spans) and bool(gold.observed.all())
+    # the labels of round(u S) spans hidden too (an independent draw): other labels there give the same data
+    both = hide_labels(data, 0.4, 6, unlabeled=0.5)
+    unl = hidden_positions(S, 0.5, 6, stream=1)
+    assert int(unl.sum()) == round(0.5 * S) and not torch.equal(unl, mask)
+    code = both.observed_codes()
+    assert keys(both.spans[:, :2], code == 2) == keys(data.spans[:, :2], unl & ~mask) != []
+    assert keys(both.spans, code == 1) == keys(data.spans, ~unl & ~mask)     # the labeled ones with their labels
+    relabeled = data.spans.clone()
+    relabeled[unl | mask, 2] = (relabeled[unl | mask, 2] + 1) % data.n_labels
+    again = hide_labels(SpanData(data.offsets, data.fptr, data.fidx, relabeled, data.n_features, data.n_labels), 0.4,
+                        6, unlabeled=0.5)
+    assert torch.equal(again.spans, both.spans) and torch.equal(again.observed_codes(), both.observed_codes())
+    assert keys(both.spans[:, :2], both.observed) == keys(data.spans[:, :2], ~mask)    # every bracket kept
 
 
 def test_refusals_name_the_field():
@@ -198,14 +220,19 @@ def test_ssvm_train_hide_labels_on_ud_ewt_spans(tmp_path, capsys):
     from ssvm_torch.outputs import load_model
     out = tmp_path / "run"
     assert main(["--dataset", "ud-ewt-spans", "--train-size", "60", "--hide-labels", "0.5", "--hide-seed", "2",
-                 "--lam", "0.01", "--passes", "3", "--gap-check", "3", "--latent-outer", "2", "--out", str(out)]) == 0
+                 "--hide-bracket-labels", "0.3", "--lam", "0.01", "--passes", "3", "--gap-check", "3",
+                 "--latent-outer", "2", "--out", str(out)]) == 0
     printed = capsys.readouterr().out
-    assert "training gold spans hidden (seed 2)" in printed and "CCCP:" in printed
+    assert "training gold spans hidden, the labels of" in printed and "(seed 2)" in printed and "CCCP:" in printed
     assert "test labeled bracket F1:" in printed
     hidden = json.loads((out / "hidden.json").read_text())
     config = json.loads((out / "config.json").read_text())
-    assert hidden["unit"] == "span rows" and len(hidden["hidden"]) == round(0.5 * hidden["positions"])
+    S = hidden["positions"]
+    gone = hidden_positions(S, 0.5, 2)           # rows of the stacked gold trees
+    assert hidden["unit"] == "span rows" and hidden["hidden"] == torch.nonzero(gone)[:, 0].tolist()
+    assert hidden["unlabeled"] == torch.nonzero(hidden_positions(S, 0.3, 2, stream=1) & ~gone)[:, 0].tolist() != []
     assert config["hidden_positions"] == len(hidden["hidden"]) and config["hide_labels"] == 0.5
+    assert config["hide_bracket_labels"] == 0.3 and config["unlabeled_brackets"] == len(hidden["unlabeled"])
     records = json.loads((out / "latent.json").read_text())
     assert_descends(records)
     assert 0.0 < records[-1]["test_f1"] <= 100.0
@@ -215,3 +242,11 @@ def test_ssvm_train_hide_labels_on_ud_ewt_spans(tmp_path, capsys):
     assert main(["--dataset", "ud-ewt-spans", "--train-size", "60", "--hide-labels", "0.5", "--solver", "eg",
                  "--lam", "0.01", "--out", str(refused)]) == 2
     assert "solver: 'eg' needs a store with marginal moves" in capsys.readouterr().err and not refused.exists()
+    for extra, text in [(["--hide-bracket-labels", "0.3"], "hide_bracket_labels: trains the latent SSVM, with"),
+                        (["--hide-labels", "0.5", "--hide-bracket-labels", "0.3", "--dataset", "ud-ewt"],
+                         "hide_bracket_labels: hides constituency brackets' labels (ud-ewt-spans), not ud-ewt's"),
+                        (["--hide-labels", "0.5", "--hide-bracket-labels", "1.0"],
+                         "hide_bracket_labels: expected a fraction in [0, 1), got 1.0")]:
+        assert main(["--dataset", "ud-ewt-spans", "--train-size", "60", "--lam", "0.01", *extra,
+                     "--out", str(refused)]) == 2
+        assert text in capsys.readouterr().err and not refused.exists()

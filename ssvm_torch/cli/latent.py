@@ -24,6 +24,7 @@ from dataclasses import asdict
 import torch
 
 from ..atomic import atomic_write_bytes
+from ..data.partial import hidden_positions
 from ..data.span_data import SpanData
 from ..data.trees import DependencyData
 from ..data.types import ChainData
@@ -44,6 +45,12 @@ def check_options(args, launched_by_torchrun: bool) -> None:
     f = args.hide_labels
     if not (isinstance(f, float) and 0.0 <= f < 1.0):
         raise SSVMInputError(f"hide_labels: expected a fraction in [0, 1), got {f}")
+    u = args.hide_bracket_labels
+    if not (isinstance(u, float) and 0.0 <= u < 1.0):
+        raise SSVMInputError(f"hide_bracket_labels: expected a fraction in [0, 1), got {u}")
+    if u and args.dataset != "ud-ewt-spans":
+        raise SSVMInputError(f"hide_bracket_labels: hides constituency brackets' labels (ud-ewt-spans), not "
+                             f"{args.dataset}'s")
     if args.latent_outer < 1:
         raise SSVMInputError(f"latent_outer: expected an int >= 1, got {args.latent_outer}")
     refused = [("--select-lam", args.select_lam), ("torchrun", launched_by_torchrun),
@@ -67,33 +74,46 @@ def run_latent(args, cfg, task, lam: float, run_dir, featurization: dict) -> dic
                              f"edge-feature templates too), segments (conll2000-segments), constituency trees "
                              f"(ud-ewt-spans) or dependency trees (ud-ewt); {args.dataset} is a {type(model).__name__}")
     hidden = hide_heads(train, args.hide_labels, args.hide_seed, model.projective) if heads else \
-        hide_labels(train, args.hide_labels, args.hide_seed)
+        hide_labels(train, args.hide_labels, args.hide_seed, args.hide_bracket_labels)
     check_inner(model, hidden, lam, cfg)                # a solver the store cannot run: refused before any write
     check_start(model, None if args.latent_start == "zeros" else args.latent_start)
-    positions = torch.nonzero(~hidden.observed)[:, 0].tolist()
     total = hidden.spans.shape[0] if spans else len(hidden.heads) if heads else len(hidden.Y)
+    unlabeled = []
+    if spans:      # rows of the stacked gold trees (the completion's rows are ordered by its own spans)
+        gone = hidden_positions(total, args.hide_labels, args.hide_seed, ("hide_labels", "hide_seed"))
+        positions = torch.nonzero(gone)[:, 0].tolist()
+        unlabeled = torch.nonzero(hidden_positions(total, args.hide_bracket_labels, args.hide_seed,
+                                                   ("hide_bracket_labels", "hide_seed"), stream=1) & ~gone)[:, 0].tolist()
+    else:
+        positions = torch.nonzero(~hidden.observed)[:, 0].tolist()
     unit = "gold spans" if spans else "heads" if heads else "labels"
     out = run_dir.path
     speak = not args.quiet
     # the run a checkpoint belongs to: another dataset, lambda, hidden set or inner solver is refused by name
     identity = {"dataset": args.dataset, "train_size": args.train_size, **featurization, "dtype": "float64",
                 "n": task.n_train, "d": task.d, "lam": lam, "hide_labels": args.hide_labels,
-                "hide_seed": args.hide_seed, "latent_solver": args.solver}
+                "hide_seed": args.hide_seed, "hide_bracket_labels": args.hide_bracket_labels,
+                "latent_solver": args.solver}
     resume = load_checkpoint(args.resume, identity) if args.resume else None
     if resume is not None:
         resumed_state(model, hidden, lam, resume)       # a damaged or foreign state: refused before any write
     run_dir.write_config({"command": "ssvm-train", "dataset": args.dataset, "train_size": args.train_size,
                           **featurization, "lam": lam, "hide_labels": args.hide_labels, "hide_seed": args.hide_seed,
-                          "hidden_positions": len(positions), "latent_outer": args.latent_outer,
+                          "hidden_positions": len(positions), "hide_bracket_labels": args.hide_bracket_labels,
+                          "unlabeled_brackets": len(unlabeled), "latent_outer": args.latent_outer,
                           "latent_start": args.latent_start, "resume": args.resume,
                           "device": "cpu", "dtype": "float64", "kernels": args.kernels, "solver": asdict(cfg)})
     atomic_write_bytes(out / "hidden.json", json.dumps({"fraction": args.hide_labels, "seed": args.hide_seed,
                                                         "positions": total, "unit": "span rows" if spans else
                                                         "words" if heads else "positions",
-                                                        "hidden": positions}).encode())
+                                                        "hidden": positions,
+                                                        **({"bracket_labels_fraction": args.hide_bracket_labels,
+                                                            "unlabeled": unlabeled} if spans else {})}).encode())
     if speak:
         print(f"{args.dataset}: n = {task.n_train} train / {task.n_test} test examples, d = {task.d}, lam = {lam:g}; "
-              f"{len(positions)} of {total} training {unit} hidden (seed {args.hide_seed}); CCCP with "
+              f"{len(positions)} of {total} training {unit} hidden"
+              + (f", the labels of {len(unlabeled)} observed brackets" if unlabeled else "")
+              + f" (seed {args.hide_seed}); CCCP with "
               f"{args.solver} inner solves", flush=True)
 
     def progress(rec):

@@ -162,6 +162,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="hide this fraction of the training positions' labels (chains; ud-ewt-spans: of the gold "
                         "trees' spans; ud-ewt: of the words' heads) and train the latent SSVM by CCCP, the options above being its inner solver "
                         "(docs/latent.md); None = every label seen")
+    p.add_argument("--hide-bracket-labels", type=float, default=0.0, metavar="FRACTION",
+                   help="ud-ewt-spans with --hide-labels: also hide the labels of this fraction of the gold spans, "
+                        "their brackets kept where observed (Pereira & Schabes 1992's unlabeled brackets)")
     p.add_argument("--hide-seed", type=int, default=0, help="the seed of the hidden positions (--hide-labels)")
     p.add_argument("--latent-outer", type=int, default=20, help="at most this many CCCP steps (--hide-labels)")
     p.add_argument("--latent-start", choices=("auto", "letters", "arcs", "zeros"), default="auto",
@@ -213,6 +216,9 @@ def run(args) -> dict:
     cfg = SolverConfig.from_options(args).validate()             # bad options fail before the directory is touched
     if args.hide_labels is not None:
         check_latent_options(args, distributed.launched_by_torchrun())
+    elif args.hide_bracket_labels:
+        raise SSVMInputError("hide_bracket_labels: trains the latent SSVM, with --hide-labels (0: every bracket "
+                             "observed)")
     task = get_task(args.dataset)
     if args.min_counts and not args.select_lam:
         raise SSVMInputError("min_counts: a grid of cut-offs is for --select-lam; use --min-count for one")

@@ -17,11 +17,15 @@ def check_hiding(fraction: float, seed: int, fields: tuple = ("hide_fraction", "
 
 
 def hidden_positions(n: int, fraction: float, seed: int,
-                     fields: tuple = ("hide_fraction", "hide_seed")) -> torch.Tensor:
+                     fields: tuple = ("hide_fraction", "hide_seed"), stream: int = 0) -> torch.Tensor:
     """(n,) bool, True at the ``round(fraction * n)`` hidden positions: the first of a permutation of
-    0..n-1 drawn by ``seed`` (the settings checked by :func:`check_hiding`, errors naming ``fields``)."""
+    0..n-1 drawn by ``seed`` (the settings checked by :func:`check_hiding`, errors naming ``fields``). ``stream``
+    k > 0 takes the k-th permutation drawn after it instead: a second, independent set from the same seed (the
+    bracket labels hidden beside the brackets, :func:`ssvm_torch.latent.hide_brackets`)."""
     check_hiding(fraction, seed, fields)
     g = torch.Generator().manual_seed(seed)
+    for _ in range(stream):
+        torch.randperm(n, generator=g)
     hidden = torch.zeros(n, dtype=torch.bool)
     hidden[torch.randperm(n, generator=g)[:int(round(fraction * n))]] = True
     return hidden

@@ -26,6 +26,7 @@ from ..errors import SSVMInputError, check
 from . import feature_cache
 from .types import RaggedOffsets, data_file, ptr_rows
 from .ud import UD_EWT, UPOS_TAGS, Treebank, read_conllu
+from ..spans.checks import UNLABELED
 
 #: the label of the binarization's joins and of one-word spans: dropped before bracket scoring
 JOIN = "<join>"
@@ -43,7 +44,9 @@ class SpanData(RaggedOffsets):
     sentence, 2 n_i - 1 of them, ``span_offsets`` (n+1,); ``n_labels`` the label set's size; ``meta``: label
     names, the sentences' words, the featurization. ``observed`` (S,) bool (None: every span): partial brackets,
     the spans that the annotation gives; the others are a completion (a placeholder, or the latent SSVM's
-    current one: ssvm_torch/latent.py) that the task loss never reads (:meth:`observed_charts`)."""
+    current one: ssvm_torch/latent.py) that the task loss never reads (:meth:`observed_charts`). ``labeled`` (S,)
+    bool (None: every one): whether an observed bracket's label is given too; an unlabeled one (Pereira & Schabes
+    1992's brackets) says only that the span is a constituent, its label is the completion's."""
 
     offsets: torch.Tensor
     fptr: torch.Tensor
@@ -54,6 +57,7 @@ class SpanData(RaggedOffsets):
     name: str = "spans"
     meta: dict = field(default_factory=dict)
     observed: torch.Tensor | None = None
+    labeled: torch.Tensor | None = None
 
     def __post_init__(self):
         self.check_word_offsets()
@@ -90,6 +94,18 @@ class SpanData(RaggedOffsets):
                   and tuple(self.observed.shape) == (S,), "observed", f"None or a bool tensor ({S},): a flag per span",
                   tuple(self.observed.shape) if isinstance(self.observed, torch.Tensor) else type(self.observed).__name__)
             self.observed = self.observed.to(self.device)
+        if self.labeled is not None:
+            check(isinstance(self.labeled, torch.Tensor) and self.labeled.dtype == torch.bool
+                  and tuple(self.labeled.shape) == (S,), "labeled", f"None or a bool tensor ({S},): a flag per span",
+                  tuple(self.labeled.shape) if isinstance(self.labeled, torch.Tensor) else type(self.labeled).__name__)
+            self.labeled = self.labeled.to(self.device)
+
+    def observed_codes(self) -> torch.Tensor:
+        """(S,) int8 per span row: 0 unobserved, 1 an observed labeled bracket, 2 an observed unlabeled one."""
+        seen = torch.ones(self.spans.shape[0], dtype=torch.bool, device=self.device) if self.observed is None \
+            else self.observed
+        labeled = torch.ones_like(seen) if self.labeled is None else self.labeled
+        return torch.where(seen, torch.where(labeled, 1, 2), 0).to(torch.int8)
 
     @property
     def span_offsets(self) -> torch.Tensor:
@@ -102,7 +118,7 @@ class SpanData(RaggedOffsets):
     def charts(self, idx=None, fenceposts: int | None = None, observed_only: bool = False) -> torch.Tensor:
         """The gold trees of the sentences ``idx`` (default all) as labeled charts (B, M, M), -1 off the tree;
         M = the longest sentence's n + 1 unless ``fenceposts`` is given; ``observed_only``: -1 at the unobserved
-        spans too (:meth:`observed_charts`)."""
+        spans too and ``UNLABELED`` (-2) at the observed unlabeled ones (:meth:`observed_charts`)."""
         idx = torch.arange(self.n, device=self.device) if idx is None else \
             torch.as_tensor(idx, device=self.device).reshape(-1)
         lengths = self.lengths[idx]
@@ -115,20 +131,25 @@ class SpanData(RaggedOffsets):
         at = start[row] + local
         s = self.spans[at].long()
         out = torch.full((idx.shape[0], M, M), -1, dtype=torch.int64, device=self.device)
-        lab = s[:, 2] if not (observed_only and self.observed is not None) else \
-            torch.where(self.observed[at], s[:, 2], torch.full_like(s[:, 2], -1))
+        lab = s[:, 2]
+        if observed_only and (self.observed is not None or self.labeled is not None):
+            code = self.observed_codes()[at]
+            lab = torch.where(code == 1, lab, torch.full_like(lab, -1))
+            lab = torch.where(code == 2, torch.full_like(lab, UNLABELED), lab)
         out[row, s[:, 0], s[:, 1]] = lab
         return out
 
     def observed_charts(self, idx=None, fenceposts: int | None = None) -> torch.Tensor:
-        """The observed brackets O of the sentences ``idx`` as labeled charts (B, M, M), -1 elsewhere: the spans
-        that the task loss counts (the whole gold trees when every span is observed)."""
+        """The observed brackets O of the sentences ``idx`` as labeled charts (B, M, M), ``UNLABELED`` (-2) at an
+        observed bracket without its label, -1 elsewhere: the spans that the task loss counts (the whole gold trees
+        when every span is observed with its label)."""
         return self.charts(idx, fenceposts, observed_only=True)
 
     @property
     def partial(self) -> bool:
-        """Whether some span is unobserved."""
-        return self.observed is not None and not bool(self.observed.all())
+        """Whether some span is unobserved or observed without its label."""
+        return bool((self.observed_codes() != 1).any()) if self.observed is not None or self.labeled is not None \
+            else False
 
     def with_trees(self, spans: torch.Tensor) -> "SpanData":
         """This data with the trees ``spans`` (S, 3), each containing its sentence's observed brackets (a
@@ -136,24 +157,29 @@ class SpanData(RaggedOffsets):
         spans = torch.as_tensor(spans, device=self.device).long()
         check(tuple(spans.shape) == tuple(self.spans.shape), "spans", f"{tuple(self.spans.shape)} rows (i, j, label)",
               tuple(spans.shape))
-        observed = None
-        if self.observed is not None:
+        observed = labeled = None
+        if self.observed is not None or self.labeled is not None:
             row = torch.repeat_interleave(torch.arange(self.n, device=self.device), 2 * self.lengths - 1)
-            observed = torch.isin(self._span_keys(row, spans), self._span_keys(row, self.spans)[self.observed])
+            code = self.observed_codes()
+            labeled = torch.isin(self._span_keys(row, spans), self._span_keys(row, self.spans)[code == 1])
+            unlabeled = torch.isin(self._span_keys(row, spans, False), self._span_keys(row, self.spans, False)[code == 2])
+            observed = labeled | unlabeled
             missing = torch.zeros(self.n, dtype=torch.int64, device=self.device)
-            missing.index_add_(0, row, self.observed.long()).index_add_(0, row, -observed.long())
+            missing.index_add_(0, row, (code != 0).long()).index_add_(0, row, -observed.long())
             if bool((missing != 0).any()):
                 b = int((missing != 0).nonzero()[0, 0])
                 raise SSVMInputError(f"spans: sentence {b}: the tree lacks {int(missing[b])} of its observed brackets "
                                      "(a completion holds every one)")
+            labeled = labeled | ~observed if self.labeled is not None else None
         return SpanData(self.offsets, self.fptr, self.fidx, spans, self.n_features, self.n_labels, self.name,
-                        dict(self.meta), observed)
+                        dict(self.meta), observed, labeled)
 
-    def _span_keys(self, row: torch.Tensor, spans: torch.Tensor) -> torch.Tensor:
-        """One int64 per (sentence, i, j, label) row."""
+    def _span_keys(self, row: torch.Tensor, spans: torch.Tensor, labels: bool = True) -> torch.Tensor:
+        """One int64 per (sentence, i, j, label) row (``labels=False``: per (sentence, i, j))."""
         M = int(self.lengths.max()) + 1
         spans = spans.long()
-        return ((row * M + spans[:, 0]) * M + spans[:, 1]) * self.n_labels + spans[:, 2]
+        key = (row * M + spans[:, 0]) * M + spans[:, 1]
+        return key * self.n_labels + spans[:, 2] if labels else key
 
     def subset(self, idx) -> "SpanData":
         """The sentences ``idx`` in that order (their fencepost rows and trees)."""
@@ -162,18 +188,20 @@ class SpanData(RaggedOffsets):
         rows = torch.cat([torch.arange(int(fo[i]), int(fo[i + 1]), device=self.device) for i in idx.tolist()])
         counts, nz = ptr_rows(self.fptr, rows)
         spans = torch.cat([self.spans[int(so[i]):int(so[i + 1])] for i in idx.tolist()])
-        observed = None if self.observed is None else \
-            torch.cat([self.observed[int(so[i]):int(so[i + 1])] for i in idx.tolist()])
+        observed, labeled = (None if flags is None else torch.cat([flags[int(so[i]):int(so[i + 1])]
+                                                                  for i in idx.tolist()])
+                             for flags in (self.observed, self.labeled))
         meta = {k: ([v[i] for i in idx.tolist()] if k in ("sentences", "sent_ids") and v else v)
                 for k, v in self.meta.items()}
         return SpanData(torch.nn.functional.pad(torch.cumsum(self.lengths[idx], 0), (1, 0)),
                         torch.nn.functional.pad(torch.cumsum(counts, 0), (1, 0)), self.fidx[nz], spans,
-                        self.n_features, self.n_labels, self.name, meta, observed)
+                        self.n_features, self.n_labels, self.name, meta, observed, labeled)
 
     def to(self, device, dtype=None) -> "SpanData":
         return SpanData(self.offsets.to(device), self.fptr.to(device), self.fidx.to(device), self.spans.to(device),
                         self.n_features, self.n_labels, self.name, self.meta,
-                        None if self.observed is None else self.observed.to(device))
+                        None if self.observed is None else self.observed.to(device),
+                        None if self.labeled is None else self.labeled.to(device))
 
 
 # -- featurization --------------------------------------------------------------------------------------------

@@ -9,6 +9,8 @@ from ..chain.checks import refuse_bad_scores, tracing
 from ..errors import SSVMInputError, check
 
 KERNELS = ("auto", "numba", "torch")
+#: an observed-bracket chart's entry at a bracket observed without its label (SpanData.labeled)
+UNLABELED = -2
 
 
 def check_span_scores(S, field: str = "span_scores") -> torch.Tensor:

@@ -24,7 +24,7 @@ from ..devices import from_host
 from ..errors import SSVMInputError
 from ..trees.checks import host_batch, parallel_rows, tracing, use_numba
 from . import torch_cky
-from .checks import span_mask
+from .checks import UNLABELED, span_mask
 from .numba_cky import best_batch, best_batch_parallel, log_partition_batch, log_partition_batch_parallel
 
 
@@ -155,19 +155,25 @@ def wrong_spans(charts: torch.Tensor, gold: torch.Tensor, lengths: torch.Tensor)
 
 
 def missed_spans(charts: torch.Tensor, observed: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-    """The spans of ``observed`` (a labeled chart of observed brackets, -1 elsewhere) that ``charts`` lacks or labels
-    otherwise: (B,) int64. For a whole gold tree it equals :func:`wrong_spans` (both trees hold 2n - 1 spans)."""
-    return ((observed >= 0) & (charts != observed) & span_mask(lengths, charts.shape[1])).flatten(1).sum(1)
+    """The spans of ``observed`` (a labeled chart of observed brackets, ``UNLABELED`` at a bracket observed without
+    its label, -1 elsewhere) that ``charts`` lacks or labels otherwise (an unlabeled one: lacks): (B,) int64. For a
+    whole gold tree it equals :func:`wrong_spans` (both trees hold 2n - 1 spans)."""
+    missed = ((observed >= 0) & (charts != observed)) | ((observed == UNLABELED) & (charts < 0))
+    return (missed & span_mask(lengths, charts.shape[1])).flatten(1).sum(1)
 
 
 def augment(S: torch.Tensor, gold: torch.Tensor, lengths: torch.Tensor, cost: torch.Tensor) -> torch.Tensor:
     """S + cost_b on every (span, label) of the rows that the gold tree lacks: the scores whose best tree is the
-    loss-augmented one (the span Hamming loss decomposes over spans). Differentiable in S."""
+    loss-augmented one (the span Hamming loss decomposes over spans). Differentiable in S. A chart of observed
+    brackets (``SpanData.observed_charts``) may hold ``UNLABELED`` spans: none of their labels takes the cost."""
     inside = span_mask(lengths, S.shape[1])
     if S.dim() == 4:
         inside = inside[..., None]
     c = cost.to(S.dtype).view(-1, *([1] * (S.dim() - 1)))
-    return torch.where(inside & ~parts(gold, S), S + c, S)          # selected: the gold parts keep S's bits
+    keep = parts(gold, S)
+    if S.dim() == 4:                       # an observed bracket without its label: no label of it is wrong
+        keep = keep | (gold == UNLABELED)[..., None]
+    return torch.where(inside & ~keep, S + c, S)          # selected: the gold parts keep S's bits
 
 
 def hinge(S, gold, lengths, cost, kernels: str = "auto") -> torch.Tensor:

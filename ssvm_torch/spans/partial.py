@@ -22,7 +22,7 @@ from ..errors import SSVMInputError
 from ..trees.checks import tracing
 from ..trees.partial import join_rows
 from . import ops, torch_cky
-from .checks import crossing_counts, span_mask
+from .checks import UNLABELED, crossing_counts, span_mask
 
 
 def observed(charts: torch.Tensor) -> torch.Tensor:
@@ -38,14 +38,16 @@ def is_whole(charts: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
 
 
 def allowed(S: torch.Tensor, charts: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-    """The shape of S, bool: the (span, label) entries that a tree of C may take (module docstring)."""
-    O = observed(charts) & span_mask(lengths, S.shape[1])
+    """The shape of S, bool: the (span, label) entries that a tree of C may take (module docstring); a labeled
+    chart's ``UNLABELED`` entries are brackets observed without their labels (every label of them allowed)."""
+    O = (observed(charts) | (charts == UNLABELED)) & span_mask(lengths, S.shape[1])
     ok = crossing_counts(O.to(torch.int64)) == 0
     if S.dim() == 3:
         return ok
     L = S.shape[3]
     other = torch.arange(L, device=S.device)[None, None, None, :] != charts.clamp(min=0)[..., None]
-    return ok[..., None] & ~(O[..., None] & other)
+    labeled = observed(charts) & span_mask(lengths, S.shape[1])
+    return ok[..., None] & ~(labeled[..., None] & other)
 
 
 def partial_loss(loss: str, S: torch.Tensor, charts: torch.Tensor, lengths: torch.Tensor, cost: torch.Tensor,

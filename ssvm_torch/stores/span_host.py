@@ -19,8 +19,7 @@ class SpanHostSteps:
         bucket_of = self.model.bucket(lengths.clamp(min=1))
         self._h = {"fo": to_host(self.fo), "so": to_host(self.so), "fptr": to_host(self.data.fptr),
                    "fidx": to_host(self.data.fidx), "gold": to_host(self.data.spans.long()),
-                   "observed": to_host(self.data.observed) if self.data.observed is not None else
-                   np.ones(self.data.spans.shape[0], dtype=np.bool_),
+                   "observed": to_host(self.data.observed_codes()),
                    "costs": to_host(self.costs), "G": to_host(self.G), "goff": to_host(self.goff),
                    "bucket_of": to_host(bucket_of)}
 

@@ -34,9 +34,10 @@ def _block_corner(i, fo, so, fptr, fidx, W, lenw, bucket_of, inside, gold_spans,
                   spans, Dp, Dc):
     """The (loss-augmented with ``augment``) best tree of block i into ``spans`` (2n - 1, 3) ordered by (i, j),
     D = s(y*) - M_i into Dp (T, C) and Dc (G,); returns (the observed gold brackets it misses, <D, theta_i>, score of
-    y* + loss - score of the gold tree: H_i for the augmented tree). ``observed`` flags the gold rows that the loss
-    counts (partial brackets): + cost on every (span, label) but the observed gold ones, so the augmented CKY score
-    exceeds s(y) + loss by cost (2n - 1 - |O|), taken off."""
+    y* + loss - score of the gold tree: H_i for the augmented tree). ``observed`` codes the gold rows that the loss
+    counts (partial brackets, ``SpanData.observed_codes``: 1 a labeled bracket, 2 one without its label, 0 not
+    counted): + cost on every (span, label) but the observed gold ones (every label of an unlabeled one), so the
+    augmented CKY score exceeds s(y) + loss by cost (2n - 1 - |O|), taken off."""
     s, T = fo[i], fo[i + 1] - fo[i]
     n = T - 1
     L = lenw.shape[1]
@@ -46,8 +47,8 @@ def _block_corner(i, fo, so, fptr, fidx, W, lenw, bucket_of, inside, gold_spans,
     n_obs = 0
     for r in range(so[i], so[i + 1]):
         gold[gold_spans[r, 0], gold_spans[r, 1]] = gold_spans[r, 2]
-        if observed[r]:
-            obs[gold_spans[r, 0], gold_spans[r, 1]] = gold_spans[r, 2]
+        if observed[r] != 0:
+            obs[gold_spans[r, 0], gold_spans[r, 1]] = gold_spans[r, 2] if observed[r] == 1 else -2
             n_obs += 1
     pre = np.zeros((T, L))
     if inside:
@@ -68,7 +69,7 @@ def _block_corner(i, fo, so, fptr, fidx, W, lenw, bucket_of, inside, gold_spans,
                     v += (pre[b, l] - pre[a, l]) / width
                 if gold[a, b] == l:
                     gold_score += v
-                if augment and obs[a, b] != l:
+                if augment and obs[a, b] != l and obs[a, b] != -2:
                     v += cost
                 if v > top:
                     top, arg = v, l
@@ -90,7 +91,7 @@ def _block_corner(i, fo, so, fptr, fidx, W, lenw, bucket_of, inside, gold_spans,
                 l = label[a, b]
                 spans[r, 0], spans[r, 1], spans[r, 2] = a, b, l
                 r += 1
-                hit += obs[a, b] == l
+                hit += obs[a, b] == l or obs[a, b] == -2
                 Dp[a, l] += 1.0
                 Dp[b, L + l] += 1.0
                 if inside:

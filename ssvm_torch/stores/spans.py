@@ -30,6 +30,7 @@ from ..models.chain_index import csr_row_nonzeros, feature_coo, segment_ids
 from ..models.constituency import ConstituencyModel
 from ..oracles.chain_kernels import nb_gram
 from ..spans import ops
+from ..spans.checks import UNLABELED
 from .base import BatchCorners, BlockDual, Corner, GapPass, JointConstraints, objective_n
 from .span_host import SpanHostSteps
 from .state import TensorBlockState
@@ -248,10 +249,12 @@ class SpanDual(SpanHostSteps, JointConstraints, ExpectedStatistics, TensorBlockS
 
     def _wrong(self, i: int, labelings: list) -> torch.Tensor:
         """The observed gold brackets of block i that each tree lacks or labels otherwise (all trees hold 2 n_i - 1
-        spans: with every span observed, the spans of the tree that are not gold spans with the gold label)."""
+        spans: with every span observed, the spans of the tree that are not gold spans with the gold label; a bracket
+        observed without its label is missed only when the tree lacks its span)."""
         observed = self.data.observed_charts(torch.tensor([i], device=self.device))[0]
         Y = torch.stack([torch.as_tensor(y, device=self.device).long() for y in labelings])
-        return int((observed >= 0).sum()) - (observed[Y[..., 0], Y[..., 1]] == Y[..., 2]).sum(1)
+        at = observed[Y[..., 0], Y[..., 1]]
+        return int(((observed >= 0) | (observed == UNLABELED)).sum()) - ((at == Y[..., 2]) | (at == UNLABELED)).sum(1)
 
     def loss_of(self, i: int, labeling) -> float:
         return float(self.costs[i]) * int(self._wrong(i, [labeling])[0]) / self.N
