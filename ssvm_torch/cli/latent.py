@@ -123,6 +123,8 @@ def run_latent(args, cfg, task, lam: float, run_dir, featurization: dict) -> dic
                   + ("" if rec["changed"] is None else f"  changed {rec['changed']}")
                   + ("  (interrupted: inner solve cut short)" if rec.get("interrupted") else "" if rec["accepted"]
                      else "  (not lower: stop)") + f"  test {rec['test_error']:.4f}"
+                  + (f"  F1 {rec['test_f1']:.2f}" if "test_f1" in rec else "")
+                  + (f"  UAS {rec['test_uas']:.2f}" if "test_uas" in rec else "")
                   + f"  [{rec['time_s']:.1f} s]", flush=True)
 
     saved = {}                                       # the last checkpoint written, or a failed write: stop there
