@@ -167,13 +167,10 @@ def augment(S: torch.Tensor, gold: torch.Tensor, lengths: torch.Tensor, cost: to
     loss-augmented one (the span Hamming loss decomposes over spans). Differentiable in S. A chart of observed
     brackets (``SpanData.observed_charts``) may hold ``UNLABELED`` spans: none of their labels takes the cost."""
     inside = span_mask(lengths, S.shape[1])
-    if S.dim() == 4:
-        inside = inside[..., None]
-    c = cost.to(S.dtype).view(-1, *([1] * (S.dim() - 1)))
-    keep = parts(gold, S)
     if S.dim() == 4:                       # an observed bracket without its label: no label of it is wrong
-        keep = keep | (gold == UNLABELED)[..., None]
-    return torch.where(inside & ~keep, S + c, S)          # selected: the gold parts keep S's bits
+        inside = (inside & (gold != UNLABELED))[..., None]
+    c = cost.to(S.dtype).view(-1, *([1] * (S.dim() - 1)))
+    return torch.where(inside & ~parts(gold, S), S + c, S)          # selected: the gold parts keep S's bits
 
 
 def hinge(S, gold, lengths, cost, kernels: str = "auto") -> torch.Tensor:
