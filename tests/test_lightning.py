@@ -357,3 +357,17 @@ def test_hp_metric_is_the_result_and_the_progress_bar_ends_on_the_last_record(tm
     assert gaps and passes, "no progress bar values"
     assert float(passes[-1]) == pytest.approx(history[-1]["passes"], rel=1e-3)
     assert float(gaps[-1]) == pytest.approx(history[-1]["gap"], rel=2e-3)
+
+
+def test_a_finished_run_resumed_with_its_budget_takes_no_step(tmp_path):
+    """last.ckpt of a run that met its pass budget: resumed with the same budget it stops where it stopped (the
+    solver's loaded state meets its stopping criterion: solvers.config.resumed_stop), no further interval."""
+    cfg = dict(dataset="ocr-small", lam=0.01, passes=4, gap_check=2, seed=5)
+    done = SSVMModule(**cfg)
+    trainer(tmp_path / "run").fit(done)
+    ckpt = tmp_path / "run" / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt"
+    assert ckpt.is_file() and done.solver.state.done
+    resumed = SSVMModule(**cfg)
+    trainer(tmp_path / "run").fit(resumed, ckpt_path=ckpt)
+    assert strip(resumed.solver.finish()) == strip(done.solver.finish())
+    assert torch.equal(resumed.solver.dual.w, done.solver.dual.w)
