@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import copy
 import json
-import math
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -48,6 +47,7 @@ from .errors import SSVMInputError, check, check_positive
 from .atomic import atomic_write_bytes
 from .outputs import load_torch, save_torch
 from .solvers import Solver, SolverConfig
+from .path_resume import GRID_STATE, PATH_STATE, Clock, resumed_grid, resumed_path
 from .solvers.active_set import corner_sets, warm_sets
 from .stores.base import BlockDual, GapPass
 
@@ -112,13 +112,6 @@ def check_zero_gt_loss(dual: BlockDual) -> None:
                                  f"has L_i(y_i) = {loss * dual.n:.6g}")
 
 
-class _Clock:
-    """Cumulative counted cost: effective passes and solver seconds."""
-
-    def __init__(self):
-        self.passes, self.time_s = 0.0, 0.0
-
-
 def _solve(dual, target, cfg_base: SolverConfig, gaps, clock, heuristic, max_passes, gated=False, interrupt=None,
            sets=None):
     """Runs the engine at the dual's lam from the current dual to gap (or estimate, heuristic) <= target.
@@ -167,10 +160,6 @@ def check_path_options(eps: float, kappa: float, lam_min: float, max_passes: flo
     return eps, lam_min
 
 
-#: the format tag of :func:`regularization_path`'s resumable state
-PATH_STATE = "ssvm_torch.path/1"
-
-
 def regularization_path(dual: BlockDual, eps: float, kappa: float = 0.9, heuristic: bool = False,
                         lam_min: float = 1e-5, config: SolverConfig | None = None,
                         evaluate: Callable | None = None, max_passes: float = 1000,
@@ -199,10 +188,10 @@ def regularization_path(dual: BlockDual, eps: float, kappa: float = 0.9, heurist
         raise SSVMInputError(f"dual: {type(dual).__name__} does not support the regularization path "
                              "(box-constrained models are not supported)")
     if resume is not None:
-        lam, g, gaps, H, sets, lambdas, Ws, ells, records, clock = _resumed_path(dual, resume, eps, kappa, heuristic)
+        lam, g, gaps, H, sets, lambdas, Ws, ells, records, clock = resumed_path(dual, resume, eps, kappa, heuristic)
     else:
         # -- Alg. 6: max-loss corners at w = 0, lam_inf -----------------------------------------
-        clock = _Clock()
+        clock = Clock()
         t0 = time.perf_counter()
         dual.rescale(1.0, 0.0)                     # alpha_i = delta(y_i), lam = 1: w = 0
         gp = dual.gap_pass()                       # at w = 0 the oracle maximizes the loss alone
@@ -284,50 +273,6 @@ def regularization_path(dual: BlockDual, eps: float, kappa: float = 0.9, heurist
                    torch.tensor(ells, dtype=torch.float64, device="cpu"), eps, max(lam_end, 0.0), kappa, heuristic, records)
 
 
-def _resumed_path(dual: BlockDual, state: dict, eps: float, kappa: float, heuristic: bool) -> tuple:
-    """The loop variables of :func:`regularization_path` from its ``state`` (a file's content: untrusted), each
-    field checked by name; ``dual`` is set to the state's lam and blocks (its own load checks their shapes)."""
-    check(isinstance(state, dict) and state.get("format") == PATH_STATE, "resume",
-          f"a regularization path state ({PATH_STATE})", state.get("format") if isinstance(state, dict) else
-          type(state).__name__)
-    for key, value in (("eps", eps), ("kappa", kappa), ("heuristic", heuristic)):
-        check(state.get(key) == value, f"resume.{key}", f"{value!r} (this path's)", state.get(key))
-    lambdas, ells, W = state.get("lambdas"), state.get("ells"), state.get("W")
-    J = len(lambdas) if isinstance(lambdas, list) else 0
-    check(J >= 1 and all(isinstance(v, float) and v > 0 for v in lambdas)
-          and all(a > b for a, b in zip(lambdas, lambdas[1:])), "resume.lambdas", "a decreasing list of lambdas > 0",
-          str(lambdas)[:80])
-    check(isinstance(ells, list) and len(ells) == J and all(isinstance(v, float) for v in ells), "resume.ells",
-          f"{J} floats", str(ells)[:80])
-    d = dual.w.shape[0]
-    check(torch.is_tensor(W) and W.shape == (J, d) and W.dtype == torch.float64, "resume.W",
-          f"a float64 ({J}, {d}) tensor", tuple(W.shape) if torch.is_tensor(W) else type(W).__name__)
-    lam, g = state.get("lam"), state.get("g")
-    check(lam == lambdas[-1] and isinstance(g, float) and math.isfinite(g), "resume.lam",
-          "the last breakpoint and a finite gap", (lam, g))
-    for key in ("gaps",) + (() if heuristic else ("H",)):
-        t = state.get(key)
-        check(torch.is_tensor(t) and t.shape == (dual.n,) and bool(torch.isfinite(t).all()), f"resume.{key}",
-              f"({dual.n},) finite numbers", tuple(t.shape) if torch.is_tensor(t) else type(t).__name__)
-    try:
-        records = json.loads(state.get("records"))
-    except (TypeError, ValueError):
-        records = None
-    check(isinstance(records, list) and len(records) == J and all(isinstance(r, dict) for r in records),
-          "resume.records", f"the JSON list of {J} breakpoint records", str(state.get("records"))[:80])
-    spent = state.get("clock")
-    check(isinstance(spent, list) and len(spent) == 2 and all(isinstance(v, (int, float)) for v in spent),
-          "resume.clock", "[passes, seconds]", spent)
-    clock = _Clock()
-    clock.passes, clock.time_s = float(spent[0]), float(spent[1])
-    dual.rescale(lam, 1.0)                       # the store's lam, which its state must match
-    dual.load_state_dict(state.get("dual"))
-    H = None if heuristic else state["H"].to(dual.w)
-    return (lam, g, state["gaps"].to(dual.w), H, copy.deepcopy(state.get("sets")), list(lambdas),
-            [w.to(dual.w) for w in W.unbind(0)],
-            list(ells), records, clock)
-
-
 def cold_starts(dual: BlockDual) -> Callable[[float], BlockDual]:
     """``make_dual`` for grid search that re-uses one dual: alpha_i = delta(y_i) at each lam (the
     same point as a fresh dual, without rebuilding the structure)."""
@@ -344,18 +289,34 @@ def grid_lambdas(hi: int = 15, lo: int = -15) -> list:
 def grid_search(make_dual: Callable[[float], BlockDual], eps: float, lambdas=None, warm: bool = True,
                 config: SolverConfig | None = None, evaluate: Callable | None = None, max_passes: float = 1000,
                 progress: Callable | None = None, gated: bool = False,
-                interrupt: Callable[[], bool] | None = None) -> list:
+                interrupt: Callable[[], bool] | None = None, checkpoint: Callable[[dict], None] | None = None,
+                resume: dict | None = None) -> list:
     """Solve each lam of ``lambdas`` (descending; default 2^15 ... 2^-15) to exact gap <= eps, cold
     (a fresh dual each time) or warm (keep-primal rescaling of the previous solution, block gaps by
     (12)). ``gated`` as for :func:`regularization_path`. Returns one record per lam with cumulative
     passes and time. ``interrupt``: once True, the lam being solved stops at its next exact gap check
-    (its record's stop reason "interrupted") and the grid ends there: fewer records than lambdas."""
+    (its record's stop reason "interrupted") and the grid ends there: fewer records than lambdas.
+    ``checkpoint(state)`` after every lam solved to its gap (not one an interrupt cut short) with the grid's state
+    (:data:`GRID_STATE`: the records, the clock and, warm, the dual's blocks, working sets and the exact gap pass
+    the next warm start reads); ``resume=state`` continues from it exactly (the same ``make_dual`` data, eps,
+    lambdas, warm and solver)."""
     eps = check_positive(eps, "eps")
     lambdas = grid_lambdas() if lambdas is None else [float(v) for v in lambdas]
     check(all(a > b for a, b in zip(lambdas, lambdas[1:])), "lambdas", "a strictly decreasing list", lambdas[:3])
     cfg = (config or SolverConfig(solver="bcfw", sampling="gap", gap_check=1)).validate()
-    clock, records, dual, exact, sets = _Clock(), [], None, None, None
-    for lam in lambdas:
+    clock, records, dual, exact, sets = Clock(), [], None, None, None
+    if resume is not None:
+        records, clock, dual, exact, sets = resumed_grid(make_dual, resume, eps, lambdas, warm)
+
+    def state() -> dict:
+        host = {"device": "cpu", "dtype": torch.float64}
+        held = warm and dual is not None
+        return {"format": GRID_STATE, "eps": eps, "lambdas": list(lambdas), "warm": warm,
+                "records": json.dumps(records), "clock": [clock.passes, clock.time_s],
+                "lam": dual.lam if held else None, "dual": dual.state_dict() if held else None,
+                "H": exact.H.to(**host) if held else None, "block_gaps": exact.block_gaps.to(**host) if held else None,
+                "sets": copy.deepcopy(sets) if held else None}
+    for lam in lambdas[len(records):]:
         gaps = None
         if warm and dual is not None:
             t0 = time.perf_counter()
@@ -381,6 +342,8 @@ def grid_search(make_dual: Callable[[float], BlockDual], eps: float, lambdas=Non
         records.append(rec)
         if progress:
             progress(rec)
+        if checkpoint is not None and rec["stop_reason"] != "interrupted":
+            checkpoint(state())
         if interrupt is not None and interrupt():
             break
     return records

@@ -319,3 +319,32 @@ def test_ssvm_path_resumes_a_path_and_extends_it_below_its_lam_min(tmp_path, cap
     assert path_main(["--dataset", "ocr-small", "--eps", "0.2", "--out", str(tmp_path / "c"),
                       "--resume", str(a / "checkpoint.pt")]) == 2
     assert "is a checkpoint of eps = 0.5, this run has eps = 0.2" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("warm", [True, False])
+def test_a_grid_resumed_from_any_state_equals_the_uninterrupted_grid(warm, tmp_path):
+    """``grid_search(checkpoint=, resume=)`` (what ``ssvm-train --select-lam --resume`` runs): from the state after
+    the first, a middle or the last lambda, through a checkpoint file, the records but their times equal the
+    uninterrupted grid's; warm, with pairwise steps and the cache (the working sets go through the file)."""
+    from ssvm_torch.outputs import load_checkpoint, save_checkpoint
+    from ssvm_torch.path import cold_starts
+    cfg = SolverConfig(solver="bcfw", sampling="gap", gap_check=1, step="pairwise", cache=True)
+    lams = [2.0 ** k for k in range(3, -6, -1)]
+    states = []
+    full = grid_search(cold_starts(make_store(*random_explicit(2), 1.0)), 0.02, lams, warm=warm, config=cfg,
+                       checkpoint=states.append)
+    assert len(states) == len(full) == len(lams)
+
+    def strip(records):
+        return [{k: v for k, v in r.items() if k != "time_s"} for r in records]
+    for k in (0, len(states) // 2, len(states) - 1):
+        save_checkpoint(tmp_path / "g.pt", states[k], {"k": k})
+        again = grid_search(cold_starts(make_store(*random_explicit(2), 1.0)), 0.02, lams, warm=warm, config=cfg,
+                            resume=load_checkpoint(tmp_path / "g.pt"))
+        assert strip(again) == strip(full)
+    with pytest.raises(SSVMInputError, match="resume.lambdas: expected"):
+        grid_search(cold_starts(make_store(*random_explicit(2), 1.0)), 0.02, lams[:-1], warm=warm, config=cfg,
+                    resume=states[1])
+    with pytest.raises(SSVMInputError, match="resume.warm: expected"):
+        grid_search(cold_starts(make_store(*random_explicit(2), 1.0)), 0.02, lams, warm=not warm, config=cfg,
+                    resume=states[1])
