@@ -131,7 +131,7 @@ LAYERS = [
     {"solvers", "tasks", "problem", "ud_tasks", "labeler", "distributed", "rank_store", "column_shards", "column_shards_edges"},
     {"estimator", "segment_estimator", "fingerprint", "portable"},
     {"outputs"},
-    {"path", "lightning", "latent"},
+    {"path", "path_resume", "lightning", "latent", "latent_estimator"},
     {"deep", "selection"},
     {"cli", "train"},
 ]

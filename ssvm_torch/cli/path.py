@@ -57,7 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
     p.add_argument("--checkpoint", action="store_true",
                    help="write checkpoint.pt (the path's state) after every breakpoint, for --resume")
-    p.add_argument("--resume", default=None, help="checkpoint.pt of a path to continue exactly (same options)")
+    p.add_argument("--resume", default=None, help="checkpoint.pt of a path to continue exactly (same options); None = a new path")
     p.add_argument("--out", default="runs/path", help="output directory (refused if it holds another run)")
     p.add_argument("--overwrite", action="store_true", help="replace the run already in --out")
     p.add_argument("--quiet", action="store_true", help="print nothing but errors")
