@@ -35,13 +35,15 @@ def dev_metric(record: dict) -> tuple[str, bool]:
 def select_lambda(fit: Problem, lams=DEFAULT_LAMS, config: SolverConfig | None = None, passes: float = 50,
                   device=None, dtype=None, kernels: str = "auto",
                   progress: Callable[[dict], None] | None = None,
-                  interrupt: Callable[[], bool] | None = None) -> tuple[float, list[dict]]:
+                  interrupt: Callable[[], bool] | None = None, checkpoint: Callable[[dict], None] | None = None,
+                  resume: dict | None = None) -> tuple[float, list[dict]]:
     """Warm-started grid over ``lams`` (sorted descending) on ``fit.train``, each lambda bounded by
     ``passes`` effective passes (or an exact gap of 1e-9), scored on ``fit.test`` (the dev split).
     Returns (the best lambda, one table row per lambda: lam, dev score, gap, passes at that lambda,
     cumulative passes and seconds). Ties go to the larger lambda. ``interrupt``: once True the grid ends
     after the lambda being solved (stopped at its next gap check): the table then has fewer rows than
-    ``lams`` and the best is the best of those."""
+    ``lams`` and the best is the best of those. ``checkpoint`` / ``resume``: the grid's state after each lambda
+    (:func:`~ssvm_torch.path.grid_search`'s), from which a resumed grid continues exactly."""
     lams = sorted({float(v) for v in lams}, reverse=True)
     check(len(lams) >= 1 and all(v > 0 and math.isfinite(v) for v in lams), "lams",
           "positive finite lambdas", lams)
@@ -53,7 +55,8 @@ def select_lambda(fit: Problem, lams=DEFAULT_LAMS, config: SolverConfig | None =
     kwargs = {k: v for k, v in {"device": device, "dtype": dtype}.items() if v is not None}
     dual = fit.store(lams[0], kernels=kernels, **kwargs)
     records = grid_search(cold_starts(dual), eps=1e-9, lambdas=lams, warm=True, config=cfg,
-                          evaluate=fit.evaluate, max_passes=passes, progress=progress, interrupt=interrupt)
+                          evaluate=fit.evaluate, max_passes=passes, progress=progress, interrupt=interrupt,
+                          checkpoint=checkpoint, resume=resume)
     key, higher = dev_metric(records[0])
     table, before = [], 0.0
     for rec in records:

@@ -54,7 +54,7 @@ def test_cli_select_lam_refits_on_all_training_data(tmp_path, capsys):
 @pytest.mark.parametrize("argv,needle", [
     (["--dataset", "conll2000", "--select-lam", "--lam", "0.1"], "drop --lam"),
     (["--dataset", "ocr-small", "--select-lam"], "select_lam: needs a task with a development split"),
-    (["--dataset", "conll2000", "--select-lam", "--solver", "ssg"], "not with --resume, torchrun or --solver ssg"),
+    (["--dataset", "conll2000", "--select-lam", "--solver", "ssg"], "not with torchrun or --solver ssg"),
     (["--dataset", "ocr-small", "--features", "rich"], "features: only supported for"),
     (["--dataset", "scene", "--loss", "hamming"], "loss: only for the chain, segment and tree tasks"),
     (["--dataset", "conll2000", "--features", "w[0] q[1]"], "template item 'q[1]'"),
@@ -66,3 +66,49 @@ def test_bad_selection_and_feature_options_are_refused(argv, needle, tmp_path, c
     err = capsys.readouterr().err
     assert needle in err
     assert not (tmp_path / "o" / "history.json").exists()
+
+
+def test_select_lam_resumes_its_grid_and_its_refit_exactly(tmp_path, capsys, monkeypatch):
+    """``--select-lam --checkpoint``: a grid stopped in its second cut-off (here by a failed checkpoint write, which
+    ends the grid at that lambda's next gap check and names the last good checkpoint) resumed with ``--resume``
+    gives the uninterrupted run's selection table, history and weights; the refit's own checkpoint resumes the
+    refit (the grid skipped: selection.json read back)."""
+    import errno
+
+    import ssvm_torch.cli.grid as grid_cli
+    args = ["--dataset", "conll2000", "--train-size", "150", "--select-lam", "--lams", "1e-1", "1e-2", "1e-3",
+            "--min-counts", "1", "2", "--passes", "3", "--gap-check", "3", "--checkpoint", "--quiet"]
+    full, cut = tmp_path / "full", tmp_path / "cut"
+    assert main([*args, "--out", str(full)]) == 0
+    real, calls = grid_cli.save_checkpoint, []
+
+    def full_disk(path, state, run):
+        calls.append(state["min_count"])
+        if len(calls) == 5:                          # the second lambda of the second cut-off
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(path, state, run)
+    monkeypatch.setattr(grid_cli, "save_checkpoint", full_disk)
+    capsys.readouterr()
+    assert main([*args, "--out", str(cut)]) == 2
+    assert "writing the grid's checkpoint failed (No space left on device)" in capsys.readouterr().err
+    assert not (cut / "selection.json").exists() and calls == [1, 1, 1, 2, 2]
+    monkeypatch.setattr(grid_cli, "save_checkpoint", real)
+    loud = [a for a in args if a != "--quiet"]
+    assert main([*loud, "--out", str(cut), "--resume", str(cut / "checkpoint.pt")]) == 0
+    printed = capsys.readouterr().out
+    assert f"resumed the lambda grid from {cut / 'checkpoint.pt'} at min count 2" in printed
+    assert [line.split()[1] for line in printed.splitlines() if line.startswith("  lam ")] == ["0.01", "0.001"]
+
+    def table(run):
+        return [{k: v for k, v in r.items() if k != "cumulative_time_s"}
+                for r in json.loads((run / "selection.json").read_text())["table"]]
+
+    def history(run):
+        return [{k: v for k, v in r.items() if k != "time_s"} for r in json.loads((run / "history.json").read_text())]
+    assert table(cut) == table(full) and len(table(full)) == 6
+    assert history(cut) == history(full)
+    assert torch.equal(torch.load(cut / "model.pt", weights_only=True)["w"],
+                       torch.load(full / "model.pt", weights_only=True)["w"])
+    # the refit's checkpoint (its last gap check): the grid is skipped, the refit ends where it ended
+    assert main([*args, "--out", str(full), "--resume", str(full / "checkpoint.pt")]) == 0
+    assert history(full) == history(cut)

@@ -230,8 +230,8 @@ def run(args) -> dict:
                                  f"{[t.name for t in TASKS.values() if t.templates]}, not {args.dataset!r}")
         if args.min_counts and not task.templates:
             raise SSVMInputError(f"min_counts: only for {[t.name for t in TASKS.values() if t.templates]}")
-        if args.resume is not None or distributed.launched_by_torchrun() or args.solver != "bcfw":
-            raise SSVMInputError("select_lam: runs the BCFW grid in one process; not with --resume, torchrun or "
+        if distributed.launched_by_torchrun() or args.solver != "bcfw":
+            raise SSVMInputError("select_lam: runs the BCFW grid in one process; not with torchrun or "
                                  f"--solver {args.solver}")
     if not distributed.launched_by_torchrun():
         with RunDir(args.out, overwrite=args.overwrite, resume=args.resume) as run_dir:   # before any work
@@ -261,7 +261,9 @@ def _train(args, cfg: SolverConfig, device, dtype, run_dir: RunDir | None) -> di
         # the grid ends there and selection.json keeps its table; after the grid, the refit does not start
         with stop_on_signal("ssvm-train", stopping="stopping after the current lambda's next exact gap check "
                             "(the grid so far goes into selection.json)") as requested:
-            selection = select_on_dev(args, cfg, device, dtype, run_dir, featurization, requested)
+            selection, refit_resumes = select_on_dev(args, cfg, device, dtype, run_dir, featurization, requested)
+            if not refit_resumes:       # --resume held the grid's state: the refit starts afresh
+                args.resume = None
             featurization["min_count"] = selection["min_count"]
             task = load_task(args.dataset, train_size=args.train_size, unary_only=args.unary_only, device=device,
                              dtype=dtype, **featurization)
@@ -297,8 +299,7 @@ def _train(args, cfg: SolverConfig, device, dtype, run_dir: RunDir | None) -> di
     # the run a checkpoint belongs to: a resume with another dataset, lambda, process count or exchange is refused
     identity = {"dataset": args.dataset, "train_size": args.train_size, "unary_only": args.unary_only, **featurization,
                 "dtype": args.dtype, "n": task.n_train, "d": task.d, "lam": lam, "world_size": size,
-                "hide_labels": None,
-                "exchange": dual.exchange if sharded else "none",
+                "hide_labels": None, "exchange": dual.exchange if sharded else "none",
                 **({"round_steps": args.round_steps} if isinstance(dual, distributed.RoundsDual) else {})}
 
     def progress(rec):
