@@ -348,3 +348,35 @@ def test_a_grid_resumed_from_any_state_equals_the_uninterrupted_grid(warm, tmp_p
     with pytest.raises(SSVMInputError, match="resume.warm: expected"):
         grid_search(cold_starts(make_store(*random_explicit(2), 1.0)), 0.02, lams, warm=not warm, config=cfg,
                     resume=states[1])
+
+
+@pytest.mark.slow          # the slow tier (SSVM_SLOW=1): grid_search's resume is tested above in the fast tier
+def test_ssvm_path_resumes_its_grids(tmp_path, capsys, monkeypatch):
+    """``ssvm-path --grid --checkpoint``: a checkpoint write failing in the cold grid stops it (grid_cold.json with
+    the lambdas done, grid_warm.json whole); --resume continues the cold grid from its last state, the path read
+    back from path.pt, and every file equals the uninterrupted run's but the seconds."""
+    import errno
+
+    import ssvm_torch.cli.path as path_cli
+    args = ["--dataset", "ocr-small", "--eps", "0.5", "--lam-min", "2.0", "--grid", "--checkpoint", "--quiet"]
+    full, cut = tmp_path / "full", tmp_path / "cut"
+    assert path_main([*args, "--out", str(full)]) == 0
+    real, calls = path_cli.save_checkpoint, []
+
+    def full_disk(path, state, run):
+        calls.append(state["format"] == path_cli.GRID_PHASE and not state["warm"])
+        if sum(calls) == 3:                          # the cold grid's third lambda
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(path, state, run)
+    monkeypatch.setattr(path_cli, "save_checkpoint", full_disk)
+    assert path_main([*args, "--out", str(cut)]) == 2
+    assert "writing the checkpoint failed (No space left on device) in the cold grid" in capsys.readouterr().err
+    monkeypatch.setattr(path_cli, "save_checkpoint", real)
+    assert path_main([*args[:-1], "--out", str(cut), "--resume", str(cut / "checkpoint.pt")]) == 0
+    assert "resumed the cold grid from" in capsys.readouterr().out
+
+    def strip(name, run):
+        return [{k: v for k, v in r.items() if k != "time_s"} for r in json.loads((run / name).read_text())]
+    for name in ("path.json", "grid_warm.json", "grid_cold.json"):
+        assert strip(name, cut) == strip(name, full), name
+    assert len(strip("grid_cold.json", full)) >= 4

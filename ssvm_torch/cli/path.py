@@ -26,7 +26,7 @@ from ..atomic import atomic_write_bytes
 from ..devices import parse_device
 from ..errors import RunInterrupted, SSVMInputError, check
 from ..outputs import RunDir, load_checkpoint, save_checkpoint
-from ..path import check_path_options, cold_starts, grid_lambdas, grid_search, regularization_path
+from ..path import RegPath, check_path_options, cold_starts, grid_lambdas, grid_search, regularization_path
 from ..solvers import SAMPLERS, STEPS, SolverConfig
 from ..tasks import Problem, load_task
 from .entry import command_parser, run_command
@@ -115,15 +115,24 @@ def _path(args, cfg, kappa, task: Problem, dual, out: Path, identity: dict, resu
             saved["breakpoints"] = len(state["lambdas"])
         except (OSError, RuntimeError) as e:    # e.g. a full disk (torch.save: "unexpected pos")
             saved["failed"] = (len(state["lambdas"]), e)
-    if resume is not None and not args.quiet:
-        print(f"resumed from {args.resume} after {len(resume.get('lambdas') or [])} breakpoints", flush=True)
-    with stop_on_signal("ssvm-path") as requested:       # Ctrl-C: finish the breakpoint, keep the path so far
-        path = regularization_path(dual, args.eps, kappa=kappa, heuristic=args.heuristic, lam_min=args.lam_min,
-                                   config=cfg, evaluate=task.evaluate, max_passes=args.max_passes, progress=show,
-                                   gated=args.gated, interrupt=lambda: requested() or "failed" in saved,
-                                   checkpoint=checkpoint if args.checkpoint else None, resume=resume)
-        interrupted = requested()
-    path.save(out)
+    grid_state = resume if resume is not None and resume.get("format") == GRID_PHASE else None
+    if grid_state is not None:                   # the path was done: its grids were under way
+        if not (out / "path.pt").is_file():
+            raise SSVMInputError(f"resume: {args.resume} is a checkpoint of this run's grid search; it needs the "
+                                 f"run's path.pt in {out}, which is missing")
+        path, interrupted, resume = RegPath.load(out), False, None
+        if not args.quiet:
+            print(f"resumed the {'warm' if grid_state.get('warm') else 'cold'} grid from {args.resume}", flush=True)
+    else:
+        if resume is not None and not args.quiet:
+            print(f"resumed from {args.resume} after {len(resume.get('lambdas') or [])} breakpoints", flush=True)
+        with stop_on_signal("ssvm-path") as requested:   # Ctrl-C: finish the breakpoint, keep the path so far
+            path = regularization_path(dual, args.eps, kappa=kappa, heuristic=args.heuristic, lam_min=args.lam_min,
+                                       config=cfg, evaluate=task.evaluate, max_passes=args.max_passes, progress=show,
+                                       gated=args.gated, interrupt=lambda: requested() or "failed" in saved,
+                                       checkpoint=checkpoint if args.checkpoint else None, resume=resume)
+            interrupted = requested()
+        path.save(out)
     if "failed" in saved:
         at, e = saved["failed"]
         kept = (f"{out / 'checkpoint.pt'} holds the last good one ({saved['breakpoints']} breakpoints)"
@@ -149,19 +158,60 @@ def _path(args, cfg, kappa, task: Problem, dual, out: Path, identity: dict, resu
               f"{low['lam']:.4g} (an oracle figure, not a model selection: choose lambda on held-out data with "
               "ssvm-train --select-lam)")
     if args.grid:
-        lams = [v for v in grid_lambdas() if v >= args.lam_min]
-        for warm in (True, False):
-            name = "warm" if warm else "cold"
-            recs = grid_search(cold_starts(dual), args.eps, lams, warm=warm, config=cfg, evaluate=task.evaluate,
-                               max_passes=args.max_passes, progress=show, gated=args.gated)
-            atomic_write_bytes(out / f"grid_{name}.json", json.dumps(recs, indent=1).encode())
-            summary[f"grid_{name}"] = {"passes": recs[-1]["passes"], "time_s": recs[-1]["time_s"]}
-            if not args.quiet:
-                print(f"grid search ({name}): {len(recs)} lambdas, {recs[-1]['passes']:.0f} effective passes, "
-                      f"{recs[-1]['time_s']:.2f} s")
+        _grids(args, cfg, task, dual, out, identity, grid_state, summary, show)
     if not args.quiet:
         print(f"wrote {out / 'path.pt'} and {out / 'path.json'}")
     return summary
+
+
+#: checkpoint.pt's format in the grid phase (``--grid --checkpoint``): which grid and its state
+GRID_PHASE = "ssvm_torch.path-grid/1"
+
+
+def _grids(args, cfg, task: Problem, dual, out: Path, identity: dict, resume: dict | None, summary: dict,
+           show) -> None:
+    """--grid: the warm grid, then the cold one (grid_warm.json / grid_cold.json); with --checkpoint the state of
+    the grid under way after every lambda, from which ``resume`` (a :data:`GRID_PHASE` state) continues exactly
+    (a state of the cold grid: the warm one's file is read back)."""
+    lams = [v for v in grid_lambdas() if v >= args.lam_min]
+    failed = []
+
+    def checkpoint(warm):
+        def write(state):
+            try:
+                save_checkpoint(out / "checkpoint.pt", {"format": GRID_PHASE, "warm": warm, "grid": state}, identity)
+            except (OSError, RuntimeError) as e:    # e.g. a full disk: the grid stops at its next gap check
+                failed.append(e)
+        return write if args.checkpoint else None
+    for warm in (True, False):
+        name = "warm" if warm else "cold"
+        state = None
+        if resume is not None:
+            check(isinstance(resume.get("warm"), bool), "resume.warm", "True or False (which grid)", resume.get("warm"))
+            if resume["warm"] != warm:               # the warm grid was done before the cold one's state
+                recs = json.loads((out / "grid_warm.json").read_text())
+                summary["grid_warm"] = {"passes": recs[-1]["passes"], "time_s": recs[-1]["time_s"]}
+                continue
+            state, resume = resume.get("grid"), None
+        with stop_on_signal("ssvm-path") as requested:
+            recs = grid_search(cold_starts(dual), args.eps, lams, warm=warm, config=cfg, evaluate=task.evaluate,
+                               max_passes=args.max_passes, progress=show, gated=args.gated,
+                               interrupt=lambda: requested() or bool(failed), checkpoint=checkpoint(warm),
+                               resume=state)
+            stopped = requested()
+        atomic_write_bytes(out / f"grid_{name}.json", json.dumps(recs, indent=1).encode())
+        where = f"in the {name} grid after {len(recs)} of {len(lams)} lambdas; wrote {out / f'grid_{name}.json'} with them"
+        if failed:
+            raise SSVMInputError(f"out: writing the checkpoint failed ({getattr(failed[0], 'strerror', None) or failed[0]}) "
+                                 f"{where}; {out / 'checkpoint.pt'} holds the last good state")
+        if stopped:
+            how = (f"resume with --resume {out / 'checkpoint.pt'}" if args.checkpoint
+                   else "with --checkpoint the grids can be resumed")
+            raise RunInterrupted(f"interrupted {where}; {how}", requested.signal)
+        summary[f"grid_{name}"] = {"passes": recs[-1]["passes"], "time_s": recs[-1]["time_s"]}
+        if not args.quiet:
+            print(f"grid search ({name}): {len(recs)} lambdas, {recs[-1]['passes']:.0f} effective passes, "
+                  f"{recs[-1]['time_s']:.2f} s")
 
 
 def main(argv=None) -> int:
