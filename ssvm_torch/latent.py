@@ -100,8 +100,11 @@ def hide_brackets(data: SpanData, fraction: float, seed: int, unlabeled: float =
     S = data.spans.shape[0]
     observed = _kept(S, fraction, seed, data.observed)
     labeled = None
+    check(isinstance(unlabeled, (int, float)) and not isinstance(unlabeled, bool) and 0.0 <= unlabeled <= 1.0,
+          "unlabeled", "a fraction in [0, 1] (1: brackets without any label)", unlabeled)
     if unlabeled or data.labeled is not None:
-        labeled = ~hidden_positions(S, unlabeled, int(seed), ("unlabeled", "hide_seed"), stream=1)
+        labeled = torch.zeros(S, dtype=torch.bool) if unlabeled == 1.0 else \
+            ~hidden_positions(S, unlabeled, int(seed), ("unlabeled", "hide_seed"), stream=1)
         labeled = labeled if data.labeled is None else labeled & data.labeled.cpu()
         labeled = labeled.to(data.device)
     masked = SpanData(data.offsets, data.fptr, data.fidx, data.spans, data.n_features, data.n_labels, data.name,

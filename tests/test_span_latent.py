@@ -65,7 +65,7 @@ def _charts_of(data, labels):
 
 @pytest.mark.parametrize("kernels", ["numba", "torch"])
 @pytest.mark.parametrize("loss, unlabeled", [("hamming", 0.0), ("normalized", 0.0), ("hamming", 0.5),
-                                           ("normalized", 0.6)])
+                                           ("normalized", 0.6), ("hamming", 1.0)])
 def test_store_oracle_loss_and_hinge_against_enumeration(kernels, loss, unlabeled):
     """The gap pass at a random w: each block's tree is the argmax of s(y) + Delta_O(y) over every labeled tree, its
     loss Delta_O, H_i the enumerated max minus the completed tree's score; max_margins the plain argmax. With
@@ -183,6 +183,13 @@ def test_hiding_brackets_leaks_nothing_and_keeps_the_observed():
                         6, unlabeled=0.5)
     assert torch.equal(again.spans, both.spans) and torch.equal(again.observed_codes(), both.observed_codes())
     assert keys(both.spans[:, :2], both.observed) == keys(data.spans[:, :2], ~mask)    # every bracket kept
+    bare = hide_labels(data, 0.0, 6, unlabeled=1.0)       # Pereira & Schabes: every bracket, no label
+    assert bool((bare.observed_codes() == 2).all())
+    assert keys(bare.spans[:, :2], bare.observed) == keys(data.spans[:, :2], torch.ones(S, dtype=torch.bool))
+    relabeled = data.spans.clone()
+    relabeled[:, 2] = (relabeled[:, 2] + 1) % data.n_labels
+    assert torch.equal(hide_labels(SpanData(data.offsets, data.fptr, data.fidx, relabeled, data.n_features,
+                                            data.n_labels), 0.0, 6, unlabeled=1.0).spans, bare.spans)
 
 
 def test_refusals_name_the_field():
@@ -245,8 +252,8 @@ def test_ssvm_train_hide_labels_on_ud_ewt_spans(tmp_path, capsys):
     for extra, text in [(["--hide-bracket-labels", "0.3"], "hide_bracket_labels: trains the latent SSVM, with"),
                         (["--hide-labels", "0.5", "--hide-bracket-labels", "0.3", "--dataset", "ud-ewt"],
                          "hide_bracket_labels: hides constituency brackets' labels (ud-ewt-spans), not ud-ewt's"),
-                        (["--hide-labels", "0.5", "--hide-bracket-labels", "1.0"],
-                         "hide_bracket_labels: expected a fraction in [0, 1), got 1.0")]:
+                        (["--hide-labels", "0.5", "--hide-bracket-labels", "1.5"],
+                         "hide_bracket_labels: expected a fraction in [0, 1] (1: brackets without any label), got 1.5")]:
         assert main(["--dataset", "ud-ewt-spans", "--train-size", "60", "--lam", "0.01", *extra,
                      "--out", str(refused)]) == 2
         assert text in capsys.readouterr().err and not refused.exists()

@@ -46,8 +46,9 @@ def check_options(args, launched_by_torchrun: bool) -> None:
     if not (isinstance(f, float) and 0.0 <= f < 1.0):
         raise SSVMInputError(f"hide_labels: expected a fraction in [0, 1), got {f}")
     u = args.hide_bracket_labels
-    if not (isinstance(u, float) and 0.0 <= u < 1.0):
-        raise SSVMInputError(f"hide_bracket_labels: expected a fraction in [0, 1), got {u}")
+    if not (isinstance(u, float) and 0.0 <= u <= 1.0):
+        raise SSVMInputError(f"hide_bracket_labels: expected a fraction in [0, 1] (1: brackets without any label), "
+                             f"got {u}")
     if u and args.dataset != "ud-ewt-spans":
         raise SSVMInputError(f"hide_bracket_labels: hides constituency brackets' labels (ud-ewt-spans), not "
                              f"{args.dataset}'s")
@@ -82,8 +83,10 @@ def run_latent(args, cfg, task, lam: float, run_dir, featurization: dict) -> dic
     if spans:      # rows of the stacked gold trees (the completion's rows are ordered by its own spans)
         gone = hidden_positions(total, args.hide_labels, args.hide_seed, ("hide_labels", "hide_seed"))
         positions = torch.nonzero(gone)[:, 0].tolist()
-        unlabeled = torch.nonzero(hidden_positions(total, args.hide_bracket_labels, args.hide_seed,
-                                                   ("hide_bracket_labels", "hide_seed"), stream=1) & ~gone)[:, 0].tolist()
+        unl = torch.ones(total, dtype=torch.bool) if args.hide_bracket_labels == 1.0 else \
+            hidden_positions(total, args.hide_bracket_labels, args.hide_seed, ("hide_bracket_labels", "hide_seed"),
+                             stream=1)
+        unlabeled = torch.nonzero(unl & ~gone)[:, 0].tolist()
     else:
         positions = torch.nonzero(~hidden.observed)[:, 0].tolist()
     unit = "gold spans" if spans else "heads" if heads else "labels"
