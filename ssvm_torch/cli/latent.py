@@ -118,6 +118,9 @@ def run_latent(args, cfg, task, lam: float, run_dir, featurization: dict) -> dic
               + (f", the labels of {len(unlabeled)} observed brackets" if unlabeled else "")
               + f" (seed {args.hide_seed}); CCCP with "
               f"{args.solver} inner solves", flush=True)
+        if spans and args.hide_bracket_labels == 1.0 and args.latent_start in ("auto", "zeros"):
+            print("note: with every label hidden, CCCP from w = 0 completes every bracket as a join (label 0) and "
+                  "predicts flat trees (docs/latent.md)", flush=True)
 
     def progress(rec):
         if speak:
