@@ -44,11 +44,28 @@ def atomic_write(path, write) -> Path:
     except BaseException as e:
         if os.path.exists(tmp):
             os.unlink(tmp)
+        interrupt = _interrupt_under(e)
+        if interrupt is not None:            # Ctrl-C mid-write: the writer's cleanup (torch.save's zip end) raised over it
+            raise interrupt from None
         full = _disk_full(path.parent, e)
         if full is not None:                 # the writer's own words (torch.save: "unexpected pos") hide the cause
             raise full from e
         raise
     return path
+
+
+def _interrupt_under(e: BaseException) -> KeyboardInterrupt | None:
+    """The KeyboardInterrupt that an exception ``e`` (not itself one) was raised while handling, if any: a Ctrl-C
+    during a write whose cleanup then failed (torch.save: "unexpected pos"), which the caller must see as the
+    interrupt it is."""
+    if isinstance(e, KeyboardInterrupt):
+        return None
+    seen, ctx = 0, e.__context__
+    while ctx is not None and seen < 8:
+        if isinstance(ctx, KeyboardInterrupt):
+            return ctx
+        seen, ctx = seen + 1, ctx.__context__
+    return None
 
 
 def writes_so_far() -> int:

@@ -482,6 +482,36 @@ def test_a_checkpoint_write_on_a_full_disk_names_the_full_disk(tmp_path, monkeyp
     assert not list(tmp_path.glob(".x.*"))
 
 
+def test_ctrl_c_during_a_torch_save_is_the_interrupt_and_keeps_the_previous_file(tmp_path):
+    """A KeyboardInterrupt inside torch.save's zip writer makes its cleanup fail ("unexpected pos 64 vs 0", which a
+    Lightning fit then reported as a crash, exit 1): atomic_write raises the KeyboardInterrupt itself, the target
+    keeps its previous content and no temporary file is left."""
+    from ssvm_torch import atomic
+    target = tmp_path / "last.ckpt"
+    torch.save({"epoch": 0}, target)
+    before = target.read_bytes()
+
+    class CtrlCOnThirdWrite:
+        """The temporary file, with Ctrl-C arriving during torch.save's third write to it."""
+        def __init__(self, f):
+            self.f, self.n = f, 0
+
+        def write(self, data):
+            self.n += 1
+            if self.n == 3:
+                raise KeyboardInterrupt
+            return self.f.write(data)
+
+        def flush(self):
+            self.f.flush()
+
+    def save_interrupted(f):
+        torch.save({"w": torch.zeros(1000)}, CtrlCOnThirdWrite(f))
+    with pytest.raises(KeyboardInterrupt):
+        atomic.atomic_write(target, save_interrupted)
+    assert target.read_bytes() == before and not list(tmp_path.glob(".last.ckpt.*"))
+
+
 def test_a_checkpoint_write_that_fails_stops_the_run_and_keeps_the_last_good_one(tmp_path, monkeypatch, capsys):
     """The disk fills while the third checkpoint is written: one line, the run stops at that check,
     history.json and model.pt are written, checkpoint.pt is the first (good) one."""
