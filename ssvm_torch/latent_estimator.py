@@ -170,7 +170,7 @@ None reads the longest chunk of the known tags: set it where a chunk may run lon
         check(self.scheme == "BIO", "scheme", "'BIO' for LatentSegmentSSVM (module docstring)", repr(self.scheme))
         xs, _ = self._chain_arrays(X, None, fitting=True)
         self.n_features_in_ = xs[0].shape[1]
-        tags = self._partial_tags(xs, Y)
+        tags = self._tags(xs, Y, unknown=True)
         self.labels_ = [OUTSIDE] + sorted({t.partition("-")[2] for s in tags for t in s
                                            if t is not None and t != OUTSIDE})
         check(any(t is not None for s in tags for t in s), "Y", "at least one known tag", "every tag is None")
@@ -182,22 +182,6 @@ None reads the longest chunk of the known tags: set it where a chunk may run lon
         data = ChainData.from_sequences(xs, [states[b, :len(t)].numpy() for b, t in enumerate(tags)], 2 * K,
                                         dtype=torch.float64)
         return ChainData(data.X, data.Y, data.offsets, data.n_states, data.name, observed=observed)
-
-    def _partial_tags(self, xs, tags) -> list:
-        """The tag lists with None kept (SegmentSSVM's check of every other tag)."""
-        check(isinstance(tags, (list, tuple)) and len(tags) == len(xs), "Y", f"a list of {len(xs)} tag lists",
-              type(tags).__name__ if not isinstance(tags, (list, tuple)) else f"{len(tags)} lists")
-        out = []
-        for i, (x, t) in enumerate(zip(xs, tags)):
-            sequence = isinstance(t, (list, tuple)) or (isinstance(t, np.ndarray) and t.ndim == 1)
-            check(sequence and len(t) == x.shape[0], f"Y[{i}]",
-                  f"{x.shape[0]} tags (strings such as 'B-NP', 'O', or None: unknown), one per position of X[{i}]",
-                  f"{len(t)} tags" if sequence else type(t).__name__)
-            bad = next((j for j, tag in enumerate(t) if tag is not None and not isinstance(tag, str)), None)
-            check(bad is None, f"Y[{i}][{bad}]", "a chunk tag string such as 'B-NP', 'O' or None (unknown)",
-                  None if bad is None else repr(t[bad]))
-            out.append([None if tag is None else str(tag) for tag in t])
-        return out
 
     def _decoded(self, data, states) -> list:
         """The completion as one tag list per training sentence (the training scheme)."""

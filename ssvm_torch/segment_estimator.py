@@ -61,19 +61,24 @@ class SegmentSSVM(StructuredSVM):
     def _labels_inside(self, X) -> bool:
         return isinstance(X, ChainData)
 
-    def _tags(self, X, tags) -> list:
+    def _tags(self, X, tags, unknown: bool = False) -> list:
+        """The tag lists of ``tags``, checked against X (one string per position; ``unknown``: None allowed, a tag
+        not known: LatentSegmentSSVM's partly tagged sentences)."""
         check(isinstance(tags, (list, tuple)) and len(tags) == len(X), "Y", f"a list of {len(X)} tag lists",
               type(tags).__name__ if not isinstance(tags, (list, tuple)) else f"{len(tags)} lists")
+        none = ", or None: unknown" if unknown else ""
         out = []
         for i, (x, t) in enumerate(zip(X, tags)):
             sequence = isinstance(t, (list, tuple)) or (isinstance(t, np.ndarray) and t.ndim == 1)
             check(sequence and len(t) == x.shape[0], f"Y[{i}]",
-                  f"{x.shape[0]} tags (strings such as 'B-NP', 'O'), one per position of X[{i}]",
+                  f"{x.shape[0]} tags (strings such as 'B-NP', 'O'{none}), one per position of X[{i}]",
                   f"{len(t)} tags" if sequence else type(t).__name__)
-            bad = next((j for j, tag in enumerate(t) if not isinstance(tag, str)), None)
-            check(bad is None, f"Y[{i}][{bad}]", "a chunk tag string such as 'B-NP' or 'O'",
+            bad = next((j for j, tag in enumerate(t) if not (isinstance(tag, str) or (unknown and tag is None))),
+                       None)
+            check(bad is None, f"Y[{i}][{bad}]", "a chunk tag string such as 'B-NP' or 'O'" + (" or None (unknown)"
+                                                                                              if unknown else ""),
                   None if bad is None else repr(t[bad]))
-            out.append([str(tag) for tag in t])        # NumPy's str_ as plain strings
+            out.append([None if tag is None else str(tag) for tag in t])        # NumPy's str_ as plain strings
         return out
 
     def _data(self, X, Y=None, fitting: bool = False):

@@ -100,11 +100,12 @@ class SpanData(RaggedOffsets):
                   tuple(self.labeled.shape) if isinstance(self.labeled, torch.Tensor) else type(self.labeled).__name__)
             self.labeled = self.labeled.to(self.device)
 
-    def observed_codes(self) -> torch.Tensor:
-        """(S,) int8 per span row: 0 unobserved, 1 an observed labeled bracket, 2 an observed unlabeled one."""
-        seen = torch.ones(self.spans.shape[0], dtype=torch.bool, device=self.device) if self.observed is None \
-            else self.observed
-        labeled = torch.ones_like(seen) if self.labeled is None else self.labeled
+    def observed_codes(self, rows: torch.Tensor | None = None) -> torch.Tensor:
+        """(S,) int8 per span row (or of the span ``rows``): 0 unobserved, 1 an observed labeled bracket, 2 an
+        observed unlabeled one."""
+        count = self.spans.shape[0] if rows is None else rows.shape[0]
+        seen, labeled = (torch.ones(count, dtype=torch.bool, device=self.device) if flags is None else
+                         flags if rows is None else flags[rows] for flags in (self.observed, self.labeled))
         return torch.where(seen, torch.where(labeled, 1, 2), 0).to(torch.int8)
 
     @property
@@ -133,7 +134,7 @@ class SpanData(RaggedOffsets):
         out = torch.full((idx.shape[0], M, M), -1, dtype=torch.int64, device=self.device)
         lab = s[:, 2]
         if observed_only and (self.observed is not None or self.labeled is not None):
-            code = self.observed_codes()[at]
+            code = self.observed_codes(at)             # the batch's rows only: charts runs per batch
             lab = torch.where(code == 1, lab, torch.full_like(lab, -1))
             lab = torch.where(code == 2, torch.full_like(lab, UNLABELED), lab)
         out[row, s[:, 0], s[:, 1]] = lab
