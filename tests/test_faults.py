@@ -515,15 +515,15 @@ def test_ctrl_c_during_a_torch_save_is_the_interrupt_and_keeps_the_previous_file
 def test_a_checkpoint_write_that_fails_stops_the_run_and_keeps_the_last_good_one(tmp_path, monkeypatch, capsys):
     """The disk fills while the third checkpoint is written: one line, the run stops at that check,
     history.json and model.pt are written, checkpoint.pt is the first (good) one."""
-    import ssvm_torch.cli.train as train_cli
-    real, calls = train_cli.save_checkpoint, []
+    import ssvm_torch.cli.checkpoints as writes_cli
+    real, calls = writes_cli.save_checkpoint, []
 
     def filling(path, *a, **k):
         calls.append(path)
         if len(calls) == 3:
             raise RuntimeError("[enforce fail at inline_container.cc:664] . unexpected pos 64 vs 0")
         return real(path, *a, **k)
-    monkeypatch.setattr(train_cli, "save_checkpoint", filling)
+    monkeypatch.setattr(writes_cli, "save_checkpoint", filling)
     out = tmp_path / "run"
     assert main(QUICK + ["--passes", "5", "--out", str(out), "--checkpoint"]) == 2
     err = capsys.readouterr().err

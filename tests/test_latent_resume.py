@@ -209,21 +209,21 @@ def test_a_failed_checkpoint_write_stops_the_run_and_keeps_its_work(tmp_path, ca
     written, checkpoint.pt keeps the last good state, and the error names the step and the file."""
     import errno
 
-    import ssvm_torch.cli.latent as latent_cli
     from ssvm_torch.cli.train import main
-    real, calls = latent_cli.save_checkpoint, []
+    import ssvm_torch.cli.checkpoints as writes_cli
+    real, calls = writes_cli.save_checkpoint, []
 
     def full_disk(path, state, run):
         calls.append(state["outer"])
         if len(calls) == 3:
             raise OSError(errno.ENOSPC, "No space left on device")
         return real(path, state, run)
-    monkeypatch.setattr(latent_cli, "save_checkpoint", full_disk)
+    monkeypatch.setattr(writes_cli, "save_checkpoint", full_disk)
     out = tmp_path / "run"
     assert main([*ARGS, "--latent-outer", "3", "--out", str(out)]) == 2
     err = capsys.readouterr().err
     assert "writing the checkpoint in outer step 1 failed (No space left on device)" in err
-    assert f"{out / 'checkpoint.pt'} holds the last good one (outer step 1)" in err
+    assert f"{out / 'checkpoint.pt'} holds the last good one (taken in outer step 1)" in err
     records = json.loads((out / "latent.json").read_text())
     assert records[-1]["outer"] == 1 and records[-1]["interrupted"] is True
     assert load_checkpoint(out / "checkpoint.pt")["outer"] == 1 and load_model(out / "model.pt")["w"].shape

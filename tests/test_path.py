@@ -361,17 +361,20 @@ def test_ssvm_path_resumes_its_grids(tmp_path, capsys, monkeypatch):
     args = ["--dataset", "ocr-small", "--eps", "0.5", "--lam-min", "2.0", "--grid", "--checkpoint", "--quiet"]
     full, cut = tmp_path / "full", tmp_path / "cut"
     assert path_main([*args, "--out", str(full)]) == 0
-    real, calls = path_cli.save_checkpoint, []
+    import ssvm_torch.cli.checkpoints as writes_cli
+    real, calls = writes_cli.save_checkpoint, []
 
     def full_disk(path, state, run):
         calls.append(state["format"] == path_cli.GRID_PHASE and not state["warm"])
         if sum(calls) == 3:                          # the cold grid's third lambda
             raise OSError(errno.ENOSPC, "No space left on device")
         return real(path, state, run)
-    monkeypatch.setattr(path_cli, "save_checkpoint", full_disk)
+    monkeypatch.setattr(writes_cli, "save_checkpoint", full_disk)
     assert path_main([*args, "--out", str(cut)]) == 2
-    assert "writing the checkpoint failed (No space left on device) in the cold grid" in capsys.readouterr().err
-    monkeypatch.setattr(path_cli, "save_checkpoint", real)
+    err = capsys.readouterr().err
+    assert "writing the checkpoint after 3 lambdas of the cold grid failed (No space left on device)" in err
+    assert f"{cut / 'checkpoint.pt'} holds the last good one (taken after 2 lambdas of the cold grid)" in err
+    monkeypatch.setattr(writes_cli, "save_checkpoint", real)
     assert path_main([*args[:-1], "--out", str(cut), "--resume", str(cut / "checkpoint.pt")]) == 0
     assert "resumed the cold grid from" in capsys.readouterr().out
 

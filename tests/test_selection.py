@@ -75,24 +75,26 @@ def test_select_lam_resumes_its_grid_and_its_refit_exactly(tmp_path, capsys, mon
     refit (the grid skipped: selection.json read back)."""
     import errno
 
-    import ssvm_torch.cli.grid as grid_cli
     args = ["--dataset", "conll2000", "--train-size", "150", "--select-lam", "--lams", "1e-1", "1e-2", "1e-3",
             "--min-counts", "1", "2", "--passes", "3", "--gap-check", "3", "--checkpoint", "--quiet"]
     full, cut = tmp_path / "full", tmp_path / "cut"
     assert main([*args, "--out", str(full)]) == 0
-    real, calls = grid_cli.save_checkpoint, []
+    import ssvm_torch.cli.checkpoints as writes_cli
+    real, calls = writes_cli.save_checkpoint, []
 
     def full_disk(path, state, run):
         calls.append(state["min_count"])
         if len(calls) == 5:                          # the second lambda of the second cut-off
             raise OSError(errno.ENOSPC, "No space left on device")
         return real(path, state, run)
-    monkeypatch.setattr(grid_cli, "save_checkpoint", full_disk)
+    monkeypatch.setattr(writes_cli, "save_checkpoint", full_disk)
     capsys.readouterr()
     assert main([*args, "--out", str(cut)]) == 2
-    assert "writing the grid's checkpoint failed (No space left on device)" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "writing the checkpoint after 2 lambdas at min count 2 failed (No space left on device)" in err
+    assert "holds the last good one (taken after 1 lambdas at min count 2)" in err
     assert not (cut / "selection.json").exists() and calls == [1, 1, 1, 2, 2]
-    monkeypatch.setattr(grid_cli, "save_checkpoint", real)
+    monkeypatch.setattr(writes_cli, "save_checkpoint", real)
     loud = [a for a in args if a != "--quiet"]
     assert main([*loud, "--out", str(cut), "--resume", str(cut / "checkpoint.pt")]) == 0
     printed = capsys.readouterr().out

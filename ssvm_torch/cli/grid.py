@@ -8,10 +8,11 @@ import json
 from dataclasses import asdict
 
 from ..errors import RunInterrupted, SSVMInputError, check
-from ..outputs import RunDir, load_checkpoint, save_checkpoint, save_selection
+from ..outputs import RunDir, load_checkpoint, save_selection
 from ..selection import select_lambda
 from ..solvers import SolverConfig
 from ..tasks import load_task
+from .checkpoints import CheckpointWrites
 
 
 #: the format tag of the grid's checkpoint.pt (``--select-lam --checkpoint``)
@@ -50,19 +51,15 @@ def select_on_dev(args, cfg: SolverConfig, device, dtype, run_dir: RunDir, featu
         grid = resume.get("grid")
         if speak:
             print(f"resumed the lambda grid from {args.resume} at min count {resume['min_count']}", flush=True)
-    saved = {}
+    writes = CheckpointWrites(run_dir.path / "checkpoint.pt", identity, args.checkpoint_every)
 
     def checkpoint(min_count):
         def write(state):
-            if not saved:
+            def full():              # the rows and best of the cut-offs before this one (called before they grow)
                 run_dir.begin()                          # the run's first file
-            try:
-                save_checkpoint(run_dir.path / "checkpoint.pt", {"format": SELECTION_STATE, "min_count": min_count,
-                                                                 "rows": json.dumps(rows), "best": best,
-                                                                 "grid": state}, identity)
-                saved["ok"] = True
-            except (OSError, RuntimeError) as e:        # e.g. a full disk: the grid stops at the next check
-                saved["failed"] = e
+                return {"format": SELECTION_STATE, "min_count": min_count, "rows": json.dumps(rows), "best": best,
+                        "grid": state}
+            writes.offer(full, f"after {len(json.loads(state['records']))} lambdas at min count {min_count}")
         return write if args.checkpoint else None
 
     def progress(rec):
@@ -81,22 +78,19 @@ def select_on_dev(args, cfg: SolverConfig, device, dtype, run_dir: RunDir, featu
                   f"at most {args.passes:g} passes each", flush=True)
         lam, table = select_lambda(fit, args.lams, cfg, passes=args.passes, device=device, dtype=dtype,
                                    kernels=args.kernels, progress=progress,
-                                   interrupt=lambda: requested() or "failed" in saved,
+                                   interrupt=lambda: requested() or writes.failed,
                                    checkpoint=checkpoint(min_count), resume=grid)
+        writes.flush()                                      # this cut-off's last state, if --checkpoint-every skipped it
         grid = None
         rows += [{"min_count": min_count, "d": fit.d, **r} for r in table]
         key = next(k for k in ("dev_f1", "dev_uas", "dev_error") if k in table[0])
         score = next(r[key] for r in table if r["lam"] == lam) * (-1 if key == "dev_error" else 1)
         if best is None or score > best[0]:                 # ties keep the smaller cut-off (the larger model)
             best = (score, lam, min_count)
-        if requested() or "failed" in saved:
+        if requested() or writes.failed:
             break
-    if "failed" in saved:
-        e = saved["failed"]
-        kept = (f"{run_dir.path / 'checkpoint.pt'} holds the last good one" if "ok" in saved
-                else "no checkpoint was written")
-        raise SSVMInputError(f"out: writing the grid's checkpoint failed ({getattr(e, 'strerror', None) or e}); the "
-                             f"grid stopped there; {kept}")
+    if writes.failed:
+        raise writes.error("the grid stopped there")
     selection = {"lam": best[1], "min_count": best[2], "heldout": args.heldout, "n_fit": fit.n_train,
                  "n_dev": fit.n_test, "passes_per_lam": args.passes, "table": rows}
     grid = len(args.lams) * len(args.min_counts or [None])

@@ -12,7 +12,8 @@ and history.json / model.pt as every run (history.json: the same records, the la
 model.pt's ``ell`` is the dual's of the last accepted inner problem, and ``latent_objective`` its J(w).
 With ``--checkpoint``, checkpoint.pt holds CCCP's state (``train_latent``'s: the accepted w and completion, the
 records, the inner solver's state) at every inner gap check and after every outer step; ``--resume`` continues it
-exactly (a killed or interrupted run), or takes more outer steps with a larger ``--latent-outer``.
+exactly (a killed or interrupted run), or takes more outer steps with a larger ``--latent-outer``;
+``--checkpoint-every SECONDS`` writes it at most that often (and at the end).
 """
 from __future__ import annotations
 
@@ -29,13 +30,14 @@ from ..data.span_data import SpanData
 from ..data.trees import DependencyData
 from ..data.types import ChainData
 from ..errors import RunInterrupted, SSVMInputError
-from ..outputs import load_checkpoint, save_checkpoint
+from ..outputs import load_checkpoint
 from ..latent import (INNER_SOLVERS, check_inner, check_start, hide_heads, hide_labels, resumed_state,
                       train_latent)
 from ..models.chain import ChainModel
 from ..models.constituency import ConstituencyModel
 from ..models.dependency import DependencyModel
 from ..models.semimarkov import SemiMarkovModel
+from .checkpoints import CheckpointWrites
 from .interrupts import stop_on_signal
 from .results import print_test_figures, save_results
 
@@ -105,6 +107,7 @@ def run_latent(args, cfg, task, lam: float, run_dir, featurization: dict) -> dic
                           "hidden_positions": len(positions), "hide_bracket_labels": args.hide_bracket_labels,
                           "unlabeled_brackets": len(unlabeled), "latent_outer": args.latent_outer,
                           "latent_start": args.latent_start, "resume": args.resume,
+                          "checkpoint_every": args.checkpoint_every,
                           "device": "cpu", "dtype": "float64", "kernels": args.kernels, "solver": asdict(cfg)})
     atomic_write_bytes(out / "hidden.json", json.dumps({"fraction": args.hide_labels, "seed": args.hide_seed,
                                                         "positions": total, "unit": "span rows" if spans else
@@ -133,23 +136,20 @@ def run_latent(args, cfg, task, lam: float, run_dir, featurization: dict) -> dic
                   + (f"  UAS {rec['test_uas']:.2f}" if "test_uas" in rec else "")
                   + f"  [{rec['time_s']:.1f} s]", flush=True)
 
-    saved = {}                                       # the last checkpoint written, or a failed write: stop there
+    writes = CheckpointWrites(out / "checkpoint.pt", identity, args.checkpoint_every)
 
     def checkpoint(state):
-        try:
-            save_checkpoint(out / "checkpoint.pt", state, identity)
-            saved["outer"] = state["outer"]
-        except (OSError, RuntimeError) as e:        # e.g. a full disk (torch.save: "unexpected pos")
-            saved["failed"] = (state["outer"], e)
+        writes.offer(lambda: state, f"in outer step {state['outer']}")
 
     if speak and resume is not None:
         print(f"resumed from {args.resume} at outer step {resume['outer']}", flush=True)
     t0 = time.perf_counter()
     with stop_on_signal("ssvm-train", stopping="stopping at the inner solver's next gap check") as requested:
         w, records = train_latent(model, hidden, lam, cfg, max_outer=args.latent_outer, progress=progress,
-                                  interrupt=lambda: requested() or "failed" in saved, evaluate=task.evaluate,
+                                  interrupt=lambda: requested() or writes.failed, evaluate=task.evaluate,
                                   w0=None if args.latent_start == "zeros" else args.latent_start,
                                   checkpoint=checkpoint if args.checkpoint else None, resume=resume)
+        writes.flush()                              # the last state, if --checkpoint-every skipped its check
     atomic_write_bytes(out / "latent.json", json.dumps(records, indent=1).encode())
     final = records[-1]                     # evaluated at the returned model (the lowest objective)
     save_results(out, records, w, final.get("ell", math.nan), lam, args.dataset, task.describe(),
@@ -159,13 +159,8 @@ def run_latent(args, cfg, task, lam: float, run_dir, featurization: dict) -> dic
               f"{final['objective']:.6f} ({time.perf_counter() - t0:.1f} s)")
         print_test_figures(final, task)
         print(f"wrote {out / 'latent.json'}, {out / 'hidden.json'}, {out / 'history.json'} and {out / 'model.pt'}")
-    if "failed" in saved:
-        at, e = saved["failed"]
-        kept = (f"{out / 'checkpoint.pt'} holds the last good one (outer step {saved['outer']})" if "outer" in saved
-                else "no checkpoint was written")
-        raise SSVMInputError(f"out: writing the checkpoint in outer step {at} failed "
-                             f"({getattr(e, 'strerror', None) or e}); the run stopped there and wrote "
-                             f"{out / 'latent.json'} and {out / 'model.pt'}; {kept}")
+    if writes.failed:
+        raise writes.error(f"the run stopped there and wrote {out / 'latent.json'} and {out / 'model.pt'}")
     if requested():
         resume = (f"resume with --resume {out / 'checkpoint.pt'}" if args.checkpoint
                   else "a run with --checkpoint can be resumed")

@@ -25,11 +25,12 @@ import torch
 from ..atomic import atomic_write_bytes
 from ..devices import parse_device
 from ..errors import RunInterrupted, SSVMInputError, check
-from ..outputs import RunDir, load_checkpoint, save_checkpoint
+from ..outputs import RunDir, load_checkpoint
 from ..path import RegPath, check_path_options, cold_starts, grid_lambdas, grid_search, regularization_path
 from ..solvers import SAMPLERS, STEPS, SolverConfig
 from ..tasks import Problem, load_task
 from .entry import command_parser, run_command
+from .checkpoints import CheckpointWrites, check_every
 from .interrupts import stop_on_signal
 
 
@@ -57,6 +58,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
     p.add_argument("--checkpoint", action="store_true",
                    help="write checkpoint.pt (the path's state) after every breakpoint, for --resume")
+    p.add_argument("--checkpoint-every", type=float, default=None, metavar="SECONDS",
+                   help="with --checkpoint: write at a breakpoint only once SECONDS have passed since the last write "
+                        "(the last one is always written); None = after every breakpoint")
     p.add_argument("--resume", default=None, help="checkpoint.pt of a path to continue exactly (same options); None = a new path")
     p.add_argument("--out", default="runs/path", help="output directory (refused if it holds another run)")
     p.add_argument("--overwrite", action="store_true", help="replace the run already in --out")
@@ -76,6 +80,7 @@ def run(args) -> dict:
     cfg = SolverConfig(solver="bcfw", sampling=args.sampling, step=args.step, cache=args.cache,
                        gap_check=args.gap_check, seed=args.seed).validate()
     check_path_options(args.eps, kappa, args.lam_min, args.max_passes)   # all of it before --out is created
+    check_every(args.checkpoint_every, args.checkpoint)
     parse_device(args.device)
     task = path_task(args.dataset, args.train_size, args.device)
     dual = task.store(1.0, device=args.device)
@@ -94,7 +99,8 @@ def run(args) -> dict:
         run_dir.write_config({"command": "ssvm-path", "dataset": args.dataset, "train_size": args.train_size,
                               "eps": args.eps, "kappa": kappa, "heuristic": args.heuristic, "lam_min": args.lam_min,
                               "grid": args.grid, "max_passes": args.max_passes, "device": args.device,
-                              "solver": asdict(cfg), "resume": args.resume})
+                              "solver": asdict(cfg), "resume": args.resume,
+                              "checkpoint_every": args.checkpoint_every})
         return _path(args, cfg, kappa, task, dual, run_dir.path, identity, resume)
 
 
@@ -107,14 +113,10 @@ def _path(args, cfg, kappa, task: Problem, dual, out: Path, identity: dict, resu
     if not args.quiet:
         print(f"{args.dataset}: n = {task.n_train}, d = {task.d}, eps = {args.eps}, kappa = {kappa}, "
               f"{'heuristic' if args.heuristic else 'eps-approximate'} path down to {args.lam_min:g}", flush=True)
-    saved = {}                                   # the last checkpoint written, or a failed write: stop there
+    writes = CheckpointWrites(out / "checkpoint.pt", identity, args.checkpoint_every)
 
     def checkpoint(state):
-        try:
-            save_checkpoint(out / "checkpoint.pt", state, identity)
-            saved["breakpoints"] = len(state["lambdas"])
-        except (OSError, RuntimeError) as e:    # e.g. a full disk (torch.save: "unexpected pos")
-            saved["failed"] = (len(state["lambdas"]), e)
+        writes.offer(lambda: state, f"at breakpoint {len(state['lambdas'])}")
     grid_state = resume if resume is not None and resume.get("format") == GRID_PHASE else None
     if grid_state is not None:                   # the path was done: its grids were under way
         if not (out / "path.pt").is_file():
@@ -129,17 +131,13 @@ def _path(args, cfg, kappa, task: Problem, dual, out: Path, identity: dict, resu
         with stop_on_signal("ssvm-path") as requested:   # Ctrl-C: finish the breakpoint, keep the path so far
             path = regularization_path(dual, args.eps, kappa=kappa, heuristic=args.heuristic, lam_min=args.lam_min,
                                        config=cfg, evaluate=task.evaluate, max_passes=args.max_passes, progress=show,
-                                       gated=args.gated, interrupt=lambda: requested() or "failed" in saved,
+                                       gated=args.gated, interrupt=lambda: requested() or writes.failed,
                                        checkpoint=checkpoint if args.checkpoint else None, resume=resume)
+            writes.flush()                           # the last breakpoint, if --checkpoint-every skipped it
             interrupted = requested()
         path.save(out)
-    if "failed" in saved:
-        at, e = saved["failed"]
-        kept = (f"{out / 'checkpoint.pt'} holds the last good one ({saved['breakpoints']} breakpoints)"
-                if "breakpoints" in saved else "no checkpoint was written")
-        raise SSVMInputError(f"out: writing the checkpoint at breakpoint {at} failed "
-                             f"({getattr(e, 'strerror', None) or e}); the path stopped there and wrote "
-                             f"{out / 'path.pt'} and {out / 'path.json'}; {kept}")
+    if writes.failed:
+        raise writes.error(f"the path stopped there and wrote {out / 'path.pt'} and {out / 'path.json'}")
     if interrupted:
         how = (f"resume with --resume {out / 'checkpoint.pt'}" if args.checkpoint else
                f"a path with --checkpoint can be resumed; --lam-min {path.lam_end:.4g} stops a rerun there")
@@ -174,14 +172,12 @@ def _grids(args, cfg, task: Problem, dual, out: Path, identity: dict, resume: di
     the grid under way after every lambda, from which ``resume`` (a :data:`GRID_PHASE` state) continues exactly
     (a state of the cold grid: the warm one's file is read back)."""
     lams = [v for v in grid_lambdas() if v >= args.lam_min]
-    failed = []
+    writes = CheckpointWrites(out / "checkpoint.pt", identity, args.checkpoint_every)
 
     def checkpoint(warm):
         def write(state):
-            try:
-                save_checkpoint(out / "checkpoint.pt", {"format": GRID_PHASE, "warm": warm, "grid": state}, identity)
-            except (OSError, RuntimeError) as e:    # e.g. a full disk: the grid stops at its next gap check
-                failed.append(e)
+            writes.offer(lambda: {"format": GRID_PHASE, "warm": warm, "grid": state},
+                         f"after {len(json.loads(state['records']))} lambdas of the {'warm' if warm else 'cold'} grid")
         return write if args.checkpoint else None
     for warm in (True, False):
         name = "warm" if warm else "cold"
@@ -196,14 +192,14 @@ def _grids(args, cfg, task: Problem, dual, out: Path, identity: dict, resume: di
         with stop_on_signal("ssvm-path") as requested:
             recs = grid_search(cold_starts(dual), args.eps, lams, warm=warm, config=cfg, evaluate=task.evaluate,
                                max_passes=args.max_passes, progress=show, gated=args.gated,
-                               interrupt=lambda: requested() or bool(failed), checkpoint=checkpoint(warm),
+                               interrupt=lambda: requested() or writes.failed, checkpoint=checkpoint(warm),
                                resume=state)
+            writes.flush()                           # this grid's last state, if --checkpoint-every skipped it
             stopped = requested()
         atomic_write_bytes(out / f"grid_{name}.json", json.dumps(recs, indent=1).encode())
         where = f"in the {name} grid after {len(recs)} of {len(lams)} lambdas; wrote {out / f'grid_{name}.json'} with them"
-        if failed:
-            raise SSVMInputError(f"out: writing the checkpoint failed ({getattr(failed[0], 'strerror', None) or failed[0]}) "
-                                 f"{where}; {out / 'checkpoint.pt'} holds the last good state")
+        if writes.failed:
+            raise writes.error(f"stopped {where}")
         if stopped:
             how = (f"resume with --resume {out / 'checkpoint.pt'}" if args.checkpoint
                    else "with --checkpoint the grids can be resumed")

@@ -30,13 +30,14 @@ from ..devices import parse_device
 from ..distributed.collectives import any_rank
 from ..errors import DistributedError, RunInterrupted, SSVMInputError
 from .entry import command_parser, run_command
-from ..outputs import RunDir, load_checkpoint, save_checkpoint, save_predictions
+from ..outputs import RunDir, load_checkpoint, save_predictions
 from ..selection import DEFAULT_LAMS
 from ..solvers import SAMPLERS, SOLVERS, STEPS, SolverConfig, make_solver
 from ..solvers.cutting_plane import QP_SOLVERS
 from ..stores import KERNELS
 from ..tasks import TASKS, get_task, load_task
 from ..ud_tasks import TREE_KINDS
+from .checkpoints import CheckpointWrites, check_every
 from .grid import select_on_dev
 from .interrupts import stop_on_signal
 from .latent import check_options as check_latent_options, run_latent
@@ -173,6 +174,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="runs/latest", help="output directory (refused if it holds another run)")
     p.add_argument("--overwrite", action="store_true", help="replace the run already in --out")
     p.add_argument("--checkpoint", action="store_true", help="save the solver state at every gap check")
+    p.add_argument("--checkpoint-every", type=float, default=None, metavar="SECONDS",
+                   help="with --checkpoint: write at a check only once SECONDS have passed since the last write (the "
+                        "last check is always written); None = at every check")
     p.add_argument("--resume", default=None, help="checkpoint.pt to resume from (same options); None = a new run")
     p.add_argument("--quiet", action="store_true", help="print nothing but errors")
     return p
@@ -214,6 +218,7 @@ def run(args) -> dict:
         what = "is a directory (pass its checkpoint.pt)" if Path(args.resume).is_dir() else "does not exist"
         raise SSVMInputError(f"resume: expected a checkpoint file, {args.resume} {what}")
     cfg = SolverConfig.from_options(args).validate()             # bad options fail before the directory is touched
+    check_every(args.checkpoint_every, args.checkpoint)
     if args.hide_labels is not None:
         check_latent_options(args, distributed.launched_by_torchrun())
     elif args.hide_bracket_labels:
@@ -315,23 +320,19 @@ def _train(args, cfg: SolverConfig, device, dtype, run_dir: RunDir | None) -> di
             certified.update(records=len(solver.state.history), w=w_cert.detach().clone(), ell=ell_cert,
                              extras={k: v.detach().clone() if torch.is_tensor(v) else v
                                      for k, v in solver.model_extras().items()})
-        if args.checkpoint and solver is not None:
-            state = solver.state_dict()                 # a collective under torchrun: every rank takes part
-            if out is not None:
-                try:
-                    save_checkpoint(out / "checkpoint.pt", state, identity)
-                    saved["passes"] = rec["passes"]
-                except (OSError, RuntimeError) as e:    # e.g. a full disk (torch.save: "unexpected pos")
-                    saved["failed"] = (rec["passes"], e)
+        if writes is not None and solver is not None:    # state_dict is a collective under torchrun: all ranks
+            writes.offer(solver.state_dict, f"at {rec['passes']:.1f} effective passes")
 
     stop = {"requested": lambda: False}              # set to the signal flag while the solver runs
-    saved = {}                                       # the last checkpoint written, or a failed write: stop there
+    writes = None if not args.checkpoint else CheckpointWrites(
+        None if out is None else out / "checkpoint.pt", identity, args.checkpoint_every,
+        agree=None if size == 1 else lambda due: any_rank(due, device))
     certified = {}                                   # torchrun, rank 0: the model of the last check
     solver_kw = {"round_steps": args.round_steps} if isinstance(dual, distributed.RoundsDual) else {}
     evaluate = every_kth_check(task.evaluate, args.eval_every, lambda: len(solver.state.history))
     solver = (distributed.RoundsSolver if solver_kw else make_solver)(
         dual, cfg, evaluate=evaluate if run_dir is not None else None, progress=progress,
-        interrupt=lambda: stop["requested"]() or "failed" in saved, **solver_kw)
+        interrupt=lambda: stop["requested"]() or (writes is not None and writes.failed), **solver_kw)
     if args.checkpoint and run_dir is not None:   # the first checkpoint comes at the first gap check: room now
         local = dual.local if sharded else dual
         state = local.state_dict()
@@ -347,6 +348,7 @@ def _train(args, cfg: SolverConfig, device, dtype, run_dir: RunDir | None) -> di
                               "unary_only": args.unary_only, **featurization, "lam": lam, "selection": selection,
                               "device": str(device), "dtype": args.dtype,
                               "kernels": args.kernels, "resume": args.resume, "solver": asdict(cfg),
+                              "checkpoint_every": args.checkpoint_every,
                               "distributed": distributed.describe(dual) if sharded else None})
     if speak and sharded:
         held = ("every block's statistics, a share of w's feature columns each" if dual.exchange == "columns"
@@ -369,6 +371,8 @@ def _train(args, cfg: SolverConfig, device, dtype, run_dir: RunDir | None) -> di
         stop["requested"] = requested if size == 1 else _agreed_stop(requested, device)
         try:
             history = solver.run()
+            if writes is not None:
+                writes.flush()                      # the last check's state, if --checkpoint-every skipped it
         except DistributedError as e:               # a peer died: rank 0 keeps the last certified point
             if out is None or not certified:
                 raise
@@ -391,13 +395,8 @@ def _train(args, cfg: SolverConfig, device, dtype, run_dir: RunDir | None) -> di
     save_results(out, history, w_model, ell_model, lam, args.dataset, task.describe(), solver.model_extras())
     if task.predictions is not None:
         save_predictions(out, task.predictions(w_model))
-    if "failed" in saved:
-        at, e = saved["failed"]
-        kept = (f"{out / 'checkpoint.pt'} holds the last good one ({saved['passes']:.1f} passes)" if "passes" in saved
-                else "no checkpoint was written")
-        raise SSVMInputError(f"out: writing the checkpoint at {at:.1f} effective passes failed "
-                             f"({getattr(e, 'strerror', None) or e}); the run stopped there and wrote "
-                             f"{out / 'history.json'} and {out / 'model.pt'}; {kept}")
+    if writes is not None and writes.failed:
+        raise writes.error(f"the run stopped there and wrote {out / 'history.json'} and {out / 'model.pt'}")
     if speak and sharded:
         print(f"exchanged {dual.bytes_per_step / 1e3:.1f} kB per step per rank ({dual.steps_exchanged} steps); rank 0: "
               f"{dual.shard_s:.2f} s own decoding, {dual.joint_s:.2f} s direction and moves, {dual.comm_s:.2f} s in "
