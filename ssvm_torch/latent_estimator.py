@@ -35,6 +35,7 @@ from .estimator import ChainSSVM
 from .latent import complete, train_latent
 from .segment_estimator import OUTSIDE, SegmentSSVM
 from .segments import partial_from_tags, tags_from_segments
+from .models.semimarkov import SemiMarkovModel
 from .segments.convert import segments_of_states
 from .solvers import SolverConfig
 
@@ -62,6 +63,8 @@ class _LatentFit:
             return None if self.start == "zeros" else "auto"
         w0 = torch.as_tensor(np.asarray(self.start, dtype=np.float64))
         check(w0.shape == (d,), "start", f"an array of d = {d} weights", tuple(w0.shape))
+        check(bool(torch.isfinite(w0).all()), "start", "finite weights",
+              f"{int((~torch.isfinite(w0)).sum())} NaN or inf")
         return w0
 
     def _fit_data(self, data):
@@ -93,6 +96,27 @@ def _missing_mask(y: np.ndarray, missing) -> np.ndarray:
     if y.dtype.kind in "biuf" and isinstance(missing, (int, float, np.number)):
         return np.asarray(y == missing)
     return np.fromiter((type(v) is type(missing) and v == missing for v in y.tolist()), bool, len(y))
+
+
+def longest_known_chunk(tags: list) -> int:
+    """The longest chunk the known BIO tags require (at least 1): a B- or I- tag and the known I- tags of its label
+    after it, one position more where an I- tag follows an unknown one (that position is then inside its chunk,
+    as partial_from_tags reads it). The segment length bound LatentSegmentSSVM takes when ``max_length`` is None;
+    a chunk running on through unknown tags may be longer, and the model cannot complete it so: set
+    ``max_length`` there."""
+    longest = 1
+    for sentence in tags:
+        run, label = 0, None
+        for j, tag in enumerate(sentence):
+            if tag is None or not tag.startswith(("B-", "I-")):
+                run, label = 0, None
+            elif tag.startswith("I-") and tag[2:] == label:
+                run += 1
+            else:
+                goes_on = tag.startswith("I-") and j > 0 and sentence[j - 1] is None
+                run, label = 2 if goes_on else 1, tag[2:]
+            longest = max(longest, run)
+    return longest
 
 
 class LatentChainSSVM(_LatentFit, ChainSSVM):
@@ -132,6 +156,17 @@ class LatentChainSSVM(_LatentFit, ChainSSVM):
         return ChainData(data.X, data.Y, data.offsets, data.n_states, data.name,
                          observed=torch.from_numpy(np.concatenate(seen)))
 
+    def loss(self, X, Y=None) -> np.ndarray:
+        """ChainSSVM's; a ``missing`` label in ``Y`` is refused by name (a loss needs every label: an unlabeled
+        position would count as an error)."""
+        if Y is not None and not isinstance(X, ChainData):
+            _, ys = self._chain_arrays(X, Y)
+            for i, y in enumerate(ys):
+                gone = _missing_mask(y, self.missing)
+                check(not gone.any(), f"Y[{i}]", f"every label (a loss or score reads all of them), not the missing "
+                      f"marker {self.missing!r}", f"{int(gone.sum())} unlabeled positions")
+        return super().loss(X, Y)
+
     def _make_model(self, data):
         model = super()._make_model(data)
         self.n_states_ = model.K
@@ -151,7 +186,8 @@ class LatentSegmentSSVM(_LatentFit, SegmentSSVM):
     begins there, read from the tag alone where the tag before is unknown (B- and O begin, I- goes on); the
     completion is the best segmentation agreeing with every observed position. BIO tags only: a BIOES tag before an
     unknown one also says whether its chunk ends there, which the per-position states do not hold. ``max_length``
-None reads the longest chunk of the known tags: set it where a chunk may run longer through unknown ones."""
+None takes the longest chunk the known tags spell out (:func:`longest_known_chunk`; ``max_length_`` after fit):
+set it where a chunk may run longer through unknown ones."""
 
     def __init__(self, lam: float | None = None, solver: str = "bcfw", sampling: str = "gap", step: str = "pairwise",
                  cache: bool = True, passes: float = 100, gap_check: float = 10, gap_threshold: float = 0.0,
@@ -165,6 +201,8 @@ None reads the longest chunk of the known tags: set it where a chunk may run lon
         self.start = start
 
     def _data(self, X, Y=None, fitting: bool = False):
+        if fitting:
+            self._length = self.max_length
         if not fitting or Y is None or isinstance(X, ChainData):
             return super()._data(X, Y, fitting)
         check(self.scheme == "BIO", "scheme", "'BIO' for LatentSegmentSSVM (module docstring)", repr(self.scheme))
@@ -174,6 +212,8 @@ None reads the longest chunk of the known tags: set it where a chunk may run lon
         self.labels_ = [OUTSIDE] + sorted({t.partition("-")[2] for s in tags for t in s
                                            if t is not None and t != OUTSIDE})
         check(any(t is not None for s in tags for t in s), "Y", "at least one known tag", "every tag is None")
+        if self.max_length is None:
+            self._length = longest_known_chunk(tags)
         partial, _ = partial_from_tags(tags, self.labels_, self.scheme)
         K = len(self.labels_)
         seen = partial.labels >= 0
@@ -182,6 +222,11 @@ None reads the longest chunk of the known tags: set it where a chunk may run lon
         data = ChainData.from_sequences(xs, [states[b, :len(t)].numpy() for b, t in enumerate(tags)], 2 * K,
                                         dtype=torch.float64)
         return ChainData(data.X, data.Y, data.offsets, data.n_states, data.name, observed=observed)
+
+    def _make_model(self, data) -> SemiMarkovModel:
+        model = SemiMarkovModel.for_data(data, self._length, self.task_loss, outside=0)
+        self.max_length_ = model.L
+        return model
 
     def _decoded(self, data, states) -> list:
         """The completion as one tag list per training sentence (the training scheme)."""

@@ -6,7 +6,8 @@ A run directory holds
   test_predictions.json  the final model's test predictions, for tasks that provide them (ud-ewt)
   model.pt       {"w": float64 (d,), "ell": float, "lam": float, "dataset": str, "feature_layout": dict}
                  (+ "w_dual": float64 (d,), "radius": float for the dual extragradient)
-  checkpoint.pt  {"format": CHECKPOINT_FORMAT, "solver": packed solver state} (resumable)
+  checkpoint.pt  {"format": CHECKPOINT_FORMAT, "solver": packed solver state} (resumable; its mostly-zero
+                 tensors stored sparse, exactly: :func:`ssvm_torch.portable.pack`)
   path.pt / path.json   the regularization path (``ssvm-path``)
 
 Every ``.pt`` file is a torch zip archive of tensors and primitives (numpy arrays and active sets
@@ -65,9 +66,10 @@ def content_digest(obj) -> str:
     return h.hexdigest()
 
 
-def save_torch(path, obj: dict) -> Path:
-    """``torch.save`` of packed ``obj`` with its content manifest, atomically."""
-    packed = pack(obj)
+def save_torch(path, obj: dict, sparse: bool = False) -> Path:
+    """``torch.save`` of packed ``obj`` (``sparse``: its mostly-zero tensors as index / value pairs,
+    :func:`ssvm_torch.portable.pack`) with its content manifest, atomically."""
+    packed = pack(obj, sparse)
     packed[MANIFEST] = {"sha256": content_digest(packed)}
     return atomic_write(path, lambda f: torch.save(packed, f))
 
@@ -137,8 +139,9 @@ def load_model(path) -> dict:
 
 
 def save_checkpoint(path, solver_state: dict, run: dict | None = None) -> Path:
-    """checkpoint.pt: the solver state and ``run``, what it belongs to (dataset, dtype, n, d, ...)."""
-    return save_torch(path, {"format": CHECKPOINT_FORMAT, "solver": solver_state, "run": run or {}})
+    """checkpoint.pt: the solver state and ``run``, what it belongs to (dataset, dtype, n, d, ...). Its mostly-zero
+    tensors (a chain store's block statistics, the weights of a large feature space) are stored sparse, exactly."""
+    return save_torch(path, {"format": CHECKPOINT_FORMAT, "solver": solver_state, "run": run or {}}, sparse=True)
 
 
 def load_checkpoint(path, run: dict | None = None) -> dict:

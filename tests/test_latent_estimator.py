@@ -99,13 +99,28 @@ def test_clone_and_refusals_name_the_field():
                          (dict(max_outer=0), "max_outer: expected an int >= 1"),
                          (dict(tol=-1.0), "tol: expected a finite number >= 0"),
                          (dict(start="letters"), "start: expected 'auto', 'zeros' or an array"),
-                         (dict(start=np.zeros(3)), "start: expected an array of d = ")]:
+                         (dict(start=np.zeros(3)), "start: expected an array of d = "),
+                         (dict(start=np.full(30, np.nan)), "start: expected finite weights, got 30 NaN")]:
         with pytest.raises(SSVMInputError, match=text):
             LatentChainSSVM(lam=0.1, missing=None, **params).fit(xs, part)
     with pytest.raises(SSVMInputError, match="Y: expected at least one observed label, got every label is None"):
         LatentChainSSVM(missing=None).fit(xs, [np.array([None] * len(x), dtype=object) for x in xs])
     with pytest.raises(SSVMInputError, match=r"Y\[0\]: expected \("):
         LatentChainSSVM(missing=None).fit(xs, [y[:-1] for y in part])
+
+
+def test_score_and_loss_refuse_the_missing_marker():
+    """A loss reads every label: an unlabeled position would count as an error, so Y with the marker is refused
+    by name (the full labels score as ChainSSVM's)."""
+    xs, ys = _sequences(7)
+    for missing in (-1, None):
+        part = _hide(ys, 0.5, 8, missing)
+        est = LatentChainSSVM(lam=0.1, missing=missing, max_outer=1, **SOLVER).fit(xs, part)
+        first = next(i for i, y in enumerate(part) if any(v is missing or v == missing for v in y))
+        for call in (est.score, est.loss):
+            with pytest.raises(SSVMInputError, match=rf"Y\[{first}\]: expected every label .* not the missing marker"):
+                call(xs, part)
+        assert 0.0 <= est.score(xs, ys) <= 1.0
 
 
 def _tagged(seed=0, n=10, F=4):
@@ -149,6 +164,25 @@ def test_segment_transduction_keeps_every_known_tag_and_descends():
         LatentSegmentSSVM(scheme="BIOES").fit(xs, part)
     with pytest.raises(SSVMInputError, match=r"Y\[0\]\[0\]: expected a chunk tag string"):
         LatentSegmentSSVM().fit(xs, [[3] + row[1:] for row in part])
+
+
+def test_the_longest_known_chunk_bounds_segments_when_max_length_is_none():
+    """max_length None: the longest chunk the known tags require, an I- tag after an unknown one counting the
+    position before it; the default estimator then fits partly tagged sentences (it refused every one)."""
+    from ssvm_torch.latent_estimator import longest_known_chunk
+    assert longest_known_chunk([["O", None, "O"]]) == 1
+    assert longest_known_chunk([["B-NP", "I-NP", "I-NP", "O"]]) == 3
+    assert longest_known_chunk([[None, "I-NP", None]]) == 2                 # position 0 is inside the chunk
+    assert longest_known_chunk([[None, "I-NP", "I-NP"], ["B-VP", None, "I-VP"]]) == 3
+    assert longest_known_chunk([["B-NP", "I-VP", "I-VP"]]) == 2               # a new chunk at I-VP (conlleval)
+    xs, tags = _tagged(2, n=16)
+    rng = np.random.default_rng(3)
+    part = [[None if rng.random() < 0.4 else t for t in row] for row in tags]
+    est = LatentSegmentSSVM(lam=0.05, max_outer=2, **SOLVER).fit(xs, part)
+    assert est.max_length_ == longest_known_chunk(part) and est.model_.L == est.max_length_
+    assert all(got == known for row, done in zip(part, est.transduction_) for known, got in zip(row, done)
+               if known is not None)
+    assert LatentSegmentSSVM(lam=0.05, max_outer=1, max_length=5, **SOLVER).fit(xs, part).max_length_ == 5
 
 
 def test_ocr_words_with_half_the_letters_unlabeled(ocr_small):

@@ -43,7 +43,7 @@ class CheckpointWrites:
                  clock: Callable[[], float] = time.monotonic):
         check_every(every)
         self.path, self.identity, self.every, self.clock = path, identity, every, clock
-        self._due = agree(self._locally_due) if agree is not None else self._locally_due
+        self._due = agree(self._locally_due) if agree is not None and every is not None else self._locally_due
         self.last_write = clock()
         self.written: str | None = None          # where the last good checkpoint was taken ("at 3.0 passes", ...)
         self.failure: tuple[str, BaseException] | None = None

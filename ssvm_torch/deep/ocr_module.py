@@ -247,7 +247,7 @@ class DeepChainModule(L.LightningModule):
         """Lightning saves the network, head and optimizer; this adds the SSVM dual (blocks, sampler,
         counters) and the history, with a SHA-256 of their content and of the weights and optimizer states. The dual does not depend on the
         features, so the resumed run rebuilds its store on the restored network's features."""
-        state = {"solver": None if self.solver is None else pack(self.solver.state_dict()),
+        state = {"solver": None if self.solver is None else pack(self.solver.state_dict(), sparse=True),
                  "history": list(self.history), "phase": dict(getattr(self, "_phase_record", {}))}
         checkpoint[CHECKPOINT_KEY] = seal(state, checkpoint)
 

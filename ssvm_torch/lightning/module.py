@@ -225,7 +225,7 @@ class SSVMModule(L.LightningModule):
 
     # -- checkpoints ----------------------------------------------------------------------------
     def on_save_checkpoint(self, checkpoint: dict) -> None:
-        state = pack(self.solver.state_dict())
+        state = pack(self.solver.state_dict(), sparse=True)
         checkpoint[CHECKPOINT_KEY] = {"solver": state, "logged": self.logged, "sha256": content_digest(state)}
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
