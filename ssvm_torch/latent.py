@@ -63,42 +63,59 @@ from .solvers import Solver, SolverConfig, make_solver
 from .stores import make_store
 
 
-def hide_labels(data, fraction: float, seed: int, unlabeled: float = 0.0):
+def hide_labels(data, fraction: float, seed: int, unlabeled: float = 0.0, sentences: bool = False):
     """``data`` with ``round(fraction * N)`` of its N positions unobserved, chosen uniformly by
     ``seed`` (torch's CPU generator: the same positions on every machine); their labels are replaced
     by 0 (a placeholder completion) so that nothing downstream can read them. A :class:`SpanData` hides
     ``round(fraction * S)`` of its S spans and the labels of ``round(unlabeled * S)`` (:func:`hide_brackets`), a
     :class:`DependencyData` the heads of ``round(fraction * W)`` of its W words (:func:`hide_heads`, the projective
-    decoder's placeholder)."""
+    decoder's placeholder). ``sentences``: ``round(fraction * n)`` of the n sequences (trees) are hidden whole
+    instead, every position (span, head) of each: the semi-supervised setting."""
     if isinstance(data, SpanData):
-        return hide_brackets(data, fraction, seed, unlabeled)
+        return hide_brackets(data, fraction, seed, unlabeled, sentences)
     check(unlabeled == 0.0, "unlabeled", "0 (bracket labels are hidden for constituency trees only)", unlabeled)
     if isinstance(data, DependencyData):
-        return hide_heads(data, fraction, seed)
+        return hide_heads(data, fraction, seed, sentences=sentences)
     check(isinstance(data, ChainData), "data", "a ChainData, a SpanData or a DependencyData", type(data).__name__)
-    observed = _kept(data.Y.shape[0], fraction, seed, data.observed).to(data.Y.device)
+    observed = _kept(data.Y.shape[0], fraction, seed, data.observed,
+                     data.offsets if sentences else None).to(data.Y.device)
     Y = torch.where(observed, data.Y, torch.zeros_like(data.Y))
     return ChainData(data.X, Y, data.offsets, data.n_states, data.name, data.allow_unknown, dict(data.meta), data.E,
                      observed)
 
 
-def _kept(count: int, fraction: float, seed: int, observed: torch.Tensor | None) -> torch.Tensor:
-    """(count,) bool on the CPU: the parts left observed when ``round(fraction * count)`` are hidden by ``seed``
-    (:func:`~ssvm_torch.data.partial.hidden_positions`) and those already unobserved stay so."""
-    kept = ~hidden_positions(count, fraction, int(seed), ("hide_labels", "hide_seed"))
+def hidden_parts(count: int, fraction: float, seed: int, offsets: torch.Tensor | None = None) -> torch.Tensor:
+    """(count,) bool on the CPU, True at the parts hidden: ``round(fraction * count)`` of them drawn by ``seed``
+    (:func:`~ssvm_torch.data.partial.hidden_positions`), or with ``offsets`` (n+1,), the parts of sentence i being
+    offsets[i]:offsets[i+1], every part of ``round(fraction * n)`` whole sentences (the same draw over n)."""
+    if offsets is None:
+        return hidden_positions(count, fraction, int(seed), ("hide_labels", "hide_seed"))
+    offsets = offsets.cpu()
+    check(int(offsets[-1]) == count, "offsets", f"sentence offsets ending at the {count} parts", int(offsets[-1]))
+    gone = hidden_positions(offsets.numel() - 1, fraction, int(seed), ("hide_labels", "hide_seed"))
+    return torch.repeat_interleave(gone, offsets.diff())
+
+
+def _kept(count: int, fraction: float, seed: int, observed: torch.Tensor | None,
+          offsets: torch.Tensor | None = None) -> torch.Tensor:
+    """(count,) bool on the CPU: the parts left observed when :func:`hidden_parts` are hidden and those already
+    unobserved stay so."""
+    kept = ~hidden_parts(count, fraction, seed, offsets)
     return kept if observed is None else kept & observed.cpu()
 
 
-def hide_brackets(data: SpanData, fraction: float, seed: int, unlabeled: float = 0.0) -> SpanData:
+def hide_brackets(data: SpanData, fraction: float, seed: int, unlabeled: float = 0.0,
+                  sentences: bool = False) -> SpanData:
     """``data`` with ``round(fraction * S)`` of its S gold spans (rows of ``data.spans``, every sentence's 2 n_i - 1)
     unobserved, chosen uniformly by ``seed`` as :func:`hide_labels`' positions, and the labels of
     ``round(unlabeled * S)`` spans hidden (their brackets kept where observed: Pereira & Schabes 1992's unlabeled
     brackets), drawn independently by the seed's second stream; the trees become the placeholder
     completion at w = 0, the first of the trees that hold every observed bracket (ties of the constrained CKY, label
-    0 on the hidden spans and labels), so that nothing downstream can read the hidden spans or labels."""
+    0 on the hidden spans and labels), so that nothing downstream can read the hidden spans or labels.
+    ``sentences``: ``round(fraction * n)`` whole trees hidden instead of single spans."""
     check(isinstance(data, SpanData), "data", "a SpanData", type(data).__name__)
     S = data.spans.shape[0]
-    observed = _kept(S, fraction, seed, data.observed)
+    observed = _kept(S, fraction, seed, data.observed, data.span_offsets if sentences else None)
     labeled = None
     check(isinstance(unlabeled, (int, float)) and not isinstance(unlabeled, bool) and 0.0 <= unlabeled <= 1.0,
           "unlabeled", "a fraction in [0, 1] (1: brackets without any label)", unlabeled)
@@ -113,13 +130,14 @@ def hide_brackets(data: SpanData, fraction: float, seed: int, unlabeled: float =
     return masked.with_trees(placeholder.complete(torch.zeros(placeholder.d, dtype=torch.float64), masked))
 
 
-def hide_heads(data: DependencyData, fraction: float, seed: int, projective: bool = True) -> DependencyData:
+def hide_heads(data: DependencyData, fraction: float, seed: int, projective: bool = True,
+               sentences: bool = False) -> DependencyData:
     """``data`` with the heads of ``round(fraction * W)`` of its W words unobserved, chosen uniformly by ``seed`` as
-    :func:`hide_labels`' positions; the trees become the placeholder completion at w = 0 (the first tree of the
-    ``projective`` decoder's ties that keeps every observed head), so that nothing downstream reads the hidden
-    heads."""
+    :func:`hide_labels`' positions (``sentences``: every head of ``round(fraction * n)`` whole sentences); the trees
+    become the placeholder completion at w = 0 (the first tree of the ``projective`` decoder's ties that keeps every
+    observed head), so that nothing downstream reads the hidden heads."""
     check(isinstance(data, DependencyData), "data", "a DependencyData", type(data).__name__)
-    observed = _kept(data.heads.shape[0], fraction, seed, data.observed)
+    observed = _kept(data.heads.shape[0], fraction, seed, data.observed, data.offsets if sentences else None)
     masked = DependencyData(data.offsets, data.heads, data.labels, data.arc_off, data.ptr, data.ids, data.n_features,
                             data.name, dict(data.meta), data.tok_ptr, data.tok_ids, observed.to(data.device))
     placeholder = DependencyModel(data.n_features, projective)

@@ -31,8 +31,8 @@ from ..data.trees import DependencyData
 from ..data.types import ChainData
 from ..errors import RunInterrupted, SSVMInputError
 from ..outputs import load_checkpoint
-from ..latent import (INNER_SOLVERS, check_inner, check_start, hide_heads, hide_labels, resumed_state,
-                      train_latent)
+from ..latent import (INNER_SOLVERS, check_inner, check_start, hidden_parts, hide_heads, hide_labels,
+                      resumed_state, train_latent)
 from ..models.chain import ChainModel
 from ..models.constituency import ConstituencyModel
 from ..models.dependency import DependencyModel
@@ -42,8 +42,33 @@ from .interrupts import stop_on_signal
 from .results import print_test_figures, save_results
 
 
+def add_options(p) -> None:
+    """ssvm-train's options of the latent SSVM (--hide-labels and what goes with it)."""
+    p.add_argument("--hide-labels", type=float, default=None, metavar="FRACTION",
+                   help="hide this fraction of the training positions' labels (chains; ud-ewt-spans: of the gold "
+                        "trees' spans; ud-ewt: of the words' heads) and train the latent SSVM by CCCP, the options above being its inner solver "
+                        "(docs/latent.md); None = every label seen")
+    p.add_argument("--hide-sentences", action="store_true",
+                   help="with --hide-labels: hide that fraction of the training sentences, every label (span, "
+                        "head) of each, instead of single positions (the semi-supervised setting)")
+    p.add_argument("--hide-bracket-labels", type=float, default=0.0, metavar="FRACTION",
+                   help="ud-ewt-spans with --hide-labels: also hide the labels of this fraction of the gold spans, "
+                        "their brackets kept where observed (Pereira & Schabes 1992's unlabeled brackets)")
+    p.add_argument("--hide-seed", type=int, default=0, help="the seed of the hidden positions (--hide-labels)")
+    p.add_argument("--latent-outer", type=int, default=20, help="at most this many CCCP steps (--hide-labels)")
+    p.add_argument("--latent-start", choices=("auto", "letters", "arcs", "zeros"), default="auto",
+                   help="CCCP's start (--hide-labels): auto = letters for chains and segments, arcs (the SSVM of the "
+                        "observed arcs) for dependency trees, zeros for constituency trees (docs/latent.md)")
+
+
 def check_options(args, launched_by_torchrun: bool) -> None:
-    """What the latent SSVM runs with, refused by name before the run directory is touched."""
+    """What the latent SSVM runs with, refused by name before the run directory is touched (the latent options
+    without --hide-labels too)."""
+    if args.hide_labels is None:
+        for name, on in (("hide_bracket_labels", args.hide_bracket_labels), ("hide_sentences", args.hide_sentences)):
+            if on:
+                raise SSVMInputError(f"{name}: trains the latent SSVM, with --hide-labels")
+        return
     f = args.hide_labels
     if not (isinstance(f, float) and 0.0 <= f < 1.0):
         raise SSVMInputError(f"hide_labels: expected a fraction in [0, 1), got {f}")
@@ -76,14 +101,15 @@ def run_latent(args, cfg, task, lam: float, run_dir, featurization: dict) -> dic
         raise SSVMInputError(f"hide_labels: the latent SSVM trains a chain (ocr-small, ocr-large, conll2000, its "
                              f"edge-feature templates too), segments (conll2000-segments), constituency trees "
                              f"(ud-ewt-spans) or dependency trees (ud-ewt); {args.dataset} is a {type(model).__name__}")
-    hidden = hide_heads(train, args.hide_labels, args.hide_seed, model.projective) if heads else \
-        hide_labels(train, args.hide_labels, args.hide_seed, args.hide_bracket_labels)
+    whole = args.hide_sentences
+    hidden = hide_heads(train, args.hide_labels, args.hide_seed, model.projective, whole) if heads else \
+        hide_labels(train, args.hide_labels, args.hide_seed, args.hide_bracket_labels, whole)
     check_inner(model, hidden, lam, cfg)                # a solver the store cannot run: refused before any write
     check_start(model, None if args.latent_start == "zeros" else args.latent_start)
     total = hidden.spans.shape[0] if spans else len(hidden.heads) if heads else len(hidden.Y)
     unlabeled = []
     if spans:      # rows of the stacked gold trees (the completion's rows are ordered by its own spans)
-        gone = hidden_positions(total, args.hide_labels, args.hide_seed, ("hide_labels", "hide_seed"))
+        gone = hidden_parts(total, args.hide_labels, args.hide_seed, train.span_offsets if whole else None)
         positions = torch.nonzero(gone)[:, 0].tolist()
         unl = torch.ones(total, dtype=torch.bool) if args.hide_bracket_labels == 1.0 else \
             hidden_positions(total, args.hide_bracket_labels, args.hide_seed, ("hide_bracket_labels", "hide_seed"),
@@ -92,19 +118,23 @@ def run_latent(args, cfg, task, lam: float, run_dir, featurization: dict) -> dic
     else:
         positions = torch.nonzero(~hidden.observed)[:, 0].tolist()
     unit = "gold spans" if spans else "heads" if heads else "labels"
+    sentences = torch.nonzero(hidden_positions(train.n, args.hide_labels, args.hide_seed, ("hide_labels", "hide_seed"))
+                              )[:, 0].tolist() if whole else None
     out = run_dir.path
     speak = not args.quiet
     # the run a checkpoint belongs to: another dataset, lambda, hidden set or inner solver is refused by name
     identity = {"dataset": args.dataset, "train_size": args.train_size, **featurization, "dtype": "float64",
                 "n": task.n_train, "d": task.d, "lam": lam, "hide_labels": args.hide_labels,
                 "hide_seed": args.hide_seed, "hide_bracket_labels": args.hide_bracket_labels,
+                "hide_sentences": whole,
                 "latent_solver": args.solver}
     resume = load_checkpoint(args.resume, identity) if args.resume else None
     if resume is not None:
         resumed_state(model, hidden, lam, resume)       # a damaged or foreign state: refused before any write
     run_dir.write_config({"command": "ssvm-train", "dataset": args.dataset, "train_size": args.train_size,
                           **featurization, "lam": lam, "hide_labels": args.hide_labels, "hide_seed": args.hide_seed,
-                          "hidden_positions": len(positions), "hide_bracket_labels": args.hide_bracket_labels,
+                          "hidden_positions": len(positions), "hide_sentences": whole,
+                          "hide_bracket_labels": args.hide_bracket_labels,
                           "unlabeled_brackets": len(unlabeled), "latent_outer": args.latent_outer,
                           "latent_start": args.latent_start, "resume": args.resume,
                           "checkpoint_every": args.checkpoint_every,
@@ -113,11 +143,13 @@ def run_latent(args, cfg, task, lam: float, run_dir, featurization: dict) -> dic
                                                         "positions": total, "unit": "span rows" if spans else
                                                         "words" if heads else "positions",
                                                         "hidden": positions,
+                                                        **({"hidden_sentences": sentences} if whole else {}),
                                                         **({"bracket_labels_fraction": args.hide_bracket_labels,
                                                             "unlabeled": unlabeled} if spans else {})}).encode())
     if speak:
         print(f"{args.dataset}: n = {task.n_train} train / {task.n_test} test examples, d = {task.d}, lam = {lam:g}; "
-              f"{len(positions)} of {total} training {unit} hidden"
+              + (f"{len(sentences)} of {train.n} training sentences hidden whole ({len(positions)} of {total} {unit})"
+                 if whole else f"{len(positions)} of {total} training {unit} hidden")
               + (f", the labels of {len(unlabeled)} observed brackets" if unlabeled else "")
               + f" (seed {args.hide_seed}); CCCP with "
               f"{args.solver} inner solves", flush=True)

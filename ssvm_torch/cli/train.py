@@ -40,7 +40,7 @@ from ..ud_tasks import TREE_KINDS
 from .checkpoints import CheckpointWrites, check_every
 from .grid import select_on_dev
 from .interrupts import stop_on_signal
-from .latent import check_options as check_latent_options, run_latent
+from .latent import add_options as add_latent_options, check_options as check_latent_options, run_latent
 from .results import evaluate_final_record, every_kth_check, print_test_figures, save_results, write_certified
 
 
@@ -159,18 +159,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="--exchange rounds: BCFW steps per rank per round (default: one pass over the largest shard)")
     p.add_argument("--dist-timeout", type=float, default=300,
                    help="under torchrun: seconds a collective waits for a silent rank before every rank stops")
-    p.add_argument("--hide-labels", type=float, default=None, metavar="FRACTION",
-                   help="hide this fraction of the training positions' labels (chains; ud-ewt-spans: of the gold "
-                        "trees' spans; ud-ewt: of the words' heads) and train the latent SSVM by CCCP, the options above being its inner solver "
-                        "(docs/latent.md); None = every label seen")
-    p.add_argument("--hide-bracket-labels", type=float, default=0.0, metavar="FRACTION",
-                   help="ud-ewt-spans with --hide-labels: also hide the labels of this fraction of the gold spans, "
-                        "their brackets kept where observed (Pereira & Schabes 1992's unlabeled brackets)")
-    p.add_argument("--hide-seed", type=int, default=0, help="the seed of the hidden positions (--hide-labels)")
-    p.add_argument("--latent-outer", type=int, default=20, help="at most this many CCCP steps (--hide-labels)")
-    p.add_argument("--latent-start", choices=("auto", "letters", "arcs", "zeros"), default="auto",
-                   help="CCCP's start (--hide-labels): auto = letters for chains and segments, arcs (the SSVM of the "
-                        "observed arcs) for dependency trees, zeros for constituency trees (docs/latent.md)")
+    add_latent_options(p)
     p.add_argument("--out", default="runs/latest", help="output directory (refused if it holds another run)")
     p.add_argument("--overwrite", action="store_true", help="replace the run already in --out")
     p.add_argument("--checkpoint", action="store_true", help="save the solver state at every gap check")
@@ -219,11 +208,7 @@ def run(args) -> dict:
         raise SSVMInputError(f"resume: expected a checkpoint file, {args.resume} {what}")
     cfg = SolverConfig.from_options(args).validate()             # bad options fail before the directory is touched
     check_every(args.checkpoint_every, args.checkpoint)
-    if args.hide_labels is not None:
-        check_latent_options(args, distributed.launched_by_torchrun())
-    elif args.hide_bracket_labels:
-        raise SSVMInputError("hide_bracket_labels: trains the latent SSVM, with --hide-labels (0: every bracket "
-                             "observed)")
+    check_latent_options(args, distributed.launched_by_torchrun())
     task = get_task(args.dataset)
     if args.min_counts and not args.select_lam:
         raise SSVMInputError("min_counts: a grid of cut-offs is for --select-lam; use --min-count for one")
