@@ -61,6 +61,7 @@ def test_a_check_writes_once_the_interval_has_passed_and_flush_writes_the_last_s
     assert int(load_checkpoint(tmp_path / "c.pt", {"run": 1})["k"]) == 6
     writes.flush()                                                 # nothing pending: nothing written again
     assert len(written) == 3
+    assert writes.summary() == "checkpoint.pt: 3 writes in 0.0 s, the last at check 6"
     every = CheckpointWrites(tmp_path / "d.pt", {}, every=None)
     for k in range(3):
         every.offer(state(k), f"at check {k}")

@@ -49,6 +49,7 @@ class CheckpointWrites:
         self.failure: tuple[str, BaseException] | None = None
         self.pending: tuple[Callable[[], dict], str] | None = None
         self.count = 0                           # files written
+        self.seconds = 0.0                       # spent making and writing them
 
     def _locally_due(self) -> bool:
         return self.every is None or self.clock() - self.last_write >= self.every
@@ -65,7 +66,9 @@ class CheckpointWrites:
             return
         if self._due():
             self.pending = None
+            t = self.clock()
             self._write(state(), at)
+            self.seconds += self.clock() - t
         else:
             self.pending = (state, at)
 
@@ -74,7 +77,9 @@ class CheckpointWrites:
         if self.pending is not None and not self.failed:
             state, at = self.pending
             self.pending = None
+            t = self.clock()
             self._write(state(), at)
+            self.seconds += self.clock() - t
 
     def _write(self, state: dict, at: str) -> None:
         if self.path is None:
@@ -85,6 +90,11 @@ class CheckpointWrites:
             self.failure = (at, e)
             return
         self.written, self.last_write, self.count = at, self.clock(), self.count + 1
+
+    def summary(self) -> str:
+        """One line for the command's report: how many checkpoints, the time they took, the last one."""
+        return (f"checkpoint.pt: {self.count} write{'s' if self.count != 1 else ''} in {self.seconds:.1f} s"
+                + (f", the last {self.written}" if self.written else ""))
 
     def error(self, stopped: str) -> SSVMInputError:
         """The command's error after a failed write: where it failed and why, ``stopped`` (what the run did then:

@@ -191,6 +191,8 @@ def run_latent(args, cfg, task, lam: float, run_dir, featurization: dict) -> dic
               f"{final['objective']:.6f} ({time.perf_counter() - t0:.1f} s)")
         print_test_figures(final, task)
         print(f"wrote {out / 'latent.json'}, {out / 'hidden.json'}, {out / 'history.json'} and {out / 'model.pt'}")
+        if args.checkpoint:
+            print(writes.summary())
     if writes.failed:
         raise writes.error(f"the run stopped there and wrote {out / 'latent.json'} and {out / 'model.pt'}")
     if requested():

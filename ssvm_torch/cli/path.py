@@ -136,6 +136,8 @@ def _path(args, cfg, kappa, task: Problem, dual, out: Path, identity: dict, resu
             writes.flush()                           # the last breakpoint, if --checkpoint-every skipped it
             interrupted = requested()
         path.save(out)
+        if args.checkpoint and not args.quiet and not writes.failed:
+            print(writes.summary(), flush=True)
     if writes.failed:
         raise writes.error(f"the path stopped there and wrote {out / 'path.pt'} and {out / 'path.json'}")
     if interrupted:

@@ -399,6 +399,8 @@ def _train(args, cfg: SolverConfig, device, dtype, run_dir: RunDir | None) -> di
         print_test_figures(last, task)
         print(f"wrote {out / 'history.json'} and {out / 'model.pt'}"
               + (f" and {out / 'test_predictions.json'}" if task.predictions is not None else ""))
+        if writes is not None:
+            print(writes.summary())
     if interrupted:
         if size > 1:                                # the other ranks wait here for the files above
             distributed.barrier()
