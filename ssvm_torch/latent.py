@@ -84,15 +84,17 @@ def hide_labels(data, fraction: float, seed: int, unlabeled: float = 0.0, senten
                      observed)
 
 
-def hidden_parts(count: int, fraction: float, seed: int, offsets: torch.Tensor | None = None) -> torch.Tensor:
+def hidden_parts(count: int, fraction: float, seed: int, offsets: torch.Tensor | None = None,
+                 fields: tuple = ("hide_labels", "hide_seed"), stream: int = 0) -> torch.Tensor:
     """(count,) bool on the CPU, True at the parts hidden: ``round(fraction * count)`` of them drawn by ``seed``
-    (:func:`~ssvm_torch.data.partial.hidden_positions`), or with ``offsets`` (n+1,), the parts of sentence i being
-    offsets[i]:offsets[i+1], every part of ``round(fraction * n)`` whole sentences (the same draw over n)."""
+    (:func:`~ssvm_torch.data.partial.hidden_positions`, its ``stream``, errors naming ``fields``), or with
+    ``offsets`` (n+1,), the parts of sentence i being offsets[i]:offsets[i+1], every part of
+    ``round(fraction * n)`` whole sentences (the same draw over n)."""
     if offsets is None:
-        return hidden_positions(count, fraction, int(seed), ("hide_labels", "hide_seed"))
+        return hidden_positions(count, fraction, int(seed), fields, stream)
     offsets = offsets.cpu()
     check(int(offsets[-1]) == count, "offsets", f"sentence offsets ending at the {count} parts", int(offsets[-1]))
-    gone = hidden_positions(offsets.numel() - 1, fraction, int(seed), ("hide_labels", "hide_seed"))
+    gone = hidden_positions(offsets.numel() - 1, fraction, int(seed), fields, stream)
     return torch.repeat_interleave(gone, offsets.diff())
 
 
@@ -112,16 +114,18 @@ def hide_brackets(data: SpanData, fraction: float, seed: int, unlabeled: float =
     brackets), drawn independently by the seed's second stream; the trees become the placeholder
     completion at w = 0, the first of the trees that hold every observed bracket (ties of the constrained CKY, label
     0 on the hidden spans and labels), so that nothing downstream can read the hidden spans or labels.
-    ``sentences``: ``round(fraction * n)`` whole trees hidden instead of single spans."""
+    ``sentences``: ``round(fraction * n)`` whole trees hidden instead of single spans, and every label of
+    ``round(unlabeled * n)`` trees (the others keep all of theirs: a few labeled sentences beside bracketed ones)."""
     check(isinstance(data, SpanData), "data", "a SpanData", type(data).__name__)
     S = data.spans.shape[0]
-    observed = _kept(S, fraction, seed, data.observed, data.span_offsets if sentences else None)
+    rows = data.span_offsets if sentences else None
+    observed = _kept(S, fraction, seed, data.observed, rows)
     labeled = None
     check(isinstance(unlabeled, (int, float)) and not isinstance(unlabeled, bool) and 0.0 <= unlabeled <= 1.0,
           "unlabeled", "a fraction in [0, 1] (1: brackets without any label)", unlabeled)
     if unlabeled or data.labeled is not None:
         labeled = torch.zeros(S, dtype=torch.bool) if unlabeled == 1.0 else \
-            ~hidden_positions(S, unlabeled, int(seed), ("unlabeled", "hide_seed"), stream=1)
+            ~hidden_parts(S, unlabeled, seed, rows, ("unlabeled", "hide_seed"), stream=1)
         labeled = labeled if data.labeled is None else labeled & data.labeled.cpu()
         labeled = labeled.to(data.device)
     masked = SpanData(data.offsets, data.fptr, data.fidx, data.spans, data.n_features, data.n_labels, data.name,

@@ -72,3 +72,18 @@ def test_ssvm_train_hide_sentences_records_them_and_refuses_the_other_setting(tm
     assert "hide_sentences" in capsys.readouterr().err
     assert main(["--dataset", "ocr-small", "--passes", "2", "--hide-sentences", "--out", str(tmp_path / "r")]) == 2
     assert "hide_sentences: trains the latent SSVM, with --hide-labels" in capsys.readouterr().err
+
+
+def test_whole_trees_lose_their_labels_beside_labeled_ones():
+    """--hide-bracket-labels U with --hide-sentences: every label of round(U n) trees hidden (their brackets kept),
+    the other trees keep every label; drawn by the seed's second stream, apart from the trees hidden whole."""
+    data = random_span_data(np.random.default_rng(4), 20, 6, 2, lmin=1, lmax=4)
+    only_labels = hide_labels(data, 0.0, 3, unlabeled=0.6, sentences=True)
+    assert bool(only_labels.observed.all())
+    unlabeled = _whole(only_labels.labeled.cpu(), data.span_offsets.cpu())
+    assert sum(unlabeled) == 12
+    assert unlabeled == hidden_positions(20, 0.6, 3, ("a", "b"), stream=1).tolist()
+    both = hide_labels(data, 0.25, 3, unlabeled=0.6, sentences=True)
+    assert _whole(both.observed.cpu(), data.span_offsets.cpu()) == hidden_positions(20, 0.25, 3, ("a", "b")).tolist()
+    seen = both.observed
+    assert torch.equal(both.labeled[seen], only_labels.labeled[seen])      # the label draw ignores the tree draw

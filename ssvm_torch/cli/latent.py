@@ -50,7 +50,8 @@ def add_options(p) -> None:
                         "(docs/latent.md); None = every label seen")
     p.add_argument("--hide-sentences", action="store_true",
                    help="with --hide-labels: hide that fraction of the training sentences, every label (span, "
-                        "head) of each, instead of single positions (the semi-supervised setting)")
+                        "head) of each, instead of single positions (the semi-supervised setting); with "
+                        "--hide-bracket-labels, every label of that fraction of the trees")
     p.add_argument("--hide-bracket-labels", type=float, default=0.0, metavar="FRACTION",
                    help="ud-ewt-spans with --hide-labels: also hide the labels of this fraction of the gold spans, "
                         "their brackets kept where observed (Pereira & Schabes 1992's unlabeled brackets)")
@@ -109,11 +110,12 @@ def run_latent(args, cfg, task, lam: float, run_dir, featurization: dict) -> dic
     total = hidden.spans.shape[0] if spans else len(hidden.heads) if heads else len(hidden.Y)
     unlabeled = []
     if spans:      # rows of the stacked gold trees (the completion's rows are ordered by its own spans)
-        gone = hidden_parts(total, args.hide_labels, args.hide_seed, train.span_offsets if whole else None)
+        rows = train.span_offsets if whole else None
+        gone = hidden_parts(total, args.hide_labels, args.hide_seed, rows)
         positions = torch.nonzero(gone)[:, 0].tolist()
         unl = torch.ones(total, dtype=torch.bool) if args.hide_bracket_labels == 1.0 else \
-            hidden_positions(total, args.hide_bracket_labels, args.hide_seed, ("hide_bracket_labels", "hide_seed"),
-                             stream=1)
+            hidden_parts(total, args.hide_bracket_labels, args.hide_seed, rows, ("hide_bracket_labels", "hide_seed"),
+                         stream=1)
         unlabeled = torch.nonzero(unl & ~gone)[:, 0].tolist()
     else:
         positions = torch.nonzero(~hidden.observed)[:, 0].tolist()
