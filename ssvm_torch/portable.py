@@ -74,10 +74,10 @@ def _dense(s) -> torch.Tensor:
         raise SSVMInputError("checkpoint: a sparse tensor's shape, index and values do not make one tensor "
                              "(a damaged or foreign file)")
     try:
-        out = torch.zeros(numel, dtype=values.dtype)
+        out = torch.zeros(numel, dtype=values.dtype, device=values.device)   # where the loader mapped the values
     except RuntimeError as e:                       # a shape no machine holds
         raise SSVMInputError(f"checkpoint: a sparse tensor of shape {shape} cannot be allocated ({e})") from None
-    out[index.long()] = values
+    out[index.to(values.device, torch.int64)] = values
     return out.reshape(shape)
 
 
