@@ -1,7 +1,8 @@
 """Whole words hidden against single letters hidden (``hide_labels(..., sentences=True)``, ``ssvm-train
 --hide-sentences``), the latent SSVM on OCR, one CPU thread, over several hiding seeds:
 
-* ``full``: the SSVM on every label (ssvm_torch.latent.INNER's solver), once;
+* ``full``: the SSVM on every label, once (every row's solver: BCFW with gap sampling, ``--step``, ``--passes``
+  passes and an exact gap every 10; CCCP's inner problems the same);
 * per seed and mode (``letters``: round(f N) letters hidden; ``words``: round(f n) whole words hidden, the
   semi-supervised setting):
   ``observed_words``: the SSVM on the words whose letters are all observed (the rest dropped: what a user without
@@ -12,7 +13,8 @@ fixed in advance (no model selection, nothing looks at the test fold). The summa
 standard deviation over the seeds and the paired difference latent - observed_words.
 
 Usage: python benchmarks/bench_semi_supervised.py [--dataset ocr-small] [--lam 0.01] [--fraction 0.5]
-       [--seeds 0 1 2 3 4] [--max-outer 20] [--out benchmarks/results/semi_supervised_ocr-small.json]
+       [--seeds 0 1 2 3 4] [--max-outer 20] [--passes 30] [--step fw]
+       [--out benchmarks/results/semi_supervised_ocr-small.json]
 """
 from __future__ import annotations
 
@@ -27,9 +29,16 @@ import torch
 
 from ssvm_torch.atomic import atomic_write_bytes
 from ssvm_torch.latent import hide_labels, train_latent
+from ssvm_torch.solvers import Solver, SolverConfig
+from ssvm_torch.stores import make_store
 from ssvm_torch.tasks import load_task
 
-from bench_latent import ssvm
+
+def ssvm(model, data, lam, config):
+    """(w, last history record) of the SSVM on ``data``."""
+    solver = Solver(make_store(model, data, lam), config)
+    history = solver.run()
+    return solver.model_point()[0], history[-1]
 
 
 def spread(values: list) -> dict:
@@ -44,20 +53,23 @@ def main(argv=None) -> int:
     ap.add_argument("--fraction", type=float, default=0.5)
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
     ap.add_argument("--max-outer", type=int, default=20)
+    ap.add_argument("--passes", type=float, default=30)
+    ap.add_argument("--step", default="fw", choices=["fw", "pairwise", "away"])
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args(argv)
+    config = SolverConfig(passes=args.passes, gap_check=10, step=args.step, cache=args.step != "fw").validate()
     out = args.out or Path(__file__).parent / "results" / f"semi_supervised_{args.dataset}.json"
     torch.set_num_threads(1)
     problem = load_task(args.dataset)
     model, train, test = problem.model, problem.train, problem.test
     result = {"dataset": args.dataset, "lam": args.lam, "fraction": args.fraction, "seeds": args.seeds,
-              "max_outer": args.max_outer, "train_words": train.n, "train_letters": int(train.Y.shape[0]),
+              "max_outer": args.max_outer, "passes": args.passes, "step": args.step, "train_words": train.n, "train_letters": int(train.Y.shape[0]),
               "machine": platform.platform(), "torch": torch.__version__, "runs": []}
 
     def error(w) -> float:
         return float(model.metrics(w, test)["error"])
     t0 = time.perf_counter()
-    w, rec = ssvm(model, train, args.lam)
+    w, rec = ssvm(model, train, args.lam, config)
     result["full"] = {"test_error": error(w), "gap": float(rec["gap"]), "time_s": time.perf_counter() - t0}
     print("full", result["full"], flush=True)
     for seed in args.seeds:
@@ -66,10 +78,10 @@ def main(argv=None) -> int:
             seen = [i for i in range(hidden.n)
                     if bool(hidden.observed[int(hidden.offsets[i]):int(hidden.offsets[i + 1])].all())]
             t0 = time.perf_counter()
-            w, rec = ssvm(model, train.subset(seen), args.lam)
+            w, rec = ssvm(model, train.subset(seen), args.lam, config)
             observed = {"test_error": error(w), "words": len(seen), "time_s": time.perf_counter() - t0}
             t0 = time.perf_counter()
-            w, records = train_latent(model, hidden, args.lam, max_outer=args.max_outer)
+            w, records = train_latent(model, hidden, args.lam, config, max_outer=args.max_outer)
             latent = {"test_error": error(w), "outer_steps": len(records) - 1, "objective": records[-1]["objective"],
                       "time_s": time.perf_counter() - t0}
             run = {"seed": seed, "mode": mode, "hidden_letters": int((~hidden.observed).sum()),
