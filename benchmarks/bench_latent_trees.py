@@ -1,6 +1,6 @@
 """The latent SSVM over trees from partial annotation (docs/latent.md): ``ssvm-train --hide-labels`` run directories
 on ``ud-ewt-spans`` (hidden spans of the gold trees, and with ``--hide-bracket-labels`` hidden labels of observed
-brackets) and ``ud-ewt`` (hidden heads) summarized, one record per CCCP
+brackets) and ``ud-ewt`` (hidden heads), single parts or whole sentences (``--hide-sentences``), summarized, one record per CCCP
 outer step: the objective J (never rising), the inner problem's certified gap and passes, the completed parts that
 moved, and the test figures of the step's model (labeled / unlabeled bracket F1, or UAS; reported, never used to
 choose: lambda and the budgets are the full-annotation runs' of docs/structures.md, CCCP returns the point of the
@@ -42,6 +42,7 @@ def summarize(run: Path) -> dict:
     start = config.get("latent_start", "zeros")
     return {"run": run.name, "dataset": config["dataset"], "start": start, "hide_labels": config["hide_labels"],
             "hide_bracket_labels": config.get("hide_bracket_labels", 0.0),
+            "hide_sentences": config.get("hide_sentences", False),
             "unlabeled": config.get("unlabeled_brackets", 0),
             "hide_seed": config["hide_seed"], "hidden": config["hidden_positions"], "lam": config["lam"],
             "inner": config["solver"], "steps": steps, "metric": metric, "first_step": steps[1][metric],
@@ -59,6 +60,7 @@ def main(argv=None) -> int:
            "runs": [summarize(r) for r in args.runs]}
     for run, s in zip(args.runs, out["runs"]):
         print(f"{s['dataset']:13s} {s['run']:9s} start {s['start']:5s} hidden {s['hide_labels']:.0%} ({s['hidden']:,})"
+              + (" whole sentences" if s["hide_sentences"] else "")
               + (f", labels of {s['unlabeled']:,} brackets" if s["unlabeled"] else "") + ": "
               f"{s['metric']} {s['steps'][0][s['metric']]:.2f} at the start, {s['first_step']:.2f} after one CCCP step -> {s['final']:.2f} after {len(s['steps']) - 1}; J "
               f"{s['objective'][0]:.4f} -> {s['objective'][1]:.4f}; {s['seconds']:.0f} s")

@@ -68,6 +68,18 @@ def test_a_check_writes_once_the_interval_has_passed_and_flush_writes_the_last_s
     assert every.count == 3 and every.pending is None
 
 
+def test_a_rank_without_the_file_restarts_its_interval_with_the_writer():
+    """Under torchrun only rank 0 has the path; the others' intervals must restart at each agreed write, or after
+    the first interval they would vote for a write at every check (any_rank takes the maximum)."""
+    now = [0.0]
+    other = CheckpointWrites(None, {}, every=10.0, clock=lambda: now[0])
+    made = []
+    for t in (5.0, 10.0, 12.0, 19.0, 20.0):
+        now[0] = t
+        other.offer(lambda t=t: made.append(t) or {}, f"at {t}")
+    assert made == [10.0, 20.0] and other.count == 0              # the state taken (a collective), nothing written
+
+
 def test_a_failed_write_stops_the_writes_and_names_the_last_good_one(tmp_path, monkeypatch):
     calls = []
 

@@ -82,7 +82,8 @@ class CheckpointWrites:
             self.seconds += self.clock() - t
 
     def _write(self, state: dict, at: str) -> None:
-        if self.path is None:
+        if self.path is None:                    # a rank that only took part: its interval restarts with rank 0's
+            self.last_write = self.clock()
             return
         try:
             save_checkpoint(self.path, state, self.identity)
