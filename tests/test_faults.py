@@ -98,7 +98,8 @@ def test_lightning_solver_state_is_verified():
     module.on_save_checkpoint(ck)
     module.on_load_checkpoint(ck)                                 # intact: accepted
     state = ck["ssvm_solver"]["solver"]["dual"]
-    state["w"][7] += 1.0                                          # one changed weight
+    w = state["w"]                                                # dense, or its non-zero values (portable.pack)
+    (w["__sparse__"]["values"] if isinstance(w, dict) else w)[0] += 1.0      # one changed weight
     with pytest.raises(SSVMInputError, match="checkpoint: the solver state is damaged"):
         module.on_load_checkpoint(ck)
 
