@@ -93,6 +93,12 @@ def check_options(args, launched_by_torchrun: bool) -> None:
                              f"{', '.join(bad)}")
 
 
+def rows_trees(rows: list, data: SpanData) -> torch.Tensor:
+    """The distinct trees (sentence indices) the span ``rows`` of the stacked gold trees belong to."""
+    return torch.unique(torch.searchsorted(data.span_offsets.cpu(), torch.tensor(rows, dtype=torch.int64),
+                                           right=True) - 1)
+
+
 def run_latent(args, cfg, task, lam: float, run_dir, featurization: dict) -> dict:
     """CCCP on ``task`` with ``args.hide_labels`` of its training positions hidden; writes the run files."""
     model, train = task.model, task.train
@@ -153,6 +159,7 @@ def run_latent(args, cfg, task, lam: float, run_dir, featurization: dict) -> dic
               + (f"{len(sentences)} of {train.n} training sentences hidden whole ({len(positions)} of {total} {unit})"
                  if whole else f"{len(positions)} of {total} training {unit} hidden")
               + (f", the labels of {len(unlabeled)} observed brackets" if unlabeled else "")
+              + (f" (every label of {int(rows_trees(unlabeled, train).numel())} trees)" if unlabeled and whole else "")
               + f" (seed {args.hide_seed}); CCCP with "
               f"{args.solver} inner solves", flush=True)
         if spans and args.hide_bracket_labels == 1.0 and args.latent_start in ("auto", "zeros"):
