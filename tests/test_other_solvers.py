@@ -306,6 +306,38 @@ def test_cutting_plane_inference_cache_saves_oracle_calls(ocr_small):
     assert calls[True] < calls[False]
 
 
+def test_the_batched_cache_round_is_the_per_block_one(ocr_small):
+    """The numba chain store scores every block's cache in one call (ChainDual.cached_best): the same labelings
+    and losses as corner_gaps / loss_of block by block, so the cutting plane with the cache follows the same
+    trajectory bit for bit (records, working set, w) with and without the batched round; a latent completion's
+    unobserved positions stay out of its losses."""
+    train, _ = ocr_small
+    sub = train.subset(range(60))
+    model, lam = ChainModel.for_data(sub), 0.05
+    runs = []
+    for batched in (True, False):
+        d = make_store(model, sub, lam)
+        s = make_solver(d, SolverConfig(solver="cutting-plane", cache=True, passes=12, gap_check=1, cache_F=0.05))
+        assert s.batched                                   # the numba store offers the batched round
+        s.batched, s.stacks = batched, s.stacks if batched else None
+        hist = s.run()
+        runs.append((hist, d.w.clone()))
+        assert hist[-1]["cache_hits"] > 0
+    (h1, w1), (h2, w2) = runs
+    assert [{k: v for k, v in r.items() if k != "time_s"} for r in h1] == \
+        [{k: v for k, v in r.items() if k != "time_s"} for r in h2] and torch.equal(w1, w2)
+    from ssvm_torch.latent import hide_labels
+    part = hide_labels(sub, 0.5, 1)
+    d = make_store(model, part, lam)
+    rng = np.random.default_rng(0)
+    stacks = [rng.integers(0, model.K, size=(4, int(t))).astype(np.int64) for t in part.lengths.tolist()]
+    labels, losses = d.cached_best(stacks)
+    best = [ys[int(np.argmax(d.corner_gaps(i, list(ys))))] for i, ys in enumerate(stacks)]
+    assert torch.equal(labels, d.stack_labelings(best))
+    assert all(losses[i] == d.loss_of(i, y) for i, y in enumerate(best))
+    assert not make_store(ChainModel.for_data(sub), sub, lam, kernels="torch").batched_cache
+
+
 def test_cutting_plane_under_box_constraints():
     from ssvm_torch import load_task
     task = load_task("segmentation-synth", train_size=12)

@@ -195,6 +195,46 @@ def nb_corner_gaps(i, lw, labels, fptr, fidx, fval, off, Y, W, first, last, tran
         out[r] = v + wrong * lw - m_theta
 
 
+@nb.njit(cache=True, nogil=True)
+def nb_cached_gaps(flat, starts, counts, tw, fptr, fidx, fval, off, Y, W, first, last, trans, Mu, Mt, U, out):
+    """:func:`nb_corner_gaps` of every block at once: block i's ``counts[i]`` cached labelings are rows of
+    ``flat[starts[i]:]`` (each of its length T_i), their values go to ``out`` in the same order (one call for a
+    cache round of the 1-slack cutting plane instead of one per block)."""
+    n = off.shape[0] - 1
+    r = 0
+    for i in range(n):
+        T = off[i + 1] - off[i]
+        c = counts[i]
+        nb_corner_gaps(i, tw[i], flat[starts[i]:starts[i] + c * T].reshape((c, T)), fptr, fidx, fval, off, Y, W,
+                       first, last, trans, Mu, Mt, U, out[r:r + c])
+        r += c
+
+
+@nb.njit(cache=True, nogil=True)
+def nb_cached_pick(gaps, flat, starts, counts, off, Y, labels, wrong):
+    """Per block the first cached labeling of the largest gap (``gaps`` in :func:`nb_cached_gaps`' order), written
+    into its rows of ``labels`` (N,), and its count of wrong observed positions (``Y`` >= 0) into ``wrong``."""
+    n = off.shape[0] - 1
+    r = 0
+    for i in range(n):
+        T = off[i + 1] - off[i]
+        c = counts[i]
+        b = 0
+        for k in range(1, c):
+            if gaps[r + k] > gaps[r + b]:
+                b = k
+        base = starts[i] + b * T
+        s = off[i]
+        w = 0
+        for t in range(T):
+            y = flat[base + t]
+            labels[s + t] = y
+            if y != Y[s + t] and Y[s + t] >= 0:
+                w += 1
+        wrong[i] = w
+        r += c
+
+
 @nb.njit(cache=True, nogil=True, fastmath=_FAST)
 def nb_gap_pass(U, off, Y, YL, first, last, trans, Mu, Mt, tw, pen):
     """Loss-augmented Viterbi for every block (``tw`` (n,): the loss of one wrong position of each);

@@ -29,7 +29,8 @@ first builds the joint constraint of each example's best cached labeling (scored
 ``corner_gaps``); it is used instead of an oracle pass iff its violation over xi is at least
 ``cache_F`` times the last oracle pass's 1-slack gap H(w) - xi (the rule of the FW cache, Alg. 5 of
 Osokin et al. 2016, in 1-slack form). Cache rounds are not oracle calls (``cache_hits`` counts them);
-their time counts.
+their time counts. A store with ``batched_cache`` (the numba chain store) scores every block's cache in
+one compiled call (``cached_best``) on the caches kept stacked per block; the others block by block.
 """
 from __future__ import annotations
 
@@ -119,6 +120,9 @@ class CuttingPlaneSolver(OuterSolver):
         self.xi = 0.0
         self.last_gap = np.inf                       # the 1-slack gap H(w) - xi of the last oracle pass
         self.cache = [[] for _ in range(dual.n)] if config.cache else None
+        # a store that scores every block's cache in one call gets the caches stacked, (c_i, T_i) per block
+        self.batched = config.cache and getattr(dual, "batched_cache", False)
+        self.stacks = [None] * dual.n if self.batched else None
 
     def iterate(self) -> None:
         d, st = self.dual, self.state
@@ -146,17 +150,23 @@ class CuttingPlaneSolver(OuterSolver):
             key = d.key(y)
             entries = [e for e in self.cache[i] if e[0] != key]
             self.cache[i] = (entries + [(key, y)])[-self.cfg.max_cache:]
+            if self.batched:
+                self.stacks[i] = np.stack([y for _, y in self.cache[i]])
 
     def cached_constraint(self):
         """The joint constraint of each example's best cached labeling if it is violated enough (module
         docstring), else None."""
         d = self.dual
-        best = []
-        for i in range(d.n):
-            ys = [y for _, y in self.cache[i]]
-            best.append(ys[int(np.argmax(d.corner_gaps(i, ys)))])
-        loss = torch.tensor([d.loss_of(i, y) for i, y in enumerate(best)], dtype=d.w.dtype, device=d.device)
-        gp = GapPass(labels=d.stack_labelings(best), loss=loss, H=None, block_gaps=None)
+        if self.batched and all(a is not None for a in self.stacks):     # every block's cache in one call
+            labels, losses = d.cached_best(self.stacks)
+        else:
+            best = []
+            for i in range(d.n):
+                ys = [y for _, y in self.cache[i]]
+                best.append(ys[int(np.argmax(d.corner_gaps(i, ys)))])
+            labels, losses = d.stack_labelings(best), [d.loss_of(i, y) for i, y in enumerate(best)]
+        loss = torch.tensor(losses, dtype=d.w.dtype, device=d.device)
+        gp = GapPass(labels=labels, loss=loss, H=None, block_gaps=None)
         a, b = d.corner_point(gp)
         violation = b - d.lam * float(a @ d.w) - self.xi
         return (a, b, gp) if violation >= self.cfg.cache_F * self.last_gap and violation > 0 else None
@@ -209,3 +219,5 @@ class CuttingPlaneSolver(OuterSolver):
             d = self.dual
             self.cache = [[(d.key(y), y.numpy() if isinstance(d.gt_labeling(0), np.ndarray) else y.to(d.device))
                            for y in c] for c in s["cache"]]
+            if self.batched:
+                self.stacks = [np.stack([y for _, y in c]) if c else None for c in self.cache]

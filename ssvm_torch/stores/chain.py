@@ -23,7 +23,8 @@ from ..models.chain import ChainModel
 from ..chain.padded import fused_variant
 from ..chain.triton_viterbi import fused_available
 from ..models.chain_index import padded_trans_counts, segment_ids, trans_counts, unary_rows
-from ..oracles.chain_kernels import (HostViews, nb_add_psi, nb_build_delta, nb_corner_gaps, nb_csr_scatter_rows,
+from ..oracles.chain_kernels import (HostViews, nb_add_psi, nb_build_delta, nb_cached_gaps, nb_cached_pick,
+                                     nb_corner_gaps, nb_csr_scatter_rows,
                                      nb_delta_move, nb_delta_sqnorm, nb_fw_corner, nb_gap_pass, nb_gram,
                                      nb_labelings_scores)
 from .base import SPARSE_D, BlockDual, BlockMarginals, Corner, GapPass, JointConstraints, objective_n
@@ -191,6 +192,27 @@ class ChainDual(RaggedLabelings, ChainTorchPath, ChainMarginalMoves, JointConstr
         loss = ((Lt != self.YL[s:e]) & (self.YL[s:e] >= 0)).to(self.dtype).sum(1) * self.tw[i]
         m_theta = (self.Mu[s:e] * U).sum() + self.Mu[s] @ first + self.Mu[e - 1] @ last + (self.Mt[i] * trans).sum()
         return to_host((score + loss - m_theta) / self.N - self.ell_i[i])
+
+    @property
+    def batched_cache(self) -> bool:
+        """Whether :meth:`cached_best` scores every block's cache in one compiled call (numba kernels)."""
+        return self._numba
+
+    def cached_best(self, stacks: list) -> tuple[torch.Tensor, np.ndarray]:
+        """For each block i, the row of ``stacks[i]`` ((c_i, T_i) int64: its cached labelings) with the largest
+        corner gap (:meth:`corner_gaps`' values, the first of ties) and its loss L_i(y)/n, every block in two
+        compiled calls (``batched_cache``): the 1-slack cutting plane's cache round. Returns the labelings stacked
+        as a gap pass's ``labels`` (:meth:`stack_labelings`) and the (n,) losses."""
+        counts = np.fromiter((a.shape[0] for a in stacks), np.int64, len(stacks))
+        flat = np.concatenate([a.reshape(-1) for a in stacks])
+        off = self._np.offsets
+        starts = np.concatenate(([0], np.cumsum(counts * np.diff(off))[:-1]))
+        out = np.empty(int(counts.sum()))
+        nb_cached_gaps(flat, starts, counts, self._tw, *self._np_loss[:5], *self._np[7:], self._work[0], out)
+        gaps = out / self.N - np.repeat(self._np_ell[0], counts)    # corner_gaps' arithmetic, elementwise
+        labels, wrong = np.empty(int(off[-1]), dtype=np.int64), np.empty(len(stacks))
+        nb_cached_pick(gaps, flat, starts, counts, off, self._np_loss.Y, labels, wrong)
+        return torch.from_numpy(labels), wrong * self._tw / self.N
 
     def _np_delta(self, i, P, Q):
         Du, Dt = self._work[4], self._work[5]

@@ -216,6 +216,8 @@ class EdgeChainDual(ChainDual):
                                 self.model.pair_of, self.gptr, self.Me.numpy(), De)
         return De, sq
 
+    batched_cache = False                   # its corner gaps score edge features: ChainDual's batch kernel does not
+
     def corner_gaps(self, i: int, labelings) -> np.ndarray:
         """g_i(y) of each labeling (:meth:`ChainDual.corner_gaps`) with the edge term <S_e(y) - Me_i, E> / n."""
         gaps = super().corner_gaps(i, labelings)
