@@ -66,9 +66,7 @@ class CheckpointWrites:
             return
         if self._due():
             self.pending = None
-            t = self.clock()
-            self._write(state(), at)
-            self.seconds += self.clock() - t
+            self._write(state, at)
         else:
             self.pending = (state, at)
 
@@ -77,19 +75,21 @@ class CheckpointWrites:
         if self.pending is not None and not self.failed:
             state, at = self.pending
             self.pending = None
-            t = self.clock()
-            self._write(state(), at)
-            self.seconds += self.clock() - t
+            self._write(state, at)
 
-    def _write(self, state: dict, at: str) -> None:
+    def _write(self, state: Callable[[], dict], at: str) -> None:
+        t = self.clock()
+        made = state()                           # a collective under torchrun: every rank makes it
         if self.path is None:                    # a rank that only took part: its interval restarts with rank 0's
             self.last_write = self.clock()
             return
         try:
-            save_checkpoint(self.path, state, self.identity)
+            save_checkpoint(self.path, made, self.identity)
         except (OSError, RuntimeError) as e:        # e.g. a full disk (torch.save: "unexpected pos")
             self.failure = (at, e)
             return
+        finally:
+            self.seconds += self.clock() - t
         self.written, self.last_write, self.count = at, self.clock(), self.count + 1
 
     def summary(self) -> str:
