@@ -131,7 +131,7 @@ def test_cutting_plane_and_deg_torch_paths_never_leave_the_device(problems, name
     this path, whose internals create tensors without ``device=`` (tests/test_nn.py pins it), so
     the guard cannot cover them."""
     from ssvm_torch.solvers import make_solver
-    from ssvm_torch.stores.base import JointConstraints
+    from ssvm_torch.stores.optional_moves import JointConstraints
     problem = problems(name)
     store = tiny_store(problem, name)
     if not store.supports_dual_point:

@@ -2,7 +2,7 @@
 Collins, Globerson, Koo, Carreras & Bartlett, JMLR 2008, Fig. 2 (online EG) with the per-example
 step halving of their Sec. 6, on the sufficient statistics documented in :mod:`ssvm_torch.stores.chain`.
 
-One step does what the chain store's torch path of :meth:`~ssvm_torch.stores.base.MarginalMoves.eg_steps`
+One step does what the chain store's torch path of :meth:`~ssvm_torch.stores.optional_moves.MarginalMoves.eg_steps`
 does with torch primitives (the reference it is tested against): the block's part scores theta_i(w), the
 log-potential update theta_i + beta (theta_i(w) + c_i) (eq. (10)), the Gibbs marginals of the new
 potentials, the exact dual change of moving block i there (a Gram form), and the move when the dual

@@ -7,6 +7,7 @@ stored: psi and L are recomputed on demand by the BlockDual.
 """
 from __future__ import annotations
 
+import numba as nb
 import numpy as np
 import torch
 
@@ -15,12 +16,64 @@ from ..models.base import TIE
 
 def first_best(values, scale: float, largest: bool = True) -> int:
     """Index of the first entry within TIE * max(|values|, scale) of the largest (smallest) value: ties
-    of corner gaps go to the first entry whatever store computed them (models/base.py)."""
-    v = np.asarray(values, dtype=np.float64)
-    best = v.max() if largest else v.min()
-    tol = TIE * max(float(np.abs(v).max()), scale)
-    hit = v >= best - tol if largest else v <= best + tol
-    return int(np.argmax(hit))
+    of corner gaps go to the first entry whatever store computed them (models/base.py). A NaN among the
+    values gives 0 (numpy's max propagates it and no entry compares within the tolerance)."""
+    v = np.ascontiguousarray(values, dtype=np.float64)
+    if v.size == 0:
+        raise ValueError("first_best: no values")
+    return int(_first_best(v, float(scale), largest))
+
+
+def away_corner(gaps, alpha: list, scale: float) -> tuple[int, float]:
+    """(a, g_a) of the away step: among the entries with alpha > 0, the first within the tie tolerance of
+    :func:`first_best` of the smallest corner gap, and that smallest gap (Alg. 3 / 4 of Osokin et al. 2016:
+    the away corner maximizes <grad, v>, i.e. minimizes the corner gap)."""
+    a, g = _away_corner(np.ascontiguousarray(gaps, dtype=np.float64), np.asarray(alpha, dtype=np.float64),
+                        float(scale))
+    if a < 0:
+        raise ValueError("away_corner: no entry has alpha > 0 (an empty active set)")
+    return int(a), float(g)
+
+
+@nb.njit(cache=True, nogil=True)
+def _first_best(v, scale, largest):
+    # compiled: the steps call this once or twice per block step on a handful of values, where numpy's
+    # per-call overhead (asarray, max, abs, compare, argmax) was most of its cost
+    best, big = v[0], 0.0
+    for k in range(v.shape[0]):
+        x = v[k]
+        if np.isnan(x):
+            return 0
+        if (x > best) if largest else (x < best):
+            best = x
+        if abs(x) > big:
+            big = abs(x)
+    tol = TIE * max(big, scale)
+    for k in range(v.shape[0]):
+        if (v[k] >= best - tol) if largest else (v[k] <= best + tol):
+            return k
+    return 0
+
+
+@nb.njit(cache=True, nogil=True)
+def _away_corner(gaps, alpha, scale):
+    best, big, first = 0.0, 0.0, -1
+    for k in range(gaps.shape[0]):
+        if alpha[k] > 0.0:
+            x = gaps[k]
+            if first < 0:
+                best, first = x, k
+            if np.isnan(x):
+                return first, x
+            if x < best:
+                best = x
+            if abs(x) > big:
+                big = abs(x)
+    tol = TIE * max(big, scale)
+    for k in range(gaps.shape[0]):
+        if alpha[k] > 0.0 and gaps[k] <= best + tol:
+            return k, best
+    return -1, best
 
 
 class BlockSet:

@@ -20,9 +20,12 @@ class GapCache:
     def __init__(self, cfg: SolverConfig):
         self.F, self.nu, self.max_cache, self.step = cfg.cache_F, cfg.cache_nu, cfg.max_cache, cfg.step
 
-    def lookup(self, store: ActiveSetMoves, i: int, bs: BlockSet, g_i: float, st: SolverState):
+    def lookup(self, store: ActiveSetMoves, i: int, bs: BlockSet, g_i: float, st: SolverState,
+               with_sqnorm: bool = True):
         """(corner, its index in ``bs``, the gaps of every entry): the best cached corner if it
-        passes the test of Alg. 5, else (None, None, gaps)."""
+        passes the test of Alg. 5, else (None, None, gaps). Without ``with_sqnorm`` the corner's
+        ``sqnorm`` (||w_i - w_s||^2, the FW direction's) is NaN, not computed: a pairwise step moves
+        along v_fw - v_away and never uses it."""
         gaps = store.corner_gaps(i, bs.matrix())
         j = first_best(gaps, 1.0 / store.N)
         g_hat = float(gaps[j])
@@ -32,7 +35,8 @@ class GapCache:
         if g_hat >= max(local, glob) and g_hat > 0.0:
             st.cache_hits += 1
             y = bs.labels[j]
-            return Corner(y, bs.loss[j], 0.0, store.pair_sqnorm(i, y, None), g_hat), j, gaps
+            sq = store.pair_sqnorm(i, y, None) if with_sqnorm else math.nan
+            return Corner(y, bs.loss[j], 0.0, sq, g_hat), j, gaps
         return None, None, gaps
 
     def trim(self, bs: BlockSet, fw: int, st: SolverState) -> None:

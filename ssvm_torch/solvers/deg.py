@@ -3,7 +3,7 @@ extrapolation with Bregman projections) on the saddle-point form of the SSVM,
 
     min_{w in W} max_{z in Z}  L(w, z) = lam/2 ||w||^2 + 1/n sum_i (L_i(z_i) - <w, psi_i(z_i)>),
 
-z_i a point of block i's relaxation (:class:`~ssvm_torch.stores.base.RelaxedPasses`: the chain's
+z_i a point of block i's relaxation (:class:`~ssvm_torch.stores.optional_moves.RelaxedPasses`: the chain's
 marginal polytope with the entropic geometry, the bipartite matching polytope with the Euclidean
 one), W = {||w|| <= R}, R = sqrt(2 P(0) / lam) (P(w*) <= P(0) bounds ||w*||, so the ball changes
 nothing at the optimum). For fixed w the inner max is the primal (1); for fixed z the unconstrained
@@ -70,7 +70,7 @@ from typing import NamedTuple
 import torch
 
 from ..errors import check
-from ..stores.base import RelaxedPasses
+from ..stores.optional_moves import RelaxedPasses
 from .outer import OuterSolver
 
 DEFAULT_STEP = 500.0        # the first try's z-step multiple (then adapted, see DEGSolver.iterate)

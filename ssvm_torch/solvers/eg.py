@@ -5,7 +5,7 @@ Block i's dual alpha_i is a Gibbs distribution over labelings, alpha_i(y) ~ exp 
 as its part-wise log-potentials theta_i (a (T_i, K) unary part, (K,) first / last parts and a
 (K, K) transition part). The gradient of dual (3) w.r.t. alpha_i(y) is
     (L_i(y) - <w, psi_i(y)>) / n = <theta_i(w) + c_i, S(y)> / n + const
-(:class:`~ssvm_torch.stores.base.MarginalMoves`), so the EG update alpha_i(y) <- alpha_i(y) exp(eta
+(:class:`~ssvm_torch.stores.optional_moves.MarginalMoves`), so the EG update alpha_i(y) <- alpha_i(y) exp(eta
 grad) / Z is, in potentials, eq. (10) of Collins et al.:
     theta_i <- theta_i + beta_i (theta_i(w) + c_i),     beta_i = eta / n,
 and the new dual point of the block is the marginals of theta_i (the chain marginal oracle,
@@ -56,7 +56,7 @@ import numpy as np
 import torch
 
 from ..errors import check
-from ..stores.base import MarginalMoves
+from ..stores.optional_moves import MarginalMoves
 from .outer import OuterSolver
 
 

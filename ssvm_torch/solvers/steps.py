@@ -22,7 +22,7 @@ import torch
 from ..devices import to_host
 from ..errors import SSVMInputError, check
 from ..stores.base import BlockDual, squared_norm
-from .active_set import BlockSet, first_best
+from .active_set import BlockSet, away_corner
 from .cache import GapCache
 from .config import SolverConfig, SolverState
 from .samplers import Sampler
@@ -165,7 +165,7 @@ class SetStep(StepRule):
         need_away = cfg.step != "fw"
         gaps, corner, fw = None, None, None
         if self.cache is not None:
-            corner, fw, gaps = self.cache.lookup(d, i, bs, self.sampler.gaps[i], st)
+            corner, fw, gaps = self.cache.lookup(d, i, bs, self.sampler.gaps[i], st, with_sqnorm=cfg.step != "pairwise")
         if corner is None:
             corner = d.fw_corner(i)
             st.oracle_calls += 1
@@ -182,19 +182,26 @@ class SetStep(StepRule):
             gam = min(g_fw / (lam * sq_fw), 1.0) if sq_fw > 0 and g_fw > 0 else 0.0
             cands.append((gam * g_fw - 0.5 * lam * gam * gam * sq_fw, "fw", gam))
         if need_away:
-            active = bs.active()
             if gaps is None or len(gaps) != len(bs):
                 gaps = d.corner_gaps(i, bs.matrix())
-            ag = gaps[active]
-            a = active[first_best(ag, 1.0 / d.N, largest=False)]
-            g_away = -float(np.min(ag))                          # <-grad, x_i - v_a> >= 0
+            a, g_away = away_corner(gaps, bs.alpha, 1.0 / d.N)
+            g_away = -g_away                                     # <-grad, x_i - v_a> >= 0
             alpha_a = bs.alpha[a]
-            if cfg.step in ("pairwise", "best") and a != fw:
+            if cfg.step == "pairwise":            # the one candidate: the store's step (line search and move)
+                gam = d.pairwise_step(i, bs.labels[fw], bs.labels[a], bs.loss[fw], bs.loss[a], g_fw + g_away,
+                                      alpha_a) if a != fw else 0.0
+                st.gamma_n += 1
+                if gam > 0.0:
+                    self._pairwise_weights(bs, fw, a, gam, st)
+                    st.gamma_sum += gam
+                self._trim(bs, fw, st)
+                return
+            if cfg.step == "best" and a != fw:
                 g_pw = g_fw + g_away
                 sq = d.pair_sqnorm(i, bs.labels[fw], bs.labels[a])
                 gam = min(g_pw / (lam * sq), alpha_a) if sq > 0 and g_pw > 0 else 0.0
                 cands.append((gam * g_pw - 0.5 * lam * gam * gam * sq, "pairwise", gam))
-            if cfg.step in ("away", "best") and len(active) > 1 and alpha_a < 1.0:
+            if cfg.step in ("away", "best") and len(bs.active()) > 1 and alpha_a < 1.0:
                 sq = d.pair_sqnorm(i, None, bs.labels[a])
                 gmax = alpha_a / (1.0 - alpha_a)
                 gam = min(g_away / (lam * sq), gmax) if sq > 0 and g_away > 0 else 0.0
@@ -226,13 +233,7 @@ class SetStep(StepRule):
                 bs.alpha[fw] += gam
         elif kind == "pairwise":
             d.pair_move(i, bs.labels[fw], bs.labels[a], bs.loss[fw], bs.loss[a], gam)
-            st.pairwise_steps += 1
-            bs.alpha[fw] += gam
-            if gam >= bs.alpha[a]:
-                bs.alpha[a] = 0.0
-                st.drop_steps += 1
-            else:
-                bs.alpha[a] -= gam
+            self._pairwise_weights(bs, fw, a, gam, st)
         else:
             alpha_a = bs.alpha[a]
             d.pair_move(i, None, bs.labels[a], float(d.ell_i[i]), bs.loss[a], gam)
@@ -243,6 +244,17 @@ class SetStep(StepRule):
                 st.drop_steps += 1
             else:
                 bs.alpha[a] -= gam
+
+    @staticmethod
+    def _pairwise_weights(bs, fw, a, gam, st):
+        """alpha(y_fw) += gamma, alpha(y_a) -= gamma (a drop step when that empties y_a)."""
+        st.pairwise_steps += 1
+        bs.alpha[fw] += gam
+        if gam >= bs.alpha[a]:
+            bs.alpha[a] = 0.0
+            st.drop_steps += 1
+        else:
+            bs.alpha[a] -= gam
 
     def _trim(self, bs, fw, st):
         """Without a cache the set is the active set: drop the zero-weight corners."""

@@ -3,7 +3,7 @@ two forms with the same operations:
 
 * :class:`DenseWorkingSet`: the constraints a_c as rows of an (m, d) matrix (any store; the box
   constraints' primal QP needs them dense);
-* :class:`LabelingWorkingSet`: each constraint as its joint labeling (stores.base.JointConstraints),
+* :class:`LabelingWorkingSet`: each constraint as its joint labeling (stores.optional_moves.JointConstraints),
   N small integers instead of d floats. On CoNLL-2000 (d = 7.4M, N = 211,727 tokens) that is 0.4 MB
   instead of 59 MB per constraint; the Gram row of a new constraint and the violations are one
   scoring of every position per constraint, and w = sum_c alpha_c a_c is one map from statistics
@@ -19,7 +19,8 @@ import torch
 
 from ..devices import from_host, to_host
 from ..errors import SSVMInputError, check
-from ..stores.base import SPARSE_D, GapPass, JointConstraints
+from ..stores.base import SPARSE_D, GapPass
+from ..stores.optional_moves import JointConstraints
 
 
 class DenseWorkingSet:

@@ -24,13 +24,14 @@ from ..chain.padded import fused_variant
 from ..chain.triton_viterbi import fused_available
 from ..models.chain_index import padded_trans_counts, segment_ids, trans_counts, unary_rows
 from ..oracles.chain_kernels import (HostViews, nb_add_psi, nb_build_delta, nb_cached_gaps, nb_cached_pick,
-                                     nb_corner_gaps, nb_csr_scatter_rows,
-                                     nb_delta_move, nb_delta_sqnorm, nb_fw_corner, nb_gap_pass, nb_gram,
+                                     nb_block_gaps, nb_csr_scatter_rows,
+                                     nb_delta_move, nb_delta_sqnorm, nb_fw_corner, nb_pairwise_step, nb_gap_pass, nb_gram,
                                      nb_labelings_scores)
-from .base import SPARSE_D, BlockDual, BlockMarginals, Corner, GapPass, JointConstraints, objective_n
+from .base import SPARSE_D, BlockDual, BlockMarginals, Corner, GapPass, objective_n
 from .ragged import RaggedLabelings, host_labels
 from .state import TensorBlockState
 from .chain_marginal import ChainMarginalMoves
+from .optional_moves import JointConstraints
 from .chain_torch import ChainTorchPath
 
 
@@ -108,6 +109,9 @@ class ChainDual(RaggedLabelings, ChainTorchPath, ChainMarginalMoves, JointConstr
         self._no_labels = np.zeros(1, dtype=np.int64)
         self._work = (np.empty((tmax, K)), np.empty(K), np.empty(K), np.empty((tmax, K), dtype=np.int64),
                       np.empty((tmax, K)), np.empty((K, K)))
+        # the argument lists of the per-step kernels, built once (a block step calls them with a handful of values)
+        self._gap_views = (*self._np_loss[:5], *self._np[7:], self._work[0])
+        self._pair_views = (*self._work[4:6], *self._np[:4], *self._np[5:7], *self._np[7:])
 
     def share_w(self, buffer: torch.Tensor) -> None:
         super().share_w(buffer)
@@ -180,8 +184,8 @@ class ChainDual(RaggedLabelings, ChainTorchPath, ChainMarginalMoves, JointConstr
                 np.stack([np.asarray(y, dtype=np.int64) for y in labelings])
             L = np.ascontiguousarray(L, dtype=np.int64)
             out = np.empty(L.shape[0])
-            nb_corner_gaps(i, self._tw[i], L, *self._np_loss[:5], *self._np[7:], self._work[0], out)
-            return out / self.N - self._np_ell[0][i]
+            nb_block_gaps(i, self._tw[i], self.N, self._np_ell[0][i], L, *self._gap_views, out)
+            return out
         s, e = int(self.offsets[i]), int(self.offsets[i + 1])
         W, first, last, trans = self.model.split(self.w)
         U = unary_rows(W, (self.fptr, self.fidx, self.fval), torch.arange(s, e, device=self.device))
@@ -226,13 +230,28 @@ class ChainDual(RaggedLabelings, ChainTorchPath, ChainMarginalMoves, JointConstr
 
     def _np_move(self, i, P, Q, gamma):
         Du, Dt = self._np_delta(i, P, Q)
-        if self.shadow is not None:
-            if getattr(self, "_shadow_views", (None,))[0] is not self.shadow:    # split once per shadow vector
-                self._shadow_views = (self.shadow, *(t.numpy() for t in self.model.split(self.shadow)))
-            shadow = (True, float(self.shadow_coef), *self._shadow_views[1:])
-        else:
-            shadow = (False, 0.0, *self._np[7:11])
-        nb_delta_move(i, -gamma / (self.lam * self.N), gamma, Du, Dt, *self._np[:4], *self._np[7:], *shadow)
+        nb_delta_move(i, -gamma / (self.lam * self.N), gamma, Du, Dt, *self._np[:4], *self._np[7:], *self._shadow())
+
+    def _shadow(self) -> tuple:
+        """The numba move kernels' shadow arguments: (on, coefficient, its W, first, last, trans views)."""
+        if self.shadow is None:
+            return False, 0.0, *self._np[7:11]
+        if getattr(self, "_shadow_views", (None,))[0] is not self.shadow:    # split once per shadow vector
+            self._shadow_views = (self.shadow, *(t.numpy() for t in self.model.split(self.shadow)))
+        return True, float(self.shadow_coef), *self._shadow_views[1:]
+
+    def pairwise_step(self, i: int, P, Q, loss_P: float, loss_Q: float, g: float, cap: float) -> float:
+        """BlockDual.pairwise_step in one compiled call on the numba path (the direction built once, not for the
+        norm and again for the move); the torch path and marginal points take the generic one."""
+        if not (self._numba and isinstance(P, np.ndarray) and isinstance(Q, np.ndarray)):
+            return super().pairwise_step(i, P, Q, loss_P, loss_Q, g, cap)
+        gamma = nb_pairwise_step(i, P, Q, g, cap, self.lam, self.N, (self.lam * self.N) ** 2, *self._pair_views,
+                                 *self._shadow())
+        if gamma > 0.0:
+            ell_i, ell = self._np_ell
+            ell_i[i] += gamma * (loss_P - loss_Q)
+            ell[0] += gamma * (loss_P - loss_Q)
+        return gamma
 
     def _torch_delta(self, i, P, Q):
         s, e = int(self.offsets[i]), int(self.offsets[i + 1])

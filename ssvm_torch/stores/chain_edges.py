@@ -32,7 +32,7 @@ from ..oracles.chain_kernels import nb_unary_all
 from ..oracles.edge_kernels import (nb_edge_delta, nb_edge_labelings_dots, nb_edge_m_thetas, nb_edge_move,
                                     nb_edge_pair_delta, nb_edge_scores, nb_edge_stats, nb_edge_weights,
                                     nb_fw_corner_edges, nb_gap_pass_edges)
-from .base import BatchCorners, Corner, GapPass
+from .base import BatchCorners, BlockDual, Corner, GapPass
 from .chain import ChainDual
 from .ragged import host_labels
 
@@ -217,6 +217,8 @@ class EdgeChainDual(ChainDual):
         return De, sq
 
     batched_cache = False                   # its corner gaps score edge features: ChainDual's batch kernel does not
+    # its moves and norms add the edge rows, which ChainDual's fused kernel does not: the step from these two
+    pairwise_step = BlockDual.pairwise_step
 
     def corner_gaps(self, i: int, labelings) -> np.ndarray:
         """g_i(y) of each labeling (:meth:`ChainDual.corner_gaps`) with the edge term <S_e(y) - Me_i, E> / n."""

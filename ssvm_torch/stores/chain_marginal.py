@@ -1,4 +1,4 @@
-"""Marginal moves of the compact chain store (:class:`~ssvm_torch.stores.base.MarginalMoves`): the
+"""Marginal moves of the compact chain store (:class:`~ssvm_torch.stores.optional_moves.MarginalMoves`): the
 store already keeps block i as expected statistics (Mu_i, Mt_i) under alpha_i, so a Gibbs
 distribution's marginals are a dual point as they are. A mixin of
 :class:`~ssvm_torch.stores.chain.ChainDual` (it reads the store's state tensors)."""
@@ -11,7 +11,8 @@ import torch.nn.functional as Fn
 from ..models.chain_index import unary_rows
 from ..oracles.eg_kernels import nb_eg_steps
 from ..chain import chain_marginals_ragged
-from .base import BlockMarginals, MarginalMoves, RelaxedPasses
+from .base import BlockMarginals
+from .optional_moves import MarginalMoves, RelaxedPasses
 
 
 #: the dual extragradient's prox centre: the Gibbs distribution of START_MARGIN S(y_i), most of

@@ -19,7 +19,7 @@ import torch
 
 from ..devices import from_host, to_host
 from ..errors import SSVMInputError
-from .base import RelaxedPasses
+from .optional_moves import RelaxedPasses
 from .dense import DenseDual
 
 

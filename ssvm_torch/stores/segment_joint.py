@@ -1,4 +1,4 @@
-"""The semi-Markov store's joint constraints kept as labelings (:class:`~ssvm_torch.stores.base.JointConstraints`):
+"""The semi-Markov store's joint constraints kept as labelings (:class:`~ssvm_torch.stores.optional_moves.JointConstraints`):
 the 1-slack cutting plane (solvers/cutting_plane.py) on CoNLL-2000's d = 12.1M semi-Markov model keeps each
 constraint as one segmentation of every sentence (N small integers) instead of a dense d-vector (97 MB).
 
@@ -12,7 +12,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .base import GapPass, JointConstraints
+from .base import GapPass
+from .optional_moves import JointConstraints
 from .ragged import host_labels
 
 

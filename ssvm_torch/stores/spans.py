@@ -31,7 +31,8 @@ from ..models.constituency import ConstituencyModel
 from ..oracles.chain_kernels import nb_gram
 from ..spans import ops
 from ..spans.checks import UNLABELED
-from .base import BatchCorners, BlockDual, Corner, GapPass, JointConstraints, objective_n
+from .base import BatchCorners, BlockDual, Corner, GapPass, objective_n
+from .optional_moves import JointConstraints
 from .span_host import SpanHostSteps
 from .state import TensorBlockState
 from .statistics import ExpectedStatistics

@@ -33,7 +33,8 @@ from ..models.dependency import DependencyModel
 from ..oracles.tree_kernels import (arc_index, nb_apply, nb_fw_corner,
                                     nb_gap_pass, nb_labeling_score, nb_m_dot, nb_move, nb_sqnorm,
                                     nb_statistics_image)
-from .base import BatchCorners, BlockDual, Corner, GapPass, JointConstraints, objective_n
+from .base import BatchCorners, BlockDual, Corner, GapPass, objective_n
+from .optional_moves import JointConstraints
 from .ragged import RaggedLabelings
 from .state import TensorBlockState
 from .tree_host import TreeHostPath

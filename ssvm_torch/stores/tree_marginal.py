@@ -1,6 +1,6 @@
-"""Marginal moves of the dependency-tree store (:class:`~ssvm_torch.stores.base.MarginalMoves`: online EG,
+"""Marginal moves of the dependency-tree store (:class:`~ssvm_torch.stores.optional_moves.MarginalMoves`: online EG,
 Collins et al. 2008, whose experiments were on dependency parsing) and its entropic relaxation
-(:class:`~ssvm_torch.stores.base.RelaxedPasses`: the dual extragradient, Taskar et al. 2006). The store keeps
+(:class:`~ssvm_torch.stores.optional_moves.RelaxedPasses`: the dual extragradient, Taskar et al. 2006). The store keeps
 block i as arc marginals M_i already, so the marginals of a Gibbs distribution over trees are a dual point as
 they are. Log-potentials are one value per arc of every block (the store's flat arc order, (A,)); their
 marginals come from :mod:`ssvm_torch.trees` (inside-outside for projective trees, the matrix-tree theorem for
@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import torch
 
 from ..trees import ops
-from .base import MarginalMoves, RelaxedPasses
+from .optional_moves import MarginalMoves, RelaxedPasses
 
 #: the dual extragradient's prox centre: the Gibbs distribution of START_MARGIN S(y_i) (as for chains)
 START_MARGIN = 10.0

@@ -1,0 +1,131 @@
+"""Block steps with working sets (pairwise / away / best steps, the gap cache of Osokin et al. 2016, Alg. 3-5) on
+an OCR chain: an earlier package against this one, side by side in one process through ``make_solver``,
+alternating, median of repeats. The trajectories must be equal (every record but its time: the same steps), and
+the figure is the solver's seconds per block step. BCFW with plain FW steps (no sets) is printed beside them: the
+step a working-set step has to compete with. ``--seconds S`` also runs each method (and BCFW) for S solver seconds
+with each package and prints the duality gap it reached (median of the repeats): what the step's cost means for
+the user's run.
+
+``--before DIR --commit C``: the earlier package as ``DIR/ssvm_torch_before`` (``git worktree add /tmp/old C && cp
+-r /tmp/old/ssvm_torch DIR/ssvm_torch_before``).
+
+Usage: python benchmarks/bench_set_steps.py --before DIR --commit C [--dataset ocr-small] [--lam 0.01]
+       [--passes 30] [--repeats 3] [--methods bcpfw-gap-cache,...] [--seconds 6]
+       [--out benchmarks/results/set_steps_ocr-small.json]
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from ssvm_torch.atomic import atomic_write_bytes
+
+#: name -> SolverConfig fields (BCFW with gap sampling, the steps of Osokin et al. 2016)
+METHODS = {"bcpfw-gap-cache": dict(step="pairwise", cache=True), "bcpfw-gap": dict(step="pairwise"),
+           "bcafw-gap-cache": dict(step="away", cache=True), "best-gap-cache": dict(step="best", cache=True),
+           "bcfw-gap-cache": dict(step="fw", cache=True)}
+REFERENCE = "bcfw-gap"          # FW steps without sets: the same code in both packages
+
+
+def run(package, dataset: str, lam: float, passes: float, fields: dict, seconds: float | None = None) -> dict:
+    task = package.load_task(dataset)
+    cfg = package.SolverConfig(solver="bcfw", sampling="gap", passes=passes, gap_check=5, seed=0,
+                               time_budget=seconds, **fields)
+    solver = package.solvers.make_solver(task.store(lam), cfg)
+    t = time.perf_counter()
+    history = solver.run()
+    wall = time.perf_counter() - t
+    last = history[-1]
+    return {"solver_s": last["time_s"], "wall_s": wall, "gap": last["gap"], "oracle_passes": last["passes"],
+            "steps": solver.state.steps, "us_per_step": 1e6 * last["time_s"] / solver.state.steps,
+            "cache_hits": last.get("cache_hits", 0),
+            "records": [{k: v for k, v in r.items() if k != "time_s"} for r in history]}
+
+
+def budget_runs(packages: dict, methods: list, args) -> dict:
+    """Each method (and BCFW) for ``args.seconds`` solver seconds with each package: the median of the repeats'
+    final gaps, with their oracle passes and steps."""
+    out = {}
+    for m in [REFERENCE, *methods]:
+        fields = METHODS.get(m, {})
+        out[m] = {}
+        for name, package in packages.items():
+            rs = [run(package, args.dataset, args.lam, 1e9, fields, args.seconds) for _ in range(args.repeats)]
+            gaps = [r["gap"] for r in rs]
+            out[m][name] = {"median_gap": statistics.median(gaps), "gaps": gaps,
+                            "oracle_passes": [r["oracle_passes"] for r in rs], "steps": [r["steps"] for r in rs]}
+        line = "; ".join(f"{k} {v['median_gap']:.4e} ({statistics.median(v['oracle_passes']):.0f} oracle passes, "
+                         f"{statistics.median(v['steps'])} steps)" for k, v in out[m].items())
+        print(f"{m:>16} after {args.seconds:g} s: gap {line}")
+    return out
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--before", type=Path, required=True, help="a folder holding an earlier package as ssvm_torch_before/")
+    p.add_argument("--commit", required=True, help="the earlier package's commit (recorded in the JSON)")
+    p.add_argument("--dataset", default="ocr-small")
+    p.add_argument("--lam", type=float, default=0.01)
+    p.add_argument("--passes", type=float, default=30, help="oracle passes (cache hits are not passes)")
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--methods", default=",".join(METHODS), help=f"comma-separated, of {', '.join(METHODS)}")
+    p.add_argument("--seconds", type=float, default=None,
+                   help="also run each method for this many solver seconds and report the gap reached "
+                        "(None: only the fixed passes)")
+    p.add_argument("--out", default=None)
+    args = p.parse_args(argv)
+    methods = args.methods.split(",")
+    unknown = sorted(set(methods) - set(METHODS))
+    if unknown:
+        raise SystemExit(f"--methods: unknown {unknown}; expected names of {sorted(METHODS)}")
+    torch.set_num_threads(1)
+    sys.path.insert(0, str(args.before))
+    packages = {"before": importlib.import_module("ssvm_torch_before"), "now": importlib.import_module("ssvm_torch")}
+    for package in packages.values():                # warm-up: numba's compile caches, the data
+        for m in methods:
+            run(package, args.dataset, args.lam, 2, METHODS[m])
+    runs = {m: {"before": [], "now": []} for m in methods}
+    runs[REFERENCE] = {"now": []}
+    for _ in range(args.repeats):
+        for m in methods:
+            for name, package in packages.items():
+                runs[m][name].append(run(package, args.dataset, args.lam, args.passes, METHODS[m]))
+        runs[REFERENCE]["now"].append(run(packages["now"], args.dataset, args.lam, args.passes, {}))
+    summary = {}
+    for m in methods:
+        if runs[m]["before"][0]["records"] != runs[m]["now"][0]["records"]:
+            raise SystemExit(f"{m}: the two packages' trajectories differ: not the same steps")
+    for m, sides in runs.items():
+        med = {k: statistics.median(r["solver_s"] for r in rs) for k, rs in sides.items()}
+        r = sides["now"][0]
+        line = {"median_solver_s": med, "steps": r["steps"], "oracle_passes": r["oracle_passes"], "gap": r["gap"],
+                "cache_hits": r["cache_hits"], "us_per_step": {k: 1e6 * v / r["steps"] for k, v in med.items()}}
+        if "before" in med:
+            line["speedup"] = med["before"] / med["now"]
+        summary[m] = line
+        each = "; ".join(f"{k} {v:.2f} s ({line['us_per_step'][k]:.1f} us/step)" for k, v in med.items())
+        ratio = f", {line['speedup']:.2f}x faster than {args.commit}" if "speedup" in line else ""
+        print(f"{m:>16}: {each}{ratio}; {r['steps']} steps, {r['oracle_passes']:.0f} oracle passes, "
+              f"{r['cache_hits']} cache hits, gap {r['gap']:.4e}")
+    budget = budget_runs(packages, methods, args) if args.seconds else None
+    if args.out:
+        result = {"dataset": args.dataset, "lam": args.lam, "passes": args.passes, "repeats": args.repeats,
+                  "commit_before": args.commit, "machine": platform.processor() or platform.machine(),
+                  "summary": summary, "seconds": args.seconds, "gap_after_seconds": budget,
+                  "runs": {m: {k: [{key: v for key, v in r.items() if key != "records"} for r in rs]
+                               for k, rs in sides.items()} for m, sides in runs.items()}}
+        atomic_write_bytes(Path(args.out), json.dumps(result, indent=1).encode())
+        print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,118 @@
+"""The compiled parts of the working-set steps (solvers/steps.py SetStep): the tie-broken picks of the FW and
+away corners against numpy, the chain store's fused pairwise step float for float against the generic
+``BlockDual.pairwise_step`` (one direction built for the norm and the move), and pairwise / away / best steps with
+the cache on the numba chain store against its torch path."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import random_chain_data
+from ssvm_torch import Solver, SolverConfig, make_store
+from ssvm_torch.models import ChainModel
+from ssvm_torch.models.base import TIE
+from ssvm_torch.solvers.active_set import away_corner, first_best
+from ssvm_torch.stores.base import BlockDual
+
+
+def numpy_first_best(v, scale, largest=True):
+    """The numpy formulation first_best had: the first entry within TIE * max(|v|, scale) of the best."""
+    v = np.asarray(v, dtype=np.float64)
+    best = v.max() if largest else v.min()
+    tol = TIE * max(float(np.abs(v).max()), scale)
+    return int(np.argmax(v >= best - tol if largest else v <= best + tol))
+
+
+def test_first_best_and_away_corner_equal_numpy_with_ties_and_nan():
+    rng = np.random.default_rng(0)
+    for trial in range(300):
+        m = int(rng.integers(1, 9))
+        v = rng.normal(size=m) * 10.0 ** rng.integers(-6, 3)
+        if m > 1 and trial % 3 == 0:          # ties: an entry within the tolerance of another, or equal to it
+            j, k = rng.choice(m, 2, replace=False)
+            v[j] = v[k] * (1 + (TIE / 4 if trial % 2 else 0.0))
+        scale = float(10.0 ** rng.integers(-4, 1))
+        for largest in (True, False):
+            assert first_best(v, scale, largest) == numpy_first_best(v, scale, largest)
+        alpha = [float(x) for x in rng.uniform(size=m) * (rng.uniform(size=m) < 0.6)]
+        if not any(a > 0 for a in alpha):
+            alpha[int(rng.integers(m))] = 1.0
+        active = [j for j, a in enumerate(alpha) if a > 0]
+        a, g = away_corner(v, alpha, scale)
+        assert a == active[numpy_first_best(v[active], scale, largest=False)]
+        assert g == float(np.min(v[active]))
+    assert first_best(np.array([1.0, np.nan, 3.0]), 1.0) == 0
+    a, g = away_corner(np.array([1.0, np.nan, 3.0]), [0.0, 0.5, 0.5], 1.0)
+    assert a == 1 and np.isnan(g)
+    with pytest.raises(ValueError, match="empty active set"):
+        away_corner(np.array([1.0, 2.0]), [0.0, 0.0], 1.0)
+    with pytest.raises(ValueError, match="no values"):
+        first_best(np.array([]), 1.0)
+
+
+def two_stores(seed: int, partial: bool = False):
+    rng = np.random.default_rng(seed)
+    data = random_chain_data(rng, n=7, K=4, F=5, tmin=1, tmax=6)
+    model = ChainModel.for_data(data)
+    if partial:                        # unobserved labels completed at a random w (the latent SSVM's inner problem)
+        from ssvm_torch.latent import hide_labels, with_labels
+        part = hide_labels(data, 0.4, seed)
+        data = with_labels(part, model.complete(torch.tensor(rng.normal(size=model.d)), part))
+    return [make_store(model, data, 0.05, kernels="numba") for _ in range(2)]
+
+
+def state_of(store):
+    return [store.w.clone(), store.Mu.clone(), store.Mt.clone(), store.ell_i.clone(), store.ell]
+
+
+@pytest.mark.parametrize("partial", [False, True])
+@pytest.mark.parametrize("shadow", [False, True])
+def test_fused_pairwise_step_equals_the_generic_step_float_for_float(partial, shadow):
+    fused, generic = two_stores(3, partial)
+    assert type(fused).pairwise_step is not BlockDual.pairwise_step     # the store's own compiled step
+    rng = np.random.default_rng(1)
+    if shadow:                                   # the averaging's shadow vector moves with every block move
+        for s in (fused, generic):
+            s.shadow, s.shadow_coef = torch.zeros_like(s.w), 0.3
+    moved = 0
+    for it in range(60):
+        i = int(rng.integers(fused.n))
+        c = fused.fw_corner(i)                   # a real corner at the current point, and another labeling
+        for s in (fused, generic):
+            s.fw_move(i, c, 0.5)
+        T = len(c.labels)
+        P = np.asarray(c.labels, dtype=np.int64)
+        Q = rng.integers(0, 4, size=T).astype(np.int64)
+        loss_P, loss_Q = fused.loss_of(i, P), fused.loss_of(i, Q)
+        g = float(rng.normal()) if it % 5 == 0 else abs(float(rng.normal())) * 10.0 ** rng.integers(-3, 1)
+        cap = float(rng.uniform(0.01, 1.0))
+        gam_f = fused.pairwise_step(i, P, Q, loss_P, loss_Q, g, cap)
+        gam_g = BlockDual.pairwise_step(generic, i, P, Q, loss_P, loss_Q, g, cap)
+        assert gam_f == gam_g
+        moved += gam_f > 0
+        for a, b in zip(state_of(fused), state_of(generic)):
+            assert torch.equal(torch.as_tensor(a), torch.as_tensor(b))
+        if shadow:
+            assert torch.equal(fused.shadow, generic.shadow)
+    assert moved >= 20                           # the comparison covered moves, not only refusals
+    same = state_of(fused)
+    assert fused.pairwise_step(i, P, P, loss_P, loss_P, 1.0, 1.0) == 0.0      # a zero direction: no move
+    assert all(torch.equal(torch.as_tensor(a), torch.as_tensor(b)) for a, b in zip(same, state_of(fused)))
+
+
+@pytest.mark.parametrize("step", ["pairwise", "away", "best"])
+def test_set_steps_with_the_cache_compiled_equal_the_torch_path(step):
+    data = random_chain_data(np.random.default_rng(5), n=9, K=3, F=4, tmin=2, tmax=6)
+    model = ChainModel.for_data(data)
+    runs = []
+    for kernels in ("numba", "torch"):
+        store = make_store(model, data, 0.1, kernels=kernels)
+        cfg = SolverConfig(solver="bcfw", sampling="gap", step=step, cache=True, passes=8, gap_check=2, seed=2)
+        hist = Solver(store, cfg).run()
+        runs.append((hist, store))
+    (ha, a), (hb, b) = runs
+    assert [r["cache_hits"] for r in ha] == [r["cache_hits"] for r in hb]
+    assert ha[-1]["cache_hits"] > 0 and ha[-1]["pairwise_steps" if step == "pairwise" else "steps"] > 0
+    assert hb[-1]["gap"] == pytest.approx(ha[-1]["gap"], rel=1e-9)
+    assert torch.allclose(a.w, b.w, atol=1e-10)
