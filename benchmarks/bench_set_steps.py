@@ -37,8 +37,8 @@ REFERENCE = "bcfw-gap"          # FW steps without sets: the same code in both p
 
 def run(package, dataset: str, lam: float, passes: float, fields: dict, seconds: float | None = None) -> dict:
     task = package.load_task(dataset)
-    cfg = package.SolverConfig(solver="bcfw", sampling="gap", passes=passes, gap_check=5, seed=0,
-                               time_budget=seconds, **fields)
+    budget = {} if seconds is None else {"time_budget": seconds}
+    cfg = package.SolverConfig(solver="bcfw", sampling="gap", passes=passes, gap_check=5, seed=0, **budget, **fields)
     solver = package.solvers.make_solver(task.store(lam), cfg)
     t = time.perf_counter()
     history = solver.run()

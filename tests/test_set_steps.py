@@ -53,7 +53,7 @@ def test_first_best_and_away_corner_equal_numpy_with_ties_and_nan():
 
 def two_stores(seed: int, partial: bool = False):
     rng = np.random.default_rng(seed)
-    data = random_chain_data(rng, n=7, K=4, F=5, tmin=1, tmax=6)
+    data = random_chain_data(rng, n=7, K=11, F=13, tmin=1, tmax=9)
     model = ChainModel.for_data(data)
     if partial:                        # unobserved labels completed at a random w (the latent SSVM's inner problem)
         from ssvm_torch.latent import hide_labels, with_labels
@@ -69,6 +69,8 @@ def state_of(store):
 @pytest.mark.parametrize("partial", [False, True])
 @pytest.mark.parametrize("shadow", [False, True])
 def test_fused_pairwise_step_equals_the_generic_step_float_for_float(partial, shadow):
+    """Pairwise, away (P = None) and FW (Q = None) directions, moves and refusals (g <= 0), a shadow vector, labels
+    partly unobserved: the compiled step leaves the store bit for bit where the generic one does."""
     fused, generic = two_stores(3, partial)
     assert type(fused).pairwise_step is not BlockDual.pairwise_step     # the store's own compiled step
     rng = np.random.default_rng(1)
@@ -83,8 +85,12 @@ def test_fused_pairwise_step_equals_the_generic_step_float_for_float(partial, sh
             s.fw_move(i, c, 0.5)
         T = len(c.labels)
         P = np.asarray(c.labels, dtype=np.int64)
-        Q = rng.integers(0, 4, size=T).astype(np.int64)
+        Q = rng.integers(0, 11, size=T).astype(np.int64)
         loss_P, loss_Q = fused.loss_of(i, P), fused.loss_of(i, Q)
+        if it % 3 == 1:                          # an away step: from the away corner Q, away from it
+            P, loss_P = None, float(fused.ell_i[i])
+        elif it % 3 == 2:                        # a FW step: from the block's point towards P
+            Q, loss_Q = None, float(fused.ell_i[i])
         g = float(rng.normal()) if it % 5 == 0 else abs(float(rng.normal())) * 10.0 ** rng.integers(-3, 1)
         cap = float(rng.uniform(0.01, 1.0))
         gam_f = fused.pairwise_step(i, P, Q, loss_P, loss_Q, g, cap)
@@ -97,6 +103,7 @@ def test_fused_pairwise_step_equals_the_generic_step_float_for_float(partial, sh
             assert torch.equal(fused.shadow, generic.shadow)
     assert moved >= 20                           # the comparison covered moves, not only refusals
     same = state_of(fused)
+    P = np.asarray(c.labels, dtype=np.int64)
     assert fused.pairwise_step(i, P, P, loss_P, loss_P, 1.0, 1.0) == 0.0      # a zero direction: no move
     assert all(torch.equal(torch.as_tensor(a), torch.as_tensor(b)) for a, b in zip(same, state_of(fused)))
 

@@ -155,12 +155,13 @@ def nb_delta_move(i, c, gamma, Du, Dt, fptr, fidx, fval, off, W, first, last, tr
 
 
 @nb.njit(cache=True, nogil=True)
-def nb_pairwise_step(i, P, Q, g, cap, lam, N, lamN2, Du, Dt, fptr, fidx, fval, off, G, goff, W, first, last, trans, Mu,
-                     Mt, sh_on, sh_c, SW, Sfirst, Slast, Strans):
-    """BCPFW's pairwise step on block i between labelings P and Q (``BlockDual.pairwise_step``) with one direction
+def nb_pairwise_step(i, p_cur, P, q_cur, Q, g, cap, lam, N, lamN2, Du, Dt, fptr, fidx, fval, off, G, goff, W, first,
+                     last, trans, Mu, Mt, sh_on, sh_c, SW, Sfirst, Slast, Strans):
+    """The line search and move of a step on block i from Q towards P (``BlockDual.pairwise_step``: pairwise, away
+    and FW directions; each point a labeling or, ``*_cur``, the block's current point) with one direction
     D = S(P) - S(Q) for both its norm and its move; ``lamN2`` = (lam N)^2. Not fastmath: gamma's arithmetic is the
     generic step's, float for float. Returns gamma (0.0: no move)."""
-    nb_build_delta(i, False, P, False, Q, off, Mu, Mt, Du, Dt)
+    nb_build_delta(i, p_cur, P, q_cur, Q, off, Mu, Mt, Du, Dt)
     sq = nb_delta_sqnorm(i, Du, Dt, off, G, goff) / lamN2
     gamma = min(g / (lam * sq), cap) if sq > 0 and g > 0 else 0.0
     if gamma > 0.0 and gamma * g - 0.5 * lam * gamma * gamma * sq > 0.0:
@@ -209,15 +210,6 @@ def nb_corner_gaps(i, lw, labels, fptr, fidx, fval, off, Y, W, first, last, tran
             if t + 1 < T:
                 v += trans[labels[r, t + 1], labels[r, t]]
         out[r] = v + wrong * lw - m_theta
-
-
-@nb.njit(cache=True, nogil=True)
-def nb_block_gaps(i, lw, N, ell_i, labels, fptr, fidx, fval, off, Y, W, first, last, trans, Mu, Mt, U, out):
-    """The block gaps g_i(y) of the rows of ``labels``: :func:`nb_corner_gaps` / N - ell_i (not fastmath: the
-    division and subtraction are the ones numpy did on its output, float for float)."""
-    nb_corner_gaps(i, lw, labels, fptr, fidx, fval, off, Y, W, first, last, trans, Mu, Mt, U, out)
-    for r in range(out.shape[0]):
-        out[r] = out[r] / N - ell_i
 
 
 @nb.njit(cache=True, nogil=True)

@@ -160,12 +160,12 @@ class SetStep(StepRule):
         self.sets = s["sets"]
 
     def step(self, i: int, st: SolverState) -> None:
-        d, cfg, lam = self.dual, self.cfg, self.dual.lam
+        d, cfg = self.dual, self.cfg
         bs = self.sets[i]
-        need_away = cfg.step != "fw"
-        gaps, corner, fw = None, None, None
+        gaps, corner, fw, hit = None, None, None, False
         if self.cache is not None:
-            corner, fw, gaps = self.cache.lookup(d, i, bs, self.sampler.gaps[i], st, with_sqnorm=cfg.step != "pairwise")
+            corner, fw, gaps = self.cache.lookup(d, i, bs, self.sampler.gaps[i], st, with_sqnorm=cfg.step == "best")
+            hit = corner is not None
         if corner is None:
             corner = d.fw_corner(i)
             st.oracle_calls += 1
@@ -174,55 +174,89 @@ class SetStep(StepRule):
             fw = bs.add(corner.labels, d.key(corner.labels), corner.loss, corner.gap)
             if gaps is not None and fw == len(gaps):
                 gaps = np.append(gaps, corner.gap)
-        g_fw, sq_fw = corner.gap, corner.sqnorm
-        # candidate steps: (improvement of the exact quadratic model, kind, gamma)
-        cands = []
-        a = None
-        if cfg.step in ("fw", "away", "best"):
-            gam = min(g_fw / (lam * sq_fw), 1.0) if sq_fw > 0 and g_fw > 0 else 0.0
-            cands.append((gam * g_fw - 0.5 * lam * gam * gam * sq_fw, "fw", gam))
-        if need_away:
-            if gaps is None or len(gaps) != len(bs):
-                gaps = d.corner_gaps(i, bs.matrix())
-            a, g_away = away_corner(gaps, bs.alpha, 1.0 / d.N)
-            g_away = -g_away                                     # <-grad, x_i - v_a> >= 0
-            alpha_a = bs.alpha[a]
-            if cfg.step == "pairwise":            # the one candidate: the store's step (line search and move)
-                gam = d.pairwise_step(i, bs.labels[fw], bs.labels[a], bs.loss[fw], bs.loss[a], g_fw + g_away,
-                                      alpha_a) if a != fw else 0.0
-                st.gamma_n += 1
-                if gam > 0.0:
-                    self._pairwise_weights(bs, fw, a, gam, st)
-                    st.gamma_sum += gam
-                self._trim(bs, fw, st)
-                return
-            if cfg.step == "best" and a != fw:
-                g_pw = g_fw + g_away
-                sq = d.pair_sqnorm(i, bs.labels[fw], bs.labels[a])
-                gam = min(g_pw / (lam * sq), alpha_a) if sq > 0 and g_pw > 0 else 0.0
-                cands.append((gam * g_pw - 0.5 * lam * gam * gam * sq, "pairwise", gam))
-            if cfg.step in ("away", "best") and len(bs.active()) > 1 and alpha_a < 1.0:
-                sq = d.pair_sqnorm(i, None, bs.labels[a])
-                gmax = alpha_a / (1.0 - alpha_a)
-                gam = min(g_away / (lam * sq), gmax) if sq > 0 and g_away > 0 else 0.0
-                imp = gam * g_away - 0.5 * lam * gam * gam * sq
-                if cfg.step == "away":                          # Alg. 4: the steeper direction wins
-                    cands = [(imp, "away", gam)] if g_away > g_fw else cands
-                else:
-                    cands.append((imp, "away", gam))
+        if cfg.step != "fw" and (gaps is None or len(gaps) != len(bs)):
+            gaps = d.corner_gaps(i, bs.matrix())
         st.gamma_n += 1
-        if cands:
-            imp, kind, gam = max(cands, key=lambda c: c[0])     # ties: first listed (FW) wins
-            if gam > 0.0 and imp > 0.0:
-                self._apply(i, bs, kind, gam, corner, fw, a, st)
-                st.gamma_sum += gam
-                st.gamma_full += kind == "fw" and gam >= 1.0
+        if cfg.step == "best":
+            self._best_step(i, bs, corner, fw, gaps, st)
+        else:
+            self._one_direction(i, bs, corner, fw, hit, gaps, st)
         self._trim(bs, fw, st)
+
+    def _one_direction(self, i, bs, corner, fw, hit, gaps, st):
+        """FW, pairwise (Alg. 3) and away (Alg. 4) steps: one direction, chosen before any norm, and the store's
+        line search and move along it (``pairwise_step``: a store may build the direction once for both). The FW
+        direction of an oracle corner uses the norm the oracle returned with it."""
+        d, step = self.dual, self.cfg.step
+        g_fw, kind, a = corner.gap, "fw", None
+        if step != "fw":
+            a, g_min = away_corner(gaps, bs.alpha, 1.0 / d.N)
+            g_away, alpha_a = -g_min, bs.alpha[a]                # <-grad, x_i - v_a> >= 0
+            if step == "pairwise":
+                kind = "pairwise" if a != fw else None
+            elif len(bs.active()) > 1 and alpha_a < 1.0 and g_away > g_fw:   # Alg. 4: the steeper direction
+                kind = "away"
+        if kind == "pairwise":
+            gam = d.pairwise_step(i, bs.labels[fw], bs.labels[a], bs.loss[fw], bs.loss[a], g_fw + g_away, alpha_a)
+        elif kind == "away":
+            gam = d.pairwise_step(i, None, bs.labels[a], float(d.ell_i[i]), bs.loss[a], g_away,
+                                  alpha_a / (1.0 - alpha_a))
+        elif kind == "fw" and hit:
+            gam = d.pairwise_step(i, corner.labels, None, corner.loss, float(d.ell_i[i]), g_fw, 1.0)
+        elif kind == "fw":
+            lam, sq = d.lam, corner.sqnorm
+            gam = min(g_fw / (lam * sq), 1.0) if sq > 0 and g_fw > 0 else 0.0
+            if gam > 0.0 and gam * g_fw - 0.5 * lam * gam * gam * sq > 0.0:
+                d.fw_move(i, corner, gam)
+            else:
+                gam = 0.0
+        else:
+            return
+        if gam > 0.0:
+            self._weights(bs, kind, gam, fw, a, st)
+            st.gamma_sum += gam
+            st.gamma_full += kind == "fw" and gam >= 1.0
+
+    def _best_step(self, i, bs, corner, fw, gaps, st):
+        """The reference code's stepType 0: of the FW, pairwise and away steps the one that improves the dual's
+        quadratic model most (ties: FW, then pairwise)."""
+        d, lam = self.dual, self.dual.lam
+        g_fw, sq_fw = corner.gap, corner.sqnorm
+        gam = min(g_fw / (lam * sq_fw), 1.0) if sq_fw > 0 and g_fw > 0 else 0.0
+        cands = [(gam * g_fw - 0.5 * lam * gam * gam * sq_fw, "fw", gam)]     # (improvement, kind, gamma)
+        a, g_min = away_corner(gaps, bs.alpha, 1.0 / d.N)
+        g_away, alpha_a = -g_min, bs.alpha[a]
+        if a != fw:
+            g_pw = g_fw + g_away
+            sq = d.pair_sqnorm(i, bs.labels[fw], bs.labels[a])
+            gam = min(g_pw / (lam * sq), alpha_a) if sq > 0 and g_pw > 0 else 0.0
+            cands.append((gam * g_pw - 0.5 * lam * gam * gam * sq, "pairwise", gam))
+        if len(bs.active()) > 1 and alpha_a < 1.0:
+            sq = d.pair_sqnorm(i, None, bs.labels[a])
+            gam = min(g_away / (lam * sq), alpha_a / (1.0 - alpha_a)) if sq > 0 and g_away > 0 else 0.0
+            cands.append((gam * g_away - 0.5 * lam * gam * gam * sq, "away", gam))
+        imp, kind, gam = max(cands, key=lambda c: c[0])         # ties: first listed (FW) wins
+        if gam > 0.0 and imp > 0.0:
+            self._apply(i, bs, kind, gam, corner, fw, a, st)
+            st.gamma_sum += gam
+            st.gamma_full += kind == "fw" and gam >= 1.0
 
     def _apply(self, i, bs, kind, gam, corner, fw, a, st):
         d = self.dual
         if kind == "fw":
             d.fw_move(i, corner, gam)
+        elif kind == "pairwise":
+            d.pair_move(i, bs.labels[fw], bs.labels[a], bs.loss[fw], bs.loss[a], gam)
+        else:
+            d.pair_move(i, None, bs.labels[a], float(d.ell_i[i]), bs.loss[a], gam)
+        self._weights(bs, kind, gam, fw, a, st)
+
+    @staticmethod
+    def _weights(bs, kind, gam, fw, a, st):
+        """The working set's alpha after a step of ``kind`` with gamma (a drop step when it empties an entry):
+        FW alpha <- (1 - gamma) alpha + gamma delta(y_fw); pairwise alpha(y_fw) += gamma, alpha(y_a) -= gamma;
+        away alpha <- (1 + gamma) alpha - gamma delta(y_a)."""
+        if kind == "fw":
             st.fw_steps += 1
             if gam >= 1.0:
                 bs.alpha = [0.0] * len(bs)
@@ -232,11 +266,15 @@ class SetStep(StepRule):
                 bs.alpha = [(1.0 - gam) * x for x in bs.alpha]
                 bs.alpha[fw] += gam
         elif kind == "pairwise":
-            d.pair_move(i, bs.labels[fw], bs.labels[a], bs.loss[fw], bs.loss[a], gam)
-            self._pairwise_weights(bs, fw, a, gam, st)
+            st.pairwise_steps += 1
+            bs.alpha[fw] += gam
+            if gam >= bs.alpha[a]:
+                bs.alpha[a] = 0.0
+                st.drop_steps += 1
+            else:
+                bs.alpha[a] -= gam
         else:
             alpha_a = bs.alpha[a]
-            d.pair_move(i, None, bs.labels[a], float(d.ell_i[i]), bs.loss[a], gam)
             st.away_steps += 1
             bs.alpha = [(1.0 + gam) * x for x in bs.alpha]
             if gam >= alpha_a / (1.0 - alpha_a):
@@ -244,17 +282,6 @@ class SetStep(StepRule):
                 st.drop_steps += 1
             else:
                 bs.alpha[a] -= gam
-
-    @staticmethod
-    def _pairwise_weights(bs, fw, a, gam, st):
-        """alpha(y_fw) += gamma, alpha(y_a) -= gamma (a drop step when that empties y_a)."""
-        st.pairwise_steps += 1
-        bs.alpha[fw] += gam
-        if gam >= bs.alpha[a]:
-            bs.alpha[a] = 0.0
-            st.drop_steps += 1
-        else:
-            bs.alpha[a] -= gam
 
     def _trim(self, bs, fw, st):
         """Without a cache the set is the active set: drop the zero-weight corners."""

@@ -308,10 +308,11 @@ class ActiveSetMoves(ABC):
         """x_i += gamma (v_P - v_Q), with L/n losses of the two points (ell_i for None)."""
 
     def pairwise_step(self, i: int, P, Q, loss_P: float, loss_Q: float, g: float, cap: float) -> float:
-        """The pairwise step of BCPFW (Alg. 3 of Osokin et al. 2016) along v_P - v_Q with gap g = g_P + g_Q:
-        gamma = min(g / (lam ||w(P) - w(Q)||^2), cap), applied when it improves the dual's quadratic model
-        (gamma g - lam gamma^2 ||.||^2 / 2 > 0). Returns gamma (0.0: no move). A store may fuse the norm and the
-        move (one direction built, not two); the result must be this one's, float for float."""
+        """A block step along v_P - v_Q with directional gap g (Alg. 3 / 4 of Osokin et al. 2016: P, Q the FW and
+        away corners for a pairwise step, None and the away corner for an away step, the FW corner and None for a
+        FW step): gamma = min(g / (lam ||w(P) - w(Q)||^2), cap), applied when it improves the dual's quadratic
+        model (gamma g - lam gamma^2 ||.||^2 / 2 > 0). Returns gamma (0.0: no move). A store may fuse the norm and
+        the move (one direction built, not two); the result must be this one's, float for float."""
         sq = self.pair_sqnorm(i, P, Q)
         gamma = min(g / (self.lam * sq), cap) if sq > 0 and g > 0 else 0.0
         if gamma > 0.0 and gamma * g - 0.5 * self.lam * gamma * gamma * sq > 0.0:

@@ -24,7 +24,7 @@ from ..chain.padded import fused_variant
 from ..chain.triton_viterbi import fused_available
 from ..models.chain_index import padded_trans_counts, segment_ids, trans_counts, unary_rows
 from ..oracles.chain_kernels import (HostViews, nb_add_psi, nb_build_delta, nb_cached_gaps, nb_cached_pick,
-                                     nb_block_gaps, nb_csr_scatter_rows,
+                                     nb_corner_gaps, nb_csr_scatter_rows,
                                      nb_delta_move, nb_delta_sqnorm, nb_fw_corner, nb_pairwise_step, nb_gap_pass, nb_gram,
                                      nb_labelings_scores)
 from .base import SPARSE_D, BlockDual, BlockMarginals, Corner, GapPass, objective_n
@@ -184,8 +184,8 @@ class ChainDual(RaggedLabelings, ChainTorchPath, ChainMarginalMoves, JointConstr
                 np.stack([np.asarray(y, dtype=np.int64) for y in labelings])
             L = np.ascontiguousarray(L, dtype=np.int64)
             out = np.empty(L.shape[0])
-            nb_block_gaps(i, self._tw[i], self.N, self._np_ell[0][i], L, *self._gap_views, out)
-            return out
+            nb_corner_gaps(i, self._tw[i], L, *self._gap_views, out)
+            return out / self.N - self._np_ell[0][i]
         s, e = int(self.offsets[i]), int(self.offsets[i + 1])
         W, first, last, trans = self.model.split(self.w)
         U = unary_rows(W, (self.fptr, self.fidx, self.fval), torch.arange(s, e, device=self.device))
@@ -243,10 +243,11 @@ class ChainDual(RaggedLabelings, ChainTorchPath, ChainMarginalMoves, JointConstr
     def pairwise_step(self, i: int, P, Q, loss_P: float, loss_Q: float, g: float, cap: float) -> float:
         """BlockDual.pairwise_step in one compiled call on the numba path (the direction built once, not for the
         norm and again for the move); the torch path and marginal points take the generic one."""
-        if not (self._numba and isinstance(P, np.ndarray) and isinstance(Q, np.ndarray)):
+        if not (self._numba and (P is None or isinstance(P, np.ndarray)) and (Q is None or isinstance(Q, np.ndarray))):
             return super().pairwise_step(i, P, Q, loss_P, loss_Q, g, cap)
-        gamma = nb_pairwise_step(i, P, Q, g, cap, self.lam, self.N, (self.lam * self.N) ** 2, *self._pair_views,
-                                 *self._shadow())
+        none = self._no_labels
+        gamma = nb_pairwise_step(i, P is None, none if P is None else P, Q is None, none if Q is None else Q, g, cap,
+                                 self.lam, self.N, (self.lam * self.N) ** 2, *self._pair_views, *self._shadow())
         if gamma > 0.0:
             ell_i, ell = self._np_ell
             ell_i[i] += gamma * (loss_P - loss_Q)
