@@ -1,8 +1,8 @@
 """Block steps with working sets (pairwise / away / best steps, the gap cache of Osokin et al. 2016, Alg. 3-5) on
 an OCR chain: an earlier package against this one, side by side in one process through ``make_solver``,
 alternating, median of repeats. The trajectories must be equal (every record but its time: the same steps), and
-the figure is the solver's seconds per block step. BCFW with plain FW steps (no sets) is printed beside them: the
-step a working-set step has to compete with. ``--seconds S`` also runs each method (and BCFW) for S solver seconds
+the figure is the solver's seconds per block step. BCFW with plain FW steps (no sets, ``bcfw-gap``) is the step a
+working-set step has to compete with. ``--seconds S`` also runs each method (and BCFW) for S solver seconds
 with each package and prints the duality gap it reached (median of the repeats): what the step's cost means for
 the user's run.
 
@@ -31,12 +31,12 @@ from ssvm_torch.atomic import atomic_write_bytes
 #: name -> SolverConfig fields (BCFW with gap sampling, the steps of Osokin et al. 2016)
 METHODS = {"bcpfw-gap-cache": dict(step="pairwise", cache=True), "bcpfw-gap": dict(step="pairwise"),
            "bcafw-gap-cache": dict(step="away", cache=True), "best-gap-cache": dict(step="best", cache=True),
-           "bcfw-gap-cache": dict(step="fw", cache=True)}
-REFERENCE = "bcfw-gap"          # FW steps without sets: the same code in both packages
+           "bcfw-gap-cache": dict(step="fw", cache=True), "bcfw-gap": {}}
 
 
-def run(package, dataset: str, lam: float, passes: float, fields: dict, seconds: float | None = None) -> dict:
-    task = package.load_task(dataset)
+def run(package, dataset: str, lam: float, passes: float, fields: dict, seconds: float | None = None,
+        train_size: int | None = None) -> dict:
+    task = package.load_task(dataset, train_size=train_size)
     budget = {} if seconds is None else {"time_budget": seconds}
     cfg = package.SolverConfig(solver="bcfw", sampling="gap", passes=passes, gap_check=5, seed=0, **budget, **fields)
     solver = package.solvers.make_solver(task.store(lam), cfg)
@@ -51,14 +51,15 @@ def run(package, dataset: str, lam: float, passes: float, fields: dict, seconds:
 
 
 def budget_runs(packages: dict, methods: list, args) -> dict:
-    """Each method (and BCFW) for ``args.seconds`` solver seconds with each package: the median of the repeats'
+    """Each method for ``args.seconds`` solver seconds with each package: the median of the repeats'
     final gaps, with their oracle passes and steps."""
     out = {}
-    for m in [REFERENCE, *methods]:
-        fields = METHODS.get(m, {})
+    for m in methods:
+        fields = METHODS[m]
         out[m] = {}
         for name, package in packages.items():
-            rs = [run(package, args.dataset, args.lam, 1e9, fields, args.seconds) for _ in range(args.repeats)]
+            rs = [run(package, args.dataset, args.lam, 1e9, fields, args.seconds, args.train_size)
+                  for _ in range(args.repeats)]
             gaps = [r["gap"] for r in rs]
             out[m][name] = {"median_gap": statistics.median(gaps), "gaps": gaps,
                             "oracle_passes": [r["oracle_passes"] for r in rs], "steps": [r["steps"] for r in rs]}
@@ -74,6 +75,8 @@ def main(argv=None) -> int:
     p.add_argument("--commit", required=True, help="the earlier package's commit (recorded in the JSON)")
     p.add_argument("--dataset", default="ocr-small")
     p.add_argument("--lam", type=float, default=0.01)
+    p.add_argument("--train-size", type=int, default=None,
+                   help="the first N training examples of a task that takes a size (None: all of them)")
     p.add_argument("--passes", type=float, default=30, help="oracle passes (cache hits are not passes)")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--methods", default=",".join(METHODS), help=f"comma-separated, of {', '.join(METHODS)}")
@@ -91,14 +94,13 @@ def main(argv=None) -> int:
     packages = {"before": importlib.import_module("ssvm_torch_before"), "now": importlib.import_module("ssvm_torch")}
     for package in packages.values():                # warm-up: numba's compile caches, the data
         for m in methods:
-            run(package, args.dataset, args.lam, 2, METHODS[m])
+            run(package, args.dataset, args.lam, 2, METHODS[m], train_size=args.train_size)
     runs = {m: {"before": [], "now": []} for m in methods}
-    runs[REFERENCE] = {"now": []}
     for _ in range(args.repeats):
         for m in methods:
             for name, package in packages.items():
-                runs[m][name].append(run(package, args.dataset, args.lam, args.passes, METHODS[m]))
-        runs[REFERENCE]["now"].append(run(packages["now"], args.dataset, args.lam, args.passes, {}))
+                runs[m][name].append(run(package, args.dataset, args.lam, args.passes, METHODS[m],
+                                              train_size=args.train_size))
     summary = {}
     for m in methods:
         if runs[m]["before"][0]["records"] != runs[m]["now"][0]["records"]:
@@ -117,7 +119,8 @@ def main(argv=None) -> int:
               f"{r['cache_hits']} cache hits, gap {r['gap']:.4e}")
     budget = budget_runs(packages, methods, args) if args.seconds else None
     if args.out:
-        result = {"dataset": args.dataset, "lam": args.lam, "passes": args.passes, "repeats": args.repeats,
+        result = {"dataset": args.dataset, "train_size": args.train_size, "lam": args.lam, "passes": args.passes,
+                  "repeats": args.repeats,
                   "commit_before": args.commit, "machine": platform.processor() or platform.machine(),
                   "summary": summary, "seconds": args.seconds, "gap_after_seconds": budget,
                   "runs": {m: {k: [{key: v for key, v in r.items() if key != "records"} for r in rs]

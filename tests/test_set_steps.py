@@ -1,7 +1,7 @@
-"""The compiled parts of the working-set steps (solvers/steps.py SetStep): the tie-broken picks of the FW and
-away corners against numpy, the chain store's fused pairwise step float for float against the generic
-``BlockDual.pairwise_step`` (one direction built for the norm and the move), and pairwise / away / best steps with
-the cache on the numba chain store against its torch path."""
+"""The compiled block steps (solvers/steps.py): the tie-broken picks of the FW and away corners against numpy, the
+chain store's fused steps float for float against the generic ones (``BlockDual.pairwise_step``: one direction
+built for the norm and the move; ``BlockDual.fw_step``: oracle, line search and move in one call), and pairwise /
+away / best steps with the cache on the numba chain store against its torch path."""
 from __future__ import annotations
 
 import numpy as np
@@ -51,7 +51,7 @@ def test_first_best_and_away_corner_equal_numpy_with_ties_and_nan():
         first_best(np.array([]), 1.0)
 
 
-def two_stores(seed: int, partial: bool = False):
+def two_stores(seed: int, partial: bool = False, lam: float = 0.05):
     rng = np.random.default_rng(seed)
     data = random_chain_data(rng, n=7, K=11, F=13, tmin=1, tmax=9)
     model = ChainModel.for_data(data)
@@ -59,7 +59,7 @@ def two_stores(seed: int, partial: bool = False):
         from ssvm_torch.latent import hide_labels, with_labels
         part = hide_labels(data, 0.4, seed)
         data = with_labels(part, model.complete(torch.tensor(rng.normal(size=model.d)), part))
-    return [make_store(model, data, 0.05, kernels="numba") for _ in range(2)]
+    return [make_store(model, data, lam, kernels="numba") for _ in range(2)]
 
 
 def state_of(store):
@@ -106,6 +106,33 @@ def test_fused_pairwise_step_equals_the_generic_step_float_for_float(partial, sh
     P = np.asarray(c.labels, dtype=np.int64)
     assert fused.pairwise_step(i, P, P, loss_P, loss_P, 1.0, 1.0) == 0.0      # a zero direction: no move
     assert all(torch.equal(torch.as_tensor(a), torch.as_tensor(b)) for a, b in zip(same, state_of(fused)))
+
+
+@pytest.mark.parametrize("partial", [False, True])
+@pytest.mark.parametrize("shadow", [False, True])
+def test_fused_fw_step_equals_the_generic_step_float_for_float(partial, shadow):
+    """BCFW's step as one compiled call (oracle, line search clipped to [0, 1], move) leaves the store bit for bit
+    where fw_corner, the line search and fw_move do, gap and gamma included (a large lam: gamma = g_i / (lam
+    ||w_i - w_s||^2) grows with lam, so steps clip to 1)."""
+    fused, generic = two_stores(4, partial, lam=50.0)
+    assert type(fused).fw_step is not BlockDual.fw_step
+    if shadow:
+        for s in (fused, generic):
+            s.shadow, s.shadow_coef = torch.zeros_like(s.w), 0.7
+    rng = np.random.default_rng(2)
+    full = moved = 0
+    for _ in range(300):
+        i = int(rng.integers(fused.n))
+        got, want = fused.fw_step(i), BlockDual.fw_step(generic, i)
+        assert got == want
+        moved += want[1] > 0
+        full += want[1] == 1.0
+        for a, b in zip(state_of(fused), state_of(generic)):
+            assert torch.equal(torch.as_tensor(a), torch.as_tensor(b))
+        if shadow:
+            assert torch.equal(fused.shadow, generic.shadow)
+    assert moved >= 40 and full >= 1             # moves and full steps (gamma clipped to 1) covered
+    assert partial or moved < 300                # and refusals (g_i <= 0: the block's gold decodes best)
 
 
 @pytest.mark.parametrize("step", ["pairwise", "away", "best"])

@@ -154,23 +154,6 @@ def nb_delta_move(i, c, gamma, Du, Dt, fptr, fidx, fval, off, W, first, last, tr
                 Mt[i, a, b] += gamma * Dt[a, b]
 
 
-@nb.njit(cache=True, nogil=True)
-def nb_pairwise_step(i, p_cur, P, q_cur, Q, g, cap, lam, N, lamN2, Du, Dt, fptr, fidx, fval, off, G, goff, W, first,
-                     last, trans, Mu, Mt, sh_on, sh_c, SW, Sfirst, Slast, Strans):
-    """The line search and move of a step on block i from Q towards P (``BlockDual.pairwise_step``: pairwise, away
-    and FW directions; each point a labeling or, ``*_cur``, the block's current point) with one direction
-    D = S(P) - S(Q) for both its norm and its move; ``lamN2`` = (lam N)^2. Not fastmath: gamma's arithmetic is the
-    generic step's, float for float. Returns gamma (0.0: no move)."""
-    nb_build_delta(i, p_cur, P, q_cur, Q, off, Mu, Mt, Du, Dt)
-    sq = nb_delta_sqnorm(i, Du, Dt, off, G, goff) / lamN2
-    gamma = min(g / (lam * sq), cap) if sq > 0 and g > 0 else 0.0
-    if gamma > 0.0 and gamma * g - 0.5 * lam * gamma * gamma * sq > 0.0:
-        nb_delta_move(i, -gamma / (lam * N), gamma, Du, Dt, fptr, fidx, fval, off, W, first, last, trans, Mu, Mt,
-                      sh_on, sh_c, SW, Sfirst, Slast, Strans)
-        return gamma
-    return 0.0
-
-
 @nb.njit(cache=True, nogil=True, fastmath=_FAST)
 def nb_fw_corner(i, lw, fptr, fidx, fval, off, Y, G, goff, W, first, last, trans, Mu, Mt, U, delta, newd, bp, Du,
                  Dt, ys, pen):

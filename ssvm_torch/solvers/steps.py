@@ -46,16 +46,9 @@ class StepRule:
 
 class FWStep(StepRule):
     def step(self, i: int, st: SolverState) -> None:
-        d = self.dual
-        c = d.fw_corner(i)
-        g = c.gap
-        if c.sqnorm > 0.0 and g > 0.0:
-            gamma = g / (d.lam * c.sqnorm)
-            if gamma >= 1.0:
-                gamma = 1.0
-                st.gamma_full += 1
-            d.fw_move(i, c, gamma)
-            st.gamma_sum += gamma
+        g, gamma = self.dual.fw_step(i)
+        st.gamma_sum += gamma
+        st.gamma_full += gamma >= 1.0
         st.gamma_n += 1
         self.sampler.update(i, g)
         st.oracle_calls += 1

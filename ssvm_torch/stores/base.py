@@ -216,6 +216,19 @@ class BlockMoves(ABC):
     def add_psi(self, i: int, corner: Corner, coef: float) -> None:
         """w <- w + coef * psi_i(y*) (primal-only update used by SSG)."""
 
+    def fw_step(self, i: int) -> tuple[float, float]:
+        """BCFW's block step (Alg. 1 of Osokin et al. 2016, Alg. 3 of Lacoste-Julien et al. 2013): the FW corner
+        of block i, the exact line search gamma = g_i / (lam ||w_i - w_s||^2) clipped to [0, 1] and the move.
+        Returns (g_i, gamma) (gamma 0.0: no move). A store may run it as one call; the result must be this one's,
+        float for float."""
+        c = self.fw_corner(i)
+        g = c.gap
+        if c.sqnorm > 0.0 and g > 0.0:
+            gamma = min(g / (self.lam * c.sqnorm), 1.0)
+            self.fw_move(i, c, gamma)
+            return g, gamma
+        return g, 0.0
+
 
 class BatchPasses(ABC):
     """One batched oracle pass over all blocks: the exact duality gap, and batch FW's step."""

@@ -25,18 +25,20 @@ from ..chain.triton_viterbi import fused_available
 from ..models.chain_index import padded_trans_counts, segment_ids, trans_counts, unary_rows
 from ..oracles.chain_kernels import (HostViews, nb_add_psi, nb_build_delta, nb_cached_gaps, nb_cached_pick,
                                      nb_corner_gaps, nb_csr_scatter_rows,
-                                     nb_delta_move, nb_delta_sqnorm, nb_fw_corner, nb_pairwise_step, nb_gap_pass, nb_gram,
+                                     nb_delta_move, nb_delta_sqnorm, nb_fw_corner, nb_gap_pass, nb_gram,
                                      nb_labelings_scores)
 from .base import SPARSE_D, BlockDual, BlockMarginals, Corner, GapPass, objective_n
 from .ragged import RaggedLabelings, host_labels
 from .state import TensorBlockState
 from .chain_marginal import ChainMarginalMoves
+from .chain_steps import ChainCompiledSteps
 from .optional_moves import JointConstraints
 from .chain_torch import ChainTorchPath
 
 
 
-class ChainDual(RaggedLabelings, ChainTorchPath, ChainMarginalMoves, JointConstraints, TensorBlockState, BlockDual):
+class ChainDual(ChainCompiledSteps, RaggedLabelings, ChainTorchPath, ChainMarginalMoves, JointConstraints,
+                TensorBlockState, BlockDual):
     """Compact per-block dual state of a chain SSVM (see module docstring). Tensors live on
     ``device``. ``kernels``: ``numba`` runs the batch-1 step and gap passes as compiled kernels on
     zero-copy numpy views of the same tensors (CPU float64 only), ``torch`` the batched torch path
@@ -231,28 +233,6 @@ class ChainDual(RaggedLabelings, ChainTorchPath, ChainMarginalMoves, JointConstr
     def _np_move(self, i, P, Q, gamma):
         Du, Dt = self._np_delta(i, P, Q)
         nb_delta_move(i, -gamma / (self.lam * self.N), gamma, Du, Dt, *self._np[:4], *self._np[7:], *self._shadow())
-
-    def _shadow(self) -> tuple:
-        """The numba move kernels' shadow arguments: (on, coefficient, its W, first, last, trans views)."""
-        if self.shadow is None:
-            return False, 0.0, *self._np[7:11]
-        if getattr(self, "_shadow_views", (None,))[0] is not self.shadow:    # split once per shadow vector
-            self._shadow_views = (self.shadow, *(t.numpy() for t in self.model.split(self.shadow)))
-        return True, float(self.shadow_coef), *self._shadow_views[1:]
-
-    def pairwise_step(self, i: int, P, Q, loss_P: float, loss_Q: float, g: float, cap: float) -> float:
-        """BlockDual.pairwise_step in one compiled call on the numba path (the direction built once, not for the
-        norm and again for the move); the torch path and marginal points take the generic one."""
-        if not (self._numba and (P is None or isinstance(P, np.ndarray)) and (Q is None or isinstance(Q, np.ndarray))):
-            return super().pairwise_step(i, P, Q, loss_P, loss_Q, g, cap)
-        none = self._no_labels
-        gamma = nb_pairwise_step(i, P is None, none if P is None else P, Q is None, none if Q is None else Q, g, cap,
-                                 self.lam, self.N, (self.lam * self.N) ** 2, *self._pair_views, *self._shadow())
-        if gamma > 0.0:
-            ell_i, ell = self._np_ell
-            ell_i[i] += gamma * (loss_P - loss_Q)
-            ell[0] += gamma * (loss_P - loss_Q)
-        return gamma
 
     def _torch_delta(self, i, P, Q):
         s, e = int(self.offsets[i]), int(self.offsets[i + 1])

@@ -219,6 +219,7 @@ class EdgeChainDual(ChainDual):
     batched_cache = False                   # its corner gaps score edge features: ChainDual's batch kernel does not
     # its moves and norms add the edge rows, which ChainDual's fused kernel does not: the step from these two
     pairwise_step = BlockDual.pairwise_step
+    fw_step = BlockDual.fw_step             # its corner and move have edge terms too
 
     def corner_gaps(self, i: int, labelings) -> np.ndarray:
         """g_i(y) of each labeling (:meth:`ChainDual.corner_gaps`) with the edge term <S_e(y) - Me_i, E> / n."""
