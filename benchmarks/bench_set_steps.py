@@ -50,6 +50,15 @@ def run(package, dataset: str, lam: float, passes: float, fields: dict, seconds:
             "records": [{k: v for k, v in r.items() if k != "time_s"} for r in history]}
 
 
+def same_records(a: list, b: list, rtol: float) -> bool:
+    """Whether two histories hold the same records (every value equal, or numbers within ``rtol``)."""
+    if rtol == 0.0 or len(a) != len(b):
+        return a == b
+    close = lambda x, y: (x == y or isinstance(x, (int, float)) and isinstance(y, (int, float))  # noqa: E731
+                          and abs(x - y) <= rtol * max(abs(x), abs(y)))
+    return all(r.keys() == s.keys() and all(close(r[k], s[k]) for k in r) for r, s in zip(a, b))
+
+
 def budget_runs(packages: dict, methods: list, args) -> dict:
     """Each method for ``args.seconds`` solver seconds with each package: the median of the repeats'
     final gaps, with their oracle passes and steps."""
@@ -83,6 +92,8 @@ def main(argv=None) -> int:
     p.add_argument("--seconds", type=float, default=None,
                    help="also run each method for this many solver seconds and report the gap reached "
                         "(None: only the fixed passes)")
+    p.add_argument("--rtol", type=float, default=0.0,
+                   help="records must agree to this relative tolerance (0: exactly, the same steps float for float)")
     p.add_argument("--out", default=None)
     args = p.parse_args(argv)
     methods = args.methods.split(",")
@@ -103,8 +114,8 @@ def main(argv=None) -> int:
                                               train_size=args.train_size))
     summary = {}
     for m in methods:
-        if runs[m]["before"][0]["records"] != runs[m]["now"][0]["records"]:
-            raise SystemExit(f"{m}: the two packages' trajectories differ: not the same steps")
+        if not same_records(runs[m]["before"][0]["records"], runs[m]["now"][0]["records"], args.rtol):
+            raise SystemExit(f"{m}: the two packages' trajectories differ (rtol {args.rtol:g}): not the same steps")
     for m, sides in runs.items():
         med = {k: statistics.median(r["solver_s"] for r in rs) for k, rs in sides.items()}
         r = sides["now"][0]

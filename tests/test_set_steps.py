@@ -150,3 +150,58 @@ def test_set_steps_with_the_cache_compiled_equal_the_torch_path(step):
     assert ha[-1]["cache_hits"] > 0 and ha[-1]["pairwise_steps" if step == "pairwise" else "steps"] > 0
     assert hb[-1]["gap"] == pytest.approx(ha[-1]["gap"], rel=1e-9)
     assert torch.allclose(a.w, b.w, atol=1e-10)
+
+
+@pytest.mark.parametrize("kernels", ["numba", "torch"])
+def test_span_store_pairwise_step_builds_its_direction_once_float_for_float(kernels):
+    """The constituency store's pairwise_step (one s(P) - s(Q) for the norm and the move) against the generic
+    pair_sqnorm + pair_move, on pairwise, away and FW directions between real trees of its blocks."""
+    from conftest import random_span_data
+    from ssvm_torch.models import ConstituencyModel
+    rng = np.random.default_rng(6)
+    data = random_span_data(rng, 6, 5, 3, lmin=2, lmax=6)
+    model = ConstituencyModel.for_data(data, fill=0)
+    fused, generic = (make_store(model, data, 0.5, kernels=kernels) for _ in range(2))
+    assert type(fused).pairwise_step is not BlockDual.pairwise_step
+    moved = 0
+    for it in range(40):
+        i = int(rng.integers(fused.n))
+        g = abs(float(rng.normal())) * 10.0 ** rng.integers(-3, 1)
+        kind, gams = it % 3, []
+        for store, step in ((fused, fused.pairwise_step),
+                            (generic, lambda *a: BlockDual.pairwise_step(generic, *a))):
+            c = store.fw_corner(i)               # each store's own corner: the direction it keeps for its move
+            P, loss_P = c.labels, c.loss
+            Q = store.gt_labeling(i)
+            loss_Q = store.loss_of(i, Q)
+            if kind == 1:                        # an away step
+                P, loss_P = None, float(store.ell_i[i])
+            elif kind == 2:                      # a FW step
+                Q, loss_Q = None, float(store.ell_i[i])
+            gams.append(step(i, P, Q, loss_P, loss_Q, g, 0.7))
+        assert gams[0] == gams[1]
+        moved += gams[0] > 0
+        assert torch.equal(fused.w, generic.w) and torch.equal(fused.ell_i, generic.ell_i)
+    assert moved >= 10
+
+
+@pytest.mark.parametrize("kernels", ["numba", "torch"])
+def test_span_store_corner_gaps_of_a_whole_working_set_equal_eq_6(kernels):
+    """The constituency store's corner gaps, every tree of a block scored in one scatter, against eq. (6) computed
+    from the model: g_i(y) = lam <w_i - psi_i(y) / (lam n), w> - ell_i + L_i(y) / n over every labeled tree."""
+    from conftest import all_labeled_trees, random_span_data
+    from ssvm_torch.models import ConstituencyModel
+    data = random_span_data(np.random.default_rng(8), 5, 4, 2, lmin=2, lmax=4)
+    model = ConstituencyModel.for_data(data, fill=0)
+    lam = 0.1
+    store = make_store(model, data, lam, kernels=kernels)
+    Solver(store, SolverConfig(solver="bcfw", sampling="gap", step="pairwise", cache=True, passes=4, seed=0)).run()
+    for i in range(data.n):
+        charts = all_labeled_trees(int(data.lengths[i]), model.L)
+        trees = [torch.stack(torch.nonzero(c >= 0, as_tuple=True) + (c[c >= 0],), 1) for c in charts]
+        got = store.corner_gaps(i, trees)
+        idx, one = torch.full((len(charts),), i), torch.tensor([i])
+        psi = model.phi(data, one, model.gt_batch(data, one)) - model.phi(data, idx, charts)
+        w_s = psi / (lam * data.n)
+        want = lam * (store.block_w(i) - w_s) @ store.w - store.ell_i[i] + model.loss(data, idx, charts) / data.n
+        np.testing.assert_allclose(got, want.numpy(), rtol=1e-9, atol=1e-12)

@@ -7,7 +7,7 @@ import numpy as np
 import torch
 
 from ..devices import to_host
-from .span_kernels import nb_span_corner, nb_span_gap_pass, nb_span_move
+from .span_kernels import _potentials, nb_span_corner, nb_span_gap_pass, nb_span_move
 
 
 class SpanHostSteps:
@@ -38,6 +38,12 @@ class SpanHostSteps:
                                         self.model.inside, h["gold"], h["observed"], float(h["costs"][i]), self.P.numpy(),
                                         self.Gc.numpy(), h["G"], h["goff"], spans, Dp, Dc)
         return torch.from_numpy(spans), int(wrong), float(dot), float(sq), torch.from_numpy(Dp), torch.from_numpy(Dc)
+
+    def _host_potentials(self, i: int) -> torch.Tensor:
+        """U_i = X_i W (T_i, C) of block i at the store's w, compiled (the working-set steps score a block's trees
+        against it once per step)."""
+        h = self._h
+        return torch.from_numpy(_potentials(i, h["fo"], h["fptr"], h["fidx"], self._host_views()[0]))
 
     def _host_move(self, i: int, Dp: torch.Tensor, Dc: torch.Tensor, coef: float, gamma: float) -> None:
         """w += coef A_i D (the shadow too), M_i += gamma D."""

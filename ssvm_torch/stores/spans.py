@@ -120,6 +120,18 @@ class SpanDual(SpanHostSteps, JointConstraints, ExpectedStatistics, TensorBlockS
         m.scatter_statistics(p, y[:, 0], y[:, 1], y[:, 2], c, torch.zeros_like(y[:, 0]))
         return p, c[0]
 
+    def _trees_stats(self, i: int, labelings):
+        """(p (m, T_i, C), c (m, G)) of m trees of block i in one scatter (:meth:`_block_stats` of each): a set step's
+        corner gaps score a block's whole working set at once."""
+        T, m = int(self.fo[i + 1] - self.fo[i]), self.model
+        Y = torch.stack([torch.as_tensor(y, device=self.device).long() for y in labelings])
+        rows = torch.arange(Y.shape[0], device=self.device).repeat_interleave(Y.shape[1])
+        flat = Y.reshape(-1, 3)
+        p = torch.zeros(Y.shape[0] * T, m.C, dtype=self.dtype, device=self.device)
+        c = torch.zeros(Y.shape[0], len(m.buckets) * m.L, dtype=self.dtype, device=self.device)
+        m.scatter_statistics(p, rows * T + flat[:, 0], rows * T + flat[:, 1], flat[:, 2], c, rows)
+        return p.view(Y.shape[0], T, m.C), c
+
     def _entries(self, i: int):
         """(local fencepost row, feature id, value) of block i's stored features: one slice of the CSR arrays."""
         a, b = int(self.data.fptr[self.fo[i]]), int(self.data.fptr[self.fo[i + 1]])
@@ -127,6 +139,8 @@ class SpanDual(SpanHostSteps, JointConstraints, ExpectedStatistics, TensorBlockS
 
     def _block_U(self, i: int, w: torch.Tensor | None = None) -> torch.Tensor:
         """U_i = X_i W (T_i, C) at w (default the store's)."""
+        if self._host and w is None:
+            return self._host_potentials(i)
         return self.model.fence_potentials(self.w if w is None else w, self.data, [i])[0]
 
     def _all_U(self, w: torch.Tensor | None = None) -> torch.Tensor:
@@ -219,12 +233,26 @@ class SpanDual(SpanHostSteps, JointConstraints, ExpectedStatistics, TensorBlockS
         return pp - qp, pc - qc
 
     def pair_sqnorm(self, i: int, P, Q) -> float:
-        Dp, Dc = self._delta(i, P, Q)
+        return self._sqnorm_of(i, *self._delta(i, P, Q))
+
+    def _sqnorm_of(self, i: int, Dp, Dc) -> float:
         return float((Dp * (self._gram(i) @ Dp)).sum() + Dc @ Dc) / (self.lam * self.N) ** 2
+
+    def pairwise_step(self, i: int, P, Q, loss_P: float, loss_Q: float, g: float, cap: float) -> float:
+        """BlockDual.pairwise_step with the direction built once for its norm and its move (float for float)."""
+        Dp, Dc = self._delta(i, P, Q)
+        sq = self._sqnorm_of(i, Dp, Dc)
+        gamma = min(g / (self.lam * sq), cap) if sq > 0 and g > 0 else 0.0
+        if gamma > 0.0 and gamma * g - 0.5 * self.lam * gamma * gamma * sq > 0.0:
+            self._move_along(i, Dp, Dc, loss_P, loss_Q, gamma)
+            return gamma
+        return 0.0
 
     def pair_move(self, i: int, P, Q, loss_P: float, loss_Q: float, gamma: float) -> None:
         """x_i += gamma (v_P - v_Q): M_i += gamma D, w -= gamma A_i D / (lam n); losses are L/n."""
-        Dp, Dc = self._delta(i, P, Q)
+        self._move_along(i, *self._delta(i, P, Q), loss_P, loss_Q, gamma)
+
+    def _move_along(self, i: int, Dp, Dc, loss_P: float, loss_Q: float, gamma: float) -> None:
         self._corner_delta = None
         if self._host:
             self._host_move(i, Dp, Dc, -gamma / (self.lam * self.N), gamma)
@@ -264,7 +292,8 @@ class SpanDual(SpanHostSteps, JointConstraints, ExpectedStatistics, TensorBlockS
         """g_i(y) = (<s(y) - M_i, theta_i> + L_i(y)) / n - ell_i for each labeling (eq. (6) towards y)."""
         U = self._block_U(i)
         Mp, Mc = self._block_stats(i, None)
-        dots = torch.stack([self._dot(p - Mp, c - Mc, U) for p, c in (self._block_stats(i, y) for y in labelings)])
+        p, c = self._trees_stats(i, labelings)
+        dots = self._dot(p - Mp, c - Mc, U)
         loss = self._wrong(i, list(labelings)).to(self.dtype) * self.costs[i]
         return to_host((dots + loss) / self.N - self.ell_i[i])
 
