@@ -13,16 +13,15 @@ Usage: python benchmarks/bench_cutting_plane_cache.py --before DIR --commit C [-
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import platform
 import statistics
-import sys
 import time
 from pathlib import Path
 
 import torch
 
+from commits import add_before_options, before_and_now
 from ssvm_torch.atomic import atomic_write_bytes
 
 
@@ -41,8 +40,7 @@ def run(package, dataset: str, lam: float, passes: float, cache: bool) -> dict:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--before", type=Path, required=True, help="a folder holding an earlier package as ssvm_torch_before/")
-    p.add_argument("--commit", required=True, help="the earlier package's commit (recorded in the JSON)")
+    add_before_options(p)
     p.add_argument("--dataset", default="ocr-small")
     p.add_argument("--lam", type=float, default=0.01)
     p.add_argument("--passes", type=float, default=40, help="oracle passes (cache rounds are not passes)")
@@ -50,8 +48,7 @@ def main(argv=None) -> int:
     p.add_argument("--out", default=None)
     args = p.parse_args(argv)
     torch.set_num_threads(1)
-    sys.path.insert(0, str(args.before))
-    packages = {"before": importlib.import_module("ssvm_torch_before"), "now": importlib.import_module("ssvm_torch")}
+    packages = before_and_now(args.before)
     runs = {"before": [], "now": [], "no cache": []}
     for name, package in packages.items():           # warm-up: numba's compile caches, the data
         run(package, args.dataset, args.lam, 2, True)

@@ -51,6 +51,9 @@ import torch
 from ssvm_torch.stores import make_store
 from ssvm_torch.tasks import load_task
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from commits import add_before_options, before_and_now  # noqa: E402
+
 
 def stores(train_size: int):
     seg = load_task("conll2000-segments", train_size=train_size, features="sha-pereira")
@@ -169,9 +172,8 @@ def versions(before: Path, commit: str, train_size: int, passes: int, repeats: i
     """Solver runs of every step rule in ``rules`` and gap passes, the earlier package (``before``/ssvm_torch_before)
     against this one (module docstring); the two runs' last records must agree (the same trajectory) or the
     figures are refused."""
-    sys.path.insert(0, str(before))
     os.environ.setdefault("SSVM_TORCH_DATA", str(Path("datasets").resolve()))
-    packages = {"before": importlib.import_module("ssvm_torch_before"), "now": importlib.import_module("ssvm_torch")}
+    packages = before_and_now(before)
     tasks = {tag: importlib.import_module(f"{pkg.__name__}.tasks").load_task(
         "conll2000-segments", train_size=train_size, features="sha-pereira") for tag, pkg in packages.items()}
     lam = 1.0 / tasks["now"].train.n
@@ -223,8 +225,7 @@ def main(argv=None):
                    "(segments_ssvm_conll.json with --compare)")
     p.add_argument("--compare", nargs=2, type=Path, metavar=("SEG_RUN", "CHAIN_RUN"))
     p.add_argument("--draws", type=int, default=1000)
-    p.add_argument("--before", type=Path, help="a folder holding an earlier package as ssvm_torch_before/")
-    p.add_argument("--commit", help="the earlier package's commit (recorded in the JSON)")
+    add_before_options(p, required=False)
     p.add_argument("--passes", type=int, default=10)
     p.add_argument("--rules", default="fw,pairwise,cache,away", help=f"step rules for --before, of {list(STEP_RULES)}")
     p.add_argument("--minibatch", action="store_true", help="mini-batch BCFW, dense vs sparse direction")

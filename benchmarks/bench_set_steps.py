@@ -16,16 +16,15 @@ Usage: python benchmarks/bench_set_steps.py --before DIR --commit C [--dataset o
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import platform
 import statistics
-import sys
 import time
 from pathlib import Path
 
 import torch
 
+from commits import add_before_options, before_and_now
 from ssvm_torch.atomic import atomic_write_bytes
 
 #: name -> SolverConfig fields (BCFW with gap sampling, the steps of Osokin et al. 2016)
@@ -80,8 +79,7 @@ def budget_runs(packages: dict, methods: list, args) -> dict:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--before", type=Path, required=True, help="a folder holding an earlier package as ssvm_torch_before/")
-    p.add_argument("--commit", required=True, help="the earlier package's commit (recorded in the JSON)")
+    add_before_options(p)
     p.add_argument("--dataset", default="ocr-small")
     p.add_argument("--lam", type=float, default=0.01)
     p.add_argument("--train-size", type=int, default=None,
@@ -101,8 +99,7 @@ def main(argv=None) -> int:
     if unknown:
         raise SystemExit(f"--methods: unknown {unknown}; expected names of {sorted(METHODS)}")
     torch.set_num_threads(1)
-    sys.path.insert(0, str(args.before))
-    packages = {"before": importlib.import_module("ssvm_torch_before"), "now": importlib.import_module("ssvm_torch")}
+    packages = before_and_now(args.before)
     for package in packages.values():                # warm-up: numba's compile caches, the data
         for m in methods:
             run(package, args.dataset, args.lam, 2, METHODS[m], train_size=args.train_size)

@@ -43,6 +43,7 @@ from ssvm_torch.tasks import load_task
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_store_versions import timed_run  # noqa: E402
+from commits import add_before_options, before_and_now  # noqa: E402
 
 
 def steps(stores: dict, blocks: list) -> dict:
@@ -75,8 +76,7 @@ def summarize_runs(run: Path) -> dict:
 
 def versions(before: Path, commit: str, train_size: int, passes: int, repeats: int) -> dict:
     """The earlier package (``before``/ssvm_torch_before) against this one: solver runs and the layer's hinge."""
-    sys.path.insert(0, str(before))
-    packages = {"before": importlib.import_module("ssvm_torch_before"), "now": importlib.import_module("ssvm_torch")}
+    packages = before_and_now(before)
     tasks = {k: importlib.import_module(f"{p.__name__}.tasks").load_task("ud-ewt-spans", train_size=train_size)
              for k, p in packages.items()}
     hinges = {k: importlib.import_module(f"{p.__name__}.spans").span_hinge for k, p in packages.items()}
@@ -128,8 +128,7 @@ def main(argv=None) -> None:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--train-size", type=int, default=None)
     p.add_argument("--runs", default=None, help="an ssvm-train --select-lam run directory to summarize")
-    p.add_argument("--before", type=Path, help="a folder holding an earlier package as ssvm_torch_before/")
-    p.add_argument("--commit", help="the earlier package's commit (recorded in the JSON)")
+    add_before_options(p, required=False)
     p.add_argument("--passes", type=int, default=3, help="--before: BCFW passes per solver run")
     p.add_argument("--out", default="benchmarks/results/span_ssvm_cpu.json")
     args = p.parse_args(argv)

@@ -3,10 +3,16 @@ earlier commit checked out in a temporary git worktree, each side's measurements
 imports its own checkout's ``ssvm_torch`` (PYTHONPATH), and a check that it did.
 
 Used by ``bench_layer_commits.py`` (the chain layer) and ``bench_ud_deep_speed.py --baseline`` (the parser).
+
+The in-process form (``--before DIR --commit C``: :func:`add_before_options`, :func:`before_and_now`) imports an
+earlier package copied as ``DIR/ssvm_torch_before`` (``git worktree add /tmp/old C && cp -r /tmp/old/ssvm_torch
+DIR/ssvm_torch_before``) beside this one, for benchmarks that alternate the two in one process.
 """
 from __future__ import annotations
 
+import argparse
 import contextlib
+import importlib
 import json
 import os
 import subprocess
@@ -15,6 +21,19 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def add_before_options(p: argparse.ArgumentParser, required: bool = True) -> None:
+    """``--before DIR`` (a folder holding an earlier package as ssvm_torch_before/) and ``--commit C`` (its commit)."""
+    p.add_argument("--before", type=Path, required=required,
+                   help="a folder holding an earlier package as ssvm_torch_before/")
+    p.add_argument("--commit", required=required, help="the earlier package's commit (recorded in the JSON)")
+
+
+def before_and_now(folder: Path) -> dict:
+    """{"before": the package ``folder``/ssvm_torch_before, "now": this checkout's ssvm_torch}, both imported."""
+    sys.path.insert(0, str(folder))
+    return {"before": importlib.import_module("ssvm_torch_before"), "now": importlib.import_module("ssvm_torch")}
 
 
 def git(*args: str) -> str:
