@@ -21,7 +21,7 @@ import torch
 
 from ..devices import to_host
 from ..errors import SSVMInputError, check
-from ..stores.base import BlockDual, squared_norm
+from ..stores.base import BlockDual, line_search, squared_norm
 from .active_set import BlockSet, away_corner
 from .cache import GapCache
 from .config import SolverConfig, SolverState
@@ -197,9 +197,8 @@ class SetStep(StepRule):
         elif kind == "fw" and hit:
             gam = d.pairwise_step(i, corner.labels, None, corner.loss, float(d.ell_i[i]), g_fw, 1.0)
         elif kind == "fw":
-            lam, sq = d.lam, corner.sqnorm
-            gam = min(g_fw / (lam * sq), 1.0) if sq > 0 and g_fw > 0 else 0.0
-            if gam > 0.0 and gam * g_fw - 0.5 * lam * gam * gam * sq > 0.0:
+            gam, gain = line_search(g_fw, corner.sqnorm, 1.0, d.lam)
+            if gam > 0.0 and gain > 0.0:
                 d.fw_move(i, corner, gam)
             else:
                 gam = 0.0
@@ -214,21 +213,17 @@ class SetStep(StepRule):
         """The reference code's stepType 0: of the FW, pairwise and away steps the one that improves the dual's
         quadratic model most (ties: FW, then pairwise)."""
         d, lam = self.dual, self.dual.lam
-        g_fw, sq_fw = corner.gap, corner.sqnorm
-        gam = min(g_fw / (lam * sq_fw), 1.0) if sq_fw > 0 and g_fw > 0 else 0.0
-        cands = [(gam * g_fw - 0.5 * lam * gam * gam * sq_fw, "fw", gam)]     # (improvement, kind, gamma)
+        g_fw = corner.gap
+        cands = [(*line_search(g_fw, corner.sqnorm, 1.0, lam), "fw")]       # (gamma, gain, kind)
         a, g_min = away_corner(gaps, bs.alpha, 1.0 / d.N)
         g_away, alpha_a = -g_min, bs.alpha[a]
         if a != fw:
-            g_pw = g_fw + g_away
             sq = d.pair_sqnorm(i, bs.labels[fw], bs.labels[a])
-            gam = min(g_pw / (lam * sq), alpha_a) if sq > 0 and g_pw > 0 else 0.0
-            cands.append((gam * g_pw - 0.5 * lam * gam * gam * sq, "pairwise", gam))
+            cands.append((*line_search(g_fw + g_away, sq, alpha_a, lam), "pairwise"))
         if len(bs.active()) > 1 and alpha_a < 1.0:
             sq = d.pair_sqnorm(i, None, bs.labels[a])
-            gam = min(g_away / (lam * sq), alpha_a / (1.0 - alpha_a)) if sq > 0 and g_away > 0 else 0.0
-            cands.append((gam * g_away - 0.5 * lam * gam * gam * sq, "away", gam))
-        imp, kind, gam = max(cands, key=lambda c: c[0])         # ties: first listed (FW) wins
+            cands.append((*line_search(g_away, sq, alpha_a / (1.0 - alpha_a), lam), "away"))
+        gam, imp, kind = max(cands, key=lambda c: c[1])         # ties: first listed (FW) wins
         if gam > 0.0 and imp > 0.0:
             self._apply(i, bs, kind, gam, corner, fw, a, st)
             st.gamma_sum += gam

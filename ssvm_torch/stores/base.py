@@ -82,6 +82,14 @@ def squared_norm(v: torch.Tensor) -> float:
     return float(values @ values)
 
 
+def line_search(g: float, sq: float, cap: float, lam: float) -> tuple[float, float]:
+    """(gamma, gain) of the exact line search of the quadratic dual along a direction with directional gap g and
+    squared norm sq: gamma = min(g / (lam sq), cap) (0 for a zero or non-ascending direction) and the model's gain
+    gamma g - lam gamma^2 sq / 2 (Osokin et al. 2016, Alg. 3-4; a step is taken when both are positive)."""
+    gamma = min(g / (lam * sq), cap) if sq > 0 and g > 0 else 0.0
+    return gamma, gamma * g - 0.5 * lam * gamma * gamma * sq
+
+
 def objective_n(n_blocks: int, n_objective: int | None) -> int:
     """The n of objective (1): the store's own number of blocks, or more when it holds one shard
     of a larger problem (ssvm_torch.distributed)."""
@@ -326,9 +334,8 @@ class ActiveSetMoves(ABC):
         FW step): gamma = min(g / (lam ||w(P) - w(Q)||^2), cap), applied when it improves the dual's quadratic
         model (gamma g - lam gamma^2 ||.||^2 / 2 > 0). Returns gamma (0.0: no move). A store may fuse the norm and
         the move (one direction built, not two); the result must be this one's, float for float."""
-        sq = self.pair_sqnorm(i, P, Q)
-        gamma = min(g / (self.lam * sq), cap) if sq > 0 and g > 0 else 0.0
-        if gamma > 0.0 and gamma * g - 0.5 * self.lam * gamma * gamma * sq > 0.0:
+        gamma, gain = line_search(g, self.pair_sqnorm(i, P, Q), cap, self.lam)
+        if gamma > 0.0 and gain > 0.0:
             self.pair_move(i, P, Q, loss_P, loss_Q, gamma)
             return gamma
         return 0.0

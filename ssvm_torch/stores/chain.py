@@ -214,7 +214,7 @@ class ChainDual(ChainCompiledSteps, RaggedLabelings, ChainTorchPath, ChainMargin
         off = self._np.offsets
         starts = np.concatenate(([0], np.cumsum(counts * np.diff(off))[:-1]))
         out = np.empty(int(counts.sum()))
-        nb_cached_gaps(flat, starts, counts, self._tw, *self._np_loss[:5], *self._np[7:], self._work[0], out)
+        nb_cached_gaps(flat, starts, counts, self._tw, *self._gap_views, out)
         gaps = out / self.N - np.repeat(self._np_ell[0], counts)    # corner_gaps' arithmetic, elementwise
         labels, wrong = np.empty(int(off[-1]), dtype=np.int64), np.empty(len(stacks))
         nb_cached_pick(gaps, flat, starts, counts, off, self._np_loss.Y, labels, wrong)

@@ -31,7 +31,7 @@ from ..models.constituency import ConstituencyModel
 from ..oracles.chain_kernels import nb_gram
 from ..spans import ops
 from ..spans.checks import UNLABELED
-from .base import BatchCorners, BlockDual, Corner, GapPass, objective_n
+from .base import BatchCorners, BlockDual, Corner, GapPass, line_search, objective_n
 from .optional_moves import JointConstraints
 from .span_host import SpanHostSteps
 from .state import TensorBlockState
@@ -120,11 +120,14 @@ class SpanDual(SpanHostSteps, JointConstraints, ExpectedStatistics, TensorBlockS
         m.scatter_statistics(p, y[:, 0], y[:, 1], y[:, 2], c, torch.zeros_like(y[:, 0]))
         return p, c[0]
 
-    def _trees_stats(self, i: int, labelings):
-        """(p (m, T_i, C), c (m, G)) of m trees of block i in one scatter (:meth:`_block_stats` of each): a set step's
-        corner gaps score a block's whole working set at once."""
+    def _stacked(self, labelings) -> torch.Tensor:
+        """m trees of one block as one (m, 2 n_i - 1, 3) tensor on the store's device."""
+        return torch.stack([torch.as_tensor(y, device=self.device).long() for y in labelings])
+
+    def _trees_stats(self, i: int, Y: torch.Tensor):
+        """(p (m, T_i, C), c (m, G)) of the m trees ``Y`` (:meth:`_stacked`) of block i in one scatter
+        (:meth:`_block_stats` of each): a set step's corner gaps score a block's whole working set at once."""
         T, m = int(self.fo[i + 1] - self.fo[i]), self.model
-        Y = torch.stack([torch.as_tensor(y, device=self.device).long() for y in labelings])
         rows = torch.arange(Y.shape[0], device=self.device).repeat_interleave(Y.shape[1])
         flat = Y.reshape(-1, 3)
         p = torch.zeros(Y.shape[0] * T, m.C, dtype=self.dtype, device=self.device)
@@ -241,9 +244,8 @@ class SpanDual(SpanHostSteps, JointConstraints, ExpectedStatistics, TensorBlockS
     def pairwise_step(self, i: int, P, Q, loss_P: float, loss_Q: float, g: float, cap: float) -> float:
         """BlockDual.pairwise_step with the direction built once for its norm and its move (float for float)."""
         Dp, Dc = self._delta(i, P, Q)
-        sq = self._sqnorm_of(i, Dp, Dc)
-        gamma = min(g / (self.lam * sq), cap) if sq > 0 and g > 0 else 0.0
-        if gamma > 0.0 and gamma * g - 0.5 * self.lam * gamma * gamma * sq > 0.0:
+        gamma, gain = line_search(g, self._sqnorm_of(i, Dp, Dc), cap, self.lam)
+        if gamma > 0.0 and gain > 0.0:
             self._move_along(i, Dp, Dc, loss_P, loss_Q, gamma)
             return gamma
         return 0.0
@@ -276,25 +278,25 @@ class SpanDual(SpanHostSteps, JointConstraints, ExpectedStatistics, TensorBlockS
     def key(self, labeling) -> bytes:
         return np.ascontiguousarray(to_host(torch.as_tensor(labeling)), dtype=np.int64).tobytes()
 
-    def _wrong(self, i: int, labelings: list) -> torch.Tensor:
-        """The observed gold brackets of block i that each tree lacks or labels otherwise (all trees hold 2 n_i - 1
-        spans: with every span observed, the spans of the tree that are not gold spans with the gold label; a bracket
-        observed without its label is missed only when the tree lacks its span)."""
+    def _wrong(self, i: int, Y: torch.Tensor) -> torch.Tensor:
+        """The observed gold brackets of block i that each tree of ``Y`` (:meth:`_stacked`) lacks or labels otherwise
+        (all trees hold 2 n_i - 1 spans: with every span observed, the spans of the tree that are not gold spans with
+        the gold label; a bracket observed without its label is missed only when the tree lacks its span)."""
         observed = self.data.observed_charts(torch.tensor([i], device=self.device))[0]
-        Y = torch.stack([torch.as_tensor(y, device=self.device).long() for y in labelings])
         at = observed[Y[..., 0], Y[..., 1]]
         return int(((observed >= 0) | (observed == UNLABELED)).sum()) - ((at == Y[..., 2]) | (at == UNLABELED)).sum(1)
 
     def loss_of(self, i: int, labeling) -> float:
-        return float(self.costs[i]) * int(self._wrong(i, [labeling])[0]) / self.N
+        return float(self.costs[i]) * int(self._wrong(i, self._stacked([labeling]))[0]) / self.N
 
     def corner_gaps(self, i: int, labelings) -> np.ndarray:
         """g_i(y) = (<s(y) - M_i, theta_i> + L_i(y)) / n - ell_i for each labeling (eq. (6) towards y)."""
         U = self._block_U(i)
         Mp, Mc = self._block_stats(i, None)
-        p, c = self._trees_stats(i, labelings)
+        Y = self._stacked(labelings)
+        p, c = self._trees_stats(i, Y)
         dots = self._dot(p - Mp, c - Mc, U)
-        loss = self._wrong(i, list(labelings)).to(self.dtype) * self.costs[i]
+        loss = self._wrong(i, Y).to(self.dtype) * self.costs[i]
         return to_host((dots + loss) / self.N - self.ell_i[i])
 
     def block_labeling(self, gp: GapPass, i: int):
