@@ -4,8 +4,6 @@ three losses, labeled and unlabeled, both backends), against SuPar's Constituenc
 and the refusals."""
 from __future__ import annotations
 
-import functools
-import itertools
 import math
 
 import pytest
@@ -18,27 +16,9 @@ from ssvm_torch.spans import (binarize, bracket_counts, chart_faults, chart_from
                               span_decode, span_hinge, span_log_partition, span_marginals, span_score,
                               span_softmax_margin, spans_of_chart)
 
+from span_reference import binary_trees, labeled_trees
+
 KERNELS = ("numba", "torch")
-
-
-@functools.lru_cache(maxsize=None)
-def binary_trees(i: int, j: int) -> tuple:
-    """Every binary tree over the span (i, j) as a frozenset of its spans (Catalan(j - i - 1) of them)."""
-    if j - i == 1:
-        return (frozenset({(i, j)}),)
-    out = []
-    for k in range(i + 1, j):
-        for left, right in itertools.product(binary_trees(i, k), binary_trees(k, j)):
-            out.append(left | right | {(i, j)})
-    return tuple(out)
-
-
-def labeled_trees(n: int, L: int):
-    """Every labeled binary tree over n words: (spans, labels) with one label per span."""
-    for tree in binary_trees(0, n):
-        spans = sorted(tree)
-        for labels in itertools.product(range(L), repeat=len(spans)):
-            yield dict(zip(spans, labels))
 
 
 def brute(S: torch.Tensor, n: int, gold=None, cost: float = 0.0):

@@ -306,3 +306,17 @@ def test_forbidden_arcs_are_never_taken():
             assert (heads[:, 3] != 0).all() and (heads != 2).all()
             M = dependency_marginals(S, lengths=L, projective=projective, kernels=kernels)
             assert float(M[:, 3, 0].abs().max()) == 0 and float(M[:, :, 2].abs().max()) == 0
+
+
+@pytest.mark.parametrize("kernels", ("numba", "torch"))
+def test_forbidden_arcs_that_leave_only_multiroot_trees_are_refused_for_single_root(kernels):
+    """Words 1 and 2 may attach to the root only: every tree gives the root two children. Chu-Liu-Edmonds' fewest
+    root children is then two, and the single-root decode refuses the row instead of returning that tree (it
+    once did, with a finite score: found by the k best trees' enumeration check, tests/test_kbest.py)."""
+    S = torch.randn(1, 3, 3, dtype=torch.float64)
+    S[0, 1, 2] = S[0, 2, 1] = float("-inf")
+    with pytest.raises(SSVMInputError, match="row 0 .* has no dependency tree"):
+        dependency_decode(S, projective=False, multiroot=False, kernels=kernels)
+    with pytest.raises(SSVMInputError, match="row 0 .* has no dependency tree"):
+        dependency_decode(S, projective=True, multiroot=False, kernels=kernels)
+    assert dependency_decode(S, projective=False, multiroot=True, kernels=kernels).tolist() == [[-1, 0, 0]]

@@ -30,7 +30,9 @@ from torch import nn
 from ..errors import check, check_choice
 from ..spans import losses as span_losses, ops
 from ..spans.losses import refuse_infinite_gold
+from ..spans.kbest import span_kbest
 from ..spans.checks import KERNELS, check_charts, check_span_scores, resolve_lengths
+from ..trees.lawler import check_nbest
 from ..trees.losses import row_cost
 from .reduction import REDUCTIONS, reduce_rows
 
@@ -86,13 +88,19 @@ class ConstituencyTree(nn.Module):
 
     def decode(self, span_scores: torch.Tensor, mask: torch.Tensor | None = None,
                label_scores: torch.Tensor | None = None, lengths: torch.Tensor | None = None,
-               mbr: bool = False) -> torch.Tensor:
+               mbr: bool = False, *, nbest: int = 1) -> torch.Tensor:
         """The best tree of every sentence as a chart: bool, or with ``label_scores`` int64 labels (each span its
         best label) with -1 off the tree; with ``mbr`` the tree of the most expected correct (labeled) spans under
-        the CRF of the scores (:func:`ssvm_torch.spans.ops.mbr_best`). No gradient."""
+        the CRF of the scores (:func:`ssvm_torch.spans.ops.mbr_best`). ``nbest=k > 1``: the k best trees of every
+        sentence in non-increasing order (B, k, N+1, N+1), empty charts at the ranks past a sentence's number of
+        trees (:mod:`ssvm_torch.spans.kbest`; two labelings of one bracketing are two trees). No gradient."""
         check(isinstance(mbr, bool), "mbr", "True or False", repr(mbr))
+        check_nbest(nbest)
         with torch.no_grad():
             S, lengths = self._inputs(span_scores, label_scores, mask, lengths)
+            if nbest > 1:
+                return span_kbest(ops.mbr_scores(S, lengths, self.kernels) if mbr else S, lengths, nbest,
+                                  self.kernels)[0]
             return (ops.mbr_best if mbr else ops.best)(S, lengths, self.kernels)[0]
 
     def marginals(self, span_scores: torch.Tensor, mask: torch.Tensor | None = None,

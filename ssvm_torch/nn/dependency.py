@@ -45,6 +45,8 @@ from ..chain.checks import refuse_bad_scores
 from ..errors import SSVMInputError, check, check_choice
 from ..trees import ops, sibling_ops
 from ..trees.checks import KERNELS, check_heads, check_partial_heads, check_scores, resolve_lengths, tracing, word_mask
+from ..trees.kbest import dependency_kbest
+from ..trees.lawler import check_nbest
 from ..trees.losses import row_cost
 from ..trees.partial import join_rows, observed_heads, partial_loss
 from ..trees.sibling import check_sib_scores, sibling_score
@@ -220,12 +222,20 @@ class DependencyTree(nn.Module):
 
     def decode(self, arc_scores: torch.Tensor, mask: torch.Tensor | None = None,
                label_scores: torch.Tensor | None = None, lengths: torch.Tensor | None = None,
-               sib_scores: torch.Tensor | None = None):
+               sib_scores: torch.Tensor | None = None, *, nbest: int = 1):
         """The best tree of every sentence: heads (B, N) int64, -1 at position 0 and off the mask; with
-        ``label_scores`` also the relations (B, N) (each arc's best relation, -1 off the words). No gradient."""
+        ``label_scores`` also the relations (B, N) (each arc's best relation, -1 off the words). ``nbest=k > 1``:
+        the k best (labeled) trees of every sentence in non-increasing score order, heads (and relations)
+        (B, k, N), -1 at the ranks past a sentence's number of trees (:mod:`ssvm_torch.trees.kbest`; two
+        labelings of one tree are two trees). No gradient."""
+        check_nbest(nbest)
         with torch.no_grad():
             S, lengths, SB = self._inputs(arc_scores, mask, lengths, sib_scores)
             lab, _ = self._labels_in(S, label_scores, None, lengths)
+            if nbest > 1:
+                heads, rel, _ = dependency_kbest(S, lengths, nbest, self.projective, self.multiroot, self.kernels, SB,
+                                                 lab)
+                return heads if lab is None else (heads, rel)
             eff = S if lab is None else S + lab.amax(3)
             heads, _ = self._best(eff, SB, lengths)
             if lab is None:

@@ -25,6 +25,8 @@ from ..errors import SSVMInputError, check
 from ..trees.losses import row_cost
 from . import ops
 from .checks import KERNELS, check_charts, check_span_scores, resolve_lengths
+from ..trees.lawler import check_nbest
+from .kbest import span_kbest
 from .partial import loss_rows
 
 
@@ -39,15 +41,22 @@ def _prepare(span_scores, mask, lengths):
 
 
 def span_decode(span_scores, mask=None, lengths=None, kernels: str = "auto", return_scores: bool = False,
-                mbr: bool = False):
+                mbr: bool = False, *, nbest: int = 1):
     """The best binary tree of every row as a chart (bool, or int labels with -1 off the tree for labeled
     scores; each span then takes its best label); with ``return_scores`` also its score (B,). With ``mbr`` the
-    tree of the most expected correct spans under the CRF of the scores (its "score": that expectation). No
-    gradient."""
+    tree of the most expected correct spans under the CRF of the scores (its "score": that expectation).
+    ``nbest=k > 1``: the k best trees of every row, charts (B, k, N+1, N+1) and scores (B, k) in non-increasing
+    order, empty charts (score -inf) at the ranks past a row's number of trees (:mod:`ssvm_torch.spans.kbest`;
+    with ``mbr`` ranked by expected correct spans). No gradient."""
     check(isinstance(mbr, bool), "mbr", "True or False", repr(mbr))
+    check_nbest(nbest)
     S, lengths = _prepare(span_scores, mask, lengths)
     with torch.no_grad():
-        charts, scores = (ops.mbr_best if mbr else ops.best)(S, lengths, _kernels(kernels))
+        if nbest > 1:
+            charts, scores = span_kbest(ops.mbr_scores(S, lengths, _kernels(kernels)) if mbr else S, lengths, nbest,
+                                        _kernels(kernels))
+        else:
+            charts, scores = (ops.mbr_best if mbr else ops.best)(S, lengths, _kernels(kernels))
     return (charts, scores) if return_scores else charts
 
 

@@ -32,7 +32,7 @@ def _compiled(S: torch.Tensor, kernels: str) -> bool:
     return use_numba(S, kernels, "span scores")
 
 
-def _fail_no_tree(scores: torch.Tensor, lengths: torch.Tensor, what: str) -> None:
+def fail_no_tree(scores: torch.Tensor, lengths: torch.Tensor, what: str) -> None:
     if tracing():
         return
     bad = (~(scores > torch_cky.NEG / 2) | torch.isnan(scores)) & (lengths > 0)
@@ -58,19 +58,23 @@ def best(S: torch.Tensor, lengths: torch.Tensor, kernels: str = "auto", refuse: 
     else:
         charts, scores = torch_cky.best_tree(Su, lengths)
     if refuse:
-        _fail_no_tree(scores, lengths, "best-tree score")
+        fail_no_tree(scores, lengths, "best-tree score")
     if labeled:
         charts = torch.where(charts, label, torch.full_like(label, -1))
     return charts, scores
 
 
+def mbr_scores(S: torch.Tensor, lengths: torch.Tensor, kernels: str = "auto") -> torch.Tensor:
+    """The marginals of S under its CRF with S's -inf spans (labels) kept -inf: the scores whose best tree is the
+    tree of the most expected correct spans (every tree holds 2n - 1 spans, so the sum of its marginals is its
+    expected number of correct spans; Goodman 1996's labelled-recall parsing, SuPar's ``mbr``). No gradient."""
+    return marginals(S, lengths, kernels).masked_fill(torch.isneginf(S.detach()), float("-inf"))
+
+
 def mbr_best(S: torch.Tensor, lengths: torch.Tensor, kernels: str = "auto"):
     """(charts, expected correct spans (B,)): the tree of the most expected correct (labeled) spans under the CRF
-    of S, the best tree of the marginals (every tree holds 2n - 1 spans, so the sum of its marginals is its
-    expected number of correct spans; Goodman 1996's labelled-recall parsing, SuPar's ``mbr``). Spans and labels
-    with a -inf score stay forbidden. No gradient."""
-    P = marginals(S, lengths, kernels)
-    return best(P.masked_fill(torch.isneginf(S.detach()), float("-inf")), lengths, kernels)
+    of S, the best tree of :func:`mbr_scores`. Spans and labels with a -inf score stay forbidden. No gradient."""
+    return best(mbr_scores(S, lengths, kernels), lengths, kernels)
 
 
 def reduce_labels(S: torch.Tensor) -> torch.Tensor:
@@ -108,7 +112,7 @@ def log_partition(S: torch.Tensor, lengths: torch.Tensor, kernels: str = "auto")
         logz = _CompiledLogZ.apply(Su, lengths)
     else:
         logz = torch_cky.log_partition(Su, lengths)
-    _fail_no_tree(logz.detach(), lengths, "log Z")
+    fail_no_tree(logz.detach(), lengths, "log Z")
     return logz
 
 

@@ -28,6 +28,8 @@ from ..errors import SSVMInputError, check
 from . import ops, sibling_ops
 from .checks import (KERNELS, check_heads, check_partial_heads, check_scores, resolve_lengths, tracing, tree_faults,
                      word_mask)
+from .kbest import dependency_kbest
+from .lawler import check_nbest
 from .partial import join_rows, observed_heads, partial_loss
 from .sibling import check_sib_scores, sibling_score
 
@@ -79,14 +81,19 @@ def _prepare(arc_scores, mask, lengths, sib_scores=None, projective: bool = True
 
 
 def dependency_decode(arc_scores, mask=None, lengths=None, projective: bool = True, multiroot: bool = False,
-                      kernels: str = "auto", return_scores: bool = False, sib_scores=None):
+                      kernels: str = "auto", return_scores: bool = False, sib_scores=None, *, nbest: int = 1):
     """The best tree of every row: heads (B, N) int64 (heads[b, m] the head of word m, 0 = the root), -1 at
     position 0 and off the words; with ``return_scores`` also s(heads) (B,). With ``sib_scores`` (B, N, N, N)
-    the best second-order projective tree (:mod:`ssvm_torch.trees.sibling`). No gradient."""
+    the best second-order projective tree (:mod:`ssvm_torch.trees.sibling`). ``nbest=k > 1``: the k best trees
+    of every row, heads (B, k, N) and scores (B, k) in non-increasing score order, -1 (score -inf) at the ranks
+    past a row's number of trees (:mod:`ssvm_torch.trees.kbest`). No gradient."""
     projective, multiroot = _flags(projective, multiroot)
+    check_nbest(nbest)
     S, lengths, SB = _prepare(arc_scores, mask, lengths, sib_scores, projective)
     with torch.no_grad():
-        if SB is None:
+        if nbest > 1:
+            heads, _, scores = dependency_kbest(S, lengths, nbest, projective, multiroot, _kernels(kernels), SB)
+        elif SB is None:
             heads, scores = ops.best(S, lengths, projective, multiroot, _kernels(kernels))
         else:
             heads, scores = sibling_ops.best(S, SB, lengths, multiroot, _kernels(kernels))

@@ -6,10 +6,11 @@ Convention of :mod:`ssvm_torch.trees`: ``S[m, h]`` scores word m taking head h, 
 **Single root without one rerun per root.** Every arborescence gives the root at least one child. Weigh
 each arc by the pair (p, s) with p = -1 for a root arc and 0 otherwise, s its score, and compare pairs
 lexicographically: the best arborescence then has the fewest root children (exactly one) and, among
-those, the highest score. This is the limit M -> inf of subtracting M from every root arc (Gabow &
-Tarjan 1984's reduction; Zmigrod, Vieira & Cotterell 2020 discuss it), done in integer arithmetic on p
-so that no finite M costs precision. Chu-Liu-Edmonds only adds, subtracts and compares arc weights, so
-it runs unchanged on the pairs; multi-root trees take p = 0 everywhere.
+those, the highest score; when even it has two root children, no single-root tree exists (-inf). This is
+the limit M -> inf of subtracting M from every root arc (Gabow & Tarjan 1984's reduction; Zmigrod, Vieira
+& Cotterell 2020 discuss it), done in integer arithmetic on p so that no finite M costs precision.
+Chu-Liu-Edmonds only adds, subtracts and compares arc weights, so it runs unchanged on the pairs;
+multi-root trees take p = 0 everywhere.
 
 **The contraction.** Each node takes its best incoming arc; a cycle C among those is contracted into one
 node c (reusing the id of one member) whose incoming arc from u weighs max_{v in C} w(u -> v) -
@@ -188,9 +189,13 @@ def mst_best(S, n, multiroot, heads):
             else:
                 in_m[v], in_h[v] = rec_em[t], rec_eh[t]
     score = 0.0
+    root_children = 0
     for m in range(1, N):
         heads[m] = in_h[m]
         score += S[m, in_h[m]]
+        root_children += in_h[m] == 0
+    if root_children > 1 and not multiroot:      # the fewest root children any arborescence has: no single-root tree
+        return NEG_INF
     return score
 
 

@@ -35,7 +35,7 @@ def _eisner(S: torch.Tensor):
     return triton_eisner if triton_eisner.available(S) and not tracing() else torch_eisner
 
 
-def _fail_no_tree(scores: torch.Tensor, lengths: torch.Tensor, what: str = "best-tree score") -> None:
+def fail_no_tree(scores: torch.Tensor, lengths: torch.Tensor, what: str = "best-tree score") -> None:
     if tracing():
         return
     bad = ~(scores > torch_eisner.NEG / 2) & (lengths > 0)
@@ -67,7 +67,7 @@ def best(S: torch.Tensor, lengths: torch.Tensor, projective: bool, multiroot: bo
             (mst_batch_parallel if par else mst_batch)(Sh, Lh, multiroot, heads, scores)
         heads, scores = from_host(heads, S.device), from_host(scores, S.device).to(S.dtype)
     if refuse:
-        _fail_no_tree(scores, lengths)
+        fail_no_tree(scores, lengths)
     return heads, scores
 
 
@@ -116,7 +116,7 @@ def log_partition(S: torch.Tensor, lengths: torch.Tensor, projective: bool, mult
         logz = _CompiledLogZ.apply(S, lengths, multiroot)
     else:
         logz = _eisner(S).log_partition(S, lengths, multiroot)
-    _fail_no_tree(logz.detach(), lengths, "log Z")
+    fail_no_tree(logz.detach(), lengths, "log Z")
     return logz
 
 
@@ -127,19 +127,19 @@ def marginals(S: torch.Tensor, lengths: torch.Tensor, projective: bool, multiroo
     if not projective:
         use_numba(S, kernels)
         M, logz = matrix_tree.marginals(S, lengths, multiroot)
-        _fail_no_tree(logz, lengths, "log Z")
+        fail_no_tree(logz, lengths, "log Z")
         return M.to(S.dtype)
     if use_numba(S, kernels):
         Sh, Lh = host_batch(S, lengths)
         B, N, _ = Sh.shape
         logz, M = np.empty(B), np.zeros((B, N, N))
         (inside_outside_batch_parallel if parallel_rows(B) else inside_outside_batch)(Sh, Lh, multiroot, True, logz, M)
-        _fail_no_tree(from_host(logz, S.device), lengths, "log Z")
+        fail_no_tree(from_host(logz, S.device), lengths, "log Z")
         return from_host(M, S.device).to(S.dtype)
     with torch.enable_grad():
         leaf = S.clone().requires_grad_(True)
         logz = _eisner(S).log_partition(leaf, lengths, multiroot)
-        _fail_no_tree(logz.detach(), lengths, "log Z")
+        fail_no_tree(logz.detach(), lengths, "log Z")
         (grad,) = torch.autograd.grad(logz.sum(), leaf)
     return grad
 

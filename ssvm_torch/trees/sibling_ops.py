@@ -21,7 +21,7 @@ from . import torch_sibling, triton_sibling
 from .checks import host_batch, parallel_rows, tracing, use_numba
 from .numba_sibling import sibling_inside_outside_batch, sibling_inside_outside_batch_parallel
 from .numba_sibling_best import sibling_best_batch, sibling_best_batch_parallel
-from .ops import _fail_no_tree, augment, wrong_heads
+from .ops import fail_no_tree, augment, wrong_heads
 from .sibling import sibling_score
 
 
@@ -45,7 +45,7 @@ def best(S: torch.Tensor, SB: torch.Tensor, lengths: torch.Tensor, multiroot: bo
     else:
         heads, scores = _recursions(S).best_tree(S, SB, lengths, multiroot)
     if refuse:
-        _fail_no_tree(scores, lengths)
+        fail_no_tree(scores, lengths)
     return heads, scores
 
 
@@ -94,7 +94,7 @@ def log_partition(S, SB, lengths, multiroot: bool, kernels: str = "auto") -> tor
         logz = _CompiledSiblingLogZ.apply(S, SB, lengths, multiroot)
     else:
         logz = _recursions(S).log_partition(S, SB, lengths, multiroot)
-    _fail_no_tree(logz.detach(), lengths, "log Z")
+    fail_no_tree(logz.detach(), lengths, "log Z")
     return logz
 
 
@@ -104,12 +104,12 @@ def marginals(S, SB, lengths, multiroot: bool, kernels: str = "auto"):
     S, SB = S.detach(), SB.detach()
     if use_numba(S, kernels):
         logz, M, MS = _compiled(S, SB, lengths, multiroot, True)
-        _fail_no_tree(logz, lengths, "log Z")
+        fail_no_tree(logz, lengths, "log Z")
         return M.to(S.dtype), MS.to(SB.dtype)
     with torch.enable_grad():
         s, sb = S.clone().requires_grad_(True), SB.clone().requires_grad_(True)
         logz = _recursions(S).log_partition(s, sb, lengths, multiroot)
-        _fail_no_tree(logz.detach(), lengths, "log Z")
+        fail_no_tree(logz.detach(), lengths, "log Z")
         gs, gsb = torch.autograd.grad(logz.sum(), (s, sb))
     return gs, gsb
 

@@ -1,0 +1,228 @@
+"""The k best trees (ssvm_torch.trees.kbest, ssvm_torch.spans.kbest: Lawler's partition over the best-tree
+oracles) against enumeration: every kind of dependency tree (projective or not, single- or multi-root, second
+order, with relations) and binary span trees (unlabeled, labeled, MBR), with -inf parts, ties, ranks past the
+number of trees, empty rows, chunked oracle calls, both backends, the layers and the refusals."""
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+import torch
+
+from ssvm_torch.errors import SSVMInputError
+from ssvm_torch.nn import ConstituencyTree, DependencyTree
+from ssvm_torch.spans import span_decode, span_marginals, span_score
+from ssvm_torch.trees import dependency_decode, dependency_score, is_tree
+from ssvm_torch.trees import lawler
+from ssvm_torch.trees.sibling import sibling_score
+from span_reference import binary_trees, labeled_trees
+from tree_reference import all_trees, sibling_tree_scores, tree_scores
+
+KERNELS = ("numba", "torch")
+
+
+def _arc_batch(rng, lengths, N, forbid=0.0):
+    S = torch.tensor(rng.normal(size=(len(lengths), N, N)) * 2.0)
+    if forbid:
+        S[torch.tensor(rng.random(S.shape) < forbid)] = float("-inf")
+        m = torch.arange(1, N)
+        S[:, m, m - 1] = torch.tensor(rng.normal(size=(len(lengths), N - 1)))     # the chain 0 -> 1 -> ... stays
+    return S
+
+
+def _check_ranking(got_scores, want_scores, k, atol=1e-9):
+    """The k returned scores are the top k of the enumerated (finite) scores, -inf past them."""
+    want = np.sort(want_scores[np.isfinite(want_scores)])[::-1][:k]
+    got = got_scores.numpy()
+    assert np.isfinite(got[:len(want)]).all() and np.isneginf(got[len(want):]).all()
+    np.testing.assert_allclose(got[:len(want)], want, atol=atol)
+    return len(want)
+
+
+@pytest.mark.parametrize("kernels", KERNELS)
+@pytest.mark.parametrize("projective,multiroot", list(itertools.product((True, False), repeat=2)))
+def test_dependency_kbest_equals_enumeration(projective, multiroot, kernels):
+    rng = np.random.default_rng(3 + 2 * projective + multiroot)
+    lengths = torch.tensor([4, 3, 1, 0, 2])
+    N, k = 5, 12
+    S = _arc_batch(rng, lengths.tolist(), N, forbid=0.15)
+    S[0] = torch.tensor(rng.normal(size=(N, N)))              # one row with every arc allowed
+    heads, scores = dependency_decode(S, lengths=lengths, projective=projective, multiroot=multiroot,
+                                      kernels=kernels, nbest=k, return_scores=True)
+    assert heads.shape == (5, k, N) and scores.shape == (5, k)
+    for b, n in enumerate(lengths.tolist()):
+        trees = all_trees(n, projective, multiroot)
+        want = tree_scores(S[b, :n + 1, :n + 1].numpy(), trees)
+        found = _check_ranking(scores[b], want, k)
+        got = heads[b, :found]
+        assert (heads[b, found:] == -1).all()
+        rows = torch.full((found,), n)
+        assert is_tree(got, rows, multiroot=multiroot, projective=projective).all()
+        assert len({tuple(h.tolist()) for h in got}) == found                     # distinct trees
+        torch.testing.assert_close(dependency_score(S[b:b + 1].expand(found, N, N), got, lengths=rows), scores[b, :found])
+
+
+@pytest.mark.parametrize("kernels", KERNELS)
+@pytest.mark.parametrize("multiroot", (False, True))
+def test_second_order_kbest_equals_enumeration(multiroot, kernels):
+    rng = np.random.default_rng(11 + multiroot)
+    lengths, N, k = torch.tensor([4, 3]), 5, 10
+    S = _arc_batch(rng, lengths.tolist(), N)
+    SB = torch.tensor(rng.normal(size=(2, N, N, N)))
+    heads, scores = dependency_decode(S, lengths=lengths, multiroot=multiroot, kernels=kernels, sib_scores=SB,
+                                      nbest=k, return_scores=True)
+    for b, n in enumerate(lengths.tolist()):
+        trees = all_trees(n, True, multiroot)
+        want = sibling_tree_scores(S[b].numpy(), SB[b].numpy(), trees)
+        found = _check_ranking(scores[b], want, k)
+        got = heads[b, :found]
+        torch.testing.assert_close(sibling_score(S[b:b + 1].expand(found, N, N), SB[b:b + 1].expand(found, N, N, N),
+                                                 got, torch.full((found,), n)), scores[b, :found])
+
+
+@pytest.mark.parametrize("projective", (True, False))
+def test_labeled_kbest_ranks_every_labeled_tree(projective):
+    """With relations a tree labeled two ways is two trees: the ranking is over (heads, relations)."""
+    rng = np.random.default_rng(5)
+    n, N, L, k = 3, 4, 2, 20
+    arc = torch.tensor(rng.normal(size=(1, N, N)))
+    lab = torch.tensor(rng.normal(size=(1, N, N, L)))
+    layer = DependencyTree(projective=projective, multiroot=True)
+    heads, rels = layer.decode(arc, label_scores=lab, lengths=torch.tensor([n]), nbest=k)
+    assert heads.shape == rels.shape == (1, k, N)
+    want = []
+    for tree in all_trees(n, projective, True):
+        for labels in itertools.product(range(L), repeat=n):
+            want.append(sum(float(arc[0, m, tree[m]] + lab[0, m, tree[m], labels[m - 1]]) for m in range(1, n + 1)))
+    want = np.sort(want)[::-1][:k]
+    got = [sum(float(arc[0, m, heads[0, r, m]] + lab[0, m, heads[0, r, m], rels[0, r, m]]) for m in range(1, n + 1))
+           for r in range(k)]
+    np.testing.assert_allclose(got, want, atol=1e-9)
+    assert len({(tuple(h.tolist()), tuple(r.tolist())) for h, r in zip(heads[0], rels[0])}) == k
+    top_heads, top_rels = layer.decode(arc, label_scores=lab, lengths=torch.tensor([n]))
+    assert torch.equal(heads[:, 0], top_heads) and torch.equal(rels[:, 0], top_rels)
+
+
+def _span_tree_scores(S, n):
+    """(trees as charts, scores) of every (labeled) binary tree over n words of one row's scores."""
+    M = S.shape[0]
+    labeled = S.dim() == 3
+    trees = list(labeled_trees(n, S.shape[2])) if labeled else [dict.fromkeys(t, 0) for t in binary_trees(0, n)]
+    charts, scores = [], []
+    for t in trees:
+        chart = torch.full((M, M), -1, dtype=torch.int64) if labeled else torch.zeros(M, M, dtype=torch.bool)
+        total = 0.0
+        for (i, j), lab in t.items():
+            chart[i, j] = lab if labeled else True
+            total += float(S[i, j, lab] if labeled else S[i, j])
+        charts.append(chart)
+        scores.append(total)
+    return charts, np.array(scores)
+
+
+@pytest.mark.parametrize("kernels", KERNELS)
+@pytest.mark.parametrize("labels", (0, 2))
+def test_span_kbest_equals_enumeration(labels, kernels):
+    rng = np.random.default_rng(7 + labels)
+    lengths, M, k = torch.tensor([5, 4, 1, 0]), 6, 16
+    shape = (4, M, M) + ((labels,) if labels else ())
+    S = torch.tensor(rng.normal(size=shape))
+    i, j = torch.meshgrid(torch.arange(M), torch.arange(M), indexing="ij")
+    inner = ((j - i >= 2) & ~((i == 0) & (j == 4))).reshape((M, M) + (1,) * (S.dim() - 3))
+    S[1] = S[1].masked_fill(torch.tensor(rng.random(shape[1:]) < 0.3) & inner, float("-inf"))   # a tree remains
+    charts, scores = span_decode(S, lengths=lengths, kernels=kernels, nbest=k, return_scores=True)
+    assert charts.shape == (4, k, M, M) and scores.shape == (4, k)
+    for b, n in enumerate(lengths.tolist()):
+        if n == 0:
+            assert scores[b, 0] == 0 and np.isneginf(scores[b, 1:].numpy()).all()
+            continue
+        trees, want = _span_tree_scores(S[b], n)
+        found = _check_ranking(scores[b], want, k)
+        got = charts[b, :found]
+        assert (charts[b, found:] == (-1 if labels else False)).all()
+        assert len({tuple(c.flatten().tolist()) for c in got}) == found
+        assert all(any(torch.equal(c, t) for t in trees) for c in got)           # every chart is a tree
+        torch.testing.assert_close(span_score(S[b:b + 1].expand((found,) + shape[1:]), got,
+                                              lengths=torch.full((found,), n)), scores[b, :found])
+
+
+def test_span_kbest_mbr_ranks_by_expected_correct_spans():
+    rng = np.random.default_rng(2)
+    S, n, k = torch.tensor(rng.normal(size=(1, 5, 5))), 4, 5
+    charts, expected = span_decode(S, lengths=torch.tensor([n]), mbr=True, nbest=k, return_scores=True)
+    P = span_marginals(S, lengths=torch.tensor([n]))[0]
+    trees, want = _span_tree_scores(P, n)
+    _check_ranking(expected[0], want, k)
+    assert torch.equal(ConstituencyTree().decode(S, lengths=torch.tensor([n]), mbr=True, nbest=k), charts)
+
+
+@pytest.mark.parametrize("structure", ("arcs", "spans"))
+def test_ties_give_distinct_structures(structure):
+    """All-equal scores: every structure ties, and the ranking still lists distinct ones, as many as exist."""
+    if structure == "arcs":
+        heads, scores = dependency_decode(torch.zeros(1, 5, 5), nbest=40, return_scores=True)
+        found = int(torch.isfinite(scores).sum())
+        assert found == len(all_trees(4, True, False))
+        assert len({tuple(h.tolist()) for h in heads[0, :found]}) == found
+    else:
+        charts, scores = span_decode(torch.zeros(1, 6, 6), nbest=20, return_scores=True)
+        found = int(torch.isfinite(scores).sum())
+        assert found == len(binary_trees(0, 5)) == 14
+        assert len({tuple(c.flatten().tolist()) for c in charts[0, :found]}) == found
+    assert (scores[0, :found] == 0).all()
+
+
+def test_chunked_oracle_calls_give_the_same_ranking(monkeypatch):
+    rng = np.random.default_rng(9)
+    S = torch.tensor(rng.normal(size=(3, 7, 7)))
+    whole = dependency_decode(S, nbest=8, return_scores=True, projective=False)
+    monkeypatch.setattr(lawler, "CHUNK_ELEMENTS", 3 * 49)           # three children per oracle call
+    chunked = dependency_decode(S, nbest=8, return_scores=True, projective=False)
+    assert torch.equal(whole[0], chunked[0]) and torch.equal(whole[1], chunked[1])
+
+
+def test_backends_and_dtypes_agree():
+    rng = np.random.default_rng(4)
+    S = torch.tensor(rng.normal(size=(4, 8, 8)))
+    lengths = torch.tensor([7, 6, 3, 5])
+    ref = dependency_decode(S, lengths=lengths, kernels="torch", nbest=6, return_scores=True)
+    got = dependency_decode(S.float(), lengths=lengths, kernels="numba", nbest=6, return_scores=True)
+    torch.testing.assert_close(got[1], ref[1].float())
+    assert got[1].dtype == torch.float32
+    P = torch.tensor(rng.normal(size=(4, 8, 8, 3)))
+    ref = span_decode(P, lengths=lengths, kernels="torch", nbest=6, return_scores=True)
+    got = span_decode(P, lengths=lengths, kernels="numba", nbest=6, return_scores=True)
+    torch.testing.assert_close(got[1], ref[1])
+
+
+def test_layers_rank_zero_is_the_best_tree():
+    rng = np.random.default_rng(8)
+    arc, mask = torch.tensor(rng.normal(size=(3, 9, 9))), torch.ones(3, 9, dtype=torch.bool)
+    mask[:, 0] = False
+    mask[1, 6:] = False
+    for layer in (DependencyTree(), DependencyTree(projective=False, multiroot=True)):
+        kb = layer.decode(arc, mask=mask, nbest=4)
+        assert kb.shape == (3, 4, 9) and torch.equal(kb[:, 0], layer.decode(arc, mask=mask))
+        assert (kb[1, :, 6:] == -1).all()
+    span = torch.tensor(rng.normal(size=(3, 9, 9)))
+    layer = ConstituencyTree()
+    kb = layer.decode(span, lengths=torch.tensor([8, 5, 2]), nbest=3)
+    assert torch.equal(kb[:, 0], layer.decode(span, lengths=torch.tensor([8, 5, 2])))
+    assert not kb[2, 1:].any()                                   # two words: one binary tree
+
+
+def test_refusals_name_the_field():
+    S = torch.randn(2, 5, 5)
+    for bad in (0, -1, True, 2.0, "3"):
+        with pytest.raises(SSVMInputError, match="nbest"):
+            dependency_decode(S, nbest=bad)
+        with pytest.raises(SSVMInputError, match="nbest"):
+            ConstituencyTree().decode(torch.randn(2, 6, 6), nbest=bad)
+    S[1, 1:, :] = float("-inf")                                  # row 1: word 1 has no head
+    with pytest.raises(SSVMInputError, match="arc_scores: row 1"):
+        DependencyTree().decode(S, nbest=3)
+    P = torch.randn(1, 4, 4)
+    P[0, 0, 3] = float("-inf")                                   # the sentence span itself is forbidden
+    with pytest.raises(SSVMInputError, match="span_scores: row 0"):
+        span_decode(P, nbest=2)
