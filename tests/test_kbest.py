@@ -226,3 +226,31 @@ def test_refusals_name_the_field():
     P[0, 0, 3] = float("-inf")                                   # the sentence span itself is forbidden
     with pytest.raises(SSVMInputError, match="span_scores: row 0"):
         span_decode(P, nbest=2)
+
+
+@pytest.mark.parametrize("k", (3, 40))
+def test_labeled_kbest_with_more_labels_than_ranks_and_forbidden_labels(k):
+    """Labels expanded after the structures (ssvm_torch.trees.labelings): more labels than ranks (each part's
+    list cut to k), against enumeration over the labeled trees, for both structures; -inf labels for the spans
+    (the tree layer refuses infinite label scores)."""
+    rng = np.random.default_rng(k)
+    n, N, L = 3, 4, 5
+    arc = torch.tensor(rng.normal(size=(2, N, N)))
+    lab = torch.tensor(rng.normal(size=(2, N, N, L)))
+    heads, rels = DependencyTree(multiroot=True).decode(arc, label_scores=lab, lengths=torch.tensor([n, 2]), nbest=k)
+    for b, nb in enumerate((n, 2)):
+        want = [sum(float(arc[b, m, t[m]] + lab[b, m, t[m], ls[m - 1]]) for m in range(1, nb + 1))
+                for t in all_trees(nb, True, True) for ls in itertools.product(range(L), repeat=nb)]
+        want = np.sort(np.array(want)[np.isfinite(want)])[::-1][:k]
+        got = [sum(float(arc[b, m, heads[b, r, m]] + lab[b, m, heads[b, r, m], rels[b, r, m]]) for m in range(1, nb + 1))
+               for r in range(len(want))]
+        np.testing.assert_allclose(got, want, atol=1e-9)
+        assert (heads[b, len(want):] == -1).all() and (rels[b, len(want):] == -1).all()
+    span = torch.tensor(rng.normal(size=(1, 5, 5, L)))
+    span[torch.tensor(rng.random(span.shape) < 0.3)] = float("-inf")
+    span[..., 0] = torch.tensor(rng.normal(size=(1, 5, 5)))
+    charts, scores = span_decode(span, nbest=k, return_scores=True)
+    _, want = _span_tree_scores(span[0], 4)
+    found = _check_ranking(scores[0], want, k)
+    torch.testing.assert_close(span_score(span.expand(found, 5, 5, L), charts[0, :found]), scores[0, :found])
+    assert len({tuple(c.flatten().tolist()) for c in charts[0, :found]}) == found

@@ -1,18 +1,22 @@
 """The k best binary trees of every row (unlabeled or labeled spans), by Lawler's partition
 (:mod:`ssvm_torch.trees.lawler`) over the CKY oracle.
 
-A part is a labeled span (i, j, l), a flat index into the scores X[i, j, l] (L = 1 unlabeled). Forcing it
-excludes the spans that cross (i, j) and its other labels: a binary tree over n words is a maximal set of
-non-crossing spans, so every span that crosses none of a tree's spans is one of them, and the trees without a
-span crossing (i, j) are exactly the trees holding it. Unlabeled, the one-word spans and the sentence are in
-every tree and are not parts. O(k n) CKY calls per row, batched by rank.
+A part is a span (i, j), a flat index into the span scores. Forcing it excludes the spans that cross it: a binary
+tree over n words is a maximal set of non-crossing spans, so every span that crosses none of a tree's spans is one
+of them, and the trees without a span crossing (i, j) are exactly the trees holding it. The one-word spans and
+the sentence are in every tree and are not parts. O(k n) CKY calls per row, batched by rank. With labels the k
+best trees of the spans' best label scores are ranked first and their labels expanded after
+(:mod:`ssvm_torch.trees.labelings`: labels are independent given the spans).
 """
 from __future__ import annotations
+
+import functools
 
 import numpy as np
 import torch
 
 from ..devices import to_host
+from ..trees.labelings import kbest_labeled
 from ..trees.lawler import kbest
 from . import ops
 
@@ -25,32 +29,48 @@ def span_kbest(S: torch.Tensor, lengths: torch.Tensor, k: int, kernels: str = "a
     refused by name. No gradient."""
     S = S.detach()
     labeled = S.dim() == 4
-    X = S if labeled else S[..., None]
-    B, M, _, L = X.shape
+    U = S.amax(3) if labeled else S
+    B, M, _ = U.shape
     words = to_host(lengths)
     ii, jj = np.meshgrid(np.arange(M), np.arange(M), indexing="ij")
 
-    def decode(Xc, rows):
-        charts, scores = ops.best(Xc if labeled else Xc[..., 0], lengths[rows], kernels, refuse=False)
+    def decode(Uc, rows):
+        charts, scores = ops.best(Uc, lengths[rows], kernels, refuse=False)
         return (charts,), scores
 
     def parts_of(sol, b):
-        (chart,) = sol
-        if labeled:
-            i, j = np.nonzero(chart >= 0)
-            return (i * M + j) * L + chart[i, j]
-        i, j = np.nonzero(chart)
+        i, j = np.nonzero(sol[0])
         keep = (j - i >= 2) & ~((i == 0) & (j == int(words[b])))
         return i[keep] * M + j[keep]
 
-    def conflicts(p, b):
-        i, j, l = p // (M * L), (p // L) % M, p % L
-        cross = ((ii < i) & (i < jj) & (jj < j)) | ((i < ii) & (ii < j) & (j < jj))
-        mask = np.repeat(cross[:, :, None], L, axis=2)
-        mask[i, j, :] = True
-        mask[i, j, l] = False
-        return np.flatnonzero(mask)
+    @functools.lru_cache(maxsize=None)               # a span recurs in many subproblems of a row and across rows
+    def conflicts(p):
+        i, j = divmod(p, M)
+        return np.flatnonzero(((ii < i) & (i < jj) & (jj < j)) | ((i < ii) & (ii < j) & (j < jj)))
 
-    (charts,), scores = kbest(X, k, decode, parts_of, conflicts, fills=(-1 if labeled else False,))
+    (charts,), scores = kbest(U, k, decode, parts_of, conflicts, fills=(False,))
     ops.fail_no_tree(scores[:, 0], lengths, "best-tree score")    # refused as by the best tree
-    return charts, scores
+    return (charts, scores) if not labeled else _labeled(S, U, charts, scores, k)
+
+
+def _labeled(S, U, charts, scores, k):
+    """The k best labeled trees from the k best trees of the spans' best label scores U (module docstring): each
+    tree's spans as slots (2n - 1 of them, in chart order), their labels' scores relative to the best."""
+    B, M, _, L = S.shape
+    flat = charts.flatten(2)                                                  # (B, k, M * M)
+    m = int(flat.sum(2).max())
+    cells = torch.argsort((~flat).to(torch.int8), dim=2, stable=True)[:, :, :m]   # the tree's spans first
+    slot = torch.arange(m, device=S.device) < flat.sum(2, keepdim=True)       # (B, k, m)
+    rows = torch.arange(B, device=S.device)[:, None, None]
+    chosen = S.reshape(B, M * M, L)[rows, cells]                              # (B, k, m, L)
+    neutral = torch.full_like(chosen[0, 0, 0], float("-inf"))
+    neutral[0] = 0.0
+    options = torch.where(slot[..., None], chosen - U.reshape(B, M * M)[rows, cells][..., None], neutral)
+    pick, labels, scores = kbest_labeled(scores, options, k)
+    ranks = torch.arange(k, device=S.device)[None, :, None]
+    take = pick.clamp(min=0)[:, :, None]
+    out = torch.full((B, k, M * M), -1, dtype=torch.int64, device=S.device)
+    keep = slot.gather(1, take.expand(B, k, m)) & (pick[:, :, None] >= 0)
+    where = cells.gather(1, take.expand(B, k, m))
+    out[rows.expand(B, k, m)[keep], ranks.expand(B, k, m)[keep], where[keep]] = labels[keep]
+    return out.reshape(B, k, M, M), scores

@@ -2,20 +2,23 @@
 order with sibling scores; with relations), by Lawler's partition (:mod:`ssvm_torch.trees.lawler`) over the
 package's best-tree oracles.
 
-A part is an arc with its relation, (m, h, l), a flat index into the labeled arc scores X[m, h, l] =
-arc_scores[m, h] + label_scores[m, h, l] (L = 1 without relations); forcing it excludes every other (h', l')
-of word m, so a subproblem is one call of the ordinary best-tree oracle on X with -inf there, each arc then
-taking its best remaining relation. Exact for every tree kind the oracles decode: Eisner's and
-Chu-Liu-Edmonds' -inf arcs are never taken, and the sibling scores are untouched (they score arcs the
-subproblem still allows). O(k n) oracle calls per row, batched by rank.
+A part is an arc (m, h), a flat index into the arc scores; forcing it excludes every other head of word m, so a
+subproblem is one call of the ordinary best-tree oracle with -inf there. Exact for every tree kind the oracles
+decode: Eisner's and Chu-Liu-Edmonds' -inf arcs are never taken, and the sibling scores are untouched (they
+score arcs the subproblem still allows). O(k n) oracle calls per row, batched by rank. With relations the k best
+trees of the arc scores plus each arc's best relation score are ranked first and their relations expanded
+after (:mod:`ssvm_torch.trees.labelings`: relations are independent given the heads).
 """
 from __future__ import annotations
+
+import functools
 
 import numpy as np
 import torch
 
 from ..devices import to_host
 from . import ops, sibling_ops
+from .labelings import kbest_labeled
 from .lawler import kbest
 
 
@@ -27,31 +30,38 @@ def dependency_kbest(S: torch.Tensor, lengths: torch.Tensor, k: int, projective:
     finite score are -1 with score -inf. An empty row's one tree (no arcs) scores 0; a row without a tree of finite
     score is refused by name. No gradient."""
     S = S.detach()
-    X = S[..., None] if lab is None else S[..., None] + lab.detach()
-    B, N, _, L = X.shape
+    X = S if lab is None else S + lab.detach().amax(3)
+    B, N, _ = X.shape
     words = to_host(lengths)
 
     def decode(Xc, rows):
-        eff = Xc[..., 0] if L == 1 else Xc.amax(3)
         if SB is None:
-            heads, scores = ops.best(eff, lengths[rows], projective, multiroot, kernels, refuse=False)
+            heads, scores = ops.best(Xc, lengths[rows], projective, multiroot, kernels, refuse=False)
         else:
-            heads, scores = sibling_ops.best(eff, SB.detach().index_select(0, rows), lengths[rows], multiroot, kernels,
+            heads, scores = sibling_ops.best(Xc, SB.detach().index_select(0, rows), lengths[rows], multiroot, kernels,
                                              refuse=False)
-        rel = Xc.argmax(3).gather(2, heads.clamp(min=0)[:, :, None])[:, :, 0]
-        return (heads, torch.where(heads >= 0, rel, torch.full_like(rel, -1))), scores
+        return (heads,), scores
 
     def parts_of(sol, b):
-        heads, rel = sol
         m = np.arange(1, int(words[b]) + 1)
-        return (m * N + heads[m]) * L + rel[m]
+        return m * N + sol[0][m]
 
-    def conflicts(p, b):
-        start = (p // (N * L)) * N * L
-        idx = np.arange(start, start + N * L)
+    @functools.lru_cache(maxsize=None)
+    def conflicts(p):
+        idx = np.arange((p // N) * N, (p // N + 1) * N)
         return idx[idx != p]
 
-    (heads, rel), scores = kbest(X, k, decode, parts_of, conflicts, fills=(-1, -1),
-                                 extra_elements=0 if SB is None else N ** 3)
+    (heads,), scores = kbest(X, k, decode, parts_of, conflicts, fills=(-1,), extra_elements=0 if SB is None else N ** 3)
     ops.fail_no_tree(scores[:, 0], lengths)               # a row without any tree: refused as by the best tree
-    return heads, (None if lab is None else rel), scores
+    if lab is None:
+        return heads, None, scores
+    lab = lab.detach()
+    word = heads >= 0                                                         # (B, k, N)
+    chosen = lab[torch.arange(B, device=S.device)[:, None, None], torch.arange(N, device=S.device), heads.clamp(min=0)]
+    neutral = torch.full_like(chosen[0, 0, 0], float("-inf"))
+    neutral[0] = 0.0
+    options = torch.where(word[..., None], chosen - chosen.amax(3, keepdim=True), neutral)
+    pick, labels, scores = kbest_labeled(scores, options, k)
+    heads = heads.gather(1, pick.clamp(min=0)[:, :, None].expand(B, k, N))
+    heads = torch.where(pick[:, :, None] >= 0, heads, torch.full_like(heads, -1))
+    return heads, torch.where(heads >= 0, labels, torch.full_like(labels, -1)), scores

@@ -49,8 +49,8 @@ def kbest(X: torch.Tensor, k: int, decode: Callable, parts_of: Callable, conflic
     ``decode(Xc, rows)``: the best structures of the score tensors Xc (C, *R) of rows ``rows`` (C,) int64 as a
     tuple of tensors (C, ...) (the fields: heads and relations, or a chart) and their scores (C,); a row with no
     structure of finite score scores at most :data:`INFEASIBLE`. ``parts_of(fields, b)``: the parts (flat indices
-    into X[b]) of one structure given as host arrays, the fields of one row. ``conflicts(p, b)``: the flat indices
-    that a structure containing part p cannot contain. ``fills``: the value of each field at an empty rank.
+    into X[b]) of one structure given as host arrays, the fields of one row. ``conflicts(p)``: the flat indices
+    that a structure containing part p cannot contain (the same in every row). ``fills``: the value of each field at an empty rank.
     ``extra_elements``: per child, the elements of decode's side inputs (sibling scores), for the chunking."""
     B, R = X.shape[0], tuple(X.shape[1:])
     size = int(np.prod(R))
@@ -100,7 +100,7 @@ def _children(popped, size: int, parts_of: Callable, conflicts: Callable):
     for b, sol, forced, banned in popped:
         taken = np.zeros(size, dtype=np.bool_)
         for p in forced:
-            taken[conflicts(p, b)] = True
+            taken[conflicts(p)] = True
         if banned:
             taken[list(banned)] = True
         fixed = set(forced)
@@ -112,7 +112,7 @@ def _children(popped, size: int, parts_of: Callable, conflicts: Callable):
             mask = taken.copy()
             mask[p] = True
             yield b, mask, tuple(prefix), banned + (p,)
-            taken[conflicts(p, b)] = True
+            taken[conflicts(p)] = True
             prefix.append(p)
 
 
