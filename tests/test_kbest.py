@@ -108,16 +108,16 @@ def _span_tree_scores(S, n):
     """(trees as charts, scores) of every (labeled) binary tree over n words of one row's scores."""
     M = S.shape[0]
     labeled = S.dim() == 3
+    Sn = S.numpy()
     trees = list(labeled_trees(n, S.shape[2])) if labeled else [dict.fromkeys(t, 0) for t in binary_trees(0, n)]
     charts, scores = [], []
     for t in trees:
         chart = torch.full((M, M), -1, dtype=torch.int64) if labeled else torch.zeros(M, M, dtype=torch.bool)
-        total = 0.0
-        for (i, j), lab in t.items():
-            chart[i, j] = lab if labeled else True
-            total += float(S[i, j, lab] if labeled else S[i, j])
+        i, j = (np.array(x) for x in zip(*t))
+        labels = np.array(list(t.values()))
+        chart[torch.as_tensor(i), torch.as_tensor(j)] = torch.as_tensor(labels) if labeled else True
         charts.append(chart)
-        scores.append(total)
+        scores.append(Sn[i, j, labels].sum() if labeled else Sn[i, j].sum())
     return charts, np.array(scores)
 
 
@@ -246,11 +246,48 @@ def test_labeled_kbest_with_more_labels_than_ranks_and_forbidden_labels(k):
                for r in range(len(want))]
         np.testing.assert_allclose(got, want, atol=1e-9)
         assert (heads[b, len(want):] == -1).all() and (rels[b, len(want):] == -1).all()
-    span = torch.tensor(rng.normal(size=(1, 5, 5, L)))
+    span = torch.tensor(rng.normal(size=(1, 4, 4, L)))
     span[torch.tensor(rng.random(span.shape) < 0.3)] = float("-inf")
-    span[..., 0] = torch.tensor(rng.normal(size=(1, 5, 5)))
+    span[..., 0] = torch.tensor(rng.normal(size=(1, 4, 4)))
     charts, scores = span_decode(span, nbest=k, return_scores=True)
-    _, want = _span_tree_scores(span[0], 4)
+    _, want = _span_tree_scores(span[0], 3)
     found = _check_ranking(scores[0], want, k)
-    torch.testing.assert_close(span_score(span.expand(found, 5, 5, L), charts[0, :found]), scores[0, :found])
+    torch.testing.assert_close(span_score(span.expand(found, 4, 4, L), charts[0, :found]), scores[0, :found])
     assert len({tuple(c.flatten().tolist()) for c in charts[0, :found]}) == found
+
+
+@pytest.mark.parametrize("multiroot", (False, True))
+def test_compiled_kbest_eisner_equals_lawler(multiroot):
+    """The compiled lazy k-best Eisner (numba_kbest, the CPU path of projective first-order trees) against Lawler's
+    partition over the torch Eisner: the same scores at every rank (ties: rounded scores), the same trees
+    without ties, -inf arcs, lengths 0..11."""
+    from ssvm_torch.trees.kbest import dependency_kbest
+    rng = np.random.default_rng(21 + multiroot)
+    for trial in range(12):
+        N = int(rng.integers(2, 13))
+        S = torch.tensor(rng.normal(size=(6, N, N)))
+        if trial % 2:
+            S[torch.tensor(rng.random(S.shape) < 0.25)] = float("-inf")
+        if trial % 3 == 0:
+            S = S.round()                                         # many ties
+        m = torch.arange(1, N)
+        S[:, m, m - 1] = 1.0                                      # the chain tree keeps every row parseable
+        lengths = torch.tensor(rng.integers(0, N, size=6))
+        for k in (2, 9, 40):
+            heads, _, scores = dependency_kbest(S, lengths, k, True, multiroot, "numba")
+            ref_heads, _, ref_scores = dependency_kbest(S, lengths, k, True, multiroot, "torch")
+            torch.testing.assert_close(scores, ref_scores)
+            if trial % 3:
+                assert torch.equal(heads, ref_heads)
+
+
+def test_compiled_kbest_eisner_restarts_when_its_pool_runs_out():
+    from ssvm_torch.trees.numba_kbest import eisner_kbest
+    S = np.random.default_rng(2).normal(size=(14, 14))
+    for multiroot in (False, True):
+        runs = []
+        for slots in (0, 1):                                      # one slot: the lazy part restarts with one per item
+            heads, scores = np.empty((25, 14), dtype=np.int64), np.empty(25)
+            runs.append((eisner_kbest(S, 13, multiroot, 25, heads, scores, slots), heads, scores))
+        assert runs[0][0] == runs[1][0] == 25
+        assert np.array_equal(runs[0][1], runs[1][1]) and np.array_equal(runs[0][2], runs[1][2])

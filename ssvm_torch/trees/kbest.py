@@ -1,6 +1,7 @@
 """The k best dependency trees of every row (first order, projective or not, single- or multi-root; second
 order with sibling scores; with relations), by Lawler's partition (:mod:`ssvm_torch.trees.lawler`) over the
-package's best-tree oracles.
+package's best-tree oracles; first-order projective trees on the CPU by the compiled k-best Eisner instead
+(:mod:`ssvm_torch.trees.numba_kbest`: Huang & Chiang 2005's lists per chart item, O(n^3 + n^2 k log k)).
 
 A part is an arc (m, h), a flat index into the arc scores; forcing it excludes every other head of word m, so a
 subproblem is one call of the ordinary best-tree oracle with -inf there. Exact for every tree kind the oracles
@@ -16,10 +17,21 @@ import functools
 import numpy as np
 import torch
 
-from ..devices import to_host
+from ..devices import from_host, to_host
 from . import ops, sibling_ops
+from .checks import host_batch, parallel_rows, use_numba
 from .labelings import kbest_labeled
 from .lawler import kbest
+from .numba_kbest import eisner_kbest_batch, eisner_kbest_batch_parallel
+
+
+def _compiled_projective(S, lengths, multiroot: bool, k: int):
+    """(heads (B, k, N), scores (B, k)) by the compiled k-best Eisner (:mod:`~ssvm_torch.trees.numba_kbest`)."""
+    Sh, Lh = host_batch(S, lengths)
+    B, N, _ = Sh.shape
+    heads, scores = np.empty((B, k, N), dtype=np.int64), np.empty((B, k))
+    (eisner_kbest_batch_parallel if parallel_rows(B) else eisner_kbest_batch)(Sh, Lh, multiroot, k, heads, scores)
+    return from_host(heads, S.device), from_host(scores, S.device).to(S.dtype)
 
 
 def dependency_kbest(S: torch.Tensor, lengths: torch.Tensor, k: int, projective: bool, multiroot: bool,
@@ -51,7 +63,11 @@ def dependency_kbest(S: torch.Tensor, lengths: torch.Tensor, k: int, projective:
         idx = np.arange((p // N) * N, (p // N + 1) * N)
         return idx[idx != p]
 
-    (heads,), scores = kbest(X, k, decode, parts_of, conflicts, fills=(-1,), extra_elements=0 if SB is None else N ** 3)
+    if SB is None and projective and use_numba(X, kernels):
+        heads, scores = _compiled_projective(X, lengths, multiroot, k)
+    else:
+        (heads,), scores = kbest(X, k, decode, parts_of, conflicts, fills=(-1,),
+                                 extra_elements=0 if SB is None else N ** 3)
     ops.fail_no_tree(scores[:, 0], lengths)               # a row without any tree: refused as by the best tree
     if lab is None:
         return heads, None, scores
