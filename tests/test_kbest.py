@@ -291,3 +291,43 @@ def test_compiled_kbest_eisner_restarts_when_its_pool_runs_out():
             runs.append((eisner_kbest(S, 13, multiroot, 25, heads, scores, slots), heads, scores))
         assert runs[0][0] == runs[1][0] == 25
         assert np.array_equal(runs[0][1], runs[1][1]) and np.array_equal(runs[0][2], runs[1][2])
+
+
+@pytest.mark.parametrize("ties", (False, True))
+def test_compiled_kbest_cky_equals_lawler(ties):
+    """The compiled lazy k-best CKY (spans/numba_kbest, the CPU path) against Lawler's partition over the torch
+    CKY: the same scores at every rank, the same charts without ties, -inf spans, lengths 0..10."""
+    from ssvm_torch.spans.kbest import span_kbest
+    rng = np.random.default_rng(31 + ties)
+    for trial in range(10):
+        M = int(rng.integers(2, 12))
+        S = torch.tensor(rng.normal(size=(5, M, M)))
+        i, j = torch.meshgrid(torch.arange(M), torch.arange(M), indexing="ij")
+        S[torch.tensor(rng.random(S.shape) < 0.2) & (j - i >= 2) & (j - i < M - 1)] = float("-inf")
+        if ties:
+            S = S.round()
+        lengths = torch.full((5,), M - 1)
+        lengths[:2] = torch.tensor(rng.integers(0, M, size=2))
+        S[:2] = torch.tensor(rng.normal(size=(2, M, M))).round() if ties else torch.tensor(rng.normal(size=(2, M, M)))
+        for k in (2, 9, 40):
+            try:
+                charts, scores = span_kbest(S, lengths, k, "numba")
+            except SSVMInputError:                                # -inf spans left a row without a tree
+                with pytest.raises(SSVMInputError):
+                    span_kbest(S, lengths, k, "torch")
+                continue
+            ref_charts, ref_scores = span_kbest(S, lengths, k, "torch")
+            torch.testing.assert_close(scores, ref_scores)
+            if not ties:
+                assert torch.equal(charts, ref_charts)
+
+
+def test_compiled_kbest_cky_restarts_when_its_pool_runs_out():
+    from ssvm_torch.spans.numba_kbest import cky_kbest
+    S = np.random.default_rng(3).normal(size=(10, 10))
+    runs = []
+    for slots in (0, 1):
+        charts, scores = np.zeros((30, 10, 10), dtype=np.bool_), np.empty(30)
+        runs.append((cky_kbest(S, 9, 30, charts, scores, slots), charts, scores))
+    assert runs[0][0] == runs[1][0] == 30
+    assert np.array_equal(runs[0][1], runs[1][1]) and np.array_equal(runs[0][2], runs[1][2])

@@ -1,5 +1,6 @@
-"""The k best binary trees of every row (unlabeled or labeled spans), by Lawler's partition
-(:mod:`ssvm_torch.trees.lawler`) over the CKY oracle.
+"""The k best binary trees of every row (unlabeled or labeled spans): on the CPU by the compiled lazy k-best CKY
+(:mod:`ssvm_torch.spans.numba_kbest`), elsewhere by Lawler's partition (:mod:`ssvm_torch.trees.lawler`) over
+the CKY oracle.
 
 A part is a span (i, j), a flat index into the span scores. Forcing it excludes the spans that cross it: a binary
 tree over n words is a maximal set of non-crossing spans, so every span that crosses none of a tree's spans is one
@@ -15,10 +16,12 @@ import functools
 import numpy as np
 import torch
 
-from ..devices import to_host
+from ..devices import from_host, to_host
+from ..trees.checks import host_batch, parallel_rows, use_numba
 from ..trees.labelings import kbest_labeled
 from ..trees.lawler import kbest
 from . import ops
+from .numba_kbest import kbest_batch, kbest_batch_parallel
 
 
 def span_kbest(S: torch.Tensor, lengths: torch.Tensor, k: int, kernels: str = "auto"):
@@ -48,7 +51,13 @@ def span_kbest(S: torch.Tensor, lengths: torch.Tensor, k: int, kernels: str = "a
         i, j = divmod(p, M)
         return np.flatnonzero(((ii < i) & (i < jj) & (jj < j)) | ((i < ii) & (ii < j) & (j < jj)))
 
-    (charts,), scores = kbest(U, k, decode, parts_of, conflicts, fills=(False,))
+    if use_numba(U, kernels, "span scores"):
+        Sh, Lh = host_batch(U, lengths)
+        charts, scores = np.zeros((B, k, M, M), dtype=np.bool_), np.empty((B, k))
+        (kbest_batch_parallel if parallel_rows(B) else kbest_batch)(Sh, Lh, k, charts, scores)
+        charts, scores = from_host(charts, U.device), from_host(scores, U.device).to(U.dtype)
+    else:
+        (charts,), scores = kbest(U, k, decode, parts_of, conflicts, fills=(False,))
     ops.fail_no_tree(scores[:, 0], lengths, "best-tree score")    # refused as by the best tree
     return (charts, scores) if not labeled else _labeled(S, U, charts, scores, k)
 
