@@ -331,3 +331,25 @@ def test_compiled_kbest_cky_restarts_when_its_pool_runs_out():
         runs.append((cky_kbest(S, 9, 30, charts, scores, slots), charts, scores))
     assert runs[0][0] == runs[1][0] == 30
     assert np.array_equal(runs[0][1], runs[1][1]) and np.array_equal(runs[0][2], runs[1][2])
+
+
+def test_lawler_path_stays_on_the_device_but_for_its_queue():
+    """Under the CPU device guard (no implicit host copy, no default-device tensor) the torch path of the k best
+    -- Lawler's partition, what CUDA scores run -- makes only the queue's sanctioned copies: the lengths, each
+    rank's structures and scores out, its masks in, the results back; a number that grows with k, not with the
+    batch or the sentence length."""
+    from ssvm_torch.devices import host_guard
+    rng = np.random.default_rng(12)
+    counts = {}
+    layers = [DependencyTree(projective=p, kernels="torch") for p in (True, False)]
+    spans = ConstituencyTree(kernels="torch")
+    for B, N in ((2, 6), (6, 9)):
+        arc = torch.tensor(rng.normal(size=(B, N, N)))
+        lab = torch.tensor(rng.normal(size=(B, N, N, 3)))
+        span = torch.tensor(rng.normal(size=(B, N, N, 3)))
+        with host_guard() as guard:
+            for layer in layers:
+                layer.decode(arc, label_scores=lab, nbest=4)
+            spans.decode(span[..., 0], label_scores=span, nbest=4)
+        counts[B, N] = guard.host_copies
+    assert counts[2, 6] == counts[6, 9] > 0, counts
