@@ -8,6 +8,7 @@ import json
 import os
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -414,3 +415,39 @@ def test_a_second_order_parser_refuses_an_over_long_sentence_by_its_line(words_r
         parse_sentences(parser, sentences, max_words=0)
     if not second:
         assert len(parse_sentences(parser, sentences)["heads"][1]) == n
+
+
+def test_nbest_writes_each_sentence_once_per_tree_best_first(run_dir, tmp_path, capsys):
+    """--nbest 3: every sentence once per tree of its 3 best (the one-word sentence has one tree), rank 1 the
+    1-best parse, scores non-increasing, log-probabilities of distinct trees summing to at most 1 (to 1 for the
+    one-word sentence), ranges / empty nodes / comments kept in each copy, sent_ids unique; --nbest 0 and
+    --nbest with --decode mbr refused in one line."""
+    src, one, out = tmp_path / "in.conllu", tmp_path / "one.conllu", tmp_path / "three.conllu"
+    src.write_text(SMALL)
+    model = ["--model", str(run_dir / "parser.pt"), "--input", str(src)]
+    assert parse_main(model + ["--output", str(one)]) == 0
+    assert parse_main(model + ["--output", str(out), "--nbest", "3"]) == 0
+    assert "4 trees (up to 3 each)" in capsys.readouterr().out
+    tb, best = read_conllu(out), read_conllu(one)                  # the strict reader: every block is a tree
+    assert tb.n == 4 and tb.lengths.tolist() == [5, 5, 5, 1]
+    assert tb.heads[:5].tolist() == best.heads[:5].tolist() and tb.heads[-1] == 0
+    trees = [tuple(tb.heads[5 * r:5 * r + 5].tolist()) for r in range(3)]
+    assert len(set(trees)) == 3
+    lines = out.read_text().split("\n")
+    comment = lambda key: [float(x.split("= ")[1]) for x in lines if x.startswith(f"# nbest_{key} =")]  # noqa: E731
+    assert comment("rank") == [1, 2, 3, 1]
+    scores, logp = comment("score"), comment("log_prob")
+    assert scores[0] >= scores[1] >= scores[2] and all(p <= 1e-6 for p in logp)
+    assert sum(np.exp(logp[:3])) <= 1 + 1e-6 and abs(logp[3]) < 1e-5
+    assert [x for x in lines if x.startswith("# sent_id")] == ["# sent_id = a-1.nbest1", "# sent_id = a-1.nbest2",
+                                                                "# sent_id = a-1.nbest3", "# sent_id = a-2.nbest1"]
+    assert sum(x.startswith("1-2\tDon't") for x in lines) == sum(x.startswith("3.1\tyou") for x in lines) == 3
+    api = parse_sentences(load_parser(run_dir / "parser.pt"), [[("Dogs", "NOUN"), ("bark", "VERB")]], nbest=5)
+    ranked = api["nbest"][0]
+    assert len(ranked) == 2 and ranked[0][0] == api["heads"][0] and ranked[0][2] >= ranked[1][2]   # 2 single-root trees
+    assert abs(float(np.logaddexp(ranked[0][3], ranked[1][3]))) < 1e-5          # all the trees: probability 1
+    for bad, said in ((["--nbest", "0"], "nbest: expected an int >= 1"),
+                      (["--nbest", "2", "--decode", "mbr"], "nbest: 2 ranks trees by score")):
+        assert parse_main(model + ["--output", str(tmp_path / "x.conllu"), *bad]) != 0
+        err = capsys.readouterr().err
+        assert said in err and len(err.strip().splitlines()) == 1

@@ -5,7 +5,10 @@ training's dev and test evaluation (:mod:`ssvm_torch.deep.ud_parser`) and by ``u
 (:mod:`ssvm_torch.deep.ud_parse`).
 
 Two decodes (``decode``): ``"max"``, the highest-scoring tree (Eisner, second-order Eisner or MST, as the tree
-layer is), and ``"mbr"``, the tree of highest expected LAS under the model (:func:`expected_las_heads`)."""
+layer is), and ``"mbr"``, the tree of highest expected LAS under the model (:func:`expected_las_heads`). With
+``nbest=k`` (``"max"`` only) also the k highest-scoring trees of every sentence (:mod:`ssvm_torch.trees.kbest`),
+each with the labeler's relations at its heads, its score and its log-probability under the tree CRF of the arc
+(and sibling) scores."""
 from __future__ import annotations
 
 import sys
@@ -13,9 +16,11 @@ import sys
 import torch
 from tqdm import tqdm
 
-from ..errors import check_choice
+from ..errors import SSVMInputError, check_choice
 from ..nn import DependencyTree
+from ..trees import dependency_decode
 from ..trees.checks import tree_faults
+from ..trees.lawler import check_nbest
 from .biaffine import BiaffineParser
 from .ud_tagging import tag_accuracy
 
@@ -84,6 +89,19 @@ def split_scores(split, pred: dict) -> dict:
     return out
 
 
+def ranked_trees(network: BiaffineParser, tree: DependencyTree, scorer, arcs: torch.Tensor, mask: torch.Tensor,
+                 sibs: torch.Tensor | None, k: int):
+    """The k best trees of a batch (host tensors): heads (B, k, N) (-1 at the ranks past a sentence's trees), the
+    labeler's relations at each tree's heads (B, k, N), the trees' scores s(y) (B, k) (-inf past them) and their
+    log-probabilities s(y) - log Z under the tree CRF of the same scores (B, k)."""
+    heads, scores = dependency_decode(arcs, mask, projective=tree.projective, multiroot=tree.multiroot,
+                                      kernels=tree.kernels, return_scores=True, sib_scores=sibs, nbest=k)
+    logz = tree.log_partition(arcs, mask, sib_scores=sibs)
+    rels = torch.stack([network.rel_scores(scorer, torch.where(heads[:, r] >= 0, heads[:, r], heads[:, 0])).argmax(2)
+                        for r in range(k)], 1)
+    return heads.cpu(), rels.cpu(), scores.cpu(), (scores - logz[:, None]).cpu()
+
+
 def tree_layer(loss: str, projective: bool) -> DependencyTree:
     """The tree layer of a head: its loss (``local`` trains without it, decodes with it) over projective
     (Eisner) or all (Chu-Liu-Edmonds) single-root trees."""
@@ -93,17 +111,23 @@ def tree_layer(loss: str, projective: bool) -> DependencyTree:
 @torch.no_grad()
 def decode_split(network: BiaffineParser, tree: DependencyTree, split, rels: list, device, chunk: int = 128,
                  upos_names: list | None = None, progress: bool = False, xpos_names: list | None = None,
-                 decode: str = "max") -> dict:
+                 decode: str = "max", nbest: int = 1) -> dict:
     """Heads and relation names of every sentence of ``split`` (a :class:`~ssvm_torch.deep.ud_text.UDSplit`, in
     its order): trees decoded by the tree layer ``tree`` (Eisner or MST), relations by the network's labeler at
     those heads (names from ``rels``); also the per-word argmax heads (``heads_argmax``). Sentences batched by
     length, ``chunk`` at a time; the caller sets the network's mode (eval for dropout off). A words-only
     network (with a tagger) also predicts the UPOS tags (``upos``, names from ``upos_names``), one with an XPOS
     tagger the XPOS tags (``xpos``, names from ``xpos_names``). ``progress``: a progress bar on stderr when it is
-    a terminal. ``decode``: ``"max"`` or ``"mbr"`` (the module docstring)."""
+    a terminal. ``decode``: ``"max"`` or ``"mbr"`` (the module docstring). ``nbest=k > 1`` (with ``"max"``): also
+    ``"nbest"``, per sentence its k best trees (fewer when it has fewer) as (heads, relation names, score, log
+    probability), the first the tree of ``"heads"``."""
     check_choice(decode, "decode", DECODES)
+    check_nbest(nbest)
+    if nbest > 1 and decode != "max":
+        raise SSVMInputError(f"nbest: {nbest} needs decode 'max' (the k best trees by score); decode {decode!r} "
+                             "picks one tree")
     order = torch.argsort(split.lengths, stable=True)
-    heads, labels, argmax, upos, xpos = ([None] * split.n for _ in range(5))
+    heads, labels, argmax, upos, xpos, ranked = ([None] * split.n for _ in range(6))
     bar = tqdm(total=split.n, unit="sentence", file=sys.stderr, disable=None if progress else True, leave=False)
     s = 0
     while s < split.n:
@@ -126,6 +150,9 @@ def decode_split(network: BiaffineParser, tree: DependencyTree, split, rels: lis
         sibs = None if sibs is None else sibs.float()
         if decode == "mbr":
             best = expected_las_heads(tree, arcs.float(), batch["mask"], network.rel_scores_all(scorer), sibs)
+        elif nbest > 1:
+            kbest = ranked_trees(network, tree, scorer, arcs.float(), batch["mask"], sibs, nbest)
+            best = kbest[0][:, 0]
         else:
             best = tree.decode(arcs.float(), batch["mask"], sib_scores=sibs)
         rel = network.rel_scores(scorer, best).argmax(2).cpu()
@@ -143,9 +170,16 @@ def decode_split(network: BiaffineParser, tree: DependencyTree, split, rels: lis
                 upos[i] = [upos_names[k] for k in tags[row, 1:n + 1].tolist()]
             if xtags is not None:
                 xpos[i] = [xpos_names[k] for k in xtags[row, 1:n + 1].tolist()]
+            if nbest > 1:
+                trees, rank_rels, scores, logp = kbest
+                ranked[i] = [(trees[row, r, 1:n + 1].tolist(), [rels[k] for k in rank_rels[row, r, 1:n + 1].tolist()],
+                              float(scores[row, r]), float(logp[row, r]))
+                             for r in range(nbest) if bool(torch.isfinite(scores[row, r]))]
         bar.update(len(idx))
     bar.close()
     out = {"heads": heads, "labels": labels, "heads_argmax": argmax}
+    if nbest > 1:
+        out["nbest"] = ranked
     if network.tagger is not None:
         out["upos"] = upos
     if network.xpos_tagger is not None:

@@ -108,7 +108,10 @@ def input_trees(doc: ConlluFile):
 
 def written(doc: ConlluFile, pred: dict) -> bytes:
     """``doc``'s text with HEAD and DEPREL of every word line replaced by ``pred``'s, and UPOS (XPOS) too when
-    ``pred`` has it (a words-only parser; one with an XPOS head)."""
+    ``pred`` has it (a words-only parser; one with an XPOS head). With ``pred["nbest"]`` (:func:`written_nbest`)
+    every sentence once per tree of its k best."""
+    if pred.get("nbest") is not None:
+        return written_nbest(doc, pred)
     lines = list(doc.lines)
     tags = pred.get("upos") or [None] * len(doc.words)
     xtags = pred.get("xpos") or [None] * len(doc.words)
@@ -122,6 +125,56 @@ def written(doc: ConlluFile, pred: dict) -> bytes:
                 fields[4] = xpos[j]
             lines[k] = "\t".join(fields)
     return ("\n".join(lines) + "\n").encode("utf-8")
+
+
+def sentence_blocks(doc: ConlluFile) -> list:
+    """(first, end) line indices of every sentence's block: its comment lines, word lines, ranges and empty nodes,
+    between blank lines."""
+    blocks = []
+    for sent in doc.words:
+        first, end = sent[0], sent[-1] + 1
+        while first > 0 and doc.lines[first - 1].strip():
+            first -= 1
+        while end < len(doc.lines) and doc.lines[end].strip():
+            end += 1
+        blocks.append((first, end))
+    return blocks
+
+
+def written_nbest(doc: ConlluFile, pred: dict) -> bytes:
+    """Every sentence of ``doc`` once per tree of ``pred["nbest"]`` (best first; fewer than k when it has fewer
+    trees), each block as the 1-best output writes it with that tree's HEAD and DEPREL, after its comments
+    ``# nbest_rank = r`` (1-based), ``# nbest_score = s(y)`` and ``# nbest_log_prob = log p(y)`` (the tree CRF of
+    the parser's scores); a ``# sent_id = X`` becomes ``X.nbest<r>`` (sentence ids stay unique), and document /
+    paragraph comments (``# newdoc``, ``# newpar``) stay with the first tree only."""
+    tags = pred.get("upos") or [None] * len(doc.words)
+    xtags = pred.get("xpos") or [None] * len(doc.words)
+    out = []
+    previous = 0
+    for sent, (first, end), trees, upos, xpos in zip(doc.words, sentence_blocks(doc), pred["nbest"], tags, xtags):
+        out += doc.lines[previous:first]                  # the blank lines between blocks, as read
+        previous = end
+        for r, (heads, labels, score, logp) in enumerate(trees, 1):
+            block = list(doc.lines[first:end])
+            for j, k in enumerate(sent):
+                fields = block[k - first].split("\t")
+                fields[6], fields[7] = str(heads[j]), labels[j]
+                if upos is not None:
+                    fields[3] = upos[j]
+                if xpos is not None:
+                    fields[4] = xpos[j]
+                block[k - first] = "\t".join(fields)
+            c = 0
+            while c < len(block) and block[c].startswith("#"):
+                c += 1
+            comments = [f"{line.rstrip()}.nbest{r}" if line.startswith("# sent_id") else line for line in block[:c]
+                        if r == 1 or not line.startswith(("# newdoc", "# newpar"))]
+            comments += [f"# nbest_rank = {r}", f"# nbest_score = {score:.6f}", f"# nbest_log_prob = {logp:.6f}"]
+            out += comments + block[c:]
+            if r < len(trees):
+                out.append("")
+    out += doc.lines[previous:]
+    return ("\n".join(out) + "\n").encode("utf-8")
 
 
 def text_words(path) -> ConlluFile:

@@ -11,7 +11,10 @@ by the parser's (DEPREL: the universal relation, what the parser predicts); ever
 written as it was read (line ends as ``\\n``): comments, multiword-token ranges (``3-4``) and empty nodes
 (``8.1``). Trees are decoded as the run was trained: projective (Eisner) or not (Chu-Liu-Edmonds), one
 word under the root; ``--decode mbr`` picks the tree of highest expected LAS under the model instead of the
-best-scoring one (default: the parser's own ``decode``, :mod:`ssvm_torch.deep.ud_decode`).
+best-scoring one (default: the parser's own ``decode``, :mod:`ssvm_torch.deep.ud_decode`). ``--nbest k`` writes
+every sentence once per tree of its k best (best first; for reranking), each block with the comments
+``# nbest_rank``, ``# nbest_score`` and ``# nbest_log_prob`` (the tree CRF of the parser's scores) and its
+``# sent_id`` suffixed ``.nbest<r>`` (:func:`~ssvm_torch.deep.ud_files.written_nbest`).
 
 A words-only parser (``tags: predicted``, ``recipes/ud_deep_words_softmax_margin.yaml``) reads FORM alone and
 writes UPOS as well; it also reads plain text, one whitespace-tokenized sentence per line (``--input-format
@@ -214,13 +217,14 @@ def check_lengths(parser: TrainedParser, lengths: list, limit: int | None, name)
 
 
 def parse_sentences(parser: TrainedParser, sentences: list, device=None, chunk: int = 128,
-                    max_words: int | None = None, decode: str | None = None) -> dict:
+                    max_words: int | None = None, decode: str | None = None, nbest: int = 1) -> dict:
     """Heads (0 = the root) and universal relations of ``sentences``, each a list of (form, upos) pairs (the
     UPOS ignored by a parser trained without it): ``{"heads": [[int, ...], ...], "labels": [[str, ...], ...],
     "heads_argmax": ...}`` in their order (:func:`~ssvm_torch.deep.ud_decode.decode_split`). A sentence longer
     than ``max_words`` (default: :data:`MAX_WORDS_SECOND_ORDER` for a second-order parser, no limit for a
     first-order one) is refused by name before anything is decoded. ``decode``: ``"max"`` or ``"mbr"`` (None: the
-    parser's own)."""
+    parser's own). ``nbest=k > 1``: also ``"nbest"``, each sentence's k best trees as (heads, relations, score,
+    log-probability) (:func:`~ssvm_torch.deep.ud_decode.decode_split`)."""
     check(isinstance(sentences, (list, tuple)) and len(sentences) > 0, "sentences", "a non-empty list of sentences",
           type(sentences).__name__ if not isinstance(sentences, (list, tuple)) else "an empty list")
     for i, sent in enumerate(sentences):
@@ -242,7 +246,7 @@ def parse_sentences(parser: TrainedParser, sentences: list, device=None, chunk: 
     split = make_split("sentences", word_treebank("sentences", sentences), parser.vocab)
     return decode_split(parser.network, parser.tree, split, parser.vocab.rels, parse_device(device or "cpu"), chunk,
                         parser.vocab.upos, progress=len(sentences) >= PROGRESS_MIN, xpos_names=parser.vocab.xpos,
-                        decode=decode or parser.decode)
+                        decode=decode or ("max" if nbest > 1 else parser.decode), nbest=nbest)
 
 
 def file_sentences(doc: ConlluFile, upos_needed: bool) -> list:
@@ -265,13 +269,13 @@ def file_sentences(doc: ConlluFile, upos_needed: bool) -> list:
 
 
 def parse_file(parser: TrainedParser, doc: ConlluFile, device=None, chunk: int = 128,
-               max_words: int | None = None, decode: str | None = None) -> dict:
+               max_words: int | None = None, decode: str | None = None, nbest: int = 1) -> dict:
     """:func:`parse_sentences` of every sentence of ``doc``; a sentence over the word limit is named by its
     first line in the input."""
     limit = word_limit(parser, max_words)
     check_lengths(parser, [len(s) for s in doc.words], limit, lambda i: f"input: {doc.path}:{doc.line_of(i)}")
     return parse_sentences(parser, file_sentences(doc, bool(parser.hparams["upos_input"])), device, chunk, limit,
-                           decode)
+                           decode, nbest)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -287,6 +291,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--decode", choices=DECODES, default=None,
                    help="max: the best tree; mbr: the tree of highest expected LAS (None: the parser's own, max for "
                         "one trained before the option)")
+    p.add_argument("--nbest", type=int, default=1,
+                   help="write each sentence once per tree of its k best (decode max), with its rank, score and "
+                        "log-probability as comments")
     p.add_argument("--threads", type=int, default=None, help="torch threads (None: torch's default)")
     p.add_argument("--max-words", type=int, default=None,
                    help=f"the longest sentence to decode (None: {MAX_WORDS_SECOND_ORDER} words for a second-order "
@@ -297,6 +304,9 @@ def build_parser() -> argparse.ArgumentParser:
 def run(args) -> dict:
     check(isinstance(args.batch, int) and args.batch >= 1, "batch", "an int >= 1", args.batch)
     check(args.threads is None or args.threads >= 1, "threads", "None or an int >= 1", args.threads)
+    check(args.nbest >= 1, "nbest", "an int >= 1 (trees per sentence)", args.nbest)
+    if args.nbest > 1 and args.decode == "mbr":
+        raise SSVMInputError(f"nbest: {args.nbest} ranks trees by score (decode max); --decode mbr picks one tree")
     output = Path(args.output)
     if output.resolve() == Path(args.input).resolve():
         raise SSVMInputError(f"output: {args.output} is the input file; write the parse to another path")
@@ -319,19 +329,21 @@ def run(args) -> dict:
                              "with upos_input true); use a words-only parser (tags: predicted) or CoNLL-U with UPOS")
     doc = text_words(args.input) if args.input_format == "text" else read_words(args.input)
     t0 = time.perf_counter()
-    pred = parse_file(parser, doc, device, args.batch, args.max_words, args.decode)
+    pred = parse_file(parser, doc, device, args.batch, args.max_words, args.decode, args.nbest)
     seconds = time.perf_counter() - t0
     data = written(doc, pred)
     atomic_write_bytes(args.output, gzip.compress(data, mtime=0) if str(args.output).endswith(".gz") else data)
     n, w = len(doc.words), sum(len(s) for s in doc.words)
-    report = {"sentences": n, "words": w, "seconds": seconds}
-    print(f"parsed {n} sentences ({w} words) in {seconds:.2f} s ({n / max(seconds, 1e-9):.0f} sentences/s); "
+    report = {"sentences": n, "words": w, "seconds": seconds, "nbest": args.nbest}
+    trees = "" if args.nbest == 1 else f", {sum(len(t) for t in pred['nbest'])} trees (up to {args.nbest} each)"
+    print(f"parsed {n} sentences ({w} words) in {seconds:.2f} s ({n / max(seconds, 1e-9):.0f} sentences/s){trees}; "
           f"wrote {args.output}", flush=True)
     gold, why = input_trees(doc)
     if gold is not None:
         report["uas"], report["las"] = attachment_scores(gold[0], gold[1], pred["heads"], pred["labels"])
         print(f"against the input's own trees: UAS {report['uas']:.2f}, LAS {report['las']:.2f} (every word, "
-              "punctuation included; LAS on the universal relations)", flush=True)
+              "punctuation included; LAS on the universal relations" + ("; the best tree of each sentence"
+                                                                          if args.nbest > 1 else "") + ")", flush=True)
     elif why is not None:
         print(why, flush=True)
     return report
