@@ -29,7 +29,11 @@
   ``Dependency2oCRF`` on the same device;
 * ``spans``: the constituency-tree operations (ssvm_torch.spans, the torch CKY on CUDA), float32, B = 256 sentences
   of n = 40 and 64 of n = 100: log Z + backward and the best tree against SuPar 1.1.4's ``ConstituencyCRF`` and
-  torch-struct's ``TreeCRF`` on the same device.
+  torch-struct's ``TreeCRF`` on the same device;
+* ``kbest``: the k best trees on the device (Lawler's partition over the Triton Eisner / torch CKY oracles, what
+  CUDA runs: ssvm_torch/trees/lawler.py), float32, 32 sentences of 40 words, k in {2, 10}: projective dependency
+  trees and spans against torch-struct's ``topk`` on the same device, the scores checked against the CPU's
+  compiled k best (float64) first.
 
 Writes benchmarks/results/gpu.json. ``--device cpu --quick`` runs the same code on the CPU torch
 path with small sizes (a smoke test of this script, not a figure).
@@ -388,6 +392,43 @@ def tree_figures(device, repeats, shapes=TREE_SHAPES):
 
 
 SPAN_SHAPES = ((256, 40), (64, 100))
+KBEST_POINTS = ((32, 40, 2), (32, 40, 10))
+
+
+def kbest_figures(device, repeats, points=KBEST_POINTS):
+    """Milliseconds of the k best trees on ``device`` against torch-struct's topk there; the device's k scores
+    against the CPU compiled k best in float64 (module docstring)."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    from bench_spans import inclusive
+    from bench_trees import patch_torch_struct, to_torch_struct
+    from ssvm_torch.spans import span_decode
+    from ssvm_torch.trees import dependency_decode
+    ts = patch_torch_struct()
+    out = {}
+    for B, n, k in points:
+        g = torch.Generator().manual_seed(B + n + k)
+        S, P = (torch.randn(B, n + 1, n + 1, generator=g) for _ in range(2))
+        dev_S, dev_P = S.to(device), P.to(device)
+        T, I = to_torch_struct(dev_S), inclusive(P).to(device)
+        diff = {"projective": float((dependency_decode(dev_S.double(), nbest=k, return_scores=True)[1].cpu()
+                                     - dependency_decode(S.double(), nbest=k, return_scores=True)[1]).abs().max()),
+                "spans": float((span_decode(dev_P.double(), nbest=k, return_scores=True)[1].cpu()
+                                - span_decode(P.double(), nbest=k, return_scores=True)[1]).abs().max())}
+        ms = lambda fn: 1e3 * timed_adaptive(fn, device, repeats)          # noqa: E731
+        row = {"projective_ms": {"ours": ms(lambda: dependency_decode(dev_S, nbest=k)),
+                                 "torch_struct": ms(lambda: ts.DependencyCRF(T.clone().requires_grad_(True),
+                                                                              multiroot=False).topk(k))},
+               "spans_ms": {"ours": ms(lambda: span_decode(dev_P, nbest=k)),
+                            "torch_struct": ms(lambda: ts.TreeCRF(I.clone().requires_grad_(True)).topk(k))},
+               "max_score_difference_cpu_float64": diff}
+        for v in row.values():
+            if "ours" in v:
+                v["speedup"] = v["torch_struct"] / v["ours"]
+        out[f"{B}_{n}_{k}"] = row
+        print(f"kbest B={B} n={n} k={k}: projective {row['projective_ms']['ours']:.1f} ms "
+              f"(x{row['projective_ms']['speedup']:.1f} torch-struct), spans {row['spans_ms']['ours']:.1f} ms "
+              f"(x{row['spans_ms']['speedup']:.1f}); |score - CPU| {max(diff.values()):.1e}", flush=True)
+    return out
 
 
 def span_figures(device, repeats, shapes=SPAN_SHAPES):
@@ -465,7 +506,7 @@ def span_ssvm_figures(device, repeats, train_size):
                                           for k, v in out.items() if isinstance(v, dict)), flush=True)
     return out
 
-SECTIONS = ("gap", "decode", "conll", "minibatch", "layer", "trees", "spans")
+SECTIONS = ("gap", "decode", "conll", "minibatch", "layer", "trees", "spans", "kbest")
 
 
 def main():
@@ -546,6 +587,9 @@ def main():
         res["spans"] = span_figures(device, args.repeats, ((8, 12), (4, 20)) if quick else SPAN_SHAPES)
         res["span_ssvm"] = span_ssvm_figures(device, args.repeats, 100 if quick else 2000)
 
+    def kbest():
+        res["kbest"] = kbest_figures(device, args.repeats, ((4, 10, 3),) if quick else KBEST_POINTS)
+
     def minibatch():
         # tau = 1 on the GPU is dozens of kernel launches per block step (docs/devices.md has its figure): no budget for it
         taus = [64] if quick else [64, 256, 1024, task.n_train]
@@ -555,7 +599,7 @@ def main():
                                                        target=0.1, budget_s=args.budget)
 
     for name, fn in (("layer", layer), ("gap", gap), ("decode", decode), ("conll", conll), ("minibatch", minibatch),
-                     ("trees", trees), ("spans", spans)):
+                     ("trees", trees), ("spans", spans), ("kbest", kbest)):
         section(name, fn)
     print(f"wrote {out}")
     return 0

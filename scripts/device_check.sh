@@ -19,7 +19,8 @@
 #   gpu          bench_gpu.py's GPU_SECTIONS (default: LinearChain vs pytorch-crf, the gap pass, the decoders
 #                with their launch-shape sweep, CoNLL's GPU memory, the dependency-tree kernels against
 #                torch-struct and a CPU Chu-Liu-Edmonds, last the constituency CKY against SuPar and torch-struct
-#                and the constituency SSVM's store (gap pass, block step; ud-ewt-spans, 2,000 sentences);
+#                and the constituency SSVM's store (gap pass, block step; ud-ewt-spans, 2,000 sentences), then the k
+#                best trees (Lawler over the device's oracles) against torch-struct's topk and the CPU's scores;
 #                GPU_ARGS="--no-compile" skips the
 #                torch.compile decoder, whose compile alone takes ~a minute);
 #   minibatch    bench_gpu.py's mini-batch section: CPU numba BCFW and GPU tau in MB_TAUS, MB_BUDGET solver s each;
@@ -96,8 +97,8 @@ PY
 fi
 
 if want gpu; then
-  stamp "bench_gpu ${GPU_SECTIONS:-layer gap decode conll trees spans}"
-  timeout "${GPU_S:-120}" $py benchmarks/bench_gpu.py --sections ${GPU_SECTIONS:-layer gap decode conll trees spans} \
+  stamp "bench_gpu ${GPU_SECTIONS:-layer gap decode conll trees spans kbest}"
+  timeout "${GPU_S:-120}" $py benchmarks/bench_gpu.py --sections ${GPU_SECTIONS:-layer gap decode conll trees spans kbest} \
     ${GPU_ARGS:---no-compile} --out "$OUT/gpu.json" \
     >>"$OUT/bench_gpu.log" 2>&1
   stamp "bench_gpu rc=$?"
