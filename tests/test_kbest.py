@@ -353,3 +353,10 @@ def test_lawler_path_stays_on_the_device_but_for_its_queue():
             spans.decode(span[..., 0], label_scores=span, nbest=4)
         counts[B, N] = guard.host_copies
     assert counts[2, 6] == counts[6, 9] > 0, counts
+
+
+def test_a_k_past_the_machines_memory_is_refused_by_name():
+    with pytest.raises(SSVMInputError, match="nbest: .*fit this machine's"):
+        dependency_decode(torch.randn(2, 5, 5), nbest=10 ** 12)
+    with pytest.raises(SSVMInputError, match="nbest: .*fit this machine's"):
+        span_decode(torch.randn(2, 6, 6), nbest=10 ** 12)

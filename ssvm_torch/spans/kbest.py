@@ -19,7 +19,7 @@ import torch
 from ..devices import from_host, to_host
 from ..trees.checks import host_batch, parallel_rows, use_numba
 from ..trees.labelings import kbest_labeled
-from ..trees.lawler import kbest
+from ..trees.lawler import check_room, kbest
 from . import ops
 from .numba_kbest import kbest_batch, kbest_batch_parallel
 
@@ -34,6 +34,7 @@ def span_kbest(S: torch.Tensor, lengths: torch.Tensor, k: int, kernels: str = "a
     labeled = S.dim() == 4
     U = S.amax(3) if labeled else S
     B, M, _ = U.shape
+    check_room(B * k * M * M * (1 + 16 * labeled) + B * k * 2 * M * 32 * (min(S.shape[-1], k) if labeled else 0), k)
     words = to_host(lengths)
     ii, jj = np.meshgrid(np.arange(M), np.arange(M), indexing="ij")
 

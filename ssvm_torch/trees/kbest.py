@@ -21,7 +21,7 @@ from ..devices import from_host, to_host
 from . import ops, sibling_ops
 from .checks import host_batch, parallel_rows, use_numba
 from .labelings import kbest_labeled
-from .lawler import kbest
+from .lawler import check_room, kbest
 from .numba_kbest import eisner_kbest_batch, eisner_kbest_batch_parallel
 
 
@@ -44,6 +44,8 @@ def dependency_kbest(S: torch.Tensor, lengths: torch.Tensor, k: int, projective:
     S = S.detach()
     X = S if lab is None else S + lab.detach().amax(3)
     B, N, _ = X.shape
+    L = 1 if lab is None else min(lab.shape[3], k)
+    check_room(B * k * N * (24 + 32 * L), k)               # heads, relations, the relation lists and their merge
     words = to_host(lengths)
 
     def decode(Xc, rows):

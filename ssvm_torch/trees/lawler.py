@@ -20,6 +20,7 @@ scores' device; the bookkeeping (the queue, the masks) is on the host.
 from __future__ import annotations
 
 import heapq
+import os
 from itertools import count
 from typing import Callable, Sequence
 
@@ -114,6 +115,13 @@ def _children(popped, size: int, parts_of: Callable, conflicts: Callable):
             yield b, mask, tuple(prefix), banned + (p,)
             taken[conflicts(p)] = True
             prefix.append(p)
+
+
+def check_room(nbytes: int, k: int) -> None:
+    """Refuse (naming ``nbest``) a k whose results and tables, about ``nbytes``, exceed this machine's memory."""
+    have = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") if hasattr(os, "sysconf") else None
+    check(have is None or nbytes <= have, "nbest", f"a k whose k best trees fit this machine's {(have or 0) / 2 ** 30:.0f} "
+          f"GB of memory (k = {k} needs about {nbytes / 2 ** 30:.0f} GB for this batch)", k)
 
 
 def check_nbest(nbest) -> int:
