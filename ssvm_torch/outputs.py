@@ -23,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sys
 import tempfile
 import warnings
 from pathlib import Path
@@ -264,13 +265,19 @@ class RunDir:
             except OSError:
                 pass
 
-    def require_free(self, nbytes: int, what: str) -> None:
-        """Refuse to start when the disk cannot hold ``what`` (``nbytes``, with a 20% margin)."""
+    def require_free(self, nbytes: int, what: str, grows_to: int | None = None) -> None:
+        """Refuse to start when the disk cannot hold ``what`` (``nbytes``, with a 20% margin). ``grows_to``: the most
+        it can take later (a sparse checkpoint filling in up to its dense state): below that, one line on stderr
+        says so (a full disk mid-run stops the run with its last good checkpoint)."""
         import shutil
         free = shutil.disk_usage(self.path).free
         if free < 1.2 * nbytes:
             raise SSVMInputError(f"out: {self.path} has {human_bytes(free)} free, {what} needs about "
                                  f"{human_bytes(1.2 * nbytes)}")
+        if grows_to is not None and free < 1.2 * grows_to:
+            print(f"note: {self.path} has {human_bytes(free)} free; {what} takes {human_bytes(nbytes)} now and can grow "
+                  f"to {human_bytes(grows_to)} as the run fills it in (a full disk stops the run with its last good "
+                  "one)", file=sys.stderr, flush=True)
 
     def begin(self, keep=()) -> None:
         """The new run writes its first file: with ``overwrite``, the earlier run's files go now

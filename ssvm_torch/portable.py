@@ -45,6 +45,28 @@ def pack(x, sparse: bool = False):
     return x
 
 
+def packed_bytes(x, sparse: bool = False) -> int:
+    """The tensor bytes :func:`pack` (``sparse`` as there) writes for ``x``, without building it: a sparse tensor's
+    index / value pairs, a dense one's entries, numpy arrays and active sets included (the archive's records
+    aside). One count of the non-zero bit patterns per large tensor."""
+    if isinstance(x, torch.Tensor):
+        dense = x.numel() * x.element_size()
+        if not sparse or x.layout != torch.strided or x.dtype not in _BITS or x.numel() < SPARSE_MIN or x.requires_grad:
+            return dense
+        nnz = int(torch.count_nonzero(x.detach().contiguous().reshape(-1).view(_BITS[x.dtype])))
+        pairs = nnz * ((4 if x.numel() < 2 ** 31 else 8) + x.element_size())
+        return dense if pairs > dense // 2 else pairs
+    if isinstance(x, np.ndarray):
+        return x.nbytes
+    if isinstance(x, BlockSet):
+        return sum(packed_bytes(getattr(x, k), sparse) for k in ("labels", "alpha", "loss", "score"))
+    if isinstance(x, dict):
+        return sum(packed_bytes(v, sparse) for v in x.values())
+    if isinstance(x, (list, tuple)):
+        return sum(packed_bytes(v, sparse) for v in x)
+    return 0
+
+
 def _sparse(t: torch.Tensor):
     """``t`` as ``{__sparse__: {shape, index, values}}`` (the flat positions of its non-zero bit patterns and
     their values) when that takes at most half of its bytes; else ``t`` itself."""

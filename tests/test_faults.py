@@ -645,3 +645,27 @@ def test_ctrl_c_while_the_command_starts_is_one_line(tmp_path):
     assert proc.returncode == 130 and "Traceback" not in stderr
     assert stderr.strip().splitlines()[-1].startswith("ssvm-train: interrupted (Ctrl-C)")
     assert not (tmp_path / "run").exists()
+
+
+def test_checkpoint_room_is_its_sparse_size_now_with_a_note_when_it_could_outgrow_the_disk(tmp_path, monkeypatch,
+                                                                                            capsys):
+    """--checkpoint asks the disk for the checkpoint as it is written (sparse; the packed size of the store's state,
+    which equals the file's tensors) and, when the free space is below its dense bound, starts with one note on
+    stderr instead of refusing; below the sparse size it refuses as before."""
+    import io
+    import shutil as sh
+    from collections import namedtuple
+
+    from ssvm_torch.portable import pack, packed_bytes
+    from ssvm_torch.tasks import load_task
+    state = load_task("ocr-small").store(0.05).state_dict()
+    sparse, dense = packed_bytes(state, sparse=True), packed_bytes(state)
+    buf = io.BytesIO()
+    torch.save(pack(state, True), buf)
+    assert sparse < dense and sparse <= buf.tell() < sparse + 64 * 1024         # the tensors plus the archive's records
+    usage = namedtuple("usage", "total used free")
+    for free, code, said in ((int(1.3 * sparse) + 10 ** 6, 0, "can grow to"), (int(sparse), 2, "one checkpoint needs")):
+        monkeypatch.setattr(sh, "disk_usage", lambda p, free=free: usage(10 ** 12, 10 ** 12 - free, free))
+        out = tmp_path / f"run{code}"
+        assert main(QUICK + ["--out", str(out), "--checkpoint"]) == code
+        assert said in capsys.readouterr().err

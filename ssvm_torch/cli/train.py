@@ -31,6 +31,7 @@ from ..distributed.collectives import any_rank
 from ..errors import DistributedError, RunInterrupted, SSVMInputError
 from .entry import command_parser, run_command
 from ..outputs import RunDir, load_checkpoint, save_predictions
+from ..portable import packed_bytes
 from ..selection import DEFAULT_LAMS
 from ..solvers import SAMPLERS, SOLVERS, STEPS, SolverConfig, make_solver
 from ..solvers.cutting_plane import QP_SOLVERS
@@ -320,9 +321,9 @@ def _train(args, cfg: SolverConfig, device, dtype, run_dir: RunDir | None) -> di
         interrupt=lambda: stop["requested"]() or (writes is not None and writes.failed), **solver_kw)
     if args.checkpoint and run_dir is not None:   # the first checkpoint comes at the first gap check: room now
         local = dual.local if sharded else dual
-        state = local.state_dict()
-        run_dir.require_free(size * sum(t.numel() * t.element_size() for t in state.values() if torch.is_tensor(t)),
-                             "one checkpoint")
+        state = local.state_dict()            # written sparse: its size now, and its dense size as the bound
+        run_dir.require_free(size * packed_bytes(state, sparse=True), "one checkpoint",
+                             grows_to=size * packed_bytes(state))
     elif run_dir is not None:                     # the final files, before any training: model.pt + history.json
         checks = max(1.0, (args.passes if math.isfinite(args.passes) else 1000) / cfg.gap_check) + 2
         run_dir.require_free(8 * task.d + (1 << 16) + int(checks) * 2048, "model.pt and history.json")
