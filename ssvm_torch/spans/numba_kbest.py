@@ -16,6 +16,8 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
+from ..trees.numba_kbest import heap_pop, heap_push
+
 NEG_INF = -np.inf
 #: max-reductions vectorize once NaN is ruled out (the scores are checked first), as in numba_cky
 MAXES = {"nnan", "nsz"}
@@ -36,41 +38,6 @@ def _derivation(k, D0, LD, LA, LB, slot, cell, r):
         return D0[cell], 0, 0
     at = slot[cell] * (k - 1) + r - 1
     return LD[at], LA[at], LB[at]
-
-
-@nb.njit(cache=True, nogil=True, inline="always")
-def _push(HS, HD, HA, HB, base, size, s, d, a, b):
-    """Push (s; d, a, b) on the max-heap H*[base:base+size]; the new size."""
-    i = size
-    while i > 0:
-        p = (i - 1) // 2
-        if HS[base + p] >= s:
-            break
-        HS[base + i], HD[base + i], HA[base + i], HB[base + i] = HS[base + p], HD[base + p], HA[base + p], HB[base + p]
-        i = p
-    HS[base + i], HD[base + i], HA[base + i], HB[base + i] = s, d, a, b
-    return size + 1
-
-
-@nb.njit(cache=True, nogil=True, inline="always")
-def _pop(HS, HD, HA, HB, base, size):
-    """Drop the top of the max-heap H*[base:base+size] (read it first); the new size."""
-    size -= 1
-    s, d, a, b = HS[base + size], HD[base + size], HA[base + size], HB[base + size]
-    i = 0
-    while True:
-        c = 2 * i + 1
-        if c >= size:
-            break
-        if c + 1 < size and HS[base + c + 1] > HS[base + c]:
-            c += 1
-        if HS[base + c] <= s:
-            break
-        HS[base + i], HD[base + i], HA[base + i], HB[base + i] = HS[base + c], HD[base + c], HA[base + c], HB[base + c]
-        i = c
-    if size > 0:
-        HS[base + i], HD[base + i], HA[base + i], HB[base + i] = s, d, a, b
-    return size
 
 
 @nb.njit(cache=True, nogil=True, fastmath=MAXES)
@@ -145,7 +112,7 @@ def _ensure(S, N1, k, V0, D0, C, done, slot, hsize, HS, HD, HA, HB, LV, LD, LA, 
         base = slot[cell] * (2 * k + 2)
         if phase == 1:
             if result:
-                hsize[cell] = _push(HS, HD, HA, HB, base, hsize[cell], _value(k, V0, LV, slot, a, left)
+                hsize[cell] = heap_push(HS, HD, HA, HB, base, hsize[cell], _value(k, V0, LV, slot, a, left)
                                     + _value(k, V0, LV, slot, b + 1, right) + S[i, i + w], u, a, b + 1)
             if b == 0:
                 stack[sp - 1, 2] = 2
@@ -153,7 +120,7 @@ def _ensure(S, N1, k, V0, D0, C, done, slot, hsize, HS, HD, HA, HB, LV, LD, LA, 
                 sp += 1
                 continue
         elif result:
-            hsize[cell] = _push(HS, HD, HA, HB, base, hsize[cell], _value(k, V0, LV, slot, a + 1, left)
+            hsize[cell] = heap_push(HS, HD, HA, HB, base, hsize[cell], _value(k, V0, LV, slot, a + 1, left)
                                 + _value(k, V0, LV, slot, 0, right) + S[i, i + w], u, a + 1, 0)
         if hsize[cell] == 0:                           # no derivation left
             done[cell] = True
@@ -162,7 +129,7 @@ def _ensure(S, N1, k, V0, D0, C, done, slot, hsize, HS, HD, HA, HB, LV, LD, LA, 
         r = C[cell]
         at = slot[cell] * (k - 1) + r - 1
         LV[at], LD[at], LA[at], LB[at] = HS[base], HD[base], HA[base], HB[base]
-        hsize[cell] = _pop(HS, HD, HA, HB, base, hsize[cell])
+        hsize[cell] = heap_pop(HS, HD, HA, HB, base, hsize[cell])
         C[cell] = r + 1
         if r + 1 == k:
             done[cell] = True                          # no rank past k is ever asked for
@@ -200,8 +167,10 @@ def cky_kbest(S, n, k, charts, scores, slots=0):
             done[N1 + i] = True                        # a one-word span has one derivation
         slot, hsize = np.full(N1 * N1, -1, dtype=np.int64), np.zeros(N1 * N1, dtype=np.int64)
         h, q = slots * (2 * k + 2), slots * (k - 1)
-        HS, HD, HA, HB = np.empty(h), np.empty(h, dtype=np.int64), np.empty(h, dtype=np.int64), np.empty(h, dtype=np.int64)
-        LV, LD, LA, LB = np.empty(q), np.empty(q, dtype=np.int64), np.empty(q, dtype=np.int64), np.empty(q, dtype=np.int64)
+        HS, HD, HA = np.empty(h), np.empty(h, dtype=np.int64), np.empty(h, dtype=np.int64)
+        HB = np.empty(h, dtype=np.int64)
+        LV, LD, LA = np.empty(q), np.empty(q, dtype=np.int64), np.empty(q, dtype=np.int64)
+        LB = np.empty(q, dtype=np.int64)
         free = np.zeros(1, dtype=np.int64)
         top_v, top_d = np.empty(k), np.empty(k, dtype=np.int64)
         stack = np.empty((4 * N1 + 16, 3), dtype=np.int64)

@@ -48,11 +48,12 @@ def kbest(X: torch.Tensor, k: int, decode: Callable, parts_of: Callable, conflic
     row's number of structures of finite score.
 
     ``decode(Xc, rows)``: the best structures of the score tensors Xc (C, *R) of rows ``rows`` (C,) int64 as a
-    tuple of tensors (C, ...) (the fields: heads and relations, or a chart) and their scores (C,); a row with no
+    tuple of tensors (C, ...) (the fields: the heads, or a chart) and their scores (C,); a row with no
     structure of finite score scores at most :data:`INFEASIBLE`. ``parts_of(fields, b)``: the parts (flat indices
     into X[b]) of one structure given as host arrays, the fields of one row. ``conflicts(p)``: the flat indices
-    that a structure containing part p cannot contain (the same in every row). ``fills``: the value of each field at an empty rank.
-    ``extra_elements``: per child, the elements of decode's side inputs (sibling scores), for the chunking."""
+    that a structure containing part p cannot contain (the same in every row). ``fills``: the value of each field
+    at an empty rank. ``extra_elements``: per child, the elements of decode's side inputs (sibling scores), for
+    the chunking."""
     B, R = X.shape[0], tuple(X.shape[1:])
     size = int(np.prod(R))
     flat = X.reshape(B, size)
@@ -120,8 +121,8 @@ def _children(popped, size: int, parts_of: Callable, conflicts: Callable):
 def check_room(nbytes: int, k: int) -> None:
     """Refuse (naming ``nbest``) a k whose results and tables, about ``nbytes``, exceed this machine's memory."""
     have = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") if hasattr(os, "sysconf") else None
-    check(have is None or nbytes <= have, "nbest", f"a k whose k best trees fit this machine's {(have or 0) / 2 ** 30:.0f} "
-          f"GB of memory (k = {k} needs about {nbytes / 2 ** 30:.0f} GB for this batch)", k)
+    check(have is None or nbytes <= have, "nbest", f"a k whose k best trees fit this machine's "
+          f"{(have or 0) / 2 ** 30:.0f} GB of memory (k = {k} needs about {nbytes / 2 ** 30:.0f} GB for this batch)", k)
 
 
 def check_nbest(nbest) -> int:

@@ -79,7 +79,7 @@ def _value(S, N1, k, V0, LV, slot, item, r, cell):
 
 
 @nb.njit(cache=True, nogil=True, inline="always")
-def _push(HS, HD, HA, HB, base, size, s, d, a, b):
+def heap_push(HS, HD, HA, HB, base, size, s, d, a, b):
     """Push (s; d, a, b) on the max-heap H*[base:base+size]; the new size."""
     i = size
     while i > 0:
@@ -93,7 +93,7 @@ def _push(HS, HD, HA, HB, base, size, s, d, a, b):
 
 
 @nb.njit(cache=True, nogil=True, inline="always")
-def _pop(HS, HD, HA, HB, base, size):
+def heap_pop(HS, HD, HA, HB, base, size):
     """Drop the top of the max-heap H*[base:base+size] (read it first); the new size."""
     size -= 1
     s, d, a, b = HS[base + size], HD[base + size], HA[base + size], HB[base + size]
@@ -179,7 +179,8 @@ def _ensure(S, N1, k, z, item0, cell0, j0):
             if done[item, cell]:
                 result, sp = 0, sp - 1
                 continue
-            if slot[item, cell] < 0 and not _seed(S, N1, k, V0, D0, LV, slot, free, hsize, HS, HD, HA, HB, top_v, top_d, item, w, i, cell):
+            if slot[item, cell] < 0 and not _seed(S, N1, k, V0, D0, LV, slot, free, hsize, HS, HD, HA, HB, top_v,
+                                                  top_d, item, w, i, cell):
                 return -1
         d, a, b = _derivation(k, D0, LD, LA, LB, slot, item, cell, C[item, cell] - 1)   # the last one made
         lt, lc, rt, rc = _operands(item, w, i, d, N1)
@@ -193,16 +194,16 @@ def _ensure(S, N1, k, z, item0, cell0, j0):
         base, c0 = slot[item, cell] * (2 * k + 2), _const(S, item, d)
         if phase == 1:
             if result:
-                hsize[item, cell] = _push(HS, HD, HA, HB, base, hsize[item, cell], c0 + _value(S, N1, k, V0, LV, slot, lt, a, lc)
-                                            + _value(S, N1, k, V0, LV, slot, rt, b + 1, rc), d, a, b + 1)
+                v = c0 + _value(S, N1, k, V0, LV, slot, lt, a, lc) + _value(S, N1, k, V0, LV, slot, rt, b + 1, rc)
+                hsize[item, cell] = heap_push(HS, HD, HA, HB, base, hsize[item, cell], v, d, a, b + 1)
             if b == 0:
                 stack[sp - 1, 3] = 2
                 stack[sp, 0], stack[sp, 1], stack[sp, 2], stack[sp, 3] = lt, lc, a + 1, 0
                 sp += 1
                 continue
         elif result:
-            hsize[item, cell] = _push(HS, HD, HA, HB, base, hsize[item, cell], c0 + _value(S, N1, k, V0, LV, slot, lt, a + 1, lc)
-                                        + _value(S, N1, k, V0, LV, slot, rt, 0, rc), d, a + 1, 0)
+            v = c0 + _value(S, N1, k, V0, LV, slot, lt, a + 1, lc) + _value(S, N1, k, V0, LV, slot, rt, 0, rc)
+            hsize[item, cell] = heap_push(HS, HD, HA, HB, base, hsize[item, cell], v, d, a + 1, 0)
         if hsize[item, cell] == 0:                   # no derivation left
             done[item, cell] = True
             result, sp = 0, sp - 1
@@ -210,7 +211,7 @@ def _ensure(S, N1, k, z, item0, cell0, j0):
         r = C[item, cell]
         at = slot[item, cell] * (k - 1) + r - 1
         LV[at], LD[at], LA[at], LB[at] = HS[base], HD[base], HA[base], HB[base]
-        hsize[item, cell] = _pop(HS, HD, HA, HB, base, hsize[item, cell])
+        hsize[item, cell] = heap_pop(HS, HD, HA, HB, base, hsize[item, cell])
         C[item, cell] = r + 1
         if r + 1 == k:
             done[item, cell] = True                  # no rank past k is ever asked for
