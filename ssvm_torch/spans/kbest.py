@@ -68,9 +68,13 @@ def _labeled(S, U, charts, scores, k):
     tree's spans as slots (2n - 1 of them, in chart order), their labels' scores relative to the best."""
     B, M, _, L = S.shape
     flat = charts.flatten(2)                                                  # (B, k, M * M)
-    m = int(flat.sum(2).max())
-    cells = torch.argsort((~flat).to(torch.int8), dim=2, stable=True)[:, :, :m]   # the tree's spans first
-    slot = torch.arange(m, device=S.device) < flat.sum(2, keepdim=True)       # (B, k, m)
+    count = flat.sum(2)                                                       # 2 n - 1 spans per tree, 0 past them
+    m = int(count.max())
+    b, r, cell = flat.nonzero(as_tuple=True)                                  # ordered by (b, r, cell)
+    start = (torch.cumsum(count.flatten(), 0) - count.flatten()).reshape(B, k)
+    cells = torch.zeros(B, k, m, dtype=torch.int64, device=S.device)
+    cells[b, r, torch.arange(b.shape[0], device=S.device) - start[b, r]] = cell   # each tree's spans, in chart order
+    slot = torch.arange(m, device=S.device) < count[..., None]                # (B, k, m)
     rows = torch.arange(B, device=S.device)[:, None, None]
     chosen = S.reshape(B, M * M, L)[rows, cells]                              # (B, k, m, L)
     neutral = torch.full_like(chosen[0, 0, 0], float("-inf"))
