@@ -360,3 +360,28 @@ def test_a_k_past_the_machines_memory_is_refused_by_name():
         dependency_decode(torch.randn(2, 5, 5), nbest=10 ** 12)
     with pytest.raises(SSVMInputError, match="nbest: .*fit this machine's"):
         span_decode(torch.randn(2, 6, 6), nbest=10 ** 12)
+
+
+def test_compiled_label_expansion_equals_the_torch_one():
+    """trees.labelings.kbest_labeled: the compiled merge (the CPU path) against the torch ops (every other
+    device): the same scores at every rank, the same empty ranks, and each rank's labels give its score; -inf
+    options, ties, structures without a tree, parts without options to choose."""
+    from ssvm_torch.trees.labelings import kbest_labeled
+    gen = torch.Generator().manual_seed(5)
+    for trial in range(60):
+        S, m, L, k = (int(torch.randint(lo, hi, (), generator=gen)) for lo, hi in ((1, 6), (0, 7), (1, 6), (1, 12)))
+        scores = torch.randn(3, S, generator=gen, dtype=torch.float64).sort(1, descending=True).values
+        scores[torch.rand(3, S, generator=gen) < 0.2] = float("-inf")
+        opt = torch.randn(3, S, m, L, generator=gen, dtype=torch.float64)
+        opt[torch.rand(opt.shape, generator=gen) < 0.2] = float("-inf")
+        opt[..., 0] = 0.0 if trial % 2 else opt[..., 0].clamp(min=-1.0)
+        if trial % 3 == 0:
+            opt = opt.round()
+        got, ref = kbest_labeled(scores, opt, k), kbest_labeled(scores, opt, k, kernels="torch")
+        torch.testing.assert_close(got[2], ref[2])
+        assert torch.equal(got[0] < 0, ref[0] < 0)
+        pick, labels, best = got
+        for b, q in (pick >= 0).nonzero().tolist():
+            s = int(pick[b, q])
+            want = scores[b, s] + sum(float(opt[b, s, t, labels[b, q, t]]) for t in range(m))
+            assert abs(float(want) - float(best[b, q])) < 1e-9
