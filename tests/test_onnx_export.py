@@ -142,3 +142,51 @@ def test_the_semimarkov_scan_recursion_equals_the_loop():
         lengths[0] = T
         a, b = best(S, first, last, trans, lengths), best_scan(S, first, last, trans, lengths)
         assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+
+
+class Parser(torch.nn.Module):
+    """A toy arc scorer under a DependencyTree (or span scorer under a ConstituencyTree) whose forward decodes."""
+
+    def __init__(self, layer, spans: bool = False):
+        super().__init__()
+        self.proj, self.layer, self.spans = torch.nn.Linear(8, 8), layer, spans
+
+    def forward(self, x, mask):
+        scores = self.proj(x) @ x.transpose(1, 2)
+        return self.layer.decode(scores, lengths=mask.sum(1)) if self.spans else self.layer.decode(scores, mask)
+
+
+@pytest.mark.parametrize("kind", ["projective", "spans"])
+def test_a_tree_layer_exports_at_a_fixed_length_and_pads(tmp_path, kind):
+    """DependencyTree (projective: Eisner's torch recursion) and ConstituencyTree (the torch CKY) decode inside an
+    exported graph: exported once at (3, 9), onnxruntime gives the eager layer's heads / charts for other inputs and
+    other masks of that shape (shorter sentences padded to the exported length), an empty row included."""
+    from ssvm_torch.nn import ConstituencyTree, DependencyTree
+    torch.manual_seed(1)
+    spans = kind == "spans"
+    model = Parser(ConstituencyTree() if spans else DependencyTree(), spans).eval()
+    x = torch.randn(3, 9, 8)
+    mask = torch.ones(3, 9, dtype=torch.bool)
+    mask[:, -1 if spans else 0] = False          # 8 words: 9 fenceposts (spans), or the root at position 0 (arcs)
+    mask[1, 5:] = False
+    path = tmp_path / f"{kind}.onnx"
+    torch.onnx.export(model, (x, mask), str(path), dynamo=True)
+    session = ort.InferenceSession(str(path))
+    names = [i.name for i in session.get_inputs()]
+    for trial in range(3):
+        x2 = torch.randn(3, 9, 8) * (trial + 1)
+        mask2 = mask.clone()
+        mask2[0, 8 - 2 * trial:] = False                              # another length in the same padded shape
+        if trial == 2:
+            mask2[2] = False                                          # an empty row
+        got = session.run(None, {names[0]: x2.numpy(), names[1]: mask2.numpy()})[0]
+        assert torch.equal(torch.from_numpy(got), model(x2, mask2))
+
+
+def test_a_non_projective_layer_is_refused_by_name_under_export(tmp_path):
+    from ssvm_torch.nn import DependencyTree
+    model = Parser(DependencyTree(projective=False)).eval()
+    x, mask = torch.randn(2, 6, 8), torch.ones(2, 6, dtype=torch.bool)
+    mask[:, 0] = False
+    with pytest.raises(Exception, match="projective: False decodes by Chu-Liu-Edmonds on the host"):
+        torch.onnx.export(model, (x, mask), str(tmp_path / "np.onnx"), dynamo=True)

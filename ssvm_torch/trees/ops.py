@@ -54,6 +54,10 @@ def best(S: torch.Tensor, lengths: torch.Tensor, projective: bool, multiroot: bo
     or left with a score below -1e29 for the caller to name."""
     S = S.detach()
     B, N, _ = S.shape
+    if not projective and torch.compiler.is_exporting():
+        raise SSVMInputError("projective: False decodes by Chu-Liu-Edmonds on the host, which torch.export (and so "
+                             "ONNX export) cannot trace; export a projective layer (Eisner's torch recursion exports) "
+                             "or decode outside the exported graph")
     if projective and not use_numba(S, kernels):
         heads, scores = _eisner(S).best_tree(S, lengths, multiroot)
     else:                              # compiled kernels, or Chu-Liu-Edmonds on the host for any device
