@@ -16,7 +16,7 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from ..trees.numba_kbest import heap_pop, heap_push
+from ..trees.numba_kbest import heap_pop, heap_push, keep_best
 
 NEG_INF = -np.inf
 #: max-reductions vectorize once NaN is ruled out (the scores are checked first), as in numba_cky
@@ -87,15 +87,8 @@ def _ensure(S, N1, k, V0, D0, C, done, slot, hsize, HS, HD, HA, HB, LV, LD, LA, 
                     if u == D0[cell]:
                         continue
                     v = V0[u * N1 + i] + V0[(w - u) * N1 + i + u] + S[i, i + w]   # the max-plus pass's order
-                    if not v > NEG_INF or (m == k and v <= top_v[m - 1]):
-                        continue
-                    t = m if m < k else k - 1
-                    while t > 0 and top_v[t - 1] < v:
-                        top_v[t], top_d[t] = top_v[t - 1], top_d[t - 1]
-                        t -= 1
-                    top_v[t], top_d[t] = v, u
-                    if m < k:
-                        m += 1
+                    if v > NEG_INF:
+                        m = keep_best(top_v, top_d, m, k, v, u)
                 base = s * (2 * k + 2)
                 for t in range(m):                     # descending: already a max-heap
                     HS[base + t], HD[base + t], HA[base + t], HB[base + t] = top_v[t], top_d[t], 0, 0

@@ -1,7 +1,7 @@
 """The k best dependency trees of every row (first order, projective or not, single- or multi-root; second
 order with sibling scores; with relations), by Lawler's partition (:mod:`ssvm_torch.trees.lawler`) over the
 package's best-tree oracles; first-order projective trees on the CPU by the compiled k-best Eisner instead
-(:mod:`ssvm_torch.trees.numba_kbest`: Huang & Chiang 2005's lists per chart item, O(n^3 + n^2 k log k)).
+(:mod:`ssvm_torch.trees.numba_kbest`: Huang & Chiang 2005's lazy k-best on Eisner's items).
 
 A part is an arc (m, h), a flat index into the arc scores; forcing it excludes every other head of word m, so a
 subproblem is one call of the ordinary best-tree oracle with -inf there. Exact for every tree kind the oracles

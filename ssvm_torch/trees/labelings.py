@@ -22,6 +22,7 @@ import torch
 
 from ..chain.checks import tracing
 from ..devices import from_host, to_host
+from .numba_kbest import keep_best
 
 
 @nb.njit(cache=True, nogil=True)
@@ -49,13 +50,7 @@ def nb_kbest_labeled(scores, D, ids, k, pick, labels, best):
                         v = vals[s, p] + D[b, s, t, q]
                         if not v > -np.inf or (n == k and not v > cand[n - 1]):
                             break
-                        j = n if n < k else k - 1
-                        while j > 0 and cand[j - 1] < v:
-                            cand[j], code[j] = cand[j - 1], code[j - 1]
-                            j -= 1
-                        cand[j], code[j] = v, p * Lk + q
-                        if n < k:
-                            n += 1
+                        n = keep_best(cand, code, n, k, v, p * Lk + q)
                 c = n
                 for r in range(c):
                     vals[s, r] = cand[r]

@@ -123,6 +123,21 @@ def _derivation(k, D0, LD, LA, LB, slot, item, cell, r):
 
 
 @nb.njit(cache=True, nogil=True, inline="always")
+def keep_best(vals, keys, m, k, v, key):
+    """Insert (v, key) into vals[:m] / keys[:m], the k largest values so far in descending order (v not above the
+    k-th when they are full: left out); the new count. The seeding of a lazy item's k best splits (here and in
+    :mod:`ssvm_torch.spans.numba_kbest`) and the label merge (:mod:`ssvm_torch.trees.labelings`)."""
+    if m == k and not v > vals[m - 1]:
+        return m
+    t = m if m < k else k - 1
+    while t > 0 and vals[t - 1] < v:
+        vals[t], keys[t] = vals[t - 1], keys[t - 1]
+        t -= 1
+    vals[t], keys[t] = v, key
+    return m + 1 if m < k else m
+
+
+@nb.njit(cache=True, nogil=True, inline="always")
 def _seed(S, N1, k, V0, D0, LV, slot, free, hsize, HS, HD, HA, HB, top_v, top_d, item, w, i, cell):
     """An item's pool slot and candidate heap: the (0, 0) derivations of its k best splits other than the best
     one (module docstring). False when the pool is full."""
@@ -139,15 +154,8 @@ def _seed(S, N1, k, V0, D0, LV, slot, free, hsize, HS, HD, HA, HB, top_v, top_d,
             continue
         lt, lc, rt, rc = _operands(item, w, i, d, N1)
         v = _const(S, item, d) + _value(S, N1, k, V0, LV, slot, lt, 0, lc) + _value(S, N1, k, V0, LV, slot, rt, 0, rc)
-        if not v > NEG_INF or (m == k and v <= top_v[m - 1]):
-            continue
-        t = m if m < k else k - 1
-        while t > 0 and top_v[t - 1] < v:
-            top_v[t], top_d[t] = top_v[t - 1], top_d[t - 1]
-            t -= 1
-        top_v[t], top_d[t] = v, d
-        if m < k:
-            m += 1
+        if v > NEG_INF:
+            m = keep_best(top_v, top_d, m, k, v, d)
     for t in range(m):                                 # descending: already a max-heap
         HS[base + t], HD[base + t], HA[base + t], HB[base + t] = top_v[t], top_d[t], 0, 0
     hsize[item, cell] = m
