@@ -14,25 +14,31 @@ UD_RUN_DEFAULTS = {"passes": 20, "gap_check": 5, "lams": [1e-2, 3e-3, 1e-3, 3e-4
 # the constituency task's grid and budget (docs/structures.md: its results ran this protocol)
 UD_SPANS_RUN_DEFAULTS = {"passes": 60, "gap_check": 10, "lams": [1e-2, 3e-3, 1e-3, 3e-4, 1e-4]}
 
-TREE_KINDS = ("projective", "non-projective")
+TREE_KINDS = ("projective", "non-projective", "second-order")
+SIBLING_FEATURES = "mcdonald-pereira"       # the second-order features (data/sibling_features.py)
 
 
 def ud_ewt(name, train_size=None, unary_only=False, device=None, dtype=torch.float64, features=None, min_count=1,
            heldout=None, loss=None, trees=None) -> Problem:
     """UD English-EWT dependency parsing: first-order arc features of a template (default ``mcdonald``),
-    projective (Eisner) or non-projective (Chu-Liu-Edmonds) single-root trees; ``heldout="dev"`` evaluates on
+    projective (Eisner) or non-projective (Chu-Liu-Edmonds) single-root trees, or ``trees="second-order"``:
+    projective trees with adjacent-sibling parts too (McDonald & Pereira 2006's features, the second-order
+    Eisner algorithm; models/sibling_dependency.py); ``heldout="dev"`` evaluates on
     the released dev split (model selection; the test file's trees are then never scored). Gold UPOS / XPOS
     are inputs (the treebank's own tags). Metrics: UAS and LAS in percent by the CoNLL 2018 shared task's
     definitions (every word, punctuation included; LAS on the universal part of DEPREL, the relations from
     the second-stage labeler of :mod:`ssvm_torch.labeler`)."""
     from .data.trees import load_ud_dependencies
-    from .models import DependencyModel
+    from .models import DependencyModel, SiblingDependencyModel
     check(heldout in (None, "dev"), "heldout", f"None or 'dev' for {name!r} (it has a released development split)",
           heldout)
     trees = trees or "projective"
     check(trees in TREE_KINDS, "trees", f"one of {list(TREE_KINDS)}", repr(trees))
-    train, test = load_ud_dependencies(features or "mcdonald", min_count, "dev" if heldout else "test", train_size)
-    model = DependencyModel.for_data(train, projective=trees == "projective", loss=loss or "hamming")
+    second = trees == "second-order"
+    train, test = load_ud_dependencies(features or "mcdonald", min_count, "dev" if heldout else "test", train_size,
+                                       siblings=SIBLING_FEATURES if second else None)
+    model = (SiblingDependencyModel if second else DependencyModel).for_data(
+        train, projective=trees != "non-projective", loss=loss or "hamming")
     labeler = {}
 
     def evaluate(w):

@@ -26,13 +26,14 @@ import pytest
 import torch
 
 from conftest import (all_labeled_trees, all_segmentations, random_chain_data, random_dependency_data,
-                      random_segment_data, random_span_data)
+                      random_segment_data, random_sibling_data, random_span_data)
 from tree_reference import all_trees
 from ssvm_torch import Solver, SolverConfig, make_store
 from ssvm_torch.solvers import make_solver
 from ssvm_torch.data import ChainData, ExplicitData, FlatData, GraphData, GraphExample, PairData, PoseData
 from ssvm_torch.models import (ChainModel, ConstituencyModel, DependencyModel, ExplicitModel, GraphCutModel,
-                               MatchingModel, MulticlassModel, MultiLabelModel, SemiMarkovModel, TreePoseModel)
+                               MatchingModel, MulticlassModel, MultiLabelModel, SemiMarkovModel,
+                               SiblingDependencyModel, TreePoseModel)
 from ssvm_torch.oracles.distance_transform import tree_max_sum, torch_dt1d
 from ssvm_torch.outputs import load_checkpoint, save_checkpoint
 
@@ -150,6 +151,11 @@ def dependency_trees(model, data, i):
     return torch.tensor(all_trees(int(data.lengths[i]), model.projective, model.multiroot))
 
 
+def sibling(rng, table_max=None):
+    data = random_sibling_data(rng, 5, 7, lmin=1, lmax=4, per_arc=3, table_max=table_max)
+    return SiblingDependencyModel.for_data(data), data, None
+
+
 def semimarkov(rng, outside=None):
     data = random_segment_data(rng, 5, 3, 2, 3, tmin=1, tmax=4, outside=outside, sparse=True)
     return SemiMarkovModel.for_data(data, max_length=2, outside=outside), data, None
@@ -180,6 +186,8 @@ STRUCTURES = {
     "dependency": Structure(dependency, dependency_trees, two_kernels=True),
     "dependency-nonprojective": Structure(lambda rng: dependency(rng, projective=False), dependency_trees,
                                           two_kernels=True),
+    "sibling-dependency": Structure(sibling, dependency_trees),
+    "sibling-dependency-searched": Structure(lambda rng: sibling(rng, table_max=0), dependency_trees),
     "semimarkov": Structure(semimarkov, segmentations, two_kernels=True),
     "semimarkov-outside": Structure(lambda rng: semimarkov(rng, outside=0), segmentations),
     "constituency": Structure(constituency, labeled_trees, two_kernels=True),
@@ -532,4 +540,4 @@ def block_is_a_dual_point(store, model, data, i, lam, enumerate_):
 def test_conformance_registry_covers_every_structure():
     kinds = {type(STRUCTURES[n].make(np.random.default_rng(0))[0]) for n in STRUCTURES}
     assert kinds == {ChainModel, ConstituencyModel, DependencyModel, ExplicitModel, GraphCutModel, MatchingModel,
-                     MulticlassModel, MultiLabelModel, SemiMarkovModel, TreePoseModel}
+                     MulticlassModel, MultiLabelModel, SemiMarkovModel, SiblingDependencyModel, TreePoseModel}

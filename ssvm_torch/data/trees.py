@@ -19,7 +19,8 @@ import torch
 
 from ..errors import SSVMInputError, check
 from . import feature_cache
-from .arc_features import featurize, get_arc_template
+from .arc_features import code_columns, featurize, get_arc_template
+from .sibling_features import SiblingDesign, build_designs, get_sibling_template
 from .ud import UD_EWT, Treebank, read_conllu, universal
 from .types import RaggedOffsets, data_file, ptr_rows
 
@@ -46,6 +47,7 @@ class DependencyData(RaggedOffsets):
     tok_ptr: torch.Tensor | None = None
     tok_ids: torch.Tensor | None = None
     observed: torch.Tensor | None = None
+    sib: SiblingDesign | None = None            # second-order (sibling) features: models/sibling_dependency.py
 
     def __post_init__(self):
         self.check_word_offsets()
@@ -90,6 +92,11 @@ class DependencyData(RaggedOffsets):
                   and tuple(self.observed.shape) == (W,), "observed", f"None or a bool tensor ({W},): a flag per word",
                   tuple(self.observed.shape) if isinstance(self.observed, torch.Tensor) else type(self.observed).__name__)
             self.observed = self.observed.to(self.offsets.device)
+        if self.sib is not None:
+            check(isinstance(self.sib, SiblingDesign) and tuple(self.sib.codes.shape)[:1] == (W,), "sib",
+                  f"None or a SiblingDesign with the codes of the {W} words", getattr(self.sib, "codes", self.sib))
+            check(self.sib.offset + self.sib.n_features <= self.n_features, "n_features",
+                  f">= {self.sib.offset + self.sib.n_features} (the sibling features' ids end there)", self.n_features)
 
     def arc_words(self) -> torch.Tensor:
         """(A,) the word (an index into ``heads``) that each arc enters: arc k of sentence i is an arc into word
@@ -127,7 +134,7 @@ class DependencyData(RaggedOffsets):
                                      f"{int(self.heads[k])}, the tree gives it {int(heads[k])} (a completion keeps "
                                      "every observed head)")
         return DependencyData(self.offsets, heads, self.labels, self.arc_off, self.ptr, self.ids, self.n_features,
-                              self.name, dict(self.meta), self.tok_ptr, self.tok_ids, self.observed)
+                              self.name, dict(self.meta), self.tok_ptr, self.tok_ids, self.observed, self.sib)
 
     def padded_heads(self, idx=None, heads: torch.Tensor | None = None) -> torch.Tensor:
         """Gold heads of the sentences ``idx`` (default all) in the tree package's layout (B, N): -1 at the
@@ -148,7 +155,8 @@ class DependencyData(RaggedOffsets):
         return DependencyData(self.offsets.to(device), self.heads.to(device), self.labels.to(device),
                               self.arc_off.to(device), self.ptr.to(device), self.ids.to(device), self.n_features,
                               self.name, self.meta, self.tok_ptr.to(device), self.tok_ids.to(device),
-                              None if self.observed is None else self.observed.to(device))
+                              None if self.observed is None else self.observed.to(device),
+                              None if self.sib is None else self.sib.to(device))
 
     def subset(self, idx) -> "DependencyData":
         """The sentences ``idx`` in that order (their arcs' features carried along)."""
@@ -167,7 +175,8 @@ class DependencyData(RaggedOffsets):
         return DependencyData(torch.cat([zero, torch.cumsum(lengths, 0)]), self.heads[words], self.labels[words],
                               torch.cat([zero, torch.cumsum(lengths * lengths, 0)]), torch.cat([zero, torch.cumsum(counts, 0)]),
                               self.ids[nz], self.n_features, self.name, meta, torch.cat([zero, torch.cumsum(tcounts, 0)]),
-                              self.tok_ids[tnz], None if self.observed is None else self.observed[words])
+                              self.tok_ids[tnz], None if self.observed is None else self.observed[words],
+                              None if self.sib is None else self.sib.with_words(words))
 
 
 
@@ -191,13 +200,16 @@ def _container(tb: Treebank, arrays: dict, split: str, d: int, names: list[str],
 
 
 def load_ud_dependencies(features="mcdonald", min_count: int = 1, evaluate_on: str = "test",
-                         train_size: int | None = None, cache: bool = True) -> tuple[DependencyData, DependencyData]:
+                         train_size: int | None = None, cache: bool = True,
+                         siblings=None) -> tuple[DependencyData, DependencyData]:
     """(train, evaluation split) of UD English-EWT under the arc template ``features``: ``evaluate_on``
     "test" (the final evaluation) or "dev" (model selection: the test file's trees are then never scored).
     ``train_size`` keeps the first N training sentences. The designs of all three splits are featurized
     together once (one coding of the columns, the dictionary from the training gold arcs) and cached on
     disk, keyed by the template, ``min_count``, ``train_size`` and the files' checksums; ``meta
-    ["featurization"]`` says how long building took and whether the cache answered."""
+    ["featurization"]`` says how long building took and whether the cache answered. ``siblings``: a sibling
+    template (:mod:`ssvm_torch.data.sibling_features`, e.g. ``"mcdonald-pereira"``) adds the second-order
+    features, their ids after the arc features' (its dictionary from the training gold trees too)."""
     check(evaluate_on in ("dev", "test"), "evaluate_on", "'dev' or 'test'", repr(evaluate_on))
     template = get_arc_template(features)
     paths = {s: data_file(p) for s, p in UD_EWT.items()}
@@ -225,4 +237,16 @@ def load_ud_dependencies(features="mcdonald", min_count: int = 1, evaluate_on: s
     names = label_set(tbs["train"])
     train = _container(tbs["train"], arrays, "train", d, names, "ud-ewt-train", info)
     other = _container(tbs[evaluate_on], arrays, evaluate_on, d, names, f"ud-ewt-{evaluate_on}", info)
-    return train, other
+    if siblings is None:
+        return train, other
+    stemplate = get_sibling_template(siblings)
+    codes, radix = code_columns([tbs["train"], tbs[evaluate_on]])
+    sib_train, sib_other = build_designs(stemplate, codes, radix, tbs["train"].offsets, tbs["train"].heads, d,
+                                         min_count)
+    total = d + sib_train.n_features
+    info = {**info, "sibling_template": stemplate.name, "sibling_items": stemplate.text(),
+            "n_sibling_features": sib_train.n_features, "n_features": total,
+            "seconds": time.perf_counter() - t0}
+    return tuple(DependencyData(x.offsets, x.heads, x.labels, x.arc_off, x.ptr, x.ids, total, x.name,
+                                {**x.meta, "featurization": info}, x.tok_ptr, x.tok_ids, None, sib)
+                 for x, sib in ((train, sib_train), (other, sib_other)))

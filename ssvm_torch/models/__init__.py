@@ -10,6 +10,7 @@ from .graphcut import GraphCutModel
 from .matching import MatchingModel
 from .pose import TreePoseModel
 from .semimarkov import SemiMarkovModel
+from .sibling_dependency import SiblingDependencyModel
 
 __all__ = ["StructuredModel", "ChainModel", "ConstituencyModel", "DependencyModel", "EdgeChainModel", "ExplicitModel", "GraphCutModel", "MatchingModel", "MulticlassModel",
-           "MultiLabelModel", "SemiMarkovModel", "TreePoseModel"]
+           "MultiLabelModel", "SemiMarkovModel", "SiblingDependencyModel", "TreePoseModel"]

@@ -18,6 +18,7 @@ from ..models.constituency import ConstituencyModel
 from ..models.dependency import DependencyModel
 from ..models.matching import MatchingModel
 from ..models.semimarkov import SemiMarkovModel
+from ..models.sibling_dependency import SiblingDependencyModel
 from .base import BlockDual, Corner, GapPass
 from .box import BoxedDual
 from .chain import ChainDual
@@ -27,11 +28,12 @@ from .dense_compiled import CompiledDenseDual, CompiledMatchingDual
 from .host_structures import HOSTS
 from .matching import MatchingDual
 from .segments import SegmentDual
+from .sibling_tree import SiblingTreeDual
 from .spans import SpanDual
 from .tree import TreeDual
 
 __all__ = ["BlockDual", "BoxedDual", "ChainDual", "CompiledDenseDual", "CompiledMatchingDual", "Corner", "DenseDual", "EdgeChainDual", "GapPass", "KERNELS", "MatchingDual",
-           "SegmentDual", "SpanDual", "TreeDual", "make_store"]
+           "SegmentDual", "SiblingTreeDual", "SpanDual", "TreeDual", "make_store"]
 
 
 def make_store(model: StructuredModel, data, lam: float, device=None, dtype=torch.float64, kernels: str = "auto",
@@ -58,6 +60,8 @@ def make_store(model: StructuredModel, data, lam: float, device=None, dtype=torc
         store = SegmentDual(model, data, lam, device=device, dtype=dtype, n_objective=n_objective, kernels=kernels)
     elif isinstance(model, ConstituencyModel):
         store = SpanDual(model, data, lam, device=device, dtype=dtype, kernels=kernels, n_objective=n_objective)
+    elif isinstance(model, SiblingDependencyModel):
+        store = SiblingTreeDual(model, data, lam, device=device, dtype=dtype, kernels=kernels, n_objective=n_objective)
     elif isinstance(model, DependencyModel):
         store = TreeDual(model, data, lam, device=device, dtype=dtype, kernels=kernels, n_objective=n_objective)
     else:

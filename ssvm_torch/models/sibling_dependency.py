@@ -1,0 +1,147 @@
+"""Second-order (adjacent-sibling) dependency parsing as a structured SVM: McDonald & Pereira 2006's model (their
+second-order projective Eisner algorithm; here :mod:`ssvm_torch.trees.sibling_ops`, SuPar's layout), trained by
+the toolkit's Frank-Wolfe solvers instead of MIRA. Data-free; the compact block store is
+:mod:`ssvm_torch.stores.sibling_tree`.
+
+phi(x, y) = sum over the words m of f(x, y_m -> m) (the first-order arc features of :class:`DependencyModel`)
++ sum over the words m with an adjacent sibling s_m of g(x, y_m, s_m, m) (the sibling features of
+:mod:`ssvm_torch.data.sibling_features`, ids after the arc features'), so <w, phi(x, y)> is the tree's score
+under arc scores theta(h -> m) and sibling scores sigma(h, s, m) (:func:`ssvm_torch.trees.sibling.sibling_score`).
+Task loss as the first-order model's (Hamming over heads, or normalized): it decomposes over arcs, so loss
+augmentation changes the arc scores only. Projective trees (exact second-order non-projective decoding is
+NP-hard, McDonald & Pereira 2006); a gold tree outside that space joins its own sentence's space, as in
+:class:`DependencyModel` (the hinge stays >= 0).
+
+Labelings: heads (B, N) int64 rows as :class:`DependencyModel`'s.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from ..data.sibling_features import sibling_part_ids, sibling_scores_torch
+from ..data.trees import DependencyData
+from ..devices import from_host, to_host
+from ..errors import SSVMInputError, check
+from ..trees import sibling_ops
+from ..trees.checks import tree_faults, word_mask
+from ..trees.sibling import adjacent_siblings, sibling_score
+from .dependency import DependencyModel
+
+#: sentences decoded per batch on the torch path: its sibling scores are (B, N, N, N)
+TORCH_CELLS = 1 << 24
+
+
+class SiblingDependencyModel(DependencyModel):
+    """Arc-factored plus adjacent-sibling trees over :class:`DependencyData` carrying sibling features
+    (``data.sib``); ``n_features`` counts both kinds."""
+
+    kind = "sibling-dependency"
+
+    def __init__(self, n_features: int, projective: bool = True, multiroot: bool = False, loss: str = "hamming"):
+        check(projective is True, "projective", "True (second-order decoding is projective: exact second-order "
+              "non-projective decoding is NP-hard, McDonald & Pereira 2006)", projective)
+        super().__init__(n_features, True, multiroot, loss)
+
+    def describe(self) -> dict:
+        return {**super().describe(), "kind": self.kind,
+                "phi": "sum over words of the arc features of head -> word, plus the sibling features of (head, "
+                       "adjacent sibling, word)"}
+
+    def check_data(self, data, field: str = "data") -> None:
+        super().check_data(data, field)
+        check(data.sib is not None, f"{field}.sib", "sibling features (load_ud_dependencies(..., siblings=...) or "
+              "a SiblingDesign)", None)
+        check(not data.partial, f"{field}.observed", "every head observed (the latent SSVM trains the first-order "
+              "model: ssvm_torch/latent.py)", "some words unobserved")
+
+    # -- scores ---------------------------------------------------------------------------------------------
+    def scores(self, w, data: DependencyData, idx):
+        """(arc scores (B, N, N), sibling scores (B, N, N, N)) of the sentences ``idx`` (trees package layout)."""
+        idx = torch.as_tensor(idx, device=data.device).reshape(-1)
+        S = self.arc_scores(w, data, idx)
+        w = torch.as_tensor(w).to(data.device)
+        N = S.shape[1]
+        if self.compiled(w):
+            return S, self._sibling_scores_host(w, data, idx, N)
+        return S, sibling_scores_torch(data.sib, w, data.offsets[idx], data.lengths[idx], N)
+
+    @staticmethod
+    def _sibling_scores_host(w, data, idx, N):
+        from ..data.sibling_keys import fill_sibling_scores
+        des = data.sib.host()
+        wh, starts, lengths = to_host(w), to_host(data.offsets), to_host(data.lengths)
+        out = np.full((len(idx), N, N, N), -np.inf)
+        for b, i in enumerate(to_host(idx).tolist()):
+            fill_sibling_scores(*des, int(starts[i]), int(lengths[i]), wh, out[b])
+        return from_host(out, data.device)
+
+    def augment(self, scores, data: DependencyData, idx):
+        S, SB = scores
+        return super().augment(S, data, idx), SB
+
+    def decode(self, scores, data: DependencyData, idx) -> torch.Tensor:
+        idx = torch.as_tensor(idx, device=data.device).reshape(-1)
+        S, SB = scores
+        heads, _ = sibling_ops.best(S, SB, data.lengths[idx], self.multiroot,
+                                    "torch" if self.kernels == "torch" else "auto")
+        return heads
+
+    def oracle(self, w, data: DependencyData, idx, phi_gt=None):
+        """Loss-augmented second-order decoding with the gold tree in its sentence's space."""
+        idx = torch.as_tensor(idx, device=data.device).reshape(-1)
+        S, SB = self.scores(w, data, idx)
+        labels = self.decode(self.augment((S, SB), data, idx), data, idx)
+        gold = self.gt_batch(data, idx)
+        lengths = data.lengths[idx]
+        gold_score = sibling_score(S, SB, gold, lengths)
+        aug = sibling_score(S, SB, labels, lengths) + self.loss(data, idx, labels).to(S.dtype)
+        outside = tree_faults(gold, lengths, self.multiroot, True) != 0
+        take_gold = outside & (aug < gold_score)
+        labels = torch.where(take_gold[:, None], gold, labels)
+        H = torch.where(take_gold, torch.zeros_like(aug), aug - gold_score)
+        return labels, H
+
+    # -- features -------------------------------------------------------------------------------------------
+    def phi(self, data: DependencyData, idx, labels) -> torch.Tensor:
+        """Dense (B, d): the arc features' counts and the sibling parts' (small d: tests, the generic stores)."""
+        dev = data.device
+        idx = torch.as_tensor(idx, device=dev).reshape(-1)
+        labels = torch.as_tensor(labels, device=dev).reshape(idx.shape[0], -1)
+        out = super().phi(data, idx, labels)
+        lengths = data.lengths[idx]
+        heads = torch.full((idx.shape[0], int(lengths.max()) + 1), -1, dtype=torch.int64, device=dev)
+        heads[:, 1:] = torch.where(word_mask(lengths, heads.shape[1])[:, 1:], labels[:, 1:heads.shape[1]], -1)
+        sib = adjacent_siblings(heads, lengths)
+        for b, i in enumerate(idx.tolist()):
+            start = int(data.offsets[i])
+            for m in range(1, int(lengths[b]) + 1):
+                s = int(sib[b, m])
+                if s > 0:
+                    for f in sibling_part_ids(data.sib, start, int(heads[b, m]), s, m):
+                        out[b, f] += 1.0
+        return out
+
+    # -- prediction -----------------------------------------------------------------------------------------
+    def predict_flat(self, w: torch.Tensor, data: DependencyData) -> torch.Tensor:
+        """The best second-order tree of every sentence at w, flat heads (W,) aligned with ``data.heads``; in
+        batches of at most :data:`TORCH_CELLS` sibling scores, sentences sorted by length."""
+        order = torch.argsort(data.lengths, stable=True)
+        out = torch.empty_like(data.heads)
+        start = 0
+        while start < data.n:
+            stop = start + 1
+            while stop < data.n and (stop - start + 1) * (int(data.lengths[order[stop]]) + 1) ** 3 <= TORCH_CELLS:
+                stop += 1
+            idx = order[start:stop]
+            heads = self.predict(w, data, idx)
+            lengths = data.lengths[idx]
+            words = data.offsets[idx].repeat_interleave(lengths) + torch.cat(
+                [torch.arange(int(n), device=data.device) for n in lengths.tolist()])
+            out[words] = heads[:, 1:][word_mask(lengths, heads.shape[1])[:, 1:]]
+            start = stop
+        return out
+
+    def complete(self, w, data, batch: int = 256):
+        raise SSVMInputError("data.observed: the latent SSVM's completion runs on the first-order model "
+                             "(DependencyModel); the second-order model trains on fully observed trees")

@@ -1,0 +1,155 @@
+"""The second-order (adjacent-sibling) SSVM beyond the conformance suite (which holds its oracle, gap, blocks,
+checkpoints and every solver to brute force): gold trees outside the projective space, the compiled scores
+against the torch ones, the compiled feature keys against the readable feature strings on UD English-EWT, the
+part pool's moves, refusals by name, and ssvm-train's ``--trees second-order``."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import random_sibling_data
+from ssvm_torch import SolverConfig, make_store
+from ssvm_torch.cli.train import main as train_main
+from ssvm_torch.errors import SSVMInputError
+from ssvm_torch.models import SiblingDependencyModel
+from ssvm_torch.solvers.make import make_solver
+from tree_reference import all_trees
+
+
+def test_gold_outside_the_space_keeps_the_hinge_nonnegative_and_the_gap_exact():
+    """Some gold trees non-projective: a block's labelings are the projective trees plus its gold tree, so H_i >= 0
+    and the store's gap equals primal - dual computed by brute force over that set (phi dense, the model's)."""
+    rng = np.random.default_rng(0)
+    data = random_sibling_data(rng, 10, 15, lmin=3, lmax=5, projective_only=False)
+    model = SiblingDependencyModel.for_data(data)
+    assert bool((~model.gold_in_space(data)).any()), "the random golds must include non-projective trees"
+    lam = 0.1
+    store = make_store(model, data, lam)
+    hist = make_solver(store, SolverConfig(solver="bcfw", sampling="gap", passes=8, gap_check=4, seed=1)).run()
+    w = store.w.clone()
+    H = []
+    for i in range(data.n):
+        n = int(data.lengths[i])
+        gold = data.padded_heads([i])[0, :n + 1].numpy()
+        Y = torch.tensor(np.concatenate([all_trees(n, True, False), gold[None]]))
+        idx = torch.full((len(Y),), i)
+        v = model.phi(data, idx, Y) @ w + model.loss(data, idx, Y)
+        H.append(float(v.max()) - float(model.phi(data, torch.tensor([i]), torch.tensor(gold[None])) @ w))
+    assert min(H) >= 0.0
+    primal = lam / 2 * float(w @ w) + float(np.mean(H))
+    assert hist[-1]["primal"] == pytest.approx(primal, abs=1e-9)
+    assert hist[-1]["gap"] == pytest.approx(primal - store.dual(), abs=1e-9) and hist[-1]["gap"] >= 0
+    _, H_model = model.oracle(w, data, torch.arange(data.n))
+    assert torch.allclose(H_model, torch.tensor(H, dtype=torch.float64), atol=1e-9)
+    assert torch.allclose(store.gap_pass().H, H_model, atol=1e-9)
+
+
+@pytest.mark.parametrize("table_max", [None, 0])
+def test_compiled_scores_equal_the_torch_scores(table_max):
+    """The compiled sibling scores (dense tables, or binary search with table_max 0) are the torch path's on
+    every sibling part, and the two decoders return the same trees."""
+    rng = np.random.default_rng(3)
+    data = random_sibling_data(rng, 12, 20, lmin=1, lmax=7, table_max=table_max)
+    model = SiblingDependencyModel.for_data(data)
+    w = torch.tensor(rng.normal(size=model.d))
+    idx = torch.arange(data.n)
+    S, SB = model.scores(w, data, idx)
+    St, SBt = model.with_kernels("torch").scores(w, data, idx)
+    read = torch.isfinite(SBt)
+    assert torch.allclose(S, St, atol=1e-12) and int(read.sum()) > 100
+    assert torch.allclose(SB[read], SBt[read], atol=1e-12)
+    assert torch.equal(model.predict_flat(w, data), model.with_kernels("torch").predict_flat(w, data))
+
+
+def test_ewt_keys_agree_with_the_feature_strings():
+    """On UD English-EWT's first 40 training sentences: an item of a sibling part has a feature exactly when its
+    readable feature string (SiblingTemplate.part_strings) is an item string of some gold sibling part of those
+    sentences (the dictionary's definition), and one string is always one id, one id one string."""
+    from ssvm_torch.data.sibling_features import MCDONALD_PEREIRA, sibling_part_ids
+    from ssvm_torch.data.trees import load_ud_dependencies
+    from ssvm_torch.trees.sibling import adjacent_siblings
+    train, _ = load_ud_dependencies("basic", 1, "dev", train_size=40, siblings="mcdonald-pereira")
+    heads = train.padded_heads()
+    sibs = adjacent_siblings(heads, train.lengths)
+    gold = set()
+    for i in range(train.n):
+        for m in range(1, int(train.lengths[i]) + 1):
+            if int(sibs[i, m]) > 0:
+                gold.update(MCDONALD_PEREIRA.part_strings(train.meta["sentences"][i], int(heads[i, m]),
+                                                          int(sibs[i, m]), m))
+    key_ptr = train.sib.key_ptr.numpy()
+    string_of, id_of, hits = {}, {}, 0
+    for i in range(10):
+        sent, start, n = train.meta["sentences"][i], int(train.offsets[i]), int(train.lengths[i])
+        for h in range(n + 1):
+            for m in range(1, n + 1):
+                for s in range(min(h, m) + 1, max(h, m)):
+                    strings = MCDONALD_PEREIRA.part_strings(sent, h, s, m)
+                    ids = sibling_part_ids(train.sib, start, h, s, m)
+                    items = {int(np.searchsorted(key_ptr, f - train.sib.offset, side="right")) - 1: f for f in ids}
+                    for t, st in enumerate(strings):
+                        assert (t in items) == (st in gold), st
+                        if t in items:
+                            hits += 1
+                            assert string_of.setdefault(items[t], st) == st
+                            assert id_of.setdefault(st, items[t]) == items[t]
+    assert hits > 1000 and len(id_of) > 200
+
+
+def test_the_part_pool_grows_and_stays_the_sum_of_its_blocks():
+    """Blocks outgrow their first slots over many steps (their points move to the pool's end) and w stays the
+    image of the points: recompute changes nothing beyond rounding; a checkpoint's state loads back exactly."""
+    rng = np.random.default_rng(5)
+    data = random_sibling_data(rng, 6, 12, lmin=4, lmax=6)
+    model = SiblingDependencyModel.for_data(data)
+    store = make_store(model, data, 0.01)
+    first = store.pstart.copy()
+    make_solver(store, SolverConfig(solver="bcfw", sampling="uniform", passes=30, gap_check=30, seed=2)).run()
+    assert bool((store.pstart != first).any()), "no block outgrew its first slot"
+    w = store.w.clone()
+    store.recompute()
+    assert torch.allclose(store.w, w, atol=1e-12)
+    state = store.state_dict()
+    other = make_store(model, data, 0.01)
+    other.load_state_dict(state)
+    assert torch.equal(other.w, store.w)
+    assert torch.equal(other.gap_pass().block_gaps, store.gap_pass().block_gaps)
+
+
+def test_refusals_name_the_field():
+    rng = np.random.default_rng(1)
+    data = random_sibling_data(rng, 3, 6)
+    model = SiblingDependencyModel.for_data(data)
+    with pytest.raises(SSVMInputError, match="projective"):
+        SiblingDependencyModel(model.d, projective=False)
+    with pytest.raises(SSVMInputError, match="float64"):
+        make_store(model, data, 0.1, dtype=torch.float32)
+    with pytest.raises(SSVMInputError, match="kernels 'torch'"):
+        make_store(model, data, 0.1, kernels="torch")
+    plain = data.subset(torch.arange(3))
+    plain.sib = None
+    with pytest.raises(SSVMInputError, match="data.sib"):
+        make_store(model, plain, 0.1)
+    partial = data.subset(torch.arange(3))
+    partial.observed = torch.ones(int(partial.offsets[-1]), dtype=torch.bool)
+    partial.observed[0] = False
+    with pytest.raises(SSVMInputError, match="data.observed"):
+        make_store(model, partial, 0.1)
+    state = make_store(model, data, 0.1).state_dict()
+    state["part_keys"] = state["part_keys"].flip(0)
+    with pytest.raises(SSVMInputError, match="part_keys"):
+        make_store(model, data, 0.1).load_state_dict(state)
+
+
+def test_ssvm_train_second_order_on_ud_ewt(tmp_path):
+    out = tmp_path / "run"
+    train_main(["--dataset", "ud-ewt", "--trees", "second-order", "--train-size", "40", "--passes", "2",
+                "--gap-check", "2", "--lam", "0.01", "--out", str(out)])
+    hist = json.loads((out / "history.json").read_text())
+    records = hist["records"] if isinstance(hist, dict) else hist
+    assert records[-1]["gap"] < records[0]["gap"] and records[-1]["test_uas"] > 40.0
+    config = json.loads((out / "config.json").read_text())
+    assert "second-order" in json.dumps(config)
