@@ -259,13 +259,19 @@ def ocr_small():
 
 def random_dependency_data(rng, n, d, lmin=1, lmax=5, per_arc=3, projective_only=False):
     """n random sentences of lmin..lmax words with random gold trees (projective ones if asked; otherwise
-    any tree, so some are non-projective), ``per_arc`` random binary features per arc out of d and 0-2 per head
-    token (data/trees.py's token design)."""
+    any tree, so some are non-projective; above 6 words a random attachment order), ``per_arc`` random binary
+    features per arc out of d and 0-2 per head token (data/trees.py's token design)."""
     from ssvm_torch.data.trees import DependencyData
     from tree_reference import all_trees
     lengths = rng.integers(lmin, lmax + 1, size=n)
     heads = []
     for L in lengths:
+        if L > 6 and not projective_only:          # too many trees to enumerate: attach words in a random order
+            order, tree = rng.permutation(int(L)) + 1, np.zeros(int(L) + 1, dtype=np.int64)
+            for k, m in enumerate(order):
+                tree[m] = 0 if k == 0 else order[int(rng.integers(k))]
+            heads.append(tree[1:])
+            continue
         trees = all_trees(int(L), projective_only, False)
         heads.append(trees[int(rng.integers(len(trees)))][1:])
     n_arcs = lengths * lengths

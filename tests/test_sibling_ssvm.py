@@ -49,10 +49,11 @@ def test_gold_outside_the_space_keeps_the_hinge_nonnegative_and_the_gap_exact():
 
 @pytest.mark.parametrize("table_max", [None, 0])
 def test_compiled_scores_equal_the_torch_scores(table_max):
-    """The compiled sibling scores (dense tables, or binary search with table_max 0) are the torch path's on
-    every sibling part, and the two decoders return the same trees."""
+    """The compiled sibling scores (dense tables, or binary search with table_max 0; the long sentences through
+    the head items' cubes, the short ones through the dictionary) are the torch path's on every sibling part,
+    and the two decoders return the same trees."""
     rng = np.random.default_rng(3)
-    data = random_sibling_data(rng, 12, 20, lmin=1, lmax=7, table_max=table_max)
+    data = random_sibling_data(rng, 12, 20, lmin=1, lmax=11, projective_only=False, table_max=table_max)
     model = SiblingDependencyModel.for_data(data)
     w = torch.tensor(rng.normal(size=model.d))
     idx = torch.arange(data.n)

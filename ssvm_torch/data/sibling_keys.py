@@ -85,42 +85,103 @@ def gold_sibling_keys(codes, offsets, heads, parts, part_ptr, mult):
 
 
 @nb.njit(cache=True, nogil=True)
+def _contributions(codes, parts, part_ptr, mult, start, n):
+    """Each item's key as a sum of terms: C[t, role, pos] the key's share from position pos in the role (0 head,
+    1 sibling, 2 modifier; pos 0 the root), and the multipliers of its dir / sdist parts (0: none)."""
+    T = part_ptr.shape[0] - 1
+    C = np.zeros((T, 3, n + 1), dtype=np.int64)
+    dir_mult = np.zeros(T, dtype=np.int64)
+    sdist_mult = np.zeros(T, dtype=np.int64)
+    for t in range(T):
+        for q in range(part_ptr[t], part_ptr[t + 1]):
+            kind, col, mu = parts[q, 1], parts[q, 2], mult[q]
+            if kind == 3:
+                dir_mult[t] = mu
+            elif kind == 4:
+                sdist_mult[t] = mu
+            else:
+                C[t, kind, 0] += ROOT * mu
+                for pos in range(1, n + 1):
+                    C[t, kind, pos] += codes[start + pos - 1, col] * mu
+    return C, dir_mult, sdist_mult
+
+
+@nb.njit(cache=True, nogil=True)
 def fill_sibling_scores(codes, parts, part_ptr, mult, has_head, keys, key_ptr, table, table_ptr, offset, start, n, w,
                         SB):
     """SB[m, h, s] = <w, f(h, s, m)> for every sibling part of the sentence of n words starting at ``start``
     (s strictly between h and m; other entries untouched: the decoders never read them). The items without a
-    head part are summed once per (s, m) pair (module docstring of sibling_features.py)."""
+    head part are summed once per (s, m) pair (module docstring of sibling_features.py); an item's key is a sum
+    of per-position terms (:func:`_contributions`), so the inner loop over s adds three integers per item."""
     T = part_ptr.shape[0] - 1
+    C, dir_mult, sdist_mult = _contributions(codes, parts, part_ptr, mult, start, n)
     pair = np.zeros((n + 1, n + 1))
     for s in range(1, n + 1):
         for m in range(1, n + 1):
             if s == m:
                 continue
-            hh = 0 if s < m else n + 1            # any head on m's side: the items read its side only
+            side = 0 if s < m else 1                 # s lies between h and m: h is on s's side of m
+            att = _att(s, m)
             v = 0.0
             for t in range(T):
                 if has_head[t]:
                     continue
-                e = item_entry(t, item_key(codes, start, hh, s, m, parts, part_ptr[t], part_ptr[t + 1], mult),
-                               keys, key_ptr, table, table_ptr)
+                key = C[t, 1, s] + C[t, 2, m] + side * dir_mult[t] + att * sdist_mult[t]
+                e = item_entry(t, key, keys, key_ptr, table, table_ptr)
                 if e >= 0:
                     v += w[offset + e]
             pair[s, m] = v
+    triples = 0
+    for m in range(1, n + 1):                       # the items without a head, once per (s, m)
+        for h in range(n + 1):
+            if h != m:
+                lo, hi = (h, m) if h < m else (m, h)
+                for s in range(lo + 1, hi):
+                    SB[m, h, s] = pair[s, m]
+                triples += max(hi - lo - 1, 0)
+    for t in range(T):
+        if has_head[t]:
+            _add_head_item(t, C, dir_mult, sdist_mult, keys, key_ptr, table, table_ptr, offset, n, w, triples, SB)
+
+
+@nb.njit(cache=True, nogil=True)
+def _add_head_item(t, C, dir_mult, sdist_mult, keys, key_ptr, table, table_ptr, offset, n, w, triples, SB):
+    """SB[m, h, s] += the weight of item t's feature at every sibling part. Where the item's distinct (head,
+    sibling, modifier, side) values are fewer than half the parts (long sentences: few distinct tags, n^3 / 3
+    parts), their weights are gathered once into a small cube that the parts then read (it stays in cache,
+    where the dictionary and w would not)."""
+    uh = np.unique(C[t, 0, :])
+    us = np.unique(C[t, 1, 1:])
+    um = np.unique(C[t, 2, 1:])
+    size = uh.shape[0] * us.shape[0] * um.shape[0] * 2
+    use_cube = sdist_mult[t] == 0 and 2 * size < triples
+    cube = np.zeros((uh.shape[0], us.shape[0], um.shape[0], 2) if use_cube else (1, 1, 1, 1))
+    ih = np.searchsorted(uh, C[t, 0, :])
+    is_ = np.searchsorted(us, C[t, 1, :])
+    im = np.searchsorted(um, C[t, 2, :])
+    if use_cube:
+        for a in range(uh.shape[0]):
+            for b in range(us.shape[0]):
+                for c in range(um.shape[0]):
+                    for side in range(2):
+                        e = item_entry(t, uh[a] + us[b] + um[c] + side * dir_mult[t], keys, key_ptr, table, table_ptr)
+                        if e >= 0:
+                            cube[a, b, c, side] = w[offset + e]
     for m in range(1, n + 1):
         for h in range(n + 1):
             if h == m:
                 continue
+            side = 0 if h < m else 1
             lo, hi = (h, m) if h < m else (m, h)
+            if use_cube:
+                for s in range(lo + 1, hi):
+                    SB[m, h, s] += cube[ih[h], is_[s], im[m], side]
+                continue
+            base = C[t, 0, h] + C[t, 2, m] + side * dir_mult[t]
             for s in range(lo + 1, hi):
-                v = pair[s, m]
-                for t in range(T):
-                    if not has_head[t]:
-                        continue
-                    e = item_entry(t, item_key(codes, start, h, s, m, parts, part_ptr[t], part_ptr[t + 1], mult),
-                                   keys, key_ptr, table, table_ptr)
-                    if e >= 0:
-                        v += w[offset + e]
-                SB[m, h, s] = v
+                e = item_entry(t, base + C[t, 1, s] + _att(s, m) * sdist_mult[t], keys, key_ptr, table, table_ptr)
+                if e >= 0:
+                    SB[m, h, s] += w[offset + e]
 
 
 @nb.njit(cache=True, nogil=True)
