@@ -357,7 +357,7 @@ SIBLING_TEST_TEMPLATE = "hp|sp|mp hp|sp|mp|dir sp|mp|sdist sw|mw sw|mp|dir"
 def random_sibling_data(rng, n, d, lmin=1, lmax=4, per_arc=3, projective_only=True, vocab=3, table_max=None):
     """:func:`random_dependency_data` with second-order features: random column codes (``vocab`` values per
     column) and :data:`SIBLING_TEST_TEMPLATE`'s dictionary from the gold trees (``table_max`` 0: every item
-    looked up by binary search)."""
+    looked up in a hash)."""
     from ssvm_torch.data.sibling_features import TABLE_MAX, SiblingTemplate, build_designs
     from ssvm_torch.data.trees import DependencyData
     data = random_dependency_data(rng, n, d, lmin, lmax, per_arc, projective_only)

@@ -49,7 +49,7 @@ def test_gold_outside_the_space_keeps_the_hinge_nonnegative_and_the_gap_exact():
 
 @pytest.mark.parametrize("table_max", [None, 0])
 def test_compiled_scores_equal_the_torch_scores(table_max):
-    """The compiled sibling scores (dense tables, or binary search with table_max 0; the long sentences through
+    """The compiled sibling scores (dense tables, or hashes with table_max 0; the long sentences through
     the head items' cubes, the short ones through the dictionary) are the torch path's on every sibling part,
     and the two decoders return the same trees."""
     rng = np.random.default_rng(3)

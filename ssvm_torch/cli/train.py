@@ -73,8 +73,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="conll2000: tag transitions every oracle obeys (BIO = IOB2, IOB1, BIOES chunking schemes); "
                         "refused when the scheme does not fit the tag set; None = bioes for conll2000")
     p.add_argument("--trees", choices=list(TREE_KINDS), default=None,
-                   help="ud-ewt: the decoder's trees, projective (Eisner) or non-projective (Chu-Liu-Edmonds), "
-                        "single-root either way; None = projective (docs/structures.md has both on dev)")
+                   help="ud-ewt: the decoder's trees, projective (Eisner), non-projective (Chu-Liu-Edmonds) or "
+                        "second-order (projective, with adjacent-sibling parts: McDonald & Pereira 2006), single-root "
+                        "in every case; None = projective (docs/structures.md has all three on dev)")
     p.add_argument("--tags", choices=["bio", "bioes"], default=None,
                    help="conll2000: train on the BIO tags of the file or on them converted to BIOES (predictions are "
                         "converted back to BIO before the chunk F1); None = bioes for conll2000 (the old "

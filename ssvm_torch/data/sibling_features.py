@@ -131,8 +131,9 @@ def sibling_radices(template: SiblingTemplate, radix: np.ndarray):
 class SiblingDesign:
     """The sibling features of one split: ``codes`` (W, 5) int64 the words' column codes; the template's
     ``parts`` / ``part_ptr`` / ``mult`` (:func:`sibling_radices`) and ``has_head`` (T,) bool; the dictionary
-    ``keys`` (K,) sorted within each item, ``key_ptr`` (T + 1,); ``table`` int64 (the dense lookup of the items
-    whose key space is at most :data:`TABLE_MAX`: -1 or the place in ``keys``) with ``table_ptr`` (T + 1,);
+    ``keys`` (K,) sorted within each item, ``key_ptr`` (T + 1,); ``table`` int64 with ``table_ptr`` (T + 1,): each
+    item's lookup of a key's place in ``keys`` (a dense table where its key space is at most :data:`TABLE_MAX`,
+    else a hash; data/sibling_keys.py's ``item_entry``);
     feature id of dictionary entry k = ``offset`` + k. Every tensor but ``codes`` is shared by the splits."""
 
     codes: torch.Tensor
@@ -172,8 +173,8 @@ def build_designs(template: SiblingTemplate, codes: list, radix: np.ndarray, tra
                   train_heads: np.ndarray, offset: int, min_count: int = 1, table_max: int = TABLE_MAX) -> list:
     """One :class:`SiblingDesign` per split (``codes`` per split from ``code_columns``), the dictionary from the
     gold sibling parts of the training trees (``train_offsets``, ``train_heads``) seen >= ``min_count`` times;
-    the items whose key space is at most ``table_max`` get a dense lookup table, the others a binary search."""
-    from .sibling_keys import gold_sibling_keys
+    the items whose key space is at most ``table_max`` get a dense lookup table, the others a hash."""
+    from .sibling_keys import build_hash, gold_sibling_keys
     parts, part_ptr, mult, space = sibling_radices(template, radix)
     items, keys = gold_sibling_keys(codes[0], train_offsets, train_heads, parts, part_ptr, mult)
     T = len(template.items)
@@ -185,12 +186,16 @@ def build_designs(template: SiblingTemplate, codes: list, radix: np.ndarray, tra
     flat = np.concatenate(dict_keys).astype(np.int64) if T else np.zeros(0, dtype=np.int64)
     tables, table_ptr = [], [0]
     for t in range(T):
-        size = int(space[t]) if space[t] <= table_max else 0
-        tab = np.full(size, -1, dtype=np.int64)
-        if size:
-            tab[dict_keys[t]] = np.arange(key_ptr[t], key_ptr[t + 1], dtype=np.int64)
+        if space[t] <= table_max:                 # mode 0: a dense table over the key space
+            tab = np.full(2 + int(space[t]), -1, dtype=np.int64)
+            tab[0], tab[1] = 0, 0
+            tab[2 + dict_keys[t]] = np.arange(key_ptr[t], key_ptr[t + 1], dtype=np.int64)
+        else:                                     # mode 1: an open-addressing hash, at most half full
+            bits = max(int(2 * len(dict_keys[t])).bit_length(), 1)
+            tab = np.empty(2 + 2 ** (bits + 1), dtype=np.int64)
+            build_hash(np.ascontiguousarray(dict_keys[t], dtype=np.int64), key_ptr[t], bits, tab)
         tables.append(tab)
-        table_ptr.append(table_ptr[-1] + size)
+        table_ptr.append(table_ptr[-1] + len(tab))
     has_head = np.array([any(k == 0 for k, _ in item) for item in template.items], dtype=np.bool_)
     shared = [torch.from_numpy(a) for a in (parts, part_ptr, mult, has_head, flat, np.asarray(key_ptr, dtype=np.int64),
                                             np.concatenate(tables) if tables else np.zeros(0, dtype=np.int64),

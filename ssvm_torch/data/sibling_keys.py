@@ -1,6 +1,6 @@
 """The compiled half of the sibling featurization (:mod:`ssvm_torch.data.sibling_features`): the adjacent siblings
 of a tree, every item's mixed-radix key for a sibling part (h, s, m), the dictionary lookup (a dense table or a
-binary search), the scores of every sibling part of a sentence and the feature ids of one part. ``design`` is
+hash), the scores of every sibling part of a sentence and the feature ids of one part. ``design`` is
 :meth:`SiblingDesign.host`'s tuple (codes, parts, part_ptr, mult, has_head, keys, key_ptr, table, table_ptr,
 offset); parts are rows (item, kind, column) with kind 0 head, 1 sibling, 2 modifier, 3 dir, 4 sdist."""
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from .arc_keys import ROOT, _att, _lookup
+from .arc_keys import ROOT, _att
 
 
 @nb.njit(cache=True, nogil=True)
@@ -51,12 +51,45 @@ def item_key(codes, start, h, s, m, parts, p0, p1, mult):
     return key
 
 
+@nb.njit(cache=True, nogil=True, inline="always")
+def _slot(key, shift):
+    """Fibonacci hashing: the top bits of key x 2^64 / phi (the key's high digits reach them too)."""
+    return np.int64((np.uint64(key) * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(shift))
+
+
 @nb.njit(cache=True, nogil=True)
 def item_entry(t, key, keys, key_ptr, table, table_ptr):
-    """The dictionary entry of an item's key (an index into ``keys``), or -1."""
-    if table_ptr[t + 1] > table_ptr[t]:
-        return table[table_ptr[t] + key]
-    return _lookup(keys, key_ptr[t], key_ptr[t + 1], key)
+    """The dictionary entry of an item's key (an index into ``keys``), or -1: the item's lookup segment of
+    ``table`` opens with (mode, shift); mode 0 a dense table over the key space, mode 1 an open-addressing
+    hash of 2^(64 - shift) (key, entry) slots (key -1: empty)."""
+    base = table_ptr[t]
+    if table[base] == 0:
+        return table[base + 2 + key]
+    shift = table[base + 1]
+    mask = (1 << (64 - shift)) - 1
+    j = _slot(key, shift)
+    while True:
+        k = table[base + 2 + 2 * j]
+        if k == key:
+            return table[base + 3 + 2 * j]
+        if k == -1:
+            return -1
+        j = (j + 1) & mask
+
+
+@nb.njit(cache=True, nogil=True)
+def build_hash(item_keys, first, bits, out):
+    """The hash segment (mode 1) of an item's sorted dictionary keys (entries first, first + 1, ...) into out
+    (2 + 2^(bits + 1) int64: a table at most half full)."""
+    out[0], out[1] = 1, 64 - bits
+    out[2:] = -1
+    mask = (1 << bits) - 1
+    for r in range(item_keys.shape[0]):
+        j = _slot(item_keys[r], 64 - bits)
+        while out[2 + 2 * j] != -1:
+            j = (j + 1) & mask
+        out[2 + 2 * j] = item_keys[r]
+        out[3 + 2 * j] = first + r
 
 
 @nb.njit(cache=True, nogil=True)
@@ -167,6 +200,9 @@ def _add_head_item(t, C, dir_mult, sdist_mult, keys, key_ptr, table, table_ptr, 
                         e = item_entry(t, uh[a] + us[b] + um[c] + side * dir_mult[t], keys, key_ptr, table, table_ptr)
                         if e >= 0:
                             cube[a, b, c, side] = w[offset + e]
+    cs = C[t, 1, :].copy()
+    tab = table[table_ptr[t] + 2:table_ptr[t + 1]]
+    dense = table[table_ptr[t]] == 0 and sdist_mult[t] == 0
     for m in range(1, n + 1):
         for h in range(n + 1):
             if h == m:
@@ -178,8 +214,14 @@ def _add_head_item(t, C, dir_mult, sdist_mult, keys, key_ptr, table, table_ptr, 
                     SB[m, h, s] += cube[ih[h], is_[s], im[m], side]
                 continue
             base = C[t, 0, h] + C[t, 2, m] + side * dir_mult[t]
+            if dense:                                 # the item's own table, no distance part: one read per part
+                for s in range(lo + 1, hi):
+                    e = tab[base + cs[s]]
+                    if e >= 0:
+                        SB[m, h, s] += w[offset + e]
+                continue
             for s in range(lo + 1, hi):
-                e = item_entry(t, base + C[t, 1, s] + _att(s, m) * sdist_mult[t], keys, key_ptr, table, table_ptr)
+                e = item_entry(t, base + cs[s] + _att(s, m) * sdist_mult[t], keys, key_ptr, table, table_ptr)
                 if e >= 0:
                     SB[m, h, s] += w[offset + e]
 

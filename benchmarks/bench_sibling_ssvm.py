@@ -1,0 +1,106 @@
+"""The second-order (adjacent-sibling) dependency SSVM on UD English-EWT, one thread: the cost of its oracle
+(decoding the dev split, an exact gap pass over the training set: median of repeats) through the API users
+call, optionally side by side with an earlier commit (``--before DIR --commit C``, benchmarks/commits.py), and
+first against second order trained alike (BCFW + gap sampling, same lambda and passes; dev UAS). Scores on dev
+only: the test split is scored by ``ssvm-train`` alone.
+
+Usage: python benchmarks/bench_sibling_ssvm.py [--passes 10] [--lam 3e-3] [--repeats 3]
+       [--before /tmp/before_sib --commit C] [--out benchmarks/results/sibling_ssvm_ewt.json]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numba
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from commits import add_before_options, before_and_now  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def oracle_seconds(pkg, repeats: int) -> dict:
+    """Median seconds of a dev decode (predict_flat) and of an exact gap pass over the training set, at one
+    random w (the scoring's cost does not depend on w), with ``pkg``'s loader, model and store."""
+    from importlib import import_module
+    trees = import_module(pkg.__name__ + ".data.trees")
+    train, dev = trees.load_ud_dependencies("mcdonald", 1, "dev", siblings="mcdonald-pereira")
+    model = import_module(pkg.__name__ + ".models").SiblingDependencyModel.for_data(train)
+    w = torch.from_numpy(np.random.default_rng(0).normal(size=model.d) * 0.01)
+    store = pkg.make_store(model, train, 3e-3)
+    store.set_point(w, 0.0)
+    out = {"decode_dev_s": [], "gap_pass_s": []}
+    model.predict_flat(w, dev)                                # compile
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        heads = model.predict_flat(w, dev)
+        out["decode_dev_s"].append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        gp = store.gap_pass()
+        out["gap_pass_s"].append(time.perf_counter() - t0)
+    out["check"] = {"heads_sum": int(heads.sum()), "gap_sum": float(gp.block_gaps.sum())}
+    out["median"] = {k: statistics.median(v) for k, v in out.items() if k.endswith("_s")}
+    return out
+
+
+def train_dev(trees: str, lam: float, passes: float) -> dict:
+    """BCFW + gap sampling on the training set, dev UAS and the exact gap at the end, seconds."""
+    from ssvm_torch.solvers import SolverConfig, make_solver
+    from ssvm_torch.tasks import load_task
+    problem = load_task("ud-ewt", heldout="dev", trees=trees)
+    store = problem.store(lam)
+    t0 = time.perf_counter()
+    hist = make_solver(store, SolverConfig(solver="bcfw", sampling="gap", passes=passes, gap_check=passes,
+                                           seed=0)).run()
+    seconds = time.perf_counter() - t0
+    uas = problem.model.metrics(store.w.detach(), problem.test)["uas"]
+    return {"dev_uas": uas, "gap": hist[-1]["gap"], "primal": hist[-1]["primal"], "passes": hist[-1]["passes"],
+            "seconds": seconds, "d": problem.model.d}
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--passes", type=float, default=10)
+    p.add_argument("--lam", type=float, default=3e-3)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--skip-training", action="store_true", help="the oracle timings only")
+    add_before_options(p, required=False)
+    p.add_argument("--out", default="benchmarks/results/sibling_ssvm_ewt.json")
+    args = p.parse_args(argv)
+    torch.set_num_threads(1)
+    numba.set_num_threads(1)
+    os.environ.setdefault("SSVM_TORCH_DATA", str(ROOT / "datasets"))     # the earlier copy reads this checkout's data
+    out = {"machine": platform.processor() or platform.machine(), "threads": 1, "lam": args.lam,
+           "gold_pos_input": True}
+    pkgs = before_and_now(args.before) if args.before else {"now": __import__("ssvm_torch")}
+    out["oracle"] = {side: oracle_seconds(pkg, args.repeats) for side, pkg in pkgs.items()}
+    for side, res in out["oracle"].items():
+        print(f"{side}: dev decode {res['median']['decode_dev_s']:.2f} s, train gap pass "
+              f"{res['median']['gap_pass_s']:.2f} s (median of {args.repeats})", flush=True)
+    if args.before:
+        out["commit_before"] = args.commit
+        b, n = out["oracle"]["before"], out["oracle"]["now"]
+        out["speedup"] = {k: b["median"][k] / n["median"][k] for k in n["median"]}
+        out["same_results"] = b["check"] == n["check"] or abs(b["check"]["gap_sum"] - n["check"]["gap_sum"]) < 1e-6
+        print("speed-up", {k: round(v, 2) for k, v in out["speedup"].items()}, "same results", out["same_results"])
+    if not args.skip_training:
+        out["training"] = {t: train_dev(t, args.lam, args.passes) for t in ("projective", "second-order")}
+        for t, r in out["training"].items():
+            print(f"{t}: dev UAS {r['dev_uas']:.2f}, gap {r['gap']:.4f} after {r['passes']} passes, "
+                  f"{r['seconds']:.0f} s, d = {r['d']:,}", flush=True)
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(out, indent=1))
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
