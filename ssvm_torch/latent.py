@@ -58,6 +58,7 @@ from .errors import SSVMInputError, check, check_positive
 from .models.chain import ChainModel
 from .models.constituency import ConstituencyModel
 from .models.dependency import DependencyModel
+from .models.sibling_dependency import SiblingDependencyModel
 from .models.semimarkov import SemiMarkovModel
 from .solvers import Solver, SolverConfig, make_solver
 from .stores import make_store
@@ -143,7 +144,7 @@ def hide_heads(data: DependencyData, fraction: float, seed: int, projective: boo
     check(isinstance(data, DependencyData), "data", "a DependencyData", type(data).__name__)
     observed = _kept(data.heads.shape[0], fraction, seed, data.observed, data.offsets if sentences else None)
     masked = DependencyData(data.offsets, data.heads, data.labels, data.arc_off, data.ptr, data.ids, data.n_features,
-                            data.name, dict(data.meta), data.tok_ptr, data.tok_ids, observed.to(data.device))
+                            data.name, dict(data.meta), data.tok_ptr, data.tok_ids, observed.to(data.device), data.sib)
     placeholder = DependencyModel(data.n_features, projective)
     return masked.with_heads(placeholder.complete(torch.zeros(placeholder.d, dtype=torch.float64), masked))
 
@@ -215,8 +216,11 @@ def arc_start(model: DependencyModel, data: DependencyData, lam: float, config: 
     """w0 of CCCP for dependency trees: the SSVM of the observed arcs (:func:`observed_arcs`: the arcs into
     unobserved words score 0 whatever w, so the trees that keep the observed heads differ only in those free
     arcs and the completion does not matter), trained with ``config``; the convex counterpart of the chains'
-    letter-wise start. Head-token weights start at 0."""
+    letter-wise start. Head-token weights start at 0; a second-order model's sibling weights too (its arc part is
+    the first-order model's)."""
     stripped = observed_arcs(data)
+    if isinstance(model, SiblingDependencyModel):         # its arc part; the sibling weights start at 0
+        model = DependencyModel(model.d, True, model.multiroot, model.loss_name)
     store = make_store(model, stripped, lam)
     solver = Solver(store, config)
     solver.run()

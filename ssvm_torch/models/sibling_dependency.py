@@ -12,7 +12,9 @@ augmentation changes the arc scores only. Projective trees (exact second-order n
 NP-hard, McDonald & Pereira 2006); a gold tree outside that space joins its own sentence's space, as in
 :class:`DependencyModel` (the hinge stays >= 0).
 
-Labelings: heads (B, N) int64 rows as :class:`DependencyModel`'s.
+Labelings: heads (B, N) int64 rows as :class:`DependencyModel`'s. With partial annotation
+(``DependencyData.observed``) the loss counts the observed words only and :meth:`complete` is the latent SSVM's
+completion (ssvm_torch/latent.py).
 """
 from __future__ import annotations
 
@@ -52,8 +54,6 @@ class SiblingDependencyModel(DependencyModel):
         super().check_data(data, field)
         check(data.sib is not None, f"{field}.sib", "sibling features (load_ud_dependencies(..., siblings=...) or "
               "a SiblingDesign)", None)
-        check(not data.partial, f"{field}.observed", "every head observed (the latent SSVM trains the first-order "
-              "model: ssvm_torch/latent.py)", "some words unobserved")
 
     # -- scores ---------------------------------------------------------------------------------------------
     def scores(self, w, data: DependencyData, idx):
@@ -122,26 +122,62 @@ class SiblingDependencyModel(DependencyModel):
                         out[b, f] += 1.0
         return out
 
-    # -- prediction -----------------------------------------------------------------------------------------
-    def predict_flat(self, w: torch.Tensor, data: DependencyData) -> torch.Tensor:
-        """The best second-order tree of every sentence at w, flat heads (W,) aligned with ``data.heads``; in
-        batches of at most :data:`TORCH_CELLS` sibling scores, sentences sorted by length."""
+    # -- prediction and completion --------------------------------------------------------------------------
+    @staticmethod
+    def length_batches(data: DependencyData):
+        """The sentences in batches of at most :data:`TORCH_CELLS` sibling scores, sorted by length (index
+        tensors)."""
         order = torch.argsort(data.lengths, stable=True)
-        out = torch.empty_like(data.heads)
         start = 0
         while start < data.n:
             stop = start + 1
             while stop < data.n and (stop - start + 1) * (int(data.lengths[order[stop]]) + 1) ** 3 <= TORCH_CELLS:
                 stop += 1
-            idx = order[start:stop]
-            heads = self.predict(w, data, idx)
-            lengths = data.lengths[idx]
-            words = data.offsets[idx].repeat_interleave(lengths) + torch.cat(
-                [torch.arange(int(n), device=data.device) for n in lengths.tolist()])
-            out[words] = heads[:, 1:][word_mask(lengths, heads.shape[1])[:, 1:]]
+            yield order[start:stop]
             start = stop
+
+    @staticmethod
+    def _scatter(out: torch.Tensor, data: DependencyData, idx: torch.Tensor, heads: torch.Tensor) -> None:
+        """out[the words of the sentences idx] = the heads rows (B, N) of those sentences."""
+        lengths = data.lengths[idx]
+        words = data.offsets[idx].repeat_interleave(lengths) + torch.cat(
+            [torch.arange(int(n), device=data.device) for n in lengths.tolist()])
+        out[words] = heads[:, 1:][word_mask(lengths, heads.shape[1])[:, 1:]]
+
+    def predict_flat(self, w: torch.Tensor, data: DependencyData) -> torch.Tensor:
+        """The best second-order tree of every sentence at w, flat heads (W,) aligned with ``data.heads``."""
+        out = torch.empty_like(data.heads)
+        for idx in self.length_batches(data):
+            self._scatter(out, data, idx, self.predict(w, data, idx))
         return out
 
-    def complete(self, w, data, batch: int = 256):
-        raise SSVMInputError("data.observed: the latent SSVM's completion runs on the first-order model "
-                             "(DependencyModel); the second-order model trains on fully observed trees")
+    def complete(self, w: torch.Tensor, data: DependencyData, batch: int = 0) -> torch.Tensor:
+        """The CCCP completion (ssvm_torch/latent.py): h_i = argmax over the projective trees that keep every
+        observed head of <w, phi(x_i, h)> (the second-order decoder with every other head of an observed word at
+        -inf), flat heads (W,). Where no projective tree keeps the observed heads (they cross) the sentence is
+        completed by Chu-Liu-Edmonds on its arc scores alone (its sibling scores left out: an approximate
+        completion, whose tree then joins its sentence's space as a non-projective gold tree does); observed heads
+        that no single-root tree holds are refused by name. ``batch`` is unused (batches by size)."""
+        from ..trees import ops
+        self.check_data(data)
+        out = torch.empty_like(data.heads)
+        kernels = "torch" if self.kernels == "torch" else "auto"
+        for idx in self.length_batches(data):
+            lengths = data.lengths[idx]
+            S, SB = self.scores(w, data, idx)
+            gold = data.padded_loss_heads(idx)[:, :S.shape[1]]
+            keep = torch.zeros_like(S, dtype=torch.bool).scatter_(2, gold.clamp(min=0)[:, :, None], True)
+            S = S.masked_fill((gold >= 0)[:, :, None] & ~keep, float("-inf"))
+            heads, best = sibling_ops.best(S, SB, lengths, self.multiroot, kernels, refuse=False)
+            none = best < -1e29
+            if bool(none.any()):
+                rows = none.nonzero()[:, 0]
+                heads[rows], best[rows] = ops.best(S[rows], lengths[rows], False, self.multiroot, kernels,
+                                                   refuse=False)
+                none = best < -1e29
+            if bool(none.any()):
+                b = int(idx[none.nonzero()[0, 0]])
+                raise SSVMInputError(f"data.observed: sentence {b}: no {'' if self.multiroot else 'single-root '}"
+                                     "tree keeps every observed head")
+            self._scatter(out, data, idx, heads)
+        return out
