@@ -67,31 +67,47 @@ def test_compiled_scores_equal_the_torch_scores(table_max):
 
 
 def test_ewt_keys_agree_with_the_feature_strings():
-    """On UD English-EWT's first 40 training sentences: an item of a sibling part has a feature exactly when its
-    readable feature string (SiblingTemplate.part_strings) is an item string of some gold sibling part of those
-    sentences (the dictionary's definition), and one string is always one id, one id one string."""
-    from ssvm_torch.data.sibling_features import MCDONALD_PEREIRA, sibling_part_ids
-    from ssvm_torch.data.trees import load_ud_dependencies
+    """On UD English-EWT's first 40 training sentences: an item of a sibling part has a feature (compiled lookup;
+    the torch helper agrees on a seventh of the parts) exactly when its readable feature string
+    (SiblingTemplate.part_strings) is an item string of some gold sibling part of those sentences (the
+    dictionary's definition), and one string is always one id, one id one string."""
+    from ssvm_torch.data.arc_features import code_columns
+    from ssvm_torch.data.sibling_features import MCDONALD_PEREIRA, build_designs, sibling_part_ids
+    from ssvm_torch.data.sibling_keys import sibling_part_ids as compiled_ids
+    from ssvm_torch.data.types import data_file
+    from ssvm_torch.data.ud import UD_EWT, read_conllu
     from ssvm_torch.trees.sibling import adjacent_siblings
-    train, _ = load_ud_dependencies("basic", 1, "dev", train_size=40, siblings="mcdonald-pereira")
-    heads = train.padded_heads()
-    sibs = adjacent_siblings(heads, train.lengths)
+    tb = read_conllu(data_file(UD_EWT["train"])).subset(range(40))
+    codes, radix = code_columns([tb])
+    (design,) = build_designs(MCDONALD_PEREIRA, codes, radix, tb.offsets, tb.heads, 7, 1)
+    offsets = torch.from_numpy(tb.offsets.copy())
+    sentences = [[(tb.forms[k], tb.upos[k], tb.xpos[k], tb.lemmas[k]) for k in range(int(offsets[i]),
+                                                                                    int(offsets[i + 1]))]
+                 for i in range(tb.n)]
+    lengths = offsets[1:] - offsets[:-1]
+    heads = torch.full((tb.n, int(lengths.max()) + 1), -1, dtype=torch.int64)
+    for i in range(tb.n):
+        heads[i, 1:int(lengths[i]) + 1] = torch.from_numpy(tb.heads[int(offsets[i]):int(offsets[i + 1])].copy())
+    sibs = adjacent_siblings(heads, lengths)
     gold = set()
-    for i in range(train.n):
-        for m in range(1, int(train.lengths[i]) + 1):
+    for i in range(tb.n):
+        for m in range(1, int(lengths[i]) + 1):
             if int(sibs[i, m]) > 0:
-                gold.update(MCDONALD_PEREIRA.part_strings(train.meta["sentences"][i], int(heads[i, m]),
-                                                          int(sibs[i, m]), m))
-    key_ptr = train.sib.key_ptr.numpy()
+                gold.update(MCDONALD_PEREIRA.part_strings(sentences[i], int(heads[i, m]), int(sibs[i, m]), m))
+    key_ptr = design.key_ptr.numpy()
+    host, buf = design.host(), np.empty(len(MCDONALD_PEREIRA.items), dtype=np.int64)
     string_of, id_of, hits = {}, {}, 0
     for i in range(10):
-        sent, start, n = train.meta["sentences"][i], int(train.offsets[i]), int(train.lengths[i])
+        sent, start, n = sentences[i], int(offsets[i]), int(lengths[i])
         for h in range(n + 1):
             for m in range(1, n + 1):
                 for s in range(min(h, m) + 1, max(h, m)):
                     strings = MCDONALD_PEREIRA.part_strings(sent, h, s, m)
-                    ids = sibling_part_ids(train.sib, start, h, s, m)
-                    items = {int(np.searchsorted(key_ptr, f - train.sib.offset, side="right")) - 1: f for f in ids}
+                    k = compiled_ids(*host[:4], *host[5:], start, h, s, m, buf)
+                    ids = buf[:k].tolist()
+                    if (h + s + m) % 7 == 0:                    # the torch helper (phi's) agrees
+                        assert sibling_part_ids(design, start, h, s, m) == ids
+                    items = {int(np.searchsorted(key_ptr, f - design.offset, side="right")) - 1: f for f in ids}
                     for t, st in enumerate(strings):
                         assert (t in items) == (st in gold), st
                         if t in items:
