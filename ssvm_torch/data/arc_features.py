@@ -48,6 +48,37 @@ N_ATT = 14                          # 2 directions x 7 distance bins
 _PART = re.compile(r"^(?:(att|dir)|([hmbn])([wfpul])([+-]1)?)$")
 
 
+def parse_items(spec, what: str, example: str, part, check_item) -> tuple:
+    """The items of a template ``spec`` (a string of items separated by spaces, or a list of item strings), each
+    a tuple of ``part(item text, part text)`` over its parts joined by '|'; ``check_item(text, parts)`` refuses an
+    item by name; an empty spec, a non-string item or an item listed twice is refused (``what`` names the
+    template, ``example`` shows an item)."""
+    texts = spec.split() if isinstance(spec, str) else list(spec)
+    if not texts or not all(isinstance(t, str) for t in texts):
+        raise SSVMInputError(f"{what}: expected item strings such as {example}, got {spec!r}")
+    items = []
+    for text in texts:
+        parts = tuple(part(text, piece.strip()) for piece in text.split("|"))
+        check_item(text, parts)
+        items.append(parts)
+    if len(set(items)) != len(items):
+        raise SSVMInputError(f"{what}: an item is listed twice in {texts}")
+    return tuple(items)
+
+
+def named_template(spec, cls, registry: dict, looks_like, what: str, example: str):
+    """A template from a name in ``registry``, a template string / item list (``cls.parse``), or itself; a string
+    that is no name and does not ``looks_like`` a template string is refused naming ``what``'s choices."""
+    if isinstance(spec, cls):
+        return spec
+    if isinstance(spec, str) and spec in registry:
+        return registry[spec]
+    if isinstance(spec, str) and not looks_like(spec):
+        raise SSVMInputError(f"{what}: expected one of {list(registry)} or a template string such as {example}, "
+                             f"got {spec!r}")
+    return cls.parse(spec)
+
+
 @dataclass(frozen=True)
 class ArcTemplate:
     """Items, each a tuple of parts (kind, column index, offset): kind 0 head, 1 modifier, 2 between,
@@ -58,30 +89,22 @@ class ArcTemplate:
 
     @classmethod
     def parse(cls, spec, name: str = "custom") -> "ArcTemplate":
-        texts = spec.split() if isinstance(spec, str) else list(spec)
-        if not texts or not all(isinstance(t, str) for t in texts):
-            raise SSVMInputError(f"arc template: expected item strings such as 'hp|mp|att', got {spec!r}")
-        items = []
-        for text in texts:
-            parts = []
-            for part in text.split("|"):
-                m = _PART.match(part.strip())
-                if m is None:
-                    raise SSVMInputError(f"arc template item {text!r}: expected parts h<col>, m<col> (optionally +1 / "
-                                         f"-1), b<col>, att or dir joined by '|', columns {list(COLUMNS)}; got {part!r}")
-                if m.group(1):
-                    parts.append((3 if m.group(1) == "att" else 4, 0, 0))
-                    continue
-                who, col, off = m.group(2), COLUMNS.index(m.group(3)), int(m.group(4) or 0)
-                if who in "bn" and off:
-                    raise SSVMInputError(f"arc template item {text!r}: a between or near part takes no offset")
-                parts.append(({"h": 0, "m": 1, "b": 2, "n": 5}[who], col, off))
+        def part(text, piece):
+            m = _PART.match(piece)
+            if m is None:
+                raise SSVMInputError(f"arc template item {text!r}: expected parts h<col>, m<col> (optionally +1 / "
+                                     f"-1), b<col>, att or dir joined by '|', columns {list(COLUMNS)}; got {piece!r}")
+            if m.group(1):
+                return (3 if m.group(1) == "att" else 4, 0, 0)
+            who, col, off = m.group(2), COLUMNS.index(m.group(3)), int(m.group(4) or 0)
+            if who in "bn" and off:
+                raise SSVMInputError(f"arc template item {text!r}: a between or near part takes no offset")
+            return ({"h": 0, "m": 1, "b": 2, "n": 5}[who], col, off)
+
+        def item(text, parts):
             if sum(p[0] == 2 for p in parts) > 1:
                 raise SSVMInputError(f"arc template item {text!r}: at most one between part")
-            items.append(tuple(parts))
-        if len(set(items)) != len(items):
-            raise SSVMInputError(f"arc template: an item is listed twice in {texts}")
-        return cls(name, tuple(items))
+        return cls(name, parse_items(spec, "arc template", "'hp|mp|att'", part, item))
 
     @staticmethod
     def part_name(part) -> str:
@@ -168,13 +191,8 @@ ARC_TEMPLATES = {"mcdonald": MCDONALD, "basic": BASIC}
 
 def get_arc_template(spec) -> ArcTemplate:
     """A named template (:data:`ARC_TEMPLATES`), an item string, or an ArcTemplate."""
-    if isinstance(spec, ArcTemplate):
-        return spec
-    if isinstance(spec, str) and spec in ARC_TEMPLATES:
-        return ARC_TEMPLATES[spec]
-    if isinstance(spec, str) and "|" not in spec and " " not in spec.strip() and not _PART.match(spec):
-        raise SSVMInputError(f"features: expected one of {list(ARC_TEMPLATES)} or an arc template string, got {spec!r}")
-    return ArcTemplate.parse(spec)
+    return named_template(spec, ArcTemplate, ARC_TEMPLATES,
+                          lambda t: "|" in t or " " in t.strip() or bool(_PART.match(t)), "features", "'hp|mp|att'")
 
 
 # -- the columns as integer codes -----------------------------------------------------------------------------

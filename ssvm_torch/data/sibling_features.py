@@ -32,7 +32,7 @@ import numpy as np
 import torch
 
 from ..errors import SSVMInputError
-from .arc_features import COLUMNS, N_ATT
+from .arc_features import COLUMNS, N_ATT, named_template, parse_items
 
 _PART = re.compile(r"^(?:(dir|sdist)|([hsm])([wfpul]))$")
 TABLE_MAX = 1 << 22            # an item whose key space is at most this is looked up in a dense table
@@ -47,23 +47,18 @@ class SiblingTemplate:
 
     @classmethod
     def parse(cls, spec, name: str = "custom") -> "SiblingTemplate":
-        texts = spec.split() if isinstance(spec, str) else list(spec)
-        if not texts or not all(isinstance(t, str) for t in texts):
-            raise SSVMInputError(f"sibling template: expected item strings such as 'hp|sp|mp', got {spec!r}")
-        items = []
-        for text in texts:
-            parts = []
-            for part in text.split("|"):
-                m = _PART.match(part.strip())
-                if m is None:
-                    raise SSVMInputError(f"sibling template item {text!r}: expected parts h<col>, s<col>, m<col>, "
-                                         f"dir or sdist joined by '|', columns {list(COLUMNS)}; got {part!r}")
-                parts.append((3 if m.group(1) == "dir" else 4, 0) if m.group(1) else
-                             ("hsm".index(m.group(2)), COLUMNS.index(m.group(3))))
+        def part(text, piece):
+            m = _PART.match(piece)
+            if m is None:
+                raise SSVMInputError(f"sibling template item {text!r}: expected parts h<col>, s<col>, m<col>, "
+                                     f"dir or sdist joined by '|', columns {list(COLUMNS)}; got {piece!r}")
+            return (3 if m.group(1) == "dir" else 4, 0) if m.group(1) else ("hsm".index(m.group(2)),
+                                                                          COLUMNS.index(m.group(3)))
+
+        def item(text, parts):
             if not any(kind in (1, 2) for kind, _ in parts):
                 raise SSVMInputError(f"sibling template item {text!r}: needs a sibling or a modifier part")
-            items.append(tuple(parts))
-        return cls(name, tuple(items))
+        return cls(name, parse_items(spec, "sibling template", "'hp|sp|mp'", part, item))
 
     @staticmethod
     def item_name(item) -> str:
@@ -100,14 +95,8 @@ SIBLING_TEMPLATES = {"mcdonald-pereira": MCDONALD_PEREIRA}
 
 def get_sibling_template(spec) -> SiblingTemplate:
     """A named template (:data:`SIBLING_TEMPLATES`), an item string, or a SiblingTemplate."""
-    if isinstance(spec, SiblingTemplate):
-        return spec
-    if isinstance(spec, str) and spec in SIBLING_TEMPLATES:
-        return SIBLING_TEMPLATES[spec]
-    if isinstance(spec, str) and "|" not in spec:
-        raise SSVMInputError(f"sibling features: expected one of {list(SIBLING_TEMPLATES)} or a sibling template "
-                             f"string, got {spec!r}")
-    return SiblingTemplate.parse(spec)
+    return named_template(spec, SiblingTemplate, SIBLING_TEMPLATES, lambda t: "|" in t or bool(_PART.match(t)),
+                          "sibling features", "'hp|sp|mp'")
 
 
 def sibling_radices(template: SiblingTemplate, radix: np.ndarray):

@@ -43,6 +43,7 @@ from typing import Callable
 import numpy as np
 
 from ..errors import SSVMInputError
+from .arc_features import named_template
 
 
 def word_shape(word: str) -> str:
@@ -161,14 +162,7 @@ TEMPLATES = {"sha-pereira": SHA_PEREIRA, "rich": RICH, "rich-edges": RICH_EDGES}
 
 def get_template(template) -> Template:
     """A :class:`Template` from a name in :data:`TEMPLATES`, a template string / item list, or itself."""
-    if isinstance(template, Template):
-        return template
-    if isinstance(template, str) and template in TEMPLATES:
-        return TEMPLATES[template]
-    if isinstance(template, str) and "[" not in template:
-        raise SSVMInputError(f"features: expected one of {list(TEMPLATES)} or a template string such as "
-                             f"'w[0] w[-1]|w[0] suf3[0]', got {template!r}")
-    return Template.parse(template)
+    return named_template(template, Template, TEMPLATES, lambda t: "[" in t, "features", "'w[0] w[-1]|w[0] suf3[0]'")
 
 
 def factorize(values: list) -> tuple[np.ndarray, list]:

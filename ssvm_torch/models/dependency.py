@@ -150,13 +150,18 @@ class DependencyModel(StructuredModel):
         labels = self.decode(self.augment(scores, data, idx), data, idx)
         gold = self.gt_batch(data, idx)
         lengths = data.lengths[idx]
-        gold_score = ops.score(scores, gold, lengths)
-        aug = ops.score(scores, labels, lengths) + self.loss(data, idx, labels).to(scores.dtype)
+        gold_score = self.tree_score(scores, gold, lengths)
+        aug = self.tree_score(scores, labels, lengths) + self.loss(data, idx, labels).to(gold_score.dtype)
         outside = tree_faults(gold, lengths, self.multiroot, self.projective) != 0
         take_gold = outside & (aug < gold_score)
         labels = torch.where(take_gold[:, None], gold, labels)
         H = torch.where(take_gold, torch.zeros_like(aug), aug - gold_score)
         return labels, H
+
+    @staticmethod
+    def tree_score(scores, heads: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        """<w, phi(x, y)> (B,) of the trees ``heads`` from the scores the model computed (:meth:`scores`)."""
+        return ops.score(scores, heads, lengths)
 
     # -- features and loss ----------------------------------------------------------------------------------
     def phi(self, data: DependencyData, idx, labels) -> torch.Tensor:

@@ -26,7 +26,7 @@ from ..data.trees import DependencyData
 from ..devices import from_host, to_host
 from ..errors import SSVMInputError, check
 from ..trees import sibling_ops
-from ..trees.checks import tree_faults, word_mask
+from ..trees.checks import word_mask
 from ..trees.sibling import adjacent_siblings, sibling_score
 from .dependency import DependencyModel
 
@@ -87,20 +87,11 @@ class SiblingDependencyModel(DependencyModel):
                                     "torch" if self.kernels == "torch" else "auto")
         return heads
 
-    def oracle(self, w, data: DependencyData, idx, phi_gt=None):
-        """Loss-augmented second-order decoding with the gold tree in its sentence's space."""
-        idx = torch.as_tensor(idx, device=data.device).reshape(-1)
-        S, SB = self.scores(w, data, idx)
-        labels = self.decode(self.augment((S, SB), data, idx), data, idx)
-        gold = self.gt_batch(data, idx)
-        lengths = data.lengths[idx]
-        gold_score = sibling_score(S, SB, gold, lengths)
-        aug = sibling_score(S, SB, labels, lengths) + self.loss(data, idx, labels).to(S.dtype)
-        outside = tree_faults(gold, lengths, self.multiroot, True) != 0
-        take_gold = outside & (aug < gold_score)
-        labels = torch.where(take_gold[:, None], gold, labels)
-        H = torch.where(take_gold, torch.zeros_like(aug), aug - gold_score)
-        return labels, H
+    @staticmethod
+    def tree_score(scores, heads: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        """The trees' arc and sibling scores (the oracle's terms: :meth:`DependencyModel.oracle`)."""
+        S, SB = scores
+        return sibling_score(S, SB, heads, lengths)
 
     # -- features -------------------------------------------------------------------------------------------
     def phi(self, data: DependencyData, idx, labels) -> torch.Tensor:
