@@ -506,7 +506,34 @@ def span_ssvm_figures(device, repeats, train_size):
                                           for k, v in out.items() if isinstance(v, dict)), flush=True)
     return out
 
-SECTIONS = ("gap", "decode", "conll", "minibatch", "layer", "trees", "spans", "kbest")
+def sibling_ssvm_figures(device, repeats, train_size, dev_size):
+    """The second-order dependency SSVM's model on the device (``ud-ewt --trees second-order``; its torch sibling
+    scores and the device's second-order Eisner), float64: a few BCFW passes on the CPU's compiled store over the
+    first ``train_size`` training sentences, then the first ``dev_size`` dev sentences decoded on the device and
+    on the CPU (milliseconds; the share of heads that agree, 1.0 but for ties)."""
+    from ssvm_torch.solvers import SolverConfig, make_solver
+    from ssvm_torch.tasks import load_task
+    problem = load_task("ud-ewt", trees="second-order", heldout="dev", train_size=train_size)
+    store = problem.store(3e-3)
+    make_solver(store, SolverConfig(solver="bcfw", sampling="gap", passes=4, gap_check=4, seed=0)).run()
+    w = store.w.detach().clone()
+    dev = problem.test.subset(torch.arange(min(dev_size, problem.test.n)))
+    model = problem.model
+    cpu = model.predict_flat(w, dev)
+    on_device = dev.to(device)
+    torch_model = model.with_kernels("torch")
+    heads = torch_model.predict_flat(w.to(device), on_device).cpu()
+    out = {"sentences": dev.n, "heads_agree": float((heads == cpu).double().mean()),
+           "device_ms": 1e3 * timed_adaptive(lambda: torch_model.predict_flat(w.to(device), on_device), device,
+                                             repeats),
+           "cpu_compiled_ms": 1e3 * timed_adaptive(lambda: model.predict_flat(w, dev), torch.device("cpu"), repeats),
+           "dev_uas_cpu": 100.0 * float((cpu == dev.heads).double().mean())}
+    print(f"sibling SSVM decode of {dev.n} dev sentences: {device.type} {out['device_ms']:.0f} ms, CPU compiled "
+          f"{out['cpu_compiled_ms']:.0f} ms, heads agree {out['heads_agree']:.4f}", flush=True)
+    return out
+
+
+SECTIONS = ("gap", "decode", "conll", "minibatch", "layer", "trees", "spans", "kbest", "sibling")
 
 
 def main():
@@ -583,6 +610,9 @@ def main():
     def trees():
         res["trees"] = tree_figures(device, args.repeats, ((8, 12), (8, 20)) if quick else TREE_SHAPES)
 
+    def sibling():                # not in the device check's default sections: EWT's featurization takes minutes
+        res["sibling_ssvm"] = sibling_ssvm_figures(device, args.repeats, 100 if quick else 2000, 50 if quick else 500)
+
     def spans():
         res["spans"] = span_figures(device, args.repeats, ((8, 12), (4, 20)) if quick else SPAN_SHAPES)
         res["span_ssvm"] = span_ssvm_figures(device, args.repeats, 100 if quick else 2000)
@@ -599,7 +629,7 @@ def main():
                                                        target=0.1, budget_s=args.budget)
 
     for name, fn in (("layer", layer), ("gap", gap), ("decode", decode), ("conll", conll), ("minibatch", minibatch),
-                     ("trees", trees), ("spans", spans), ("kbest", kbest)):
+                     ("trees", trees), ("spans", spans), ("kbest", kbest), ("sibling", sibling)):
         section(name, fn)
     print(f"wrote {out}")
     return 0

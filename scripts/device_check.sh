@@ -22,7 +22,9 @@
 #                and the constituency SSVM's store (gap pass, block step; ud-ewt-spans, 2,000 sentences), then the k
 #                best trees (Lawler over the device's oracles) against torch-struct's topk and the CPU's scores;
 #                GPU_ARGS="--no-compile" skips the
-#                torch.compile decoder, whose compile alone takes ~a minute);
+#                torch.compile decoder, whose compile alone takes ~a minute; GPU_SECTIONS=sibling, only when named:
+#                the second-order SSVM's model decoding EWT dev on the device against the CPU's compiled path,
+#                after EWT's featurization, a few minutes on a fresh machine);
 #   minibatch    bench_gpu.py's mini-batch section: CPU numba BCFW and GPU tau in MB_TAUS, MB_BUDGET solver s each;
 #   distributed  bench_distributed.py, CoNLL-2000 at P = 1, 2, 8 processes (DIST_PROCS), exchange columns;
 #   rounds       (only when named) time to a certified gap, one process against P = 2 and 8 ranks of the exchange

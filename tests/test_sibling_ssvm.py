@@ -238,3 +238,23 @@ def test_ssvm_train_second_order_from_partial_heads(tmp_path):
     assert all(b <= a + 1e-12 for a, b in zip(objectives, objectives[1:]))
     hidden = json.loads((out / "hidden.json").read_text())
     assert hidden
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_the_model_on_cuda_matches_the_compiled_cpu_path():
+    """On a GPU: the torch sibling scores and the device's second-order decoder give the CPU compiled path's scores
+    and trees, and the loss-augmented oracle its hinge (float64)."""
+    rng = np.random.default_rng(11)
+    data = random_sibling_data(rng, 10, 20, lmin=1, lmax=11, projective_only=False)
+    model = SiblingDependencyModel.for_data(data)
+    w = torch.tensor(rng.normal(size=model.d))
+    idx = torch.arange(data.n)
+    S, SB = model.scores(w, data, idx)
+    gpu = data.to("cuda")
+    Sg, SBg = model.scores(w.cuda(), gpu, idx.cuda())
+    read = torch.isfinite(SBg).cpu()
+    assert torch.allclose(Sg.cpu(), S) and torch.allclose(SBg.cpu()[read], SB[read])
+    assert torch.equal(model.predict_flat(w.cuda(), gpu).cpu(), model.predict_flat(w, data))
+    _, H = model.oracle(w, data, idx)
+    _, Hg = model.oracle(w.cuda(), gpu, idx.cuda())
+    assert torch.allclose(Hg.cpu(), H, atol=1e-9)
