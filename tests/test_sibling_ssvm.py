@@ -258,3 +258,19 @@ def test_the_model_on_cuda_matches_the_compiled_cpu_path():
     _, H = model.oracle(w, data, idx)
     _, Hg = model.oracle(w.cuda(), gpu, idx.cuda())
     assert torch.allclose(Hg.cpu(), H, atol=1e-9)
+
+
+def test_the_torch_path_makes_no_hidden_host_copies():
+    """The model's device path (kernels="torch": the torch sibling scores, the torch second-order decoder) under
+    the device guard (docs/devices.md): the oracle, prediction and metrics make no implicit host copy."""
+    from ssvm_torch.devices import host_guard
+    rng = np.random.default_rng(0)
+    data = random_sibling_data(rng, 6, 10, lmin=1, lmax=6)
+    model = SiblingDependencyModel.for_data(data).with_kernels("torch")
+    w = torch.tensor(rng.normal(size=model.d))
+    with host_guard() as guard:
+        _, H = model.oracle(w, data, torch.arange(data.n))
+        heads = model.predict_flat(w, data)
+        model.metrics(w, data)
+    assert guard.host_copies == 0 and bool((H >= 0).all())
+    assert torch.equal(heads, SiblingDependencyModel.for_data(data).predict_flat(w, data))
