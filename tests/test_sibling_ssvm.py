@@ -267,9 +267,9 @@ def test_the_torch_path_makes_no_hidden_host_copies():
     rng = np.random.default_rng(0)
     data = random_sibling_data(rng, 6, 10, lmin=1, lmax=6)
     model = SiblingDependencyModel.for_data(data).with_kernels("torch")
-    w = torch.tensor(rng.normal(size=model.d))
+    w, idx = torch.tensor(rng.normal(size=model.d)), torch.arange(data.n)
     with host_guard() as guard:
-        _, H = model.oracle(w, data, torch.arange(data.n))
+        _, H = model.oracle(w, data, idx)
         heads = model.predict_flat(w, data)
         model.metrics(w, data)
     assert guard.host_copies == 0 and bool((H >= 0).all())
