@@ -274,3 +274,24 @@ def test_the_torch_path_makes_no_hidden_host_copies():
         model.metrics(w, data)
     assert guard.host_copies == 0 and bool((H >= 0).all())
     assert torch.equal(heads, SiblingDependencyModel.for_data(data).predict_flat(w, data))
+
+
+def test_threads_give_the_serial_results():
+    """The gap pass and the compiled decode over numba's threads (torch's thread count >= 2: --threads) give the
+    one-thread results bit for bit: every block is computed alone, in its own thread's scratch."""
+    rng = np.random.default_rng(8)
+    data = random_sibling_data(rng, 24, 20, lmin=1, lmax=9, projective_only=False)
+    model = SiblingDependencyModel.for_data(data)
+    store = make_store(model, data, 0.05)
+    make_solver(store, SolverConfig(solver="bcfw", sampling="uniform", passes=3, gap_check=3, seed=0)).run()
+    threads = torch.get_num_threads()
+    results = []
+    try:
+        for t in (1, 2):
+            torch.set_num_threads(t)
+            gp = store.gap_pass()
+            results.append((gp.labels, gp.block_gaps, gp.H, model.predict_flat(store.w, data)))
+    finally:
+        torch.set_num_threads(threads)
+    for a, b in zip(*results):
+        assert torch.equal(a, b)

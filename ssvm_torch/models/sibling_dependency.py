@@ -18,6 +18,7 @@ completion (ssvm_torch/latent.py).
 """
 from __future__ import annotations
 
+import numba
 import numpy as np
 import torch
 
@@ -26,7 +27,7 @@ from ..data.trees import DependencyData
 from ..devices import from_host, to_host
 from ..errors import SSVMInputError, check
 from ..trees import sibling_ops
-from ..trees.checks import word_mask
+from ..trees.checks import parallel_rows, word_mask
 from ..trees.sibling import adjacent_siblings, sibling_score
 from .dependency import DependencyModel
 
@@ -136,7 +137,19 @@ class SiblingDependencyModel(DependencyModel):
         out[words] = heads[:, 1:][word_mask(lengths, heads.shape[1])[:, 1:]]
 
     def predict_flat(self, w: torch.Tensor, data: DependencyData) -> torch.Tensor:
-        """The best second-order tree of every sentence at w, flat heads (W,) aligned with ``data.heads``."""
+        """The best second-order tree of every sentence at w, flat heads (W,) aligned with ``data.heads``: on the
+        CPU in float64 one compiled call over the sentences (over torch's threads: --threads), else the batched
+        model (:meth:`length_batches`)."""
+        w = torch.as_tensor(w)
+        if self.compiled(w) and data.device.type == "cpu":
+            from ..oracles.sibling_kernels import nb_sib_decode_all
+            ades = tuple(np.ascontiguousarray(to_host(t)) for t in (data.offsets, data.arc_off, data.ptr, data.ids,
+                                                                   data.tok_ptr, data.tok_ids))
+            labels = np.empty(int(data.offsets[-1]), dtype=np.int64)
+            chunks = numba.get_num_threads() if parallel_rows(data.n) else 1
+            nb_sib_decode_all(ades, data.sib.host(), np.ascontiguousarray(to_host(w)), self.multiroot,
+                              int(data.lengths.max()) + 1, chunks, labels)
+            return from_host(labels, data.device)
         out = torch.empty_like(data.heads)
         for idx in self.length_batches(data):
             self._scatter(out, data, idx, self.predict(w, data, idx))

@@ -5,7 +5,7 @@ psi_i(y) = phi(x_i, y_i) - phi(x_i, y) is linear in the tree's part indicators (
 parts), so block i is stored as its part marginals under alpha_i, M_i, as the first-order store keeps its arc
 marginals (:mod:`ssvm_torch.stores.tree`). A sentence has n^2 arcs but about n^3 / 3 sibling parts, too many to
 keep densely, while a convex combination of the few trees a block's steps visited touches a few n of them: M_i is
-kept sparse, sorted by part key (:mod:`ssvm_torch.stores.sibling_kernels`), in a pool where each block owns a
+kept sparse, sorted by part key (:mod:`ssvm_torch.oracles.sibling_kernels`), in a pool where each block owns a
 slot that moves to the pool's end when it outgrows it. With G_i the gold tree's parts, g_p the features of part p
 and theta_p = <w, g_p> the part scores the oracle computes anyway:
 
@@ -22,16 +22,19 @@ anywhere; its dense store serves small feature sets on any device).
 """
 from __future__ import annotations
 
+import numba
 import numpy as np
 import torch
 
 from ..devices import resolve_device, to_host
 from ..errors import SSVMInputError, check, check_positive
+from ..oracles.sibling_kernels import (block_corner, block_scores, merge, nb_dense_image, nb_labels_image,
+                                       nb_sib_gap_pass, nb_sib_gap_pass_parallel, parts_dot, parts_features_bound,
+                                       parts_image, tree_parts)
 from ..oracles.tree_kernels import nb_apply, nb_clear, nb_sqnorm
+from ..trees.checks import parallel_rows
 from .base import BatchCorners, BlockDual, Corner, GapPass, objective_n
 from .ragged import RaggedLabelings
-from .sibling_kernels import (block_corner, block_scores, merge, nb_dense_image, nb_labels_image, nb_sib_gap_pass,
-                              parts_dot, parts_features_bound, parts_image, tree_parts)
 from .sibling_pool import PartPool
 
 
@@ -226,9 +229,13 @@ class SiblingTreeDual(RaggedLabelings, PartPool, BlockDual):
         labels = np.empty(W, dtype=np.int64)
         aug, gold_scores, m_theta = np.empty(self.n), np.empty(self.n), np.empty(self.n)
         wrong = np.empty(self.n, dtype=np.int64)
-        nb_sib_gap_pass(self.ades, self.sdes, self.w.numpy() if w is None else w, self.gold, self.lgold,
-                        self.costs if costs is None else costs, self.model.multiroot, self.gold_ok, self.pstart,
-                        self.pcount, self.pkeys, self.pvals, self.Nmax, labels, aug, gold_scores, m_theta, wrong)
+        args = (self.ades, self.sdes, self.w.numpy() if w is None else w, self.gold, self.lgold,
+                self.costs if costs is None else costs, self.model.multiroot, self.gold_ok, self.pstart, self.pcount,
+                self.pkeys, self.pvals, self.Nmax)
+        if parallel_rows(self.n):                  # torch's threads (--threads): one share of the blocks each
+            nb_sib_gap_pass_parallel(*args, numba.get_num_threads(), labels, aug, gold_scores, m_theta, wrong)
+        else:
+            nb_sib_gap_pass(*args, labels, aug, gold_scores, m_theta, wrong)
         return tuple(torch.from_numpy(a) for a in (labels, aug, gold_scores, m_theta, wrong))
 
     def gap_pass(self) -> GapPass:

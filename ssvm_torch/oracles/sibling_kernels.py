@@ -1,4 +1,5 @@
-"""Compiled kernels of the second-order dependency-tree store (:mod:`ssvm_torch.stores.sibling_tree`), CPU float64.
+"""Compiled kernels of the second-order dependency-tree store (:mod:`ssvm_torch.stores.sibling_tree`) and of the
+second-order model's CPU decode (:mod:`ssvm_torch.models.sibling_dependency`), CPU float64.
 
 A block's dual point is a sparse vector over its sentence's parts, sorted by part key: the arc h -> m is key
 m N1 + h and the sibling part (h, s, m) is N1^2 + (m N1 + h) N1 + s, N1 = n + 1 (a tree's parts, its n arcs then
@@ -189,25 +190,60 @@ def parts_features_bound(i, keys, lo, cnt, ades, T):
 
 
 @nb.njit(cache=True, nogil=True)
+def _gap_block(i, ades, sdes, w, gold, lgold, costs, multiroot, gold_ok, pstart, pcount, pkeys, pvals, S, SB, heads,
+               parts, labels, aug, gold_scores, m_theta, wrong):
+    offsets = ades[0]
+    start = offsets[i]
+    n = offsets[i + 1] - start
+    k, score, wr, gs = block_corner(i, ades, sdes, w, gold, lgold, costs[i], multiroot, gold_ok, S, SB, heads, parts)
+    labels[start:start + n] = heads[1:n + 1]
+    aug[i] = score + costs[i] * wr
+    gold_scores[i] = gs
+    m_theta[i] = parts_dot(pkeys, pvals, pstart[i], pcount[i], n + 1, S, SB)
+    wrong[i] = wr
+
+
+@nb.njit(cache=True, nogil=True)
 def nb_sib_gap_pass(ades, sdes, w, gold, lgold, costs, multiroot, gold_ok, pstart, pcount, pkeys, pvals, Nmax, labels,
                     aug, gold_scores, m_theta, wrong):
     """Every block's loss-augmented tree (labels, flat (W,)) and the terms of its gap: aug = <S(y*), theta> +
     c_i wrong, <G_i, theta>, <M_i, theta>."""
+    S, SB = np.empty((Nmax, Nmax)), np.empty((Nmax, Nmax, Nmax))
+    heads, parts = np.empty(Nmax, dtype=np.int64), np.empty(2 * Nmax, dtype=np.int64)
+    for i in range(ades[0].shape[0] - 1):
+        _gap_block(i, ades, sdes, w, gold, lgold, costs, multiroot, gold_ok, pstart, pcount, pkeys, pvals, S, SB,
+                   heads, parts, labels, aug, gold_scores, m_theta, wrong)
+
+
+@nb.njit(cache=True, nogil=True, parallel=True)
+def nb_sib_gap_pass_parallel(ades, sdes, w, gold, lgold, costs, multiroot, gold_ok, pstart, pcount, pkeys, pvals,
+                             Nmax, chunks, labels, aug, gold_scores, m_theta, wrong):
+    """:func:`nb_sib_gap_pass` over numba's threads: ``chunks`` interleaved shares of the blocks (i = c, c +
+    chunks, ...), each with its own scratch (the blocks write disjoint outputs)."""
+    n = ades[0].shape[0] - 1
+    for c in nb.prange(chunks):
+        S, SB = np.empty((Nmax, Nmax)), np.empty((Nmax, Nmax, Nmax))
+        heads, parts = np.empty(Nmax, dtype=np.int64), np.empty(2 * Nmax, dtype=np.int64)
+        for i in range(c, n, chunks):
+            _gap_block(i, ades, sdes, w, gold, lgold, costs, multiroot, gold_ok, pstart, pcount, pkeys, pvals, S,
+                       SB, heads, parts, labels, aug, gold_scores, m_theta, wrong)
+
+
+@nb.njit(cache=True, nogil=True, parallel=True)
+def nb_sib_decode_all(ades, sdes, w, multiroot, Nmax, chunks, labels):
+    """The best second-order tree of every sentence at w (no loss), flat heads (W,), over ``chunks`` interleaved
+    shares in numba's threads (1: serial)."""
     offsets = ades[0]
-    S = np.empty((Nmax, Nmax))
-    SB = np.empty((Nmax, Nmax, Nmax))
-    heads = np.empty(Nmax, dtype=np.int64)
-    parts = np.empty(2 * Nmax, dtype=np.int64)
-    for i in range(offsets.shape[0] - 1):
-        start = offsets[i]
-        n = offsets[i + 1] - start
-        k, score, wr, gs = block_corner(i, ades, sdes, w, gold, lgold, costs[i], multiroot, gold_ok, S, SB, heads,
-                                        parts)
-        labels[start:start + n] = heads[1:n + 1]
-        aug[i] = score + costs[i] * wr
-        gold_scores[i] = gs
-        m_theta[i] = parts_dot(pkeys, pvals, pstart[i], pcount[i], n + 1, S, SB)
-        wrong[i] = wr
+    n_sent = offsets.shape[0] - 1
+    for c in nb.prange(chunks):
+        S, SB = np.empty((Nmax, Nmax)), np.empty((Nmax, Nmax, Nmax))
+        heads = np.empty(Nmax, dtype=np.int64)
+        for i in range(c, n_sent, chunks):
+            start = offsets[i]
+            n = offsets[i + 1] - start
+            block_scores(i, ades, sdes, w, S, SB)
+            sibling_best(S[:n + 1, :n + 1].copy(), SB, n, multiroot, heads)
+            labels[start:start + n] = heads[1:n + 1]
 
 
 @nb.njit(cache=True, nogil=True)
