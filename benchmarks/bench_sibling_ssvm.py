@@ -4,7 +4,7 @@ call, optionally side by side with an earlier commit (``--before DIR --commit C`
 first against second order trained alike (BCFW + gap sampling, same lambda and passes; dev UAS). Scores on dev
 only: the test split is scored by ``ssvm-train`` alone.
 
-Usage: python benchmarks/bench_sibling_ssvm.py [--passes 10] [--lam 3e-3] [--repeats 3]
+Usage: python benchmarks/bench_sibling_ssvm.py [--passes 10] [--lam 3e-3] [--repeats 3] [--threads 1 2]
        [--before /tmp/before_sib --commit C] [--out benchmarks/results/sibling_ssvm_ewt.json]
 """
 from __future__ import annotations
@@ -73,16 +73,22 @@ def main(argv=None):
     p.add_argument("--lam", type=float, default=3e-3)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--skip-training", action="store_true", help="the oracle timings only")
+    p.add_argument("--threads", type=int, nargs="+", default=[1],
+                   help="torch / numba threads: the first for every figure, the others for this checkout's oracle")
     add_before_options(p, required=False)
     p.add_argument("--out", default="benchmarks/results/sibling_ssvm_ewt.json")
     args = p.parse_args(argv)
-    torch.set_num_threads(1)
-    numba.set_num_threads(1)
+    torch.set_num_threads(args.threads[0])
+    numba.set_num_threads(min(args.threads[0], numba.config.NUMBA_NUM_THREADS))
     os.environ.setdefault("SSVM_TORCH_DATA", str(ROOT / "datasets"))     # the earlier copy reads this checkout's data
-    out = {"machine": platform.processor() or platform.machine(), "threads": 1, "lam": args.lam,
+    out = {"machine": platform.processor() or platform.machine(), "threads": args.threads, "lam": args.lam,
            "gold_pos_input": True}
     pkgs = before_and_now(args.before) if args.before else {"now": __import__("ssvm_torch")}
     out["oracle"] = {side: oracle_seconds(pkg, args.repeats) for side, pkg in pkgs.items()}
+    for t in args.threads[1:]:                  # this checkout over more threads (the first is the runs' own)
+        torch.set_num_threads(t)
+        out["oracle"][f"now_{t}_threads"] = oracle_seconds(pkgs["now"], args.repeats)
+        torch.set_num_threads(args.threads[0])
     for side, res in out["oracle"].items():
         print(f"{side}: dev decode {res['median']['decode_dev_s']:.2f} s, train gap pass "
               f"{res['median']['gap_pass_s']:.2f} s (median of {args.repeats})", flush=True)

@@ -165,8 +165,9 @@ def test_refusals_name_the_field():
 
 def test_ssvm_train_second_order_on_ud_ewt(tmp_path):
     out = tmp_path / "run"
-    train_main(["--dataset", "ud-ewt", "--trees", "second-order", "--train-size", "40", "--passes", "2",
-                "--gap-check", "2", "--lam", "0.01", "--out", str(out)])
+    # the arc design of test_tree_store's run (150 sentences, basic): the feature cache serves both
+    train_main(["--dataset", "ud-ewt", "--trees", "second-order", "--train-size", "150", "--features", "basic",
+                "--passes", "2", "--gap-check", "2", "--lam", "0.01", "--out", str(out), "--quiet"])
     hist = json.loads((out / "history.json").read_text())
     records = hist["records"] if isinstance(hist, dict) else hist
     assert records[-1]["gap"] < records[0]["gap"] and records[-1]["test_uas"] > 40.0
@@ -230,8 +231,9 @@ def test_partial_heads_hinge_completion_and_cccp_against_enumeration():
 
 def test_ssvm_train_second_order_from_partial_heads(tmp_path):
     out = tmp_path / "latent"
-    train_main(["--dataset", "ud-ewt", "--trees", "second-order", "--hide-labels", "0.5", "--train-size", "40",
-                "--passes", "4", "--gap-check", "2", "--latent-outer", "2", "--lam", "0.01", "--out", str(out)])
+    train_main(["--dataset", "ud-ewt", "--trees", "second-order", "--hide-labels", "0.5", "--train-size", "150",
+                "--features", "basic", "--passes", "4", "--gap-check", "2", "--latent-outer", "2", "--lam", "0.01",
+                "--out", str(out), "--quiet"])
     records = json.loads((out / "latent.json").read_text())
     records = records["records"] if isinstance(records, dict) else records
     objectives = [r["objective"] for r in records]
