@@ -1,6 +1,8 @@
 """The compiled half of the sibling featurization (:mod:`ssvm_torch.data.sibling_features`): the adjacent siblings
 of a tree, every item's mixed-radix key for a sibling part (h, s, m), the dictionary lookup (a dense table or a
-hash), the scores of every sibling part of a sentence and the feature ids of one part. ``design`` is
+hash), the scores of every sibling part of a sentence and the feature ids of one part; a sentence's arc and
+sibling scores together (:func:`block_scores`) and the best second-order tree of every sentence of a split
+(:func:`nb_sib_decode_all`: the model's CPU decode). ``design`` is
 :meth:`SiblingDesign.host`'s tuple (codes, parts, part_ptr, mult, has_head, keys, key_ptr, table, table_ptr,
 offset); parts are rows (item, kind, column) with kind 0 head, 1 sibling, 2 modifier, 3 dir, 4 sdist."""
 from __future__ import annotations
@@ -8,7 +10,11 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
+from ..oracles.tree_kernels import nb_theta
+from ..trees.numba_sibling_best import sibling_best
 from .arc_keys import ROOT, _att
+
+NEG_INF = -np.inf
 
 
 @nb.njit(cache=True, nogil=True)
@@ -237,3 +243,42 @@ def sibling_part_ids(codes, parts, part_ptr, mult, keys, key_ptr, table, table_p
             out[k] = offset + e
             k += 1
     return k
+
+
+@nb.njit(cache=True, nogil=True)
+def block_scores(i, ades, sdes, w, S, SB):
+    """The arc scores S[m, h] (-inf on the diagonal) and the sibling scores SB[m, h, s] of block i at w."""
+    offsets, arc_off, ptr, ids, tptr, tids = ades
+    codes, parts, part_ptr, mult, has_head, keys, key_ptr, table, table_ptr, offset = sdes
+    start = offsets[i]
+    n = offsets[i + 1] - start
+    theta = np.empty(n * n)
+    nb_theta(arc_off[i], n, ptr, ids, start + i, tptr, tids, w, theta)
+    a = 0
+    for h in range(n + 1):
+        S[0, h] = NEG_INF
+    for m in range(1, n + 1):
+        S[m, m] = NEG_INF
+        for h in range(n + 1):
+            if h != m:
+                S[m, h] = theta[a]
+                a += 1
+    fill_sibling_scores(codes, parts, part_ptr, mult, has_head, keys, key_ptr, table, table_ptr, offset, start, n,
+                        w, SB)
+
+
+@nb.njit(cache=True, nogil=True, parallel=True)
+def nb_sib_decode_all(ades, sdes, w, multiroot, Nmax, chunks, labels):
+    """The best second-order tree of every sentence at w (no loss), flat heads (W,), over ``chunks`` interleaved
+    shares in numba's threads (1: serial)."""
+    offsets = ades[0]
+    n_sent = offsets.shape[0] - 1
+    for c in nb.prange(chunks):
+        S, SB = np.empty((Nmax, Nmax)), np.empty((Nmax, Nmax, Nmax))
+        heads = np.empty(Nmax, dtype=np.int64)
+        for i in range(c, n_sent, chunks):
+            start = offsets[i]
+            n = offsets[i + 1] - start
+            block_scores(i, ades, sdes, w, S, SB)
+            sibling_best(S[:n + 1, :n + 1].copy(), SB, n, multiroot, heads)
+            labels[start:start + n] = heads[1:n + 1]

@@ -142,7 +142,7 @@ class SiblingDependencyModel(DependencyModel):
         model (:meth:`length_batches`)."""
         w = torch.as_tensor(w)
         if self.compiled(w) and data.device.type == "cpu":
-            from ..oracles.sibling_kernels import nb_sib_decode_all
+            from ..data.sibling_keys import nb_sib_decode_all
             ades = tuple(np.ascontiguousarray(to_host(t)) for t in (data.offsets, data.arc_off, data.ptr, data.ids,
                                                                    data.tok_ptr, data.tok_ids))
             labels = np.empty(int(data.offsets[-1]), dtype=np.int64)

@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 from ..errors import SSVMInputError, check
-from ..oracles.sibling_kernels import merge, tree_parts
+from .sibling_kernels import merge, tree_parts
 from .state import check_like, state_ell
 
 

@@ -5,7 +5,7 @@ psi_i(y) = phi(x_i, y_i) - phi(x_i, y) is linear in the tree's part indicators (
 parts), so block i is stored as its part marginals under alpha_i, M_i, as the first-order store keeps its arc
 marginals (:mod:`ssvm_torch.stores.tree`). A sentence has n^2 arcs but about n^3 / 3 sibling parts, too many to
 keep densely, while a convex combination of the few trees a block's steps visited touches a few n of them: M_i is
-kept sparse, sorted by part key (:mod:`ssvm_torch.oracles.sibling_kernels`), in a pool where each block owns a
+kept sparse, sorted by part key (:mod:`ssvm_torch.stores.sibling_kernels`), in a pool where each block owns a
 slot that moves to the pool's end when it outgrows it. With G_i the gold tree's parts, g_p the features of part p
 and theta_p = <w, g_p> the part scores the oracle computes anyway:
 
@@ -26,15 +26,15 @@ import numba
 import numpy as np
 import torch
 
+from ..data.sibling_keys import block_scores
 from ..devices import resolve_device, to_host
 from ..errors import SSVMInputError, check, check_positive
-from ..oracles.sibling_kernels import (block_corner, block_scores, merge, nb_dense_image, nb_labels_image,
-                                       nb_sib_gap_pass, nb_sib_gap_pass_parallel, parts_dot, parts_features_bound,
-                                       parts_image, tree_parts)
 from ..oracles.tree_kernels import nb_apply, nb_clear, nb_sqnorm
 from ..trees.checks import parallel_rows
 from .base import BatchCorners, BlockDual, Corner, GapPass, objective_n
 from .ragged import RaggedLabelings
+from .sibling_kernels import (block_corner, merge, nb_dense_image, nb_labels_image, nb_sib_gap_pass,
+                              nb_sib_gap_pass_parallel, parts_dot, parts_features_bound, parts_image, tree_parts)
 from .sibling_pool import PartPool
 
 

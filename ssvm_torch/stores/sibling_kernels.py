@@ -1,5 +1,4 @@
-"""Compiled kernels of the second-order dependency-tree store (:mod:`ssvm_torch.stores.sibling_tree`) and of the
-second-order model's CPU decode (:mod:`ssvm_torch.models.sibling_dependency`), CPU float64.
+"""Compiled kernels of the second-order dependency-tree store (:mod:`ssvm_torch.stores.sibling_tree`), CPU float64.
 
 A block's dual point is a sparse vector over its sentence's parts, sorted by part key: the arc h -> m is key
 m N1 + h and the sibling part (h, s, m) is N1^2 + (m N1 + h) N1 + s, N1 = n + 1 (a tree's parts, its n arcs then
@@ -12,8 +11,8 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from ..data.sibling_keys import adjacent_siblings, fill_sibling_scores, sibling_part_ids
-from ..oracles.tree_kernels import _insert, arc_index, nb_theta
+from ..data.sibling_keys import adjacent_siblings, block_scores, sibling_part_ids
+from ..oracles.tree_kernels import _insert, arc_index
 from ..trees.numba_sibling_best import sibling_best
 
 NEG_INF = -np.inf
@@ -73,28 +72,6 @@ def merge(ak, av, alo, na, bk, bv, blo, nb_, beta, ok, ov):
             ov[k] = v
             k += 1
     return k
-
-
-@nb.njit(cache=True, nogil=True)
-def block_scores(i, ades, sdes, w, S, SB):
-    """The arc scores S[m, h] (-inf on the diagonal) and the sibling scores SB[m, h, s] of block i at w."""
-    offsets, arc_off, ptr, ids, tptr, tids = ades
-    codes, parts, part_ptr, mult, has_head, keys, key_ptr, table, table_ptr, offset = sdes
-    start = offsets[i]
-    n = offsets[i + 1] - start
-    theta = np.empty(n * n)
-    nb_theta(arc_off[i], n, ptr, ids, start + i, tptr, tids, w, theta)
-    a = 0
-    for h in range(n + 1):
-        S[0, h] = NEG_INF
-    for m in range(1, n + 1):
-        S[m, m] = NEG_INF
-        for h in range(n + 1):
-            if h != m:
-                S[m, h] = theta[a]
-                a += 1
-    fill_sibling_scores(codes, parts, part_ptr, mult, has_head, keys, key_ptr, table, table_ptr, offset, start, n,
-                        w, SB)
 
 
 @nb.njit(cache=True, nogil=True)
@@ -227,23 +204,6 @@ def nb_sib_gap_pass_parallel(ades, sdes, w, gold, lgold, costs, multiroot, gold_
         for i in range(c, n, chunks):
             _gap_block(i, ades, sdes, w, gold, lgold, costs, multiroot, gold_ok, pstart, pcount, pkeys, pvals, S,
                        SB, heads, parts, labels, aug, gold_scores, m_theta, wrong)
-
-
-@nb.njit(cache=True, nogil=True, parallel=True)
-def nb_sib_decode_all(ades, sdes, w, multiroot, Nmax, chunks, labels):
-    """The best second-order tree of every sentence at w (no loss), flat heads (W,), over ``chunks`` interleaved
-    shares in numba's threads (1: serial)."""
-    offsets = ades[0]
-    n_sent = offsets.shape[0] - 1
-    for c in nb.prange(chunks):
-        S, SB = np.empty((Nmax, Nmax)), np.empty((Nmax, Nmax, Nmax))
-        heads = np.empty(Nmax, dtype=np.int64)
-        for i in range(c, n_sent, chunks):
-            start = offsets[i]
-            n = offsets[i + 1] - start
-            block_scores(i, ades, sdes, w, S, SB)
-            sibling_best(S[:n + 1, :n + 1].copy(), SB, n, multiroot, heads)
-            labels[start:start + n] = heads[1:n + 1]
 
 
 @nb.njit(cache=True, nogil=True)
