@@ -127,17 +127,9 @@ class ChainDual(ChainCompiledSteps, RaggedLabelings, ChainTorchPath, ChainMargin
         check(self._numba, "kernels", "'numba' (CPU float64 state) for host views", self.kernels)
         return self._np
 
-    @property
-    def ell(self) -> float:
-        return float(self._ell[0])
-
     def shift_ell(self, delta: float) -> None:
         """ell += delta, the blocks' ell_i moved by their owner (a batch move done outside the store)."""
         self._ell[0] += delta
-
-    def set_point(self, w: torch.Tensor, ell: float) -> None:
-        self.w.copy_(w)
-        self._ell[0] = ell
 
     def fw_corner(self, i: int) -> Corner:
         inv_lamn = 1.0 / (self.lam * self.N)

@@ -87,20 +87,12 @@ class SegmentDual(RaggedLabelings, SegmentBatchMoves, SegmentJointConstraints, E
         # the compiled block step (stores/segment_host.py) on views of this state, or None: the torch path
         self._host = HostSegmentSteps(self) if self.kernels == "numba" else None
 
-    @property
-    def ell(self) -> float:
-        return float(self._ell[0])
-
     def load_state_dict(self, state: dict) -> None:
         super().load_state_dict(state)
         self._forget_delta()
 
     def _forget_delta(self) -> None:
         self._corner_delta = self._host_delta = None
-
-    def set_point(self, w: torch.Tensor, ell: float) -> None:
-        self.w.copy_(w)
-        self._ell[0] = ell
 
     # -- statistics of blocks ------------------------------------------------------------------
     def _rows(self, idx: torch.Tensor):

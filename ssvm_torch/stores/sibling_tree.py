@@ -36,9 +36,10 @@ from .ragged import RaggedLabelings
 from .sibling_kernels import (block_corner, merge, nb_dense_image, nb_labels_image, nb_sib_gap_pass,
                               nb_sib_gap_pass_parallel, parts_dot, parts_features_bound, parts_image, tree_parts)
 from .sibling_pool import PartPool
+from .state import TensorEll
 
 
-class SiblingTreeDual(RaggedLabelings, PartPool, BlockDual):
+class SiblingTreeDual(RaggedLabelings, PartPool, TensorEll, BlockDual):
     """Sparse part-marginal dual state of a second-order tree SSVM (module docstring)."""
 
     shardable = False
@@ -143,15 +144,6 @@ class SiblingTreeDual(RaggedLabelings, PartPool, BlockDual):
         m_theta = parts_dot(self.pkeys, self.pvals, int(self.pstart[i]), int(self.pcount[i]), n + 1, self._S,
                             self._SB)
         return self._heads[1:n + 1].copy(), score, wrong, gold_score, m_theta
-
-    # -- the point ------------------------------------------------------------------------------------------
-    @property
-    def ell(self) -> float:
-        return float(self._ell[0])
-
-    def set_point(self, w: torch.Tensor, ell: float) -> None:
-        self.w.copy_(w)
-        self._ell[0] = ell
 
     # -- BCFW -----------------------------------------------------------------------------------------------
     def fw_corner(self, i: int) -> Corner:

@@ -81,14 +81,6 @@ class SpanDual(SpanHostSteps, JointConstraints, ExpectedStatistics, TensorBlockS
         if self._host:
             self._bind_host()
 
-    @property
-    def ell(self) -> float:
-        return float(self._ell[0])
-
-    def set_point(self, w: torch.Tensor, ell: float) -> None:
-        self.w.copy_(w)
-        self._ell[0] = ell
-
     def load_state_dict(self, state: dict) -> None:
         super().load_state_dict(state)
         self._forget_delta()

@@ -48,7 +48,20 @@ def state_ell(state: dict) -> float:
     return float(ell.reshape(-1)[0]) if isinstance(ell, torch.Tensor) else float(ell)
 
 
-class TensorBlockState:
+class TensorEll:
+    """The point's ``ell`` kept as a one-element tensor ``_ell`` beside ``w``: the ``ell`` property and ``set_point``
+    of the compact stores (chains, semi-Markov, constituency and second-order trees)."""
+
+    @property
+    def ell(self) -> float:
+        return float(self._ell[0])
+
+    def set_point(self, w: torch.Tensor, ell: float) -> None:
+        self.w.copy_(w)
+        self._ell[0] = ell
+
+
+class TensorBlockState(TensorEll):
     """``state_dict`` / ``load_state_dict`` of a store whose block state is its tensors ``STATE_TENSORS``,
     its ell (a one-element tensor ``_ell``) and lam: the chain and tree stores (a subclass with more block
     statistics extends the tuple). Loading goes through :func:`copy_checked`."""
@@ -64,4 +77,4 @@ class TensorBlockState:
         self._ell.fill_(state_ell(state))
 
 
-__all__ = ["TensorBlockState", "check_like", "copy_checked", "state_ell"]
+__all__ = ["TensorBlockState", "TensorEll", "check_like", "copy_checked", "state_ell"]
