@@ -58,7 +58,6 @@ from .errors import SSVMInputError, check, check_positive
 from .models.chain import ChainModel
 from .models.constituency import ConstituencyModel
 from .models.dependency import DependencyModel
-from .models.sibling_dependency import SiblingDependencyModel
 from .models.semimarkov import SemiMarkovModel
 from .solvers import Solver, SolverConfig, make_solver
 from .stores import make_store
@@ -218,10 +217,8 @@ def arc_start(model: DependencyModel, data: DependencyData, lam: float, config: 
     arcs and the completion does not matter), trained with ``config``; the convex counterpart of the chains'
     letter-wise start. Head-token weights start at 0; a second-order model's sibling weights too (its arc part is
     the first-order model's)."""
-    stripped = observed_arcs(data)
-    if isinstance(model, SiblingDependencyModel):         # its arc part; the sibling weights start at 0
-        model = DependencyModel(model.d, True, model.multiroot, model.loss_name)
-    store = make_store(model, stripped, lam)
+    stripped = observed_arcs(data)                    # no sibling design: a second order's arc part trains
+    store = make_store(model.first_order(), stripped, lam)
     solver = Solver(store, config)
     solver.run()
     return solver.model_point()[0].detach().to(torch.float64).clone()

@@ -102,3 +102,32 @@ def sibling_brute_force(S: np.ndarray, SB: np.ndarray, n: int, multiroot: bool, 
         has = sib[:, m] > 0
         np.add.at(MS[m], (trees[has, m], sib[has, m]), p[has])
     return trees[top], float(s[top]), logz, M, MS
+
+
+def check_gold_outside_the_space(model, data, lam: float = 0.1) -> None:
+    """A projective decoder with some non-projective gold trees (first or second order): a block's labelings are the
+    projective trees plus its gold tree, so after BCFW with gap sampling H_i >= 0, the last record's primal and gap
+    are the brute-force primal (over that set, the model's dense phi) and it minus the store's dual, and the model's
+    oracle and the store's gap pass give the enumerated H_i."""
+    import pytest
+    import torch
+    from ssvm_torch import SolverConfig, make_store
+    from ssvm_torch.solvers.make import make_solver
+    store = make_store(model, data, lam)
+    hist = make_solver(store, SolverConfig(solver="bcfw", sampling="gap", passes=8, gap_check=4, seed=1)).run()
+    w = store.w.clone()
+    H = []
+    for i in range(data.n):
+        n = int(data.lengths[i])
+        gold = data.padded_heads([i])[0, :n + 1].numpy()
+        Y = torch.tensor(np.concatenate([all_trees(n, True, False), gold[None]]))
+        idx = torch.full((len(Y),), i)
+        v = model.phi(data, idx, Y) @ w + model.loss(data, idx, Y)
+        H.append(float(v.max()) - float(model.phi(data, torch.tensor([i]), torch.tensor(gold[None])) @ w))
+    assert min(H) >= 0.0
+    primal = lam / 2 * float(w @ w) + float(np.mean(H))
+    assert hist[-1]["primal"] == pytest.approx(primal, abs=1e-9)
+    assert hist[-1]["gap"] == pytest.approx(primal - store.dual(), abs=1e-9) and hist[-1]["gap"] >= 0
+    _, H_model = model.oracle(w, data, torch.arange(data.n))
+    assert torch.allclose(H_model, torch.tensor(H, dtype=torch.float64), atol=1e-9)
+    assert torch.allclose(store.gap_pass().H, H_model, atol=1e-9)

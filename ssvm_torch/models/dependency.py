@@ -158,6 +158,10 @@ class DependencyModel(StructuredModel):
         H = torch.where(take_gold, torch.zeros_like(aug), aug - gold_score)
         return labels, H
 
+    def first_order(self) -> "DependencyModel":
+        """The arc-factored model over this model's weights (itself; a higher-order model's arc part)."""
+        return self
+
     @staticmethod
     def tree_score(scores, heads: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
         """<w, phi(x, y)> (B,) of the trees ``heads`` from the scores the model computed (:meth:`scores`)."""

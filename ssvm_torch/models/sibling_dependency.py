@@ -88,6 +88,10 @@ class SiblingDependencyModel(DependencyModel):
                                     "torch" if self.kernels == "torch" else "auto")
         return heads
 
+    def first_order(self) -> DependencyModel:
+        """The first-order model over the same weights: the arc features only (the sibling weights are never read)."""
+        return DependencyModel(self.d, True, self.multiroot, self.loss_name).with_kernels(self.kernels)
+
     @staticmethod
     def tree_score(scores, heads: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
         """The trees' arc and sibling scores (the oracle's terms: :meth:`DependencyModel.oracle`)."""

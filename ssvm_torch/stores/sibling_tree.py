@@ -74,7 +74,7 @@ class SiblingTreeDual(RaggedLabelings, PartPool, TensorEll, BlockDual):
         self.w = torch.zeros(model.d, dtype=dtype)
         self.ell_i = torch.zeros(self.n, dtype=dtype)
         self._ell = torch.zeros(1, dtype=dtype)
-        self._pending = None                # (token, nu): the hash table holds that direction's image
+        self._pending = None                # (token, nu, D): the hash table holds the image of that difference D
         self._init_pool()
 
     # -- helpers --------------------------------------------------------------------------------------------
@@ -149,9 +149,9 @@ class SiblingTreeDual(RaggedLabelings, PartPool, TensorEll, BlockDual):
     def fw_corner(self, i: int) -> Corner:
         heads, score, wrong, _, m_theta = self._corner(i)
         loss = float(self.costs[i]) * wrong / self.N
-        keys, vals, k = self._difference(i, heads, None)
-        nu = self._image([(i, keys, vals, k)])
-        self._pending = (("fw", i, id(heads)), nu)
+        diff = self._difference(i, heads, None)
+        nu = self._image([(i, *diff)])
+        self._pending = (("fw", i, id(heads)), nu, diff)
         sq = nb_sqnorm(self._hvals, self._used, nu)
         inv = self._inv()
         dot = score - m_theta
@@ -198,17 +198,19 @@ class SiblingTreeDual(RaggedLabelings, PartPool, TensorEll, BlockDual):
         return out
 
     def pair_sqnorm(self, i: int, P, Q) -> float:
-        keys, vals, k = self._difference(i, P, Q)
-        nu = self._image([(i, keys, vals, k)])
-        self._pending = (("pair", i, id(P), id(Q)), nu)
+        diff = self._difference(i, P, Q)
+        nu = self._image([(i, *diff)])
+        self._pending = (("pair", i, id(P), id(Q)), nu, diff)
         return nb_sqnorm(self._hvals, self._used, nu) * self._inv() ** 2
 
     def pair_move(self, i: int, P, Q, loss_P: float, loss_Q: float, gamma: float, token=None) -> None:
         """M_i += gamma (X(P) - X(Q)), so w += -gamma sum_p D_p g_p / (lam n); ell_i += gamma (loss_P - loss_Q)."""
-        keys, vals, k = self._difference(i, P, Q)
         token = token or ("pair", i, id(P), id(Q))
-        nu = self._pending[1] if self._pending is not None and self._pending[0] == token else \
-            self._image([(i, keys, vals, k)])
+        if self._pending is not None and self._pending[0] == token:      # the corner's or the norm's difference
+            _, nu, (keys, vals, k) = self._pending                      # (M_i has not moved since)
+        else:
+            keys, vals, k = self._difference(i, P, Q)
+            nu = self._image([(i, keys, vals, k)])
         self._apply(nu, -gamma * self._inv())
         self._axpy(i, keys, vals, k, gamma)
         d_ell = gamma * (loss_P - loss_Q)
@@ -280,7 +282,7 @@ class SiblingTreeDual(RaggedLabelings, PartPool, TensorEll, BlockDual):
             diffs.append((i, *self._difference(i, heads, None)))
         nu = self._image(diffs)
         token = ("batch", id(labels))
-        self._pending = (token, nu)
+        self._pending = (token, nu, None)
         sq = nb_sqnorm(self._hvals, self._used, nu) * self._inv() ** 2
         loss_t, gaps_t = torch.from_numpy(loss), torch.from_numpy(gaps)
         return BatchCorners(idx, loss_t, gaps_t, None, float((loss_t - self.ell_i[idx]).sum()),
