@@ -120,6 +120,12 @@ def test_the_part_pool_grows_and_stays_the_sum_of_its_blocks():
 
 
 def test_refusals_name_the_field():
+    from ssvm_torch.data.sibling_features import get_sibling_template
+    for spec, words in ((123, "expected item strings"), ("nosuch", "sibling features: expected one of"),
+                        ("hp|xx", "expected parts"), ("hp|dir", "needs a sibling or a modifier part"),
+                        ("sp|mp sp|mp", "listed twice")):
+        with pytest.raises(SSVMInputError, match=words):
+            get_sibling_template(spec)
     rng = np.random.default_rng(1)
     data = random_sibling_data(rng, 3, 6)
     model = SiblingDependencyModel.for_data(data)

@@ -53,7 +53,7 @@ def parse_items(spec, what: str, example: str, part, check_item) -> tuple:
     a tuple of ``part(item text, part text)`` over its parts joined by '|'; ``check_item(text, parts)`` refuses an
     item by name; an empty spec, a non-string item or an item listed twice is refused (``what`` names the
     template, ``example`` shows an item)."""
-    texts = spec.split() if isinstance(spec, str) else list(spec)
+    texts = spec.split() if isinstance(spec, str) else list(spec) if isinstance(spec, (list, tuple)) else None
     if not texts or not all(isinstance(t, str) for t in texts):
         raise SSVMInputError(f"{what}: expected item strings such as {example}, got {spec!r}")
     items = []
