@@ -5,7 +5,8 @@ first against second order trained alike (BCFW + gap sampling, same lambda and p
 only: the test split is scored by ``ssvm-train`` alone.
 
 Usage: python benchmarks/bench_sibling_ssvm.py [--passes 10] [--lam 3e-3] [--repeats 3] [--threads 1 2]
-       [--before /tmp/before_sib --commit C] [--out benchmarks/results/sibling_ssvm_ewt.json]
+       [--siblings mcdonald-pereira mcdonald-pereira-adjacent] [--before /tmp/before_sib --commit C]
+       [--out benchmarks/results/sibling_ssvm_ewt.json]
 """
 from __future__ import annotations
 
@@ -28,12 +29,13 @@ from commits import add_before_options, before_and_now  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def oracle_seconds(pkg, repeats: int) -> dict:
+def oracle_seconds(pkg, repeats: int, siblings: str = "mcdonald-pereira") -> dict:
     """Median seconds of a dev decode (predict_flat) and of an exact gap pass over the training set, at one
-    random w (the scoring's cost does not depend on w), with ``pkg``'s loader, model and store."""
+    random w (the scoring's cost does not depend on w), with ``pkg``'s loader, model and store and the sibling
+    template ``siblings``."""
     from importlib import import_module
     trees = import_module(pkg.__name__ + ".data.trees")
-    train, dev = trees.load_ud_dependencies("mcdonald", 1, "dev", siblings="mcdonald-pereira")
+    train, dev = trees.load_ud_dependencies("mcdonald", 1, "dev", siblings=siblings)
     model = import_module(pkg.__name__ + ".models").SiblingDependencyModel.for_data(train)
     w = torch.from_numpy(np.random.default_rng(0).normal(size=model.d) * 0.01)
     store = pkg.make_store(model, train, 3e-3)
@@ -52,19 +54,23 @@ def oracle_seconds(pkg, repeats: int) -> dict:
     return out
 
 
-def train_dev(trees: str, lam: float, passes: float) -> dict:
-    """BCFW + gap sampling on the training set, dev UAS and the exact gap at the end, seconds."""
+def train_dev(siblings: str | None, lam: float, passes: float) -> dict:
+    """BCFW + gap sampling on the training set (first order, or second order with the sibling template
+    ``siblings``), dev UAS and the exact gap at the end, seconds."""
+    from ssvm_torch import make_store
+    from ssvm_torch.data.trees import load_ud_dependencies
+    from ssvm_torch.models import DependencyModel, SiblingDependencyModel
     from ssvm_torch.solvers import SolverConfig, make_solver
-    from ssvm_torch.tasks import load_task
-    problem = load_task("ud-ewt", heldout="dev", trees=trees)
-    store = problem.store(lam)
+    train, dev = load_ud_dependencies("mcdonald", 1, "dev", siblings=siblings)
+    model = (DependencyModel if siblings is None else SiblingDependencyModel).for_data(train)
+    store = make_store(model, train, lam)
     t0 = time.perf_counter()
     hist = make_solver(store, SolverConfig(solver="bcfw", sampling="gap", passes=passes, gap_check=passes,
                                            seed=0)).run()
     seconds = time.perf_counter() - t0
-    uas = problem.model.metrics(store.w.detach(), problem.test)["uas"]
+    uas = model.metrics(store.w.detach(), dev)["uas"]
     return {"dev_uas": uas, "gap": hist[-1]["gap"], "primal": hist[-1]["primal"], "passes": hist[-1]["passes"],
-            "seconds": seconds, "d": problem.model.d}
+            "seconds": seconds, "d": model.d}
 
 
 def main(argv=None):
@@ -73,6 +79,9 @@ def main(argv=None):
     p.add_argument("--lam", type=float, default=3e-3)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--skip-training", action="store_true", help="the oracle timings only")
+    p.add_argument("--siblings", nargs="+", default=["mcdonald-pereira"],
+                   help="the second-order templates trained besides the first order (data/sibling_features.py), e.g. "
+                        "mcdonald-pereira mcdonald-pereira-adjacent (without the first-child parts)")
     p.add_argument("--threads", type=int, nargs="+", default=[1],
                    help="torch / numba threads: the first for every figure, the others for this checkout's oracle")
     add_before_options(p, required=False)
@@ -85,6 +94,8 @@ def main(argv=None):
            "gold_pos_input": True}
     pkgs = before_and_now(args.before) if args.before else {"now": __import__("ssvm_torch")}
     out["oracle"] = {side: oracle_seconds(pkg, args.repeats) for side, pkg in pkgs.items()}
+    for template in args.siblings[1:]:         # this checkout's other templates (the first is the default's)
+        out["oracle"][f"now_{template}"] = oracle_seconds(pkgs["now"], args.repeats, template)
     for t in args.threads[1:]:                  # this checkout over more threads (the first is the runs' own)
         torch.set_num_threads(t)
         out["oracle"][f"now_{t}_threads"] = oracle_seconds(pkgs["now"], args.repeats)
@@ -99,7 +110,8 @@ def main(argv=None):
         out["same_results"] = b["check"] == n["check"] or abs(b["check"]["gap_sum"] - n["check"]["gap_sum"]) < 1e-6
         print("speed-up", {k: round(v, 2) for k, v in out["speedup"].items()}, "same results", out["same_results"])
     if not args.skip_training:
-        out["training"] = {t: train_dev(t, args.lam, args.passes) for t in ("projective", "second-order")}
+        out["training"] = {t: train_dev(None if t == "first-order" else t, args.lam, args.passes)
+                           for t in ["first-order", *args.siblings]}
         for t, r in out["training"].items():
             print(f"{t}: dev UAS {r['dev_uas']:.2f}, gap {r['gap']:.4f} after {r['passes']} passes, "
                   f"{r['seconds']:.0f} s, d = {r['d']:,}", flush=True)

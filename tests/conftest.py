@@ -354,17 +354,18 @@ def torch_struct_deps(monkeypatch):
 SIBLING_TEST_TEMPLATE = "hp|sp|mp hp|sp|mp|dir sp|mp|sdist sw|mw sw|mp|dir"
 
 
-def random_sibling_data(rng, n, d, lmin=1, lmax=4, per_arc=3, projective_only=True, vocab=3, table_max=None):
+def random_sibling_data(rng, n, d, lmin=1, lmax=4, per_arc=3, projective_only=True, vocab=3, table_max=None,
+                        first_child=True):
     """:func:`random_dependency_data` with second-order features: random column codes (``vocab`` values per
     column) and :data:`SIBLING_TEST_TEMPLATE`'s dictionary from the gold trees (``table_max`` 0: every item
-    looked up in a hash)."""
+    looked up in a hash; ``first_child`` False: no first-child parts)."""
     from ssvm_torch.data.sibling_features import TABLE_MAX, SiblingTemplate, build_designs
     from ssvm_torch.data.trees import DependencyData
     data = random_dependency_data(rng, n, d, lmin, lmax, per_arc, projective_only)
     W = int(data.offsets[-1])
     codes = rng.integers(3, 3 + vocab, size=(W, 5)).astype(np.int64)
     radix = np.full(5, 3 + vocab, dtype=np.int64)
-    (sib,) = build_designs(SiblingTemplate.parse(SIBLING_TEST_TEMPLATE), [codes], radix, data.offsets.numpy(),
+    (sib,) = build_designs(SiblingTemplate.parse(SIBLING_TEST_TEMPLATE, first_child=first_child), [codes], radix, data.offsets.numpy(),
                            data.heads.numpy(), d, 1, TABLE_MAX if table_max is None else table_max)
     return DependencyData(data.offsets, data.heads, data.labels, data.arc_off, data.ptr, data.ids,
                           d + sib.n_features, "random-sibling-trees", tok_ptr=data.tok_ptr, tok_ids=data.tok_ids,

@@ -151,8 +151,8 @@ def dependency_trees(model, data, i):
     return torch.tensor(all_trees(int(data.lengths[i]), model.projective, model.multiroot))
 
 
-def sibling(rng, table_max=None):
-    data = random_sibling_data(rng, 5, 7, lmin=1, lmax=4, per_arc=3, table_max=table_max)
+def sibling(rng, table_max=None, first_child=True):
+    data = random_sibling_data(rng, 5, 7, lmin=1, lmax=4, per_arc=3, table_max=table_max, first_child=first_child)
     return SiblingDependencyModel.for_data(data), data, None
 
 
@@ -188,6 +188,7 @@ STRUCTURES = {
                                           two_kernels=True),
     "sibling-dependency": Structure(sibling, dependency_trees),
     "sibling-dependency-searched": Structure(lambda rng: sibling(rng, table_max=0), dependency_trees),
+    "sibling-dependency-adjacent": Structure(lambda rng: sibling(rng, first_child=False), dependency_trees),
     "semimarkov": Structure(semimarkov, segmentations, two_kernels=True),
     "semimarkov-outside": Structure(lambda rng: semimarkov(rng, outside=0), segmentations),
     "constituency": Structure(constituency, labeled_trees, two_kernels=True),
@@ -258,7 +259,9 @@ def _floats(x):
 @each
 def test_conformance_scores_are_linear_in_w(name):
     model, data, nonneg, w1 = instance(name, seed=2)
-    _, _, _, w2 = instance(name, seed=3)
+    w2 = torch.tensor(np.random.default_rng(3).normal(size=model.d), dtype=w1.dtype)    # the same data's
+    if nonneg is not None:
+        w2[nonneg] = w2[nonneg].abs()
     idx = torch.arange(data.n)
     a, b = 0.7, 1.9
     mixed = _floats(model.scores(a * w1 + b * w2, data, idx))

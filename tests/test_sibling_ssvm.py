@@ -2,7 +2,7 @@
 checkpoints and every solver to brute force): gold trees outside the projective space, the compiled scores
 against the torch ones, the compiled feature keys against the readable feature strings on UD English-EWT, the
 part pool's moves, refusals by name, ssvm-train's ``--trees second-order``, and the latent SSVM from partial heads
-against enumeration."""
+against enumeration; the first-child parts' decoders against brute force."""
 from __future__ import annotations
 
 import json
@@ -17,7 +17,51 @@ from ssvm_torch.cli.train import main as train_main
 from ssvm_torch.errors import SSVMInputError
 from ssvm_torch.models import SiblingDependencyModel
 from ssvm_torch.solvers.make import make_solver
-from tree_reference import all_trees, check_gold_outside_the_space
+from tree_reference import all_trees, check_gold_outside_the_space, sibling_tree_scores
+
+
+@pytest.mark.parametrize("multiroot", [False, True], ids=["single-root", "multi-root"])
+def test_first_child_decoders_and_fold_equal_brute_force(multiroot):
+    """McDonald & Pereira 2006's first-child parts (SB[m, h, h] scores a head's nearest dependent on each side):
+    the compiled decoder reading them (first_child=True) and the torch decoder on the folded scores
+    (fold_first_child) return a best projective tree and its score by enumeration (n <= 6, -inf arcs and
+    sibling pairs among the scores, rounded scores with ties), and sibling_score of the folded scores is every tree's
+    score with its first-child parts."""
+    from ssvm_torch.models.sibling_dependency import fold_first_child
+    from ssvm_torch.trees import sibling_ops
+    from ssvm_torch.trees.numba_sibling_best import sibling_best
+    from ssvm_torch.trees.sibling import sibling_score
+    rng = np.random.default_rng(11)
+    for trial in range(60):
+        n = int(rng.integers(1, 7))
+        S = rng.normal(size=(n + 1, n + 1))
+        SB = rng.normal(size=(n + 1, n + 1, n + 1))
+        if trial % 3 == 0:                                  # some forbidden arcs and sibling pairs
+            S[rng.random(S.shape) < 0.15] = -np.inf
+            SB[rng.random(SB.shape) < 0.15] = -np.inf
+            SB[:, np.arange(n + 1), np.arange(n + 1)] = rng.normal(size=(n + 1, n + 1))
+        if trial % 5 == 0:                                  # ties
+            S, SB = np.round(S), np.round(SB)
+        trees = all_trees(n, True, multiroot)
+        scores = sibling_tree_scores(S, SB, trees, first_child=True)
+        heads = np.empty(n + 1, dtype=np.int64)
+        best = sibling_best(S, SB, n, multiroot, heads, True)
+        if not np.isfinite(scores.max()):
+            assert best == -np.inf
+            continue
+        assert best == pytest.approx(scores.max(), abs=1e-9)
+        assert sibling_tree_scores(S, SB, heads[None], first_child=True)[0] == pytest.approx(scores.max(), abs=1e-9)
+        St, SBt = fold_first_child(torch.tensor(S)[None], torch.tensor(SB)[None])
+        lengths = torch.tensor([n])
+        T = len(trees)
+        got = sibling_score(St.expand(T, -1, -1), SBt.expand(T, -1, -1, -1), torch.tensor(trees), lengths.expand(T))
+        finite = np.isfinite(scores)
+        assert np.array_equal(np.isfinite(got.numpy()), finite)
+        assert np.allclose(got.numpy()[finite], scores[finite], atol=1e-9)
+        th, ts = sibling_ops.best(St, SBt, lengths, multiroot, "torch")
+        assert float(ts[0]) == pytest.approx(scores.max(), abs=1e-9)
+        assert sibling_tree_scores(S, SB, th[:, :n + 1].numpy(), first_child=True)[0] == pytest.approx(scores.max(),
+                                                                                                      abs=1e-9)
 
 
 def test_gold_outside_the_space_keeps_the_hinge_nonnegative_and_the_gap_exact():
@@ -74,8 +118,8 @@ def test_ewt_keys_agree_with_the_feature_strings():
     gold = set()
     for i in range(tb.n):
         for m in range(1, int(lengths[i]) + 1):
-            if int(sibs[i, m]) > 0:
-                gold.update(MCDONALD_PEREIRA.part_strings(sentences[i], int(heads[i, m]), int(sibs[i, m]), m))
+            s = int(sibs[i, m]) if int(sibs[i, m]) > 0 else int(heads[i, m])     # 0: a first-child part
+            gold.update(MCDONALD_PEREIRA.part_strings(sentences[i], int(heads[i, m]), s, m))
     key_ptr = design.key_ptr.numpy()
     host, buf = design.host(), np.empty(len(MCDONALD_PEREIRA.items), dtype=np.int64)
     string_of, id_of, hits = {}, {}, 0
@@ -83,9 +127,11 @@ def test_ewt_keys_agree_with_the_feature_strings():
         sent, start, n = sentences[i], int(offsets[i]), int(lengths[i])
         for h in range(n + 1):
             for m in range(1, n + 1):
-                for s in range(min(h, m) + 1, max(h, m)):
+                if h == m:
+                    continue
+                for s in [h, *range(min(h, m) + 1, max(h, m))]:
                     strings = MCDONALD_PEREIRA.part_strings(sent, h, s, m)
-                    k = compiled_ids(*host[:4], *host[5:], start, h, s, m, buf)
+                    k = compiled_ids(*host[:4], *host[5:10], start, h, s, m, buf)
                     ids = buf[:k].tolist()
                     if (h + s + m) % 7 == 0:                    # the torch helper (phi's) agrees
                         assert sibling_part_ids(design, start, h, s, m) == ids
@@ -126,6 +172,10 @@ def test_refusals_name_the_field():
                         ("sp|mp sp|mp", "listed twice")):
         with pytest.raises(SSVMInputError, match=words):
             get_sibling_template(spec)
+    from ssvm_torch.data.sibling_features import SiblingTemplate
+    with pytest.raises(SSVMInputError, match="first_child: expected True or False"):
+        SiblingTemplate.parse("sp|mp", first_child="yes")
+    assert get_sibling_template("mcdonald-pereira-adjacent").key() != get_sibling_template("mcdonald-pereira").key()
     rng = np.random.default_rng(1)
     data = random_sibling_data(rng, 3, 6)
     model = SiblingDependencyModel.for_data(data)

@@ -77,15 +77,16 @@ def adjacent_siblings(trees: np.ndarray) -> np.ndarray:
     return sib
 
 
-def sibling_tree_scores(S: np.ndarray, SB: np.ndarray, trees: np.ndarray) -> np.ndarray:
-    """s(y) = sum_m S[m, y_m] + sum_{m with a sibling s} SB[m, y_m, s] of every tree (T,)."""
+def sibling_tree_scores(S: np.ndarray, SB: np.ndarray, trees: np.ndarray, first_child: bool = False) -> np.ndarray:
+    """s(y) = sum_m S[m, y_m] + sum_{m with a sibling s} SB[m, y_m, s] of every tree (T,), + sum over the other
+    words (the nearest dependents) SB[m, y_m, y_m] with ``first_child`` (McDonald & Pereira 2006's s(h, -, m))."""
     n = trees.shape[1] - 1
     if n == 0:
         return np.zeros(len(trees))
     words = np.arange(1, n + 1)[None, :]
     sib = adjacent_siblings(trees)[:, 1:]
     heads = trees[:, 1:]
-    extra = np.where(sib > 0, SB[words, heads, sib], 0.0)
+    extra = np.where(sib > 0, SB[words, heads, sib], SB[words, heads, heads] if first_child else 0.0)
     return S[words, heads].sum(1) + extra.sum(1)
 
 
@@ -122,8 +123,11 @@ def check_gold_outside_the_space(model, data, lam: float = 0.1) -> None:
         gold = data.padded_heads([i])[0, :n + 1].numpy()
         Y = torch.tensor(np.concatenate([all_trees(n, True, False), gold[None]]))
         idx = torch.full((len(Y),), i)
-        v = model.phi(data, idx, Y) @ w + model.loss(data, idx, Y)
-        H.append(float(v.max()) - float(model.phi(data, torch.tensor([i]), torch.tensor(gold[None])) @ w))
+        loss = model.loss(data, idx, Y)
+        v = model.phi(data, idx, Y) @ w + loss
+        gold_score = float(model.phi(data, torch.tensor([i]), torch.tensor(gold[None])) @ w)
+        assert float(loss[-1]) == 0.0 and float(v[-1]) == pytest.approx(gold_score, abs=1e-12)
+        H.append(float(v.max()) - float(v[-1]))             # the gold row's own sum: H_i >= 0 exactly
     assert min(H) >= 0.0
     primal = lam / 2 * float(w @ w) + float(np.mean(H))
     assert hist[-1]["primal"] == pytest.approx(primal, abs=1e-9)

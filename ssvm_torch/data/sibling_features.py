@@ -3,15 +3,18 @@ MSTParser's second-order features), their dictionary from the gold trees, and th
 (h, s, m) of a sentence, in torch (any device) and compiled (:mod:`ssvm_torch.data.sibling_keys`).
 
 A sibling part is a word m, its head h and s, the dependent of h between h and m nearest to m (the adjacent
-sibling of :mod:`ssvm_torch.trees.sibling`, SuPar's convention: the dependent nearest its head on each side has
-no sibling part). A template item is a conjunction of parts joined by ``|``:
+sibling of :mod:`ssvm_torch.trees.sibling`). The dependent nearest its head on each side has none; with
+``first_child`` (the default, McDonald & Pereira 2006's s(h, -, m)) it has the first-child part (h, h, m), whose
+sibling columns read "no sibling" (the code BOS) and whose sdist is the side and distance of h and m; without it
+(SuPar's convention) it has no part. A template item is a conjunction of parts joined by ``|``:
 
     h<col>, s<col>, m<col>    a column of the head / the sibling / the modifier (the arc templates' columns: w the
                               lower-cased form, f its first five characters, p XPOS, u UPOS, l the lemma)
     dir                       the side of the head the two dependents are on
     sdist                     direction and binned distance between s and m (1, 2, 3, 4, 5, 6-10, > 10)
 
-The default :data:`MCDONALD_PEREIRA` is MSTParser's set: the POS trigram of head, sibling and modifier with and
+The default :data:`MCDONALD_PEREIRA` (with first-child parts; ``mcdonald-pereira-adjacent`` the same items
+without them) is MSTParser's set: the POS trigram of head, sibling and modifier with and
 without the side (``POS_TRIP``), and the sibling pairs of POS / word conjunctions each with the side and with
 the distance (``CH_PAIR``, ``CH_WPAIR``, ``CH_WPOS``, ``CH_PWOS``), plus UPOS versions of the POS items. An item
 without a head part depends on (s, m) alone (the side too: s lies between h and m), so a sentence's n^2 pairs
@@ -40,13 +43,15 @@ TABLE_MAX = 1 << 22            # an item whose key space is at most this is look
 
 @dataclass(frozen=True)
 class SiblingTemplate:
-    """Items, each a tuple of parts (kind, column): kind 0 head, 1 sibling, 2 modifier, 3 dir, 4 sdist."""
+    """Items, each a tuple of parts (kind, column): kind 0 head, 1 sibling, 2 modifier, 3 dir, 4 sdist;
+    ``first_child``: whether a head's nearest dependent on each side has the part (h, h, m) (module docstring)."""
 
     name: str
     items: tuple
+    first_child: bool = True
 
     @classmethod
-    def parse(cls, spec, name: str = "custom") -> "SiblingTemplate":
+    def parse(cls, spec, name: str = "custom", first_child: bool = True) -> "SiblingTemplate":
         def part(text, piece):
             m = _PART.match(piece)
             if m is None:
@@ -58,22 +63,26 @@ class SiblingTemplate:
         def item(text, parts):
             if not any(kind in (1, 2) for kind, _ in parts):
                 raise SSVMInputError(f"sibling template item {text!r}: needs a sibling or a modifier part")
-        return cls(name, parse_items(spec, "sibling template", "'hp|sp|mp'", part, item))
+        if not isinstance(first_child, bool):
+            raise SSVMInputError(f"first_child: expected True or False, got {first_child!r}")
+        return cls(name, parse_items(spec, "sibling template", "'hp|sp|mp'", part, item), first_child)
 
     @staticmethod
     def item_name(item) -> str:
         return "|".join("dir" if k == 3 else "sdist" if k == 4 else "hsm"[k] + COLUMNS[c] for k, c in item)
 
     def text(self) -> str:
-        return " ".join(self.item_name(item) for item in self.items)
+        return " ".join(self.item_name(item) for item in self.items) + ("" if self.first_child else " -first-child")
 
     def key(self) -> str:
         return hashlib.sha256(self.text().encode()).hexdigest()[:24]
 
     def part_strings(self, sentence, h: int, s: int, m: int) -> list[str]:
         """The feature strings of the sibling part (h, s, m) of one sentence of (form, upos, xpos, lemma) tuples
-        (h = 0 the root): the readable reference the compiled keys are tested against."""
-        def value(col, pos):
+        (h = 0 the root; s = h a first-child part): the readable reference the compiled keys are tested against."""
+        def value(col, pos, kind):
+            if kind == 1 and s == h:
+                return "<first>"
             if pos == 0:
                 return "<root>"
             form, upos, xpos, lemma = sentence[pos - 1]
@@ -82,7 +91,7 @@ class SiblingTemplate:
         sdist = ("R" if s < m else "L") + str(d if d <= 5 else 6 if d <= 10 else 7)
         out = []
         for item in self.items:
-            vals = [("R" if h < m else "L") if k == 3 else sdist if k == 4 else value(c, (h, s, m)[k]) for k, c in item]
+            vals = [("R" if h < m else "L") if k == 3 else sdist if k == 4 else value(c, (h, s, m)[k], k) for k, c in item]
             out.append(f"{self.item_name(item)}=" + "|".join(vals))
         return out
 
@@ -90,7 +99,9 @@ class SiblingTemplate:
 MCDONALD_PEREIRA = SiblingTemplate.parse(
     "hp|sp|mp|dir hp|sp|mp sp|mp|dir sp|mp|sdist sw|mw|dir sw|mw|sdist sw|mp|dir sw|mp|sdist sp|mw|dir sp|mw|sdist "
     "hu|su|mu|dir su|mu|sdist", name="mcdonald-pereira")
-SIBLING_TEMPLATES = {"mcdonald-pereira": MCDONALD_PEREIRA}
+SIBLING_TEMPLATES = {"mcdonald-pereira": MCDONALD_PEREIRA,
+                     "mcdonald-pereira-adjacent": SiblingTemplate("mcdonald-pereira-adjacent", MCDONALD_PEREIRA.items,
+                                                                  first_child=False)}
 
 
 def get_sibling_template(spec) -> SiblingTemplate:
@@ -122,7 +133,7 @@ class SiblingDesign:
     ``parts`` / ``part_ptr`` / ``mult`` (:func:`sibling_radices`) and ``has_head`` (T,) bool; the dictionary
     ``keys`` (K,) sorted within each item, ``key_ptr`` (T + 1,); ``table`` int64 with ``table_ptr`` (T + 1,): each
     item's lookup of a key's place in ``keys`` (a dense table where its key space is at most :data:`TABLE_MAX`,
-    else a hash; data/sibling_keys.py's ``item_entry``);
+    else a hash; data/sibling_keys.py's ``item_entry``); ``first_child`` as the template's;
     feature id of dictionary entry k = ``offset`` + k. Every tensor but ``codes`` is shared by the splits."""
 
     codes: torch.Tensor
@@ -136,6 +147,7 @@ class SiblingDesign:
     table_ptr: torch.Tensor
     offset: int
     template: str = "custom"
+    first_child: bool = True
 
     @property
     def n_features(self) -> int:
@@ -144,18 +156,18 @@ class SiblingDesign:
     def to(self, device) -> "SiblingDesign":
         return SiblingDesign(*(t.to(device) for t in (self.codes, self.parts, self.part_ptr, self.mult, self.has_head,
                                                       self.keys, self.key_ptr, self.table, self.table_ptr)),
-                             self.offset, self.template)
+                             self.offset, self.template, self.first_child)
 
     def with_words(self, words: torch.Tensor) -> "SiblingDesign":
         """The design of the words ``words`` (a subset's), the dictionary shared."""
         return SiblingDesign(self.codes[words], self.parts, self.part_ptr, self.mult, self.has_head, self.keys,
-                             self.key_ptr, self.table, self.table_ptr, self.offset, self.template)
+                             self.key_ptr, self.table, self.table_ptr, self.offset, self.template, self.first_child)
 
     def host(self) -> tuple:
         """The compiled kernels' argument tuple (NumPy views on the CPU)."""
         return tuple(np.ascontiguousarray(t.cpu().numpy()) for t in (
             self.codes, self.parts, self.part_ptr, self.mult, self.has_head, self.keys, self.key_ptr, self.table,
-            self.table_ptr)) + (self.offset,)
+            self.table_ptr)) + (self.offset, self.first_child)
 
 
 def build_designs(template: SiblingTemplate, codes: list, radix: np.ndarray, train_offsets: np.ndarray,
@@ -165,7 +177,7 @@ def build_designs(template: SiblingTemplate, codes: list, radix: np.ndarray, tra
     the items whose key space is at most ``table_max`` get a dense lookup table, the others a hash."""
     from .sibling_keys import build_hash, gold_sibling_keys
     parts, part_ptr, mult, space = sibling_radices(template, radix)
-    items, keys = gold_sibling_keys(codes[0], train_offsets, train_heads, parts, part_ptr, mult)
+    items, keys = gold_sibling_keys(codes[0], train_offsets, train_heads, parts, part_ptr, mult, template.first_child)
     T = len(template.items)
     dict_keys, key_ptr = [], [0]
     for t in range(T):
@@ -189,8 +201,8 @@ def build_designs(template: SiblingTemplate, codes: list, radix: np.ndarray, tra
     shared = [torch.from_numpy(a) for a in (parts, part_ptr, mult, has_head, flat, np.asarray(key_ptr, dtype=np.int64),
                                             np.concatenate(tables) if tables else np.zeros(0, dtype=np.int64),
                                             np.asarray(table_ptr, dtype=np.int64))]
-    return [SiblingDesign(torch.from_numpy(np.ascontiguousarray(c)), *shared, int(offset), template.name)
-            for c in codes]
+    return [SiblingDesign(torch.from_numpy(np.ascontiguousarray(c)), *shared, int(offset), template.name,
+                          template.first_child) for c in codes]
 
 
 # -- the scores of every sibling part, in torch (the reference, and the path off the CPU) -----------------------
@@ -205,19 +217,23 @@ def _values(design: SiblingDesign, kind: int, col: int, h, s, m, start):
         return torch.where(s < m, b, b + 7)
     pos = (h, s, m)[kind]
     word = codes[(start + pos - 1).clamp(min=0, max=codes.shape[0] - 1)]
-    return torch.where(pos == 0, torch.zeros_like(word), word)          # ROOT = 0 (arc_keys.py)
+    word = torch.where(pos == 0, torch.zeros_like(word), word)          # ROOT = 0 (arc_keys.py)
+    return torch.where(s == h, torch.ones_like(word), word) if kind == 1 else word    # first child: BOS = 1
 
 
 def sibling_scores_torch(design: SiblingDesign, w: torch.Tensor, starts: torch.Tensor, lengths: torch.Tensor,
                          N: int) -> torch.Tensor:
     """(B, N, N, N) sib_scores[b, m, h, s] = <w, f(h, s, m)> of the sentences whose words start at ``starts``
-    (B,), for s strictly between h and m on the words; -inf elsewhere (never read by the decoders)."""
+    (B,), for s strictly between h and m on the words and, with the design's ``first_child``, s = h != m (the
+    first-child parts); -inf elsewhere (never read by the decoders)."""
     dev = w.device
     B = starts.shape[0]
     pos = torch.arange(N, device=dev)
     m, h, s = pos[None, :, None, None], pos[None, None, :, None], pos[None, None, None, :]
     n = lengths[:, None, None, None]
     valid = (m >= 1) & (m <= n) & (h <= n) & (s >= 1) & (s <= n) & (torch.minimum(h, m) < s) & (s < torch.maximum(h, m))
+    if design.first_child:
+        valid = valid | ((m >= 1) & (m <= n) & (h <= n) & (s == h) & (h != m))
     start = starts[:, None, None, None]
     out = torch.zeros(B, N, N, N, dtype=w.dtype, device=dev)
     parts, ptr, mult = design.parts.tolist(), design.part_ptr.tolist(), design.mult.tolist()
@@ -234,7 +250,8 @@ def sibling_scores_torch(design: SiblingDesign, w: torch.Tensor, starts: torch.T
 
 
 def sibling_part_ids(design: SiblingDesign, start: int, h: int, s: int, m: int) -> list[int]:
-    """The feature ids of one sibling part (h, s, m) of the sentence whose words start at ``start`` (tests, phi)."""
+    """The feature ids of one sibling part (h, s, m) (s = h: a first-child part) of the sentence whose words start
+    at ``start`` (tests, phi)."""
     ids = []
     parts, ptr, mult = design.parts.tolist(), design.part_ptr.tolist(), design.mult.tolist()
     t_h, t_s, t_m = (torch.tensor(v) for v in (h, s, m))

@@ -4,7 +4,9 @@ hash), the scores of every sibling part of a sentence and the feature ids of one
 sibling scores together (:func:`block_scores`) and the best second-order tree of every sentence of a split
 (:func:`nb_sib_decode_all`: the model's CPU decode). ``design`` is
 :meth:`SiblingDesign.host`'s tuple (codes, parts, part_ptr, mult, has_head, keys, key_ptr, table, table_ptr,
-offset); parts are rows (item, kind, column) with kind 0 head, 1 sibling, 2 modifier, 3 dir, 4 sdist."""
+offset, first_child); parts are rows (item, kind, column) with kind 0 head, 1 sibling, 2 modifier, 3 dir, 4 sdist.
+With ``first_child``, the dependent m nearest its head h on its side has the part (h, h, m) (McDonald & Pereira
+2006's s(h, -, m)): its sibling columns read the code BOS, its sdist the side and distance of h and m."""
 from __future__ import annotations
 
 import numba as nb
@@ -12,7 +14,7 @@ import numpy as np
 
 from ..oracles.tree_kernels import nb_theta
 from ..trees.numba_sibling_best import sibling_best
-from .arc_keys import ROOT, _att
+from .arc_keys import BOS, ROOT, _att
 
 NEG_INF = -np.inf
 
@@ -43,6 +45,8 @@ def _value(codes, start, h, s, m, kind, col):
         return 0 if h < m else 1
     if kind == 4:
         return _att(s, m)
+    if kind == 1 and s == h:                    # a first-child part: no sibling
+        return BOS
     pos = h if kind == 0 else (s if kind == 1 else m)
     if pos == 0:
         return ROOT
@@ -99,8 +103,9 @@ def build_hash(item_keys, first, bits, out):
 
 
 @nb.njit(cache=True, nogil=True)
-def gold_sibling_keys(codes, offsets, heads, parts, part_ptr, mult):
-    """(item, key) of every feature of every gold sibling part: the dictionary's raw material."""
+def gold_sibling_keys(codes, offsets, heads, parts, part_ptr, mult, first_child):
+    """(item, key) of every feature of every gold sibling part (and first-child part): the dictionary's raw
+    material."""
     T = part_ptr.shape[0] - 1
     W = heads.shape[0]
     items = np.empty(W * T, dtype=np.int64)
@@ -114,11 +119,12 @@ def gold_sibling_keys(codes, offsets, heads, parts, part_ptr, mult):
         sib = np.empty(n + 1, dtype=np.int64)
         adjacent_siblings(hd, n, sib)
         for m in range(1, n + 1):
-            if sib[m] == 0:
+            s = sib[m] if sib[m] > 0 else hd[m]
+            if sib[m] == 0 and not first_child:
                 continue
             for t in range(T):
                 items[k] = t
-                keys[k] = item_key(codes, start, hd[m], sib[m], m, parts, part_ptr[t], part_ptr[t + 1], mult)
+                keys[k] = item_key(codes, start, hd[m], s, m, parts, part_ptr[t], part_ptr[t + 1], mult)
                 k += 1
     return items[:k], keys[:k]
 
@@ -146,10 +152,11 @@ def _contributions(codes, parts, part_ptr, mult, start, n):
 
 
 @nb.njit(cache=True, nogil=True)
-def fill_sibling_scores(codes, parts, part_ptr, mult, has_head, keys, key_ptr, table, table_ptr, offset, start, n, w,
-                        SB):
+def fill_sibling_scores(codes, parts, part_ptr, mult, has_head, keys, key_ptr, table, table_ptr, offset, first_child,
+                        start, n, w, SB):
     """SB[m, h, s] = <w, f(h, s, m)> for every sibling part of the sentence of n words starting at ``start``
-    (s strictly between h and m; other entries untouched: the decoders never read them). The items without a
+    (s strictly between h and m) and, with ``first_child``, for every first-child part (s = h); other entries
+    untouched: the decoders never read them. The items without a
     head part are summed once per (s, m) pair (module docstring of sibling_features.py); an item's key is a sum
     of per-position terms (:func:`_contributions`), so the inner loop over s adds three integers per item."""
     T = part_ptr.shape[0] - 1
@@ -181,6 +188,57 @@ def fill_sibling_scores(codes, parts, part_ptr, mult, has_head, keys, key_ptr, t
     for t in range(T):
         if has_head[t]:
             _add_head_item(t, C, dir_mult, sdist_mult, keys, key_ptr, table, table_ptr, offset, n, w, triples, SB)
+    if first_child:
+        _add_first_child(C, dir_mult, sdist_mult, has_head, parts, part_ptr, mult, keys, key_ptr, table, table_ptr,
+                         offset, n, w, SB)
+
+
+@nb.njit(cache=True, nogil=True)
+def _add_first_child(C, dir_mult, sdist_mult, has_head, parts, part_ptr, mult, keys, key_ptr, table, table_ptr,
+                     offset, n, w, SB):
+    """SB[m, h, h] = <w, f(h, h, m)> for every first-child part (the sibling columns read BOS). The sdist of a
+    first-child part is that of h and m and its side is h's, so an item without a head part depends on (m, side)
+    or, with an sdist part, on (m, sdist code) alone: the weights of those items are summed once per such pair
+    (on its first visit) and the n^2 parts read the sums."""
+    T = part_ptr.shape[0] - 1
+    bos = np.zeros(T, dtype=np.int64)                # the sibling parts' share of a key: BOS in every column
+    for t in range(T):
+        for q in range(part_ptr[t], part_ptr[t + 1]):
+            if parts[q, 1] == 1:
+                bos[t] += BOS * mult[q]
+    by_side = np.full((n + 1, 2), np.nan)           # the items without head and sdist parts
+    by_att = np.full((n + 1, 14), np.nan)           # the items without a head part, with an sdist part
+    for m in range(1, n + 1):
+        for h in range(n + 1):
+            if h == m:
+                continue
+            side = 0 if h < m else 1
+            att = _att(h, m)
+            if by_side[m, side] != by_side[m, side]:
+                v = 0.0
+                for t in range(T):
+                    if not has_head[t] and sdist_mult[t] == 0:
+                        e = item_entry(t, bos[t] + C[t, 2, m] + side * dir_mult[t], keys, key_ptr, table, table_ptr)
+                        if e >= 0:
+                            v += w[offset + e]
+                by_side[m, side] = v
+            if by_att[m, att] != by_att[m, att]:
+                v = 0.0
+                for t in range(T):
+                    if not has_head[t] and sdist_mult[t] != 0:
+                        e = item_entry(t, bos[t] + C[t, 2, m] + side * dir_mult[t] + att * sdist_mult[t], keys,
+                                       key_ptr, table, table_ptr)
+                        if e >= 0:
+                            v += w[offset + e]
+                by_att[m, att] = v
+            v = by_side[m, side] + by_att[m, att]
+            for t in range(T):
+                if has_head[t]:
+                    e = item_entry(t, C[t, 0, h] + bos[t] + C[t, 2, m] + side * dir_mult[t] + att * sdist_mult[t],
+                                   keys, key_ptr, table, table_ptr)
+                    if e >= 0:
+                        v += w[offset + e]
+            SB[m, h, h] = v
 
 
 @nb.njit(cache=True, nogil=True)
@@ -249,7 +307,7 @@ def sibling_part_ids(codes, parts, part_ptr, mult, keys, key_ptr, table, table_p
 def block_scores(i, ades, sdes, w, S, SB):
     """The arc scores S[m, h] (-inf on the diagonal) and the sibling scores SB[m, h, s] of block i at w."""
     offsets, arc_off, ptr, ids, tptr, tids = ades
-    codes, parts, part_ptr, mult, has_head, keys, key_ptr, table, table_ptr, offset = sdes
+    codes, parts, part_ptr, mult, has_head, keys, key_ptr, table, table_ptr, offset, first_child = sdes
     start = offsets[i]
     n = offsets[i + 1] - start
     theta = np.empty(n * n)
@@ -263,8 +321,8 @@ def block_scores(i, ades, sdes, w, S, SB):
             if h != m:
                 S[m, h] = theta[a]
                 a += 1
-    fill_sibling_scores(codes, parts, part_ptr, mult, has_head, keys, key_ptr, table, table_ptr, offset, start, n,
-                        w, SB)
+    fill_sibling_scores(codes, parts, part_ptr, mult, has_head, keys, key_ptr, table, table_ptr, offset, first_child,
+                        start, n, w, SB)
 
 
 @nb.njit(cache=True, nogil=True, parallel=True)
@@ -280,5 +338,5 @@ def nb_sib_decode_all(ades, sdes, w, multiroot, Nmax, chunks, labels):
             start = offsets[i]
             n = offsets[i + 1] - start
             block_scores(i, ades, sdes, w, S, SB)
-            sibling_best(S[:n + 1, :n + 1].copy(), SB, n, multiroot, heads)
+            sibling_best(S[:n + 1, :n + 1].copy(), SB, n, multiroot, heads, sdes[10])
             labels[start:start + n] = heads[1:n + 1]

@@ -5,8 +5,12 @@ the toolkit's Frank-Wolfe solvers instead of MIRA. Data-free; the compact block 
 
 phi(x, y) = sum over the words m of f(x, y_m -> m) (the first-order arc features of :class:`DependencyModel`)
 + sum over the words m with an adjacent sibling s_m of g(x, y_m, s_m, m) (the sibling features of
-:mod:`ssvm_torch.data.sibling_features`, ids after the arc features'), so <w, phi(x, y)> is the tree's score
-under arc scores theta(h -> m) and sibling scores sigma(h, s, m) (:func:`ssvm_torch.trees.sibling.sibling_score`).
+:mod:`ssvm_torch.data.sibling_features`, ids after the arc features') + with the design's ``first_child`` (the
+default) sum over the other words of g(x, y_m, y_m, m), McDonald & Pereira 2006's first-child part s(h, -, m).
+So <w, phi(x, y)> is the tree's score under arc scores theta(h -> m), sibling scores sigma(h, s, m) and
+first-child scores sigma(h, h, m) = SB[m, h, h]; the torch path folds the last into the first two
+(:func:`fold_first_child`) for the trees package's decoders and :func:`~ssvm_torch.trees.sibling.sibling_score`,
+the compiled kernels read SB[m, h, h] themselves.
 Task loss as the first-order model's (Hamming over heads, or normalized): it decomposes over arcs, so loss
 augmentation changes the arc scores only. Projective trees (exact second-order non-projective decoding is
 NP-hard, McDonald & Pereira 2006); a gold tree outside that space joins its own sentence's space, as in
@@ -35,6 +39,15 @@ from .dependency import DependencyModel
 TORCH_CELLS = 1 << 24
 
 
+def fold_first_child(S: torch.Tensor, SB: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Arc and sibling scores without first-child parts that give every tree the score it has with them: a word
+    m with head h scores c = SB[m, h, h] if it is h's nearest dependent on its side and SB[m, h, s] otherwise, so
+    S'[m, h] = S[m, h] + c and SB'[m, h, s] = SB[m, h, s] - c (c = 0 where SB[m, h, h] is not finite: no arc)."""
+    c = SB.diagonal(dim1=2, dim2=3)
+    c = torch.where(torch.isfinite(c), c, torch.zeros((), dtype=c.dtype, device=c.device))
+    return S + c, SB - c[..., None]
+
+
 class SiblingDependencyModel(DependencyModel):
     """Arc-factored plus adjacent-sibling trees over :class:`DependencyData` carrying sibling features
     (``data.sib``); ``n_features`` counts both kinds."""
@@ -49,7 +62,8 @@ class SiblingDependencyModel(DependencyModel):
     def describe(self) -> dict:
         return {**super().describe(), "kind": self.kind,
                 "phi": "sum over words of the arc features of head -> word, plus the sibling features of (head, "
-                       "adjacent sibling, word)"}
+                       "adjacent sibling, word) or, for a head's nearest dependent on each side, of (head, first "
+                       "child, word) where the design has first-child parts"}
 
     def check_data(self, data, field: str = "data") -> None:
         super().check_data(data, field)
@@ -57,8 +71,9 @@ class SiblingDependencyModel(DependencyModel):
               "a SiblingDesign)", None)
 
     # -- scores ---------------------------------------------------------------------------------------------
-    def scores(self, w, data: DependencyData, idx):
-        """(arc scores (B, N, N), sibling scores (B, N, N, N)) of the sentences ``idx`` (trees package layout)."""
+    def part_scores(self, w, data: DependencyData, idx):
+        """(arc scores (B, N, N), sibling scores (B, N, N, N)) of the sentences ``idx``: SB[b, m, h, s] the
+        score of the part (h, s, m), s = h a first-child part (-inf where the design has none)."""
         idx = torch.as_tensor(idx, device=data.device).reshape(-1)
         S = self.arc_scores(w, data, idx)
         w = torch.as_tensor(w).to(data.device)
@@ -76,6 +91,12 @@ class SiblingDependencyModel(DependencyModel):
         for b, i in enumerate(to_host(idx).tolist()):
             fill_sibling_scores(*des, int(starts[i]), int(lengths[i]), wh, out[b])
         return from_host(out, data.device)
+
+    def scores(self, w, data: DependencyData, idx):
+        """(arc scores (B, N, N), sibling scores (B, N, N, N)) of the sentences ``idx`` in the trees package's
+        layout, first-child parts folded in (:func:`fold_first_child`) when the design has them."""
+        S, SB = self.part_scores(w, data, idx)
+        return fold_first_child(S, SB) if data.sib.first_child else (S, SB)
 
     def augment(self, scores, data: DependencyData, idx):
         S, SB = scores
@@ -112,8 +133,8 @@ class SiblingDependencyModel(DependencyModel):
         for b, i in enumerate(idx.tolist()):
             start = int(data.offsets[i])
             for m in range(1, int(lengths[b]) + 1):
-                s = int(sib[b, m])
-                if s > 0:
+                s = int(sib[b, m]) if int(sib[b, m]) > 0 or not data.sib.first_child else int(heads[b, m])
+                if s > 0 or data.sib.first_child:
                     for f in sibling_part_ids(data.sib, start, int(heads[b, m]), s, m):
                         out[b, f] += 1.0
         return out

@@ -2,7 +2,8 @@
 
 A block's dual point is a sparse vector over its sentence's parts, sorted by part key: the arc h -> m is key
 m N1 + h and the sibling part (h, s, m) is N1^2 + (m N1 + h) N1 + s, N1 = n + 1 (a tree's parts, its n arcs then
-its sibling parts, come out sorted). ``ades`` = (offsets, arc_off, ptr, ids, tptr, tids), the arc design of
+its sibling parts, come out sorted); with the design's ``first_child`` a head's nearest dependent m on each side
+has the part (h, h, m) (:mod:`ssvm_torch.data.sibling_keys`), keyed like a sibling part with s = h. ``ades`` = (offsets, arc_off, ptr, ids, tptr, tids), the arc design of
 :class:`~ssvm_torch.data.trees.DependencyData`; ``sdes`` the sibling design's host tuple
 (:meth:`~ssvm_torch.data.sibling_features.SiblingDesign.host`). Images of a difference of points go through
 the first-order store's hash table of touched features (:func:`ssvm_torch.oracles.tree_kernels.nb_image`'s)."""
@@ -19,8 +20,8 @@ NEG_INF = -np.inf
 
 
 @nb.njit(cache=True, nogil=True)
-def tree_parts(heads, n, out):
-    """The sorted part keys of the tree heads[1..n] (heads[0] = -1) into out; returns how many."""
+def tree_parts(heads, n, first_child, out):
+    """The sorted part keys of the tree heads[1..n] (heads[0] = -1) into out (at most 2 n); returns how many."""
     N1 = n + 1
     sib = np.empty(N1, dtype=np.int64)
     adjacent_siblings(heads, n, sib)
@@ -29,8 +30,8 @@ def tree_parts(heads, n, out):
         out[k] = m * N1 + heads[m]
         k += 1
     for m in range(1, n + 1):
-        if sib[m] > 0:
-            out[k] = N1 * N1 + (m * N1 + heads[m]) * N1 + sib[m]
+        if sib[m] > 0 or first_child:
+            out[k] = N1 * N1 + (m * N1 + heads[m]) * N1 + (sib[m] if sib[m] > 0 else heads[m])
             k += 1
     return k
 
@@ -92,15 +93,15 @@ def block_corner(i, ades, sdes, w, gold, lgold, cost, multiroot, gold_ok, S, SB,
                 for h in range(N1):
                     if h != m and h != g:
                         Saug[m, h] += cost
-    sibling_best(Saug, SB, n, multiroot, heads)
+    sibling_best(Saug, SB, n, multiroot, heads, sdes[10])
     gh = np.empty(N1, dtype=np.int64)
     gh[0] = -1
     gh[1:] = gold[start:start + n]
     ones = np.ones(2 * N1)
     gk = np.empty(2 * N1, dtype=np.int64)
-    kg = tree_parts(gh, n, gk)
+    kg = tree_parts(gh, n, sdes[10], gk)
     gold_score = parts_dot(gk, ones, 0, kg, N1, S, SB)
-    k = tree_parts(heads, n, parts)
+    k = tree_parts(heads, n, sdes[10], parts)
     score = parts_dot(parts, ones, 0, k, N1, S, SB)
     wrong = 0
     for m in range(1, N1):
@@ -119,7 +120,7 @@ def parts_image(i, keys, vals, lo, cnt, coef, ades, sdes, hkeys, hvals, used, nu
     """v += coef sum_j vals[j] g_j over the parts keys[lo:lo + cnt] of block i (g_j a part's binary features: an
     arc's own and its head token's, a sibling part's items) into the hash table; returns the new nu."""
     offsets, arc_off, ptr, ids, tptr, tids = ades
-    codes, parts, part_ptr, mult, has_head, skeys, key_ptr, table, table_ptr, offset = sdes
+    codes, parts, part_ptr, mult, has_head, skeys, key_ptr, table, table_ptr, offset, first_child = sdes
     start = offsets[i]
     n = offsets[i + 1] - start
     N1 = n + 1
@@ -210,7 +211,7 @@ def nb_sib_gap_pass_parallel(ades, sdes, w, gold, lgold, costs, multiroot, gold_
 def nb_dense_image(i, keys, vals, lo, cnt, coef, ades, sdes, out):
     """out += coef sum_j vals[j] g_j (:func:`parts_image` into a dense vector: whole passes)."""
     offsets, arc_off, ptr, ids, tptr, tids = ades
-    codes, parts, part_ptr, mult, has_head, skeys, key_ptr, table, table_ptr, offset = sdes
+    codes, parts, part_ptr, mult, has_head, skeys, key_ptr, table, table_ptr, offset, first_child = sdes
     start = offsets[i]
     n = offsets[i + 1] - start
     N1 = n + 1
@@ -250,11 +251,11 @@ def nb_labels_image(ades, sdes, gold, labels, use_labels, pstart, pcount, pkeys,
         n = offsets[i + 1] - start
         hd[0] = -1
         hd[1:n + 1] = gold[start:start + n]
-        k = tree_parts(hd, n, pk)
+        k = tree_parts(hd, n, sdes[10], pk)
         nb_dense_image(i, pk, ones, 0, k, coef, ades, sdes, out)
         if use_labels:
             hd[1:n + 1] = labels[start:start + n]
-            k = tree_parts(hd, n, pk)
+            k = tree_parts(hd, n, sdes[10], pk)
             nb_dense_image(i, pk, ones, 0, k, -coef, ades, sdes, out)
         else:
             nb_dense_image(i, pkeys, pvals, pstart[i], pcount[i], -coef, ades, sdes, out)

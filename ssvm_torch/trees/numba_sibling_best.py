@@ -50,10 +50,11 @@ def _max3(init, a, b, c, co, lo, hi):
 
 
 @nb.njit(cache=True, nogil=True, fastmath=MAXES)
-def _best_inside(S, SB, SL, off, n, multiroot, CR, CRt, CL, CLt, IR, ILt, JR, JLt, X, Xt):
+def _best_inside(S, SB, SL, off, n, multiroot, first_child, CR, CRt, CL, CLt, IR, ILt, JR, JLt, X, Xt):
     """The max-plus inside pass (no shift: max-plus needs none) in the inside order: the items' best values,
     JR / JLt the incomplete items' values before their arc score; the left sibling scores packed in SL
-    (:func:`_pack_left`). Every inner loop is a max-reduction over contiguous rows (it vectorizes); the
+    (:func:`_pack_left`); ``first_child``: a head's nearest dependent m on each side scores SB[m, h, h]
+    (:func:`sibling_best`). Every inner loop is a max-reduction over contiguous rows (it vectorizes); the
     backtrack finds the kept candidates again (:func:`sibling_best`)."""
     start = 0 if multiroot else 1
     for i in range(n + 1):
@@ -69,11 +70,13 @@ def _best_inside(S, SB, SL, off, n, multiroot, CR, CRt, CL, CLt, IR, ILt, JR, JL
             best = _max2(NEG_INF, cr, 0, clt, 1, i, j)
             X[i, j] = best
             xt[i] = best
-            best = _max3(CL[i + 1, j], ir, xt, SB[j, i], 0, i + 1, j)      # first: j, i's nearest right dependent
+            near = CL[i + 1, j] + SB[j, i, i] if first_child else CL[i + 1, j]
+            best = _max3(near, ir, xt, SB[j, i], 0, i + 1, j)              # first: j, i's nearest right dependent
             JR[i, j] = best
             IR[i, j] = best + S[j, i]
             if i > 0:
-                best = _max3(CR[i, j - 1], X[i], ilt, SL, o, i + 1, j)      # first: i, j's nearest left dependent
+                near = CR[i, j - 1] + SB[i, j, j] if first_child else CR[i, j - 1]
+                best = _max3(near, X[i], ilt, SL, o, i + 1, j)              # first: i, j's nearest left dependent
                 jlt[i] = best
                 ilt[i] = best + S[i, j]
             best = _max2(NEG_INF, ir, 0, crt, 0, i + 1, j + 1)
@@ -85,9 +88,11 @@ def _best_inside(S, SB, SL, off, n, multiroot, CR, CRt, CL, CLt, IR, ILt, JR, JL
 
 
 @nb.njit(cache=True, nogil=True, fastmath=MAXES)
-def sibling_best(S, SB, n, multiroot, heads):
+def sibling_best(S, SB, n, multiroot, heads, first_child=False):
     """The best second-order projective tree of one sentence: heads[m] for m = 1..n (heads[0] = -1) and its
-    score; -inf (heads undefined) when no tree exists. Max-plus on the inside items of the module docstring,
+    score; -inf (heads undefined) when no tree exists. ``first_child``: the dependent m nearest its head h on
+    its side (the root's one child too, single-root) scores SB[m, h, h] besides its arc, McDonald & Pereira
+    2006's s(h, -, m) (SuPar's convention, the default, gives it nothing and never reads s = h). Max-plus on the inside items of the module docstring,
     then a backtrack that takes, for each item on the best derivation, its first candidate attaining the
     item's value (the same sums in the same order, so the equality is exact; each scan stops at its last
     candidate whatever happens). Ties: in the order nearest dependent, then the siblings k = i+1 .. j-1
@@ -101,7 +106,7 @@ def sibling_best(S, SB, n, multiroot, heads):
     _pack_left(SB, n, off, SL)
     C = np.full((10, N1, N1), NEG_INF)
     CR, CRt, CL, CLt, IR, ILt, JR, JLt, X, Xt = C[0], C[1], C[2], C[3], C[4], C[5], C[6], C[7], C[8], C[9]
-    _best_inside(S, SB, SL, off, n, multiroot, CR, CRt, CL, CLt, IR, ILt, JR, JLt, X, Xt)
+    _best_inside(S, SB, SL, off, n, multiroot, first_child, CR, CRt, CL, CLt, IR, ILt, JR, JLt, X, Xt)
     # backtrack with an explicit stack of (item, i, j); item 0 = CR, 1 = CL, 2 = IR, 3 = IL, 4 = X
     stack = np.empty((4 * N1 + 8, 3), dtype=np.int64)
     if multiroot:
@@ -112,6 +117,8 @@ def sibling_best(S, SB, n, multiroot, heads):
         best, root = NEG_INF, 1
         for r in range(1, n + 1):
             v = S[r, 0] + CL[1, r] + CR[r, n]
+            if first_child:
+                v += SB[r, 0, 0]
             if v > best:
                 best, root = v, r
         heads[root] = 0
@@ -138,7 +145,7 @@ def sibling_best(S, SB, n, multiroot, heads):
         elif item == 2:
             heads[j] = i
             v = JR[i, j]
-            if CL[i + 1, j] == v:
+            if (CL[i + 1, j] + SB[j, i, i] if first_child else CL[i + 1, j]) == v:
                 stack[top, 0], stack[top, 1], stack[top, 2] = 1, i + 1, j
                 top += 1
                 continue
@@ -149,7 +156,7 @@ def sibling_best(S, SB, n, multiroot, heads):
         elif item == 3:
             heads[i] = j
             v = JLt[j, i]
-            if CR[i, j - 1] == v:
+            if (CR[i, j - 1] + SB[i, j, j] if first_child else CR[i, j - 1]) == v:
                 stack[top, 0], stack[top, 1], stack[top, 2] = 0, i, j - 1
                 top += 1
                 continue
