@@ -365,7 +365,8 @@ def random_sibling_data(rng, n, d, lmin=1, lmax=4, per_arc=3, projective_only=Tr
     W = int(data.offsets[-1])
     codes = rng.integers(3, 3 + vocab, size=(W, 5)).astype(np.int64)
     radix = np.full(5, 3 + vocab, dtype=np.int64)
-    (sib,) = build_designs(SiblingTemplate.parse(SIBLING_TEST_TEMPLATE, first_child=first_child), [codes], radix, data.offsets.numpy(),
+    template = SiblingTemplate.parse(SIBLING_TEST_TEMPLATE, first_child=first_child)
+    (sib,) = build_designs(template, [codes], radix, data.offsets.numpy(),
                            data.heads.numpy(), d, 1, TABLE_MAX if table_max is None else table_max)
     return DependencyData(data.offsets, data.heads, data.labels, data.arc_off, data.ptr, data.ids,
                           d + sib.n_features, "random-sibling-trees", tok_ptr=data.tok_ptr, tok_ids=data.tok_ids,

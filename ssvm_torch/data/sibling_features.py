@@ -91,7 +91,8 @@ class SiblingTemplate:
         sdist = ("R" if s < m else "L") + str(d if d <= 5 else 6 if d <= 10 else 7)
         out = []
         for item in self.items:
-            vals = [("R" if h < m else "L") if k == 3 else sdist if k == 4 else value(c, (h, s, m)[k], k) for k, c in item]
+            vals = [("R" if h < m else "L") if k == 3 else sdist if k == 4 else value(c, (h, s, m)[k], k)
+                    for k, c in item]
             out.append(f"{self.item_name(item)}=" + "|".join(vals))
         return out
 

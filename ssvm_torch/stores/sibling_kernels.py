@@ -1,12 +1,13 @@
 """Compiled kernels of the second-order dependency-tree store (:mod:`ssvm_torch.stores.sibling_tree`), CPU float64.
 
-A block's dual point is a sparse vector over its sentence's parts, sorted by part key: the arc h -> m is key
-m N1 + h and the sibling part (h, s, m) is N1^2 + (m N1 + h) N1 + s, N1 = n + 1 (a tree's parts, its n arcs then
-its sibling parts, come out sorted); with the design's ``first_child`` a head's nearest dependent m on each side
-has the part (h, h, m) (:mod:`ssvm_torch.data.sibling_keys`), keyed like a sibling part with s = h. ``ades`` = (offsets, arc_off, ptr, ids, tptr, tids), the arc design of
-:class:`~ssvm_torch.data.trees.DependencyData`; ``sdes`` the sibling design's host tuple
-(:meth:`~ssvm_torch.data.sibling_features.SiblingDesign.host`). Images of a difference of points go through
-the first-order store's hash table of touched features (:func:`ssvm_torch.oracles.tree_kernels.nb_image`'s)."""
+A block's dual point is a sparse vector over its sentence's parts, sorted by part key: the arc h -> m is key m N1 +
+h and the sibling part (h, s, m) is N1^2 + (m N1 + h) N1 + s, N1 = n + 1 (a tree's parts, its n arcs then its
+sibling parts, come out sorted); with the design's ``first_child`` a head's nearest dependent m on each side has the
+part (h, h, m) (:mod:`ssvm_torch.data.sibling_keys`), keyed like a sibling part with s = h. ``ades`` = (offsets,
+arc_off, ptr, ids, tptr, tids), the arc design of :class:`~ssvm_torch.data.trees.DependencyData`; ``sdes`` the
+sibling design's host tuple (:meth:`~ssvm_torch.data.sibling_features.SiblingDesign.host`). Images of a difference
+of points go through the first-order store's hash table of touched features
+(:func:`ssvm_torch.oracles.tree_kernels.nb_image`'s)."""
 from __future__ import annotations
 
 import numba as nb

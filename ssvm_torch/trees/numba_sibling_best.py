@@ -90,12 +90,12 @@ def _best_inside(S, SB, SL, off, n, multiroot, first_child, CR, CRt, CL, CLt, IR
 @nb.njit(cache=True, nogil=True, fastmath=MAXES)
 def sibling_best(S, SB, n, multiroot, heads, first_child=False):
     """The best second-order projective tree of one sentence: heads[m] for m = 1..n (heads[0] = -1) and its
-    score; -inf (heads undefined) when no tree exists. ``first_child``: the dependent m nearest its head h on
-    its side (the root's one child too, single-root) scores SB[m, h, h] besides its arc, McDonald & Pereira
-    2006's s(h, -, m) (SuPar's convention, the default, gives it nothing and never reads s = h). Max-plus on the inside items of the module docstring,
-    then a backtrack that takes, for each item on the best derivation, its first candidate attaining the
-    item's value (the same sums in the same order, so the equality is exact; each scan stops at its last
-    candidate whatever happens). Ties: in the order nearest dependent, then the siblings k = i+1 .. j-1
+    score; -inf (heads undefined) when no tree exists. ``first_child``: the dependent m nearest its head h on its side (the
+    root's one child too, single-root) scores SB[m, h, h] besides its arc, McDonald & Pereira 2006's s(h, -, m)
+    (SuPar's convention, the default, gives it nothing and never reads s = h). Max-plus on the inside items of the
+    module docstring, then a backtrack that takes, for each item on the best derivation, its first candidate
+    attaining the item's value (the same sums in the same order, so the equality is exact; each scan stops at its
+    last candidate whatever happens). Ties: in the order nearest dependent, then the siblings k = i+1 .. j-1
     (incomplete items), the split points left to right (the others); single-root, the leftmost root child."""
     heads[0] = -1
     if n == 0:
