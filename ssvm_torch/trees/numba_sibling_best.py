@@ -89,8 +89,8 @@ def _best_inside(S, SB, SL, off, n, multiroot, first_child, CR, CRt, CL, CLt, IR
 
 @nb.njit(cache=True, nogil=True, fastmath=MAXES)
 def sibling_best(S, SB, n, multiroot, heads, first_child=False):
-    """The best second-order projective tree of one sentence: heads[m] for m = 1..n (heads[0] = -1) and its score; -inf
-    (heads undefined) when no tree exists. ``first_child``: the dependent m nearest its head h on its side (the
+    """The best second-order projective tree of one sentence: heads[m] for m = 1..n (heads[0] = -1) and its score;
+    -inf (heads undefined) when no tree exists. ``first_child``: the dependent m nearest its head h on its side (the
     root's one child too, single-root) scores SB[m, h, h] besides its arc, McDonald & Pereira 2006's s(h, -, m)
     (SuPar's convention, the default, gives it nothing and never reads s = h). Max-plus on the inside items of the
     module docstring, then a backtrack that takes, for each item on the best derivation, its first candidate
