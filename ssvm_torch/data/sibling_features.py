@@ -72,7 +72,8 @@ class SiblingTemplate:
         return "|".join("dir" if k == 3 else "sdist" if k == 4 else "hsm"[k] + COLUMNS[c] for k, c in item)
 
     def text(self) -> str:
-        return " ".join(self.item_name(item) for item in self.items) + ("" if self.first_child else " -first-child")
+        """The items, and ``+first-child`` where the template has first-child parts (a record of the model)."""
+        return " ".join(self.item_name(item) for item in self.items) + (" +first-child" if self.first_child else "")
 
     def key(self) -> str:
         return hashlib.sha256(self.text().encode()).hexdigest()[:24]
