@@ -56,7 +56,7 @@ class Task:
     def load(self, train_size: int | None = None, unary_only: bool = False, device=None,
              dtype=torch.float64, features: str | None = None, min_count: int | None = None,
              heldout: float | str | None = None, loss: str | None = None, constraints: str | None = None,
-             tags: str | None = None, trees: str | None = None) -> Problem:
+             tags: str | None = None, trees: str | None = None, siblings: str | None = None) -> Problem:
         if train_size is not None and not self.train_size:
             raise SSVMInputError(f"train_size: not supported for {self.name!r} "
                                  f"(supported for {[t.name for t in TASKS.values() if t.train_size]})")
@@ -82,6 +82,11 @@ class Task:
                 raise SSVMInputError(f"trees: only for the dependency tasks {[t.name for t in TASKS.values() if t.trees]}, "
                                      f"not {self.name!r}")
             featurization["trees"] = trees
+        if siblings is not None:
+            if not self.trees:
+                trees_tasks = [t.name for t in TASKS.values() if t.trees]
+                raise SSVMInputError(f"siblings: only for the dependency tasks {trees_tasks}, not {self.name!r}")
+            featurization["siblings"] = siblings
         if constraints not in (None, "none"):
             if not self.chunk_tags:
                 raise SSVMInputError(f"constraints: only for the tasks with chunk tags "

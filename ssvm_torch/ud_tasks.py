@@ -19,11 +19,12 @@ SIBLING_FEATURES = "mcdonald-pereira"       # the second-order features (data/si
 
 
 def ud_ewt(name, train_size=None, unary_only=False, device=None, dtype=torch.float64, features=None, min_count=1,
-           heldout=None, loss=None, trees=None) -> Problem:
+           heldout=None, loss=None, trees=None, siblings=None) -> Problem:
     """UD English-EWT dependency parsing: first-order arc features of a template (default ``mcdonald``),
     projective (Eisner) or non-projective (Chu-Liu-Edmonds) single-root trees, or ``trees="second-order"``:
     projective trees with adjacent-sibling parts too (McDonald & Pereira 2006's features, the second-order
-    Eisner algorithm; models/sibling_dependency.py); ``heldout="dev"`` evaluates on
+    Eisner algorithm; models/sibling_dependency.py; ``siblings`` the sibling template, default
+    :data:`SIBLING_FEATURES`, with first-child parts); ``heldout="dev"`` evaluates on
     the released dev split (model selection; the test file's trees are then never scored). Gold UPOS / XPOS
     are inputs (the treebank's own tags). Metrics: UAS and LAS in percent by the CoNLL 2018 shared task's
     definitions (every word, punctuation included; LAS on the universal part of DEPREL, the relations from
@@ -35,8 +36,9 @@ def ud_ewt(name, train_size=None, unary_only=False, device=None, dtype=torch.flo
     trees = trees or "projective"
     check(trees in TREE_KINDS, "trees", f"one of {list(TREE_KINDS)}", repr(trees))
     second = trees == "second-order"
+    check(siblings is None or second, "siblings", "no sibling template unless trees='second-order'", repr(siblings))
     train, test = load_ud_dependencies(features or "mcdonald", min_count, "dev" if heldout else "test", train_size,
-                                       siblings=SIBLING_FEATURES if second else None)
+                                       siblings=(siblings or SIBLING_FEATURES) if second else None)
     model = (SiblingDependencyModel if second else DependencyModel).for_data(
         train, projective=trees != "non-projective", loss=loss or "hamming")
     labeler = {}

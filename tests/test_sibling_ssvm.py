@@ -213,6 +213,24 @@ def test_ssvm_train_second_order_on_ud_ewt(tmp_path):
     assert "second-order" in json.dumps(config)
 
 
+def test_cli_sibling_features_choose_the_template_and_are_refused_elsewhere(tmp_path, capsys):
+    """--sibling-features mcdonald-pereira-adjacent trains the model without first-child parts (fewer features
+    than the default's), recorded in config.json; with first-order trees or another task it is refused by name."""
+    from ssvm_torch.tasks import load_task
+    common = ["--dataset", "ud-ewt", "--trees", "second-order", "--train-size", "60", "--features", "basic",
+              "--passes", "1", "--gap-check", "1", "--lam", "0.01", "--quiet"]
+    train_main([*common, "--sibling-features", "mcdonald-pereira-adjacent", "--out", str(tmp_path / "adj")])
+    config = json.loads((tmp_path / "adj" / "config.json").read_text())
+    assert config["siblings"] == "mcdonald-pereira-adjacent"
+    d_adjacent = load_task("ud-ewt", train_size=60, features="basic", trees="second-order",
+                           siblings="mcdonald-pereira-adjacent").model.d
+    assert d_adjacent < load_task("ud-ewt", train_size=60, features="basic", trees="second-order").model.d
+    with pytest.raises(SSVMInputError, match="siblings: expected no sibling template unless trees='second-order'"):
+        load_task("ud-ewt", train_size=60, features="basic", siblings="mcdonald-pereira")
+    with pytest.raises(SSVMInputError, match="siblings: only for the dependency tasks"):
+        load_task("ocr-small", siblings="mcdonald-pereira")
+
+
 # -- partial heads: the latent SSVM over second-order trees ---------------------------------------------------------
 def _partial_sibling(seed, fraction=0.5, n=8):
     from ssvm_torch.latent import hide_heads

@@ -76,6 +76,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="ud-ewt: the decoder's trees, projective (Eisner), non-projective (Chu-Liu-Edmonds) or "
                         "second-order (projective, with adjacent-sibling parts: McDonald & Pereira 2006), single-root "
                         "in every case; None = projective (docs/structures.md has all three on dev)")
+    p.add_argument("--sibling-features", default=None,
+                   help="ud-ewt --trees second-order: the sibling template, mcdonald-pereira (default: adjacent-sibling "
+                        "and first-child parts) or mcdonald-pereira-adjacent (no first-child parts), or item strings "
+                        "such as 'hp|sp|mp sw|mw|dir' (docs/structures.md)")
     p.add_argument("--tags", choices=["bio", "bioes"], default=None,
                    help="conll2000: train on the BIO tags of the file or on them converted to BIOES (predictions are "
                         "converted back to BIO before the chunk F1); None = bioes for conll2000 (the old "
@@ -247,7 +251,8 @@ def _train(args, cfg: SolverConfig, device, dtype, run_dir: RunDir | None) -> di
     rank, size = distributed.world()
     # the options given, the task's recommended configuration for the others; checked by the task
     featurization = get_task(args.dataset).options(features=args.features, min_count=args.min_count, loss=args.loss,
-                                                   constraints=args.constraints, tags=args.tags, trees=args.trees)
+                                                   constraints=args.constraints, tags=args.tags, trees=args.trees,
+                                                   siblings=args.sibling_features)
     if args.select_lam:
         # Ctrl-C / SIGTERM from the grid to the refit's data: the lambda being solved stops at its next gap check,
         # the grid ends there and selection.json keeps its table; after the grid, the refit does not start
