@@ -129,19 +129,9 @@ class ArcTemplate:
     def arc_strings(self, sentence, h: int, m: int) -> list[str]:
         """The feature strings of the arc h -> m of one sentence of (form, upos, xpos, lemma) tuples (h = 0 the
         root): the readable reference that the compiled :func:`featurize` is tested against."""
-        n = len(sentence)
-
         def value(col, pos):
-            if pos == 0:
-                return "<root>"
-            if pos < 0:
-                return "<s>"
-            if pos > n:
-                return "</s>"
-            form, upos, xpos, lemma = sentence[pos - 1]
-            return {"w": form.lower(), "f": form.lower()[:5], "p": xpos, "u": upos, "l": lemma.lower()}[COLUMNS[col]]
-        d = abs(h - m)
-        att = ("R" if h < m else "L") + str(d if d <= 5 else 6 if d <= 10 else 7)
+            return column_string(sentence, col, pos)
+        att = distance_string(h, m)
         out = []
         for item in self.items:
             fixed, between = [], None
@@ -163,6 +153,25 @@ class ArcTemplate:
             for v in sorted({value(between, pos) for pos in range(lo + 1, hi)}):
                 out.append(f"{name}=" + "|".join(v if x is None else x for x in fixed))
         return out
+
+
+def column_string(sentence, col: int, pos: int) -> str:
+    """Column ``col`` of position ``pos`` of a sentence of (form, upos, xpos, lemma) tuples, as the templates'
+    readable feature strings spell it (0 the root, < 0 / > n the padding)."""
+    if pos == 0:
+        return "<root>"
+    if pos < 0:
+        return "<s>"
+    if pos > len(sentence):
+        return "</s>"
+    form, upos, xpos, lemma = sentence[pos - 1]
+    return {"w": form.lower(), "f": form.lower()[:5], "p": xpos, "u": upos, "l": lemma.lower()}[COLUMNS[col]]
+
+
+def distance_string(a: int, b: int) -> str:
+    """The side and binned distance of positions a and b (1, 2, 3, 4, 5, 6-10, > 10) as a readable string."""
+    d = abs(a - b)
+    return ("R" if a < b else "L") + str(d if d <= 5 else 6 if d <= 10 else 7)
 
 
 def _mcdonald() -> str:

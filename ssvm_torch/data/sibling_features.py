@@ -35,7 +35,7 @@ import numpy as np
 import torch
 
 from ..errors import SSVMInputError
-from .arc_features import COLUMNS, N_ATT, named_template, parse_items
+from .arc_features import COLUMNS, N_ATT, column_string, distance_string, named_template, parse_items
 
 _PART = re.compile(r"^(?:(dir|sdist)|([hsm])([wfpul]))$")
 TABLE_MAX = 1 << 22            # an item whose key space is at most this is looked up in a dense table
@@ -82,14 +82,8 @@ class SiblingTemplate:
         """The feature strings of the sibling part (h, s, m) of one sentence of (form, upos, xpos, lemma) tuples
         (h = 0 the root; s = h a first-child part): the readable reference the compiled keys are tested against."""
         def value(col, pos, kind):
-            if kind == 1 and s == h:
-                return "<first>"
-            if pos == 0:
-                return "<root>"
-            form, upos, xpos, lemma = sentence[pos - 1]
-            return {"w": form.lower(), "f": form.lower()[:5], "p": xpos, "u": upos, "l": lemma.lower()}[COLUMNS[col]]
-        d = abs(s - m)
-        sdist = ("R" if s < m else "L") + str(d if d <= 5 else 6 if d <= 10 else 7)
+            return "<first>" if kind == 1 and s == h else column_string(sentence, col, pos)
+        sdist = distance_string(s, m)
         out = []
         for item in self.items:
             vals = [("R" if h < m else "L") if k == 3 else sdist if k == 4 else value(c, (h, s, m)[k], k)
