@@ -29,6 +29,7 @@ def ud_ewt(name, train_size=None, unary_only=False, device=None, dtype=torch.flo
     are inputs (the treebank's own tags). Metrics: UAS and LAS in percent by the CoNLL 2018 shared task's
     definitions (every word, punctuation included; LAS on the universal part of DEPREL, the relations from
     the second-stage labeler of :mod:`ssvm_torch.labeler`)."""
+    from .data.sibling_features import get_sibling_template
     from .data.trees import load_ud_dependencies
     from .models import DependencyModel, SiblingDependencyModel
     check(heldout in (None, "dev"), "heldout", f"None or 'dev' for {name!r} (it has a released development split)",
@@ -37,8 +38,9 @@ def ud_ewt(name, train_size=None, unary_only=False, device=None, dtype=torch.flo
     check(trees in TREE_KINDS, "trees", f"one of {list(TREE_KINDS)}", repr(trees))
     second = trees == "second-order"
     check(siblings is None or second, "siblings", "no sibling template unless trees='second-order'", repr(siblings))
+    stemplate = get_sibling_template(siblings or SIBLING_FEATURES) if second else None     # refused before loading
     train, test = load_ud_dependencies(features or "mcdonald", min_count, "dev" if heldout else "test", train_size,
-                                       siblings=(siblings or SIBLING_FEATURES) if second else None)
+                                       siblings=stemplate)
     model = (SiblingDependencyModel if second else DependencyModel).for_data(
         train, projective=trees != "non-projective", loss=loss or "hamming")
     labeler = {}

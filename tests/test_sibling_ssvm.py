@@ -227,6 +227,8 @@ def test_cli_sibling_features_choose_the_template_and_are_refused_elsewhere(tmp_
     assert d_adjacent < load_task("ud-ewt", train_size=60, features="basic", trees="second-order").model.d
     with pytest.raises(SSVMInputError, match="siblings: expected no sibling template unless trees='second-order'"):
         load_task("ud-ewt", train_size=60, features="basic", siblings="mcdonald-pereira")
+    with pytest.raises(SSVMInputError, match="sibling features: expected one of"):
+        load_task("ud-ewt", trees="second-order", siblings="nosuch")
     with pytest.raises(SSVMInputError, match="siblings: only for the dependency tasks"):
         load_task("ocr-small", siblings="mcdonald-pereira")
 
