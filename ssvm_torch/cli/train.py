@@ -77,9 +77,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "second-order (projective, with adjacent-sibling parts: McDonald & Pereira 2006), single-root "
                         "in every case; None = projective (docs/structures.md has all three on dev)")
     p.add_argument("--sibling-features", default=None,
-                   help="ud-ewt --trees second-order: the sibling template, mcdonald-pereira (default: adjacent-sibling "
-                        "and first-child parts) or mcdonald-pereira-adjacent (no first-child parts), or item strings "
-                        "such as 'hp|sp|mp sw|mw|dir' (docs/structures.md)")
+                   help="ud-ewt --trees second-order: the sibling template, mcdonald-pereira (adjacent-sibling and "
+                        "first-child parts), mcdonald-pereira-adjacent (no first-child parts) or item strings such as "
+                        "'hp|sp|mp sw|mw|dir' (docs/structures.md); None = mcdonald-pereira")
     p.add_argument("--tags", choices=["bio", "bioes"], default=None,
                    help="conll2000: train on the BIO tags of the file or on them converted to BIOES (predictions are "
                         "converted back to BIO before the chunk F1); None = bioes for conll2000 (the old "
