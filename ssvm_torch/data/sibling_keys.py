@@ -19,6 +19,12 @@ from .arc_keys import BOS, ROOT, _att
 NEG_INF = -np.inf
 
 
+@nb.njit(cache=True, nogil=True, inline="always")
+def has_first_child(sdes):
+    """The ``first_child`` flag of a design's host tuple (:meth:`SiblingDesign.host`'s last entry)."""
+    return sdes[10]
+
+
 @nb.njit(cache=True, nogil=True)
 def adjacent_siblings(heads, n, sib):
     """sib[m] = the adjacent sibling of word m in the tree heads[1..n] (0: m is its head's nearest dependent on
@@ -338,5 +344,5 @@ def nb_sib_decode_all(ades, sdes, w, multiroot, Nmax, chunks, labels):
             start = offsets[i]
             n = offsets[i + 1] - start
             block_scores(i, ades, sdes, w, S, SB)
-            sibling_best(S[:n + 1, :n + 1].copy(), SB, n, multiroot, heads, sdes[10])
+            sibling_best(S[:n + 1, :n + 1].copy(), SB, n, multiroot, heads, has_first_child(sdes))
             labels[start:start + n] = heads[1:n + 1]

@@ -133,10 +133,11 @@ class SiblingDependencyModel(DependencyModel):
         for b, i in enumerate(idx.tolist()):
             start = int(data.offsets[i])
             for m in range(1, int(lengths[b]) + 1):
-                s = int(sib[b, m]) if int(sib[b, m]) > 0 or not data.sib.first_child else int(heads[b, m])
-                if s > 0 or data.sib.first_child:
-                    for f in sibling_part_ids(data.sib, start, int(heads[b, m]), s, m):
-                        out[b, f] += 1.0
+                h, s = int(heads[b, m]), int(sib[b, m])
+                if s == 0 and not data.sib.first_child:         # the nearest dependent: no part
+                    continue
+                for f in sibling_part_ids(data.sib, start, h, s if s > 0 else h, m):   # s = h: a first-child part
+                    out[b, f] += 1.0
         return out
 
     # -- prediction and completion --------------------------------------------------------------------------

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from ..data.sibling_keys import adjacent_siblings, block_scores, sibling_part_ids
+from ..data.sibling_keys import adjacent_siblings, block_scores, has_first_child, sibling_part_ids
 from ..oracles.tree_kernels import _insert, arc_index
 from ..trees.numba_sibling_best import sibling_best
 
@@ -94,15 +94,15 @@ def block_corner(i, ades, sdes, w, gold, lgold, cost, multiroot, gold_ok, S, SB,
                 for h in range(N1):
                     if h != m and h != g:
                         Saug[m, h] += cost
-    sibling_best(Saug, SB, n, multiroot, heads, sdes[10])
+    sibling_best(Saug, SB, n, multiroot, heads, has_first_child(sdes))
     gh = np.empty(N1, dtype=np.int64)
     gh[0] = -1
     gh[1:] = gold[start:start + n]
     ones = np.ones(2 * N1)
     gk = np.empty(2 * N1, dtype=np.int64)
-    kg = tree_parts(gh, n, sdes[10], gk)
+    kg = tree_parts(gh, n, has_first_child(sdes), gk)
     gold_score = parts_dot(gk, ones, 0, kg, N1, S, SB)
-    k = tree_parts(heads, n, sdes[10], parts)
+    k = tree_parts(heads, n, has_first_child(sdes), parts)
     score = parts_dot(parts, ones, 0, k, N1, S, SB)
     wrong = 0
     for m in range(1, N1):
@@ -252,11 +252,11 @@ def nb_labels_image(ades, sdes, gold, labels, use_labels, pstart, pcount, pkeys,
         n = offsets[i + 1] - start
         hd[0] = -1
         hd[1:n + 1] = gold[start:start + n]
-        k = tree_parts(hd, n, sdes[10], pk)
+        k = tree_parts(hd, n, has_first_child(sdes), pk)
         nb_dense_image(i, pk, ones, 0, k, coef, ades, sdes, out)
         if use_labels:
             hd[1:n + 1] = labels[start:start + n]
-            k = tree_parts(hd, n, sdes[10], pk)
+            k = tree_parts(hd, n, has_first_child(sdes), pk)
             nb_dense_image(i, pk, ones, 0, k, -coef, ades, sdes, out)
         else:
             nb_dense_image(i, pkeys, pvals, pstart[i], pcount[i], -coef, ades, sdes, out)

@@ -96,7 +96,7 @@ class SiblingTreeDual(RaggedLabelings, PartPool, TensorEll, BlockDual):
         hd[0] = -1
         hd[1:] = np.asarray(to_host(labeling) if torch.is_tensor(labeling) else labeling, dtype=np.int64)
         out = np.empty(2 * (n + 1), dtype=np.int64)
-        return out, tree_parts(hd, n, self.sdes[10], out)
+        return out, tree_parts(hd, n, self.data.sib.first_child, out)
 
     def _point(self, i: int, labeling):
         """(keys, vals, lo, count) of a point of block i: a labeling's parts, or the block's M_i (None)."""
