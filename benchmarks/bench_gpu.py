@@ -73,20 +73,31 @@ def timed(fn, device, repeats):
     return statistics.median(times)
 
 
-def timed_rounds(fns: dict, device, repeats) -> dict:
-    """Median seconds of each callable of ``fns`` over ``repeats`` rounds that call every one once, in an
+def timed_rounds(fns: dict, device, repeats, min_sample_s: float = 0.01) -> dict:
+    """Median seconds per call of each callable of ``fns`` over ``repeats`` rounds that call every one, in an
     order rotated each round: a variant timed alone right after its warm-up ran slower than the same
     launch shape timed later (the 2026-11-27 H100 runs, docs/devices.md), so alternation keeps the
-    clock's and the allocator's drift from landing on one variant."""
+    clock's and the allocator's drift from landing on one variant. Each sample runs a callable back to back
+    for at least ``min_sample_s`` (the count from one timed call): single sub-millisecond calls between two
+    synchronisations put two identical launches 20% apart on the 2026-12-04 H200 (the default decode and
+    fused-rows-b16-w4-s, the same kernel and shape)."""
     names = list(fns)
+    inner = {}
+    for name in names:
+        sync(device)
+        t0 = time.perf_counter()
+        fns[name]()
+        sync(device)
+        inner[name] = max(1, min(1000, int(min_sample_s / max(time.perf_counter() - t0, 1e-7)) + 1))
     times = {k: [] for k in names}
     for r in range(repeats):
         for name in names[r % len(names):] + names[:r % len(names)]:
             sync(device)
             t0 = time.perf_counter()
-            fns[name]()
+            for _ in range(inner[name]):
+                fns[name]()
             sync(device)
-            times[name].append(time.perf_counter() - t0)
+            times[name].append((time.perf_counter() - t0) / inner[name])
     return {k: statistics.median(v) for k, v in times.items()}
 
 
@@ -350,6 +361,10 @@ def tree_figures(device, repeats, shapes=TREE_SHAPES):
             x = S.clone().requires_grad_(True)
             dependency_log_partition(x, lengths=lengths, projective=False).sum().backward()
 
+        def ours_nonproj64():                    # float64 scores: the float64 path (trees/matrix_tree.py)
+            x = S.double().requires_grad_(True)
+            dependency_log_partition(x, lengths=lengths, projective=False).sum().backward()
+
         def ts_nonproj():
             d = ts.NonProjectiveDependencyCRF(T.clone(), multiroot=False)
             d.partition
@@ -371,7 +386,8 @@ def tree_figures(device, repeats, shapes=TREE_SHAPES):
                                   "ours_torch": torch_loop(decode)},
                "proj_logz_backward_ms": {"ours": ms(ours_logz), "torch_struct": ms(ts_logz),
                                          "ours_torch": torch_loop(ours_logz)},
-               "nonproj_marginals_ms": {"ours": ms(ours_nonproj), "torch_struct": ms(ts_nonproj)},
+               "nonproj_marginals_ms": {"ours": ms(ours_nonproj), "torch_struct": ms(ts_nonproj),
+                                        "ours_float64": ms(ours_nonproj64)},
                "nonproj_decode_ms": {"ours": ms(lambda: dependency_decode(S, lengths=lengths, projective=False)),
                                      "cpu_cle": cle},
                "nonproj_decoders_agree": bool((ours_np[:, 1:] == ref[:, 1:]).all())}

@@ -57,7 +57,20 @@ t_start=$(date +%s)
 stamp() { echo "[$(( $(date +%s) - t_start )) s] $*" | tee -a "$OUT/stages.log"; }
 
 stamp install
-wheels=(.whl/*.whl scripts/wheels/*.whl)
+# the carried wheels that the image lacks, and always the project: a carried package the image already has
+# would replace the image's version (2026-12-04 H200: regex 2024.11.6 for supar under the image's transformers,
+# which needs >= 2025.10.22 and broke `import lightning` through torchmetrics: 17 failed)
+mapfile -t wheels < <($py - .whl/*.whl scripts/wheels/*.whl <<'PY'
+import importlib.metadata as md, re, sys
+for path in sys.argv[1:]:
+    name = re.sub(r"[-_.]+", "-", path.rsplit("/", 1)[-1].split("-")[0]).lower()
+    try:
+        have = name != "ssvm-torch" and md.version(name)
+    except md.PackageNotFoundError:
+        have = False
+    print(path) if not have else print(f"skip {path}: the image has {name} {have}", file=sys.stderr)
+PY
+)
 [ "${SKIP_INSTALL:-0}" = "1" ] || $py -m pip install -q --no-index --no-deps --no-compile --no-cache-dir "${wheels[@]}" \
   >"$OUT/install.log" 2>&1 \
   || { stamp "install into the environment failed, using --target"; \
@@ -96,6 +109,13 @@ res["cuda_tests"] = counts
 gpu.write_text(json.dumps(res, indent=1))
 print("cuda_tests", counts)
 PY
+fi
+
+if want matrix_tree; then               # (only when named) issue 74 (3): the matrix-tree marginals, side by side
+  stamp "matrix_tree: this checkout, ${MT_BEFORE:-.before} (${MT_COMMIT:-?}) and torch-struct"
+  timeout "${MT_S:-60}" $py benchmarks/bench_matrix_tree.py --device cuda --before "${MT_BEFORE:-.before}" \
+    --commit "${MT_COMMIT:-unknown}" --out "$OUT/matrix_tree.json" >"$OUT/matrix_tree.log" 2>&1
+  stamp "matrix_tree rc=$?"
 fi
 
 if want gpu; then

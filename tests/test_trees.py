@@ -169,6 +169,32 @@ def test_matrix_tree_paths_against_brute_force(multiroot):
         assert float(M[b, n + 1:].abs().sum() + M[b, :, n + 1:].abs().sum()) == 0.0, b
 
 
+@pytest.mark.parametrize("multiroot", [False, True])
+def test_matrix_tree_float32_gradient_is_checked_against_brute_force(multiroot):
+    """float32 scores with a gradient take the float32 direct path (trees/matrix_tree.py): each word's head
+    marginals must sum to 1, and a row that fails (a 2-cycle peaked by 20: float32 LU cancels, its marginals
+    off by ~0.6 unchecked) or spans more than SPAN32 is redone in float64. log Z and the gradient of every row,
+    the narrow ones included, against enumeration at float32's precision."""
+    rng = np.random.default_rng(5)
+    lengths = [6, 6, 6, 5, 4, 0]
+    S, L = _batch(rng, lengths, scale=1.0, dtype=torch.float32)
+    S[1, 1, 2] = S[1, 2, 1] = 12.0                                   # peaked: float32 holds (1e-3) or is redone
+    S[2, 1, 2] = S[2, 2, 1] = 20.0                                   # float32 cancels: redone in float64
+    S[3, 1:, 3] -= 70.0                                              # spans over SPAN32
+    S[4, 2, :] = float("-inf")
+    S[4, 2, 4] = 0.0
+    x = S.clone().requires_grad_(True)
+    logz = dependency_log_partition(x, lengths=L, projective=False, multiroot=multiroot)
+    assert logz.dtype == torch.float32
+    logz.sum().backward()
+    assert x.grad.dtype == torch.float32
+    for b, n in enumerate(lengths):
+        _, _, ref_logz, ref_M = brute_force(S[b].double().numpy(), n, False, multiroot)
+        assert float(logz[b].detach()) == pytest.approx(ref_logz, rel=1e-5, abs=1e-5), b
+        assert np.abs(x.grad[b, :n + 1, :n + 1].double().numpy() - ref_M).max() < 2e-4, b
+        assert float(x.grad[b, n + 1:].abs().sum() + x.grad[b, :, n + 1:].abs().sum()) == 0.0, b
+
+
 @kinds
 @pytest.mark.parametrize("n", [40, 150])
 def test_long_sentences_float32(projective, multiroot, n):

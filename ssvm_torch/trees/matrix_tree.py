@@ -29,8 +29,15 @@ exactly singular while Z is not 0). So L is built in the log domain, log |L| ent
 by a logsumexp), balanced by row and column scalings u, v (alternating max-normalisation, :data:`ROUNDS`
 rounds, every row and column then has an entry of magnitude 1) before exponentiating:
 L = D_u L' D_v, log det L = log det L' + sum u + sum v, X = D_v^-1 L'^-1 D_u^-1, and every factor the
-marginals multiply is an entry of L' (<= 1). Padding words get identity rows and columns. Computed in
-float64 whatever the input dtype; log Z is returned in the input dtype.
+marginals multiply is an entry of L' (<= 1). Padding words get identity rows and columns.
+
+**Precision and synchronisation.** Every row first takes the direct path, all rows at once and with no host
+synchronisation; then one synchronisation sends the rows that need it to the balanced path or the GTH
+elimination. That first pass is float64, except for float32 scores whose gradient is wanted (training): it
+is then float32, as torch-struct's, with a check torch-struct lacks: each word's head marginals must sum to
+1 within :data:`CHECK_TOL`, and a row that fails (or spans more than :data:`SPAN32`, or has a small pivot) is
+redone in float64. :func:`marginals` and log Z without a gradient are float64 throughout; log Z is returned
+in the input dtype.
 """
 from __future__ import annotations
 
@@ -44,6 +51,12 @@ NEG_INF = float("-inf")
 PIVOT_MIN = 1e-6
 #: rows whose finite scores span less than this take the direct per-word shift (e^-SPAN is a normal float64)
 SPAN = 600.0
+#: the float32 screen (:func:`_screen`): a narrower span (e^-SPAN32 a normal float32), a larger pivot threshold,
+#: and the tolerance of the check that each word's head marginals sum to 1; a row failing any is redone in
+#: float64
+SPAN32 = 60.0
+PIVOT_MIN32 = 1e-5
+CHECK_TOL = 1e-4
 #: an absent arc in the GTH elimination: finite, so that no logaddexp or its gradient meets -inf - (-inf)
 NEG = -1e30
 
@@ -230,7 +243,7 @@ def _balanced(S, lengths, multiroot, want_marginals):
     return logz, M, pivots.abs().amin(1), det_sign
 
 
-def _solve(S, lengths, multiroot, want_marginals):
+def _solve_float64(S, lengths, multiroot, want_marginals):
     """(log Z (B,) float64, marginals (B, N, N) float64 or None; NaN rows where no tree exists): the direct
     path for rows whose scores span less than SPAN, the balanced one for the others, and the GTH elimination
     for every row whose LU looks unreliable (module docstring)."""
@@ -286,12 +299,60 @@ def _solve(S, lengths, multiroot, want_marginals):
     return logz, M
 
 
+def _screen(S, lengths, multiroot, want_marginals):
+    """The common path of every row at once, without a host synchronisation: the direct per-word shift in the
+    working dtype (float32 for float32 scores whose marginals are wanted, else float64), and the rows it may
+    have got wrong (B,) bool: finite scores spanning more than the dtype's span, an LU pivot below its
+    threshold or no positive det (cancellation, module docstring), a log Z not finite, and in float32 any word
+    whose head marginals do not sum to 1 within :data:`CHECK_TOL` (every word takes exactly one head, so the
+    sum is a check on X = L^-1 that costs one reduction)."""
+    low = want_marginals and S.dtype == torch.float32
+    work = torch.float32 if low else torch.float64
+    S = S.to(work)
+    finite = torch.isfinite(S)
+    hi = torch.where(finite, S, torch.full_like(S, NEG_INF)).amax((1, 2))
+    lo = torch.where(finite, S, torch.full_like(S, float("inf"))).amin((1, 2))
+    wide = hi - lo >= (SPAN32 if low else SPAN)
+    logz, M, pivot, det_sign = _direct(S, lengths, multiroot, want_marginals, full=False)
+    bad = wide | (det_sign <= 0) | ~torch.isfinite(logz) | (pivot < (PIVOT_MIN32 if low else PIVOT_MIN))
+    if low:
+        N = S.shape[1]
+        pos = torch.arange(N, device=S.device)
+        word = (pos[None, :] >= 1) & (pos[None, :] <= lengths[:, None])
+        off = ~((M.sum(2) - 1.0).abs() <= CHECK_TOL) & word                      # NaN sums are off too
+        bad = bad | off.any(1)
+    return logz, M, bad & (lengths > 0)
+
+
+def _solve(S, lengths, multiroot, want_marginals, low_precision=False):
+    """(log Z (B,) float64, marginals (B, N, N) or None; NaN rows where no tree exists). Every row takes the
+    direct path (:func:`_screen`, float32 where ``low_precision`` and the scores are float32, the marginals then
+    float32), and one host synchronisation sends the rows it may have got wrong to :func:`_solve_float64` (the
+    balanced path for wide rows, the GTH elimination for cancellation)."""
+    B, N, _ = S.shape
+    S = S.detach()
+    if N == 1:
+        return _solve_float64(S, lengths, multiroot, want_marginals)
+    if not low_precision:
+        S = S.to(torch.float64)
+    logz, M, bad = _screen(S, lengths, multiroot, want_marginals)
+    logz = logz.to(torch.float64)
+    redo = bad.nonzero().flatten()                                               # the one synchronisation
+    if len(redo):
+        z, sure = _solve_float64(S[redo], lengths[redo], multiroot, want_marginals)
+        logz = logz.index_copy(0, redo, z)
+        if want_marginals:
+            M = M.index_copy(0, redo, sure.to(M.dtype))
+    logz = torch.where(lengths > 0, logz, torch.zeros_like(logz))
+    return logz, M
+
+
 class MatrixTreeLogZ(torch.autograd.Function):
     """log Z of non-projective trees (B,), with the marginals as its gradient (module docstring)."""
 
     @staticmethod
     def forward(ctx, S, lengths, multiroot):
-        logz, M = _solve(S, lengths, multiroot, S.requires_grad)
+        logz, M = _solve(S, lengths, multiroot, S.requires_grad, low_precision=True)
         ctx.save_for_backward(M if M is not None else S.new_zeros(0))
         ctx.dtype = S.dtype
         return logz.to(S.dtype)
@@ -299,7 +360,7 @@ class MatrixTreeLogZ(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         (M,) = ctx.saved_tensors
-        return (grad.to(torch.float64)[:, None, None] * M).to(ctx.dtype), None, None
+        return (grad.to(M.dtype)[:, None, None] * M).to(ctx.dtype), None, None
 
 
 def log_partition(S: torch.Tensor, lengths: torch.Tensor, multiroot: bool) -> torch.Tensor:
