@@ -159,7 +159,7 @@ def decode_figures(task, device, repeats, batches, compile_batches, sweep_batche
             variants["fused-tile"] = functools.partial(viterbi_fused, variant="tile")
             variants["fused-rows"] = functools.partial(viterbi_fused, variant="rows")
             variants["fused-transposed"] = functools.partial(viterbi_fused, variant="transposed")
-            # the default with its chains taken in batch order (SORT_FROM_B sorts them by length from 2,048 on)
+            # the default with its chains taken in batch order (SORT_FROM_B sorts a call's chains from 2^16 on)
             variants["fused-unsorted"] = functools.partial(viterbi_fused, sort=False)
             if B in sweep_batches:                               # the kernels' launch shape, measured
                 # the default (ROWS_BLOCK_B / ROWS_WARPS, rows 16/4 from the 2026-11-27 H100 run), its best

@@ -194,7 +194,7 @@ def test_the_fused_gap_pass_gives_the_torch_paths_terms(task, options, decoder, 
     Solver(store, SolverConfig(passes=2, gap_check=2, batch_size=8, seed=3)).run()
     monkeypatch.setenv("SSVM_CUDA_VITERBI", decoder)
     if sort_from is not None:                # the chains sorted by length from this many on (40 here)
-        monkeypatch.setattr(triton_viterbi, "SORT_FROM_B", sort_from)
+        monkeypatch.setattr(triton_viterbi, "STORE_SORT_FROM_B", sort_from)
     fused, padded = store.gap_terms(True), store.gap_terms(False)
     assert torch.equal(fused[0], padded[0])
     for name, a, b in zip(("aug", "m_theta", "gt_score", "loss"), fused[1:], padded[1:]):

@@ -123,10 +123,20 @@ def test_cuda_viterbi_scores_keep_their_gradients():
 
 
 def test_the_default_variant_follows_the_measured_rule():
-    """``variant="auto"``: the tile variant below ROWS_FROM_B sequences, the rows variant from there on
-    (docs/devices.md has the H100 figures behind the rule); every CUDA decoder name is accepted."""
-    from ssvm_torch.chain.triton_viterbi import ROWS_FROM_B, choose_variant
-    assert choose_variant(ROWS_FROM_B - 1) == "tile" and choose_variant(ROWS_FROM_B) == "rows"
+    """``variant="auto"``: below ROWS_FROM_B sequences the transposed tile up to TRANSPOSED_MAX_K tags and the
+    tile beyond, the rows variant from there on; a decode call sorts from SORT_FROM_B chains, a store's kept
+    order from STORE_SORT_FROM_B (docs/devices.md has the H100 and H200 figures behind the rule); every CUDA
+    decoder name is accepted."""
+    from ssvm_torch.chain.triton_viterbi import (ROWS_FROM_B, SORT_FROM_B, STORE_SORT_FROM_B, TRANSPOSED_MAX_K,
+                                                 choose_variant, length_order)
+    assert choose_variant(ROWS_FROM_B - 1, TRANSPOSED_MAX_K) == "transposed"
+    assert choose_variant(ROWS_FROM_B - 1, TRANSPOSED_MAX_K + 1) == "tile"
+    assert choose_variant(ROWS_FROM_B, TRANSPOSED_MAX_K + 1) == "rows"
+    lengths = torch.arange(SORT_FROM_B) % 7
+    assert length_order(lengths[:SORT_FROM_B - 1], None) is None and length_order(lengths, None) is not None
+    assert length_order(lengths[:STORE_SORT_FROM_B - 1], None, kept=True) is None
+    order = length_order(lengths[:STORE_SORT_FROM_B], None, kept=True)
+    assert torch.equal(lengths[order.long()], lengths[:STORE_SORT_FROM_B].sort(descending=True).values)
     for name in ("fused", "fused-tile", "fused-rows", "fused-transposed", "loop"):
         os.environ["SSVM_CUDA_VITERBI"] = name
         try:

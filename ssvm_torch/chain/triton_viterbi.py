@@ -36,22 +36,28 @@ MODES = {"tile": 0, "rows": 1, "transposed": 2}      # the kernel's MODE of each
 # rows variant with 16 sequences and 4 warps per program decodes 131 / 181 M words/s at B = 2^16 / 2^20
 # (32 sequences: 108 / 150 M; the tile variant 21 / 24 M); at B = 6,251 the rows variant already wins
 # (decode 0.33 vs 0.46 ms, OCR-large's gap pass 0.45 vs 0.90 ms), at B = 1,024 the tile variant's
-# programs win (0.22 vs 0.29 ms). The crossover is taken at 2,048, between the two measured sizes.
+# programs win over the rows' (0.22 vs 0.29 ms). The crossover is taken at 2,048, between the two measured
+# sizes. Below it, for K <= TRANSPOSED_MAX_K, the transposed tile: on the H200 (2026-12-04, two runs) it
+# decodes 12.0 / 4.6 M words/s at B = 1,024 against the tile's 8.9 / 3.7 M; larger K were not measured.
 ROWS_FROM_B = 2048
 ROWS_BLOCK_B, ROWS_WARPS = 16, 4
-# Chains given by lengths are sorted by length from this many on (``sort=None``), so that each program walks
-# about its own chains' length instead of the longest of BLOCK_B random ones: on OCR's lengths (3-14 letters,
-# mean 7.4) that is 1.9x fewer positions walked at B = 2^20 (7.73 M positions against 13.5 M; 14.7 M to the
-# batch's longest), at the price of one argsort. Chosen from that count, not yet timed on a GPU: bench_gpu.py
-# times ``sort`` on and off.
-SORT_FROM_B = ROWS_FROM_B
+TRANSPOSED_MAX_K = 32
+# A decode call sorts its chains by length (so that each program walks about its own chains' length instead
+# of the longest of BLOCK_B random ones; on OCR's lengths 1.9x fewer positions at B = 2^20) from
+# SORT_FROM_B chains on: the argsort is paid on every call, and on the H200 (2026-12-04) it lost at
+# B = 6,251 (unsorted 47.1 against sorted 25.9 M words/s; 39.5 / 20.9 in the first run) and won at 2^16
+# (213 against 178 M) and 2^20 (265 against 190 M). A store's chains never change, so its one sort is kept
+# and taken from STORE_SORT_FROM_B chains on.
+SORT_FROM_B = 65536
+STORE_SORT_FROM_B = ROWS_FROM_B
 
 
-def length_order(lengths: torch.Tensor, sort: bool | None) -> torch.Tensor | None:
+def length_order(lengths: torch.Tensor, sort: bool | None, kept: bool = False) -> torch.Tensor | None:
     """The chains' order by decreasing length (int32), or None: ``sort`` None sorts from SORT_FROM_B chains
-    on. Longest first, so that the slowest programs start first."""
+    on (STORE_SORT_FROM_B for an order ``kept`` across calls). Longest first, so that the slowest programs
+    start first."""
     if sort is None:
-        sort = lengths.shape[0] >= SORT_FROM_B
+        sort = lengths.shape[0] >= (STORE_SORT_FROM_B if kept else SORT_FROM_B)
     return torch.argsort(lengths, descending=True).to(torch.int32) if sort else None
 
 
@@ -63,9 +69,12 @@ def mask_ends(mask: torch.Tensor) -> torch.Tensor:
     return (mask * torch.arange(1, T + 1, device=mask.device, dtype=torch.int32)).amax(1).contiguous()
 
 
-def choose_variant(B: int) -> str:
-    """The measured rule of ``variant="auto"``: ``rows`` from B = ROWS_FROM_B sequences on, else ``tile``."""
-    return "rows" if B >= ROWS_FROM_B else "tile"
+def choose_variant(B: int, K: int) -> str:
+    """The measured rule of ``variant="auto"``: ``rows`` from B = ROWS_FROM_B sequences on, else
+    ``transposed`` for K <= TRANSPOSED_MAX_K tags and ``tile`` for more."""
+    if B >= ROWS_FROM_B:
+        return "rows"
+    return "transposed" if K <= TRANSPOSED_MAX_K else "tile"
 
 
 def interpreting() -> bool:
@@ -284,7 +293,7 @@ def launch_viterbi(U, first, last, trans, *, mask=None, lengths=None, gt=None, r
     dtype, dev = U.dtype, U.device
     auto = variant == "auto"
     if auto:
-        variant = choose_variant(B)
+        variant = choose_variant(B, K)
     U = U.contiguous()
     first, last, trans = (x.to(dtype).contiguous() for x in (first, last, trans))
     dummy = torch.zeros(1, dtype=torch.int32, device=dev)
@@ -333,7 +342,7 @@ def ragged_gap_terms(U, offsets, T: int, Y, Mu, first, last, trans, rowc, cost, 
     dtype, dev = U.dtype, U.device
     first, last, trans = (x.to(dtype).contiguous() for x in (first, last, trans))
     lengths = (offsets[1:] - offsets[:-1]).to(torch.int32).contiguous()
-    variant = choose_variant(n) if variant == "auto" else variant
+    variant = choose_variant(n, K) if variant == "auto" else variant
     block_b, block_k = block_sizes(K)
     if variant == "rows":
         block_b = ROWS_BLOCK_B

@@ -86,7 +86,7 @@ class ChainTorchPath:
             f, la, t = with_penalty(first, last, trans, self.model.penalty(self.dtype, self.device))
             if self._t_max is None:                 # the chains never change: one host read and one sort per store
                 self._t_max = int(self.lengths.max())
-                self._order = length_order(self.lengths, None)
+                self._order = length_order(self.lengths, None, kept=True)
             labels, aug, gt_score, m_part, wrong = ragged_gap_terms(
                 U, self.offsets, self._t_max, self.Y, self.Mu, f, la, t, self.tw,
                 hamming_cost(self.model.K, self.dtype, self.device), variant=fused_variant() or "auto",
