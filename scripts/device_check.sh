@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # The prepared device check on a machine with a CUDA GPU and >= 8 cores (docs/devices.md, "Measured on a
-# GPU"), each stage alone on the machine, in this order. Two runs, 11 minutes together (each stage's limit
-# *_S, the install ~20 s per run):
-#   run 1: STAGES="tests gpu"                  <= 20 + 250 + 120 = 390 s (2026-11-27 H100, second lease: 25 s install,
-#          238 s tests, 106 s gpu; since then the decode sweep gained the transposed, unrolled and sorted launches
-#          and lost B = 262,144 and four launch shapes that lost everywhere: bench_gpu.log gives each section's s)
+# GPU"), each stage alone on the machine, in this order. Two runs, 14 minutes together (each stage's limit
+# *_S, the install ~25 s per run; a machine's start ~30 s of the lease):
+#   run 1: STAGES="tests gpu"                  <= 25 + 330 + 200 = 555 s (2026-12-04 H200: the suite, 1,935 tests,
+#          needed more than 250 s: test_deep_ddp.py's DDP trainings, one worker's file, ended it; the gpu
+#          sections 187 s: layer 40, gap 6, decode 27, conll 7, trees 51, spans 29, kbest 27)
+#          `matrix_tree` in STAGES adds the matrix-tree marginals side by side with an earlier package copied to
+#          .before/ssvm_torch_before (MT_COMMIT names it; carry .before), ~10 s
 #   run 2: STAGES="rounds"                     <= 20 + 250 = 270 s (whole commands, records included: one process
 #          ~100 s, P = 2 ~90 s on the 2-core machine; P = 2 and 8 first, the one-process baseline last, measured
 #          already on the 2026-11-27 second lease: 74.3 s; `distributed` too when time is left: + 120 s)
@@ -90,7 +92,7 @@ if want tests; then                    # alone: the whole suite with CUDA visibl
   # one numba thread per worker (numba's default, one per core in every worker, oversubscribes the cores);
   # each failure's traceback lands in failures.log as it happens
   NUMBA_NUM_THREADS=1 SSVM_TORCH_FAILURE_LOG="$OUT/failures.log" \
-  timeout "${TEST_S:-250}" $py -m pytest -n "${TEST_WORKERS:-14}" --dist loadfile -m "not slow" -p no:cacheprovider \
+  timeout "${TEST_S:-330}" $py -m pytest -n "${TEST_WORKERS:-14}" --dist loadfile -m "not slow" -p no:cacheprovider \
     -o addopts= $per_test -v -rfEs --durations=15 ${TEST_ARGS:-} >"$OUT/pytest.log" 2>&1
   stamp "tests rc=$?: $(grep -c ' PASSED' "$OUT/pytest.log") passed, $(grep -c ' SKIPPED' "$OUT/pytest.log") skipped, \
 $(grep -c -E ' (FAILED|ERROR)' "$OUT/pytest.log") failed (-v names each test as it ends: a cut-off run still says which failed)"
@@ -120,7 +122,7 @@ fi
 
 if want gpu; then
   stamp "bench_gpu ${GPU_SECTIONS:-layer gap decode conll trees spans kbest}"
-  timeout "${GPU_S:-120}" $py benchmarks/bench_gpu.py --sections ${GPU_SECTIONS:-layer gap decode conll trees spans kbest} \
+  timeout "${GPU_S:-200}" $py benchmarks/bench_gpu.py --sections ${GPU_SECTIONS:-layer gap decode conll trees spans kbest} \
     ${GPU_ARGS:---no-compile} --out "$OUT/gpu.json" \
     >>"$OUT/bench_gpu.log" 2>&1
   stamp "bench_gpu rc=$?"

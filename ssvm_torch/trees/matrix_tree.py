@@ -31,15 +31,17 @@ rounds, every row and column then has an entry of magnitude 1) before exponentia
 L = D_u L' D_v, log det L = log det L' + sum u + sum v, X = D_v^-1 L'^-1 D_u^-1, and every factor the
 marginals multiply is an entry of L' (<= 1). Padding words get identity rows and columns.
 
-**Precision and synchronisation.** Every row first takes the direct path, all rows at once and with no host
-synchronisation; then one synchronisation sends the rows that need it to the balanced path or the GTH
-elimination. That first pass is float64, except for float32 scores whose gradient is wanted (training): it
-is then float32, as torch-struct's, with a check torch-struct lacks: each word's head marginals must sum to
-1 within :data:`CHECK_TOL`, and a row that fails (or spans more than :data:`SPAN32`, or has a small pivot) is
-redone in float64. :func:`marginals` and log Z without a gradient are float64 throughout; log Z is returned
-in the input dtype.
+**Precision and synchronisation.** Every row first takes the direct per-word shift, all rows at once and
+with no host synchronisation (a row of wide range whose arcs underflow there shows a zero or tiny pivot);
+then one synchronisation sends the rows that need it to the balanced path or the GTH elimination. That
+first pass is float64, except for float32 scores whose gradient is wanted (training): it is then float32,
+as torch-struct's, with a check torch-struct lacks: each word's head marginals must sum to 1 within
+:data:`CHECK_TOL`, and a row that fails (or has a pivot below :data:`PIVOT_MIN32`) is redone in float64.
+:func:`marginals` and log Z without a gradient are float64 throughout; log Z is returned in the input dtype.
 """
 from __future__ import annotations
+
+import functools
 
 import torch
 
@@ -51,10 +53,8 @@ NEG_INF = float("-inf")
 PIVOT_MIN = 1e-6
 #: rows whose finite scores span less than this take the direct per-word shift (e^-SPAN is a normal float64)
 SPAN = 600.0
-#: the float32 screen (:func:`_screen`): a narrower span (e^-SPAN32 a normal float32), a larger pivot threshold,
-#: and the tolerance of the check that each word's head marginals sum to 1; a row failing any is redone in
-#: float64
-SPAN32 = 60.0
+#: the float32 screen (:func:`_screen`): a larger pivot threshold, and the tolerance of the check that each
+#: word's head marginals sum to 1; a row failing either is redone in float64
 PIVOT_MIN32 = 1e-5
 CHECK_TOL = 1e-4
 #: an absent arc in the GTH elimination: finite, so that no logaddexp or its gradient meets -inf - (-inf)
@@ -152,59 +152,57 @@ def _balance(logL: torch.Tensor):
     return u, v
 
 
-def _direct(S: torch.Tensor, lengths: torch.Tensor, multiroot: bool, want_marginals: bool, full: bool | None = None):
+@functools.lru_cache(maxsize=32)
+def _word_pairs(N: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """((N, N) bool, [m, h]: m a word (not the root) and h != m; (N - 1,) int32 1..N-1, the LU pivots of no
+    row exchange), made once per size and device: the direct path runs once per batch, and every tensor
+    it makes is one more launch on CUDA (the path is launch-bound there at B 256, n 40: docs/devices.md)."""
+    pos = torch.arange(N, device=device)
+    return ((pos[:, None] != pos[None, :]) & (pos[:, None] >= 1),
+            torch.arange(1, N, device=device, dtype=torch.int32))
+
+
+def _direct(S: torch.Tensor, lengths: torch.Tensor, multiroot: bool, want_marginals: bool):
     """(log Z, marginals or None, the smallest |LU pivot|, det sign) by the plain per-word shift: A(h -> m) =
-    exp(S[m, h] - max_h S[m, h]) <= 1 with its maximum 1, for rows whose scores span less than :data:`SPAN`
-    (no entry below float64's normal range). Written in place on one copy of the scores (most rows take this
-    path: its cost is LAPACK's, not the temporaries'). ``full``: every row is N - 1 words long (None: looked
-    up here, one host synchronisation on CUDA)."""
+    exp(S[m, h] - max_h S[m, h]) <= 1 with its maximum 1, in S's dtype. Written on one masked copy of the
+    scores, in few operations: on CUDA each is a launch, and at the sizes of a training batch the launches,
+    not LAPACK's work, are the cost (docs/devices.md, the 2026-12-04 H200 run)."""
     B, N, _ = S.shape
-    n = N - 1
-    x = S.clone()                                                                # becomes A, then the marginals
-    x[:, 0, :] = NEG_INF                                                         # the root takes no head
-    x.diagonal(dim1=1, dim2=2).fill_(NEG_INF)
-    if full is None:
-        full = bool((lengths == n).all())
-    if not full:
-        pos = torch.arange(N, device=S.device)
-        off = pos[None, :] > lengths[:, None]                                    # beyond the sentence
-        x.masked_fill_(off[:, :, None] | off[:, None, :], NEG_INF)
-    shift = x.amax(2, keepdim=True)
-    shift.masked_fill_(~torch.isfinite(shift), 0.0)
-    x.sub_(shift).exp_()                                                         # A, 0 where no arc may go
-    W = x[:, 1:, 1:]                                                             # [m', h']
+    pairs, no_swap = _word_pairs(N, S.device)
+    inside = torch.arange(N, device=S.device) <= lengths[:, None]                   # (B, N), the root included
+    x = torch.where(inside[:, :, None] & inside[:, None, :] & pairs, S, NEG_INF)    # becomes A, then the marginals
+    shift = x.amax(2, keepdim=True).nan_to_num_(neginf=0.0)                         # rows without arcs: 0
+    x.sub_(shift).exp_()                                                            # A, 0 where no arc may go
+    W = x[:, 1:, 1:]                                                                # [m', h']
     L = W.transpose(1, 2).neg()
     diag = W.sum(2)
     if multiroot:
         diag += x[:, 1:, 0]
-    if not full:
-        diag.masked_fill_(off[:, 1:], 1.0)                                       # identity on padding words
-    L.diagonal(dim1=1, dim2=2).copy_(diag)
+    L.diagonal(dim1=1, dim2=2).copy_(torch.where(inside[:, 1:], diag, 1.0))         # identity on padding words
     if not multiroot:
         L[:, 0, :] = x[:, 1:, 0]
-        if not full:
-            L[:, 0, 0].masked_fill_(lengths == 0, 1.0)
-    LU, piv, info = torch.linalg.lu_factor_ex(L)
+        L[:, 0, 0].masked_fill_(lengths == 0, 1.0)
+    LU, piv, _ = torch.linalg.lu_factor_ex(L)
     pivots = LU.diagonal(dim1=1, dim2=2)
-    swaps = (piv != torch.arange(1, N, device=S.device, dtype=piv.dtype)).sum(1) % 2
-    det_sign = torch.where(swaps == 1, -1.0, 1.0) * torch.where(pivots < 0, -1.0, 1.0).prod(1)
-    det_sign = torch.where(info != 0, torch.zeros_like(det_sign), det_sign)
-    logz = pivots.abs().log().sum(1) + shift[:, 1:, 0].sum(1)
+    size = pivots.abs()
+    logz = size.log().sum(1) + shift[:, 1:, 0].sum(1)
+    # det L's sign: a row exchange or a negative pivot each flip it (a zero pivot shows in the smallest pivot)
+    flips = (piv != no_swap).sum(1) + (pivots < 0).sum(1)
+    det_sign = 1.0 - 2.0 * (flips % 2)
     if not want_marginals:
-        return logz, None, pivots.abs().amin(1), det_sign
-    X = torch.linalg.lu_solve(LU, piv, torch.eye(n, dtype=S.dtype, device=S.device).expand(B, -1, -1))
+        return logz, None, size.amin(1), det_sign
+    X = torch.linalg.lu_solve(LU, piv, torch.eye(N - 1, dtype=S.dtype, device=S.device).expand(B, -1, -1))
     Xd = X.diagonal(dim1=1, dim2=2).clone()
     root = X[:, :, 0].clone() if not multiroot else Xd
-    D = X.neg_()                                                                 # -X[m', h'], then + X[m', m']
+    D = X.neg_()                                                                    # -X[m', h'], then + X[m', m']
     if multiroot:
         D.add_(Xd[:, :, None])
     else:
-        D[:, :, 0] = 0.0                                                         # - [h' != 1] X[m', h']
-        D[:, 1:, :].add_(Xd[:, 1:, None])                                        # + [m' != 1] X[m', m']
+        D[:, :, 0] = 0.0                                                            # - [h' != 1] X[m', h']
+        D[:, 1:, :].add_(Xd[:, 1:, None])                                           # + [m' != 1] X[m', m']
     x[:, 1:, 1:].mul_(D)
-    x[:, 1:, 0].mul_(root)
-    x[:, 0, :] = 0.0
-    return logz, x, pivots.abs().amin(1), det_sign
+    x[:, 1:, 0].mul_(root)                                                          # row 0 (the root's) is 0
+    return logz, x, size.amin(1), det_sign
 
 
 def _balanced(S, lengths, multiroot, want_marginals):
@@ -254,10 +252,8 @@ def _solve_float64(S, lengths, multiroot, want_marginals):
         return z, (torch.zeros(B, 1, 1, dtype=torch.float64, device=S.device) if want_marginals else None)
     hi, lo = S.amax((1, 2)), S.amin((1, 2))
     wide = (hi - lo >= SPAN) & (lengths > 0)
-    # the three questions of the common path in one host synchronisation (issue 74: on CUDA each bool() waited
-    # for the queue): all scores finite, any row too wide for the direct path, every row full length
-    finite, any_wide, full = torch.stack([torch.isfinite(lo).all() & torch.isfinite(hi).all(), wide.any(),
-                                          (lengths == N - 1).all()]).tolist()
+    # the rows that the direct path of _solve could not take (few): two questions in one synchronisation
+    finite, any_wide = torch.stack([torch.isfinite(lo).all() & torch.isfinite(hi).all(), wide.any()]).tolist()
     if not finite:
         finite = torch.isfinite(S)
         span = torch.where(finite, S, torch.full_like(S, NEG_INF)).amax((1, 2)) - \
@@ -265,7 +261,7 @@ def _solve_float64(S, lengths, multiroot, want_marginals):
         wide = (span >= SPAN) & (lengths > 0)
         any_wide = bool(wide.any())
     if not any_wide:
-        logz, M, pivot, det_sign = _direct(S, lengths, multiroot, want_marginals, full)
+        logz, M, pivot, det_sign = _direct(S, lengths, multiroot, want_marginals)
     else:
         rows = wide.nonzero().flatten()
         parts = [_balanced(S[rows], lengths[rows], multiroot, want_marginals)]
@@ -300,51 +296,42 @@ def _solve_float64(S, lengths, multiroot, want_marginals):
 
 
 def _screen(S, lengths, multiroot, want_marginals):
-    """The common path of every row at once, without a host synchronisation: the direct per-word shift in the
-    working dtype (float32 for float32 scores whose marginals are wanted, else float64), and the rows it may
-    have got wrong (B,) bool: finite scores spanning more than the dtype's span, an LU pivot below its
-    threshold or no positive det (cancellation, module docstring), a log Z not finite, and in float32 any word
-    whose head marginals do not sum to 1 within :data:`CHECK_TOL` (every word takes exactly one head, so the
-    sum is a check on X = L^-1 that costs one reduction)."""
-    low = want_marginals and S.dtype == torch.float32
-    work = torch.float32 if low else torch.float64
-    S = S.to(work)
-    finite = torch.isfinite(S)
-    hi = torch.where(finite, S, torch.full_like(S, NEG_INF)).amax((1, 2))
-    lo = torch.where(finite, S, torch.full_like(S, float("inf"))).amin((1, 2))
-    wide = hi - lo >= (SPAN32 if low else SPAN)
-    logz, M, pivot, det_sign = _direct(S, lengths, multiroot, want_marginals, full=False)
-    bad = wide | (det_sign <= 0) | ~torch.isfinite(logz) | (pivot < (PIVOT_MIN32 if low else PIVOT_MIN))
-    if low:
-        N = S.shape[1]
-        pos = torch.arange(N, device=S.device)
-        word = (pos[None, :] >= 1) & (pos[None, :] <= lengths[:, None])
-        off = ~((M.sum(2) - 1.0).abs() <= CHECK_TOL) & word                      # NaN sums are off too
-        bad = bad | off.any(1)
+    """The direct path of every row at once in S's dtype, without a host synchronisation, and the rows it may
+    have got wrong (B,) bool: an LU pivot below the dtype's threshold or no positive det (cancellation, or
+    arcs that underflowed: module docstring), a log Z not finite, and in float32 any word whose head
+    marginals do not sum to 1 within :data:`CHECK_TOL` (every word takes exactly one head, so the sum checks
+    X = L^-1 for one reduction)."""
+    low = S.dtype == torch.float32
+    logz, M, pivot, det_sign = _direct(S, lengths, multiroot, want_marginals)
+    bad = (det_sign <= 0) | ~torch.isfinite(logz) | (pivot < (PIVOT_MIN32 if low else PIVOT_MIN))
+    if low and want_marginals:
+        words = (torch.arange(S.shape[1], device=S.device) <= lengths[:, None])[:, 1:]
+        err = (M[:, 1:].sum(2) - words.to(M.dtype)).abs().amax(1)
+        bad = bad | ~(err <= CHECK_TOL)                                          # NaN sums fail too
     return logz, M, bad & (lengths > 0)
 
 
 def _solve(S, lengths, multiroot, want_marginals, low_precision=False):
     """(log Z (B,) float64, marginals (B, N, N) or None; NaN rows where no tree exists). Every row takes the
-    direct path (:func:`_screen`, float32 where ``low_precision`` and the scores are float32, the marginals then
-    float32), and one host synchronisation sends the rows it may have got wrong to :func:`_solve_float64` (the
-    balanced path for wide rows, the GTH elimination for cancellation)."""
+    direct path (:func:`_screen`: float32 where ``low_precision``, the scores are float32 and the marginals
+    are wanted, the marginals then float32; else float64), and one host synchronisation sends the rows it may
+    have got wrong to :func:`_solve_float64` (the balanced path for rows of wide range, the GTH elimination
+    for cancellation)."""
     B, N, _ = S.shape
     S = S.detach()
     if N == 1:
         return _solve_float64(S, lengths, multiroot, want_marginals)
-    if not low_precision:
+    if not (low_precision and want_marginals and S.dtype == torch.float32):
         S = S.to(torch.float64)
     logz, M, bad = _screen(S, lengths, multiroot, want_marginals)
-    logz = logz.to(torch.float64)
     redo = bad.nonzero().flatten()                                               # the one synchronisation
+    logz = logz.to(torch.float64)
     if len(redo):
         z, sure = _solve_float64(S[redo], lengths[redo], multiroot, want_marginals)
         logz = logz.index_copy(0, redo, z)
         if want_marginals:
             M = M.index_copy(0, redo, sure.to(M.dtype))
-    logz = torch.where(lengths > 0, logz, torch.zeros_like(logz))
-    return logz, M
+    return torch.where(lengths > 0, logz, 0.0), M
 
 
 class MatrixTreeLogZ(torch.autograd.Function):
