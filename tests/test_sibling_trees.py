@@ -52,6 +52,17 @@ def _indicators(heads, lengths, N):
     return arcs, sibs
 
 
+def _assert_gradients(s, sb, b, n, N, M, MS, gold_arcs, gold_sibs):
+    """Row b's gradients in S and SB: the expected part marginals M (n+1, n+1) and MS (n+1, n+1, n+1) padded to
+    N, minus the gold tree's indicators."""
+    want_S = torch.zeros(N, N, dtype=torch.float64)
+    want_S[:n + 1, :n + 1] = torch.tensor(M)
+    want_SB = torch.zeros(N, N, N, dtype=torch.float64)
+    want_SB[:n + 1, :n + 1, :n + 1] = torch.tensor(MS)
+    torch.testing.assert_close(s.grad[b], want_S - gold_arcs[b], atol=1e-10, rtol=0)
+    torch.testing.assert_close(sb.grad[b], want_SB - gold_sibs[b], atol=1e-10, rtol=0)
+
+
 def test_adjacent_siblings_equal_supar_get_sibs_and_the_reference():
     """The gold siblings of trees (every projective and non-projective tree of 5 words): SuPar's
     CoNLL.get_sibs(heads)[m - 1][heads[m]] and the reference's loop, -1 off the words."""
@@ -122,12 +133,7 @@ def test_gradients_equal_enumeration(multiroot, kernels):
             if name == "hinge":
                 arcs, sibs = _indicators(torch.tensor(np.concatenate([top, np.full(N - n - 1, -1)]))[None], L[b:b + 1], N)
                 ref_M, ref_MS = arcs[0, :n + 1, :n + 1].numpy(), sibs[0, :n + 1, :n + 1, :n + 1].numpy()
-            want_S = torch.zeros(N, N, dtype=torch.float64)
-            want_S[:n + 1, :n + 1] = torch.tensor(ref_M)
-            want_SB = torch.zeros(N, N, N, dtype=torch.float64)
-            want_SB[:n + 1, :n + 1, :n + 1] = torch.tensor(ref_MS)
-            torch.testing.assert_close(s.grad[b], want_S - gold_arcs[b], atol=1e-10, rtol=0)
-            torch.testing.assert_close(sb.grad[b], want_SB - gold_sibs[b], atol=1e-10, rtol=0)
+            _assert_gradients(s, sb, b, n, N, ref_M, ref_MS, gold_arcs, gold_sibs)
 
 
 @roots
@@ -317,6 +323,74 @@ def test_layer_second_order():
                                dependency_log_partition(S, lengths=L, sib_scores=SB))
     torch.testing.assert_close(layer.score(S, golds, mask, sib_scores=SB),
                                dependency_score(S, golds, lengths=L, sib_scores=SB))
+
+
+def _first_child_indicators(heads, lengths, N):
+    """The arc and sibling indicators of trees under first-child parts: a nearest dependent m of h at [m, h, h]."""
+    arcs, sibs = _indicators(heads, lengths, N)
+    sib = adjacent_siblings(heads, lengths)
+    for b in range(heads.shape[0]):
+        for m in range(1, int(lengths[b]) + 1):
+            if sib[b, m] == 0:
+                sibs[b, m, heads[b, m], heads[b, m]] = 1.0
+    return arcs, sibs
+
+
+@roots
+@pytest.mark.parametrize("loss", list(LOSSES))
+def test_layer_first_child_equals_enumeration(multiroot, loss):
+    """DependencyTree(first_child=True): the nearest dependent of each head on each side scores SB[m, h, h]
+    (McDonald & Pereira 2006). Decode, log Z, the arc and sibling marginals (the nearest dependents' at
+    [m, h, h]), the loss of each row and its gradient in S and SB, against enumeration with those parts."""
+    rng = np.random.default_rng(12 + multiroot)
+    lengths = [1, 3, 5, 6, 0]
+    S, SB, L = _batch(rng, lengths)
+    N = S.shape[1]
+    mask = (torch.arange(N)[None, :] >= 1) & (torch.arange(N)[None, :] <= L[:, None])
+    golds = _golds(rng, lengths, N, multiroot)
+    layer = DependencyTree(multiroot=multiroot, loss=loss, first_child=True)
+    heads = layer.decode(S, mask, sib_scores=SB)
+    logz = layer.log_partition(S, mask, sib_scores=SB)
+    M, MS = layer.marginals(S, mask, sib_scores=SB)
+    s, sb = S.clone().requires_grad_(True), SB.clone().requires_grad_(True)
+    per = layer(s, golds, mask, reduction="none", sib_scores=sb)
+    per.sum().backward()
+    gold_arcs, gold_sibs = _first_child_indicators(golds, L, N)
+    for b, n in enumerate(lengths):
+        Sb, SBb, g = S[b].numpy(), SB[b].numpy(), golds[b, :n + 1].numpy()
+        top, _, ref_logz, ref_M, ref_MS = sibling_brute_force(Sb, SBb, n, multiroot, first_child=True)
+        assert heads[b, :n + 1].tolist() == top.tolist()
+        assert float(logz[b]) == pytest.approx(ref_logz, abs=1e-10)
+        assert np.abs(M[b, :n + 1, :n + 1].numpy() - ref_M).max() < 1e-10
+        assert np.abs(MS[b, :n + 1, :n + 1, :n + 1].numpy() - ref_MS).max() < 1e-10
+        gold_score = float(sibling_tree_scores(Sb, SBb, g[None, :], first_child=True)[0])
+        c = 0.0 if loss == "crf" else 1.0
+        aug_top, aug_best, aug_logz, aug_M, aug_MS = sibling_brute_force(Sb, SBb, n, multiroot, gold=g, cost=c,
+                                                                         first_child=True)
+        want = {"hinge": aug_best, "softmax_margin": aug_logz, "crf": ref_logz}[loss] - gold_score
+        assert float(per[b].detach()) == pytest.approx(want, abs=1e-10)
+        if loss == "hinge":
+            full = torch.tensor(np.concatenate([aug_top, np.full(N - n - 1, -1)]))[None]
+            arcs, sibs = _first_child_indicators(full, L[b:b + 1], N)
+            aug_M, aug_MS = arcs[0, :n + 1, :n + 1].numpy(), sibs[0, :n + 1, :n + 1, :n + 1].numpy()
+        _assert_gradients(s, sb, b, n, N, aug_M, aug_MS, gold_arcs, gold_sibs)
+
+
+def test_first_child_refusals():
+    """first_child=True refuses -inf first-child scores where the arc may be taken (the fold cannot forbid
+    being the nearest dependent), accepts them where the arc is -inf, and is refused without projective."""
+    S, SB = torch.zeros(1, 4, 4, dtype=torch.float64), torch.zeros(1, 4, 4, 4, dtype=torch.float64)
+    gold = torch.tensor([[-1, 2, 0, 2]])
+    layer = DependencyTree(first_child=True)
+    SB[0, 1, 2, 2] = float("-inf")
+    with pytest.raises(SSVMInputError, match=r"sib_scores: expected finite first-child scores .* got -inf at b=0, "
+                                             r"m=1, h=2"):
+        layer(S, gold, sib_scores=SB)
+    S[0, 1, 2] = float("-inf")
+    assert layer.decode(S, sib_scores=SB)[0, 1] != 2                  # the arc forbidden: accepted
+    with pytest.raises(SSVMInputError, match="first_child: expected False with projective=False"):
+        DependencyTree(projective=False, first_child=True)
+    assert "first_child=True" in repr(layer)
 
 
 def test_refusals_name_the_field():

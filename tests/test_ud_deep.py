@@ -148,13 +148,15 @@ def test_the_carried_tree_gradient_is_the_layer_gradient():
         torch.testing.assert_close(got, want_g, rtol=1e-12, atol=1e-12)
 
 
-def test_the_second_order_head_carries_the_layers_gradients():
+@pytest.mark.parametrize("first_child", [False, True], ids=["adjacent", "first-child"])
+def test_the_second_order_head_carries_the_layers_gradients(first_child):
     """order 2: head_loss carries the second-order layer's value and its gradients for both the arc and the
-    sibling scores."""
+    sibling scores (with first_child, the layer's first-child parts)."""
     from ssvm_torch.deep import UDParser
     from ssvm_torch.nn import DependencyTree
     for loss in ("hinge", "crf", "softmax_margin"):
-        module = UDParser(loss=loss, train_size=30, order=2, sib_dim=8)
+        module = UDParser(loss=loss, train_size=30, order=2, sib_dim=8, first_child=first_child)
+        assert module.tree.first_child is first_child
         module.corpus = load_ud_parsing(train_size=30)
         module._epoch = {"tree_s": 0.0}
         batch = module.corpus.train.batch(torch.arange(8))
@@ -167,8 +169,8 @@ def test_the_second_order_head_carries_the_layers_gradients():
         got_a, got_s = torch.autograd.grad(per.sum(), (arcs, sibs))
         ok = batch["tree_ok"]
         a2, s2 = arcs.detach().clone().requires_grad_(True), sibs.detach().clone().requires_grad_(True)
-        want = DependencyTree(projective=True, loss=loss)(a2[ok], batch["heads"][ok], batch["mask"][ok],
-                                                          reduction="none", sib_scores=s2[ok])
+        want = DependencyTree(projective=True, loss=loss, first_child=first_child)(
+            a2[ok], batch["heads"][ok], batch["mask"][ok], reduction="none", sib_scores=s2[ok])
         want_a, want_s = torch.autograd.grad(want.sum(), (a2, s2))
         torch.testing.assert_close(per[ok], want, rtol=1e-12, atol=1e-12)
         assert bool((per[~ok] == 0).all())
@@ -315,16 +317,20 @@ def test_the_triaffine_per_sentence_equals_supars_padded_formula_and_padding_is_
             torch.testing.assert_close(x, y, rtol=1e-12, atol=1e-12)
 
 
-def test_a_tiny_second_order_run_writes_trees_and_parses_back(tmp_path, capsys):
-    """recipes/ud_deep_2o_softmax_margin.yaml, tiny: the sibling scorer trains (its weights move from their zero
-    start), config.json says order 2, the test predictions are projective single-root trees scored as
-    results.json says, and ud_parse on its parser.pt gives the same heads on the test file."""
+@pytest.mark.parametrize("recipe", ["2o_softmax_margin", "2o_fc_softmax_margin"])
+def test_a_tiny_second_order_run_writes_trees_and_parses_back(tmp_path, capsys, recipe):
+    """recipes/ud_deep_2o_softmax_margin.yaml (and its first-child twin), tiny: the sibling scorer trains (its
+    weights move from their zero start), config.json says order 2 (and first_child), the test predictions are
+    projective single-root trees scored as results.json says, and ud_parse on its parser.pt (its tree layer with
+    the same parts) gives the same heads on the test file."""
     from ssvm_torch.deep.ud_parse import load_parser, main as parse_main
-    out = run(tmp_path, "2o_softmax_margin", "--model.sib_dim", "8", epochs=2)
+    out = run(tmp_path, recipe, "--model.sib_dim", "8", epochs=2)
     config = json.loads((out / "config.json").read_text())
     assert config["order"] == 2 and config["sib_dim"] == 8 and config["loss"] == "softmax_margin"
+    assert config["first_child"] is (recipe == "2o_fc_softmax_margin")
     parser = load_parser(out / "parser.pt")
     assert parser.network.sib_dim == 8 and float(parser.network.sib_W.detach().abs().max()) > 0
+    assert parser.tree.first_child is config["first_child"]
     pred = torch.load(out / "test_predictions.pt", weights_only=True)
     test = load_ud_ewt("test")
     lengths = torch.tensor(test.lengths.tolist())
@@ -482,6 +488,8 @@ def test_bad_parser_settings_are_refused_by_name(tmp_path, capsys):
                         (["--model.order", "2", "--model.loss", "local"], "loss: expected a tree loss"),
                         (["--model.order", "2", "--model.projective", "false"], "projective: expected true with order 2"),
                         (["--model.order", "2", "--model.sib_dim", "0"], "sib_dim: expected an int >= 1"),
+                        (["--model.first_child", "true"], "first_child: expected true or false, and false unless "
+                                                          "order is 2"),
                         (["--model.tag_feed", "true"], "tag_feed: expected false unless tags is predicted"),
                         (["--model.xpos", "true"], "xpos: expected true or false, and false unless tags is predicted"),
                         (["--model.ema_decay", "1"], "ema_decay: expected a number in [0, 1)"),

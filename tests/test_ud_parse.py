@@ -97,6 +97,9 @@ EDITED = {"unknown-head": (lambda o: o["hparams"].update(loss="perceptron"), "hp
           "no-flag": (lambda o: o["hparams"].pop("projective"), "hparams lacks projective"),
           "xpos-without-tagger": (lambda o: o["hparams"].update(xpos=True),
                                   "hparams['xpos'] is 'True', expected true or false, and false unless tags is"),
+          "first-child-first-order": (lambda o: o["hparams"].update(first_child=True),
+                                      "hparams['first_child'] is 'True', expected true or false, and false unless "
+                                      "order is 2"),
           "vocab-a-list": (lambda o: o.update(vocab=list(o["vocab"])), "vocab is 'list', expected a dict"),
           "rels-numbers": (lambda o: o["vocab"].update(rels=[1, 2]), "vocab['rels'] is '[1, 2]'"),
           "counts-short": (lambda o: o["vocab"].update(word_counts=o["vocab"]["word_counts"][:-1]),

@@ -90,18 +90,22 @@ def sibling_tree_scores(S: np.ndarray, SB: np.ndarray, trees: np.ndarray, first_
     return S[words, heads].sum(1) + extra.sum(1)
 
 
-def sibling_brute_force(S: np.ndarray, SB: np.ndarray, n: int, multiroot: bool, gold=None, cost: float = 1.0):
+def sibling_brute_force(S: np.ndarray, SB: np.ndarray, n: int, multiroot: bool, gold=None, cost: float = 1.0,
+                        first_child: bool = False):
     """For one sentence's second-order scores: (the best projective tree, its score, log Z, the arc marginals
     (n+1, n+1), the sibling marginals (n+1, n+1, n+1) [m, h, s]), loss-augmented by cost x (wrong heads
-    against ``gold``) when it is given."""
+    against ``gold``) when it is given. ``first_child``: the nearest dependents score SB[m, h, h] and their
+    marginals sit at [m, h, h]."""
     trees = all_trees(n, True, multiroot)
-    s, top, logz, p, M = distribution(sibling_tree_scores(S[:n + 1, :n + 1], SB[:n + 1, :n + 1, :n + 1], trees),
-                                      trees, gold, cost)
+    s, top, logz, p, M = distribution(sibling_tree_scores(S[:n + 1, :n + 1], SB[:n + 1, :n + 1, :n + 1], trees,
+                                                          first_child), trees, gold, cost)
     MS = np.zeros((n + 1, n + 1, n + 1))
     sib = adjacent_siblings(trees)
     for m in range(1, n + 1):
         has = sib[:, m] > 0
         np.add.at(MS[m], (trees[has, m], sib[has, m]), p[has])
+        if first_child:
+            np.add.at(MS[m], (trees[~has, m], trees[~has, m]), p[~has])
     return trees[top], float(s[top]), logz, M, MS
 
 

@@ -21,6 +21,7 @@ from ..nn import DependencyTree
 from ..trees import dependency_decode
 from ..trees.checks import tree_faults
 from ..trees.lawler import check_nbest
+from ..trees.sibling import fold_first_child
 from .biaffine import BiaffineParser
 from .ud_tagging import tag_accuracy
 
@@ -94,18 +95,21 @@ def ranked_trees(network: BiaffineParser, tree: DependencyTree, scorer, arcs: to
     """The k best trees of a batch (host tensors): heads (B, k, N) (-1 at the ranks past a sentence's trees), the
     labeler's relations at each tree's heads (B, k, N), the trees' scores s(y) (B, k) (-inf past them) and their
     log-probabilities s(y) - log Z under the tree CRF of the same scores (B, k)."""
+    logz = tree.log_partition(arcs, mask, sib_scores=sibs)
+    if sibs is not None and tree.first_child:           # the layer folds its first-child parts; the function not
+        arcs, sibs = fold_first_child(arcs, sibs)
     heads, scores = dependency_decode(arcs, mask, projective=tree.projective, multiroot=tree.multiroot,
                                       kernels=tree.kernels, return_scores=True, sib_scores=sibs, nbest=k)
-    logz = tree.log_partition(arcs, mask, sib_scores=sibs)
     rels = torch.stack([network.rel_scores(scorer, torch.where(heads[:, r] >= 0, heads[:, r], heads[:, 0])).argmax(2)
                         for r in range(k)], 1)
     return heads.cpu(), rels.cpu(), scores.cpu(), (scores - logz[:, None]).cpu()
 
 
-def tree_layer(loss: str, projective: bool) -> DependencyTree:
+def tree_layer(loss: str, projective: bool, first_child: bool = False) -> DependencyTree:
     """The tree layer of a head: its loss (``local`` trains without it, decodes with it) over projective
-    (Eisner) or all (Chu-Liu-Edmonds) single-root trees."""
-    return DependencyTree(projective=projective, multiroot=False, loss="crf" if loss == "local" else loss)
+    (Eisner) or all (Chu-Liu-Edmonds) single-root trees; ``first_child``: the second order's first-child parts."""
+    return DependencyTree(projective=projective, multiroot=False, loss="crf" if loss == "local" else loss,
+                          first_child=first_child)
 
 
 @torch.no_grad()

@@ -106,7 +106,8 @@ def load_parser(path, device=None) -> TrainedParser:
                              f"({first[:200]})") from None
     network.to(device).eval()
     check_choice(hp.get("decode", "max"), "decode", DECODES)
-    return TrainedParser(network, vocab, dict(hp), tree_layer(hp["loss"], hp["projective"]), hp.get("decode", "max"))
+    tree = tree_layer(hp["loss"], hp["projective"], hp.get("first_child", False))
+    return TrainedParser(network, vocab, dict(hp), tree, hp.get("decode", "max"))
 
 
 def check_parser_fields(obj: dict, path) -> None:
@@ -115,8 +116,9 @@ def check_parser_fields(obj: dict, path) -> None:
     otherwise fail deep inside the network's construction. ``hparams``: the head's ``loss`` (one of
     :data:`~ssvm_torch.deep.ud_parser.HEADS`), the flags :data:`NETWORK_FLAGS` true or false, the sizes
     :data:`NETWORK_SIZES` ints >= 1, ``dropout`` in [0, 1), ``order`` 1 or 2 (absent: 1) and, second order,
-    ``sib_dim`` an int >= 1; ``tag_feed`` and ``xpos`` true or false, and false unless ``tags`` is predicted (with
-    ``xpos``, ``vocab['xpos']`` checked like the other vocabularies); ``vocab``: lists of distinct strings (``word_counts``: of ints, one per word);
+    ``sib_dim`` an int >= 1 (``first_child`` true or false, false unless second order); ``tag_feed`` and
+    ``xpos`` true or false, and false unless ``tags`` is predicted (with ``xpos``, ``vocab['xpos']`` checked
+    like the other vocabularies); ``vocab``: lists of distinct strings (``word_counts``: of ints, one per word);
     ``state_dict``: tensors by name, finite weights."""
     def bad(field: str, expected: str, got) -> SSVMInputError:
         return SSVMInputError(f"model: {path}: {field} is {str(got)[:60]!r}, expected {expected} (a file a run "
@@ -156,6 +158,9 @@ def check_parser_fields(obj: dict, path) -> None:
     if order == 2 and not (isinstance(hp.get("sib_dim"), int) and not isinstance(hp.get("sib_dim"), bool)
                            and hp["sib_dim"] >= 1):
         raise bad("hparams['sib_dim']", "an int >= 1 (a second-order parser's sibling scorer)", hp.get("sib_dim"))
+    first_child = hp.get("first_child", False)        # absent before the first-child parts: False
+    if not isinstance(first_child, bool) or (first_child and order != 2):
+        raise bad("hparams['first_child']", "true or false, and false unless order is 2", first_child)
     for k in VOCAB_KEYS + (("xpos",) if hp.get("xpos", False) else ()):
         items, kind = vocab.get(k), (int if k == "word_counts" else str)
         if not (isinstance(items, (list, tuple)) and items and all(isinstance(x, kind) for x in items)):

@@ -24,7 +24,9 @@ weight (a multi-task signal for the shared encoder, as in Stanza's joint UPOS / 
 
 ``order=2`` adds adjacent-sibling scores (the network's triaffine sibling scorer, ``sib_dim``; Zhang et al.
 2020) to a tree head's arc scores: the second-order projective model of :class:`ssvm_torch.nn.DependencyTree`,
-trained with the same three losses and decoded by the second-order Eisner (McDonald & Pereira 2006).
+trained with the same three losses and decoded by the second-order Eisner (McDonald & Pereira 2006);
+``first_child`` adds McDonald & Pereira's first-child parts (the scorer's entries [m, h, h]: the dependent
+nearest its head on each side), which SuPar's model leaves out.
 
 Partial annotation (issue 73): ``hide_fraction`` hides that fraction of the training words' heads and relations
 (the positions drawn by ``hide_seed`` alone, :func:`ssvm_torch.data.partial.hidden_positions`: the same words for
@@ -119,7 +121,8 @@ class UDParser(DevSelectedRun, L.LightningModule):
 
     resume_identity = ("loss", "projective", "upos_input", "word_min_count", "train_size", "word_dim", "char_dim",
                        "char_filters", "upos_dim", "hidden", "layers", "arc_dim", "rel_dim", "order", "sib_dim", "tags",
-                       "tag_loss", "tag_dim", "tag_feed", "hide_fraction", "hide_seed", "ema_decay", "xpos")
+                       "tag_loss", "tag_dim", "tag_feed", "hide_fraction", "hide_seed", "ema_decay", "xpos",
+                       "first_child")
 
     def __init__(self, loss: str = "crf", projective: bool = True, upos_input: bool = True,
                  word_min_count: int = 2, word_dropout: float = 0.25, word_dim: int = 100, char_dim: int = 30,
@@ -131,7 +134,7 @@ class UDParser(DevSelectedRun, L.LightningModule):
                  tag_weight: float = 1.0, tag_dim: int = 100, tag_feed: bool = False, hide_fraction: float = 0.0,
                  hide_seed: int = 0, tag_noise: float = 0.0, ema_decay: float = 0.0, xpos: bool = False,
                  length_pool: int = 0, lr_decay: float = 1.0, lr_restarts: int = 0, restart_factor: float = 0.1,
-                 decode: str = "max"):
+                 decode: str = "max", first_child: bool = False):
         super().__init__()
         self.save_hyperparameters()
         self.automatic_optimization = False
@@ -172,6 +175,8 @@ class UDParser(DevSelectedRun, L.LightningModule):
                   "only)", projective)
             check(isinstance(sib_dim, int) and not isinstance(sib_dim, bool) and sib_dim >= 1, "sib_dim",
                   "an int >= 1", sib_dim)
+        check(isinstance(first_child, bool) and (order == 2 or not first_child), "first_child", "true or false, and "
+              "false unless order is 2 (first-child parts are second order)", first_child)
         check(0.0 <= dropout < 1.0, "dropout", "a probability in [0, 1)", dropout)
         check(word_dropout >= 0, "word_dropout", "alpha >= 0", word_dropout)
         check_hiding(hide_fraction, hide_seed)
@@ -184,7 +189,7 @@ class UDParser(DevSelectedRun, L.LightningModule):
         check_restarts(lr_restarts, restart_factor, lr_decay)
         check_choice(decode, "decode", DECODES)
         self.corpus = self.parser = self.averaged = None
-        self.tree = tree_layer(loss, projective)
+        self.tree = tree_layer(loss, projective, first_child)
         self.history: list = []
         self.best: dict = {"epoch": -1, "dev_las": -math.inf, "dev_uas": -math.inf, "state": None}
         self.gen = torch.Generator().manual_seed(seed)

@@ -9,7 +9,7 @@ phi(x, y) = sum over the words m of f(x, y_m -> m) (the first-order arc features
 default) sum over the other words of g(x, y_m, y_m, m), McDonald & Pereira 2006's first-child part s(h, -, m).
 So <w, phi(x, y)> is the tree's score under arc scores theta(h -> m), sibling scores sigma(h, s, m) and
 first-child scores sigma(h, h, m) = SB[m, h, h]; the torch path folds the last into the first two
-(:func:`fold_first_child`) for the trees package's decoders and :func:`~ssvm_torch.trees.sibling.sibling_score`,
+(:func:`~ssvm_torch.trees.sibling.fold_first_child`) for the trees package's decoders and :func:`~ssvm_torch.trees.sibling.sibling_score`,
 the compiled kernels read SB[m, h, h] themselves.
 Task loss as the first-order model's (Hamming over heads, or normalized): it decomposes over arcs, so loss
 augmentation changes the arc scores only. Projective trees (exact second-order non-projective decoding is
@@ -32,20 +32,11 @@ from ..devices import from_host, to_host
 from ..errors import SSVMInputError, check
 from ..trees import sibling_ops
 from ..trees.checks import parallel_rows, word_mask
-from ..trees.sibling import adjacent_siblings, sibling_score
+from ..trees.sibling import adjacent_siblings, fold_first_child, sibling_score
 from .dependency import DependencyModel
 
 #: sentences decoded per batch on the torch path: its sibling scores are (B, N, N, N)
 TORCH_CELLS = 1 << 24
-
-
-def fold_first_child(S: torch.Tensor, SB: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Arc and sibling scores without first-child parts that give every tree the score it has with them: a word
-    m with head h scores c = SB[m, h, h] if it is h's nearest dependent on its side and SB[m, h, s] otherwise, so
-    S'[m, h] = S[m, h] + c and SB'[m, h, s] = SB[m, h, s] - c (c = 0 where SB[m, h, h] is not finite: no arc)."""
-    c = SB.diagonal(dim1=2, dim2=3)
-    c = torch.where(torch.isfinite(c), c, torch.zeros((), dtype=c.dtype, device=c.device))
-    return S + c, SB - c[..., None]
 
 
 class SiblingDependencyModel(DependencyModel):
@@ -94,7 +85,7 @@ class SiblingDependencyModel(DependencyModel):
 
     def scores(self, w, data: DependencyData, idx):
         """(arc scores (B, N, N), sibling scores (B, N, N, N)) of the sentences ``idx`` in the trees package's
-        layout, first-child parts folded in (:func:`fold_first_child`) when the design has them."""
+        layout, first-child parts folded in (:func:`~ssvm_torch.trees.sibling.fold_first_child`) when the design has them."""
         S, SB = self.part_scores(w, data, idx)
         return fold_first_child(S, SB) if data.sib.first_child else (S, SB)
 

@@ -23,7 +23,10 @@ s being adjacent dependents of h on the same side, s between them (SuPar's ``Dep
 the three losses, decoding, log Z and the marginals are those of the second-order model (relations still
 factor over arcs, so the effective arc scores above carry them). Projective trees only: with
 ``projective=False`` sibling scores are refused (exact second-order non-projective parsing is NP-hard,
-McDonald & Pereira 2006).
+McDonald & Pereira 2006). ``first_child=True`` adds McDonald & Pereira's first-child parts: the dependent
+nearest its head on each side scores ``sib_scores[m, h, h]`` (SuPar's model gives it nothing); every call
+folds them into the adjacent model's scores (:func:`ssvm_torch.trees.sibling.fold_first_child`), and the
+sibling marginals hold the nearest dependents' at [m, h, h].
 
 **Partial annotation.** A negative head (or relation) at a word is unobserved: the losses then compare the
 model with C, the (labeled) trees that agree with every observed head and relation -- the CRF's log Z - log Z_C,
@@ -49,7 +52,8 @@ from ..trees.kbest import dependency_kbest
 from ..trees.lawler import check_nbest
 from ..trees.losses import row_cost
 from ..trees.partial import join_rows, observed_heads, partial_loss
-from ..trees.sibling import check_sib_scores, sibling_score
+from ..trees.sibling import (check_sib_scores, first_child_marginals, fold_first_child, refuse_open_first_child,
+                             sibling_score)
 from .reduction import REDUCTIONS, reduce_rows
 
 LOSSES = ("hinge", "softmax_margin", "crf")
@@ -61,14 +65,18 @@ class DependencyTree(nn.Module):
     projective: Eisner's trees (True) or every tree (False: Chu-Liu-Edmonds, the matrix-tree theorem).
     multiroot: whether several words may attach to the root (UD: no). loss: "hinge", "softmax_margin" or
     "crf". cost: "hamming", "normalized" or a number (Delta's weight per wrong head or relation). kernels:
-    "auto" (compiled on CPU float32/float64, torch elsewhere), "numba" or "torch"."""
+    "auto" (compiled on CPU float32/float64, torch elsewhere), "numba" or "torch". first_child: the second
+    order's first-child parts (module docstring)."""
 
     def __init__(self, projective: bool = True, multiroot: bool = False, loss: str = "crf", cost="hamming",
-                 kernels: str = "auto"):
+                 kernels: str = "auto", first_child: bool = False):
         super().__init__()
         check(isinstance(projective, bool), "projective", "True or False", repr(projective))
         check(isinstance(multiroot, bool), "multiroot", "True or False", repr(multiroot))
-        self.projective, self.multiroot = projective, multiroot
+        check(isinstance(first_child, bool), "first_child", "True or False", repr(first_child))
+        check(projective or not first_child, "first_child", "False with projective=False (first-child parts are "
+              "second order, parsed over projective trees only)", first_child)
+        self.projective, self.multiroot, self.first_child = projective, multiroot, first_child
         self.loss = check_choice(loss, "loss", LOSSES)
         self.kernels = check_choice(kernels, "kernels", KERNELS)
         check(not torch.is_tensor(cost), "cost", "'hamming', 'normalized' or a number for the layer (a cost per "
@@ -79,7 +87,7 @@ class DependencyTree(nn.Module):
 
     def extra_repr(self) -> str:
         return (f"projective={self.projective}, multiroot={self.multiroot}, loss={self.loss!r}, cost={self.cost!r}, "
-                f"kernels={self.kernels!r}")
+                f"kernels={self.kernels!r}" + (", first_child=True" if self.first_child else ""))
 
     # -- inputs ---------------------------------------------------------------------------------------------
     def _inputs(self, arc_scores, mask, lengths, sib_scores=None):
@@ -90,7 +98,12 @@ class DependencyTree(nn.Module):
         check(self.projective, "sib_scores", "a layer with projective=True: second-order (sibling) scores are "
               "parsed exactly over projective trees only (second-order non-projective parsing is NP-hard, "
               "McDonald & Pereira 2006)", "projective=False")
-        return S, lengths, check_sib_scores(sib_scores, S)
+        SB = check_sib_scores(sib_scores, S)
+        if not self.first_child:
+            return S, lengths, SB
+        refuse_open_first_child(S, SB, lengths)
+        S, SB = fold_first_child(S, SB)
+        return S, lengths, SB
 
     def _labels_in(self, S, label_scores, labels, lengths, partial: bool = False):
         if label_scores is None:
@@ -246,11 +259,13 @@ class DependencyTree(nn.Module):
     def marginals(self, arc_scores: torch.Tensor, mask: torch.Tensor | None = None,
                   lengths: torch.Tensor | None = None, sib_scores: torch.Tensor | None = None):
         """P(h -> m) (B, N, N) under the CRF of the arc scores, zero off the words; with ``sib_scores`` the pair
-        (arc marginals, sibling marginals (B, N, N, N) [modifier, head, sibling]). No gradient."""
+        (arc marginals, sibling marginals (B, N, N, N) [modifier, head, sibling]; with ``first_child`` the
+        nearest dependents' at [m, h, h]). No gradient."""
         S, lengths, SB = self._inputs(arc_scores, mask, lengths, sib_scores)
         if SB is None:
             return ops.marginals(S, lengths, self.projective, self.multiroot, self.kernels)
-        return sibling_ops.marginals(S, SB, lengths, self.multiroot, self.kernels)
+        M, MS = sibling_ops.marginals(S, SB, lengths, self.multiroot, self.kernels)
+        return (M, first_child_marginals(M, MS)) if self.first_child else (M, MS)
 
     def log_partition(self, arc_scores: torch.Tensor, mask: torch.Tensor | None = None,
                       lengths: torch.Tensor | None = None, sib_scores: torch.Tensor | None = None) -> torch.Tensor:

@@ -15,6 +15,12 @@ are parsed (exact second-order non-projective parsing is NP-hard, McDonald & Per
 siblings of each other like any head's right dependents. Entries with s not strictly between h and m are
 never read; -inf forbids a sibling pair.
 
+**First-child parts** (McDonald & Pereira 2006's s(h, -, m), absent from SuPar's model): the nearest dependent
+m of h on each side (the root's child too) scores ``sib_scores[m, h, h]`` instead of nothing. Every tree keeps
+its score when that part is folded into the others (:func:`fold_first_child`): S'[m, h] = S[m, h] + SB[m, h, h]
+and SB'[m, h, s] = SB[m, h, s] - SB[m, h, h], so each operation of the adjacent model serves the first-child
+one (``DependencyTree(first_child=True)`` folds; the SSVM's ``mcdonald-pereira`` template too).
+
 **Worked example.** "She quickly read the long book" (words 1..6) with heads [3, 3, 0, 6, 6, 3]: read (3)
 has the left dependents quickly (2), nearest, and She (1), whose adjacent sibling is quickly; book (6) has
 long (5), nearest, and the (4), whose sibling is long; read's one right dependent, book, and the root's one
@@ -27,8 +33,8 @@ from __future__ import annotations
 import torch
 
 from ..chain.checks import refuse_bad_scores
-from ..errors import check
-from .checks import word_mask
+from ..errors import SSVMInputError, check
+from .checks import tracing, word_mask
 
 
 def check_sib_scores(sib_scores, S: torch.Tensor, field: str = "sib_scores") -> torch.Tensor:
@@ -76,3 +82,41 @@ def sibling_score(S: torch.Tensor, SB: torch.Tensor, heads: torch.Tensor, length
     picked = SB.reshape(B, N * N * N).gather(1, idx)
     total = torch.where(word, arcs, torch.zeros_like(arcs)) + torch.where(word & (sib > 0), picked, torch.zeros_like(picked))
     return total.sum(1)
+
+
+def fold_first_child(S: torch.Tensor, SB: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Arc and sibling scores without first-child parts that give every tree the score it has with them
+    (module docstring): a word m with head h scores c = SB[m, h, h] if it is h's nearest dependent on its side
+    and SB[m, h, s] otherwise, so S'[m, h] = S[m, h] + c and SB'[m, h, s] = SB[m, h, s] - c (c = 0 where
+    SB[m, h, h] is not finite: no arc). Differentiable in S and SB."""
+    c = SB.diagonal(dim1=2, dim2=3)
+    c = torch.where(torch.isfinite(c), c, torch.zeros((), dtype=c.dtype, device=c.device))
+    return S + c, SB - c[..., None]
+
+
+def refuse_open_first_child(S: torch.Tensor, SB: torch.Tensor, lengths: torch.Tensor,
+                            field: str = "sib_scores") -> None:
+    """First-child scores SB[m, h, h] must be finite wherever the arc h -> m may be taken (m a word, h the
+    root or another word, S[m, h] finite): -inf there would forbid m being h's nearest dependent, which the
+    fold cannot express. Skipped under tracing."""
+    if tracing():
+        return
+    B, N, _ = S.shape
+    word = word_mask(lengths, N)
+    pos = torch.arange(N, device=S.device)
+    heads = (pos[None, None, :] <= lengths[:, None, None]) & (pos[:, None] != pos[None, :])
+    bad = word[:, :, None] & heads & torch.isfinite(S) & ~torch.isfinite(SB.diagonal(dim1=2, dim2=3))
+    if bool(bad.any()):
+        b, m, h = (int(v) for v in bad.nonzero()[0])
+        raise SSVMInputError(f"{field}: expected finite first-child scores {field}[b, m, h, h] wherever the arc "
+                             f"h -> m may be taken (first_child=True), got {float(SB[b, m, h, h])} at b={b}, "
+                             f"m={m}, h={h}")
+
+
+def first_child_marginals(M: torch.Tensor, MS: torch.Tensor) -> torch.Tensor:
+    """The sibling marginals of the first-child model from the folded model's (arc M (B, N, N), sibling MS
+    (B, N, N, N)): P(m is h's nearest dependent) = P(h -> m) - sum_s P(m, h, s), written at [m, h, h]."""
+    MS = MS.clone()
+    diag = MS.diagonal(dim1=2, dim2=3)
+    diag.copy_(M.to(MS.dtype) - (MS.sum(3) - diag))
+    return MS
