@@ -350,6 +350,7 @@ def test_layer_first_child_equals_enumeration(multiroot, loss):
     golds = _golds(rng, lengths, N, multiroot)
     layer = DependencyTree(multiroot=multiroot, loss=loss, first_child=True)
     heads = layer.decode(S, mask, sib_scores=SB)
+    top3 = layer.decode(S, mask, sib_scores=SB, nbest=3)
     logz = layer.log_partition(S, mask, sib_scores=SB)
     M, MS = layer.marginals(S, mask, sib_scores=SB)
     s, sb = S.clone().requires_grad_(True), SB.clone().requires_grad_(True)
@@ -360,6 +361,11 @@ def test_layer_first_child_equals_enumeration(multiroot, loss):
         Sb, SBb, g = S[b].numpy(), SB[b].numpy(), golds[b, :n + 1].numpy()
         top, _, ref_logz, ref_M, ref_MS = sibling_brute_force(Sb, SBb, n, multiroot, first_child=True)
         assert heads[b, :n + 1].tolist() == top.tolist()
+        trees = all_trees(n, True, multiroot)
+        ranked = np.sort(sibling_tree_scores(Sb, SBb, trees, first_child=True))[::-1][:3]
+        got = [float(sibling_tree_scores(Sb, SBb, top3[b, r, :n + 1].numpy()[None], first_child=True)[0])
+               for r in range(len(ranked))]
+        assert np.allclose(got, ranked, atol=1e-10)                       # the k best under first-child parts
         assert float(logz[b]) == pytest.approx(ref_logz, abs=1e-10)
         assert np.abs(M[b, :n + 1, :n + 1].numpy() - ref_M).max() < 1e-10
         assert np.abs(MS[b, :n + 1, :n + 1, :n + 1].numpy() - ref_MS).max() < 1e-10
