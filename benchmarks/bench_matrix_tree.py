@@ -2,7 +2,8 @@
 ``dependency_log_partition(S, projective=False)`` and ``.backward()``, on one device: this checkout against an
 earlier package side by side in one process (``--before DIR --commit C``, benchmarks/commits.py) and
 torch-struct's ``NonProjectiveDependencyCRF`` (partition and marginals, float32 as it computes them), at the
-shapes of issue 74's item 3 (B 256, n 40 and 100). Each round times every side once, in a rotated order, each
+shapes of issue 74's item 3 (B 256, n 40 and 100); on CUDA also this checkout's torch path beside its Triton
+kernel (``SSVM_CUDA_MATRIX_TREE=torch``; the kernel takes float32 sentences of up to 64 words). Each round times every side once, in a rotated order, each
 sample a back-to-back loop of at least 10 ms (bench_gpu.timed_rounds); the median of the rounds is reported,
 with the largest difference of the sides' gradients.
 
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import sys
 from pathlib import Path
@@ -33,6 +35,21 @@ def gradient_fn(pkg, S, lengths):
         x = S.clone().requires_grad_(True)
         pkg.trees.dependency_log_partition(x, lengths=lengths, projective=False).sum().backward()
         return x.grad
+    return run
+
+
+def with_env(fn, name: str, value: str):
+    """``fn`` run with the environment variable ``name`` set to ``value`` (restored after)."""
+    def run():
+        before = os.environ.get(name)
+        os.environ[name] = value
+        try:
+            return fn()
+        finally:
+            if before is None:
+                del os.environ[name]
+            else:
+                os.environ[name] = before
     return run
 
 
@@ -62,6 +79,9 @@ def main() -> None:
             d.partition
             return d.marginals
         fns = {f"{name}_float32": gradient_fn(pkg, S, lengths) for name, pkg in pkgs.items()}
+        if device.type == "cuda":         # this checkout's torch path beside its Triton kernel (the default)
+            fns["now_float32_torch_path"] = with_env(gradient_fn(pkgs["now"], S, lengths), "SSVM_CUDA_MATRIX_TREE",
+                                                     "torch")
         fns.update({f"{name}_float64": gradient_fn(pkg, S.double(), lengths) for name, pkg in pkgs.items()})
         fns["torch_struct_float32"] = torch_struct_run
         grads = {k: fn() for k, fn in fns.items() if not k.startswith("torch_struct")}       # warm-up, kept

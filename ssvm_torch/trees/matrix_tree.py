@@ -45,6 +45,9 @@ import functools
 
 import torch
 
+from . import triton_matrix_tree
+from .checks import tracing
+
 #: rounds of the alternating row / column max-normalisation of log |L|
 ROUNDS = 3
 NEG_INF = float("-inf")
@@ -296,12 +299,17 @@ def _solve_float64(S, lengths, multiroot, want_marginals):
 
 
 def _screen(S, lengths, multiroot, want_marginals):
-    """The direct path of every row at once in S's dtype, without a host synchronisation, and the rows it may
+    """The direct path of every row at once in S's dtype, without a host synchronisation (on CUDA in float32 of
+    up to 64 words one Triton launch, :mod:`~ssvm_torch.trees.triton_matrix_tree`), and the rows it may
     have got wrong (B,) bool: an LU pivot below the dtype's threshold or no positive det (cancellation, or
     arcs that underflowed: module docstring), a log Z not finite, and in float32 any word whose head
     marginals do not sum to 1 within :data:`CHECK_TOL` (every word takes exactly one head, so the sum checks
     X = L^-1 for one reduction)."""
     low = S.dtype == torch.float32
+    if low and want_marginals and triton_matrix_tree.available(S) and not tracing():      # one launch on CUDA
+        logz, M, pivot, det_sign, err = triton_matrix_tree.direct(S, lengths, multiroot)
+        bad = (det_sign <= 0) | ~torch.isfinite(logz) | (pivot < PIVOT_MIN32) | ~(err <= CHECK_TOL)
+        return logz, M, bad & (lengths > 0)
     logz, M, pivot, det_sign = _direct(S, lengths, multiroot, want_marginals)
     bad = (det_sign <= 0) | ~torch.isfinite(logz) | (pivot < (PIVOT_MIN32 if low else PIVOT_MIN))
     if low and want_marginals:
