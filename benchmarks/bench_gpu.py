@@ -21,7 +21,9 @@
 * ``trees``: the dependency-tree kernels (ssvm_torch.trees) on the same device, float32, B = 256 sentences of
   n = 40 and of n = 100: projective best tree and log Z + backward (the Triton Eisner kernels on CUDA, and
   ``ours_torch`` with ``SSVM_CUDA_EISNER=loop``, the torch recursions) against torch-struct's ``DependencyCRF``,
-  non-projective log Z + marginals against ``NonProjectiveDependencyCRF``, and the non-projective best tree
+  non-projective log Z + marginals against ``NonProjectiveDependencyCRF`` (ours: the Triton matrix-tree kernel
+  on CUDA; ``ours_torch_path`` with ``SSVM_CUDA_MATRIX_TREE=torch``, ``ours_float64`` float64 scores), and the
+  non-projective best tree
   (Chu-Liu-Edmonds on the host, one copy each way) against a per-sentence Python Chu-Liu-Edmonds with a rerun
   per root on the CPU (SuPar's method; timed on 32 of the sentences and scaled to B, it is linear in B); and
   ``second_order`` of each shape: the adjacent-sibling best tree and log Z + backward (the Triton kernels of
@@ -380,6 +382,12 @@ def tree_figures(device, repeats, shapes=TREE_SHAPES):
                 return ms(fn)
             finally:
                 os.environ.pop("SSVM_CUDA_EISNER")
+        def torch_path(fn):                      # the matrix-tree's torch path, which its Triton kernel replaces
+            os.environ["SSVM_CUDA_MATRIX_TREE"] = "torch"
+            try:
+                return ms(fn)
+            finally:
+                os.environ.pop("SSVM_CUDA_MATRIX_TREE")
         decode = lambda: dependency_decode(S, lengths=lengths)          # noqa: E731
         row = {"proj_decode_ms": {"ours": ms(decode),
                                   "torch_struct": ms(lambda: ts.DependencyCRF(T.clone(), multiroot=False).argmax),
@@ -387,7 +395,7 @@ def tree_figures(device, repeats, shapes=TREE_SHAPES):
                "proj_logz_backward_ms": {"ours": ms(ours_logz), "torch_struct": ms(ts_logz),
                                          "ours_torch": torch_loop(ours_logz)},
                "nonproj_marginals_ms": {"ours": ms(ours_nonproj), "torch_struct": ms(ts_nonproj),
-                                        "ours_float64": ms(ours_nonproj64)},
+                                        "ours_float64": ms(ours_nonproj64), "ours_torch_path": torch_path(ours_nonproj)},
                "nonproj_decode_ms": {"ours": ms(lambda: dependency_decode(S, lengths=lengths, projective=False)),
                                      "cpu_cle": cle},
                "nonproj_decoders_agree": bool((ours_np[:, 1:] == ref[:, 1:]).all())}
