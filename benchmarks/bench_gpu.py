@@ -81,8 +81,8 @@ def timed_rounds(fns: dict, device, repeats, min_sample_s: float = 0.01) -> dict
     launch shape timed later (the 2026-11-27 H100 runs, docs/devices.md), so alternation keeps the
     clock's and the allocator's drift from landing on one variant. Each sample runs a callable back to back
     for at least ``min_sample_s`` (the count from one timed call): single sub-millisecond calls between two
-    synchronisations put two identical launches 20% apart on the 2026-12-04 H200 (the default decode and
-    fused-rows-b16-w4-s, the same kernel and shape)."""
+    synchronisations put two identical launches (the default decode and fused-rows-b16-w4-s) far apart
+    (docs/devices.md, "H200, 2026-12-04")."""
     names = list(fns)
     inner = {}
     for name in names:

@@ -32,22 +32,19 @@ except ImportError:                        # pragma: no cover - exercised where 
 MAX_K = 64          # the (BLOCK_B, K, K) register tiles: beyond 64 tags the torch path is used
 VARIANTS = ("auto", "tile", "rows", "transposed")
 MODES = {"tile": 0, "rows": 1, "transposed": 2}      # the kernel's MODE of each variant
-# Measured on an H100 (benchmarks/results/gpu.json of 2026-11-27, K = 26, OCR lengths; docs/devices.md): the
-# rows variant with 16 sequences and 4 warps per program decodes 131 / 181 M words/s at B = 2^16 / 2^20
-# (32 sequences: 108 / 150 M; the tile variant 21 / 24 M); at B = 6,251 the rows variant already wins
-# (decode 0.33 vs 0.46 ms, OCR-large's gap pass 0.45 vs 0.90 ms), at B = 1,024 the tile variant's
-# programs win over the rows' (0.22 vs 0.29 ms). The crossover is taken at 2,048, between the two measured
-# sizes. Below it, for K <= TRANSPOSED_MAX_K, the transposed tile: on the H200 (2026-12-04, two runs) it
-# decodes 12.0 / 4.6 M words/s at B = 1,024 against the tile's 8.9 / 3.7 M; larger K were not measured.
+# The rule of variant="auto", from the launch-shape sweeps of bench_gpu.py (benchmarks/results/gpu.json; the
+# figures in docs/devices.md, "Measured on a GPU"): the rows variant with 16 sequences and 4 warps per program
+# from 2,048 sequences on (it won at 6,251 and above on the H100 and the H200, the tile's programs at 1,024);
+# below, the transposed tile for K <= TRANSPOSED_MAX_K (it beat the tile at 1,024 on the H200; larger K were
+# not measured) and the tile beyond.
 ROWS_FROM_B = 2048
 ROWS_BLOCK_B, ROWS_WARPS = 16, 4
 TRANSPOSED_MAX_K = 32
 # A decode call sorts its chains by length (so that each program walks about its own chains' length instead
-# of the longest of BLOCK_B random ones; on OCR's lengths 1.9x fewer positions at B = 2^20) from
-# SORT_FROM_B chains on: the argsort is paid on every call, and on the H200 (2026-12-04) it lost at
-# B = 6,251 (unsorted 47.1 against sorted 25.9 M words/s; 39.5 / 20.9 in the first run) and won at 2^16
-# (213 against 178 M) and 2^20 (265 against 190 M). A store's chains never change, so its one sort is kept
-# and taken from STORE_SORT_FROM_B chains on.
+# of the longest of BLOCK_B random ones; on OCR's lengths 1.9x fewer positions at B = 2^20) from SORT_FROM_B
+# chains on: the argsort is paid on every call, and on the H200 it lost at 6,251 chains and won at 2^16 and
+# 2^20 (docs/devices.md). A store's chains never change, so its one sort is kept and taken from
+# STORE_SORT_FROM_B chains on.
 SORT_FROM_B = 65536
 STORE_SORT_FROM_B = ROWS_FROM_B
 

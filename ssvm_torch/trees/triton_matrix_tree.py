@@ -12,9 +12,9 @@ registers, and writes log Z = sum log |pivot| + sum of the shifts, the marginals
 of :func:`~ssvm_torch.trees.matrix_tree._screen`). The pivots are LU's with partial pivoting (the rows below k
 are eliminated as LU does), so the screen's thresholds read them alike.
 
-Why a kernel: the torch path is launch-bound at a training batch's size. On the 2026-12-04 H200 (B 256, n 40)
-its time was ~10 us per aten call of the path whatever the precision (docs/devices.md), ~300 calls against
-torch-struct's ~250; this is one launch. Sentences of up to :data:`MAX_WORDS` words (a (64, 64) tile per
+Why a kernel: the torch path is launch-bound at a training batch's size: on the H200 its time followed its
+number of aten calls (~300, torch-struct's ~250) whatever the precision (docs/devices.md, "H200, 2026-12-04");
+this is one launch. Sentences of up to :data:`MAX_WORDS` words (a (64, 64) tile per
 matrix); longer batches and float64 keep the torch path.
 """
 from __future__ import annotations
