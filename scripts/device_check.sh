@@ -6,7 +6,7 @@
 #          needed more than 250 s: test_deep_ddp.py's DDP trainings, one worker's file, ended it; the gpu
 #          sections 187 s: layer 40, gap 6, decode 27, conll 7, trees 51, spans 29, kbest 27)
 #          `matrix_tree` in STAGES adds the matrix-tree marginals side by side with an earlier package copied to
-#          .before/ssvm_torch_before (MT_COMMIT names it; carry .before), ~10 s
+#          .before/ssvm_torch_before by `bash scripts/device_before.sh C` (MT_COMMIT=C; carry .before), ~10 s
 #   run 2: STAGES="rounds"                     <= 20 + 250 = 270 s (whole commands, records included: one process
 #          ~100 s, P = 2 ~90 s on the 2-core machine; P = 2 and 8 first, the one-process baseline last, measured
 #          already on the 2026-11-27 second lease: 74.3 s; `distributed` too when time is left: + 120 s)
