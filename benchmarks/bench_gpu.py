@@ -233,6 +233,22 @@ def conll_memory(task, device):
             "wall_s": time.perf_counter() - t0}
 
 
+def with_env(fn, name: str, value: str):
+    """``fn`` run with the environment variable ``name`` set to ``value`` (restored after): the torch paths that
+    the Triton kernels replace on CUDA (``SSVM_CUDA_EISNER=loop``, ``SSVM_CUDA_MATRIX_TREE=torch``)."""
+    def run():
+        before = os.environ.get(name)
+        os.environ[name] = value
+        try:
+            return fn()
+        finally:
+            if before is None:
+                del os.environ[name]
+            else:
+                os.environ[name] = before
+    return run
+
+
 def timed_adaptive(fn, device, repeats, budget_s=3.0):
     """Median seconds of ``fn`` over up to ``repeats`` calls after one warm-up, fewer where one call
     takes long (pytorch-crf's decode reads every back-pointer to the host, one sync each)."""
@@ -376,18 +392,8 @@ def tree_figures(device, repeats, shapes=TREE_SHAPES):
         ref = np.stack([supar_style_mst(host[b], n) for b in range(sub)])
         ms = lambda fn: 1e3 * timed_adaptive(fn, device, repeats)          # noqa: E731
         cle = 1e3 * timed(lambda: [supar_style_mst(host[b], n) for b in range(sub)], torch.device("cpu"), 1) * B / sub
-        def torch_loop(fn):                      # the torch recursions the Triton kernels replace on CUDA
-            os.environ["SSVM_CUDA_EISNER"] = "loop"
-            try:
-                return ms(fn)
-            finally:
-                os.environ.pop("SSVM_CUDA_EISNER")
-        def torch_path(fn):                      # the matrix-tree's torch path, which its Triton kernel replaces
-            os.environ["SSVM_CUDA_MATRIX_TREE"] = "torch"
-            try:
-                return ms(fn)
-            finally:
-                os.environ.pop("SSVM_CUDA_MATRIX_TREE")
+        torch_loop = lambda fn: ms(with_env(fn, "SSVM_CUDA_EISNER", "loop"))       # noqa: E731 the torch recursions
+        torch_path = lambda fn: ms(with_env(fn, "SSVM_CUDA_MATRIX_TREE", "torch"))  # noqa: E731 matrix-tree's torch
         decode = lambda: dependency_decode(S, lengths=lengths)          # noqa: E731
         row = {"proj_decode_ms": {"ours": ms(decode),
                                   "torch_struct": ms(lambda: ts.DependencyCRF(T.clone(), multiroot=False).argmax),

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import platform
 import sys
 from pathlib import Path
@@ -22,7 +21,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_gpu import timed_rounds  # noqa: E402
+from bench_gpu import timed_rounds, with_env  # noqa: E402
 from bench_trees import patch_torch_struct, to_torch_struct  # noqa: E402
 from commits import add_before_options, before_and_now  # noqa: E402
 
@@ -35,21 +34,6 @@ def gradient_fn(pkg, S, lengths):
         x = S.clone().requires_grad_(True)
         pkg.trees.dependency_log_partition(x, lengths=lengths, projective=False).sum().backward()
         return x.grad
-    return run
-
-
-def with_env(fn, name: str, value: str):
-    """``fn`` run with the environment variable ``name`` set to ``value`` (restored after)."""
-    def run():
-        before = os.environ.get(name)
-        os.environ[name] = value
-        try:
-            return fn()
-        finally:
-            if before is None:
-                del os.environ[name]
-            else:
-                os.environ[name] = before
     return run
 
 

@@ -275,7 +275,7 @@ def _solve_float64(S, lengths, multiroot, want_marginals):
         logz, M, pivot, det_sign = (None if parts[0][k] is None else
                                     torch.cat([p[k] for p in parts]).index_copy(0, order, torch.cat([p[k] for p in parts]))
                                     for k in range(4))
-    shaky = ((det_sign <= 0) | ~torch.isfinite(logz) | (pivot < PIVOT_MIN)) & (lengths > 0)
+    shaky = _unreliable(logz, pivot, det_sign, lengths, PIVOT_MIN)
     logz = torch.where(lengths > 0, logz, torch.zeros_like(logz))
     redo = shaky.nonzero().flatten()
     if len(redo):
@@ -308,15 +308,23 @@ def _screen(S, lengths, multiroot, want_marginals):
     low = S.dtype == torch.float32
     if low and want_marginals and triton_matrix_tree.available(S) and not tracing():      # one launch on CUDA
         logz, M, pivot, det_sign, err = triton_matrix_tree.direct(S, lengths, multiroot)
-        bad = (det_sign <= 0) | ~torch.isfinite(logz) | (pivot < PIVOT_MIN32) | ~(err <= CHECK_TOL)
-        return logz, M, bad & (lengths > 0)
+        return logz, M, _unreliable(logz, pivot, det_sign, lengths, PIVOT_MIN32, err)
     logz, M, pivot, det_sign = _direct(S, lengths, multiroot, want_marginals)
-    bad = (det_sign <= 0) | ~torch.isfinite(logz) | (pivot < (PIVOT_MIN32 if low else PIVOT_MIN))
+    err = None
     if low and want_marginals:
         words = (torch.arange(S.shape[1], device=S.device) <= lengths[:, None])[:, 1:]
         err = (M[:, 1:].sum(2) - words.to(M.dtype)).abs().amax(1)
-        bad = bad | ~(err <= CHECK_TOL)                                          # NaN sums fail too
-    return logz, M, bad & (lengths > 0)
+    return logz, M, _unreliable(logz, pivot, det_sign, lengths, PIVOT_MIN32 if low else PIVOT_MIN, err)
+
+
+def _unreliable(logz, pivot, det_sign, lengths, pivot_min: float, err=None) -> torch.Tensor:
+    """(B,) bool: the sentences whose direct (or balanced) result may be wrong: det L not positive, log Z not
+    finite, an LU pivot below ``pivot_min``, or (``err``, float32) a head-marginal sum off 1 by more than
+    :data:`CHECK_TOL` (NaN too); empty sentences never."""
+    bad = (det_sign <= 0) | ~torch.isfinite(logz) | (pivot < pivot_min)
+    if err is not None:
+        bad = bad | ~(err <= CHECK_TOL)
+    return bad & (lengths > 0)
 
 
 def _solve(S, lengths, multiroot, want_marginals, low_precision=False):

@@ -86,7 +86,7 @@ if triton is not None:                     # without Triton (the package's own d
             L = tl.where(r[:, None] == k, nl[None, :], L - col[:, None] * nl[None, :])
             X = tl.where(r[:, None] == k, nx[None, :], X - col[:, None] * nx[None, :])
         # the marginals at [m', h'] (X = L^-1 indexed [m', h']), the root's by m'
-        W = tl.exp(tl.load(base + (r[:, None] + 1) * N + (c[None, :] + 1), mask=pair, other=neg_inf) - shift[:, None])
+        W = tl.trans(AT)                                                   # A(h -> m) at [m', h']
         Xd = tl.sum(tl.where(eye, X, 0.0), axis=1)
         if MULTIROOT:                                                      # R: the root potentials, by m'
             MU = W * (Xd[:, None] - X)
