@@ -180,3 +180,43 @@ def test_loader_splits_and_cache(tmp_path, monkeypatch):
     with pytest.raises(SSVMInputError, match="features: expected one of"):
         load_ud_dependencies("mcdonal")
     assert isinstance(load_ud_ewt("dev"), Treebank)
+
+
+def test_a_split_is_read_once_per_file_version_and_each_call_gets_its_own_copy(tmp_path, monkeypatch):
+    """load_ud_ewt keeps what it read (per process, keyed by path, size and mtime): two calls return equal
+    treebanks that share no list or array, so a caller's change never reaches the next call; a file
+    written again (another size or mtime) is checked and read again, a damaged one refused."""
+    import os
+    import shutil
+    import ssvm_torch.data.ud as ud
+    data = tmp_path / "data"
+    (data / "ud_english_ewt").mkdir(parents=True)
+    name = UD_EWT["dev"]
+    shutil.copy(data_file(name), data / name)
+    sums = data_file("SHA256SUMS").read_text().splitlines()
+    (data / "SHA256SUMS").write_text("\n".join(line for line in sums if line.endswith(name)) + "\n")
+    monkeypatch.setenv("SSVM_TORCH_DATA", str(data))
+    reads = []
+    real = ud.read_conllu
+    monkeypatch.setattr(ud, "read_conllu", lambda path: reads.append(path) or real(path))
+    a = load_ud_ewt("dev")
+    b = load_ud_ewt("dev")
+    assert len(reads) == 1 and a.n == b.n == 2001
+    assert a.forms == b.forms and np.array_equal(a.heads, b.heads) and a.sent_ids == b.sent_ids
+    for field in ("forms", "lemmas", "upos", "xpos", "deprels", "heads", "offsets", "lines", "sent_ids"):
+        assert getattr(a, field) is not getattr(b, field), field
+    a.forms[0] = "changed"
+    a.heads[0] = 7
+    c = load_ud_ewt("dev")
+    assert c.forms[0] == b.forms[0] != "changed" and c.heads[0] == b.heads[0] != 7 and len(reads) == 1
+    raw = gzip.decompress((data / name).read_bytes()).decode().replace("\t1\tThe\t", "\t1\tA\t", 1)
+    with gzip.open(data / name, "wt", encoding="utf-8") as f:    # another version: checked again, refused by its sum
+        f.write(raw)
+    os.utime(data / name, ns=(1, 1))
+    with pytest.raises(SSVMInputError, match="damaged"):
+        load_ud_ewt("dev")
+    monkeypatch.delenv("SSVM_TORCH_DATA")
+    shutil.copy(data_file(name), data / name)                   # the good file again, a new mtime: read again
+    os.utime(data / name, ns=(2, 2))
+    monkeypatch.setenv("SSVM_TORCH_DATA", str(data))
+    assert load_ud_ewt("dev").forms == b.forms and len(reads) == 2

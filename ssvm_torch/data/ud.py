@@ -59,6 +59,12 @@ class Treebank:
         return [(self.forms[k], self.lemmas[k], self.upos[k], self.xpos[k], int(self.heads[k]), self.deprels[k])
                 for k in range(s, e)]
 
+    def copy(self) -> "Treebank":
+        """The same sentences in lists and arrays of its own (the strings are shared: they are immutable)."""
+        return Treebank(self.name, list(self.forms), list(self.lemmas), list(self.upos), list(self.xpos),
+                        list(self.deprels), self.heads.copy(), self.offsets.copy(), self.lines.copy(),
+                        list(self.sent_ids))
+
     def subset(self, idx) -> "Treebank":
         """The sentences ``idx`` in that order."""
         idx = [int(i) for i in idx]
@@ -188,8 +194,22 @@ def read_conllu(path) -> Treebank:
                     sent_ids)
 
 
+#: the shipped splits read in this process, (path, size, mtime) -> Treebank: a parser run reads all three and every
+#: run, test or notebook cell that loads them again would read and check some 250,000 lines (a third of a tiny
+#: parser run's time); each call returns a copy, so what a caller changes never reaches the next one
+_SPLITS: dict = {}
+
+
 def load_ud_ewt(split: str) -> Treebank:
-    """One split of UD English-EWT v2.16 ("train", "dev", "test"), checked against datasets/SHA256SUMS."""
+    """One split of UD English-EWT v2.16 ("train", "dev", "test"), checked against datasets/SHA256SUMS; read once
+    per process and file version (a copy each call)."""
     if split not in UD_EWT:
         raise SSVMInputError(f"split: expected one of {list(UD_EWT)}, got {split!r}")
-    return read_conllu(data_file(UD_EWT[split]))
+    path = data_file(UD_EWT[split])
+    st = path.stat()
+    key = (str(path), st.st_size, st.st_mtime_ns)
+    if key not in _SPLITS:
+        for old in [k for k in _SPLITS if k[0] == key[0]]:      # an earlier version of the file
+            del _SPLITS[old]
+        _SPLITS[key] = read_conllu(path)
+    return _SPLITS[key].copy()
