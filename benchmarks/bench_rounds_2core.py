@@ -60,8 +60,23 @@ def run(name: str, procs: int, tmp: Path, exchange: str, passes: int | None = No
     _, err = p.communicate()
     if p.returncode:
         raise SystemExit(f"{name} P={procs}: exit {p.returncode}\n{err[-3000:]}")
-    # the whole command's seconds beside the solver's: start-up (imports, rendezvous, loading) shows here
-    return {**time_to_gap(out, threshold), "wall_s": time.perf_counter() - t0}
+    # the whole command's seconds beside the solver's: start-up (imports, rendezvous, loading) shows here; the
+    # ranks' profile (ranks.json: each rank's steps and its seconds in steps, gap passes, mirror sums, barrier
+    # waits and collectives) says where a P-rank run's time went (issue 74: what holds P = 8)
+    ranks = json.loads((out / "ranks.json").read_text()) if (out / "ranks.json").exists() else None
+    return {**time_to_gap(out, threshold), "wall_s": time.perf_counter() - t0, "ranks": ranks}
+
+
+def profile_summary(ranks: list | None) -> str:
+    """The ranks' profile in a few figures: steps (fewest-most), seconds in steps, gap passes and waits (mean)."""
+    if not ranks or "steps_s" not in ranks[0]:
+        return ""
+    def mean(key):
+        return sum(r[key] for r in ranks) / len(ranks)
+    steps = [r["steps"] for r in ranks]
+    return (f" [ranks: {min(steps)}-{max(steps)} steps, mean {mean('steps_s'):.2f} s steps, {mean('gap_s'):.2f} s gap "
+            f"passes, {mean('sync_s'):.2f} s mirror sums, {mean('wait_s'):.2f} s barriers, {mean('comm_s'):.2f} s "
+            "collectives]")
 
 
 def main():
@@ -100,8 +115,7 @@ def main():
                 for procs in counts:
                     runs.append({"procs": procs, "rep": rep, **run(name, procs, Path(tmp), args.exchange)})
                     print(f"{name:10s} rep {rep} P={procs}: {runs[-1]['time_s']} s, {runs[-1]['passes']} passes, "
-                          f"{runs[-1]['wall_s']:.1f} s in all",
-                          flush=True)
+                          f"{runs[-1]['wall_s']:.1f} s in all" + profile_summary(runs[-1]["ranks"]), flush=True)
                     # after every run: a run cut off by a time limit (the device check's) keeps what it measured
                     result["datasets"][name] = {"partial": True, "runs": runs}
                     atomic_write_bytes(out, json.dumps(result, indent=1).encode())

@@ -113,6 +113,11 @@ def save_history(out, history: list) -> Path:
     return atomic_write_bytes(Path(out) / "history.json", json.dumps(history, indent=1).encode())
 
 
+def save_rank_profiles(out, profiles: list) -> Path:
+    """ranks.json: where each rank of a torchrun run spent its seconds (ssvm_torch.distributed.rank_profiles)."""
+    return atomic_write_bytes(Path(out) / "ranks.json", json.dumps(profiles, indent=1).encode())
+
+
 def save_predictions(out, predictions: dict) -> Path:
     """test_predictions.json: the model's predictions on the test split, where the task provides them
     (ud-ewt: every sentence's heads and relations, in file order)."""

@@ -29,7 +29,7 @@ def run(rank, world, port, spec, out):
     torch.set_num_threads(1)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world))
     from ssvm_torch import Solver
-    from ssvm_torch.distributed import DistributedError, init, sharded_store
+    from ssvm_torch.distributed import DistributedError, init, rank_profiles, sharded_store
     init(torch.device("cpu"), timeout_s=spec.get("timeout_s", 60))
     task = problem(spec)
     store = sharded_store(task, spec["lam"], exchange=spec.get("exchange", "auto"))
@@ -48,6 +48,7 @@ def run(rank, world, port, spec, out):
             os._exit(0)                          # a rank that disappears without a word
         hist = solver.run() if not spec.get("stop_at") else _run_until(solver, spec["stop_at"])
         state = solver.state_dict()              # a collective: every rank takes part
+        profiles = rank_profiles(store, solver)  # likewise
     except DistributedError as e:
         if rank == 0:
             torch.save({"error": str(e)}, out)
@@ -57,7 +58,7 @@ def run(rank, world, port, spec, out):
     if rank == 0:
         gaps = solver.sampler.gaps.copy() if spec.get("exchange") in ("rounds", "shared") else solver.block_gaps.copy()
         torch.save({"history": hist, "w": store.w.clone(), "ell": store.ell, "gaps": gaps, "state": state,
-                    "bytes_per_step": store.bytes_per_step, "exchange": store.exchange}, out)
+                    "bytes_per_step": store.bytes_per_step, "exchange": store.exchange, "profiles": profiles}, out)
     dist.barrier()
     dist.destroy_process_group()
 

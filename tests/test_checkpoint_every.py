@@ -212,3 +212,10 @@ def test_torchrun_ranks_agree_on_each_write(tmp_path):
     history = json.loads((out / "history.json").read_text())
     kept = state["state"]["history"]                 # the solver's records (history.json's last adds the model's)
     assert len(history) >= 3 and [(r["passes"], r["gap"]) for r in kept] == [(r["passes"], r["gap"]) for r in history]
+    # ranks.json: each rank's share (the block shards' timers): the shards cover the n blocks, every rank took
+    # part in every step's exchange, decoded and waited in collectives
+    from ssvm_torch.tasks import load_task
+    ranks = json.loads((out / "ranks.json").read_text())
+    assert [p["rank"] for p in ranks] == [0, 1] and sum(p["blocks"] for p in ranks) == load_task("ocr-small").n_train
+    assert len({p["exchanges"] for p in ranks}) == 1 and ranks[0]["exchanges"] > 0
+    assert all(p["shard_s"] > 0 and p["comm_s"] > 0 and p["bytes_sent"] > 0 and p["wait_s"] == 0 for p in ranks)

@@ -156,6 +156,14 @@ def test_two_ranks_are_exact_at_every_check(spec, request, tmp_path):
     gp = store.gap_pass()
     assert store.primal(gp.H) == pytest.approx(hist[-1]["primal"], rel=1e-10)
     assert store.primal(gp.H) - store.dual() == pytest.approx(hist[-1]["gap"], rel=1e-9)
+    # each rank's profile (ranks.json of ssvm-train): its shard, its own steps (the records count both ranks'),
+    # where its seconds went; its steps are inside the timed rounds, the mirrors are summed at every check
+    ranks = run["profiles"]
+    assert [p["rank"] for p in ranks] == [0, 1] and sum(p["blocks"] for p in ranks) == task.n_train
+    assert sum(p["steps"] for p in ranks) == hist[-1]["steps"] and all(p["steps"] > 0 for p in ranks)
+    assert all(p["steps_s"] > 0 and p["gap_s"] > 0 and p["sync_s"] > 0 and p["wait_s"] > 0 for p in ranks)
+    assert ranks[0]["steps_s"] < hist[-1]["time_s"]
+    assert all(p["shard_s"] == pytest.approx(p["steps_s"] + p["gap_s"]) for p in ranks)
 
 
 @pytest.mark.slow                     # two more spawns

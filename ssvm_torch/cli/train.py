@@ -30,7 +30,7 @@ from ..devices import parse_device
 from ..distributed.collectives import any_rank
 from ..errors import DistributedError, RunInterrupted, SSVMInputError
 from .entry import command_parser, run_command
-from ..outputs import RunDir, load_checkpoint, save_predictions
+from ..outputs import RunDir, load_checkpoint, save_predictions, save_rank_profiles
 from ..portable import packed_bytes
 from ..selection import DEFAULT_LAMS
 from ..solvers import SAMPLERS, SOLVERS, STEPS, SolverConfig, make_solver
@@ -373,6 +373,7 @@ def _train(args, cfg: SolverConfig, device, dtype, run_dir: RunDir | None) -> di
     wall = time.perf_counter() - t0
     last = history[-1]
     interrupted = solver.state.stop_reason == "interrupted"
+    profiles = distributed.rank_profiles(dual, solver) if sharded else None     # a collective: every rank
     if out is None:
         if interrupted:
             if size > 1:          # the launcher ends every rank once one exits non-zero: not before rank 0 has written
@@ -382,6 +383,8 @@ def _train(args, cfg: SolverConfig, device, dtype, run_dir: RunDir | None) -> di
             raise RunInterrupted(f"interrupted at {last['passes']:.1f} effective passes ({where})", requested.signal)
         return last
     w_model, ell_model = solver.model_point()
+    if profiles is not None:
+        save_rank_profiles(out, profiles)
     if args.eval_every != 1:
         evaluate_final_record(last, task.evaluate, w_model, getattr(solver, "w_avg", None) if cfg.averaging else None)
     save_results(out, history, w_model, ell_model, lam, args.dataset, task.describe(), solver.model_extras())
@@ -390,9 +393,8 @@ def _train(args, cfg: SolverConfig, device, dtype, run_dir: RunDir | None) -> di
     if writes is not None and writes.failed:
         raise writes.error(f"the run stopped there and wrote {out / 'history.json'} and {out / 'model.pt'}")
     if speak and sharded:
-        print(f"exchanged {dual.bytes_per_step / 1e3:.1f} kB per step per rank ({dual.steps_exchanged} steps); rank 0: "
-              f"{dual.shard_s:.2f} s own decoding, {dual.joint_s:.2f} s direction and moves, {dual.comm_s:.2f} s in "
-              "collectives (waits included)")
+        print(f"exchanged {dual.bytes_per_step / 1e3:.1f} kB per step per rank ({dual.steps_exchanged} steps)")
+        print("\n".join(distributed.profile_lines(profiles)))
     if speak:
         gap = "n/a (SSG keeps no dual)" if last["gap"] is None else f"{last['gap']:.6e}"
         budget = f" (budget {args.passes:g}; a run stops at the first gap check at or after it)" \

@@ -17,11 +17,11 @@ from ..errors import DistributedError
 from .block_shards import EXCHANGES, ShardedDual
 from .collectives import shard_of, world
 from .launch import (TREES_RUN, barrier, check_exchange, columns_apply, describe, finish, init, launched_by_torchrun,
-                     on_rank0, resolve_exchange, shared_apply, sharded_store)
+                     on_rank0, profile_lines, rank_profiles, resolve_exchange, shared_apply, sharded_store)
 from .rank_store import RankStore
 from .rounds import RoundsDual, RoundsSolver, rounds_store
 from .shared_memory import SharedDual, shared_store
 
 __all__ = ["TREES_RUN", "barrier", "check_exchange", "EXCHANGES", "DistributedError", "RankStore", "RoundsDual", "RoundsSolver", "ShardedDual", "SharedDual",
-           "columns_apply", "describe", "finish", "init", "launched_by_torchrun", "on_rank0", "resolve_exchange", "rounds_store",
+           "columns_apply", "describe", "finish", "init", "launched_by_torchrun", "on_rank0", "profile_lines", "rank_profiles", "resolve_exchange", "rounds_store",
            "shard_of", "shared_apply", "sharded_store", "shared_store", "world"]

@@ -76,6 +76,27 @@ def describe(store: "RankStore") -> dict:
             "partition": partition, "exchange": store.exchange}
 
 
+def rank_profiles(store: RankStore, solver) -> list[dict] | None:
+    """Every rank's share of the run (:meth:`RankStore.profile`; under the rounds and shared exchanges with the
+    rank's own BCFW steps and oracle calls, ``RoundsSolver.rank_profile``), gathered to rank 0, None on the
+    other ranks. A collective: every rank calls it once, after the solver returned."""
+    mine = getattr(solver, "rank_profile", store.profile)()
+    every = [mine] if store.size == 1 else [None] * store.size
+    if store.size > 1:
+        collective(dist.all_gather_object, every, mine)
+    return every if store.rank == 0 else None
+
+
+def profile_lines(profiles: list[dict]) -> list[str]:
+    """One line per rank of :func:`rank_profiles`: its steps and where its seconds went."""
+    def line(p: dict) -> str:
+        own = (f"{p['steps']} steps, {p['steps_s']:.2f} s steps, {p['gap_s']:.2f} s gap passes, "
+               f"{p['sync_s']:.2f} s summing the mirrors" if "steps_s" in p else f"{p['shard_s']:.2f} s own decoding")
+        return (f"rank {p['rank']} ({p['blocks']} blocks): {own}, {p['joint_s']:.2f} s combining, "
+                f"{p['comm_s']:.2f} s in collectives, {p['wait_s']:.2f} s at barriers")
+    return [line(p) for p in profiles]
+
+
 def sharded_store(task, lam: float, device=None, dtype=torch.float64, kernels: str = "auto",
                   exchange: str = "auto") -> RankStore:
     """This rank's store of ``task`` (a :class:`~ssvm_torch.tasks.Problem`) for ``exchange``:

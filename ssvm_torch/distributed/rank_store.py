@@ -4,10 +4,14 @@ state in one process. The stores: :class:`ssvm_torch.distributed.ShardedDual` (b
 :class:`ssvm_torch.distributed.column_shards.ColumnShardedChain` (feature-column shards)."""
 from __future__ import annotations
 
+import time
+
 import torch
+import torch.distributed as dist
 
 from ..errors import SSVMInputError
 from ..stores.base import BlockDual
+from .collectives import collective
 
 
 def _single(what: str):
@@ -67,6 +71,23 @@ class RankStore(BlockDual):
 
     bytes_sent = _forwarded("coll", "bytes_sent", "Bytes this rank contributed to collectives.")
     comm_s = _forwarded("coll", "comm_s", "Seconds spent in collectives (waiting for the other ranks included).")
+
+    wait_s = 0.0                             # seconds waiting at barriers (the shared exchange's checks)
+
+    def barrier(self) -> None:
+        """Every rank waits for the others (the seconds go to ``wait_s``)."""
+        t0 = time.perf_counter()
+        collective(dist.barrier)
+        self.wait_s += time.perf_counter() - t0
+
+    def profile(self) -> dict:
+        """This rank's share of the run, for ranks.json (:func:`~ssvm_torch.distributed.launch.rank_profiles`):
+        seconds of its own decoding (``shard_s``), of building the joint direction or combining the ranks'
+        changes (``joint_s``), in collectives and barriers (``comm_s``, ``wait_s``: waits for the slowest rank
+        included); the bytes it sent and the exchanges (steps or rounds) it took part in."""
+        return {"rank": self.rank, "blocks": self.local.n, "shard_s": self.shard_s, "joint_s": self.joint_s,
+                "comm_s": self.comm_s, "wait_s": self.wait_s, "bytes_sent": self.bytes_sent,
+                "exchanges": self.steps_exchanged}
 
     def check_world_size(self, state: dict) -> None:
         """Refuse a checkpoint written by another number of ranks (a resume needs the same partition)."""

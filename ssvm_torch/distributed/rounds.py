@@ -69,9 +69,20 @@ class RoundsDual(RankStore):
         self.coll = Collectives(rank, size, self.device, narrow_ints=d < 2 ** 31 and n < 2 ** 31)
         self._w = local.w.clone()
         self._ell = self._summed(float(local.ell) * self.scale)
-        self.shard_s = 0.0                         # seconds of this rank's local steps and gap passes
-        self.joint_s = 0.0                         # seconds combining the ranks' changes
+        self._timers()
         self.steps_exchanged = 0                   # rounds
+
+    def _timers(self) -> None:
+        self.steps_s = self.gap_s = self.joint_s = 0.0    # seconds: local BCFW steps, gap passes, combining the ranks
+        self.sync_s = 0.0                                 # the shared exchange's sums of the mirrors
+
+    @property
+    def shard_s(self) -> float:
+        """Seconds of this rank's own work: its steps and gap passes."""
+        return self.steps_s + self.gap_s
+
+    def profile(self) -> dict:
+        return {**super().profile(), "steps_s": self.steps_s, "gap_s": self.gap_s, "sync_s": self.sync_s}
 
     def _summed(self, x: float) -> float:
         if self.size == 1:
@@ -159,10 +170,10 @@ class RoundsDual(RankStore):
         """Every shard's gap pass at the shared w, in the whole problem's units (block gaps and L_i / n
         times n_k / n; H_i as they are), gathered into the global order. ``last_local_gaps``: this
         rank's block gaps in its own units (its sampler's)."""
-        t0 = time.perf_counter()
         self._point_to_local()
+        t0 = time.perf_counter()
         gp = self.local.gap_pass()
-        self.shard_s += time.perf_counter() - t0
+        self.gap_s += time.perf_counter() - t0
         self.last_local_gaps = gp.block_gaps
         g = gp.block_gaps
         rows = torch.stack([g * self.scale, gp.H.to(g), gp.loss.to(g) * self.scale], 1)
@@ -271,6 +282,10 @@ class RoundsSolver:
     def finish(self) -> list:
         return self.best.finish(self.state.history)
 
+    def rank_profile(self) -> dict:
+        """This rank's :meth:`RoundsDual.profile` with its own BCFW steps and oracle calls."""
+        return {**self.dual.profile(), "steps": self.local.state.steps, "oracle_calls": self.local.state.oracle_calls}
+
     def _now(self) -> float:
         return device_clock(self.dual.device)
 
@@ -326,7 +341,7 @@ class RoundsSolver:
         counts0 = (ls.state.oracle_calls, ls.state.steps)
         t1 = time.perf_counter()
         ls.run_chunk(draws)
-        d.shard_s += time.perf_counter() - t1
+        d.steps_s += time.perf_counter() - t1
         d.combine(ell_start)
         counts = torch.tensor([ls.state.oracle_calls - counts0[0], ls.state.steps - counts0[1]], dtype=torch.int64,
                               device=d.device)

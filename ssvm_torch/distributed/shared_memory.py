@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+import time
 import uuid
 
 import numpy as np
@@ -127,7 +128,7 @@ class SharedDual(RoundsDual):
         local.share_w(self.shared)
         self._w = torch.zeros(d, dtype=local.w.dtype)            # the exact point of the last check (private)
         self._ell = 0.0
-        self.shard_s = self.joint_s = 0.0
+        self._timers()
         self.steps_exchanged = 0
         self.recompute()
 
@@ -152,11 +153,15 @@ class SharedDual(RoundsDual):
         """The exact point into the shared w and the private snapshot: every rank stops, sums its share of
         the coordinates over the mirrors, and waits for the others before the gap pass reads w."""
         if self.size > 1:
-            collective(dist.barrier)
+            self.barrier()
+        t0 = time.perf_counter()
         torch.sum(self._mirrors[:, self._mine], 0, out=self.shared[self._mine])
+        self.sync_s += time.perf_counter() - t0
         if self.size > 1:
-            collective(dist.barrier)
+            self.barrier()
+        t0 = time.perf_counter()
         self._w.copy_(self.shared)
+        self.sync_s += time.perf_counter() - t0
 
     def recompute(self) -> None:
         """Each mirror exactly from its rank's blocks, ell likewise; then the exact point."""
