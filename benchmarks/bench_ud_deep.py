@@ -19,7 +19,8 @@ A paired bootstrap
 seed; Koehn 2004, Berg-Kirkpatrick et al. 2012) of each margin head (hinge, softmax-margin) against the CRF
 head and against the local head: the difference of the UAS and LAS averaged over the seeds both heads have, its
 95% interval and the one-sided p-value (the share of draws whose difference has the other sign); of each second-order head
-(config.json ``"order": 2``, filed as ``2o_<loss>``) against the first-order head of the same loss; and of each
+(config.json ``"order": 2``, filed as ``2o_<loss>``) against the first-order head of the same loss, of each one with
+first-child parts (``"first_child": true``, ``2o_fc_<loss>``) against the second-order head without them; and of each
 run trained from partial annotation (config.json ``"hide_fraction"`` F > 0, filed as ``partial<100 F>_<head>``)
 against the full-annotation run of the same head and seed, and of each margin head trained from partial
 annotation against the CRF head with the same positions hidden; of each words-only head (config.json ``"tags":
@@ -45,12 +46,16 @@ from ssvm_torch.outputs import load_torch
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
-HEADS = ("local", "crf", "hinge", "softmax_margin", "2o_crf", "2o_hinge", "2o_softmax_margin", "words_softmax_margin",
+HEADS = ("local", "crf", "hinge", "softmax_margin", "2o_crf", "2o_hinge", "2o_softmax_margin", "2o_fc_softmax_margin",
+         "words_softmax_margin",
          "words_tagfeed_softmax_margin", "words_2o_softmax_margin", "words_tagfeed_2o_softmax_margin")
 MARGIN_HEADS = ("hinge", "softmax_margin")
 #: a second-order head's runs are filed as "2o_<loss>" (config.json ``"order": 2``) and paired with the first-order
 #: runs of the same loss
 SECOND_ORDER = "2o_"
+#: ... with McDonald & Pereira's first-child parts (config.json ``"first_child": true``) as "2o_fc_<loss>", paired
+#: with the second-order runs of the same loss without them
+FIRST_CHILD = "fc_"
 #: a words-only parser's runs (config.json ``"tags": "predicted"``: UPOS predicted, not read) as "words_<head>"
 WORDS = "words_"
 #: ... whose scorers read the predicted tags too (config.json ``"tag_feed": true``) as "words_tagfeed_<head>"
@@ -193,7 +198,8 @@ def report(runs: Path, draws: int) -> dict:
         median_epoch = statistics.median(r["seconds"] for r in history)
         plain = partial_prefix(config) + (WORDS if config.get("tags", "gold") == "predicted" else "") + \
             (TAG_FEED if config.get("tag_feed", False) else "") + \
-            (SECOND_ORDER if config.get("order", 1) == 2 else "") + config["loss"]
+            (SECOND_ORDER if config.get("order", 1) == 2 else "") + \
+            (FIRST_CHILD if config.get("first_child", False) else "") + config["loss"]
         head = training_prefix(config) + plain
         plain_of[head] = plain
         unscheduled_of[head] = option_prefix(config) + plain
@@ -236,6 +242,7 @@ def report(runs: Path, draws: int) -> dict:
                                 for k in ("test_upos", "test_xpos")}})
     pairs = [(a, b) for a in MARGIN_HEADS for b in ("crf", "local")]
     pairs += [(SECOND_ORDER + loss, loss) for loss in ("crf", "hinge", "softmax_margin")]   # second vs first order
+    pairs += [(SECOND_ORDER + FIRST_CHILD + loss, SECOND_ORDER + loss) for loss in ("crf", "hinge", "softmax_margin")]
     pairs += [(WORDS + head, head) for head in ("softmax_margin", "2o_softmax_margin")]   # words only vs gold UPOS
     # scorers reading predicted tags or not
     pairs += [(WORDS + TAG_FEED + head, WORDS + head) for head in ("softmax_margin", "2o_softmax_margin")]
