@@ -407,7 +407,8 @@ def _train(args, cfg: SolverConfig, device, dtype, run_dir: RunDir | None) -> di
                   f"{last['drop_steps']} drop; cache hit rate {last['cache_hit_rate']:.3f}")
         print_test_figures(last, task)
         print(f"wrote {out / 'history.json'} and {out / 'model.pt'}"
-              + (f" and {out / 'test_predictions.json'}" if task.predictions is not None else ""))
+              + (f" and {out / 'test_predictions.json'}" if task.predictions is not None else "")
+              + (f" and {out / 'ranks.json'}" if profiles is not None else ""))
         if writes is not None:
             print(writes.summary())
     if interrupted:
