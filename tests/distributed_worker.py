@@ -48,7 +48,7 @@ def run(rank, world, port, spec, out):
             os._exit(0)                          # a rank that disappears without a word
         hist = solver.run() if not spec.get("stop_at") else _run_until(solver, spec["stop_at"])
         state = solver.state_dict()              # a collective: every rank takes part
-        profiles = rank_profiles(store, solver)  # likewise
+        profiles = rank_profiles(store)  # likewise
     except DistributedError as e:
         if rank == 0:
             torch.save({"error": str(e)}, out)

@@ -373,7 +373,7 @@ def _train(args, cfg: SolverConfig, device, dtype, run_dir: RunDir | None) -> di
     wall = time.perf_counter() - t0
     last = history[-1]
     interrupted = solver.state.stop_reason == "interrupted"
-    profiles = distributed.rank_profiles(dual, solver) if sharded else None     # a collective: every rank
+    profiles = distributed.rank_profiles(dual) if sharded else None     # a collective: every rank
     if out is None:
         if interrupted:
             if size > 1:          # the launcher ends every rank once one exits non-zero: not before rank 0 has written

@@ -76,11 +76,10 @@ def describe(store: "RankStore") -> dict:
             "partition": partition, "exchange": store.exchange}
 
 
-def rank_profiles(store: RankStore, solver) -> list[dict] | None:
-    """Every rank's share of the run (:meth:`RankStore.profile`; under the rounds and shared exchanges with the
-    rank's own BCFW steps and oracle calls, ``RoundsSolver.rank_profile``), gathered to rank 0, None on the
-    other ranks. A collective: every rank calls it once, after the solver returned."""
-    mine = getattr(solver, "rank_profile", store.profile)()
+def rank_profiles(store: RankStore) -> list[dict] | None:
+    """Every rank's share of the run (:meth:`RankStore.profile`), gathered to rank 0, None on the other ranks. A
+    collective: every rank calls it once, after the solver returned."""
+    mine = store.profile()
     every = [mine] if store.size == 1 else [None] * store.size
     if store.size > 1:
         collective(dist.all_gather_object, every, mine)

@@ -75,6 +75,7 @@ class RoundsDual(RankStore):
     def _timers(self) -> None:
         self.steps_s = self.gap_s = self.joint_s = 0.0    # seconds: local BCFW steps, gap passes, combining the ranks
         self.sync_s = 0.0                                 # the shared exchange's sums of the mirrors
+        self.own_steps = self.own_calls = 0               # this rank's BCFW steps and oracle calls (its solver's)
 
     @property
     def shard_s(self) -> float:
@@ -82,7 +83,8 @@ class RoundsDual(RankStore):
         return self.steps_s + self.gap_s
 
     def profile(self) -> dict:
-        return {**super().profile(), "steps_s": self.steps_s, "gap_s": self.gap_s, "sync_s": self.sync_s}
+        return {**super().profile(), "steps": self.own_steps, "oracle_calls": self.own_calls, "steps_s": self.steps_s,
+                "gap_s": self.gap_s, "sync_s": self.sync_s}
 
     def _summed(self, x: float) -> float:
         if self.size == 1:
@@ -282,10 +284,6 @@ class RoundsSolver:
     def finish(self) -> list:
         return self.best.finish(self.state.history)
 
-    def rank_profile(self) -> dict:
-        """This rank's :meth:`RoundsDual.profile` with its own BCFW steps and oracle calls."""
-        return {**self.dual.profile(), "steps": self.local.state.steps, "oracle_calls": self.local.state.oracle_calls}
-
     def _now(self) -> float:
         return device_clock(self.dual.device)
 
@@ -343,8 +341,10 @@ class RoundsSolver:
         ls.run_chunk(draws)
         d.steps_s += time.perf_counter() - t1
         d.combine(ell_start)
-        counts = torch.tensor([ls.state.oracle_calls - counts0[0], ls.state.steps - counts0[1]], dtype=torch.int64,
-                              device=d.device)
+        mine = (ls.state.oracle_calls - counts0[0], ls.state.steps - counts0[1])
+        d.own_calls += mine[0]
+        d.own_steps += mine[1]
+        counts = torch.tensor(mine, dtype=torch.int64, device=d.device)
         if d.size > 1:
             d.coll.all_reduce(counts)
         calls = int(counts[0])
