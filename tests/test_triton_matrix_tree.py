@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from ssvm_torch.trees import dependency_log_partition, dependency_marginals, triton_matrix_tree
+from ssvm_torch.trees import dependency_log_partition, dependency_marginals, matrix_tree, triton_matrix_tree
 from ssvm_torch.trees.triton_eisner import interpreter_ready
 from tree_reference import brute_force
 
@@ -106,9 +106,20 @@ def test_dispatch():
         assert triton_matrix_tree.available(torch.zeros(2, 65, 65, device="cuda"))
         assert not triton_matrix_tree.available(torch.zeros(2, 66, 66, device="cuda"))
         assert not triton_matrix_tree.available(torch.zeros(2, 5, 5, device="cuda", dtype=torch.float64))
+    # the first pass's precision follows (matrix_tree._float32_first_pass): float32 on the CPU, on CUDA only
+    # where the kernel takes the batch (CUDA's float32 torch path was slower than its float64 one)
+    first32 = matrix_tree._float32_first_pass
+    assert first32(torch.zeros(2, 66, 66), True, True)
+    assert not first32(torch.zeros(2, 66, 66), False, True) and not first32(torch.zeros(2, 66, 66), True, False)
+    assert not first32(torch.zeros(2, 5, 5, dtype=torch.float64), True, True)
+    if CUDA:
+        assert first32(torch.zeros(2, 65, 65, device="cuda"), True, True)
+        assert not first32(torch.zeros(2, 66, 66, device="cuda"), True, True)
     os.environ["SSVM_CUDA_MATRIX_TREE"] = "torch"
     try:
         assert not triton_matrix_tree.available(on)
+        if CUDA:
+            assert not first32(torch.zeros(2, 65, 65, device="cuda"), True, True)
         os.environ["SSVM_CUDA_MATRIX_TREE"] = "fast"
         with pytest.raises(ValueError, match="SSVM_CUDA_MATRIX_TREE: expected one of"):
             triton_matrix_tree.available(on)

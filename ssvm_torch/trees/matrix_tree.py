@@ -34,8 +34,8 @@ marginals multiply is an entry of L' (<= 1). Padding words get identity rows and
 **Precision and synchronisation.** Every row first takes the direct per-word shift, all rows at once and
 with no host synchronisation (a row of wide range whose arcs underflow there shows a zero or tiny pivot);
 then one synchronisation sends the rows that need it to the balanced path or the GTH elimination. That
-first pass is float64, except for float32 scores whose gradient is wanted (training): it is then float32,
-as torch-struct's, with a check torch-struct lacks: each word's head marginals must sum to 1 within
+first pass is float64, except for float32 scores whose gradient is wanted (training) on the CPU, or on CUDA
+where the Triton kernel takes the batch (up to 64 words): it is then float32, as torch-struct's, with a check torch-struct lacks: each word's head marginals must sum to 1 within
 :data:`CHECK_TOL`, and a row that fails (or has a pivot below :data:`PIVOT_MIN32`) is redone in float64.
 :func:`marginals` and log Z without a gradient are float64 throughout; log Z is returned in the input dtype.
 """
@@ -327,17 +327,28 @@ def _unreliable(logz, pivot, det_sign, lengths, pivot_min: float, err=None) -> t
     return bad & (lengths > 0)
 
 
+def _float32_first_pass(S: torch.Tensor, want_marginals: bool, low_precision: bool) -> bool:
+    """Whether the direct path's first pass runs in float32 (else float64): float32 scores whose marginals are
+    wanted under ``low_precision``, on the CPU, or on CUDA where the Triton kernel takes the batch. CUDA's
+    float32 torch path was slower than its float64 one in both H200 runs (n 40 and 100: the path is
+    launch-bound, and float32 adds the check's operations; docs/devices.md, "H200, 2026-12-04"), so batches
+    beyond the kernel's :data:`~ssvm_torch.trees.triton_matrix_tree.MAX_WORDS` go to float64 there."""
+    if not (low_precision and want_marginals and S.dtype == torch.float32):
+        return False
+    return not S.is_cuda or (triton_matrix_tree.available(S) and not tracing())
+
+
 def _solve(S, lengths, multiroot, want_marginals, low_precision=False):
     """(log Z (B,) float64, marginals (B, N, N) or None; NaN rows where no tree exists). Every row takes the
-    direct path (:func:`_screen`: float32 where ``low_precision``, the scores are float32 and the marginals
-    are wanted, the marginals then float32; else float64), and one host synchronisation sends the rows it may
+    direct path (:func:`_screen`: float32 where :func:`_float32_first_pass` says so, the marginals then
+    float32; else float64), and one host synchronisation sends the rows it may
     have got wrong to :func:`_solve_float64` (the balanced path for rows of wide range, the GTH elimination
     for cancellation)."""
     B, N, _ = S.shape
     S = S.detach()
     if N == 1:
         return _solve_float64(S, lengths, multiroot, want_marginals)
-    if not (low_precision and want_marginals and S.dtype == torch.float32):
+    if not _float32_first_pass(S, want_marginals, low_precision):
         S = S.to(torch.float64)
     logz, M, bad = _screen(S, lengths, multiroot, want_marginals)
     redo = bad.nonzero().flatten()                                               # the one synchronisation
