@@ -63,8 +63,8 @@ def torchrun(procs: int) -> list:
             "--master-addr", "127.0.0.1", "--master-port", str(port)]
 
 
-def launch(args: list, out: Path, procs: int) -> subprocess.Popen:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "NUMBA_NUM_THREADS": "1"}
+def launch(args: list, out: Path, procs: int, env: dict | None = None) -> subprocess.Popen:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "NUMBA_NUM_THREADS": "1", **(env or {})}
     cmd = (torchrun(procs) if procs > 1 else [sys.executable]) + ["-m", "ssvm_torch.cli.train", *args,
                                                                    "--out", str(out)]
     return subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)

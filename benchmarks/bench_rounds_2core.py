@@ -10,7 +10,7 @@ benchmarks/results/distributed_2core/<exchange>.json (``--out``: the device chec
 writes its own).
 
 Usage: python benchmarks/bench_rounds_2core.py [--exchange rounds] [--datasets ocr-large conll2000 ud-ewt] [--reps 3]
-       [--procs 2]
+       [--procs 2] [--fixed-too]
 """
 from __future__ import annotations
 
@@ -48,15 +48,17 @@ def time_to_gap(out: Path, threshold: float) -> dict:
             "curve": [{k: r[k] for k in ("passes", "time_s", "gap")} for r in recs]}
 
 
-def run(name: str, procs: int, tmp: Path, exchange: str, passes: int | None = None) -> dict:
-    """One command's time to the dataset's gap threshold; ``passes`` cuts it short (the warm-up)."""
+def run(name: str, procs: int, tmp: Path, exchange: str, passes: int | None = None, fixed: bool = False) -> dict:
+    """One command's time to the dataset's gap threshold; ``passes`` cuts it short (the warm-up); ``fixed``: the
+    shared exchange's rounds with every rank its own share of steps (SSVM_SHARED_ROUND=fixed, the exchange before
+    round sharing)."""
     options, threshold = CONFIGS[name]
     args = [*options, "--gap-threshold", str(threshold)] + (["--exchange", exchange] if procs > 1 else [])
     args += [] if passes is None else ["--passes", str(passes)]          # the last --passes is the one parsed
     out = tmp / f"{name}-{procs}"
     shutil.rmtree(out, ignore_errors=True)
     t0 = time.perf_counter()
-    p = launch(args, out, procs)
+    p = launch(args, out, procs, {"SSVM_SHARED_ROUND": "fixed" if fixed else "shared"})
     _, err = p.communicate()
     if p.returncode:
         raise SystemExit(f"{name} P={procs}: exit {p.returncode}\n{err[-3000:]}")
@@ -91,6 +93,9 @@ def main():
     ap.add_argument("--no-warm", action="store_true",
                     help="skip the untimed warm-up commands (one process and the largest P, 2 passes each) that "
                          "fill numba's on-disk cache before the first timed run")
+    ap.add_argument("--fixed-too", action="store_true",
+                    help="--exchange shared: each P also with fixed shares of a round's steps (SSVM_SHARED_ROUND=fixed), "
+                         "alternated in the same run; its median and speed-up under the key 'P_fixed'")
     ap.add_argument("--out", default=None, help="default benchmarks/results/distributed_2core/<exchange>.json")
     args = ap.parse_args()
     args.out = args.out or str(ROOT / "benchmarks" / "results" / "distributed_2core" / f"{args.exchange}.json")
@@ -99,7 +104,8 @@ def main():
     result = {"machine": {"cpus": os.cpu_count()}, "exchange": args.exchange, "procs": args.procs,
               "warm": not args.no_warm,
               "datasets": {k: v for k, v in kept.items() if k not in args.datasets}}
-    counts = [*args.procs, 1] if args.one_process_last else [1, *args.procs]
+    ranks = [*args.procs, *(f"{p}_fixed" for p in args.procs if args.fixed_too and args.exchange == "shared")]
+    counts = [*ranks, 1] if args.one_process_last else [1, *ranks]
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.datasets:
@@ -113,7 +119,8 @@ def main():
             runs = []
             for rep in range(args.reps):                 # alternated: the machine's drift hits both alike
                 for procs in counts:
-                    runs.append({"procs": procs, "rep": rep, **run(name, procs, Path(tmp), args.exchange)})
+                    p, fixed = (int(str(procs).split("_")[0]), str(procs).endswith("_fixed"))
+                    runs.append({"procs": procs, "rep": rep, **run(name, p, Path(tmp), args.exchange, fixed=fixed)})
                     print(f"{name:10s} rep {rep} P={procs}: {runs[-1]['time_s']} s, {runs[-1]['passes']} passes, "
                           f"{runs[-1]['wall_s']:.1f} s in all" + profile_summary(runs[-1]["ranks"]), flush=True)
                     # after every run: a run cut off by a time limit (the device check's) keeps what it measured
@@ -123,12 +130,12 @@ def main():
             for procs in counts:
                 times = [r["time_s"] for r in runs if r["procs"] == procs]
                 med[procs] = statistics.median(times) if None not in times else None
-            speedups = {p: (med[1] / med[p] if med[1] and med[p] else None) for p in args.procs}
+            speedups = {p: (med[1] / med[p] if med[1] and med[p] else None) for p in ranks}
             result["datasets"][name] = {
                 "reps": args.reps, "options": CONFIGS[name][0], "threshold": CONFIGS[name][1], "median_time_s": med,
                 **{f"speedup_{p}": v for p, v in speedups.items()}, "runs": runs}
             print(f"{name}: one process {med[1]} s; " + "; ".join(
-                f"P = {p} {args.exchange} {med[p]} s, speed-up {speedups[p]}" for p in args.procs), flush=True)
+                f"P = {p} {args.exchange} {med[p]} s, speed-up {speedups[p]}" for p in ranks), flush=True)
     atomic_write_bytes(out, json.dumps(result, indent=1).encode())
     print(f"wrote {out}")
 

@@ -32,6 +32,8 @@
 #   rounds       (only when named) time to a certified gap, one process against P = 2 and 8 ranks of the exchange
 #                ROUNDS_EXCHANGE (default shared; bench_rounds_2core.py --procs 2 8, ROUNDS_DATASETS, default
 #                conll2000, one rep): one process ~80 s to CoNLL's threshold on the 2-core machine, P = 2 ~53 s;
+#                ROUNDS_ARGS=--fixed-too adds P = 2 and 8 with fixed shares of a round's steps (the exchange before
+#                round sharing, side by side; ~+130 s: ROUNDS_S=400);
 #   deep         (only when named) the deep recipes on the GPU for a few epochs (s / epoch), ~80 s;
 #   parser       (only when named) whole parser runs on the GPU, archived (issue 74's item 4), PARSER_S (480 s):
 #                STAGES=parser PARSER_HEADS=words_tagfeed_2o_softmax_margin PARSER_SEEDS="0 1 2" bash scripts/device_check.sh,
@@ -78,7 +80,10 @@ PY
   || { stamp "install into the environment failed, using --target"; \
        $py -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site "${wheels[@]}" \
          >>"$OUT/install.log" 2>&1 && export PYTHONPATH=/tmp/site; }
+# the cores' topology beside the GPU: whether the 16 are 8 physical cores with two threads each decides what
+# P = 8 ranks contend for (docs/distributed.md, "Measured on 16 cores")
 { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv; echo "cpus $ncpu"
+  lscpu 2>/dev/null | grep -E "^(Model name|Thread\(s\) per core|Core\(s\) per socket|Socket\(s\)|NUMA node\(s\)|L3 cache|CPU max MHz)"
   $py -c "import torch, numba, lightning; print('torch', torch.__version__, 'cuda', torch.version.cuda, \
 'gpu', torch.cuda.is_available(), 'numba', numba.__version__, 'lightning', lightning.__version__)"
   $py -c "import triton; print('triton', triton.__version__)"; } >"$OUT/versions.txt" 2>&1
@@ -147,7 +152,8 @@ fi
 if want rounds; then
   stamp "rounds: time to gap, P = 1, 2, 8"
   timeout "${ROUNDS_S:-250}" $py benchmarks/bench_rounds_2core.py --exchange "${ROUNDS_EXCHANGE:-shared}" \
-    --datasets ${ROUNDS_DATASETS:-conll2000} --reps 1 --procs 2 8 --one-process-last --out "$OUT/rounds.json" >"$OUT/rounds.log" 2>&1
+    --datasets ${ROUNDS_DATASETS:-conll2000} --reps 1 --procs 2 8 --one-process-last ${ROUNDS_ARGS:-} \
+    --out "$OUT/rounds.json" >"$OUT/rounds.log" 2>&1
   stamp "rounds rc=$?"
 fi
 

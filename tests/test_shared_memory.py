@@ -161,6 +161,12 @@ def test_two_ranks_are_exact_at_every_check(spec, request, tmp_path):
     ranks = run["profiles"]
     assert [p["rank"] for p in ranks] == [0, 1] and sum(p["blocks"] for p in ranks) == task.n_train
     assert sum(p["steps"] for p in ranks) == hist[-1]["steps"] and all(p["steps"] > 0 for p in ranks)
+    # the ranks share each round's steps (SharedDual.round_draws): between two checks the machine makes at
+    # least gap_check passes of the larger shard per rank, a rank ahead taking more of them, and at most
+    # half as many again (a rank's last look at the sum lets it take up to half an equal share of what is left)
+    per_check = 2 * round(spec["gap_check"] * len(shard_of(task.n_train, 2, 0)))
+    diffs = [b["steps"] - a["steps"] for a, b in zip(hist, hist[1:])]
+    assert all(per_check <= d <= 1.5 * per_check for d in diffs[:-1]) and diffs[-1] >= 1, (per_check, diffs)
     assert all(p["steps_s"] > 0 and p["gap_s"] > 0 and p["sync_s"] > 0 and p["wait_s"] > 0 for p in ranks)
     assert ranks[0]["steps_s"] < hist[-1]["time_s"]
     assert all(p["shard_s"] == pytest.approx(p["steps_s"] + p["gap_s"]) for p in ranks)
@@ -179,6 +185,19 @@ def test_resume_starts_from_the_checkpoint(shared_run, tmp_path):
     assert len(resumed["history"]) == 5
     _, parts = shard_w(SHARED, resumed["state"])
     assert torch.allclose(parts[0][0] + parts[1][0], resumed["w"], rtol=0, atol=1e-12)
+
+
+def test_round_sharing_is_chosen_by_its_environment_variable(monkeypatch):
+    """SSVM_SHARED_ROUND: 'shared' (the default) or 'fixed' (every rank its own share of a round, kept for
+    side-by-side measurement); anything else is refused by name."""
+    from ssvm_torch.distributed.shared_memory import shares_rounds
+    monkeypatch.delenv("SSVM_SHARED_ROUND", raising=False)
+    assert shares_rounds()
+    monkeypatch.setenv("SSVM_SHARED_ROUND", "fixed")
+    assert not shares_rounds()
+    monkeypatch.setenv("SSVM_SHARED_ROUND", "dynamic")
+    with pytest.raises(ValueError, match="SSVM_SHARED_ROUND: expected one of"):
+        shares_rounds()
 
 
 def test_a_dead_rank_ends_the_other_in_one_line(tmp_path):

@@ -74,6 +74,11 @@ class RankStore(BlockDual):
 
     wait_s = 0.0                             # seconds waiting at barriers (the shared exchange's checks)
 
+    def round_draws(self, draws, planned: int | None, draw):
+        """This rank's draws of a round of ``planned`` steps per rank: ``draws`` as given (the shared-memory
+        exchange shares a round's steps between its ranks)."""
+        return draws
+
     def barrier(self) -> None:
         """Every rank waits for the others (the seconds go to ``wait_s``)."""
         t0 = time.perf_counter()

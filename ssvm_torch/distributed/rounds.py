@@ -37,7 +37,7 @@ from ..errors import SSVMInputError, check
 from ..solvers.best_point import BestPoint
 from ..solvers.config import SolverConfig, SolverState, stop_reason
 from ..solvers.history import make_record
-from ..solvers.loop import Solver
+from ..solvers.loop import LazyDraws, Solver
 from ..stores.base import BlockDual, GapPass
 from ..stores.box import BoxedDual
 from ..stores.state import check_like
@@ -301,7 +301,7 @@ class RoundsSolver:
     def interval(self) -> None:
         """The rounds of :meth:`chunk_sizes`, then the exact check."""
         for size in self.chunk_sizes():
-            if self.run_chunk(self.draw() for _ in range(size)):
+            if self.run_chunk(LazyDraws(self.draw, size)):
                 break
         self.end_interval()
 
@@ -327,18 +327,19 @@ class RoundsSolver:
             return self._stopping
         left = math.ceil(self.cfg.passes * self.dual.n) - self.state.oracle_calls
         cap = max(0, math.ceil(left / self.dual.size))
-        if cap > 0:
-            self._round(itertools.islice(iter(indices), cap))
+        if cap > 0:       # each rank's share: min(cap, the draws' number) where the draws say it
+            share = min(cap, len(indices)) if hasattr(indices, "__len__") else None
+            self._round(itertools.islice(iter(indices), cap), share)
         self._stopping = self._should_stop(None)
         return self._stopping
 
-    def _round(self, draws) -> None:
+    def _round(self, draws, planned: int | None = None) -> None:
         d, ls, st = self.dual, self.local, self.state
         t0 = self._now()
         ell_start = float(d.local.ell)
         counts0 = (ls.state.oracle_calls, ls.state.steps)
         t1 = time.perf_counter()
-        ls.run_chunk(draws)
+        ls.run_chunk(d.round_draws(draws, planned, ls.draw))
         d.steps_s += time.perf_counter() - t1
         d.combine(ell_start)
         mine = (ls.state.oracle_calls - counts0[0], ls.state.steps - counts0[1])

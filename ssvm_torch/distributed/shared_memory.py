@@ -42,6 +42,16 @@ from .rounds import RoundsDual
 
 
 PAGE_FLOATS = 512            # rows start on 4 KiB boundaries: no cache line holds two ranks' rows
+ROUND_ENV = "SSVM_SHARED_ROUND"
+
+
+def shares_rounds() -> bool:
+    """Whether the ranks share each round's steps (``SSVM_SHARED_ROUND``: ``shared``, the default, or ``fixed``,
+    every rank its own share, the exchange before round sharing, kept for side-by-side measurement)."""
+    choice = os.environ.get(ROUND_ENV, "shared")
+    if choice not in ("shared", "fixed"):
+        raise ValueError(f"{ROUND_ENV}: expected one of ('shared', 'fixed'), got {choice!r}")
+    return choice == "shared"
 
 
 def _reserve(nbytes: int) -> tuple[str, str]:
@@ -126,6 +136,11 @@ class SharedDual(RoundsDual):
         bounds = [d * k // size for k in range(size + 1)]
         self._mine = slice(bounds[rank], bounds[rank + 1])      # the coordinates this rank sums at a sync
         local.share_w(self.shared)
+        # every rank's BCFW steps so far, each on a page of its own: a round ends when the machine's sum reaches
+        # its target (round_draws), and _round_base is that sum at the round's start
+        self._counts = _shared_rows(size, 1).numpy()[:, 0]
+        self._round_base = self._round_mine = 0
+        self.share_rounds = shares_rounds()
         self._w = torch.zeros(d, dtype=local.w.dtype)            # the exact point of the last check (private)
         self._ell = 0.0
         self._timers()
@@ -143,10 +158,40 @@ class SharedDual(RoundsDual):
                                  "to another w)")
         self._ell = float(ell)
 
+    def round_draws(self, draws, planned: int | None, draw):
+        """This rank's draws of a round whose steps the ranks share: every rank steps, ``draws`` first and then
+        ``draw()``'s while the machine's steps fall short, until they reach P x ``planned`` this round. A
+        round of fixed shares ended at its slowest rank, and every other rank waited for it in the
+        round's all-reduce (the 16-core profile: 4.2-5.0 s of 24.1 at P = 8, docs/distributed.md). One
+        process takes ``draws`` as given."""
+        if self.size == 1 or planned is None or not self.share_rounds:
+            return draws
+        return self._shared_draws(iter(draws), self._round_base + self.size * planned, draw)
+
+    def _shared_draws(self, draws, target: int, draw):
+        counts, rank = self._counts, self.rank
+        ahead = 0                               # steps before the next look at the sum (each look reads P pages)
+        while True:
+            if ahead <= 0:
+                left = target - int(counts.sum())
+                if left <= 0:
+                    return
+                ahead = max(1, left // (2 * self.size))   # half of an equal share of what is left: no overshoot
+            i = next(draws, None)
+            counts[rank] += 1
+            self._round_mine += 1
+            ahead -= 1
+            yield draw() if i is None else i
+
     def combine(self, ell_local_start: float) -> None:
-        """A round's end: the ranks' ell changes summed (w needs no exchange: every move is in the shared w)."""
-        dell = self._summed(float(self.local.ell) - ell_local_start)
-        self._ell += dell
+        """A round's end: the ranks' ell changes and steps summed (w needs no exchange: every move is in the
+        shared w)."""
+        t = torch.tensor([float(self.local.ell) - ell_local_start, self._round_mine], dtype=torch.float64)
+        if self.size > 1:
+            t = self.coll.all_reduce(t)
+        self._ell += float(t[0])
+        self._round_base += int(t[1])
+        self._round_mine = 0
         self.steps_exchanged += 1
 
     def _point_to_local(self) -> None:

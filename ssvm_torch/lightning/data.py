@@ -43,6 +43,9 @@ class LiveChunk:
     def __iter__(self) -> Iterator[int]:
         return itertools.islice(self.draws, self.size)
 
+    def __len__(self) -> int:
+        return self.size
+
     def __repr__(self) -> str:
         return f"LiveChunk(size={self.size})"
 

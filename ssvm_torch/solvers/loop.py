@@ -49,6 +49,21 @@ from .steps import SetStep, make_step_rule
 __all__ = ["Solver", "SolverConfig", "SolverState", "SOLVERS", "STEPS"]
 
 
+class LazyDraws:
+    """``size`` draws of ``draw()``, each made only when iterated (a live sampler sees the last step's update
+    before its next draw); sized, so that a round whose steps the ranks share (the shared-memory exchange)
+    knows each rank's share."""
+
+    def __init__(self, draw: Callable[[], int], size: int):
+        self.draw, self.size = draw, size
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __iter__(self):
+        return (self.draw() for _ in range(self.size))
+
+
 class Solver:
     """Runs one of the solvers on ``dual``; ``evaluate(w)`` (optional) returns train/test errors
     at each gap check (excluded from the timing); ``progress(record)`` is called with every new
@@ -199,8 +214,7 @@ class Solver:
 
     def _steps_of_interval(self) -> None:
         for size in self.chunk_sizes():
-            draws = (self.draw() for _ in range(size))     # lazy: each draw sees the last update
-            if self.run_chunk(draws):
+            if self.run_chunk(LazyDraws(self.draw, size)):
                 break
 
     def _estimate_above(self, level: float) -> bool:
