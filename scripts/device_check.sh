@@ -2,9 +2,12 @@
 # The prepared device check on a machine with a CUDA GPU and >= 8 cores (docs/devices.md, "Measured on a
 # GPU"), each stage alone on the machine, in this order. Two runs, 14 minutes together (each stage's limit
 # *_S, the install ~25 s per run; a machine's start ~30 s of the lease):
-#   run 1: STAGES="tests gpu"                  <= 25 + 330 + 200 = 555 s (2026-12-04 H200: the suite, 1,935 tests,
-#          needed more than 250 s: test_deep_ddp.py's DDP trainings, one worker's file, ended it; the gpu
-#          sections 187 s: layer 40, gap 6, decode 27, conll 7, trees 51, spans 29, kbest 27)
+#   run 1: STAGES="tests gpu"                  <= 25 + 330 + 200 = 555 s (2026-12-04 H200, second lease: the suite
+#          ran to its end in 319 s, 1,939 tests; first lease: the gpu sections 187 s: layer 40, gap 6, decode 27,
+#          conll 7, trees 51 (65 in the second), spans 29, kbest 27)
+#          Where only the matrix-tree and the rounds are left to show (issue 74 after 2026-12-04): one run,
+#          STAGES="matrix_tree gpu rounds" GPU_SECTIONS=trees GPU_JSON_BASE=benchmarks/results/gpu.json
+#          ROUNDS_ARGS=--fixed-too ROUNDS_S=400  ~ 25 + 10 + 65 + 370 = 470 s
 #          `matrix_tree` in STAGES adds the matrix-tree marginals side by side with an earlier package copied to
 #          .before/ssvm_torch_before by `bash scripts/device_before.sh C` (MT_COMMIT=C; carry .before), ~10 s
 #   run 2: STAGES="rounds"                     <= 20 + 250 = 270 s (whole commands, records included: one process
