@@ -162,8 +162,8 @@ class SharedDual(RoundsDual):
         """This rank's draws of a round whose steps the ranks share: every rank steps, ``draws`` first and then
         ``draw()``'s while the machine's steps fall short, until they reach P x ``planned`` this round. A
         round of fixed shares ended at its slowest rank, and every other rank waited for it in the
-        round's all-reduce (the 16-core profile: 4.2-5.0 s of 24.1 at P = 8, docs/distributed.md). One
-        process takes ``draws`` as given."""
+        round's all-reduce (the 16-core profile in docs/distributed.md). One process takes ``draws`` as
+        given."""
         if self.size == 1 or planned is None or not self.share_rounds:
             return draws
         return self._shared_draws(iter(draws), self._round_base + self.size * planned, draw)
@@ -176,7 +176,7 @@ class SharedDual(RoundsDual):
                 left = target - int(counts.sum())
                 if left <= 0:
                     return
-                ahead = max(1, left // (2 * self.size))   # half of an equal share of what is left: no overshoot
+                ahead = max(1, left // (2 * self.size))   # half an equal share of what is left: a few steps over
             i = next(draws, None)
             counts[rank] += 1
             self._round_mine += 1

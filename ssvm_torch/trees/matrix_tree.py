@@ -35,8 +35,9 @@ marginals multiply is an entry of L' (<= 1). Padding words get identity rows and
 with no host synchronisation (a row of wide range whose arcs underflow there shows a zero or tiny pivot);
 then one synchronisation sends the rows that need it to the balanced path or the GTH elimination. That
 first pass is float64, except for float32 scores whose gradient is wanted (training) on the CPU, or on CUDA
-where the Triton kernel takes the batch (up to 64 words): it is then float32, as torch-struct's, with a check torch-struct lacks: each word's head marginals must sum to 1 within
-:data:`CHECK_TOL`, and a row that fails (or has a pivot below :data:`PIVOT_MIN32`) is redone in float64.
+where the Triton kernel takes the batch (up to 64 words): it is then float32, as torch-struct's, with a
+check torch-struct lacks: each word's head marginals must sum to 1 within :data:`CHECK_TOL`, and a row that
+fails (or has a pivot below :data:`PIVOT_MIN32`) is redone in float64.
 :func:`marginals` and log Z without a gradient are float64 throughout; log Z is returned in the input dtype.
 """
 from __future__ import annotations
@@ -341,9 +342,8 @@ def _float32_first_pass(S: torch.Tensor, want_marginals: bool, low_precision: bo
 def _solve(S, lengths, multiroot, want_marginals, low_precision=False):
     """(log Z (B,) float64, marginals (B, N, N) or None; NaN rows where no tree exists). Every row takes the
     direct path (:func:`_screen`: float32 where :func:`_float32_first_pass` says so, the marginals then
-    float32; else float64), and one host synchronisation sends the rows it may
-    have got wrong to :func:`_solve_float64` (the balanced path for rows of wide range, the GTH elimination
-    for cancellation)."""
+    float32; else float64), and one host synchronisation sends the rows it may have got wrong to
+    :func:`_solve_float64` (the balanced path for rows of wide range, the GTH elimination for cancellation)."""
     B, N, _ = S.shape
     S = S.detach()
     if N == 1:
