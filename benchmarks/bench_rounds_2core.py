@@ -104,7 +104,12 @@ def main():
     result = {"machine": {"cpus": os.cpu_count()}, "exchange": args.exchange, "procs": args.procs,
               "warm": not args.no_warm,
               "datasets": {k: v for k, v in kept.items() if k not in args.datasets}}
-    ranks = [*args.procs, *(f"{p}_fixed" for p in args.procs if args.fixed_too and args.exchange == "shared")]
+    # each mode's label (its key in the JSON) and (ranks, fixed shares)
+    modes = {p: (p, False) for p in args.procs}
+    if args.fixed_too and args.exchange == "shared":
+        modes.update({f"{p}_fixed": (p, True) for p in args.procs})
+    modes[1] = (1, False)
+    ranks = [m for m in modes if m != 1]
     counts = [*ranks, 1] if args.one_process_last else [1, *ranks]
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
@@ -119,7 +124,7 @@ def main():
             runs = []
             for rep in range(args.reps):                 # alternated: the machine's drift hits both alike
                 for procs in counts:
-                    p, fixed = (int(str(procs).split("_")[0]), str(procs).endswith("_fixed"))
+                    p, fixed = modes[procs]
                     runs.append({"procs": procs, "rep": rep, **run(name, p, Path(tmp), args.exchange, fixed=fixed)})
                     print(f"{name:10s} rep {rep} P={procs}: {runs[-1]['time_s']} s, {runs[-1]['passes']} passes, "
                           f"{runs[-1]['wall_s']:.1f} s in all" + profile_summary(runs[-1]["ranks"]), flush=True)

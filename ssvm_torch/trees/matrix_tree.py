@@ -307,7 +307,7 @@ def _screen(S, lengths, multiroot, want_marginals):
     marginals do not sum to 1 within :data:`CHECK_TOL` (every word takes exactly one head, so the sum checks
     X = L^-1 for one reduction)."""
     low = S.dtype == torch.float32
-    if low and want_marginals and triton_matrix_tree.available(S) and not tracing():      # one launch on CUDA
+    if low and want_marginals and _kernel_takes(S):                                      # one launch on CUDA
         logz, M, pivot, det_sign, err = triton_matrix_tree.direct(S, lengths, multiroot)
         return logz, M, _unreliable(logz, pivot, det_sign, lengths, PIVOT_MIN32, err)
     logz, M, pivot, det_sign = _direct(S, lengths, multiroot, want_marginals)
@@ -336,7 +336,12 @@ def _float32_first_pass(S: torch.Tensor, want_marginals: bool, low_precision: bo
     beyond the kernel's :data:`~ssvm_torch.trees.triton_matrix_tree.MAX_WORDS` go to float64 there."""
     if not (low_precision and want_marginals and S.dtype == torch.float32):
         return False
-    return not S.is_cuda or (triton_matrix_tree.available(S) and not tracing())
+    return not S.is_cuda or _kernel_takes(S)
+
+
+def _kernel_takes(S: torch.Tensor) -> bool:
+    """Whether the Triton kernel serves the float32 direct path of ``S`` (and the call is not being traced)."""
+    return triton_matrix_tree.available(S) and not tracing()
 
 
 def _solve(S, lengths, multiroot, want_marginals, low_precision=False):
