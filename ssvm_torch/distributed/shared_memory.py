@@ -50,7 +50,7 @@ def shares_rounds() -> bool:
     every rank its own share, the exchange before round sharing, kept for side-by-side measurement)."""
     choice = os.environ.get(ROUND_ENV, "shared")
     if choice not in ("shared", "fixed"):
-        raise ValueError(f"{ROUND_ENV}: expected one of ('shared', 'fixed'), got {choice!r}")
+        raise SSVMInputError(f"{ROUND_ENV}: expected one of ('shared', 'fixed'), got {choice!r}")
     return choice == "shared"
 
 
