@@ -10,7 +10,7 @@ benchmarks/results/distributed_2core/<exchange>.json (``--out``: the device chec
 writes its own).
 
 Usage: python benchmarks/bench_rounds_2core.py [--exchange rounds] [--datasets ocr-large conll2000 ud-ewt] [--reps 3]
-       [--procs 2] [--fixed-too]
+       [--procs 2] [--fixed-too] [--pin-too]
 """
 from __future__ import annotations
 
@@ -48,23 +48,24 @@ def time_to_gap(out: Path, threshold: float) -> dict:
             "curve": [{k: r[k] for k in ("passes", "time_s", "gap")} for r in recs]}
 
 
-def run(name: str, procs: int, tmp: Path, exchange: str, passes: int | None = None, fixed: bool = False) -> dict:
-    """One command's time to the dataset's gap threshold; ``passes`` cuts it short (the warm-up); ``fixed``: the
-    shared exchange's rounds with every rank its own share of steps (SSVM_SHARED_ROUND=fixed, the exchange before
-    round sharing)."""
+def run(name: str, procs: int, tmp: Path, exchange: str, passes: int | None = None, env: dict | None = None) -> dict:
+    """One command's time to the dataset's gap threshold; ``passes`` cuts it short (the warm-up); ``env``: the
+    shared exchange's settings of the mode (``SSVM_SHARED_ROUND=fixed``: every rank its own share of a round's
+    steps, the exchange before round sharing; ``SSVM_SHARED_PIN=compact``: each rank pinned to a core of its
+    own, ssvm_torch/distributed/affinity.py)."""
     options, threshold = CONFIGS[name]
     args = [*options, "--gap-threshold", str(threshold)] + (["--exchange", exchange] if procs > 1 else [])
     args += [] if passes is None else ["--passes", str(passes)]          # the last --passes is the one parsed
     out = tmp / f"{name}-{procs}"
     shutil.rmtree(out, ignore_errors=True)
     t0 = time.perf_counter()
-    p = launch(args, out, procs, {"SSVM_SHARED_ROUND": "fixed" if fixed else "shared"})
+    p = launch(args, out, procs, {"SSVM_SHARED_ROUND": "shared", "SSVM_SHARED_PIN": "none", **(env or {})})
     _, err = p.communicate()
     if p.returncode:
         raise SystemExit(f"{name} P={procs}: exit {p.returncode}\n{err[-3000:]}")
     # the whole command's seconds beside the solver's: start-up (imports, rendezvous, loading) shows here; the
     # ranks' profile (ranks.json: each rank's steps and its seconds in steps, gap passes, mirror sums, barrier
-    # waits and collectives) says where a P-rank run's time went (issue 74: what holds P = 8)
+    # waits and collectives, its CPUs if pinned) says where a P-rank run's time went (issue 74: what holds P = 8)
     ranks = json.loads((out / "ranks.json").read_text()) if (out / "ranks.json").exists() else None
     return {**time_to_gap(out, threshold), "wall_s": time.perf_counter() - t0, "ranks": ranks}
 
@@ -78,7 +79,7 @@ def profile_summary(ranks: list | None) -> str:
     steps = [r["steps"] for r in ranks]
     return (f" [ranks: {min(steps)}-{max(steps)} steps, mean {mean('steps_s'):.2f} s steps, {mean('gap_s'):.2f} s gap "
             f"passes, {mean('sync_s'):.2f} s mirror sums, {mean('wait_s'):.2f} s barriers, {mean('comm_s'):.2f} s "
-            "collectives]")
+            "collectives" + (f", CPUs {[r['cpus'] for r in ranks]}" if ranks[0].get("cpus") else "") + "]")
 
 
 def main():
@@ -96,6 +97,9 @@ def main():
     ap.add_argument("--fixed-too", action="store_true",
                     help="--exchange shared: each P also with fixed shares of a round's steps (SSVM_SHARED_ROUND=fixed), "
                          "alternated in the same run; its median and speed-up under the key 'P_fixed'")
+    ap.add_argument("--pin-too", action="store_true",
+                    help="--exchange shared: each P also with its ranks pinned (SSVM_SHARED_PIN=compact), alternated in "
+                         "the same run; its median and speed-up under the key 'P_pin'")
     ap.add_argument("--out", default=None, help="default benchmarks/results/distributed_2core/<exchange>.json")
     args = ap.parse_args()
     args.out = args.out or str(ROOT / "benchmarks" / "results" / "distributed_2core" / f"{args.exchange}.json")
@@ -104,11 +108,13 @@ def main():
     result = {"machine": {"cpus": os.cpu_count()}, "exchange": args.exchange, "procs": args.procs,
               "warm": not args.no_warm,
               "datasets": {k: v for k, v in kept.items() if k not in args.datasets}}
-    # each mode's label (its key in the JSON) and (ranks, fixed shares)
-    modes = {p: (p, False) for p in args.procs}
+    # each mode's label (its key in the JSON) and (ranks, the shared exchange's settings)
+    modes = {p: (p, {}) for p in args.procs}
     if args.fixed_too and args.exchange == "shared":
-        modes.update({f"{p}_fixed": (p, True) for p in args.procs})
-    modes[1] = (1, False)
+        modes.update({f"{p}_fixed": (p, {"SSVM_SHARED_ROUND": "fixed"}) for p in args.procs})
+    if args.pin_too and args.exchange == "shared":
+        modes.update({f"{p}_pin": (p, {"SSVM_SHARED_PIN": "compact"}) for p in args.procs})
+    modes[1] = (1, {})
     ranks = [m for m in modes if m != 1]
     counts = [*ranks, 1] if args.one_process_last else [1, *ranks]
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -124,8 +130,8 @@ def main():
             runs = []
             for rep in range(args.reps):                 # alternated: the machine's drift hits both alike
                 for procs in counts:
-                    p, fixed = modes[procs]
-                    runs.append({"procs": procs, "rep": rep, **run(name, p, Path(tmp), args.exchange, fixed=fixed)})
+                    p, env = modes[procs]
+                    runs.append({"procs": procs, "rep": rep, **run(name, p, Path(tmp), args.exchange, env=env)})
                     print(f"{name:10s} rep {rep} P={procs}: {runs[-1]['time_s']} s, {runs[-1]['passes']} passes, "
                           f"{runs[-1]['wall_s']:.1f} s in all" + profile_summary(runs[-1]["ranks"]), flush=True)
                     # after every run: a run cut off by a time limit (the device check's) keeps what it measured

@@ -7,7 +7,7 @@
 #          conll 7, trees 51 (65 in the second), spans 29, kbest 27)
 #          Where only the matrix-tree and the rounds are left to show (issue 74 after 2026-12-04): one run,
 #          STAGES="matrix_tree gpu rounds" GPU_SECTIONS=trees GPU_JSON_BASE=benchmarks/results/gpu.json
-#          ROUNDS_ARGS=--fixed-too ROUNDS_S=400  ~ 25 + 10 + 65 + 370 = 470 s
+#          ROUNDS_ARGS="--fixed-too --pin-too" ROUNDS_S=450  ~ 25 + 10 + 65 + 420 = 520 s
 #          `matrix_tree` in STAGES adds the matrix-tree marginals side by side with an earlier package copied to
 #          .before/ssvm_torch_before by `bash scripts/device_before.sh C` (MT_COMMIT=C; carry .before), ~10 s
 #   run 2: STAGES="rounds"                     <= 20 + 250 = 270 s (whole commands, records included: one process
@@ -36,7 +36,8 @@
 #                ROUNDS_EXCHANGE (default shared; bench_rounds_2core.py --procs 2 8, ROUNDS_DATASETS, default
 #                conll2000, one rep): one process ~80 s to CoNLL's threshold on the 2-core machine, P = 2 ~53 s;
 #                ROUNDS_ARGS=--fixed-too adds P = 2 and 8 with fixed shares of a round's steps (the exchange before
-#                round sharing, side by side; ~+130 s: ROUNDS_S=400);
+#                round sharing, side by side; ~+130 s: ROUNDS_S=400); --pin-too adds them with each rank pinned to
+#                a core of its own (SSVM_SHARED_PIN=compact, ssvm_torch/distributed/affinity.py; ~+75 s);
 #   deep         (only when named) the deep recipes on the GPU for a few epochs (s / epoch), ~80 s;
 #   parser       (only when named) whole parser runs on the GPU, archived (issue 74's item 4), PARSER_S (480 s):
 #                STAGES=parser PARSER_HEADS=words_tagfeed_2o_softmax_margin PARSER_SEEDS="0 1 2" bash scripts/device_check.sh,
@@ -87,6 +88,7 @@ PY
 # P = 8 ranks contend for (docs/distributed.md, "Measured on 16 cores")
 { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv; echo "cpus $ncpu"
   lscpu 2>/dev/null | grep -E "^(Model name|Thread\(s\) per core|Core\(s\) per socket|Socket\(s\)|NUMA node\(s\)|L3 cache|CPU max MHz)"
+  lscpu -e=CPU,NODE,SOCKET,CORE,CACHE 2>/dev/null        # which CPUs are one core's threads, which share an L3
   $py -c "import torch, numba, lightning; print('torch', torch.__version__, 'cuda', torch.version.cuda, \
 'gpu', torch.cuda.is_available(), 'numba', numba.__version__, 'lightning', lightning.__version__)"
   $py -c "import triton; print('triton', triton.__version__)"; } >"$OUT/versions.txt" 2>&1

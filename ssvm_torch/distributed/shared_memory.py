@@ -29,6 +29,7 @@ import os
 import tempfile
 import time
 import uuid
+import warnings
 
 import numpy as np
 import torch
@@ -37,6 +38,7 @@ import torch.distributed as dist
 from ..errors import SSVMInputError, check
 from ..solvers.loop import Solver
 from ..stores.base import BlockDual
+from .affinity import pin_rank
 from .collectives import Collectives, collective, shard_of, world
 from .rounds import RoundsDual
 
@@ -115,8 +117,9 @@ class SharedDual(RoundsDual):
 
     exchange = "shared"
 
-    def __init__(self, local: BlockDual, n: int):
+    def __init__(self, local: BlockDual, n: int, cpus: list[int] | None = None):
         rank, size = world()
+        self.cpus = cpus                           # the CPUs this rank was pinned to (affinity.py), None: not pinned
         check(local.shares_w and getattr(local, "kernels", None) == "numba", "exchange",
               "'shared' for the chain (without edge features) and dependency-tree stores with compiled kernels "
               "(CPU float64: ocr-small, ocr-large, conll2000 with features sha-pereira or rich, ud-ewt)",
@@ -146,6 +149,9 @@ class SharedDual(RoundsDual):
         self._timers()
         self.steps_exchanged = 0
         self.recompute()
+
+    def profile(self) -> dict:
+        return {**super().profile(), "cpus": self.cpus}
 
     def attach(self, local_solver: Solver) -> None:
         """Every move of the local solver also goes to this rank's mirror (the store's shadow vector,
@@ -229,7 +235,11 @@ def shared_store(task, lam: float, device=None, dtype=torch.float64, kernels: st
     local_world = int(os.environ.get("LOCAL_WORLD_SIZE", size))
     check(local_world == size, "exchange", "'shared' with every rank on one machine (LOCAL_WORLD_SIZE = WORLD_SIZE); "
           "across machines use --exchange rounds", f"{local_world} of {size} ranks on this machine")
+    # pinned before the store exists, so the pages its tensors first touch are the pinned CPU's memory's
+    cpus, why_not = pin_rank(int(os.environ.get("LOCAL_RANK", rank)), size, torch.get_num_threads())
+    if why_not and rank == 0:
+        warnings.warn(f"SSVM_SHARED_PIN: the ranks are not pinned ({why_not})", stacklevel=2)
     shard = shard_of(task.n_train, size, rank)
     local = make_store(task.model, task.train.subset(shard), lam, device=device, dtype=dtype, kernels=kernels,
                        n_objective=task.n_train)
-    return SharedDual(local, task.n_train)
+    return SharedDual(local, task.n_train, cpus)
