@@ -98,8 +98,8 @@ def main():
                     help="--exchange shared: each P also with fixed shares of a round's steps (SSVM_SHARED_ROUND=fixed), "
                          "alternated in the same run; its median and speed-up under the key 'P_fixed'")
     ap.add_argument("--pin-too", action="store_true",
-                    help="--exchange shared: each P also with its ranks pinned (SSVM_SHARED_PIN=compact), alternated in "
-                         "the same run; its median and speed-up under the key 'P_pin'")
+                    help="--exchange shared: each P also with its ranks pinned (SSVM_SHARED_PIN=compact), alternated "
+                         "in the same run; its median and speed-up under the key 'P_pin'")
     ap.add_argument("--out", default=None, help="default benchmarks/results/distributed_2core/<exchange>.json")
     args = ap.parse_args()
     args.out = args.out or str(ROOT / "benchmarks" / "results" / "distributed_2core" / f"{args.exchange}.json")

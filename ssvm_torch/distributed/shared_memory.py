@@ -12,10 +12,11 @@ instant can lose one of the additions (no locks), so the shared w drifts from w(
 each rank also adds its moves to a mirror row of its own in the same file, which nobody else writes,
 so sum_k mirror_k = w(alpha) exactly (up to the rounding one process's w has too, cleared by the
 recomputation every ``recompute_every`` passes). At every gap check the ranks stop, w is set to the
-mirrors' sum (each rank sums a share of the coordinates) and copied into a private snapshot that the
-records, the best point and model.pt read, and the exact gap pass runs as the rounds exchange's:
-each rank's blocks at that w, gathered. Gaps, duals and model.pt are therefore exact; the trajectory
-between checks depends on the timing of the ranks (two runs differ), as with any asynchronous solver.
+mirrors' sum (each rank sums a share of the coordinates and copies it into a snapshot row of the same
+file, which nobody writes between checks) that the records, the best point and model.pt read, and the
+exact gap pass runs as the rounds exchange's: each rank's blocks at that w, gathered. Gaps, duals and
+model.pt are therefore exact; the trajectory between checks depends on the timing of the ranks (two runs
+differ), as with any asynchronous solver.
 One process runs plain BCFW, step for step (its mirror receives the same additions as w). The stores
 that can share their w (``shares_w``: the chain store without edge features and the dependency-tree
 store, compiled kernels) run it.
@@ -77,8 +78,8 @@ def _reserve(nbytes: int) -> tuple[str, str]:
             tried.append(f"{root}: {e.strerror or e}")
             if os.path.exists(path):
                 os.unlink(path)
-    return "", (f"exchange: 'shared' needs {nbytes / 1e6:.1f} MB of shared memory (w and one mirror per rank), "
-                f"which could not be reserved ({'; '.join(tried)}); give the machine more (a container: "
+    return "", (f"exchange: 'shared' needs {nbytes / 1e6:.1f} MB of shared memory (w, its snapshot and one mirror "
+                f"per rank), which could not be reserved ({'; '.join(tried)}); give the machine more (a container: "
                 "--shm-size) or use --exchange columns / rounds")
 
 
@@ -133,9 +134,11 @@ class SharedDual(RoundsDual):
         self.scale = 1.0                           # the local store is in the whole problem's units
         d = local.w.numel()
         self.coll = Collectives(rank, size, self.device, narrow_ints=d < 2 ** 31 and n < 2 ** 31)
-        rows = _shared_rows(1 + size, d)
-        self.shared, self.mirror = rows[0], rows[1 + rank]
-        self._mirrors = rows[1:]
+        rows = _shared_rows(2 + size, d)
+        # the exact point of the last check (_w, the snapshot) is one row for all ranks, each writing its share
+        # of it: one copy of w a check on the machine, not one a rank (the 16-core profile in docs/distributed.md)
+        self.shared, self._w, self.mirror = rows[0], rows[1], rows[2 + rank]
+        self._mirrors = rows[2:]
         bounds = [d * k // size for k in range(size + 1)]
         self._mine = slice(bounds[rank], bounds[rank + 1])      # the coordinates this rank sums at a sync
         local.share_w(self.shared)
@@ -144,7 +147,6 @@ class SharedDual(RoundsDual):
         self._counts = _shared_rows(size, 1).numpy()[:, 0]
         self._round_base = self._round_mine = 0
         self.share_rounds = shares_rounds()
-        self._w = torch.zeros(d, dtype=local.w.dtype)            # the exact point of the last check (private)
         self._ell = 0.0
         self._timers()
         self.steps_exchanged = 0
@@ -201,18 +203,17 @@ class SharedDual(RoundsDual):
         self.steps_exchanged += 1
 
     def _point_to_local(self) -> None:
-        """The exact point into the shared w and the private snapshot: every rank stops, sums its share of
-        the coordinates over the mirrors, and waits for the others before the gap pass reads w."""
+        """The exact point into the shared w and the snapshot: every rank stops, sums its share of the
+        coordinates over the mirrors into both, and waits for the others before the gap pass reads w."""
         if self.size > 1:
             self.barrier()
         t0 = time.perf_counter()
-        torch.sum(self._mirrors[:, self._mine], 0, out=self.shared[self._mine])
+        mine = self._mine
+        torch.sum(self._mirrors[:, mine], 0, out=self.shared[mine])
+        self._w[mine].copy_(self.shared[mine])
         self.sync_s += time.perf_counter() - t0
         if self.size > 1:
             self.barrier()
-        t0 = time.perf_counter()
-        self._w.copy_(self.shared)
-        self.sync_s += time.perf_counter() - t0
 
     def recompute(self) -> None:
         """Each mirror exactly from its rank's blocks, ell likewise; then the exact point."""
