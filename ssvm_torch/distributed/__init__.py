@@ -7,6 +7,7 @@ one module per exchange and the glue they share.
   w sharded by feature columns (``columns``, the default for chains);
 * :mod:`.rounds` -- BCFW rounds on each rank's own shard, one all-reduce per round (CoCoA+, ``rounds``);
 * :mod:`.shared_memory` -- asynchronous BCFW of one machine's ranks on one w in shared memory (``shared``);
+* :mod:`.affinity` -- the shared exchange's ranks pinned to cores of their own (``SSVM_SHARED_PIN``);
 * :mod:`.rank_store` -- what every sharded store shares (the point, the accounting, refusals by name);
 * :mod:`.collectives` -- the collectives with their accounting, and DistributedError on a dead rank;
 * :mod:`.launch` -- the process group, rank 0's errors on every rank, the factory of each rank's store.
