@@ -24,7 +24,7 @@ from ..chain.padded import fused_variant
 from ..chain.triton_viterbi import fused_available
 from ..models.chain_index import padded_trans_counts, segment_ids, trans_counts, unary_rows
 from ..oracles.chain_kernels import (HostViews, nb_add_psi, nb_build_delta, nb_cached_gaps, nb_cached_pick,
-                                     nb_corner_gaps, nb_csr_scatter_rows,
+                                     nb_corner_gaps, nb_stats_scatter,
                                      nb_delta_move, nb_delta_sqnorm, nb_fw_corner, nb_gap_pass, nb_gram,
                                      nb_labelings_scores)
 from .base import SPARSE_D, BlockDual, BlockMarginals, Corner, GapPass, objective_n
@@ -302,16 +302,18 @@ class ChainDual(ChainCompiledSteps, RaggedLabelings, ChainTorchPath, ChainMargin
     def w_from_stats(self, Mu: torch.Tensor, Mt_sum: torch.Tensor, w: torch.Tensor | None = None) -> torch.Tensor:
         """sum_i A_i(S(y_i) - M_i) / (lam n) for stacked statistics (the exact map from duals to w),
         into ``w`` in place if given (no d-sized temporaries: recompute on d = 24M)."""
-        D = Mu.neg()                            # S(y_i) - M_i with one (N, K) temporary, not three
-        D[torch.arange(D.shape[0], device=D.device), self.Y] += 1
         w = torch.zeros_like(self.w) if w is None else w.zero_()
         W, first, last, trans = self.model.split(w)
-        if self._numba:                         # X^T D by a CSR walk: no transposed copy of the features
-            nb_csr_scatter_rows(*self._np[:3], D.numpy(), W.numpy())
+        if self._numba:                         # X^T D by a CSR walk over D's nonzeros, D formed row by row
+            nb_stats_scatter(*self._np[:3], Mu.numpy(), self.Y.numpy(), W.numpy())
         else:
+            D = Mu.neg()                        # S(y_i) - M_i with one (N, K) temporary, not three
+            D[torch.arange(D.shape[0], device=D.device), self.Y] += 1
             W.copy_(torch.sparse.mm(self.sparse_features(True), D).T)
-        first.copy_(D[self.first_pos].sum(0))
-        last.copy_(D[self.last_pos].sum(0))
+        for pos, out in ((self.first_pos, first), (self.last_pos, last)):
+            D = Mu[pos].neg()                   # the first / last positions' rows of D only
+            D[torch.arange(D.shape[0], device=D.device), self.Y[pos]] += 1
+            out.copy_(D.sum(0))
         trans.copy_(self.gt_trans - Mt_sum)
         return w.div_(self.lam * self.N)
 
