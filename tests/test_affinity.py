@@ -63,11 +63,29 @@ def test_pin_rank_follows_the_environment(monkeypatch):
     with pytest.raises(SSVMInputError, match="SSVM_SHARED_PIN: expected one of \\('none', 'compact'\\), got 'spread'"):
         pin_rank(0, 1, 1)
     monkeypatch.setenv("SSVM_SHARED_PIN", "compact")
+    import threading
     allowed = os.sched_getaffinity(0)
+    started, stop = threading.Event(), threading.Event()
+    tids = []
+
+    def worker():                               # a thread that exists before the pinning (a pool's)
+        tids.append(threading.get_native_id())
+        started.set()
+        stop.wait()
+    t = threading.Thread(target=worker)
+    t.start()
+    started.wait()
     try:
         cpus, why = pin_rank(0, 1, 1)
         assert why == "" and len(cpus) == 1 and cpus[0] in allowed and os.sched_getaffinity(0) == set(cpus)
+        assert os.sched_getaffinity(tids[0]) == set(cpus)          # the older thread is pinned too
         cpus, why = pin_rank(0, len(allowed) + 1, 1)          # more ranks than CPUs: not pinned, and why
         assert cpus is None and "outnumber" in why
     finally:
-        os.sched_setaffinity(0, allowed)
+        stop.set()
+        t.join()
+        for tid in os.listdir("/proc/self/task"):             # every thread back as it was (pytest's own)
+            try:
+                os.sched_setaffinity(int(tid), allowed)
+            except OSError:
+                pass

@@ -117,5 +117,13 @@ def pin_rank(local_rank: int, local_size: int, threads: int) -> tuple[list[int] 
     if cpus is None:
         return None, (f"{local_size} ranks x {threads} threads outnumber the {len(allowed)} CPUs this process may "
                       "use")
+    # every thread the process has already (torch's and numba's pools, the process group's), not only this one:
+    # sched_setaffinity(0) sets the calling thread's; threads started later inherit it
+    tasks = Path("/proc/self/task")
+    for tid in ([int(t) for t in os.listdir(tasks)] if tasks.is_dir() else [0]):
+        try:
+            os.sched_setaffinity(tid, cpus)
+        except OSError:                     # a thread that ended meanwhile
+            pass
     os.sched_setaffinity(0, cpus)
     return cpus, ""
