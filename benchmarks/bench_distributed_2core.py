@@ -63,10 +63,12 @@ def torchrun(procs: int) -> list:
             "--master-addr", "127.0.0.1", "--master-port", str(port)]
 
 
-def launch(args: list, out: Path, procs: int, env: dict | None = None) -> subprocess.Popen:
+def launch(args: list, out: Path, procs: int, env: dict | None = None, ranks: bool = False) -> subprocess.Popen:
+    """``ssvm-train args --out out``: one process, or ``procs`` ranks under torchrun (``ranks``: torchrun even
+    for one, a store of the distributed package with its profile in ranks.json)."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "NUMBA_NUM_THREADS": "1", **(env or {})}
-    cmd = (torchrun(procs) if procs > 1 else [sys.executable]) + ["-m", "ssvm_torch.cli.train", *args,
-                                                                   "--out", str(out)]
+    cmd = (torchrun(procs) if procs > 1 or ranks else [sys.executable]) + ["-m", "ssvm_torch.cli.train", *args,
+                                                                            "--out", str(out)]
     return subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 
 

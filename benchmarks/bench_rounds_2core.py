@@ -10,7 +10,7 @@ benchmarks/results/distributed_2core/<exchange>.json (``--out``: the device chec
 writes its own).
 
 Usage: python benchmarks/bench_rounds_2core.py [--exchange rounds] [--datasets ocr-large conll2000 ud-ewt] [--reps 3]
-       [--procs 2] [--fixed-too] [--pin-too]
+       [--procs 2] [--fixed-too] [--pin-too] [--one-rank-too]
 """
 from __future__ import annotations
 
@@ -48,18 +48,20 @@ def time_to_gap(out: Path, threshold: float) -> dict:
             "curve": [{k: r[k] for k in ("passes", "time_s", "gap")} for r in recs]}
 
 
-def run(name: str, procs: int, tmp: Path, exchange: str, passes: int | None = None, env: dict | None = None) -> dict:
+def run(name: str, procs: int, tmp: Path, exchange: str, passes: int | None = None, env: dict | None = None,
+        as_rank: bool = False) -> dict:
     """One command's time to the dataset's gap threshold; ``passes`` cuts it short (the warm-up); ``env``: the
     shared exchange's settings of the mode (``SSVM_SHARED_ROUND=fixed``: every rank its own share of a round's
     steps, the exchange before round sharing; ``SSVM_SHARED_PIN=compact``: each rank pinned to a core of its
-    own, ssvm_torch/distributed/affinity.py)."""
+    own, ssvm_torch/distributed/affinity.py); ``as_rank``: one process as a rank of the exchange under torchrun
+    (its steps with the mirror, and their profile: the baseline of the P-rank steps' cost)."""
     options, threshold = CONFIGS[name]
-    args = [*options, "--gap-threshold", str(threshold)] + (["--exchange", exchange] if procs > 1 else [])
+    args = [*options, "--gap-threshold", str(threshold)] + (["--exchange", exchange] if procs > 1 or as_rank else [])
     args += [] if passes is None else ["--passes", str(passes)]          # the last --passes is the one parsed
-    out = tmp / f"{name}-{procs}"
+    out = tmp / f"{name}-{procs}{'-rank' if as_rank else ''}"
     shutil.rmtree(out, ignore_errors=True)
     t0 = time.perf_counter()
-    p = launch(args, out, procs, {"SSVM_SHARED_ROUND": "shared", "SSVM_SHARED_PIN": "none", **(env or {})})
+    p = launch(args, out, procs, {"SSVM_SHARED_ROUND": "shared", "SSVM_SHARED_PIN": "none", **(env or {})}, as_rank)
     _, err = p.communicate()
     if p.returncode:
         raise SystemExit(f"{name} P={procs}: exit {p.returncode}\n{err[-3000:]}")
@@ -100,6 +102,9 @@ def main():
     ap.add_argument("--pin-too", action="store_true",
                     help="--exchange shared: each P also with its ranks pinned (SSVM_SHARED_PIN=compact), alternated "
                          "in the same run; its median and speed-up under the key 'P_pin'")
+    ap.add_argument("--one-rank-too", action="store_true",
+                    help="also one process as a rank of the exchange under torchrun (key '1_rank'): its profile gives "
+                         "the cost of a step with no other rank, against which the P-rank steps' cost is read")
     ap.add_argument("--out", default=None, help="default benchmarks/results/distributed_2core/<exchange>.json")
     args = ap.parse_args()
     args.out = args.out or str(ROOT / "benchmarks" / "results" / "distributed_2core" / f"{args.exchange}.json")
@@ -109,12 +114,14 @@ def main():
               "warm": not args.no_warm,
               "datasets": {k: v for k, v in kept.items() if k not in args.datasets}}
     # each mode's label (its key in the JSON) and (ranks, the shared exchange's settings)
-    modes = {p: (p, {}) for p in args.procs}
+    modes = {p: (p, {}, False) for p in args.procs}
     if args.fixed_too and args.exchange == "shared":
-        modes.update({f"{p}_fixed": (p, {"SSVM_SHARED_ROUND": "fixed"}) for p in args.procs})
+        modes.update({f"{p}_fixed": (p, {"SSVM_SHARED_ROUND": "fixed"}, False) for p in args.procs})
     if args.pin_too and args.exchange == "shared":
-        modes.update({f"{p}_pin": (p, {"SSVM_SHARED_PIN": "compact"}) for p in args.procs})
-    modes[1] = (1, {})
+        modes.update({f"{p}_pin": (p, {"SSVM_SHARED_PIN": "compact"}, False) for p in args.procs})
+    if args.one_rank_too:
+        modes["1_rank"] = (1, {}, True)
+    modes[1] = (1, {}, False)
     ranks = [m for m in modes if m != 1]
     counts = [*ranks, 1] if args.one_process_last else [1, *ranks]
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -130,8 +137,9 @@ def main():
             runs = []
             for rep in range(args.reps):                 # alternated: the machine's drift hits both alike
                 for procs in counts:
-                    p, env = modes[procs]
-                    runs.append({"procs": procs, "rep": rep, **run(name, p, Path(tmp), args.exchange, env=env)})
+                    p, env, as_rank = modes[procs]
+                    runs.append({"procs": procs, "rep": rep, **run(name, p, Path(tmp), args.exchange, env=env,
+                                                                   as_rank=as_rank)})
                     print(f"{name:10s} rep {rep} P={procs}: {runs[-1]['time_s']} s, {runs[-1]['passes']} passes, "
                           f"{runs[-1]['wall_s']:.1f} s in all" + profile_summary(runs[-1]["ranks"]), flush=True)
                     # after every run: a run cut off by a time limit (the device check's) keeps what it measured

@@ -7,7 +7,7 @@
 #          conll 7, trees 51 (65 in the second), spans 29, kbest 27)
 #          Where only the matrix-tree and the rounds are left to show (issue 74 after 2026-12-04): one run,
 #          STAGES="matrix_tree gpu rounds" GPU_SECTIONS=trees GPU_JSON_BASE=benchmarks/results/gpu.json
-#          ROUNDS_ARGS="--fixed-too --pin-too" ROUNDS_S=450  ~ 25 + 10 + 65 + 420 = 520 s
+#          ROUNDS_ARGS="--pin-too --one-rank-too" ROUNDS_S=420  ~ 25 + 10 + 65 + 370 = 470 s
 #          `matrix_tree` in STAGES adds the matrix-tree marginals side by side with an earlier package copied to
 #          .before/ssvm_torch_before by `bash scripts/device_before.sh C` (MT_COMMIT=C; carry .before), ~10 s
 #   run 2: STAGES="rounds"                     <= 20 + 250 = 270 s (whole commands, records included: one process
@@ -38,6 +38,8 @@
 #                ROUNDS_ARGS=--fixed-too adds P = 2 and 8 with fixed shares of a round's steps (the exchange before
 #                round sharing, side by side; ~+130 s: ROUNDS_S=400); --pin-too adds them with each rank pinned to
 #                a core of its own (SSVM_SHARED_PIN=compact, ssvm_torch/distributed/affinity.py; ~+75 s);
+#                --one-rank-too adds one process as a rank under torchrun (its profile: a step's cost with no
+#                other rank, the baseline of the P-rank steps' cost; ~+80 s);
 #   deep         (only when named) the deep recipes on the GPU for a few epochs (s / epoch), ~80 s;
 #   parser       (only when named) whole parser runs on the GPU, archived (issue 74's item 4), PARSER_S (480 s):
 #                STAGES=parser PARSER_HEADS=words_tagfeed_2o_softmax_margin PARSER_SEEDS="0 1 2" bash scripts/device_check.sh,
