@@ -21,10 +21,12 @@ def fake_sysfs(root, cores, l3):
             (top / "thread_siblings_list").write_text(",".join(map(str, siblings)) + "\n")
             (top / "core_id").write_text(f"{core_id}\n")
             (top / "physical_package_id").write_text("0\n")
-            cache = root / f"cpu{c}" / "cache" / "index3"
-            cache.mkdir(parents=True)
-            dom = next(d for d in l3 if c in d)
-            (cache / "shared_cpu_list").write_text(f"{min(dom)}-{max(dom)}\n")
+            for index, level, shared in (("index0", 1, siblings), ("index2", 2, siblings),
+                                         ("index3", 3, next(d for d in l3 if c in d))):
+                cache = root / f"cpu{c}" / "cache" / index
+                cache.mkdir(parents=True)
+                (cache / "level").write_text(f"{level}\n")
+                (cache / "shared_cpu_list").write_text(f"{min(shared)}-{max(shared)}\n")
 
 
 def test_compact_order_fills_a_cache_domain_with_one_rank_per_core(tmp_path):
@@ -48,6 +50,17 @@ def test_linux_sibling_numbering_and_an_allowed_subset(tmp_path):
     fake_sysfs(tmp_path, [[0, 4], [1, 5], [2, 6], [3, 7]], [list(range(8))])
     assert compact_order(cpu_topology(range(8), root=tmp_path)) == [0, 1, 2, 3, 4, 5, 6, 7]
     assert compact_order(cpu_topology([1, 5, 6, 2], root=tmp_path)) == [1, 2, 5, 6]
+
+
+def test_the_last_cache_level_is_the_domain(tmp_path):
+    """Without an L3 (index3 absent) the L2 shared by a pair of cores is the domain."""
+    fake_sysfs(tmp_path, [[0], [1], [2], [3]], [[0, 1, 2, 3]])
+    for c in range(4):
+        for name in ("level", "shared_cpu_list"):
+            (tmp_path / f"cpu{c}" / "cache" / "index3" / name).unlink()
+        (tmp_path / f"cpu{c}" / "cache" / "index3").rmdir()
+        (tmp_path / f"cpu{c}" / "cache" / "index2" / "shared_cpu_list").write_text("0-1\n" if c < 2 else "2-3\n")
+    assert [t.domain for t in cpu_topology(range(4), root=tmp_path)] == [0, 0, 2, 2]
 
 
 def test_without_sysfs_each_cpu_is_a_core_of_its_own(tmp_path):

@@ -27,7 +27,7 @@ SYSFS_CPU = Path("/sys/devices/system/cpu")
 
 
 class Cpu(NamedTuple):
-    """One logical CPU: its number, its last-level cache domain (the lowest CPU sharing its L3), its
+    """One logical CPU: its number, its last-level cache domain (the lowest CPU sharing its last-level cache), its
     package and core ids (one physical core: one (package, core) pair) and its rank among its core's
     hardware threads (0: the first)."""
     cpu: int
@@ -68,6 +68,17 @@ def _read_int(path: Path) -> int | None:
         return None
 
 
+def _last_level(cache: Path) -> Path:
+    """The ``indexN`` folder of the highest cache level under ``cache`` (index3 on most x86 machines; a machine
+    without an L3 has its L2 as the last level); ``cache / "index3"`` where none says its level."""
+    best, level = cache / "index3", -1
+    for index in (sorted(cache.glob("index*")) if cache.is_dir() else []):
+        lv = _read_int(index / "level")
+        if lv is not None and lv > level:
+            best, level = index, lv
+    return best
+
+
 def cpu_topology(cpus, root: Path = SYSFS_CPU) -> list[Cpu]:
     """The :class:`Cpu` of each CPU number in ``cpus`` read from sysfs under ``root`` (a missing file: the CPU
     is a core of its own, domain 0)."""
@@ -75,7 +86,7 @@ def cpu_topology(cpus, root: Path = SYSFS_CPU) -> list[Cpu]:
     for c in sorted(cpus):
         base = root / f"cpu{c}"
         siblings = _read_int_list(base / "topology" / "thread_siblings_list") or [c]
-        l3 = _read_int_list(base / "cache" / "index3" / "shared_cpu_list")
+        l3 = _read_int_list(_last_level(base / "cache") / "shared_cpu_list")
         package = _read_int(base / "topology" / "physical_package_id")
         core = _read_int(base / "topology" / "core_id")
         out.append(Cpu(c, min(l3) if l3 else 0, 0 if package is None else package,
