@@ -9,9 +9,9 @@ each other's steps. Unpinned, the operating system may place two ranks on siblin
 domains, and it migrates them (each move leaves a rank's cache behind). docs/distributed.md ("Measured on 16
 cores") has the profile that asked for it: on 16 CPUs a shared step cost 62.6 us at P = 2 and 77.6 at P = 8.
 
-The topology comes from Linux's sysfs (``/sys/devices/system/cpu/cpuN/topology`` and ``cache/index3``);
-where a file is missing (another system, a container that hides it) each CPU counts as a core of its own
-in one domain, and the order is the CPUs' numbers.
+The topology comes from Linux's sysfs (``/sys/devices/system/cpu/cpuN/topology`` and the highest level
+under ``cache/``); where a file is missing (another system, a container that hides it) each CPU counts as a
+core of its own in one domain, and the order is the CPUs' numbers.
 """
 from __future__ import annotations
 
