@@ -380,23 +380,12 @@ def batch_corners_host(idx, lengths, tw, views, pen):
 
 @nb.njit(cache=True, nogil=True)
 def nb_csr_scatter_rows(fptr, fidx, fval, D, W):
-    """W[k, f] += sum_r D[r, k] x_r[f] over the CSR rows r: X^T D without a sparse transpose, over the nonzeros of
-    each row of D only (D = S(y) - M of a dual: after a few passes most positions' rows are zero and the
-    others have a few labels; CoNLL-2000 after 40 BCFW passes: 20% of the rows, 2.5% of the entries)."""
+    """W[k, f] += sum_r D[r, k] x_r[f] over the CSR rows r: X^T D without a sparse transpose."""
     K = W.shape[0]
-    labels = np.empty(K, dtype=np.int64)
     for r in range(fptr.shape[0] - 1):
-        m = 0
-        for k in range(K):
-            if D[r, k] != 0.0:
-                labels[m] = k
-                m += 1
-        if m == 0:
-            continue
         for j in range(fptr[r], fptr[r + 1]):
             f, v = fidx[j], fval[j]
-            for q in range(m):
-                k = labels[q]
+            for k in range(K):
                 W[k, f] += D[r, k] * v
 
 
