@@ -39,6 +39,13 @@ CONFIGS = {   # (options, gap threshold): the issue's commands
     "ud-ewt": (["--dataset", "ud-ewt", "--lam", "3e-3", "--gap-check", "2", "--passes", "200", *COMMON], 0.07),
 }
 
+# the shared exchange's variants timed beside its default (--<name>-too): their environment and what they are
+VARIANTS = {
+    "fixed": ({"SSVM_SHARED_ROUND": "fixed"}, "fixed shares of a round's steps (SSVM_SHARED_ROUND=fixed, the "
+                                              "exchange before round sharing)"),
+    "pin": ({"SSVM_SHARED_PIN": "compact"}, "its ranks pinned to cores of their own (SSVM_SHARED_PIN=compact)"),
+}
+
 
 def time_to_gap(out: Path, threshold: float) -> dict:
     hist = json.loads((out / "history.json").read_text())
@@ -96,12 +103,10 @@ def main():
     ap.add_argument("--no-warm", action="store_true",
                     help="skip the untimed warm-up commands (one process and the largest P, 2 passes each) that "
                          "fill numba's on-disk cache before the first timed run")
-    ap.add_argument("--fixed-too", action="store_true",
-                    help="--exchange shared: each P also with fixed shares of a round's steps (SSVM_SHARED_ROUND=fixed), "
-                         "alternated in the same run; its median and speed-up under the key 'P_fixed'")
-    ap.add_argument("--pin-too", action="store_true",
-                    help="--exchange shared: each P also with its ranks pinned (SSVM_SHARED_PIN=compact), alternated "
-                         "in the same run; its median and speed-up under the key 'P_pin'")
+    for name, (_, what) in VARIANTS.items():
+        ap.add_argument(f"--{name}-too", action="store_true",
+                        help=f"--exchange shared: each P also with {what}, alternated in the same run; its median "
+                             f"and speed-up under the key 'P_{name}'")
     ap.add_argument("--one-rank-too", action="store_true",
                     help="also one process as a rank of the exchange under torchrun (key '1_rank'): its profile gives "
                          "the cost of a step with no other rank, against which the P-rank steps' cost is read")
@@ -115,10 +120,9 @@ def main():
               "datasets": {k: v for k, v in kept.items() if k not in args.datasets}}
     # each mode's label (its key in the JSON) and (ranks, the shared exchange's settings)
     modes = {p: (p, {}, False) for p in args.procs}
-    if args.fixed_too and args.exchange == "shared":
-        modes.update({f"{p}_fixed": (p, {"SSVM_SHARED_ROUND": "fixed"}, False) for p in args.procs})
-    if args.pin_too and args.exchange == "shared":
-        modes.update({f"{p}_pin": (p, {"SSVM_SHARED_PIN": "compact"}, False) for p in args.procs})
+    for name, (env, _) in VARIANTS.items():
+        if getattr(args, f"{name}_too") and args.exchange == "shared":
+            modes.update({f"{p}_{name}": (p, env, False) for p in args.procs})
     if args.one_rank_too:
         modes["1_rank"] = (1, {}, True)
     modes[1] = (1, {}, False)

@@ -136,5 +136,4 @@ def pin_rank(local_rank: int, local_size: int, threads: int) -> tuple[list[int] 
             os.sched_setaffinity(tid, cpus)
         except OSError:                     # a thread that ended meanwhile
             pass
-    os.sched_setaffinity(0, cpus)
     return cpus, ""
