@@ -7,8 +7,16 @@ kernel (``SSVM_CUDA_MATRIX_TREE=torch``; the kernel takes float32 sentences of u
 sample a back-to-back loop of at least 10 ms (bench_gpu.timed_rounds); the median of the rounds is reported,
 with the largest difference of the sides' gradients.
 
+On CUDA the shapes also time the linear algebra alone (``linalg`` in the JSON): the direct path's LU of the
+(B, n, n) Laplacian and its inverse (``lu_factor_ex`` + ``lu_solve`` with the identity, as
+``ssvm_torch.trees.matrix_tree._direct`` does, or ``inv_ex``) in float32 and float64 under each of torch's
+CUDA linear-algebra backends (``torch.backends.cuda.preferred_linalg_library``: the default heuristic,
+cusolver, magma where built), and this checkout's whole path under each: at n 100 the float64 path beat
+torch-struct by 1.01-1.03x only (2026-12-04, H200), and which library factors 256 matrices of 100 fastest
+decides whether it can do better.
+
 Usage: python benchmarks/bench_matrix_tree.py [--device cuda] [--before DIR --commit C] [--rounds 7]
-       [--out benchmarks/results/matrix_tree.json]
+       [--no-linalg] [--out benchmarks/results/matrix_tree.json]
 """
 from __future__ import annotations
 
@@ -37,6 +45,49 @@ def gradient_fn(pkg, S, lengths):
     return run
 
 
+def with_backend(fn, backend: str):
+    """``fn`` run with torch's preferred CUDA linear-algebra library set to ``backend`` (restored after)."""
+    def run():
+        before = torch.backends.cuda.preferred_linalg_library()
+        torch.backends.cuda.preferred_linalg_library(backend)
+        try:
+            return fn()
+        finally:
+            torch.backends.cuda.preferred_linalg_library(before)
+    return run
+
+
+def cuda_backends(device) -> list[str]:
+    """The preferred-library settings to time: default, cusolver, and magma where this torch has it (none but
+    the default off CUDA, where the setting does nothing)."""
+    if device.type != "cuda":
+        return ["default"]
+    return ["default", "cusolver"] + (["magma"] if torch.cuda.has_magma else [])
+
+
+def linalg_sweep(pkg, S, lengths, device, rounds: int) -> dict:
+    """Milliseconds of the direct path's factorisation and inverse alone, and of the whole log Z + backward,
+    under each CUDA linear-algebra backend (module docstring); the backend's name in every key."""
+    B, N, _ = S.shape
+    fns = {}
+    for dtype in (torch.float32, torch.float64):
+        tag = str(dtype).split(".")[1]
+        L = torch.randn(B, N - 1, N - 1, device=device, dtype=dtype).abs() / N
+        L.diagonal(dim1=1, dim2=2).add_(1.0)               # diagonally dominant, as the Laplacian's columns
+        eye = torch.eye(N - 1, device=device, dtype=dtype).expand(B, -1, -1)
+
+        def lu_solve(L=L, eye=eye):
+            LU, piv, _ = torch.linalg.lu_factor_ex(L)
+            return torch.linalg.lu_solve(LU, piv, eye)
+        for backend in cuda_backends(device):
+            fns[f"lu_solve_{tag}_{backend}"] = with_backend(lu_solve, backend)
+            fns[f"inv_ex_{tag}_{backend}"] = with_backend(lambda L=L: torch.linalg.inv_ex(L)[0], backend)
+            fns[f"now_path_{tag}_{backend}"] = with_backend(gradient_fn(pkg, S.to(dtype), lengths), backend)
+    for fn in fns.values():
+        fn()
+    return {k: 1e3 * v for k, v in timed_rounds(fns, device, rounds).items()}
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -44,6 +95,7 @@ def main() -> None:
     p.add_argument("--shapes", nargs="+", default=[f"{b}x{n}" for b, n in SHAPES],
                    help="B x n shapes (default: %(default)s)")
     p.add_argument("--out", type=Path, default=Path("benchmarks/results/matrix_tree.json"))
+    p.add_argument("--no-linalg", action="store_true", help="skip the linear-algebra backends' sweep (CUDA)")
     add_before_options(p, required=False)
     args = p.parse_args()
     device = torch.device(args.device)
@@ -77,6 +129,9 @@ def main() -> None:
         if "before_float32" in ms:
             row["now_vs_before_float32"] = ms["before_float32"] / ms["now_float32"]
             row["now_vs_before_float64"] = ms["before_float64"] / ms["now_float64"]
+        if device.type == "cuda" and not args.no_linalg:
+            row["linalg_ms"] = linalg_sweep(pkgs["now"], S, lengths, device, args.rounds)
+            print("  linalg: " + ", ".join(f"{k} {v:.3f}" for k, v in sorted(row["linalg_ms"].items())), flush=True)
         out["shapes"][shape] = row
         print(f"B={B} n={n}: " + ", ".join(f"{k} {v:.3f} ms" for k, v in ms.items())
               + f"; now float32 x{row['now_float32_vs_torch_struct']:.2f} torch-struct", flush=True)

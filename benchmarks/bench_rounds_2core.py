@@ -10,7 +10,7 @@ benchmarks/results/distributed_2core/<exchange>.json (``--out``: the device chec
 writes its own).
 
 Usage: python benchmarks/bench_rounds_2core.py [--exchange rounds] [--datasets ocr-large conll2000 ud-ewt] [--reps 3]
-       [--procs 2] [--fixed-too] [--pin-too] [--one-rank-too]
+       [--procs 2] [--fixed-too] [--pin-too] [--rebuild-too] [--pin-rebuild-too] [--one-rank-too]
 """
 from __future__ import annotations
 
@@ -44,6 +44,9 @@ VARIANTS = {
     "fixed": ({"SSVM_SHARED_ROUND": "fixed"}, "fixed shares of a round's steps (SSVM_SHARED_ROUND=fixed, the "
                                               "exchange before round sharing)"),
     "pin": ({"SSVM_SHARED_PIN": "compact"}, "its ranks pinned to cores of their own (SSVM_SHARED_PIN=compact)"),
+    "rebuild": ({"SSVM_SHARED_MIRROR": "rebuild"}, "each rank's mirror rebuilt at every check instead of written at "
+                                                   "every move (SSVM_SHARED_MIRROR=rebuild)"),
+    "pin_rebuild": ({"SSVM_SHARED_PIN": "compact", "SSVM_SHARED_MIRROR": "rebuild"}, "both of the above"),
 }
 
 
@@ -68,7 +71,8 @@ def run(name: str, procs: int, tmp: Path, exchange: str, passes: int | None = No
     out = tmp / f"{name}-{procs}{'-rank' if as_rank else ''}"
     shutil.rmtree(out, ignore_errors=True)
     t0 = time.perf_counter()
-    p = launch(args, out, procs, {"SSVM_SHARED_ROUND": "shared", "SSVM_SHARED_PIN": "none", **(env or {})}, as_rank)
+    p = launch(args, out, procs, {"SSVM_SHARED_ROUND": "shared", "SSVM_SHARED_PIN": "none",
+                                  "SSVM_SHARED_MIRROR": "steps", **(env or {})}, as_rank)
     _, err = p.communicate()
     if p.returncode:
         raise SystemExit(f"{name} P={procs}: exit {p.returncode}\n{err[-3000:]}")
@@ -104,7 +108,7 @@ def main():
                     help="skip the untimed warm-up commands (one process and the largest P, 2 passes each) that "
                          "fill numba's on-disk cache before the first timed run")
     for name, (_, what) in VARIANTS.items():
-        ap.add_argument(f"--{name}-too", action="store_true",
+        ap.add_argument(f"--{name.replace('_', '-')}-too", action="store_true",
                         help=f"--exchange shared: each P also with {what}, alternated in the same run; its median "
                              f"and speed-up under the key 'P_{name}'")
     ap.add_argument("--one-rank-too", action="store_true",

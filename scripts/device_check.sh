@@ -5,9 +5,14 @@
 #   run 1: STAGES="tests gpu"                  <= 25 + 330 + 200 = 555 s (2026-12-04 H200, second lease: the suite
 #          ran to its end in 319 s, 1,939 tests; first lease: the gpu sections 187 s: layer 40, gap 6, decode 27,
 #          conll 7, trees 51 (65 in the second), spans 29, kbest 27)
-#          Where only the matrix-tree and the rounds are left to show (issue 74 after 2026-12-04): one run,
-#          STAGES="matrix_tree gpu rounds" GPU_SECTIONS=trees GPU_JSON_BASE=benchmarks/results/gpu.json
-#          ROUNDS_ARGS="--pin-too --one-rank-too" ROUNDS_S=420  ~ 25 + 10 + 65 + 370 = 470 s
+#          Where only the matrix-tree and the rounds are left to show (issue 74 after 2026-12-04): two runs, the
+#          second at once (the machine stays warm 30 s):
+#          run A: STAGES="matrix_tree gpu contention" GPU_SECTIONS=trees GPU_JSON_BASE=benchmarks/results/gpu.json
+#                 ~ 25 + 25 + 65 + 75 = 190 s (matrix_tree with its linear-algebra backends' sweep; contention:
+#                 what a shared step costs beside the other ranks, by placement, with and without its mirror)
+#          run B: STAGES=rounds ROUNDS_ARGS=--pin-rebuild-too ROUNDS_S=420  ~ 25 + 400 s (P = 2, 8 as the defaults,
+#                 then pinned with rebuilt mirrors, then the one-process baseline; warm-ups 45 s, each command's
+#                 start ~20 s)
 #          `matrix_tree` in STAGES adds the matrix-tree marginals side by side with an earlier package copied to
 #          .before/ssvm_torch_before by `bash scripts/device_before.sh C` (MT_COMMIT=C; carry .before), ~10 s
 #   run 2: STAGES="rounds"                     <= 20 + 250 = 270 s (whole commands, records included: one process
@@ -38,8 +43,15 @@
 #                ROUNDS_ARGS=--fixed-too adds P = 2 and 8 with fixed shares of a round's steps (the exchange before
 #                round sharing, side by side; ~+130 s: ROUNDS_S=400); --pin-too adds them with each rank pinned to
 #                a core of its own (SSVM_SHARED_PIN=compact, ssvm_torch/distributed/affinity.py; ~+75 s);
+#                --rebuild-too with the mirrors rebuilt at every check (SSVM_SHARED_MIRROR=rebuild), --pin-rebuild-too
+#                pinned and rebuilt (~+75 s each);
 #                --one-rank-too adds one process as a rank under torchrun (its profile: a step's cost with no
 #                other rank, the baseline of the P-rank steps' cost; ~+80 s);
+#   contention   (only when named) bench_step_contention.py: the shared exchange's BCFW step (CoNLL-2000) timed
+#                alone and beside P - 1 = 1, 7 others, on one shared w or each rank its own copy, unpinned, pinned
+#                compact, on sibling hardware threads, spread over the L3 domains, with and without the mirror
+#                (~75 s): which of sharing w, the mirror's writes, the hardware threads or the domains makes a step
+#                cost 62.6 us at P = 2 against ~27 alone;
 #   deep         (only when named) the deep recipes on the GPU for a few epochs (s / epoch), ~80 s;
 #   parser       (only when named) whole parser runs on the GPU, archived (issue 74's item 4), PARSER_S (480 s):
 #                STAGES=parser PARSER_HEADS=words_tagfeed_2o_softmax_margin PARSER_SEEDS="0 1 2" bash scripts/device_check.sh,
@@ -127,7 +139,7 @@ fi
 
 if want matrix_tree; then               # (only when named) issue 74 (3): the matrix-tree marginals, side by side
   stamp "matrix_tree: this checkout, ${MT_BEFORE:-.before} (${MT_COMMIT:-?}) and torch-struct"
-  timeout "${MT_S:-60}" $py benchmarks/bench_matrix_tree.py --device cuda --before "${MT_BEFORE:-.before}" \
+  timeout "${MT_S:-90}" $py benchmarks/bench_matrix_tree.py --device cuda --before "${MT_BEFORE:-.before}" \
     --commit "${MT_COMMIT:-unknown}" --out "$OUT/matrix_tree.json" >"$OUT/matrix_tree.log" 2>&1
   stamp "matrix_tree rc=$?"
 fi
@@ -154,6 +166,13 @@ if want distributed; then
   timeout "${DIST_S:-120}" $py benchmarks/bench_distributed.py --datasets conll2000 --procs ${DIST_PROCS:-1 2 8} \
     --exchanges ${DIST_EXCHANGES:-columns} --passes 4 --out "$OUT/distributed.json" >"$OUT/distributed.log" 2>&1
   stamp "distributed rc=$?"
+fi
+
+if want contention; then               # (only when named) what a shared step costs beside P - 1 others, by placement
+  stamp "contention: one step's cost at P = 1, 2, 8, shared w or private, by placement"
+  timeout "${CONTENTION_S:-120}" $py benchmarks/bench_step_contention.py --procs 2 8 ${CONTENTION_ARGS:---mirror both} \
+    --out "$OUT/contention.json" >"$OUT/contention.log" 2>&1
+  stamp "contention rc=$?"
 fi
 
 if want rounds; then

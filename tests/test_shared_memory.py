@@ -143,9 +143,14 @@ def shard_w(spec, state):
 
 # OCR's and UD's cases are slow (CoNLL's runs the same exchange in the fast tier; the tree store's one-process
 # case below stays fast)
-@pytest.mark.parametrize("spec", [pytest.param(SHARED, marks=pytest.mark.slow), CHAIN,
-                                  pytest.param(TREES, marks=pytest.mark.slow)], ids=["ocr", "conll", "ud-ewt"])
-def test_two_ranks_are_exact_at_every_check(spec, request, tmp_path):
+@pytest.mark.parametrize("spec, mirror", [pytest.param(SHARED, "steps", marks=pytest.mark.slow), (CHAIN, "steps"),
+                                          (CHAIN, "rebuild"), pytest.param(TREES, "steps", marks=pytest.mark.slow),
+                                          pytest.param(TREES, "rebuild", marks=pytest.mark.slow)],
+                         ids=["ocr", "conll", "conll-rebuild", "ud-ewt", "ud-ewt-rebuild"])
+def test_two_ranks_are_exact_at_every_check(spec, mirror, request, tmp_path, monkeypatch):
+    """Exact at every check whether each rank's mirror follows its moves (``steps``) or is rebuilt from its blocks
+    at every check (``SSVM_SHARED_MIRROR=rebuild``; the spawned ranks inherit the environment)."""
+    monkeypatch.setenv("SSVM_SHARED_MIRROR", mirror)
     run = request.getfixturevalue("shared_run") if spec is SHARED else spawn(spec, tmp_path)
     hist = run["history"]
     assert run["exchange"] == "shared" and len(hist) >= 4
@@ -181,6 +186,7 @@ def test_two_ranks_are_exact_at_every_check(spec, request, tmp_path):
     cpus = [p["cpus"] for p in ranks]
     assert (len(cpus[0]) == len(cpus[1]) == 1 and cpus[0] != cpus[1]) if pinned else cpus == [None, None], cpus
     assert all(p["shard_s"] == pytest.approx(p["steps_s"] + p["gap_s"]) for p in ranks)
+    assert [p["mirror"] for p in ranks] == [mirror, mirror]
 
 
 @pytest.mark.slow                     # two more spawns
@@ -209,6 +215,36 @@ def test_round_sharing_is_chosen_by_its_environment_variable(monkeypatch):
     monkeypatch.setenv("SSVM_SHARED_ROUND", "dynamic")
     with pytest.raises(ValueError, match="SSVM_SHARED_ROUND: expected one of"):
         shares_rounds()
+
+
+def test_mirror_choice_is_chosen_by_its_environment_variable(monkeypatch):
+    """SSVM_SHARED_MIRROR: 'steps' (the default) or 'rebuild'; anything else is refused by name."""
+    from ssvm_torch.distributed.shared_memory import mirror_choice
+    monkeypatch.delenv("SSVM_SHARED_MIRROR", raising=False)
+    assert mirror_choice() == "steps"
+    monkeypatch.setenv("SSVM_SHARED_MIRROR", "rebuild")
+    assert mirror_choice() == "rebuild"
+    monkeypatch.setenv("SSVM_SHARED_MIRROR", "never")
+    with pytest.raises(ValueError, match="SSVM_SHARED_MIRROR: expected one of \\('steps', 'rebuild'\\), got 'never'"):
+        mirror_choice()
+
+
+def test_one_process_with_rebuilt_mirrors_follows_plain_bcfw(monkeypatch):
+    """SSVM_SHARED_MIRROR=rebuild, one process: no move touches the mirror, each check sets w to the blocks'
+    exact sum (the recomputation plain BCFW runs every recompute_every passes), so the records follow plain
+    BCFW's to rounding and the last w is the blocks' sum."""
+    monkeypatch.setenv("SSVM_SHARED_MIRROR", "rebuild")
+    task = load_task("ocr-small")
+    cfg = SolverConfig(passes=5, gap_check=1, seed=3, sampling="gap", recompute_every=1)
+    plain = Solver(task.store(0.01), cfg)
+    expected = plain.run()
+    dual = shared_store(task, 0.01)
+    solver = RoundsSolver(dual, cfg)
+    got = solver.run()
+    assert dual.local.shadow is None and len(got) == len(expected)
+    for a, b in zip(got, expected):
+        assert a["gap"] == pytest.approx(b["gap"], rel=1e-8) and a["dual"] == pytest.approx(b["dual"], rel=1e-10)
+    assert torch.allclose(dual.w, plain.dual.w, rtol=0, atol=1e-12)
 
 
 def test_a_dead_rank_ends_the_other_in_one_line(tmp_path):

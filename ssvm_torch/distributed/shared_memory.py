@@ -11,9 +11,10 @@ Osokin et al. 2016), and adds its move to the shared w. Two ranks adding to one 
 instant can lose one of the additions (no locks), so the shared w drifts from w(alpha) = sum_i w_i;
 each rank also adds its moves to a mirror row of its own in the same file, which nobody else writes,
 so sum_k mirror_k = w(alpha) exactly (up to the rounding one process's w has too, cleared by the
-recomputation every ``recompute_every`` passes). At every gap check the ranks stop, w is set to the
-mirrors' sum (each rank sums a share of the coordinates and copies it into a snapshot row of the same
-file, which nobody writes between checks) that the records, the best point and model.pt read, and the
+recomputation every ``recompute_every`` passes); with ``SSVM_SHARED_MIRROR=rebuild`` the moves go to w alone
+and each rank rebuilds its mirror from its blocks at every check instead. At every gap check the ranks
+stop, w is set to the mirrors' sum (each rank sums a share of the coordinates and copies it into a snapshot
+row of the same file, which nobody writes between checks) that the records, the best point and model.pt read, and the
 exact gap pass runs as the rounds exchange's: each rank's blocks at that w, gathered. Gaps, duals and
 model.pt are therefore exact; the trajectory between checks depends on the timing of the ranks (two runs
 differ), as with any asynchronous solver.
@@ -46,6 +47,17 @@ from .rounds import RoundsDual
 
 PAGE_FLOATS = 512            # rows start on 4 KiB boundaries: no cache line holds two ranks' rows
 ROUND_ENV = "SSVM_SHARED_ROUND"
+MIRROR_ENV = "SSVM_SHARED_MIRROR"
+
+
+def mirror_choice() -> str:
+    """How each rank keeps its mirror (``SSVM_SHARED_MIRROR``): ``steps`` (the default: every move also added to
+    it) or ``rebuild`` (no second write per move; rebuilt from the rank's blocks at every check, the
+    store's ``recompute(out=)``)."""
+    choice = os.environ.get(MIRROR_ENV, "steps")
+    if choice not in ("steps", "rebuild"):
+        raise SSVMInputError(f"{MIRROR_ENV}: expected one of ('steps', 'rebuild'), got {choice!r}")
+    return choice
 
 
 def shares_rounds() -> bool:
@@ -147,18 +159,21 @@ class SharedDual(RoundsDual):
         self._counts = _shared_rows(size, 1).numpy()[:, 0]
         self._round_base = self._round_mine = 0
         self.share_rounds = shares_rounds()
+        self.rebuild_mirror = mirror_choice() == "rebuild"
         self._ell = 0.0
         self._timers()
         self.steps_exchanged = 0
         self.recompute()
 
     def profile(self) -> dict:
-        return {**super().profile(), "cpus": self.cpus}
+        return {**super().profile(), "cpus": self.cpus, "mirror": "rebuild" if self.rebuild_mirror else "steps"}
 
     def attach(self, local_solver: Solver) -> None:
         """Every move of the local solver also goes to this rank's mirror (the store's shadow vector,
-        coefficient 1): built after the solver, which clears the shadow it does not use."""
-        self.local.shadow, self.local.shadow_coef = self.mirror, 1.0
+        coefficient 1): built after the solver, which clears the shadow it does not use. With
+        ``SSVM_SHARED_MIRROR=rebuild`` the moves go to w alone and each check rebuilds the mirror."""
+        if not self.rebuild_mirror:
+            self.local.shadow, self.local.shadow_coef = self.mirror, 1.0
 
     def set_point(self, w: torch.Tensor, ell: float) -> None:
         if w is not self._w:
@@ -202,12 +217,17 @@ class SharedDual(RoundsDual):
         self._round_mine = 0
         self.steps_exchanged += 1
 
-    def _point_to_local(self) -> None:
-        """The exact point into the shared w and the snapshot: every rank stops, sums its share of the
+    def _point_to_local(self, rebuilt: bool = False) -> None:
+        """The exact point into the shared w and the snapshot: every rank stops (having rebuilt its mirror from
+        its blocks first with ``SSVM_SHARED_MIRROR=rebuild``, unless ``rebuilt``), sums its share of the
         coordinates over the mirrors into both, and waits for the others before the gap pass reads w."""
-        if self.size > 1:
-            self.barrier()
         t0 = time.perf_counter()
+        if self.rebuild_mirror and not rebuilt:
+            self.local.recompute(out=self.mirror)
+        if self.size > 1:
+            self.sync_s += time.perf_counter() - t0
+            self.barrier()
+            t0 = time.perf_counter()
         mine = self._mine
         torch.sum(self._mirrors[:, mine], 0, out=self.shared[mine])
         self._w[mine].copy_(self.shared[mine])
@@ -219,7 +239,7 @@ class SharedDual(RoundsDual):
         """Each mirror exactly from its rank's blocks, ell likewise; then the exact point."""
         self.local.recompute(out=self.mirror)
         self._ell = self._summed(float(self.local.ell))
-        self._point_to_local()
+        self._point_to_local(rebuilt=True)
 
     def _restore_point(self, state: dict) -> None:
         """The exact point from the blocks just loaded (the local load's copy of w into the shared w is
