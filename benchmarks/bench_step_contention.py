@@ -5,8 +5,9 @@ and 77.6 at P = 8, against ~27 us for one process's; docs/distributed.md, "Measu
 The store is the exchange's own (CoNLL-2000 with the command of bench_rounds_2core.py, the chain store's numba
 kernels), brought to a realistic point by ``--warm-passes`` passes of BCFW in one process. Then, for each
 configuration, P forked processes (one thread each) step on the round-robin shards of the blocks (rank r:
-blocks r, r + P, ...; ``--sampling gap``, the default: drawn with probability proportional to their gaps at
-the warm point, as gap sampling draws them; ``uniform``: each in turn in a random order) for ``--steps`` timed
+blocks r, r + P, ...; ``--sampling gap``, the default: drawn by the solver's gap sampler started from the
+block gaps at the warm point and fed each step's gap, as a rank's solver does between two checks; ``frozen``:
+drawn with probability proportional to those gaps; ``uniform``: each in turn in a random order) for ``--steps`` timed
 steps each after ``--warm-steps`` untimed ones, all starting at one barrier, every move also added to a mirror
 of the rank's own as the exchange's ranks do (``--mirror both``: also without, ``SSVM_SHARED_MIRROR=rebuild``'s
 steps). Each configuration starts from the same w and the same block points (the forks' writes
@@ -49,6 +50,7 @@ sys.path.insert(0, str(ROOT))
 
 from ssvm_torch.atomic import atomic_write_bytes  # noqa: E402
 from ssvm_torch.distributed.affinity import compact_order, cpu_topology  # noqa: E402
+from ssvm_torch.solvers.samplers import GapSampler  # noqa: E402
 from ssvm_torch.stores import make_store  # noqa: E402
 from ssvm_torch.tasks import get_task, load_task  # noqa: E402
 
@@ -106,8 +108,21 @@ def block_order(n: int, rank: int, procs: int, count: int, seed: int, gaps: np.n
     return rng.choice(blocks, size=count, p=p / p.sum())
 
 
-def _rank(store, rank: int, procs: int, cpu, private: bool, mirror: bool, gaps, warm: int, steps: int, seed: int,
-          barrier, results):
+def run_steps(store, blocks: np.ndarray, count: int, sampler) -> None:
+    """``count`` BCFW steps: on ``blocks`` in turn, or (``sampler``, a GapSampler over them) on the sampler's draws,
+    each step's block gap fed back to it as the solver's gap sampling does (ssvm_torch/solvers/steps.py)."""
+    if sampler is None:
+        for i in blocks[:count]:
+            store.fw_step(int(i))
+        return
+    for _ in range(count):
+        j = sampler.next()
+        g, _ = store.fw_step(int(blocks[j]))
+        sampler.update(j, g)
+
+
+def _rank(store, rank: int, procs: int, cpu, private: bool, mirror: bool, sampling: str, gaps, warm: int, steps: int,
+          seed: int, barrier, results):
     """One forked rank: pinned to ``cpu`` (if any), its own w copy if ``private``, a mirror of its own if
     ``mirror``; warm-up steps, the barrier, then ``steps`` timed steps on its shard; puts (rank, seconds, steps,
     cpu) in ``results``."""
@@ -117,27 +132,32 @@ def _rank(store, rank: int, procs: int, cpu, private: bool, mirror: bool, gaps, 
         if private:
             store.share_w(store.w.clone())
         store.shadow, store.shadow_coef = (torch.zeros_like(store.w), 1.0) if mirror else (None, 0.0)
-        order = block_order(store.n, rank, procs, warm + steps, seed, gaps)
-        for i in order[:warm]:
-            store.fw_step(int(i))
+        if sampling == "gap":                  # the solver's own sampler, from the warm point's gaps
+            order = np.arange(rank, store.n, procs)
+            sampler = GapSampler(len(order), seed + rank)
+            sampler.set_all(gaps[order])
+            sampler.pos = sampler.unvisited.shape[0]          # every block has its gap: none drawn first for being new
+        else:
+            order, sampler = block_order(store.n, rank, procs, warm + steps, seed,
+                                         gaps if sampling == "frozen" else None), None
+        run_steps(store, order, warm, sampler)
         barrier.wait()
         t0 = time.perf_counter()
-        for i in order[warm:warm + steps]:
-            store.fw_step(int(i))
+        run_steps(store, order if sampler else order[warm:], steps, sampler)
         results.put((rank, time.perf_counter() - t0, steps, cpu))
     except BaseException as e:          # noqa: BLE001 - reported to the parent, which fails the configuration
         results.put((rank, None, repr(e), cpu))
         barrier.abort()
 
 
-def measure(store, w0: torch.Tensor, procs: int, cpus, private: bool, mirror: bool, gaps, warm: int, steps: int,
-            seed: int) -> dict:
+def measure(store, w0: torch.Tensor, procs: int, cpus, private: bool, mirror: bool, sampling: str, gaps, warm: int,
+            steps: int, seed: int) -> dict:
     """One configuration: ``procs`` forked ranks, their microseconds per step."""
     store.w.copy_(w0)
     ctx = mp.get_context("fork")
     barrier, results = ctx.Barrier(procs), ctx.Queue()
     kids = [ctx.Process(target=_rank, args=(store, r, procs, None if cpus is None else cpus[r], private, mirror,
-                                            gaps, warm, steps, seed, barrier, results)) for r in range(procs)]
+                                            sampling, gaps, warm, steps, seed, barrier, results)) for r in range(procs)]
     for k in kids:
         k.start()
     got = sorted(results.get(timeout=600) for _ in kids)
@@ -169,8 +189,9 @@ def main(argv=None) -> dict:
     ap.add_argument("--steps", type=int, default=20000, help="timed steps per rank")
     ap.add_argument("--warm-steps", type=int, default=2000, help="untimed steps per rank before the barrier")
     ap.add_argument("--warm-passes", type=int, default=10, help="BCFW passes before any configuration")
-    ap.add_argument("--sampling", choices=["uniform", "gap"], default="gap",
-                    help="each rank's blocks: uniform (each in turn, random order) or by their gaps at the warm point")
+    ap.add_argument("--sampling", choices=["gap", "frozen", "uniform"], default="gap",
+                    help="each rank's blocks: gap sampling (the solver's sampler from the warm point's gaps, fed each "
+                         "step's gap), frozen (by the warm point's gaps) or uniform (each in turn, random order)")
     ap.add_argument("--mirror", choices=["on", "off", "both"], default="on",
                     help="each move also into a mirror of the rank's own (the exchange's), not, or both side by side")
     ap.add_argument("--reps", type=int, default=1, help="every configuration this many times, alternated")
@@ -183,7 +204,7 @@ def main(argv=None) -> dict:
     store = conll_store(args.warm_passes, args.seed)
     store.share_w(store.w.clone().share_memory_())
     w0 = store.w.clone()
-    gaps = store.gap_pass().block_gaps.numpy().copy() if args.sampling == "gap" else None
+    gaps = store.gap_pass().block_gaps.numpy().copy() if args.sampling != "uniform" else None
     print(f"CoNLL-2000 store: n {store.n}, d {store.w.numel()}, {args.warm_passes} warm passes "
           f"({time.perf_counter() - t0:.1f} s); {len(allowed)} CPUs", flush=True)
     first = compact_order(cpu_topology(allowed))[0]
@@ -201,8 +222,8 @@ def main(argv=None) -> dict:
     runs: dict[str, list[dict]] = {name: [] for name, *_ in configs}
     for _ in range(args.reps):
         for name, p, cpus, private, mirror in configs:
-            runs[name].append(measure(store, w0, p, cpus, private, mirror, gaps, args.warm_steps, args.steps,
-                                      args.seed))
+            runs[name].append(measure(store, w0, p, cpus, private, mirror, args.sampling, gaps, args.warm_steps,
+                                      args.steps, args.seed))
             print(f"  {name:36s} {runs[name][-1]['median_us']:7.1f} us/step (slowest rank "
                   f"{runs[name][-1]['max_us']:.1f})", flush=True)
     alone = statistics.median(r["median_us"] for r in runs[configs[0][0]])
