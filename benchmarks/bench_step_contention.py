@@ -135,8 +135,7 @@ def _rank(store, rank: int, procs: int, cpu, private: bool, mirror: bool, sampli
         if sampling == "gap":                  # the solver's own sampler, from the warm point's gaps
             order = np.arange(rank, store.n, procs)
             sampler = GapSampler(len(order), seed + rank)
-            sampler.set_all(gaps[order])
-            sampler.pos = sampler.unvisited.shape[0]          # every block has its gap: none drawn first for being new
+            sampler.set_all(gaps[order])                    # every block has its gap (as after a check's gap pass)
         else:
             order, sampler = block_order(store.n, rank, procs, warm + steps, seed,
                                          gaps if sampling == "frozen" else None), None
