@@ -1,17 +1,18 @@
 """What one BCFW step of the shared exchange costs while other ranks step beside it, by where the ranks run and
 whether they write one w or each its own (issue 74: on the 16-CPU machine a shared step cost 62.6 us at P = 2
-and 77.6 at P = 8, against ~27 us for one process's; docs/distributed.md, "Measured on 16 cores").
+and 77.6 at P = 8, where that machine's one process, never profiled, steps in ~55-60 us by its time to the gap;
+docs/distributed.md, "Measured on 16 cores").
 
 The store is the exchange's own (CoNLL-2000 with the command of bench_rounds_2core.py, the chain store's numba
 kernels), brought to a realistic point by ``--warm-passes`` passes of BCFW in one process. Then, for each
 configuration, P forked processes (one thread each) step on the round-robin shards of the blocks (rank r:
 blocks r, r + P, ...; ``--sampling gap``, the default: drawn by the solver's gap sampler started from the
 block gaps at the warm point and fed each step's gap, as a rank's solver does between two checks; ``frozen``:
-drawn with probability proportional to those gaps; ``uniform``: each in turn in a random order) for ``--steps`` timed
-steps each after ``--warm-steps`` untimed ones, all starting at one barrier, every move also added to a mirror
-of the rank's own as the exchange's ranks do (``--mirror both``: also without, ``SSVM_SHARED_MIRROR=rebuild``'s
-steps). Each configuration starts from the same w and the same block points (the forks' writes
-to their blocks are their own copies; the shared w is restored between configurations).
+drawn with probability proportional to those gaps; ``uniform``: each in turn in a random order) for
+``--steps`` timed steps each after ``--warm-steps`` untimed ones, all starting at one barrier, every move also
+added to a mirror of the rank's own as the exchange's ranks do (``--mirror both``: also without,
+``SSVM_SHARED_MIRROR=rebuild``'s steps). Each configuration starts from the same w and the same block points
+(the forks' writes to their blocks are their own copies; the shared w is restored between configurations).
 
 * ``shared``: the ranks write one w in shared memory (the exchange): a step pays for the cache lines of w the
   other ranks wrote (fetched from their caches) on top of its own work.
