@@ -170,7 +170,7 @@ fi
 
 if want contention; then               # (only when named) what a shared step costs beside P - 1 others, by placement
   stamp "contention: one step's cost at P = 1, 2, 8, shared w or private, by placement"
-  timeout "${CONTENTION_S:-120}" $py benchmarks/bench_step_contention.py --procs 2 8 ${CONTENTION_ARGS:---mirror both} \
+  timeout "${CONTENTION_S:-120}" $py benchmarks/bench_step_contention.py --procs 2 8 ${CONTENTION_ARGS:---mirror both --reps 2 --steps 10000} \
     --out "$OUT/contention.json" >"$OUT/contention.log" 2>&1
   stamp "contention rc=$?"
 fi
