@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import os
 
 import torch
 
@@ -41,6 +42,14 @@ def warn_scale(t: torch.Tensor, field: str, limit: float = 1e100) -> None:
             import warnings
             warnings.warn(f"{field}: values up to {top:.3g}; scores <w, phi> of such features overflow or lose all "
                           "precision in float64 and the steps stall; rescale the features", stacklevel=3)
+
+
+def env_choice(name: str, choices: tuple, default: str) -> str:
+    """The environment variable ``name`` (``default`` when unset), refused by name unless one of ``choices``."""
+    choice = os.environ.get(name, default)
+    if choice not in choices:
+        raise SSVMInputError(f"{name}: expected one of {tuple(choices)}, got {choice!r}")
+    return choice
 
 
 def check_choice(value: str, field: str, choices) -> str:

@@ -204,29 +204,23 @@ def test_resume_starts_from_the_checkpoint(shared_run, tmp_path):
     assert torch.allclose(parts[0][0] + parts[1][0], resumed["w"], rtol=0, atol=1e-12)
 
 
-def test_round_sharing_is_chosen_by_its_environment_variable(monkeypatch):
+@pytest.mark.parametrize("name, read, default, other, refused", [
+    ("SSVM_SHARED_ROUND", "shares_rounds", True, ("fixed", False), "dynamic"),
+    ("SSVM_SHARED_MIRROR", "mirror_choice", "steps", ("rebuild", "rebuild"), "never")])
+def test_exchange_settings_are_chosen_by_their_environment_variables(name, read, default, other, refused,
+                                                                      monkeypatch):
     """SSVM_SHARED_ROUND: 'shared' (the default) or 'fixed' (every rank its own share of a round, kept for
-    side-by-side measurement); anything else is refused by name."""
-    from ssvm_torch.distributed.shared_memory import shares_rounds
-    monkeypatch.delenv("SSVM_SHARED_ROUND", raising=False)
-    assert shares_rounds()
-    monkeypatch.setenv("SSVM_SHARED_ROUND", "fixed")
-    assert not shares_rounds()
-    monkeypatch.setenv("SSVM_SHARED_ROUND", "dynamic")
-    with pytest.raises(ValueError, match="SSVM_SHARED_ROUND: expected one of"):
-        shares_rounds()
-
-
-def test_mirror_choice_is_chosen_by_its_environment_variable(monkeypatch):
-    """SSVM_SHARED_MIRROR: 'steps' (the default) or 'rebuild'; anything else is refused by name."""
-    from ssvm_torch.distributed.shared_memory import mirror_choice
-    monkeypatch.delenv("SSVM_SHARED_MIRROR", raising=False)
-    assert mirror_choice() == "steps"
-    monkeypatch.setenv("SSVM_SHARED_MIRROR", "rebuild")
-    assert mirror_choice() == "rebuild"
-    monkeypatch.setenv("SSVM_SHARED_MIRROR", "never")
-    with pytest.raises(ValueError, match="SSVM_SHARED_MIRROR: expected one of \\('steps', 'rebuild'\\), got 'never'"):
-        mirror_choice()
+    side-by-side measurement); SSVM_SHARED_MIRROR: 'steps' (the default) or 'rebuild'; anything else is refused
+    by name, with the choices."""
+    from ssvm_torch.distributed import shared_memory
+    fn = getattr(shared_memory, read)
+    monkeypatch.delenv(name, raising=False)
+    assert fn() == default
+    monkeypatch.setenv(name, other[0])
+    assert fn() == other[1]
+    monkeypatch.setenv(name, refused)
+    with pytest.raises(ValueError, match=f"{name}: expected one of \\(.*\\), got '{refused}'"):
+        fn()
 
 
 def test_one_process_with_rebuilt_mirrors_follows_plain_bcfw(monkeypatch):
@@ -239,8 +233,7 @@ def test_one_process_with_rebuilt_mirrors_follows_plain_bcfw(monkeypatch):
     plain = Solver(task.store(0.01), cfg)
     expected = plain.run()
     dual = shared_store(task, 0.01)
-    solver = RoundsSolver(dual, cfg)
-    got = solver.run()
+    got = RoundsSolver(dual, cfg).run()
     assert dual.local.shadow is None and len(got) == len(expected)
     for a, b in zip(got, expected):
         assert a["gap"] == pytest.approx(b["gap"], rel=1e-8) and a["dual"] == pytest.approx(b["dual"], rel=1e-10)

@@ -5,12 +5,11 @@ Triton, any device), :func:`decode` (one dispatch over the numba, torch and Trit
 :mod:`ssvm_torch.chain`."""
 from __future__ import annotations
 
-import os
 
 import torch
 
 from ..devices import KERNELS, from_host, to_host
-from ..errors import check
+from ..errors import check, env_choice
 from .numba_viterbi import NO_PEN, penalty_array, viterbi_ragged
 from .torch_viterbi import viterbi_loop
 from .triton_viterbi import fused_available, viterbi_fused
@@ -24,10 +23,7 @@ def cuda_decoder() -> str:
     default where Triton is importable), ``fused-tile`` / ``fused-rows`` / ``fused-transposed`` (one variant)
     or ``loop``
     (:func:`viterbi_loop`), from the environment variable ``SSVM_CUDA_VITERBI``."""
-    choice = os.environ.get("SSVM_CUDA_VITERBI", "fused")
-    if choice not in CUDA_DECODERS:
-        raise ValueError(f"SSVM_CUDA_VITERBI: expected one of {CUDA_DECODERS}, got {choice!r}")
-    return choice
+    return env_choice("SSVM_CUDA_VITERBI", CUDA_DECODERS, "fused")
 
 
 def fused_variant() -> str | None:

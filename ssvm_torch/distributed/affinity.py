@@ -19,7 +19,7 @@ import os
 from pathlib import Path
 from typing import NamedTuple
 
-from ..errors import SSVMInputError
+from ..errors import env_choice
 
 PIN_ENV = "SSVM_SHARED_PIN"
 PIN_CHOICES = ("none", "compact")
@@ -39,10 +39,7 @@ class Cpu(NamedTuple):
 
 def pin_choice() -> str:
     """``SSVM_SHARED_PIN``: ``none`` (default) or ``compact``."""
-    choice = os.environ.get(PIN_ENV, "none")
-    if choice not in PIN_CHOICES:
-        raise SSVMInputError(f"{PIN_ENV}: expected one of {PIN_CHOICES}, got {choice!r}")
-    return choice
+    return env_choice(PIN_ENV, PIN_CHOICES, "none")
 
 
 def _read_int_list(path: Path) -> list[int] | None:

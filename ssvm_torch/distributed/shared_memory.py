@@ -37,7 +37,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from ..errors import SSVMInputError, check
+from ..errors import SSVMInputError, check, env_choice
 from ..solvers.loop import Solver
 from ..stores.base import BlockDual
 from .affinity import pin_rank
@@ -54,19 +54,13 @@ def mirror_choice() -> str:
     """How each rank keeps its mirror (``SSVM_SHARED_MIRROR``): ``steps`` (the default: every move also added to
     it) or ``rebuild`` (no second write per move; rebuilt from the rank's blocks at every check, the
     store's ``recompute(out=)``)."""
-    choice = os.environ.get(MIRROR_ENV, "steps")
-    if choice not in ("steps", "rebuild"):
-        raise SSVMInputError(f"{MIRROR_ENV}: expected one of ('steps', 'rebuild'), got {choice!r}")
-    return choice
+    return env_choice(MIRROR_ENV, ("steps", "rebuild"), "steps")
 
 
 def shares_rounds() -> bool:
     """Whether the ranks share each round's steps (``SSVM_SHARED_ROUND``: ``shared``, the default, or ``fixed``,
     every rank its own share, the exchange before round sharing, kept for side-by-side measurement)."""
-    choice = os.environ.get(ROUND_ENV, "shared")
-    if choice not in ("shared", "fixed"):
-        raise SSVMInputError(f"{ROUND_ENV}: expected one of ('shared', 'fixed'), got {choice!r}")
-    return choice == "shared"
+    return env_choice(ROUND_ENV, ("shared", "fixed"), "shared") == "shared"
 
 
 def _reserve(nbytes: int) -> tuple[str, str]:

@@ -23,11 +23,11 @@ orders it. Scores are float32 or float64 (the charts' dtype); absent arcs carry 
 """
 from __future__ import annotations
 
-import os
 
 import torch
 
 from ..chain.triton_viterbi import interpreting, triton
+from ..errors import env_choice
 from .torch_eisner import NEG, arc_tables, root_terms
 
 #: span starts and split points per tile of the kernels (a (BLOCK_I, BLOCK_D) tile per step)
@@ -173,9 +173,7 @@ def available(S: torch.Tensor) -> bool:
     """True where these kernels serve the projective recursions: Triton importable, float32 / float64
     scores on CUDA (or on any device under ``TRITON_INTERPRET=1`` when called directly), and
     ``SSVM_CUDA_EISNER`` not ``loop`` (which keeps the torch recursions, for comparison)."""
-    choice = os.environ.get("SSVM_CUDA_EISNER", "fused")
-    if choice not in ("fused", "loop"):
-        raise ValueError(f"SSVM_CUDA_EISNER: expected one of ('fused', 'loop'), got {choice!r}")
+    choice = env_choice("SSVM_CUDA_EISNER", ("fused", "loop"), "fused")
     return triton is not None and choice == "fused" and S.dtype in DTYPES and S.is_cuda
 
 

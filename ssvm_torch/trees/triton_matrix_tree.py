@@ -19,11 +19,11 @@ matrix); longer batches and float64 keep the torch path.
 """
 from __future__ import annotations
 
-import os
 
 import torch
 
 from ..chain.triton_viterbi import triton
+from ..errors import env_choice
 
 #: the longest sentence (words) the kernel takes: L and X are (BLOCK, BLOCK) register tiles
 MAX_WORDS = 64
@@ -111,9 +111,7 @@ def available(S: torch.Tensor) -> bool:
     """True where the kernel serves the direct path: Triton importable, float32 scores on CUDA of at most
     :data:`MAX_WORDS` words, and ``SSVM_CUDA_MATRIX_TREE`` not ``torch`` (which keeps the torch path, for
     comparison)."""
-    choice = os.environ.get("SSVM_CUDA_MATRIX_TREE", "fused")
-    if choice not in ("fused", "torch"):
-        raise ValueError(f"SSVM_CUDA_MATRIX_TREE: expected one of ('fused', 'torch'), got {choice!r}")
+    choice = env_choice("SSVM_CUDA_MATRIX_TREE", ("fused", "torch"), "fused")
     return (triton is not None and choice == "fused" and S.is_cuda and S.dtype == torch.float32
             and S.shape[1] - 1 <= MAX_WORDS)
 
