@@ -45,7 +45,7 @@ def atomic_write(path, write) -> Path:
         if os.path.exists(tmp):
             os.unlink(tmp)
         interrupt = _interrupt_under(e)
-        if interrupt is not None:            # Ctrl-C mid-write: the writer's cleanup (torch.save's zip end) raised over it
+        if interrupt is not None:            # a stop mid-write, which the writer's cleanup (torch.save) raised over
             raise interrupt from None
         full = _disk_full(path.parent, e)
         if full is not None:                 # the writer's own words (torch.save: "unexpected pos") hide the cause
@@ -54,15 +54,16 @@ def atomic_write(path, write) -> Path:
     return path
 
 
-def _interrupt_under(e: BaseException) -> KeyboardInterrupt | None:
-    """The KeyboardInterrupt that an exception ``e`` (not itself one) was raised while handling, if any: a Ctrl-C
-    during a write whose cleanup then failed (torch.save: "unexpected pos"), which the caller must see as the
-    interrupt it is."""
-    if isinstance(e, KeyboardInterrupt):
+def _interrupt_under(e: BaseException) -> BaseException | None:
+    """The stop that an exception ``e`` (not itself one) was raised while handling, if any: Ctrl-C
+    (KeyboardInterrupt) or SIGTERM (the CLIs' ``Terminated``, Lightning's ``SIGTERMException``: every
+    BaseException that is not an Exception) arriving during a write whose cleanup then failed (torch.save:
+    "unexpected pos"), which the caller must see as the stop it is."""
+    if not isinstance(e, Exception):
         return None
     seen, ctx = 0, e.__context__
     while ctx is not None and seen < 8:
-        if isinstance(ctx, KeyboardInterrupt):
+        if not isinstance(ctx, Exception) and isinstance(ctx, BaseException):
             return ctx
         seen, ctx = seen + 1, ctx.__context__
     return None

@@ -483,11 +483,18 @@ def test_a_checkpoint_write_on_a_full_disk_names_the_full_disk(tmp_path, monkeyp
     assert not list(tmp_path.glob(".x.*"))
 
 
-def test_ctrl_c_during_a_torch_save_is_the_interrupt_and_keeps_the_previous_file(tmp_path):
-    """A KeyboardInterrupt inside torch.save's zip writer makes its cleanup fail ("unexpected pos 64 vs 0", which a
-    Lightning fit then reported as a crash, exit 1): atomic_write raises the KeyboardInterrupt itself, the target
-    keeps its previous content and no temporary file is left."""
+@pytest.mark.parametrize("stop", ["KeyboardInterrupt", "Terminated", "SIGTERMException"])
+def test_a_stop_during_a_torch_save_is_the_stop_and_keeps_the_previous_file(tmp_path, stop):
+    """Ctrl-C or SIGTERM (the CLI's handler raises Terminated; Lightning's SIGTERMException) inside torch.save's
+    zip writer makes its cleanup fail ("unexpected pos 64 vs 0", which a Lightning fit then reported as a crash,
+    exit 1, and kept nothing of the run: the SIGTERM case of test_faults_trees.py's interrupted fit): atomic_write
+    raises the stop itself, the target keeps its previous content and no temporary file is left."""
+    from lightning.pytorch.utilities.exceptions import SIGTERMException
+
     from ssvm_torch import atomic
+    from ssvm_torch.errors import Terminated
+    raised = {"KeyboardInterrupt": KeyboardInterrupt, "Terminated": Terminated, "SIGTERMException": SIGTERMException}
+    raised = raised[stop]
     target = tmp_path / "last.ckpt"
     torch.save({"epoch": 0}, target)
     before = target.read_bytes()
@@ -500,7 +507,7 @@ def test_ctrl_c_during_a_torch_save_is_the_interrupt_and_keeps_the_previous_file
         def write(self, data):
             self.n += 1
             if self.n == 3:
-                raise KeyboardInterrupt
+                raise raised
             return self.f.write(data)
 
         def flush(self):
@@ -508,7 +515,7 @@ def test_ctrl_c_during_a_torch_save_is_the_interrupt_and_keeps_the_previous_file
 
     def save_interrupted(f):
         torch.save({"w": torch.zeros(1000)}, CtrlCOnThirdWrite(f))
-    with pytest.raises(KeyboardInterrupt):
+    with pytest.raises(raised):
         atomic.atomic_write(target, save_interrupted)
     assert target.read_bytes() == before and not list(tmp_path.glob(".last.ckpt.*"))
 
