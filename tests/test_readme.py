@@ -45,7 +45,10 @@ def test_linear_chain_example_runs():
     exec(compile(BLOCKS[3], "README LinearChain example", "exec"), scope)
     paths, tags, mask = scope["paths"], scope["tags"], scope["mask"]
     assert float(scope["loss"]) >= 0 and paths.shape == (2, 6) and bool((paths[~mask] == -1).all())
-    for row in paths.tolist():
+    draws, H = scope["draws"], scope["H"]
+    assert H.shape == (2,) and bool((H > 0).all()) and draws.shape == (2, 8, 6)
+    assert bool((draws[:, :, ~mask[1]][1] == -1).all()) and bool((draws[0] >= 0).all())
+    for row in [*paths.tolist(), *draws.reshape(-1, 6).tolist()]:     # the samples obey the constraints too
         seq = [tags[y] for y in row if y >= 0]
         assert all(not b.startswith("I-") or (a != "O" and a[2:] == b[2:]) for a, b in zip(["O"] + seq, seq))
 

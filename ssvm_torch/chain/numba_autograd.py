@@ -11,6 +11,7 @@ import torch
 from ..devices import to_host, to_host_all
 from ..errors import SSVMInputError
 from . import numba_masked as mc
+from .numba_entropy import nb_entropy
 from .checks import effective, fail_no_path
 from .numba_viterbi import loop_order
 
@@ -125,6 +126,38 @@ class NumbaLogZ(torch.autograd.Function):
         E, mask = ctx.saved_tensors
         buffers = forward_backward(E, mask, *ctx.params, ctx.penalty, grad.detach().to(torch.float64).contiguous())
         return _cast(buffers, ctx.dtypes) + (None,) * 2
+
+
+class NumbaEntropy(torch.autograd.Function):
+    """The entropy H_b of each row's CRF (CPU tensors; :mod:`ssvm_torch.chain.numba_entropy`), its backward the
+    compiled covariance pass -Cov_p(phi, s(y)) times the incoming gradient. A row without an allowed path is nan
+    (the caller refuses it by name)."""
+
+    @staticmethod
+    def forward(ctx, E, start, end, trans, mask, penalty):
+        H = _entropy(E.detach(), mask, start, end, trans, penalty, None)[0]
+        ctx.save_for_backward(E.detach(), mask)
+        ctx.penalty = penalty
+        ctx.params = (start.detach(), end.detach(), trans.detach())
+        ctx.dtypes = (E.dtype, start.dtype, end.dtype, trans.dtype)
+        return H.to(E.dtype)
+
+    @staticmethod
+    def backward(ctx, grad):
+        E, mask = ctx.saved_tensors
+        _, buffers = _entropy(E, mask, *ctx.params, ctx.penalty, grad.detach().to(torch.float64).contiguous())
+        return _cast(buffers, ctx.dtypes) + (None,) * 2
+
+
+def _entropy(E, mask, start, end, trans, penalty, g):
+    """(H (B,) float64, the gradient buffers of sum_b g_b H_b, or None when ``g`` is None)."""
+    s, e, t = effective(start, end, trans, penalty, torch.float64, E.device)
+    H = torch.empty(E.shape[0], dtype=torch.float64, device=E.device)
+    buffers = _grad_buffers(E.shape, E.device) if g is not None else _grad_buffers((1, 1, E.shape[2]), E.device)
+    gg = g if g is not None else torch.zeros(E.shape[0], dtype=torch.float64)
+    nb_entropy(*_host(E.contiguous(), mask.contiguous(), s, e, t, gg), g is not None, numba.get_num_threads(),
+               to_host(H), *(to_host(x) for x in buffers))
+    return H, (buffers if g is not None else None)
 
 
 def forward_backward(E, mask, start, end, trans, penalty, g):

@@ -1,6 +1,7 @@
 """The chain package's operations on a padded batch with an arbitrary mask, each with one dispatch
 rule over its backends: the structured hinge, the CRF negative log-likelihood, Viterbi decoding,
-the tag marginals, log Z and the path score.
+the tag marginals, log Z and the path score; the entropy, KL divergence and exact samples have the
+torch backend only (:mod:`ssvm_torch.chain.information`).
 
 Arguments, after validation by the callers (:class:`~ssvm_torch.nn.LinearChain`,
 :mod:`ssvm_torch.chain.losses`): emissions E (B, T, K) float, mask (B, T) bool, start / end (K,),
@@ -21,14 +22,15 @@ import torch
 from ..devices import to_host
 from ..errors import SSVMInputError
 from .checks import effective, fail_no_path, refuse_bad_scores, tracing, use_numba, use_triton
-from .numba_autograd import NumbaHinge, NumbaLogZ, NumbaNLL, forward_backward, numba_decode
+from .information import information_rows, sample_rows
+from .numba_autograd import NumbaEntropy, NumbaHinge, NumbaLogZ, NumbaNLL, forward_backward, numba_decode
 from .numba_nbest import nb_nbest
 from .torch_ops import (compact, gather_rows, log_partition_rows, padded_score, torch_decode, torch_hinge, torch_nbest,
                         torch_nll)
 from .triton_autograd import TritonCRF, TritonHinge, triton_decode, triton_marginals
 
-__all__ = ["decode", "hinge", "log_partition", "marginals", "nbest", "nll", "refuse_bad_scores", "score",
-           "softmax_margin", "tracing"]
+__all__ = ["decode", "hinge", "information", "log_partition", "marginals", "nbest", "nll", "refuse_bad_scores",
+           "sample", "score", "softmax_margin", "tracing"]
 
 
 def _float(E):
@@ -142,3 +144,35 @@ def score(E, mask, start, end, trans, tags):
     """s(tags) per row (B,) over the masked-on positions, differentiable."""
     order, lengths = compact(mask)
     return padded_score(gather_rows(E, order), lengths, start, end, trans, tags.gather(1, order))
+
+
+def information(E, mask, start, end, trans, penalty=None, other=None, kernels="auto"):
+    """(entropy (B,), KL(p || q) (B,) or None) of the CRF p of the scores, 0 for an empty row, differentiable;
+    ``other`` = (E_q, start, end, trans, penalty) of q on the same mask, or None. The entropy alone takes the
+    compiled kernel on the CPU (:mod:`ssvm_torch.chain.numba_entropy`; ``kernels`` as elsewhere), the rest the
+    torch recursion of :mod:`ssvm_torch.chain.information` (any device: CUDA's path, no Triton kernel of its own).
+    A row without an allowed tag sequence is refused by name."""
+    if other is None and use_numba(_float(E), kernels):
+        H = NumbaEntropy.apply(_float(E), start, end, trans, mask, penalty)
+        D = None
+    else:
+        order, lengths = compact(mask)
+        oth = None if other is None else (gather_rows(_float(other[0]), order), *other[1:])
+        H, D = information_rows(gather_rows(_float(E), order), lengths, start, end, trans, penalty, oth)
+    if not tracing() and not bool(torch.isfinite(H).all()):
+        _, scores, *_ = torch_decode(E, mask, start, end, trans, penalty)
+        fail_no_path(scores, mask)
+        raise SSVMInputError("emissions: the entropy is not finite (scores out of the dtype's range)")
+    return H, D
+
+
+def sample(E, mask, start, end, trans, n: int, penalty=None, generator=None):
+    """n exact samples of every row's CRF (B, n, T) int64, -1 where masked off (forward filtering, backward
+    sampling: :func:`ssvm_torch.chain.information.sample_rows`, any device). A row without an allowed tag
+    sequence is refused by name."""
+    order, lengths = compact(mask)
+    labels_c, logz = sample_rows(gather_rows(_float(E.detach()), order), lengths, start, end, trans, penalty, n,
+                                 generator)
+    fail_no_path(logz, mask)
+    B, T = mask.shape
+    return torch.full_like(labels_c, -1).scatter(2, order[:, None, :].expand(B, n, T), labels_c)

@@ -272,3 +272,60 @@ class LinearChain(nn.Module):
         0 where the mask is off (forbidden tags get 0). No gradient."""
         E, mask, _ = self._inputs(emissions, mask)
         return ops.marginals(E, mask, *self._scores(), self._penalty(), self.kernels)
+
+    # ------------------------------------------------------------------------- information and samples
+
+    def entropy(self, emissions: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        """H(p) = -sum_y p(y) log p(y) per row (B,) of the CRF of these scores (constraints applied; 0 for an
+        empty row), differentiable w.r.t. the emissions and the parameters (an entropy regularizer or an
+        uncertainty score): compiled on the CPU (:mod:`ssvm_torch.chain.numba_entropy`), elsewhere one forward
+        recursion in log space differentiated by autograd (:mod:`ssvm_torch.chain.information`)."""
+        E, mask, _ = self._inputs(emissions, mask)
+        return ops.information(E, mask, *self._scores(), self._penalty(), kernels=self.kernels)[0]
+
+    def kl(self, emissions: torch.Tensor, other_emissions: torch.Tensor, mask: torch.Tensor | None = None,
+           other: "LinearChain | None" = None) -> torch.Tensor:
+        """KL(p || q) = sum_y p(y) log (p(y) / q(y)) per row (B,): p the CRF of ``emissions`` under this layer, q
+        that of ``other_emissions`` (this layer's layout and shape) under ``other`` (a LinearChain of as many
+        tags, its own parameters and constraints; None: this layer). Differentiable w.r.t. both; +inf where p
+        gives weight to a tag sequence q forbids. Structured distillation: a teacher's p, a student's q."""
+        E, mask, _ = self._inputs(emissions, mask)
+        q, Q = self._other(other, other_emissions, emissions)
+        return ops.information(E, mask, *self._scores(), self._penalty(), (Q, *q._scores(), q._penalty()))[1]
+
+    def cross_entropy(self, emissions: torch.Tensor, other_emissions: torch.Tensor,
+                      mask: torch.Tensor | None = None, other: "LinearChain | None" = None) -> torch.Tensor:
+        """H(p, q) = -sum_y p(y) log q(y) = H(p) + KL(p || q) per row (B,), with p and q as in :meth:`kl`."""
+        E, mask, _ = self._inputs(emissions, mask)
+        q, Q = self._other(other, other_emissions, emissions)
+        H, D = ops.information(E, mask, *self._scores(), self._penalty(), (Q, *q._scores(), q._penalty()))
+        return H + D
+
+    def _other(self, other, other_emissions, emissions):
+        """(the layer of q, its emissions batch-first) after the checks, every field named."""
+        q = self if other is None else other
+        check(isinstance(q, LinearChain), "other", "a LinearChain (or None: this layer)", type(other).__name__)
+        check(q.num_tags == self.num_tags, "other", f"a LinearChain of num_tags = {self.num_tags}", q.num_tags)
+        check(q.transitions.device == self.transitions.device, "other", f"a layer on {self.transitions.device}",
+              q.transitions.device)
+        check(torch.is_tensor(other_emissions) and other_emissions.is_floating_point(), "other_emissions",
+              "a float tensor", getattr(other_emissions, "dtype", type(other_emissions).__name__))
+        check(other_emissions.shape == emissions.shape and other_emissions.device == emissions.device,
+              "other_emissions", f"a tensor of the emissions' shape {tuple(emissions.shape)} on {emissions.device}",
+              (tuple(other_emissions.shape), other_emissions.device))
+        ops.refuse_bad_scores(other_emissions.detach(), "other_emissions", allow_neg_inf=False)
+        return q, other_emissions if self.batch_first else other_emissions.transpose(0, 1)
+
+    def sample(self, emissions: torch.Tensor, mask: torch.Tensor | None = None, n: int = 1,
+               generator: torch.Generator | None = None) -> torch.Tensor:
+        """n exact samples y ~ p(y) of every row's CRF (constraints respected): a LongTensor (B, n, T),
+        batch-first as :meth:`decode`'s n best, -1 where the mask is off. Forward filtering, backward sampling
+        (:func:`ssvm_torch.chain.information.sample_rows`); ``generator`` (on the emissions' device) makes the
+        draws reproducible. No gradient (a score-function estimator uses :meth:`score` of the samples)."""
+        check(isinstance(n, int) and not isinstance(n, bool) and n >= 1, "n", "an int >= 1", repr(n))
+        check(generator is None or isinstance(generator, torch.Generator), "generator", "a torch.Generator or None",
+              type(generator).__name__)
+        E, mask, _ = self._inputs(emissions, mask)
+        check(generator is None or generator.device.type == E.device.type, "generator",
+              f"a generator on the emissions' device ({E.device})", getattr(generator, "device", None))
+        return ops.sample(E, mask, *self._scores(), n, self._penalty(), generator)
