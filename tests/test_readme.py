@@ -19,6 +19,7 @@ def test_dependency_tree_example_runs():
     pred, mask = scope["pred"], scope["mask"]
     assert float(scope["loss"].detach()) >= 0 and scope["arc_scores"].grad is not None
     assert pred.shape == (2, 5) and bool((pred[~mask] == -1).all()) and bool((pred[mask] >= 0).all())
+    assert scope["H"].shape == (2,) and bool((scope["H"] > 0).all())     # 4 and 3 words: more than one tree each
 
 
 def test_semimarkov_example_runs():

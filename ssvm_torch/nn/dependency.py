@@ -48,6 +48,7 @@ from ..chain.checks import refuse_bad_scores
 from ..errors import SSVMInputError, check, check_choice
 from ..trees import ops, sibling_ops
 from ..trees.checks import KERNELS, check_heads, check_partial_heads, check_scores, resolve_lengths, tracing, word_mask
+from ..trees.information import TreeInformation
 from ..trees.kbest import dependency_kbest
 from ..trees.lawler import check_nbest
 from ..trees.losses import row_cost
@@ -278,3 +279,38 @@ class DependencyTree(nn.Module):
         """s(heads) per sentence (B,), differentiable (any tree: no structure check beyond being a tree)."""
         S, lengths, SB = self._inputs(arc_scores, mask, lengths, sib_scores)
         return self._score(S, SB, check_heads(heads, lengths, S.shape[1], True, False), lengths)
+
+    # -- information ----------------------------------------------------------------------------------------
+    def entropy(self, arc_scores: torch.Tensor, mask: torch.Tensor | None = None,
+                lengths: torch.Tensor | None = None) -> torch.Tensor:
+        """H(p) = -sum_y p(y) log p(y) per sentence (B,) of the tree CRF of the arc scores (0 for an empty
+        sentence), differentiable: log Z - <mu, S> from the layer's log Z and marginals, its gradient -Hess S by
+        differentiating a torch log Z twice (:mod:`ssvm_torch.trees.information`). First order only."""
+        S, lengths, _ = self._inputs(arc_scores, mask, lengths)
+        return TreeInformation.apply(S, None, lengths, self.projective, self.multiroot, self.kernels)[0]
+
+    def kl(self, arc_scores: torch.Tensor, other_scores: torch.Tensor, mask: torch.Tensor | None = None,
+           lengths: torch.Tensor | None = None) -> torch.Tensor:
+        """KL(p || q) per sentence (B,): p the tree CRF of ``arc_scores``, q that of ``other_scores`` (the same
+        shape; the same trees: this layer's projectivity and root rule), differentiable w.r.t. both; +inf where
+        p gives weight to an arc q forbids (-inf)."""
+        S, lengths, _ = self._inputs(arc_scores, mask, lengths)
+        return TreeInformation.apply(S, self._other_scores(other_scores, S), lengths, self.projective,
+                                     self.multiroot, self.kernels)[1]
+
+    def cross_entropy(self, arc_scores: torch.Tensor, other_scores: torch.Tensor, mask: torch.Tensor | None = None,
+                      lengths: torch.Tensor | None = None) -> torch.Tensor:
+        """H(p, q) = H(p) + KL(p || q) per sentence (B,), p and q as in :meth:`kl`."""
+        S, lengths, _ = self._inputs(arc_scores, mask, lengths)
+        H, D = TreeInformation.apply(S, self._other_scores(other_scores, S), lengths, self.projective,
+                                     self.multiroot, self.kernels)
+        return H + D
+
+    @staticmethod
+    def _other_scores(other_scores, S):
+        check(torch.is_tensor(other_scores) and other_scores.is_floating_point(), "other_scores",
+              "a float tensor (B, N, N)", getattr(other_scores, "dtype", type(other_scores).__name__))
+        check(other_scores.shape == S.shape and other_scores.device == S.device, "other_scores",
+              f"the arc scores' shape {tuple(S.shape)} on {S.device}", (tuple(other_scores.shape), other_scores.device))
+        refuse_bad_scores(other_scores.detach(), "other_scores")
+        return other_scores.to(S.dtype)

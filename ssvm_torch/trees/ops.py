@@ -127,25 +127,33 @@ def log_partition(S: torch.Tensor, lengths: torch.Tensor, projective: bool, mult
 def marginals(S: torch.Tensor, lengths: torch.Tensor, projective: bool, multiroot: bool,
               kernels: str = "auto") -> torch.Tensor:
     """P(h -> m) (B, N, N) [modifier, head] under the CRF of the scores, zero off the words. No gradient."""
+    return marginals_and_log_partition(S, lengths, projective, multiroot, kernels)[0].to(S.dtype)
+
+
+def marginals_and_log_partition(S: torch.Tensor, lengths: torch.Tensor, projective: bool, multiroot: bool,
+                                kernels: str = "auto") -> tuple[torch.Tensor, torch.Tensor]:
+    """(the marginals (B, N, N), log Z (B,) float64) from one inside-outside pass or one factorization; the
+    marginals float64 from the compiled and matrix-tree kernels, S's dtype from the torch inside pass. No
+    gradient. A row without any tree of finite score is refused by name."""
     S = S.detach()
     if not projective:
         use_numba(S, kernels)
         M, logz = matrix_tree.marginals(S, lengths, multiroot)
         fail_no_tree(logz, lengths, "log Z")
-        return M.to(S.dtype)
+        return M, logz.to(torch.float64)
     if use_numba(S, kernels):
         Sh, Lh = host_batch(S, lengths)
         B, N, _ = Sh.shape
         logz, M = np.empty(B), np.zeros((B, N, N))
         (inside_outside_batch_parallel if parallel_rows(B) else inside_outside_batch)(Sh, Lh, multiroot, True, logz, M)
         fail_no_tree(from_host(logz, S.device), lengths, "log Z")
-        return from_host(M, S.device).to(S.dtype)
+        return from_host(M, S.device), from_host(logz, S.device).to(torch.float64)
     with torch.enable_grad():
         leaf = S.clone().requires_grad_(True)
         logz = _eisner(S).log_partition(leaf, lengths, multiroot)
         fail_no_tree(logz.detach(), lengths, "log Z")
         (grad,) = torch.autograd.grad(logz.sum(), leaf)
-    return grad
+    return grad, logz.detach().to(torch.float64)
 
 
 def score(S: torch.Tensor, heads: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:

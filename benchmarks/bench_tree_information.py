@@ -1,0 +1,123 @@
+"""DependencyTree's entropy and KL divergence (ssvm_torch/trees/information.py) against the peers, one CPU thread,
+float32 random arc scores of B sentences of n words (full length), single root:
+
+* projective: ours vs SuPar 1.1.4's ``DependencyCRF`` (``entropy`` / ``kl`` by its entropy / KL semirings over
+  Eisner's chart) and torch-struct 0.5's ``DependencyCRF.entropy`` (its entropy semiring; its ``kl`` raises
+  AttributeError: the KL semiring hands ``logpartition`` a list);
+* non-projective: ours vs SuPar's ``MatrixTree`` (log Z - <marginals, scores>, the marginals by autograd with
+  ``create_graph``); torch-struct 0.5's ``NonProjectiveDependencyCRF.entropy`` is not implemented (returns None).
+
+Each measured as the value alone and as value + backward (w.r.t. both score tensors for KL). Our values come
+from the compiled log Z and marginals, the backward from Hessian-vector products of a torch log Z
+(Eisner's torch inside pass, or a log-determinant). Medians of repeats after a warm-up, the libraries
+alternated in every repeat. torch-struct's length masking is patched as in benchmarks/bench_trees.py.
+
+Usage: python benchmarks/bench_tree_information.py [--quick] [--out benchmarks/results/tree_information_cpu.json]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import numba
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_trees import patch_torch_struct, to_torch_struct  # noqa: E402
+
+from ssvm_torch.nn import DependencyTree  # noqa: E402
+
+GRID = ((32, 20), (32, 40))
+
+
+def alternated(fns: dict, repeats: int) -> dict:
+    for fn in fns.values():
+        fn()
+    out = {k: [] for k in fns}
+    for _ in range(repeats):
+        for k, fn in fns.items():
+            t0 = time.perf_counter()
+            fn()
+            out[k].append(time.perf_counter() - t0)
+    return {k: 1e3 * statistics.median(v) for k, v in out.items()}
+
+
+def grad_of(f, *xs):
+    def run():
+        leaves = [x.detach().clone().requires_grad_() for x in xs]
+        f(*leaves).sum().backward()
+    return run
+
+
+def point(ts, B: int, n: int, repeats: int) -> dict:
+    from supar.structs import DependencyCRF, MatrixTree
+    g = torch.Generator().manual_seed(0)
+    S, Q = torch.randn(B, n + 1, n + 1, generator=g), torch.randn(B, n + 1, n + 1, generator=g)
+    lengths = torch.full((B,), n)
+    proj, nonproj = DependencyTree(projective=True), DependencyTree(projective=False)
+
+    def ts_crf(x):
+        return ts.DependencyCRF(to_torch_struct(x), multiroot=False)
+
+    groups = {
+        "proj_entropy_ms": {"ours": lambda: proj.entropy(S, lengths=lengths),
+                            "supar": lambda: DependencyCRF(S, lengths).entropy,
+                            "torch_struct": lambda: ts_crf(S).entropy},
+        "proj_entropy_backward_ms": {"ours": grad_of(lambda x: proj.entropy(x, lengths=lengths), S),
+                                     "supar": grad_of(lambda x: DependencyCRF(x, lengths).entropy, S),
+                                     "torch_struct": grad_of(lambda x: ts_crf(x).entropy, S)},
+        "proj_kl_backward_ms": {"ours": grad_of(lambda x, y: proj.kl(x, y, lengths=lengths), S, Q),
+                                "supar": grad_of(lambda x, y: DependencyCRF(x, lengths).kl(DependencyCRF(y, lengths)),
+                                                 S, Q)},
+        "nonproj_entropy_ms": {"ours": lambda: nonproj.entropy(S, lengths=lengths),
+                               "supar": lambda: MatrixTree(S, lengths).entropy},
+        "nonproj_entropy_backward_ms": {"ours": grad_of(lambda x: nonproj.entropy(x, lengths=lengths), S),
+                                        "supar": grad_of(lambda x: MatrixTree(x, lengths).entropy, S)},
+        "nonproj_kl_backward_ms": {"ours": grad_of(lambda x, y: nonproj.kl(x, y, lengths=lengths), S, Q),
+                                   "supar": grad_of(lambda x, y: MatrixTree(x, lengths).kl(MatrixTree(y, lengths)),
+                                                    S, Q)},
+    }
+    row = {"B": B, "n": n}
+    for name, fns in groups.items():
+        med = alternated(fns, repeats)
+        row[name] = {**med, **{f"{k}_over_ours": v / med["ours"] for k, v in med.items() if k != "ours"}}
+    # the values agree (float32 peers against our float64-accumulated ones)
+    row["max_abs_diff_entropy_vs_supar"] = {
+        "projective": float((proj.entropy(S, lengths=lengths) - DependencyCRF(S, lengths).entropy).abs().max()),
+        "non_projective": float((nonproj.entropy(S, lengths=lengths) - MatrixTree(S, lengths).entropy).abs().max())}
+    return row
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="B 32, n 20, 2 repeats")
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--out", default="benchmarks/results/tree_information_cpu.json")
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    numba.set_num_threads(1)
+    warnings.filterwarnings("ignore")
+    ts = patch_torch_struct()
+    rows = []
+    for B, n in (GRID[:1] if args.quick else GRID):
+        row = point(ts, B, n, 2 if args.quick else args.repeats)
+        rows.append(row)
+        for name, med in row.items():
+            if isinstance(med, dict) and "ours" in med:
+                print(f"B {B} n {n} {name}: " + "  ".join(f"{k} {v:.2f}" for k, v in med.items()))
+        print(f"B {B} n {n} |H - SuPar's H|: {row['max_abs_diff_entropy_vs_supar']}")
+    out = {"machine": platform.processor() or platform.machine(), "torch": torch.__version__, "threads": 1,
+           "dtype": "float32", "repeats": args.repeats, "rows": rows}
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
+    print("wrote", args.out)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,170 @@
+"""Entropy, KL divergence and cross-entropy of the first-order tree CRF p(y) = exp s(y) / Z of arc scores (the
+conventions of :mod:`ssvm_torch.trees`: S (B, N, N) [modifier, head], s(y) = sum_m S[m, y_m]), projective or not.
+
+The scores enter p linearly, so with the arc marginals mu = d log Z / dS (exponential-family identities):
+
+    H(p) = log Z_p - <mu_p, S_p>,        KL(p || q) = <mu_p, S_p - S_q> - log Z_p + log Z_q,
+    dH / dS_p = -Hess_p S_p,             dKL / dS_p = Hess_p (S_p - S_q),   dKL / dS_q = mu_q - mu_p,
+
+Hess_p = d^2 log Z_p / dS^2 = Cov_p of the arc indicators. The values take the layer's own log Z and marginals
+(the compiled inside-outside and matrix-tree kernels, float64). The Hessian-vector products of the backward:
+for projective trees on the CPU, Eisner's inside-outside in the expectation semiring
+(:mod:`ssvm_torch.trees.numba_expectation`); elsewhere a log Z written in torch operations differentiated twice,
+the log-semiring inside pass of Eisner's algorithm (:mod:`ssvm_torch.trees.torch_eisner`) for projective trees
+and the log-determinant of Koo et al. (2007)'s Laplacian for every tree, each modifier's column shifted by its
+largest arc score (det(L D) = det L det D).
+The products are evaluated in float64; terms of arcs with zero marginal are 0, so -inf scores (no arc) enter
+nothing.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from . import ops, torch_eisner
+from .checks import use_numba
+from .numba_expectation import hessian_vector_batch
+
+
+def _arc_potentials(S: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """A = exp(S - max_h S[m, h]) [modifier, head] over the arcs that may go (0 elsewhere): each modifier's
+    arcs shifted by their largest score (det(L D) = det L det D, the marginals unchanged)."""
+    N = S.shape[1]
+    pos = torch.arange(N, device=S.device)
+    inside = pos[None, :] <= lengths[:, None]
+    pairs = (pos[:, None] != pos[None, :]) & (pos[:, None] >= 1)
+    x = torch.where(inside[:, :, None] & inside[:, None, :] & pairs, S, torch.full_like(S, float("-inf")))
+    shift = x.detach().amax(2, keepdim=True)
+    shift = torch.where(torch.isfinite(shift), shift, torch.zeros_like(shift))
+    return torch.exp(x - shift), shift
+
+
+def _laplacian(A: torch.Tensor, lengths: torch.Tensor, multiroot: bool, identity_off_words: bool) -> torch.Tensor:
+    """Koo et al. 2007's Laplacian of the arc potentials A (B, N, N) over the words: L[h', m'] = -A(h -> m),
+    L[m', m'] = the potentials into m (the root's too when ``multiroot``), else its first row the root arcs;
+    the identity (or 0, for a derivative) on the rows and columns past a sentence's words. Linear in A."""
+    B, N, _ = A.shape
+    W = A[:, 1:, 1:]
+    word = torch.arange(1, N, device=A.device)[None, :] <= lengths[:, None]
+    diag = W.sum(2) + (A[:, 1:, 0] if multiroot else 0.0)
+    pad = 1.0 if identity_off_words else 0.0
+    eye = torch.eye(N - 1, dtype=torch.bool, device=A.device)
+    L = torch.where(eye, torch.where(word, diag, torch.full_like(diag, pad))[:, None, :], -W.transpose(1, 2))
+    if not multiroot:
+        first = torch.where(lengths[:, None] > 0, A[:, 1:, 0], pad * eye[0].to(A.dtype).expand(B, -1))
+        L = torch.cat([first[:, None, :], L[:, 1:, :]], 1)
+    return L
+
+
+def _coefficients(X: torch.Tensor, multiroot: bool):
+    """(D (B, n, n) [m', h'], R (B, n)) with mu(h -> m) = A(h -> m) D[m', h'] and mu(root -> m) = A(root -> m) R[m']
+    for X = L^-1 (Koo et al. 2007, as :func:`ssvm_torch.trees.matrix_tree._direct` writes them); linear in X."""
+    Xd = X.diagonal(dim1=1, dim2=2)
+    if multiroot:
+        return Xd[:, :, None] - X, Xd
+    n = X.shape[1]
+    not_first = (torch.arange(n, device=X.device) > 0).to(X.dtype)
+    return Xd[:, :, None] * not_first[None, :, None] - X * not_first[None, None, :], X[:, :, 0]
+
+
+def _laplacian_log_partition(S: torch.Tensor, lengths: torch.Tensor, multiroot: bool) -> torch.Tensor:
+    """log Z of every tree of each row by the matrix-tree theorem in torch operations (twice differentiable),
+    ``torch.linalg.slogdet`` of :func:`_laplacian`: the reference of :func:`laplacian_hessian_product`."""
+    A, shift = _arc_potentials(S, lengths)
+    return torch.linalg.slogdet(_laplacian(A, lengths, multiroot, True))[1] + shift[:, 1:, 0].sum(1)
+
+
+def laplacian_hessian_product(S: torch.Tensor, lengths: torch.Tensor, multiroot: bool, v: torch.Tensor):
+    """Hess v (B, N, N) for every tree by the matrix-tree theorem in closed form: with X = L^-1 the marginals are
+    linear in (A, X), dA = A * v, dL = L(dA) and dX = -X dL X, so the directional derivative of the marginals is
+    dA * D(X) + A * D(dX): one inverse and two products, float64, any device."""
+    S, v = S.detach().to(torch.float64), v.to(torch.float64)
+    A, _ = _arc_potentials(S, lengths)
+    X = torch.linalg.inv(_laplacian(A, lengths, multiroot, True))
+    dA = A * torch.where(A > 0, v, torch.zeros_like(v))
+    dX = -X @ _laplacian(dA, lengths, multiroot, False) @ X
+    (D, R), (dD, dR) = _coefficients(X, multiroot), _coefficients(dX, multiroot)
+    out = torch.zeros_like(S)
+    out[:, 1:, 1:] = dA[:, 1:, 1:] * D + A[:, 1:, 1:] * dD
+    out[:, 1:, 0] = dA[:, 1:, 0] * R + A[:, 1:, 0] * dR
+    return out
+
+
+def torch_log_partition(S: torch.Tensor, lengths: torch.Tensor, projective: bool, multiroot: bool) -> torch.Tensor:
+    """log Z (B,) in torch operations only, differentiable twice (the Hessian-vector products' path)."""
+    if projective:
+        return torch_eisner.log_partition(S, lengths, multiroot)
+    return _laplacian_log_partition(S, lengths, multiroot)
+
+
+def hessian_product(S: torch.Tensor, lengths: torch.Tensor, projective: bool, multiroot: bool,
+                    v: torch.Tensor, compiled: bool = False, autograd: bool = False) -> torch.Tensor:
+    """Hess_p v (B, N, N) float64: the derivative of the arc marginals along v, sum_b d^2 log Z_b / dS_b^2 v_b.
+    Projective trees: ``compiled`` (the CPU) the expectation-semiring inside-outside of
+    :mod:`ssvm_torch.trees.numba_expectation`, else autograd twice through the torch inside pass; every tree: the
+    closed form of :func:`laplacian_hessian_product`, or with ``autograd`` (the tests' reference) autograd twice
+    through the log-determinant."""
+    if compiled and projective:
+        Sh, Vh = (x.detach().to(torch.float64).contiguous().numpy() for x in (S, v))
+        out = np.zeros(Sh.shape)
+        hessian_vector_batch(Sh, Vh, lengths.to(torch.int64).contiguous().numpy(), multiroot, out)
+        return torch.from_numpy(out)
+    if not projective and not autograd:
+        return laplacian_hessian_product(S, lengths, multiroot, v)
+    with torch.enable_grad():
+        leaf = S.detach().to(torch.float64).requires_grad_(True)
+        logz = torch_log_partition(leaf, lengths, projective, multiroot)
+        (mu,) = torch.autograd.grad(logz.sum(), leaf, create_graph=True)
+        (hv,) = torch.autograd.grad((mu * v.to(torch.float64)).sum(), leaf)
+    return hv
+
+
+def on_support(M: torch.Tensor, X: torch.Tensor) -> torch.Tensor:
+    """X where the marginal M is positive, else 0 (an arc of probability 0 contributes nothing, even at -inf)."""
+    return torch.where(M > 0, X, torch.zeros_like(X))
+
+
+def entropy_value(M: torch.Tensor, logz: torch.Tensor, S: torch.Tensor) -> torch.Tensor:
+    """H = log Z - <mu, S> per row, float64."""
+    return logz.to(torch.float64) - (M.to(torch.float64) * on_support(M, S.to(torch.float64))).sum((1, 2))
+
+
+def kl_value(Mp, logzp, S, logzq, Q) -> torch.Tensor:
+    """KL(p || q) = <mu_p, S - Q> - log Z_p + log Z_q per row, float64; +inf where p puts weight on an arc q
+    forbids (-inf)."""
+    S64, Q64, Mp64 = S.to(torch.float64), Q.to(torch.float64), Mp.to(torch.float64)
+    diff = torch.where(Mp > 0, S64 - Q64, torch.zeros_like(S64))
+    return (Mp64 * diff).sum((1, 2)) - logzp.to(torch.float64) + logzq.to(torch.float64)
+
+
+class TreeInformation(torch.autograd.Function):
+    """(H(p) (B,), KL(p || q) (B,): 0 without ``Q``) of the first-order tree CRFs of S (p) and Q (q, or None), in
+    S's dtype; the backward the Hessian-vector products of the module docstring."""
+
+    @staticmethod
+    def forward(ctx, S, Q, lengths, projective, multiroot, kernels):
+        Sd = S.detach()
+        Mp, logzp = ops.marginals_and_log_partition(Sd, lengths, projective, multiroot, kernels)
+        H = entropy_value(Mp, logzp, Sd)
+        if Q is None:
+            D, Mq, Qd = torch.zeros_like(H), Mp, Sd
+        else:
+            Qd = Q.detach()
+            Mq, logzq = ops.marginals_and_log_partition(Qd, lengths, projective, multiroot, kernels)
+            D = kl_value(Mp, logzp, Sd, logzq, Qd)
+        ctx.save_for_backward(Sd, Qd, Mp, Mq, lengths)
+        ctx.shape = (projective, multiroot, Q is not None)
+        ctx.compiled = use_numba(Sd, kernels)
+        return H.to(S.dtype), D.to(S.dtype)
+
+    @staticmethod
+    def backward(ctx, gH, gD):
+        S, Q, Mp, Mq, lengths = ctx.saved_tensors
+        projective, multiroot, has_q = ctx.shape
+        g = lambda x: x.to(torch.float64)[:, None, None]     # noqa: E731
+        v = -g(gH) * on_support(Mp, S.to(torch.float64))
+        if has_q:
+            v = v + g(gD) * on_support(Mp, S.to(torch.float64) - Q.to(torch.float64))
+        gS = hessian_product(S, lengths, projective, multiroot, v, ctx.compiled).to(S.dtype)
+        gQ = (g(gD) * (Mq.to(torch.float64) - Mp.to(torch.float64))).to(Q.dtype) if has_q else None
+        return gS, gQ, None, None, None, None

@@ -1,0 +1,109 @@
+"""DependencyTree's entropy, KL divergence and cross-entropy (ssvm_torch/trees/information.py): against every tree
+enumerated (tests/tree_reference.py), projective or not, single- or multi-root, compiled or torch kernels; the
+Hessian-vector-product gradients by gradcheck; the refusals."""
+import numpy as np
+import pytest
+import torch
+
+from ssvm_torch.errors import SSVMInputError
+from ssvm_torch.nn import DependencyTree
+from tree_reference import all_trees, tree_scores
+
+SHAPES = [(projective, multiroot) for projective in (True, False) for multiroot in (False, True)]
+
+
+def _scores(seed: int, B: int = 4, N: int = 6):
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randn(B, N, N, dtype=torch.float64, generator=g) * 2,
+            torch.randn(B, N, N, dtype=torch.float64, generator=g))
+
+
+@pytest.mark.parametrize("kernels", ["auto", "torch"])
+@pytest.mark.parametrize("projective, multiroot", SHAPES)
+def test_entropy_kl_and_cross_entropy_equal_enumeration(projective, multiroot, kernels):
+    layer = DependencyTree(projective=projective, multiroot=multiroot, kernels=kernels)
+    S, Q = _scores(0)
+    lengths = torch.tensor([5, 3, 0, 1])
+    H, D = layer.entropy(S, lengths=lengths), layer.kl(S, Q, lengths=lengths)
+    C = layer.cross_entropy(S, Q, lengths=lengths)
+    for b, n in enumerate(lengths.tolist()):
+        trees = all_trees(n, projective, multiroot)
+        sp, sq = tree_scores(S[b].numpy(), trees), tree_scores(Q[b].numpy(), trees)
+        lp, lq = sp - np.logaddexp.reduce(sp), sq - np.logaddexp.reduce(sq)
+        p = np.exp(lp)
+        assert H[b].item() == pytest.approx(-(p * lp).sum(), abs=1e-12)
+        assert D[b].item() == pytest.approx((p * (lp - lq)).sum(), abs=1e-12)
+        assert C[b].item() == pytest.approx(-(p * lq).sum(), abs=1e-11)
+    assert H[2] == 0 and H[3] == 0                 # no word, or one word with one possible head
+    assert layer.kl(S, S, lengths=lengths).abs().max() < 1e-12
+
+
+@pytest.mark.parametrize("projective, multiroot", [(True, False), (False, False), (False, True)])
+def test_entropy_and_kl_gradients_pass_gradcheck(projective, multiroot):
+    layer = DependencyTree(projective=projective, multiroot=multiroot)
+    S, Q = _scores(1, B=3, N=5)
+    lengths = torch.tensor([4, 2, 3])
+    S[2, 2, 1] = float("-inf")                     # an arc that may not go: no NaN anywhere
+
+    def both(S_, Q_):
+        return torch.cat([layer.entropy(S_, lengths=lengths), layer.kl(S_, Q_, lengths=lengths)])
+
+    assert torch.autograd.gradcheck(both, (S.requires_grad_(), Q.requires_grad_()))
+
+
+def test_dtype_mask_and_the_infinite_kl():
+    layer = DependencyTree(projective=False)
+    S, Q = _scores(2)
+    mask = torch.zeros(4, 6, dtype=torch.bool)
+    mask[:, 1:5] = True
+    H32 = layer.entropy(S.float(), mask)
+    assert H32.dtype == torch.float32
+    torch.testing.assert_close(H32.double(), layer.entropy(S, mask), rtol=0, atol=1e-5)
+    Q[0, 3, :] = float("-inf")
+    Q[0, 3, 1] = 0.0                                 # q: word 3 can only take head 1; p gives other heads weight
+    D = layer.kl(S, Q, mask)
+    assert torch.isinf(D[0]) and torch.isfinite(D[1:]).all()
+
+
+def test_refusals_name_the_field():
+    layer, (S, Q) = DependencyTree(), _scores(3)
+    with pytest.raises(SSVMInputError, match="other_scores: expected the arc scores' shape"):
+        layer.kl(S, Q[:, :5, :5])
+    with pytest.raises(SSVMInputError, match="other_scores: expected a float tensor"):
+        layer.kl(S, Q.long())
+    with pytest.raises(SSVMInputError, match="other_scores: expected scores without NaN"):
+        layer.cross_entropy(S, torch.full_like(Q, float("nan")))
+    S[1, 1:, 0] = float("-inf")                      # single root: no word may attach to the root in row 1
+    with pytest.raises(SSVMInputError, match="row 1"):
+        layer.entropy(S)
+
+
+@pytest.mark.parametrize("multiroot", [False, True])
+@pytest.mark.parametrize("projective", [True, False])
+def test_the_hessian_products_equal_autograd_twice(projective, multiroot):
+    """The backward's products -- the expectation-semiring inside-outside (trees/numba_expectation.py) and the
+    matrix-tree closed form -- against d^2 log Z / dS^2 v by autograd twice through a torch log Z, with an arc
+    that may not go and sentences of 0, 1 and 3 words."""
+    from ssvm_torch.trees.information import hessian_product
+    S, V = _scores(4, B=4, N=7)
+    S[0, 3, 2] = float("-inf")
+    lengths = torch.tensor([6, 3, 0, 1])
+    fast = hessian_product(S, lengths, projective, multiroot, V, compiled=True)
+    twice = hessian_product(S, lengths, projective, multiroot, V, autograd=True)
+    torch.testing.assert_close(fast, twice, rtol=0, atol=1e-12)
+    assert fast.abs().max() > 0.1 and fast[2].abs().max() == 0
+
+
+def test_the_real_space_pass_hands_an_underflowing_sentence_to_the_log_space_one():
+    """Words 1 and 2 prefer each other as heads (a cycle) and every tree needs a root arc 10^3 below: the shifted
+    real-space chart underflows (Z' < 1e-200), the log-space pass takes the sentence, the product is still exact."""
+    from ssvm_torch.trees.information import hessian_product
+    from ssvm_torch.trees.numba_expectation import hessian_vector_real
+    S = torch.full((1, 3, 3), -5.0, dtype=torch.float64)
+    S[0, 1, 2] = S[0, 2, 1] = 0.0
+    S[0, 1, 0] = S[0, 2, 0] = -1000.0
+    V = torch.randn(1, 3, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(5))
+    assert not hessian_vector_real(S[0].numpy(), V[0].numpy(), 2, False, torch.zeros(3, 3, dtype=torch.float64).numpy())
+    lengths = torch.tensor([2])
+    torch.testing.assert_close(hessian_product(S, lengths, True, False, V, compiled=True),
+                               hessian_product(S, lengths, True, False, V, autograd=True), rtol=0, atol=1e-12)
