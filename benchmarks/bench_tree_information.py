@@ -21,7 +21,6 @@ import json
 import platform
 import statistics
 import sys
-import time
 import warnings
 from pathlib import Path
 
@@ -29,23 +28,16 @@ import numba
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_trees import patch_torch_struct, to_torch_struct  # noqa: E402
+from bench_trees import alternated, patch_torch_struct, to_torch_struct  # noqa: E402
 
 from ssvm_torch.nn import DependencyTree  # noqa: E402
 
 GRID = ((32, 20), (32, 40))
 
 
-def alternated(fns: dict, repeats: int) -> dict:
-    for fn in fns.values():
-        fn()
-    out = {k: [] for k in fns}
-    for _ in range(repeats):
-        for k, fn in fns.items():
-            t0 = time.perf_counter()
-            fn()
-            out[k].append(time.perf_counter() - t0)
-    return {k: 1e3 * statistics.median(v) for k, v in out.items()}
+def medians(fns: dict, repeats: int) -> dict:
+    """Median milliseconds of each function over ``repeats`` alternated rounds after a warm-up."""
+    return {k: 1e3 * statistics.median(v) for k, v in alternated(fns, repeats).items()}
 
 
 def grad_of(f, *xs):
@@ -85,7 +77,7 @@ def point(ts, B: int, n: int, repeats: int) -> dict:
     }
     row = {"B": B, "n": n}
     for name, fns in groups.items():
-        med = alternated(fns, repeats)
+        med = medians(fns, repeats)
         row[name] = {**med, **{f"{k}_over_ours": v / med["ours"] for k, v in med.items() if k != "ours"}}
     # the values agree (float32 peers against our float64-accumulated ones)
     row["max_abs_diff_entropy_vs_supar"] = {

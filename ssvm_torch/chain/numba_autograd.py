@@ -105,6 +105,15 @@ class NumbaNLL(torch.autograd.Function):
         return _cast(buffers, ctx.dtypes) + (None,) * 3
 
 
+def _keep_inputs(ctx, E, mask, start, end, trans, penalty) -> None:
+    """What a backward that reruns a compiled pass needs: the emissions and mask, the parameters (detached), the
+    penalties and the dtypes to cast the float64 gradients back to."""
+    ctx.save_for_backward(E.detach(), mask)
+    ctx.penalty = penalty
+    ctx.params = (start.detach(), end.detach(), trans.detach())
+    ctx.dtypes = (E.dtype, start.dtype, end.dtype, trans.dtype)
+
+
 class NumbaLogZ(torch.autograd.Function):
     """log Z_b and its gradient, the marginals (CPU tensors): the compiled scaled recursion, its backward
     the compiled forward-backward (no graph through the recursion)."""
@@ -115,10 +124,7 @@ class NumbaLogZ(torch.autograd.Function):
         logz = torch.empty(E.shape[0], dtype=torch.float64, device=E.device)
         mc.nb_log_partition(*_host(E, mask, s, e, t), to_host(logz))
         _fail_log_partition(logz, E, mask, start, end, trans, penalty)
-        ctx.save_for_backward(E.detach(), mask)
-        ctx.penalty = penalty
-        ctx.params = (start.detach(), end.detach(), trans.detach())
-        ctx.dtypes = (E.dtype, start.dtype, end.dtype, trans.dtype)
+        _keep_inputs(ctx, E, mask, start, end, trans, penalty)
         return logz.to(E.dtype)
 
     @staticmethod
@@ -136,10 +142,7 @@ class NumbaEntropy(torch.autograd.Function):
     @staticmethod
     def forward(ctx, E, start, end, trans, mask, penalty):
         H = _entropy(E.detach(), mask, start, end, trans, penalty, None)[0]
-        ctx.save_for_backward(E.detach(), mask)
-        ctx.penalty = penalty
-        ctx.params = (start.detach(), end.detach(), trans.detach())
-        ctx.dtypes = (E.dtype, start.dtype, end.dtype, trans.dtype)
+        _keep_inputs(ctx, E, mask, start, end, trans, penalty)
         return H.to(E.dtype)
 
     @staticmethod
