@@ -138,3 +138,52 @@ class SemiMarkovChain(nn.Module):
         """P(segment (t, l+1, k)) (B, T, L, K) under the layer's semi-Markov CRF."""
         S, first, last, trans, lengths = self._scores(seg_scores, mask, lengths)
         return ops.marginals(S, first, last, trans, lengths, self.kernels)
+
+    # -- information and samples ------------------------------------------------------------------------------
+    def entropy(self, seg_scores: torch.Tensor, mask: torch.Tensor | None = None,
+                lengths: torch.Tensor | None = None) -> torch.Tensor:
+        """H(p) per row (B,) of the layer's semi-Markov CRF (0 for an empty row), differentiable w.r.t. the
+        segment scores and the parameters: one forward recursion of the normalized entropy semiring in torch
+        (:mod:`ssvm_torch.segments.information`, every device)."""
+        S, first, last, trans, lengths = self._scores(seg_scores, mask, lengths)
+        return ops.information(S, first, last, trans, lengths)[0]
+
+    def kl(self, seg_scores: torch.Tensor, other_scores: torch.Tensor, mask: torch.Tensor | None = None,
+           lengths: torch.Tensor | None = None, other: "SemiMarkovChain | None" = None) -> torch.Tensor:
+        """KL(p || q) per row (B,): p the CRF of ``seg_scores`` under this layer, q that of ``other_scores`` (the same
+        shape) under ``other`` (a SemiMarkovChain of as many labels and the same max_length, its own parameters;
+        None: this layer). Differentiable w.r.t. both; +inf where p gives weight to what q forbids."""
+        S, first, last, trans, lengths = self._scores(seg_scores, mask, lengths)
+        return ops.information(S, first, last, trans, lengths, self._other(other, other_scores, S, lengths))[1]
+
+    def cross_entropy(self, seg_scores: torch.Tensor, other_scores: torch.Tensor, mask: torch.Tensor | None = None,
+                      lengths: torch.Tensor | None = None, other: "SemiMarkovChain | None" = None) -> torch.Tensor:
+        """H(p, q) = H(p) + KL(p || q) per row (B,), p and q as in :meth:`kl`."""
+        S, first, last, trans, lengths = self._scores(seg_scores, mask, lengths)
+        H, D = ops.information(S, first, last, trans, lengths, self._other(other, other_scores, S, lengths))
+        return H + D
+
+    def _other(self, other, other_scores, S, lengths):
+        """q's (S, first, last, trans) on p's rows, every field named."""
+        q = self if other is None else other
+        check(isinstance(q, SemiMarkovChain) and (q.num_labels, q.max_length) == (self.num_labels, self.max_length),
+              "other", f"a SemiMarkovChain of num_labels = {self.num_labels}, max_length = {self.max_length}",
+              (getattr(q, "num_labels", type(q).__name__), getattr(q, "max_length", None)))
+        check(torch.is_tensor(other_scores) and other_scores.shape == S.shape and other_scores.device == S.device,
+              "other_scores", f"a tensor of the segment scores' shape {tuple(S.shape)} on {S.device}",
+              (tuple(getattr(other_scores, "shape", ())), getattr(other_scores, "device", None)))
+        Sq, first, last, trans, _ = q._scores(other_scores.to(S.dtype), None, lengths)
+        return Sq, first, last, trans
+
+    def sample(self, seg_scores: torch.Tensor, mask: torch.Tensor | None = None, lengths: torch.Tensor | None = None,
+               n: int = 1, generator: torch.Generator | None = None) -> torch.Tensor:
+        """n exact samples of every row's semi-Markov CRF (B, n, T): the label at each drawn segment's first
+        position, -1 elsewhere (:meth:`decode`'s layout), drawn backwards from each row's end
+        (:func:`ssvm_torch.segments.information.sample_rows`); ``generator`` on the scores' device. No gradient."""
+        check(isinstance(n, int) and not isinstance(n, bool) and n >= 1, "n", "an int >= 1", repr(n))
+        check(generator is None or isinstance(generator, torch.Generator), "generator", "a torch.Generator or None",
+              type(generator).__name__)
+        S, first, last, trans, lengths = self._scores(seg_scores, mask, lengths)
+        check(generator is None or generator.device.type == S.device.type, "generator",
+              f"a generator on the scores' device ({S.device})", getattr(generator, "device", None))
+        return ops.sample(S, first, last, trans, lengths, n, generator)

@@ -13,7 +13,8 @@ from . import numba_nbest
 from . import numba_semimarkov as nb
 from . import torch_semimarkov as tr
 from .nbest import nbest as torch_nbest
-from .checks import use_numba
+from .checks import fail_no_segmentation, use_numba
+from .information import information_rows, sample_rows
 
 
 def _host(*tensors):
@@ -73,3 +74,22 @@ def marginals(S, first, last, trans, lengths, kernels: str = "auto") -> torch.Te
         logz = tr.log_partition(S, first, last, trans, lengths)
         (M,) = torch.autograd.grad(logz.sum(), S, allow_unused=True)
     return torch.zeros_like(S) if M is None else M.detach()
+
+
+def information(S, first, last, trans, lengths, other=None):
+    """(entropy (B,), KL(p || q) (B,) or None) of the semi-Markov CRF p of the scores (q: ``other`` = (S_q, first,
+    last, trans), or None), 0 for an empty row, differentiable (the torch recursion of
+    :mod:`ssvm_torch.segments.information`, any device). A row without a segmentation is refused by name."""
+    H, D = information_rows(S, first, last, trans, lengths, other)
+    if not torch.compiler.is_compiling() and not bool(torch.isfinite(H).all()):
+        fail_no_segmentation(tr.log_partition(S.detach(), first.detach(), last.detach(), trans.detach(), lengths),
+                             lengths, "log Z")
+    return H, D
+
+
+def sample(S, first, last, trans, lengths, n: int, generator=None):
+    """n exact samples (B, n, T) of every row's semi-Markov CRF (:func:`ssvm_torch.segments.information.sample_rows`,
+    any device). A row without a segmentation is refused by name."""
+    out, logz = sample_rows(S, first, last, trans, lengths, n, generator)
+    fail_no_segmentation(logz, lengths, "log Z")
+    return out
