@@ -5,7 +5,9 @@ float32 random arc scores of B sentences of n words (full length), single root:
   Eisner's chart) and torch-struct 0.5's ``DependencyCRF.entropy`` (its entropy semiring; its ``kl`` raises
   AttributeError: the KL semiring hands ``logpartition`` a list);
 * non-projective: ours vs SuPar's ``MatrixTree`` (log Z - <marginals, scores>, the marginals by autograd with
-  ``create_graph``); torch-struct 0.5's ``NonProjectiveDependencyCRF.entropy`` is not implemented (returns None).
+  ``create_graph``); torch-struct 0.5's ``NonProjectiveDependencyCRF.entropy`` is not implemented (returns None);
+* binary span trees (``ConstituencyTree``, random span scores (B, n+1, n+1)): ours vs SuPar's ``ConstituencyCRF``
+  (its entropy semiring over CKY).
 
 Each measured as the value alone and as value + backward (w.r.t. both score tensors for KL). Our values come
 from the compiled log Z and marginals, the backward from Hessian-vector products of a torch log Z
@@ -48,7 +50,8 @@ def grad_of(f, *xs):
 
 
 def point(ts, B: int, n: int, repeats: int) -> dict:
-    from supar.structs import DependencyCRF, MatrixTree
+    from supar.structs import ConstituencyCRF, DependencyCRF, MatrixTree
+    from ssvm_torch.nn import ConstituencyTree
     g = torch.Generator().manual_seed(0)
     S, Q = torch.randn(B, n + 1, n + 1, generator=g), torch.randn(B, n + 1, n + 1, generator=g)
     lengths = torch.full((B,), n)
@@ -75,6 +78,14 @@ def point(ts, B: int, n: int, repeats: int) -> dict:
                                    "supar": grad_of(lambda x, y: MatrixTree(x, lengths).kl(MatrixTree(y, lengths)),
                                                     S, Q)},
     }
+    spans = ConstituencyTree()
+    groups["spans_entropy_ms"] = {"ours": lambda: spans.entropy(S, lengths=lengths),
+                                  "supar": lambda: ConstituencyCRF(S, lengths).entropy}
+    groups["spans_entropy_backward_ms"] = {"ours": grad_of(lambda x: spans.entropy(x, lengths=lengths), S),
+                                           "supar": grad_of(lambda x: ConstituencyCRF(x, lengths).entropy, S)}
+    groups["spans_kl_backward_ms"] = {
+        "ours": grad_of(lambda x, y: spans.kl(x, y, lengths=lengths), S, Q),
+        "supar": grad_of(lambda x, y: ConstituencyCRF(x, lengths).kl(ConstituencyCRF(y, lengths)), S, Q)}
     row = {"B": B, "n": n}
     for name, fns in groups.items():
         med = medians(fns, repeats)
@@ -82,7 +93,8 @@ def point(ts, B: int, n: int, repeats: int) -> dict:
     # the values agree (float32 peers against our float64-accumulated ones)
     row["max_abs_diff_entropy_vs_supar"] = {
         "projective": float((proj.entropy(S, lengths=lengths) - DependencyCRF(S, lengths).entropy).abs().max()),
-        "non_projective": float((nonproj.entropy(S, lengths=lengths) - MatrixTree(S, lengths).entropy).abs().max())}
+        "non_projective": float((nonproj.entropy(S, lengths=lengths) - MatrixTree(S, lengths).entropy).abs().max()),
+        "spans": float((spans.entropy(S, lengths=lengths) - ConstituencyCRF(S, lengths).entropy).abs().max())}
     return row
 
 

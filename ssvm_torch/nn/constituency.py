@@ -32,6 +32,8 @@ from ..spans import losses as span_losses, ops
 from ..spans.losses import refuse_infinite_gold
 from ..spans.kbest import span_kbest
 from ..spans.checks import KERNELS, check_charts, check_span_scores, resolve_lengths
+from ..spans.information import SpanTrees
+from ..trees.information import Information
 from ..trees.lawler import check_nbest
 from ..trees.losses import row_cost
 from .reduction import REDUCTIONS, reduce_rows
@@ -121,3 +123,33 @@ class ConstituencyTree(nn.Module):
         """s(tree) per sentence (B,), differentiable."""
         S, lengths = self._inputs(span_scores, label_scores, mask, lengths)
         return ops.score(S, check_charts(charts, S, lengths), lengths)
+
+    # -- information ----------------------------------------------------------------------------------------
+    def entropy(self, span_scores: torch.Tensor, mask: torch.Tensor | None = None,
+                lengths: torch.Tensor | None = None) -> torch.Tensor:
+        """H(p) per sentence (B,) of the TreeCRF over unlabeled binary trees (0 for an empty sentence),
+        differentiable: log Z - <mu, S> from the compiled inside-outside, the gradient a Hessian-vector product
+        (:mod:`ssvm_torch.spans.information`)."""
+        S, lengths = self._inputs(span_scores, None, mask, lengths)
+        return Information.apply(S, None, lengths, SpanTrees(self.kernels))[0]
+
+    def kl(self, span_scores: torch.Tensor, other_scores: torch.Tensor, mask: torch.Tensor | None = None,
+           lengths: torch.Tensor | None = None) -> torch.Tensor:
+        """KL(p || q) per sentence (B,): p, q the TreeCRFs of ``span_scores`` and ``other_scores`` (the same
+        shape), differentiable w.r.t. both; +inf where p gives weight to a span q forbids (-inf)."""
+        S, lengths = self._inputs(span_scores, None, mask, lengths)
+        return Information.apply(S, self._other_scores(other_scores, S), lengths, SpanTrees(self.kernels))[1]
+
+    def cross_entropy(self, span_scores: torch.Tensor, other_scores: torch.Tensor, mask: torch.Tensor | None = None,
+                      lengths: torch.Tensor | None = None) -> torch.Tensor:
+        """H(p, q) = H(p) + KL(p || q) per sentence (B,), p and q as in :meth:`kl`."""
+        S, lengths = self._inputs(span_scores, None, mask, lengths)
+        H, D = Information.apply(S, self._other_scores(other_scores, S), lengths, SpanTrees(self.kernels))
+        return H + D
+
+    @staticmethod
+    def _other_scores(other_scores, S):
+        Q = check_span_scores(other_scores, "other_scores")
+        check(Q.shape == S.shape and Q.device == S.device, "other_scores",
+              f"the span scores' shape {tuple(S.shape)} on {S.device}", (tuple(Q.shape), Q.device))
+        return Q.to(S.dtype)

@@ -48,7 +48,7 @@ from ..chain.checks import refuse_bad_scores
 from ..errors import SSVMInputError, check, check_choice
 from ..trees import ops, sibling_ops
 from ..trees.checks import KERNELS, check_heads, check_partial_heads, check_scores, resolve_lengths, tracing, word_mask
-from ..trees.information import TreeInformation
+from ..trees.information import ArcFactored, Information
 from ..trees.kbest import dependency_kbest
 from ..trees.lawler import check_nbest
 from ..trees.losses import row_cost
@@ -287,7 +287,7 @@ class DependencyTree(nn.Module):
         sentence), differentiable: log Z - <mu, S> from the layer's log Z and marginals, its gradient -Hess S by
         differentiating a torch log Z twice (:mod:`ssvm_torch.trees.information`). First order only."""
         S, lengths, _ = self._inputs(arc_scores, mask, lengths)
-        return TreeInformation.apply(S, None, lengths, self.projective, self.multiroot, self.kernels)[0]
+        return Information.apply(S, None, lengths, self._structure())[0]
 
     def kl(self, arc_scores: torch.Tensor, other_scores: torch.Tensor, mask: torch.Tensor | None = None,
            lengths: torch.Tensor | None = None) -> torch.Tensor:
@@ -295,16 +295,17 @@ class DependencyTree(nn.Module):
         shape; the same trees: this layer's projectivity and root rule), differentiable w.r.t. both; +inf where
         p gives weight to an arc q forbids (-inf)."""
         S, lengths, _ = self._inputs(arc_scores, mask, lengths)
-        return TreeInformation.apply(S, self._other_scores(other_scores, S), lengths, self.projective,
-                                     self.multiroot, self.kernels)[1]
+        return Information.apply(S, self._other_scores(other_scores, S), lengths, self._structure())[1]
 
     def cross_entropy(self, arc_scores: torch.Tensor, other_scores: torch.Tensor, mask: torch.Tensor | None = None,
                       lengths: torch.Tensor | None = None) -> torch.Tensor:
         """H(p, q) = H(p) + KL(p || q) per sentence (B,), p and q as in :meth:`kl`."""
         S, lengths, _ = self._inputs(arc_scores, mask, lengths)
-        H, D = TreeInformation.apply(S, self._other_scores(other_scores, S), lengths, self.projective,
-                                     self.multiroot, self.kernels)
+        H, D = Information.apply(S, self._other_scores(other_scores, S), lengths, self._structure())
         return H + D
+
+    def _structure(self) -> ArcFactored:
+        return ArcFactored(self.projective, self.multiroot, self.kernels)
 
     @staticmethod
     def _other_scores(other_scores, S):

@@ -14,7 +14,9 @@ the log-semiring inside pass of Eisner's algorithm (:mod:`ssvm_torch.trees.torch
 and the log-determinant of Koo et al. (2007)'s Laplacian for every tree, each modifier's column shifted by its
 largest arc score (det(L D) = det L det D).
 The products are evaluated in float64; terms of arcs with zero marginal are 0, so -inf scores (no arc) enter
-nothing.
+nothing. :class:`Information` holds the identities for any structure whose trees score the sum of their parts'
+scores (a (B, M, M) part table): :class:`ArcFactored` here, the binary span trees of
+:mod:`ssvm_torch.spans.information`.
 """
 from __future__ import annotations
 
@@ -137,34 +139,48 @@ def kl_value(Mp, logzp, S, logzq, Q) -> torch.Tensor:
     return (Mp64 * diff).sum((1, 2)) - logzp.to(torch.float64) + logzq.to(torch.float64)
 
 
-class TreeInformation(torch.autograd.Function):
-    """(H(p) (B,), KL(p || q) (B,): 0 without ``Q``) of the first-order tree CRFs of S (p) and Q (q, or None), in
-    S's dtype; the backward the Hessian-vector products of the module docstring."""
+class ArcFactored:
+    """The first-order dependency trees of one kind as a log-linear structure for :class:`Information`: one
+    inside-outside or factorization for (marginals, log Z), the Hessian-vector products above."""
+
+    def __init__(self, projective: bool, multiroot: bool, kernels: str):
+        self.projective, self.multiroot, self.kernels = projective, multiroot, kernels
+
+    def marginals_and_log_partition(self, S, lengths):
+        return ops.marginals_and_log_partition(S, lengths, self.projective, self.multiroot, self.kernels)
+
+    def hessian_product(self, S, lengths, v):
+        return hessian_product(S, lengths, self.projective, self.multiroot, v, use_numba(S, self.kernels))
+
+
+class Information(torch.autograd.Function):
+    """(H(p) (B,), KL(p || q) (B,): 0 without ``Q``) of the CRFs p, q of the part scores S, Q (B, M, M) of a
+    ``structure`` whose trees score the sum of their parts' scores (:class:`ArcFactored`; the span trees of
+    :mod:`ssvm_torch.spans.information`), in S's dtype; the backward the Hessian-vector products of the module
+    docstring, from the structure."""
 
     @staticmethod
-    def forward(ctx, S, Q, lengths, projective, multiroot, kernels):
+    def forward(ctx, S, Q, lengths, structure):
         Sd = S.detach()
-        Mp, logzp = ops.marginals_and_log_partition(Sd, lengths, projective, multiroot, kernels)
+        Mp, logzp = structure.marginals_and_log_partition(Sd, lengths)
         H = entropy_value(Mp, logzp, Sd)
         if Q is None:
             D, Mq, Qd = torch.zeros_like(H), Mp, Sd
         else:
             Qd = Q.detach()
-            Mq, logzq = ops.marginals_and_log_partition(Qd, lengths, projective, multiroot, kernels)
+            Mq, logzq = structure.marginals_and_log_partition(Qd, lengths)
             D = kl_value(Mp, logzp, Sd, logzq, Qd)
         ctx.save_for_backward(Sd, Qd, Mp, Mq, lengths)
-        ctx.shape = (projective, multiroot, Q is not None)
-        ctx.compiled = use_numba(Sd, kernels)
+        ctx.structure, ctx.has_q = structure, Q is not None
         return H.to(S.dtype), D.to(S.dtype)
 
     @staticmethod
     def backward(ctx, gH, gD):
         S, Q, Mp, Mq, lengths = ctx.saved_tensors
-        projective, multiroot, has_q = ctx.shape
         g = lambda x: x.to(torch.float64)[:, None, None]     # noqa: E731
         v = -g(gH) * on_support(Mp, S.to(torch.float64))
-        if has_q:
+        if ctx.has_q:
             v = v + g(gD) * on_support(Mp, S.to(torch.float64) - Q.to(torch.float64))
-        gS = hessian_product(S, lengths, projective, multiroot, v, ctx.compiled).to(S.dtype)
-        gQ = (g(gD) * (Mq.to(torch.float64) - Mp.to(torch.float64))).to(Q.dtype) if has_q else None
-        return gS, gQ, None, None, None, None
+        gS = ctx.structure.hessian_product(S, lengths, v).to(S.dtype)
+        gQ = (g(gD) * (Mq.to(torch.float64) - Mp.to(torch.float64))).to(Q.dtype) if ctx.has_q else None
+        return gS, gQ, None, None
