@@ -98,13 +98,16 @@ def main() -> None:
         print(f"B {B:4d} T {T:3d} K {K:3d} | " + "  ".join(f"{k} {v * 1e3:.2f} ms" for k, v in sec.items()))
         print("    torch-struct / ours: " + "  ".join(f"{k} {v:.1f}x" for k, v in row["ratios"].items())
               + f" | our entropy + backward / log Z + backward {row['entropy + backward / log Z + backward']:.2f}")
-    import torch_struct
-    out = {"machine": platform.processor() or platform.machine(), "torch": torch.__version__,
-           "torch_struct": getattr(torch_struct, "__version__", "0.5"), "threads": 1, "dtype": "float32",
-           "repeats": args.repeats, "rows": rows}
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
-    print("wrote", args.out)
+    write_rows(args.out, rows, args.repeats)
+
+
+def write_rows(path: str, rows: list, repeats: int) -> None:
+    """The JSON of an information benchmark: the machine, torch, one thread, float32, the repeats and the rows."""
+    out = {"machine": platform.processor() or platform.machine(), "torch": torch.__version__, "threads": 1,
+           "dtype": "float32", "repeats": repeats, "rows": rows}
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(json.dumps(out, indent=1) + "\n")
+    print("wrote", path)
 
 
 if __name__ == "__main__":

@@ -11,33 +11,21 @@ Usage: python benchmarks/bench_segment_information.py [--quick] [--out benchmark
 from __future__ import annotations
 
 import argparse
-import json
-import platform
-import statistics
-import time
+import sys
 import warnings
 from pathlib import Path
 
 import numba
 import torch
 
-from ssvm_torch.nn import SemiMarkovChain
-from ssvm_torch.segments import segment_log_partition
-from ssvm_torch.segments.reference import torch_struct_potentials
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_chain_information import timed, write_rows  # noqa: E402
+
+from ssvm_torch.nn import SemiMarkovChain  # noqa: E402
+from ssvm_torch.segments import segment_log_partition  # noqa: E402
+from ssvm_torch.segments.reference import torch_struct_potentials  # noqa: E402
 
 GRID = ((32, 50, 4, 9), (8, 30, 8, 9))
-
-
-def timed(fn, repeats: int) -> float:
-    fn()
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-        if times[0] > 2.0:
-            break
-    return 1e3 * statistics.median(times)
 
 
 def point(B: int, T: int, L: int, K: int, repeats: int, n_samples: int) -> dict:
@@ -67,7 +55,7 @@ def point(B: int, T: int, L: int, K: int, repeats: int, n_samples: int) -> dict:
         f"torch-struct sample n={n_samples}":
             lambda: torch_struct.SemiMarkovCRF(potentials, lengths=lengths + 1).sample((n_samples,)),
     }
-    ms = {name: timed(fn, repeats) for name, fn in calls.items()}
+    ms = {name: 1e3 * timed(fn, repeats) for name, fn in calls.items()}
     ratios = {what: ms[f"torch-struct {what}"] / ms[f"ours {what}"]
               for what in ("entropy", "entropy + backward", f"sample n={n_samples}")}
     return {"B": B, "T": T, "L": L, "K": K, "ms": ms, "torch_struct_over_ours": ratios,
@@ -91,11 +79,7 @@ def main() -> None:
         print(f"B {B} T {T} L {L} K {K} | " + "  ".join(f"{k} {v:.2f} ms" for k, v in row["ms"].items()))
         print("    torch-struct / ours: " + "  ".join(f"{k} {v:.1f}x" for k, v in row["torch_struct_over_ours"].items())
               + f" | entropy + backward / log Z + backward {row['entropy + backward / log Z + backward']:.2f}")
-    out = {"machine": platform.processor() or platform.machine(), "torch": torch.__version__, "threads": 1,
-           "dtype": "float32", "repeats": args.repeats, "rows": rows}
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
-    print("wrote", args.out)
+    write_rows(args.out, rows, args.repeats)
 
 
 if __name__ == "__main__":

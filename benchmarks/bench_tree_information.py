@@ -19,8 +19,6 @@ Usage: python benchmarks/bench_tree_information.py [--quick] [--out benchmarks/r
 from __future__ import annotations
 
 import argparse
-import json
-import platform
 import statistics
 import sys
 import warnings
@@ -30,6 +28,7 @@ import numba
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_chain_information import write_rows  # noqa: E402
 from bench_trees import alternated, patch_torch_struct, to_torch_struct  # noqa: E402
 
 from ssvm_torch.nn import DependencyTree  # noqa: E402
@@ -116,11 +115,7 @@ def main() -> None:
             if isinstance(med, dict) and "ours" in med:
                 print(f"B {B} n {n} {name}: " + "  ".join(f"{k} {v:.2f}" for k, v in med.items()))
         print(f"B {B} n {n} |H - SuPar's H|: {row['max_abs_diff_entropy_vs_supar']}")
-    out = {"machine": platform.processor() or platform.machine(), "torch": torch.__version__, "threads": 1,
-           "dtype": "float32", "repeats": args.repeats, "rows": rows}
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
-    print("wrote", args.out)
+    write_rows(args.out, rows, args.repeats)
 
 
 if __name__ == "__main__":

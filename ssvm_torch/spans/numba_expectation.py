@@ -20,19 +20,10 @@ import math
 import numba as nb
 import numpy as np
 
-from ..trees.numba_eisner import REAL_MIN, lae
+from ..trees.numba_eisner import REAL_MIN
+from ..trees.numba_expectation import expect_add
 
 NEG_INF = -np.inf
-
-
-@nb.njit(cache=True, nogil=True, inline="always")
-def _add(x, ex, y, ey):
-    if y == NEG_INF:
-        return x, ex
-    if x == NEG_INF:
-        return y, ey
-    z = lae(x, y)
-    return z, ex * math.exp(x - z) + ey * math.exp(y - z)
 
 
 @nb.njit(cache=True, nogil=True)
@@ -48,7 +39,7 @@ def hessian_vector_log(S, V, n, out):
             x, ex = NEG_INF, 0.0
             for k in range(i + 1, j):
                 if I[i, k] != NEG_INF and I[k, j] != NEG_INF:
-                    x, ex = _add(x, ex, I[i, k] + I[k, j], eI[i, k] + eI[k, j])
+                    x, ex = expect_add(x, ex, I[i, k] + I[k, j], eI[i, k] + eI[k, j])
             if x != NEG_INF and S[i, j] != NEG_INF:
                 I[i, j], eI[i, j] = x + S[i, j], ex + V[i, j]
     logz, ev = I[0, n], eI[0, n]
@@ -65,8 +56,8 @@ def hessian_vector_log(S, V, n, out):
             ox, eox = O[i, j] + S[i, j], eO[i, j] + V[i, j]
             for k in range(i + 1, j):
                 if I[i, k] != NEG_INF and I[k, j] != NEG_INF:
-                    O[i, k], eO[i, k] = _add(O[i, k], eO[i, k], ox + I[k, j], eox + eI[k, j])
-                    O[k, j], eO[k, j] = _add(O[k, j], eO[k, j], ox + I[i, k], eox + eI[i, k])
+                    O[i, k], eO[i, k] = expect_add(O[i, k], eO[i, k], ox + I[k, j], eox + eI[k, j])
+                    O[k, j], eO[k, j] = expect_add(O[k, j], eO[k, j], ox + I[i, k], eox + eI[i, k])
     return True
 
 

@@ -24,7 +24,7 @@ NEG_INF = -np.inf
 
 
 @nb.njit(cache=True, nogil=True, inline="always")
-def _add(x, ex, y, ey):
+def expect_add(x, ex, y, ey):
     """(x, ex) + (y, ey) in the expectation semiring: log weights added, expectations weighted by them."""
     if y == NEG_INF:
         return x, ex
@@ -52,18 +52,18 @@ def hessian_vector_row(S, V, n, multiroot, out):
             j = i + w
             x, ex = NEG_INF, 0.0
             for k in range(i, j):
-                x, ex = _add(x, ex, CR[i, k] + CL[k + 1, j], eCR[i, k] + eCL[k + 1, j])
+                x, ex = expect_add(x, ex, CR[i, k] + CL[k + 1, j], eCR[i, k] + eCL[k + 1, j])
             if x != NEG_INF:
                 IR[i, j], eIR[i, j] = x + S[j, i], ex + V[j, i]
                 if i > 0:
                     IL[i, j], eIL[i, j] = x + S[i, j], ex + V[i, j]
             c, ec = NEG_INF, 0.0
             for k in range(i + 1, j + 1):
-                c, ec = _add(c, ec, IR[i, k] + CR[k, j], eIR[i, k] + eCR[k, j])
+                c, ec = expect_add(c, ec, IR[i, k] + CR[k, j], eIR[i, k] + eCR[k, j])
             CR[i, j], eCR[i, j] = c, ec
             c, ec = NEG_INF, 0.0
             for k in range(i, j):
-                c, ec = _add(c, ec, CL[i, k] + IL[k, j], eCL[i, k] + eIL[k, j])
+                c, ec = expect_add(c, ec, CL[i, k] + IL[k, j], eCL[i, k] + eIL[k, j])
             CL[i, j], eCL[i, j] = c, ec
     OCR, eOCR = np.full((N1, N1), NEG_INF), np.zeros((N1, N1))
     OCL, eOCL = np.full((N1, N1), NEG_INF), np.zeros((N1, N1))
@@ -75,12 +75,12 @@ def hessian_vector_row(S, V, n, multiroot, out):
     else:
         logz, ev = NEG_INF, 0.0
         for r in range(1, n + 1):
-            logz, ev = _add(logz, ev, S[r, 0] + CL[1, r] + CR[r, n], V[r, 0] + eCL[1, r] + eCR[r, n])
+            logz, ev = expect_add(logz, ev, S[r, 0] + CL[1, r] + CR[r, n], V[r, 0] + eCL[1, r] + eCR[r, n])
         if logz == NEG_INF:
             return logz
         for r in range(1, n + 1):
-            OCL[1, r], eOCL[1, r] = _add(OCL[1, r], eOCL[1, r], S[r, 0] + CR[r, n], V[r, 0] + eCR[r, n])
-            OCR[r, n], eOCR[r, n] = _add(OCR[r, n], eOCR[r, n], S[r, 0] + CL[1, r], V[r, 0] + eCL[1, r])
+            OCL[1, r], eOCL[1, r] = expect_add(OCL[1, r], eOCL[1, r], S[r, 0] + CR[r, n], V[r, 0] + eCR[r, n])
+            OCR[r, n], eOCR[r, n] = expect_add(OCR[r, n], eOCR[r, n], S[r, 0] + CL[1, r], V[r, 0] + eCL[1, r])
             t = S[r, 0] + CL[1, r] + CR[r, n]
             if t != NEG_INF:
                 out[r, 0] = math.exp(t - logz) * (V[r, 0] + eCL[1, r] + eCR[r, n] - ev)
@@ -92,24 +92,24 @@ def hessian_vector_row(S, V, n, multiroot, out):
             o, eo = OCR[i, j], eOCR[i, j]
             if o != NEG_INF:
                 for k in range(i + 1, j + 1):
-                    OIR[i, k], eOIR[i, k] = _add(OIR[i, k], eOIR[i, k], o + CR[k, j], eo + eCR[k, j])
-                    OCR[k, j], eOCR[k, j] = _add(OCR[k, j], eOCR[k, j], o + IR[i, k], eo + eIR[i, k])
+                    OIR[i, k], eOIR[i, k] = expect_add(OIR[i, k], eOIR[i, k], o + CR[k, j], eo + eCR[k, j])
+                    OCR[k, j], eOCR[k, j] = expect_add(OCR[k, j], eOCR[k, j], o + IR[i, k], eo + eIR[i, k])
             o, eo = OCL[i, j], eOCL[i, j]
             if o != NEG_INF:
                 for k in range(i, j):
-                    OCL[i, k], eOCL[i, k] = _add(OCL[i, k], eOCL[i, k], o + IL[k, j], eo + eIL[k, j])
-                    OIL[k, j], eOIL[k, j] = _add(OIL[k, j], eOIL[k, j], o + CL[i, k], eo + eCL[i, k])
+                    OCL[i, k], eOCL[i, k] = expect_add(OCL[i, k], eOCL[i, k], o + IL[k, j], eo + eIL[k, j])
+                    OIL[k, j], eOIL[k, j] = expect_add(OIL[k, j], eOIL[k, j], o + CL[i, k], eo + eCL[i, k])
             g, eg = NEG_INF, 0.0
             if OIR[i, j] != NEG_INF and IR[i, j] != NEG_INF:
                 out[j, i] = math.exp(OIR[i, j] + IR[i, j] - logz) * (eOIR[i, j] + eIR[i, j] - ev)
                 g, eg = OIR[i, j] + S[j, i], eOIR[i, j] + V[j, i]
             if i > 0 and OIL[i, j] != NEG_INF and IL[i, j] != NEG_INF:
                 out[i, j] = math.exp(OIL[i, j] + IL[i, j] - logz) * (eOIL[i, j] + eIL[i, j] - ev)
-                g, eg = _add(g, eg, OIL[i, j] + S[i, j], eOIL[i, j] + V[i, j])
+                g, eg = expect_add(g, eg, OIL[i, j] + S[i, j], eOIL[i, j] + V[i, j])
             if g != NEG_INF:
                 for k in range(i, j):
-                    OCR[i, k], eOCR[i, k] = _add(OCR[i, k], eOCR[i, k], g + CL[k + 1, j], eg + eCL[k + 1, j])
-                    OCL[k + 1, j], eOCL[k + 1, j] = _add(OCL[k + 1, j], eOCL[k + 1, j], g + CR[i, k],
+                    OCR[i, k], eOCR[i, k] = expect_add(OCR[i, k], eOCR[i, k], g + CL[k + 1, j], eg + eCL[k + 1, j])
+                    OCL[k + 1, j], eOCL[k + 1, j] = expect_add(OCL[k + 1, j], eOCL[k + 1, j], g + CR[i, k],
                                                          eg + eCR[i, k])
     return logz
 
