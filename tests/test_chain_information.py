@@ -121,6 +121,30 @@ def test_the_compiled_entropy_passes_gradcheck(constrained):
                                                                    kernels="torch")[0], rtol=0, atol=1e-12)
 
 
+def test_the_compiled_kl_passes_gradcheck_and_equals_the_torch_recursion():
+    """KL of two chains without constraints on the CPU: NumbaKL (E_p[s_p - s_q] - log Z_p + log Z_q, gradients
+    Cov_p(phi, s_p - s_q) and mu_q - mu_p) against gradcheck and the torch recursion, values and every gradient."""
+    p, q = _layer(15, False), _layer(16, False)
+    g = torch.Generator().manual_seed(17)
+    E = torch.randn(4, 6, K, dtype=torch.float64, generator=g)
+    Q = torch.randn(4, 6, K, dtype=torch.float64, generator=g)
+    mask = torch.cat([MASKS[[0, 1, 2, 4]], torch.ones(4, 1, dtype=torch.bool)], 1)
+    leaves = [x.detach().clone().requires_grad_() for x in (E, *p._scores(), Q, *q._scores())]
+
+    def kl(kernels):
+        def f(E_, s_, e_, t_, Q_, qs_, qe_, qt_):
+            return ops.information(E_, mask, s_, e_, t_, None, (Q_, qs_, qe_, qt_, None), kernels)[1]
+        return f
+
+    assert kl("numba")(*leaves).grad_fn.name() == "NumbaKLBackward"
+    assert torch.autograd.gradcheck(kl("numba"), leaves)
+    w = torch.randn(4, dtype=torch.float64, generator=g)
+    grads = [torch.autograd.grad((kl(k)(*leaves) * w).sum(), leaves) for k in ("numba", "torch")]
+    torch.testing.assert_close(kl("numba")(*leaves), kl("torch")(*leaves), rtol=0, atol=1e-12)
+    for a, b in zip(*grads):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-12)
+
+
 @pytest.mark.parametrize("constrained", [False, True])
 def test_entropy_and_kl_pass_gradcheck(constrained):
     layer = _layer(6, constrained, kernels="torch")

@@ -11,7 +11,7 @@ import torch
 from ..devices import to_host, to_host_all
 from ..errors import SSVMInputError
 from . import numba_masked as mc
-from .numba_entropy import nb_entropy
+from .numba_entropy import nb_information
 from .checks import effective, fail_no_path
 from .numba_viterbi import loop_order
 
@@ -152,15 +152,48 @@ class NumbaEntropy(torch.autograd.Function):
         return _cast(buffers, ctx.dtypes) + (None,) * 2
 
 
-def _entropy(E, mask, start, end, trans, penalty, g):
-    """(H (B,) float64, the gradient buffers of sum_b g_b H_b, or None when ``g`` is None)."""
+def _entropy(E, mask, start, end, trans, penalty, g, other=None):
+    """(H (B,) float64, or with ``other`` = (Q, start, end, trans) of q (no constraints) E_p[s_p - s_q] - log Z_p;
+    the gradient buffers of sum_b g_b times it w.r.t. p's emissions and parameters, or None when ``g`` is None)."""
     s, e, t = effective(start, end, trans, penalty, torch.float64, E.device)
+    if other is None:
+        R, rs, re, rt = E, s, e, t
+    else:
+        qs, qe, qt = effective(*other[1:], None, torch.float64, E.device)
+        R, rs, re, rt = E.to(torch.float64) - other[0].to(torch.float64), s - qs, e - qe, t - qt
     H = torch.empty(E.shape[0], dtype=torch.float64, device=E.device)
     buffers = _grad_buffers(E.shape, E.device) if g is not None else _grad_buffers((1, 1, E.shape[2]), E.device)
     gg = g if g is not None else torch.zeros(E.shape[0], dtype=torch.float64)
-    nb_entropy(*_host(E.contiguous(), mask.contiguous(), s, e, t, gg), g is not None, numba.get_num_threads(),
-               to_host(H), *(to_host(x) for x in buffers))
+    nb_information(*_host(E.contiguous(), mask.contiguous(), s, e, t, R.contiguous(), rs, re, rt), other is not None,
+                   to_host(gg), g is not None, numba.get_num_threads(), to_host(H), *(to_host(x) for x in buffers))
     return H, (buffers if g is not None else None)
+
+
+class NumbaKL(torch.autograd.Function):
+    """KL(p || q)_b of two unconstrained chains' CRFs on one mask (CPU tensors): E_p[s_p - s_q] - log Z_p from
+    :mod:`ssvm_torch.chain.numba_entropy`, + log Z_q from the compiled forward pass; the backward Cov_p(phi, s_p -
+    s_q) for p's emissions and parameters, mu_q - mu_p for q's (two compiled forward-backward passes)."""
+
+    @staticmethod
+    def forward(ctx, E, start, end, trans, Q, qstart, qend, qtrans, mask):
+        q = (Q.detach(), qstart.detach(), qend.detach(), qtrans.detach())
+        D = _entropy(E.detach(), mask, start, end, trans, None, None, q)[0]
+        logzq = torch.empty(E.shape[0], dtype=torch.float64, device=E.device)
+        mc.nb_log_partition(*_host(q[0].contiguous(), mask.contiguous(),
+                                   *effective(*q[1:], None, torch.float64, E.device)), to_host(logzq))
+        _keep_inputs(ctx, E, mask, start, end, trans, None)
+        ctx.q, ctx.qdtypes = q, (Q.dtype, qstart.dtype, qend.dtype, qtrans.dtype)
+        return (D + logzq).to(E.dtype)
+
+    @staticmethod
+    def backward(ctx, grad):
+        E, mask = ctx.saved_tensors
+        g = grad.detach().to(torch.float64).contiguous()
+        _, gp = _entropy(E, mask, *ctx.params, None, g, ctx.q)
+        mu_q = forward_backward(ctx.q[0].contiguous(), mask, *ctx.q[1:], None, g)
+        mu_p = forward_backward(E, mask, *ctx.params, None, g)
+        gq = tuple(a - b for a, b in zip(mu_q, mu_p))
+        return _cast(gp, ctx.dtypes) + _cast(gq, ctx.qdtypes) + (None,)
 
 
 def forward_backward(E, mask, start, end, trans, penalty, g):

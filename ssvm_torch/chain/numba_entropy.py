@@ -39,14 +39,15 @@ def _lse_weights(z, K, out):
 
 
 @nb.njit(cache=True, nogil=True)
-def _forward(E, b, pos, L, start, end, trans, a, F, z, w):
-    """Forward pass of one row into a, F (L, K); returns (entropy, log Z), nan without an allowed path."""
+def _forward(E, b, pos, L, start, end, trans, R, rstart, rend, rtrans, a, F, z, w):
+    """Forward pass of one row into a and F (L, K), F the expected prefix sums of the additive score r (R, rstart,
+    rend, rtrans: p's own scores for the entropy); returns (entropy, log Z, E_p[r]), nan without an allowed path."""
     K = E.shape[2]
     H = np.zeros(K)
     Hn = np.empty(K)
     for k in range(K):
         a[0, k] = start[k] + E[b, pos[0], k]
-        F[0, k] = a[0, k]
+        F[0, k] = rstart[k] + R[b, pos[0], k]
     for i in range(1, L):
         u = pos[i]
         for k in range(K):
@@ -57,35 +58,37 @@ def _forward(E, b, pos, L, start, end, trans, a, F, z, w):
             for j in range(K):
                 if w[j] > 0.0:
                     h += w[j] * (H[j] - (z[j] - lse))
-                    f += w[j] * (F[i - 1, j] + trans[k, j])
+                    f += w[j] * (F[i - 1, j] + rtrans[k, j])
             Hn[k] = h
             a[i, k] = lse + E[b, u, k]
-            F[i, k] = f + E[b, u, k]
+            F[i, k] = f + R[b, u, k]
         for k in range(K):
             H[k] = Hn[k]
     for k in range(K):
         z[k] = a[L - 1, k] + end[k]
     logz = _lse_weights(z, K, w)
     if logz == -np.inf:
-        return np.nan, np.nan
-    h = 0.0
+        return np.nan, np.nan, np.nan
+    h, er = 0.0, 0.0
     for k in range(K):
         if w[k] > 0.0:
             h += w[k] * (H[k] - (z[k] - logz))
-    return h, logz
+            er += w[k] * (F[L - 1, k] + rend[k])
+    return h, logz, er
 
 
 @nb.njit(cache=True, nogil=True)
-def _backward(E, b, pos, L, start, end, trans, a, F, logz, g, gE, gse, gt, beta, G, z, v):
-    """g times the entropy's gradient of one row added to gE (B, T, K), gse (2, K) (start, end) and gt (K, K)."""
+def _backward(E, b, pos, L, start, end, trans, R, rstart, rend, rtrans, a, F, logz, g, gE, gse, gt, beta, G, z, v):
+    """g Cov_p(phi, r) of one row added to gE (B, T, K), gse (2, K) (start, end) and gt (K, K): the gradient of
+    E_p[r] - log Z_p + const for a fixed r, and with r = p's scores and g -> -g, of the entropy."""
     K = E.shape[2]
-    Es = 0.0
+    Er = 0.0
     for k in range(K):
         beta[L - 1, k] = end[k]
-        G[L - 1, k] = end[k]
+        G[L - 1, k] = rend[k]
         p = np.exp(a[L - 1, k] + end[k] - logz)
         if p > 0.0:
-            Es += p * (F[L - 1, k] + end[k])
+            Er += p * (F[L - 1, k] + rend[k])
     for i in range(L - 2, -1, -1):
         u = pos[i + 1]
         for k in range(K):
@@ -95,13 +98,13 @@ def _backward(E, b, pos, L, start, end, trans, a, F, logz, g, gE, gse, gt, beta,
             acc = 0.0
             for m in range(K):
                 if v[m] > 0.0:
-                    acc += v[m] * (trans[m, k] + E[b, u, m] + G[i + 1, m])
+                    acc += v[m] * (rtrans[m, k] + R[b, u, m] + G[i + 1, m])
             G[i, k] = acc
     for i in range(L):
         for k in range(K):
             p = np.exp(a[i, k] + beta[i, k] - logz)
             if p > 0.0:
-                d = -g * p * (F[i, k] + G[i, k] - Es)
+                d = g * p * (F[i, k] + G[i, k] - Er)
                 gE[b, pos[i], k] += d
                 if i == 0:
                     gse[0, k] += d
@@ -115,14 +118,17 @@ def _backward(E, b, pos, L, start, end, trans, a, F, logz, g, gE, gse, gt, beta,
             for j in range(K):
                 p = np.exp(a[i - 1, j] + trans[k, j] + tail)
                 if p > 0.0:
-                    gt[k, j] += -g * p * (F[i - 1, j] + trans[k, j] + E[b, u, k] + G[i, k] - Es)
+                    gt[k, j] += g * p * (F[i - 1, j] + rtrans[k, j] + R[b, u, k] + G[i, k] - Er)
 
 
 @nb.njit(cache=True, nogil=True, parallel=True)
-def nb_entropy(E, mask, start, end, trans, g, want_grad, nchunk, H, gE, gstart, gend, gtrans):
-    """H[b] = the entropy of row b's CRF (0 for an empty row, nan without an allowed path) and, with
-    ``want_grad``, sum_b g_b dH_b added to gE (B, T, K), gstart, gend (K,) and gtrans (K, K) [next, prev]
-    (``nchunk`` row chunks in parallel, each with its own parameter buffers)."""
+def nb_information(E, mask, start, end, trans, R, rstart, rend, rtrans, kl, g, want_grad, nchunk, out, gE, gstart,
+                   gend, gtrans):
+    """Per row b (0 for an empty row, nan without an allowed path): ``kl`` False, out[b] = the entropy of its CRF
+    (R, rstart, rend, rtrans are then p's own scores) and, with ``want_grad``, sum_b g_b dH_b = -g_b Cov(phi, s)
+    added to the gradient buffers gE (B, T, K), gstart, gend (K,), gtrans (K, K) [next, prev]; ``kl`` True,
+    out[b] = E_p[r] - log Z_p (KL(p || q) less log Z_q for r = s_p - s_q) and +g_b Cov(phi, r) added (``nchunk``
+    row chunks in parallel, each with its own parameter buffers)."""
     B, T, K = E.shape
     nchunk = max(1, min(nchunk, B))
     gse = np.zeros((nchunk, 2, K))
@@ -134,12 +140,13 @@ def nb_entropy(E, mask, start, end, trans, g, want_grad, nchunk, H, gE, gstart, 
         for b in range(ch, B, nchunk):
             L = masked_positions(mask, b, pos)
             if L == 0:
-                H[b] = 0.0
+                out[b] = 0.0
                 continue
-            h, logz = _forward(E, b, pos, L, start, end, trans, a, F, z, w)
-            H[b] = h
+            h, logz, er = _forward(E, b, pos, L, start, end, trans, R, rstart, rend, rtrans, a, F, z, w)
+            out[b] = er - logz if kl else h
             if want_grad and not np.isnan(h) and g[b] != 0.0:
-                _backward(E, b, pos, L, start, end, trans, a, F, logz, g[b], gE, gse[ch], gt[ch], beta, G, z, w)
+                _backward(E, b, pos, L, start, end, trans, R, rstart, rend, rtrans, a, F, logz,
+                          g[b] if kl else -g[b], gE, gse[ch], gt[ch], beta, G, z, w)
     for ch in range(nchunk):
         for k in range(K):
             gstart[k] += gse[ch, 0, k]

@@ -23,7 +23,7 @@ from ..devices import to_host
 from ..errors import SSVMInputError
 from .checks import effective, fail_no_path, refuse_bad_scores, tracing, use_numba, use_triton
 from .information import information_rows, sample_rows
-from .numba_autograd import NumbaEntropy, NumbaHinge, NumbaLogZ, NumbaNLL, forward_backward, numba_decode
+from .numba_autograd import NumbaEntropy, NumbaHinge, NumbaKL, NumbaLogZ, NumbaNLL, forward_backward, numba_decode
 from .numba_nbest import nb_nbest
 from .torch_ops import (compact, gather_rows, log_partition_rows, padded_score, torch_decode, torch_hinge, torch_nbest,
                         torch_nll)
@@ -148,13 +148,15 @@ def score(E, mask, start, end, trans, tags):
 
 def information(E, mask, start, end, trans, penalty=None, other=None, kernels="auto"):
     """(entropy (B,), KL(p || q) (B,) or None) of the CRF p of the scores, 0 for an empty row, differentiable;
-    ``other`` = (E_q, start, end, trans, penalty) of q on the same mask, or None. The entropy alone takes the
-    compiled kernel on the CPU (:mod:`ssvm_torch.chain.numba_entropy`; ``kernels`` as elsewhere), the rest the
-    torch recursion of :mod:`ssvm_torch.chain.information` (any device: CUDA's path, no Triton kernel of its own).
+    ``other`` = (E_q, start, end, trans, penalty) of q on the same mask, or None. On the CPU the entropy, and the
+    KL of two chains without constraints, take the compiled kernels (:mod:`ssvm_torch.chain.numba_entropy`;
+    ``kernels`` as elsewhere), the rest the torch recursion of :mod:`ssvm_torch.chain.information` (any device:
+    CUDA's path, no Triton kernel of its own).
     A row without an allowed tag sequence is refused by name."""
-    if other is None and use_numba(_float(E), kernels):
+    if use_numba(_float(E), kernels) and (other is None or (penalty is None and other[4] is None)):
         H = NumbaEntropy.apply(_float(E), start, end, trans, mask, penalty)
-        D = None
+        D = None if other is None else NumbaKL.apply(_float(E), start, end, trans, _float(other[0]).contiguous(),
+                                                     *other[1:4], mask)
     else:
         order, lengths = compact(mask)
         oth = None if other is None else (gather_rows(_float(other[0]), order), *other[1:])

@@ -291,14 +291,16 @@ class LinearChain(nn.Module):
         gives weight to a tag sequence q forbids. Structured distillation: a teacher's p, a student's q."""
         E, mask, _ = self._inputs(emissions, mask)
         q, Q = self._other(other, other_emissions, emissions)
-        return ops.information(E, mask, *self._scores(), self._penalty(), (Q, *q._scores(), q._penalty()))[1]
+        return ops.information(E, mask, *self._scores(), self._penalty(), (Q, *q._scores(), q._penalty()),
+                               self.kernels)[1]
 
     def cross_entropy(self, emissions: torch.Tensor, other_emissions: torch.Tensor,
                       mask: torch.Tensor | None = None, other: "LinearChain | None" = None) -> torch.Tensor:
         """H(p, q) = -sum_y p(y) log q(y) = H(p) + KL(p || q) per row (B,), with p and q as in :meth:`kl`."""
         E, mask, _ = self._inputs(emissions, mask)
         q, Q = self._other(other, other_emissions, emissions)
-        H, D = ops.information(E, mask, *self._scores(), self._penalty(), (Q, *q._scores(), q._penalty()))
+        H, D = ops.information(E, mask, *self._scores(), self._penalty(), (Q, *q._scores(), q._penalty()),
+                               self.kernels)
         return H + D
 
     def _other(self, other, other_emissions, emissions):
