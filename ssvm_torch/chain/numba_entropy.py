@@ -1,6 +1,7 @@
-"""The compiled entropy of a chain CRF and its gradient (CPU float32/float64, float64 accumulation, log space):
-the numba backend of :func:`ssvm_torch.chain.ops.information` without a second chain. Conventions in
-:mod:`ssvm_torch.chain`; ``start``/``end``/``trans`` hold the constraint penalties (-inf = forbidden).
+"""The compiled entropy of a chain CRF, the KL divergence of two unconstrained chains, and their gradients (CPU
+float32/float64, float64 accumulation, log space): the numba backend of :func:`ssvm_torch.chain.ops.information`.
+Conventions in :mod:`ssvm_torch.chain`; ``start``/``end``/``trans`` hold the constraint penalties (-inf =
+forbidden).
 
 Per row, forward: the log messages a_i(k), the backward conditionals w_i(j | k) = exp(a_{i-1}(j) + trans[k, j]
 - lse_j), the prefix entropies H_i(k) = sum_j w (H_{i-1}(j) - log w) (the value, as the torch recursion of
@@ -8,7 +9,9 @@ Per row, forward: the log messages a_i(k), the backward conditionals w_i(j | k) 
 gradient is dH/dtheta_f = -Cov_p(phi_f, s(y)) (H = log Z - E_p[s(y)], whose derivative is E_p[phi_f] -
 E_p[phi_f] - Cov_p(phi_f, s)), and each feature's covariance is p(f) (E[s | f] - E[s]) with E[s | y_i = k] =
 F_i(k) + G_i(k), G_i(k) = E[s(y_{i+1}..) | y_i = k] by the backward recursion: one forward and one backward pass,
-nothing of size (B, T, K, K).
+nothing of size (B, T, K, K). The expected scores may be of another additive score r than p's own: with
+r = s_p - s_q, E_p[r] - log Z_p + log Z_q = KL(p || q), whose gradient w.r.t. p is +Cov_p(phi, r) by the same
+passes (w.r.t. q: mu_q - mu_p).
 """
 from __future__ import annotations
 
