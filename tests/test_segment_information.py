@@ -114,6 +114,10 @@ def test_refusals_name_the_field():
         layer.kl(S, S, lengths=lengths, other=SemiMarkovChain(3, 2))
     with pytest.raises(SSVMInputError, match="other_scores: expected a tensor of the segment scores' shape"):
         layer.kl(S, S[:, :4], lengths=lengths)
+    with pytest.raises(SSVMInputError, match="other_scores: expected a float tensor"):
+        layer.kl(S, S.long(), lengths=lengths)              # was cast to S's dtype without a word
+    with pytest.raises(SSVMInputError, match="other_scores: expected scores without NaN"):
+        layer.cross_entropy(S, torch.full_like(S, float("nan")), lengths=lengths)   # was named seg_scores
     S[1] = float("-inf")
     for call in (lambda: layer.entropy(S, lengths=lengths), lambda: layer.sample(S, lengths=lengths),
                  lambda: layer.kl(S, S.nan_to_num(neginf=0.0), lengths=lengths)):

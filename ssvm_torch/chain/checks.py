@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from ..errors import SSVMInputError
+from ..errors import SSVMInputError, check
 from .triton_viterbi import MAX_K, fused_available
 
 NUMBA_DTYPES = (torch.float32, torch.float64)
@@ -61,6 +61,16 @@ def refuse_bad_scores(t: torch.Tensor, field: str, allow_neg_inf: bool = True) -
         torch._assert_async(~bad.any(), f"{field}: expected scores without {what}")
     elif bool(bad.any()):
         raise SSVMInputError(f"{field}: expected scores without {what}, found {int(bad.sum())} such entries")
+
+
+def check_draws(n, generator, device: torch.device) -> None:
+    """The arguments of a layer's ``sample``: ``n`` an int >= 1, ``generator`` None or a torch.Generator on the
+    scores' device type (its draws are that device's)."""
+    check(isinstance(n, int) and not isinstance(n, bool) and n >= 1, "n", "an int >= 1", repr(n))
+    check(generator is None or isinstance(generator, torch.Generator), "generator", "a torch.Generator or None",
+          type(generator).__name__)
+    check(generator is None or generator.device.type == device.type, "generator",
+          f"a generator on the scores' device ({device})", getattr(generator, "device", None))
 
 
 def fail_no_path(scores: torch.Tensor, mask: torch.Tensor):

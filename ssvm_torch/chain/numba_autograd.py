@@ -141,18 +141,18 @@ class NumbaEntropy(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, E, start, end, trans, mask, penalty):
-        H = _entropy(E.detach(), mask, start, end, trans, penalty, None)[0]
+        H = _information(E.detach(), mask, start, end, trans, penalty, None)[0]
         _keep_inputs(ctx, E, mask, start, end, trans, penalty)
         return H.to(E.dtype)
 
     @staticmethod
     def backward(ctx, grad):
         E, mask = ctx.saved_tensors
-        _, buffers = _entropy(E, mask, *ctx.params, ctx.penalty, grad.detach().to(torch.float64).contiguous())
+        _, buffers = _information(E, mask, *ctx.params, ctx.penalty, grad.detach().to(torch.float64).contiguous())
         return _cast(buffers, ctx.dtypes) + (None,) * 2
 
 
-def _entropy(E, mask, start, end, trans, penalty, g, other=None):
+def _information(E, mask, start, end, trans, penalty, g, other=None):
     """(H (B,) float64, or with ``other`` = (Q, start, end, trans) of q (no constraints) E_p[s_p - s_q] - log Z_p;
     the gradient buffers of sum_b g_b times it w.r.t. p's emissions and parameters, or None when ``g`` is None)."""
     s, e, t = effective(start, end, trans, penalty, torch.float64, E.device)
@@ -177,7 +177,7 @@ class NumbaKL(torch.autograd.Function):
     @staticmethod
     def forward(ctx, E, start, end, trans, Q, qstart, qend, qtrans, mask):
         q = (Q.detach(), qstart.detach(), qend.detach(), qtrans.detach())
-        D = _entropy(E.detach(), mask, start, end, trans, None, None, q)[0]
+        D = _information(E.detach(), mask, start, end, trans, None, None, q)[0]
         logzq = torch.empty(E.shape[0], dtype=torch.float64, device=E.device)
         mc.nb_log_partition(*_host(q[0].contiguous(), mask.contiguous(),
                                    *effective(*q[1:], None, torch.float64, E.device)), to_host(logzq))
@@ -189,7 +189,7 @@ class NumbaKL(torch.autograd.Function):
     def backward(ctx, grad):
         E, mask = ctx.saved_tensors
         g = grad.detach().to(torch.float64).contiguous()
-        _, gp = _entropy(E, mask, *ctx.params, None, g, ctx.q)
+        _, gp = _information(E, mask, *ctx.params, None, g, ctx.q)
         mu_q = forward_backward(ctx.q[0].contiguous(), mask, *ctx.q[1:], None, g)
         mu_p = forward_backward(E, mask, *ctx.params, None, g)
         gq = tuple(a - b for a, b in zip(mu_q, mu_p))

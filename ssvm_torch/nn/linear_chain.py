@@ -44,7 +44,7 @@ from torch import nn
 from ..constraints import check_constraints, first_violation, penalties
 from ..errors import SSVMInputError, check, check_choice
 from ..chain import ops
-from ..chain.checks import LAYER_KERNELS, fail_no_path
+from ..chain.checks import LAYER_KERNELS, check_draws, fail_no_path
 from ..chain.partial import partial_loss
 from .reduction import REDUCTIONS, reduce_rows
 
@@ -292,7 +292,7 @@ class LinearChain(nn.Module):
         E, mask, _ = self._inputs(emissions, mask)
         q, Q = self._other(other, other_emissions, emissions)
         return ops.information(E, mask, *self._scores(), self._penalty(), (Q, *q._scores(), q._penalty()),
-                               self.kernels)[1]
+                               self.kernels, entropy=False)[1]
 
     def cross_entropy(self, emissions: torch.Tensor, other_emissions: torch.Tensor,
                       mask: torch.Tensor | None = None, other: "LinearChain | None" = None) -> torch.Tensor:
@@ -324,10 +324,6 @@ class LinearChain(nn.Module):
         batch-first as :meth:`decode`'s n best, -1 where the mask is off. Forward filtering, backward sampling
         (:func:`ssvm_torch.chain.information.sample_rows`); ``generator`` (on the emissions' device) makes the
         draws reproducible. No gradient (a score-function estimator uses :meth:`score` of the samples)."""
-        check(isinstance(n, int) and not isinstance(n, bool) and n >= 1, "n", "an int >= 1", repr(n))
-        check(generator is None or isinstance(generator, torch.Generator), "generator", "a torch.Generator or None",
-              type(generator).__name__)
         E, mask, _ = self._inputs(emissions, mask)
-        check(generator is None or generator.device.type == E.device.type, "generator",
-              f"a generator on the emissions' device ({E.device})", getattr(generator, "device", None))
+        check_draws(n, generator, E.device)
         return ops.sample(E, mask, *self._scores(), n, self._penalty(), generator)

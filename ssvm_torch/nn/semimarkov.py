@@ -31,6 +31,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from ..chain.checks import check_draws
 from ..errors import check, check_choice
 from ..segments import objectives, ops, scoring
 from ..segments.checks import (KERNELS, check_seg_scores, check_transitions, resolve_lengths)
@@ -169,9 +170,10 @@ class SemiMarkovChain(nn.Module):
         check(isinstance(q, SemiMarkovChain) and (q.num_labels, q.max_length) == (self.num_labels, self.max_length),
               "other", f"a SemiMarkovChain of num_labels = {self.num_labels}, max_length = {self.max_length}",
               (getattr(q, "num_labels", type(q).__name__), getattr(q, "max_length", None)))
-        check(torch.is_tensor(other_scores) and other_scores.shape == S.shape and other_scores.device == S.device,
-              "other_scores", f"a tensor of the segment scores' shape {tuple(S.shape)} on {S.device}",
-              (tuple(getattr(other_scores, "shape", ())), getattr(other_scores, "device", None)))
+        other_scores = check_seg_scores(other_scores, "other_scores")
+        check(other_scores.shape == S.shape and other_scores.device == S.device, "other_scores",
+              f"a tensor of the segment scores' shape {tuple(S.shape)} on {S.device}",
+              (tuple(other_scores.shape), other_scores.device))
         Sq, first, last, trans, _ = q._scores(other_scores.to(S.dtype), None, lengths)
         return Sq, first, last, trans
 
@@ -180,10 +182,6 @@ class SemiMarkovChain(nn.Module):
         """n exact samples of every row's semi-Markov CRF (B, n, T): the label at each drawn segment's first
         position, -1 elsewhere (:meth:`decode`'s layout), drawn backwards from each row's end
         (:func:`ssvm_torch.segments.information.sample_rows`); ``generator`` on the scores' device. No gradient."""
-        check(isinstance(n, int) and not isinstance(n, bool) and n >= 1, "n", "an int >= 1", repr(n))
-        check(generator is None or isinstance(generator, torch.Generator), "generator", "a torch.Generator or None",
-              type(generator).__name__)
         S, first, last, trans, lengths = self._scores(seg_scores, mask, lengths)
-        check(generator is None or generator.device.type == S.device.type, "generator",
-              f"a generator on the scores' device ({S.device})", getattr(generator, "device", None))
+        check_draws(n, generator, S.device)
         return ops.sample(S, first, last, trans, lengths, n, generator)

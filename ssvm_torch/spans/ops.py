@@ -28,8 +28,19 @@ from .checks import UNLABELED, span_mask
 from .numba_cky import best_batch, best_batch_parallel, log_partition_batch, log_partition_batch_parallel
 
 
-def _compiled(S: torch.Tensor, kernels: str) -> bool:
+def use_compiled(S: torch.Tensor, kernels: str) -> bool:
+    """Whether the compiled CKY kernels serve these (unlabeled) span scores."""
     return use_numba(S, kernels, "span scores")
+
+
+def _compiled_inside_outside(S: torch.Tensor, lengths: torch.Tensor, want_marginals: bool):
+    """(log Z (B,) float64, the span marginals (B, N+1, N+1) float64 or None) by the compiled pass."""
+    Sh, Lh = host_batch(S, lengths)
+    B, M, _ = Sh.shape
+    logz = np.empty(B)
+    marg = np.zeros((B, M, M) if want_marginals else (1, 1, 1))
+    (log_partition_batch_parallel if parallel_rows(B) else log_partition_batch)(Sh, Lh, want_marginals, logz, marg)
+    return from_host(logz, S.device), (from_host(marg, S.device) if want_marginals else None)
 
 
 def fail_no_tree(scores: torch.Tensor, lengths: torch.Tensor, what: str) -> None:
@@ -50,7 +61,7 @@ def best(S: torch.Tensor, lengths: torch.Tensor, kernels: str = "auto", refuse: 
     labeled = S.dim() == 4
     Su, label = S.max(-1) if labeled else (S, None)
     B, M, _ = Su.shape
-    if _compiled(Su, kernels):
+    if use_compiled(Su, kernels):
         Sh, Lh = host_batch(Su, lengths)
         charts, scores = np.zeros((B, M, M), dtype=np.bool_), np.empty(B)
         (best_batch_parallel if parallel_rows(B) else best_batch)(Sh, Lh, charts, scores)
@@ -88,15 +99,10 @@ class _CompiledLogZ(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, S, lengths):
-        Sh, Lh = host_batch(S, lengths)
-        B, M, _ = Sh.shape
-        want = S.requires_grad
-        logz = np.empty(B)
-        marg = np.zeros((B, M, M) if want else (1, 1, 1))
-        (log_partition_batch_parallel if parallel_rows(B) else log_partition_batch)(Sh, Lh, want, logz, marg)
-        ctx.save_for_backward(from_host(marg, S.device) if want else S.new_zeros(0))
+        logz, marg = _compiled_inside_outside(S, lengths, S.requires_grad)
+        ctx.save_for_backward(marg if marg is not None else S.new_zeros(0))
         ctx.dtype = S.dtype
-        return from_host(logz, S.device).to(S.dtype)
+        return logz.to(S.dtype)
 
     @staticmethod
     def backward(ctx, grad):
@@ -108,7 +114,7 @@ def log_partition(S: torch.Tensor, lengths: torch.Tensor, kernels: str = "auto")
     """log Z (B,) over the (labeled) trees of every row (0 for an empty row), differentiable: its gradient is
     the span (and label) marginals. A row without a tree of finite score is refused by name."""
     Su = reduce_labels(S)
-    if _compiled(Su, kernels):
+    if use_compiled(Su, kernels):
         logz = _CompiledLogZ.apply(Su, lengths)
     else:
         logz = torch_cky.log_partition(Su, lengths)
@@ -122,6 +128,22 @@ def marginals(S: torch.Tensor, lengths: torch.Tensor, kernels: str = "auto") -> 
         leaf = S.detach().clone().requires_grad_(True)
         (grad,) = torch.autograd.grad(log_partition(leaf, lengths, kernels).sum(), leaf)
     return grad
+
+
+def marginals_and_log_partition(S: torch.Tensor, lengths: torch.Tensor, kernels: str = "auto"):
+    """(the span marginals (B, N+1, N+1), log Z (B,) float64) of unlabeled scores from one pass, no gradient; a
+    row without a tree of finite score is refused by name."""
+    S = S.detach()
+    if use_compiled(S, kernels):
+        logz, marg = _compiled_inside_outside(S, lengths, True)
+    else:
+        with torch.enable_grad():
+            leaf = S.clone().requires_grad_(True)
+            logz = torch_cky.log_partition(leaf, lengths)
+            (marg,) = torch.autograd.grad(logz.sum(), leaf)
+        logz = logz.detach()
+    fail_no_tree(logz, lengths, "log Z")
+    return marg, logz.to(torch.float64)
 
 
 def indicators(charts: torch.Tensor, S: torch.Tensor) -> torch.Tensor:

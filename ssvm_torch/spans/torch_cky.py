@@ -115,6 +115,15 @@ def log_partition(S: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
     return _LogPartition.apply(_masked(S, lengths), lengths)
 
 
+def log_partition_autograd(S: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """log Z (B,) by the log-semiring inside pass differentiated by plain autograd (twice differentiable, unlike
+    :func:`log_partition`'s top-down backward): the path of the span trees' Hessian-vector products off the CPU."""
+    if S.shape[1] == 1:
+        return S.new_zeros(S.shape[0])
+    L, _, _ = _charts(_masked(S, lengths), "log")
+    return torch.where(lengths > 0, _roots(L, lengths), S.new_zeros(()))
+
+
 def best_tree(S: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(charts (B, N+1, N+1) bool, scores (B,)): the best tree of every row (ties to the smallest split), read
     top-down from the best splits. No gradient."""

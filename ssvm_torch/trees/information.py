@@ -28,9 +28,10 @@ from .checks import use_numba
 from .numba_expectation import hessian_vector_batch
 
 
-def _arc_potentials(S: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-    """A = exp(S - max_h S[m, h]) [modifier, head] over the arcs that may go (0 elsewhere): each modifier's
-    arcs shifted by their largest score (det(L D) = det L det D, the marginals unchanged)."""
+def _arc_potentials(S: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(A, the shifts (B, N, 1)): A = exp(S - max_h S[m, h]) [modifier, head] over the arcs that may go (0
+    elsewhere), each modifier's arcs shifted by their largest score (det(L D) = det L det D, the marginals
+    unchanged)."""
     N = S.shape[1]
     pos = torch.arange(N, device=S.device)
     inside = pos[None, :] <= lengths[:, None]
