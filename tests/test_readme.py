@@ -20,6 +20,9 @@ def test_dependency_tree_example_runs():
     assert float(scope["loss"].detach()) >= 0 and scope["arc_scores"].grad is not None
     assert pred.shape == (2, 5) and bool((pred[~mask] == -1).all()) and bool((pred[mask] >= 0).all())
     assert scope["H"].shape == (2,) and bool((scope["H"] > 0).all())     # 4 and 3 words: more than one tree each
+    draws = scope["draws"]
+    assert draws.shape == (2, 8, 5) and bool((draws[:, :, 0] == -1).all()) and bool((draws[1, :, 4] == -1).all())
+    assert bool(((draws[0, :, 1:] >= 0) & (draws[0, :, 1:] <= 4)).all())
 
 
 def test_semimarkov_example_runs():

@@ -27,6 +27,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from ..chain.checks import check_draws
 from ..errors import check, check_choice
 from ..spans import losses as span_losses, ops
 from ..spans.losses import refuse_infinite_gold
@@ -123,6 +124,19 @@ class ConstituencyTree(nn.Module):
         """s(tree) per sentence (B,), differentiable."""
         S, lengths = self._inputs(span_scores, label_scores, mask, lengths)
         return ops.score(S, check_charts(charts, S, lengths), lengths)
+
+    def sample(self, span_scores: torch.Tensor, mask: torch.Tensor | None = None,
+               label_scores: torch.Tensor | None = None, lengths: torch.Tensor | None = None, n: int = 1,
+               generator: torch.Generator | None = None) -> torch.Tensor:
+        """n exact samples of every sentence's TreeCRF, batch-first as :meth:`decode`'s n best: bool charts
+        (B, n, N+1, N+1), or with ``label_scores`` int64 label charts with -1 off the tree (each drawn span's label
+        from the softmax of its label scores). Inside chart, then top-down draws of the split points
+        (:func:`ssvm_torch.spans.ops.sample`); ``generator`` (on the scores' device) makes the draws reproducible.
+        No gradient (a score-function estimator uses :meth:`score` of the samples)."""
+        with torch.no_grad():
+            S, lengths = self._inputs(span_scores, label_scores, mask, lengths)
+            check_draws(n, generator, S.device)
+            return ops.sample(S, lengths, n, generator)
 
     # -- information ----------------------------------------------------------------------------------------
     def entropy(self, span_scores: torch.Tensor, mask: torch.Tensor | None = None,

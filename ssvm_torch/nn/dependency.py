@@ -44,9 +44,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..chain.checks import refuse_bad_scores
+from ..chain.checks import check_draws, refuse_bad_scores
 from ..errors import SSVMInputError, check, check_choice
-from ..trees import ops, sibling_ops
+from ..trees import ops, sampling, sibling_ops
 from ..trees.checks import KERNELS, check_heads, check_partial_heads, check_scores, resolve_lengths, tracing, word_mask
 from ..trees.information import ArcFactored, Information
 from ..trees.kbest import dependency_kbest
@@ -303,6 +303,31 @@ class DependencyTree(nn.Module):
         S, lengths, _ = self._inputs(arc_scores, mask, lengths)
         H, D = Information.apply(S, self._other_scores(other_scores, S), lengths, self._structure())
         return H + D
+
+    def sample(self, arc_scores: torch.Tensor, mask: torch.Tensor | None = None,
+               label_scores: torch.Tensor | None = None, lengths: torch.Tensor | None = None, n: int = 1,
+               generator: torch.Generator | None = None):
+        """n exact samples y ~ p(y) of every sentence's tree CRF (the layer's kind of trees): heads (B, n, N)
+        int64, -1 at position 0 and off the words, batch-first as :meth:`decode`'s n best; with ``label_scores``
+        also the relations (B, n, N) (-1 off the words), drawn exactly from the labeled CRF: the tree from the
+        arc scores plus logsumexp_l label_scores, then each arc's relation from the softmax of its label scores
+        (relations factor over arcs). Projective trees: Eisner's inside chart and top-down draws of the split
+        points (compiled on the CPU); every tree: Colbourn's sequential algorithm on the inverse Laplacian
+        (:mod:`ssvm_torch.trees.sampling`). ``generator`` (on the scores' device) makes the draws reproducible.
+        First order only. No gradient (a score-function estimator uses :meth:`score` of the samples)."""
+        with torch.no_grad():
+            S, lengths, _ = self._inputs(arc_scores, mask, lengths)
+            check_draws(n, generator, S.device)
+            lab, _ = self._labels_in(S, label_scores, None, lengths)
+            eff = S if lab is None else S + torch.logsumexp(lab, 3)
+            heads = sampling.sample(eff, lengths, self.projective, self.multiroot, n, generator, self.kernels)
+            if lab is None:
+                return heads
+            picked = lab[:, None].expand(-1, n, -1, -1, -1).gather(
+                3, heads.clamp(min=0)[..., None, None].expand(-1, -1, -1, 1, lab.shape[3]))[:, :, :, 0]
+            u = torch.rand(picked.shape, dtype=torch.float64, device=S.device, generator=generator)
+            rel = (picked.to(torch.float64) - torch.log(-torch.log(u))).argmax(3)
+            return heads, torch.where(heads >= 0, rel, torch.full_like(rel, -1))
 
     def _structure(self) -> ArcFactored:
         return ArcFactored(self.projective, self.multiroot, self.kernels)

@@ -146,6 +146,23 @@ def marginals_and_log_partition(S: torch.Tensor, lengths: torch.Tensor, kernels:
     return marg, logz.to(torch.float64)
 
 
+def sample(S: torch.Tensor, lengths: torch.Tensor, n: int, generator=None) -> torch.Tensor:
+    """n exact samples of every row's (labeled) TreeCRF: bool charts (B, n, N+1, N+1), or for labeled scores
+    (B, N+1, N+1, L) int64 label charts with -1 off the tree (the tree from the labels' logsumexp, then each of its
+    spans' label from the softmax of its scores: labels are free given the spans). The torch sampler of
+    :func:`ssvm_torch.spans.torch_cky.sample_trees` on every device. A row without a tree of finite score is
+    refused by name. No gradient."""
+    Su = reduce_labels(S.detach())
+    charts, logz = torch_cky.sample_trees(Su, lengths, n, generator)
+    fail_no_tree(logz, lengths, "log Z")
+    if S.dim() == 3:
+        return charts
+    lab = S.detach()[:, None].expand(-1, n, -1, -1, -1).to(torch.float64)
+    g = torch.rand(lab.shape, dtype=torch.float64, device=S.device, generator=generator)
+    best = (lab - torch.log(-torch.log(g))).argmax(-1)
+    return torch.where(charts, best, torch.full_like(best, -1))
+
+
 def indicators(charts: torch.Tensor, S: torch.Tensor) -> torch.Tensor:
     """The 0/1 tensor of a (labeled) chart in the shape of S: 1 at each of the tree's (span, label)."""
     if S.dim() == 3:

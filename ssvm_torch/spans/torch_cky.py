@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import torch
 
+from ..trees.sampling import draw_categorical
+
 #: the stand-in for -inf in the charts (finite: its gradient is 0, never NaN)
 NEG = -1e30
 
@@ -146,3 +148,35 @@ def best_tree(S: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, tor
         charts = _by_span(keep.view(B, M, M)) > 0.5
         root = _roots(L, lengths)
     return charts, torch.where(lengths > 0, root, root.new_zeros(()))
+
+
+def sample_trees(S: torch.Tensor, lengths: torch.Tensor, n: int, generator=None):
+    """(charts (B, n, N+1, N+1) bool, log Z (B,) float64): n exact samples of every row's TreeCRF over binary trees
+    of unlabeled span scores S (B, N+1, N+1), and its log Z. The inside chart in the log semiring (float64), then
+    every sample's tree drawn top-down width by width as :func:`best_tree` reads the best one, each span of a
+    sample choosing its split u with probability inside(i, i+u) inside(i+u, j) / sum over the splits, by the
+    inverse CDF on float64 uniforms from ``generator`` (:func:`ssvm_torch.trees.sampling.draw_categorical`;
+    forward filtering, backward sampling over CKY). Empty charts
+    for empty rows; a row whose log Z is below NEG / 2 has no tree (the callers refuse it). No gradient."""
+    B, M, _ = S.shape
+    N = M - 1
+    dev = S.device
+    if N == 0:
+        return torch.zeros(B, n, 1, 1, dtype=torch.bool, device=dev), torch.zeros(B, dtype=torch.float64, device=dev)
+    with torch.no_grad():
+        L, R, _ = _charts(_masked(S.detach().to(torch.float64), lengths), "log")
+        Rn = B * n
+        keep = torch.zeros(Rn, M * M, dtype=torch.float64, device=dev)        # [start, width], 1 on the spans drawn
+        rows = torch.arange(Rn, device=dev)
+        Ln = lengths.repeat_interleave(n)
+        keep[rows, Ln] = (Ln > 0).to(keep.dtype)                               # the roots (0, n_b)
+        start = torch.arange(M, device=dev)
+        for w in range(N, 1, -1):
+            m = M - w
+            u = draw_categorical(L[:, :m, 1:w] + R[:, w:, N - w + 1:N], n, generator).reshape(Rn, m) + 1
+            on = keep[:, start[:m] * M + w]                                    # (Rn, m): the spans (i, i + w) drawn
+            keep.scatter_add_(1, start[:m] * M + u, on)                        # left children (i, i + u)
+            keep.scatter_add_(1, (start[:m] + u) * M + (w - u), on)            # right children (i + u, i + w)
+        charts = _by_span(keep.view(Rn, M, M)) > 0.5
+        root = _roots(L, lengths)
+    return charts.view(B, n, M, M), torch.where(lengths > 0, root, root.new_zeros(()))

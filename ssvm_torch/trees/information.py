@@ -28,7 +28,7 @@ from .checks import use_numba
 from .numba_expectation import hessian_vector_batch
 
 
-def _arc_potentials(S: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def arc_potentials(S: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(A, the shifts (B, N, 1)): A = exp(S - max_h S[m, h]) [modifier, head] over the arcs that may go (0
     elsewhere), each modifier's arcs shifted by their largest score (det(L D) = det L det D, the marginals
     unchanged)."""
@@ -42,7 +42,7 @@ def _arc_potentials(S: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tenso
     return torch.exp(x - shift), shift
 
 
-def _laplacian(A: torch.Tensor, lengths: torch.Tensor, multiroot: bool, identity_off_words: bool) -> torch.Tensor:
+def laplacian(A: torch.Tensor, lengths: torch.Tensor, multiroot: bool, identity_off_words: bool) -> torch.Tensor:
     """Koo et al. 2007's Laplacian of the arc potentials A (B, N, N) over the words: L[h', m'] = -A(h -> m),
     L[m', m'] = the potentials into m (the root's too when ``multiroot``), else its first row the root arcs;
     the identity (or 0, for a derivative) on the rows and columns past a sentence's words. Linear in A."""
@@ -72,9 +72,9 @@ def _coefficients(X: torch.Tensor, multiroot: bool):
 
 def _laplacian_log_partition(S: torch.Tensor, lengths: torch.Tensor, multiroot: bool) -> torch.Tensor:
     """log Z of every tree of each row by the matrix-tree theorem in torch operations (twice differentiable),
-    ``torch.linalg.slogdet`` of :func:`_laplacian`: the reference of :func:`laplacian_hessian_product`."""
-    A, shift = _arc_potentials(S, lengths)
-    return torch.linalg.slogdet(_laplacian(A, lengths, multiroot, True))[1] + shift[:, 1:, 0].sum(1)
+    ``torch.linalg.slogdet`` of :func:`laplacian`: the reference of :func:`laplacian_hessian_product`."""
+    A, shift = arc_potentials(S, lengths)
+    return torch.linalg.slogdet(laplacian(A, lengths, multiroot, True))[1] + shift[:, 1:, 0].sum(1)
 
 
 def laplacian_hessian_product(S: torch.Tensor, lengths: torch.Tensor, multiroot: bool, v: torch.Tensor):
@@ -82,10 +82,10 @@ def laplacian_hessian_product(S: torch.Tensor, lengths: torch.Tensor, multiroot:
     linear in (A, X), dA = A * v, dL = L(dA) and dX = -X dL X, so the directional derivative of the marginals is
     dA * D(X) + A * D(dX): one inverse and two products, float64, any device."""
     S, v = S.detach().to(torch.float64), v.to(torch.float64)
-    A, _ = _arc_potentials(S, lengths)
-    X = torch.linalg.inv(_laplacian(A, lengths, multiroot, True))
+    A, _ = arc_potentials(S, lengths)
+    X = torch.linalg.inv(laplacian(A, lengths, multiroot, True))
     dA = A * torch.where(A > 0, v, torch.zeros_like(v))
-    dX = -X @ _laplacian(dA, lengths, multiroot, False) @ X
+    dX = -X @ laplacian(dA, lengths, multiroot, False) @ X
     (D, R), (dD, dR) = _coefficients(X, multiroot), _coefficients(dX, multiroot)
     out = torch.zeros_like(S)
     out[:, 1:, 1:] = dA[:, 1:, 1:] * D + A[:, 1:, 1:] * dD

@@ -173,9 +173,10 @@ def lae(a, b):
 
 
 @nb.njit(cache=True, nogil=True)
-def inside_outside_log(S, n, multiroot, want_marginals, M):
-    """The same inside-outside in log space (no shift, no underflow; one exp per term): the fallback of
-    :func:`inside_outside` and its reference in the tests. Returns log Z; fills M when asked."""
+def log_inside(S, n, multiroot):
+    """The inside pass in log space: (CR, CRt, CL, CLt, IR, ILt, log Z), the charts (n+1, n+1) of the module
+    docstring and their transposes (log values, -inf where nothing), read by :func:`inside_outside_log` and by
+    the sampler of :mod:`ssvm_torch.trees.numba_sampling`."""
     N1 = n + 1
     CR = np.full((N1, N1), NEG_INF)
     CRt = np.full((N1, N1), NEG_INF)
@@ -213,6 +214,16 @@ def inside_outside_log(S, n, multiroot, want_marginals, M):
         logz = NEG_INF
         for r in range(1, n + 1):
             logz = lae(logz, S[r, 0] + CL[1, r] + CR[r, n])
+    return CR, CRt, CL, CLt, IR, ILt, logz
+
+
+@nb.njit(cache=True, nogil=True)
+def inside_outside_log(S, n, multiroot, want_marginals, M):
+    """The same inside-outside in log space (no shift, no underflow; one exp per term): the fallback of
+    :func:`inside_outside` and its reference in the tests. Returns log Z; fills M when asked."""
+    N1 = n + 1
+    start = 0 if multiroot else 1
+    CR, CRt, CL, CLt, IR, ILt, logz = log_inside(S, n, multiroot)
     if not want_marginals or logz == NEG_INF:
         return logz
     OCRr = np.full((N1, N1), NEG_INF)

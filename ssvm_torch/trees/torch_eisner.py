@@ -65,13 +65,13 @@ def root_terms(SR, CL, CR, lengths, N):
     return torch.where(r[None, :] <= lengths[:, None], terms, torch.full_like(terms, NEG))
 
 
-def log_partition(S: torch.Tensor, lengths: torch.Tensor, multiroot: bool) -> torch.Tensor:
-    """log Z (B,) of the projective trees of every sentence of the padded scores S (B, N, N) [modifier,
-    head], differentiable by autograd (d log Z / d S = the arc marginals); -0.0 for a sentence of length 0
-    and a value below NEG / 2 where no tree exists."""
+def inside_charts(S: torch.Tensor, lengths: torch.Tensor, multiroot: bool):
+    """(SR, SL, CR, CL, IR, IL): the arc tables of :func:`arc_tables` (B, N, N) and the log-semiring inside charts
+    of Eisner's algorithm by [width, start], flattened (B, N * N): CR / CL the complete spans headed at their left
+    / right end, IR / IL the incomplete ones (the arc start -> end / end -> start). With a single root the spans
+    that start at the root are left at NEG (the root's one child is chosen by :func:`root_terms`).
+    Differentiable by autograd; the sampler of :mod:`ssvm_torch.trees.sampling` reads them top-down."""
     B, N, _ = S.shape
-    if N == 1:                                                       # the root alone: one empty tree
-        return S.sum((1, 2)) * 0.0
     start = 0 if multiroot else 1
     SR, SL = arc_tables(S, lengths)
     neg = torch.full((), NEG, dtype=S.dtype, device=S.device)
@@ -92,6 +92,17 @@ def log_partition(S: torch.Tensor, lengths: torch.Tensor, multiroot: bool) -> to
         IL[:, flat] = x + SL[:, w, i]
         CR[:, flat] = torch.logsumexp(IR[:, right[0][:, cols]] + CR[:, right[1][:, cols]], 1)
         CL[:, flat] = torch.logsumexp(CL[:, left[0][:, cols]] + IL[:, left[1][:, cols]], 1)
+    return SR, SL, CR, CL, IR, IL
+
+
+def log_partition(S: torch.Tensor, lengths: torch.Tensor, multiroot: bool) -> torch.Tensor:
+    """log Z (B,) of the projective trees of every sentence of the padded scores S (B, N, N) [modifier,
+    head], differentiable by autograd (d log Z / d S = the arc marginals); -0.0 for a sentence of length 0
+    and a value below NEG / 2 where no tree exists."""
+    B, N, _ = S.shape
+    if N == 1:                                                       # the root alone: one empty tree
+        return S.sum((1, 2)) * 0.0
+    SR, _, CR, CL, _, _ = inside_charts(S, lengths, multiroot)
     CR, CL = CR.view(B, N, N), CL.view(B, N, N)
     if multiroot:
         out = CR[torch.arange(B, device=S.device), lengths, 0]

@@ -1,0 +1,269 @@
+"""Exact samples y ~ p(y) = exp s(y) / Z of the first-order dependency-tree CRF (the conventions of
+:mod:`ssvm_torch.trees`: S (B, N, N) [modifier, head], s(y) = sum_m S[m, y_m]), projective or not, single- or
+multi-root, batched over rows and samples on any device.
+
+**Projective trees**: Eisner's inside charts in the log semiring (:func:`ssvm_torch.trees.torch_eisner.inside_charts`),
+then each sample's derivation drawn top-down, width by width from the widest span, every chart item on it choosing
+its split point with probability inside(left part) inside(right part) / inside(item) by the inverse CDF: the sampling
+counterpart of the best tree's read-back (:func:`~ssvm_torch.trees.torch_eisner.best_tree`), the forward-filtering
+backward-sampling of Eisner's grammar (as torch-struct samples through its semiring's backward). One inside pass
+per batch, O(N^3) batched tensor work per sample, no host synchronisation.
+
+**Every tree** (non-projective): the sequential algorithm of Colbourn, Myrvold & Neufeld (1996) as Zmigrod, Vieira &
+Cotterell (2021, "Efficient Sampling of Dependency Structures", Alg. 2) write it for dependency trees: the words'
+heads are drawn one word at a time from their marginals given the heads already drawn. The marginals come from X =
+L^-1 of Koo et al. (2007)'s Laplacian (:mod:`ssvm_torch.trees.information`), whose first row holds the root arcs
+for single-root trees, so the root constraint needs no rejection; fixing a word's head keeps one arc of its column
+of L, a rank-one change that Sherman-Morrison folds into X: O(n^2) per word, O(n^3) per sample, float64. Each step
+checks that the conditional probabilities it draws from form a distribution (they sum to 1 within
+:data:`TOLERANCE`, none negative); a sample where they do not (an ill-conditioned Laplacian: scores of a very wide
+range) takes its remaining words' conditionals from :func:`ssvm_torch.trees.matrix_tree.marginals` of its
+conditioned scores, which balances and checks its factorization.
+
+The callers refuse rows without any tree of finite score (:func:`ssvm_torch.trees.ops.fail_no_tree`) first.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from . import matrix_tree
+from .checks import host_batch, parallel_rows, use_numba
+from .information import arc_potentials, laplacian
+from .numba_colbourn import colbourn_batch, colbourn_batch_parallel
+from .numba_sampling import draws_per_sample, sample_batch, sample_batch_parallel
+from .ops import fail_no_tree
+from .torch_eisner import _index, inside_charts, root_terms
+
+#: the largest |sum of a word's conditional head probabilities - 1| (and negative probability) the
+#: Sherman-Morrison path accepts before a sample falls back to the matrix-tree marginals
+TOLERANCE = 1e-6
+
+
+def _gumbel_argmax(logits: torch.Tensor, generator, dim: int) -> torch.Tensor:
+    """argmax of logits + Gumbel noise along ``dim``: a draw with probabilities softmax(logits) (float64 uniforms)."""
+    u = torch.rand(logits.shape, dtype=torch.float64, device=logits.device, generator=generator)
+    return (logits.to(torch.float64) - torch.log(-torch.log(u))).argmax(dim)
+
+
+def draw_categorical(logits: torch.Tensor, n: int, generator=None) -> torch.Tensor:
+    """(B, n, ...) int64: n independent draws from each categorical softmax(logits) over the last dimension of
+    logits (B, ..., K), by the inverse CDF: the probabilities and their cumulative sums made once for the n draws,
+    then one float64 uniform t in (0, total] per draw, the index the first whose cumulative sum reaches t (never a
+    zero-probability one). Cheaper than Gumbel-max when n draws share one table."""
+    cdf = torch.softmax(logits.to(torch.float64), -1).cumsum(-1)
+    shape = (logits.shape[0], n) + tuple(logits.shape[1:-1])
+    u = torch.rand(shape, dtype=torch.float64, device=logits.device, generator=generator)
+    t = (1.0 - u) * cdf[:, None, ..., -1]
+    return (cdf[:, None] < t[..., None]).sum(-1)
+
+
+def projective_samples(S: torch.Tensor, lengths: torch.Tensor, multiroot: bool, n: int, generator=None):
+    """(heads (B, n, N) int64, -1 at the root position and past each row's length; log Z (B,) float64): n exact
+    samples of every row's projective tree CRF (module docstring), drawn in float64."""
+    B, N, _ = S.shape
+    dev = S.device
+    if N == 1:
+        return torch.full((B, n, 1), -1, dtype=torch.int64, device=dev), torch.zeros(B, dtype=torch.float64, device=dev)
+    start = 0 if multiroot else 1
+    SR, _, CR, CL, IR, IL = inside_charts(S.detach().to(torch.float64), lengths, multiroot)
+    bi = torch.arange(B, device=dev)
+    R = B * n
+    rows = torch.arange(R, device=dev)
+    on = {k: torch.zeros(R, N * N, dtype=torch.int64, device=dev) for k in ("cr", "cl", "ir", "il")}
+    head_plus = torch.zeros(R, N, dtype=torch.int64, device=dev)        # head + 1 of every word (0: none yet)
+    L = lengths.repeat_interleave(n)
+    if multiroot:
+        logz = CR.view(B, N, N)[bi, lengths, 0]
+        on["cr"].index_put_((rows, L * N), torch.ones_like(rows), accumulate=True)
+    else:
+        terms = root_terms(SR, CL.view(B, N, N), CR.view(B, N, N), lengths, N)           # (B, N - 1)
+        logz = torch.logsumexp(terms, 1)
+        r = draw_categorical(terms, n, generator).reshape(R) + 1
+        has = (L > 0).long()
+        head_plus.index_put_((rows, r), has, accumulate=True)                          # head 0: head + 1 = 1
+        on["cl"].index_put_((rows, (r - 1) * N + 1), has, accumulate=True)
+        on["cr"].index_put_((rows, (L - r).clamp(min=0) * N + r), has, accumulate=True)
+
+    def draw(logits):                       # (B, w, L) split scores of every item -> (R, L) one split per sample
+        return draw_categorical(logits.transpose(1, 2), n, generator).reshape(R, -1)
+
+    index = _index(N, dev)
+    for w in range(N - 1 - start, 0, -1):
+        i, split, right, left = index[w]
+        i, cols = i[start:], slice(start, None)
+        flat = w * N + i
+        at = rows[:, None].expand(R, len(i))
+        act = on["cr"][:, flat]                                         # complete, head left: IR + CR
+        d = draw(IR[:, right[0][:, cols]] + CR[:, right[1][:, cols]]) + 1
+        on["ir"].index_put_((at, d * N + i), act, accumulate=True)
+        on["cr"].index_put_((at, (w - d) * N + i + d), act, accumulate=True)
+        act = on["cl"][:, flat]                                         # complete, head right: CL + IL
+        d = draw(CL[:, left[0][:, cols]] + IL[:, left[1][:, cols]])
+        on["cl"].index_put_((at, d * N + i), act, accumulate=True)
+        on["il"].index_put_((at, (w - d) * N + i + d), act, accumulate=True)
+        act = on["ir"][:, flat] + on["il"][:, flat]                     # incomplete (one arc): CR + CL
+        d = draw(CR[:, split[0][:, cols]] + CL[:, split[1][:, cols]])
+        on["cr"].index_put_((at, d * N + i), act, accumulate=True)
+        on["cl"].index_put_((at, (w - 1 - d) * N + i + d + 1), act, accumulate=True)
+        head_plus.index_put_((at, (i + w).expand(R, -1)), on["ir"][:, flat] * (i + 1), accumulate=True)
+        head_plus.index_put_((at, i.expand(R, -1)), on["il"][:, flat] * (i + w + 1), accumulate=True)
+    pos = torch.arange(N, device=dev)
+    word = (pos[None] >= 1) & (pos[None] <= L[:, None])
+    logz = torch.where(lengths > 0, logz, torch.zeros_like(logz))
+    return torch.where(word, head_plus - 1, torch.full_like(head_plus, -1)).view(B, n, N), logz
+
+
+def _conditionals(X, A, m: int, multiroot: bool) -> torch.Tensor:
+    """P(h -> m | the heads drawn so far) (R, N) over the heads h (0 the root) from X = L^-1 of the conditioned
+    arc potentials A (R, N, N): mu(h -> m) = A(h -> m) D[m', h'], mu(0 -> m) = A(0 -> m) R[m'] (Koo et al. 2007;
+    D and R as :func:`ssvm_torch.trees.information.laplacian_hessian_product` reads them, here one row m' = m - 1)."""
+    row = X[:, m - 1, :]
+    own = row[:, m - 1]
+    if multiroot:
+        words, root = own[:, None] - row, own
+    else:                                           # the first row of L holds the root arcs, not word 1's
+        not_first = (torch.arange(row.shape[1], device=X.device) > 0).to(X.dtype)
+        words, root = own[:, None] * float(m > 1) - row * not_first, row[:, 0]
+    return torch.cat([(A[:, m, 0] * root)[:, None], A[:, m, 1:] * words], 1)
+
+
+def _laplacian_column(a: torch.Tensor, m: int, multiroot: bool) -> torch.Tensor:
+    """Column m' = m - 1 (R, n) of :func:`ssvm_torch.trees.information.laplacian` for the potentials a (R, N) of
+    the arcs into word m (a[:, h], h = 0 the root): -a(h -> m) at row h', their sum (the root's too when
+    ``multiroot``) on the diagonal, and for single-root trees the root's potential in row 0 (which holds the root
+    arcs, not word 1's). Linear in a."""
+    col = -a[:, 1:].clone()
+    col[:, m - 1] = a[:, 1:].sum(1) + (a[:, 0] if multiroot else 0.0)
+    if not multiroot:
+        col[:, 0] = a[:, 0]
+    return col
+
+
+def _wide(S: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """(R,) bool: rows whose finite arc scores span matrix_tree.SPAN or more, where potentials exp(S - max)
+    underflow to 0 and the trees through them would be lost without a failed check."""
+    N = S.shape[1]
+    pos = torch.arange(N, device=S.device)
+    inside = pos[None, :] <= lengths[:, None]
+    arc = inside[:, :, None] & inside[:, None, :] & (pos[:, None] != pos[None, :]) & (pos[:, None] >= 1)
+    arc &= torch.isfinite(S)
+    hi = torch.where(arc, S, torch.full_like(S, float("-inf"))).amax((1, 2))
+    lo = torch.where(arc, S, torch.full_like(S, float("inf"))).amin((1, 2))
+    return hi - lo >= matrix_tree.SPAN
+
+
+def continue_exactly(S: torch.Tensor, lengths: torch.Tensor, heads: torch.Tensor, first: torch.Tensor,
+                     multiroot: bool, generator=None) -> torch.Tensor:
+    """heads (R, N) with the words first[r]..lengths[r] of every sample r drawn, each from its marginals under the
+    scores S (R, N, N) float64 conditioned on the heads before it (the matrix-tree marginals of
+    :func:`ssvm_torch.trees.matrix_tree.marginals`, which balance and check their factorization): the fallback of
+    the Sherman-Morrison samplers, one call per word over the samples that need it."""
+    N = S.shape[1]
+    pos = torch.arange(N, device=S.device)
+    fixed = (pos[None, :] < first[:, None]) & (heads >= 0)
+    cond = torch.where(fixed[:, :, None] & (pos[None, None, :] != heads[:, :, None]), float("-inf"), S)
+    for m in range(max(int(first.min()), 1), N):
+        idx = ((m >= first) & (m <= lengths)).nonzero()[:, 0]
+        if len(idx) == 0:
+            continue
+        p = matrix_tree.marginals(cond[idx], lengths[idx], multiroot)[0][:, m, :].to(torch.float64)
+        h = _gumbel_argmax(torch.log(p.clamp(min=0)), generator, 1)
+        heads[idx, m] = h
+        cond[idx, m, :] = torch.where(pos[None, :] == h[:, None], cond[idx, m, :], float("-inf"))
+    return heads
+
+
+def nonprojective_samples(S: torch.Tensor, lengths: torch.Tensor, multiroot: bool, n: int, generator=None):
+    """heads (B, n, N) int64, -1 at the root position and past each row's length: n exact samples of every row's
+    CRF over all trees (module docstring: Colbourn's sequential algorithm with Sherman-Morrison updates, a checked
+    fallback to the matrix-tree marginals), float64, in torch operations (any device). Rows must have a tree
+    (:func:`sample` checks)."""
+    B, N, _ = S.shape
+    dev = S.device
+    heads = torch.full((B * n, N), -1, dtype=torch.int64, device=dev)
+    if N == 1:
+        return heads.view(B, n, N)
+    S = S.detach().to(torch.float64).repeat_interleave(n, 0)
+    L = lengths.repeat_interleave(n)
+    A, _ = arc_potentials(S, L)
+    X, info = torch.linalg.inv_ex(laplacian(A, L, multiroot, True))
+    # fail[r]: the first word sample r leaves to the exact fallback (N: none)
+    fail = torch.where((info != 0) | _wide(S, L), 1, N)
+    X = torch.where((fail == 1)[:, None, None], torch.eye(N - 1, dtype=X.dtype, device=dev), X)
+    pos = torch.arange(N, device=dev)
+    for m in range(1, N):
+        p = _conditionals(X, A, m, multiroot)
+        bad = ((p.sum(1) - 1).abs() > TOLERANCE) | (p.amin(1) < -TOLERANCE) | ~torch.isfinite(p).all(1)
+        fail = torch.where(bad & (m < fail) & (m <= L), m, fail)
+        active = (m < fail) & (m <= L)
+        h = _gumbel_argmax(torch.log(torch.where(active[:, None], p, 1.0).clamp(min=0)), generator, 1)
+        heads[:, m] = torch.where(active, h, heads[:, m])
+        keep = (pos[None, :] == h[:, None]) | ~active[:, None]          # word m keeps the arc from its drawn head
+        dropped = torch.where(keep, torch.zeros_like(A[:, m, :]), A[:, m, :])   # the arcs into m given up
+        A[:, m, :] -= dropped
+        u = _laplacian_column(dropped, m, multiroot).neg_()            # the change of L's column m' = m - 1
+        Xu = (X @ u[:, :, None])[:, :, 0]
+        denom = 1.0 + Xu[:, m - 1]                                      # det L_new / det L = P(h -> m | drawn)
+        ok = denom > TOLERANCE
+        fail = torch.where(active & ~ok, m + 1, fail)
+        X = X - Xu[:, :, None] * X[:, m - 1, None, :] / torch.where(ok, denom, 1.0)[:, None, None]
+    left = fail <= L
+    if bool(left.any()):
+        idx = left.nonzero()[:, 0]
+        heads[idx] = continue_exactly(S[idx], L[idx], heads[idx], fail[idx], multiroot, generator)
+    return heads.view(B, n, N)
+
+
+def compiled_nonprojective_samples(S: torch.Tensor, lengths: torch.Tensor, multiroot: bool, n: int,
+                                   generator=None) -> torch.Tensor:
+    """:func:`nonprojective_samples` by the compiled sampler of :mod:`ssvm_torch.trees.numba_colbourn` (CPU
+    scores), its failed samples finished by :func:`continue_exactly`."""
+    B, N, _ = S.shape
+    U = torch.rand(B, n, N, dtype=torch.float64, generator=generator)
+    Sh, Lh = host_batch(S.detach().to(torch.float64), lengths)
+    heads, fail = np.empty((B, n, N), dtype=np.int64), np.empty((B, n), dtype=np.int64)
+    kernel = colbourn_batch_parallel if parallel_rows(B) else colbourn_batch
+    kernel(Sh, Lh, multiroot, matrix_tree.SPAN, TOLERANCE, U.numpy(), heads, fail)
+    heads, fail = torch.from_numpy(heads).view(B * n, N), torch.from_numpy(fail).view(B * n)
+    L = lengths.repeat_interleave(n)
+    left = fail <= L
+    if bool(left.any()):
+        idx = left.nonzero()[:, 0]
+        S64 = S.detach().to(torch.float64)[idx // n]
+        heads[idx] = continue_exactly(S64, L[idx], heads[idx], fail[idx], multiroot, generator)
+    return heads.view(B, n, N)
+
+
+def compiled_projective_samples(S: torch.Tensor, lengths: torch.Tensor, multiroot: bool, n: int, generator=None):
+    """(heads, log Z) as :func:`projective_samples` by the compiled sampler of
+    :mod:`ssvm_torch.trees.numba_sampling` (CPU scores), the uniforms drawn from ``generator`` in float64."""
+    B, N, _ = S.shape
+    U = torch.rand(B, n, draws_per_sample(N), dtype=torch.float64, generator=generator)
+    Sh, Lh = host_batch(S.detach(), lengths)
+    heads, logz = np.empty((B, n, N), dtype=np.int64), np.empty(B)
+    (sample_batch_parallel if parallel_rows(B) else sample_batch)(Sh, Lh, multiroot, U.numpy(), heads, logz)
+    return torch.from_numpy(heads), torch.from_numpy(logz)
+
+
+def sample(S: torch.Tensor, lengths: torch.Tensor, projective: bool, multiroot: bool, n: int, generator=None,
+           kernels: str = "auto") -> torch.Tensor:
+    """heads (B, n, N) int64: n exact samples of every row's tree CRF (projective or every tree), -1 at the root
+    position and past each row's length. Projective trees: the compiled sampler for CPU float32 / float64 scores
+    (``kernels`` "auto" or "numba", :func:`ssvm_torch.trees.checks.use_numba`), the torch one elsewhere. A row
+    without any tree of finite score is refused by name (:func:`ssvm_torch.trees.ops.fail_no_tree`)."""
+    if projective:
+        if use_numba(S, kernels):
+            heads, logz = compiled_projective_samples(S, lengths, multiroot, n, generator)
+        else:
+            heads, logz = projective_samples(S, lengths, multiroot, n, generator)
+        fail_no_tree(logz.to(S.device), lengths, "log Z")
+        return heads.to(S.device)
+    fail_no_tree(matrix_tree.log_partition(S.detach(), lengths, multiroot), lengths, "log Z")
+    if use_numba(S, kernels):
+        return compiled_nonprojective_samples(S, lengths, multiroot, n, generator)
+    return nonprojective_samples(S, lengths, multiroot, n, generator)
+
+
+__all__ = ["TOLERANCE", "compiled_nonprojective_samples", "compiled_projective_samples", "continue_exactly",
+           "draw_categorical", "nonprojective_samples", "projective_samples", "sample"]
