@@ -97,16 +97,22 @@ def point(ts, B: int, n: int, repeats: int) -> dict:
     return row
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="B 32, n 20, 2 repeats")
-    ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--out", default="benchmarks/results/tree_information_cpu.json")
+def one_thread_run(doc: str, quick: str, repeats: int, out: str):
+    """(args, torch_struct): the command line of a tree benchmark (--quick, --repeats, --out) parsed, torch and
+    numba on one thread, warnings off, torch-struct's length masking patched (benchmarks/bench_trees.py)."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help=quick)
+    ap.add_argument("--repeats", type=int, default=repeats)
+    ap.add_argument("--out", default=out)
     args = ap.parse_args()
     torch.set_num_threads(1)
     numba.set_num_threads(1)
     warnings.filterwarnings("ignore")
-    ts = patch_torch_struct()
+    return args, patch_torch_struct()
+
+
+def main() -> None:
+    args, ts = one_thread_run(__doc__, "B 32, n 20, 2 repeats", 5, "benchmarks/results/tree_information_cpu.json")
     rows = []
     for B, n in (GRID[:1] if args.quick else GRID):
         row = point(ts, B, n, 2 if args.quick else args.repeats)

@@ -20,19 +20,16 @@ Usage: python benchmarks/bench_tree_sampling.py [--quick] [--out benchmarks/resu
 """
 from __future__ import annotations
 
-import argparse
 import sys
-import warnings
 from pathlib import Path
 
-import numba
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_chain_information import write_rows  # noqa: E402
-from bench_tree_information import medians  # noqa: E402
+from bench_tree_information import medians, one_thread_run  # noqa: E402
 from bench_spans import inclusive  # noqa: E402
-from bench_trees import patch_torch_struct, to_torch_struct  # noqa: E402
+from bench_trees import to_torch_struct  # noqa: E402
 
 from ssvm_torch.nn import ConstituencyTree, DependencyTree  # noqa: E402
 
@@ -71,15 +68,8 @@ def point(ts, B: int, n: int, k: int, repeats: int) -> dict:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="B 32, n 20, one sample, 2 repeats")
-    ap.add_argument("--repeats", type=int, default=7)
-    ap.add_argument("--out", default="benchmarks/results/tree_sampling_cpu.json")
-    args = ap.parse_args()
-    torch.set_num_threads(1)
-    numba.set_num_threads(1)
-    warnings.filterwarnings("ignore")
-    ts = patch_torch_struct()
+    args, ts = one_thread_run(__doc__, "B 32, n 20, one sample, 2 repeats", 7,
+                              "benchmarks/results/tree_sampling_cpu.json")
     rows = []
     for B, n, k in (GRID[:1] if args.quick else GRID):
         row = point(ts, B, n, k, 2 if args.quick else args.repeats)
