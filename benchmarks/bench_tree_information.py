@@ -6,6 +6,8 @@ float32 random arc scores of B sentences of n words (full length), single root:
   AttributeError: the KL semiring hands ``logpartition`` a list);
 * non-projective: ours vs SuPar's ``MatrixTree`` (log Z - <marginals, scores>, the marginals by autograd with
   ``create_graph``); torch-struct 0.5's ``NonProjectiveDependencyCRF.entropy`` is not implemented (returns None);
+* second order (adjacent siblings, ``sib_scores``): ours vs SuPar's ``Dependency2oCRF`` (its entropy / KL
+  semirings over the second-order Eisner chart);
 * binary span trees (``ConstituencyTree``, random span scores (B, n+1, n+1)): ours vs SuPar's ``ConstituencyCRF``
   (its entropy semiring over CKY).
 
@@ -49,7 +51,7 @@ def grad_of(f, *xs):
 
 
 def point(ts, B: int, n: int, repeats: int) -> dict:
-    from supar.structs import ConstituencyCRF, DependencyCRF, MatrixTree
+    from supar.structs import ConstituencyCRF, Dependency2oCRF, DependencyCRF, MatrixTree
     from ssvm_torch.nn import ConstituencyTree
     g = torch.Generator().manual_seed(0)
     S, Q = torch.randn(B, n + 1, n + 1, generator=g), torch.randn(B, n + 1, n + 1, generator=g)
@@ -77,6 +79,20 @@ def point(ts, B: int, n: int, repeats: int) -> dict:
                                    "supar": grad_of(lambda x, y: MatrixTree(x, lengths).kl(MatrixTree(y, lengths)),
                                                     S, Q)},
     }
+    SB, QB = (torch.randn(B, n + 1, n + 1, n + 1, generator=g) for _ in range(2))
+
+    def supar_2o(x, xb):
+        return Dependency2oCRF((x, xb), lengths)
+
+    groups["proj2o_entropy_ms"] = {"ours": lambda: proj.entropy(S, lengths=lengths, sib_scores=SB),
+                                   "supar": lambda: supar_2o(S, SB).entropy}
+    groups["proj2o_entropy_backward_ms"] = {
+        "ours": grad_of(lambda x, xb: proj.entropy(x, lengths=lengths, sib_scores=xb), S, SB),
+        "supar": grad_of(lambda x, xb: supar_2o(x, xb).entropy, S, SB)}
+    groups["proj2o_kl_backward_ms"] = {
+        "ours": grad_of(lambda x, xb, y, yb: proj.kl(x, y, lengths=lengths, sib_scores=xb, other_sib_scores=yb),
+                        S, SB, Q, QB),
+        "supar": grad_of(lambda x, xb, y, yb: supar_2o(x, xb).kl(supar_2o(y, yb)), S, SB, Q, QB)}
     spans = ConstituencyTree()
     groups["spans_entropy_ms"] = {"ours": lambda: spans.entropy(S, lengths=lengths),
                                   "supar": lambda: ConstituencyCRF(S, lengths).entropy}
@@ -93,7 +109,8 @@ def point(ts, B: int, n: int, repeats: int) -> dict:
     row["max_abs_diff_entropy_vs_supar"] = {
         "projective": float((proj.entropy(S, lengths=lengths) - DependencyCRF(S, lengths).entropy).abs().max()),
         "non_projective": float((nonproj.entropy(S, lengths=lengths) - MatrixTree(S, lengths).entropy).abs().max()),
-        "spans": float((spans.entropy(S, lengths=lengths) - ConstituencyCRF(S, lengths).entropy).abs().max())}
+        "spans": float((spans.entropy(S, lengths=lengths) - ConstituencyCRF(S, lengths).entropy).abs().max()),
+        "second_order": float((proj.entropy(S, lengths=lengths, sib_scores=SB) - supar_2o(S, SB).entropy).abs().max())}
     return row
 
 

@@ -107,3 +107,72 @@ def test_the_real_space_pass_hands_an_underflowing_sentence_to_the_log_space_one
     lengths = torch.tensor([2])
     torch.testing.assert_close(hessian_product(S, lengths, True, False, V, compiled=True),
                                hessian_product(S, lengths, True, False, V, autograd=True), rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("first_child", [False, True])
+@pytest.mark.parametrize("kernels", ["auto", "torch"])
+@pytest.mark.parametrize("multiroot", [False, True])
+def test_second_order_entropy_and_kl_equal_enumeration(multiroot, kernels, first_child):
+    """With sib_scores the layer's entropy / KL / cross-entropy are those of the second-order CRF (SuPar's
+    Dependency2oCRF.entropy / .kl): against every projective tree enumerated, with its adjacent siblings."""
+    from tree_reference import sibling_tree_scores
+    g = torch.Generator().manual_seed(6)
+    S, Q = (torch.randn(3, 6, 6, dtype=torch.float64, generator=g) for _ in range(2))
+    SB, QB = (torch.randn(3, 6, 6, 6, dtype=torch.float64, generator=g) for _ in range(2))
+    lengths = torch.tensor([5, 3, 0])
+    layer = DependencyTree(multiroot=multiroot, kernels=kernels, first_child=first_child)
+    H = layer.entropy(S, lengths=lengths, sib_scores=SB)
+    D = layer.kl(S, Q, lengths=lengths, sib_scores=SB, other_sib_scores=QB)
+    C = layer.cross_entropy(S, Q, lengths=lengths, sib_scores=SB, other_sib_scores=QB)
+    for b, n in enumerate(lengths.tolist()):
+        trees = all_trees(n, True, multiroot)
+        sp = sibling_tree_scores(S[b].numpy(), SB[b].numpy(), trees, first_child)
+        sq = sibling_tree_scores(Q[b].numpy(), QB[b].numpy(), trees, first_child)
+        lp, lq = sp - np.logaddexp.reduce(sp), sq - np.logaddexp.reduce(sq)
+        p = np.exp(lp)
+        assert H[b].item() == pytest.approx(-(p * lp).sum(), abs=1e-12)
+        assert D[b].item() == pytest.approx((p * (lp - lq)).sum(), abs=1e-12)
+        assert C[b].item() == pytest.approx(-(p * lq).sum(), abs=1e-11)
+    assert H[2] == 0 and D[2] == 0
+
+
+def test_second_order_gradients_pass_gradcheck_and_refusals():
+    layer = DependencyTree()
+    g = torch.Generator().manual_seed(7)
+    S, Q = (torch.randn(2, 5, 5, dtype=torch.float64, generator=g) for _ in range(2))
+    SB, QB = (torch.randn(2, 5, 5, 5, dtype=torch.float64, generator=g) for _ in range(2))
+    SB[0, 2, 1, 3] = float("-inf")                 # a sibling pair that may not occur: no NaN anywhere
+    lengths = torch.tensor([4, 3])
+
+    def both(S_, SB_, Q_, QB_):
+        return torch.cat([layer.entropy(S_, lengths=lengths, sib_scores=SB_),
+                          layer.kl(S_, Q_, lengths=lengths, sib_scores=SB_, other_sib_scores=QB_)])
+
+    assert torch.autograd.gradcheck(both, tuple(x.requires_grad_() for x in (S, SB, Q, QB)))
+    with pytest.raises(SSVMInputError, match="other_sib_scores: expected given together with sib_scores"):
+        layer.kl(S, Q, lengths=lengths, sib_scores=SB)
+    with pytest.raises(SSVMInputError, match="other_sib_scores: expected given together with sib_scores"):
+        layer.kl(S, Q, lengths=lengths, other_sib_scores=QB)
+    with pytest.raises(SSVMInputError, match="other_sib_scores: expected shape"):
+        layer.kl(S, Q, lengths=lengths, sib_scores=SB, other_sib_scores=QB[:, :4])
+    with pytest.raises(SSVMInputError, match="sib_scores: expected a layer with projective=True"):
+        DependencyTree(projective=False).entropy(S, lengths=lengths, sib_scores=SB)
+
+
+@pytest.mark.parametrize("multiroot", [False, True])
+def test_the_second_order_hessian_products_equal_autograd_twice(multiroot):
+    """The compiled forward-mode inside-outside (trees/numba_sibling_expectation.py) against autograd twice through
+    the torch second-order inside pass, over arcs and sibling pairs, with an absent arc, an absent sibling pair and
+    sentences of 0, 1 and 4 words."""
+    from ssvm_torch.trees.information import SiblingFactored
+    g = torch.Generator().manual_seed(8)
+    S, V = (torch.randn(4, 8, 8, dtype=torch.float64, generator=g) * 2 for _ in range(2))
+    SB, VB = (torch.randn(4, 8, 8, 8, dtype=torch.float64, generator=g) * 2 for _ in range(2))
+    S[0, 3, 2], SB[1, 4, 2, 3] = float("-inf"), float("-inf")
+    lengths = torch.tensor([7, 4, 0, 1])
+    parts = SiblingFactored(8, multiroot, "auto")
+    P, Vp = parts.pack(S, SB), parts.pack(V, VB)
+    fast, twice = parts.hessian_product(P, lengths, Vp), parts.hessian_product(P, lengths, Vp, autograd=True)
+    torch.testing.assert_close(fast, twice, rtol=0, atol=1e-12)
+    arcs, sibs = parts.unpack(fast)
+    assert arcs.abs().max() > 0.1 and sibs.abs().max() > 0.1 and fast[2].abs().max() == 0

@@ -20,7 +20,7 @@ softmax-margin, arc + logsumexp_l label for the CRF, arc + max_l label for decod
 **Second order.** Every call takes ``sib_scores`` (B, N, N, N), ``sib_scores[b, m, h, s]`` the score of m and
 s being adjacent dependents of h on the same side, s between them (SuPar's ``Dependency2oCRF`` layout,
 :mod:`ssvm_torch.trees.sibling`): s(y, l) then adds the sibling scores of the tree's adjacent siblings, and
-the three losses, decoding, log Z and the marginals are those of the second-order model (relations still
+the three losses, decoding, log Z, the marginals, entropy and KL are those of the second-order model (relations still
 factor over arcs, so the effective arc scores above carry them). Projective trees only: with
 ``projective=False`` sibling scores are refused (exact second-order non-projective parsing is NP-hard,
 McDonald & Pereira 2006). ``first_child=True`` adds McDonald & Pereira's first-child parts: the dependent
@@ -48,7 +48,7 @@ from ..chain.checks import check_draws, refuse_bad_scores
 from ..errors import SSVMInputError, check, check_choice
 from ..trees import ops, sampling, sibling_ops
 from ..trees.checks import KERNELS, check_heads, check_partial_heads, check_scores, resolve_lengths, tracing, word_mask
-from ..trees.information import ArcFactored, Information
+from ..trees.information import ArcFactored, Information, SiblingFactored
 from ..trees.kbest import dependency_kbest
 from ..trees.lawler import check_nbest
 from ..trees.losses import row_cost
@@ -282,27 +282,46 @@ class DependencyTree(nn.Module):
 
     # -- information ----------------------------------------------------------------------------------------
     def entropy(self, arc_scores: torch.Tensor, mask: torch.Tensor | None = None,
-                lengths: torch.Tensor | None = None) -> torch.Tensor:
-        """H(p) = -sum_y p(y) log p(y) per sentence (B,) of the tree CRF of the arc scores (0 for an empty
-        sentence), differentiable: log Z - <mu, S> from the layer's log Z and marginals, its gradient -Hess S by
-        differentiating a torch log Z twice (:mod:`ssvm_torch.trees.information`). First order only."""
-        S, lengths, _ = self._inputs(arc_scores, mask, lengths)
-        return Information.apply(S, None, lengths, self._structure())[0]
+                lengths: torch.Tensor | None = None, sib_scores: torch.Tensor | None = None) -> torch.Tensor:
+        """H(p) = -sum_y p(y) log p(y) per sentence (B,) of the tree CRF of the arc scores (with ``sib_scores``
+        the second-order CRF; 0 for an empty sentence), differentiable: log Z - <mu, parts' scores> from the
+        layer's log Z and marginals, its gradient -Hess s by Hessian-vector products
+        (:mod:`ssvm_torch.trees.information`)."""
+        return self._information(arc_scores, None, mask, lengths, sib_scores, None)[0]
 
     def kl(self, arc_scores: torch.Tensor, other_scores: torch.Tensor, mask: torch.Tensor | None = None,
-           lengths: torch.Tensor | None = None) -> torch.Tensor:
+           lengths: torch.Tensor | None = None, sib_scores: torch.Tensor | None = None,
+           other_sib_scores: torch.Tensor | None = None) -> torch.Tensor:
         """KL(p || q) per sentence (B,): p the tree CRF of ``arc_scores``, q that of ``other_scores`` (the same
-        shape; the same trees: this layer's projectivity and root rule), differentiable w.r.t. both; +inf where
-        p gives weight to an arc q forbids (-inf)."""
-        S, lengths, _ = self._inputs(arc_scores, mask, lengths)
-        return Information.apply(S, self._other_scores(other_scores, S), lengths, self._structure())[1]
+        shape; the same trees: this layer's projectivity and root rule; second order: both models' sibling
+        scores, ``sib_scores`` and ``other_sib_scores``), differentiable w.r.t. both; +inf where p gives weight to
+        a part q forbids (-inf)."""
+        return self._information(arc_scores, other_scores, mask, lengths, sib_scores, other_sib_scores)[1]
 
     def cross_entropy(self, arc_scores: torch.Tensor, other_scores: torch.Tensor, mask: torch.Tensor | None = None,
-                      lengths: torch.Tensor | None = None) -> torch.Tensor:
+                      lengths: torch.Tensor | None = None, sib_scores: torch.Tensor | None = None,
+                      other_sib_scores: torch.Tensor | None = None) -> torch.Tensor:
         """H(p, q) = H(p) + KL(p || q) per sentence (B,), p and q as in :meth:`kl`."""
-        S, lengths, _ = self._inputs(arc_scores, mask, lengths)
-        H, D = Information.apply(S, self._other_scores(other_scores, S), lengths, self._structure())
+        H, D = self._information(arc_scores, other_scores, mask, lengths, sib_scores, other_sib_scores)
         return H + D
+
+    def _information(self, arc_scores, other_scores, mask, lengths, sib_scores, other_sib_scores):
+        S, lengths, SB = self._inputs(arc_scores, mask, lengths, sib_scores)
+        if other_scores is not None:
+            check((sib_scores is None) == (other_sib_scores is None), "other_sib_scores",
+                  "given together with sib_scores (both models second order) or neither",
+                  "None" if other_sib_scores is None else "a tensor without sib_scores")
+            Q = self._other_scores(other_scores, S)
+            if other_sib_scores is not None:
+                QB = check_sib_scores(other_sib_scores, Q, "other_sib_scores")
+                if self.first_child:
+                    refuse_open_first_child(Q, QB, lengths, "other_sib_scores")
+                    Q, QB = fold_first_child(Q, QB)
+        if SB is None:
+            return Information.apply(S, None if other_scores is None else Q, lengths, self._structure())
+        structure = SiblingFactored(S.shape[1], self.multiroot, self.kernels)
+        Qp = None if other_scores is None else structure.pack(Q, QB)
+        return Information.apply(structure.pack(S, SB), Qp, lengths, structure)
 
     def sample(self, arc_scores: torch.Tensor, mask: torch.Tensor | None = None,
                label_scores: torch.Tensor | None = None, lengths: torch.Tensor | None = None, n: int = 1,

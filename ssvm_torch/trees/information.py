@@ -15,17 +15,20 @@ and the log-determinant of Koo et al. (2007)'s Laplacian for every tree, each mo
 largest arc score (det(L D) = det L det D).
 The products are evaluated in float64; terms of arcs with zero marginal are 0, so -inf scores (no arc) enter
 nothing. :class:`Information` holds the identities for any structure whose trees score the sum of their parts'
-scores (a (B, M, M) part table): :class:`ArcFactored` here, the binary span trees of
-:mod:`ssvm_torch.spans.information`.
+scores (a (B, M, M) part table): :class:`ArcFactored` here, the second-order trees (:class:`SiblingFactored`, arcs
+and adjacent-sibling pairs packed into one table; its products by the forward-mode inside-outside of
+:mod:`ssvm_torch.trees.numba_sibling_expectation` on the CPU, autograd twice through the torch inside pass elsewhere),
+the binary span trees of :mod:`ssvm_torch.spans.information`.
 """
 from __future__ import annotations
 
 import numpy as np
 import torch
 
-from . import ops, torch_eisner
+from . import ops, sibling_ops, torch_eisner, torch_sibling
 from .checks import use_numba
 from .numba_expectation import hessian_vector_batch
+from .numba_sibling_expectation import sibling_hessian_vector_batch
 
 
 def arc_potentials(S: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -152,6 +155,48 @@ class ArcFactored:
 
     def hessian_product(self, S, lengths, v):
         return hessian_product(S, lengths, self.projective, self.multiroot, v, use_numba(S, self.kernels))
+
+
+class SiblingFactored:
+    """The second-order (adjacent-sibling) projective trees (:mod:`ssvm_torch.trees.sibling`) as a log-linear
+    structure for :class:`Information`: the parts, arcs S (B, N, N) and sibling pairs SB (B, N, N, N), packed into
+    one table (B, 1, N^2 + N^3) by :meth:`pack`; (marginals, log Z) from one second-order inside-outside (compiled
+    on the CPU), the Hessian-vector products by :meth:`hessian_product`."""
+
+    def __init__(self, N: int, multiroot: bool, kernels: str):
+        self.N, self.multiroot, self.kernels = N, multiroot, kernels
+
+    @staticmethod
+    def pack(S: torch.Tensor, SB: torch.Tensor) -> torch.Tensor:
+        B = S.shape[0]
+        return torch.cat([S.reshape(B, -1), SB.reshape(B, -1)], 1)[:, None, :]
+
+    def unpack(self, P: torch.Tensor):
+        B, N = P.shape[0], self.N
+        return P[:, 0, :N * N].reshape(B, N, N), P[:, 0, N * N:].reshape(B, N, N, N)
+
+    def marginals_and_log_partition(self, P, lengths):
+        M, MS, logz = sibling_ops.marginals_and_log_partition(*self.unpack(P), lengths, self.multiroot, self.kernels)
+        return self.pack(M.to(torch.float64), MS.to(torch.float64)), logz
+
+    def hessian_product(self, P, lengths, v, autograd: bool = False):
+        """Hess v (B, 1, N^2 + N^3) float64: on the CPU the compiled forward-mode pass of
+        :mod:`ssvm_torch.trees.numba_sibling_expectation`; elsewhere (or with ``autograd``, the tests' reference)
+        autograd twice through the torch inside pass."""
+        if use_numba(P, self.kernels) and not autograd:
+            S, SB = (x.detach().to(torch.float64).contiguous().numpy() for x in self.unpack(P))
+            V, VB = (x.detach().to(torch.float64).contiguous().numpy() for x in self.unpack(v))
+            out, out_sib = np.zeros(S.shape), np.zeros(SB.shape)
+            sibling_hessian_vector_batch(S, SB, V, VB, lengths.to(torch.int64).contiguous().numpy(), self.multiroot,
+                                         out, out_sib)
+            return self.pack(torch.from_numpy(out), torch.from_numpy(out_sib))
+        with torch.enable_grad():
+            S, SB = (x.detach().to(torch.float64).requires_grad_(True) for x in self.unpack(P))
+            logz = torch_sibling.log_partition(S, SB, lengths, self.multiroot)
+            mu = torch.autograd.grad(logz.sum(), (S, SB), create_graph=True)
+            vS, vSB = self.unpack(v.to(torch.float64))
+            hv = torch.autograd.grad((mu[0] * vS).sum() + (mu[1] * vSB).sum(), (S, SB))
+        return self.pack(*hv)
 
 
 class Information(torch.autograd.Function):

@@ -101,17 +101,24 @@ def log_partition(S, SB, lengths, multiroot: bool, kernels: str = "auto") -> tor
 def marginals(S, SB, lengths, multiroot: bool, kernels: str = "auto"):
     """(P(h -> m) (B, N, N) [modifier, head], P(s, m adjacent dependents of h) (B, N, N, N) [modifier, head,
     sibling]) under the CRF of the scores, zero off the words. No gradient."""
+    M, MS, _ = marginals_and_log_partition(S, SB, lengths, multiroot, kernels)
+    return M.to(S.dtype), MS.to(SB.dtype)
+
+
+def marginals_and_log_partition(S, SB, lengths, multiroot: bool, kernels: str = "auto"):
+    """(arc marginals (B, N, N), sibling marginals (B, N, N, N), log Z (B,) float64) from one inside-outside pass;
+    no gradient. A row without a tree of finite score is refused by name."""
     S, SB = S.detach(), SB.detach()
     if use_numba(S, kernels):
         logz, M, MS = _compiled(S, SB, lengths, multiroot, True)
-        fail_no_tree(logz, lengths, "log Z")
-        return M.to(S.dtype), MS.to(SB.dtype)
-    with torch.enable_grad():
-        s, sb = S.clone().requires_grad_(True), SB.clone().requires_grad_(True)
-        logz = _recursions(S).log_partition(s, sb, lengths, multiroot)
-        fail_no_tree(logz.detach(), lengths, "log Z")
-        gs, gsb = torch.autograd.grad(logz.sum(), (s, sb))
-    return gs, gsb
+    else:
+        with torch.enable_grad():
+            s, sb = S.clone().requires_grad_(True), SB.clone().requires_grad_(True)
+            logz = _recursions(S).log_partition(s, sb, lengths, multiroot)
+            M, MS = torch.autograd.grad(logz.sum(), (s, sb))
+        logz = logz.detach()
+    fail_no_tree(logz, lengths, "log Z")
+    return M, MS, logz.to(torch.float64)
 
 
 def hinge(S, SB, gold, lengths, cost, multiroot: bool, kernels: str = "auto") -> torch.Tensor:
