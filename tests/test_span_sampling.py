@@ -84,3 +84,14 @@ def test_refusals_name_the_field():
         layer.sample(no_tree, lengths=lengths)
     with pytest.raises(SSVMInputError, match="label_scores"):
         layer.sample(S, lengths=lengths, label_scores=torch.randn(2, 5, 5))
+
+
+def test_many_samples_are_drawn_in_chunks(monkeypatch):
+    from ssvm_torch.trees import sampling
+    monkeypatch.setattr(sampling, "CHUNK_ELEMENTS", 2 * 6 * 6 * 2 * 5)     # 5 labeled samples a call
+    g = torch.Generator().manual_seed(4)
+    S, lab = torch.randn(2, 6, 6, generator=g), torch.randn(2, 6, 6, 2, generator=g)
+    charts = ConstituencyTree().sample(S, label_scores=lab, lengths=torch.tensor([5, 3]), n=23,
+                                       generator=torch.Generator().manual_seed(0))
+    assert charts.shape == (2, 23, 6, 6)
+    assert ((charts >= 0).sum((2, 3)) == torch.tensor([9, 5])[:, None]).all()

@@ -179,3 +179,18 @@ def test_the_exact_continuation_draws_the_rest_given_the_prefix(multiroot):
     drawn = Counter(tuple(row) for row in out.tolist())
     assert set(drawn) <= set(index)
     assert chisquare([drawn.get(tuple(t), 0) for t in given.tolist()], p * k).pvalue > 1e-3
+
+
+def test_many_samples_are_drawn_in_chunks(monkeypatch):
+    """With a tiny chunk budget the torch samplers draw a few samples per call: the same shapes, valid trees, and
+    the same distribution (the draws of one budget differ from another's, each reproducible)."""
+    monkeypatch.setattr(sampling, "CHUNK_ELEMENTS", 3 * 2 * 5 * 5)           # 3 samples a call for B 2, N 5
+    S = _scores(10, B=2)
+    lengths = torch.tensor([4, 3])
+    for projective in (True, False):
+        layer = DependencyTree(projective=projective, kernels="torch")
+        draws = layer.sample(S, lengths=lengths, n=4_000, generator=torch.Generator().manual_seed(0))
+        assert draws.shape == (2, 4_000, 5)
+        assert _follows(draws[0].numpy(), S[0].numpy(), 4, projective, False) > 1e-3
+        again = layer.sample(S, lengths=lengths, n=4_000, generator=torch.Generator().manual_seed(0))
+        assert torch.equal(draws, again)

@@ -23,6 +23,7 @@ import torch
 from ..devices import from_host
 from ..errors import SSVMInputError
 from ..trees.checks import host_batch, parallel_rows, tracing, use_numba
+from ..trees.sampling import in_chunks
 from . import torch_cky
 from .checks import UNLABELED, span_mask
 from .numba_cky import best_batch, best_batch_parallel, log_partition_batch, log_partition_batch_parallel
@@ -150,17 +151,26 @@ def sample(S: torch.Tensor, lengths: torch.Tensor, n: int, generator=None) -> to
     """n exact samples of every row's (labeled) TreeCRF: bool charts (B, n, N+1, N+1), or for labeled scores
     (B, N+1, N+1, L) int64 label charts with -1 off the tree (the tree from the labels' logsumexp, then each of its
     spans' label from the softmax of its scores: labels are free given the spans). The torch sampler of
-    :func:`ssvm_torch.spans.torch_cky.sample_trees` on every device. A row without a tree of finite score is
-    refused by name. No gradient."""
-    Su = reduce_labels(S.detach())
-    charts, logz = torch_cky.sample_trees(Su, lengths, n, generator)
-    fail_no_tree(logz, lengths, "log Z")
-    if S.dim() == 3:
-        return charts
-    lab = S.detach()[:, None].expand(-1, n, -1, -1, -1).to(torch.float64)
-    g = torch.rand(lab.shape, dtype=torch.float64, device=S.device, generator=generator)
-    best = (lab - torch.log(-torch.log(g))).argmax(-1)
-    return torch.where(charts, best, torch.full_like(best, -1))
+    :func:`ssvm_torch.spans.torch_cky.sample_trees` on every device, in chunks of samples
+    (:func:`ssvm_torch.trees.sampling.in_chunks`). A row without a tree of finite score is refused by name. No
+    gradient."""
+    S = S.detach()
+    Su = reduce_labels(S)
+    logz = []
+
+    def draw(k):
+        charts, z = torch_cky.sample_trees(Su, lengths, k, generator)
+        logz.append(z)
+        if S.dim() == 3:
+            return charts
+        lab = S[:, None].expand(-1, k, -1, -1, -1).to(torch.float64)
+        g = torch.rand(lab.shape, dtype=torch.float64, device=S.device, generator=generator)
+        best = (lab - torch.log(-torch.log(g))).argmax(-1)
+        return torch.where(charts, best, torch.full_like(best, -1))
+
+    out = in_chunks(draw, n, S.numel())
+    fail_no_tree(logz[0], lengths, "log Z")
+    return out
 
 
 def indicators(charts: torch.Tensor, S: torch.Tensor) -> torch.Tensor:

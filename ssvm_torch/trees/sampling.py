@@ -35,6 +35,8 @@ from .numba_sampling import draws_per_sample, sample_batch, sample_batch_paralle
 from .ops import fail_no_tree
 from .torch_eisner import _index, inside_charts, root_terms
 
+#: the most elements the torch samplers' working tensors hold at once (:func:`in_chunks`): 2^25, 256 MiB of int64
+CHUNK_ELEMENTS = 1 << 25
 #: the largest |sum of a word's conditional head probabilities - 1| (and negative probability) the
 #: Sherman-Morrison path accepts before a sample falls back to the matrix-tree marginals
 TOLERANCE = 1e-6
@@ -246,24 +248,43 @@ def compiled_projective_samples(S: torch.Tensor, lengths: torch.Tensor, multiroo
     return torch.from_numpy(heads), torch.from_numpy(logz)
 
 
+def in_chunks(draw, n: int, per_sample: int) -> torch.Tensor:
+    """draw(k) for k samples at a time, concatenated along dimension 1: at most :data:`CHUNK_ELEMENTS` //
+    ``per_sample`` samples per call (at least one), so that the batched torch samplers' working tensors (a sample's
+    share of them ``per_sample`` elements) stay bounded however many samples are asked for."""
+    k = max(1, CHUNK_ELEMENTS // max(per_sample, 1))
+    if n <= k:
+        return draw(n)
+    return torch.cat([draw(min(k, n - s)) for s in range(0, n, k)], 1)
+
+
 def sample(S: torch.Tensor, lengths: torch.Tensor, projective: bool, multiroot: bool, n: int, generator=None,
            kernels: str = "auto") -> torch.Tensor:
     """heads (B, n, N) int64: n exact samples of every row's tree CRF (projective or every tree), -1 at the root
-    position and past each row's length. Projective trees: the compiled sampler for CPU float32 / float64 scores
-    (``kernels`` "auto" or "numba", :func:`ssvm_torch.trees.checks.use_numba`), the torch one elsewhere. A row
-    without any tree of finite score is refused by name (:func:`ssvm_torch.trees.ops.fail_no_tree`)."""
+    position and past each row's length. The compiled samplers for CPU float32 / float64 scores (``kernels``
+    "auto" or "numba", :func:`ssvm_torch.trees.checks.use_numba`), the torch ones elsewhere, drawn in chunks of
+    samples (:func:`in_chunks`). A row without any tree of finite score is refused by name
+    (:func:`ssvm_torch.trees.ops.fail_no_tree`)."""
+    B, N, _ = S.shape
     if projective:
         if use_numba(S, kernels):
             heads, logz = compiled_projective_samples(S, lengths, multiroot, n, generator)
         else:
-            heads, logz = projective_samples(S, lengths, multiroot, n, generator)
+            logz = []
+
+            def draw(k):
+                h, z = projective_samples(S, lengths, multiroot, k, generator)
+                logz.append(z)
+                return h
+            heads = in_chunks(draw, n, B * N * N)
+            logz = logz[0]
         fail_no_tree(logz.to(S.device), lengths, "log Z")
         return heads.to(S.device)
     fail_no_tree(matrix_tree.log_partition(S.detach(), lengths, multiroot), lengths, "log Z")
     if use_numba(S, kernels):
         return compiled_nonprojective_samples(S, lengths, multiroot, n, generator)
-    return nonprojective_samples(S, lengths, multiroot, n, generator)
+    return in_chunks(lambda k: nonprojective_samples(S, lengths, multiroot, k, generator), n, B * N * N)
 
 
-__all__ = ["TOLERANCE", "compiled_nonprojective_samples", "compiled_projective_samples", "continue_exactly",
-           "draw_categorical", "nonprojective_samples", "projective_samples", "sample"]
+__all__ = ["CHUNK_ELEMENTS", "TOLERANCE", "compiled_nonprojective_samples", "compiled_projective_samples", "continue_exactly",
+           "draw_categorical", "in_chunks", "nonprojective_samples", "projective_samples", "sample"]
