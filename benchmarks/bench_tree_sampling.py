@@ -7,10 +7,16 @@ scores of B sentences of n words (full length), single root, k samples per sente
 * non-projective: ours (Colbourn's sequential algorithm, Sherman-Morrison updates of the inverse Laplacian,
   compiled; and its torch path); the same with the scores x 20 (a range of about 160 nats, where some samples
   fail the fast path's checks and finish on the matrix-tree fallback, O(n^4));
-  torch-struct 0.5's ``NonProjectiveDependencyCRF.sample`` raises NotImplementedError and SuPar 1.1.4 has no
-  sampler, so the row reports ours alone, with the cost of one matrix-tree log Z + marginals for scale;
+  torch-struct 0.5's ``NonProjectiveDependencyCRF.sample`` raises NotImplementedError (below), so the row reports
+  ours alone, with the cost of one matrix-tree log Z + marginals for scale;
+* second order (adjacent siblings, ``sib_scores``): ours (compiled, top-down over the second-order chart), with
+  the cost of one second-order log Z + marginals for scale;
 * binary span trees (``ConstituencyTree``, the same scores as span scores): ours (the torch sampler, every
   device) vs torch-struct's ``TreeCRF.sample`` (one label).
+
+SuPar 1.1.4's ``sample`` (``DependencyCRF``, ``Dependency2oCRF``, ``ConstituencyCRF``) raises AttributeError
+('tuple' object has no attribute 'movedim') and its ``MatrixTree.sample`` NotImplementedError: each row records
+every peer sampler's outcome.
 
 Medians of repeats after a warm-up, the libraries alternated in every repeat; torch-struct's length masking is
 patched as in benchmarks/bench_trees.py. The draws' arc frequencies are checked against the marginals in
@@ -41,6 +47,7 @@ def point(ts, B: int, n: int, k: int, repeats: int) -> dict:
     S = torch.randn(B, n + 1, n + 1, generator=g)
     lengths = torch.full((B,), n)
     proj, proj_torch = DependencyTree(projective=True), DependencyTree(projective=True, kernels="torch")
+    SB = torch.randn(B, n + 1, n + 1, n + 1, generator=g)
     nonproj, spans = DependencyTree(projective=False), ConstituencyTree()
     nonproj_torch = DependencyTree(projective=False, kernels="torch")
     I = inclusive(S)
@@ -54,16 +61,28 @@ def point(ts, B: int, n: int, k: int, repeats: int) -> dict:
                               "ours_torch_path": lambda: nonproj_torch.sample(S, lengths=lengths, n=k),
                               "ours_marginals_once": lambda: nonproj.marginals(S, lengths=lengths)},
         "nonproj_sample_scores_x20_ms": {"ours": lambda: nonproj.sample(S * 20, lengths=lengths, n=k)},
+        "proj2o_sample_ms": {"ours": lambda: proj.sample(S, lengths=lengths, n=k, sib_scores=SB),
+                             "ours_marginals_once": lambda: proj.marginals(S, lengths=lengths, sib_scores=SB)},
     }
     row = {"B": B, "n": n, "samples": k}
     for name, fns in groups.items():
         med = medians(fns, repeats)
         row[name] = {**med, **{f"{key}_over_ours": v / med["ours"] for key, v in med.items() if key != "ours"}}
-    try:
-        ts.NonProjectiveDependencyCRF(to_torch_struct(S), multiroot=False).sample((k,))
-        row["torch_struct_nonproj_sample"] = "available"
-    except NotImplementedError:
-        row["torch_struct_nonproj_sample"] = "NotImplementedError"
+    from supar.structs import ConstituencyCRF, Dependency2oCRF, DependencyCRF, MatrixTree
+    peers = {"torch_struct NonProjectiveDependencyCRF": lambda: ts.NonProjectiveDependencyCRF(
+                 to_torch_struct(S), multiroot=False).sample((k,)),
+             "supar DependencyCRF": lambda: DependencyCRF(S.clone().requires_grad_(), lengths).sample(),
+             "supar Dependency2oCRF": lambda: Dependency2oCRF((S.clone().requires_grad_(), SB.clone().requires_grad_()),
+                                                              lengths).sample(),
+             "supar MatrixTree": lambda: MatrixTree(S.clone().requires_grad_(), lengths).sample(),
+             "supar ConstituencyCRF": lambda: ConstituencyCRF(S.clone().requires_grad_(), lengths).sample()}
+    row["peer_samplers"] = {}
+    for name, fn in peers.items():
+        try:
+            fn()
+            row["peer_samplers"][name] = "available"
+        except Exception as e:                          # the peers' failures, recorded as they are
+            row["peer_samplers"][name] = f"{type(e).__name__}: {str(e)[:60]}"
     return row
 
 
@@ -75,9 +94,9 @@ def main() -> None:
         row = point(ts, B, n, k, 2 if args.quick else args.repeats)
         rows.append(row)
         for name, med in row.items():
-            if isinstance(med, dict):
+            if isinstance(med, dict) and "ours" in med:
                 print(f"B {B} n {n} k {k} {name}: " + "  ".join(f"{key} {v:.2f}" for key, v in med.items()))
-        print(f"B {B} n {n} k {k} torch-struct non-projective sample: {row['torch_struct_nonproj_sample']}")
+        print(f"B {B} n {n} k {k} the peers' samplers: {row['peer_samplers']}")
     write_rows(args.out, rows, args.repeats)
 
 

@@ -194,3 +194,33 @@ def test_many_samples_are_drawn_in_chunks(monkeypatch):
         assert _follows(draws[0].numpy(), S[0].numpy(), 4, projective, False) > 1e-3
         again = layer.sample(S, lengths=lengths, n=4_000, generator=torch.Generator().manual_seed(0))
         assert torch.equal(draws, again)
+
+
+@pytest.mark.parametrize("first_child", [False, True])
+@pytest.mark.parametrize("multiroot", [False, True])
+def test_second_order_samples_follow_the_second_order_crf(multiroot, first_child):
+    from tree_reference import sibling_tree_scores
+    g = torch.Generator().manual_seed(11)
+    S, SB = torch.randn(2, 5, 5, dtype=torch.float64, generator=g), torch.randn(2, 5, 5, 5, dtype=torch.float64,
+                                                                               generator=g)
+    SB[0, 3, 1, 2] = float("-inf")                                  # a sibling pair that may not occur
+    lengths = torch.tensor([4, 3])
+    layer = DependencyTree(multiroot=multiroot, first_child=first_child)
+    k = 20_000
+    draws = layer.sample(S, lengths=lengths, n=k, sib_scores=SB, generator=torch.Generator().manual_seed(2))
+    assert draws.shape == (2, k, 5) and (draws[1, :, 4] == -1).all()
+    for b in (0, 1):
+        n = int(lengths[b])
+        trees = all_trees(n, True, multiroot)
+        s = sibling_tree_scores(S[b].numpy(), SB[b].numpy(), trees, first_child)
+        p = np.exp(s - np.logaddexp.reduce(s))
+        index = {tuple(t): i for i, t in enumerate(trees.tolist())}
+        drawn = Counter(tuple(row[: n + 1]) for row in draws[b].tolist())
+        assert set(drawn) <= {t for t, i in index.items() if p[i] > 0}
+        keep = p > 0
+        observed = np.array([drawn.get(tuple(t), 0) for t in trees.tolist()])
+        assert chisquare(observed[keep], p[keep] / p[keep].sum() * k).pvalue > 1e-3
+    again = layer.sample(S, lengths=lengths, n=k, sib_scores=SB, generator=torch.Generator().manual_seed(2))
+    assert torch.equal(draws, again)
+    with pytest.raises(SSVMInputError, match="sib_scores: expected a layer with projective=True"):
+        DependencyTree(projective=False).sample(S, lengths=lengths, sib_scores=SB)

@@ -325,21 +325,26 @@ class DependencyTree(nn.Module):
 
     def sample(self, arc_scores: torch.Tensor, mask: torch.Tensor | None = None,
                label_scores: torch.Tensor | None = None, lengths: torch.Tensor | None = None, n: int = 1,
-               generator: torch.Generator | None = None):
+               generator: torch.Generator | None = None, sib_scores: torch.Tensor | None = None):
         """n exact samples y ~ p(y) of every sentence's tree CRF (the layer's kind of trees): heads (B, n, N)
         int64, -1 at position 0 and off the words, batch-first as :meth:`decode`'s n best; with ``label_scores``
         also the relations (B, n, N) (-1 off the words), drawn exactly from the labeled CRF: the tree from the
         arc scores plus logsumexp_l label_scores, then each arc's relation from the softmax of its label scores
         (relations factor over arcs). Projective trees: Eisner's inside chart and top-down draws of the split
         points (compiled on the CPU); every tree: Colbourn's sequential algorithm on the inverse Laplacian
-        (:mod:`ssvm_torch.trees.sampling`). ``generator`` (on the scores' device) makes the draws reproducible.
-        First order only. No gradient (a score-function estimator uses :meth:`score` of the samples)."""
+        (:mod:`ssvm_torch.trees.sampling`); with ``sib_scores`` the second-order CRF's trees, drawn top-down from
+        its inside chart by a compiled sampler (on the host for scores on any device). ``generator`` (on the
+        scores' device) makes the draws reproducible. No gradient (a score-function estimator uses :meth:`score`
+        of the samples)."""
         with torch.no_grad():
-            S, lengths, _ = self._inputs(arc_scores, mask, lengths)
+            S, lengths, SB = self._inputs(arc_scores, mask, lengths, sib_scores)
             check_draws(n, generator, S.device)
             lab, _ = self._labels_in(S, label_scores, None, lengths)
             eff = S if lab is None else S + torch.logsumexp(lab, 3)
-            heads = sampling.sample(eff, lengths, self.projective, self.multiroot, n, generator, self.kernels)
+            if SB is None:
+                heads = sampling.sample(eff, lengths, self.projective, self.multiroot, n, generator, self.kernels)
+            else:
+                heads = sampling.second_order_samples(eff, SB, lengths, self.multiroot, n, generator)
             if lab is None:
                 return heads
             picked = lab[:, None].expand(-1, n, -1, -1, -1).gather(

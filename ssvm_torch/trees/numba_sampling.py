@@ -25,7 +25,7 @@ def draws_per_sample(N: int) -> int:
 
 
 @nb.njit(cache=True, nogil=True)
-def _pick(values, lo, hi, u):
+def pick_log(values, lo, hi, u):
     """k in [lo, hi) drawn with probability exp(values[k]) / sum_k' exp(values[k']) (log weights, -inf for none)
     by the inverse CDF at u; rounding that leaves the cumulative sum short of u takes the last k of positive
     weight."""
@@ -103,7 +103,7 @@ def sample_sentence(S, n, multiroot, U, heads):
             stack[0, 0], stack[0, 1], stack[0, 2] = _CR, 0, n
             top = 1
         else:
-            r = _pick(root, 1, n + 1, U[s, d])
+            r = pick_log(root, 1, n + 1, U[s, d])
             d += 1
             heads[s, r] = 0
             stack[0, 0], stack[0, 1], stack[0, 2] = _CL, 1, r
@@ -117,13 +117,13 @@ def sample_sentence(S, n, multiroot, U, heads):
             if kind == _CR:                         # IR[i, k] CR[k, j], k = i+1..j
                 for k in range(i + 1, j + 1):
                     vals[k] = IR[i, k] + CR[k, j]
-                k = _pick(vals, i + 1, j + 1, U[s, d])
+                k = pick_log(vals, i + 1, j + 1, U[s, d])
                 stack[top, 0], stack[top, 1], stack[top, 2] = _IR, i, k
                 stack[top + 1, 0], stack[top + 1, 1], stack[top + 1, 2] = _CR, k, j
             elif kind == _CL:                       # CL[i, k] IL[k, j], k = i..j-1
                 for k in range(i, j):
                     vals[k] = CL[i, k] + IL[k, j]
-                k = _pick(vals, i, j, U[s, d])
+                k = pick_log(vals, i, j, U[s, d])
                 stack[top, 0], stack[top, 1], stack[top, 2] = _CL, i, k
                 stack[top + 1, 0], stack[top + 1, 1], stack[top + 1, 2] = _IL, k, j
             else:                                   # the arc, then CR[i, k] CL[k+1, j], k = i..j-1
@@ -133,7 +133,7 @@ def sample_sentence(S, n, multiroot, U, heads):
                     heads[s, i] = j
                 for k in range(i, j):
                     vals[k] = CR[i, k] + CL[k + 1, j]
-                k = _pick(vals, i, j, U[s, d])
+                k = pick_log(vals, i, j, U[s, d])
                 stack[top, 0], stack[top, 1], stack[top, 2] = _CR, i, k
                 stack[top + 1, 0], stack[top + 1, 1], stack[top + 1, 2] = _CL, k + 1, j
             d += 1

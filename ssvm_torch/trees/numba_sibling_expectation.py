@@ -40,7 +40,7 @@ def _logsum(t, dt, lo, hi):
 
 @nb.njit(cache=True, nogil=True)
 def _inside(S, SB, V, VB, n, multiroot, C, D, t, dt):
-    """The inside pass of :func:`ssvm_torch.trees.numba_sibling_log._inside_log` with tangents: C[0..4] = CR, CL,
+    """The inside pass of :func:`ssvm_torch.trees.numba_sibling_log.inside_log` with tangents: C[0..4] = CR, CL,
     IR, IL, X (log weights), D[0..4] their tangents. Returns (log Z, its tangent E[<phi, v>])."""
     CR, CL, IR, IL, X = C[0], C[1], C[2], C[3], C[4]
     dCR, dCL, dIR, dIL, dX = D[0], D[1], D[2], D[3], D[4]

@@ -41,7 +41,7 @@ def _logsum(t, lo, hi):
 
 
 @nb.njit(cache=True, nogil=True)
-def _inside_log(S, SB, n, multiroot, CR, CL, IR, IL, X, t):
+def inside_log(S, SB, n, multiroot, CR, CL, IR, IL, X, t):
     """The log-semiring inside pass (spans by right end, then left end downwards, as the real-space pass);
     returns log Z. ``t`` is a scratch row of n + 2 entries."""
     start = 0 if multiroot else 1
@@ -150,6 +150,15 @@ def _outside_counts(S, SB, n, multiroot, logz, CR, CL, IR, IL, X, M, MS):
 
 
 @nb.njit(cache=True, nogil=True)
+def log_charts(S, SB, n, multiroot):
+    """(C (5, n+1, n+1): the log charts CR, CL, IR, IL, X of :func:`inside_log`, log Z) of one sentence."""
+    N1 = n + 1
+    C = np.full((5, N1, N1), NEG_INF)
+    logz = inside_log(S, SB, n, multiroot, C[0], C[1], C[2], C[3], C[4], np.empty(n + 2))
+    return C, logz
+
+
+@nb.njit(cache=True, nogil=True)
 def sibling_inside_outside_log(S, SB, n, multiroot, want_marginals, M, MS):
     """log Z of one sentence (S (>= n+1, >= n+1), SB (>= n+1,) * 3, float32 or float64; charts in float64) and,
     if ``want_marginals``, the arc marginals into M (n+1, n+1) and the sibling marginals into MS (n+1,) * 3,
@@ -157,10 +166,7 @@ def sibling_inside_outside_log(S, SB, n, multiroot, want_marginals, M, MS):
     without the underflow (-inf when no tree exists)."""
     if n == 0:
         return 0.0
-    N1 = n + 1
-    C = np.full((5, N1, N1), NEG_INF)
-    t = np.empty(n + 2)
-    logz = _inside_log(S, SB, n, multiroot, C[0], C[1], C[2], C[3], C[4], t)
+    C, logz = log_charts(S, SB, n, multiroot)
     if want_marginals and logz != NEG_INF:
         _outside_counts(S, SB, n, multiroot, logz, C[0], C[1], C[2], C[3], C[4], M, MS)
     return logz

@@ -20,6 +20,9 @@ checks that the conditional probabilities it draws from form a distribution (the
 range) takes its remaining words' conditionals from :func:`ssvm_torch.trees.matrix_tree.marginals` of its
 conditioned scores, which balances and checks its factorization.
 
+**Second order** (adjacent siblings, projective): the compiled top-down sampler over the second-order chart of
+:mod:`ssvm_torch.trees.numba_sibling_sampling`, on the host for scores on any device.
+
 The callers refuse rows without any tree of finite score (:func:`ssvm_torch.trees.ops.fail_no_tree`) first.
 """
 from __future__ import annotations
@@ -27,10 +30,12 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from ..devices import from_host, to_host
 from . import matrix_tree
 from .checks import host_batch, parallel_rows, use_numba
 from .information import arc_potentials, laplacian
 from .numba_colbourn import colbourn_batch, colbourn_batch_parallel
+from .numba_sibling_sampling import draws_per_sample as sibling_draws_per_sample, sibling_sample_batch
 from .numba_sampling import draws_per_sample, sample_batch, sample_batch_parallel
 from .ops import fail_no_tree
 from .torch_eisner import _index, inside_charts, root_terms
@@ -248,6 +253,23 @@ def compiled_projective_samples(S: torch.Tensor, lengths: torch.Tensor, multiroo
     return torch.from_numpy(heads), torch.from_numpy(logz)
 
 
+def second_order_samples(S: torch.Tensor, SB: torch.Tensor, lengths: torch.Tensor, multiroot: bool, n: int,
+                         generator=None) -> torch.Tensor:
+    """heads (B, n, N) int64: n exact samples of every row's second-order (adjacent-sibling) projective CRF, -1 at
+    the root position and past each row's length, by the compiled sampler of
+    :mod:`ssvm_torch.trees.numba_sibling_sampling` on the host for scores on any device (one copy each way, as
+    the non-projective best tree's Chu-Liu-Edmonds), the uniforms drawn from ``generator`` on the scores' device.
+    A row without any tree of finite score is refused by name."""
+    B, N, _ = S.shape
+    U = torch.rand(B, n, sibling_draws_per_sample(N), dtype=torch.float64, device=S.device, generator=generator)
+    Sh, Lh = host_batch(S.detach().to(torch.float64), lengths)
+    SBh = to_host(SB.detach().to(torch.float64).contiguous())
+    heads, logz = np.empty((B, n, N), dtype=np.int64), np.empty(B)
+    sibling_sample_batch(Sh, SBh, Lh, multiroot, to_host(U), heads, logz)
+    fail_no_tree(torch.from_numpy(logz), lengths.cpu(), "log Z")
+    return from_host(heads, S.device)
+
+
 def in_chunks(draw, n: int, per_sample: int) -> torch.Tensor:
     """draw(k) for k samples at a time, concatenated along dimension 1: at most :data:`CHUNK_ELEMENTS` //
     ``per_sample`` samples per call (at least one), so that the batched torch samplers' working tensors (a sample's
@@ -286,5 +308,6 @@ def sample(S: torch.Tensor, lengths: torch.Tensor, projective: bool, multiroot: 
     return in_chunks(lambda k: nonprojective_samples(S, lengths, multiroot, k, generator), n, B * N * N)
 
 
-__all__ = ["CHUNK_ELEMENTS", "TOLERANCE", "compiled_nonprojective_samples", "compiled_projective_samples", "continue_exactly",
-           "draw_categorical", "in_chunks", "nonprojective_samples", "projective_samples", "sample"]
+__all__ = ["CHUNK_ELEMENTS", "TOLERANCE", "compiled_nonprojective_samples", "compiled_projective_samples",
+           "continue_exactly", "draw_categorical", "in_chunks", "nonprojective_samples", "projective_samples", "sample",
+           "second_order_samples"]
