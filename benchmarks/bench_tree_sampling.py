@@ -11,8 +11,8 @@ scores of B sentences of n words (full length), single root, k samples per sente
   ours alone, with the cost of one matrix-tree log Z + marginals for scale;
 * second order (adjacent siblings, ``sib_scores``): ours (compiled, top-down over the second-order chart), with
   the cost of one second-order log Z + marginals for scale;
-* binary span trees (``ConstituencyTree``, the same scores as span scores): ours (the torch sampler, every
-  device) vs torch-struct's ``TreeCRF.sample`` (one label).
+* binary span trees (``ConstituencyTree``, the same scores as span scores): ours (compiled; and the torch path,
+  every device) vs torch-struct's ``TreeCRF.sample`` (one label).
 
 SuPar 1.1.4's ``sample`` (``DependencyCRF``, ``Dependency2oCRF``, ``ConstituencyCRF``) raises AttributeError
 ('tuple' object has no attribute 'movedim') and its ``MatrixTree.sample`` NotImplementedError: each row records
@@ -50,12 +50,14 @@ def point(ts, B: int, n: int, k: int, repeats: int) -> dict:
     SB = torch.randn(B, n + 1, n + 1, n + 1, generator=g)
     nonproj, spans = DependencyTree(projective=False), ConstituencyTree()
     nonproj_torch = DependencyTree(projective=False, kernels="torch")
+    spans_torch = ConstituencyTree(kernels="torch")
     I = inclusive(S)
     groups = {
         "proj_sample_ms": {"ours": lambda: proj.sample(S, lengths=lengths, n=k),
                            "ours_torch_path": lambda: proj_torch.sample(S, lengths=lengths, n=k),
                            "torch_struct": lambda: ts.DependencyCRF(to_torch_struct(S), multiroot=False).sample((k,))},
         "spans_sample_ms": {"ours": lambda: spans.sample(S, lengths=lengths, n=k),
+                            "ours_torch_path": lambda: spans_torch.sample(S, lengths=lengths, n=k),
                             "torch_struct": lambda: ts.TreeCRF(I.clone().requires_grad_(True)).sample((k,))},
         "nonproj_sample_ms": {"ours": lambda: nonproj.sample(S, lengths=lengths, n=k),
                               "ours_torch_path": lambda: nonproj_torch.sample(S, lengths=lengths, n=k),

@@ -12,9 +12,6 @@ from span_reference import binary_trees, labeled_trees
 from ssvm_torch.errors import SSVMInputError
 from ssvm_torch.nn import ConstituencyTree
 
-DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no GPU"))]
-
-
 def _pvalue(outcomes, log_scores, drawn: Counter, k: int) -> float:
     index = set(outcomes)
     assert set(drawn) <= index, set(drawn) - index                  # nothing outside the trees of finite score
@@ -22,14 +19,15 @@ def _pvalue(outcomes, log_scores, drawn: Counter, k: int) -> float:
     return chisquare([drawn.get(o, 0) for o in outcomes], p * k).pvalue
 
 
-@pytest.mark.parametrize("device", DEVICES)
-def test_samples_follow_the_tree_crf(device):
+@pytest.mark.parametrize("device, kernels", [("cpu", "auto"), ("cpu", "torch"), pytest.param(
+    "cuda", "auto", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no GPU"))])
+def test_samples_follow_the_tree_crf(device, kernels):
     g = torch.Generator().manual_seed(0)
     S = torch.randn(3, 7, 7, dtype=torch.float64, generator=g)
     S[0, 1, 3] = float("-inf")                                      # a span no tree may take
     S, lengths = S.to(device), torch.tensor([5, 3, 0], device=device)
     k = 20_000
-    layer = ConstituencyTree()
+    layer = ConstituencyTree(kernels=kernels)
     charts = layer.sample(S, lengths=lengths, n=k, generator=torch.Generator(device=device).manual_seed(1))
     assert charts.shape == (3, k, 7, 7) and charts.dtype == torch.bool
     assert not charts[2].any() and not charts[1, :, 4:].any() and not charts[1, :, :, 4:].any()

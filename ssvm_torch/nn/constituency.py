@@ -130,13 +130,13 @@ class ConstituencyTree(nn.Module):
                generator: torch.Generator | None = None) -> torch.Tensor:
         """n exact samples of every sentence's TreeCRF, batch-first as :meth:`decode`'s n best: bool charts
         (B, n, N+1, N+1), or with ``label_scores`` int64 label charts with -1 off the tree (each drawn span's label
-        from the softmax of its label scores). Inside chart, then top-down draws of the split points
-        (:func:`ssvm_torch.spans.ops.sample`); ``generator`` (on the scores' device) makes the draws reproducible.
+        from the softmax of its label scores). Inside chart, then top-down draws of the split points, compiled on
+        the CPU, in torch elsewhere (:func:`ssvm_torch.spans.ops.sample`); ``generator`` (on the scores' device) makes the draws reproducible.
         No gradient (a score-function estimator uses :meth:`score` of the samples)."""
         with torch.no_grad():
             S, lengths = self._inputs(span_scores, label_scores, mask, lengths)
             check_draws(n, generator, S.device)
-            return ops.sample(S, lengths, n, generator)
+            return ops.sample(S, lengths, n, generator, self.kernels)
 
     # -- information ----------------------------------------------------------------------------------------
     def entropy(self, span_scores: torch.Tensor, mask: torch.Tensor | None = None,

@@ -27,6 +27,7 @@ from ..trees.sampling import in_chunks
 from . import torch_cky
 from .checks import UNLABELED, span_mask
 from .numba_cky import best_batch, best_batch_parallel, log_partition_batch, log_partition_batch_parallel
+from .numba_sampling import sample_batch
 
 
 def use_compiled(S: torch.Tensor, kernels: str) -> bool:
@@ -147,19 +148,32 @@ def marginals_and_log_partition(S: torch.Tensor, lengths: torch.Tensor, kernels:
     return marg, logz.to(torch.float64)
 
 
-def sample(S: torch.Tensor, lengths: torch.Tensor, n: int, generator=None) -> torch.Tensor:
+def _compiled_samples(Su: torch.Tensor, lengths: torch.Tensor, k: int, generator=None):
+    """(charts (B, k, N+1, N+1) bool, log Z (B,) float64) by the compiled sampler of
+    :mod:`ssvm_torch.spans.numba_sampling`, the uniforms from ``generator`` in float64."""
+    B, M, _ = Su.shape
+    U = torch.rand(B, k, max(M - 1, 1), dtype=torch.float64, generator=generator)
+    Sh, Lh = host_batch(Su, lengths)
+    charts, logz = np.zeros((B, k, M, M), dtype=np.uint8), np.empty(B)
+    sample_batch(Sh, Lh, U.numpy(), charts, logz)
+    return torch.from_numpy(charts).bool(), torch.from_numpy(logz)
+
+
+def sample(S: torch.Tensor, lengths: torch.Tensor, n: int, generator=None, kernels: str = "auto") -> torch.Tensor:
     """n exact samples of every row's (labeled) TreeCRF: bool charts (B, n, N+1, N+1), or for labeled scores
     (B, N+1, N+1, L) int64 label charts with -1 off the tree (the tree from the labels' logsumexp, then each of its
-    spans' label from the softmax of its scores: labels are free given the spans). The torch sampler of
-    :func:`ssvm_torch.spans.torch_cky.sample_trees` on every device, in chunks of samples
+    spans' label from the softmax of its scores: labels are free given the spans). The trees by the compiled
+    sampler for CPU float32 / float64 scores (:func:`use_compiled`), else by the torch one of
+    :func:`ssvm_torch.spans.torch_cky.sample_trees` in chunks of samples
     (:func:`ssvm_torch.trees.sampling.in_chunks`). A row without a tree of finite score is refused by name. No
     gradient."""
     S = S.detach()
     Su = reduce_labels(S)
+    compiled = use_compiled(Su, kernels)
     logz = []
 
     def draw(k):
-        charts, z = torch_cky.sample_trees(Su, lengths, k, generator)
+        charts, z = (_compiled_samples if compiled else torch_cky.sample_trees)(Su, lengths, k, generator)
         logz.append(z)
         if S.dim() == 3:
             return charts
@@ -169,7 +183,7 @@ def sample(S: torch.Tensor, lengths: torch.Tensor, n: int, generator=None) -> to
         return torch.where(charts, best, torch.full_like(best, -1))
 
     out = in_chunks(draw, n, S.numel())
-    fail_no_tree(logz[0], lengths, "log Z")
+    fail_no_tree(logz[0].to(torch.float64), lengths, "log Z")
     return out
 
 
