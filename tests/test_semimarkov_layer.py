@@ -225,3 +225,13 @@ def test_bad_semimarkov_settings_are_refused_by_name(tmp_path, capsys, flag, val
                       "--trainer.default_root_dir", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert message in err, err
+
+
+@pytest.mark.parametrize("kernels", ["auto", "torch"])
+def test_an_empty_batch_decodes_samples_and_scores_nothing(kernels):
+    """B = 0: the torch Viterbi's back-trace once took lengths.max() of an empty tensor and raised."""
+    layer = SemiMarkovChain(3, 3, kernels=kernels)
+    S, lengths = torch.randn(0, 6, 3, 3), torch.zeros(0, dtype=torch.int64)
+    assert layer.decode(S, lengths=lengths).shape == (0, 6)
+    assert layer.sample(S, lengths=lengths, n=2).shape == (0, 2, 6)
+    assert layer.entropy(S, lengths=lengths).shape == (0,)

@@ -10,7 +10,7 @@ import torch
 from scipy.stats import chisquare
 
 from ssvm_torch.errors import SSVMInputError
-from ssvm_torch.nn import DependencyTree
+from ssvm_torch.nn import ConstituencyTree, DependencyTree
 from ssvm_torch.trees import sampling
 from tree_reference import all_trees, tree_scores
 
@@ -224,3 +224,22 @@ def test_second_order_samples_follow_the_second_order_crf(multiroot, first_child
     assert torch.equal(draws, again)
     with pytest.raises(SSVMInputError, match="sib_scores: expected a layer with projective=True"):
         DependencyTree(projective=False).sample(S, lengths=lengths, sib_scores=SB)
+
+
+@pytest.mark.parametrize("kernels", ["auto", "torch"])
+@pytest.mark.parametrize("projective", [True, False])
+def test_an_empty_batch_gives_empty_results(projective, kernels):
+    """B = 0 through every tree operation of the layer (the torch Eisner and second-order passes once reshaped
+    (0, -1) and raised)."""
+    layer = DependencyTree(projective=projective, kernels=kernels)
+    S, SB, lengths = torch.randn(0, 5, 5), torch.randn(0, 5, 5, 5), torch.zeros(0, dtype=torch.int64)
+    assert layer.sample(S, lengths=lengths, n=3).shape == (0, 3, 5)
+    assert layer.decode(S, lengths=lengths).shape == (0, 5) and layer.marginals(S, lengths=lengths).shape == (0, 5, 5)
+    for value in (layer.log_partition(S, lengths=lengths), layer.entropy(S, lengths=lengths),
+                  layer.kl(S, S, lengths=lengths)):
+        assert value.shape == (0,)
+    if projective:
+        assert layer.sample(S, lengths=lengths, n=2, sib_scores=SB).shape == (0, 2, 5)
+        assert layer.entropy(S, lengths=lengths, sib_scores=SB).shape == (0,)
+        assert layer.log_partition(S, lengths=lengths, sib_scores=SB).shape == (0,)
+    assert ConstituencyTree(kernels=kernels).sample(S, lengths=lengths, n=2).shape == (0, 2, 5, 5)

@@ -99,7 +99,7 @@ def best(S, first, last, trans, lengths):
     rows = torch.arange(B, device=dev)
     pos = lengths.clone()
     active = lengths > 0
-    for _ in range(int(lengths.max())):
+    for _ in range(int(lengths.max()) if B else 0):              # an empty batch reads nothing
         l = lens[rows, (pos - 1).clamp(min=0), k]
         start = (pos - l - 1).clamp(min=0)
         segments[rows, torch.where(active, start, T)] = torch.where(active, k, -1)

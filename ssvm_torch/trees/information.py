@@ -168,8 +168,7 @@ class SiblingFactored:
 
     @staticmethod
     def pack(S: torch.Tensor, SB: torch.Tensor) -> torch.Tensor:
-        B = S.shape[0]
-        return torch.cat([S.reshape(B, -1), SB.reshape(B, -1)], 1)[:, None, :]
+        return torch.cat([S.flatten(1), SB.flatten(1)], 1)[:, None, :]
 
     def unpack(self, P: torch.Tensor):
         B, N = P.shape[0], self.N

@@ -93,7 +93,7 @@ def projective_samples(S: torch.Tensor, lengths: torch.Tensor, multiroot: bool, 
         on["cr"].index_put_((rows, (L - r).clamp(min=0) * N + r), has, accumulate=True)
 
     def draw(logits):                       # (B, w, L) split scores of every item -> (R, L) one split per sample
-        return draw_categorical(logits.transpose(1, 2), n, generator).reshape(R, -1)
+        return draw_categorical(logits.transpose(1, 2), n, generator).reshape(R, logits.shape[2])
 
     index = _index(N, dev)
     for w in range(N - 1 - start, 0, -1):

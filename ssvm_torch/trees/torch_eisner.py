@@ -60,7 +60,7 @@ def root_terms(SR, CL, CR, lengths, N):
     B = SR.shape[0]
     r = torch.arange(1, N, device=SR.device)
     rest = (lengths[:, None] - r[None, :]).clamp(min=0)             # (B, N-1): width of CR[r, n_b]
-    cr = CR.reshape(B, -1).gather(1, rest * N + r[None, :])
+    cr = CR.reshape(B, N * N).gather(1, rest * N + r[None, :])                  # B may be 0
     terms = SR[:, r, 0] + CL[:, r - 1, 1] + cr
     return torch.where(r[None, :] <= lengths[:, None], terms, torch.full_like(terms, NEG))
 

@@ -34,7 +34,7 @@ def _sibling_rows(SB_flat: torch.Tensor, w: int, i: torch.Tensor, N: int, right:
     else:
         idx = (i * N + i + w)[None, :] * N + i[None, :] + k
     B = SB_flat.shape[0]
-    out = SB_flat.gather(1, idx.reshape(1, -1).expand(B, -1)).view(B, w - 1, -1)
+    out = SB_flat.gather(1, idx.reshape(1, -1).expand(B, -1)).view(B, w - 1, i.shape[0])     # B may be 0
     return torch.where(torch.isfinite(out), out, torch.full((), NEG, dtype=out.dtype, device=out.device))
 
 
