@@ -128,15 +128,20 @@ def one_thread_run(doc: str, quick: str, repeats: int, out: str):
     return args, patch_torch_struct()
 
 
+def print_timings(prefix: str, row: dict) -> None:
+    """One line per timed group of a row: each library's median milliseconds and its ratio to ours."""
+    for name, med in row.items():
+        if isinstance(med, dict) and "ours" in med:
+            print(f"{prefix} {name}: " + "  ".join(f"{k} {v:.2f}" for k, v in med.items()))
+
+
 def main() -> None:
     args, ts = one_thread_run(__doc__, "B 32, n 20, 2 repeats", 5, "benchmarks/results/tree_information_cpu.json")
     rows = []
     for B, n in (GRID[:1] if args.quick else GRID):
         row = point(ts, B, n, 2 if args.quick else args.repeats)
         rows.append(row)
-        for name, med in row.items():
-            if isinstance(med, dict) and "ours" in med:
-                print(f"B {B} n {n} {name}: " + "  ".join(f"{k} {v:.2f}" for k, v in med.items()))
+        print_timings(f"B {B} n {n}", row)
         print(f"B {B} n {n} |H - SuPar's H|: {row['max_abs_diff_entropy_vs_supar']}")
     write_rows(args.out, rows, args.repeats)
 

@@ -33,7 +33,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_chain_information import write_rows  # noqa: E402
-from bench_tree_information import medians, one_thread_run  # noqa: E402
+from bench_tree_information import medians, one_thread_run, print_timings  # noqa: E402
 from bench_spans import inclusive  # noqa: E402
 from bench_trees import to_torch_struct  # noqa: E402
 
@@ -95,9 +95,7 @@ def main() -> None:
     for B, n, k in (GRID[:1] if args.quick else GRID):
         row = point(ts, B, n, k, 2 if args.quick else args.repeats)
         rows.append(row)
-        for name, med in row.items():
-            if isinstance(med, dict) and "ours" in med:
-                print(f"B {B} n {n} k {k} {name}: " + "  ".join(f"{key} {v:.2f}" for key, v in med.items()))
+        print_timings(f"B {B} n {n} k {k}", row)
         print(f"B {B} n {n} k {k} the peers' samplers: {row['peer_samplers']}")
     write_rows(args.out, rows, args.repeats)
 
