@@ -349,8 +349,7 @@ class DependencyTree(nn.Module):
                 return heads
             picked = lab[:, None].expand(-1, n, -1, -1, -1).gather(
                 3, heads.clamp(min=0)[..., None, None].expand(-1, -1, -1, 1, lab.shape[3]))[:, :, :, 0]
-            u = torch.rand(picked.shape, dtype=torch.float64, device=S.device, generator=generator)
-            rel = (picked.to(torch.float64) - torch.log(-torch.log(u))).argmax(3)
+            rel = sampling.draw_categorical(picked, 1, generator)[:, 0]
             return heads, torch.where(heads >= 0, rel, torch.full_like(rel, -1))
 
     def _structure(self) -> ArcFactored:

@@ -23,7 +23,7 @@ import torch
 from ..devices import from_host
 from ..errors import SSVMInputError
 from ..trees.checks import host_batch, parallel_rows, tracing, use_numba
-from ..trees.sampling import in_chunks
+from ..trees.sampling import draw_categorical, in_chunks
 from . import torch_cky
 from .checks import UNLABELED, span_mask
 from .numba_cky import best_batch, best_batch_parallel, log_partition_batch, log_partition_batch_parallel
@@ -177,10 +177,8 @@ def sample(S: torch.Tensor, lengths: torch.Tensor, n: int, generator=None, kerne
         logz.append(z)
         if S.dim() == 3:
             return charts
-        lab = S[:, None].expand(-1, k, -1, -1, -1).to(torch.float64)
-        g = torch.rand(lab.shape, dtype=torch.float64, device=S.device, generator=generator)
-        best = (lab - torch.log(-torch.log(g))).argmax(-1)
-        return torch.where(charts, best, torch.full_like(best, -1))
+        labels = draw_categorical(S, k, generator)                            # (B, k, N+1, N+1)
+        return torch.where(charts, labels, torch.full_like(labels, -1))
 
     out = in_chunks(draw, n, S.numel())
     fail_no_tree(logz[0].to(torch.float64), lengths, "log Z")

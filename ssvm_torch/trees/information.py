@@ -200,9 +200,9 @@ class SiblingFactored:
 
 class Information(torch.autograd.Function):
     """(H(p) (B,), KL(p || q) (B,): 0 without ``Q``) of the CRFs p, q of the part scores S, Q (B, M, M) of a
-    ``structure`` whose trees score the sum of their parts' scores (:class:`ArcFactored`; the span trees of
-    :mod:`ssvm_torch.spans.information`), in S's dtype; the backward the Hessian-vector products of the module
-    docstring, from the structure."""
+    ``structure`` whose trees score the sum of their parts' scores (:class:`ArcFactored`, :class:`SiblingFactored`;
+    the span trees of :mod:`ssvm_torch.spans.information`), in S's dtype; the backward the Hessian-vector
+    products of the module docstring, from the structure."""
 
     @staticmethod
     def forward(ctx, S, Q, lengths, structure):

@@ -23,7 +23,8 @@ conditioned scores, which balances and checks its factorization.
 **Second order** (adjacent siblings, projective): the compiled top-down sampler over the second-order chart of
 :mod:`ssvm_torch.trees.numba_sibling_sampling`, on the host for scores on any device.
 
-The callers refuse rows without any tree of finite score (:func:`ssvm_torch.trees.ops.fail_no_tree`) first.
+:func:`sample` and :func:`second_order_samples` refuse rows without any tree of finite score by name
+(:func:`ssvm_torch.trees.ops.fail_no_tree`).
 """
 from __future__ import annotations
 
@@ -47,17 +48,12 @@ CHUNK_ELEMENTS = 1 << 25
 TOLERANCE = 1e-6
 
 
-def _gumbel_argmax(logits: torch.Tensor, generator, dim: int) -> torch.Tensor:
-    """argmax of logits + Gumbel noise along ``dim``: a draw with probabilities softmax(logits) (float64 uniforms)."""
-    u = torch.rand(logits.shape, dtype=torch.float64, device=logits.device, generator=generator)
-    return (logits.to(torch.float64) - torch.log(-torch.log(u))).argmax(dim)
-
-
 def draw_categorical(logits: torch.Tensor, n: int, generator=None) -> torch.Tensor:
     """(B, n, ...) int64: n independent draws from each categorical softmax(logits) over the last dimension of
     logits (B, ..., K), by the inverse CDF: the probabilities and their cumulative sums made once for the n draws,
     then one float64 uniform t in (0, total] per draw, the index the first whose cumulative sum reaches t (never a
-    zero-probability one). Cheaper than Gumbel-max when n draws share one table."""
+    zero-probability one). Cheaper than Gumbel-max when n draws share one table; every categorical draw of the tree
+    and span samplers (heads, splits, relations, span labels) goes through it."""
     cdf = torch.softmax(logits.to(torch.float64), -1).cumsum(-1)
     shape = (logits.shape[0], n) + tuple(logits.shape[1:-1])
     u = torch.rand(shape, dtype=torch.float64, device=logits.device, generator=generator)
@@ -175,7 +171,7 @@ def continue_exactly(S: torch.Tensor, lengths: torch.Tensor, heads: torch.Tensor
         if len(idx) == 0:
             continue
         p = matrix_tree.marginals(cond[idx], lengths[idx], multiroot)[0][:, m, :].to(torch.float64)
-        h = _gumbel_argmax(torch.log(p.clamp(min=0)), generator, 1)
+        h = draw_categorical(torch.log(p.clamp(min=0)), 1, generator)[:, 0]
         heads[idx, m] = h
         cond[idx, m, :] = torch.where(pos[None, :] == h[:, None], cond[idx, m, :], float("-inf"))
     return heads
@@ -204,11 +200,10 @@ def nonprojective_samples(S: torch.Tensor, lengths: torch.Tensor, multiroot: boo
         bad = ((p.sum(1) - 1).abs() > TOLERANCE) | (p.amin(1) < -TOLERANCE) | ~torch.isfinite(p).all(1)
         fail = torch.where(bad & (m < fail) & (m <= L), m, fail)
         active = (m < fail) & (m <= L)
-        h = _gumbel_argmax(torch.log(torch.where(active[:, None], p, 1.0).clamp(min=0)), generator, 1)
+        h = draw_categorical(torch.log(torch.where(active[:, None], p, 1.0).clamp(min=0)), 1, generator)[:, 0]
         heads[:, m] = torch.where(active, h, heads[:, m])
         keep = (pos[None, :] == h[:, None]) | ~active[:, None]          # word m keeps the arc from its drawn head
         dropped = torch.where(keep, torch.zeros_like(A[:, m, :]), A[:, m, :])   # the arcs into m given up
-        A[:, m, :] -= dropped
         u = _laplacian_column(dropped, m, multiroot).neg_()            # the change of L's column m' = m - 1
         Xu = (X @ u[:, :, None])[:, :, 0]
         denom = 1.0 + Xu[:, m - 1]                                      # det L_new / det L = P(h -> m | drawn)
