@@ -9,8 +9,8 @@ scores of B sentences of n words (full length), single root, k samples per sente
   fail the fast path's checks and finish on the matrix-tree fallback, O(n^4));
   torch-struct 0.5's ``NonProjectiveDependencyCRF.sample`` raises NotImplementedError (below), so the row reports
   ours alone, with the cost of one matrix-tree log Z + marginals for scale;
-* second order (adjacent siblings, ``sib_scores``): ours (compiled, top-down over the second-order chart), with
-  the cost of one second-order log Z + marginals for scale;
+* second order (adjacent siblings, ``sib_scores``): ours (compiled, top-down over the second-order chart; and the
+  torch path, what runs on a GPU), with the cost of one second-order log Z + marginals for scale;
 * binary span trees (``ConstituencyTree``, the same scores as span scores): ours (compiled; and the torch path,
   every device) vs torch-struct's ``TreeCRF.sample`` (one label).
 
@@ -64,6 +64,7 @@ def point(ts, B: int, n: int, k: int, repeats: int) -> dict:
                               "ours_marginals_once": lambda: nonproj.marginals(S, lengths=lengths)},
         "nonproj_sample_scores_x20_ms": {"ours": lambda: nonproj.sample(S * 20, lengths=lengths, n=k)},
         "proj2o_sample_ms": {"ours": lambda: proj.sample(S, lengths=lengths, n=k, sib_scores=SB),
+                             "ours_torch_path": lambda: proj_torch.sample(S, lengths=lengths, n=k, sib_scores=SB),
                              "ours_marginals_once": lambda: proj.marginals(S, lengths=lengths, sib_scores=SB)},
     }
     row = {"B": B, "n": n, "samples": k}

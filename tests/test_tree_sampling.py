@@ -196,16 +196,19 @@ def test_many_samples_are_drawn_in_chunks(monkeypatch):
         assert torch.equal(draws, again)
 
 
+@pytest.mark.parametrize("kernels", ["auto", "torch"])
 @pytest.mark.parametrize("first_child", [False, True])
 @pytest.mark.parametrize("multiroot", [False, True])
-def test_second_order_samples_follow_the_second_order_crf(multiroot, first_child):
+def test_second_order_samples_follow_the_second_order_crf(multiroot, first_child, kernels):
+    """The compiled and the torch second-order samplers (ssvm_torch/trees/numba_sibling_sampling.py,
+    ssvm_torch/trees/torch_sibling_sampling.py) against every projective tree's second-order score."""
     from tree_reference import sibling_tree_scores
     g = torch.Generator().manual_seed(11)
     S, SB = torch.randn(2, 5, 5, dtype=torch.float64, generator=g), torch.randn(2, 5, 5, 5, dtype=torch.float64,
                                                                                generator=g)
     SB[0, 3, 1, 2] = float("-inf")                                  # a sibling pair that may not occur
     lengths = torch.tensor([4, 3])
-    layer = DependencyTree(multiroot=multiroot, first_child=first_child)
+    layer = DependencyTree(multiroot=multiroot, first_child=first_child, kernels=kernels)
     k = 20_000
     draws = layer.sample(S, lengths=lengths, n=k, sib_scores=SB, generator=torch.Generator().manual_seed(2))
     assert draws.shape == (2, k, 5) and (draws[1, :, 4] == -1).all()
@@ -224,6 +227,32 @@ def test_second_order_samples_follow_the_second_order_crf(multiroot, first_child
     assert torch.equal(draws, again)
     with pytest.raises(SSVMInputError, match="sib_scores: expected a layer with projective=True"):
         DependencyTree(projective=False).sample(S, lengths=lengths, sib_scores=SB)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_second_order_samples_stay_on_the_device(device):
+    """Second-order samples on the scores' device by the torch sampler (CUDA: no host copy; the CPU runs it with
+    kernels="torch"): the trees follow the second-order CRF, the same draws from the same generator."""
+    from tree_reference import sibling_tree_scores
+    g = torch.Generator().manual_seed(5)
+    S, SB = torch.randn(1, 5, 5, dtype=torch.float64, generator=g), torch.randn(1, 5, 5, 5, dtype=torch.float64,
+                                                                               generator=g)
+    layer = DependencyTree(kernels="torch" if device == "cpu" else "auto")
+    lengths = torch.tensor([4], device=device)
+    k = 20_000
+    draws = layer.sample(S.to(device), lengths=lengths, n=k, sib_scores=SB.to(device),
+                         generator=torch.Generator(device=device).manual_seed(1))
+    assert draws.device.type == device
+    trees = all_trees(4, True, False)
+    s = sibling_tree_scores(S[0].numpy(), SB[0].numpy(), trees, False)
+    index = {tuple(t): i for i, t in enumerate(trees.tolist())}
+    observed = np.zeros(len(trees))
+    for t, c in Counter(tuple(row) for row in draws[0].cpu().tolist()).items():
+        observed[index[t]] += c
+    assert chisquare(observed, np.exp(s - np.logaddexp.reduce(s)) * k).pvalue > 1e-3
+    again = layer.sample(S.to(device), lengths=lengths, n=k, sib_scores=SB.to(device),
+                         generator=torch.Generator(device=device).manual_seed(1))
+    assert torch.equal(draws, again)
 
 
 @pytest.mark.parametrize("kernels", ["auto", "torch"])

@@ -333,7 +333,7 @@ class DependencyTree(nn.Module):
         (relations factor over arcs). Projective trees: Eisner's inside chart and top-down draws of the split
         points (compiled on the CPU); every tree: Colbourn's sequential algorithm on the inverse Laplacian
         (:mod:`ssvm_torch.trees.sampling`); with ``sib_scores`` the second-order CRF's trees, drawn top-down from
-        its inside chart by a compiled sampler (on the host for scores on any device). ``generator`` (on the
+        its inside chart (compiled on the CPU, in torch elsewhere). ``generator`` (on the
         scores' device) makes the draws reproducible. No gradient (a score-function estimator uses :meth:`score`
         of the samples)."""
         with torch.no_grad():
@@ -344,7 +344,7 @@ class DependencyTree(nn.Module):
             if SB is None:
                 heads = sampling.sample(eff, lengths, self.projective, self.multiroot, n, generator, self.kernels)
             else:
-                heads = sampling.second_order_samples(eff, SB, lengths, self.multiroot, n, generator)
+                heads = sampling.second_order_samples(eff, SB, lengths, self.multiroot, n, generator, self.kernels)
             if lab is None:
                 return heads
             picked = lab[:, None].expand(-1, n, -1, -1, -1).gather(

@@ -23,7 +23,7 @@ import torch
 from ..devices import from_host
 from ..errors import SSVMInputError
 from ..trees.checks import host_batch, parallel_rows, tracing, use_numba
-from ..trees.sampling import draw_categorical, in_chunks
+from ..trees.draws import draw_categorical, in_chunks
 from . import torch_cky
 from .checks import UNLABELED, span_mask
 from .numba_cky import best_batch, best_batch_parallel, log_partition_batch, log_partition_batch_parallel

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import torch
 
-from ..trees.sampling import draw_categorical
+from ..trees.draws import draw_categorical
 
 #: the stand-in for -inf in the charts (finite: its gradient is 0, never NaN)
 NEG = -1e30

@@ -20,8 +20,9 @@ checks that the conditional probabilities it draws from form a distribution (the
 range) takes its remaining words' conditionals from :func:`ssvm_torch.trees.matrix_tree.marginals` of its
 conditioned scores, which balances and checks its factorization.
 
-**Second order** (adjacent siblings, projective): the compiled top-down sampler over the second-order chart of
-:mod:`ssvm_torch.trees.numba_sibling_sampling`, on the host for scores on any device.
+**Second order** (adjacent siblings, projective): the same top-down reading of the second-order chart, compiled
+(:mod:`ssvm_torch.trees.numba_sibling_sampling`) for CPU scores and in torch
+(:mod:`ssvm_torch.trees.torch_sibling_sampling`) elsewhere.
 
 :func:`sample` and :func:`second_order_samples` refuse rows without any tree of finite score by name
 (:func:`ssvm_torch.trees.ops.fail_no_tree`).
@@ -39,26 +40,13 @@ from .numba_colbourn import colbourn_batch, colbourn_batch_parallel
 from .numba_sibling_sampling import draws_per_sample as sibling_draws_per_sample, sibling_sample_batch
 from .numba_sampling import draws_per_sample, sample_batch, sample_batch_parallel
 from .ops import fail_no_tree
+from .draws import CHUNK_ELEMENTS, draw_categorical, in_chunks
 from .torch_eisner import _index, inside_charts, root_terms
+from .torch_sibling_sampling import second_order_torch_samples
 
-#: the most elements the torch samplers' working tensors hold at once (:func:`in_chunks`): 2^25, 256 MiB of int64
-CHUNK_ELEMENTS = 1 << 25
 #: the largest |sum of a word's conditional head probabilities - 1| (and negative probability) the
 #: Sherman-Morrison path accepts before a sample falls back to the matrix-tree marginals
 TOLERANCE = 1e-6
-
-
-def draw_categorical(logits: torch.Tensor, n: int, generator=None) -> torch.Tensor:
-    """(B, n, ...) int64: n independent draws from each categorical softmax(logits) over the last dimension of
-    logits (B, ..., K), by the inverse CDF: the probabilities and their cumulative sums made once for the n draws,
-    then one float64 uniform t in (0, total] per draw, the index the first whose cumulative sum reaches t (never a
-    zero-probability one). Cheaper than Gumbel-max when n draws share one table; every categorical draw of the tree
-    and span samplers (heads, splits, relations, span labels) goes through it."""
-    cdf = torch.softmax(logits.to(torch.float64), -1).cumsum(-1)
-    shape = (logits.shape[0], n) + tuple(logits.shape[1:-1])
-    u = torch.rand(shape, dtype=torch.float64, device=logits.device, generator=generator)
-    t = (1.0 - u) * cdf[:, None, ..., -1]
-    return (cdf[:, None] < t[..., None]).sum(-1)
 
 
 def projective_samples(S: torch.Tensor, lengths: torch.Tensor, multiroot: bool, n: int, generator=None):
@@ -249,13 +237,23 @@ def compiled_projective_samples(S: torch.Tensor, lengths: torch.Tensor, multiroo
 
 
 def second_order_samples(S: torch.Tensor, SB: torch.Tensor, lengths: torch.Tensor, multiroot: bool, n: int,
-                         generator=None) -> torch.Tensor:
+                         generator=None, kernels: str = "auto") -> torch.Tensor:
     """heads (B, n, N) int64: n exact samples of every row's second-order (adjacent-sibling) projective CRF, -1 at
-    the root position and past each row's length, by the compiled sampler of
-    :mod:`ssvm_torch.trees.numba_sibling_sampling` on the host for scores on any device (one copy each way, as
-    the non-projective best tree's Chu-Liu-Edmonds), the uniforms drawn from ``generator`` on the scores' device.
-    A row without any tree of finite score is refused by name."""
+    the root position and past each row's length: the compiled sampler of
+    :mod:`ssvm_torch.trees.numba_sibling_sampling` for CPU float32 / float64 scores (``kernels`` "auto" or "numba"),
+    the torch one of :mod:`ssvm_torch.trees.torch_sibling_sampling` elsewhere (CUDA: no host copy), drawn in chunks
+    of samples (:func:`in_chunks`). A row without any tree of finite score is refused by name."""
     B, N, _ = S.shape
+    if not use_numba(S, kernels):
+        logz = []
+
+        def draw(k):
+            h, z = second_order_torch_samples(S, SB, lengths, multiroot, k, generator)
+            logz.append(z)
+            return h
+        heads = in_chunks(draw, n, B * N * N)
+        fail_no_tree(logz[0], lengths, "log Z")
+        return heads
     U = torch.rand(B, n, sibling_draws_per_sample(N), dtype=torch.float64, device=S.device, generator=generator)
     Sh, Lh = host_batch(S.detach().to(torch.float64), lengths)
     SBh = to_host(SB.detach().to(torch.float64).contiguous())
@@ -263,16 +261,6 @@ def second_order_samples(S: torch.Tensor, SB: torch.Tensor, lengths: torch.Tenso
     sibling_sample_batch(Sh, SBh, Lh, multiroot, to_host(U), heads, logz)
     fail_no_tree(torch.from_numpy(logz), lengths.cpu(), "log Z")
     return from_host(heads, S.device)
-
-
-def in_chunks(draw, n: int, per_sample: int) -> torch.Tensor:
-    """draw(k) for k samples at a time, concatenated along dimension 1: at most :data:`CHUNK_ELEMENTS` //
-    ``per_sample`` samples per call (at least one), so that the batched torch samplers' working tensors (a sample's
-    share of them ``per_sample`` elements) stay bounded however many samples are asked for."""
-    k = max(1, CHUNK_ELEMENTS // max(per_sample, 1))
-    if n <= k:
-        return draw(n)
-    return torch.cat([draw(min(k, n - s)) for s in range(0, n, k)], 1)
 
 
 def sample(S: torch.Tensor, lengths: torch.Tensor, projective: bool, multiroot: bool, n: int, generator=None,

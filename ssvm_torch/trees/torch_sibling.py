@@ -45,9 +45,30 @@ def _reduce(x: torch.Tensor, maxplus: bool) -> torch.Tensor:
 def _root(S, SB, lengths, multiroot: bool, maxplus: bool) -> torch.Tensor:
     """The root's value (B,) of the inside pass in the chosen semiring: log Z or the best tree's score (NEG /
     2 or below where no tree exists, 0 for an empty row); differentiable in S and SB."""
-    B, N, _ = S.shape
-    if N == 1:
+    if S.shape[1] == 1:
         return S.sum((1, 2)) * 0.0 + SB.sum((1, 2, 3)) * 0.0
+    return inside_charts(S, SB, lengths, multiroot, maxplus)[-1]
+
+
+def sibling_terms(SB_flat, CR, CL, IR, IL, X, w: int, i, right, left, cols: slice, N: int):
+    """The terms (B, w, L) of the width-w incomplete items IR and IL starting at ``i`` (their arc scores not
+    added): the nearest dependent's term first, then the previous sibling k = 1..w-1 (module docstring); ``right``
+    and ``left`` are :func:`~ssvm_torch.trees.torch_eisner._index`'s tables of width w, ``cols`` their columns of
+    the starts ``i``."""
+    near_r = CL[:, (w - 1) * N + i + 1][:, None]          # the nearest dependent: no sibling factor
+    near_l = CR[:, (w - 1) * N + i][:, None]
+    if w == 1:
+        return near_r, near_l
+    sib_r = IR[:, right[0][:w - 1, cols]] + X[:, right[1][:w - 1, cols]] + _sibling_rows(SB_flat, w, i, N, True)
+    sib_l = X[:, left[0][1:, cols]] + IL[:, left[1][1:, cols]] + _sibling_rows(SB_flat, w, i, N, False)
+    return torch.cat([near_r, sib_r], 1), torch.cat([near_l, sib_l], 1)
+
+
+def inside_charts(S, SB, lengths, multiroot: bool, maxplus: bool = False):
+    """(SR, SB_flat, CR, CL, IR, IL, X, value): the arc tables, the flat sibling scores, the five (B, N * N) charts
+    of the inside pass in the chosen semiring (flat index w * N + i) and the root's value (B,) (:func:`_root`); N
+    >= 2."""
+    B, N, _ = S.shape
     start = 0 if multiroot else 1
     SR, SL = arc_tables(S, lengths)
     SB_flat = SB.reshape(B, N * N * N)
@@ -64,22 +85,16 @@ def _root(S, SB, lengths, multiroot: bool, maxplus: bool) -> torch.Tensor:
         cols = slice(start, None)
         flat = w * N + i
         X[:, flat] = _reduce(CR[:, split[0][:, cols]] + CL[:, split[1][:, cols]], maxplus)
-        near_r = CL[:, (w - 1) * N + i + 1][:, None]          # the nearest dependent: no sibling factor
-        near_l = CR[:, (w - 1) * N + i][:, None]
-        if w > 1:
-            sib_r = IR[:, right[0][:w - 1, cols]] + X[:, right[1][:w - 1, cols]] + _sibling_rows(SB_flat, w, i, N, True)
-            sib_l = X[:, left[0][1:, cols]] + IL[:, left[1][1:, cols]] + _sibling_rows(SB_flat, w, i, N, False)
-            near_r, near_l = torch.cat([near_r, sib_r], 1), torch.cat([near_l, sib_l], 1)
+        near_r, near_l = sibling_terms(SB_flat, CR, CL, IR, IL, X, w, i, right, left, cols, N)
         IR[:, flat] = SR[:, w, i] + _reduce(near_r, maxplus)
         IL[:, flat] = SL[:, w, i] + _reduce(near_l, maxplus)
         CR[:, flat] = _reduce(IR[:, right[0][:, cols]] + CR[:, right[1][:, cols]], maxplus)
         CL[:, flat] = _reduce(CL[:, left[0][:, cols]] + IL[:, left[1][:, cols]], maxplus)
-    CR, CL = CR.view(B, N, N), CL.view(B, N, N)
     if multiroot:
-        out = CR[torch.arange(B, device=S.device), lengths, 0]
+        out = CR.view(B, N, N)[torch.arange(B, device=S.device), lengths, 0]
     else:
-        out = _reduce(root_terms(SR, CL, CR, lengths, N), maxplus)
-    return torch.where(lengths > 0, out, torch.zeros_like(out))
+        out = _reduce(root_terms(SR, CL.view(B, N, N), CR.view(B, N, N), lengths, N), maxplus)
+    return SR, SB_flat, CR, CL, IR, IL, X, torch.where(lengths > 0, out, torch.zeros_like(out))
 
 
 def log_partition(S: torch.Tensor, SB: torch.Tensor, lengths: torch.Tensor, multiroot: bool) -> torch.Tensor:
