@@ -1,6 +1,8 @@
 """DependencyTree's entropy, KL divergence and cross-entropy (ssvm_torch/trees/information.py): against every tree
 enumerated (tests/tree_reference.py), projective or not, single- or multi-root, compiled or torch kernels; the
 Hessian-vector-product gradients by gradcheck; the refusals."""
+import itertools
+
 import numpy as np
 import pytest
 import torch
@@ -176,3 +178,63 @@ def test_the_second_order_hessian_products_equal_autograd_twice(multiroot):
     torch.testing.assert_close(fast, twice, rtol=0, atol=1e-12)
     arcs, sibs = parts.unpack(fast)
     assert arcs.abs().max() > 0.1 and sibs.abs().max() > 0.1 and fast[2].abs().max() == 0
+
+
+def _labeled_log_probs(S, SB, lab, trees, n):
+    """log p(y, r) of every (tree, relations) pair of the labeled CRF s(y) + sum_m lab[m, y_m, r_m]: the trees x
+    every relation sequence, enumerated."""
+    from tree_reference import sibling_tree_scores
+    s = tree_scores(S, trees) if SB is None else sibling_tree_scores(S, SB, trees)
+    L = lab.shape[2]
+    out = []
+    for t, st in zip(trees.tolist(), s):
+        for rels in itertools.product(range(L), repeat=n):
+            out.append(st + sum(lab[m, t[m], rels[m - 1]] for m in range(1, n + 1)))
+    out = np.array(out)
+    return out - np.logaddexp.reduce(out)
+
+
+@pytest.mark.parametrize("projective, multiroot, second_order",
+                         [(True, False, False), (False, True, False), (True, True, True)])
+def test_labeled_entropy_and_kl_equal_enumeration_and_pass_gradcheck(projective, multiroot, second_order):
+    """With label_scores the entropy / KL / cross-entropy are those of the labeled CRF the layer's crf loss trains
+    (trees and relations), the chain rule H(y, r) = H(y) + E[H(r | y)]: against every (tree, relation sequence)
+    enumerated, first and second order; gradients w.r.t. every input by gradcheck; the pairing refusals."""
+    g = torch.Generator().manual_seed(8)
+    B, N, L = 2, 4, 3
+    S, Q = (torch.randn(B, N, N, dtype=torch.float64, generator=g) for _ in range(2))
+    lab, labq = (torch.randn(B, N, N, L, dtype=torch.float64, generator=g) * 2 for _ in range(2))
+    SB, QB = ((torch.randn(B, N, N, N, dtype=torch.float64, generator=g) for _ in range(2)) if second_order
+              else (None, None))
+    lengths = torch.tensor([3, 2])
+    layer = DependencyTree(projective=projective, multiroot=multiroot)
+    kw = dict(lengths=lengths, sib_scores=SB, label_scores=lab)
+    other = dict(other_sib_scores=QB, other_label_scores=labq)
+    H, D, C = layer.entropy(**kw, arc_scores=S), layer.kl(S, Q, **kw, **other), layer.cross_entropy(S, Q, **kw, **other)
+    for b, n in enumerate(lengths.tolist()):
+        trees = all_trees(n, projective, multiroot)
+        np_ = lambda x: None if x is None else x[b].numpy()      # noqa: E731
+        lp = _labeled_log_probs(S[b].numpy(), np_(SB), lab[b].numpy(), trees, n)
+        lq = _labeled_log_probs(Q[b].numpy(), np_(QB), labq[b].numpy(), trees, n)
+        p = np.exp(lp)
+        assert H[b].item() == pytest.approx(-(p * lp).sum(), abs=1e-11)
+        assert D[b].item() == pytest.approx((p * (lp - lq)).sum(), abs=1e-11)
+        assert C[b].item() == pytest.approx(-(p * lq).sum(), abs=1e-10)
+    assert layer.entropy(S, lengths=lengths, sib_scores=SB).lt(H).all()       # relations add uncertainty
+
+    def both(S_, lab_, Q_, labq_):
+        return torch.cat([layer.entropy(S_, lengths=lengths, sib_scores=SB, label_scores=lab_),
+                          layer.kl(S_, Q_, lengths=lengths, sib_scores=SB, other_sib_scores=QB, label_scores=lab_,
+                                   other_label_scores=labq_)])
+
+    assert torch.autograd.gradcheck(both, tuple(x.clone().requires_grad_() for x in (S, lab, Q, labq)))
+    with pytest.raises(SSVMInputError, match="other_label_scores: expected given together with label_scores"):
+        layer.kl(S, Q, lengths=lengths, sib_scores=SB, other_sib_scores=QB, label_scores=lab)
+    with pytest.raises(SSVMInputError, match="other_label_scores: expected given together with label_scores"):
+        layer.kl(S, Q, lengths=lengths, sib_scores=SB, other_sib_scores=QB, other_label_scores=labq)
+    with pytest.raises(SSVMInputError, match="other_label_scores: expected the label scores' shape"):
+        layer.kl(S, Q, lengths=lengths, sib_scores=SB, other_sib_scores=QB, label_scores=lab,
+                 other_label_scores=labq[..., :2])
+    with pytest.raises(SSVMInputError, match="other_label_scores: expected scores without NaN"):
+        layer.kl(S, Q, lengths=lengths, sib_scores=SB, other_sib_scores=QB, label_scores=lab,
+                 other_label_scores=labq.masked_fill(labq > 1, float("nan")))

@@ -106,19 +106,19 @@ class DependencyTree(nn.Module):
         S, SB = fold_first_child(S, SB)
         return S, lengths, SB
 
-    def _labels_in(self, S, label_scores, labels, lengths, partial: bool = False):
+    def _labels_in(self, S, label_scores, labels, lengths, partial: bool = False, field: str = "label_scores"):
         if label_scores is None:
             if labels is not None:
                 raise SSVMInputError("labels: given without label_scores (pass both, or neither)")
             return None, None
         B, N = S.shape[0], S.shape[1]
-        check(torch.is_tensor(label_scores) and label_scores.is_floating_point(), "label_scores",
+        check(torch.is_tensor(label_scores) and label_scores.is_floating_point(), field,
               "a float tensor (B, N, N, L)", getattr(label_scores, "dtype", type(label_scores).__name__))
         check(label_scores.dim() == 4 and tuple(label_scores.shape[:3]) == (B, N, N) and label_scores.shape[3] >= 1,
-              "label_scores", f"shape (B, N, N, L) = ({B}, {N}, {N}, L) like arc_scores", tuple(label_scores.shape))
-        check(label_scores.device == S.device, "label_scores", f"a tensor on {S.device} like arc_scores",
+              field, f"shape (B, N, N, L) = ({B}, {N}, {N}, L) like arc_scores", tuple(label_scores.shape))
+        check(label_scores.device == S.device, field, f"a tensor on {S.device} like arc_scores",
               label_scores.device)
-        refuse_bad_scores(label_scores.detach(), "label_scores", allow_neg_inf=False)
+        refuse_bad_scores(label_scores.detach(), field, allow_neg_inf=False)
         L = label_scores.shape[3]
         if labels is None:
             return label_scores.to(S.dtype), None
@@ -282,46 +282,71 @@ class DependencyTree(nn.Module):
 
     # -- information ----------------------------------------------------------------------------------------
     def entropy(self, arc_scores: torch.Tensor, mask: torch.Tensor | None = None,
-                lengths: torch.Tensor | None = None, sib_scores: torch.Tensor | None = None) -> torch.Tensor:
+                lengths: torch.Tensor | None = None, sib_scores: torch.Tensor | None = None,
+                label_scores: torch.Tensor | None = None) -> torch.Tensor:
         """H(p) = -sum_y p(y) log p(y) per sentence (B,) of the tree CRF of the arc scores (with ``sib_scores``
-        the second-order CRF; 0 for an empty sentence), differentiable: log Z - <mu, parts' scores> from the
-        layer's log Z and marginals, its gradient -Hess s by Hessian-vector products
-        (:mod:`ssvm_torch.trees.information`)."""
-        return self._information(arc_scores, None, mask, lengths, sib_scores, None)[0]
+        the second-order CRF; with ``label_scores`` the labeled CRF of the loss, trees and relations; 0 for an
+        empty sentence), differentiable: log Z - <mu, parts' scores> from the layer's log Z and marginals, its
+        gradient -Hess s by Hessian-vector products; relations add the arcs' relation entropies in expectation
+        (:class:`~ssvm_torch.trees.information.Information`)."""
+        return self._information(arc_scores, None, mask, lengths, sib_scores, None, label_scores, None)[0]
 
     def kl(self, arc_scores: torch.Tensor, other_scores: torch.Tensor, mask: torch.Tensor | None = None,
            lengths: torch.Tensor | None = None, sib_scores: torch.Tensor | None = None,
-           other_sib_scores: torch.Tensor | None = None) -> torch.Tensor:
+           other_sib_scores: torch.Tensor | None = None, label_scores: torch.Tensor | None = None,
+           other_label_scores: torch.Tensor | None = None) -> torch.Tensor:
         """KL(p || q) per sentence (B,): p the tree CRF of ``arc_scores``, q that of ``other_scores`` (the same
         shape; the same trees: this layer's projectivity and root rule; second order: both models' sibling
-        scores, ``sib_scores`` and ``other_sib_scores``), differentiable w.r.t. both; +inf where p gives weight to
-        a part q forbids (-inf)."""
-        return self._information(arc_scores, other_scores, mask, lengths, sib_scores, other_sib_scores)[1]
+        scores, ``sib_scores`` and ``other_sib_scores``; labeled: both models' relation scores, ``label_scores``
+        and ``other_label_scores``, the same relations), differentiable w.r.t. all; +inf where p gives weight to a
+        part q forbids (-inf)."""
+        return self._information(arc_scores, other_scores, mask, lengths, sib_scores, other_sib_scores, label_scores,
+                                 other_label_scores)[1]
 
     def cross_entropy(self, arc_scores: torch.Tensor, other_scores: torch.Tensor, mask: torch.Tensor | None = None,
                       lengths: torch.Tensor | None = None, sib_scores: torch.Tensor | None = None,
-                      other_sib_scores: torch.Tensor | None = None) -> torch.Tensor:
+                      other_sib_scores: torch.Tensor | None = None, label_scores: torch.Tensor | None = None,
+                      other_label_scores: torch.Tensor | None = None) -> torch.Tensor:
         """H(p, q) = H(p) + KL(p || q) per sentence (B,), p and q as in :meth:`kl`."""
-        H, D = self._information(arc_scores, other_scores, mask, lengths, sib_scores, other_sib_scores)
+        H, D = self._information(arc_scores, other_scores, mask, lengths, sib_scores, other_sib_scores, label_scores,
+                                 other_label_scores)
         return H + D
 
-    def _information(self, arc_scores, other_scores, mask, lengths, sib_scores, other_sib_scores):
+    @staticmethod
+    def _both(given, other, field: str, what: str):
+        check((given is None) == (other is None), field, f"given together with {what} or neither",
+              "None" if other is None else f"a tensor without {what.split(' ')[0]}")
+
+    def _information(self, arc_scores, other_scores, mask, lengths, sib_scores, other_sib_scores, label_scores,
+                     other_label_scores):
         S, lengths, SB = self._inputs(arc_scores, mask, lengths, sib_scores)
+        lab, _ = self._labels_in(S, label_scores, None, lengths)
+        FH = FK = None
+        if lab is not None:                 # relations given the tree: H and KL add the arcs' relation terms
+            logp = torch.log_softmax(lab, 3)
+            FH = -(logp.exp() * logp).sum(3)
+            S = S + torch.logsumexp(lab, 3)
         if other_scores is not None:
-            check((sib_scores is None) == (other_sib_scores is None), "other_sib_scores",
-                  "given together with sib_scores (both models second order) or neither",
-                  "None" if other_sib_scores is None else "a tensor without sib_scores")
+            self._both(sib_scores, other_sib_scores, "other_sib_scores", "sib_scores (both models second order)")
+            self._both(label_scores, other_label_scores, "other_label_scores", "label_scores (both models labeled)")
             Q = self._other_scores(other_scores, S)
             if other_sib_scores is not None:
                 QB = check_sib_scores(other_sib_scores, Q, "other_sib_scores")
                 if self.first_child:
                     refuse_open_first_child(Q, QB, lengths, "other_sib_scores")
                     Q, QB = fold_first_child(Q, QB)
+            if lab is not None:
+                labq, _ = self._labels_in(S, other_label_scores, None, lengths, field="other_label_scores")
+                check(labq.shape == lab.shape, "other_label_scores", f"the label scores' shape {tuple(lab.shape)}",
+                      tuple(labq.shape))
+                FK = (logp.exp() * (logp - torch.log_softmax(labq, 3))).sum(3)
+                Q = Q + torch.logsumexp(labq, 3)
         if SB is None:
-            return Information.apply(S, None if other_scores is None else Q, lengths, self._structure())
+            return Information.apply(S, None if other_scores is None else Q, lengths, self._structure(), FH, FK)
         structure = SiblingFactored(S.shape[1], self.multiroot, self.kernels)
         Qp = None if other_scores is None else structure.pack(Q, QB)
-        return Information.apply(structure.pack(S, SB), Qp, lengths, structure)
+        arcs_only = lambda F: None if F is None else structure.pack(F, torch.zeros_like(SB))   # noqa: E731
+        return Information.apply(structure.pack(S, SB), Qp, lengths, structure, arcs_only(FH), arcs_only(FK))
 
     def sample(self, arc_scores: torch.Tensor, mask: torch.Tensor | None = None,
                label_scores: torch.Tensor | None = None, lengths: torch.Tensor | None = None, n: int = 1,

@@ -202,10 +202,15 @@ class Information(torch.autograd.Function):
     """(H(p) (B,), KL(p || q) (B,): 0 without ``Q``) of the CRFs p, q of the part scores S, Q (B, M, M) of a
     ``structure`` whose trees score the sum of their parts' scores (:class:`ArcFactored`, :class:`SiblingFactored`;
     the span trees of :mod:`ssvm_torch.spans.information`), in S's dtype; the backward the Hessian-vector
-    products of the module docstring, from the structure."""
+    products of the module docstring, from the structure.
+
+    ``FH``, ``FK`` (B, M, M) or None: per-part values added in expectation under p, H + <mu_p, FH> and
+    KL + <mu_p, FK>, with d<mu_p, F>/dS = Hess_p F and d<mu_p, F>/dF = mu_p. A labeled CRF whose relations
+    factor over the arcs given the tree (p(y, r) = p(y) prod_m p(r_m | arc)) has H = H(tree) + <mu, the arcs'
+    relation entropies> and KL = KL(tree) + <mu_p, the arcs' relation KLs> (the chain rule of entropy and KL)."""
 
     @staticmethod
-    def forward(ctx, S, Q, lengths, structure):
+    def forward(ctx, S, Q, lengths, structure, FH=None, FK=None):
         Sd = S.detach()
         Mp, logzp = structure.marginals_and_log_partition(Sd, lengths)
         H = entropy_value(Mp, logzp, Sd)
@@ -215,17 +220,28 @@ class Information(torch.autograd.Function):
             Qd = Q.detach()
             Mq, logzq = structure.marginals_and_log_partition(Qd, lengths)
             D = kl_value(Mp, logzp, Sd, logzq, Qd)
-        ctx.save_for_backward(Sd, Qd, Mp, Mq, lengths)
+        expect = lambda F: (Mp.to(torch.float64) * on_support(Mp, F.detach().to(torch.float64))).sum((1, 2))  # noqa
+        if FH is not None:
+            H = H + expect(FH)
+        if FK is not None:
+            D = D + expect(FK)
+        ctx.save_for_backward(Sd, Qd, Mp, Mq, lengths, *(F.detach() if F is not None else None for F in (FH, FK)))
         ctx.structure, ctx.has_q = structure, Q is not None
         return H.to(S.dtype), D.to(S.dtype)
 
     @staticmethod
     def backward(ctx, gH, gD):
-        S, Q, Mp, Mq, lengths = ctx.saved_tensors
+        S, Q, Mp, Mq, lengths, FH, FK = ctx.saved_tensors
         g = lambda x: x.to(torch.float64)[:, None, None]     # noqa: E731
         v = -g(gH) * on_support(Mp, S.to(torch.float64))
         if ctx.has_q:
             v = v + g(gD) * on_support(Mp, S.to(torch.float64) - Q.to(torch.float64))
+        if FH is not None:
+            v = v + g(gH) * on_support(Mp, FH.to(torch.float64))
+        if FK is not None:
+            v = v + g(gD) * on_support(Mp, FK.to(torch.float64))
         gS = ctx.structure.hessian_product(S, lengths, v).to(S.dtype)
         gQ = (g(gD) * (Mq.to(torch.float64) - Mp.to(torch.float64))).to(Q.dtype) if ctx.has_q else None
-        return gS, gQ, None, None
+        gFH = None if FH is None else (g(gH) * Mp.to(torch.float64)).to(FH.dtype)
+        gFK = None if FK is None else (g(gD) * Mp.to(torch.float64)).to(FK.dtype)
+        return gS, gQ, None, None, gFH, gFK
