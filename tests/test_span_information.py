@@ -84,3 +84,48 @@ def test_the_compiled_hessian_products_equal_autograd_twice():
     torch.testing.assert_close(fast[[0, 1]], twice[[0, 1]], rtol=0, atol=1e-12)
     torch.testing.assert_close(fast[2], twice[2], rtol=0, atol=1e-10)     # log space at scores ~-8000: 1.2e-12 here
     assert fast.abs().max() > 0.1 and fast[3].abs().max() == 0
+
+
+def _labeled_log_probs(S: torch.Tensor, lab: torch.Tensor, n: int) -> torch.Tensor:
+    from span_reference import labeled_trees
+    totals = torch.tensor([sum(float(S[i, j] + lab[i, j, r]) for (i, j), r in t.items())
+                           for t in labeled_trees(n, lab.shape[2])], dtype=torch.float64)
+    return totals - torch.logsumexp(totals, 0)
+
+
+def test_labeled_entropy_and_kl_equal_enumeration_and_pass_gradcheck():
+    """With label_scores the entropy / KL / cross-entropy are the labeled TreeCRF's (the one the layer's losses
+    train with labels): against every labeled binary tree enumerated, with a -inf label under p and under q
+    (the KL +inf where p gives it weight); gradcheck w.r.t. all four inputs; the refusals."""
+    g = torch.Generator().manual_seed(3)
+    B, N, L = 2, 5, 2
+    S, Q = (torch.randn(B, N, N, dtype=torch.float64, generator=g) for _ in range(2))
+    lab, labq = (torch.randn(B, N, N, L, dtype=torch.float64, generator=g) * 2 for _ in range(2))
+    lab[0, 0, 2, 1] = float("-inf")                   # a label p forbids on one span: no NaN anywhere
+    lengths = torch.tensor([4, 3])
+    layer = ConstituencyTree()
+    H = layer.entropy(S, lengths=lengths, label_scores=lab)
+    D = layer.kl(S, Q, lengths=lengths, label_scores=lab, other_label_scores=labq)
+    C = layer.cross_entropy(S, Q, lengths=lengths, label_scores=lab, other_label_scores=labq)
+    for b, n in enumerate(lengths.tolist()):
+        lp, lq = _labeled_log_probs(S[b], lab[b], n), _labeled_log_probs(Q[b], labq[b], n)
+        p = lp.exp()
+        assert H[b].item() == pytest.approx(-(p * torch.where(p > 0, lp, 0)).sum().item(), abs=1e-11)
+        assert D[b].item() == pytest.approx((p * torch.where(p > 0, lp - lq, 0)).sum().item(), abs=1e-11)
+        assert C[b].item() == pytest.approx(-(p * torch.where(p > 0, lq, 0)).sum().item(), abs=1e-10)
+    assert (layer.entropy(S, lengths=lengths) < H).all()
+    forbid = labq.clone()
+    forbid[1, 0, 3, 0] = float("-inf")                # the root span's label 0 under q: p gives it weight
+    assert layer.kl(S, Q, lengths=lengths, label_scores=lab, other_label_scores=forbid)[1] == float("inf")
+
+    def both(S_, lab_, Q_, labq_):
+        return torch.cat([layer.entropy(S_, lengths=lengths, label_scores=lab_),
+                          layer.kl(S_, Q_, lengths=lengths, label_scores=lab_, other_label_scores=labq_)])
+
+    assert torch.autograd.gradcheck(both, tuple(x.clone().requires_grad_() for x in (S, lab, Q, labq)))
+    with pytest.raises(SSVMInputError, match="other_label_scores: expected given together with label_scores"):
+        layer.kl(S, Q, lengths=lengths, label_scores=lab)
+    with pytest.raises(SSVMInputError, match="other_label_scores: expected the label scores' shape"):
+        layer.kl(S, Q, lengths=lengths, label_scores=lab, other_label_scores=labq[..., :1])
+    with pytest.raises(SSVMInputError, match="other_label_scores: expected scores without NaN"):
+        layer.kl(S, Q, lengths=lengths, label_scores=lab, other_label_scores=torch.full_like(labq, float("nan")))

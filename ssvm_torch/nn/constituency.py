@@ -34,7 +34,7 @@ from ..spans.losses import refuse_infinite_gold
 from ..spans.kbest import span_kbest
 from ..spans.checks import KERNELS, check_charts, check_span_scores, resolve_lengths
 from ..spans.information import SpanTrees
-from ..trees.information import Information
+from ..trees.information import Information, label_information
 from ..trees.lawler import check_nbest
 from ..trees.losses import row_cost
 from .reduction import REDUCTIONS, reduce_rows
@@ -68,11 +68,16 @@ class ConstituencyTree(nn.Module):
         lengths = resolve_lengths(S, mask, lengths)
         if label_scores is None:
             return S, lengths
-        lab = check_span_scores(label_scores, "label_scores")
-        check(lab.dim() == 4 and lab.shape[:3] == S.shape, "label_scores",
+        return S[..., None] + self._labels(label_scores, S), lengths
+
+    @staticmethod
+    def _labels(label_scores, S, field: str = "label_scores") -> torch.Tensor:
+        """The checked label scores (B, N+1, N+1, L) in S's dtype."""
+        lab = check_span_scores(label_scores, field)
+        check(lab.dim() == 4 and lab.shape[:3] == S.shape, field,
               f"shape (B, N+1, N+1, L) = {tuple(S.shape)} + (L,) like span_scores", tuple(lab.shape))
-        check(lab.device == S.device, "label_scores", f"a tensor on {S.device} like span_scores", lab.device)
-        return S[..., None] + lab.to(S.dtype), lengths
+        check(lab.device == S.device, field, f"a tensor on {S.device} like span_scores", lab.device)
+        return lab.to(S.dtype)
 
     def forward(self, span_scores: torch.Tensor, charts: torch.Tensor, mask: torch.Tensor | None = None,
                 label_scores: torch.Tensor | None = None, reduction: str = "sum",
@@ -85,8 +90,8 @@ class ConstituencyTree(nn.Module):
         S, lengths = self._inputs(span_scores, label_scores, mask, lengths)
         gold = check_charts(charts, S, lengths, partial=partial)
         refuse_infinite_gold(S, gold, lengths)
-        per_row = span_losses.row_losses(self.loss, S, gold, lengths, row_cost(self.cost, lengths, S.dtype), self.kernels,
-                                    partial)
+        per_row = span_losses.row_losses(self.loss, S, gold, lengths, row_cost(self.cost, lengths, S.dtype),
+                                         self.kernels, partial)
         return reduce_rows(per_row, reduction, lengths)
 
     def decode(self, span_scores: torch.Tensor, mask: torch.Tensor | None = None,
@@ -131,8 +136,8 @@ class ConstituencyTree(nn.Module):
         """n exact samples of every sentence's TreeCRF, batch-first as :meth:`decode`'s n best: bool charts
         (B, n, N+1, N+1), or with ``label_scores`` int64 label charts with -1 off the tree (each drawn span's label
         from the softmax of its label scores). Inside chart, then top-down draws of the split points, compiled on
-        the CPU, in torch elsewhere (:func:`ssvm_torch.spans.ops.sample`); ``generator`` (on the scores' device) makes the draws reproducible.
-        No gradient (a score-function estimator uses :meth:`score` of the samples)."""
+        the CPU, in torch elsewhere (:func:`ssvm_torch.spans.ops.sample`); ``generator`` (on the scores' device)
+        makes the draws reproducible. No gradient (a score-function estimator uses :meth:`score` of the samples)."""
         with torch.no_grad():
             S, lengths = self._inputs(span_scores, label_scores, mask, lengths)
             check_draws(n, generator, S.device)
@@ -140,26 +145,50 @@ class ConstituencyTree(nn.Module):
 
     # -- information ----------------------------------------------------------------------------------------
     def entropy(self, span_scores: torch.Tensor, mask: torch.Tensor | None = None,
-                lengths: torch.Tensor | None = None) -> torch.Tensor:
-        """H(p) per sentence (B,) of the TreeCRF over unlabeled binary trees (0 for an empty sentence),
-        differentiable: log Z - <mu, S> from the compiled inside-outside, the gradient a Hessian-vector product
-        (:mod:`ssvm_torch.spans.information`)."""
-        S, lengths = self._inputs(span_scores, None, mask, lengths)
-        return Information.apply(S, None, lengths, SpanTrees(self.kernels))[0]
+                lengths: torch.Tensor | None = None, label_scores: torch.Tensor | None = None) -> torch.Tensor:
+        """H(p) per sentence (B,) of the TreeCRF over binary trees (with ``label_scores`` over labeled trees; 0
+        for an empty sentence), differentiable: log Z - <mu, S> from the compiled inside-outside, the gradient a
+        Hessian-vector product (:mod:`ssvm_torch.spans.information`); labels add each span's label entropy in
+        expectation (:class:`~ssvm_torch.trees.information.Information`)."""
+        return self._information(span_scores, None, mask, lengths, label_scores, None)[0]
 
     def kl(self, span_scores: torch.Tensor, other_scores: torch.Tensor, mask: torch.Tensor | None = None,
-           lengths: torch.Tensor | None = None) -> torch.Tensor:
+           lengths: torch.Tensor | None = None, label_scores: torch.Tensor | None = None,
+           other_label_scores: torch.Tensor | None = None) -> torch.Tensor:
         """KL(p || q) per sentence (B,): p, q the TreeCRFs of ``span_scores`` and ``other_scores`` (the same
-        shape), differentiable w.r.t. both; +inf where p gives weight to a span q forbids (-inf)."""
-        S, lengths = self._inputs(span_scores, None, mask, lengths)
-        return Information.apply(S, self._other_scores(other_scores, S), lengths, SpanTrees(self.kernels))[1]
+        shape; labeled: both models' label scores, the same labels), differentiable w.r.t. all; +inf where p
+        gives weight to a span q forbids (-inf)."""
+        return self._information(span_scores, other_scores, mask, lengths, label_scores, other_label_scores)[1]
 
     def cross_entropy(self, span_scores: torch.Tensor, other_scores: torch.Tensor, mask: torch.Tensor | None = None,
-                      lengths: torch.Tensor | None = None) -> torch.Tensor:
+                      lengths: torch.Tensor | None = None, label_scores: torch.Tensor | None = None,
+                      other_label_scores: torch.Tensor | None = None) -> torch.Tensor:
         """H(p, q) = H(p) + KL(p || q) per sentence (B,), p and q as in :meth:`kl`."""
-        S, lengths = self._inputs(span_scores, None, mask, lengths)
-        H, D = Information.apply(S, self._other_scores(other_scores, S), lengths, SpanTrees(self.kernels))
+        H, D = self._information(span_scores, other_scores, mask, lengths, label_scores, other_label_scores)
         return H + D
+
+    def _information(self, span_scores, other_scores, mask, lengths, label_scores, other_label_scores):
+        """(H, KL): a labeled tree's labels factor over its spans, so H and KL are the unlabeled TreeCRF's of the
+        span scores plus logsumexp over labels, plus each span's label entropy / KL in expectation
+        (:func:`~ssvm_torch.trees.information.label_information`)."""
+        S, lengths = self._inputs(span_scores, None, mask, lengths)
+        lab = None if label_scores is None else self._labels(label_scores, S)
+        FH = FK = Q = None
+        if other_scores is not None:
+            check((label_scores is None) == (other_label_scores is None), "other_label_scores",
+                  "given together with label_scores (both models labeled) or neither",
+                  "None" if other_label_scores is None else "a tensor without label_scores")
+            Q = self._other_scores(other_scores, S)
+        if lab is None:
+            return Information.apply(S, Q, lengths, SpanTrees(self.kernels))
+        labq = None
+        if Q is not None:
+            labq = self._labels(other_label_scores, S, "other_label_scores")
+            check(labq.shape == lab.shape, "other_label_scores", f"the label scores' shape {tuple(lab.shape)}",
+                  tuple(labq.shape))
+        lse, FH, lse_q, FK = label_information(lab, labq)
+        Q = None if Q is None else Q + lse_q
+        return Information.apply(S + lse, Q, lengths, SpanTrees(self.kernels), FH, FK)
 
     @staticmethod
     def _other_scores(other_scores, S):

@@ -48,7 +48,7 @@ from ..chain.checks import check_draws, refuse_bad_scores
 from ..errors import SSVMInputError, check, check_choice
 from ..trees import ops, sampling, sibling_ops
 from ..trees.checks import KERNELS, check_heads, check_partial_heads, check_scores, resolve_lengths, tracing, word_mask
-from ..trees.information import ArcFactored, Information, SiblingFactored
+from ..trees.information import ArcFactored, Information, SiblingFactored, label_information
 from ..trees.kbest import dependency_kbest
 from ..trees.lawler import check_nbest
 from ..trees.losses import row_cost
@@ -323,9 +323,8 @@ class DependencyTree(nn.Module):
         lab, _ = self._labels_in(S, label_scores, None, lengths)
         FH = FK = None
         if lab is not None:                 # relations given the tree: H and KL add the arcs' relation terms
-            logp = torch.log_softmax(lab, 3)
-            FH = -(logp.exp() * logp).sum(3)
-            S = S + torch.logsumexp(lab, 3)
+            lse, FH, _, _ = label_information(lab)
+            S = S + lse
         if other_scores is not None:
             self._both(sib_scores, other_sib_scores, "other_sib_scores", "sib_scores (both models second order)")
             self._both(label_scores, other_label_scores, "other_label_scores", "label_scores (both models labeled)")
@@ -339,8 +338,8 @@ class DependencyTree(nn.Module):
                 labq, _ = self._labels_in(S, other_label_scores, None, lengths, field="other_label_scores")
                 check(labq.shape == lab.shape, "other_label_scores", f"the label scores' shape {tuple(lab.shape)}",
                       tuple(labq.shape))
-                FK = (logp.exp() * (logp - torch.log_softmax(labq, 3))).sum(3)
-                Q = Q + torch.logsumexp(labq, 3)
+                _, _, lse_q, FK = label_information(lab, labq)
+                Q = Q + lse_q
         if SB is None:
             return Information.apply(S, None if other_scores is None else Q, lengths, self._structure(), FH, FK)
         structure = SiblingFactored(S.shape[1], self.multiroot, self.kernels)

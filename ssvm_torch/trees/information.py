@@ -143,6 +143,34 @@ def kl_value(Mp, logzp, S, logzq, Q) -> torch.Tensor:
     return (Mp64 * diff).sum((1, 2)) - logzp.to(torch.float64) + logzq.to(torch.float64)
 
 
+def _log_softmax_or_zero(lab: torch.Tensor) -> torch.Tensor:
+    """log softmax over the last dimension, a part whose labels are all -inf taking 0 instead of NaN."""
+    none = torch.isneginf(lab).all(-1, keepdim=True)
+    return torch.log_softmax(torch.where(none, torch.zeros_like(lab), lab), -1)
+
+
+def label_information(lab: torch.Tensor, other: torch.Tensor | None = None):
+    """(lse_p, FH, lse_q, FK) of labels that factor over a structure's parts given the structure (the relations of
+    arcs, the labels of spans), lab and other (..., L) each part's label scores under p and q: lse = logsumexp over
+    the labels (what the part's score gains), FH = H(label | part) under p and FK = KL(p(label | part) ||
+    q(label | part)), the part values :class:`Information` takes in expectation (chain rule: H(y, r) = H(y) +
+    E_y sum_parts H(r | part)). -inf labels are allowed: a label of probability 0 adds nothing (+inf KL where p
+    gives weight to a label q forbids); a part whose labels are all -inf gets lse -inf and finite, unused values
+    (no NaN in any gradient). lse_q and FK are None without ``other``."""
+    def lse(x):
+        none = torch.isneginf(x).all(-1)
+        safe = torch.where(none[..., None], torch.zeros_like(x), x)
+        return torch.where(none, torch.full_like(none, float("-inf"), dtype=x.dtype), torch.logsumexp(safe, -1))
+    logp = _log_softmax_or_zero(lab)
+    p = logp.exp()
+    lp = torch.where(p > 0, logp, torch.zeros_like(logp))
+    FH = -(p * lp).sum(-1)
+    if other is None:
+        return lse(lab), FH, None, None
+    FK = (p * torch.where(p > 0, lp - _log_softmax_or_zero(other), torch.zeros_like(lp))).sum(-1)
+    return lse(lab), FH, lse(other), FK
+
+
 class ArcFactored:
     """The first-order dependency trees of one kind as a log-linear structure for :class:`Information`: one
     inside-outside or factorization for (marginals, log Z), the Hessian-vector products above."""
