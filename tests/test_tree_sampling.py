@@ -155,6 +155,15 @@ def test_refusals_name_the_field():
     for projective in (True, False):
         with pytest.raises(SSVMInputError, match="arc_scores: row 1 .* has no dependency tree"):
             DependencyTree(projective=projective).sample(no_head, lengths=lengths)
+    some = S.clone()
+    some[0, 1, 0] = some[2, 3, 1] = float("-inf")                 # arcs forbidden, trees left: never drawn
+    for kernels in ("auto", "torch"):
+        draws = DependencyTree(projective=False, kernels=kernels).sample(some, lengths=lengths, n=200)
+        assert (draws[0, :, 1] != 0).all() and (draws[2, :, 3] != 1).all()
+    rootless = S.clone()
+    rootless[2, :, 0] = float("-inf")                               # no root arc in row 2: no single-root tree
+    with pytest.raises(SSVMInputError, match="arc_scores: row 2 .* has no dependency tree"):
+        DependencyTree(projective=False).sample(rootless, lengths=lengths)
     with pytest.raises(SSVMInputError, match="label_scores"):
         layer.sample(S, lengths=lengths, label_scores=torch.randn(3, 5, 5))
 
@@ -201,7 +210,7 @@ def test_many_samples_are_drawn_in_chunks(monkeypatch):
 @pytest.mark.parametrize("multiroot", [False, True])
 def test_second_order_samples_follow_the_second_order_crf(multiroot, first_child, kernels):
     """The compiled and the torch second-order samplers (ssvm_torch/trees/numba_sibling_sampling.py,
-    ssvm_torch/trees/torch_sibling_sampling.py) against every projective tree's second-order score."""
+    ssvm_torch/trees/torch_tree_sampling.py) against every projective tree's second-order score."""
     from tree_reference import sibling_tree_scores
     g = torch.Generator().manual_seed(11)
     S, SB = torch.randn(2, 5, 5, dtype=torch.float64, generator=g), torch.randn(2, 5, 5, 5, dtype=torch.float64,

@@ -2,12 +2,10 @@
 :mod:`ssvm_torch.trees`: S (B, N, N) [modifier, head], s(y) = sum_m S[m, y_m]), projective or not, single- or
 multi-root, batched over rows and samples on any device.
 
-**Projective trees**: Eisner's inside charts in the log semiring (:func:`ssvm_torch.trees.torch_eisner.inside_charts`),
-then each sample's derivation drawn top-down, width by width from the widest span, every chart item on it choosing
-its split point with probability inside(left part) inside(right part) / inside(item) by the inverse CDF: the sampling
-counterpart of the best tree's read-back (:func:`~ssvm_torch.trees.torch_eisner.best_tree`), the forward-filtering
-backward-sampling of Eisner's grammar (as torch-struct samples through its semiring's backward). One inside pass
-per batch, O(N^3) batched tensor work per sample, no host synchronisation.
+**Projective trees**: one Eisner inside pass, then each sample's derivation drawn top-down, every chart item on it
+choosing its split point with probability inside(left part) inside(right part) / inside(item): compiled on the CPU
+(:mod:`ssvm_torch.trees.numba_sampling`), in batched torch operations elsewhere
+(:mod:`ssvm_torch.trees.torch_tree_sampling`, no host synchronisation).
 
 **Every tree** (non-projective): the sequential algorithm of Colbourn, Myrvold & Neufeld (1996) as Zmigrod, Vieira &
 Cotterell (2021, "Efficient Sampling of Dependency Structures", Alg. 2) write it for dependency trees: the words'
@@ -22,7 +20,7 @@ conditioned scores, which balances and checks its factorization.
 
 **Second order** (adjacent siblings, projective): the same top-down reading of the second-order chart, compiled
 (:mod:`ssvm_torch.trees.numba_sibling_sampling`) for CPU scores and in torch
-(:mod:`ssvm_torch.trees.torch_sibling_sampling`) elsewhere.
+(:mod:`ssvm_torch.trees.torch_tree_sampling`) elsewhere.
 
 :func:`sample` and :func:`second_order_samples` refuse rows without any tree of finite score by name
 (:func:`ssvm_torch.trees.ops.fail_no_tree`).
@@ -35,74 +33,17 @@ import torch
 from ..devices import from_host, to_host
 from . import matrix_tree
 from .checks import host_batch, parallel_rows, use_numba
+from .draws import CHUNK_ELEMENTS, draw_categorical, in_chunks
 from .information import arc_potentials, laplacian
 from .numba_colbourn import colbourn_batch, colbourn_batch_parallel
 from .numba_sibling_sampling import draws_per_sample as sibling_draws_per_sample, sibling_sample_batch
 from .numba_sampling import draws_per_sample, sample_batch, sample_batch_parallel
 from .ops import fail_no_tree
-from .draws import CHUNK_ELEMENTS, draw_categorical, in_chunks
-from .torch_eisner import _index, inside_charts, root_terms
-from .torch_sibling_sampling import second_order_torch_samples
+from .torch_tree_sampling import projective_samples, second_order_torch_samples
 
 #: the largest |sum of a word's conditional head probabilities - 1| (and negative probability) the
 #: Sherman-Morrison path accepts before a sample falls back to the matrix-tree marginals
 TOLERANCE = 1e-6
-
-
-def projective_samples(S: torch.Tensor, lengths: torch.Tensor, multiroot: bool, n: int, generator=None):
-    """(heads (B, n, N) int64, -1 at the root position and past each row's length; log Z (B,) float64): n exact
-    samples of every row's projective tree CRF (module docstring), drawn in float64."""
-    B, N, _ = S.shape
-    dev = S.device
-    if N == 1:
-        return torch.full((B, n, 1), -1, dtype=torch.int64, device=dev), torch.zeros(B, dtype=torch.float64, device=dev)
-    start = 0 if multiroot else 1
-    SR, _, CR, CL, IR, IL = inside_charts(S.detach().to(torch.float64), lengths, multiroot)
-    bi = torch.arange(B, device=dev)
-    R = B * n
-    rows = torch.arange(R, device=dev)
-    on = {k: torch.zeros(R, N * N, dtype=torch.int64, device=dev) for k in ("cr", "cl", "ir", "il")}
-    head_plus = torch.zeros(R, N, dtype=torch.int64, device=dev)        # head + 1 of every word (0: none yet)
-    L = lengths.repeat_interleave(n)
-    if multiroot:
-        logz = CR.view(B, N, N)[bi, lengths, 0]
-        on["cr"].index_put_((rows, L * N), torch.ones_like(rows), accumulate=True)
-    else:
-        terms = root_terms(SR, CL.view(B, N, N), CR.view(B, N, N), lengths, N)           # (B, N - 1)
-        logz = torch.logsumexp(terms, 1)
-        r = draw_categorical(terms, n, generator).reshape(R) + 1
-        has = (L > 0).long()
-        head_plus.index_put_((rows, r), has, accumulate=True)                          # head 0: head + 1 = 1
-        on["cl"].index_put_((rows, (r - 1) * N + 1), has, accumulate=True)
-        on["cr"].index_put_((rows, (L - r).clamp(min=0) * N + r), has, accumulate=True)
-
-    def draw(logits):                       # (B, w, L) split scores of every item -> (R, L) one split per sample
-        return draw_categorical(logits.transpose(1, 2), n, generator).reshape(R, logits.shape[2])
-
-    index = _index(N, dev)
-    for w in range(N - 1 - start, 0, -1):
-        i, split, right, left = index[w]
-        i, cols = i[start:], slice(start, None)
-        flat = w * N + i
-        at = rows[:, None].expand(R, len(i))
-        act = on["cr"][:, flat]                                         # complete, head left: IR + CR
-        d = draw(IR[:, right[0][:, cols]] + CR[:, right[1][:, cols]]) + 1
-        on["ir"].index_put_((at, d * N + i), act, accumulate=True)
-        on["cr"].index_put_((at, (w - d) * N + i + d), act, accumulate=True)
-        act = on["cl"][:, flat]                                         # complete, head right: CL + IL
-        d = draw(CL[:, left[0][:, cols]] + IL[:, left[1][:, cols]])
-        on["cl"].index_put_((at, d * N + i), act, accumulate=True)
-        on["il"].index_put_((at, (w - d) * N + i + d), act, accumulate=True)
-        act = on["ir"][:, flat] + on["il"][:, flat]                     # incomplete (one arc): CR + CL
-        d = draw(CR[:, split[0][:, cols]] + CL[:, split[1][:, cols]])
-        on["cr"].index_put_((at, d * N + i), act, accumulate=True)
-        on["cl"].index_put_((at, (w - 1 - d) * N + i + d + 1), act, accumulate=True)
-        head_plus.index_put_((at, (i + w).expand(R, -1)), on["ir"][:, flat] * (i + 1), accumulate=True)
-        head_plus.index_put_((at, i.expand(R, -1)), on["il"][:, flat] * (i + w + 1), accumulate=True)
-    pos = torch.arange(N, device=dev)
-    word = (pos[None] >= 1) & (pos[None] <= L[:, None])
-    logz = torch.where(lengths > 0, logz, torch.zeros_like(logz))
-    return torch.where(word, head_plus - 1, torch.full_like(head_plus, -1)).view(B, n, N), logz
 
 
 def _conditionals(X, A, m: int, multiroot: bool) -> torch.Tensor:
@@ -241,7 +182,7 @@ def second_order_samples(S: torch.Tensor, SB: torch.Tensor, lengths: torch.Tenso
     """heads (B, n, N) int64: n exact samples of every row's second-order (adjacent-sibling) projective CRF, -1 at
     the root position and past each row's length: the compiled sampler of
     :mod:`ssvm_torch.trees.numba_sibling_sampling` for CPU float32 / float64 scores (``kernels`` "auto" or "numba"),
-    the torch one of :mod:`ssvm_torch.trees.torch_sibling_sampling` elsewhere (CUDA: no host copy), drawn in chunks
+    the torch one of :mod:`ssvm_torch.trees.torch_tree_sampling` elsewhere (CUDA: no host copy), drawn in chunks
     of samples (:func:`in_chunks`). A row without any tree of finite score is refused by name."""
     B, N, _ = S.shape
     if not use_numba(S, kernels):
@@ -261,6 +202,22 @@ def second_order_samples(S: torch.Tensor, SB: torch.Tensor, lengths: torch.Tenso
     sibling_sample_batch(Sh, SBh, Lh, multiroot, to_host(U), heads, logz)
     fail_no_tree(torch.from_numpy(logz), lengths.cpu(), "log Z")
     return from_host(heads, S.device)
+
+
+def refuse_rows_without_trees(S: torch.Tensor, lengths: torch.Tensor, multiroot: bool) -> None:
+    """Refuses by name a row without any non-projective tree of finite score. Every arc of a row finite (within
+    its words; into the root none), the complete graph has spanning trees (a root arc and every other arc
+    finite: single-root trees too), so only the rows with a -inf arc take the matrix-tree log Z."""
+    N = S.shape[1]
+    pos = torch.arange(N, device=S.device)
+    inside = pos[None, :] <= lengths[:, None]
+    arcs = inside[:, :, None] & inside[:, None, :] & (pos[:, None] != pos[None, :])[None] & (pos[:, None] >= 1)[None]
+    some = (arcs & torch.isneginf(S.detach())).flatten(1).any(1)
+    if bool(some.any()):
+        rows = some.nonzero()[:, 0]
+        logz = torch.zeros(S.shape[0], dtype=torch.float64, device=S.device)
+        logz[rows] = matrix_tree.log_partition(S.detach()[rows], lengths[rows], multiroot).to(torch.float64)
+        fail_no_tree(logz, lengths, "log Z")
 
 
 def sample(S: torch.Tensor, lengths: torch.Tensor, projective: bool, multiroot: bool, n: int, generator=None,
@@ -285,7 +242,7 @@ def sample(S: torch.Tensor, lengths: torch.Tensor, projective: bool, multiroot: 
             logz = logz[0]
         fail_no_tree(logz.to(S.device), lengths, "log Z")
         return heads.to(S.device)
-    fail_no_tree(matrix_tree.log_partition(S.detach(), lengths, multiroot), lengths, "log Z")
+    refuse_rows_without_trees(S, lengths, multiroot)
     if use_numba(S, kernels):
         return compiled_nonprojective_samples(S, lengths, multiroot, n, generator)
     return in_chunks(lambda k: nonprojective_samples(S, lengths, multiroot, k, generator), n, B * N * N)
@@ -293,4 +250,4 @@ def sample(S: torch.Tensor, lengths: torch.Tensor, projective: bool, multiroot: 
 
 __all__ = ["CHUNK_ELEMENTS", "TOLERANCE", "compiled_nonprojective_samples", "compiled_projective_samples",
            "continue_exactly", "draw_categorical", "in_chunks", "nonprojective_samples", "projective_samples", "sample",
-           "second_order_samples"]
+           "refuse_rows_without_trees", "second_order_samples"]
