@@ -8,6 +8,8 @@ float32 random arc scores of B sentences of n words (full length), single root:
   ``create_graph``); torch-struct 0.5's ``NonProjectiveDependencyCRF.entropy`` is not implemented (returns None);
 * second order (adjacent siblings, ``sib_scores``): ours vs SuPar's ``Dependency2oCRF`` (its entropy / KL
   semirings over the second-order Eisner chart);
+* labeled projective trees (``label_scores``, 40 relations): ours against our unlabeled entropy / KL, what the
+  relation terms cost (no peer has them);
 * binary span trees (``ConstituencyTree``, random span scores (B, n+1, n+1)): ours vs SuPar's ``ConstituencyCRF``
   (its entropy semiring over CKY).
 
@@ -36,6 +38,8 @@ from bench_trees import alternated, patch_torch_struct, to_torch_struct  # noqa:
 from ssvm_torch.nn import DependencyTree  # noqa: E402
 
 GRID = ((32, 20), (32, 40))
+#: relations of the labeled rows (UD English-EWT's parser has 37 to 50, by the treebank's version and subtypes)
+RELATIONS = 40
 
 
 def medians(fns: dict, repeats: int) -> dict:
@@ -94,6 +98,14 @@ def point(ts, B: int, n: int, repeats: int) -> dict:
                         S, SB, Q, QB),
         "supar": grad_of(lambda x, xb, y, yb: supar_2o(x, xb).kl(supar_2o(y, yb)), S, SB, Q, QB)}
     spans = ConstituencyTree()
+    LAB, LABQ = (torch.randn(B, n + 1, n + 1, RELATIONS, generator=g) for _ in range(2))
+    groups["proj_labeled_entropy_backward_ms"] = {
+        "ours": grad_of(lambda x, lab: proj.entropy(x, lengths=lengths, label_scores=lab), S, LAB),
+        "ours_unlabeled": grad_of(lambda x: proj.entropy(x, lengths=lengths), S)}
+    groups["proj_labeled_kl_backward_ms"] = {
+        "ours": grad_of(lambda x, lab, y, labq: proj.kl(x, y, lengths=lengths, label_scores=lab,
+                                                        other_label_scores=labq), S, LAB, Q, LABQ),
+        "ours_unlabeled": grad_of(lambda x, y: proj.kl(x, y, lengths=lengths), S, Q)}
     groups["spans_entropy_ms"] = {"ours": lambda: spans.entropy(S, lengths=lengths),
                                   "supar": lambda: ConstituencyCRF(S, lengths).entropy}
     groups["spans_entropy_backward_ms"] = {"ours": grad_of(lambda x: spans.entropy(x, lengths=lengths), S),

@@ -74,3 +74,17 @@ def run_worker(checkout: Path, script: Path, args: list, threads: int = 1) -> di
     if not Path(res["module"]).resolve().is_relative_to(checkout.resolve()):
         raise SystemExit(f"the worker for {checkout} imported {res['module']} (another checkout's ssvm_torch)")
     return res
+
+
+def alternated_rounds(sides: dict, script: Path, worker_args: list, rounds: int, warm_args: list | None = None):
+    """{side: [one worker's JSON per round]}: every side's worker run once to warm its numba cache (with
+    ``warm_args``, default ``worker_args``), then ``rounds`` rounds, the order of the sides reversed every other
+    round so that neither always runs first."""
+    for path in sides.values():
+        run_worker(path, script, warm_args if warm_args is not None else worker_args)
+    out = {name: [] for name in sides}
+    names = list(sides)
+    for r in range(rounds):
+        for name in (names if r % 2 == 0 else names[::-1]):
+            out[name].append(run_worker(sides[name], script, worker_args))
+    return out

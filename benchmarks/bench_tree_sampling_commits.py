@@ -1,0 +1,85 @@
+"""DependencyTree(projective=False).sample at this checkout against an earlier commit, through the API users call,
+side by side in one run: B 32 single-root sentences of n words (full length), float32 random arc scores (and the
+same x 20: about 160 nats apart), k samples per sentence, one torch and one numba thread, the compiled sampler.
+
+Each side runs in its own worker process importing its checkout's package (``commits.py``: a temporary git
+worktree of the earlier commit), the sides alternated over rounds after one warm-up run each; a worker times every
+call ``--calls`` times after one untimed call. The figure per side is the median over rounds of each round's median.
+
+Usage: python benchmarks/bench_tree_sampling_commits.py --baseline 122c063 [--rounds 5] [--calls 15]
+       [--out benchmarks/results/tree_sampling_commits.json]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+from commits import ROOT, alternated_rounds, baseline_worktree, revisions  # noqa: E402
+
+CASES = [(32, n, k, scale) for n in (20, 40) for k in (1, 16) for scale in (1, 20)]
+
+
+def worker(calls: int) -> dict:
+    """One side's medians (ms) of the non-projective samples per case, in this process."""
+    import numba
+    import torch
+    torch.set_num_threads(1)
+    numba.set_num_threads(1)
+    import ssvm_torch
+    from ssvm_torch.nn import DependencyTree
+    layer = DependencyTree(projective=False)
+    out = {"module": ssvm_torch.__file__, "cases": {}}
+    for B, n, k, scale in CASES:
+        S = torch.randn(B, n + 1, n + 1, generator=torch.Generator().manual_seed(0)) * scale
+        lengths = torch.full((B,), n)
+        layer.sample(S, lengths=lengths, n=k)
+        times = []
+        for _ in range(calls):
+            t0 = time.perf_counter()
+            layer.sample(S, lengths=lengths, n=k)
+            times.append(time.perf_counter() - t0)
+        out["cases"][f"B{B}_n{n}_k{k}_x{scale}"] = 1e3 * statistics.median(times)
+    return out
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--baseline", help="the earlier commit (any git revision; required)")
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--calls", type=int, default=15)
+    p.add_argument("--out", default="benchmarks/results/tree_sampling_commits.json")
+    p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.worker:
+        print(json.dumps(worker(args.calls)))
+        return
+    if not args.baseline:
+        p.error("--baseline is required")
+    revs = revisions(args.baseline)
+    with baseline_worktree(revs["baseline"]) as wt:
+        rounds = alternated_rounds({"current": ROOT, "baseline": wt}, Path(__file__).resolve(),
+                                   ["--calls", args.calls], args.rounds, ["--calls", 1])
+    table = {}
+    for key in rounds["current"][0]["cases"]:
+        row = {f"{side}_ms": statistics.median(rd["cases"][key] for rd in rounds[side]) for side in rounds}
+        row["speedup_vs_baseline"] = row["baseline_ms"] / row["current_ms"]
+        table[key] = row
+        print(f"{key}: {row['current_ms']:.2f} ms (baseline {row['baseline_ms']:.2f}, "
+              f"x{row['speedup_vs_baseline']:.2f})", flush=True)
+    result = {"machine": platform.processor() or platform.machine(), "python": platform.python_version(),
+              "dtype": "float32", "threads": 1, **revs, "rounds": args.rounds, "calls": args.calls,
+              "load_average_at_start": list(os.getloadavg()), "table": table, "every_round": rounds}
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(result, indent=1))
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
