@@ -143,10 +143,51 @@ def kl_value(Mp, logzp, S, logzq, Q) -> torch.Tensor:
     return (Mp64 * diff).sum((1, 2)) - logzp.to(torch.float64) + logzq.to(torch.float64)
 
 
-def _log_softmax_or_zero(lab: torch.Tensor) -> torch.Tensor:
-    """log softmax over the last dimension, a part whose labels are all -inf taking 0 instead of NaN."""
-    none = torch.isneginf(lab).all(-1, keepdim=True)
-    return torch.log_softmax(torch.where(none, torch.zeros_like(lab), lab), -1)
+def _log_probs(lab: torch.Tensor):
+    """(logsumexp over the last dimension, log softmax with -inf for all-(-inf) parts turned into -inf entries
+    rather than NaN, softmax): a part whose labels are all -inf gets lse -inf and probabilities 0."""
+    lse = torch.logsumexp(lab, -1)
+    logp = lab - torch.where(torch.isneginf(lse), torch.zeros_like(lse), lse)[..., None]
+    return lse, logp, logp.exp()
+
+
+class _LabelEntropy(torch.autograd.Function):
+    """(lse (...), H (...)) of label scores (..., L): logsumexp and the entropy of the softmax, one pass each way;
+    backward d lse / d lab = p, d H / d lab = -p (log p + H)."""
+
+    @staticmethod
+    def forward(ctx, lab):
+        lse, logp, p = _log_probs(lab)
+        logp = logp.clamp(min=torch.finfo(lab.dtype).min)           # 0 log 0 = 0 at -inf labels
+        H = -(p * logp).sum(-1)
+        ctx.save_for_backward(p, logp, H)
+        return lse, H
+
+    @staticmethod
+    def backward(ctx, g_lse, g_H):
+        p, logp, H = ctx.saved_tensors
+        return p * (g_lse[..., None] - g_H[..., None] * (logp + H[..., None]))
+
+
+class _LabelDivergence(torch.autograd.Function):
+    """(lse_q (...), KL (...)) of label scores p, q (..., L): logsumexp of q and KL(softmax p || softmax q) (+inf
+    where p weighs a label q forbids); backward d KL / d lab_p = p (log p/q - KL), d KL / d lab_q = q - p,
+    d lse_q / d lab_q = q."""
+
+    @staticmethod
+    def forward(ctx, lab, other):
+        _, logp, p = _log_probs(lab)
+        lse_q, logq, q = _log_probs(other)
+        d = torch.where(p > 0, logp - logq, torch.zeros_like(logp))
+        K = (p * d).sum(-1)
+        ctx.save_for_backward(p, q, d, K)
+        return lse_q, K
+
+    @staticmethod
+    def backward(ctx, g_lse, g_K):
+        p, q, d, K = ctx.saved_tensors
+        g_K = g_K[..., None]
+        return g_K * p * (d - K[..., None]), g_K * (q - p) + g_lse[..., None] * q
 
 
 def label_information(lab: torch.Tensor, other: torch.Tensor | None = None):
@@ -156,19 +197,13 @@ def label_information(lab: torch.Tensor, other: torch.Tensor | None = None):
     q(label | part)), the part values :class:`Information` takes in expectation (chain rule: H(y, r) = H(y) +
     E_y sum_parts H(r | part)). -inf labels are allowed: a label of probability 0 adds nothing (+inf KL where p
     gives weight to a label q forbids); a part whose labels are all -inf gets lse -inf and finite, unused values
-    (no NaN in any gradient). lse_q and FK are None without ``other``."""
-    def lse(x):
-        none = torch.isneginf(x).all(-1)
-        safe = torch.where(none[..., None], torch.zeros_like(x), x)
-        return torch.where(none, torch.full_like(none, float("-inf"), dtype=x.dtype), torch.logsumexp(safe, -1))
-    logp = _log_softmax_or_zero(lab)
-    p = logp.exp()
-    lp = torch.where(p > 0, logp, torch.zeros_like(logp))
-    FH = -(p * lp).sum(-1)
+    (no NaN in any gradient). lse_q and FK are None without ``other``. Each pair is one autograd function with
+    its closed-form backward (a few passes over the (..., L) scores)."""
+    lse, FH = _LabelEntropy.apply(lab)
     if other is None:
-        return lse(lab), FH, None, None
-    FK = (p * torch.where(p > 0, lp - _log_softmax_or_zero(other), torch.zeros_like(lp))).sum(-1)
-    return lse(lab), FH, lse(other), FK
+        return lse, FH, None, None
+    lse_q, FK = _LabelDivergence.apply(lab, other)
+    return lse, FH, lse_q, FK
 
 
 class ArcFactored:
