@@ -163,3 +163,50 @@ def test_bad_input_is_refused_by_name():
         layer(S, gold, labels=torch.zeros(2, 4, dtype=torch.long))
     with pytest.raises(SSVMInputError, match="NaN"):
         layer(torch.full((2, 4, 4), float("nan")), gold)
+
+
+@pytest.mark.parametrize("projective, multiroot, second_order",
+                         [(True, False, False), (False, True, False), (True, False, True)])
+def test_labeled_log_partition_marginals_and_score_equal_enumeration(projective, multiroot, second_order):
+    """log_partition / marginals / score with label_scores are the labeled CRF's (the one the crf loss trains):
+    log Z over every (tree, relation sequence), P(h -> m with r), and score - log Z = log p of a labeled sample."""
+    from tree_reference import labeled_tree_log_probs, sibling_tree_scores, tree_scores
+    g = torch.Generator().manual_seed(9)
+    B, N, L = 2, 4, 3
+    S = torch.randn(B, N, N, dtype=torch.float64, generator=g)
+    lab = torch.randn(B, N, N, L, dtype=torch.float64, generator=g)
+    SB = torch.randn(B, N, N, N, dtype=torch.float64, generator=g) if second_order else None
+    lengths = torch.tensor([3, 2])
+    layer = DependencyTree(projective=projective, multiroot=multiroot)
+    logz = layer.log_partition(S, lengths=lengths, sib_scores=SB, label_scores=lab)
+    M = layer.marginals(S, lengths=lengths, sib_scores=SB, label_scores=lab)
+    M = M[0] if second_order else M
+    assert M.shape == (B, N, N, L)
+    heads, rels = layer.sample(S, lengths=lengths, label_scores=lab, sib_scores=SB, n=3,
+                               generator=torch.Generator().manual_seed(1))
+    for b, n in enumerate(lengths.tolist()):
+        trees = all_trees(n, projective, multiroot)
+        np_ = lambda x: None if x is None else x[b].numpy()      # noqa: E731
+        s = tree_scores(S[b].numpy(), trees) if SB is None else sibling_tree_scores(S[b].numpy(), SB[b].numpy(), trees)
+        outcomes = [(t, r) for t in trees.tolist() for r in itertools.product(range(L), repeat=n)]
+        totals = [st + sum(lab[b, m, t[m], r[m - 1]].item() for m in range(1, n + 1))
+                  for st, (t, r) in zip(np.repeat(s, L ** n), outcomes)]
+        assert logz[b].item() == pytest.approx(np.logaddexp.reduce(totals), abs=1e-12)
+        lp = labeled_tree_log_probs(S[b].numpy(), np_(SB), lab[b].numpy(), trees, n)
+        expect = np.zeros((N, N, L))
+        for pr, (t, r) in zip(np.exp(lp), outcomes):
+            for m in range(1, n + 1):
+                expect[m, t[m], r[m - 1]] += pr
+        np.testing.assert_allclose(M[b].numpy(), expect, atol=1e-12)
+        index = {(tuple(t), r): i for i, (t, r) in enumerate(outcomes)}
+        for k in range(3):
+            score = layer.score(S[b:b + 1], heads[b:b + 1, k], lengths=lengths[b:b + 1],
+                                sib_scores=None if SB is None else SB[b:b + 1], label_scores=lab[b:b + 1],
+                                labels=rels[b:b + 1, k])
+            t = tuple(heads[b, k, : n + 1].tolist())
+            r = tuple(rels[b, k, 1: n + 1].tolist())
+            assert (score - logz[b]).item() == pytest.approx(lp[index[(t, r)]], abs=1e-12)
+    with pytest.raises(SSVMInputError, match="labels: the relations"):
+        layer.score(S, heads[:, 0], lengths=lengths, sib_scores=SB, label_scores=lab)
+    with pytest.raises(SSVMInputError, match="labels: expected relation ids"):
+        layer.score(S, heads[:, 0], lengths=lengths, sib_scores=SB, label_scores=lab, labels=rels[:, 0] + L)

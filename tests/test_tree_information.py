@@ -1,15 +1,13 @@
 """DependencyTree's entropy, KL divergence and cross-entropy (ssvm_torch/trees/information.py): against every tree
 enumerated (tests/tree_reference.py), projective or not, single- or multi-root, compiled or torch kernels; the
 Hessian-vector-product gradients by gradcheck; the refusals."""
-import itertools
-
 import numpy as np
 import pytest
 import torch
 
 from ssvm_torch.errors import SSVMInputError
 from ssvm_torch.nn import DependencyTree
-from tree_reference import all_trees, tree_scores
+from tree_reference import all_trees, labeled_tree_log_probs, tree_scores
 
 SHAPES = [(projective, multiroot) for projective in (True, False) for multiroot in (False, True)]
 
@@ -180,20 +178,6 @@ def test_the_second_order_hessian_products_equal_autograd_twice(multiroot):
     assert arcs.abs().max() > 0.1 and sibs.abs().max() > 0.1 and fast[2].abs().max() == 0
 
 
-def _labeled_log_probs(S, SB, lab, trees, n):
-    """log p(y, r) of every (tree, relations) pair of the labeled CRF s(y) + sum_m lab[m, y_m, r_m]: the trees x
-    every relation sequence, enumerated."""
-    from tree_reference import sibling_tree_scores
-    s = tree_scores(S, trees) if SB is None else sibling_tree_scores(S, SB, trees)
-    L = lab.shape[2]
-    out = []
-    for t, st in zip(trees.tolist(), s):
-        for rels in itertools.product(range(L), repeat=n):
-            out.append(st + sum(lab[m, t[m], rels[m - 1]] for m in range(1, n + 1)))
-    out = np.array(out)
-    return out - np.logaddexp.reduce(out)
-
-
 @pytest.mark.parametrize("projective, multiroot, second_order",
                          [(True, False, False), (False, True, False), (True, True, True)])
 def test_labeled_entropy_and_kl_equal_enumeration_and_pass_gradcheck(projective, multiroot, second_order):
@@ -214,8 +198,8 @@ def test_labeled_entropy_and_kl_equal_enumeration_and_pass_gradcheck(projective,
     for b, n in enumerate(lengths.tolist()):
         trees = all_trees(n, projective, multiroot)
         np_ = lambda x: None if x is None else x[b].numpy()      # noqa: E731
-        lp = _labeled_log_probs(S[b].numpy(), np_(SB), lab[b].numpy(), trees, n)
-        lq = _labeled_log_probs(Q[b].numpy(), np_(QB), labq[b].numpy(), trees, n)
+        lp = labeled_tree_log_probs(S[b].numpy(), np_(SB), lab[b].numpy(), trees, n)
+        lq = labeled_tree_log_probs(Q[b].numpy(), np_(QB), labq[b].numpy(), trees, n)
         p = np.exp(lp)
         assert H[b].item() == pytest.approx(-(p * lp).sum(), abs=1e-11)
         assert D[b].item() == pytest.approx((p * (lp - lq)).sum(), abs=1e-11)

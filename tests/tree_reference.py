@@ -139,3 +139,15 @@ def check_gold_outside_the_space(model, data, lam: float = 0.1) -> None:
     _, H_model = model.oracle(w, data, torch.arange(data.n))
     assert torch.allclose(H_model, torch.tensor(H, dtype=torch.float64), atol=1e-9)
     assert torch.allclose(store.gap_pass().H, H_model, atol=1e-9)
+
+
+def labeled_tree_log_probs(S: np.ndarray, SB, lab: np.ndarray, trees: np.ndarray, n: int) -> np.ndarray:
+    """log p(y, r) of every (tree, relations) pair of the labeled CRF s(y) + sum_m lab[m, y_m, r_m] (second order
+    with SB), in the order trees x every relation sequence (itertools.product over the words 1..n)."""
+    s = tree_scores(S, trees) if SB is None else sibling_tree_scores(S, SB, trees)
+    out = []
+    for t, st in zip(trees.tolist(), s):
+        for rels in itertools.product(range(lab.shape[2]), repeat=n):
+            out.append(st + sum(lab[m, t[m], rels[m - 1]] for m in range(1, n + 1)))
+    out = np.array(out)
+    return out - np.logaddexp.reduce(out)

@@ -258,27 +258,47 @@ class DependencyTree(nn.Module):
             return heads, torch.where(heads >= 0, rel, torch.full_like(rel, -1))
 
     def marginals(self, arc_scores: torch.Tensor, mask: torch.Tensor | None = None,
-                  lengths: torch.Tensor | None = None, sib_scores: torch.Tensor | None = None):
-        """P(h -> m) (B, N, N) under the CRF of the arc scores, zero off the words; with ``sib_scores`` the pair
-        (arc marginals, sibling marginals (B, N, N, N) [modifier, head, sibling]; with ``first_child`` the
-        nearest dependents' at [m, h, h]). No gradient."""
+                  lengths: torch.Tensor | None = None, sib_scores: torch.Tensor | None = None,
+                  label_scores: torch.Tensor | None = None):
+        """P(h -> m) (B, N, N) under the CRF of the arc scores, zero off the words; with ``label_scores`` the
+        labeled CRF's P(h -> m with relation r) (B, N, N, L) instead (the arc's marginal times the softmax of its
+        relation scores: relations factor over arcs); with ``sib_scores`` the pair (arc marginals, sibling
+        marginals (B, N, N, N) [modifier, head, sibling]; with ``first_child`` the nearest dependents' at
+        [m, h, h]). No gradient."""
         S, lengths, SB = self._inputs(arc_scores, mask, lengths, sib_scores)
+        lab, _ = self._labels_in(S, label_scores, None, lengths)
+        eff = S if lab is None else S + torch.logsumexp(lab, 3)
         if SB is None:
-            return ops.marginals(S, lengths, self.projective, self.multiroot, self.kernels)
-        M, MS = sibling_ops.marginals(S, SB, lengths, self.multiroot, self.kernels)
-        return (M, first_child_marginals(M, MS)) if self.first_child else (M, MS)
+            M = ops.marginals(eff, lengths, self.projective, self.multiroot, self.kernels)
+            return M if lab is None else M[..., None] * torch.softmax(lab, 3).to(M.dtype)
+        M, MS = sibling_ops.marginals(eff, SB, lengths, self.multiroot, self.kernels)
+        MS = first_child_marginals(M, MS) if self.first_child else MS
+        return (M if lab is None else M[..., None] * torch.softmax(lab, 3).to(M.dtype)), MS
 
     def log_partition(self, arc_scores: torch.Tensor, mask: torch.Tensor | None = None,
-                      lengths: torch.Tensor | None = None, sib_scores: torch.Tensor | None = None) -> torch.Tensor:
-        """log Z per sentence (B,), differentiable."""
+                      lengths: torch.Tensor | None = None, sib_scores: torch.Tensor | None = None,
+                      label_scores: torch.Tensor | None = None) -> torch.Tensor:
+        """log Z per sentence (B,), differentiable; with ``label_scores`` the labeled CRF's (over trees and
+        relations: the arc scores plus logsumexp over relations)."""
         S, lengths, SB = self._inputs(arc_scores, mask, lengths, sib_scores)
-        return self._log_partition(S, SB, lengths)
+        lab, _ = self._labels_in(S, label_scores, None, lengths)
+        return self._log_partition(S if lab is None else S + torch.logsumexp(lab, 3), SB, lengths)
 
     def score(self, arc_scores: torch.Tensor, heads: torch.Tensor, mask: torch.Tensor | None = None,
-              lengths: torch.Tensor | None = None, sib_scores: torch.Tensor | None = None) -> torch.Tensor:
-        """s(heads) per sentence (B,), differentiable (any tree: no structure check beyond being a tree)."""
+              lengths: torch.Tensor | None = None, sib_scores: torch.Tensor | None = None,
+              label_scores: torch.Tensor | None = None, labels: torch.Tensor | None = None) -> torch.Tensor:
+        """s(heads) per sentence (B,), differentiable (any tree: no structure check beyond being a tree); with
+        ``label_scores`` and the relations ``labels`` (B, N) the labeled tree's score, so that s - log Z (both
+        labeled) is the log-probability of a labeled sample of :meth:`sample`."""
         S, lengths, SB = self._inputs(arc_scores, mask, lengths, sib_scores)
-        return self._score(S, SB, check_heads(heads, lengths, S.shape[1], True, False), lengths)
+        lab, rel = self._labels_in(S, label_scores, labels, lengths)
+        if lab is not None and rel is None:
+            raise SSVMInputError("labels: the relations (B, N) are needed with label_scores to score a labeled tree")
+        heads = check_heads(heads, lengths, S.shape[1], True, False)
+        if lab is None:
+            return self._score(S, SB, heads, lengths)
+        picked = lab.gather(3, rel[:, :, None, None].expand(-1, -1, S.shape[2], 1))[..., 0]
+        return self._score(S + picked, SB, heads, lengths)
 
     # -- information ----------------------------------------------------------------------------------------
     def entropy(self, arc_scores: torch.Tensor, mask: torch.Tensor | None = None,
