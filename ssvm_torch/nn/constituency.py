@@ -173,7 +173,7 @@ class ConstituencyTree(nn.Module):
         (:func:`~ssvm_torch.trees.information.label_information`)."""
         S, lengths = self._inputs(span_scores, None, mask, lengths)
         lab = None if label_scores is None else self._labels(label_scores, S)
-        FH = FK = Q = None
+        Q = None
         if other_scores is not None:
             check((label_scores is None) == (other_label_scores is None), "other_label_scores",
                   "given together with label_scores (both models labeled) or neither",

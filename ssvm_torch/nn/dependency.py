@@ -341,10 +341,7 @@ class DependencyTree(nn.Module):
                      other_label_scores):
         S, lengths, SB = self._inputs(arc_scores, mask, lengths, sib_scores)
         lab, _ = self._labels_in(S, label_scores, None, lengths)
-        FH = FK = None
-        if lab is not None:                 # relations given the tree: H and KL add the arcs' relation terms
-            lse, FH, _, _ = label_information(lab)
-            S = S + lse
+        FH = FK = labq = Q = None
         if other_scores is not None:
             self._both(sib_scores, other_sib_scores, "other_sib_scores", "sib_scores (both models second order)")
             self._both(label_scores, other_label_scores, "other_label_scores", "label_scores (both models labeled)")
@@ -358,8 +355,10 @@ class DependencyTree(nn.Module):
                 labq, _ = self._labels_in(S, other_label_scores, None, lengths, field="other_label_scores")
                 check(labq.shape == lab.shape, "other_label_scores", f"the label scores' shape {tuple(lab.shape)}",
                       tuple(labq.shape))
-                _, _, lse_q, FK = label_information(lab, labq)
-                Q = Q + lse_q
+        if lab is not None:                 # relations given the tree: H and KL add the arcs' relation terms
+            lse, FH, lse_q, FK = label_information(lab, labq)
+            S = S + lse
+            Q = Q if labq is None else Q + lse_q
         if SB is None:
             return Information.apply(S, None if other_scores is None else Q, lengths, self._structure(), FH, FK)
         structure = SiblingFactored(S.shape[1], self.multiroot, self.kernels)
