@@ -210,3 +210,56 @@ def test_labeled_log_partition_marginals_and_score_equal_enumeration(projective,
         layer.score(S, heads[:, 0], lengths=lengths, sib_scores=SB, label_scores=lab)
     with pytest.raises(SSVMInputError, match="labels: expected relation ids"):
         layer.score(S, heads[:, 0], lengths=lengths, sib_scores=SB, label_scores=lab, labels=rels[:, 0] + L)
+
+
+@pytest.mark.parametrize("projective, multiroot, labeled, second_order",
+                         [(True, False, False, False), (False, False, True, False), (False, True, False, False),
+                          (True, True, True, True)])
+def test_mbr_decoding_maximizes_the_expected_correct_arcs(projective, multiroot, labeled, second_order):
+    """decode(mbr=True) against every tree enumerated: its tree (and each of its k best) has the largest expected
+    number of correct arcs (labeled: correct (head, relation) pairs with each arc's best relation) under the CRF's
+    marginals; a -inf arc is never taken; the relations are the labeled CRF's most probable at the heads."""
+    from tree_reference import labeled_tree_log_probs, sibling_tree_scores, tree_scores
+    g = torch.Generator().manual_seed(10)
+    B, N, L = 2, 5, 3
+    S = torch.randn(B, N, N, dtype=torch.float64, generator=g) * 2
+    S[0, 2, 0] = S[0, 2, 1] = float("-inf")                      # word 2 of row 0 never under 0 or 1
+    lab = torch.randn(B, N, N, L, dtype=torch.float64, generator=g) if labeled else None
+    SB = torch.randn(B, N, N, N, dtype=torch.float64, generator=g) if second_order else None
+    lengths = torch.tensor([4, 3])
+    layer = DependencyTree(projective=projective, multiroot=multiroot)
+    out = layer.decode(S, lengths=lengths, label_scores=lab, sib_scores=SB, mbr=True)
+    top = layer.decode(S, lengths=lengths, label_scores=lab, sib_scores=SB, mbr=True, nbest=3)
+    heads, rels = (out if labeled else (out, None))
+    kheads, krels = (top if labeled else (top, None))
+    assert kheads.shape == (B, 3, N) and torch.equal(kheads[:, 0], heads)
+    for b, n in enumerate(lengths.tolist()):
+        trees = all_trees(n, projective, multiroot)
+        if labeled:
+            lp = labeled_tree_log_probs(S[b].numpy(), None if SB is None else SB[b].numpy(), lab[b].numpy(), trees, n)
+            P = np.zeros((N, N, L))
+            outcomes = [(t, r) for t in trees.tolist() for r in itertools.product(range(L), repeat=n)]
+            for pr, (t, r) in zip(np.exp(lp), outcomes):
+                for m in range(1, n + 1):
+                    P[m, t[m], r[m - 1]] += pr
+            W = P.max(2)
+        else:
+            s = tree_scores(S[b].numpy(), trees) if SB is None else sibling_tree_scores(S[b].numpy(), SB[b].numpy(),
+                                                                                        trees)
+            p = np.exp(s - np.logaddexp.reduce(s))
+            W = np.zeros((N, N))
+            for pr, t in zip(p, trees.tolist()):
+                for m in range(1, n + 1):
+                    W[m, t[m]] += pr
+        allowed = [all(np.isfinite(S[b, m, t[m]].item()) for m in range(1, n + 1)) for t in trees.tolist()]
+        values = sorted((sum(W[m, t[m]] for m in range(1, n + 1)) for t, ok in zip(trees.tolist(), allowed) if ok),
+                        reverse=True)
+        for k in range(3):
+            t = kheads[b, k].tolist()
+            assert sum(W[m, t[m]] for m in range(1, n + 1)) == pytest.approx(values[k], abs=1e-12)
+            assert all(np.isfinite(S[b, m, t[m]].item()) for m in range(1, n + 1))
+            if labeled:
+                assert [krels[b, k, m].item() for m in range(1, n + 1)] == [int(lab[b, m, t[m]].argmax())
+                                                                            for m in range(1, n + 1)]
+    with pytest.raises(SSVMInputError, match="mbr: expected True or False"):
+        layer.decode(S, lengths=lengths, mbr=1)

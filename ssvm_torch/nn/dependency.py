@@ -236,26 +236,56 @@ class DependencyTree(nn.Module):
 
     def decode(self, arc_scores: torch.Tensor, mask: torch.Tensor | None = None,
                label_scores: torch.Tensor | None = None, lengths: torch.Tensor | None = None,
-               sib_scores: torch.Tensor | None = None, *, nbest: int = 1):
+               sib_scores: torch.Tensor | None = None, *, nbest: int = 1, mbr: bool = False):
         """The best tree of every sentence: heads (B, N) int64, -1 at position 0 and off the mask; with
         ``label_scores`` also the relations (B, N) (each arc's best relation, -1 off the words). ``nbest=k > 1``:
         the k best (labeled) trees of every sentence in non-increasing score order, heads (and relations)
         (B, k, N), -1 at the ranks past a sentence's number of trees (:mod:`ssvm_torch.trees.kbest`; two
-        labelings of one tree are two trees). No gradient."""
+        labelings of one tree are two trees). ``mbr=True``: minimum-Bayes-risk decoding instead, the tree (or k
+        trees) of the most expected correct arcs under the CRF (its marginals; with ``label_scores`` the most
+        expected correct (head, relation) pairs of the labeled CRF, each arc's relation its most probable, i.e.
+        expected LAS; with ``sib_scores`` the second-order CRF's marginals): Goodman 1996's maximum expected
+        recall, SuPar's ``mbr``; the objective is a sum over arcs, so the first-order decoder of the layer's tree
+        kind finds it exactly; arcs with -inf scores stay forbidden. No gradient."""
         check_nbest(nbest)
+        check(isinstance(mbr, bool), "mbr", "True or False", repr(mbr))
         with torch.no_grad():
             S, lengths, SB = self._inputs(arc_scores, mask, lengths, sib_scores)
             lab, _ = self._labels_in(S, label_scores, None, lengths)
+            if mbr:
+                return self._mbr(S, SB, lab, lengths, nbest)
             if nbest > 1:
                 heads, rel, _ = dependency_kbest(S, lengths, nbest, self.projective, self.multiroot, self.kernels, SB,
                                                  lab)
                 return heads if lab is None else (heads, rel)
             eff = S if lab is None else S + lab.amax(3)
             heads, _ = self._best(eff, SB, lengths)
-            if lab is None:
-                return heads
-            rel = lab.argmax(3).gather(2, heads.clamp(min=0)[:, :, None])[:, :, 0]
-            return heads, torch.where(heads >= 0, rel, torch.full_like(rel, -1))
+            return heads if lab is None else (heads, self._relations_at(lab, heads))
+
+    @staticmethod
+    def _relations_at(lab: torch.Tensor, heads: torch.Tensor) -> torch.Tensor:
+        """Each word's best relation at its head, heads (B, N) or (B, k, N) -> the same shape, -1 off the words."""
+        best = lab.argmax(3)                                            # (B, N(m), N(h))
+        flat = heads.reshape(heads.shape[0], -1, heads.shape[-1])       # (B, k, N)
+        rel = best[:, None].expand(-1, flat.shape[1], -1, -1).gather(3, flat.clamp(min=0)[..., None])[..., 0]
+        return torch.where(flat >= 0, rel, torch.full_like(rel, -1)).reshape(heads.shape)
+
+    def _mbr(self, S, SB, lab, lengths, nbest: int):
+        """decode(mbr=True): the first-order best (or k best) trees of the arcs' expected correctness."""
+        eff = S if lab is None else S + torch.logsumexp(lab, 3)
+        if SB is None:
+            mu = ops.marginals(eff, lengths, self.projective, self.multiroot, self.kernels)
+        else:
+            mu = sibling_ops.marginals(eff, SB, lengths, self.multiroot, self.kernels)[0]
+        W = mu.to(torch.float64)
+        if lab is not None:                 # P(h -> m with its best relation) = mu * max_r softmax(lab)
+            W = W * torch.softmax(lab.to(torch.float64), 3).amax(3)
+        W = W.masked_fill(torch.isneginf(eff), float("-inf"))
+        if nbest > 1:
+            heads = dependency_kbest(W, lengths, nbest, self.projective, self.multiroot, self.kernels)[0]
+        else:
+            heads = self._best(W, None, lengths)[0]
+        return heads if lab is None else (heads, self._relations_at(lab, heads))
 
     def marginals(self, arc_scores: torch.Tensor, mask: torch.Tensor | None = None,
                   lengths: torch.Tensor | None = None, sib_scores: torch.Tensor | None = None,
