@@ -17,15 +17,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import statistics
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from commits import ROOT, baseline_worktree, revisions, run_worker  # noqa: E402
+from commits import ROOT, baseline_worktree, revisions, run_worker, write_side_by_side  # noqa: E402
 
 KS = (3, 9, 22, 45, 64)
 B, T = 64, 50
@@ -126,12 +124,7 @@ def main(argv=None):
               f"(baseline {row['baseline_hinge_backward_ms']:.3f}, x{row['hinge_speedup_vs_baseline']:.2f})"
               + (f"; pytorch-crf decode {row['pytorch_crf_decode_ms']:.2f} ms, ours x{row['current_vs_pytorch_crf']:.1f}"
                  if crf else ""), flush=True)
-    result = {"machine": platform.processor() or platform.machine(), "python": platform.python_version(),
-              "shape": {"B": B, "T": T, "dtype": "float32", "threads": 1}, **revs, "rounds": args.rounds, "calls": args.calls,
-              "load_average_at_start": list(os.getloadavg()), "table": table, "every_round": rounds}
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(result, indent=1))
-    print(f"wrote {args.out}")
+    write_side_by_side(args.out, revs, args.rounds, args.calls, table, rounds, shape={"B": B, "T": T, "dtype": "float32", "threads": 1})
 
 
 if __name__ == "__main__":

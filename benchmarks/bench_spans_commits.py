@@ -15,15 +15,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import statistics
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from commits import ROOT, baseline_worktree, revisions, run_worker  # noqa: E402
+from commits import ROOT, baseline_worktree, revisions, run_worker, write_side_by_side  # noqa: E402
 
 SHAPES = ((32, 20), (32, 40), (8, 80))
 OPS = ("logz_backward", "decode")
@@ -100,12 +98,7 @@ def main(argv=None):
               f"{row['baseline_logz_backward_ms']:.2f}, x{row['logz_backward_speedup_vs_baseline']:.2f}); decode "
               f"{row['current_decode_ms']:.2f} ms (baseline {row['baseline_decode_ms']:.2f}, "
               f"x{row['decode_speedup_vs_baseline']:.2f})", flush=True)
-    result = {"machine": platform.processor() or platform.machine(), "python": platform.python_version(),
-              "dtype": "float32", "threads": 1, **revs, "rounds": args.rounds, "calls": args.calls,
-              "load_average_at_start": list(os.getloadavg()), "table": table, "every_round": rounds}
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(result, indent=1))
-    print(f"wrote {args.out}")
+    write_side_by_side(args.out, revs, args.rounds, args.calls, table, rounds, dtype="float32", threads=1)
 
 
 if __name__ == "__main__":

@@ -13,15 +13,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import statistics
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from commits import ROOT, alternated_rounds, baseline_worktree, revisions  # noqa: E402
+from commits import (ROOT, alternated_rounds, baseline_worktree, revisions,  # noqa: E402
+                     write_side_by_side)
 
 CASES = [(32, n, k, scale) for n in (20, 40) for k in (1, 16) for scale in (1, 20)]
 
@@ -73,12 +72,7 @@ def main(argv=None):
         table[key] = row
         print(f"{key}: {row['current_ms']:.2f} ms (baseline {row['baseline_ms']:.2f}, "
               f"x{row['speedup_vs_baseline']:.2f})", flush=True)
-    result = {"machine": platform.processor() or platform.machine(), "python": platform.python_version(),
-              "dtype": "float32", "threads": 1, **revs, "rounds": args.rounds, "calls": args.calls,
-              "load_average_at_start": list(os.getloadavg()), "table": table, "every_round": rounds}
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(result, indent=1))
-    print(f"wrote {args.out}")
+    write_side_by_side(args.out, revs, args.rounds, args.calls, table, rounds, dtype="float32", threads=1)
 
 
 if __name__ == "__main__":

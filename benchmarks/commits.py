@@ -15,6 +15,7 @@ import contextlib
 import importlib
 import json
 import os
+import platform
 import subprocess
 import sys
 import tempfile
@@ -88,3 +89,16 @@ def alternated_rounds(sides: dict, script: Path, worker_args: list, rounds: int,
         for name in (names if r % 2 == 0 else names[::-1]):
             out[name].append(run_worker(sides[name], script, worker_args))
     return out
+
+
+def write_side_by_side(out: str, revs: dict, rounds: int, calls: int, table: dict, every_round: dict,
+                       **setting) -> None:
+    """The JSON of a side-by-side benchmark at ``out``: the machine, Python, the measured ``setting`` (dtype,
+    threads, shapes), both commits (:func:`revisions`), the rounds and calls, the load average when it is written,
+    the summary ``table`` and every round's raw figures."""
+    result = {"machine": platform.processor() or platform.machine(), "python": platform.python_version(),
+              **setting, **revs, "rounds": rounds, "calls": calls, "load_average_at_start": list(os.getloadavg()),
+              "table": table, "every_round": every_round}
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    Path(out).write_text(json.dumps(result, indent=1))
+    print(f"wrote {out}")
