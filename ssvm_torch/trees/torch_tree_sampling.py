@@ -16,8 +16,8 @@ backward): an item on the derivation (an "on" count of 1) draws one of its terms
 an incomplete item fixing its arc's head. Within a width the complete items go first (their terms include the
 incomplete items of the same width); every other term is narrower. All draws of a width are one batched inverse-CDF
 call (:func:`ssvm_torch.trees.draws.draw_categorical`) over the n samples of every row; draws of items off the
-derivation are made and discarded, so the work does not depend on the samples. O(N^3) batched tensor work per
-sample (second order: the sibling terms, O(N^3) per width).
+derivation are made and discarded, so the work does not depend on the samples: O(N^3) batched tensor work per
+sample in both orders (a width's items times their terms).
 """
 from __future__ import annotations
 
