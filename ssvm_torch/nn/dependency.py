@@ -162,6 +162,17 @@ class DependencyTree(nn.Module):
     def _score(S, SB, heads, lengths):
         return ops.score(S, heads, lengths) if SB is None else sibling_score(S, SB, heads, lengths)
 
+    @staticmethod
+    def _summed(S, lab):
+        """The arc scores of the labeled CRF's trees: S + logsumexp over relations (S itself without labels)."""
+        return S if lab is None else S + torch.logsumexp(lab, 3)
+
+    def _arc_marginals(self, S, SB, lab, lengths):
+        """(the tree CRF's arc marginals (B, N, N), its sibling marginals or None), labels summed out."""
+        if SB is None:
+            return ops.marginals(self._summed(S, lab), lengths, self.projective, self.multiroot, self.kernels), None
+        return sibling_ops.marginals(self._summed(S, lab), SB, lengths, self.multiroot, self.kernels)
+
     # -- the public calls -----------------------------------------------------------------------------------
     def forward(self, arc_scores: torch.Tensor, heads: torch.Tensor, mask: torch.Tensor | None = None,
                 label_scores: torch.Tensor | None = None, labels: torch.Tensor | None = None,
@@ -204,8 +215,7 @@ class DependencyTree(nn.Module):
             wrong_l = torch.ones_like(lab).scatter_(3, gold_labels[:, :, None, None].expand(-1, -1, S.shape[2], 1), 0.0)
             aug_lab = lab + c[:, None, None, None] * wrong_l
         if self.loss == "crf":
-            eff = S if lab is None else S + torch.logsumexp(lab, 3)
-            return self._log_partition(eff, SB, lengths) - gold_score
+            return self._log_partition(self._summed(S, lab), SB, lengths) - gold_score
         if self.loss == "softmax_margin":
             eff = S if lab is None else S + torch.logsumexp(aug_lab, 3)
             return self._log_partition(ops.augment(eff, gold, lengths, c), SB, lengths) - gold_score
@@ -272,15 +282,10 @@ class DependencyTree(nn.Module):
 
     def _mbr(self, S, SB, lab, lengths, nbest: int):
         """decode(mbr=True): the first-order best (or k best) trees of the arcs' expected correctness."""
-        eff = S if lab is None else S + torch.logsumexp(lab, 3)
-        if SB is None:
-            mu = ops.marginals(eff, lengths, self.projective, self.multiroot, self.kernels)
-        else:
-            mu = sibling_ops.marginals(eff, SB, lengths, self.multiroot, self.kernels)[0]
-        W = mu.to(torch.float64)
+        W = self._arc_marginals(S, SB, lab, lengths)[0].to(torch.float64)
         if lab is not None:                 # P(h -> m with its best relation) = mu * max_r softmax(lab)
             W = W * torch.softmax(lab.to(torch.float64), 3).amax(3)
-        W = W.masked_fill(torch.isneginf(eff), float("-inf"))
+        W = W.masked_fill(torch.isneginf(self._summed(S, lab)), float("-inf"))
         if nbest > 1:
             heads = dependency_kbest(W, lengths, nbest, self.projective, self.multiroot, self.kernels)[0]
         else:
@@ -297,13 +302,11 @@ class DependencyTree(nn.Module):
         [m, h, h]). No gradient."""
         S, lengths, SB = self._inputs(arc_scores, mask, lengths, sib_scores)
         lab, _ = self._labels_in(S, label_scores, None, lengths)
-        eff = S if lab is None else S + torch.logsumexp(lab, 3)
+        M, MS = self._arc_marginals(S, SB, lab, lengths)
+        arcs = M if lab is None else M[..., None] * torch.softmax(lab, 3).to(M.dtype)
         if SB is None:
-            M = ops.marginals(eff, lengths, self.projective, self.multiroot, self.kernels)
-            return M if lab is None else M[..., None] * torch.softmax(lab, 3).to(M.dtype)
-        M, MS = sibling_ops.marginals(eff, SB, lengths, self.multiroot, self.kernels)
-        MS = first_child_marginals(M, MS) if self.first_child else MS
-        return (M if lab is None else M[..., None] * torch.softmax(lab, 3).to(M.dtype)), MS
+            return arcs
+        return arcs, (first_child_marginals(M, MS) if self.first_child else MS)
 
     def log_partition(self, arc_scores: torch.Tensor, mask: torch.Tensor | None = None,
                       lengths: torch.Tensor | None = None, sib_scores: torch.Tensor | None = None,
@@ -312,7 +315,7 @@ class DependencyTree(nn.Module):
         relations: the arc scores plus logsumexp over relations)."""
         S, lengths, SB = self._inputs(arc_scores, mask, lengths, sib_scores)
         lab, _ = self._labels_in(S, label_scores, None, lengths)
-        return self._log_partition(S if lab is None else S + torch.logsumexp(lab, 3), SB, lengths)
+        return self._log_partition(self._summed(S, lab), SB, lengths)
 
     def score(self, arc_scores: torch.Tensor, heads: torch.Tensor, mask: torch.Tensor | None = None,
               lengths: torch.Tensor | None = None, sib_scores: torch.Tensor | None = None,
@@ -413,7 +416,7 @@ class DependencyTree(nn.Module):
             S, lengths, SB = self._inputs(arc_scores, mask, lengths, sib_scores)
             check_draws(n, generator, S.device)
             lab, _ = self._labels_in(S, label_scores, None, lengths)
-            eff = S if lab is None else S + torch.logsumexp(lab, 3)
+            eff = self._summed(S, lab)
             if SB is None:
                 heads = sampling.sample(eff, lengths, self.projective, self.multiroot, n, generator, self.kernels)
             else:

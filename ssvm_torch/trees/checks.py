@@ -109,6 +109,14 @@ def word_mask(lengths: torch.Tensor, N: int) -> torch.Tensor:
     return (pos[None, :] >= 1) & (pos[None, :] <= lengths[:, None])
 
 
+def arc_mask(lengths: torch.Tensor, N: int) -> torch.Tensor:
+    """(B, N, N) bool, [m, h]: the arcs a tree of each row may hold, m a word (1..n_b), h the root or another
+    word."""
+    pos = torch.arange(N, device=lengths.device)
+    inside = pos[None, :] <= lengths[:, None]
+    return inside[:, :, None] & inside[:, None, :] & ((pos[:, None] != pos[None, :]) & (pos[:, None] >= 1))[None]
+
+
 def tree_faults(heads: torch.Tensor, lengths: torch.Tensor, multiroot: bool, projective: bool) -> torch.Tensor:
     """(B,) int codes of the first fault of every row of ``heads`` (B, N): 0 none, 1 a head out of range or a
     self-loop, 2 a cycle, 3 not exactly one root child (single-root), 4 crossing arcs (projective)."""

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from . import ops, sibling_ops, torch_eisner, torch_sibling
-from .checks import use_numba
+from .checks import arc_mask, use_numba
 from .numba_expectation import hessian_vector_batch
 from .numba_sibling_expectation import sibling_hessian_vector_batch
 
@@ -35,11 +35,7 @@ def arc_potentials(S: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor
     """(A, the shifts (B, N, 1)): A = exp(S - max_h S[m, h]) [modifier, head] over the arcs that may go (0
     elsewhere), each modifier's arcs shifted by their largest score (det(L D) = det L det D, the marginals
     unchanged)."""
-    N = S.shape[1]
-    pos = torch.arange(N, device=S.device)
-    inside = pos[None, :] <= lengths[:, None]
-    pairs = (pos[:, None] != pos[None, :]) & (pos[:, None] >= 1)
-    x = torch.where(inside[:, :, None] & inside[:, None, :] & pairs, S, torch.full_like(S, float("-inf")))
+    x = torch.where(arc_mask(lengths, S.shape[1]), S, torch.full_like(S, float("-inf")))
     shift = x.detach().amax(2, keepdim=True)
     shift = torch.where(torch.isfinite(shift), shift, torch.zeros_like(shift))
     return torch.exp(x - shift), shift

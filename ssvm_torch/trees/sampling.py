@@ -32,7 +32,7 @@ import torch
 
 from ..devices import from_host, to_host
 from . import matrix_tree
-from .checks import host_batch, parallel_rows, use_numba
+from .checks import arc_mask, host_batch, parallel_rows, use_numba
 from .draws import CHUNK_ELEMENTS, draw_categorical, in_chunks
 from .information import arc_potentials, laplacian
 from .numba_colbourn import colbourn_batch, colbourn_batch_parallel
@@ -75,11 +75,7 @@ def _laplacian_column(a: torch.Tensor, m: int, multiroot: bool) -> torch.Tensor:
 def _wide(S: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
     """(R,) bool: rows whose finite arc scores span matrix_tree.SPAN or more, where potentials exp(S - max)
     underflow to 0 and the trees through them would be lost without a failed check."""
-    N = S.shape[1]
-    pos = torch.arange(N, device=S.device)
-    inside = pos[None, :] <= lengths[:, None]
-    arc = inside[:, :, None] & inside[:, None, :] & (pos[:, None] != pos[None, :]) & (pos[:, None] >= 1)
-    arc &= torch.isfinite(S)
+    arc = arc_mask(lengths, S.shape[1]) & torch.isfinite(S)
     hi = torch.where(arc, S, torch.full_like(S, float("-inf"))).amax((1, 2))
     lo = torch.where(arc, S, torch.full_like(S, float("inf"))).amin((1, 2))
     return hi - lo >= matrix_tree.SPAN
@@ -177,6 +173,20 @@ def compiled_projective_samples(S: torch.Tensor, lengths: torch.Tensor, multiroo
     return torch.from_numpy(heads), torch.from_numpy(logz)
 
 
+def torch_samples(draw, n: int, S: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """heads (B, n, N): ``draw(k)`` -> (heads (B, k, N), log Z (B,)) of a torch sampler run in chunks of samples
+    (:func:`in_chunks`), a row without any tree of finite score (its log Z) refused by name."""
+    logz = []
+
+    def chunk(k):
+        heads, z = draw(k)
+        logz.append(z)
+        return heads
+    heads = in_chunks(chunk, n, S.shape[0] * S.shape[1] ** 2)
+    fail_no_tree(logz[0], lengths, "log Z")
+    return heads
+
+
 def second_order_samples(S: torch.Tensor, SB: torch.Tensor, lengths: torch.Tensor, multiroot: bool, n: int,
                          generator=None, kernels: str = "auto") -> torch.Tensor:
     """heads (B, n, N) int64: n exact samples of every row's second-order (adjacent-sibling) projective CRF, -1 at
@@ -186,15 +196,8 @@ def second_order_samples(S: torch.Tensor, SB: torch.Tensor, lengths: torch.Tenso
     of samples (:func:`in_chunks`). A row without any tree of finite score is refused by name."""
     B, N, _ = S.shape
     if not use_numba(S, kernels):
-        logz = []
-
-        def draw(k):
-            h, z = second_order_torch_samples(S, SB, lengths, multiroot, k, generator)
-            logz.append(z)
-            return h
-        heads = in_chunks(draw, n, B * N * N)
-        fail_no_tree(logz[0], lengths, "log Z")
-        return heads
+        return torch_samples(lambda k: second_order_torch_samples(S, SB, lengths, multiroot, k, generator), n, S,
+                             lengths)
     U = torch.rand(B, n, sibling_draws_per_sample(N), dtype=torch.float64, device=S.device, generator=generator)
     Sh, Lh = host_batch(S.detach().to(torch.float64), lengths)
     SBh = to_host(SB.detach().to(torch.float64).contiguous())
@@ -208,11 +211,7 @@ def refuse_rows_without_trees(S: torch.Tensor, lengths: torch.Tensor, multiroot:
     """Refuses by name a row without any non-projective tree of finite score. Every arc of a row finite (within
     its words; into the root none), the complete graph has spanning trees (a root arc and every other arc
     finite: single-root trees too), so only the rows with a -inf arc take the matrix-tree log Z."""
-    N = S.shape[1]
-    pos = torch.arange(N, device=S.device)
-    inside = pos[None, :] <= lengths[:, None]
-    arcs = inside[:, :, None] & inside[:, None, :] & (pos[:, None] != pos[None, :])[None] & (pos[:, None] >= 1)[None]
-    some = (arcs & torch.isneginf(S.detach())).flatten(1).any(1)
+    some = (arc_mask(lengths, S.shape[1]) & torch.isneginf(S.detach())).flatten(1).any(1)
     if bool(some.any()):
         rows = some.nonzero()[:, 0]
         logz = torch.zeros(S.shape[0], dtype=torch.float64, device=S.device)
@@ -229,17 +228,9 @@ def sample(S: torch.Tensor, lengths: torch.Tensor, projective: bool, multiroot: 
     (:func:`ssvm_torch.trees.ops.fail_no_tree`)."""
     B, N, _ = S.shape
     if projective:
-        if use_numba(S, kernels):
-            heads, logz = compiled_projective_samples(S, lengths, multiroot, n, generator)
-        else:
-            logz = []
-
-            def draw(k):
-                h, z = projective_samples(S, lengths, multiroot, k, generator)
-                logz.append(z)
-                return h
-            heads = in_chunks(draw, n, B * N * N)
-            logz = logz[0]
+        if not use_numba(S, kernels):
+            return torch_samples(lambda k: projective_samples(S, lengths, multiroot, k, generator), n, S, lengths)
+        heads, logz = compiled_projective_samples(S, lengths, multiroot, n, generator)
         fail_no_tree(logz.to(S.device), lengths, "log Z")
         return heads.to(S.device)
     refuse_rows_without_trees(S, lengths, multiroot)
@@ -250,4 +241,4 @@ def sample(S: torch.Tensor, lengths: torch.Tensor, projective: bool, multiroot: 
 
 __all__ = ["CHUNK_ELEMENTS", "TOLERANCE", "compiled_nonprojective_samples", "compiled_projective_samples",
            "continue_exactly", "draw_categorical", "in_chunks", "nonprojective_samples", "projective_samples", "sample",
-           "refuse_rows_without_trees", "second_order_samples"]
+           "refuse_rows_without_trees", "second_order_samples", "torch_samples"]
