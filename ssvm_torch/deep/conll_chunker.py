@@ -41,6 +41,10 @@ way conlleval reads them (:func:`ssvm_torch.segments.segments_from_tags`) and de
 as BIO tags, so dev and test F1 are computed exactly as for the chain heads. With ``features`` (the hybrid) an
 attribute scores each segment label's words, first and last word, and with ``single_scores`` one-word segments too
 (:mod:`ssvm_torch.deep.conll_tagger`).
+
+Decoding: ``decode="max"`` (the best labeling or segmentation) or ``"mbr"`` (minimum Bayes risk: the one of least
+expected Hamming / BIO-tag loss under the CRF of the scores, :mod:`ssvm_torch.chain.mbr`,
+:mod:`ssvm_torch.segments.mbr`), for dev selection and the test file alike.
 """
 from __future__ import annotations
 
@@ -67,6 +71,7 @@ from .conll_tagger import ChunkTagger
 from .dev_selection import DevSelectedRun
 from .conll_text import load_chunking, tags_to_bio, word_dropout
 
+DECODES = ("max", "mbr")
 
 
 def peak_rss_mb() -> float:
@@ -83,7 +88,10 @@ def chunk_f1(gold: list, pred: list) -> float:
 class ConllChunker(DevSelectedRun, L.LightningModule):
     """See the module docstring. ``tags``: train on BIO or BIOES tags; ``constraints``: forbid the
     scheme's invalid transitions in training and decoding (:func:`ssvm_torch.nn.allowed_transitions`);
-    ``word_dropout``: the alpha of the UNK dropout; ``attr_dropout``: the hybrid's attribute dropout; ``batch_sentences``: sentences per step."""
+    ``word_dropout``: the alpha of the UNK dropout; ``attr_dropout``: the hybrid's attribute dropout;
+    ``batch_sentences``: sentences per step;
+    ``decode``: how dev and test are decoded, ``"max"`` (the best labeling) or ``"mbr"`` (the labeling of least
+    expected task loss under the CRF of the scores, :meth:`predict`)."""
 
     selected_by = "the chunker keeps the weights of its best dev F1 epoch"
     weights_file = "chunker.pt"
@@ -102,7 +110,8 @@ class ConllChunker(DevSelectedRun, L.LightningModule):
                  batch_sentences: int = 32, patience: int = 5, heldout: float = 0.1, train_size: int | None = None,
                  seed: int = 0, threads: int | None = None, kernels: str = "auto", out: str | None = None,
                  ema_decay: float | None = None, hide_fraction: float = 0.0, hide_seed: int = 0,
-                 structure: str = "chain", max_segment: int | None = None, single_scores: bool = False):
+                 structure: str = "chain", max_segment: int | None = None, single_scores: bool = False,
+                 decode: str = "max"):
         super().__init__()
         self.save_hyperparameters()
         self.automatic_optimization = False
@@ -120,6 +129,7 @@ class ConllChunker(DevSelectedRun, L.LightningModule):
         check(ema_decay is None or 0.0 < ema_decay < 1.0, "ema_decay", "None or a decay in (0, 1)", ema_decay)
         check_hiding(hide_fraction, hide_seed)
         check_choice(structure, "structure", ("chain", "semimarkov"))
+        check_choice(decode, "decode", DECODES)
         if structure == "semimarkov":
             check(not constraints, "constraints", "false with structure 'semimarkov' (every segmentation is a "
                   "well-formed chunking: there is nothing to constrain)", constraints)
@@ -280,8 +290,11 @@ class ConllChunker(DevSelectedRun, L.LightningModule):
     @torch.no_grad()
     def predict(self, split, tagger=None, chunk: int = 256) -> list:
         """BIO tag lists of every sentence of ``split`` (in its order), decoded by the chain layer of
-        ``tagger`` (default: this module's) under the constraints; sentences batched by length."""
+        ``tagger`` (default: this module's) under the constraints, by ``decode`` (``"max"``: the best labeling or
+        segmentation; ``"mbr"``: the one of least expected task loss under the CRF of the scores, the layers'
+        ``decode(..., mbr=True)``); sentences batched by length."""
         tagger = self.tagger if tagger is None else tagger
+        mbr = self.hparams.decode == "mbr"
         was = tagger.training
         tagger.eval()
         names = tags_to_bio(self.corpus.vocab.tags, self.corpus.scheme)
@@ -292,12 +305,12 @@ class ConllChunker(DevSelectedRun, L.LightningModule):
             batch = self._on_device(split.batch(idx))
             if self.segment_labels is not None:
                 lengths = batch["mask"].sum(1)
-                segments = tagger.chain.decode(tagger.segment_scores(batch), lengths=lengths)
+                segments = tagger.chain.decode(tagger.segment_scores(batch), lengths=lengths, mbr=mbr)
                 tags = tags_from_segments(segments.cpu(), lengths.cpu(), self.segment_labels)
                 for i, row in zip(idx.tolist(), tags):
                     out[i] = row
                 continue
-            tags = tagger.chain.decode(tagger.emissions(batch), batch["mask"]).cpu()
+            tags = tagger.chain.decode(tagger.emissions(batch), batch["mask"], mbr=mbr).cpu()
             for row, i in enumerate(idx.tolist()):
                 out[i] = [names[k] for k in tags[row, :int(split.lengths[i])].tolist()]
         tagger.train(was)

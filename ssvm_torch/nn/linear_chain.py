@@ -45,6 +45,7 @@ from ..constraints import check_constraints, first_violation, penalties
 from ..errors import SSVMInputError, check, check_choice
 from ..chain import ops
 from ..chain.checks import LAYER_KERNELS, check_draws, fail_no_path
+from ..chain.mbr import mbr_decode
 from ..chain.partial import partial_loss
 from .reduction import REDUCTIONS, reduce_rows
 
@@ -216,7 +217,7 @@ class LinearChain(nn.Module):
         return ops.score(E, mask, *self._scores(), tags)
 
     def decode(self, emissions: torch.Tensor, mask: torch.Tensor | None = None, as_lists: bool = False, *,
-               nbest: int = 1):
+               nbest: int = 1, mbr: bool = False):
         """The best tag sequence of every row: a LongTensor (B, T) (batch-first) on the emissions'
         device, -1 where the mask is off; ``as_lists=True`` gives pytorch-crf's list of lists (the
         tags of each row's masked-on positions).
@@ -226,19 +227,29 @@ class LinearChain(nn.Module):
         off and for the ranks of a row with fewer than k allowed sequences; as lists, a list of up to k
         lists per row. The score of ``paths[:, j]`` is ``self.score(emissions, paths[:, j], mask)``.
         Batch-first whatever ``batch_first`` says, as the 1-best tensor (pytorch-crf's unreleased
-        ``nbest`` returns (k, B, T) instead)."""
+        ``nbest`` returns (k, B, T) instead).
+
+        ``mbr=True``: minimum-Bayes-risk (posterior) decoding instead, the labeling (or k labelings) of least
+        expected ``token_loss`` under the CRF of the scores, among those the constraints allow: one Viterbi pass
+        over the tag marginals' expected gains (:mod:`ssvm_torch.chain.mbr`; with the Hamming loss, the most
+        expected correct tags). For a model trained as a CRF (or with softmax-margin) it trades the single best
+        labeling for the best expected accuracy."""
         check(isinstance(nbest, int) and not isinstance(nbest, bool) and nbest >= 1, "nbest", "an int >= 1",
               repr(nbest))
+        check(isinstance(mbr, bool), "mbr", "True or False", repr(mbr))
         E, mask, _ = self._inputs(emissions, mask)
         if nbest > 1:
             self._check_nbest(E, mask, nbest)
         with torch.no_grad():
-            if nbest == 1:
+            if mbr:
+                labels, scores = mbr_decode(E, mask, *self._scores(), self.token_cost, self._penalty(), self.kernels,
+                                            nbest)
+            elif nbest == 1:
                 labels, _ = ops.decode(E, mask, *self._scores(), self._penalty(), self.kernels)
             else:
                 labels, scores = ops.nbest(E, mask, *self._scores(), nbest, self._penalty(), self.kernels)
-                if not ops.tracing():
-                    fail_no_path(scores[:, 0], mask)   # a row no labeling satisfies: refused as by nbest=1
+            if nbest > 1 and not ops.tracing():
+                fail_no_path(scores[:, 0], mask)   # a row no labeling satisfies: refused as by nbest=1
         if not as_lists:
             return labels
         if nbest == 1:

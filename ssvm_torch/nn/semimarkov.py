@@ -35,6 +35,7 @@ from ..chain.checks import check_draws
 from ..errors import check, check_choice
 from ..segments import objectives, ops, scoring
 from ..segments.checks import (KERNELS, check_seg_scores, check_transitions, resolve_lengths)
+from ..segments.mbr import mbr_decode
 from ..segments.partial import check_annotation, check_partial, constraints
 from ..trees.losses import row_cost
 from .reduction import REDUCTIONS, reduce_rows
@@ -119,18 +120,25 @@ class SemiMarkovChain(nn.Module):
 
     @torch.no_grad()
     def decode(self, seg_scores: torch.Tensor, mask: torch.Tensor | None = None,
-               lengths: torch.Tensor | None = None, *, nbest: int = 1, observed=None) -> torch.Tensor:
+               lengths: torch.Tensor | None = None, *, nbest: int = 1, observed=None,
+               mbr: bool = False) -> torch.Tensor:
         """The best segmentation of every row (B, T): the label at each segment's first position, -1 elsewhere;
         ``nbest=n > 1``: the n best (B, n, T) in non-increasing score order, all -1 for the ranks of a row with
         fewer than n segmentations (:func:`ssvm_torch.segments.segment_decode`). ``observed``: a
         :class:`~ssvm_torch.segments.PartialSegmentation` the result must agree with (constrained decoding over C;
-        a row with no such segmentation is refused by name)."""
+        a row with no such segmentation is refused by name). ``mbr=True``: minimum-Bayes-risk decoding instead, the
+        segmentation (or n) of least expected ``seg_loss`` under the semi-Markov CRF (given ``observed``, the CRF
+        conditioned on it): one semi-Markov Viterbi pass over the segments' expected gains
+        (:mod:`ssvm_torch.segments.mbr`)."""
+        check(isinstance(mbr, bool), "mbr", "True or False", repr(mbr))
         S, first, last, trans, lengths = self._scores(seg_scores, mask, lengths)
         what = "the best segmentation's score"
         if observed is not None:
             known = check_partial(observed, lengths, self.num_labels, S.shape[1], field="observed")
             S = S.masked_fill(~constraints(known, self.max_length, self.num_labels)[1], float("-inf"))
             what += " (over the segmentations that agree with observed)"
+        if mbr:
+            return mbr_decode(S, first, last, trans, lengths, self.seg_loss, self.kernels, nbest, what)[0]
         return objectives.decode(S, first, last, trans, lengths, self.kernels, nbest, what)[0]
 
     @torch.no_grad()
