@@ -266,3 +266,36 @@ def test_the_run_list_script_trains_archives_and_then_skips_a_run(tmp_path):
     assert again.returncode == 0 and "partial50_hinge_s0: done" in again.stdout
     missing = subprocess.run(["bash", script], env={**env, "HEADS": "svm"}, capture_output=True, text=True)
     assert missing.returncode == 2 and "conll_deep_hybrid_svm.yaml: no such recipe" in missing.stderr
+
+
+@pytest.mark.parametrize("structure", ["chain", "semimarkov"])
+def test_mbr_decode_is_the_layers_mbr_and_an_unknown_decode_is_refused(structure):
+    """decode="mbr" predicts what the head's decode(..., mbr=True) gives on the same scores (written back as BIO tags
+    of well-formed chunks), and differs from decode="max" on some dev sentence of an untrained tiny model (so the
+    option reaches the layer); decode="argmax" is refused by name."""
+    from ssvm_torch.deep import ConllChunker
+    from ssvm_torch.segments import tags_from_segments
+    kw = dict(train_size=64, hidden=8, word_dim=8, char_filters=4, structure=structure,
+              constraints=structure == "chain", tags="bio")
+    with pytest.raises(SSVMInputError, match="decode"):
+        ConllChunker(decode="argmax", **kw)
+    m = ConllChunker(decode="mbr", **kw)
+    m.build()
+    dev = m.corpus.dev
+    mbr = m.predict(dev)
+    m.hparams.decode = "max"
+    assert mbr != m.predict(dev)
+    assert all(valid_iob2(s) for s in mbr)
+    m.tagger.eval()
+    idx = torch.argsort(dev.lengths, stable=True)         # predict()'s one batch (dev.n < 256)
+    with torch.no_grad():
+        batch = dev.batch(idx)
+        if structure == "chain":
+            tags = m.tagger.chain.decode(m.tagger.emissions(batch), batch["mask"], mbr=True)
+            names = tags_to_bio(m.corpus.vocab.tags, m.corpus.scheme)
+            want = [[names[k] for k in row[:int(n)].tolist()] for row, n in zip(tags, dev.lengths[idx])]
+        else:
+            lengths = batch["mask"].sum(1)
+            segments = m.tagger.chain.decode(m.tagger.segment_scores(batch), lengths=lengths, mbr=True)
+            want = tags_from_segments(segments, lengths, m.segment_labels)
+    assert [mbr[i] for i in idx.tolist()] == want
