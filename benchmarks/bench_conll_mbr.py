@@ -15,6 +15,7 @@ Writes benchmarks/results/conll_mbr.json.
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import platform
 import shutil
@@ -38,7 +39,8 @@ DECODES = ("max", "mbr")
 def load_chunker(run: Path) -> ConllChunker:
     """The run's chunker (its hyper-parameters, corpus and best dev weights), in eval mode, on the CPU."""
     saved = load_torch(run / "chunker.pt", "model", "a chunker.pt")
-    chunker = ConllChunker(**{**saved["hparams"], "decode": "max"})
+    params = inspect.signature(ConllChunker.__init__).parameters     # Lightning adds keys of its own (_class_path)
+    chunker = ConllChunker(**{**{k: v for k, v in saved["hparams"].items() if k in params}, "decode": "max"})
     chunker.build()
     if chunker.corpus.vocab.state() != saved["vocab"]:
         raise SystemExit(f"{run}: the corpus's vocabulary is not the one chunker.pt was trained with")
@@ -84,8 +86,9 @@ def one_run(name: str, run: Path, draws: int, repeats: int, archive: bool) -> di
         dest.mkdir(parents=True, exist_ok=True)
         for f in ("config.json", "history.json", "results.json"):
             shutil.copyfile(run / f, dest / f)
-        for decode in DECODES:
-            save_torch(dest / f"test_predictions_{decode}.pt", {"predictions": preds[decode]})
+        for decode in DECODES:         # one str object per tag name: the pickle stores each once
+            save_torch(dest / f"test_predictions_{decode}.pt",
+                       {"predictions": [[sys.intern(t) for t in s] for s in preds[decode]]})
     return row
 
 
