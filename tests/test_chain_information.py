@@ -78,11 +78,22 @@ def test_entropy_kl_and_cross_entropy_equal_enumeration(constrained, batch_first
     assert p_layer.kl(flip(E), flip(E), flip(MASKS)).abs().max() < 1e-12        # KL(p || p) = 0
 
 
-def test_kl_is_infinite_where_q_forbids_what_p_allows():
-    p_layer, q_layer = _layer(0, False), _layer(1, True)
+@pytest.mark.parametrize("kernels", ["auto", "torch"])
+def test_kl_is_infinite_where_q_forbids_what_p_allows(kernels):
+    """+inf where p gives weight to a sequence q forbids, finite the other way round, on the compiled path and the
+    torch recursion alike (each row: KL and its enumeration; the entropy-free KL call of both paths too)."""
+    p_layer, q_layer = _layer(0, False, kernels=kernels), _layer(1, True, kernels=kernels)
     E = torch.randn(2, 4, K, dtype=torch.float64)
     assert torch.isinf(p_layer.kl(E, E, other=q_layer)).all()
-    assert torch.isfinite(q_layer.kl(E, E, other=p_layer)).all()     # q's support is inside p's
+    assert torch.isposinf(ops.information(E, torch.ones(2, 4, dtype=torch.bool), *p_layer._scores(), None,
+                                          (E, *q_layer._scores(), q_layer._penalty()), kernels, entropy=False)[1]).all()
+    D = q_layer.kl(E, E, other=p_layer)                                # q's support is inside p's
+    assert torch.isfinite(D).all()
+    for b in range(2):
+        seqs, lp = _enumerate(q_layer, E[b], torch.ones(4, dtype=torch.bool))
+        pseqs, lq_all = _enumerate(p_layer, E[b], torch.ones(4, dtype=torch.bool))
+        lq = lq_all[[pseqs.index(y) for y in seqs]]
+        assert D[b].item() == pytest.approx((lp.exp() * (lp - lq)).sum().item(), abs=1e-12)
 
 
 @pytest.mark.filterwarnings("ignore:.*arg_constraints:UserWarning")
@@ -121,10 +132,12 @@ def test_the_compiled_entropy_passes_gradcheck(constrained):
                                                                    kernels="torch")[0], rtol=0, atol=1e-12)
 
 
-def test_the_compiled_kl_passes_gradcheck_and_equals_the_torch_recursion():
-    """KL of two chains without constraints on the CPU: NumbaKL (E_p[s_p - s_q] - log Z_p + log Z_q, gradients
-    Cov_p(phi, s_p - s_q) and mu_q - mu_p) against gradcheck and the torch recursion, values and every gradient."""
-    p, q = _layer(15, False), _layer(16, False)
+@pytest.mark.parametrize("p_constrained, q_constrained", [(False, False), (True, False), (True, True)])
+def test_the_compiled_kl_passes_gradcheck_and_equals_the_torch_recursion(p_constrained, q_constrained):
+    """KL of two chains on the CPU, each with or without constraints (q's support containing p's): NumbaKL
+    (E_p[s_p - s_q] - log Z_p + log Z_q, gradients Cov_p(phi, s_p - s_q) and mu_q - mu_p) against gradcheck and the
+    torch recursion, values and every gradient."""
+    p, q = _layer(15, p_constrained), _layer(16, q_constrained)
     g = torch.Generator().manual_seed(17)
     E = torch.randn(4, 6, K, dtype=torch.float64, generator=g)
     Q = torch.randn(4, 6, K, dtype=torch.float64, generator=g)
@@ -133,7 +146,7 @@ def test_the_compiled_kl_passes_gradcheck_and_equals_the_torch_recursion():
 
     def kl(kernels):
         def f(E_, s_, e_, t_, Q_, qs_, qe_, qt_):
-            return ops.information(E_, mask, s_, e_, t_, None, (Q_, qs_, qe_, qt_, None), kernels)[1]
+            return ops.information(E_, mask, s_, e_, t_, p._penalty(), (Q_, qs_, qe_, qt_, q._penalty()), kernels)[1]
         return f
 
     assert kl("numba")(*leaves).grad_fn.name() == "NumbaKLBackward"

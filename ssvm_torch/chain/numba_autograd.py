@@ -153,14 +153,19 @@ class NumbaEntropy(torch.autograd.Function):
 
 
 def _information(E, mask, start, end, trans, penalty, g, other=None):
-    """(H (B,) float64, or with ``other`` = (Q, start, end, trans) of q (no constraints) E_p[s_p - s_q] - log Z_p;
-    the gradient buffers of sum_b g_b times it w.r.t. p's emissions and parameters, or None when ``g`` is None)."""
+    """(H (B,) float64, or with ``other`` = (Q, start, end, trans, penalty) of q E_p[s_p - s_q] - log Z_p;
+    the gradient buffers of sum_b g_b times it w.r.t. p's emissions and parameters, or None when ``g`` is None).
+    The difference of two constrained scores is taken where p allows the move (0 where p forbids it: the passes
+    give such moves no weight) and is +inf where only q forbids it, so the KL is +inf exactly when p gives weight
+    to a sequence q forbids."""
     s, e, t = effective(start, end, trans, penalty, torch.float64, E.device)
     if other is None:
         R, rs, re, rt = E, s, e, t
     else:
-        qs, qe, qt = effective(*other[1:], None, torch.float64, E.device)
-        R, rs, re, rt = E.to(torch.float64) - other[0].to(torch.float64), s - qs, e - qe, t - qt
+        qs, qe, qt = effective(*other[1:4], other[4], torch.float64, E.device)
+        rs, re, rt = (torch.where(torch.isneginf(a), torch.zeros_like(a), a - b)
+                      for a, b in ((s, qs), (e, qe), (t, qt)))
+        R = E.to(torch.float64) - other[0].to(torch.float64)
     H = torch.empty(E.shape[0], dtype=torch.float64, device=E.device)
     buffers = _grad_buffers(E.shape, E.device) if g is not None else _grad_buffers((1, 1, E.shape[2]), E.device)
     gg = g if g is not None else torch.zeros(E.shape[0], dtype=torch.float64)
@@ -170,18 +175,19 @@ def _information(E, mask, start, end, trans, penalty, g, other=None):
 
 
 class NumbaKL(torch.autograd.Function):
-    """KL(p || q)_b of two unconstrained chains' CRFs on one mask (CPU tensors): E_p[s_p - s_q] - log Z_p from
-    :mod:`ssvm_torch.chain.numba_entropy`, + log Z_q from the compiled forward pass; the backward Cov_p(phi, s_p -
-    s_q) for p's emissions and parameters, mu_q - mu_p for q's (two compiled forward-backward passes)."""
+    """KL(p || q)_b of two chains' CRFs on one mask (CPU tensors), each with its constraint penalties or None:
+    E_p[s_p - s_q] - log Z_p from :mod:`ssvm_torch.chain.numba_entropy`, + log Z_q from the compiled forward pass;
+    the backward Cov_p(phi, s_p - s_q) for p's emissions and parameters, mu_q - mu_p for q's (two compiled
+    forward-backward passes)."""
 
     @staticmethod
-    def forward(ctx, E, start, end, trans, Q, qstart, qend, qtrans, mask):
-        q = (Q.detach(), qstart.detach(), qend.detach(), qtrans.detach())
-        D = _information(E.detach(), mask, start, end, trans, None, None, q)[0]
+    def forward(ctx, E, start, end, trans, Q, qstart, qend, qtrans, mask, penalty=None, qpenalty=None):
+        q = (Q.detach(), qstart.detach(), qend.detach(), qtrans.detach(), qpenalty)
+        D = _information(E.detach(), mask, start, end, trans, penalty, None, q)[0]
         logzq = torch.empty(E.shape[0], dtype=torch.float64, device=E.device)
         mc.nb_log_partition(*_host(q[0].contiguous(), mask.contiguous(),
-                                   *effective(*q[1:], None, torch.float64, E.device)), to_host(logzq))
-        _keep_inputs(ctx, E, mask, start, end, trans, None)
+                                   *effective(*q[1:4], qpenalty, torch.float64, E.device)), to_host(logzq))
+        _keep_inputs(ctx, E, mask, start, end, trans, penalty)
         ctx.q, ctx.qdtypes = q, (Q.dtype, qstart.dtype, qend.dtype, qtrans.dtype)
         return (D + logzq).to(E.dtype)
 
@@ -189,11 +195,11 @@ class NumbaKL(torch.autograd.Function):
     def backward(ctx, grad):
         E, mask = ctx.saved_tensors
         g = grad.detach().to(torch.float64).contiguous()
-        _, gp = _information(E, mask, *ctx.params, None, g, ctx.q)
-        mu_q = forward_backward(ctx.q[0].contiguous(), mask, *ctx.q[1:], None, g)
-        mu_p = forward_backward(E, mask, *ctx.params, None, g)
+        _, gp = _information(E, mask, *ctx.params, ctx.penalty, g, ctx.q)
+        mu_q = forward_backward(ctx.q[0].contiguous(), mask, *ctx.q[1:], g)
+        mu_p = forward_backward(E, mask, *ctx.params, ctx.penalty, g)
         gq = tuple(a - b for a, b in zip(mu_q, mu_p))
-        return _cast(gp, ctx.dtypes) + _cast(gq, ctx.qdtypes) + (None,)
+        return _cast(gp, ctx.dtypes) + _cast(gq, ctx.qdtypes) + (None,) * 3
 
 
 def forward_backward(E, mask, start, end, trans, penalty, g):

@@ -1,5 +1,5 @@
-"""The compiled entropy of a chain CRF, the KL divergence of two unconstrained chains, and their gradients (CPU
-float32/float64, float64 accumulation, log space): the numba backend of :func:`ssvm_torch.chain.ops.information`.
+"""The compiled entropy of a chain CRF, the KL divergence of two chains (constrained or not), and their gradients
+(CPU float32/float64, float64 accumulation, log space): the numba backend of :func:`ssvm_torch.chain.ops.information`.
 Conventions in :mod:`ssvm_torch.chain`; ``start``/``end``/``trans`` hold the constraint penalties (-inf =
 forbidden).
 

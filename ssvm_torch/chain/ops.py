@@ -149,21 +149,21 @@ def score(E, mask, start, end, trans, tags):
 def information(E, mask, start, end, trans, penalty=None, other=None, kernels="auto", entropy: bool = True):
     """(entropy (B,) or None, KL(p || q) (B,) or None) of the CRF p of the scores, 0 for an empty row,
     differentiable; ``other`` = (E_q, start, end, trans, penalty) of q on the same mask, or None. On the CPU the
-    entropy, and the KL of two chains without constraints, take the compiled kernels
-    (:mod:`ssvm_torch.chain.numba_entropy`; ``kernels`` as elsewhere), the rest the torch recursion of
-    :mod:`ssvm_torch.chain.information` (any device: CUDA's path, no Triton kernel of its own). ``entropy=False``
-    with ``other``: the compiled path skips the entropy (None; the torch recursion has it on the way). A row
-    without an allowed tag sequence is refused by name."""
-    if use_numba(_float(E), kernels) and (other is None or (penalty is None and other[4] is None)):
+    entropy and the KL (constraints or not) take the compiled kernels (:mod:`ssvm_torch.chain.numba_entropy`;
+    ``kernels`` as elsewhere), elsewhere the torch recursion of :mod:`ssvm_torch.chain.information` (any device:
+    CUDA's path, no Triton kernel of its own). ``entropy=False`` with ``other``: the compiled path skips the
+    entropy (None; the torch recursion has it on the way). A row without an allowed tag sequence is refused by
+    name."""
+    if use_numba(_float(E), kernels):
         H = NumbaEntropy.apply(_float(E), start, end, trans, mask, penalty) if entropy or other is None else None
         D = None if other is None else NumbaKL.apply(_float(E), start, end, trans, _float(other[0]).contiguous(),
-                                                     *other[1:4], mask)
+                                                     *other[1:4], mask, penalty, other[4])
     else:
         order, lengths = compact(mask)
         oth = None if other is None else (gather_rows(_float(other[0]), order), *other[1:])
         H, D = information_rows(gather_rows(_float(E), order), lengths, start, end, trans, penalty, oth)
-    # a row without a path is NaN in both; D is finite on the compiled path (no constraints), so it can stand in
-    if not tracing() and not bool(torch.isfinite(H if H is not None else D).all()):
+    # a row without a path is NaN in both (D may be +inf where q forbids what p allows, so only its NaN counts)
+    if not tracing() and not bool((torch.isfinite(H) if H is not None else ~torch.isnan(D)).all()):
         _, scores, *_ = torch_decode(E, mask, start, end, trans, penalty)
         fail_no_path(scores, mask)
         raise SSVMInputError("emissions: the entropy is not finite (scores out of the dtype's range)")
