@@ -7,7 +7,7 @@ from conftest import all_segmentations
 
 from ssvm_torch.errors import SSVMInputError
 from ssvm_torch.nn import SemiMarkovChain
-from ssvm_torch.segments import PartialSegmentation, segment_loss, segment_score
+from ssvm_torch.segments import PartialSegmentation, segment_decode, segment_loss, segment_score
 from ssvm_torch.segments.mbr import token_gains
 
 KERNELS = ("numba", "torch")
@@ -114,3 +114,25 @@ def test_mbr_refusals_name_the_field():
     S[1] = float("-inf")
     with pytest.raises(SSVMInputError, match="row 1"):
         lay.decode(S, mbr=True)
+
+
+@pytest.mark.parametrize("seg_loss", ["tokens", "segments"])
+def test_segment_decode_mbr_is_the_layers(seg_loss):
+    """segment_decode(..., mbr=seg_loss) on the layer's parameters gives the layer's MBR segmentations (n best too),
+    and the differences of their gains are those of their expected losses (enumerated); an unknown kind is refused
+    by name."""
+    lay = layer(seg_loss, "numba", seed=7)
+    S = torch.randn(5, 6, 3, 3, generator=torch.Generator().manual_seed(8), dtype=torch.float64)
+    lengths = torch.tensor([6, 5, 1, 0, 3])
+    params = (lay.start_transitions, lay.end_transitions, lay.transitions.t())
+    got = segment_decode(S, *params, lengths=lengths, mbr=seg_loss)
+    assert torch.equal(got, lay.decode(S, lengths=lengths, mbr=True))
+    many, gains = segment_decode(S, *params, lengths=lengths, mbr=seg_loss, nbest=4, return_scores=True)
+    assert torch.equal(many, lay.decode(S, lengths=lengths, mbr=True, nbest=4))
+    for b in (0, 4):             # the gains are minus the expected loss up to a constant per row
+        r = risks(lay, S[b:b + 1], int(lengths[b]))
+        for j in range(1, 4):
+            assert float(gains[b, 0] - gains[b, j]) == pytest.approx(r[tuple(many[b, j].tolist())]
+                                                                     - r[tuple(many[b, 0].tolist())], abs=1e-9)
+    with pytest.raises(SSVMInputError, match="mbr"):
+        segment_decode(S, *params, mbr="f1")

@@ -25,6 +25,7 @@ from ..errors import check
 from ..trees.losses import row_cost
 from . import objectives, ops, scoring
 from .checks import check_segments, check_seg_scores, check_transitions, resolve_lengths
+from .mbr import mbr_decode
 from .partial import check_annotation, check_partial, constraints
 
 
@@ -35,15 +36,23 @@ def _prepare(seg_scores, first, last, trans, mask, lengths):
 
 
 def segment_decode(seg_scores, first=None, last=None, trans=None, mask=None, lengths=None, kernels: str = "auto",
-                   return_scores: bool = False, *, nbest: int = 1):
+                   return_scores: bool = False, *, nbest: int = 1, mbr: str | None = None):
     """The best segmentation of every row: segments (B, T) int64, the label at each segment's first position and
     -1 elsewhere (and beyond the row); with ``return_scores`` also s(segments) (B,). No gradient.
 
     ``nbest=n > 1``: the n best segmentations of every row (B, n, T) in non-increasing score order (ties in any
     order), all -1 for the ranks of a row with fewer than n finite-score segmentations (score -inf); scores
     (B, n): compiled for CPU float scores (:mod:`ssvm_torch.segments.numba_nbest`), the batched torch recursion
-    of :mod:`ssvm_torch.segments.nbest` elsewhere or with ``kernels="torch"``."""
+    of :mod:`ssvm_torch.segments.nbest` elsewhere or with ``kernels="torch"``.
+
+    ``mbr="tokens"`` or ``"segments"``: minimum-Bayes-risk decoding instead, the segmentation (or n) of least
+    expected loss of that kind under the semi-Markov CRF of the scores (:mod:`ssvm_torch.segments.mbr`); the scores
+    are then the summed gains (minus the expected loss, up to a constant per row)."""
+    check(mbr is None or mbr in scoring.LOSSES, "mbr", f"None or one of {list(scoring.LOSSES)}", repr(mbr))
     S, first, last, trans, lengths = _prepare(seg_scores, first, last, trans, mask, lengths)
+    if mbr is not None:
+        segments, scores = mbr_decode(S, first, last, trans, lengths, mbr, kernels, nbest)
+        return (segments, scores) if return_scores else segments
     segments, scores = objectives.decode(S, first, last, trans, lengths, kernels, nbest)
     return (segments, scores) if return_scores else segments
 
