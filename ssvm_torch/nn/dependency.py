@@ -4,7 +4,8 @@ with three losses, the structured hinge, softmax-margin and the CRF, projective 
 Scores (the conventions of :mod:`ssvm_torch.trees`): ``arc_scores`` (B, N, N), ``arc_scores[b, m, h]`` the
 score of word m taking head h, position 0 the root; ``mask`` (B, N) bool, False at position 0 and on at the
 words 1..n_b; optional ``label_scores`` (B, N, N, L), ``label_scores[b, m, h, l]`` the score of relation l on
-the arc h -> m. A labeled tree scores s(y, l) = sum_m arc_scores[m, y_m] + label_scores[m, y_m, l_m]. The losses
+the arc h -> m (-inf: relation l is forbidden on that arc; an arc whose every relation is -inf is forbidden). A
+labeled tree scores s(y, l) = sum_m arc_scores[m, y_m] + label_scores[m, y_m, l_m]. The losses
 (per sentence, to minimise), with Delta = c x (words with a wrong head) + c x (words with a wrong relation)
 (the second term only with labels), c = 1 (``cost="hamming"``) or 1 / n_b (``"normalized"``):
 
@@ -53,6 +54,7 @@ from ..trees.kbest import dependency_kbest
 from ..trees.lawler import check_nbest
 from ..trees.losses import row_cost
 from ..trees.partial import join_rows, observed_heads, partial_loss
+from ..trees.relations import refuse_forbidden_gold, relation_probs, relations_at
 from ..trees.sibling import (check_sib_scores, first_child_marginals, fold_first_child, refuse_open_first_child,
                              sibling_score)
 from .reduction import REDUCTIONS, reduce_rows
@@ -118,7 +120,7 @@ class DependencyTree(nn.Module):
               field, f"shape (B, N, N, L) = ({B}, {N}, {N}, L) like arc_scores", tuple(label_scores.shape))
         check(label_scores.device == S.device, field, f"a tensor on {S.device} like arc_scores",
               label_scores.device)
-        refuse_bad_scores(label_scores.detach(), field, allow_neg_inf=False)
+        refuse_bad_scores(label_scores.detach(), field)                 # -inf: a relation forbidden on that arc
         L = label_scores.shape[3]
         if labels is None:
             return label_scores.to(S.dtype), None
@@ -189,6 +191,8 @@ class DependencyTree(nn.Module):
         lab, gold_labels = self._labels_in(S, label_scores, labels, lengths, partial=True)
         if lab is not None and gold_labels is None:
             raise SSVMInputError("labels: the gold relations (B, N) are needed with label_scores for a loss")
+        if lab is not None and not tracing():
+            refuse_forbidden_gold(lab, gold, gold_labels, lengths)
         c = row_cost(self.cost, lengths, S.dtype)
         word = word_mask(lengths, S.shape[1])
         full = ~(observed_heads(gold, lengths) ^ word).any(1)
@@ -270,27 +274,19 @@ class DependencyTree(nn.Module):
                 return heads if lab is None else (heads, rel)
             eff = S if lab is None else S + lab.amax(3)
             heads, _ = self._best(eff, SB, lengths)
-            return heads if lab is None else (heads, self._relations_at(lab, heads))
-
-    @staticmethod
-    def _relations_at(lab: torch.Tensor, heads: torch.Tensor) -> torch.Tensor:
-        """Each word's best relation at its head, heads (B, N) or (B, k, N) -> the same shape, -1 off the words."""
-        best = lab.argmax(3)                                            # (B, N(m), N(h))
-        flat = heads.reshape(heads.shape[0], -1, heads.shape[-1])       # (B, k, N)
-        rel = best[:, None].expand(-1, flat.shape[1], -1, -1).gather(3, flat.clamp(min=0)[..., None])[..., 0]
-        return torch.where(flat >= 0, rel, torch.full_like(rel, -1)).reshape(heads.shape)
+            return heads if lab is None else (heads, relations_at(lab, heads))
 
     def _mbr(self, S, SB, lab, lengths, nbest: int):
         """decode(mbr=True): the first-order best (or k best) trees of the arcs' expected correctness."""
         W = self._arc_marginals(S, SB, lab, lengths)[0].to(torch.float64)
         if lab is not None:                 # P(h -> m with its best relation) = mu * max_r softmax(lab)
-            W = W * torch.softmax(lab.to(torch.float64), 3).amax(3)
+            W = W * relation_probs(lab.to(torch.float64)).amax(3)
         W = W.masked_fill(torch.isneginf(self._summed(S, lab)), float("-inf"))
         if nbest > 1:
             heads = dependency_kbest(W, lengths, nbest, self.projective, self.multiroot, self.kernels)[0]
         else:
             heads = self._best(W, None, lengths)[0]
-        return heads if lab is None else (heads, self._relations_at(lab, heads))
+        return heads if lab is None else (heads, relations_at(lab, heads))
 
     def marginals(self, arc_scores: torch.Tensor, mask: torch.Tensor | None = None,
                   lengths: torch.Tensor | None = None, sib_scores: torch.Tensor | None = None,
@@ -303,7 +299,7 @@ class DependencyTree(nn.Module):
         S, lengths, SB = self._inputs(arc_scores, mask, lengths, sib_scores)
         lab, _ = self._labels_in(S, label_scores, None, lengths)
         M, MS = self._arc_marginals(S, SB, lab, lengths)
-        arcs = M if lab is None else M[..., None] * torch.softmax(lab, 3).to(M.dtype)
+        arcs = M if lab is None else M[..., None] * relation_probs(lab).to(M.dtype)
         if SB is None:
             return arcs
         return arcs, (first_child_marginals(M, MS) if self.first_child else MS)
