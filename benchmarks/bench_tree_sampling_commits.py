@@ -11,16 +11,13 @@ Usage: python benchmarks/bench_tree_sampling_commits.py --baseline 122c063 [--ro
 """
 from __future__ import annotations
 
-import argparse
-import json
 import statistics
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from commits import (ROOT, alternated_rounds, baseline_worktree, revisions,  # noqa: E402
-                     write_side_by_side)
+from commits import cases_side_by_side  # noqa: E402
 
 CASES = [(32, n, k, scale) for n in (20, 40) for k in (1, 16) for scale in (1, 20)]
 
@@ -49,30 +46,7 @@ def worker(calls: int) -> dict:
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--baseline", help="the earlier commit (any git revision; required)")
-    p.add_argument("--rounds", type=int, default=5)
-    p.add_argument("--calls", type=int, default=15)
-    p.add_argument("--out", default="benchmarks/results/tree_sampling_commits.json")
-    p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    args = p.parse_args(argv)
-    if args.worker:
-        print(json.dumps(worker(args.calls)))
-        return
-    if not args.baseline:
-        p.error("--baseline is required")
-    revs = revisions(args.baseline)
-    with baseline_worktree(revs["baseline"]) as wt:
-        rounds = alternated_rounds({"current": ROOT, "baseline": wt}, Path(__file__).resolve(),
-                                   ["--calls", args.calls], args.rounds, ["--calls", 1])
-    table = {}
-    for key in rounds["current"][0]["cases"]:
-        row = {f"{side}_ms": statistics.median(rd["cases"][key] for rd in rounds[side]) for side in rounds}
-        row["speedup_vs_baseline"] = row["baseline_ms"] / row["current_ms"]
-        table[key] = row
-        print(f"{key}: {row['current_ms']:.2f} ms (baseline {row['baseline_ms']:.2f}, "
-              f"x{row['speedup_vs_baseline']:.2f})", flush=True)
-    write_side_by_side(args.out, revs, args.rounds, args.calls, table, rounds, dtype="float32", threads=1)
+    cases_side_by_side(Path(__file__), __doc__, worker, "benchmarks/results/tree_sampling_commits.json", argv)
 
 
 if __name__ == "__main__":

@@ -2,7 +2,9 @@
 earlier commit checked out in a temporary git worktree, each side's measurements in a worker process that
 imports its own checkout's ``ssvm_torch`` (PYTHONPATH), and a check that it did.
 
-Used by ``bench_layer_commits.py`` (the chain layer) and ``bench_ud_deep_speed.py --baseline`` (the parser).
+Used by ``bench_layer_commits.py`` (the chain layer) and ``bench_ud_deep_speed.py --baseline`` (the parser);
+:func:`cases_side_by_side` is the whole command line of the benchmarks of per-case medians
+(``bench_tree_sampling_commits.py``, ``bench_chain_kl_commits.py``).
 
 The in-process form (``--before DIR --commit C``: :func:`add_before_options`, :func:`before_and_now`) imports an
 earlier package copied as ``DIR/ssvm_torch_before`` (``git worktree add /tmp/old C && cp -r /tmp/old/ssvm_torch
@@ -16,6 +18,7 @@ import importlib
 import json
 import os
 import platform
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -102,3 +105,34 @@ def write_side_by_side(out: str, revs: dict, rounds: int, calls: int, table: dic
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     Path(out).write_text(json.dumps(result, indent=1))
     print(f"wrote {out}")
+
+
+def cases_side_by_side(script: Path, doc: str, worker, default_out: str, argv=None, calls: int = 15) -> None:
+    """The command line of a benchmark of per-case medians ("cases": {name: ms}) at this checkout against
+    ``--baseline``: ``--worker`` prints one side's ``worker(calls)``; otherwise both sides are alternated over
+    ``--rounds`` (:func:`alternated_rounds`), each case's figure is the median over rounds of the round medians,
+    printed with the speed-up and written by :func:`write_side_by_side` (float32, one thread)."""
+    p = argparse.ArgumentParser(description=doc.splitlines()[0])
+    p.add_argument("--baseline", help="the earlier commit (any git revision; required)")
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--calls", type=int, default=calls)
+    p.add_argument("--out", default=default_out)
+    p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.worker:
+        print(json.dumps(worker(args.calls)))
+        return
+    if not args.baseline:
+        p.error("--baseline is required")
+    revs = revisions(args.baseline)
+    with baseline_worktree(revs["baseline"]) as wt:
+        rounds = alternated_rounds({"current": ROOT, "baseline": wt}, script.resolve(), ["--calls", args.calls],
+                                   args.rounds, ["--calls", 1])
+    table = {}
+    for key in rounds["current"][0]["cases"]:
+        row = {f"{side}_ms": statistics.median(rd["cases"][key] for rd in rounds[side]) for side in rounds}
+        row["speedup_vs_baseline"] = row["baseline_ms"] / row["current_ms"]
+        table[key] = row
+        print(f"{key}: {row['current_ms']:.2f} ms (baseline {row['baseline_ms']:.2f}, "
+              f"x{row['speedup_vs_baseline']:.2f})", flush=True)
+    write_side_by_side(args.out, revs, args.rounds, args.calls, table, rounds, dtype="float32", threads=1)
