@@ -12,13 +12,11 @@ Usage: python benchmarks/bench_chain_kl_commits.py --baseline 8966863~1 [--round
 """
 from __future__ import annotations
 
-import statistics
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from commits import cases_side_by_side  # noqa: E402
+from commits import cases_side_by_side, median_ms  # noqa: E402
 
 # (B, T, scheme, chunk types): K = 2 * types + 1 (BIO) or 4 * types + 1 (BIOES)
 CASES = [(64, 50, "BIO", 4), (16, 100, "BIO", 4), (8, 50, "BIOES", 11)]
@@ -50,13 +48,7 @@ def worker(calls: int) -> dict:
             E.grad = Q.grad = None
             p.kl(E, Q, other=q).sum().backward()
 
-        call()
-        times = []
-        for _ in range(calls):
-            t0 = time.perf_counter()
-            call()
-            times.append(time.perf_counter() - t0)
-        out["cases"][f"B{B}_T{T}_K{K}_{scheme}"] = 1e3 * statistics.median(times)
+        out["cases"][f"B{B}_T{T}_K{K}_{scheme}"] = median_ms(call, calls)
     return out
 
 

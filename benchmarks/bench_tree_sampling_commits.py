@@ -11,13 +11,11 @@ Usage: python benchmarks/bench_tree_sampling_commits.py --baseline 122c063 [--ro
 """
 from __future__ import annotations
 
-import statistics
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from commits import cases_side_by_side  # noqa: E402
+from commits import cases_side_by_side, median_ms  # noqa: E402
 
 CASES = [(32, n, k, scale) for n in (20, 40) for k in (1, 16) for scale in (1, 20)]
 
@@ -35,13 +33,7 @@ def worker(calls: int) -> dict:
     for B, n, k, scale in CASES:
         S = torch.randn(B, n + 1, n + 1, generator=torch.Generator().manual_seed(0)) * scale
         lengths = torch.full((B,), n)
-        layer.sample(S, lengths=lengths, n=k)
-        times = []
-        for _ in range(calls):
-            t0 = time.perf_counter()
-            layer.sample(S, lengths=lengths, n=k)
-            times.append(time.perf_counter() - t0)
-        out["cases"][f"B{B}_n{n}_k{k}_x{scale}"] = 1e3 * statistics.median(times)
+        out["cases"][f"B{B}_n{n}_k{k}_x{scale}"] = median_ms(lambda: layer.sample(S, lengths=lengths, n=k), calls)
     return out
 
 

@@ -136,3 +136,16 @@ def cases_side_by_side(script: Path, doc: str, worker, default_out: str, argv=No
         print(f"{key}: {row['current_ms']:.2f} ms (baseline {row['baseline_ms']:.2f}, "
               f"x{row['speedup_vs_baseline']:.2f})", flush=True)
     write_side_by_side(args.out, revs, args.rounds, args.calls, table, rounds, dtype="float32", threads=1)
+
+
+def median_ms(call, calls: int) -> float:
+    """A worker's figure for one case: ``call()`` once untimed (caches, allocations), then the median of ``calls``
+    timed calls, in milliseconds."""
+    import time
+    call()
+    times = []
+    for _ in range(calls):
+        t0 = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - t0)
+    return 1e3 * statistics.median(times)
