@@ -108,7 +108,17 @@ def run_cli(prog: str, fn, args) -> int:
         sys.stderr.flush()
 
     def terminate(signum, frame):
+        if isinstance(sys.exc_info()[1], DistributedError):
+            return              # already stopping because a peer died: torchrun's agent now stops this rank too
         raise Terminated()
+
+    def last_line(line: str, code: int) -> int:
+        # the process is ending: a SIGTERM from here on (torchrun's agent stopping the ranks once one has died)
+        # must not raise inside this line or after it, which would print a traceback instead
+        if main_thread:
+            signals.signal(signals.SIGTERM, signals.SIG_IGN)
+        say(line)
+        return code
     from .atomic import writes_so_far
     main_thread = threading.current_thread() is threading.main_thread()
     previous = signals.signal(signals.SIGTERM, terminate) if main_thread else None
@@ -116,20 +126,15 @@ def run_cli(prog: str, fn, args) -> int:
     try:
         fn(args)
     except SSVMInputError as e:
-        say(f"{prog}: error: {e}")
-        return 2
+        return last_line(f"{prog}: error: {e}", 2)
     except RunInterrupted as e:
-        say(f"{prog}: {e}")
-        return EXIT_CODES.get(e.signal, 130)
+        return last_line(f"{prog}: {e}", EXIT_CODES.get(e.signal, 130))
     except DistributedError as e:                   # another rank died: this one's line, not a traceback
-        say(f"{prog}: {e}")
-        return 1
+        return last_line(f"{prog}: {e}", 1)
     except KeyboardInterrupt:                       # Ctrl-C outside a run's signal handling (start-up, compilation)
-        say(f"{prog}: {interrupted_line('SIGINT', mark)}")
-        return 130
+        return last_line(f"{prog}: {interrupted_line('SIGINT', mark)}", 130)
     except Terminated:
-        say(f"{prog}: {interrupted_line('SIGTERM', mark)}")
-        return 143
+        return last_line(f"{prog}: {interrupted_line('SIGTERM', mark)}", 143)
     finally:
         if main_thread:
             signals.signal(signals.SIGTERM, previous)

@@ -96,6 +96,36 @@ def test_a_second_ctrl_c_lists_what_the_run_had_written(tmp_path, capsys):
     assert capsys.readouterr().err.startswith("ssvm-train: interrupted (SIGTERM)")
 
 
+def test_a_late_sigterm_after_a_dead_peer_keeps_the_ranks_one_line(capsys):
+    """torchrun's agent sends SIGTERM to the surviving ranks once one has died, which can land while a rank is
+    already stopping on its DistributedError: while that exception unwinds (here: in a finally block) or while its
+    line is being written (here: inside str(e), as the except clause formats it). Either way the rank ends with the
+    DistributedError's one line and exit 1: no Terminated traceback (the slow tier's kill-rank-0 case caught one),
+    no "interrupted (SIGTERM)" line instead. SIGTERM's handler is the previous one afterwards."""
+    from ssvm_torch.errors import DistributedError
+
+    class LateSignal(DistributedError):
+        def __str__(self):
+            os.kill(os.getpid(), signal.SIGTERM)
+            return "distributed: a collective failed (peer closed); another rank died"
+
+    def while_unwinding(args):
+        try:
+            raise DistributedError("distributed: a collective failed (peer closed); another rank died")
+        finally:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    def while_writing(args):
+        raise LateSignal()
+
+    before = signal.getsignal(signal.SIGTERM)
+    for fn in (while_unwinding, while_writing):
+        assert run_cli("ssvm-train", fn, None) == 1
+        err = capsys.readouterr().err
+        assert err == "ssvm-train: distributed: a collective failed (peer closed); another rank died\n"
+        assert signal.getsignal(signal.SIGTERM) == before
+
+
 @pytest.mark.parametrize("sig", [signal.SIGINT, pytest.param(signal.SIGTERM, marks=pytest.mark.slow)],
                          ids=["ctrl-c", "sigterm"])
 def test_an_interrupted_neural_fit_keeps_its_best_epoch_and_resumes(tmp_path, sig):
