@@ -27,6 +27,7 @@ import torch
 
 from . import ops, sibling_ops, torch_eisner, torch_sibling
 from .checks import arc_mask, use_numba
+from .relations import label_log_probs
 from .numba_expectation import hessian_vector_batch
 from .numba_sibling_expectation import sibling_hessian_vector_batch
 
@@ -139,21 +140,13 @@ def kl_value(Mp, logzp, S, logzq, Q) -> torch.Tensor:
     return (Mp64 * diff).sum((1, 2)) - logzp.to(torch.float64) + logzq.to(torch.float64)
 
 
-def _log_probs(lab: torch.Tensor):
-    """(logsumexp over the last dimension, log softmax with -inf for all-(-inf) parts turned into -inf entries
-    rather than NaN, softmax): a part whose labels are all -inf gets lse -inf and probabilities 0."""
-    lse = torch.logsumexp(lab, -1)
-    logp = lab - torch.where(torch.isneginf(lse), torch.zeros_like(lse), lse)[..., None]
-    return lse, logp, logp.exp()
-
-
 class _LabelEntropy(torch.autograd.Function):
     """(lse (...), H (...)) of label scores (..., L): logsumexp and the entropy of the softmax, one pass each way;
     backward d lse / d lab = p, d H / d lab = -p (log p + H)."""
 
     @staticmethod
     def forward(ctx, lab):
-        lse, logp, p = _log_probs(lab)
+        lse, logp, p = label_log_probs(lab)
         logp = logp.clamp(min=torch.finfo(lab.dtype).min)           # 0 log 0 = 0 at -inf labels
         H = -(p * logp).sum(-1)
         ctx.save_for_backward(p, logp, H)
@@ -172,8 +165,8 @@ class _LabelDivergence(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, lab, other):
-        _, logp, p = _log_probs(lab)
-        lse_q, logq, q = _log_probs(other)
+        _, logp, p = label_log_probs(lab)
+        lse_q, logq, q = label_log_probs(other)
         d = torch.where(p > 0, logp - logq, torch.zeros_like(logp))
         K = (p * d).sum(-1)
         ctx.save_for_backward(p, q, d, K)

@@ -12,11 +12,19 @@ from ..errors import SSVMInputError
 from .checks import word_mask
 
 
+def label_log_probs(lab: torch.Tensor):
+    """(logsumexp over the last dimension, log softmax, softmax) of label scores (..., L) (the relations of arcs,
+    the labels of spans): a part whose labels are all -inf gets lse -inf, log-probabilities -inf and probabilities
+    0 rather than NaN."""
+    lse = torch.logsumexp(lab, -1)
+    logp = lab - torch.where(torch.isneginf(lse), torch.zeros_like(lse), lse)[..., None]
+    return lse, logp, logp.exp()
+
+
 def relation_probs(lab: torch.Tensor) -> torch.Tensor:
     """P(relation | arc) (B, N, N, L): the softmax over relations, 0 on an arc whose every relation is -inf (a
-    forbidden arc, which no tree takes) instead of NaN."""
-    p = torch.softmax(lab, 3)
-    return torch.where(torch.isnan(p), torch.zeros_like(p), p)
+    forbidden arc, which no tree takes)."""
+    return label_log_probs(lab)[2]
 
 
 def relations_at(lab: torch.Tensor, heads: torch.Tensor) -> torch.Tensor:
