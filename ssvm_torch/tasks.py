@@ -245,6 +245,23 @@ def _segmentation(name, train_size=None, unary_only=False, device=None, dtype=to
                    nonnegative=model.pairwise_index if model.pairwise else None)
 
 
+def _graph_crf(name, train_size=None, unary_only=False, device=None, dtype=torch.float64) -> Problem:
+    """A shipped dataset as labeled graphs (data/graph_views.py) under the multi-class pairwise model with the
+    local-polytope LP oracle: scene's complete label graphs (a relaxation) or OCR's letter chains (exact)."""
+    from .data.graph_views import ocr_graphs, scene_graphs
+    from .models.graph_crf import GraphCRFModel
+    train, test = scene_graphs(dtype, device) if name == "scene-graph" else ocr_graphs("small", dtype, device)
+    train = train.subset(range(_keep(train.n, train_size))) if train_size else train
+    model = GraphCRFModel.for_data(train)
+
+    def evaluate(w):
+        te = model.metrics(w, test)
+        return {"train_error": model.metrics(w, train)["error"], "test_error": te["error"],
+                "test_position_error": te["node_error"], "test_fractional": te["fractional"]}
+    return Problem(name, model, train, test, evaluate, "Hamming loss per graph (share of wrong nodes)",
+                   "per-node error")
+
+
 def _pose(name, train_size=None, unary_only=False, device=None, dtype=torch.float64) -> Problem:
     """Tree-structured pose (App. I.4 model) on seeded synthetic stick figures: max-sum with
     generalized distance transforms; the quadratic deformation weights are kept >= 0 (App. H)."""
@@ -303,6 +320,10 @@ TASKS: dict[str, Task] = {t.name: t for t in (
     Task("ocr-letters", _ocr_letters, "OCR letters as independent multiclass examples"),
     Task("segmentation-synth", _segmentation, "graph-cut segmentation of synthetic superpixel graphs",
          train_size=True, unary_only=True),
+    Task("scene-graph", _graph_crf, "scene as complete 6-node label graphs, multi-class pairwise model with the "
+         "local-polytope LP oracle (a relaxation)", train_size=True),
+    Task("ocr-graph", _graph_crf, "OCR-small words as letter chains, multi-class pairwise model with the "
+         "local-polytope LP oracle (exact on chains)", train_size=True),
     Task("pose-synth", _pose, "tree-structured pose of synthetic stick figures", train_size=True, unary_only=True),
     Task("hansards", _hansards, "Hansards word alignment by matching with NULL", train_size=True),
     Task("ud-ewt", ud_ewt, "UD English-EWT dependency parsing, first-order arc features (gold POS)", train_size=True,

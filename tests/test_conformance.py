@@ -31,8 +31,8 @@ from tree_reference import all_trees
 from ssvm_torch import Solver, SolverConfig, make_store
 from ssvm_torch.solvers import make_solver
 from ssvm_torch.data import ChainData, ExplicitData, FlatData, GraphData, GraphExample, PairData, PoseData
-from ssvm_torch.models import (ChainModel, ConstituencyModel, DependencyModel, ExplicitModel, GraphCutModel,
-                               MatchingModel, MulticlassModel, MultiLabelModel, SemiMarkovModel,
+from ssvm_torch.models import (ChainModel, ConstituencyModel, DependencyModel, ExplicitModel, GraphCRFModel,
+                               GraphCutModel, MatchingModel, MulticlassModel, MultiLabelModel, SemiMarkovModel,
                                SiblingDependencyModel, TreePoseModel)
 from ssvm_torch.oracles.distance_transform import tree_max_sum, torch_dt1d
 from ssvm_torch.outputs import load_checkpoint, save_checkpoint
@@ -84,6 +84,28 @@ def graphcut(rng):
 
 def binary_labelings(model, data, i):
     return torch.tensor(list(itertools.product((0, 1), repeat=int(data.sizes[i]))))
+
+
+def graph_crf(rng, tree=True):
+    """Multi-class pairwise graphs with signed edge features: forests under the LP oracle (exact there), graphs
+    with cycles under enumeration."""
+    graphs = []
+    for _ in range(5):
+        N = int(rng.integers(1, 6))
+        if tree:
+            edges = np.array([[v, int(rng.integers(0, v))] for v in range(1, N)]).reshape(-1, 2)
+        else:
+            pairs = np.array(list(itertools.combinations(range(N), 2))).reshape(-1, 2)
+            edges = pairs[rng.uniform(size=len(pairs)) < 0.7]
+        graphs.append(GraphExample(rng.normal(size=(N, 3)), edges, rng.normal(size=(len(edges), 2)),
+                                   rng.integers(0, 3, size=N)))
+    data = GraphData(graphs, n_states=3)
+    return GraphCRFModel.for_data(data, inference="lp" if tree else "enumerate"), data, None
+
+
+def graph_labelings(model, data, i):
+    Y = torch.tensor(list(itertools.product(range(model.K), repeat=int(data.sizes[i]))))
+    return model.one_hot(data, torch.full((len(Y),), i), Y.reshape(-1))
 
 
 def pose(rng):
@@ -180,6 +202,8 @@ STRUCTURES = {
     "multiclass": Structure(multiclass, lambda m, d, i: torch.arange(m.K)),
     "multilabel": Structure(multilabel, lambda m, d, i: m.all),
     "graphcut": Structure(graphcut, binary_labelings),
+    "graph-crf": Structure(graph_crf, graph_labelings),
+    "graph-crf-loopy-enumerate": Structure(lambda rng: graph_crf(rng, tree=False), graph_labelings),
     "pose": Structure(pose, pose_labelings, two_kernels=True),
     "matching": Structure(matching, matching_labelings),
     "explicit": Structure(explicit, explicit_labelings),
@@ -542,5 +566,5 @@ def block_is_a_dual_point(store, model, data, i, lam, enumerate_):
 
 def test_conformance_registry_covers_every_structure():
     kinds = {type(STRUCTURES[n].make(np.random.default_rng(0))[0]) for n in STRUCTURES}
-    assert kinds == {ChainModel, ConstituencyModel, DependencyModel, ExplicitModel, GraphCutModel, MatchingModel,
-                     MulticlassModel, MultiLabelModel, SemiMarkovModel, SiblingDependencyModel, TreePoseModel}
+    assert kinds == {ChainModel, ConstituencyModel, DependencyModel, ExplicitModel, GraphCRFModel, GraphCutModel,
+                     MatchingModel, MulticlassModel, MultiLabelModel, SemiMarkovModel, SiblingDependencyModel, TreePoseModel}

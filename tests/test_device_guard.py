@@ -20,7 +20,7 @@ from ssvm_torch.tasks import TASKS, load_task
 
 SIZES = {"ocr-small": 12, "ocr-large": 12, "conll2000": 8, "scene": 16, "ocr-letters": 16,
          "segmentation-synth": 5, "pose-synth": 4, "hansards": 6, "ud-ewt": 6, "conll2000-segments": 8,
-         "ud-ewt-spans": 6}
+         "ud-ewt-spans": 6, "scene-graph": 8, "ocr-graph": 8}
 
 CONFIGS = {
     "bcfw-gap": dict(solver="bcfw", sampling="gap"),

@@ -80,8 +80,14 @@ def test_bad_graph_input():
     rng = np.random.default_rng(0)
     g = random_graph(rng, 5)
     bad = GraphExample(g.X, g.edges, -g.edge_features - 1, g.y)
+    signed = GraphData([g, bad])                 # a container of any model: the cut's own check refuses it
+    with pytest.raises(SSVMInputError, match=r"data.graphs\[1\].edge_features: expected values >= 0"):
+        make_store(GraphCutModel.for_data(signed), signed, 0.1)
+    nan = GraphExample(g.X, g.edges, g.edge_features * np.nan, g.y)
     with pytest.raises(SSVMInputError, match=r"graphs\[1\].edge_features"):
-        GraphData([g, bad])
+        GraphData([g, nan])
+    with pytest.raises(SSVMInputError, match=r"data.n_states"):
+        make_store(GraphCutModel.for_data(signed), GraphData([g], n_states=3), 0.1)
     with pytest.raises(SSVMInputError, match=r"graphs\[0\].edges"):
         GraphData([GraphExample(g.X, g.edges + 10, g.edge_features, g.y)])
     with pytest.raises(SSVMInputError, match=r"graphs\[0\].y"):

@@ -230,7 +230,10 @@ def test_a_byte_order_mark_is_read_and_the_api_refuses_by_name(run_dir, tmp_path
             load_parser(run_dir / "parser.pt", device="cuda")
 
 
-@pytest.fixture(scope="module", params=["words", "words_tagfeed", "words_tagfeed_2o"])
+# the second-order words-only run (23 s to train) is slow-tier: a second-order run's parse-back stays in the fast
+# tier (test_ud_deep's tiny second-order runs) and so do the words-only outputs (the two first-order runs here)
+@pytest.fixture(scope="module", params=["words", "words_tagfeed",
+                                        pytest.param("words_tagfeed_2o", marks=pytest.mark.slow)])
 def words_run(request, tmp_path_factory):
     """One tiny words-only run (tags predicted by the LinearChain head, no gold UPOS input), its scorers reading
     the BiLSTM states only or (tagfeed) the predicted tags too; the second-order recipe (its sibling scorer

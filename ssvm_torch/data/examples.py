@@ -55,8 +55,9 @@ class FlatData:
 
 @dataclass
 class GraphExample:
-    """One segmentation example: node features (N, F), edges (E, 2) of node indices, edge
-    features (E, P) >= 0 and ground-truth labels (N,) in {0, 1}."""
+    """One labeled graph: node features (N, F), edges (E, 2) of node indices, edge features (E, P)
+    and ground-truth labels (N,) in [0, n_states) ({0, 1} for the graph cut, whose edge features
+    must also be >= 0: :class:`~ssvm_torch.models.graphcut.GraphCutModel` checks that)."""
 
     X: np.ndarray
     edges: np.ndarray
@@ -64,11 +65,12 @@ class GraphExample:
     y: np.ndarray
 
 
-def _check_graph(k: int, ex: GraphExample, F: int, P: int) -> None:
+def _check_graph(k: int, ex: GraphExample, F: int, P: int, n_states: int) -> None:
     N = ex.X.shape[0] if ex.X.ndim == 2 else -1
     check(ex.X.ndim == 2 and ex.X.shape[1] == F and N >= 1, f"graphs[{k}].X", f"an (N, {F}) array", ex.X.shape)
     check(ex.y.shape == (N,), f"graphs[{k}].y", f"shape ({N},)", ex.y.shape)
-    check(bool(np.isin(ex.y, (0, 1)).all()), f"graphs[{k}].y", "labels in {0, 1}", "other values")
+    check(bool(np.isin(ex.y, np.arange(n_states)).all()), f"graphs[{k}].y",
+          "labels in {0, 1}" if n_states == 2 else f"labels in [0, {n_states - 1}]", "other values")
     check(ex.edges.ndim == 2 and ex.edges.shape[1] == 2, f"graphs[{k}].edges", "an (E, 2) array", ex.edges.shape)
     E = ex.edges.shape[0]
     if E:
@@ -77,21 +79,30 @@ def _check_graph(k: int, ex: GraphExample, F: int, P: int) -> None:
         check(bool((ex.edges[:, 0] != ex.edges[:, 1]).all()), f"graphs[{k}].edges", "no self-loops", "a self-loop")
     check(ex.edge_features.shape == (E, P), f"graphs[{k}].edge_features", f"shape ({E}, {P})", ex.edge_features.shape)
     check(bool(np.isfinite(ex.X).all()), f"graphs[{k}].X", "finite values", "NaN or inf")
-    check(bool(np.isfinite(ex.edge_features).all()) and bool((ex.edge_features >= 0).all()),
-          f"graphs[{k}].edge_features", "finite values >= 0 (submodularity needs f_e >= 0)", "negative/NaN/inf")
+    check(bool(np.isfinite(ex.edge_features).all()), f"graphs[{k}].edge_features", "finite values", "NaN or inf")
+
+
+def check_nonnegative_edge_features(data: "GraphData", field: str = "data") -> None:
+    """The graph cut's condition f_e >= 0 (submodularity), naming the first graph that breaks it."""
+    for k, ex in enumerate(data.graphs):
+        check(bool((ex.edge_features >= 0).all()), f"{field}.graphs[{k}].edge_features",
+              "values >= 0 (submodularity needs f_e >= 0)", "negative values")
 
 
 class GraphData:
-    """Graphs stored ragged: nodes and edges of all examples concatenated, with offsets. Also holds
-    the class-balanced node weights c_{y*_v} = 1 / (2 N_k) of the graph-cut loss (1 / N when the
-    example has one class only), which depend on the labels alone."""
+    """Graphs stored ragged: nodes and edges of all examples concatenated, with offsets; labels in
+    [0, ``n_states``). Also holds the class-balanced node weights c_{y*_v} = 1 / (C N_k) of the
+    balanced Hamming loss (N_k nodes of class k in the example, C classes present in it: 1 / (2 N_k)
+    for a two-class graph, 1 / N when the example has one class only), which depend on the labels alone."""
 
-    def __init__(self, graphs: list[GraphExample], dtype=torch.float64, device=None):
+    def __init__(self, graphs: list[GraphExample], dtype=torch.float64, device=None, n_states: int = 2):
         check(len(graphs) >= 1, "graphs", "at least one example", 0)
+        check(isinstance(n_states, int) and n_states >= 2, "n_states", "an int >= 2", n_states)
         F, P = graphs[0].X.shape[1], graphs[0].edge_features.shape[1]
         for k, ex in enumerate(graphs):
-            _check_graph(k, ex, F, P)
+            _check_graph(k, ex, F, P, n_states)
         self.graphs = list(graphs)
+        self.n_states = n_states
         self.device = torch.device(device) if device is not None else torch.device("cpu")
         self.dtype = dtype
         self.n_features, self.n_edge_features = F, P
@@ -108,11 +119,8 @@ class GraphData:
         cw = np.empty(len(y))
         for i in range(len(graphs)):
             yi = y[self.node_off[i]:self.node_off[i + 1]]
-            n1 = int(yi.sum())
-            n0 = len(yi) - n1
-            both = n0 > 0 and n1 > 0
-            cw[self.node_off[i]:self.node_off[i + 1]] = np.where(
-                yi == 1, 1.0 / (2 * n1) if both else 1.0 / len(yi), 1.0 / (2 * n0) if both else 1.0 / len(yi))
+            counts = np.bincount(yi, minlength=n_states)
+            cw[self.node_off[i]:self.node_off[i + 1]] = 1.0 / (np.count_nonzero(counts) * counts[yi])
         self.cw = torch.as_tensor(cw, dtype=dtype, device=dev)
         self.node_graph = torch.as_tensor(np.repeat(np.arange(len(graphs)), sizes), device=dev)
         self.edge_graph = torch.as_tensor(np.repeat(np.arange(len(graphs)), esizes), device=dev)
@@ -129,11 +137,11 @@ class GraphData:
         device = torch.device(device) if device is not None else self.device
         if device == self.device and (dtype is None or dtype == self.dtype):
             return self
-        return GraphData(self.graphs, dtype or self.dtype, device)
+        return GraphData(self.graphs, dtype or self.dtype, device, self.n_states)
 
     def subset(self, idx) -> "GraphData":
         return GraphData([self.graphs[int(i)] for i in torch.as_tensor(idx, device=self.device).reshape(-1)],
-                         self.dtype, self.device)
+                         self.dtype, self.device, self.n_states)
 
     def ranges(self, off: np.ndarray, idx):
         """Expand the ranges off[i]:off[i+1] of the examples ``idx`` (in batch order): global ids,

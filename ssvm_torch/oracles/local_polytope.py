@@ -1,0 +1,183 @@
+"""MAP inference of a pairwise graphical model over the local marginal polytope, by linear programming.
+
+For node scores theta_v (K,) and edge scores theta_e (K, K) of a graph, the LP relaxation of
+argmax_y sum_v theta_v[y_v] + sum_{e=(a,b)} theta_e[y_a, y_b] is (Wainwright & Jordan 2008, sec. 8.4)
+
+    max_mu  sum_v <theta_v, mu_v> + sum_e <theta_e, mu_e>
+    s.t.    mu >= 0,  sum_k mu_v[k] = 1,  sum_l mu_e[k, l] = mu_a[k],  sum_k mu_e[k, l] = mu_b[l],
+
+exact (its optimum is attained at an integral labeling) on forests and for binary submodular scores,
+a relaxation elsewhere: its optimal vertex can be fractional. Used as the max oracle of the SSVM it
+trains the "relaxed" SSVM of Finley & Joachims 2008 (Kulesza & Pereira 2007): the dual's corners are
+the polytope's vertices, so Frank-Wolfe's duality gap certifies that relaxed problem exactly.
+
+The LP is solved by HiGHS' dual simplex (scipy.optimize.linprog, ``highs-ds``), which ends on a basic
+solution, a vertex of the polytope; small graphs of a batch share one LP over their disjoint union, and a
+forest needs no LP (max-sum dynamic programming finds the LP's integral optimum). A solution
+whose node marginals are all within ``SNAP`` of 0 / 1 is snapped to that integral labeling (its edge
+marginals to the outer products), so the exact cases give exact corners.
+"""
+from __future__ import annotations
+
+import numpy as np
+import scipy.sparse as sp
+from scipy.optimize import linprog
+
+#: node marginals within SNAP of 0 / 1 everywhere make the solution integral (HiGHS' vertices carry
+#: errors at its feasibility tolerance, set below to 1e-10)
+SNAP = 1e-6
+TOL = 1e-10
+#: the most variables of one LP over a disjoint union of graphs (local_polytope_batch)
+UNION_VARIABLES = 4096
+
+
+def local_polytope_constraints(n_nodes: int, edges: np.ndarray, K: int):
+    """(A_eq, b_eq) of the local polytope over x = [mu_nodes (n_nodes K) ; mu_edges (E K K)] (row-major)."""
+    E = len(edges)
+    NK = n_nodes * K
+    rows, cols, vals = [], [], []
+    # normalisation: one row per node
+    rows.append(np.repeat(np.arange(n_nodes), K))
+    cols.append(np.arange(NK))
+    vals.append(np.ones(NK))
+    if E:
+        e, k, l_ = np.meshgrid(np.arange(E), np.arange(K), np.arange(K), indexing="ij")     # (E, K, K)
+        var = NK + (e * K + k) * K + l_
+        # sum_l mu_e[k, l] - mu_a[k] = 0: row n_nodes + e K + k
+        r1 = n_nodes + e * K + k
+        rows += [r1.ravel(), (n_nodes + np.arange(E)[:, None] * K + np.arange(K)).ravel()]
+        cols += [var.ravel(), (edges[:, 0][:, None] * K + np.arange(K)).ravel()]
+        vals += [np.ones(E * K * K), -np.ones(E * K)]
+        # sum_k mu_e[k, l] - mu_b[l] = 0: row n_nodes + E K + e K + l
+        r2 = n_nodes + E * K + e * K + l_
+        rows += [r2.ravel(), (n_nodes + E * K + np.arange(E)[:, None] * K + np.arange(K)).ravel()]
+        cols += [var.ravel(), (edges[:, 1][:, None] * K + np.arange(K)).ravel()]
+        vals += [np.ones(E * K * K), -np.ones(E * K)]
+    n_rows = n_nodes + 2 * E * K
+    A = sp.csr_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))),
+                      shape=(n_rows, NK + E * K * K))
+    b = np.zeros(n_rows)
+    b[:n_nodes] = 1.0
+    return A, b
+
+
+def is_forest(n_nodes: int, edges: np.ndarray) -> bool:
+    """Whether the undirected graph has no cycle (a repeated edge is a cycle), by union-find."""
+    parent = np.arange(n_nodes)
+
+    def root(v):
+        while parent[v] != v:
+            parent[v] = parent[parent[v]]
+            v = parent[v]
+        return v
+    for a, b in edges:
+        ra, rb = root(int(a)), root(int(b))
+        if ra == rb:
+            return False
+        parent[ra] = rb
+    return True
+
+
+def forest_max_sum(theta_nodes: np.ndarray, theta_edges: np.ndarray, edges: np.ndarray) -> np.ndarray:
+    """The exact argmax labeling (N,) of a forest's scores by max-sum dynamic programming (leaves to roots,
+    then back; Pearl 1988): the LP's integral optimum on a forest, in O(E K^2)."""
+    N, K = theta_nodes.shape
+    adj = [[] for _ in range(N)]
+    for e, (a, b) in enumerate(edges):
+        adj[int(a)].append((int(b), e, True))       # from a: table [y_a, y_b]
+        adj[int(b)].append((int(a), e, False))      # from b: its transpose
+    parent, via, order = np.full(N, -1), [None] * N, []
+    seen = np.zeros(N, dtype=bool)
+    for r in range(N):
+        if seen[r]:
+            continue
+        seen[r] = True
+        stack = [r]
+        while stack:
+            v = stack.pop()
+            order.append(v)
+            for u, e, from_v in adj[v]:
+                if not seen[u]:
+                    seen[u], parent[u] = True, v
+                    via[u] = theta_edges[e].T if from_v else theta_edges[e]     # [y_u, y_v]
+                    stack.append(u)
+    belief = theta_nodes.astype(np.float64).copy()
+    back = [None] * N
+    for c in reversed(order):
+        p = parent[c]
+        if p >= 0:
+            table = belief[c][:, None] + via[c]                                  # [y_c, y_p]
+            back[c] = table.argmax(0)
+            belief[p] += table.max(0)
+    y = np.empty(N, dtype=np.int64)
+    for v in order:
+        y[v] = belief[v].argmax() if parent[v] < 0 else back[v][y[parent[v]]]
+    return y
+
+
+def integral_marginals(y: np.ndarray, edges: np.ndarray, K: int):
+    """(mu_nodes, mu_edges) of an integral labeling."""
+    mu_n = np.zeros((len(y), K))
+    mu_n[np.arange(len(y)), y] = 1.0
+    return mu_n, mu_n[edges[:, 0]][:, :, None] * mu_n[edges[:, 1]][:, None, :]
+
+
+def _solve_lp(theta_nodes: np.ndarray, theta_edges: np.ndarray, edges: np.ndarray) -> np.ndarray:
+    N, K = theta_nodes.shape
+    A, b = local_polytope_constraints(N, edges, K)
+    c = -np.concatenate([theta_nodes.ravel(), theta_edges.ravel()])
+    res = linprog(c, A_eq=A, b_eq=b, bounds=(0, None), method="highs-ds",
+                  options={"primal_feasibility_tolerance": TOL, "dual_feasibility_tolerance": TOL})
+    if res.status != 0:
+        raise RuntimeError(f"local polytope LP: HiGHS stopped with status {res.status} ({res.message}) on a graph "
+                           f"of {N} nodes and {len(edges)} edges; the scores must be finite")
+    return np.clip(res.x, 0.0, 1.0)
+
+
+def _snap(mu_n: np.ndarray, mu_e: np.ndarray, edges: np.ndarray):
+    if bool((np.minimum(mu_n, 1.0 - mu_n) < SNAP).all()):
+        return (*integral_marginals(mu_n.argmax(1), edges, mu_n.shape[1]), True)
+    return mu_n, mu_e, False
+
+
+def local_polytope_map(theta_nodes: np.ndarray, theta_edges: np.ndarray, edges: np.ndarray):
+    """(mu_nodes (N, K), mu_edges (E, K, K), integral (bool)): an optimal vertex of the local polytope LP
+    (module docstring) for node scores (N, K), edge scores (E, K, K) and edges (E, 2) of node indices
+    (edge e's score table is indexed [state of edges[e, 0], state of edges[e, 1]]). On a forest the LP is
+    tight and the vertex is the max-sum labeling (:func:`forest_max_sum`, no LP solved)."""
+    return local_polytope_batch([(theta_nodes, theta_edges, edges)])[0]
+
+
+def local_polytope_batch(problems):
+    """:func:`local_polytope_map` of each (theta_nodes, theta_edges, edges) of ``problems``: forests by
+    max-sum, the others as LPs over disjoint unions of up to ``UNION_VARIABLES`` variables (one HiGHS call
+    for many small graphs costs less than one each; a large union costs more than its parts:
+    benchmarks/bench_graph_crf.py)."""
+    out, pending = [None] * len(problems), []
+    for j, (tn, te, edges) in enumerate(problems):
+        N, K = tn.shape
+        edges = np.asarray(edges, dtype=np.int64).reshape(-1, 2)
+        if is_forest(N, edges):
+            out[j] = (*integral_marginals(forest_max_sum(tn, te, edges), edges, K), True)
+        else:
+            pending.append((j, tn, np.asarray(te).reshape(-1, K, K), edges))
+    chunk, size = [], 0
+    for item in pending + [None]:
+        n_vars = 0 if item is None else item[1].size + item[2].size
+        if chunk and (item is None or size + n_vars > UNION_VARIABLES):
+            offsets = np.cumsum([0] + [c[1].shape[0] for c in chunk])
+            x = _solve_lp(np.concatenate([c[1] for c in chunk]), np.concatenate([c[2] for c in chunk]),
+                          np.concatenate([c[3] + o for c, o in zip(chunk, offsets)]))
+            NK = int(offsets[-1]) * chunk[0][1].shape[1]
+            mu_n_all, mu_e_all = x[:NK], x[NK:]
+            n0 = e0 = 0
+            for j, tn, te, edges in chunk:
+                mu_n = mu_n_all[n0:n0 + tn.size].reshape(tn.shape)
+                mu_e = mu_e_all[e0:e0 + te.size].reshape(te.shape)
+                out[j] = _snap(mu_n, mu_e, edges)
+                n0, e0 = n0 + tn.size, e0 + te.size
+            chunk, size = [], 0
+        if item is not None:
+            chunk.append(item)
+            size += n_vars
+    return out

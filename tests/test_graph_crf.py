@@ -1,0 +1,241 @@
+"""Multi-class pairwise models on general graphs with the local-polytope LP oracle (models/graph_crf.py):
+the LP against enumeration (exact on trees, an upper bound with integral = exact on cycles), the
+feature map and loss against their definitions, every solver's gap against an independent relaxed
+primal / dual, training on trees equal to the exact oracle's, and bad input refused by name."""
+import itertools
+
+import numpy as np
+import pytest
+import torch
+
+from ssvm_torch import SSVMInputError, Solver, SolverConfig
+from ssvm_torch.data import GraphData, GraphExample
+from ssvm_torch.models import GraphCRFModel
+from ssvm_torch.oracles.local_polytope import local_polytope_map
+from ssvm_torch.stores import make_store
+
+
+def random_graph(rng, N, K, F=3, P=2, tree=False, signed=True, density=0.6):
+    if tree:
+        edges = np.array([[int(rng.integers(0, v)), v] for v in range(1, N)]).reshape(-1, 2)
+    else:
+        pairs = np.array(list(itertools.combinations(range(N), 2)))
+        keep = rng.uniform(size=len(pairs)) < density
+        edges = pairs[keep] if keep.any() else pairs[:1]
+    fe = rng.normal(size=(len(edges), P)) if signed else rng.uniform(size=(len(edges), P))
+    return GraphExample(X=rng.normal(size=(N, F)), edges=edges, edge_features=fe, y=rng.integers(0, K, size=N))
+
+
+def labelings(K, N):
+    return np.array(list(itertools.product(range(K), repeat=N)))
+
+
+def enumerate_best(model, data, w, i, augment):
+    """max over every integral labeling of <w, phi(x_i, y)> (+ L_i(y)), by enumeration."""
+    Y = torch.as_tensor(labelings(model.K, int(data.sizes[i])))
+    idx = torch.full((len(Y),), i)
+    packed = torch.stack([model.one_hot(data, torch.tensor([i]), y)[0] for y in Y])
+    vals = model.phi(data, idx, packed) @ w + (model.loss(data, idx, packed) if augment else 0.0)
+    return float(vals.max())
+
+
+@pytest.mark.parametrize("tree", [True, False])
+def test_lp_vertex_against_enumeration(tree):
+    rng = np.random.default_rng(0 if tree else 1)
+    fractional = 0
+    for _ in range(25):
+        N, K = int(rng.integers(2 if tree else 3, 6)), int(rng.integers(2, 4))
+        tn, edges = rng.normal(size=(N, K)), random_graph(rng, N, K, tree=tree, density=1.0).edges
+        te = 2 * rng.normal(size=(len(edges), K, K))
+        mu_n, mu_e, integral = local_polytope_map(tn, te, edges)
+        value = float((tn * mu_n).sum() + (te * mu_e).sum())
+        Y = labelings(K, N)
+        best = max(tn[np.arange(N), y].sum() + te[np.arange(len(edges)), y[edges[:, 0]], y[edges[:, 1]]].sum()
+                   for y in Y)
+        # a point of the local polytope: normalised, marginalisation constraints hold
+        np.testing.assert_allclose(mu_n.sum(1), 1, atol=1e-9)
+        np.testing.assert_allclose(mu_e.sum(2), mu_n[edges[:, 0]], atol=1e-9)
+        np.testing.assert_allclose(mu_e.sum(1), mu_n[edges[:, 1]], atol=1e-9)
+        assert value >= best - 1e-9                          # a relaxation
+        if tree:
+            assert integral                                  # exact on forests
+        if integral:
+            assert value == pytest.approx(best, abs=1e-9)
+            assert set(np.unique(mu_n)) <= {0.0, 1.0}
+        fractional += not integral
+    assert tree or fractional >= 3                           # the loopy fixtures do reach fractional vertices
+
+
+def test_phi_and_loss_are_their_definitions():
+    rng = np.random.default_rng(2)
+    graphs = [random_graph(rng, int(rng.integers(2, 6)), 3) for _ in range(4)]
+    data = GraphData(graphs, n_states=3)
+    for loss in ("hamming", "balanced"):
+        m = GraphCRFModel.for_data(data, loss)
+        idx = torch.tensor([2, 0, 2])
+        y = [torch.as_tensor(rng.integers(0, 3, size=len(graphs[int(i)].y))) for i in idx]
+        packed = m.one_hot(data, idx, torch.cat(y))
+        phi, L = m.phi(data, idx, packed), m.loss(data, idx, packed)
+        for b, i in enumerate(idx.tolist()):
+            g = graphs[i]
+            N = len(g.y)
+            U = np.zeros((3, g.X.shape[1] + 1))
+            for v in range(N):
+                U[int(y[b][v])] += np.append(g.X[v], 1.0)
+            V = np.zeros((g.edge_features.shape[1], 3, 3))
+            for e, (a, c) in enumerate(g.edges):
+                V[:, int(y[b][a]), int(y[b][c])] += g.edge_features[e]
+            np.testing.assert_allclose(phi[b].numpy(), np.concatenate([U.ravel(), V.ravel()]) / N, atol=1e-12)
+            wrong = y[b].numpy() != g.y
+            counts = np.bincount(g.y, minlength=3)
+            c = 1 / N if loss == "hamming" else 1 / (np.count_nonzero(counts) * counts[g.y])
+            assert float(L[b]) == pytest.approx(float((wrong * c).sum()), abs=1e-12)
+        assert m.loss(data, idx, m.gt_batch(data, idx)).abs().max() == 0
+
+
+@pytest.mark.parametrize("tree", [True, False])
+def test_oracle_is_the_lp_optimum_and_exact_on_trees(tree):
+    rng = np.random.default_rng(3)
+    graphs = [random_graph(rng, int(rng.integers(2, 6)), 3, tree=tree) for _ in range(6)]
+    data = GraphData(graphs, n_states=3)
+    m = GraphCRFModel.for_data(data)
+    for seed in range(3):
+        w = torch.as_tensor(np.random.default_rng(seed).normal(size=m.d) * 3)
+        idx = torch.arange(data.n)
+        y, H = m.oracle(w, data, idx)
+        for i in range(data.n):
+            best = enumerate_best(m, data, w, i, augment=True)
+            gt_score = float(m.phi(data, torch.tensor([i]), m.gt(data, i)) @ w)
+            if tree:
+                assert float(H[i]) == pytest.approx(best - gt_score, abs=1e-9)
+            else:
+                assert float(H[i]) >= best - gt_score - 1e-9
+        # the batch's LP gives each example's own LP optimum (value, not vertex: ties)
+        for i in range(data.n):
+            _, Hi = m.oracle(w, data, torch.tensor([i]))
+            assert float(Hi[0]) == pytest.approx(float(H[i]), abs=1e-9)
+
+
+@pytest.mark.parametrize("solver,sampling,step,cache", [
+    ("bcfw", "gap", "fw", False), ("bcfw", "uniform", "pairwise", True), ("bcfw", "perm", "away", False),
+    ("bcfw", "gap", "best", True), ("fw", "uniform", "fw", False)])
+def test_gap_equals_an_independent_relaxed_primal_minus_dual(solver, sampling, step, cache):
+    rng = np.random.default_rng(4)
+    graphs = [random_graph(rng, int(rng.integers(3, 6)), 3) for _ in range(8)]
+    data = GraphData(graphs, n_states=3)
+    m, lam = GraphCRFModel.for_data(data), 0.05
+    d = make_store(m, data, lam)
+    hist = Solver(d, SolverConfig(solver=solver, sampling=sampling, step=step, cache=cache, passes=12,
+                                  gap_check=4, seed=1)).run()
+    w = d.W_blocks.sum(0)
+    assert torch.allclose(w, d.w, atol=1e-12)
+    # relaxed H_i by an LP built here from the scores (independent of the model's batch LP)
+    H = []
+    for i in range(data.n):
+        tn, te = m.augment(m.scores(w, data, torch.tensor([i])), data, torch.tensor([i]))
+        mu_n, mu_e, _ = local_polytope_map(tn.numpy(), te.numpy(), graphs[i].edges)
+        gt = float(m.phi(data, torch.tensor([i]), m.gt(data, i)) @ w)
+        H.append(float((tn.numpy() * mu_n).sum() + (te.numpy() * mu_e).sum()) - gt)
+    primal = lam / 2 * float(w @ w) + float(np.mean(H))
+    dual = float(d.ell_i.sum()) - lam / 2 * float(w @ w)
+    # "primal" / "gap": the best certified point so far; "*_last" (when it differs): the current point w
+    last = hist[-1]
+    assert last.get("primal_last", last["primal"]) == pytest.approx(primal, abs=1e-10)
+    assert last["dual"] == pytest.approx(dual, abs=1e-10)
+    assert last.get("gap_last", last["gap"]) == pytest.approx(primal - dual, abs=1e-10)
+    assert last["gap"] >= -1e-9 and last["gap"] < hist[0]["gap"]
+
+
+def test_training_on_trees_learns_the_pairwise_table():
+    """Chains whose labels follow a fixed transition rule and whose nodes see only noise beyond the first:
+    the unaries-only model (P = 0) cannot beat chance, the pairwise one learns the rule (exact LP)."""
+    rng = np.random.default_rng(5)
+
+    def chains(n):
+        out = []
+        for _ in range(n):
+            N = int(rng.integers(4, 8))
+            y = np.empty(N, dtype=np.int64)
+            y[0] = rng.integers(0, 3)
+            for v in range(1, N):
+                y[v] = (y[v - 1] + 1) % 3
+            X = rng.normal(size=(N, 2)) * 0.1
+            X[0] = np.eye(3)[y[0]][:2] * 5 + (y[0] == 2) * -5
+            edges = np.stack([np.arange(N - 1), np.arange(1, N)], 1)
+            out.append(GraphExample(X=X, edges=edges, edge_features=np.ones((N - 1, 1)), y=y))
+        return out
+    train, test = GraphData(chains(20), n_states=3), GraphData(chains(20), n_states=3)
+    errors = {}
+    for pairwise in (False, True):
+        tr = train if pairwise else GraphData([GraphExample(g.X, g.edges, g.edge_features[:, :0], g.y)
+                                               for g in train.graphs], n_states=3)
+        te = test if pairwise else GraphData([GraphExample(g.X, g.edges, g.edge_features[:, :0], g.y)
+                                              for g in test.graphs], n_states=3)
+        m = GraphCRFModel.for_data(tr)
+        d = make_store(m, tr, 1e-3)
+        hist = Solver(d, SolverConfig(solver="bcfw", sampling="gap", passes=10, gap_check=5)).run()
+        metrics = m.metrics(d.w, te)
+        errors[pairwise] = metrics["node_error"]
+        assert metrics["fractional"] == 0.0                  # chains: the LP is exact
+        assert hist[-1]["gap"] < hist[0]["gap"]
+    assert errors[True] < 0.05 and errors[False] > 0.4, errors
+
+
+def test_bad_input_is_refused_by_name():
+    rng = np.random.default_rng(6)
+    g = random_graph(rng, 4, 3)
+    with pytest.raises(SSVMInputError, match=r"graphs\[0\].y: expected labels in \[0, 2\]"):
+        GraphData([GraphExample(g.X, g.edges, g.edge_features, g.y + 3)], n_states=3)
+    with pytest.raises(SSVMInputError, match="n_states"):
+        GraphData([g], n_states=1)
+    data = GraphData([g], n_states=3)
+    with pytest.raises(SSVMInputError, match="data.n_states: expected 4 states"):
+        make_store(GraphCRFModel(3, 2, 4), data, 0.1)
+    with pytest.raises(SSVMInputError, match="data.edge_features"):
+        make_store(GraphCRFModel(3, 1, 3), data, 0.1)
+    with pytest.raises(SSVMInputError, match="loss"):
+        GraphCRFModel(3, 2, 3, loss="zero-one")
+    m = GraphCRFModel.for_data(data)
+    with pytest.raises(SSVMInputError, match="labels: expected marginals"):
+        m.loss(data, torch.tensor([0]), m.gt_batch(data, torch.tensor([0])) * 2)
+    with pytest.raises(SSVMInputError, match=r"labels: expected a \(1, >= "):
+        m.phi(data, torch.tensor([0]), torch.zeros(1, 3))
+    with pytest.raises(SSVMInputError, match=r"w: expected shape"):
+        m.scores(torch.zeros(3), data, torch.tensor([0]))
+
+
+def test_ssvm_train_on_scene_graphs_records_the_fractional_share(tmp_path, capsys):
+    """ssvm-train --dataset scene-graph: the relaxed SSVM on real data, its records the share of fractional test
+    vertices; the model file carries the layout and loads weights-only."""
+    import json
+
+    from ssvm_torch.cli.train import main
+    out = tmp_path / "scene"
+    assert main(["--dataset", "scene-graph", "--train-size", "40", "--lam", "0.001", "--passes", "2",
+                 "--gap-check", "1", "--out", str(out)]) == 0
+    assert "Hamming loss per graph" in capsys.readouterr().out
+    last = json.loads((out / "history.json").read_text())[-1]
+    assert 0.0 <= last["test_fractional"] <= 1.0 and 0.0 < last["test_error"] < 0.3 and last["gap"] >= -1e-9
+    model = torch.load(out / "model.pt", weights_only=True)
+    assert model["feature_layout"]["inference"] == "lp" and model["w"].shape == (model["feature_layout"]["d"],)
+
+
+def test_forests_of_several_trees_and_repeated_edges():
+    """max-sum on forests of several components (edges in any direction) is the enumerated argmax; a repeated edge
+    or a cycle is no forest (the LP solves it); enumeration refuses graphs past its size by name."""
+    from ssvm_torch.oracles.local_polytope import forest_max_sum, is_forest
+    rng = np.random.default_rng(7)
+    for _ in range(20):
+        N, K = int(rng.integers(2, 7)), int(rng.integers(2, 4))
+        order = rng.permutation(N)
+        edges = np.array([[order[v], order[int(rng.integers(0, v))]][::int(rng.choice([-1, 1]))]
+                          for v in range(1, N) if rng.uniform() < 0.7], dtype=np.int64).reshape(-1, 2)
+        assert is_forest(N, edges)
+        tn, te = rng.normal(size=(N, K)), rng.normal(size=(len(edges), K, K))
+        y = forest_max_sum(tn, te, edges)
+        score = lambda y: tn[np.arange(N), y].sum() + te[np.arange(len(edges)), y[edges[:, 0]], y[edges[:, 1]]].sum()
+        assert score(y) == pytest.approx(max(score(np.array(z)) for z in labelings(K, N)), abs=1e-12)
+    assert not is_forest(3, np.array([[0, 1], [1, 0]])) and not is_forest(3, np.array([[0, 1], [1, 2], [2, 0]]))
+    g = random_graph(rng, 11, 3)
+    with pytest.raises(SSVMInputError, match=r"data.X: expected graphs of at most 65536 labelings"):
+        make_store(GraphCRFModel(3, 2, 3, inference="enumerate"), GraphData([g], n_states=3), 0.1)
