@@ -107,11 +107,12 @@ def write_side_by_side(out: str, revs: dict, rounds: int, calls: int, table: dic
     print(f"wrote {out}")
 
 
-def cases_side_by_side(script: Path, doc: str, worker, default_out: str, argv=None, calls: int = 15) -> None:
+def cases_side_by_side(script: Path, doc: str, worker, default_out: str, argv=None, calls: int = 15,
+                       dtype: str = "float32") -> None:
     """The command line of a benchmark of per-case medians ("cases": {name: ms}) at this checkout against
     ``--baseline``: ``--worker`` prints one side's ``worker(calls)``; otherwise both sides are alternated over
     ``--rounds`` (:func:`alternated_rounds`), each case's figure is the median over rounds of the round medians,
-    printed with the speed-up and written by :func:`write_side_by_side` (float32, one thread)."""
+    printed with the speed-up and written by :func:`write_side_by_side` (``dtype`` as recorded, one thread)."""
     p = argparse.ArgumentParser(description=doc.splitlines()[0])
     p.add_argument("--baseline", help="the earlier commit (any git revision; required)")
     p.add_argument("--rounds", type=int, default=5)
@@ -135,7 +136,7 @@ def cases_side_by_side(script: Path, doc: str, worker, default_out: str, argv=No
         table[key] = row
         print(f"{key}: {row['current_ms']:.2f} ms (baseline {row['baseline_ms']:.2f}, "
               f"x{row['speedup_vs_baseline']:.2f})", flush=True)
-    write_side_by_side(args.out, revs, args.rounds, args.calls, table, rounds, dtype="float32", threads=1)
+    write_side_by_side(args.out, revs, args.rounds, args.calls, table, rounds, dtype=dtype, threads=1)
 
 
 def median_ms(call, calls: int) -> float:

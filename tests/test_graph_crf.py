@@ -202,6 +202,10 @@ def test_bad_input_is_refused_by_name():
         m.phi(data, torch.tensor([0]), torch.zeros(1, 3))
     with pytest.raises(SSVMInputError, match=r"w: expected shape"):
         m.scores(torch.zeros(3), data, torch.tensor([0]))
+    w = torch.zeros(m.d)
+    w[-1] = float("nan")                           # HiGHS would not return on a NaN cost: refused first
+    with pytest.raises(SSVMInputError, match=r"scores: expected finite node and edge scores"):
+        m.oracle(w, data, torch.tensor([0]))
 
 
 def test_ssvm_train_on_scene_graphs_records_the_fractional_share(tmp_path, capsys):

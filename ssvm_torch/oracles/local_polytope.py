@@ -11,7 +11,7 @@ a relaxation elsewhere: its optimal vertex can be fractional. Used as the max or
 trains the "relaxed" SSVM of Finley & Joachims 2008 (Kulesza & Pereira 2007): the dual's corners are
 the polytope's vertices, so Frank-Wolfe's duality gap certifies that relaxed problem exactly.
 
-The LP is solved by HiGHS' dual simplex (scipy.optimize.linprog, ``highs-ds``), which ends on a basic
+The LP is solved by HiGHS' dual simplex (highspy, the HiGHS project's own bindings), which ends on a basic
 solution, a vertex of the polytope; small graphs of a batch share one LP over their disjoint union, and a
 forest needs no LP (max-sum dynamic programming finds the LP's integral optimum). A solution
 whose node marginals are all within ``SNAP`` of 0 / 1 is snapped to that integral labeling (its edge
@@ -19,9 +19,12 @@ marginals to the outer products), so the exact cases give exact corners.
 """
 from __future__ import annotations
 
+from collections import OrderedDict
+
 import numpy as np
 import scipy.sparse as sp
-from scipy.optimize import linprog
+
+from ..errors import SSVMInputError
 
 #: node marginals within SNAP of 0 / 1 everywhere make the solution integral (HiGHS' vertices carry
 #: errors at its feasibility tolerance, set below to 1e-10)
@@ -29,6 +32,9 @@ SNAP = 1e-6
 TOL = 1e-10
 #: the most variables of one LP over a disjoint union of graphs (local_polytope_batch)
 UNION_VARIABLES = 4096
+#: how many graph structures keep their HiGHS model (_highs_model)
+MODEL_CACHE = 64
+_MODELS: OrderedDict = OrderedDict()
 
 
 def local_polytope_constraints(n_nodes: int, edges: np.ndarray, K: int):
@@ -122,16 +128,53 @@ def integral_marginals(y: np.ndarray, edges: np.ndarray, K: int):
     return mu_n, mu_n[edges[:, 0]][:, :, None] * mu_n[edges[:, 1]][:, None, :]
 
 
+def _highs_model(n_nodes: int, K: int, edges: np.ndarray):
+    """A HiGHS instance holding the local polytope of this graph structure (``MODEL_CACHE`` kept, least recently
+    used dropped): building the constraint matrix and passing the model cost more than the solve itself on small
+    graphs, and a batch's graphs and a dataset's repeat their structures (benchmarks/bench_graph_crf.py)."""
+    import highspy
+    key = (n_nodes, K, edges.tobytes())
+    h = _MODELS.get(key)
+    if h is not None:
+        _MODELS.move_to_end(key)
+        return h
+    A, b = local_polytope_constraints(n_nodes, edges, K)
+    A = A.tocsc()
+    h = highspy.Highs()
+    for name, value in (("output_flag", False), ("solver", "simplex"), ("simplex_strategy", 1),
+                        ("primal_feasibility_tolerance", TOL), ("dual_feasibility_tolerance", TOL)):
+        h.setOptionValue(name, value)
+    lp = highspy.HighsLp()
+    lp.num_col_, lp.num_row_ = A.shape[1], A.shape[0]
+    lp.col_cost_ = np.zeros(A.shape[1])
+    lp.col_lower_, lp.col_upper_ = np.zeros(A.shape[1]), np.full(A.shape[1], highspy.kHighsInf)
+    lp.row_lower_, lp.row_upper_ = b, b
+    lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
+    lp.a_matrix_.start_, lp.a_matrix_.index_, lp.a_matrix_.value_ = A.indptr, A.indices, A.data
+    lp.sense_ = highspy.ObjSense.kMaximize
+    h.passModel(lp)
+    _MODELS[key] = h
+    if len(_MODELS) > MODEL_CACHE:
+        _MODELS.popitem(last=False)
+    return h
+
+
 def _solve_lp(theta_nodes: np.ndarray, theta_edges: np.ndarray, edges: np.ndarray) -> np.ndarray:
+    """An optimal vertex x of the LP by HiGHS' dual simplex from a cold start: the solver's state is cleared
+    first, so the vertex depends on the scores alone (a warm start from the last solve would make a tie's
+    vertex depend on the order of the calls, and a resumed run would leave its trajectory)."""
+    import highspy
     N, K = theta_nodes.shape
-    A, b = local_polytope_constraints(N, edges, K)
-    c = -np.concatenate([theta_nodes.ravel(), theta_edges.ravel()])
-    res = linprog(c, A_eq=A, b_eq=b, bounds=(0, None), method="highs-ds",
-                  options={"primal_feasibility_tolerance": TOL, "dual_feasibility_tolerance": TOL})
-    if res.status != 0:
-        raise RuntimeError(f"local polytope LP: HiGHS stopped with status {res.status} ({res.message}) on a graph "
-                           f"of {N} nodes and {len(edges)} edges; the scores must be finite")
-    return np.clip(res.x, 0.0, 1.0)
+    h = _highs_model(N, K, edges)
+    c = np.concatenate([theta_nodes.ravel(), theta_edges.ravel()]).astype(np.float64)
+    h.clearSolver()
+    h.changeColsCost(len(c), np.arange(len(c), dtype=np.int32), c)
+    h.run()
+    status = h.getModelStatus()
+    if status != highspy.HighsModelStatus.kOptimal:
+        raise RuntimeError(f"local polytope LP: HiGHS ended with {h.modelStatusToString(status)} on a graph of {N} "
+                           f"nodes and {len(edges)} edges (largest |score| {np.abs(c).max():.3g})")
+    return np.clip(np.asarray(h.getSolution().col_value), 0.0, 1.0)
 
 
 def _snap(mu_n: np.ndarray, mu_e: np.ndarray, edges: np.ndarray):
@@ -157,6 +200,9 @@ def local_polytope_batch(problems):
     for j, (tn, te, edges) in enumerate(problems):
         N, K = tn.shape
         edges = np.asarray(edges, dtype=np.int64).reshape(-1, 2)
+        if not (np.isfinite(tn).all() and np.isfinite(te).all()):      # HiGHS does not return on a NaN cost
+            raise SSVMInputError(f"scores: expected finite node and edge scores, got NaN or inf in graph {j} of "
+                                 "the batch (a NaN or inf in w or in the features)")
         if is_forest(N, edges):
             out[j] = (*integral_marginals(forest_max_sum(tn, te, edges), edges, K), True)
         else:
