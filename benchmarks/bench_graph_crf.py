@@ -13,7 +13,8 @@
           chain model of models/chain.py at the same lambda (its own feature map: unscaled, with first /
           last label biases), as context for the error and the time per block step.
   lp      the LP's cost: one HiGHS call per graph against one per disjoint union of many small graphs
-          (the batching of oracles/local_polytope.py), on scene's graphs and on random complete graphs.
+          (the batching of oracles/local_polytope.py), on scene's graphs and on random complete graphs; HiGHS'
+          presolve on / off on scene's graphs and a 30 x 30 grid.
 
 Writes benchmarks/results/graph_crf.json.
 Usage: python benchmarks/bench_graph_crf.py [--parts scene multilabel ocr lp] [--passes 20] [--threads 1]
@@ -30,10 +31,11 @@ import numpy as np
 import torch
 
 from ssvm_torch import Solver, SolverConfig
-from ssvm_torch.data import FlatData, load_ocr, load_scene
-from ssvm_torch.data.graph_views import ocr_graphs, scene_graphs
+from ssvm_torch.data import FlatData, GraphData, load_ocr, load_scene
+from ssvm_torch.data.graph_views import grid_example, ocr_graphs, scene_graphs
 from ssvm_torch.models import ChainModel, GraphCRFModel, MultiLabelModel
-from ssvm_torch.oracles.local_polytope import _solve_lp, local_polytope_batch
+from ssvm_torch.oracles import local_polytope
+from ssvm_torch.oracles.local_polytope import solve_lp, local_polytope_batch
 from ssvm_torch.stores import make_store
 
 RESULTS = Path(__file__).parent / "results"
@@ -120,13 +122,13 @@ def part_ocr(args) -> dict:
 
 
 def part_lp(args) -> dict:
-    """Seconds of HiGHS for the same graphs solved one by one and through local_polytope_batch (median of 3)."""
+    """Milliseconds per LP (HiGHS through oracles/local_polytope.py's cached models; median of 3 runs over each
+    case's graphs), and HiGHS' presolve on / off."""
     rng = np.random.default_rng(0)
     train, _ = scene_graphs()
     model = GraphCRFModel.for_data(train)
     w = torch.as_tensor(rng.normal(size=model.d))
-    idx = torch.arange(300)
-    tn, te = (t.numpy() for t in model.scores(w, train, idx))
+    tn, te = (t.numpy() for t in model.scores(w, train, torch.arange(300)))
     scene = [(tn[6 * b:6 * b + 6], te[15 * b:15 * b + 15], train.graphs[b].edges) for b in range(300)]
     cases = {"scene (6 nodes, 15 edges, K 2) x 300": scene}
     for N, K, G in ((10, 3, 100), (6, 10, 10)):
@@ -135,18 +137,36 @@ def part_lp(args) -> dict:
                                                      edges) for _ in range(G)]
     out = {}
     for name, problems in cases.items():
-        one, batch = [], []
+        runs = []
         for _ in range(3):
             t = time.perf_counter()
-            for tn_, te_, e in problems:
-                _solve_lp(tn_, te_, e)
-            one.append(time.perf_counter() - t)
-            t = time.perf_counter()
             local_polytope_batch(problems)
-            batch.append(time.perf_counter() - t)
-        out[name] = {"one_by_one_s": float(np.median(one)), "batched_s": float(np.median(batch))}
-        print(f"lp {name}: one by one {out[name]['one_by_one_s']:.3f} s, batched {out[name]['batched_s']:.3f} s",
-              flush=True)
+            runs.append(time.perf_counter() - t)
+        out[name] = {"ms_per_lp": 1e3 * float(np.median(runs)) / len(problems)}
+        print(f"lp {name}: {out[name]['ms_per_lp']:.3f} ms per LP", flush=True)
+    # HiGHS' presolve on / off (local_polytope.PRESOLVE) on scene's graphs one by one and on one 30 x 30 grid, K 4
+    grid = grid_example(rng.normal(size=(30, 30, 4)), rng.integers(0, 4, size=(30, 30)))
+    gdata = GraphData([grid], n_states=4)
+    gmodel = GraphCRFModel.for_data(gdata)
+    gtn, gte = (t.numpy() for t in gmodel.scores(torch.as_tensor(rng.normal(size=gmodel.d)), gdata, torch.tensor([0])))
+    presolve = {}
+    for setting in ("on", "off"):
+        local_polytope.PRESOLVE = setting
+        local_polytope.clear_model_cache()
+        times = {"scene_one_by_one_s": [], "grid_30x30_K4_s": []}
+        for _ in range(3):
+            t = time.perf_counter()
+            for tn_, te_, e in scene:
+                solve_lp(tn_, te_, e)
+            times["scene_one_by_one_s"].append(time.perf_counter() - t)
+            t = time.perf_counter()
+            solve_lp(gtn, gte, grid.edges)
+            times["grid_30x30_K4_s"].append(time.perf_counter() - t)
+        presolve[setting] = {k: float(np.median(v)) for k, v in times.items()}
+        print(f"lp presolve {setting}: {presolve[setting]}", flush=True)
+    local_polytope.PRESOLVE = "off"
+    local_polytope.clear_model_cache()
+    out["presolve"] = presolve
     return out
 
 

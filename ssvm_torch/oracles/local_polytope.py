@@ -12,8 +12,8 @@ trains the "relaxed" SSVM of Finley & Joachims 2008 (Kulesza & Pereira 2007): th
 the polytope's vertices, so Frank-Wolfe's duality gap certifies that relaxed problem exactly.
 
 The LP is solved by HiGHS' dual simplex (highspy, the HiGHS project's own bindings), which ends on a basic
-solution, a vertex of the polytope; small graphs of a batch share one LP over their disjoint union, and a
-forest needs no LP (max-sum dynamic programming finds the LP's integral optimum). A solution
+solution, a vertex of the polytope; each graph structure keeps its HiGHS model (only the costs change from
+call to call), and a forest needs no LP (max-sum dynamic programming finds the LP's integral optimum). A solution
 whose node marginals are all within ``SNAP`` of 0 / 1 is snapped to that integral labeling (its edge
 marginals to the outer products), so the exact cases give exact corners.
 """
@@ -30,11 +30,17 @@ from ..errors import SSVMInputError
 #: errors at its feasibility tolerance, set below to 1e-10)
 SNAP = 1e-6
 TOL = 1e-10
-#: the most variables of one LP over a disjoint union of graphs (local_polytope_batch)
-UNION_VARIABLES = 4096
 #: how many graph structures keep their HiGHS model (_highs_model)
 MODEL_CACHE = 64
 _MODELS: OrderedDict = OrderedDict()
+#: HiGHS' presolve, for models built from now on: off, as the local polytope's rows leave it little to remove and
+#: skipping it makes the solves faster (benchmarks/bench_graph_crf.py --parts lp: presolve on / off)
+PRESOLVE = "off"
+
+
+def clear_model_cache() -> None:
+    """Drop the cached HiGHS models (the next solve of each structure builds its model anew, with ``PRESOLVE``)."""
+    _MODELS.clear()
 
 
 def local_polytope_constraints(n_nodes: int, edges: np.ndarray, K: int):
@@ -141,7 +147,7 @@ def _highs_model(n_nodes: int, K: int, edges: np.ndarray):
     A, b = local_polytope_constraints(n_nodes, edges, K)
     A = A.tocsc()
     h = highspy.Highs()
-    for name, value in (("output_flag", False), ("solver", "simplex"), ("simplex_strategy", 1),
+    for name, value in (("output_flag", False), ("solver", "simplex"), ("simplex_strategy", 1), ("presolve", PRESOLVE),
                         ("primal_feasibility_tolerance", TOL), ("dual_feasibility_tolerance", TOL)):
         h.setOptionValue(name, value)
     lp = highspy.HighsLp()
@@ -159,7 +165,7 @@ def _highs_model(n_nodes: int, K: int, edges: np.ndarray):
     return h
 
 
-def _solve_lp(theta_nodes: np.ndarray, theta_edges: np.ndarray, edges: np.ndarray) -> np.ndarray:
+def solve_lp(theta_nodes: np.ndarray, theta_edges: np.ndarray, edges: np.ndarray) -> np.ndarray:
     """An optimal vertex x of the LP by HiGHS' dual simplex from a cold start: the solver's state is cleared
     first, so the vertex depends on the scores alone (a warm start from the last solve would make a tie's
     vertex depend on the order of the calls, and a resumed run would leave its trajectory)."""
@@ -192,11 +198,10 @@ def local_polytope_map(theta_nodes: np.ndarray, theta_edges: np.ndarray, edges: 
 
 
 def local_polytope_batch(problems):
-    """:func:`local_polytope_map` of each (theta_nodes, theta_edges, edges) of ``problems``: forests by
-    max-sum, the others as LPs over disjoint unions of up to ``UNION_VARIABLES`` variables (one HiGHS call
-    for many small graphs costs less than one each; a large union costs more than its parts:
-    benchmarks/bench_graph_crf.py)."""
-    out, pending = [None] * len(problems), []
+    """:func:`local_polytope_map` of each (theta_nodes, theta_edges, edges) of ``problems``: forests by max-sum, the
+    others one LP each (one LP over a disjoint union of small graphs was slower than solving them one by one with
+    the cached models: benchmarks/bench_graph_crf.py --parts lp)."""
+    out = []
     for j, (tn, te, edges) in enumerate(problems):
         N, K = tn.shape
         edges = np.asarray(edges, dtype=np.int64).reshape(-1, 2)
@@ -204,26 +209,9 @@ def local_polytope_batch(problems):
             raise SSVMInputError(f"scores: expected finite node and edge scores, got NaN or inf in graph {j} of "
                                  "the batch (a NaN or inf in w or in the features)")
         if is_forest(N, edges):
-            out[j] = (*integral_marginals(forest_max_sum(tn, te, edges), edges, K), True)
-        else:
-            pending.append((j, tn, np.asarray(te).reshape(-1, K, K), edges))
-    chunk, size = [], 0
-    for item in pending + [None]:
-        n_vars = 0 if item is None else item[1].size + item[2].size
-        if chunk and (item is None or size + n_vars > UNION_VARIABLES):
-            offsets = np.cumsum([0] + [c[1].shape[0] for c in chunk])
-            x = _solve_lp(np.concatenate([c[1] for c in chunk]), np.concatenate([c[2] for c in chunk]),
-                          np.concatenate([c[3] + o for c, o in zip(chunk, offsets)]))
-            NK = int(offsets[-1]) * chunk[0][1].shape[1]
-            mu_n_all, mu_e_all = x[:NK], x[NK:]
-            n0 = e0 = 0
-            for j, tn, te, edges in chunk:
-                mu_n = mu_n_all[n0:n0 + tn.size].reshape(tn.shape)
-                mu_e = mu_e_all[e0:e0 + te.size].reshape(te.shape)
-                out[j] = _snap(mu_n, mu_e, edges)
-                n0, e0 = n0 + tn.size, e0 + te.size
-            chunk, size = [], 0
-        if item is not None:
-            chunk.append(item)
-            size += n_vars
+            out.append((*integral_marginals(forest_max_sum(tn, te, edges), edges, K), True))
+            continue
+        te = np.asarray(te).reshape(-1, K, K)
+        x = solve_lp(tn, te, edges)
+        out.append(_snap(x[:N * K].reshape(N, K), x[N * K:].reshape(te.shape), edges))
     return out
