@@ -1,11 +1,10 @@
 """GraphCRFModel's LP oracle at this checkout against an earlier commit, through the API users call, side by side in
-one run: BCFW block steps on scene's complete label graphs (one LP per step), a batched oracle pass over them (LPs
-over disjoint unions) and single oracle calls on a 10 x 10 grid with K = 3 (one LP of 1,920 variables), float64,
-one torch thread.
+one run: BCFW block steps on scene's complete label graphs (one LP per step), a batched oracle pass over them (the
+baseline's LPs over disjoint unions, one cached LP per structure now) and single oracle calls on a 10 x 10 grid
+with K = 3 (one LP of 1,920 variables), float64, one torch thread.
 
-Each side runs in its own worker process importing its checkout's package (``commits.py``: a temporary git
-worktree of the earlier commit), the sides alternated over rounds after one warm-up run each; a worker times every
-call ``--calls`` times after one untimed call. The figure per side is the median over rounds of each round's median.
+Method: commits.cases_side_by_side (each side in its own worker process on its own checkout, the sides alternated
+over rounds; the figure per side is the median over rounds of each round's median of ``--calls`` timed calls).
 
 Usage: python benchmarks/bench_graph_crf_commits.py --baseline 92ab1ec [--rounds 5] [--calls 5]
        [--out benchmarks/results/graph_crf_commits.json]
