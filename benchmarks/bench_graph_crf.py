@@ -12,9 +12,8 @@
   ocr     OCR-small words as letter chains (forests: the LP is exact, solved by max-sum), against the
           chain model of models/chain.py at the same lambda (its own feature map: unscaled, with first /
           last label biases), as context for the error and the time per block step.
-  lp      the LP's cost: one HiGHS call per graph against one per disjoint union of many small graphs
-          (the batching of oracles/local_polytope.py), on scene's graphs and on random complete graphs; HiGHS'
-          presolve on / off on scene's graphs and a 30 x 30 grid.
+  lp      the LP's cost: milliseconds per LP (oracles/local_polytope.py's cached HiGHS models) on scene's graphs
+          and on random complete graphs; HiGHS' presolve on / off on scene's graphs and a 30 x 30 grid.
 
 Writes benchmarks/results/graph_crf.json.
 Usage: python benchmarks/bench_graph_crf.py [--parts scene multilabel ocr lp] [--passes 20] [--threads 1]
@@ -49,29 +48,43 @@ def fit(model, train, lam, passes):
     return store, hist, time.perf_counter() - t
 
 
+def held_out_split(n: int):
+    """(fit, held-out) indices, sorted: a seeded random fifth (242 of scene's 1,211) held out, because scene's
+    training file is sorted by label set."""
+    perm = np.random.default_rng(0).permutation(n)
+    return np.sort(perm[242:]), np.sort(perm[:242])
+
+
+def select_and_refit(model, subset, lams, passes, label) -> tuple[dict, object]:
+    """lambda by the held-out error of fits on the rest of train (``subset(indices)`` gives a training subset,
+    ``subset(None)`` all of train), the best (ties: the largest lambda) refit on all of train: (record, store)."""
+    n = subset(None).n
+    fit_i, held_i = held_out_split(n)
+    fit_data, held = subset(fit_i), subset(held_i)
+    grid = []
+    for lam in lams:
+        store, hist, secs = fit(model, fit_data, lam, passes)
+        held_error = model.metrics(store.w, held)["error"]
+        grid.append({"lam": lam, "held_out_error": held_error, "gap": hist[-1]["gap"], "seconds": secs})
+        print(f"scene {label} lam {lam:.0e}: held-out Hamming {held_error:.4f}, gap {hist[-1]['gap']:.2e}, "
+              f"{secs:.1f} s", flush=True)
+    best = min(grid, key=lambda r: (r["held_out_error"], -r["lam"]))
+    store, hist, secs = fit(model, subset(None), best["lam"], passes)
+    return {"grid": grid, "lam": best["lam"], "gap": hist[-1]["gap"], "passes": hist[-1]["passes"],
+            "seconds": secs, "seconds_per_pass": secs / hist[-1]["passes"]}, store
+
+
 def part_scene(args) -> dict:
     train, test = scene_graphs()
-    # scene's training file is sorted by label set: the held-out fifth is a seeded random one
-    perm = np.random.default_rng(0).permutation(train.n)
-    fit_data, held = train.subset(np.sort(perm[242:])), train.subset(np.sort(perm[:242]))
     out = {}
     for inference in ("lp", "enumerate"):
         model = GraphCRFModel.for_data(train, inference=inference)
-        grid = []
-        for lam in args.lams:
-            store, hist, secs = fit(model, fit_data, lam, args.passes)
-            held_error = model.metrics(store.w, held)["error"]
-            grid.append({"lam": lam, "held_out_error": held_error, "gap": hist[-1]["gap"], "seconds": secs})
-            print(f"scene {inference} lam {lam:.0e}: held-out Hamming {held_error:.4f}, gap {hist[-1]['gap']:.2e}, "
-                  f"{secs:.1f} s", flush=True)
-        best = min(grid, key=lambda r: (r["held_out_error"], -r["lam"]))
-        store, hist, secs = fit(model, train, best["lam"], args.passes)
+        record, store = select_and_refit(model, lambda i: train if i is None else train.subset(i), args.lams,
+                                         args.passes, inference)
         m = model.metrics(store.w, test)
-        out[inference] = {"grid": grid, "lam": best["lam"], "test_error": m["error"],
-                          "test_fractional": m["fractional"], "gap": hist[-1]["gap"], "passes": hist[-1]["passes"],
-                          "seconds": secs, "seconds_per_pass": secs / hist[-1]["passes"]}
-        print(f"scene {inference} refit at lam {best['lam']:.0e}: test Hamming {m['error']:.4f}, fractional test "
-              f"vertices {m['fractional']:.4f}, gap {hist[-1]['gap']:.2e}, {secs / hist[-1]['passes']:.2f} s per pass",
+        out[inference] = {**record, "test_error": m["error"], "test_fractional": m["fractional"]}
+        print(f"scene {inference} refit at lam {record['lam']:.0e}: test Hamming {m['error']:.4f}, fractional test "
+              f"vertices {m['fractional']:.4f}, gap {record['gap']:.2e}, {record['seconds_per_pass']:.2f} s per pass",
               flush=True)
     return out
 
@@ -80,22 +93,14 @@ def part_multilabel(args) -> dict:
     """models/flat.py's MultiLabelModel (the same graph, no 1/N, exact) under the same protocol: held-out fifth,
     its own lambda grid (``--multilabel-lams``), refit, test once."""
     Xtr, Ytr, Xte, Yte = load_scene()
-    perm = np.random.default_rng(0).permutation(len(Ytr))
-    fit_i, held_i = torch.as_tensor(np.sort(perm[242:])), torch.as_tensor(np.sort(perm[:242]))
     model = MultiLabelModel(Xtr.shape[1], Ytr.shape[1])
-    grid = []
-    for lam in args.multilabel_lams:
-        store, hist, secs = fit(model, FlatData(Xtr[fit_i], Ytr[fit_i]), lam, args.passes)
-        held_error = model.metrics(store.w, FlatData(Xtr[held_i], Ytr[held_i]))["error"]
-        grid.append({"lam": lam, "held_out_error": held_error, "gap": hist[-1]["gap"], "seconds": secs})
-        print(f"scene multilabel lam {lam:.0e}: held-out Hamming {held_error:.4f}, gap {hist[-1]['gap']:.2e}",
-              flush=True)
-    best = min(grid, key=lambda r: (r["held_out_error"], -r["lam"]))
-    store, hist, secs = fit(model, FlatData(Xtr, Ytr), best["lam"], args.passes)
+
+    def subset(i):
+        return FlatData(Xtr, Ytr) if i is None else FlatData(Xtr[torch.as_tensor(i)], Ytr[torch.as_tensor(i)])
+    record, store = select_and_refit(model, subset, args.multilabel_lams, args.passes, "multilabel")
     test_error = model.metrics(store.w, FlatData(Xte, Yte))["error"]
-    print(f"scene multilabel refit at lam {best['lam']:.0e}: test Hamming {test_error:.4f}", flush=True)
-    return {"grid": grid, "lam": best["lam"], "test_error": test_error, "gap": hist[-1]["gap"], "seconds": secs,
-            "seconds_per_pass": secs / hist[-1]["passes"]}
+    print(f"scene multilabel refit at lam {record['lam']:.0e}: test Hamming {test_error:.4f}", flush=True)
+    return {**record, "test_error": test_error}
 
 
 def part_ocr(args) -> dict:

@@ -245,12 +245,10 @@ def _segmentation(name, train_size=None, unary_only=False, device=None, dtype=to
                    nonnegative=model.pairwise_index if model.pairwise else None)
 
 
-def _graph_crf(name, train_size=None, unary_only=False, device=None, dtype=torch.float64) -> Problem:
-    """A shipped dataset as labeled graphs (data/graph_views.py) under the multi-class pairwise model with the
-    local-polytope LP oracle: scene's complete label graphs (a relaxation) or OCR's letter chains (exact)."""
-    from .data.graph_views import ocr_graphs, scene_graphs
+def _graph_crf_problem(name, train, test, train_size) -> Problem:
+    """Labeled graphs (data/graph_views.py) under the multi-class pairwise model with the local-polytope LP
+    oracle; ``train_size``: the first training graphs."""
     from .models.graph_crf import GraphCRFModel
-    train, test = scene_graphs(dtype, device) if name == "scene-graph" else ocr_graphs("small", dtype, device)
     train = train.subset(range(_keep(train.n, train_size))) if train_size else train
     model = GraphCRFModel.for_data(train)
 
@@ -260,6 +258,18 @@ def _graph_crf(name, train_size=None, unary_only=False, device=None, dtype=torch
                 "test_position_error": te["node_error"], "test_fractional": te["fractional"]}
     return Problem(name, model, train, test, evaluate, "Hamming loss per graph (share of wrong nodes)",
                    "per-node error")
+
+
+def _scene_graph(name, train_size=None, unary_only=False, device=None, dtype=torch.float64) -> Problem:
+    """Scene's complete label graphs (the LP is a relaxation there)."""
+    from .data.graph_views import scene_graphs
+    return _graph_crf_problem(name, *scene_graphs(dtype, device), train_size)
+
+
+def _ocr_graph(name, train_size=None, unary_only=False, device=None, dtype=torch.float64) -> Problem:
+    """OCR-small's words as letter chains (the LP is exact there: max-sum on the forest)."""
+    from .data.graph_views import ocr_graphs
+    return _graph_crf_problem(name, *ocr_graphs("small", dtype, device), train_size)
 
 
 def _pose(name, train_size=None, unary_only=False, device=None, dtype=torch.float64) -> Problem:
@@ -320,9 +330,9 @@ TASKS: dict[str, Task] = {t.name: t for t in (
     Task("ocr-letters", _ocr_letters, "OCR letters as independent multiclass examples"),
     Task("segmentation-synth", _segmentation, "graph-cut segmentation of synthetic superpixel graphs",
          train_size=True, unary_only=True),
-    Task("scene-graph", _graph_crf, "scene as complete 6-node label graphs, multi-class pairwise model with the "
+    Task("scene-graph", _scene_graph, "scene as complete 6-node label graphs, multi-class pairwise model with the "
          "local-polytope LP oracle (a relaxation)", train_size=True),
-    Task("ocr-graph", _graph_crf, "OCR-small words as letter chains, multi-class pairwise model with the "
+    Task("ocr-graph", _ocr_graph, "OCR-small words as letter chains, multi-class pairwise model with the "
          "local-polytope LP oracle (exact on chains)", train_size=True),
     Task("pose-synth", _pose, "tree-structured pose of synthetic stick figures", train_size=True, unary_only=True),
     Task("hansards", _hansards, "Hansards word alignment by matching with NULL", train_size=True),

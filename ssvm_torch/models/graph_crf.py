@@ -261,8 +261,8 @@ class GraphCRFModel(StructuredModel):
         return theta_n + wrong * self._weights(data, idx)[:, None], theta_e
 
     def decode(self, scores, data: GraphData, idx) -> torch.Tensor:
-        """An optimal vertex of the local polytope of the batch's graphs (one LP on their disjoint union,
-        on the host), packed; integral on forests."""
+        """An optimal vertex of the local polytope of each of the batch's graphs (an LP per graph on the host, or
+        max-sum on a forest; by enumeration with ``inference="enumerate"``), packed; integral on forests."""
         return self._solve(scores, data, idx)[0]
 
     def _solve(self, scores, data: GraphData, idx):

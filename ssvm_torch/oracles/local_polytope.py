@@ -168,7 +168,8 @@ def _highs_model(n_nodes: int, K: int, edges: np.ndarray):
 def solve_lp(theta_nodes: np.ndarray, theta_edges: np.ndarray, edges: np.ndarray) -> np.ndarray:
     """An optimal vertex x of the LP by HiGHS' dual simplex from a cold start: the solver's state is cleared
     first, so the vertex depends on the scores alone (a warm start from the last solve would make a tie's
-    vertex depend on the order of the calls, and a resumed run would leave its trajectory)."""
+    vertex depend on the order of the calls, and a resumed run would leave its trajectory). The scores must be
+    finite (:func:`local_polytope_batch` checks them)."""
     import highspy
     N, K = theta_nodes.shape
     h = _highs_model(N, K, edges)
@@ -199,13 +200,14 @@ def local_polytope_map(theta_nodes: np.ndarray, theta_edges: np.ndarray, edges: 
 
 def local_polytope_batch(problems):
     """:func:`local_polytope_map` of each (theta_nodes, theta_edges, edges) of ``problems``: forests by max-sum, the
-    others one LP each (one LP over a disjoint union of small graphs was slower than solving them one by one with
-    the cached models: benchmarks/bench_graph_crf.py --parts lp)."""
+    others one LP each (the first version's LPs over disjoint unions of small graphs were slower than these
+    cached models solved one by one: benchmarks/bench_graph_crf_commits.py). Non-finite scores are refused here,
+    for both paths: HiGHS does not return on a NaN cost, and max-sum would return a meaningless labeling."""
     out = []
     for j, (tn, te, edges) in enumerate(problems):
         N, K = tn.shape
         edges = np.asarray(edges, dtype=np.int64).reshape(-1, 2)
-        if not (np.isfinite(tn).all() and np.isfinite(te).all()):      # HiGHS does not return on a NaN cost
+        if not (np.isfinite(tn).all() and np.isfinite(te).all()):
             raise SSVMInputError(f"scores: expected finite node and edge scores, got NaN or inf in graph {j} of "
                                  "the batch (a NaN or inf in w or in the features)")
         if is_forest(N, edges):
