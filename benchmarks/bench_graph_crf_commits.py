@@ -1,5 +1,7 @@
 """GraphCRFModel's LP oracle at this checkout against an earlier commit, through the API users call, side by side in
-one run: BCFW block steps on scene's complete label graphs (one LP per step), a batched oracle pass over them (the
+one run: BCFW block steps on scene's complete label graphs (one LP per step) and on OCR words as letter chains
+(max-sum per step), through the store ``make_store`` picks (the compiled host structure on CPU float64 since
+stores/host_graph_crf.py; the torch model before), a batched oracle pass over them (the
 baseline's LPs over disjoint unions, one cached LP per structure now) and single oracle calls on a 10 x 10 grid
 with K = 3 (one LP of 1,920 variables), float64, one torch thread.
 
@@ -8,6 +10,8 @@ over rounds; the figure per side is the median over rounds of each round's media
 
 Usage: python benchmarks/bench_graph_crf_commits.py --baseline 92ab1ec [--rounds 5] [--calls 5]
        [--out benchmarks/results/graph_crf_commits.json]
+       (the host structure against the torch store: --baseline 920d687
+        --out benchmarks/results/graph_crf_host_commits.json)
 """
 from __future__ import annotations
 
@@ -26,7 +30,7 @@ def worker(calls: int) -> dict:
     import ssvm_torch
     from ssvm_torch import Solver, SolverConfig, make_store
     from ssvm_torch.data import GraphData
-    from ssvm_torch.data.graph_views import grid_example, scene_graphs
+    from ssvm_torch.data.graph_views import grid_example, ocr_graphs, scene_graphs
     from ssvm_torch.models import GraphCRFModel
     out = {"module": ssvm_torch.__file__, "cases": {}}
     train, _ = scene_graphs()
@@ -38,6 +42,14 @@ def worker(calls: int) -> dict:
         Solver(make_store(model, scene, 3e-3), SolverConfig(solver="bcfw", sampling="perm", passes=1,
                                                            gap_check=10, seed=0)).run()
     out["cases"]["scene_200_graphs_one_bcfw_pass"] = median_ms(bcfw_pass, calls)
+    words, _ = ocr_graphs("small")
+    words = words.subset(np.arange(200))
+    chain_model = GraphCRFModel.for_data(words)
+
+    def chain_pass():
+        Solver(make_store(chain_model, words, 1e-2), SolverConfig(solver="bcfw", sampling="perm", passes=1,
+                                                                  gap_check=10, seed=0)).run()
+    out["cases"]["ocr_200_word_chains_one_bcfw_pass"] = median_ms(chain_pass, calls)
     out["cases"]["scene_200_graphs_batched_oracle"] = median_ms(
         lambda: model.oracle(w, scene, torch.arange(scene.n)), calls)
     rng = np.random.default_rng(2)

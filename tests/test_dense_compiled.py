@@ -13,7 +13,8 @@ from ssvm_torch.stores import BoxedDual, CompiledDenseDual, CompiledMatchingDual
 from ssvm_torch.stores.host_structures import host_structure
 from ssvm_torch.tasks import load_task
 
-DENSE = {"scene": 14, "ocr-letters": 20, "segmentation-synth": 6, "pose-synth": 5, "hansards": 6}
+DENSE = {"scene": 14, "ocr-letters": 20, "segmentation-synth": 6, "pose-synth": 5, "hansards": 6, "scene-graph": 12,
+         "ocr-graph": 10}
 
 STEPS = {
     "fw-gap": dict(sampling="gap"),

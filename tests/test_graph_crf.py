@@ -301,3 +301,44 @@ def test_symmetric_edge_features_make_the_orientation_irrelevant():
     np.testing.assert_allclose(phi[1].numpy(), (M[1] + M[1].T) / 2, atol=1e-12)
     with pytest.raises(SSVMInputError, match=r"symmetric_edge_features: expected distinct .* in \[0, 1\]"):
         GraphCRFModel(3, 2, 3, symmetric_edge_features=[2])
+
+
+@pytest.mark.parametrize("options", [dict(), dict(loss="balanced", symmetric_edge_features=[1]),
+                                     dict(inference="enumerate", symmetric_edge_features=[0, 1]), dict(P=0)])
+def test_the_compiled_store_is_the_torch_store_on_loopy_graphs(options):
+    """The host structure (stores/host_graph_crf.py) returns the torch model's corners, features and losses on
+    graphs with cycles (fractional LP vertices among them), for each loss, inference and tied table, and a seeded
+    BCFW run with pairwise steps and the cache on the compiled store ends where the torch store's does (1e-10)."""
+    from ssvm_torch.stores import CompiledDenseDual
+    from ssvm_torch.stores.host_structures import host_structure
+    options = dict(options)
+    P = options.pop("P", 2)
+    rng = np.random.default_rng(11)
+    graphs = [random_graph(rng, int(rng.integers(3, 7)), 3, P=P, density=1.0) for _ in range(10)]
+    data = GraphData(graphs, n_states=3)
+    m = GraphCRFModel.for_data(data, **options)
+    host = host_structure(m, data)
+    fractional = 0
+    for trial in range(8):
+        w = torch.as_tensor(rng.normal(size=m.d) * (30.0 if trial else 0.0))
+        for i in range(data.n):
+            idx = torch.tensor([i])
+            y_ref, H_ref = m.oracle(w, data, idx)
+            y, cols, vals, L = host.corner(w.numpy(), i)
+            assert m.key(y) == m.key(y_ref[0]), (trial, i)
+            fractional += bool(((y > 1e-9) & (y < 1 - 1e-9)).any())
+            torch.testing.assert_close(torch.as_tensor(vals)[cols], m.phi(data, idx, y_ref)[0], rtol=0, atol=1e-12)
+            assert L == pytest.approx(float(m.loss(data, idx, y_ref)[0]), abs=1e-12)
+            assert m.key(host.gt(i)) == m.key(m.gt(data, i))
+    if options.get("inference", "lp") == "lp" and P:
+        assert fractional >= 5, fractional              # the relaxation's fractional corners are covered
+    runs = []
+    for kernels in ("numba", "torch"):
+        d = make_store(m, data, 0.02, kernels=kernels)
+        assert isinstance(d, CompiledDenseDual) == (kernels == "numba")
+        Solver(d, SolverConfig(solver="bcfw", sampling="gap", step="pairwise", cache=True, passes=6, gap_check=2,
+                               seed=3)).run()
+        runs.append(d)
+    torch.testing.assert_close(runs[0].W_blocks, runs[1].W_blocks, rtol=0, atol=1e-10)
+    torch.testing.assert_close(runs[0].w, runs[1].w, rtol=0, atol=1e-10)
+    torch.testing.assert_close(runs[0].gap_pass().block_gaps, runs[1].gap_pass().block_gaps, rtol=0, atol=1e-10)

@@ -198,22 +198,34 @@ def local_polytope_map(theta_nodes: np.ndarray, theta_edges: np.ndarray, edges: 
     return local_polytope_batch([(theta_nodes, theta_edges, edges)])[0]
 
 
+def solve_graph(theta_nodes: np.ndarray, theta_edges: np.ndarray, edges: np.ndarray, forest: bool):
+    """:func:`local_polytope_map` of one graph whose forest-ness the caller knows (edges (E, 2) int64, theta_edges
+    (E, K, K)): max-sum on a forest, else one LP. Non-finite scores are refused by the caller."""
+    K = theta_nodes.shape[1]
+    if forest:
+        return (*integral_marginals(forest_max_sum(theta_nodes, theta_edges, edges), edges, K), True)
+    x = solve_lp(theta_nodes, theta_edges, edges)
+    N = theta_nodes.shape[0]
+    return _snap(x[:N * K].reshape(N, K), x[N * K:].reshape(theta_edges.shape), edges)
+
+
+def check_finite_scores(theta_nodes: np.ndarray, theta_edges: np.ndarray, j: int = 0) -> None:
+    """Refuse NaN / inf scores by name: HiGHS does not return on a NaN cost, and max-sum would return a
+    meaningless labeling."""
+    if not (np.isfinite(theta_nodes).all() and np.isfinite(theta_edges).all()):
+        raise SSVMInputError(f"scores: expected finite node and edge scores, got NaN or inf in graph {j} of "
+                             "the batch (a NaN or inf in w or in the features)")
+
+
 def local_polytope_batch(problems):
     """:func:`local_polytope_map` of each (theta_nodes, theta_edges, edges) of ``problems``: forests by max-sum, the
     others one LP each (the first version's LPs over disjoint unions of small graphs were slower than these
     cached models solved one by one: benchmarks/bench_graph_crf_commits.py). Non-finite scores are refused here,
-    for both paths: HiGHS does not return on a NaN cost, and max-sum would return a meaningless labeling."""
+    for both paths (:func:`check_finite_scores`)."""
     out = []
     for j, (tn, te, edges) in enumerate(problems):
         N, K = tn.shape
         edges = np.asarray(edges, dtype=np.int64).reshape(-1, 2)
-        if not (np.isfinite(tn).all() and np.isfinite(te).all()):
-            raise SSVMInputError(f"scores: expected finite node and edge scores, got NaN or inf in graph {j} of "
-                                 "the batch (a NaN or inf in w or in the features)")
-        if is_forest(N, edges):
-            out.append((*integral_marginals(forest_max_sum(tn, te, edges), edges, K), True))
-            continue
-        te = np.asarray(te).reshape(-1, K, K)
-        x = solve_lp(tn, te, edges)
-        out.append(_snap(x[:N * K].reshape(N, K), x[N * K:].reshape(te.shape), edges))
+        check_finite_scores(tn, te, j)
+        out.append(solve_graph(tn, np.asarray(te).reshape(-1, K, K), edges, is_forest(N, edges)))
     return out

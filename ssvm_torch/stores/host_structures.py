@@ -17,14 +17,16 @@ on host arrays built by numba, without tensors.
 from __future__ import annotations
 
 from ..models.flat import MulticlassModel, MultiLabelModel
+from ..models.graph_crf import GraphCRFModel
 from ..models.graphcut import GraphCutModel
 from ..models.matching import MatchingModel
 from ..models.pose import TreePoseModel
 from .host_flat import MulticlassHost, MultiLabelHost
+from .host_graph_crf import GraphCRFHost
 from .host_graphs import GraphCutHost, MatchingHost, TreePoseHost
 
 HOSTS = {MulticlassModel: MulticlassHost, MultiLabelModel: MultiLabelHost, GraphCutModel: GraphCutHost,
-         TreePoseModel: TreePoseHost, MatchingModel: MatchingHost}
+         TreePoseModel: TreePoseHost, MatchingModel: MatchingHost, GraphCRFModel: GraphCRFHost}
 
 
 def host_structure(model, data):

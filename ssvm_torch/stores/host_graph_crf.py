@@ -1,0 +1,169 @@
+"""Host structure (stores/host_structures.py) of :class:`~ssvm_torch.models.graph_crf.GraphCRFModel`: one graph at
+a time on host arrays, for the compiled block steps of stores/dense_compiled.py.
+
+The torch model spends most of a block step in tensor calls around the oracle (the layout of the batch's
+marginals, phi by a segmented outer product, the loss, the labelings' value checks), where the LP of a small
+graph takes a fraction of that. Here the factor scores, phi and the loss are numba loops over each node's
+nonzero features (scene's nodes carry 295 of their 1,770 columns), and the LP / max-sum / enumeration are the
+model's own (oracles/local_polytope.py, ``enumerate_map``), on the same scores: the torch model stays the
+reference (tests/test_dense_compiled.py holds the two equal).
+
+A labeling is the model's marginal vector [mu_nodes (N K) ; mu_edges (E K K)] (float64, row-major); a batch
+of them is stacked as the torch model's, padded with -1.
+"""
+from __future__ import annotations
+
+import numba as nb
+import numpy as np
+import scipy.sparse as sp
+import torch
+
+from ..models.graph_crf import GraphCRFModel, enumerate_map
+from ..oracles.local_polytope import check_finite_scores, integral_marginals, is_forest, solve_graph
+from .host_flat import as_host
+
+
+@nb.njit(cache=True)
+def _scores(indptr, cols, vals, y, c, Fe, w, K, F, sym, inv, tn, te):
+    """Loss-augmented node scores tn (N, K) = (<W_k, [x_v, 1]> + [k != y_v] c_v ... ) and edge scores te (E, K, K)
+    = sum_p f_e[p] V_p (V_p tied symmetric where ``sym[p]``), as GraphCRFModel.scores + augment; the 1/N on
+    <w, phi> only (the loss weights c_v carry their own)."""
+    N = y.shape[0]
+    for v in range(N):
+        for k in range(K):
+            s = w[k * F + F - 1]
+            for j in range(indptr[v], indptr[v + 1]):
+                s += vals[j] * w[k * F + cols[j]]
+            tn[v, k] = s * inv + (0.0 if k == y[v] else c[v])
+    P = Fe.shape[1]
+    if P == 0:
+        return
+    du, KK = K * F, K * K
+    V = np.empty((P, K, K))
+    for p in range(P):
+        for k in range(K):
+            for m in range(K):
+                a = w[du + p * KK + k * K + m]
+                V[p, k, m] = 0.5 * (a + w[du + p * KK + m * K + k]) if sym[p] else a
+    for e in range(Fe.shape[0]):
+        for k in range(K):
+            for m in range(K):
+                s = 0.0
+                for p in range(P):
+                    s += Fe[e, p] * V[p, k, m]
+                te[e, k, m] = s * inv
+
+
+@nb.njit(cache=True)
+def _features(indptr, cols, vals, Fe, mu, K, F, sym, inv, out):
+    """phi(x, mu) into ``out`` (d): the unary blocks mu_v[k] [x_v, 1] and the pairwise sums f_e[p] mu_e[k, m],
+    symmetrized where ``sym[p]``, all times 1/N (GraphCRFModel.phi)."""
+    out[:] = 0.0
+    N = indptr.shape[0] - 1
+    for v in range(N):
+        for k in range(K):
+            m = mu[v * K + k]
+            if m == 0.0:
+                continue
+            base = k * F
+            for j in range(indptr[v], indptr[v + 1]):
+                out[base + cols[j]] += m * vals[j]
+            out[base + F - 1] += m
+    P = Fe.shape[1]
+    du, KK, off = K * F, K * K, N * K
+    for e in range(Fe.shape[0]):
+        for km in range(KK):
+            m = mu[off + e * KK + km]
+            if m == 0.0:
+                continue
+            for p in range(P):
+                out[du + p * KK + km] += Fe[e, p] * m
+    for p in range(P):
+        if sym[p]:
+            for k in range(K):
+                for m in range(k + 1, K):
+                    a, b = du + p * KK + k * K + m, du + p * KK + m * K + k
+                    t = 0.5 * (out[a] + out[b])
+                    out[a], out[b] = t, t
+    for j in range(out.shape[0]):
+        out[j] *= inv
+
+
+@nb.njit(cache=True)
+def _loss(mu, y, c, K):
+    """sum_v c_v (1 - mu_v[y_v]) (GraphCRFModel.loss)."""
+    s = 0.0
+    for v in range(y.shape[0]):
+        s += c[v] * (1.0 - mu[v * K + y[v]])
+    return s
+
+
+class GraphCRFHost:
+    def stack(self, labelings):
+        out = np.full((len(labelings), max(len(y) for y in labelings)), -1.0)
+        for r, y in enumerate(labelings):
+            out[r, :len(y)] = y
+        return torch.from_numpy(out)
+
+    def __init__(self, model: GraphCRFModel, data):
+        self.K, self.F, self.d = model.K, model.F, model.d
+        self.enumerate = model.inference == "enumerate"
+        self.pairwise = model.P > 0
+        self.sym = np.zeros(model.P, dtype=np.bool_)
+        self.sym[list(model.symmetric)] = True
+        X = sp.csr_matrix(as_host(data.X))
+        y, Fe = as_host(data.y).astype(np.int64), as_host(data.Fe)
+        edges = as_host(data.edges_local).astype(np.int64)
+        c = as_host(data.cw) if model.loss_name == "balanced" else np.repeat(as_host(data.inv_size), data.node_off[1:]
+                                                                                - data.node_off[:-1])
+        inv = as_host(data.inv_size)
+        no, eo = data.node_off, data.edge_off
+        self.ex = []
+        for i in range(data.n):
+            Xi = X[no[i]:no[i + 1]]
+            e = np.ascontiguousarray(edges[eo[i]:eo[i + 1]])
+            n = int(no[i + 1] - no[i])
+            self.ex.append((Xi.indptr.astype(np.int64), Xi.indices.astype(np.int64), Xi.data.astype(np.float64),
+                            y[no[i]:no[i + 1]], c[no[i]:no[i + 1]], np.ascontiguousarray(Fe[eo[i]:eo[i + 1]]), e,
+                            float(inv[i]), is_forest(n, e)))
+        self.cols = np.arange(self.d, dtype=np.int64)
+
+    def _mu(self, i, y) -> np.ndarray:
+        """The labeling as a float64 vector of this example's length (batched ones are padded with -1)."""
+        ex = self.ex[i]
+        n = (len(ex[0]) - 1) * self.K + len(ex[6]) * self.K * self.K
+        mu = y.detach().cpu().numpy() if torch.is_tensor(y) else np.asarray(y)
+        return np.ascontiguousarray(mu[:n], dtype=np.float64)
+
+    @staticmethod
+    def _pack(mu_n, mu_e) -> np.ndarray:
+        return np.concatenate([mu_n.ravel(), mu_e.ravel()]).astype(np.float64)
+
+    def gt(self, i):
+        ex = self.ex[i]
+        return self._pack(*integral_marginals(ex[3], ex[6], self.K))
+
+    def features(self, i, y):
+        indptr, cols, vals, _, _, Fe, _, inv, _ = self.ex[i]
+        out = np.empty(self.d)
+        _features(indptr, cols, vals, Fe, self._mu(i, y), self.K, self.F, self.sym, inv, out)
+        return self.cols, out
+
+    def loss(self, i, y):
+        ex = self.ex[i]
+        return float(_loss(self._mu(i, y), ex[3], ex[4], self.K))
+
+    def corner(self, w, i):
+        indptr, cols, vals, y, c, Fe, edges, inv, forest = self.ex[i]
+        K = self.K
+        tn, te = np.empty((len(y), K)), np.zeros((len(edges), K, K))
+        _scores(indptr, cols, vals, y, c, Fe, w, K, self.F, self.sym, inv, tn, te)
+        if not self.pairwise:                     # the torch model's argmax per node (no LP, no check there)
+            mu_n, mu_e = integral_marginals(tn.argmax(1), edges, K)
+        else:
+            check_finite_scores(tn, te)
+            mu_n, mu_e, _ = enumerate_map(tn, te, edges) if self.enumerate else solve_graph(tn, te, edges, forest)
+        mu = self._pack(mu_n, mu_e)
+        out = np.empty(self.d)
+        _features(indptr, cols, vals, Fe, mu, K, self.F, self.sym, inv, out)
+        return mu, self.cols, out, float(_loss(mu, y, c, K))
