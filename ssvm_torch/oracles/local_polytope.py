@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
+import numba as nb
 import numpy as np
 import scipy.sparse as sp
 
@@ -90,17 +91,18 @@ def is_forest(n_nodes: int, edges: np.ndarray) -> bool:
     return True
 
 
-def forest_max_sum(theta_nodes: np.ndarray, theta_edges: np.ndarray, edges: np.ndarray) -> np.ndarray:
-    """The exact argmax labeling (N,) of a forest's scores by max-sum dynamic programming (leaves to roots,
-    then back; Pearl 1988): the LP's integral optimum on a forest, in O(E K^2)."""
-    N, K = theta_nodes.shape
-    adj = [[] for _ in range(N)]
+def forest_schedule(n_nodes: int, edges: np.ndarray):
+    """The visiting order of a forest's max-sum (depth-first from each root in index order): (order (N,), parent
+    (N,) with -1 at roots, the edge to the parent (N,), whether the node is that edge's second end (N,) bool) -
+    a function of the graph's structure alone, so callers that solve one structure often keep it."""
+    adj = [[] for _ in range(n_nodes)]
     for e, (a, b) in enumerate(edges):
-        adj[int(a)].append((int(b), e, True))       # from a: table [y_a, y_b]
-        adj[int(b)].append((int(a), e, False))      # from b: its transpose
-    parent, via, order = np.full(N, -1), [None] * N, []
-    seen = np.zeros(N, dtype=bool)
-    for r in range(N):
+        adj[int(a)].append((int(b), e, True))       # b reached from a: b is the edge's second end
+        adj[int(b)].append((int(a), e, False))
+    parent, pedge = np.full(n_nodes, -1, dtype=np.int64), np.full(n_nodes, -1, dtype=np.int64)
+    second, order = np.zeros(n_nodes, dtype=np.bool_), []
+    seen = np.zeros(n_nodes, dtype=bool)
+    for r in range(n_nodes):
         if seen[r]:
             continue
         seen[r] = True
@@ -108,22 +110,54 @@ def forest_max_sum(theta_nodes: np.ndarray, theta_edges: np.ndarray, edges: np.n
         while stack:
             v = stack.pop()
             order.append(v)
-            for u, e, from_v in adj[v]:
+            for u, e, is_second in adj[v]:
                 if not seen[u]:
-                    seen[u], parent[u] = True, v
-                    via[u] = theta_edges[e].T if from_v else theta_edges[e]     # [y_u, y_v]
+                    seen[u], parent[u], pedge[u], second[u] = True, v, e, is_second
                     stack.append(u)
-    belief = theta_nodes.astype(np.float64).copy()
-    back = [None] * N
-    for c in reversed(order):
+    return np.array(order, dtype=np.int64), parent, pedge, second
+
+
+@nb.njit(cache=True)
+def _forest_max_sum(tn, te, order, parent, pedge, second, y):
+    N, K = tn.shape
+    belief = tn.copy()
+    back = np.zeros((N, K), dtype=np.int64)
+    for j in range(N - 1, -1, -1):                 # leaves to roots
+        c = order[j]
         p = parent[c]
-        if p >= 0:
-            table = belief[c][:, None] + via[c]                                  # [y_c, y_p]
-            back[c] = table.argmax(0)
-            belief[p] += table.max(0)
+        if p < 0:
+            continue
+        e = pedge[c]
+        for yp in range(K):
+            best, arg = -np.inf, 0
+            for yc in range(K):
+                s = belief[c, yc] + (te[e, yp, yc] if second[c] else te[e, yc, yp])
+                if s > best:                       # the first maximum, as numpy's argmax
+                    best, arg = s, yc
+            back[c, yp] = arg
+            belief[p, yp] += best
+    for j in range(N):                             # roots to leaves
+        v = order[j]
+        if parent[v] >= 0:
+            y[v] = back[v, y[parent[v]]]
+            continue
+        arg = 0
+        for k in range(1, K):
+            if belief[v, k] > belief[v, arg]:
+                arg = k
+        y[v] = arg
+
+
+def forest_max_sum(theta_nodes: np.ndarray, theta_edges: np.ndarray, edges: np.ndarray, schedule=None) -> np.ndarray:
+    """The exact argmax labeling (N,) of a forest's finite scores by max-sum dynamic programming (leaves to roots,
+    then back; Pearl 1988): the LP's integral optimum on a forest, in O(E K^2), compiled. ``schedule``: the
+    graph's :func:`forest_schedule` when the caller keeps it."""
+    N, K = theta_nodes.shape
+    order, parent, pedge, second = forest_schedule(N, edges) if schedule is None else schedule
     y = np.empty(N, dtype=np.int64)
-    for v in order:
-        y[v] = belief[v].argmax() if parent[v] < 0 else back[v][y[parent[v]]]
+    _forest_max_sum(np.ascontiguousarray(theta_nodes, dtype=np.float64),
+                    np.ascontiguousarray(theta_edges, dtype=np.float64).reshape(-1, K, K), order, parent, pedge,
+                    second, y)
     return y
 
 
@@ -198,12 +232,14 @@ def local_polytope_map(theta_nodes: np.ndarray, theta_edges: np.ndarray, edges: 
     return local_polytope_batch([(theta_nodes, theta_edges, edges)])[0]
 
 
-def solve_graph(theta_nodes: np.ndarray, theta_edges: np.ndarray, edges: np.ndarray, forest: bool):
+def solve_graph(theta_nodes: np.ndarray, theta_edges: np.ndarray, edges: np.ndarray, forest):
     """:func:`local_polytope_map` of one graph whose forest-ness the caller knows (edges (E, 2) int64, theta_edges
-    (E, K, K)): max-sum on a forest, else one LP. Non-finite scores are refused by the caller."""
+    (E, K, K)): max-sum on a forest (``forest``: True, or the graph's :func:`forest_schedule`), else one LP
+    (``forest`` False or None). Non-finite scores are refused by the caller."""
     K = theta_nodes.shape[1]
-    if forest:
-        return (*integral_marginals(forest_max_sum(theta_nodes, theta_edges, edges), edges, K), True)
+    if forest is not None and forest is not False:
+        y = forest_max_sum(theta_nodes, theta_edges, edges, None if forest is True else forest)
+        return (*integral_marginals(y, edges, K), True)
     x = solve_lp(theta_nodes, theta_edges, edges)
     N = theta_nodes.shape[0]
     return _snap(x[:N * K].reshape(N, K), x[N * K:].reshape(theta_edges.shape), edges)

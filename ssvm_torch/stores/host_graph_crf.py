@@ -19,7 +19,7 @@ import scipy.sparse as sp
 import torch
 
 from ..models.graph_crf import GraphCRFModel, enumerate_map
-from ..oracles.local_polytope import check_finite_scores, integral_marginals, is_forest, solve_graph
+from ..oracles.local_polytope import check_finite_scores, forest_schedule, integral_marginals, is_forest, solve_graph
 from .host_flat import as_host
 
 
@@ -125,7 +125,7 @@ class GraphCRFHost:
             n = int(no[i + 1] - no[i])
             self.ex.append((Xi.indptr.astype(np.int64), Xi.indices.astype(np.int64), Xi.data.astype(np.float64),
                             y[no[i]:no[i + 1]], c[no[i]:no[i + 1]], np.ascontiguousarray(Fe[eo[i]:eo[i + 1]]), e,
-                            float(inv[i]), is_forest(n, e)))
+                            float(inv[i]), forest_schedule(n, e) if is_forest(n, e) else None))
         self.cols = np.arange(self.d, dtype=np.int64)
 
     def _mu(self, i, y) -> np.ndarray:
