@@ -3,7 +3,8 @@ one run: BCFW block steps on scene's complete label graphs (one LP per step) and
 (max-sum per step), through the store ``make_store`` picks (the compiled host structure on CPU float64 since
 stores/host_graph_crf.py; the torch model before), a batched oracle pass over them (the
 baseline's LPs over disjoint unions, one cached LP per structure now) and single oracle calls on a 10 x 10 grid
-with K = 3 (one LP of 1,920 variables), float64, one torch thread.
+with K = 3 (one LP of 1,920 variables) and on a 30 x 30 grid with K = 2 (one LP of 8,760 variables), float64, one
+torch thread.
 
 Method: commits.cases_side_by_side (each side in its own worker process on its own checkout, the sides alternated
 over rounds; the figure per side is the median over rounds of each round's median of ``--calls`` timed calls).
@@ -57,6 +58,10 @@ def worker(calls: int) -> dict:
     gmodel = GraphCRFModel.for_data(grid)
     gw = torch.as_tensor(rng.normal(size=gmodel.d))
     out["cases"]["grid_10x10_K3_oracle"] = median_ms(lambda: gmodel.oracle(gw, grid, torch.tensor([0])), calls)
+    binary = GraphData([grid_example(rng.normal(size=(30, 30, 4)), rng.integers(0, 2, size=(30, 30)))], n_states=2)
+    bmodel = GraphCRFModel.for_data(binary)
+    bw = torch.as_tensor(rng.normal(size=bmodel.d))
+    out["cases"]["grid_30x30_K2_oracle"] = median_ms(lambda: bmodel.oracle(bw, binary, torch.tensor([0])), calls)
     return out
 
 

@@ -18,9 +18,10 @@ weights of the container (``loss="balanced"``: c_v = 1 / (C N_k), C classes pres
 loss augmentation adds c_v to the node scores of the wrong states.
 
 The max oracle (``inference="lp"``) maximises over the local marginal polytope by linear programming
-(oracles/local_polytope.py): exact on forests (chains, trees: the LP's vertex is integral) and a relaxation
-on graphs with cycles, where a vertex can be fractional. The dual's corners are then the polytope's
-vertices, so every solver's duality gap certifies the relaxed SSVM exactly; a fractional prediction is
+(oracles/local_polytope.py): exact on forests (chains, trees: the LP's optimum is integral) and a relaxation
+on graphs with cycles, where an optimum can be fractional. The dual's corners are then optimal points of the
+polytope (a vertex from the simplex for K > 2, a half-integral optimum from roof duality's max flow for K = 2),
+so every solver's duality gap certifies the relaxed SSVM exactly; a fractional prediction is
 rounded to each node's most probable state, and ``metrics`` reports the share of fractional predictions
 (``fractional``). ``inference="enumerate"`` is the exact argmax over all K^N labelings instead (graphs of
 up to ``MAX_LABELINGS`` labelings: the exact SSVM on small loopy graphs, and the reference of the relaxation).
@@ -203,7 +204,7 @@ class GraphCRFModel(StructuredModel):
         return tuple(round(float(x), 9) for x in v if x >= 0)
 
     def node_labels(self, data: GraphData, idx, labels) -> torch.Tensor:
-        """Each node's most probable state under the labelings (the rounding of a fractional vertex;
+        """Each node's most probable state under the labelings (the rounding of a fractional optimum;
         ties to the lowest state), nodes of ``idx`` in order."""
         mu_n, _ = self.unpack(data, idx, labels)
         return mu_n.argmax(1)
@@ -261,8 +262,9 @@ class GraphCRFModel(StructuredModel):
         return theta_n + wrong * self._weights(data, idx)[:, None], theta_e
 
     def decode(self, scores, data: GraphData, idx) -> torch.Tensor:
-        """An optimal vertex of the local polytope of each of the batch's graphs (an LP per graph on the host, or
-        max-sum on a forest; by enumeration with ``inference="enumerate"``), packed; integral on forests."""
+        """An optimal point of the local polytope of each of the batch's graphs (an LP per graph on the host:
+        max-sum on a forest, one max flow for K = 2, the simplex otherwise; by enumeration with
+        ``inference="enumerate"``), packed; integral on forests."""
         return self._solve(scores, data, idx)[0]
 
     def _solve(self, scores, data: GraphData, idx):
@@ -291,9 +293,9 @@ class GraphCRFModel(StructuredModel):
         return packed, np.array([r[2] for r in results], dtype=bool), mu_n_t
 
     def metrics(self, w, data: GraphData) -> dict:
-        """At the prediction (the LP vertex without loss, rounded to each node's most probable state): the
+        """At the prediction (the LP optimum without loss, rounded to each node's most probable state): the
         mean Hamming loss (``error``, by the model's weights), the plain node error and the share of
-        examples whose LP vertex was fractional."""
+        examples whose LP optimum was fractional."""
         idx = torch.arange(data.n, device=data.device)
         _, integral, mu_n = self._solve(self.scores(w, data, idx), data, idx)
         y = mu_n.argmax(1)

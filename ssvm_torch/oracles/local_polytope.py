@@ -7,15 +7,16 @@ argmax_y sum_v theta_v[y_v] + sum_{e=(a,b)} theta_e[y_a, y_b] is (Wainwright & J
     s.t.    mu >= 0,  sum_k mu_v[k] = 1,  sum_l mu_e[k, l] = mu_a[k],  sum_k mu_e[k, l] = mu_b[l],
 
 exact (its optimum is attained at an integral labeling) on forests and for binary submodular scores,
-a relaxation elsewhere: its optimal vertex can be fractional. Used as the max oracle of the SSVM it
-trains the "relaxed" SSVM of Finley & Joachims 2008 (Kulesza & Pereira 2007): the dual's corners are
-the polytope's vertices, so Frank-Wolfe's duality gap certifies that relaxed problem exactly.
+a relaxation elsewhere: its optimum can be fractional. Used as the max oracle of the SSVM it trains the
+"relaxed" SSVM of Finley & Joachims 2008 (Kulesza & Pereira 2007): the dual's corners are optimal points of
+the polytope, so Frank-Wolfe's duality gap certifies that relaxed problem exactly.
 
-The LP is solved by HiGHS' dual simplex (highspy, the HiGHS project's own bindings), which ends on a basic
-solution, a vertex of the polytope; each graph structure keeps its HiGHS model (only the costs change from
-call to call), and a forest needs no LP (max-sum dynamic programming finds the LP's integral optimum). A solution
-whose node marginals are all within ``SNAP`` of 0 / 1 is snapped to that integral labeling (its edge
-marginals to the outer products), so the exact cases give exact corners.
+How the LP is solved depends on the graph: a forest needs none (max-sum dynamic programming finds its integral
+optimum, compiled); with two states, one max flow finds a half-integral optimum (roof duality,
+oracles/roof_duality.py); otherwise HiGHS' dual simplex (highspy, the HiGHS project's own bindings) ends on a
+basic solution, a vertex of the polytope, each graph structure keeping its HiGHS model (only the costs change
+from call to call). A simplex solution whose node marginals are all within ``SNAP`` of 0 / 1 is snapped to
+that integral labeling (its edge marginals to the outer products), so the exact cases give exact corners.
 """
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..errors import SSVMInputError
+from .roof_duality import roof_dual_map
 
 #: node marginals within SNAP of 0 / 1 everywhere make the solution integral (HiGHS' vertices carry
 #: errors at its feasibility tolerance, set below to 1e-10)
@@ -225,21 +227,26 @@ def _snap(mu_n: np.ndarray, mu_e: np.ndarray, edges: np.ndarray):
 
 
 def local_polytope_map(theta_nodes: np.ndarray, theta_edges: np.ndarray, edges: np.ndarray):
-    """(mu_nodes (N, K), mu_edges (E, K, K), integral (bool)): an optimal vertex of the local polytope LP
+    """(mu_nodes (N, K), mu_edges (E, K, K), integral (bool)): an optimal point of the local polytope LP
     (module docstring) for node scores (N, K), edge scores (E, K, K) and edges (E, 2) of node indices
     (edge e's score table is indexed [state of edges[e, 0], state of edges[e, 1]]). On a forest the LP is
-    tight and the vertex is the max-sum labeling (:func:`forest_max_sum`, no LP solved)."""
+    tight and the optimum is the max-sum labeling (:func:`forest_max_sum`, no LP solved)."""
     return local_polytope_batch([(theta_nodes, theta_edges, edges)])[0]
 
 
 def solve_graph(theta_nodes: np.ndarray, theta_edges: np.ndarray, edges: np.ndarray, forest):
     """:func:`local_polytope_map` of one graph whose forest-ness the caller knows (edges (E, 2) int64, theta_edges
-    (E, K, K)): max-sum on a forest (``forest``: True, or the graph's :func:`forest_schedule`), else one LP
-    (``forest`` False or None). Non-finite scores are refused by the caller."""
+    (E, K, K)): max-sum on a forest (``forest``: True, or the graph's :func:`forest_schedule`), else (``forest``
+    False or None) the LP: by roof duality's max flow for K = 2 (a half-integral optimum,
+    :func:`~ssvm_torch.oracles.roof_duality.roof_dual_map`), by HiGHS (:func:`solve_lp`, a vertex) for K > 2.
+    Non-finite scores are refused by the caller."""
     K = theta_nodes.shape[1]
     if forest is not None and forest is not False:
         y = forest_max_sum(theta_nodes, theta_edges, edges, None if forest is True else forest)
         return (*integral_marginals(y, edges, K), True)
+    if K == 2:                                     # binary: the LP by one max flow (oracles/roof_duality.py)
+        return roof_dual_map(np.asarray(theta_nodes, dtype=np.float64), np.asarray(theta_edges, dtype=np.float64),
+                             edges)
     x = solve_lp(theta_nodes, theta_edges, edges)
     N = theta_nodes.shape[0]
     return _snap(x[:N * K].reshape(N, K), x[N * K:].reshape(theta_edges.shape), edges)
