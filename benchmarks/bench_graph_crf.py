@@ -12,8 +12,9 @@
   ocr     OCR-small words as letter chains (forests: the LP is exact, solved by max-sum), against the
           chain model of models/chain.py at the same lambda (its own feature map: unscaled, with first /
           last label biases), as context for the error and the time per block step.
-  lp      the LP's cost: milliseconds per LP (oracles/local_polytope.py's cached HiGHS models) on scene's graphs
-          and on random complete graphs; HiGHS' presolve on / off on scene's graphs and a 30 x 30 grid.
+  lp      the LP's cost: milliseconds per LP (oracles/local_polytope.py: roof duality for K = 2, cached HiGHS
+          models otherwise) on scene's graphs and on random complete graphs; HiGHS' presolve on / off on scene's
+          graphs and a 30 x 30 grid; for K = 2, roof duality's max flow against the simplex (scene, grids).
 
 Writes benchmarks/results/graph_crf.json.
 Usage: python benchmarks/bench_graph_crf.py [--parts scene multilabel ocr lp] [--passes 20] [--threads 1]
@@ -35,6 +36,7 @@ from ssvm_torch.data.graph_views import grid_example, ocr_graphs, scene_graphs
 from ssvm_torch.models import ChainModel, GraphCRFModel, MultiLabelModel
 from ssvm_torch.oracles import local_polytope
 from ssvm_torch.oracles.local_polytope import solve_lp, local_polytope_batch
+from ssvm_torch.oracles.roof_duality import roof_dual_map
 from ssvm_torch.stores import make_store
 
 RESULTS = Path(__file__).parent / "results"
@@ -172,7 +174,43 @@ def part_lp(args) -> dict:
     local_polytope.PRESOLVE = "off"
     local_polytope.clear_model_cache()
     out["presolve"] = presolve
+    out["binary"] = binary_lp_costs(rng, scene)
     return out
+
+
+def binary_lp_costs(rng, scene) -> dict:
+    """K = 2: ms per LP by roof duality's max flow (oracles/roof_duality.py, what local_polytope_batch runs) against
+    the simplex (solve_lp) on scene's graphs and on 30 x 30 and 100 x 100 grids (median of 3), and the largest
+    difference of their optimal values (the same LP)."""
+    cases = {"scene (6 nodes, 15 edges) x 300": scene}
+    for side in (30, 100):
+        g = grid_example(rng.normal(size=(side, side, 1)), rng.integers(0, 2, size=(side, side)))
+        cases[f"grid {side} x {side}"] = [(rng.normal(size=(side * side, 2)), rng.normal(size=(len(g.edges), 2, 2)),
+                                               g.edges)]
+    out = {}
+    for name, problems in cases.items():
+        row, values = {}, {}
+        for solver, solve in (("max_flow", lambda p: roof_dual_map(*p)[:2]), ("simplex", simplex_marginals)):
+            runs = []
+            for _ in range(3):
+                t = time.perf_counter()
+                sols = [solve(p) for p in problems]
+                runs.append(time.perf_counter() - t)
+            row[f"{solver}_ms_per_lp"] = 1e3 * float(np.median(runs)) / len(problems)
+            values[solver] = np.array([(p[0] * mn).sum() + (p[1] * me).sum() for p, (mn, me) in zip(problems, sols)])
+        row["speedup"] = row["simplex_ms_per_lp"] / row["max_flow_ms_per_lp"]
+        row["largest_value_difference"] = float(np.abs(values["max_flow"] - values["simplex"]).max())
+        out[name] = row
+        print(f"lp binary {name}: max flow {row['max_flow_ms_per_lp']:.3f} ms, simplex {row['simplex_ms_per_lp']:.3f} "
+              f"ms per LP (x{row['speedup']:.1f}), values differ by {row['largest_value_difference']:.1e}", flush=True)
+    return out
+
+
+def simplex_marginals(problem):
+    tn, te, edges = problem
+    x = solve_lp(tn, te, edges)
+    N = tn.shape[0]
+    return x[:2 * N].reshape(N, 2), x[2 * N:].reshape(te.shape)
 
 
 def main():
