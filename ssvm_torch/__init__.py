@@ -18,12 +18,15 @@ def __getattr__(name):
     if name == "SegmentSSVM":
         from .segment_estimator import SegmentSSVM
         return SegmentSSVM
+    if name == "GraphSSVM":
+        from .graph_estimator import GraphSSVM
+        return GraphSSVM
     if name in ("LatentChainSSVM", "LatentSegmentSSVM"):
         from . import latent_estimator
         return getattr(latent_estimator, name)
     raise AttributeError(f"module 'ssvm_torch' has no attribute {name!r}")
 
 
-__all__ = ["ChainData", "ChainModel", "ChainSSVM", "ExplicitData", "ExplicitModel", "FlatData", "GraphData",
+__all__ = ["ChainData", "ChainModel", "ChainSSVM", "ExplicitData", "ExplicitModel", "FlatData", "GraphData", "GraphSSVM",
            "LatentChainSSVM", "LatentSegmentSSVM", "MulticlassSSVM", "MultiLabelSSVM", "PairData", "PoseData", "SegmentSSVM", "Solver", "SolverConfig", "SSVMInputError",
            "StructuredModel", "StructuredSVM", "TASKS", "load_dataset", "load_ocr", "load_task", "make_store"]
