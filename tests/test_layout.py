@@ -129,7 +129,7 @@ LAYERS = [
     {"models"},
     {"stores"},
     {"solvers", "tasks", "problem", "ud_tasks", "labeler", "distributed", "rank_store", "column_shards", "column_shards_edges"},
-    {"estimator", "segment_estimator", "fingerprint", "portable"},
+    {"estimator", "segment_estimator", "graph_estimator", "fingerprint", "portable"},
     {"outputs"},
     {"path", "path_resume", "lightning", "latent", "latent_estimator"},
     {"deep", "selection"},
