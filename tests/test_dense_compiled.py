@@ -189,11 +189,13 @@ def test_compiled_oracles_refuse_weights_outside_the_box(problems):
                                        pytest.param("ocr-letters", None, marks=pytest.mark.slow),
                                        ("segmentation-synth", 10),
                                        pytest.param("pose-synth", 6, marks=pytest.mark.slow),
-                                       pytest.param("hansards", 8, marks=pytest.mark.slow)])
+                                       pytest.param("hansards", 8, marks=pytest.mark.slow),
+                                       ("scene-graph", 60)])
 def test_compiled_run_resumes_exactly_through_the_cli(tmp_path, name, size):
     """Pairwise steps with the cache keep the compiled store's (host) labelings in their working sets:
     a checkpointed and resumed ssvm-train run equals the uninterrupted one. OCR letters and pose (the
-    slowest two, ~11 s each) run in the slow tier; the flat, graph-cut and matching stores here."""
+    slowest two, ~11 s each) run in the slow tier; the flat, graph-cut, matching and pairwise-graph (marginal
+    vectors as labelings) stores here."""
     import json
 
     from ssvm_torch.cli.train import main

