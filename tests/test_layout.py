@@ -124,7 +124,7 @@ def test_cycle_finder_finds_a_cycle():
 # top-level module) imports only from its own layer or below, and the units' import graph has no loop.
 LAYERS = [
     {"errors", "devices", "atomic", "version"},
-    {"chain", "trees", "segments", "spans", "oracles", "constraints", "collectives"},
+    {"chain", "trees", "segments", "spans", "align", "oracles", "constraints", "collectives"},
     {"data", "nn"},
     {"models"},
     {"stores"},

@@ -1,0 +1,185 @@
+"""Dynamic programs over monotone alignment paths (ssvm_torch/align/paths.py): the log partition function, the best
+path, the marginals, and the cost-augmented versions the structured losses need, for batches of score tensors
+(B, N, M, 3), scores[b, i, j, move] the score of entering cell (i, j) by ``move`` (torch-struct's ``AlignmentCRF``
+layout; its implementation needs the ``genbmm`` CUDA extension, these are plain torch on any device).
+
+The recursion runs over anti-diagonals d = i + j (the wavefront: every cell of a diagonal depends on the two before
+it only), so one step is one vectorised operation over a diagonal's cells and a grid takes N + M - 1 steps:
+
+    a(i, j) = (+) { a(i, j-1) + s(i, j, RIGHT),  a(i-1, j-1) + s(i, j, DIAGONAL),  a(i-1, j) + s(i, j, DOWN) }
+
+with (+) = logsumexp (log Z) or max (the best path), a(-1, -1) = 0 for the diagonal entry of (0, 0) and, for local
+paths, for the diagonal entry of every cell (a path may start anywhere); the value is a(n-1, m-1) (global) or the
+(+) over every cell of the row's grid and the empty path's 0 (local). Gradients are autograd's through the
+recursion: the marginals of log Z, the best path's indicators for the max. Scores may be -inf (a forbidden move);
+internally they are clamped to ``NEG`` so that unreachable cells keep finite values and zero gradients.
+"""
+from __future__ import annotations
+
+import torch
+
+from ..errors import SSVMInputError, check
+from .paths import DIAGONAL, DOWN, RIGHT
+
+#: the score of an impossible move inside the recursion (finite: no NaN gradients through unreachable cells)
+NEG = -1e30
+
+
+def check_scores(scores, x_lengths=None, y_lengths=None, field: str = "scores"):
+    """(scores, x_lengths, y_lengths) checked by name: a float32 / float64 tensor (B, N, M, 3) without NaN or +inf,
+    lengths int64 (B,) in [1, N] and [1, M] (default N and M) on the scores' device."""
+    check(torch.is_tensor(scores) and scores.dtype in (torch.float32, torch.float64) and scores.dim() == 4
+          and scores.shape[3] == 3 and scores.shape[1] >= 1 and scores.shape[2] >= 1, field,
+          "a float32 / float64 tensor (B, N, M, 3): the score of entering cell (i, j) right, diagonally, down",
+          f"{getattr(scores, 'dtype', type(scores).__name__)} {tuple(getattr(scores, 'shape', ()))}")
+    check(not bool((torch.isnan(scores) | (scores == float("inf"))).any()), field,
+          "finite scores or -inf (a forbidden move)", "NaN or +inf")
+    B, N, M, _ = scores.shape
+    out = []
+    for name, lengths, top in (("x_lengths", x_lengths, N), ("y_lengths", y_lengths, M)):
+        if lengths is None:
+            out.append(torch.full((B,), top, dtype=torch.int64, device=scores.device))
+            continue
+        check(torch.is_tensor(lengths) and not lengths.is_floating_point() and tuple(lengths.shape) == (B,), name,
+              f"an integer tensor ({B},)", f"{getattr(lengths, 'dtype', type(lengths).__name__)} "
+              f"{tuple(getattr(lengths, 'shape', ()))}")
+        lengths = lengths.to(scores.device, torch.int64)
+        check(bool(((lengths >= 1) & (lengths <= top)).all()), name, f"lengths in [1, {top}]",
+              lengths.tolist()[:8])
+        out.append(lengths)
+    return scores, out[0], out[1]
+
+
+def _skewed(scores: torch.Tensor, x_lengths: torch.Tensor, y_lengths: torch.Tensor) -> torch.Tensor:
+    """(B, N + M - 1, N, 3): diagonal d's cells (i, d - i) by row i, ``NEG`` off the grid, beyond a row's lengths
+    and where the score is -inf."""
+    B, N, M, _ = scores.shape
+    dev = scores.device
+    i = torch.arange(N, device=dev)
+    j = torch.arange(N + M - 1, device=dev)[:, None] - i[None, :]                       # (D, N)
+    on_grid = (j >= 0) & (j < M)
+    s = scores[:, i[None, :].expand_as(j), j.clamp(0, M - 1)]                           # (B, D, N, 3)
+    keep = (on_grid[None] & (i[None, None, :] < x_lengths[:, None, None])
+            & (j[None] < y_lengths[:, None, None]))[..., None] & (s > NEG)
+    return torch.where(keep, s, s.new_full((), NEG))
+
+
+def _shift(a: torch.Tensor) -> torch.Tensor:
+    """a[:, i - 1] at i (NEG at i = 0): the previous row's value on a diagonal."""
+    return torch.cat([a.new_full((a.shape[0], 1), NEG), a[:, :-1]], 1)
+
+
+def _sweep(skewed: torch.Tensor, local: bool, reduce: str):
+    """The recursion (module docstring) over the diagonals: (values a (B, D, N), the chosen move (B, D, N) for
+    ``reduce="max"``, ties to the lowest move, else None)."""
+    B, D, N, _ = skewed.shape
+    none = skewed.new_full((B, N), NEG)
+    outside = none.clone()
+    outside[:, 0] = 0.0                                  # (0, 0) entered diagonally from outside the grid
+    if local:
+        outside = torch.zeros_like(none)                 # any cell may be a local path's first
+    prev2, prev1, values, moves = none, none, [], []
+    for d in range(D):
+        phi = skewed[:, d]
+        diagonal_from = torch.maximum(_shift(prev2), outside) if local and reduce == "max" else (
+            torch.logaddexp(_shift(prev2), outside) if local else (outside if d == 0 else _shift(prev2)))
+        terms = torch.stack([prev1 + phi[..., RIGHT], diagonal_from + phi[..., DIAGONAL],
+                             _shift(prev1) + phi[..., DOWN]], -1)
+        if reduce == "max":
+            best, arg = terms.max(-1)
+            moves.append(arg)
+        else:
+            best = torch.logsumexp(terms, -1)
+        values.append(best)
+        prev2, prev1 = prev1, best
+    return torch.stack(values, 1), (torch.stack(moves, 1) if moves else None)
+
+
+def _value(a: torch.Tensor, x_lengths, y_lengths, local: bool, reduce: str) -> torch.Tensor:
+    """(B,): a at (n - 1, m - 1) (global), or the (+) of every cell and the empty path's 0 (local)."""
+    B = a.shape[0]
+    if not local:
+        return a[torch.arange(B, device=a.device), x_lengths + y_lengths - 2, x_lengths - 1]
+    flat = torch.cat([a.reshape(B, -1), a.new_zeros(B, 1)], 1)
+    return flat.max(1).values if reduce == "max" else torch.logsumexp(flat, 1)
+
+
+def _check_reachable(value: torch.Tensor, field: str = "scores") -> None:
+    if bool((value < NEG / 2).any()):
+        raise SSVMInputError(f"{field}: expected at least one path of finite score per row, got rows "
+                             f"{torch.nonzero(value < NEG / 2).flatten().tolist()[:8]} whose every path takes a -inf "
+                             "move")
+
+
+def log_partition(scores, x_lengths=None, y_lengths=None, local: bool = False) -> torch.Tensor:
+    """log Z (B,): the logsumexp of the score of every path (global or ``local``), differentiable."""
+    scores, n, m = check_scores(scores, x_lengths, y_lengths)
+    a, _ = _sweep(_skewed(scores, n, m), local, "logsumexp")
+    value = _value(a, n, m, local, "logsumexp")
+    _check_reachable(value)
+    return value
+
+
+def max_score(scores, x_lengths=None, y_lengths=None, local: bool = False) -> torch.Tensor:
+    """The best path's score (B,), differentiable (its gradient is the best path's move indicators)."""
+    scores, n, m = check_scores(scores, x_lengths, y_lengths)
+    a, _ = _sweep(_skewed(scores, n, m), local, "max")
+    value = _value(a, n, m, local, "max")
+    _check_reachable(value)
+    return value
+
+
+def marginals(scores, x_lengths=None, y_lengths=None, local: bool = False) -> torch.Tensor:
+    """P(the path enters (i, j) by move) (B, N, M, 3): the gradient of log Z (0 outside each row's grid)."""
+    with torch.enable_grad():
+        s = scores.detach().requires_grad_(True)
+        logz = log_partition(s, x_lengths, y_lengths, local)
+        return torch.autograd.grad(logz.sum(), s)[0]
+
+
+def decode(scores, x_lengths=None, y_lengths=None, local: bool = False) -> torch.Tensor:
+    """The best path of each row (B, N, M) int64 (paths.py's form): the recursion's max with its moves kept, then
+    followed back from the last cell (ties to the lowest move; for a local path, the first best cell in row-major
+    order, and the empty path where no path scores above 0)."""
+    scores, n, m = check_scores(scores, x_lengths, y_lengths)
+    with torch.no_grad():
+        a, moves = _sweep(_skewed(scores, n, m), local, "max")
+        value = _value(a, n, m, local, "max")
+        _check_reachable(value)
+        B, D, N = a.shape
+        M = scores.shape[2]
+        rows = torch.arange(B, device=a.device)
+        path = torch.full((B, N, M), -1, dtype=torch.int64, device=a.device)
+        if local:
+            cells = a.new_full((B, N, M), NEG)
+            i_idx = torch.arange(N, device=a.device)[:, None]
+            j_idx = torch.arange(M, device=a.device)[None, :]
+            cells[:, i_idx, j_idx] = a[:, (i_idx + j_idx).expand(N, M), i_idx.expand(N, M)]
+            flat = cells.reshape(B, -1)
+            best = flat.argmax(1)
+            i, j = best // M, best % M
+            active = flat[rows, best] > 0.0                   # else the empty path (score 0) is at least as good
+        else:
+            i, j = n - 1, m - 1
+            active = torch.ones(B, dtype=torch.bool, device=a.device)
+        for _ in range(D):
+            if not bool(active.any()):
+                break
+            d = i + j
+            mv = moves[rows, d.clamp(0, D - 1), i]
+            path[rows[active], i[active], j[active]] = mv[active]
+            # a local path stops where starting afresh was its best entry
+            fresh = (mv == DIAGONAL) & ((i == 0) | (j == 0) | (local & _fresh_start(a, rows, i, j, scores, n, m)))
+            di = (mv != RIGHT).long()
+            dj = (mv != DOWN).long()
+            stop = fresh | ((i == 0) & (j == 0))
+            active = active & ~stop
+            i, j = torch.where(active, i - di, i), torch.where(active, j - dj, j)
+        return path
+
+
+def _fresh_start(a, rows, i, j, scores, n, m) -> torch.Tensor:
+    """For a local path entering (i, j) diagonally: whether starting afresh (0) beats continuing from a(i-1, j-1)
+    (ties: start afresh, the shorter path)."""
+    ip, jp = (i - 1).clamp(min=0), (j - 1).clamp(min=0)
+    return a[rows, (ip + jp).clamp(min=0), ip] <= 0.0

@@ -1,0 +1,99 @@
+"""``MonotonicAlignment``: a layer over monotone alignments of two sequences (dynamic time warping,
+Needleman-Wunsch, Smith-Waterman; ssvm_torch/align/), trained with the structured hinge, the softmax-margin or the
+CRF likelihood over alignment paths.
+
+The network supplies ``scores`` (B, N, M, 3), the score of entering cell (i, j) (x_i aligned with y_j) by a move
+right, diagonal or down (torch-struct's ``AlignmentCRF`` layout; :func:`from_similarity` builds them from an (N, M)
+similarity). A path's score s(P) is the sum of its moves' scores; paths are (B, N, M) int64 tensors holding the
+move that enters each visited cell and -1 elsewhere (:func:`~ssvm_torch.align.paths.path_from_pairs` reads lists of
+aligned pairs). ``forward`` returns a loss to minimise: ``"hinge"`` max_P [s(P) + Delta(P, P_b)] - s(P_b),
+``"softmax_margin"`` log sum_P exp(s(P) + Delta(P, P_b)) - s(P_b), or ``"crf"`` log Z - s(P_b), with Delta the
+number of cells in one path and not the other (times ``cost``), which decomposes over the cells:
+Delta(P, P*) = sum_{c in P} (1 - 2 [c in P*]) + |P*|. ``local=True``: Smith-Waterman's local paths (start and end
+anywhere, or none).
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ..align import ops
+from ..align.paths import check_path
+from ..errors import SSVMInputError, check, check_choice
+from .reduction import REDUCTIONS, reduce_rows
+
+LOSSES = ("hinge", "crf", "softmax_margin")
+
+
+def from_similarity(similarity: torch.Tensor, gap: float | None = None) -> torch.Tensor:
+    """Move scores (B, N, M, 3) from a similarity (B, N, M): ``gap=None`` is dynamic time warping (every move into
+    a cell scores its similarity: soft-DTW's -cost), a number g is Needleman-Wunsch's linear gap (a diagonal move
+    scores the similarity, a right or down move -g)."""
+    check(torch.is_tensor(similarity) and similarity.is_floating_point() and similarity.dim() == 3, "similarity",
+          "a float tensor (B, N, M)", f"{getattr(similarity, 'dtype', type(similarity).__name__)} "
+          f"{tuple(getattr(similarity, 'shape', ()))}")
+    if gap is None:
+        return similarity[..., None].expand(*similarity.shape, 3)
+    check(isinstance(gap, (int, float)) and not isinstance(gap, bool) and abs(gap) < float("inf"), "gap",
+          "a finite number or None (dynamic time warping)", repr(gap))
+    g = similarity.new_full(similarity.shape, -float(gap))
+    return torch.stack([g, similarity, g], -1)
+
+
+class MonotonicAlignment(nn.Module):
+    """An alignment layer (module docstring). loss: "hinge", "crf" or "softmax_margin"; local: Smith-Waterman's
+    local paths; cost: the loss of one cell in one path and not the other (> 0)."""
+
+    def __init__(self, loss: str = "hinge", local: bool = False, cost: float = 1.0):
+        super().__init__()
+        self.loss = check_choice(loss, "loss", LOSSES)
+        check(isinstance(local, bool), "local", "True or False", repr(local))
+        check(isinstance(cost, (int, float)) and not isinstance(cost, bool) and 0 < cost < float("inf"), "cost",
+              "a finite number > 0", repr(cost))
+        self.local, self.cost = local, float(cost)
+
+    def extra_repr(self) -> str:
+        return f"loss={self.loss!r}, local={self.local}, cost={self.cost}"
+
+    def path_score(self, scores: torch.Tensor, path: torch.Tensor, x_lengths=None, y_lengths=None) -> torch.Tensor:
+        """s(P) (B,) of given paths, differentiable in ``scores``; a path through a -inf move is refused."""
+        scores, n, m = ops.check_scores(scores, x_lengths, y_lengths)
+        gold = check_path(path, n, m, scores.shape[:3], self.local)
+        return self._score(scores, gold)
+
+    @staticmethod
+    def _score(scores, gold):
+        on = gold >= 0
+        taken = torch.nn.functional.one_hot(gold.clamp(min=0), 3).bool() & on[..., None]
+        if bool((taken & (scores == float("-inf"))).any()):
+            raise SSVMInputError("path: expected paths whose every move has a finite score, got one through a -inf "
+                                 "(forbidden) move")
+        return torch.where(taken, scores, scores.new_zeros(())).sum((1, 2, 3))
+
+    def forward(self, scores: torch.Tensor, path: torch.Tensor, x_lengths: torch.Tensor | None = None,
+                y_lengths: torch.Tensor | None = None, reduction: str = "mean") -> torch.Tensor:
+        """The loss to minimise (module docstring): per row with ``reduction="none"`` (B,), else its sum, mean over
+        rows, or sum over the number of x positions ("token_mean"). ``path``: the gold paths (B, N, M)."""
+        check_choice(reduction, "reduction", REDUCTIONS)
+        scores, n, m = ops.check_scores(scores, x_lengths, y_lengths)
+        gold = check_path(path, n, m, scores.shape[:3], self.local)
+        s_gold = self._score(scores, gold)
+        if self.loss == "crf":
+            per_row = ops.log_partition(scores, n, m, self.local) - s_gold
+        else:
+            on = (gold >= 0).to(scores.dtype)
+            augmented = scores + (self.cost * (1.0 - 2.0 * on))[..., None]
+            best = (ops.max_score if self.loss == "hinge" else ops.log_partition)(augmented, n, m, self.local)
+            per_row = best + self.cost * on.sum((1, 2)) - s_gold
+        return reduce_rows(per_row, reduction, n)
+
+    def decode(self, scores, x_lengths=None, y_lengths=None) -> torch.Tensor:
+        """The best path of each row (B, N, M) int64 (:func:`~ssvm_torch.align.ops.decode`)."""
+        return ops.decode(scores, x_lengths, y_lengths, self.local)
+
+    def log_partition(self, scores, x_lengths=None, y_lengths=None) -> torch.Tensor:
+        return ops.log_partition(scores, x_lengths, y_lengths, self.local)
+
+    def marginals(self, scores, x_lengths=None, y_lengths=None) -> torch.Tensor:
+        """P(the path enters (i, j) by each move) (B, N, M, 3)."""
+        return ops.marginals(scores, x_lengths, y_lengths, self.local)

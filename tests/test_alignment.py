@@ -1,0 +1,247 @@
+"""The alignment layer (ssvm_torch/align/, nn/alignment.py) against enumeration of every monotone path on small
+grids (global and local, ragged lengths, -inf moves): log Z, the best score and path, the marginals, the three
+losses and their gradients; soft-DTW and DTW against their textbook recursions; path checks and conversions; and a
+learned similarity that aligns warped sequences."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from ssvm_torch import SSVMInputError
+from ssvm_torch.align import check_path, decode, log_partition, marginals, max_score, pairs_from_path, path_from_pairs
+from ssvm_torch.nn import MonotonicAlignment, from_similarity
+
+MOVES = ((0, 0, 1), (1, 1, 1), (2, 1, 0))          # (move, di, dj)
+
+
+def all_paths(n, m, local):
+    """Every path of an (n, m) grid as a list of (i, j, move) (local: from any cell, ending anywhere, and [])."""
+    out = []
+
+    def extend(path):
+        i, j, _ = path[-1]
+        if local or (i, j) == (n - 1, m - 1):
+            out.append(list(path))
+        for mv, di, dj in MOVES:
+            if i + di < n and j + dj < m:
+                path.append((i + di, j + dj, mv))
+                extend(path)
+                path.pop()
+    for i, j in ([(a, b) for a in range(n) for b in range(m)] if local else [(0, 0)]):
+        extend([(i, j, 1)])
+    return out + ([[]] if local else [])
+
+
+def as_tensor(path, N, M):
+    t = torch.full((N, M), -1, dtype=torch.int64)
+    for i, j, mv in path:
+        t[i, j] = mv
+    return t
+
+
+def batch(seed, dtype=torch.float64, forbid=False):
+    g = torch.Generator().manual_seed(seed)
+    S = torch.randn(3, 4, 3, 3, generator=g, dtype=dtype)
+    if forbid:
+        S[torch.rand(S.shape, generator=g) < 0.2] = float("-inf")
+        S[:, 0, 0, 1] = 0.0                             # keep a path into (0, 0)
+        S[:, :, :, 2][:, 1:, 0] = 0.0                   # and down the first column, right along the last row
+        S[:, 3, 1:, 0] = 0.0
+        S[1, 1, 0, 2] = S[1, 1:, 0, 2][0]
+    return S, torch.tensor([4, 2, 3]), torch.tensor([3, 3, 1])
+
+
+def reference(S, n, m, local):
+    """Per row: (paths, their scores) by enumeration."""
+    out = []
+    for b in range(S.shape[0]):
+        P = all_paths(int(n[b]), int(m[b]), local)
+        sc = torch.stack([sum((S[b, i, j, mv] for i, j, mv in p), S.new_zeros(())) for p in P])
+        out.append((P, sc))
+    return out
+
+
+@pytest.mark.parametrize("local", [False, True])
+@pytest.mark.parametrize("forbid", [False, True])
+def test_log_partition_max_marginals_and_decode_equal_enumeration(local, forbid):
+    S, n, m = batch(1 + forbid, forbid=forbid)
+    lz, mx = log_partition(S, n, m, local), max_score(S, n, m, local)
+    mu, best = marginals(S, n, m, local), decode(S, n, m, local)
+    check_path(best, n, m, best.shape, local)
+    for b, (P, sc) in enumerate(reference(S, n, m, local)):
+        assert float(lz[b]) == pytest.approx(float(torch.logsumexp(sc, 0)), abs=1e-10)
+        assert float(mx[b]) == pytest.approx(float(sc.max()), abs=1e-10)
+        p = torch.softmax(sc, 0)
+        expected = torch.zeros(4, 3, 3, dtype=S.dtype)
+        for k, path in enumerate(P):
+            for i, j, mv in path:
+                expected[i, j, mv] += p[k]
+        torch.testing.assert_close(mu[b], expected, rtol=0, atol=1e-10)
+        decoded = sum((S[b, i, j, int(best[b, i, j])] for i in range(4) for j in range(3) if best[b, i, j] >= 0),
+                      S.new_zeros(()))
+        assert float(decoded) == pytest.approx(float(sc.max()), abs=1e-10)
+    assert int((best[1, 2:] >= 0).sum()) == 0 and int((best[2, :, 1:] >= 0).sum()) == 0   # inside the lengths
+
+
+@pytest.mark.parametrize("local", [False, True])
+@pytest.mark.parametrize("loss", ["hinge", "crf", "softmax_margin"])
+def test_losses_and_gradients_equal_enumeration(loss, local):
+    S, n, m = batch(7)
+    gold = decode(torch.randn(S.shape, dtype=S.dtype, generator=torch.Generator().manual_seed(3)), n, m, local)
+    layer = MonotonicAlignment(loss, local=local, cost=0.7)
+    S.requires_grad_(True)
+    per_row = layer(S, gold, n, m, reduction="none")
+    grad = torch.autograd.grad(per_row.sum(), S)[0]
+    for b, (P, sc) in enumerate(reference(S.detach(), n, m, local)):
+        cells = {(i, j) for i in range(4) for j in range(3) if gold[b, i, j] >= 0}
+        s_gold = sum(float(S.detach()[b, i, j, int(gold[b, i, j])]) for i, j in cells)
+        delta = torch.tensor([0.7 * len({(i, j) for i, j, _ in p} ^ cells) for p in P], dtype=S.dtype)
+        if loss == "crf":
+            value, weights = torch.logsumexp(sc, 0), torch.softmax(sc, 0)
+        elif loss == "softmax_margin":
+            value, weights = torch.logsumexp(sc + delta, 0), torch.softmax(sc + delta, 0)
+        else:
+            k = int((sc + delta).argmax())
+            value, weights = (sc + delta)[k], torch.nn.functional.one_hot(torch.tensor(k), len(P)).to(S.dtype)
+        assert float(per_row[b]) == pytest.approx(float(value) - s_gold, abs=1e-10)
+        expected = torch.zeros(4, 3, 3, dtype=S.dtype)
+        for w, path in zip(weights, P):
+            for i, j, mv in path:
+                expected[i, j, mv] += w
+        for i, j in cells:
+            expected[i, j, int(gold[b, i, j])] -= 1.0
+        torch.testing.assert_close(grad[b], expected, rtol=0, atol=1e-9)
+    if loss == "hinge":
+        assert bool((per_row >= -1e-12).all())
+    assert layer(S, gold, n, m, reduction="token_mean").item() == pytest.approx(float(per_row.sum() / n.sum()))
+
+
+def test_soft_dtw_and_dtw_are_their_textbook_recursions():
+    """-log Z of from_similarity(-cost) is soft-DTW with gamma = 1 (Cuturi & Blondel 2017), -max the DTW distance."""
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(7, 2)), rng.normal(size=(5, 2))
+    cost = ((x[:, None] - y[None]) ** 2).sum(-1)
+    R_soft, R_hard = np.full((8, 6), np.inf), np.full((8, 6), np.inf)
+    R_soft[0, 0] = R_hard[0, 0] = 0.0
+    for i in range(1, 8):
+        for j in range(1, 6):
+            prev = np.array([R_soft[i - 1, j], R_soft[i, j - 1], R_soft[i - 1, j - 1]])
+            R_soft[i, j] = cost[i - 1, j - 1] - np.log(np.exp(-prev).sum())
+            R_hard[i, j] = cost[i - 1, j - 1] + min(R_hard[i - 1, j], R_hard[i, j - 1], R_hard[i - 1, j - 1])
+    scores = from_similarity(-torch.as_tensor(cost)[None])
+    assert -float(log_partition(scores)[0]) == pytest.approx(R_soft[7, 5], abs=1e-10)
+    assert -float(max_score(scores)[0]) == pytest.approx(R_hard[7, 5], abs=1e-10)
+    nw = from_similarity(torch.as_tensor(-cost)[None], gap=0.5)
+    assert torch.equal(nw[0, :, :, 0], torch.full((7, 5), -0.5, dtype=torch.float64))
+    assert torch.equal(nw[0, :, :, 1], -torch.as_tensor(cost))
+
+
+def test_float32_and_padding_do_not_change_a_row():
+    S, n, m = batch(11)
+    alone = [log_partition(S[b:b + 1, :int(n[b]), :int(m[b])]) for b in range(3)]
+    torch.testing.assert_close(log_partition(S, n, m), torch.cat(alone), rtol=0, atol=1e-12)
+    torch.testing.assert_close(log_partition(S.float(), n, m), torch.cat(alone).float(), rtol=1e-5, atol=1e-5)
+    assert torch.equal(decode(S.float(), n, m), decode(S, n, m))
+
+
+def test_paths_are_checked_and_converted():
+    n, m = torch.tensor([3, 2]), torch.tensor([3, 3])
+    pairs = [[(0, 0), (1, 1), (1, 2), (2, 2)], [(0, 0), (0, 1), (1, 2)]]
+    path = path_from_pairs(pairs, 3, 3)
+    assert path[0].tolist() == [[1, -1, -1], [-1, 1, 0], [-1, -1, 2]]
+    check_path(path, n, m, path.shape, local=False)
+    assert pairs_from_path(path) == [list(map(tuple, p)) for p in pairs]
+    with pytest.raises(SSVMInputError, match=r"^pairs\[0\]\[1\]: expected one move from the pair before it"):
+        path_from_pairs([[(0, 0), (2, 1)]])
+    ok = [(0, 0, 1), (1, 1, 1), (1, 2, 0), (2, 2, 2)]
+
+    def two_rows(row0, row1=((0, 0, 1), (0, 1, 0), (1, 2, 1))):
+        return torch.stack([as_tensor(row0, 3, 3), as_tensor(row1, 3, 3)])
+    bad = {
+        "gap": two_rows([(0, 0, 1), (2, 2, 1)]),
+        "not from (0, 0)": two_rows([(1, 1, 1), (2, 2, 1)]),
+        "short of the end": two_rows([(0, 0, 1), (1, 1, 1)]),
+        "past the lengths": two_rows(ok, [(0, 0, 1), (1, 1, 1), (2, 2, 1)]),
+        "a move from off the path": two_rows([(0, 0, 1), (1, 1, 1), (1, 2, 0), (2, 2, 0)]),
+        "a move that is not one": two_rows([(0, 0, 1), (1, 1, 1), (1, 2, 0), (2, 2, 3)]),
+    }
+    for name, p in bad.items():
+        with pytest.raises(SSVMInputError, match=r"^path: expected one path from \(0, 0\)"):
+            check_path(p, n, m, p.shape, local=False)
+    two = path_from_pairs([[(0, 0), (0, 1)], [(0, 0)]], 3, 3)
+    two[0, 2, 2] = 1                                                      # a second local path in row 0
+    with pytest.raises(SSVMInputError, match=r"^path: expected a local path \(or none\)"):
+        check_path(two, n, m, two.shape, local=True)
+    check_path(torch.full((2, 3, 3), -1), n, m, (2, 3, 3), local=True)   # empty local paths are paths
+    with pytest.raises(SSVMInputError, match=r"^path: expected an integer tensor \(B, N, M\)"):
+        check_path(torch.zeros(2, 3, 3), n, m, (2, 3, 3), local=False)
+
+
+def test_bad_scores_and_options_are_refused_by_name():
+    S, n, m = batch(2)
+    layer = MonotonicAlignment()
+    gold = decode(S, n, m)
+    for bad, msg in ((S[..., :2], r"^scores: expected a float32 / float64 tensor \(B, N, M, 3\)"),
+                     (S.masked_fill(S > 1, float("nan")), r"^scores: expected finite scores or -inf"),
+                     (S.half(), r"^scores: expected a float32 / float64")):
+        with pytest.raises(SSVMInputError, match=msg):
+            layer(bad, gold, n, m)
+    with pytest.raises(SSVMInputError, match=r"^x_lengths: expected lengths in \[1, 4\]"):
+        layer(S, gold, torch.tensor([5, 1, 1]), m)
+    blocked = S.clone()
+    blocked[0, 3, 2] = float("-inf")                                      # the last cell cannot be entered
+    with pytest.raises(SSVMInputError, match=r"^scores: expected at least one path of finite score per row, got rows "
+                                             r"\[0\]"):
+        log_partition(blocked, n, m)
+    through = S.clone()
+    through[0, 0, 0, 1] = float("-inf")
+    through[0, 0, 0, 0] = 0.0
+    with pytest.raises(SSVMInputError, match=r"^path: expected paths whose every move has a finite score"):
+        MonotonicAlignment("crf")(through, gold, n, m)
+    for kwargs, msg in ((dict(loss="nll"), r"^loss: expected one of"), (dict(cost=0.0), r"^cost: expected a finite"),
+                        (dict(local=1), r"^local: expected True or False")):
+        with pytest.raises(SSVMInputError, match=msg):
+            MonotonicAlignment(**kwargs)
+
+
+def test_a_learned_similarity_aligns_warped_sequences():
+    """x (12 steps) and y are aligned by a random monotone path; y_j is the mean of the x_i aligned with it, seen
+    through a different random projection, plus noise. A bilinear similarity x_i W y_j trained with the hinge
+    recovers most held-out aligned pairs, where the untrained one does not (the warps leave some ties: where y_j
+    averages two x steps, either may sit on a path of the same score)."""
+    g = torch.Generator().manual_seed(0)
+    F = 6
+    A = torch.randn(F, F, generator=g, dtype=torch.float64)
+
+    def pair():
+        x = torch.randn(12, F, generator=g, dtype=torch.float64)
+        pairs = [(0, 0)]
+        while pairs[-1][0] < 11:
+            i, j = pairs[-1]
+            mv = int(torch.randint(0, 3, (1,), generator=g))
+            pairs.append((i + (mv > 0), j + (mv < 2)))
+        M = pairs[-1][1] + 1
+        y = torch.stack([torch.stack([x[i] for i, c in pairs if c == j]).mean(0) for j in range(M)]) @ A
+        return x, y + 0.1 * torch.randn(M, F, generator=g, dtype=torch.float64), pairs
+    data = [pair() for _ in range(24)]
+    W = torch.nn.Parameter(0.1 * torch.randn(F, F, generator=g, dtype=torch.float64))
+    layer = MonotonicAlignment("hinge")
+
+    def accuracy(items):
+        right = total = 0
+        for x, y, pairs in items:
+            best = layer.decode(from_similarity((x @ W @ y.T)[None]))
+            right += len(set(pairs_from_path(best)[0]) & set(pairs))
+            total += len(pairs)
+        return right / total
+    before = accuracy(data[16:])
+    opt = torch.optim.Adam([W], lr=0.05)
+    for _ in range(30):
+        for x, y, pairs in data[:16]:
+            loss = layer(from_similarity((x @ W @ y.T)[None]), path_from_pairs([pairs], len(x), len(y)))
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    after = accuracy(data[16:])
+    assert after > 0.85 and after > before + 0.5, (before, after)          # 0.21 -> 0.93 (seed 0)
