@@ -62,12 +62,16 @@ def reference(S, n, m, local):
     return out
 
 
+KERNELS = ["numba", "torch"]
+
+
+@pytest.mark.parametrize("kernels", KERNELS)
 @pytest.mark.parametrize("local", [False, True])
 @pytest.mark.parametrize("forbid", [False, True])
-def test_log_partition_max_marginals_and_decode_equal_enumeration(local, forbid):
+def test_log_partition_max_marginals_and_decode_equal_enumeration(local, forbid, kernels):
     S, n, m = batch(1 + forbid, forbid=forbid)
-    lz, mx = log_partition(S, n, m, local), max_score(S, n, m, local)
-    mu, best = marginals(S, n, m, local), decode(S, n, m, local)
+    lz, mx = log_partition(S, n, m, local, kernels), max_score(S, n, m, local, kernels)
+    mu, best = marginals(S, n, m, local, kernels), decode(S, n, m, local, kernels)
     check_path(best, n, m, best.shape, local)
     for b, (P, sc) in enumerate(reference(S, n, m, local)):
         assert float(lz[b]) == pytest.approx(float(torch.logsumexp(sc, 0)), abs=1e-10)
@@ -84,12 +88,13 @@ def test_log_partition_max_marginals_and_decode_equal_enumeration(local, forbid)
     assert int((best[1, 2:] >= 0).sum()) == 0 and int((best[2, :, 1:] >= 0).sum()) == 0   # inside the lengths
 
 
+@pytest.mark.parametrize("kernels", KERNELS)
 @pytest.mark.parametrize("local", [False, True])
 @pytest.mark.parametrize("loss", ["hinge", "crf", "softmax_margin"])
-def test_losses_and_gradients_equal_enumeration(loss, local):
+def test_losses_and_gradients_equal_enumeration(loss, local, kernels):
     S, n, m = batch(7)
     gold = decode(torch.randn(S.shape, dtype=S.dtype, generator=torch.Generator().manual_seed(3)), n, m, local)
-    layer = MonotonicAlignment(loss, local=local, cost=0.7)
+    layer = MonotonicAlignment(loss, local=local, cost=0.7, kernels=kernels)
     S.requires_grad_(True)
     per_row = layer(S, gold, n, m, reduction="none")
     grad = torch.autograd.grad(per_row.sum(), S)[0]
@@ -137,12 +142,24 @@ def test_soft_dtw_and_dtw_are_their_textbook_recursions():
     assert torch.equal(nw[0, :, :, 1], -torch.as_tensor(cost))
 
 
-def test_float32_and_padding_do_not_change_a_row():
-    S, n, m = batch(11)
-    alone = [log_partition(S[b:b + 1, :int(n[b]), :int(m[b])]) for b in range(3)]
-    torch.testing.assert_close(log_partition(S, n, m), torch.cat(alone), rtol=0, atol=1e-12)
-    torch.testing.assert_close(log_partition(S.float(), n, m), torch.cat(alone).float(), rtol=1e-5, atol=1e-5)
-    assert torch.equal(decode(S.float(), n, m), decode(S, n, m))
+@pytest.mark.parametrize("local", [False, True])
+def test_the_two_kernels_agree_and_float32_and_padding_do_not_change_a_row(local):
+    """On random 9 x 7 grids with ragged lengths: numba = torch (log Z, marginals, best path and score, to 1e-10 in
+    float64), float32 within 1e-5, and a padded row = the row alone."""
+    g = torch.Generator().manual_seed(11)
+    S = torch.randn(5, 9, 7, 3, generator=g, dtype=torch.float64)
+    n, m = torch.tensor([9, 4, 1, 6, 9]), torch.tensor([7, 7, 3, 1, 2])
+    out = {}
+    for k in KERNELS:
+        out[k] = (log_partition(S, n, m, local, k), marginals(S, n, m, local, k), max_score(S, n, m, local, k),
+                  decode(S, n, m, local, k))
+    for a, b in zip(out["numba"], out["torch"]):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-10)
+    alone = [log_partition(S[b:b + 1, :int(n[b]), :int(m[b])], local=local) for b in range(5)]
+    torch.testing.assert_close(out["numba"][0], torch.cat(alone), rtol=0, atol=1e-12)
+    for k in KERNELS:
+        torch.testing.assert_close(log_partition(S.float(), n, m, local, k), out[k][0].float(), rtol=1e-5, atol=1e-5)
+        assert torch.equal(decode(S.float(), n, m, local, k), out[k][3])
 
 
 def test_paths_are_checked_and_converted():
@@ -200,7 +217,7 @@ def test_bad_scores_and_options_are_refused_by_name():
     with pytest.raises(SSVMInputError, match=r"^path: expected paths whose every move has a finite score"):
         MonotonicAlignment("crf")(through, gold, n, m)
     for kwargs, msg in ((dict(loss="nll"), r"^loss: expected one of"), (dict(cost=0.0), r"^cost: expected a finite"),
-                        (dict(local=1), r"^local: expected True or False")):
+                        (dict(local=1), r"^local: expected True or False"), (dict(kernels="c"), r"^kernels: expected")):
         with pytest.raises(SSVMInputError, match=msg):
             MonotonicAlignment(**kwargs)
 

@@ -13,13 +13,23 @@ paths, for the diagonal entry of every cell (a path may start anywhere); the val
 (+) over every cell of the row's grid and the empty path's 0 (local). Gradients are autograd's through the
 recursion: the marginals of log Z, the best path's indicators for the max. Scores may be -inf (a forbidden move);
 internally they are clamped to ``NEG`` so that unreachable cells keep finite values and zero gradients.
+
+On CPU tensors (``kernels="auto"`` or ``"numba"``) the same recursions run compiled, cell by cell, one batch row per
+thread (align/numba_ops.py), with a hand-written reverse pass for log Z (first derivatives; the torch path also
+differentiates twice) and the best path's move indicators as the max's gradient.
 """
 from __future__ import annotations
 
+import numpy as np
 import torch
+from torch.autograd.function import once_differentiable
 
-from ..errors import SSVMInputError, check
+from ..errors import SSVMInputError, check, check_choice
+from . import numba_ops
 from .paths import DIAGONAL, DOWN, RIGHT
+
+#: "auto": the compiled kernels (align/numba_ops.py) for CPU tensors, the torch wavefront elsewhere
+KERNELS = ("auto", "numba", "torch")
 
 #: the score of an impossible move inside the recursion (finite: no NaN gradients through unreachable cells)
 NEG = -1e30
@@ -52,16 +62,19 @@ def check_scores(scores, x_lengths=None, y_lengths=None, field: str = "scores"):
 
 def _skewed(scores: torch.Tensor, x_lengths: torch.Tensor, y_lengths: torch.Tensor) -> torch.Tensor:
     """(B, N + M - 1, N, 3): diagonal d's cells (i, d - i) by row i, ``NEG`` off the grid, beyond a row's lengths
-    and where the score is -inf."""
+    and where the score is -inf. A strided view of the flattened grid: cell (i, d - i) is flat entry i M + d - i =
+    d + i (M - 1), so diagonal d is a stride of M - 1 from entry d (the entries it reaches off the grid are masked)."""
     B, N, M, _ = scores.shape
     dev = scores.device
     i = torch.arange(N, device=dev)
-    j = torch.arange(N + M - 1, device=dev)[:, None] - i[None, :]                       # (D, N)
-    on_grid = (j >= 0) & (j < M)
-    s = scores[:, i[None, :].expand_as(j), j.clamp(0, M - 1)]                           # (B, D, N, 3)
-    keep = (on_grid[None] & (i[None, None, :] < x_lengths[:, None, None])
-            & (j[None] < y_lengths[:, None, None]))[..., None] & (s > NEG)
-    return torch.where(keep, s, s.new_full((), NEG))
+    inside = (i[None, :, None] < x_lengths[:, None, None]) & (torch.arange(M, device=dev)[None, None, :]
+                                                              < y_lengths[:, None, None])
+    s = torch.where(inside[..., None], scores.clamp(min=NEG), scores.new_full((), NEG))    # -inf -> NEG too
+    flat = torch.cat([s.reshape(B, N * M, 3), s.new_full((B, N, 3), NEG)], 1)            # room for the last reach
+    view = flat.as_strided((B, N + M - 1, N, 3), (flat.stride(0), 3, 3 * (M - 1), 1))
+    j = torch.arange(N + M - 1, device=dev)[:, None] - i[None, :]
+    on_grid = ((j >= 0) & (j < M))[None, :, :, None]
+    return torch.where(on_grid, view, view.new_full((), NEG))
 
 
 def _shift(a: torch.Tensor) -> torch.Tensor:
@@ -79,17 +92,18 @@ def _sweep(skewed: torch.Tensor, local: bool, reduce: str):
     if local:
         outside = torch.zeros_like(none)                 # any cell may be a local path's first
     prev2, prev1, values, moves = none, none, [], []
-    for d in range(D):
-        phi = skewed[:, d]
-        diagonal_from = torch.maximum(_shift(prev2), outside) if local and reduce == "max" else (
-            torch.logaddexp(_shift(prev2), outside) if local else (outside if d == 0 else _shift(prev2)))
-        terms = torch.stack([prev1 + phi[..., RIGHT], diagonal_from + phi[..., DIAGONAL],
-                             _shift(prev1) + phi[..., DOWN]], -1)
+    for d, phi in enumerate(skewed.unbind(1)):           # views: one gradient stack, not one per step
+        if local:
+            diagonal_from = (torch.maximum if reduce == "max" else torch.logaddexp)(_shift(prev2), outside)
+        else:
+            diagonal_from = outside if d == 0 else _shift(prev2)
+        right, down = prev1 + phi[..., RIGHT], _shift(prev1) + phi[..., DOWN]
+        diagonal = diagonal_from + phi[..., DIAGONAL]
         if reduce == "max":
-            best, arg = terms.max(-1)
+            best, arg = torch.stack([right, diagonal, down], -1).max(-1)
             moves.append(arg)
         else:
-            best = torch.logsumexp(terms, -1)
+            best = torch.logaddexp(torch.logaddexp(right, diagonal), down)
         values.append(best)
         prev2, prev1 = prev1, best
     return torch.stack(values, 1), (torch.stack(moves, 1) if moves else None)
@@ -111,75 +125,142 @@ def _check_reachable(value: torch.Tensor, field: str = "scores") -> None:
                              "move")
 
 
-def log_partition(scores, x_lengths=None, y_lengths=None, local: bool = False) -> torch.Tensor:
+def _compiled(scores: torch.Tensor, kernels: str) -> bool:
+    check_choice(kernels, "kernels", KERNELS)
+    if kernels == "numba":
+        check(scores.device.type == "cpu", "kernels", "'numba' on CPU tensors (use 'auto' or 'torch')",
+              str(scores.device))
+    return kernels != "torch" and scores.device.type == "cpu"
+
+
+def _host(t: torch.Tensor) -> np.ndarray:
+    return t.detach().contiguous().numpy()
+
+
+class _CompiledLogZ(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, scores, n, m, local):
+        S = _host(scores)
+        alpha, out = np.zeros(S.shape[:3]), np.empty(S.shape[0])
+        numba_ops.forward_logz(S, _host(n), _host(m), local, alpha, out)
+        ctx.save_for_backward(scores, n, m)
+        ctx.alpha, ctx.logz, ctx.local = alpha, out, local
+        return torch.from_numpy(out).to(scores.dtype)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_out):
+        scores, n, m = ctx.saved_tensors
+        S = _host(scores)
+        grad, adj = np.zeros(S.shape), np.zeros(S.shape[:3])
+        numba_ops.backward_logz(S, _host(n), _host(m), ctx.local, ctx.alpha, ctx.logz,
+                                _host(grad_out.to(torch.float64)), adj, grad)
+        return torch.from_numpy(grad).to(scores.dtype), None, None, None
+
+
+def _compiled_best(scores, n, m, local):
+    """(value (B,) float64 numpy, path (B, N, M) int64 tensor) by the compiled max recursion."""
+    S = _host(scores)
+    value, move = np.empty(S.shape[0]), np.zeros(S.shape[:3], dtype=np.int64)
+    path = np.full(S.shape[:3], -1, dtype=np.int64)
+    numba_ops.best_paths(S, _host(n), _host(m), local, value, move, path)
+    return value, torch.from_numpy(path)
+
+
+class _CompiledMax(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, scores, n, m, local):
+        value, path = _compiled_best(scores, n, m, local)
+        ctx.save_for_backward(path)
+        return torch.from_numpy(value).to(scores.dtype)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_out):
+        (path,) = ctx.saved_tensors
+        taken = torch.nn.functional.one_hot(path.clamp(min=0), 3).to(grad_out.dtype) * (path >= 0)[..., None]
+        return taken * grad_out[:, None, None, None], None, None, None
+
+
+def log_partition(scores, x_lengths=None, y_lengths=None, local: bool = False, kernels: str = "auto") -> torch.Tensor:
     """log Z (B,): the logsumexp of the score of every path (global or ``local``), differentiable."""
     scores, n, m = check_scores(scores, x_lengths, y_lengths)
-    a, _ = _sweep(_skewed(scores, n, m), local, "logsumexp")
-    value = _value(a, n, m, local, "logsumexp")
+    if _compiled(scores, kernels):
+        value = _CompiledLogZ.apply(scores, n, m, local)
+    else:
+        a, _ = _sweep(_skewed(scores, n, m), local, "logsumexp")
+        value = _value(a, n, m, local, "logsumexp")
     _check_reachable(value)
     return value
 
 
-def max_score(scores, x_lengths=None, y_lengths=None, local: bool = False) -> torch.Tensor:
+def max_score(scores, x_lengths=None, y_lengths=None, local: bool = False, kernels: str = "auto") -> torch.Tensor:
     """The best path's score (B,), differentiable (its gradient is the best path's move indicators)."""
     scores, n, m = check_scores(scores, x_lengths, y_lengths)
-    a, _ = _sweep(_skewed(scores, n, m), local, "max")
-    value = _value(a, n, m, local, "max")
+    if _compiled(scores, kernels):
+        value = _CompiledMax.apply(scores, n, m, local)
+    else:
+        a, _ = _sweep(_skewed(scores, n, m), local, "max")
+        value = _value(a, n, m, local, "max")
     _check_reachable(value)
     return value
 
 
-def marginals(scores, x_lengths=None, y_lengths=None, local: bool = False) -> torch.Tensor:
+def marginals(scores, x_lengths=None, y_lengths=None, local: bool = False, kernels: str = "auto") -> torch.Tensor:
     """P(the path enters (i, j) by move) (B, N, M, 3): the gradient of log Z (0 outside each row's grid)."""
     with torch.enable_grad():
         s = scores.detach().requires_grad_(True)
-        logz = log_partition(s, x_lengths, y_lengths, local)
+        logz = log_partition(s, x_lengths, y_lengths, local, kernels)
         return torch.autograd.grad(logz.sum(), s)[0]
 
 
-def decode(scores, x_lengths=None, y_lengths=None, local: bool = False) -> torch.Tensor:
+def decode(scores, x_lengths=None, y_lengths=None, local: bool = False, kernels: str = "auto") -> torch.Tensor:
     """The best path of each row (B, N, M) int64 (paths.py's form): the recursion's max with its moves kept, then
     followed back from the last cell (ties to the lowest move; for a local path, the first best cell in row-major
     order, and the empty path where no path scores above 0)."""
     scores, n, m = check_scores(scores, x_lengths, y_lengths)
+    if _compiled(scores, kernels):
+        value, path = _compiled_best(scores, n, m, local)
+        _check_reachable(torch.from_numpy(value))
+        return path
     with torch.no_grad():
         a, moves = _sweep(_skewed(scores, n, m), local, "max")
         value = _value(a, n, m, local, "max")
         _check_reachable(value)
-        B, D, N = a.shape
-        M = scores.shape[2]
-        rows = torch.arange(B, device=a.device)
-        path = torch.full((B, N, M), -1, dtype=torch.int64, device=a.device)
-        if local:
-            cells = a.new_full((B, N, M), NEG)
-            i_idx = torch.arange(N, device=a.device)[:, None]
-            j_idx = torch.arange(M, device=a.device)[None, :]
-            cells[:, i_idx, j_idx] = a[:, (i_idx + j_idx).expand(N, M), i_idx.expand(N, M)]
-            flat = cells.reshape(B, -1)
-            best = flat.argmax(1)
-            i, j = best // M, best % M
-            active = flat[rows, best] > 0.0                   # else the empty path (score 0) is at least as good
-        else:
-            i, j = n - 1, m - 1
-            active = torch.ones(B, dtype=torch.bool, device=a.device)
-        for _ in range(D):
-            if not bool(active.any()):
-                break
-            d = i + j
-            mv = moves[rows, d.clamp(0, D - 1), i]
-            path[rows[active], i[active], j[active]] = mv[active]
-            # a local path stops where starting afresh was its best entry
-            fresh = (mv == DIAGONAL) & ((i == 0) | (j == 0) | (local & _fresh_start(a, rows, i, j, scores, n, m)))
-            di = (mv != RIGHT).long()
-            dj = (mv != DOWN).long()
-            stop = fresh | ((i == 0) & (j == 0))
-            active = active & ~stop
-            i, j = torch.where(active, i - di, i), torch.where(active, j - dj, j)
-        return path
+        return _follow(a, moves, scores.shape[2], n, m, local)
 
 
-def _fresh_start(a, rows, i, j, scores, n, m) -> torch.Tensor:
+def _follow(a, moves, M, n, m, local) -> torch.Tensor:
+    """The best paths (B, N, M) from the torch sweep's values and moves (on their device)."""
+    B, D, N = a.shape
+    rows = torch.arange(B, device=a.device)
+    path = torch.full((B, N, M), -1, dtype=torch.int64, device=a.device)
+    if local:
+        cells = a.new_full((B, N, M), NEG)
+        i_idx = torch.arange(N, device=a.device)[:, None]
+        j_idx = torch.arange(M, device=a.device)[None, :]
+        cells[:, i_idx, j_idx] = a[:, (i_idx + j_idx).expand(N, M), i_idx.expand(N, M)]
+        flat = cells.reshape(B, -1)
+        best = flat.argmax(1)
+        i, j = best // M, best % M
+        active = flat[rows, best] > 0.0                   # else the empty path (score 0) is at least as good
+    else:
+        i, j = n - 1, m - 1
+        active = torch.ones(B, dtype=torch.bool, device=a.device)
+    for _ in range(D):
+        if not bool(active.any()):
+            break
+        mv = moves[rows, (i + j).clamp(0, D - 1), i]
+        path[rows[active], i[active], j[active]] = mv[active]
+        # a path's first cell: (0, 0), a border cell, or (local) where starting afresh was the best diagonal entry
+        fresh = (mv == DIAGONAL) & ((i == 0) | (j == 0) | (local & _fresh_start(a, rows, i, j)))
+        active = active & ~fresh
+        i, j = torch.where(active, i - (mv != RIGHT).long(), i), torch.where(active, j - (mv != DOWN).long(), j)
+    return path
+
+
+def _fresh_start(a, rows, i, j) -> torch.Tensor:
     """For a local path entering (i, j) diagonally: whether starting afresh (0) beats continuing from a(i-1, j-1)
     (ties: start afresh, the shorter path)."""
     ip, jp = (i - 1).clamp(min=0), (j - 1).clamp(min=0)
-    return a[rows, (ip + jp).clamp(min=0), ip] <= 0.0
+    return a[rows, ip + jp, ip] <= 0.0

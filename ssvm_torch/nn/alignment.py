@@ -42,18 +42,20 @@ def from_similarity(similarity: torch.Tensor, gap: float | None = None) -> torch
 
 class MonotonicAlignment(nn.Module):
     """An alignment layer (module docstring). loss: "hinge", "crf" or "softmax_margin"; local: Smith-Waterman's
-    local paths; cost: the loss of one cell in one path and not the other (> 0)."""
+    local paths; cost: the loss of one cell in one path and not the other (> 0); kernels: "auto" (compiled numba
+    kernels for CPU tensors, the torch wavefront elsewhere), "numba" or "torch"."""
 
-    def __init__(self, loss: str = "hinge", local: bool = False, cost: float = 1.0):
+    def __init__(self, loss: str = "hinge", local: bool = False, cost: float = 1.0, kernels: str = "auto"):
         super().__init__()
         self.loss = check_choice(loss, "loss", LOSSES)
+        self.kernels = check_choice(kernels, "kernels", ops.KERNELS)
         check(isinstance(local, bool), "local", "True or False", repr(local))
         check(isinstance(cost, (int, float)) and not isinstance(cost, bool) and 0 < cost < float("inf"), "cost",
               "a finite number > 0", repr(cost))
         self.local, self.cost = local, float(cost)
 
     def extra_repr(self) -> str:
-        return f"loss={self.loss!r}, local={self.local}, cost={self.cost}"
+        return f"loss={self.loss!r}, local={self.local}, cost={self.cost}, kernels={self.kernels!r}"
 
     def path_score(self, scores: torch.Tensor, path: torch.Tensor, x_lengths=None, y_lengths=None) -> torch.Tensor:
         """s(P) (B,) of given paths, differentiable in ``scores``; a path through a -inf move is refused."""
@@ -79,21 +81,22 @@ class MonotonicAlignment(nn.Module):
         gold = check_path(path, n, m, scores.shape[:3], self.local)
         s_gold = self._score(scores, gold)
         if self.loss == "crf":
-            per_row = ops.log_partition(scores, n, m, self.local) - s_gold
+            per_row = ops.log_partition(scores, n, m, self.local, self.kernels) - s_gold
         else:
             on = (gold >= 0).to(scores.dtype)
             augmented = scores + (self.cost * (1.0 - 2.0 * on))[..., None]
-            best = (ops.max_score if self.loss == "hinge" else ops.log_partition)(augmented, n, m, self.local)
+            best = (ops.max_score if self.loss == "hinge" else ops.log_partition)(augmented, n, m, self.local,
+                                                                                   self.kernels)
             per_row = best + self.cost * on.sum((1, 2)) - s_gold
         return reduce_rows(per_row, reduction, n)
 
     def decode(self, scores, x_lengths=None, y_lengths=None) -> torch.Tensor:
         """The best path of each row (B, N, M) int64 (:func:`~ssvm_torch.align.ops.decode`)."""
-        return ops.decode(scores, x_lengths, y_lengths, self.local)
+        return ops.decode(scores, x_lengths, y_lengths, self.local, self.kernels)
 
     def log_partition(self, scores, x_lengths=None, y_lengths=None) -> torch.Tensor:
-        return ops.log_partition(scores, x_lengths, y_lengths, self.local)
+        return ops.log_partition(scores, x_lengths, y_lengths, self.local, self.kernels)
 
     def marginals(self, scores, x_lengths=None, y_lengths=None) -> torch.Tensor:
         """P(the path enters (i, j) by each move) (B, N, M, 3)."""
-        return ops.marginals(scores, x_lengths, y_lengths, self.local)
+        return ops.marginals(scores, x_lengths, y_lengths, self.local, self.kernels)
