@@ -142,6 +142,27 @@ def test_soft_dtw_and_dtw_are_their_textbook_recursions():
     assert torch.equal(nw[0, :, :, 1], -torch.as_tensor(cost))
 
 
+def test_soft_dtw_equals_pysdtw():
+    """pysdtw (an independent torch soft-DTW, numba on CPU) gives the same value and gradient in the cost matrix
+    (it rounds its tables to float32: compared at that precision)."""
+    pysdtw = pytest.importorskip("pysdtw")
+    g = torch.Generator().manual_seed(4)
+    x = torch.randn(3, 9, 2, generator=g, dtype=torch.float64)
+    y = torch.randn(3, 6, 2, generator=g, dtype=torch.float64)
+    cost = ((x[:, :, None] - y[:, None]) ** 2).sum(-1)
+    refs, ours = [], []
+    for out in (refs, ours):
+        c = cost.clone().requires_grad_(True)
+        if out is refs:
+            value = pysdtw.SoftDTW(gamma=1.0, use_cuda=False).dtw_func(c, torch.tensor([[9, 6]] * 3), 1.0, 0.0)
+        else:
+            value = -log_partition(from_similarity(-c))
+        value.sum().backward()
+        out += [value.detach(), c.grad]
+    torch.testing.assert_close(ours[0], refs[0], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(ours[1], refs[1], rtol=1e-4, atol=1e-5)
+
+
 @pytest.mark.parametrize("local", [False, True])
 def test_the_two_kernels_agree_and_float32_and_padding_do_not_change_a_row(local):
     """On random 9 x 7 grids with ragged lengths: numba = torch (log Z, marginals, best path and score, to 1e-10 in
