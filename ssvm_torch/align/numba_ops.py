@@ -1,8 +1,9 @@
 """Compiled (numba) kernels of the alignment recursions (ssvm_torch/align/ops.py) for CPU tensors: the forward
-recursion cell by cell, one row of the batch per thread, in float64 whatever the scores' precision, and its
-reverse-mode pass (the "outside" adjoints: d log Z / d a(i, j) flows back to the cells each move came from, times the
-move's posterior weight exp(a(prev) + s(i, j, move) - a(i, j))), so log Z and its gradient (the marginals) cost two
-O(N M) sweeps; the best path is the max recursion with its moves kept and followed back.
+recursion cell by cell, one row of the batch per thread, in float64 whatever the scores' precision, keeping each
+move's share of every cell's logsumexp (two exponentials and one logarithm per cell), and its reverse-mode pass
+(the "outside" adjoints: d log Z / d a(i, j) flows back to the cells each move came from, times that move's share;
+no exponential there), so log Z and its gradient (the marginals) cost two O(N M) sweeps; the best path is the max
+recursion with its moves kept and followed back.
 
 Scores are clamped to ``NEG`` (ops.py) as the torch path does, so unreachable cells keep finite values."""
 from __future__ import annotations
@@ -16,8 +17,23 @@ NEG = -1e30
 
 
 @nb.njit(cache=True, inline="always")
-def _score(S, b, i, j, k, n, m):
-    return max(S[b, i, j, k], NEG) if i < n and j < m else NEG
+def _score(S, b, i, j, k):
+    return max(S[b, i, j, k], NEG)
+
+
+@nb.njit(cache=True, inline="always")
+def _lse3_weights(x, c, e, w, b, i, j):
+    """log(exp(x) + exp(c) + exp(e)) with two exponentials (the largest term's is 1), and each term's share of
+    the sum into w[b, i, j, :] (the move posteriors the reverse pass multiplies by, with no exponential there)."""
+    if x >= c and x >= e:
+        hi, r0, r1, r2 = x, 1.0, math.exp(c - x), math.exp(e - x)
+    elif c >= e:
+        hi, r0, r1, r2 = c, math.exp(x - c), 1.0, math.exp(e - c)
+    else:
+        hi, r0, r1, r2 = e, math.exp(x - e), math.exp(c - e), 1.0
+    total = r0 + r1 + r2
+    w[b, i, j, 0], w[b, i, j, 1], w[b, i, j, 2] = r0 / total, r1 / total, r2 / total
+    return hi + math.log(total)
 
 
 @nb.njit(cache=True, inline="always")
@@ -27,24 +43,22 @@ def _lse2(a, c):
 
 
 @nb.njit(cache=True, parallel=True)
-def forward_logz(S, n, m, local, alpha, out):
-    """alpha[b, i, j] = a(i, j) of the logsumexp recursion and out[b] = log Z (the last cell's, or for a local
-    path the logsumexp of every cell and the empty path's 0)."""
+def forward_logz(S, n, m, local, alpha, weights, out):
+    """alpha[b, i, j] = a(i, j) of the logsumexp recursion, weights[b, i, j, move] = the move's share of a(i, j),
+    and out[b] = log Z (the last cell's, or for a local path the logsumexp of every cell and the empty path's 0)."""
     B, N, M, _ = S.shape
     for b in nb.prange(B):
         nb_, mb = n[b], m[b]
         for i in range(nb_):
             for j in range(mb):
-                right = alpha[b, i, j - 1] + _score(S, b, i, j, 0, nb_, mb) if j > 0 else NEG
-                down = alpha[b, i - 1, j] + _score(S, b, i, j, 2, nb_, mb) if i > 0 else NEG
+                right = alpha[b, i, j - 1] + _score(S, b, i, j, 0) if j > 0 else NEG
+                down = alpha[b, i - 1, j] + _score(S, b, i, j, 2) if i > 0 else NEG
                 prev = alpha[b, i - 1, j - 1] if (i > 0 and j > 0) else NEG
                 if local:
                     prev = _lse2(prev, 0.0)
                 elif i == 0 and j == 0:
                     prev = 0.0
-                diag = prev + _score(S, b, i, j, 1, nb_, mb)
-                hi = max(right, max(diag, down))
-                alpha[b, i, j] = hi + math.log(math.exp(right - hi) + math.exp(diag - hi) + math.exp(down - hi))
+                alpha[b, i, j] = _lse3_weights(right, prev + _score(S, b, i, j, 1), down, weights, b, i, j)
         if local:
             total = 0.0                                    # the empty path
             for i in range(nb_):
@@ -56,39 +70,36 @@ def forward_logz(S, n, m, local, alpha, out):
 
 
 @nb.njit(cache=True, parallel=True)
-def backward_logz(S, n, m, local, alpha, logz, grad_out, adj, grad):
-    """grad[b, i, j, move] = grad_out[b] * d log Z / d s(i, j, move) (the marginals times the incoming gradient),
-    by the adjoints adj[b, i, j] = d log Z / d a(i, j), cells in reverse order."""
-    B, N, M, _ = S.shape
+def backward_logz(n, m, local, alpha, weights, logz, grad_out, adj, grad):
+    """grad[b, i, j, move] = grad_out[b] * d log Z / d s(i, j, move) (the marginals times the incoming gradient,
+    0 outside the row's grid), by the adjoints adj[b, i, j] = d log Z / d a(i, j), cells in reverse order: a cell's
+    adjoint flows to the cell each move came from, times the move's share (the forward pass's weights)."""
+    B, N, M, _ = grad.shape
     for b in nb.prange(B):
         nb_, mb = n[b], m[b]
-        for i in range(nb_):
-            for j in range(mb):
-                adj[b, i, j] = math.exp(alpha[b, i, j] - logz[b]) if local else 0.0
+        for i in range(N):
+            for j in range(M):
+                inside = i < nb_ and j < mb
+                adj[b, i, j] = math.exp(alpha[b, i, j] - logz[b]) if (local and inside) else 0.0
+                if not inside:
+                    grad[b, i, j, 0], grad[b, i, j, 1], grad[b, i, j, 2] = 0.0, 0.0, 0.0
         if not local:
             adj[b, nb_ - 1, mb - 1] = 1.0
         for i in range(nb_ - 1, -1, -1):
             for j in range(mb - 1, -1, -1):
                 g = adj[b, i, j]
-                a = alpha[b, i, j]
+                w0, w1, w2 = g * weights[b, i, j, 0], g * weights[b, i, j, 1], g * weights[b, i, j, 2]
+                grad[b, i, j, 0], grad[b, i, j, 1], grad[b, i, j, 2] = grad_out[b] * w0, grad_out[b] * w1, \
+                    grad_out[b] * w2
                 if j > 0:
-                    w = g * math.exp(alpha[b, i, j - 1] + _score(S, b, i, j, 0, nb_, mb) - a)
-                    grad[b, i, j, 0] = grad_out[b] * w
-                    adj[b, i, j - 1] += w
+                    adj[b, i, j - 1] += w0
                 if i > 0:
-                    w = g * math.exp(alpha[b, i - 1, j] + _score(S, b, i, j, 2, nb_, mb) - a)
-                    grad[b, i, j, 2] = grad_out[b] * w
-                    adj[b, i - 1, j] += w
-                prev = alpha[b, i - 1, j - 1] if (i > 0 and j > 0) else NEG
-                from_prev = prev
-                if local:
-                    from_prev = _lse2(prev, 0.0)
-                elif i == 0 and j == 0:
-                    from_prev = 0.0
-                w = g * math.exp(from_prev + _score(S, b, i, j, 1, nb_, mb) - a)
-                grad[b, i, j, 1] = grad_out[b] * w
+                    adj[b, i - 1, j] += w2
                 if i > 0 and j > 0:
-                    adj[b, i - 1, j - 1] += w * math.exp(prev - from_prev)     # the share that continued a path
+                    if local:                              # the share that continued a path, not a fresh start
+                        prev = alpha[b, i - 1, j - 1]
+                        w1 *= math.exp(prev - _lse2(prev, 0.0))
+                    adj[b, i - 1, j - 1] += w1
 
 
 @nb.njit(cache=True, parallel=True)
@@ -101,14 +112,14 @@ def best_paths(S, n, m, local, value, move, path):
         a = np.empty((nb_, mb))
         for i in range(nb_):
             for j in range(mb):
-                right = a[i, j - 1] + _score(S, b, i, j, 0, nb_, mb) if j > 0 else NEG
-                down = a[i - 1, j] + _score(S, b, i, j, 2, nb_, mb) if i > 0 else NEG
+                right = a[i, j - 1] + _score(S, b, i, j, 0) if j > 0 else NEG
+                down = a[i - 1, j] + _score(S, b, i, j, 2) if i > 0 else NEG
                 prev = a[i - 1, j - 1] if (i > 0 and j > 0) else NEG
                 if local:
                     prev = max(prev, 0.0)
                 elif i == 0 and j == 0:
                     prev = 0.0
-                diag = prev + _score(S, b, i, j, 1, nb_, mb)
+                diag = prev + _score(S, b, i, j, 1)
                 best, arg = right, 0
                 if diag > best:
                     best, arg = diag, 1

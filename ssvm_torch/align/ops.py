@@ -42,8 +42,9 @@ def check_scores(scores, x_lengths=None, y_lengths=None, field: str = "scores"):
           and scores.shape[3] == 3 and scores.shape[1] >= 1 and scores.shape[2] >= 1, field,
           "a float32 / float64 tensor (B, N, M, 3): the score of entering cell (i, j) right, diagonally, down",
           f"{getattr(scores, 'dtype', type(scores).__name__)} {tuple(getattr(scores, 'shape', ()))}")
-    check(not bool((torch.isnan(scores) | (scores == float("inf"))).any()), field,
-          "finite scores or -inf (a forbidden move)", "NaN or +inf")
+    top = scores.max()                                   # NaN if any is NaN: one pass finds both faults
+    check(not bool(torch.isnan(top) | (top == float("inf"))), field, "finite scores or -inf (a forbidden move)",
+          "NaN or +inf")
     B, N, M, _ = scores.shape
     out = []
     for name, lengths, top in (("x_lengths", x_lengths, N), ("y_lengths", y_lengths, M)):
@@ -134,28 +135,28 @@ def _compiled(scores: torch.Tensor, kernels: str) -> bool:
 
 
 def _host(t: torch.Tensor) -> np.ndarray:
-    return t.detach().contiguous().numpy()
+    """The tensor's memory as a NumPy array, strides kept (an expanded view, e.g. from_similarity's, is not copied:
+    the kernels read any strides)."""
+    return t.detach().numpy()
 
 
 class _CompiledLogZ(torch.autograd.Function):
     @staticmethod
     def forward(ctx, scores, n, m, local):
         S = _host(scores)
-        alpha, out = np.zeros(S.shape[:3]), np.empty(S.shape[0])
-        numba_ops.forward_logz(S, _host(n), _host(m), local, alpha, out)
-        ctx.save_for_backward(scores, n, m)
-        ctx.alpha, ctx.logz, ctx.local = alpha, out, local
+        alpha, weights, out = np.empty(S.shape[:3]), np.empty(S.shape), np.empty(S.shape[0])
+        numba_ops.forward_logz(S, _host(n), _host(m), local, alpha, weights, out)
+        ctx.n, ctx.m, ctx.alpha, ctx.weights, ctx.logz, ctx.local, ctx.dtype = _host(n), _host(m), alpha, weights, \
+            out, local, scores.dtype
         return torch.from_numpy(out).to(scores.dtype)
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad_out):
-        scores, n, m = ctx.saved_tensors
-        S = _host(scores)
-        grad, adj = np.zeros(S.shape), np.zeros(S.shape[:3])
-        numba_ops.backward_logz(S, _host(n), _host(m), ctx.local, ctx.alpha, ctx.logz,
+        grad, adj = np.empty(ctx.weights.shape), np.empty(ctx.alpha.shape)
+        numba_ops.backward_logz(ctx.n, ctx.m, ctx.local, ctx.alpha, ctx.weights, ctx.logz,
                                 _host(grad_out.to(torch.float64)), adj, grad)
-        return torch.from_numpy(grad).to(scores.dtype), None, None, None
+        return torch.from_numpy(grad).to(ctx.dtype), None, None, None
 
 
 def _compiled_best(scores, n, m, local):
