@@ -64,6 +64,56 @@ def torch_struct_status() -> str:
         return f"{type(e).__name__}: {e}"
 
 
+#: (B, N, M) of the GPU section (bench_gpu.py --sections alignment)
+DEVICE_SHAPES = ((64, 128, 128), (16, 512, 512), (4, 1024, 1024))
+
+
+def device_figures(device, repeats: int, shapes=DEVICE_SHAPES) -> dict:
+    """bench_gpu.py's alignment section: soft-DTW value + gradient and the best path by the torch wavefront on
+    ``device`` (float32), against pysdtw's CUDA kernel on a GPU (its CPU path elsewhere) and our compiled CPU
+    kernels (one thread) on the same costs; medians of ``repeats`` after a warm-up, the device synchronised."""
+    import pysdtw
+
+    def sync():
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
+    def ms(call):
+        call()
+        sync()
+        times = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            call()
+            sync()
+            times.append(time.perf_counter() - t0)
+        return 1e3 * statistics.median(times)
+    out = {}
+    for B, N, M in shapes:
+        g = torch.Generator().manual_seed(0)
+        x, y = torch.randn(B, N, 8, generator=g), torch.randn(B, M, 8, generator=g)
+        cpu_cost = ((x[:, :, None] - y[:, None]) ** 2).sum(-1)
+        cost = cpu_cost.to(device)
+        lengths = torch.tensor([[N, M]] * B)
+        sdtw = pysdtw.SoftDTW(gamma=1.0, use_cuda=device.type == "cuda")
+
+        def ref():
+            c = cost.clone().requires_grad_(True)
+            sdtw.dtw_func(c, lengths.to(device) if device.type == "cuda" else lengths, 1.0, 0.0).sum().backward()
+            return c.grad
+        row = {"wavefront_value_grad_ms": ms(lambda: ours(cost, "torch")),
+               "pysdtw_value_grad_ms": ms(ref),
+               "numba_cpu_value_grad_ms": ms(lambda: ours(cpu_cost, "numba")),
+               "wavefront_best_path_ms": ms(lambda: decode(from_similarity(-cost), kernels="torch"))}
+        row["wavefront_vs_pysdtw"] = row["pysdtw_value_grad_ms"] / row["wavefront_value_grad_ms"]
+        row["largest_gradient_difference"] = float((ours(cost, "torch")[1] - ref()).abs().max())
+        out[f"{B}x{N}x{M}"] = row
+        print(f"alignment {B}x{N}x{M} on {device}: soft-DTW + grad wavefront {row['wavefront_value_grad_ms']:.1f} ms, "
+              f"pysdtw {row['pysdtw_value_grad_ms']:.1f} ms (x{row['wavefront_vs_pysdtw']:.2f}), numba CPU "
+              f"{row['numba_cpu_value_grad_ms']:.1f} ms; best path {row['wavefront_best_path_ms']:.1f} ms", flush=True)
+    return out
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--repeats", type=int, default=5)
@@ -94,7 +144,8 @@ def main():
                   f"torch {row['torch_value_grad_ms']:.1f} ms, pysdtw {row['pysdtw_value_grad_ms']:.1f} ms "
                   f"(x{row['speedup_vs_pysdtw']:.2f}); best path numba {row['numba_best_path_ms']:.1f} ms, torch "
                   f"{row['torch_best_path_ms']:.1f} ms; |dv| {row['largest_value_difference']:.1e} "
-                  f"(rel {row['largest_relative_value_difference']:.1e}), |dg| {row['largest_gradient_difference']:.1e}",
+                  f"(rel {row['largest_relative_value_difference']:.1e}), "
+                  f"|dg| {row['largest_gradient_difference']:.1e}",
                   flush=True)
     result = {"machine": platform.processor() or platform.machine(), "python": platform.python_version(),
               "torch": torch.__version__, "threads": 1, "repeats": args.repeats,

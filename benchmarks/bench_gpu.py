@@ -563,7 +563,7 @@ def sibling_ssvm_figures(device, repeats, train_size, dev_size):
     return out
 
 
-SECTIONS = ("gap", "decode", "conll", "minibatch", "layer", "trees", "spans", "kbest", "sibling")
+SECTIONS = ("gap", "decode", "conll", "minibatch", "layer", "trees", "spans", "kbest", "sibling", "alignment")
 
 
 def main():
@@ -650,6 +650,12 @@ def main():
     def kbest():
         res["kbest"] = kbest_figures(device, args.repeats, ((4, 10, 3),) if quick else KBEST_POINTS)
 
+    def alignment():
+        sys.path.insert(0, str(Path(__file__).parent))
+        from bench_alignment import device_figures
+        res["alignment"] = device_figures(device, args.repeats, ((4, 32, 32), (2, 64, 48)) if quick else
+                                          ((64, 128, 128), (16, 512, 512), (4, 1024, 1024)))
+
     def minibatch():
         # tau = 1 on the GPU is dozens of kernel launches per block step (docs/devices.md has its figure): no budget for it
         taus = [64] if quick else [64, 256, 1024, task.n_train]
@@ -659,7 +665,7 @@ def main():
                                                        target=0.1, budget_s=args.budget)
 
     for name, fn in (("layer", layer), ("gap", gap), ("decode", decode), ("conll", conll), ("minibatch", minibatch),
-                     ("trees", trees), ("spans", spans), ("kbest", kbest), ("sibling", sibling)):
+                     ("trees", trees), ("spans", spans), ("kbest", kbest), ("sibling", sibling), ("alignment", alignment)):
         section(name, fn)
     print(f"wrote {out}")
     return 0

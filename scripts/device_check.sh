@@ -7,8 +7,9 @@
 #          conll 7, trees 51 (65 in the second), spans 29, kbest 27)
 #          Where only the matrix-tree and the rounds are left to show (issue 74 after 2026-12-04): two runs, the
 #          second at once (the machine stays warm 30 s):
-#          run A: STAGES="matrix_tree gpu contention" GPU_SECTIONS=trees GPU_JSON_BASE=benchmarks/results/gpu.json
-#                 ~ 25 + 25 + 65 + 75 = 190 s (matrix_tree with its linear-algebra backends' sweep; contention:
+#          run A: STAGES="matrix_tree gpu contention" GPU_SECTIONS="trees alignment"
+#                 GPU_JSON_BASE=benchmarks/results/gpu.json
+#                 ~ 25 + 35 + 65 + 75 = 200 s (alignment: the wavefront against pysdtw's CUDA soft-DTW, ~10 s) (matrix_tree with its linear-algebra backends' sweep; contention:
 #                 what a shared step costs beside the other ranks, by placement, with and without its mirror)
 #          run B: STAGES=rounds ROUNDS_ARGS=--pin-rebuild-too ROUNDS_S=420  ~ 25 + 400 s (P = 2, 8 as the defaults,
 #                 then pinned with rebuilt mirrors, then the one-process baseline; warm-ups 45 s, each command's
@@ -145,8 +146,8 @@ if want matrix_tree; then               # (only when named) issue 74 (3): the ma
 fi
 
 if want gpu; then
-  stamp "bench_gpu ${GPU_SECTIONS:-layer gap decode conll trees spans kbest}"
-  timeout "${GPU_S:-200}" $py benchmarks/bench_gpu.py --sections ${GPU_SECTIONS:-layer gap decode conll trees spans kbest} \
+  stamp "bench_gpu ${GPU_SECTIONS:-layer gap decode conll trees spans kbest alignment}"
+  timeout "${GPU_S:-200}" $py benchmarks/bench_gpu.py --sections ${GPU_SECTIONS:-layer gap decode conll trees spans kbest alignment} \
     ${GPU_ARGS:---no-compile} --out "$OUT/gpu.json" \
     >>"$OUT/bench_gpu.log" 2>&1
   stamp "bench_gpu rc=$?"

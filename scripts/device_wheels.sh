@@ -11,7 +11,7 @@ py="${PY:-.venv/bin/python}"
 $py -m pip wheel -q --no-deps -w .whl .
 $py -m pip wheel -q --no-deps -w .whl seqeval==1.2.2            # an sdist only on the registry
 # SuPar (the second-order trees' reference: supar.structs needs only nltk, dill and regex beside torch)
-$py -m pip download -q --no-deps -d .whl supar==1.1.4 nltk==3.9.1 dill==0.4.0
+$py -m pip download -q --no-deps -d .whl supar==1.1.4 nltk==3.9.1 dill==0.4.0 pysdtw==0.0.5   # pysdtw: the alignment reference
 for p in regex==2024.11.6 PyMaxflow==1.3.2 jsonargparse==4.53.0 docstring-parser==0.18.0 typeshed-client==2.15.0 torch-struct==0.5 \
          qpsolvers==4.13.0 daqp==0.11.0 clarabel==0.11.1 python-crfsuite==0.9.12 highspy==1.15.1; do
   $py -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
