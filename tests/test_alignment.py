@@ -283,3 +283,21 @@ def test_a_learned_similarity_aligns_warped_sequences():
             opt.step()
     after = accuracy(data[16:])
     assert after > 0.85 and after > before + 0.5, (before, after)          # 0.21 -> 0.93 (seed 0)
+
+
+@pytest.mark.parametrize("local", [False, True])
+def test_the_torch_path_never_leaves_the_device(local):
+    """The wavefront (every device's path), checked on CPU under host_guard: the three losses with their gradients,
+    the marginals and the best path make no NumPy call, no default-device factory and no host copy."""
+    from ssvm_torch.devices import host_guard
+    S, n, m = batch(5)
+    gold = decode(S, n, m, local)
+    with host_guard() as guard:
+        for loss in ("hinge", "crf", "softmax_margin"):
+            s = S.clone().requires_grad_(True)
+            MonotonicAlignment(loss, local=local, kernels="torch")(s, gold, n, m).backward()
+            assert s.grad is not None
+        marginals(S, n, m, local, "torch")
+        best = decode(S, n, m, local, "torch")
+    assert guard.host_copies == 0
+    assert torch.equal(best, gold)

@@ -248,9 +248,7 @@ def _follow(a, moves, M, n, m, local) -> torch.Tensor:
     else:
         i, j = n - 1, m - 1
         active = torch.ones(B, dtype=torch.bool, device=a.device)
-    for _ in range(D):
-        if not bool(active.any()):
-            break
+    for _ in range(D):                                   # a path has at most D cells; no early stop, no sync
         mv = moves[rows, (i + j).clamp(0, D - 1), i]
         path[rows[active], i[active], j[active]] = mv[active]
         # a path's first cell: (0, 0), a border cell, or (local) where starting afresh was the best diagonal entry

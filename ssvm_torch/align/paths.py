@@ -42,9 +42,8 @@ def check_path(path, x_lengths: torch.Tensor, y_lengths: torch.Tensor, shape, lo
     dj = torch.tensor([f[1] for f in FROM], device=dev)[op]
     pi, pj = i + di, j + dj
     in_grid = (pi >= 0) & (pj >= 0)
-    b = torch.arange(B, device=dev)[:, None, None].expand(B, N, M)
-    pred_on = torch.zeros_like(on)
-    pred_on[in_grid] = on[b[in_grid], pi[in_grid], pj[in_grid]]
+    b = torch.arange(B, device=dev)[:, None, None]
+    pred_on = on[b, pi.clamp(min=0), pj.clamp(min=0)] & in_grid          # a gather: no mask indexing, no sync
     first = on & ~pred_on                                # entered from outside the path
     bad_first = (first & (path != DIAGONAL)).any()
     # successors: how many visited cells each cell is left to
