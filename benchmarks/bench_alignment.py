@@ -15,6 +15,7 @@ import json
 import os
 import platform
 import statistics
+import sys
 import time
 from pathlib import Path
 
@@ -25,18 +26,11 @@ import torch  # noqa: E402
 from ssvm_torch.align import decode, log_partition  # noqa: E402
 from ssvm_torch.nn import from_similarity  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).parent))
+from commits import median_ms  # noqa: E402
+
 RESULTS = Path(__file__).parent / "results"
 CASES = ((32, 64, 64), (32, 128, 128), (8, 256, 256), (4, 512, 256))
-
-
-def median_ms(call, repeats: int) -> float:
-    call()
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        call()
-        times.append(time.perf_counter() - t0)
-    return 1e3 * statistics.median(times)
 
 
 def ours(cost: torch.Tensor, kernels: str):

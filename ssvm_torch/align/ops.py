@@ -183,28 +183,27 @@ class _CompiledMax(torch.autograd.Function):
         return taken * grad_out[:, None, None, None], None, None, None
 
 
-def log_partition(scores, x_lengths=None, y_lengths=None, local: bool = False, kernels: str = "auto") -> torch.Tensor:
-    """log Z (B,): the logsumexp of the score of every path (global or ``local``), differentiable."""
+def _recursion_value(scores, x_lengths, y_lengths, local: bool, kernels: str, reduce: str) -> torch.Tensor:
+    """log Z (``reduce="logsumexp"``) or the best score (``"max"``) per row, by the compiled kernels or the torch
+    wavefront, differentiable; a row without a finite path refused."""
     scores, n, m = check_scores(scores, x_lengths, y_lengths)
     if _compiled(scores, kernels):
-        value = _CompiledLogZ.apply(scores, n, m, local)
+        value = (_CompiledMax if reduce == "max" else _CompiledLogZ).apply(scores, n, m, local)
     else:
-        a, _ = _sweep(_skewed(scores, n, m), local, "logsumexp")
-        value = _value(a, n, m, local, "logsumexp")
+        a, _ = _sweep(_skewed(scores, n, m), local, reduce)
+        value = _value(a, n, m, local, reduce)
     _check_reachable(value)
     return value
+
+
+def log_partition(scores, x_lengths=None, y_lengths=None, local: bool = False, kernels: str = "auto") -> torch.Tensor:
+    """log Z (B,): the logsumexp of the score of every path (global or ``local``), differentiable."""
+    return _recursion_value(scores, x_lengths, y_lengths, local, kernels, "logsumexp")
 
 
 def max_score(scores, x_lengths=None, y_lengths=None, local: bool = False, kernels: str = "auto") -> torch.Tensor:
     """The best path's score (B,), differentiable (its gradient is the best path's move indicators)."""
-    scores, n, m = check_scores(scores, x_lengths, y_lengths)
-    if _compiled(scores, kernels):
-        value = _CompiledMax.apply(scores, n, m, local)
-    else:
-        a, _ = _sweep(_skewed(scores, n, m), local, "max")
-        value = _value(a, n, m, local, "max")
-    _check_reachable(value)
-    return value
+    return _recursion_value(scores, x_lengths, y_lengths, local, kernels, "max")
 
 
 def marginals(scores, x_lengths=None, y_lengths=None, local: bool = False, kernels: str = "auto") -> torch.Tensor:
