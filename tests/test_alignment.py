@@ -301,3 +301,23 @@ def test_the_torch_path_never_leaves_the_device(local):
         best = decode(S, n, m, local, "torch")
     assert guard.host_copies == 0
     assert torch.equal(best, gold)
+
+
+@pytest.mark.parametrize("kernels", KERNELS)
+def test_an_empty_batch_and_one_cell_grids(kernels):
+    """B = 0 gives empty results and a 0 summed loss with an empty gradient; a 1 x 1 grid has one global path
+    (its diagonal entry) and, locally, that cell or the empty path."""
+    for local in (False, True):
+        E = torch.randn(0, 3, 2, 3, dtype=torch.float64, requires_grad=True)
+        layer = MonotonicAlignment(kernels=kernels, local=local)
+        loss = layer(E, torch.zeros(0, 3, 2, dtype=torch.long), reduction="sum")
+        loss.backward()
+        assert float(loss) == 0.0 and E.grad.shape == E.shape
+        assert log_partition(E, local=local, kernels=kernels).shape == (0,)
+        assert decode(E, local=local, kernels=kernels).shape == (0, 3, 2)
+    S = torch.tensor([[[[0.3, -0.5, 0.9]]], [[[0.1, 0.2, 0.4]]]], dtype=torch.float64).expand(2, 1, 1, 3).clone()
+    S[1, 0, 0, 1] = -0.2
+    torch.testing.assert_close(log_partition(S, kernels=kernels), S[:, 0, 0, 1])
+    torch.testing.assert_close(log_partition(S, local=True, kernels=kernels), torch.log1p(S[:, 0, 0, 1].exp()))
+    assert decode(S, local=True, kernels=kernels).flatten().tolist() == [-1, -1]     # -0.5, -0.2 <= 0: empty
+    assert decode(S, kernels=kernels).flatten().tolist() == [1, 1]

@@ -42,9 +42,10 @@ def check_scores(scores, x_lengths=None, y_lengths=None, field: str = "scores"):
           and scores.shape[3] == 3 and scores.shape[1] >= 1 and scores.shape[2] >= 1, field,
           "a float32 / float64 tensor (B, N, M, 3): the score of entering cell (i, j) right, diagonally, down",
           f"{getattr(scores, 'dtype', type(scores).__name__)} {tuple(getattr(scores, 'shape', ()))}")
-    top = scores.max()                                   # NaN if any is NaN: one pass finds both faults
-    check(not bool(torch.isnan(top) | (top == float("inf"))), field, "finite scores or -inf (a forbidden move)",
-          "NaN or +inf")
+    if scores.numel():
+        top = scores.max()                               # NaN if any is NaN: one pass finds both faults
+        check(not bool(torch.isnan(top) | (top == float("inf"))), field, "finite scores or -inf (a forbidden move)",
+              "NaN or +inf")
     B, N, M, _ = scores.shape
     out = []
     for name, lengths, top in (("x_lengths", x_lengths, N), ("y_lengths", y_lengths, M)):
@@ -115,7 +116,7 @@ def _value(a: torch.Tensor, x_lengths, y_lengths, local: bool, reduce: str) -> t
     B = a.shape[0]
     if not local:
         return a[torch.arange(B, device=a.device), x_lengths + y_lengths - 2, x_lengths - 1]
-    flat = torch.cat([a.reshape(B, -1), a.new_zeros(B, 1)], 1)
+    flat = torch.cat([a.reshape(B, a.shape[1] * a.shape[2]), a.new_zeros(B, 1)], 1)
     return flat.max(1).values if reduce == "max" else torch.logsumexp(flat, 1)
 
 
@@ -240,7 +241,7 @@ def _follow(a, moves, M, n, m, local) -> torch.Tensor:
         i_idx = torch.arange(N, device=a.device)[:, None]
         j_idx = torch.arange(M, device=a.device)[None, :]
         cells[:, i_idx, j_idx] = a[:, (i_idx + j_idx).expand(N, M), i_idx.expand(N, M)]
-        flat = cells.reshape(B, -1)
+        flat = cells.reshape(B, N * M)
         best = flat.argmax(1)
         i, j = best // M, best % M
         active = flat[rows, best] > 0.0                   # else the empty path (score 0) is at least as good

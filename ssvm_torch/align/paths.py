@@ -50,7 +50,7 @@ def check_path(path, x_lengths: torch.Tensor, y_lengths: torch.Tensor, shape, lo
     succ = torch.zeros(B, N * M, dtype=torch.int64, device=dev)
     link = on & pred_on
     flat = (pi * M + pj).clamp(min=0).expand(B, N, M)
-    succ.scatter_add_(1, (flat * link).reshape(B, -1), link.reshape(B, -1).long())   # unlinked cells add 0
+    succ.scatter_add_(1, (flat * link).reshape(B, N * M), link.reshape(B, N * M).long())   # unlinked cells add 0
     succ = succ.reshape(B, N, M)
     last = on & (succ == 0)
     n_first, n_last = first.sum((1, 2)), last.sum((1, 2))
