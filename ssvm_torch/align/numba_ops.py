@@ -147,3 +147,55 @@ def best_paths(S, n, m, local, value, move, path):
                 i -= 1
             if mv != 2:
                 j -= 1
+
+
+@nb.njit(cache=True)
+def sample_paths(n, m, local, alpha, weights, logz, uniforms, path):
+    """Exact samples of the path distribution p(P) = exp(s(P) - log Z) from the forward pass's values and move
+    shares: backward sampling from the last cell (global) or from a cell drawn with probability
+    exp(a(i, j) - log Z) (local; the empty path with exp(-log Z)), each step's move drawn by its share, a local
+    diagonal entry drawn between continuing and starting afresh by their shares. ``uniforms`` (S, B, N + M + 1)
+    in [0, 1); path (S, B, N, M) is filled (-1 off the path)."""
+    S, B = uniforms.shape[0], uniforms.shape[1]
+    for s in range(S):
+        for b in range(B):
+            nb_, mb = n[b], m[b]
+            u = uniforms[s, b]
+            k = 0
+            if local:
+                r, acc = u[k], math.exp(-logz[b])      # the empty path first
+                k += 1
+                i, j, li, lj = -1, -1, -1, -1
+                if r >= acc:
+                    for ci in range(nb_):
+                        for cj in range(mb):
+                            p = math.exp(alpha[b, ci, cj] - logz[b])
+                            acc += p
+                            if p > 0.0:
+                                li, lj = ci, cj
+                            if i < 0 and r < acc:
+                                i, j = ci, cj
+                    if i < 0:                          # rounding past the total: the last possible cell
+                        i, j = li, lj
+            else:
+                i, j = nb_ - 1, mb - 1
+            while i >= 0:
+                r = u[k]
+                k += 1
+                w0, w1, w2 = weights[b, i, j, 0], weights[b, i, j, 1], weights[b, i, j, 2]
+                mv = 0 if r < w0 else (1 if r < w0 + w1 else 2)
+                if mv == 2 and w2 == 0.0:              # rounding past the shares' sum
+                    mv = 1 if w1 > 0.0 else 0
+                path[s, b, i, j] = mv
+                if mv == 1:
+                    if i == 0 or j == 0:
+                        break
+                    if local:
+                        prev = alpha[b, i - 1, j - 1]
+                        if u[k] >= math.exp(prev - _lse2(prev, 0.0)):     # started afresh here
+                            break
+                        k += 1
+                if mv != 0:
+                    i -= 1
+                if mv != 2:
+                    j -= 1

@@ -24,6 +24,7 @@ import numpy as np
 import torch
 from torch.autograd.function import once_differentiable
 
+from ..devices import from_host, to_host
 from ..errors import SSVMInputError, check, check_choice
 from . import numba_ops
 from .paths import DIAGONAL, DOWN, RIGHT
@@ -84,9 +85,23 @@ def _shift(a: torch.Tensor) -> torch.Tensor:
     return torch.cat([a.new_full((a.shape[0], 1), NEG), a[:, :-1]], 1)
 
 
-def _sweep(skewed: torch.Tensor, local: bool, reduce: str):
+def _lse3(a, b, c):
+    """log(exp(a) + exp(b) + exp(c)) shifted by the (constant) largest term: every exponent <= 0 and the sum >= 1,
+    so first and second derivatives stay finite where the terms differ by more than exp's range (torch.logaddexp's
+    second derivative is NaN there: exp overflows in its denominator), as they do next to ``NEG``."""
+    hi = torch.maximum(torch.maximum(a, b), c).detach()
+    return hi + torch.log(torch.exp(a - hi) + torch.exp(b - hi) + torch.exp(c - hi))
+
+
+def _lse2(a, b):
+    hi = torch.maximum(a, b).detach()
+    return hi + torch.log(torch.exp(a - hi) + torch.exp(b - hi))
+
+
+def _sweep(skewed: torch.Tensor, local: bool, reduce: str, twice: bool = False):
     """The recursion (module docstring) over the diagonals: (values a (B, D, N), the chosen move (B, D, N) for
-    ``reduce="max"``, ties to the lowest move, else None)."""
+    ``reduce="max"``, ties to the lowest move, else None). ``twice``: the max-shifted logsumexp (:func:`_lse3`),
+    whose second derivatives stay finite (the entropy's gradient); else torch.logaddexp, a third faster."""
     B, D, N, _ = skewed.shape
     none = skewed.new_full((B, N), NEG)
     outside = none.clone()
@@ -96,7 +111,8 @@ def _sweep(skewed: torch.Tensor, local: bool, reduce: str):
     prev2, prev1, values, moves = none, none, [], []
     for d, phi in enumerate(skewed.unbind(1)):           # views: one gradient stack, not one per step
         if local:
-            diagonal_from = (torch.maximum if reduce == "max" else torch.logaddexp)(_shift(prev2), outside)
+            diagonal_from = (torch.maximum if reduce == "max" else _lse2 if twice else torch.logaddexp)(
+                _shift(prev2), outside)
         else:
             diagonal_from = outside if d == 0 else _shift(prev2)
         right, down = prev1 + phi[..., RIGHT], _shift(prev1) + phi[..., DOWN]
@@ -105,7 +121,8 @@ def _sweep(skewed: torch.Tensor, local: bool, reduce: str):
             best, arg = torch.stack([right, diagonal, down], -1).max(-1)
             moves.append(arg)
         else:
-            best = torch.logaddexp(torch.logaddexp(right, diagonal), down)
+            best = (_lse3(right, diagonal, down) if twice else
+                    torch.logaddexp(torch.logaddexp(right, diagonal), down))
         values.append(best)
         prev2, prev1 = prev1, best
     return torch.stack(values, 1), (torch.stack(moves, 1) if moves else None)
@@ -184,14 +201,16 @@ class _CompiledMax(torch.autograd.Function):
         return taken * grad_out[:, None, None, None], None, None, None
 
 
-def _recursion_value(scores, x_lengths, y_lengths, local: bool, kernels: str, reduce: str) -> torch.Tensor:
+def _recursion_value(scores, x_lengths, y_lengths, local: bool, kernels: str, reduce: str,
+                     twice: bool = False) -> torch.Tensor:
     """log Z (``reduce="logsumexp"``) or the best score (``"max"``) per row, by the compiled kernels or the torch
-    wavefront, differentiable; a row without a finite path refused."""
+    wavefront, differentiable (``twice``: the torch wavefront with finite second derivatives); a row without a
+    finite path refused."""
     scores, n, m = check_scores(scores, x_lengths, y_lengths)
-    if _compiled(scores, kernels):
+    if _compiled(scores, kernels) and not twice:
         value = (_CompiledMax if reduce == "max" else _CompiledLogZ).apply(scores, n, m, local)
     else:
-        a, _ = _sweep(_skewed(scores, n, m), local, reduce)
+        a, _ = _sweep(_skewed(scores, n, m), local, reduce, twice)
         value = _value(a, n, m, local, reduce)
     _check_reachable(value)
     return value
@@ -263,3 +282,33 @@ def _fresh_start(a, rows, i, j) -> torch.Tensor:
     (ties: start afresh, the shorter path)."""
     ip, jp = (i - 1).clamp(min=0), (j - 1).clamp(min=0)
     return a[rows, ip + jp, ip] <= 0.0
+
+
+def entropy(scores, x_lengths=None, y_lengths=None, local: bool = False, kernels: str = "auto") -> torch.Tensor:
+    """H(p) (B,) of the path distribution p(P) = exp(s(P) - log Z): log Z - sum_{cells, moves} mu s (mu the
+    marginals). Differentiable through the torch wavefront (it differentiates twice); with the compiled kernels the
+    value only, so a ``scores`` that requires grad takes the torch path."""
+    with torch.enable_grad():
+        s = scores if scores.requires_grad else scores.detach().requires_grad_(True)
+        logz = _recursion_value(s, x_lengths, y_lengths, local, kernels, "logsumexp", twice=scores.requires_grad)
+        mu = torch.autograd.grad(logz.sum(), s, create_graph=scores.requires_grad)[0]
+    finite = s > NEG
+    return logz - torch.where(finite, mu * torch.where(finite, s, s.new_zeros(())), s.new_zeros(())).sum((1, 2, 3))
+
+
+def sample(scores, count: int, x_lengths=None, y_lengths=None, local: bool = False, generator=None) -> torch.Tensor:
+    """``count`` exact samples of the path distribution per row, (count, B, N, M) int64 paths on the scores'
+    device: the compiled forward pass, then backward sampling by the moves' shares (align/numba_ops.py), on the
+    host (one copy of the scores there and of the paths back; ``generator`` a CPU torch.Generator)."""
+    scores, n, m = check_scores(scores, x_lengths, y_lengths)
+    check(isinstance(count, int) and not isinstance(count, bool) and count >= 1, "count", "an int >= 1", repr(count))
+    host = to_host(scores.detach())
+    nh, mh = to_host(n), to_host(m)
+    alpha, weights, logz = np.empty(host.shape[:3]), np.empty(host.shape), np.empty(host.shape[0])
+    numba_ops.forward_logz(host, nh, mh, local, alpha, weights, logz)
+    _check_reachable(torch.from_numpy(logz))
+    B, N, M, _ = host.shape
+    uniforms = torch.rand(count, B, 2 * (N + M) + 1, generator=generator, dtype=torch.float64).numpy()
+    path = np.full((count, B, N, M), -1, dtype=np.int64)
+    numba_ops.sample_paths(nh, mh, local, alpha, weights, logz, uniforms, path)
+    return from_host(path, scores.device)

@@ -100,3 +100,12 @@ class MonotonicAlignment(nn.Module):
     def marginals(self, scores, x_lengths=None, y_lengths=None) -> torch.Tensor:
         """P(the path enters (i, j) by each move) (B, N, M, 3)."""
         return ops.marginals(scores, x_lengths, y_lengths, self.local, self.kernels)
+
+    def entropy(self, scores, x_lengths=None, y_lengths=None) -> torch.Tensor:
+        """The entropy of the path distribution (B,) (:func:`~ssvm_torch.align.ops.entropy`, differentiable)."""
+        return ops.entropy(scores, x_lengths, y_lengths, self.local, self.kernels)
+
+    def sample(self, scores, count: int, x_lengths=None, y_lengths=None, generator=None) -> torch.Tensor:
+        """``count`` exact samples of the path distribution per row, (count, B, N, M)
+        (:func:`~ssvm_torch.align.ops.sample`)."""
+        return ops.sample(scores, count, x_lengths, y_lengths, self.local, generator)
