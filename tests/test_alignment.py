@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from ssvm_torch import SSVMInputError
-from ssvm_torch.align import check_path, decode, log_partition, marginals, max_score, pairs_from_path, path_from_pairs
+from ssvm_torch.align import (check_path, decode, log_partition, marginals, max_score, pairs_from_path, path_from_pairs,
+                              sample)
 from ssvm_torch.nn import MonotonicAlignment, from_similarity
 
 MOVES = ((0, 0, 1), (1, 1, 1), (2, 1, 0))          # (move, di, dj)
@@ -288,7 +289,7 @@ def test_a_learned_similarity_aligns_warped_sequences():
 @pytest.mark.parametrize("local", [False, True])
 def test_the_torch_path_never_leaves_the_device(local):
     """The wavefront (every device's path), checked on CPU under host_guard: the three losses with their gradients,
-    the marginals and the best path make no NumPy call, no default-device factory and no host copy."""
+    the marginals, the best path and samples make no NumPy call, no default-device factory and no host copy."""
     from ssvm_torch.devices import host_guard
     S, n, m = batch(5)
     gold = decode(S, n, m, local)
@@ -299,7 +300,9 @@ def test_the_torch_path_never_leaves_the_device(local):
             assert s.grad is not None
         marginals(S, n, m, local, "torch")
         best = decode(S, n, m, local, "torch")
+        draws = sample(S, 5, n, m, local, generator=torch.Generator().manual_seed(1), kernels="torch")
     assert guard.host_copies == 0
+    check_path(draws.reshape(15, 4, 3), n.repeat(5), m.repeat(5), (15, 4, 3), local)
     assert torch.equal(best, gold)
 
 
@@ -323,21 +326,22 @@ def test_an_empty_batch_and_one_cell_grids(kernels):
     assert decode(S, kernels=kernels).flatten().tolist() == [1, 1]
 
 
+@pytest.mark.parametrize("kernels", KERNELS)
 @pytest.mark.parametrize("local", [False, True])
-def test_entropy_and_samples_equal_enumeration(local):
+def test_entropy_and_samples_equal_enumeration(local, kernels):
     """The entropy (both kernels) equals -sum p log p over every path, its gradient (torch path) passes gradcheck;
     20,000 samples of 3 x 3 grids are valid paths whose frequencies match the paths' probabilities (within 4.5
-    standard deviations each) and are reproducible from a generator."""
-    from ssvm_torch.align import entropy, sample
+    standard deviations each) and are reproducible from a generator, on either kernel."""
+    from ssvm_torch.align import entropy
     S, n, m = batch(9)
     S, n, m = S[:, :3], torch.tensor([3, 2, 3]), torch.tensor([3, 3, 1])
     refs = reference(S, n, m, local)
     expected = torch.stack([-(torch.softmax(sc, 0) * torch.log_softmax(sc, 0)).sum() for _, sc in refs])
-    for kernels in KERNELS:
-        torch.testing.assert_close(entropy(S, n, m, local, kernels), expected, rtol=0, atol=1e-10)
+    torch.testing.assert_close(entropy(S, n, m, local, kernels), expected, rtol=0, atol=1e-10)
     torch.autograd.gradcheck(lambda s: entropy(s, n, m, local), (S.clone().requires_grad_(True),))
-    draws = sample(S, 20000, n, m, local, generator=torch.Generator().manual_seed(0))
-    assert torch.equal(draws[:50], sample(S, 50, n, m, local, generator=torch.Generator().manual_seed(0)))
+    draws = sample(S, 20000, n, m, local, generator=torch.Generator().manual_seed(0), kernels=kernels)
+    again = sample(S, 20000, n, m, local, generator=torch.Generator().manual_seed(0), kernels=kernels)
+    assert torch.equal(draws, again)
     for b, (P, sc) in enumerate(refs):
         check_path(draws[:, b], n[b].repeat(20000), m[b].repeat(20000), draws[:, b].shape, local)
         p = torch.softmax(sc, 0)

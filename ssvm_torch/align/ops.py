@@ -24,7 +24,6 @@ import numpy as np
 import torch
 from torch.autograd.function import once_differentiable
 
-from ..devices import from_host, to_host
 from ..errors import SSVMInputError, check, check_choice
 from . import numba_ops
 from .paths import DIAGONAL, DOWN, RIGHT
@@ -296,19 +295,74 @@ def entropy(scores, x_lengths=None, y_lengths=None, local: bool = False, kernels
     return logz - torch.where(finite, mu * torch.where(finite, s, s.new_zeros(())), s.new_zeros(())).sum((1, 2, 3))
 
 
-def sample(scores, count: int, x_lengths=None, y_lengths=None, local: bool = False, generator=None) -> torch.Tensor:
+def sample(scores, count: int, x_lengths=None, y_lengths=None, local: bool = False, generator=None,
+           kernels: str = "auto") -> torch.Tensor:
     """``count`` exact samples of the path distribution per row, (count, B, N, M) int64 paths on the scores'
-    device: the compiled forward pass, then backward sampling by the moves' shares (align/numba_ops.py), on the
-    host (one copy of the scores there and of the paths back; ``generator`` a CPU torch.Generator)."""
+    device: the forward pass, then backward sampling from the last cell (global) or from a cell drawn with
+    probability exp(a(i, j) - log Z) (local; the empty path with exp(-log Z)), each move drawn by its share of the
+    cell's logsumexp and a local diagonal entry between continuing and starting afresh by theirs. Compiled on CPU
+    tensors (align/numba_ops.py), the torch wavefront's values elsewhere; the two draw the same distribution from
+    different uniform streams. ``generator``: a CPU torch.Generator (the uniforms are drawn there)."""
     scores, n, m = check_scores(scores, x_lengths, y_lengths)
     check(isinstance(count, int) and not isinstance(count, bool) and count >= 1, "count", "an int >= 1", repr(count))
-    host = to_host(scores.detach())
-    nh, mh = to_host(n), to_host(m)
-    alpha, weights, logz = np.empty(host.shape[:3]), np.empty(host.shape), np.empty(host.shape[0])
+    B, N, M, _ = scores.shape
+    uniforms = torch.rand(count * B, 2 * (N + M) + 1, generator=generator, dtype=torch.float64, device="cpu")
+    if not _compiled(scores, kernels):
+        return _torch_samples(scores.detach(), n, m, local, uniforms.to(scores.device)).reshape(count, B, N, M)
+    host = scores.detach().numpy()
+    nh, mh = n.numpy(), m.numpy()
+    alpha, weights, logz = np.empty(host.shape[:3]), np.empty(host.shape), np.empty(B)
     numba_ops.forward_logz(host, nh, mh, local, alpha, weights, logz)
     _check_reachable(torch.from_numpy(logz))
-    B, N, M, _ = host.shape
-    uniforms = torch.rand(count, B, 2 * (N + M) + 1, generator=generator, dtype=torch.float64).numpy()
     path = np.full((count, B, N, M), -1, dtype=np.int64)
-    numba_ops.sample_paths(nh, mh, local, alpha, weights, logz, uniforms, path)
-    return from_host(path, scores.device)
+    numba_ops.sample_paths(nh, mh, local, alpha, weights, logz, uniforms.reshape(count, B, -1).numpy(), path)
+    return torch.from_numpy(path)
+
+
+def _torch_samples(scores, n, m, local: bool, uniforms) -> torch.Tensor:
+    """The backward sampling of :func:`sample` on the torch wavefront's values, all samples of all rows at once
+    (rows r = sample * B + b), on the scores' device: (count B, N, M) paths."""
+    B, N, M, _ = scores.shape
+    dev = scores.device
+    sk = _skewed(scores, n, m)
+    a, _ = _sweep(sk, local, "logsumexp")
+    logz = _value(a, n, m, local, "logsumexp")
+    _check_reachable(logz)
+    R, D = uniforms.shape[0], a.shape[1]
+    b = torch.arange(R, device=dev) % B
+    u = uniforms.to(a.dtype)
+
+    def value(i, j):                                       # a(i, j), NEG off the grid (an empty local path's
+        ok = (i >= 0) & (j >= 0)                           # rows carry i = N: clamped, never written)
+        return torch.where(ok, a[b, (i + j).clamp(0, D - 1), i.clamp(0, N - 1)], a.new_full((), NEG))
+    if local:
+        cells = torch.full((B, N, M), NEG, dtype=a.dtype, device=dev)
+        ii, jj = torch.arange(N, device=dev)[:, None], torch.arange(M, device=dev)[None, :]
+        cells[:, ii, jj] = a[:, (ii + jj).expand(N, M), ii.expand(N, M)]
+        logits = torch.cat([cells.reshape(B, N * M), a.new_zeros(B, 1)], 1)[b]       # the empty path last
+        cum = torch.softmax(logits, 1).cumsum(1)
+        pick = (u[:, :1] >= cum[:, :-1]).sum(1)
+        i, j = pick // M, pick % M
+        active = pick < N * M
+    else:
+        i, j = n[b] - 1, m[b] - 1
+        active = torch.ones(R, dtype=torch.bool, device=dev)
+    rows = torch.arange(R, device=dev)
+    path = torch.full((R, N, M), -1, dtype=torch.int64, device=dev)
+    zero = a.new_zeros(())
+    for step in range(D):                                  # a path has at most D cells; no early stop, no sync
+        d = (i + j).clamp(0, D - 1)
+        here, phi = value(i, j), sk[b, d, i.clamp(0, N - 1)]
+        prev = value(i - 1, j - 1)
+        start = torch.where((i == 0) & (j == 0), zero, a.new_full((), NEG))
+        from_prev = torch.logaddexp(prev, zero) if local else torch.maximum(prev, start)
+        logits = torch.stack([value(i, j - 1) + phi[:, 0], from_prev + phi[:, 1], value(i - 1, j) + phi[:, 2]], 1)
+        p = torch.exp(logits - here[:, None])
+        mv = (u[:, 1 + step, None] >= p.cumsum(1)[:, :2]).sum(1)
+        mv = torch.where(p.gather(1, mv[:, None])[:, 0] > 0, mv, p.argmax(1))     # rounding past the shares' sum
+        path[rows[active], i[active], j[active]] = mv[active]
+        # a path's first cell: (0, 0), a border cell, or (local) where starting afresh was drawn
+        fresh = (mv == DIAGONAL) & ((i == 0) | (j == 0) | (local & (u[:, 1 + D + step] >= torch.exp(prev - from_prev))))
+        active = active & ~fresh
+        i, j = torch.where(active, i - (mv != RIGHT).long(), i), torch.where(active, j - (mv != DOWN).long(), j)
+    return path

@@ -108,4 +108,4 @@ class MonotonicAlignment(nn.Module):
     def sample(self, scores, count: int, x_lengths=None, y_lengths=None, generator=None) -> torch.Tensor:
         """``count`` exact samples of the path distribution per row, (count, B, N, M)
         (:func:`~ssvm_torch.align.ops.sample`)."""
-        return ops.sample(scores, count, x_lengths, y_lengths, self.local, generator)
+        return ops.sample(scores, count, x_lengths, y_lengths, self.local, generator, self.kernels)
