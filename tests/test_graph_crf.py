@@ -373,6 +373,11 @@ def test_the_compiled_store_is_the_torch_store_on_loopy_graphs(options):
             assert m.key(host.gt(i)) == m.key(m.gt(data, i))
     if options.get("inference", "lp") == "lp" and P:
         assert fractional >= 5, fractional              # the relaxation's fractional corners are covered
+    if P:
+        bad = w.numpy().copy()
+        bad[-1] = np.nan                                # a NaN in a pairwise weight: refused by name, not solved
+        with pytest.raises(SSVMInputError, match=r"^scores: expected finite node and edge scores"):
+            host.corner(bad, 0)
     runs = []
     for kernels in ("numba", "torch"):
         d = make_store(m, data, 0.02, kernels=kernels)

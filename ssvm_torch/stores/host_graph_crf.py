@@ -13,13 +13,15 @@ of them is stacked as the torch model's, padded with -1.
 """
 from __future__ import annotations
 
+import math
+
 import numba as nb
 import numpy as np
 import scipy.sparse as sp
 import torch
 
 from ..models.graph_crf import GraphCRFModel, enumerate_map
-from ..oracles.local_polytope import check_finite_scores, forest_schedule, integral_marginals, is_forest, solve_graph
+from ..oracles.local_polytope import check_finite_scores, forest_max_sum, forest_schedule, is_forest, solve_graph
 from .host_flat import as_host
 
 
@@ -27,17 +29,20 @@ from .host_flat import as_host
 def _scores(indptr, cols, vals, y, c, Fe, w, K, F, sym, inv, tn, te):
     """Loss-augmented node scores tn (N, K) = (<W_k, [x_v, 1]> + [k != y_v] c_v ... ) and edge scores te (E, K, K)
     = sum_p f_e[p] V_p (V_p tied symmetric where ``sym[p]`` is 1, antisymmetric where it is -1), as
-    GraphCRFModel.scores + augment; the 1/N on <w, phi> only (the loss weights c_v carry their own)."""
+    GraphCRFModel.scores + augment; the 1/N on <w, phi> only (the loss weights c_v carry their own). Returns
+    whether every score is finite (the oracles refuse NaN / inf: local_polytope.check_finite_scores)."""
     N = y.shape[0]
+    finite = True
     for v in range(N):
         for k in range(K):
             s = w[k * F + F - 1]
             for j in range(indptr[v], indptr[v + 1]):
                 s += vals[j] * w[k * F + cols[j]]
             tn[v, k] = s * inv + (0.0 if k == y[v] else c[v])
+            finite = finite and math.isfinite(tn[v, k])
     P = Fe.shape[1]
     if P == 0:
-        return
+        return finite
     du, KK = K * F, K * K
     V = np.empty((P, K, K))
     for p in range(P):
@@ -52,6 +57,8 @@ def _scores(indptr, cols, vals, y, c, Fe, w, K, F, sym, inv, tn, te):
                 for p in range(P):
                     s += Fe[e, p] * V[p, k, m]
                 te[e, k, m] = s * inv
+                finite = finite and math.isfinite(te[e, k, m])
+    return finite
 
 
 @nb.njit(cache=True)
@@ -89,6 +96,18 @@ def _features(indptr, cols, vals, Fe, mu, K, F, sym, inv, out):
                     out[a], out[b] = t, sym[p] * t
     for j in range(out.shape[0]):
         out[j] *= inv
+
+
+@nb.njit(cache=True)
+def _integral(y, edges, K, out):
+    """The packed marginal vector of an integral labeling y into ``out`` (local_polytope.integral_marginals, packed):
+    1 at node v's state y_v and at edge (a, b)'s pair (y_a, y_b), 0 elsewhere."""
+    out[:] = 0.0
+    N, KK = y.shape[0], K * K
+    for v in range(N):
+        out[v * K + y[v]] = 1.0
+    for e in range(edges.shape[0]):
+        out[N * K + e * KK + y[edges[e, 0]] * K + y[edges[e, 1]]] = 1.0
 
 
 @nb.njit(cache=True)
@@ -142,9 +161,14 @@ class GraphCRFHost:
     def _pack(mu_n, mu_e) -> np.ndarray:
         return np.concatenate([mu_n.ravel(), mu_e.ravel()]).astype(np.float64)
 
+    def _integral(self, i, y) -> np.ndarray:
+        edges = self.ex[i][6]
+        out = np.empty(len(y) * self.K + len(edges) * self.K * self.K)
+        _integral(y, edges, self.K, out)
+        return out
+
     def gt(self, i):
-        ex = self.ex[i]
-        return self._pack(*integral_marginals(ex[3], ex[6], self.K))
+        return self._integral(i, self.ex[i][3])
 
     def features(self, i, y):
         indptr, cols, vals, _, _, Fe, _, inv, _ = self.ex[i]
@@ -160,13 +184,17 @@ class GraphCRFHost:
         indptr, cols, vals, y, c, Fe, edges, inv, forest = self.ex[i]
         K = self.K
         tn, te = np.empty((len(y), K)), np.zeros((len(edges), K, K))
-        _scores(indptr, cols, vals, y, c, Fe, w, K, self.F, self.sym, inv, tn, te)
+        finite = _scores(indptr, cols, vals, y, c, Fe, w, K, self.F, self.sym, inv, tn, te)
         if not self.pairwise:                     # the torch model's argmax per node (no LP, no check there)
-            mu_n, mu_e = integral_marginals(tn.argmax(1), edges, K)
+            mu = self._integral(i, tn.argmax(1))
         else:
-            check_finite_scores(tn, te)
-            mu_n, mu_e, _ = enumerate_map(tn, te, edges) if self.enumerate else solve_graph(tn, te, edges, forest)
-        mu = self._pack(mu_n, mu_e)
+            if not finite:
+                check_finite_scores(tn, te)       # refuses them by name
+            if forest is not None and not self.enumerate:      # solve_graph's forest case, packed directly
+                mu = self._integral(i, forest_max_sum(tn, te, edges, forest))
+            else:
+                mu = self._pack(*(enumerate_map(tn, te, edges) if self.enumerate else
+                                  solve_graph(tn, te, edges, forest))[:2])
         out = np.empty(self.d)
         _features(indptr, cols, vals, Fe, mu, K, self.F, self.sym, inv, out)
         return mu, self.cols, out, float(_loss(mu, y, c, K))
