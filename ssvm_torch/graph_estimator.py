@@ -24,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .data.examples import GraphData, GraphExample
+from .data.examples import GraphData, GraphExample, class_balanced_weights
 from .devices import to_host
 from .errors import check, check_choice
 from .estimator import StructuredSVM
@@ -178,7 +178,7 @@ class GraphSSVM(StructuredSVM):
         if self.task_loss == "hamming":
             weights = to_host(data.inv_size)[node_graph]
         else:
-            weights = _balanced_weights(gold, data.node_off)
+            weights = class_balanced_weights(gold, data.node_off)     # an unseen label (-1): a class of its own
         return np.bincount(node_graph, weights * (y != gold), minlength=data.n)
 
     def score(self, X, Y=None) -> float:
@@ -186,14 +186,3 @@ class GraphSSVM(StructuredSVM):
         self._require_labels(X, Y, "score")
         data, y = self._node_labels(X)
         return float(np.mean(y == self._gold(X, Y, data)))
-
-
-def _balanced_weights(gold: np.ndarray, node_off: np.ndarray) -> np.ndarray:
-    """GraphData's class-balanced node weights 1 / (C N_k) from gold labels (a label unseen in fit, -1, counted as
-    its own class)."""
-    out = np.empty(len(gold))
-    for i in range(len(node_off) - 1):
-        g = gold[node_off[i]:node_off[i + 1]]
-        _, inverse, counts = np.unique(g, return_inverse=True, return_counts=True)
-        out[node_off[i]:node_off[i + 1]] = 1.0 / (len(counts) * counts[inverse])
-    return out

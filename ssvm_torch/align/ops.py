@@ -309,8 +309,7 @@ def sample(scores, count: int, x_lengths=None, y_lengths=None, local: bool = Fal
     uniforms = torch.rand(count * B, 2 * (N + M) + 1, generator=generator, dtype=torch.float64, device="cpu")
     if not _compiled(scores, kernels):
         return _torch_samples(scores.detach(), n, m, local, uniforms.to(scores.device)).reshape(count, B, N, M)
-    host = scores.detach().numpy()
-    nh, mh = n.numpy(), m.numpy()
+    host, nh, mh = _host(scores), _host(n), _host(m)
     alpha, weights, logz = np.empty(host.shape[:3]), np.empty(host.shape), np.empty(B)
     numba_ops.forward_logz(host, nh, mh, local, alpha, weights, logz)
     _check_reachable(torch.from_numpy(logz))

@@ -82,6 +82,17 @@ def _check_graph(k: int, ex: GraphExample, F: int, P: int, n_states: int) -> Non
     check(bool(np.isfinite(ex.edge_features).all()), f"graphs[{k}].edge_features", "finite values", "NaN or inf")
 
 
+def class_balanced_weights(y: np.ndarray, node_off: np.ndarray) -> np.ndarray:
+    """The balanced Hamming loss's node weights 1 / (C N_k) of each graph (N_k of its nodes labeled k, C labels
+    present in it), for graphs whose nodes' labels ``y`` (any integers) lie at node_off[i]:node_off[i + 1]."""
+    out = np.empty(len(y))
+    for i in range(len(node_off) - 1):
+        yi = y[node_off[i]:node_off[i + 1]]
+        _, inverse, counts = np.unique(yi, return_inverse=True, return_counts=True)
+        out[node_off[i]:node_off[i + 1]] = 1.0 / (len(counts) * counts[inverse])
+    return out
+
+
 def check_nonnegative_edge_features(data: "GraphData", field: str = "data") -> None:
     """The graph cut's condition f_e >= 0 (submodularity), naming the first graph that breaks it."""
     for k, ex in enumerate(data.graphs):
@@ -116,12 +127,7 @@ class GraphData:
         self.y = torch.as_tensor(y, device=dev)
         self.edges_local = torch.as_tensor(np.concatenate([ex.edges for ex in graphs]).astype(np.int64), device=dev)
         self.Fe = torch.as_tensor(np.concatenate([ex.edge_features for ex in graphs]), dtype=dtype, device=dev)
-        cw = np.empty(len(y))
-        for i in range(len(graphs)):
-            yi = y[self.node_off[i]:self.node_off[i + 1]]
-            counts = np.bincount(yi, minlength=n_states)
-            cw[self.node_off[i]:self.node_off[i + 1]] = 1.0 / (np.count_nonzero(counts) * counts[yi])
-        self.cw = torch.as_tensor(cw, dtype=dtype, device=dev)
+        self.cw = torch.as_tensor(class_balanced_weights(y, self.node_off), dtype=dtype, device=dev)
         self.node_graph = torch.as_tensor(np.repeat(np.arange(len(graphs)), sizes), device=dev)
         self.edge_graph = torch.as_tensor(np.repeat(np.arange(len(graphs)), esizes), device=dev)
         self.node_off_t = torch.as_tensor(self.node_off, dtype=torch.int64, device=dev)

@@ -19,8 +19,8 @@ def labels_of(y) -> np.ndarray:
     return np.asarray(y.cpu() if torch.is_tensor(y) else y, dtype=np.int64)
 
 
-def padded(labelings, fill: int) -> torch.Tensor:
-    out = np.full((len(labelings), max(len(y) for y in labelings)), fill, dtype=np.int64)
+def padded(labelings, fill, dtype=np.int64) -> torch.Tensor:
+    out = np.full((len(labelings), max(len(y) for y in labelings)), fill, dtype=dtype)
     for r, y in enumerate(labelings):
         out[r, :len(y)] = y
     return torch.from_numpy(out)

@@ -22,7 +22,7 @@ import torch
 
 from ..models.graph_crf import GraphCRFModel, enumerate_map
 from ..oracles.local_polytope import check_finite_scores, forest_max_sum, forest_schedule, is_forest, solve_graph
-from .host_flat import as_host
+from .host_flat import as_host, padded
 
 
 @nb.njit(cache=True)
@@ -121,10 +121,7 @@ def _loss(mu, y, c, K):
 
 class GraphCRFHost:
     def stack(self, labelings):
-        out = np.full((len(labelings), max(len(y) for y in labelings)), -1.0)
-        for r, y in enumerate(labelings):
-            out[r, :len(y)] = y
-        return torch.from_numpy(out)
+        return padded(labelings, -1.0, np.float64)
 
     def __init__(self, model: GraphCRFModel, data):
         self.K, self.F, self.d = model.K, model.F, model.d
