@@ -1,6 +1,7 @@
 """GraphCRFModel's LP oracle at this checkout against an earlier commit, through the API users call, side by side in
 one run: BCFW block steps on scene's complete label graphs (one LP per step) and on OCR words as letter chains
-(max-sum per step), through the store ``make_store`` picks (the compiled host structure on CPU float64 since
+(max-sum per step), the same with pairwise steps and the cache (labeling keys on every step), through the store
+``make_store`` picks (the compiled host structure on CPU float64 since
 stores/host_graph_crf.py; the torch model before), a batched oracle pass over them (the
 baseline's LPs over disjoint unions, one cached LP per structure now) and single oracle calls on a 10 x 10 grid
 with K = 3 (one LP of 1,920 variables) and on a 30 x 30 grid with K = 2 (one LP of 8,760 variables), float64, one
@@ -51,6 +52,14 @@ def worker(calls: int) -> dict:
         Solver(make_store(chain_model, words, 1e-2), SolverConfig(solver="bcfw", sampling="perm", passes=1,
                                                                   gap_check=10, seed=0)).run()
     out["cases"]["ocr_200_word_chains_one_bcfw_pass"] = median_ms(chain_pass, calls)
+
+    def cached_pairwise(m, data, lam):                 # the latent SSVM's inner configuration: keys on every step
+        return lambda: Solver(make_store(m, data, lam), SolverConfig(solver="bcfw", sampling="perm", passes=2,
+                                                                     step="pairwise", cache=True, gap_check=10,
+                                                                     seed=0)).run()
+    out["cases"]["ocr_200_word_chains_two_pairwise_cached_passes"] = median_ms(
+        cached_pairwise(chain_model, words, 1e-2), calls)
+    out["cases"]["scene_200_graphs_two_pairwise_cached_passes"] = median_ms(cached_pairwise(model, scene, 3e-3), calls)
     out["cases"]["scene_200_graphs_batched_oracle"] = median_ms(
         lambda: model.oracle(w, scene, torch.arange(scene.n)), calls)
     rng = np.random.default_rng(2)
