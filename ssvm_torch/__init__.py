@@ -21,12 +21,12 @@ def __getattr__(name):
     if name == "GraphSSVM":
         from .graph_estimator import GraphSSVM
         return GraphSSVM
-    if name in ("LatentChainSSVM", "LatentSegmentSSVM"):
+    if name in ("LatentChainSSVM", "LatentSegmentSSVM", "LatentGraphSSVM"):
         from . import latent_estimator
         return getattr(latent_estimator, name)
     raise AttributeError(f"module 'ssvm_torch' has no attribute {name!r}")
 
 
 __all__ = ["ChainData", "ChainModel", "ChainSSVM", "ExplicitData", "ExplicitModel", "FlatData", "GraphData", "GraphSSVM",
-           "LatentChainSSVM", "LatentSegmentSSVM", "MulticlassSSVM", "MultiLabelSSVM", "PairData", "PoseData", "SegmentSSVM", "Solver", "SolverConfig", "SSVMInputError",
+           "LatentChainSSVM", "LatentGraphSSVM", "LatentSegmentSSVM", "MulticlassSSVM", "MultiLabelSSVM", "PairData", "PoseData", "SegmentSSVM", "Solver", "SolverConfig", "SSVMInputError",
            "StructuredModel", "StructuredSVM", "TASKS", "load_dataset", "load_ocr", "load_task", "make_store"]

@@ -42,6 +42,13 @@ words with another head (an unobserved word's arcs cost nothing), the completion
 head of an observed word at -inf (``DependencyModel.complete``), the inner problem the tree store
 (stores/tree.py, every solver, EG and the dual extragradient included), and the start the SSVM of the observed
 arcs (:func:`arc_start`: the arcs into unobserved words carry no features, so they are free in every tree).
+
+Graphs with hidden sub-states (a :class:`~ssvm_torch.models.graph_crf.GraphCRFModel` with ``state_labels``,
+ssvm_torch/latent_graph.py): every node's label is observed and its state within the label hidden, C_i the
+labelings whose states carry the gold labels, Delta_i the Hamming loss of the labels, the completion
+``GraphCRFModel.complete`` (exact on forests and by enumeration; on graphs with cycles the LP's optimum rounded,
+so the decrease of J above holds up to that rounding), the inner problem the dense store, the start the SSVM of
+the data's k-means completion (:func:`~ssvm_torch.latent_graph.substate_start`).
 """
 from __future__ import annotations
 
@@ -50,6 +57,7 @@ import time
 
 import torch
 
+from .data.examples import GraphData
 from .data.partial import hidden_positions
 from .data.span_data import SpanData
 from .data.trees import DependencyData
@@ -57,7 +65,9 @@ from .data.types import ChainData, csr_rows, ptr_rows
 from .errors import SSVMInputError, check, check_positive
 from .models.chain import ChainModel
 from .models.constituency import ConstituencyModel
+from .latent_graph import substate_start
 from .models.dependency import DependencyModel
+from .models.graph_crf import GraphCRFModel
 from .models.semimarkov import SemiMarkovModel
 from .solvers import Solver, SolverConfig, make_solver
 from .stores import make_store
@@ -242,6 +252,8 @@ def with_labels(data, labels: torch.Tensor):
         return data.with_trees(labels)
     if isinstance(data, DependencyData):
         return data.with_heads(labels)
+    if isinstance(data, GraphData):
+        return data.with_labels(labels)
     return ChainData(data.X, labels, data.offsets, data.n_states, data.name, data.allow_unknown, dict(data.meta),
                      data.E, data.observed)
 
@@ -279,7 +291,7 @@ def check_start(model, w0) -> None:
     if not isinstance(w0, str):
         return
     check(w0 in ("auto", "letters", "arcs"), "w0", "a vector, 'auto', 'letters', 'arcs' or None", repr(w0))
-    trees = isinstance(model, (ConstituencyModel, DependencyModel))
+    trees = isinstance(model, (ConstituencyModel, DependencyModel, GraphCRFModel))
     check(not (trees and w0 == "letters"), "w0", f"a vector, 'auto', 'arcs' (dependency trees) or None for a "
           f"{type(model).__name__} (the letter-wise start is the chains')", repr(w0))
     check(w0 != "arcs" or isinstance(model, DependencyModel), "w0", "'arcs' for a DependencyModel only",
@@ -298,7 +310,8 @@ def train_latent(model, data, lam: float, config: SolverConfig | None = None,
     ``config``: the inner solver (default :data:`INNER`: BCFW with gap sampling, pairwise steps and the
     cache, 100 passes); ``w0``: the start, a vector, ``"letters"`` (:func:`letter_start`: chains and
     segmentations), ``"arcs"`` (:func:`arc_start`: dependency trees), None (0) or ``"auto"`` (letters for chains and
-    segmentations, arcs for dependency trees, 0 for constituency trees);
+    segmentations, arcs for dependency trees, 0 for constituency trees, the SSVM of the data's completion for graph
+    sub-states: :func:`~ssvm_torch.latent_graph.substate_start`);
     ``tol``: the least decrease of J for another outer step; ``progress(record)`` after each step;
     ``interrupt()`` (optional, polled by the inner solver at its gap checks): True ends the run after
     the current outer step, whose record then says ``"interrupted": True`` (its inner problem stopped early);
@@ -311,8 +324,9 @@ def train_latent(model, data, lam: float, config: SolverConfig | None = None,
     continues from it exactly as the run that wrote it would have gone on (same data, lam and inner solver; ``w0``
     is then unused): an interrupted run resumed from its last state gives the uninterrupted run's w and records
     (but their times). A run that ended at ``max_outer`` resumes with a larger one to take more steps."""
-    check(isinstance(model, (ChainModel, SemiMarkovModel, ConstituencyModel, DependencyModel)), "model",
-          "a ChainModel, a SemiMarkovModel, a ConstituencyModel or a DependencyModel", type(model).__name__)
+    check(isinstance(model, (ChainModel, SemiMarkovModel, ConstituencyModel, DependencyModel, GraphCRFModel)) and
+          getattr(model, "substates", True), "model", "a ChainModel, a SemiMarkovModel, a ConstituencyModel, a "
+          "DependencyModel or a GraphCRFModel with state_labels", type(model).__name__)
     model.check_data(data)
     lam = check_positive(lam, "lam")
     check(isinstance(max_outer, int) and max_outer >= 1, "max_outer", "an int >= 1", max_outer)
@@ -389,6 +403,8 @@ def start_point(model, data, lam: float, w0) -> torch.Tensor:
         trees = isinstance(model, (ConstituencyModel, DependencyModel))
         if w0 == "arcs" or (w0 == "auto" and isinstance(model, DependencyModel)):
             w = arc_start(model, data, lam)
+        elif w0 == "auto" and isinstance(model, GraphCRFModel):
+            w = substate_start(model, data, lam, LETTERS)
         else:
             w = torch.zeros(model.d, dtype=torch.float64) if trees else letter_start(model, data, lam)
     else:

