@@ -308,14 +308,15 @@ def test_the_torch_path_never_leaves_the_device(local):
 
 @pytest.mark.parametrize("kernels", KERNELS)
 def test_an_empty_batch_and_one_cell_grids(kernels):
-    """B = 0 gives empty results and a 0 summed loss with an empty gradient; a 1 x 1 grid has one global path
-    (its diagonal entry) and, locally, that cell or the empty path."""
+    """B = 0 gives empty results and a 0 loss (summed or averaged: not NaN) with an empty gradient; a 1 x 1 grid
+    has one global path (its diagonal entry) and, locally, that cell or the empty path."""
     for local in (False, True):
-        E = torch.randn(0, 3, 2, 3, dtype=torch.float64, requires_grad=True)
-        layer = MonotonicAlignment(kernels=kernels, local=local)
-        loss = layer(E, torch.zeros(0, 3, 2, dtype=torch.long), reduction="sum")
-        loss.backward()
-        assert float(loss) == 0.0 and E.grad.shape == E.shape
+        for reduction in ("sum", "mean", "token_mean"):
+            E = torch.randn(0, 3, 2, 3, dtype=torch.float64, requires_grad=True)
+            layer = MonotonicAlignment(kernels=kernels, local=local)
+            loss = layer(E, torch.zeros(0, 3, 2, dtype=torch.long), reduction=reduction)
+            loss.backward()
+            assert float(loss) == 0.0 and E.grad.shape == E.shape
         assert log_partition(E, local=local, kernels=kernels).shape == (0,)
         assert decode(E, local=local, kernels=kernels).shape == (0, 3, 2)
     S = torch.tensor([[[[0.3, -0.5, 0.9]]], [[[0.1, 0.2, 0.4]]]], dtype=torch.float64).expand(2, 1, 1, 3).clone()
