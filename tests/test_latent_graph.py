@@ -12,7 +12,7 @@ from ssvm_torch import Solver, SolverConfig
 from ssvm_torch.data.examples import GraphData, GraphExample
 from ssvm_torch.errors import SSVMInputError
 from ssvm_torch.latent import train_latent
-from ssvm_torch.latent_graph import kmeans_states, substate_data, substate_labels, substate_start
+from ssvm_torch.latent_graph import graph_start, kmeans_states, substate_data, substate_labels
 from ssvm_torch.models.graph_crf import GraphCRFModel
 from ssvm_torch.stores import CompiledDenseDual, make_store
 
@@ -171,15 +171,15 @@ def test_sub_states_are_refused_by_name():
             GraphCRFModel.for_data(data, state_labels=bad)
     with pytest.raises(SSVMInputError, match="loss"):
         GraphCRFModel.for_data(data, loss="balanced", state_labels=substate_labels(2, 2))
-    plain = GraphCRFModel.for_data(data)
-    with pytest.raises(SSVMInputError, match="state_labels"):
-        plain.complete(torch.zeros(plain.d), data)
+    plain = GraphCRFModel.for_data(data)                    # every label observed, no sub-states: the gold labels
+    assert torch.equal(plain.complete(torch.randn(plain.d, dtype=torch.float64), data), data.y)
     with pytest.raises(SSVMInputError, match="model"):
         train_latent(plain, data, 0.1)
     with pytest.raises(SSVMInputError, match="model"):
-        substate_start(plain, data, 0.1, SolverConfig())
-    with pytest.raises(SSVMInputError, match="n_states_per_label"):
-        substate_labels(2, 0)
+        graph_start(object(), data, 0.1, SolverConfig())
+    for bad in (0, True, 2.0):
+        with pytest.raises(SSVMInputError, match="n_states_per_label"):
+            substate_labels(2, bad)
     with pytest.raises(SSVMInputError, match="labels"):
         data.with_labels(np.zeros(3))
 

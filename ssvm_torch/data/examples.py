@@ -57,12 +57,15 @@ class FlatData:
 class GraphExample:
     """One labeled graph: node features (N, F), edges (E, 2) of node indices, edge features (E, P)
     and ground-truth labels (N,) in [0, n_states) ({0, 1} for the graph cut, whose edge features
-    must also be >= 0: :class:`~ssvm_torch.models.graphcut.GraphCutModel` checks that)."""
+    must also be >= 0: :class:`~ssvm_torch.models.graphcut.GraphCutModel` checks that). ``observed`` (N,) bool,
+    optional: False where a node's label is unobserved (partial annotation, ssvm_torch/latent.py; its ``y`` is then
+    a placeholder or a completion)."""
 
     X: np.ndarray
     edges: np.ndarray
     edge_features: np.ndarray
     y: np.ndarray
+    observed: np.ndarray | None = None
 
 
 def _check_graph(k: int, ex: GraphExample, F: int, P: int, n_states: int) -> None:
@@ -80,16 +83,23 @@ def _check_graph(k: int, ex: GraphExample, F: int, P: int, n_states: int) -> Non
     check(ex.edge_features.shape == (E, P), f"graphs[{k}].edge_features", f"shape ({E}, {P})", ex.edge_features.shape)
     check(bool(np.isfinite(ex.X).all()), f"graphs[{k}].X", "finite values", "NaN or inf")
     check(bool(np.isfinite(ex.edge_features).all()), f"graphs[{k}].edge_features", "finite values", "NaN or inf")
+    if ex.observed is not None:
+        obs = np.asarray(ex.observed)
+        check(obs.shape == (N,) and obs.dtype == np.bool_, f"graphs[{k}].observed", f"a bool array ({N},) or None",
+              f"{obs.dtype} {obs.shape}")
 
 
-def class_balanced_weights(y: np.ndarray, node_off: np.ndarray) -> np.ndarray:
+def class_balanced_weights(y: np.ndarray, node_off: np.ndarray, observed: np.ndarray | None = None) -> np.ndarray:
     """The balanced Hamming loss's node weights 1 / (C N_k) of each graph (N_k of its nodes labeled k, C labels
-    present in it), for graphs whose nodes' labels ``y`` (any integers) lie at node_off[i]:node_off[i + 1]."""
-    out = np.empty(len(y))
+    present in it), for graphs whose nodes' labels ``y`` (any integers) lie at node_off[i]:node_off[i + 1]; with
+    ``observed`` (bool, as y) the counts are the observed nodes' and an unobserved node weighs 0."""
+    out = np.zeros(len(y))
     for i in range(len(node_off) - 1):
-        yi = y[node_off[i]:node_off[i + 1]]
-        _, inverse, counts = np.unique(yi, return_inverse=True, return_counts=True)
-        out[node_off[i]:node_off[i + 1]] = 1.0 / (len(counts) * counts[inverse])
+        rows = np.arange(node_off[i], node_off[i + 1])
+        if observed is not None:
+            rows = rows[observed[rows]]
+        _, inverse, counts = np.unique(y[rows], return_inverse=True, return_counts=True)
+        out[rows] = 1.0 / (len(counts) * counts[inverse])
     return out
 
 
@@ -127,7 +137,12 @@ class GraphData:
         self.y = torch.as_tensor(y, device=dev)
         self.edges_local = torch.as_tensor(np.concatenate([ex.edges for ex in graphs]).astype(np.int64), device=dev)
         self.Fe = torch.as_tensor(np.concatenate([ex.edge_features for ex in graphs]), dtype=dtype, device=dev)
-        self.cw = torch.as_tensor(class_balanced_weights(y, self.node_off), dtype=dtype, device=dev)
+        partial = any(ex.observed is not None for ex in graphs)
+        observed = np.concatenate([np.ones(len(ex.y), dtype=bool) if ex.observed is None else np.asarray(ex.observed)
+                                   for ex in graphs]) if partial else None
+        #: (nodes,) bool, False at the unobserved nodes (partial annotation), or None: every label observed
+        self.observed = None if observed is None else torch.as_tensor(observed, device=dev)
+        self.cw = torch.as_tensor(class_balanced_weights(y, self.node_off, observed), dtype=dtype, device=dev)
         self.node_graph = torch.as_tensor(np.repeat(np.arange(len(graphs)), sizes), device=dev)
         self.edge_graph = torch.as_tensor(np.repeat(np.arange(len(graphs)), esizes), device=dev)
         self.node_off_t = torch.as_tensor(self.node_off, dtype=torch.int64, device=dev)
@@ -138,6 +153,11 @@ class GraphData:
     @property
     def n(self) -> int:
         return len(self.graphs)
+
+    @property
+    def partial(self) -> bool:
+        """Whether some node's label is unobserved (``observed`` holds them)."""
+        return self.observed is not None
 
     def to(self, device=None, dtype=None) -> "GraphData":
         device = torch.device(device) if device is not None else self.device
@@ -155,8 +175,21 @@ class GraphData:
         y = np.asarray(y.detach().cpu() if torch.is_tensor(y) else y).astype(np.int64).reshape(-1)
         check(y.shape == (int(self.node_off[-1]),), "labels", f"({int(self.node_off[-1])},) node labels", y.shape)
         off = self.node_off
-        graphs = [GraphExample(g.X, g.edges, g.edge_features, y[off[i]:off[i + 1]]) for i, g in enumerate(self.graphs)]
+        graphs = [GraphExample(g.X, g.edges, g.edge_features, y[off[i]:off[i + 1]], g.observed)
+                  for i, g in enumerate(self.graphs)]
         return GraphData(graphs, self.dtype, self.device, n_states or self.n_states)
+
+    def with_observed(self, observed) -> "GraphData":
+        """These graphs with the flat (nodes,) bool ``observed`` (None: every label observed)."""
+        off = self.node_off
+        if observed is not None:
+            observed = np.asarray(observed.detach().cpu() if torch.is_tensor(observed) else observed)
+            check(observed.shape == (int(off[-1]),) and observed.dtype == np.bool_, "observed",
+                  f"a bool array ({int(off[-1])},)", f"{observed.dtype} {observed.shape}")
+        graphs = [GraphExample(g.X, g.edges, g.edge_features, g.y,
+                               None if observed is None else observed[off[i]:off[i + 1]])
+                  for i, g in enumerate(self.graphs)]
+        return GraphData(graphs, self.dtype, self.device, self.n_states)
 
     def ranges(self, off: np.ndarray, idx):
         """Expand the ranges off[i]:off[i+1] of the examples ``idx`` (in batch order): global ids,

@@ -261,8 +261,12 @@ class GraphCRFModel(StructuredModel):
 
     # -- features, loss ------------------------------------------------------------------------
     def _weights(self, data: GraphData, idx):
+        """c_v of the batch's nodes: 0 at an unobserved node (partial annotation: its label counts nothing)."""
         nodes, _, _ = data.nodes(idx)
-        return data.cw[nodes] if self.loss_name == "balanced" else data.inv_size[data.node_graph[nodes]]
+        if self.loss_name == "balanced":
+            return data.cw[nodes]                               # 0 at the unobserved nodes already
+        c = data.inv_size[data.node_graph[nodes]]
+        return c if data.observed is None else c * data.observed[nodes].to(c.dtype)
 
     def phi(self, data: GraphData, idx, labels) -> torch.Tensor:
         """phi(x_i, mu) of a batch (B, d) (module docstring)."""
@@ -351,28 +355,36 @@ class GraphCRFModel(StructuredModel):
         return packed, np.array([r[2] for r in results], dtype=bool), mu_n_t
 
     def complete(self, w, data: GraphData) -> torch.Tensor:
-        """The latent SSVM's completion (ssvm_torch/latent.py) of hidden sub-states: for every graph, the best
-        labeling h (flat (nodes,) states) whose every node's state carries its gold label, argmax over
-        h_v in {s : l(s) = l(y*_v)} of <w, phi(x, h)>. Each node keeps its label's S states, so the problem is a
-        graph of S states: max-sum on a forest (exact), enumeration with ``inference="enumerate"`` (exact), else
-        the LP over its local polytope rounded to each node's most probable state (an optimum where integral)."""
-        check(self.substates, "model", "a GraphCRFModel with state_labels (hidden sub-states to complete)",
-              "one without")
+        """The latent SSVM's completion (ssvm_torch/latent.py): for every graph, the best labeling h (flat (nodes,)
+        states) that keeps what is observed, argmax of <w, phi(x, h)> over h_v in {s : l(s) = l(y*_v)} at an
+        observed node (its label's states: its gold state alone without sub-states) and over every state at an
+        unobserved one (``GraphData.observed``). Each node's allowed states, padded to the graph's widest set by
+        repeating its first (a copy scores alike and maps back to the same state), make a smaller graph problem:
+        max-sum on a forest (exact), enumeration with ``inference="enumerate"`` (exact), else the LP over its local
+        polytope rounded to each node's most probable state (an optimum where integral)."""
         idx = torch.arange(data.n, device=data.device)
         theta_n, theta_e = (to_host(t) for t in self.scores(w, data, idx))
+        lab = self.state_labels
         S = self.K // self.n_labels
-        allowed = np.argsort(self.state_labels, kind="stable").reshape(self.n_labels, S)    # (L, S) each label's states
+        of_label = np.argsort(lab, kind="stable").reshape(self.n_labels, S)       # (L, S) each label's states
         y = to_host(data.y)
+        seen = np.ones(len(y), dtype=bool) if data.observed is None else to_host(data.observed)
         out = np.empty(len(y), dtype=np.int64)
         for i in range(data.n):
             a, b = int(data.node_off[i]), int(data.node_off[i + 1])
             e0, e1 = int(data.edge_off[i]), int(data.edge_off[i + 1])
             edges = data.graphs[i].edges.astype(np.int64).reshape(-1, 2)
-            states = allowed[self.state_labels[y[a:b]]]                          # (N, S)
+            width = S if seen[a:b].all() else self.K
+            states = np.tile(np.arange(self.K)[:width], (b - a, 1))               # unobserved: every state
+            obs = np.nonzero(seen[a:b])[0]
+            states[obs, :S] = of_label[lab[y[a + obs]]]
+            states[obs, S:] = states[obs, :1]                                     # padding: the first state again
             tn = np.take_along_axis(theta_n[a:b], states, 1)
             te = theta_e[e0:e1][np.arange(e1 - e0)[:, None, None], states[edges[:, 0]][:, :, None],
                                 states[edges[:, 1]][:, None, :]]
-            if self.inference == "enumerate":
+            if width == 1:                                                        # nothing to choose
+                mu = np.ones((b - a, 1))
+            elif self.inference == "enumerate":
                 mu = enumerate_map(tn, te, edges)[0]
             else:
                 check_finite_scores(tn, te, i)

@@ -16,6 +16,7 @@ from ..models.chain import ChainModel
 from ..models.chain_edges import EdgeChainModel
 from ..models.constituency import ConstituencyModel
 from ..models.dependency import DependencyModel
+from ..models.graph_crf import GraphCRFModel
 from ..models.matching import MatchingModel
 from ..models.semimarkov import SemiMarkovModel
 from ..models.sibling_dependency import SiblingDependencyModel
@@ -48,9 +49,9 @@ def make_store(model: StructuredModel, data, lam: float, device=None, dtype=torc
     if kernels != "auto":
         model = model.with_kernels(kernels)          # the decoders follow the store's choice
     if getattr(data, "partial", False) and not isinstance(model, (ChainModel, SemiMarkovModel, ConstituencyModel,
-                                                                  DependencyModel)):
+                                                                  DependencyModel, GraphCRFModel)):
         raise SSVMInputError(f"data.observed: unobserved positions train on the chain stores (with or without edge "
-                             f"features), the semi-Markov, constituency or dependency-tree stores "
+                             f"features), the semi-Markov, constituency, dependency-tree or pairwise-graph stores "
                              f"(ssvm_torch/latent.py), got {type(model).__name__}")
     if isinstance(model, EdgeChainModel):
         store = EdgeChainDual(model, data, lam, device=device, dtype=dtype, kernels=kernels, n_objective=n_objective)

@@ -141,6 +141,8 @@ class GraphCRFHost:
         edges = as_host(data.edges_local).astype(np.int64)
         c = as_host(data.cw) if model.loss_name == "balanced" else np.repeat(as_host(data.inv_size), data.node_off[1:]
                                                                                 - data.node_off[:-1])
+        if data.observed is not None and model.loss_name != "balanced":      # an unobserved node's label costs 0
+            c = c * as_host(data.observed)
         inv = as_host(data.inv_size)
         no, eo = data.node_off, data.edge_off
         self.ex = []
