@@ -35,7 +35,11 @@ state's, sum_v c_v (1 - sum_{s: l(s) = l(y*_v)} mu_v[s]), still linear in mu_v, 
 labeling whose states carry each node's gold label (the latent SSVM's completion, ssvm_torch/latent.py).
 
 Labelings: one example's is the vector [mu_nodes (N K) ; mu_edges (E K K)] (row-major, edges in the
-container's order); a batch is (B, max length) padded with -1 at the end (marginals are >= 0).
+container's order), or, for an integral labeling, [mu_nodes (N K)] alone (compact: each edge's marginal is then
+the product mu_a mu_b of its nodes', the indicator of their states); a batch is (B, max length) padded with -1 at
+the end (marginals are >= 0, so a -1 where an example's edges would start marks it compact). The model emits an
+integral labeling compact (one_hot, the gold labelings, integral optima): at K = 52 an 8-letter word's corner
+holds 416 numbers instead of 19,344, which active sets and caches keep per corner.
 """
 from __future__ import annotations
 
@@ -186,37 +190,57 @@ class GraphCRFModel(StructuredModel):
         ecol = data.sizes.to(data.device)[idx][erows] * K + elocal * K * K
         return idx, (nodes, nrows, ncol), (eids, erows, ecol)
 
-    def _width(self, data: GraphData, idx) -> int:
+    def _lengths(self, data: GraphData, idx, full) -> torch.Tensor:
+        """(B,) the labelings' lengths: N_i K, plus E_i K K where ``full`` (a (B,) bool tensor, or a bool for all)."""
         i = idx.to(data.sizes.device)
         E = data.edge_off_t.to(data.sizes.device)
-        return int((data.sizes[i] * self.K + (E[i + 1] - E[i]) * self.K * self.K).max())
+        full = torch.as_tensor(full, device=data.sizes.device)
+        return data.sizes[i] * self.K + (E[i + 1] - E[i]) * self.K * self.K * full
 
-    def pack(self, data: GraphData, idx, mu_nodes: torch.Tensor, mu_edges: torch.Tensor) -> torch.Tensor:
+    def _width(self, data: GraphData, idx, full=True) -> int:
+        return int(self._lengths(data, idx, full).max())
+
+    def pack(self, data: GraphData, idx, mu_nodes: torch.Tensor, mu_edges: torch.Tensor | None,
+             full=True) -> torch.Tensor:
         """The batch's labelings (B, max length), -1 past each example's end, from the marginals of its
-        nodes (nodes of ``idx`` in order, K) and edges (E, K, K)."""
+        nodes (nodes of ``idx`` in order, K) and edges (E, K, K); the rows where ``full`` ((B,) bool, or a bool for
+        all) is False compact (module docstring: their node marginals must be integral, the edges' are implied)."""
         idx, (_, nrows, ncol), (_, erows, ecol) = self._layout(data, idx)
         K = self.K
-        out = torch.full((len(idx), self._width(data, idx)), -1.0, dtype=data.dtype, device=data.device)
+        full = torch.as_tensor(full, device=data.device).expand(len(idx))
+        out = torch.full((len(idx), self._width(data, idx, full)), -1.0, dtype=data.dtype, device=data.device)
         k = torch.arange(K, device=data.device)
         out[nrows[:, None], ncol[:, None] + k] = mu_nodes.to(data.dtype)
-        kk = torch.arange(K * K, device=data.device)
-        out[erows[:, None], ecol[:, None] + kk] = mu_edges.reshape(-1, K * K).to(data.dtype)
+        keep = full[erows]
+        if mu_edges is not None and bool(keep.any()):
+            kk = torch.arange(K * K, device=data.device)
+            out[erows[keep][:, None], ecol[keep][:, None] + kk] = mu_edges.reshape(-1, K * K)[keep].to(data.dtype)
         return out
 
     def unpack(self, data: GraphData, idx, labels):
-        """(mu_nodes (nodes, K), mu_edges (edges, K, K)) of a batch of labelings, refused by name when they
-        are not marginals of the examples' size."""
-        idx, (_, nrows, ncol), (_, erows, ecol) = self._layout(data, idx)
+        """(mu_nodes (nodes, K), mu_edges (edges, K, K)) of a batch of labelings (full or compact: module
+        docstring), refused by name when they are not marginals of the examples' size."""
+        idx, (_, nrows, ncol), (eids, erows, ecol) = self._layout(data, idx)
         K = self.K
         labels = torch.as_tensor(labels, device=data.device)
         if labels.dim() == 1:
             labels = labels[None]
-        width = self._width(data, idx)
+        width = self._width(data, idx, False)
         check(labels.dim() == 2 and labels.shape[0] == len(idx) and labels.shape[1] >= width,
               "labels", f"a ({len(idx)}, >= {width}) batch of marginal vectors", tuple(labels.shape))
         labels = labels.to(data.dtype)
         mu_n = labels[nrows[:, None], ncol[:, None] + torch.arange(K, device=data.device)]
-        mu_e = labels[erows[:, None], ecol[:, None] + torch.arange(K * K, device=data.device)].reshape(-1, K, K)
+        # a row is full where its first edge entry is inside the batch and a marginal (not the -1 padding)
+        first = self._lengths(data, idx, False).to(data.device)
+        full = first < labels.shape[1]
+        full = full & (labels[torch.arange(len(idx), device=data.device), first.clamp(max=labels.shape[1] - 1)] >= 0)
+        cols = (ecol[:, None] + torch.arange(K * K, device=data.device)).clamp(max=labels.shape[1] - 1)
+        read = labels[erows[:, None], cols].reshape(-1, K, K)
+        start = torch.zeros(len(idx), dtype=torch.int64, device=data.device)
+        start[1:] = torch.cumsum(data.sizes.to(data.device)[idx], 0)[:-1]
+        ends = data.edges_local[eids] + start[erows][:, None]          # the edges' nodes, as rows of mu_n
+        implied = mu_n[ends[:, 0]][:, :, None] * mu_n[ends[:, 1]][:, None, :]
+        mu_e = torch.where(full[erows][:, None, None], read, implied)
         lo = torch.minimum(mu_n.min(), mu_e.min()) if len(mu_e) else mu_n.min()
         hi = torch.maximum(mu_n.max(), mu_e.max()) if len(mu_e) else mu_n.max()
         if not bool((lo >= 0) & (hi <= 1) & ((mu_n.sum(1) - 1).abs().max() < 1e-6)):     # one host sync
@@ -230,11 +254,7 @@ class GraphCRFModel(StructuredModel):
         _, rows, local = data.nodes(idx)
         eids, erows = data.edges(idx)
         mu_n = torch.nn.functional.one_hot(y_nodes.to(data.device), self.K).to(data.dtype)
-        start = torch.zeros(len(idx), dtype=torch.int64, device=data.device)
-        start[1:] = torch.cumsum(data.sizes.to(data.device)[idx], 0)[:-1]
-        ends = data.edges_local[eids] + start[erows][:, None]
-        mu_e = mu_n[ends[:, 0]][:, :, None] * mu_n[ends[:, 1]][:, None, :]
-        return self.pack(data, idx, mu_n, mu_e)
+        return self.pack(data, idx, mu_n, None, full=False)
 
     def gt_batch(self, data: GraphData, idx) -> torch.Tensor:
         idx = torch.as_tensor(idx, device=data.device).reshape(-1)
@@ -351,8 +371,10 @@ class GraphCRFModel(StructuredModel):
         mu_n = np.concatenate([r[0] for r in results])
         mu_e = np.concatenate([r[1] for r in results]) if eb[-1] else np.zeros((0, self.K, self.K))
         mu_n_t = from_host(mu_n, data.device).to(data.dtype)
-        packed = self.pack(data, idx, mu_n_t, from_host(mu_e, data.device).to(data.dtype))
-        return packed, np.array([r[2] for r in results], dtype=bool), mu_n_t
+        integral = np.array([r[2] for r in results], dtype=bool)
+        packed = self.pack(data, idx, mu_n_t, from_host(mu_e, data.device).to(data.dtype),
+                           full=from_host(~integral, data.device))              # integral optima compact
+        return packed, integral, mu_n_t
 
     def complete(self, w, data: GraphData) -> torch.Tensor:
         """The latent SSVM's completion (ssvm_torch/latent.py): for every graph, the best labeling h (flat (nodes,)

@@ -92,9 +92,16 @@ class BlockSet:
         if self._matrix is None:
             on = next((y.device for y in self.labels if isinstance(y, torch.Tensor)), None)
             if on is not None:                      # device labelings stay on their device
-                self._matrix = torch.stack([torch.as_tensor(y, device=on) for y in self.labels])
+                ys = [torch.as_tensor(y, device=on) for y in self.labels]
+                ragged = ys[0].dim() == 1 and len({y.shape[0] for y in ys}) > 1
+                # a graph model's compact and full labelings differ in length: -1 pads them, as in its batches
+                self._matrix = (torch.nn.utils.rnn.pad_sequence(ys, batch_first=True, padding_value=-1) if ragged
+                                else torch.stack(ys))
             else:
-                self._matrix = np.stack([np.asarray(y) for y in self.labels])
+                ys = [np.asarray(y) for y in self.labels]
+                width = max(len(y) for y in ys) if ys[0].ndim == 1 else None
+                self._matrix = (np.stack(ys) if width is None or all(len(y) == width for y in ys) else
+                                np.stack([np.pad(y, (0, width - len(y)), constant_values=-1) for y in ys]))
         return self._matrix
 
     def __len__(self):

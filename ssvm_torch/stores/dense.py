@@ -80,7 +80,10 @@ class DenseDual(BlockDual):
             self.shadow += self.shadow_coef * dw
 
     def _batch(self, labelings):
-        return torch.stack([torch.as_tensor(y, device=self.device) for y in labelings])
+        ys = [torch.as_tensor(y, device=self.device) for y in labelings]
+        if ys and ys[0].dim() == 1 and len({y.shape[0] for y in ys}) > 1:     # ragged: a graph model's compact and
+            return torch.nn.utils.rnn.pad_sequence(ys, batch_first=True, padding_value=-1)   # full labelings
+        return torch.stack(ys)
 
     # -- active-set primitives ----------------------------------------------------------------
     def gt_labeling(self, i: int):

@@ -8,8 +8,9 @@ nonzero features (scene's nodes carry 295 of their 1,770 columns), and the LP / 
 model's own (oracles/local_polytope.py, ``enumerate_map``), on the same scores: the torch model stays the
 reference (tests/test_dense_compiled.py holds the two equal).
 
-A labeling is the model's marginal vector [mu_nodes (N K) ; mu_edges (E K K)] (float64, row-major); a batch
-of them is stacked as the torch model's, padded with -1.
+A labeling is the model's marginal vector [mu_nodes (N K) ; mu_edges (E K K)] (float64, row-major), or its
+compact form [mu_nodes (N K)] for an integral one (the corners' and the gold labelings: GraphCRFModel's module
+docstring); a batch of them is stacked as the torch model's, padded with -1.
 """
 from __future__ import annotations
 
@@ -63,9 +64,10 @@ def _scores(indptr, cols, vals, y, c, lab, Fe, w, K, F, sym, inv, tn, te):
 
 
 @nb.njit(cache=True)
-def _features(indptr, cols, vals, Fe, mu, K, F, sym, inv, out):
+def _features(indptr, cols, vals, Fe, edges, mu, full, K, F, sym, inv, out):
     """phi(x, mu) into ``out`` (d): the unary blocks mu_v[k] [x_v, 1] and the pairwise sums f_e[p] mu_e[k, m],
-    symmetrized where ``sym[p]`` is 1, antisymmetrized where it is -1, all times 1/N (GraphCRFModel.phi)."""
+    symmetrized where ``sym[p]`` is 1, antisymmetrized where it is -1, all times 1/N (GraphCRFModel.phi). ``full``:
+    mu holds the edges' marginals after the nodes'; else (compact) mu_e = mu_a mu_b (the nodes' product)."""
     out[:] = 0.0
     N = indptr.shape[0] - 1
     for v in range(N):
@@ -80,12 +82,23 @@ def _features(indptr, cols, vals, Fe, mu, K, F, sym, inv, out):
     P = Fe.shape[1]
     du, KK, off = K * F, K * K, N * K
     for e in range(Fe.shape[0]):
-        for km in range(KK):
-            m = mu[off + e * KK + km]
-            if m == 0.0:
-                continue
-            for p in range(P):
-                out[du + p * KK + km] += Fe[e, p] * m
+        if full:
+            for km in range(KK):
+                m = mu[off + e * KK + km]
+                if m == 0.0:
+                    continue
+                for p in range(P):
+                    out[du + p * KK + km] += Fe[e, p] * m
+        else:
+            a, b = edges[e, 0] * K, edges[e, 1] * K
+            for k in range(K):
+                if mu[a + k] == 0.0:
+                    continue
+                for m in range(K):
+                    q = mu[a + k] * mu[b + m]
+                    if q != 0.0:
+                        for p in range(P):
+                            out[du + p * KK + k * K + m] += Fe[e, p] * q
     for p in range(P):
         if sym[p] != 0:
             for k in range(K):
@@ -100,15 +113,12 @@ def _features(indptr, cols, vals, Fe, mu, K, F, sym, inv, out):
 
 
 @nb.njit(cache=True)
-def _integral(y, edges, K, out):
-    """The packed marginal vector of an integral labeling y into ``out`` (local_polytope.integral_marginals, packed):
-    1 at node v's state y_v and at edge (a, b)'s pair (y_a, y_b), 0 elsewhere."""
+def _integral(y, K, out):
+    """The compact labeling (GraphCRFModel's module docstring) of an integral labeling y into ``out`` (N K): 1 at
+    node v's state y_v, 0 elsewhere."""
     out[:] = 0.0
-    N, KK = y.shape[0], K * K
-    for v in range(N):
+    for v in range(y.shape[0]):
         out[v * K + y[v]] = 1.0
-    for e in range(edges.shape[0]):
-        out[N * K + e * KK + y[edges[e, 0]] * K + y[edges[e, 1]]] = 1.0
 
 
 @nb.njit(cache=True)
@@ -155,41 +165,41 @@ class GraphCRFHost:
                             float(inv[i]), forest_schedule(n, e) if is_forest(n, e) else None))
         self.cols = np.arange(self.d, dtype=np.int64)
 
-    def _mu(self, i, y) -> np.ndarray:
-        """The labeling as a float64 vector of this example's length (batched ones are padded with -1)."""
+    def _mu(self, i, y):
+        """(the labeling as a float64 vector of its length, whether it is full) (batched ones are padded with -1;
+        a compact one has no edge entries: GraphCRFModel's module docstring)."""
         ex = self.ex[i]
-        n = (len(ex[0]) - 1) * self.K + len(ex[6]) * self.K * self.K
+        nodes, E = (len(ex[0]) - 1) * self.K, len(ex[6])
         mu = y.detach().cpu().numpy() if torch.is_tensor(y) else np.asarray(y)
-        return np.ascontiguousarray(mu[:n], dtype=np.float64)
-
-    @staticmethod
-    def _pack(mu_n, mu_e) -> np.ndarray:
-        return np.concatenate([mu_n.ravel(), mu_e.ravel()]).astype(np.float64)
+        full = E > 0 and len(mu) > nodes and mu[nodes] >= 0
+        n = nodes + E * self.K * self.K if full else nodes
+        return np.ascontiguousarray(mu[:n], dtype=np.float64), full
 
     def _integral(self, i, y) -> np.ndarray:
-        edges = self.ex[i][6]
-        out = np.empty(len(y) * self.K + len(edges) * self.K * self.K)
-        _integral(y, edges, self.K, out)
+        out = np.empty(len(y) * self.K)
+        _integral(y, self.K, out)
         return out
 
     def gt(self, i):
         return self._integral(i, self.ex[i][3])
 
     def features(self, i, y):
-        indptr, cols, vals, _, _, Fe, _, inv, _ = self.ex[i]
+        indptr, cols, vals, _, _, Fe, edges, inv, _ = self.ex[i]
         out = np.empty(self.d)
-        _features(indptr, cols, vals, Fe, self._mu(i, y), self.K, self.F, self.sym, inv, out)
+        mu, full = self._mu(i, y)
+        _features(indptr, cols, vals, Fe, edges, mu, full, self.K, self.F, self.sym, inv, out)
         return self.cols, out
 
     def loss(self, i, y):
         ex = self.ex[i]
-        return float(_loss(self._mu(i, y), ex[3], ex[4], self.lab, self.K))
+        return float(_loss(self._mu(i, y)[0], ex[3], ex[4], self.lab, self.K))
 
     def corner(self, w, i):
         indptr, cols, vals, y, c, Fe, edges, inv, forest = self.ex[i]
         K = self.K
         tn, te = np.empty((len(y), K)), np.zeros((len(edges), K, K))
         finite = _scores(indptr, cols, vals, y, c, self.lab, Fe, w, K, self.F, self.sym, inv, tn, te)
+        full = False                              # integral labelings compact (GraphCRFModel's module docstring)
         if not self.pairwise:                     # the torch model's argmax per node (no LP, no check there)
             mu = self._integral(i, tn.argmax(1))
         else:
@@ -198,8 +208,11 @@ class GraphCRFHost:
             if forest is not None and not self.enumerate:      # solve_graph's forest case, packed directly
                 mu = self._integral(i, forest_max_sum(tn, te, edges, forest))
             else:
-                mu = self._pack(*(enumerate_map(tn, te, edges) if self.enumerate else
-                                  solve_graph(tn, te, edges, forest))[:2])
+                mu_n, mu_e, integral = (enumerate_map(tn, te, edges) if self.enumerate else
+                                        solve_graph(tn, te, edges, forest))
+                full = not integral
+                mu = (np.concatenate([mu_n.ravel(), mu_e.ravel()]) if full else
+                      self._integral(i, mu_n.argmax(1))).astype(np.float64)
         out = np.empty(self.d)
-        _features(indptr, cols, vals, Fe, mu, K, self.F, self.sym, inv, out)
+        _features(indptr, cols, vals, Fe, edges, mu, full, K, self.F, self.sym, inv, out)
         return mu, self.cols, out, float(_loss(mu, y, c, self.lab, K))
