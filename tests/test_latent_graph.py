@@ -351,3 +351,24 @@ def test_partial_graphs_are_refused_where_they_cannot_train():
     for bad in (np.ones(3, dtype=bool), np.ones(4)):
         with pytest.raises(SSVMInputError, match="observed"):
             GraphData([GraphExample(g.X, g.edges, g.edge_features, g.y, bad)], n_states=2)
+
+
+def test_ssvm_train_hide_labels_on_graph_tasks_writes_a_resumable_run(tmp_path, capsys):
+    """``ssvm-train --dataset ocr-graph --hide-labels``: hidden.json lists the hidden nodes (the seed's), latent.json's
+    objective never increases, and a run killed by its checkpoint state resumes to the same weights."""
+    import json
+    from ssvm_torch.cli.train import main
+    from ssvm_torch.outputs import load_model
+    args = ["--dataset", "ocr-graph", "--train-size", "40", "--lam", "0.02", "--hide-labels", "0.5", "--hide-seed",
+            "1", "--passes", "10", "--gap-check", "5", "--latent-outer", "3", "--quiet", "--checkpoint"]
+    assert main([*args, "--out", str(tmp_path / "a")]) == 0
+    a = tmp_path / "a"
+    hidden = json.loads((a / "hidden.json").read_text())
+    assert hidden["unit"] == "nodes" and len(hidden["hidden"]) == round(0.5 * hidden["positions"])
+    records = json.loads((a / "latent.json").read_text())
+    J = [r["objective"] for r in records]
+    assert all(y <= x for x, y in zip(J, J[1:])) and J[-1] < J[0] and 0.0 <= records[-1]["test_error"] <= 1.0
+    # the state after the first outer step, resumed, ends where the run ended
+    assert main([*args[:-3], "2", "--quiet", "--checkpoint", "--out", str(tmp_path / "b")]) == 0
+    assert main([*args, "--resume", str(tmp_path / "b" / "checkpoint.pt"), "--out", str(tmp_path / "c")]) == 0
+    assert torch.equal(load_model(a / "model.pt")["w"], load_model(tmp_path / "c" / "model.pt")["w"])

@@ -1,7 +1,7 @@
 """``ssvm-train --hide-labels FRACTION --hide-seed S``: the latent SSVM (ssvm_torch/latent.py) on a chain task
 with that fraction of the training positions' labels hidden (on ``ud-ewt-spans``: that fraction of the gold
-trees' spans; on ``ud-ewt``: of the words' heads), trained by CCCP with the command's solver options as the inner
-solver.
+trees' spans; on ``ud-ewt``: of the words' heads; on ``scene-graph`` / ``ocr-graph``: of the graphs' node labels),
+trained by CCCP with the command's solver options as the inner solver.
 
 The run directory holds config.json (the options, the fraction, the seed and the number of hidden
 positions), hidden.json (the hidden positions' indices into the training set's positions, the hidden spans' rows
@@ -26,6 +26,7 @@ import torch
 
 from ..atomic import atomic_write_bytes
 from ..data.partial import hidden_positions
+from ..data.examples import GraphData
 from ..data.span_data import SpanData
 from ..data.trees import DependencyData
 from ..data.types import ChainData
@@ -36,6 +37,7 @@ from ..latent import (INNER_SOLVERS, check_inner, check_start, hidden_parts, hid
 from ..models.chain import ChainModel
 from ..models.constituency import ConstituencyModel
 from ..models.dependency import DependencyModel
+from ..models.graph_crf import GraphCRFModel
 from ..models.semimarkov import SemiMarkovModel
 from .checkpoints import CheckpointWrites
 from .interrupts import stop_on_signal
@@ -59,7 +61,8 @@ def add_options(p) -> None:
     p.add_argument("--latent-outer", type=int, default=20, help="at most this many CCCP steps (--hide-labels)")
     p.add_argument("--latent-start", choices=("auto", "letters", "arcs", "zeros"), default="auto",
                    help="CCCP's start (--hide-labels): auto = letters for chains and segments, arcs (the SSVM of the "
-                        "observed arcs) for dependency trees, zeros for constituency trees (docs/latent.md)")
+                        "observed arcs) for dependency trees, zeros for constituency trees, the SSVM of the observed "
+                        "subgraphs for graphs (docs/latent.md)")
 
 
 def check_options(args, launched_by_torchrun: bool) -> None:
@@ -89,8 +92,8 @@ def check_options(args, launched_by_torchrun: bool) -> None:
     bad = [name for name, on in refused if on]
     if bad:
         raise SSVMInputError(f"hide_labels: the latent SSVM runs CCCP in one process on the numba chain, segment, "
-                             f"constituency or dependency-tree store (CPU float64) with an inner solver of {', '.join(INNER_SOLVERS)}; not with "
-                             f"{', '.join(bad)}")
+                             f"constituency, dependency-tree or graph store (CPU float64) with an inner solver of "
+                             f"{', '.join(INNER_SOLVERS)}; not with {', '.join(bad)}")
 
 
 def rows_trees(rows: list, data: SpanData) -> torch.Tensor:
@@ -104,16 +107,20 @@ def run_latent(args, cfg, task, lam: float, run_dir, featurization: dict) -> dic
     model, train = task.model, task.train
     spans = isinstance(train, SpanData) and isinstance(model, ConstituencyModel)
     heads = isinstance(train, DependencyData) and isinstance(model, DependencyModel)
-    if not (spans or heads) and not (isinstance(train, ChainData) and isinstance(model, (ChainModel, SemiMarkovModel))):
+    nodes = isinstance(train, GraphData) and isinstance(model, GraphCRFModel)
+    if not (spans or heads or nodes) and not (isinstance(train, ChainData) and
+                                              isinstance(model, (ChainModel, SemiMarkovModel))):
         raise SSVMInputError(f"hide_labels: the latent SSVM trains a chain (ocr-small, ocr-large, conll2000, its "
                              f"edge-feature templates too), segments (conll2000-segments), constituency trees "
-                             f"(ud-ewt-spans) or dependency trees (ud-ewt); {args.dataset} is a {type(model).__name__}")
+                             f"(ud-ewt-spans), dependency trees (ud-ewt) or pairwise graphs (scene-graph, ocr-graph); "
+                             f"{args.dataset} is a {type(model).__name__}")
     whole = args.hide_sentences
     hidden = hide_heads(train, args.hide_labels, args.hide_seed, model.projective, whole) if heads else \
         hide_labels(train, args.hide_labels, args.hide_seed, args.hide_bracket_labels, whole)
     check_inner(model, hidden, lam, cfg)                # a solver the store cannot run: refused before any write
     check_start(model, None if args.latent_start == "zeros" else args.latent_start)
-    total = hidden.spans.shape[0] if spans else len(hidden.heads) if heads else len(hidden.Y)
+    total = hidden.spans.shape[0] if spans else len(hidden.heads) if heads else len(hidden.y) if nodes else \
+        len(hidden.Y)
     unlabeled = []
     if spans:      # rows of the stacked gold trees (the completion's rows are ordered by its own spans)
         rows = train.span_offsets if whole else None
@@ -125,7 +132,7 @@ def run_latent(args, cfg, task, lam: float, run_dir, featurization: dict) -> dic
         unlabeled = torch.nonzero(unl & ~gone)[:, 0].tolist()
     else:
         positions = torch.nonzero(~hidden.observed)[:, 0].tolist()
-    unit = "gold spans" if spans else "heads" if heads else "labels"
+    unit = "gold spans" if spans else "heads" if heads else "node labels" if nodes else "labels"
     sentences = torch.nonzero(hidden_positions(train.n, args.hide_labels, args.hide_seed, ("hide_labels", "hide_seed"))
                               )[:, 0].tolist() if whole else None
     out = run_dir.path
@@ -149,7 +156,7 @@ def run_latent(args, cfg, task, lam: float, run_dir, featurization: dict) -> dic
                           "device": "cpu", "dtype": "float64", "kernels": args.kernels, "solver": asdict(cfg)})
     atomic_write_bytes(out / "hidden.json", json.dumps({"fraction": args.hide_labels, "seed": args.hide_seed,
                                                         "positions": total, "unit": "span rows" if spans else
-                                                        "words" if heads else "positions",
+                                                        "words" if heads else "nodes" if nodes else "positions",
                                                         "hidden": positions,
                                                         **({"hidden_sentences": sentences} if whole else {}),
                                                         **({"bracket_labels_fraction": args.hide_bracket_labels,
