@@ -12,14 +12,12 @@ Usage: python benchmarks/bench_graph_labelings.py --baseline c023f0e [--rounds 2
 """
 from __future__ import annotations
 
-import argparse
-import json
 import statistics
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from commits import alternated_rounds, baseline_worktree, revisions, ROOT, write_side_by_side  # noqa: E402
+from commits import side_by_side_rounds, write_side_by_side  # noqa: E402
 
 
 def worker(passes: float) -> dict:
@@ -52,22 +50,11 @@ def worker(passes: float) -> dict:
 
 
 def main(argv=None) -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--baseline")
-    p.add_argument("--rounds", type=int, default=2)
-    p.add_argument("--passes", type=float, default=10)
-    p.add_argument("--out", default="benchmarks/results/graph_labelings_commits.json")
-    p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    args = p.parse_args(argv)
-    if args.worker:
-        print(json.dumps(worker(args.passes)))
+    got = side_by_side_rounds(Path(__file__), __doc__, worker, "benchmarks/results/graph_labelings_commits.json", argv,
+                              rounds=2, knob=("--passes", float, 10))
+    if got is None:
         return
-    if not args.baseline:
-        p.error("--baseline is required")
-    revs = revisions(args.baseline)
-    with baseline_worktree(revs["baseline"]) as wt:
-        rounds = alternated_rounds({"current": ROOT, "baseline": wt}, Path(__file__).resolve(),
-                                   ["--passes", args.passes], args.rounds, ["--passes", 1])
+    args, revs, rounds = got
     table = {key: {side: statistics.median(r[key] for r in rounds[side]) for side in rounds}
              for key in ("seconds", "peak_rss_mb", "corners", "labeling_mb", "gap")}
     for key, row in table.items():

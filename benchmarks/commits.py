@@ -107,28 +107,43 @@ def write_side_by_side(out: str, revs: dict, rounds: int, calls: int, table: dic
     print(f"wrote {out}")
 
 
-def cases_side_by_side(script: Path, doc: str, worker, default_out: str, argv=None, calls: int = 15,
-                       dtype: str = "float32") -> None:
-    """The command line of a benchmark of per-case medians ("cases": {name: ms}) at this checkout against
-    ``--baseline``: ``--worker`` prints one side's ``worker(calls)``; otherwise both sides are alternated over
-    ``--rounds`` (:func:`alternated_rounds`), each case's figure is the median over rounds of the round medians,
-    printed with the speed-up and written by :func:`write_side_by_side` (``dtype`` as recorded, one thread)."""
+def side_by_side_rounds(script: Path, doc: str, worker, default_out: str, argv=None, rounds: int = 5,
+                        knob: tuple = ("--calls", int, 15)):
+    """The shared command line of the side-by-side benchmarks: ``--baseline`` (required), ``--rounds``, ``--out``
+    and the worker's ``knob`` (name, type, default: e.g. ``--calls``); ``--worker`` prints one side's
+    ``worker(knob's value)`` and returns None; otherwise both sides are alternated over ``--rounds``
+    (:func:`alternated_rounds`, warmed with the knob at 1) and (args, :func:`revisions`, the rounds) is returned."""
+    name, kind, default = knob
     p = argparse.ArgumentParser(description=doc.splitlines()[0])
     p.add_argument("--baseline", help="the earlier commit (any git revision; required)")
-    p.add_argument("--rounds", type=int, default=5)
-    p.add_argument("--calls", type=int, default=calls)
+    p.add_argument("--rounds", type=int, default=rounds)
+    p.add_argument(name, type=kind, default=default)
     p.add_argument("--out", default=default_out)
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    value = getattr(args, name.lstrip("-").replace("-", "_"))
     if args.worker:
-        print(json.dumps(worker(args.calls)))
-        return
+        print(json.dumps(worker(value)))
+        return None
     if not args.baseline:
         p.error("--baseline is required")
     revs = revisions(args.baseline)
     with baseline_worktree(revs["baseline"]) as wt:
-        rounds = alternated_rounds({"current": ROOT, "baseline": wt}, script.resolve(), ["--calls", args.calls],
-                                   args.rounds, ["--calls", 1])
+        out = alternated_rounds({"current": ROOT, "baseline": wt}, script.resolve(), [name, value], args.rounds,
+                                [name, 1])
+    return args, revs, out
+
+
+def cases_side_by_side(script: Path, doc: str, worker, default_out: str, argv=None, calls: int = 15,
+                       dtype: str = "float32") -> None:
+    """The command line of a benchmark of per-case medians ("cases": {name: ms}) at this checkout against
+    ``--baseline`` (:func:`side_by_side_rounds`, whose knob is ``--calls``): each case's figure is the median over
+    rounds of the round medians, printed with the speed-up and written by :func:`write_side_by_side` (``dtype`` as
+    recorded, one thread)."""
+    got = side_by_side_rounds(script, doc, worker, default_out, argv, knob=("--calls", int, calls))
+    if got is None:
+        return
+    args, revs, rounds = got
     table = {}
     for key in rounds["current"][0]["cases"]:
         row = {f"{side}_ms": statistics.median(rd["cases"][key] for rd in rounds[side]) for side in rounds}
