@@ -163,8 +163,8 @@ def run_latent(args, cfg, task, lam: float, run_dir, featurization: dict) -> dic
                                                             "unlabeled": unlabeled} if spans else {})}).encode())
     if speak:
         print(f"{args.dataset}: n = {task.n_train} train / {task.n_test} test examples, d = {task.d}, lam = {lam:g}; "
-              + (f"{len(sentences)} of {train.n} training sentences hidden whole ({len(positions)} of {total} {unit})"
-                 if whole else f"{len(positions)} of {total} training {unit} hidden")
+              + (f"{len(sentences)} of {train.n} training {'graphs' if nodes else 'sentences'} hidden whole "
+                 f"({len(positions)} of {total} {unit})" if whole else f"{len(positions)} of {total} training {unit} hidden")
               + (f", the labels of {len(unlabeled)} observed brackets" if unlabeled else "")
               + (f" (every label of {int(rows_trees(unlabeled, train).numel())} trees)" if unlabeled and whole else "")
               + f" (seed {args.hide_seed}); CCCP with "
