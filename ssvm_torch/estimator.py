@@ -198,6 +198,10 @@ class StructuredSVM(BaseEstimator):
 
     def _fit_data(self, data):
         parse_device(self.device)
+        if getattr(data, "partial", False):
+            raise SSVMInputError("X: a container with unobserved labels (its observed mask) trains by the latent SSVM "
+                                 "(LatentChainSSVM, LatentSegmentSSVM, LatentGraphSSVM); a supervised fit would read "
+                                 "their placeholder labels as gold")
         n = data.n
         lam = self.lam if self.lam is not None else 1.0 / n
         cfg = SolverConfig(solver=self.solver, sampling=self.sampling, step=self.step, cache=self.cache,

@@ -198,3 +198,19 @@ def test_ocr_words_with_half_the_letters_unlabeled(ocr_small):
     hidden = np.concatenate([p == -1 for p in part])
     right = np.concatenate(est.transduction_) == np.concatenate(ys)
     assert right[~hidden].all() and right[hidden].mean() > 0.5      # 26 letters: chance is 0.04
+
+
+def test_supervised_estimators_refuse_unobserved_labels():
+    """A container with unobserved labels given to a supervised estimator is refused by name (its fit would read
+    the placeholder labels as gold): the latent estimators train it."""
+    from ssvm_torch import GraphSSVM
+    from ssvm_torch.data.examples import GraphData, GraphExample
+    from ssvm_torch.latent import hide_labels
+    from ssvm_torch.tasks import load_task
+    chains = hide_labels(load_task("ocr-small").train.subset(torch.arange(10)), 0.5, 0)
+    rng = np.random.default_rng(0)
+    graphs = GraphData([GraphExample(rng.standard_normal((4, 2)), np.array([[0, 1], [1, 2]]), np.ones((2, 1)),
+                                     np.array([0, 1, 1, 0]), np.array([True, False, True, True]))])
+    for est, data in ((ChainSSVM(passes=2), chains), (GraphSSVM(passes=2), graphs)):
+        with pytest.raises(SSVMInputError, match="latent SSVM"):
+            est.fit(data)
