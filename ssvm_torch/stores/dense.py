@@ -33,7 +33,11 @@ class DenseDual(BlockDual):
         self.w = torch.zeros(self.d, dtype=dtype, device=self.device)
         self._ell = 0.0
         self._all = torch.arange(self.n, device=self.device)
-        self.phi_gt = model.phi(self.data, self._all, model.gt_batch(self.data, self._all)).to(dtype)
+        self.phi_gt = self._gt_features()
+
+    def _gt_features(self) -> torch.Tensor:
+        """(n, d) phi(x_i, y_i) of every block, by the torch model."""
+        return self.model.phi(self.data, self._all, self.model.gt_batch(self.data, self._all)).to(self.dtype)
 
     @property
     def ell(self) -> float:
