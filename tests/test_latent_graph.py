@@ -354,13 +354,13 @@ def test_partial_graphs_are_refused_where_they_cannot_train():
 
 
 def test_ssvm_train_hide_labels_on_graph_tasks_writes_a_resumable_run(tmp_path, capsys):
-    """``ssvm-train --dataset ocr-graph --hide-labels``: hidden.json lists the hidden nodes (the seed's), latent.json's
+    """``ssvm-train --dataset scene-graph --hide-labels``: hidden.json lists the hidden nodes (the seed's), latent.json's
     objective never increases, and a run killed by its checkpoint state resumes to the same weights."""
     import json
     from ssvm_torch.cli.train import main
     from ssvm_torch.outputs import load_model
-    args = ["--dataset", "ocr-graph", "--train-size", "40", "--lam", "0.02", "--hide-labels", "0.5", "--hide-seed",
-            "1", "--passes", "10", "--gap-check", "5", "--latent-outer", "3", "--quiet", "--checkpoint"]
+    args = ["--dataset", "scene-graph", "--train-size", "100", "--lam", "0.003", "--hide-labels", "0.5", "--hide-seed",
+            "1", "--passes", "30", "--gap-check", "10", "--latent-outer", "3", "--quiet", "--checkpoint"]
     assert main([*args, "--out", str(tmp_path / "a")]) == 0
     a = tmp_path / "a"
     hidden = json.loads((a / "hidden.json").read_text())
