@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from ..align import ops
+from ..align.kbest import kbest
 from ..align.paths import check_path
 from ..errors import SSVMInputError, check, check_choice
 from .reduction import REDUCTIONS, reduce_rows
@@ -90,8 +91,15 @@ class MonotonicAlignment(nn.Module):
             per_row = best + self.cost * on.sum((1, 2)) - s_gold
         return reduce_rows(per_row, reduction, n)
 
-    def decode(self, scores, x_lengths=None, y_lengths=None) -> torch.Tensor:
-        """The best path of each row (B, N, M) int64 (:func:`~ssvm_torch.align.ops.decode`)."""
+    def decode(self, scores, x_lengths=None, y_lengths=None, *, nbest: int = 1) -> torch.Tensor:
+        """The best path of each row (B, N, M) int64 (:func:`~ssvm_torch.align.ops.decode`); ``nbest=k > 1``: the k
+        best paths (B, k, N, M) in non-increasing score order, the first the best path, -1 at the ranks a row lacks
+        (:func:`~ssvm_torch.align.kbest.kbest`; the score of ``paths[:, j]`` is ``self.path_score(scores,
+        paths[:, j], ...)``)."""
+        check(isinstance(nbest, int) and not isinstance(nbest, bool) and nbest >= 1, "nbest", "an int >= 1",
+              repr(nbest))
+        if nbest > 1:
+            return kbest(scores, nbest, x_lengths, y_lengths, self.local)[0]
         return ops.decode(scores, x_lengths, y_lengths, self.local, self.kernels)
 
     def log_partition(self, scores, x_lengths=None, y_lengths=None) -> torch.Tensor:
