@@ -160,6 +160,8 @@ class GraphSSVM(StructuredSVM):
     def _gold(self, X, Y, data) -> np.ndarray:
         """The gold node labels as indices into ``classes_`` (-1 for a label unseen in fit: never right)."""
         if isinstance(X, GraphData):
+            check(not X.partial, "X", "graphs with every label observed (a loss or score reads all of them)",
+                  f"{int((~X.observed).sum())} unobserved nodes")
             return to_host(X.y)
         check(isinstance(Y, (list, tuple)) and len(Y) == data.n, "Y", f"a list of {data.n} label arrays",
               type(Y).__name__ if not isinstance(Y, (list, tuple)) else f"{len(Y)} arrays")

@@ -339,6 +339,10 @@ def test_latent_graph_ssvm_reads_missing_labels():
         est.score(X, Ym)
     with pytest.raises(SSVMInputError, match="observed label"):
         LatentGraphSSVM().fit(X[:2], [np.full(6, -1), np.full(6, -1)])
+    partial = xor_chains(np.random.default_rng(17), 4)
+    partial = partial.with_observed(np.arange(int(partial.node_off[-1])) % 3 > 0)
+    with pytest.raises(SSVMInputError, match="unobserved nodes"):
+        est.score(partial)
 
 
 def test_partial_graphs_are_refused_where_they_cannot_train():
