@@ -1,8 +1,8 @@
 """The alignment layer (ssvm_torch/align/, nn/alignment.py) on CPU against pysdtw's soft-DTW (numba, the CPU path of
 a torch soft-DTW package), the same quantity: soft-DTW with gamma = 1 is -log Z of the DTW move scores
 (``from_similarity(-cost)``). Per case: soft-DTW value + gradient (ours: the compiled kernels and the torch
-wavefront; pysdtw's CPU Function), the best path (the hinge's oracle), and the largest differences of value and
-gradient against pysdtw (which rounds its tables to float32). torch-struct's AlignmentCRF is tried and its failure
+wavefront; pysdtw's CPU Function), the best path (the hinge's oracle) and the 5 best (align.kbest), and the largest
+differences of value and gradient against pysdtw (which rounds its tables to float32). torch-struct's AlignmentCRF is tried and its failure
 recorded (it needs the genbmm CUDA extension). One thread (torch and numba), median of ``--repeats``.
 
 Writes benchmarks/results/alignment.json.
@@ -23,7 +23,7 @@ os.environ.setdefault("NUMBA_NUM_THREADS", "1")
 
 import torch  # noqa: E402
 
-from ssvm_torch.align import decode, log_partition  # noqa: E402
+from ssvm_torch.align import decode, kbest, log_partition  # noqa: E402
 from ssvm_torch.nn import from_similarity  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -132,12 +132,14 @@ def main():
             scores = from_similarity(-cost)
             row["numba_best_path_ms"] = median_ms(lambda: decode(scores, kernels="numba"), args.repeats)
             row["torch_best_path_ms"] = median_ms(lambda: decode(scores, kernels="torch"), max(1, args.repeats // 2))
+            row["kbest5_ms"] = median_ms(lambda: kbest(scores, 5), args.repeats)
             row["speedup_vs_pysdtw"] = row["pysdtw_value_grad_ms"] / row["numba_value_grad_ms"]
             rows.append(row)
             print(f"B {B} N {N} M {M} {row['dtype']}: soft-DTW + grad numba {row['numba_value_grad_ms']:.1f} ms, "
                   f"torch {row['torch_value_grad_ms']:.1f} ms, pysdtw {row['pysdtw_value_grad_ms']:.1f} ms "
                   f"(x{row['speedup_vs_pysdtw']:.2f}); best path numba {row['numba_best_path_ms']:.1f} ms, torch "
-                  f"{row['torch_best_path_ms']:.1f} ms; |dv| {row['largest_value_difference']:.1e} "
+                  f"{row['torch_best_path_ms']:.1f} ms, 5 best {row['kbest5_ms']:.1f} ms; "
+                  f"|dv| {row['largest_value_difference']:.1e} "
                   f"(rel {row['largest_relative_value_difference']:.1e}), "
                   f"|dg| {row['largest_gradient_difference']:.1e}",
                   flush=True)
