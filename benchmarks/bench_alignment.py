@@ -2,8 +2,9 @@
 a torch soft-DTW package), the same quantity: soft-DTW with gamma = 1 is -log Z of the DTW move scores
 (``from_similarity(-cost)``). Per case: soft-DTW value + gradient (ours: the compiled kernels and the torch
 wavefront; pysdtw's CPU Function), the best path (the hinge's oracle) and the 5 best (align.kbest), and the largest
-differences of value and gradient against pysdtw (which rounds its tables to float32). torch-struct's AlignmentCRF is tried and its failure
-recorded (it needs the genbmm CUDA extension). One thread (torch and numba), median of ``--repeats``.
+differences of value and gradient against pysdtw (which rounds its tables to float32). torch-struct's AlignmentCRF is
+tried and its failure recorded (it needs the genbmm CUDA extension). One thread (torch and numba), median of
+``--repeats``.
 
 Writes benchmarks/results/alignment.json.
 Usage: python benchmarks/bench_alignment.py [--repeats 5]
