@@ -25,14 +25,43 @@ from .numba_ops import NEG, _score
 from .ops import _check_reachable, check_scores
 
 
-@nb.njit(cache=True)
-def _cell(top, bmove, brank, cs, cm, cr, count, k, i, j):
-    """The k best of ``count`` candidates (scores cs, moves cm, ranks cr, in tie order) into cell (i, j)'s list
-    (a stable sort: equal scores keep the candidates' order)."""
-    order = np.argsort(-cs[:count], kind="mergesort")
-    for r in range(min(k, count)):
-        q = order[r]
-        top[i, j, r], bmove[i, j, r], brank[i, j, r] = cs[q], cm[q], cr[q]
+@nb.njit(cache=True, inline="always")
+def _merge(top, bmove, brank, S, b, i, j, k, fresh):
+    """Cell (i, j)'s k best partial paths, merged from the three sorted lists they extend (right from (i, j - 1),
+    diagonal from (i - 1, j - 1), down from (i - 1, j)) and a fresh start (``fresh``: allowed here); on equal
+    scores right before a fresh start before diagonal before down, then by rank (decode's ties). Candidates at or
+    below NEG / 2 (a forbidden move, an empty rank) are dropped."""
+    sr = _score(S, b, i, j, 0)
+    sd = _score(S, b, i, j, 1)
+    sn = _score(S, b, i, j, 2)
+    pr = 0 if j > 0 else k
+    pd = 0 if (i > 0 and j > 0) else k
+    pn = 0 if i > 0 else k
+    for r in range(k):
+        best, src = NEG / 2, -1
+        if pr < k and top[i, j - 1, pr] + sr > best:
+            best, src = top[i, j - 1, pr] + sr, 0
+        if fresh and sd > best:
+            best, src = sd, 3
+        if pd < k and top[i - 1, j - 1, pd] + sd > best:
+            best, src = top[i - 1, j - 1, pd] + sd, 1
+        if pn < k and top[i - 1, j, pn] + sn > best:
+            best, src = top[i - 1, j, pn] + sn, 2
+        if src < 0:
+            return
+        top[i, j, r] = best
+        if src == 0:
+            bmove[i, j, r], brank[i, j, r] = 0, pr
+            pr += 1
+        elif src == 3:
+            bmove[i, j, r], brank[i, j, r] = 1, -1
+            fresh = False
+        elif src == 1:
+            bmove[i, j, r], brank[i, j, r] = 1, pd
+            pd += 1
+        else:
+            bmove[i, j, r], brank[i, j, r] = 2, pn
+            pn += 1
 
 
 @nb.njit(cache=True)
@@ -55,7 +84,6 @@ def kbest_paths(S, n, m, local, k, values, paths):
     """values (B, k) and paths (B, k, N, M) (prefilled -inf and -1) of the k best paths of every row (module
     docstring). Candidates scoring below NEG / 2 (through a forbidden move) are dropped."""
     B = S.shape[0]
-    cs, cm, cr = np.empty(3 * k + 1), np.empty(3 * k + 1, np.int64), np.empty(3 * k + 1, np.int64)
     for b in range(B):
         nb_, mb = n[b], m[b]
         top = np.full((nb_, mb, k), NEG)
@@ -63,34 +91,7 @@ def kbest_paths(S, n, m, local, k, values, paths):
         brank = np.full((nb_, mb, k), -1, np.int64)
         for i in range(nb_):
             for j in range(mb):
-                c = 0
-                if j > 0:                                           # right, from (i, j - 1)
-                    s = _score(S, b, i, j, 0)
-                    for r in range(k):
-                        v = top[i, j - 1, r] + s
-                        if v > NEG / 2:
-                            cs[c], cm[c], cr[c] = v, 0, r
-                            c += 1
-                if local or (i == 0 and j == 0):                    # a fresh start
-                    v = _score(S, b, i, j, 1)
-                    if v > NEG / 2:
-                        cs[c], cm[c], cr[c] = v, 1, -1
-                        c += 1
-                if i > 0 and j > 0:                                 # diagonal, from (i - 1, j - 1)
-                    s = _score(S, b, i, j, 1)
-                    for r in range(k):
-                        v = top[i - 1, j - 1, r] + s
-                        if v > NEG / 2:
-                            cs[c], cm[c], cr[c] = v, 1, r
-                            c += 1
-                if i > 0:                                           # down, from (i - 1, j)
-                    s = _score(S, b, i, j, 2)
-                    for r in range(k):
-                        v = top[i - 1, j, r] + s
-                        if v > NEG / 2:
-                            cs[c], cm[c], cr[c] = v, 2, r
-                            c += 1
-                _cell(top, bmove, brank, cs, cm, cr, c, k, i, j)
+                _merge(top, bmove, brank, S, b, i, j, k, local or (i == 0 and j == 0))
         if not local:
             for r in range(k):
                 if top[nb_ - 1, mb - 1, r] > NEG / 2:
