@@ -59,14 +59,14 @@ import time
 import torch
 
 from .data.examples import GraphData
-from .data.partial import hidden_positions
+from .data.partial import hidden_parts, kept_parts
 from .data.span_data import SpanData
 from .data.trees import DependencyData
 from .data.types import ChainData, csr_rows, ptr_rows
 from .errors import SSVMInputError, check, check_positive
+from .latent_graph import graph_start, hide_nodes
 from .models.chain import ChainModel
 from .models.constituency import ConstituencyModel
-from .latent_graph import graph_start, hide_nodes
 from .models.dependency import DependencyModel
 from .models.graph_crf import GraphCRFModel
 from .models.semimarkov import SemiMarkovModel
@@ -92,33 +92,11 @@ def hide_labels(data, fraction: float, seed: int, unlabeled: float = 0.0, senten
         return hide_nodes(data, fraction, seed, sentences)
     check(isinstance(data, ChainData), "data", "a ChainData, a SpanData, a DependencyData or a GraphData",
           type(data).__name__)
-    observed = _kept(data.Y.shape[0], fraction, seed, data.observed,
+    observed = kept_parts(data.Y.shape[0], fraction, seed, data.observed,
                      data.offsets if sentences else None).to(data.Y.device)
     Y = torch.where(observed, data.Y, torch.zeros_like(data.Y))
     return ChainData(data.X, Y, data.offsets, data.n_states, data.name, data.allow_unknown, dict(data.meta), data.E,
                      observed)
-
-
-def hidden_parts(count: int, fraction: float, seed: int, offsets: torch.Tensor | None = None,
-                 fields: tuple = ("hide_labels", "hide_seed"), stream: int = 0) -> torch.Tensor:
-    """(count,) bool on the CPU, True at the parts hidden: ``round(fraction * count)`` of them drawn by ``seed``
-    (:func:`~ssvm_torch.data.partial.hidden_positions`, its ``stream``, errors naming ``fields``), or with
-    ``offsets`` (n+1,), the parts of sentence i being offsets[i]:offsets[i+1], every part of
-    ``round(fraction * n)`` whole sentences (the same draw over n)."""
-    if offsets is None:
-        return hidden_positions(count, fraction, int(seed), fields, stream)
-    offsets = offsets.cpu()
-    check(int(offsets[-1]) == count, "offsets", f"sentence offsets ending at the {count} parts", int(offsets[-1]))
-    gone = hidden_positions(offsets.numel() - 1, fraction, int(seed), fields, stream)
-    return torch.repeat_interleave(gone, offsets.diff())
-
-
-def _kept(count: int, fraction: float, seed: int, observed: torch.Tensor | None,
-          offsets: torch.Tensor | None = None) -> torch.Tensor:
-    """(count,) bool on the CPU: the parts left observed when :func:`hidden_parts` are hidden and those already
-    unobserved stay so."""
-    kept = ~hidden_parts(count, fraction, seed, offsets)
-    return kept if observed is None else kept & observed.cpu()
 
 
 def hide_brackets(data: SpanData, fraction: float, seed: int, unlabeled: float = 0.0,
@@ -134,7 +112,7 @@ def hide_brackets(data: SpanData, fraction: float, seed: int, unlabeled: float =
     check(isinstance(data, SpanData), "data", "a SpanData", type(data).__name__)
     S = data.spans.shape[0]
     rows = data.span_offsets if sentences else None
-    observed = _kept(S, fraction, seed, data.observed, rows)
+    observed = kept_parts(S, fraction, seed, data.observed, rows)
     labeled = None
     check(isinstance(unlabeled, (int, float)) and not isinstance(unlabeled, bool) and 0.0 <= unlabeled <= 1.0,
           "unlabeled", "a fraction in [0, 1] (1: brackets without any label)", unlabeled)
@@ -156,7 +134,7 @@ def hide_heads(data: DependencyData, fraction: float, seed: int, projective: boo
     become the placeholder completion at w = 0 (the first tree of the ``projective`` decoder's ties that keeps every
     observed head), so that nothing downstream reads the hidden heads."""
     check(isinstance(data, DependencyData), "data", "a DependencyData", type(data).__name__)
-    observed = _kept(data.heads.shape[0], fraction, seed, data.observed, data.offsets if sentences else None)
+    observed = kept_parts(data.heads.shape[0], fraction, seed, data.observed, data.offsets if sentences else None)
     masked = DependencyData(data.offsets, data.heads, data.labels, data.arc_off, data.ptr, data.ids, data.n_features,
                             data.name, dict(data.meta), data.tok_ptr, data.tok_ids, observed.to(data.device), data.sib)
     placeholder = DependencyModel(data.n_features, projective)

@@ -26,7 +26,7 @@ import torch
 from scipy.cluster.vq import kmeans2
 
 from .data.examples import GraphData, GraphExample
-from .data.partial import hidden_positions
+from .data.partial import kept_parts
 from .errors import check
 from .models.graph_crf import GraphCRFModel
 from .solvers import Solver, SolverConfig
@@ -83,13 +83,8 @@ def hide_nodes(data: GraphData, fraction: float, seed: int, sentences: bool = Fa
     graphs); their labels become 0, a placeholder nothing downstream reads (CCCP's first completion replaces it).
     Nodes already unobserved stay so."""
     check(isinstance(data, GraphData), "data", "a GraphData", type(data).__name__)
-    off = data.node_off
-    if sentences:
-        gone = np.repeat(hidden_positions(data.n, fraction, seed, ("hide_labels", "hide_seed")).numpy(),
-                         np.diff(off))
-    else:
-        gone = hidden_positions(int(off[-1]), fraction, seed, ("hide_labels", "hide_seed")).numpy()
-    seen = ~gone if data.observed is None else ~gone & data.observed.cpu().numpy()
+    seen = kept_parts(int(data.node_off[-1]), fraction, seed, data.observed,
+                      torch.as_tensor(data.node_off) if sentences else None).numpy()
     y = np.where(seen, data.y.cpu().numpy(), 0)
     return data.with_labels(y).with_observed(seen)
 

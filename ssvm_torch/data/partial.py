@@ -31,4 +31,26 @@ def hidden_positions(n: int, fraction: float, seed: int,
     return hidden
 
 
-__all__ = ["check_hiding", "hidden_positions"]
+def hidden_parts(count: int, fraction: float, seed: int, offsets: torch.Tensor | None = None,
+                 fields: tuple = ("hide_labels", "hide_seed"), stream: int = 0) -> torch.Tensor:
+    """(count,) bool on the CPU, True at the parts hidden: ``round(fraction * count)`` of them drawn by ``seed``
+    (:func:`hidden_positions`, its ``stream``, errors naming ``fields``), or with ``offsets`` (n+1,), the parts of
+    sentence i being offsets[i]:offsets[i+1], every part of ``round(fraction * n)`` whole sentences (the same draw
+    over n)."""
+    if offsets is None:
+        return hidden_positions(count, fraction, int(seed), fields, stream)
+    offsets = offsets.cpu()
+    check(int(offsets[-1]) == count, "offsets", f"sentence offsets ending at the {count} parts", int(offsets[-1]))
+    gone = hidden_positions(offsets.numel() - 1, fraction, int(seed), fields, stream)
+    return torch.repeat_interleave(gone, offsets.diff())
+
+
+def kept_parts(count: int, fraction: float, seed: int, observed: torch.Tensor | None,
+               offsets: torch.Tensor | None = None) -> torch.Tensor:
+    """(count,) bool on the CPU: the parts left observed when :func:`hidden_parts` are hidden and those already
+    unobserved stay so."""
+    kept = ~hidden_parts(count, fraction, seed, offsets)
+    return kept if observed is None else kept & observed.cpu()
+
+
+__all__ = ["check_hiding", "hidden_parts", "hidden_positions", "kept_parts"]
