@@ -137,7 +137,12 @@ class GraphSSVM(StructuredSVM):
         sym = self.symmetric_edge_features
         if sym is None:
             sym = [0] if getattr(self, "pairs_", False) else []
-        return GraphCRFModel.for_data(data, self.task_loss, self.inference, sym, self.antisymmetric_edge_features)
+        return GraphCRFModel.for_data(data, self.task_loss, self.inference, sym, self.antisymmetric_edge_features,
+                                      self._state_labels(data))
+
+    def _state_labels(self, data):
+        """The model's ``state_labels``: None, one state per label (LatentGraphSSVM gives its sub-states')."""
+        return None
 
     # -- outputs --------------------------------------------------------------------------------
     def _node_labels(self, X):

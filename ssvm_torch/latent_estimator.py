@@ -39,7 +39,6 @@ from .latent import complete, train_latent
 from .latent_graph import substate_data, substate_labels
 from .segment_estimator import OUTSIDE, SegmentSSVM
 from .segments import partial_from_tags, tags_from_segments
-from .models.graph_crf import GraphCRFModel
 from .models.semimarkov import SemiMarkovModel
 from .segments.convert import segments_of_states
 from .solvers import SolverConfig
@@ -308,13 +307,9 @@ class LatentGraphSSVM(_LatentFit, GraphSSVM):
         self._every_label(X, Y)
         return super().score(X, Y)
 
-    def _make_model(self, data) -> GraphCRFModel:
-        sym = self.symmetric_edge_features
-        if sym is None:
-            sym = [0] if getattr(self, "pairs_", False) else []
+    def _state_labels(self, data):
         S = int(self.n_states_per_label)
-        return GraphCRFModel.for_data(data, self.task_loss, self.inference, sym, self.antisymmetric_edge_features,
-                                      state_labels=substate_labels(data.n_states // S, S))
+        return substate_labels(data.n_states // S, S)
 
     def _node_labels(self, X):
         """(data, the predicted label of every node), the label of each node's predicted state."""
