@@ -12,6 +12,7 @@ import numpy as np
 import torch
 
 from ..models.base import TIE
+from ..stores.base import stack_labelings
 
 
 def first_best(values, scale: float, largest: bool = True) -> int:
@@ -91,17 +92,9 @@ class BlockSet:
         """The labelings stacked into one array (cached until the set changes)."""
         if self._matrix is None:
             on = next((y.device for y in self.labels if isinstance(y, torch.Tensor)), None)
-            if on is not None:                      # device labelings stay on their device
-                ys = [torch.as_tensor(y, device=on) for y in self.labels]
-                ragged = ys[0].dim() == 1 and len({y.shape[0] for y in ys}) > 1
-                # a graph model's compact and full labelings differ in length: -1 pads them, as in its batches
-                self._matrix = (torch.nn.utils.rnn.pad_sequence(ys, batch_first=True, padding_value=-1) if ragged
-                                else torch.stack(ys))
-            else:
-                ys = [np.asarray(y) for y in self.labels]
-                width = max(len(y) for y in ys) if ys[0].ndim == 1 else None
-                self._matrix = (np.stack(ys) if width is None or all(len(y) == width for y in ys) else
-                                np.stack([np.pad(y, (0, width - len(y)), constant_values=-1) for y in ys]))
+            # device labelings stay on their device
+            self._matrix = stack_labelings([torch.as_tensor(y, device=on) for y in self.labels] if on is not None
+                                           else [np.asarray(y) for y in self.labels])
         return self._matrix
 
     def __len__(self):

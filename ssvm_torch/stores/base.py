@@ -17,6 +17,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 
 from ..errors import check
@@ -88,6 +89,18 @@ def line_search(g: float, sq: float, cap: float, lam: float) -> tuple[float, flo
     gamma g - lam gamma^2 sq / 2 (Osokin et al. 2016, Alg. 3-4; a step is taken when both are positive)."""
     gamma = min(g / (lam * sq), cap) if sq > 0 and g > 0 else 0.0
     return gamma, gamma * g - 0.5 * lam * gamma * gamma * sq
+
+
+def stack_labelings(labelings: list):
+    """One block's labelings stacked along a new first dim (tensors or numpy arrays, as given); 1-D labelings of
+    different lengths (a graph model's compact and full marginal vectors, models/graph_crf.py) padded with -1, as in
+    the model's own batches."""
+    if labelings[0].ndim != 1 or len({len(y) for y in labelings}) == 1:
+        return torch.stack(labelings) if isinstance(labelings[0], torch.Tensor) else np.stack(labelings)
+    if isinstance(labelings[0], torch.Tensor):
+        return torch.nn.utils.rnn.pad_sequence(labelings, batch_first=True, padding_value=-1)
+    width = max(len(y) for y in labelings)
+    return np.stack([np.pad(y, (0, width - len(y)), constant_values=-1) for y in labelings])
 
 
 def objective_n(n_blocks: int, n_objective: int | None) -> int:

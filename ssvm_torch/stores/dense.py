@@ -12,7 +12,7 @@ import torch
 
 from ..devices import resolve_device, to_host
 from ..errors import check_positive
-from .base import BatchCorners, BlockDual, Corner, GapPass, objective_n
+from .base import BatchCorners, BlockDual, Corner, GapPass, objective_n, stack_labelings
 from .state import copy_checked, state_ell
 
 
@@ -84,10 +84,7 @@ class DenseDual(BlockDual):
             self.shadow += self.shadow_coef * dw
 
     def _batch(self, labelings):
-        ys = [torch.as_tensor(y, device=self.device) for y in labelings]
-        if ys and ys[0].dim() == 1 and len({y.shape[0] for y in ys}) > 1:     # ragged: a graph model's compact and
-            return torch.nn.utils.rnn.pad_sequence(ys, batch_first=True, padding_value=-1)   # full labelings
-        return torch.stack(ys)
+        return stack_labelings([torch.as_tensor(y, device=self.device) for y in labelings])
 
     # -- active-set primitives ----------------------------------------------------------------
     def gt_labeling(self, i: int):
