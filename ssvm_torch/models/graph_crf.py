@@ -234,13 +234,14 @@ class GraphCRFModel(StructuredModel):
         first = self._lengths(data, idx, False).to(data.device)
         full = first < labels.shape[1]
         full = full & (labels[torch.arange(len(idx), device=data.device), first.clamp(max=labels.shape[1] - 1)] >= 0)
-        cols = (ecol[:, None] + torch.arange(K * K, device=data.device)).clamp(max=labels.shape[1] - 1)
-        read = labels[erows[:, None], cols].reshape(-1, K, K)
         start = torch.zeros(len(idx), dtype=torch.int64, device=data.device)
         start[1:] = torch.cumsum(data.sizes.to(data.device)[idx], 0)[:-1]
         ends = data.edges_local[eids] + start[erows][:, None]          # the edges' nodes, as rows of mu_n
-        implied = mu_n[ends[:, 0]][:, :, None] * mu_n[ends[:, 1]][:, None, :]
-        mu_e = torch.where(full[erows][:, None, None], read, implied)
+        mu_e = mu_n[ends[:, 0]][:, :, None] * mu_n[ends[:, 1]][:, None, :]
+        if bool(full.any()):                    # full rows read their edges' marginals (compact ones: the products)
+            cols = (ecol[:, None] + torch.arange(K * K, device=data.device)).clamp(max=labels.shape[1] - 1)
+            read = labels[erows[:, None], cols].reshape(-1, K, K)
+            mu_e = torch.where(full[erows][:, None, None], read, mu_e)
         lo = torch.minimum(mu_n.min(), mu_e.min()) if len(mu_e) else mu_n.min()
         hi = torch.maximum(mu_n.max(), mu_e.max()) if len(mu_e) else mu_n.max()
         if not bool((lo >= 0) & (hi <= 1) & ((mu_n.sum(1) - 1).abs().max() < 1e-6)):     # one host sync
@@ -251,8 +252,6 @@ class GraphCRFModel(StructuredModel):
     def one_hot(self, data: GraphData, idx, y_nodes: torch.Tensor) -> torch.Tensor:
         """The labelings (packed) of integral node labels ``y_nodes`` (nodes of ``idx`` in order)."""
         idx = torch.as_tensor(idx, device=data.device).reshape(-1)
-        _, rows, local = data.nodes(idx)
-        eids, erows = data.edges(idx)
         mu_n = torch.nn.functional.one_hot(y_nodes.to(data.device), self.K).to(data.dtype)
         return self.pack(data, idx, mu_n, None, full=False)
 
@@ -372,7 +371,7 @@ class GraphCRFModel(StructuredModel):
         mu_e = np.concatenate([r[1] for r in results]) if eb[-1] else np.zeros((0, self.K, self.K))
         mu_n_t = from_host(mu_n, data.device).to(data.dtype)
         integral = np.array([r[2] for r in results], dtype=bool)
-        packed = self.pack(data, idx, mu_n_t, from_host(mu_e, data.device).to(data.dtype),
+        packed = self.pack(data, idx, mu_n_t, None if integral.all() else from_host(mu_e, data.device).to(data.dtype),
                            full=from_host(~integral, data.device))              # integral optima compact
         return packed, integral, mu_n_t
 
