@@ -73,7 +73,9 @@ def substate_data(data: GraphData, per_label: int, seed: int = 0) -> GraphData:
     completion (:func:`kmeans_states` over all graphs' observed nodes; an unobserved node's placeholder is state 0):
     the data of a sub-state :class:`~ssvm_torch.models.graph_crf.GraphCRFModel` (``state_labels=substate_labels(L,
     S)``)."""
-    check(isinstance(data, GraphData), "data", "a GraphData", type(data).__name__)
+    check(isinstance(data, GraphData) and data.hidden is None, "data", "a GraphData without hidden nodes (sub-states "
+          "and hidden nodes are separate models)", type(data).__name__ if not isinstance(data, GraphData) else
+          "one with hidden nodes")
     L = data.n_states
     labels = substate_labels(L, per_label)
     y = data.y.cpu().numpy()
@@ -87,11 +89,12 @@ def hide_nodes(data: GraphData, fraction: float, seed: int, sentences: bool = Fa
     """``data`` with ``round(fraction * V)`` of its V nodes' labels unobserved, drawn by ``seed`` as
     :func:`~ssvm_torch.latent.hide_labels`' positions (``sentences``: every node of ``round(fraction * n)`` whole
     graphs); their labels become 0, a placeholder nothing downstream reads (CCCP's first completion replaces it).
-    Nodes already unobserved stay so."""
+    Nodes already unobserved stay so (a hidden node keeps its hidden state)."""
     check(isinstance(data, GraphData), "data", "a GraphData", type(data).__name__)
     seen = kept_parts(int(data.node_off[-1]), fraction, seed, data.observed,
                       torch.as_tensor(data.node_off) if sentences else None).numpy()
-    y = np.where(seen, data.y.cpu().numpy(), 0)
+    keep = seen if data.hidden is None else seen | data.hidden.cpu().numpy()
+    y = np.where(keep, data.y.cpu().numpy(), 0)
     return data.with_labels(y).with_observed(seen)
 
 

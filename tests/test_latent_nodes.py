@@ -337,3 +337,16 @@ def test_latent_node_ssvm_refuses_by_name():
         LatentNodeSSVM().fit(boxes(rng, 2), Y[:2])
     with pytest.raises(SSVMInputError, match="device"):
         LatentNodeSSVM(device="cuda").fit(X, Y)
+
+
+def test_hiding_labels_keeps_the_hidden_nodes_states_and_sub_states_refuse_them():
+    from ssvm_torch.latent_graph import hide_nodes, substate_data
+    rng = np.random.default_rng(9)
+    data = hidden_graphs(rng, 4, 5, 2, 2)
+    half = hide_nodes(data, 0.5, seed=0)
+    hidden = data.hidden.numpy()
+    np.testing.assert_array_equal(half.y.numpy()[hidden], data.y.numpy()[hidden])
+    assert not bool(half.observed[half.hidden].any()) and int(half.observed.sum()) < int((~half.hidden).sum())
+    GraphCRFModel.for_data(half, hidden_states=2).check_data(half)
+    with pytest.raises(SSVMInputError, match="without hidden nodes"):
+        substate_data(data, 2)
