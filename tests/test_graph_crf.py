@@ -347,6 +347,7 @@ def test_symmetric_edge_features_make_the_orientation_irrelevant():
 
 @pytest.mark.parametrize("options", [dict(), dict(loss="balanced", symmetric_edge_features=[1]),
                                      dict(inference="enumerate", symmetric_edge_features=[0, 1]), dict(P=0),
+                                     dict(inference="exact"),
                                      dict(symmetric_edge_features=[1], antisymmetric_edge_features=[0])])
 def test_the_compiled_store_is_the_torch_store_on_loopy_graphs(options):
     """The host structure (stores/host_graph_crf.py) returns the torch model's corners, features and losses on

@@ -61,7 +61,8 @@ def best_by_enumeration(model, data, i, w, Y, augmented=True):
     return score.max()
 
 
-@pytest.mark.parametrize("loopy,inference", [(False, "lp"), (True, "enumerate"), (False, "enumerate")])
+@pytest.mark.parametrize("loopy,inference", [(False, "lp"), (True, "enumerate"), (False, "enumerate"),
+                                             (True, "exact")])
 def test_loss_augmented_oracle_is_the_best_labeling_over_the_domains(loopy, inference):
     rng = np.random.default_rng(0)
     V, H, N = 2, 3, 4
@@ -106,7 +107,7 @@ def test_loopy_lp_oracle_bounds_the_domains_maximum_and_stays_inside_them():
         assert value >= best_by_enumeration(model, data, i, w, Y) - 1e-9
 
 
-@pytest.mark.parametrize("loopy,inference", [(False, "lp"), (True, "enumerate")])
+@pytest.mark.parametrize("loopy,inference", [(False, "lp"), (True, "enumerate"), (True, "exact")])
 def test_completion_is_the_best_labeling_keeping_the_observed_labels(loopy, inference):
     rng = np.random.default_rng(2)
     V, H, N = 2, 2, 5

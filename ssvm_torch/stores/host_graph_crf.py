@@ -142,6 +142,7 @@ class GraphCRFHost:
     def __init__(self, model: GraphCRFModel, data):
         self.K, self.F, self.d = model.K, model.F, model.d
         self.enumerate = model.inference == "enumerate"
+        self.exact = model.inference == "exact"
         self.pairwise = model.P > 0
         self.sym = np.zeros(model.P, dtype=np.float64)     # 1 symmetric, -1 antisymmetric, 0 free
         self.sym[list(model.symmetric)] = 1.0
@@ -209,7 +210,7 @@ class GraphCRFHost:
         if not finite:
             check_finite_scores(tn_r, te_r)       # refuses them by name
         mu_n, mu_e, integral = (enumerate_map(tn_r, te_r, edges) if self.enumerate else
-                                solve_graph(tn_r, te_r, edges, forest))
+                                solve_graph(tn_r, te_r, edges, forest, self.exact))
         if integral:
             return self._integral(i, states[rows, mu_n.argmax(1)]), False
         mu_n, mu_e = lift(mu_n, mu_e, edges, states, self.K)
@@ -232,7 +233,7 @@ class GraphCRFHost:
                 mu = self._integral(i, forest_max_sum(tn, te, edges, forest))
             else:
                 mu_n, mu_e, integral = (enumerate_map(tn, te, edges) if self.enumerate else
-                                        solve_graph(tn, te, edges, forest))
+                                        solve_graph(tn, te, edges, forest, self.exact))
                 full = not integral
                 mu = (np.concatenate([mu_n.ravel(), mu_e.ravel()]) if full else
                       self._integral(i, mu_n.argmax(1))).astype(np.float64)
