@@ -14,7 +14,8 @@ from ssvm_torch.errors import SSVMInputError
 from ssvm_torch.latent import train_latent
 from ssvm_torch.latent_graph import graph_start, kmeans_states, substate_data, substate_labels
 from ssvm_torch.models.graph_crf import GraphCRFModel
-from ssvm_torch.stores import CompiledDenseDual, make_store
+from ssvm_torch.stores import make_store
+from store_reference import assert_compiled_store_is_the_torch_store
 
 
 def random_graphs(rng, n, N, L, S, F=3, P=2, loopy=True):
@@ -92,15 +93,7 @@ def test_loopy_lp_completion_keeps_the_labels():
 def test_compiled_store_is_the_torch_store_with_sub_states(loopy):
     rng = np.random.default_rng(3)
     data = random_graphs(rng, 6, 6, 3, 2, loopy=loopy)
-    model = GraphCRFModel.for_data(data, state_labels=substate_labels(3, 2))
-    a, b = (make_store(model, data, 0.2, kernels=k) for k in ("numba", "torch"))
-    assert isinstance(a, CompiledDenseDual) and not isinstance(b, CompiledDenseDual)
-    cfg = SolverConfig(passes=6, gap_check=2, seed=4, step="pairwise", cache=True)
-    ha, hb = Solver(a, cfg).run(), Solver(b, cfg).run()
-    for ra, rb in zip(ha, hb):
-        assert abs(ra["gap"] - rb["gap"]) <= 1e-10 and abs(ra["primal"] - rb["primal"]) <= 1e-10
-    torch.testing.assert_close(a.w, b.w, rtol=0, atol=1e-10)
-    torch.testing.assert_close(a.gap_pass().block_gaps, b.gap_pass().block_gaps, rtol=0, atol=1e-10)
+    assert_compiled_store_is_the_torch_store(GraphCRFModel.for_data(data, state_labels=substate_labels(3, 2)), data)
 
 
 def test_without_sub_states_the_model_is_unchanged():
@@ -273,14 +266,8 @@ def test_completion_with_unobserved_nodes_is_the_constrained_argmax(loopy, infer
 def test_compiled_store_is_the_torch_store_with_unobserved_nodes(loss):
     rng = np.random.default_rng(13)
     data = partial_graphs(rng, 6, 6, 3, 1, loopy=True)
-    model = GraphCRFModel.for_data(data, loss=loss)
-    a, b = (make_store(model, data, 0.2, kernels=k) for k in ("numba", "torch"))
-    assert isinstance(a, CompiledDenseDual)
-    cfg = SolverConfig(passes=6, gap_check=2, seed=4)
-    ha, hb = Solver(a, cfg).run(), Solver(b, cfg).run()
-    for ra, rb in zip(ha, hb):
-        assert abs(ra["gap"] - rb["gap"]) <= 1e-10 and abs(ra["primal"] - rb["primal"]) <= 1e-10
-    torch.testing.assert_close(a.w, b.w, rtol=0, atol=1e-10)
+    assert_compiled_store_is_the_torch_store(GraphCRFModel.for_data(data, loss=loss), data,
+                                             config=SolverConfig(passes=6, gap_check=2, seed=4), block_gaps=False)
 
 
 def test_hidden_nodes_are_seeded_and_the_start_reads_the_observed_subgraphs():

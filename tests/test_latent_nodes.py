@@ -17,7 +17,8 @@ from ssvm_torch.latent import train_latent
 from ssvm_torch.latent_graph import graph_start, hidden_node_data, observed_subgraphs, with_hidden_nodes
 from ssvm_torch.models.graph_crf import GraphCRFModel
 from ssvm_torch.oracles.node_domains import lift, restrict
-from ssvm_torch.stores import CompiledDenseDual, make_store
+from ssvm_torch.stores import make_store
+from store_reference import assert_compiled_store_is_the_torch_store
 
 
 def hidden_graphs(rng, n, N, V, H, loopy=True, P=2, F=3):
@@ -152,15 +153,7 @@ def test_loss_counts_the_visible_nodes_only():
 def test_compiled_store_is_the_torch_store_with_hidden_nodes(loopy):
     rng = np.random.default_rng(4)
     data = hidden_graphs(rng, 6, 5, 3, 2, loopy=loopy)
-    model = GraphCRFModel.for_data(data, hidden_states=2)
-    a, b = (make_store(model, data, 0.2, kernels=k) for k in ("numba", "torch"))
-    assert isinstance(a, CompiledDenseDual) and not isinstance(b, CompiledDenseDual)
-    cfg = SolverConfig(passes=6, gap_check=2, seed=4, step="pairwise", cache=True)
-    ha, hb = Solver(a, cfg).run(), Solver(b, cfg).run()
-    for ra, rb in zip(ha, hb):
-        assert abs(ra["gap"] - rb["gap"]) <= 1e-10 and abs(ra["primal"] - rb["primal"]) <= 1e-10
-    torch.testing.assert_close(a.w, b.w, rtol=0, atol=1e-10)
-    torch.testing.assert_close(a.gap_pass().block_gaps, b.gap_pass().block_gaps, rtol=0, atol=1e-10)
+    assert_compiled_store_is_the_torch_store(GraphCRFModel.for_data(data, hidden_states=2), data)
 
 
 def test_unary_only_model_takes_each_nodes_best_state_in_its_domain():
@@ -172,11 +165,7 @@ def test_unary_only_model_takes_each_nodes_best_state_in_its_domain():
     y = model.node_labels(data, idx, model.decode(model.scores(w, data, idx), data, idx)).numpy()
     tn = model.scores(w, data, idx)[0].numpy()
     np.testing.assert_array_equal(y, np.where(data.hidden.numpy(), 2 + tn[:, 2:].argmax(1), tn[:, :2].argmax(1)))
-    a, b = (make_store(model, data, 0.1, kernels=k) for k in ("numba", "torch"))
-    assert isinstance(a, CompiledDenseDual)
-    cfg = SolverConfig(passes=4, gap_check=2, seed=1)
-    Solver(a, cfg).run(), Solver(b, cfg).run()
-    torch.testing.assert_close(a.w, b.w, rtol=0, atol=1e-10)
+    assert_compiled_store_is_the_torch_store(model, data, 0.1, SolverConfig(passes=4, gap_check=2, seed=1))
 
 
 def test_restrict_and_lift_round_trip_the_marginals():

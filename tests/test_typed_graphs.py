@@ -13,7 +13,8 @@ from ssvm_torch.data.typed_graphs import typed_graph, typed_graphs
 from ssvm_torch.errors import SSVMInputError
 from ssvm_torch.latent import hide_labels
 from ssvm_torch.models.graph_crf import GraphCRFModel
-from ssvm_torch.stores import CompiledDenseDual, make_store
+from ssvm_torch.stores import make_store
+from store_reference import assert_compiled_store_is_the_torch_store
 
 L, F, P = [2, 3], [2, 3], [[1, 2], [0, 1]]          # two types: 2 and 3 labels, 2 and 3 features
 
@@ -92,13 +93,7 @@ def test_oracle_and_completion_are_the_best_labelings_of_each_nodes_type(loopy, 
 def test_compiled_store_is_the_torch_store_with_node_types(loopy):
     rng = np.random.default_rng(1)
     data, types = typed_graphs(*random_typed(rng, 6, loopy), L, F, P)
-    model = GraphCRFModel.for_data(data, state_types=types)
-    a, b = (make_store(model, data, 0.2, kernels=k) for k in ("numba", "torch"))
-    assert isinstance(a, CompiledDenseDual)
-    cfg = SolverConfig(passes=6, gap_check=2, seed=4, step="pairwise", cache=True)
-    for ra, rb in zip(Solver(a, cfg).run(), Solver(b, cfg).run()):
-        assert abs(ra["gap"] - rb["gap"]) <= 1e-10 and abs(ra["primal"] - rb["primal"]) <= 1e-10
-    torch.testing.assert_close(a.w, b.w, rtol=0, atol=1e-10)
+    assert_compiled_store_is_the_torch_store(GraphCRFModel.for_data(data, state_types=types), data)
 
 
 def test_cross_type_edges_carry_what_a_types_features_do_not():
