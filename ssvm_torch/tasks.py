@@ -38,6 +38,7 @@ class Task:
     segments: bool = False            # semi-Markov segmentations: --loss applies
     constituents: bool = False        # constituency trees: --loss applies
     dev_split: bool = False           # a released development split: --select-lam scores on it (no --heldout share)
+    graphs: bool = False              # multi-class pairwise graphs: --graph-inference applies
     # the featurization ssvm-train uses where an option is not given: the configuration chosen on the
     # development split (docs/conll.md); load() itself keeps the plain defaults (sha-pereira, BIO, ...)
     recommended: dict = field(default_factory=dict)
@@ -56,7 +57,8 @@ class Task:
     def load(self, train_size: int | None = None, unary_only: bool = False, device=None,
              dtype=torch.float64, features: str | None = None, min_count: int | None = None,
              heldout: float | str | None = None, loss: str | None = None, constraints: str | None = None,
-             tags: str | None = None, trees: str | None = None, siblings: str | None = None) -> Problem:
+             tags: str | None = None, trees: str | None = None, siblings: str | None = None,
+             inference: str | None = None) -> Problem:
         if train_size is not None and not self.train_size:
             raise SSVMInputError(f"train_size: not supported for {self.name!r} "
                                  f"(supported for {[t.name for t in TASKS.values() if t.train_size]})")
@@ -87,6 +89,11 @@ class Task:
                 trees_tasks = [t.name for t in TASKS.values() if t.trees]
                 raise SSVMInputError(f"siblings: only for the dependency tasks {trees_tasks}, not {self.name!r}")
             featurization["siblings"] = siblings
+        if inference is not None:
+            if not self.graphs:
+                graph_tasks = [t.name for t in TASKS.values() if t.graphs]
+                raise SSVMInputError(f"inference: only for the graph tasks {graph_tasks}, not {self.name!r}")
+            featurization["inference"] = inference
         if constraints not in (None, "none"):
             if not self.chunk_tags:
                 raise SSVMInputError(f"constraints: only for the tasks with chunk tags "
@@ -245,12 +252,12 @@ def _segmentation(name, train_size=None, unary_only=False, device=None, dtype=to
                    nonnegative=model.pairwise_index if model.pairwise else None)
 
 
-def _graph_crf_problem(name, train, test, train_size) -> Problem:
-    """Labeled graphs (data/graph_views.py) under the multi-class pairwise model with the local-polytope LP
-    oracle; ``train_size``: the first training graphs."""
+def _graph_crf_problem(name, train, test, train_size, inference="lp") -> Problem:
+    """Labeled graphs (data/graph_views.py) under the multi-class pairwise model with the ``inference`` oracle (the
+    local-polytope LP, enumeration or branch and bound); ``train_size``: the first training graphs."""
     from .models.graph_crf import GraphCRFModel
     train = train.subset(range(_keep(train.n, train_size))) if train_size else train
-    model = GraphCRFModel.for_data(train)
+    model = GraphCRFModel.for_data(train, inference=inference)
 
     def evaluate(w):
         te = model.metrics(w, test)
@@ -260,16 +267,16 @@ def _graph_crf_problem(name, train, test, train_size) -> Problem:
                    "per-node error")
 
 
-def _scene_graph(name, train_size=None, unary_only=False, device=None, dtype=torch.float64) -> Problem:
-    """Scene's complete label graphs (the LP is a relaxation there)."""
+def _scene_graph(name, train_size=None, unary_only=False, device=None, dtype=torch.float64, inference="lp") -> Problem:
+    """Scene's complete label graphs (the LP is a relaxation there; enumeration and branch and bound are exact)."""
     from .data.graph_views import scene_graphs
-    return _graph_crf_problem(name, *scene_graphs(dtype, device), train_size)
+    return _graph_crf_problem(name, *scene_graphs(dtype, device), train_size, inference)
 
 
-def _ocr_graph(name, train_size=None, unary_only=False, device=None, dtype=torch.float64) -> Problem:
+def _ocr_graph(name, train_size=None, unary_only=False, device=None, dtype=torch.float64, inference="lp") -> Problem:
     """OCR-small's words as letter chains (the LP is exact there: max-sum on the forest)."""
     from .data.graph_views import ocr_graphs
-    return _graph_crf_problem(name, *ocr_graphs("small", dtype, device), train_size)
+    return _graph_crf_problem(name, *ocr_graphs("small", dtype, device), train_size, inference)
 
 
 def _pose(name, train_size=None, unary_only=False, device=None, dtype=torch.float64) -> Problem:
@@ -331,9 +338,9 @@ TASKS: dict[str, Task] = {t.name: t for t in (
     Task("segmentation-synth", _segmentation, "graph-cut segmentation of synthetic superpixel graphs",
          train_size=True, unary_only=True),
     Task("scene-graph", _scene_graph, "scene as complete 6-node label graphs, multi-class pairwise model with the "
-         "local-polytope LP oracle (a relaxation)", train_size=True),
+         "local-polytope LP oracle (a relaxation)", train_size=True, graphs=True),
     Task("ocr-graph", _ocr_graph, "OCR-small words as letter chains, multi-class pairwise model with the "
-         "local-polytope LP oracle (exact on chains)", train_size=True),
+         "local-polytope LP oracle (exact on chains)", train_size=True, graphs=True),
     Task("pose-synth", _pose, "tree-structured pose of synthetic stick figures", train_size=True, unary_only=True),
     Task("hansards", _hansards, "Hansards word alignment by matching with NULL", train_size=True),
     Task("ud-ewt", ud_ewt, "UD English-EWT dependency parsing, first-order arc features (gold POS)", train_size=True,

@@ -70,3 +70,28 @@ def test_exact_model_oracle_equals_enumeration_and_its_ssvm_the_enumerating_one(
 def exact_store(model, data):
     from ssvm_torch.stores import make_store
     return make_store(model, data, 0.05)
+
+
+def test_ssvm_train_graph_inference_trains_the_exact_ssvm_on_scene(tmp_path, capsys):
+    """``ssvm-train --dataset scene-graph --graph-inference exact``: the exact SSVM (no fractional test optimum, the
+    model file says so, config.json records it) with the records of enumeration's run; refused on other tasks."""
+    import json
+
+    from ssvm_torch import SSVMInputError, load_task
+    from ssvm_torch.cli.train import main
+    runs = {}
+    for inference in ("exact", "enumerate"):
+        out = tmp_path / inference
+        assert main(["--dataset", "scene-graph", "--train-size", "40", "--lam", "0.01", "--passes", "3",
+                     "--gap-check", "1", "--graph-inference", inference, "--out", str(out)]) == 0
+        runs[inference] = json.loads((out / "history.json").read_text())
+        assert json.loads((out / "config.json").read_text())["inference"] == inference
+        assert torch.load(out / "model.pt", weights_only=True)["feature_layout"]["inference"] == inference
+    capsys.readouterr()
+    assert runs["exact"][-1]["test_fractional"] == 0.0
+    for a, b in zip(runs["exact"], runs["enumerate"]):     # an exact oracle each: the same certified objective
+        assert abs(a["primal"] - b["primal"]) <= 1e-9 + 2 * max(a["gap"], b["gap"])
+    with pytest.raises(SSVMInputError, match="inference: only for the graph tasks"):
+        load_task("ocr-small", inference="exact")
+    with pytest.raises(SSVMInputError, match="inference: expected one of"):
+        load_task("scene-graph", train_size=5, inference="qpbo")

@@ -80,6 +80,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="ud-ewt --trees second-order: the sibling template, mcdonald-pereira (adjacent-sibling and "
                         "first-child parts), mcdonald-pereira-adjacent (no first-child parts) or item strings such as "
                         "'hp|sp|mp sw|mw|dir' (docs/structures.md); None = mcdonald-pereira")
+    p.add_argument("--graph-inference", choices=["lp", "enumerate", "exact"], default=None,
+                   help="scene-graph / ocr-graph: the max oracle, the local-polytope LP (the relaxed SSVM on loopy "
+                        "graphs), enumeration of every labeling (small graphs) or branch and bound over the LP (the "
+                        "exact SSVM on loopy graphs of any size); None = lp")
     p.add_argument("--tags", choices=["bio", "bioes"], default=None,
                    help="conll2000: train on the BIO tags of the file or on them converted to BIOES (predictions are "
                         "converted back to BIO before the chunk F1); None = bioes for conll2000 (the old "
@@ -252,7 +256,7 @@ def _train(args, cfg: SolverConfig, device, dtype, run_dir: RunDir | None) -> di
     # the options given, the task's recommended configuration for the others; checked by the task
     featurization = get_task(args.dataset).options(features=args.features, min_count=args.min_count, loss=args.loss,
                                                    constraints=args.constraints, tags=args.tags, trees=args.trees,
-                                                   siblings=args.sibling_features)
+                                                   siblings=args.sibling_features, inference=args.graph_inference)
     if args.select_lam:
         # Ctrl-C / SIGTERM from the grid to the refit's data: the lambda being solved stops at its next gap check,
         # the grid ends there and selection.json keeps its table; after the grid, the refit does not start
