@@ -213,12 +213,15 @@ def _highs_model(n_nodes: int, K: int, edges: np.ndarray):
     return h
 
 
-def _solve_costs(h, c: np.ndarray, N: int, E: int):
-    """The optimal vertex of the cached model ``h`` at costs ``c`` by the dual simplex from a cold start (clipped to
-    [0, 1]), None where the model is infeasible (branch and bound's excluded states)."""
+def _solve_costs(h, c: np.ndarray, N: int, E: int, cold: bool = True):
+    """The optimal vertex of the cached model ``h`` at costs ``c`` by the dual simplex (clipped to [0, 1]), None where
+    the model is infeasible (branch and bound's excluded states). ``cold``: from a cleared solver with the costs set
+    (the vertex depends on the scores alone); else from the last solve's basis at the same costs (branch and bound's
+    subproblems, whose sequence is fixed by the scores, so the warm starts are too)."""
     import highspy
-    h.clearSolver()
-    h.changeColsCost(len(c), np.arange(len(c), dtype=np.int32), c)
+    if cold:
+        h.clearSolver()
+        h.changeColsCost(len(c), np.arange(len(c), dtype=np.int32), c)
     h.run()
     status = h.getModelStatus()
     if status == highspy.HighsModelStatus.kInfeasible:
@@ -241,21 +244,30 @@ def solve_lp(theta_nodes: np.ndarray, theta_edges: np.ndarray, edges: np.ndarray
 
 def solve_exact(theta_nodes: np.ndarray, theta_edges: np.ndarray, edges: np.ndarray) -> np.ndarray:
     """(N,) the exact MAP labeling of a graph by branch and bound over the local polytope LP (module docstring):
-    depth first, each subproblem the LP with some node states fixed or excluded (their columns' upper bounds), a
-    subproblem pruned when its LP value is not above the best labeling's, an integral LP optimum a labeling, and a
-    fractional one branched on its most fractional node (its likeliest state fixed first, then excluded). Finite
-    scores."""
+    depth first, each subproblem the LP with some node states fixed or excluded (their columns' upper bounds; warm
+    started from the previous subproblem's basis), a subproblem pruned when its LP value is not above the best
+    labeling's, an integral LP optimum a labeling, and a fractional one branched on its most fractional node (its
+    likeliest state fixed first, then excluded) after its rounding (each node's likeliest state) is offered as a
+    labeling: a good one early prunes more. Finite scores."""
     N, K = theta_nodes.shape
     h = _highs_model(N, K, edges)
     c = np.concatenate([theta_nodes.ravel(), theta_edges.ravel()]).astype(np.float64)
     nodes = np.arange(N * K, dtype=np.int32)
     best, best_y = -np.inf, None
     stack = [np.ones(N * K)]                       # each subproblem: the node columns' upper bounds (1 or 0)
+    rows = np.arange(N)
+
+    def score(y):
+        pairs = theta_edges[np.arange(len(edges)), y[edges[:, 0]], y[edges[:, 1]]]
+        return float(theta_nodes[rows, y].sum() + pairs.sum())
+
+    cold = True
     try:
         while stack:
             upper = stack.pop()
             h.changeColsBounds(N * K, nodes, np.zeros(N * K), upper)
-            x = _solve_costs(h, c, N, len(edges))
+            x = _solve_costs(h, c, N, len(edges), cold)
+            cold = False
             if x is None:                          # infeasible: a node with every state excluded
                 continue
             value = float(c @ x)
@@ -263,11 +275,10 @@ def solve_exact(theta_nodes: np.ndarray, theta_edges: np.ndarray, edges: np.ndar
                 continue
             mu = x[:N * K].reshape(N, K)
             far = np.minimum(mu, 1.0 - mu).max(1)
-            if far.max() < SNAP:                  # integral: a labeling, the best so far
-                y = mu.argmax(1)
-                best, best_y = float(theta_nodes[np.arange(N), y].sum() + theta_edges[np.arange(len(edges)),
-                                                                                      y[edges[:, 0]],
-                                                                                      y[edges[:, 1]]].sum()), y
+            y = mu.argmax(1)                       # the LP's rounding: the labeling if integral, else a candidate
+            if best_y is None or score(y) > best:
+                best, best_y = score(y), y
+            if far.max() < SNAP:                  # integral: this branch's best labeling
                 continue
             v = int(far.argmax())
             k = int(mu[v].argmax())
