@@ -10,7 +10,7 @@ integer program, and its cost against the LP relaxation's; one CPU thread.
   time, branch and bound's time, whether the LP was fractional and the two values (median over seeds).
 
 Writes benchmarks/results/exact_map.json.
-Usage: python benchmarks/bench_exact_map.py [--graphs 200] [--grid-sizes 10 20] [--seeds 5]
+Usage: python benchmarks/bench_exact_map.py [--graphs 200] [--grid-sizes 8 12 16] [--seeds 5]
 """
 from __future__ import annotations
 
@@ -118,7 +118,7 @@ def part_grids(sizes, seeds: int) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--graphs", type=int, default=200)
-    ap.add_argument("--grid-sizes", type=int, nargs="+", default=[10, 20])
+    ap.add_argument("--grid-sizes", type=int, nargs="+", default=[8, 12, 16])
     ap.add_argument("--seeds", type=int, default=5)
     ap.add_argument("--out", default="benchmarks/results/exact_map.json")
     args = ap.parse_args()

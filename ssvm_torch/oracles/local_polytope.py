@@ -25,7 +25,7 @@ product (the marginalization rows leave no other choice), so that integer progra
 columns' upper bounds at 0: the exact path rests on the LP solves the relaxation already uses. HiGHS' own MIP
 solver on the same program returned labelings below the optimum as optimal with presolve off (55 of 600 small
 frustrated graphs, benchmarks/bench_exact_map.py), and its tracker reports such failures with presolve on for
-other small programs (ERGO-Code/HiGHS issues 3043, 3073, 3094); it was also 4-10x slower here.
+other small programs (ERGO-Code/HiGHS issues 3043, 3073, 3094); it was also several times slower there.
 """
 from __future__ import annotations
 
