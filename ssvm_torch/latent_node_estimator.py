@@ -91,6 +91,8 @@ class LatentNodeSSVM(_LatentFit, GraphSSVM):
             check(isinstance(H, (int, np.integer)) and not isinstance(H, bool) and H >= 1, "n_hidden_states",
                   "an int >= 1", H)
         graphs, hidden = self._split(X)
+        check(not fitting or any(hidden), "X", "at least one graph with n_hidden >= 1 (GraphSSVM fits graphs without "
+              "hidden nodes)", "no hidden node")
         if Y is not None:
             check(isinstance(Y, (list, tuple)) and len(Y) == len(graphs), "Y", f"a list of {len(graphs)} label arrays",
                   type(Y).__name__ if not isinstance(Y, (list, tuple)) else f"{len(Y)} arrays")

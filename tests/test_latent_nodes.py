@@ -304,6 +304,8 @@ def test_latent_node_ssvm_refuses_by_name():
         LatentNodeSSVM().fit(X, [Y[0], np.r_[Y[1], ["bg"] * 4]] + Y[2:])
     with pytest.raises(SSVMInputError, match=r"X\[0\]\[0\].*hidden_node_features"):
         LatentNodeSSVM(hidden_node_features=True).fit([(X[0][0][:4], X[0][1], 4)] + X[1:], Y)
+    with pytest.raises(SSVMInputError, match="X: expected at least one graph with n_hidden >= 1"):
+        LatentNodeSSVM().fit([(x[0], x[1][:24], 0) for x in X], Y)
     with pytest.raises(SSVMInputError, match="GraphData"):
         LatentNodeSSVM().fit(box_grids(rng, 2), Y[:2])
     with pytest.raises(SSVMInputError, match="device"):
