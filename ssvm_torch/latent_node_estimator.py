@@ -142,12 +142,7 @@ class LatentNodeSSVM(_LatentFit, GraphSSVM):
         visible nodes' graph)."""
         self._require_labels(X, Y, method)
         data, states, seen = self._visible(X)
-        check(isinstance(Y, (list, tuple)) and len(Y) == data.n, "Y", f"a list of {data.n} label arrays",
-              type(Y).__name__ if not isinstance(Y, (list, tuple)) else f"{len(Y)} arrays")
-        flat = np.concatenate([np.asarray(y).reshape(-1) for y in Y])
-        check(len(flat) == int(seen.sum()), "Y", f"{int(seen.sum())} labels, one per visible node of X", len(flat))
-        pos = np.clip(np.searchsorted(self.classes_, flat), 0, len(self.classes_) - 1)
-        gold = np.where(self.classes_[pos] == flat, pos, -1)
+        gold = self._gold(X, Y, data, "visible node")
         return data, states[seen] != gold, to_host(data.node_graph)[seen]
 
     def score(self, X, Y=None) -> float:

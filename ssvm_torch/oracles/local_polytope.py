@@ -276,8 +276,9 @@ def solve_exact(theta_nodes: np.ndarray, theta_edges: np.ndarray, edges: np.ndar
             mu = x[:N * K].reshape(N, K)
             far = np.minimum(mu, 1.0 - mu).max(1)
             y = mu.argmax(1)                       # the LP's rounding: the labeling if integral, else a candidate
-            if best_y is None or score(y) > best:
-                best, best_y = score(y), y
+            s = score(y)
+            if best_y is None or s > best:
+                best, best_y = s, y
             if far.max() < SNAP:                  # integral: this branch's best labeling
                 continue
             v = int(far.argmax())

@@ -80,6 +80,12 @@ def lift(mu_nodes: np.ndarray, mu_edges: np.ndarray | None, edges: np.ndarray, s
 
 def over_domains(solve, problems: list, domains: list, K: int) -> list:
     """``solve``'s results ((mu_nodes, mu_edges, integral) per problem, as local_polytope_batch's) for the problems
-    (theta_nodes, theta_edges, edges) restricted to each one's ``domains`` (N, W), lifted back to the K states."""
+    (theta_nodes, theta_edges, edges) restricted to each one's ``domains`` (N, W), lifted back to the K states. An
+    integral result's edge marginals are left 0: they are its nodes' products, and the model packs an integral
+    labeling compact without them (models/graph_crf.py)."""
     restricted = [(*restrict(*p, d), p[2]) for p, d in zip(problems, domains)]
-    return [(*lift(r[0], r[1], p[2], d, K), r[2]) for r, p, d in zip(solve(restricted), problems, domains)]
+    out = []
+    for (mu_n, mu_e, integral), p, d in zip(solve(restricted), problems, domains):
+        mu_n, lifted = lift(mu_n, None if integral else mu_e, p[2], d, K)
+        out.append((mu_n, np.zeros((len(mu_e), K, K)) if integral else lifted, integral))
+    return out

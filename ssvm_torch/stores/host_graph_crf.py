@@ -198,9 +198,14 @@ class GraphCRFHost:
         ex = self.ex[i]
         return float(_loss(self._mu(i, y)[0], ex[3], ex[4], self.lab, self.K))
 
+    def _solve(self, tn, te, edges, forest):
+        """(mu_nodes, mu_edges, integral): the model's oracle on one graph's scores (enumeration, or solve_graph's
+        LP / branch and bound)."""
+        return enumerate_map(tn, te, edges) if self.enumerate else solve_graph(tn, te, edges, forest, self.exact)
+
     def _over_domains(self, i, tn, te, edges, forest, finite):
-        """(labeling, full) of the argmax over the nodes' domains (GraphCRFModel._solve's hidden-state case): the
-        restricted problem solved as the torch model does, its marginals lifted back to the K states."""
+        """(labeling, full) of the argmax over the nodes' domains (GraphCRFModel._solve's restricted case: hidden
+        states, node types): the restricted problem solved as the torch model does, its marginals lifted back."""
         states = self.domains[i]
         rows = np.arange(len(states))
         tn_r, te_r = restrict(tn, te, edges, states)
@@ -208,8 +213,7 @@ class GraphCRFHost:
             return self._integral(i, states[rows, tn_r.argmax(1)]), False
         if not finite:
             check_finite_scores(tn_r, te_r)       # refuses them by name
-        mu_n, mu_e, integral = (enumerate_map(tn_r, te_r, edges) if self.enumerate else
-                                solve_graph(tn_r, te_r, edges, forest, self.exact))
+        mu_n, mu_e, integral = self._solve(tn_r, te_r, edges, forest)
         if integral:
             return self._integral(i, states[rows, mu_n.argmax(1)]), False
         mu_n, mu_e = lift(mu_n, mu_e, edges, states, self.K)
@@ -231,8 +235,7 @@ class GraphCRFHost:
             if forest is not None and not self.enumerate:      # solve_graph's forest case, packed directly
                 mu = self._integral(i, forest_max_sum(tn, te, edges, forest))
             else:
-                mu_n, mu_e, integral = (enumerate_map(tn, te, edges) if self.enumerate else
-                                        solve_graph(tn, te, edges, forest, self.exact))
+                mu_n, mu_e, integral = self._solve(tn, te, edges, forest)
                 full = not integral
                 mu = (np.concatenate([mu_n.ravel(), mu_e.ravel()]) if full else
                       self._integral(i, mu_n.argmax(1))).astype(np.float64)
