@@ -167,13 +167,35 @@ def test_container_subset_and_refusals():
         DependencyData(data.offsets, data.heads, data.labels, data.arc_off, data.ptr, data.ids, 3)
 
 
+def test_a_split_left_unbuilt_changes_no_other_design(ewt):
+    """featurize(designs_of=...) builds the chosen splits' designs only (load_ud_dependencies never featurizes the
+    split it does not evaluate): each built design equals, array for array, the one of the call building all."""
+    template = ArcTemplate.parse("hw|hp mp hp|mp|att hu|bu|mu hp+1|mp-1|dir hl|ml mf|hf hu|mu|nu|dir", name="test")
+    tbs = [ewt["train"].subset(range(60)), ewt["dev"].subset(range(15)), ewt["test"].subset(range(15))]
+    every, d, per_item = featurize(template, tbs, min_count=1)
+    some, d_some, per_item_some = featurize(template, tbs, min_count=1, designs_of=(0, 2))
+    assert some[1] is None and d_some == d and per_item_some == per_item
+    for k in (0, 2):
+        for field in ("arc_off", "ptr", "ids", "tptr", "tids"):
+            a, b = getattr(every[k], field), getattr(some[k], field)
+            assert a.dtype == b.dtype and np.array_equal(a, b), (k, field)
+    for bad in ((1, 2), (0, 3)):
+        with pytest.raises(SSVMInputError, match="designs_of: expected indices into the 3 treebanks including 0"):
+            featurize(template, tbs, designs_of=bad)
+
+
 def test_loader_splits_and_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("SSVM_TORCH_CACHE", str(tmp_path))
     train, dev = load_ud_dependencies("basic", evaluate_on="dev", train_size=300)
     assert train.n == 300 and dev.n == 2001 and not train.meta["featurization"]["cached"]
-    again, test = load_ud_dependencies("basic", evaluate_on="test", train_size=300)
-    assert again.meta["featurization"]["cached"] and test.n == 2077
-    assert torch.equal(again.ids, train.ids) and again.n_features == train.n_features
+    again, dev_again = load_ud_dependencies("basic", evaluate_on="dev", train_size=300)
+    assert again.meta["featurization"]["cached"] and torch.equal(dev_again.ids, dev.ids)
+    # the test split was never featurized for the dev run: it is built (and cached) on its own, with the same
+    # training design and dictionary
+    other, test = load_ud_dependencies("basic", evaluate_on="test", train_size=300)
+    assert not other.meta["featurization"]["cached"] and test.n == 2077
+    assert torch.equal(other.ids, train.ids) and other.n_features == train.n_features
+    assert load_ud_dependencies("basic", evaluate_on="test", train_size=300)[0].meta["featurization"]["cached"]
     assert train.meta["label_names"] == sorted(train.meta["label_names"]) and "root" in train.meta["label_names"]
     with pytest.raises(SSVMInputError, match="evaluate_on: expected 'dev' or 'test'"):
         load_ud_dependencies("basic", evaluate_on="train")

@@ -259,14 +259,20 @@ class ArcDesign:
     tids: np.ndarray
 
 
-def featurize(template: ArcTemplate, treebanks, min_count: int = 1):
+def featurize(template: ArcTemplate, treebanks, min_count: int = 1, designs_of=None):
     """(one ArcDesign per treebank, the number of features d, per-item feature counts): the dictionary from
     the gold arcs of ``treebanks[0]`` (the training split) seen >= ``min_count`` times, every arc of every
-    treebank looked up in it (module docstring). The items of the head alone (head columns only: no modifier,
+    treebank looked up in it (module docstring). ``designs_of``: the indices of the treebanks whose designs are
+    built (the others' are None; 0 among them), default all: the columns are coded over every treebank either way,
+    so a design does not depend on which others are built. The items of the head alone (head columns only: no modifier,
     direction, distance or between part) are featurized once per token, not once per arc: an arc's score
     is its own features' plus its head token's (a seventh of McDonald's lookups per arc)."""
     if not isinstance(min_count, int) or min_count < 1:
         raise SSVMInputError(f"min_count: expected an int >= 1, got {min_count!r}")
+    built = set(range(len(treebanks)) if designs_of is None else designs_of)
+    if 0 not in built or not built <= set(range(len(treebanks))):
+        raise SSVMInputError(f"designs_of: expected indices into the {len(treebanks)} treebanks including 0 (the "
+                             f"training split), got {designs_of!r}")
     codes, radix = code_columns(treebanks)
     parts, part_ptr, mult = item_radices(template, radix)
     T = len(template.items)
@@ -294,17 +300,14 @@ def featurize(template: ArcTemplate, treebanks, min_count: int = 1):
     dict_ids = np.arange(d, dtype=np.int32)
     head_only = np.array([all(kind == 0 for kind, _, _ in item) for item in template.items], dtype=np.bool_)
     designs = []
-    for tb, cd in zip(treebanks, codes):
+    for k, (tb, cd) in enumerate(zip(treebanks, codes)):
+        if k not in built:
+            designs.append(None)
+            continue
         lengths = np.diff(tb.offsets)
         arc_off = np.concatenate([[0], np.cumsum(lengths * lengths)]).astype(np.int64)
-        A = int(arc_off[-1])
-        ptr = np.zeros(A + 1, dtype=np.int64)
-        arc_design(cd, tb.offsets, parts, part_ptr, mult, between, max_between, radix_max, dict_keys, dict_ptr,
-                dict_ids, arc_off, head_only, False, ptr, np.zeros(0, dtype=np.int32))
-        np.cumsum(ptr, out=ptr)
-        ids = np.empty(int(ptr[-1]), dtype=np.int32)
-        arc_design(cd, tb.offsets, parts, part_ptr, mult, between, max_between, radix_max, dict_keys, dict_ptr,
-                dict_ids, arc_off, head_only, True, ptr, ids)
+        ptr, ids = arc_design(cd, tb.offsets, parts, part_ptr, mult, between, max_between, radix_max, dict_keys,
+                              dict_ptr, dict_ids, arc_off, head_only)
         tptr = np.zeros(int(tb.offsets[-1]) + tb.n + 1, dtype=np.int64)
         token_design(cd, tb.offsets, parts, part_ptr, mult, head_only, dict_keys, dict_ptr, dict_ids, False, tptr,
                       np.zeros(0, dtype=np.int32))
@@ -323,7 +326,7 @@ def featurize(template: ArcTemplate, treebanks, min_count: int = 1):
     order = np.argsort(-counts, kind="stable")
     new_id = np.empty(d, dtype=np.int32)
     new_id[order] = np.arange(d, dtype=np.int32)
-    for des in designs:
+    for des in (des for des in designs if des is not None):
         des.ids = new_id[des.ids]
         des.tids = new_id[des.tids]
     return designs, d, dict(zip((template.item_name(i) for i in template.items), per_item))

@@ -1,7 +1,7 @@
 """The compiled half of the arc featurization (:mod:`ssvm_torch.data.arc_features`): every item's mixed-radix
-int64 key for an arc from the integer-coded columns, the dictionary lookup by binary search, and the two-pass
-construction of the arc and head-token designs. Parts are rows (item, kind, column, offset) with kind 0 head,
-1 modifier, 2 between, 3 att, 4 dir, 5 near (arc_features.py's grammar)."""
+int64 key for an arc from the integer-coded columns, the dictionary lookup by binary search, and the construction
+of the arc design (one pass) and the head-token design (two passes). Parts are rows (item, kind, column, offset)
+with kind 0 head, 1 modifier, 2 between, 3 att, 4 dir, 5 near (arc_features.py's grammar)."""
 from __future__ import annotations
 
 import numba as nb
@@ -130,15 +130,19 @@ def gold_keys(codes, offsets, heads, parts, part_ptr, mult, between, max_between
 
 @nb.njit(cache=True, nogil=True)
 def arc_design(codes, offsets, parts, part_ptr, mult, between, max_between, radix_max, dict_keys, dict_ptr,
-            dict_ids, arc_off, head_only, fill, ptr, ids):
-    """Pass 1 (``fill`` False): ptr[a + 1] = the number of known features of arc a; pass 2: their ids
-    into ids[ptr[a]:ptr[a + 1]]. Arc (m, h) of sentence s is arc_off[s] + (m - 1) n + (h if h < m else h - 1).
+               dict_ids, arc_off, head_only):
+    """(ptr (A + 1,) int64, ids (nnz,) int32): the CSR design of every arc, each arc's known feature ids in
+    ids[ptr[a]:ptr[a + 1]], in one pass (the arcs are visited in order of their number, so ptr is written as ids
+    grow; ids doubles when full). Arc (m, h) of sentence s is arc_off[s] + (m - 1) n + (h if h < m else h - 1).
     The items of the head alone (``head_only``) go to the token design instead (:func:`token_design`)."""
     T = part_ptr.shape[0] - 1
     stamp = np.zeros(1, dtype=np.int64)
     seen = np.zeros(radix_max, dtype=np.int64)
     oi = np.empty(T + max_between, dtype=np.int64)
     ok = np.empty(T + max_between, dtype=np.int64)
+    ptr = np.zeros(arc_off[-1] + 1, dtype=np.int64)
+    ids = np.empty(max(16, 4 * arc_off[-1]), dtype=np.int32)
+    nnz = 0
     for s in range(offsets.shape[0] - 1):
         start, n = offsets[s], offsets[s + 1] - offsets[s]
         for m in range(1, n + 1):
@@ -147,25 +151,27 @@ def arc_design(codes, offsets, parts, part_ptr, mult, between, max_between, radi
                     continue
                 a = arc_off[s] + (m - 1) * n + (h if h < m else h - 1)
                 c = _arc_keys(codes, start, n, h, m, parts, part_ptr, mult, between, stamp, seen, oi, ok)
-                cnt = 0
-                p = ptr[a] if fill else 0
+                if nnz + c > ids.shape[0]:
+                    grown = np.empty(max(2 * ids.shape[0], nnz + c), dtype=np.int32)
+                    grown[:nnz] = ids[:nnz]
+                    ids = grown
                 for j in range(c):
                     t = oi[j]
                     if head_only[t]:
                         continue
                     at = _lookup(dict_keys, dict_ptr[t], dict_ptr[t + 1], ok[j])
                     if at >= 0:
-                        if fill:
-                            ids[p + cnt] = dict_ids[at]
-                        cnt += 1
-                if not fill:
-                    ptr[a + 1] = cnt
+                        ids[nnz] = dict_ids[at]
+                        nnz += 1
+                ptr[a + 1] = nnz
+    return ptr, ids[:nnz].copy()
 
 
 @nb.njit(cache=True, nogil=True)
 def token_design(codes, offsets, parts, part_ptr, mult, head_only, dict_keys, dict_ptr, dict_ids, fill, tptr, tids):
     """The features of the items of the head alone, once per token instead of once per arc: token h of
-    sentence s (h = 0 the root) is number offsets[s] + s + h; two passes as :func:`arc_design`."""
+    sentence s (h = 0 the root) is number offsets[s] + s + h; pass 1 (``fill`` False) counts, pass 2 writes
+    (a token has few items: the second pass costs little)."""
     for s in range(offsets.shape[0] - 1):
         start, n = offsets[s], offsets[s + 1] - offsets[s]
         for h in range(n + 1):

@@ -204,9 +204,10 @@ def load_ud_dependencies(features="mcdonald", min_count: int = 1, evaluate_on: s
                          siblings=None) -> tuple[DependencyData, DependencyData]:
     """(train, evaluation split) of UD English-EWT under the arc template ``features``: ``evaluate_on``
     "test" (the final evaluation) or "dev" (model selection: the test file's trees are then never scored).
-    ``train_size`` keeps the first N training sentences. The designs of all three splits are featurized
-    together once (one coding of the columns, the dictionary from the training gold arcs) and cached on
-    disk, keyed by the template, ``min_count``, ``train_size`` and the files' checksums; ``meta
+    ``train_size`` keeps the first N training sentences. The designs of the training and the evaluated split are
+    featurized together once (one coding of the columns of all three splits, the dictionary from the training gold
+    arcs; the other split is never featurized) and cached on disk, keyed by the template, ``min_count``,
+    ``train_size``, ``evaluate_on`` and the files' checksums; ``meta
     ["featurization"]`` says how long building took and whether the cache answered. ``siblings``: a sibling
     template (:mod:`ssvm_torch.data.sibling_features`, e.g. ``"mcdonald-pereira"``) adds the second-order
     features, their ids after the arc features' (its dictionary from the training gold trees too)."""
@@ -219,14 +220,16 @@ def load_ud_dependencies(features="mcdonald", min_count: int = 1, evaluate_on: s
               f"an int in [1, {tbs['train'].n}]", train_size)
         tbs["train"] = tbs["train"].subset(range(train_size))
     t0 = time.perf_counter()
-    key = feature_cache.cache_key("ud-ewt-arcs-3", template.key(), min_count, train_size,
+    key = feature_cache.cache_key("ud-ewt-arcs-4", template.key(), min_count, train_size, evaluate_on,
                                   *(feature_cache.file_digest(paths[s]) for s in ("train", "dev", "test")))
     arrays = feature_cache.load(key) if cache else None
     hit = arrays is not None
-    if arrays is None:
-        designs, d, per_item = featurize(template, [tbs["train"], tbs["dev"], tbs["test"]], min_count)
+    if arrays is None:            # the split not evaluated is coded with the others but never featurized
+        splits = ("train", "dev", "test")
+        designs, d, per_item = featurize(template, [tbs[s] for s in splits], min_count,
+                                         designs_of=(0, splits.index(evaluate_on)))
         arrays = {"d": np.array([d]), "per_item": np.array(list(per_item.values()), dtype=np.int64)}
-        for s, des in zip(("train", "dev", "test"), designs):
+        for s, des in ((s, des) for s, des in zip(splits, designs) if des is not None):
             arrays.update({f"{s}_arc_off": des.arc_off, f"{s}_ptr": des.ptr, f"{s}_ids": des.ids,
                            f"{s}_tptr": des.tptr, f"{s}_tids": des.tids})
         if cache:
