@@ -24,14 +24,18 @@ class DevSelectedRun:
     selected_by: str
     weights_file: str                       # the run's weights file (parser.pt, chunker.pt)
 
+    def check_trainer(self, trainer) -> None:
+        """Refuse by name a trainer this run cannot use: one that cannot finish an epoch (the weights are chosen
+        on dev after one: none means no model). :meth:`setup` checks it, and the CLI before fit launches any
+        process or loads any data (``SSVMCLI.before_fit``, ssvm_torch/lightning/cli.py)."""
+        check(trainer.max_epochs is None or trainer.max_epochs != 0, "trainer.max_epochs",
+              f"at least 1 (or -1: until early stopping); {self.selected_by}", trainer.max_epochs)
+        check(trainer.max_steps != 0, "trainer.max_steps", "at least 1 (or -1: no limit)", trainer.max_steps)
+
     def setup(self, stage: str) -> None:
-        """Fit: refuse a trainer that cannot finish an epoch (the weights are chosen on dev after one: none
-        means no model); then, once, the trainer's atomic checkpoint writer and :meth:`build`."""
+        """Fit: :meth:`check_trainer`; then, once, the trainer's atomic checkpoint writer and :meth:`build`."""
         if stage == "fit":
-            trainer = self.trainer
-            check(trainer.max_epochs is None or trainer.max_epochs != 0, "trainer.max_epochs",
-                  f"at least 1 (or -1: until early stopping); {self.selected_by}", trainer.max_epochs)
-            check(trainer.max_steps != 0, "trainer.max_steps", "at least 1 (or -1: no limit)", trainer.max_steps)
+            self.check_trainer(self.trainer)
         if self.corpus is not None:
             return
         strategy = self.trainer.strategy

@@ -213,10 +213,12 @@ class UDParser(DevSelectedRun, L.LightningModule):
         if hp.ema_decay > 0:                        # a submodule: the checkpoint carries it (exact resume)
             self.averaged = AveragedModel(self.parser, multi_avg_fn=get_ema_multi_avg_fn(hp.ema_decay))
 
-    def setup(self, stage: str) -> None:
-        check(not self.hparams.length_pool or self.trainer.world_size == 1, "length_pool", "0 when training on several "
+    def check_trainer(self, trainer) -> None:
+        """DevSelectedRun's refusals, and ``length_pool`` > 0 on several devices: its batches are drawn whole by
+        every process, so DDP would train each rank on the same batches."""
+        super().check_trainer(trainer)
+        check(not self.hparams.length_pool or trainer.world_size == 1, "length_pool", "0 when training on several "
               "devices (the pooled batches are not split between processes)", self.hparams.length_pool)
-        super().setup(stage)
 
     @property
     def selected_network(self) -> BiaffineParser:

@@ -207,6 +207,13 @@ class SSVMCLI(LightningCLI):
                                            default_hp_metric=False)     # hp_metric: the result (log_hp_metrics)
         return trainer
 
+    def before_fit(self) -> None:
+        """The module's ``check_trainer(trainer)`` where it has one (the deep pipelines: deep/dev_selection.py),
+        here in the launching process: a refused trainer setting costs no rank launched and no data loaded."""
+        check_trainer = getattr(self.model, "check_trainer", None)
+        if callable(check_trainer):
+            check_trainer(self.trainer)
+
     def parse_arguments(self, parser, args) -> None:
         self._argv = list(args) if isinstance(args, (list, tuple)) else None
         super().parse_arguments(parser, args)
