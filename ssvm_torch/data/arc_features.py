@@ -41,7 +41,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import SSVMInputError
-from .arc_keys import arc_design, gold_keys, token_design
+from .arc_keys import arc_design, dictionary_table, gold_keys, token_design
 
 COLUMNS = ("w", "f", "p", "u", "l")
 N_ATT = 14                          # 2 directions x 7 distance bins
@@ -299,6 +299,7 @@ def featurize(template: ArcTemplate, treebanks, min_count: int = 1, designs_of=N
     d = int(dict_ptr[-1])
     dict_ids = np.arange(d, dtype=np.int32)
     head_only = np.array([all(kind == 0 for kind, _, _ in item) for item in template.items], dtype=np.bool_)
+    table = dictionary_table(dict_keys, dict_ptr, dict_ids)
     designs = []
     for k, (tb, cd) in enumerate(zip(treebanks, codes)):
         if k not in built:
@@ -306,14 +307,12 @@ def featurize(template: ArcTemplate, treebanks, min_count: int = 1, designs_of=N
             continue
         lengths = np.diff(tb.offsets)
         arc_off = np.concatenate([[0], np.cumsum(lengths * lengths)]).astype(np.int64)
-        ptr, ids = arc_design(cd, tb.offsets, parts, part_ptr, mult, between, max_between, radix_max, dict_keys,
-                              dict_ptr, dict_ids, arc_off, head_only)
+        ptr, ids = arc_design(cd, tb.offsets, parts, part_ptr, mult, between, radix_max, *table, arc_off, head_only)
         tptr = np.zeros(int(tb.offsets[-1]) + tb.n + 1, dtype=np.int64)
-        token_design(cd, tb.offsets, parts, part_ptr, mult, head_only, dict_keys, dict_ptr, dict_ids, False, tptr,
-                      np.zeros(0, dtype=np.int32))
+        token_design(cd, tb.offsets, parts, part_ptr, mult, head_only, *table, False, tptr, np.zeros(0, dtype=np.int32))
         np.cumsum(tptr, out=tptr)
         tids = np.empty(int(tptr[-1]), dtype=np.int32)
-        token_design(cd, tb.offsets, parts, part_ptr, mult, head_only, dict_keys, dict_ptr, dict_ids, True, tptr, tids)
+        token_design(cd, tb.offsets, parts, part_ptr, mult, head_only, *table, True, tptr, tids)
         designs.append(ArcDesign(arc_off, ptr, ids, tptr, tids))
     # feature ids by descending frequency over the training arcs (a token's features count once for each of the
     # n_i arcs it heads): the few features most arcs carry (the POS items; the top 1% of ids are 70% of EWT's
