@@ -106,7 +106,8 @@ def test_damaged_files_are_refused(tmp_path):
 def test_featurization_equals_the_string_reference(ewt):
     """Every arc's feature ids are the features of its reference strings that the training gold arcs have,
     under one consistent id <-> string map (the compiled keys, dictionary and lookup agree with strings)."""
-    template = ArcTemplate.parse("hw|hp mp hp|mp|att hu|bu|mu hp+1|mp-1|dir hl|ml mf|hf hu|mu|nu|dir", name="test")
+    # two between items: an arc's keys outnumber its items by up to twice the words between
+    template = ArcTemplate.parse("hw|hp mp hp|mp|att hu|bu|mu bp hp+1|mp-1|dir hl|ml mf|hf hu|mu|nu|dir", name="test")
     train, other = ewt["train"].subset(range(40)), ewt["dev"].subset(range(10))
     (d_train, d_other), d, per_item = featurize(template, [train, other], min_count=1)
 
@@ -170,7 +171,8 @@ def test_container_subset_and_refusals():
 def test_a_split_left_unbuilt_changes_no_other_design(ewt):
     """featurize(designs_of=...) builds the chosen splits' designs only (load_ud_dependencies never featurizes the
     split it does not evaluate): each built design equals, array for array, the one of the call building all."""
-    template = ArcTemplate.parse("hw|hp mp hp|mp|att hu|bu|mu hp+1|mp-1|dir hl|ml mf|hf hu|mu|nu|dir", name="test")
+    # two between items: an arc's keys outnumber its items by up to twice the words between
+    template = ArcTemplate.parse("hw|hp mp hp|mp|att hu|bu|mu bp hp+1|mp-1|dir hl|ml mf|hf hu|mu|nu|dir", name="test")
     tbs = [ewt["train"].subset(range(60)), ewt["dev"].subset(range(15)), ewt["test"].subset(range(15))]
     every, d, per_item = featurize(template, tbs, min_count=1)
     some, d_some, per_item_some = featurize(template, tbs, min_count=1, designs_of=(0, 2))

@@ -30,12 +30,8 @@ def _token(codes, start, n, pos, col):
 
 
 @nb.njit(cache=True, nogil=True)
-def _part_value(codes, start, n, h, m, kind, col, off):
-    """The value of one part (not a between part) of the arc h -> m."""
-    if kind == 0:
-        return _token(codes, start, n, h + off, col)
-    if kind == 1:
-        return _token(codes, start, n, m + off, col)
+def _arc_part_value(codes, start, n, h, m, kind, col):
+    """The value of one part of the arc itself (att, dir or near) of the arc h -> m."""
     if kind == 3:
         return _att(h, m)
     if kind == 4:
@@ -48,15 +44,6 @@ def _part_value(codes, start, n, h, m, kind, col, off):
             if same == 2:
                 break
     return same
-
-
-@nb.njit(cache=True, nogil=True)
-def _fixed_key(codes, start, n, h, m, parts, p0, p1, mult):
-    """The key of an item without a between part (-1 never: every part has a value)."""
-    key = 0
-    for q in range(p0, p1):
-        key += _part_value(codes, start, n, h, m, parts[q, 1], parts[q, 2], parts[q, 3]) * mult[q]
-    return key
 
 
 @nb.njit(cache=True, nogil=True)
@@ -109,60 +96,6 @@ def _lookup(keys, items, ids, t, key):
 
 
 @nb.njit(cache=True, nogil=True)
-def _arc_keys(codes, start, n, h, m, parts, part_ptr, mult, between, stamp, seen, out_item, out_key):
-    """Every (item, key) of the arc h -> m into out_*; returns how many. ``seen`` / ``stamp`` mark the
-    distinct between values (one feature per distinct value)."""
-    k = 0
-    lo, hi = (h, m) if h < m else (m, h)
-    for t in range(part_ptr.shape[0] - 1):
-        p0, p1 = part_ptr[t], part_ptr[t + 1]
-        b = between[t]
-        if b < 0:
-            out_item[k] = t
-            out_key[k] = _fixed_key(codes, start, n, h, m, parts, p0, p1, mult)
-            k += 1
-            continue
-        base = 0
-        for q in range(p0, p1):
-            if q != b:
-                base += _part_value(codes, start, n, h, m, parts[q, 1], parts[q, 2], parts[q, 3]) * mult[q]
-        stamp[0] += 1
-        col = parts[b, 2]
-        for pos in range(lo + 1, hi):
-            v = codes[start + pos - 1, col]
-            if seen[v] != stamp[0]:
-                seen[v] = stamp[0]
-                out_item[k] = t
-                out_key[k] = base + v * mult[b]
-                k += 1
-    return k
-
-
-@nb.njit(cache=True, nogil=True)
-def gold_keys(codes, offsets, heads, parts, part_ptr, mult, between, max_between, radix_max):
-    """(item, key) of every feature of every gold arc: the training dictionary's raw material."""
-    T = part_ptr.shape[0] - 1
-    n_words = heads.shape[0]
-    cap = n_words * (T + max_between)
-    items = np.empty(cap, dtype=np.int64)
-    keys = np.empty(cap, dtype=np.int64)
-    stamp = np.zeros(1, dtype=np.int64)
-    seen = np.zeros(radix_max, dtype=np.int64)
-    oi = np.empty(T + max_between, dtype=np.int64)
-    ok = np.empty(T + max_between, dtype=np.int64)
-    k = 0
-    for s in range(offsets.shape[0] - 1):
-        start, n = offsets[s], offsets[s + 1] - offsets[s]
-        for m in range(1, n + 1):
-            h = heads[start + m - 1]
-            c = _arc_keys(codes, start, n, h, m, parts, part_ptr, mult, between, stamp, seen, oi, ok)
-            items[k:k + c] = oi[:c]
-            keys[k:k + c] = ok[:c]
-            k += c
-    return items[:k], keys[:k]
-
-
-@nb.njit(cache=True, nogil=True)
 def _token_sums(codes, start, n, parts, part_ptr, mult, HK, MK):
     """HK[p, t] / MK[p, t]: item t's parts of the head (kind 0) / of the modifier (kind 1), summed into its
     mixed-radix key as if the head / the modifier were word p (p in [0, n], 0 the root) of the sentence: an arc
@@ -182,30 +115,106 @@ def _token_sums(codes, start, n, parts, part_ptr, mult, HK, MK):
 
 
 @nb.njit(cache=True, nogil=True)
-def arc_design(codes, offsets, parts, part_ptr, mult, between, radix_max, table_keys, table_items, table_ids, arc_off,
-               head_only):
-    """(ptr (A + 1,) int64, ids (nnz,) int32): the CSR design of every arc, each arc's known feature ids in
-    ids[ptr[a]:ptr[a + 1]] in the order of :func:`_arc_keys` (items in order, a between item's distinct values in
-    position order), in one pass: the arcs are visited in order of their number, so ptr is written as ids grow
-    (doubled when full). Arc (m, h) of sentence s is arc_off[s] + (m - 1) n + (h if h < m else h - 1). The head
-    and modifier parts come from :func:`_token_sums`; the items of the head alone (``head_only``) go to the token
-    design instead (:func:`token_design`)."""
+def _arc_part_index(parts, part_ptr):
+    """(arc_ptr (T + 1,), arc_q): item t's parts of the arc itself (att, dir, near) are arc_q[arc_ptr[t]:...]."""
     T = part_ptr.shape[0] - 1
-    arc_parts = np.zeros(T + 1, dtype=np.int64)       # per item, its att / dir / near parts: arc_q[arc_parts[t]:...]
+    arc_ptr = np.zeros(T + 1, dtype=np.int64)
     arc_q = np.empty(parts.shape[0], dtype=np.int64)
     for t in range(T):
-        arc_parts[t + 1] = arc_parts[t]
+        arc_ptr[t + 1] = arc_ptr[t]
         for q in range(part_ptr[t], part_ptr[t + 1]):
             if parts[q, 1] >= 3:
-                arc_q[arc_parts[t + 1]] = q
-                arc_parts[t + 1] += 1
+                arc_q[arc_ptr[t + 1]] = q
+                arc_ptr[t + 1] += 1
+    return arc_ptr, arc_q
+
+
+@nb.njit(cache=True, nogil=True)
+def _arc_item_keys(codes, start, n, h, m, parts, mult, between, HK, MK, arc_ptr, arc_q, skip, seen, stamp,
+                   out_item, out_key):
+    """(count, stamp): every (item, key) of the arc h -> m into out_item / out_key, items in order and a between
+    item's distinct values in position order (one feature per distinct value between: ``seen`` holds the stamp
+    of the values met, ``stamp`` the last one used), the items with ``skip`` set left out. HK / MK are the
+    sentence's :func:`_token_sums`."""
+    k = 0
+    lo, hi = (h, m) if h < m else (m, h)
+    for t in range(HK.shape[1]):
+        if skip[t]:
+            continue
+        key = HK[h, t] + MK[m, t]
+        for r in range(arc_ptr[t], arc_ptr[t + 1]):
+            q = arc_q[r]
+            key += _arc_part_value(codes, start, n, h, m, parts[q, 1], parts[q, 2]) * mult[q]
+        b = between[t]
+        if b < 0:
+            out_item[k] = t
+            out_key[k] = key
+            k += 1
+            continue
+        stamp += 1
+        col = parts[b, 2]
+        for pos in range(lo + 1, hi):
+            v = codes[start + pos - 1, col]
+            if seen[v] != stamp:
+                seen[v] = stamp
+                out_item[k] = t
+                out_key[k] = key + v * mult[b]
+                k += 1
+    return k, stamp
+
+
+@nb.njit(cache=True, nogil=True)
+def _longest(offsets):
     longest = 0
     for s in range(offsets.shape[0] - 1):
         longest = max(longest, offsets[s + 1] - offsets[s])
+    return longest
+
+
+@nb.njit(cache=True, nogil=True)
+def gold_keys(codes, offsets, heads, parts, part_ptr, mult, between, max_between, radix_max):
+    """(item, key) of every feature of every gold arc (:func:`_arc_item_keys`, every item): the training
+    dictionary's raw material."""
+    T = part_ptr.shape[0] - 1
+    arc_ptr, arc_q = _arc_part_index(parts, part_ptr)
+    longest = _longest(offsets)
     HK = np.empty((longest + 1, T), dtype=np.int64)
     MK = np.empty((longest + 1, T), dtype=np.int64)
-    stamp = 0
+    skip = np.zeros(T, dtype=np.bool_)
+    cap = heads.shape[0] * (T + max_between)
+    items = np.empty(cap, dtype=np.int64)
+    keys = np.empty(cap, dtype=np.int64)
     seen = np.zeros(radix_max, dtype=np.int64)
+    stamp = 0
+    k = 0
+    for s in range(offsets.shape[0] - 1):
+        start, n = offsets[s], offsets[s + 1] - offsets[s]
+        _token_sums(codes, start, n, parts, part_ptr, mult, HK, MK)
+        for m in range(1, n + 1):
+            c, stamp = _arc_item_keys(codes, start, n, heads[start + m - 1], m, parts, mult, between, HK, MK,
+                                      arc_ptr, arc_q, skip, seen, stamp, items[k:], keys[k:])
+            k += c
+    return items[:k], keys[:k]
+
+
+@nb.njit(cache=True, nogil=True)
+def arc_design(codes, offsets, parts, part_ptr, mult, between, radix_max, table_keys, table_items, table_ids, arc_off,
+               head_only):
+    """(ptr (A + 1,) int64, ids (nnz,) int32): the CSR design of every arc, each arc's known feature ids in
+    ids[ptr[a]:ptr[a + 1]] in the order of :func:`_arc_item_keys`, in one pass: the arcs are visited in order of
+    their number, so ptr is written as ids grow (doubled when full). Arc (m, h) of sentence s is
+    arc_off[s] + (m - 1) n + (h if h < m else h - 1). The items of the head alone (``head_only``) go to the token
+    design instead (:func:`token_design`)."""
+    T = part_ptr.shape[0] - 1
+    arc_ptr, arc_q = _arc_part_index(parts, part_ptr)
+    longest = _longest(offsets)
+    HK = np.empty((longest + 1, T), dtype=np.int64)
+    MK = np.empty((longest + 1, T), dtype=np.int64)
+    per_arc = T + (between >= 0).sum() * longest         # at most one key per item and per word between
+    out_item = np.empty(per_arc, dtype=np.int64)
+    out_key = np.empty(per_arc, dtype=np.int64)
+    seen = np.zeros(radix_max, dtype=np.int64)
+    stamp = 0
     ptr = np.zeros(arc_off[-1] + 1, dtype=np.int64)
     ids = np.empty(max(16, 4 * arc_off[-1]), dtype=np.int32)
     nnz = 0
@@ -217,35 +226,17 @@ def arc_design(codes, offsets, parts, part_ptr, mult, between, radix_max, table_
                 if h == m:
                     continue
                 a = arc_off[s] + (m - 1) * n + (h if h < m else h - 1)
-                lo, hi = (h, m) if h < m else (m, h)
-                if nnz + T + hi - lo > ids.shape[0]:          # at most one id per item and per word between
-                    grown = np.empty(2 * ids.shape[0] + T + hi - lo, dtype=np.int32)
+                c, stamp = _arc_item_keys(codes, start, n, h, m, parts, mult, between, HK, MK, arc_ptr, arc_q,
+                                          head_only, seen, stamp, out_item, out_key)
+                if nnz + c > ids.shape[0]:
+                    grown = np.empty(2 * ids.shape[0] + c, dtype=np.int32)
                     grown[:nnz] = ids[:nnz]
                     ids = grown
-                for t in range(T):
-                    if head_only[t]:
-                        continue
-                    key = HK[h, t] + MK[m, t]
-                    for r in range(arc_parts[t], arc_parts[t + 1]):
-                        q = arc_q[r]
-                        key += _part_value(codes, start, n, h, m, parts[q, 1], parts[q, 2], parts[q, 3]) * mult[q]
-                    b = between[t]
-                    if b < 0:
-                        at = _lookup(table_keys, table_items, table_ids, t, key)
-                        if at >= 0:
-                            ids[nnz] = at
-                            nnz += 1
-                        continue
-                    stamp += 1                              # one feature per distinct value between
-                    col = parts[b, 2]
-                    for pos in range(lo + 1, hi):
-                        v = codes[start + pos - 1, col]
-                        if seen[v] != stamp:
-                            seen[v] = stamp
-                            at = _lookup(table_keys, table_items, table_ids, t, key + v * mult[b])
-                            if at >= 0:
-                                ids[nnz] = at
-                                nnz += 1
+                for i in range(c):
+                    at = _lookup(table_keys, table_items, table_ids, out_item[i], out_key[i])
+                    if at >= 0:
+                        ids[nnz] = at
+                        nnz += 1
                 ptr[a + 1] = nnz
     return ptr, ids[:nnz].copy()
 
@@ -253,25 +244,27 @@ def arc_design(codes, offsets, parts, part_ptr, mult, between, radix_max, table_
 @nb.njit(cache=True, nogil=True)
 def token_design(codes, offsets, parts, part_ptr, mult, head_only, table_keys, table_items, table_ids, fill, tptr,
                  tids):
-    """The features of the items of the head alone, once per token instead of once per arc: token h of
-    sentence s (h = 0 the root) is number offsets[s] + s + h; pass 1 (``fill`` False) counts, pass 2 writes
-    (a token has few items: the second pass costs little)."""
+    """The features of the items of the head alone (key HK[h, t] of :func:`_token_sums`), once per token instead
+    of once per arc: token h of sentence s (h = 0 the root) is number offsets[s] + s + h; pass 1 (``fill`` False)
+    counts, pass 2 writes (a token has few items: the second pass costs little)."""
+    T = part_ptr.shape[0] - 1
+    longest = _longest(offsets)
+    HK = np.empty((longest + 1, T), dtype=np.int64)
+    MK = np.empty((longest + 1, T), dtype=np.int64)
     for s in range(offsets.shape[0] - 1):
         start, n = offsets[s], offsets[s + 1] - offsets[s]
+        _token_sums(codes, start, n, parts, part_ptr, mult, HK, MK)
         for h in range(n + 1):
             t_num = start + s + h
             cnt = 0
             p = tptr[t_num] if fill else 0
-            for t in range(part_ptr.shape[0] - 1):
+            for t in range(T):
                 if not head_only[t]:
                     continue
-                key = _fixed_key(codes, start, n, h, 1, parts, part_ptr[t], part_ptr[t + 1], mult)
-                at = _lookup(table_keys, table_items, table_ids, t, key)
+                at = _lookup(table_keys, table_items, table_ids, t, HK[h, t])
                 if at >= 0:
                     if fill:
                         tids[p + cnt] = at
                     cnt += 1
             if not fill:
                 tptr[t_num + 1] = cnt
-
-
