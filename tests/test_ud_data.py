@@ -148,6 +148,29 @@ def test_featurization_equals_the_string_reference(ewt):
     assert len(names) == d and (maximum_bipartite_matching(graph, perm_type="column") >= 0).all()
 
 
+def test_a_template_of_between_items_only_gets_every_known_value(ewt):
+    """Four between items: an arc's ids outnumber the items by up to four times the words between it (the bound
+    the arc design once grew its buffer by counted one item's words only, and the design overran it). Each arc
+    carries exactly its reference strings that the gold arcs have."""
+    template = ArcTemplate.parse("bu bp bl bw", name="between")
+    train = ewt["train"].subset(range(40))
+    (design,), d, _ = featurize(template, [train], min_count=1)
+    assert int(design.ptr[-1]) == len(design.ids) and len(design.tids) == 0
+    sents = [[(train.forms[k], train.upos[k], train.xpos[k], train.lemmas[k])
+              for k in range(train.offsets[i], train.offsets[i + 1])] for i in range(train.n)]
+    gold = {f for i, sent in enumerate(sents) for m in range(1, len(sent) + 1)
+            for f in template.arc_strings(sent, int(train.heads[int(train.offsets[i]) + m - 1]), m)}
+    assert d == len(gold)
+    for i, sent in enumerate(sents[:8]):
+        n = len(sent)
+        for m in range(1, n + 1):
+            for h in range(n + 1):
+                if h != m:
+                    a = int(design.arc_off[i]) + (m - 1) * n + (h if h < m else h - 1)
+                    known = [f for f in template.arc_strings(sent, h, m) if f in gold]
+                    assert int(design.ptr[a + 1] - design.ptr[a]) == len(known)
+
+
 def test_container_subset_and_refusals():
     from conftest import random_dependency_data
     data = random_dependency_data(np.random.default_rng(0), 6, 20, lmin=1, lmax=5)
