@@ -29,7 +29,6 @@ import warnings
 
 import numpy as np
 import torch
-from scipy.cluster.vq import kmeans2
 
 from .data.examples import GraphData, GraphExample
 from .data.partial import kept_parts
@@ -63,6 +62,7 @@ def kmeans_states(X: np.ndarray, labels: np.ndarray, n_labels: int, per_label: i
         else:
             with warnings.catch_warnings():           # an empty group is a sub-state CCCP may still take up
                 warnings.simplefilter("ignore")
+                from scipy.cluster.vq import kmeans2
                 group = kmeans2(Xk, per_label, minit="++", seed=np.random.default_rng(seed + k))[1]
         states[rows] = k * per_label + group
     return states
@@ -196,6 +196,7 @@ def hidden_node_data(data: GraphData, n_labels: int, seed: int = 0) -> GraphData
     else:
         with warnings.catch_warnings():                         # an empty group is a state CCCP may still take up
             warnings.simplefilter("ignore")
+            from scipy.cluster.vq import kmeans2
             group = kmeans2(share, H, minit="++", seed=np.random.default_rng(seed))[1]
     y[rows] = V + group
     return data.with_labels(y)

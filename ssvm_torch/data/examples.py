@@ -11,7 +11,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from scipy.optimize import linear_sum_assignment
 
 from ..errors import check, check_finite, warn_scale
 from .types import integer_labels, numeric
@@ -295,6 +294,7 @@ def best_one_to_one(m: int, n: int, sure: set, probable: set) -> np.ndarray:
     for i, j in sure:
         W[i, j] = 2.0
     a = np.full(m, -1, dtype=np.int64)
+    from scipy.optimize import linear_sum_assignment
     r, c = linear_sum_assignment(W, maximize=True)
     keep = W[r, c] > 0
     a[r[keep]] = c[keep]

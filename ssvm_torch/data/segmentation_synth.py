@@ -28,7 +28,6 @@ images, 60-140 nodes each.
 from __future__ import annotations
 
 import numpy as np
-from scipy.spatial import Delaunay
 
 from ..errors import check
 from .examples import GraphExample
@@ -62,6 +61,7 @@ def make_image(seed: int, split_id: int, index: int, mu: np.ndarray, min_nodes: 
     jitter = rng.uniform(-0.35, 0.35, size=pts.shape) / side
     pts = np.clip(pts + jitter, 0.0, 1.0)
     N = pts.shape[0]
+    from scipy.spatial import Delaunay
     tri = Delaunay(pts)
     s = tri.simplices
     e = np.concatenate([s[:, [0, 1]], s[:, [1, 2]], s[:, [0, 2]]])

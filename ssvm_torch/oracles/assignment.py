@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import numpy as np
-from scipy.optimize import linear_sum_assignment
 
 
 def assign(S_edge: np.ndarray, s_null_e: np.ndarray, s_null_f: np.ndarray) -> np.ndarray:
@@ -15,6 +14,7 @@ def assign(S_edge: np.ndarray, s_null_e: np.ndarray, s_null_f: np.ndarray) -> np
     M[np.arange(m), n + np.arange(m)] = s_null_e
     M[m + np.arange(n), np.arange(n)] = s_null_f
     M[m:, n:] = 0.0
+    from scipy.optimize import linear_sum_assignment     # scipy on first use: `import ssvm_torch` stays light
     rows, cols = linear_sum_assignment(M, maximize=True)
     a = np.full(m, -1, dtype=np.int64)
     real = (rows < m) & (cols < n)

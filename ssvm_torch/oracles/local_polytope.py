@@ -33,7 +33,6 @@ from collections import OrderedDict
 
 import numba as nb
 import numpy as np
-import scipy.sparse as sp
 
 from ..errors import SSVMInputError
 from .roof_duality import roof_dual_map
@@ -81,6 +80,7 @@ def local_polytope_constraints(n_nodes: int, edges: np.ndarray, K: int):
         cols += [var.ravel(), (edges[:, 1][:, None] * K + np.arange(K)).ravel()]
         vals += [np.ones(E * K * K), -np.ones(E * K)]
     n_rows = n_nodes + 2 * E * K
+    import scipy.sparse as sp
     A = sp.csr_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))),
                       shape=(n_rows, NK + E * K * K))
     b = np.zeros(n_rows)

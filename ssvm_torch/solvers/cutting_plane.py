@@ -35,7 +35,6 @@ one compiled call (``cached_best``) on the caches kept stacked per block; the ot
 from __future__ import annotations
 
 import numpy as np
-import scipy.sparse as sp
 import torch
 
 from ..devices import to_host
@@ -94,6 +93,7 @@ def solve_boxed_working_set_qp(A: np.ndarray, b: np.ndarray, lam: float, idx, lo
     lb, ub = np.full(d + 1, -np.inf), np.full(d + 1, np.inf)
     lb[d] = 0.0
     lb[idx], ub[idx] = lower, upper
+    import scipy.sparse as sp
     P, G = sp.csc_matrix(P), sp.csc_matrix(G)           # Clarabel's own format (no conversion warning)
     sol = qpsolvers.solve_problem(qpsolvers.Problem(P, q, G, -b, lb=lb, ub=ub), solver="clarabel",
                                   tol_feas=1e-10, tol_gap_abs=1e-10, tol_gap_rel=1e-10)

@@ -18,7 +18,6 @@ import math
 
 import numba as nb
 import numpy as np
-import scipy.sparse as sp
 import torch
 
 from ..models.graph_crf import GraphCRFModel, enumerate_map
@@ -148,6 +147,7 @@ class GraphCRFHost:
         self.sym[list(model.symmetric)] = 1.0
         self.sym[list(model.antisymmetric)] = -1.0
         self.lab = np.ascontiguousarray(model.state_labels, dtype=np.int64)
+        import scipy.sparse as sp
         X = sp.csr_matrix(as_host(data.X))
         y, Fe = as_host(data.y).astype(np.int64), as_host(data.Fe)
         edges = as_host(data.edges_local).astype(np.int64)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import numba as nb
 import numpy as np
-from scipy.optimize import linear_sum_assignment
 
 from ..errors import SSVMInputError
 from ..models.graphcut import GraphCutModel
@@ -269,6 +268,7 @@ class MatchingHost:
         m, n = X.shape[:2]
         M = np.empty((m + n, n + m))
         _matching_matrix(X, Ne, Nf, A, w, self.Fe, self.Fn, M)
+        from scipy.optimize import linear_sum_assignment
         rows, cols = linear_sum_assignment(M, maximize=True)       # as oracles/assignment.py
         y = np.full(m, -1, dtype=np.int64)
         real = (rows < m) & (cols < n)

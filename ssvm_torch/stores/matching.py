@@ -14,7 +14,6 @@ qpsolvers).
 from __future__ import annotations
 
 import numpy as np
-import scipy.sparse as sp
 import torch
 
 from ..devices import from_host, to_host
@@ -54,6 +53,7 @@ class MatchingDual(DenseDual, RelaxedPasses):
         self.edge_row, self.edge_col = torch.cat(rows).to(self.device), torch.cat(cols).to(self.device)
         E = self.gold.shape[0]
         ar = np.arange(E)
+        import scipy.sparse as sp
         self._G = sp.csc_matrix((np.ones(2 * E), (np.concatenate(row_of + col_of), np.concatenate([ar, ar]))),
                                 shape=(r0, E))
         self._P = sp.identity(E, format="csc")
