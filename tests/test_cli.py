@@ -82,6 +82,17 @@ def test_module_entry_point_help():
     assert r.returncode == 0 and "--gap-threshold" in r.stdout
 
 
+def test_the_commands_import_only_what_they_use():
+    """ssvm-train's and ssvm-parse's modules load neither Lightning (ssvm-parse parses text with a saved network)
+    nor scipy's solvers and sparse matrices (imported where a model uses them): every command starts without
+    their seconds of imports (benchmarks/results/startup_commits.json)."""
+    code = ("import sys, ssvm_torch.cli.train, ssvm_torch.deep.ud_parse; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('lightning', 'torchmetrics') "
+            "or m.startswith(('scipy.optimize', 'scipy.sparse', 'scipy.spatial', 'scipy.cluster'))))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.returncode == 0 and r.stdout.strip() == "[]", r.stdout[:500] + r.stderr[-2000:]
+
+
 def test_cli_variants(tmp_path, capsys):
     out = tmp_path / "v"
     assert main(["--dataset", "ocr-small", "--lam", "0.1", "--passes", "4", "--gap-check", "2", "--step", "best",

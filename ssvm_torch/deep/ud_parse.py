@@ -53,7 +53,7 @@ from ..errors import SSVMInputError, check, check_choice, run_cli
 from ..outputs import load_torch
 from .ud_files import ConlluFile, input_trees, read_words, text_words, written
 from .ud_decode import DECODES, attachment_scores, decode_split, tree_layer
-from .ud_parser import HEADS, build_network
+from .ud_network import HEADS, build_network
 from .ud_tagging import TAG_LOSSES
 from .ud_text import UDVocab, make_split
 

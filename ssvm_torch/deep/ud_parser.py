@@ -82,27 +82,9 @@ from .conll_chunker import peak_rss_mb
 from .conll_text import word_dropout
 from .epochs import EpochPermutation, LengthPooledBatches, epoch_mean, epoch_seed, manual_step
 from .plateau import check_restarts, patience_spent, restart_due, restart_from, restarts_done
-from .ud_tagging import TAG_LOSSES, TagHead
-from .ud_text import SPECIALS, load_ud_parsing
-
-HEADS = ("local", "crf", "hinge", "softmax_margin")
-
-
-def build_network(hp, vocab) -> BiaffineParser:
-    """The network of the hyper-parameters ``hp`` (the recipe's names: ``word_dim``, ``hidden``, ...) over the
-    vocabularies ``vocab`` (:class:`~ssvm_torch.deep.ud_text.UDVocab`): what a run trains and what a saved
-    ``parser.pt`` is loaded into (one without ``order``, written before the second order, is first order)."""
-    sib_dim = hp["sib_dim"] if hp.get("order", 1) == 2 else 0
-    tagger = (TagHead(2 * hp["hidden"], len(vocab.upos) - len(SPECIALS), hp["tag_dim"], hp["dropout"], hp["tag_loss"])
-              if hp.get("tags", "gold") == "predicted" else None)
-    tag_feed_dim = hp["upos_dim"] if tagger is not None and hp.get("tag_feed", False) else 0
-    network = BiaffineParser(len(vocab.words), len(vocab.chars), len(vocab.upos), len(vocab.rels), hp["word_dim"],
-                             hp["char_dim"], hp["char_filters"], hp["upos_dim"], hp["hidden"], hp["layers"],
-                             hp["arc_dim"], hp["rel_dim"], hp["dropout"], hp["upos_input"], sib_dim, tagger, tag_feed_dim)
-    if hp.get("xpos", False):       # made last, so that the other initial weights are those of a run without it
-        network.xpos_tagger = TagHead(2 * hp["hidden"], len(vocab.xpos) - len(SPECIALS), hp["tag_dim"], hp["dropout"],
-                                      hp["tag_loss"])
-    return network
+from .ud_network import HEADS, build_network
+from .ud_tagging import TAG_LOSSES
+from .ud_text import load_ud_parsing
 
 
 class UDParser(DevSelectedRun, L.LightningModule):
