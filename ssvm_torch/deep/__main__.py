@@ -11,6 +11,11 @@ import sys
 import lightning as L
 
 from ..lightning import cli_main
+# imported here, not on first use (ssvm_torch.deep imports its names lazily): LightningCLI knows a module by its
+# short name (--model UDParser) only once its class exists
+from .conll_chunker import ConllChunker  # noqa: F401
+from .ocr_module import DeepChainModule  # noqa: F401
+from .ud_parser import UDParser  # noqa: F401
 
 DEFAULT_MODULE = "ssvm_torch.deep.DeepChainModule"
 
