@@ -3,10 +3,12 @@ against its string reference, and the DependencyData container."""
 from __future__ import annotations
 
 import gzip
+from collections import Counter
 
 import numpy as np
 import pytest
 import torch
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from ssvm_torch.data.arc_features import ArcTemplate, featurize
 from ssvm_torch.data.trees import DependencyData, load_ud_dependencies
@@ -103,28 +105,28 @@ def test_damaged_files_are_refused(tmp_path):
         read_conllu(tmp_path / "b.conllu")
 
 
-def test_featurization_equals_the_string_reference(ewt):
-    """Every arc's feature ids are the features of its reference strings that the training gold arcs have,
-    under one consistent id <-> string map (the compiled keys, dictionary and lookup agree with strings)."""
-    # two between items: an arc's keys outnumber its items by up to twice the words between
-    template = ArcTemplate.parse("hw|hp mp hp|mp|att hu|bu|mu bp hp+1|mp-1|dir hl|ml mf|hf hu|mu|nu|dir", name="test")
-    train, other = ewt["train"].subset(range(40)), ewt["dev"].subset(range(10))
-    (d_train, d_other), d, per_item = featurize(template, [train, other], min_count=1)
+def assert_designs_are_the_string_reference(template, train, other, min_count=1):
+    """Every arc's feature ids are the features of its reference strings (ArcTemplate.arc_strings) that the training
+    gold arcs have ``min_count`` times or more, under one consistent id <-> string map (the compiled keys,
+    dictionary and lookup agree with strings)."""
+    (d_train, d_other), d, per_item = featurize(template, [train, other], min_count=min_count)
 
     def sentences(tb):
         return [[(tb.forms[k], tb.upos[k], tb.xpos[k], tb.lemmas[k]) for k in range(tb.offsets[i], tb.offsets[i + 1])]
                 for i in range(tb.n)]
-    gold = set()
+    counts = Counter()
     for i, sent in enumerate(sentences(train)):
         s = int(train.offsets[i])
         for m in range(1, len(sent) + 1):
-            gold.update(template.arc_strings(sent, int(train.heads[s + m - 1]), m))
+            counts.update(template.arc_strings(sent, int(train.heads[s + m - 1]), m))
+    gold = {f for f, c in counts.items() if c >= min_count}
     assert d == len(gold) and sum(per_item.values()) == d
     # each arc carries exactly the ids of its reference strings that gold arcs have: intersecting over the arcs
     # that have a string gives the ids it can be; a perfect matching of strings to ids within those sets is a
     # consistent string <-> id map (strings that always occur together share their candidates)
     pinned = {}
     for tb, design in ((train, d_train), (other, d_other)):
+        assert int(design.ptr[-1]) == len(design.ids) and int(design.tptr[-1]) == len(design.tids)
         for i, sent in enumerate(sentences(tb)):
             n = len(sent)
             for m in range(1, n + 1):
@@ -146,6 +148,37 @@ def test_featurization_equals_the_string_reference(ewt):
     cols = [j for f in names for j in sorted(pinned[f])]
     graph = csr_matrix((np.ones(len(rows)), (rows, cols)), shape=(len(names), d))
     assert len(names) == d and (maximum_bipartite_matching(graph, perm_type="column") >= 0).all()
+
+
+def test_featurization_equals_the_string_reference(ewt):
+    # two between items: an arc's keys outnumber its items by up to twice the words between
+    template = ArcTemplate.parse("hw|hp mp hp|mp|att hu|bu|mu bp hp+1|mp-1|dir hl|ml mf|hf hu|mu|nu|dir", name="test")
+    assert_designs_are_the_string_reference(template, ewt["train"].subset(range(40)), ewt["dev"].subset(range(10)))
+
+
+_PARTS = ([f"{w}{c}{o}" for w in "hm" for c in "wfpul" for o in ("", "+1", "-1")] + [f"n{c}" for c in "wfpul"]
+          + ["att", "dir"])
+
+
+@st.composite
+def arc_templates(draw):
+    """A template of 1-5 distinct items, each 1-3 distinct parts, a between part (at most one per item) in some."""
+    items = set()
+    for _ in range(draw(st.integers(1, 5))):
+        parts = draw(st.lists(st.sampled_from(_PARTS), min_size=1, max_size=3, unique=True))
+        if draw(st.booleans()):
+            parts.append("b" + draw(st.sampled_from("wfpul")))
+        items.add("|".join(parts))
+    return ArcTemplate.parse(sorted(items), name="drawn")
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(template=arc_templates(), min_count=st.sampled_from([1, 2]), start=st.integers(0, 500))
+def test_any_template_equals_the_string_reference(ewt, template, min_count, start):
+    """Drawn templates (items of head / modifier columns with offsets, near, att, dir and between parts, in any
+    mix) on a drawn stretch of training sentences: the compiled featurization is the string reference."""
+    assert_designs_are_the_string_reference(template, ewt["train"].subset(range(start, start + 12)),
+                                            ewt["dev"].subset(range(start, start + 4)), min_count)
 
 
 def test_a_template_of_between_items_only_gets_every_known_value(ewt):

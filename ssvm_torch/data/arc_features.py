@@ -27,10 +27,12 @@ Featurization (:func:`featurize`) never builds strings: every column is coded on
 values of all splits, an item's value is one mixed-radix int64 key, and the dictionary is the keys of the
 *gold* arcs of the training sentences seen at least ``min_count`` times (MSTParser's feature set: a key
 that no gold arc has gets no weight). Every arc h -> m (h != m, h = 0 the root) of every sentence is then
-looked up by binary search in the item's sorted keys, in compiled code, two passes (count, fill) into a
-CSR design: arc a's features are ``ids[ptr[a]:ptr[a+1]]`` (int32, binary values), numbered by descending
-frequency over the training arcs; the items of the head alone are kept per token (``tptr`` / ``tids``), since
-every arc that token heads shares them.
+looked up in the dictionary (one open-addressing hash table over every item's keys), in compiled code and in one
+pass, into a CSR design: arc a's features are ``ids[ptr[a]:ptr[a+1]]`` (int32, binary values), numbered by
+descending frequency over the training arcs; the items of the head alone are kept per token (``tptr`` /
+``tids``), since every arc that token heads shares them. The gold keys and both designs come from one key routine
+(:mod:`ssvm_torch.data.arc_keys`); ``tests/test_ud_data.py`` checks them against :meth:`ArcTemplate.arc_strings`,
+the readable reference, on drawn templates.
 """
 from __future__ import annotations
 
