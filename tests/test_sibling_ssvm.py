@@ -10,10 +10,12 @@ import json
 import numpy as np
 import pytest
 import torch
+from hypothesis import example, given, settings, strategies as st
 
 from conftest import random_sibling_data
 from ssvm_torch import SolverConfig, make_store
 from ssvm_torch.cli.train import main as train_main
+from ssvm_torch.data.sibling_features import SiblingTemplate
 from ssvm_torch.errors import SSVMInputError
 from ssvm_torch.models import SiblingDependencyModel
 from ssvm_torch.solvers.make import make_solver
@@ -136,13 +138,72 @@ def test_ewt_keys_agree_with_the_feature_strings():
                     if (h + s + m) % 7 == 0:                    # the torch helper (phi's) agrees
                         assert sibling_part_ids(design, start, h, s, m) == ids
                     items = {int(np.searchsorted(key_ptr, f - design.offset, side="right")) - 1: f for f in ids}
-                    for t, st in enumerate(strings):
-                        assert (t in items) == (st in gold), st
+                    for t, text in enumerate(strings):
+                        assert (t in items) == (text in gold), text
                         if t in items:
                             hits += 1
-                            assert string_of.setdefault(items[t], st) == st
-                            assert id_of.setdefault(st, items[t]) == items[t]
+                            assert string_of.setdefault(items[t], text) == text
+                            assert id_of.setdefault(text, items[t]) == items[t]
     assert hits > 1000 and len(id_of) > 200
+
+
+_SIB_PARTS = [f"{who}{c}" for who in "hsm" for c in "wfpul"] + ["dir", "sdist"]
+
+
+@st.composite
+def sibling_templates(draw):
+    """A template of 1-4 distinct items of 1-3 distinct parts, each with a sibling or a modifier part; first-child
+    parts or not."""
+    items = set()
+    for _ in range(draw(st.integers(1, 4))):
+        parts = draw(st.lists(st.sampled_from(_SIB_PARTS), min_size=1, max_size=3, unique=True))
+        if not any(p[0] in "sm" and p != "sdist" for p in parts):
+            parts.append(draw(st.sampled_from([p for p in _SIB_PARTS if p[0] in "sm" and p != "sdist"])))
+        items.add("|".join(parts))
+    return SiblingTemplate.parse(sorted(items), name="drawn", first_child=draw(st.booleans()))
+
+
+@settings(max_examples=10, deadline=None)
+@given(template=sibling_templates(), start=st.integers(0, 500), dense=st.booleans(), seed=st.integers(0, 99))
+# sentences 89-100 have no two dependents on a side: an item without features (the torch path read w past its end)
+@example(template=SiblingTemplate.parse(["hw|sw"], name="drawn", first_child=False), start=89, dense=False, seed=0)
+def test_drawn_sibling_templates_score_every_part_as_the_torch_lookup(template, start, dense, seed):
+    """Drawn templates on a drawn stretch of EWT: the dictionary holds one feature per distinct item string of the
+    gold sibling parts (SiblingTemplate.part_strings), and the compiled scores of every part of a sentence (dense
+    tables or, with table_max 0, hashes only; a sentence's small cube of an item's weights where it is used) equal
+    the torch path's sorted-key lookup, -inf where a part does not exist."""
+    from ssvm_torch.data.arc_features import code_columns
+    from ssvm_torch.data.sibling_features import TABLE_MAX, build_designs, sibling_scores_torch
+    from ssvm_torch.data.sibling_keys import fill_sibling_scores
+    from ssvm_torch.data.ud import load_ud_ewt
+    from ssvm_torch.trees.sibling import adjacent_siblings
+    tb = load_ud_ewt("train").subset(range(start, start + 12))
+    codes, radix = code_columns([tb])
+    (design,) = build_designs(template, codes, radix, tb.offsets, tb.heads, 7, 1,
+                              table_max=TABLE_MAX if dense else 0)
+    offsets = torch.from_numpy(tb.offsets.copy())
+    lengths = offsets[1:] - offsets[:-1]
+    heads = torch.full((tb.n, int(lengths.max()) + 1), -1, dtype=torch.int64)
+    for i in range(tb.n):
+        heads[i, 1:int(lengths[i]) + 1] = torch.from_numpy(tb.heads[int(offsets[i]):int(offsets[i + 1])].copy())
+    sibs = adjacent_siblings(heads, lengths)
+    gold = set()
+    for i in range(tb.n):
+        sent = [(tb.forms[k], tb.upos[k], tb.xpos[k], tb.lemmas[k]) for k in range(int(offsets[i]), int(offsets[i + 1]))]
+        for m in range(1, int(lengths[i]) + 1):
+            if int(sibs[i, m]) > 0 or template.first_child:           # 0: a first-child part, if the template has them
+                s = int(sibs[i, m]) if int(sibs[i, m]) > 0 else int(heads[i, m])
+                gold.update(template.part_strings(sent, int(heads[i, m]), s, m))
+    assert design.n_features == len(gold)
+    w = torch.from_numpy(np.random.default_rng(seed).normal(size=7 + design.n_features))
+    host = design.host()
+    for i in range(6):
+        n = int(lengths[i])
+        compiled = np.full((n + 1, n + 1, n + 1), -np.inf)
+        fill_sibling_scores(*host, int(offsets[i]), n, w.numpy(), compiled)
+        reference = sibling_scores_torch(design, w, offsets[i:i + 1], lengths[i:i + 1], n + 1)[0]
+        assert torch.equal(torch.isinf(reference), torch.from_numpy(np.isinf(compiled)))
+        assert torch.allclose(torch.from_numpy(compiled), reference, rtol=1e-12, atol=1e-12)
 
 
 def test_the_part_pool_grows_and_stays_the_sum_of_its_blocks():

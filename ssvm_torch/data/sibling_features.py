@@ -233,15 +233,17 @@ def sibling_scores_torch(design: SiblingDesign, w: torch.Tensor, starts: torch.T
     start = starts[:, None, None, None]
     out = torch.zeros(B, N, N, N, dtype=w.dtype, device=dev)
     parts, ptr, mult = design.parts.tolist(), design.part_ptr.tolist(), design.mult.tolist()
+    key_ptr = design.key_ptr.tolist()
     for t in range(len(ptr) - 1):
+        lo, hi = key_ptr[t], key_ptr[t + 1]
+        if hi == lo:                # no gold part had this item (min_count, a small split): it scores nothing, and
+            continue                # w[offset + lo] may lie past w's end (the last item)
         key = torch.zeros(B, N, N, N, dtype=torch.int64, device=dev)
         for q in range(ptr[t], ptr[t + 1]):
             key += _values(design, parts[q][1], parts[q][2], h, s, m, start) * mult[q]
-        lo, hi = design.key_ptr[t], design.key_ptr[t + 1]
         sorted_keys = design.keys[lo:hi]
-        at = torch.searchsorted(sorted_keys, key.reshape(-1)).clamp(max=max(int(hi - lo) - 1, 0)).reshape(key.shape)
-        hit = (sorted_keys[at] == key) if int(hi - lo) else torch.zeros_like(key, dtype=torch.bool)
-        out += torch.where(hit, w[design.offset + lo + at], torch.zeros((), dtype=w.dtype, device=dev))
+        at = torch.searchsorted(sorted_keys, key.reshape(-1)).clamp(max=hi - lo - 1).reshape(key.shape)
+        out += torch.where(sorted_keys[at] == key, w[design.offset + lo + at], torch.zeros((), dtype=w.dtype, device=dev))
     return out.masked_fill(~valid, float("-inf"))
 
 
