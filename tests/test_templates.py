@@ -7,6 +7,7 @@ import shutil
 import numpy as np
 import pytest
 import torch
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from ssvm_torch import SSVMInputError
 from ssvm_torch.data import data_dir
@@ -48,6 +49,34 @@ def test_engine_reproduces_the_string_reference(raw, template, min_count):
     ref_tr, ref_te, n_ref = string_reference(template, train, test, min_count)
     assert n_attr == n_ref                                  # same d
     for design, ref in ((a, ref_tr), (b, ref_te)):         # same rows, same attribute ids
+        assert np.array_equal(design.crow, ref.X.crow_indices().numpy())
+        assert np.array_equal(design.cols, ref.X.col_indices().numpy())
+
+
+_COLUMNS = ["w", "p", "lw", "shape", "pre1", "pre3", "suf2", "suf4", "cap", "digit", "hyphen", "punct"]
+
+
+@st.composite
+def chain_templates(draw):
+    """1-5 distinct items of 1-3 distinct ``column[offset]`` parts, offsets -2..2."""
+    items = set()
+    for _ in range(draw(st.integers(1, 5))):
+        parts = draw(st.lists(st.tuples(st.sampled_from(_COLUMNS), st.integers(-2, 2)), min_size=1, max_size=3,
+                              unique=True))
+        items.add("|".join(f"{c}[{o}]" for c, o in parts))
+    return Template.parse(" ".join(sorted(items)), name="drawn")
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(template=chain_templates(), min_count=st.sampled_from([1, 2, 3]), start=st.integers(0, 2000))
+def test_drawn_templates_reproduce_the_string_reference(raw, template, min_count, start):
+    """Drawn templates (any columns, windows up to two tokens away, conjunctions) on a drawn stretch of CoNLL-2000:
+    the compiled dictionary and rows are the attribute strings' (ids in first-occurrence order)."""
+    train, test = raw[0][start:start + 60], raw[1][start // 4:start // 4 + 20]
+    (a, b), n_attr, _ = featurize(template, [train, test], min_count)
+    ref_tr, ref_te, n_ref = string_reference(template, train, test, min_count)
+    assert n_attr == n_ref
+    for design, ref in ((a, ref_tr), (b, ref_te)):
         assert np.array_equal(design.crow, ref.X.crow_indices().numpy())
         assert np.array_equal(design.cols, ref.X.col_indices().numpy())
 
