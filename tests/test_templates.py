@@ -81,6 +81,11 @@ def test_drawn_templates_reproduce_the_string_reference(raw, template, min_count
         assert np.array_equal(design.cols, ref.X.col_indices().numpy())
 
 
+def test_a_min_count_that_leaves_no_attribute_is_refused_with_the_largest_count(raw):
+    with pytest.raises(SSVMInputError, match=r"min_count: expected at most \d+ .* got 100000: no attribute is left"):
+        featurize(SHA_PEREIRA, [raw[0][:20]], 100000)
+
+
 def test_sha_pereira_on_all_of_conll_matches_the_published_layout():
     train, test = load_conll2000()
     assert train.X.shape == (211727, 335672) and train.n == 8936 and test.n == 2012

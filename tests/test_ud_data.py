@@ -204,6 +204,18 @@ def test_a_template_of_between_items_only_gets_every_known_value(ewt):
                     assert int(design.ptr[a + 1] - design.ptr[a]) == len(known)
 
 
+def test_a_min_count_that_leaves_no_feature_is_refused_with_the_largest_count(ewt):
+    """Arcs and fenceposts: a min_count above every training count is refused naming it and the count that would
+    keep one feature (not an empty design that a later check calls n_features 0)."""
+    from ssvm_torch.data.span_data import featurize as fencepost_featurize
+    train = ewt["train"].subset(range(20))
+    with pytest.raises(SSVMInputError, match=r"min_count: expected at most \d+ .* got 100000: no feature is left"):
+        featurize(ArcTemplate.parse("hp|mp", name="t"), [train], min_count=100000)
+    sentences = [(train.forms[a:b], train.upos[a:b]) for a, b in zip(train.offsets[:-1], train.offsets[1:])]
+    with pytest.raises(SSVMInputError, match=r"min_count: expected at most \d+ .* got 100000: no feature is left"):
+        fencepost_featurize(sentences, None, 100000)
+
+
 def test_container_subset_and_refusals():
     from conftest import random_dependency_data
     data = random_dependency_data(np.random.default_rng(0), 6, 20, lmin=1, lmax=5)

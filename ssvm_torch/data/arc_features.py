@@ -289,9 +289,10 @@ def featurize(template: ArcTemplate, treebanks, min_count: int = 1, designs_of=N
     items, keys = gold_keys(codes[0], train.offsets, train.heads, parts, part_ptr, mult, between, max_between,
                              radix_max)
     # the dictionary: per item, the keys of gold arcs seen >= min_count times; ids in order of items, then keys
-    dict_keys, dict_ptr, per_item = [], [0], []
+    dict_keys, dict_ptr, per_item, most = [], [0], [], 0
     for t in range(T):
         uniq, counts = np.unique(keys[items == t], return_counts=True)
+        most = max(most, int(counts.max(initial=0)))
         uniq = uniq[counts >= min_count]
         dict_keys.append(uniq)
         dict_ptr.append(dict_ptr[-1] + len(uniq))
@@ -299,6 +300,9 @@ def featurize(template: ArcTemplate, treebanks, min_count: int = 1, designs_of=N
     dict_keys = np.concatenate(dict_keys) if dict_keys else np.zeros(0, dtype=np.int64)
     dict_ptr = np.asarray(dict_ptr, dtype=np.int64)
     d = int(dict_ptr[-1])
+    if d == 0:
+        raise SSVMInputError(f"min_count: expected at most {most} (the count of the most frequent feature of the "
+                             f"{train.n} training sentences' gold arcs), got {min_count}: no feature is left")
     dict_ids = np.arange(d, dtype=np.int32)
     head_only = np.array([all(kind == 0 for kind, _, _ in item) for item in template.items], dtype=np.bool_)
     table = dictionary_table(dict_keys, dict_ptr, dict_ids)

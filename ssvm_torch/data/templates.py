@@ -210,21 +210,25 @@ def featurize(template: Template, splits: list, min_count: int = 1) -> tuple[lis
         codes[col], sizes[col] = inv, len(uniq)
     n_train = int(sum(len(s) for s in splits[0]))
     sizes_of = [int(sum(len(s) for s in sp)) for sp in splits]
-    node, n_attr = _encode(template, template.items, codes, sizes, pos, length_of, n_train, min_count, sizes_of)
+    node, n_attr, most = _encode(template, template.items, codes, sizes, pos, length_of, n_train, min_count, sizes_of)
+    if n_attr == 0:
+        raise SSVMInputError(f"min_count: expected at most {most} (the count of the most frequent attribute of the "
+                             f"{len(splits[0])} training sentences), got {min_count}: no attribute is left")
     if not template.edge_items:
         return [Design(c, k) for c, k in node], n_attr, 0
-    edge, n_edge = _encode(template, template.edge_items, codes, sizes, pos, length_of, n_train, min_count,
-                           sizes_of, first=1)
+    edge, n_edge, _ = _encode(template, template.edge_items, codes, sizes, pos, length_of, n_train, min_count,
+                              sizes_of, first=1)
     return [Design(c, k, ec, ek) for (c, k), (ec, ek) in zip(node, edge)], n_attr, n_edge
 
 
 def _encode(template, items, codes, sizes, pos, length_of, n_train, min_count, sizes_of, first=0):
     """CSR (row pointers, sorted ids) of every split for one list of items, tokens at positions
-    >= ``first`` only, and the dictionary size (see :func:`featurize`)."""
+    >= ``first`` only, the dictionary size and the training count of the most frequent attribute (see
+    :func:`featurize`)."""
     N = len(pos)
     n_items = len(items)
     ids = np.full((n_items, N), -1, dtype=np.int64)      # item-major: every item's pass is contiguous
-    firsts, inverses = [], []
+    firsts, inverses, most = [], [], 0
     for j, item in enumerate(items):
         lo = max(first, -min(off for _, off in item))
         hi = max(0, max(off for _, off in item))
@@ -243,6 +247,7 @@ def _encode(template, items, codes, sizes, pos, length_of, n_train, min_count, s
         first_at = np.full(len(uk), N, dtype=np.int64)
         np.minimum.at(first_at, inv[train], rows[train])
         keep = count >= min_count
+        most = max(most, int(count.max(initial=0)))
         firsts.append(first_at[keep] * n_items + j)
         inverses.append((rows, inv, keep))
     # attribute ids: order of first occurrence in the training tokens, item order within a token
@@ -263,4 +268,4 @@ def _encode(template, items, codes, sizes, pos, length_of, n_train, min_count, s
         np.cumsum((block >= 0).sum(1), out=crow[1:])
         out.append((crow, block[block >= 0]))
         begin += size
-    return out, len(order)
+    return out, len(order), most
