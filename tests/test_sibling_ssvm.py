@@ -94,6 +94,29 @@ def test_compiled_scores_equal_the_torch_scores(table_max):
     assert torch.equal(model.predict_flat(w, data), model.with_kernels("torch").predict_flat(w, data))
 
 
+def gold_sibling_strings(template, tb):
+    """(offsets, lengths, sentences, gold) of a treebank: its sentences as (form, upos, xpos, lemma) tuples and the
+    item strings (SiblingTemplate.part_strings) of its gold sibling parts, the first-child parts (s = h) where the
+    template has them: what the dictionary is built from."""
+    from ssvm_torch.trees.sibling import adjacent_siblings
+    offsets = torch.from_numpy(tb.offsets.copy())
+    lengths = offsets[1:] - offsets[:-1]
+    sentences = [[(tb.forms[k], tb.upos[k], tb.xpos[k], tb.lemmas[k]) for k in range(int(offsets[i]),
+                                                                                    int(offsets[i + 1]))]
+                 for i in range(tb.n)]
+    heads = torch.full((tb.n, int(lengths.max()) + 1), -1, dtype=torch.int64)
+    for i in range(tb.n):
+        heads[i, 1:int(lengths[i]) + 1] = torch.from_numpy(tb.heads[int(offsets[i]):int(offsets[i + 1])].copy())
+    sibs = adjacent_siblings(heads, lengths)
+    gold = set()
+    for i in range(tb.n):
+        for m in range(1, int(lengths[i]) + 1):
+            if int(sibs[i, m]) > 0 or template.first_child:                  # 0: a first-child part
+                s = int(sibs[i, m]) if int(sibs[i, m]) > 0 else int(heads[i, m])
+                gold.update(template.part_strings(sentences[i], int(heads[i, m]), s, m))
+    return offsets, lengths, sentences, gold
+
+
 def test_ewt_keys_agree_with_the_feature_strings():
     """On UD English-EWT's first 40 training sentences: an item of a sibling part has a feature (compiled lookup;
     the torch helper agrees on a seventh of the parts) exactly when its readable feature string
@@ -104,24 +127,10 @@ def test_ewt_keys_agree_with_the_feature_strings():
     from ssvm_torch.data.sibling_keys import sibling_part_ids as compiled_ids
     from ssvm_torch.data.types import data_file
     from ssvm_torch.data.ud import UD_EWT, read_conllu
-    from ssvm_torch.trees.sibling import adjacent_siblings
     tb = read_conllu(data_file(UD_EWT["train"])).subset(range(40))
     codes, radix = code_columns([tb])
     (design,) = build_designs(MCDONALD_PEREIRA, codes, radix, tb.offsets, tb.heads, 7, 1)
-    offsets = torch.from_numpy(tb.offsets.copy())
-    sentences = [[(tb.forms[k], tb.upos[k], tb.xpos[k], tb.lemmas[k]) for k in range(int(offsets[i]),
-                                                                                    int(offsets[i + 1]))]
-                 for i in range(tb.n)]
-    lengths = offsets[1:] - offsets[:-1]
-    heads = torch.full((tb.n, int(lengths.max()) + 1), -1, dtype=torch.int64)
-    for i in range(tb.n):
-        heads[i, 1:int(lengths[i]) + 1] = torch.from_numpy(tb.heads[int(offsets[i]):int(offsets[i + 1])].copy())
-    sibs = adjacent_siblings(heads, lengths)
-    gold = set()
-    for i in range(tb.n):
-        for m in range(1, int(lengths[i]) + 1):
-            s = int(sibs[i, m]) if int(sibs[i, m]) > 0 else int(heads[i, m])     # 0: a first-child part
-            gold.update(MCDONALD_PEREIRA.part_strings(sentences[i], int(heads[i, m]), s, m))
+    offsets, lengths, sentences, gold = gold_sibling_strings(MCDONALD_PEREIRA, tb)
     key_ptr = design.key_ptr.numpy()
     host, buf = design.host(), np.empty(len(MCDONALD_PEREIRA.items), dtype=np.int64)
     string_of, id_of, hits = {}, {}, 0
@@ -176,24 +185,11 @@ def test_drawn_sibling_templates_score_every_part_as_the_torch_lookup(template, 
     from ssvm_torch.data.sibling_features import TABLE_MAX, build_designs, sibling_scores_torch
     from ssvm_torch.data.sibling_keys import fill_sibling_scores
     from ssvm_torch.data.ud import load_ud_ewt
-    from ssvm_torch.trees.sibling import adjacent_siblings
     tb = load_ud_ewt("train").subset(range(start, start + 12))
     codes, radix = code_columns([tb])
     (design,) = build_designs(template, codes, radix, tb.offsets, tb.heads, 7, 1,
                               table_max=TABLE_MAX if dense else 0)
-    offsets = torch.from_numpy(tb.offsets.copy())
-    lengths = offsets[1:] - offsets[:-1]
-    heads = torch.full((tb.n, int(lengths.max()) + 1), -1, dtype=torch.int64)
-    for i in range(tb.n):
-        heads[i, 1:int(lengths[i]) + 1] = torch.from_numpy(tb.heads[int(offsets[i]):int(offsets[i + 1])].copy())
-    sibs = adjacent_siblings(heads, lengths)
-    gold = set()
-    for i in range(tb.n):
-        sent = [(tb.forms[k], tb.upos[k], tb.xpos[k], tb.lemmas[k]) for k in range(int(offsets[i]), int(offsets[i + 1]))]
-        for m in range(1, int(lengths[i]) + 1):
-            if int(sibs[i, m]) > 0 or template.first_child:           # 0: a first-child part, if the template has them
-                s = int(sibs[i, m]) if int(sibs[i, m]) > 0 else int(heads[i, m])
-                gold.update(template.part_strings(sent, int(heads[i, m]), s, m))
+    offsets, lengths, _, gold = gold_sibling_strings(template, tb)
     assert design.n_features == len(gold)
     w = torch.from_numpy(np.random.default_rng(seed).normal(size=7 + design.n_features))
     host = design.host()
