@@ -180,19 +180,23 @@ def test_drawn_sibling_templates_score_every_part_as_the_torch_lookup(template, 
     """Drawn templates on a drawn stretch of EWT: the dictionary holds one feature per distinct item string of the
     gold sibling parts (SiblingTemplate.part_strings), and the compiled scores of every part of a sentence (dense
     tables or, with table_max 0, hashes only; a sentence's small cube of an item's weights where it is used) equal
-    the torch path's sorted-key lookup, -inf where a part does not exist."""
+    the torch path's sorted-key lookup, -inf where a part does not exist; on the shortest sentence of three words
+    or more each part's score is the sum of the weights of its strings that the dictionary holds, under one
+    string <-> id map."""
     from ssvm_torch.data.arc_features import code_columns
-    from ssvm_torch.data.sibling_features import TABLE_MAX, build_designs, sibling_scores_torch
+    from ssvm_torch.data.sibling_features import TABLE_MAX, build_designs, sibling_part_ids, sibling_scores_torch
     from ssvm_torch.data.sibling_keys import fill_sibling_scores
     from ssvm_torch.data.ud import load_ud_ewt
     tb = load_ud_ewt("train").subset(range(start, start + 12))
     codes, radix = code_columns([tb])
     (design,) = build_designs(template, codes, radix, tb.offsets, tb.heads, 7, 1,
                               table_max=TABLE_MAX if dense else 0)
-    offsets, lengths, _, gold = gold_sibling_strings(template, tb)
+    offsets, lengths, sentences, gold = gold_sibling_strings(template, tb)
     assert design.n_features == len(gold)
     w = torch.from_numpy(np.random.default_rng(seed).normal(size=7 + design.n_features))
     host = design.host()
+    id_of, string_of = {}, {}
+    shortest = int(torch.argmin(torch.where(lengths[:6] >= 3, lengths[:6], 10 ** 6)))    # the strings' check: n^3 / 3 parts
     for i in range(6):
         n = int(lengths[i])
         compiled = np.full((n + 1, n + 1, n + 1), -np.inf)
@@ -200,6 +204,18 @@ def test_drawn_sibling_templates_score_every_part_as_the_torch_lookup(template, 
         reference = sibling_scores_torch(design, w, offsets[i:i + 1], lengths[i:i + 1], n + 1)[0]
         assert torch.equal(torch.isinf(reference), torch.from_numpy(np.isinf(compiled)))
         assert torch.allclose(torch.from_numpy(compiled), reference, rtol=1e-12, atol=1e-12)
+        if i != shortest:
+            continue
+        for h in range(n + 1):
+            for m in range(1, n + 1):
+                between = list(range(min(h, m) + 1, max(h, m)))
+                for s in ([h] if template.first_child and h != m else []) + (between if h != m else []):
+                    known = [t for t in template.part_strings(sentences[i], h, s, m) if t in gold]
+                    ids = sibling_part_ids(design, int(offsets[i]), h, s, m)       # items in order, as the strings
+                    assert len(ids) == len(known)
+                    for text, f in zip(known, ids):
+                        assert id_of.setdefault(text, f) == f and string_of.setdefault(f, text) == text
+                    assert compiled[m, h, s] == pytest.approx(float(w[ids].sum()), rel=1e-12, abs=1e-12)
 
 
 def test_the_part_pool_grows_and_stays_the_sum_of_its_blocks():
