@@ -58,12 +58,14 @@ _COLUMNS = ["w", "p", "lw", "shape", "pre1", "pre3", "suf2", "suf4", "cap", "dig
 
 @st.composite
 def chain_templates(draw):
-    """1-5 distinct items of 1-3 distinct ``column[offset]`` parts, offsets -2..2."""
+    """1-5 distinct items of 1-3 distinct ``column[offset]`` parts, offsets -2..2, and 0-2 edge items."""
     items = set()
-    for _ in range(draw(st.integers(1, 5))):
+    for k in range(draw(st.integers(1, 5)) + draw(st.integers(0, 2))):
         parts = draw(st.lists(st.tuples(st.sampled_from(_COLUMNS), st.integers(-2, 2)), min_size=1, max_size=3,
                               unique=True))
-        items.add("|".join(f"{c}[{o}]" for c, o in parts))
+        items.add(("edge:" if k >= 5 or draw(st.integers(0, 4)) == 0 else "") + "|".join(f"{c}[{o}]" for c, o in parts))
+    if all(i.startswith("edge:") for i in items):
+        items.add("w[0]")
     return Template.parse(" ".join(sorted(items)), name="drawn")
 
 
@@ -71,14 +73,29 @@ def chain_templates(draw):
 @given(template=chain_templates(), min_count=st.sampled_from([1, 2, 3]), start=st.integers(0, 2000))
 def test_drawn_templates_reproduce_the_string_reference(raw, template, min_count, start):
     """Drawn templates (any columns, windows up to two tokens away, conjunctions) on a drawn stretch of CoNLL-2000:
-    the compiled dictionary and rows are the attribute strings' (ids in first-occurrence order)."""
+    the compiled dictionary and rows are the attribute strings' (ids in first-occurrence order), the edge attributes'
+    too."""
     train, test = raw[0][start:start + 60], raw[1][start // 4:start // 4 + 20]
-    (a, b), n_attr, _ = featurize(template, [train, test], min_count)
+    (a, b), n_attr, n_edge = featurize(template, [train, test], min_count)
     ref_tr, ref_te, n_ref = string_reference(template, train, test, min_count)
     assert n_attr == n_ref
     for design, ref in ((a, ref_tr), (b, ref_te)):
         assert np.array_equal(design.crow, ref.X.crow_indices().numpy())
         assert np.array_equal(design.cols, ref.X.col_indices().numpy())
+    if not template.edge_items:
+        return
+    counts = collections.Counter(x for s in train for attrs in template.attributes(s, edge=True) for x in attrs)
+    index = {}
+    for s in train:
+        for attrs in template.attributes(s, edge=True):
+            for x in attrs:
+                if counts[x] >= min_count:
+                    index.setdefault(x, len(index))
+    assert n_edge == len(index)
+    for design, split in ((a, train), (b, test)):
+        rows = [sorted(index[x] for x in attrs if x in index) for s in split for attrs in template.attributes(s, edge=True)]
+        assert np.array_equal(design.edge_cols, np.array([c for r in rows for c in r], dtype=design.edge_cols.dtype))
+        assert np.array_equal(np.diff(design.edge_crow), [len(r) for r in rows])
 
 
 def test_a_min_count_that_leaves_no_attribute_is_refused_with_the_largest_count(raw):
