@@ -90,7 +90,8 @@ def test_the_commands_import_only_what_they_use():
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('lightning', 'torchmetrics') "
             "or m.startswith(('scipy.optimize', 'scipy.sparse', 'scipy.spatial', 'scipy.cluster')))); "
             # ssvm-deep still knows its modules by their short names (ssvm_torch.deep's names load on first use)
-            "from ssvm_torch.deep.__main__ import main; sys.exit(main(['fit', '--model', 'UDParser', '--print_config']))")
+            "from ssvm_torch.deep.__main__ import main; "
+            "sys.exit(main(['fit', '--model', 'UDParser', '--print_config']))")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     lines = r.stdout.splitlines()
     assert r.returncode == 0 and lines[0] == "[]", r.stdout[:500] + r.stderr[-2000:]

@@ -196,7 +196,8 @@ def test_drawn_sibling_templates_score_every_part_as_the_torch_lookup(template, 
     w = torch.from_numpy(np.random.default_rng(seed).normal(size=7 + design.n_features))
     host = design.host()
     id_of, string_of = {}, {}
-    shortest = int(torch.argmin(torch.where(lengths[:6] >= 3, lengths[:6], 10 ** 6)))    # the strings' check: n^3 / 3 parts
+    # the strings' check reads n^3 / 3 parts: the shortest sentence of three words or more
+    shortest = int(torch.argmin(torch.where(lengths[:6] >= 3, lengths[:6], 10 ** 6)))
     for i in range(6):
         n = int(lengths[i])
         compiled = np.full((n + 1, n + 1, n + 1), -np.inf)

@@ -93,7 +93,8 @@ def test_drawn_templates_reproduce_the_string_reference(raw, template, min_count
                     index.setdefault(x, len(index))
     assert n_edge == len(index)
     for design, split in ((a, train), (b, test)):
-        rows = [sorted(index[x] for x in attrs if x in index) for s in split for attrs in template.attributes(s, edge=True)]
+        rows = [sorted(index[x] for x in attrs if x in index)
+                for s in split for attrs in template.attributes(s, edge=True)]
         assert np.array_equal(design.edge_cols, np.array([c for r in rows for c in r], dtype=design.edge_cols.dtype))
         assert np.array_equal(np.diff(design.edge_crow), [len(r) for r in rows])
 

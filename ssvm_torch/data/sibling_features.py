@@ -243,7 +243,8 @@ def sibling_scores_torch(design: SiblingDesign, w: torch.Tensor, starts: torch.T
             key += _values(design, parts[q][1], parts[q][2], h, s, m, start) * mult[q]
         sorted_keys = design.keys[lo:hi]
         at = torch.searchsorted(sorted_keys, key.reshape(-1)).clamp(max=hi - lo - 1).reshape(key.shape)
-        out += torch.where(sorted_keys[at] == key, w[design.offset + lo + at], torch.zeros((), dtype=w.dtype, device=dev))
+        zero = torch.zeros((), dtype=w.dtype, device=dev)
+        out += torch.where(sorted_keys[at] == key, w[design.offset + lo + at], zero)
     return out.masked_fill(~valid, float("-inf"))
 
 

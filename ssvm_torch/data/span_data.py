@@ -236,9 +236,9 @@ def featurize(sentences: list, vocabulary: dict | None = None, min_count: int = 
         counts = Counter(x for sent in items for fence in sent for x in fence)
         vocabulary = {x: k for k, x in enumerate(sorted(x for x, c in counts.items() if c >= min_count))}
         if not vocabulary:
-            raise SSVMInputError(f"min_count: expected at most {max(counts.values(), default=0)} (the count of the most "
-                                 f"frequent fencepost item of the {len(sentences)} training sentences), got {min_count}: "
-                                 "no feature is left")
+            most = max(counts.values(), default=0)
+            raise SSVMInputError(f"min_count: expected at most {most} (the count of the most frequent fencepost item "
+                                 f"of the {len(sentences)} training sentences), got {min_count}: no feature is left")
     ptr, ids = [0], []
     for sent in items:
         for fence in sent:
