@@ -234,6 +234,7 @@ def sibling_scores_torch(design: SiblingDesign, w: torch.Tensor, starts: torch.T
     out = torch.zeros(B, N, N, N, dtype=w.dtype, device=dev)
     parts, ptr, mult = design.parts.tolist(), design.part_ptr.tolist(), design.mult.tolist()
     key_ptr = design.key_ptr.tolist()
+    zero = torch.zeros((), dtype=w.dtype, device=dev)
     for t in range(len(ptr) - 1):
         lo, hi = key_ptr[t], key_ptr[t + 1]
         if hi == lo:                # no gold part had this item (min_count, a small split): it scores nothing, and
@@ -243,7 +244,6 @@ def sibling_scores_torch(design: SiblingDesign, w: torch.Tensor, starts: torch.T
             key += _values(design, parts[q][1], parts[q][2], h, s, m, start) * mult[q]
         sorted_keys = design.keys[lo:hi]
         at = torch.searchsorted(sorted_keys, key.reshape(-1)).clamp(max=hi - lo - 1).reshape(key.shape)
-        zero = torch.zeros((), dtype=w.dtype, device=dev)
         out += torch.where(sorted_keys[at] == key, w[design.offset + lo + at], zero)
     return out.masked_fill(~valid, float("-inf"))
 
