@@ -3,6 +3,8 @@ against its string reference, and the DependencyData container."""
 from __future__ import annotations
 
 import gzip
+import subprocess
+import sys
 from collections import Counter
 
 import numpy as np
@@ -202,6 +204,27 @@ def test_a_template_of_between_items_only_gets_every_known_value(ewt):
                     a = int(design.arc_off[i]) + (m - 1) * n + (h if h < m else h - 1)
                     known = [f for f in template.arc_strings(sent, h, m) if f in gold]
                     assert int(design.ptr[a + 1] - design.ptr[a]) == len(known)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="RLIMIT_AS and /proc/self/statm")
+def test_a_between_words_item_featurizes_within_the_memory_of_its_sentences():
+    """The gold keys' buffer is bounded by the words between an arc's ends, not by the column's 20k forms: 3,000
+    training sentences with ``hp|bw|mp`` featurize under 2 GB of address space beyond what the process holds
+    (the radix bound asked for ~16 GB, and EWT's whole training split for 65 GB: a MemoryError)."""
+    code = """if True:
+        import resource, sys
+        from ssvm_torch.data.arc_features import ArcTemplate, featurize
+        from ssvm_torch.data.ud import load_ud_ewt
+        tr = load_ud_ewt("train").subset(range(3000))
+        featurize(ArcTemplate.parse("hp|mp hp|bw|mp", name="x"), [tr.subset(range(5))])     # compiled before the limit
+        held = int(open("/proc/self/statm").read().split()[0]) * resource.getpagesize()
+        resource.setrlimit(resource.RLIMIT_AS, (held + 2 * 2 ** 30, resource.RLIM_INFINITY))
+        (design,), d, _ = featurize(ArcTemplate.parse("hp|mp hp|bw|mp", name="x"), [tr], designs_of=[0])
+        print(d, int(design.ptr[-1]) == len(design.ids))"""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-2000:]
+    d, whole = r.stdout.split()
+    assert int(d) > 1000 and whole == "True"
 
 
 def test_a_min_count_that_leaves_no_feature_is_refused_with_the_largest_count(ewt):

@@ -279,14 +279,18 @@ def featurize(template: ArcTemplate, treebanks, min_count: int = 1, designs_of=N
     parts, part_ptr, mult = item_radices(template, radix)
     T = len(template.items)
     between = np.full(T, -1, dtype=np.int64)
-    max_between = 0
+    # keys of one arc at most: one per item, and a between item's one per distinct value between, fewer than the
+    # column's values and than the longest sentence's words (the radix alone, 20k forms for bw, made the gold
+    # keys of EWT's training split a 65 GB allocation)
+    longest = max(int(np.diff(tb.offsets).max(initial=1)) for tb in treebanks)
+    per_arc = T
     for q in range(len(parts)):
         if parts[q, 1] == 2:
             between[parts[q, 0]] = q
-            max_between += int(radix[parts[q, 2]])
+            per_arc += min(int(radix[parts[q, 2]]), longest - 1)
     radix_max = int(radix.max())
     train = treebanks[0]
-    items, keys = gold_keys(codes[0], train.offsets, train.heads, parts, part_ptr, mult, between, max_between,
+    items, keys = gold_keys(codes[0], train.offsets, train.heads, parts, part_ptr, mult, between, per_arc,
                              radix_max)
     # the dictionary: per item, the keys of gold arcs seen >= min_count times; ids in order of items, then keys
     dict_keys, dict_ptr, per_item, most = [], [0], [], 0
@@ -313,7 +317,8 @@ def featurize(template: ArcTemplate, treebanks, min_count: int = 1, designs_of=N
             continue
         lengths = np.diff(tb.offsets)
         arc_off = np.concatenate([[0], np.cumsum(lengths * lengths)]).astype(np.int64)
-        ptr, ids = arc_design(cd, tb.offsets, parts, part_ptr, mult, between, radix_max, *table, arc_off, head_only)
+        ptr, ids = arc_design(cd, tb.offsets, parts, part_ptr, mult, between, per_arc, radix_max, *table, arc_off,
+                              head_only)
         tptr = np.zeros(int(tb.offsets[-1]) + tb.n + 1, dtype=np.int64)
         token_design(cd, tb.offsets, parts, part_ptr, mult, head_only, *table, False, tptr, np.zeros(0, dtype=np.int32))
         np.cumsum(tptr, out=tptr)

@@ -164,24 +164,23 @@ def _arc_item_keys(codes, start, n, h, m, parts, mult, between, HK, MK, arc_ptr,
 
 
 @nb.njit(cache=True, nogil=True)
-def _longest(offsets):
+def _token_sum_buffers(offsets, T):
+    """(HK, MK): :func:`_token_sums`' buffers for the longest sentence of ``offsets``."""
     longest = 0
     for s in range(offsets.shape[0] - 1):
         longest = max(longest, offsets[s + 1] - offsets[s])
-    return longest
+    return np.empty((longest + 1, T), dtype=np.int64), np.empty((longest + 1, T), dtype=np.int64)
 
 
 @nb.njit(cache=True, nogil=True)
-def gold_keys(codes, offsets, heads, parts, part_ptr, mult, between, max_between, radix_max):
+def gold_keys(codes, offsets, heads, parts, part_ptr, mult, between, per_arc, radix_max):
     """(item, key) of every feature of every gold arc (:func:`_arc_item_keys`, every item): the training
-    dictionary's raw material."""
+    dictionary's raw material. ``per_arc``: a bound on one arc's keys."""
     T = part_ptr.shape[0] - 1
     arc_ptr, arc_q = _arc_part_index(parts, part_ptr)
-    longest = _longest(offsets)
-    HK = np.empty((longest + 1, T), dtype=np.int64)
-    MK = np.empty((longest + 1, T), dtype=np.int64)
+    HK, MK = _token_sum_buffers(offsets, T)
     skip = np.zeros(T, dtype=np.bool_)
-    cap = heads.shape[0] * (T + max_between)
+    cap = heads.shape[0] * per_arc
     items = np.empty(cap, dtype=np.int64)
     keys = np.empty(cap, dtype=np.int64)
     seen = np.zeros(radix_max, dtype=np.int64)
@@ -198,19 +197,16 @@ def gold_keys(codes, offsets, heads, parts, part_ptr, mult, between, max_between
 
 
 @nb.njit(cache=True, nogil=True)
-def arc_design(codes, offsets, parts, part_ptr, mult, between, radix_max, table_keys, table_items, table_ids, arc_off,
-               head_only):
+def arc_design(codes, offsets, parts, part_ptr, mult, between, per_arc, radix_max, table_keys, table_items, table_ids,
+               arc_off, head_only):
     """(ptr (A + 1,) int64, ids (nnz,) int32): the CSR design of every arc, each arc's known feature ids in
     ids[ptr[a]:ptr[a + 1]] in the order of :func:`_arc_item_keys`, in one pass: the arcs are visited in order of
     their number, so ptr is written as ids grow (doubled when full). Arc (m, h) of sentence s is
     arc_off[s] + (m - 1) n + (h if h < m else h - 1). The items of the head alone (``head_only``) go to the token
-    design instead (:func:`token_design`)."""
+    design instead (:func:`token_design`); ``per_arc``: a bound on one arc's keys."""
     T = part_ptr.shape[0] - 1
     arc_ptr, arc_q = _arc_part_index(parts, part_ptr)
-    longest = _longest(offsets)
-    HK = np.empty((longest + 1, T), dtype=np.int64)
-    MK = np.empty((longest + 1, T), dtype=np.int64)
-    per_arc = T + (between >= 0).sum() * longest         # at most one key per item and per word between
+    HK, MK = _token_sum_buffers(offsets, T)
     out_item = np.empty(per_arc, dtype=np.int64)
     out_key = np.empty(per_arc, dtype=np.int64)
     seen = np.zeros(radix_max, dtype=np.int64)
@@ -248,9 +244,7 @@ def token_design(codes, offsets, parts, part_ptr, mult, head_only, table_keys, t
     of once per arc: token h of sentence s (h = 0 the root) is number offsets[s] + s + h; pass 1 (``fill`` False)
     counts, pass 2 writes (a token has few items: the second pass costs little)."""
     T = part_ptr.shape[0] - 1
-    longest = _longest(offsets)
-    HK = np.empty((longest + 1, T), dtype=np.int64)
-    MK = np.empty((longest + 1, T), dtype=np.int64)
+    HK, MK = _token_sum_buffers(offsets, T)
     for s in range(offsets.shape[0] - 1):
         start, n = offsets[s], offsets[s + 1] - offsets[s]
         _token_sums(codes, start, n, parts, part_ptr, mult, HK, MK)
