@@ -107,6 +107,8 @@ def hessian_product(S: torch.Tensor, lengths: torch.Tensor, projective: bool, mu
     :mod:`ssvm_torch.trees.numba_expectation`, else autograd twice through the torch inside pass; every tree: the
     closed form of :func:`laplacian_hessian_product`, or with ``autograd`` (the tests' reference) autograd twice
     through the log-determinant."""
+    if S.shape[1] == 1:                 # the root alone: log Z = 0 whatever S holds
+        return torch.zeros(S.shape, dtype=torch.float64, device=S.device)
     if compiled and projective:
         Sh, Vh = (x.detach().to(torch.float64).contiguous().numpy() for x in (S, v))
         out = np.zeros(Sh.shape)
@@ -234,6 +236,8 @@ class SiblingFactored:
         """Hess v (B, 1, N^2 + N^3) float64: on the CPU the compiled forward-mode pass of
         :mod:`ssvm_torch.trees.numba_sibling_expectation`; elsewhere (or with ``autograd``, the tests' reference)
         autograd twice through the torch inside pass."""
+        if self.N == 1:                 # the root alone: log Z = 0 whatever P holds
+            return torch.zeros(P.shape, dtype=torch.float64, device=P.device)
         if use_numba(P, self.kernels) and not autograd:
             S, SB = (x.detach().to(torch.float64).contiguous().numpy() for x in self.unpack(P))
             V, VB = (x.detach().to(torch.float64).contiguous().numpy() for x in self.unpack(v))
@@ -244,9 +248,12 @@ class SiblingFactored:
         with torch.enable_grad():
             S, SB = (x.detach().to(torch.float64).requires_grad_(True) for x in self.unpack(P))
             logz = torch_sibling.log_partition(S, SB, lengths, self.multiroot)
-            mu = torch.autograd.grad(logz.sum(), (S, SB), create_graph=True)
+            # unused allowed: under three positions (N <= 2) no word has a sibling and SB is not in the graph
+            mu = torch.autograd.grad(logz.sum(), (S, SB), create_graph=True, allow_unused=True,
+                                     materialize_grads=True)
             vS, vSB = self.unpack(v.to(torch.float64))
-            hv = torch.autograd.grad((mu[0] * vS).sum() + (mu[1] * vSB).sum(), (S, SB))
+            hv = torch.autograd.grad((mu[0] * vS).sum() + (mu[1] * vSB).sum(), (S, SB), allow_unused=True,
+                                     materialize_grads=True)
         return self.pack(*hv)
 
 

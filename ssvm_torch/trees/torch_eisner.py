@@ -95,13 +95,21 @@ def inside_charts(S: torch.Tensor, lengths: torch.Tensor, multiroot: bool):
     return SR, SL, CR, CL, IR, IL
 
 
+def root_alone(*scores: torch.Tensor) -> torch.Tensor:
+    """Zeros (B,) joined to the graph of every tensor of ``scores`` (B, ...): log Z and the best score where N = 1
+    (the root alone, one empty tree), with zero gradients. -inf entries (forbidden arcs) are read as 0 first:
+    -inf x 0 would be nan, and an empty row has no arc to forbid."""
+    return sum(torch.where(torch.isfinite(x), x, torch.zeros((), dtype=x.dtype, device=x.device)).flatten(1).sum(1)
+               * 0.0 for x in scores)
+
+
 def log_partition(S: torch.Tensor, lengths: torch.Tensor, multiroot: bool) -> torch.Tensor:
     """log Z (B,) of the projective trees of every sentence of the padded scores S (B, N, N) [modifier,
     head], differentiable by autograd (d log Z / d S = the arc marginals); -0.0 for a sentence of length 0
     and a value below NEG / 2 where no tree exists."""
     B, N, _ = S.shape
-    if N == 1:                                                       # the root alone: one empty tree
-        return S.sum((1, 2)) * 0.0
+    if N == 1:
+        return root_alone(S)
     SR, _, CR, CL, _, _ = inside_charts(S, lengths, multiroot)
     CR, CL = CR.view(B, N, N), CL.view(B, N, N)
     if multiroot:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import torch
 
-from .torch_eisner import NEG, _index, arc_tables, root_terms
+from .torch_eisner import NEG, _index, arc_tables, root_alone, root_terms
 
 
 def _sibling_rows(SB_flat: torch.Tensor, w: int, i: torch.Tensor, N: int, right: bool) -> torch.Tensor:
@@ -46,7 +46,7 @@ def _root(S, SB, lengths, multiroot: bool, maxplus: bool) -> torch.Tensor:
     """The root's value (B,) of the inside pass in the chosen semiring: log Z or the best tree's score (NEG /
     2 or below where no tree exists, 0 for an empty row); differentiable in S and SB."""
     if S.shape[1] == 1:
-        return S.sum((1, 2)) * 0.0 + SB.sum((1, 2, 3)) * 0.0
+        return root_alone(S, SB)
     return inside_charts(S, SB, lengths, multiroot, maxplus)[-1]
 
 

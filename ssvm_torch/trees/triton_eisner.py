@@ -28,7 +28,7 @@ import torch
 
 from ..chain.triton_viterbi import interpreting, triton
 from ..errors import env_choice
-from .torch_eisner import NEG, arc_tables, root_terms
+from .torch_eisner import NEG, arc_tables, root_alone, root_terms
 
 #: span starts and split points per tile of the kernels (a (BLOCK_I, BLOCK_D) tile per step)
 BLOCK_I, BLOCK_D = 64, 32
@@ -256,7 +256,7 @@ def log_partition(S: torch.Tensor, lengths: torch.Tensor, multiroot: bool) -> to
     kernel."""
     B, N, _ = S.shape
     if N == 1:
-        return S.sum((1, 2)) * 0.0
+        return root_alone(S)
     start = 0 if multiroot else 1
     SR, SL = arc_tables(S, lengths)
     CR, CL = InsideCharts.apply(SR, SL, start)
