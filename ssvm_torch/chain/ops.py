@@ -137,7 +137,12 @@ def log_partition(E, mask, start, end, trans, penalty=None, kernels="auto"):
     if use_triton(_float(E), kernels):
         return TritonCRF.apply(_float(E).contiguous(), start, end, trans, mask, None, penalty)
     order, lengths = compact(mask)
-    return log_partition_rows(gather_rows(_float(E), order), lengths, start, end, trans, penalty)
+    logz = log_partition_rows(gather_rows(_float(E), order), lengths, start, end, trans, penalty)
+    if not tracing() and not bool(torch.isfinite(logz).all()):      # refused by name, as the other two paths do
+        _, scores, *_ = torch_decode(E, mask, start, end, trans, penalty)
+        fail_no_path(scores, mask)
+        raise SSVMInputError("emissions: log Z overflowed (scores out of the dtype's range)")
+    return logz
 
 
 def score(E, mask, start, end, trans, tags):
