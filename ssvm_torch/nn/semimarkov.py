@@ -34,7 +34,8 @@ from torch import nn
 from ..chain.checks import check_draws
 from ..errors import check, check_choice
 from ..segments import objectives, ops, scoring
-from ..segments.checks import (KERNELS, check_seg_scores, check_transitions, resolve_lengths)
+from ..segments.checks import (KERNELS, check_seg_scores, check_transitions, fail_no_segmentation,
+                               resolve_lengths)
 from ..segments.mbr import mbr_decode
 from ..segments.partial import check_annotation, check_partial, constraints
 from ..trees.losses import row_cost
@@ -141,10 +142,21 @@ class SemiMarkovChain(nn.Module):
             return mbr_decode(S, first, last, trans, lengths, self.seg_loss, self.kernels, nbest, what)[0]
         return objectives.decode(S, first, last, trans, lengths, self.kernels, nbest, what)[0]
 
+    def log_partition(self, seg_scores: torch.Tensor, mask: torch.Tensor | None = None,
+                      lengths: torch.Tensor | None = None) -> torch.Tensor:
+        """log Z per row (B,) of the layer's semi-Markov CRF (0 for an empty row), differentiable w.r.t. the segment
+        scores and the parameters (the gradient: the marginals). A non-empty row without a segmentation of finite
+        score is refused by name."""
+        S, first, last, trans, lengths = self._scores(seg_scores, mask, lengths)
+        logz = ops.log_partition(S, first, last, trans, lengths, self.kernels)
+        fail_no_segmentation(logz, lengths, "log Z")
+        return logz
+
     @torch.no_grad()
     def marginals(self, seg_scores: torch.Tensor, mask: torch.Tensor | None = None,
                   lengths: torch.Tensor | None = None) -> torch.Tensor:
-        """P(segment (t, l+1, k)) (B, T, L, K) under the layer's semi-Markov CRF."""
+        """P(segment (t, l+1, k)) (B, T, L, K) under the layer's semi-Markov CRF. A non-empty row without a
+        segmentation of finite score is refused by name."""
         S, first, last, trans, lengths = self._scores(seg_scores, mask, lengths)
         return ops.marginals(S, first, last, trans, lengths, self.kernels)
 

@@ -24,7 +24,7 @@ import torch
 from ..errors import check
 from ..trees.losses import row_cost
 from . import objectives, ops, scoring
-from .checks import check_segments, check_seg_scores, check_transitions, resolve_lengths
+from .checks import check_segments, check_seg_scores, check_transitions, fail_no_segmentation, resolve_lengths
 from .mbr import mbr_decode
 from .partial import check_annotation, check_partial, constraints
 
@@ -60,15 +60,18 @@ def segment_decode(seg_scores, first=None, last=None, trans=None, mask=None, len
 def segment_log_partition(seg_scores, first=None, last=None, trans=None, mask=None, lengths=None,
                           kernels: str = "auto") -> torch.Tensor:
     """log Z (B,) = log sum over the segmentations of exp s(y) (0 for an empty row), differentiable: its gradient
-    w.r.t. ``seg_scores`` is the segment marginals."""
+    w.r.t. ``seg_scores`` is the segment marginals. A non-empty row without a segmentation of finite score is
+    refused by name (as the decode and the marginals refuse it)."""
     S, first, last, trans, lengths = _prepare(seg_scores, first, last, trans, mask, lengths)
-    return ops.log_partition(S, first, last, trans, lengths, kernels)
+    logz = ops.log_partition(S, first, last, trans, lengths, kernels)
+    fail_no_segmentation(logz, lengths, "log Z")
+    return logz
 
 
 def segment_marginals(seg_scores, first=None, last=None, trans=None, mask=None, lengths=None,
                       kernels: str = "auto") -> torch.Tensor:
     """P(segment (t, l+1, k) in y) (B, T, L, K) under p(y) = exp s(y) / Z, zero for segments that end beyond the
-    row. No gradient."""
+    row. No gradient. A non-empty row without a segmentation of finite score is refused by name."""
     S, first, last, trans, lengths = _prepare(seg_scores, first, last, trans, mask, lengths)
     return ops.marginals(S.detach(), first.detach(), last.detach(), trans.detach(), lengths, kernels)
 

@@ -53,7 +53,7 @@ def mbr_decode(S, first, last, trans, lengths, seg_loss: str, kernels: str, nbes
     with ``nbest`` > 1 the n of least expected loss (B, n, T) and theirs (B, n) (the decoders' layout). Checked
     scores (:mod:`ssvm_torch.segments.ops`); a non-empty row without a segmentation is refused by name (``what``)."""
     with torch.no_grad():
-        M = ops.marginals(S, first, last, trans, lengths, kernels)
+        M = ops.marginals(S, first, last, trans, lengths, kernels, refuse=False)     # the row named below, by what
         if not bool(torch.isfinite(M).all()):
             objectives.decode(S, first, last, trans, lengths, kernels, 1, what)     # names the row without one
             raise SSVMInputError("seg_scores: the segment marginals overflowed (scores out of the dtype's range)")

@@ -64,16 +64,22 @@ def log_partition(S, first, last, trans, lengths, kernels: str = "auto") -> torc
     return _CompiledLogZ.apply(S, first, last, trans, lengths)
 
 
-def marginals(S, first, last, trans, lengths, kernels: str = "auto") -> torch.Tensor:
-    """The segment marginals (B, T, L, K) (no gradient)."""
+def marginals(S, first, last, trans, lengths, kernels: str = "auto", refuse: bool = True) -> torch.Tensor:
+    """The segment marginals (B, T, L, K) (no gradient). ``refuse``: a non-empty row without a segmentation of
+    finite score (its marginals 0 / 0; the recursions write zeros) is refused by name; a caller that names the row
+    itself passes False."""
     if use_numba(S, kernels):
-        _, M, _, _, _ = nb.marginals_batch(*_host(S, first, last, trans, lengths))
-        return from_host(M, S.device)
-    with torch.enable_grad():
-        S = S.detach().requires_grad_(True)
-        logz = tr.log_partition(S, first, last, trans, lengths)
-        (M,) = torch.autograd.grad(logz.sum(), S, allow_unused=True)
-    return torch.zeros_like(S) if M is None else M.detach()
+        logz, M, _, _, _ = nb.marginals_batch(*_host(S, first, last, trans, lengths))
+        M, logz = from_host(M, S.device), from_host(logz, S.device)
+    else:
+        with torch.enable_grad():
+            S = S.detach().requires_grad_(True)
+            logz = tr.log_partition(S, first, last, trans, lengths)
+            (M,) = torch.autograd.grad(logz.sum(), S, allow_unused=True)
+        M = torch.zeros_like(S) if M is None else M.detach()
+    if refuse:
+        fail_no_segmentation(logz, lengths, "log Z")
+    return M
 
 
 def information(S, first, last, trans, lengths, other=None):
