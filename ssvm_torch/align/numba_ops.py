@@ -137,8 +137,10 @@ def best_paths(S, n, m, local, value, move, path):
         else:
             bi, bj = nb_ - 1, mb - 1
             value[b] = a[bi, bj]
+        if value[b] < NEG / 2:
+            continue                                   # no finite path (refused by the caller): nothing to follow
         i, j = bi, bj
-        while i >= 0:
+        while i >= 0 and j >= 0:
             mv = move[b, i, j]
             path[b, i, j] = mv
             if mv == 1 and (i == 0 or j == 0 or (local and a[i - 1, j - 1] <= 0.0)):
