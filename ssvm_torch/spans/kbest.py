@@ -70,6 +70,8 @@ def _labeled(S, U, charts, scores, k):
     flat = charts.flatten(2)                                                  # (B, k, M * M)
     count = flat.sum(2)                                                       # 2 n - 1 spans per tree, 0 past them
     m = int(count.max())
+    if m == 0:                          # only empty rows: their one tree has no span to label
+        return torch.full((B, k, M, M), -1, dtype=torch.int64, device=S.device), scores
     b, r, cell = flat.nonzero(as_tuple=True)                                  # ordered by (b, r, cell)
     start = (torch.cumsum(count.flatten(), 0) - count.flatten()).reshape(B, k)
     cells = torch.zeros(B, k, m, dtype=torch.int64, device=S.device)
