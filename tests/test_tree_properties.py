@@ -7,6 +7,8 @@ entry (log Z was nan: -inf x 0) nor a second-order batch of under three position
 marginals, entropy and KL raised: the sibling scores were not in the graph)."""
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 import torch
@@ -169,3 +171,64 @@ def test_the_backends_agree_on_every_layer_operation(inputs, others, kind):
         assert (x is None) == (y is None), name
         if x is not None:
             torch.testing.assert_close(x, y, rtol=1e-7, atol=1e-7, equal_nan=True, msg=name)
+
+
+@st.composite
+def labeled_batches(draw):
+    """(S, label scores (B, N, N, L), SB, lengths, the share of hidden heads, of hidden relations): 0-4 words."""
+    S, SB, lengths = draw(batches(longest=4))
+    B, N = S.shape[:2]
+    rng = np.random.default_rng(draw(st.integers(0, 2 ** 32 - 1)))
+    L = draw(st.integers(1, 2))
+    labels = torch.tensor(rng.normal(size=(B, N, N, L)) * 2)
+    labels[torch.from_numpy(rng.random(labels.shape) < draw(st.sampled_from([0.0, 0.2])))] = NEG
+    return S, labels, SB, lengths, draw(st.sampled_from([0.0, 0.4])), draw(st.sampled_from([0.0, 0.4]))
+
+
+@given(labeled_batches(), st.sampled_from(KINDS), st.sampled_from(["hinge", "crf", "softmax_margin"]),
+       st.sampled_from(BACKENDS), st.integers(0, 2 ** 31))
+@settings(max_examples=40, **SETTINGS)
+def test_labeled_trees_and_partial_annotation_equal_enumeration(batch, kind, loss, kernels, seed):
+    """With relations: the best labeled tree and log Z over (tree, relations), and the three losses of a gold
+    with hidden heads and relations (-1) against C, the labeled trees that agree with what is observed:
+    max / log-sum over all of [s + Delta_O] minus max / log-sum over C, Delta_O = the observed heads and
+    relations missed; a row with nothing observed loses 0."""
+    S, labels, SB, lengths, hide_heads, hide_relations = batch
+    projective, multiroot, second = kind
+    layer = DependencyTree(loss=loss, projective=projective, multiroot=multiroot, kernels=kernels)
+    rows = []
+    for (trees, s), n in zip(_enumerated(S, SB, lengths, projective, multiroot, second), lengths.tolist()):
+        b = len(rows)
+        relations = np.array(list(itertools.product(range(labels.shape[-1]), repeat=n)), dtype=np.int64)
+        relations = relations.reshape(len(relations), n)
+        words = np.arange(1, n + 1)
+        extra = labels[b].numpy()[words[None, None, :], trees[:, None, 1:], relations[None, :, :]].sum(2)
+        rows.append((np.repeat(trees, len(relations), 0), np.tile(relations, (len(trees), 1)),
+                     (s[:, None] + extra).reshape(-1)))
+    kw = dict(lengths=lengths, label_scores=labels, sib_scores=SB if second else None)
+    if any(not np.isfinite(s).any() for _, _, s in rows):
+        with pytest.raises(SSVMInputError, match="has no dependency tree"):
+            layer.decode(S, **kw)
+        return
+    heads, relations = layer.decode(S, **kw)
+    logz = layer.log_partition(S, **kw)
+    rng = np.random.default_rng(seed)
+    gold_heads, gold_relations = torch.full_like(heads, -1), torch.full_like(heads, -1)
+    for b, ((trees, rels, s), n) in enumerate(zip(rows, lengths.tolist())):
+        pick = (trees[:, 1:] == heads[b, 1:n + 1].numpy()).all(1) & (rels == relations[b, 1:n + 1].numpy()).all(1)
+        assert pick.sum() == 1 and s[pick][0] == pytest.approx(s.max(), abs=1e-9)
+        assert float(logz[b]) == pytest.approx(_log_sum_exp(s), abs=1e-8)
+        g = rng.choice(np.flatnonzero(np.isfinite(s)))
+        gold_heads[b, 1:n + 1] = torch.from_numpy(np.where(rng.random(n) < hide_heads, -1, trees[g, 1:]))
+        gold_relations[b, 1:n + 1] = torch.from_numpy(np.where(rng.random(n) < hide_relations, -1, rels[g]))
+    losses = layer(S, gold_heads, labels=gold_relations, reduction="none", **kw).detach()
+    for b, ((trees, rels, s), n) in enumerate(zip(rows, lengths.tolist())):
+        h, r = gold_heads[b, 1:n + 1].numpy(), gold_relations[b, 1:n + 1].numpy()
+        missed = ((h >= 0) & (trees[:, 1:] != h)).sum(1) + ((r >= 0) & (rels != r)).sum(1)
+        if not ((h >= 0).any() or (r >= 0).any()):
+            assert float(losses[b]) == 0
+            continue
+        in_C = np.where(((h < 0) | (trees[:, 1:] == h)).all(1) & ((r < 0) | (rels == r)).all(1), s, NEG)
+        top = {"crf": _log_sum_exp(s), "hinge": (s + missed).max(), "softmax_margin": _log_sum_exp(s + missed)}[loss]
+        assert float(losses[b]) == pytest.approx(top - (in_C.max() if loss == "hinge" else _log_sum_exp(in_C)),
+                                                 abs=1e-8)
