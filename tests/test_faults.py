@@ -138,6 +138,30 @@ def test_truncated_or_empty_conll_file_without_a_checksum_is_refused_by_name(tmp
         load_chunking(train_size=10)
 
 
+@pytest.mark.parametrize("damage,message", [
+    ("1001 2 P", r"trial.wa.gz line 2: expected 'sentence english french S\|P'"),
+    ("1001 2 \u00b2 P", "trial.wa.gz line 2: expected"),
+    (None, r"trial.wa.gz is damaged or unreadable after line \d+"),
+])
+def test_a_damaged_hansards_link_file_without_a_checksum_is_refused_by_name(tmp_path, monkeypatch, damage, message):
+    """User data (no SHA256SUMS entry): a short link line, a non-ASCII digit (a ValueError from int() before) and a
+    gzip stream cut short (None) get one line naming the file (and the line)."""
+    import gzip
+
+    from ssvm_torch.data.hansards import load_hansards
+    data = tmp_path / "data"
+    shutil.copytree(data_dir() / "hansards_naacl2003", data / "hansards_naacl2003")
+    monkeypatch.setenv("SSVM_TORCH_DATA", str(data))
+    links = data / "hansards_naacl2003" / "trial.wa.gz"
+    text = gzip.decompress(links.read_bytes())
+    stream = gzip.compress(text)
+    links.write_bytes(stream[:len(stream) // 2] if damage is None
+                      else gzip.compress(text.decode().replace("1001 2 2 P", damage, 1).encode()))
+    with pytest.raises(SSVMInputError, match=message) as err:
+        load_hansards()
+    assert "\n" not in str(err.value)
+
+
 @pytest.mark.parametrize("argv", [["--eps", "-1"], ["--lam-min", "0"], ["--kappa", "2"], ["--max-passes", "0"],
                                   ["--gap-check", "-1"], ["--threads", "0"]])
 def test_a_refused_path_run_creates_nothing_and_its_corrected_rerun_runs(tmp_path, capsys, argv):

@@ -86,6 +86,10 @@ def test_reader_skips_multiword_tokens_and_empty_nodes(tmp_path):
     (GOOD.replace("1\tdo\t", "5\tdo\t"), 3, "ID: expected word 1 of the sentence, got 5"),
     (GOOD.replace("1\tdo\t", "one\tdo\t"), 3, "ID: expected an integer word index"),
     (GOOD.replace("\t3\tadvmod", "\t2\tadvmod"), 4, "word 2 heads itself"),
+    # digits str.isdigit accepts and the format does not: int("²") raised ValueError, "١" (Arabic-Indic 1) read as 1
+    (GOOD.replace("\t3\taux", "\t\u00b2\taux"), 3, "HEAD: expected an integer"),
+    (GOOD.replace("1\tdo\t", "\u0661\tdo\t"), 3, "ID: expected an integer word index"),
+    (GOOD.replace("1-2\tdon't", "\u00b2-2\tdon't"), 2, "ID: expected an integer word index"),
 ])
 def test_malformed_conllu_ends_in_one_line_naming_the_line(tmp_path, bad, line, message):
     path = _write(tmp_path, bad)

@@ -24,6 +24,7 @@ from __future__ import annotations
 import difflib
 import gzip
 import re
+import zlib
 from collections import Counter
 from dataclasses import dataclass
 
@@ -54,23 +55,40 @@ class SentencePair:
     null_f: torch.Tensor | None = None
 
 
+def _lines(path):
+    """(line number, stripped line) of a gzipped UTF-8 text file; a damaged file is one error naming it and the line
+    after which it broke (a data folder without SHA256SUMS is not checked before reading: types.data_file)."""
+    lineno = 0
+    try:
+        with gzip.open(path, "rt", encoding="utf-8") as fh:
+            for lineno, line in enumerate(fh, 1):
+                yield lineno, line.strip()
+    except (EOFError, OSError, zlib.error, UnicodeDecodeError) as e:
+        raise SSVMInputError(f"data file: {path} is damaged or unreadable after line {lineno} "
+                             f"({type(e).__name__}: {e}); copy it again") from None
+
+
 def _read_sents(path):
     out = {}
-    with gzip.open(path, "rt", encoding="utf-8") as fh:
-        for line in fh:
-            m = re.match(r"<s snum=(\d+)>(.*)</s>", line.strip())
-            if m is None:
-                raise SSVMInputError(f"{path.name}: expected '<s snum=N> tokens </s>' lines, got {line[:60]!r}")
-            out[int(m.group(1))] = m.group(2).split()
+    for lineno, line in _lines(path):
+        m = re.fullmatch(r"<s snum=([0-9]+)>(.*)</s>", line)
+        if m is None:
+            raise SSVMInputError(f"{path.name} line {lineno}: expected '<s snum=N> tokens </s>', got {line[:60]!r}")
+        out[int(m.group(1))] = m.group(2).split()
     return out
 
 
 def _read_links(path):
+    """{sentence: [(English position, French position, S or P), ...]} (0-based) of a NAACL 2003 link file, whose
+    lines are 'sentence english french S|P' with 1-based positions (0: NULL)."""
     links = {}
-    with gzip.open(path, "rt", encoding="utf-8") as fh:
-        for line in fh:
-            s, i, j, t = line.split()[:4]
-            links.setdefault(int(s), []).append((int(i) - 1, int(j) - 1, t))
+    for lineno, line in _lines(path):
+        m = re.fullmatch(r"([0-9]+) ([0-9]+) ([0-9]+) ([SP])", " ".join(line.split()))
+        if m is None:
+            raise SSVMInputError(f"{path.name} line {lineno}: expected 'sentence english french S|P' (integers, then "
+                                 f"S or P), got {line[:60]!r}")
+        s, i, j, t = m.groups()
+        links.setdefault(int(s), []).append((int(i) - 1, int(j) - 1, t))
     return links
 
 

@@ -87,6 +87,12 @@ def universal(deprel: str) -> str:
     return deprel.split(":", 1)[0]
 
 
+def is_index(field: str) -> bool:
+    """Whether a CoNLL-U ID / HEAD field is a non-negative integer in ASCII digits: ``str.isdigit`` also accepts
+    "²" (which ``int`` refuses) and "١" (which it reads as 1), neither of them an index in the format."""
+    return field.isascii() and field.isdigit()
+
+
 def _fail(path, lineno, what):
     raise SSVMInputError(f"{path}:{lineno}: {what}")
 
@@ -154,17 +160,17 @@ def read_conllu(path) -> Treebank:
                     _fail(path, lineno, f"expected 10 tab-separated fields (ID FORM LEMMA UPOS XPOS FEATS HEAD DEPREL "
                                         f"DEPS MISC), got {len(cols)}")
                 wid = cols[0]
-                if not wid.isdigit():
+                if not is_index(wid):
                     if "-" in wid or "." in wid:
                         a, _, b = wid.replace(".", "-").partition("-")
-                        if a.isdigit() and b.isdigit():
+                        if is_index(a) and is_index(b):
                             continue                 # a multiword-token range or an empty node: not a tree node
                     _fail(path, lineno, f"ID: expected an integer word index (or a range 3-4 / an empty node 8.1), "
                                         f"got {wid!r}")
                 if int(wid) != len(cur_heads) + 1:
                     _fail(path, lineno, f"ID: expected word {len(cur_heads) + 1} of the sentence, got {wid}")
                 head = cols[6]
-                if not head.isdigit():
+                if not is_index(head):
                     _fail(path, lineno, f"HEAD: expected an integer (0 = the root), got {head!r}")
                 cur_heads.append(int(head))
                 cur_lines.append(lineno)

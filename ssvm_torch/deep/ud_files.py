@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from ..data.ud import universal
+from ..data.ud import is_index, universal
 from ..errors import SSVMInputError
 from ..trees.checks import FAULTS, tree_faults
 
@@ -89,7 +89,7 @@ def input_trees(doc: ConlluFile):
     heads, rels = [], []
     for sent in doc.words:
         cols = [doc.lines[k].split("\t") for k in sent]
-        if not all(c[6].isascii() and c[6].isdigit() for c in cols):     # "²".isdigit() is True: not a HEAD
+        if not all(is_index(c[6]) for c in cols):
             return None, None
         heads.append([int(c[6]) for c in cols])
         rels.append([universal(c[7]) for c in cols])
