@@ -70,13 +70,12 @@ class NodeDomains:
                              None if types is None else types[off[i]:off[i + 1]]) for i in ids]
 
     def _allowed(self, data: GraphData, idx) -> torch.Tensor:
-        """(nodes, K) bool: the states each node of the batch may take (the unary-only argmax's mask)."""
-        nodes, _, _ = data.nodes(idx)
-        k = torch.arange(self.K, device=data.device)
-        hid = data.hidden[nodes] if data.hidden is not None else torch.zeros_like(nodes, dtype=torch.bool)
-        allowed = (k >= self.V)[None, :] == hid[:, None]
-        if self.state_types is not None:
-            types = torch.as_tensor(np.r_[self.state_types, np.full(self.H, -1)], device=data.device)
-            node_type = data.node_type[nodes] if data.node_type is not None else torch.zeros_like(nodes)
-            allowed &= (types[None, :] == node_type[:, None]) | hid[:, None]
-        return allowed
+        """(nodes, K) bool: the states each node of the batch may take (the unary-only argmax's mask), read off
+        :meth:`graph_domains` so that one rule (:func:`~ssvm_torch.oracles.node_domains.node_domains`) says
+        which states a node has."""
+        domains = self.graph_domains(data, to_host(torch.as_tensor(idx).reshape(-1)))
+        rows = np.concatenate([np.repeat(np.arange(len(d)), d.shape[1]) + start
+                               for d, start in zip(domains, np.cumsum([0] + [len(d) for d in domains[:-1]]))])
+        allowed = np.zeros((sum(len(d) for d in domains), self.K), dtype=bool)
+        allowed[rows, np.concatenate([d.reshape(-1) for d in domains])] = True
+        return torch.from_numpy(allowed).to(data.device)
