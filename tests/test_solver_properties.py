@@ -36,7 +36,9 @@ def problems(draw):
                   averaging=solver in ("bcfw", "ssg") and draw(st.booleans()), seed=draw(st.integers(0, 5)))
     if solver == "bcfw":
         config.update(step=draw(st.sampled_from(["fw", "pairwise", "away", "best"])), cache=draw(st.booleans()),
-                      batch_size=draw(st.integers(1, data.n)), recompute_every=draw(st.sampled_from([1, 10])))
+                      recompute_every=draw(st.sampled_from([1, 10])))
+        if config["step"] == "fw" and not config["cache"]:           # mini-batches move along the joint FW direction
+            config["batch_size"] = draw(st.integers(1, data.n))
     return data, draw(st.sampled_from([1e-4, 1e-2, 1.0, 100.0])), config
 
 
