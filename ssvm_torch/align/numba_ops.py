@@ -42,23 +42,40 @@ def _lse2(a, c):
     return hi + math.log(math.exp(a - hi) + math.exp(c - hi))
 
 
+@nb.njit(cache=True, inline="always")
+def _logz_cell(S, b, i, j, local, alpha, weights):
+    """a(i, j) of the logsumexp recursion (and its moves' shares) from the cells left, above and diagonally above."""
+    right = alpha[b, i, j - 1] + _score(S, b, i, j, 0) if j > 0 else NEG
+    down = alpha[b, i - 1, j] + _score(S, b, i, j, 2) if i > 0 else NEG
+    prev = alpha[b, i - 1, j - 1] if (i > 0 and j > 0) else NEG
+    if local:
+        prev = _lse2(prev, 0.0)
+    elif i == 0 and j == 0:
+        prev = 0.0
+    alpha[b, i, j] = _lse3_weights(right, prev + _score(S, b, i, j, 1), down, weights, b, i, j)
+
+
 @nb.njit(cache=True, parallel=True)
 def forward_logz(S, n, m, local, alpha, weights, out):
     """alpha[b, i, j] = a(i, j) of the logsumexp recursion, weights[b, i, j, move] = the move's share of a(i, j),
-    and out[b] = log Z (the last cell's, or for a local path the logsumexp of every cell and the empty path's 0)."""
+    and out[b] = log Z (the last cell's, or for a local path the logsumexp of every cell and the empty path's 0).
+    Rows of the grid go in pairs, the lower one a cell behind: cells (i, j) and (i + 1, j - 1) do not depend on each
+    other, so the processor overlaps their exponentials and logarithms, where one row's cells wait each for the
+    one before (1.5x: benchmarks/bench_alignment_commits.py); the values are the cell-by-cell ones bit for bit."""
     B, N, M, _ = S.shape
     for b in nb.prange(B):
         nb_, mb = n[b], m[b]
-        for i in range(nb_):
+        i = 0
+        while i + 1 < nb_:
+            _logz_cell(S, b, i, 0, local, alpha, weights)
+            for j in range(1, mb):
+                _logz_cell(S, b, i, j, local, alpha, weights)
+                _logz_cell(S, b, i + 1, j - 1, local, alpha, weights)
+            _logz_cell(S, b, i + 1, mb - 1, local, alpha, weights)
+            i += 2
+        if i < nb_:
             for j in range(mb):
-                right = alpha[b, i, j - 1] + _score(S, b, i, j, 0) if j > 0 else NEG
-                down = alpha[b, i - 1, j] + _score(S, b, i, j, 2) if i > 0 else NEG
-                prev = alpha[b, i - 1, j - 1] if (i > 0 and j > 0) else NEG
-                if local:
-                    prev = _lse2(prev, 0.0)
-                elif i == 0 and j == 0:
-                    prev = 0.0
-                alpha[b, i, j] = _lse3_weights(right, prev + _score(S, b, i, j, 1), down, weights, b, i, j)
+                _logz_cell(S, b, i, j, local, alpha, weights)
         if local:
             total = 0.0                                    # the empty path
             for i in range(nb_):

@@ -43,7 +43,9 @@ def check_scores(scores, x_lengths=None, y_lengths=None, field: str = "scores"):
           "a float32 / float64 tensor (B, N, M, 3): the score of entering cell (i, j) right, diagonally, down",
           f"{getattr(scores, 'dtype', type(scores).__name__)} {tuple(getattr(scores, 'shape', ()))}")
     if scores.numel():
-        top = scores.max()                               # NaN if any is NaN: one pass finds both faults
+        # NaN if any is NaN: one pass finds both faults (over one move where the moves share a cell's score: a
+        # reduction over an axis of stride 0, from_similarity's DTW scores, reads 14x slower)
+        top = (scores[..., 0] if scores.stride(3) == 0 else scores).max()
         check(not bool(torch.isnan(top) | (top == float("inf"))), field, "finite scores or -inf (a forbidden move)",
               "NaN or +inf")
     B, N, M, _ = scores.shape

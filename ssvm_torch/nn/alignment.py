@@ -34,11 +34,25 @@ def from_similarity(similarity: torch.Tensor, gap: float | None = None) -> torch
           "a float tensor (B, N, M)", f"{getattr(similarity, 'dtype', type(similarity).__name__)} "
           f"{tuple(getattr(similarity, 'shape', ()))}")
     if gap is None:
-        return similarity[..., None].expand(*similarity.shape, 3)
+        return _EveryMove.apply(similarity)
     check(isinstance(gap, (int, float)) and not isinstance(gap, bool) and abs(gap) < float("inf"), "gap",
           "a finite number or None (dynamic time warping)", repr(gap))
     g = similarity.new_full(similarity.shape, -float(gap))
     return torch.stack([g, similarity, g], -1)
+
+
+class _EveryMove(torch.autograd.Function):
+    """similarity (B, N, M) -> its view (B, N, M, 3), the three moves into a cell scoring the cell's value; the
+    backward sums each cell's three move gradients as one matrix-vector product with ones (autograd's own
+    reduction of an expanded axis of length 3, ``sum(-1)``, took 10x as long: benchmarks/bench_alignment_commits.py)."""
+
+    @staticmethod
+    def forward(ctx, similarity):
+        return similarity[..., None].expand(*similarity.shape, 3)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad @ grad.new_ones(3)
 
 
 class MonotonicAlignment(nn.Module):
