@@ -172,10 +172,12 @@ class _CompiledLogZ(torch.autograd.Function):
     @staticmethod
     @once_differentiable
     def backward(ctx, grad_out):
-        grad, adj = np.empty(ctx.weights.shape), np.empty(ctx.alpha.shape)
+        # the kernel writes the gradient in the scores' dtype (its arithmetic is float64): no float64 copy to convert
+        grad = torch.empty(ctx.weights.shape, dtype=ctx.dtype).numpy()
+        adj = np.empty(ctx.alpha.shape)
         numba_ops.backward_logz(ctx.n, ctx.m, ctx.local, ctx.alpha, ctx.weights, ctx.logz,
                                 _host(grad_out.to(torch.float64)), adj, grad)
-        return torch.from_numpy(grad).to(ctx.dtype), None, None, None
+        return torch.from_numpy(grad), None, None, None
 
 
 def _compiled_best(scores, n, m, local):
