@@ -77,11 +77,17 @@ def forward_logz(S, n, m, local, alpha, weights, out):
             for j in range(mb):
                 _logz_cell(S, b, i, j, local, alpha, weights)
         if local:
-            total = 0.0                                    # the empty path
+            # log(exp(0) + sum_ij exp(a(i, j))), 0 for the empty path, shifted by the largest term: independent
+            # exponentials and one logarithm, where a running logsumexp chained two per cell
+            hi = 0.0
             for i in range(nb_):
                 for j in range(mb):
-                    total = _lse2(total, alpha[b, i, j])
-            out[b] = total
+                    hi = max(hi, alpha[b, i, j])
+            total = math.exp(-hi)
+            for i in range(nb_):
+                for j in range(mb):
+                    total += math.exp(alpha[b, i, j] - hi)
+            out[b] = hi + math.log(total)
         else:
             out[b] = alpha[b, nb_ - 1, mb - 1]
 
