@@ -58,7 +58,8 @@ def _sequences(K, E, mask, params, constraints):
     rows = []
     for b in range(E.shape[0]):
         pos = np.flatnonzero(mask[b].numpy())
-        seqs = np.array(list(itertools.product(range(K), repeat=len(pos))), dtype=np.int64).reshape(K ** len(pos), len(pos))
+        seqs = np.array(list(itertools.product(range(K), repeat=len(pos))), dtype=np.int64)
+        seqs = seqs.reshape(K ** len(pos), len(pos))
         if len(pos) == 0:
             rows.append((pos, seqs, np.zeros(1)))          # the empty sequence, score 0
             continue
@@ -84,7 +85,8 @@ def _layer(K, params, constraints, loss, token_loss, kernels):
 
 ONE_TAG_NO_REPEAT = (1, torch.zeros(1, 2, 1, dtype=torch.float64), torch.ones(1, 2, dtype=torch.bool),
                      (torch.zeros(1, dtype=torch.float64),) * 2 + (torch.zeros(1, 1, dtype=torch.float64),),
-                     {"start": torch.tensor([True]), "end": torch.tensor([True]), "transitions": torch.tensor([[False]])},
+                     {"start": torch.tensor([True]), "end": torch.tensor([True]),
+                      "transitions": torch.tensor([[False]])},
                      torch.zeros(1, 2, 1, dtype=torch.float64), torch.zeros(1, 2, dtype=torch.int64), "crf", "hamming")
 
 
@@ -106,7 +108,8 @@ def test_every_operation_equals_enumeration(chain, kernels):
                 operation(E, mask)
         return
     with torch.no_grad():
-        y, logz, M, H = layer.decode(E, mask), layer.log_partition(E, mask), layer.marginals(E, mask), layer.entropy(E, mask)
+        y, logz = layer.decode(E, mask), layer.log_partition(E, mask)
+        M, H = layer.marginals(E, mask), layer.entropy(E, mask)
         nbest = layer.decode(E, mask, nbest=k) if k > 1 else y[:, None]
         q_rows = _sequences(K, other, mask, params, constraints)
         KL = layer.kl(E, other, mask)

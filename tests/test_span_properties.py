@@ -35,7 +35,8 @@ def sentences(draw):
     L = draw(st.sampled_from([None, 1, 2]))
     labels = scores(B, N + 1, N + 1, L, p_inf=draw(st.sampled_from([0.0, 0.3]))) if L else None
     return (S, labels, scores(B, N + 1, N + 1), torch.from_numpy(rng.integers(0, N + 1, size=B)),
-            draw(st.sampled_from(["hinge", "crf", "softmax_margin"])), draw(st.sampled_from(["hamming", "normalized", 0.5])),
+            draw(st.sampled_from(["hinge", "crf", "softmax_margin"])),
+            draw(st.sampled_from(["hamming", "normalized", 0.5])),
             int(rng.integers(2 ** 31)))
 
 
@@ -49,7 +50,8 @@ def _trees(S, labels, Q, b: int, n: int) -> list:
         s, q = sum(float(S[b, i, j]) for i, j in spans), sum(float(Q[b, i, j]) for i, j in spans)
         for labeling in (itertools.product(range(labels.shape[-1]), repeat=len(spans)) if labels is not None
                          else [(True,) * len(spans)]):
-            extra = sum(float(labels[b, i, j, lab]) for (i, j), lab in zip(spans, labeling)) if labels is not None else 0
+            extra = (sum(float(labels[b, i, j, lab]) for (i, j), lab in zip(spans, labeling))
+                     if labels is not None else 0)
             out.append((dict(zip(spans, labeling)), s + extra, q))
     return out
 

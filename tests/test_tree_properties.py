@@ -133,7 +133,8 @@ def _layer_values(layer: DependencyTree, S, SB, Q, QB, lengths, second: bool):
               for j in range(3)]
     values = {"best": layer.score(S, heads, **kw), "log Z": layer.log_partition(S, **kw),
               "marginals": marginals[0] if second else marginals, "entropy": entropy.detach(),
-              "d entropy / d S": torch.nan_to_num(s.grad), "n-best found": found, "n-best scores": torch.stack(ranked, 1)}
+              "d entropy / d S": torch.nan_to_num(s.grad), "n-best found": found,
+              "n-best scores": torch.stack(ranked, 1)}
     if second:
         values["sibling marginals"] = marginals[1]
         values["d entropy / d SB"] = torch.nan_to_num(sb.grad)
