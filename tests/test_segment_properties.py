@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, example, given, settings, strategies as st
 
 from ssvm_torch.errors import SSVMInputError
 from ssvm_torch.nn import SemiMarkovChain
-from ssvm_torch.segments import segment_log_partition, segment_marginals
+from ssvm_torch.segments import PartialSegmentation, segment_log_partition, segment_marginals
 from test_segments import all_segmentations
 
 NEG = float("-inf")
@@ -141,3 +141,52 @@ def test_every_operation_equals_enumeration(problem, kernels):
         delta /= max(n, 1) if cost == "normalized" else 1
         top = {"crf": _log_sum_exp(s), "hinge": (s + delta).max(), "softmax_margin": _log_sum_exp(s + delta)}[loss]
         assert float(losses[b]) == pytest.approx(top - s[segs.index(g)], abs=1e-8)
+
+
+def _positions(row, n: int) -> tuple:
+    """(label, begins, ends) of every position of a segmentation row: its segment's label, 1 at a segment's
+    first position (0 after it), 1 at its last (0 before it)."""
+    labels, begins, ends = [None] * n, [None] * n, [None] * n
+    for t, e, k in spans_of(row, n):
+        for u in range(t, e):
+            labels[u], begins[u], ends[u] = k, int(u == t), int(u == e - 1)
+    return labels, begins, ends
+
+
+@given(problems(), st.sampled_from(["numba", "torch"]), st.sampled_from([0.3, 0.7, 1.0]), st.booleans())
+@settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck))
+def test_partial_segmentations_equal_enumeration(problem, kernels, keep, with_ends):
+    """A PartialSegmentation observing a share ``keep`` of a feasible segmentation's labels, begin flags (and end
+    flags): the three losses (``seg_loss="tokens"``, the one defined on partial annotation) against C, the
+    segmentations that agree, Delta_O = the observed positions whose label or begin flag differs."""
+    K, L, S, lengths, params, _, length_scores, loss, _, cost, seed = problem
+    layer = _layer(K, L, params, length_scores, loss, "tokens", cost, kernels)
+    B, T = S.shape[:2]
+    rows = []
+    for b, n in enumerate(lengths.tolist()):
+        segs = list(all_segmentations(n, L, K, T))
+        rows.append((n, segs, np.array([_score(S[b], params, length_scores, r, n) for r in segs])))
+    if any(not np.isfinite(s).any() for _, _, s in rows):
+        return
+    rng = np.random.default_rng(seed)
+    seen = [torch.full((B, T), -1) for _ in range(3)]                                # labels, begins, ends
+    for b, (n, segs, s) in enumerate(rows):
+        gold = _positions(segs[rng.choice(np.flatnonzero(np.isfinite(s)))], n)
+        for field, values in zip(seen[:3 if with_ends else 2], gold):
+            field[b, :n] = torch.tensor([v if rng.random() < keep else -1 for v in values], dtype=torch.int64)
+    observed = PartialSegmentation(seen[0], seen[1], seen[2] if with_ends else None)
+    losses = layer(S, observed, lengths=lengths, reduction="none").detach()
+    for b, (n, segs, s) in enumerate(rows):
+        o = [field[b, :n].tolist() for field in seen]
+        views = [_positions(r, n) for r in segs]
+        if not any(v >= 0 for field in o for v in field):
+            assert float(losses[b]) == 0
+            continue
+        agree = [all(o[f][t] < 0 or v[f][t] == o[f][t] for f in range(3) for t in range(n)) for v in views]
+        missed = np.array([sum((o[0][t] >= 0 and v[0][t] != o[0][t]) or (o[1][t] >= 0 and v[1][t] != o[1][t])
+                               for t in range(n)) for v in views], dtype=float) / (max(n, 1) if cost == "normalized"
+                                                                                   else 1)
+        in_C = np.where(agree, s, NEG)
+        top = {"crf": _log_sum_exp(s), "hinge": (s + missed).max(), "softmax_margin": _log_sum_exp(s + missed)}[loss]
+        assert float(losses[b]) == pytest.approx(top - (in_C.max() if loss == "hinge" else _log_sum_exp(in_C)),
+                                                 abs=1e-8)

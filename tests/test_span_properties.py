@@ -120,3 +120,38 @@ def test_every_operation_equals_enumeration(sentence, kernels):
         delta = np.array([c * sum(g.get(span) != lab for span, lab in tree.items()) for tree, _, _ in trees])
         top = {"crf": _log_sum_exp(s), "hinge": (s + delta).max(), "softmax_margin": _log_sum_exp(s + delta)}[loss]
         assert float(losses[b]) == pytest.approx(top - s[[t for t, _, _ in trees].index(g)], abs=1e-8)
+
+
+@given(sentences(), st.sampled_from(["numba", "torch"]), st.sampled_from([0.3, 0.7, 1.0]))
+@settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck))
+def test_partial_brackets_equal_enumeration(sentence, kernels, keep):
+    """``forward(partial=True)`` with a share ``keep`` of a feasible tree's (labeled) brackets observed: the three
+    losses against C, the trees that contain them, with Delta_O = the observed brackets missed (a bracket of
+    another label counts); a row with nothing observed loses 0."""
+    S, labels, Q, lengths, loss, cost, seed = sentence
+    rows = [_trees(S, labels, Q, b, n) for b, n in enumerate(lengths.tolist())]
+    scores = [np.array([s for _, s, _ in trees]) for trees in rows]
+    if any(not np.isfinite(s).any() for s in scores):
+        return
+    rng = np.random.default_rng(seed)
+    labeled = labels is not None
+    B, M, _ = S.shape
+    charts = torch.full((B, M, M), -1) if labeled else torch.zeros((B, M, M), dtype=torch.bool)
+    observed = []
+    for b, (trees, s) in enumerate(zip(rows, scores)):
+        gold = trees[rng.choice(np.flatnonzero(np.isfinite(s)))][0]
+        observed.append({span: lab for span, lab in gold.items() if rng.random() < keep})
+        for (i, j), lab in observed[-1].items():
+            charts[b, i, j] = lab
+    losses = ConstituencyTree(loss, cost=cost, kernels=kernels)(S, charts, lengths=lengths, label_scores=labels,
+                                                                 partial=True, reduction="none").detach()
+    for b, (trees, s, seen) in enumerate(zip(rows, scores, observed)):
+        if not seen:
+            assert float(losses[b]) == 0
+            continue
+        c = {"hamming": 1.0, "normalized": 1.0 / max(int(lengths[b]), 1)}.get(cost, cost)
+        missed = np.array([c * sum(tree.get(span) != lab for span, lab in seen.items()) for tree, _, _ in trees])
+        in_C = np.where([all(tree.get(span) == lab for span, lab in seen.items()) for tree, _, _ in trees], s, NEG)
+        top = {"crf": _log_sum_exp(s), "hinge": (s + missed).max(), "softmax_margin": _log_sum_exp(s + missed)}[loss]
+        assert float(losses[b]) == pytest.approx(top - (in_C.max() if loss == "hinge" else _log_sum_exp(in_C)),
+                                                 abs=1e-8)
