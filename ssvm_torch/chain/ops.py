@@ -121,11 +121,19 @@ def marginals(E, mask, start, end, trans, penalty=None, kernels="auto"):
         valid = torch.arange(E.shape[1], device=E.device)[None, :] < lengths[:, None]
         grad = torch.where(valid[..., None], grad, torch.zeros_like(grad))
         out = torch.zeros_like(grad).scatter(1, order[..., None].expand_as(grad), grad)
-    if not tracing() and not bool(torch.isfinite(out).all()):
-        _, scores, *_ = torch_decode(E, mask, start, end, trans, penalty)
-        fail_no_path(scores, mask)
-        raise SSVMInputError("emissions: the marginals overflowed (scores out of the dtype's range)")
+    _refuse_non_finite(torch.isfinite(out), E, mask, start, end, trans, penalty, "the marginals overflowed")
     return out
+
+
+def _refuse_non_finite(finite: torch.Tensor, E, mask, start, end, trans, penalty, what: str) -> None:
+    """Where ``finite`` (a result's finite entries) is not all True: the row without an allowed tag sequence is
+    named (by the decode), else the scores left the dtype's range (``what`` says which result). Not while
+    tracing, which cannot branch on values."""
+    if tracing() or bool(finite.all()):
+        return
+    _, scores, *_ = torch_decode(E, mask, start, end, trans, penalty)
+    fail_no_path(scores, mask)
+    raise SSVMInputError(f"emissions: {what} (scores out of the dtype's range)")
 
 
 def log_partition(E, mask, start, end, trans, penalty=None, kernels="auto"):
@@ -138,10 +146,8 @@ def log_partition(E, mask, start, end, trans, penalty=None, kernels="auto"):
         return TritonCRF.apply(_float(E).contiguous(), start, end, trans, mask, None, penalty)
     order, lengths = compact(mask)
     logz = log_partition_rows(gather_rows(_float(E), order), lengths, start, end, trans, penalty)
-    if not tracing() and not bool(torch.isfinite(logz).all()):      # refused by name, as the other two paths do
-        _, scores, *_ = torch_decode(E, mask, start, end, trans, penalty)
-        fail_no_path(scores, mask)
-        raise SSVMInputError("emissions: log Z overflowed (scores out of the dtype's range)")
+    # refused by name, as the other two paths do
+    _refuse_non_finite(torch.isfinite(logz), E, mask, start, end, trans, penalty, "log Z overflowed")
     return logz
 
 
@@ -168,10 +174,8 @@ def information(E, mask, start, end, trans, penalty=None, other=None, kernels="a
         oth = None if other is None else (gather_rows(_float(other[0]), order), *other[1:])
         H, D = information_rows(gather_rows(_float(E), order), lengths, start, end, trans, penalty, oth)
     # a row without a path is NaN in both (D may be +inf where q forbids what p allows, so only its NaN counts)
-    if not tracing() and not bool((torch.isfinite(H) if H is not None else ~torch.isnan(D)).all()):
-        _, scores, *_ = torch_decode(E, mask, start, end, trans, penalty)
-        fail_no_path(scores, mask)
-        raise SSVMInputError("emissions: the entropy is not finite (scores out of the dtype's range)")
+    _refuse_non_finite(torch.isfinite(H) if H is not None else ~torch.isnan(D), E, mask, start, end, trans, penalty,
+                       "the entropy is not finite")
     return H, D
 
 

@@ -57,11 +57,15 @@ class _CompiledLogZ(torch.autograd.Function):
                 (g[:, None, None] * MT).sum(0), None)
 
 
-def log_partition(S, first, last, trans, lengths, kernels: str = "auto") -> torch.Tensor:
-    """log Z (B,), differentiable w.r.t. S, first, last and trans."""
-    if not use_numba(S, kernels):
-        return tr.log_partition(S, first, last, trans, lengths)
-    return _CompiledLogZ.apply(S, first, last, trans, lengths)
+def log_partition(S, first, last, trans, lengths, kernels: str = "auto", refuse: bool = True) -> torch.Tensor:
+    """log Z (B,), differentiable w.r.t. S, first, last and trans. ``refuse``: a non-empty row without a
+    segmentation of finite score (log Z -inf) is refused by name; a caller that names the row itself (the set C of
+    partial annotation) passes False."""
+    logz = (tr.log_partition(S, first, last, trans, lengths) if not use_numba(S, kernels)
+            else _CompiledLogZ.apply(S, first, last, trans, lengths))
+    if refuse:
+        fail_no_segmentation(logz, lengths, "log Z")
+    return logz
 
 
 def marginals(S, first, last, trans, lengths, kernels: str = "auto", refuse: bool = True) -> torch.Tensor:
