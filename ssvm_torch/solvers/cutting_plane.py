@@ -63,6 +63,12 @@ def solve_working_set_qp(Q: np.ndarray, b: np.ndarray, solver: str = "daqp") -> 
     # a ridge far below the solvers' tolerances: constraints repeat (Q singular), quadprog needs PD
     P = Qs + np.eye(m) * 1e-12 * max(1.0, float(np.trace(Qs)) / m)
     x = qpsolvers.solve_qp(P, -bs, G=np.ones((1, m)), h=np.array([1.0 / scale]), lb=np.zeros(m), solver=solver)
+    if x is None and solver == "daqp":
+        # DAQP's dual active set can cycle on a singular Q (it returned no point for a working set of a partially
+        # annotated non-projective tree problem whose Q has a zero eigenvalue, tests/test_store_properties.py);
+        # its proximal-point iterations (eps_prox) solve the semidefinite QP exactly, as Clarabel and HiGHS did
+        x = qpsolvers.solve_qp(P, -bs, G=np.ones((1, m)), h=np.array([1.0 / scale]), lb=np.zeros(m), solver=solver,
+                               eps_prox=1e-6)
     if x is None:
         raise SSVMInputError(f"qp_solver: {solver!r} found no solution of the working-set QP ({m} constraints)")
     x = np.clip(x, 0.0, None) * scale
