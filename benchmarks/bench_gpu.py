@@ -563,7 +563,8 @@ def sibling_ssvm_figures(device, repeats, train_size, dev_size):
     return out
 
 
-SECTIONS = ("gap", "decode", "conll", "minibatch", "layer", "trees", "spans", "kbest", "sibling", "alignment")
+SECTIONS = ("gap", "decode", "conll", "minibatch", "layer", "trees", "spans", "kbest", "sibling", "alignment",
+            "edge_chain")
 
 
 def main():
@@ -656,6 +657,12 @@ def main():
         res["alignment"] = device_figures(device, args.repeats, ((4, 32, 32), (2, 64, 48)) if quick else
                                           ((64, 128, 128), (16, 512, 512), (4, 1024, 1024)))
 
+    def edge_chain():
+        sys.path.insert(0, str(Path(__file__).parent))
+        from bench_edge_chain import device_figures
+        res["edge_chain"] = device_figures(device, args.repeats, ((8, 12, 5), (2, 30, 9)) if quick else
+                                           ((512, 50, 9), (32, 50, 45), (8, 200, 17)))
+
     def minibatch():
         # tau = 1 on the GPU is dozens of kernel launches per block step (docs/devices.md has its figure): no budget for it
         taus = [64] if quick else [64, 256, 1024, task.n_train]
@@ -665,7 +672,8 @@ def main():
                                                        target=0.1, budget_s=args.budget)
 
     for name, fn in (("layer", layer), ("gap", gap), ("decode", decode), ("conll", conll), ("minibatch", minibatch),
-                     ("trees", trees), ("spans", spans), ("kbest", kbest), ("sibling", sibling), ("alignment", alignment)):
+                     ("trees", trees), ("spans", spans), ("kbest", kbest), ("sibling", sibling), ("alignment", alignment),
+                     ("edge_chain", edge_chain)):
         section(name, fn)
     print(f"wrote {out}")
     return 0

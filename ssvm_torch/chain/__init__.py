@@ -35,6 +35,7 @@ dispatch of :mod:`~ssvm_torch.chain.ops` (masked operations) and :mod:`~ssvm_tor
 (lengths-based decoding); a new operation goes into :mod:`~ssvm_torch.chain.ops` with one
 function per backend, and into :mod:`~ssvm_torch.chain.losses` if it has a lengths-based form.
 """
+from . import edge_chain
 from .checks import refuse_bad_scores
 from .losses import (chain_crf_nll, chain_decode, chain_expectations, chain_hinge, chain_log_partition,
                      chain_marginals, chain_score, hamming)
@@ -44,4 +45,4 @@ from .torch_struct import edge_potentials
 
 __all__ = ["chain_crf_nll", "chain_decode", "chain_expectations", "chain_hinge", "chain_log_partition",
            "chain_marginals", "chain_marginals_ragged", "chain_score", "check_chain", "decode", "edge_potentials",
-           "hamming", "refuse_bad_scores", "viterbi"]
+           "edge_chain", "hamming", "refuse_bad_scores", "viterbi"]

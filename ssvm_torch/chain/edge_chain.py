@@ -1,0 +1,321 @@
+"""The linear-chain CRF over position-dependent edge potentials: torch-struct's ``LinearChainCRF`` (Rush 2020),
+with compiled CPU kernels, a torch path for every device, and the toolkit's three losses.
+
+A chain of length L over labels {0..K-1} scores a labeling z_0..z_{L-1} as
+
+    s(z) = sum_{n=0}^{L-2} phi[n, z_{n+1}, z_n],        phi (B, N-1, K, K), indexed [position, next, prev]
+
+(torch-struct's event shape and index order; the package's (K, K) ``trans`` is [next, prev] too, so the factorized
+chain of :mod:`ssvm_torch.chain` is the case phi[n] = trans + U[n + 1][:, None] (+ U[0][None, :] + first at n = 0,
++ last at n = L-2): :func:`~ssvm_torch.chain.edge_potentials`). What the factorized chain cannot say is a transition
+that depends on the input: a bilinear or network score of each adjacent pair, an HMM's per-position terms
+(:func:`edges_from_hmm`). ``lengths`` (B,) gives each row's L in 1..N (None: every row N); a row of length 1 has K
+labelings of score 0 (torch-struct's convention), a row of length 0 one empty labeling. -inf forbids a move; a row
+left without a finite labeling is refused by name, as NaN or +inf potentials are.
+
+Backends (``kernels``): ``numba`` (CPU float32/float64: :mod:`~ssvm_torch.chain.numba_edge_chain`, float64
+accumulation, the default there), ``torch`` (any device: a log-space scan over positions and autograd, the
+reference); ``auto`` picks numba on the CPU outside tracing. Losses, with Hamming's Delta(z, y) = the number of
+positions where z differs from the gold y: the CRF's negative log-likelihood log Z - s(y), the structured hinge
+max_z [s(z) + Delta(z, y)] - s(y) and the softmax-margin loss log sum_z exp(s(z) + Delta(z, y)) - s(y) (Gimpel &
+Smith 2010), Delta folded into the potentials (:func:`_augment`).
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from ..errors import SSVMInputError, check, check_choice
+from .checks import refuse_bad_scores, tracing
+from .numba_edge_chain import nb_edge_forward_backward, nb_edge_viterbi
+
+KERNELS = ("auto", "numba", "torch")
+NEG_INF = float("-inf")
+
+
+def check_edges(edges, lengths=None, tags=None) -> torch.Tensor:
+    """Refuse, naming the field, potentials that are not a (B, N-1, K, K) floating tensor with NaN or +inf entries,
+    lengths outside 0..N (or not (B,) integers on the potentials' device), and tags that are not (B, N) integers in
+    0..K-1 at every position of their row; returns the lengths (B,) int64 (N for every row when None)."""
+    check(torch.is_tensor(edges) and edges.is_floating_point() and edges.dim() == 4
+          and edges.shape[2] == edges.shape[3] and edges.shape[2] >= 1, "edges",
+          "a floating (B, N-1, K, K) tensor of potentials phi[b, n, next, prev]",
+          tuple(edges.shape) if torch.is_tensor(edges) else type(edges).__name__)
+    B, N = edges.shape[0], edges.shape[1] + 1
+    refuse_bad_scores(edges, "edges")
+    if lengths is None:
+        lengths = torch.full((B,), N, dtype=torch.int64, device=edges.device)
+    else:
+        check(torch.is_tensor(lengths) and lengths.shape == (B,) and not lengths.is_floating_point()
+              and lengths.dtype != torch.bool and lengths.device == edges.device, "lengths",
+              f"a ({B},) integer tensor on {edges.device}", f"{tuple(lengths.shape)} {lengths.dtype} {lengths.device}"
+              if torch.is_tensor(lengths) else type(lengths).__name__)
+        lengths = lengths.to(torch.int64)
+        if not tracing() and lengths.numel():
+            lo, hi = int(lengths.min()), int(lengths.max())
+            check(lo >= 0 and hi <= N, "lengths", f"row lengths in 0..{N} (the edges hold N - 1 = {N - 1} "
+                  "positions' potentials)", f"{lo}..{hi}")
+    if tags is not None:
+        K = edges.shape[2]
+        check(torch.is_tensor(tags) and tags.shape == (B, N) and not tags.is_floating_point()
+              and tags.dtype != torch.bool, "tags", f"a ({B}, {N}) integer tensor",
+              f"{tuple(tags.shape)} {tags.dtype}" if torch.is_tensor(tags) else type(tags).__name__)
+        if not tracing():
+            inside = torch.arange(N, device=tags.device)[None, :] < lengths.to(tags.device)[:, None]
+            bad = inside & ((tags < 0) | (tags >= K))
+            if bool(bad.any()):
+                b, n = (int(x) for x in bad.nonzero()[0])
+                raise SSVMInputError(f"tags: expected labels in 0..{K - 1} at every position of a row, row {b} has "
+                                     f"{int(tags[b, n])} at position {n}")
+    return lengths
+
+
+def _use_numba(edges: torch.Tensor, kernels: str) -> bool:
+    check_choice(kernels, "kernels", KERNELS)
+    ok = edges.device.type == "cpu" and edges.dtype in (torch.float32, torch.float64) and not tracing()
+    if kernels == "numba" and not ok:
+        raise SSVMInputError(f"kernels: 'numba' needs CPU float32/float64 edges outside tracing, got {edges.device} "
+                             f"{edges.dtype}")
+    return ok and kernels != "torch"
+
+
+def _fail_no_labeling(logz: torch.Tensor, lengths: torch.Tensor) -> None:
+    if tracing() or bool(torch.isfinite(logz).all()):
+        return
+    b = int((~torch.isfinite(logz)).nonzero()[0, 0])
+    raise SSVMInputError(f"edges: expected at least one labeling of finite score for every row, row {b} (length "
+                         f"{int(lengths[b])}) has none (its -inf potentials forbid every path)")
+
+
+def _numba_solve(edges: torch.Tensor, lengths: torch.Tensor, want: bool):
+    """(log Z (B,) float64, the marginals in the edges' dtype or None) by the compiled forward-backward; the
+    exponentials it runs on are made here, shifted per position by the largest finite potential (torch's vectorized
+    exp: :mod:`~ssvm_torch.chain.numba_edge_chain`)."""
+    phi = edges.detach().contiguous()
+    shift = phi.amax((2, 3))
+    shift = torch.where(torch.isfinite(shift), shift, torch.zeros_like(shift))     # a position with no finite move
+    P = (phi - shift[..., None, None]).exp_()
+    logz = np.empty(phi.shape[0])
+    nb_edge_forward_backward(phi.numpy(), P.numpy(), shift.to(torch.float64).numpy(), lengths.numpy(), logz, want)
+    return torch.from_numpy(logz), (P if want else None)
+
+
+class _NumbaLogZ(torch.autograd.Function):
+    """log Z (B,) with the edge marginals as its gradient, both from one compiled forward-backward."""
+
+    @staticmethod
+    def forward(ctx, edges, lengths):
+        logz, M = _numba_solve(edges, lengths, edges.requires_grad)
+        _fail_no_labeling(logz, lengths)
+        ctx.save_for_backward(M if M is not None else edges.new_zeros(0))
+        return logz.to(edges.dtype)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (M,) = ctx.saved_tensors
+        return grad.to(M.dtype)[:, None, None, None] * M, None
+
+
+def _lse(x: torch.Tensor) -> torch.Tensor:
+    """logsumexp over the last dim whose gradient has no NaN where every entry is -inf (the result is then -inf and
+    its gradient 0): torch's own divides 0 by 0 there."""
+    m = x.detach().amax(-1, keepdim=True)
+    some = torch.isfinite(m)
+    m = torch.where(some, m, torch.zeros_like(m))
+    inner = torch.where(some, x, torch.zeros_like(x)) - m
+    out = m[..., 0] + inner.exp().sum(-1).log()
+    return torch.where(some[..., 0], out, torch.full_like(out, NEG_INF))
+
+
+def _torch_log_partition(edges: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """log Z by a log-space scan over the positions (any device, differentiable by autograd): alpha_{n+1}[a] =
+    logsumexp_b alpha_n[b] + phi[n, a, b], rows past their length keeping their alpha (and reading 0, not their
+    potentials, so that their -inf moves leave no NaN in the gradient)."""
+    B, N1, K, _ = edges.shape
+    alpha = edges.new_zeros(B, K)
+    for n in range(N1):
+        live = (n + 1 < lengths)[:, None]
+        step = _lse(alpha[:, None, :] + torch.where(live[..., None], edges[:, n], torch.zeros_like(edges[:, n])))
+        alpha = torch.where(live, step, alpha)
+    logz = _lse(alpha)
+    return torch.where(lengths > 0, logz, torch.zeros_like(logz))
+
+
+def log_partition(edges: torch.Tensor, lengths: torch.Tensor | None = None, kernels: str = "auto") -> torch.Tensor:
+    """log Z (B,) = log sum_z exp s(z) of every row, differentiable: its gradient is the edge marginals."""
+    lengths = check_edges(edges, lengths)
+    if _use_numba(edges, kernels):
+        return _NumbaLogZ.apply(edges, lengths)
+    logz = _torch_log_partition(edges, lengths)
+    _fail_no_labeling(logz, lengths)
+    return logz
+
+
+def marginals(edges: torch.Tensor, lengths: torch.Tensor | None = None, kernels: str = "auto") -> torch.Tensor:
+    """mu (B, N-1, K, K): mu[b, n, a, c] = P(z_{n+1} = a, z_n = c) under row b's CRF, 0 beyond its L - 1 edges
+    (torch-struct's ``marginals``). No gradient."""
+    lengths = check_edges(edges, lengths)
+    if _use_numba(edges, kernels):
+        logz, M = _numba_solve(edges, lengths, True)
+        _fail_no_labeling(logz, lengths)
+        return M
+    if edges.shape[1] == 0:                                          # N = 1: no edge to have a marginal
+        return torch.zeros_like(edges)
+    with torch.enable_grad():
+        leaf = edges.detach().requires_grad_(True)
+        logz = _torch_log_partition(leaf, lengths)
+        _fail_no_labeling(logz, lengths)
+        (mu,) = torch.autograd.grad(logz.sum(), leaf)
+    return mu
+
+
+def decode(edges: torch.Tensor, lengths: torch.Tensor | None = None, kernels: str = "auto"):
+    """(tags (B, N) int64, -1 beyond each row's length; scores (B,)): the best labeling of every row (ties to the
+    smallest label) and its score. No gradient (:func:`score` of the tags is differentiable)."""
+    lengths = check_edges(edges, lengths)
+    if _use_numba(edges, kernels):
+        phi = np.ascontiguousarray(edges.detach().numpy())
+        tags = np.empty((phi.shape[0], phi.shape[1] + 1), dtype=np.int64)
+        scores = np.empty(phi.shape[0])
+        nb_edge_viterbi(phi, lengths.numpy(), tags, scores)
+        tags, scores = torch.from_numpy(tags), torch.from_numpy(scores).to(edges.dtype)
+    else:
+        tags, scores = _torch_decode(edges.detach(), lengths)
+    _fail_no_labeling(scores, lengths)
+    return tags, scores
+
+
+def _torch_decode(edges: torch.Tensor, lengths: torch.Tensor):
+    B, N1, K, _ = edges.shape
+    delta = edges.new_zeros(B, K)
+    back = []
+    for n in range(N1):
+        best, arg = (delta[:, None, :] + edges[:, n]).max(-1)        # max over prev: the first maximum on ties
+        live = (n + 1 < lengths)[:, None]
+        delta = torch.where(live, best, delta)
+        back.append(torch.where(live, arg, torch.arange(K, device=edges.device)[None, :]))
+    score, last = delta.max(-1)
+    tags = [last]
+    for arg in reversed(back):
+        tags.append(arg.gather(1, tags[-1][:, None])[:, 0])
+    tags = torch.stack(tags[::-1], 1)                                # (B, N); the identity moves repeat the last
+    inside = torch.arange(N1 + 1, device=edges.device)[None, :] < lengths[:, None]
+    tags = torch.where(inside, tags, torch.full_like(tags, -1))
+    return tags, torch.where(lengths > 0, score, torch.zeros_like(score))
+
+
+def score(edges: torch.Tensor, tags: torch.Tensor, lengths: torch.Tensor | None = None) -> torch.Tensor:
+    """s(tags) (B,) = sum_{n < L-1} phi[n, tags[n+1], tags[n]], differentiable."""
+    lengths = check_edges(edges, lengths, tags)
+    B, N1, K, _ = edges.shape
+    if N1 == 0:
+        return edges.new_zeros(B)
+    t = tags.clamp(0, K - 1).to(torch.int64)
+    pair = t[:, 1:] * K + t[:, :-1]                                  # (B, N-1) index of (next, prev)
+    picked = edges.reshape(B, N1, K * K).gather(2, pair[..., None])[..., 0]
+    live = torch.arange(N1, device=edges.device)[None, :] + 1 < lengths[:, None]
+    return torch.where(live, picked, torch.zeros_like(picked)).sum(1)
+
+
+def _augment(edges: torch.Tensor, tags: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """phi + Hamming: [a != y_{n+1}] on every edge's next label, and [c != y_0] on the first edge's previous label
+    (a row of length 1 has no edge to carry its one position's term: the losses add it, :func:`_single`)."""
+    B, N1, K, _ = edges.shape
+    labels = torch.arange(K, device=edges.device)
+    t = tags.clamp(0, K - 1).to(torch.int64)
+    wrong_next = (labels[None, None, :] != t[:, 1:, None]).to(edges.dtype)          # (B, N-1, K)
+    live = (torch.arange(N1, device=edges.device)[None, :] + 1 < lengths[:, None]).to(edges.dtype)
+    aug = edges + (wrong_next * live[..., None])[..., None]
+    first = (labels[None, :] != t[:, :1]).to(edges.dtype) * live[:, :1]            # (B, K)
+    return torch.cat([aug[:, :1] + first[:, None, None, :], aug[:, 1:]], 1)
+
+
+def crf_nll(edges, tags, lengths=None, kernels: str = "auto") -> torch.Tensor:
+    """The CRF's negative log-likelihood log Z - s(tags) per row (B,)."""
+    lengths = check_edges(edges, lengths, tags)
+    return log_partition(edges, lengths, kernels) - score(edges, tags, lengths)
+
+
+def hinge(edges, tags, lengths=None, kernels: str = "auto") -> torch.Tensor:
+    """The structured hinge max_z [s(z) + Delta(z, tags)] - s(tags) per row (B,) (Hamming Delta), its gradient the
+    loss-augmented labeling's edge indicators minus the gold ones."""
+    lengths = check_edges(edges, lengths, tags)
+    B, N1, K, _ = edges.shape
+    if N1 == 0:
+        return _single(edges, lengths, 1.0 if K > 1 else 0.0)
+    aug = _augment(edges, tags, lengths)
+    best, _ = decode(aug.detach(), lengths, kernels)
+    return score(aug, best, lengths) - score(edges, tags, lengths) + _single(edges, lengths, 1.0 if K > 1 else 0.0)
+
+
+def softmax_margin(edges, tags, lengths=None, kernels: str = "auto") -> torch.Tensor:
+    """The softmax-margin loss log sum_z exp(s(z) + Delta(z, tags)) - s(tags) per row (B,) (Gimpel & Smith 2010)."""
+    lengths = check_edges(edges, lengths, tags)
+    K = edges.shape[2]
+    # a row of length 1: log Z of its Delta alone, log(1 + (K - 1) e), in place of log K
+    term = _single(edges, lengths, float(np.log1p((K - 1) * np.e) - np.log(K)))
+    if edges.shape[1] == 0:
+        return log_partition(edges, lengths, kernels) + term
+    return log_partition(_augment(edges, tags, lengths), lengths, kernels) - score(edges, tags, lengths) + term
+
+
+def _single(edges: torch.Tensor, lengths: torch.Tensor, value: float) -> torch.Tensor:
+    """``value`` for the rows of length 1 (whose one position no edge carries), 0 elsewhere: (B,)."""
+    return (lengths == 1).to(edges.dtype) * value
+
+
+def sample(edges: torch.Tensor, lengths: torch.Tensor | None = None, n: int = 1, generator=None) -> torch.Tensor:
+    """(B, n, N) int64: n exact samples of every row's CRF, -1 beyond its length (torch-struct's ``sample``): forward
+    messages alpha_n in log space, then z_{L-1} drawn from alpha_{L-1} and each z_n from alpha_n[c] + phi[n, z_{n+1},
+    c], by Gumbel-max on float64 uniforms of ``torch.rand(generator=generator)`` (any device). No gradient."""
+    from .checks import check_draws
+    lengths = check_edges(edges, lengths)
+    check_draws(n, generator, edges.device)
+    phi = edges.detach().to(torch.float64)
+    B, N1, K, _ = phi.shape
+    alpha = [phi.new_zeros(B, K)]
+    for m in range(N1):
+        step = _lse(alpha[-1][:, None, :] + phi[:, m])
+        alpha.append(torch.where((m + 1 < lengths)[:, None], step, alpha[-1]))
+    _fail_no_labeling(torch.where(lengths > 0, _lse(alpha[-1]), torch.zeros(B, dtype=phi.dtype, device=phi.device)),
+                      lengths)
+    rows = torch.arange(B, device=phi.device).repeat_interleave(n)
+    L = lengths[rows]
+    out = torch.full((B * n, N1 + 1), -1, dtype=torch.int64, device=phi.device)
+    nxt = torch.zeros(B * n, dtype=torch.int64, device=phi.device)
+    for m in range(N1, -1, -1):
+        logits = alpha[m][rows]
+        if m < N1:                                                  # the move into the label drawn at m + 1
+            into = phi[rows, m].gather(1, nxt[:, None, None].expand(-1, 1, K))[:, 0]
+            logits = torch.where((m < L - 1)[:, None], logits + into, logits)
+        u = torch.rand(logits.shape, dtype=torch.float64, device=phi.device, generator=generator)
+        tag = (logits - torch.log(-torch.log(u))).argmax(1)
+        take = m < L
+        out[:, m] = torch.where(take, tag, out[:, m])
+        nxt = torch.where(take, tag, nxt)
+    return out.view(B, n, N1 + 1)
+
+
+def edges_from_hmm(transition: torch.Tensor, emission: torch.Tensor, init: torch.Tensor,
+                   observations: torch.Tensor) -> torch.Tensor:
+    """The edge potentials (B, N-1, K, K) of an HMM's log-probabilities (torch-struct's ``LinearChain.hmm``):
+    transition (K, K) [next, prev], emission (V, K), init (K,), observations (B, N) in 0..V-1 (N >= 2). s(z) is then
+    the joint log-probability log p(x, z)."""
+    check(torch.is_tensor(emission) and emission.dim() == 2, "emission", "a (V, K) tensor",
+          tuple(emission.shape) if torch.is_tensor(emission) else type(emission).__name__)
+    V, K = emission.shape
+    check(torch.is_tensor(transition) and transition.shape == (K, K), "transition", f"a ({K}, {K}) tensor",
+          tuple(transition.shape) if torch.is_tensor(transition) else type(transition).__name__)
+    check(torch.is_tensor(init) and init.shape == (K,), "init", f"a ({K},) tensor",
+          tuple(init.shape) if torch.is_tensor(init) else type(init).__name__)
+    check(torch.is_tensor(observations) and observations.dim() == 2 and observations.shape[1] >= 2
+          and not observations.is_floating_point(), "observations", "a (B, N) integer tensor with N >= 2",
+          f"{tuple(observations.shape)} {observations.dtype}" if torch.is_tensor(observations)
+          else type(observations).__name__)
+    if observations.numel() and not tracing():
+        lo, hi = int(observations.min()), int(observations.max())
+        check(lo >= 0 and hi < V, "observations", f"symbols in 0..{V - 1}", f"{lo}..{hi}")
+    obs = emission[observations]                                              # (B, N, K)
+    edges = transition[None, None] + obs[:, 1:, :, None]
+    first = init[None, None, :] + obs[:, :1, :]                               # (B, 1, K) on the previous label
+    return torch.cat([edges[:, :1] + first[:, :, None, :], edges[:, 1:]], 1)
