@@ -33,7 +33,10 @@ CASES = ((32, 50, 9), (32, 50, 17), (32, 50, 45), (8, 200, 17), (1, 50, 45))
 
 
 def torch_struct_crf(phi, lengths):
+    """torch-struct's distribution on a copy of ``phi`` unless it requires grad (its marginals and argmax set
+    requires_grad on the tensor they are given, which would put our later calls on the autograd path)."""
     import torch_struct
+    phi = phi if phi.requires_grad else phi.clone()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")            # torch-struct's distributions lack arg_constraints
         return torch_struct.LinearChainCRF(phi, lengths=lengths)
@@ -48,6 +51,18 @@ def logz_backward(phi, lengths, kernels):
 def torch_struct_logz_backward(phi, lengths):
     p = phi.detach().clone().requires_grad_(True)
     torch_struct_crf(p, lengths).partition.sum().backward()
+    return p.grad
+
+
+def entropy_backward(phi, lengths):
+    p = phi.detach().clone().requires_grad_(True)
+    edge_chain.entropy(p, lengths).sum().backward()
+    return p.grad
+
+
+def torch_struct_entropy_backward(phi, lengths):
+    p = phi.detach().clone().requires_grad_(True)
+    torch_struct_crf(p, lengths).entropy.sum().backward()
     return p.grad
 
 
@@ -75,6 +90,12 @@ def case(B: int, N: int, K: int, dtype, repeats: int) -> dict:
         "numba_decode": median_ms(lambda: edge_chain.decode(phi, lengths, "numba"), repeats),
         "torch_decode": median_ms(lambda: edge_chain.decode(phi, lengths, "torch"), repeats),
         "torch_struct_argmax": median_ms(lambda: torch_struct_crf(phi, lengths).argmax, repeats)}
+    if K <= 17:                  # torch-struct's entropy semiring at K 45 takes minutes a call on the CPU
+        row["ms"]["torch_entropy_backward"] = median_ms(lambda: entropy_backward(phi, lengths), repeats)
+        row["ms"]["torch_struct_entropy_backward"] = median_ms(lambda: torch_struct_entropy_backward(phi, lengths),
+                                                               max(1, repeats // 2))
+        row["largest_entropy_difference"] = float((edge_chain.entropy(phi, lengths) - ref.entropy.detach())
+                                                  .abs().max())
     ms = row["ms"]
     row["speedup_vs_torch_struct"] = {
         "logz_backward": ms["torch_struct_logz_backward"] / ms["numba_logz_backward"],
@@ -82,6 +103,9 @@ def case(B: int, N: int, K: int, dtype, repeats: int) -> dict:
         "marginals": ms["torch_struct_marginals"] / ms["numba_marginals"],
         "decode": ms["torch_struct_argmax"] / ms["numba_decode"],
         "torch_path_decode": ms["torch_struct_argmax"] / ms["torch_decode"]}
+    if "torch_entropy_backward" in ms:
+        row["speedup_vs_torch_struct"]["entropy_backward"] = (ms["torch_struct_entropy_backward"]
+                                                              / ms["torch_entropy_backward"])
     return row
 
 
@@ -120,8 +144,8 @@ def device_figures(device, repeats: int, shapes=DEVICE_SHAPES) -> dict:
         row["logz_backward_vs_torch_struct"] = row["torch_struct_logz_backward_ms"] / row["torch_logz_backward_ms"]
         row["decode_vs_torch_struct"] = row["torch_struct_argmax_ms"] / row["torch_decode_ms"]
         out[f"{B}x{N}x{K}"] = row
-        print(f"edge chain {B}x{N}x{K} on {device}: log Z + backward {row['torch_logz_backward_ms']:.2f} ms (torch-struct "
-              f"x{row['logz_backward_vs_torch_struct']:.2f}), decode {row['torch_decode_ms']:.2f} ms "
+        print(f"edge chain {B}x{N}x{K} on {device}: log Z + backward {row['torch_logz_backward_ms']:.2f} ms "
+              f"(torch-struct x{row['logz_backward_vs_torch_struct']:.2f}), decode {row['torch_decode_ms']:.2f} ms "
               f"(x{row['decode_vs_torch_struct']:.2f})", flush=True)
     return out
 

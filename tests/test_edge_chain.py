@@ -94,6 +94,44 @@ def test_every_operation_equals_enumeration(chain, kernels):
         assert float(margin[b]) == pytest.approx(lse([s + d for _, s, d in rows]) - s_gold, abs=1e-10)
 
 
+@given(chains(), st.integers(0, 2 ** 32 - 1))
+@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+def test_entropy_kl_and_cross_entropy_equal_enumeration(chain, seed):
+    phi, lengths, _ = chain
+    rng = np.random.default_rng(seed)
+    other = torch.tensor(rng.normal(size=phi.shape))
+    if phi.shape[-1] > 1 and rng.uniform() < 0.5:
+        other[torch.tensor(rng.uniform(size=phi.shape) < 0.2)] = float("-inf")   # q may forbid what p allows
+    H, D, C = (edge_chain.entropy(phi, lengths), edge_chain.kl(phi, other, lengths),
+               edge_chain.cross_entropy(phi, other, lengths))
+    for b in range(phi.shape[0]):
+        L = int(lengths[b])
+        p_rows, q_rows = labelings(phi[b], L), labelings(other[b], L)
+        zp, zq = lse([s for _, s, _ in p_rows]), lse([s for _, s, _ in q_rows])
+        probs = [(math.exp(s - zp), s - zp, sq - zq) for (_, s, _), (_, sq, _) in zip(p_rows, q_rows) if s > -math.inf]
+        entropy = -sum(p * logp for p, logp, _ in probs)
+        cross = math.inf if any(logq == -math.inf for _, _, logq in probs) else -sum(p * logq for p, _, logq in probs)
+        assert float(H[b]) == pytest.approx(entropy, abs=1e-10)
+        assert float(C[b]) == pytest.approx(cross, abs=1e-10)
+        assert float(D[b]) == pytest.approx(cross - entropy if cross < math.inf else math.inf, abs=1e-10)
+
+
+def test_entropy_and_kl_equal_torch_struct_and_their_gradients_pass_gradcheck():
+    g = torch.Generator().manual_seed(8)
+    phi, other = torch.randn(5, 6, 4, 4, generator=g, dtype=torch.float64), torch.randn(5, 6, 4, 4, generator=g,
+                                                                                       dtype=torch.float64)
+    lengths = torch.tensor([7, 3, 7, 2, 5])
+    p, q = torch_struct_crf(phi.clone(), lengths), torch_struct_crf(other.clone(), lengths)
+    torch.testing.assert_close(edge_chain.entropy(phi, lengths), p.entropy.detach())
+    torch.testing.assert_close(edge_chain.kl(phi, other, lengths), p.kl(q).detach())
+    small, small_q, L = phi[:2, :3, :3, :3], other[:2, :3, :3, :3], torch.tensor([4, 2])
+    torch.autograd.gradcheck(lambda x: edge_chain.entropy(x, L), (small.clone().requires_grad_(),))
+    torch.autograd.gradcheck(lambda x, y: edge_chain.kl(x, y, L), (small.clone().requires_grad_(),
+                                                                  small_q.clone().requires_grad_()))
+    with pytest.raises(SSVMInputError, match="other_edges: expected potentials like edges"):
+        edge_chain.kl(phi, other[:, :3], lengths)
+
+
 def test_samples_follow_the_crf_and_never_take_a_forbidden_move():
     g = torch.Generator().manual_seed(6)
     phi = torch.randn(3, 3, 3, 3, generator=g, dtype=torch.float64)

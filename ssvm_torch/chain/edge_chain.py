@@ -264,6 +264,51 @@ def _single(edges: torch.Tensor, lengths: torch.Tensor, value: float) -> torch.T
     return (lengths == 1).to(edges.dtype) * value
 
 
+def _information(edges, lengths, other=None):
+    """(H(p) (B,), KL(p || q) (B,) or None) by the normalized entropy semiring of
+    :func:`ssvm_torch.chain.information.information_rows` (Li & Eisner 2009), the edges as its per-position moves
+    with zero unaries and ends; a row p gives no labeling of is refused by name."""
+    from .information import information_rows
+    B, N1, K, _ = edges.shape
+    zeros = edges.new_zeros(K)
+    q = None if other is None else (other.new_zeros(B, N1 + 1, K), zeros, zeros, other, None)
+    H, D = information_rows(edges.new_zeros(B, N1 + 1, K), lengths, zeros, zeros, edges, None, q)
+    _fail_no_labeling(torch.where(torch.isnan(H), torch.full_like(H, NEG_INF), H), lengths)
+    return H, D
+
+
+def _check_other(edges: torch.Tensor, other) -> None:
+    check(torch.is_tensor(other) and other.shape == edges.shape and other.dtype == edges.dtype
+          and other.device == edges.device, "other_edges", f"potentials like edges ({tuple(edges.shape)}, "
+          f"{edges.dtype}, {edges.device})", f"{tuple(other.shape)}, {other.dtype}, {other.device}"
+          if torch.is_tensor(other) else type(other).__name__)
+    refuse_bad_scores(other, "other_edges")
+
+
+def entropy(edges: torch.Tensor, lengths: torch.Tensor | None = None) -> torch.Tensor:
+    """H(p) = -sum_z p(z) log p(z) per row (B,) (log K for a row of length 1, 0 for an empty one), differentiable
+    (torch, any device): each term a non-negative entropy of a backward conditional, so float32 keeps its digits
+    where log Z - E[s] would cancel (:mod:`ssvm_torch.chain.information`)."""
+    lengths = check_edges(edges, lengths)
+    return _information(edges, lengths)[0]
+
+
+def kl(edges: torch.Tensor, other_edges: torch.Tensor, lengths: torch.Tensor | None = None) -> torch.Tensor:
+    """KL(p || q) per row (B,): p the CRF of ``edges``, q that of ``other_edges`` on the same rows; differentiable
+    w.r.t. both; +inf where p gives weight to a labeling q forbids."""
+    lengths = check_edges(edges, lengths)
+    _check_other(edges, other_edges)
+    return _information(edges, lengths, other_edges)[1]
+
+
+def cross_entropy(edges: torch.Tensor, other_edges: torch.Tensor, lengths: torch.Tensor | None = None) -> torch.Tensor:
+    """H(p, q) = -sum_z p(z) log q(z) = H(p) + KL(p || q) per row (B,), p and q as in :func:`kl`."""
+    lengths = check_edges(edges, lengths)
+    _check_other(edges, other_edges)
+    H, D = _information(edges, lengths, other_edges)
+    return H + D
+
+
 def sample(edges: torch.Tensor, lengths: torch.Tensor | None = None, n: int = 1, generator=None) -> torch.Tensor:
     """(B, n, N) int64: n exact samples of every row's CRF, -1 beyond its length (torch-struct's ``sample``): forward
     messages alpha_n in log space, then z_{L-1} drawn from alpha_{L-1} and each z_n from alpha_n[c] + phi[n, z_{n+1},

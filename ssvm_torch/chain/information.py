@@ -68,23 +68,27 @@ def information_rows(Ec, lengths, start, end, trans, penalty=None, other=None):
     """(entropy H(p) (B,), KL(p || q) (B,) or None) of compacted rows (their first ``lengths[b]`` positions;
     0 for an empty row), in Ec's dtype, differentiable by autograd. p: the chain of (Ec, start, end, trans) plus
     ``penalty``; ``other`` = (Qc, start, end, trans, penalty) of q on the same rows, or None. ``start`` / ``end``
-    (K,) or (B, K), ``trans`` (K, K) or (B, K, K) [next, prev]. A row that p gives no labeling of is NaN
-    (the callers refuse it by name); KL is +inf where p gives weight to a labeling q forbids."""
+    (K,) or (B, K), ``trans`` (K, K), (B, K, K) or per position (B, T-1, K, K) (the move into position i is
+    ``trans[:, i-1]``: the edge potentials of :mod:`ssvm_torch.chain.edge_chain`) [next, prev]. A row that p gives
+    no labeling of is NaN (the callers refuse it by name); KL is +inf where p gives weight to a labeling q
+    forbids."""
     s, e, t = with_penalty(start, end, trans, penalty)
-    s, e, t = _rows(s, 2), _rows(e, 2), _rows(t, 3)
+    s, e = _rows(s, 2), _rows(e, 2)
+    t = t if t.dim() == 4 else _rows(t, 3)
     B, T, K = Ec.shape
     a = Ec[:, 0] + s
     H = Ec.new_zeros(B, K)
     if other is not None:
         Qc, qs, qe, qt = other[0], *with_penalty(*other[1:4], other[4])
-        qs, qe, qt = _rows(qs, 2), _rows(qe, 2), _rows(qt, 3)
+        qs, qe = _rows(qs, 2), _rows(qe, 2)
+        qt = qt if qt.dim() == 4 else _rows(qt, 3)
         aq, D = Qc[:, 0] + qs, Ec.new_zeros(B, K)
     for i in range(1, T):
         on = (i < lengths)[:, None]
-        nxt, logw, w = _conditionals(a, t)
+        nxt, logw, w = _conditionals(a, t[:, i - 1] if t.dim() == 4 else t)
         H = torch.where(on, _expect(w, H[:, None, :] - logw), H)
         if other is not None:
-            nq, logwq, _ = _conditionals(aq, qt)
+            nq, logwq, _ = _conditionals(aq, qt[:, i - 1] if qt.dim() == 4 else qt)
             D = torch.where(on, _expect(w, D[:, None, :] + logw - logwq), D)
             aq = torch.where(on, _centred(nq + Qc[:, i]), aq)
         a = torch.where(on, _centred(nxt + Ec[:, i]), a)
