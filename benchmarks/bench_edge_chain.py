@@ -1,9 +1,11 @@
 """The edge-potential linear chain (ssvm_torch/chain/edge_chain.py) on CPU against torch-struct's LinearChainCRF on the
 same potentials phi (B, N-1, K, K): log Z + backward (the CRF's training step; torch-struct's partition by its
-log-depth scan, its gradient by autograd), the marginals, and the best labeling (torch-struct's argmax: the
-gradient of the max semiring's scan). Ours: the compiled kernels (one numba thread) and the torch scan (what CUDA
-runs). Per case the largest differences of log Z and marginals against torch-struct and whether the best labelings'
-scores agree. One thread, median of ``--repeats`` calls after one untimed call.
+log-depth scan, its gradient by autograd), the marginals, the best labeling (torch-struct's argmax: the gradient of
+the max semiring's scan) and, where K <= 17, the 5 best labelings (torch-struct's ``topk(5)``, its k-max semiring's
+scan, one call timed) and the entropy + backward (ours: the normalized entropy semiring in torch; torch-struct's:
+its entropy semiring's scan). Ours: the compiled kernels (one numba thread) and the torch scan (what CUDA runs).
+Per case the largest differences of log Z, marginals, entropy and the n best scores against torch-struct. One
+thread, median of ``--repeats`` calls after one untimed call.
 
 Writes benchmarks/results/edge_chain_cpu.json.
 Usage: python benchmarks/bench_edge_chain.py [--repeats 7]
@@ -96,6 +98,12 @@ def case(B: int, N: int, K: int, dtype, repeats: int) -> dict:
                                                                max(1, repeats // 2))
         row["largest_entropy_difference"] = float((edge_chain.entropy(phi, lengths) - ref.entropy.detach())
                                                   .abs().max())
+    if K <= 17:                  # and its k-max semiring's topk seconds a call at K 9
+        row["ms"]["numba_nbest5"] = median_ms(lambda: edge_chain.nbest(phi, lengths, 5), repeats)
+        row["ms"]["torch_struct_topk5"] = median_ms(lambda: torch_struct_crf(phi, lengths).topk(5), 1)
+        top = torch_struct_crf(phi, lengths).topk(5).detach()
+        row["largest_nbest_score_difference"] = float(((top * phi[None]).sum((2, 3, 4)).T
+                                                       - edge_chain.nbest(phi, lengths, 5)[1]).abs().max())
     ms = row["ms"]
     row["speedup_vs_torch_struct"] = {
         "logz_backward": ms["torch_struct_logz_backward"] / ms["numba_logz_backward"],
@@ -103,6 +111,8 @@ def case(B: int, N: int, K: int, dtype, repeats: int) -> dict:
         "marginals": ms["torch_struct_marginals"] / ms["numba_marginals"],
         "decode": ms["torch_struct_argmax"] / ms["numba_decode"],
         "torch_path_decode": ms["torch_struct_argmax"] / ms["torch_decode"]}
+    if "numba_nbest5" in ms:
+        row["speedup_vs_torch_struct"]["nbest5"] = ms["torch_struct_topk5"] / ms["numba_nbest5"]
     if "torch_entropy_backward" in ms:
         row["speedup_vs_torch_struct"]["entropy_backward"] = (ms["torch_struct_entropy_backward"]
                                                               / ms["torch_entropy_backward"])

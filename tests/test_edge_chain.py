@@ -94,6 +94,55 @@ def test_every_operation_equals_enumeration(chain, kernels):
         assert float(margin[b]) == pytest.approx(lse([s + d for _, s, d in rows]) - s_gold, abs=1e-10)
 
 
+@given(chains(), st.integers(1, 7), st.sampled_from(KERNELS))
+@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+def test_the_n_best_labelings_equal_enumeration(chain, n, kernels):
+    phi, lengths, _ = chain
+    tags, scores = edge_chain.nbest(phi, lengths, n, kernels)
+    assert tags.shape == (phi.shape[0], n, phi.shape[1] + 1) and scores.shape == (phi.shape[0], n)
+    for b in range(phi.shape[0]):
+        L = int(lengths[b])
+        finite = sorted((s for _, s, _ in labelings(phi[b], L) if s > -math.inf), reverse=True)
+        assert scores[b].tolist() == pytest.approx((finite + [-math.inf] * n)[:n], abs=1e-10)
+        found = [tuple(tags[b, q, :L].tolist()) for q in range(n) if scores[b, q] > -math.inf]
+        assert len(set(found)) == len(found)                        # distinct labelings
+        for q in range(n):
+            if scores[b, q] == -math.inf:
+                assert (tags[b, q] == -1).all()
+                continue
+            assert (tags[b, q, L:] == -1).all()
+            assert float(edge_chain.score(phi[b:b + 1], tags[b:b + 1, q].clamp(min=0), lengths[b:b + 1])) == \
+                pytest.approx(float(scores[b, q]), abs=1e-10)
+
+
+@given(chains(), st.integers(1, 4), st.booleans(), st.sampled_from(KERNELS))
+@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+def test_mbr_labelings_have_the_least_expected_loss_by_enumeration(chain, n, hamming, kernels):
+    phi, lengths, _ = chain
+    K = phi.shape[-1]
+    cost = None if hamming else torch.rand(K, K, generator=torch.Generator().manual_seed(K), dtype=torch.float64)
+    C = 1.0 - torch.eye(K, dtype=torch.float64) if cost is None else cost
+    tags, gains = edge_chain.mbr_decode(phi, lengths, cost, n, kernels)
+    position = edge_chain.position_marginals(phi, lengths, kernels)
+    if n == 1:
+        tags, gains = tags[:, None], gains[:, None]
+    for b in range(phi.shape[0]):
+        L = int(lengths[b])
+        rows = labelings(phi[b], L)
+        z = lse([s for _, s, _ in rows])
+        probs = [(labels, math.exp(s - z) if s > -math.inf else 0.0) for labels, s, _ in rows]
+        for t in range(L):
+            for k in range(K):
+                assert float(position[b, t, k]) == pytest.approx(sum(p for y, p in probs if y[t] == k), abs=1e-10)
+        risk = {y: sum(p * sum(float(C[g[t], y[t]]) for t in range(L)) for g, p in probs)
+                for (y, s, _) in rows if s > -math.inf}
+        best = (sorted(-r for r in risk.values())[::-1] + [-math.inf] * n)[:n]
+        assert gains[b].tolist() == pytest.approx(best, abs=1e-10)
+        for q in range(n):
+            if best[q] > -math.inf:
+                assert -risk[tuple(tags[b, q, :L].tolist())] == pytest.approx(best[q], abs=1e-10)
+
+
 @given(chains(), st.integers(0, 2 ** 32 - 1))
 @settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
 def test_entropy_kl_and_cross_entropy_equal_enumeration(chain, seed):

@@ -27,7 +27,7 @@ import torch
 
 from ..errors import SSVMInputError, check, check_choice
 from .checks import refuse_bad_scores, tracing
-from .numba_edge_chain import nb_edge_forward_backward, nb_edge_viterbi
+from .numba_edge_chain import nb_edge_forward_backward, nb_edge_nbest, nb_edge_viterbi
 
 KERNELS = ("auto", "numba", "torch")
 NEG_INF = float("-inf")
@@ -202,6 +202,104 @@ def _torch_decode(edges: torch.Tensor, lengths: torch.Tensor):
     inside = torch.arange(N1 + 1, device=edges.device)[None, :] < lengths[:, None]
     tags = torch.where(inside, tags, torch.full_like(tags, -1))
     return tags, torch.where(lengths > 0, score, torch.zeros_like(score))
+
+
+def nbest(edges: torch.Tensor, lengths: torch.Tensor | None = None, n: int = 1, kernels: str = "auto"):
+    """(tags (B, n, N) int64, scores (B, n)): the n highest-scoring labelings of every row in non-increasing score
+    order (torch-struct's ``topk``), -1 past each row's length and for the ranks a row lacks (fewer than n labelings
+    of finite score: their scores are -inf). The compiled n-best recursion on the CPU (ties to the lower label),
+    elsewhere the same recursion with ``topk`` over each label's (previous label, rank) candidates. No gradient."""
+    lengths = check_edges(edges, lengths)
+    check(isinstance(n, int) and not isinstance(n, bool) and n >= 1, "n", "an int >= 1", repr(n))
+    B, N1, K, _ = edges.shape
+    if _use_numba(edges, kernels):
+        tags = np.full((B, n, N1 + 1), -1, dtype=np.int64)
+        scores = np.full((B, n), -np.inf)
+        nb_edge_nbest(np.ascontiguousarray(edges.detach().numpy()), lengths.numpy(), n, tags, scores)
+        tags, scores = torch.from_numpy(tags), torch.from_numpy(scores).to(edges.dtype)
+    else:
+        tags, scores = _torch_nbest(edges.detach(), lengths, n)
+    _fail_no_labeling(scores[:, 0], lengths)
+    return tags, scores
+
+
+def _torch_nbest(edges: torch.Tensor, lengths: torch.Tensor, n: int):
+    B, N1, K, _ = edges.shape
+    dev = edges.device
+    D = edges.new_full((B, K, n), NEG_INF)
+    D[:, :, 0] = 0.0
+    stay = (torch.arange(K, device=dev)[:, None] * n + torch.arange(n, device=dev)[None, :]).expand(B, K, n)
+    back = []
+    for m in range(N1):
+        cand = (D[:, None, :, :] + edges[:, m, :, :, None]).reshape(B, K, K * n)   # [next, (prev, rank)]
+        vals, idx = cand.topk(min(n, K * n), -1)
+        if vals.shape[-1] < n:
+            vals = torch.cat([vals, vals.new_full((B, K, n - vals.shape[-1]), NEG_INF)], -1)
+            idx = torch.cat([idx, idx.new_zeros(B, K, n - idx.shape[-1])], -1)
+        live = (m + 1 < lengths)[:, None, None]
+        D = torch.where(live, vals, D)
+        back.append(torch.where(live, idx, stay))              # rows past their end keep (label, rank)
+    scores, flat = D.reshape(B, K * n).topk(min(n, K * n), -1)
+    if scores.shape[-1] < n:
+        scores = torch.cat([scores, scores.new_full((B, n - scores.shape[-1]), NEG_INF)], -1)
+        flat = torch.cat([flat, flat.new_zeros(B, n - flat.shape[-1])], -1)
+    tags = [flat // n]
+    for idx in reversed(back):
+        flat = idx.reshape(B, K * n).gather(1, flat)
+        tags.append(flat // n)
+    tags = torch.stack(tags[::-1], 2)                            # (B, n, N)
+    inside = torch.arange(N1 + 1, device=dev)[None, None, :] < lengths[:, None, None]
+    tags = torch.where(inside & torch.isfinite(scores)[..., None], tags, torch.full_like(tags, -1))
+    empty = (lengths == 0)[:, None] & (torch.arange(n, device=dev)[None, :] == 0)
+    scores = torch.where(lengths[:, None] == 0, torch.where(empty, 0.0, NEG_INF), scores)
+    return tags, scores
+
+
+def position_marginals(edges: torch.Tensor, lengths: torch.Tensor | None = None, kernels: str = "auto"):
+    """p(z_n = k) (B, N, K) of every row's CRF, 0 past its length (a row of length 1: uniform), read off the edge
+    marginals: the next labels' sums of each edge, and the first position from the first edge's previous labels."""
+    lengths = check_edges(edges, lengths)
+    B, N1, K, _ = edges.shape
+    mu = marginals(edges, lengths, kernels)
+    first = mu[:, :1].sum(2) if N1 else edges.new_zeros(B, 1, K)              # (B, 1, K) over the previous label
+    first = torch.where((lengths == 1)[:, None, None], torch.full_like(first, 1.0 / K), first)
+    out = torch.cat([first, mu.sum(3)], 1)
+    inside = torch.arange(N1 + 1, device=edges.device)[None, :, None] < lengths[:, None, None]
+    return torch.where(inside, out, torch.zeros_like(out))
+
+
+def mbr_decode(edges: torch.Tensor, lengths: torch.Tensor | None = None, cost: torch.Tensor | None = None,
+               n: int = 1, kernels: str = "auto"):
+    """The labeling of least expected task loss (B, N) and its summed gain (B,) (minus its expected loss), or with
+    ``n`` > 1 the n labelings of least expected loss (B, n, N) and theirs (B, n), -1 past each row's length:
+    Kall et al. 2005's posterior-Viterbi, as the chain layer's (:mod:`ssvm_torch.chain.mbr`): the expected loss
+    sum_n sum_g p(z_n = g) C[g, z'_n] of a token cost C (K, K) [gold, predicted] (None: Hamming, each position's
+    most probable label where the moves allow) is minimised by the best path of the gains -E[C[., k]] over the
+    moves the CRF allows (a -inf potential stays forbidden). No gradient."""
+    from .mbr import expected_gain
+    lengths = check_edges(edges, lengths)
+    B, N1, K, _ = edges.shape
+    if cost is None:
+        cost = 1.0 - torch.eye(K, dtype=torch.float64, device=edges.device)
+    check(torch.is_tensor(cost) and cost.shape == (K, K) and bool(torch.isfinite(cost).all()), "cost",
+          f"a finite ({K}, {K}) tensor [gold, predicted]", tuple(cost.shape) if torch.is_tensor(cost) else cost)
+    check(isinstance(n, int) and not isinstance(n, bool) and n >= 1, "n", "an int >= 1", repr(n))
+    with torch.no_grad():
+        gain = expected_gain(position_marginals(edges, lengths, kernels).to(torch.float64), cost)    # (B, N, K)
+        moves = gain[:, 1:, :, None].expand(B, N1, K, K).clone()
+        if N1:
+            moves[:, 0] += gain[:, 0, None, :]
+        moves = torch.where(torch.isneginf(edges.detach()), torch.full_like(moves, NEG_INF), moves)
+        tags, gains = nbest(moves, lengths, n, kernels)
+        # a row of length 1 has no edge to carry its one position's gains: its n best labels, directly
+        top, label = gain[:, 0].topk(min(n, K), -1)
+        pad = n - top.shape[1]
+        top = torch.cat([top, top.new_full((B, pad), NEG_INF)], 1)
+        label = torch.cat([label, label.new_full((B, pad), -1)], 1)
+        one = (lengths == 1)[:, None]
+        gains = torch.where(one, top, gains)
+        tags[:, :, 0] = torch.where(one, label, tags[:, :, 0])
+        return (tags[:, 0], gains[:, 0]) if n == 1 else (tags, gains)
 
 
 def score(edges: torch.Tensor, tags: torch.Tensor, lengths: torch.Tensor | None = None) -> torch.Tensor:

@@ -13,7 +13,8 @@ thread (``prange``), float64 accumulation whatever the input dtype.
   finite (potentials whose spread leaves float64's exponent range, or no labeling of finite score) is redone in log
   space (:func:`_log_row`); a row without a finite labeling gets log Z = -inf and zero marginals, for the caller to
   name.
-* :func:`nb_edge_viterbi` -- the best labeling (max-sum, ties to the smallest label) and its score.
+* :func:`nb_edge_viterbi` -- the best labeling (max-sum, ties to the smallest label) and its score;
+  :func:`nb_edge_nbest` the n best.
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ import numba as nb
 import numpy as np
 
 from .numba_fb import SCALED_MIN
+from .numba_nbest import merge_best
 
 
 @nb.njit(cache=True, nogil=True)
@@ -166,3 +168,51 @@ def nb_edge_viterbi(phi, lengths, tags, scores):
         for n in range(L - 2, -1, -1):
             arg = bp[n, arg]
             tags[r, n] = arg
+
+
+@nb.njit(cache=True, nogil=True, parallel=True)
+def nb_edge_nbest(phi, lengths, n, out, scores):
+    """The n best labelings of every row: out (B, n, N) their labels (the caller fills it with -1), scores (B, n)
+    in non-increasing order (the caller fills it with -inf; a row with fewer than n labelings of finite score gets
+    fewer; an empty row one, of score 0). The n-best recursion of :mod:`ssvm_torch.chain.numba_nbest` (an n-step
+    merge of the K sorted lists of each position and label, ties to the lower label) with the move into position s
+    read from phi[s-1] and z_0 free."""
+    B, _, K, _ = phi.shape
+    zero = np.zeros(K)
+    for r in nb.prange(B):
+        L = lengths[r]
+        if L <= 0:
+            scores[r, 0] = 0.0
+            continue
+        D = np.full((L, K, n), -np.inf)
+        SP = np.zeros((L, K, n), dtype=np.int64)
+        SR = np.zeros((L, K, n), dtype=np.int64)
+        ptr = np.empty(K, dtype=np.int64)
+        add = np.empty(K)
+        for k in range(K):
+            D[0, k, 0] = 0.0
+        for s in range(1, L):
+            for k in range(K):
+                ptr[:] = 0
+                for j in range(K):
+                    add[j] = phi[r, s - 1, k, j]
+                for q in range(n):
+                    best, bj = merge_best(D, s - 1, n, add, ptr, K)
+                    if bj < 0:
+                        break
+                    D[s, k, q] = best
+                    SP[s, k, q] = bj
+                    SR[s, k, q] = ptr[bj]
+                    ptr[bj] += 1
+        ptr[:] = 0
+        for q in range(n):
+            best, bk = merge_best(D, L - 1, n, zero, ptr, K)
+            if bk < 0:
+                break
+            scores[r, q] = best
+            k, rank = bk, ptr[bk]
+            ptr[bk] += 1
+            for s in range(L - 1, -1, -1):
+                out[r, q, s] = k
+                if s > 0:
+                    k, rank = SP[s, k, rank], SR[s, k, rank]

@@ -17,7 +17,7 @@ from .numba_masked import masked_positions
 
 
 @nb.njit(cache=True, nogil=True)
-def _merge(D, s, n, add, ptr, K):
+def merge_best(D, s, n, add, ptr, K):
     """The best remaining (score, tag j) of D[s, j, ptr[j]] + add[j] over the K sorted lists of
     position s (tag -1 when every list is spent or only -inf is left)."""
     best = -np.inf
@@ -56,7 +56,7 @@ def nb_nbest(E, mask, start, end, trans, n, out, scores):
                 ptr[:] = 0
                 u = E[b, pos[s], k]
                 for r in range(n):
-                    best, bj = _merge(D, s - 1, n, trans[k], ptr, K)
+                    best, bj = merge_best(D, s - 1, n, trans[k], ptr, K)
                     if bj < 0:
                         break
                     D[s, k, r] = best + u
@@ -65,7 +65,7 @@ def nb_nbest(E, mask, start, end, trans, n, out, scores):
                     ptr[bj] += 1
         ptr[:] = 0
         for r in range(n):
-            best, bk = _merge(D, L - 1, n, end, ptr, K)
+            best, bk = merge_best(D, L - 1, n, end, ptr, K)
             if bk < 0:
                 break
             scores[b, r] = best
