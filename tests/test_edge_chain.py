@@ -275,7 +275,7 @@ def test_gradients_are_the_marginals_and_pass_gradcheck(kernels):
     # the hinge's gradient: the loss-augmented labeling's edge indicators minus the gold labeling's
     p = phi.detach().requires_grad_(True)
     edge_chain.hinge(p, gold, lengths, kernels).sum().backward()
-    aug = edge_chain._augment(phi.detach(), gold, lengths)
+    aug = edge_chain.loss_augmented(phi.detach(), gold, lengths)
     best, _ = edge_chain.decode(aug, lengths, kernels)
     expected = torch.zeros_like(phi)
     for b in range(3):

@@ -28,9 +28,9 @@ import torch
 from ..errors import SSVMInputError, check, check_choice
 from .checks import refuse_bad_scores, tracing
 from .numba_edge_chain import nb_edge_forward_backward, nb_edge_nbest, nb_edge_viterbi
+from .torch_edge_chain import NEG_INF, decode_scan, log_partition_scan, nbest_scan, sample_scan
 
 KERNELS = ("auto", "numba", "torch")
-NEG_INF = float("-inf")
 
 
 def check_edges(edges, lengths=None, tags=None) -> torch.Tensor:
@@ -116,37 +116,12 @@ class _NumbaLogZ(torch.autograd.Function):
         return grad.to(M.dtype)[:, None, None, None] * M, None
 
 
-def _lse(x: torch.Tensor) -> torch.Tensor:
-    """logsumexp over the last dim whose gradient has no NaN where every entry is -inf (the result is then -inf and
-    its gradient 0): torch's own divides 0 by 0 there."""
-    m = x.detach().amax(-1, keepdim=True)
-    some = torch.isfinite(m)
-    m = torch.where(some, m, torch.zeros_like(m))
-    inner = torch.where(some, x, torch.zeros_like(x)) - m
-    out = m[..., 0] + inner.exp().sum(-1).log()
-    return torch.where(some[..., 0], out, torch.full_like(out, NEG_INF))
-
-
-def _torch_log_partition(edges: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-    """log Z by a log-space scan over the positions (any device, differentiable by autograd): alpha_{n+1}[a] =
-    logsumexp_b alpha_n[b] + phi[n, a, b], rows past their length keeping their alpha (and reading 0, not their
-    potentials, so that their -inf moves leave no NaN in the gradient)."""
-    B, N1, K, _ = edges.shape
-    alpha = edges.new_zeros(B, K)
-    for n in range(N1):
-        live = (n + 1 < lengths)[:, None]
-        step = _lse(alpha[:, None, :] + torch.where(live[..., None], edges[:, n], torch.zeros_like(edges[:, n])))
-        alpha = torch.where(live, step, alpha)
-    logz = _lse(alpha)
-    return torch.where(lengths > 0, logz, torch.zeros_like(logz))
-
-
 def log_partition(edges: torch.Tensor, lengths: torch.Tensor | None = None, kernels: str = "auto") -> torch.Tensor:
     """log Z (B,) = log sum_z exp s(z) of every row, differentiable: its gradient is the edge marginals."""
     lengths = check_edges(edges, lengths)
     if _use_numba(edges, kernels):
         return _NumbaLogZ.apply(edges, lengths)
-    logz = _torch_log_partition(edges, lengths)
+    logz = log_partition_scan(edges, lengths)
     _fail_no_labeling(logz, lengths)
     return logz
 
@@ -163,7 +138,7 @@ def marginals(edges: torch.Tensor, lengths: torch.Tensor | None = None, kernels:
         return torch.zeros_like(edges)
     with torch.enable_grad():
         leaf = edges.detach().requires_grad_(True)
-        logz = _torch_log_partition(leaf, lengths)
+        logz = log_partition_scan(leaf, lengths)
         _fail_no_labeling(logz, lengths)
         (mu,) = torch.autograd.grad(logz.sum(), leaf)
     return mu
@@ -180,28 +155,9 @@ def decode(edges: torch.Tensor, lengths: torch.Tensor | None = None, kernels: st
         nb_edge_viterbi(phi, lengths.numpy(), tags, scores)
         tags, scores = torch.from_numpy(tags), torch.from_numpy(scores).to(edges.dtype)
     else:
-        tags, scores = _torch_decode(edges.detach(), lengths)
+        tags, scores = decode_scan(edges.detach(), lengths)
     _fail_no_labeling(scores, lengths)
     return tags, scores
-
-
-def _torch_decode(edges: torch.Tensor, lengths: torch.Tensor):
-    B, N1, K, _ = edges.shape
-    delta = edges.new_zeros(B, K)
-    back = []
-    for n in range(N1):
-        best, arg = (delta[:, None, :] + edges[:, n]).max(-1)        # max over prev: the first maximum on ties
-        live = (n + 1 < lengths)[:, None]
-        delta = torch.where(live, best, delta)
-        back.append(torch.where(live, arg, torch.arange(K, device=edges.device)[None, :]))
-    score, last = delta.max(-1)
-    tags = [last]
-    for arg in reversed(back):
-        tags.append(arg.gather(1, tags[-1][:, None])[:, 0])
-    tags = torch.stack(tags[::-1], 1)                                # (B, N); the identity moves repeat the last
-    inside = torch.arange(N1 + 1, device=edges.device)[None, :] < lengths[:, None]
-    tags = torch.where(inside, tags, torch.full_like(tags, -1))
-    return tags, torch.where(lengths > 0, score, torch.zeros_like(score))
 
 
 def nbest(edges: torch.Tensor, lengths: torch.Tensor | None = None, n: int = 1, kernels: str = "auto"):
@@ -218,40 +174,8 @@ def nbest(edges: torch.Tensor, lengths: torch.Tensor | None = None, n: int = 1, 
         nb_edge_nbest(np.ascontiguousarray(edges.detach().numpy()), lengths.numpy(), n, tags, scores)
         tags, scores = torch.from_numpy(tags), torch.from_numpy(scores).to(edges.dtype)
     else:
-        tags, scores = _torch_nbest(edges.detach(), lengths, n)
+        tags, scores = nbest_scan(edges.detach(), lengths, n)
     _fail_no_labeling(scores[:, 0], lengths)
-    return tags, scores
-
-
-def _torch_nbest(edges: torch.Tensor, lengths: torch.Tensor, n: int):
-    B, N1, K, _ = edges.shape
-    dev = edges.device
-    D = edges.new_full((B, K, n), NEG_INF)
-    D[:, :, 0] = 0.0
-    stay = (torch.arange(K, device=dev)[:, None] * n + torch.arange(n, device=dev)[None, :]).expand(B, K, n)
-    back = []
-    for m in range(N1):
-        cand = (D[:, None, :, :] + edges[:, m, :, :, None]).reshape(B, K, K * n)   # [next, (prev, rank)]
-        vals, idx = cand.topk(min(n, K * n), -1)
-        if vals.shape[-1] < n:
-            vals = torch.cat([vals, vals.new_full((B, K, n - vals.shape[-1]), NEG_INF)], -1)
-            idx = torch.cat([idx, idx.new_zeros(B, K, n - idx.shape[-1])], -1)
-        live = (m + 1 < lengths)[:, None, None]
-        D = torch.where(live, vals, D)
-        back.append(torch.where(live, idx, stay))              # rows past their end keep (label, rank)
-    scores, flat = D.reshape(B, K * n).topk(min(n, K * n), -1)
-    if scores.shape[-1] < n:
-        scores = torch.cat([scores, scores.new_full((B, n - scores.shape[-1]), NEG_INF)], -1)
-        flat = torch.cat([flat, flat.new_zeros(B, n - flat.shape[-1])], -1)
-    tags = [flat // n]
-    for idx in reversed(back):
-        flat = idx.reshape(B, K * n).gather(1, flat)
-        tags.append(flat // n)
-    tags = torch.stack(tags[::-1], 2)                            # (B, n, N)
-    inside = torch.arange(N1 + 1, device=dev)[None, None, :] < lengths[:, None, None]
-    tags = torch.where(inside & torch.isfinite(scores)[..., None], tags, torch.full_like(tags, -1))
-    empty = (lengths == 0)[:, None] & (torch.arange(n, device=dev)[None, :] == 0)
-    scores = torch.where(lengths[:, None] == 0, torch.where(empty, 0.0, NEG_INF), scores)
     return tags, scores
 
 
@@ -315,8 +239,8 @@ def score(edges: torch.Tensor, tags: torch.Tensor, lengths: torch.Tensor | None 
     return torch.where(live, picked, torch.zeros_like(picked)).sum(1)
 
 
-def _augment(edges: torch.Tensor, tags: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-    """phi + Hamming: [a != y_{n+1}] on every edge's next label, and [c != y_0] on the first edge's previous label
+def loss_augmented(edges: torch.Tensor, tags: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """The potentials of s(z) + Delta(z, tags) (the hinge's and the softmax-margin's): phi + Hamming: [a != y_{n+1}] on every edge's next label, and [c != y_0] on the first edge's previous label
     (a row of length 1 has no edge to carry its one position's term: the losses add it, :func:`_single`)."""
     B, N1, K, _ = edges.shape
     labels = torch.arange(K, device=edges.device)
@@ -341,7 +265,7 @@ def hinge(edges, tags, lengths=None, kernels: str = "auto") -> torch.Tensor:
     B, N1, K, _ = edges.shape
     if N1 == 0:
         return _single(edges, lengths, 1.0 if K > 1 else 0.0)
-    aug = _augment(edges, tags, lengths)
+    aug = loss_augmented(edges, tags, lengths)
     best, _ = decode(aug.detach(), lengths, kernels)
     return score(aug, best, lengths) - score(edges, tags, lengths) + _single(edges, lengths, 1.0 if K > 1 else 0.0)
 
@@ -354,7 +278,7 @@ def softmax_margin(edges, tags, lengths=None, kernels: str = "auto") -> torch.Te
     term = _single(edges, lengths, float(np.log1p((K - 1) * np.e) - np.log(K)))
     if edges.shape[1] == 0:
         return log_partition(edges, lengths, kernels) + term
-    return log_partition(_augment(edges, tags, lengths), lengths, kernels) - score(edges, tags, lengths) + term
+    return log_partition(loss_augmented(edges, tags, lengths), lengths, kernels) - score(edges, tags, lengths) + term
 
 
 def _single(edges: torch.Tensor, lengths: torch.Tensor, value: float) -> torch.Tensor:
@@ -409,34 +333,14 @@ def cross_entropy(edges: torch.Tensor, other_edges: torch.Tensor, lengths: torch
 
 def sample(edges: torch.Tensor, lengths: torch.Tensor | None = None, n: int = 1, generator=None) -> torch.Tensor:
     """(B, n, N) int64: n exact samples of every row's CRF, -1 beyond its length (torch-struct's ``sample``): forward
-    messages alpha_n in log space, then z_{L-1} drawn from alpha_{L-1} and each z_n from alpha_n[c] + phi[n, z_{n+1},
-    c], by Gumbel-max on float64 uniforms of ``torch.rand(generator=generator)`` (any device). No gradient."""
+    messages in log space, then the labels drawn from the last position back by Gumbel-max
+    (:func:`~ssvm_torch.chain.torch_edge_chain.sample_scan`, any device). No gradient."""
     from .checks import check_draws
     lengths = check_edges(edges, lengths)
     check_draws(n, generator, edges.device)
-    phi = edges.detach().to(torch.float64)
-    B, N1, K, _ = phi.shape
-    alpha = [phi.new_zeros(B, K)]
-    for m in range(N1):
-        step = _lse(alpha[-1][:, None, :] + phi[:, m])
-        alpha.append(torch.where((m + 1 < lengths)[:, None], step, alpha[-1]))
-    _fail_no_labeling(torch.where(lengths > 0, _lse(alpha[-1]), torch.zeros(B, dtype=phi.dtype, device=phi.device)),
-                      lengths)
-    rows = torch.arange(B, device=phi.device).repeat_interleave(n)
-    L = lengths[rows]
-    out = torch.full((B * n, N1 + 1), -1, dtype=torch.int64, device=phi.device)
-    nxt = torch.zeros(B * n, dtype=torch.int64, device=phi.device)
-    for m in range(N1, -1, -1):
-        logits = alpha[m][rows]
-        if m < N1:                                                  # the move into the label drawn at m + 1
-            into = phi[rows, m].gather(1, nxt[:, None, None].expand(-1, 1, K))[:, 0]
-            logits = torch.where((m < L - 1)[:, None], logits + into, logits)
-        u = torch.rand(logits.shape, dtype=torch.float64, device=phi.device, generator=generator)
-        tag = (logits - torch.log(-torch.log(u))).argmax(1)
-        take = m < L
-        out[:, m] = torch.where(take, tag, out[:, m])
-        nxt = torch.where(take, tag, nxt)
-    return out.view(B, n, N1 + 1)
+    draws, logz = sample_scan(edges.detach().to(torch.float64), lengths, n, generator)
+    _fail_no_labeling(logz, lengths)
+    return draws
 
 
 def edges_from_hmm(transition: torch.Tensor, emission: torch.Tensor, init: torch.Tensor,

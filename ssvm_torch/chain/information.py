@@ -26,7 +26,7 @@ import torch
 from .torch_ops import with_penalty
 
 
-def _lse(z: torch.Tensor) -> torch.Tensor:
+def lse(z: torch.Tensor) -> torch.Tensor:
     """log sum exp over the last dimension, -inf where every entry is -inf, with gradients free of NaN there (a
     finite shift, and log 1 substituted for log 0 in the branch the result does not take)."""
     m = z.detach().amax(-1, keepdim=True)
@@ -41,7 +41,7 @@ def _conditionals(prev: torch.Tensor, t: torch.Tensor):
     """(next messages without the unary (B, K), log w (B, K_next, K_prev), w): the backward conditionals
     w(j | k) = exp(prev[j] + t[k, j] - lse_j), 0 (log -inf) where k is unreachable."""
     z = prev[:, None, :] + t
-    a = _lse(z)
+    a = lse(z)
     shift = torch.where(torch.isfinite(a), a, torch.zeros_like(a))
     logw = z - shift[..., None]
     return a, logw, torch.exp(logw)
@@ -115,7 +115,7 @@ def sample_rows(Ec, lengths, start, end, trans, penalty, n: int, generator=None)
     B, T, K = Ec.shape
     msgs = [Ec[:, 0] + s]
     for i in range(1, T):
-        nxt = _lse(msgs[-1][:, None, :] + t) + Ec[:, i]
+        nxt = lse(msgs[-1][:, None, :] + t) + Ec[:, i]
         msgs.append(torch.where((i < lengths)[:, None], nxt, msgs[-1]))
     rows = torch.arange(B, device=Ec.device).repeat_interleave(n)
     L = lengths[rows]
@@ -132,6 +132,6 @@ def sample_rows(Ec, lengths, start, end, trans, penalty, n: int, generator=None)
         take = i < L
         out[:, i] = torch.where(take, tag, out[:, i])
         nxt_tag = torch.where(take, tag, nxt_tag)
-    logz = _lse(msgs[-1] + e)                       # each row's messages stop moving at its last position
+    logz = lse(msgs[-1] + e)                       # each row's messages stop moving at its last position
     logz = torch.where(lengths > 0, logz, torch.zeros_like(logz))
     return out.view(B, n, T), logz
