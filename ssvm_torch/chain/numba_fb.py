@@ -136,7 +136,8 @@ def backward_row(b, pos, L, end, X, A, P, c, gb, gE, acc_se, acc_t, ch):
 
 
 @nb.njit(cache=True, nogil=True)
-def _lse(v, K):
+def log_sum_exp(v, K):
+    """log sum_k exp v[k] of the first K entries (-inf when all are -inf), shifted by their largest."""
     m = -np.inf
     for k in range(K):
         if v[k] > m:
@@ -162,17 +163,17 @@ def log_fb_row(E, b, pos, L, start, end, trans, gb, gE, acc_se, acc_t, ch, fa, f
         for k in range(K):
             for j in range(K):
                 v[j] = fa[s - 1, j] + trans[k, j]
-            fa[s, k] = E[b, pos[s], k] + _lse(v, K)
+            fa[s, k] = E[b, pos[s], k] + log_sum_exp(v, K)
     for k in range(K):
         fb[L - 1, k] = end[k]
     for s in range(L - 2, -1, -1):
         for j in range(K):
             for k in range(K):
                 v[k] = trans[k, j] + E[b, pos[s + 1], k] + fb[s + 1, k]
-            fb[s, j] = _lse(v, K)
+            fb[s, j] = log_sum_exp(v, K)
     for k in range(K):
         v[k] = fa[L - 1, k] + fb[L - 1, k]
-    z = _lse(v, K)
+    z = log_sum_exp(v, K)
     if not np.isfinite(z):
         return np.nan
     if gb == 0.0:
