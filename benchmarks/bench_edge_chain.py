@@ -127,19 +127,11 @@ def device_figures(device, repeats: int, shapes=DEVICE_SHAPES) -> dict:
     """bench_gpu.py's edge_chain section: log Z + backward and the best labeling by our torch scan on ``device``
     (float32; one launch per position) against torch-struct's log-depth scan on the same device, medians of
     ``repeats`` after a warm-up, the device synchronised."""
-    import statistics
-    import time
+    from bench_gpu import timed
 
     def ms(call):
-        call()
-        torch.cuda.synchronize(device) if device.type == "cuda" else None
-        times = []
-        for _ in range(repeats):
-            t0 = time.perf_counter()
-            call()
-            torch.cuda.synchronize(device) if device.type == "cuda" else None
-            times.append(time.perf_counter() - t0)
-        return 1e3 * statistics.median(times)
+        call()                                             # warm-up: caches, allocations, the first launches
+        return 1e3 * timed(call, device, repeats)
     out = {}
     for B, N, K in shapes:
         g = torch.Generator().manual_seed(0)
