@@ -334,6 +334,18 @@ def test_numba_is_refused_off_the_cpu_dtypes_and_the_torch_path_serves_half_prec
                                atol=0.1, rtol=0.02)
 
 
+def test_torch_compile_traces_the_torch_path():
+    """Under torch.compile the operations take the torch scan and skip the value checks (a traced graph cannot
+    branch on values), with the eager results."""
+    g = torch.Generator().manual_seed(9)
+    phi, lengths = torch.randn(3, 5, 4, 4, generator=g, dtype=torch.float64), torch.tensor([6, 3, 1])
+    gold = torch.randint(0, 4, (3, 6), generator=g)
+    loss = torch.compile(lambda p: edge_chain.crf_nll(p, gold, lengths), backend="eager")
+    torch.testing.assert_close(loss(phi), edge_chain.crf_nll(phi, gold, lengths))
+    best = torch.compile(lambda p: edge_chain.decode(p, lengths)[0], backend="eager")
+    assert torch.equal(best(phi), edge_chain.decode(phi, lengths)[0])
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_the_torch_path_on_cuda_equals_the_compiled_kernels():
     g = torch.Generator().manual_seed(5)
