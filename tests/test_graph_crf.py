@@ -208,6 +208,26 @@ def test_bad_input_is_refused_by_name():
         m.oracle(w, data, torch.tensor([0]))
 
 
+def test_float_edge_indices_are_taken_when_whole_and_refused_otherwise():
+    """Edges read as floats (a file, an empty np.zeros((0, 2))) are integer indices when whole: the data holds them
+    as int64, so CCCP's start (observed_subgraphs indexes with them) runs; 1.5 or NaN is refused, never truncated."""
+    from ssvm_torch.latent import hide_labels, train_latent
+    rng = np.random.default_rng(7)
+    g, h = random_graph(rng, 5, 3), random_graph(rng, 4, 3)
+    floats = [GraphExample(g.X, g.edges.astype(float), g.edge_features, g.y),
+              GraphExample(h.X, np.zeros((0, 2)), np.zeros((0, g.edge_features.shape[1])), h.y)]
+    data = GraphData(floats, n_states=3)
+    assert all(x.edges.dtype == np.int64 for x in data.graphs)
+    assert np.array_equal(data.graphs[0].edges, g.edges)
+    model = GraphCRFModel.for_data(data)
+    w, records = train_latent(model, hide_labels(data, 0.3, 0), 0.1, SolverConfig(passes=4, gap_check=2),
+                              max_outer=2)
+    assert records and all(np.isfinite(r["objective"]) for r in records)
+    for bad in (g.edges + 0.5, np.where(np.arange(g.edges.size).reshape(g.edges.shape) == 0, np.nan, g.edges)):
+        with pytest.raises(SSVMInputError, match=r"graphs\[0\].edges: expected integer node indices"):
+            GraphData([GraphExample(g.X, bad, g.edge_features, g.y)], n_states=3)
+
+
 def test_ssvm_train_on_scene_graphs_records_the_fractional_share(tmp_path, capsys):
     """ssvm-train --dataset scene-graph: the relaxed SSVM on real data, its records the share of fractional test
     vertices; the model file carries the layout and loads weights-only."""

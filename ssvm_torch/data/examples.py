@@ -7,7 +7,7 @@ container has ``n`` (the number of examples) and ``to(device, dtype)``.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -81,6 +81,10 @@ def _check_graph(k: int, ex: GraphExample, F: int, P: int, n_states: int) -> Non
           "labels in {0, 1}" if n_states == 2 else f"labels in [0, {n_states - 1}]", "other values")
     check(ex.edges.ndim == 2 and ex.edges.shape[1] == 2, f"graphs[{k}].edges", "an (E, 2) array", ex.edges.shape)
     E = ex.edges.shape[0]
+    # float indices are accepted when integral (files read as floats), never truncated: 1.5 is no node
+    check(np.issubdtype(ex.edges.dtype, np.integer) or E == 0 or (np.issubdtype(ex.edges.dtype, np.floating)
+          and bool(np.isfinite(ex.edges).all()) and bool((ex.edges == np.round(ex.edges)).all())),
+          f"graphs[{k}].edges", "integer node indices", f"{ex.edges.dtype} values that are not whole numbers")
     if E:
         check(int(ex.edges.min()) >= 0 and int(ex.edges.max()) < N, f"graphs[{k}].edges",
               f"node indices in [0, {N - 1}]", f"range [{int(ex.edges.min())}, {int(ex.edges.max())}]")
@@ -144,7 +148,10 @@ class GraphData:
         F, P = graphs[0].X.shape[1], graphs[0].edge_features.shape[1]
         for k, ex in enumerate(graphs):
             _check_graph(k, ex, F, P, n_states)
-        self.graphs = list(graphs)
+        # int64 node indices in every graph, whatever dtype they came in (an empty edge list is often float):
+        # the latent start's subgraphs and the oracles index arrays with them
+        self.graphs = [ex if ex.edges.dtype == np.int64 else replace(ex, edges=ex.edges.astype(np.int64))
+                       for ex in graphs]
         self.n_states = n_states
         self.device = torch.device(device) if device is not None else torch.device("cpu")
         self.dtype = dtype
