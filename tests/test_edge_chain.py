@@ -157,7 +157,9 @@ def test_entropy_kl_and_cross_entropy_equal_enumeration(chain, seed):
         L = int(lengths[b])
         p_rows, q_rows = labelings(phi[b], L), labelings(other[b], L)
         zp, zq = lse([s for _, s, _ in p_rows]), lse([s for _, s, _ in q_rows])
-        probs = [(math.exp(s - zp), s - zp, sq - zq) for (_, s, _), (_, sq, _) in zip(p_rows, q_rows) if s > -math.inf]
+        # a q forbidding every labeling of the row (log Z_q = -inf) gives each one log q = -inf, not -inf - -inf
+        probs = [(math.exp(s - zp), s - zp, sq - zq if zq > -math.inf else -math.inf)
+                 for (_, s, _), (_, sq, _) in zip(p_rows, q_rows) if s > -math.inf]
         entropy = -sum(p * logp for p, logp, _ in probs)
         cross = math.inf if any(logq == -math.inf for _, _, logq in probs) else -sum(p * logq for p, _, logq in probs)
         assert float(H[b]) == pytest.approx(entropy, abs=1e-10)
