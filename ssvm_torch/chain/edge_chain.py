@@ -18,7 +18,8 @@ accumulation, the default there), ``torch`` (any device: a log-space scan over p
 reference); ``auto`` picks numba on the CPU outside tracing. Losses, with Hamming's Delta(z, y) = the number of
 positions where z differs from the gold y: the CRF's negative log-likelihood log Z - s(y), the structured hinge
 max_z [s(z) + Delta(z, y)] - s(y) and the softmax-margin loss log sum_z exp(s(z) + Delta(z, y)) - s(y) (Gimpel &
-Smith 2010), Delta folded into the potentials (:func:`_augment`).
+Smith 2010), Delta folded into the potentials (:func:`loss_augmented`). The public functions check their
+arguments once; the losses and the decoders built on the others call their unchecked forms.
 """
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ import torch
 from ..errors import SSVMInputError, check, check_choice
 from .checks import refuse_bad_scores, tracing
 from .numba_edge_chain import nb_edge_forward_backward, nb_edge_nbest, nb_edge_viterbi
-from .torch_edge_chain import NEG_INF, decode_scan, log_partition_scan, nbest_scan, sample_scan
+from .torch_edge_chain import NEG_INF, decode_scan, log_partition_scan, nbest_scan
 
 KERNELS = ("auto", "numba", "torch")
 
@@ -118,7 +119,10 @@ class _NumbaLogZ(torch.autograd.Function):
 
 def log_partition(edges: torch.Tensor, lengths: torch.Tensor | None = None, kernels: str = "auto") -> torch.Tensor:
     """log Z (B,) = log sum_z exp s(z) of every row, differentiable: its gradient is the edge marginals."""
-    lengths = check_edges(edges, lengths)
+    return _log_partition(edges, check_edges(edges, lengths), kernels)
+
+
+def _log_partition(edges, lengths, kernels):
     if _use_numba(edges, kernels):
         return _NumbaLogZ.apply(edges, lengths)
     logz = log_partition_scan(edges, lengths)
@@ -129,7 +133,10 @@ def log_partition(edges: torch.Tensor, lengths: torch.Tensor | None = None, kern
 def marginals(edges: torch.Tensor, lengths: torch.Tensor | None = None, kernels: str = "auto") -> torch.Tensor:
     """mu (B, N-1, K, K): mu[b, n, a, c] = P(z_{n+1} = a, z_n = c) under row b's CRF, 0 beyond its L - 1 edges
     (torch-struct's ``marginals``). No gradient."""
-    lengths = check_edges(edges, lengths)
+    return _marginals(edges, check_edges(edges, lengths), kernels)
+
+
+def _marginals(edges, lengths, kernels):
     if _use_numba(edges, kernels):
         logz, M = _numba_solve(edges, lengths, True)
         _fail_no_labeling(logz, lengths)
@@ -147,7 +154,10 @@ def marginals(edges: torch.Tensor, lengths: torch.Tensor | None = None, kernels:
 def decode(edges: torch.Tensor, lengths: torch.Tensor | None = None, kernels: str = "auto"):
     """(tags (B, N) int64, -1 beyond each row's length; scores (B,)): the best labeling of every row (ties to the
     smallest label) and its score. No gradient (:func:`score` of the tags is differentiable)."""
-    lengths = check_edges(edges, lengths)
+    return _decode(edges, check_edges(edges, lengths), kernels)
+
+
+def _decode(edges, lengths, kernels):
     if _use_numba(edges, kernels):
         phi = np.ascontiguousarray(edges.detach().numpy())
         tags = np.empty((phi.shape[0], phi.shape[1] + 1), dtype=np.int64)
@@ -167,6 +177,10 @@ def nbest(edges: torch.Tensor, lengths: torch.Tensor | None = None, n: int = 1, 
     elsewhere the same recursion with ``topk`` over each label's (previous label, rank) candidates. No gradient."""
     lengths = check_edges(edges, lengths)
     check(isinstance(n, int) and not isinstance(n, bool) and n >= 1, "n", "an int >= 1", repr(n))
+    return _nbest(edges, lengths, n, kernels)
+
+
+def _nbest(edges, lengths, n, kernels):
     B, N1, K, _ = edges.shape
     if _use_numba(edges, kernels):
         tags = np.full((B, n, N1 + 1), -1, dtype=np.int64)
@@ -182,9 +196,12 @@ def nbest(edges: torch.Tensor, lengths: torch.Tensor | None = None, n: int = 1, 
 def position_marginals(edges: torch.Tensor, lengths: torch.Tensor | None = None, kernels: str = "auto"):
     """p(z_n = k) (B, N, K) of every row's CRF, 0 past its length (a row of length 1: uniform), read off the edge
     marginals: the next labels' sums of each edge, and the first position from the first edge's previous labels."""
-    lengths = check_edges(edges, lengths)
+    return _position_marginals(edges, check_edges(edges, lengths), kernels)
+
+
+def _position_marginals(edges, lengths, kernels):
     B, N1, K, _ = edges.shape
-    mu = marginals(edges, lengths, kernels)
+    mu = _marginals(edges, lengths, kernels)
     first = mu[:, :1].sum(2) if N1 else edges.new_zeros(B, 1, K)              # (B, 1, K) over the previous label
     first = torch.where((lengths == 1)[:, None, None], torch.full_like(first, 1.0 / K), first)
     out = torch.cat([first, mu.sum(3)], 1)
@@ -209,12 +226,12 @@ def mbr_decode(edges: torch.Tensor, lengths: torch.Tensor | None = None, cost: t
           f"a finite ({K}, {K}) tensor [gold, predicted]", tuple(cost.shape) if torch.is_tensor(cost) else cost)
     check(isinstance(n, int) and not isinstance(n, bool) and n >= 1, "n", "an int >= 1", repr(n))
     with torch.no_grad():
-        gain = expected_gain(position_marginals(edges, lengths, kernels).to(torch.float64), cost)    # (B, N, K)
+        gain = expected_gain(_position_marginals(edges, lengths, kernels).to(torch.float64), cost)   # (B, N, K)
         moves = gain[:, 1:, :, None].expand(B, N1, K, K).clone()
         if N1:
             moves[:, 0] += gain[:, 0, None, :]
         moves = torch.where(torch.isneginf(edges.detach()), torch.full_like(moves, NEG_INF), moves)
-        tags, gains = nbest(moves, lengths, n, kernels)
+        tags, gains = _nbest(moves, lengths, n, kernels)
         # a row of length 1 has no edge to carry its one position's gains: its n best labels, directly
         top, label = gain[:, 0].topk(min(n, K), -1)
         pad = n - top.shape[1]
@@ -228,7 +245,10 @@ def mbr_decode(edges: torch.Tensor, lengths: torch.Tensor | None = None, cost: t
 
 def score(edges: torch.Tensor, tags: torch.Tensor, lengths: torch.Tensor | None = None) -> torch.Tensor:
     """s(tags) (B,) = sum_{n < L-1} phi[n, tags[n+1], tags[n]], differentiable."""
-    lengths = check_edges(edges, lengths, tags)
+    return _score(edges, tags, check_edges(edges, lengths, tags))
+
+
+def _score(edges, tags, lengths):
     B, N1, K, _ = edges.shape
     if N1 == 0:
         return edges.new_zeros(B)
@@ -240,8 +260,9 @@ def score(edges: torch.Tensor, tags: torch.Tensor, lengths: torch.Tensor | None 
 
 
 def loss_augmented(edges: torch.Tensor, tags: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-    """The potentials of s(z) + Delta(z, tags) (the hinge's and the softmax-margin's): phi + Hamming: [a != y_{n+1}] on every edge's next label, and [c != y_0] on the first edge's previous label
-    (a row of length 1 has no edge to carry its one position's term: the losses add it, :func:`_single`)."""
+    """The potentials of s(z) + Delta(z, tags) (the hinge's and the softmax-margin's): phi + Hamming, [a != y_{n+1}]
+    on every edge's next label and [c != y_0] on the first edge's previous label (a row of length 1 has no edge to
+    carry its one position's term: the losses add it, :func:`_single`). Arguments as :func:`score` checks them."""
     B, N1, K, _ = edges.shape
     labels = torch.arange(K, device=edges.device)
     t = tags.clamp(0, K - 1).to(torch.int64)
@@ -255,7 +276,7 @@ def loss_augmented(edges: torch.Tensor, tags: torch.Tensor, lengths: torch.Tenso
 def crf_nll(edges, tags, lengths=None, kernels: str = "auto") -> torch.Tensor:
     """The CRF's negative log-likelihood log Z - s(tags) per row (B,)."""
     lengths = check_edges(edges, lengths, tags)
-    return log_partition(edges, lengths, kernels) - score(edges, tags, lengths)
+    return _log_partition(edges, lengths, kernels) - _score(edges, tags, lengths)
 
 
 def hinge(edges, tags, lengths=None, kernels: str = "auto") -> torch.Tensor:
@@ -266,8 +287,8 @@ def hinge(edges, tags, lengths=None, kernels: str = "auto") -> torch.Tensor:
     if N1 == 0:
         return _single(edges, lengths, 1.0 if K > 1 else 0.0)
     aug = loss_augmented(edges, tags, lengths)
-    best, _ = decode(aug.detach(), lengths, kernels)
-    return score(aug, best, lengths) - score(edges, tags, lengths) + _single(edges, lengths, 1.0 if K > 1 else 0.0)
+    best, _ = _decode(aug.detach(), lengths, kernels)
+    return _score(aug, best, lengths) - _score(edges, tags, lengths) + _single(edges, lengths, 1.0 if K > 1 else 0.0)
 
 
 def softmax_margin(edges, tags, lengths=None, kernels: str = "auto") -> torch.Tensor:
@@ -277,8 +298,9 @@ def softmax_margin(edges, tags, lengths=None, kernels: str = "auto") -> torch.Te
     # a row of length 1: log Z of its Delta alone, log(1 + (K - 1) e), in place of log K
     term = _single(edges, lengths, float(np.log1p((K - 1) * np.e) - np.log(K)))
     if edges.shape[1] == 0:
-        return log_partition(edges, lengths, kernels) + term
-    return log_partition(loss_augmented(edges, tags, lengths), lengths, kernels) - score(edges, tags, lengths) + term
+        return _log_partition(edges, lengths, kernels) + term
+    return (_log_partition(loss_augmented(edges, tags, lengths), lengths, kernels) - _score(edges, tags, lengths)
+            + term)
 
 
 def _single(edges: torch.Tensor, lengths: torch.Tensor, value: float) -> torch.Tensor:
@@ -332,13 +354,17 @@ def cross_entropy(edges: torch.Tensor, other_edges: torch.Tensor, lengths: torch
 
 
 def sample(edges: torch.Tensor, lengths: torch.Tensor | None = None, n: int = 1, generator=None) -> torch.Tensor:
-    """(B, n, N) int64: n exact samples of every row's CRF, -1 beyond its length (torch-struct's ``sample``): forward
-    messages in log space, then the labels drawn from the last position back by Gumbel-max
-    (:func:`~ssvm_torch.chain.torch_edge_chain.sample_scan`, any device). No gradient."""
+    """(B, n, N) int64: n exact samples of every row's CRF, -1 beyond its length (torch-struct's ``sample``): the
+    chain layer's forward filtering, backward sampling (:func:`ssvm_torch.chain.information.sample_rows`, any device)
+    with the edges as its per-position moves. No gradient."""
     from .checks import check_draws
+    from .information import sample_rows
     lengths = check_edges(edges, lengths)
     check_draws(n, generator, edges.device)
-    draws, logz = sample_scan(edges.detach().to(torch.float64), lengths, n, generator)
+    B, N1, K, _ = edges.shape
+    zeros = torch.zeros(K, dtype=torch.float64, device=edges.device)
+    draws, logz = sample_rows(zeros.new_zeros(B, N1 + 1, K), lengths, zeros, zeros, edges.detach().to(torch.float64),
+                              None, n, generator)
     _fail_no_labeling(logz, lengths)
     return draws
 

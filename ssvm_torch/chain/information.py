@@ -109,23 +109,27 @@ def sample_rows(Ec, lengths, start, end, trans, penalty, n: int, generator=None)
     """(labels (B, n, T) int64, log Z (B,)): n exact samples of each compacted row's CRF, -1 at and beyond
     ``lengths[b]``. Forward messages, then the labels drawn from the last position back by Gumbel-max on the log
     conditionals (module docstring), uniform draws from ``torch.rand(generator=generator)`` in float64. A row
-    whose log Z is -inf has no allowed labeling and draws arbitrary tags: the callers refuse it."""
+    whose log Z is -inf has no allowed labeling and draws arbitrary tags: the callers refuse it. ``trans`` as in
+    :func:`information_rows`, per position too."""
     s, e, t = (x.detach().to(Ec.dtype) for x in with_penalty(start, end, trans, penalty))
-    s, e, t = _rows(s, 2), _rows(e, 2), _rows(t, 3)
+    s, e = _rows(s, 2), _rows(e, 2)
+    per_position = t.dim() == 4
+    t = t if per_position else _rows(t, 3)
     B, T, K = Ec.shape
     msgs = [Ec[:, 0] + s]
     for i in range(1, T):
-        nxt = lse(msgs[-1][:, None, :] + t) + Ec[:, i]
+        nxt = lse(msgs[-1][:, None, :] + (t[:, i - 1] if per_position else t)) + Ec[:, i]
         msgs.append(torch.where((i < lengths)[:, None], nxt, msgs[-1]))
     rows = torch.arange(B, device=Ec.device).repeat_interleave(n)
     L = lengths[rows]
     e_r = e[rows] if e.shape[0] == B else e.expand(B * n, K)
-    t_r = t[rows] if t.shape[0] == B else t.expand(B * n, K, K)
+    t_r = None if per_position else t[rows] if t.shape[0] == B else t.expand(B * n, K, K)
     out = torch.full((B * n, T), -1, dtype=torch.int64, device=Ec.device)
     nxt_tag = torch.zeros(B * n, dtype=torch.int64, device=Ec.device)
     for i in range(T - 1, -1, -1):
         a = msgs[i][rows].to(torch.float64)
-        into = t_r.gather(1, nxt_tag[:, None, None].expand(-1, 1, K))[:, 0].to(torch.float64)
+        moves = t_r if not per_position else t[:, i][rows] if i < T - 1 else t.new_zeros(B * n, K, K)   # into i + 1
+        into = moves.gather(1, nxt_tag[:, None, None].expand(-1, 1, K))[:, 0].to(torch.float64)
         logits = torch.where((i == L - 1)[:, None], a + e_r.to(torch.float64), a + into)
         u = torch.rand(logits.shape, dtype=torch.float64, device=Ec.device, generator=generator)
         tag = (logits - torch.log(-torch.log(u))).argmax(1)

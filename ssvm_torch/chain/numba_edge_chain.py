@@ -7,12 +7,11 @@ thread (``prange``), float64 accumulation whatever the input dtype.
 
 * :func:`nb_edge_forward_backward` -- log Z and the edge marginals mu[n, a, b] = P(z_{n+1} = a, z_n = b) by the
   scaled recursion (Rabiner 1989, Sec. V.A) from each position's K x K potentials exponentiated once, shifted by
-  their largest finite entry (by the caller, in torch: its vectorized exp is several times numba's scalar one,
-  which was three quarters of the kernel's time); the backward pass turns that buffer into the marginals in place,
-  so nothing else is (N, K, K). A row whose normalizer falls below :data:`SCALED_MIN` or is not
-  finite (potentials whose spread leaves float64's exponent range, or no labeling of finite score) is redone in log
-  space (:func:`_log_row`); a row without a finite labeling gets log Z = -inf and zero marginals, for the caller to
-  name.
+  their largest finite entry (by the caller, in torch: numba's scalar exp, without SVML, dominated the kernel when
+  it made them); the backward pass turns that buffer into the marginals in place, so nothing else is (N, K, K).
+  A row whose normalizer falls below :data:`SCALED_MIN` or is not finite (potentials whose spread leaves float64's
+  exponent range, or no labeling of finite score) is redone in log space (:func:`_log_row`); a row without a finite
+  labeling gets log Z = -inf and zero marginals, for the caller to name.
 * :func:`nb_edge_viterbi` -- the best labeling (max-sum, ties to the smallest label) and its score;
   :func:`nb_edge_nbest` the n best.
 """

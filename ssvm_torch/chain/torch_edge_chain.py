@@ -1,7 +1,9 @@
 """The torch backend of :mod:`ssvm_torch.chain.edge_chain` (any device; the reference of its compiled kernels):
-scans over the positions of the potentials phi (B, N-1, K, K) [position, next, previous], rows past their length
-carrying their state unchanged, log-sum-exp by the chain package's NaN-free :func:`~ssvm_torch.chain.information.lse`
-(a -inf move has a zero gradient, not 0 / 0). Arguments are checked by the caller."""
+scans over the positions of the potentials phi (B, N-1, K, K) [position, next, previous] for log Z, the best and
+the n best labelings, rows past their length carrying their state unchanged, log-sum-exp by the chain package's
+NaN-free :func:`~ssvm_torch.chain.information.lse` (a -inf move has a zero gradient, not 0 / 0). Samples, entropy
+and KL come from :mod:`ssvm_torch.chain.information` with the edges as per-position moves. Arguments are checked by
+the caller."""
 from __future__ import annotations
 
 import torch
@@ -12,9 +14,9 @@ NEG_INF = float("-inf")
 
 
 def log_partition_scan(edges: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-    """log Z by a log-space scan over the positions (any device, differentiable by autograd): alpha_{n+1}[a] =
-    logsumexp_b alpha_n[b] + phi[n, a, b], rows past their length keeping their alpha (and reading 0, not their
-    potentials, so that their -inf moves leave no NaN in the gradient)."""
+    """log Z (B,) by a log-space scan (differentiable by autograd; 0 for an empty row): alpha_{n+1}[a] =
+    logsumexp_b alpha_n[b] + phi[n, a, b], alpha_0 = 0; rows past their length keep their alpha (and read 0, not
+    their potentials, so that their -inf moves leave no NaN in the gradient)."""
     B, N1, K, _ = edges.shape
     alpha = edges.new_zeros(B, K)
     for n in range(N1):
@@ -26,6 +28,8 @@ def log_partition_scan(edges: torch.Tensor, lengths: torch.Tensor) -> torch.Tens
 
 
 def decode_scan(edges: torch.Tensor, lengths: torch.Tensor):
+    """(tags (B, N), -1 past each row's length; best scores (B,)): max-sum over the positions, then the labels read
+    back; rows past their end move by the identity, so their last label repeats (and is masked)."""
     B, N1, K, _ = edges.shape
     delta = edges.new_zeros(B, K)
     back = []
@@ -45,6 +49,8 @@ def decode_scan(edges: torch.Tensor, lengths: torch.Tensor):
 
 
 def nbest_scan(edges: torch.Tensor, lengths: torch.Tensor, n: int):
+    """(tags (B, n, N), scores (B, n)): the n best labelings by the n-best recursion, each label's n best
+    (previous label, rank) extensions by ``topk``; -1 / -inf for the ranks a row lacks."""
     B, N1, K, _ = edges.shape
     dev = edges.device
     D = edges.new_full((B, K, n), NEG_INF)
@@ -53,17 +59,11 @@ def nbest_scan(edges: torch.Tensor, lengths: torch.Tensor, n: int):
     back = []
     for m in range(N1):
         cand = (D[:, None, :, :] + edges[:, m, :, :, None]).reshape(B, K, K * n)   # [next, (prev, rank)]
-        vals, idx = cand.topk(min(n, K * n), -1)
-        if vals.shape[-1] < n:
-            vals = torch.cat([vals, vals.new_full((B, K, n - vals.shape[-1]), NEG_INF)], -1)
-            idx = torch.cat([idx, idx.new_zeros(B, K, n - idx.shape[-1])], -1)
+        vals, idx = cand.topk(n, -1)                                   # K n >= n candidates; -inf where fewer
         live = (m + 1 < lengths)[:, None, None]
         D = torch.where(live, vals, D)
         back.append(torch.where(live, idx, stay))              # rows past their end keep (label, rank)
-    scores, flat = D.reshape(B, K * n).topk(min(n, K * n), -1)
-    if scores.shape[-1] < n:
-        scores = torch.cat([scores, scores.new_full((B, n - scores.shape[-1]), NEG_INF)], -1)
-        flat = torch.cat([flat, flat.new_zeros(B, n - flat.shape[-1])], -1)
+    scores, flat = D.reshape(B, K * n).topk(n, -1)
     tags = [flat // n]
     for idx in reversed(back):
         flat = idx.reshape(B, K * n).gather(1, flat)
@@ -74,31 +74,3 @@ def nbest_scan(edges: torch.Tensor, lengths: torch.Tensor, n: int):
     empty = (lengths == 0)[:, None] & (torch.arange(n, device=dev)[None, :] == 0)
     scores = torch.where(lengths[:, None] == 0, torch.where(empty, 0.0, NEG_INF), scores)
     return tags, scores
-
-
-def sample_scan(phi: torch.Tensor, lengths: torch.Tensor, n: int, generator=None):
-    """(draws (B, n, N) int64, -1 beyond each row's length; log Z (B,)): forward messages alpha_n in log space, then
-    z_{L-1} drawn from alpha_{L-1} and each z_n from alpha_n[c] + phi[n, z_{n+1}, c], by Gumbel-max on float64
-    uniforms of ``torch.rand(generator=generator)``. A row whose log Z is -inf draws arbitrary labels: the caller
-    refuses it."""
-    B, N1, K, _ = phi.shape
-    alpha = [phi.new_zeros(B, K)]
-    for m in range(N1):
-        step = lse(alpha[-1][:, None, :] + phi[:, m])
-        alpha.append(torch.where((m + 1 < lengths)[:, None], step, alpha[-1]))
-    logz = torch.where(lengths > 0, lse(alpha[-1]), torch.zeros(B, dtype=phi.dtype, device=phi.device))
-    rows = torch.arange(B, device=phi.device).repeat_interleave(n)
-    L = lengths[rows]
-    out = torch.full((B * n, N1 + 1), -1, dtype=torch.int64, device=phi.device)
-    nxt = torch.zeros(B * n, dtype=torch.int64, device=phi.device)
-    for m in range(N1, -1, -1):
-        logits = alpha[m][rows]
-        if m < N1:                                                  # the move into the label drawn at m + 1
-            into = phi[rows, m].gather(1, nxt[:, None, None].expand(-1, 1, K))[:, 0]
-            logits = torch.where((m < L - 1)[:, None], logits + into, logits)
-        u = torch.rand(logits.shape, dtype=torch.float64, device=phi.device, generator=generator)
-        tag = (logits - torch.log(-torch.log(u))).argmax(1)
-        take = m < L
-        out[:, m] = torch.where(take, tag, out[:, m])
-        nxt = torch.where(take, tag, nxt)
-    return out.view(B, n, N1 + 1), logz
