@@ -660,8 +660,8 @@ def main():
     def edge_chain():
         sys.path.insert(0, str(Path(__file__).parent))
         from bench_edge_chain import device_figures
-        res["edge_chain"] = device_figures(device, args.repeats, ((8, 12, 5), (2, 30, 9)) if quick else
-                                           ((512, 50, 9), (32, 50, 45), (8, 200, 17)))
+        res["edge_chain"] = (device_figures(device, args.repeats, ((8, 12, 5), (2, 30, 9))) if quick else
+                             device_figures(device, args.repeats))          # its DEVICE_SHAPES
 
     def minibatch():
         # tau = 1 on the GPU is dozens of kernel launches per block step (docs/devices.md has its figure): no budget for it
