@@ -24,6 +24,9 @@ def __getattr__(name):
     if name in ("LatentChainSSVM", "LatentSegmentSSVM", "LatentGraphSSVM"):
         from . import latent_estimator
         return getattr(latent_estimator, name)
+    if name == "StructuredPerceptron":
+        from .perceptron_estimator import StructuredPerceptron
+        return StructuredPerceptron
     if name == "LatentNodeSSVM":
         from .latent_node_estimator import LatentNodeSSVM
         return LatentNodeSSVM
@@ -32,4 +35,4 @@ def __getattr__(name):
 
 __all__ = ["ChainData", "ChainModel", "ChainSSVM", "ExplicitData", "ExplicitModel", "FlatData", "GraphData", "GraphSSVM",
            "LatentChainSSVM", "LatentGraphSSVM", "LatentNodeSSVM", "LatentSegmentSSVM", "MulticlassSSVM", "MultiLabelSSVM", "PairData", "PoseData", "SegmentSSVM", "Solver", "SolverConfig", "SSVMInputError", "TypedGraphSSVM",
-           "StructuredModel", "StructuredSVM", "TASKS", "load_dataset", "load_ocr", "load_task", "make_store"]
+           "StructuredModel", "StructuredPerceptron", "StructuredSVM", "TASKS", "load_dataset", "load_ocr", "load_task", "make_store"]

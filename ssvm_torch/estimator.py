@@ -46,41 +46,11 @@ except ImportError as e:                   # pragma: no cover - exercised only w
 STRUCTURES = ("chain", "multiclass", "multilabel", "custom")
 
 
-class StructuredSVM(BaseEstimator):
-    """Structured SVM trained by the Frank-Wolfe family (default: BCFW with gap sampling).
-
-    Parameters mirror ``ssvm-train``: ``structure`` (chain, multiclass, multilabel, or custom with a
-    ``model``), ``lam`` (None: 1/n), ``solver``, ``sampling``, ``step``, ``cache``, ``passes``,
-    ``gap_check``, ``gap_threshold``, ``averaging``, ``seed``, ``n_states`` (chain: None = max
-    label + 1), ``nonnegative`` (custom: indices of w kept >= 0), ``device``, ``dtype``, ``kernels``.
-    ``warm_start=True``: a second ``fit`` on the same examples (the same contents, checked by a
-    digest of the training data) continues from the current dual variables (rescaled keep-primal,
-    Alg. 7, if ``lam`` changed); a ``fit`` on other data starts afresh on them, as a cold fit does
-    (the dual variables belong to the examples, so nothing of the old fit carries over)."""
-
-    def __init__(self, structure: str = "chain", lam: float | None = None, solver: str = "bcfw",
-                 sampling: str = "gap", step: str = "fw", cache: bool = False, passes: float = 50,
-                 gap_check: float = 10, gap_threshold: float = 0.0, averaging: bool = False, seed: int = 0,
-                 n_states: int | None = None, model: StructuredModel | None = None, nonnegative=None,
-                 warm_start: bool = False, device: str = "cpu", dtype: str = "float64", kernels: str = "auto"):
-        self.structure = structure
-        self.lam = lam
-        self.solver = solver
-        self.sampling = sampling
-        self.step = step
-        self.cache = cache
-        self.passes = passes
-        self.gap_check = gap_check
-        self.gap_threshold = gap_threshold
-        self.averaging = averaging
-        self.seed = seed
-        self.n_states = n_states
-        self.model = model
-        self.nonnegative = nonnegative
-        self.warm_start = warm_start
-        self.device = device
-        self.dtype = dtype
-        self.kernels = kernels
+class StructuredEstimator(BaseEstimator):
+    """What every structured estimator shares: inputs in the users' forms (``structure``, ``n_states``,
+    ``model``, ``device``, ``dtype``), the fitted model, ``predict`` / ``loss`` / ``score`` /
+    ``decision_function`` at ``coef_``. A subclass provides ``__init__`` and ``_fit_data(data)``, which sets
+    ``model_`` (by :meth:`_fitted_model`) and ``coef_``."""
 
     # -- inputs ---------------------------------------------------------------------------------
     def _torch_dtype(self):
@@ -196,45 +166,22 @@ class StructuredSVM(BaseEstimator):
         self._require_labels(X, Y, "fit")
         return self._fit_data(self._data(X, Y, fitting=True))
 
-    def _fit_data(self, data):
-        parse_device(self.device)
+    def _fitted_model(self, data) -> StructuredModel:
+        """A fresh model for the training ``data``, with the chain's ``n_states_`` / ``n_features_in_`` /
+        ``classes_`` (a ChainData: its state indices)."""
+        self.model_ = self._make_model(data)
+        if self.structure == "chain":
+            self.n_states_, self.n_features_in_ = self.model_.K, int(data.X.shape[1])
+            if not hasattr(self, "classes_") or len(self.classes_) != self.model_.K:
+                self.classes_ = np.arange(self.model_.K)
+        return self.model_
+
+    @staticmethod
+    def _refuse_partial(data) -> None:
         if getattr(data, "partial", False):
             raise SSVMInputError("X: a container with unobserved labels (its observed mask) trains by the latent SSVM "
                                  "(LatentChainSSVM, LatentSegmentSSVM, LatentGraphSSVM); a supervised fit would read "
                                  "their placeholder labels as gold")
-        n = data.n
-        lam = self.lam if self.lam is not None else 1.0 / n
-        cfg = SolverConfig(solver=self.solver, sampling=self.sampling, step=self.step, cache=self.cache,
-                           passes=self.passes, gap_check=self.gap_check, gap_threshold=self.gap_threshold,
-                           averaging=self.averaging, seed=self.seed, time_budget=math.inf).validate()
-        fingerprint = data_fingerprint(data) if self.warm_start else None
-        warm = self.warm_start and hasattr(self, "store_") and getattr(self, "fingerprint_", None) == fingerprint
-        sets = getattr(self.solver_, "sets", None) if warm and cfg.uses_sets else None   # the blocks' decomposition
-        if warm:
-            store = self.store_
-            if lam != store.lam:
-                if not store.supports_path:
-                    raise SSVMInputError("lam: a warm start at a new lambda needs the path's rescaling, which "
-                                         f"{type(store).__name__} does not support")
-                rho = lam / store.lam
-                store.rescale(lam, rho)                              # keep-primal warm start (Alg. 7)
-                sets = warm_sets(store, sets, rho)
-        else:
-            self.model_ = self._make_model(data)
-            if self.structure == "chain":
-                self.n_states_, self.n_features_in_ = self.model_.K, int(data.X.shape[1])
-                if not hasattr(self, "classes_") or len(self.classes_) != self.model_.K:
-                    self.classes_ = np.arange(self.model_.K)        # a ChainData: its state indices
-            store = make_store(self.model_, data, lam, device=self.device, dtype=self._torch_dtype(),
-                               kernels=self.kernels, nonnegative=self.nonnegative)
-        self.solver_ = make_solver(store, cfg, sets=sets)
-        self.history_ = self.solver_.run()
-        self.store_, self.lam_, self.fingerprint_ = store, lam, fingerprint
-        last = self.history_[-1]
-        self.coef_ = self.solver_.model_point()[0].detach().to("cpu", torch.float64).clone()
-        self.gap_ = last["gap"]
-        self.n_iter_ = last["passes"]
-        return self
 
     def _check_fitted(self):
         check_is_fitted(self, "coef_")
@@ -296,6 +243,75 @@ class StructuredSVM(BaseEstimator):
                                  "(structured outputs have no per-class scores)")
         data = self._data(X)
         return to_host(self.model_.scores(self._coef_for(data), data, torch.arange(data.n, device=data.device)))
+
+
+class StructuredSVM(StructuredEstimator):
+    """Structured SVM trained by the Frank-Wolfe family (default: BCFW with gap sampling).
+
+    Parameters mirror ``ssvm-train``: ``structure`` (chain, multiclass, multilabel, or custom with a
+    ``model``), ``lam`` (None: 1/n), ``solver``, ``sampling``, ``step``, ``cache``, ``passes``,
+    ``gap_check``, ``gap_threshold``, ``averaging``, ``seed``, ``n_states`` (chain: None = max
+    label + 1), ``nonnegative`` (custom: indices of w kept >= 0), ``device``, ``dtype``, ``kernels``.
+    ``warm_start=True``: a second ``fit`` on the same examples (the same contents, checked by a
+    digest of the training data) continues from the current dual variables (rescaled keep-primal,
+    Alg. 7, if ``lam`` changed); a ``fit`` on other data starts afresh on them, as a cold fit does
+    (the dual variables belong to the examples, so nothing of the old fit carries over)."""
+
+    def __init__(self, structure: str = "chain", lam: float | None = None, solver: str = "bcfw",
+                 sampling: str = "gap", step: str = "fw", cache: bool = False, passes: float = 50,
+                 gap_check: float = 10, gap_threshold: float = 0.0, averaging: bool = False, seed: int = 0,
+                 n_states: int | None = None, model: StructuredModel | None = None, nonnegative=None,
+                 warm_start: bool = False, device: str = "cpu", dtype: str = "float64", kernels: str = "auto"):
+        self.structure = structure
+        self.lam = lam
+        self.solver = solver
+        self.sampling = sampling
+        self.step = step
+        self.cache = cache
+        self.passes = passes
+        self.gap_check = gap_check
+        self.gap_threshold = gap_threshold
+        self.averaging = averaging
+        self.seed = seed
+        self.n_states = n_states
+        self.model = model
+        self.nonnegative = nonnegative
+        self.warm_start = warm_start
+        self.device = device
+        self.dtype = dtype
+        self.kernels = kernels
+
+    def _fit_data(self, data):
+        parse_device(self.device)
+        self._refuse_partial(data)
+        n = data.n
+        lam = self.lam if self.lam is not None else 1.0 / n
+        cfg = SolverConfig(solver=self.solver, sampling=self.sampling, step=self.step, cache=self.cache,
+                           passes=self.passes, gap_check=self.gap_check, gap_threshold=self.gap_threshold,
+                           averaging=self.averaging, seed=self.seed, time_budget=math.inf).validate()
+        fingerprint = data_fingerprint(data) if self.warm_start else None
+        warm = self.warm_start and hasattr(self, "store_") and getattr(self, "fingerprint_", None) == fingerprint
+        sets = getattr(self.solver_, "sets", None) if warm and cfg.uses_sets else None   # the blocks' decomposition
+        if warm:
+            store = self.store_
+            if lam != store.lam:
+                if not store.supports_path:
+                    raise SSVMInputError("lam: a warm start at a new lambda needs the path's rescaling, which "
+                                         f"{type(store).__name__} does not support")
+                rho = lam / store.lam
+                store.rescale(lam, rho)                              # keep-primal warm start (Alg. 7)
+                sets = warm_sets(store, sets, rho)
+        else:
+            store = make_store(self._fitted_model(data), data, lam, device=self.device, dtype=self._torch_dtype(),
+                               kernels=self.kernels, nonnegative=self.nonnegative)
+        self.solver_ = make_solver(store, cfg, sets=sets)
+        self.history_ = self.solver_.run()
+        self.store_, self.lam_, self.fingerprint_ = store, lam, fingerprint
+        last = self.history_[-1]
+        self.coef_ = self.solver_.model_point()[0].detach().to("cpu", torch.float64).clone()
+        self.gap_ = last["gap"]
+        self.n_iter_ = last["passes"]
+        return self
 
 
 class ChainSSVM(StructuredSVM):

