@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from conftest import random_chain_data
 from test_conformance import STRUCTURES, instance
@@ -182,3 +183,19 @@ def test_bad_starts_and_hidden_labels_are_refused():
     flat = FlatData(rng.normal(size=(5, 2)), rng.integers(0, 2, size=5))
     with pytest.raises(SSVMInputError, match="model: expected a StructuredModel"):
         StructuredPerceptron("custom").fit(flat)
+
+
+@given(st.sampled_from(sorted(STRUCTURES)), st.integers(0, 2 ** 31), st.integers(1, 4), st.booleans(), st.booleans(),
+       st.sampled_from([0.0, 0.5, 1.0]))
+@settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck))
+def test_drawn_runs_are_the_written_out_perceptron(name, seed, batch_size, loss_augmented, average, kappa):
+    """The check above on drawn instances, batch sizes, variants and steps (the reference's argmax is unique: w0 is
+    Gaussian)."""
+    model, data, nonneg, w0 = instance(name, seed=seed)
+    cfg = PerceptronConfig(epochs=2, batch_size=batch_size, shuffle=False, loss_augmented=loss_augmented,
+                           average=average, decay_exponent=kappa)
+    run = train_perceptron(model, data, cfg, w0=w0, nonnegative=nonneg)
+    last, avg, mistakes = reference(name, model, data, w0, nonneg, 2, batch_size, loss_augmented, eta=cfg.eta)
+    assert [r["mistakes"] for r in run.history] == mistakes
+    torch.testing.assert_close(run.w_last, last, rtol=1e-9, atol=1e-9)
+    torch.testing.assert_close(run.w, avg if average else last, rtol=1e-9, atol=1e-9)
