@@ -189,3 +189,17 @@ def test_semimarkov_sparse_direction_and_partial_states_never_leave_the_device(p
         labels = [store.joint_labels(store.gap_pass())]
         dots, point = store.joint_dots(store.w, labels), store.joint_point([0.5], labels)
     assert dots.shape == (1,) and point.shape == store.w.shape and bool(torch.isfinite(point).all())
+
+
+@pytest.mark.parametrize("name", list(SIZES))
+def test_the_perceptron_never_leaves_the_device(problems, name):
+    """ssvm_torch/perceptron.py on every task's model through its torch decoders (plain and loss-augmented,
+    mini-batched): every tensor it makes is on the data's device."""
+    from ssvm_torch.perceptron import PerceptronConfig, train_perceptron
+    problem = problems(name)
+    sub = problem.train.subset(range(min(SIZES[name], problem.n_train)))
+    model = problem.model.with_kernels("torch")
+    for cfg in (PerceptronConfig(epochs=2), PerceptronConfig(epochs=1, batch_size=3, loss_augmented=True)):
+        with host_guard():
+            run = train_perceptron(model, sub, cfg, nonnegative=problem.nonnegative)
+        assert len(run.history) >= 1 and bool(torch.isfinite(run.w).all())

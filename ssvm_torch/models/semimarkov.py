@@ -332,7 +332,7 @@ class SemiMarkovModel(StructuredModel):
         idx, lengths, labels = self._batch(data, idx, labels)
         pos_stats, counts = self.statistics(labels, lengths)
         X = self._rows_dense(data, idx)
-        out = torch.zeros(len(idx), self.d, dtype=torch.float64)
+        out = torch.zeros(len(idx), self.d, dtype=torch.float64, device=X.device)
         valid = valid_positions(lengths, labels.shape[1])
         seg = segment_ids(torch.cat([lengths.new_zeros(1), lengths.cumsum(0)]))
         W = out[:, :self.e].view(len(idx), self.F, self.C)
@@ -344,7 +344,7 @@ class SemiMarkovModel(StructuredModel):
         """[x_t, 1] (sum T, F) of the positions of the blocks ``idx``, stacked in that order."""
         sub = data.subset(idx.cpu())
         X = (sub.X.to_dense() if sub.is_sparse else sub.X).to(torch.float64)
-        return torch.cat([X, torch.ones(X.shape[0], 1, dtype=torch.float64)], 1)
+        return torch.cat([X, torch.ones(X.shape[0], 1, dtype=torch.float64, device=X.device)], 1)
 
     def loss(self, data: ChainData, idx, labels) -> torch.Tensor:
         idx, lengths, labels = self._batch(data, idx, labels)
