@@ -203,3 +203,23 @@ def test_the_perceptron_never_leaves_the_device(problems, name):
         with host_guard():
             run = train_perceptron(model, sub, cfg, nonnegative=problem.nonnegative)
         assert len(run.history) >= 1 and bool(torch.isfinite(run.w).all())
+
+
+@pytest.mark.parametrize("name", sorted(__import__("test_conformance").STRUCTURES))
+def test_every_structures_model_interface_stays_on_the_device(name):
+    """The model interface of every structure of the conformance suite (also those no task registers: second-order
+    trees, loopy graphs by branch and bound, explicit tables), through its torch decoders: prediction, the
+    loss-augmented oracle, psi, the loss, the metrics and a perceptron epoch make no CPU tensor."""
+    from test_conformance import instance
+    from ssvm_torch.perceptron import PerceptronConfig, train_perceptron
+    model, data, nonneg, w = instance(name, seed=1)
+    model = model.with_kernels("torch")
+    idx = torch.arange(data.n)
+    with host_guard():
+        model.predict(w, data, idx)
+        labels, H = model.oracle(w, data, idx)
+        model.psi(data, idx, labels)
+        model.loss(data, idx, labels)
+        model.metrics(w, data)
+        train_perceptron(model, data, PerceptronConfig(epochs=1), w0=w, nonnegative=nonneg)
+    assert bool(torch.isfinite(H).all())

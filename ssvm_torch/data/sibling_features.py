@@ -253,12 +253,13 @@ def sibling_part_ids(design: SiblingDesign, start: int, h: int, s: int, m: int) 
     at ``start`` (tests, phi)."""
     ids = []
     parts, ptr, mult = design.parts.tolist(), design.part_ptr.tolist(), design.mult.tolist()
-    t_h, t_s, t_m = (torch.tensor(v) for v in (h, s, m))
+    dev = design.keys.device
+    t_h, t_s, t_m, t_start = (torch.tensor(v, device=dev) for v in (h, s, m, start))
     for t in range(len(ptr) - 1):
-        key = sum(int(_values(design, parts[q][1], parts[q][2], t_h, t_s, t_m, torch.tensor(start))) * mult[q]
+        key = sum(int(_values(design, parts[q][1], parts[q][2], t_h, t_s, t_m, t_start)) * mult[q]
                   for q in range(ptr[t], ptr[t + 1]))
         lo, hi = int(design.key_ptr[t]), int(design.key_ptr[t + 1])
-        k = int(torch.searchsorted(design.keys[lo:hi], torch.tensor(key))) if hi > lo else 0
+        k = int(torch.searchsorted(design.keys[lo:hi], torch.tensor(key, device=dev))) if hi > lo else 0
         if lo + k < hi and int(design.keys[lo + k]) == key:
             ids.append(design.offset + lo + k)
     return ids
