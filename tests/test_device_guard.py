@@ -223,3 +223,50 @@ def test_every_structures_model_interface_stays_on_the_device(name):
         model.metrics(w, data)
         train_perceptron(model, data, PerceptronConfig(epochs=1), w0=w, nonnegative=nonneg)
     assert bool(torch.isfinite(H).all())
+
+
+def test_the_segment_span_and_edge_potential_layers_stay_on_the_device():
+    """SemiMarkovChain, ConstituencyTree (plain and labeled) and the edge-potential chain through their torch
+    paths: the three losses with backward, n-best and MBR decoding, log Z, marginals, entropy, KL, cross-entropy
+    and samples make no CPU tensor (their own device tests need a GPU)."""
+    from ssvm_torch.chain import edge_chain
+    from ssvm_torch.nn import ConstituencyTree, SemiMarkovChain
+    g = torch.Generator().manual_seed(0)
+    B, T, L, K, N = 3, 6, 3, 4, 5
+    S, S2 = (torch.randn(B, T, L, K, dtype=torch.float64, generator=g) for _ in range(2))
+    mask = torch.ones(B, T, dtype=torch.bool)
+    mask[1, 4:], mask[2, 1:] = False, False
+    spans, spans2 = (torch.randn(B, N + 1, N + 1, dtype=torch.float64, generator=g) for _ in range(2))
+    labels = torch.randn(B, N + 1, N + 1, 3, dtype=torch.float64, generator=g)
+    lengths = torch.tensor([5, 3, 1])
+    edges, edges2 = (torch.randn(B, N - 1, K, K, dtype=torch.float64, generator=g) for _ in range(2))
+    tags = torch.randint(0, K, (B, N), generator=g)
+    for loss in ("hinge", "crf", "softmax_margin"):
+        seg, tree = SemiMarkovChain(K, L, loss=loss, kernels="torch", length_scores=True), \
+            ConstituencyTree(loss=loss, kernels="torch")
+        gold, chart, labeled = seg.decode(S, mask), tree.decode(spans, lengths=lengths), \
+            tree.decode(spans, lengths=lengths, label_scores=labels)
+        with host_guard():
+            seg(S.clone().requires_grad_(True), gold, mask).backward()
+            tree(spans.clone().requires_grad_(True), chart, lengths=lengths).backward()
+            tree(spans, labeled, lengths=lengths, label_scores=labels)
+            getattr(edge_chain, "crf_nll" if loss == "crf" else loss)(
+                edges.clone().requires_grad_(True), tags, lengths, "torch").sum().backward()
+    seg, tree = SemiMarkovChain(K, L, kernels="torch"), ConstituencyTree(kernels="torch")
+    with host_guard():
+        for layer, x, y, kw in ((seg, S, S2, {"mask": mask}), (tree, spans, spans2, {"lengths": lengths})):
+            layer.decode(x, nbest=2, **kw)
+            layer.decode(x, mbr=True, **kw)
+            layer.log_partition(x, **kw)
+            layer.marginals(x, **kw)
+            layer.entropy(x, **kw)
+            layer.kl(x, y, **kw)
+            layer.cross_entropy(x, y, **kw)
+            layer.sample(x, **kw)
+        edge_chain.nbest(edges, lengths, 3, "torch")
+        edge_chain.mbr_decode(edges, lengths, kernels="torch")
+        edge_chain.position_marginals(edges, lengths, "torch")
+        edge_chain.kl(edges, edges2, lengths)
+        edge_chain.entropy(edges.clone().requires_grad_(True), lengths).sum().backward()
+        samples = edge_chain.sample(edges, lengths, 4, generator=torch.Generator().manual_seed(1))
+    assert samples.shape[-1] == N
