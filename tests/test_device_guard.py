@@ -209,8 +209,10 @@ def test_the_perceptron_never_leaves_the_device(problems, name):
 def test_every_structures_model_interface_stays_on_the_device(name):
     """The model interface of every structure of the conformance suite (also those no task registers: second-order
     trees, loopy graphs by branch and bound, explicit tables), through its torch decoders: prediction, the
-    loss-augmented oracle, psi, the loss, the metrics and a perceptron epoch make no CPU tensor."""
-    from test_conformance import instance
+    loss-augmented oracle, psi, the loss, the metrics and a perceptron epoch make no CPU tensor; with half the
+    labels hidden (the structures that can hide them), the latent completion and the oracle neither."""
+    from test_conformance import STRUCTURES, instance, partially_observed
+    from test_store_properties import HIDEABLE
     from ssvm_torch.perceptron import PerceptronConfig, train_perceptron
     model, data, nonneg, w = instance(name, seed=1)
     model = model.with_kernels("torch")
@@ -223,6 +225,14 @@ def test_every_structures_model_interface_stays_on_the_device(name):
         model.metrics(w, data)
         train_perceptron(model, data, PerceptronConfig(epochs=1), w0=w, nonnegative=nonneg)
     assert bool(torch.isfinite(H).all())
+    if name in HIDEABLE:
+        rng = np.random.default_rng(2)
+        model, data, _ = partially_observed(STRUCTURES[name].make)(rng)
+        model, w, idx = model.with_kernels("torch"), torch.tensor(rng.normal(size=model.d)), torch.arange(data.n)
+        assert data.partial
+        with host_guard():
+            model.complete(w, data)
+            model.loss(data, idx, model.oracle(w, data, idx)[0])
 
 
 def test_the_segment_span_and_edge_potential_layers_stay_on_the_device():
