@@ -97,6 +97,20 @@ def epoch_order(n: int, seed: int, epoch: int, shuffle: bool) -> np.ndarray:
     return np.random.default_rng([seed, epoch]).permutation(n) if shuffle else np.arange(n)
 
 
+def _check_nonnegative(nonnegative, d: int, device) -> torch.Tensor | None:
+    """The indices of w kept >= 0 as an int64 tensor (None or empty: none), refused by name outside [0, d)."""
+    if nonnegative is None:
+        return None
+    idx = torch.as_tensor(nonnegative, device=device).reshape(-1)
+    if idx.numel() == 0:
+        return None
+    check(not idx.is_floating_point() and idx.dtype != torch.bool, "nonnegative", "integer indices of w",
+          idx.dtype)
+    check(bool((idx >= 0).all()) and bool((idx < d).all()), "nonnegative", f"indices of w in [0, {d - 1}]",
+          f"range [{int(idx.min())}, {int(idx.max())}]")
+    return idx.to(torch.int64)
+
+
 def _check_start(w0, d: int, nonnegative, device, dtype) -> torch.Tensor:
     if w0 is None:
         return torch.zeros(d, dtype=dtype, device=device)
@@ -132,6 +146,7 @@ def train_perceptron(model: StructuredModel, data, config: PerceptronConfig | No
     probe = model.gt_batch(data, torch.zeros(1, dtype=torch.int64, device=data.device))
     dtype = model.phi(data, torch.zeros(1, dtype=torch.int64, device=data.device), probe).dtype
     device = data.device
+    nonnegative = _check_nonnegative(nonnegative, model.d, device)
     if resume is not None and resume.stop_reason == "separated":
         return resume
     if resume is not None:
@@ -142,8 +157,6 @@ def train_perceptron(model: StructuredModel, data, config: PerceptronConfig | No
     else:
         w = _check_start(w0, model.d, nonnegative, device, dtype)
         w_sum, steps, history = torch.zeros_like(w), 0, []
-    if nonnegative is not None:
-        nonnegative = torch.as_tensor(nonnegative, dtype=torch.int64, device=device).reshape(-1)
     clock = history[-1]["time_s"] if history else 0.0
     stop = "epochs"
     for epoch in range(len(history), cfg.epochs):
