@@ -29,7 +29,7 @@ from .devices import parse_device, to_host
 from .fingerprint import data_fingerprint
 from .errors import SSVMInputError, check, check_choice
 from .models import ChainModel, MulticlassModel, MultiLabelModel
-from .models.base import StructuredModel
+from .models.base import StructuredModel, feature_dtype
 from .solvers import SolverConfig, make_solver
 from .solvers.active_set import warm_sets
 from .stores import make_store
@@ -208,11 +208,7 @@ class StructuredEstimator(BaseEstimator):
 
     @staticmethod
     def _data_dtype(data):
-        for name in ("X", "S", "psi_table"):
-            t = getattr(data, name, None)
-            if isinstance(t, torch.Tensor):
-                return t.dtype
-        return torch.float64
+        return feature_dtype(data)
 
     def loss(self, X, Y=None) -> np.ndarray:
         """The task loss L_i of the prediction for every example (normalized Hamming for chains); Y

