@@ -278,3 +278,37 @@ def test_the_chains_sparse_update_is_the_dense_psi(sparse, emission):
     model.add_psi(targets, data, idx, labels, coefs)
     for t, e in zip(targets, expected):
         torch.testing.assert_close(t, e, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_edge_feature_chains_sparse_update_is_the_dense_psi(seed):
+    from test_conformance import edge_chain
+    rng = np.random.default_rng(seed)
+    model, data, _ = edge_chain(rng)
+    idx = torch.tensor(rng.permutation(data.n)[:3])
+    labels = torch.tensor(rng.integers(0, model.K, size=(3, int(data.lengths.max()))))   # unsupported pairs too
+    coefs = (torch.tensor([1.0, -0.5, 2.0], dtype=torch.float64), torch.tensor([0.0, 4.0, 1.0], dtype=torch.float64))
+    targets = (torch.tensor(rng.normal(size=model.d)), torch.zeros(model.d, dtype=torch.float64))
+    expected = [t + c @ model.psi(data, idx, labels) for t, c in zip(targets, coefs)]
+    model.add_psi(targets, data, idx, labels, coefs)
+    for t, e in zip(targets, expected):
+        torch.testing.assert_close(t, e, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_edge_feature_chain_is_the_written_out_perceptron(seed):
+    """Chains with edge-observation features (no padded oracle: their plain decoding is the edge Viterbi on the
+    subset, EdgeChainModel.predict) against the reference over every tag sequence; the loss-augmented variant
+    is refused by name (it needs the padded oracle)."""
+    from test_conformance import edge_chain
+    model, data, _ = edge_chain(np.random.default_rng(seed))
+    w0 = torch.tensor(np.random.default_rng(seed + 10).normal(size=model.d))
+    for batch_size in (1, 3):
+        cfg = PerceptronConfig(epochs=3, batch_size=batch_size, shuffle=False)
+        run = train_perceptron(model, data, cfg, w0=w0)
+        last, avg, mistakes = reference("chain", model, data, w0, None, 3, batch_size, False)
+        assert [r["mistakes"] for r in run.history] == mistakes
+        torch.testing.assert_close(run.w_last, last, rtol=1e-9, atol=1e-9)
+        torch.testing.assert_close(run.w, avg, rtol=1e-9, atol=1e-9)
+    with pytest.raises(SSVMInputError, match="scores: a chain with edge-observation features"):
+        train_perceptron(model, data, PerceptronConfig(epochs=1, loss_augmented=True))

@@ -22,8 +22,8 @@ from ..data.types import ChainData
 from ..devices import from_host, to_host
 from ..errors import SSVMInputError, check
 from ..oracles.edge_kernels import nb_viterbi_edges
-from .base import StructuredModel
 from .chain import ChainModel
+from .chain_index import csr_row_nonzeros, padded_index
 
 CHUNK_BLOCKS = 1024        # sequences whose unaries are computed together (CoNLL: ~24k tokens, 8 MB)
 
@@ -102,6 +102,14 @@ class EdgeChainModel(ChainModel):
         self._numba_only(w, "predict")
         return self._viterbi(w, data, observed_only=False)
 
+    def predict(self, w: torch.Tensor, data: ChainData, idx=None) -> torch.Tensor:
+        """Plain decoding of the sequences ``idx`` (default all) as padded labels (B, T_max), -1 beyond each
+        length: :meth:`predict_ragged` on their subset (the padded torch oracle does not exist here)."""
+        sub = data if idx is None else data.subset(torch.as_tensor(idx).reshape(-1).to(data.offsets.device))
+        flat = self.predict_ragged(w, sub)
+        pos, valid = padded_index(sub.offsets.to(flat.device))
+        return torch.where(valid, flat[pos], -1)
+
     def complete(self, w: torch.Tensor, data: ChainData) -> torch.Tensor:
         """h_i = argmax over the labelings agreeing with the observed labels of <w, phi(x_i, h)> (the CCCP
         completion of the latent SSVM, ssvm_torch/latent.py): the edge Viterbi with every other label at an
@@ -150,8 +158,30 @@ class EdgeChainModel(ChainModel):
                     E[:, p] += Ec[t]
         return phi
 
-    #: the edge observations' features are not in ChainModel's sparse update: the generic dense psi
-    add_psi = StructuredModel.add_psi
+    def add_psi(self, targets, data: ChainData, idx, labels, coefs) -> None:
+        """targets[j] += sum_b coefs[j][b] psi_b(labels_b) in place, sparse: the chain's blocks by
+        :meth:`ChainModel.add_psi`, the edge block by the stored edge attributes of each transition whose label
+        pair is supported (the gold pair's column up, the labeling's down; :meth:`joint_feature`'s sums)."""
+        super().add_psi(targets, data, idx, labels, coefs)
+        dev = targets[0].device
+        sub = data.subset(torch.as_tensor(idx).reshape(-1).to(data.offsets.device))
+        pos, valid = padded_index(sub.offsets.to(dev))
+        B, T = valid.shape
+        labels = torch.as_tensor(labels, device=dev).reshape(B, -1)[:, :T]
+        gold = sub.Y.to(dev)[pos]
+        both = valid[:, 1:]
+        pair_of = torch.as_tensor(self.pair_of, device=dev)
+        gold_pair = pair_of[gold[:, 1:][both], gold[:, :-1][both]]
+        pair = pair_of[labels[:, 1:][both].clamp(min=0), labels[:, :-1][both].clamp(min=0)]
+        E = sub.E.to(dev)
+        local, nz = csr_row_nonzeros(E.crow_indices().to(torch.int64), pos[:, 1:][both])
+        col, val = E.col_indices().to(torch.int64)[nz], E.values()[nz]
+        for target, coef in zip(targets, coefs):
+            step = coef.to(device=dev, dtype=target.dtype)[:, None].expand(B, T - 1)[both][local] * val.to(target.dtype)
+            flat = target[self.d0:]
+            for p, sign in ((gold_pair[local], 1.0), (pair[local], -1.0)):
+                keep = p >= 0
+                flat.index_add_(0, col[keep] * self.P + p[keep], sign * step[keep])
 
     def phi(self, data: ChainData, idx, labels) -> torch.Tensor:
         """Dense joint features of padded labelings (B, T_max): (B, d). Small data only."""
