@@ -312,3 +312,22 @@ def test_the_edge_feature_chain_is_the_written_out_perceptron(seed):
         torch.testing.assert_close(run.w, avg, rtol=1e-9, atol=1e-9)
     with pytest.raises(SSVMInputError, match="scores: a chain with edge-observation features"):
         train_perceptron(model, data, PerceptronConfig(epochs=1, loss_augmented=True))
+
+
+@pytest.mark.parametrize("name", list(STRUCTURES))
+def test_every_models_update_is_the_dense_psi(name):
+    """StructuredModel.add_psi and its sparse overrides (chains, dependency and second-order trees) add
+    coefs @ psi to each target, for the labelings a random w decodes on a drawn batch."""
+    model, data, nonneg, _ = instance(name, seed=4)
+    rng = np.random.default_rng(4)
+    idx = torch.tensor(rng.permutation(data.n)[:3])
+    w = torch.tensor(rng.normal(size=model.d))
+    if nonneg is not None:
+        w[nonneg] = w[nonneg].abs()
+    labels = model.predict(w, data, idx)
+    coefs = (torch.tensor(rng.normal(size=3)), torch.tensor(rng.normal(size=3)))
+    targets = (torch.tensor(rng.normal(size=model.d)), torch.zeros(model.d, dtype=torch.float64))
+    expected = [t + c @ model.psi(data, idx, labels).double() for t, c in zip(targets, coefs)]
+    model.add_psi(targets, data, idx, labels, coefs)
+    for t, e in zip(targets, expected):
+        torch.testing.assert_close(t, e, rtol=1e-12, atol=1e-12)

@@ -32,6 +32,7 @@ from ..oracles.tree_kernels import nb_decode_all
 from ..trees import ops
 from ..trees.checks import tree_faults, word_mask
 from .base import StructuredModel
+from .chain_index import csr_row_nonzeros
 
 
 def _word_steps(lengths: torch.Tensor) -> torch.Tensor:
@@ -185,6 +186,25 @@ class DependencyModel(StructuredModel):
                     f = ids[int(ptr[row]):int(ptr[row + 1])].long()
                     out[b].index_add_(0, f, torch.ones(f.shape[0], dtype=torch.float64, device=dev))
         return out
+
+    def add_psi(self, targets, data: DependencyData, idx, labels, coefs) -> None:
+        """targets[j] += sum_b coefs[j][b] psi_b(labels_b) in place through the stored feature ids of the arcs
+        only (the gold tree's arcs up, the labeling's down; the arc rows and head-token rows :meth:`phi` counts),
+        never a (B, d) temporary (the perceptron on a treebank's millions of features)."""
+        dev = targets[0].device
+        idx = torch.as_tensor(idx, device=data.device).reshape(-1)
+        labels = torch.as_tensor(labels, device=data.device).reshape(idx.shape[0], -1)
+        gold = self.gt_batch(data, idx)
+        for b, i in enumerate(idx.tolist()):
+            n, t0 = int(data.lengths[i]), int(data.offsets[i]) + i
+            m = torch.arange(1, n + 1, device=data.device)
+            for heads, sign in ((self._words(gold[b], n), 1.0), (self._words(labels[b], n), -1.0)):
+                arcs = data.arc_off[i] + (m - 1) * n + torch.where(heads < m, heads, heads - 1)
+                for ptr, ids, rows in ((data.ptr, data.ids, arcs), (data.tok_ptr, data.tok_ids, t0 + heads)):
+                    _, nz = csr_row_nonzeros(ptr.to(torch.int64), rows.to(torch.int64))
+                    f = ids[nz].long().to(dev)
+                    for target, coef in zip(targets, coefs):
+                        target.index_add_(0, f, (sign * coef[b]).to(device=dev, dtype=target.dtype).expand(f.shape[0]))
 
     @staticmethod
     def _words(row: torch.Tensor, n: int) -> torch.Tensor:

@@ -131,6 +131,33 @@ class SiblingDependencyModel(DependencyModel):
                     out[b, f] += 1.0
         return out
 
+    def add_psi(self, targets, data: DependencyData, idx, labels, coefs) -> None:
+        """targets[j] += sum_b coefs[j][b] psi_b(labels_b) in place: the arc features by
+        :meth:`DependencyModel.add_psi`, then the sibling parts' ids of the gold tree up and of the labeling down
+        (the parts :meth:`phi` counts), without a (B, d) temporary."""
+        super().add_psi(targets, data, idx, labels, coefs)
+        dev = data.device
+        idx = torch.as_tensor(idx, device=dev).reshape(-1)
+        labels = torch.as_tensor(labels, device=dev).reshape(idx.shape[0], -1)
+        lengths = data.lengths[idx]
+        width = int(lengths.max()) + 1
+        for rows, sign in ((self.gt_batch(data, idx), 1.0), (labels, -1.0)):
+            heads = torch.full((idx.shape[0], width), -1, dtype=torch.int64, device=dev)
+            heads[:, 1:] = torch.where(word_mask(lengths, width)[:, 1:], rows[:, 1:width], -1)
+            sib = adjacent_siblings(heads, lengths)
+            for b, i in enumerate(idx.tolist()):
+                start, ids = int(data.offsets[i]), []
+                for m in range(1, int(lengths[b]) + 1):
+                    h, s = int(heads[b, m]), int(sib[b, m])
+                    if s == 0 and not data.sib.first_child:
+                        continue
+                    ids += sibling_part_ids(data.sib, start, h, s if s > 0 else h, m)
+                if ids:
+                    f = torch.tensor(ids, dtype=torch.int64, device=targets[0].device)
+                    for target, coef in zip(targets, coefs):
+                        target.index_add_(0, f, (sign * coef[b]).to(device=f.device, dtype=target.dtype)
+                                          .expand(f.shape[0]))
+
     # -- prediction and completion --------------------------------------------------------------------------
     @staticmethod
     def length_batches(data: DependencyData):
