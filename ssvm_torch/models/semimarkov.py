@@ -42,7 +42,7 @@ from ..segments.checks import segment_lengths, valid_positions
 from ..segments.convert import segment_states, segments_of_states
 from ..segments.scoring import augmented, loss as segment_loss, span_counts, starts_and_labels, windows
 from .base import StructuredModel
-from .chain_index import feature_coo, features_csr, padded_index, segment_ids
+from .chain_index import csr_row_nonzeros, feature_coo, features_csr, padded_index, segment_ids
 
 #: rows decoded together by :meth:`SemiMarkovModel.predict` (their padded segment scores stay a few MB)
 CHUNK = 256
@@ -339,6 +339,26 @@ class SemiMarkovModel(StructuredModel):
         W.index_add_(0, seg, X[:, :, None] * pos_stats[valid][:, None, :])
         out[:, self.e:] = counts
         return out
+
+    def add_psi(self, targets, data: ChainData, idx, labels, coefs) -> None:
+        """targets[j] += sum_b coefs[j][b] psi_b(labels_b) in place: the positions' statistics of the gold
+        segmentation minus the labeling's, added through the rows' stored features only (with the bias column:
+        :meth:`phi`'s sums), and the counts; no (B, d) temporary (CoNLL-2000's segment model has d = 12M)."""
+        idx, lengths, labels = self._batch(data, idx, labels)
+        (pos, counts), (pos_g, counts_g) = (self.statistics(y, lengths) for y in (labels, self._batch(
+            data, idx, self.gt_batch(data, idx))[2]))
+        valid = valid_positions(lengths, labels.shape[1])
+        D, Dc = (pos_g - pos)[valid], counts_g - counts               # (sum T, C), (B, G)
+        sub = data.subset(idx.cpu())
+        ptr, fidx, fval = features_csr(sub, self.F, torch.float64, D.device)
+        local, nz = csr_row_nonzeros(ptr, torch.arange(D.shape[0], device=D.device))
+        block = segment_ids(torch.cat([lengths.new_zeros(1), lengths.cumsum(0)]).to(D.device))    # row -> b
+        for target, coef in zip(targets, coefs):
+            c = coef.to(device=D.device, dtype=torch.float64)
+            rows = c[block][:, None] * D                                   # (sum T, C)
+            W = target[:self.e].view(self.F, self.C)
+            W.index_add_(0, fidx[nz].to(target.device), (fval[nz, None] * rows[local]).to(target.device, target.dtype))
+            target[self.e:] += (c @ Dc).to(target.device, target.dtype)
 
     def _rows_dense(self, data: ChainData, idx: torch.Tensor) -> torch.Tensor:
         """[x_t, 1] (sum T, F) of the positions of the blocks ``idx``, stacked in that order."""
