@@ -1,11 +1,12 @@
 """The structured perceptron (ssvm_torch/perceptron.py) on OCR-small: seconds per epoch (training only, one torch
 thread), mistakes per epoch and the test error of the averaged point and of the last iterate after each epoch, for
 mini-batches of 1 and 16; beside it the BCFW SSVM (gap sampling, lambda = 1/n) at the same number of passes. With
-``--conll``: the averaged perceptron on CoNLL-2000 chunking (load_task's plain featurization, d = 7.4M, sparse
-updates), seconds per epoch and the test chunk F1 after each epoch and of the last iterate.
+``--tasks``: the averaged perceptron on registered tasks at scale (sparse updates: ``add_psi``), seconds per epoch,
+mistakes per epoch and the test metrics of the averaged point and of the last iterate after the last epoch;
+``conll2000-recommended`` is CoNLL-2000 with the featurization ``ssvm-train`` uses (rich-edges, BIOES, constraints).
 
 Writes benchmarks/results/perceptron_cpu.json.
-Usage: python benchmarks/bench_perceptron.py [--epochs 10] [--conll]
+Usage: python benchmarks/bench_perceptron.py [--epochs 10] [--tasks conll2000 conll2000-recommended ud-ewt]
 """
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ RESULTS = Path(__file__).parent / "results"
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--epochs", type=int, default=10)
-    ap.add_argument("--conll", action="store_true", help="also CoNLL-2000 chunking (about 2 minutes a run)")
+    ap.add_argument("--tasks", nargs="*", default=[], help="registered tasks to run at scale (minutes each)")
     args = ap.parse_args()
     torch.set_num_threads(1)
     train, test = load_ocr("small")
@@ -60,23 +61,24 @@ def main() -> None:
     out["bcfw_ssvm"] = ssvm
     print(f"BCFW SSVM: {ssvm['seconds'] / ssvm['passes']:.3f} s/pass, test error {ssvm['test_error']:.4f} after "
           f"{ssvm['passes']:.0f} passes (gap {ssvm['gap']:.4f})")
-    if args.conll:
-        out["conll2000"] = conll(args.epochs)
+    for name in args.tasks:
+        out[name] = at_scale(name, args.epochs)
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "perceptron_cpu.json").write_text(json.dumps(out, indent=2) + "\n")
 
 
-def conll(epochs: int) -> dict:
-    from ssvm_torch.tasks import load_task
-    problem = load_task("conll2000")
-    run = train_perceptron(problem.model, problem.train, PerceptronConfig(epochs=epochs), evaluate=problem.evaluate)
+def at_scale(name: str, epochs: int) -> dict:
+    from ssvm_torch.tasks import TASKS, load_task
+    options = TASKS["conll2000"].recommended if name == "conll2000-recommended" else {}
+    problem = load_task("conll2000" if name == "conll2000-recommended" else name, **options)
+    run = train_perceptron(problem.model, problem.train, PerceptronConfig(epochs=epochs))
     times = [b["time_s"] - a["time_s"] for a, b in zip([{"time_s": 0.0}] + run.history, run.history)]
-    last = problem.evaluate(run.w_last)
-    print(f"CoNLL-2000: {statistics.median(times):.1f} s/epoch (d = {problem.model.d}), test F1 averaged "
-          f"{run.history[-1]['test_f1']:.2f} after {len(run.history)} epochs, last iterate {last['test_f1']:.2f}")
-    return {"n_train": problem.train.n, "d": problem.model.d, "seconds_per_epoch_median": statistics.median(times),
-            "mistakes": [r["mistakes"] for r in run.history], "test_f1_averaged": [r["test_f1"] for r in run.history],
-            "test_f1_last_iterate": last["test_f1"]}
+    averaged, last = problem.evaluate(run.w), problem.evaluate(run.w_last)
+    print(f"{name}: {statistics.median(times):.1f} s/epoch (d = {problem.model.d}, n = {problem.train.n}), after "
+          f"{len(run.history)} epochs averaged {averaged}, last iterate {last}")
+    return {"n_train": problem.train.n, "d": problem.model.d, "options": options,
+            "seconds_per_epoch_median": statistics.median(times), "mistakes": [r["mistakes"] for r in run.history],
+            "test_averaged": averaged, "test_last_iterate": last}
 
 
 if __name__ == "__main__":
