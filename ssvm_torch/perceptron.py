@@ -28,7 +28,7 @@ example has margin L_i); otherwise after ``epochs``.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Callable
 
 import numpy as np
@@ -83,14 +83,15 @@ class PerceptronResult:
     steps: int = 0
     history: list = field(default_factory=list)
     stop_reason: str = ""
+    settings: dict = field(default_factory=dict)      # the run's PerceptronConfig but its epochs (a resume keeps them)
 
     def state_dict(self) -> dict:
         return {"w": self.w, "w_last": self.w_last, "lagged": self.lagged, "steps": self.steps,
-                "history": self.history, "stop_reason": self.stop_reason}
+                "history": self.history, "stop_reason": self.stop_reason, "settings": self.settings}
 
     @classmethod
     def from_state_dict(cls, s: dict) -> "PerceptronResult":
-        keys = ("w", "w_last", "lagged", "steps", "history", "stop_reason")
+        keys = ("w", "w_last", "lagged", "steps", "history", "stop_reason", "settings")
         missing = set(keys) - set(s)
         check(not missing, "resume", "a perceptron state (PerceptronResult.state_dict())", f"missing {sorted(missing)}")
         return cls(**{k: s[k] for k in keys})
@@ -152,8 +153,12 @@ def train_perceptron(model: StructuredModel, data, config: PerceptronConfig | No
     nonnegative = _check_nonnegative(nonnegative, model.d, device)
     if resume is not None and resume.stop_reason == "separated":
         return resume
+    settings = {k: v for k, v in asdict(cfg).items() if k != "epochs"}
     if resume is not None:
         check(w0 is None, "w0", "None when a run is resumed (its iterate is the start)", "a weight vector")
+        changed = sorted(k for k in settings if resume.settings.get(k) != settings[k])
+        check(not changed, "resume", f"the settings of the resumed run ({', '.join(changed)} differ: "
+              f"{ {k: resume.settings.get(k) for k in changed} })", {k: settings[k] for k in changed})
         w = _check_start(resume.w_last, model.d, nonnegative, device, dtype)
         lagged = _check_start(resume.lagged, model.d, None, device, dtype)
         steps, history = int(resume.steps), [dict(r) for r in resume.history]
@@ -207,5 +212,5 @@ def train_perceptron(model: StructuredModel, data, config: PerceptronConfig | No
             stop = "separated"
             break
     point = w - lagged / steps if cfg.average and steps else w
-    return PerceptronResult(point.clone(), w.clone(), lagged.clone(), steps, history, stop)
+    return PerceptronResult(point.clone(), w.clone(), lagged.clone(), steps, history, stop, settings)
 

@@ -238,6 +238,12 @@ def test_a_resumed_run_and_a_warm_start_equal_the_uninterrupted_run(tmp_path):
         train_perceptron(model, data, PerceptronConfig(epochs=3), w0=torch.zeros(model.d), resume=part)
     with pytest.raises(SSVMInputError, match="resume: expected a perceptron state"):
         PerceptronResult.from_state_dict({"w": whole.w})
+    with pytest.raises(SSVMInputError, match=r"resume: expected the settings of the resumed run \(batch_size, seed"):
+        train_perceptron(model, data, PerceptronConfig(epochs=6, batch_size=3, decay_exponent=0.5, seed=1),
+                         resume=back)
+    moved = StructuredPerceptron(epochs=1, warm_start=True).fit(data).set_params(average=False)
+    with pytest.raises(SSVMInputError, match="resume: expected the settings of the resumed run \\(average"):
+        moved.fit(data)
 
 
 def test_partial_fit_learns_online_one_epoch_per_call():
