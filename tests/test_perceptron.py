@@ -337,3 +337,20 @@ def test_every_models_update_is_the_dense_psi(name):
     model.add_psi(targets, data, idx, labels, coefs)
     for t, e in zip(targets, expected):
         torch.testing.assert_close(t, e, rtol=1e-12, atol=1e-12)
+
+
+def test_early_stopping_keeps_the_best_epoch_on_held_out_training_examples(ocr):
+    train, test = ocr
+    est = StructuredPerceptron(epochs=30, early_stopping=True, validation_fraction=0.2, n_iter_no_change=2).fit(train)
+    losses = [r["validation_loss"] for r in est.history_]
+    assert est.stop_reason_ in ("no improvement", "separated") and len(losses) < 30
+    assert est.best_epoch_ == 1 + int(np.argmin(losses))
+    assert all(v > min(losses) for v in losses[est.best_epoch_:])          # no later epoch did as well
+    # the returned point is the best epoch's: rerunning that many epochs on the same 160 words gives it
+    keep = np.sort(np.random.default_rng(0).permutation(200)[40:])
+    again = StructuredPerceptron(epochs=est.best_epoch_).fit(train.subset(torch.as_tensor(keep)))
+    torch.testing.assert_close(est.coef_, again.coef_, rtol=0, atol=0)
+    assert 1 - est.score(test) < 0.4
+    for field, value in (("validation_fraction", 1.0), ("n_iter_no_change", 0), ("early_stopping", "yes")):
+        with pytest.raises(SSVMInputError, match=field):
+            StructuredPerceptron(**{"early_stopping": True, field: value}).fit(train)
