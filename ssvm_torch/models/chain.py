@@ -204,12 +204,21 @@ class ChainModel(StructuredModel):
         sparse X stays sparse): psi's statistics -- the gold one-hot rows minus the labeling's, the first, last
         and transition counts likewise -- mapped to feature space by :meth:`add_statistics`. The generic dense
         form's sums (tests/test_perceptron.py), without a (B, d) temporary (CoNLL-2000's d is 7.4M)."""
-        dev, dtype = targets[0].device, targets[0].dtype
+        self._add_chain_psi(targets, self._psi_batch(data, idx, labels, targets[0].device), coefs)
+
+    @staticmethod
+    def _psi_batch(data: ChainData, idx, labels, dev) -> tuple:
+        """(the rows' subset, its padded positions (B, T) and mask, the labelings and the gold labels (B, T)) that
+        :meth:`add_psi` reads (an override adds its own parts from the same batch)."""
         sub = data.subset(torch.as_tensor(idx).reshape(-1).to(data.offsets.device))
         pos, valid = padded_index(sub.offsets.to(dev))
+        labels = torch.as_tensor(labels, device=dev).reshape(valid.shape[0], -1)[:, :valid.shape[1]]
+        return sub, pos, valid, labels, sub.Y.to(dev)[pos]
+
+    def _add_chain_psi(self, targets, batch: tuple, coefs) -> None:
+        sub, pos, valid, labels, gold = batch
+        dev, dtype = targets[0].device, targets[0].dtype
         B, T, K = valid.shape[0], valid.shape[1], self.K
-        labels = torch.as_tensor(labels, device=dev).reshape(B, -1)[:, :T]
-        gold = sub.Y.to(dev)[pos]
 
         def hot(y):
             return torch.nn.functional.one_hot(y.clamp(min=0), K).to(dtype)

@@ -162,13 +162,11 @@ class EdgeChainModel(ChainModel):
         """targets[j] += sum_b coefs[j][b] psi_b(labels_b) in place, sparse: the chain's blocks by
         :meth:`ChainModel.add_psi`, the edge block by the stored edge attributes of each transition whose label
         pair is supported (the gold pair's column up, the labeling's down; :meth:`joint_feature`'s sums)."""
-        super().add_psi(targets, data, idx, labels, coefs)
         dev = targets[0].device
-        sub = data.subset(torch.as_tensor(idx).reshape(-1).to(data.offsets.device))
-        pos, valid = padded_index(sub.offsets.to(dev))
+        batch = self._psi_batch(data, idx, labels, dev)                 # one subset for both parts
+        self._add_chain_psi(targets, batch, coefs)
+        sub, pos, valid, labels, gold = batch
         B, T = valid.shape
-        labels = torch.as_tensor(labels, device=dev).reshape(B, -1)[:, :T]
-        gold = sub.Y.to(dev)[pos]
         both = valid[:, 1:]
         pair_of = torch.as_tensor(self.pair_of, device=dev)
         gold_pair = pair_of[gold[:, 1:][both], gold[:, :-1][both]]
