@@ -204,11 +204,7 @@ class StructuredEstimator(BaseEstimator):
 
     def _coef_for(self, data) -> torch.Tensor:
         """coef_ where the data are, in their precision (the model was fitted on ``device``)."""
-        return self.coef_.to(data.device, self._data_dtype(data))
-
-    @staticmethod
-    def _data_dtype(data):
-        return feature_dtype(data)
+        return self.coef_.to(data.device, feature_dtype(data))
 
     def loss(self, X, Y=None) -> np.ndarray:
         """The task loss L_i of the prediction for every example (normalized Hamming for chains); Y

@@ -69,29 +69,37 @@ class PerceptronConfig:
         return float((self.decay_t0 + epoch) ** -self.decay_exponent)
 
 
+def returned_point(w_last: torch.Tensor, lagged: torch.Tensor, steps: int, average: bool) -> torch.Tensor:
+    """The point a run returns: the mean of its K = ``steps`` iterates, w_K - lagged / K (module docstring), when
+    ``average``, else w_K."""
+    return w_last - lagged / steps if average and steps else w_last
+
+
 @dataclass
 class PerceptronResult:
-    """``w``: the returned point (the average when ``average``, else the last iterate), ``w_last`` the last
-    iterate w_K, ``lagged`` = sum_k (k - 1) delta_k over the K = ``steps`` steps' changes delta_k of w (the
-    average is w_K - lagged / K, module docstring), ``history`` one record per epoch, ``stop_reason``
-    ("separated" or "epochs"). A result is also the state a run continues from (``train_perceptron(...,
-    resume=result)``): its tensors and numbers are what ``torch.save`` writes and ``torch.load(weights_only=True)``
-    reads back."""
-    w: torch.Tensor
+    """``w_last`` the last iterate w_K, ``lagged`` = sum_k (k - 1) delta_k over the K = ``steps`` steps' changes
+    delta_k of w, ``history`` one record per epoch, ``stop_reason`` ("separated" or "epochs"), ``settings`` the
+    run's PerceptronConfig but its epochs; ``w`` the returned point (:func:`returned_point`). A result is also the
+    state a run continues from (``train_perceptron(..., resume=result)``): its tensors and numbers are what
+    ``torch.save`` writes and ``torch.load(weights_only=True)`` reads back."""
     w_last: torch.Tensor
     lagged: torch.Tensor
     steps: int = 0
     history: list = field(default_factory=list)
     stop_reason: str = ""
-    settings: dict = field(default_factory=dict)      # the run's PerceptronConfig but its epochs (a resume keeps them)
+    settings: dict = field(default_factory=dict)
+
+    @property
+    def w(self) -> torch.Tensor:
+        return returned_point(self.w_last, self.lagged, self.steps, bool(self.settings.get("average")))
 
     def state_dict(self) -> dict:
-        return {"w": self.w, "w_last": self.w_last, "lagged": self.lagged, "steps": self.steps,
-                "history": self.history, "stop_reason": self.stop_reason, "settings": self.settings}
+        return {"w_last": self.w_last, "lagged": self.lagged, "steps": self.steps, "history": self.history,
+                "stop_reason": self.stop_reason, "settings": self.settings}
 
     @classmethod
     def from_state_dict(cls, s: dict) -> "PerceptronResult":
-        keys = ("w", "w_last", "lagged", "steps", "history", "stop_reason", "settings")
+        keys = ("w_last", "lagged", "steps", "history", "stop_reason", "settings")
         missing = set(keys) - set(s)
         check(not missing, "resume", "a perceptron state (PerceptronResult.state_dict())", f"missing {sorted(missing)}")
         return cls(**{k: s[k] for k in keys})
@@ -200,7 +208,7 @@ def train_perceptron(model: StructuredModel, data, config: PerceptronConfig | No
                         lagged[nonnegative] += steps * (after - before)
             steps += 1
         clock += time.perf_counter() - t0
-        point = w - lagged / steps if cfg.average else w
+        point = returned_point(w, lagged, steps, cfg.average)
         rec = {"epoch": epoch + 1, "mistakes": mistakes, "train_loss": loss_sum / data.n, "updates": updates,
                "eta": eta, "time_s": clock}
         if evaluate is not None:
@@ -211,6 +219,5 @@ def train_perceptron(model: StructuredModel, data, config: PerceptronConfig | No
         if mistakes == 0:
             stop = "separated"
             break
-    point = w - lagged / steps if cfg.average and steps else w
-    return PerceptronResult(point.clone(), w.clone(), lagged.clone(), steps, history, stop, settings)
+    return PerceptronResult(w.clone(), lagged.clone(), steps, history, stop, settings)
 

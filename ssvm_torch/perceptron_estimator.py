@@ -86,13 +86,13 @@ class StructuredPerceptron(StructuredEstimator):
         best, best_w, since, stop = float("inf"), None, 0, "epochs"
         if state is None:
             self._fitted_model(data)                  # the model of all the examples (their classes), not the split's
+        model = self._decoding_model()
+        train, held = (part.to(parse_device(self.device), self._torch_dtype()) for part in (train, held))
+        idx = torch.arange(held.n, device=held.device)
         for _ in range(self.epochs):
-            self._train(train, 1, state, fresh_model=False)
+            self._train(train, 1, state, fresh_model=False, moved=True)
             state = self.state_
-            model = self.model_.with_kernels(self.kernels) if self.kernels != "auto" else self.model_
-            held_dev = held.to(state.w.device, self._torch_dtype())
-            idx = torch.arange(held.n, device=held_dev.device)
-            loss = float(model.loss(held_dev, idx, model.predict(state.w, held_dev, idx)).mean())
+            loss = float(model.loss(held, idx, model.predict(state.w, held, idx)).mean())
             state.history[-1]["validation_loss"] = loss
             if loss < best:
                 best, best_w, since, self.best_epoch_ = loss, self.coef_.clone(), 0, len(state.history)
@@ -118,9 +118,14 @@ class StructuredPerceptron(StructuredEstimator):
             return self._train(self._data(xs, ys), 1, None)
         return self._train(self._data(X, Y, fitting=True), 1, None)
 
-    def _train(self, data, epochs: int, state: PerceptronResult | None, fresh_model: bool = True):
+    def _decoding_model(self) -> StructuredModel:
+        """The fitted model with the decoders ``kernels`` picks."""
+        return self.model_.with_kernels(self.kernels) if self.kernels != "auto" else self.model_
+
+    def _train(self, data, epochs: int, state: PerceptronResult | None, fresh_model: bool = True,
+               moved: bool = False):
         """``epochs`` more epochs on ``data`` from ``state`` (None: w = 0, and a fresh model of ``data`` unless
-        ``fresh_model`` is False)."""
+        ``fresh_model`` is False); ``moved``: ``data`` are already on ``device`` in ``dtype``."""
         device = parse_device(self.device)
         check_choice(self.kernels, "kernels", KERNELS)
         self._refuse_partial(data)
@@ -128,11 +133,10 @@ class StructuredPerceptron(StructuredEstimator):
                                shuffle=self.shuffle, decay_exponent=self.decay_exponent, decay_t0=self.decay_t0,
                                loss_augmented=self.loss_augmented, seed=self.seed).validate()
         cfg = replace(cfg, epochs=epochs + (len(state.history) if state is not None else 0))
-        model = self._fitted_model(data) if state is None and fresh_model else self.model_
-        if self.kernels != "auto":
-            model = model.with_kernels(self.kernels)
-        result = train_perceptron(model, data.to(device, self._torch_dtype()), cfg, nonnegative=self.nonnegative,
-                                  resume=state)
+        if state is None and fresh_model:
+            self._fitted_model(data)
+        result = train_perceptron(self._decoding_model(), data if moved else data.to(device, self._torch_dtype()),
+                                  cfg, nonnegative=self.nonnegative, resume=state)
         self.state_ = result
         self.coef_ = result.w.detach().to("cpu", torch.float64).clone()
         self.coef_last_ = result.w_last.detach().to("cpu", torch.float64).clone()
