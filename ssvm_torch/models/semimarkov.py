@@ -345,8 +345,7 @@ class SemiMarkovModel(StructuredModel):
         segmentation minus the labeling's, added through the rows' stored features only (with the bias column:
         :meth:`phi`'s sums), and the counts; no (B, d) temporary (CoNLL-2000's segment model has d = 12M)."""
         idx, lengths, labels = self._batch(data, idx, labels)
-        (pos, counts), (pos_g, counts_g) = (self.statistics(y, lengths) for y in (labels, self._batch(
-            data, idx, self.gt_batch(data, idx))[2]))
+        (pos, counts), (pos_g, counts_g) = (self.statistics(y, lengths) for y in (labels, self.gt_batch(data, idx)))
         valid = valid_positions(lengths, labels.shape[1])
         D, Dc = (pos_g - pos)[valid], counts_g - counts               # (sum T, C), (B, G)
         sub = data.subset(idx.cpu())

@@ -113,22 +113,10 @@ class SiblingDependencyModel(DependencyModel):
     # -- features -------------------------------------------------------------------------------------------
     def phi(self, data: DependencyData, idx, labels) -> torch.Tensor:
         """Dense (B, d): the arc features' counts and the sibling parts' (small d: tests, the generic stores)."""
-        dev = data.device
-        idx = torch.as_tensor(idx, device=dev).reshape(-1)
-        labels = torch.as_tensor(labels, device=dev).reshape(idx.shape[0], -1)
         out = super().phi(data, idx, labels)
-        lengths = data.lengths[idx]
-        heads = torch.full((idx.shape[0], int(lengths.max()) + 1), -1, dtype=torch.int64, device=dev)
-        heads[:, 1:] = torch.where(word_mask(lengths, heads.shape[1])[:, 1:], labels[:, 1:heads.shape[1]], -1)
-        sib = adjacent_siblings(heads, lengths)
-        for b, i in enumerate(idx.tolist()):
-            start = int(data.offsets[i])
-            for m in range(1, int(lengths[b]) + 1):
-                h, s = int(heads[b, m]), int(sib[b, m])
-                if s == 0 and not data.sib.first_child:         # the nearest dependent: no part
-                    continue
-                for f in sibling_part_ids(data.sib, start, h, s if s > 0 else h, m):   # s = h: a first-child part
-                    out[b, f] += 1.0
+        for b, ids in enumerate(self._sibling_ids(data, idx, labels)):
+            f = torch.tensor(ids, dtype=torch.int64, device=out.device)
+            out[b].index_add_(0, f, torch.ones(f.shape[0], dtype=out.dtype, device=out.device))
         return out
 
     def add_psi(self, targets, data: DependencyData, idx, labels, coefs) -> None:
@@ -136,27 +124,33 @@ class SiblingDependencyModel(DependencyModel):
         :meth:`DependencyModel.add_psi`, then the sibling parts' ids of the gold tree up and of the labeling down
         (the parts :meth:`phi` counts), without a (B, d) temporary."""
         super().add_psi(targets, data, idx, labels, coefs)
+        dev = targets[0].device
+        for rows, sign in ((self.gt_batch(data, idx), 1.0), (labels, -1.0)):
+            for b, ids in enumerate(self._sibling_ids(data, idx, rows)):
+                f = torch.tensor(ids, dtype=torch.int64, device=dev)
+                for target, coef in zip(targets, coefs):
+                    target.index_add_(0, f, (sign * coef[b]).to(device=dev, dtype=target.dtype).expand(f.shape[0]))
+
+    def _sibling_ids(self, data: DependencyData, idx, labels) -> list[list[int]]:
+        """The feature ids of every sibling part of each labeling's tree (a list per row, an id once per part that
+        has it; s = h: a first-child part, the nearest dependent's none without first_child)."""
         dev = data.device
         idx = torch.as_tensor(idx, device=dev).reshape(-1)
         labels = torch.as_tensor(labels, device=dev).reshape(idx.shape[0], -1)
         lengths = data.lengths[idx]
-        width = int(lengths.max()) + 1
-        for rows, sign in ((self.gt_batch(data, idx), 1.0), (labels, -1.0)):
-            heads = torch.full((idx.shape[0], width), -1, dtype=torch.int64, device=dev)
-            heads[:, 1:] = torch.where(word_mask(lengths, width)[:, 1:], rows[:, 1:width], -1)
-            sib = adjacent_siblings(heads, lengths)
-            for b, i in enumerate(idx.tolist()):
-                start, ids = int(data.offsets[i]), []
-                for m in range(1, int(lengths[b]) + 1):
-                    h, s = int(heads[b, m]), int(sib[b, m])
-                    if s == 0 and not data.sib.first_child:
-                        continue
-                    ids += sibling_part_ids(data.sib, start, h, s if s > 0 else h, m)
-                if ids:
-                    f = torch.tensor(ids, dtype=torch.int64, device=targets[0].device)
-                    for target, coef in zip(targets, coefs):
-                        target.index_add_(0, f, (sign * coef[b]).to(device=f.device, dtype=target.dtype)
-                                          .expand(f.shape[0]))
+        heads = torch.full((idx.shape[0], int(lengths.max()) + 1), -1, dtype=torch.int64, device=dev)
+        heads[:, 1:] = torch.where(word_mask(lengths, heads.shape[1])[:, 1:], labels[:, 1:heads.shape[1]], -1)
+        sib = adjacent_siblings(heads, lengths)
+        out = []
+        for b, i in enumerate(idx.tolist()):
+            start, ids = int(data.offsets[i]), []
+            for m in range(1, int(lengths[b]) + 1):
+                h, s = int(heads[b, m]), int(sib[b, m])
+                if s == 0 and not data.sib.first_child:
+                    continue
+                ids += sibling_part_ids(data.sib, start, h, s if s > 0 else h, m)
+            out.append(ids)
+        return out
 
     # -- prediction and completion --------------------------------------------------------------------------
     @staticmethod
