@@ -1,5 +1,6 @@
 import itertools
 import os
+import random
 
 import torch
 
@@ -75,6 +76,17 @@ def one_torch_thread():
     parallel kernels' tests run with every core whichever test ran before them."""
     torch.set_num_threads(1)
     numba.set_num_threads(numba.config.NUMBA_NUM_THREADS)
+    yield
+
+
+@pytest.fixture(autouse=True)
+def seeded_global_generators():
+    """Every test starts from the same global torch / numpy / random state, whatever ran before it in this worker:
+    a test that draws from them (a layer's initial parameters, nn.Linear) then sees the same numbers in any
+    order of files and workers (test_segment_information's sampling test failed at random before this)."""
+    torch.manual_seed(0)
+    np.random.seed(0)
+    random.seed(0)
     yield
 
 

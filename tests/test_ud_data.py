@@ -115,8 +115,6 @@ def assert_designs_are_the_string_reference(template, train, other, min_count=1)
     """Every arc's feature ids are the features of its reference strings (ArcTemplate.arc_strings) that the training
     gold arcs have ``min_count`` times or more, under one consistent id <-> string map (the compiled keys,
     dictionary and lookup agree with strings)."""
-    (d_train, d_other), d, per_item = featurize(template, [train, other], min_count=min_count)
-
     def sentences(tb):
         return [[(tb.forms[k], tb.upos[k], tb.xpos[k], tb.lemmas[k]) for k in range(tb.offsets[i], tb.offsets[i + 1])]
                 for i in range(tb.n)]
@@ -126,6 +124,12 @@ def assert_designs_are_the_string_reference(template, train, other, min_count=1)
         for m in range(1, len(sent) + 1):
             counts.update(template.arc_strings(sent, int(train.heads[s + m - 1]), m))
     gold = {f for f, c in counts.items() if c >= min_count}
+    if not gold:                       # nothing to learn: refused by name (which setting leaves no feature)
+        field = "min_count" if counts else "template"
+        with pytest.raises(SSVMInputError, match=f"{field}: expected .*: no feature"):
+            featurize(template, [train, other], min_count=min_count)
+        return
+    (d_train, d_other), d, per_item = featurize(template, [train, other], min_count=min_count)
     assert d == len(gold) and sum(per_item.values()) == d
     # each arc carries exactly the ids of its reference strings that gold arcs have: intersecting over the arcs
     # that have a string gives the ids it can be; a perfect matching of strings to ids within those sets is a
@@ -185,6 +189,18 @@ def test_any_template_equals_the_string_reference(ewt, template, min_count, star
     mix) on a drawn stretch of training sentences: the compiled featurization is the string reference."""
     assert_designs_are_the_string_reference(template, ewt["train"].subset(range(start, start + 12)),
                                             ewt["dev"].subset(range(start, start + 4)), min_count)
+
+
+def test_a_template_no_gold_arc_has_is_refused_by_name(ewt):
+    """hw|bw on training sentences 90-101 (short lines of a review: no gold arc spans a word) has no key at all: the
+    refusal names the template, not min_count (it said "min_count: expected at most 0, got 1"). Found by the
+    drawn-template test below."""
+    template = ArcTemplate.parse("hw|bw", name="between-only")
+    train = ewt["train"].subset(range(90, 102))
+    with pytest.raises(SSVMInputError, match="template: expected items that some gold arc of the 12 training "
+                                             "sentences has, got 'between-only'"):
+        featurize(template, [train], min_count=1)
+    assert_designs_are_the_string_reference(template, train, ewt["dev"].subset(range(90, 94)))
 
 
 def test_a_template_of_between_items_only_gets_every_known_value(ewt):

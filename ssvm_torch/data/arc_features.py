@@ -304,6 +304,9 @@ def featurize(template: ArcTemplate, treebanks, min_count: int = 1, designs_of=N
     dict_keys = np.concatenate(dict_keys) if dict_keys else np.zeros(0, dtype=np.int64)
     dict_ptr = np.asarray(dict_ptr, dtype=np.int64)
     d = int(dict_ptr[-1])
+    if d == 0 and most == 0:           # e.g. between items only, on sentences whose gold arcs span no word
+        raise SSVMInputError(f"template: expected items that some gold arc of the {train.n} training sentences has, "
+                             f"got {template.name!r}, whose items none of them has: no feature to learn")
     if d == 0:
         raise SSVMInputError(f"min_count: expected at most {most} (the count of the most frequent feature of the "
                              f"{train.n} training sentences' gold arcs), got {min_count}: no feature is left")
