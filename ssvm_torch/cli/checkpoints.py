@@ -26,6 +26,14 @@ def check_every(every: float | None, checkpoint: bool = True) -> None:
         raise SSVMInputError(f"checkpoint_every: expected seconds > 0 between checkpoint writes, got {every!r}")
 
 
+def check_resume_file(path) -> None:
+    """``--resume``: None (a new run) or an existing checkpoint file (a directory or a missing path refused by
+    name before the run directory is touched)."""
+    if path is not None and not Path(path).is_file():
+        what = "is a directory (pass its checkpoint.pt)" if Path(path).is_dir() else "does not exist"
+        raise SSVMInputError(f"resume: expected a checkpoint file, {path} {what}")
+
+
 class CheckpointWrites:
     """Writes ``path`` (:func:`ssvm_torch.outputs.save_checkpoint` with the run's ``identity``) at the checks a run
     offers. With ``every`` (seconds) a check writes only once ``every`` seconds have passed since the last write

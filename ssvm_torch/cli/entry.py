@@ -7,7 +7,7 @@ import argparse
 
 from ..data.types import data_folder
 from ..errors import run_cli
-from ..tasks import TASKS
+from ..tasks import TASKS, get_task
 
 
 def return_freed_memory(threshold: int = 4 << 20) -> bool:
@@ -43,3 +43,11 @@ def command_parser(prog: str, description: str) -> argparse.ArgumentParser:
                    help="folder of the datasets (a copy of the repository's datasets/); None = $SSVM_TORCH_DATA, "
                         "else the source checkout's datasets/")
     return p
+
+
+def task_options(args) -> dict:
+    """The featurization of ``ssvm-train``'s task: the options given, the task's recommended configuration for the
+    others (checked by the task)."""
+    return get_task(args.dataset).options(features=args.features, min_count=args.min_count, loss=args.loss,
+                                          constraints=args.constraints, tags=args.tags, trees=args.trees,
+                                          siblings=args.sibling_features, inference=args.graph_inference)

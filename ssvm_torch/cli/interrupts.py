@@ -60,3 +60,18 @@ def stop_on_signal(prog: str, abort_on_repeat: bool = True, announce: bool = Tru
     finally:
         for s, h in previous.items():
             signal.signal(s, h)
+
+
+def agreed_stop(requested, device):
+    """Under torchrun: the ranks' stop requests agreed by one all-reduce per poll (so they stop at the same pass),
+    SIGTERM over SIGINT; every rank then carries the agreed signal (its exit status), a rank that received
+    none included."""
+    from ..distributed.collectives import any_rank
+    codes = any_rank(lambda: 0 if not requested() else 2 if requested.signal == "SIGTERM" else 1, device)
+
+    def agreed() -> bool:
+        code = codes()
+        if code:
+            requested.signal = "SIGTERM" if code == 2 else "SIGINT"
+        return bool(code)
+    return agreed

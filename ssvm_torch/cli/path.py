@@ -30,7 +30,7 @@ from ..path import RegPath, check_path_options, cold_starts, grid_lambdas, grid_
 from ..solvers import SAMPLERS, STEPS, SolverConfig
 from ..tasks import Problem, load_task
 from .entry import command_parser, run_command
-from .checkpoints import CheckpointWrites, check_every
+from .checkpoints import CheckpointWrites, check_every, check_resume_file
 from .interrupts import stop_on_signal
 
 
@@ -91,9 +91,7 @@ def run(args) -> dict:
     identity = {"command": "ssvm-path", "dataset": args.dataset, "train_size": args.train_size, "n": task.n_train,
                 "d": task.d, "eps": args.eps, "kappa": kappa, "heuristic": args.heuristic, "gated": args.gated,
                 "max_passes": args.max_passes, "solver": asdict(cfg)}
-    if args.resume is not None and not Path(args.resume).is_file():
-        what = "is a directory (pass its checkpoint.pt)" if Path(args.resume).is_dir() else "does not exist"
-        raise SSVMInputError(f"resume: expected a checkpoint file, {args.resume} {what}")
+    check_resume_file(args.resume)
     resume = load_checkpoint(args.resume, identity) if args.resume else None
     with RunDir(args.out, overwrite=args.overwrite, resume=args.resume) as run_dir:   # checked before the path
         run_dir.write_config({"command": "ssvm-path", "dataset": args.dataset, "train_size": args.train_size,

@@ -21,7 +21,6 @@ import os
 import sys
 import time
 from dataclasses import asdict
-from pathlib import Path
 
 import torch
 
@@ -29,7 +28,7 @@ from .. import distributed
 from ..devices import parse_device
 from ..distributed.collectives import any_rank
 from ..errors import DistributedError, RunInterrupted, SSVMInputError
-from .entry import command_parser, run_command
+from .entry import command_parser, run_command, task_options
 from ..outputs import RunDir, load_checkpoint, save_predictions, save_rank_profiles
 from ..portable import packed_bytes
 from ..selection import DEFAULT_LAMS
@@ -38,10 +37,11 @@ from ..solvers.cutting_plane import QP_SOLVERS
 from ..stores import KERNELS
 from ..tasks import TASKS, get_task, load_task
 from ..ud_tasks import TREE_KINDS
-from .checkpoints import CheckpointWrites, check_every
+from .checkpoints import CheckpointWrites, check_every, check_resume_file
 from .grid import select_on_dev
-from .interrupts import stop_on_signal
+from .interrupts import agreed_stop, stop_on_signal
 from .latent import add_options as add_latent_options, check_options as check_latent_options, run_latent
+from .perceptron import add_options as add_perceptron_options, perceptron_config, run_perceptron
 from .results import evaluate_final_record, every_kth_check, print_test_figures, save_results, write_certified
 
 
@@ -101,10 +101,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "split is released)")
     p.add_argument("--min-counts", type=int, nargs="+", default=None,
                    help="conll2000 with --select-lam: also choose the cut-off among these; None = --min-count only")
-    p.add_argument("--solver", choices=SOLVERS, default="bcfw",
+    p.add_argument("--solver", choices=(*SOLVERS, "perceptron"), default="bcfw",
                    help="fw: batch Frank-Wolfe; bcfw: block-coordinate FW; ssg: stochastic subgradient; eg: online "
                         "exponentiated gradient (chains); deg: dual extragradient (chains); cutting-plane: 1-slack "
-                        "cutting plane (docs/solvers.md)")
+                        "cutting plane; perceptron: the averaged structured perceptron (--epochs; docs/solvers.md)")
     p.add_argument("--step-size", type=float, default=0.0,
                    help="eg / deg: multiple of the safe step, the first try's (both adapt it: halved on a refused try) "
                         "(0 = the solver's default: eg 1000, deg 500)")
@@ -170,6 +170,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dist-timeout", type=float, default=300,
                    help="under torchrun: seconds a collective waits for a silent rank before every rank stops")
     add_latent_options(p)
+    add_perceptron_options(p)
     p.add_argument("--out", default="runs/latest", help="output directory (refused if it holds another run)")
     p.add_argument("--overwrite", action="store_true", help="replace the run already in --out")
     p.add_argument("--checkpoint", action="store_true", help="save the solver state at every gap check")
@@ -212,10 +213,11 @@ def run(args) -> dict:
     torch.set_num_threads(args.threads)
     device = parse_device(args.device)
     dtype = getattr(torch, args.dtype)
+    perceptron = perceptron_config(args)                   # before the SSVM's defaults fill its options
+    if perceptron is not None:
+        return run_perceptron(args, perceptron, device, dtype)
     resolve_defaults(args)
-    if args.resume is not None and not Path(args.resume).is_file():
-        what = "is a directory (pass its checkpoint.pt)" if Path(args.resume).is_dir() else "does not exist"
-        raise SSVMInputError(f"resume: expected a checkpoint file, {args.resume} {what}")
+    check_resume_file(args.resume)
     cfg = SolverConfig.from_options(args).validate()             # bad options fail before the directory is touched
     check_every(args.checkpoint_every, args.checkpoint)
     check_latent_options(args, distributed.launched_by_torchrun())
@@ -253,10 +255,7 @@ def _train(args, cfg: SolverConfig, device, dtype, run_dir: RunDir | None) -> di
     """One process's run; under torchrun every rank runs it on its shard and only rank 0 (the one with
     ``run_dir``) evaluates, prints and writes."""
     rank, size = distributed.world()
-    # the options given, the task's recommended configuration for the others; checked by the task
-    featurization = get_task(args.dataset).options(features=args.features, min_count=args.min_count, loss=args.loss,
-                                                   constraints=args.constraints, tags=args.tags, trees=args.trees,
-                                                   siblings=args.sibling_features, inference=args.graph_inference)
+    featurization = task_options(args)
     if args.select_lam:
         # Ctrl-C / SIGTERM from the grid to the refit's data: the lambda being solved stops at its next gap check,
         # the grid ends there and selection.json keeps its table; after the grid, the refit does not start
@@ -364,7 +363,7 @@ def _train(args, cfg: SolverConfig, device, dtype, run_dir: RunDir | None) -> di
     # after any stop. Under torchrun every rank polls one flag all ranks agree on (a signal reaches
     # the ranks at different moments, and the launcher repeats it), so they stop at the same pass.
     with stop_on_signal("ssvm-train", abort_on_repeat=size == 1, announce=run_dir is not None) as requested:
-        stop["requested"] = requested if size == 1 else _agreed_stop(requested, device)
+        stop["requested"] = requested if size == 1 else agreed_stop(requested, device)
         try:
             history = solver.run()
             if writes is not None:
@@ -426,20 +425,6 @@ def _train(args, cfg: SolverConfig, device, dtype, run_dir: RunDir | None) -> di
         raise RunInterrupted(f"interrupted at {last['passes']:.1f} effective passes (exact duality gap there {gap}); "
                              f"wrote {', '.join(map(str, files[:-1]))} and {files[-1]}; {resume}", requested.signal)
     return last
-
-
-def _agreed_stop(requested, device):
-    """Under torchrun: the ranks' stop requests agreed by one all-reduce per poll (so they stop at the same pass),
-    SIGTERM over SIGINT; every rank then carries the agreed signal (its exit status), a rank that received
-    none included."""
-    codes = any_rank(lambda: 0 if not requested() else 2 if requested.signal == "SIGTERM" else 1, device)
-
-    def agreed() -> bool:
-        code = codes()
-        if code:
-            requested.signal = "SIGTERM" if code == 2 else "SIGINT"
-        return bool(code)
-    return agreed
 
 
 def main(argv=None) -> int:
