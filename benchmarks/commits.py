@@ -64,12 +64,13 @@ def baseline_worktree(rev: str):
             git("worktree", "remove", "--force", str(wt))
 
 
-def run_worker(checkout: Path, script: Path, args: list, threads: int = 1) -> dict:
+def run_worker(checkout: Path, script: Path, args: list, threads: int | None = 1) -> dict:
     """Run ``script --worker *args`` with ``checkout``'s package first on the path and ``threads`` OpenMP /
-    numba threads; its last stdout line is a JSON object whose ``module`` (``ssvm_torch.__file__``) must lie
-    in ``checkout``."""
-    env = {**os.environ, "PYTHONPATH": str(checkout), "OMP_NUM_THREADS": str(threads),
-           "NUMBA_NUM_THREADS": str(threads)}
+    numba threads (None: the machine's defaults, as a user's process has them); its last stdout line is a JSON
+    object whose ``module`` (``ssvm_torch.__file__``) must lie in ``checkout``."""
+    env = {**os.environ, "PYTHONPATH": str(checkout)}
+    if threads is not None:
+        env.update(OMP_NUM_THREADS=str(threads), NUMBA_NUM_THREADS=str(threads))
     r = subprocess.run([sys.executable, str(script), "--worker", *map(str, args)], env=env, capture_output=True,
                        text=True, cwd=checkout)
     if r.returncode != 0:
@@ -80,17 +81,18 @@ def run_worker(checkout: Path, script: Path, args: list, threads: int = 1) -> di
     return res
 
 
-def alternated_rounds(sides: dict, script: Path, worker_args: list, rounds: int, warm_args: list | None = None):
+def alternated_rounds(sides: dict, script: Path, worker_args: list, rounds: int, warm_args: list | None = None,
+                      threads: int | None = 1):
     """{side: [one worker's JSON per round]}: every side's worker run once to warm its numba cache (with
     ``warm_args``, default ``worker_args``), then ``rounds`` rounds, the order of the sides reversed every other
-    round so that neither always runs first."""
+    round so that neither always runs first; ``threads`` as :func:`run_worker`'s."""
     for path in sides.values():
-        run_worker(path, script, warm_args if warm_args is not None else worker_args)
+        run_worker(path, script, warm_args if warm_args is not None else worker_args, threads)
     out = {name: [] for name in sides}
     names = list(sides)
     for r in range(rounds):
         for name in (names if r % 2 == 0 else names[::-1]):
-            out[name].append(run_worker(sides[name], script, worker_args))
+            out[name].append(run_worker(sides[name], script, worker_args, threads))
     return out
 
 
@@ -108,7 +110,7 @@ def write_side_by_side(out: str, revs: dict, rounds: int, calls: int, table: dic
 
 
 def side_by_side_rounds(script: Path, doc: str, worker, default_out: str, argv=None, rounds: int = 5,
-                        knob: tuple = ("--calls", int, 15)):
+                        knob: tuple = ("--calls", int, 15), threads: int | None = 1):
     """The shared command line of the side-by-side benchmarks: ``--baseline`` (required), ``--rounds``, ``--out``
     and the worker's ``knob`` (name, type, default: e.g. ``--calls``); ``--worker`` prints one side's
     ``worker(knob's value)`` and returns None; otherwise both sides are alternated over ``--rounds``
@@ -130,17 +132,17 @@ def side_by_side_rounds(script: Path, doc: str, worker, default_out: str, argv=N
     revs = revisions(args.baseline)
     with baseline_worktree(revs["baseline"]) as wt:
         out = alternated_rounds({"current": ROOT, "baseline": wt}, script.resolve(), [name, value], args.rounds,
-                                [name, 1])
+                                [name, 1], threads)
     return args, revs, out
 
 
 def cases_side_by_side(script: Path, doc: str, worker, default_out: str, argv=None, calls: int = 15,
-                       dtype: str = "float32") -> None:
+                       dtype: str = "float32", threads: int | None = 1, rounds: int = 5) -> None:
     """The command line of a benchmark of per-case medians ("cases": {name: ms}) at this checkout against
     ``--baseline`` (:func:`side_by_side_rounds`, whose knob is ``--calls``): each case's figure is the median over
     rounds of the round medians, printed with the speed-up and written by :func:`write_side_by_side` (``dtype`` as
     recorded, one thread)."""
-    got = side_by_side_rounds(script, doc, worker, default_out, argv, knob=("--calls", int, calls))
+    got = side_by_side_rounds(script, doc, worker, default_out, argv, rounds, ("--calls", int, calls), threads)
     if got is None:
         return
     args, revs, rounds = got
@@ -151,7 +153,8 @@ def cases_side_by_side(script: Path, doc: str, worker, default_out: str, argv=No
         table[key] = row
         print(f"{key}: {row['current_ms']:.2f} ms (baseline {row['baseline_ms']:.2f}, "
               f"x{row['speedup_vs_baseline']:.2f})", flush=True)
-    write_side_by_side(args.out, revs, args.rounds, args.calls, table, rounds, dtype=dtype, threads=1)
+    write_side_by_side(args.out, revs, args.rounds, args.calls, table, rounds, dtype=dtype,
+                       threads=1 if threads == 1 else "torch 1, numba and OpenMP the machine's defaults")
 
 
 def median_ms(call, calls: int) -> float:

@@ -1,4 +1,7 @@
 """ssvm_torch: structured SVMs in PyTorch with the Frank-Wolfe family of dual solvers."""
+from .devices import start_numba_threads
+
+start_numba_threads()            # before any kernel: numba's pool must not reset torch's thread count (devices.py)
 from .data import ChainData, ExplicitData, FlatData, GraphData, PairData, PoseData, load_ocr
 from .errors import SSVMInputError
 from .models import ChainModel, ExplicitModel, StructuredModel

@@ -82,6 +82,22 @@ def store_kernels(kernels: str, device: torch.device, dtype: torch.dtype) -> str
     return kernels
 
 
+def start_numba_threads() -> None:
+    """Start numba's thread pool now, torch's intra-op thread count kept (called when the package is imported).
+    Under numba's OpenMP threading layer (its choice where TBB is not installed) the pool otherwise starts at the
+    first parallel kernel, and when a serial kernel ran in the process before it, that start resets the OpenMP
+    thread count torch reads: ``torch.set_num_threads(1)`` (``ssvm-train``'s ``--threads 1``) became 2 at the
+    semi-Markov model's first batch, and its perceptron epoch ran its index_add_ on two threads
+    (tests/test_threads.py)."""
+    threads = torch.get_num_threads()
+    try:
+        from numba.np.ufunc.parallel import _launch_threads
+    except ImportError:                  # a numba without it starts its pool as before
+        return
+    _launch_threads()
+    torch.set_num_threads(threads)
+
+
 def use_threads(threads: int, field: str = "threads") -> None:
     """Give the calling thread ``threads`` CPU threads for torch's intra-op pool and for numba's parallel
     kernels alike (the chain layer's rows run over ``numba.get_num_threads()``, docs/nn.md): a neural module's
