@@ -9,8 +9,13 @@ and the runs' torch ops ran on two threads.
 The workers do not pin OMP_NUM_THREADS / NUMBA_NUM_THREADS (commits.run_worker with threads=None); each records
 torch's thread count after its cases. Per side the median over rounds of each round's median.
 
+With ``BENCH_BUSY=N`` in the environment each worker keeps N other processes spinning on the CPU while it times
+(another one-thread run beside it: ``--threads 1`` exists so that two runs share two cores).
+
 Usage: python benchmarks/bench_threads_commits.py --baseline 5eee8f2 [--rounds 3] [--calls 1]
        [--out benchmarks/results/threads_commits.json]
+       BENCH_BUSY=1 python benchmarks/bench_threads_commits.py --baseline 5eee8f2 --out
+       benchmarks/results/threads_commits_busy.json
 """
 from __future__ import annotations
 
@@ -23,7 +28,25 @@ from commits import cases_side_by_side, median_ms  # noqa: E402
 TRAIN = {"conll2000-segments": 500, "conll2000": 1000}
 
 
+def _spin():
+    while True:
+        pass
+
+
 def worker(calls: int) -> dict:
+    import multiprocessing
+    import os
+    busy = [multiprocessing.Process(target=_spin, daemon=True) for _ in range(int(os.environ.get("BENCH_BUSY", 0)))]
+    for p in busy:
+        p.start()
+    try:
+        return _cases(calls) | {"busy_processes": len(busy)}
+    finally:
+        for p in busy:
+            p.terminate()
+
+
+def _cases(calls: int) -> dict:
     import torch
     torch.set_num_threads(1)                     # ssvm-train --threads 1
     import ssvm_torch
