@@ -79,9 +79,9 @@ def returned_point(w_last: torch.Tensor, lagged: torch.Tensor, steps: int, avera
 class PerceptronResult:
     """``w_last`` the last iterate w_K, ``lagged`` = sum_k (k - 1) delta_k over the K = ``steps`` steps' changes
     delta_k of w, ``history`` one record per epoch, ``stop_reason`` ("separated", "epochs", "interrupted"),
-    ``settings`` the run's PerceptronConfig but its epochs; ``w`` the returned point (:func:`returned_point`). A result is also the
-    state a run continues from (``train_perceptron(..., resume=result)``): its tensors and numbers are what
-    ``torch.save`` writes and ``torch.load(weights_only=True)`` reads back."""
+    ``settings`` the run's PerceptronConfig but its epochs; ``w`` the returned point (:func:`returned_point`). A
+    result is also the state a run continues from (``train_perceptron(..., resume=result)``): its tensors and
+    numbers are what ``torch.save`` writes and ``torch.load(weights_only=True)`` reads back."""
     w_last: torch.Tensor
     lagged: torch.Tensor
     steps: int = 0
@@ -103,6 +103,19 @@ class PerceptronResult:
         missing = set(keys) - set(s)
         check(not missing, "resume", "a perceptron state (PerceptronResult.state_dict())", f"missing {sorted(missing)}")
         return cls(**{k: s[k] for k in keys})
+
+
+def run_settings(cfg: PerceptronConfig) -> dict:
+    """The settings a resumed run must share with the run it continues: all but the epochs."""
+    return {k: v for k, v in asdict(cfg).items() if k != "epochs"}
+
+
+def check_resumable(resume: PerceptronResult, cfg: PerceptronConfig) -> None:
+    """``resume`` was made with ``cfg``'s settings (:func:`run_settings`), else refused naming those that differ."""
+    settings = run_settings(cfg)
+    changed = sorted(k for k in settings if resume.settings.get(k) != settings[k])
+    check(not changed, "resume", f"the settings of the resumed run ({', '.join(changed)} differ: "
+          f"{ {k: resume.settings.get(k) for k in changed} })", {k: settings[k] for k in changed})
 
 
 def epoch_order(n: int, seed: int, epoch: int, shuffle: bool) -> np.ndarray:
@@ -166,12 +179,10 @@ def train_perceptron(model: StructuredModel, data, config: PerceptronConfig | No
     nonnegative = _check_nonnegative(nonnegative, model.d, device)
     if resume is not None and resume.stop_reason == "separated":
         return resume
-    settings = {k: v for k, v in asdict(cfg).items() if k != "epochs"}
+    settings = run_settings(cfg)
     if resume is not None:
         check(w0 is None, "w0", "None when a run is resumed (its iterate is the start)", "a weight vector")
-        changed = sorted(k for k in settings if resume.settings.get(k) != settings[k])
-        check(not changed, "resume", f"the settings of the resumed run ({', '.join(changed)} differ: "
-              f"{ {k: resume.settings.get(k) for k in changed} })", {k: settings[k] for k in changed})
+        check_resumable(resume, cfg)
         w = _check_start(resume.w_last, model.d, nonnegative, device, dtype)
         lagged = _check_start(resume.lagged, model.d, None, device, dtype)
         steps, history = int(resume.steps), [dict(r) for r in resume.history]

@@ -74,9 +74,11 @@ def test_a_resumed_run_ends_where_the_uninterrupted_run_ends(tmp_path, capsys):
     assert state["run"]["solver"] == "perceptron" and len(state["solver"]["history"]) == 2      # not rewritten
     capsys.readouterr()
     # other settings than the checkpoint's: refused by name, the run directory untouched
+    files = {f.name: f.read_bytes() for f in cut.iterdir()}
     assert main(RUN + ["--epochs", "4", "--eval-every", "3", "--out", str(cut), "--resume",
                        str(cut / "checkpoint.pt")]) == 2
     assert "resume: expected the settings of the resumed run (loss_augmented differ" in capsys.readouterr().err
+    assert {f.name: f.read_bytes() for f in cut.iterdir()} == files
     assert main(RUN + ["--epochs", "4", "--dataset", "ocr-large", "--out", str(tmp_path / "other"), "--resume",
                        str(cut / "checkpoint.pt")]) == 2
     assert "is a checkpoint of dataset = 'ocr-small'" in capsys.readouterr().err

@@ -5,10 +5,10 @@ The run directory holds config.json (the options, the perceptron's settings), hi
 epoch, mistakes, train_loss, updates, eta, time_s, and the task's errors of the point the run returns then --
 train / test error, F1, UAS -- at every ``--eval-every``-th epoch and the last: reported, never used to choose),
 model.pt (the returned point ``w``, the average unless ``--no-average``, and ``epochs``; ``lam`` and ``ell`` are
-NaN: the perceptron has no regularizer and no dual; the last iterate is in checkpoint.pt) and the task's test predictions. With
-``--checkpoint``, checkpoint.pt holds the run's state after every epoch (``--checkpoint-every SECONDS``: at most that
-often, and at the end); ``--resume`` continues it exactly, to a larger ``--epochs`` too. Ctrl-C / SIGTERM stops the
-run at the end of the current epoch, which is written as at any other stop.
+NaN: the perceptron has no regularizer and no dual; the last iterate is in checkpoint.pt) and the task's test
+predictions. With ``--checkpoint``, checkpoint.pt holds the run's state after every epoch (``--checkpoint-every
+SECONDS``: at most that often, and at the end); ``--resume`` continues it exactly, to a larger ``--epochs`` too.
+Ctrl-C / SIGTERM stops the run at the end of the current epoch, which is written as at any other stop.
 """
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ import time
 from .. import distributed
 from ..errors import RunInterrupted, SSVMInputError
 from ..outputs import RunDir, load_checkpoint, save_predictions
-from ..perceptron import PerceptronConfig, PerceptronResult, train_perceptron
+from ..perceptron import PerceptronConfig, PerceptronResult, check_resumable, train_perceptron
 from ..tasks import load_task
 from .checkpoints import CheckpointWrites, check_every, check_resume_file
 from .entry import task_options
@@ -42,9 +42,10 @@ def add_options(p) -> None:
     p.add_argument("--decay-t0", type=float, default=1.0, help="--solver perceptron: t0 of the step above")
 
 
-def perceptron_config(args) -> PerceptronConfig:
-    """The perceptron's settings from the command's options; refused by name before any file is touched: a
-    perceptron option without ``--solver perceptron``, and with it an option of the SSVM's solvers."""
+def perceptron_config(args) -> PerceptronConfig | None:
+    """The perceptron's settings from the command's options (None: another solver); refused by name before any
+    file is touched: a perceptron option without ``--solver perceptron``, and with it an option of the SSVM's
+    solvers."""
     if args.solver != "perceptron":
         given = [name for name, on in (("--epochs", args.epochs is not None), ("--no-average", args.no_average),
                                        ("--loss-augmented", args.loss_augmented),
@@ -58,8 +59,9 @@ def perceptron_config(args) -> PerceptronConfig:
                ("--gap-check", args.gap_check is not None), ("--gap-threshold", args.gap_threshold != 0.0),
                ("--time-budget", math.isfinite(args.time_budget)), ("--select-lam", args.select_lam),
                ("--hide-labels", args.hide_labels is not None), ("--lams", args.lams is not None),
-               ("--heldout", args.heldout is not None), ("--min-counts", bool(args.min_counts)), (f"--step {args.step}", args.step != "fw"),
-               ("--cache", args.cache), ("--averaging (the perceptron averages unless --no-average)", args.averaging),
+               ("--heldout", args.heldout is not None), ("--min-counts", bool(args.min_counts)),
+               (f"--step {args.step}", args.step != "fw"), ("--cache", args.cache),
+               ("--averaging (the perceptron averages unless --no-average)", args.averaging),
                ("--sampling uniform (an epoch visits a fresh permutation)", args.sampling == "uniform"),
                (f"--kernels {args.kernels}", args.kernels != "auto"), (f"--exchange {args.exchange}",
                                                                         args.exchange != "auto"),
@@ -86,6 +88,8 @@ def run_perceptron(args, cfg: PerceptronConfig, device, dtype) -> dict:
         identity = {"dataset": args.dataset, "train_size": args.train_size, "unary_only": args.unary_only,
                     **featurization, "dtype": args.dtype, "n": task.n_train, "d": task.d, "solver": "perceptron"}
         resume = PerceptronResult.from_state_dict(load_checkpoint(args.resume, identity)) if args.resume else None
+        if resume is not None:
+            check_resumable(resume, cfg)                   # before config.json is rewritten
         run_dir.require_free(8 * task.d * (3 if args.checkpoint else 1) + (1 << 16) + cfg.epochs * 2048,
                              "model.pt, history.json" + (" and checkpoint.pt" if args.checkpoint else ""))
         run_dir.write_config({"command": "ssvm-train", "dataset": args.dataset, "train_size": args.train_size,
