@@ -184,7 +184,8 @@ def test_drawn_sibling_templates_score_every_part_as_the_torch_lookup(template, 
     or more each part's score is the sum of the weights of its strings that the dictionary holds, under one
     string <-> id map."""
     from ssvm_torch.data.arc_features import code_columns
-    from ssvm_torch.data.sibling_features import TABLE_MAX, build_designs, sibling_part_ids, sibling_scores_torch
+    from ssvm_torch.data.sibling_features import (TABLE_MAX, build_designs, sibling_ids, sibling_part_ids,
+                                                  sibling_scores_torch)
     from ssvm_torch.data.sibling_keys import fill_sibling_scores
     from ssvm_torch.data.ud import load_ud_ewt
     tb = load_ud_ewt("train").subset(range(start, start + 12))
@@ -207,16 +208,52 @@ def test_drawn_sibling_templates_score_every_part_as_the_torch_lookup(template, 
         assert torch.allclose(torch.from_numpy(compiled), reference, rtol=1e-12, atol=1e-12)
         if i != shortest:
             continue
+        every_part, their_ids = [], []
         for h in range(n + 1):
             for m in range(1, n + 1):
                 between = list(range(min(h, m) + 1, max(h, m)))
                 for s in ([h] if template.first_child and h != m else []) + (between if h != m else []):
                     known = [t for t in template.part_strings(sentences[i], h, s, m) if t in gold]
                     ids = sibling_part_ids(design, int(offsets[i]), h, s, m)       # items in order, as the strings
+                    every_part.append((h, s, m))
+                    their_ids.append(ids)
                     assert len(ids) == len(known)
                     for text, f in zip(known, ids):
                         assert id_of.setdefault(text, f) == f and string_of.setdefault(f, text) == text
                     assert compiled[m, h, s] == pytest.approx(float(w[ids].sum()), rel=1e-12, abs=1e-12)
+        # every part at once (the model's phi and add_psi): each part's ids, in item order
+        H, S, M = (torch.tensor(v) for v in zip(*every_part))
+        part, ids = sibling_ids(design, torch.full_like(H, int(offsets[i])), H, S, M)
+        assert [ids[part == p].tolist() for p in range(len(every_part))] == their_ids
+
+
+def test_phi_counts_each_trees_sibling_parts_as_the_part_by_part_lookup():
+    """The second-order model's phi (and through it psi, add_psi) on a batch of EWT sentences, gold and other trees:
+    its sibling block counts, per row, the ids sibling_part_ids gives each part of the tree one at a time."""
+    from ssvm_torch.data.sibling_features import sibling_part_ids
+    from ssvm_torch.tasks import load_task
+    from ssvm_torch.trees.sibling import adjacent_siblings
+    task = load_task("ud-ewt", train_size=40, features="basic", trees="second-order")
+    model, data = task.model, task.train
+    idx = torch.arange(1, 40, 4)
+    gold = model.gt_batch(data, idx)
+    w = torch.from_numpy(np.random.default_rng(0).normal(size=model.d))
+    for trees in (gold, model.predict(w, data, idx)):
+        phi = model.phi(data, idx, trees)
+        arcs = super(SiblingDependencyModel, model).phi(data, idx, trees)          # the first-order block
+        lengths = data.lengths[idx]
+        heads = torch.where(torch.arange(trees.shape[1])[None, :] <= lengths[:, None], trees, -1)
+        heads[:, 0] = -1
+        sib = adjacent_siblings(heads, lengths)
+        expected = torch.zeros_like(phi)
+        for b, i in enumerate(idx.tolist()):
+            for m in range(1, int(lengths[b]) + 1):
+                h, s = int(heads[b, m]), int(sib[b, m])
+                if s == 0 and not data.sib.first_child:
+                    continue
+                for f in sibling_part_ids(data.sib, int(data.offsets[i]), h, s if s > 0 else h, m):
+                    expected[b, f] += 1
+        assert torch.equal(phi - arcs, expected) and expected.sum() > 0
 
 
 def test_the_part_pool_grows_and_stays_the_sum_of_its_blocks():

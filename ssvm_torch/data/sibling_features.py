@@ -248,6 +248,33 @@ def sibling_scores_torch(design: SiblingDesign, w: torch.Tensor, starts: torch.T
     return out.masked_fill(~valid, float("-inf"))
 
 
+def sibling_ids(design: SiblingDesign, starts: torch.Tensor, h: torch.Tensor, s: torch.Tensor,
+                m: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(part, id) int64 pairs: the feature ids of many sibling parts at once, parts (h[p], s[p], m[p]) (s = h: a
+    first-child part) of sentences whose words start at ``starts[p]`` (all (P,) on the design's device), each part's
+    ids in item order as :func:`sibling_part_ids` gives them one part at a time (tests/test_sibling_ssvm.py)."""
+    parts, ptr, mult = design.parts.tolist(), design.part_ptr.tolist(), design.mult.tolist()
+    key_ptr = design.key_ptr.tolist()
+    found_part, found_id = [], []
+    for t in range(len(ptr) - 1):
+        lo, hi = key_ptr[t], key_ptr[t + 1]
+        if hi == lo:                                 # no gold part had this item: it has no feature
+            continue
+        key = torch.zeros_like(h)
+        for q in range(ptr[t], ptr[t + 1]):
+            key = key + _values(design, parts[q][1], parts[q][2], h, s, m, starts) * mult[q]
+        at = torch.searchsorted(design.keys[lo:hi], key)
+        hit = (at < hi - lo) & (design.keys[lo + at.clamp(max=hi - lo - 1)] == key)
+        found_part.append(torch.nonzero(hit)[:, 0])
+        found_id.append(design.offset + lo + at[hit])
+    if not found_part:
+        empty = torch.zeros(0, dtype=torch.int64, device=h.device)
+        return empty, empty
+    part, ids = torch.cat(found_part), torch.cat(found_id)
+    order = torch.sort(part, stable=True).indices            # by part, items in order within each
+    return part[order], ids[order]
+
+
 def sibling_part_ids(design: SiblingDesign, start: int, h: int, s: int, m: int) -> list[int]:
     """The feature ids of one sibling part (h, s, m) (s = h: a first-child part) of the sentence whose words start
     at ``start`` (tests, phi)."""

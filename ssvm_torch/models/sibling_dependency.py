@@ -26,7 +26,7 @@ import numba
 import numpy as np
 import torch
 
-from ..data.sibling_features import sibling_part_ids, sibling_scores_torch
+from ..data.sibling_features import sibling_ids, sibling_scores_torch
 from ..data.trees import DependencyData
 from ..devices import from_host, to_host
 from ..errors import SSVMInputError, check
@@ -114,9 +114,9 @@ class SiblingDependencyModel(DependencyModel):
     def phi(self, data: DependencyData, idx, labels) -> torch.Tensor:
         """Dense (B, d): the arc features' counts and the sibling parts' (small d: tests, the generic stores)."""
         out = super().phi(data, idx, labels)
-        for b, ids in enumerate(self._sibling_ids(data, idx, labels)):
-            f = torch.tensor(ids, dtype=torch.int64, device=out.device)
-            out[b].index_add_(0, f, torch.ones(f.shape[0], dtype=out.dtype, device=out.device))
+        rows, ids = self._sibling_ids(data, idx, labels)
+        out.index_put_((rows.to(out.device), ids.to(out.device)), torch.ones(ids.shape[0], dtype=out.dtype,
+                                                                              device=out.device), accumulate=True)
         return out
 
     def add_psi(self, targets, data: DependencyData, idx, labels, coefs) -> None:
@@ -125,15 +125,14 @@ class SiblingDependencyModel(DependencyModel):
         (the parts :meth:`phi` counts), without a (B, d) temporary."""
         super().add_psi(targets, data, idx, labels, coefs)
         dev = targets[0].device
-        for rows, sign in ((self.gt_batch(data, idx), 1.0), (labels, -1.0)):
-            for b, ids in enumerate(self._sibling_ids(data, idx, rows)):
-                f = torch.tensor(ids, dtype=torch.int64, device=dev)
-                for target, coef in zip(targets, coefs):
-                    target.index_add_(0, f, (sign * coef[b]).to(device=dev, dtype=target.dtype).expand(f.shape[0]))
+        for trees, sign in ((self.gt_batch(data, idx), 1.0), (labels, -1.0)):
+            rows, ids = (t.to(dev) for t in self._sibling_ids(data, idx, trees))
+            for target, coef in zip(targets, coefs):
+                target.index_add_(0, ids, sign * coef.to(device=dev, dtype=target.dtype)[rows])
 
-    def _sibling_ids(self, data: DependencyData, idx, labels) -> list[list[int]]:
-        """The feature ids of every sibling part of each labeling's tree (a list per row, an id once per part that
-        has it; s = h: a first-child part, the nearest dependent's none without first_child)."""
+    def _sibling_ids(self, data: DependencyData, idx, labels) -> tuple[torch.Tensor, torch.Tensor]:
+        """(row, id) pairs: the feature ids of every sibling part of each labeling's tree (rows in order, an id once
+        per part that has it; s = h: a first-child part, the nearest dependent's none without first_child)."""
         dev = data.device
         idx = torch.as_tensor(idx, device=dev).reshape(-1)
         labels = torch.as_tensor(labels, device=dev).reshape(idx.shape[0], -1)
@@ -141,16 +140,14 @@ class SiblingDependencyModel(DependencyModel):
         heads = torch.full((idx.shape[0], int(lengths.max()) + 1), -1, dtype=torch.int64, device=dev)
         heads[:, 1:] = torch.where(word_mask(lengths, heads.shape[1])[:, 1:], labels[:, 1:heads.shape[1]], -1)
         sib = adjacent_siblings(heads, lengths)
-        out = []
-        for b, i in enumerate(idx.tolist()):
-            start, ids = int(data.offsets[i]), []
-            for m in range(1, int(lengths[b]) + 1):
-                h, s = int(heads[b, m]), int(sib[b, m])
-                if s == 0 and not data.sib.first_child:
-                    continue
-                ids += sibling_part_ids(data.sib, start, h, s if s > 0 else h, m)
-            out.append(ids)
-        return out
+        word = word_mask(lengths, heads.shape[1])
+        if not data.sib.first_child:                 # the nearest dependent has no part then
+            word &= sib != 0
+        b, m = torch.nonzero(word, as_tuple=True)
+        h, s = heads[b, m], sib[b, m]
+        starts = data.offsets.to(dev)[idx][b]
+        part, ids = sibling_ids(data.sib, starts, h, torch.where(s > 0, s, h), m)
+        return b[part], ids
 
     # -- prediction and completion --------------------------------------------------------------------------
     @staticmethod
