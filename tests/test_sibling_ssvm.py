@@ -221,6 +221,8 @@ def test_drawn_sibling_templates_score_every_part_as_the_torch_lookup(template, 
                     for text, f in zip(known, ids):
                         assert id_of.setdefault(text, f) == f and string_of.setdefault(f, text) == text
                     assert compiled[m, h, s] == pytest.approx(float(w[ids].sum()), rel=1e-12, abs=1e-12)
+        if not every_part:                      # no sentence of three words or more in the stretch
+            continue
         # every part at once (the model's phi and add_psi): each part's ids, in item order
         H, S, M = (torch.tensor(v) for v in zip(*every_part))
         part, ids = sibling_ids(design, torch.full_like(H, int(offsets[i])), H, S, M)
