@@ -277,7 +277,8 @@ def sibling_ids(design: SiblingDesign, starts: torch.Tensor, h: torch.Tensor, s:
 
 def sibling_part_ids(design: SiblingDesign, start: int, h: int, s: int, m: int) -> list[int]:
     """The feature ids of one sibling part (h, s, m) (s = h: a first-child part) of the sentence whose words start
-    at ``start`` (tests, phi)."""
+    at ``start``, one scalar lookup per item: the part-by-part reference that tests hold :func:`sibling_ids`
+    (what phi and add_psi use) and the compiled lookup to."""
     ids = []
     parts, ptr, mult = design.parts.tolist(), design.part_ptr.tolist(), design.mult.tolist()
     dev = design.keys.device
