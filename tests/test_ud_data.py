@@ -12,7 +12,8 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from ssvm_torch.data.arc_features import ArcTemplate, featurize
+from ssvm_torch.data import arc_features
+from ssvm_torch.data.arc_features import COLUMNS, ArcTemplate, code_columns, column_values, featurize
 from ssvm_torch.data.trees import DependencyData, load_ud_dependencies
 from ssvm_torch.data.types import data_file
 from ssvm_torch.data.ud import UD_EWT, Treebank, load_ud_ewt, read_conllu, universal
@@ -295,6 +296,35 @@ def test_a_split_left_unbuilt_changes_no_other_design(ewt):
     for bad in ((1, 2), (0, 3)):
         with pytest.raises(SSVMInputError, match="designs_of: expected indices into the 3 treebanks including 0"):
             featurize(template, tbs, designs_of=bad)
+
+
+def test_threads_build_the_one_call_design(ewt, monkeypatch):
+    """threaded_arc_design cuts a split's sentences into runs of about equal arc counts, one compiled call per run
+    on its own thread, and joins the runs' rows: with a run of a few sentences per thread (MIN_ARCS_PER_THREAD 1),
+    on 2, 3 or 7 threads every design is, array for array, the one-call design (one thread)."""
+    template = ArcTemplate.parse("hw|hp mp hp|mp|att hu|bu|mu bp hp+1|mp-1|dir", name="test")
+    tbs = [ewt["train"].subset(range(60)), ewt["dev"].subset(range(25))]
+    one, d, per_item = featurize(template, tbs, threads=1)
+    monkeypatch.setattr(arc_features, "MIN_ARCS_PER_THREAD", 1)
+    for threads in (2, 3, 7):
+        got, d_got, per_item_got = featurize(template, tbs, threads=threads)
+        assert d_got == d and per_item_got == per_item
+        for k in (0, 1):
+            for field in ("arc_off", "ptr", "ids", "tptr", "tids"):
+                a, b = getattr(one[k], field), getattr(got[k], field)
+                assert a.dtype == b.dtype and np.array_equal(a, b), (threads, k, field)
+
+
+def test_column_codes_follow_the_sorted_distinct_values(ewt):
+    """code_columns numbers each column's distinct strings in sorted order (as np.unique does: the feature ids of
+    a cached design or a saved model depend on it), from 3 on (0-2 root, BOS, EOS), over all the treebanks."""
+    tbs = [ewt["train"].subset(range(50)), ewt["dev"].subset(range(20))]
+    codes, radix = code_columns(tbs)
+    values = [column_values(tb) for tb in tbs]
+    for c, col in enumerate(COLUMNS):
+        uniq, inv = np.unique(np.asarray(values[0][col] + values[1][col], dtype=str), return_inverse=True)
+        assert radix[c] == len(uniq) + 3
+        assert np.array_equal(np.concatenate([codes[0][:, c], codes[1][:, c]]), inv + 3)
 
 
 def test_loader_splits_and_cache(tmp_path, monkeypatch):

@@ -38,12 +38,14 @@ from __future__ import annotations
 
 import hashlib
 import re
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+import numba
 import numpy as np
 
 from ..errors import SSVMInputError
-from .arc_keys import arc_design, dictionary_table, gold_keys, token_design
+from .arc_keys import arc_design, count_ids, dictionary_table, gold_keys, token_design
 
 COLUMNS = ("w", "f", "p", "u", "l")
 N_ATT = 14                          # 2 directions x 7 distance bins
@@ -221,12 +223,12 @@ def code_columns(treebanks) -> tuple[list[np.ndarray], np.ndarray]:
     codes = [np.empty((len(tb.forms), len(COLUMNS)), dtype=np.int64) for tb in treebanks]
     radix = np.empty(len(COLUMNS), dtype=np.int64)
     for c, col in enumerate(COLUMNS):
-        allv = [v for vals in values for v in vals[col]]
-        uniq, inv = np.unique(np.asarray(allv, dtype=object).astype(str), return_inverse=True)
-        start = 0
+        # codes in sorted order of the distinct strings (code points, as np.unique sorts them): a dictionary
+        # lookup per word, where np.unique's sort of a fixed-width string array of every word took seconds
+        uniq = sorted({v for vals in values for v in vals[col]})
+        code = {v: i + 3 for i, v in enumerate(uniq)}
         for k, vals in enumerate(values):
-            codes[k][:, c] = inv[start:start + len(vals[col])] + 3
-            start += len(vals[col])
+            codes[k][:, c] = np.fromiter((code[v] for v in vals[col]), dtype=np.int64, count=len(vals[col]))
         radix[c] = len(uniq) + 3
     return codes, radix
 
@@ -248,6 +250,40 @@ def item_radices(template: ArcTemplate, radix: np.ndarray) -> tuple[np.ndarray, 
     return np.asarray(rows, dtype=np.int64).reshape(-1, 4), np.asarray(ptr, dtype=np.int64), np.asarray(mult, dtype=np.int64)
 
 
+#: arcs per thread below which a split is built in one call (a thread's start costs more than the arcs it saves)
+MIN_ARCS_PER_THREAD = 200_000
+
+
+def threaded_arc_design(codes, offsets, parts, part_ptr, mult, between, per_arc, radix_max, table, arc_off,
+                        head_only, threads: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`~ssvm_torch.data.arc_keys.arc_design` of a split on ``threads`` threads (default numba's thread
+    count, the one its parallel kernels use): the sentences cut into runs of about equal arc counts, each run's
+    design built by one compiled call (it releases the GIL) and the runs' CSR rows joined in sentence order, so
+    the design is the one-call design whatever the thread count (a thread gets MIN_ARCS_PER_THREAD arcs at least).
+    The lookups in the dictionary's table (hundreds of MB) each wait on memory; threads wait in parallel."""
+    n = offsets.shape[0] - 1
+    threads = numba.get_num_threads() if threads is None else threads
+    runs = max(1, min(threads, n, int(arc_off[-1]) // MIN_ARCS_PER_THREAD))
+    if runs == 1:
+        return arc_design(codes, offsets, parts, part_ptr, mult, between, per_arc, radix_max, table, arc_off,
+                          head_only)
+    cuts = np.searchsorted(arc_off, np.linspace(0, arc_off[-1], runs + 1)[1:-1])
+    bounds = [0, *sorted(set(int(c) for c in cuts) - {0, n}), n]
+
+    def run(a: int, b: int):
+        return arc_design(codes, offsets[a:b + 1], parts, part_ptr, mult, between, per_arc, radix_max, table,
+                          arc_off[a:b + 1] - arc_off[a], head_only)
+
+    with ThreadPoolExecutor(len(bounds) - 1) as pool:
+        parts_out = list(pool.map(run, bounds[:-1], bounds[1:]))
+    ptr = np.empty(int(arc_off[-1]) + 1, dtype=np.int64)
+    ptr[0], nnz = 0, 0
+    for a, b, (p, _) in zip(bounds[:-1], bounds[1:], parts_out):
+        ptr[arc_off[a] + 1:arc_off[b] + 1] = p[1:] + nnz
+        nnz += int(p[-1])
+    return ptr, np.concatenate([ids for _, ids in parts_out])
+
+
 @dataclass
 class ArcDesign:
     """The CSR designs of one split: arcs (arc_off (n + 1,), ptr (A + 1,) int64, ids (nnz,) int32) and head tokens
@@ -261,14 +297,15 @@ class ArcDesign:
     tids: np.ndarray
 
 
-def featurize(template: ArcTemplate, treebanks, min_count: int = 1, designs_of=None):
+def featurize(template: ArcTemplate, treebanks, min_count: int = 1, designs_of=None, threads: int | None = None):
     """(one ArcDesign per treebank, the number of features d, per-item feature counts): the dictionary from
     the gold arcs of ``treebanks[0]`` (the training split) seen >= ``min_count`` times, every arc of every
     treebank looked up in it (module docstring). ``designs_of``: the indices of the treebanks whose designs are
     built (the others' are None; 0 among them), default all: the columns are coded over every treebank either way,
     so a design does not depend on which others are built. The items of the head alone (head columns only: no modifier,
     direction, distance or between part) are featurized once per token, not once per arc: an arc's score
-    is its own features' plus its head token's (a seventh of McDonald's lookups per arc)."""
+    is its own features' plus its head token's (a seventh of McDonald's lookups per arc). ``threads``: the arc
+    designs' threads (:func:`threaded_arc_design`; default numba's thread count): the designs do not depend on it."""
     if not isinstance(min_count, int) or min_count < 1:
         raise SSVMInputError(f"min_count: expected an int >= 1, got {min_count!r}")
     built = set(range(len(treebanks)) if designs_of is None else designs_of)
@@ -320,13 +357,13 @@ def featurize(template: ArcTemplate, treebanks, min_count: int = 1, designs_of=N
             continue
         lengths = np.diff(tb.offsets)
         arc_off = np.concatenate([[0], np.cumsum(lengths * lengths)]).astype(np.int64)
-        ptr, ids = arc_design(cd, tb.offsets, parts, part_ptr, mult, between, per_arc, radix_max, *table, arc_off,
-                              head_only)
+        ptr, ids = threaded_arc_design(cd, tb.offsets, parts, part_ptr, mult, between, per_arc, radix_max, table,
+                                       arc_off, head_only, threads)
         tptr = np.zeros(int(tb.offsets[-1]) + tb.n + 1, dtype=np.int64)
-        token_design(cd, tb.offsets, parts, part_ptr, mult, head_only, *table, False, tptr, np.zeros(0, dtype=np.int32))
+        token_design(cd, tb.offsets, parts, part_ptr, mult, head_only, table, False, tptr, np.zeros(0, dtype=np.int32))
         np.cumsum(tptr, out=tptr)
         tids = np.empty(int(tptr[-1]), dtype=np.int32)
-        token_design(cd, tb.offsets, parts, part_ptr, mult, head_only, *table, True, tptr, tids)
+        token_design(cd, tb.offsets, parts, part_ptr, mult, head_only, table, True, tptr, tids)
         designs.append(ArcDesign(arc_off, ptr, ids, tptr, tids))
     # feature ids by descending frequency over the training arcs (a token's features count once for each of the
     # n_i arcs it heads): the few features most arcs carry (the POS items; the top 1% of ids are 70% of EWT's
@@ -334,7 +371,7 @@ def featurize(template: ArcTemplate, treebanks, min_count: int = 1, designs_of=N
     # faster than ids in dictionary order
     train_lengths = np.diff(treebanks[0].offsets)
     per_token = np.repeat(train_lengths, train_lengths + 1).astype(np.float64)
-    counts = np.bincount(designs[0].ids, minlength=d) + np.bincount(
+    counts = count_ids(designs[0].ids, d) + np.bincount(
         designs[0].tids, weights=np.repeat(per_token, np.diff(designs[0].tptr)), minlength=d)
     order = np.argsort(-counts, kind="stable")
     new_id = np.empty(d, dtype=np.int32)

@@ -58,41 +58,51 @@ def _slot(t, key, mask):
 
 @nb.njit(cache=True, nogil=True)
 def dictionary_table(dict_keys, dict_ptr, dict_ids):
-    """(keys (S,) int64, -1 = empty; items (S,) int32; ids (S,) int32): the dictionary (item t's sorted keys in
-    dict_keys[dict_ptr[t]:dict_ptr[t + 1]], their ids in dict_ids) as one open-addressing table with linear
-    probing, S the power of two >= 3 x its size (a third full: a lookup reads one or two slots where the binary
-    search of each item's sorted keys read about log2 of its size)."""
+    """(S, 2) int64: the dictionary (item t's sorted keys in dict_keys[dict_ptr[t]:dict_ptr[t + 1]], their ids in
+    dict_ids) as one open-addressing table with linear probing, S the power of two >= 3 x its size (a third full: a
+    lookup reads one or two slots where the binary search of each item's sorted keys read about log2 of its size).
+    Slot s is [key (-1 = empty), item << 32 | id]: a lookup's key, item and id share one cache line (the table is
+    far larger than the caches, so each line read is a trip to memory; three arrays made a hit three trips)."""
     n = dict_keys.shape[0]
     size = 4
     while size < 3 * n:
         size *= 2
     mask = size - 1
-    keys = np.full(size, -1, dtype=np.int64)
-    items = np.zeros(size, dtype=np.int32)
-    ids = np.zeros(size, dtype=np.int32)
+    table = np.empty((size, 2), dtype=np.int64)
+    table[:, 0] = -1
+    table[:, 1] = 0
     for t in range(dict_ptr.shape[0] - 1):
         for i in range(dict_ptr[t], dict_ptr[t + 1]):
             s = _slot(t, dict_keys[i], mask)
-            while keys[s] != -1:
+            while table[s, 0] != -1:
                 s = (s + 1) & mask
-            keys[s] = dict_keys[i]
-            items[s] = t
-            ids[s] = dict_ids[i]
-    return keys, items, ids
+            table[s, 0] = dict_keys[i]
+            table[s, 1] = (np.int64(t) << 32) | np.int64(dict_ids[i])
+    return table
 
 
 @nb.njit(cache=True, nogil=True)
-def _lookup(keys, items, ids, t, key):
+def _lookup(table, t, key):
     """The id of (item t, key) in a :func:`dictionary_table`, or -1 (keys are >= 0: -1 marks an empty slot)."""
-    mask = keys.shape[0] - 1
+    mask = table.shape[0] - 1
     s = _slot(t, key, mask)
     while True:
-        k = keys[s]
+        k = table[s, 0]
         if k == -1:
             return -1
-        if k == key and items[s] == t:
-            return ids[s]
+        if k == key and (table[s, 1] >> 32) == t:
+            return table[s, 1] & 0xFFFFFFFF
         s = (s + 1) & mask
+
+
+@nb.njit(cache=True, nogil=True)
+def count_ids(ids, d):
+    """(d,) int64: how many times each id in [0, d) occurs in ``ids`` (np.bincount without its int32 -> intp copy
+    of the ids and its extra pass for their range: the training design holds some 10^8 of them)."""
+    counts = np.zeros(d, dtype=np.int64)
+    for i in range(ids.shape[0]):
+        counts[ids[i]] += 1
+    return counts
 
 
 @nb.njit(cache=True, nogil=True)
@@ -197,8 +207,7 @@ def gold_keys(codes, offsets, heads, parts, part_ptr, mult, between, per_arc, ra
 
 
 @nb.njit(cache=True, nogil=True)
-def arc_design(codes, offsets, parts, part_ptr, mult, between, per_arc, radix_max, table_keys, table_items, table_ids,
-               arc_off, head_only):
+def arc_design(codes, offsets, parts, part_ptr, mult, between, per_arc, radix_max, table, arc_off, head_only):
     """(ptr (A + 1,) int64, ids (nnz,) int32): the CSR design of every arc, each arc's known feature ids in
     ids[ptr[a]:ptr[a + 1]] in the order of :func:`_arc_item_keys`, in one pass: the arcs are visited in order of
     their number, so ptr is written as ids grow (doubled when full). Arc (m, h) of sentence s is
@@ -229,7 +238,7 @@ def arc_design(codes, offsets, parts, part_ptr, mult, between, per_arc, radix_ma
                     grown[:nnz] = ids[:nnz]
                     ids = grown
                 for i in range(c):
-                    at = _lookup(table_keys, table_items, table_ids, out_item[i], out_key[i])
+                    at = _lookup(table, out_item[i], out_key[i])
                     if at >= 0:
                         ids[nnz] = at
                         nnz += 1
@@ -238,8 +247,7 @@ def arc_design(codes, offsets, parts, part_ptr, mult, between, per_arc, radix_ma
 
 
 @nb.njit(cache=True, nogil=True)
-def token_design(codes, offsets, parts, part_ptr, mult, head_only, table_keys, table_items, table_ids, fill, tptr,
-                 tids):
+def token_design(codes, offsets, parts, part_ptr, mult, head_only, table, fill, tptr, tids):
     """The features of the items of the head alone (key HK[h, t] of :func:`_token_sums`), once per token instead
     of once per arc: token h of sentence s (h = 0 the root) is number offsets[s] + s + h; pass 1 (``fill`` False)
     counts, pass 2 writes (a token has few items: the second pass costs little)."""
@@ -255,7 +263,7 @@ def token_design(codes, offsets, parts, part_ptr, mult, head_only, table_keys, t
             for t in range(T):
                 if not head_only[t]:
                     continue
-                at = _lookup(table_keys, table_items, table_ids, t, HK[h, t])
+                at = _lookup(table, t, HK[h, t])
                 if at >= 0:
                     if fill:
                         tids[p + cnt] = at

@@ -25,7 +25,7 @@ import torch
 from ..errors import SSVMInputError, check
 from . import feature_cache
 from .types import RaggedOffsets, data_file, ptr_rows
-from .ud import UD_EWT, UPOS_TAGS, Treebank, read_conllu
+from .ud import UD_EWT, UPOS_TAGS, Treebank, load_ud_ewt
 from ..spans.checks import UNLABELED
 
 #: the label of the binarization's joins and of one-word spans: dropped before bracket scoring
@@ -285,7 +285,7 @@ def load_ud_spans(min_count: int = 1, evaluate_on: str = "test", train_size: int
     check(evaluate_on in ("dev", "test"), "evaluate_on", "'dev' or 'test'", repr(evaluate_on))
     check(isinstance(min_count, int) and min_count >= 1, "min_count", "an int >= 1", min_count)
     paths = {s: data_file(UD_EWT[s]) for s in ("train", evaluate_on)}
-    tbs = {s: read_conllu(p) for s, p in paths.items()}
+    tbs = {s: load_ud_ewt(s) for s in paths}                  # read once per process (ud.py's _SPLITS)
     if train_size is not None:
         check(isinstance(train_size, int) and 1 <= train_size <= tbs["train"].n, "train_size",
               f"an int in [1, {tbs['train'].n}]", train_size)

@@ -21,7 +21,7 @@ from ..errors import SSVMInputError, check
 from . import feature_cache
 from .arc_features import code_columns, featurize, get_arc_template
 from .sibling_features import SiblingDesign, build_designs, get_sibling_template
-from .ud import UD_EWT, Treebank, read_conllu, universal
+from .ud import UD_EWT, Treebank, load_ud_ewt, universal
 from .types import RaggedOffsets, data_file, ptr_rows
 
 
@@ -214,7 +214,7 @@ def load_ud_dependencies(features="mcdonald", min_count: int = 1, evaluate_on: s
     check(evaluate_on in ("dev", "test"), "evaluate_on", "'dev' or 'test'", repr(evaluate_on))
     template = get_arc_template(features)
     paths = {s: data_file(p) for s, p in UD_EWT.items()}
-    tbs = {s: read_conllu(p) for s, p in paths.items()}
+    tbs = {s: load_ud_ewt(s) for s in paths}                  # read once per process (ud.py's _SPLITS)
     if train_size is not None:
         check(isinstance(train_size, int) and 1 <= train_size <= tbs["train"].n, "train_size",
               f"an int in [1, {tbs['train'].n}]", train_size)
