@@ -21,6 +21,10 @@ step without its regularizer, Ratliff et al. 2007).
 ``nonnegative`` (indices of w) projects w onto w[j] >= 0 after every step, as the projected subgradient step of the
 SSVM stores does (graph cuts need submodular pairwise weights).
 
+On CPU float64 a :class:`~ssvm_torch.models.chain.ChainModel` run at batch size 1 takes each epoch in one compiled
+call (:mod:`ssvm_torch.oracles.chain_perceptron`: the same steps, decoded by the same Viterbi), any other model,
+device or setting the loop below.
+
 An epoch with no update leaves w where it was, so the run stops there (``stop_reason`` "separated": the training
 set is separated, Novikoff's bound on the number of mistakes of a separable set; with ``loss_augmented`` every
 example has margin L_i); otherwise after ``epochs``.
@@ -34,8 +38,11 @@ from typing import Callable
 import numpy as np
 import torch
 
+from .devices import to_host
 from .errors import SSVMInputError, check
 from .models.base import TIE, StructuredModel, feature_dtype
+from .models.chain import ChainModel
+from .oracles.chain_perceptron import nb_perceptron_epoch
 
 
 @dataclass
@@ -149,6 +156,27 @@ def _check_start(w0, d: int, nonnegative, device, dtype) -> torch.Tensor:
     return w
 
 
+def compiled_epoch(model: StructuredModel, data, w: torch.Tensor, lagged: torch.Tensor, cfg: PerceptronConfig,
+                   nonnegative) -> Callable[[np.ndarray, float, int], tuple] | None:
+    """A function (order, eta, steps) -> (mistakes, summed loss, updates, steps after) taking an epoch's steps in
+    one compiled call (:func:`~ssvm_torch.oracles.chain_perceptron.nb_perceptron_epoch`, w and ``lagged`` updated
+    in place through views), or None where the loop of :func:`train_perceptron` runs: a model other than
+    ChainModel itself (a subclass adds its own parts to psi), other kernels, device or precision (``compiled``),
+    batches of several examples or a box (``nonnegative``)."""
+    if type(model) is not ChainModel or cfg.batch_size != 1 or nonnegative is not None or not model.compiled(w):
+        return None
+    fptr, fidx, fval = (to_host(t) for t in model.features_csr(data, torch.float64))
+    off = np.ascontiguousarray(to_host(data.offsets), dtype=np.int64)
+    Y = np.ascontiguousarray(to_host(data.Y), dtype=np.int64)
+    token_w = to_host(model.token_loss(data.lengths))
+    views = [t.numpy() for t in model.split(w)] + [t.numpy() for t in model.split(lagged)]
+
+    def epoch(order: np.ndarray, eta: float, steps: int) -> tuple:
+        return nb_perceptron_epoch(np.ascontiguousarray(order, dtype=np.int64), fptr, fidx, fval, off, Y, token_w,
+                                   *views, model.pen_host, cfg.loss_augmented, eta, steps, cfg.average, TIE)
+    return epoch
+
+
 def train_perceptron(model: StructuredModel, data, config: PerceptronConfig | None = None, w0=None,
                      nonnegative=None, evaluate: Callable[[torch.Tensor], dict] | None = None,
                      progress: Callable[[dict], None] | None = None,
@@ -191,12 +219,15 @@ def train_perceptron(model: StructuredModel, data, config: PerceptronConfig | No
         lagged, steps, history = torch.zeros_like(w), 0, []
     clock = history[-1]["time_s"] if history else 0.0
     stop = "epochs"
+    fast = compiled_epoch(model, data, w, lagged, cfg, nonnegative)
     for epoch in range(len(history), cfg.epochs):
         t0 = time.perf_counter()
         eta = cfg.eta(epoch)
         order = epoch_order(data.n, cfg.seed, epoch, cfg.shuffle)
         mistakes, loss_sum, updates = 0, 0.0, 0
-        for start in range(0, data.n, cfg.batch_size):
+        if fast is not None:
+            mistakes, loss_sum, updates, steps = fast(order, eta, steps)
+        for start in range(0, data.n if fast is None else 0, cfg.batch_size):
             idx = torch.as_tensor(order[start:start + cfg.batch_size], device=device)
             if cfg.loss_augmented:
                 labels, H = model.oracle(w, data, idx)

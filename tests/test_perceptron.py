@@ -20,7 +20,7 @@ from ssvm_torch.data import load_ocr
 from ssvm_torch.errors import SSVMInputError
 from ssvm_torch.latent import hide_labels
 from ssvm_torch.models import ChainModel
-from ssvm_torch.perceptron import PerceptronConfig, PerceptronResult, train_perceptron
+from ssvm_torch.perceptron import PerceptronConfig, PerceptronResult, compiled_epoch, train_perceptron
 
 
 class Tie(Exception):
@@ -192,6 +192,54 @@ def test_bad_starts_and_hidden_labels_are_refused():
     flat = FlatData(rng.normal(size=(5, 2)), rng.integers(0, 2, size=5))
     with pytest.raises(SSVMInputError, match="model: expected a StructuredModel"):
         StructuredPerceptron("custom").fit(flat)
+
+
+@pytest.mark.parametrize("loss_augmented", [False, True])
+def test_the_compiled_chain_epoch_takes_the_loops_steps(ocr, loss_augmented):
+    """A ChainModel run at batch size 1 on CPU float64 takes its epochs in one compiled call each
+    (oracles/chain_perceptron.py); the generic loop (the torch decoders) takes the same steps, plain and
+    loss-augmented: with unit steps the same w, lagged sum and records bit for bit (OCR's binary pixels keep w on
+    integers, where labelings tie: the loss is added to the unaries as the model's augment adds it); with decaying
+    steps the same mistakes and w to rounding (psi's entries are summed in another order)."""
+    train, _ = ocr
+    data = train.subset(torch.arange(150))
+    model = ChainModel.for_data(data)
+    w = torch.zeros(model.d, dtype=torch.float64)
+    for cfg in (PerceptronConfig(epochs=3, loss_augmented=loss_augmented),
+                PerceptronConfig(epochs=3, loss_augmented=loss_augmented, decay_exponent=0.5, decay_t0=2.0)):
+        assert compiled_epoch(model, data, w, w.clone(), cfg, None) is not None
+        assert compiled_epoch(model.with_kernels("torch"), data, w, w.clone(), cfg, None) is None
+        fast = train_perceptron(model, data, cfg)
+        loop = train_perceptron(model.with_kernels("torch"), data, cfg)
+        assert fast.steps == loop.steps == 3 * 150
+        assert [r["mistakes"] for r in fast.history] == [r["mistakes"] for r in loop.history]
+        assert fast.history[0]["mistakes"] > fast.history[-1]["mistakes"] > 0
+        if cfg.decay_exponent == 0:
+            assert torch.equal(fast.w_last, loop.w_last) and torch.equal(fast.lagged, loop.lagged)
+            assert [{k: v for k, v in r.items() if k != "time_s"} for r in fast.history] == \
+                [{k: v for k, v in r.items() if k != "time_s"} for r in loop.history]
+        else:
+            torch.testing.assert_close(fast.w_last, loop.w_last, rtol=1e-12, atol=1e-12)
+            torch.testing.assert_close(fast.w, loop.w, rtol=1e-12, atol=1e-12)
+
+
+def test_the_compiled_chain_epoch_keeps_the_chunk_constraints_and_serves_only_its_case():
+    """On CoNLL-2000 chunks under the BIO constraints the compiled epochs are the loop's; batches of several
+    examples, a box or another precision take the loop (a subclass of ChainModel too: the edge-feature chain's
+    perceptron tests below run it)."""
+    from ssvm_torch.tasks import load_task
+    task = load_task("conll2000", train_size=120, constraints="bio")
+    model, data = task.model, task.train
+    assert model.constraint_scheme is not None
+    cfg = PerceptronConfig(epochs=2)
+    fast = train_perceptron(model, data, cfg)
+    loop = train_perceptron(model.with_kernels("torch"), data, cfg)
+    assert torch.equal(fast.w_last, loop.w_last) and torch.equal(fast.lagged, loop.lagged)
+    assert [r["mistakes"] for r in fast.history] == [r["mistakes"] for r in loop.history]
+    w = torch.zeros(model.d, dtype=torch.float64)
+    assert compiled_epoch(model, data, w, w.clone(), PerceptronConfig(batch_size=2), None) is None
+    assert compiled_epoch(model, data, w, w.clone(), cfg, torch.tensor([0])) is None
+    assert compiled_epoch(model, data, w.float(), w.float(), cfg, None) is None
 
 
 @given(st.sampled_from(sorted(STRUCTURES)), st.integers(0, 2 ** 31), st.integers(1, 4), st.booleans(), st.booleans(),

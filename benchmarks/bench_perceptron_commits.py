@@ -1,0 +1,42 @@
+"""The structured perceptron on linear chains at this checkout against an earlier commit, side by side in one run
+through the API users call (``train_perceptron``, batch size 1, averaged): an epoch on CoNLL-2000's 8,936
+training sentences (McDonald-style sparse features, 23 tags), an epoch on OCR-small's 626 words, and a
+loss-augmented epoch on CoNLL-2000's first 40 sentences (the generic loop's oracle builds phi densely, d = 7.4M:
+about half a second per step). The generic loop spent its steps in small torch operations; a ChainModel epoch
+on CPU float64 is now one compiled call (ssvm_torch/oracles/chain_perceptron.py). One thread; per side the median
+over rounds of each round's median.
+
+Usage: python benchmarks/bench_perceptron_commits.py --baseline 9ba5073 [--rounds 2] [--calls 1]
+       [--out benchmarks/results/perceptron_commits.json]
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+from commits import cases_side_by_side, median_ms  # noqa: E402
+
+
+def worker(calls: int) -> dict:
+    import torch
+    torch.set_num_threads(1)
+    import ssvm_torch
+    from ssvm_torch.perceptron import PerceptronConfig, train_perceptron
+    from ssvm_torch.tasks import load_task
+    out = {"module": ssvm_torch.__file__, "cases": {}}
+    conll = load_task("conll2000")
+    ocr = load_task("ocr-small")
+    out["cases"][f"epoch, conll2000 ({conll.train.n} sentences)"] = median_ms(
+        lambda: train_perceptron(conll.model, conll.train, PerceptronConfig(epochs=1)), calls)
+    out["cases"][f"epoch, ocr-small ({ocr.train.n} words)"] = median_ms(
+        lambda: train_perceptron(ocr.model, ocr.train, PerceptronConfig(epochs=1)), max(calls, 3))
+    few = conll.train.subset(torch.arange(40))
+    out["cases"]["loss-augmented epoch, conll2000 (40 sentences)"] = median_ms(
+        lambda: train_perceptron(conll.model, few, PerceptronConfig(epochs=1, loss_augmented=True)), calls)
+    return out
+
+
+if __name__ == "__main__":
+    cases_side_by_side(Path(__file__), __doc__, worker, "benchmarks/results/perceptron_commits.json", calls=1,
+                       dtype="float64", rounds=2)

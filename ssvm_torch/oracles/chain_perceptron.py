@@ -1,0 +1,70 @@
+"""A structured perceptron epoch over a linear chain's examples in one compiled call: ssvm_torch/perceptron.py's
+loop at batch size 1 (Collins 2002, Fig. 1; the averaged form kept lazily, Daume 2006, Alg. 7) for
+:class:`~ssvm_torch.models.chain.ChainModel` on CPU float64, where each step of the generic loop spent about
+2 ms in small torch operations (scores, decode, loss, psi's statistics) on a sentence of CoNLL-2000.
+
+A step composes the chain store's kernels (:mod:`.chain_kernels`): the unaries of the example's positions
+(``nb_block_unary``; the Hamming loss added to them for the loss-augmented perceptron), Viterbi
+(``viterbi_segment``, under the model's tag constraints) and, on a mistake, w += eta psi_i(y^) (``nb_add_psi``) and the
+lagged sum's eta (k - 1) psi_i(y^) (step k)."""
+from __future__ import annotations
+
+import numba as nb
+import numpy as np
+
+from ..chain.numba_viterbi import viterbi_segment
+from .chain_kernels import nb_add_psi, nb_block_unary
+
+
+@nb.njit(cache=True, nogil=True)
+def nb_perceptron_epoch(order, fptr, fidx, fval, off, Y, token_w, W, first, last, trans, LW, Lfirst, Llast, Ltrans,
+                        pen, loss_augmented, eta, steps, average, tie):
+    """One epoch over the examples in ``order``: returns (mistakes, summed task loss of the decoded labelings,
+    updates, steps after the epoch). ``token_w[i]``: the loss of one wrong position of example i (1/T_i or 1);
+    (W, first, last, trans) the views of w, (LW, ...) those of the lagged sum, both updated in place; ``steps``:
+    the steps taken before the epoch. Plain decoding errs where the loss of y^ is > 0; the loss-augmented one where
+    H_i = L_i(y*) + <w, phi(x_i, y*)> - <w, phi(x_i, y_i)> > tie (1 + |H_i|) (models/base.py's TIE)."""
+    K = W.shape[0]
+    tmax = 1
+    for i in range(off.shape[0] - 1):
+        tmax = max(tmax, off[i + 1] - off[i])
+    U = np.empty((tmax, K))
+    ys = np.empty(tmax, dtype=np.int64)
+    delta, newd = np.empty(K), np.empty(K)
+    bp = np.empty((tmax, K), dtype=np.int64)
+    mistakes, updates, loss_sum = 0, 0, 0.0
+    for r in range(order.shape[0]):
+        i = order[r]
+        s = off[i]
+        T = off[i + 1] - s
+        nb_block_unary(i, fptr, fidx, fval, off, W, U)
+        if loss_augmented:            # the loss added to the unaries first, as the model's augment does: the same
+            for t in range(T):        # sums, so the same argmax where labelings tie (integer w, binary features)
+                for k in range(K):
+                    if k != Y[s + t]:
+                        U[t, k] += token_w[i]
+        score = viterbi_segment(U, 0, T, first, last, trans, Y[s:s + T], 0.0, ys, delta, newd, bp, pen)
+        wrong_positions = 0
+        for t in range(T):
+            if ys[t] != Y[s + t]:
+                wrong_positions += 1
+        loss = wrong_positions * token_w[i]
+        loss_sum += loss
+        if loss_augmented:
+            gold = first[Y[s]] + last[Y[s + T - 1]]
+            for t in range(T):
+                gold += U[t, Y[s + t]]
+            for t in range(T - 1):
+                gold += trans[Y[s + t + 1], Y[s + t]]
+            margin = score - gold
+            wrong = margin > tie * (1.0 + abs(margin))
+        else:
+            wrong = wrong_positions > 0
+        if wrong:
+            mistakes += 1
+            updates += 1
+            nb_add_psi(i, eta, ys, fptr, fidx, fval, off, Y, W, first, last, trans)
+            if average and steps > 0:
+                nb_add_psi(i, eta * steps, ys, fptr, fidx, fval, off, Y, LW, Lfirst, Llast, Ltrans)
+        steps += 1
+    return mistakes, loss_sum, updates, steps
