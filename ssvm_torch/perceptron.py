@@ -21,9 +21,9 @@ step without its regularizer, Ratliff et al. 2007).
 ``nonnegative`` (indices of w) projects w onto w[j] >= 0 after every step, as the projected subgradient step of the
 SSVM stores does (graph cuts need submodular pairwise weights).
 
-On CPU float64 a :class:`~ssvm_torch.models.chain.ChainModel` run at batch size 1 takes each epoch in one compiled
-call (:mod:`ssvm_torch.oracles.chain_perceptron`: the same steps, decoded by the same Viterbi), any other model,
-device or setting the loop below.
+On CPU float64 a :class:`~ssvm_torch.models.chain.ChainModel` (or edge-feature chain, plain) run at batch size 1
+takes each epoch in one compiled call (:mod:`ssvm_torch.oracles.chain_perceptron`: the loop's steps, to rounding),
+any other model, device or setting the loop below (``compiled=False``: the loop always).
 
 An epoch with no update leaves w where it was, so the run stops there (``stop_reason`` "separated": the training
 set is separated, Novikoff's bound on the number of mistakes of a separable set; with ``loss_augmented`` every
@@ -42,7 +42,8 @@ from .devices import to_host
 from .errors import SSVMInputError, check
 from .models.base import TIE, StructuredModel, feature_dtype
 from .models.chain import ChainModel
-from .oracles.chain_perceptron import nb_perceptron_epoch
+from .models.chain_edges import EdgeChainModel
+from .oracles.chain_perceptron import nb_perceptron_epoch, nb_perceptron_epoch_edges
 
 
 @dataclass
@@ -159,21 +160,36 @@ def _check_start(w0, d: int, nonnegative, device, dtype) -> torch.Tensor:
 def compiled_epoch(model: StructuredModel, data, w: torch.Tensor, lagged: torch.Tensor, cfg: PerceptronConfig,
                    nonnegative) -> Callable[[np.ndarray, float, int], tuple] | None:
     """A function (order, eta, steps) -> (mistakes, summed loss, updates, steps after) taking an epoch's steps in
-    one compiled call (:func:`~ssvm_torch.oracles.chain_perceptron.nb_perceptron_epoch`, w and ``lagged`` updated
-    in place through views), or None where the loop of :func:`train_perceptron` runs: a model other than
-    ChainModel itself (a subclass adds its own parts to psi), other kernels, device or precision (``compiled``),
-    batches of several examples or a box (``nonnegative``)."""
-    if type(model) is not ChainModel or cfg.batch_size != 1 or nonnegative is not None or not model.compiled(w):
+    one compiled call (:mod:`ssvm_torch.oracles.chain_perceptron`, w and ``lagged`` updated in place through
+    views), or None where the loop of :func:`train_perceptron` runs: a model other than ChainModel and
+    EdgeChainModel themselves (a subclass may add its own parts to psi), the edge-feature chain loss-augmented,
+    other kernels, device or precision (``compiled``), batches of several examples or a box (``nonnegative``)."""
+    edges = type(model) is EdgeChainModel
+    if (type(model) is not ChainModel and not (edges and not cfg.loss_augmented)) or cfg.batch_size != 1 \
+            or nonnegative is not None or not model.compiled(w):
         return None
     fptr, fidx, fval = (to_host(t) for t in model.features_csr(data, torch.float64))
     off = np.ascontiguousarray(to_host(data.offsets), dtype=np.int64)
     Y = np.ascontiguousarray(to_host(data.Y), dtype=np.int64)
     token_w = to_host(model.token_loss(data.lengths))
-    views = [t.numpy() for t in model.split(w)] + [t.numpy() for t in model.split(lagged)]
+    views = [t.numpy() for t in model.split(w)]
+    lagged_views = [t.numpy() for t in model.split(lagged)]
+    if edges:
+        eptr, eidx, evals = model.edge_csr(data)
+        pairs = to_host(model.pairs)
+        edge_args = (model.edge_weights(w).numpy(), *lagged_views, model.edge_weights(lagged).numpy(), eptr, eidx,
+                     evals, np.ascontiguousarray(pairs[:, 0]), np.ascontiguousarray(pairs[:, 1]), model.pair_of,
+                     token_w, model.pen_host)
+
+        def epoch(order: np.ndarray, eta: float, steps: int) -> tuple:
+            return nb_perceptron_epoch_edges(np.ascontiguousarray(order, dtype=np.int64), fptr, fidx, fval, off, Y,
+                                             *views, *edge_args, eta, steps, cfg.average)
+        return epoch
 
     def epoch(order: np.ndarray, eta: float, steps: int) -> tuple:
         return nb_perceptron_epoch(np.ascontiguousarray(order, dtype=np.int64), fptr, fidx, fval, off, Y, token_w,
-                                   *views, model.pen_host, cfg.loss_augmented, eta, steps, cfg.average, TIE)
+                                   *views, *lagged_views, model.pen_host, cfg.loss_augmented, eta, steps, cfg.average,
+                                   TIE)
     return epoch
 
 
@@ -181,7 +197,8 @@ def train_perceptron(model: StructuredModel, data, config: PerceptronConfig | No
                      nonnegative=None, evaluate: Callable[[torch.Tensor], dict] | None = None,
                      progress: Callable[[dict], None] | None = None,
                      resume: PerceptronResult | None = None, interrupt: Callable[[], bool] | None = None,
-                     checkpoint: Callable[[Callable[[], dict]], None] | None = None) -> PerceptronResult:
+                     checkpoint: Callable[[Callable[[], dict]], None] | None = None,
+                     compiled: bool = True) -> PerceptronResult:
     """Train ``model`` on ``data`` (fully labeled, on the device and in the precision of the run) by the
     (averaged) structured perceptron of the module docstring, from ``w0`` (default 0) up to ``config.epochs``
     epochs in all. ``resume``: a run's result to continue (its iterate, average and history; not with ``w0``):
@@ -197,7 +214,10 @@ def train_perceptron(model: StructuredModel, data, config: PerceptronConfig | No
 
     After each epoch's record, ``checkpoint(state)`` gets a function that makes the run's state then (the
     ``state_dict`` of the result it would return: what ``resume`` continues exactly), valid until the next epoch
-    starts, and ``interrupt()`` is polled: True stops the run there (``stop_reason`` "interrupted")."""
+    starts, and ``interrupt()`` is polled: True stops the run there (``stop_reason`` "interrupted").
+
+    ``compiled`` (default True): the epochs of a linear chain in one compiled call each where
+    :func:`compiled_epoch` serves them; False runs the loop (the reference those epochs are tested against)."""
     cfg = (config or PerceptronConfig()).validate()
     model.check_data(data, "data")
     if getattr(data, "partial", False):
@@ -219,7 +239,7 @@ def train_perceptron(model: StructuredModel, data, config: PerceptronConfig | No
         lagged, steps, history = torch.zeros_like(w), 0, []
     clock = history[-1]["time_s"] if history else 0.0
     stop = "epochs"
-    fast = compiled_epoch(model, data, w, lagged, cfg, nonnegative)
+    fast = compiled_epoch(model, data, w, lagged, cfg, nonnegative) if compiled else None
     for epoch in range(len(history), cfg.epochs):
         t0 = time.perf_counter()
         eta = cfg.eta(epoch)

@@ -200,7 +200,8 @@ def test_the_compiled_chain_epoch_takes_the_loops_steps(ocr, loss_augmented):
     (oracles/chain_perceptron.py); the generic loop (the torch decoders) takes the same steps, plain and
     loss-augmented: with unit steps the same w, lagged sum and records bit for bit (OCR's binary pixels keep w on
     integers, where labelings tie: the loss is added to the unaries as the model's augment adds it); with decaying
-    steps the same mistakes and w to rounding (psi's entries are summed in another order)."""
+    steps here the same mistakes and w to rounding (psi's entries are summed in another order; where two
+    labelings tie exactly, the rounding of the two paths' unaries may break the tie apart)."""
     train, _ = ocr
     data = train.subset(torch.arange(150))
     model = ChainModel.for_data(data)
@@ -240,6 +241,28 @@ def test_the_compiled_chain_epoch_keeps_the_chunk_constraints_and_serves_only_it
     assert compiled_epoch(model, data, w, w.clone(), PerceptronConfig(batch_size=2), None) is None
     assert compiled_epoch(model, data, w, w.clone(), cfg, torch.tensor([0])) is None
     assert compiled_epoch(model, data, w.float(), w.float(), cfg, None) is None
+
+
+def test_the_compiled_edge_chain_epoch_is_the_loop_on_conll_rich_edges():
+    """``ssvm-train``'s CoNLL-2000 featurization (rich-edges: an EdgeChainModel, BIOES tags and constraints, the
+    Hamming loss): the compiled epochs (per-position transitions, the edge block's part of psi) take the loop's
+    steps bit for bit with unit steps; loss-augmented, the edge chain takes the loop."""
+    from ssvm_torch.models import EdgeChainModel
+    from ssvm_torch.tasks import CONLL_RECOMMENDED, load_task
+    task = load_task("conll2000", train_size=150, **CONLL_RECOMMENDED)
+    model, data = task.model, task.train
+    assert type(model) is EdgeChainModel and model.constraint_scheme is not None
+    cfg = PerceptronConfig(epochs=2)
+    w = torch.zeros(model.d, dtype=torch.float64)
+    assert compiled_epoch(model, data, w, w.clone(), cfg, None) is not None
+    assert compiled_epoch(model, data, w, w.clone(), PerceptronConfig(loss_augmented=True), None) is None
+    fast = train_perceptron(model, data, cfg)
+    loop = train_perceptron(model, data, cfg, compiled=False)
+    assert torch.equal(fast.w_last, loop.w_last) and torch.equal(fast.lagged, loop.lagged)
+    assert [{k: v for k, v in r.items() if k != "time_s"} for r in fast.history] == \
+        [{k: v for k, v in r.items() if k != "time_s"} for r in loop.history]
+    assert fast.history[0]["mistakes"] > fast.history[1]["mistakes"] > 0
+    assert bool((model.edge_weights(fast.w_last) != 0).any())
 
 
 @given(st.sampled_from(sorted(STRUCTURES)), st.integers(0, 2 ** 31), st.integers(1, 4), st.booleans(), st.booleans(),

@@ -6,14 +6,17 @@ loop at batch size 1 (Collins 2002, Fig. 1; the averaged form kept lazily, Daume
 A step composes the chain store's kernels (:mod:`.chain_kernels`): the unaries of the example's positions
 (``nb_block_unary``; the Hamming loss added to them for the loss-augmented perceptron), Viterbi
 (``viterbi_segment``, under the model's tag constraints) and, on a mistake, w += eta psi_i(y^) (``nb_add_psi``) and the
-lagged sum's eta (k - 1) psi_i(y^) (step k)."""
+lagged sum's eta (k - 1) psi_i(y^) (step k). :func:`nb_perceptron_epoch_edges` is the plain perceptron of the
+edge-feature chain (:class:`~ssvm_torch.models.chain_edges.EdgeChainModel`): per-position transitions
+(``nb_position_trans``) and the edge block's part of psi."""
 from __future__ import annotations
 
 import numba as nb
 import numpy as np
 
-from ..chain.numba_viterbi import viterbi_segment
+from ..chain.numba_viterbi import viterbi_segment, viterbi_segment_tt
 from .chain_kernels import nb_add_psi, nb_block_unary
+from .edge_kernels import nb_position_trans
 
 
 @nb.njit(cache=True, nogil=True)
@@ -66,5 +69,61 @@ def nb_perceptron_epoch(order, fptr, fidx, fval, off, Y, token_w, W, first, last
             nb_add_psi(i, eta, ys, fptr, fidx, fval, off, Y, W, first, last, trans)
             if average and steps > 0:
                 nb_add_psi(i, eta * steps, ys, fptr, fidx, fval, off, Y, LW, Lfirst, Llast, Ltrans)
+        steps += 1
+    return mistakes, loss_sum, updates, steps
+
+
+@nb.njit(cache=True, nogil=True)
+def _add_edge_psi(s, T, coef, ys, Y, eptr, eidx, evals, pair_of, E):
+    """The edge block's part of coef psi_i(ys): each transition's edge attributes up in the gold pair's column and
+    down in the labeling's (a pair outside the supported ones has no column)."""
+    for t in range(1, T):
+        gold = pair_of[Y[s + t], Y[s + t - 1]]
+        got = pair_of[ys[t], ys[t - 1]]
+        if gold == got:
+            continue
+        for j in range(eptr[s + t], eptr[s + t + 1]):
+            if gold >= 0:
+                E[eidx[j], gold] += coef * evals[j]
+            if got >= 0:
+                E[eidx[j], got] -= coef * evals[j]
+
+
+@nb.njit(cache=True, nogil=True)
+def nb_perceptron_epoch_edges(order, fptr, fidx, fval, off, Y, W, first, last, trans, E, LW, Lfirst, Llast, Ltrans,
+                              LE, eptr, eidx, evals, pair_next, pair_prev, pair_of, token_w, pen, eta, steps, average):
+    """:func:`nb_perceptron_epoch`, plain decoding, for the edge-feature chain: E (A_e, P) the edge block of w and
+    LE the lagged sum's, (eptr, eidx, evals) the edge attributes' CSR rows per position, (pair_next, pair_prev)
+    the supported pairs and pair_of (K, K) their columns (-1: none)."""
+    K = W.shape[0]
+    tmax = 1
+    for i in range(off.shape[0] - 1):
+        tmax = max(tmax, off[i + 1] - off[i])
+    U = np.empty((tmax, K))
+    Tt = np.empty((tmax, K, K))
+    ys = np.empty(tmax, dtype=np.int64)
+    delta, newd = np.empty(K), np.empty(K)
+    bp = np.empty((tmax, K), dtype=np.int64)
+    mistakes, updates, loss_sum = 0, 0, 0.0
+    for r in range(order.shape[0]):
+        i = order[r]
+        s = off[i]
+        T = off[i + 1] - s
+        nb_block_unary(i, fptr, fidx, fval, off, W, U)
+        nb_position_trans(s, T, eptr, eidx, evals, E, pair_next, pair_prev, trans, Tt)
+        viterbi_segment_tt(U, 0, T, first, last, Tt, True, Y[s:s + T], 0.0, ys, delta, newd, bp, pen)
+        wrong_positions = 0
+        for t in range(T):
+            if ys[t] != Y[s + t]:
+                wrong_positions += 1
+        loss_sum += wrong_positions * token_w[i]
+        if wrong_positions > 0:
+            mistakes += 1
+            updates += 1
+            nb_add_psi(i, eta, ys, fptr, fidx, fval, off, Y, W, first, last, trans)
+            _add_edge_psi(s, T, eta, ys, Y, eptr, eidx, evals, pair_of, E)
+            if average and steps > 0:
+                nb_add_psi(i, eta * steps, ys, fptr, fidx, fval, off, Y, LW, Lfirst, Llast, Ltrans)
+                _add_edge_psi(s, T, eta * steps, ys, Y, eptr, eidx, evals, pair_of, LE)
         steps += 1
     return mistakes, loss_sum, updates, steps
