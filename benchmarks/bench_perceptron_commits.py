@@ -1,9 +1,10 @@
 """The structured perceptron on linear chains at this checkout against an earlier commit, side by side in one run
 through the API users call (``train_perceptron``, batch size 1, averaged): an epoch on CoNLL-2000's 8,936
-training sentences (McDonald-style sparse features, 23 tags), an epoch on OCR-small's 626 words, and a
+training sentences (sparse token features, 23 tags; and with ``ssvm-train``'s featurization: rich-edges, BIOES
+tags and constraints, an edge-feature chain of d = 48.6M), an epoch on OCR-small's 626 words, and a
 loss-augmented epoch on CoNLL-2000's first 40 sentences (the generic loop's oracle builds phi densely, d = 7.4M:
 about half a second per step). The generic loop spent its steps in small torch operations; a ChainModel epoch
-on CPU float64 is now one compiled call (ssvm_torch/oracles/chain_perceptron.py). One thread; per side the median
+or edge-feature chain epoch on CPU float64 is now one compiled call (ssvm_torch/oracles/chain_perceptron.py). One thread; per side the median
 over rounds of each round's median.
 
 Usage: python benchmarks/bench_perceptron_commits.py --baseline 9ba5073 [--rounds 2] [--calls 1]
@@ -23,12 +24,15 @@ def worker(calls: int) -> dict:
     torch.set_num_threads(1)
     import ssvm_torch
     from ssvm_torch.perceptron import PerceptronConfig, train_perceptron
-    from ssvm_torch.tasks import load_task
+    from ssvm_torch.tasks import CONLL_RECOMMENDED, load_task
     out = {"module": ssvm_torch.__file__, "cases": {}}
     conll = load_task("conll2000")
+    edges = load_task("conll2000", **CONLL_RECOMMENDED)
     ocr = load_task("ocr-small")
     out["cases"][f"epoch, conll2000 ({conll.train.n} sentences)"] = median_ms(
         lambda: train_perceptron(conll.model, conll.train, PerceptronConfig(epochs=1)), calls)
+    out["cases"][f"epoch, conll2000 rich-edges ({edges.train.n} sentences, d = {edges.model.d})"] = median_ms(
+        lambda: train_perceptron(edges.model, edges.train, PerceptronConfig(epochs=1)), calls)
     out["cases"][f"epoch, ocr-small ({ocr.train.n} words)"] = median_ms(
         lambda: train_perceptron(ocr.model, ocr.train, PerceptronConfig(epochs=1)), max(calls, 3))
     few = conll.train.subset(torch.arange(40))
