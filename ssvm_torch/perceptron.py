@@ -21,7 +21,7 @@ step without its regularizer, Ratliff et al. 2007).
 ``nonnegative`` (indices of w) projects w onto w[j] >= 0 after every step, as the projected subgradient step of the
 SSVM stores does (graph cuts need submodular pairwise weights).
 
-On CPU float64 a :class:`~ssvm_torch.models.chain.ChainModel` (or edge-feature chain, plain) run at batch size 1
+On CPU float64 a :class:`~ssvm_torch.models.chain.ChainModel` (or edge-feature chain) run at batch size 1
 takes each epoch in one compiled call (:mod:`ssvm_torch.oracles.chain_perceptron`: the loop's steps, to rounding),
 any other model, device or setting the loop below (``compiled=False``: the loop always).
 
@@ -162,11 +162,12 @@ def compiled_epoch(model: StructuredModel, data, w: torch.Tensor, lagged: torch.
     """A function (order, eta, steps) -> (mistakes, summed loss, updates, steps after) taking an epoch's steps in
     one compiled call (:mod:`ssvm_torch.oracles.chain_perceptron`, w and ``lagged`` updated in place through
     views), or None where the loop of :func:`train_perceptron` runs: a model other than ChainModel and
-    EdgeChainModel themselves (a subclass may add its own parts to psi), the edge-feature chain loss-augmented,
-    other kernels, device or precision (``compiled``), batches of several examples or a box (``nonnegative``)."""
+    EdgeChainModel themselves (a subclass may add its own parts to psi), other kernels, device or precision
+    (``compiled``), batches of several examples or a box (``nonnegative``). The edge-feature chain's
+    loss-augmented epochs exist only here (its model has no padded oracle for the loop)."""
     edges = type(model) is EdgeChainModel
-    if (type(model) is not ChainModel and not (edges and not cfg.loss_augmented)) or cfg.batch_size != 1 \
-            or nonnegative is not None or not model.compiled(w):
+    if (type(model) is not ChainModel and not edges) or cfg.batch_size != 1 or nonnegative is not None \
+            or not model.compiled(w):
         return None
     fptr, fidx, fval = (to_host(t) for t in model.features_csr(data, torch.float64))
     off = np.ascontiguousarray(to_host(data.offsets), dtype=np.int64)
@@ -179,11 +180,11 @@ def compiled_epoch(model: StructuredModel, data, w: torch.Tensor, lagged: torch.
         pairs = to_host(model.pairs)
         edge_args = (model.edge_weights(w).numpy(), *lagged_views, model.edge_weights(lagged).numpy(), eptr, eidx,
                      evals, np.ascontiguousarray(pairs[:, 0]), np.ascontiguousarray(pairs[:, 1]), model.pair_of,
-                     token_w, model.pen_host)
+                     token_w, model.pen_host, cfg.loss_augmented)
 
         def epoch(order: np.ndarray, eta: float, steps: int) -> tuple:
             return nb_perceptron_epoch_edges(np.ascontiguousarray(order, dtype=np.int64), fptr, fidx, fval, off, Y,
-                                             *views, *edge_args, eta, steps, cfg.average)
+                                             *views, *edge_args, eta, steps, cfg.average, TIE)
         return epoch
 
     def epoch(order: np.ndarray, eta: float, steps: int) -> tuple:

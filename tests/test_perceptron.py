@@ -246,7 +246,7 @@ def test_the_compiled_chain_epoch_keeps_the_chunk_constraints_and_serves_only_it
 def test_the_compiled_edge_chain_epoch_is_the_loop_on_conll_rich_edges():
     """``ssvm-train``'s CoNLL-2000 featurization (rich-edges: an EdgeChainModel, BIOES tags and constraints, the
     Hamming loss): the compiled epochs (per-position transitions, the edge block's part of psi) take the loop's
-    steps bit for bit with unit steps; loss-augmented, the edge chain takes the loop."""
+    steps bit for bit with unit steps."""
     from ssvm_torch.models import EdgeChainModel
     from ssvm_torch.tasks import CONLL_RECOMMENDED, load_task
     task = load_task("conll2000", train_size=150, **CONLL_RECOMMENDED)
@@ -255,7 +255,6 @@ def test_the_compiled_edge_chain_epoch_is_the_loop_on_conll_rich_edges():
     cfg = PerceptronConfig(epochs=2)
     w = torch.zeros(model.d, dtype=torch.float64)
     assert compiled_epoch(model, data, w, w.clone(), cfg, None) is not None
-    assert compiled_epoch(model, data, w, w.clone(), PerceptronConfig(loss_augmented=True), None) is None
     fast = train_perceptron(model, data, cfg)
     loop = train_perceptron(model, data, cfg, compiled=False)
     assert torch.equal(fast.w_last, loop.w_last) and torch.equal(fast.lagged, loop.lagged)
@@ -375,8 +374,9 @@ def test_the_edge_feature_chains_sparse_update_is_the_dense_psi(seed):
 @pytest.mark.parametrize("seed", range(3))
 def test_the_edge_feature_chain_is_the_written_out_perceptron(seed):
     """Chains with edge-observation features (no padded oracle: their plain decoding is the edge Viterbi on the
-    subset, EdgeChainModel.predict) against the reference over every tag sequence; the loss-augmented variant
-    is refused by name (it needs the padded oracle)."""
+    subset, EdgeChainModel.predict; at batch size 1 the compiled epochs) against the reference over every tag
+    sequence; the loss-augmented variant at batch size 1 too (compiled only), refused by name in batches (the
+    loop needs the padded oracle)."""
     from test_conformance import edge_chain
     model, data, _ = edge_chain(np.random.default_rng(seed))
     w0 = torch.tensor(np.random.default_rng(seed + 10).normal(size=model.d))
@@ -387,8 +387,14 @@ def test_the_edge_feature_chain_is_the_written_out_perceptron(seed):
         assert [r["mistakes"] for r in run.history] == mistakes
         torch.testing.assert_close(run.w_last, last, rtol=1e-9, atol=1e-9)
         torch.testing.assert_close(run.w, avg, rtol=1e-9, atol=1e-9)
+    cfg = PerceptronConfig(epochs=3, shuffle=False, loss_augmented=True)
+    run = train_perceptron(model, data, cfg, w0=w0)
+    last, avg, mistakes = reference("chain", model, data, w0, None, 3, 1, True)
+    assert [r["mistakes"] for r in run.history] == mistakes and sum(mistakes) > 0
+    torch.testing.assert_close(run.w_last, last, rtol=1e-9, atol=1e-9)
+    torch.testing.assert_close(run.w, avg, rtol=1e-9, atol=1e-9)
     with pytest.raises(SSVMInputError, match="scores: a chain with edge-observation features"):
-        train_perceptron(model, data, PerceptronConfig(epochs=1, loss_augmented=True))
+        train_perceptron(model, data, PerceptronConfig(epochs=1, loss_augmented=True, batch_size=2))
 
 
 @pytest.mark.parametrize("name", list(STRUCTURES))

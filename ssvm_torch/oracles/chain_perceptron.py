@@ -6,9 +6,10 @@ loop at batch size 1 (Collins 2002, Fig. 1; the averaged form kept lazily, Daume
 A step composes the chain store's kernels (:mod:`.chain_kernels`): the unaries of the example's positions
 (``nb_block_unary``; the Hamming loss added to them for the loss-augmented perceptron), Viterbi
 (``viterbi_segment``, under the model's tag constraints) and, on a mistake, w += eta psi_i(y^) (``nb_add_psi``) and the
-lagged sum's eta (k - 1) psi_i(y^) (step k). :func:`nb_perceptron_epoch_edges` is the plain perceptron of the
+lagged sum's eta (k - 1) psi_i(y^) (step k). :func:`nb_perceptron_epoch_edges` is the perceptron of the
 edge-feature chain (:class:`~ssvm_torch.models.chain_edges.EdgeChainModel`): per-position transitions
-(``nb_position_trans``) and the edge block's part of psi."""
+(``nb_position_trans``) and the edge block's part of psi; loss-augmented too, which the generic loop cannot run
+(the model has no padded oracle)."""
 from __future__ import annotations
 
 import numba as nb
@@ -91,10 +92,11 @@ def _add_edge_psi(s, T, coef, ys, Y, eptr, eidx, evals, pair_of, E):
 
 @nb.njit(cache=True, nogil=True)
 def nb_perceptron_epoch_edges(order, fptr, fidx, fval, off, Y, W, first, last, trans, E, LW, Lfirst, Llast, Ltrans,
-                              LE, eptr, eidx, evals, pair_next, pair_prev, pair_of, token_w, pen, eta, steps, average):
-    """:func:`nb_perceptron_epoch`, plain decoding, for the edge-feature chain: E (A_e, P) the edge block of w and
-    LE the lagged sum's, (eptr, eidx, evals) the edge attributes' CSR rows per position, (pair_next, pair_prev)
-    the supported pairs and pair_of (K, K) their columns (-1: none)."""
+                              LE, eptr, eidx, evals, pair_next, pair_prev, pair_of, token_w, pen, loss_augmented, eta,
+                              steps, average, tie):
+    """:func:`nb_perceptron_epoch` for the edge-feature chain: E (A_e, P) the edge block of w and LE the lagged
+    sum's, (eptr, eidx, evals) the edge attributes' CSR rows per position, (pair_next, pair_prev) the supported
+    pairs and pair_of (K, K) their columns (-1: none)."""
     K = W.shape[0]
     tmax = 1
     for i in range(off.shape[0] - 1):
@@ -110,14 +112,29 @@ def nb_perceptron_epoch_edges(order, fptr, fidx, fval, off, Y, W, first, last, t
         s = off[i]
         T = off[i + 1] - s
         nb_block_unary(i, fptr, fidx, fval, off, W, U)
+        if loss_augmented:
+            for t in range(T):
+                for k in range(K):
+                    if k != Y[s + t]:
+                        U[t, k] += token_w[i]
         nb_position_trans(s, T, eptr, eidx, evals, E, pair_next, pair_prev, trans, Tt)
-        viterbi_segment_tt(U, 0, T, first, last, Tt, True, Y[s:s + T], 0.0, ys, delta, newd, bp, pen)
+        score = viterbi_segment_tt(U, 0, T, first, last, Tt, True, Y[s:s + T], 0.0, ys, delta, newd, bp, pen)
         wrong_positions = 0
         for t in range(T):
             if ys[t] != Y[s + t]:
                 wrong_positions += 1
         loss_sum += wrong_positions * token_w[i]
-        if wrong_positions > 0:
+        if loss_augmented:
+            gold = first[Y[s]] + last[Y[s + T - 1]]
+            for t in range(T):
+                gold += U[t, Y[s + t]]
+            for t in range(1, T):
+                gold += Tt[t, Y[s + t], Y[s + t - 1]]
+            margin = score - gold
+            wrong = margin > tie * (1.0 + abs(margin))
+        else:
+            wrong = wrong_positions > 0
+        if wrong:
             mistakes += 1
             updates += 1
             nb_add_psi(i, eta, ys, fptr, fidx, fval, off, Y, W, first, last, trans)
