@@ -21,9 +21,10 @@ step without its regularizer, Ratliff et al. 2007).
 ``nonnegative`` (indices of w) projects w onto w[j] >= 0 after every step, as the projected subgradient step of the
 SSVM stores does (graph cuts need submodular pairwise weights).
 
-On CPU float64 a :class:`~ssvm_torch.models.chain.ChainModel` (or edge-feature chain) run at batch size 1
-takes each epoch in one compiled call (:mod:`ssvm_torch.oracles.chain_perceptron`: the loop's steps, to rounding),
-any other model, device or setting the loop below (``compiled=False``: the loop always).
+On CPU float64 a :class:`~ssvm_torch.models.chain.ChainModel` (or edge-feature chain), or a first-order
+:class:`~ssvm_torch.models.dependency.DependencyModel` decoding plainly, run at batch size 1 takes each epoch in one
+compiled call (:mod:`ssvm_torch.oracles.chain_perceptron`, :mod:`ssvm_torch.oracles.tree_perceptron`: the loop's
+steps, to rounding), any other model, device or setting the loop below (``compiled=False``: the loop always).
 
 An epoch with no update leaves w where it was, so the run stops there (``stop_reason`` "separated": the training
 set is separated, Novikoff's bound on the number of mistakes of a separable set; with ``loss_augmented`` every
@@ -43,7 +44,9 @@ from .errors import SSVMInputError, check
 from .models.base import TIE, StructuredModel, feature_dtype
 from .models.chain import ChainModel
 from .models.chain_edges import EdgeChainModel
+from .models.dependency import DependencyModel
 from .oracles.chain_perceptron import nb_perceptron_epoch, nb_perceptron_epoch_edges
+from .oracles.tree_perceptron import nb_tree_perceptron_epoch
 
 
 @dataclass
@@ -161,13 +164,24 @@ def compiled_epoch(model: StructuredModel, data, w: torch.Tensor, lagged: torch.
                    nonnegative) -> Callable[[np.ndarray, float, int], tuple] | None:
     """A function (order, eta, steps) -> (mistakes, summed loss, updates, steps after) taking an epoch's steps in
     one compiled call (:mod:`ssvm_torch.oracles.chain_perceptron`, w and ``lagged`` updated in place through
-    views), or None where the loop of :func:`train_perceptron` runs: a model other than ChainModel and
-    EdgeChainModel themselves (a subclass may add its own parts to psi), other kernels, device or precision
-    (``compiled``), batches of several examples or a box (``nonnegative``). The edge-feature chain's
-    loss-augmented epochs exist only here (its model has no padded oracle for the loop)."""
+    views), or None where the loop of :func:`train_perceptron` runs: a model other than ChainModel, EdgeChainModel
+    and (plain decoding) DependencyModel themselves (a subclass may add its own parts to psi), other kernels,
+    device or precision (``compiled``), batches of several examples or a box (``nonnegative``). The edge-feature
+    chain's loss-augmented epochs exist only here (its model has no padded oracle for the loop)."""
+    if cfg.batch_size != 1 or nonnegative is not None or not model.compiled(w):
+        return None
+    if type(model) is DependencyModel and not cfg.loss_augmented:
+        host = [np.ascontiguousarray(to_host(t)) for t in (data.offsets, data.arc_off, data.heads, data.ptr, data.ids,
+                                                             data.tok_ptr, data.tok_ids)]
+        cost = to_host(model.costs(data.lengths))
+
+        def tree_epoch(order: np.ndarray, eta: float, steps: int) -> tuple:
+            return nb_tree_perceptron_epoch(np.ascontiguousarray(order, dtype=np.int64), *host, w.numpy(),
+                                            lagged.numpy(), cost, model.projective, model.multiroot, eta, steps,
+                                            cfg.average)
+        return tree_epoch
     edges = type(model) is EdgeChainModel
-    if (type(model) is not ChainModel and not edges) or cfg.batch_size != 1 or nonnegative is not None \
-            or not model.compiled(w):
+    if type(model) is not ChainModel and not edges:
         return None
     fptr, fidx, fval = (to_host(t) for t in model.features_csr(data, torch.float64))
     off = np.ascontiguousarray(to_host(data.offsets), dtype=np.int64)

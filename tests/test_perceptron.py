@@ -264,6 +264,26 @@ def test_the_compiled_edge_chain_epoch_is_the_loop_on_conll_rich_edges():
     assert bool((model.edge_weights(fast.w_last) != 0).any())
 
 
+@pytest.mark.parametrize("trees", ["projective", "non-projective"])
+def test_the_compiled_tree_epoch_is_the_loop_on_ud_ewt(trees):
+    """First-order dependency trees on 150 EWT sentences (McDonald's features, Eisner or Chu-Liu-Edmonds): the
+    compiled epochs (oracles/tree_perceptron.py) take the loop's steps bit for bit, unit and decaying steps (the
+    same arc scores, decoder and order of psi's additions); loss-augmented, the trees take the loop."""
+    from ssvm_torch.tasks import load_task
+    task = load_task("ud-ewt", train_size=150, trees=trees)
+    model, data = task.model, task.train
+    w = torch.zeros(model.d, dtype=torch.float64)
+    assert compiled_epoch(model, data, w, w.clone(), PerceptronConfig(loss_augmented=True), None) is None
+    for cfg in (PerceptronConfig(epochs=2), PerceptronConfig(epochs=2, decay_exponent=0.5, decay_t0=2.0)):
+        assert compiled_epoch(model, data, w, w.clone(), cfg, None) is not None
+        fast = train_perceptron(model, data, cfg)
+        loop = train_perceptron(model, data, cfg, compiled=False)
+        assert torch.equal(fast.w_last, loop.w_last) and torch.equal(fast.lagged, loop.lagged)
+        assert [{k: v for k, v in r.items() if k != "time_s"} for r in fast.history] == \
+            [{k: v for k, v in r.items() if k != "time_s"} for r in loop.history]
+        assert fast.history[0]["mistakes"] > fast.history[1]["mistakes"] > 0
+
+
 @given(st.sampled_from(sorted(STRUCTURES)), st.integers(0, 2 ** 31), st.integers(1, 4), st.booleans(), st.booleans(),
        st.sampled_from([0.0, 0.5, 1.0]))
 @settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck))
