@@ -194,6 +194,14 @@ def test_bad_starts_and_hidden_labels_are_refused():
         StructuredPerceptron("custom").fit(flat)
 
 
+def assert_same_run(fast: PerceptronResult, loop: PerceptronResult) -> None:
+    """Bit for bit the same iterate, lagged sum and records (all but the seconds)."""
+    assert torch.equal(fast.w_last, loop.w_last) and torch.equal(fast.lagged, loop.lagged)
+    assert fast.steps == loop.steps
+    assert [{k: v for k, v in r.items() if k != "time_s"} for r in fast.history] == \
+        [{k: v for k, v in r.items() if k != "time_s"} for r in loop.history]
+
+
 @pytest.mark.parametrize("loss_augmented", [False, True])
 def test_the_compiled_chain_epoch_takes_the_loops_steps(ocr, loss_augmented):
     """A ChainModel run at batch size 1 on CPU float64 takes its epochs in one compiled call each
@@ -216,9 +224,7 @@ def test_the_compiled_chain_epoch_takes_the_loops_steps(ocr, loss_augmented):
         assert [r["mistakes"] for r in fast.history] == [r["mistakes"] for r in loop.history]
         assert fast.history[0]["mistakes"] > fast.history[-1]["mistakes"] > 0
         if cfg.decay_exponent == 0:
-            assert torch.equal(fast.w_last, loop.w_last) and torch.equal(fast.lagged, loop.lagged)
-            assert [{k: v for k, v in r.items() if k != "time_s"} for r in fast.history] == \
-                [{k: v for k, v in r.items() if k != "time_s"} for r in loop.history]
+            assert_same_run(fast, loop)
         else:
             torch.testing.assert_close(fast.w_last, loop.w_last, rtol=1e-12, atol=1e-12)
             torch.testing.assert_close(fast.w, loop.w, rtol=1e-12, atol=1e-12)
@@ -234,9 +240,7 @@ def test_the_compiled_chain_epoch_keeps_the_chunk_constraints_and_serves_only_it
     assert model.constraint_scheme is not None
     cfg = PerceptronConfig(epochs=2)
     fast = train_perceptron(model, data, cfg)
-    loop = train_perceptron(model.with_kernels("torch"), data, cfg)
-    assert torch.equal(fast.w_last, loop.w_last) and torch.equal(fast.lagged, loop.lagged)
-    assert [r["mistakes"] for r in fast.history] == [r["mistakes"] for r in loop.history]
+    assert_same_run(fast, train_perceptron(model.with_kernels("torch"), data, cfg))
     w = torch.zeros(model.d, dtype=torch.float64)
     assert compiled_epoch(model, data, w, w.clone(), PerceptronConfig(batch_size=2), None) is None
     assert compiled_epoch(model, data, w, w.clone(), cfg, torch.tensor([0])) is None
@@ -257,9 +261,7 @@ def test_the_compiled_edge_chain_epoch_is_the_loop_on_conll_rich_edges():
     assert compiled_epoch(model, data, w, w.clone(), cfg, None) is not None
     fast = train_perceptron(model, data, cfg)
     loop = train_perceptron(model, data, cfg, compiled=False)
-    assert torch.equal(fast.w_last, loop.w_last) and torch.equal(fast.lagged, loop.lagged)
-    assert [{k: v for k, v in r.items() if k != "time_s"} for r in fast.history] == \
-        [{k: v for k, v in r.items() if k != "time_s"} for r in loop.history]
+    assert_same_run(fast, loop)
     assert fast.history[0]["mistakes"] > fast.history[1]["mistakes"] > 0
     assert bool((model.edge_weights(fast.w_last) != 0).any())
 
@@ -278,9 +280,7 @@ def test_the_compiled_tree_epoch_is_the_loop_on_ud_ewt(trees):
         assert compiled_epoch(model, data, w, w.clone(), cfg, None) is not None
         fast = train_perceptron(model, data, cfg)
         loop = train_perceptron(model, data, cfg, compiled=False)
-        assert torch.equal(fast.w_last, loop.w_last) and torch.equal(fast.lagged, loop.lagged)
-        assert [{k: v for k, v in r.items() if k != "time_s"} for r in fast.history] == \
-            [{k: v for k, v in r.items() if k != "time_s"} for r in loop.history]
+        assert_same_run(fast, loop)
         assert fast.history[0]["mistakes"] > fast.history[1]["mistakes"] > 0
 
 

@@ -21,6 +21,33 @@ from .edge_kernels import nb_position_trans
 
 
 @nb.njit(cache=True, nogil=True)
+def _longest(off):
+    tmax = 1
+    for i in range(off.shape[0] - 1):
+        tmax = max(tmax, off[i + 1] - off[i])
+    return tmax
+
+
+@nb.njit(cache=True, nogil=True)
+def _add_loss(U, Y, s, T, lw):
+    """U[t, k] += lw where k is not the gold label: the loss added to the unaries first, as the model's augment
+    does (the same sums, so the same argmax where labelings tie: integer w, binary features)."""
+    for t in range(T):
+        for k in range(U.shape[1]):
+            if k != Y[s + t]:
+                U[t, k] += lw
+
+
+@nb.njit(cache=True, nogil=True)
+def _wrong_positions(ys, Y, s, T):
+    wrong = 0
+    for t in range(T):
+        if ys[t] != Y[s + t]:
+            wrong += 1
+    return wrong
+
+
+@nb.njit(cache=True, nogil=True)
 def nb_perceptron_epoch(order, fptr, fidx, fval, off, Y, token_w, W, first, last, trans, LW, Lfirst, Llast, Ltrans,
                         pen, loss_augmented, eta, steps, average, tie):
     """One epoch over the examples in ``order``: returns (mistakes, summed task loss of the decoded labelings,
@@ -29,9 +56,7 @@ def nb_perceptron_epoch(order, fptr, fidx, fval, off, Y, token_w, W, first, last
     the steps taken before the epoch. Plain decoding errs where the loss of y^ is > 0; the loss-augmented one where
     H_i = L_i(y*) + <w, phi(x_i, y*)> - <w, phi(x_i, y_i)> > tie (1 + |H_i|) (models/base.py's TIE)."""
     K = W.shape[0]
-    tmax = 1
-    for i in range(off.shape[0] - 1):
-        tmax = max(tmax, off[i + 1] - off[i])
+    tmax = _longest(off)
     U = np.empty((tmax, K))
     ys = np.empty(tmax, dtype=np.int64)
     delta, newd = np.empty(K), np.empty(K)
@@ -42,18 +67,11 @@ def nb_perceptron_epoch(order, fptr, fidx, fval, off, Y, token_w, W, first, last
         s = off[i]
         T = off[i + 1] - s
         nb_block_unary(i, fptr, fidx, fval, off, W, U)
-        if loss_augmented:            # the loss added to the unaries first, as the model's augment does: the same
-            for t in range(T):        # sums, so the same argmax where labelings tie (integer w, binary features)
-                for k in range(K):
-                    if k != Y[s + t]:
-                        U[t, k] += token_w[i]
+        if loss_augmented:
+            _add_loss(U, Y, s, T, token_w[i])
         score = viterbi_segment(U, 0, T, first, last, trans, Y[s:s + T], 0.0, ys, delta, newd, bp, pen)
-        wrong_positions = 0
-        for t in range(T):
-            if ys[t] != Y[s + t]:
-                wrong_positions += 1
-        loss = wrong_positions * token_w[i]
-        loss_sum += loss
+        wrong_positions = _wrong_positions(ys, Y, s, T)
+        loss_sum += wrong_positions * token_w[i]
         if loss_augmented:
             gold = first[Y[s]] + last[Y[s + T - 1]]
             for t in range(T):
@@ -98,9 +116,7 @@ def nb_perceptron_epoch_edges(order, fptr, fidx, fval, off, Y, W, first, last, t
     sum's, (eptr, eidx, evals) the edge attributes' CSR rows per position, (pair_next, pair_prev) the supported
     pairs and pair_of (K, K) their columns (-1: none)."""
     K = W.shape[0]
-    tmax = 1
-    for i in range(off.shape[0] - 1):
-        tmax = max(tmax, off[i + 1] - off[i])
+    tmax = _longest(off)
     U = np.empty((tmax, K))
     Tt = np.empty((tmax, K, K))
     ys = np.empty(tmax, dtype=np.int64)
@@ -113,16 +129,10 @@ def nb_perceptron_epoch_edges(order, fptr, fidx, fval, off, Y, W, first, last, t
         T = off[i + 1] - s
         nb_block_unary(i, fptr, fidx, fval, off, W, U)
         if loss_augmented:
-            for t in range(T):
-                for k in range(K):
-                    if k != Y[s + t]:
-                        U[t, k] += token_w[i]
+            _add_loss(U, Y, s, T, token_w[i])
         nb_position_trans(s, T, eptr, eidx, evals, E, pair_next, pair_prev, trans, Tt)
         score = viterbi_segment_tt(U, 0, T, first, last, Tt, True, Y[s:s + T], 0.0, ys, delta, newd, bp, pen)
-        wrong_positions = 0
-        for t in range(T):
-            if ys[t] != Y[s + t]:
-                wrong_positions += 1
+        wrong_positions = _wrong_positions(ys, Y, s, T)
         loss_sum += wrong_positions * token_w[i]
         if loss_augmented:
             gold = first[Y[s]] + last[Y[s + T - 1]]
