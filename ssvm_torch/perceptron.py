@@ -45,7 +45,7 @@ from .models.base import TIE, StructuredModel, feature_dtype
 from .models.chain import ChainModel
 from .models.chain_edges import EdgeChainModel
 from .models.dependency import DependencyModel
-from .oracles.chain_perceptron import nb_perceptron_epoch, nb_perceptron_epoch_edges
+from .oracles.chain_perceptron import nb_perceptron_epoch
 from .oracles.tree_perceptron import nb_tree_perceptron_epoch
 
 
@@ -187,24 +187,19 @@ def compiled_epoch(model: StructuredModel, data, w: torch.Tensor, lagged: torch.
     off = np.ascontiguousarray(to_host(data.offsets), dtype=np.int64)
     Y = np.ascontiguousarray(to_host(data.Y), dtype=np.int64)
     token_w = to_host(model.token_loss(data.lengths))
-    views = [t.numpy() for t in model.split(w)]
-    lagged_views = [t.numpy() for t in model.split(lagged)]
+    views = [t.numpy() for t in model.split(w)] + [t.numpy() for t in model.split(lagged)]
     if edges:
-        eptr, eidx, evals = model.edge_csr(data)
         pairs = to_host(model.pairs)
-        edge_args = (model.edge_weights(w).numpy(), *lagged_views, model.edge_weights(lagged).numpy(), eptr, eidx,
-                     evals, np.ascontiguousarray(pairs[:, 0]), np.ascontiguousarray(pairs[:, 1]), model.pair_of,
-                     token_w, model.pen_host, cfg.loss_augmented)
-
-        def epoch(order: np.ndarray, eta: float, steps: int) -> tuple:
-            return nb_perceptron_epoch_edges(np.ascontiguousarray(order, dtype=np.int64), fptr, fidx, fval, off, Y,
-                                             *views, *edge_args, eta, steps, cfg.average, TIE)
-        return epoch
+        edge_args = (model.edge_weights(w).numpy(), model.edge_weights(lagged).numpy(), *model.edge_csr(data),
+                     np.ascontiguousarray(pairs[:, 0]), np.ascontiguousarray(pairs[:, 1]), model.pair_of)
+    else:                                       # not read: typed as the edge arrays are
+        none_f, none_i = np.zeros((0, 0)), np.zeros(1, dtype=np.int64)
+        edge_args = (none_f, none_f, none_i, none_i, np.zeros(0), none_i, none_i, np.zeros((0, 0), dtype=np.int64))
 
     def epoch(order: np.ndarray, eta: float, steps: int) -> tuple:
         return nb_perceptron_epoch(np.ascontiguousarray(order, dtype=np.int64), fptr, fidx, fval, off, Y, token_w,
-                                   *views, *lagged_views, model.pen_host, cfg.loss_augmented, eta, steps, cfg.average,
-                                   TIE)
+                                   *views, model.pen_host, cfg.loss_augmented, eta, steps, cfg.average, TIE, edges,
+                                   *edge_args)
     return epoch
 
 

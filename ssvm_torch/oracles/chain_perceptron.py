@@ -5,8 +5,8 @@ loop at batch size 1 (Collins 2002, Fig. 1; the averaged form kept lazily, Daume
 
 A step composes the chain store's kernels (:mod:`.chain_kernels`): the unaries of the example's positions
 (``nb_block_unary``; the Hamming loss added to them for the loss-augmented perceptron), Viterbi
-(``viterbi_segment``, under the model's tag constraints) and, on a mistake, w += eta psi_i(y^) (``nb_add_psi``) and the
-lagged sum's eta (k - 1) psi_i(y^) (step k). :func:`nb_perceptron_epoch_edges` is the perceptron of the
+(``viterbi_segment``'s recursion, under the model's tag constraints) and, on a mistake, w += eta psi_i(y^)
+(``nb_add_psi``) and the lagged sum's eta (k - 1) psi_i(y^) (step k). With ``edges``, the perceptron of the
 edge-feature chain (:class:`~ssvm_torch.models.chain_edges.EdgeChainModel`): per-position transitions
 (``nb_position_trans``) and the edge block's part of psi; loss-augmented too, which the generic loop cannot run
 (the model has no padded oracle)."""
@@ -15,7 +15,7 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from ..chain.numba_viterbi import viterbi_segment, viterbi_segment_tt
+from ..chain.numba_viterbi import viterbi_segment_tt
 from .chain_kernels import nb_add_psi, nb_block_unary
 from .edge_kernels import nb_position_trans
 
@@ -48,51 +48,6 @@ def _wrong_positions(ys, Y, s, T):
 
 
 @nb.njit(cache=True, nogil=True)
-def nb_perceptron_epoch(order, fptr, fidx, fval, off, Y, token_w, W, first, last, trans, LW, Lfirst, Llast, Ltrans,
-                        pen, loss_augmented, eta, steps, average, tie):
-    """One epoch over the examples in ``order``: returns (mistakes, summed task loss of the decoded labelings,
-    updates, steps after the epoch). ``token_w[i]``: the loss of one wrong position of example i (1/T_i or 1);
-    (W, first, last, trans) the views of w, (LW, ...) those of the lagged sum, both updated in place; ``steps``:
-    the steps taken before the epoch. Plain decoding errs where the loss of y^ is > 0; the loss-augmented one where
-    H_i = L_i(y*) + <w, phi(x_i, y*)> - <w, phi(x_i, y_i)> > tie (1 + |H_i|) (models/base.py's TIE)."""
-    K = W.shape[0]
-    tmax = _longest(off)
-    U = np.empty((tmax, K))
-    ys = np.empty(tmax, dtype=np.int64)
-    delta, newd = np.empty(K), np.empty(K)
-    bp = np.empty((tmax, K), dtype=np.int64)
-    mistakes, updates, loss_sum = 0, 0, 0.0
-    for r in range(order.shape[0]):
-        i = order[r]
-        s = off[i]
-        T = off[i + 1] - s
-        nb_block_unary(i, fptr, fidx, fval, off, W, U)
-        if loss_augmented:
-            _add_loss(U, Y, s, T, token_w[i])
-        score = viterbi_segment(U, 0, T, first, last, trans, Y[s:s + T], 0.0, ys, delta, newd, bp, pen)
-        wrong_positions = _wrong_positions(ys, Y, s, T)
-        loss_sum += wrong_positions * token_w[i]
-        if loss_augmented:
-            gold = first[Y[s]] + last[Y[s + T - 1]]
-            for t in range(T):
-                gold += U[t, Y[s + t]]
-            for t in range(T - 1):
-                gold += trans[Y[s + t + 1], Y[s + t]]
-            margin = score - gold
-            wrong = margin > tie * (1.0 + abs(margin))
-        else:
-            wrong = wrong_positions > 0
-        if wrong:
-            mistakes += 1
-            updates += 1
-            nb_add_psi(i, eta, ys, fptr, fidx, fval, off, Y, W, first, last, trans)
-            if average and steps > 0:
-                nb_add_psi(i, eta * steps, ys, fptr, fidx, fval, off, Y, LW, Lfirst, Llast, Ltrans)
-        steps += 1
-    return mistakes, loss_sum, updates, steps
-
-
-@nb.njit(cache=True, nogil=True)
 def _add_edge_psi(s, T, coef, ys, Y, eptr, eidx, evals, pair_of, E):
     """The edge block's part of coef psi_i(ys): each transition's edge attributes up in the gold pair's column and
     down in the labeling's (a pair outside the supported ones has no column)."""
@@ -109,16 +64,22 @@ def _add_edge_psi(s, T, coef, ys, Y, eptr, eidx, evals, pair_of, E):
 
 
 @nb.njit(cache=True, nogil=True)
-def nb_perceptron_epoch_edges(order, fptr, fidx, fval, off, Y, W, first, last, trans, E, LW, Lfirst, Llast, Ltrans,
-                              LE, eptr, eidx, evals, pair_next, pair_prev, pair_of, token_w, pen, loss_augmented, eta,
-                              steps, average, tie):
-    """:func:`nb_perceptron_epoch` for the edge-feature chain: E (A_e, P) the edge block of w and LE the lagged
-    sum's, (eptr, eidx, evals) the edge attributes' CSR rows per position, (pair_next, pair_prev) the supported
-    pairs and pair_of (K, K) their columns (-1: none)."""
+def nb_perceptron_epoch(order, fptr, fidx, fval, off, Y, token_w, W, first, last, trans, LW, Lfirst, Llast, Ltrans,
+                        pen, loss_augmented, eta, steps, average, tie, edges, E, LE, eptr, eidx, evals, pair_next,
+                        pair_prev, pair_of):
+    """One epoch over the examples in ``order``: returns (mistakes, summed task loss of the decoded labelings,
+    updates, steps after the epoch). ``token_w[i]``: the loss of one wrong position of example i (1/T_i or 1);
+    (W, first, last, trans) the views of w, (LW, ...) those of the lagged sum, both updated in place; ``steps``:
+    the steps taken before the epoch. Plain decoding errs where the loss of y^ is > 0; the loss-augmented one where
+    H_i = L_i(y*) + <w, phi(x_i, y*)> - <w, phi(x_i, y_i)> > tie (1 + |H_i|) (models/base.py's TIE). ``edges``: the
+    edge-feature chain, E (A_e, P) the edge block of w and LE the lagged sum's, (eptr, eidx, evals) the edge
+    attributes' CSR rows per position, (pair_next, pair_prev) the supported pairs and pair_of (K, K) their columns
+    (-1: none); without, those arrays are not read."""
     K = W.shape[0]
     tmax = _longest(off)
     U = np.empty((tmax, K))
-    Tt = np.empty((tmax, K, K))
+    Tt = np.empty((tmax if edges else 1, K, K))
+    trans3 = trans.reshape((1, K, K))
     ys = np.empty(tmax, dtype=np.int64)
     delta, newd = np.empty(K), np.empty(K)
     bp = np.empty((tmax, K), dtype=np.int64)
@@ -130,8 +91,12 @@ def nb_perceptron_epoch_edges(order, fptr, fidx, fval, off, Y, W, first, last, t
         nb_block_unary(i, fptr, fidx, fval, off, W, U)
         if loss_augmented:
             _add_loss(U, Y, s, T, token_w[i])
-        nb_position_trans(s, T, eptr, eidx, evals, E, pair_next, pair_prev, trans, Tt)
-        score = viterbi_segment_tt(U, 0, T, first, last, Tt, True, Y[s:s + T], 0.0, ys, delta, newd, bp, pen)
+        if edges:
+            nb_position_trans(s, T, eptr, eidx, evals, E, pair_next, pair_prev, trans, Tt)
+            score = viterbi_segment_tt(U, 0, T, first, last, Tt, True, Y[s:s + T], 0.0, ys, delta, newd, bp, pen)
+        else:                                    # viterbi_segment's call
+            score = viterbi_segment_tt(U, 0, T, first, last, trans3, False, Y[s:s + T], 0.0, ys, delta, newd, bp,
+                                       pen)
         wrong_positions = _wrong_positions(ys, Y, s, T)
         loss_sum += wrong_positions * token_w[i]
         if loss_augmented:
@@ -139,7 +104,7 @@ def nb_perceptron_epoch_edges(order, fptr, fidx, fval, off, Y, W, first, last, t
             for t in range(T):
                 gold += U[t, Y[s + t]]
             for t in range(1, T):
-                gold += Tt[t, Y[s + t], Y[s + t - 1]]
+                gold += Tt[t, Y[s + t], Y[s + t - 1]] if edges else trans[Y[s + t], Y[s + t - 1]]
             margin = score - gold
             wrong = margin > tie * (1.0 + abs(margin))
         else:
@@ -148,9 +113,11 @@ def nb_perceptron_epoch_edges(order, fptr, fidx, fval, off, Y, W, first, last, t
             mistakes += 1
             updates += 1
             nb_add_psi(i, eta, ys, fptr, fidx, fval, off, Y, W, first, last, trans)
-            _add_edge_psi(s, T, eta, ys, Y, eptr, eidx, evals, pair_of, E)
+            if edges:
+                _add_edge_psi(s, T, eta, ys, Y, eptr, eidx, evals, pair_of, E)
             if average and steps > 0:
                 nb_add_psi(i, eta * steps, ys, fptr, fidx, fval, off, Y, LW, Lfirst, Llast, Ltrans)
-                _add_edge_psi(s, T, eta * steps, ys, Y, eptr, eidx, evals, pair_of, LE)
+                if edges:
+                    _add_edge_psi(s, T, eta * steps, ys, Y, eptr, eidx, evals, pair_of, LE)
         steps += 1
     return mistakes, loss_sum, updates, steps
