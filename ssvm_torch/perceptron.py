@@ -23,8 +23,8 @@ SSVM stores does (graph cuts need submodular pairwise weights).
 
 On CPU float64 a :class:`~ssvm_torch.models.chain.ChainModel` (or edge-feature chain), or a first-order
 :class:`~ssvm_torch.models.dependency.DependencyModel` decoding plainly, run at batch size 1 takes each epoch in one
-compiled call (:mod:`ssvm_torch.oracles.chain_perceptron`, :mod:`ssvm_torch.oracles.tree_perceptron`: the loop's
-steps, to rounding), any other model, device or setting the loop below (``compiled=False``: the loop always).
+compiled call (:mod:`ssvm_torch.perceptron_compiled`: the loop's steps, to rounding), any other model, device or
+setting the loop below (``compiled=False``: the loop always).
 
 An epoch with no update leaves w where it was, so the run stops there (``stop_reason`` "separated": the training
 set is separated, Novikoff's bound on the number of mistakes of a separable set; with ``loss_augmented`` every
@@ -39,14 +39,9 @@ from typing import Callable
 import numpy as np
 import torch
 
-from .devices import to_host
 from .errors import SSVMInputError, check
 from .models.base import TIE, StructuredModel, feature_dtype
-from .models.chain import ChainModel
-from .models.chain_edges import EdgeChainModel
-from .models.dependency import DependencyModel
-from .oracles.chain_perceptron import nb_perceptron_epoch
-from .oracles.tree_perceptron import nb_tree_perceptron_epoch
+from .perceptron_compiled import compiled_epoch
 
 
 @dataclass
@@ -160,49 +155,6 @@ def _check_start(w0, d: int, nonnegative, device, dtype) -> torch.Tensor:
     return w
 
 
-def compiled_epoch(model: StructuredModel, data, w: torch.Tensor, lagged: torch.Tensor, cfg: PerceptronConfig,
-                   nonnegative) -> Callable[[np.ndarray, float, int], tuple] | None:
-    """A function (order, eta, steps) -> (mistakes, summed loss, updates, steps after) taking an epoch's steps in
-    one compiled call (:mod:`ssvm_torch.oracles.chain_perceptron`, w and ``lagged`` updated in place through
-    views), or None where the loop of :func:`train_perceptron` runs: a model other than ChainModel, EdgeChainModel
-    and (plain decoding) DependencyModel themselves (a subclass may add its own parts to psi), other kernels,
-    device or precision (``compiled``), batches of several examples or a box (``nonnegative``). The edge-feature
-    chain's loss-augmented epochs exist only here (its model has no padded oracle for the loop)."""
-    if cfg.batch_size != 1 or nonnegative is not None or not model.compiled(w):
-        return None
-    if type(model) is DependencyModel and not cfg.loss_augmented:
-        host = [np.ascontiguousarray(to_host(t)) for t in (data.offsets, data.arc_off, data.heads, data.ptr, data.ids,
-                                                             data.tok_ptr, data.tok_ids)]
-        cost = to_host(model.costs(data.lengths))
-
-        def tree_epoch(order: np.ndarray, eta: float, steps: int) -> tuple:
-            return nb_tree_perceptron_epoch(np.ascontiguousarray(order, dtype=np.int64), *host, w.numpy(),
-                                            lagged.numpy(), cost, model.projective, model.multiroot, eta, steps,
-                                            cfg.average)
-        return tree_epoch
-    edges = type(model) is EdgeChainModel
-    if type(model) is not ChainModel and not edges:
-        return None
-    fptr, fidx, fval = (to_host(t) for t in model.features_csr(data, torch.float64))
-    off = np.ascontiguousarray(to_host(data.offsets), dtype=np.int64)
-    Y = np.ascontiguousarray(to_host(data.Y), dtype=np.int64)
-    token_w = to_host(model.token_loss(data.lengths))
-    views = [t.numpy() for t in model.split(w)] + [t.numpy() for t in model.split(lagged)]
-    if edges:
-        pairs = to_host(model.pairs)
-        edge_args = (model.edge_weights(w).numpy(), model.edge_weights(lagged).numpy(), *model.edge_csr(data),
-                     np.ascontiguousarray(pairs[:, 0]), np.ascontiguousarray(pairs[:, 1]), model.pair_of)
-    else:                                       # not read: typed as the edge arrays are
-        none_f, none_i = np.zeros((0, 0)), np.zeros(1, dtype=np.int64)
-        edge_args = (none_f, none_f, none_i, none_i, np.zeros(0), none_i, none_i, np.zeros((0, 0), dtype=np.int64))
-
-    def epoch(order: np.ndarray, eta: float, steps: int) -> tuple:
-        return nb_perceptron_epoch(np.ascontiguousarray(order, dtype=np.int64), fptr, fidx, fval, off, Y, token_w,
-                                   *views, model.pen_host, cfg.loss_augmented, eta, steps, cfg.average, TIE, edges,
-                                   *edge_args)
-    return epoch
-
-
 def train_perceptron(model: StructuredModel, data, config: PerceptronConfig | None = None, w0=None,
                      nonnegative=None, evaluate: Callable[[torch.Tensor], dict] | None = None,
                      progress: Callable[[dict], None] | None = None,
@@ -226,8 +178,9 @@ def train_perceptron(model: StructuredModel, data, config: PerceptronConfig | No
     ``state_dict`` of the result it would return: what ``resume`` continues exactly), valid until the next epoch
     starts, and ``interrupt()`` is polled: True stops the run there (``stop_reason`` "interrupted").
 
-    ``compiled`` (default True): the epochs of a linear chain in one compiled call each where
-    :func:`compiled_epoch` serves them; False runs the loop (the reference those epochs are tested against)."""
+    ``compiled`` (default True): each epoch in one compiled call where
+    :func:`~ssvm_torch.perceptron_compiled.compiled_epoch` serves the model and settings; False runs the loop (the
+    reference those epochs are tested against)."""
     cfg = (config or PerceptronConfig()).validate()
     model.check_data(data, "data")
     if getattr(data, "partial", False):
@@ -256,34 +209,36 @@ def train_perceptron(model: StructuredModel, data, config: PerceptronConfig | No
         order = epoch_order(data.n, cfg.seed, epoch, cfg.shuffle)
         mistakes, loss_sum, updates = 0, 0.0, 0
         if fast is not None:
-            mistakes, loss_sum, updates, steps = fast(order, eta, steps)
-        for start in range(0, data.n if fast is None else 0, cfg.batch_size):
-            idx = torch.as_tensor(order[start:start + cfg.batch_size], device=device)
-            if cfg.loss_augmented:
-                labels, H = model.oracle(w, data, idx)
-                wrong = H > TIE * (1.0 + H.abs())
-            else:
-                labels = model.predict(w, data, idx)
-            losses = model.loss(data, idx, labels).to(dtype)
-            if not cfg.loss_augmented:
-                wrong = losses > 0
-            loss_sum += float(losses.sum())
-            n_wrong = int(wrong.sum())
-            if n_wrong:
-                mistakes += n_wrong
-                updates += 1
-                coef = eta * wrong.to(dtype)
-                if cfg.average and steps:                   # this is step k = steps + 1: delta_k counts k - 1 times
-                    model.add_psi((w, lagged), data, idx, labels, (coef, coef * steps))
+            mistakes, loss_sum, steps = fast(order, eta, steps)
+            updates = mistakes                          # batch size 1: each mistake is one step that moved w
+        else:
+            for start in range(0, data.n, cfg.batch_size):
+                idx = torch.as_tensor(order[start:start + cfg.batch_size], device=device)
+                if cfg.loss_augmented:
+                    labels, H = model.oracle(w, data, idx)
+                    wrong = H > TIE * (1.0 + H.abs())
                 else:
-                    model.add_psi((w,), data, idx, labels, (coef,))
-                if nonnegative is not None:
-                    before = w[nonnegative]
-                    after = before.clamp_min(0)
-                    w[nonnegative] = after
-                    if cfg.average:
-                        lagged[nonnegative] += steps * (after - before)
-            steps += 1
+                    labels = model.predict(w, data, idx)
+                losses = model.loss(data, idx, labels).to(dtype)
+                if not cfg.loss_augmented:
+                    wrong = losses > 0
+                loss_sum += float(losses.sum())
+                n_wrong = int(wrong.sum())
+                if n_wrong:
+                    mistakes += n_wrong
+                    updates += 1
+                    coef = eta * wrong.to(dtype)
+                    if cfg.average and steps:               # this is step k = steps + 1: delta_k counts k - 1 times
+                        model.add_psi((w, lagged), data, idx, labels, (coef, coef * steps))
+                    else:
+                        model.add_psi((w,), data, idx, labels, (coef,))
+                    if nonnegative is not None:
+                        before = w[nonnegative]
+                        after = before.clamp_min(0)
+                        w[nonnegative] = after
+                        if cfg.average:
+                            lagged[nonnegative] += steps * (after - before)
+                steps += 1
         clock += time.perf_counter() - t0
         point = returned_point(w, lagged, steps, cfg.average)
         rec = {"epoch": epoch + 1, "mistakes": mistakes, "train_loss": loss_sum / data.n, "updates": updates,

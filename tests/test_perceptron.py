@@ -20,7 +20,8 @@ from ssvm_torch.data import load_ocr
 from ssvm_torch.errors import SSVMInputError
 from ssvm_torch.latent import hide_labels
 from ssvm_torch.models import ChainModel
-from ssvm_torch.perceptron import PerceptronConfig, PerceptronResult, compiled_epoch, train_perceptron
+from ssvm_torch.perceptron import PerceptronConfig, PerceptronResult, train_perceptron
+from ssvm_torch.perceptron_compiled import compiled_epoch
 
 
 class Tie(Exception):

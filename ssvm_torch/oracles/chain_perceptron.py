@@ -21,7 +21,8 @@ from .edge_kernels import nb_position_trans
 
 
 @nb.njit(cache=True, nogil=True)
-def _longest(off):
+def longest_row(off):
+    """The most rows between consecutive offsets (at least 1): a work buffer's length."""
     tmax = 1
     for i in range(off.shape[0] - 1):
         tmax = max(tmax, off[i + 1] - off[i])
@@ -67,23 +68,23 @@ def _add_edge_psi(s, T, coef, ys, Y, eptr, eidx, evals, pair_of, E):
 def nb_perceptron_epoch(order, fptr, fidx, fval, off, Y, token_w, W, first, last, trans, LW, Lfirst, Llast, Ltrans,
                         pen, loss_augmented, eta, steps, average, tie, edges, E, LE, eptr, eidx, evals, pair_next,
                         pair_prev, pair_of):
-    """One epoch over the examples in ``order``: returns (mistakes, summed task loss of the decoded labelings,
-    updates, steps after the epoch). ``token_w[i]``: the loss of one wrong position of example i (1/T_i or 1);
-    (W, first, last, trans) the views of w, (LW, ...) those of the lagged sum, both updated in place; ``steps``:
-    the steps taken before the epoch. Plain decoding errs where the loss of y^ is > 0; the loss-augmented one where
-    H_i = L_i(y*) + <w, phi(x_i, y*)> - <w, phi(x_i, y_i)> > tie (1 + |H_i|) (models/base.py's TIE). ``edges``: the
-    edge-feature chain, E (A_e, P) the edge block of w and LE the lagged sum's, (eptr, eidx, evals) the edge
-    attributes' CSR rows per position, (pair_next, pair_prev) the supported pairs and pair_of (K, K) their columns
-    (-1: none); without, those arrays are not read."""
+    """One epoch over the examples in ``order``: returns (mistakes, summed task loss of the decoded labelings, steps
+    after the epoch); at batch size 1 every mistake is an update. ``token_w[i]``: the loss of one wrong position of
+    example i (1/T_i or 1); (W, first, last, trans) the views of w, (LW, ...) those of the lagged sum, both updated
+    in place; ``steps``: the steps taken before the epoch. Plain decoding errs where the loss of y^ is > 0; the
+    loss-augmented one where H_i = L_i(y*) + <w, phi(x_i, y*)> - <w, phi(x_i, y_i)> > tie (1 + |H_i|)
+    (models/base.py's TIE). ``edges``: the edge-feature chain, E (A_e, P) the edge block of w and LE the lagged
+    sum's, (eptr, eidx, evals) the edge attributes' CSR rows per position, (pair_next, pair_prev) the supported
+    pairs and pair_of (K, K) their columns (-1: none); without, those arrays are not read."""
     K = W.shape[0]
-    tmax = _longest(off)
+    tmax = longest_row(off)
     U = np.empty((tmax, K))
     Tt = np.empty((tmax if edges else 1, K, K))
     trans3 = trans.reshape((1, K, K))
     ys = np.empty(tmax, dtype=np.int64)
     delta, newd = np.empty(K), np.empty(K)
     bp = np.empty((tmax, K), dtype=np.int64)
-    mistakes, updates, loss_sum = 0, 0, 0.0
+    mistakes, loss_sum = 0, 0.0
     for r in range(order.shape[0]):
         i = order[r]
         s = off[i]
@@ -111,7 +112,6 @@ def nb_perceptron_epoch(order, fptr, fidx, fval, off, Y, token_w, W, first, last
             wrong = wrong_positions > 0
         if wrong:
             mistakes += 1
-            updates += 1
             nb_add_psi(i, eta, ys, fptr, fidx, fval, off, Y, W, first, last, trans)
             if edges:
                 _add_edge_psi(s, T, eta, ys, Y, eptr, eidx, evals, pair_of, E)
@@ -120,4 +120,4 @@ def nb_perceptron_epoch(order, fptr, fidx, fval, off, Y, token_w, W, first, last
                 if edges:
                     _add_edge_psi(s, T, eta * steps, ys, Y, eptr, eidx, evals, pair_of, LE)
         steps += 1
-    return mistakes, loss_sum, updates, steps
+    return mistakes, loss_sum, steps

@@ -11,6 +11,7 @@ import numpy as np
 
 from ..trees.numba_eisner import eisner_best
 from ..trees.numba_mst import mst_best
+from .chain_perceptron import longest_row
 from .tree_kernels import arc_index, nb_theta
 
 
@@ -31,16 +32,15 @@ def _add_tree(target, c, sign, tree, n, base, t0, ptr, ids, tptr, tids):
 @nb.njit(cache=True, nogil=True)
 def nb_tree_perceptron_epoch(order, offsets, arc_off, heads, ptr, ids, tptr, tids, w, lagged, cost, projective,
                              multiroot, eta, steps, average):
-    """One epoch over the sentences in ``order``: returns (mistakes, summed task loss, updates, steps after).
+    """One epoch over the sentences in ``order``: returns (mistakes, summed task loss, steps after; every mistake
+    is an update).
     ``heads`` the gold heads of every word (0 the root), ``cost[i]`` the loss of one wrong head of sentence i;
     w and ``lagged`` updated in place; ``steps`` the steps taken before the epoch."""
-    nmax = 1
-    for i in range(offsets.shape[0] - 1):
-        nmax = max(nmax, offsets[i + 1] - offsets[i])
+    nmax = longest_row(offsets)
     theta = np.empty(nmax * nmax)
     got = np.empty(nmax + 1, dtype=np.int64)
     gold = np.empty(nmax + 1, dtype=np.int64)
-    mistakes, updates, loss_sum = 0, 0, 0.0
+    mistakes, loss_sum = 0, 0.0
     for r in range(order.shape[0]):
         i = order[r]
         n = offsets[i + 1] - offsets[i]
@@ -64,11 +64,10 @@ def nb_tree_perceptron_epoch(order, offsets, arc_off, heads, ptr, ids, tptr, tid
         loss_sum += wrong * cost[i]
         if wrong > 0:
             mistakes += 1
-            updates += 1
             _add_tree(w, eta, 1.0, gold, n, base, t0, ptr, ids, tptr, tids)
             _add_tree(w, eta, -1.0, got, n, base, t0, ptr, ids, tptr, tids)
             if average and steps > 0:
                 _add_tree(lagged, eta * steps, 1.0, gold, n, base, t0, ptr, ids, tptr, tids)
                 _add_tree(lagged, eta * steps, -1.0, got, n, base, t0, ptr, ids, tptr, tids)
         steps += 1
-    return mistakes, loss_sum, updates, steps
+    return mistakes, loss_sum, steps

@@ -1,0 +1,66 @@
+"""The perceptron's compiled epochs (ssvm_torch/perceptron.py's loop at batch size 1, one compiled call per epoch)
+for the models whose steps the kernels of :mod:`ssvm_torch.oracles.chain_perceptron` and
+:mod:`ssvm_torch.oracles.tree_perceptron` take exactly: the host views those kernels read, built once per run.
+Models are matched by their exact type (a subclass may add its own parts to psi: the second-order trees' sibling
+parts), so anything else runs the loop."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Callable
+
+import numpy as np
+import torch
+
+from .devices import to_host
+from .models.base import TIE, StructuredModel
+from .models.chain import ChainModel
+from .models.chain_edges import EdgeChainModel
+from .models.dependency import DependencyModel
+from .oracles.chain_perceptron import nb_perceptron_epoch
+from .oracles.tree_perceptron import nb_tree_perceptron_epoch
+
+if TYPE_CHECKING:
+    from .perceptron import PerceptronConfig
+
+
+def compiled_epoch(model: StructuredModel, data, w: torch.Tensor, lagged: torch.Tensor, cfg: "PerceptronConfig",
+                   nonnegative) -> Callable[[np.ndarray, float, int], tuple] | None:
+    """A function (order, eta, steps) -> (mistakes, summed loss, steps after) taking an epoch's steps in one
+    compiled call (:mod:`ssvm_torch.oracles.chain_perceptron`, :mod:`ssvm_torch.oracles.tree_perceptron`; w and
+    ``lagged`` updated in place through views), or None where the loop of
+    :func:`~ssvm_torch.perceptron.train_perceptron` runs: a model other than ChainModel, EdgeChainModel
+    and (plain decoding) DependencyModel themselves (a subclass may add its own parts to psi), other kernels,
+    device or precision (``compiled``), batches of several examples or a box (``nonnegative``). The edge-feature
+    chain's loss-augmented epochs exist only here (its model has no padded oracle for the loop)."""
+    if cfg.batch_size != 1 or nonnegative is not None or not model.compiled(w):
+        return None
+    if type(model) is DependencyModel and not cfg.loss_augmented:
+        host = [np.ascontiguousarray(to_host(t)) for t in (data.offsets, data.arc_off, data.heads, data.ptr, data.ids,
+                                                             data.tok_ptr, data.tok_ids)]
+        cost = to_host(model.costs(data.lengths))
+
+        def tree_epoch(order: np.ndarray, eta: float, steps: int) -> tuple:
+            return nb_tree_perceptron_epoch(np.ascontiguousarray(order, dtype=np.int64), *host, w.numpy(),
+                                            lagged.numpy(), cost, model.projective, model.multiroot, eta, steps,
+                                            cfg.average)
+        return tree_epoch
+    edges = type(model) is EdgeChainModel
+    if type(model) is not ChainModel and not edges:
+        return None
+    fptr, fidx, fval = (to_host(t) for t in model.features_csr(data, torch.float64))
+    off = np.ascontiguousarray(to_host(data.offsets), dtype=np.int64)
+    Y = np.ascontiguousarray(to_host(data.Y), dtype=np.int64)
+    token_w = to_host(model.token_loss(data.lengths))
+    views = [t.numpy() for t in model.split(w)] + [t.numpy() for t in model.split(lagged)]
+    if edges:
+        pairs = to_host(model.pairs)
+        edge_args = (model.edge_weights(w).numpy(), model.edge_weights(lagged).numpy(), *model.edge_csr(data),
+                     np.ascontiguousarray(pairs[:, 0]), np.ascontiguousarray(pairs[:, 1]), model.pair_of)
+    else:                                       # not read: typed as the edge arrays are
+        none_f, none_i = np.zeros((0, 0)), np.zeros(1, dtype=np.int64)
+        edge_args = (none_f, none_f, none_i, none_i, np.zeros(0), none_i, none_i, np.zeros((0, 0), dtype=np.int64))
+
+    def epoch(order: np.ndarray, eta: float, steps: int) -> tuple:
+        return nb_perceptron_epoch(np.ascontiguousarray(order, dtype=np.int64), fptr, fidx, fval, off, Y, token_w,
+                                   *views, model.pen_host, cfg.loss_augmented, eta, steps, cfg.average, TIE, edges,
+                                   *edge_args)
+    return epoch
