@@ -182,6 +182,7 @@ def train_perceptron(model: StructuredModel, data, config: PerceptronConfig | No
     :func:`~ssvm_torch.perceptron_compiled.compiled_epoch` serves the model and settings; False runs the loop (the
     reference those epochs are tested against)."""
     cfg = (config or PerceptronConfig()).validate()
+    check(isinstance(compiled, (bool, np.bool_)), "compiled", "a bool", compiled)
     model.check_data(data, "data")
     if getattr(data, "partial", False):
         raise SSVMInputError("data: a container with unobserved labels; the perceptron updates toward the gold "

@@ -190,6 +190,8 @@ def test_bad_starts_and_hidden_labels_are_refused():
             train_perceptron(model, data, nonnegative=bad)
     with pytest.raises(SSVMInputError, match="unobserved labels"):
         StructuredPerceptron().fit(hide_labels(data, 0.5, seed=0))
+    with pytest.raises(SSVMInputError, match="compiled: expected a bool, got no"):
+        train_perceptron(model, data, compiled="no")
     flat = FlatData(rng.normal(size=(5, 2)), rng.integers(0, 2, size=5))
     with pytest.raises(SSVMInputError, match="model: expected a StructuredModel"):
         StructuredPerceptron("custom").fit(flat)

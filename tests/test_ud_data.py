@@ -313,6 +313,9 @@ def test_threads_build_the_one_call_design(ewt, monkeypatch):
             for field in ("arc_off", "ptr", "ids", "tptr", "tids"):
                 a, b = getattr(one[k], field), getattr(got[k], field)
                 assert a.dtype == b.dtype and np.array_equal(a, b), (threads, k, field)
+    for bad in (0, -2, 1.5, True, "2"):
+        with pytest.raises(SSVMInputError, match="threads: expected None or an int >= 1"):
+            featurize(template, tbs, threads=bad)
 
 
 def test_column_codes_follow_the_sorted_distinct_values(ewt):

@@ -262,7 +262,10 @@ def threaded_arc_design(codes, offsets, parts, part_ptr, mult, between, per_arc,
     the design is the one-call design whatever the thread count (a thread gets MIN_ARCS_PER_THREAD arcs at least).
     The lookups in the dictionary's table (hundreds of MB) each wait on memory; threads wait in parallel."""
     n = offsets.shape[0] - 1
-    threads = numba.get_num_threads() if threads is None else threads
+    if threads is not None and not (isinstance(threads, (int, np.integer)) and not isinstance(threads, bool)
+                                    and threads >= 1):
+        raise SSVMInputError(f"threads: expected None or an int >= 1, got {threads!r}")
+    threads = numba.get_num_threads() if threads is None else int(threads)
     runs = max(1, min(threads, n, int(arc_off[-1]) // MIN_ARCS_PER_THREAD))
     if runs == 1:
         return arc_design(codes, offsets, parts, part_ptr, mult, between, per_arc, radix_max, table, arc_off,
