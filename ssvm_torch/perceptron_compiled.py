@@ -5,7 +5,7 @@ Models are matched by their exact type (a subclass may add its own parts to psi:
 parts), so anything else runs the loop."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
 import numpy as np
 import torch
@@ -18,11 +18,8 @@ from .models.dependency import DependencyModel
 from .oracles.chain_perceptron import nb_perceptron_epoch
 from .oracles.tree_perceptron import nb_tree_perceptron_epoch
 
-if TYPE_CHECKING:
-    from .perceptron import PerceptronConfig
 
-
-def compiled_epoch(model: StructuredModel, data, w: torch.Tensor, lagged: torch.Tensor, cfg: "PerceptronConfig",
+def compiled_epoch(model: StructuredModel, data, w: torch.Tensor, lagged: torch.Tensor, cfg,
                    nonnegative) -> Callable[[np.ndarray, float, int], tuple] | None:
     """A function (order, eta, steps) -> (mistakes, summed loss, steps after) taking an epoch's steps in one
     compiled call (:mod:`ssvm_torch.oracles.chain_perceptron`, :mod:`ssvm_torch.oracles.tree_perceptron`; w and
@@ -30,7 +27,8 @@ def compiled_epoch(model: StructuredModel, data, w: torch.Tensor, lagged: torch.
     :func:`~ssvm_torch.perceptron.train_perceptron` runs: a model other than ChainModel, EdgeChainModel
     and (plain decoding) DependencyModel themselves (a subclass may add its own parts to psi), other kernels,
     device or precision (``compiled``), batches of several examples or a box (``nonnegative``). The edge-feature
-    chain's loss-augmented epochs exist only here (its model has no padded oracle for the loop)."""
+    chain's loss-augmented epochs exist only here (its model has no padded oracle for the loop). ``cfg``: the
+    run's :class:`~ssvm_torch.perceptron.PerceptronConfig` (not imported here: perceptron.py imports this module)."""
     if cfg.batch_size != 1 or nonnegative is not None or not model.compiled(w):
         return None
     if type(model) is DependencyModel and not cfg.loss_augmented:

@@ -129,7 +129,7 @@ LAYERS = [
     {"models"},
     {"stores"},
     {"solvers", "tasks", "problem", "ud_tasks", "labeler", "distributed", "rank_store", "column_shards", "column_shards_edges",
-     "perceptron"},
+     "perceptron", "perceptron_compiled"},
     {"estimator", "segment_estimator", "graph_estimator", "fingerprint", "portable", "perceptron_estimator"},
     {"outputs"},
     {"path", "path_resume", "lightning", "latent", "latent_graph", "latent_estimator", "latent_node_estimator"},
