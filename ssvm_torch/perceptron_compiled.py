@@ -1,8 +1,9 @@
 """The perceptron's compiled epochs (ssvm_torch/perceptron.py's loop at batch size 1, one compiled call per epoch)
-for the models whose steps the kernels of :mod:`ssvm_torch.oracles.chain_perceptron` and
-:mod:`ssvm_torch.oracles.tree_perceptron` take exactly: the host views those kernels read, built once per run.
-Models are matched by their exact type (a subclass may add its own parts to psi: the second-order trees' sibling
-parts), so anything else runs the loop."""
+for the models whose steps the kernels of :mod:`ssvm_torch.oracles.chain_perceptron`,
+:mod:`ssvm_torch.oracles.tree_perceptron` and :mod:`ssvm_torch.stores.sibling_perceptron` take exactly: the host
+views those kernels read, built once per run.
+Models are matched by their exact type (a subclass may add its own parts to psi, as the second-order trees add
+their sibling parts to the first-order model's), so anything else runs the loop."""
 from __future__ import annotations
 
 from typing import Callable
@@ -15,32 +16,27 @@ from .models.base import TIE, StructuredModel
 from .models.chain import ChainModel
 from .models.chain_edges import EdgeChainModel
 from .models.dependency import DependencyModel
+from .models.sibling_dependency import SiblingDependencyModel
 from .oracles.chain_perceptron import nb_perceptron_epoch
 from .oracles.tree_perceptron import nb_tree_perceptron_epoch
+from .stores.sibling_perceptron import nb_sibling_perceptron_epoch
 
 
 def compiled_epoch(model: StructuredModel, data, w: torch.Tensor, lagged: torch.Tensor, cfg,
                    nonnegative) -> Callable[[np.ndarray, float, int], tuple] | None:
     """A function (order, eta, steps) -> (mistakes, summed loss, steps after) taking an epoch's steps in one
-    compiled call (:mod:`ssvm_torch.oracles.chain_perceptron`, :mod:`ssvm_torch.oracles.tree_perceptron`; w and
-    ``lagged`` updated in place through views), or None where the loop of
-    :func:`~ssvm_torch.perceptron.train_perceptron` runs: a model other than ChainModel, EdgeChainModel
-    and (plain decoding) DependencyModel themselves (a subclass may add its own parts to psi), other kernels,
-    device or precision (``compiled``), batches of several examples or a box (``nonnegative``). The edge-feature
-    chain's loss-augmented epochs exist only here (its model has no padded oracle for the loop). ``cfg``: the
-    run's :class:`~ssvm_torch.perceptron.PerceptronConfig` (not imported here: perceptron.py imports this module)."""
+    compiled call (:mod:`ssvm_torch.oracles.chain_perceptron`, :mod:`ssvm_torch.oracles.tree_perceptron`,
+    :mod:`ssvm_torch.stores.sibling_perceptron`; w and ``lagged`` updated in place through views), or None where
+    the loop of :func:`~ssvm_torch.perceptron.train_perceptron` runs: a model other than ChainModel,
+    EdgeChainModel and (plain decoding) DependencyModel and SiblingDependencyModel themselves (a subclass may add
+    its own parts to psi), other kernels, device or precision (``compiled``), batches of several examples or a box
+    (``nonnegative``). The edge-feature chain's loss-augmented epochs exist only here (its model has no padded
+    oracle for the loop). ``cfg``: the run's :class:`~ssvm_torch.perceptron.PerceptronConfig` (not imported here:
+    perceptron.py imports this module)."""
     if cfg.batch_size != 1 or nonnegative is not None or not model.compiled(w):
         return None
-    if type(model) is DependencyModel and not cfg.loss_augmented:
-        host = [np.ascontiguousarray(to_host(t)) for t in (data.offsets, data.arc_off, data.heads, data.ptr, data.ids,
-                                                             data.tok_ptr, data.tok_ids)]
-        cost = to_host(model.costs(data.lengths))
-
-        def tree_epoch(order: np.ndarray, eta: float, steps: int) -> tuple:
-            return nb_tree_perceptron_epoch(np.ascontiguousarray(order, dtype=np.int64), *host, w.numpy(),
-                                            lagged.numpy(), cost, model.projective, model.multiroot, eta, steps,
-                                            cfg.average)
-        return tree_epoch
+    if type(model) in (DependencyModel, SiblingDependencyModel):
+        return None if cfg.loss_augmented else _tree_epoch(model, data, w, lagged, cfg)
     edges = type(model) is EdgeChainModel
     if type(model) is not ChainModel and not edges:
         return None
@@ -62,3 +58,26 @@ def compiled_epoch(model: StructuredModel, data, w: torch.Tensor, lagged: torch.
                                    *views, model.pen_host, cfg.loss_augmented, eta, steps, cfg.average, TIE, edges,
                                    *edge_args)
     return epoch
+
+
+def _tree_epoch(model: DependencyModel, data, w: torch.Tensor, lagged: torch.Tensor, cfg) -> Callable:
+    """The plain-decoding epoch of a first-order or second-order dependency model (exact types)."""
+    cost = to_host(model.costs(data.lengths))
+    if type(model) is SiblingDependencyModel:
+        ades = tuple(np.ascontiguousarray(to_host(t)) for t in (data.offsets, data.arc_off, data.ptr, data.ids,
+                                                                 data.tok_ptr, data.tok_ids))
+        sdes, heads = data.sib.host(), np.ascontiguousarray(to_host(data.heads))
+
+        def sibling_epoch(order: np.ndarray, eta: float, steps: int) -> tuple:
+            return nb_sibling_perceptron_epoch(np.ascontiguousarray(order, dtype=np.int64), ades, sdes, heads,
+                                               w.numpy(), lagged.numpy(), cost, model.multiroot, eta, steps,
+                                               cfg.average)
+        return sibling_epoch
+    host = [np.ascontiguousarray(to_host(t)) for t in (data.offsets, data.arc_off, data.heads, data.ptr, data.ids,
+                                                         data.tok_ptr, data.tok_ids)]
+
+    def tree_epoch(order: np.ndarray, eta: float, steps: int) -> tuple:
+        return nb_tree_perceptron_epoch(np.ascontiguousarray(order, dtype=np.int64), *host, w.numpy(),
+                                        lagged.numpy(), cost, model.projective, model.multiroot, eta, steps,
+                                        cfg.average)
+    return tree_epoch

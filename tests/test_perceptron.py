@@ -287,6 +287,45 @@ def test_the_compiled_tree_epoch_is_the_loop_on_ud_ewt(trees):
         assert fast.history[0]["mistakes"] > fast.history[1]["mistakes"] > 0
 
 
+def test_the_compiled_second_order_epoch_is_the_loop_on_ud_ewt():
+    """Second-order trees on 150 EWT sentences (McDonald & Pereira's sibling features with first-child parts): the
+    compiled epochs (stores/sibling_perceptron.py) take the loop's steps bit for bit, unit and decaying steps (the
+    same arc and sibling scores, the first-child parts folded in as the model folds them, the same decoder and
+    order of psi's additions); loss-augmented, they take the loop."""
+    from ssvm_torch.tasks import load_task
+    task = load_task("ud-ewt", train_size=150, trees="second-order")
+    model, data = task.model, task.train
+    assert data.sib.first_child
+    w = torch.zeros(model.d, dtype=torch.float64)
+    assert compiled_epoch(model, data, w, w.clone(), PerceptronConfig(loss_augmented=True), None) is None
+    for cfg in (PerceptronConfig(epochs=2), PerceptronConfig(epochs=2, decay_exponent=0.5, decay_t0=2.0)):
+        assert compiled_epoch(model, data, w, w.clone(), cfg, None) is not None
+        fast = train_perceptron(model, data, cfg)
+        loop = train_perceptron(model, data, cfg, compiled=False)
+        assert_same_run(fast, loop)
+        assert fast.history[0]["mistakes"] > fast.history[1]["mistakes"] > 0
+
+
+@pytest.mark.parametrize("first_child,table_max,multiroot", [(True, None, False), (False, 0, True),
+                                                            (False, None, False)])
+def test_the_compiled_second_order_epoch_is_the_loop_on_drawn_trees(first_child, table_max, multiroot):
+    """Drawn sentences of 1-9 words with non-projective gold trees (always a mistake), sibling designs without
+    first-child parts or looked up in hashes, single- and multi-root decoding, a Gaussian start and decaying
+    steps: the same iterate, lagged sum and records as the loop, bit for bit."""
+    from conftest import random_sibling_data
+    from ssvm_torch.models import SiblingDependencyModel
+    rng = np.random.default_rng(11)
+    data = random_sibling_data(rng, 30, 12, lmin=1, lmax=9, projective_only=False, table_max=table_max,
+                               first_child=first_child)
+    model = SiblingDependencyModel(data.n_features, multiroot=multiroot)
+    w0 = torch.tensor(rng.normal(size=model.d))
+    cfg = PerceptronConfig(epochs=3, decay_exponent=0.5)
+    fast = train_perceptron(model, data, cfg, w0=w0)
+    loop = train_perceptron(model, data, cfg, w0=w0, compiled=False)
+    assert_same_run(fast, loop)
+    assert fast.history[-1]["mistakes"] > 0
+
+
 @given(st.sampled_from(sorted(STRUCTURES)), st.integers(0, 2 ** 31), st.integers(1, 4), st.booleans(), st.booleans(),
        st.sampled_from([0.0, 0.5, 1.0]))
 @settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck))

@@ -16,7 +16,7 @@ from .tree_kernels import arc_index, nb_theta
 
 
 @nb.njit(cache=True, nogil=True)
-def _add_tree(target, c, sign, tree, n, base, t0, ptr, ids, tptr, tids):
+def add_tree(target, c, sign, tree, n, base, t0, ptr, ids, tptr, tids):
     """target[f] += sign c for every feature f of the arcs of ``tree`` (heads of words 1..n), then of their head
     tokens (the arc rows first, as add_psi's index_add_ calls go)."""
     for m in range(1, n + 1):
@@ -64,10 +64,10 @@ def nb_tree_perceptron_epoch(order, offsets, arc_off, heads, ptr, ids, tptr, tid
         loss_sum += wrong * cost[i]
         if wrong > 0:
             mistakes += 1
-            _add_tree(w, eta, 1.0, gold, n, base, t0, ptr, ids, tptr, tids)
-            _add_tree(w, eta, -1.0, got, n, base, t0, ptr, ids, tptr, tids)
+            add_tree(w, eta, 1.0, gold, n, base, t0, ptr, ids, tptr, tids)
+            add_tree(w, eta, -1.0, got, n, base, t0, ptr, ids, tptr, tids)
             if average and steps > 0:
-                _add_tree(lagged, eta * steps, 1.0, gold, n, base, t0, ptr, ids, tptr, tids)
-                _add_tree(lagged, eta * steps, -1.0, got, n, base, t0, ptr, ids, tptr, tids)
+                add_tree(lagged, eta * steps, 1.0, gold, n, base, t0, ptr, ids, tptr, tids)
+                add_tree(lagged, eta * steps, -1.0, got, n, base, t0, ptr, ids, tptr, tids)
         steps += 1
     return mistakes, loss_sum, steps
