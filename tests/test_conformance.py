@@ -274,6 +274,35 @@ def test_conformance_loss_augmented_oracle_is_brute_force(name):
         assert float(model.loss(data, one, model.gt_batch(data, one))) == 0.0          # L_i(y_i) = 0
 
 
+#: the structures whose models sum a labeling's part scores (StructuredModel.labeling_scores); the others' oracles
+#: build phi
+SUMMED = {"chain", "sparse-chain", "semimarkov", "semimarkov-outside", "constituency",
+          "constituency-boundary-normalized"}
+
+
+@each
+def test_conformance_labeling_scores_are_w_dot_phi(name):
+    """Where a model sums a labeling's part scores from its decoder's scores (the oracle's H without a (B, d) phi),
+    the sum is <w, phi(x_i, y)> for every labeling y of every example, and the oracle's labelings and H are those
+    it gives through phi (``phi_gt`` given)."""
+    model, data, _, w = instance(name, seed=4)
+    idx = torch.arange(data.n)
+    scores = model.scores(w, data, idx)
+    summed = model.labeling_scores(scores, data, idx, model.gt_batch(data, idx))
+    assert (summed is not None) == (name in SUMMED)
+    if summed is None:
+        return
+    for i in range(data.n):
+        Y = STRUCTURES[name].enumerate(model, data, i)
+        rows = torch.full((len(Y),), i)
+        got = model.labeling_scores(model.scores(w, data, rows), data, rows, Y)
+        torch.testing.assert_close(got, model.phi(data, rows, Y) @ w, rtol=0, atol=1e-10)
+    labels, H = model.oracle(w, data, idx)
+    labels_phi, H_phi = model.oracle(w, data, idx, model.phi(data, idx, model.gt_batch(data, idx)))
+    assert torch.equal(labels, labels_phi)
+    torch.testing.assert_close(H, H_phi, rtol=0, atol=1e-10)
+
+
 def _floats(x):
     """The floating-point tensors of a (nested) scores value."""
     if isinstance(x, torch.Tensor):

@@ -39,6 +39,7 @@ from ..devices import from_host, to_host
 from ..errors import SSVMInputError, check
 from ..oracles.chain_kernels import nb_scatter_entries, nb_unary_all
 from ..chain.numba_viterbi import NO_PEN, penalty_array, viterbi_ragged
+from ..chain.losses import chain_score
 from ..chain.padded import decode, viterbi
 from .base import StructuredModel
 from .chain_index import csr_row_nonzeros, features_csr, padded_index, segment_ids
@@ -366,6 +367,13 @@ class ChainModel(StructuredModel):
         off = (1.0 - torch.nn.functional.one_hot(gt.clamp(min=0), self.K).to(unary.dtype)) \
             * self.token_loss(lengths, unary.dtype)[:, None, None]
         return unary + off * valid[..., None], lengths, first, last, trans
+
+    def labeling_scores(self, scores, data: ChainData, idx, labels) -> torch.Tensor:
+        """<w, phi(x_b, y_b)> (B,) of padded labelings: their unaries, first, last and transition scores
+        (:func:`ssvm_torch.chain.losses.chain_score`)."""
+        unary, lengths, first, last, trans = scores
+        labels = torch.as_tensor(labels, device=unary.device).reshape(unary.shape[0], -1)[:, :unary.shape[1]]
+        return chain_score(unary, lengths, first, last, trans, labels)
 
     def loss_batch(self, data: ChainData, idx) -> torch.Tensor:
         """The labels the task loss reads (B, T_max) of the rows ``idx``: the gold ones, -1 at unobserved positions

@@ -152,6 +152,14 @@ class ConstituencyModel(StructuredModel):
         idx = torch.as_tensor(idx, device=data.device).reshape(-1)
         return ops.best(scores, data.lengths[idx], "torch" if self.kernels == "torch" else "auto")[0]
 
+    def labeling_scores(self, scores: torch.Tensor, data: SpanData, idx, labels) -> torch.Tensor:
+        """<w, phi(x_b, y_b)> (B,): the sum of the chart's labeled span scores (:func:`ssvm_torch.spans.ops.score`)."""
+        idx = torch.as_tensor(idx, device=data.device).reshape(-1)
+        charts = self._charts(data, idx, labels).to(scores.device)
+        M = scores.shape[1]
+        charts = torch.nn.functional.pad(charts, (0, M - charts.shape[2], 0, M - charts.shape[1]), value=-1)
+        return ops.score(scores, charts[:, :M, :M], data.lengths[idx].to(scores.device))
+
     # -- statistics: phi(x_i, y) = A_i s(y) -------------------------------------------------------------------
     def scatter_statistics(self, P: torch.Tensor, begin: torch.Tensor, end: torch.Tensor, lab: torch.Tensor,
                            counts: torch.Tensor, row: torch.Tensor) -> None:

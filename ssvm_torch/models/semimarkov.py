@@ -40,7 +40,7 @@ from ..errors import SSVMInputError, check
 from ..segments import ops
 from ..segments.checks import segment_lengths, valid_positions
 from ..segments.convert import segment_states, segments_of_states
-from ..segments.scoring import augmented, loss as segment_loss, span_counts, starts_and_labels, windows
+from ..segments.scoring import augmented, loss as segment_loss, score, span_counts, starts_and_labels, windows
 from .base import StructuredModel
 from .chain_index import csr_row_nonzeros, feature_coo, features_csr, padded_index, segment_ids
 
@@ -240,6 +240,13 @@ class SemiMarkovModel(StructuredModel):
         S, _ = augmented(S, gold, lengths, "tokens", self.token_loss(lengths, S.dtype),
                          self.observed_batch(data, idx, S.device, S.shape[1]))
         return S, lengths, first, last, trans
+
+    def labeling_scores(self, scores, data: ChainData, idx, labels) -> torch.Tensor:
+        """<w, phi(x_b, y_b)> (B,) of segmentations: their segments', first, last and transition scores
+        (:func:`ssvm_torch.segments.scoring.score`)."""
+        S, lengths, first, last, trans = scores
+        labels = torch.as_tensor(labels, device=S.device).reshape(S.shape[0], -1)[:, :S.shape[1]]
+        return score(S, first, last, trans, labels, lengths)
 
     def _gold(self, data: ChainData, idx) -> torch.Tensor:
         """The gold segmentations of the rows ``idx``; a partially observed row's states must be a segmentation
