@@ -15,9 +15,11 @@ from .devices import to_host
 from .models.base import TIE, StructuredModel
 from .models.chain import ChainModel
 from .models.chain_edges import EdgeChainModel
+from .models.constituency import ConstituencyModel
 from .models.dependency import DependencyModel
 from .models.sibling_dependency import SiblingDependencyModel
 from .oracles.chain_perceptron import nb_perceptron_epoch
+from .oracles.span_perceptron import nb_span_perceptron_epoch
 from .oracles.tree_perceptron import nb_tree_perceptron_epoch
 from .stores.sibling_perceptron import nb_sibling_perceptron_epoch
 
@@ -37,6 +39,8 @@ def compiled_epoch(model: StructuredModel, data, w: torch.Tensor, lagged: torch.
         return None
     if type(model) in (DependencyModel, SiblingDependencyModel):
         return None if cfg.loss_augmented else _tree_epoch(model, data, w, lagged, cfg)
+    if type(model) is ConstituencyModel:
+        return None if cfg.loss_augmented else _span_epoch(model, data, w, lagged, cfg)
     edges = type(model) is EdgeChainModel
     if type(model) is not ChainModel and not edges:
         return None
@@ -81,3 +85,17 @@ def _tree_epoch(model: DependencyModel, data, w: torch.Tensor, lagged: torch.Ten
                                         lagged.numpy(), cost, model.projective, model.multiroot, eta, steps,
                                         cfg.average)
     return tree_epoch
+
+
+def _span_epoch(model: ConstituencyModel, data, w: torch.Tensor, lagged: torch.Tensor, cfg) -> Callable:
+    """The plain-decoding epoch of the constituency model (exact type)."""
+    host = [np.ascontiguousarray(to_host(t), dtype=np.int64) for t in (data.offsets, data.fptr, data.fidx, data.spans,
+                                                                        data.span_offsets)]
+    views = [t.numpy() for t in model.split(w)] + [t.numpy() for t in model.split(lagged)]
+    cost = np.ascontiguousarray(to_host(model.costs(data.lengths)))
+    buckets = np.asarray(model.buckets, dtype=np.int64)
+
+    def span_epoch(order: np.ndarray, eta: float, steps: int) -> tuple:
+        return nb_span_perceptron_epoch(np.ascontiguousarray(order, dtype=np.int64), *host, *views, cost, buckets,
+                                        model.inside, eta, steps, cfg.average)
+    return span_epoch

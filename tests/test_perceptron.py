@@ -326,6 +326,37 @@ def test_the_compiled_second_order_epoch_is_the_loop_on_drawn_trees(first_child,
     assert fast.history[-1]["mistakes"] > 0
 
 
+def test_the_compiled_constituency_epoch_is_the_loop_on_ud_ewt_spans():
+    """Labeled binary constituency trees on 150 EWT sentences (Hall et al.'s surface features, inside means): the
+    compiled epochs (oracles/span_perceptron.py) take the loop's steps bit for bit, unit and decaying steps (the span
+    scores in the model's order of operations, the first best label on ties, the same CKY, psi's statistics summed
+    as the model sums them); loss-augmented, they take the loop."""
+    from ssvm_torch.tasks import load_task
+    task = load_task("ud-ewt-spans", train_size=150)
+    model, data = task.model, task.train
+    w = torch.zeros(model.d, dtype=torch.float64)
+    assert compiled_epoch(model, data, w, w.clone(), PerceptronConfig(loss_augmented=True), None) is None
+    for cfg in (PerceptronConfig(epochs=2), PerceptronConfig(epochs=2, decay_exponent=0.5, decay_t0=2.0)):
+        assert compiled_epoch(model, data, w, w.clone(), cfg, None) is not None
+        fast = train_perceptron(model, data, cfg)
+        loop = train_perceptron(model, data, cfg, compiled=False)
+        assert_same_run(fast, loop)
+        assert fast.history[0]["mistakes"] > 0
+
+
+@pytest.mark.parametrize("name", ["constituency", "constituency-boundary-normalized"])
+def test_the_compiled_constituency_epoch_is_the_loop_on_drawn_trees(name):
+    """The conformance suite's constituency instances (with the inside part and Hamming loss; boundary features only
+    and the normalized loss) from a Gaussian start with decaying steps: the loop's run bit for bit."""
+    model, data, _, w0 = instance(name, seed=3)
+    cfg = PerceptronConfig(epochs=3, decay_exponent=0.5)
+    assert compiled_epoch(model, data, w0, w0.clone(), cfg, None) is not None
+    fast = train_perceptron(model, data, cfg, w0=w0)
+    loop = train_perceptron(model, data, cfg, w0=w0, compiled=False)
+    assert_same_run(fast, loop)
+    assert fast.history[0]["mistakes"] > 0
+
+
 @given(st.sampled_from(sorted(STRUCTURES)), st.integers(0, 2 ** 31), st.integers(1, 4), st.booleans(), st.booleans(),
        st.sampled_from([0.0, 0.5, 1.0]))
 @settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck))
