@@ -1,7 +1,7 @@
 """The perceptron's compiled epochs (ssvm_torch/perceptron.py's loop at batch size 1, one compiled call per epoch)
 for the models whose steps the kernels of :mod:`ssvm_torch.oracles.chain_perceptron`,
-:mod:`ssvm_torch.oracles.tree_perceptron` and :mod:`ssvm_torch.stores.sibling_perceptron` take exactly: the host
-views those kernels read, built once per run.
+:mod:`ssvm_torch.oracles.tree_perceptron`, :mod:`ssvm_torch.stores.sibling_perceptron` and
+:mod:`ssvm_torch.oracles.span_perceptron` take exactly: the host views those kernels read, built once per run.
 Models are matched by their exact type (a subclass may add its own parts to psi, as the second-order trees add
 their sibling parts to the first-order model's), so anything else runs the loop."""
 from __future__ import annotations
@@ -27,14 +27,13 @@ from .stores.sibling_perceptron import nb_sibling_perceptron_epoch
 def compiled_epoch(model: StructuredModel, data, w: torch.Tensor, lagged: torch.Tensor, cfg,
                    nonnegative) -> Callable[[np.ndarray, float, int], tuple] | None:
     """A function (order, eta, steps) -> (mistakes, summed loss, steps after) taking an epoch's steps in one
-    compiled call (:mod:`ssvm_torch.oracles.chain_perceptron`, :mod:`ssvm_torch.oracles.tree_perceptron`,
-    :mod:`ssvm_torch.stores.sibling_perceptron`; w and ``lagged`` updated in place through views), or None where
+    compiled call (the module docstring's kernels; w and ``lagged`` updated in place through views), or None where
     the loop of :func:`~ssvm_torch.perceptron.train_perceptron` runs: a model other than ChainModel,
-    EdgeChainModel and (plain decoding) DependencyModel and SiblingDependencyModel themselves (a subclass may add
-    its own parts to psi), other kernels, device or precision (``compiled``), batches of several examples or a box
-    (``nonnegative``). The edge-feature chain's loss-augmented epochs exist only here (its model has no padded
-    oracle for the loop). ``cfg``: the run's :class:`~ssvm_torch.perceptron.PerceptronConfig` (not imported here:
-    perceptron.py imports this module)."""
+    EdgeChainModel and (plain decoding) DependencyModel, SiblingDependencyModel and ConstituencyModel themselves (a
+    subclass may add its own parts to psi), other kernels, device or precision (``compiled``), batches of several
+    examples or a box (``nonnegative``). The edge-feature chain's loss-augmented epochs exist only here (its model
+    has no padded oracle for the loop). ``cfg``: the run's :class:`~ssvm_torch.perceptron.PerceptronConfig` (not
+    imported here: perceptron.py imports this module)."""
     if cfg.batch_size != 1 or nonnegative is not None or not model.compiled(w):
         return None
     if type(model) in (DependencyModel, SiblingDependencyModel):
