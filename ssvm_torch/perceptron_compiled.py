@@ -1,7 +1,8 @@
 """The perceptron's compiled epochs (ssvm_torch/perceptron.py's loop at batch size 1, one compiled call per epoch)
 for the models whose steps the kernels of :mod:`ssvm_torch.oracles.chain_perceptron`,
-:mod:`ssvm_torch.oracles.tree_perceptron`, :mod:`ssvm_torch.stores.sibling_perceptron` and
-:mod:`ssvm_torch.oracles.span_perceptron` take exactly: the host views those kernels read, built once per run.
+:mod:`ssvm_torch.oracles.tree_perceptron`, :mod:`ssvm_torch.stores.sibling_perceptron`,
+:mod:`ssvm_torch.oracles.span_perceptron` and :mod:`ssvm_torch.stores.segment_perceptron` take exactly: the host
+views those kernels read, built once per run.
 Models are matched by their exact type (a subclass may add its own parts to psi, as the second-order trees add
 their sibling parts to the first-order model's), so anything else runs the loop."""
 from __future__ import annotations
@@ -17,10 +18,12 @@ from .models.chain import ChainModel
 from .models.chain_edges import EdgeChainModel
 from .models.constituency import ConstituencyModel
 from .models.dependency import DependencyModel
+from .models.semimarkov import SemiMarkovModel
 from .models.sibling_dependency import SiblingDependencyModel
 from .oracles.chain_perceptron import nb_perceptron_epoch
 from .oracles.span_perceptron import nb_span_perceptron_epoch
 from .oracles.tree_perceptron import nb_tree_perceptron_epoch
+from .stores.segment_perceptron import nb_segment_perceptron_epoch
 from .stores.sibling_perceptron import nb_sibling_perceptron_epoch
 
 
@@ -29,17 +32,19 @@ def compiled_epoch(model: StructuredModel, data, w: torch.Tensor, lagged: torch.
     """A function (order, eta, steps) -> (mistakes, summed loss, steps after) taking an epoch's steps in one
     compiled call (the module docstring's kernels; w and ``lagged`` updated in place through views), or None where
     the loop of :func:`~ssvm_torch.perceptron.train_perceptron` runs: a model other than ChainModel,
-    EdgeChainModel and (plain decoding) DependencyModel, SiblingDependencyModel and ConstituencyModel themselves (a
-    subclass may add its own parts to psi), other kernels, device or precision (``compiled``), batches of several
-    examples or a box (``nonnegative``). The edge-feature chain's loss-augmented epochs exist only here (its model
-    has no padded oracle for the loop). ``cfg``: the run's :class:`~ssvm_torch.perceptron.PerceptronConfig` (not
-    imported here: perceptron.py imports this module)."""
+    EdgeChainModel and (plain decoding) DependencyModel, SiblingDependencyModel, ConstituencyModel and
+    SemiMarkovModel themselves (a subclass may add its own parts to psi), other kernels, device or precision
+    (``compiled``), batches of several examples or a box (``nonnegative``). The edge-feature chain's loss-augmented
+    epochs exist only here (its model has no padded oracle for the loop). ``cfg``: the run's
+    :class:`~ssvm_torch.perceptron.PerceptronConfig` (not imported here: perceptron.py imports this module)."""
     if cfg.batch_size != 1 or nonnegative is not None or not model.compiled(w):
         return None
     if type(model) in (DependencyModel, SiblingDependencyModel):
         return None if cfg.loss_augmented else _tree_epoch(model, data, w, lagged, cfg)
     if type(model) is ConstituencyModel:
         return None if cfg.loss_augmented else _span_epoch(model, data, w, lagged, cfg)
+    if type(model) is SemiMarkovModel:
+        return None if cfg.loss_augmented else _segment_epoch(model, data, w, lagged, cfg)
     edges = type(model) is EdgeChainModel
     if type(model) is not ChainModel and not edges:
         return None
@@ -98,3 +103,19 @@ def _span_epoch(model: ConstituencyModel, data, w: torch.Tensor, lagged: torch.T
         return nb_span_perceptron_epoch(np.ascontiguousarray(order, dtype=np.int64), *host, *views, cost, buckets,
                                         model.inside, eta, steps, cfg.average)
     return span_epoch
+
+
+def _segment_epoch(model: SemiMarkovModel, data, w: torch.Tensor, lagged: torch.Tensor, cfg) -> Callable:
+    """The plain-decoding epoch of the semi-Markov model (exact type)."""
+    fptr, fidx, fval = (np.ascontiguousarray(to_host(t)) for t in model.features_csr(data, torch.float64))
+    off = np.ascontiguousarray(to_host(data.offsets), dtype=np.int64)
+    Y = np.ascontiguousarray(to_host(data.Y), dtype=np.int64)
+    cost = np.ascontiguousarray(to_host(model.token_loss(data.lengths)))
+    views = [t.numpy() for t in model.split(w)] + [w[model.e:].numpy()]
+    lag = [model.split(lagged)[0].numpy(), lagged[model.e:].numpy()]
+    outside = -1 if model.outside is None else int(model.outside)
+
+    def segment_epoch(order: np.ndarray, eta: float, steps: int) -> tuple:
+        return nb_segment_perceptron_epoch(np.ascontiguousarray(order, dtype=np.int64), off, fptr, fidx, fval, Y,
+                                           *views, *lag, cost, outside, eta, steps, cfg.average)
+    return segment_epoch

@@ -357,6 +357,38 @@ def test_the_compiled_constituency_epoch_is_the_loop_on_drawn_trees(name):
     assert fast.history[0]["mistakes"] > 0
 
 
+def test_the_compiled_segment_epoch_is_the_loop_on_conll2000_segments():
+    """Semi-Markov segmentations of 200 CoNLL-2000 sentences (chunks of up to L words, the outside label's segments
+    of one word, the normalized loss): the compiled epochs (stores/segment_perceptron.py) take the loop's steps bit
+    for bit, unit and decaying steps (the segment scores in the model's order of operations, the same decoder, psi
+    through the positions' feature values); loss-augmented, they take the loop."""
+    from ssvm_torch.tasks import load_task
+    task = load_task("conll2000-segments")
+    model, data = task.model, task.train.subset(torch.arange(200))
+    assert model.outside is not None
+    w = torch.zeros(model.d, dtype=torch.float64)
+    assert compiled_epoch(model, data, w, w.clone(), PerceptronConfig(loss_augmented=True), None) is None
+    for cfg in (PerceptronConfig(epochs=2), PerceptronConfig(epochs=2, decay_exponent=0.5, decay_t0=2.0)):
+        assert compiled_epoch(model, data, w, w.clone(), cfg, None) is not None
+        fast = train_perceptron(model, data, cfg)
+        loop = train_perceptron(model, data, cfg, compiled=False)
+        assert_same_run(fast, loop)
+        assert fast.history[0]["mistakes"] > fast.history[1]["mistakes"] > 0
+
+
+@pytest.mark.parametrize("name", ["semimarkov", "semimarkov-outside"])
+def test_the_compiled_segment_epoch_is_the_loop_on_drawn_segmentations(name):
+    """The conformance suite's semi-Markov instances (real-valued features; with and without an outside label)
+    from a Gaussian start with decaying steps: the loop's run bit for bit."""
+    model, data, _, w0 = instance(name, seed=3)
+    cfg = PerceptronConfig(epochs=3, decay_exponent=0.5)
+    assert compiled_epoch(model, data, w0, w0.clone(), cfg, None) is not None
+    fast = train_perceptron(model, data, cfg, w0=w0)
+    loop = train_perceptron(model, data, cfg, w0=w0, compiled=False)
+    assert_same_run(fast, loop)
+    assert fast.history[0]["mistakes"] > 0
+
+
 @given(st.sampled_from(sorted(STRUCTURES)), st.integers(0, 2 ** 31), st.integers(1, 4), st.booleans(), st.booleans(),
        st.sampled_from([0.0, 0.5, 1.0]))
 @settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck))

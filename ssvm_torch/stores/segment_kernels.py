@@ -15,7 +15,7 @@ NEG_INF = -np.inf
 
 
 @nb.njit(cache=True, nogil=True)
-def _potentials(s, T, fptr, fidx, fval, W, U):
+def segment_potentials(s, T, fptr, fidx, fval, W, U):
     """U[:T] = [x_t, 1] W of the positions s..s+T-1 (the emission potentials of every label part)."""
     C = W.shape[1]
     for t in range(T):
@@ -38,7 +38,7 @@ def _zero(T, D, Dc):
 
 
 @nb.njit(cache=True, nogil=True)
-def _add_statistics(ys, T, K, sign, D, Dc):
+def add_segment_statistics(ys, T, K, sign, D, Dc):
     """D (T, 3K) += sign s(ys) of the positions (token / begin / end indicators of each label) and Dc (G,) +=
     sign times its counts (first, last, transitions [next, prev], lengths), models/semimarkov.py's layout."""
     label, start, prev = -1, 0, -1
@@ -61,7 +61,7 @@ def _add_statistics(ys, T, K, sign, D, Dc):
 
 
 @nb.njit(cache=True, nogil=True)
-def _wrong_positions(s, T, K, Y, obs, ys):
+def wrong_states(s, T, K, Y, obs, ys):
     """Observed positions (``obs``) whose (label, begins-a-segment) state differs from the gold state Y[s + t]."""
     wrong, label = 0, -1
     for t in range(T):
@@ -125,7 +125,7 @@ def nb_segment_corner(i, c_i, outside, fptr, fidx, fval, offsets, Y, obs, W, wc,
     ``with_sqnorm`` False skips the Gram part (the returned ||A_i D||^2 is then only the counts' part)."""
     s = offsets[i]
     T = offsets[i + 1] - s
-    _potentials(s, T, fptr, fidx, fval, W, U)
+    segment_potentials(s, T, fptr, fidx, fval, W, U)
     lens = wc[2 * K + K * K:]
     for t in range(T):
         gl_t, gb_t = Y[s + t] % K, Y[s + t] < K
@@ -150,9 +150,9 @@ def nb_segment_corner(i, c_i, outside, fptr, fidx, fval, offsets, Y, obs, W, wc,
     best_row(S[:T], wc[:K], wc[K:2 * K], wc[2 * K:2 * K + K * K].reshape(K, K), T, ys)
     # statistics of y*: D = s(y*) - M_i, the loss, <D, theta> and ||A D||^2
     _zero(T, D, Dc)
-    _add_statistics(ys, T, K, 1.0, D, Dc)
+    add_segment_statistics(ys, T, K, 1.0, D, Dc)
     _minus_point(i, s, T, P, Gc, D, Dc)
-    loss = c_i * _wrong_positions(s, T, K, Y, obs, ys)
+    loss = c_i * wrong_states(s, T, K, Y, obs, ys)
     dot = _theta_dot(T, D, Dc, U, wc)
     if not with_sqnorm:
         sq = 0.0
@@ -178,11 +178,11 @@ def nb_segment_delta(i, yp, p_current, yq, q_current, offsets, P, Gc, G, goff, K
         for g in range(Dc.shape[0]):
             Dc[g] = -Dc[g]
     else:
-        _add_statistics(yp, T, K, 1.0, D, Dc)
+        add_segment_statistics(yp, T, K, 1.0, D, Dc)
     if q_current:
         _minus_point(i, s, T, P, Gc, D, Dc)
     else:
-        _add_statistics(yq, T, K, -1.0, D, Dc)
+        add_segment_statistics(yq, T, K, -1.0, D, Dc)
     return _sqnorm(i, T, D, Dc, G, goff)
 
 
@@ -193,12 +193,12 @@ def nb_segment_labelings_gaps(i, c_i, labelings, fptr, fidx, fval, offsets, Y, o
     what the cache and the away corner rank)."""
     s = offsets[i]
     T = offsets[i + 1] - s
-    _potentials(s, T, fptr, fidx, fval, W, U)
+    segment_potentials(s, T, fptr, fidx, fval, W, U)
     point = _theta_dot(T, P[s:s + T], Gc[i], U, wc)                # <M_i, theta_i>
     for j in range(labelings.shape[0]):
         _zero(T, D, Dc)
-        _add_statistics(labelings[j], T, K, 1.0, D, Dc)
-        out[j] = _theta_dot(T, D, Dc, U, wc) - point + c_i * _wrong_positions(s, T, K, Y, obs, labelings[j])
+        add_segment_statistics(labelings[j], T, K, 1.0, D, Dc)
+        out[j] = _theta_dot(T, D, Dc, U, wc) - point + c_i * wrong_states(s, T, K, Y, obs, labelings[j])
 
 
 @nb.njit(cache=True, nogil=True)
@@ -266,10 +266,10 @@ def nb_segment_joint_scores(labelings, fptr, fidx, fval, offsets, W, wc, K, T_ma
         for i in range(part, n, n_parts):
             s, e = offsets[i], offsets[i + 1]
             T = e - s
-            _potentials(s, T, fptr, fidx, fval, W, U)
+            segment_potentials(s, T, fptr, fidx, fval, W, U)
             for j in range(labelings.shape[0]):
                 _zero(T, D, Dc)
-                _add_statistics(labelings[j, s:e], T, K, 1.0, D, Dc)
+                add_segment_statistics(labelings[j, s:e], T, K, 1.0, D, Dc)
                 out[j, i] = _theta_dot(T, D, Dc, U, wc)
 
 
@@ -281,7 +281,7 @@ def nb_segment_add_labelings(labelings, weights, offsets, K, P, Gc):
         s, e = offsets[i], offsets[i + 1]
         for j in range(labelings.shape[0]):
             if weights[j] != 0.0:
-                _add_statistics(labelings[j, s:e], e - s, K, weights[j], P[s:e], Gc[i])
+                add_segment_statistics(labelings[j, s:e], e - s, K, weights[j], P[s:e], Gc[i])
 
 
 @nb.njit(cache=True, nogil=True)
