@@ -8,6 +8,8 @@
 """
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 import pytest
 import torch
@@ -269,123 +271,74 @@ def test_the_compiled_edge_chain_epoch_is_the_loop_on_conll_rich_edges():
     assert bool((model.edge_weights(fast.w_last) != 0).any())
 
 
-@pytest.mark.parametrize("trees", ["projective", "non-projective"])
-def test_the_compiled_tree_epoch_is_the_loop_on_ud_ewt(trees):
-    """First-order dependency trees on 150 EWT sentences (McDonald's features, Eisner or Chu-Liu-Edmonds): the
-    compiled epochs (oracles/tree_perceptron.py) take the loop's steps bit for bit, unit and decaying steps (the
-    same arc scores, decoder and order of psi's additions); loss-augmented, the trees take the loop."""
+#: real tasks whose models take the compiled epochs at batch size 1 (plain decoding): (task, its options, the first
+#: sentences taken, None: all)
+COMPILED_TASKS = {
+    "trees": ("ud-ewt", {"trees": "projective", "train_size": 150}, None),    # oracles/tree_perceptron.py, Eisner
+    "trees-non-projective": ("ud-ewt", {"trees": "non-projective", "train_size": 150}, None),  # Chu-Liu-Edmonds
+    "trees-second-order": ("ud-ewt", {"trees": "second-order", "train_size": 150}, None),  # stores/sibling_perceptron
+    "constituency": ("ud-ewt-spans", {"train_size": 150}, None),             # oracles/span_perceptron.py
+    "segments": ("conll2000-segments", {}, 200),                             # stores/segment_perceptron.py
+}
+
+
+@pytest.mark.parametrize("case", list(COMPILED_TASKS))
+def test_the_compiled_epochs_are_the_loop_on_real_data(case):
+    """EWT's first-order trees (McDonald's features; Eisner, Chu-Liu-Edmonds), second-order trees (McDonald &
+    Pereira's sibling features with first-child parts) and constituency trees (Hall et al.'s surface features with
+    inside means), CoNLL-2000's chunk segmentations (the outside label's segments of one word): the compiled epochs
+    take the loop's steps bit for bit, unit and decaying steps (the same scores in the models' order of operations,
+    the second-order first-child parts folded in as the model folds them, the first best span label on ties, the
+    same decoders, psi's additions in add_psi's order); loss-augmented, these models take the loop."""
     from ssvm_torch.tasks import load_task
-    task = load_task("ud-ewt", train_size=150, trees=trees)
-    model, data = task.model, task.train
+    name, options, n = COMPILED_TASKS[case]
+    task = load_task(name, **options)
+    model, data = task.model, task.train if n is None else task.train.subset(torch.arange(n))
     w = torch.zeros(model.d, dtype=torch.float64)
     assert compiled_epoch(model, data, w, w.clone(), PerceptronConfig(loss_augmented=True), None) is None
     for cfg in (PerceptronConfig(epochs=2), PerceptronConfig(epochs=2, decay_exponent=0.5, decay_t0=2.0)):
         assert compiled_epoch(model, data, w, w.clone(), cfg, None) is not None
         fast = train_perceptron(model, data, cfg)
-        loop = train_perceptron(model, data, cfg, compiled=False)
-        assert_same_run(fast, loop)
+        assert_same_run(fast, train_perceptron(model, data, cfg, compiled=False))
         assert fast.history[0]["mistakes"] > fast.history[1]["mistakes"] > 0
 
 
-def test_the_compiled_second_order_epoch_is_the_loop_on_ud_ewt():
-    """Second-order trees on 150 EWT sentences (McDonald & Pereira's sibling features with first-child parts): the
-    compiled epochs (stores/sibling_perceptron.py) take the loop's steps bit for bit, unit and decaying steps (the
-    same arc and sibling scores, the first-child parts folded in as the model folds them, the same decoder and
-    order of psi's additions); loss-augmented, they take the loop."""
-    from ssvm_torch.tasks import load_task
-    task = load_task("ud-ewt", train_size=150, trees="second-order")
-    model, data = task.model, task.train
-    assert data.sib.first_child
-    w = torch.zeros(model.d, dtype=torch.float64)
-    assert compiled_epoch(model, data, w, w.clone(), PerceptronConfig(loss_augmented=True), None) is None
-    for cfg in (PerceptronConfig(epochs=2), PerceptronConfig(epochs=2, decay_exponent=0.5, decay_t0=2.0)):
-        assert compiled_epoch(model, data, w, w.clone(), cfg, None) is not None
-        fast = train_perceptron(model, data, cfg)
-        loop = train_perceptron(model, data, cfg, compiled=False)
-        assert_same_run(fast, loop)
-        assert fast.history[0]["mistakes"] > fast.history[1]["mistakes"] > 0
-
-
-@pytest.mark.parametrize("first_child,table_max,multiroot", [(True, None, False), (False, 0, True),
-                                                            (False, None, False)])
-def test_the_compiled_second_order_epoch_is_the_loop_on_drawn_trees(first_child, table_max, multiroot):
-    """Drawn sentences of 1-9 words with non-projective gold trees (always a mistake), sibling designs without
-    first-child parts or looked up in hashes, single- and multi-root decoding, a Gaussian start and decaying
-    steps: the same iterate, lagged sum and records as the loop, bit for bit."""
+def drawn_sibling_instance(first_child, table_max, multiroot):
+    """Sentences of 1-9 words with non-projective gold trees among them (always a mistake) under a sibling design
+    with or without first-child parts, looked up in dense tables or hashes; a Gaussian start."""
     from conftest import random_sibling_data
     from ssvm_torch.models import SiblingDependencyModel
     rng = np.random.default_rng(11)
     data = random_sibling_data(rng, 30, 12, lmin=1, lmax=9, projective_only=False, table_max=table_max,
                                first_child=first_child)
     model = SiblingDependencyModel(data.n_features, multiroot=multiroot)
-    w0 = torch.tensor(rng.normal(size=model.d))
-    cfg = PerceptronConfig(epochs=3, decay_exponent=0.5)
-    fast = train_perceptron(model, data, cfg, w0=w0)
-    loop = train_perceptron(model, data, cfg, w0=w0, compiled=False)
-    assert_same_run(fast, loop)
-    assert fast.history[-1]["mistakes"] > 0
+    return model, data, torch.tensor(rng.normal(size=model.d))
 
 
-def test_the_compiled_constituency_epoch_is_the_loop_on_ud_ewt_spans():
-    """Labeled binary constituency trees on 150 EWT sentences (Hall et al.'s surface features, inside means): the
-    compiled epochs (oracles/span_perceptron.py) take the loop's steps bit for bit, unit and decaying steps (the span
-    scores in the model's order of operations, the first best label on ties, the same CKY, psi's statistics summed
-    as the model sums them); loss-augmented, they take the loop."""
-    from ssvm_torch.tasks import load_task
-    task = load_task("ud-ewt-spans", train_size=150)
-    model, data = task.model, task.train
-    w = torch.zeros(model.d, dtype=torch.float64)
-    assert compiled_epoch(model, data, w, w.clone(), PerceptronConfig(loss_augmented=True), None) is None
-    for cfg in (PerceptronConfig(epochs=2), PerceptronConfig(epochs=2, decay_exponent=0.5, decay_t0=2.0)):
-        assert compiled_epoch(model, data, w, w.clone(), cfg, None) is not None
-        fast = train_perceptron(model, data, cfg)
-        loop = train_perceptron(model, data, cfg, compiled=False)
-        assert_same_run(fast, loop)
-        assert fast.history[0]["mistakes"] > 0
-
-
-@pytest.mark.parametrize("name", ["constituency", "constituency-boundary-normalized"])
-def test_the_compiled_constituency_epoch_is_the_loop_on_drawn_trees(name):
-    """The conformance suite's constituency instances (with the inside part and Hamming loss; boundary features only
-    and the normalized loss) from a Gaussian start with decaying steps: the loop's run bit for bit."""
+def conformance_instance(name):
+    """(model, data, a Gaussian start) of the conformance suite's instance ``name``."""
     model, data, _, w0 = instance(name, seed=3)
+    return model, data, w0
+
+
+DRAWN_COMPILED = {**{name: partial(conformance_instance, name)
+                     for name in ("dependency", "dependency-nonprojective", "constituency",
+                                  "constituency-boundary-normalized", "semimarkov", "semimarkov-outside")},
+                  "sibling-first-child": partial(drawn_sibling_instance, True, None, False),
+                  "sibling-hashed-multiroot": partial(drawn_sibling_instance, False, 0, True),
+                  "sibling-adjacent": partial(drawn_sibling_instance, False, None, False)}
+
+
+@pytest.mark.parametrize("case", list(DRAWN_COMPILED))
+def test_the_compiled_epochs_are_the_loop_on_drawn_instances(case):
+    """The conformance suite's tree, constituency (with and without the inside part, Hamming and normalized
+    losses) and semi-Markov instances (real-valued features, with and without an outside label), and drawn
+    second-order designs, from a Gaussian start with decaying steps: the loop's run bit for bit."""
+    model, data, w0 = DRAWN_COMPILED[case]()
     cfg = PerceptronConfig(epochs=3, decay_exponent=0.5)
     assert compiled_epoch(model, data, w0, w0.clone(), cfg, None) is not None
     fast = train_perceptron(model, data, cfg, w0=w0)
-    loop = train_perceptron(model, data, cfg, w0=w0, compiled=False)
-    assert_same_run(fast, loop)
-    assert fast.history[0]["mistakes"] > 0
-
-
-def test_the_compiled_segment_epoch_is_the_loop_on_conll2000_segments():
-    """Semi-Markov segmentations of 200 CoNLL-2000 sentences (chunks of up to L words, the outside label's segments
-    of one word, the normalized loss): the compiled epochs (stores/segment_perceptron.py) take the loop's steps bit
-    for bit, unit and decaying steps (the segment scores in the model's order of operations, the same decoder, psi
-    through the positions' feature values); loss-augmented, they take the loop."""
-    from ssvm_torch.tasks import load_task
-    task = load_task("conll2000-segments")
-    model, data = task.model, task.train.subset(torch.arange(200))
-    assert model.outside is not None
-    w = torch.zeros(model.d, dtype=torch.float64)
-    assert compiled_epoch(model, data, w, w.clone(), PerceptronConfig(loss_augmented=True), None) is None
-    for cfg in (PerceptronConfig(epochs=2), PerceptronConfig(epochs=2, decay_exponent=0.5, decay_t0=2.0)):
-        assert compiled_epoch(model, data, w, w.clone(), cfg, None) is not None
-        fast = train_perceptron(model, data, cfg)
-        loop = train_perceptron(model, data, cfg, compiled=False)
-        assert_same_run(fast, loop)
-        assert fast.history[0]["mistakes"] > fast.history[1]["mistakes"] > 0
-
-
-@pytest.mark.parametrize("name", ["semimarkov", "semimarkov-outside"])
-def test_the_compiled_segment_epoch_is_the_loop_on_drawn_segmentations(name):
-    """The conformance suite's semi-Markov instances (real-valued features; with and without an outside label)
-    from a Gaussian start with decaying steps: the loop's run bit for bit."""
-    model, data, _, w0 = instance(name, seed=3)
-    cfg = PerceptronConfig(epochs=3, decay_exponent=0.5)
-    assert compiled_epoch(model, data, w0, w0.clone(), cfg, None) is not None
-    fast = train_perceptron(model, data, cfg, w0=w0)
-    loop = train_perceptron(model, data, cfg, w0=w0, compiled=False)
-    assert_same_run(fast, loop)
+    assert_same_run(fast, train_perceptron(model, data, cfg, w0=w0, compiled=False))
     assert fast.history[0]["mistakes"] > 0
 
 

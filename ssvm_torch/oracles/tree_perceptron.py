@@ -30,6 +30,19 @@ def add_tree(target, c, sign, tree, n, base, t0, ptr, ids, tptr, tids):
 
 
 @nb.njit(cache=True, nogil=True)
+def wrong_heads(got, heads, start, n, gold):
+    """gold[0..n] := -1 then the gold heads ``heads[start:start + n]`` of the sentence's words; returns how many
+    words the tree ``got`` gives another head."""
+    wrong = 0
+    gold[0] = -1
+    for m in range(1, n + 1):
+        gold[m] = heads[start + m - 1]
+        if got[m] != gold[m]:
+            wrong += 1
+    return wrong
+
+
+@nb.njit(cache=True, nogil=True)
 def nb_tree_perceptron_epoch(order, offsets, arc_off, heads, ptr, ids, tptr, tids, w, lagged, cost, projective,
                              multiroot, eta, steps, average):
     """One epoch over the sentences in ``order``: returns (mistakes, summed task loss, steps after; every mistake
@@ -55,12 +68,7 @@ def nb_tree_perceptron_epoch(order, offsets, arc_off, heads, ptr, ids, tptr, tid
             eisner_best(S, n, multiroot, got)
         else:
             mst_best(S, n, multiroot, got)
-        wrong = 0
-        gold[0] = -1
-        for m in range(1, n + 1):
-            gold[m] = heads[offsets[i] + m - 1]
-            if got[m] != gold[m]:
-                wrong += 1
+        wrong = wrong_heads(got, heads, offsets[i], n, gold)
         loss_sum += wrong * cost[i]
         if wrong > 0:
             mistakes += 1

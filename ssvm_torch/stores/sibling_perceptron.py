@@ -18,7 +18,7 @@ import numpy as np
 
 from ..data.sibling_keys import adjacent_siblings, block_scores, sibling_part_ids
 from ..oracles.chain_perceptron import longest_row
-from ..oracles.tree_perceptron import add_tree
+from ..oracles.tree_perceptron import add_tree, wrong_heads
 from ..trees.numba_sibling_best import sibling_best
 
 
@@ -92,12 +92,7 @@ def nb_sibling_perceptron_epoch(order, ades, sdes, heads, w, lagged, cost, multi
         if first_child:
             fold_first_child_into(S, SB, n)
         sibling_best(S, SB, n, multiroot, got, False)
-        wrong = 0
-        gold[0] = -1
-        for m in range(1, n + 1):
-            gold[m] = heads[offsets[i] + m - 1]
-            if got[m] != gold[m]:
-                wrong += 1
+        wrong = wrong_heads(got, heads, offsets[i], n, gold)
         loss_sum += wrong * cost[i]
         if wrong > 0:
             mistakes += 1
