@@ -39,15 +39,15 @@ def compiled_epoch(model: StructuredModel, data, w: torch.Tensor, lagged: torch.
     :class:`~ssvm_torch.perceptron.PerceptronConfig` (not imported here: perceptron.py imports this module)."""
     if cfg.batch_size != 1 or nonnegative is not None or not model.compiled(w):
         return None
-    if type(model) in (DependencyModel, SiblingDependencyModel):
-        return None if cfg.loss_augmented else _tree_epoch(model, data, w, lagged, cfg)
-    if type(model) is ConstituencyModel:
-        return None if cfg.loss_augmented else _span_epoch(model, data, w, lagged, cfg)
-    if type(model) is SemiMarkovModel:
-        return None if cfg.loss_augmented else _segment_epoch(model, data, w, lagged, cfg)
-    edges = type(model) is EdgeChainModel
-    if type(model) is not ChainModel and not edges:
+    build = _EPOCHS.get(type(model))
+    if build is None or (cfg.loss_augmented and type(model) not in _LOSS_AUGMENTED):
         return None
+    return build(model, data, w, lagged, cfg)
+
+
+def _chain_epoch(model: ChainModel, data, w: torch.Tensor, lagged: torch.Tensor, cfg) -> Callable:
+    """The epoch of a chain or edge-feature chain (exact types), plain or loss-augmented."""
+    edges = type(model) is EdgeChainModel
     fptr, fidx, fval = (to_host(t) for t in model.features_csr(data, torch.float64))
     off = np.ascontiguousarray(to_host(data.offsets), dtype=np.int64)
     Y = np.ascontiguousarray(to_host(data.Y), dtype=np.int64)
@@ -69,18 +69,8 @@ def compiled_epoch(model: StructuredModel, data, w: torch.Tensor, lagged: torch.
 
 
 def _tree_epoch(model: DependencyModel, data, w: torch.Tensor, lagged: torch.Tensor, cfg) -> Callable:
-    """The plain-decoding epoch of a first-order or second-order dependency model (exact types)."""
+    """The plain-decoding epoch of the first-order dependency model (exact type)."""
     cost = to_host(model.costs(data.lengths))
-    if type(model) is SiblingDependencyModel:
-        ades = tuple(np.ascontiguousarray(to_host(t)) for t in (data.offsets, data.arc_off, data.ptr, data.ids,
-                                                                 data.tok_ptr, data.tok_ids))
-        sdes, heads = data.sib.host(), np.ascontiguousarray(to_host(data.heads))
-
-        def sibling_epoch(order: np.ndarray, eta: float, steps: int) -> tuple:
-            return nb_sibling_perceptron_epoch(np.ascontiguousarray(order, dtype=np.int64), ades, sdes, heads,
-                                               w.numpy(), lagged.numpy(), cost, model.multiroot, eta, steps,
-                                               cfg.average)
-        return sibling_epoch
     host = [np.ascontiguousarray(to_host(t)) for t in (data.offsets, data.arc_off, data.heads, data.ptr, data.ids,
                                                          data.tok_ptr, data.tok_ids)]
 
@@ -89,6 +79,19 @@ def _tree_epoch(model: DependencyModel, data, w: torch.Tensor, lagged: torch.Ten
                                         lagged.numpy(), cost, model.projective, model.multiroot, eta, steps,
                                         cfg.average)
     return tree_epoch
+
+
+def _sibling_epoch(model: SiblingDependencyModel, data, w: torch.Tensor, lagged: torch.Tensor, cfg) -> Callable:
+    """The plain-decoding epoch of the second-order dependency model (exact type)."""
+    cost = to_host(model.costs(data.lengths))
+    ades = tuple(np.ascontiguousarray(to_host(t)) for t in (data.offsets, data.arc_off, data.ptr, data.ids,
+                                                             data.tok_ptr, data.tok_ids))
+    sdes, heads = data.sib.host(), np.ascontiguousarray(to_host(data.heads))
+
+    def sibling_epoch(order: np.ndarray, eta: float, steps: int) -> tuple:
+        return nb_sibling_perceptron_epoch(np.ascontiguousarray(order, dtype=np.int64), ades, sdes, heads, w.numpy(),
+                                           lagged.numpy(), cost, model.multiroot, eta, steps, cfg.average)
+    return sibling_epoch
 
 
 def _span_epoch(model: ConstituencyModel, data, w: torch.Tensor, lagged: torch.Tensor, cfg) -> Callable:
@@ -119,3 +122,10 @@ def _segment_epoch(model: SemiMarkovModel, data, w: torch.Tensor, lagged: torch.
         return nb_segment_perceptron_epoch(np.ascontiguousarray(order, dtype=np.int64), off, fptr, fidx, fval, Y,
                                            *views, *lag, cost, outside, eta, steps, cfg.average)
     return segment_epoch
+
+
+#: the epoch builder of each model type served (exact types: a subclass may add its own parts to psi)
+_EPOCHS = {ChainModel: _chain_epoch, EdgeChainModel: _chain_epoch, DependencyModel: _tree_epoch,
+           SiblingDependencyModel: _sibling_epoch, ConstituencyModel: _span_epoch, SemiMarkovModel: _segment_epoch}
+#: those whose kernels run the loss-augmented perceptron too
+_LOSS_AUGMENTED = (ChainModel, EdgeChainModel)

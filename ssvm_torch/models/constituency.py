@@ -156,9 +156,9 @@ class ConstituencyModel(StructuredModel):
         """<w, phi(x_b, y_b)> (B,): the sum of the chart's labeled span scores (:func:`ssvm_torch.spans.ops.score`)."""
         idx = torch.as_tensor(idx, device=data.device).reshape(-1)
         charts = self._charts(data, idx, labels).to(scores.device)
-        M = scores.shape[1]
+        M = scores.shape[1]                         # padded (or cut) to the scores' fenceposts
         charts = torch.nn.functional.pad(charts, (0, M - charts.shape[2], 0, M - charts.shape[1]), value=-1)
-        return ops.score(scores, charts[:, :M, :M], data.lengths[idx].to(scores.device))
+        return ops.score(scores, charts, data.lengths[idx].to(scores.device))
 
     # -- statistics: phi(x_i, y) = A_i s(y) -------------------------------------------------------------------
     def scatter_statistics(self, P: torch.Tensor, begin: torch.Tensor, end: torch.Tensor, lab: torch.Tensor,

@@ -16,7 +16,7 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from ..data.sibling_keys import adjacent_siblings, block_scores, sibling_part_ids
+from ..data.sibling_keys import adjacent_siblings, block_scores, has_first_child, sibling_part_ids
 from ..oracles.chain_perceptron import longest_row
 from ..oracles.tree_perceptron import add_tree, wrong_heads
 from ..trees.numba_sibling_best import sibling_best
@@ -76,7 +76,7 @@ def nb_sibling_perceptron_epoch(order, ades, sdes, heads, w, lagged, cost, multi
     every word (0 the root), ``cost[i]`` the loss of one wrong head of sentence i; w and ``lagged`` updated in
     place; ``steps`` the steps taken before the epoch."""
     offsets = ades[0]
-    first_child = sdes[10]
+    first_child = has_first_child(sdes)
     nmax = longest_row(offsets)
     SB = np.empty((nmax + 1, nmax + 1, nmax + 1))
     got = np.empty(nmax + 1, dtype=np.int64)
