@@ -23,6 +23,7 @@ from .models.sibling_dependency import SiblingDependencyModel
 from .oracles.chain_perceptron import nb_perceptron_epoch
 from .oracles.span_perceptron import nb_span_perceptron_epoch
 from .oracles.tree_perceptron import nb_tree_perceptron_epoch
+from .trees.checks import tree_faults
 from .stores.segment_perceptron import nb_segment_perceptron_epoch
 from .stores.sibling_perceptron import nb_sibling_perceptron_epoch
 
@@ -68,29 +69,40 @@ def _chain_epoch(model: ChainModel, data, w: torch.Tensor, lagged: torch.Tensor,
     return epoch
 
 
+def _outside(model: DependencyModel, data) -> np.ndarray:
+    """Whether each sentence's gold tree lies outside the model's decoder's space (crossing arcs under projective
+    decoding, several root children under single-root decoding): the trees the oracle may return as they are."""
+    gold = model.gt_batch(data, torch.arange(data.n, device=data.device))
+    faults = tree_faults(gold, data.lengths, model.multiroot, model.projective)
+    return np.ascontiguousarray(to_host(faults != 0))
+
+
 def _tree_epoch(model: DependencyModel, data, w: torch.Tensor, lagged: torch.Tensor, cfg) -> Callable:
-    """The plain-decoding epoch of the first-order dependency model (exact type)."""
+    """The epoch of the first-order dependency model (exact type), plain or loss-augmented."""
     cost = to_host(model.costs(data.lengths))
+    outside = _outside(model, data)
     host = [np.ascontiguousarray(to_host(t)) for t in (data.offsets, data.arc_off, data.heads, data.ptr, data.ids,
                                                          data.tok_ptr, data.tok_ids)]
 
     def tree_epoch(order: np.ndarray, eta: float, steps: int) -> tuple:
         return nb_tree_perceptron_epoch(np.ascontiguousarray(order, dtype=np.int64), *host, w.numpy(),
                                         lagged.numpy(), cost, model.projective, model.multiroot, eta, steps,
-                                        cfg.average)
+                                        cfg.average, cfg.loss_augmented, outside, TIE)
     return tree_epoch
 
 
 def _sibling_epoch(model: SiblingDependencyModel, data, w: torch.Tensor, lagged: torch.Tensor, cfg) -> Callable:
-    """The plain-decoding epoch of the second-order dependency model (exact type)."""
+    """The epoch of the second-order dependency model (exact type), plain or loss-augmented."""
     cost = to_host(model.costs(data.lengths))
+    outside = _outside(model, data)
     ades = tuple(np.ascontiguousarray(to_host(t)) for t in (data.offsets, data.arc_off, data.ptr, data.ids,
                                                              data.tok_ptr, data.tok_ids))
     sdes, heads = data.sib.host(), np.ascontiguousarray(to_host(data.heads))
 
     def sibling_epoch(order: np.ndarray, eta: float, steps: int) -> tuple:
         return nb_sibling_perceptron_epoch(np.ascontiguousarray(order, dtype=np.int64), ades, sdes, heads, w.numpy(),
-                                           lagged.numpy(), cost, model.multiroot, eta, steps, cfg.average)
+                                           lagged.numpy(), cost, model.multiroot, eta, steps, cfg.average,
+                                           cfg.loss_augmented, outside, TIE)
     return sibling_epoch
 
 
@@ -128,4 +140,4 @@ def _segment_epoch(model: SemiMarkovModel, data, w: torch.Tensor, lagged: torch.
 _EPOCHS = {ChainModel: _chain_epoch, EdgeChainModel: _chain_epoch, DependencyModel: _tree_epoch,
            SiblingDependencyModel: _sibling_epoch, ConstituencyModel: _span_epoch, SemiMarkovModel: _segment_epoch}
 #: those whose kernels run the loss-augmented perceptron too
-_LOSS_AUGMENTED = (ChainModel, EdgeChainModel)
+_LOSS_AUGMENTED = (ChainModel, EdgeChainModel, DependencyModel, SiblingDependencyModel)

@@ -271,14 +271,14 @@ def test_the_compiled_edge_chain_epoch_is_the_loop_on_conll_rich_edges():
     assert bool((model.edge_weights(fast.w_last) != 0).any())
 
 
-#: real tasks whose models take the compiled epochs at batch size 1 (plain decoding): (task, its options, the first
-#: sentences taken, None: all)
+#: real tasks whose models take the compiled epochs at batch size 1: (task, its options, the first sentences taken,
+#: None: all, whether loss-augmented epochs are compiled too)
 COMPILED_TASKS = {
-    "trees": ("ud-ewt", {"trees": "projective", "train_size": 150}, None),    # oracles/tree_perceptron.py, Eisner
-    "trees-non-projective": ("ud-ewt", {"trees": "non-projective", "train_size": 150}, None),  # Chu-Liu-Edmonds
-    "trees-second-order": ("ud-ewt", {"trees": "second-order", "train_size": 150}, None),  # stores/sibling_perceptron
-    "constituency": ("ud-ewt-spans", {"train_size": 150}, None),             # oracles/span_perceptron.py
-    "segments": ("conll2000-segments", {}, 200),                             # stores/segment_perceptron.py
+    "trees": ("ud-ewt", {"trees": "projective", "train_size": 150}, None, True),    # tree_perceptron.py, Eisner
+    "trees-non-projective": ("ud-ewt", {"trees": "non-projective", "train_size": 150}, None, True),  # Chu-Liu-Edmonds
+    "trees-second-order": ("ud-ewt", {"trees": "second-order", "train_size": 150}, None, True),  # sibling_perceptron
+    "constituency": ("ud-ewt-spans", {"train_size": 150}, None, False),          # oracles/span_perceptron.py
+    "segments": ("conll2000-segments", {}, 200, False),                          # stores/segment_perceptron.py
 }
 
 
@@ -289,14 +289,22 @@ def test_the_compiled_epochs_are_the_loop_on_real_data(case):
     inside means), CoNLL-2000's chunk segmentations (the outside label's segments of one word): the compiled epochs
     take the loop's steps bit for bit, unit and decaying steps (the same scores in the models' order of operations,
     the second-order first-child parts folded in as the model folds them, the first best span label on ties, the
-    same decoders, psi's additions in add_psi's order); loss-augmented, these models take the loop."""
+    same decoders, psi's additions in add_psi's order). Loss-augmented, the trees' too (the cost added to the arcs
+    as the model's augment adds it; EWT's non-projective gold trees, outside Eisner's space, among the sentences);
+    the other models take the loop."""
     from ssvm_torch.tasks import load_task
-    name, options, n = COMPILED_TASKS[case]
+    name, options, n, augmented = COMPILED_TASKS[case]
     task = load_task(name, **options)
     model, data = task.model, task.train if n is None else task.train.subset(torch.arange(n))
     w = torch.zeros(model.d, dtype=torch.float64)
-    assert compiled_epoch(model, data, w, w.clone(), PerceptronConfig(loss_augmented=True), None) is None
-    for cfg in (PerceptronConfig(epochs=2), PerceptronConfig(epochs=2, decay_exponent=0.5, decay_t0=2.0)):
+    configs = [PerceptronConfig(epochs=2), PerceptronConfig(epochs=2, decay_exponent=0.5, decay_t0=2.0)]
+    augmented_configs = [PerceptronConfig(epochs=2, loss_augmented=True),
+                         PerceptronConfig(epochs=2, loss_augmented=True, decay_exponent=0.5, decay_t0=2.0)]
+    if augmented:
+        configs += augmented_configs
+    else:
+        assert compiled_epoch(model, data, w, w.clone(), augmented_configs[0], None) is None
+    for cfg in configs:
         assert compiled_epoch(model, data, w, w.clone(), cfg, None) is not None
         fast = train_perceptron(model, data, cfg)
         assert_same_run(fast, train_perceptron(model, data, cfg, compiled=False))
@@ -321,25 +329,65 @@ def conformance_instance(name):
     return model, data, w0
 
 
+def drawn_gold_outside(second_order):
+    """Sentences of 3-9 words with non-projective gold trees among them under a first- or second-order projective
+    model, from a start that scores the gold trees' own (nearly unique) features highly: the best projective tree's
+    loss-augmented score stays below some non-projective gold tree's, where the oracle returns the gold tree."""
+    from conftest import random_dependency_data, random_sibling_data
+    from ssvm_torch.models import DependencyModel, SiblingDependencyModel
+    rng = np.random.default_rng(5)
+    if second_order:
+        data = random_sibling_data(rng, 30, 600, lmin=3, lmax=9, projective_only=False, vocab=20)
+        model = SiblingDependencyModel(data.n_features)
+    else:
+        data = random_dependency_data(rng, 30, 600, lmin=3, lmax=9)
+        model = DependencyModel(data.n_features)
+    idx = torch.arange(data.n)
+    w0 = 0.1 * torch.tensor(rng.normal(size=model.d)) + 3.0 * model.phi(data, idx, model.gt_batch(data, idx)).sum(0)
+    return model, data, w0
+
+
 DRAWN_COMPILED = {**{name: partial(conformance_instance, name)
                      for name in ("dependency", "dependency-nonprojective", "constituency",
                                   "constituency-boundary-normalized", "semimarkov", "semimarkov-outside")},
                   "sibling-first-child": partial(drawn_sibling_instance, True, None, False),
                   "sibling-hashed-multiroot": partial(drawn_sibling_instance, False, 0, True),
-                  "sibling-adjacent": partial(drawn_sibling_instance, False, None, False)}
+                  "sibling-adjacent": partial(drawn_sibling_instance, False, None, False),
+                  "dependency-gold-outside": partial(drawn_gold_outside, False),
+                  "sibling-gold-outside": partial(drawn_gold_outside, True)}
+
+
+def gold_returned(model, data, w) -> int:
+    """How many sentences' loss-augmented oracle at w returns their gold tree from outside the decoder's space."""
+    from ssvm_torch.trees.checks import tree_faults
+    idx = torch.arange(data.n)
+    gold = model.gt_batch(data, idx)
+    outside = tree_faults(gold, data.lengths, model.multiroot, model.projective) != 0
+    labels, _ = model.oracle(w, data, idx)
+    return int((outside & (labels == gold).all(1)).sum())
 
 
 @pytest.mark.parametrize("case", list(DRAWN_COMPILED))
 def test_the_compiled_epochs_are_the_loop_on_drawn_instances(case):
     """The conformance suite's tree, constituency (with and without the inside part, Hamming and normalized
     losses) and semi-Markov instances (real-valued features, with and without an outside label), and drawn
-    second-order designs, from a Gaussian start with decaying steps: the loop's run bit for bit."""
+    second-order designs, from a Gaussian start with decaying steps: the loop's run bit for bit. The trees'
+    loss-augmented runs too, among them non-projective gold trees that the oracle returns as they are (scored above
+    every projective tree with its loss); the other models' loss-augmented runs take the loop."""
+    from ssvm_torch.models import DependencyModel
     model, data, w0 = DRAWN_COMPILED[case]()
-    cfg = PerceptronConfig(epochs=3, decay_exponent=0.5)
-    assert compiled_epoch(model, data, w0, w0.clone(), cfg, None) is not None
-    fast = train_perceptron(model, data, cfg, w0=w0)
-    assert_same_run(fast, train_perceptron(model, data, cfg, w0=w0, compiled=False))
-    assert fast.history[0]["mistakes"] > 0
+    trees = isinstance(model, DependencyModel)
+    if case.endswith("gold-outside"):
+        assert gold_returned(model, data, w0) >= 3
+    for cfg in (PerceptronConfig(epochs=3, decay_exponent=0.5),
+                PerceptronConfig(epochs=3, decay_exponent=0.5, loss_augmented=True)):
+        if cfg.loss_augmented and not trees:
+            assert compiled_epoch(model, data, w0, w0.clone(), cfg, None) is None
+            continue
+        assert compiled_epoch(model, data, w0, w0.clone(), cfg, None) is not None
+        fast = train_perceptron(model, data, cfg, w0=w0)
+        assert_same_run(fast, train_perceptron(model, data, cfg, w0=w0, compiled=False))
+        assert fast.history[0]["mistakes"] > 0
 
 
 @given(st.sampled_from(sorted(STRUCTURES)), st.integers(0, 2 ** 31), st.integers(1, 4), st.booleans(), st.booleans(),

@@ -1,11 +1,14 @@
 """A structured perceptron epoch over second-order (adjacent-sibling) dependency trees in one compiled call:
-ssvm_torch/perceptron.py's loop at batch size 1, plain decoding, for
+ssvm_torch/perceptron.py's loop at batch size 1, plain or loss-augmented, for
 :class:`~ssvm_torch.models.sibling_dependency.SiblingDependencyModel` on CPU float64.
 
 A step takes the sentence's arc and sibling scores as the model's host path does (:func:`block_scores`), folds the
 first-child parts into them as the model's ``scores`` does (:func:`~ssvm_torch.trees.sibling.fold_first_child`:
 the same sums, so the decoder meets the same numbers and breaks ties alike), decodes the best projective tree (the
-second-order Eisner algorithm of McDonald & Pereira 2006, :func:`sibling_best`) and, on a mistake, adds eta psi_i(y^)
+second-order Eisner algorithm of McDonald & Pereira 2006, :func:`sibling_best`; loss-augmented, of the arc scores
+plus the sentence's cost on every arc that is not a gold arc, the margin from the trees' scores as
+:func:`~ssvm_torch.trees.sibling.sibling_score` sums them, :func:`sibling_tree_score`) and, on a mistake, adds eta
+psi_i(y^)
 in the order of the model's ``add_psi``: the arc and head-token features of the gold tree up and of the decoded
 tree down (:func:`~ssvm_torch.oracles.tree_perceptron.add_tree`), then the sibling parts' features of the gold tree
 up and of the decoded tree down; the lagged sum likewise times (k - 1) at step k (Daume 2006, Alg. 7). It lives
@@ -18,7 +21,7 @@ import numpy as np
 
 from ..data.sibling_keys import adjacent_siblings, block_scores, has_first_child, sibling_part_ids
 from ..oracles.chain_perceptron import longest_row
-from ..oracles.tree_perceptron import add_tree, wrong_heads
+from ..oracles.tree_perceptron import add_cost, add_tree, augmented_margin, wrong_heads
 from ..trees.numba_sibling_best import sibling_best
 
 
@@ -37,6 +40,18 @@ def fold_first_child_into(S, SB, n):
             lo, hi = (h, m) if h < m else (m, h)
             for s in range(lo + 1, hi):
                 SB[m, h, s] -= c
+
+
+@nb.njit(cache=True, nogil=True)
+def sibling_tree_score(S, SB, tree, n, sib):
+    """s(tree) = sum over the words m of S[m, h] + SB[m, h, s] (h = tree[m], s its adjacent sibling, no sibling
+    term where s = 0): :func:`~ssvm_torch.trees.sibling.sibling_score`'s terms."""
+    adjacent_siblings(tree, n, sib)
+    total = 0.0
+    for m in range(1, n + 1):
+        h, s = tree[m], sib[m]
+        total += S[m, h] + SB[m, h, s] if s > 0 else S[m, h]
+    return total
 
 
 @nb.njit(cache=True, nogil=True)
@@ -69,12 +84,14 @@ def _add_psi(target, c, gold, got, n, i, ades, sdes, sib, found):
 
 
 @nb.njit(cache=True, nogil=True)
-def nb_sibling_perceptron_epoch(order, ades, sdes, heads, w, lagged, cost, multiroot, eta, steps, average):
+def nb_sibling_perceptron_epoch(order, ades, sdes, heads, w, lagged, cost, multiroot, eta, steps, average,
+                                loss_augmented, outside, tie):
     """One epoch over the sentences in ``order``: returns (mistakes, summed task loss, steps after; every mistake
     is an update). ``ades`` the arc design's host tuple (offsets, arc_off, ptr, ids, tptr, tids), ``sdes`` the
     sibling design's (:meth:`~ssvm_torch.data.sibling_features.SiblingDesign.host`), ``heads`` the gold heads of
     every word (0 the root), ``cost[i]`` the loss of one wrong head of sentence i; w and ``lagged`` updated in
-    place; ``steps`` the steps taken before the epoch."""
+    place; ``steps`` the steps taken before the epoch. ``loss_augmented``, ``outside``, ``tie``: as
+    :func:`~ssvm_torch.oracles.tree_perceptron.nb_tree_perceptron_epoch`'s."""
     offsets = ades[0]
     first_child = has_first_child(sdes)
     nmax = longest_row(offsets)
@@ -91,10 +108,22 @@ def nb_sibling_perceptron_epoch(order, ades, sdes, heads, w, lagged, cost, multi
         block_scores(i, ades, sdes, w, S, SB)
         if first_child:
             fold_first_child_into(S, SB, n)
+        S0, gold_score = S, 0.0                  # loss-augmented: the scores before the cost, the gold tree's
+        if loss_augmented:
+            gold[0] = -1
+            gold[1:n + 1] = heads[offsets[i]:offsets[i] + n]
+            gold_score = sibling_tree_score(S, SB, gold, n, sib)
+            S0 = S.copy()
+            add_cost(S, gold, n, cost[i])
         sibling_best(S, SB, n, multiroot, got, False)
         wrong = wrong_heads(got, heads, offsets[i], n, gold)
-        loss_sum += wrong * cost[i]
-        if wrong > 0:
+        if loss_augmented:
+            violated, loss = augmented_margin(sibling_tree_score(S0, SB, got, n, sib), gold_score, wrong, cost[i],
+                                              outside[i], tie)
+        else:
+            violated, loss = wrong > 0, wrong * cost[i]
+        loss_sum += loss
+        if violated:
             mistakes += 1
             _add_psi(w, eta, gold, got, n, i, ades, sdes, sib, found)
             if average and steps > 0:
