@@ -1,12 +1,14 @@
-"""The loss-augmented structured perceptron on dependency trees at this checkout against an earlier commit, side
-by side in one run through the API users call (``train_perceptron(..., PerceptronConfig(loss_augmented=True))``,
+"""The loss-augmented structured perceptron on trees and segmentations at this checkout against an earlier commit,
+side by side in one run through the API users call (``train_perceptron(..., PerceptronConfig(loss_augmented=True))``,
 batch size 1, averaged, from w = 0): an epoch on UD English-EWT's 12,544 training sentences as first-order
 projective trees (McDonald's features, d = 2.8M; Eisner), as non-projective trees (Chu-Liu-Edmonds) and as
-second-order trees (McDonald & Pereira 2006's sibling features with first-child parts, d = 3.1M), the tasks of
-``ssvm-train --solver perceptron --loss-augmented`` with ``--trees``. The generic loop took each step through the
-model's oracle (torch operations around the compiled decoders); these epochs on CPU float64 are now one compiled
-call each (ssvm_torch/oracles/tree_perceptron.py, stores/sibling_perceptron.py). One thread; per side the median
-over rounds of each round's median.
+second-order trees (McDonald & Pereira 2006's sibling features with first-child parts, d = 3.1M), on its 12,256
+phrase-structure trees (``ud-ewt-spans``, d = 13.6M) and on CoNLL-2000's 8,936 sentences as chunk segmentations
+(``conll2000-segments``, d = 12.1M): the tasks of ``ssvm-train --solver perceptron --loss-augmented``. The generic
+loop took each step through the model's oracle (torch operations around the compiled decoders); these epochs on
+CPU float64 are now one compiled call each (ssvm_torch/oracles/tree_perceptron.py, span_perceptron.py,
+stores/sibling_perceptron.py, segment_perceptron.py). One thread; per side the median over rounds of each round's
+median.
 
 Usage: python benchmarks/bench_perceptron_augmented_commits.py --baseline 0981073 [--rounds 2] [--calls 1]
        [--out benchmarks/results/perceptron_augmented_commits.json]
@@ -19,9 +21,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 from commits import cases_side_by_side, median_ms  # noqa: E402
 
-#: (label, ud-ewt's ``trees`` option)
-TREES = (("first-order projective trees", "projective"), ("first-order non-projective trees", "non-projective"),
-         ("second-order trees", "second-order"))
+#: (label, task, options)
+TASKS = (("ud-ewt first-order projective trees", "ud-ewt", {"trees": "projective"}),
+         ("ud-ewt first-order non-projective trees", "ud-ewt", {"trees": "non-projective"}),
+         ("ud-ewt second-order trees", "ud-ewt", {"trees": "second-order"}),
+         ("ud-ewt-spans constituency trees", "ud-ewt-spans", {}),
+         ("conll2000-segments", "conll2000-segments", {}))
 
 
 def worker(calls: int) -> dict:
@@ -31,9 +36,9 @@ def worker(calls: int) -> dict:
     from ssvm_torch.perceptron import PerceptronConfig, train_perceptron
     from ssvm_torch.tasks import load_task
     out = {"module": ssvm_torch.__file__, "cases": {}}
-    for label, trees in TREES:
-        task = load_task("ud-ewt", trees=trees)
-        out["cases"][f"loss-augmented epoch, ud-ewt {label} ({task.train.n} sentences, d = {task.model.d})"] = \
+    for label, name, options in TASKS:
+        task = load_task(name, **options)
+        out["cases"][f"loss-augmented epoch, {label} ({task.train.n} sentences, d = {task.model.d})"] = \
             median_ms(lambda: train_perceptron(task.model, task.train, PerceptronConfig(epochs=1, loss_augmented=True)),
                       calls)
     return out

@@ -21,9 +21,9 @@ step without its regularizer, Ratliff et al. 2007).
 ``nonnegative`` (indices of w) projects w onto w[j] >= 0 after every step, as the projected subgradient step of the
 SSVM stores does (graph cuts need submodular pairwise weights).
 
-On CPU float64 a chain, edge-feature chain, semi-Markov, dependency (first- or second-order) or constituency model
-run at batch size 1 takes each epoch in one compiled call (:mod:`ssvm_torch.perceptron_compiled`, which says for
-which settings: the loop's steps, to rounding), any other model, device or setting the loop below
+On CPU float64 a chain, edge-feature chain, semi-Markov, dependency (first- or second-order) or constituency model run
+at batch size 1, plain or loss-augmented, takes each epoch in one compiled call (:mod:`ssvm_torch.perceptron_compiled`,
+which says for which settings: the loop's steps, to rounding), any other model, device or setting the loop below
 (``compiled=False``: the loop always).
 
 An epoch with no update leaves w where it was, so the run stops there (``stop_reason`` "separated": the training

@@ -31,19 +31,17 @@ from .stores.sibling_perceptron import nb_sibling_perceptron_epoch
 def compiled_epoch(model: StructuredModel, data, w: torch.Tensor, lagged: torch.Tensor, cfg,
                    nonnegative) -> Callable[[np.ndarray, float, int], tuple] | None:
     """A function (order, eta, steps) -> (mistakes, summed loss, steps after) taking an epoch's steps in one
-    compiled call (the module docstring's kernels; w and ``lagged`` updated in place through views), or None where
-    the loop of :func:`~ssvm_torch.perceptron.train_perceptron` runs: a model other than ChainModel,
-    EdgeChainModel and (plain decoding) DependencyModel, SiblingDependencyModel, ConstituencyModel and
-    SemiMarkovModel themselves (a subclass may add its own parts to psi), other kernels, device or precision
-    (``compiled``), batches of several examples or a box (``nonnegative``). The edge-feature chain's loss-augmented
-    epochs exist only here (its model has no padded oracle for the loop). ``cfg``: the run's
+    compiled call (the module docstring's kernels; w and ``lagged`` updated in place through views), plain or
+    loss-augmented, or None where the loop of :func:`~ssvm_torch.perceptron.train_perceptron` runs: a model other
+    than ChainModel, EdgeChainModel, DependencyModel, SiblingDependencyModel, ConstituencyModel and SemiMarkovModel
+    themselves (a subclass may add its own parts to psi), other kernels, device or precision (``compiled``),
+    batches of several examples or a box (``nonnegative``). The edge-feature chain's loss-augmented epochs exist
+    only here (its model has no padded oracle for the loop). ``cfg``: the run's
     :class:`~ssvm_torch.perceptron.PerceptronConfig` (not imported here: perceptron.py imports this module)."""
     if cfg.batch_size != 1 or nonnegative is not None or not model.compiled(w):
         return None
     build = _EPOCHS.get(type(model))
-    if build is None or (cfg.loss_augmented and type(model) not in _LOSS_AUGMENTED):
-        return None
-    return build(model, data, w, lagged, cfg)
+    return None if build is None else build(model, data, w, lagged, cfg)
 
 
 def _chain_epoch(model: ChainModel, data, w: torch.Tensor, lagged: torch.Tensor, cfg) -> Callable:
@@ -107,7 +105,7 @@ def _sibling_epoch(model: SiblingDependencyModel, data, w: torch.Tensor, lagged:
 
 
 def _span_epoch(model: ConstituencyModel, data, w: torch.Tensor, lagged: torch.Tensor, cfg) -> Callable:
-    """The plain-decoding epoch of the constituency model (exact type)."""
+    """The epoch of the constituency model (exact type), plain or loss-augmented."""
     host = [np.ascontiguousarray(to_host(t), dtype=np.int64) for t in (data.offsets, data.fptr, data.fidx, data.spans,
                                                                         data.span_offsets)]
     views = [t.numpy() for t in model.split(w)] + [t.numpy() for t in model.split(lagged)]
@@ -116,12 +114,12 @@ def _span_epoch(model: ConstituencyModel, data, w: torch.Tensor, lagged: torch.T
 
     def span_epoch(order: np.ndarray, eta: float, steps: int) -> tuple:
         return nb_span_perceptron_epoch(np.ascontiguousarray(order, dtype=np.int64), *host, *views, cost, buckets,
-                                        model.inside, eta, steps, cfg.average)
+                                        model.inside, eta, steps, cfg.average, cfg.loss_augmented, TIE)
     return span_epoch
 
 
 def _segment_epoch(model: SemiMarkovModel, data, w: torch.Tensor, lagged: torch.Tensor, cfg) -> Callable:
-    """The plain-decoding epoch of the semi-Markov model (exact type)."""
+    """The epoch of the semi-Markov model (exact type), plain or loss-augmented."""
     fptr, fidx, fval = (np.ascontiguousarray(to_host(t)) for t in model.features_csr(data, torch.float64))
     off = np.ascontiguousarray(to_host(data.offsets), dtype=np.int64)
     Y = np.ascontiguousarray(to_host(data.Y), dtype=np.int64)
@@ -132,12 +130,12 @@ def _segment_epoch(model: SemiMarkovModel, data, w: torch.Tensor, lagged: torch.
 
     def segment_epoch(order: np.ndarray, eta: float, steps: int) -> tuple:
         return nb_segment_perceptron_epoch(np.ascontiguousarray(order, dtype=np.int64), off, fptr, fidx, fval, Y,
-                                           *views, *lag, cost, outside, eta, steps, cfg.average)
+                                           *views, *lag, cost, outside, eta, steps, cfg.average, cfg.loss_augmented,
+                                           TIE)
     return segment_epoch
 
 
-#: the epoch builder of each model type served (exact types: a subclass may add its own parts to psi)
+#: the epoch builder of each model type served, plain and loss-augmented (exact types: a subclass may add its own
+#: parts to psi)
 _EPOCHS = {ChainModel: _chain_epoch, EdgeChainModel: _chain_epoch, DependencyModel: _tree_epoch,
            SiblingDependencyModel: _sibling_epoch, ConstituencyModel: _span_epoch, SemiMarkovModel: _segment_epoch}
-#: those whose kernels run the loss-augmented perceptron too
-_LOSS_AUGMENTED = (ChainModel, EdgeChainModel, DependencyModel, SiblingDependencyModel)

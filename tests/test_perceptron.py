@@ -272,13 +272,13 @@ def test_the_compiled_edge_chain_epoch_is_the_loop_on_conll_rich_edges():
 
 
 #: real tasks whose models take the compiled epochs at batch size 1: (task, its options, the first sentences taken,
-#: None: all, whether loss-augmented epochs are compiled too)
+#: None: all)
 COMPILED_TASKS = {
-    "trees": ("ud-ewt", {"trees": "projective", "train_size": 150}, None, True),    # tree_perceptron.py, Eisner
-    "trees-non-projective": ("ud-ewt", {"trees": "non-projective", "train_size": 150}, None, True),  # Chu-Liu-Edmonds
-    "trees-second-order": ("ud-ewt", {"trees": "second-order", "train_size": 150}, None, True),  # sibling_perceptron
-    "constituency": ("ud-ewt-spans", {"train_size": 150}, None, False),          # oracles/span_perceptron.py
-    "segments": ("conll2000-segments", {}, 200, False),                          # stores/segment_perceptron.py
+    "trees": ("ud-ewt", {"trees": "projective", "train_size": 150}, None),    # oracles/tree_perceptron.py, Eisner
+    "trees-non-projective": ("ud-ewt", {"trees": "non-projective", "train_size": 150}, None),  # Chu-Liu-Edmonds
+    "trees-second-order": ("ud-ewt", {"trees": "second-order", "train_size": 150}, None),  # stores/sibling_perceptron
+    "constituency": ("ud-ewt-spans", {"train_size": 150}, None),             # oracles/span_perceptron.py
+    "segments": ("conll2000-segments", {}, 200),                             # stores/segment_perceptron.py
 }
 
 
@@ -287,28 +287,23 @@ def test_the_compiled_epochs_are_the_loop_on_real_data(case):
     """EWT's first-order trees (McDonald's features; Eisner, Chu-Liu-Edmonds), second-order trees (McDonald &
     Pereira's sibling features with first-child parts) and constituency trees (Hall et al.'s surface features with
     inside means), CoNLL-2000's chunk segmentations (the outside label's segments of one word): the compiled epochs
-    take the loop's steps bit for bit, unit and decaying steps (the same scores in the models' order of operations,
-    the second-order first-child parts folded in as the model folds them, the first best span label on ties, the
-    same decoders, psi's additions in add_psi's order). Loss-augmented, the trees' too (the cost added to the arcs
-    as the model's augment adds it; EWT's non-projective gold trees, outside Eisner's space, among the sentences);
-    the other models take the loop."""
+    take the loop's steps bit for bit, unit and decaying steps, plain and loss-augmented (the same scores in the
+    models' order of operations, the second-order first-child parts folded in as the model folds them, the losses
+    added to the parts as the models' augment adds them, the first best span label on ties, the same decoders,
+    psi's additions in add_psi's order; EWT's non-projective gold trees, outside Eisner's space, among the
+    sentences)."""
     from ssvm_torch.tasks import load_task
-    name, options, n, augmented = COMPILED_TASKS[case]
+    name, options, n = COMPILED_TASKS[case]
     task = load_task(name, **options)
     model, data = task.model, task.train if n is None else task.train.subset(torch.arange(n))
     w = torch.zeros(model.d, dtype=torch.float64)
-    configs = [PerceptronConfig(epochs=2), PerceptronConfig(epochs=2, decay_exponent=0.5, decay_t0=2.0)]
-    augmented_configs = [PerceptronConfig(epochs=2, loss_augmented=True),
-                         PerceptronConfig(epochs=2, loss_augmented=True, decay_exponent=0.5, decay_t0=2.0)]
-    if augmented:
-        configs += augmented_configs
-    else:
-        assert compiled_epoch(model, data, w, w.clone(), augmented_configs[0], None) is None
-    for cfg in configs:
-        assert compiled_epoch(model, data, w, w.clone(), cfg, None) is not None
-        fast = train_perceptron(model, data, cfg)
-        assert_same_run(fast, train_perceptron(model, data, cfg, compiled=False))
-        assert fast.history[0]["mistakes"] > fast.history[1]["mistakes"] > 0
+    for augmented in (False, True):
+        for cfg in (PerceptronConfig(epochs=2, loss_augmented=augmented),
+                    PerceptronConfig(epochs=2, loss_augmented=augmented, decay_exponent=0.5, decay_t0=2.0)):
+            assert compiled_epoch(model, data, w, w.clone(), cfg, None) is not None
+            fast = train_perceptron(model, data, cfg)
+            assert_same_run(fast, train_perceptron(model, data, cfg, compiled=False))
+            assert fast.history[0]["mistakes"] > fast.history[1]["mistakes"] > 0
 
 
 def drawn_sibling_instance(first_child, table_max, multiroot):
@@ -371,19 +366,14 @@ def gold_returned(model, data, w) -> int:
 def test_the_compiled_epochs_are_the_loop_on_drawn_instances(case):
     """The conformance suite's tree, constituency (with and without the inside part, Hamming and normalized
     losses) and semi-Markov instances (real-valued features, with and without an outside label), and drawn
-    second-order designs, from a Gaussian start with decaying steps: the loop's run bit for bit. The trees'
-    loss-augmented runs too, among them non-projective gold trees that the oracle returns as they are (scored above
-    every projective tree with its loss); the other models' loss-augmented runs take the loop."""
-    from ssvm_torch.models import DependencyModel
+    second-order designs, from a Gaussian start with decaying steps: the loop's run bit for bit, plain and
+    loss-augmented (among the trees non-projective gold trees that the oracle returns as they are, scored above every
+    projective tree with its loss)."""
     model, data, w0 = DRAWN_COMPILED[case]()
-    trees = isinstance(model, DependencyModel)
     if case.endswith("gold-outside"):
         assert gold_returned(model, data, w0) >= 3
     for cfg in (PerceptronConfig(epochs=3, decay_exponent=0.5),
                 PerceptronConfig(epochs=3, decay_exponent=0.5, loss_augmented=True)):
-        if cfg.loss_augmented and not trees:
-            assert compiled_epoch(model, data, w0, w0.clone(), cfg, None) is None
-            continue
         assert compiled_epoch(model, data, w0, w0.clone(), cfg, None) is not None
         fast = train_perceptron(model, data, cfg, w0=w0)
         assert_same_run(fast, train_perceptron(model, data, cfg, w0=w0, compiled=False))

@@ -30,6 +30,13 @@ def longest_row(off):
 
 
 @nb.njit(cache=True, nogil=True)
+def margin_violated(H, tie):
+    """Whether the loss-augmented margin H_i = L_i(y*) + <w, phi(x_i, y*)> - <w, phi(x_i, y_i)> is violated as the
+    perceptron's loop decides it: H > tie (1 + |H|) (models/base.py's TIE)."""
+    return H > tie * (1.0 + abs(H))
+
+
+@nb.njit(cache=True, nogil=True)
 def _add_loss(U, Y, s, T, lw):
     """U[t, k] += lw where k is not the gold label: the loss added to the unaries first, as the model's augment
     does (the same sums, so the same argmax where labelings tie: integer w, binary features)."""
@@ -106,8 +113,7 @@ def nb_perceptron_epoch(order, fptr, fidx, fval, off, Y, token_w, W, first, last
                 gold += U[t, Y[s + t]]
             for t in range(1, T):
                 gold += Tt[t, Y[s + t], Y[s + t - 1]] if edges else trans[Y[s + t], Y[s + t - 1]]
-            margin = score - gold
-            wrong = margin > tie * (1.0 + abs(margin))
+            wrong = margin_violated(score - gold, tie)
         else:
             wrong = wrong_positions > 0
         if wrong:

@@ -1,22 +1,25 @@
 """A structured perceptron epoch over labeled binary constituency trees in one compiled call: ssvm_torch/perceptron.py's
-loop at batch size 1, plain decoding, for :class:`~ssvm_torch.models.constituency.ConstituencyModel` on CPU float64.
+loop at batch size 1, plain or loss-augmented, for :class:`~ssvm_torch.models.constituency.ConstituencyModel` on CPU
+float64.
 
 A step computes what the model's torch path computes, in the same order of operations so that the decoder meets the
 same numbers: the fencepost potentials U[k] = sum of W's rows of fencepost k's features, the span scores
 s(i, j, l) = (U[i, begin l] + U[j, end l]) + len[b(j - i), l] + (P[j, l] - P[i, l]) / (j - i) with P the prefix sums
 of the inside potentials (``ConstituencyModel.span_scores``), each span's best label (the first on ties, as
-torch's ``max``), the best tree by CKY (:func:`~ssvm_torch.spans.numba_cky.cky_best`, the model's CPU decoder); on a
-mistake it adds eta psi_i(y^) as ``ConstituencyModel.add_psi`` does: the fenceposts' statistics (begin / end
-indicators, the inside shares 1 / (j - i) by a difference array and its running sum) of the gold tree minus the
-decoded one, added at each fencepost's feature rows, then the (length bucket, label) counts; the lagged sum
-likewise times (k - 1) at step k (Daume 2006, Alg. 7)."""
+torch's ``max``), the best tree by CKY (:func:`~ssvm_torch.spans.numba_cky.cky_best`, the model's CPU decoder).
+Loss-augmented, each (span, label) that is not a gold bracket scores s + c_i first (``spans.ops.augment``'s sum) and the
+step errs where the margin L_i(y*) + s(y*) - s(y_i) is violated, the trees' scores the sums of their labeled spans'
+(``spans.ops.score``). On a mistake it adds eta psi_i(y^) as ``ConstituencyModel.add_psi`` does: the fenceposts'
+statistics (begin / end indicators, the inside shares 1 / (j - i) by a difference array and its running sum) of the gold
+tree minus the decoded one, added at each fencepost's feature rows, then the (length bucket, label) counts; the lagged
+sum likewise times (k - 1) at step k (Daume 2006, Alg. 7)."""
 from __future__ import annotations
 
 import numba as nb
 import numpy as np
 
 from ..spans.numba_cky import cky_best
-from .chain_perceptron import longest_row
+from .chain_perceptron import longest_row, margin_violated
 
 NEG_INF = -np.inf
 
@@ -106,12 +109,22 @@ def _add_psi(W, lenw, c, f0, T, fptr, fidx, D, Dc):
 
 
 @nb.njit(cache=True, nogil=True)
+def spans_sum(S, tree, k):
+    """s(tree) = the sum of S[i, j, label] over the labeled spans tree[:k] (``spans.ops.score``)."""
+    total = 0.0
+    for r in range(k):
+        total += S[tree[r, 0], tree[r, 1], tree[r, 2]]
+    return total
+
+
+@nb.njit(cache=True, nogil=True)
 def nb_span_perceptron_epoch(order, offsets, fptr, fidx, spans, span_off, W, lenw, W_lag, lenw_lag, cost, buckets,
-                             inside, eta, steps, average):
+                             inside, eta, steps, average, loss_augmented, tie):
     """One epoch over the sentences in ``order``: returns (mistakes, summed task loss, steps after; every mistake
     is an update). ``spans`` (S, 3) the gold trees' (i, j, label) rows by ``span_off``, in (i, j) order; W (F, C),
     lenw (buckets, L) and their lagged sums views of w and of the lagged sum, updated in place; ``cost[i]`` the loss
-    of one wrong span of sentence i; ``steps`` the steps taken before the epoch."""
+    of one wrong span of sentence i; ``steps`` the steps taken before the epoch. ``loss_augmented``: decode the
+    loss-augmented tree and update where its margin is violated (``tie`` models/base.py's TIE)."""
     L = lenw.shape[1]
     C = W.shape[1]
     nmax = longest_row(offsets)
@@ -124,19 +137,27 @@ def nb_span_perceptron_epoch(order, offsets, fptr, fidx, spans, span_off, W, len
     counts, counts_g = np.empty((buckets.shape[0], L)), np.empty((buckets.shape[0], L))
     best = np.empty((M, M), dtype=np.int64)
     tree = np.empty((2 * M, 3), dtype=np.int64)
+    gold_label = np.empty((M, M), dtype=np.int64)
     mistakes, loss_sum = 0, 0.0
     for r in range(order.shape[0]):
         i = order[r]
         n = offsets[i + 1] - offsets[i]
         T, f0 = n + 1, offsets[i] + i
         span_scores_into(f0, T, fptr, fidx, W, lenw, buckets, L, inside, U, prefix, S)
+        lo, hi = span_off[i], span_off[i + 1]
+        c = cost[i] if loss_augmented else 0.0
+        gold_label[:T, :T] = -1                  # loss-augmented: no label of a span outside the gold tree is gold
+        if loss_augmented:
+            for q in range(lo, hi):
+                gold_label[spans[q, 0], spans[q, 1]] = spans[q, 2]
         Su = np.empty((T, T))
         for a in range(T):
             for b in range(T):
-                top, arg = S[a, b, 0], 0
-                for l in range(1, L):
-                    if S[a, b, l] > top:
-                        top, arg = S[a, b, l], l
+                top, arg = NEG_INF, -1
+                for l in range(L):
+                    v = S[a, b, l] + c if (loss_augmented and b > a and l != gold_label[a, b]) else S[a, b, l]
+                    if arg < 0 or v > top:
+                        top, arg = v, l
                 Su[a, b], best[a, b] = top, arg
         chart = np.zeros((T, T), dtype=np.bool_)
         cky_best(Su, n, chart)
@@ -146,14 +167,18 @@ def nb_span_perceptron_epoch(order, offsets, fptr, fidx, spans, span_off, W, len
                 if chart[a, b]:
                     tree[k, 0], tree[k, 1], tree[k, 2] = a, b, best[a, b]
                     k += 1
-        lo, hi = span_off[i], span_off[i + 1]
         wrong = 0
         for q in range(lo, hi):
             a, b = spans[q, 0], spans[q, 1]
             if not chart[a, b] or best[a, b] != spans[q, 2]:
                 wrong += 1
         loss_sum += wrong * cost[i]
-        if wrong > 0:
+        if loss_augmented:
+            H = (wrong * cost[i] + spans_sum(S, tree, k)) - spans_sum(S, spans[lo:hi], hi - lo)
+            violated = margin_violated(H, tie)
+        else:
+            violated = wrong > 0
+        if violated:
             mistakes += 1
             tree_statistics(spans[lo:hi], hi - lo, L, inside, buckets, Pg[:T], counts_g, diff)
             tree_statistics(tree, k, L, inside, buckets, P[:T], counts, diff)

@@ -14,7 +14,7 @@ import numpy as np
 
 from ..trees.numba_eisner import eisner_best
 from ..trees.numba_mst import mst_best
-from .chain_perceptron import longest_row
+from .chain_perceptron import longest_row, margin_violated
 from .tree_kernels import arc_index, nb_theta
 
 
@@ -75,8 +75,7 @@ def augmented_margin(best, gold_score, wrong, c, outside, tie):
     aug = best + wrong * c
     if outside and aug < gold_score:
         return False, 0.0
-    H = aug - gold_score
-    return H > tie * (1.0 + abs(H)), wrong * c
+    return margin_violated(aug - gold_score, tie), wrong * c
 
 
 @nb.njit(cache=True, nogil=True)
