@@ -19,7 +19,8 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from commits import cases_side_by_side, median_ms  # noqa: E402
+from bench_perceptron_structures_commits import epoch_cases  # noqa: E402
+from commits import cases_side_by_side  # noqa: E402
 
 #: (label, task, options)
 TASKS = (("ud-ewt first-order projective trees", "ud-ewt", {"trees": "projective"}),
@@ -30,18 +31,7 @@ TASKS = (("ud-ewt first-order projective trees", "ud-ewt", {"trees": "projective
 
 
 def worker(calls: int) -> dict:
-    import torch
-    torch.set_num_threads(1)
-    import ssvm_torch
-    from ssvm_torch.perceptron import PerceptronConfig, train_perceptron
-    from ssvm_torch.tasks import load_task
-    out = {"module": ssvm_torch.__file__, "cases": {}}
-    for label, name, options in TASKS:
-        task = load_task(name, **options)
-        out["cases"][f"loss-augmented epoch, {label} ({task.train.n} sentences, d = {task.model.d})"] = \
-            median_ms(lambda: train_perceptron(task.model, task.train, PerceptronConfig(epochs=1, loss_augmented=True)),
-                      calls)
-    return out
+    return epoch_cases(TASKS, calls, loss_augmented=True, first=None)
 
 
 if __name__ == "__main__":

@@ -27,20 +27,29 @@ TASKS = (("ud-ewt second-order trees", "ud-ewt", {"trees": "second-order"}),
          ("conll2000-segments", "conll2000-segments", {}))
 
 
-def worker(calls: int) -> dict:
+def epoch_cases(tasks, calls: int, loss_augmented: bool = False, first: int | None = 1000) -> dict:
+    """A worker's {"module", "cases"}: per (label, task, options) of ``tasks`` the median ms of a one-epoch
+    ``train_perceptron`` run from w = 0 on its training set and, with ``first``, on its first ``first`` sentences
+    (where each call's O(d) setup weighs more); one thread."""
     import torch
     torch.set_num_threads(1)
     import ssvm_torch
     from ssvm_torch.perceptron import PerceptronConfig, train_perceptron
     from ssvm_torch.tasks import load_task
     out = {"module": ssvm_torch.__file__, "cases": {}}
-    for label, name, options in TASKS:
+    kind = "loss-augmented epoch" if loss_augmented else "epoch"
+    for label, name, options in tasks:
         task = load_task(name, **options)
-        few = task.train.subset(torch.arange(1000))
-        for data, reps in ((task.train, calls), (few, max(calls, 3))):
-            out["cases"][f"epoch, {label} ({data.n} sentences, d = {task.model.d})"] = median_ms(
-                lambda: train_perceptron(task.model, data, PerceptronConfig(epochs=1)), reps)
+        sets = [(task.train, calls)] + ([(task.train.subset(torch.arange(first)), max(calls, 3))] if first else [])
+        for data, reps in sets:
+            out["cases"][f"{kind}, {label} ({data.n} sentences, d = {task.model.d})"] = median_ms(
+                lambda: train_perceptron(task.model, data, PerceptronConfig(epochs=1, loss_augmented=loss_augmented)),
+                reps)
     return out
+
+
+def worker(calls: int) -> dict:
+    return epoch_cases(TASKS, calls)
 
 
 if __name__ == "__main__":

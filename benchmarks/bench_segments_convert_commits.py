@@ -1,6 +1,6 @@
 """Reading chunk tags into segmentations at this checkout against an earlier commit, side by side in one run through
 the API users call: ``segments_from_tags`` and ``partial_from_tags`` on CoNLL-2000's 8,936 training sentences
-(259k BIO tags; the partial reading with every tenth tag unknown), and ``load_task("conll2000-segments")`` (the
+(211,727 BIO tags; the partial reading with every tenth tag unknown), and ``load_task("conll2000-segments")`` (the
 semi-Markov task of ``ssvm-train --dataset conll2000-segments``, featurized designs from the cache). The reader
 wrote its (label, begins, ends) tables one torch element at a time; it now fills NumPy arrays and converts them
 once (ssvm_torch/segments/convert.py). One thread; per side the median over rounds of each round's median.
