@@ -23,9 +23,9 @@ from .models.sibling_dependency import SiblingDependencyModel
 from .oracles.chain_perceptron import nb_perceptron_epoch
 from .oracles.span_perceptron import nb_span_perceptron_epoch
 from .oracles.tree_perceptron import nb_tree_perceptron_epoch
-from .trees.checks import tree_faults
 from .stores.segment_perceptron import nb_segment_perceptron_epoch
 from .stores.sibling_perceptron import nb_sibling_perceptron_epoch
+from .trees.checks import tree_faults
 
 
 def compiled_epoch(model: StructuredModel, data, w: torch.Tensor, lagged: torch.Tensor, cfg,
@@ -67,9 +67,12 @@ def _chain_epoch(model: ChainModel, data, w: torch.Tensor, lagged: torch.Tensor,
     return epoch
 
 
-def _outside(model: DependencyModel, data) -> np.ndarray:
+def _outside(model: DependencyModel, data, cfg) -> np.ndarray:
     """Whether each sentence's gold tree lies outside the model's decoder's space (crossing arcs under projective
-    decoding, several root children under single-root decoding): the trees the oracle may return as they are."""
+    decoding, several root children under single-root decoding): the trees the loss-augmented oracle may return
+    as they are (not read by plain decoding: all False)."""
+    if not cfg.loss_augmented:
+        return np.zeros(data.n, dtype=np.bool_)
     gold = model.gt_batch(data, torch.arange(data.n, device=data.device))
     faults = tree_faults(gold, data.lengths, model.multiroot, model.projective)
     return np.ascontiguousarray(to_host(faults != 0))
@@ -78,7 +81,7 @@ def _outside(model: DependencyModel, data) -> np.ndarray:
 def _tree_epoch(model: DependencyModel, data, w: torch.Tensor, lagged: torch.Tensor, cfg) -> Callable:
     """The epoch of the first-order dependency model (exact type), plain or loss-augmented."""
     cost = to_host(model.costs(data.lengths))
-    outside = _outside(model, data)
+    outside = _outside(model, data, cfg)
     host = [np.ascontiguousarray(to_host(t)) for t in (data.offsets, data.arc_off, data.heads, data.ptr, data.ids,
                                                          data.tok_ptr, data.tok_ids)]
 
@@ -92,7 +95,7 @@ def _tree_epoch(model: DependencyModel, data, w: torch.Tensor, lagged: torch.Ten
 def _sibling_epoch(model: SiblingDependencyModel, data, w: torch.Tensor, lagged: torch.Tensor, cfg) -> Callable:
     """The epoch of the second-order dependency model (exact type), plain or loss-augmented."""
     cost = to_host(model.costs(data.lengths))
-    outside = _outside(model, data)
+    outside = _outside(model, data, cfg)
     ades = tuple(np.ascontiguousarray(to_host(t)) for t in (data.offsets, data.arc_off, data.ptr, data.ids,
                                                              data.tok_ptr, data.tok_ids))
     sdes, heads = data.sib.host(), np.ascontiguousarray(to_host(data.heads))
