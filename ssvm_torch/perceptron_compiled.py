@@ -25,7 +25,6 @@ from .oracles.span_perceptron import nb_span_perceptron_epoch
 from .oracles.tree_perceptron import nb_tree_perceptron_epoch
 from .stores.segment_perceptron import nb_segment_perceptron_epoch
 from .stores.sibling_perceptron import nb_sibling_perceptron_epoch
-from .trees.checks import tree_faults
 
 
 def compiled_epoch(model: StructuredModel, data, w: torch.Tensor, lagged: torch.Tensor, cfg,
@@ -67,35 +66,32 @@ def _chain_epoch(model: ChainModel, data, w: torch.Tensor, lagged: torch.Tensor,
     return epoch
 
 
-def _outside(model: DependencyModel, data, cfg) -> np.ndarray:
-    """Whether each sentence's gold tree lies outside the model's decoder's space (crossing arcs under projective
-    decoding, several root children under single-root decoding): the trees the loss-augmented oracle may return
-    as they are (not read by plain decoding: all False)."""
+def _gold_ok(model: DependencyModel, data, cfg) -> np.ndarray:
+    """Whether each sentence's gold tree lies in the model's decoder's space (``DependencyModel.gold_in_space``):
+    where not, the loss-augmented oracle may return it as it is (plain decoding never reads it)."""
     if not cfg.loss_augmented:
-        return np.zeros(data.n, dtype=np.bool_)
-    gold = model.gt_batch(data, torch.arange(data.n, device=data.device))
-    faults = tree_faults(gold, data.lengths, model.multiroot, model.projective)
-    return np.ascontiguousarray(to_host(faults != 0))
+        return np.ones(data.n, dtype=np.bool_)
+    return np.ascontiguousarray(to_host(model.gold_in_space(data)))
 
 
 def _tree_epoch(model: DependencyModel, data, w: torch.Tensor, lagged: torch.Tensor, cfg) -> Callable:
     """The epoch of the first-order dependency model (exact type), plain or loss-augmented."""
     cost = to_host(model.costs(data.lengths))
-    outside = _outside(model, data, cfg)
+    gold_ok = _gold_ok(model, data, cfg)
     host = [np.ascontiguousarray(to_host(t)) for t in (data.offsets, data.arc_off, data.heads, data.ptr, data.ids,
                                                          data.tok_ptr, data.tok_ids)]
 
     def tree_epoch(order: np.ndarray, eta: float, steps: int) -> tuple:
         return nb_tree_perceptron_epoch(np.ascontiguousarray(order, dtype=np.int64), *host, w.numpy(),
                                         lagged.numpy(), cost, model.projective, model.multiroot, eta, steps,
-                                        cfg.average, cfg.loss_augmented, outside, TIE)
+                                        cfg.average, cfg.loss_augmented, gold_ok, TIE)
     return tree_epoch
 
 
 def _sibling_epoch(model: SiblingDependencyModel, data, w: torch.Tensor, lagged: torch.Tensor, cfg) -> Callable:
     """The epoch of the second-order dependency model (exact type), plain or loss-augmented."""
     cost = to_host(model.costs(data.lengths))
-    outside = _outside(model, data, cfg)
+    gold_ok = _gold_ok(model, data, cfg)
     ades = tuple(np.ascontiguousarray(to_host(t)) for t in (data.offsets, data.arc_off, data.ptr, data.ids,
                                                              data.tok_ptr, data.tok_ids))
     sdes, heads = data.sib.host(), np.ascontiguousarray(to_host(data.heads))
@@ -103,7 +99,7 @@ def _sibling_epoch(model: SiblingDependencyModel, data, w: torch.Tensor, lagged:
     def sibling_epoch(order: np.ndarray, eta: float, steps: int) -> tuple:
         return nb_sibling_perceptron_epoch(np.ascontiguousarray(order, dtype=np.int64), ades, sdes, heads, w.numpy(),
                                            lagged.numpy(), cost, model.multiroot, eta, steps, cfg.average,
-                                           cfg.loss_augmented, outside, TIE)
+                                           cfg.loss_augmented, gold_ok, TIE)
     return sibling_epoch
 
 

@@ -146,8 +146,8 @@ def nb_span_perceptron_epoch(order, offsets, fptr, fidx, spans, span_off, W, len
         span_scores_into(f0, T, fptr, fidx, W, lenw, buckets, L, inside, U, prefix, S)
         lo, hi = span_off[i], span_off[i + 1]
         c = cost[i] if loss_augmented else 0.0
-        gold_label[:T, :T] = -1                  # loss-augmented: no label of a span outside the gold tree is gold
-        if loss_augmented:
+        if loss_augmented:                       # no label of a span outside the gold tree is gold
+            gold_label[:T, :T] = -1
             for q in range(lo, hi):
                 gold_label[spans[q, 0], spans[q, 1]] = spans[q, 2]
         Su = np.empty((T, T))

@@ -1,10 +1,10 @@
 """A structured perceptron epoch over first-order dependency trees in one compiled call: ssvm_torch/perceptron.py's
 loop at batch size 1, plain or loss-augmented, for :class:`~ssvm_torch.models.dependency.DependencyModel` on CPU
 float64. A step scores the sentence's arcs (``nb_theta``: each arc's features plus its head token's), decodes the best
-tree (Eisner or Chu-Liu-Edmonds, the kernels the model's ``decode`` runs; loss-augmented, of the scores plus the
-sentence's cost on every arc that is not a gold arc, as ``ops.augment`` adds it, with the margin and the gold tree
-outside the decoder's space treated as the model's ``oracle`` treats them: :func:`augmented_margin`) and, on a
-mistake, adds eta psi_i(y^) through
+tree (Eisner or Chu-Liu-Edmonds, the kernels the model's ``decode`` runs; loss-augmented, the tree store's block
+oracle :func:`~ssvm_torch.oracles.tree_kernels.nb_block_oracle`: the scores plus the sentence's cost on every arc
+that is not a gold arc, as ``ops.augment`` adds it, and the gold tree outside the decoder's space returned as the
+model's ``oracle`` returns it) and, on a mistake, adds eta psi_i(y^) through
 the stored feature ids of the gold tree's arcs and head tokens (up) and the decoded tree's (down), in the order the
 model's ``add_psi`` adds them; the lagged sum likewise times (k - 1) at step k (Daume 2006, Alg. 7)."""
 from __future__ import annotations
@@ -15,7 +15,7 @@ import numpy as np
 from ..trees.numba_eisner import eisner_best
 from ..trees.numba_mst import mst_best
 from .chain_perceptron import longest_row, margin_violated
-from .tree_kernels import arc_index, nb_theta
+from .tree_kernels import arc_index, nb_block_oracle, nb_theta
 
 
 @nb.njit(cache=True, nogil=True)
@@ -46,47 +46,14 @@ def wrong_heads(got, heads, start, n, gold):
 
 
 @nb.njit(cache=True, nogil=True)
-def add_cost(S, gold, n, c):
-    """S[m, h] += c for every word m and head h other than its gold head gold[m]: ``ops.augment``'s sum (the
-    Hamming loss over heads decomposes over arcs; the gold arcs' offset 0 leaves them as they are)."""
-    for m in range(1, n + 1):
-        for h in range(n + 1):
-            if h != gold[m]:
-                S[m, h] += c
-
-
-@nb.njit(cache=True, nogil=True)
-def arc_sum(theta, tree, n):
-    """s(tree) = sum over the words m of the score of the arc tree[m] -> m (``ops.score``; ``theta`` in
-    :func:`~ssvm_torch.oracles.tree_kernels.arc_index`'s order)."""
-    total = 0.0
-    for m in range(1, n + 1):
-        total += theta[arc_index(m, tree[m], n)]
-    return total
-
-
-@nb.njit(cache=True, nogil=True)
-def augmented_margin(best, gold_score, wrong, c, outside, tie):
-    """(violated, loss) of a loss-augmented step as ``DependencyModel.oracle`` and the perceptron's loop decide
-    them: H = (s(y*) + wrong c) - s(gold) violated where H > tie (1 + |H|), the task loss wrong c; where the gold
-    tree lies outside the decoder's space (``outside``: crossing arcs under Eisner, several root children under
-    single-root decoding) and scores above the loss-augmented tree, the oracle returns the gold tree (H = 0, no
-    loss)."""
-    aug = best + wrong * c
-    if outside and aug < gold_score:
-        return False, 0.0
-    return margin_violated(aug - gold_score, tie), wrong * c
-
-
-@nb.njit(cache=True, nogil=True)
 def nb_tree_perceptron_epoch(order, offsets, arc_off, heads, ptr, ids, tptr, tids, w, lagged, cost, projective,
-                             multiroot, eta, steps, average, loss_augmented, outside, tie):
+                             multiroot, eta, steps, average, loss_augmented, gold_ok, tie):
     """One epoch over the sentences in ``order``: returns (mistakes, summed task loss, steps after; every mistake
     is an update).
     ``heads`` the gold heads of every word (0 the root), ``cost[i]`` the loss of one wrong head of sentence i;
     w and ``lagged`` updated in place; ``steps`` the steps taken before the epoch. ``loss_augmented``: decode the
-    loss-augmented tree and update where its margin is violated (:func:`augmented_margin`; ``outside[i]``: sentence
-    i's gold tree lies outside the decoder's space, ``tie`` models/base.py's TIE)."""
+    loss-augmented tree and update where its margin H = L + s(y*) - s(gold) > tie (1 + |H|) (``gold_ok[i]``: sentence
+    i's gold tree lies in the decoder's space, ``DependencyModel.gold_in_space``; ``tie`` models/base.py's TIE)."""
     nmax = longest_row(offsets)
     theta = np.empty(nmax * nmax)
     got = np.empty(nmax + 1, dtype=np.int64)
@@ -98,24 +65,23 @@ def nb_tree_perceptron_epoch(order, offsets, arc_off, heads, ptr, ids, tptr, tid
         base, t0 = arc_off[i], offsets[i] + i
         nb_theta(base, n, ptr, ids, t0, tptr, tids, w, theta)
         S = np.full((n + 1, n + 1), -np.inf)
-        for m in range(1, n + 1):
-            for h in range(n + 1):
-                if h != m:
-                    S[m, h] = theta[arc_index(m, h, n)]
         if loss_augmented:
-            gold[0] = -1
-            gold[1:n + 1] = heads[offsets[i]:offsets[i] + n]
-            add_cost(S, gold, n, cost[i])
-        if projective:
-            eisner_best(S, n, multiroot, got)
+            best, gold_score, wrong = nb_block_oracle(theta, n, heads, heads, offsets[i], cost[i], projective,
+                                                      multiroot, gold_ok[i], S, got[1:])
+            wrong_heads(got, heads, offsets[i], n, gold)           # gold[] := the gold tree
+            violated = margin_violated((best + wrong * cost[i]) - gold_score, tie)
         else:
-            mst_best(S, n, multiroot, got)
-        wrong = wrong_heads(got, heads, offsets[i], n, gold)
-        if loss_augmented:
-            violated, loss = augmented_margin(arc_sum(theta, got, n), arc_sum(theta, gold, n), wrong, cost[i],
-                                              outside[i], tie)
-        else:
-            violated, loss = wrong > 0, wrong * cost[i]
+            for m in range(1, n + 1):
+                for h in range(n + 1):
+                    if h != m:
+                        S[m, h] = theta[arc_index(m, h, n)]
+            if projective:
+                eisner_best(S, n, multiroot, got)
+            else:
+                mst_best(S, n, multiroot, got)
+            wrong = wrong_heads(got, heads, offsets[i], n, gold)
+            violated = wrong > 0
+        loss = wrong * cost[i]
         loss_sum += loss
         if violated:
             mistakes += 1

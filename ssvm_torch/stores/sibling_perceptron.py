@@ -20,8 +20,8 @@ import numba as nb
 import numpy as np
 
 from ..data.sibling_keys import adjacent_siblings, block_scores, has_first_child, sibling_part_ids
-from ..oracles.chain_perceptron import longest_row
-from ..oracles.tree_perceptron import add_cost, add_tree, augmented_margin, wrong_heads
+from ..oracles.chain_perceptron import longest_row, margin_violated
+from ..oracles.tree_perceptron import add_tree, wrong_heads
 from ..trees.numba_sibling_best import sibling_best
 
 
@@ -40,6 +40,28 @@ def fold_first_child_into(S, SB, n):
             lo, hi = (h, m) if h < m else (m, h)
             for s in range(lo + 1, hi):
                 SB[m, h, s] -= c
+
+
+@nb.njit(cache=True, nogil=True)
+def add_cost(S, gold, n, c):
+    """S[m, h] += c for every word m and head h other than its gold head gold[m]: ``trees.ops.augment``'s sum (the
+    Hamming loss over heads decomposes over arcs; the gold arcs' offset 0 leaves them as they are)."""
+    for m in range(1, n + 1):
+        for h in range(n + 1):
+            if h != gold[m]:
+                S[m, h] += c
+
+
+@nb.njit(cache=True, nogil=True)
+def augmented_margin(best, gold_score, wrong, c, gold_ok, tie):
+    """(violated, loss) of a loss-augmented step as ``DependencyModel.oracle`` and the perceptron's loop decide
+    them: H = (s(y*) + wrong c) - s(gold) violated where H > tie (1 + |H|), the task loss wrong c; where the gold
+    tree lies outside the decoder's space (not ``gold_ok``: crossing arcs, several root children under single-root
+    decoding) and scores above the loss-augmented tree, the oracle returns the gold tree (H = 0, no loss)."""
+    aug = best + wrong * c
+    if not gold_ok and aug < gold_score:
+        return False, 0.0
+    return margin_violated(aug - gold_score, tie), wrong * c
 
 
 @nb.njit(cache=True, nogil=True)
@@ -85,12 +107,12 @@ def _add_psi(target, c, gold, got, n, i, ades, sdes, sib, found):
 
 @nb.njit(cache=True, nogil=True)
 def nb_sibling_perceptron_epoch(order, ades, sdes, heads, w, lagged, cost, multiroot, eta, steps, average,
-                                loss_augmented, outside, tie):
+                                loss_augmented, gold_ok, tie):
     """One epoch over the sentences in ``order``: returns (mistakes, summed task loss, steps after; every mistake
     is an update). ``ades`` the arc design's host tuple (offsets, arc_off, ptr, ids, tptr, tids), ``sdes`` the
     sibling design's (:meth:`~ssvm_torch.data.sibling_features.SiblingDesign.host`), ``heads`` the gold heads of
     every word (0 the root), ``cost[i]`` the loss of one wrong head of sentence i; w and ``lagged`` updated in
-    place; ``steps`` the steps taken before the epoch. ``loss_augmented``, ``outside``, ``tie``: as
+    place; ``steps`` the steps taken before the epoch. ``loss_augmented``, ``gold_ok``, ``tie``: as
     :func:`~ssvm_torch.oracles.tree_perceptron.nb_tree_perceptron_epoch`'s."""
     offsets = ades[0]
     first_child = has_first_child(sdes)
@@ -119,7 +141,7 @@ def nb_sibling_perceptron_epoch(order, ades, sdes, heads, w, lagged, cost, multi
         wrong = wrong_heads(got, heads, offsets[i], n, gold)
         if loss_augmented:
             violated, loss = augmented_margin(sibling_tree_score(S0, SB, got, n, sib), gold_score, wrong, cost[i],
-                                              outside[i], tie)
+                                              gold_ok[i], tie)
         else:
             violated, loss = wrong > 0, wrong * cost[i]
         loss_sum += loss
