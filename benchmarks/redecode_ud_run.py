@@ -40,7 +40,7 @@ def redecode(run: Path, out: Path, decode: str) -> dict:
                              "(lightning_logs/version_0)")
     parser = load_parser(run / "parser.pt")
     hp = parser.hparams
-    corpus = load_ud_parsing(hp["word_min_count"], hp.get("train_size"))
+    corpus = load_ud_parsing(hp["word_min_count"], hp.get("train_size"), hp.get("dev_size"))
     if corpus.vocab.state() != parser.vocab.state():
         raise SystemExit(f"{run}: the treebank's vocabulary is not the one parser.pt was trained with")
     source = json.loads((run / "results.json").read_text())

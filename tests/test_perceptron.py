@@ -276,9 +276,9 @@ def test_the_compiled_edge_chain_epoch_is_the_loop_on_conll_rich_edges():
 COMPILED_TASKS = {
     "trees": ("ud-ewt", {"trees": "projective", "train_size": 150}, None),    # oracles/tree_perceptron.py, Eisner
     "trees-non-projective": ("ud-ewt", {"trees": "non-projective", "train_size": 150}, None),  # Chu-Liu-Edmonds
-    "trees-second-order": ("ud-ewt", {"trees": "second-order", "train_size": 150}, None),  # stores/sibling_perceptron
+    "trees-second-order": ("ud-ewt", {"trees": "second-order", "train_size": 80}, None),  # stores/sibling_perceptron
     "constituency": ("ud-ewt-spans", {"train_size": 150}, None),             # oracles/span_perceptron.py
-    "segments": ("conll2000-segments", {}, 200),                             # stores/segment_perceptron.py
+    "segments": ("conll2000-segments", {}, 100),                             # stores/segment_perceptron.py
 }
 
 

@@ -183,7 +183,7 @@ def arc_templates(draw):
     return ArcTemplate.parse(sorted(items), name="drawn")
 
 
-@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(template=arc_templates(), min_count=st.sampled_from([1, 2]), start=st.integers(0, 500))
 def test_any_template_equals_the_string_reference(ewt, template, min_count, start):
     """Drawn templates (items of head / modifier columns with offsets, near, att, dir and between parts, in any

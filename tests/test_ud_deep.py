@@ -19,7 +19,7 @@ from ssvm_torch.trees.checks import tree_faults
 RECIPES = Path(__file__).resolve().parents[1] / "recipes"
 TINY = ["--model.train_size", "120", "--model.hidden", "24", "--model.word_dim", "16", "--model.char_filters", "8",
         "--model.upos_dim", "8", "--model.arc_dim", "24", "--model.rel_dim", "8", "--model.layers", "1",
-        "--model.lr", "0.005", "--model.threads", "1"]
+        "--model.lr", "0.005", "--model.threads", "1", "--model.dev_size", "200"]   # dev: decoded every epoch
 
 
 def run(tmp_path, loss="crf", *extra, epochs=3):
@@ -442,7 +442,7 @@ def test_a_run_decoding_by_expected_las_selects_and_tests_with_it(tmp_path):
     results = json.loads((out / "results.json").read_text())
     parser = load_parser(out / "parser.pt")
     assert parser.decode == "mbr" and json.loads((out / "config.json").read_text())["decode"] == "mbr"
-    corpus = load_ud_parsing(train_size=120)
+    corpus = load_ud_parsing(train_size=120, dev_size=200)
     for name in ("dev", "test"):
         pred = decode_split(parser.network, parser.tree, getattr(corpus, name), parser.vocab.rels, "cpu",
                             decode="mbr")
@@ -472,10 +472,18 @@ def test_a_restart_loads_the_best_weights_clears_adam_and_sets_the_rate():
     assert not restart_due(9, 2, hist, 3, 1)                              # restarts spent
 
 
+def test_dev_size_keeps_the_first_dev_sentences_and_the_whole_test_split():
+    whole, cut = load_ud_parsing(train_size=30), load_ud_parsing(train_size=30, dev_size=5)
+    assert cut.dev.n == 5 and cut.test.n == whole.test.n == 2077
+    assert torch.equal(cut.dev.lengths, whole.dev.lengths[:5])
+    assert torch.equal(cut.dev.batch([0, 4])["heads"], whole.dev.batch([0, 4])["heads"])
+
+
 def test_bad_parser_settings_are_refused_by_name(tmp_path, capsys):
     base = ["fit", "--config", str(RECIPES / "ud_deep_crf.yaml"), *TINY, "--trainer.default_root_dir", str(tmp_path)]
     for extra, text in ((["--model.loss", "svm"], "loss: expected one of"),
                         (["--model.train_size", "1"], "train_size: expected an int in [2,"),
+                        (["--model.dev_size", "0"], "dev_size: expected an int in [1, 2001]"),
                         (["--trainer.max_epochs", "0"], "trainer.max_epochs: expected at least 1"),
                         (["--trainer.max_steps", "0"], "trainer.max_steps: expected at least 1"),
                         (["--model.order", "3"], "order: expected 1 (arc-factored) or 2"),

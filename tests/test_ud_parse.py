@@ -46,8 +46,9 @@ def tiny_run(root, recipe: str, *options) -> Path:
 
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory):
-    """One tiny non-projective CRF run (its parser.pt and results.json)."""
-    return tiny_run(tmp_path_factory.mktemp("parser"), "ud_deep_crf.yaml", "--model.projective", "false")
+    """One tiny non-projective CRF run (its parser.pt and results.json) selected on the whole dev split."""
+    return tiny_run(tmp_path_factory.mktemp("parser"), "ud_deep_crf.yaml", "--model.projective", "false",
+                    "--model.dev_size", "null")
 
 
 def fields(path) -> list:

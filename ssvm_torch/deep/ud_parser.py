@@ -95,16 +95,18 @@ class UDParser(DevSelectedRun, L.LightningModule):
     the learning rate times lr_decay^(step / 5000), Dozat & Manning 2017's schedule (their 0.75), 1: constant;
     ``lr_restarts`` > 0: that many restarts from the best dev weights at ``restart_factor`` x the rate when patience
     runs out (:mod:`ssvm_torch.deep.plateau`); ``decode``: how dev and test are decoded, ``"max"`` (the best tree)
-    or ``"mbr"`` (the tree of highest expected LAS, :func:`~ssvm_torch.deep.ud_decode.expected_las_heads`)."""
+    or ``"mbr"`` (the tree of highest expected LAS, :func:`~ssvm_torch.deep.ud_decode.expected_las_heads`);
+    ``train_size`` / ``dev_size``: the first that many sentences of the released train / dev split (quick runs: dev is
+    decoded after every epoch; None: the whole split). The test split is always whole."""
 
     selected_by = "the parser keeps the weights of its best dev LAS epoch"
     weights_file = "parser.pt"
     checkpoint_key, checkpoint_names = "ssvm_ud_parser", ("UDParser", "parser state")
 
-    resume_identity = ("loss", "projective", "upos_input", "word_min_count", "train_size", "word_dim", "char_dim",
-                       "char_filters", "upos_dim", "hidden", "layers", "arc_dim", "rel_dim", "order", "sib_dim", "tags",
-                       "tag_loss", "tag_dim", "tag_feed", "hide_fraction", "hide_seed", "ema_decay", "xpos",
-                       "first_child")
+    resume_identity = ("loss", "projective", "upos_input", "word_min_count", "train_size", "dev_size", "word_dim",
+                       "char_dim", "char_filters", "upos_dim", "hidden", "layers", "arc_dim", "rel_dim", "order",
+                       "sib_dim", "tags", "tag_loss", "tag_dim", "tag_feed", "hide_fraction", "hide_seed", "ema_decay",
+                       "xpos", "first_child")
 
     def __init__(self, loss: str = "crf", projective: bool = True, upos_input: bool = True,
                  word_min_count: int = 2, word_dropout: float = 0.25, word_dim: int = 100, char_dim: int = 30,
@@ -116,7 +118,7 @@ class UDParser(DevSelectedRun, L.LightningModule):
                  tag_weight: float = 1.0, tag_dim: int = 100, tag_feed: bool = False, hide_fraction: float = 0.0,
                  hide_seed: int = 0, tag_noise: float = 0.0, ema_decay: float = 0.0, xpos: bool = False,
                  length_pool: int = 0, lr_decay: float = 1.0, lr_restarts: int = 0, restart_factor: float = 0.1,
-                 decode: str = "max", first_child: bool = False):
+                 decode: str = "max", first_child: bool = False, dev_size: int | None = None):
         super().__init__()
         self.save_hyperparameters()
         self.automatic_optimization = False
@@ -183,7 +185,7 @@ class UDParser(DevSelectedRun, L.LightningModule):
         hp = self.hparams
         if hp.threads is not None:
             use_threads(hp.threads)
-        self.corpus = load_ud_parsing(hp.word_min_count, hp.train_size)
+        self.corpus = load_ud_parsing(hp.word_min_count, hp.train_size, hp.dev_size)
         train = self.corpus.train
         hidden = hidden_positions(len(train.head), hp.hide_fraction, hp.hide_seed)
         train.head, train.rel = torch.where(hidden, -1, train.head), torch.where(hidden, -1, train.rel)

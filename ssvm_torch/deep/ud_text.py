@@ -176,12 +176,14 @@ class UDCorpus:
     test: UDSplit
 
 
-def load_ud_parsing(word_min_count: int = 2, train_size: int | None = None) -> UDCorpus:
-    """The released splits of UD English-EWT (``train_size``: the first sentences of train only)."""
+def load_ud_parsing(word_min_count: int = 2, train_size: int | None = None, dev_size: int | None = None) -> UDCorpus:
+    """The released splits of UD English-EWT (``train_size`` / ``dev_size``: the first sentences of train / dev only;
+    the test split is always whole)."""
     banks = {s: load_ud_ewt(s) for s in ("train", "dev", "test")}
-    if train_size is not None:
-        check(isinstance(train_size, int) and 2 <= train_size <= banks["train"].n, "train_size",
-              f"an int in [2, {banks['train'].n}]", train_size)
-        banks["train"] = banks["train"].subset(range(train_size))
+    for split, size, least in (("train", train_size, 2), ("dev", dev_size, 1)):
+        if size is not None:
+            check(isinstance(size, int) and not isinstance(size, bool) and least <= size <= banks[split].n,
+                  f"{split}_size", f"an int in [{least}, {banks[split].n}]", size)
+            banks[split] = banks[split].subset(range(size))
     vocab = UDVocab.build(banks["train"], word_min_count)
     return UDCorpus(vocab, *(make_split(s, banks[s], vocab) for s in ("train", "dev", "test")))
