@@ -197,6 +197,10 @@ def test_ctrl_c_writes_the_interrupted_check_and_the_resume_is_exact(tmp_path):
     assert torch.equal(load_model(out / "model.pt")["w"], load_model(full / "model.pt")["w"])
 
 
+# slow tier (two torchrun ranks, ~13 s): the ranks' joint decision is checked in-process by
+# test_a_rank_without_the_file_restarts_its_interval_with_the_writer, torchrun's checkpoints by test_distributed's
+# Ctrl-C case
+@pytest.mark.slow
 def test_torchrun_ranks_agree_on_each_write(tmp_path):
     """Under torchrun the solver's state_dict is a collective: the ranks decide each write together (one
     all-reduce per check), so a long interval ends, without a hang, in the last check's state of both shards."""

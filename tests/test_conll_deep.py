@@ -242,6 +242,9 @@ def test_bad_hiding_settings_are_refused_by_name(tmp_path, capsys, flag, value, 
     assert message in capsys.readouterr().err
 
 
+# slow tier (~15 s: three starts of the shell script, one training a chunker in a fresh interpreter); the runs it
+# starts are each recipe's, trained and resumed in-process by the tests above
+@pytest.mark.slow
 def test_the_run_list_script_trains_archives_and_then_skips_a_run(tmp_path):
     """recipes/train_runs.sh (what ud_deep_all.sh and partial50_all.sh run): a tiny partial-annotation chunker
     run is trained into RUNS, its four files archived under <PREFIX><head>_s<seed>, and a second start skips it."""
