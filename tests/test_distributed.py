@@ -30,7 +30,14 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+#: what a spec says beyond the run itself: a stop, a resume, a fault
+FAULT_KEYS = ("stop_at", "resume_from", "die_after_start", "timeout_s")
+
+
 def spawn(spec, tmp_path, world=2, name="out.pt"):
+    # the one-process BCFW run first: with an empty numba cache (CI's) every rank would compile the store's kernels
+    # itself, all at once; after it they load them from the cache
+    single({k: v for k, v in spec.items() if k not in FAULT_KEYS})
     out = tmp_path / name
     mp.spawn(worker.run, args=(world, free_port(), spec, str(out)), nprocs=world, join=True)
     return torch.load(out, weights_only=False)
@@ -54,12 +61,25 @@ def edges_run(tmp_path_factory):
     return spawn(EDGES, tmp_path_factory.mktemp("edges"))
 
 
+_SINGLE: dict = {}
+
+
 def single(spec):
-    task = worker.problem(spec)
-    store = make_store(task.model, task.train, spec["lam"])
-    store.sparse_direction = bool(spec.get("sparse_direction"))
-    solver = Solver(store, worker.config(spec))
-    return solver, solver.run(), store, task
+    """(solver, history, store, task) of the one-process run of ``spec``, run once per spec in this process (the
+    tests read it only)."""
+    key = repr(sorted(spec.items()))
+    if key not in _SINGLE:
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)        # as the ranks: a module fixture may run before conftest's one_torch_thread
+        try:
+            task = worker.problem(spec)
+            store = make_store(task.model, task.train, spec["lam"])
+            store.sparse_direction = bool(spec.get("sparse_direction"))
+            solver = Solver(store, worker.config(spec))
+            _SINGLE[key] = (solver, solver.run(), store, task)
+        finally:
+            torch.set_num_threads(threads)
+    return _SINGLE[key]
 
 
 @pytest.mark.parametrize("spec", [OCR, pytest.param({**OCR, "exchange": "gather"}, marks=pytest.mark.slow),
