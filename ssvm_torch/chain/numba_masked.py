@@ -91,8 +91,8 @@ def nb_decode(E, mask, start, end, trans3, augment, gold, cost, rowc, out, score
                     g = gold[b, pos[s]]
                     for k in range(K):
                         U[s, k] += rowc[b] * cost[g, k]
-            scores[b] = viterbi_segment_tt(U, 0, L, start, end, trans3, False, NO_LOSS, 0.0, ys, delta, newd, bp,
-                                           NO_PEN, order)
+            scores[b] = viterbi_segment_tt(U, np.int64(0), L, start, end, trans3, False, NO_LOSS, 0.0, ys, delta,
+                                           newd, bp, NO_PEN, order)
             for s in range(L):
                 out[b, pos[s]] = ys[s]
             if augment:

@@ -100,7 +100,8 @@ def viterbi_segment_tt(U, start, T, first, last, trans3, per_position, gt, lw, o
     """:func:`viterbi_segment` with the transition into position t read from ``trans3[t]`` (T, K, K)
     when ``per_position`` (edge-observation features, models/chain_edges.py), else ``trans3[0]``;
     one matrix runs the loop order ``order`` picks (:func:`uses_columnwise`), per-position ones the
-    row-wise step."""
+    row-wise step. Compiled callers pass ``start`` as an int64 (``np.int64(0)``, not ``0``): numba compiles a
+    call with a literal argument as another overload, a second copy of the recursion and its loop orders."""
     K = U.shape[1]
     cons = pen.shape[0] > 0
     g, lwr = _row_loss(gt, start, lw)

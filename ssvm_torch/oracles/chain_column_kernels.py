@@ -62,8 +62,8 @@ def nb_decode_block(Ub, first, last, trans3, per_position, Yb, lw, pen, out):
     the number of positions where it differs from the ground truth Yb)."""
     T, K = Ub.shape
     ys = np.empty(T, dtype=np.int64)
-    aug = viterbi_segment_tt(Ub, 0, T, first, last, trans3, per_position, Yb, lw, ys, np.empty(K), np.empty(K),
-                             np.empty((T, K), dtype=np.int64), pen)
+    aug = viterbi_segment_tt(Ub, np.int64(0), T, first, last, trans3, per_position, Yb, lw, ys, np.empty(K),
+                             np.empty(K), np.empty((T, K), dtype=np.int64), pen)
     wrong = 0
     for t in range(T):
         out[t] = ys[t]
@@ -108,7 +108,7 @@ def nb_blocks_gap_terms(blocks, starts, shift, off, Y, U, first, last, trans, Mu
         delta, newd = np.empty(K), np.empty(K)
         bp = np.empty((T, K), dtype=np.int64)
         ys = np.empty(T, dtype=np.int64)
-        aug[q] = viterbi_segment(Ub, 0, T, first, last, trans, Y[s:s + T], tw[i], ys, delta, newd, bp, pen)
+        aug[q] = viterbi_segment(Ub, np.int64(0), T, first, last, trans, Y[s:s + T], tw[i], ys, delta, newd, bp, pen)
         m_theta[q] = nb_m_theta(i, off, Ub, first, last, trans, Mu, Mt)
         gt_score[q], wrong[q] = nb_gold_score_wrong(Ub, ys, Y[s:s + T], first, last, trans, Y[s:s + T])
 

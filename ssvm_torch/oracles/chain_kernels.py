@@ -164,7 +164,7 @@ def nb_fw_corner(i, lw, fptr, fidx, fval, off, Y, G, goff, W, first, last, trans
     s = off[i]
     T = off[i + 1] - s
     nb_block_unary(i, fptr, fidx, fval, off, W, U)
-    aug = viterbi_segment(U, 0, T, first, last, trans, Y[s:s + T], lw, ys, delta, newd, bp, pen)
+    aug = viterbi_segment(U, np.int64(0), T, first, last, trans, Y[s:s + T], lw, ys, delta, newd, bp, pen)
     wrong = 0
     for t in range(T):
         if ys[t] != Y[s + t] and Y[s + t] >= 0:
@@ -355,7 +355,7 @@ def nb_batch_corners(idx, lab_off, tw, fptr, fidx, fval, off, Y, W, first, last,
         bp = np.empty((T, K), dtype=np.int64)
         ys = np.empty(T, dtype=np.int64)
         nb_block_unary(i, fptr, fidx, fval, off, W, U)
-        aug = viterbi_segment(U, 0, T, first, last, trans, Y[s:s + T], tw[i], ys, delta, newd, bp, pen)
+        aug = viterbi_segment(U, np.int64(0), T, first, last, trans, Y[s:s + T], tw[i], ys, delta, newd, bp, pen)
         wrong = 0
         for t in range(T):
             labels[lab_off[b] + t] = ys[t]

@@ -101,10 +101,11 @@ def nb_perceptron_epoch(order, fptr, fidx, fval, off, Y, token_w, W, first, last
             _add_loss(U, Y, s, T, token_w[i])
         if edges:
             nb_position_trans(s, T, eptr, eidx, evals, E, pair_next, pair_prev, trans, Tt)
-            score = viterbi_segment_tt(U, 0, T, first, last, Tt, True, Y[s:s + T], 0.0, ys, delta, newd, bp, pen)
-        else:                                    # viterbi_segment's call
-            score = viterbi_segment_tt(U, 0, T, first, last, trans3, False, Y[s:s + T], 0.0, ys, delta, newd, bp,
+            score = viterbi_segment_tt(U, np.int64(0), T, first, last, Tt, True, Y[s:s + T], 0.0, ys, delta, newd, bp,
                                        pen)
+        else:                                    # viterbi_segment's call
+            score = viterbi_segment_tt(U, np.int64(0), T, first, last, trans3, False, Y[s:s + T], 0.0, ys, delta,
+                                       newd, bp, pen)
         wrong_positions = _wrong_positions(ys, Y, s, T)
         loss_sum += wrong_positions * token_w[i]
         if loss_augmented:

@@ -205,7 +205,7 @@ def nb_fw_corner_edges(i, lw, fptr, fidx, fval, off, Y, G, goff, W, first, last,
     T = off[i + 1] - s
     nb_block_unary(i, fptr, fidx, fval, off, W, U)
     nb_position_trans(s, T, eptr, eidx, evals, E, pair_next, pair_prev, trans, Tt)
-    aug = viterbi_segment_tt(U, 0, T, first, last, Tt, True, Y[s:s + T], lw, ys, delta, newd, bp, pen)
+    aug = viterbi_segment_tt(U, np.int64(0), T, first, last, Tt, True, Y[s:s + T], lw, ys, delta, newd, bp, pen)
     wrong = 0
     for t in range(T):
         if ys[t] != Y[s + t] and Y[s + t] >= 0:
