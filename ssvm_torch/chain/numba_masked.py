@@ -126,7 +126,7 @@ def nb_log_partition(E, mask, start, end, trans, logz):
     unused_se, unused_t = np.zeros((1, 2, K)), np.zeros((1, K, K))      # gb = 0: nothing is accumulated
     for b in nb.prange(B):
         pos = np.empty(T, dtype=np.int64)
-        logz[b] = _row(E, mask, b, pos, start, end, trans, X, tm, 0.0, E, unused_se, unused_t, 0)
+        logz[b] = _row(E, mask, np.int64(b), pos, start, end, trans, X, tm, 0.0, E, unused_se, unused_t, np.int64(0))
 
 
 @nb.njit(cache=True, nogil=True, parallel=True)
@@ -146,7 +146,7 @@ def nb_forward_backward(E, mask, start, end, trans, g, nchunk, logz, gE, gstart,
     for ch in nb.prange(nchunk):
         pos = np.empty(T, dtype=np.int64)
         for b in range(ch, B, nchunk):
-            logz[b] = _row(E, mask, b, pos, start, end, trans, X, tm, g[b], gE, accs, acc, ch)
+            logz[b] = _row(E, mask, b, pos, start, end, trans, X, tm, g[b], gE, accs, acc, np.int64(ch))
     for ch in range(nchunk):
         for k in range(K):
             gstart[k] += accs[ch, 0, k]
