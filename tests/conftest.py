@@ -23,42 +23,64 @@ FILE_SECONDS = os.path.join(os.path.dirname(__file__), "file_seconds.json")
 _seconds_by_file: dict = {}
 
 
+def _tier(item_or_report) -> str:
+    """The tier whose seconds a test's time counts in: "long" for tests marked long, else "quick"."""
+    return "long" if "long" in item_or_report.keywords else "quick"
+
+
+@pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(session, config, items):
-    """The test files in decreasing order of their measured seconds (tests/file_seconds.json), each file's
-    tests in their own order: xdist's ``--dist loadfile`` hands files out in collection order, one at a
-    time as workers free up, so a heavy file collected last would run alone at the end (longest first is
-    the classic bound for this scheduling, within 4/3 of the best). A file not in the table goes last;
-    the order changes only how long the run takes, never what it checks."""
+    """The test files in decreasing order of their measured seconds (tests/file_seconds.json: each file's
+    seconds per tier), counting only the tiers this run selected (trylast: after ``-m`` has deselected),
+    each file's tests in their own order: xdist's ``--dist loadfile`` hands files out in collection order,
+    one at a time as workers free up, so a heavy file collected last would run alone at the end (longest
+    first is the classic bound for this scheduling, within 4/3 of the best). A file not in the table goes
+    last; the order changes only how long the run takes, never what it checks."""
     import json
     try:
         with open(FILE_SECONDS) as f:
             seconds = json.load(f)
     except (OSError, ValueError):
         return
-    rank = {}
+    rank, tiers = {}, {}
     for item in items:
-        rank.setdefault(item.nodeid.split("::")[0], len(rank))
-    items.sort(key=lambda item: (-seconds.get(item.nodeid.split("::")[0], 0.0), rank[item.nodeid.split("::")[0]]))
+        file = item.nodeid.split("::")[0]
+        rank.setdefault(file, len(rank))
+        tiers.setdefault(file, set()).add(_tier(item))
+    weight = {file: sum(seconds.get(file, {}).get(tier, 0.0) for tier in tiers[file]) for file in rank}
+    items.sort(key=lambda item: (-weight[item.nodeid.split("::")[0]], rank[item.nodeid.split("::")[0]]))
 
 
 def pytest_sessionfinish(session, exitstatus):
     """With SSVM_TEST_TIMES=1, the seconds of each test file of this run (setup, call and teardown of its
-    tests, summed) are written to tests/file_seconds.json for the ordering above, by the xdist controller
-    or the single process."""
+    tests, summed per tier) are written to tests/file_seconds.json for the ordering above, by the xdist
+    controller or the single process: the table's seconds of each tier this run ran are replaced by this run's,
+    those of a tier it did not run are kept."""
     if os.environ.get("SSVM_TEST_TIMES") != "1" or hasattr(session.config, "workerinput") or not _seconds_by_file:
         return
     import json
+    try:
+        with open(FILE_SECONDS) as f:
+            table = json.load(f)
+    except (OSError, ValueError):
+        table = {}
+    ran = {tier for by_tier in _seconds_by_file.values() for tier in by_tier}
+    table = {file: {tier: s for tier, s in by_tier.items() if tier not in ran} for file, by_tier in table.items()}
+    for file, by_tier in _seconds_by_file.items():
+        table.setdefault(file, {}).update({tier: round(s, 1) for tier, s in by_tier.items()})
+    table = {file: by_tier for file, by_tier in table.items() if by_tier}
+    rows = [f" {json.dumps(file)}: {json.dumps(by_tier, sort_keys=True)}"
+            for file, by_tier in sorted(table.items(), key=lambda kv: -sum(kv[1].values()))]
     with open(FILE_SECONDS, "w") as f:
-        json.dump({k: round(v, 1) for k, v in sorted(_seconds_by_file.items(), key=lambda kv: -kv[1])}, f, indent=1)
-        f.write("\n")
+        f.write("{\n" + ",\n".join(rows) + "\n}\n")
 
 
 def pytest_runtest_logreport(report):
     """With SSVM_TORCH_FAILURE_LOG set (scripts/device_check.sh), each failure's report is appended to
     that file as it happens: a run cut off by its time limit still says why its tests failed. Every
-    report's seconds are summed per file (pytest_sessionfinish)."""
-    file = report.nodeid.split("::")[0]
-    _seconds_by_file[file] = _seconds_by_file.get(file, 0.0) + (report.duration or 0.0)
+    report's seconds are summed per file and tier (pytest_sessionfinish)."""
+    by_tier = _seconds_by_file.setdefault(report.nodeid.split("::")[0], {})
+    by_tier[_tier(report)] = by_tier.get(_tier(report), 0.0) + (report.duration or 0.0)
     path = os.environ.get("SSVM_TORCH_FAILURE_LOG")
     if path and report.failed and getattr(report, "node", None) is None:     # xdist's controller copy has .node
         with open(path, "a") as f:
