@@ -143,6 +143,7 @@ def test_soft_dtw_and_dtw_are_their_textbook_recursions():
     assert torch.equal(nw[0, :, :, 1], -torch.as_tensor(cost))
 
 
+@pytest.mark.long
 def test_soft_dtw_equals_pysdtw():
     """pysdtw (an independent torch soft-DTW, numba on CPU) gives the same value and gradient in the cost matrix
     (it rounds its tables to float32: compared at that precision)."""

@@ -30,6 +30,7 @@ def test_the_cutting_plane_returns_w_zero_when_its_iterates_are_worse(tmp_path):
     assert last["passes"] >= 10                                     # the run's own counters stay
 
 
+@pytest.mark.long
 def test_bcfw_returns_its_lowest_primal_check_and_the_file_certifies_it(tmp_path):
     history, model = run(tmp_path, "--solver", "bcfw", "--sampling", "gap", "--lam", "0.0005", "--passes", "30")
     last = history[-1]

@@ -187,6 +187,7 @@ def test_bio_bioes_conversion_round_trips_and_reads_stray_i_as_a_chunk_start():
         bio_to_bioes(["B-NP", "E-NP"])
 
 
+@pytest.mark.long
 def test_conll_on_bioes_tags_scores_the_official_bio_chunks(tmp_path):
     from ssvm_torch.data.conll import chunk_f1
     from ssvm_torch.tasks import load_task

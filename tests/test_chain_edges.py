@@ -436,6 +436,7 @@ def test_edge_items_of_the_template_engine_equal_the_strings():
     assert np.array_equal(np.diff(d.edge_crow), [len(r) for r in rows])
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("extra", [[], ["--step", "pairwise", "--cache", "--averaging"]], ids=["fw", "pairwise-avg"])
 def test_conll_with_edge_features_trains_and_resumes_exactly(tmp_path, extra):
     """A run stopped at a checkpoint and resumed ends where the uninterrupted run does, to the bit: FW steps, and

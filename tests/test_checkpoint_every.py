@@ -124,6 +124,7 @@ def test_the_commands_refuse_a_bad_interval_before_the_run_directory(tmp_path, c
     assert not out.exists()
 
 
+@pytest.mark.long
 def test_a_long_interval_writes_the_last_check_once_and_resumes_exactly(tmp_path, written):
     """--passes 4 at --gap-check 1 (a step pass and a gap pass per check) writes 3 checkpoints, one per check, and 1
     with a long interval: the same file (the last check's state); extended to 8 passes it gives the uninterrupted
@@ -146,6 +147,7 @@ def test_a_long_interval_writes_the_last_check_once_and_resumes_exactly(tmp_path
     assert torch.equal(load_model(every / "model.pt")["w"], load_model(full / "model.pt")["w"])
 
 
+@pytest.mark.long
 def test_the_latent_run_and_the_path_write_their_last_state_once(tmp_path, written):
     latent = ["--dataset", "ocr-small", "--lam", "0.01", "--hide-labels", "0.5", "--hide-seed", "3", "--passes", "4",
               "--gap-check", "2", "--quiet", "--checkpoint", "--checkpoint-every", "1e9"]
@@ -171,6 +173,7 @@ def _as_from_a_terminal():
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
+@pytest.mark.long
 def test_ctrl_c_writes_the_interrupted_check_and_the_resume_is_exact(tmp_path):
     """SIGINT with a long interval: no check wrote, but the interrupted run's last state is written on the way
     out; resumed to a few passes more it equals the run that went there directly."""

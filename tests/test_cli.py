@@ -82,6 +82,7 @@ def test_module_entry_point_help():
     assert r.returncode == 0 and "--gap-threshold" in r.stdout
 
 
+@pytest.mark.long
 def test_the_commands_import_only_what_they_use():
     """ssvm-train's and ssvm-parse's modules load neither Lightning (ssvm-parse parses text with a saved network)
     nor scipy's solvers and sparse matrices (imported where a model uses them): every command starts without

@@ -89,6 +89,7 @@ def run(tmp_path, *extra, recipe="conll_deep_hinge", epochs=4):
     return sorted(tmp_path.glob("lightning_logs/version_*"))[-1]
 
 
+@pytest.mark.long
 def test_tiny_run_loss_falls_predictions_respect_the_constraints_and_files_load_weights_only(tmp_path):
     out = run(tmp_path)
     history = json.loads((out / "history.json").read_text())
@@ -111,6 +112,7 @@ def test_tiny_run_loss_falls_predictions_respect_the_constraints_and_files_load_
     assert config["loss"] == "hinge" and config["device"] == {"type": "cpu", "torch": torch.__version__}
 
 
+@pytest.mark.long
 def test_hybrid_crf_run_trains_the_attribute_rows(tmp_path):
     out = run(tmp_path, "--model.features", "w[0] p[0]", recipe="conll_deep_hybrid_crf", epochs=2)
     state = torch.load(out / "chunker.pt", weights_only=True)["state_dict"]
@@ -191,6 +193,7 @@ def test_bad_chunker_settings_are_refused_by_name(tmp_path, capsys):
     assert not list((tmp_path / "zero").rglob("results.json")) and not list((tmp_path / "zero").rglob("*.pt"))
 
 
+@pytest.mark.long
 def test_hidden_labels_are_the_seeds_positions_unobserved_in_the_chain_loss(tmp_path):
     """hide_fraction 0.5: round(n / 2) of the fit split's tokens get label -1, the positions a function of
     hide_seed alone (the same for every loss and run seed), and the batch loss is the chain layer's partial

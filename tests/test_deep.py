@@ -139,6 +139,7 @@ def test_heatmap_stage_learns_the_joints():
         assert float(heatmap_loss(net(tr.images.float()), tr.joints)) == pytest.approx(losses[-1], rel=0.5)
 
 
+@pytest.mark.long
 def test_alternating_run_resumed_from_a_checkpoint_equals_the_uninterrupted_run(tmp_path):
     """Stop after the first alternating epoch, resume from last.ckpt: same history (but timings),
     same network and SSVM weights, bit for bit."""

@@ -71,6 +71,7 @@ def test_ddp_step_is_the_one_process_step_on_the_union_of_the_batches(tmp_path, 
     assert all(float(g.abs().max()) > 0 for g in ref.values())      # the checks compare something
 
 
+@pytest.mark.long
 def test_length_pooled_batches_are_refused_on_several_devices(tmp_path):
     """UDParser's length_pool batches are drawn whole by every process: DDP would train each rank on the same
     batches, so a fit on 2 devices with length_pool > 0 is refused by name in the launching process, before any

@@ -194,6 +194,7 @@ def test_resume_on_the_same_ranks_reproduces_the_run(tmp_path, spec, stop, reque
     assert torch.equal(resumed["w"], full["w"])
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("spec", [OCR, COLUMNS], ids=["allreduce", "columns"])
 def test_a_dead_rank_stops_the_others_with_a_clear_error(tmp_path, spec):
     res = spawn({**spec, "die_after_start": True, "timeout_s": 10}, tmp_path)
@@ -236,6 +237,7 @@ def test_sharded_store_checks_its_inputs():
         sharded_store(load_task("scene"), 0.1, exchange="columns")
 
 
+@pytest.mark.long
 def test_one_process_runs_the_column_kernels_where_they_apply(tmp_path):
     """ssvm-train in one process takes the coordinate-sharded store's kernels for sparse chain
     models with mini-batches (recorded in config.json) and follows the generic store's trajectory

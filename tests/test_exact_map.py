@@ -39,6 +39,7 @@ def test_branch_and_bound_is_the_enumerated_maximum(K):
     assert fractional >= 10, fractional                 # the branching is exercised, not only integral LPs
 
 
+@pytest.mark.long
 def test_exact_model_oracle_equals_enumeration_and_its_ssvm_the_enumerating_one():
     rng = np.random.default_rng(5)
     graphs = []
@@ -72,6 +73,7 @@ def exact_store(model, data):
     return make_store(model, data, 0.05)
 
 
+@pytest.mark.long
 def test_ssvm_train_graph_inference_trains_the_exact_ssvm_on_scene(tmp_path, capsys):
     """``ssvm-train --dataset scene-graph --graph-inference exact``: the exact SSVM (no fractional test optimum, the
     model file says so, config.json records it) with the records of enumeration's run; refused on other tasks."""

@@ -267,6 +267,7 @@ def test_concurrent_runs_cannot_share_a_directory(tmp_path, capsys):
     assert not (run / LOCK).exists() and not (run / ".history.json.abc.tmp").exists()
 
 
+@pytest.mark.long
 def test_killed_train_run_resumes_exactly(tmp_path):
     """A real kill -9 of ssvm-train mid-run (the process is still training), then --resume from the
     last checkpoint: the history and w equal the uninterrupted run's."""
@@ -299,6 +300,7 @@ def _as_from_a_terminal():
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_interrupted_run_without_checkpoint_keeps_its_work(tmp_path, sig):
     """Ctrl-C / SIGTERM mid-run, no --checkpoint: the run closes its interval with an exact gap check,
@@ -373,6 +375,7 @@ def test_bad_options_fail_in_one_line(tmp_path, capsys, argv, needle):
     assert needle in err and err.count("\n") == 1
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("change,field", [(["--dataset", "hansards"], "dataset"), (["--dtype", "float32"], "dtype"),
                                           (["--lam", "0.5"], "lam")])
 def test_checkpoint_of_another_run_is_refused(tmp_path, capsys, change, field):
@@ -434,6 +437,7 @@ def test_lightning_errors_in_one_line(tmp_path, capsys):
     assert len(long) <= MESSAGE_CHARS and long.endswith("word [...]")
 
 
+@pytest.mark.long
 def test_data_dir_points_the_commands_at_a_copy_of_the_datasets(tmp_path, capsys, monkeypatch):
     copy = tmp_path / "data"
     shutil.copytree(data_dir(), copy)
@@ -577,6 +581,7 @@ def test_the_disk_room_message_gives_real_figures(tmp_path, monkeypatch, capsys)
     assert "has 1000 B free" in err and "0 MB" not in err
 
 
+@pytest.mark.long
 def test_ctrl_c_during_the_path_keeps_the_breakpoints_certified_so_far(tmp_path):
     """SIGINT while ssvm-path computes: the breakpoint under way is finished, path.pt / path.json hold
     every breakpoint certified so far (lam_end where they stop), one line says so, exit 130."""
@@ -635,6 +640,7 @@ def test_a_refused_lightning_or_deep_run_leaves_no_log_folder(tmp_path, capsys):
         assert not root.exists()
 
 
+@pytest.mark.long
 def test_deep_checkpoints_are_what_they_claim(tmp_path, capsys):
     """A checkpoint of the OCR module given to the CoNLL recipe is refused naming both modules (even
     with a matching train_size); a weight changed inside a deep checkpoint is refused (the SHA-256

@@ -203,6 +203,7 @@ def test_hidden_positions_are_seeded_and_refusals_name_the_field():
             call()
 
 
+@pytest.mark.long
 def test_ssvm_train_hide_labels_writes_a_reproducible_run(tmp_path, capsys):
     """``ssvm-train --hide-labels``: config.json names the fraction, seed and count; hidden.json the positions
     (the seed's, the same in a second run); latent.json's objective never increases; history.json's last record

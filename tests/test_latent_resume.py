@@ -154,6 +154,7 @@ ARGS = ["--dataset", "ocr-small", "--lam", "0.01", "--hide-labels", "0.5", "--hi
         "--gap-check", "2", "--quiet", "--checkpoint"]
 
 
+@pytest.mark.long
 def test_ssvm_train_extends_a_finished_latent_run_and_refuses_a_foreign_checkpoint(tmp_path, capsys):
     from ssvm_torch.cli.train import main
     short, full = tmp_path / "short", tmp_path / "full"
@@ -174,6 +175,7 @@ def test_ssvm_train_extends_a_finished_latent_run_and_refuses_a_foreign_checkpoi
     assert "is a checkpoint of hide_labels = 0.5, this run has hide_labels = None" in capsys.readouterr().err
 
 
+@pytest.mark.long
 def test_killed_latent_run_resumes_exactly(tmp_path):
     """A real kill -9 of ``ssvm-train --hide-labels`` during its second outer step, then --resume: latent.json and
     model.pt equal the uninterrupted run's."""

@@ -43,6 +43,7 @@ def plain_history(dataset="ocr-small", lam=0.01, **cfg):
     return solver.run(), store.w, solver.model_point()[0]
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("cfg", [dict(sampling="gap"), dict(sampling="perm", step="best", cache=True),
                                  dict(solver="fw", gap_check=2), dict(sampling="gap", batch_size=16)],
                          ids=["gap", "perm-best-cache", "fw", "minibatch"])
@@ -88,6 +89,7 @@ def test_resume_reproduces_the_uninterrupted_run(tmp_path):
         assert x.alpha == y.alpha and all(np.array_equal(a, b) for a, b in zip(x.labels, y.labels))
 
 
+@pytest.mark.long
 def test_killed_run_resumes_exactly(tmp_path):
     """SIGKILL a CLI run at a random moment after its first checkpoint: last.ckpt is whole, and
     resuming from it gives the history of an uninterrupted run."""

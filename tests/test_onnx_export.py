@@ -22,6 +22,7 @@ class Tagger(torch.nn.Module):
         return self.crf.decode(self.emit(x), mask)
 
 
+@pytest.mark.long
 def test_tagger_exports_to_onnx_and_onnxruntime_gives_the_same_paths(tmp_path, capsys):
     torch.manual_seed(0)
     model = Tagger(8).eval()
@@ -46,6 +47,7 @@ def test_tagger_exports_to_onnx_and_onnxruntime_gives_the_same_paths(tmp_path, c
     assert torch.equal(torch.from_numpy(got2), model(x2, mask))
 
 
+@pytest.mark.long
 def test_an_export_with_dynamic_batch_and_length_runs_any_shape(tmp_path):
     """The audit's case: an export asking for a dynamic sentence length fixed T to the example's (the
     torch Viterbi looped over range(T)); under export it now runs as two scans. Exported once at
@@ -72,6 +74,7 @@ def test_an_export_with_dynamic_batch_and_length_runs_any_shape(tmp_path):
         assert torch.equal(torch.from_numpy(got), model(x2, m2)), (B, T)
 
 
+@pytest.mark.long
 def test_the_scan_recursion_equals_the_loop_bit_for_bit():
     """viterbi_scan (what an exported graph runs) against viterbi_loop (eager): labels and scores equal,
     ties and -inf constraint scores included, lengths from 1 to T, T = 1 included."""
@@ -100,6 +103,7 @@ class SegmentChunker(torch.nn.Module):
         return self.seg.decode(self.seg.from_emissions(self.emit(x)), lengths=lengths)
 
 
+@pytest.mark.long
 def test_a_semimarkov_chunker_exports_with_dynamic_batch_and_length(tmp_path):
     """SemiMarkovChain.decode under export runs as two scans (segments/torch_semimarkov.best_scan): exported
     once at (4, 7), onnxruntime gives the eager layer's segmentations at other (B, T), T < L and empty rows
@@ -127,6 +131,7 @@ def test_a_semimarkov_chunker_exports_with_dynamic_batch_and_length(tmp_path):
         assert int(want[0, 0]) >= 0 and bool((want[l2 == 0] == -1).all())     # a full row starts; empty rows
 
 
+@pytest.mark.long
 def test_the_semimarkov_scan_recursion_equals_the_loop():
     """best_scan (what an exported graph runs) against best (eager): segmentations and scores equal, -inf
     segments and transitions, empty rows and T < L included."""
@@ -156,6 +161,7 @@ class Parser(torch.nn.Module):
         return self.layer.decode(scores, lengths=mask.sum(1)) if self.spans else self.layer.decode(scores, mask)
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("kind", ["projective", "spans"])
 def test_a_tree_layer_exports_at_a_fixed_length_and_pads(tmp_path, kind):
     """DependencyTree (projective: Eisner's torch recursion) and ConstituencyTree (the torch CKY) decode inside an

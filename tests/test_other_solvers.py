@@ -157,6 +157,7 @@ def test_working_set_qp_equals_an_independent_solve():
         assert -neg(x) == pytest.approx(-ref.fun, abs=1e-10)
 
 
+@pytest.mark.long
 def test_cutting_plane_qp_on_its_working_set_and_its_gap_bounds_the_suboptimality(ocr_small):
     train, _ = ocr_small
     sub = train.subset(range(12))
@@ -277,6 +278,7 @@ def test_matching_projection_equals_an_independent_solve():
     np.testing.assert_allclose(z, ref.x, rtol=0, atol=1e-6)
 
 
+@pytest.mark.long
 def test_deg_on_matchings_reaches_the_bcfw_optimum():
     model, data = tiny_matching()
     p_star, _ = optimum(model, data, 1.0)
@@ -338,6 +340,7 @@ def test_the_batched_cache_round_is_the_per_block_one(ocr_small):
     assert not make_store(ChainModel.for_data(sub), sub, lam, kernels="torch").batched_cache
 
 
+@pytest.mark.long
 def test_cutting_plane_under_box_constraints():
     from ssvm_torch import load_task
     task = load_task("segmentation-synth", train_size=12)

@@ -215,6 +215,7 @@ def test_regpath_pieces_and_roundtrip(tmp_path):
     assert torch.equal(q.W, p.W) and q.lam_end == 0.5 and q.records == [{"lam": 8.0}]
 
 
+@pytest.mark.long
 def test_ssvm_path_cli_files(tmp_path, capsys):
     out = tmp_path / "p"
     assert path_main(["--dataset", "ocr-small", "--eps", "0.3", "--lam-min", "0.2", "--out", str(out)]) == 0
@@ -261,6 +262,7 @@ def test_check_below_defers_the_exact_pass(ocr_part):
         SolverConfig(check_below=-1.0).validate()
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("heuristic", [False, True])
 @pytest.mark.parametrize("step", ["fw", "pairwise"])
 def test_a_path_resumed_from_any_state_equals_the_uninterrupted_path(heuristic, step, tmp_path):
@@ -302,6 +304,7 @@ def test_a_damaged_or_foreign_path_state_is_refused_by_name():
         regularization_path(make_store(*random_explicit(1, n=13), 0.3), 0.05, lam_min=0.1, resume=state)
 
 
+@pytest.mark.long
 def test_ssvm_path_resumes_a_path_and_extends_it_below_its_lam_min(tmp_path, capsys):
     args = ["--dataset", "ocr-small", "--eps", "0.5", "--quiet"]
     a, b = tmp_path / "a", tmp_path / "b"
@@ -321,6 +324,7 @@ def test_ssvm_path_resumes_a_path_and_extends_it_below_its_lam_min(tmp_path, cap
     assert "is a checkpoint of eps = 0.5, this run has eps = 0.2" in capsys.readouterr().err
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("warm", [True, False])
 def test_a_grid_resumed_from_any_state_equals_the_uninterrupted_grid(warm, tmp_path):
     """``grid_search(checkpoint=, resume=)`` (what ``ssvm-train --select-lam --resume`` runs): from the state after

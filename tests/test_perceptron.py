@@ -282,6 +282,7 @@ COMPILED_TASKS = {
 }
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("case", list(COMPILED_TASKS))
 def test_the_compiled_epochs_are_the_loop_on_real_data(case):
     """EWT's first-order trees (McDonald's features; Eisner, Chu-Liu-Edmonds), second-order trees (McDonald &

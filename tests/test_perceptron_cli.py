@@ -62,6 +62,7 @@ def test_eval_every_thins_the_records_not_the_run(tmp_path, every):
     assert torch.equal(load_model(tmp_path / "all" / "model.pt")["w"], load_model(tmp_path / "thin" / "model.pt")["w"])
 
 
+@pytest.mark.long
 def test_a_resumed_run_ends_where_the_uninterrupted_run_ends(tmp_path, capsys):
     cut, full = tmp_path / "cut", tmp_path / "full"
     thin = ["--loss-augmented", "--eval-every", "3"]
@@ -103,6 +104,7 @@ def _as_from_a_terminal():
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
+@pytest.mark.long
 def test_ctrl_c_writes_the_epoch_and_says_how_to_resume(tmp_path):
     out = tmp_path / "run"
     proc = subprocess.Popen([sys.executable, "-m", "ssvm_torch.cli.train", "--dataset", "ocr-small", "--solver",

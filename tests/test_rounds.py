@@ -84,6 +84,7 @@ def test_two_ranks_raise_the_dual_at_every_round(spec, request, tmp_path):
     assert [r["passes"] for r in hist][:3] == [0.0, 2.0, 4.0]    # a round (1 pass) + the counted gap pass
 
 
+@pytest.mark.long
 def test_last_gap_equals_a_one_process_recomputation(rounds_run):
     """One process at the run's (w, ell): its own exact gap pass gives the last record's primal, and
     primal - (ell - lam/2 ||w||^2) its gap."""
@@ -111,6 +112,7 @@ def test_resume_on_the_same_ranks_reproduces_the_records(rounds_run, tmp_path):
     assert torch.equal(resumed["w"], rounds_run["w"])
 
 
+@pytest.mark.long
 def test_a_dead_rank_ends_the_other_in_one_line(tmp_path):
     res = spawn({**ROUNDS, "die_after_start": True, "timeout_s": 10}, tmp_path)
     assert "distributed: a collective failed" in res["error"] and "another rank died" in res["error"]

@@ -116,6 +116,7 @@ def test_mbr_refusals_name_the_field():
         lay.decode(S, mbr=True)
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("seg_loss", ["tokens", "segments"])
 def test_segment_decode_mbr_is_the_layers(seg_loss):
     """segment_decode(..., mbr=seg_loss) on the layer's parameters gives the layer's MBR segmentations (n best too),

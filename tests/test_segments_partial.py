@@ -39,6 +39,7 @@ def problem(seed, hidden=0.5, B=5, T=6, L=3, K=3):
     return S, first, last, trans, lengths, hide(observed_segmentation(gold, lengths), hidden, seed + 200)
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("kernels", KERNELS)
 @pytest.mark.parametrize("seed, hidden", [(0, 0.5), (1, 0.8), (2, 0.3)])
 def test_partial_losses_against_enumeration(kernels, seed, hidden):
@@ -78,6 +79,7 @@ def test_full_observation_is_the_full_loss_and_nothing_observed_is_zero(name):
                                                                                                 dtype=S.dtype))
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("kernels", KERNELS)
 def test_partial_gradients(kernels):
     S, first, last, trans, lengths, obs = problem(4, 0.5)

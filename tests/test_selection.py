@@ -68,6 +68,7 @@ def test_bad_selection_and_feature_options_are_refused(argv, needle, tmp_path, c
     assert not (tmp_path / "o" / "history.json").exists()
 
 
+@pytest.mark.long
 def test_select_lam_resumes_its_grid_and_its_refit_exactly(tmp_path, capsys, monkeypatch):
     """``--select-lam --checkpoint``: a grid stopped in its second cut-off (here by a failed checkpoint write, which
     ends the grid at that lambda's next gap check and names the last good checkpoint) resumed with ``--resume``

@@ -101,6 +101,7 @@ def test_refusals_name_the_field():
     assert calls == []
 
 
+@pytest.mark.long
 def test_cccp_on_conll_chunks_with_half_the_states_hidden():
     """CoNLL-2000 chunks as segments, 150 training sentences, half the states hidden: CCCP lowers the objective
     from the letter-wise start, and its model's chunk F1 on the test file is within reach of the fully
@@ -116,6 +117,7 @@ def test_cccp_on_conll_chunks_with_half_the_states_hidden():
     assert f1 > task.evaluate(full)["test_f1"] - 10.0 and f1 > 60.0
 
 
+@pytest.mark.long
 def test_ssvm_train_hide_labels_trains_conll_segments(tmp_path):
     """``ssvm-train --dataset conll2000-segments --hide-labels``: the run's hidden positions are the seed's,
     latent.json's objective never increases, and the saved model's chunk F1 is what its record says."""

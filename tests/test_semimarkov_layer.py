@@ -102,6 +102,7 @@ def run(tmp_path, *extra, loss="crf", epochs=3):
     return sorted(tmp_path.glob("lightning_logs/version_*"))[-1]
 
 
+@pytest.mark.long
 def test_tiny_semimarkov_chunker_learns_and_writes_bio_predictions(tmp_path):
     out = run(tmp_path, epochs=4)
     losses = [r["loss"] for r in json.loads((out / "history.json").read_text())]
@@ -121,6 +122,7 @@ def test_tiny_semimarkov_chunker_learns_and_writes_bio_predictions(tmp_path):
     assert saved["hparams"]["max_segment"] is None and saved["state_dict"]["chain.length_scores"].shape[0] == longest
 
 
+@pytest.mark.long
 def test_semimarkov_chunker_trains_from_hidden_tags(tmp_path):
     """hide_fraction with a semi-Markov head: the observed BIOES tags as a PartialSegmentation that the gold
     segmentation agrees with, a loss below the full-annotation one, a run that learns."""
@@ -157,6 +159,7 @@ def test_semimarkov_chunker_trains_from_hidden_tags(tmp_path):
         assert all(bool(allowed[0, t, e - t - 1, k]) for t, e, k in spans(gold, torch.tensor([len(row)]))[0])
 
 
+@pytest.mark.long
 def test_hybrid_semimarkov_chunker_trains_token_begin_and_end_attribute_scores(tmp_path):
     """The semi-Markov hybrid (recipes/conll_deep_hybrid_semimarkov_softmax_margin.yaml): an attribute's row holds a
     token, a begin, an end and (the recipe's single_scores) a one-word-segment score per segment label; SparseAdam

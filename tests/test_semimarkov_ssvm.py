@@ -198,6 +198,7 @@ def test_batch_fw_and_path_rescaling_match_the_dense_store():
     assert torch.allclose(stores[0].w, stores[1].w, atol=1e-10) and stores[0].ell == pytest.approx(stores[1].ell)
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("kernels", ["numba", "torch"])
 @pytest.mark.parametrize("partial", [False, True], ids=["full", "partial"])
 def test_cutting_plane_on_segmentations_is_the_dense_stores_run(partial, kernels):

@@ -240,6 +240,7 @@ def test_one_process_with_rebuilt_mirrors_follows_plain_bcfw(monkeypatch):
     assert torch.allclose(dual.w, plain.dual.w, rtol=0, atol=1e-12)
 
 
+@pytest.mark.long
 def test_a_dead_rank_ends_the_other_in_one_line(tmp_path):
     res = spawn({**SHARED, "die_after_start": True, "timeout_s": 10}, tmp_path)
     assert "distributed: a collective failed" in res["error"] and "another rank died" in res["error"]

@@ -117,6 +117,7 @@ def gold_sibling_strings(template, tb):
     return offsets, lengths, sentences, gold
 
 
+@pytest.mark.long
 def test_ewt_keys_agree_with_the_feature_strings():
     """On UD English-EWT's first 40 training sentences (the parts of ten of them): an item of a sibling part has a
     feature (compiled lookup; the torch helper agrees on a seventh of the parts) exactly when its readable feature
@@ -315,6 +316,7 @@ def test_refusals_name_the_field():
         make_store(model, data, 0.1).load_state_dict(state)
 
 
+@pytest.mark.long
 def test_ssvm_train_second_order_on_ud_ewt(tmp_path):
     out = tmp_path / "run"
     # the arc design of test_tree_store's run (150 sentences, basic): the feature cache serves both
@@ -327,6 +329,7 @@ def test_ssvm_train_second_order_on_ud_ewt(tmp_path):
     assert "second-order" in json.dumps(config)
 
 
+@pytest.mark.long
 def test_cli_sibling_features_choose_the_template_and_are_refused_elsewhere(tmp_path, capsys):
     """--sibling-features mcdonald-pereira-adjacent trains the model without first-child parts (fewer features
     than the default's), recorded in config.json; with first-order trees or another task it is refused by name."""
@@ -401,6 +404,7 @@ def test_partial_heads_hinge_completion_and_cccp_against_enumeration():
                                                      abs=1e-9)
 
 
+@pytest.mark.long
 def test_ssvm_train_second_order_from_partial_heads(tmp_path):
     out = tmp_path / "latent"
     train_main(["--dataset", "ud-ewt", "--trees", "second-order", "--hide-labels", "0.5", "--train-size", "150",

@@ -220,6 +220,7 @@ def test_refusals_name_the_field():
         train_latent(model, hidden, LAM, SolverConfig(solver="eg"))
 
 
+@pytest.mark.long
 def test_ssvm_train_hide_labels_on_ud_ewt_spans(tmp_path, capsys):
     """``ssvm-train --dataset ud-ewt-spans --hide-labels``: hidden.json lists the hidden span rows, latent.json the
     outer steps whose objective never rises, the saved model is the last record's."""

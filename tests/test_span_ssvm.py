@@ -141,6 +141,7 @@ def test_ewt_task_options_and_layout(ewt):
     assert float(costs[0]) == pytest.approx(1.0 / (2 * n - 1))
 
 
+@pytest.mark.long
 def test_ssvm_train_on_ud_ewt_spans_writes_the_test_trees(tmp_path, capsys):
     import json
     from ssvm_torch.cli.train import main as train_main

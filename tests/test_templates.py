@@ -42,6 +42,7 @@ def string_reference(template, train, other, min_count=1):
             build_chain_data(other, index, tags, "te", True, template), len(index))
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("template,min_count", [(SHA_PEREIRA, 1), (RICH, 1), (RICH, 3)])
 def test_engine_reproduces_the_string_reference(raw, template, min_count):
     train, test = raw[0][:300], raw[1][:100]
@@ -170,6 +171,7 @@ def test_cutoff_reports_the_smaller_dictionary():
     assert cut_test.X.shape[1] == cut.X.shape[1]
 
 
+@pytest.mark.long
 def test_cache_hits_and_is_invalidated_by_template_options_and_data(tmp_path, monkeypatch):
     a, _ = load_conll2000(train_size=60)
     assert not a.meta["featurization"]["cached"]

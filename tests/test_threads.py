@@ -25,6 +25,7 @@ print(torch.get_num_threads())
 """
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("layer", ["default", "omp", "workqueue"])
 def test_a_one_thread_process_keeps_one_thread_after_numbas_pool_starts(layer):
     import numba

@@ -206,6 +206,7 @@ def test_refusals_name_the_field():
         hide_heads(data, -0.1, 0)
 
 
+@pytest.mark.long
 def test_ssvm_train_hide_labels_on_ud_ewt(tmp_path, capsys):
     from ssvm_torch.cli.train import main
     out = tmp_path / "run"

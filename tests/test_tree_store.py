@@ -100,6 +100,7 @@ def test_ssvm_train_on_ud_ewt(tmp_path):
     assert all(len(h) == len(r) for h, r in zip(pred["heads"], pred["labels"])) and "root" in pred["labels"][0]
 
 
+@pytest.mark.long
 def test_select_lam_scores_the_released_dev_split(tmp_path, capsys):
     out = tmp_path / "sel"
     code = train_main(["--dataset", "ud-ewt", "--train-size", "120", "--features", "basic", "--select-lam",

@@ -121,6 +121,7 @@ def test_triton_computes_low_precision_in_float32_like_numba(dtype):
     assert torch.equal(ours.decode(E.to(dtype).to(DEV), mask.to(DEV)).cpu(), ref.decode(E.to(dtype).float(), mask))
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("variant,unroll,sort", [("tile", False, False), ("tile", False, True), ("rows", False, True),
                                                 ("rows", True, False), ("transposed", False, False),
                                                 ("transposed", False, True)])

@@ -64,6 +64,7 @@ def test_best_tree_and_log_z_equal_numba_and_torch(multiroot, tiles):
     torch.testing.assert_close(M.sum(2), word.double())
 
 
+@pytest.mark.long
 def test_float32_agrees_with_float64():
     S, lengths = scores(1, 4, N_LONG)
     S = S[:2]                                   # random scores only: float32 rounding must not flip a tie
@@ -107,6 +108,7 @@ def test_public_operations_on_cuda_equal_the_cpu():
         dependency_decode(S.cuda(), lengths=lengths.cuda())
 
 
+@pytest.mark.long
 @pytest.mark.skipif(CUDA, reason="with a GPU the tests above run the compiled kernels")
 @pytest.mark.parametrize("maxplus", ["max-plus", "log"])
 def test_kernels_compile_for_an_h100(maxplus):

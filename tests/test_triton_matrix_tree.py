@@ -73,6 +73,7 @@ def test_a_cancelling_row_is_flagged():
     assert np.abs(x.grad[1].double().cpu().numpy() - ref_M).max() < 2e-4
 
 
+@pytest.mark.long
 @roots
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")    # the interpreter's numpy on flagged rows (inf / NaN)
 def test_rows_it_does_not_flag_are_accurate(multiroot):
@@ -143,6 +144,7 @@ for multiroot in (False, True):
 """
 
 
+@pytest.mark.long
 def test_the_kernel_compiles_for_sm90():
     """What the interpreter cannot check (types, the loop's carried values): the kernel compiles to PTX for
     sm_90, single and multi root, the smallest and largest tiles; in a process without TRITON_INTERPRET."""

@@ -183,6 +183,7 @@ def arc_templates(draw):
     return ArcTemplate.parse(sorted(items), name="drawn")
 
 
+@pytest.mark.long
 @settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(template=arc_templates(), min_count=st.sampled_from([1, 2]), start=st.integers(0, 500))
 def test_any_template_equals_the_string_reference(ewt, template, min_count, start):
@@ -227,6 +228,7 @@ def test_a_template_of_between_items_only_gets_every_known_value(ewt):
                     assert int(design.ptr[a + 1] - design.ptr[a]) == len(known)
 
 
+@pytest.mark.long
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="RLIMIT_AS and /proc/self/statm")
 def test_a_between_words_item_featurizes_within_the_memory_of_its_sentences():
     """The gold keys' buffer is bounded by the words between an arc's ends, not by the column's 20k forms: 3,000

@@ -50,6 +50,7 @@ def test_batches_put_the_root_at_position_0_and_keep_the_gold_trees():
     assert int(corpus.train.projective.sum()) <= corpus.train.n
 
 
+@pytest.mark.long
 def test_a_batchs_characters_are_whole_forms_and_grow_with_their_characters_not_the_longest():
     """Every form of a batch is on consecutive rows of char_rows' layout (no character cut, none invented), and
     the character CNN gives it, values and gradients, what it gives the form padded to the longest; a form of
@@ -317,6 +318,7 @@ def test_the_triaffine_per_sentence_equals_supars_padded_formula_and_padding_is_
             torch.testing.assert_close(x, y, rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("recipe", ["2o_softmax_margin", "2o_fc_softmax_margin"])
 def test_a_tiny_second_order_run_writes_trees_and_parses_back(tmp_path, capsys, recipe):
     """recipes/ud_deep_2o_softmax_margin.yaml (and its first-child twin), tiny: the sibling scorer trains (its
@@ -350,6 +352,7 @@ def test_a_tiny_second_order_run_writes_trees_and_parses_back(tmp_path, capsys, 
     assert f"UAS {uas:.2f}, LAS {las:.2f}" in capsys.readouterr().out
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("batching", [(), ("--model.length_pool", "2"), ("--model.lr_decay", "0.5")],
                          ids=["random", "length_pool", "lr_decay"])
 def test_resumed_run_ends_where_the_uninterrupted_run_ends(tmp_path, batching):
@@ -372,6 +375,7 @@ def test_resumed_run_ends_where_the_uninterrupted_run_ends(tmp_path, batching):
         assert ckpt["optimizer_states"][0]["param_groups"][0]["lr"] == pytest.approx(0.005 * 0.5 ** (12 / 5000))
 
 
+@pytest.mark.long
 def test_weight_averaging_selects_the_average_and_resumes_exactly(tmp_path, capsys):
     """ema_decay > 0: the moving average is updated after every step and carried by the checkpoint, dev selects it
     and parser.pt holds it (not the trained weights), each epoch also records the trained weights' dev figures, a
@@ -406,6 +410,7 @@ def test_weight_averaging_selects_the_average_and_resumes_exactly(tmp_path, caps
         m.on_load_checkpoint({"state_dict": {"parser.arc_U": torch.zeros(1)}})
 
 
+@pytest.mark.long
 def test_restarts_start_from_the_best_weights_at_the_lower_rate_and_a_stopped_run_resumes_into_them(tmp_path):
     """lr_restarts: the epoch after patience runs out starts from the best dev weights at lr x factor^k (the k-th
     restart) until the restarts are spent; a run that stopped by patience without restarts, resumed with them, ends
@@ -479,6 +484,7 @@ def test_dev_size_keeps_the_first_dev_sentences_and_the_whole_test_split():
     assert torch.equal(cut.dev.batch([0, 4])["heads"], whole.dev.batch([0, 4])["heads"])
 
 
+@pytest.mark.long
 def test_bad_parser_settings_are_refused_by_name(tmp_path, capsys):
     base = ["fit", "--config", str(RECIPES / "ud_deep_crf.yaml"), *TINY, "--trainer.default_root_dir", str(tmp_path)]
     for extra, text in ((["--model.loss", "svm"], "loss: expected one of"),
@@ -508,6 +514,7 @@ def test_bad_parser_settings_are_refused_by_name(tmp_path, capsys):
         assert text in err and len(err.strip().splitlines()) == 1, err
 
 
+@pytest.mark.long
 def test_the_results_script_recomputes_the_archive_and_bootstraps_pairs(tmp_path):
     """benchmarks/bench_ud_deep.py on an archive of one tiny run filed under two heads: the recomputed
     UAS / LAS equal results.json, a system against itself differs by 0 in every draw (over the seeds both

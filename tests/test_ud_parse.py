@@ -57,6 +57,7 @@ def fields(path) -> list:
         return [line.rstrip("\n").split("\t") for line in f]
 
 
+@pytest.mark.long
 def test_the_dev_file_parsed_from_parser_pt_scores_the_runs_dev_figures(run_dir, tmp_path, capsys):
     dev = data_file(UD_EWT["dev"])
     out = tmp_path / "dev.conllu.gz"
@@ -246,6 +247,7 @@ def words_run(request, tmp_path_factory):
                     "--model.tag_dim", "8", *option)
 
 
+@pytest.mark.long
 def test_a_words_only_run_records_tags_and_parses_plain_text_to_its_own_figures(words_run):
     """The run's outputs carry the UPOS accuracy (dev per epoch, test) and the predicted tags; ud_parse --input-format
     text on the test sentences' words (one per line) writes tags, heads and relations that score the run's own test
@@ -340,6 +342,7 @@ def test_the_results_script_recomputes_a_words_only_runs_upos_and_refuses_a_wron
         bench.report(d.parent, draws=10)
 
 
+@pytest.mark.long
 def test_no_gold_column_but_form_changes_a_words_only_parse(words_run, tmp_path):
     """The test file with every column but ID and FORM scrambled (UPOS, XPOS, LEMMA, FEATS, HEAD, DEPREL, DEPS,
     MISC shuffled across words) parses to the same UPOS (XPOS, with an XPOS head), heads and relations as the file

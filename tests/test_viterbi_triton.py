@@ -145,6 +145,7 @@ def test_the_default_variant_follows_the_measured_rule():
             del os.environ["SSVM_CUDA_VITERBI"]
 
 
+@pytest.mark.long
 def test_the_package_works_and_refuses_triton_clearly_without_triton():
     """Triton is optional (the package's dependencies do not bring it): with its import blocked,
     ssvm_torch imports, LinearChain decodes and trains on its other kernels, and kernels="triton"
