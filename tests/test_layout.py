@@ -1,6 +1,7 @@
 """The package's shape: no import cycle between modules (lazy imports inside functions count; a
 package ``__init__`` re-exporting its children does not), no module above 450 lines, and no
-``SimpleNamespace`` / ``build_task`` hub or private backend flag in the package or the tests."""
+``SimpleNamespace`` / ``build_task`` hub or private backend flag in the package or the tests; CI runs the test
+command with every tier but the slow one."""
 import ast
 import re
 from pathlib import Path
@@ -192,3 +193,18 @@ def test_design_md_names_every_module():
     missing = sorted(str(p.relative_to(PKG)) for p in PKG.rglob("*.py")
                      if p.name != "__init__.py" and str(p.relative_to(PKG)) not in named)
     assert missing == []
+
+
+def test_ci_runs_the_test_command_with_every_tier_but_slow():
+    """.ci/run calls the README's test command with the long tests (SSVM_LONG=1), and scripts/test.sh maps the
+    tiers to the markers pyproject registers: by default the quick tier (neither long nor slow), with SSVM_LONG=1
+    every test not marked slow (docs/design.md, "Tests"): moving a test to the long tier never takes it out of CI."""
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert re.search(r"^SSVM_LONG=1 bash scripts/test\.sh\b", ci, re.M), ci
+    test_sh = (ROOT / "scripts" / "test.sh").read_text()
+    assert re.search(r'"\$\{SSVM_LONG:-0\}" = "1" \]; then marks=\(-m "not slow"\)', test_sh), test_sh
+    assert 'else marks=(-m "not slow and not long"); fi' in test_sh
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    assert re.search(r'^\s*"long: ', pyproject, re.M) and re.search(r'^\s*"slow: ', pyproject, re.M)
+    assert "--strict-markers" in pyproject
+    assert "bash scripts/test.sh" in (ROOT / "README.md").read_text()
