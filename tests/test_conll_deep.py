@@ -120,6 +120,7 @@ def test_hybrid_crf_run_trains_the_attribute_rows(tmp_path):
     assert json.loads((out / "results.json").read_text())["test_f1"] > 0
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("ema", [[], pytest.param(["--model.ema_decay", "0.9"], marks=pytest.mark.slow)],
                          ids=["plain", "ema"])
 def test_resumed_run_ends_where_the_uninterrupted_run_ends(tmp_path, ema):

@@ -32,6 +32,7 @@ def module_class(recipe):
 
 
 # the OCR recipe's case (the longest of the fast tier) is slow: the CoNLL recipe checks the same claim in it
+@pytest.mark.long
 @pytest.mark.parametrize("recipe", [pytest.param(r, marks=pytest.mark.slow) if r == "ocr_deep_hinge" else r
                                     for r in sorted(CASES)])
 def test_ddp_step_is_the_one_process_step_on_the_union_of_the_batches(tmp_path, recipe):

@@ -185,6 +185,7 @@ def test_compiled_oracles_refuse_weights_outside_the_box(problems):
             host.corner(w, 0)
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("name,size", [("scene", None),
                                        pytest.param("ocr-letters", None, marks=pytest.mark.slow),
                                        ("segmentation-synth", 10),

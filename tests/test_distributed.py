@@ -82,6 +82,7 @@ def single(spec):
     return _SINGLE[key]
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("spec", [OCR, pytest.param({**OCR, "exchange": "gather"}, marks=pytest.mark.slow),
                                   CONLL,
                                   pytest.param({**CONLL, "sparse_direction": True}, marks=pytest.mark.slow),
@@ -180,6 +181,7 @@ def test_columns_gap_equals_a_single_process_recomputation(spec, fixture, reques
     assert store.primal(gp.H) - store.dual() == pytest.approx(last["gap"], rel=1e-9)
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("spec, stop", [(OCR, 2), pytest.param(COLUMNS, 1, marks=pytest.mark.slow)],
                          ids=["allreduce", "columns"])        # columns' case in the slow tier (15 s)
 def test_resume_on_the_same_ranks_reproduces_the_run(tmp_path, spec, stop, request):
@@ -361,6 +363,7 @@ def _torchrun_ranks(launcher_pid: int) -> dict:
     return found
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("fault", [
     "ctrl-c",                                                    # the terminal's Ctrl-C: the whole process group
     pytest.param("ctrl-c-launcher", marks=pytest.mark.slow),     # Ctrl-C to the launcher alone

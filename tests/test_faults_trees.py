@@ -126,6 +126,7 @@ def test_a_late_sigterm_after_a_dead_peer_keeps_the_ranks_one_line(capsys):
         assert signal.getsignal(signal.SIGTERM) == before
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("sig", [signal.SIGINT, pytest.param(signal.SIGTERM, marks=pytest.mark.slow)],
                          ids=["ctrl-c", "sigterm"])
 def test_an_interrupted_neural_fit_keeps_its_best_epoch_and_resumes(tmp_path, sig):

@@ -71,6 +71,7 @@ def rounds_run(tmp_path_factory):
     return spawn(ROUNDS, tmp_path_factory.mktemp("rounds"))
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("spec", [pytest.param(ROUNDS, marks=pytest.mark.slow), CHAIN], ids=["ocr", "conll"])  # OCR: slow tier
 def test_two_ranks_raise_the_dual_at_every_round(spec, request, tmp_path):
     run = request.getfixturevalue("rounds_run") if spec is ROUNDS else spawn(spec, tmp_path)

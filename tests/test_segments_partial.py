@@ -104,6 +104,7 @@ def test_partial_gradients(kernels):
 
 # BIOES on the whole training set is slow-tier: BIO runs the same check here, and the reading of BIOES partial
 # tags is checked on small cases in the fast tier (test_tag_reading_of_unknown_neighbours)
+@pytest.mark.long
 @pytest.mark.parametrize("scheme", ["BIO", pytest.param("BIOES", marks=pytest.mark.slow)])
 def test_tags_with_unknown_positions_on_conll2000(scheme):
     """Every training sentence: full tags observe exactly segments_from_tags' segmentation; with half of the

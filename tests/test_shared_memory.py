@@ -143,6 +143,7 @@ def shard_w(spec, state):
 
 # OCR's and UD's cases are slow (CoNLL's runs the same exchange in the fast tier; the tree store's one-process
 # case below stays fast)
+@pytest.mark.long
 @pytest.mark.parametrize("spec, mirror", [pytest.param(SHARED, "steps", marks=pytest.mark.slow), (CHAIN, "steps"),
                                           (CHAIN, "rebuild"), pytest.param(TREES, "steps", marks=pytest.mark.slow),
                                           pytest.param(TREES, "rebuild", marks=pytest.mark.slow)],

@@ -179,6 +179,7 @@ GAP_TASKS = [("ocr-small", {}), ("conll2000", dict(features="sha-pereira", tags=
 
 
 # every variant on OCR; on CoNLL (BIOES constraints) the row and transposed variants are slow in the interpreter
+@pytest.mark.long
 @pytest.mark.parametrize("task,options,decoder,sort_from", [
     pytest.param(t, o, d, s, marks=pytest.mark.slow) if t == "conll2000" and d != "fused" and not CUDA else (t, o, d, s)
     for t, o in GAP_TASKS for d, s in DECODERS])

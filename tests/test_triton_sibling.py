@@ -35,6 +35,7 @@ def scores(seed, B, N, dtype=torch.float64):
 
 # small tiles with several roots is the interpreter's longest case: slow tier (each axis stays covered)
 # the fast tier runs each tiling and each root rule once (one tile multi-root, small tiles single-root); the rest: slow
+@pytest.mark.long
 @pytest.mark.parametrize("tiles,multiroot", [pytest.param("one tile", False, marks=pytest.mark.slow),
                                              ("one tile", True), ("small tiles", False),
                                              pytest.param("small tiles", True, marks=pytest.mark.slow)],
