@@ -47,8 +47,8 @@ def pytest_collection_modifyitems(session, config, items):
         file = item.nodeid.split("::")[0]
         rank.setdefault(file, len(rank))
         tiers.setdefault(file, set()).add(_tier(item))
-    weight = {file: sum(seconds.get(file, {}).get(tier, 0.0) for tier in tiers[file]) for file in rank}
-    items.sort(key=lambda item: (-weight[item.nodeid.split("::")[0]], rank[item.nodeid.split("::")[0]]))
+    order = {file: (-sum(seconds.get(file, {}).get(tier, 0.0) for tier in tiers[file]), rank[file]) for file in rank}
+    items.sort(key=lambda item: order[item.nodeid.split("::")[0]])
 
 
 def pytest_sessionfinish(session, exitstatus):
@@ -79,8 +79,8 @@ def pytest_runtest_logreport(report):
     """With SSVM_TORCH_FAILURE_LOG set (scripts/device_check.sh), each failure's report is appended to
     that file as it happens: a run cut off by its time limit still says why its tests failed. Every
     report's seconds are summed per file and tier (pytest_sessionfinish)."""
-    by_tier = _seconds_by_file.setdefault(report.nodeid.split("::")[0], {})
-    by_tier[_tier(report)] = by_tier.get(_tier(report), 0.0) + (report.duration or 0.0)
+    by_tier, tier = _seconds_by_file.setdefault(report.nodeid.split("::")[0], {}), _tier(report)
+    by_tier[tier] = by_tier.get(tier, 0.0) + (report.duration or 0.0)
     path = os.environ.get("SSVM_TORCH_FAILURE_LOG")
     if path and report.failed and getattr(report, "node", None) is None:     # xdist's controller copy has .node
         with open(path, "a") as f:
