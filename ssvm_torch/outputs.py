@@ -3,7 +3,7 @@ estimator.
 
 A run directory holds
   history.json   one record per exact gap check (:mod:`ssvm_torch.solvers.history`)
-  test_predictions.json  the final model's test predictions, for tasks that provide them (ud-ewt)
+  test_predictions.json  the final model's decoded test split, in each task's terms (ssvm_torch/task_predictions.py)
   model.pt       {"w": float64 (d,), "ell": float, "lam": float, "dataset": str, "feature_layout": dict}
                  (+ "w_dual": float64 (d,), "radius": float for the dual extragradient)
   checkpoint.pt  {"format": CHECKPOINT_FORMAT, "solver": packed solver state} (resumable; its mostly-zero
@@ -118,9 +118,13 @@ def save_rank_profiles(out, profiles: list) -> Path:
     return atomic_write_bytes(Path(out) / "ranks.json", json.dumps(profiles, indent=1).encode())
 
 
+#: the room kept for test_predictions.json before a run starts (UD English-EWT's heads and relations: 0.4 MB)
+PREDICTIONS_BYTES = 1 << 22
+
+
 def save_predictions(out, predictions: dict) -> Path:
-    """test_predictions.json: the model's predictions on the test split, where the task provides them
-    (ud-ewt: every sentence's heads and relations, in file order)."""
+    """test_predictions.json: the model's decoded test split (:mod:`ssvm_torch.task_predictions`: letters, tags,
+    segments, label sets, node labels, joints, links, heads, spans), in the split's order."""
     return atomic_write_bytes(Path(out) / "test_predictions.json", json.dumps(predictions).encode())
 
 

@@ -19,6 +19,7 @@ from .data.ocr import load_ocr, load_ocr_letters, load_scene
 from .data.types import ChainData
 from .errors import SSVMInputError, check
 from .models import ChainModel, EdgeChainModel, GraphCutModel, MatchingModel, MulticlassModel, MultiLabelModel, TreePoseModel
+from . import task_predictions as predict
 from .problem import Problem
 from .ud_tasks import (UD_RECOMMENDED, UD_RUN_DEFAULTS, UD_SPANS_RUN_DEFAULTS, ud_ewt,
                        ud_ewt_spans)
@@ -116,10 +117,11 @@ def _keep(n: int, train_size: int | None) -> int:
 
 
 def _chain_problem(name, train: ChainData, test: ChainData, unit: str, position: str, loss=None,
-                   emission="label-major") -> Problem:
+                   emission="label-major", split=None, alphabet=None) -> Problem:
     """A first-order chain (Viterbi) on sequence data, with edge-observation features where the data
     have them; test_f1 where the data name chunk tags. ``loss``: normalized (default) or hamming;
-    ``emission``: the layout of the emission weights (models/chain.py)."""
+    ``emission``: the layout of the emission weights (models/chain.py); ``split``, ``alphabet``: the test
+    predictions' split name and letters (:func:`ssvm_torch.task_predictions.chain_labels`)."""
     model = (ChainModel if train.E is None else EdgeChainModel).for_data(train, loss or "normalized", emission)
 
     def evaluate(w):
@@ -133,13 +135,15 @@ def _chain_problem(name, train: ChainData, test: ChainData, unit: str, position:
             rec["test_f1"] = chunk_f1(test, labels)["f1"]
         return rec
     loss_text = "normalized Hamming" if model.loss_name == "normalized" else "Hamming count"
-    return Problem(name, model, train, test, evaluate, f"per {unit}, {loss_text}", position)
+    return Problem(name, model, train, test, evaluate, f"per {unit}, {loss_text}", position,
+                   predictions=predict.chain_labels(model, test, split or test.name, alphabet))
 
 
 def _ocr(name, train_size=None, unary_only=False, device=None, dtype=torch.float64, loss=None) -> Problem:
     """OCR words (Taskar et al. 2003) with the papers' splits."""
     train, test = load_ocr(name.split("-")[1])
-    return _chain_problem(name, train, test, "word", "per-letter error", loss)
+    return _chain_problem(name, train, test, "word", "per-letter error", loss, split=f"{name}-test",
+                          alphabet=predict.OCR_ALPHABET)
 
 
 def _conll(name, train_size=None, unary_only=False, device=None, dtype=torch.float64, features=None, min_count=1,
@@ -187,7 +191,8 @@ def _conll_segments(name, train_size=None, unary_only=False, device=None, dtype=
                 "test_position_error": wrong / float(lengths.sum()), "test_f1": 100 * float(f1)}
     loss_text = "normalized" if model.loss_name == "normalized" else "count of"
     p = Problem(name, model, train, test, evaluate, f"per sentence, {loss_text} positions whose (chunk type, begins) "
-                f"differs", "per-word error of the (chunk type, begins) states")
+                f"differs", "per-word error of the (chunk type, begins) states",
+                predictions=predict.segmentations(model, test, test.name, labels))
     p.layout = {**model.describe(), "segment_labels": labels, "featurization": chain_train.meta["featurization"]}
     return p
 
@@ -207,13 +212,14 @@ def constrain(model, train: ChainData, scheme: str) -> None:
     model.check_labels_allowed(train, "constraints")
 
 
-def _flat_problem(name, model, train: FlatData, test: FlatData, dtype, names) -> Problem:
+def _flat_problem(name, model, train: FlatData, test: FlatData, dtype, names, alphabet=None) -> Problem:
     def evaluate(w):
         w = w.detach().to("cpu", dtype)
         te = model.metrics(w, test)
         return {"train_error": model.metrics(w, train)["error"], "test_error": te["error"],
                 "test_position_error": te.get("example_error", te["error"])}
-    return Problem(name, model, train, test, evaluate, *names)
+    return Problem(name, model, train, test, evaluate, *names,
+                   predictions=predict.classes(model, test, f"{name}-test", alphabet))
 
 
 def _scene(name, train_size=None, unary_only=False, device=None, dtype=torch.float64) -> Problem:
@@ -227,7 +233,7 @@ def _ocr_letters(name, train_size=None, unary_only=False, device=None, dtype=tor
     """OCR letters as independent multiclass examples (dense blocks: n x d = 4,617 x 3,354)."""
     train, test = (FlatData(X, Y) for X, Y in _pairs(load_ocr_letters("small", dtype)))
     return _flat_problem(name, MulticlassModel.for_data(train, 26), train, test, dtype,
-                         ("0/1 error per letter", "0/1 error per letter"))
+                         ("0/1 error per letter", "0/1 error per letter"), predict.OCR_ALPHABET)
 
 
 def _pairs(four):
@@ -249,7 +255,8 @@ def _segmentation(name, train_size=None, unary_only=False, device=None, dtype=to
         return {"train_error": model.metrics(w, train)["error"], "test_error": te["error"],
                 "test_position_error": te["node_error"]}
     return Problem(name, model, train, test, evaluate, "class-balanced Hamming loss per image", "per-node error",
-                   nonnegative=model.pairwise_index if model.pairwise else None)
+                   nonnegative=model.pairwise_index if model.pairwise else None,
+                   predictions=predict.graph_cut_nodes(model, test, f"{name}-test"))
 
 
 def _graph_crf_problem(name, train, test, train_size, inference="lp") -> Problem:
@@ -264,7 +271,7 @@ def _graph_crf_problem(name, train, test, train_size, inference="lp") -> Problem
         return {"train_error": model.metrics(w, train)["error"], "test_error": te["error"],
                 "test_position_error": te["node_error"], "test_fractional": te["fractional"]}
     return Problem(name, model, train, test, evaluate, "Hamming loss per graph (share of wrong nodes)",
-                   "per-node error")
+                   "per-node error", predictions=predict.graph_crf_nodes(model, test, f"{name}-test"))
 
 
 def _scene_graph(name, train_size=None, unary_only=False, device=None, dtype=torch.float64, inference="lp") -> Problem:
@@ -295,7 +302,8 @@ def _pose(name, train_size=None, unary_only=False, device=None, dtype=torch.floa
                 "test_position_error": m["loss"]}
     return Problem(name, model, train, test, evaluate, "mean joint error in grid cells",
                    f"share of joints off by > {model.radius} cell (the loss)",
-                   nonnegative=model.pairwise_index if model.pairwise else None)
+                   nonnegative=model.pairwise_index if model.pairwise else None,
+                   predictions=predict.pose_joints(model, test, f"{name}-test"))
 
 
 def _hansards(name, train_size=None, unary_only=False, device=None, dtype=torch.float64) -> Problem:
@@ -315,7 +323,7 @@ def _hansards(name, train_size=None, unary_only=False, device=None, dtype=torch.
     layout = {"kind": "MatchingModel", "d": model.d, "edge": list(EDGE_FEATURES), "null_e": list(NULL_FEATURES),
               "null_f": list(NULL_FEATURES)}
     return Problem(name, model, train, test, evaluate, "alignment error rate (AER)", "1 - recall of sure links",
-                   layout=layout)
+                   layout=layout, predictions=predict.alignment_links(model, test, f"{name}-test"))
 
 
 # what load() does with an option not given (features None = the template's default, loss None = normalized)

@@ -58,7 +58,7 @@ def ud_ewt(name, train_size=None, unary_only=False, device=None, dtype=torch.flo
         attachment_scores(test, pred, labeler)                  # trains the labeler if no record did
         rel = labeler["labeler"].predict(test, pred)
         names, off = train.meta["label_names"], test.offsets.tolist()
-        return {"split": test.name, "heads": [pred[a:b].tolist() for a, b in zip(off, off[1:])],
+        return {"split": test.name, "kind": "heads", "heads": [pred[a:b].tolist() for a, b in zip(off, off[1:])],
                 "labels": [[names[k] for k in rel[a:b].tolist()] for a, b in zip(off, off[1:])],
                 "sent_ids": test.meta["sent_ids"]}
     p = Problem(name, model, train, test, evaluate, "1 - UAS: the share of words with a wrong head",
@@ -100,7 +100,7 @@ def ud_ewt_spans(name, train_size=None, unary_only=False, device=None, dtype=tor
         for idx, charts in model.predict_charts(w.detach().to("cpu", torch.float64), test):
             for i, row in zip(idx.tolist(), spans_of_chart(charts)):
                 out[i] = [list(s) for s in debinarize(row, 0)]
-        return {"split": test.name, "labels": train.meta["label_names"], "spans": out,
+        return {"split": test.name, "kind": "spans", "labels": train.meta["label_names"], "spans": out,
                 "sent_ids": test.meta["sent_ids"]}
     p = Problem(name, model, train, test, evaluate, "1 - labeled bracket F1 (debinarized, one-word spans not counted)",
                 "the share of sentences whose labeled tree is not exact", predictions=predictions)

@@ -340,7 +340,7 @@ def test_too_little_space_is_refused_before_training_and_a_failed_final_write_ke
     out = tmp_path / "run"
     assert main(QUICK + ["--out", str(out)]) == 2
     err = capsys.readouterr().err
-    assert "model.pt and history.json needs about" in err and not (out / "history.json").exists()
+    assert "model.pt, history.json and test_predictions.json needs about" in err and not (out / "history.json").exists()
     monkeypatch.setattr(sh, "disk_usage", real)
     saved = results_cli.save_model
 

@@ -228,6 +228,12 @@ def test_ssvm_train_hide_labels_writes_a_reproducible_run(tmp_path, capsys):
     model = load_model(a / "model.pt")
     assert 0.0 <= last["test_error"] <= 1.0 and model["latent_objective"] == objectives[-1]
     assert torch.equal(model["w"], load_model(b / "model.pt")["w"])
+    # test_predictions.json: the returned model's letters, whose per-letter error is the record's
+    from ssvm_torch.tasks import load_task
+    pred = json.loads((a / "test_predictions.json").read_text())
+    test = load_task("ocr-small").test
+    got = torch.tensor([k for row in pred["labels"] for k in row])
+    assert last["test_position_error"] == pytest.approx(float((got != test.Y).double().mean()), abs=1e-12)
 
 
 @pytest.mark.parametrize("extra, text", [

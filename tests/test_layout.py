@@ -129,7 +129,7 @@ LAYERS = [
     {"data", "nn"},
     {"models"},
     {"stores"},
-    {"solvers", "tasks", "problem", "ud_tasks", "labeler", "distributed", "rank_store", "column_shards", "column_shards_edges",
+    {"solvers", "tasks", "task_predictions", "problem", "ud_tasks", "labeler", "distributed", "rank_store", "column_shards", "column_shards_edges",
      "perceptron", "perceptron_compiled"},
     {"estimator", "segment_estimator", "graph_estimator", "fingerprint", "portable", "perceptron_estimator"},
     {"outputs"},

@@ -58,6 +58,8 @@ def test_same_trajectory_as_plain_engine(tmp_path, cfg):
     assert strip(written) == strip(hist)
     model = torch.load(Path(module.output_dir()) / "model.pt")
     assert torch.equal(model["w"], model_w) and model["dataset"] == "ocr-small"
+    predictions = json.loads((Path(module.output_dir()) / "test_predictions.json").read_text())
+    assert predictions == module.task.predictions(model_w) and predictions["split"] == "ocr-small-test"
 
 
 def test_chunks_smaller_than_a_pass_draw_the_same_blocks(tmp_path):

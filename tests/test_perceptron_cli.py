@@ -42,6 +42,7 @@ def test_a_run_writes_what_train_perceptron_returns(tmp_path, capsys):
                                 "shuffle": True, "decay_exponent": 0.0, "decay_t0": 1.0, "loss_augmented": False,
                                 "seed": 3}
     assert history_errors_are_the_returned_points(task, out)
+    assert json.loads((out / "test_predictions.json").read_text()) == task.predictions(ref.w)
 
 
 def history_errors_are_the_returned_points(task, out) -> bool:

@@ -8,7 +8,8 @@ positions), hidden.json (the hidden positions' indices into the training set's p
 of the stacked gold trees, or the words whose heads are hidden: the run's data is reproducible from it as from
 the seed), latent.json (one record per outer step: objective, inner gap and
 passes, completions changed, the train and test errors of the step's model: reported, never used to choose),
-and history.json / model.pt as every run (history.json: the same records, the last one the returned model's);
+and history.json / model.pt / test_predictions.json as every run (history.json: the same records, the last one the
+returned model's);
 model.pt's ``ell`` is the dual's of the last accepted inner problem, and ``latent_objective`` its J(w).
 With ``--checkpoint``, checkpoint.pt holds CCCP's state (``train_latent``'s: the accepted w and completion, the
 records, the inner solver's state) at every inner gap check and after every outer step; ``--resume`` continues it
@@ -31,7 +32,7 @@ from ..data.span_data import SpanData
 from ..data.trees import DependencyData
 from ..data.types import ChainData
 from ..errors import RunInterrupted, SSVMInputError
-from ..outputs import load_checkpoint
+from ..outputs import load_checkpoint, save_predictions
 from ..latent import (INNER_SOLVERS, check_inner, check_start, hidden_parts, hide_heads, hide_labels,
                       resumed_state, train_latent)
 from ..models.chain import ChainModel
@@ -202,11 +203,13 @@ def run_latent(args, cfg, task, lam: float, run_dir, featurization: dict) -> dic
     final = records[-1]                     # evaluated at the returned model (the lowest objective)
     save_results(out, records, w, final.get("ell", math.nan), lam, args.dataset, task.describe(),
                  {"latent_objective": final["objective"]})
+    save_predictions(out, task.predictions(w))
     if speak:
         print(f"CCCP: {len(records) - 1} outer steps, objective {records[0]['objective']:.6f} -> "
               f"{final['objective']:.6f} ({time.perf_counter() - t0:.1f} s)")
         print_test_figures(final, task)
-        print(f"wrote {out / 'latent.json'}, {out / 'hidden.json'}, {out / 'history.json'} and {out / 'model.pt'}")
+        print(f"wrote {out / 'latent.json'}, {out / 'hidden.json'}, {out / 'history.json'}, {out / 'model.pt'} and "
+              f"{out / 'test_predictions.json'}")
         if args.checkpoint:
             print(writes.summary())
     if writes.failed:

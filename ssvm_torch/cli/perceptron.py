@@ -17,7 +17,7 @@ import time
 
 from .. import distributed
 from ..errors import RunInterrupted, SSVMInputError
-from ..outputs import RunDir, load_checkpoint, save_predictions
+from ..outputs import PREDICTIONS_BYTES, RunDir, load_checkpoint, save_predictions
 from ..perceptron import PerceptronConfig, PerceptronResult, check_resumable, train_perceptron
 from ..tasks import load_task
 from .checkpoints import CheckpointWrites, check_every, check_resume_file
@@ -90,8 +90,9 @@ def run_perceptron(args, cfg: PerceptronConfig, device, dtype) -> dict:
         resume = PerceptronResult.from_state_dict(load_checkpoint(args.resume, identity)) if args.resume else None
         if resume is not None:
             check_resumable(resume, cfg)                   # before config.json is rewritten
-        run_dir.require_free(8 * task.d * (3 if args.checkpoint else 1) + (1 << 16) + cfg.epochs * 2048,
-                             "model.pt, history.json" + (" and checkpoint.pt" if args.checkpoint else ""))
+        run_dir.require_free(8 * task.d * (3 if args.checkpoint else 1) + (1 << 16) + PREDICTIONS_BYTES
+                             + cfg.epochs * 2048, "model.pt, history.json, test_predictions.json"
+                             + (" and checkpoint.pt" if args.checkpoint else ""))
         run_dir.write_config({"command": "ssvm-train", "dataset": args.dataset, "train_size": args.train_size,
                               "unary_only": args.unary_only, **featurization, "device": str(device),
                               "dtype": args.dtype, "resume": args.resume, "checkpoint_every": args.checkpoint_every,

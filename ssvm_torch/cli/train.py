@@ -29,7 +29,7 @@ from ..devices import parse_device
 from ..distributed.collectives import any_rank
 from ..errors import DistributedError, RunInterrupted, SSVMInputError
 from .entry import command_parser, run_command, task_options
-from ..outputs import RunDir, load_checkpoint, save_predictions, save_rank_profiles
+from ..outputs import PREDICTIONS_BYTES, RunDir, load_checkpoint, save_predictions, save_rank_profiles
 from ..portable import packed_bytes
 from ..selection import DEFAULT_LAMS
 from ..solvers import SAMPLERS, SOLVERS, STEPS, SolverConfig, make_solver
@@ -335,7 +335,8 @@ def _train(args, cfg: SolverConfig, device, dtype, run_dir: RunDir | None) -> di
                              grows_to=size * packed_bytes(state))
     elif run_dir is not None:                     # the final files, before any training: model.pt + history.json
         checks = max(1.0, (args.passes if math.isfinite(args.passes) else 1000) / cfg.gap_check) + 2
-        run_dir.require_free(8 * task.d + (1 << 16) + int(checks) * 2048, "model.pt and history.json")
+        run_dir.require_free(8 * task.d + (1 << 16) + PREDICTIONS_BYTES + int(checks) * 2048,
+                             "model.pt, history.json and test_predictions.json")
     if args.resume:
         solver.load_state_dict(load_checkpoint(args.resume, identity))
     if run_dir is not None:                       # every check has passed: the run's first file

@@ -37,7 +37,7 @@ from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 from .. import distributed
 from ..errors import SSVMInputError, check, check_choice
-from ..outputs import content_digest, save_history, save_model
+from ..outputs import content_digest, save_history, save_model, save_predictions
 from ..portable import pack, unpack
 from ..solvers import GapSampler, Solver, SolverConfig
 from ..stores import KERNELS
@@ -244,9 +244,11 @@ class SSVMModule(L.LightningModule):
         return run_output_dir(self.trainer, self.hparams.out)
 
     def write_outputs(self) -> Path:
-        """history.json and model.pt, in the formats of ``ssvm-train``."""
+        """history.json, model.pt and test_predictions.json, in the formats of ``ssvm-train``."""
         out = self.output_dir()
         save_history(out, self.solver.finish())               # the last record: the returned model's
         w, ell = self.solver.model_point()
         save_model(out, w, ell, self.lam, self.hparams.dataset, self.task.describe(), self.solver.model_extras())
+        if self.task.predictions is not None:
+            save_predictions(out, self.task.predictions(w))
         return out

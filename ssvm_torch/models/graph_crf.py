@@ -425,13 +425,20 @@ class GraphCRFModel(NodeDomains, StructuredModel):
             out[a:b] = states[np.arange(b - a), mu.argmax(1)]
         return from_host(out, data.device)
 
-    def metrics(self, w, data: GraphData) -> dict:
-        """At the prediction (the LP optimum without loss, rounded to each node's most probable state): the
-        mean Hamming loss (``error``, by the model's weights), the plain node error and the share of
-        examples whose LP optimum was fractional."""
+    def predict_states(self, w, data: GraphData) -> tuple[torch.Tensor, np.ndarray]:
+        """(each node's state (nodes,) int64, integral (n,) numpy bool) of every graph's prediction: the optimum
+        without loss (the LP's, enumeration's or branch and bound's) rounded to each node's most probable state;
+        ``integral`` False where the LP optimum was fractional. The node labels are ``state_labels[states]``
+        (:attr:`state_labels`; the states themselves without sub-states)."""
         idx = torch.arange(data.n, device=data.device)
         _, integral, mu_n = self._solve(self.scores(w, data, idx), data, idx)
-        y = mu_n.argmax(1)
+        return mu_n.argmax(1), integral
+
+    def metrics(self, w, data: GraphData) -> dict:
+        """At the prediction (:meth:`predict_states`): the mean Hamming loss (``error``, by the model's weights),
+        the plain node error and the share of examples whose LP optimum was fractional."""
+        idx = torch.arange(data.n, device=data.device)
+        y, integral = self.predict_states(w, data)
         rounded = self.one_hot(data, idx, y)
         nodes, _, _ = data.nodes(idx)
         lab = self._labels_t(data.device)
