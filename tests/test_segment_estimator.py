@@ -59,7 +59,8 @@ def test_parameters_follow_scikit_learn(conll):
     assert clone(est).get_params() == params
     _, (X, tags), _ = conll
     short = SegmentSSVM(lam=1e-2, passes=2, gap_check=2, max_length=3)
-    with pytest.raises(SSVMInputError, match="more than the model's 3"):     # a longer gold chunk: refused
+    with pytest.raises(SSVMInputError, match=r"max_length: expected at least the longest gold segment, \d+ "
+                       r"positions \(sequence \d+, from position \d+\), got 3"):     # a longer gold chunk: refused
         short.fit(X, tags)
 
 

@@ -255,6 +255,10 @@ def test_bad_segment_data_are_refused_by_name():
     long = ChainData(X[:5], torch.tensor([1, 4, 4, 4, 4]), torch.tensor([0, 5]), 6)
     with pytest.raises(SSVMInputError, match="covers 5 positions, more than the model's 3"):
         model.check_data(long)
+    with pytest.raises(SSVMInputError, match=r"max_length: expected at least the longest gold segment, 5 positions "
+                       r"\(sequence 0, from position 0\), got 3"):
+        SemiMarkovModel.for_data(long, max_length=3)
+    assert SemiMarkovModel.for_data(long, max_length=5).L == 5 == SemiMarkovModel.for_data(long).L
     with pytest.raises(SSVMInputError, match="n_states: expected 6"):
         model.check_data(ChainData(data.X, data.Y % 4, data.offsets, 4))
     with pytest.raises(SSVMInputError, match="an even number"):
@@ -262,6 +266,9 @@ def test_bad_segment_data_are_refused_by_name():
     outside = SemiMarkovModel(model.n_features, 3, 3, outside=1)
     with pytest.raises(SSVMInputError, match="more than the model's 1 for label 1"):
         outside.check_data(ChainData(X[:2], torch.tensor([1, 4]), torch.tensor([0, 2]), 6))
+    with pytest.raises(SSVMInputError, match="more than the model's 1 for label 1"):    # not max_length's fault
+        SemiMarkovModel.for_data(ChainData(X[:2], torch.tensor([1, 4]), torch.tensor([0, 2]), 6), max_length=1,
+                                 outside=1)
 
 
 def test_chunk_segments_read_conll_as_conlleval_chunks():

@@ -82,10 +82,19 @@ class SemiMarkovModel(StructuredModel):
         K = data.n_states // 2
         check(max_length is not None or not data.partial, "max_length", "an int for partially observed data (the "
               "longest segment is not observed)", max_length)
-        if max_length is None:
+        if not data.partial:
             pos, valid = padded_index(data.offsets)
             seg = segments_of_states(torch.where(valid, data.Y[pos], -1), K)
-            max_length = int(segment_lengths(seg, valid.sum(1)).max()) if data.n else 1
+            seglen = segment_lengths(seg, valid.sum(1))
+            if outside is not None:                 # a longer outside segment is check_data's to refuse
+                seglen = torch.where(seg == outside, seglen.clamp(max=1), seglen)
+            longest = int(seglen.max()) if data.n else 1
+            if max_length is None:
+                max_length = longest
+            elif isinstance(max_length, int) and 1 <= max_length < longest:   # the gold would be out of reach
+                b, t = (int(v) for v in (seglen == longest).nonzero()[0])
+                raise SSVMInputError(f"max_length: expected at least the longest gold segment, {longest} positions "
+                                     f"(sequence {b}, from position {t}), got {max_length}")
         model = cls(data.X.shape[1], K, max_length, loss, outside)
         model.check_data(data)                  # refused here, before a store or a solver is built
         return model
