@@ -44,8 +44,13 @@ from .chain_index import csr_row_nonzeros
 
 #: the lower ends of the span-length buckets (words): 1, 2, ..., 7, 8-9, 10-12, 13-16, 17-24, 25+
 BUCKETS = (1, 2, 3, 4, 5, 6, 7, 8, 10, 13, 17, 25)
-#: the most padded chart cells (B M^2 L) one scoring pass holds: evaluation decodes in chunks of this size
-CELLS = 1 << 23
+#: the most padded chart cells (B M^2 L) one scoring pass holds on the CPU: evaluation decodes in chunks of this
+#: size. Its (B, M, M, L) float64 temporaries (8 MB) stay below glibc's largest mmap threshold (32 MB), so they are
+#: reused from the heap instead of mapped and page-faulted in on every chunk: 2^23 cells took 2-3x the time
+#: (benchmarks/bench_span_eval_commits.py)
+CELLS = 1 << 20
+#: the same on other devices (one launch per scoring step: larger chunks, fewer launches)
+DEVICE_CELLS = 1 << 23
 
 
 class ConstituencyModel(StructuredModel):
@@ -275,13 +280,15 @@ class ConstituencyModel(StructuredModel):
 
     # -- evaluation -------------------------------------------------------------------------------------------
     def chunks(self, data: SpanData):
-        """The sentences in chunks of similar lengths whose padded scores hold at most CELLS cells."""
+        """The sentences in chunks of similar lengths whose padded scores hold at most :data:`CELLS` cells
+        (:data:`DEVICE_CELLS` off the CPU)."""
         order = torch.argsort(data.lengths, descending=True, stable=True)
         lengths = data.lengths[order].tolist()
+        cells = CELLS if data.device.type == "cpu" else DEVICE_CELLS
         start = 0
         while start < len(order):
             M = lengths[start] + 1
-            size = max(1, CELLS // (M * M * self.L))
+            size = max(1, cells // (M * M * self.L))
             yield order[start:start + size]
             start += size
 
