@@ -48,6 +48,7 @@ from .atomic import atomic_write_bytes
 from .outputs import load_torch, save_torch
 from .solvers import Solver, SolverConfig
 from .path_resume import GRID_STATE, PATH_STATE, Clock, resumed_grid, resumed_path
+from .path_rows import PathRows
 from .solvers.active_set import corner_sets, warm_sets
 from .stores.base import BlockDual, GapPass
 
@@ -58,16 +59,27 @@ class RegPath:
 
     w(lam) = lam_1 / lam * W[0] for lam >= lam_1 (alpha fixed: the first piece is linear in 1/lam),
     w(lam) = W[j] and ell(lam) = ells[j] * lam / lam_j for lam_{j+1} <= lam <= lam_j, down to
-    ``lam_end`` (0 when the end of the path is certified, else the next breakpoint not computed)."""
+    ``lam_end`` (0 when the end of the path is certified, else the next breakpoint not computed).
+    ``rows``: the W[j] (:class:`~ssvm_torch.path_rows.PathRows`, or a (J, d) matrix, kept as rows); :attr:`W` is
+    the dense (J, d) matrix, built when read."""
 
     lambdas: torch.Tensor
-    W: torch.Tensor
+    rows: PathRows
     ells: torch.Tensor
     eps: float
     lam_end: float
     kappa: float = 0.9
     heuristic: bool = False
     records: list = field(default_factory=list)
+
+    def __post_init__(self):
+        if torch.is_tensor(self.rows):
+            self.rows = PathRows.of_matrix(self.rows)
+
+    @property
+    def W(self) -> torch.Tensor:
+        """(J, d) float64: every breakpoint's w (a dense copy of :attr:`rows`)."""
+        return self.rows.matrix()
 
     def _piece(self, lam: float) -> int:
         lam = check_positive(lam, "lam")
@@ -79,8 +91,8 @@ class RegPath:
     def w(self, lam: float) -> torch.Tensor:
         j = self._piece(lam)
         if j < 0:
-            return self.W[0] * (float(self.lambdas[0]) / lam)
-        return self.W[j].clone()
+            return self.rows.row(0) * (float(self.lambdas[0]) / lam)
+        return self.rows.row(j)
 
     def ell(self, lam: float) -> float:
         j = self._piece(lam)
@@ -90,8 +102,9 @@ class RegPath:
 
     def save(self, out_dir) -> None:
         out = Path(out_dir)
-        save_torch(out / "path.pt", {"lambdas": self.lambdas, "W": self.W, "ells": self.ells, "eps": self.eps,
-                                     "lam_end": self.lam_end, "kappa": self.kappa, "heuristic": self.heuristic})
+        save_torch(out / "path.pt", {"lambdas": self.lambdas, "W": self.rows.packed(), "ells": self.ells,
+                                     "eps": self.eps, "lam_end": self.lam_end, "kappa": self.kappa,
+                                     "heuristic": self.heuristic})
         atomic_write_bytes(out / "path.json", json.dumps(self.records, indent=1).encode())
 
     @classmethod
@@ -212,7 +225,8 @@ def regularization_path(dual: BlockDual, eps: float, kappa: float = 0.9, heurist
         records = [_record(dual, lam1, float(gaps.sum()), clock, evaluate, bound=kappa * eps, solved=False)]
         if progress:
             progress(records[-1])
-        lambdas, Ws, ells = [lam1], [dual.w.clone()], [dual.ell]
+        lambdas, Ws, ells = [lam1], PathRows(dual.w.shape[0]), [dual.ell]
+        Ws.append(dual.w)
         lam = lam1
         g = float(gaps.sum()) if not heuristic else kappa * eps   # Alg. 6 certifies g <= kappa eps
 
@@ -221,7 +235,7 @@ def regularization_path(dual: BlockDual, eps: float, kappa: float = 0.9, heurist
         return {"format": PATH_STATE, "eps": eps, "kappa": kappa, "heuristic": heuristic, "lam": lam, "g": g,
                 "gaps": _on_device(gaps, dual).to(**host), "H": None if heuristic else H.to(**host),
                 "dual": dual.state_dict(), "sets": copy.deepcopy(sets), "lambdas": list(lambdas),
-                "W": torch.stack(Ws).to(**host), "ells": list(ells), "records": json.dumps(records),
+                "W": Ws.packed(), "ells": list(ells), "records": json.dumps(records),
                 "clock": [clock.passes, clock.time_s]}
     if checkpoint is not None and resume is None:
         checkpoint(state())
@@ -260,7 +274,7 @@ def regularization_path(dual: BlockDual, eps: float, kappa: float = 0.9, heurist
                                      f"within {max_passes} passes (gap {g:.3g}); raise max_passes")
         lam = lam_new
         lambdas.append(lam)
-        Ws.append(dual.w.clone())
+        Ws.append(dual.w)
         ells.append(dual.ell)
         records.append(_record(dual, lam, last["gap"], clock, evaluate, rho=rho, Delta=Delta,
                                gap_estimate=float(gaps.sum()) if heuristic else None, solved=True,
@@ -269,7 +283,7 @@ def regularization_path(dual: BlockDual, eps: float, kappa: float = 0.9, heurist
             progress(records[-1])
         if checkpoint is not None:
             checkpoint(state())
-    return RegPath(torch.tensor(lambdas, dtype=torch.float64, device="cpu"), torch.stack(Ws).to("cpu", torch.float64),
+    return RegPath(torch.tensor(lambdas, dtype=torch.float64, device="cpu"), Ws,
                    torch.tensor(ells, dtype=torch.float64, device="cpu"), eps, max(lam_end, 0.0), kappa, heuristic, records)
 
 

@@ -10,6 +10,8 @@ import math
 import torch
 
 from .errors import check
+from .path_rows import PathRows
+from .portable import unpack
 from .stores.base import BlockDual, GapPass
 
 #: the format tag of :func:`~ssvm_torch.path.regularization_path`'s resumable state
@@ -41,6 +43,8 @@ def resumed_path(dual: BlockDual, state: dict, eps: float, kappa: float, heurist
     check(isinstance(ells, list) and len(ells) == J and all(isinstance(v, float) for v in ells), "resume.ells",
           f"{J} floats", str(ells)[:80])
     d = dual.w.shape[0]
+    if isinstance(W, dict):                      # a state handed over in memory: W as portable.pack writes it
+        W = unpack(W)
     check(torch.is_tensor(W) and W.shape == (J, d) and W.dtype == torch.float64, "resume.W",
           f"a float64 ({J}, {d}) tensor", tuple(W.shape) if torch.is_tensor(W) else type(W).__name__)
     lam, g = state.get("lam"), state.get("g")
@@ -65,7 +69,7 @@ def resumed_path(dual: BlockDual, state: dict, eps: float, kappa: float, heurist
     dual.load_state_dict(state.get("dual"))
     H = None if heuristic else state["H"].to(dual.w)
     return (lam, g, state["gaps"].to(dual.w), H, copy.deepcopy(state.get("sets")), list(lambdas),
-            [w.to(dual.w) for w in W.unbind(0)],
+            PathRows.of_matrix(W),
             list(ells), records, clock)
 
 

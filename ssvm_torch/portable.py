@@ -79,7 +79,13 @@ def _sparse(t: torch.Tensor):
     if nnz * (index_dtype.itemsize + t.element_size()) > t.numel() * t.element_size() // 2:
         return t
     index = torch.nonzero(bits).reshape(-1)
-    return {_SPARSE: {"shape": list(t.shape), "index": index.to(index_dtype), "values": flat[index]}}
+    return sparse_entry(t.shape, index.to(index_dtype), flat[index])
+
+
+def sparse_entry(shape, index: torch.Tensor, values: torch.Tensor) -> dict:
+    """What :func:`pack` writes for a mostly-zero tensor of ``shape``: ``values`` at the flat positions ``index``
+    (ascending; int32 below 2^31 entries), zero elsewhere; :func:`unpack` makes the tensor."""
+    return {_SPARSE: {"shape": list(shape), "index": index, "values": values}}
 
 
 def _dense(s) -> torch.Tensor:

@@ -133,7 +133,7 @@ LAYERS = [
      "perceptron", "perceptron_compiled"},
     {"estimator", "segment_estimator", "graph_estimator", "fingerprint", "portable", "perceptron_estimator"},
     {"outputs"},
-    {"path", "path_resume", "lightning", "latent", "latent_graph", "latent_estimator", "latent_node_estimator"},
+    {"path", "path_resume", "path_rows", "lightning", "latent", "latent_graph", "latent_estimator", "latent_node_estimator"},
     {"deep", "selection"},
     {"cli", "train"},
 ]

@@ -4,7 +4,9 @@
 Outputs in ``--out DIR``:
   path.pt    {"lambdas": (J,) breakpoints, descending; "W": (J, d) float64; "ells": (J,); "eps"; "lam_end";
               "kappa"; "heuristic"}. For lam_{j+1} <= lam <= lam_j the path's w is W[j] and ell = ells[j] lam / lam_j
-              (Prop. 1); for lam >= lam_1, w = lam_1 / lam W[0] and ell = ells[0]; valid down to lam_end.
+              (Prop. 1); for lam >= lam_1, w = lam_1 / lam W[0] and ell = ells[0]; valid down to lam_end. W is
+              stored as a checkpoint's mostly-zero tensors are (its non-zero entries) where that halves it:
+              ``RegPath.load`` / ``ssvm_torch.outputs.load_torch`` give the matrix.
   path.json  per breakpoint: lam, gap (exact duality gap at the breakpoint), passes and time_s (cumulative
              effective passes and solver seconds), train/test error (+ rho, Delta of Prop. 1).
   checkpoint.pt  (with --checkpoint) the path's state after every breakpoint: --resume continues it exactly (the
