@@ -75,9 +75,10 @@ def save_torch(path, obj: dict, sparse: bool = False) -> Path:
     return atomic_write(path, lambda f: torch.save(packed, f))
 
 
-def load_torch(path, what: str = "file", noun: str = "an ssvm_torch"):
-    """A file written by :func:`save_torch`, loaded with ``weights_only=True`` and unpacked; a
-    missing or damaged file raises :class:`SSVMInputError` naming the field ``what``."""
+def load_torch(path, what: str = "file", noun: str = "an ssvm_torch", packed: tuple = ()):
+    """A file written by :func:`save_torch`, loaded with ``weights_only=True`` and unpacked (but the top-level
+    entries named in ``packed``, left as written: a regularization path's W, read row by row); a missing or damaged
+    file raises :class:`SSVMInputError` naming the field ``what``."""
     path = Path(path)
     if not path.is_file():
         raise SSVMInputError(f"{what}: expected {noun} file, {path} "
@@ -96,7 +97,8 @@ def load_torch(path, what: str = "file", noun: str = "an ssvm_torch"):
     elif not isinstance(manifest, dict) or manifest.get("sha256") != content_digest(obj):
         raise SSVMInputError(f"{what}: {path} is damaged: its content does not match the SHA-256 of its manifest "
                              "(flipped or truncated bytes); use another copy or rerun")
-    return unpack(obj)
+    kept = {k: obj.pop(k) for k in packed if k in obj}
+    return {**unpack(obj), **kept}
 
 
 def device_record(device) -> dict:

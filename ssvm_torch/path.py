@@ -110,9 +110,10 @@ class RegPath:
     @classmethod
     def load(cls, out_dir) -> "RegPath":
         out = Path(out_dir)
-        d = load_torch(out / "path.pt", "path", "a path.pt")
+        d = load_torch(out / "path.pt", "path", "a path.pt", packed=("W",))
         recs = json.loads((out / "path.json").read_text()) if (out / "path.json").is_file() else []
-        return cls(d["lambdas"], d["W"], d["ells"], d["eps"], d["lam_end"], d.get("kappa", 0.9),
+        return cls(d["lambdas"], PathRows.of_packed(d["W"], "path.W"), d["ells"], d["eps"], d["lam_end"],
+                   d.get("kappa", 0.9),
                    d.get("heuristic", False), recs)
 
 

@@ -33,6 +33,42 @@ class PathRows:
             rows.append(w)
         return rows
 
+    @classmethod
+    def of_packed(cls, entry, field: str = "W") -> "PathRows":
+        """The rows of W as :meth:`packed` (or :func:`ssvm_torch.portable.pack`) wrote it, a (J, d) float64 matrix or
+        its non-zero entries, read row by row without the dense matrix; a file's entry (untrusted): one that does
+        not make a (J, d) float64 matrix is refused by name."""
+        if torch.is_tensor(entry):
+            check(entry.dim() == 2 and entry.dtype == _ROW_DTYPE, field, "a float64 (J, d) matrix",
+                  f"{entry.dtype} {tuple(entry.shape)}")
+            return cls.of_matrix(entry)
+        sparse = entry.get("__sparse__") if isinstance(entry, dict) and len(entry) == 1 else None
+        shape, at, values = (sparse.get(k) if isinstance(sparse, dict) else None for k in ("shape", "index", "values"))
+        ok = (isinstance(shape, list) and len(shape) == 2 and all(isinstance(v, int) and v >= 1 for v in shape)
+              and torch.is_tensor(at) and at.dtype in (torch.int32, torch.int64) and at.dim() == 1
+              and torch.is_tensor(values) and values.dtype == _ROW_DTYPE and values.shape == at.shape)
+        if ok and at.numel():
+            at = at.long()
+            ok = int(at[0]) >= 0 and int(at[-1]) < shape[0] * shape[1] and bool((at[1:] > at[:-1]).all())
+        check(ok, field, "a float64 (J, d) matrix or its non-zero entries (shape, ascending flat positions, values)",
+              "entries that do not make one")
+        J, d = shape
+        rows = cls(d)
+        bounds = torch.searchsorted(at, torch.arange(J + 1, dtype=torch.int64) * d).tolist()
+        for j in range(J):
+            a, b = bounds[j], bounds[j + 1]
+            rows._keep(at[a:b] - j * d, values[a:b])
+        return rows
+
+    def _keep(self, at: torch.Tensor, values: torch.Tensor) -> None:
+        """Keep the row whose non-zero entries are ``values`` at ``at`` (ascending), sparse where that halves it."""
+        if len(at) * (self._index.itemsize + 8) <= self.d * 8 // 2:
+            self._rows.append((at.to(self._index), values.clone()))
+        else:
+            out = torch.zeros(self.d, dtype=_ROW_DTYPE)
+            out[at.long()] = values
+            self._rows.append(out)
+
     def append(self, w: torch.Tensor) -> None:
         """Keep a copy of ``w`` (d,) on the host, sparse where that takes at most half its bytes."""
         check(w.dim() == 1 and w.shape[0] == self.d, "w", f"a vector of length d = {self.d}", tuple(w.shape))
@@ -43,7 +79,7 @@ class PathRows:
             at = torch.nonzero(bits).reshape(-1)
             self._rows.append((at.to(self._index), w[at]))
         else:
-            self._rows.append(w.clone())
+            self._rows.append(w.clone())           # a dense copy (w may be the store's own tensor)
 
     def __len__(self) -> int:
         return len(self._rows)

@@ -85,3 +85,28 @@ def test_a_sparse_path_keeps_sparse_rows_through_checkpoints_path_pt_and_a_resum
         resumed = regularization_path(make_store(*sparse_problem(), 0.3), 0.05, lam_min=0.05, config=cfg,
                                       resume=state)
         assert torch.equal(resumed.lambdas, full.lambdas) and torch.equal(resumed.W, full.W)
+
+
+def test_a_path_pt_is_read_row_by_row_and_a_damaged_w_is_refused_by_name(tmp_path):
+    d = 3000
+    g = torch.Generator().manual_seed(1)
+    rows = PathRows(d)
+    for k in range(5):
+        w = torch.zeros(d, dtype=torch.float64)
+        w[torch.randperm(d, generator=g)[:100 * (k + 1)]] = torch.randn(100 * (k + 1), generator=g, dtype=torch.float64)
+        rows.append(w if k < 4 else torch.randn(d, generator=g, dtype=torch.float64))     # the last row dense
+    packed = rows.packed()
+    again = PathRows.of_packed(packed)
+    assert torch.equal(bits(again.matrix()), bits(rows.matrix())) and again.nbytes() == rows.nbytes()
+    assert torch.equal(PathRows.of_packed(rows.matrix()).matrix(), rows.matrix())
+    lam = torch.tensor([4.0, 3.0, 2.0, 1.0, 0.5], dtype=torch.float64)
+    path = RegPath(lam, rows, torch.ones(5, dtype=torch.float64), eps=0.1, lam_end=0.0)
+    path.save(tmp_path)
+    assert torch.equal(RegPath.load(tmp_path).W, rows.matrix())
+    entry = packed["__sparse__"]
+    for change in ({"index": entry["index"].flip(0)}, {"index": entry["index"] + 5 * d},
+                   {"values": entry["values"].float()}, {"values": entry["values"][:-1]}, {"shape": [5]}):
+        with pytest.raises(SSVMInputError, match=r"path.W: expected a float64 \(J, d\) matrix or its non-zero"):
+            PathRows.of_packed({"__sparse__": {**entry, **change}}, "path.W")
+    with pytest.raises(SSVMInputError, match=r"W: expected a float64 \(J, d\) matrix, got torch.float32"):
+        PathRows.of_packed(rows.matrix().float())
