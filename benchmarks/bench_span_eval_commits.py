@@ -1,8 +1,8 @@
 """The constituency task's evaluation at this checkout against an earlier commit, through the API users call, side by
 side in one run: ``load_task("ud-ewt-spans").evaluate(w)`` (what ``ssvm-train`` and ``ssvm-path`` run at every
 record: labeled bracket F1 of the training and test splits by CKY) and ``task.predictions(w)`` (test_predictions.json)
-at a fixed random w, on the first ``--train-size`` training sentences and the 2,051 projective test sentences, one
-torch thread.
+at a fixed random w, on the first 2,000 training sentences and the 2,051 projective test sentences, one torch
+thread; ``evaluate`` again under the commands' malloc setting (``cli/entry.py``: blocks of 4 MB and more mapped).
 
 Each side runs in its own worker process importing its checkout's package (``commits.py``: a temporary git worktree
 of the earlier commit), the sides alternated over rounds after one warm-up run each; a worker times every call
@@ -36,6 +36,11 @@ def worker(calls: int) -> dict:
     out["cases"][f"evaluate_train{TRAIN_SIZE}_test{task.n_test}"] = median_ms(lambda: task.evaluate(w), calls)
     if task.predictions is not None:
         out["cases"][f"predictions_test{task.n_test}"] = median_ms(lambda: task.predictions(w), calls)
+    # as ssvm-train and ssvm-path run it: their malloc setting (blocks of 4 MB and more mapped; process-wide)
+    from ssvm_torch.cli.entry import return_freed_memory
+    if return_freed_memory():
+        out["cases"][f"evaluate_train{TRAIN_SIZE}_test{task.n_test}_commands"] = median_ms(lambda: task.evaluate(w),
+                                                                                            calls)
     return out
 
 

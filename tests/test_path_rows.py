@@ -66,6 +66,7 @@ def sparse_problem(seed=0, n=12, m=6, d=3000, active=15):
     return explicit(psi, losses)
 
 
+@pytest.mark.long
 def test_a_sparse_path_keeps_sparse_rows_through_checkpoints_path_pt_and_a_resume(tmp_path):
     cfg = SolverConfig(solver="bcfw", sampling="gap", gap_check=1)
     states = []

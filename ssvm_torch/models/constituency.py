@@ -45,10 +45,10 @@ from .chain_index import csr_row_nonzeros
 #: the lower ends of the span-length buckets (words): 1, 2, ..., 7, 8-9, 10-12, 13-16, 17-24, 25+
 BUCKETS = (1, 2, 3, 4, 5, 6, 7, 8, 10, 13, 17, 25)
 #: the most padded chart cells (B M^2 L) one scoring pass holds on the CPU: evaluation decodes in chunks of this
-#: size. Its (B, M, M, L) float64 temporaries (8 MB) stay below glibc's largest mmap threshold (32 MB), so they are
-#: reused from the heap instead of mapped and page-faulted in on every chunk: 2^23 cells took 2-3x the time
-#: (benchmarks/bench_span_eval_commits.py)
-CELLS = 1 << 20
+#: size. Its (B, M, M, L) float64 temporaries (2 MB) stay below glibc's mmap threshold, the commands' 4 MB
+#: (cli/entry.py) as well as the 32 MB it grows to elsewhere, so they are reused from the heap instead of mapped and
+#: page-faulted in on every chunk: 2^23 cells took 2-2.6x the time (benchmarks/bench_span_eval_commits.py)
+CELLS = 1 << 18
 #: the same on other devices (one launch per scoring step: larger chunks, fewer launches)
 DEVICE_CELLS = 1 << 23
 
