@@ -389,3 +389,22 @@ def test_ssvm_path_resumes_its_grids(tmp_path, capsys, monkeypatch):
     for name in ("path.json", "grid_warm.json", "grid_cold.json"):
         assert strip(name, cut) == strip(name, full), name
     assert len(strip("grid_cold.json", full)) >= 4
+
+
+@pytest.mark.long
+def test_ssvm_path_eval_every_evaluates_every_kth_breakpoint_and_the_last(tmp_path, capsys):
+    """--eval-every 5: the errors in records 0, 5, 10, ... and the last (the same figures as a path that evaluates
+    every breakpoint), the rest of every record as that path's; --eval-every -1 is refused by name."""
+    args = ["--dataset", "ocr-small", "--eps", "0.5", "--lam-min", "1.0", "--quiet"]
+    assert path_main([*args, "--out", str(tmp_path / "all")]) == 0
+    assert path_main([*args, "--eval-every", "5", "--out", str(tmp_path / "k")]) == 0
+    every, some = (json.loads((tmp_path / d / "path.json").read_text()) for d in ("all", "k"))
+    assert len(every) == len(some) >= 8 and (len(some) - 1) % 5 != 0        # the last is not a multiple of 5
+    errors = {"train_error", "test_error", "test_position_error"}
+    for j, (a, b) in enumerate(zip(every, some)):
+        shown = j % 5 == 0 or j == len(some) - 1
+        assert (errors <= set(b)) == shown, j
+        assert {k: v for k, v in b.items() if k != "time_s"} == {k: v for k, v in a.items() if k != "time_s"
+                                                                   and (shown or k not in errors)}
+    assert path_main([*args, "--eval-every", "-1", "--out", str(tmp_path / "bad")]) == 2
+    assert "eval_every: expected an int >= 0" in capsys.readouterr().err and not (tmp_path / "bad").exists()
