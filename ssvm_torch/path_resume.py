@@ -11,7 +11,6 @@ import torch
 
 from .errors import check
 from .path_rows import PathRows
-from .portable import unpack
 from .stores.base import BlockDual, GapPass
 
 #: the format tag of :func:`~ssvm_torch.path.regularization_path`'s resumable state
@@ -43,10 +42,8 @@ def resumed_path(dual: BlockDual, state: dict, eps: float, kappa: float, heurist
     check(isinstance(ells, list) and len(ells) == J and all(isinstance(v, float) for v in ells), "resume.ells",
           f"{J} floats", str(ells)[:80])
     d = dual.w.shape[0]
-    if isinstance(W, dict):                      # a state handed over in memory: W as portable.pack writes it
-        W = unpack(W)
-    check(torch.is_tensor(W) and W.shape == (J, d) and W.dtype == torch.float64, "resume.W",
-          f"a float64 ({J}, {d}) tensor", tuple(W.shape) if torch.is_tensor(W) else type(W).__name__)
+    rows = PathRows.of_packed(W, "resume.W")     # the matrix, or its non-zero entries as portable.pack writes them
+    check(len(rows) == J and rows.d == d, "resume.W", f"a float64 ({J}, {d}) tensor", (len(rows), rows.d))
     lam, g = state.get("lam"), state.get("g")
     check(lam == lambdas[-1] and isinstance(g, float) and math.isfinite(g), "resume.lam",
           "the last breakpoint and a finite gap", (lam, g))
@@ -69,7 +66,7 @@ def resumed_path(dual: BlockDual, state: dict, eps: float, kappa: float, heurist
     dual.load_state_dict(state.get("dual"))
     H = None if heuristic else state["H"].to(dual.w)
     return (lam, g, state["gaps"].to(dual.w), H, copy.deepcopy(state.get("sets")), list(lambdas),
-            PathRows.of_matrix(W),
+            rows,
             list(ells), records, clock)
 
 

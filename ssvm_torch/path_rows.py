@@ -47,8 +47,9 @@ class PathRows:
         ok = (isinstance(shape, list) and len(shape) == 2 and all(isinstance(v, int) and v >= 1 for v in shape)
               and torch.is_tensor(at) and at.dtype in (torch.int32, torch.int64) and at.dim() == 1
               and torch.is_tensor(values) and values.dtype == _ROW_DTYPE and values.shape == at.shape)
-        if ok and at.numel():
+        if ok:
             at = at.long()
+        if ok and at.numel():
             ok = int(at[0]) >= 0 and int(at[-1]) < shape[0] * shape[1] and bool((at[1:] > at[:-1]).all())
         check(ok, field, "a float64 (J, d) matrix or its non-zero entries (shape, ascending flat positions, values)",
               "entries that do not make one")
@@ -60,22 +61,26 @@ class PathRows:
             rows._keep(at[a:b] - j * d, values[a:b])
         return rows
 
+    def _sparse_pays(self, nnz: int) -> bool:
+        """True where a row's ``nnz`` positions and values take at most half of its dense bytes."""
+        return nnz * (self._index.itemsize + 8) <= self.d * 8 // 2
+
+    def _dense(self, at: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+        out = torch.zeros(self.d, dtype=_ROW_DTYPE)
+        out[at.long()] = values
+        return out
+
     def _keep(self, at: torch.Tensor, values: torch.Tensor) -> None:
         """Keep the row whose non-zero entries are ``values`` at ``at`` (ascending), sparse where that halves it."""
-        if len(at) * (self._index.itemsize + 8) <= self.d * 8 // 2:
-            self._rows.append((at.to(self._index), values.clone()))
-        else:
-            out = torch.zeros(self.d, dtype=_ROW_DTYPE)
-            out[at.long()] = values
-            self._rows.append(out)
+        self._rows.append((at.to(self._index), values.clone()) if self._sparse_pays(len(at))
+                          else self._dense(at, values))
 
     def append(self, w: torch.Tensor) -> None:
         """Keep a copy of ``w`` (d,) on the host, sparse where that takes at most half its bytes."""
         check(w.dim() == 1 and w.shape[0] == self.d, "w", f"a vector of length d = {self.d}", tuple(w.shape))
         w = w.detach().to("cpu", _ROW_DTYPE)
         bits = w.view(torch.int64)
-        nnz = int(torch.count_nonzero(bits))
-        if nnz * (self._index.itemsize + w.element_size()) <= self.d * w.element_size() // 2:
+        if self._sparse_pays(int(torch.count_nonzero(bits))):
             at = torch.nonzero(bits).reshape(-1)
             self._rows.append((at.to(self._index), w[at]))
         else:
@@ -87,12 +92,7 @@ class PathRows:
     def row(self, j: int) -> torch.Tensor:
         """W[j] (d,) float64, a fresh dense tensor."""
         kept = self._rows[j]
-        if torch.is_tensor(kept):
-            return kept.clone()
-        at, values = kept
-        out = torch.zeros(self.d, dtype=_ROW_DTYPE)
-        out[at.long()] = values
-        return out
+        return kept.clone() if torch.is_tensor(kept) else self._dense(*kept)
 
     def matrix(self) -> torch.Tensor:
         """W (J, d) float64, dense."""

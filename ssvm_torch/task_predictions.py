@@ -43,15 +43,13 @@ def _rows(flat: list, offsets: list) -> list:
 
 def chain_labels(model, test, split: str, alphabet: str | None = None) -> Predictions:
     """A chain task's Viterbi labels (the decode its ``evaluate`` scores: ``model.predict_ragged``); chunk tags as
-    :func:`ssvm_torch.data.conll.chunk_f1` reads them (BIOES names mapped to BIO)."""
+    :func:`ssvm_torch.data.conll.chunk_f1` reads them (:func:`~ssvm_torch.data.conll.scored_tag_names`)."""
     def predictions(w):
         rows = _rows(model.predict_ragged(_host(w), test).tolist(), test.offsets.tolist())
         out = {"split": split, "kind": "labels", "labels": rows}
-        names = (test.meta or {}).get("tag_names")
-        if names is not None:
-            if test.meta.get("tag_scheme") == "BIOES":
-                from .constraints import bioes_to_bio
-                names = bioes_to_bio(names)
+        if "tag_names" in (test.meta or {}):
+            from .data.conll import scored_tag_names
+            names = scored_tag_names(test)
             out["tags"] = [[names[k] for k in row] for row in rows]
         if alphabet is not None:
             out["words"] = ["".join(alphabet[k] for k in row) for row in rows]

@@ -147,7 +147,7 @@ def _path(args, cfg, kappa, task: Problem, dual, out: Path, identity: dict, resu
             writes.flush()                           # the last breakpoint, if --checkpoint-every skipped it
             interrupted = requested()
         if "test_error" not in path.records[-1]:     # the last breakpoint's errors, whatever --eval-every
-            path.records[-1].update(task.evaluate(path.rows.row(len(path.records) - 1).to(dual.w)))
+            path.records[-1].update(task.evaluate(path.rows.row(-1).to(dual.w)))
         path.save(out)
         if args.checkpoint and not args.quiet and not writes.failed:
             print(writes.summary(), flush=True)

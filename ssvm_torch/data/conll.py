@@ -192,6 +192,12 @@ def _chain_data(sents, arrays: dict, split: str, info: dict, tags: list[str], na
                                      "tag_scheme": scheme}, E)
 
 
+def scored_tag_names(data: ChainData) -> list:
+    """The tag string of each label as chunk F1 reads it: the data's tag names, BIOES names mapped to BIO."""
+    names = data.meta["tag_names"]
+    return bioes_to_bio(names) if data.meta.get("tag_scheme") == "BIOES" else names
+
+
 def chunk_f1(data: ChainData, labels: torch.Tensor) -> dict:
     """Chunk precision / recall / F1 (in %) by seqeval (conlleval-compatible chunking rules),
     against the original gold BIO tag strings (tags unknown to the model included); predictions in
@@ -199,9 +205,7 @@ def chunk_f1(data: ChainData, labels: torch.Tensor) -> dict:
     the three (its separate precision / recall / F1 functions extract every chunk again each: 3x the time
     of the whole evaluation at every record of a CoNLL run)."""
     from seqeval.metrics.sequence_labeling import precision_recall_fscore_support
-    names = data.meta["tag_names"]
-    if data.meta.get("tag_scheme") == "BIOES":
-        names = bioes_to_bio(names)
+    names = scored_tag_names(data)
     lab = labels.cpu().numpy()
     off = data.offsets.cpu().numpy()
     pred = [[names[k] for k in lab[off[i]:off[i + 1]]] for i in range(data.n)]
