@@ -222,9 +222,9 @@ def test_bad_scores_and_options_are_refused_by_name():
     S, n, m = batch(2)
     layer = MonotonicAlignment()
     gold = decode(S, n, m)
-    for bad, msg in ((S[..., :2], r"^scores: expected a float32 / float64 tensor \(B, N, M, 3\)"),
+    for bad, msg in ((S[..., :2], r"^scores: expected a float tensor \(B, N, M, 3\)"),
                      (S.masked_fill(S > 1, float("nan")), r"^scores: expected finite scores or -inf"),
-                     (S.half(), r"^scores: expected a float32 / float64")):
+                     (S.long(), r"^scores: expected a float tensor")):
         with pytest.raises(SSVMInputError, match=msg):
             layer(bad, gold, n, m)
     with pytest.raises(SSVMInputError, match=r"^x_lengths: expected lengths in \[1, 4\]"):
@@ -243,6 +243,40 @@ def test_bad_scores_and_options_are_refused_by_name():
                         (dict(local=1), r"^local: expected True or False"), (dict(kernels="c"), r"^kernels: expected")):
         with pytest.raises(SSVMInputError, match=msg):
             MonotonicAlignment(**kwargs)
+
+
+@pytest.mark.parametrize("half", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("kernels", KERNELS)
+def test_half_precision_scores_are_computed_in_float32(half, kernels):
+    """Half-precision scores (a network under autocast) give what float32 gives on the same values: the three
+    losses (float32), their gradients (in the scores' dtype), decode and marginals; from_similarity's too. As
+    the other layers do (chain/ops.py, trees/checks.py): log Z over a few hundred moves overflows float16."""
+    S, n, m = batch(3)
+    S16 = S.to(half)
+    ref = S16.float()
+    gold = decode(ref, n, m)
+    for loss in ("hinge", "crf", "softmax_margin"):
+        layer = MonotonicAlignment(loss, kernels=kernels)
+        a, b = S16.clone().requires_grad_(), ref.clone().requires_grad_()
+        va, vb = layer(a, gold, n, m), layer(b, gold, n, m)
+        va.backward(), vb.backward()
+        assert va.dtype == torch.float32 and a.grad.dtype == half
+        torch.testing.assert_close(va, vb, rtol=0, atol=0)
+        torch.testing.assert_close(a.grad, b.grad.to(half), rtol=0, atol=0)
+    layer = MonotonicAlignment(kernels=kernels)
+    assert torch.equal(layer.decode(S16, n, m), layer.decode(ref, n, m))
+    torch.testing.assert_close(layer.marginals(S16, n, m), layer.marginals(ref, n, m), rtol=0, atol=0)
+    torch.testing.assert_close(layer.entropy(S16, n, m), layer.entropy(ref, n, m), rtol=0, atol=0)
+    a = S16.clone().requires_grad_()
+    layer.entropy(a, n, m).sum().backward()
+    assert a.grad.dtype == half and bool(torch.isfinite(a.grad).all())
+    sim = S[..., 1].to(half)
+    for gap in (None, 0.5):
+        torch.testing.assert_close(layer.log_partition(from_similarity(sim, gap), n, m),
+                                   layer.log_partition(from_similarity(sim.float(), gap), n, m), rtol=0, atol=0)
+    with pytest.raises(SSVMInputError, match=r"^similarity: expected finite values or -inf \(a forbidden cell\), "
+                                             r"got NaN or \+inf"):
+        from_similarity(sim.float().masked_fill(sim.float() > 1, float("nan")))
 
 
 def test_a_learned_similarity_aligns_warped_sequences():

@@ -35,13 +35,25 @@ KERNELS = ("auto", "numba", "torch")
 NEG = -1e30
 
 
+#: the score dtypes accepted; half precision is computed in float32 (:func:`as_computed`)
+FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
+def as_computed(t: torch.Tensor) -> torch.Tensor:
+    """``t`` in the dtype the dynamic programs compute in: float32 for half precision (its 5 or 8 exponent bits
+    overflow a log-sum-exp over a few hundred moves), else its own."""
+    return t.float() if t.dtype in (torch.float16, torch.bfloat16) else t
+
+
 def check_scores(scores, x_lengths=None, y_lengths=None, field: str = "scores"):
-    """(scores, x_lengths, y_lengths) checked by name: a float32 / float64 tensor (B, N, M, 3) without NaN or +inf,
-    lengths int64 (B,) in [1, N] and [1, M] (default N and M) on the scores' device."""
-    check(torch.is_tensor(scores) and scores.dtype in (torch.float32, torch.float64) and scores.dim() == 4
+    """(scores, x_lengths, y_lengths) checked by name: a float tensor (B, N, M, 3) without NaN or +inf (half
+    precision computed in float32, as the other layers': chain/ops.py, trees/checks.py), lengths int64 (B,) in
+    [1, N] and [1, M] (default N and M) on the scores' device."""
+    check(torch.is_tensor(scores) and scores.dtype in FLOATS and scores.dim() == 4
           and scores.shape[3] == 3 and scores.shape[1] >= 1 and scores.shape[2] >= 1, field,
-          "a float32 / float64 tensor (B, N, M, 3): the score of entering cell (i, j) right, diagonally, down",
+          "a float tensor (B, N, M, 3): the score of entering cell (i, j) right, diagonally, down",
           f"{getattr(scores, 'dtype', type(scores).__name__)} {tuple(getattr(scores, 'shape', ()))}")
+    scores = as_computed(scores)
     if scores.numel():
         # NaN if any is NaN: one pass finds both faults (over one move where the moves share a cell's score: a
         # reduction over an axis of stride 0, from_similarity's DTW scores, reads 14x slower)
@@ -230,9 +242,10 @@ def max_score(scores, x_lengths=None, y_lengths=None, local: bool = False, kerne
 
 
 def marginals(scores, x_lengths=None, y_lengths=None, local: bool = False, kernels: str = "auto") -> torch.Tensor:
-    """P(the path enters (i, j) by move) (B, N, M, 3): the gradient of log Z (0 outside each row's grid)."""
+    """P(the path enters (i, j) by move) (B, N, M, 3): the gradient of log Z (0 outside each row's grid); float32
+    for half-precision scores."""
     with torch.enable_grad():
-        s = scores.detach().requires_grad_(True)
+        s = as_computed(scores.detach()).requires_grad_(True)
         logz = log_partition(s, x_lengths, y_lengths, local, kernels)
         return torch.autograd.grad(logz.sum(), s)[0]
 
@@ -292,7 +305,7 @@ def entropy(scores, x_lengths=None, y_lengths=None, local: bool = False, kernels
     marginals). Differentiable through the torch wavefront (it differentiates twice); with the compiled kernels the
     value only, so a ``scores`` that requires grad takes the torch path."""
     with torch.enable_grad():
-        s = scores if scores.requires_grad else scores.detach().requires_grad_(True)
+        s = as_computed(scores) if scores.requires_grad else as_computed(scores.detach()).requires_grad_(True)
         logz = _recursion_value(s, x_lengths, y_lengths, local, kernels, "logsumexp", twice=scores.requires_grad)
         mu = torch.autograd.grad(logz.sum(), s, create_graph=scores.requires_grad)[0]
     finite = s > NEG

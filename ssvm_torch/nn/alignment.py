@@ -30,9 +30,14 @@ def from_similarity(similarity: torch.Tensor, gap: float | None = None) -> torch
     """Move scores (B, N, M, 3) from a similarity (B, N, M): ``gap=None`` is dynamic time warping (every move into
     a cell scores its similarity: soft-DTW's -cost), a number g is Needleman-Wunsch's linear gap (a diagonal move
     scores the similarity, a right or down move -g)."""
-    check(torch.is_tensor(similarity) and similarity.is_floating_point() and similarity.dim() == 3, "similarity",
+    check(torch.is_tensor(similarity) and similarity.dtype in ops.FLOATS and similarity.dim() == 3, "similarity",
           "a float tensor (B, N, M)", f"{getattr(similarity, 'dtype', type(similarity).__name__)} "
           f"{tuple(getattr(similarity, 'shape', ()))}")
+    similarity = ops.as_computed(similarity)    # before the expansion: the scores stay a stride-0 view
+    if similarity.numel():
+        top = similarity.max()
+        check(not bool(torch.isnan(top) | (top == float("inf"))), "similarity",
+              "finite values or -inf (a forbidden cell)", "NaN or +inf")
     if gap is None:
         return _EveryMove.apply(similarity)
     check(isinstance(gap, (int, float)) and not isinstance(gap, bool) and abs(gap) < float("inf"), "gap",
