@@ -245,6 +245,43 @@ def test_bad_scores_and_options_are_refused_by_name():
             MonotonicAlignment(**kwargs)
 
 
+@pytest.mark.parametrize("kernels", KERNELS)
+@pytest.mark.parametrize("local", [False, True])
+def test_kl_and_cross_entropy_equal_enumeration(local, kernels):
+    """KL(p || q) and H(p, q) of two score tensors (each with forbidden moves) equal sum_P p(P) log p(P) / q(P) and
+    -sum_P p(P) log q(P) over every path, on either kernel, through the layer too; their gradients w.r.t. both pass
+    gradcheck; KL(p || p) = 0; a move q forbids and p takes gives +inf; a mismatched q is refused by name."""
+    from ssvm_torch.align import cross_entropy, kl
+    S, n, m = batch(3, forbid=True)
+    Q = torch.where(torch.isinf(S), S, batch(4)[0])  # q forbids what p forbids: a finite KL
+    Q[0, 1, 1, 0] = float("-inf")                    # and, in row 0, a move p may take: KL +inf
+    refs_p, refs_q = reference(S, n, m, local), reference(Q, n, m, local)
+    want_kl, want_ce = [], []
+    for (_, sp), (_, sq) in zip(refs_p, refs_q):
+        lp, lq = torch.log_softmax(sp, 0), torch.log_softmax(sq, 0)
+        p = lp.exp()
+        want_ce.append(-torch.where(p > 0, p * lq, torch.zeros(())).sum())
+        want_kl.append(torch.where(p > 0, p * (lp - lq), torch.zeros(())).sum())
+    layer = MonotonicAlignment(local=local, kernels=kernels)
+    for got, want in ((kl(S, Q, n, m, local, kernels), want_kl), (cross_entropy(S, Q, n, m, local, kernels), want_ce),
+                      (layer.kl(S, Q, n, m), want_kl), (layer.cross_entropy(S, Q, n, m), want_ce)):
+        torch.testing.assert_close(got, torch.stack(want), rtol=0, atol=1e-10)
+    torch.testing.assert_close(kl(S, S, n, m, local, kernels), torch.zeros(3, dtype=S.dtype), rtol=0, atol=1e-12)
+    H = layer.entropy(S, n, m)
+    torch.testing.assert_close(layer.cross_entropy(S, Q, n, m), H + layer.kl(S, Q, n, m), rtol=0, atol=1e-10)
+    assert torch.isfinite(torch.stack(want_kl)).tolist() == [False, True, True]
+    a, b = S.clone().requires_grad_(), Q.clone().requires_grad_()
+    for f in (kl, cross_entropy):                    # row 0's +inf masked out: its gradient is 0, not NaN
+        torch.autograd.gradcheck(lambda x, y: f(x, y, n, m, local, kernels)[1:], (a, b))
+    b = Q.clone().requires_grad_()                   # q alone differentiable: the compiled kernels serve p
+    layer.kl(S, b, n, m)[1:].sum().backward()
+    assert bool(torch.isfinite(b.grad).all())
+    with pytest.raises(SSVMInputError, match=r"^other_scores: expected a tensor of the scores' shape"):
+        layer.kl(S, Q[:2], n, m)
+    with pytest.raises(SSVMInputError, match=r"^other_scores: expected finite scores or -inf"):
+        layer.cross_entropy(S, Q.masked_fill(Q > 1, float("nan")), n, m)
+
+
 @pytest.mark.parametrize("half", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("kernels", KERNELS)
 def test_half_precision_scores_are_computed_in_float32(half, kernels):
@@ -267,6 +304,7 @@ def test_half_precision_scores_are_computed_in_float32(half, kernels):
     assert torch.equal(layer.decode(S16, n, m), layer.decode(ref, n, m))
     torch.testing.assert_close(layer.marginals(S16, n, m), layer.marginals(ref, n, m), rtol=0, atol=0)
     torch.testing.assert_close(layer.entropy(S16, n, m), layer.entropy(ref, n, m), rtol=0, atol=0)
+    torch.testing.assert_close(layer.kl(S16, S16.flip(0), n, m), layer.kl(ref, ref.flip(0), n, m), rtol=0, atol=0)
     a = S16.clone().requires_grad_()
     layer.entropy(a, n, m).sum().backward()
     assert a.grad.dtype == half and bool(torch.isfinite(a.grad).all())
@@ -324,7 +362,7 @@ def test_a_learned_similarity_aligns_warped_sequences():
 @pytest.mark.parametrize("local", [False, True])
 def test_the_torch_path_never_leaves_the_device(local):
     """The wavefront (every device's path), checked on CPU under host_guard: the three losses with their gradients,
-    the marginals, the best path and samples make no NumPy call, no default-device factory and no host copy."""
+    the marginals, entropy, KL and cross-entropy with theirs, the best path and samples make no NumPy call, no default-device factory and no host copy."""
     from ssvm_torch.devices import host_guard
     S, n, m = batch(5)
     gold = decode(S, n, m, local)
@@ -334,6 +372,10 @@ def test_the_torch_path_never_leaves_the_device(local):
             MonotonicAlignment(loss, local=local, kernels="torch")(s, gold, n, m).backward()
             assert s.grad is not None
         marginals(S, n, m, local, "torch")
+        s, q = S.clone().requires_grad_(True), S.flip(0).clone().requires_grad_(True)
+        layer = MonotonicAlignment(local=local, kernels="torch")
+        (layer.entropy(s, n, m).sum() + layer.kl(s, q, n, m).sum() + layer.cross_entropy(s, q, n, m).sum()).backward()
+        assert s.grad is not None and q.grad is not None
         best = decode(S, n, m, local, "torch")
         draws = sample(S, 5, n, m, local, generator=torch.Generator().manual_seed(1), kernels="torch")
     assert guard.host_copies == 0

@@ -312,6 +312,51 @@ def entropy(scores, x_lengths=None, y_lengths=None, local: bool = False, kernels
     return logz - torch.where(finite, mu * torch.where(finite, s, s.new_zeros(())), s.new_zeros(())).sum((1, 2, 3))
 
 
+def kl(scores, other_scores, x_lengths=None, y_lengths=None, local: bool = False,
+       kernels: str = "auto") -> torch.Tensor:
+    """KL(p || q) (B,) of the path distributions of ``scores`` (p) and ``other_scores`` (q: the same shape and
+    device): E_p[s_p(P) - s_q(P)] - log Z_p + log Z_q, the expectation by p's marginals mu_p; +inf where p gives
+    weight to a move that q forbids (-inf). Differentiable w.r.t. both (mu_p's own gradient through the torch
+    wavefront where ``scores`` requires grad, as :func:`entropy`)."""
+    logz_p, logz_q, exp_p, exp_q = _expectations(scores, other_scores, x_lengths, y_lengths, local, kernels)
+    return exp_p - logz_p + logz_q - exp_q
+
+
+def cross_entropy(scores, other_scores, x_lengths=None, y_lengths=None, local: bool = False,
+                  kernels: str = "auto") -> torch.Tensor:
+    """H(p, q) = -E_p[log q(P)] = log Z_q - E_p[s_q(P)] (B,) = H(p) + KL(p || q), p and q as in :func:`kl`."""
+    _, logz_q, _, exp_q = _expectations(scores, other_scores, x_lengths, y_lengths, local, kernels)
+    return logz_q - exp_q
+
+
+def _expectations(scores, other_scores, x_lengths, y_lengths, local, kernels):
+    """(log Z_p, log Z_q, E_p[s_p], E_p[s_q]) per row; ``other_scores`` checked by name. Where p never enters a
+    cell by a move (mu_p = 0: -inf, or beyond a row's grid) that move adds nothing, whatever either score."""
+    check(torch.is_tensor(other_scores) and torch.is_tensor(scores) and other_scores.shape == scores.shape
+          and other_scores.device == scores.device, "other_scores",
+          f"a tensor of the scores' shape {tuple(getattr(scores, 'shape', ()))} on {getattr(scores, 'device', None)}",
+          f"{tuple(getattr(other_scores, 'shape', ()))} on {getattr(other_scores, 'device', None)}")
+    check_scores(other_scores, x_lengths, y_lengths, "other_scores")
+    twice = scores.requires_grad
+    with torch.enable_grad():
+        s = as_computed(scores) if twice else as_computed(scores.detach()).requires_grad_(True)
+        logz_p = _recursion_value(s, x_lengths, y_lengths, local, kernels, "logsumexp", twice=twice)
+        mu = torch.autograd.grad(logz_p.sum(), s, create_graph=twice)[0]
+    logz_q = _recursion_value(other_scores, x_lengths, y_lengths, local, kernels, "logsumexp")
+    if not twice:                                   # nothing to differentiate on p's side
+        s, logz_p = s.detach(), logz_p.detach()
+    q = as_computed(other_scores)
+    zero = s.new_zeros(())
+    # where() on both sides: 0 * -inf in the branch not taken would make a NaN gradient; a move p takes and q
+    # forbids makes E_p[s_q] -inf through an indicator, so that the row's gradient stays finite (NaN would reach
+    # the shared parameters of a network even when that row's loss is masked out)
+    exp_p = torch.where(s > NEG, mu * torch.where(s > NEG, s, zero), zero).sum((1, 2, 3))
+    on, allowed = mu > 0, q > NEG
+    exp_q = torch.where(on & allowed, mu * torch.where(allowed, q, zero), zero).sum((1, 2, 3))
+    exp_q = exp_q.masked_fill((on & ~allowed).flatten(1).any(1), float("-inf"))
+    return logz_p, logz_q, exp_p, exp_q
+
+
 def sample(scores, count: int, x_lengths=None, y_lengths=None, local: bool = False, generator=None,
            kernels: str = "auto") -> torch.Tensor:
     """``count`` exact samples of the path distribution per row, (count, B, N, M) int64 paths on the scores'

@@ -132,6 +132,15 @@ class MonotonicAlignment(nn.Module):
         """The entropy of the path distribution (B,) (:func:`~ssvm_torch.align.ops.entropy`, differentiable)."""
         return ops.entropy(scores, x_lengths, y_lengths, self.local, self.kernels)
 
+    def kl(self, scores, other_scores, x_lengths=None, y_lengths=None) -> torch.Tensor:
+        """KL(p || q) (B,) of the path distributions of ``scores`` and ``other_scores`` (the same shape;
+        :func:`~ssvm_torch.align.ops.kl`, differentiable w.r.t. both; +inf where q forbids a move p takes)."""
+        return ops.kl(scores, other_scores, x_lengths, y_lengths, self.local, self.kernels)
+
+    def cross_entropy(self, scores, other_scores, x_lengths=None, y_lengths=None) -> torch.Tensor:
+        """H(p, q) = H(p) + KL(p || q) (B,), p and q as in :meth:`kl`."""
+        return ops.cross_entropy(scores, other_scores, x_lengths, y_lengths, self.local, self.kernels)
+
     def sample(self, scores, count: int, x_lengths=None, y_lengths=None, generator=None) -> torch.Tensor:
         """``count`` exact samples of the path distribution per row, (count, B, N, M)
         (:func:`~ssvm_torch.align.ops.sample`)."""
