@@ -17,7 +17,8 @@ from q's own messages. :func:`sample_rows` draws labelings backwards from the sa
 (Gumbel-max on the log weights).
 
 Zero weights (forbidden tags and moves: -inf scores) contribute exactly 0 to every sum, and no NaN enters the
-values or their gradients: log-sum-exp is taken with a finite shift and log 1 where a sum is 0.
+values or their gradients: log-sum-exp is taken with a finite shift and log 1 where a sum is 0, and a KL made +inf
+by a move q forbids is so through an indicator (:func:`expect_divergence`), its row's gradient finite.
 """
 from __future__ import annotations
 
@@ -51,6 +52,17 @@ def _expect(w: torch.Tensor, term: torch.Tensor) -> torch.Tensor:
     """sum_j w_j term_j over the last dimension, a zero weight contributing 0 whatever its term (+-inf)."""
     pos = w > 0
     return (w * torch.where(pos, term, torch.zeros_like(term))).sum(-1)
+
+
+def expect_divergence(w: torch.Tensor, term: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    """sum over ``dim`` of w * term for a KL's expected prefix terms (+inf where q forbids what p weighs): a zero
+    weight contributes 0, and a positive weight on a +inf term makes the sum +inf through an indicator, the product
+    taken over the finite terms only. So a row of +inf KL has a finite gradient (its finite terms') instead of
+    NaN, which 0 * inf in the backward of a masked-out row would send into every shared parameter."""
+    pos = w > 0
+    inf = pos & (term == float("inf"))
+    out = (w * torch.where(pos & ~inf, term, torch.zeros_like(term))).sum(dim)
+    return out.masked_fill(inf.any(dim), float("inf"))
 
 
 def _centred(a: torch.Tensor) -> torch.Tensor:
@@ -89,7 +101,7 @@ def information_rows(Ec, lengths, start, end, trans, penalty=None, other=None):
         H = torch.where(on, _expect(w, H[:, None, :] - logw), H)
         if other is not None:
             nq, logwq, _ = _conditionals(aq, qt[:, i - 1] if qt.dim() == 4 else qt)
-            D = torch.where(on, _expect(w, D[:, None, :] + logw - logwq), D)
+            D = torch.where(on, expect_divergence(w, D[:, None, :] + logw - logwq), D)
             aq = torch.where(on, _centred(nq + Qc[:, i]), aq)
         a = torch.where(on, _centred(nxt + Ec[:, i]), a)
     last, logW, W = _conditionals(a, e[:, None, :])
@@ -100,7 +112,7 @@ def information_rows(Ec, lengths, start, end, trans, penalty=None, other=None):
     if other is None:
         return H, None
     _, logWq, _ = _conditionals(aq, qe[:, None, :])
-    D = torch.where(empty, torch.zeros_like(nan), torch.where(some, _expect(W, D + logW - logWq[:, 0]), nan))
+    D = torch.where(empty, torch.zeros_like(nan), torch.where(some, expect_divergence(W, D + logW - logWq[:, 0]), nan))
     return H, D
 
 

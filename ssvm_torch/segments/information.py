@@ -14,12 +14,14 @@ entropy semiring, as :mod:`ssvm_torch.chain.information` for tags):
 
 KL(p || q) sums E_p[log p-choice - log q-choice] the same way with q's own messages; :func:`sample_rows` makes the
 same choices at random from the end of each row. Choices of zero weight contribute exactly 0 (no NaN from -inf
-scores: the log-sums of :func:`ssvm_torch.segments.torch_semimarkov.logsumexp`).
+scores: the log-sums of :func:`ssvm_torch.segments.torch_semimarkov.logsumexp`); a KL made +inf by what q forbids is
+so through an indicator, its row's gradient finite (:func:`ssvm_torch.chain.information.expect_divergence`).
 """
 from __future__ import annotations
 
 import torch
 
+from ..chain.information import expect_divergence
 from .torch_semimarkov import end_indexed, logsumexp
 
 
@@ -78,12 +80,12 @@ def information_rows(S, first, last, trans, lengths, other=None):
         prev_h = torch.stack(He[e - 1::-1][:m], 1)                            # He[e-l-1] for l = 0..m-1
         Ha.append(_expect(u, prev_h - logu, 1))
         if other is not None:
-            Da.append(_expect(u, torch.stack(De[e - 1::-1][:m], 1) + logu - q_len[e - 1][1], 1))
+            Da.append(expect_divergence(u, torch.stack(De[e - 1::-1][:m], 1) + logu - q_len[e - 1][1], 1))
         if e < T:
             _, logv, v = p_lab[e]
             He.append(_expect(v, Ha[-1][:, None, :] - logv, 2))
             if other is not None:
-                De.append(_expect(v, Da[-1][:, None, :] + logv - q_lab[e][1], 2))
+                De.append(expect_divergence(v, Da[-1][:, None, :] + logv - q_lab[e][1], 2))
     logz, logW, W = _final_choice(p_len, last, lengths)
     pick = lambda xs: torch.stack(xs, 1).gather(                               # noqa: E731
         1, (lengths - 1).clamp(min=0)[:, None, None].expand(-1, 1, K))[:, 0]
@@ -93,7 +95,8 @@ def information_rows(S, first, last, trans, lengths, other=None):
     if other is None:
         return H, None
     _, logWq, _ = _final_choice(q_len, other[2], lengths)
-    D = torch.where(empty, torch.zeros_like(nan), torch.where(some, _expect(W, pick(Da) + logW - logWq, 1), nan))
+    D = torch.where(empty, torch.zeros_like(nan), torch.where(some, expect_divergence(W, pick(Da) + logW - logWq, 1),
+                                                               nan))
     return H, D
 
 

@@ -129,6 +129,12 @@ def on_support(M: torch.Tensor, X: torch.Tensor) -> torch.Tensor:
     return torch.where(M > 0, X, torch.zeros_like(X))
 
 
+def finite_or_zero(X: torch.Tensor) -> torch.Tensor:
+    """X with its infinities 0: a backward's direction for a KL that is +inf (p weighs a part q forbids) takes
+    its finite terms, so the row's gradient is finite, not the NaN of 0 * inf where the row is masked out."""
+    return torch.where(torch.isfinite(X), X, torch.zeros_like(X))
+
+
 def entropy_value(M: torch.Tensor, logz: torch.Tensor, S: torch.Tensor) -> torch.Tensor:
     """H = log Z - <mu, S> per row, float64."""
     return logz.to(torch.float64) - (M.to(torch.float64) * on_support(M, S.to(torch.float64))).sum((1, 2))
@@ -178,7 +184,8 @@ class _LabelDivergence(torch.autograd.Function):
     def backward(ctx, g_lse, g_K):
         p, q, d, K = ctx.saved_tensors
         g_K = g_K[..., None]
-        return g_K * p * (d - K[..., None]), g_K * (q - p) + g_lse[..., None] * q
+        # +inf where p weighs a label q forbids: the finite terms' gradient (finite_or_zero), not inf - inf
+        return g_K * p * finite_or_zero(d - K[..., None]), g_K * (q - p) + g_lse[..., None] * q
 
 
 def label_information(lab: torch.Tensor, other: torch.Tensor | None = None):
@@ -294,11 +301,11 @@ class Information(torch.autograd.Function):
         g = lambda x: x.to(torch.float64)[:, None, None]     # noqa: E731
         v = -g(gH) * on_support(Mp, S.to(torch.float64))
         if ctx.has_q:
-            v = v + g(gD) * on_support(Mp, S.to(torch.float64) - Q.to(torch.float64))
+            v = v + g(gD) * finite_or_zero(on_support(Mp, S.to(torch.float64) - Q.to(torch.float64)))
         if FH is not None:
             v = v + g(gH) * on_support(Mp, FH.to(torch.float64))
         if FK is not None:
-            v = v + g(gD) * on_support(Mp, FK.to(torch.float64))
+            v = v + g(gD) * finite_or_zero(on_support(Mp, FK.to(torch.float64)))
         gS = ctx.structure.hessian_product(S, lengths, v).to(S.dtype)
         gQ = (g(gD) * (Mq.to(torch.float64) - Mp.to(torch.float64))).to(Q.dtype) if ctx.has_q else None
         gFH = None if FH is None else (g(gH) * Mp.to(torch.float64)).to(FH.dtype)
