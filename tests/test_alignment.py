@@ -239,6 +239,10 @@ def test_bad_scores_and_options_are_refused_by_name():
     through[0, 0, 0, 0] = 0.0
     with pytest.raises(SSVMInputError, match=r"^path: expected paths whose every move has a finite score"):
         MonotonicAlignment("crf")(through, gold, n, m)
+    with pytest.raises(SSVMInputError, match=r"^n: expected an int >= 1, got 0"):
+        layer.sample(S, n, m, n=0)
+    with pytest.raises(SSVMInputError, match=r"^generator: expected a torch.Generator or None"):
+        layer.sample(S, n, m, n=2, generator=0)
     for kwargs, msg in ((dict(loss="nll"), r"^loss: expected one of"), (dict(cost=0.0), r"^cost: expected a finite"),
                         (dict(local=1), r"^local: expected True or False"), (dict(kernels="c"), r"^kernels: expected")):
         with pytest.raises(SSVMInputError, match=msg):
@@ -377,9 +381,9 @@ def test_the_torch_path_never_leaves_the_device(local):
         (layer.entropy(s, n, m).sum() + layer.kl(s, q, n, m).sum() + layer.cross_entropy(s, q, n, m).sum()).backward()
         assert s.grad is not None and q.grad is not None
         best = decode(S, n, m, local, "torch")
-        draws = sample(S, 5, n, m, local, generator=torch.Generator().manual_seed(1), kernels="torch")
+        draws = sample(S, n, m, local, 5, generator=torch.Generator().manual_seed(1), kernels="torch")
     assert guard.host_copies == 0
-    check_path(draws.reshape(15, 4, 3), n.repeat(5), m.repeat(5), (15, 4, 3), local)
+    check_path(draws.reshape(15, 4, 3), n.repeat_interleave(5), m.repeat_interleave(5), (15, 4, 3), local)
     assert torch.equal(best, gold)
 
 
@@ -417,15 +421,15 @@ def test_entropy_and_samples_equal_enumeration(local, kernels):
     expected = torch.stack([-(torch.softmax(sc, 0) * torch.log_softmax(sc, 0)).sum() for _, sc in refs])
     torch.testing.assert_close(entropy(S, n, m, local, kernels), expected, rtol=0, atol=1e-10)
     torch.autograd.gradcheck(lambda s: entropy(s, n, m, local), (S.clone().requires_grad_(True),))
-    draws = sample(S, 20000, n, m, local, generator=torch.Generator().manual_seed(0), kernels=kernels)
-    again = sample(S, 20000, n, m, local, generator=torch.Generator().manual_seed(0), kernels=kernels)
-    assert torch.equal(draws, again)
+    draws = sample(S, n, m, local, 20000, generator=torch.Generator().manual_seed(0), kernels=kernels)
+    again = sample(S, n, m, local, 20000, generator=torch.Generator().manual_seed(0), kernels=kernels)
+    assert torch.equal(draws, again) and draws.shape == (3, 20000, 3, 3)          # batch-first, as the n best
     for b, (P, sc) in enumerate(refs):
-        check_path(draws[:, b], n[b].repeat(20000), m[b].repeat(20000), draws[:, b].shape, local)
+        check_path(draws[b], n[b].repeat(20000), m[b].repeat(20000), draws[b].shape, local)
         p = torch.softmax(sc, 0)
         keys = [tuple(as_tensor(path, 3, 3).flatten().tolist()) for path in P]
         counts = {}
-        for row in draws[:, b].reshape(20000, -1).tolist():
+        for row in draws[b].reshape(20000, -1).tolist():
             counts[tuple(row)] = counts.get(tuple(row), 0) + 1
         assert set(counts) <= set(keys)
         for key, pk in zip(keys, p.tolist()):

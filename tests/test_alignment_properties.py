@@ -62,14 +62,14 @@ def test_every_operation_equals_enumeration(grid, kernels):
         rows.append((paths, np.array([sum((float(S[b, i, j, mv]) for i, j, mv in p), 0.0) for p in paths])))
     if any(not np.isfinite(s).any() for _, s in rows):
         for operation in (layer.decode, layer.log_partition, layer.marginals, layer.entropy,
-                          lambda S, n, m: layer.decode(S, n, m, nbest=2), lambda S, n, m: layer.sample(S, 2, n, m)):
+                          lambda S, n, m: layer.decode(S, n, m, nbest=2), lambda S, n, m: layer.sample(S, n, m, n=2)):
             with pytest.raises(SSVMInputError, match="at least one path of finite score"):
                 operation(S, n, m)
         return
     with torch.no_grad():
         best, logz, marginals, entropy = (layer.decode(S, n, m), layer.log_partition(S, n, m),
                                           layer.marginals(S, n, m), layer.entropy(S, n, m))
-        nbest, samples = layer.decode(S, n, m, nbest=3), layer.sample(S, 4, n, m, generator=torch.Generator())
+        nbest, samples = layer.decode(S, n, m, nbest=3), layer.sample(S, n, m, n=4, generator=torch.Generator())
     for b, (paths, s) in enumerate(rows):
         assert s[_index(paths, best[b])] == pytest.approx(s.max(), abs=1e-9)
         ref_logz = _log_sum_exp(s)
@@ -85,7 +85,7 @@ def test_every_operation_equals_enumeration(grid, kernels):
         top = np.sort(s[np.isfinite(s)])[::-1][:3]
         ranks = [t for j, t in enumerate(nbest[b]) if bool((t >= 0).any()) or (local and j < len(top))]  # [] local
         assert np.allclose([s[_index(paths, t)] for t in ranks], top, atol=1e-9)
-        assert all(np.isfinite(s[_index(paths, t)]) for t in samples[:, b])
+        assert all(np.isfinite(s[_index(paths, t)]) for t in samples[b])
     rng = np.random.default_rng(seed)
     gold = torch.full((B, N, M), -1)
     for b, (paths, s) in enumerate(rows):

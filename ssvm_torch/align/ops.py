@@ -24,6 +24,7 @@ import numpy as np
 import torch
 from torch.autograd.function import once_differentiable
 
+from ..chain.checks import check_draws
 from ..errors import SSVMInputError, check, check_choice
 from . import numba_ops
 from .paths import DIAGONAL, DOWN, RIGHT
@@ -357,32 +358,35 @@ def _expectations(scores, other_scores, x_lengths, y_lengths, local, kernels):
     return logz_p, logz_q, exp_p, exp_q
 
 
-def sample(scores, count: int, x_lengths=None, y_lengths=None, local: bool = False, generator=None,
+def sample(scores, x_lengths=None, y_lengths=None, local: bool = False, n: int = 1, generator=None,
            kernels: str = "auto") -> torch.Tensor:
-    """``count`` exact samples of the path distribution per row, (count, B, N, M) int64 paths on the scores'
-    device: the forward pass, then backward sampling from the last cell (global) or from a cell drawn with
-    probability exp(a(i, j) - log Z) (local; the empty path with exp(-log Z)), each move drawn by its share of the
-    cell's logsumexp and a local diagonal entry between continuing and starting afresh by theirs. Compiled on CPU
-    tensors (align/numba_ops.py), the torch wavefront's values elsewhere; the two draw the same distribution from
-    different uniform streams. ``generator``: a CPU torch.Generator (the uniforms are drawn there)."""
-    scores, n, m = check_scores(scores, x_lengths, y_lengths)
-    check(isinstance(count, int) and not isinstance(count, bool) and count >= 1, "count", "an int >= 1", repr(count))
+    """``n`` exact samples of the path distribution per row, (B, n, N, M) int64 paths on the scores' device,
+    batch-first as the k best paths (:func:`~ssvm_torch.align.kbest.kbest`) and every other layer's samples: the
+    forward pass, then backward sampling from the last cell (global) or from a cell drawn with probability
+    exp(a(i, j) - log Z) (local; the empty path with exp(-log Z)), each move drawn by its share of the cell's
+    logsumexp and a local diagonal entry between continuing and starting afresh by theirs. Compiled on CPU tensors
+    (align/numba_ops.py), the torch wavefront's values elsewhere; the two draw the same distribution from different
+    uniform streams. ``generator``: a torch.Generator on the scores' device (the uniforms are drawn there)."""
+    scores, x_n, y_m = check_scores(scores, x_lengths, y_lengths)
+    check_draws(n, generator, scores.device)
     B, N, M, _ = scores.shape
-    uniforms = torch.rand(count * B, 2 * (N + M) + 1, generator=generator, dtype=torch.float64, device="cpu")
+    # rows r = sample * B + b of the uniforms and of the draws, read back batch-first
+    uniforms = torch.rand(n * B, 2 * (N + M) + 1, generator=generator, dtype=torch.float64, device=scores.device)
     if not _compiled(scores, kernels):
-        return _torch_samples(scores.detach(), n, m, local, uniforms.to(scores.device)).reshape(count, B, N, M)
-    host, nh, mh = _host(scores), _host(n), _host(m)
+        draws = _torch_samples(scores.detach(), x_n, y_m, local, uniforms).reshape(n, B, N, M)
+        return draws.transpose(0, 1).contiguous()
+    host, nh, mh = _host(scores), _host(x_n), _host(y_m)
     alpha, weights, logz = np.empty(host.shape[:3]), np.empty(host.shape), np.empty(B)
     numba_ops.forward_logz(host, nh, mh, local, alpha, weights, logz)
     _check_reachable(torch.from_numpy(logz))
-    path = np.full((count, B, N, M), -1, dtype=np.int64)
-    numba_ops.sample_paths(nh, mh, local, alpha, weights, logz, uniforms.reshape(count, B, -1).numpy(), path)
-    return torch.from_numpy(path)
+    path = np.full((n, B, N, M), -1, dtype=np.int64)
+    numba_ops.sample_paths(nh, mh, local, alpha, weights, logz, uniforms.reshape(n, B, -1).numpy(), path)
+    return torch.from_numpy(path).transpose(0, 1).contiguous()
 
 
 def _torch_samples(scores, n, m, local: bool, uniforms) -> torch.Tensor:
     """The backward sampling of :func:`sample` on the torch wavefront's values, all samples of all rows at once
-    (rows r = sample * B + b), on the scores' device: (count B, N, M) paths."""
+    (rows r = sample * B + b), on the scores' device: (n B, N, M) paths."""
     B, N, M, _ = scores.shape
     dev = scores.device
     sk = _skewed(scores, n, m)

@@ -141,7 +141,8 @@ class MonotonicAlignment(nn.Module):
         """H(p, q) = H(p) + KL(p || q) (B,), p and q as in :meth:`kl`."""
         return ops.cross_entropy(scores, other_scores, x_lengths, y_lengths, self.local, self.kernels)
 
-    def sample(self, scores, count: int, x_lengths=None, y_lengths=None, generator=None) -> torch.Tensor:
-        """``count`` exact samples of the path distribution per row, (count, B, N, M)
-        (:func:`~ssvm_torch.align.ops.sample`)."""
-        return ops.sample(scores, count, x_lengths, y_lengths, self.local, generator, self.kernels)
+    def sample(self, scores, x_lengths=None, y_lengths=None, n: int = 1, generator=None) -> torch.Tensor:
+        """``n`` exact samples of the path distribution per row, (B, n, N, M), batch-first as ``decode``'s n best
+        and the other layers' samples (:func:`~ssvm_torch.align.ops.sample`; ``generator`` on the scores'
+        device). No gradient."""
+        return ops.sample(scores, x_lengths, y_lengths, self.local, n, generator, self.kernels)
