@@ -297,3 +297,23 @@ def test_non_finite_scores_are_refused_and_minus_inf_marks_a_forbidden_tag():
     head = ChainSSVMHead(n_features=5, n_states=K)
     with pytest.raises(SSVMInputError, match=r"features: expected a \(B, T, 5\) tensor"):
         head(torch.zeros(B, T, 4), lengths, gt)
+
+
+def test_every_structured_layer_shares_the_sampling_and_reduction_conventions():
+    """The five structured layers read alike: the loss sums over rows by default (pytorch-crf's default; the
+    semi-Markov and alignment layers averaged, so a model moved between layers changed its loss scale by B), and
+    ``sample`` takes ``n`` and ``generator`` as keywords and returns draws batch-first (B, n, ...), as their n best."""
+    import inspect
+
+    from ssvm_torch.nn import ConstituencyTree, DependencyTree, LinearChain, MonotonicAlignment, SemiMarkovChain
+    for layer in (LinearChain, DependencyTree, ConstituencyTree, SemiMarkovChain, MonotonicAlignment):
+        forward, sample = (inspect.signature(getattr(layer, name)).parameters for name in ("forward", "sample"))
+        assert forward["reduction"].default == "sum", layer.__name__
+        assert sample["n"].default == 1 and sample["generator"].default is None, layer.__name__
+    g = torch.Generator().manual_seed(0)
+    draws = [LinearChain(3, batch_first=True).sample(torch.randn(2, 4, 3), n=5, generator=g),
+             DependencyTree().sample(torch.randn(2, 4, 4), n=5, generator=g),
+             ConstituencyTree().sample(torch.randn(2, 4, 4), n=5, generator=g),
+             SemiMarkovChain(3, 2).sample(torch.randn(2, 4, 2, 3), n=5, generator=g),
+             MonotonicAlignment().sample(torch.randn(2, 4, 3, 3), n=5, generator=g)]
+    assert [tuple(d.shape[:2]) for d in draws] == [(2, 5)] * 5

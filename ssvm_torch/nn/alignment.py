@@ -93,7 +93,7 @@ class MonotonicAlignment(nn.Module):
         return torch.where(taken, scores, scores.new_zeros(())).sum((1, 2, 3))
 
     def forward(self, scores: torch.Tensor, path: torch.Tensor, x_lengths: torch.Tensor | None = None,
-                y_lengths: torch.Tensor | None = None, reduction: str = "mean") -> torch.Tensor:
+                y_lengths: torch.Tensor | None = None, reduction: str = "sum") -> torch.Tensor:
         """The loss to minimise (module docstring): per row with ``reduction="none"`` (B,), else its sum, mean over
         rows, or sum over the number of x positions ("token_mean"). ``path``: the gold paths (B, N, M)."""
         check_choice(reduction, "reduction", REDUCTIONS)

@@ -106,7 +106,7 @@ class SemiMarkovChain(nn.Module):
         return S, first, last, trans, lengths
 
     def forward(self, seg_scores: torch.Tensor, segments, mask: torch.Tensor | None = None,
-                lengths: torch.Tensor | None = None, reduction: str = "mean") -> torch.Tensor:
+                lengths: torch.Tensor | None = None, reduction: str = "sum") -> torch.Tensor:
         """The loss to minimise (module docstring): per row with ``reduction="none"`` (B,), else its sum, mean over
         rows, or sum over the number of positions ("token_mean"). ``segments``: the gold segmentations (B, T), or
         a :class:`~ssvm_torch.segments.PartialSegmentation` (partial annotation, module docstring)."""
