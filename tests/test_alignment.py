@@ -286,6 +286,30 @@ def test_kl_and_cross_entropy_equal_enumeration(local, kernels):
         layer.cross_entropy(S, Q.masked_fill(Q > 1, float("nan")), n, m)
 
 
+@pytest.mark.parametrize("kernels", KERNELS)
+@pytest.mark.parametrize("local", [False, True])
+def test_mbr_decode_minimises_the_expected_loss_over_every_path(local, kernels):
+    """decode(mbr=True) is a path of least E_p[Delta(P, P*)] among every path of finite score (enumerated, with
+    forbidden moves), and mbr with nbest=3 the three least, in order; Delta the cells in one path and not the
+    other (the losses' Delta)."""
+    S, n, m = batch(6, forbid=True)
+    layer = MonotonicAlignment(local=local, kernels=kernels)
+    best, three = layer.decode(S, n, m, mbr=True), layer.decode(S, n, m, mbr=True, nbest=3)
+    assert torch.equal(three[:, 0], best)
+    for b, (paths, sc) in enumerate(reference(S, n, m, local)):
+        p = torch.softmax(sc, 0)
+        cells = [{(i, j) for i, j, _ in path} for path in paths]
+        risk = torch.tensor([sum(float(p[k]) * len(c ^ other) for k, other in enumerate(cells)) for c in cells],
+                            dtype=torch.float64)
+        risk[~torch.isfinite(sc)] = float("inf")                   # outside the model's support
+        keys = [tuple(as_tensor(path, 4, 3).flatten().tolist()) for path in paths]
+        got = [risk[keys.index(tuple(t.flatten().tolist()))] for t in three[b] if bool((t >= 0).any()) or local]
+        assert float(got[0]) == pytest.approx(float(risk.min()), abs=1e-9)
+        torch.testing.assert_close(torch.stack(got[:3]), risk.sort().values[:3], rtol=0, atol=1e-9)
+    with pytest.raises(SSVMInputError, match=r"^mbr: expected True or False"):
+        layer.decode(S, n, m, mbr=1)
+
+
 @pytest.mark.parametrize("half", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("kernels", KERNELS)
 def test_half_precision_scores_are_computed_in_float32(half, kernels):

@@ -110,16 +110,33 @@ class MonotonicAlignment(nn.Module):
             per_row = best + self.cost * on.sum((1, 2)) - s_gold
         return reduce_rows(per_row, reduction, n)
 
-    def decode(self, scores, x_lengths=None, y_lengths=None, *, nbest: int = 1) -> torch.Tensor:
+    def decode(self, scores, x_lengths=None, y_lengths=None, *, nbest: int = 1, mbr: bool = False) -> torch.Tensor:
         """The best path of each row (B, N, M) int64 (:func:`~ssvm_torch.align.ops.decode`); ``nbest=k > 1``: the k
         best paths (B, k, N, M) in non-increasing score order, the first the best path, -1 at the ranks a row lacks
         (:func:`~ssvm_torch.align.kbest.kbest`; the score of ``paths[:, j]`` is ``self.path_score(scores,
-        paths[:, j], ...)``)."""
+        paths[:, j], ...)``). ``mbr=True``: minimum-Bayes-risk decoding instead, the path (or k paths) of least
+        expected loss E_p[Delta(P, P*)] under the CRF of the scores (:meth:`expected_gains`), as the other layers'
+        ``mbr``."""
         check(isinstance(nbest, int) and not isinstance(nbest, bool) and nbest >= 1, "nbest", "an int >= 1",
               repr(nbest))
+        check(isinstance(mbr, bool), "mbr", "True or False", repr(mbr))
+        if mbr:
+            scores = self.expected_gains(scores, x_lengths, y_lengths)
         if nbest > 1:
             return kbest(scores, nbest, x_lengths, y_lengths, self.local)[0]
         return ops.decode(scores, x_lengths, y_lengths, self.local, self.kernels)
+
+    def expected_gains(self, scores, x_lengths=None, y_lengths=None) -> torch.Tensor:
+        """Move scores (B, N, M, 3) whose best path is the minimum-Bayes-risk path: with mu(c) = P(the path visits
+        cell c) (the marginals summed over the moves into c), E_p[Delta(P, P*)] = sum_{c in P} (1 - 2 mu(c)) +
+        E_p|P*| (Delta decomposes over cells, module docstring), so the path of least expected loss maximises
+        sum_{c in P} (2 mu(c) - 1): every move into c scores 2 mu(c) - 1, a forbidden move stays -inf (the path
+        keeps the model's support; a local path keeps the empty path's 0). No gradient."""
+        with torch.no_grad():
+            mu = ops.marginals(scores, x_lengths, y_lengths, self.local, self.kernels)
+            gains = (2.0 * mu.sum(-1, keepdim=True) - 1.0).expand_as(mu)
+            computed = ops.as_computed(scores.detach())
+            return torch.where(computed == float("-inf"), computed, gains)
 
     def log_partition(self, scores, x_lengths=None, y_lengths=None) -> torch.Tensor:
         return ops.log_partition(scores, x_lengths, y_lengths, self.local, self.kernels)
