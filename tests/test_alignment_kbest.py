@@ -23,7 +23,7 @@ def check_against_enumeration(S, n, m, local, k):
         assert bool((values[b, len(want):] == float("-inf")).all()) and bool((paths[b, len(want):] == -1).all())
         kept = paths[b, :len(want)]
         check_path(kept, n[b].repeat(len(want)), m[b].repeat(len(want)), kept.shape, local)
-        scored = layer.path_score(S[b:b + 1].expand(len(want), *S.shape[1:]).double(), kept,
+        scored = layer.score(S[b:b + 1].expand(len(want), *S.shape[1:]).double(), kept,
                                   n[b].repeat(len(want)), m[b].repeat(len(want)))
         torch.testing.assert_close(scored, got, rtol=0, atol=1e-9)
         assert len({tuple(p.flatten().tolist()) for p in kept}) == len(want)        # distinct

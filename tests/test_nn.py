@@ -300,13 +300,17 @@ def test_non_finite_scores_are_refused_and_minus_inf_marks_a_forbidden_tag():
 
 
 def test_every_structured_layer_shares_the_sampling_and_reduction_conventions():
-    """The five structured layers read alike: the loss sums over rows by default (pytorch-crf's default; the
+    """The five structured layers read alike: the same calls (score, decode with mbr, log Z, marginals, entropy,
+    KL, cross-entropy, samples), the loss summed over rows by default (pytorch-crf's default; the
     semi-Markov and alignment layers averaged, so a model moved between layers changed its loss scale by B), and
     ``sample`` takes ``n`` and ``generator`` as keywords and returns draws batch-first (B, n, ...), as their n best."""
     import inspect
 
     from ssvm_torch.nn import ConstituencyTree, DependencyTree, LinearChain, MonotonicAlignment, SemiMarkovChain
+    calls = {"forward", "score", "decode", "log_partition", "marginals", "entropy", "kl", "cross_entropy", "sample"}
     for layer in (LinearChain, DependencyTree, ConstituencyTree, SemiMarkovChain, MonotonicAlignment):
+        assert calls <= set(dir(layer)), (layer.__name__, calls - set(dir(layer)))
+        assert "mbr" in inspect.signature(layer.decode).parameters, layer.__name__
         forward, sample = (inspect.signature(getattr(layer, name)).parameters for name in ("forward", "sample"))
         assert forward["reduction"].default == "sum", layer.__name__
         assert sample["n"].default == 1 and sample["generator"].default is None, layer.__name__

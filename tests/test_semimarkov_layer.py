@@ -54,6 +54,13 @@ def test_layer_losses_are_the_functions_with_its_parameters(loss, fn, seg_loss):
     assert torch.allclose(layer.marginals(S, lengths=lengths), segment_marginals(eff, *args, lengths=lengths))
     assert layer(S, gold, lengths=lengths, reduction="token_mean").item() == pytest.approx(
         got.sum().item() / 16, abs=1e-12)
+    if loss == "crf":                                  # the CRF loss is log Z - s(gold): the layer's score is s
+        torch.testing.assert_close(got, layer.log_partition(S, lengths=lengths) - layer.score(S, gold, lengths=lengths),
+                                   rtol=0, atol=1e-12)
+    rows = torch.tensor([0, 1, 4])                     # the rows of 4 or more segmentations
+    best = layer.decode(S[rows], lengths=lengths[rows], nbest=4)
+    scores = torch.stack([layer.score(S[rows], best[:, j], lengths=lengths[rows]) for j in range(4)], 1)
+    assert bool((scores[:, :-1] >= scores[:, 1:] - 1e-12).all())    # the n best in non-increasing score order
 
 
 def test_layer_refusals_name_the_field():
@@ -62,6 +69,8 @@ def test_layer_refusals_name_the_field():
         layer(torch.zeros(1, 4, 3, 3), torch.zeros(1, 4, dtype=torch.int64))
     with pytest.raises(SSVMInputError, match="segments: expected an integer tensor"):
         layer(torch.zeros(1, 4, 2, 3), torch.zeros(1, 3, dtype=torch.int64))
+    with pytest.raises(SSVMInputError, match="segments: expected"):
+        layer.score(torch.zeros(1, 4, 2, 3), torch.tensor([[0, -1, -1, 1]]))      # a segment of 3 > max_length 2
     with pytest.raises(SSVMInputError, match="max_length: expected an int >= 1"):
         SemiMarkovChain(3, 0)
     with pytest.raises(SSVMInputError, match="seg_loss: expected one of"):

@@ -77,7 +77,7 @@ class MonotonicAlignment(nn.Module):
     def extra_repr(self) -> str:
         return f"loss={self.loss!r}, local={self.local}, cost={self.cost}, kernels={self.kernels!r}"
 
-    def path_score(self, scores: torch.Tensor, path: torch.Tensor, x_lengths=None, y_lengths=None) -> torch.Tensor:
+    def score(self, scores: torch.Tensor, path: torch.Tensor, x_lengths=None, y_lengths=None) -> torch.Tensor:
         """s(P) (B,) of given paths, differentiable in ``scores``; a path through a -inf move is refused."""
         scores, n, m = ops.check_scores(scores, x_lengths, y_lengths)
         gold = check_path(path, n, m, scores.shape[:3], self.local)
@@ -113,7 +113,7 @@ class MonotonicAlignment(nn.Module):
     def decode(self, scores, x_lengths=None, y_lengths=None, *, nbest: int = 1, mbr: bool = False) -> torch.Tensor:
         """The best path of each row (B, N, M) int64 (:func:`~ssvm_torch.align.ops.decode`); ``nbest=k > 1``: the k
         best paths (B, k, N, M) in non-increasing score order, the first the best path, -1 at the ranks a row lacks
-        (:func:`~ssvm_torch.align.kbest.kbest`; the score of ``paths[:, j]`` is ``self.path_score(scores,
+        (:func:`~ssvm_torch.align.kbest.kbest`; the score of ``paths[:, j]`` is ``self.score(scores,
         paths[:, j], ...)``). ``mbr=True``: minimum-Bayes-risk decoding instead, the path (or k paths) of least
         expected loss E_p[Delta(P, P*)] under the CRF of the scores (:meth:`expected_gains`), as the other layers'
         ``mbr``."""

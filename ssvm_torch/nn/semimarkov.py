@@ -34,7 +34,7 @@ from torch import nn
 from ..chain.checks import check_draws
 from ..errors import check, check_choice
 from ..segments import objectives, ops, scoring
-from ..segments.checks import (KERNELS, check_seg_scores, check_transitions, resolve_lengths)
+from ..segments.checks import KERNELS, check_seg_scores, check_segments, check_transitions, resolve_lengths
 from ..segments.mbr import mbr_decode
 from ..segments.partial import check_annotation, check_partial, constraints
 from ..trees.losses import row_cost
@@ -117,6 +117,15 @@ class SemiMarkovChain(nn.Module):
         per_row = objectives.training_loss(self.loss, S, first, last, trans, gold, lengths, self.seg_loss, c,
                                            self.kernels)
         return reduce_rows(per_row, reduction, lengths)
+
+    def score(self, seg_scores: torch.Tensor, segments: torch.Tensor, mask: torch.Tensor | None = None,
+              lengths: torch.Tensor | None = None) -> torch.Tensor:
+        """s(y) (B,) of given segmentations (B, T) (:meth:`decode`'s layout) under the layer: their segments' scores
+        (length scores included), the first, last and transition scores (:func:`ssvm_torch.segments.scoring.score`);
+        differentiable w.r.t. the segment scores and the parameters; 0 for an empty row."""
+        S, first, last, trans, lengths = self._scores(seg_scores, mask, lengths)
+        segments = check_segments(segments, lengths, self.num_labels, self.max_length, "segments", S.shape[1])
+        return scoring.score(S, first, last, trans, segments, lengths)
 
     @torch.no_grad()
     def decode(self, seg_scores: torch.Tensor, mask: torch.Tensor | None = None,
