@@ -459,3 +459,12 @@ def test_entropy_and_samples_equal_enumeration(local, kernels):
         for key, pk in zip(keys, p.tolist()):
             sd = (20000 * pk * (1 - pk)) ** 0.5
             assert abs(counts.get(key, 0) - 20000 * pk) <= 4.5 * sd + 1, (b, key, counts.get(key, 0), 20000 * pk)
+
+
+def test_docs_nn_alignment_example_runs():
+    """docs/nn.md's MonotonicAlignment example, as written (every call of the layer in it)."""
+    from pathlib import Path
+    text = (Path(__file__).resolve().parents[1] / "docs" / "nn.md").read_text()
+    at = text.index("from ssvm_torch.nn import MonotonicAlignment, from_similarity")
+    block = text[text.rfind("```python", 0, at) + len("```python"):text.index("```", at)]
+    exec(compile(block, "docs/nn.md", "exec"), {})
