@@ -54,15 +54,30 @@ def _expect(w: torch.Tensor, term: torch.Tensor) -> torch.Tensor:
     return (w * torch.where(pos, term, torch.zeros_like(term))).sum(-1)
 
 
+class _ExpectDivergence(torch.autograd.Function):
+    """sum over ``dim`` of w * term, a zero weight contributing 0: :func:`_expect`'s forward, whose backward reads
+    a +inf term (q forbids what p weighs) as 0 in d/dw (0 * inf would be NaN)."""
+
+    @staticmethod
+    def forward(ctx, w, term, dim):
+        safe = torch.where(w > 0, term, torch.zeros_like(term))
+        ctx.save_for_backward(w, safe)
+        ctx.dim = dim
+        return (w * safe).sum(dim)
+
+    @staticmethod
+    def backward(ctx, g):
+        w, safe = ctx.saved_tensors
+        g = g.unsqueeze(ctx.dim)
+        return g * torch.where(torch.isinf(safe), torch.zeros_like(safe), safe), g * w, None
+
+
 def expect_divergence(w: torch.Tensor, term: torch.Tensor, dim: int = -1) -> torch.Tensor:
-    """sum over ``dim`` of w * term for a KL's expected prefix terms (+inf where q forbids what p weighs): a zero
-    weight contributes 0, and a positive weight on a +inf term makes the sum +inf through an indicator, the product
-    taken over the finite terms only. So a row of +inf KL has a finite gradient (its finite terms') instead of
-    NaN, which 0 * inf in the backward of a masked-out row would send into every shared parameter."""
-    pos = w > 0
-    inf = pos & (term == float("inf"))
-    out = (w * torch.where(pos & ~inf, term, torch.zeros_like(term))).sum(dim)
-    return out.masked_fill(inf.any(dim), float("inf"))
+    """sum over ``dim`` of w * term for a KL's expected prefix terms: a zero weight contributes 0, a positive weight
+    on a +inf term (q forbids what p weighs) makes the sum +inf, and the gradient of such a sum is that of its
+    finite terms, not NaN: 0 * inf in the backward of a row masked out of a loss would send NaN into every shared
+    parameter. One autograd function: the forward costs what :func:`_expect` does."""
+    return _ExpectDivergence.apply(w, term, dim)
 
 
 def _centred(a: torch.Tensor) -> torch.Tensor:
