@@ -18,7 +18,7 @@ from q's own messages. :func:`sample_rows` draws labelings backwards from the sa
 
 Zero weights (forbidden tags and moves: -inf scores) contribute exactly 0 to every sum, and no NaN enters the
 values or their gradients: log-sum-exp is taken with a finite shift and log 1 where a sum is 0, and a KL made +inf
-by a move q forbids is so through an indicator (:func:`expect_divergence`), its row's gradient finite.
+by a move q forbids keeps a finite gradient (:func:`expect_divergence` reads the +inf term as 0 in its backward).
 """
 from __future__ import annotations
 

@@ -14,8 +14,8 @@ entropy semiring, as :mod:`ssvm_torch.chain.information` for tags):
 
 KL(p || q) sums E_p[log p-choice - log q-choice] the same way with q's own messages; :func:`sample_rows` makes the
 same choices at random from the end of each row. Choices of zero weight contribute exactly 0 (no NaN from -inf
-scores: the log-sums of :func:`ssvm_torch.segments.torch_semimarkov.logsumexp`); a KL made +inf by what q forbids is
-so through an indicator, its row's gradient finite (:func:`ssvm_torch.chain.information.expect_divergence`).
+scores: the log-sums of :func:`ssvm_torch.segments.torch_semimarkov.logsumexp`); a KL made +inf by what q forbids
+keeps a finite gradient (:func:`ssvm_torch.chain.information.expect_divergence`).
 """
 from __future__ import annotations
 
