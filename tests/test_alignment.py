@@ -390,7 +390,8 @@ def test_a_learned_similarity_aligns_warped_sequences():
 @pytest.mark.parametrize("local", [False, True])
 def test_the_torch_path_never_leaves_the_device(local):
     """The wavefront (every device's path), checked on CPU under host_guard: the three losses with their gradients,
-    the marginals, entropy, KL and cross-entropy with theirs, the best path and samples make no NumPy call, no default-device factory and no host copy."""
+    the marginals, entropy, KL and cross-entropy with theirs, the best path and samples make no NumPy call, no
+    default-device factory and no host copy."""
     from ssvm_torch.devices import host_guard
     S, n, m = batch(5)
     gold = decode(S, n, m, local)

@@ -152,10 +152,13 @@ def _value(a: torch.Tensor, x_lengths, y_lengths, local: bool, reduce: str) -> t
 
 
 def _check_reachable(value: torch.Tensor, field: str = "scores") -> None:
+    """Refuses, naming ``field``, the rows whose value says no path has a finite score: the scores' own -inf moves
+    or, for ``field`` a partial path (align/partial.py), its observed cells with them."""
     if bool((value < NEG / 2).any()):
+        why = "whose every path takes a -inf move" if field == "scores" else \
+            "whose observed cells no path of finite score agrees with"
         raise SSVMInputError(f"{field}: expected at least one path of finite score per row, got rows "
-                             f"{torch.nonzero(value < NEG / 2).flatten().tolist()[:8]} whose every path takes a -inf "
-                             "move")
+                             f"{torch.nonzero(value < NEG / 2).flatten().tolist()[:8]} {why}")
 
 
 def _compiled(scores: torch.Tensor, kernels: str) -> bool:
@@ -218,7 +221,7 @@ class _CompiledMax(torch.autograd.Function):
 
 
 def _recursion_value(scores, x_lengths, y_lengths, local: bool, kernels: str, reduce: str,
-                     twice: bool = False) -> torch.Tensor:
+                     twice: bool = False, field: str = "scores") -> torch.Tensor:
     """log Z (``reduce="logsumexp"``) or the best score (``"max"``) per row, by the compiled kernels or the torch
     wavefront, differentiable (``twice``: the torch wavefront with finite second derivatives); a row without a
     finite path refused."""
@@ -228,18 +231,22 @@ def _recursion_value(scores, x_lengths, y_lengths, local: bool, kernels: str, re
     else:
         a, _ = _sweep(_skewed(scores, n, m), local, reduce, twice)
         value = _value(a, n, m, local, reduce)
-    _check_reachable(value)
+    _check_reachable(value, field)
     return value
 
 
-def log_partition(scores, x_lengths=None, y_lengths=None, local: bool = False, kernels: str = "auto") -> torch.Tensor:
-    """log Z (B,): the logsumexp of the score of every path (global or ``local``), differentiable."""
-    return _recursion_value(scores, x_lengths, y_lengths, local, kernels, "logsumexp")
+def log_partition(scores, x_lengths=None, y_lengths=None, local: bool = False, kernels: str = "auto", *,
+                  field: str = "scores") -> torch.Tensor:
+    """log Z (B,): the logsumexp of the score of every path (global or ``local``), differentiable. A row without
+    a path of finite score is refused naming ``field`` (a caller that restricted the scores names what did)."""
+    return _recursion_value(scores, x_lengths, y_lengths, local, kernels, "logsumexp", field=field)
 
 
-def max_score(scores, x_lengths=None, y_lengths=None, local: bool = False, kernels: str = "auto") -> torch.Tensor:
-    """The best path's score (B,), differentiable (its gradient is the best path's move indicators)."""
-    return _recursion_value(scores, x_lengths, y_lengths, local, kernels, "max")
+def max_score(scores, x_lengths=None, y_lengths=None, local: bool = False, kernels: str = "auto", *,
+              field: str = "scores") -> torch.Tensor:
+    """The best path's score (B,), differentiable (its gradient is the best path's move indicators); ``field`` as
+    in :func:`log_partition`."""
+    return _recursion_value(scores, x_lengths, y_lengths, local, kernels, "max", field=field)
 
 
 def marginals(scores, x_lengths=None, y_lengths=None, local: bool = False, kernels: str = "auto") -> torch.Tensor:

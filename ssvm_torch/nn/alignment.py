@@ -19,6 +19,7 @@ from torch import nn
 
 from ..align import ops
 from ..align.kbest import kbest
+from ..align.partial import allowed_moves, check_partial_path, is_partial, observed_cells
 from ..align.paths import check_path
 from ..errors import SSVMInputError, check, check_choice
 from .reduction import REDUCTIONS, reduce_rows
@@ -98,6 +99,8 @@ class MonotonicAlignment(nn.Module):
         rows, or sum over the number of x positions ("token_mean"). ``path``: the gold paths (B, N, M)."""
         check_choice(reduction, "reduction", REDUCTIONS)
         scores, n, m = ops.check_scores(scores, x_lengths, y_lengths)
+        if is_partial(path):
+            return reduce_rows(self._partial_loss(scores, path, n, m), reduction, n)
         gold = check_path(path, n, m, scores.shape[:3], self.local)
         s_gold = self._score(scores, gold)
         if self.loss == "crf":
@@ -110,16 +113,40 @@ class MonotonicAlignment(nn.Module):
             per_row = best + self.cost * on.sum((1, 2)) - s_gold
         return reduce_rows(per_row, reduction, n)
 
-    def decode(self, scores, x_lengths=None, y_lengths=None, *, nbest: int = 1, mbr: bool = False) -> torch.Tensor:
+    def _partial_loss(self, scores, path, n, m) -> torch.Tensor:
+        """The loss per row against a partial path (:mod:`ssvm_torch.align.partial`), C the paths that agree with
+        it: ``crf`` log Z - log Z_C, ``hinge`` max_P [s(P) + Delta_O(P)] - max_{P in C} s(P) (the latent hinge),
+        ``softmax_margin`` log sum_P exp(s(P) + Delta_O(P)) - log Z_C, with Delta_O the cells of P whose observed
+        status P breaks (times ``cost``), as the other layers' partial annotation. An empty C is refused by name."""
+        part = check_partial_path(path, n, m, scores.shape[:3], self.local)
+        restricted = scores.masked_fill(~allowed_moves(part), float("-inf"))
+        value = ops.max_score if self.loss == "hinge" else ops.log_partition
+        in_c = value(restricted, n, m, False, self.kernels, field="path")
+        if self.loss == "crf":
+            return ops.log_partition(scores, n, m, False, self.kernels) - in_c
+        observed, on = observed_cells(part)
+        # Delta_O(P) = sum_{c in P, c observed} (1 - 2 [c on]) + the observed cells on the path
+        flips = (observed.to(scores.dtype) - 2.0 * on.to(scores.dtype))
+        best = value(scores + (self.cost * flips)[..., None], n, m, False, self.kernels)
+        return best + self.cost * on.sum((1, 2)).to(scores.dtype) - in_c
+
+    def decode(self, scores, x_lengths=None, y_lengths=None, *, nbest: int = 1, mbr: bool = False,
+               observed=None) -> torch.Tensor:
         """The best path of each row (B, N, M) int64 (:func:`~ssvm_torch.align.ops.decode`); ``nbest=k > 1``: the k
         best paths (B, k, N, M) in non-increasing score order, the first the best path, -1 at the ranks a row lacks
         (:func:`~ssvm_torch.align.kbest.kbest`; the score of ``paths[:, j]`` is ``self.score(scores,
         paths[:, j], ...)``). ``mbr=True``: minimum-Bayes-risk decoding instead, the path (or k paths) of least
         expected loss E_p[Delta(P, P*)] under the CRF of the scores (:meth:`expected_gains`), as the other layers'
-        ``mbr``."""
+        ``mbr``. ``observed``: a partial path (:mod:`ssvm_torch.align.partial`) the result must agree with:
+        decoding over C (the posterior given it, for ``mbr``); a row C leaves empty is refused by name."""
         check(isinstance(nbest, int) and not isinstance(nbest, bool) and nbest >= 1, "nbest", "an int >= 1",
               repr(nbest))
         check(isinstance(mbr, bool), "mbr", "True or False", repr(mbr))
+        if observed is not None:
+            scores, n, m = ops.check_scores(scores, x_lengths, y_lengths)
+            part = check_partial_path(observed, n, m, scores.shape[:3], self.local, "observed")
+            scores = scores.detach().masked_fill(~allowed_moves(part), float("-inf"))
+            ops.max_score(scores, n, m, False, self.kernels, field="observed")      # C not empty
         if mbr:
             scores = self.expected_gains(scores, x_lengths, y_lengths)
         if nbest > 1:
