@@ -9,9 +9,11 @@
 
 * LinearChain, B 64, T 50, K 9 and 45 (crf, hinge, softmax_margin);
 * DependencyTree, B 32 sentences of n = 40 words, projective first order, non-projective first order and
-  projective second order (the same three losses).
+  projective second order (the same three losses);
+* MonotonicAlignment, B 32 grids of 64 x 64, half of a gold path's cells observed (the same three losses).
 
 Usage: python benchmarks/bench_partial.py [--repeats 7] [--out benchmarks/results/partial.json]
+       [--sections chain trees alignment]
 """
 from __future__ import annotations
 
@@ -129,16 +131,62 @@ def tree_rows(repeats: int) -> list:
     return rows
 
 
+def alignment_rows(repeats: int) -> list:
+    """MonotonicAlignment, B 32 grids of 64 x 64 (dynamic time warping's scores), half of a gold path's cells
+    observed (on the path: its move or any move; off it: -1) and the rest unobserved."""
+    from ssvm_torch.align import decode, log_partition
+    from ssvm_torch.align.partial import UNOBSERVED, VISITED, allowed_moves
+    from ssvm_torch.nn import MonotonicAlignment, from_similarity
+    rows = []
+    g = torch.Generator().manual_seed(2)
+    B, N, M = 32, 64, 64
+    S = from_similarity(torch.randn(B, N, M, generator=g)).contiguous()
+    gold = decode(S + torch.randn(S.shape, generator=g))
+    hidden = torch.where(torch.rand(B, N, M, generator=g) < 0.5, UNOBSERVED, gold)
+    hidden = torch.where((hidden >= 0) & (torch.rand(B, N, M, generator=g) < 0.5), VISITED, hidden)
+    shape = f"B {B}, {N} x {M}"
+
+    def restricted(x):
+        return x.masked_fill(~allowed_moves(hidden), float("-inf"))
+
+    def logz(constrained):
+        x = S.clone().requires_grad_(True)
+        log_partition(restricted(x) if constrained else x).sum().backward()
+
+    def best(constrained):
+        decode(restricted(S) if constrained else S)
+    rows += op_rows("MonotonicAlignment", shape, {
+        "log Z + backward": (lambda: logz(False), lambda: logz(True)),
+        "best path": (lambda: best(False), lambda: best(True))}, repeats)
+    for loss in LOSSES:
+        layer = MonotonicAlignment(loss)
+
+        def run(path):
+            x = S.clone().requires_grad_(True)
+            layer(x, path).backward()
+        reps = alternated({"full": lambda: run(gold), "partial": lambda: run(hidden)}, repeats)
+        med = {k: 1e3 * statistics.median(v) for k, v in reps.items()}
+        rows.append({"layer": "MonotonicAlignment", "shape": shape, "loss": loss, **med,
+                     "ratio": med["partial"] / med["full"]})
+        print(f"MonotonicAlignment {shape:16s} {loss:15s} full {med['full']:8.3f} ms  half hidden "
+              f"{med['partial']:8.3f} ms  x{med['partial'] / med['full']:.2f}", flush=True)
+    return rows
+
+
+SECTIONS = {"chain": chain_rows, "trees": tree_rows, "alignment": alignment_rows}
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--repeats", type=int, default=7)
     p.add_argument("--out", default="benchmarks/results/partial.json")
+    p.add_argument("--sections", nargs="+", choices=sorted(SECTIONS), default=list(SECTIONS))
     args = p.parse_args(argv)
     torch.set_num_threads(1)
     numba.set_num_threads(1)
     result = {"machine": platform.processor() or platform.machine(), "torch": torch.__version__, "threads": 1,
               "dtype": "float32", "repeats": args.repeats, "load_average_at_start": list(os.getloadavg()),
-              "rows": chain_rows(args.repeats) + tree_rows(args.repeats)}
+              "sections": args.sections, "rows": [r for name in args.sections for r in SECTIONS[name](args.repeats)]}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=1))
     print(f"wrote {args.out}")

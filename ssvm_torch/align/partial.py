@@ -62,25 +62,22 @@ def _inside(x_lengths, y_lengths, N: int, M: int) -> torch.Tensor:
 def allowed_moves(path: torch.Tensor) -> torch.Tensor:
     """(B, N, M, 3) bool: the moves that paths agreeing with the partial ``path`` may take (module docstring), on
     the path's device, without a host synchronisation (prefix sums over the visited cells)."""
-    on, off = path >= 0, path == -1
+    on = path >= 0
     count = on.to(torch.int32)
-
-    def before(x, dim):                                   # the sum over indices strictly below, along dim
-        return x.cumsum(dim) - x
-
-    def after(x, dim):                                    # ... strictly above
-        return x.flip(dim).cumsum(dim).flip(dim) - x
-    # a visited cell above and to the right of (i', j') (i < i', j > j'), or below and to the left
-    upper_right = after(before(count, 1), 2) > 0
-    lower_left = before(after(count, 1), 2) > 0
-    allowed = (~(off | upper_right | lower_left))[..., None].expand(*path.shape, 3).clone()
+    # visited cells strictly above (i < i') / below (i > i') each cell's row, per column
+    above = count.cumsum(1) - count
+    below = count.flip(1).cumsum(1).flip(1) - count
+    # ... and strictly right of / left of its column: one upper-right or lower-left of (i', j') forbids it
+    upper_right = (above.flip(2).cumsum(2).flip(2) - above) > 0
+    lower_left = (below.cumsum(2) - below) > 0
+    cell = ~((path == -1) | upper_right | lower_left)
     # the diagonal moves that step over a visited cell (i, j): into (i, j + 1) and into (i + 1, j)
-    allowed[:, :, 1:, 1] &= ~on[:, :, :-1]
-    allowed[:, 1:, :, 1] &= ~on[:, :-1, :]
+    over = torch.zeros_like(on)
+    over[:, :, 1:] |= on[:, :, :-1]
+    over[:, 1:, :] |= on[:, :-1, :]
     given = (path >= 0) & (path <= 2)
-    moves = torch.arange(3, device=path.device)
-    allowed &= ~given[..., None] | (path[..., None] == moves)
-    return allowed
+    return torch.stack([cell & (~given | (path == 0)), cell & ~over & (~given | (path == 1)),
+                        cell & (~given | (path == 2))], -1)
 
 
 def observed_cells(path: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
