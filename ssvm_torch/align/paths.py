@@ -33,25 +33,18 @@ def check_path(path, x_lengths: torch.Tensor, y_lengths: torch.Tensor, shape, lo
     dev = x_lengths.device
     path = path.to(dev, torch.int64)
     on = path >= 0
-    i = torch.arange(N, device=dev)[None, :, None]
-    j = torch.arange(M, device=dev)[None, None, :]
-    inside = (i < x_lengths[:, None, None]) & (j < y_lengths[:, None, None])
+    inside = (torch.arange(N, device=dev)[None, :, None] < x_lengths[:, None, None]) & \
+        (torch.arange(M, device=dev)[None, None, :] < y_lengths[:, None, None])
     bad_value = ((path < -1) | (path > 2)).any() | (on & ~inside).any()
-    op = path.clamp(0, 2)                                # out-of-range moves are refused below
-    di = torch.tensor([f[0] for f in FROM], device=dev)[op]
-    dj = torch.tensor([f[1] for f in FROM], device=dev)[op]
-    pi, pj = i + di, j + dj
-    in_grid = (pi >= 0) & (pj >= 0)
-    b = torch.arange(B, device=dev)[:, None, None]
-    pred_on = on[b, pi.clamp(min=0), pj.clamp(min=0)] & in_grid          # a gather: no mask indexing, no sync
+    # each cell's neighbours by slicing (no gather, no scatter), in int8 (moves -1..2 once the values are checked):
+    # whether the cell a move comes from is visited, and whether the cells after it are entered from it
+    moves = path.clamp(-1, 2).to(torch.int8)
+    right, diagonal = moves == RIGHT, moves == DIAGONAL
+    pred_on = torch.where(right, _shifted(on, 0, 1), torch.where(diagonal, _shifted(on, 1, 1), _shifted(on, 1, 0)))
     first = on & ~pred_on                                # entered from outside the path
-    bad_first = (first & (path != DIAGONAL)).any()
-    # successors: how many visited cells each cell is left to
-    succ = torch.zeros(B, N * M, dtype=torch.int64, device=dev)
-    link = on & pred_on
-    flat = (pi * M + pj).clamp(min=0).expand(B, N, M)
-    succ.scatter_add_(1, (flat * link).reshape(B, N * M), link.reshape(B, N * M).long())   # unlinked cells add 0
-    succ = succ.reshape(B, N, M)
+    bad_first = (first & ~diagonal).any()
+    succ = (_shifted(right, 0, -1).to(torch.int8) + _shifted(diagonal, -1, -1).to(torch.int8)
+            + _shifted(moves == DOWN, -1, 0).to(torch.int8)) * on
     last = on & (succ == 0)
     n_first, n_last = first.sum((1, 2)), last.sum((1, 2))
     empty = ~on.any(2).any(1)
@@ -67,6 +60,17 @@ def check_path(path, x_lengths: torch.Tensor, y_lengths: torch.Tensor, shape, lo
                              "each visited cell entered from a visited cell (the first diagonally from outside the "
                              "grid) and left to at most one, every visited cell inside the row's lengths")
     return path
+
+
+def _shifted(t: torch.Tensor, di: int, dj: int, fill=False) -> torch.Tensor:
+    """t (B, N, M) read at (i - di, j - dj) for every cell (i, j), ``fill`` where that is off the grid: di, dj = 1
+    reads the cell above / to the left, -1 the cell below / to the right."""
+    out = torch.full_like(t, fill)
+    N, M = t.shape[1], t.shape[2]
+    src_i, dst_i = (slice(0, N - di), slice(di, N)) if di >= 0 else (slice(-di, N), slice(0, N + di))
+    src_j, dst_j = (slice(0, M - dj), slice(dj, M)) if dj >= 0 else (slice(-dj, M), slice(0, M + dj))
+    out[:, dst_i, dst_j] = t[:, src_i, src_j]
+    return out
 
 
 def path_from_pairs(pairs, N: int | None = None, M: int | None = None) -> torch.Tensor:

@@ -86,12 +86,14 @@ class MonotonicAlignment(nn.Module):
 
     @staticmethod
     def _score(scores, gold):
+        """s(P) (B,): each visited cell's score of the move entering it, read by one gather (its backward one
+        scatter into the (B, N, M, 3) gradient)."""
         on = gold >= 0
-        taken = torch.nn.functional.one_hot(gold.clamp(min=0), 3).bool() & on[..., None]
-        if bool((taken & (scores == float("-inf"))).any()):
+        taken = scores.gather(3, gold.clamp(min=0)[..., None])[..., 0]
+        if bool((on & (taken == float("-inf"))).any()):
             raise SSVMInputError("path: expected paths whose every move has a finite score, got one through a -inf "
                                  "(forbidden) move")
-        return torch.where(taken, scores, scores.new_zeros(())).sum((1, 2, 3))
+        return torch.where(on, taken, taken.new_zeros(())).sum((1, 2))
 
     def forward(self, scores: torch.Tensor, path: torch.Tensor, x_lengths: torch.Tensor | None = None,
                 y_lengths: torch.Tensor | None = None, reduction: str = "sum") -> torch.Tensor:
