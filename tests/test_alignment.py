@@ -185,12 +185,15 @@ def test_the_two_kernels_agree_and_float32_and_padding_do_not_change_a_row(local
         assert torch.equal(decode(S.float(), n, m, local, k), out[k][3])
 
 
-def test_paths_are_checked_and_converted():
+@pytest.mark.parametrize("compiled", [True, False])
+def test_paths_are_checked_and_converted(compiled):
+    """Both checks (the compiled walk back along each path, the torch one every device runs) accept the paths
+    and refuse each fault by name."""
     n, m = torch.tensor([3, 2]), torch.tensor([3, 3])
     pairs = [[(0, 0), (1, 1), (1, 2), (2, 2)], [(0, 0), (0, 1), (1, 2)]]
     path = path_from_pairs(pairs, 3, 3)
     assert path[0].tolist() == [[1, -1, -1], [-1, 1, 0], [-1, -1, 2]]
-    check_path(path, n, m, path.shape, local=False)
+    check_path(path, n, m, path.shape, local=False, compiled=compiled)
     assert pairs_from_path(path) == [list(map(tuple, p)) for p in pairs]
     with pytest.raises(SSVMInputError, match=r"^pairs\[0\]\[1\]: expected one move from the pair before it"):
         path_from_pairs([[(0, 0), (2, 1)]])
@@ -208,14 +211,40 @@ def test_paths_are_checked_and_converted():
     }
     for name, p in bad.items():
         with pytest.raises(SSVMInputError, match=r"^path: expected one path from \(0, 0\)"):
-            check_path(p, n, m, p.shape, local=False)
+            check_path(p, n, m, p.shape, local=False, compiled=compiled)
     two = path_from_pairs([[(0, 0), (0, 1)], [(0, 0)]], 3, 3)
     two[0, 2, 2] = 1                                                      # a second local path in row 0
     with pytest.raises(SSVMInputError, match=r"^path: expected a local path \(or none\)"):
-        check_path(two, n, m, two.shape, local=True)
-    check_path(torch.full((2, 3, 3), -1), n, m, (2, 3, 3), local=True)   # empty local paths are paths
+        check_path(two, n, m, two.shape, local=True, compiled=compiled)
+    check_path(torch.full((2, 3, 3), -1), n, m, (2, 3, 3), local=True, compiled=compiled)   # empty local paths
     with pytest.raises(SSVMInputError, match=r"^path: expected an integer tensor \(B, N, M\)"):
-        check_path(torch.zeros(2, 3, 3), n, m, (2, 3, 3), local=False)
+        check_path(torch.zeros(2, 3, 3), n, m, (2, 3, 3), local=False, compiled=compiled)
+
+
+@pytest.mark.parametrize("local", [False, True])
+def test_the_two_path_checks_agree_on_corrupted_paths(local):
+    """The compiled and the torch check accept and refuse the same rows: 400 decoded paths of ragged 5 x 4 grids,
+    each with one to three cells set to a random value in -1..3 (or left whole), checked row by row."""
+    g = torch.Generator().manual_seed(7)
+    rng = np.random.default_rng(7)
+    S = torch.randn(400, 5, 4, 3, generator=g, dtype=torch.float64)
+    n, m = torch.randint(1, 6, (400,), generator=g), torch.randint(1, 5, (400,), generator=g)
+    paths = decode(S, n, m, local)
+    verdicts = []
+    for b in range(400):
+        p = paths[b:b + 1].clone()
+        for _ in range(rng.integers(0, 4)):
+            p[0, rng.integers(5), rng.integers(4)] = int(rng.integers(-1, 4))
+        outcome = []
+        for compiled in (True, False):
+            try:
+                check_path(p, n[b:b + 1], m[b:b + 1], p.shape, local, compiled=compiled)
+                outcome.append(True)
+            except SSVMInputError:
+                outcome.append(False)
+        assert outcome[0] == outcome[1], (b, p, int(n[b]), int(m[b]))
+        verdicts.append(outcome[0])
+    assert 50 < sum(verdicts) < 350                      # both kinds of rows were met
 
 
 def test_bad_scores_and_options_are_refused_by_name():

@@ -224,3 +224,60 @@ def sample_paths(n, m, local, alpha, weights, logz, uniforms, path):
                     i -= 1
                 if mv != 2:
                     j -= 1
+
+
+@nb.njit(cache=True, inline="always")
+def _has_successor(path, b, i, j, N, M):
+    return ((j + 1 < M and path[b, i, j + 1] == 0) or (i + 1 < N and j + 1 < M and path[b, i + 1, j + 1] == 1)
+            or (i + 1 < N and path[b, i + 1, j] == 2))
+
+
+@nb.njit(cache=True, parallel=True)
+def path_faults(path, n, m, local, out):
+    """out[b] = 1 where row b of ``path`` (B, N, M) is not one monotone path of its (n_b, m_b) grid (the rules of
+    paths.check_path), else 0: one pass over the cells (values, lengths, the cells on the path, the last cell),
+    then the path followed back from its last cell, which must reach every cell on it and end entering its first
+    cell diagonally ((0, 0) for a global path). The moves strictly decrease i + j, so a walk that counts every
+    visited cell has met each once and every visited cell is left to at most one."""
+    B, N, M = path.shape
+    for b in nb.prange(B):
+        out[b] = 0
+        count, ends, ei, ej = 0, 0, -1, -1
+        for i in range(N):
+            for j in range(M):
+                v = path[b, i, j]
+                if v == -1:
+                    continue
+                if v < -1 or v > 2 or i >= n[b] or j >= m[b]:
+                    out[b] = 1
+                count += 1
+                if local and not _has_successor(path, b, i, j, N, M):
+                    ends += 1
+                    ei, ej = i, j
+        if out[b] == 1:
+            continue
+        if count == 0:
+            out[b] = 0 if local else 1
+            continue
+        if local:
+            if ends != 1:
+                out[b] = 1
+                continue
+            i, j = ei, ej
+        else:
+            i, j = n[b] - 1, m[b] - 1
+            if path[b, i, j] < 0:
+                out[b] = 1
+                continue
+        steps = 0
+        while True:
+            steps += 1
+            v = path[b, i, j]
+            pi, pj = (i, j - 1) if v == 0 else ((i - 1, j - 1) if v == 1 else (i - 1, j))
+            if pi < 0 or pj < 0 or path[b, pi, pj] < 0:          # the first cell: entered from outside the path
+                if v != 1 or (not local and (i != 0 or j != 0)):
+                    out[b] = 1
+                break
+            i, j = pi, pj
+        if steps != count:
+            out[b] = 1

@@ -161,7 +161,8 @@ def _check_reachable(value: torch.Tensor, field: str = "scores") -> None:
                              f"{torch.nonzero(value < NEG / 2).flatten().tolist()[:8]} {why}")
 
 
-def _compiled(scores: torch.Tensor, kernels: str) -> bool:
+def use_compiled(scores: torch.Tensor, kernels: str) -> bool:
+    """Whether ``kernels`` on the scores' device means the compiled CPU kernels (numba_ops.py)."""
     check_choice(kernels, "kernels", KERNELS)
     if kernels == "numba":
         check(scores.device.type == "cpu", "kernels", "'numba' on CPU tensors (use 'auto' or 'torch')",
@@ -226,7 +227,7 @@ def _recursion_value(scores, x_lengths, y_lengths, local: bool, kernels: str, re
     wavefront, differentiable (``twice``: the torch wavefront with finite second derivatives); a row without a
     finite path refused."""
     scores, n, m = check_scores(scores, x_lengths, y_lengths)
-    if _compiled(scores, kernels) and not twice:
+    if use_compiled(scores, kernels) and not twice:
         value = (_CompiledMax if reduce == "max" else _CompiledLogZ).apply(scores, n, m, local)
     else:
         a, _ = _sweep(_skewed(scores, n, m), local, reduce, twice)
@@ -263,7 +264,7 @@ def decode(scores, x_lengths=None, y_lengths=None, local: bool = False, kernels:
     followed back from the last cell (ties to the lowest move; for a local path, the first best cell in row-major
     order, and the empty path where no path scores above 0)."""
     scores, n, m = check_scores(scores, x_lengths, y_lengths)
-    if _compiled(scores, kernels):
+    if use_compiled(scores, kernels):
         value, path = _compiled_best(scores, n, m, local)
         _check_reachable(torch.from_numpy(value))
         return path
@@ -379,7 +380,7 @@ def sample(scores, x_lengths=None, y_lengths=None, local: bool = False, n: int =
     B, N, M, _ = scores.shape
     # rows r = sample * B + b of the uniforms and of the draws, read back batch-first
     uniforms = torch.rand(n * B, 2 * (N + M) + 1, generator=generator, dtype=torch.float64, device=scores.device)
-    if not _compiled(scores, kernels):
+    if not use_compiled(scores, kernels):
         draws = _torch_samples(scores.detach(), x_n, y_m, local, uniforms).reshape(n, B, N, M)
         return draws.transpose(0, 1).contiguous()
     host, nh, mh = _host(scores), _host(x_n), _host(y_m)

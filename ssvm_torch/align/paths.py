@@ -13,7 +13,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from ..devices import to_host_all
 from ..errors import SSVMInputError, check
+from .numba_ops import path_faults
 
 RIGHT, DIAGONAL, DOWN = 0, 1, 2
 #: the cell a move comes from, as (di, dj) offsets
@@ -21,17 +23,25 @@ FROM = ((0, -1), (-1, -1), (-1, 0))
 
 
 def check_path(path, x_lengths: torch.Tensor, y_lengths: torch.Tensor, shape, local: bool,
-               field: str = "path") -> torch.Tensor:
+               field: str = "path", compiled: bool | None = None) -> torch.Tensor:
     """``path`` as an int64 tensor on the lengths' device, refused by name unless every row is one monotone path of
     its (n_b, m_b) grid (module docstring): every visited cell's move comes from a visited cell, except the path's
     first cell, entered diagonally from outside the grid ((0, 0) for a global path); one first cell, one last cell
-    ((n_b - 1, m_b - 1) for a global path), no cell left by two moves. One host synchronisation."""
+    ((n_b - 1, m_b - 1) for a global path), no cell left by two moves. One host synchronisation. ``compiled``
+    (None: on CPU tensors) follows each path back in a compiled kernel (numba_ops.path_faults: O(N M) once, no
+    temporaries); else torch operations on the path's device, the same rules."""
     B, N, M = shape
     check(torch.is_tensor(path) and not path.is_floating_point() and tuple(path.shape) == (B, N, M), field,
           f"an integer tensor (B, N, M) = ({B}, {N}, {M}) of moves (0 right, 1 diagonal, 2 down, -1 off the path)",
           f"{getattr(path, 'dtype', type(path).__name__)} {tuple(getattr(path, 'shape', ()))}")
     dev = x_lengths.device
     path = path.to(dev, torch.int64)
+    if compiled if compiled is not None else dev.type == "cpu":
+        faults = np.empty(B, dtype=np.int64)
+        path_faults(*to_host_all(path, x_lengths.to(torch.int64), y_lengths.to(torch.int64)), local, faults)
+        if faults.any():
+            _refuse(field, local)
+        return path
     on = path >= 0
     inside = (torch.arange(N, device=dev)[None, :, None] < x_lengths[:, None, None]) & \
         (torch.arange(M, device=dev)[None, None, :] < y_lengths[:, None, None])
@@ -55,11 +65,15 @@ def check_path(path, x_lengths: torch.Tensor, y_lengths: torch.Tensor, shape, lo
         end = on[torch.arange(B, device=dev), x_lengths - 1, y_lengths - 1]
         shape_ok = ((n_first == 1) & (n_last == 1) & start & end).all()
     if bool(bad_value | bad_first | (succ > 1).any() | ~shape_ok):       # the one host synchronisation
-        kind = "a local path (or none)" if local else "one path from (0, 0) to (n - 1, m - 1)"
-        raise SSVMInputError(f"{field}: expected {kind} per row, moves in {{0, 1, 2}} on the path and -1 elsewhere, "
-                             "each visited cell entered from a visited cell (the first diagonally from outside the "
-                             "grid) and left to at most one, every visited cell inside the row's lengths")
+        _refuse(field, local)
     return path
+
+
+def _refuse(field: str, local: bool):
+    kind = "a local path (or none)" if local else "one path from (0, 0) to (n - 1, m - 1)"
+    raise SSVMInputError(f"{field}: expected {kind} per row, moves in {{0, 1, 2}} on the path and -1 elsewhere, "
+                         "each visited cell entered from a visited cell (the first diagonally from outside the "
+                         "grid) and left to at most one, every visited cell inside the row's lengths")
 
 
 def _shifted(t: torch.Tensor, di: int, dj: int, fill=False) -> torch.Tensor:

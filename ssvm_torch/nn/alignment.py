@@ -81,7 +81,8 @@ class MonotonicAlignment(nn.Module):
     def score(self, scores: torch.Tensor, path: torch.Tensor, x_lengths=None, y_lengths=None) -> torch.Tensor:
         """s(P) (B,) of given paths, differentiable in ``scores``; a path through a -inf move is refused."""
         scores, n, m = ops.check_scores(scores, x_lengths, y_lengths)
-        gold = check_path(path, n, m, scores.shape[:3], self.local)
+        gold = check_path(path, n, m, scores.shape[:3], self.local,
+                          compiled=ops.use_compiled(scores, self.kernels))
         return self._score(scores, gold)
 
     @staticmethod
@@ -103,7 +104,8 @@ class MonotonicAlignment(nn.Module):
         scores, n, m = ops.check_scores(scores, x_lengths, y_lengths)
         if is_partial(path):
             return reduce_rows(self._partial_loss(scores, path, n, m), reduction, n)
-        gold = check_path(path, n, m, scores.shape[:3], self.local)
+        gold = check_path(path, n, m, scores.shape[:3], self.local,
+                          compiled=ops.use_compiled(scores, self.kernels))
         s_gold = self._score(scores, gold)
         if self.loss == "crf":
             per_row = ops.log_partition(scores, n, m, self.local, self.kernels) - s_gold
