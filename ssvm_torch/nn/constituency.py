@@ -88,7 +88,7 @@ class ConstituencyTree(nn.Module):
         the observed brackets of each row (partial brackets, module docstring)."""
         check_choice(reduction, "reduction", REDUCTIONS)
         S, lengths = self._inputs(span_scores, label_scores, mask, lengths)
-        gold = check_charts(charts, S, lengths, partial=partial)
+        gold = check_charts(charts, S, lengths, partial=partial, kernels=self.kernels)
         refuse_infinite_gold(S, gold, lengths)
         per_row = span_losses.row_losses(self.loss, S, gold, lengths, row_cost(self.cost, lengths, S.dtype),
                                          self.kernels, partial)
@@ -128,7 +128,7 @@ class ConstituencyTree(nn.Module):
               label_scores: torch.Tensor | None = None, lengths: torch.Tensor | None = None) -> torch.Tensor:
         """s(tree) per sentence (B,), differentiable."""
         S, lengths = self._inputs(span_scores, label_scores, mask, lengths)
-        return ops.score(S, check_charts(charts, S, lengths), lengths)
+        return ops.score(S, check_charts(charts, S, lengths, kernels=self.kernels), lengths)
 
     def sample(self, span_scores: torch.Tensor, mask: torch.Tensor | None = None,
                label_scores: torch.Tensor | None = None, lengths: torch.Tensor | None = None, n: int = 1,

@@ -1,12 +1,16 @@
 """The checks of the span package's arguments (each error names the argument, the row and what was expected):
 span scores, lengths / masks and gold charts, as vectorized torch ops on the tensors' device (one host read
-of a flag per check; O(B N^2) against the kernels' O(B N^3))."""
+of a flag per check; O(B N^2) against the kernels' O(B N^3)); gold trees on the CPU by a compiled pass
+(:mod:`ssvm_torch.spans.numba_checks`)."""
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from ..chain.checks import refuse_bad_scores, tracing
+from ..devices import from_host, to_host_all
 from ..errors import SSVMInputError, check
+from .numba_checks import chart_fault_codes
 
 KERNELS = ("auto", "numba", "torch")
 #: an observed-bracket chart's entry at a bracket observed without its label (SpanData.labeled)
@@ -83,10 +87,16 @@ def crossing_counts(C: torch.Tensor) -> torch.Tensor:
     return right_crossings(C) + right_crossings(mirrored).flip(1, 2).transpose(1, 2)
 
 
-def chart_faults(chart: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+def chart_faults(chart: torch.Tensor, lengths: torch.Tensor, compiled: bool | None = None) -> torch.Tensor:
     """(B,) int codes of the first fault of every row of a bool chart (B, N+1, N+1): 0 none, 1 a span off the
     row (i >= j or j > n), 2 a one-word span or the whole sentence missing, 3 crossing spans, 4 not 2n - 1
-    spans (a span with more than two children: not binary)."""
+    spans (a span with more than two children: not binary). ``compiled`` (None: on CPU tensors) runs the compiled
+    check (:mod:`ssvm_torch.spans.numba_checks`), else torch operations on the chart's device."""
+    if compiled if compiled is not None else chart.device.type == "cpu":
+        host, n = to_host_all(chart.to(torch.bool), lengths.to(torch.int64))
+        out = np.empty(chart.shape[0], dtype=np.int64)
+        chart_fault_codes(host, n, out)
+        return from_host(out, chart.device)
     B, M, _ = chart.shape
     inside = span_mask(lengths, M)
     code = torch.where((chart & ~inside).flatten(1).any(1), 1, 0)
@@ -110,12 +120,13 @@ FAULTS = {1: "a span outside 0 <= i < j <= n", 2: "a one-word span or the whole 
 
 
 def check_charts(charts, S: torch.Tensor, lengths: torch.Tensor, field: str = "charts",
-                 partial: bool = False) -> torch.Tensor:
+                 partial: bool = False, kernels: str = "auto") -> torch.Tensor:
     """Gold trees as charts, checked against the scores: bool (B, N+1, N+1) for unlabeled scores, int (B, N+1,
     N+1) labels in [0, L) on the spans and -1 elsewhere for labeled ones (B, N+1, N+1, L); each row a binary
     tree over its words (:func:`chart_faults`), or with ``partial`` a set of observed brackets inside the row,
     none crossing another (:mod:`ssvm_torch.spans.partial`). Returns the charts on the scores' device (bool or
-    int64)."""
+    int64). Trees are checked by the compiled kernel on CPU scores unless ``kernels`` is "torch" (the path other
+    devices run, which makes no host copy)."""
     B, M = S.shape[0], S.shape[1]
     labeled = S.dim() == 4
     want = "an int tensor of labels (-1: no span)" if labeled else "a bool tensor"
@@ -144,7 +155,7 @@ def check_charts(charts, S: torch.Tensor, lengths: torch.Tensor, field: str = "c
         code = torch.where(off, 1, torch.where(crossing, 3, 0))
         kind = "a set of nested brackets (partial=True)"
     else:
-        code = chart_faults(present, lengths)
+        code = chart_faults(present, lengths, compiled=S.device.type == "cpu" and kernels != "torch")
         kind = "a binary tree"
     if bool((code != 0).any()):
         b = int((code != 0).nonzero()[0, 0])

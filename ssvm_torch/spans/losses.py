@@ -83,9 +83,10 @@ def span_score(span_scores, charts, mask=None, lengths=None) -> torch.Tensor:
 
 def _loss_inputs(span_scores, charts, mask, lengths, cost, kernels, partial):
     S, lengths = _prepare(span_scores, mask, lengths)
-    gold = check_charts(charts, S, lengths, partial=partial)
+    kernels = _kernels(kernels)
+    gold = check_charts(charts, S, lengths, partial=partial, kernels=kernels)
     refuse_infinite_gold(S, gold, lengths)
-    return S, gold, lengths, row_cost("hamming" if cost is None else cost, lengths, S.dtype), _kernels(kernels)
+    return S, gold, lengths, row_cost("hamming" if cost is None else cost, lengths, S.dtype), kernels
 
 
 def refuse_infinite_gold(S: torch.Tensor, gold: torch.Tensor, lengths: torch.Tensor) -> None:
