@@ -205,9 +205,13 @@ def parts(charts: torch.Tensor, S: torch.Tensor) -> torch.Tensor:
 def score(S: torch.Tensor, charts: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
     """s(tree) = the sum of the tree's (labeled) span scores: (B,), differentiable. -inf scores of spans off the
     tree do not enter (selected, not multiplied)."""
-    on = parts(charts, S)
-    on &= span_mask(lengths, S.shape[1])[..., None] if S.dim() == 4 else span_mask(lengths, S.shape[1])
-    return torch.where(on, S, torch.zeros_like(S)).flatten(1).sum(1)
+    inside = span_mask(lengths, S.shape[1])
+    if S.dim() == 3:
+        on = charts.to(torch.bool) & inside
+        return torch.where(on, S, torch.zeros_like(S)).flatten(1).sum(1)
+    # labeled: each span's score of its label by one gather (no (B, N+1, N+1, L) one-hot; the backward one scatter)
+    taken = S.gather(3, charts.clamp(min=0)[..., None])[..., 0]
+    return torch.where((charts >= 0) & inside, taken, torch.zeros_like(taken)).flatten(1).sum(1)
 
 
 def wrong_spans(charts: torch.Tensor, gold: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
