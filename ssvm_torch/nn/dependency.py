@@ -213,11 +213,12 @@ class DependencyTree(nn.Module):
         """The loss of rows whose every head and relation is given."""
         gold_score = self._score(S, SB, gold, lengths)
         if lab is not None:
-            gold_labels = gold_labels.clamp(min=0)                 # -1 off the words, which no score reads
-            picked = lab.gather(3, gold_labels[:, :, None, None].expand(-1, -1, S.shape[2], 1))[..., 0]
-            gold_score = gold_score + ops.score(picked, gold, lengths)
-            wrong_l = torch.ones_like(lab).scatter_(3, gold_labels[:, :, None, None].expand(-1, -1, S.shape[2], 1), 0.0)
-            aug_lab = lab + c[:, None, None, None] * wrong_l
+            index = gold_labels.clamp(min=0)[:, :, None, None].expand(-1, -1, S.shape[2], 1)   # -1 off the words
+            picked = lab.gather(3, index)
+            gold_score = gold_score + ops.score(picked[..., 0], gold, lengths)
+            if self.loss != "crf":
+                # the relations' Delta: c on every relation but the gold one, whose score is put back exactly
+                aug_lab = torch.scatter(lab + c[:, None, None, None], 3, index, picked)
         if self.loss == "crf":
             return self._log_partition(self._summed(S, lab), SB, lengths) - gold_score
         if self.loss == "softmax_margin":
