@@ -217,8 +217,9 @@ class DependencyTree(nn.Module):
             picked = lab.gather(3, index)
             gold_score = gold_score + ops.score(picked[..., 0], gold, lengths)
             if self.loss != "crf":
-                # the relations' Delta: c on every relation but the gold one, whose score is put back exactly
-                aug_lab = torch.scatter(lab + c[:, None, None, None], 3, index, picked)
+                # the relations' Delta: c on every relation but the gold one (a constant: the backward is the add's)
+                wrong = c.to(lab.dtype)[:, None, None, None].expand_as(lab).clone().scatter_(3, index, 0.0)
+                aug_lab = lab + wrong
         if self.loss == "crf":
             return self._log_partition(self._summed(S, lab), SB, lengths) - gold_score
         if self.loss == "softmax_margin":
