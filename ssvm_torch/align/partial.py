@@ -18,6 +18,7 @@ from __future__ import annotations
 import torch
 
 from ..errors import SSVMInputError, check
+from .paths import inside_cells
 
 UNOBSERVED = -2
 VISITED = 3
@@ -43,7 +44,7 @@ def check_partial_path(path, x_lengths: torch.Tensor, y_lengths: torch.Tensor, s
           f"{getattr(path, 'dtype', type(path).__name__)} {tuple(getattr(path, 'shape', ()))}")
     dev = x_lengths.device
     path = path.to(dev, torch.int64)
-    inside = _inside(x_lengths, y_lengths, N, M)
+    inside = inside_cells(x_lengths, y_lengths, N, M)
     bad = (path < UNOBSERVED) | (path > VISITED) | ((path >= 0) & ~inside)
     if bool(bad.any()):
         b, i, j = (int(v) for v in bad.nonzero()[0])
@@ -51,12 +52,6 @@ def check_partial_path(path, x_lengths: torch.Tensor, y_lengths: torch.Tensor, s
                              f"or 3 (on it, any move), cells on the path inside the row's lengths; got "
                              f"{int(path[b, i, j])} at row {b}, cell ({i}, {j})")
     return path
-
-
-def _inside(x_lengths, y_lengths, N: int, M: int) -> torch.Tensor:
-    i = torch.arange(N, device=x_lengths.device)[None, :, None]
-    j = torch.arange(M, device=x_lengths.device)[None, None, :]
-    return (i < x_lengths[:, None, None]) & (j < y_lengths[:, None, None])
 
 
 def allowed_moves(path: torch.Tensor) -> torch.Tensor:

@@ -43,8 +43,7 @@ def check_path(path, x_lengths: torch.Tensor, y_lengths: torch.Tensor, shape, lo
             _refuse(field, local)
         return path
     on = path >= 0
-    inside = (torch.arange(N, device=dev)[None, :, None] < x_lengths[:, None, None]) & \
-        (torch.arange(M, device=dev)[None, None, :] < y_lengths[:, None, None])
+    inside = inside_cells(x_lengths, y_lengths, N, M)
     bad_value = ((path < -1) | (path > 2)).any() | (on & ~inside).any()
     # each cell's neighbours by slicing (no gather, no scatter), in int8 (moves -1..2 once the values are checked):
     # whether the cell a move comes from is visited, and whether the cells after it are entered from it
@@ -74,6 +73,13 @@ def _refuse(field: str, local: bool):
     raise SSVMInputError(f"{field}: expected {kind} per row, moves in {{0, 1, 2}} on the path and -1 elsewhere, "
                          "each visited cell entered from a visited cell (the first diagonally from outside the "
                          "grid) and left to at most one, every visited cell inside the row's lengths")
+
+
+def inside_cells(x_lengths: torch.Tensor, y_lengths: torch.Tensor, N: int, M: int) -> torch.Tensor:
+    """(B, N, M) bool: the cells (i, j) of every row's grid, i < n_b and j < m_b."""
+    i = torch.arange(N, device=x_lengths.device)[None, :, None]
+    j = torch.arange(M, device=x_lengths.device)[None, None, :]
+    return (i < x_lengths[:, None, None]) & (j < y_lengths[:, None, None])
 
 
 def _shifted(t: torch.Tensor, di: int, dj: int, fill=False) -> torch.Tensor:

@@ -217,9 +217,7 @@ class DependencyTree(nn.Module):
             picked = lab.gather(3, index)
             gold_score = gold_score + ops.score(picked[..., 0], gold, lengths)
             if self.loss != "crf":
-                # the relations' Delta: c on every relation but the gold one (a constant: the backward is the add's)
-                wrong = c.to(lab.dtype)[:, None, None, None].expand_as(lab).clone().scatter_(3, index, 0.0)
-                aug_lab = lab + wrong
+                aug_lab = lab + self._relation_delta(lab, index, c)
         if self.loss == "crf":
             return self._log_partition(self._summed(S, lab), SB, lengths) - gold_score
         if self.loss == "softmax_margin":
@@ -230,6 +228,13 @@ class DependencyTree(nn.Module):
         with torch.no_grad():
             y, _ = self._best(aug.detach(), None if SB is None else SB.detach(), lengths)
         return self._score(aug, SB, y, lengths) - gold_score
+
+    @staticmethod
+    def _relation_delta(lab, index, c, seen=None) -> torch.Tensor:
+        """The relations' Delta (B, N, N, L), a constant added to the relation scores (its backward is the add's):
+        c_b on every relation of word m but its gold one (``index``), at the words ``seen`` (default all)."""
+        per_word = c.to(lab.dtype)[:, None] if seen is None else c.to(lab.dtype)[:, None] * seen.to(lab.dtype)
+        return per_word[:, :, None, None].expand_as(lab).clone().scatter_(3, index, 0.0)
 
     def _partial_loss(self, S, SB, gold, lab, gold_labels, lengths, c, rows):
         """The loss of rows with unobserved heads or relations (:mod:`ssvm_torch.trees.partial`): relations factor
@@ -242,10 +247,8 @@ class DependencyTree(nn.Module):
             seen = word & (gold_labels >= 0)
             index = gold_labels.clamp(min=0)[:, :, None, None].expand(-1, -1, S.shape[2], 1)
             picked = lab.gather(3, index)[..., 0]
-            wrong_l = torch.ones_like(lab).scatter_(3, index, 0.0) * seen[..., None, None].to(lab.dtype)
-            aug_lab = lab + c[:, None, None, None] * wrong_l
             pool = (lambda x: x.amax(3)) if self.loss == "hinge" else (lambda x: torch.logsumexp(x, 3))
-            S_all = S + (pool(lab) if self.loss == "crf" else pool(aug_lab))
+            S_all = S + pool(lab if self.loss == "crf" else lab + self._relation_delta(lab, index, c, seen))
             S_C = S + torch.where(seen[..., None], picked, pool(lab))
         return partial_loss(self.loss, S_all, S_C, SB, gold, lengths, c, self.projective, self.multiroot,
                             self.kernels, rows)

@@ -10,6 +10,7 @@ import torch
 from ..chain.checks import refuse_bad_scores, tracing
 from ..devices import from_host, to_host_all
 from ..errors import SSVMInputError, check
+from ..trees.checks import use_numba
 from .numba_checks import chart_fault_codes
 
 KERNELS = ("auto", "numba", "torch")
@@ -125,8 +126,9 @@ def check_charts(charts, S: torch.Tensor, lengths: torch.Tensor, field: str = "c
     N+1) labels in [0, L) on the spans and -1 elsewhere for labeled ones (B, N+1, N+1, L); each row a binary
     tree over its words (:func:`chart_faults`), or with ``partial`` a set of observed brackets inside the row,
     none crossing another (:mod:`ssvm_torch.spans.partial`). Returns the charts on the scores' device (bool or
-    int64). Trees are checked by the compiled kernel on CPU scores unless ``kernels`` is "torch" (the path other
-    devices run, which makes no host copy)."""
+    int64). Trees are checked by the compiled kernel where ``kernels`` on these scores means the compiled CKY
+    kernels (:func:`ssvm_torch.trees.checks.use_numba`), else by torch operations (the path other devices and
+    ``kernels="torch"`` run, which makes no host copy)."""
     B, M = S.shape[0], S.shape[1]
     labeled = S.dim() == 4
     want = "an int tensor of labels (-1: no span)" if labeled else "a bool tensor"
@@ -155,7 +157,7 @@ def check_charts(charts, S: torch.Tensor, lengths: torch.Tensor, field: str = "c
         code = torch.where(off, 1, torch.where(crossing, 3, 0))
         kind = "a set of nested brackets (partial=True)"
     else:
-        code = chart_faults(present, lengths, compiled=S.device.type == "cpu" and kernels != "torch")
+        code = chart_faults(present, lengths, compiled=use_numba(S, kernels, "span scores"))
         kind = "a binary tree"
     if bool((code != 0).any()):
         b = int((code != 0).nonzero()[0, 0])
