@@ -492,9 +492,12 @@ def test_entropy_and_samples_equal_enumeration(local, kernels):
 
 
 def test_docs_nn_alignment_example_runs():
-    """docs/nn.md's MonotonicAlignment example, as written (every call of the layer in it)."""
+    """docs/nn.md's MonotonicAlignment example, as written (every call of the layer in it): it runs, and its
+    backward left a finite gradient on the similarity."""
     from pathlib import Path
     text = (Path(__file__).resolve().parents[1] / "docs" / "nn.md").read_text()
     at = text.index("from ssvm_torch.nn import MonotonicAlignment, from_similarity")
     block = text[text.rfind("```python", 0, at) + len("```python"):text.index("```", at)]
-    exec(compile(block, "docs/nn.md", "exec"), {})
+    names = {}
+    exec(compile(block, "docs/nn.md", "exec"), names)
+    assert names["sim"].grad is not None and bool(torch.isfinite(names["sim"].grad).all())
