@@ -321,3 +321,40 @@ def test_every_structured_layer_shares_the_sampling_and_reduction_conventions():
              SemiMarkovChain(3, 2).sample(torch.randn(2, 4, 2, 3), n=5, generator=g),
              MonotonicAlignment().sample(torch.randn(2, 4, 3, 3), n=5, generator=g)]
     assert [tuple(d.shape[:2]) for d in draws] == [(2, 5)] * 5
+
+
+@pytest.mark.parametrize("kernels", ["auto", "torch"])
+@pytest.mark.parametrize("loss", ["hinge", "crf", "softmax_margin"])
+def test_every_structured_layer_takes_an_empty_batch(loss, kernels):
+    """B = 0 (the last batch of a filtered split, a data loader with nothing left): every layer gives a loss of 0
+    under each reduction (not NaN: torch's mean of nothing is NaN), per-row results of B = 0 and an empty gradient,
+    where LinearChain once refused the batch ("non-empty batch and time dimensions") and the others took it."""
+    from ssvm_torch.nn import ConstituencyTree, DependencyTree, LinearChain, MonotonicAlignment, SemiMarkovChain
+    T = 5
+    cases = {
+        "chain": (LinearChain(3, batch_first=True, loss=loss, kernels=kernels), torch.randn(0, T, 3),
+                  torch.zeros(0, T, dtype=torch.int64), {}),
+        "chain time-major": (LinearChain(3, loss=loss, kernels=kernels), torch.randn(T, 0, 3),
+                             torch.zeros(T, 0, dtype=torch.int64), {}),
+        "dependency": (DependencyTree(loss=loss, kernels=kernels), torch.randn(0, T, T),
+                       torch.zeros(0, T, dtype=torch.int64), {"lengths": torch.zeros(0, dtype=torch.int64)}),
+        "constituency": (ConstituencyTree(loss=loss, kernels=kernels), torch.randn(0, T, T),
+                         torch.zeros(0, T, T, dtype=torch.bool), {"lengths": torch.zeros(0, dtype=torch.int64)}),
+        "semi-markov": (SemiMarkovChain(3, 2, loss=loss, kernels=kernels), torch.randn(0, T, 2, 3),
+                        torch.zeros(0, T, dtype=torch.int64), {"lengths": torch.zeros(0, dtype=torch.int64)}),
+        "alignment": (MonotonicAlignment(loss=loss, kernels=kernels), torch.randn(0, T, 4, 3),
+                      torch.zeros(0, T, 4, dtype=torch.int64), {}),
+    }
+    for name, (layer, scores, gold, extra) in cases.items():
+        scores.requires_grad_(True)
+        for reduction in ("sum", "mean", "token_mean"):
+            value = layer(scores, gold, reduction=reduction, **extra)
+            assert value.shape == () and float(value) == 0.0, (name, reduction, value)
+        per_row = layer(scores, gold, reduction="none", **extra)
+        assert per_row.shape == (0,), (name, per_row.shape)
+        (grad,) = torch.autograd.grad(layer(scores, gold, **extra), scores, allow_unused=True)
+        assert grad is None or grad.shape == scores.shape, name
+        with torch.no_grad():
+            assert layer.log_partition(scores.detach(), **extra).shape == (0,), name
+            assert layer.sample(scores.detach(), n=2, **extra).shape[:2] == (0, 2), name
+            assert layer.decode(scores.detach(), **extra).shape[0] == 0, name

@@ -388,7 +388,7 @@ def sample(scores, x_lengths=None, y_lengths=None, local: bool = False, n: int =
     numba_ops.forward_logz(host, nh, mh, local, alpha, weights, logz)
     _check_reachable(torch.from_numpy(logz))
     path = np.full((n, B, N, M), -1, dtype=np.int64)
-    numba_ops.sample_paths(nh, mh, local, alpha, weights, logz, uniforms.reshape(n, B, -1).numpy(), path)
+    numba_ops.sample_paths(nh, mh, local, alpha, weights, logz, uniforms.reshape(n, B, uniforms.shape[1]).numpy(), path)
     return torch.from_numpy(path).transpose(0, 1).contiguous()
 
 

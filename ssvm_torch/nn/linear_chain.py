@@ -148,7 +148,8 @@ class LinearChain(nn.Module):
         layout = "(B, T)" if self.batch_first else "(T, B)"
         check(emissions.shape[2] == self.num_tags, "emissions", f"a last dimension of num_tags = {self.num_tags}",
               tuple(emissions.shape))
-        check(emissions.shape[0] >= 1 and emissions.shape[1] >= 1, "emissions", "non-empty batch and time dimensions",
+        # an empty batch (B = 0) gives empty results, as every structured layer's does; a chain needs a position
+        check(emissions.shape[1 if self.batch_first else 0] >= 1, "emissions", f"{layout} with T >= 1",
               tuple(emissions.shape))
         check(emissions.device == self.transitions.device, "emissions", f"a tensor on {self.transitions.device} "
               "like the layer's parameters", emissions.device)
@@ -261,9 +262,9 @@ class LinearChain(nn.Module):
     def _check_nbest(self, E, mask, k: int) -> None:
         """k at most the number of labelings of the longest row (K^L), and the (B, k, T) result and the
         recursion's O(T K k) scores and pointers per row within the machine's memory."""
-        if ops.tracing():
-            return
         B, T, K = E.shape
+        if ops.tracing() or B == 0:                          # an empty batch: (0, k, T), any k
+            return
         longest = int(mask.sum(1).max())
         check(k <= K ** longest, "nbest", f"at most {K ** longest if longest <= 6 else f'{K}^{longest}'} (every "
               f"labeling of the longest row: {K} tags, {longest} positions)", k)
