@@ -85,8 +85,8 @@ def test_kl_is_infinite_where_q_forbids_what_p_allows(kernels):
     p_layer, q_layer = _layer(0, False, kernels=kernels), _layer(1, True, kernels=kernels)
     E = torch.randn(2, 4, K, dtype=torch.float64)
     assert torch.isinf(p_layer.kl(E, E, other=q_layer)).all()
-    assert torch.isposinf(ops.information(E, torch.ones(2, 4, dtype=torch.bool), *p_layer._scores(), None,
-                                          (E, *q_layer._scores(), q_layer._penalty()), kernels, entropy=False)[1]).all()
+    assert torch.isposinf(ops.information(E, torch.ones(2, 4, dtype=torch.bool), *p_layer._scores(E), None,
+                                          (E, *q_layer._scores(E), q_layer._penalty(E)), kernels, entropy=False)[1]).all()
     D = q_layer.kl(E, E, other=p_layer)                                # q's support is inside p's
     assert torch.isfinite(D).all()
     for b in range(2):
@@ -108,7 +108,7 @@ def test_entropy_and_kl_equal_torch_struct():
     mask = torch.arange(T)[None, :] < lengths[:, None]
 
     def dist(layer, U):
-        s, e, t = layer._scores()
+        s, e, t = layer._scores(U)
         return torch_struct.LinearChainCRF(edge_potentials(U, lengths, s, e, t).detach(), lengths=lengths)
 
     H, D = p_layer.entropy(E, mask), p_layer.kl(E, Q, mask, other=q_layer)
@@ -119,16 +119,16 @@ def test_entropy_and_kl_equal_torch_struct():
 @pytest.mark.parametrize("constrained", [False, True])
 def test_the_compiled_entropy_passes_gradcheck(constrained):
     layer = _layer(6, constrained)
-    s, e, t = (x.detach().clone().requires_grad_() for x in layer._scores())
     E = torch.randn(4, 6, K, dtype=torch.float64, generator=torch.Generator().manual_seed(7)).requires_grad_()
+    s, e, t = (x.detach().clone().requires_grad_() for x in layer._scores(E))
     mask = torch.cat([MASKS[[0, 1, 2, 4]], torch.ones(4, 1, dtype=torch.bool)], 1)
 
     def entropy(E_, s_, e_, t_):
-        return ops.information(E_, mask, s_, e_, t_, layer._penalty(), kernels="numba")[0]
+        return ops.information(E_, mask, s_, e_, t_, layer._penalty(E_), kernels="numba")[0]
 
     assert entropy(E, s, e, t).grad_fn.name() == "NumbaEntropyBackward"
     assert torch.autograd.gradcheck(entropy, (E, s, e, t))
-    torch.testing.assert_close(entropy(E, s, e, t), ops.information(E, mask, s, e, t, layer._penalty(),
+    torch.testing.assert_close(entropy(E, s, e, t), ops.information(E, mask, s, e, t, layer._penalty(E),
                                                                    kernels="torch")[0], rtol=0, atol=1e-12)
 
 
@@ -142,11 +142,11 @@ def test_the_compiled_kl_passes_gradcheck_and_equals_the_torch_recursion(p_const
     E = torch.randn(4, 6, K, dtype=torch.float64, generator=g)
     Q = torch.randn(4, 6, K, dtype=torch.float64, generator=g)
     mask = torch.cat([MASKS[[0, 1, 2, 4]], torch.ones(4, 1, dtype=torch.bool)], 1)
-    leaves = [x.detach().clone().requires_grad_() for x in (E, *p._scores(), Q, *q._scores())]
+    leaves = [x.detach().clone().requires_grad_() for x in (E, *p._scores(E), Q, *q._scores(Q))]
 
     def kl(kernels):
         def f(E_, s_, e_, t_, Q_, qs_, qe_, qt_):
-            return ops.information(E_, mask, s_, e_, t_, p._penalty(), (Q_, qs_, qe_, qt_, q._penalty()), kernels)[1]
+            return ops.information(E_, mask, s_, e_, t_, p._penalty(E_), (Q_, qs_, qe_, qt_, q._penalty(Q_)), kernels)[1]
         return f
 
     assert kl("numba")(*leaves).grad_fn.name() == "NumbaKLBackward"
@@ -161,14 +161,14 @@ def test_the_compiled_kl_passes_gradcheck_and_equals_the_torch_recursion(p_const
 @pytest.mark.parametrize("constrained", [False, True])
 def test_entropy_and_kl_pass_gradcheck(constrained):
     layer = _layer(6, constrained, kernels="torch")
-    s, e, t = (x.detach().clone().requires_grad_() for x in layer._scores())
     g = torch.Generator().manual_seed(7)
     E = torch.randn(3, 4, K, dtype=torch.float64, generator=g).requires_grad_()
+    s, e, t = (x.detach().clone().requires_grad_() for x in layer._scores(E))
     Q = torch.randn(3, 4, K, dtype=torch.float64, generator=g).requires_grad_()
     mask = MASKS[[0, 1, 4], :4]
 
     def both(E_, Q_, s_, e_, t_):
-        H, D = ops.information(E_, mask, s_, e_, t_, layer._penalty(), (Q_, s_ * 0.5, e_, t_.t(), None))
+        H, D = ops.information(E_, mask, s_, e_, t_, layer._penalty(E_), (Q_, s_ * 0.5, e_, t_.t(), None))
         return torch.cat([H, D])
 
     assert torch.autograd.gradcheck(both, (E, Q, s, e, t))

@@ -447,3 +447,36 @@ def test_under_torch_compile_nan_emissions_are_refused_by_the_documented_check_o
         refuse_bad_scores(E, "emissions", allow_neg_inf=False)
     with pytest.raises(SSVMInputError, match="emissions: expected scores without NaN or inf"):
         lay.decode(E)                                            # eager: refused as always
+
+
+@pytest.mark.parametrize("kernels", ["auto", "torch"])
+@pytest.mark.parametrize("emissions_dtype, layer_dtype", [(torch.float64, torch.float32),
+                                                          (torch.float32, torch.float64)])
+def test_emissions_and_parameters_of_different_dtypes(emissions_dtype, layer_dtype, kernels):
+    """A float64 encoder under a float32 layer (or the reverse): every call computes in the emissions' dtype on
+    both backends (the torch recursion raised "expected m1 and m2 to have the same dtype" where the compiled path
+    ran), the values those of the layer's parameters in the emissions' dtype, the gradient reaching the parameters
+    in their own dtype."""
+    g = torch.Generator().manual_seed(3)
+    B, T, K = 3, 5, 4
+    mask = torch.arange(T)[None] < torch.tensor([5, 1, 3])[:, None]
+    tags = torch.randint(0, K, (B, T), generator=g)
+    E = torch.randn(B, T, K, generator=g, dtype=emissions_dtype)
+    for loss in ("crf", "hinge", "softmax_margin"):
+        layer = LinearChain(K, batch_first=True, loss=loss, kernels=kernels).to(layer_dtype)
+        same = LinearChain(K, batch_first=True, loss=loss, kernels=kernels).to(emissions_dtype)
+        same.load_state_dict(layer.state_dict())
+        value = layer(E, tags, mask, reduction="none")
+        assert value.dtype == emissions_dtype
+        torch.testing.assert_close(value, same(E, tags, mask, reduction="none"))
+        value.sum().backward()
+        assert layer.transitions.grad.dtype == layer_dtype and torch.isfinite(layer.transitions.grad).all()
+    calls = {"log_partition": lambda m: m.log_partition(E, mask), "marginals": lambda m: m.marginals(E, mask),
+             "entropy": lambda m: m.entropy(E, mask), "kl": lambda m: m.kl(E, E.flip(0), mask),
+             "score": lambda m: m.score(E, tags, mask), "mbr": lambda m: m.decode(E, mask, mbr=True),
+             "decode": lambda m: m.decode(E, mask), "nbest": lambda m: m.decode(E, mask, nbest=2)}
+    for name, call in calls.items():
+        ours, reference = call(layer), call(same)
+        assert ours.dtype == reference.dtype, name
+        torch.testing.assert_close(ours, reference, msg=name)
+    assert layer.sample(E, mask, n=2).shape == (B, 2, T)

@@ -49,6 +49,11 @@ from ..chain.mbr import mbr_decode
 from ..chain.partial import partial_loss
 from .reduction import REDUCTIONS, reduce_rows
 
+
+def computed_dtype(E: torch.Tensor) -> torch.dtype:
+    """The dtype a chain of these emissions is computed in: theirs, float32 for half precision."""
+    return E.dtype if E.dtype in (torch.float32, torch.float64) else torch.float32
+
 LOSSES = ("hinge", "crf", "softmax_margin")
 TOKEN_LOSSES = ("hamming", "normalized")
 
@@ -132,13 +137,19 @@ class LinearChain(nn.Module):
 
     # ------------------------------------------------------------------------- the internal form
 
-    def _penalty(self):
-        return None if self.penalty_trans is None else (self.penalty_start, self.penalty_end, self.penalty_trans)
+    def _penalty(self, E):
+        """The constraints' (start, end, trans) 0 / -inf scores in the dtype E is computed in, or None."""
+        if self.penalty_trans is None:
+            return None
+        return tuple(p.to(computed_dtype(E)) for p in (self.penalty_start, self.penalty_end, self.penalty_trans))
 
-    def _scores(self):
-        """(start, end, trans[next, prev]): the one place where pytorch-crf's orientation
-        ``transitions[prev, next]`` becomes the project's internal one."""
-        return self.start_transitions, self.end_transitions, self.transitions.t()
+    def _scores(self, E):
+        """(start, end, trans[next, prev]) in the dtype the emissions E are computed in: the one place where
+        pytorch-crf's orientation ``transitions[prev, next]`` becomes the project's internal one, and where
+        float64 emissions meet float32 parameters (or the reverse): every backend computes in the emissions'
+        dtype, differentiable w.r.t. the parameters in theirs (the torch recursion refused mixed dtypes)."""
+        dtype = computed_dtype(E)
+        return tuple(p.to(dtype) for p in (self.start_transitions, self.end_transitions, self.transitions.t()))
 
     def _inputs(self, emissions, mask, tags=None):
         """Batch-first emissions, bool mask and tags after the checks (every field named)."""
@@ -200,11 +211,11 @@ class LinearChain(nn.Module):
         its sum, mean over rows, or sum over the number of masked-on tokens ("token_mean")."""
         check_choice(reduction, "reduction", REDUCTIONS)
         E, mask, tags = self._inputs(emissions, mask, tags)
-        start, end, trans = self._scores()
+        start, end, trans = self._scores(E)
         lengths = mask.sum(1)
         rowc = (1.0 / lengths.clamp(min=1).to(torch.float64) if self.normalized
                 else torch.ones(E.shape[0], dtype=torch.float64, device=E.device))
-        per_row = partial_loss(self.loss, E, mask, start, end, trans, tags, rowc, self.token_cost, self._penalty(),
+        per_row = partial_loss(self.loss, E, mask, start, end, trans, tags, rowc, self.token_cost, self._penalty(E),
                                self.kernels)
         return reduce_rows(per_row, reduction, mask)
 
@@ -215,7 +226,7 @@ class LinearChain(nn.Module):
             b, t = (int(v) for v in torch.nonzero((tags < 0) & mask)[0])
             raise SSVMInputError(f"tags: a score needs every masked-on tag; row {b}, position {t} is unobserved "
                                  f"({int(tags[b, t])})")
-        return ops.score(E, mask, *self._scores(), tags)
+        return ops.score(E, mask, *self._scores(E), tags)
 
     def decode(self, emissions: torch.Tensor, mask: torch.Tensor | None = None, as_lists: bool = False, *,
                nbest: int = 1, mbr: bool = False):
@@ -243,12 +254,12 @@ class LinearChain(nn.Module):
             self._check_nbest(E, mask, nbest)
         with torch.no_grad():
             if mbr:
-                labels, scores = mbr_decode(E, mask, *self._scores(), self.token_cost, self._penalty(), self.kernels,
+                labels, scores = mbr_decode(E, mask, *self._scores(E), self.token_cost, self._penalty(E), self.kernels,
                                             nbest)
             elif nbest == 1:
-                labels, _ = ops.decode(E, mask, *self._scores(), self._penalty(), self.kernels)
+                labels, _ = ops.decode(E, mask, *self._scores(E), self._penalty(E), self.kernels)
             else:
-                labels, scores = ops.nbest(E, mask, *self._scores(), nbest, self._penalty(), self.kernels)
+                labels, scores = ops.nbest(E, mask, *self._scores(E), nbest, self._penalty(E), self.kernels)
             if nbest > 1 and not ops.tracing():
                 fail_no_path(scores[:, 0], mask)   # a row no labeling satisfies: refused as by nbest=1
         if not as_lists:
@@ -277,13 +288,13 @@ class LinearChain(nn.Module):
     def log_partition(self, emissions, mask=None) -> torch.Tensor:
         """log Z per row (B,), differentiable (the CRF's normaliser; 0 for an empty row)."""
         E, mask, _ = self._inputs(emissions, mask)
-        return ops.log_partition(E, mask, *self._scores(), self._penalty(), self.kernels)
+        return ops.log_partition(E, mask, *self._scores(E), self._penalty(E), self.kernels)
 
     def marginals(self, emissions: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         """Posterior tag marginals p(y_t = k | x) of the CRF of these scores: (B, T, K) batch-first,
         0 where the mask is off (forbidden tags get 0). No gradient."""
         E, mask, _ = self._inputs(emissions, mask)
-        return ops.marginals(E, mask, *self._scores(), self._penalty(), self.kernels)
+        return ops.marginals(E, mask, *self._scores(E), self._penalty(E), self.kernels)
 
     # ------------------------------------------------------------------------- information and samples
 
@@ -293,7 +304,7 @@ class LinearChain(nn.Module):
         uncertainty score): compiled on the CPU (:mod:`ssvm_torch.chain.numba_entropy`), elsewhere one forward
         recursion in log space differentiated by autograd (:mod:`ssvm_torch.chain.information`)."""
         E, mask, _ = self._inputs(emissions, mask)
-        return ops.information(E, mask, *self._scores(), self._penalty(), kernels=self.kernels)[0]
+        return ops.information(E, mask, *self._scores(E), self._penalty(E), kernels=self.kernels)[0]
 
     def kl(self, emissions: torch.Tensor, other_emissions: torch.Tensor, mask: torch.Tensor | None = None,
            other: "LinearChain | None" = None) -> torch.Tensor:
@@ -303,7 +314,7 @@ class LinearChain(nn.Module):
         gives weight to a tag sequence q forbids. Structured distillation: a teacher's p, a student's q."""
         E, mask, _ = self._inputs(emissions, mask)
         q, Q = self._other(other, other_emissions, emissions)
-        return ops.information(E, mask, *self._scores(), self._penalty(), (Q, *q._scores(), q._penalty()),
+        return ops.information(E, mask, *self._scores(E), self._penalty(E), (Q, *q._scores(E), q._penalty(E)),
                                self.kernels, entropy=False)[1]
 
     def cross_entropy(self, emissions: torch.Tensor, other_emissions: torch.Tensor,
@@ -311,7 +322,7 @@ class LinearChain(nn.Module):
         """H(p, q) = -sum_y p(y) log q(y) = H(p) + KL(p || q) per row (B,), with p and q as in :meth:`kl`."""
         E, mask, _ = self._inputs(emissions, mask)
         q, Q = self._other(other, other_emissions, emissions)
-        H, D = ops.information(E, mask, *self._scores(), self._penalty(), (Q, *q._scores(), q._penalty()),
+        H, D = ops.information(E, mask, *self._scores(E), self._penalty(E), (Q, *q._scores(E), q._penalty(E)),
                                self.kernels)
         return H + D
 
@@ -328,7 +339,8 @@ class LinearChain(nn.Module):
               "other_emissions", f"a tensor of the emissions' shape {tuple(emissions.shape)} on {emissions.device}",
               (tuple(other_emissions.shape), other_emissions.device))
         ops.refuse_bad_scores(other_emissions.detach(), "other_emissions", allow_neg_inf=False)
-        return q, other_emissions if self.batch_first else other_emissions.transpose(0, 1)
+        Q = other_emissions.to(computed_dtype(emissions))             # q computed in p's dtype
+        return q, Q if self.batch_first else Q.transpose(0, 1)
 
     def sample(self, emissions: torch.Tensor, mask: torch.Tensor | None = None, n: int = 1,
                generator: torch.Generator | None = None) -> torch.Tensor:
@@ -338,4 +350,4 @@ class LinearChain(nn.Module):
         draws reproducible. No gradient (a score-function estimator uses :meth:`score` of the samples)."""
         E, mask, _ = self._inputs(emissions, mask)
         check_draws(n, generator, E.device)
-        return ops.sample(E, mask, *self._scores(), n, self._penalty(), generator)
+        return ops.sample(E, mask, *self._scores(E), n, self._penalty(E), generator)
