@@ -124,7 +124,7 @@ def test_cycle_finder_finds_a_cycle():
 # The import layers, bottom-up (docs/design.md, "Import layers"): a unit (a folder of ssvm_torch, or a
 # top-level module) imports only from its own layer or below, and the units' import graph has no loop.
 LAYERS = [
-    {"errors", "devices", "atomic", "version"},
+    {"errors", "devices", "atomic", "version", "grad_mode"},
     {"chain", "trees", "segments", "spans", "align", "oracles", "constraints", "collectives"},
     {"data", "nn"},
     {"models"},

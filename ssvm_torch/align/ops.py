@@ -26,6 +26,7 @@ from torch.autograd.function import once_differentiable
 
 from ..chain.checks import check_draws
 from ..errors import SSVMInputError, check, check_choice
+from ..grad_mode import records_autograd
 from . import numba_ops
 from .paths import DIAGONAL, DOWN, RIGHT
 
@@ -250,6 +251,7 @@ def max_score(scores, x_lengths=None, y_lengths=None, local: bool = False, kerne
     return _recursion_value(scores, x_lengths, y_lengths, local, kernels, "max", field=field)
 
 
+@records_autograd
 def marginals(scores, x_lengths=None, y_lengths=None, local: bool = False, kernels: str = "auto") -> torch.Tensor:
     """P(the path enters (i, j) by move) (B, N, M, 3): the gradient of log Z (0 outside each row's grid); float32
     for half-precision scores."""
@@ -309,6 +311,7 @@ def _fresh_start(a, rows, i, j) -> torch.Tensor:
     return a[rows, ip + jp, ip] <= 0.0
 
 
+@records_autograd
 def entropy(scores, x_lengths=None, y_lengths=None, local: bool = False, kernels: str = "auto") -> torch.Tensor:
     """H(p) (B,) of the path distribution p(P) = exp(s(P) - log Z): log Z - sum_{cells, moves} mu s (mu the
     marginals). Differentiable through the torch wavefront (it differentiates twice); with the compiled kernels the
@@ -338,6 +341,7 @@ def cross_entropy(scores, other_scores, x_lengths=None, y_lengths=None, local: b
     return logz_q - exp_q
 
 
+@records_autograd
 def _expectations(scores, other_scores, x_lengths, y_lengths, local, kernels):
     """(log Z_p, log Z_q, E_p[s_p], E_p[s_q]) per row; ``other_scores`` checked by name. Where p never enters a
     cell by a move (mu_p = 0: -inf, or beyond a row's grid) that move adds nothing, whatever either score."""

@@ -27,6 +27,7 @@ import numpy as np
 import torch
 
 from ..errors import SSVMInputError, check, check_choice
+from ..grad_mode import records_autograd
 from .checks import refuse_bad_scores, tracing
 from .numba_edge_chain import nb_edge_forward_backward, nb_edge_nbest, nb_edge_viterbi
 from .torch_edge_chain import NEG_INF, decode_scan, log_partition_scan, nbest_scan
@@ -136,6 +137,7 @@ def marginals(edges: torch.Tensor, lengths: torch.Tensor | None = None, kernels:
     return _marginals(edges, check_edges(edges, lengths), kernels)
 
 
+@records_autograd
 def _marginals(edges, lengths, kernels):
     if _use_numba(edges, kernels):
         logz, M = _numba_solve(edges, lengths, True)

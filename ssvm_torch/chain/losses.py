@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import torch
 
+from ..grad_mode import records_autograd
 from . import ops
 from .checks import refuse_bad_scores
 from .padded import check_chain
@@ -109,6 +110,7 @@ def chain_marginals(unary, lengths, first, last, trans, chunk: int = 256) -> tor
     return chain_expectations(unary, lengths, first, last, trans)[0]
 
 
+@records_autograd
 def chain_expectations(unary, lengths, first, last, trans, chunk: int = 256):
     """The sufficient statistics of p(y) = exp s(y) / Z per sequence: label marginals (B, T, K) (zero
     beyond ``lengths``), expected first and last labels (B, K), expected transition counts

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import torch
 
+from ..grad_mode import records_autograd
 from ..devices import to_host
 from ..errors import SSVMInputError
 from .checks import effective, fail_no_path, refuse_bad_scores, tracing, use_numba, use_triton
@@ -102,6 +103,7 @@ def decode(E, mask, start, end, trans, penalty=None, kernels="auto", gold=None, 
     return labels, scores
 
 
+@records_autograd
 def marginals(E, mask, start, end, trans, penalty=None, kernels="auto"):
     """p(y_t = k) (B, T, K) under the CRF of the scores, 0 where masked off. No gradient."""
     E = _float(E.detach())

@@ -8,6 +8,7 @@ from __future__ import annotations
 import numba
 import torch
 
+from ..grad_mode import records_autograd
 from ..devices import from_host, to_host
 from . import numba_nbest
 from . import numba_semimarkov as nb
@@ -68,6 +69,7 @@ def log_partition(S, first, last, trans, lengths, kernels: str = "auto", refuse:
     return logz
 
 
+@records_autograd
 def marginals(S, first, last, trans, lengths, kernels: str = "auto", refuse: bool = True) -> torch.Tensor:
     """The segment marginals (B, T, L, K) (no gradient). ``refuse``: a non-empty row without a segmentation of
     finite score (its marginals 0 / 0; the recursions write zeros) is refused by name; a caller that names the row

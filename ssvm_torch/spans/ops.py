@@ -20,6 +20,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from ..grad_mode import records_autograd
 from ..devices import from_host
 from ..errors import SSVMInputError
 from ..trees.checks import host_batch, parallel_rows, tracing, use_numba
@@ -124,6 +125,7 @@ def log_partition(S: torch.Tensor, lengths: torch.Tensor, kernels: str = "auto")
     return logz
 
 
+@records_autograd
 def marginals(S: torch.Tensor, lengths: torch.Tensor, kernels: str = "auto") -> torch.Tensor:
     """P(span (i, j) [with label l] in the tree), the shape of S, zero off the rows' spans. No gradient."""
     with torch.enable_grad():
@@ -132,6 +134,7 @@ def marginals(S: torch.Tensor, lengths: torch.Tensor, kernels: str = "auto") -> 
     return grad
 
 
+@records_autograd
 def marginals_and_log_partition(S: torch.Tensor, lengths: torch.Tensor, kernels: str = "auto"):
     """(the span marginals (B, N+1, N+1), log Z (B,) float64) of unlabeled scores from one pass, no gradient; a
     row without a tree of finite score is refused by name."""

@@ -21,6 +21,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from ..grad_mode import records_autograd
 from ..devices import from_host
 from ..errors import SSVMInputError
 from . import matrix_tree, torch_eisner, triton_eisner
@@ -130,6 +131,7 @@ def marginals(S: torch.Tensor, lengths: torch.Tensor, projective: bool, multiroo
     return marginals_and_log_partition(S, lengths, projective, multiroot, kernels)[0].to(S.dtype)
 
 
+@records_autograd
 def marginals_and_log_partition(S: torch.Tensor, lengths: torch.Tensor, projective: bool, multiroot: bool,
                                 kernels: str = "auto") -> tuple[torch.Tensor, torch.Tensor]:
     """(the marginals (B, N, N), log Z (B,) float64) from one inside-outside pass or one factorization; the

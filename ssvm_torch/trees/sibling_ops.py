@@ -16,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from ..grad_mode import records_autograd
 from ..devices import from_host
 from . import torch_sibling, triton_sibling
 from .checks import host_batch, parallel_rows, tracing, use_numba
@@ -105,6 +106,7 @@ def marginals(S, SB, lengths, multiroot: bool, kernels: str = "auto"):
     return M.to(S.dtype), MS.to(SB.dtype)
 
 
+@records_autograd
 def marginals_and_log_partition(S, SB, lengths, multiroot: bool, kernels: str = "auto"):
     """(arc marginals (B, N, N), sibling marginals (B, N, N, N), log Z (B,) float64) from one inside-outside pass;
     no gradient. A row without a tree of finite score is refused by name."""

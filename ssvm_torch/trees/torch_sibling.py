@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import torch
 
+from ..grad_mode import records_autograd
 from .torch_eisner import NEG, _index, arc_tables, root_alone, root_terms
 
 
@@ -104,6 +105,7 @@ def log_partition(S: torch.Tensor, SB: torch.Tensor, lengths: torch.Tensor, mult
     return _root(S, SB, lengths, multiroot, maxplus=False)
 
 
+@records_autograd
 def best_tree(S: torch.Tensor, SB: torch.Tensor, lengths: torch.Tensor,
               multiroot: bool) -> tuple[torch.Tensor, torch.Tensor]:
     """(heads (B, N) int64, -1 at 0 and beyond the length; scores (B,)): the best second-order projective tree
