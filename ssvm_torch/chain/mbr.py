@@ -24,7 +24,8 @@ from . import ops
 def expected_gain(marginals: torch.Tensor, cost: torch.Tensor) -> torch.Tensor:
     """-E_p[C[y_t, k]] (B, T, K): minus the expected cost of predicting tag k at position t, from the tag marginals
     (B, T, K) and the cost C (K, K) [gold, predicted]; the labeling of largest summed gain is the MBR labeling."""
-    return -(marginals @ cost.to(marginals.device, marginals.dtype))
+    with torch.autocast(marginals.device.type, enabled=False):   # under AMP too, in the marginals' dtype
+        return -(marginals @ cost.to(marginals.device, marginals.dtype))
 
 
 def allowed_moves(start, end, trans, dtype):

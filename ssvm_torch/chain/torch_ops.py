@@ -112,7 +112,8 @@ def _scaled_rows(Ec, lengths, s, e, t):
     for i in range(1, T):
         on = (i < lengths)[:, None]
         mi = Ec[:, i].detach().max(1, keepdim=True).values
-        moved = torch.bmm(X, alpha[:, :, None])[:, :, 0] if per_row else alpha @ X.t()
+        with torch.autocast(Ec.device.type, enabled=False):        # under AMP too, in Ec's dtype
+            moved = torch.bmm(X, alpha[:, :, None])[:, :, 0] if per_row else alpha @ X.t()
         nxt = torch.exp(Ec[:, i] - mi) * moved
         ci = nxt.sum(1, keepdim=True)
         lost = lost | (on[:, 0] & (ci.detach()[:, 0] < small))

@@ -3,7 +3,9 @@ loops run in by default: marginals, entropies, KL divergences and MBR decodes ar
 inference mode they raised ("element 0 of tensors does not require grad", "Inference tensors cannot be saved for
 backward") on the torch paths of every layer (the GPU's paths) and on the compiled paths of the constituency and
 alignment layers. Each call must give under inference mode what it gives under ``torch.no_grad()``
-(ssvm_torch/grad_mode.py)."""
+(ssvm_torch/grad_mode.py). Under ``torch.autocast`` (mixed-precision training) the same calls must give their
+float32 results: the chain's torch recursion ran its matrix products in bfloat16 there, and the backward that its
+marginals take too."""
 from __future__ import annotations
 
 import pytest
@@ -87,3 +89,19 @@ def test_the_functional_marginals_under_inference_mode(kernels):
                chain_marginals(unary.clone(), lengths.clone(), first.clone(), last.clone(), trans.clone()))
     for a, b in zip(got, expected):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("kernels", ["auto", "torch"])
+def test_every_layer_call_under_autocast_equals_float32(kernels):
+    for name, (layer, S, gold, kw) in _cases(kernels).items():
+        if gold is None:
+            gold = layer.decode(S, **{k: v for k, v in kw.items() if k != "sib_scores"})
+        for call_name, call in CALLS.items():
+            if (name, call_name) in SKIP:
+                continue
+            expected = call(layer, S, gold, kw)
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                got = call(layer, S, gold, kw)
+            got, expected = (x if isinstance(x, tuple) else (x,) for x in (got, expected))
+            for a, b in zip(got, expected, strict=True):
+                torch.testing.assert_close(a, b, rtol=0, atol=1e-6, msg=f"{name} {call_name}")
