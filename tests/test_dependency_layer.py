@@ -263,3 +263,29 @@ def test_mbr_decoding_maximizes_the_expected_correct_arcs(projective, multiroot,
                                                                             for m in range(1, n + 1)]
     with pytest.raises(SSVMInputError, match="mbr: expected True or False"):
         layer.decode(S, lengths=lengths, mbr=1)
+
+
+@pytest.mark.parametrize("multiroot", [False, True])
+@pytest.mark.parametrize("projective", [True, False])
+def test_the_two_head_checks_agree_on_corrupted_trees(projective, multiroot):
+    """The compiled and the torch check of head arrays give every row the same fault code: 800 decoded trees of
+    ragged rows (up to 8 words), each with zero to three heads rewritten at random (out of range, self-loops,
+    cycles, extra root children, crossing arcs) and junk after each row's words, which neither may read."""
+    from ssvm_torch.trees.checks import tree_faults
+    g = torch.Generator().manual_seed(13)
+    rng = np.random.default_rng(13)
+    B, N = 800, 9
+    lengths = torch.randint(0, N, (B,), generator=g)
+    heads = DependencyTree(projective=projective, multiroot=multiroot).decode(torch.randn(B, N, N, generator=g),
+                                                                               lengths=lengths)
+    for _ in range(3):
+        rows = torch.as_tensor(rng.random(B) < 0.5)
+        b = torch.arange(B)[rows]
+        words = torch.as_tensor(rng.integers(1, N, B))[rows]
+        heads[b, words] = torch.as_tensor(rng.integers(-1, N + 1, B))[rows]
+    after = torch.arange(N)[None, :] > lengths[:, None]
+    heads = torch.where(after, torch.as_tensor(rng.integers(-5, 50, (B, N))), heads)
+    compiled = tree_faults(heads, lengths, multiroot, projective, compiled=True)
+    assert torch.equal(compiled, tree_faults(heads, lengths, multiroot, projective, compiled=False))
+    expected = {0, 1, 2} | ({4} if projective else set()) | (set() if multiroot else {3})
+    assert set(compiled.tolist()) == expected                                    # every fault was met

@@ -147,7 +147,7 @@ class DependencyTree(nn.Module):
         ``ssvm_torch.chain.refuse_bad_scores``. Raises SSVMInputError naming the field; returns None."""
         S, lengths, _ = self._inputs(arc_scores, mask, lengths, sib_scores)
         if heads is not None:
-            check_heads(heads, lengths, S.shape[1], self.multiroot, self.projective)
+            check_heads(heads, lengths, S.shape[1], self.multiroot, self.projective, kernels=self.kernels)
 
     # -- the operations of the first or the second order ------------------------------------------------------
     def _best(self, S, SB, lengths):
@@ -187,7 +187,8 @@ class DependencyTree(nn.Module):
         head or relation at a word is unobserved (partial annotation, module docstring)."""
         check_choice(reduction, "reduction", REDUCTIONS)
         S, lengths, SB = self._inputs(arc_scores, mask, lengths, sib_scores)
-        gold = check_partial_heads(heads, lengths, S.shape[1], self.multiroot, self.projective)
+        gold = check_partial_heads(heads, lengths, S.shape[1], self.multiroot, self.projective,
+                                   kernels=self.kernels)
         lab, gold_labels = self._labels_in(S, label_scores, labels, lengths, partial=True)
         if lab is not None and gold_labels is None:
             raise SSVMInputError("labels: the gold relations (B, N) are needed with label_scores for a loss")
@@ -328,7 +329,7 @@ class DependencyTree(nn.Module):
         lab, rel = self._labels_in(S, label_scores, labels, lengths)
         if lab is not None and rel is None:
             raise SSVMInputError("labels: the relations (B, N) are needed with label_scores to score a labeled tree")
-        heads = check_heads(heads, lengths, S.shape[1], True, False)
+        heads = check_heads(heads, lengths, S.shape[1], True, False, kernels=self.kernels)
         if lab is None:
             return self._score(S, SB, heads, lengths)
         picked = lab.gather(3, rel[:, :, None, None].expand(-1, -1, S.shape[2], 1))[..., 0]

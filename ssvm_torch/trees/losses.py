@@ -134,7 +134,7 @@ def dependency_score(arc_scores, heads, mask=None, lengths=None, sib_scores=None
 def _loss_inputs(arc_scores, heads, mask, lengths, projective, multiroot, cost, kernels, sib_scores):
     projective, multiroot = _flags(projective, multiroot)
     S, lengths, SB = _prepare(arc_scores, mask, lengths, sib_scores, projective)
-    gold = check_partial_heads(heads, lengths, S.shape[1], multiroot, projective)
+    gold = check_partial_heads(heads, lengths, S.shape[1], multiroot, projective, kernels=_kernels(kernels))
     c = row_cost("hamming" if cost is None else cost, lengths, S.dtype)
     return S, SB, gold, lengths, c, projective, multiroot, _kernels(kernels)
 
