@@ -1,7 +1,8 @@
-"""DependencyTree's three training losses + backward with relation scores (the biaffine parser's head), through
-the API users call (``DependencyTree(loss=...)(arc_scores, heads, label_scores=..., labels=...)``, the backward to
-both score tensors) at this checkout against an earlier commit, side by side in one run: B 32 sentences of 40 words
-with UD's 37 relations, projective and not (float32); the compiled CPU kernels, one torch and one numba thread.
+"""DependencyTree's three training losses + backward, with relation scores (the biaffine parser's head) and without
+(relations 0: arc scores alone), through the API users call (``DependencyTree(loss=...)(arc_scores, heads,
+label_scores=..., labels=...)``, the backward to every score tensor) at this checkout against an earlier commit,
+side by side in one run: B 32 sentences of 40 words with UD's 37 relations or none, projective and not (float32);
+the compiled CPU kernels, one torch and one numba thread.
 
 Each side runs in its own worker process importing its checkout's package (``commits.py``: a temporary git
 worktree of the earlier commit), the sides alternated over rounds after one warm-up run each; a worker times every
@@ -19,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from commits import cases_side_by_side, median_ms  # noqa: E402
 
 # (B, n, relations, projective)
-CASES = [(32, 40, 37, True), (32, 40, 37, False)]
+CASES = [(32, 40, 37, True), (32, 40, 37, False), (32, 40, 0, True), (32, 40, 0, False)]
 LOSSES = ("crf", "hinge", "softmax_margin")
 
 
@@ -35,14 +36,15 @@ def worker(calls: int) -> dict:
     for B, n, L, projective in CASES:
         g = torch.Generator().manual_seed(0)
         S = torch.randn(B, n + 1, n + 1, generator=g)
-        lab = torch.randn(B, n + 1, n + 1, L, generator=g)
+        lab = torch.randn(B, n + 1, n + 1, L, generator=g) if L else None
         heads = DependencyTree(projective=projective).decode(S + torch.randn(S.shape, generator=g)).clamp(min=0)
-        labels = torch.randint(0, L, (B, n + 1), generator=g)
+        labels = torch.randint(0, L, (B, n + 1), generator=g) if L else None
         for loss in LOSSES:
             layer = DependencyTree(projective=projective, loss=loss)
 
             def call():
-                s, la = S.clone().requires_grad_(True), lab.clone().requires_grad_(True)
+                s = S.clone().requires_grad_(True)
+                la = None if lab is None else lab.clone().requires_grad_(True)
                 layer(s, heads, label_scores=la, labels=labels, reduction="sum").backward()
 
             kind = "projective" if projective else "nonprojective"
