@@ -14,6 +14,7 @@ def tree_fault_codes(heads, lengths, multiroot, projective, out):
     reach the root (O(n)); crossings over the pairs of arcs (O(n^2), as the torch check's pairwise test)."""
     B = heads.shape[0]
     state = np.zeros(heads.shape[1], dtype=np.int8)      # 0 not seen, 1 on the walk, 2 reaches the root
+    lo, hi = np.zeros(heads.shape[1], dtype=np.int64), np.zeros(heads.shape[1], dtype=np.int64)   # each arc's ends
     for b in range(B):
         n = lengths[b]
         out[b] = 0
@@ -50,12 +51,12 @@ def tree_fault_codes(heads, lengths, multiroot, projective, out):
             out[b] = 3
             continue
         if projective:
+            for m in range(1, n + 1):
+                lo[m], hi[m] = min(heads[b, m], m), max(heads[b, m], m)
             for a in range(1, n + 1):
-                a_lo, a_hi = min(heads[b, a], a), max(heads[b, a], a)
-                for c in range(1, n + 1):
-                    c_lo, c_hi = min(heads[b, c], c), max(heads[b, c], c)
-                    if a_lo < c_lo < a_hi < c_hi:
-                        out[b] = 4
-                        break
-                if out[b] != 0:
+                crossed = False
+                for c in range(1, n + 1):           # no branch in the loop: the compiler vectorizes it
+                    crossed |= (lo[a] < lo[c]) & (lo[c] < hi[a]) & (hi[a] < hi[c])
+                if crossed:
+                    out[b] = 4
                     break
