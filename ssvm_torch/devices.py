@@ -21,6 +21,7 @@ structures (docs/structures.md), not for production runs.
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
 import time
 
@@ -96,6 +97,33 @@ def start_numba_threads() -> None:
         return
     _launch_threads()
     torch.set_num_threads(threads)
+
+
+_LAUNCH = threading.Lock()
+
+
+def _launches_take_turns() -> bool:
+    """Whether numba's threading layer is the workqueue one (or not chosen yet: no parallel kernel has run)."""
+    try:
+        return numba.threading_layer() == "workqueue"
+    except ValueError:
+        return True
+
+
+def launched(kernel):
+    """A numba ``parallel=True`` kernel made safe to call from several Python threads at once (a thread-pool
+    server decoding requests): numba's workqueue threading layer, its choice where neither TBB nor OpenMP loads,
+    is not thread-safe and terminates the process when two threads launch parallel kernels together; under it
+    the launches take turns behind one lock, under TBB and OpenMP they run as they are (tests/test_threads.py).
+    ``.kernel`` is the numba dispatcher itself."""
+    @functools.wraps(kernel.py_func)
+    def launch(*args, **kwargs):
+        if _launches_take_turns():
+            with _LAUNCH:
+                return kernel(*args, **kwargs)
+        return kernel(*args, **kwargs)
+    launch.kernel = kernel
+    return launch
 
 
 def use_threads(threads: int, field: str = "threads") -> None:

@@ -39,3 +39,39 @@ def test_a_one_thread_process_keeps_one_thread_after_numbas_pool_starts(layer):
                          env=env)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split() == ["1"] * 3, (numba.config.NUMBA_NUM_THREADS, out.stdout)
+
+
+CONCURRENT = """
+import threading
+import torch
+from ssvm_torch.nn import ConstituencyTree, DependencyTree, LinearChain, MonotonicAlignment
+g = torch.Generator().manual_seed(0)
+S, E, A = torch.randn(16, 13, 13, generator=g), torch.randn(16, 20, 5, generator=g), torch.randn(16, 12, 12, 3, generator=g)
+chain = LinearChain(5, batch_first=True)
+calls = [lambda: DependencyTree().marginals(S), lambda: ConstituencyTree().marginals(S),
+         lambda: MonotonicAlignment().marginals(A), lambda: chain.marginals(E), lambda: DependencyTree().decode(S),
+         lambda: chain.decode(E)]
+expected = [f() for f in calls]
+wrong = []
+def work():
+    for _ in range(15):
+        for f, e in zip(calls, expected):
+            if not torch.equal(f(), e):
+                wrong.append(1)
+threads = [threading.Thread(target=work) for _ in range(4)]
+[t.start() for t in threads]
+[t.join() for t in threads]
+print("wrong", len(wrong))
+"""
+
+
+@pytest.mark.long
+@pytest.mark.parametrize("layer", ["default", "workqueue"])
+def test_layers_called_from_several_threads_at_once(layer):
+    """Four Python threads (a thread-pool server) calling the layers' parallel kernels at once: numba's workqueue
+    threading layer (its choice where neither TBB nor OpenMP loads) terminated the process ("Concurrent access has
+    been detected"); its launches now take turns (ssvm_torch/devices.py, launched), with the same results."""
+    env = {**os.environ, "OMP_NUM_THREADS": "2", **({} if layer == "default" else {"NUMBA_THREADING_LAYER": layer})}
+    out = subprocess.run([sys.executable, "-c", CONCURRENT], capture_output=True, text=True, timeout=300, env=env)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["wrong", "0"], out.stdout

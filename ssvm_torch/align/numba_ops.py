@@ -13,6 +13,8 @@ import math
 import numba as nb
 import numpy as np
 
+from ..devices import launched
+
 NEG = -1e30
 
 
@@ -55,6 +57,7 @@ def _logz_cell(S, b, i, j, local, alpha, weights):
     alpha[b, i, j] = _lse3_weights(right, prev + _score(S, b, i, j, 1), down, weights, b, i, j)
 
 
+@launched
 @nb.njit(cache=True, parallel=True)
 def forward_logz(S, n, m, local, alpha, weights, out):
     """alpha[b, i, j] = a(i, j) of the logsumexp recursion, weights[b, i, j, move] = the move's share of a(i, j),
@@ -92,6 +95,7 @@ def forward_logz(S, n, m, local, alpha, weights, out):
             out[b] = alpha[b, nb_ - 1, mb - 1]
 
 
+@launched
 @nb.njit(cache=True, parallel=True)
 def backward_logz(n, m, local, alpha, weights, logz, grad_out, adj, grad):
     """grad[b, i, j, move] = grad_out[b] * d log Z / d s(i, j, move) (the marginals times the incoming gradient,
@@ -125,6 +129,7 @@ def backward_logz(n, m, local, alpha, weights, logz, grad_out, adj, grad):
                     adj[b, i - 1, j - 1] += w1
 
 
+@launched
 @nb.njit(cache=True, parallel=True)
 def best_paths(S, n, m, local, value, move, path):
     """The max recursion (ties to the lowest move, a local path's fresh start on a tie, the first best cell in
@@ -232,6 +237,7 @@ def _has_successor(path, b, i, j, N, M):
             or (i + 1 < N and path[b, i + 1, j] == 2))
 
 
+@launched
 @nb.njit(cache=True, parallel=True)
 def path_faults(path, n, m, local, out):
     """out[b] = 1 where row b of ``path`` (B, N, M) is not one monotone path of its (n_b, m_b) grid (the rules of

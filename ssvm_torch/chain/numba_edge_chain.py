@@ -20,6 +20,7 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
+from ..devices import launched
 from .numba_fb import SCALED_MIN, log_sum_exp
 from .numba_nbest import merge_best
 
@@ -96,6 +97,7 @@ def _log_row(phi, L, M, want, fa, v):
     return z
 
 
+@launched
 @nb.njit(cache=True, nogil=True, parallel=True)
 def nb_edge_forward_backward(phi, P, shift, lengths, logz, want):
     """log Z (B,) into ``logz`` of the potentials phi (B, N-1, K, K), from P = exp(phi - shift) (shift (B, N-1):
@@ -119,6 +121,7 @@ def nb_edge_forward_backward(phi, P, shift, lengths, logz, want):
                 P[r, n] = 0.0
 
 
+@launched
 @nb.njit(cache=True, nogil=True, parallel=True)
 def nb_edge_viterbi(phi, lengths, tags, scores):
     """The best labeling of every row into ``tags`` (B, N) (-1 beyond its length) and its score into ``scores``;
@@ -155,6 +158,7 @@ def nb_edge_viterbi(phi, lengths, tags, scores):
             tags[r, n] = arg
 
 
+@launched
 @nb.njit(cache=True, nogil=True, parallel=True)
 def nb_edge_nbest(phi, lengths, n, out, scores):
     """The n best labelings of every row: out (B, n, N) their labels (the caller fills it with -1), scores (B, n)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
+from ..devices import launched
 from .numba_masked import masked_positions
 
 
@@ -124,6 +125,7 @@ def _backward(E, b, pos, L, start, end, trans, R, rstart, rend, rtrans, a, F, lo
                     gt[k, j] += g * p * (F[i - 1, j] + rtrans[k, j] + R[b, u, k] + G[i, k] - Er)
 
 
+@launched
 @nb.njit(cache=True, nogil=True, parallel=True)
 def nb_information(E, mask, start, end, trans, R, rstart, rend, rtrans, kl, g, want_grad, nchunk, out, gE, gstart,
                    gend, gtrans):

@@ -23,6 +23,8 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
+from ..devices import launched
+
 # A normalizer below this leaves the scaled recursion without full precision: a term it drops (an
 # exponential that underflowed, < 1e-308) could be more than 1e-58 of the total only below it. The
 # log-space recursion takes over there (the exact marginals of potentials with spreads beyond
@@ -193,6 +195,7 @@ def log_fb_row(E, b, pos, L, start, end, trans, gb, gE, acc_se, acc_t, ch, fa, f
     return z
 
 
+@launched
 @nb.njit(cache=True, nogil=True, parallel=True)
 def nb_ragged_marginals(U, offsets, first, last, trans, Mu, Mt, logZ):
     """Marginals of ragged chains (rows offsets[b]:offsets[b+1] of U (M, K)), scores per sequence:

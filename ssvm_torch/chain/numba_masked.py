@@ -29,6 +29,7 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
+from ..devices import launched
 from .numba_fb import backward_row, exp_trans, forward_row, log_fb_row
 from .numba_viterbi import NO_PEN, viterbi_segment_tt
 
@@ -58,6 +59,7 @@ def _path_score(E, b, pos, L, labels, start, end, trans):
     return v + end[y]
 
 
+@launched
 @nb.njit(cache=True, nogil=True, parallel=True)
 def nb_decode(E, mask, start, end, trans3, augment, gold, cost, rowc, out, scores, gold_scores, order, nchunk):
     """Viterbi of every row of E (B, T, K) under ``mask``: out (B, T) gets the argmax labels at the
@@ -117,6 +119,7 @@ def _row(E, mask, b, pos, start, end, trans, X, tm, gb, gE, accs, acc, ch):
     return z
 
 
+@launched
 @nb.njit(cache=True, nogil=True, parallel=True)
 def nb_log_partition(E, mask, start, end, trans, logz):
     """log Z of every row (0 for an empty row; nan where no allowed path exists)."""
@@ -129,6 +132,7 @@ def nb_log_partition(E, mask, start, end, trans, logz):
         logz[b] = _row(E, mask, np.int64(b), pos, start, end, trans, X, tm, 0.0, E, unused_se, unused_t, np.int64(0))
 
 
+@launched
 @nb.njit(cache=True, nogil=True, parallel=True)
 def nb_forward_backward(E, mask, start, end, trans, g, nchunk, logz, gE, gstart, gend, gtrans):
     """Forward-backward of every row (:func:`_row`): logz (B,), and g_b times the marginals added to

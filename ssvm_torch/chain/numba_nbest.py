@@ -13,6 +13,7 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
+from ..devices import launched
 from .numba_masked import masked_positions
 
 
@@ -32,6 +33,7 @@ def merge_best(D, s, n, add, ptr, K):
     return best, bj
 
 
+@launched
 @nb.njit(cache=True, nogil=True, parallel=True)
 def nb_nbest(E, mask, start, end, trans, n, out, scores):
     """The n best labelings of every row of E (B, T, K) under ``mask``: out (B, n, T) gets the tags at

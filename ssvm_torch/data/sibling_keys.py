@@ -12,6 +12,7 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
+from ..devices import launched
 from ..oracles.tree_kernels import nb_theta
 from ..trees.numba_sibling_best import sibling_best
 from .arc_keys import BOS, ROOT, _att
@@ -331,6 +332,7 @@ def block_scores(i, ades, sdes, w, S, SB):
                         start, n, w, SB)
 
 
+@launched
 @nb.njit(cache=True, nogil=True, parallel=True)
 def nb_sib_decode_all(ades, sdes, w, multiroot, Nmax, chunks, labels):
     """The best second-order tree of every sentence at w (no loss), flat heads (W,), over ``chunks`` interleaved

@@ -15,6 +15,7 @@ import numba as nb
 import numpy as np
 
 from ..chain.numba_viterbi import viterbi_segment, viterbi_segment_tt
+from ..devices import launched
 from .chain_kernels import _FAST, nb_gold_score_wrong, nb_m_theta
 
 
@@ -72,6 +73,7 @@ def nb_decode_block(Ub, first, last, trans3, per_position, Yb, lw, pen, out):
     return aug, wrong
 
 
+@launched
 @nb.njit(cache=True, nogil=True, parallel=True, fastmath=_FAST)
 def nb_decode_rows(mine, blocks, starts, shift, off, Y, U, first, last, trans, Mu, Mt, tw, pen, labels, loss, dot):
     """Loss-augmented Viterbi of the batch entries ``mine``: entry b is block blocks[b] whose
@@ -92,6 +94,7 @@ def nb_decode_rows(mine, blocks, starts, shift, off, Y, U, first, last, trans, M
         dot[b] = (aug - loss[b]) - nb_m_theta(i, off, Ub, first, last, trans, Mu, Mt)
 
 
+@launched
 @nb.njit(cache=True, nogil=True, parallel=True, fastmath=_FAST)
 def nb_blocks_gap_terms(blocks, starts, shift, off, Y, U, first, last, trans, Mu, Mt, tw, pen, aug, m_theta,
                         gt_score, wrong):

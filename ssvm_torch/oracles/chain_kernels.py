@@ -10,6 +10,7 @@ import numba as nb
 import numpy as np
 
 from ..chain.numba_viterbi import viterbi_all, viterbi_segment
+from ..devices import launched
 
 # fastmath lets LLVM vectorize the floating-point reductions (the unary dot products dominate the
 # batch-1 step); results stay deterministic for a given build, and exactness is tested against the
@@ -339,6 +340,7 @@ def nb_gram(fptr, fidx, fval, off, goff, G):
                 G[goff[i] + u * T + t] = acc
 
 
+@launched
 @nb.njit(cache=True, nogil=True, parallel=True, fastmath=_FAST)
 def nb_batch_corners(idx, lab_off, tw, fptr, fidx, fval, off, Y, W, first, last, trans, Mu, Mt, labels, loss, dot,
                      pen):

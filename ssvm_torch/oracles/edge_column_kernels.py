@@ -12,11 +12,13 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
+from ..devices import launched
 from .chain_column_kernels import nb_decode_block
 from .chain_kernels import _FAST, nb_m_theta
 from .edge_kernels import nb_edge_delta, nb_edge_m_theta, nb_position_trans
 
 
+@launched
 @nb.njit(cache=True, nogil=True, parallel=True, fastmath=_FAST)
 def nb_decode_rows_edges(mine, blocks, starts, shift, off, Y, U, first, last, trans, Mu, Mt, tw, pen,
                          eptr, eidx, evals, E, pair_next, pair_prev, gptr, gattr, Me, labels, loss, dot):

@@ -13,6 +13,8 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
+from ..devices import launched
+
 
 @nb.njit(cache=True, nogil=True)
 def _insert(vals, idxs, v, i):
@@ -80,6 +82,7 @@ def nbest_row(S, first, last, trans, length, n, segments, scores):
             e, k, r = e - l - 1, rest // n, rest % n
 
 
+@launched
 @nb.njit(cache=True, nogil=True, parallel=True)
 def _nbest_rows(S, first, last, trans, lengths, n, segments, scores):
     for b in nb.prange(S.shape[0]):

@@ -22,6 +22,7 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
+from ..devices import launched
 from ..trees.numba_eisner import lae
 
 NEG_INF = -np.inf
@@ -347,6 +348,7 @@ def best_row(S, first, last, trans, n, segments):
     return score
 
 
+@launched
 @nb.njit(cache=True, nogil=True, parallel=True)
 def _best_rows(S, first, last, trans, lengths, segments, scores):
     for b in nb.prange(S.shape[0]):
@@ -359,6 +361,7 @@ def _best_rows_serial(S, first, last, trans, lengths, segments, scores):
         scores[b] = best_row(S[b], first, last, trans, lengths[b], segments[b])
 
 
+@launched
 @nb.njit(cache=True, nogil=True, parallel=True)
 def _marginal_rows(S, first, last, trans, lengths, logz, M, MF, ML, MT):
     for b in nb.prange(S.shape[0]):

@@ -5,7 +5,10 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
+from ..devices import launched
 
+
+@launched
 @nb.njit(cache=True, parallel=True)
 def chart_fault_codes(chart, lengths, out):
     """out[b] = the first fault of row b of the bool chart (B, M, M) (checks.FAULTS: 1 a span off the row, 2 a

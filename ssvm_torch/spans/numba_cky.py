@@ -31,6 +31,8 @@ import math
 import numba as nb
 import numpy as np
 
+from ..devices import launched
+
 NEG_INF = -np.inf
 #: LLVM may reorder the real-space sums (a reduction vectorizes only if reassociated): the values then depend
 #: on the vector width in the last bits, never on the data's order
@@ -218,6 +220,7 @@ def log_partition_batch(S, lengths, want_marginals, logz, M):
         logz[b] = _log_partition_row(S[b], lengths[b], want_marginals, M[b] if want_marginals else M[0])
 
 
+@launched
 @nb.njit(cache=True, nogil=True, parallel=True)
 def log_partition_batch_parallel(S, lengths, want_marginals, logz, M):
     """:func:`log_partition_batch` with the rows spread over numba's threads."""
@@ -232,6 +235,7 @@ def best_batch(S, lengths, charts, scores):
         scores[b] = cky_best(S[b], lengths[b], charts[b])
 
 
+@launched
 @nb.njit(cache=True, nogil=True, parallel=True)
 def best_batch_parallel(S, lengths, charts, scores):
     """:func:`best_batch` with the rows spread over numba's threads."""

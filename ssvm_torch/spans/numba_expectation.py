@@ -20,6 +20,7 @@ import math
 import numba as nb
 import numpy as np
 
+from ..devices import launched
 from ..trees.numba_eisner import REAL_MIN
 from ..trees.numba_expectation import expect_add
 
@@ -113,6 +114,7 @@ def hessian_vector_real(S, V, n, out):
     return True
 
 
+@launched
 @nb.njit(cache=True, nogil=True, parallel=True)
 def hessian_vector_batch(S, V, lengths, out):
     """out[b] = Hess_b V[b] for every row (zeros off its spans; an empty row, or one without a tree, zeros)."""

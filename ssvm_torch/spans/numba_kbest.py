@@ -16,6 +16,7 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
+from ..devices import launched
 from ..trees.numba_kbest import heap_pop, heap_push, keep_best
 
 NEG_INF = -np.inf
@@ -205,6 +206,7 @@ def kbest_batch(S, lengths, k, charts, scores):
         cky_kbest(S[b], lengths[b], k, charts[b], scores[b])
 
 
+@launched
 @nb.njit(cache=True, nogil=True, parallel=True)
 def kbest_batch_parallel(S, lengths, k, charts, scores):
     """:func:`kbest_batch` with the rows spread over numba's threads."""

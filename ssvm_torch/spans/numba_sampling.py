@@ -10,6 +10,7 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
+from ..devices import launched
 from ..trees.numba_sampling import pick_log
 from .numba_cky import NEG_INF, inside_log
 
@@ -47,6 +48,7 @@ def sample_sentence(S, n, U, charts):
     return logz
 
 
+@launched
 @nb.njit(cache=True, nogil=True, parallel=True)
 def sample_batch(S, lengths, U, charts, logz):
     """:func:`sample_sentence` of every row of a padded batch: S (B, N+1, N+1), U (B, k, >= N), charts (B, k, N+1,

@@ -9,6 +9,7 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
+from ..devices import launched
 from ..segments.numba_semimarkov import best_row
 
 NEG_INF = -np.inf
@@ -225,6 +226,7 @@ def nb_segment_move(i, coef, gamma, fptr, fidx, fval, offsets, D, Dc, W, wc, P, 
             shadow_wc[g] += shadow_coef * coef * Dc[g]
 
 
+@launched
 @nb.njit(cache=True, nogil=True, parallel=True)
 def nb_segment_gap_pass(c, outside, fptr, fidx, fval, offsets, Y, obs, W, wc, P, Gc, P_gt, G_gt, G, goff, K, L, T_max,
                         n_parts, labels, loss, dot, gold_dot):
@@ -252,6 +254,7 @@ def nb_segment_gap_pass(c, outside, fptr, fidx, fval, offsets, Y, obs, W, wc, P,
             gold_dot[i] = acc
 
 
+@launched
 @nb.njit(cache=True, nogil=True, parallel=True)
 def nb_segment_joint_scores(labelings, fptr, fidx, fval, offsets, W, wc, K, T_max, n_parts, out):
     """out[j, i] = <s(y_j,i), theta_i> of every block i under each joint segmentation y_j (the rows of

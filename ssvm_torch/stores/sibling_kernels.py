@@ -14,6 +14,7 @@ import numba as nb
 import numpy as np
 
 from ..data.sibling_keys import adjacent_siblings, block_scores, has_first_child, sibling_part_ids
+from ..devices import launched
 from ..oracles.tree_kernels import _insert, arc_index
 from ..trees.numba_sibling_best import sibling_best
 
@@ -194,6 +195,7 @@ def nb_sib_gap_pass(ades, sdes, w, gold, lgold, costs, multiroot, gold_ok, pstar
                    heads, parts, labels, aug, gold_scores, m_theta, wrong)
 
 
+@launched
 @nb.njit(cache=True, nogil=True, parallel=True)
 def nb_sib_gap_pass_parallel(ades, sdes, w, gold, lgold, costs, multiroot, gold_ok, pstart, pcount, pkeys, pvals,
                              Nmax, chunks, labels, aug, gold_scores, m_theta, wrong):

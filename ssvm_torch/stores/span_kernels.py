@@ -14,6 +14,7 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
+from ..devices import launched
 from ..spans.numba_cky import cky_best
 
 
@@ -150,6 +151,7 @@ def nb_span_move(i, fo, fptr, fidx, Dp, Dc, coef, gamma, W, lenw, P, Gc, shadow_
         Gc[i, g] += gamma * Dc[g]
 
 
+@launched
 @nb.njit(cache=True, nogil=True, parallel=True)
 def nb_span_gap_pass(fo, so, fptr, fidx, W, lenw, bucket_of, inside, gold_spans, observed, costs, augment, P, Gc, labels,
                      wrong, dot, margin):

@@ -14,6 +14,8 @@ import math
 import numba as nb
 import numpy as np
 
+from ..devices import launched
+
 NEG_INF = -np.inf
 
 
@@ -158,6 +160,7 @@ def colbourn_batch(S, lengths, multiroot, span_max, tol, U, heads, fail):
         colbourn_sentence(S[b], lengths[b], multiroot, span_max, tol, U[b], heads[b], fail[b])
 
 
+@launched
 @nb.njit(cache=True, nogil=True, parallel=True)
 def colbourn_batch_parallel(S, lengths, multiroot, span_max, tol, U, heads, fail):
     """:func:`colbourn_batch` with the sentences spread over numba's threads."""

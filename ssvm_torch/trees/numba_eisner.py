@@ -31,6 +31,8 @@ import math
 import numba as nb
 import numpy as np
 
+from ..devices import launched
+
 #: below this rescaled partition function the real-space pass can have lost mass to underflow (a span
 #: below the float64 minimum contributes < 1e-308 * 4^n * n^2 in absolute terms): redo in log space
 REAL_MIN = 1e-200
@@ -416,6 +418,7 @@ def eisner_batch(S, lengths, multiroot, heads, scores):
         scores[b] = eisner_best(S[b], n, multiroot, heads[b])
 
 
+@launched
 @nb.njit(cache=True, nogil=True, parallel=True)
 def eisner_batch_parallel(S, lengths, multiroot, heads, scores):
     """:func:`eisner_batch` with the sentences spread over numba's threads."""
@@ -436,6 +439,7 @@ def inside_outside_batch(S, lengths, multiroot, want_marginals, logz, M):
         logz[b] = inside_outside(S[b], n, multiroot, want_marginals, M[b])
 
 
+@launched
 @nb.njit(cache=True, nogil=True, parallel=True)
 def inside_outside_batch_parallel(S, lengths, multiroot, want_marginals, logz, M):
     """:func:`inside_outside_batch` with the sentences spread over numba's threads."""

@@ -18,6 +18,7 @@ import math
 import numba as nb
 import numpy as np
 
+from ..devices import launched
 from .numba_eisner import REAL_MIN, lae
 
 NEG_INF = -np.inf
@@ -227,6 +228,7 @@ def hessian_vector_real(S, V, n, multiroot, out):
     return True
 
 
+@launched
 @nb.njit(cache=True, nogil=True, parallel=True)
 def hessian_vector_batch(S, V, lengths, multiroot, out):
     """out[b] = Hess_b V[b] for every sentence (zeros off its words; an empty sentence gives zeros): the

@@ -29,6 +29,8 @@ from collections import namedtuple
 import numba as nb
 import numpy as np
 
+from ..devices import launched
+
 NEG_INF = -np.inf
 #: max-reductions vectorize once NaN is ruled out (the scores are checked first), as in numba_eisner
 MAXES = {"nnan", "nsz"}
@@ -372,6 +374,7 @@ def eisner_kbest_batch(S, lengths, multiroot, k, heads, scores):
         eisner_kbest(S[b], lengths[b], multiroot, k, heads[b], scores[b])
 
 
+@launched
 @nb.njit(cache=True, nogil=True, parallel=True)
 def eisner_kbest_batch_parallel(S, lengths, multiroot, k, heads, scores):
     """:func:`eisner_kbest_batch` with the sentences spread over numba's threads."""

@@ -27,6 +27,8 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
+from ..devices import launched
+
 ABSENT = -(1 << 40)          # p of an absent arc: below every real p (a tree has at most n root arcs)
 NEG_INF = -np.inf
 
@@ -209,6 +211,7 @@ def mst_batch(S, lengths, multiroot, heads, scores):
         scores[b] = mst_best(S[b], lengths[b], multiroot, heads[b])
 
 
+@launched
 @nb.njit(cache=True, nogil=True, parallel=True)
 def mst_batch_parallel(S, lengths, multiroot, heads, scores):
     """:func:`mst_batch` with the sentences spread over numba's threads."""

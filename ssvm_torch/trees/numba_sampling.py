@@ -13,6 +13,7 @@ import math
 import numba as nb
 import numpy as np
 
+from ..devices import launched
 from .numba_eisner import NEG_INF, REAL_MIN, _inside_real, _shifted_arcs, log_inside
 
 _CR, _CL, _IR, _IL = 0, 1, 2, 3
@@ -150,6 +151,7 @@ def sample_batch(S, lengths, multiroot, U, heads, logz):
         logz[b] = sample_sentence(S[b], lengths[b], multiroot, U[b], heads[b])
 
 
+@launched
 @nb.njit(cache=True, nogil=True, parallel=True)
 def sample_batch_parallel(S, lengths, multiroot, U, heads, logz):
     """:func:`sample_batch` with the sentences spread over numba's threads."""

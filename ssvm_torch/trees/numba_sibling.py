@@ -42,6 +42,7 @@ import math
 import numba as nb
 import numpy as np
 
+from ..devices import launched
 from .numba_eisner import MAXES, REAL_MIN, SUMS
 from .numba_sibling_log import sibling_inside_outside_log
 
@@ -315,6 +316,7 @@ def sibling_inside_outside_batch(S, SB, lengths, multiroot, want_marginals, logz
         logz[b] = sibling_inside_outside(S[b], SB[b], lengths[b], multiroot, want_marginals, M[b], MS[b])
 
 
+@launched
 @nb.njit(cache=True, nogil=True, parallel=True)
 def sibling_inside_outside_batch_parallel(S, SB, lengths, multiroot, want_marginals, logz, M, MS):
     """:func:`sibling_inside_outside_batch` with the sentences spread over numba's threads."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
+from ..devices import launched
 from .numba_eisner import MAXES
 from .numba_sibling import NEG_INF, _offsets, _pack_left
 
@@ -186,6 +187,7 @@ def sibling_best_batch(S, SB, lengths, multiroot, heads, scores):
         scores[b] = sibling_best(S[b], SB[b], lengths[b], multiroot, heads[b])
 
 
+@launched
 @nb.njit(cache=True, nogil=True, parallel=True)
 def sibling_best_batch_parallel(S, SB, lengths, multiroot, heads, scores):
     """:func:`sibling_best_batch` with the sentences spread over numba's threads."""

@@ -17,6 +17,8 @@ import math
 import numba as nb
 import numpy as np
 
+from ..devices import launched
+
 NEG_INF = -np.inf
 
 
@@ -187,6 +189,7 @@ def sibling_hessian_vector_row(S, SB, V, VB, n, multiroot, out, out_sib):
     return logz
 
 
+@launched
 @nb.njit(cache=True, nogil=True, parallel=True)
 def sibling_hessian_vector_batch(S, SB, V, VB, lengths, multiroot, out, out_sib):
     """:func:`sibling_hessian_vector_row` of every sentence of a padded batch (out, out_sib zero-filled by the

@@ -16,6 +16,7 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
+from ..devices import launched
 from .numba_sampling import pick_log
 from .numba_sibling_log import NEG_INF, log_charts
 
@@ -105,6 +106,7 @@ def sibling_sample_sentence(S, SB, n, multiroot, U, heads):
     return logz
 
 
+@launched
 @nb.njit(cache=True, nogil=True, parallel=True)
 def sibling_sample_batch(S, SB, lengths, multiroot, U, heads, logz):
     """:func:`sibling_sample_sentence` of every row of a padded batch (heads (B, k, N), -1 past each row's length;
