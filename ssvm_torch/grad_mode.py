@@ -36,6 +36,8 @@ def records_autograd(fn):
     Otherwise it is ``fn`` itself."""
     @functools.wraps(fn)
     def run(*args, **kwargs):
+        if torch.compiler.is_compiling():       # traced (torch.compile, torch.export): the graph's own modes
+            return fn(*args, **kwargs)
         inference = torch.is_inference_mode_enabled()
         amp = [device for device in AMP_DEVICES if torch.is_autocast_enabled(device)]
         if not inference and not amp:
