@@ -39,39 +39,50 @@ def _cases(kernels):
     }
 
 
+def _other(kw):
+    """q's second-order scores for a KL of the second-order layer (both models of one order), else nothing."""
+    return {"other_sib_scores": kw["sib_scores"].flip(0)} if "sib_scores" in kw else {}
+
+
 CALLS = {
     "forward": lambda layer, S, gold, kw: layer(S, gold, reduction="none", **kw),
     "log_partition": lambda layer, S, gold, kw: layer.log_partition(S, **kw),
     "marginals": lambda layer, S, gold, kw: layer.marginals(S, **kw),
     "entropy": lambda layer, S, gold, kw: layer.entropy(S, **kw),
-    "kl": lambda layer, S, gold, kw: layer.kl(S, S.flip(0), **kw),
-    "cross_entropy": lambda layer, S, gold, kw: layer.cross_entropy(S, S.flip(0), **kw),
+    "kl": lambda layer, S, gold, kw: layer.kl(S, S.flip(0), **kw, **_other(kw)),
+    "cross_entropy": lambda layer, S, gold, kw: layer.cross_entropy(S, S.flip(0), **kw, **_other(kw)),
     "decode": lambda layer, S, gold, kw: layer.decode(S, **kw),
     "mbr": lambda layer, S, gold, kw: layer.decode(S, mbr=True, **kw),
     "sample": lambda layer, S, gold, kw: layer.sample(S, n=2, generator=torch.Generator().manual_seed(1), **kw),
 }
-# the second-order layer has no MBR decode, KL or samples of its own beyond these (refused by name elsewhere)
-SKIP = {("second-order", "kl"), ("second-order", "cross_entropy"), ("second-order", "mbr")}
 
 
-@pytest.mark.parametrize("kernels", ["auto", "torch"])
-def test_every_layer_call_under_inference_mode_equals_no_grad(kernels):
+def _every_call(kernels):
+    """(what, call, layer, scores, gold, keyword inputs) for every call of every layer kind."""
     for name, (layer, S, gold, kw) in _cases(kernels).items():
         if gold is None:
             gold = layer.decode(S, **{k: v for k, v in kw.items() if k != "sib_scores"})
         for call_name, call in CALLS.items():
-            if (name, call_name) in SKIP:
-                continue
-            with torch.no_grad():
-                expected = call(layer, S, gold, kw)
-            with torch.inference_mode():
-                # the inputs made in inference mode too, as a validation step's network output is
-                S_inf, kw_inf = S.clone(), {k: v.clone() for k, v in kw.items()}
-                got = call(layer, S_inf, gold, kw_inf)
-            got, expected = (x if isinstance(x, tuple) else (x,) for x in (got, expected))
-            for a, b in zip(got, expected, strict=True):
-                assert not a.requires_grad, (name, call_name)
-                torch.testing.assert_close(a, b, rtol=0, atol=1e-6, msg=f"{name} {call_name}")
+            yield f"{name} {call_name}", call, layer, S, gold, kw
+
+
+def _assert_same(got, expected, what: str) -> None:
+    """Equal results (tuples element by element), none of them carrying a graph."""
+    got, expected = (x if isinstance(x, tuple) else (x,) for x in (got, expected))
+    for a, b in zip(got, expected, strict=True):
+        assert not a.requires_grad, what
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-6, msg=what)
+
+
+@pytest.mark.parametrize("kernels", ["auto", "torch"])
+def test_every_layer_call_under_inference_mode_equals_no_grad(kernels):
+    for what, call, layer, S, gold, kw in _every_call(kernels):
+        with torch.no_grad():
+            expected = call(layer, S, gold, kw)
+        with torch.inference_mode():
+            # the inputs made in inference mode too, as a validation step's network output is
+            got = call(layer, S.clone(), gold, {k: v.clone() for k, v in kw.items()})
+        _assert_same(got, expected, what)
 
 
 @pytest.mark.parametrize("kernels", ["auto", "torch"])
@@ -93,15 +104,9 @@ def test_the_functional_marginals_under_inference_mode(kernels):
 
 @pytest.mark.parametrize("kernels", ["auto", "torch"])
 def test_every_layer_call_under_autocast_equals_float32(kernels):
-    for name, (layer, S, gold, kw) in _cases(kernels).items():
-        if gold is None:
-            gold = layer.decode(S, **{k: v for k, v in kw.items() if k != "sib_scores"})
-        for call_name, call in CALLS.items():
-            if (name, call_name) in SKIP:
-                continue
+    for what, call, layer, S, gold, kw in _every_call(kernels):
+        with torch.no_grad():
             expected = call(layer, S, gold, kw)
             with torch.autocast("cpu", dtype=torch.bfloat16):
                 got = call(layer, S, gold, kw)
-            got, expected = (x if isinstance(x, tuple) else (x,) for x in (got, expected))
-            for a, b in zip(got, expected, strict=True):
-                torch.testing.assert_close(a, b, rtol=0, atol=1e-6, msg=f"{name} {call_name}")
+        _assert_same(got, expected, what)
