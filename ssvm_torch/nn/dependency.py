@@ -48,7 +48,8 @@ from torch import nn
 from ..chain.checks import check_draws, refuse_bad_scores
 from ..errors import SSVMInputError, check, check_choice
 from ..trees import ops, sampling, sibling_ops
-from ..trees.checks import KERNELS, check_heads, check_partial_heads, check_scores, resolve_lengths, tracing, word_mask
+from ..trees.checks import (KERNELS, check_heads, check_partial_heads, check_scores, resolve_lengths, tracing,
+                            use_numba, word_mask)
 from ..trees.information import ArcFactored, Information, SiblingFactored, label_information
 from ..trees.kbest import dependency_kbest
 from ..trees.lawler import check_nbest
@@ -147,7 +148,8 @@ class DependencyTree(nn.Module):
         ``ssvm_torch.chain.refuse_bad_scores``. Raises SSVMInputError naming the field; returns None."""
         S, lengths, _ = self._inputs(arc_scores, mask, lengths, sib_scores)
         if heads is not None:
-            check_heads(heads, lengths, S.shape[1], self.multiroot, self.projective, kernels=self.kernels)
+            check_heads(heads, lengths, S.shape[1], self.multiroot, self.projective,
+                        compiled=use_numba(S, self.kernels))
 
     # -- the operations of the first or the second order ------------------------------------------------------
     def _best(self, S, SB, lengths):
@@ -188,7 +190,7 @@ class DependencyTree(nn.Module):
         check_choice(reduction, "reduction", REDUCTIONS)
         S, lengths, SB = self._inputs(arc_scores, mask, lengths, sib_scores)
         gold = check_partial_heads(heads, lengths, S.shape[1], self.multiroot, self.projective,
-                                   kernels=self.kernels)
+                                   compiled=use_numba(S, self.kernels))
         lab, gold_labels = self._labels_in(S, label_scores, labels, lengths, partial=True)
         if lab is not None and gold_labels is None:
             raise SSVMInputError("labels: the gold relations (B, N) are needed with label_scores for a loss")
@@ -329,7 +331,7 @@ class DependencyTree(nn.Module):
         lab, rel = self._labels_in(S, label_scores, labels, lengths)
         if lab is not None and rel is None:
             raise SSVMInputError("labels: the relations (B, N) are needed with label_scores to score a labeled tree")
-        heads = check_heads(heads, lengths, S.shape[1], True, False, kernels=self.kernels)
+        heads = check_heads(heads, lengths, S.shape[1], True, False, compiled=use_numba(S, self.kernels))
         if lab is None:
             return self._score(S, SB, heads, lengths)
         picked = lab.gather(3, rel[:, :, None, None].expand(-1, -1, S.shape[2], 1))[..., 0]

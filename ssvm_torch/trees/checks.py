@@ -122,9 +122,9 @@ def tree_faults(heads: torch.Tensor, lengths: torch.Tensor, multiroot: bool, pro
                 compiled: bool = False) -> torch.Tensor:
     """(B,) int codes of the first fault of every row of ``heads`` (B, N): 0 none, 1 a head out of range or a
     self-loop, 2 a cycle, 3 not exactly one root child (single-root), 4 crossing arcs (projective). ``compiled``
-    (CPU tensors: :func:`compiled_check`) runs the compiled check (:mod:`ssvm_torch.trees.numba_checks`: one pass
-    per row, where the torch ops build (B, N, N) pairwise tensors and took a fifth of a hinge loss + backward at
-    B 32 of 40 words), else torch operations on the heads' device."""
+    (CPU tensors; the losses pass :func:`use_numba` of their scores) runs the compiled check
+    (:mod:`ssvm_torch.trees.numba_checks`: one pass per row, where the torch ops build (B, N, N) pairwise tensors
+    and took a fifth of a hinge loss + backward at B 32 of 40 words), else torch operations on the heads' device."""
     if compiled:
         out = np.empty(heads.shape[0], dtype=np.int64)
         tree_fault_codes(np.ascontiguousarray(to_host(heads.detach()), dtype=np.int64),
@@ -185,28 +185,22 @@ def not_a_tree(heads, lengths, code, b: int, multiroot: bool, projective: bool, 
                           + (" ..." if len(row) > 20 else ""))
 
 
-def compiled_check(heads: torch.Tensor, kernels: str) -> bool:
-    """Whether the head check runs compiled: CPU heads outside tracing, unless ``kernels`` is "torch" (whose path
-    makes no host copy: tests/test_trees.py's device guard)."""
-    return kernels != "torch" and heads.device.type == "cpu" and not tracing()
-
-
 def check_heads(heads, lengths: torch.Tensor, N: int, multiroot: bool, projective: bool, field: str = "heads",
-                kernels: str = "auto") -> torch.Tensor:
+                compiled: bool = False) -> torch.Tensor:
     """``heads`` (B, N) as int64 on the lengths' device after the checks: heads[b, m] in [0, n_b] for the
-    words m = 1..n_b (other positions ignored), forming a tree of the chosen kind; -1 elsewhere. ``kernels``: the
-    caller's, for :func:`compiled_check`."""
+    words m = 1..n_b (other positions ignored), forming a tree of the chosen kind; -1 elsewhere. ``compiled``:
+    :func:`tree_faults`' (the torch check, which makes no host copy, where the scores take the torch path)."""
     heads = integer_heads(heads, lengths, N, field)
     word = word_mask(lengths, N)
     if not tracing():
-        code = tree_faults(heads, lengths, multiroot, projective, compiled_check(heads, kernels))
+        code = tree_faults(heads, lengths, multiroot, projective, compiled)
         if bool((code != 0).any()):
             raise not_a_tree(heads, lengths, code, int((code != 0).nonzero()[0, 0]), multiroot, projective, field)
     return torch.where(word, heads, torch.full_like(heads, -1))
 
 
 def check_partial_heads(heads, lengths: torch.Tensor, N: int, multiroot: bool, projective: bool,
-                        field: str = "heads", kernels: str = "auto") -> torch.Tensor:
+                        field: str = "heads", compiled: bool = False) -> torch.Tensor:
     """``heads`` (B, N) of a loss with partial annotation (:mod:`ssvm_torch.trees.partial`): at a word a head
     in [0, n_b] (not the word itself) is observed, a negative one unobserved. A row with every head observed
     must be a tree of the chosen kind (:func:`check_heads`); in the others the observed heads are checked one
@@ -216,8 +210,8 @@ def check_partial_heads(heads, lengths: torch.Tensor, N: int, multiroot: bool, p
     word = word_mask(lengths, N)
     partial = (word & (heads < 0)).any(1)
     if tracing() or not bool(partial.any()):
-        return check_heads(heads, lengths, N, multiroot, projective, field, kernels)
-    code = tree_faults(heads, lengths, multiroot, projective, compiled_check(heads, kernels))
+        return check_heads(heads, lengths, N, multiroot, projective, field, compiled)
+    code = tree_faults(heads, lengths, multiroot, projective, compiled)
     wrong = (code != 0) & ~partial                      # a row with every head given must be a tree
     if bool(wrong.any()):
         raise not_a_tree(heads, lengths, code, int(wrong.nonzero()[0, 0]), multiroot, projective, field)

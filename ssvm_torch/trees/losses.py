@@ -27,7 +27,7 @@ import torch
 from ..errors import SSVMInputError, check
 from . import ops, sibling_ops
 from .checks import (KERNELS, check_heads, check_partial_heads, check_scores, resolve_lengths, tracing, tree_faults,
-                     word_mask)
+                     use_numba, word_mask)
 from .kbest import dependency_kbest
 from .lawler import check_nbest
 from .partial import join_rows, observed_heads, partial_loss
@@ -134,7 +134,8 @@ def dependency_score(arc_scores, heads, mask=None, lengths=None, sib_scores=None
 def _loss_inputs(arc_scores, heads, mask, lengths, projective, multiroot, cost, kernels, sib_scores):
     projective, multiroot = _flags(projective, multiroot)
     S, lengths, SB = _prepare(arc_scores, mask, lengths, sib_scores, projective)
-    gold = check_partial_heads(heads, lengths, S.shape[1], multiroot, projective, kernels=_kernels(kernels))
+    gold = check_partial_heads(heads, lengths, S.shape[1], multiroot, projective,
+                               compiled=use_numba(S, _kernels(kernels)))
     c = row_cost("hamming" if cost is None else cost, lengths, S.dtype)
     return S, SB, gold, lengths, c, projective, multiroot, _kernels(kernels)
 
