@@ -30,12 +30,17 @@ from .torch_ops import (compact, gather_rows, log_partition_rows, padded_score, 
                         torch_nll)
 from .triton_autograd import TritonCRF, TritonHinge, triton_decode, triton_marginals
 
-__all__ = ["decode", "hinge", "information", "log_partition", "marginals", "nbest", "nll", "refuse_bad_scores",
-           "sample", "score", "softmax_margin", "tracing"]
+__all__ = ["computed_dtype", "decode", "hinge", "information", "log_partition", "marginals", "nbest", "nll",
+           "refuse_bad_scores", "sample", "score", "softmax_margin", "tracing"]
+
+
+def computed_dtype(E: torch.Tensor) -> torch.dtype:
+    """The dtype a chain of emissions E is computed in: theirs, float32 for half precision."""
+    return torch.float32 if E.dtype in (torch.float16, torch.bfloat16) else E.dtype
 
 
 def _float(E):
-    return E.float() if E.dtype in (torch.float16, torch.bfloat16) else E
+    return E.to(computed_dtype(E))
 
 
 def hinge(E, mask, start, end, trans, gold, rowc, cost, penalty=None, kernels="auto"):

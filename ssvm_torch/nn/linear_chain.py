@@ -49,11 +49,6 @@ from ..chain.mbr import mbr_decode
 from ..chain.partial import partial_loss
 from .reduction import REDUCTIONS, reduce_rows
 
-
-def computed_dtype(E: torch.Tensor) -> torch.dtype:
-    """The dtype a chain of these emissions is computed in: theirs, float32 for half precision."""
-    return E.dtype if E.dtype in (torch.float32, torch.float64) else torch.float32
-
 LOSSES = ("hinge", "crf", "softmax_margin")
 TOKEN_LOSSES = ("hamming", "normalized")
 
@@ -141,14 +136,14 @@ class LinearChain(nn.Module):
         """The constraints' (start, end, trans) 0 / -inf scores in the dtype E is computed in, or None."""
         if self.penalty_trans is None:
             return None
-        return tuple(p.to(computed_dtype(E)) for p in (self.penalty_start, self.penalty_end, self.penalty_trans))
+        return tuple(p.to(ops.computed_dtype(E)) for p in (self.penalty_start, self.penalty_end, self.penalty_trans))
 
     def _scores(self, E):
         """(start, end, trans[next, prev]) in the dtype the emissions E are computed in: the one place where
         pytorch-crf's orientation ``transitions[prev, next]`` becomes the project's internal one, and where
         float64 emissions meet float32 parameters (or the reverse): every backend computes in the emissions'
         dtype, differentiable w.r.t. the parameters in theirs (the torch recursion refused mixed dtypes)."""
-        dtype = computed_dtype(E)
+        dtype = ops.computed_dtype(E)
         return tuple(p.to(dtype) for p in (self.start_transitions, self.end_transitions, self.transitions.t()))
 
     def _inputs(self, emissions, mask, tags=None):
@@ -339,7 +334,7 @@ class LinearChain(nn.Module):
               "other_emissions", f"a tensor of the emissions' shape {tuple(emissions.shape)} on {emissions.device}",
               (tuple(other_emissions.shape), other_emissions.device))
         ops.refuse_bad_scores(other_emissions.detach(), "other_emissions", allow_neg_inf=False)
-        Q = other_emissions.to(computed_dtype(emissions))             # q computed in p's dtype
+        Q = other_emissions.to(ops.computed_dtype(emissions))             # q computed in p's dtype
         return q, Q if self.batch_first else Q.transpose(0, 1)
 
     def sample(self, emissions: torch.Tensor, mask: torch.Tensor | None = None, n: int = 1,
