@@ -86,7 +86,8 @@ def test_kl_is_infinite_where_q_forbids_what_p_allows(kernels):
     E = torch.randn(2, 4, K, dtype=torch.float64)
     assert torch.isinf(p_layer.kl(E, E, other=q_layer)).all()
     assert torch.isposinf(ops.information(E, torch.ones(2, 4, dtype=torch.bool), *p_layer._scores(E), None,
-                                          (E, *q_layer._scores(E), q_layer._penalty(E)), kernels, entropy=False)[1]).all()
+                                          (E, *q_layer._scores(E), q_layer._penalty(E)), kernels,
+                                          entropy=False)[1]).all()
     D = q_layer.kl(E, E, other=p_layer)                                # q's support is inside p's
     assert torch.isfinite(D).all()
     for b in range(2):
@@ -146,7 +147,8 @@ def test_the_compiled_kl_passes_gradcheck_and_equals_the_torch_recursion(p_const
 
     def kl(kernels):
         def f(E_, s_, e_, t_, Q_, qs_, qe_, qt_):
-            return ops.information(E_, mask, s_, e_, t_, p._penalty(E_), (Q_, qs_, qe_, qt_, q._penalty(Q_)), kernels)[1]
+            return ops.information(E_, mask, s_, e_, t_, p._penalty(E_), (Q_, qs_, qe_, qt_, q._penalty(Q_)),
+                                   kernels)[1]
         return f
 
     assert kl("numba")(*leaves).grad_fn.name() == "NumbaKLBackward"

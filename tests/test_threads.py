@@ -46,7 +46,8 @@ import threading
 import torch
 from ssvm_torch.nn import ConstituencyTree, DependencyTree, LinearChain, MonotonicAlignment
 g = torch.Generator().manual_seed(0)
-S, E, A = torch.randn(16, 13, 13, generator=g), torch.randn(16, 20, 5, generator=g), torch.randn(16, 12, 12, 3, generator=g)
+S, E = torch.randn(16, 13, 13, generator=g), torch.randn(16, 20, 5, generator=g)
+A = torch.randn(16, 12, 12, 3, generator=g)
 chain = LinearChain(5, batch_first=True)
 calls = [lambda: DependencyTree().marginals(S), lambda: ConstituencyTree().marginals(S),
          lambda: MonotonicAlignment().marginals(A), lambda: chain.marginals(E), lambda: DependencyTree().decode(S),
