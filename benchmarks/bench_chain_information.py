@@ -48,7 +48,7 @@ def point(B: int, T: int, K: int, repeats: int, n_samples: int) -> dict:
     lengths = torch.full((B,), T)
 
     def ts(layer, U):
-        s, e, t = layer._scores(U)
+        s, e, t = layer.start_transitions, layer.end_transitions, layer.transitions.t()
         return torch_struct.LinearChainCRF(edge_potentials(U, lengths, s, e, t), lengths=lengths)
 
     def grad_of(f):

@@ -60,7 +60,7 @@ def chain_rows(repeats: int) -> list:
         hidden = torch.where(torch.rand(B, T, generator=g) < 0.5, -1, tags)
         mask = torch.ones(B, T, dtype=torch.bool)
         layer = LinearChain(K, batch_first=True)
-        s, e, t = layer._scores(E)
+        s, e, t = layer.start_transitions, layer.end_transitions, layer.transitions.t()
         s, e, t = s.detach(), e.detach(), t.detach()
 
         def logz(restrict):

@@ -11,6 +11,7 @@ from frequency_check import pooled_pvalue
 
 from ssvm_torch.chain import ops
 from ssvm_torch.chain.torch_struct import edge_potentials
+from ssvm_torch.constraints import penalties
 from ssvm_torch.errors import SSVMInputError
 from ssvm_torch.nn import LinearChain
 
@@ -29,6 +30,18 @@ def _layer(seed: int, constrained: bool, batch_first: bool = True, device="cpu",
                    "transitions": ~torch.eye(K, dtype=torch.bool).roll(1, 1)}
         layer.set_constraints(allowed)
     return layer.to(device)
+
+
+def _scores(layer: LinearChain):
+    """The layer's (start, end, trans[next, prev]) from its public parameters (pytorch-crf's names and
+    orientation, transitions[prev, next]), the form the chain ops read."""
+    return layer.start_transitions, layer.end_transitions, layer.transitions.t()
+
+
+def _penalty(layer: LinearChain):
+    """The layer's constraints as the chain ops' (start, end, trans) 0 / -inf scores, or None."""
+    masks = layer.constraint_masks
+    return None if masks is None else penalties(masks, layer.transitions.dtype, layer.transitions.device)
 
 
 def _enumerate(layer: LinearChain, E: torch.Tensor, mask: torch.Tensor):
@@ -85,8 +98,8 @@ def test_kl_is_infinite_where_q_forbids_what_p_allows(kernels):
     p_layer, q_layer = _layer(0, False, kernels=kernels), _layer(1, True, kernels=kernels)
     E = torch.randn(2, 4, K, dtype=torch.float64)
     assert torch.isinf(p_layer.kl(E, E, other=q_layer)).all()
-    assert torch.isposinf(ops.information(E, torch.ones(2, 4, dtype=torch.bool), *p_layer._scores(E), None,
-                                          (E, *q_layer._scores(E), q_layer._penalty(E)), kernels,
+    assert torch.isposinf(ops.information(E, torch.ones(2, 4, dtype=torch.bool), *_scores(p_layer), None,
+                                          (E, *_scores(q_layer), _penalty(q_layer)), kernels,
                                           entropy=False)[1]).all()
     D = q_layer.kl(E, E, other=p_layer)                                # q's support is inside p's
     assert torch.isfinite(D).all()
@@ -109,7 +122,7 @@ def test_entropy_and_kl_equal_torch_struct():
     mask = torch.arange(T)[None, :] < lengths[:, None]
 
     def dist(layer, U):
-        s, e, t = layer._scores(U)
+        s, e, t = _scores(layer)
         return torch_struct.LinearChainCRF(edge_potentials(U, lengths, s, e, t).detach(), lengths=lengths)
 
     H, D = p_layer.entropy(E, mask), p_layer.kl(E, Q, mask, other=q_layer)
@@ -121,15 +134,15 @@ def test_entropy_and_kl_equal_torch_struct():
 def test_the_compiled_entropy_passes_gradcheck(constrained):
     layer = _layer(6, constrained)
     E = torch.randn(4, 6, K, dtype=torch.float64, generator=torch.Generator().manual_seed(7)).requires_grad_()
-    s, e, t = (x.detach().clone().requires_grad_() for x in layer._scores(E))
+    s, e, t = (x.detach().clone().requires_grad_() for x in _scores(layer))
     mask = torch.cat([MASKS[[0, 1, 2, 4]], torch.ones(4, 1, dtype=torch.bool)], 1)
 
     def entropy(E_, s_, e_, t_):
-        return ops.information(E_, mask, s_, e_, t_, layer._penalty(E_), kernels="numba")[0]
+        return ops.information(E_, mask, s_, e_, t_, _penalty(layer), kernels="numba")[0]
 
     assert entropy(E, s, e, t).grad_fn.name() == "NumbaEntropyBackward"
     assert torch.autograd.gradcheck(entropy, (E, s, e, t))
-    torch.testing.assert_close(entropy(E, s, e, t), ops.information(E, mask, s, e, t, layer._penalty(E),
+    torch.testing.assert_close(entropy(E, s, e, t), ops.information(E, mask, s, e, t, _penalty(layer),
                                                                    kernels="torch")[0], rtol=0, atol=1e-12)
 
 
@@ -143,11 +156,11 @@ def test_the_compiled_kl_passes_gradcheck_and_equals_the_torch_recursion(p_const
     E = torch.randn(4, 6, K, dtype=torch.float64, generator=g)
     Q = torch.randn(4, 6, K, dtype=torch.float64, generator=g)
     mask = torch.cat([MASKS[[0, 1, 2, 4]], torch.ones(4, 1, dtype=torch.bool)], 1)
-    leaves = [x.detach().clone().requires_grad_() for x in (E, *p._scores(E), Q, *q._scores(Q))]
+    leaves = [x.detach().clone().requires_grad_() for x in (E, *_scores(p), Q, *_scores(q))]
 
     def kl(kernels):
         def f(E_, s_, e_, t_, Q_, qs_, qe_, qt_):
-            return ops.information(E_, mask, s_, e_, t_, p._penalty(E_), (Q_, qs_, qe_, qt_, q._penalty(Q_)),
+            return ops.information(E_, mask, s_, e_, t_, _penalty(p), (Q_, qs_, qe_, qt_, _penalty(q)),
                                    kernels)[1]
         return f
 
@@ -165,12 +178,12 @@ def test_entropy_and_kl_pass_gradcheck(constrained):
     layer = _layer(6, constrained, kernels="torch")
     g = torch.Generator().manual_seed(7)
     E = torch.randn(3, 4, K, dtype=torch.float64, generator=g).requires_grad_()
-    s, e, t = (x.detach().clone().requires_grad_() for x in layer._scores(E))
+    s, e, t = (x.detach().clone().requires_grad_() for x in _scores(layer))
     Q = torch.randn(3, 4, K, dtype=torch.float64, generator=g).requires_grad_()
     mask = MASKS[[0, 1, 4], :4]
 
     def both(E_, Q_, s_, e_, t_):
-        H, D = ops.information(E_, mask, s_, e_, t_, layer._penalty(E_), (Q_, s_ * 0.5, e_, t_.t(), None))
+        H, D = ops.information(E_, mask, s_, e_, t_, _penalty(layer), (Q_, s_ * 0.5, e_, t_.t(), None))
         return torch.cat([H, D])
 
     assert torch.autograd.gradcheck(both, (E, Q, s, e, t))

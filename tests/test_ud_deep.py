@@ -131,7 +131,6 @@ def test_the_carried_tree_gradient_is_the_layer_gradient():
     for loss in ("hinge", "crf", "softmax_margin"):
         module = UDParser(loss=loss, train_size=30)
         module.corpus = load_ud_parsing(train_size=30)
-        module._epoch = {"tree_s": 0.0}
         batch = module.corpus.train.batch(torch.arange(8))
         batch["tree_ok"] = module.corpus.train.projective[:8]
         g = torch.Generator().manual_seed(0)
@@ -159,7 +158,6 @@ def test_the_second_order_head_carries_the_layers_gradients(first_child):
         module = UDParser(loss=loss, train_size=30, order=2, sib_dim=8, first_child=first_child)
         assert module.tree.first_child is first_child
         module.corpus = load_ud_parsing(train_size=30)
-        module._epoch = {"tree_s": 0.0}
         batch = module.corpus.train.batch(torch.arange(8))
         batch["tree_ok"] = module.corpus.train.projective[:8]
         B, N = batch["mask"].shape
@@ -631,7 +629,6 @@ def test_hidden_heads_are_the_seeds_words_unobserved_in_the_tree_and_relation_lo
         assert torch.equal(m.corpus.train.head, torch.where(hidden, -1, full.corpus.train.head))
         assert torch.equal(m.corpus.train.rel, torch.where(hidden, -1, full.corpus.train.rel))
         assert torch.equal(m.corpus.train.projective, full.corpus.train.projective)
-    m._epoch = {"tree_s": 0.0}
     batch = m.corpus.train.batch(torch.arange(8))
     batch["tree_ok"] = m.corpus.train.projective[:8]
     assert bool((batch["heads"][batch["mask"]] == -1).any())
