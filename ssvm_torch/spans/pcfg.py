@@ -1,0 +1,240 @@
+"""Probabilistic context-free grammars in Chomsky normal form: log Z (the sentence's marginal likelihood under a
+normalized grammar), the expected counts of every rule, the best (Viterbi) parse, the score of given trees and the
+three training losses, batched, differentiable, on any device: the structure of torch-struct's ``SentCFG`` and of
+the neural and compound PCFGs of Kim et al. 2019, in its layout.
+
+**Grammar.** NT nonterminals and T preterminals, S = NT + T symbols numbered nonterminals first (0..NT-1), then
+preterminals (NT..S-1). ``terms`` (B, N, T): the score of preterminal P over word i (log p(word | P) for a PCFG);
+``rules`` (B, NT, S, S) or one grammar (NT, S, S): the score of the binary rule A -> B C; ``roots`` (B, NT) or
+(NT,): the score of A as the root. Optional ``span_scores`` (B, N+1, N+1, NT): a score added to every constituent
+(i, j) of two or more words labeled A (fenceposts as :mod:`ssvm_torch.spans`; e.g. a span classifier's). A tree
+of n >= 2 words gives every word one preterminal and every constituent of two or more words one nonterminal and
+two children; its score is the sum of its parts' scores. Rows are given by ``lengths`` (B,) in [2, N] or a bool
+prefix ``mask`` (B, N) (neither: N words). -inf scores forbid a rule, preterminal, root or labeled span.
+
+**Trees** are labeled charts (B, N+1, N+1) int64, as the labeled charts of :mod:`ssvm_torch.spans`: a one-word
+span holds its word's preterminal (0..T-1), a longer span its nonterminal (0..NT-1), -1 is off the tree. The
+children of a constituent follow from the chart (a binary tree holds 2n - 1 spans).
+
+**Losses** (B,), with Delta(y, y_b) = c_b x (the labeled spans of y not in y_b; one-word spans with their
+preterminals count): ``pcfg_crf_nll`` = log Z - s(y_b), ``pcfg_hinge`` = max_y [s(y) + Delta] - s(y_b) (Taskar et
+al. 2004's max-margin parsing over the grammar's trees), ``pcfg_softmax_margin`` = log sum_y exp(s(y) + Delta) -
+s(y_b) (Gimpel & Smith 2010). c_b = 1 (``cost="hamming"``), 1 / n_b (``"normalized"``), a number or a tensor (B,).
+The loss-augmented trees are those of the scores plus c_b on every (span, label) the gold tree lacks.
+
+The recursion is :mod:`~ssvm_torch.spans.torch_pcfg`'s (the torch path; torch-struct's ``SentCFG`` is the test
+reference and the benchmark's baseline: ``benchmarks/bench_pcfg.py``).
+"""
+from __future__ import annotations
+
+import torch
+
+from ..chain.checks import refuse_bad_scores, tracing
+from ..errors import SSVMInputError, check
+from ..grad_mode import records_autograd
+from ..trees.checks import use_numba
+from ..trees.losses import row_cost
+from .checks import FAULTS, chart_faults
+from .torch_pcfg import NEG, best_chart, chart_score, inside, masked
+
+
+def _float(x, field: str, shapes: tuple, what: str) -> torch.Tensor:
+    """``x`` refused by name unless a float tensor of one of ``shapes``."""
+    check(torch.is_tensor(x) and x.is_floating_point() and tuple(x.shape) in shapes, field,
+          f"a float tensor of shape {' or '.join(str(s) for s in shapes)} ({what})",
+          (getattr(x, "dtype", type(x).__name__), tuple(getattr(x, "shape", ()))))
+    return x
+
+
+def check_grammar(terms, rules, roots, span_scores=None, mask=None, lengths=None):
+    """The grammar and the rows checked, every field named: (terms, rules (B, NT, S, S), roots (B, NT),
+    span_scores or None, lengths (B,) int64) in one floating dtype (float32 for half precision) on the terms'
+    device."""
+    check(torch.is_tensor(terms) and terms.is_floating_point() and terms.dim() == 3, "terms",
+          "a float tensor (B, N, T): each word's preterminal scores", (getattr(terms, "dtype", type(terms).__name__),
+                                                                        tuple(getattr(terms, "shape", ()))))
+    B, N, T = terms.shape
+    check(torch.is_tensor(roots) and roots.dim() in (1, 2), "roots", "a float tensor (B, NT) or (NT,)",
+          (getattr(roots, "dtype", type(roots).__name__), tuple(getattr(roots, "shape", ()))))
+    NT = roots.shape[-1]
+    S = NT + T
+    _float(roots, "roots", ((B, NT), (NT,)), "the root scores of NT nonterminals")
+    _float(rules, "rules", ((B, NT, S, S), (NT, S, S)), f"NT = {NT} nonterminals (roots' size), S = NT + T = {S} "
+           "symbols")
+    check(NT >= 1 and T >= 1, "roots, terms", "at least one nonterminal and one preterminal", (NT, T))
+    if span_scores is not None:
+        _float(span_scores, "span_scores", ((B, N + 1, N + 1, NT),), "a score per constituent and nonterminal")
+    for x, name in ((rules, "rules"), (roots, "roots"), (span_scores, "span_scores")):
+        check(x is None or x.device == terms.device, name, f"a tensor on the terms' device {terms.device}",
+              None if x is None else x.device)
+    dtype = torch.promote_types(terms.dtype, torch.float32)
+    for x, name in ((terms, "terms"), (rules, "rules"), (roots, "roots"), (span_scores, "span_scores")):
+        if x is not None:
+            refuse_bad_scores(x.detach(), name)
+    lengths = _lengths(terms, mask, lengths)
+    rules = rules.to(dtype).expand(B, NT, S, S)
+    roots = roots.to(dtype).expand(B, NT)
+    return terms.to(dtype), rules, roots, None if span_scores is None else span_scores.to(dtype), lengths
+
+
+def _lengths(terms, mask, lengths) -> torch.Tensor:
+    B, N = terms.shape[:2]
+    if mask is not None and lengths is not None:
+        raise SSVMInputError("mask, lengths: expected one of them (or neither), got both")
+    if mask is not None:
+        check(torch.is_tensor(mask) and mask.dtype == torch.bool and tuple(mask.shape) == (B, N), "mask",
+              f"a bool tensor ({B}, {N}) on for each row's words", (getattr(mask, "dtype", type(mask).__name__),
+                                                                   tuple(getattr(mask, "shape", ()))))
+        mask = mask.to(terms.device)
+        lengths = mask.sum(1)
+        if not tracing():
+            bad = (torch.arange(N, device=terms.device)[None, :] < lengths[:, None]) != mask
+            if bool(bad.any()):
+                b = int(bad.any(1).nonzero()[0, 0])
+                raise SSVMInputError(f"mask: expected the words of a row at positions 0..n-1 with nothing after "
+                                     f"them, row {b} has on-positions {mask[b].nonzero().flatten().tolist()[:12]}")
+    elif lengths is None:
+        lengths = torch.full((B,), N, dtype=torch.int64, device=terms.device)
+    check(torch.is_tensor(lengths) and not lengths.is_floating_point() and lengths.dtype != torch.bool
+          and tuple(lengths.shape) == (B,), "lengths", f"an integer tensor of shape ({B},)",
+          (getattr(lengths, "dtype", type(lengths).__name__), tuple(getattr(lengths, "shape", ()))))
+    lengths = lengths.to(terms.device, torch.int64)
+    if not tracing() and B:
+        bad = (lengths < 2) | (lengths > N)
+        if bool(bad.any()):
+            b = int(bad.nonzero()[0, 0])
+            raise SSVMInputError(f"lengths: expected values in [2, {N}] (a tree's root is a nonterminal over two or "
+                                 f"more words; terms has N = {N} word positions), got {int(lengths[b])} at row {b}")
+    return lengths
+
+
+def _finite(value: torch.Tensor) -> torch.Tensor:
+    """-inf where no tree has a finite score (the recursion's NEG stand-in)."""
+    return torch.where(value < NEG / 2, torch.full_like(value, float("-inf")), value)
+
+
+def pcfg_log_partition(terms, rules, roots, span_scores=None, mask=None, lengths=None) -> torch.Tensor:
+    """log Z = log sum_y exp s(y) over every tree of every row (B,): the inside algorithm (module docstring);
+    differentiable, its gradient the expected counts (:func:`pcfg_marginals`). Under a normalized grammar
+    (log-probabilities) it is log p(sentence), the marginal likelihood a PCFG is induced by."""
+    terms, rules, roots, span, lengths = check_grammar(terms, rules, roots, span_scores, mask, lengths)
+    if terms.shape[0] == 0:
+        return terms.new_zeros(0) + terms.sum() * 0
+    value, _, _ = inside(*masked(terms, rules, roots, span, lengths), lengths, "log")
+    return _finite(value)
+
+
+@records_autograd
+def pcfg_marginals(terms, rules, roots, span_scores=None, mask=None, lengths=None) -> dict:
+    """The expected counts under p(y) = exp(s(y) - log Z) of every row, as a dict: "terms" (B, N, T) P(word i
+    has preterminal P), "rules" (B, NT, S, S) the expected uses of A -> B C, "roots" (B, NT) P(root A),
+    "spans" (B, N+1, N+1, NT) P(constituent (i, j) labeled A), and "log_z" (B,). The gradients of log Z."""
+    terms, rules, roots, span, lengths = check_grammar(terms, rules, roots, span_scores, mask, lengths)
+    B, N, T = terms.shape
+    leaves = [x.detach().clone().requires_grad_(True) for x in (terms, rules, roots)]
+    span_leaf = (terms.new_zeros(B, N + 1, N + 1, roots.shape[1]) if span is None else span.detach()).clone()
+    span_leaf.requires_grad_(True)
+    with torch.enable_grad():
+        value, _, _ = inside(*masked(*leaves, span_leaf, lengths), lengths, "log")
+        grads = torch.autograd.grad(value.sum(), [*leaves, span_leaf]) if B else [x.detach() * 0 for x in
+                                                                                 (*leaves, span_leaf)]
+    return {"terms": grads[0], "rules": grads[1], "roots": grads[2], "spans": grads[3], "log_z": _finite(value)}
+
+
+def pcfg_decode(terms, rules, roots, span_scores=None, mask=None, lengths=None):
+    """The best tree of every row: (charts (B, N+1, N+1) int64, the module docstring's labeled charts, scores (B,)
+    their s(y), -inf where no tree scores finite). Viterbi CKY (the max semiring) and a top-down read."""
+    terms, rules, roots, span, lengths = check_grammar(terms, rules, roots, span_scores, mask, lengths)
+    B, N = terms.shape[:2]
+    if B == 0:
+        return torch.full((0, N + 1, N + 1), -1, dtype=torch.int64, device=terms.device), terms.new_zeros(0)
+    with torch.no_grad():
+        value, _, bp = inside(*masked(terms, rules, roots, span, lengths), lengths, "max")
+        chart = best_chart(bp, lengths, N)
+    return chart, _finite(value)
+
+
+def check_trees(charts, terms, roots, lengths, field: str = "charts") -> torch.Tensor:
+    """Gold trees as labeled charts (module docstring): int (B, N+1, N+1), each row a binary tree over its words
+    (:func:`ssvm_torch.spans.chart_faults`), one-word spans labeled in [0, T), longer ones in [0, NT)."""
+    B, N, T = terms.shape
+    NT, M = roots.shape[-1], N + 1
+    check(torch.is_tensor(charts) and tuple(charts.shape) == (B, M, M) and not charts.is_floating_point()
+          and charts.dtype != torch.bool, field, f"an int tensor ({B}, {M}, {M}) of labels (-1: no span)",
+          (getattr(charts, "dtype", type(charts).__name__), tuple(getattr(charts, "shape", ()))))
+    charts = charts.to(terms.device, torch.int64)
+    if tracing() or B == 0:
+        return charts
+    code = chart_faults(charts >= 0, lengths, compiled=use_numba(terms, "auto", "terms"))
+    if bool((code != 0).any()):
+        b = int((code != 0).nonzero()[0, 0])
+        spans = (charts[b] >= 0).nonzero().tolist()
+        raise SSVMInputError(f"{field}: row {b} is not a binary tree over its {int(lengths[b])} words "
+                             f"({FAULTS[int(code[b])]}); its spans: {[tuple(s) for s in spans[:16]]}"
+                             + (" ..." if len(spans) > 16 else ""))
+    pos = torch.arange(M, device=terms.device)
+    width = (pos[None, :] - pos[:, None])[None]
+    bad = (charts < -1) | ((width == 1) & (charts >= T)) | ((width >= 2) & (charts >= NT))
+    if bool(bad.any()):
+        b, i, j = (int(v) for v in bad.nonzero()[0])
+        kind = f"a preterminal in [0, {T})" if j - i == 1 else f"a nonterminal in [0, {NT})"
+        raise SSVMInputError(f"{field}: row {b}, span ({i}, {j}): label {int(charts[b, i, j])}, expected {kind} "
+                             "(-1: no span)")
+    return charts
+
+
+def pcfg_score(terms, rules, roots, charts, span_scores=None, mask=None, lengths=None) -> torch.Tensor:
+    """s(y) (B,) of the given trees (labeled charts, checked): differentiable w.r.t. every score."""
+    terms, rules, roots, span, lengths = check_grammar(terms, rules, roots, span_scores, mask, lengths)
+    charts = check_trees(charts, terms, roots, lengths)
+    return _finite(chart_score(*masked(terms, rules, roots, span, lengths), charts, lengths))
+
+
+def _augmented(terms, roots, span, charts, lengths, cost):
+    """The scores plus c_b on every (span, label) the gold charts lack: (terms, span scores) of the loss-augmented
+    trees (module docstring)."""
+    B, N, T = terms.shape
+    NT, M = roots.shape[1], N + 1
+    c = row_cost(cost, lengths, terms.dtype)
+    words = charts.diagonal(1, 1, 2)                                                      # (B, N) gold preterminals
+    miss_t = torch.arange(T, device=terms.device) != words[..., None]
+    terms = terms + c[:, None, None] * miss_t
+    miss_s = torch.arange(NT, device=terms.device) != charts[..., None]                 # (B, M, M, NT)
+    base = terms.new_zeros(B, M, M, NT) if span is None else span
+    return terms, base + c[:, None, None, None] * miss_s
+
+
+def _loss(kind: str, terms, rules, roots, charts, span_scores, mask, lengths, cost) -> torch.Tensor:
+    terms, rules, roots, span, lengths = check_grammar(terms, rules, roots, span_scores, mask, lengths)
+    charts = check_trees(charts, terms, roots, lengths)
+    if terms.shape[0] == 0:
+        return terms.new_zeros(0) + terms.sum() * 0
+    gold = chart_score(*masked(terms, rules, roots, span, lengths), charts, lengths)
+    if kind == "crf":
+        value, _, _ = inside(*masked(terms, rules, roots, span, lengths), lengths, "log")
+        return _finite(value) - gold
+    aug_terms, aug_span = _augmented(terms, roots, span, charts, lengths, cost)
+    inputs = masked(aug_terms, rules, roots, aug_span, lengths)
+    if kind == "softmax_margin":
+        value, _, _ = inside(*inputs, lengths, "log")
+        return _finite(value) - gold
+    with torch.no_grad():
+        _, _, bp = inside(*(x.detach() for x in inputs), lengths, "max")
+        best = best_chart(bp, lengths, terms.shape[1])
+    return _finite(chart_score(*inputs, best, lengths)) - gold
+
+
+def pcfg_crf_nll(terms, rules, roots, charts, span_scores=None, mask=None, lengths=None) -> torch.Tensor:
+    """log Z - s(y_b) (B,): the negative log-likelihood of the gold trees (module docstring)."""
+    return _loss("crf", terms, rules, roots, charts, span_scores, mask, lengths, "hamming")
+
+
+def pcfg_hinge(terms, rules, roots, charts, span_scores=None, mask=None, lengths=None, cost="hamming"):
+    """max_y [s(y) + Delta(y, y_b)] - s(y_b) (B,) >= 0, the structured hinge; its gradient the difference of the
+    loss-augmented tree's parts and the gold tree's (module docstring)."""
+    return _loss("hinge", terms, rules, roots, charts, span_scores, mask, lengths, cost)
+
+
+def pcfg_softmax_margin(terms, rules, roots, charts, span_scores=None, mask=None, lengths=None, cost="hamming"):
+    """log sum_y exp(s(y) + Delta(y, y_b)) - s(y_b) (B,) (module docstring)."""
+    return _loss("softmax_margin", terms, rules, roots, charts, span_scores, mask, lengths, cost)

@@ -1,0 +1,281 @@
+"""PCFGs in Chomsky normal form (ssvm_torch.spans.pcfg): log Z, the best tree, the score of given trees, the
+expected counts and the three losses against brute-force enumeration of every labeled tree of small rows (each
+tree scored here from the grammar's definition, not by the package), against torch-struct's SentCFG, gradcheck
+of the recomputing backward, forbidden (-inf) parts, and the refusals."""
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+
+from ssvm_torch.errors import SSVMInputError
+from ssvm_torch.spans import (pcfg_crf_nll, pcfg_decode, pcfg_hinge, pcfg_log_partition, pcfg_marginals,
+                              pcfg_score, pcfg_softmax_margin)
+
+from span_reference import binary_trees
+
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no GPU"))]
+
+
+def grammar(B, N, NT, T, seed, dtype=torch.float64, span=True, device="cpu"):
+    g = torch.Generator().manual_seed(seed)
+    S = NT + T
+    out = [torch.randn(B, N, T, generator=g, dtype=dtype), torch.randn(B, NT, S, S, generator=g, dtype=dtype),
+           torch.randn(B, NT, generator=g, dtype=dtype),
+           torch.randn(B, N + 1, N + 1, NT, generator=g, dtype=dtype) if span else None]
+    return [None if x is None else x.to(device) for x in out]
+
+
+def parent_children(tree):
+    """{span of >= 2 words: (left child, right child)} of a binary tree given as its set of spans."""
+    out = {}
+    for i, j in tree:
+        if j - i >= 2:
+            k = max(kk for (ii, kk) in tree if ii == i and kk < j)
+            out[(i, j)] = ((i, k), (k, j))
+    return out
+
+
+def labeled_pcfg_trees(n, NT, T):
+    """Every tree of a grammar over n words: {span: label}, preterminals on the one-word spans."""
+    for tree in binary_trees(0, n):
+        words = sorted(s for s in tree if s[1] - s[0] == 1)
+        phrases = sorted(s for s in tree if s[1] - s[0] >= 2)
+        for tags in itertools.product(range(T), repeat=len(words)):
+            for labels in itertools.product(range(NT), repeat=len(phrases)):
+                yield {**dict(zip(words, tags)), **dict(zip(phrases, labels))}, parent_children(tree)
+
+
+def tree_score(terms, rules, roots, span, n, labels, children, NT):
+    """s(y) of one row from the definition: root + preterminals + each phrase's rule and span score."""
+    s = float(roots[labels[(0, n)]])
+    for (i, j), lab in labels.items():
+        if j - i == 1:
+            s += float(terms[i, lab])
+            continue
+        (l_span, r_span) = children[(i, j)]
+        sym = [labels[c] + (NT if c[1] - c[0] == 1 else 0) for c in (l_span, r_span)]
+        s += float(rules[lab, sym[0], sym[1]]) + (0.0 if span is None else float(span[i, j, lab]))
+    return s
+
+
+def brute(terms, rules, roots, span, n, NT, T, gold=None, cost=0.0):
+    """(log Z, best score, best tree's labels, expected counts) of one row by enumeration; with ``gold`` the
+    scores are augmented by ``cost`` per (span, label) the gold tree lacks."""
+    S = NT + T
+    trees, totals = [], []
+    counts = {"terms": torch.zeros(terms.shape, dtype=torch.float64), "roots": torch.zeros(NT, dtype=torch.float64),
+              "rules": torch.zeros(NT, S, S, dtype=torch.float64)}
+    for labels, children in labeled_pcfg_trees(n, NT, T):
+        total = tree_score(terms, rules, roots, span, n, labels, children, NT)
+        if gold is not None:
+            total += cost * sum(gold.get(sp) != lab for sp, lab in labels.items())
+        trees.append((labels, children))
+        totals.append(total)
+    t = torch.tensor(totals, dtype=torch.float64)
+    p = torch.softmax(t, 0)
+    for (labels, children), w in zip(trees, p.tolist()):
+        counts["roots"][labels[(0, n)]] += w
+        for (i, j), lab in labels.items():
+            if j - i == 1:
+                counts["terms"][i, lab] += w
+            else:
+                sym = [labels[c] + (NT if c[1] - c[0] == 1 else 0) for c in children[(i, j)]]
+                counts["rules"][lab, sym[0], sym[1]] += w
+    k = int(t.argmax())
+    return float(torch.logsumexp(t, 0)), float(t[k]), trees[k][0], counts
+
+
+def chart_of(labels, M):
+    c = torch.full((M, M), -1, dtype=torch.int64)
+    for (i, j), lab in labels.items():
+        c[i, j] = lab
+    return c
+
+
+@pytest.mark.parametrize("with_span", [False, True], ids=["rules only", "span scores"])
+def test_log_z_best_tree_score_and_counts_equal_enumeration(with_span):
+    NT, T, N = 2, 2, 4
+    terms, rules, roots, span = grammar(3, N, NT, T, seed=1, span=with_span)
+    lengths = torch.tensor([4, 3, 2])
+    logz = pcfg_log_partition(terms, rules, roots, span, lengths=lengths)
+    charts, best = pcfg_decode(terms, rules, roots, span, lengths=lengths)
+    marg = pcfg_marginals(terms, rules, roots, span, lengths=lengths)
+    for b in range(3):
+        n = int(lengths[b])
+        z, top, labels, counts = brute(terms[b], rules[b], roots[b], None if span is None else span[b], n, NT, T)
+        assert logz[b].item() == pytest.approx(z, abs=1e-10)
+        assert best[b].item() == pytest.approx(top, abs=1e-10)
+        assert torch.equal(charts[b], chart_of(labels, N + 1))
+        torch.testing.assert_close(marg["terms"][b], counts["terms"], rtol=0, atol=1e-10)
+        torch.testing.assert_close(marg["rules"][b], counts["rules"], rtol=0, atol=1e-10)
+        torch.testing.assert_close(marg["roots"][b], counts["roots"], rtol=0, atol=1e-10)
+    # every tree's score through pcfg_score equals the definition's (row 1: 3 words)
+    for labels, children in itertools.islice(labeled_pcfg_trees(3, NT, T), 0, None, 7):
+        chart = torch.full((3, N + 1, N + 1), -1, dtype=torch.int64)
+        chart[1] = chart_of(labels, N + 1)
+        chart[0] = charts[0]
+        chart[2] = charts[2]
+        got = pcfg_score(terms, rules, roots, chart, span, lengths=lengths)[1].item()
+        want = tree_score(terms[1], rules[1], roots[1], None if span is None else span[1], 3, labels, children, NT)
+        assert got == pytest.approx(want, abs=1e-12)
+
+
+def test_span_marginals_are_the_labeled_constituents_probabilities():
+    NT, T, N = 2, 2, 4
+    terms, rules, roots, span = grammar(1, N, NT, T, seed=3)
+    marg = pcfg_marginals(terms, rules, roots, span)
+    want = torch.zeros(N + 1, N + 1, NT, dtype=torch.float64)
+    trees = list(labeled_pcfg_trees(N, NT, T))
+    t = torch.tensor([tree_score(terms[0], rules[0], roots[0], span[0], N, lab, ch, NT) for lab, ch in trees],
+                     dtype=torch.float64)
+    for (labels, _), w in zip(trees, torch.softmax(t, 0).tolist()):
+        for (i, j), lab in labels.items():
+            if j - i >= 2:
+                want[i, j, lab] += w
+    torch.testing.assert_close(marg["spans"][0], want, rtol=0, atol=1e-10)
+    assert marg["log_z"][0].item() == pytest.approx(float(torch.logsumexp(t, 0)), abs=1e-10)
+
+
+@pytest.mark.parametrize("cost", [1.0, 0.7])
+def test_the_three_losses_equal_enumeration(cost):
+    NT, T, N = 2, 2, 4
+    terms, rules, roots, span = grammar(2, N, NT, T, seed=5)
+    lengths = torch.tensor([4, 3])
+    golds = [next(itertools.islice(labeled_pcfg_trees(int(n), NT, T), 11 * b + 3, None))[0]
+             for b, n in enumerate(lengths)]
+    charts = torch.stack([chart_of(g, N + 1) for g in golds])
+    args = (terms, rules, roots, charts, span)
+    got = {"hinge": pcfg_hinge(*args, lengths=lengths, cost=cost),
+           "softmax_margin": pcfg_softmax_margin(*args, lengths=lengths, cost=cost),
+           "crf": pcfg_crf_nll(*args, lengths=lengths)}
+    for b in range(2):
+        n = int(lengths[b])
+        row = (terms[b], rules[b], roots[b], span[b], n, NT, T)
+        gold_score = tree_score(terms[b], rules[b], roots[b], span[b], n, golds[b],
+                                parent_children(set(golds[b])), NT)
+        z_aug, top_aug, _, _ = brute(*row, gold=golds[b], cost=cost)
+        z, _, _, _ = brute(*row)
+        assert got["hinge"][b].item() == pytest.approx(top_aug - gold_score, abs=1e-10)
+        assert got["softmax_margin"][b].item() == pytest.approx(z_aug - gold_score, abs=1e-10)
+        assert got["crf"][b].item() == pytest.approx(z - gold_score, abs=1e-10)
+        assert got["hinge"][b].item() >= 0
+
+
+def test_the_hinge_is_zero_and_its_gradient_zero_where_the_gold_tree_wins_by_the_margin():
+    NT, T, N = 2, 3, 5
+    terms, rules, roots, _ = grammar(1, N, NT, T, seed=7, span=False)
+    gold, _ = pcfg_decode(terms * 10, rules * 10, roots * 10)
+    leaves = [x.mul(10).requires_grad_() for x in (terms, rules, roots)]
+    loss = pcfg_hinge(*leaves, gold, cost=0.01)
+    loss.sum().backward()
+    assert loss.item() == 0
+    assert all(x.grad.abs().max() == 0 for x in leaves)
+
+
+def test_equal_torch_structs_sentcfg():
+    torch_struct = pytest.importorskip("torch_struct")
+    NT, T, N = 4, 5, 7
+    g = torch.Generator().manual_seed(11)
+    S = NT + T
+    terms = torch.randn(4, N, T, generator=g, dtype=torch.float64).log_softmax(-1)
+    rules = torch.randn(4, NT, S * S, generator=g, dtype=torch.float64).log_softmax(-1).view(4, NT, S, S)
+    roots = torch.randn(4, NT, generator=g, dtype=torch.float64).log_softmax(-1)
+    lengths = torch.tensor([7, 5, 4, 2])
+    dist = torch_struct.SentCFG((terms, rules, roots), lengths=lengths)
+    torch.testing.assert_close(pcfg_log_partition(terms, rules, roots, lengths=lengths), dist.partition.detach(),
+                               rtol=0, atol=1e-10)
+    _, best = pcfg_decode(terms, rules, roots, lengths=lengths)
+    torch.testing.assert_close(best, dist.max.detach(), rtol=0, atol=1e-10)
+    marg = pcfg_marginals(terms, rules, roots, lengths=lengths)
+    for key, theirs in zip(("terms", "rules", "roots"), dist.marginals[:3]):
+        torch.testing.assert_close(marg[key], theirs.detach(), rtol=0, atol=1e-10)
+
+
+def test_the_recomputing_backward_passes_gradcheck():
+    NT, T, N = 2, 2, 4
+    terms, rules, roots, span = grammar(2, N, NT, T, seed=13)
+    leaves = [x.requires_grad_() for x in (terms, rules, roots, span)]
+    lengths = torch.tensor([4, 3])
+    assert torch.autograd.gradcheck(lambda *a: pcfg_log_partition(*a, lengths=lengths), leaves)
+    charts, _ = pcfg_decode(terms, rules, roots, span, lengths=lengths)
+    assert torch.autograd.gradcheck(lambda *a: pcfg_softmax_margin(*a[:3], charts, a[3], lengths=lengths), leaves)
+
+
+def test_forbidden_parts_and_rows_without_a_tree():
+    """-inf rules, preterminals and roots are never taken (log Z and the best tree over the allowed trees only,
+    finite gradients); a row whose every tree is forbidden has log Z = best score = -inf and a zero gradient."""
+    NT, T, N = 2, 2, 4
+    terms, rules, roots, _ = grammar(2, N, NT, T, seed=17, span=False)
+    rules[:, 1, NT:, NT:] = float("-inf")           # nonterminal 1 never rewrites to two preterminals
+    terms[:, 2, 0] = float("-inf")                  # word 2 is never preterminal 0
+    roots[1] = float("-inf")                        # row 1: no root at all
+    leaves = [x.clone().requires_grad_() for x in (terms, rules, roots)]
+    logz = pcfg_log_partition(*leaves)
+    charts, best = pcfg_decode(terms, rules, roots)
+    z, top, labels, _ = brute(terms[0], rules[0], roots[0], None, N, NT, T)
+    assert logz[0].item() == pytest.approx(z, abs=1e-10) and best[0].item() == pytest.approx(top, abs=1e-10)
+    assert torch.equal(charts[0], chart_of(labels, N + 1))
+    assert charts[0, 2, 3] == 1
+    assert logz[1].item() == float("-inf") and best[1].item() == float("-inf")
+    logz[0].backward()
+    assert all(bool(torch.isfinite(x.grad).all()) for x in leaves)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_shared_grammar_half_precision_empty_batch_and_inference_mode(device):
+    NT, T, N = 3, 4, 6
+    terms, rules, roots, span = grammar(3, N, NT, T, seed=19, device=device)
+    lengths = torch.tensor([6, 4, 2], device=device)
+    per_row = pcfg_log_partition(terms, rules[0].expand(3, -1, -1, -1), roots[0].expand(3, -1), span,
+                                 lengths=lengths)
+    torch.testing.assert_close(pcfg_log_partition(terms, rules[0], roots[0], span, lengths=lengths), per_row)
+    low = pcfg_log_partition(terms.half(), rules.half(), roots.half(), span.half(), lengths=lengths)
+    assert low.dtype == torch.float32
+    torch.testing.assert_close(low.double(), pcfg_log_partition(*(x.half().double() for x in (terms, rules, roots,
+                                                                                               span)),
+                                                                lengths=lengths), rtol=1e-5, atol=1e-4)
+    mask = torch.arange(N, device=device)[None, :] < lengths[:, None]
+    torch.testing.assert_close(pcfg_log_partition(terms, rules, roots, span, mask=mask),
+                               pcfg_log_partition(terms, rules, roots, span, lengths=lengths))
+    with torch.inference_mode():
+        marg = pcfg_marginals(terms, rules, roots, span, lengths=lengths)
+    torch.testing.assert_close(marg["log_z"], pcfg_log_partition(terms, rules, roots, span, lengths=lengths))
+    empty = pcfg_log_partition(terms[:0], rules[:0], roots[:0], span[:0], lengths=lengths[:0])
+    charts, best = pcfg_decode(terms[:0], rules[:0], roots[:0], span[:0], lengths=lengths[:0])
+    assert empty.shape == (0,) and charts.shape == (0, N + 1, N + 1) and best.shape == (0,)
+
+
+def test_the_refusals_name_the_field():
+    NT, T, N = 2, 3, 4
+    terms, rules, roots, _ = grammar(2, N, NT, T, seed=23, span=False)
+    gold, _ = pcfg_decode(terms, rules, roots)
+    cases = [
+        (lambda: pcfg_log_partition(terms[0], rules, roots), "terms"),
+        (lambda: pcfg_log_partition(terms, rules[:, :, :4], roots), "rules"),
+        (lambda: pcfg_log_partition(terms, rules, roots[:, :1]), "rules"),          # NT from roots: 1 != 2
+        (lambda: pcfg_log_partition(terms, rules, roots, torch.zeros(2, N, N, NT, dtype=torch.float64)),
+         "span_scores"),
+        (lambda: pcfg_log_partition(terms, rules, roots, lengths=torch.tensor([4, 1])), "lengths"),
+        (lambda: pcfg_log_partition(terms, rules, roots, mask=torch.tensor([[1, 0, 1, 1], [1, 1, 0, 0]]).bool()),
+         "mask"),
+        (lambda: pcfg_log_partition(terms.clone().fill_(float("nan")), rules, roots), "terms"),
+        (lambda: pcfg_hinge(terms, rules, roots, gold.float()), "charts"),
+    ]
+    crossing = gold.clone()
+    crossing[0] = -1
+    crossing[0, 0, 4], crossing[0, 0, 3], crossing[0, 3, 4] = 0, 0, 0
+    crossing[0, 0, 2], crossing[0, 1, 3] = 0, 0                       # (0, 2) and (1, 3) cross
+    for i in range(4):
+        crossing[0, i, i + 1] = 0
+    cases.append((lambda: pcfg_crf_nll(terms, rules, roots, crossing), "charts: row 0 is not a binary tree"))
+    bad_tag = gold.clone()
+    bad_tag[1, 2, 3] = T                                               # a preterminal out of [0, T)
+    cases.append((lambda: pcfg_score(terms, rules, roots, bad_tag), "charts: row 1, span (2, 3)"))
+    bad_label = gold.clone()
+    bad_label[0, 0, 4] = NT                                            # the root's nonterminal out of [0, NT)
+    cases.append((lambda: pcfg_score(terms, rules, roots, bad_label), "a nonterminal in [0, 2)"))
+    for call, field in cases:
+        with pytest.raises(SSVMInputError, match=field.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")):
+            call()
