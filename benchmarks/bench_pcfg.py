@@ -1,0 +1,106 @@
+"""PCFGs (ssvm_torch.spans.pcfg) against torch-struct 0.5's ``SentCFG`` on one CPU thread, float32 grammars in its
+layout (terms (B, n, T), rules (B, NT, S, S), roots (B, NT), log-softmax normalized) over B full-length sentences:
+
+* log Z + backward (the expected counts as the gradient w.r.t. terms and rules): ours (the torch recursion, the
+  rules' step recomputing its weights in the backward) vs ``SentCFG(...).partition`` + autograd;
+* the best tree: ``pcfg_decode`` (Viterbi CKY, back-pointers, a top-down read) vs ``SentCFG(...).argmax`` (the
+  gradient of its max-plus pass).
+
+Alternated in every repeat, medians of ``--repeats``; log Z and the best trees' scores compared in float64 first.
+Shapes: Kim et al. 2019's compound PCFG grammar (NT 30, T 60) at B 8 of 20 words and B 4 of 40 words, and a
+small grammar (NT 10, T 20) at B 16 of 30 words.
+
+Usage: python benchmarks/bench_pcfg.py [--quick] [--out benchmarks/results/pcfg_cpu.json]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import warnings
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_trees import alternated  # noqa: E402
+
+from ssvm_torch.spans import pcfg_decode, pcfg_log_partition  # noqa: E402
+
+SHAPES = [(8, 20, 30, 60), (4, 40, 30, 60), (16, 30, 10, 20)]
+
+
+def grammar(B: int, n: int, NT: int, T: int, dtype=torch.float32, seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    S = NT + T
+    terms = torch.randn(B, n, T, generator=g, dtype=dtype).log_softmax(-1)
+    rules = torch.randn(B, NT, S * S, generator=g, dtype=dtype).log_softmax(-1).view(B, NT, S, S)
+    roots = torch.randn(B, NT, generator=g, dtype=dtype).log_softmax(-1)
+    return terms, rules, roots
+
+
+def agree(ts) -> float:
+    """The largest |difference| of log Z and of the best tree's score against SentCFG in float64 (B 4, n 12)."""
+    terms, rules, roots = grammar(4, 12, 6, 8, torch.float64, seed=1)
+    dist = ts.SentCFG((terms, rules, roots))
+    _, best = pcfg_decode(terms, rules, roots)
+    return max(float((pcfg_log_partition(terms, rules, roots) - dist.partition.detach()).abs().max()),
+               float((best - dist.max.detach()).abs().max()))
+
+
+def point(ts, B: int, n: int, NT: int, T: int, repeats: int) -> dict:
+    terms, rules, roots = grammar(B, n, NT, T)
+
+    def ours_logz():
+        x, r = terms.clone().requires_grad_(True), rules.clone().requires_grad_(True)
+        pcfg_log_partition(x, r, roots).sum().backward()
+
+    def ts_logz():
+        x, r = terms.clone().requires_grad_(True), rules.clone().requires_grad_(True)
+        ts.SentCFG((x, r, roots)).partition.sum().backward()
+
+    fns = {"ours_logz_backward": ours_logz, "torch_struct_logz_backward": ts_logz,
+           "ours_decode": lambda: pcfg_decode(terms, rules, roots),
+           "torch_struct_decode": lambda: ts.SentCFG((terms.clone(), rules.clone(), roots.clone())).argmax}
+    times = alternated(fns, repeats)
+    ms = {k: 1e3 * statistics.median(v) for k, v in times.items()}
+    row = {"B": B, "n": n, "NT": NT, "T": T, **{f"{k}_ms": round(v, 2) for k, v in ms.items()}}
+    row["logz_speedup_vs_torch_struct"] = ms["torch_struct_logz_backward"] / ms["ours_logz_backward"]
+    row["decode_speedup_vs_torch_struct"] = ms["torch_struct_decode"] / ms["ours_decode"]
+    return row
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true", help="the first shape only, 3 repeats")
+    p.add_argument("--repeats", type=int, default=7)
+    p.add_argument("--out", default="benchmarks/results/pcfg_cpu.json")
+    args = p.parse_args(argv)
+    warnings.filterwarnings("ignore")
+    torch.set_num_threads(1)
+    import torch_struct as ts
+    err = agree(ts)
+    print(f"float64 agreement with SentCFG (log Z, best score): {err:.1e}")
+    if err > 1e-9:
+        raise SystemExit("the PCFG disagrees with torch-struct's SentCFG")
+    rows = []
+    for B, n, NT, T in SHAPES[:1] if args.quick else SHAPES:
+        row = point(ts, B, n, NT, T, 3 if args.quick else args.repeats)
+        rows.append(row)
+        print(f"B {B} n {n} NT {NT} T {T}: log Z + backward {row['ours_logz_backward_ms']:.1f} ms vs torch-struct "
+              f"{row['torch_struct_logz_backward_ms']:.1f} (x{row['logz_speedup_vs_torch_struct']:.2f}); best tree "
+              f"{row['ours_decode_ms']:.1f} vs {row['torch_struct_decode_ms']:.1f} "
+              f"(x{row['decode_speedup_vs_torch_struct']:.2f})", flush=True)
+    result = {"machine": platform.processor() or platform.machine(), "python": platform.python_version(),
+              "torch": torch.__version__, "threads": 1, "dtype": "float32", "repeats": args.repeats,
+              "load_average_at_start": list(os.getloadavg()), "float64_agreement": err, "rows": rows}
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(result, indent=1))
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
