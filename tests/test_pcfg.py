@@ -279,3 +279,46 @@ def test_the_refusals_name_the_field():
     for call, field in cases:
         with pytest.raises(SSVMInputError, match=field.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")):
             call()
+
+
+def test_the_scaled_products_equal_the_log_space_step_with_and_without_the_fallback():
+    """GroupInside (matrix products in scaled real space) against the log-space step, values and every gradient,
+    on a batch of which some spans' sums fall below sqrt(tiny): their likely children meet only rules 400 nats
+    down (float64: e^-400 < 1.5e-154), and forbidden rules (-1e30) make exact zeros."""
+    from ssvm_torch.spans.pcfg_products import GroupInside, log_space
+    g = torch.Generator().manual_seed(29)
+    B, n, U, SL, SR, NT = 3, 4, 2, 3, 4, 5
+    left = torch.randn(B, n, U, SL, generator=g, dtype=torch.float64)
+    right = torch.randn(B, n, U, SR, generator=g, dtype=torch.float64)
+    rules = torch.randn(B, NT, SL, SR, generator=g, dtype=torch.float64)
+    left[0, 1, :, 0] += 400                                 # span (0, 1)'s children favour left symbol 0 ...
+    rules[0, :, 0] -= 400                                   # ... which every rule of row 0 makes unlikely
+    rules[1, 2] = -1e30                                     # row 1: nonterminal 2 is forbidden
+    leaves = [x.requires_grad_() for x in (left, right, rules)]
+    got = GroupInside.apply(*leaves)
+    want = log_space(*leaves)
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-9)
+    w = torch.randn(B, n, NT, generator=g, dtype=torch.float64)
+    w[1, :, 2] = 0                       # a forbidden nonterminal's value (-1e30) never reaches a root's sum
+    for a, b in zip(torch.autograd.grad((got * w).sum(), leaves), torch.autograd.grad((want * w).sum(), leaves)):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+    assert torch.autograd.gradcheck(lambda *a: GroupInside.apply(*a)[0, 1], leaves)
+
+
+def test_float32_grammars_whose_products_underflow_equal_float64():
+    """A float32 grammar whose words all favour preterminal 0 by 120 nats while nonterminal 2 (which the root
+    favours) puts preterminal 0 on the left 120 nats down: the products of its two-word spans underflow float32
+    (e^-120) and take the log-space fallback; log Z, the expected counts and the best tree are float64's."""
+    NT, T, N = 3, 4, 6
+    terms, rules, roots, span = grammar(2, N, NT, T, seed=31)
+    terms[:, :, 0] += 120
+    rules[:, 2, NT] -= 120
+    roots[:, 2] += 150
+    logz64 = pcfg_log_partition(terms, rules, roots, span)
+    marg64 = pcfg_marginals(terms, rules, roots, span)
+    low = [x.float() for x in (terms, rules, roots, span)]
+    torch.testing.assert_close(pcfg_log_partition(*low).double(), logz64, rtol=1e-6, atol=1e-4)
+    marg32 = pcfg_marginals(*low)
+    for key in ("terms", "rules", "roots", "spans"):
+        torch.testing.assert_close(marg32[key].double(), marg64[key], rtol=0, atol=1e-4)
+    assert torch.equal(pcfg_decode(*low)[0], pcfg_decode(terms, rules, roots, span)[0])

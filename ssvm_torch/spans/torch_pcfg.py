@@ -26,10 +26,10 @@ from __future__ import annotations
 
 import torch
 
+from .pcfg_products import CHUNK, GroupInside
+
 #: the stand-in for -inf (finite: its gradient is 0, never NaN)
 NEG = -1e30
-#: the most entries one temporary of the rules' step holds (cut over a width's spans)
-CHUNK = 1 << 22
 
 
 def _reduce(x: torch.Tensor, dim: int, semiring: str):
@@ -39,35 +39,6 @@ def _reduce(x: torch.Tensor, dim: int, semiring: str):
     return x.max(dim)
 
 
-class _RuleStep(torch.autograd.Function):
-    """out[b, i, A] = log sum_K exp(rules[b, A, K] + pairs[b, i, K]) over a group's child pairs K = (B, C), in
-    chunks of spans of at most :data:`CHUNK` entries; the backward recomputes each chunk's weights exp(rules + pairs
-    - out) instead of keeping them (autograd through the chunks kept every width's (B, n, NT, K) temporaries)."""
-
-    @staticmethod
-    def forward(ctx, rules, pairs):
-        B, NT, K = rules.shape
-        step = max(1, CHUNK // max(1, B * NT * K))
-        out = torch.cat([(rules[:, None] + pairs[:, s:s + step, None]).logsumexp(3)
-                         for s in range(0, pairs.shape[1], step)], 1)
-        ctx.save_for_backward(rules, pairs, out)
-        return out
-
-    @staticmethod
-    def backward(ctx, grad):
-        rules, pairs, out = ctx.saved_tensors
-        B, NT, K = rules.shape
-        step = max(1, CHUNK // max(1, B * NT * K))
-        g_rules = torch.zeros_like(rules)
-        g_pairs = torch.empty_like(pairs)
-        for s in range(0, pairs.shape[1], step):
-            w = (rules[:, None] + pairs[:, s:s + step, None] - out[:, s:s + step, :, None]).exp_()
-            w.mul_(grad[:, s:s + step, :, None])                                          # (B, chunk, NT, K)
-            g_rules += w.sum(1)
-            g_pairs[:, s:s + step] = w.sum(2)
-        return g_rules, g_pairs
-
-
 def _group(left: torch.Tensor, right: torch.Tensor, rules: torch.Tensor, semiring: str):
     """One group of splits of a width's n spans: ``left`` (B, n, U, SL) and ``right`` (B, n, U, SR) the children's
     inside values over the group's U splits, ``rules`` (B, NT, SL, SR) the group's block. Returns (value (B, n,
@@ -75,11 +46,11 @@ def _group(left: torch.Tensor, right: torch.Tensor, rules: torch.Tensor, semirin
     B, n, _, SL = left.shape
     SR = right.shape[-1]
     NT = rules.shape[1]
-    pairs, split = _reduce(left[..., :, None] + right[..., None, :], 2, semiring)     # (B, n, SL, SR)
+    if semiring == "log":
+        return GroupInside.apply(left, right, rules), None, None, None
+    pairs, split = (left[..., :, None] + right[..., None, :]).max(2)                   # (B, n, SL, SR)
     pairs = pairs.reshape(B, n, SL * SR)
     flat = rules.reshape(B, NT, SL * SR)
-    if semiring == "log":
-        return _RuleStep.apply(flat, pairs), None, None, None
     step = max(1, CHUNK // max(1, B * NT * SL * SR))
     values, args = [], []
     for s in range(0, n, step):
