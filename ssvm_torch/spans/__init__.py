@@ -24,10 +24,13 @@ from .checks import chart_faults, check_charts, resolve_lengths
 from .convert import binarize, chart_from_spans, debinarize, spans_of_chart, subtree_brackets
 from .pcfg import (pcfg_crf_nll, pcfg_decode, pcfg_hinge, pcfg_log_partition, pcfg_marginals, pcfg_score,
                    pcfg_softmax_margin)
+from .pcfg_information import pcfg_cross_entropy, pcfg_entropy, pcfg_kl
+from .pcfg_sampling import pcfg_sample
 from .losses import (bracket_counts, span_crf_nll, span_decode, span_hinge, span_log_partition, span_marginals,
                      span_score, span_softmax_margin)
 
-__all__ = ["binarize", "bracket_counts", "chart_faults", "chart_from_spans", "check_charts", "debinarize", "pcfg_crf_nll", "pcfg_decode",
-           "pcfg_hinge", "pcfg_log_partition", "pcfg_marginals", "pcfg_score", "pcfg_softmax_margin", "resolve_lengths", "span_crf_nll",
-           "span_decode", "span_hinge", "span_log_partition", "span_marginals", "span_score", "span_softmax_margin",
-           "spans_of_chart", "subtree_brackets"]
+__all__ = ["binarize", "bracket_counts", "chart_faults", "chart_from_spans", "check_charts", "debinarize",
+           "pcfg_crf_nll", "pcfg_cross_entropy", "pcfg_decode", "pcfg_entropy", "pcfg_hinge", "pcfg_kl",
+           "pcfg_log_partition", "pcfg_marginals", "pcfg_sample", "pcfg_score", "pcfg_softmax_margin",
+           "resolve_lengths", "span_crf_nll", "span_decode", "span_hinge", "span_log_partition", "span_marginals",
+           "span_score", "span_softmax_margin", "spans_of_chart", "subtree_brackets"]

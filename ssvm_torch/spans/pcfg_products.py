@@ -47,9 +47,10 @@ class RuleStep(torch.autograd.Function):
         g_rules = torch.zeros_like(rules)
         g_pairs = torch.empty_like(pairs)
         for s in range(0, pairs.shape[1], step):
-            w = (rules[:, None] + pairs[:, s:s + step, None] - out[:, s:s + step, :, None]).exp_()
-            w.mul_(grad[:, s:s + step, :, None])                                          # (B, chunk, NT, K)
-            g_rules += w.sum(1)
+            # out of place: under create_graph (a double backward: the entropy's gradient) autograd records it
+            w = (rules[:, None] + pairs[:, s:s + step, None] - out[:, s:s + step, :, None]).exp()
+            w = w * grad[:, s:s + step, :, None]                                          # (B, chunk, NT, K)
+            g_rules = g_rules + w.sum(1)
             g_pairs[:, s:s + step] = w.sum(2)
         return g_rules, g_pairs
 
@@ -86,9 +87,10 @@ def _flagged(sums: torch.Tensor):
     return low.nonzero(as_tuple=True)
 
 
-def _fallback(left, right, rules, rows, grad=None):
+def _fallback(left, right, rules, rows, grad=None, create: bool = False):
     """The log-space values (R, NT) of the flagged spans ``rows`` = (b, i), or with ``grad`` (R, NT) their gradients
-    (d left, d right (R, U, S.), d rules (R, NT, SL, SR)); in chunks of rows of at most :data:`CHUNK` entries."""
+    (d left, d right (R, U, S.), d rules (R, NT, SL, SR)), differentiable with ``create`` (a double backward); in
+    chunks of rows of at most :data:`CHUNK` entries."""
     b, i = rows
     step = max(1, CHUNK // max(1, rules[0].numel()))
     out = []
@@ -99,9 +101,9 @@ def _fallback(left, right, rules, rows, grad=None):
             out.append(log_space(parts[0][:, None], parts[1][:, None], parts[2])[:, 0])
             continue
         with torch.enable_grad():
-            leaves = [x.detach().requires_grad_(True) for x in parts]
+            leaves = [x if create and x.requires_grad else x.detach().requires_grad_(True) for x in parts]
             value = log_space(leaves[0][:, None], leaves[1][:, None], leaves[2])[:, 0]
-            out.append(torch.autograd.grad(value, leaves, grad[bs, is_]))
+            out.append(torch.autograd.grad(value, leaves, grad[bs, is_], create_graph=create))
     if grad is None:
         return torch.cat(out)
     return [torch.cat(g) for g in zip(*out)]
@@ -127,17 +129,20 @@ class GroupInside(torch.autograd.Function):
         B, n, U, SL = left.shape
         SR = right.shape[3]
         el, er, P, _, e_rules, _, sums = _factors(left, right, rules)
-        h = grad / sums
         rows = ctx.rows
-        if rows is not None:
-            h[rows] = 0                                                                  # their gradient below
+        if rows is None:
+            h = grad / sums
+        else:                  # their gradient below; 1 in the division keeps a double backward free of 0 * inf
+            keep = torch.ones_like(sums, dtype=torch.bool)
+            keep[rows] = False
+            h = torch.where(keep, grad / torch.where(keep, sums, 1), 0)
         d_rules = (e_rules * (h.transpose(1, 2) @ P)).reshape(rules.shape)
         dP = (h @ e_rules).reshape(B, n, SL, SR)
         d_left = el * (er @ dP.transpose(2, 3))                                          # (B, n, U, SL)
         d_right = er * (el @ dP)                                                         # (B, n, U, SR)
         if rows is not None:
-            gl, gr, gu = _fallback(left, right, rules, rows, grad)
-            d_left[rows] += gl
-            d_right[rows] += gr
-            d_rules.index_add_(0, rows[0], gu)
+            gl, gr, gu = _fallback(left, right, rules, rows, grad, create=torch.is_grad_enabled())
+            d_left = d_left.index_put(rows, gl, accumulate=True)
+            d_right = d_right.index_put(rows, gr, accumulate=True)
+            d_rules = d_rules.index_add(0, rows[0], gu)
         return d_left, d_right, d_rules

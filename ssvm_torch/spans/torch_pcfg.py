@@ -62,28 +62,39 @@ def _group(left: torch.Tensor, right: torch.Tensor, rules: torch.Tensor, semirin
     return value, u, bc // SR, bc % SR
 
 
+def rule_blocks(rules: torch.Tensor, NT: int) -> dict:
+    """The rules' four blocks by the children's kinds, "N" nonterminal and "P" preterminal: (B, NT, SL, SR) each."""
+    return {"NN": rules[:, :, :NT, :NT], "NP": rules[:, :, :NT, NT:], "PN": rules[:, :, NT:, :NT],
+            "PP": rules[:, :, NT:, NT:]}
+
+
+def split_groups(w: int, terms: torch.Tensor, charts: list) -> list:
+    """[(kind, split offset, left (B, n, U, SL), right (B, n, U, SR))]: the splits of width w's n spans in their
+    groups (module docstring), the children's inside values over each group's U splits, the split u (the left
+    child's words) = offset + the index among them."""
+    N = terms.shape[1]
+    n = N - w + 1
+    if w == 2:
+        return [("PP", 1, terms[:, :n, None], terms[:, 1:n + 1, None])]
+    groups = [("PN", 1, terms[:, :n, None], charts[w - 1][:, 1:n + 1, None]),
+              ("NP", w - 1, charts[w - 1][:, :n, None], terms[:, w - 1:w - 1 + n, None])]
+    if w >= 4:
+        left = torch.stack([charts[u][:, :n] for u in range(2, w - 1)], 2)
+        right = torch.stack([charts[w - u][:, u:u + n] for u in range(2, w - 1)], 2)
+        groups.append(("NN", 2, left, right))
+    return groups
+
+
 def inside(terms, rules, roots, span, lengths, semiring: str):
     """The CKY of the module docstring over masked inputs (:func:`masked`). Returns (value (B,), charts, bp):
     ``charts`` a list by width w >= 2 of (B, N-w+1, NT) inside values, ``bp`` for "max" a list by width of
     (split u, left symbol, right symbol), each (B, N-w+1, NT): the best split of every span and nonterminal, u its
     left child's words and the symbols in their own kind's numbering (preterminals 0..T-1)."""
     B, N, T = terms.shape
-    NT = roots.shape[1]
-    blocks = {"NN": rules[:, :, :NT, :NT], "NP": rules[:, :, :NT, NT:], "PN": rules[:, :, NT:, :NT],
-              "PP": rules[:, :, NT:, NT:]}
+    blocks = rule_blocks(rules, roots.shape[1])
     charts, bp = [None, None], [None, None]
     for w in range(2, N + 1):
-        n = N - w + 1
-        groups = []                                        # (kind, u offset, left, right)
-        if w == 2:
-            groups.append(("PP", 1, terms[:, :n, None], terms[:, 1:n + 1, None]))
-        else:
-            groups.append(("PN", 1, terms[:, :n, None], charts[w - 1][:, 1:n + 1, None]))
-            groups.append(("NP", w - 1, charts[w - 1][:, :n, None], terms[:, w - 1:w - 1 + n, None]))
-        if w >= 4:
-            left = torch.stack([charts[u][:, :n] for u in range(2, w - 1)], 2)
-            right = torch.stack([charts[w - u][:, u:u + n] for u in range(2, w - 1)], 2)
-            groups.append(("NN", 2, left, right))
+        groups = split_groups(w, terms, charts)
         out = [_group(lc, rc, blocks[kind], semiring) for kind, _, lc, rc in groups]
         stacked = torch.stack([o[0] for o in out], -1)                                # (B, n, NT, groups)
         value, which = _reduce(stacked, 3, semiring)
