@@ -1,7 +1,7 @@
 """PCFGs in Chomsky normal form (ssvm_torch.spans.pcfg): log Z, the best tree, the score of given trees, the
 expected counts and the three losses against brute-force enumeration of every labeled tree of small rows (each
-tree scored here from the grammar's definition, not by the package), against torch-struct's SentCFG, gradcheck
-of the recomputing backward, forbidden (-inf) parts, and the refusals."""
+tree scored here from the grammar's definition, not by the package: tests/pcfg_reference.py), against torch-struct's
+SentCFG, gradcheck of the recomputing backward, forbidden (-inf) parts, and the refusals."""
 from __future__ import annotations
 
 import itertools
@@ -10,90 +10,12 @@ import pytest
 import torch
 
 from ssvm_torch.errors import SSVMInputError
-from ssvm_torch.spans import (pcfg_crf_nll, pcfg_cross_entropy, pcfg_decode, pcfg_entropy, pcfg_hinge, pcfg_kl,
-                              pcfg_log_partition, pcfg_marginals, pcfg_sample, pcfg_score, pcfg_softmax_margin)
+from ssvm_torch.spans import (pcfg_crf_nll, pcfg_decode, pcfg_entropy, pcfg_hinge, pcfg_log_partition, pcfg_marginals,
+                              pcfg_score, pcfg_softmax_margin)
 
-from frequency_check import pooled_pvalue
-
-from span_reference import binary_trees
+from pcfg_reference import brute, chart_of, grammar, labeled_pcfg_trees, parent_children, tree_score
 
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no GPU"))]
-
-
-def grammar(B, N, NT, T, seed, dtype=torch.float64, span=True, device="cpu"):
-    g = torch.Generator().manual_seed(seed)
-    S = NT + T
-    out = [torch.randn(B, N, T, generator=g, dtype=dtype), torch.randn(B, NT, S, S, generator=g, dtype=dtype),
-           torch.randn(B, NT, generator=g, dtype=dtype),
-           torch.randn(B, N + 1, N + 1, NT, generator=g, dtype=dtype) if span else None]
-    return [None if x is None else x.to(device) for x in out]
-
-
-def parent_children(tree):
-    """{span of >= 2 words: (left child, right child)} of a binary tree given as its set of spans."""
-    out = {}
-    for i, j in tree:
-        if j - i >= 2:
-            k = max(kk for (ii, kk) in tree if ii == i and kk < j)
-            out[(i, j)] = ((i, k), (k, j))
-    return out
-
-
-def labeled_pcfg_trees(n, NT, T):
-    """Every tree of a grammar over n words: {span: label}, preterminals on the one-word spans."""
-    for tree in binary_trees(0, n):
-        words = sorted(s for s in tree if s[1] - s[0] == 1)
-        phrases = sorted(s for s in tree if s[1] - s[0] >= 2)
-        for tags in itertools.product(range(T), repeat=len(words)):
-            for labels in itertools.product(range(NT), repeat=len(phrases)):
-                yield {**dict(zip(words, tags)), **dict(zip(phrases, labels))}, parent_children(tree)
-
-
-def tree_score(terms, rules, roots, span, n, labels, children, NT):
-    """s(y) of one row from the definition: root + preterminals + each phrase's rule and span score."""
-    s = float(roots[labels[(0, n)]])
-    for (i, j), lab in labels.items():
-        if j - i == 1:
-            s += float(terms[i, lab])
-            continue
-        (l_span, r_span) = children[(i, j)]
-        sym = [labels[c] + (NT if c[1] - c[0] == 1 else 0) for c in (l_span, r_span)]
-        s += float(rules[lab, sym[0], sym[1]]) + (0.0 if span is None else float(span[i, j, lab]))
-    return s
-
-
-def brute(terms, rules, roots, span, n, NT, T, gold=None, cost=0.0):
-    """(log Z, best score, best tree's labels, expected counts) of one row by enumeration; with ``gold`` the
-    scores are augmented by ``cost`` per (span, label) the gold tree lacks."""
-    S = NT + T
-    trees, totals = [], []
-    counts = {"terms": torch.zeros(terms.shape, dtype=torch.float64), "roots": torch.zeros(NT, dtype=torch.float64),
-              "rules": torch.zeros(NT, S, S, dtype=torch.float64)}
-    for labels, children in labeled_pcfg_trees(n, NT, T):
-        total = tree_score(terms, rules, roots, span, n, labels, children, NT)
-        if gold is not None:
-            total += cost * sum(gold.get(sp) != lab for sp, lab in labels.items())
-        trees.append((labels, children))
-        totals.append(total)
-    t = torch.tensor(totals, dtype=torch.float64)
-    p = torch.softmax(t, 0)
-    for (labels, children), w in zip(trees, p.tolist()):
-        counts["roots"][labels[(0, n)]] += w
-        for (i, j), lab in labels.items():
-            if j - i == 1:
-                counts["terms"][i, lab] += w
-            else:
-                sym = [labels[c] + (NT if c[1] - c[0] == 1 else 0) for c in children[(i, j)]]
-                counts["rules"][lab, sym[0], sym[1]] += w
-    k = int(t.argmax())
-    return float(torch.logsumexp(t, 0)), float(t[k]), trees[k][0], counts
-
-
-def chart_of(labels, M):
-    c = torch.full((M, M), -1, dtype=torch.int64)
-    for (i, j), lab in labels.items():
-        c[i, j] = lab
-    return c
 
 
 @pytest.mark.parametrize("with_span", [False, True], ids=["rules only", "span scores"])
@@ -343,108 +265,3 @@ def test_docs_spans_pcfg_example_runs():
     torch.testing.assert_close(got, names["scores"], rtol=1e-5, atol=1e-3)
     torch.testing.assert_close(names["counts"]["terms"].sum((1, 2)), names["lengths"].float(), rtol=1e-5, atol=1e-4)
     assert bool((names["loss"] >= -1e-4).all())
-
-
-def enumerated_log_probs(terms, rules, roots, span, n, NT, T):
-    """{tree key: log p(tree)} of one row by enumeration (the definition's scores), -inf trees kept."""
-    keys, totals = [], []
-    for labels, children in labeled_pcfg_trees(n, NT, T):
-        keys.append(tuple(sorted(labels.items())))
-        totals.append(tree_score(terms, rules, roots, span, n, labels, children, NT))
-    t = torch.tensor(totals, dtype=torch.float64)
-    return dict(zip(keys, (t - torch.logsumexp(t, 0)).tolist()))
-
-
-def test_entropy_cross_entropy_and_kl_equal_enumeration():
-    """H(p), H(p, q) and KL(p || q) against sums over every tree, with span scores on p's side only (q's then 0),
-    rows of different lengths; KL >= 0 and KL(p || p) = 0."""
-    NT, T, N = 2, 2, 4
-    p = grammar(2, N, NT, T, seed=37)
-    q = grammar(2, N, NT, T, seed=41, span=False)[:3]
-    lengths = torch.tensor([4, 3])
-    H = pcfg_entropy(*p, lengths=lengths)
-    CE = pcfg_cross_entropy(*p[:3], q, p[3], lengths=lengths)
-    KL = pcfg_kl(*p[:3], q, p[3], lengths=lengths)
-    for b in range(2):
-        n = int(lengths[b])
-        lp = enumerated_log_probs(p[0][b], p[1][b], p[2][b], p[3][b], n, NT, T)
-        lq = enumerated_log_probs(q[0][b], q[1][b], q[2][b], None, n, NT, T)
-        want_h = -sum(math_exp(v) * v for v in lp.values())
-        want_ce = -sum(math_exp(lp[k]) * lq[k] for k in lp)
-        assert H[b].item() == pytest.approx(want_h, abs=1e-10)
-        assert CE[b].item() == pytest.approx(want_ce, abs=1e-10)
-        assert KL[b].item() == pytest.approx(want_ce - want_h, abs=1e-10) and KL[b].item() > 0
-    torch.testing.assert_close(pcfg_kl(*p[:3], p, p[3], lengths=lengths), torch.zeros(2, dtype=torch.float64),
-                               rtol=0, atol=1e-10)
-
-
-def math_exp(v: float) -> float:
-    return 0.0 if v == float("-inf") else float(torch.tensor(v, dtype=torch.float64).exp())
-
-
-def test_entropy_and_kl_pass_gradcheck():
-    """Their gradients are second derivatives of log Z (the recomputing backward differentiated again)."""
-    NT, T, N = 2, 2, 3
-    p = [x.requires_grad_() for x in grammar(2, N, NT, T, seed=43)]
-    q = [x.requires_grad_() for x in grammar(2, N, NT, T, seed=47, span=False)[:3]]
-    lengths = torch.tensor([3, 2])
-    assert torch.autograd.gradcheck(lambda *a: pcfg_entropy(*a, lengths=lengths), p)
-    assert torch.autograd.gradcheck(lambda *a: pcfg_kl(*a[:3], a[4:], a[3], lengths=lengths), [*p, *q])
-
-
-def test_kl_is_infinite_where_q_forbids_what_p_weighs_and_its_gradient_stays_finite():
-    NT, T, N = 2, 2, 4
-    p = grammar(3, N, NT, T, seed=53, span=False)[:3]
-    q = [x.clone() for x in grammar(3, N, NT, T, seed=59, span=False)[:3]]
-    q[0][1, 2, 1] = float("-inf")                   # row 1: word 2 is never preterminal 1 under q
-    leaves = [x.clone().requires_grad_() for x in p]
-    D = pcfg_kl(*leaves, q)
-    assert D[1].item() == float("inf") and bool(torch.isfinite(D[[0, 2]]).all())
-    torch.testing.assert_close(pcfg_cross_entropy(*p, q)[[0, 2]], (D + pcfg_entropy(*p))[[0, 2]])
-    D[[0, 2]].sum().backward()
-    assert all(bool(torch.isfinite(x.grad).all()) for x in leaves)
-    assert all(x.grad[1].abs().max() == 0 for x in leaves)
-    assert bool(torch.isfinite(pcfg_kl(*q, p)).all())   # q's support lies inside p's
-
-
-def test_entropy_refuses_a_row_without_a_tree_and_works_under_inference_mode():
-    NT, T, N = 2, 2, 4
-    terms, rules, roots, _ = grammar(2, N, NT, T, seed=61, span=False)
-    with torch.inference_mode():
-        H = pcfg_entropy(terms, rules, roots)
-    torch.testing.assert_close(H, pcfg_entropy(terms, rules, roots))
-    roots[1] = float("-inf")
-    with pytest.raises(SSVMInputError, match="row 1 has no tree with a finite score"):
-        pcfg_entropy(terms, rules, roots)
-    with pytest.raises(SSVMInputError, match="other"):
-        pcfg_kl(terms, rules, roots, (terms, rules))
-
-
-def test_samples_follow_the_tree_distribution():
-    """20,000 samples of each row (3 and 4 words, span scores, a forbidden preterminal) against the enumerated
-    p(y): every sample a tree of the grammar (pcfg_score accepts it), none of probability 0, chi-square p > 1e-3;
-    a generator makes them reproducible."""
-    NT, T, N = 2, 2, 4
-    terms, rules, roots, span = grammar(2, N, NT, T, seed=67)
-    terms[:, 1, 0] = float("-inf")                       # word 1 is never preterminal 0
-    lengths = torch.tensor([4, 3])
-    draws = 20000
-    g = torch.Generator().manual_seed(71)
-    y = pcfg_sample(terms, rules, roots, span, lengths=lengths, n=draws, generator=g)
-    assert y.shape == (2, draws, N + 1, N + 1) and y.dtype == torch.int64
-    again = pcfg_sample(terms, rules, roots, span, lengths=lengths, n=draws,
-                        generator=torch.Generator().manual_seed(71))
-    assert torch.equal(y, again)
-    for b in range(2):
-        n = int(lengths[b])
-        lp = enumerated_log_probs(terms[b], rules[b], roots[b], span[b], n, NT, T)
-        keys = list(lp)
-        index = {k: a for a, k in enumerate(keys)}
-        counts = [0] * len(keys)
-        for chart in y[b].tolist():
-            key = tuple(sorted(((i, j), lab) for i, row in enumerate(chart) for j, lab in enumerate(row) if lab >= 0))
-            counts[index[key]] += 1
-        assert pooled_pvalue(counts, [math_exp(lp[k]) for k in keys], draws) > 1e-3
-    some = y[:, :50].transpose(0, 1).reshape(100, N + 1, N + 1)
-    pcfg_score(terms.repeat(50, 1, 1), rules.repeat(50, 1, 1, 1), roots.repeat(50, 1), some,
-               span.repeat(50, 1, 1, 1), lengths=lengths.repeat(50))              # checked trees of the grammar
