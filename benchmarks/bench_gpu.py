@@ -32,6 +32,9 @@
 * ``spans``: the constituency-tree operations (ssvm_torch.spans, the torch CKY on CUDA), float32, B = 256 sentences
   of n = 40 and 64 of n = 100: log Z + backward and the best tree against SuPar 1.1.4's ``ConstituencyCRF`` and
   torch-struct's ``TreeCRF`` on the same device;
+* ``pcfg``: PCFGs (ssvm_torch.spans.pcfg, the torch path), float32 grammars of NT 30 / T 60, B 32 of 20 words and
+  B 16 of 40: log Z + backward, the best tree and entropy + backward against torch-struct's ``SentCFG`` on the same
+  device (``bench_pcfg.device_figures``);
 * ``kbest``: the k best trees on the device (Lawler's partition over the Triton Eisner / torch CKY oracles, what
   CUDA runs: ssvm_torch/trees/lawler.py), float32, 32 sentences of 40 words, k in {2, 10}: projective dependency
   trees and spans against torch-struct's ``topk`` on the same device, the scores checked against the CPU's
@@ -564,7 +567,7 @@ def sibling_ssvm_figures(device, repeats, train_size, dev_size):
 
 
 SECTIONS = ("gap", "decode", "conll", "minibatch", "layer", "trees", "spans", "kbest", "sibling", "alignment",
-            "edge_chain")
+            "edge_chain", "pcfg")
 
 
 def main():
@@ -648,6 +651,12 @@ def main():
         res["spans"] = span_figures(device, args.repeats, ((8, 12), (4, 20)) if quick else SPAN_SHAPES)
         res["span_ssvm"] = span_ssvm_figures(device, args.repeats, 100 if quick else 2000)
 
+    def pcfg():
+        sys.path.insert(0, str(Path(__file__).parent))
+        from bench_pcfg import device_figures
+        res["pcfg"] = device_figures(device, args.repeats, lambda fn: timed_adaptive(fn, device, args.repeats),
+                                     ((4, 10, 6, 8),) if quick else ((32, 20, 30, 60), (16, 40, 30, 60)))
+
     def kbest():
         res["kbest"] = kbest_figures(device, args.repeats, ((4, 10, 3),) if quick else KBEST_POINTS)
 
@@ -673,7 +682,7 @@ def main():
 
     for name, fn in (("layer", layer), ("gap", gap), ("decode", decode), ("conll", conll), ("minibatch", minibatch),
                      ("trees", trees), ("spans", spans), ("kbest", kbest), ("sibling", sibling), ("alignment", alignment),
-                     ("edge_chain", edge_chain)):
+                     ("edge_chain", edge_chain), ("pcfg", pcfg)):
         section(name, fn)
     print(f"wrote {out}")
     return 0

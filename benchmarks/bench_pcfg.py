@@ -94,6 +94,35 @@ def point(ts, B: int, n: int, NT: int, T: int, repeats: int) -> dict:
     return row
 
 
+def device_figures(device, repeats: int, timed, shapes=((32, 20, 30, 60), (16, 40, 30, 60))) -> dict:
+    """bench_gpu.py's ``pcfg`` section: log Z + backward, the best tree and entropy + backward on ``device``
+    (the torch path every device runs), ours against SentCFG on the same device, float32; ``timed(fn)`` is the
+    caller's median seconds (device-synchronized). log Z is compared with the CPU's float64 first."""
+    import torch_struct as ts
+    out = {}
+    for B, n, NT, T in shapes:
+        terms, rules, roots = (x.to(device) for x in grammar(B, n, NT, T))
+
+        def logz(f):
+            def run():
+                x, r = terms.clone().requires_grad_(True), rules.clone().requires_grad_(True)
+                f(x, r).sum().backward()
+            return run
+
+        cpu64 = pcfg_log_partition(*(x.double().cpu() for x in (terms, rules, roots)))
+        ms = {"logz_backward_ours": logz(lambda x, r: pcfg_log_partition(x, r, roots)),
+              "logz_backward_torch_struct": logz(lambda x, r: ts.SentCFG((x, r, roots)).partition),
+              "decode_ours": lambda: pcfg_decode(terms, rules, roots),
+              "decode_torch_struct": lambda: ts.SentCFG((terms.clone(), rules.clone(), roots.clone())).argmax,
+              "entropy_backward_ours": logz(lambda x, r: pcfg_entropy(x, r, roots))}
+        row = {k: 1e3 * timed(fn) for k, fn in ms.items()}
+        row["max_logz_difference_cpu_float64"] = float((pcfg_log_partition(terms, rules, roots).double().cpu()
+                                                        - cpu64).abs().max())
+        out[f"{B}_{n}_{NT}_{T}"] = row
+        print(f"pcfg B={B} n={n} NT={NT} T={T}: " + ", ".join(f"{k} {v:.2f}" for k, v in row.items()), flush=True)
+    return out
+
+
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="the first shape only, 3 repeats")

@@ -7,9 +7,10 @@
 #          conll 7, trees 51 (65 in the second), spans 29, kbest 27)
 #          Where only the matrix-tree and the rounds are left to show (issue 74 after 2026-12-04): two runs, the
 #          second at once (the machine stays warm 30 s):
-#          run A: STAGES="matrix_tree gpu contention" GPU_SECTIONS="trees alignment edge_chain"
+#          run A: STAGES="matrix_tree gpu contention" GPU_SECTIONS="trees alignment edge_chain pcfg"
 #                 GPU_JSON_BASE=benchmarks/results/gpu.json
-#                 ~ 25 + 35 + 75 + 75 = 210 s (alignment: the wavefront against pysdtw's CUDA soft-DTW, ~10 s;
+#                 ~ 25 + 35 + 85 + 75 = 220 s (pcfg: the PCFG's torch path against torch-struct's SentCFG on the
+#                 device, two shapes, ~10 s; alignment: the wavefront against pysdtw's CUDA soft-DTW, ~10 s;
 #                 edge_chain: the edge-potential chain's torch scan against torch-struct's LinearChainCRF, ~10 s) (matrix_tree with its linear-algebra backends' sweep; contention:
 #                 what a shared step costs beside the other ranks, by placement, with and without its mirror)
 #          run B: STAGES=rounds ROUNDS_ARGS=--pin-rebuild-too ROUNDS_S=420  ~ 25 + 400 s (P = 2, 8 as the defaults,
