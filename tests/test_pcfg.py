@@ -265,3 +265,26 @@ def test_docs_spans_pcfg_example_runs():
     torch.testing.assert_close(got, names["scores"], rtol=1e-5, atol=1e-3)
     torch.testing.assert_close(names["counts"]["terms"].sum((1, 2)), names["lengths"].float(), rtol=1e-5, atol=1e-4)
     assert bool((names["loss"] >= -1e-4).all())
+
+
+def test_the_mbr_tree_holds_the_most_expected_correct_labeled_spans():
+    """decode(mbr=True) against enumeration: of every tree of the grammar's shape (any labels), the one whose
+    labeled spans (preterminals on the one-word spans) have the largest summed marginal probability; its score is
+    that sum."""
+    NT, T, N = 2, 3, 4
+    terms, rules, roots, span = grammar(2, N, NT, T, seed=73)
+    lengths = torch.tensor([4, 3])
+    charts, gains = pcfg_decode(terms, rules, roots, span, lengths=lengths, mbr=True)
+    marg = pcfg_marginals(terms, rules, roots, span, lengths=lengths)
+    for b in range(2):
+        n = int(lengths[b])
+        best, best_labels = -1.0, None
+        for labels, _ in labeled_pcfg_trees(n, NT, T):
+            gain = sum(float(marg["terms"][b, i, lab]) if j - i == 1 else float(marg["spans"][b, i, j, lab])
+                       for (i, j), lab in labels.items())
+            if gain > best + 1e-12:
+                best, best_labels = gain, labels
+        assert gains[b].item() == pytest.approx(best, abs=1e-10)
+        assert torch.equal(charts[b], chart_of(best_labels, N + 1))
+    with pytest.raises(SSVMInputError, match="mbr"):
+        pcfg_decode(terms, rules, roots, mbr="yes")

@@ -35,6 +35,7 @@ from ..grad_mode import records_autograd
 from ..trees.checks import use_numba
 from ..trees.losses import row_cost
 from .checks import FAULTS, chart_faults
+from .losses import span_decode
 from .torch_pcfg import NEG, best_chart, chart_score, inside, masked
 
 
@@ -141,17 +142,38 @@ def pcfg_marginals(terms, rules, roots, span_scores=None, mask=None, lengths=Non
     return {"terms": grads[0], "rules": grads[1], "roots": grads[2], "spans": grads[3], "log_z": _finite(value)}
 
 
-def pcfg_decode(terms, rules, roots, span_scores=None, mask=None, lengths=None):
+def pcfg_decode(terms, rules, roots, span_scores=None, mask=None, lengths=None, mbr: bool = False):
     """The best tree of every row: (charts (B, N+1, N+1) int64, the module docstring's labeled charts, scores (B,)
-    their s(y), -inf where no tree scores finite). Viterbi CKY (the max semiring) and a top-down read."""
+    their s(y), -inf where no tree scores finite). Viterbi CKY (the max semiring) and a top-down read. With ``mbr``
+    the tree of the most expected correct labeled spans under p(y) (Goodman 1996's labelled recall parse: CKY over
+    the span marginals, a one-word span's preterminal included; its score is that expectation); it may use a rule
+    the grammar forbids, as the labelled recall parse may."""
+    check(isinstance(mbr, bool), "mbr", "True or False", repr(mbr))
     terms, rules, roots, span, lengths = check_grammar(terms, rules, roots, span_scores, mask, lengths)
     B, N = terms.shape[:2]
     if B == 0:
         return torch.full((0, N + 1, N + 1), -1, dtype=torch.int64, device=terms.device), terms.new_zeros(0)
+    if mbr:
+        return _mbr(terms, rules, roots, span, lengths)
     with torch.no_grad():
         value, _, bp = inside(*masked(terms, rules, roots, span, lengths), lengths, "max")
         chart = best_chart(bp, lengths, N)
     return chart, _finite(value)
+
+
+def _mbr(terms, rules, roots, span, lengths):
+    """The labelled recall parse (:func:`pcfg_decode`): the labeled span CKY of :mod:`ssvm_torch.spans` over the
+    marginals, the preterminals' on the one-word spans and the nonterminals' on the longer ones (-inf elsewhere)."""
+    B, N, T = terms.shape
+    NT, M = roots.shape[1], N + 1
+    m = pcfg_marginals(terms, rules, roots, span, lengths=lengths)
+    scores = terms.new_full((B, M, M, max(NT, T)), float("-inf"))
+    scores[..., :NT] = m["spans"]
+    pos = torch.arange(N, device=terms.device)
+    scores[:, pos, pos + 1] = float("-inf")
+    scores[:, pos, pos + 1, :T] = m["terms"]
+    with torch.no_grad():
+        return span_decode(scores, lengths=lengths, return_scores=True)
 
 
 def check_trees(charts, terms, roots, lengths, field: str = "charts") -> torch.Tensor:
