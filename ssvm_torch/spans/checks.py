@@ -35,38 +35,44 @@ def check_span_scores(S, field: str = "span_scores") -> torch.Tensor:
 def resolve_lengths(S: torch.Tensor, mask=None, lengths=None) -> torch.Tensor:
     """The words n_b of every row (int64 on the scores' device) from ``lengths`` (B,) in [0, N] or ``mask``
     (B, N) bool, on for words 0..n_b-1 only; neither: every row has N words."""
-    B, N = S.shape[0], S.shape[1] - 1
+    N = S.shape[1] - 1
+    return row_lengths(S.shape[0], N, S.device, mask, lengths, 0,
+                       f"words; span_scores has N + 1 = {N + 1} fenceposts")
+
+
+def row_lengths(B: int, N: int, device, mask=None, lengths=None, minimum: int = 0, why: str = "words"):
+    """:func:`resolve_lengths` for B rows of N word positions on ``device``: ``lengths`` (B,) in [minimum, N] or a
+    prefix ``mask`` (B, N), every field named; ``why`` says in the refusal what the range means."""
     if mask is not None and lengths is not None:
         raise SSVMInputError("mask, lengths: expected one of them (or neither), got both")
     if lengths is None and mask is None:
-        return torch.full((B,), N, dtype=torch.int64, device=S.device)
-    if lengths is None:
+        lengths = torch.full((B,), N, dtype=torch.int64, device=device)
+    elif lengths is None:
         check(torch.is_tensor(mask) and tuple(mask.shape) == (B, N) and not mask.is_floating_point(), "mask",
               f"a bool tensor (B, N) = ({B}, {N}) (one entry per word)",
               (getattr(mask, "dtype", type(mask).__name__), tuple(getattr(mask, "shape", ()))))
-        mask = mask.to(S.device)
+        mask = mask.to(device)
         if not tracing() and not bool(((mask == 0) | (mask == 1)).all()):
             raise SSVMInputError("mask: expected values 0 or 1 (a bool tensor, or integers 0/1)")
         mask = mask.bool()
         lengths = mask.sum(1)
         if not tracing():
-            prefix = torch.arange(N, device=S.device)[None, :] < lengths[:, None]
+            prefix = torch.arange(N, device=device)[None, :] < lengths[:, None]
             bad = (prefix != mask).any(1)
             if bool(bad.any()):
                 b = int(bad.nonzero()[0, 0])
                 raise SSVMInputError(f"mask: expected the words of a row at positions 0..n-1 with nothing after "
                                      f"them, row {b} has on-positions {mask[b].nonzero().flatten().tolist()[:12]}")
-        return lengths
     check(torch.is_tensor(lengths) and not lengths.is_floating_point() and lengths.dtype != torch.bool
           and tuple(lengths.shape) == (B,), "lengths", f"an integer tensor of shape ({B},)",
           (getattr(lengths, "dtype", type(lengths).__name__), tuple(getattr(lengths, "shape", ()))))
-    lengths = lengths.to(S.device, torch.int64)
+    lengths = lengths.to(device, torch.int64)
     if not tracing():
-        bad = (lengths < 0) | (lengths > N)
+        bad = (lengths < minimum) | (lengths > N)
         if bool(bad.any()):
             b = int(bad.nonzero()[0, 0])
-            raise SSVMInputError(f"lengths: expected values in [0, {N}] (words; span_scores has N + 1 = {N + 1} "
-                                 f"fenceposts), got {int(lengths[b])} at row {b}")
+            raise SSVMInputError(f"lengths: expected values in [{minimum}, {N}] ({why}), got {int(lengths[b])} at "
+                                 f"row {b}")
     return lengths
 
 

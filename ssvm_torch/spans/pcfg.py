@@ -34,7 +34,7 @@ from ..errors import SSVMInputError, check
 from ..grad_mode import records_autograd
 from ..trees.checks import use_numba
 from ..trees.losses import row_cost
-from .checks import FAULTS, chart_faults
+from .checks import FAULTS, chart_faults, row_lengths
 from .losses import span_decode
 from .torch_pcfg import NEG, best_chart, chart_score, inside, masked
 
@@ -72,41 +72,11 @@ def check_grammar(terms, rules, roots, span_scores=None, mask=None, lengths=None
     for x, name in ((terms, "terms"), (rules, "rules"), (roots, "roots"), (span_scores, "span_scores")):
         if x is not None:
             refuse_bad_scores(x.detach(), name)
-    lengths = _lengths(terms, mask, lengths)
+    lengths = row_lengths(B, N, terms.device, mask, lengths, 2, "a tree's root is a nonterminal over two or more "
+                          f"words; terms has N = {N} word positions")
     rules = rules.to(dtype).expand(B, NT, S, S)
     roots = roots.to(dtype).expand(B, NT)
     return terms.to(dtype), rules, roots, None if span_scores is None else span_scores.to(dtype), lengths
-
-
-def _lengths(terms, mask, lengths) -> torch.Tensor:
-    B, N = terms.shape[:2]
-    if mask is not None and lengths is not None:
-        raise SSVMInputError("mask, lengths: expected one of them (or neither), got both")
-    if mask is not None:
-        check(torch.is_tensor(mask) and mask.dtype == torch.bool and tuple(mask.shape) == (B, N), "mask",
-              f"a bool tensor ({B}, {N}) on for each row's words", (getattr(mask, "dtype", type(mask).__name__),
-                                                                   tuple(getattr(mask, "shape", ()))))
-        mask = mask.to(terms.device)
-        lengths = mask.sum(1)
-        if not tracing():
-            bad = (torch.arange(N, device=terms.device)[None, :] < lengths[:, None]) != mask
-            if bool(bad.any()):
-                b = int(bad.any(1).nonzero()[0, 0])
-                raise SSVMInputError(f"mask: expected the words of a row at positions 0..n-1 with nothing after "
-                                     f"them, row {b} has on-positions {mask[b].nonzero().flatten().tolist()[:12]}")
-    elif lengths is None:
-        lengths = torch.full((B,), N, dtype=torch.int64, device=terms.device)
-    check(torch.is_tensor(lengths) and not lengths.is_floating_point() and lengths.dtype != torch.bool
-          and tuple(lengths.shape) == (B,), "lengths", f"an integer tensor of shape ({B},)",
-          (getattr(lengths, "dtype", type(lengths).__name__), tuple(getattr(lengths, "shape", ()))))
-    lengths = lengths.to(terms.device, torch.int64)
-    if not tracing() and B:
-        bad = (lengths < 2) | (lengths > N)
-        if bool(bad.any()):
-            b = int(bad.nonzero()[0, 0])
-            raise SSVMInputError(f"lengths: expected values in [2, {N}] (a tree's root is a nonterminal over two or "
-                                 f"more words; terms has N = {N} word positions), got {int(lengths[b])} at row {b}")
-    return lengths
 
 
 def _finite(value: torch.Tensor) -> torch.Tensor:
