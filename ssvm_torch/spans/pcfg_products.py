@@ -114,7 +114,8 @@ class GroupInside(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, left, right, rules):
-        _, _, _, m, _, mrule, sums = _factors(left, right, rules)
+        with torch.autocast(left.device.type, enabled=False):      # under AMP too: the products in the inputs' dtype
+            _, _, _, m, _, mrule, sums = _factors(left, right, rules)
         out = torch.log(sums) + m + mrule
         rows = _flagged(sums)
         if rows is not None:
@@ -125,6 +126,11 @@ class GroupInside(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
+        with torch.autocast(grad.device.type, enabled=False):
+            return GroupInside._backward(ctx, grad)
+
+    @staticmethod
+    def _backward(ctx, grad):
         left, right, rules = ctx.saved_tensors
         B, n, U, SL = left.shape
         SR = right.shape[3]
