@@ -306,3 +306,22 @@ def test_autocast_computes_in_the_inputs_dtype():
     torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-5)
     torch.testing.assert_close(got_grad, want_grad, rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(crf, pcfg_crf_nll(terms, rules, roots, gold), rtol=1e-6, atol=1e-5)
+
+
+def test_the_optimistic_pass_checks_its_low_sums_once(monkeypatch):
+    """log Z runs its group steps without a host check each (one check of every group's low sums at the end, the
+    GPU's one synchronization); only a pass with low sums runs again with each group checking (and then agrees
+    with float64)."""
+    import ssvm_torch.spans.pcfg_products as products
+    calls = []
+    real = products._flagged
+    monkeypatch.setattr(products, "_flagged", lambda sums: calls.append(1) or real(sums))
+    NT, T, N = 3, 4, 6
+    terms, rules, roots, span = grammar(2, N, NT, T, seed=83)
+    pcfg_log_partition(terms, rules, roots, span)
+    assert calls == []
+    terms[:, :, 0] += 120
+    rules[:, 2, NT] -= 120
+    low = pcfg_log_partition(*(x.float() for x in (terms, rules, roots, span)))
+    assert len(calls) == 1 + 2 + 3 * (N - 3)            # the rerun: every group of every width (1, 2, then 3 a width)
+    torch.testing.assert_close(low.double(), pcfg_log_partition(terms, rules, roots, span), rtol=1e-6, atol=1e-4)

@@ -110,16 +110,23 @@ def _fallback(left, right, rules, rows, grad=None, create: bool = False):
 
 
 class GroupInside(torch.autograd.Function):
-    """The module docstring's step: (left (B, n, U, SL), right (B, n, U, SR), rules (B, NT, SL, SR)) -> (B, n, NT)."""
+    """The module docstring's step: (left (B, n, U, SL), right (B, n, U, SR), rules (B, NT, SL, SR)) -> (B, n, NT).
+    With a list ``lows`` it is optimistic: the spans whose sums fall below sqrt(tiny) are appended to it as a (B, n)
+    mask and left as the products give them (no host check: the caller checks every group's masks at once and
+    recomputes the pass with ``lows`` None if any is set, :func:`~ssvm_torch.spans.torch_pcfg.inside`)."""
 
     @staticmethod
-    def forward(ctx, left, right, rules):
+    def forward(ctx, left, right, rules, lows=None):
         with torch.autocast(left.device.type, enabled=False):      # under AMP too: the products in the inputs' dtype
             _, _, _, m, _, mrule, sums = _factors(left, right, rules)
         out = torch.log(sums) + m + mrule
-        rows = _flagged(sums)
-        if rows is not None:
-            out[rows] = _fallback(left, right, rules, rows)
+        if lows is not None:
+            lows.append((sums < torch.finfo(sums.dtype).tiny ** 0.5).any(2))
+            rows = None
+        else:
+            rows = _flagged(sums)
+            if rows is not None:
+                out[rows] = _fallback(left, right, rules, rows)
         ctx.save_for_backward(left, right, rules)
         ctx.rows = rows
         return out
@@ -127,7 +134,7 @@ class GroupInside(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         with torch.autocast(grad.device.type, enabled=False):
-            return GroupInside._backward(ctx, grad)
+            return (*GroupInside._backward(ctx, grad), None)
 
     @staticmethod
     def _backward(ctx, grad):

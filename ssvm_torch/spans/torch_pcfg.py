@@ -39,7 +39,7 @@ def _reduce(x: torch.Tensor, dim: int, semiring: str):
     return x.max(dim)
 
 
-def _group(left: torch.Tensor, right: torch.Tensor, rules: torch.Tensor, semiring: str):
+def _group(left: torch.Tensor, right: torch.Tensor, rules: torch.Tensor, semiring: str, lows=None):
     """One group of splits of a width's n spans: ``left`` (B, n, U, SL) and ``right`` (B, n, U, SR) the children's
     inside values over the group's U splits, ``rules`` (B, NT, SL, SR) the group's block. Returns (value (B, n,
     NT), split (B, n, NT) index in 0..U-1 or None, left symbol, right symbol (B, n, NT) or None)."""
@@ -47,7 +47,7 @@ def _group(left: torch.Tensor, right: torch.Tensor, rules: torch.Tensor, semirin
     SR = right.shape[-1]
     NT = rules.shape[1]
     if semiring == "log":
-        return GroupInside.apply(left, right, rules), None, None, None
+        return GroupInside.apply(left, right, rules, lows), None, None, None
     pairs, split = (left[..., :, None] + right[..., None, :]).max(2)                   # (B, n, SL, SR)
     pairs = pairs.reshape(B, n, SL * SR)
     flat = rules.reshape(B, NT, SL * SR)
@@ -85,17 +85,23 @@ def split_groups(w: int, terms: torch.Tensor, charts: list) -> list:
     return groups
 
 
-def inside(terms, rules, roots, span, lengths, semiring: str):
+def inside(terms, rules, roots, span, lengths, semiring: str, checked: bool = False):
     """The CKY of the module docstring over masked inputs (:func:`masked`). Returns (value (B,), charts, bp):
     ``charts`` a list by width w >= 2 of (B, N-w+1, NT) inside values, ``bp`` for "max" a list by width of
     (split u, left symbol, right symbol), each (B, N-w+1, NT): the best split of every span and nonterminal, u its
-    left child's words and the symbols in their own kind's numbering (preterminals 0..T-1)."""
+    left child's words and the symbols in their own kind's numbering (preterminals 0..T-1).
+
+    In the log semiring the pass is optimistic (:class:`~ssvm_torch.spans.pcfg_products.GroupInside` with a list
+    of low sums): one host check at its end, and only where a group's products fell below sqrt(tiny) the pass runs
+    again ``checked``, each group recomputing its low entries in log space (on a GPU one synchronization per pass
+    instead of one per group and width)."""
     B, N, T = terms.shape
     blocks = rule_blocks(rules, roots.shape[1])
     charts, bp = [None, None], [None, None]
+    lows = [] if semiring == "log" and not checked else None
     for w in range(2, N + 1):
         groups = split_groups(w, terms, charts)
-        out = [_group(lc, rc, blocks[kind], semiring) for kind, _, lc, rc in groups]
+        out = [_group(lc, rc, blocks[kind], semiring, lows) for kind, _, lc, rc in groups]
         stacked = torch.stack([o[0] for o in out], -1)                                # (B, n, NT, groups)
         value, which = _reduce(stacked, 3, semiring)
         if span is not None:
@@ -107,6 +113,8 @@ def inside(terms, rules, roots, span, lengths, semiring: str):
             ls = torch.stack([o[2] for o in out], -1).gather(3, pick)[..., 0]
             rs = torch.stack([o[3] for o in out], -1).gather(3, pick)[..., 0]
             bp.append((u, ls, rs))
+    if lows and bool(torch.cat([low.flatten() for low in lows]).any()):
+        return inside(terms, rules, roots, span, lengths, semiring, checked=True)
     top = torch.stack([charts[w][:, 0] for w in range(2, N + 1)], 1)                 # (B, N - 1, NT)
     rows = torch.arange(B, device=terms.device)
     at_root = top[rows, (lengths - 2).clamp(min=0)] + roots                           # (B, NT)
