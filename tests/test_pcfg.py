@@ -325,3 +325,26 @@ def test_the_optimistic_pass_checks_its_low_sums_once(monkeypatch):
     low = pcfg_log_partition(*(x.float() for x in (terms, rules, roots, span)))
     assert len(calls) == 1 + 2 + 3 * (N - 3)            # the rerun: every group of every width (1, 2, then 3 a width)
     torch.testing.assert_close(low.double(), pcfg_log_partition(terms, rules, roots, span), rtol=1e-6, atol=1e-4)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_the_compiled_viterbi_equals_the_torch_pass(dtype):
+    """pcfg_decode's compiled kernel (CPU float32 / float64) against the torch max-plus pass: the same trees and
+    scores over random grammars with span scores, rows of every length, forbidden parts; the hinge (whose
+    loss-augmented tree it decodes) equal too; a bad ``kernels`` refused by name."""
+    NT, T, N = 3, 4, 9
+    for seed in range(4):
+        terms, rules, roots, span = (x.to(dtype) for x in grammar(5, N, NT, T, seed=89 + seed))
+        rules[:, 1, NT:, :NT] = float("-inf")
+        terms[:, 3, 2] = float("-inf")
+        lengths = torch.tensor([9, 7, 4, 3, 2])
+        got = pcfg_decode(terms, rules, roots, span, lengths=lengths, kernels="numba")
+        want = pcfg_decode(terms, rules, roots, span, lengths=lengths, kernels="torch")
+        assert torch.equal(got[0], want[0])
+        torch.testing.assert_close(got[1], want[1])
+        torch.testing.assert_close(pcfg_score(terms, rules, roots, got[0], span, lengths=lengths), got[1])
+        gold = pcfg_decode(terms, rules.flip(0), roots, span, lengths=lengths)[0]          # other trees
+        torch.testing.assert_close(pcfg_hinge(terms, rules, roots, gold, span, lengths=lengths, kernels="numba"),
+                                   pcfg_hinge(terms, rules, roots, gold, span, lengths=lengths, kernels="torch"))
+    with pytest.raises(SSVMInputError, match="kernels"):
+        pcfg_decode(terms, rules, roots, kernels="triton")

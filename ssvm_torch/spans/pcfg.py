@@ -27,15 +27,18 @@ reference and the benchmark's baseline: ``benchmarks/bench_pcfg.py``).
 """
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from ..chain.checks import refuse_bad_scores, tracing
-from ..errors import SSVMInputError, check
+from ..devices import from_host, to_host
+from ..errors import SSVMInputError, check, check_choice
 from ..grad_mode import records_autograd
-from ..trees.checks import use_numba
+from ..trees.checks import parallel_rows, use_numba
 from ..trees.losses import row_cost
-from .checks import FAULTS, chart_faults, row_lengths
+from .checks import FAULTS, KERNELS, chart_faults, row_lengths
 from .losses import span_decode
+from .numba_pcfg import viterbi_batch, viterbi_batch_parallel
 from .torch_pcfg import NEG, best_chart, chart_score, inside, masked
 
 
@@ -112,13 +115,17 @@ def pcfg_marginals(terms, rules, roots, span_scores=None, mask=None, lengths=Non
     return {"terms": grads[0], "rules": grads[1], "roots": grads[2], "spans": grads[3], "log_z": _finite(value)}
 
 
-def pcfg_decode(terms, rules, roots, span_scores=None, mask=None, lengths=None, mbr: bool = False):
+def pcfg_decode(terms, rules, roots, span_scores=None, mask=None, lengths=None, mbr: bool = False,
+                kernels: str = "auto"):
     """The best tree of every row: (charts (B, N+1, N+1) int64, the module docstring's labeled charts, scores (B,)
-    their s(y), -inf where no tree scores finite). Viterbi CKY (the max semiring) and a top-down read. With ``mbr``
-    the tree of the most expected correct labeled spans under p(y) (Goodman 1996's labelled recall parse: CKY over
-    the span marginals, a one-word span's preterminal included; its score is that expectation); it may use a rule
-    the grammar forbids, as the labelled recall parse may."""
+    their s(y), -inf where no tree scores finite). Viterbi CKY (the max semiring) and a top-down read: compiled for
+    CPU float32 / float64 (:mod:`~ssvm_torch.spans.numba_pcfg`; ``kernels`` "auto" or "numba"), the torch pass
+    elsewhere (``kernels="torch"`` on the CPU too). With ``mbr`` the tree of the most expected correct labeled spans
+    under p(y) (Goodman 1996's labelled recall parse: CKY over the span marginals, a one-word span's preterminal
+    included; its score is that expectation); it may use a rule the grammar forbids, as the labelled recall parse
+    may."""
     check(isinstance(mbr, bool), "mbr", "True or False", repr(mbr))
+    kernels = check_choice(kernels, "kernels", KERNELS)
     terms, rules, roots, span, lengths = check_grammar(terms, rules, roots, span_scores, mask, lengths)
     B, N = terms.shape[:2]
     if B == 0:
@@ -126,9 +133,26 @@ def pcfg_decode(terms, rules, roots, span_scores=None, mask=None, lengths=None, 
     if mbr:
         return _mbr(terms, rules, roots, span, lengths)
     with torch.no_grad():
-        value, _, bp = inside(*masked(terms, rules, roots, span, lengths), lengths, "max")
-        chart = best_chart(bp, lengths, N)
+        chart, value = _viterbi(masked(terms, rules, roots, span, lengths), lengths, kernels)
     return chart, _finite(value)
+
+
+def _viterbi(parts, lengths, kernels: str):
+    """(charts, scores) of the best trees of masked inputs: the compiled row kernel where ``kernels`` on these
+    scores means it (:func:`ssvm_torch.trees.checks.use_numba`), else the torch max-plus pass."""
+    terms, rules, roots, span = parts
+    if use_numba(terms, kernels, "terms"):
+        B, N = terms.shape[:2]
+        charts = np.full((B, N + 1, N + 1), -1, dtype=np.int64)
+        scores = np.empty(B, dtype=to_host(terms).dtype)
+        host = [to_host(x.detach().contiguous()) for x in (terms, rules, roots)]
+        sp = to_host(span.detach().contiguous()) if span is not None else np.zeros((1, 1, 1, 1), host[0].dtype)
+        lens = np.ascontiguousarray(to_host(lengths), dtype=np.int64)
+        (viterbi_batch_parallel if parallel_rows(B) else viterbi_batch)(*host, sp, span is not None, lens, charts,
+                                                                          scores)
+        return from_host(charts, terms.device), from_host(scores, terms.device)
+    value, _, bp = inside(*parts, lengths, "max")
+    return best_chart(bp, lengths, terms.shape[1]), value
 
 
 def _mbr(terms, rules, roots, span, lengths):
@@ -196,7 +220,8 @@ def _augmented(terms, roots, span, charts, lengths, cost):
     return terms, base + c[:, None, None, None] * miss_s
 
 
-def _loss(kind: str, terms, rules, roots, charts, span_scores, mask, lengths, cost) -> torch.Tensor:
+def _loss(kind: str, terms, rules, roots, charts, span_scores, mask, lengths, cost, kernels="auto") -> torch.Tensor:
+    kernels = check_choice(kernels, "kernels", KERNELS)
     terms, rules, roots, span, lengths = check_grammar(terms, rules, roots, span_scores, mask, lengths)
     charts = check_trees(charts, terms, roots, lengths)
     if terms.shape[0] == 0:
@@ -211,8 +236,7 @@ def _loss(kind: str, terms, rules, roots, charts, span_scores, mask, lengths, co
         value, _, _ = inside(*inputs, lengths, "log")
         return _finite(value) - gold
     with torch.no_grad():
-        _, _, bp = inside(*(x.detach() for x in inputs), lengths, "max")
-        best = best_chart(bp, lengths, terms.shape[1])
+        best, _ = _viterbi([None if x is None else x.detach() for x in inputs], lengths, kernels)
     return _finite(chart_score(*inputs, best, lengths)) - gold
 
 
@@ -221,10 +245,12 @@ def pcfg_crf_nll(terms, rules, roots, charts, span_scores=None, mask=None, lengt
     return _loss("crf", terms, rules, roots, charts, span_scores, mask, lengths, "hamming")
 
 
-def pcfg_hinge(terms, rules, roots, charts, span_scores=None, mask=None, lengths=None, cost="hamming"):
+def pcfg_hinge(terms, rules, roots, charts, span_scores=None, mask=None, lengths=None, cost="hamming",
+               kernels: str = "auto"):
     """max_y [s(y) + Delta(y, y_b)] - s(y_b) (B,) >= 0, the structured hinge; its gradient the difference of the
-    loss-augmented tree's parts and the gold tree's (module docstring)."""
-    return _loss("hinge", terms, rules, roots, charts, span_scores, mask, lengths, cost)
+    loss-augmented tree's parts and the gold tree's (module docstring); the loss-augmented tree by
+    :func:`pcfg_decode`'s ``kernels``."""
+    return _loss("hinge", terms, rules, roots, charts, span_scores, mask, lengths, cost, kernels)
 
 
 def pcfg_softmax_margin(terms, rules, roots, charts, span_scores=None, mask=None, lengths=None, cost="hamming"):
