@@ -348,3 +348,26 @@ def test_the_compiled_viterbi_equals_the_torch_pass(dtype):
                                    pcfg_hinge(terms, rules, roots, gold, span, lengths=lengths, kernels="torch"))
     with pytest.raises(SSVMInputError, match="kernels"):
         pcfg_decode(terms, rules, roots, kernels="triton")
+
+
+def test_the_parallel_kernel_equals_the_serial_one():
+    """viterbi_batch_parallel (rows over numba's threads, what B >= 8 with two or more threads runs) against
+    viterbi_batch, with and without span scores (a prange index once made the span row's index a float)."""
+    import numpy as np
+    from ssvm_torch.spans.numba_pcfg import viterbi_batch, viterbi_batch_parallel
+    from ssvm_torch.spans.torch_pcfg import masked
+    NT, T, N = 3, 4, 7
+    for with_span in (False, True):
+        terms, rules, roots, span = grammar(9, N, NT, T, seed=97, span=with_span)
+        lengths = torch.tensor([7, 6, 5, 4, 3, 2, 7, 7, 2])
+        parts = [None if x is None else x.contiguous().numpy()
+                 for x in masked(terms, rules, roots, span, lengths)]
+        sp = parts[3] if with_span else np.zeros((9, 1, 1, 1))
+        out = []
+        for kernel in (viterbi_batch, viterbi_batch_parallel):
+            charts, scores = np.full((9, N + 1, N + 1), -1, dtype=np.int64), np.empty(9)
+            kernel(*parts[:3], sp, with_span, lengths.numpy(), charts, scores)
+            out.append((charts, scores))
+        assert np.array_equal(out[0][0], out[1][0]) and np.array_equal(out[0][1], out[1][1])
+        want = pcfg_decode(terms, rules, roots, span, lengths=lengths, kernels="torch")
+        assert np.array_equal(out[1][0], want[0].numpy())

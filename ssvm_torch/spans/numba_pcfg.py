@@ -120,9 +120,11 @@ def _row(terms, rules, roots, span, has_span, n, chart):
 
 @nb.njit(cache=True, nogil=True)
 def viterbi_batch(terms, rules, roots, span, has_span, lengths, charts, scores):
-    """The best tree of every row: ``charts`` (B, N+1, N+1) int64, -1 on entry; ``scores`` (B,)."""
+    """The best tree of every row: ``charts`` (B, N+1, N+1) int64, -1 on entry; ``scores`` (B,); ``span`` (B, M, M,
+    NT), or (B, 1, 1, 1) unread when not ``has_span`` (one row per b: prange's unsigned index and a literal 0 would
+    unify to a float index)."""
     for b in range(terms.shape[0]):
-        scores[b] = _row(terms[b], rules[b], roots[b], span[b if has_span else 0], has_span, lengths[b], charts[b])
+        scores[b] = _row(terms[b], rules[b], roots[b], span[b], has_span, lengths[b], charts[b])
 
 
 @launched
@@ -130,4 +132,4 @@ def viterbi_batch(terms, rules, roots, span, has_span, lengths, charts, scores):
 def viterbi_batch_parallel(terms, rules, roots, span, has_span, lengths, charts, scores):
     """:func:`viterbi_batch` with the rows spread over numba's threads."""
     for b in nb.prange(terms.shape[0]):
-        scores[b] = _row(terms[b], rules[b], roots[b], span[b if has_span else 0], has_span, lengths[b], charts[b])
+        scores[b] = _row(terms[b], rules[b], roots[b], span[b], has_span, lengths[b], charts[b])

@@ -146,7 +146,7 @@ def _viterbi(parts, lengths, kernels: str):
         charts = np.full((B, N + 1, N + 1), -1, dtype=np.int64)
         scores = np.empty(B, dtype=to_host(terms).dtype)
         host = [to_host(x.detach().contiguous()) for x in (terms, rules, roots)]
-        sp = to_host(span.detach().contiguous()) if span is not None else np.zeros((1, 1, 1, 1), host[0].dtype)
+        sp = to_host(span.detach().contiguous()) if span is not None else np.zeros((B, 1, 1, 1), host[0].dtype)
         lens = np.ascontiguousarray(to_host(lengths), dtype=np.int64)
         (viterbi_batch_parallel if parallel_rows(B) else viterbi_batch)(*host, sp, span is not None, lens, charts,
                                                                           scores)
