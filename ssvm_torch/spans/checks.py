@@ -165,10 +165,17 @@ def check_charts(charts, S: torch.Tensor, lengths: torch.Tensor, field: str = "c
     else:
         code = chart_faults(present, lengths, compiled=use_numba(S, kernels, "span scores"))
         kind = "a binary tree"
+    refuse_chart_faults(code, present, lengths, field, kind)
+    return charts
+
+
+def refuse_chart_faults(code: torch.Tensor, present: torch.Tensor, lengths: torch.Tensor, field: str,
+                        kind: str) -> None:
+    """The first row whose fault ``code`` (:data:`FAULTS`) is set, refused by ``field``: not ``kind`` over its
+    words, its fault and its first spans (``present`` the charts' spans)."""
     if bool((code != 0).any()):
         b = int((code != 0).nonzero()[0, 0])
         spans = present[b].nonzero().tolist()
         raise SSVMInputError(f"{field}: row {b} is not {kind} over its {int(lengths[b])} words "
                              f"({FAULTS[int(code[b])]}); its spans: {[tuple(s) for s in spans[:16]]}"
                              + (" ..." if len(spans) > 16 else ""))
-    return charts

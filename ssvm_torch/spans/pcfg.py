@@ -22,8 +22,9 @@ al. 2004's max-margin parsing over the grammar's trees), ``pcfg_softmax_margin``
 s(y_b) (Gimpel & Smith 2010). c_b = 1 (``cost="hamming"``), 1 / n_b (``"normalized"``), a number or a tensor (B,).
 The loss-augmented trees are those of the scores plus c_b on every (span, label) the gold tree lacks.
 
-The recursion is :mod:`~ssvm_torch.spans.torch_pcfg`'s (the torch path; torch-struct's ``SentCFG`` is the test
-reference and the benchmark's baseline: ``benchmarks/bench_pcfg.py``).
+The recursion is :mod:`~ssvm_torch.spans.torch_pcfg`'s (the torch path, every device; its log-semiring step
+:mod:`~ssvm_torch.spans.pcfg_products`), the best tree on the CPU :mod:`~ssvm_torch.spans.numba_pcfg`'s;
+torch-struct's ``SentCFG`` is the test reference and the benchmark's baseline (``benchmarks/bench_pcfg.py``).
 """
 from __future__ import annotations
 
@@ -36,7 +37,7 @@ from ..errors import SSVMInputError, check, check_choice
 from ..grad_mode import records_autograd
 from ..trees.checks import parallel_rows, use_numba
 from ..trees.losses import row_cost
-from .checks import FAULTS, KERNELS, chart_faults, row_lengths
+from .checks import KERNELS, chart_faults, refuse_chart_faults, row_lengths
 from .losses import span_decode
 from .numba_pcfg import viterbi_batch, viterbi_batch_parallel
 from .torch_pcfg import NEG, best_chart, chart_score, inside, masked
@@ -85,6 +86,15 @@ def check_grammar(terms, rules, roots, span_scores=None, mask=None, lengths=None
 def _finite(value: torch.Tensor) -> torch.Tensor:
     """-inf where no tree has a finite score (the recursion's NEG stand-in)."""
     return torch.where(value < NEG / 2, torch.full_like(value, float("-inf")), value)
+
+
+def refuse_no_tree(log_z: torch.Tensor) -> None:
+    """A row without a tree of finite score has no distribution (its entropy, its samples): refused by name, as
+    the other layers refuse it."""
+    if not tracing() and bool((log_z < NEG / 2).any()):
+        b = int((log_z < NEG / 2).nonzero()[0, 0])
+        raise SSVMInputError(f"terms, rules, roots: row {b} has no tree with a finite score (its -inf parts exclude "
+                             "every tree; log Z -inf)")
 
 
 def pcfg_log_partition(terms, rules, roots, span_scores=None, mask=None, lengths=None) -> torch.Tensor:
@@ -144,8 +154,8 @@ def _viterbi(parts, lengths, kernels: str):
     if use_numba(terms, kernels, "terms"):
         B, N = terms.shape[:2]
         charts = np.full((B, N + 1, N + 1), -1, dtype=np.int64)
-        scores = np.empty(B, dtype=to_host(terms).dtype)
         host = [to_host(x.detach().contiguous()) for x in (terms, rules, roots)]
+        scores = np.empty(B, dtype=host[0].dtype)
         sp = to_host(span.detach().contiguous()) if span is not None else np.zeros((B, 1, 1, 1), host[0].dtype)
         lens = np.ascontiguousarray(to_host(lengths), dtype=np.int64)
         (viterbi_batch_parallel if parallel_rows(B) else viterbi_batch)(*host, sp, span is not None, lens, charts,
@@ -181,13 +191,8 @@ def check_trees(charts, terms, roots, lengths, field: str = "charts") -> torch.T
     charts = charts.to(terms.device, torch.int64)
     if tracing() or B == 0:
         return charts
-    code = chart_faults(charts >= 0, lengths, compiled=use_numba(terms, "auto", "terms"))
-    if bool((code != 0).any()):
-        b = int((code != 0).nonzero()[0, 0])
-        spans = (charts[b] >= 0).nonzero().tolist()
-        raise SSVMInputError(f"{field}: row {b} is not a binary tree over its {int(lengths[b])} words "
-                             f"({FAULTS[int(code[b])]}); its spans: {[tuple(s) for s in spans[:16]]}"
-                             + (" ..." if len(spans) > 16 else ""))
+    refuse_chart_faults(chart_faults(charts >= 0, lengths, compiled=use_numba(terms, "auto", "terms")),
+                        charts >= 0, lengths, field, "a binary tree")
     pos = torch.arange(M, device=terms.device)
     width = (pos[None, :] - pos[:, None])[None]
     bad = (charts < -1) | ((width == 1) & (charts >= T)) | ((width >= 2) & (charts >= NT))
@@ -226,9 +231,10 @@ def _loss(kind: str, terms, rules, roots, charts, span_scores, mask, lengths, co
     charts = check_trees(charts, terms, roots, lengths)
     if terms.shape[0] == 0:
         return terms.new_zeros(0) + terms.sum() * 0
-    gold = chart_score(*masked(terms, rules, roots, span, lengths), charts, lengths)
+    parts = masked(terms, rules, roots, span, lengths)
+    gold = chart_score(*parts, charts, lengths)
     if kind == "crf":
-        value, _, _ = inside(*masked(terms, rules, roots, span, lengths), lengths, "log")
+        value, _, _ = inside(*parts, lengths, "log")
         return _finite(value) - gold
     aug_terms, aug_span = _augmented(terms, roots, span, charts, lengths, cost)
     inputs = masked(aug_terms, rules, roots, aug_span, lengths)

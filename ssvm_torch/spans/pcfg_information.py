@@ -16,10 +16,9 @@ from __future__ import annotations
 
 import torch
 
-from ..chain.checks import tracing
-from ..errors import SSVMInputError, check
+from ..errors import check
 from ..grad_mode import records_autograd
-from .pcfg import check_grammar
+from .pcfg import check_grammar, refuse_no_tree
 from .torch_pcfg import NEG, inside, masked
 
 
@@ -30,8 +29,9 @@ def _expected_counts(terms, rules, roots, span, lengths):
     with torch.enable_grad():
         inputs = [x if x is None or x.requires_grad else x.detach().requires_grad_(True)
                   for x in (terms, rules, roots, span)]
-        parts = [p for p in masked(*inputs, lengths) if p is not None]
-        value, _, _ = inside(*parts[:3], parts[3] if len(parts) == 4 else None, lengths, "log")
+        masked_parts = masked(*inputs, lengths)
+        value, _, _ = inside(*masked_parts, lengths, "log")
+        parts = [p for p in masked_parts if p is not None]
         mus = torch.autograd.grad(value.sum(), parts, create_graph=create)
     if not create:
         value, parts = value.detach(), [p.detach() for p in parts]
@@ -42,14 +42,6 @@ def _dot(mus, thetas) -> torch.Tensor:
     return sum((m * t).flatten(1).sum(1) for m, t in zip(mus, thetas))
 
 
-def _refuse_empty(log_z: torch.Tensor) -> None:
-    """A row of p without a tree of finite score has no distribution: refused by name, as the other layers do."""
-    if not tracing() and bool((log_z < NEG / 2).any()):
-        b = int((log_z < NEG / 2).nonzero()[0, 0])
-        raise SSVMInputError(f"terms, rules, roots: row {b} has no tree with a finite score (its -inf parts exclude "
-                             "every tree; log Z -inf)")
-
-
 @records_autograd
 def pcfg_entropy(terms, rules, roots, span_scores=None, mask=None, lengths=None) -> torch.Tensor:
     """H(p) (B,) of every row's tree distribution (module docstring)."""
@@ -57,7 +49,7 @@ def pcfg_entropy(terms, rules, roots, span_scores=None, mask=None, lengths=None)
     if terms.shape[0] == 0:
         return terms.new_zeros(0) + terms.sum() * 0
     log_z, parts, mus = _expected_counts(terms, rules, roots, span, lengths)
-    _refuse_empty(log_z)
+    refuse_no_tree(log_z)
     return log_z - _dot(mus, parts)
 
 
@@ -80,9 +72,10 @@ def _against(terms, rules, roots, other, span_scores, mask, lengths, kl: bool) -
     if (span is None) != (q_span is None):         # one side's span scores: the other's are 0
         span, q_span = (torch.zeros_like(q_span), q_span) if span is None else (span, torch.zeros_like(span))
     log_zp, parts_p, mus = _expected_counts(terms, rules, roots, span, lengths)
-    _refuse_empty(log_zp)
-    q_parts = [x for x in masked(q_terms, q_rules, q_roots, q_span, lengths) if x is not None]
-    log_zq, _, _ = inside(*q_parts[:3], q_parts[3] if len(q_parts) == 4 else None, lengths, "log")
+    refuse_no_tree(log_zp)
+    q_masked = masked(q_terms, q_rules, q_roots, q_span, lengths)
+    log_zq, _, _ = inside(*q_masked, lengths, "log")
+    q_parts = [x for x in q_masked if x is not None]
     forbidden = [x <= NEG / 2 for x in q_parts]
     infinite = sum((m.detach() * f).flatten(1).sum(1) for m, f in zip(mus, forbidden)) > 0
     value = log_zq - _dot(mus, [torch.where(f, 0, x) for x, f in zip(q_parts, forbidden)])

@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import torch
 
-from ..chain.checks import check_draws, tracing
-from ..errors import SSVMInputError
+from ..chain.checks import check_draws
 from ..trees.draws import draw_categorical, in_chunks
-from .pcfg import check_grammar
-from .torch_pcfg import NEG, inside, masked, rule_blocks, split_groups
+from .pcfg import check_grammar, refuse_no_tree
+from .torch_pcfg import inside, masked, root_values, rule_blocks, split_groups
 
 
 def _draw(parts, charts, value_top, lengths, k: int, generator) -> torch.Tensor:
@@ -64,12 +63,8 @@ def pcfg_sample(terms, rules, roots, span_scores=None, mask=None, lengths=None, 
     with torch.no_grad():
         parts = masked(terms, rules, roots, span, lengths)
         value, charts, _ = inside(*parts, lengths, "log")
-        if not tracing() and bool((value < NEG / 2).any()):
-            b = int((value < NEG / 2).nonzero()[0, 0])
-            raise SSVMInputError(f"terms, rules, roots: row {b} has no tree with a finite score (its -inf parts "
-                                 "exclude every tree; log Z -inf)")
-        top = torch.stack([charts[w][:, 0] for w in range(2, N + 1)], 1)
-        value_top = top[torch.arange(B, device=terms.device), lengths - 2] + parts[2]   # (B, NT)
+        refuse_no_tree(value)
+        value_top = root_values(charts, parts[2], lengths)                              # (B, NT)
         S = rules.shape[-1]
         per_sample = B * N * S * S           # a width's logits: (its constituents) x (splits x children pairs)
         return in_chunks(lambda k: _draw(parts, charts, value_top, lengths, k, generator), n, per_sample)

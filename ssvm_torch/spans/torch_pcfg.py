@@ -115,12 +115,15 @@ def inside(terms, rules, roots, span, lengths, semiring: str, checked: bool = Fa
             bp.append((u, ls, rs))
     if lows and bool(torch.cat([low.flatten() for low in lows]).any()):
         return inside(terms, rules, roots, span, lengths, semiring, checked=True)
-    top = torch.stack([charts[w][:, 0] for w in range(2, N + 1)], 1)                 # (B, N - 1, NT)
-    rows = torch.arange(B, device=terms.device)
-    at_root = top[rows, (lengths - 2).clamp(min=0)] + roots                           # (B, NT)
-    value, root = _reduce(at_root, 1, semiring)
+    value, root = _reduce(root_values(charts, roots, lengths), 1, semiring)
     bp.append(root)
     return value, charts, bp
+
+
+def root_values(charts: list, roots: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """(B, NT): roots[A] + beta(0, n_b, A) of every row, from :func:`inside`'s charts."""
+    top = torch.stack([charts[w][:, 0] for w in range(2, len(charts))], 1)            # (B, N - 1, NT)
+    return top[torch.arange(top.shape[0], device=top.device), (lengths - 2).clamp(min=0)] + roots
 
 
 def masked(terms, rules, roots, span, lengths):
