@@ -100,7 +100,6 @@ def _row(terms, rules, roots, span, has_span, n, chart):
             root = a
     # top-down: a stack of (i, j, symbol in the S numbering)
     stack = np.empty((2 * n, 3), dtype=np.int64)
-    top = 0
     stack[0, 0], stack[0, 1], stack[0, 2] = 0, n, root
     top = 1
     while top > 0:
