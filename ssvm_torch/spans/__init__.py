@@ -20,7 +20,7 @@ logsumexp / max over the labels (one CKY for any number of labels).
 SuPar's ``ConstituencyCRF`` and torch-struct's ``TreeCRF`` are test references and benchmark baselines, not
 backends. The layer is :class:`ssvm_torch.nn.ConstituencyTree`.
 """
-from .checks import chart_faults, check_charts, resolve_lengths
+from .checks import UNLABELED, chart_faults, check_charts, resolve_lengths
 from .convert import binarize, chart_from_spans, debinarize, spans_of_chart, subtree_brackets
 from .pcfg import (pcfg_crf_nll, pcfg_decode, pcfg_hinge, pcfg_log_partition, pcfg_marginals, pcfg_score,
                    pcfg_softmax_margin)
@@ -29,7 +29,7 @@ from .pcfg_sampling import pcfg_sample
 from .losses import (bracket_counts, span_crf_nll, span_decode, span_hinge, span_log_partition, span_marginals,
                      span_score, span_softmax_margin)
 
-__all__ = ["binarize", "bracket_counts", "chart_faults", "chart_from_spans", "check_charts", "debinarize",
+__all__ = ["UNLABELED", "binarize", "bracket_counts", "chart_faults", "chart_from_spans", "check_charts", "debinarize",
            "pcfg_crf_nll", "pcfg_cross_entropy", "pcfg_decode", "pcfg_entropy", "pcfg_hinge", "pcfg_kl",
            "pcfg_log_partition", "pcfg_marginals", "pcfg_sample", "pcfg_score", "pcfg_softmax_margin",
            "resolve_lengths", "span_crf_nll", "span_decode", "span_hinge", "span_log_partition", "span_marginals",

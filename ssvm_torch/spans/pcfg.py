@@ -22,6 +22,11 @@ al. 2004's max-margin parsing over the grammar's trees), ``pcfg_softmax_margin``
 s(y_b) (Gimpel & Smith 2010). c_b = 1 (``cost="hamming"``), 1 / n_b (``"normalized"``), a number or a tensor (B,).
 The loss-augmented trees are those of the scores plus c_b on every (span, label) the gold tree lacks.
 
+**Partial brackets** (Pereira & Schabes 1992): ``observed`` charts give some brackets of each row, labeled or not
+(:mod:`~ssvm_torch.spans.pcfg_partial`); log Z, the expected counts and the best tree are then over C, the trees
+that hold them (the bracket-constrained likelihood, its E-step, the completion), and the losses with
+``partial=True`` compare with C (log Z - log Z_C, the latent hinge, the softmax-margin against C).
+
 The recursion is :mod:`~ssvm_torch.spans.torch_pcfg`'s (the torch path, every device; its log-semiring step
 :mod:`~ssvm_torch.spans.pcfg_products`), the best tree on the CPU :mod:`~ssvm_torch.spans.numba_pcfg`'s;
 torch-struct's ``SentCFG`` is the test reference and the benchmark's baseline (``benchmarks/bench_pcfg.py``).
@@ -40,6 +45,8 @@ from ..trees.losses import row_cost
 from .checks import KERNELS, chart_faults, refuse_chart_faults, row_lengths
 from .losses import span_decode
 from .numba_pcfg import viterbi_batch, viterbi_batch_parallel
+from .partial import allowed
+from .pcfg_partial import check_observed, constrained, loss_rows, partial_loss
 from .torch_pcfg import NEG, best_chart, chart_score, inside, masked
 
 
@@ -97,23 +104,40 @@ def refuse_no_tree(log_z: torch.Tensor) -> None:
                              "every tree; log Z -inf)")
 
 
-def pcfg_log_partition(terms, rules, roots, span_scores=None, mask=None, lengths=None) -> torch.Tensor:
-    """log Z = log sum_y exp s(y) over every tree of every row (B,): the inside algorithm (module docstring);
-    differentiable, its gradient the expected counts (:func:`pcfg_marginals`). Under a normalized grammar
-    (log-probabilities) it is log p(sentence), the marginal likelihood a PCFG is induced by."""
-    terms, rules, roots, span, lengths = check_grammar(terms, rules, roots, span_scores, mask, lengths)
-    if terms.shape[0] == 0:
-        return terms.new_zeros(0) + terms.sum() * 0
+def _observed(terms, roots, span, lengths, observed):
+    """(terms, span scores) restricted to the trees that hold the ``observed`` brackets (checked), or as given."""
+    if observed is None:
+        return terms, span
+    return constrained(terms, span, check_observed(observed, terms, roots, lengths), lengths, roots.shape[1])
+
+
+def _log_z(terms, rules, roots, span, lengths) -> torch.Tensor:
     value, _, _ = inside(*masked(terms, rules, roots, span, lengths), lengths, "log")
     return _finite(value)
 
 
+def pcfg_log_partition(terms, rules, roots, span_scores=None, mask=None, lengths=None, observed=None) -> torch.Tensor:
+    """log Z = log sum_y exp s(y) over every tree of every row (B,): the inside algorithm (module docstring);
+    differentiable, its gradient the expected counts (:func:`pcfg_marginals`). Under a normalized grammar
+    (log-probabilities) it is log p(sentence), the marginal likelihood a PCFG is induced by. With ``observed``
+    brackets (:mod:`~ssvm_torch.spans.pcfg_partial`) the sum is over the trees that hold them, log Z_C: the
+    bracket-constrained likelihood of Pereira & Schabes 1992 (-inf where no such tree scores finite)."""
+    terms, rules, roots, span, lengths = check_grammar(terms, rules, roots, span_scores, mask, lengths)
+    if terms.shape[0] == 0:
+        return terms.new_zeros(0) + terms.sum() * 0
+    terms, span = _observed(terms, roots, span, lengths, observed)
+    return _log_z(terms, rules, roots, span, lengths)
+
+
 @records_autograd
-def pcfg_marginals(terms, rules, roots, span_scores=None, mask=None, lengths=None) -> dict:
+def pcfg_marginals(terms, rules, roots, span_scores=None, mask=None, lengths=None, observed=None) -> dict:
     """The expected counts under p(y) = exp(s(y) - log Z) of every row, as a dict: "terms" (B, N, T) P(word i
     has preterminal P), "rules" (B, NT, S, S) the expected uses of A -> B C, "roots" (B, NT) P(root A),
-    "spans" (B, N+1, N+1, NT) P(constituent (i, j) labeled A), and "log_z" (B,). The gradients of log Z."""
+    "spans" (B, N+1, N+1, NT) P(constituent (i, j) labeled A), and "log_z" (B,). The gradients of log Z. With
+    ``observed`` brackets they are under p(y | y holds them) and "log_z" is log Z_C (:func:`pcfg_log_partition`):
+    the E-step of Pereira & Schabes's inside-outside training on a partially bracketed corpus."""
     terms, rules, roots, span, lengths = check_grammar(terms, rules, roots, span_scores, mask, lengths)
+    terms, span = _observed(terms, roots, span, lengths, observed)
     B, N, T = terms.shape
     leaves = [x.detach().clone().requires_grad_(True) for x in (terms, rules, roots)]
     span_leaf = (terms.new_zeros(B, N + 1, N + 1, roots.shape[1]) if span is None else span.detach()).clone()
@@ -126,22 +150,26 @@ def pcfg_marginals(terms, rules, roots, span_scores=None, mask=None, lengths=Non
 
 
 def pcfg_decode(terms, rules, roots, span_scores=None, mask=None, lengths=None, mbr: bool = False,
-                kernels: str = "auto"):
+                kernels: str = "auto", observed=None):
     """The best tree of every row: (charts (B, N+1, N+1) int64, the module docstring's labeled charts, scores (B,)
     their s(y), -inf where no tree scores finite). Viterbi CKY (the max semiring) and a top-down read: compiled for
     CPU float32 / float64 (:mod:`~ssvm_torch.spans.numba_pcfg`; ``kernels`` "auto" or "numba"), the torch pass
     elsewhere (``kernels="torch"`` on the CPU too). With ``mbr`` the tree of the most expected correct labeled spans
     under p(y) (Goodman 1996's labelled recall parse: CKY over the span marginals, a one-word span's preterminal
     included; its score is that expectation); it may use a rule the grammar forbids, as the labelled recall parse
-    may."""
+    may. With ``observed`` brackets (:mod:`~ssvm_torch.spans.pcfg_partial`) the best tree of those that hold them
+    (the latent SSVM's completion), or with ``mbr`` the labelled recall parse among them under p(y | y holds them)."""
     check(isinstance(mbr, bool), "mbr", "True or False", repr(mbr))
     kernels = check_choice(kernels, "kernels", KERNELS)
     terms, rules, roots, span, lengths = check_grammar(terms, rules, roots, span_scores, mask, lengths)
     B, N = terms.shape[:2]
     if B == 0:
         return torch.full((0, N + 1, N + 1), -1, dtype=torch.int64, device=terms.device), terms.new_zeros(0)
+    keep = None if observed is None else check_observed(observed, terms, roots, lengths)
+    if keep is not None:
+        terms, span = constrained(terms, span, keep, lengths, roots.shape[1])
     if mbr:
-        return _mbr(terms, rules, roots, span, lengths)
+        return _mbr(terms, rules, roots, span, lengths, keep)
     with torch.no_grad():
         chart, value = _viterbi(masked(terms, rules, roots, span, lengths), lengths, kernels)
     return chart, _finite(value)
@@ -165,9 +193,10 @@ def _viterbi(parts, lengths, kernels: str):
     return best_chart(bp, lengths, terms.shape[1]), value
 
 
-def _mbr(terms, rules, roots, span, lengths):
+def _mbr(terms, rules, roots, span, lengths, keep=None):
     """The labelled recall parse (:func:`pcfg_decode`): the labeled span CKY of :mod:`ssvm_torch.spans` over the
-    marginals, the preterminals' on the one-word spans and the nonterminals' on the longer ones (-inf elsewhere)."""
+    marginals, the preterminals' on the one-word spans and the nonterminals' on the longer ones (-inf elsewhere and,
+    with observed brackets ``keep``, at the (span, label) entries no tree that holds them takes)."""
     B, N, T = terms.shape
     NT, M = roots.shape[1], N + 1
     m = pcfg_marginals(terms, rules, roots, span, lengths=lengths)
@@ -176,6 +205,8 @@ def _mbr(terms, rules, roots, span, lengths):
     pos = torch.arange(N, device=terms.device)
     scores[:, pos, pos + 1] = float("-inf")
     scores[:, pos, pos + 1, :T] = m["terms"]
+    if keep is not None:
+        scores = scores.masked_fill(~allowed(scores, keep, lengths), float("-inf"))
     with torch.no_grad():
         return span_decode(scores, lengths=lengths, return_scores=True)
 
@@ -225,40 +256,75 @@ def _augmented(terms, roots, span, charts, lengths, cost):
     return terms, base + c[:, None, None, None] * miss_s
 
 
-def _loss(kind: str, terms, rules, roots, charts, span_scores, mask, lengths, cost, kernels="auto") -> torch.Tensor:
-    kernels = check_choice(kernels, "kernels", KERNELS)
-    terms, rules, roots, span, lengths = check_grammar(terms, rules, roots, span_scores, mask, lengths)
-    charts = check_trees(charts, terms, roots, lengths)
-    if terms.shape[0] == 0:
-        return terms.new_zeros(0) + terms.sum() * 0
-    parts = masked(terms, rules, roots, span, lengths)
-    gold = chart_score(*parts, charts, lengths)
-    if kind == "crf":
-        value, _, _ = inside(*parts, lengths, "log")
-        return _finite(value) - gold
-    aug_terms, aug_span = _augmented(terms, roots, span, charts, lengths, cost)
-    inputs = masked(aug_terms, rules, roots, aug_span, lengths)
-    if kind == "softmax_margin":
-        value, _, _ = inside(*inputs, lengths, "log")
-        return _finite(value) - gold
+def _best_score(terms, rules, roots, span, lengths, kernels: str = "auto") -> torch.Tensor:
+    """s(y*) (B,) of the best tree y* under the given scores, differentiable as the tree's parts' scores."""
+    inputs = masked(terms, rules, roots, span, lengths)
     with torch.no_grad():
         best, _ = _viterbi([None if x is None else x.detach() for x in inputs], lengths, kernels)
-    return _finite(chart_score(*inputs, best, lengths)) - gold
+    return _finite(chart_score(*inputs, best, lengths))
 
 
-def pcfg_crf_nll(terms, rules, roots, charts, span_scores=None, mask=None, lengths=None) -> torch.Tensor:
-    """log Z - s(y_b) (B,): the negative log-likelihood of the gold trees (module docstring)."""
-    return _loss("crf", terms, rules, roots, charts, span_scores, mask, lengths, "hamming")
+def _full_loss(kind: str, terms, rules, roots, span, charts, lengths, cost, kernels) -> torch.Tensor:
+    """The losses of whole gold trees (module docstring) over checked inputs."""
+    gold = chart_score(*masked(terms, rules, roots, span, lengths), charts, lengths)
+    if kind == "crf":
+        return _log_z(terms, rules, roots, span, lengths) - gold
+    aug_terms, aug_span = _augmented(terms, roots, span, charts, lengths, cost)
+    if kind == "softmax_margin":
+        return _log_z(aug_terms, rules, roots, aug_span, lengths) - gold
+    return _best_score(aug_terms, rules, roots, aug_span, lengths, kernels) - gold
+
+
+def _loss(kind: str, terms, rules, roots, charts, span_scores, mask, lengths, cost, kernels="auto",
+          partial: bool = False) -> torch.Tensor:
+    kernels = check_choice(kernels, "kernels", KERNELS)
+    check(isinstance(partial, bool), "partial", "True or False", repr(partial))
+    terms, rules, roots, span, lengths = check_grammar(terms, rules, roots, span_scores, mask, lengths)
+    charts = check_observed(charts, terms, roots, lengths, "charts") if partial else \
+        check_trees(charts, terms, roots, lengths)
+    if terms.shape[0] == 0:
+        return terms.new_zeros(0) + terms.sum() * 0
+    c = row_cost(cost, lengths, terms.dtype)
+
+    def rows(idx):
+        return [None if x is None or idx is None else x[idx] for x in (terms, rules, roots, span, charts, lengths, c)]
+
+    def full(idx):
+        if idx is None:
+            return _full_loss(kind, terms, rules, roots, span, charts, lengths, c, kernels)
+        return _full_loss(kind, *rows(idx), kernels)
+
+    if not partial:
+        return full(None)
+
+    def best(*parts):
+        return _best_score(*parts, kernels)
+
+    def part(idx):
+        t, r, o, sp, ch, ln, cc = rows(idx)
+        return partial_loss(kind, _log_z, best, t, r, o, sp, ch, ln, cc, rows=idx)
+
+    return loss_rows(charts, lengths, full, part, terms)
+
+
+def pcfg_crf_nll(terms, rules, roots, charts, span_scores=None, mask=None, lengths=None,
+                 partial: bool = False) -> torch.Tensor:
+    """log Z - s(y_b) (B,): the negative log-likelihood of the gold trees (module docstring); with ``partial`` a
+    row's chart may hold only observed brackets, labeled or not (log Z - log Z_C,
+    :mod:`~ssvm_torch.spans.pcfg_partial`)."""
+    return _loss("crf", terms, rules, roots, charts, span_scores, mask, lengths, "hamming", partial=partial)
 
 
 def pcfg_hinge(terms, rules, roots, charts, span_scores=None, mask=None, lengths=None, cost="hamming",
-               kernels: str = "auto"):
+               kernels: str = "auto", partial: bool = False):
     """max_y [s(y) + Delta(y, y_b)] - s(y_b) (B,) >= 0, the structured hinge; its gradient the difference of the
     loss-augmented tree's parts and the gold tree's (module docstring); the loss-augmented tree by
-    :func:`pcfg_decode`'s ``kernels``."""
-    return _loss("hinge", terms, rules, roots, charts, span_scores, mask, lengths, cost, kernels)
+    :func:`pcfg_decode`'s ``kernels``. With ``partial`` the latent hinge against the trees that hold the observed
+    brackets (:mod:`~ssvm_torch.spans.pcfg_partial`)."""
+    return _loss("hinge", terms, rules, roots, charts, span_scores, mask, lengths, cost, kernels, partial)
 
 
-def pcfg_softmax_margin(terms, rules, roots, charts, span_scores=None, mask=None, lengths=None, cost="hamming"):
-    """log sum_y exp(s(y) + Delta(y, y_b)) - s(y_b) (B,) (module docstring)."""
-    return _loss("softmax_margin", terms, rules, roots, charts, span_scores, mask, lengths, cost)
+def pcfg_softmax_margin(terms, rules, roots, charts, span_scores=None, mask=None, lengths=None, cost="hamming",
+                        partial: bool = False):
+    """log sum_y exp(s(y) + Delta(y, y_b)) - s(y_b) (B,) (module docstring; ``partial`` as in :func:`pcfg_hinge`)."""
+    return _loss("softmax_margin", terms, rules, roots, charts, span_scores, mask, lengths, cost, partial=partial)
