@@ -52,6 +52,17 @@ def tree_score(terms, rules, roots, span, n, labels, children, NT):
     return s
 
 
+def add_counts(counts: dict, labels: dict, children: dict, w: float, n: int, NT: int) -> None:
+    """counts ("terms", "roots", "rules") += w x the parts of one tree."""
+    counts["roots"][labels[(0, n)]] += w
+    for (i, j), lab in labels.items():
+        if j - i == 1:
+            counts["terms"][i, lab] += w
+        else:
+            sym = [labels[c] + (NT if c[1] - c[0] == 1 else 0) for c in children[(i, j)]]
+            counts["rules"][lab, sym[0], sym[1]] += w
+
+
 def brute(terms, rules, roots, span, n, NT, T, gold=None, cost=0.0):
     """(log Z, best score, best tree's labels, expected counts) of one row by enumeration; with ``gold`` the
     scores are augmented by ``cost`` per (span, label) the gold tree lacks."""
@@ -68,13 +79,7 @@ def brute(terms, rules, roots, span, n, NT, T, gold=None, cost=0.0):
     t = torch.tensor(totals, dtype=torch.float64)
     p = torch.softmax(t, 0)
     for (labels, children), w in zip(trees, p.tolist()):
-        counts["roots"][labels[(0, n)]] += w
-        for (i, j), lab in labels.items():
-            if j - i == 1:
-                counts["terms"][i, lab] += w
-            else:
-                sym = [labels[c] + (NT if c[1] - c[0] == 1 else 0) for c in children[(i, j)]]
-                counts["rules"][lab, sym[0], sym[1]] += w
+        add_counts(counts, labels, children, w, n, NT)
     k = int(t.argmax())
     return float(torch.logsumexp(t, 0)), float(t[k]), trees[k][0], counts
 

@@ -1,18 +1,20 @@
 """PCFGs from partial brackets (ssvm_torch.spans.pcfg_partial): log Z_C, the expected counts and the best tree
 over the trees that hold the observed brackets, and the three losses with ``partial=True``, against enumeration of
 every labeled tree of small rows filtered by the brackets (tests/pcfg_reference.py scores each tree from the
-grammar's definition); whole trees give the full losses bit for bit, empty rows 0; one EM step of the
-bracket-constrained inside-outside algorithm raises the likelihood; the refusals name the field."""
+grammar's definition), the entropy of C's distribution and a chi-square test of samples from it; whole trees give
+the full losses bit for bit, empty rows 0; one EM step of the bracket-constrained inside-outside algorithm raises
+the likelihood; the refusals name the field."""
 from __future__ import annotations
 
 import pytest
 import torch
 
 from ssvm_torch.errors import SSVMInputError
-from ssvm_torch.spans import (UNLABELED, pcfg_crf_nll, pcfg_decode, pcfg_hinge, pcfg_log_partition, pcfg_marginals,
-                              pcfg_softmax_margin)
+from ssvm_torch.spans import (UNLABELED, pcfg_crf_nll, pcfg_decode, pcfg_entropy, pcfg_hinge, pcfg_log_partition,
+                              pcfg_marginals, pcfg_sample, pcfg_softmax_margin)
 
-from pcfg_reference import chart_of, grammar, labeled_pcfg_trees, tree_score
+from frequency_check import pooled_pvalue
+from pcfg_reference import add_counts, chart_of, grammar, labeled_pcfg_trees, tree_score
 
 NT, T, N = 2, 2, 4
 
@@ -37,13 +39,7 @@ def enumerate_row(terms, rules, roots, span, n, observed, cost=0.0):
     counts = {"terms": torch.zeros(N, T, dtype=torch.float64), "roots": torch.zeros(NT, dtype=torch.float64),
               "rules": torch.zeros(NT, S, S, dtype=torch.float64)}
     for (labels, children, _, _), w in zip(inside_c, torch.softmax(sc, 0).tolist()):
-        counts["roots"][labels[(0, n)]] += w
-        for (i, j), lab in labels.items():
-            if j - i == 1:
-                counts["terms"][i, lab] += w
-            else:
-                sym = [labels[c] + (NT if c[1] - c[0] == 1 else 0) for c in children[(i, j)]]
-                counts["rules"][lab, sym[0], sym[1]] += w
+        add_counts(counts, labels, children, w, n, NT)
     k = int(sc.argmax())
     return (float(sc.logsumexp(0)), float(sc[k]), inside_c[k][0], counts, float(aug.logsumexp(0)),
             float(aug.max()))
@@ -94,6 +90,34 @@ def test_log_z_counts_and_best_tree_over_the_consistent_trees_equal_enumeration(
     for b, o in enumerate(obs):
         for (i, j), lab in o.items():
             assert int(mbr[b, i, j]) >= 0 and (lab == UNLABELED or int(mbr[b, i, j]) == lab)
+
+
+def test_the_entropy_and_samples_of_the_trees_that_hold_the_brackets():
+    """H(p(. | C)) against the sum over C's enumerated trees; 20,000 samples of rows 0 and 3 (labeled and unlabeled
+    brackets) all hold their brackets and follow p(. | C) (chi-square p > 1e-3)."""
+    terms, rules, roots, span = grammar(4, N, NT, T, seed=37)
+    lengths = torch.tensor([4, 3, 4, 4])
+    obs, charts = observed_rows(lengths, seed=2)
+    H = pcfg_entropy(terms, rules, roots, span, lengths=lengths, observed=charts)
+    draws = 20000
+    y = pcfg_sample(terms, rules, roots, span, lengths=lengths, n=draws, generator=torch.Generator().manual_seed(3),
+                    observed=charts)
+    for b in range(4):
+        n = int(lengths[b])
+        trees = [labels for labels, children in labeled_pcfg_trees(n, NT, T) if holds(labels, obs[b])]
+        sc = torch.tensor([tree_score(terms[b], rules[b], roots[b], span[b], n, labels, children, NT)
+                           for labels, children in labeled_pcfg_trees(n, NT, T) if holds(labels, obs[b])],
+                          dtype=torch.float64)
+        logp = sc.log_softmax(0)
+        assert H[b].item() == pytest.approx(float(-(logp.exp() * logp).sum()), abs=1e-10)
+        if b not in (0, 3):
+            continue
+        index = {tuple(sorted(labels.items())): a for a, labels in enumerate(trees)}
+        counts = [0] * len(trees)
+        for chart in y[b].tolist():
+            key = tuple(sorted(((i, j), lab) for i, row in enumerate(chart) for j, lab in enumerate(row) if lab >= 0))
+            counts[index[key]] += 1                         # a KeyError: a sample outside C
+        assert pooled_pvalue(counts, logp.exp().tolist(), draws) > 1e-3
 
 
 @pytest.mark.parametrize("cost", [1.0, 0.6])

@@ -104,8 +104,9 @@ def refuse_no_tree(log_z: torch.Tensor) -> None:
                              "every tree; log Z -inf)")
 
 
-def _observed(terms, roots, span, lengths, observed):
-    """(terms, span scores) restricted to the trees that hold the ``observed`` brackets (checked), or as given."""
+def restrict(terms, roots, span, lengths, observed):
+    """(terms, span scores) restricted to the trees that hold the ``observed`` brackets (checked; None: as given):
+    -inf at the parts no such tree takes (:func:`~ssvm_torch.spans.pcfg_partial.constrained`)."""
     if observed is None:
         return terms, span
     return constrained(terms, span, check_observed(observed, terms, roots, lengths), lengths, roots.shape[1])
@@ -125,7 +126,7 @@ def pcfg_log_partition(terms, rules, roots, span_scores=None, mask=None, lengths
     terms, rules, roots, span, lengths = check_grammar(terms, rules, roots, span_scores, mask, lengths)
     if terms.shape[0] == 0:
         return terms.new_zeros(0) + terms.sum() * 0
-    terms, span = _observed(terms, roots, span, lengths, observed)
+    terms, span = restrict(terms, roots, span, lengths, observed)
     return _log_z(terms, rules, roots, span, lengths)
 
 
@@ -137,7 +138,7 @@ def pcfg_marginals(terms, rules, roots, span_scores=None, mask=None, lengths=Non
     ``observed`` brackets they are under p(y | y holds them) and "log_z" is log Z_C (:func:`pcfg_log_partition`):
     the E-step of Pereira & Schabes's inside-outside training on a partially bracketed corpus."""
     terms, rules, roots, span, lengths = check_grammar(terms, rules, roots, span_scores, mask, lengths)
-    terms, span = _observed(terms, roots, span, lengths, observed)
+    terms, span = restrict(terms, roots, span, lengths, observed)
     B, N, T = terms.shape
     leaves = [x.detach().clone().requires_grad_(True) for x in (terms, rules, roots)]
     span_leaf = (terms.new_zeros(B, N + 1, N + 1, roots.shape[1]) if span is None else span.detach()).clone()

@@ -18,7 +18,7 @@ import torch
 
 from ..errors import check
 from ..grad_mode import records_autograd
-from .pcfg import check_grammar, refuse_no_tree
+from .pcfg import check_grammar, refuse_no_tree, restrict
 from .torch_pcfg import NEG, inside, masked
 
 
@@ -43,9 +43,11 @@ def _dot(mus, thetas) -> torch.Tensor:
 
 
 @records_autograd
-def pcfg_entropy(terms, rules, roots, span_scores=None, mask=None, lengths=None) -> torch.Tensor:
-    """H(p) (B,) of every row's tree distribution (module docstring)."""
+def pcfg_entropy(terms, rules, roots, span_scores=None, mask=None, lengths=None, observed=None) -> torch.Tensor:
+    """H(p) (B,) of every row's tree distribution (module docstring); with ``observed`` brackets that of p(y | y
+    holds them) (:mod:`~ssvm_torch.spans.pcfg_partial`): what the brackets leave open."""
     terms, rules, roots, span, lengths = check_grammar(terms, rules, roots, span_scores, mask, lengths)
+    terms, span = restrict(terms, roots, span, lengths, observed)
     if terms.shape[0] == 0:
         return terms.new_zeros(0) + terms.sum() * 0
     log_z, parts, mus = _expected_counts(terms, rules, roots, span, lengths)

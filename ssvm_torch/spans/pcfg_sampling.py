@@ -12,7 +12,7 @@ import torch
 
 from ..chain.checks import check_draws
 from ..trees.draws import draw_categorical, in_chunks
-from .pcfg import check_grammar, refuse_no_tree
+from .pcfg import check_grammar, refuse_no_tree, restrict
 from .torch_pcfg import inside, masked, root_values, rule_blocks, split_groups
 
 
@@ -50,12 +50,15 @@ def _draw(parts, charts, value_top, lengths, k: int, generator) -> torch.Tensor:
 
 
 def pcfg_sample(terms, rules, roots, span_scores=None, mask=None, lengths=None, n: int = 1,
-                generator: torch.Generator | None = None) -> torch.Tensor:
+                generator: torch.Generator | None = None, observed=None) -> torch.Tensor:
     """n exact samples y ~ p(y) = exp(s(y) - log Z) of every row: labeled charts (B, n, N+1, N+1) int64 (the
     module docstring of :mod:`~ssvm_torch.spans.pcfg`: preterminals on the one-word spans, nonterminals on the
     longer ones, -1 off the tree); ``generator`` (on the scores' device) makes them reproducible. A row without
-    a tree of finite score is refused by name. No gradient (a score-function estimator uses ``pcfg_score``)."""
+    a tree of finite score is refused by name. No gradient (a score-function estimator uses ``pcfg_score``). With
+    ``observed`` brackets the samples are of p(y | y holds them) (:mod:`~ssvm_torch.spans.pcfg_partial`: the
+    completions of a partially bracketed sentence)."""
     terms, rules, roots, span, lengths = check_grammar(terms, rules, roots, span_scores, mask, lengths)
+    terms, span = restrict(terms, roots, span, lengths, observed)
     check_draws(n, generator, terms.device)
     B, N, T = terms.shape
     if B == 0:
