@@ -255,3 +255,26 @@ def test_docs_spans_partial_brackets_example_runs():
     torch.testing.assert_close(names["counts"]["terms"][:, 4, 1], torch.ones(names["B"]), rtol=0, atol=1e-5)
     assert bool(torch.isfinite(names["rules"].grad).all()) and names["rules"].grad.abs().sum() > 0
     assert bool((names["latent"] >= -1e-4).all())
+
+
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no GPU"))]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_the_torch_path_and_every_device_give_the_compiled_paths_values(device):
+    """The partial losses, log Z_C and the completion through the torch pass (kernels="torch"; the path other
+    devices run) and on ``device`` equal the CPU's default path (the compiled Viterbi)."""
+    terms, rules, roots, span = grammar(4, N, NT, T, seed=41)
+    lengths = torch.tensor([4, 4, 3, 4])
+    _, charts = observed_rows(lengths, seed=9)
+    want_hinge = pcfg_hinge(terms, rules, roots, charts, span, lengths=lengths, partial=True)
+    want_tree, want_top = pcfg_decode(terms, rules, roots, span, lengths=lengths, observed=charts)
+    want_z = pcfg_log_partition(terms, rules, roots, span, lengths=lengths, observed=charts)
+    on = [x.to(device) for x in (terms, rules, roots, charts, span, lengths)]
+    got_hinge = pcfg_hinge(*on[:5], lengths=on[5], partial=True, kernels="torch")
+    got_tree, got_top = pcfg_decode(*on[:3], on[4], lengths=on[5], observed=on[3], kernels="torch")
+    got_z = pcfg_log_partition(*on[:3], on[4], lengths=on[5], observed=on[3])
+    torch.testing.assert_close(got_hinge.cpu(), want_hinge, rtol=0, atol=1e-10)
+    torch.testing.assert_close(got_top.cpu(), want_top, rtol=0, atol=1e-10)
+    torch.testing.assert_close(got_z.cpu(), want_z, rtol=0, atol=1e-10)
+    assert torch.equal(got_tree.cpu(), want_tree)
