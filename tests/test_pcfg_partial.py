@@ -31,7 +31,7 @@ def enumerate_row(terms, rules, roots, span, n, observed, cost=0.0):
     rows = []
     for labels, children in labeled_pcfg_trees(n, NT, T):
         s = tree_score(terms, rules, roots, span, n, labels, children, NT)
-        delta = cost * sum(not (sp in labels and (lab == UNLABELED or labels[sp] == lab)) for sp, lab in observed.items())
+        delta = cost * sum(not holds(labels, {sp: lab}) for sp, lab in observed.items())
         rows.append((labels, children, s, delta))
     inside_c = [r for r in rows if holds(r[0], observed)]
     sc = torch.tensor([r[2] for r in inside_c], dtype=torch.float64)
