@@ -25,15 +25,13 @@ Usage: python benchmarks/bench_pcfg_brackets.py [--iterations 30] [--fractions 0
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import time
-from pathlib import Path
 
 import torch
 
-from bench_pcfg_treebank import trees
+from bench_pcfg_treebank import trees, write_result
 from ssvm_torch.data.ud import UPOS_TAGS
 from ssvm_torch.spans import pcfg_decode, pcfg_marginals
 from ssvm_torch.spans.checks import crossing_counts, span_mask
@@ -189,9 +187,7 @@ def main(argv=None) -> None:
         print(f"fraction {fraction:g}: test F1 {run['test']['f1']:.2f}, consistent {run['test']['consistent']:.2f}",
               flush=True)
         result["runs"][str(fraction)] = run
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps(result, indent=1))
-    print(f"wrote {args.out}")
+        write_result(result, args.out)
 
 
 if __name__ == "__main__":

@@ -115,6 +115,13 @@ def evaluate(data, rules, roots, T: int, mbr: bool, batch: int = 32) -> dict:
             "sentences": len(data), "seconds": time.perf_counter() - t0}
 
 
+def write_result(result: dict, out: str) -> None:
+    """The benchmark's figures as JSON at ``out`` (the PCFG benchmarks' one format)."""
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    Path(out).write_text(json.dumps(result, indent=1))
+    print(f"wrote {out}", flush=True)
+
+
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--max-words", type=int, default=40)
@@ -141,9 +148,7 @@ def main(argv=None) -> None:
               "test_labelled_recall": evaluate(test, rules, roots, T, mbr=True)}
     print(f"alpha {best:g} (dev); test F1 Viterbi {result['test_viterbi']['f1']:.2f}, labelled recall parse "
           f"{result['test_labelled_recall']['f1']:.2f} ({len(test)} sentences of <= {args.max_words} words)")
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(result, indent=1))
-    print(f"wrote {args.out}")
+    write_result(result, args.out)
 
 
 if __name__ == "__main__":
