@@ -225,7 +225,7 @@ def test_the_refusals_name_the_field():
     forbidden[0, 1, 0] = float("-inf")
     tag = torch.full((2, N + 1, N + 1), -1, dtype=torch.int64)
     tag[0, 1, 2] = 0
-    with pytest.raises(SSVMInputError, match="observed: row 0: every tree that contains the observed brackets"):
+    with pytest.raises(SSVMInputError, match="charts: row 0: every tree that contains the observed brackets"):
         pcfg_crf_nll(forbidden, rules, roots, tag, span, partial=True)
     assert pcfg_log_partition(forbidden, rules, roots, span, observed=tag)[0].item() == float("-inf")
 

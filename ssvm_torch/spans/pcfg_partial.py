@@ -108,11 +108,13 @@ def augmented(terms, span, charts, lengths, NT: int, cost):
     return terms - c[:, None, None] * on_t, base - c[:, None, None, None] * on_s, c * count
 
 
-def partial_loss(loss: str, log_z, best, terms, rules, roots, span, charts, lengths, cost, rows=None):
+def partial_loss(loss: str, log_z, best, terms, rules, roots, span, charts, lengths, cost, rows=None,
+                 field: str = "charts"):
     """The per-row loss (B,) of rows with partial brackets (module docstring), differentiable in every score.
-    ``log_z(terms, rules, roots, span, lengths)`` and ``best(...)`` -> (value, tree) the grammar's inside pass in
-    the log and max semirings over unchecked inputs; ``rows`` the rows' indices in the caller's batch (for the
-    refusal of a row whose C has no tree of finite score)."""
+    ``log_z(terms, rules, roots, span, lengths)`` -> log Z (B,) and ``best(...)`` -> s(y*) (B,) of the best tree
+    (differentiable as its parts' scores), the grammar's inside pass in the log and max semirings over checked
+    inputs; ``rows`` the rows' indices in the caller's batch and ``field`` the charts' name (for the refusal of a
+    row whose C has no tree of finite score)."""
     NT = roots.shape[1]
     terms_c, span_c = constrained(terms, span, charts, lengths, NT)
     if loss == "crf":
@@ -129,7 +131,7 @@ def partial_loss(loss: str, log_z, best, terms, rules, roots, span, charts, leng
     bad = ~torch.isfinite(second)
     if not tracing() and bool(bad.any()):
         b = int(bad.nonzero()[0, 0])
-        raise SSVMInputError(f"observed: row {int(rows[b]) if rows is not None else b}: every tree that contains the "
+        raise SSVMInputError(f"{field}: row {int(rows[b]) if rows is not None else b}: every tree that contains the "
                              "observed brackets takes a part whose score is -inf (C has no tree of finite score)")
     return first - second
 
