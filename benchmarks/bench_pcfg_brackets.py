@@ -31,7 +31,7 @@ import time
 
 import torch
 
-from bench_pcfg_treebank import trees, write_result
+from bench_pcfg_treebank import length_batches, padded, trees, write_result
 from ssvm_torch.data.ud import UPOS_TAGS
 from ssvm_torch.spans import pcfg_decode, pcfg_marginals
 from ssvm_torch.spans.checks import crossing_counts, span_mask
@@ -43,21 +43,11 @@ def batches(data, T: int, size: int, fraction: float | None = None, seed: int = 
     binarized trees (a binary prediction's best: its F1 bounds the induced grammars'); with ``fraction`` each
     sentence keeps that share of its nontrivial phrases (at random) as its observed brackets."""
     g = torch.Generator().manual_seed(seed)
-    order = sorted(range(len(data)), key=lambda k: len(data[k][0]))
     out = []
-    for s in range(0, len(order), size):
-        rows = [data[k] for k in order[s:s + size]]
-        N = max(len(t) for t, _ in rows)
-        lengths = torch.tensor([len(t) for t, _ in rows])
-        terms = torch.zeros(len(rows), N, T, dtype=torch.float64)
-        gold = torch.zeros(len(rows), N + 1, N + 1, dtype=torch.bool)
-        binary = torch.zeros_like(gold)
-        for b, (tags, chart) in enumerate(rows):
-            n = len(tags)
-            terms[b, :n] = float("-inf")
-            terms[b, torch.arange(n), tags] = 0.0
-            gold[b, :n + 1, :n + 1] = (chart >= 1) & (chart <= len(UPOS_TAGS))        # the phrases, joins removed
-            binary[b, :n + 1, :n + 1] = chart >= 0
+    for rows in length_batches(data, size):
+        terms, charts, lengths = padded(rows, T, torch.float64)
+        gold = (charts >= 1) & (charts <= len(UPOS_TAGS))                  # the phrases, the joins removed
+        binary = charts >= 0
         observed = None
         if fraction is not None:
             keep = torch.rand(gold.shape, generator=g) < fraction

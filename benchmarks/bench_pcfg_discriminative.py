@@ -25,7 +25,7 @@ import time
 
 import torch
 
-from bench_pcfg_treebank import counts, evaluate, grammar, trees, write_result
+from bench_pcfg_treebank import counts, evaluate, grammar, length_batches, padded, trees, write_result
 from ssvm_torch.data.ud import UPOS_TAGS
 from ssvm_torch.spans import pcfg_crf_nll, pcfg_hinge, pcfg_softmax_margin
 
@@ -37,19 +37,10 @@ def batches(data, T: int, size: int, observed: float = 1.0, seed: int = 0):
     ``observed`` < 1 each chart keeps that share of its constituents of two or more words below the root (drawn at
     random once, with their labels), the words and the root always: partial brackets."""
     g = torch.Generator().manual_seed(seed)
-    order = sorted(range(len(data)), key=lambda k: len(data[k][0]))
     out = []
-    for s in range(0, len(order), size):
-        rows = [data[k] for k in order[s:s + size]]
-        N = max(len(t) for t, _ in rows)
-        terms = torch.zeros(len(rows), N, T)
-        gold = torch.full((len(rows), N + 1, N + 1), -1, dtype=torch.int64)
-        for b, (tags, chart) in enumerate(rows):
-            n = len(tags)
-            terms[b, :n] = float("-inf")
-            terms[b, torch.arange(n), tags] = 0.0
-            gold[b, :n + 1, :n + 1] = chart
-        lengths = torch.tensor([len(t) for t, _ in rows])
+    for rows in length_batches(data, size):
+        terms, gold, lengths = padded(rows, T)
+        N = terms.shape[1]
         if observed < 1:
             pos = torch.arange(N + 1)
             inner = (pos[None, :] - pos[:, None] >= 2)[None] & (gold >= 0)

@@ -89,22 +89,33 @@ def grammar(rule_counts, root_counts, alpha: float):
     return rules.float(), roots.float()
 
 
+def length_batches(data, size: int) -> list:
+    """The (tags, chart) rows of ``data`` sorted by length, in batches of ``size``."""
+    order = sorted(range(len(data)), key=lambda k: len(data[k][0]))
+    return [[data[k] for k in order[s:s + size]] for s in range(0, len(order), size)]
+
+
+def padded(rows, T: int, dtype=torch.float32):
+    """(terms (B, N, T): 0 on each word's gold tag, -inf on the other tags, 0 past a row; the gold labeled charts
+    (B, N+1, N+1), -1 past a row; lengths (B,)) of (tags, chart) rows."""
+    N = max(len(t) for t, _ in rows)
+    terms = torch.zeros(len(rows), N, T, dtype=dtype)
+    charts = torch.full((len(rows), N + 1, N + 1), -1, dtype=torch.int64)
+    for b, (tags, chart) in enumerate(rows):
+        n = len(tags)
+        terms[b, :n] = float("-inf")
+        terms[b, torch.arange(n), tags] = 0.0
+        charts[b, :n + 1, :n + 1] = chart
+    return terms, charts, torch.tensor([len(t) for t, _ in rows])
+
+
 def evaluate(data, rules, roots, T: int, mbr: bool, batch: int = 32) -> dict:
     """Labeled bracket F1 (module docstring) of the parses of ``data``, in batches of similar lengths."""
-    order = sorted(range(len(data)), key=lambda k: len(data[k][0]))
     total = torch.zeros(3, dtype=torch.int64)
     t0 = time.perf_counter()
-    for s in range(0, len(order), batch):
-        rows = [data[k] for k in order[s:s + batch]]
-        N = max(len(t) for t, _ in rows)
-        lengths = torch.tensor([len(t) for t, _ in rows])
-        terms = torch.full((len(rows), N, T), float("-inf"))
-        gold = torch.full((len(rows), N + 1, N + 1), -1, dtype=torch.int64)
-        for b, (tags, chart) in enumerate(rows):
-            n = len(tags)
-            terms[b, torch.arange(n), tags] = 0.0
-            terms[b, n:] = 0.0
-            gold[b, :n + 1, :n + 1] = chart
+    for rows in length_batches(data, batch):
+        terms, gold, lengths = padded(rows, T)
+        N = terms.shape[1]
         pred, _ = pcfg_decode(terms, rules, roots, lengths=lengths, mbr=mbr)
         drop = lambda c: torch.where((c == 0) | (c > len(UPOS_TAGS)), -1, c)      # noqa: E731 - joins removed
         wide = (torch.arange(N + 1)[None, :] - torch.arange(N + 1)[:, None] >= 2)[None]
