@@ -157,16 +157,23 @@ def check_charts(charts, S: torch.Tensor, lengths: torch.Tensor, field: str = "c
     if tracing():
         return charts
     if partial:
-        off = (present & ~span_mask(lengths, M)).flatten(1).any(1)
-        C = (present & span_mask(lengths, M)).to(torch.int64)
-        crossing = ((C > 0) & (crossing_counts(C) > 0)).flatten(1).any(1)
-        code = torch.where(off, 1, torch.where(crossing, 3, 0))
+        code = bracket_faults(present, lengths)
         kind = "a set of nested brackets (partial=True)"
     else:
         code = chart_faults(present, lengths, compiled=use_numba(S, kernels, "span scores"))
         kind = "a binary tree"
     refuse_chart_faults(code, present, lengths, field, kind)
     return charts
+
+
+def bracket_faults(present: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """(B,) fault codes (:data:`FAULTS`) of sets of observed brackets (bool (B, M, M)): 1 a bracket outside its
+    row, 3 two brackets that cross, 0 nested brackets inside the row."""
+    M = present.shape[1]
+    off = (present & ~span_mask(lengths, M)).flatten(1).any(1)
+    C = (present & span_mask(lengths, M)).to(torch.int64)
+    crossing = ((C > 0) & (crossing_counts(C) > 0)).flatten(1).any(1)
+    return torch.where(off, 1, torch.where(crossing, 3, 0))
 
 
 def refuse_chart_faults(code: torch.Tensor, present: torch.Tensor, lengths: torch.Tensor, field: str,

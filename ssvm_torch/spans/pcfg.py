@@ -288,11 +288,10 @@ def _loss(kind: str, terms, rules, roots, charts, span_scores, mask, lengths, co
     c = row_cost(cost, lengths, terms.dtype)
 
     def rows(idx):
-        return [None if x is None or idx is None else x[idx] for x in (terms, rules, roots, span, charts, lengths, c)]
+        """The inputs of the rows ``idx`` (None: every row)."""
+        return [x if x is None or idx is None else x[idx] for x in (terms, rules, roots, span, charts, lengths, c)]
 
     def full(idx):
-        if idx is None:
-            return _full_loss(kind, terms, rules, roots, span, charts, lengths, c, kernels)
         return _full_loss(kind, *rows(idx), kernels)
 
     if not partial:

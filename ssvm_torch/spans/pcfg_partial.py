@@ -30,7 +30,7 @@ from ..chain.checks import tracing
 from ..errors import SSVMInputError, check
 from ..trees.losses import row_cost
 from ..trees.partial import join_rows
-from .checks import UNLABELED, crossing_counts, refuse_chart_faults, span_mask
+from .checks import UNLABELED, bracket_faults, refuse_chart_faults, span_mask
 from .partial import allowed
 
 
@@ -59,11 +59,7 @@ def check_observed(observed, terms: torch.Tensor, roots: torch.Tensor, lengths: 
         raise SSVMInputError(f"{field}: row {b}, span ({i}, {j}): label {int(charts[b, i, j])}, expected {kind}, "
                              "-1 (no bracket) or -2 (a bracket without its label)")
     present = charts != -1
-    off = (present & ~span_mask(lengths, M)).flatten(1).any(1)
-    C = (present & span_mask(lengths, M)).to(torch.int64)
-    crossing = ((C > 0) & (crossing_counts(C) > 0)).flatten(1).any(1)
-    refuse_chart_faults(torch.where(off, 1, torch.where(crossing, 3, 0)), present, lengths, field,
-                        "a set of nested brackets")
+    refuse_chart_faults(bracket_faults(present, lengths), present, lengths, field, "a set of nested brackets")
     return charts
 
 
