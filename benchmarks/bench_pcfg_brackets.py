@@ -147,6 +147,9 @@ def main(argv=None) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default="benchmarks/results/pcfg_brackets.json")
     args = p.parse_args(argv)
+    bad = [f for f in args.fractions if not 0 <= f <= 1]
+    if bad:
+        p.error(f"--fractions: shares in [0, 1], got {bad}")
     NT, T = args.nonterminals, len(UPOS_TAGS)
     train_trees = trees("train", args.max_words)
     dev, test = (batches(trees(split, args.eval_words), T, args.batch) for split in ("dev", "test"))

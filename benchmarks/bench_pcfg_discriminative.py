@@ -64,6 +64,8 @@ def main(argv=None) -> None:
     p.add_argument("--start", choices=("frequency", "zero"), default="frequency")
     p.add_argument("--out", default="benchmarks/results/pcfg_discriminative_{loss}{suffix}.json")
     args = p.parse_args(argv)
+    if not 0 <= args.observed <= 1:
+        p.error(f"--observed: a share in [0, 1], got {args.observed}")
     if args.observed < 1 and args.start == "frequency":
         p.error("--observed < 1 needs --start zero: the relative frequencies count the hidden brackets")
     suffix = "" if args.observed == 1 and args.start == "frequency" else f"_{args.start}_observed{args.observed:g}"
